@@ -1,0 +1,1 @@
+"""Looking inside models: parameter, memory and compute budgets; attention analysis."""

@@ -1,0 +1,278 @@
+"""Typed configuration: dataclasses that check themselves when built and round-trip through YAML/JSON.
+
+A config file is a YAML (or JSON) mapping with one section per dataclass::
+
+    model:
+      arch: encoder_decoder
+      vocab_size: 37000
+      d_model: 512
+
+Every problem is reported as a :class:`~attnlab.errors.ConfigError` that names the field (with the
+file when there is one), the value given and the values allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from attnlab.errors import ConfigError
+from attnlab.nn.registry import ACTIVATIONS, ARCHS, NORM_PLACEMENTS, POSITIONAL, POSITIONAL_COMBINE, TIE_EMBEDDINGS
+
+# The sections a config file may hold, each parsed by its own dataclass.
+SECTIONS = ("model",)
+
+
+def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
+    """' (did you mean 'x'?)' when a choice is close to ``word``, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def one_of(field: str, value: Any, valid: typing.Iterable[str]) -> None:
+    """Raise a ConfigError unless ``value`` is one of ``valid``; the message lists them all."""
+    valid = list(valid)
+    if value not in valid:
+        listed = ", ".join(repr(v) for v in valid)
+        raise ConfigError(f"{field} must be one of {listed} (got {value!r}){did_you_mean(str(value), valid)}")
+
+
+def _type_name(tp: Any) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _coerce(field: str, value: Any, hint: Any) -> Any:
+    """Check ``value`` against a field's type hint (int, float, str, bool, or Optional of them)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        hint = args[0]
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    # bool is a subclass of int: `d_model: true` must not pass as 1.
+    if not isinstance(value, hint) or (hint is not bool and isinstance(value, bool)):
+        raise ConfigError(f"{field} must be {_type_name(hint)} (got {value!r})")
+    return value
+
+
+class TypedConfig:
+    """Mixin for config dataclasses: type checks, dict/YAML/JSON round trip, did-you-mean on keys."""
+
+    section: typing.ClassVar[str]
+
+    def _check_types(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "TypedConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"section '{cls.section}' must be a mapping of field: value (got {type(data).__name__})")
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in data:
+            if key not in names:
+                raise ConfigError(f"unknown field '{key}' in section '{cls.section}'{did_you_mean(str(key), names)}")
+        required = [f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        for name in required:
+            if name not in data:
+                raise ConfigError(f"section '{cls.section}' needs the field '{name}'")
+        return cls(**data)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump({self.section: self.to_dict()}, sort_keys=False)
+
+    def to_json(self) -> str:
+        return json.dumps({self.section: self.to_dict()}, indent=2)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "TypedConfig":
+        """Read this class's section from a YAML or JSON config file."""
+        sections = read_config_file(path)
+        if cls.section not in sections:
+            raise ConfigError(f"{path}: no '{cls.section}' section")
+        try:
+            return cls.from_dict(sections[cls.section])
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a config file into its sections, refusing unknown sections and unparsable text."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read config file ({err})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}:{err.lineno}: JSON does not parse: {err.msg}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: YAML does not parse: {getattr(err, 'problem', None) or err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must be a mapping with sections {', '.join(SECTIONS)}")
+    for key in data:
+        if key not in SECTIONS:
+            raise ConfigError(f"{path}: unknown section '{key}'{did_you_mean(str(key), SECTIONS)}")
+    return data
+
+
+@dataclass
+class ModelConfig(TypedConfig):
+    """Every architectural choice of a Transformer-family model, one field per axis of variation.
+
+    ``positional`` is applied where the method puts it: absolute encodings (``sinusoidal``,
+    ``learned``) at the embeddings, added or concatenated (``positional_combine``); relative ones
+    (``relative``, ``relative_bias``, ``rotary``, ``alibi``) inside every self-attention.
+    ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection,
+    ``src_tgt`` shares the source and target embeddings, ``all`` does both (the paper's choice).
+    """
+
+    section: typing.ClassVar[str] = "model"
+
+    vocab_size: int
+    arch: str = "encoder_decoder"
+    src_vocab_size: Optional[int] = None
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 6
+    n_encoder_layers: Optional[int] = None
+    n_decoder_layers: Optional[int] = None
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: Optional[float] = None
+    activation: str = "relu"
+    norm: str = "post"
+    layer_norm_eps: float = 1e-5
+    positional: str = "sinusoidal"
+    positional_combine: str = "add"
+    positional_dim: Optional[int] = None
+    positional_base: float = 10000.0
+    max_relative_distance: int = 16
+    max_len: int = 1024
+    tie_embeddings: str = "all"
+    pad_id: int = 0
+    n_classes: int = 2
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("arch", self.arch, ARCHS)
+        one_of("activation", self.activation, ACTIVATIONS)
+        one_of("norm", self.norm, NORM_PLACEMENTS)
+        one_of("positional", self.positional, POSITIONAL)
+        one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
+        one_of("tie_embeddings", self.tie_embeddings, TIE_EMBEDDINGS)
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len", "max_relative_distance"):
+            _at_least(name, getattr(self, name), 1)
+        for name in ("src_vocab_size", "n_encoder_layers", "n_decoder_layers", "positional_dim"):
+            if getattr(self, name) is not None:
+                _at_least(name, getattr(self, name), 1)
+        _at_least("n_classes", self.n_classes, 2)
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1) (got {value})")
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
+        if self.positional_base <= 1:
+            raise ConfigError(f"positional_base must be > 1 (got {self.positional_base})")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        self._check_positional()
+        self._check_vocabularies()
+
+    def _check_positional(self) -> None:
+        absolute = POSITIONAL[self.positional].absolute
+        if self.positional_combine == "concat":
+            if not absolute:
+                raise ConfigError(f"positional_combine 'concat' needs an absolute encoding "
+                                  f"('sinusoidal' or 'learned'), not '{self.positional}'")
+            if not 1 <= self.positional_width < self.d_model:
+                raise ConfigError(f"positional_dim ({self.positional_width}) must be between 1 and "
+                                  f"d_model - 1 ({self.d_model - 1}) when positional_combine is 'concat'")
+            if "output" in self.tied:
+                raise ConfigError("tie_embeddings 'output'/'all' needs token embeddings of width d_model; with "
+                                  "positional_combine 'concat' use tie_embeddings 'none' or 'src_tgt'")
+        elif self.positional_dim is not None:
+            raise ConfigError("positional_dim is only used with positional_combine 'concat'")
+        if self.positional == "sinusoidal" and self.positional_width % 2:
+            raise ConfigError(f"sinusoidal positions need an even width (got {self.positional_width})")
+        if self.positional == "rotary" and self.d_head % 2:
+            raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {self.d_head})")
+
+    def _check_vocabularies(self) -> None:
+        if self.arch != "encoder_decoder":
+            if self.src_vocab_size is not None:
+                raise ConfigError(f"src_vocab_size is only used with arch 'encoder_decoder' (arch is '{self.arch}')")
+            if self.tie_embeddings == "src_tgt":
+                raise ConfigError(f"tie_embeddings 'src_tgt' needs arch 'encoder_decoder' (arch is '{self.arch}')")
+        if "src_tgt" in self.tied and self.src_vocab != self.vocab_size:
+            raise ConfigError(f"tie_embeddings '{self.tie_embeddings}' shares source and target embeddings, so "
+                              f"src_vocab_size ({self.src_vocab_size}) must equal vocab_size ({self.vocab_size}); "
+                              f"use tie_embeddings 'output' or 'none' for separate vocabularies")
+        if not 0 <= self.pad_id < min(self.vocab_size, self.src_vocab):
+            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
+                              f"({min(self.vocab_size, self.src_vocab)})")
+
+    # -- derived quantities, so that no module recomputes them ------------------------------------
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_encoder_layers if self.n_encoder_layers is not None else self.n_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+
+    @property
+    def attn_dropout(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    @property
+    def src_vocab(self) -> int:
+        return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
+
+    @property
+    def positional_width(self) -> int:
+        """Width of an absolute positional vector: d_model when added, positional_dim when concatenated."""
+        if self.positional_combine == "add":
+            return self.d_model
+        return self.positional_dim if self.positional_dim is not None else self.d_model // 2
+
+    @property
+    def token_width(self) -> int:
+        """Width of a token embedding: what the positional vector leaves of d_model."""
+        return self.d_model - (self.positional_width if self.positional_combine == "concat" else 0)
+
+    @property
+    def tied(self) -> tuple[str, ...]:
+        """The ties in force: a subset of ('output', 'src_tgt')."""
+        return {"none": (), "output": ("output",), "src_tgt": ("src_tgt",),
+                "all": ("output", "src_tgt") if self.arch == "encoder_decoder" else ("output",)}[self.tie_embeddings]
+
+
+def _at_least(field: str, value: int, low: int) -> None:
+    if value < low:
+        raise ConfigError(f"{field} must be >= {low} (got {value})")

@@ -1,0 +1,37 @@
+"""The exceptions a user may see. Everything else that escapes is a bug in attnlab.
+
+Each class has its own exit code so that scripts can tell a bad config from a bad file; the CLI
+prints ``error: <message>`` on one line and exits with that code (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+
+class AttnlabError(Exception):
+    """Base of every user-facing error: the message alone must tell the user what to fix."""
+
+    exit_code = 1
+
+
+class UsageError(AttnlabError):
+    """A command line that cannot be carried out (bad option values, missing arguments)."""
+
+    exit_code = 2
+
+
+class ConfigError(AttnlabError, ValueError):
+    """A configuration field that is unknown, mistyped or out of range; the message names it."""
+
+    exit_code = 3
+
+
+class DataError(AttnlabError):
+    """An input file that cannot be read as promised; the message names the file and line."""
+
+    exit_code = 4
+
+
+class CheckpointError(AttnlabError):
+    """A checkpoint that is missing, damaged or does not match the model it is loaded into."""
+
+    exit_code = 5

@@ -1,0 +1,67 @@
+"""The incremental-decoding cache: keys and values kept between decoding steps.
+
+Self-attention appends one step's keys/values at a time; cross-attention stores the projected
+source once per sentence. ``reorder`` follows beam search: row i of the new cache is row
+``index[i]`` of the old one."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class KVCache:
+    """Keys and values that one attention module has seen, each (B, H, T, Dh)."""
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add (B, H, t, Dh) new keys/values after the cached ones; return all of them."""
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=2)
+            self.v = torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def store(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Keep keys/values that do not change between steps (cross-attention over the source)."""
+        self.k, self.v = k, v
+        return k, v
+
+    def reorder(self, index: Tensor) -> None:
+        if self.k is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+class DecoderCache:
+    """Incremental state of a decoder stack: per layer a self- and a cross-attention KVCache, and
+    which of the target positions seen so far are real tokens (to mask padding in later steps)."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.self_attn = [KVCache() for _ in range(n_layers)]
+        self.cross_attn = [KVCache() for _ in range(n_layers)]
+        self.valid: Tensor | None = None  # (B, T) True for real tokens
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded."""
+        return 0 if self.valid is None else self.valid.shape[1]
+
+    def extend(self, valid: Tensor) -> Tensor:
+        """Record (B, t) validity of the new positions; return (B, T) validity of all of them."""
+        self.valid = valid if self.valid is None else torch.cat([self.valid, valid], dim=1)
+        return self.valid
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep row ``index[i]`` of every cached tensor as row i (beam search)."""
+        for kv in self.self_attn + self.cross_attn:
+            kv.reorder(index)
+        if self.valid is not None:
+            self.valid = self.valid.index_select(0, index)

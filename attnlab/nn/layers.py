@@ -1,0 +1,52 @@
+"""Encoder and decoder layers, assembled from parts built elsewhere (nn/build.py).
+
+EncoderLayer:  x -> Residual(SelfAttention) -> Residual(FFN)
+DecoderLayer:  y -> Residual(MaskedSelfAttention) -> Residual(CrossAttention over the encoder
+               output) -> Residual(FFN); without cross-attention it is a GPT-style block.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.cache import KVCache
+from attnlab.nn.feedforward import PositionWiseFeedForward
+from attnlab.nn.residual import ResidualConnection
+
+Positions = tuple[Tensor, Tensor]  # (Tq,) query positions, (Tk,) key positions
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, self_attn: MultiHeadAttention, feed_forward: PositionWiseFeedForward,
+                 self_attn_residual: ResidualConnection, feed_forward_residual: ResidualConnection) -> None:
+        super().__init__()
+        self.self_attn, self.self_attn_residual = self_attn, self_attn_residual
+        self.feed_forward, self.feed_forward_residual = feed_forward, feed_forward_residual
+
+    def forward(self, x: Tensor, mask: Tensor, positions: Positions) -> Tensor:
+        """x: (B, T, d_model); mask: bool, broadcastable to (B, H, T, T)."""
+        x = self.self_attn_residual(x, lambda h: self.self_attn(h, mask=mask, positions=positions)[0])
+        return self.feed_forward_residual(x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, self_attn: MultiHeadAttention, cross_attn: MultiHeadAttention | None,
+                 feed_forward: PositionWiseFeedForward, self_attn_residual: ResidualConnection,
+                 cross_attn_residual: ResidualConnection | None, feed_forward_residual: ResidualConnection) -> None:
+        super().__init__()
+        self.self_attn, self.self_attn_residual = self_attn, self_attn_residual
+        self.cross_attn, self.cross_attn_residual = cross_attn, cross_attn_residual
+        self.feed_forward, self.feed_forward_residual = feed_forward, feed_forward_residual
+
+    def forward(self, y: Tensor, self_mask: Tensor, positions: Positions, memory: Tensor | None = None,
+                memory_mask: Tensor | None = None, self_cache: KVCache | None = None,
+                cross_cache: KVCache | None = None) -> Tensor:
+        """y: (B, Tq, d_model) target vectors (only the new steps when decoding with a cache);
+        self_mask: (.., Tq, Tk) causal and padding; memory: (B, S, d_model); memory_mask: (B, 1, 1, S)."""
+        y = self.self_attn_residual(
+            y, lambda h: self.self_attn(h, mask=self_mask, positions=positions, cache=self_cache)[0])
+        if self.cross_attn is not None:
+            y = self.cross_attn_residual(
+                y, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache)[0])
+        return self.feed_forward_residual(y, self.feed_forward)

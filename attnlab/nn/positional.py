@@ -1,0 +1,223 @@
+"""Positional encodings.
+
+Self-attention alone is permutation-equivariant; each class here tells it where tokens are, at one
+of four hooks a :class:`PositionalEncoding` may implement:
+
+========================  ==============================================================  =========
+hook                      what it changes                                                 used by
+========================  ==============================================================  =========
+``embed``                 the input vectors: x = E[w] (+ or ||) PE(pos)                   sinusoidal, learned
+``rotate``                queries and keys before their dot product                      rotary
+``score_bias``            an additive term on the scaled scores                          relative, relative_bias, alibi
+``value_term``            an additive term on the attention output                       relative
+========================  ==============================================================  =========
+
+Absolute encodings (``absolute = True``) sit once at the embeddings; the others sit in every
+self-attention module. Positions are integer tensors: (T,) for the embeddings, (Tq,) and (Tk,) for
+queries and keys inside attention. A new variant is one class here plus one line in registry.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.errors import DataError
+
+
+class PositionalEncoding(nn.Module):
+    """No positions at all (``positional: none``); also the base class, identity at every hook."""
+
+    absolute: ClassVar[bool] = False
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "PositionalEncoding":
+        return cls()
+
+    def embed(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """(B, T, D_tok) token vectors, (T,) positions -> (B, T, d_model) inputs of the first layer."""
+        return tokens
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """(B, H, T, Dh) queries or keys at (T,) positions -> the same, position-dependent."""
+        return x
+
+    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Term added to the scaled scores, broadcastable to (B, H, Tq, Tk); None when there is none."""
+        return None
+
+    def value_term(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Term added to the attention output (B, H, Tq, Dh), given (B, H, Tq, Tk) weights."""
+        return None
+
+    @property
+    def needs_probs(self) -> bool:
+        """True when ``value_term`` needs the attention weights (attention must return them)."""
+        return False
+
+
+def sinusoid(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """The paper's table: PE(pos, 2i) = sin(pos / n^(2i/D)), PE(pos, 2i+1) = cos(pos / n^(2i/D)).
+
+    (T,) positions -> (T, dim), computed in float32 for any position (no maximum length).
+    """
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim)  # (D/2,)
+    angles = positions.float()[:, None] * inv_freq[None, :]  # (T, D/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # (T, D): sin, cos interleaved
+
+
+class AbsolutePositional(PositionalEncoding):
+    """A vector per position, added to the token vectors or concatenated with them."""
+
+    absolute = True
+
+    def __init__(self, combine: str = "add") -> None:
+        super().__init__()
+        self.concat = {"add": False, "concat": True}[combine]
+
+    def encode(self, positions: Tensor) -> Tensor:
+        """(T,) positions -> (T, D_pos) vectors."""
+        raise NotImplementedError
+
+    def embed(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        pe = self.encode(positions).to(tokens.dtype)  # (T, D_pos)
+        if self.concat:
+            return torch.cat([tokens, pe.expand(tokens.shape[0], -1, -1)], dim=-1)  # (B, T, D_tok + D_pos)
+        return tokens + pe  # (B, T, d_model)
+
+
+class SinusoidalPositional(AbsolutePositional):
+    """Fixed sinusoids (Vaswani et al. 2017) with a configurable base n (default 10000)."""
+
+    def __init__(self, dim: int, base: float = 10000.0, combine: str = "add") -> None:
+        super().__init__(combine)
+        self.dim, self.base = dim, base
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "SinusoidalPositional":
+        return cls(cfg.positional_width, cfg.positional_base, cfg.positional_combine)
+
+    def encode(self, positions: Tensor) -> Tensor:
+        return sinusoid(positions, self.dim, self.base)
+
+
+class LearnedPositional(AbsolutePositional):
+    """A learned vector per position up to max_len (Gehring et al. 2017; BERT, GPT)."""
+
+    def __init__(self, dim: int, max_len: int, combine: str = "add") -> None:
+        super().__init__(combine)
+        self.table = nn.Embedding(max_len, dim)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "LearnedPositional":
+        return cls(cfg.positional_width, cfg.max_len, cfg.positional_combine)
+
+    def encode(self, positions: Tensor) -> Tensor:
+        if positions.numel() and int(positions.max()) >= self.table.num_embeddings:
+            raise DataError(f"position {int(positions.max())} is beyond max_len ({self.table.num_embeddings}) "
+                            f"of the learned positional table")
+        return self.table(positions)
+
+
+def clipped_offsets(q_pos: Tensor, k_pos: Tensor, max_distance: int) -> Tensor:
+    """(Tq,), (Tk,) -> (Tq, Tk) table indices of clip(j - i, -k, k) + k, in [0, 2k]."""
+    return (k_pos[None, :] - q_pos[:, None]).clamp(-max_distance, max_distance) + max_distance
+
+
+class RelativePositional(PositionalEncoding):
+    """Shaw et al. (2018): learned key and value vectors for each clipped offset j - i.
+
+    e_ij = q_i . (k_j + a^K_ij) / sqrt(Dh),   z_i = sum_j alpha_ij (v_j + a^V_ij),
+    with a_ij = w_clip(j - i, k), shared by all heads of a layer.
+    """
+
+    def __init__(self, d_head: int, max_distance: int) -> None:
+        super().__init__()
+        self.max_distance = max_distance
+        self.scale = math.sqrt(d_head)
+        self.key_table = nn.Embedding(2 * max_distance + 1, d_head)
+        self.value_table = nn.Embedding(2 * max_distance + 1, d_head)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "RelativePositional":
+        return cls(cfg.d_head, cfg.max_relative_distance)
+
+    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        a_k = self.key_table(clipped_offsets(q_pos, k_pos, self.max_distance))  # (Tq, Tk, Dh)
+        return torch.einsum("bhqd,qkd->bhqk", q, a_k.to(q.dtype)) / self.scale  # (B, H, Tq, Tk)
+
+    def value_term(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        a_v = self.value_table(clipped_offsets(q_pos, k_pos, self.max_distance))  # (Tq, Tk, Dh)
+        return torch.einsum("bhqk,qkd->bhqd", probs, a_v.to(probs.dtype))  # (B, H, Tq, Dh)
+
+    @property
+    def needs_probs(self) -> bool:
+        return True
+
+
+class RelativeBias(PositionalEncoding):
+    """A learned scalar per head and clipped offset j - i, added to the scores (T5-style, clipped
+    rather than log-bucketed)."""
+
+    def __init__(self, n_heads: int, max_distance: int) -> None:
+        super().__init__()
+        self.max_distance = max_distance
+        self.table = nn.Embedding(2 * max_distance + 1, n_heads)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "RelativeBias":
+        return cls(cfg.n_heads, cfg.max_relative_distance)
+
+    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        bias = self.table(clipped_offsets(q_pos, k_pos, self.max_distance))  # (Tq, Tk, H)
+        return bias.permute(2, 0, 1).unsqueeze(0).to(q.dtype)  # (1, H, Tq, Tk)
+
+
+class RotaryPositional(PositionalEncoding):
+    """RoPE (Su et al. 2021): rotate each pair (x_2i, x_2i+1) of queries and keys by pos * theta_i,
+    theta_i = n^(-2i/Dh). Then q_m . k_n depends on the positions only through m - n."""
+
+    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+        super().__init__()
+        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (Dh/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "RotaryPositional":
+        return cls(cfg.d_head, cfg.positional_base)
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        angles = positions.float()[:, None] * self.inv_freq[None, :]  # (T, Dh/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        even, odd = x.unflatten(-1, (-1, 2)).unbind(-1)  # (B, H, T, Dh/2) each
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """Press et al. (2022): the geometric sequence 2^(-8/n), 2^(-16/n), ... for n a power of two;
+    otherwise the slopes of the nearest lower power of two, then every other slope of the next."""
+    def powers(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+    lower = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = powers(lower) + powers(2 * lower)[0::2][: n_heads - lower]
+    return torch.tensor(slopes)
+
+
+class ALiBiPositional(PositionalEncoding):
+    """ALiBi: no position vectors; score_ij gets -m_h |i - j|, a per-head linear distance penalty."""
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "ALiBiPositional":
+        return cls(cfg.n_heads)
+
+    def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        distance = (k_pos[None, :] - q_pos[:, None]).abs().to(q.dtype)  # (Tq, Tk)
+        return -self.slopes.to(q.dtype)[None, :, None, None] * distance  # (1, H, Tq, Tk)

@@ -1,0 +1,186 @@
+"""The Transformer family: embeddings, encoder and decoder stacks, and the three models.
+
+EncoderDecoder  seq2seq (Vaswani et al. 2017):  logits = Generator(Decoder(Embed(y), Encoder(Embed(x))))
+DecoderLM       GPT-style language model:        logits = Generator(Decoder(Embed(x)))  (causal, no cross-attention)
+EncoderOnly     BERT-style:                      masked-LM logits, or class logits from the first position
+
+Models take token ids and find padding from ``pad_id``. Decoders accept a :class:`DecoderCache`;
+with one, pass only the new target steps and get their logits (incremental decoding).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.nn.cache import DecoderCache
+from attnlab.nn.layers import DecoderLayer, EncoderLayer
+from attnlab.nn.masks import causal_mask, padding_mask
+from attnlab.nn.positional import PositionalEncoding
+
+
+def positions_from(offset: int, length: int, device: torch.device) -> Tensor:
+    """(length,) positions offset, offset + 1, ...: where the next tokens sit in their sequence."""
+    return torch.arange(offset, offset + length, device=device)
+
+
+class Embeddings(nn.Module):
+    """x = Dropout(E[w] * sqrt(D_tok) (+ or ||) PE(pos)); PE is identity for relative schemes."""
+
+    def __init__(self, vocab_size: int, width: int, positional: PositionalEncoding, dropout: float) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, width)
+        self.scale = math.sqrt(width)
+        self.positional = positional
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
+        """(B, T) ids at (T,) positions -> (B, T, d_model)."""
+        return self.dropout(self.positional.embed(self.tokens(ids) * self.scale, positions))
+
+
+class Encoder(nn.Module):
+    """A stack of EncoderLayers; ``norm`` is a final LayerNorm for pre-norm stacks, else identity."""
+
+    def __init__(self, layers: list[EncoderLayer], norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+
+    def forward(self, x: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """x: (B, S, d_model); valid: (B, S) True for real tokens; positions: (S,) -> (B, S, d_model)."""
+        mask = padding_mask(valid)  # (B, 1, 1, S)
+        for layer in self.layers:
+            x = layer(x, mask, (positions, positions))
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of DecoderLayers under a causal mask, with or without cross-attention."""
+
+    def __init__(self, layers: list[DecoderLayer], norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+
+    def forward(self, y: Tensor, valid: Tensor, positions: Tensor, memory: Tensor | None = None,
+                memory_valid: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
+        """y: (B, T, d_model) at (T,) positions; valid: (B, T); memory: (B, S, d_model) with
+        memory_valid (B, S). With a cache, y holds only the steps after the cached ones."""
+        if cache is not None:
+            valid = cache.extend(valid)  # (B, Tk): cached steps and these
+        k_positions = torch.arange(valid.shape[1], device=y.device)
+        self_mask = causal_mask(positions, k_positions) & padding_mask(valid)  # (B, 1, T, Tk)
+        memory_mask = padding_mask(memory_valid) if memory is not None else None  # (B, 1, 1, S)
+        for i, layer in enumerate(self.layers):
+            y = layer(y, self_mask, (positions, k_positions), memory, memory_mask,
+                      cache.self_attn[i] if cache is not None else None,
+                      cache.cross_attn[i] if cache is not None else None)
+        return self.norm(y)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(len(self.layers))
+
+
+class EncoderDecoder(nn.Module):
+    """The paper's model. ``model(src_ids, tgt_in_ids)`` -> (B, T, V) logits."""
+
+    def __init__(self, src_embed: Embeddings, tgt_embed: Embeddings, encoder: Encoder, decoder: Decoder,
+                 generator: nn.Linear, pad_id: int) -> None:
+        super().__init__()
+        self.src_embed, self.tgt_embed = src_embed, tgt_embed
+        self.encoder, self.decoder = encoder, decoder
+        self.generator = generator
+        self.pad_id = pad_id
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """(B, S) source ids, (B, T) decoder input ids (BOS y_1 ... y_{T-1}) -> (B, T, V) logits."""
+        memory, src_valid = self.encode(src)
+        return self.decode(tgt_in, memory, src_valid)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S) ids -> memory (B, S, d_model) and its validity (B, S)."""
+        valid = src != self.pad_id
+        positions = positions_from(0, src.shape[1], src.device)
+        return self.encoder(self.src_embed(src, positions), valid, positions), valid
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """(B, T) target ids (the new steps only, with a cache) -> (B, T, V) logits."""
+        positions = positions_from(cache.length if cache is not None else 0, tgt_in.shape[1], tgt_in.device)
+        y = self.decoder(self.tgt_embed(tgt_in, positions), tgt_in != self.pad_id, positions,
+                         memory, src_valid, cache)
+        return self.generator(y)
+
+    def new_cache(self) -> DecoderCache:
+        return self.decoder.new_cache()
+
+
+class DecoderLM(nn.Module):
+    """A causal language model. ``model(ids)`` -> (B, T, V) logits of each next token."""
+
+    def __init__(self, embed: Embeddings, decoder: Decoder, generator: nn.Linear, pad_id: int) -> None:
+        super().__init__()
+        self.embed, self.decoder, self.generator = embed, decoder, generator
+        self.pad_id = pad_id
+
+    def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """(B, T) ids (the new steps only, with a cache) -> (B, T, V) logits."""
+        positions = positions_from(cache.length if cache is not None else 0, ids.shape[1], ids.device)
+        return self.generator(self.decoder(self.embed(ids, positions), ids != self.pad_id, positions, cache=cache))
+
+    def new_cache(self) -> DecoderCache:
+        return self.decoder.new_cache()
+
+
+class MaskedLMHead(nn.Module):
+    """BERT's prediction head: logits = W_out LayerNorm(act(W h + b)), W_out tied to the embeddings."""
+
+    def __init__(self, d_model: int, activation: nn.Module, eps: float, projection: nn.Linear) -> None:
+        super().__init__()
+        self.transform = nn.Linear(d_model, d_model)
+        self.activation = activation
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.projection = projection
+
+    def forward(self, h: Tensor) -> Tensor:
+        """(B, T, d_model) -> (B, T, V)."""
+        return self.projection(self.norm(self.activation(self.transform(h))))
+
+
+class ClassificationHead(nn.Module):
+    """BERT's pooler and classifier on the first position: logits = W_c Dropout(tanh(W_p h_0 + b_p)) + b_c."""
+
+    def __init__(self, d_model: int, n_classes: int, dropout: float) -> None:
+        super().__init__()
+        self.pool = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(d_model, n_classes)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """(B, T, d_model) -> (B, n_classes)."""
+        return self.out(self.dropout(torch.tanh(self.pool(h[:, 0]))))
+
+
+class EncoderOnly(nn.Module):
+    """BERT-style encoder. ``model(ids)`` -> (B, T, V) masked-LM logits; ``model.classify(ids)`` ->
+    (B, n_classes) from the first position (put a CLS token there)."""
+
+    def __init__(self, embed: Embeddings, encoder: Encoder, mlm_head: MaskedLMHead,
+                 classifier: ClassificationHead, pad_id: int) -> None:
+        super().__init__()
+        self.embed, self.encoder = embed, encoder
+        self.mlm_head, self.classifier = mlm_head, classifier
+        self.pad_id = pad_id
+
+    def encode(self, ids: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, d_model) contextual vectors."""
+        positions = positions_from(0, ids.shape[1], ids.device)
+        return self.encoder(self.embed(ids, positions), ids != self.pad_id, positions)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.mlm_head(self.encode(ids))
+
+    def classify(self, ids: Tensor) -> Tensor:
+        return self.classifier(self.encode(ids))

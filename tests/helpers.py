@@ -1,0 +1,47 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attnlab import ModelConfig, build_model
+
+TINY = dict(vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, max_len=64, max_relative_distance=3)
+
+
+def tiny_model(**overrides) -> torch.nn.Module:
+    """A small model, built with a fixed seed, in eval mode."""
+    torch.manual_seed(0)
+    return build_model(ModelConfig(**{**TINY, **overrides})).eval()
+
+
+def random_ids(batch: int, length: int, vocab: int = 23, generator_seed: int = 0) -> Tensor:
+    """Token ids in [1, vocab): never the padding id 0."""
+    g = torch.Generator().manual_seed(generator_seed)
+    return torch.randint(1, vocab, (batch, length), generator=g)
+
+
+def assert_cached_matches_uncached(model: torch.nn.Module, tgt: Tensor, src: Tensor | None = None,
+                                   chunks: list[int] | None = None, atol: float = 1e-5) -> None:
+    """Feed ``tgt`` to the model in pieces (``chunks`` sizes, default one token at a time) with a
+    DecoderCache; the logits of every piece must equal the full, uncached pass at those positions.
+    ``src`` makes it an EncoderDecoder check, otherwise a DecoderLM one."""
+    T = tgt.shape[1]
+    chunks = chunks or [1] * T
+    assert sum(chunks) == T
+    with torch.no_grad():
+        if src is not None:
+            full = model(src, tgt)
+            memory, src_valid = model.encode(src)
+        else:
+            full = model(tgt)
+        cache = model.new_cache()
+        start = 0
+        for size in chunks:
+            piece = tgt[:, start:start + size]
+            step = model.decode(piece, memory, src_valid, cache) if src is not None else model(piece, cache=cache)
+            torch.testing.assert_close(step, full[:, start:start + size], atol=atol, rtol=0,
+                                       msg=lambda m: f"positions {start}..{start + size - 1}: {m}")
+            start += size
+        assert cache.length == T
