@@ -1,0 +1,94 @@
+"""ModelConfig: validation that names the field and the valid values, and the YAML/JSON round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnlab import ConfigError, ModelConfig
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(d_model=510, n_heads=8), r"d_model \(510\) must be divisible by n_heads \(8\)"),
+    (dict(norm="mid"), r"norm must be one of 'post', 'pre' \(got 'mid'\)"),
+    (dict(positional="rotery"), r"positional must be one of .*'rotary'.* \(got 'rotery'\) \(did you mean 'rotary'\?\)"),
+    (dict(arch="gpt"), r"arch must be one of 'encoder_decoder', 'decoder_lm', 'encoder_only'"),
+    (dict(activation="tanh"), r"activation must be one of 'relu', 'gelu', 'silu'"),
+    (dict(positional_combine="mul"), r"positional_combine must be one of 'add', 'concat'"),
+    (dict(tie_embeddings="yes"), r"tie_embeddings must be one of 'none', 'output', 'src_tgt', 'all'"),
+    (dict(dropout=1.5), r"dropout must be in \[0, 1\) \(got 1.5\)"),
+    (dict(attention_dropout=-0.1), r"attention_dropout must be in \[0, 1\)"),
+    (dict(d_model=0), r"d_model must be >= 1 \(got 0\)"),
+    (dict(n_encoder_layers=0), r"n_encoder_layers must be >= 1"),
+    (dict(d_model="512"), r"d_model must be an integer \(got '512'\)"),
+    (dict(d_model=True), r"d_model must be an integer \(got True\)"),
+    (dict(dropout="0.1"), r"dropout must be a number"),
+    (dict(src_vocab_size=50), r"src_vocab_size \(50\) must equal vocab_size \(100\)"),
+    (dict(positional="rotary", d_model=24, n_heads=8), r"rotary positions need an even head size"),
+    (dict(positional="rotary", positional_combine="concat"), r"'concat' needs an absolute encoding"),
+    (dict(positional_combine="concat", positional_dim=32), r"tie_embeddings 'output'/'all' needs token embeddings"),
+    (dict(positional_combine="concat", positional_dim=64, tie_embeddings="src_tgt"), r"positional_dim \(64\) must be between 1 and d_model - 1"),
+    (dict(positional_dim=8), r"positional_dim is only used with positional_combine 'concat'"),
+    (dict(positional_combine="concat", positional_dim=7, tie_embeddings="none"), r"sinusoidal positions need an even width \(got 7\)"),
+    (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
+    (dict(arch="decoder_lm", src_vocab_size=100), r"src_vocab_size is only used with arch 'encoder_decoder'"),
+    (dict(arch="decoder_lm", tie_embeddings="src_tgt"), r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder'"),
+    (dict(positional_base=1.0), r"positional_base must be > 1"),
+    (dict(n_classes=1), r"n_classes must be >= 2"),
+])
+def test_invalid_configs_name_the_field(overrides, message):
+    base = dict(vocab_size=100, d_model=64, n_heads=4)
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(**{**base, **overrides})
+
+
+def test_unknown_and_missing_keys():
+    with pytest.raises(ConfigError, match=r"unknown field 'd_modle' in section 'model' \(did you mean 'd_model'\?\)"):
+        ModelConfig.from_dict({"vocab_size": 10, "d_modle": 64})
+    with pytest.raises(ConfigError, match=r"section 'model' needs the field 'vocab_size'"):
+        ModelConfig.from_dict({"d_model": 64})
+    with pytest.raises(ConfigError, match=r"section 'model' must be a mapping"):
+        ModelConfig.from_dict([1, 2])
+
+
+def test_derived_fields():
+    cfg = ModelConfig(vocab_size=100, d_model=64, n_heads=4, n_layers=3, n_decoder_layers=2, dropout=0.2)
+    assert (cfg.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.attn_dropout, cfg.src_vocab) == (16, 3, 2, 0.2, 100)
+    assert ModelConfig(vocab_size=10, positional_base=100).positional_base == 100.0  # ints accepted as floats
+
+
+@pytest.mark.parametrize("cfg", [
+    ModelConfig(vocab_size=37000),
+    ModelConfig(vocab_size=100, arch="decoder_lm", positional="rotary", norm="pre", activation="gelu", attention_dropout=0.0),
+    ModelConfig(vocab_size=100, src_vocab_size=80, tie_embeddings="output", n_encoder_layers=2),
+    ModelConfig(vocab_size=100, src_vocab_size=80, tie_embeddings="none", positional_combine="concat", positional_dim=16,
+                d_model=64, n_heads=4),
+])
+def test_yaml_and_json_round_trip(tmp_path, cfg):
+    (tmp_path / "c.yaml").write_text(cfg.to_yaml())
+    (tmp_path / "c.json").write_text(cfg.to_json())
+    assert ModelConfig.from_file(tmp_path / "c.yaml") == cfg
+    assert ModelConfig.from_file(tmp_path / "c.json") == cfg
+    assert json.loads(cfg.to_json())["model"]["vocab_size"] == cfg.vocab_size
+
+
+def test_file_errors_name_the_file_and_line(tmp_path):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("model:\n  vocab_size: 10\n  d_model: [64\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:\d+: YAML does not parse"):
+        ModelConfig.from_file(bad_yaml)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("modle:\n  vocab_size: 10\n")
+    with pytest.raises(ConfigError, match=r"typo.yaml: unknown section 'modle' \(did you mean 'model'\?\)"):
+        ModelConfig.from_file(typo)
+    field = tmp_path / "field.yaml"
+    field.write_text("model:\n  vocab_size: 10\n  norm: middle\n")
+    with pytest.raises(ConfigError, match=r"field.yaml: norm must be one of 'post', 'pre' \(got 'middle'\)"):
+        ModelConfig.from_file(field)
+    with pytest.raises(ConfigError, match=r"missing.yaml: no such config file"):
+        ModelConfig.from_file(tmp_path / "missing.yaml")
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text('{"model": {"vocab_size": 10,}}')
+    with pytest.raises(ConfigError, match=r"bad.json:1: JSON does not parse"):
+        ModelConfig.from_file(bad_json)

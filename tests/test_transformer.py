@@ -1,0 +1,174 @@
+"""Whole models: causality, permutation equivariance, padding, gradients, tying, initialisation, and
+cached incremental decoding equal to full recomputation for every positional variant."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab import ModelConfig, build_model
+from attnlab.nn import Embeddings, EncoderDecoder, EncoderLayer, sinusoid
+from attnlab.nn.registry import POSITIONAL
+from helpers import TINY, assert_cached_matches_uncached, random_ids, tiny_model
+
+VARIANTS = sorted(POSITIONAL)
+NORMS = ["post", "pre"]
+
+
+@pytest.mark.parametrize("positional,norm", list(itertools.product(VARIANTS, NORMS)))
+def test_cached_decoding_equals_full_recomputation(positional, norm):
+    lm = tiny_model(arch="decoder_lm", positional=positional, norm=norm)
+    tgt = random_ids(3, 9, generator_seed=1)
+    tgt[2, 6:] = 0  # a padded row
+    assert_cached_matches_uncached(lm, tgt)
+    assert_cached_matches_uncached(lm, tgt, chunks=[4, 1, 3, 1])  # a prompt prefilled at once, then steps
+
+    seq2seq = tiny_model(arch="encoder_decoder", positional=positional, norm=norm)
+    src = random_ids(3, 7, generator_seed=2)
+    src[1, 5:] = 0
+    assert_cached_matches_uncached(seq2seq, tgt, src=src)
+
+
+@pytest.mark.parametrize("arch", ["decoder_lm", "encoder_decoder"])
+@pytest.mark.parametrize("positional", VARIANTS)
+def test_future_tokens_do_not_change_earlier_logits(arch, positional):
+    model = tiny_model(arch=arch, positional=positional)
+    tgt = random_ids(2, 8)
+    changed = tgt.clone()
+    changed[:, 5:] = random_ids(2, 3, generator_seed=9)
+    run = (lambda y: model(y)) if arch == "decoder_lm" else (lambda y, src=random_ids(2, 6, generator_seed=3): model(src, y))
+    before, after = run(tgt), run(changed)
+    torch.testing.assert_close(after[:, :5], before[:, :5], atol=1e-6, rtol=0)
+    assert not torch.allclose(after[:, 5:], before[:, 5:])
+
+
+def test_encoder_layer_without_positions_is_permutation_equivariant():
+    model = tiny_model(arch="encoder_only", positional="none")
+    layer: EncoderLayer = model.encoder.layers[0]
+    x = torch.randn(2, 7, 16)
+    perm = torch.randperm(7)
+    pos = torch.arange(7)
+    mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    torch.testing.assert_close(layer(x[:, perm], mask, (pos, pos)), layer(x, mask, (pos, pos))[:, perm], atol=1e-6, rtol=0)
+    # and with positions it is not
+    ids = random_ids(2, 7)
+    positioned = tiny_model(arch="encoder_only", positional="sinusoidal")
+    assert not torch.allclose(positioned.encode(ids[:, perm]), positioned.encode(ids)[:, perm], atol=1e-4)
+
+
+@pytest.mark.parametrize("positional", VARIANTS)
+def test_padding_changes_nothing_and_fully_padded_rows_stay_finite(positional):
+    model = tiny_model(positional=positional)
+    src, tgt = random_ids(3, 6, generator_seed=4), random_ids(3, 5, generator_seed=5)
+    logits = model(src, tgt)
+    padded = model(F.pad(src, (0, 3)), tgt)  # three pad tokens after every source
+    torch.testing.assert_close(padded, logits, atol=1e-5, rtol=0)
+    src[1] = 0  # a source that is all padding
+    tgt[2] = 0  # a target that is all padding
+    model.train()
+    out = model(src, tgt)
+    out.logsumexp(-1).sum().backward()
+    assert torch.isfinite(out).all()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "encoder_only"])
+@pytest.mark.parametrize("positional", VARIANTS)
+def test_every_parameter_receives_a_gradient(arch, positional):
+    model = tiny_model(arch=arch, positional=positional, tie_embeddings="none", dropout=0.1).train()
+    ids = random_ids(2, 6)
+    targets = random_ids(2, 6, generator_seed=7)
+    if arch == "encoder_decoder":
+        loss = F.cross_entropy(model(random_ids(2, 5, generator_seed=8), ids).flatten(0, 1), targets.flatten())
+    elif arch == "decoder_lm":
+        loss = F.cross_entropy(model(ids).flatten(0, 1), targets.flatten())
+    else:
+        loss = F.cross_entropy(model(ids).flatten(0, 1), targets.flatten()) + F.cross_entropy(model.classify(ids), targets[:, 0] % 2)
+    loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing, f"no gradient for {missing}"
+
+
+def test_beam_reorder_of_the_cache_matches_reordered_inputs():
+    model = tiny_model()
+    src, tgt = random_ids(3, 6, generator_seed=1), random_ids(3, 5, generator_seed=2)
+    tgt[2, 1] = 0  # padding inside the cached steps of the row that moves: its mask must move too
+    memory, src_valid = model.encode(src)
+    cache = model.new_cache()
+    with torch.no_grad():
+        model.decode(tgt[:, :3], memory, src_valid, cache)
+        index = torch.tensor([2, 0, 0])
+        cache.reorder(index)
+        step = model.decode(tgt[:, 3:4], memory[index], src_valid[index], cache)
+        full = model(src[index], torch.cat([tgt[index, :3], tgt[:, 3:4]], dim=1))
+    torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=0)
+
+
+def test_embeddings_are_scaled_tokens_plus_positions():
+    model = tiny_model(arch="decoder_lm")
+    ids = random_ids(2, 5)
+    x = model.embed(ids, torch.arange(5))
+    torch.testing.assert_close(x, model.embed.tokens.weight[ids] * 16 ** 0.5 + sinusoid(torch.arange(5), 16))
+
+
+def test_tying_options():
+    shared = tiny_model(tie_embeddings="all")
+    assert shared.src_embed.tokens.weight is shared.tgt_embed.tokens.weight is shared.generator.weight
+    out_only = tiny_model(tie_embeddings="output", src_vocab_size=31)
+    assert out_only.tgt_embed.tokens.weight is out_only.generator.weight
+    assert out_only.src_embed.tokens.weight.shape == (31, 16)
+    untied = tiny_model(tie_embeddings="none")
+    assert len({id(untied.src_embed.tokens.weight), id(untied.tgt_embed.tokens.weight), id(untied.generator.weight)}) == 3
+    lm = tiny_model(arch="decoder_lm", tie_embeddings="all")
+    assert lm.embed.tokens.weight is lm.generator.weight
+    bert = tiny_model(arch="encoder_only")
+    assert bert.mlm_head.projection.weight is bert.embed.tokens.weight
+    n_tied, n_untied = (sum(p.numel() for p in m.parameters()) for m in (shared, untied))
+    assert n_untied - n_tied == 2 * 23 * 16
+
+
+def test_concatenated_positions_fill_the_rest_of_d_model():
+    model = tiny_model(arch="decoder_lm", positional_combine="concat", positional_dim=6, tie_embeddings="none")
+    assert model.embed.tokens.embedding_dim == 10
+    x = model.embed(random_ids(1, 4), torch.arange(4))
+    torch.testing.assert_close(x[0, :, 10:], sinusoid(torch.arange(4), 6))
+    assert model(random_ids(2, 4)).shape == (2, 4, 23)
+
+
+def test_layer_counts_and_final_norm():
+    model = tiny_model(n_encoder_layers=3, n_decoder_layers=1, norm="pre")
+    assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 1
+    assert isinstance(model.encoder.norm, torch.nn.LayerNorm)
+    assert isinstance(tiny_model(norm="post").encoder.norm, torch.nn.Identity)
+
+
+def test_initialisation_is_xavier_uniform_and_scaled_normal_embeddings():
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=1000, d_model=256, n_heads=4, n_layers=1, d_ff=1024))
+    w1 = model.encoder.layers[0].feed_forward.w_1.weight  # (1024, 256)
+    bound = (6 / (256 + 1024)) ** 0.5
+    assert w1.abs().max() <= bound and w1.abs().max() > 0.99 * bound
+    torch.testing.assert_close(w1.std(), torch.tensor(bound / 3 ** 0.5), rtol=0.02, atol=0)
+    assert torch.count_nonzero(model.encoder.layers[0].feed_forward.w_1.bias) == 0
+    emb = model.src_embed.tokens.weight
+    torch.testing.assert_close(emb.std(), torch.tensor(256 ** -0.5), rtol=0.02, atol=0)
+
+
+def test_encoder_only_heads():
+    model = tiny_model(arch="encoder_only", n_classes=3)
+    ids = random_ids(2, 6)
+    h = model.encode(ids)
+    torch.testing.assert_close(model(ids), model.mlm_head(h))
+    head = model.classifier
+    torch.testing.assert_close(model.classify(ids), head.out(torch.tanh(head.pool(h[:, 0]))))
+    assert model.classify(ids).shape == (2, 3)
+
+
+def test_models_read_pad_id_from_the_config():
+    model = tiny_model(pad_id=5)
+    assert isinstance(model, EncoderDecoder) and model.pad_id == 5
+    src = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(model(torch.tensor([[1, 2, 3, 5, 5]]), src), model(src, src), atol=1e-5, rtol=0)
