@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -24,11 +25,13 @@ from typing import Any, Optional
 
 import yaml
 
-from attnlab.errors import ConfigError
+from attnlab.data.corpora import BUILTIN_TASKS
+from attnlab.data.tokenizers import TOKENIZER_KINDS
+from attnlab.errors import ConfigError, UsageError
 from attnlab.nn.registry import ACTIVATIONS, ARCHS, NORM_PLACEMENTS, POSITIONAL, POSITIONAL_COMBINE, TIE_EMBEDDINGS
 
 # The sections a config file may hold, each parsed by its own dataclass.
-SECTIONS = ("model",)
+SECTIONS = ("model", "data", "train")
 
 
 def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
@@ -59,6 +62,8 @@ def _coerce(field: str, value: Any, hint: Any) -> Any:
         hint = args[0]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{field} must be a finite number (got {value})")
     # bool is a subclass of int: `d_model: true` must not pass as 1.
     if not isinstance(value, hint) or (hint is not bool and isinstance(value, bool)):
         raise ConfigError(f"{field} must be {_type_name(hint)} (got {value!r})")
@@ -72,8 +77,8 @@ class TypedConfig:
 
     def _check_types(self) -> None:
         hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
+        for f in dataclasses.fields(self):  # configs are frozen: set the checked value underneath
+            object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -136,7 +141,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig(TypedConfig):
     """Every architectural choice of a Transformer-family model, one field per axis of variation.
 
@@ -220,6 +225,9 @@ class ModelConfig(TypedConfig):
             raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {self.d_head})")
 
     def _check_vocabularies(self) -> None:
+        unused = {"decoder_lm": "n_encoder_layers", "encoder_only": "n_decoder_layers"}.get(self.arch)
+        if unused is not None and getattr(self, unused) is not None:
+            raise ConfigError(f"{unused} is not used with arch '{self.arch}' (it has one stack: set n_layers)")
         if self.arch != "encoder_decoder":
             if self.src_vocab_size is not None:
                 raise ConfigError(f"src_vocab_size is only used with arch 'encoder_decoder' (arch is '{self.arch}')")
@@ -276,3 +284,188 @@ class ModelConfig(TypedConfig):
 def _at_least(field: str, value: int, low: int) -> None:
     if value < low:
         raise ConfigError(f"{field} must be >= {low} (got {value})")
+
+
+DATA_FORMATS = ("builtin", "parallel", "tsv", "scan", "text")
+
+
+@dataclass(frozen=True)
+class DataConfig(TypedConfig):
+    """Where the text comes from and how it becomes token ids.
+
+    ``format``: ``builtin`` (a generated ``task``), ``parallel`` (``{train,valid,test}.{src_lang,tgt_lang}``
+    line-aligned files), ``tsv`` (source TAB target), ``scan`` (``IN: ... OUT: ...`` lines) or ``text``
+    (plain text for a language model; the last ``valid_fraction`` is validation unless ``valid`` is
+    given). Relative paths are taken from the current directory.
+    """
+
+    section: typing.ClassVar[str] = "data"
+
+    format: str = "builtin"
+    task: Optional[str] = "scan"
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+    src_lang: Optional[str] = None
+    tgt_lang: Optional[str] = None
+    tokenizer: str = "word"
+    vocab_size: int = 8000
+    shared_vocab: bool = True
+    max_src_len: int = 256
+    max_tgt_len: int = 256
+    seed: int = 1234
+    n_train: Optional[int] = None
+    n_valid: int = 500
+    n_test: int = 1000
+    min_len: int = 3
+    max_len: int = 12
+    block_size: int = 64
+    valid_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("format", self.format, DATA_FORMATS)
+        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        if self.format == "builtin":
+            one_of("task", self.task, BUILTIN_TASKS)
+        elif self.train is None:
+            raise ConfigError(f"format '{self.format}' needs 'train' (a file, or a path prefix for 'parallel')")
+        if self.format == "parallel" and (self.src_lang is None or self.tgt_lang is None):
+            raise ConfigError("format 'parallel' needs src_lang and tgt_lang (file suffixes, e.g. 'de' and 'en')")
+        for name in ("vocab_size", "max_src_len", "max_tgt_len", "n_valid", "n_test", "min_len", "block_size"):
+            _at_least(name, getattr(self, name), 1)
+        if self.n_train is not None:
+            _at_least("n_train", self.n_train, 1)
+        if self.max_len < self.min_len:
+            raise ConfigError(f"max_len ({self.max_len}) must be >= min_len ({self.min_len})")
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise ConfigError(f"valid_fraction must be in (0, 1) (got {self.valid_fraction})")
+
+    @property
+    def is_lm(self) -> bool:
+        return self.format == "text"
+
+
+@dataclass(frozen=True)
+class TrainConfig(TypedConfig):
+    """How to train: the paper's recipe by default (Adam 0.9/0.98/1e-9, the inverse-square-root
+    warm-up schedule, label smoothing 0.1), with budgets in steps, epochs or seconds."""
+
+    section: typing.ClassVar[str] = "train"
+
+    seed: int = 1
+    max_steps: int = 10000
+    max_epochs: Optional[int] = None
+    max_seconds: Optional[float] = None
+    max_tokens: int = 4096
+    batch_size: int = 32
+    accumulate: int = 1
+    optimizer: str = "adam"
+    lr_schedule: str = "noam"
+    lr: float = 1.0
+    warmup_steps: int = 4000
+    min_lr: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.98
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: Optional[float] = 1.0
+    precision: str = "fp32"
+    activation_checkpointing: bool = False
+    device: str = "auto"
+    eval_every: int = 500
+    eval_exact_match: int = 0
+    early_stop_metric: str = "valid_loss"
+    patience: Optional[int] = None
+    keep_last: int = 3
+    log_every: int = 50
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("optimizer", self.optimizer, ("adam", "adamw"))
+        one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
+        one_of("precision", self.precision, ("fp32", "bf16", "fp16"))
+        one_of("device", self.device, ("auto", "cpu", "cuda"))
+        one_of("early_stop_metric", self.early_stop_metric, ("valid_loss", "valid_ppl", "exact_match"))
+        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every"):
+            _at_least(name, getattr(self, name), 1)
+        for name in ("warmup_steps", "eval_exact_match"):
+            _at_least(name, getattr(self, name), 0)
+        for name in ("max_epochs", "patience"):
+            if getattr(self, name) is not None:
+                _at_least(name, getattr(self, name), 1)
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise ConfigError(f"need 0 <= min_lr ({self.min_lr}) <= lr ({self.lr}) and lr > 0")
+        if self.lr_schedule == "noam" and self.warmup_steps == 0:
+            raise ConfigError("lr_schedule 'noam' needs warmup_steps >= 1")
+        for name in ("beta1", "beta2", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1) (got {getattr(self, name)})")
+        if self.eps <= 0 or self.weight_decay < 0:
+            raise ConfigError("eps must be > 0 and weight_decay >= 0")
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            raise ConfigError(f"clip_norm must be > 0, or null for no clipping (got {self.clip_norm})")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ConfigError(f"max_seconds must be > 0 (got {self.max_seconds})")
+        if self.early_stop_metric == "exact_match" and self.eval_exact_match == 0:
+            raise ConfigError("early_stop_metric 'exact_match' needs eval_exact_match > 0 (examples to decode)")
+
+
+@dataclass
+class RunConfig:
+    """A whole training run: the model section is kept as a mapping until the tokenizer has set
+    vocab_size and pad_id (see :meth:`model_config`)."""
+
+    model: dict[str, Any]
+    data: DataConfig
+    train: TrainConfig
+
+    @classmethod
+    def from_sections(cls, sections: dict[str, Any], where: str = "") -> "RunConfig":
+        prefix = f"{where}: " if where else ""
+        try:
+            model = sections.get("model") or {}
+            if not isinstance(model, dict):
+                raise ConfigError("section 'model' must be a mapping of field: value")
+            for fixed in ("vocab_size", "src_vocab_size", "pad_id"):
+                if fixed in model:
+                    raise ConfigError(f"model.{fixed} is set from the tokenizer in a training config; remove it")
+            ModelConfig.from_dict({**model, "vocab_size": 8})  # check every other model field now, not after data prep
+            return cls(model, DataConfig.from_dict(sections.get("data") or {}),
+                       TrainConfig.from_dict(sections.get("train") or {}))
+        except ConfigError as err:
+            raise ConfigError(f"{prefix}{err}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path, overrides: typing.Sequence[str] = ()) -> "RunConfig":
+        sections = read_config_file(path)
+        apply_overrides(sections, overrides)
+        return cls.from_sections(sections, str(path))
+
+    def model_config(self, vocab_size: int, src_vocab_size: int | None, pad_id: int) -> ModelConfig:
+        return ModelConfig.from_dict({**self.model, "vocab_size": vocab_size, "src_vocab_size": src_vocab_size,
+                                      "pad_id": pad_id})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": dict(self.model), "data": self.data.to_dict(), "train": self.train.to_dict()}
+
+
+def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str]) -> None:
+    """Apply ``--set section.field=value`` expressions in place; values are parsed as YAML scalars."""
+    for expr in overrides:
+        key, sep, raw = expr.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not name:
+            raise UsageError(f"--set {expr!r}: expected section.field=value, e.g. train.max_steps=100")
+        if section not in SECTIONS:
+            raise UsageError(f"--set {expr!r}: unknown section '{section}'{did_you_mean(section, SECTIONS)}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            raise UsageError(f"--set {expr!r}: the value does not parse") from None
+        sections.setdefault(section, {})
+        if not isinstance(sections[section], dict):
+            raise UsageError(f"--set {expr!r}: section '{section}' is not a mapping")
+        sections[section][name] = value

@@ -36,6 +36,10 @@ from attnlab import ConfigError, ModelConfig
     (dict(arch="decoder_lm", tie_embeddings="src_tgt"), r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder'"),
     (dict(positional_base=1.0), r"positional_base must be > 1"),
     (dict(n_classes=1), r"n_classes must be >= 2"),
+    (dict(layer_norm_eps=float("nan")), r"layer_norm_eps must be a finite number"),
+    (dict(positional_base=float("inf")), r"positional_base must be a finite number"),
+    (dict(arch="decoder_lm", n_encoder_layers=2), r"n_encoder_layers is not used with arch 'decoder_lm'"),
+    (dict(arch="encoder_only", n_decoder_layers=2), r"n_decoder_layers is not used with arch 'encoder_only'"),
 ])
 def test_invalid_configs_name_the_field(overrides, message):
     base = dict(vocab_size=100, d_model=64, n_heads=4)
@@ -92,3 +96,14 @@ def test_file_errors_name_the_file_and_line(tmp_path):
     bad_json.write_text('{"model": {"vocab_size": 10,}}')
     with pytest.raises(ConfigError, match=r"bad.json:1: JSON does not parse"):
         ModelConfig.from_file(bad_json)
+
+
+def test_configs_are_frozen_so_they_stay_valid():
+    import dataclasses
+
+    cfg = ModelConfig(vocab_size=100, d_model=64, n_heads=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.d_model = 15
+    assert dataclasses.replace(cfg, n_heads=8).d_head == 8
+    with pytest.raises(ConfigError, match="divisible"):
+        dataclasses.replace(cfg, d_model=15)

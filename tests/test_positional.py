@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnlab import DataError
+from attnlab import DataError, ModelConfig
 from attnlab.nn import MultiHeadAttention, sinusoid
 from attnlab.nn.positional import (
     ALiBiPositional,
@@ -18,6 +18,7 @@ from attnlab.nn.positional import (
     SinusoidalPositional,
     alibi_slopes,
 )
+from attnlab.nn.registry import POSITIONAL
 
 
 def test_sinusoid_table_of_the_notes():
@@ -122,11 +123,42 @@ def test_rotary_rotates_pairs_and_keeps_norms():
                                                            x2 * math.sin(angle) + x3 * math.cos(angle)]))
 
 
-@pytest.mark.parametrize("scheme", ["relative", "relative_bias", "rotary", "alibi"])
+IN_ATTENTION = [name for name, cls in POSITIONAL.items() if not cls.absolute and name != "none"]
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    alibi = ALiBiPositional(n_heads=2)  # slopes 1/16, 1/256
+    q_pos, k_pos = torch.tensor([2, 3]), torch.tensor([0, 1, 2, 3, 4])
+    bias = alibi.score_bias(torch.zeros(1, 2, 2, 4), q_pos, k_pos)
+    distance = torch.tensor([[2.0, 1, 0, 1, 2], [3, 2, 1, 0, 1]])
+    torch.testing.assert_close(bias[0, 0], -distance / 16)
+    torch.testing.assert_close(bias[0, 1], -distance / 256)
+
+
+def test_relative_bias_is_a_table_lookup_per_head():
+    torch.manual_seed(0)
+    rb = RelativeBias(n_heads=3, max_distance=2)
+    q_pos, k_pos = torch.arange(4), torch.arange(4)
+    bias = rb.score_bias(torch.zeros(1, 3, 4, 4), q_pos, k_pos)
+    for h in range(3):
+        for i in range(4):
+            for j in range(4):
+                assert bias[0, h, i, j] == rb.table.weight[max(-2, min(2, j - i)) + 2, h]
+
+
+def test_rotary_angles_stay_float32_in_a_bfloat16_model():
+    rope = RotaryPositional(d_head=64).to(torch.bfloat16)
+    x = torch.randn(1, 1, 1, 64)
+    pos = torch.tensor([2048])
+    exact = RotaryPositional(d_head=64).rotate(x, pos)
+    torch.testing.assert_close(rope.rotate(x.bfloat16(), pos).float(), exact, atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize("scheme", IN_ATTENTION)
 def test_relative_schemes_are_invariant_to_a_shift_of_all_positions(scheme):
     torch.manual_seed(0)
-    positional = {"relative": lambda: RelativePositional(4, 3), "relative_bias": lambda: RelativeBias(4, 3),
-                  "rotary": lambda: RotaryPositional(4), "alibi": lambda: ALiBiPositional(4)}[scheme]()
+    cfg = ModelConfig(vocab_size=10, d_model=16, n_heads=4, positional=scheme, max_relative_distance=3)
+    positional = POSITIONAL[scheme].from_config(cfg)
     mha = MultiHeadAttention(16, 4, positional=positional).eval()
     x = torch.randn(2, 6, 16)
     pos = torch.arange(6)
@@ -138,3 +170,11 @@ def test_relative_schemes_are_invariant_to_a_shift_of_all_positions(scheme):
     # ... but stretching the distances changes the weights: the positions do matter
     _, probs_stretched = mha(x, positions=(2 * pos, 2 * pos), need_weights=True)
     assert not torch.allclose(probs_stretched, probs, atol=1e-3)
+
+
+def test_attention_defaults_positions_to_the_order_of_the_steps():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, positional=RotaryPositional(4)).eval()
+    x = torch.randn(2, 5, 16)
+    pos = torch.arange(5)
+    torch.testing.assert_close(mha(x)[0], mha(x, positions=(pos, pos))[0])

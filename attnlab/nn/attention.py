@@ -71,7 +71,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        self.n_heads, self.d_head, self.dropout, self.cross = n_heads, d_model // n_heads, dropout, cross
+        self.n_heads, self.d_head, self.dropout_p, self.cross = n_heads, d_model // n_heads, dropout, cross
         if cross:
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)
             self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
@@ -97,10 +97,15 @@ class MultiHeadAttention(nn.Module):
         """x: (B, Tq, d_model) queries (and keys/values for self-attention); memory: (B, Tk, d_model)
         keys/values for cross-attention; mask: bool, True = may attend, broadcastable to
         (B, H, Tq, Tk) over all keys (cached ones included); positions: (Tq,) query and (Tk,) key
-        positions, needed by relative positional schemes.
+        positions for relative schemes (default: the queries follow the cached steps, from 0).
         Returns (B, Tq, d_model) and, with ``need_weights``, per-head weights (B, H, Tq, Tk).
         """
-        q_pos, k_pos = positions if positions is not None else (None, None)
+        if positions is None:
+            offset = len(cache) if cache is not None and not self.cross else 0
+            q_pos = torch.arange(offset, offset + x.shape[1], device=x.device)
+            k_pos = torch.arange(offset + x.shape[1], device=x.device)
+        else:
+            q_pos, k_pos = positions
         if self.cross:
             (q,) = self._heads(self.q_proj(x), 1)
             if cache is not None and cache.k is not None:
@@ -111,13 +116,14 @@ class MultiHeadAttention(nn.Module):
                     cache.store(k, v)
         else:
             q, k, v = self._heads(self.qkv_proj(x), 3)  # (B, H, Tq, Dh) each
+            # the new keys sit at the new queries' positions; cached keys were rotated when they were new
             q, k = self.positional.rotate(q, q_pos), self.positional.rotate(k, q_pos)
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, H, Tk, Dh), Tk = cached + Tq
         bias = self.positional.score_bias(q, q_pos, k_pos)
         out, probs = attention(
             q, k, v, mask,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=self.dropout_p if self.training else 0.0,
             bias=bias,
             need_weights=need_weights or self.positional.needs_probs,
         )  # (B, H, Tq, Dh)

@@ -1,7 +1,8 @@
 """build_model(cfg): the one place where config strings become modules.
 
 Initialisation (the paper does not state one; this follows the Annotated Transformer and fairseq):
-every weight matrix of a Linear layer is Xavier-uniform and every bias zero; token embeddings are
+every weight matrix of a Linear layer is Xavier-uniform and every bias zero (the fused Q/K/V and
+K/V projections block by block, each d_model x d_model, as if they were separate matrices); token embeddings are
 N(0, 1/D_tok), so that after the sqrt(D_tok) scale a token vector has unit variance, like the
 sinusoids it is added to; positional tables keep PyTorch's N(0, 1), the same scale; LayerNorm
 starts at gain 1 and bias 0. A tied output projection shares the token embedding's initial value.
@@ -108,6 +109,11 @@ def _init_weights(model: nn.Module) -> None:
             nn.init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            fused = module.kv_proj if module.cross else module.qkv_proj
+            for block in fused.weight.data.split(module.out_proj.in_features):  # one d_model x d_model each
+                nn.init.xavier_uniform_(block)
     for module in model.modules():  # after the Linears, so that tied projections end with this value
         if isinstance(module, Embeddings):
             nn.init.normal_(module.tokens.weight, std=module.tokens.embedding_dim ** -0.5)

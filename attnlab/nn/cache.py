@@ -35,19 +35,22 @@ class KVCache:
         return k, v
 
     def reorder(self, index: Tensor) -> None:
+        """Keep row ``index[i]`` as row i."""
         if self.k is not None:
             self.k = self.k.index_select(0, index)
             self.v = self.v.index_select(0, index)
 
 
 class DecoderCache:
-    """Incremental state of a decoder stack: per layer a self- and a cross-attention KVCache, and
-    which of the target positions seen so far are real tokens (to mask padding in later steps)."""
+    """Incremental state of a decoder stack: per layer a self- and a cross-attention KVCache;
+    which of the target positions seen so far are real tokens (to mask padding in later steps);
+    and which source positions are real, kept with the cross-attention keys they belong to."""
 
     def __init__(self, n_layers: int) -> None:
         self.self_attn = [KVCache() for _ in range(n_layers)]
         self.cross_attn = [KVCache() for _ in range(n_layers)]
-        self.valid: Tensor | None = None  # (B, T) True for real tokens
+        self.valid: Tensor | None = None  # (B, T) True for real target tokens
+        self.memory_valid: Tensor | None = None  # (B, S) True for real source tokens
 
     @property
     def length(self) -> int:
@@ -65,3 +68,5 @@ class DecoderCache:
             kv.reorder(index)
         if self.valid is not None:
             self.valid = self.valid.index_select(0, index)
+        if self.memory_valid is not None:
+            self.memory_valid = self.memory_valid.index_select(0, index)

@@ -7,6 +7,8 @@ from torch import Tensor, nn
 
 
 class PositionWiseFeedForward(nn.Module):
+    """Two linear maps d_model -> d_ff -> d_model with the activation between them."""
+
     def __init__(self, d_model: int, d_ff: int, activation: nn.Module) -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)

@@ -18,6 +18,8 @@ Positions = tuple[Tensor, Tensor]  # (Tq,) query positions, (Tk,) key positions
 
 
 class EncoderLayer(nn.Module):
+    """Self-attention over the whole sequence, then the position-wise FFN, each in a residual block."""
+
     def __init__(self, self_attn: MultiHeadAttention, feed_forward: PositionWiseFeedForward,
                  self_attn_residual: ResidualConnection, feed_forward_residual: ResidualConnection) -> None:
         super().__init__()
@@ -31,6 +33,9 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output (absent in a decoder-only
+    model), then the FFN, each in a residual block; self-attention keys/values can be cached."""
+
     def __init__(self, self_attn: MultiHeadAttention, cross_attn: MultiHeadAttention | None,
                  feed_forward: PositionWiseFeedForward, self_attn_residual: ResidualConnection,
                  cross_attn_residual: ResidualConnection | None, feed_forward_residual: ResidualConnection) -> None:

@@ -146,12 +146,17 @@ class RelativePositional(PositionalEncoding):
         return cls(cfg.d_head, cfg.max_relative_distance)
 
     def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        a_k = self.key_table(clipped_offsets(q_pos, k_pos, self.max_distance))  # (Tq, Tk, Dh)
-        return torch.einsum("bhqd,qkd->bhqk", q, a_k.to(q.dtype)) / self.scale  # (B, H, Tq, Tk)
+        # q . a^K for each of the 2k+1 offsets, then picked per (i, j): O(T (2k+1) Dh), not O(T^2 Dh)
+        per_offset = q @ self.key_table.weight.to(q.dtype).T / self.scale  # (B, H, Tq, 2k+1)
+        index = clipped_offsets(q_pos, k_pos, self.max_distance).expand(*q.shape[:2], -1, -1)  # (B, H, Tq, Tk)
+        return per_offset.gather(-1, index)  # (B, H, Tq, Tk)
 
     def value_term(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        a_v = self.value_table(clipped_offsets(q_pos, k_pos, self.max_distance))  # (Tq, Tk, Dh)
-        return torch.einsum("bhqk,qkd->bhqd", probs, a_v.to(probs.dtype))  # (B, H, Tq, Dh)
+        # sum_j alpha_ij a^V_{j-i}: add up the weights falling on each clipped offset, then mix the table
+        index = clipped_offsets(q_pos, k_pos, self.max_distance).expand_as(probs)  # (B, H, Tq, Tk)
+        per_offset = probs.new_zeros(*probs.shape[:-1], self.value_table.num_embeddings)  # (B, H, Tq, 2k+1)
+        per_offset.scatter_add_(-1, index, probs)
+        return per_offset @ self.value_table.weight.to(probs.dtype)  # (B, H, Tq, Dh)
 
     @property
     def needs_probs(self) -> bool:
@@ -182,15 +187,16 @@ class RotaryPositional(PositionalEncoding):
 
     def __init__(self, d_head: int, base: float = 10000.0) -> None:
         super().__init__()
-        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (Dh/2,)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.d_head, self.base = d_head, base
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RotaryPositional":
         return cls(cfg.d_head, cfg.positional_base)
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        angles = positions.float()[:, None] * self.inv_freq[None, :]  # (T, Dh/2)
+        # angles in float32 whatever the model's dtype: bf16 would lose whole radians at long positions
+        inv_freq = self.base ** (-torch.arange(0, self.d_head, 2, dtype=torch.float32, device=x.device) / self.d_head)
+        angles = positions.float()[:, None] * inv_freq[None, :]  # (T, Dh/2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         even, odd = x.unflatten(-1, (-1, 2)).unbind(-1)  # (B, H, T, Dh/2) each
         return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)

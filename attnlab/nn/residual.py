@@ -12,6 +12,8 @@ from torch import Tensor, nn
 
 
 class ResidualConnection(nn.Module):
+    """A sublayer wrapped in dropout, a residual sum and LayerNorm, placed after ('post') or before ('pre')."""
+
     def __init__(self, d_model: int, dropout: float, placement: str, eps: float = 1e-5) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)

@@ -14,6 +14,7 @@ import math
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.layers import DecoderLayer, EncoderLayer
@@ -24,6 +25,22 @@ from attnlab.nn.positional import PositionalEncoding
 def positions_from(offset: int, length: int, device: torch.device) -> Tensor:
     """(length,) positions offset, offset + 1, ...: where the next tokens sit in their sequence."""
     return torch.arange(offset, offset + length, device=device)
+
+
+class LayerStack(nn.Module):
+    """Layers applied in order, optionally with activation checkpointing in training (keep only
+    each layer's input and recompute its inside during the backward pass)."""
+
+    def __init__(self, layers: list[nn.Module], norm: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+        self.checkpoint_activations = False
+
+    def run_layer(self, layer: nn.Module, *args) -> Tensor:
+        if self.checkpoint_activations and self.training:
+            return checkpoint(layer, *args, use_reentrant=False)
+        return layer(*args)
 
 
 class Embeddings(nn.Module):
@@ -41,43 +58,44 @@ class Embeddings(nn.Module):
         return self.dropout(self.positional.embed(self.tokens(ids) * self.scale, positions))
 
 
-class Encoder(nn.Module):
+class Encoder(LayerStack):
     """A stack of EncoderLayers; ``norm`` is a final LayerNorm for pre-norm stacks, else identity."""
 
     def __init__(self, layers: list[EncoderLayer], norm: nn.Module) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(layers)
-        self.norm = norm
+        super().__init__(layers, norm)
 
     def forward(self, x: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
         """x: (B, S, d_model); valid: (B, S) True for real tokens; positions: (S,) -> (B, S, d_model)."""
         mask = padding_mask(valid)  # (B, 1, 1, S)
         for layer in self.layers:
-            x = layer(x, mask, (positions, positions))
+            x = self.run_layer(layer, x, mask, (positions, positions))
         return self.norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(LayerStack):
     """A stack of DecoderLayers under a causal mask, with or without cross-attention."""
 
     def __init__(self, layers: list[DecoderLayer], norm: nn.Module) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(layers)
-        self.norm = norm
+        super().__init__(layers, norm)
 
     def forward(self, y: Tensor, valid: Tensor, positions: Tensor, memory: Tensor | None = None,
                 memory_valid: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
         """y: (B, T, d_model) at (T,) positions; valid: (B, T); memory: (B, S, d_model) with
-        memory_valid (B, S). With a cache, y holds only the steps after the cached ones."""
+        memory_valid (B, S). With a cache, y holds only the steps after the cached ones, and the
+        source mask of the first step is kept with the cached source keys (and reordered with them)."""
         if cache is not None:
             valid = cache.extend(valid)  # (B, Tk): cached steps and these
+            if memory is not None:
+                if cache.memory_valid is None:
+                    cache.memory_valid = memory_valid
+                memory_valid = cache.memory_valid
         k_positions = torch.arange(valid.shape[1], device=y.device)
         self_mask = causal_mask(positions, k_positions) & padding_mask(valid)  # (B, 1, T, Tk)
         memory_mask = padding_mask(memory_valid) if memory is not None else None  # (B, 1, 1, S)
         for i, layer in enumerate(self.layers):
-            y = layer(y, self_mask, (positions, k_positions), memory, memory_mask,
-                      cache.self_attn[i] if cache is not None else None,
-                      cache.cross_attn[i] if cache is not None else None)
+            y = self.run_layer(layer, y, self_mask, (positions, k_positions), memory, memory_mask,
+                               cache.self_attn[i] if cache is not None else None,
+                               cache.cross_attn[i] if cache is not None else None)
         return self.norm(y)
 
     def new_cache(self) -> DecoderCache:
