@@ -1,0 +1,86 @@
+"""Batches: padding, teacher-forcing shifts, token-budget length bucketing, and LM blocks.
+
+For a target y = y_1 ... y_n the decoder reads ``tgt_in`` = BOS y_1 ... y_n and is trained to
+predict ``tgt_out`` = y_1 ... y_n EOS (teacher forcing). Sources end with EOS, as in fairseq.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnlab.data.tokenizers import BOS, EOS, PAD
+
+
+@dataclass
+class Batch:
+    """src: (B, S) or None for a language model; tgt_in, tgt_out: (B, T). PAD marks padding."""
+
+    src: Tensor | None
+    tgt_in: Tensor
+    tgt_out: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        """Target tokens that count in the loss (not padding)."""
+        return int((self.tgt_out != PAD).sum())
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(None if self.src is None else self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+
+
+def pad_sequences(seqs: list[list[int]]) -> Tensor:
+    """Right-pad with PAD to the longest: (B, max_len) int64."""
+    out = torch.full((len(seqs), max(map(len, seqs))), PAD, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def collate_pairs(pairs: list[tuple[list[int], list[int]]]) -> Batch:
+    """Token-id pairs -> a padded seq2seq batch with source + EOS, BOS + target and target + EOS."""
+    return Batch(
+        src=pad_sequences([s + [EOS] for s, _ in pairs]),
+        tgt_in=pad_sequences([[BOS] + t for _, t in pairs]),
+        tgt_out=pad_sequences([t + [EOS] for _, t in pairs]),
+    )
+
+
+def token_budget_batches(lengths: list[int], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """Group example indices into batches of similar length with at most ``max_tokens`` padded tokens
+    (batch size x longest example), as fairseq's ``--max-tokens``; an example longer than the budget
+    gets a batch of its own. Ties in length are broken and batches ordered at random, reproducibly
+    from (seed, epoch)."""
+    rng = random.Random(seed * 1_000_003 + epoch)
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    order.sort(key=lambda i: lengths[i])  # stable: shuffled within each length
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * lengths[i] > max_tokens:  # sorted: lengths[i] is the longest
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def lm_blocks(data: Tensor, block_size: int, batch_size: int, generator: torch.Generator) -> Batch:
+    """nanoGPT-style training batch: ``batch_size`` random windows of a (N,) token stream;
+    tgt_out is tgt_in shifted by one."""
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    windows = torch.stack([data[s: s + block_size + 1] for s in starts.tolist()])  # (B, block + 1)
+    return Batch(None, windows[:, :-1], windows[:, 1:])
+
+
+def lm_eval_blocks(data: Tensor, block_size: int, batch_size: int) -> list[Batch]:
+    """Every full, non-overlapping window of a (N,) stream, in order: a deterministic evaluation set."""
+    n = (len(data) - 1) // block_size
+    windows = torch.stack([data[i * block_size: i * block_size + block_size + 1] for i in range(n)])
+    return [Batch(None, w[:, :-1], w[:, 1:]) for w in windows.split(batch_size)]

@@ -1,0 +1,132 @@
+"""Corpora: reading parallel text, plain text and SCAN files, and the built-in generated tasks.
+
+Every reader raises a :class:`DataError` that names the file and line of the first problem.
+Pairs are ``(source, target)`` strings; tokenisation and length filtering come after reading.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnlab.data.scan import scan_commands
+from attnlab.errors import DataError
+
+Pair = tuple[str, str]
+BUILTIN_TASKS = ("scan", "copy", "reverse", "sort")
+
+
+def read_text(path: str | Path) -> str:
+    """The whole file as text, refusing what is not UTF-8."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not valid UTF-8 (byte {err.start})") from None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Lines without their line ends; an empty file is an error."""
+    lines = read_text(path).splitlines()
+    if not lines:
+        raise DataError(f"{path}: file is empty")
+    return lines
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
+    """Two line-aligned files: line i of one translates line i of the other."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; parallel files must align")
+    return list(zip(src, tgt))
+
+
+def read_tsv(path: str | Path) -> list[Pair]:
+    """One pair per line: source TAB target."""
+    pairs = []
+    for n, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise DataError(f"{path}:{n}: expected 2 tab-separated fields (source, target), found {len(fields)}")
+        pairs.append((fields[0], fields[1]))
+    return pairs
+
+
+def read_scan(path: str | Path) -> list[Pair]:
+    """SCAN's format: ``IN: <command> OUT: <actions>`` on each line."""
+    pairs = []
+    for n, line in enumerate(read_lines(path), start=1):
+        if not line.startswith("IN: ") or " OUT: " not in line:
+            raise DataError(f"{path}:{n}: expected 'IN: <command> OUT: <actions>'")
+        command, actions = line[len("IN: "):].split(" OUT: ", 1)
+        pairs.append((command.strip(), actions.strip()))
+    return pairs
+
+
+def builtin_task(task: str, seed: int, n_train: int | None, n_valid: int, n_test: int,
+                 min_len: int = 3, max_len: int = 12) -> dict[str, list[Pair]]:
+    """Seeded, reproducible splits of a generated task.
+
+    ``scan``: the 20,910 SCAN commands, shuffled and cut into test, valid and train (the rest, or
+    ``n_train``). ``copy`` / ``reverse`` / ``sort``: sequences of ``min_len``..``max_len`` digits and
+    letters, mapped to themselves, reversed or sorted; splits do not share a source sequence.
+    """
+    rng = random.Random(seed)
+    if task == "scan":
+        pairs = scan_commands()
+        rng.shuffle(pairs)
+    else:
+        symbols = list("0123456789abcdefghijklmnopqrstuvwxyz")
+        wanted = (n_train or 0) + n_valid + n_test
+        seen: set[str] = set()
+        pairs = []
+        while len(pairs) < wanted:
+            seq = [rng.choice(symbols) for _ in range(rng.randint(min_len, max_len))]
+            src = " ".join(seq)
+            if src in seen:
+                continue
+            seen.add(src)
+            out = {"copy": seq, "reverse": seq[::-1], "sort": sorted(seq)}[task]
+            pairs.append((src, " ".join(out)))
+    test, valid, rest = pairs[:n_test], pairs[n_test:n_test + n_valid], pairs[n_test + n_valid:]
+    return {"train": rest if n_train is None else rest[:n_train], "valid": valid, "test": test}
+
+
+@dataclass
+class FilterReport:
+    """How many pairs a filter kept, and how many it dropped for each reason."""
+
+    kept: int = 0
+    dropped: Counter = field(default_factory=Counter)
+
+    def __str__(self) -> str:
+        if not self.dropped:
+            return f"kept all {self.kept} pairs"
+        reasons = ", ".join(f"{n} {why}" for why, n in self.dropped.most_common())
+        return f"kept {self.kept} pairs, dropped {sum(self.dropped.values())} ({reasons})"
+
+
+def filter_by_length(pairs: list[tuple[list[int], list[int]]], max_src_len: int,
+                     max_tgt_len: int) -> tuple[list[int], FilterReport]:
+    """Indices of the tokenised pairs to keep: non-empty and within the length limits."""
+    keep, report = [], FilterReport()
+    for i, (src, tgt) in enumerate(pairs):
+        if not src or not tgt:
+            report.dropped["with an empty side"] += 1
+        elif len(src) > max_src_len:
+            report.dropped[f"with source over {max_src_len} tokens"] += 1
+        elif len(tgt) > max_tgt_len:
+            report.dropped[f"with target over {max_tgt_len} tokens"] += 1
+        else:
+            keep.append(i)
+    report.kept = len(keep)
+    return keep, report

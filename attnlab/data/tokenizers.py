@@ -1,0 +1,120 @@
+"""Tokenizers: text <-> ids, all built on the Hugging Face ``tokenizers`` library.
+
+Four kinds behind one interface, each saved as the library's own ``tokenizer.json``:
+
+- ``char``: every Unicode character is a token (NFC-normalised), spaces and newlines included;
+- ``word``: whitespace-separated words; decoding joins them with single spaces;
+- ``bpe``: byte-pair encoding (Sennrich et al. 2016) over SentencePiece-style ``▁`` word starts,
+  with byte fallback, so that any text round-trips, unseen characters included;
+- ``unigram``: the unigram language model (Kudo 2018) over the same word starts.
+
+The special tokens have the same ids in every tokenizer: PAD 0, BOS 1, EOS 2, UNK 3.
+A character or word never seen in training becomes UNK (``char``, ``word``, ``unigram``).
+Subword decoding drops leading whitespace (a ``▁`` artefact); text without it round-trips exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import tokenizers
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
+
+from attnlab.errors import DataError
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+TOKENIZER_KINDS = ("char", "word", "bpe", "unigram")
+_BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
+
+
+def _pipeline(kind: str, vocab_size: int) -> tuple[tokenizers.Tokenizer, trainers.Trainer]:
+    """An untrained tokenizer of the given kind and the trainer that fits it."""
+    if kind == "char":
+        tok = tokenizers.Tokenizer(models.WordLevel(unk_token="<unk>"))
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one piece per character
+        tok.decoder = decoders.Fuse()
+        return tok, trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS, min_frequency=1)
+    if kind == "word":
+        tok = tokenizers.Tokenizer(models.WordLevel(unk_token="<unk>"))
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        return tok, trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS, min_frequency=1)
+    if kind == "bpe":
+        tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+        return tok, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + _BYTE_TOKENS,
+                                        show_progress=False)
+    tok = tokenizers.Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    return tok, trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token="<unk>",
+                                        show_progress=False)
+
+
+class Tokenizer:
+    """Text <-> token ids. Build with :meth:`train` or :meth:`load`."""
+
+    def __init__(self, hf: tokenizers.Tokenizer) -> None:
+        for token_id, token in enumerate(SPECIAL_TOKENS):
+            if hf.token_to_id(token) != token_id:
+                raise DataError(f"tokenizer has {token} at id {hf.token_to_id(token)}, expected {token_id}")
+        self.hf = hf
+
+    @classmethod
+    def train(cls, kind: str, texts: Iterable[str], vocab_size: int = 8000) -> "Tokenizer":
+        """Fit a tokenizer of ``kind`` on ``texts``; ``vocab_size`` bounds the subword kinds only."""
+        hf, trainer = _pipeline(kind, vocab_size)
+        hf.train_from_iterator(texts, trainer)
+        return cls(hf)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` up to the first EOS, without PAD and BOS; UNK shows as ``<unk>``."""
+        kept = []
+        for i in ids:
+            if i == EOS:
+                break
+            if i not in (PAD, BOS):
+                kept.append(int(i))
+        return self.hf.decode(kept, skip_special_tokens=False)
+
+    def tokens(self, text: str) -> list[str]:
+        return self.hf.encode(text, add_special_tokens=False).tokens
+
+    def to_str(self) -> str:
+        return self.hf.to_str()
+
+    @classmethod
+    def from_str(cls, text: str) -> "Tokenizer":
+        return cls(tokenizers.Tokenizer.from_str(text))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer":
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise DataError(f"{path}: cannot read tokenizer file ({err})") from None
+        try:
+            hf = tokenizers.Tokenizer.from_str(text)
+        except Exception as err:  # the library raises a plain Exception for malformed files
+            raise DataError(f"{path}: not a tokenizer file ({err})") from None
+        return cls(hf)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tokenizer) and self.to_str() == other.to_str()

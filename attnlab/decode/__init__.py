@@ -1,0 +1,1 @@
+"""Decoding: greedy search over the incremental-decoding cache (beam search and sampling to come)."""

@@ -1,0 +1,156 @@
+"""Run directories and checkpoints. Nothing here unpickles arbitrary objects.
+
+    RUN_DIR/
+      config.yaml                   the resolved config (model section with its vocabulary sizes)
+      tokenizer-src.json            tokenizers, the library's own files (no src for a language model)
+      tokenizer-tgt.json
+      checkpoints/step-000500/      one per save, the last `keep_last` kept (and the best)
+        model.safetensors           weights (tied tensors stored once)
+        trainer_state.pt            optimizer, schedule, step, data position, RNG states:
+                                    tensors and plain Python values, loads with weights_only=True
+        meta.json                   step and validation metrics
+      checkpoints/best.json         {"step": N, "metric": ..., "value": ...}: which step is best
+      metrics.jsonl                 one JSON object per log line (train and valid)
+      tensorboard/                  the same scalars for TensorBoard
+      summary.json                  the run's final figures
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from attnlab.config import DataConfig, ModelConfig, TrainConfig, read_config_file
+from attnlab.data.tokenizers import Tokenizer
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.files import atomic_write_text, publish_dir, staging_dir
+from attnlab.nn.build import build_model
+
+MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
+
+
+class RunDir:
+    """Paths of a run directory, and reading/writing its parts."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.config = self.path / "config.yaml"
+        self.checkpoints = self.path / "checkpoints"
+        self.best_pointer = self.checkpoints / "best.json"
+        self.metrics = self.path / "metrics.jsonl"
+        self.tensorboard = self.path / "tensorboard"
+        self.summary = self.path / "summary.json"
+
+    def tokenizer_file(self, role: str) -> Path:
+        return self.path / f"tokenizer-{role}.json"
+
+    # -- config and tokenizers ----------------------------------------------------------------
+    def write_config(self, model: ModelConfig, data: DataConfig, train: TrainConfig) -> None:
+        text = yaml.safe_dump({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()},
+                              sort_keys=False)
+        atomic_write_text(self.config, text)
+
+    def read_config(self) -> tuple[ModelConfig, DataConfig, TrainConfig]:
+        if not self.config.exists():
+            raise CheckpointError(f"{self.path}: not a run directory (no config.yaml)")
+        sections = read_config_file(self.config)
+        try:
+            return (ModelConfig.from_dict(sections.get("model")), DataConfig.from_dict(sections.get("data") or {}),
+                    TrainConfig.from_dict(sections.get("train") or {}))
+        except ConfigError as err:
+            raise CheckpointError(f"{self.config}: {err}") from None
+
+    def write_tokenizers(self, tokenizers: dict[str, Tokenizer | None]) -> None:
+        for role, tok in tokenizers.items():
+            if tok is not None:
+                atomic_write_text(self.tokenizer_file(role), tok.to_str())
+
+    def read_tokenizers(self) -> dict[str, Tokenizer | None]:
+        src = self.tokenizer_file("src")
+        return {"src": Tokenizer.load(src) if src.exists() else None, "tgt": Tokenizer.load(self.tokenizer_file("tgt"))}
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def step_dir(self, step: int) -> Path:
+        return self.checkpoints / f"step-{step:06d}"
+
+    def steps(self) -> list[int]:
+        """Steps with a complete checkpoint, oldest first."""
+        if not self.checkpoints.exists():
+            return []
+        return sorted(int(p.name[5:]) for p in self.checkpoints.glob("step-*") if p.name[5:].isdigit()
+                      and (p / MODEL_FILE).exists())
+
+    def best_step(self) -> int | None:
+        if not self.best_pointer.exists():
+            return None
+        return int(json.loads(self.best_pointer.read_text())["step"])
+
+    def save(self, step: int, model: nn.Module, trainer_state: dict[str, Any], meta: dict[str, Any],
+             keep_last: int) -> Path:
+        """Write a checkpoint atomically, then drop the oldest beyond ``keep_last`` (never the best)."""
+        staged = staging_dir(self.step_dir(step))
+        save_model(model, str(staged / MODEL_FILE))
+        torch.save(trainer_state, staged / STATE_FILE)
+        (staged / META_FILE).write_text(json.dumps({"step": step, **meta}, indent=2))
+        publish_dir(staged, self.step_dir(step))
+        best = self.best_step()
+        for old in self.steps()[:-keep_last]:
+            if old != best:
+                shutil.rmtree(self.step_dir(old))
+        return self.step_dir(step)
+
+    def mark_best(self, step: int, metric: str, value: float) -> None:
+        atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": metric, "value": value}))
+
+    def load_trainer_state(self, step: int) -> dict[str, Any]:
+        path = self.step_dir(step) / STATE_FILE
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception as err:  # torch raises several types for damaged or unsafe files
+            raise CheckpointError(f"{path}: cannot load training state ({err})") from None
+
+
+def load_weights(model: nn.Module, path: str | Path) -> None:
+    """Load safetensors weights into ``model``, refusing missing, extra or mis-shaped tensors."""
+    try:
+        load_model(model, str(path), strict=True)
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise CheckpointError(f"{path}: cannot load weights ({str(err).splitlines()[0]})") from None
+
+
+def load_run(path: str | Path, step: int | None = None,
+             device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Tokenizer | None], ModelConfig]:
+    """The model of a run directory (the best checkpoint, else the latest, or ``step``), in eval
+    mode, with its tokenizers and config: all that decoding needs."""
+    run = RunDir(path)
+    model_cfg, _, _ = run.read_config()
+    if step is None:
+        step = run.best_step()
+        if step is None or step not in run.steps():
+            steps = run.steps()
+            if not steps:
+                raise CheckpointError(f"{run.path}: no checkpoint in {run.checkpoints}")
+            step = steps[-1]
+    model = build_model(model_cfg)
+    load_weights(model, run.step_dir(step) / MODEL_FILE)
+    return model.to(device).eval(), run.read_tokenizers(), model_cfg
+
+
+def average_checkpoints(model: nn.Module, paths: list[Path]) -> nn.Module:
+    """Set ``model``'s weights to the mean of the given safetensors checkpoints (Vaswani et al.
+    average the last 5 or 20 checkpoints for their results)."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        load_weights(model, path)
+        for name, tensor in model.state_dict().items():
+            total[name] = total.get(name, 0) + tensor.double()
+    model.load_state_dict({name: (t / len(paths)).to(model.state_dict()[name].dtype) for name, t in total.items()})
+    return model

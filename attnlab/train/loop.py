@@ -1,0 +1,299 @@
+"""The training loop: plain functions, usable without the command line.
+
+``train_step`` does one optimizer update (teacher forcing, label-smoothed cross-entropy, gradient
+accumulation, clipping, mixed precision); ``evaluate`` gives validation loss and perplexity;
+``fit`` runs the schedule of steps, evaluations, checkpoints, logs and early stopping, and resumes
+exactly from the newest checkpoint of a run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
+
+import torch
+from torch import nn
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from attnlab.config import TrainConfig
+from attnlab.data.batching import Batch, pad_sequences
+from attnlab.data.datasets import LMData, Seq2SeqData
+from attnlab.data.tokenizers import EOS, PAD
+from attnlab.decode.search import greedy_decode
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.eval.metrics import exact_match, perplexity
+from attnlab.files import atomic_write_text
+from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
+from attnlab.train.losses import label_smoothed_nll
+from attnlab.train.schedules import make_schedule, make_scheduler
+
+LOWER_IS_BETTER = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device is 'cuda' but no CUDA device is available")
+    return torch.device(name)
+
+
+def autocast(precision: str, device: torch.device) -> Callable[[], ContextManager]:
+    """A factory of autocast contexts: bf16 on the CPU or CUDA, fp16 on CUDA only, fp32 = none."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError("train.precision 'fp16' needs a CUDA device; use 'bf16' on the CPU")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam(beta1, beta2, eps) (the paper: 0.9, 0.98, 1e-9) or AdamW; weight decay, if any, only on
+    matrices, never on biases, LayerNorm gains or the like."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return cls(groups, lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+
+
+def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Teacher-forced logits (B, T, V) of an EncoderDecoder (with src) or a DecoderLM (without)."""
+    return model(batch.src, batch.tgt_in) if batch.src is not None else model(batch.tgt_in)
+
+
+def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
+               scheduler: torch.optim.lr_scheduler.LRScheduler, cfg: TrainConfig,
+               amp: Callable[[], ContextManager] = contextlib.nullcontext,
+               scaler: torch.amp.GradScaler | None = None) -> dict[str, float]:
+    """One update from one or more batches (gradient accumulation): the loss is the label-smoothed
+    cross-entropy summed over all their target tokens, divided by that number of tokens."""
+    model.train()
+    n_tokens = sum(b.n_tokens for b in batches)
+    loss_sum = nll_sum = 0.0
+    lr = optimizer.param_groups[0]["lr"]
+    for batch in batches:
+        with amp():
+            logits = logits_of(model, batch)
+        loss, nll = label_smoothed_nll(logits, batch.tgt_out, cfg.label_smoothing, PAD)
+        scaled = loss / n_tokens
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "tokens": n_tokens,
+            "grad_norm": float(grad_norm), "lr": lr}
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str = "cpu",
+             amp: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, float]:
+    """Teacher-forced NLL per target token and its perplexity (no label smoothing)."""
+    model.eval()
+    nll_sum, n_tokens = 0.0, 0
+    for batch in batches:
+        batch = batch.to(device)
+        with amp():
+            logits = logits_of(model, batch)
+        nll_sum += label_smoothed_nll(logits, batch.tgt_out, 0.0, PAD)[1].item()
+        n_tokens += batch.n_tokens
+    loss = nll_sum / max(n_tokens, 1)
+    return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens}
+
+
+@torch.no_grad()
+def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
+                 device: torch.device | str = "cpu", batch_size: int = 128) -> list[tuple[str, str, str]]:
+    """Greedy translations of the first ``limit`` examples of a split: (source, reference, output)."""
+    model.eval()
+    examples = data.splits[split][:limit]
+    tok_tgt = data.tokenizers["tgt"]
+    triples = []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        src = pad_sequences([e.src_ids + [EOS] for e in chunk]).to(device)
+        for e, hyp in zip(chunk, greedy_decode(model, src)):
+            triples.append((e.src, tok_tgt.decode(e.tgt_ids), tok_tgt.decode(hyp)))
+    return triples
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint, so that a resumed run continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0  # batches of `epoch` already consumed
+    train_seconds: float = 0.0
+    tokens: int = 0
+    best: float | None = None
+    bad_evals: int = 0
+
+
+def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: RunDir, d_model: int,
+        resume: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train ``model`` on ``data`` until max_steps, max_epochs, max_seconds or early stopping.
+
+    Evaluates and checkpoints every ``eval_every`` steps and at the end; logs every ``log_every``
+    steps to metrics.jsonl and TensorBoard; with ``resume``, continues from the newest checkpoint
+    in ``run`` (weights, optimizer, schedule, data position and RNG states). Returns a summary.
+    """
+    device = resolve_device(cfg.device)
+    amp = autocast(cfg.precision, device)
+    model.to(device)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
+                                                        cfg.min_lr, d_model))
+    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+    progress = Progress()
+    if resume:
+        progress = _restore(run, model, optimizer, scheduler, scaler, device)
+        log(f"resuming {run.path} from step {progress.step}")
+    _truncate_metrics(run, progress.step)
+    writer = SummaryWriter(str(run.tensorboard), purge_step=progress.step + 1 if resume else None)
+    valid_batches = data.eval_batches("valid")
+    metric_name = cfg.early_stop_metric
+    last_eval: dict[str, float] = {}
+    window = {"loss": 0.0, "tokens": 0, "seconds": 0.0}
+    bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not cfg.progress, unit="step",
+               dynamic_ncols=True, leave=False)
+
+    def log_line(record: dict[str, Any]) -> None:
+        with open(run.metrics, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def evaluate_and_save() -> bool:
+        """Validation, checkpoint, best and early stopping; True when training should stop."""
+        nonlocal last_eval
+        scores = evaluate(model, valid_batches, device, amp)
+        last_eval = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
+        if cfg.eval_exact_match and isinstance(data, Seq2SeqData):
+            triples = decode_split(model, data, "valid", cfg.eval_exact_match, device)
+            last_eval["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
+        for name, value in last_eval.items():
+            writer.add_scalar(f"valid/{name}", value, progress.step)
+        log_line({"step": progress.step, "split": "valid", **last_eval})
+        value = last_eval[metric_name]
+        improved = progress.best is None or (value < progress.best if LOWER_IS_BETTER[metric_name] else value > progress.best)
+        if improved:
+            progress.best, progress.bad_evals = value, 0
+        else:
+            progress.bad_evals += 1
+        run.save(progress.step, model, _trainer_state(optimizer, scheduler, scaler, progress, device),
+                 {"metrics": last_eval}, cfg.keep_last)
+        if improved:
+            run.mark_best(progress.step, metric_name, value)
+        bar.write(f"step {progress.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in last_eval.items()))
+        return cfg.patience is not None and progress.bad_evals >= cfg.patience
+
+    stop_reason = None
+    evaluated_at = progress.step if resume else -1
+    while stop_reason is None:
+        batches = data.epoch_batches(progress.epoch)
+        while progress.batch < len(batches) and stop_reason is None:
+            started = time.perf_counter()
+            group = [batches[j].to(device) for j in range(progress.batch, min(progress.batch + cfg.accumulate, len(batches)))]
+            out = train_step(model, group, optimizer, scheduler, cfg, amp, scaler)
+            seconds = time.perf_counter() - started
+            progress.batch += len(group)
+            progress.step += 1
+            progress.train_seconds += seconds
+            progress.tokens += out["tokens"]
+            for key, value in (("loss", out["loss"] * out["tokens"]), ("tokens", out["tokens"]), ("seconds", seconds)):
+                window[key] += value
+            bar.update(1)
+            if progress.step % cfg.log_every == 0:
+                record = {"step": progress.step, "split": "train", "loss": window["loss"] / window["tokens"],
+                          "lr": out["lr"], "grad_norm": out["grad_norm"],
+                          "tokens_per_s": window["tokens"] / window["seconds"], "epoch": progress.epoch}
+                log_line(record)
+                for key in ("loss", "lr", "grad_norm", "tokens_per_s"):
+                    writer.add_scalar(f"train/{key}", record[key], progress.step)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{out['lr']:.2e}",
+                                tok_s=f"{record['tokens_per_s']:.0f}")
+                window = {"loss": 0.0, "tokens": 0, "seconds": 0.0}
+            if progress.step >= cfg.max_steps:
+                stop_reason = f"max_steps ({cfg.max_steps})"
+            elif cfg.max_seconds is not None and progress.train_seconds >= cfg.max_seconds:
+                stop_reason = f"max_seconds ({cfg.max_seconds:g})"
+            if progress.step % cfg.eval_every == 0 or stop_reason is not None:
+                evaluated_at = progress.step
+                if evaluate_and_save() and stop_reason is None:
+                    stop_reason = f"early stopping: no better {metric_name} in {cfg.patience} evaluations"
+        if progress.batch >= len(batches):
+            progress.epoch, progress.batch = progress.epoch + 1, 0
+            if cfg.max_epochs is not None and progress.epoch >= cfg.max_epochs and stop_reason is None:
+                stop_reason = f"max_epochs ({cfg.max_epochs})"
+                if evaluated_at != progress.step:
+                    evaluate_and_save()
+    bar.close()
+    writer.close()
+    log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")
+    best_step = run.best_step()
+    load_weights(model, run.step_dir(best_step) / MODEL_FILE)  # leave the best weights in the model
+    return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop_reason,
+            "train_seconds": round(progress.train_seconds, 2), "train_tokens": progress.tokens,
+            "tokens_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
+            "best_step": best_step, f"best_{metric_name}": progress.best, "last_eval": last_eval}
+
+
+def _trainer_state(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
+                   scaler: torch.amp.GradScaler | None, progress: Progress, device: torch.device) -> dict[str, Any]:
+    """Tensors and plain values only: loads with torch.load(weights_only=True)."""
+    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "progress": dict(vars(progress)), "rng_cpu": torch.get_rng_state()}
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
+    if device.type == "cuda":
+        state["rng_cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None,
+             device: torch.device) -> Progress:
+    steps = run.steps()
+    if not steps:
+        raise CheckpointError(f"{run.path}: nothing to resume (no checkpoint in {run.checkpoints})")
+    step = steps[-1]
+    load_weights(model, run.step_dir(step) / MODEL_FILE)
+    model.to(device)
+    state = run.load_trainer_state(step)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and "scaler" in state:
+        scaler.load_state_dict(state["scaler"])
+    torch.set_rng_state(state["rng_cpu"])
+    if "rng_cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["rng_cuda"], device)
+    return Progress(**state["progress"])
+
+
+def _truncate_metrics(run: RunDir, step: int) -> None:
+    """Drop log lines past ``step`` (written after the checkpoint a resumed run starts from)."""
+    if not run.metrics.exists():
+        return
+    lines = run.metrics.read_text(encoding="utf-8").splitlines()
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a line cut short by a crash
+    if len(kept) != len(lines):
+        atomic_write_text(run.metrics, "".join(k + "\n" for k in kept))

@@ -1,0 +1,68 @@
+"""A training run from a config: prepare the data, build the model, fit, and write the run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from attnlab.config import ModelConfig, RunConfig
+from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
+from attnlab.data.tokenizers import PAD
+from attnlab.errors import ConfigError
+from attnlab.files import atomic_write_text
+from attnlab.nn.build import build_model
+from attnlab.nn.transformer import LayerStack
+from attnlab.train.checkpoint import RunDir
+from attnlab.train.loop import fit
+
+
+def _model_config(cfg: RunConfig, data: Seq2SeqData | LMData) -> ModelConfig:
+    """The model section completed with the tokenizers' vocabulary sizes and PAD id."""
+    src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
+    separate = src is not None and src is not tgt
+    return cfg.model_config(tgt.vocab_size, src.vocab_size if separate else None, PAD)
+
+
+def describe_data(data: Seq2SeqData | LMData) -> str:
+    if isinstance(data, LMData):
+        sizes = ", ".join(f"{name} {len(s):,} tokens" for name, s in data.streams.items())
+        return f"language-model text: {sizes}; vocabulary {data.tokenizers['tgt'].vocab_size}"
+    sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
+    src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
+    vocab = f"shared vocabulary {tgt.vocab_size}" if src is tgt else f"vocabularies {src.vocab_size} / {tgt.vocab_size}"
+    report = f"; train filter: {data.reports['train']}" if "train" in data.reports else ""
+    return f"pairs: {sizes}; {vocab}{report}"
+
+
+def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train as ``cfg`` says into the run directory ``out`` (or continue it with ``resume``) and
+    return the summary written to ``out/summary.json``."""
+    run = RunDir(out)
+    if resume:
+        model_cfg, data_cfg, _ = run.read_config()
+        if data_cfg != cfg.data:
+            raise ConfigError(f"{run.config}: the data section differs from the given config; a resumed run keeps its data")
+        data = prepare_data(data_cfg, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed, run.read_tokenizers())
+        if _model_config(cfg, data) != model_cfg:
+            raise ConfigError(f"{run.config}: the model section differs from the given config; a resumed run keeps its model")
+    else:
+        data = prepare_data(cfg.data, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed)
+        model_cfg = _model_config(cfg, data)
+        run.write_tokenizers(data.tokenizers)
+    run.write_config(model_cfg, cfg.data, cfg.train)
+    log(describe_data(data))
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(model_cfg)
+    for module in model.modules():
+        if isinstance(module, LayerStack):
+            module.checkpoint_activations = cfg.train.activation_checkpointing
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {model_cfg.arch}, {n_params:,} parameters; run directory {run.path}")
+    summary = fit(model, data, cfg.train, run, model_cfg.d_model, resume=resume, log=log)
+    summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
+    atomic_write_text(run.summary, json.dumps(summary, indent=2))
+    return summary
