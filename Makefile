@@ -19,3 +19,9 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
+
+# `make demo` is the main command: set up .venv, then train a small Transformer on the built-in
+# SCAN task (no data to download), print examples and held-out exact match, name the run directory.
+.PHONY: demo
+demo: $(STAMP)
+	$(VENV)/bin/attnlab demo

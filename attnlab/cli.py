@@ -69,7 +69,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from attnlab.train.loop import decode_split
     from attnlab.train.run import train_run
 
-    cfg = RunConfig.from_file(CONFIGS / "scan.yaml")
+    cfg = RunConfig.from_file(CONFIGS / "scan.yaml", args.set or [])
     out = _new_run_dir(args.out, "demo")
     print("attnlab demo: a Transformer learns SCAN (commands -> actions) from scratch on this machine.")
     summary = train_run(cfg, out)
@@ -117,6 +117,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="train a small Transformer on the built-in SCAN task and show it working")
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")
+    demo.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
+                      help="override a field of configs/scan.yaml, e.g. --set train.max_seconds=60 (repeatable)")
     demo.set_defaults(func=cmd_demo)
     return parser
 

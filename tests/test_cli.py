@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnlab.cli import main
 
@@ -57,3 +58,82 @@ def test_usage_error_and_debug(tmp_path, capsys):
     assert "required: config" in capsys.readouterr().err
     with pytest.raises(Exception, match="no such config file"):
         main(["--debug", "info", str(tmp_path / "none.yaml")])
+
+
+def tiny_parallel_corpus(tmp_path):
+    """A toy German -> English corpus written by the test: numbers as words."""
+    de = "null eins zwei drei vier fünf sechs sieben acht neun".split()
+    en = "zero one two three four five six seven eight nine".split()
+    import random
+
+    rng = random.Random(0)
+    rows = [[rng.randrange(10) for _ in range(rng.randint(1, 4))] for _ in range(400)]
+    for split, chunk in (("train", rows[:360]), ("val", rows[360:])):
+        (tmp_path / f"{split}.de").write_text("".join(" ".join(de[i] for i in r) + "\n" for r in chunk))
+        (tmp_path / f"{split}.en").write_text("".join(" ".join(en[i] for i in r) + "\n" for r in chunk))
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"""\
+model: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0, norm: pre}}
+data: {{format: parallel, train: {tmp_path}/train, valid: {tmp_path}/val, src_lang: de, tgt_lang: en,
+       tokenizer: word, shared_vocab: false}}
+train: {{max_steps: 250, max_tokens: 400, lr_schedule: constant, lr: 0.003, warmup_steps: 10,
+        eval_every: 125, eval_exact_match: 40, early_stop_metric: exact_match, log_every: 10}}
+""")
+    return config
+
+
+def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
+    config = tiny_parallel_corpus(tmp_path)
+    out = tmp_path / "run"
+    done = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == f"run directory: {out}"
+    assert "step" in done.stderr  # the progress bar
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 250 and summary["n_params"] > 0 and summary["train_seconds"] > 0
+    assert summary["last_eval"]["exact_match"] >= 0.9
+    assert (out / "tokenizer-src.json").exists() and (out / "tokenizer-tgt.json").exists()
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(train[0]) and train[-1]["loss"] < train[0]["loss"]
+    # a second run into the same directory is refused, and nothing in it is touched
+    before = (out / "summary.json").read_bytes()
+    again = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out)], capture_output=True, text=True)
+    assert again.returncode == 2 and "already exists" in again.stderr and (out / "summary.json").read_bytes() == before
+    # the run directory is all that decoding needs
+    from attnlab.decode.search import greedy_decode
+    from attnlab.train.checkpoint import load_run
+
+    model, toks, _ = load_run(out)
+    src = torch.tensor([toks["src"].encode("drei eins vier") + [2]])
+    assert toks["tgt"].decode(greedy_decode(model, src)[0]) == "three one four"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--set", "train.max_steps"], "expected section.field=value"),
+    (["--set", "trian.max_steps=3"], "unknown section 'trian' (did you mean 'train'?)"),
+    (["--set", "train.max_step=3"], "unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
+    (["--set", "train.max_steps=[1"], "the value does not parse"),
+    (["--set", "model.vocab_size=10"], "model.vocab_size is set from the tokenizer"),
+])
+def test_train_rejects_bad_overrides(tmp_path, args, message):
+    config = tiny_parallel_corpus(tmp_path)
+    done = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(tmp_path / "r"), *args],
+                          capture_output=True, text=True)
+    assert done.returncode in (2, 3) and message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_demo_with_a_small_budget(tmp_path):
+    out = tmp_path / "demo"
+    done = subprocess.run([str(ATTNLAB), "demo", "--out", str(out), "--set", "train.max_steps=20",
+                           "--set", "train.eval_every=10", "--set", "data.n_test=30", "--set", "train.progress=false"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == f"run directory: {out}"
+    assert any(line.startswith("exact match on 30 held-out commands:") for line in lines)
+    assert sum(line.strip().startswith("source:") for line in lines) == 5
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0.0 <= summary["exact_match"] <= 1.0 and summary["train_seconds"] > 0 and summary["n_params"] > 0

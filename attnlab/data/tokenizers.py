@@ -115,6 +115,3 @@ class Tokenizer:
         except Exception as err:  # the library raises a plain Exception for malformed files
             raise DataError(f"{path}: not a tokenizer file ({err})") from None
         return cls(hf)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Tokenizer) and self.to_str() == other.to_str()

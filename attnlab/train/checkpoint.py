@@ -74,8 +74,13 @@ class RunDir:
                 atomic_write_text(self.tokenizer_file(role), tok.to_str())
 
     def read_tokenizers(self) -> dict[str, Tokenizer | None]:
-        src = self.tokenizer_file("src")
-        return {"src": Tokenizer.load(src) if src.exists() else None, "tgt": Tokenizer.load(self.tokenizer_file("tgt"))}
+        """{'src', 'tgt'}: one object for both when the run shared its vocabulary; no src for an LM."""
+        tgt_file, src_file = self.tokenizer_file("tgt"), self.tokenizer_file("src")
+        tgt = Tokenizer.load(tgt_file)
+        if not src_file.exists():
+            return {"src": None, "tgt": tgt}
+        shared = src_file.read_bytes() == tgt_file.read_bytes()
+        return {"src": tgt if shared else Tokenizer.load(src_file), "tgt": tgt}
 
     # -- checkpoints ----------------------------------------------------------------------------
     def step_dir(self, step: int) -> Path:
@@ -94,21 +99,21 @@ class RunDir:
         return int(json.loads(self.best_pointer.read_text())["step"])
 
     def save(self, step: int, model: nn.Module, trainer_state: dict[str, Any], meta: dict[str, Any],
-             keep_last: int) -> Path:
-        """Write a checkpoint atomically, then drop the oldest beyond ``keep_last`` (never the best)."""
+             keep_last: int, best: tuple[str, float] | None = None) -> Path:
+        """Write a checkpoint atomically; with ``best`` = (metric, value), mark it the best; then drop
+        the oldest checkpoints beyond ``keep_last``, never the best one."""
         staged = staging_dir(self.step_dir(step))
         save_model(model, str(staged / MODEL_FILE))
         torch.save(trainer_state, staged / STATE_FILE)
         (staged / META_FILE).write_text(json.dumps({"step": step, **meta}, indent=2))
         publish_dir(staged, self.step_dir(step))
-        best = self.best_step()
+        if best is not None:
+            atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": best[0], "value": best[1]}))
+        best_step = self.best_step()
         for old in self.steps()[:-keep_last]:
-            if old != best:
+            if old != best_step:
                 shutil.rmtree(self.step_dir(old))
         return self.step_dir(step)
-
-    def mark_best(self, step: int, metric: str, value: float) -> None:
-        atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": metric, "value": value}))
 
     def load_trainer_state(self, step: int) -> dict[str, Any]:
         path = self.step_dir(step) / STATE_FILE

@@ -194,9 +194,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
         else:
             progress.bad_evals += 1
         run.save(progress.step, model, _trainer_state(optimizer, scheduler, scaler, progress, device),
-                 {"metrics": last_eval}, cfg.keep_last)
-        if improved:
-            run.mark_best(progress.step, metric_name, value)
+                 {"metrics": last_eval}, cfg.keep_last, best=(metric_name, value) if improved else None)
         bar.write(f"step {progress.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in last_eval.items()))
         return cfg.patience is not None and progress.bad_evals >= cfg.patience
 

@@ -22,7 +22,7 @@ from attnlab.train.loop import fit
 def _model_config(cfg: RunConfig, data: Seq2SeqData | LMData) -> ModelConfig:
     """The model section completed with the tokenizers' vocabulary sizes and PAD id."""
     src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
-    separate = src is not None and src is not tgt
+    separate = src is not None and not cfg.data.shared_vocab
     return cfg.model_config(tgt.vocab_size, src.vocab_size if separate else None, PAD)
 
 

@@ -1,0 +1,153 @@
+"""Tokenizers, corpora, the SCAN grammar and batching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab import DataError
+from attnlab.data.batching import collate_pairs, lm_blocks, lm_eval_blocks, token_budget_batches
+from attnlab.data.corpora import builtin_task, filter_by_length, read_parallel, read_scan, read_tsv
+from attnlab.data.scan import scan_commands
+from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
+
+CORPUS = ["Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+          "A little girl climbing into a wooden playhouse.",
+          "Ein Mann schläft in einem grünen Raum auf einem Sofa.",
+          "Crème brûlée, naïve café — 日本語 text.\tTabs and  double  spaces."] * 20
+
+
+@pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
+def test_tokenizers_round_trip_and_keep_special_ids(kind, tmp_path):
+    tok = Tokenizer.train(kind, CORPUS, vocab_size=120)
+    assert [tok.hf.token_to_id(t) for t in ("<pad>", "<bos>", "<eos>", "<unk>")] == [PAD, BOS, EOS, UNK]
+    for text in CORPUS[:4]:
+        ids = tok.encode(text)
+        assert UNK not in ids
+        expected = " ".join(text.split()) if kind == "word" else text  # word: whitespace is a separator
+        assert tok.decode(ids) == expected
+        assert tok.decode([BOS] + ids + [EOS, PAD, 7, 8]) == expected  # BOS, and all after EOS, dropped
+    path = tmp_path / "tok.json"
+    path.write_text(tok.to_str())
+    loaded = Tokenizer.load(path)
+    assert loaded.hf.get_vocab() == tok.hf.get_vocab()
+    assert loaded.encode_batch(CORPUS[:4]) == tok.encode_batch(CORPUS[:4])
+
+
+@pytest.mark.parametrize("kind", ["char", "word", "unigram"])
+def test_unknown_characters_become_unk(kind):
+    tok = Tokenizer.train(kind, CORPUS, vocab_size=120)
+    ids = tok.encode("Männer ☃")
+    assert ids[-1] == UNK and tok.decode(ids).endswith("<unk>")
+
+
+def test_bpe_falls_back_to_bytes_for_unseen_characters():
+    tok = Tokenizer.train("bpe", CORPUS, vocab_size=400)
+    text = "Männer sehen ☃ und 🙂"
+    ids = tok.encode(text)
+    assert UNK not in ids and tok.decode(ids) == text
+    assert "<0xE2>" in tok.tokens("☃")  # U+2603 is E2 98 83 in UTF-8
+
+
+def test_char_tokenizer_keeps_newlines_and_spaces():
+    tok = Tokenizer.train("char", ["ab\ncd e"])
+    assert tok.tokens("a b\n") == ["a", " ", "b", "\n"]
+    assert tok.vocab_size == 4 + 7
+
+
+def test_bad_tokenizer_file(tmp_path):
+    bad = tmp_path / "t.json"
+    bad.write_text("{not json")
+    with pytest.raises(DataError, match="not a tokenizer file"):
+        Tokenizer.load(bad)
+
+
+def test_scan_grammar_meanings():
+    commands = dict(scan_commands())
+    assert len(commands) == 20910
+    assert commands["jump"] == "I_JUMP"
+    assert commands["turn left"] == "I_TURN_LEFT"
+    assert commands["walk opposite right"] == "I_TURN_RIGHT I_TURN_RIGHT I_WALK"
+    assert commands["turn around left"] == " ".join(["I_TURN_LEFT"] * 4)
+    assert commands["look around right twice"] == " ".join(["I_TURN_RIGHT I_LOOK"] * 8)
+    assert commands["run thrice after jump left"] == "I_TURN_LEFT I_JUMP I_RUN I_RUN I_RUN"
+    assert commands["walk and turn opposite left"] == "I_WALK I_TURN_LEFT I_TURN_LEFT"
+    # the longest action sequence: 'x around y thrice' twice over, 48 actions
+    assert max(len(a.split()) for a in commands.values()) == 48
+
+
+def test_builtin_tasks_are_seeded_and_disjoint():
+    a = builtin_task("reverse", seed=3, n_train=50, n_valid=10, n_test=10)
+    assert a == builtin_task("reverse", seed=3, n_train=50, n_valid=10, n_test=10)
+    assert a != builtin_task("reverse", seed=4, n_train=50, n_valid=10, n_test=10)
+    sources = [s for split in a.values() for s, _ in split]
+    assert len(sources) == len(set(sources)) == 70
+    src, tgt = a["train"][0]
+    assert tgt.split() == src.split()[::-1]
+    s, t = builtin_task("sort", 1, 5, 1, 1)["test"][0]
+    assert t.split() == sorted(s.split())
+    scan = builtin_task("scan", seed=0, n_train=None, n_valid=100, n_test=200)
+    assert (len(scan["train"]), len(scan["valid"]), len(scan["test"])) == (20610, 100, 200)
+
+
+def test_readers_name_file_and_line(tmp_path):
+    (tmp_path / "a.de").write_text("eins\nzwei\n")
+    (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
+    with pytest.raises(DataError, match=r"a.de has 2 lines but .*a.en has 3"):
+        read_parallel(tmp_path / "a.de", tmp_path / "a.en")
+    (tmp_path / "b.tsv").write_text("eins\tone\nzwei two\n")
+    with pytest.raises(DataError, match=r"b.tsv:2: expected 2 tab-separated fields"):
+        read_tsv(tmp_path / "b.tsv")
+    (tmp_path / "c.txt").write_text("IN: jump OUT: I_JUMP\nwalk I_WALK\n")
+    with pytest.raises(DataError, match=r"c.txt:2: expected 'IN: <command> OUT: <actions>'"):
+        read_scan(tmp_path / "c.txt")
+    (tmp_path / "d.txt").write_bytes(b"ok\n\xff\xfe bad\n")
+    with pytest.raises(DataError, match=r"d.txt:2: not valid UTF-8"):
+        read_tsv(tmp_path / "d.txt")
+    with pytest.raises(DataError, match="no such file"):
+        read_tsv(tmp_path / "missing.tsv")
+    (tmp_path / "e.tsv").write_text("")
+    with pytest.raises(DataError, match="file is empty"):
+        read_tsv(tmp_path / "e.tsv")
+
+
+def test_length_filter_reports_why():
+    pairs = [([1, 2], [3]), ([], [3]), ([1] * 9, [3]), ([1], [3] * 7), ([1], [2])]
+    keep, report = filter_by_length(pairs, max_src_len=8, max_tgt_len=6)
+    assert keep == [0, 4]
+    assert dict(report.dropped) == {"with an empty side": 1, "with source over 8 tokens": 1,
+                                    "with target over 6 tokens": 1}
+    assert str(report) == ("kept 2 pairs, dropped 3 (1 with an empty side, 1 with source over 8 tokens, "
+                           "1 with target over 6 tokens)")
+
+
+def test_collate_shifts_targets_for_teacher_forcing():
+    batch = collate_pairs([([5, 6, 7], [8, 9]), ([5], [8, 9, 10])])
+    assert batch.src.tolist() == [[5, 6, 7, EOS], [5, EOS, PAD, PAD]]
+    assert batch.tgt_in.tolist() == [[BOS, 8, 9, PAD], [BOS, 8, 9, 10]]
+    assert batch.tgt_out.tolist() == [[8, 9, EOS, PAD], [8, 9, 10, EOS]]
+    assert batch.n_tokens == 7
+
+
+def test_token_budget_batches():
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 40, (500,), generator=g).tolist()
+    batches = token_budget_batches(lengths, max_tokens=200, seed=1, epoch=0)
+    assert sorted(i for b in batches for i in b) == list(range(500))
+    for b in batches:
+        assert len(b) * max(lengths[i] for i in b) <= 200
+    spans = sorted((min(lengths[i] for i in b), max(lengths[i] for i in b)) for b in batches)
+    assert all(hi <= next_lo for (_, hi), (next_lo, _) in zip(spans, spans[1:]))  # bucketed: no interleaving
+    assert batches == token_budget_batches(lengths, 200, seed=1, epoch=0)
+    assert batches != token_budget_batches(lengths, 200, seed=1, epoch=1)
+    assert token_budget_batches([300, 5], max_tokens=200, seed=0, epoch=0) in ([[1], [0]], [[0], [1]])
+
+
+def test_lm_blocks_shift_by_one():
+    data = torch.arange(100)
+    batch = lm_blocks(data, block_size=8, batch_size=4, generator=torch.Generator().manual_seed(0))
+    assert batch.src is None and batch.tgt_in.shape == (4, 8)
+    assert torch.equal(batch.tgt_out, batch.tgt_in + 1)  # the stream counts up, so next = this + 1
+    blocks = lm_eval_blocks(data, block_size=8, batch_size=5)
+    assert sum(b.tgt_in.shape[0] for b in blocks) == 12
+    assert blocks[0].tgt_in[1].tolist() == list(range(8, 16)) and blocks[0].tgt_out[1, -1] == 16

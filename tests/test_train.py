@@ -1,0 +1,174 @@
+"""The training loop: loss, schedules, learning, resuming, checkpoints, greedy decoding."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickletools
+import zipfile
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from attnlab.config import RunConfig
+from attnlab.data.datasets import prepare_data
+from attnlab.decode.search import greedy_decode
+from attnlab.train.checkpoint import MODEL_FILE, STATE_FILE, RunDir, average_checkpoints, load_run
+from attnlab.train.losses import label_smoothed_nll
+from attnlab.train.run import train_run
+from attnlab.train.schedules import constant, cosine, make_scheduler, noam
+
+
+def run_config(model=None, data=None, train=None) -> RunConfig:
+    """A tiny copy-task run that trains in a few seconds."""
+    return RunConfig.from_sections({
+        "model": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre", **(model or {})},
+        "data": {"format": "builtin", "task": "copy", "tokenizer": "word", "n_train": 600, "n_valid": 50,
+                 "n_test": 50, "min_len": 3, "max_len": 6, "seed": 7, **(data or {})},
+        "train": {"max_steps": 300, "max_tokens": 512, "lr_schedule": "constant", "lr": 3e-3, "warmup_steps": 20,
+                  "label_smoothing": 0.0, "eval_every": 100, "eval_exact_match": 50, "log_every": 1,
+                  "progress": False, "early_stop_metric": "exact_match", **(train or {})},
+    })
+
+
+def train_losses(run_dir) -> dict[int, float]:
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in lines if r["split"] == "train"}
+
+
+def test_label_smoothing_by_hand():
+    logits = torch.tensor([[[2.0, 1.0, 0.0, -1.0], [0.3, -0.2, 0.9, 0.1], [5.0, 0.0, 0.0, 0.0]]])
+    target = torch.tensor([[1, 2, 0]])  # the last position is padding (id 0)
+    lse = [math.log(sum(math.exp(v) for v in row)) for row in logits[0].tolist()]
+    nll = [lse[0] - 1.0, lse[1] - 0.9]
+    uniform = [lse[0] - (2 + 1 + 0 - 1) / 4, lse[1] - (0.3 - 0.2 + 0.9 + 0.1) / 4]
+    expected = sum(0.9 * n + 0.1 * u for n, u in zip(nll, uniform))
+    loss, nll_sum = label_smoothed_nll(logits, target, epsilon=0.1, ignore_index=0)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert nll_sum.item() == pytest.approx(sum(nll), rel=1e-6)
+    reference = F.cross_entropy(logits[0], target[0], label_smoothing=0.1, ignore_index=0, reduction="sum")
+    torch.testing.assert_close(loss, reference)
+
+
+def test_schedules_follow_their_formulas():
+    lr = noam(2.0, 512, 4000)
+    for k in (1, 100, 4000, 4001, 20000):
+        assert lr(k) == pytest.approx(2.0 * 512 ** -0.5 * min(k ** -0.5, k * 4000 ** -1.5))
+    assert max(range(1, 20000), key=lr) == 4000  # the peak is at the end of warm-up
+    assert lr(4000) == pytest.approx(2.0 / math.sqrt(512 * 4000))
+    cos = cosine(1e-3, warmup=10, total=110, floor=1e-4)
+    assert cos(5) == pytest.approx(5e-4) and cos(10) == pytest.approx(1e-3)
+    assert cos(60) == pytest.approx(1e-4 + 0.5 * 9e-4) and cos(110) == pytest.approx(1e-4) and cos(500) == pytest.approx(1e-4)
+    assert constant(1e-3, 4)(2) == pytest.approx(5e-4) and constant(1e-3, 4)(9) == 1e-3
+
+
+def test_scheduler_gives_update_k_the_rate_of_step_k():
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.Adam([p], lr=123.0)
+    sched = make_scheduler(opt, noam(1.0, 64, 10))
+    seen = []
+    for _ in range(5):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([noam(1.0, 64, 10)(k) for k in range(1, 6)])
+
+
+def test_copy_task_is_learnt_in_seconds(tmp_path):
+    cfg = run_config(model={"n_layers": 2}, data={"n_train": 2000}, train={"max_steps": 400})
+    summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
+    losses = train_losses(tmp_path / "run")
+    assert losses[1] > 2.5  # about ln(vocabulary) at the start
+    assert sum(losses[s] for s in range(391, 401)) / 10 < 0.05
+    assert summary["last_eval"]["exact_match"] == 1.0
+    assert summary["train_seconds"] < 60
+
+
+def test_resume_continues_exactly(tmp_path):
+    """An interrupted run resumed from its checkpoint logs the same losses as one that never stopped
+    (dropout on, so the RNG state must come back too)."""
+    overrides = {"model": {"dropout": 0.1}, "train": {"max_steps": 12, "eval_every": 6, "eval_exact_match": 0,
+                                                      "early_stop_metric": "valid_loss"}}
+    whole = tmp_path / "whole"
+    train_run(run_config(**overrides), whole, log=lambda s: None)
+    parts = tmp_path / "parts"
+    first = run_config(overrides["model"], None, {**overrides["train"], "max_steps": 6})
+    train_run(first, parts, log=lambda s: None)
+    with open(parts / "metrics.jsonl", "a") as f:
+        f.write('{"step": 7, "split": "train", "loss": 99.0}\n{"step": 8, "spl')  # work lost in a crash
+    train_run(run_config(**overrides), parts, resume=True, log=lambda s: None)
+    expected, got = train_losses(whole), train_losses(parts)
+    assert sorted(got) == list(range(1, 13))
+    for step in range(1, 13):
+        assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7), step
+
+
+def test_checkpoints_hold_no_pickled_objects(tmp_path):
+    train_run(run_config(train={"max_steps": 4, "eval_every": 2, "keep_last": 1, "eval_exact_match": 0,
+                                "early_stop_metric": "valid_loss"}), tmp_path / "run", log=lambda s: None)
+    run = RunDir(tmp_path / "run")
+    assert run.steps() == [4] or run.steps() == [run.best_step(), 4]
+    state_file = run.step_dir(4) / STATE_FILE
+    state = torch.load(state_file, weights_only=True)
+    assert state["progress"]["step"] == 4 and "optimizer" in state and "rng_cpu" in state
+    globals_used = set()
+    with zipfile.ZipFile(state_file) as z:
+        pickle_bytes = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+    strings = []
+    for op, arg, _ in pickletools.genops(pickle_bytes):
+        if isinstance(arg, str):
+            strings.append(arg)
+        if op.name == "GLOBAL":
+            globals_used.add(arg.replace(" ", "."))
+        elif op.name == "STACK_GLOBAL":
+            globals_used.add(f"{strings[-2]}.{strings[-1]}")
+    assert globals_used and all(g.startswith(("torch.", "collections.OrderedDict")) for g in globals_used), globals_used
+    weights = load_file(str(run.step_dir(4) / MODEL_FILE))
+    assert all(isinstance(t, torch.Tensor) for t in weights.values())
+
+
+def test_greedy_decoding_with_cache_equals_recomputation(tmp_path):
+    train_run(run_config(train={"max_steps": 150}), tmp_path / "run", log=lambda s: None)
+    model, tokenizers, _ = load_run(tmp_path / "run")
+    src = torch.tensor([[5, 6, 7, 2, 0], [8, 9, 10, 11, 2]])
+    cached = greedy_decode(model, src, max_len=8)
+    ys = torch.full((2, 1), 1)
+    with torch.no_grad():
+        for _ in range(8):
+            ys = torch.cat([ys, model(src, ys)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    for row, hyp in zip(ys[:, 1:].tolist(), cached):
+        assert hyp == (row[: row.index(2)] if 2 in row else row)
+
+
+def test_average_of_checkpoints(tmp_path):
+    train_run(run_config(train={"max_steps": 6, "eval_every": 2, "eval_exact_match": 0,
+                                "early_stop_metric": "valid_loss"}), tmp_path / "run", log=lambda s: None)
+    run = RunDir(tmp_path / "run")
+    paths = [run.step_dir(s) / MODEL_FILE for s in run.steps()[-2:]]
+    model, _, _ = load_run(tmp_path / "run")
+    averaged = average_checkpoints(model, paths)
+    a, b = (load_file(str(p)) for p in paths)
+    name = "encoder.layers.0.feed_forward.w_1.weight"
+    torch.testing.assert_close(averaged.state_dict()[name], (a[name] + b[name]) / 2)
+
+
+def test_language_model_training_and_accumulation(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    cfg = RunConfig.from_sections({
+        "model": {"arch": "decoder_lm", "d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0,
+                  "positional": "rotary", "max_len": 32},
+        "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 32},
+        "train": {"max_steps": 60, "batch_size": 8, "accumulate": 2, "lr_schedule": "cosine", "lr": 3e-3,
+                  "warmup_steps": 5, "label_smoothing": 0.0, "eval_every": 30, "log_every": 1, "progress": False,
+                  "activation_checkpointing": True, "precision": "bf16"},
+    })
+    summary = train_run(cfg, tmp_path / "lm", log=lambda s: None)
+    losses = train_losses(tmp_path / "lm")
+    assert losses[60] < 0.5 * losses[1]
+    assert summary["last_eval"]["valid_loss"] < 1.5
+    data = prepare_data(cfg.data, 4096, 8, 1)
+    n = len(text.read_text())
+    assert data.tokenizers["src"] is None and len(data.streams["valid"]) == n - math.floor(0.9 * n)
