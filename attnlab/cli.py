@@ -88,6 +88,13 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(f"run directory: {out}")
 
 
+def cmd_average(args: argparse.Namespace) -> None:
+    from attnlab.train.checkpoint import write_average
+
+    path, steps = write_average(args.run_dir, args.last)
+    print(f"averaged steps {', '.join(map(str, steps))} into {path}")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors through the one error path (exit code 2, one line)."""
 
@@ -114,6 +121,11 @@ def make_parser() -> argparse.ArgumentParser:
                        help="override one config field, e.g. --set train.max_steps=200 (repeatable)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     train.set_defaults(func=cmd_train)
+
+    average = sub.add_parser("average", help="average the newest checkpoints of a run (as the paper does)")
+    average.add_argument("run_dir", help="a run directory written by `attnlab train`")
+    average.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
+    average.set_defaults(func=cmd_average)
 
     demo = sub.add_parser("demo", help="train a small Transformer on the built-in SCAN task and show it working")
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")

@@ -101,13 +101,21 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     before = (out / "summary.json").read_bytes()
     again = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out)], capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr and (out / "summary.json").read_bytes() == before
+    # --resume continues the run; `average` averages its checkpoints
+    more = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out), "--resume",
+                           "--set", "train.max_steps=260", "--set", "train.eval_every=130"], capture_output=True, text=True)
+    assert more.returncode == 0, more.stderr
+    assert json.loads((out / "summary.json").read_text())["steps"] == 260
+    avg = subprocess.run([str(ATTNLAB), "average", str(out), "--last", "2"], capture_output=True, text=True)
+    assert avg.returncode == 0 and "averaged steps 250, 260" in avg.stdout
     # the run directory is all that decoding needs
     from attnlab.decode.search import greedy_decode
     from attnlab.train.checkpoint import load_run
 
-    model, toks, _ = load_run(out)
-    src = torch.tensor([toks["src"].encode("drei eins vier") + [2]])
-    assert toks["tgt"].decode(greedy_decode(model, src)[0]) == "three one four"
+    for checkpoint in ("best", "last", "average", "250"):
+        model, toks, _ = load_run(out, checkpoint)
+        src = torch.tensor([toks["src"].encode("drei eins vier") + [2]])
+        assert toks["tgt"].decode(greedy_decode(model, src)[0]) == "three one four", checkpoint
 
 
 @pytest.mark.parametrize("args,message", [

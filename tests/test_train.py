@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from attnlab import CheckpointError
 from attnlab.config import RunConfig
 from attnlab.data.datasets import prepare_data
 from attnlab.decode.search import greedy_decode
@@ -148,6 +149,8 @@ def test_average_of_checkpoints(tmp_path):
     run = RunDir(tmp_path / "run")
     paths = [run.step_dir(s) / MODEL_FILE for s in run.steps()[-2:]]
     model, _, _ = load_run(tmp_path / "run")
+    with pytest.raises(CheckpointError, match="no checkpoint '7'"):
+        load_run(tmp_path / "run", "7")
     averaged = average_checkpoints(model, paths)
     a, b = (load_file(str(p)) for p in paths)
     name = "encoder.layers.0.feed_forward.w_1.weight"

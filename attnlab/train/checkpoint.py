@@ -131,21 +131,38 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
         raise CheckpointError(f"{path}: cannot load weights ({str(err).splitlines()[0]})") from None
 
 
-def load_run(path: str | Path, step: int | None = None,
+def checkpoint_file(run: RunDir, checkpoint: str = "best") -> Path:
+    """The weights file of ``checkpoint``: 'best' (falling back to the newest), 'last', 'average'
+    (written by :func:`write_average`) or a step number."""
+    steps = run.steps()
+    if checkpoint == "average":
+        path = run.checkpoints / "average" / MODEL_FILE
+        if not path.exists():
+            raise CheckpointError(f"{run.path}: no averaged checkpoint (run `attnlab average {run.path}` first)")
+        return path
+    if not steps:
+        raise CheckpointError(f"{run.path}: no checkpoint in {run.checkpoints}")
+    if checkpoint == "best":
+        best = run.best_step()
+        step = best if best in steps else steps[-1]
+    elif checkpoint == "last":
+        step = steps[-1]
+    elif checkpoint.isdigit() and int(checkpoint) in steps:
+        step = int(checkpoint)
+    else:
+        raise CheckpointError(f"{run.path}: no checkpoint '{checkpoint}' (have best, last, average or a step of "
+                              f"{', '.join(map(str, steps))})")
+    return run.step_dir(step) / MODEL_FILE
+
+
+def load_run(path: str | Path, checkpoint: str = "best",
              device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Tokenizer | None], ModelConfig]:
-    """The model of a run directory (the best checkpoint, else the latest, or ``step``), in eval
-    mode, with its tokenizers and config: all that decoding needs."""
+    """The model of a run directory in eval mode, with its tokenizers and config: all that
+    decoding needs. ``checkpoint`` as in :func:`checkpoint_file`."""
     run = RunDir(path)
     model_cfg, _, _ = run.read_config()
-    if step is None:
-        step = run.best_step()
-        if step is None or step not in run.steps():
-            steps = run.steps()
-            if not steps:
-                raise CheckpointError(f"{run.path}: no checkpoint in {run.checkpoints}")
-            step = steps[-1]
     model = build_model(model_cfg)
-    load_weights(model, run.step_dir(step) / MODEL_FILE)
+    load_weights(model, checkpoint_file(run, checkpoint))
     return model.to(device).eval(), run.read_tokenizers(), model_cfg
 
 
@@ -159,3 +176,19 @@ def average_checkpoints(model: nn.Module, paths: list[Path]) -> nn.Module:
             total[name] = total.get(name, 0) + tensor.double()
     model.load_state_dict({name: (t / len(paths)).to(model.state_dict()[name].dtype) for name, t in total.items()})
     return model
+
+
+def write_average(path: str | Path, last: int) -> tuple[Path, list[int]]:
+    """Average the newest ``last`` checkpoints of a run into checkpoints/average/ (atomically)."""
+    run = RunDir(path)
+    steps = run.steps()[-last:]
+    if not steps:
+        raise CheckpointError(f"{run.path}: no checkpoint to average")
+    model_cfg, _, _ = run.read_config()
+    model = average_checkpoints(build_model(model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
+    final = run.checkpoints / "average"
+    staged = staging_dir(final)
+    save_model(model, str(staged / MODEL_FILE))
+    (staged / META_FILE).write_text(json.dumps({"averaged_steps": steps}, indent=2))
+    publish_dir(staged, final)
+    return final, steps
