@@ -175,3 +175,31 @@ def test_language_model_training_and_accumulation(tmp_path):
     data = prepare_data(cfg.data, 4096, 8, 1)
     n = len(text.read_text())
     assert data.tokenizers["src"] is None and len(data.streams["valid"]) == n - math.floor(0.9 * n)
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    from attnlab import ModelConfig, build_model
+    from attnlab.nn.transformer import LayerStack
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0))
+    src, tgt = torch.randint(1, 30, (3, 7)), torch.randint(1, 30, (3, 5))
+    grads = []
+    for checkpointing in (False, True):
+        for m in model.modules():
+            if isinstance(m, LayerStack):
+                m.checkpoint_activations = checkpointing
+        model.zero_grad()
+        model(src, tgt).logsumexp(-1).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for plain, checkpointed in zip(*grads):
+        torch.testing.assert_close(checkpointed, plain)
+
+
+def test_early_stopping_after_patience_evaluations(tmp_path):
+    cfg = run_config(train={"max_steps": 100, "eval_every": 5, "patience": 2, "lr": 1e-9, "warmup_steps": 0,
+                            "eval_exact_match": 20})
+    summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
+    # exact match stays 0 at lr 1e-9: the best is the first evaluation, then two without improvement
+    assert summary["steps"] == 15 and summary["stop_reason"].startswith("early stopping")
+    assert summary["best_step"] == 5
