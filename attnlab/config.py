@@ -432,9 +432,11 @@ class RunConfig:
             for fixed in ("vocab_size", "src_vocab_size", "pad_id"):
                 if fixed in model:
                     raise ConfigError(f"model.{fixed} is set from the tokenizer in a training config; remove it")
-            ModelConfig.from_dict({**model, "vocab_size": 8})  # check every other model field now, not after data prep
-            return cls(model, DataConfig.from_dict(sections.get("data") or {}),
-                       TrainConfig.from_dict(sections.get("train") or {}))
+            model_cfg = ModelConfig.from_dict({**model, "vocab_size": 8})  # check the other fields before data prep
+            data = DataConfig.from_dict(sections.get("data") or {})
+            train = TrainConfig.from_dict(sections.get("train") or {})
+            _check_run(model_cfg, data, train)
+            return cls(model, data, train)
         except ConfigError as err:
             raise ConfigError(f"{prefix}{err}") from None
 
@@ -448,8 +450,19 @@ class RunConfig:
         return ModelConfig.from_dict({**self.model, "vocab_size": vocab_size, "src_vocab_size": src_vocab_size,
                                       "pad_id": pad_id})
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": dict(self.model), "data": self.data.to_dict(), "train": self.train.to_dict()}
+def _check_run(model: ModelConfig, data: DataConfig, train: TrainConfig) -> None:
+    """Checks across sections: the architecture fits the data, and positions fit the lengths."""
+    wanted = "decoder_lm" if data.is_lm else "encoder_decoder"
+    if model.arch != wanted:
+        kind = "text for a language model" if data.is_lm else "sentence pairs"
+        raise ConfigError(f"model.arch must be '{wanted}' for data.format '{data.format}' ({kind}); got '{model.arch}'")
+    if data.is_lm and train.eval_exact_match:
+        raise ConfigError("train.eval_exact_match needs sentence pairs; a language model has none (set it to 0)")
+    if model.positional == "learned":
+        longest = data.block_size if data.is_lm else max(data.max_src_len, data.max_tgt_len) + 1
+        if longest > model.max_len:
+            raise ConfigError(f"model.max_len ({model.max_len}) must cover the longest sequence ({longest}) "
+                              f"with learned positions")
 
 
 def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str]) -> None:

@@ -108,6 +108,8 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     assert json.loads((out / "summary.json").read_text())["steps"] == 260
     avg = subprocess.run([str(ATTNLAB), "average", str(out), "--last", "2"], capture_output=True, text=True)
     assert avg.returncode == 0 and "averaged steps 250, 260" in avg.stdout
+    bad = subprocess.run([str(ATTNLAB), "average", str(out), "--last", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--last must be at least 1" in bad.stderr
     # the run directory is all that decoding needs
     from attnlab.decode.search import greedy_decode
     from attnlab.train.checkpoint import load_run
@@ -145,3 +147,7 @@ def test_demo_with_a_small_budget(tmp_path):
     assert sum(line.strip().startswith("source:") for line in lines) == 5
     summary = json.loads((out / "summary.json").read_text())
     assert 0.0 <= summary["exact_match"] <= 1.0 and summary["train_seconds"] > 0 and summary["n_params"] > 0
+    from attnlab.train.checkpoint import load_run
+
+    model, tokenizers, cfg = load_run(out)  # the run directory loads again for decoding
+    assert cfg.arch == "encoder_decoder" and tokenizers["src"] is tokenizers["tgt"]

@@ -111,6 +111,22 @@ def test_readers_name_file_and_line(tmp_path):
         read_tsv(tmp_path / "e.tsv")
 
 
+def test_lines_split_at_newlines_only(tmp_path):
+    (tmp_path / "p.de").write_bytes("\ufeffeins\u2028a\r\nzwei\x85b\n".encode())
+    (tmp_path / "p.en").write_text("one\ntwo\x0cc\n")
+    assert read_parallel(tmp_path / "p.de", tmp_path / "p.en") == [("eins\u2028a", "one"), ("zwei\x85b", "two\x0cc")]
+
+
+def test_special_token_strings_in_text_are_text():
+    tok = Tokenizer.train("char", ["x<pad>y <eos> z"])
+    ids = tok.encode("x<pad>y <eos> z")
+    assert PAD not in ids and EOS not in ids and tok.decode(ids) == "x<pad>y <eos> z"
+    with pytest.raises(DataError, match="uses the special token <unk> as a word"):
+        Tokenizer.train("word", ["the <unk> sat", "a <unk> ran"])
+    with pytest.raises(DataError, match="cannot train the unigram tokenizer"):
+        Tokenizer.train("unigram", ["abc def ghi jkl mno pqr"] * 5, vocab_size=5)
+
+
 def test_length_filter_reports_why():
     pairs = [([1, 2], [3]), ([], [3]), ([1] * 9, [3]), ([1], [3] * 7), ([1], [2])]
     keep, report = filter_by_length(pairs, max_src_len=8, max_tgt_len=6)

@@ -84,26 +84,29 @@ def test_copy_task_is_learnt_in_seconds(tmp_path):
     assert losses[1] > 2.5  # about ln(vocabulary) at the start
     assert sum(losses[s] for s in range(391, 401)) / 10 < 0.05
     assert summary["last_eval"]["exact_match"] == 1.0
-    assert summary["train_seconds"] < 60
 
 
 def test_resume_continues_exactly(tmp_path):
     """An interrupted run resumed from its checkpoint logs the same losses as one that never stopped
     (dropout on, so the RNG state must come back too)."""
-    overrides = {"model": {"dropout": 0.1}, "train": {"max_steps": 12, "eval_every": 6, "eval_exact_match": 0,
-                                                      "early_stop_metric": "valid_loss"}}
+    overrides = {"model": {"dropout": 0.1}, "train": {"max_steps": 12, "eval_every": 3, "log_every": 2,
+                                                      "eval_exact_match": 0, "early_stop_metric": "valid_loss"}}
     whole = tmp_path / "whole"
     train_run(run_config(**overrides), whole, log=lambda s: None)
     parts = tmp_path / "parts"
-    first = run_config(overrides["model"], None, {**overrides["train"], "max_steps": 6})
+    # stopped at step 9: mid-way through a logging window of 2 steps
+    first = run_config(overrides["model"], None, {**overrides["train"], "max_steps": 9})
     train_run(first, parts, log=lambda s: None)
     with open(parts / "metrics.jsonl", "a") as f:
-        f.write('{"step": 7, "split": "train", "loss": 99.0}\n{"step": 8, "spl')  # work lost in a crash
+        f.write('{"step": 10, "split": "train", "loss": 99.0}\n{"step": 11, "spl')  # work lost in a crash
     train_run(run_config(**overrides), parts, resume=True, log=lambda s: None)
     expected, got = train_losses(whole), train_losses(parts)
-    assert sorted(got) == list(range(1, 13))
-    for step in range(1, 13):
+    assert sorted(got) == [2, 4, 6, 8, 10, 12]
+    for step in got:
         assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7), step
+    # resuming a finished run trains nothing more
+    again = train_run(run_config(**overrides), parts, resume=True, log=lambda s: None)
+    assert again["steps"] == 12 and train_losses(parts) == got
 
 
 def test_checkpoints_hold_no_pickled_objects(tmp_path):
@@ -203,3 +206,18 @@ def test_early_stopping_after_patience_evaluations(tmp_path):
     # exact match stays 0 at lr 1e-9: the best is the first evaluation, then two without improvement
     assert summary["steps"] == 15 and summary["stop_reason"].startswith("early stopping")
     assert summary["best_step"] == 5
+
+
+@pytest.mark.parametrize("sections,message", [
+    ({"data": {"format": "text", "train": "x.txt"}}, "model.arch must be 'decoder_lm' for data.format 'text'"),
+    ({"model": {"arch": "decoder_lm"}}, "model.arch must be 'encoder_decoder' for data.format 'builtin'"),
+    ({"model": {"arch": "decoder_lm"}, "data": {"format": "text", "train": "x.txt"}, "train": {"eval_exact_match": 5}},
+     "eval_exact_match needs sentence pairs"),
+    ({"model": {"positional": "learned", "max_len": 64}, "data": {"max_src_len": 100}},
+     r"model.max_len \(64\) must cover the longest sequence \(257\)"),
+])
+def test_run_config_checks_across_sections(sections, message):
+    from attnlab import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        RunConfig.from_sections(sections)

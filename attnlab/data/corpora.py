@@ -28,18 +28,20 @@ def read_text(path: str | Path) -> str:
     except OSError as err:
         raise DataError(f"{path}: cannot read ({err.strerror})") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is not text
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise DataError(f"{path}:{line}: not valid UTF-8 (byte {err.start})") from None
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """Lines without their line ends; an empty file is an error."""
-    lines = read_text(path).splitlines()
-    if not lines:
+    """Lines split at '\n' only (str.splitlines would also split inside a line at U+0085, U+2028,
+    form feeds...), without a trailing '\r'; an empty file is an error."""
+    text = read_text(path)
+    if not text:
         raise DataError(f"{path}: file is empty")
-    return lines
+    lines = text.removesuffix("\n").split("\n")
+    return [line.removesuffix("\r") for line in lines]
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:

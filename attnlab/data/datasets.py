@@ -151,7 +151,9 @@ def prepare_lm(cfg: DataConfig, batch_size: int, seed: int, tokenizers: Tokenize
     streams = {name: torch.tensor(tok.encode(t), dtype=torch.long) for name, t in (("train", train_text), ("valid", valid_text))}
     for name, stream in streams.items():
         if len(stream) <= cfg.block_size:
-            raise DataError(f"the {name} text has {len(stream)} tokens, fewer than block_size + 1 ({cfg.block_size + 1})")
+            where = cfg.valid if name == "valid" and cfg.valid is not None else cfg.train
+            raise DataError(f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
+                            f"({cfg.block_size + 1})")
     return LMData(tokenizers, streams, cfg.block_size, batch_size, seed)
 
 

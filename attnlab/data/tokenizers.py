@@ -65,13 +65,21 @@ class Tokenizer:
         for token_id, token in enumerate(SPECIAL_TOKENS):
             if hf.token_to_id(token) != token_id:
                 raise DataError(f"tokenizer has {token} at id {hf.token_to_id(token)}, expected {token_id}")
+        hf.encode_special_tokens = True  # '<eos>' typed in the text is text, never the EOS id
         self.hf = hf
 
     @classmethod
     def train(cls, kind: str, texts: Iterable[str], vocab_size: int = 8000) -> "Tokenizer":
         """Fit a tokenizer of ``kind`` on ``texts``; ``vocab_size`` bounds the subword kinds only."""
         hf, trainer = _pipeline(kind, vocab_size)
-        hf.train_from_iterator(texts, trainer)
+        try:
+            hf.train_from_iterator(texts, trainer)
+        except Exception as err:  # the library raises a plain Exception, e.g. for a vocabulary too small
+            raise DataError(f"cannot train the {kind} tokenizer: {err} (data.vocab_size is {vocab_size})") from None
+        for token_id, token in enumerate(SPECIAL_TOKENS):
+            if hf.token_to_id(token) != token_id:
+                raise DataError(f"the training text uses the special token {token} as a word; the {kind} "
+                                f"tokenizer reserves it (id {token_id}): rename it in the data or use another tokenizer")
         return cls(hf)
 
     @property

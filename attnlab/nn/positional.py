@@ -58,6 +58,11 @@ class PositionalEncoding(nn.Module):
         """True when ``value_term`` needs the attention weights (attention must return them)."""
         return False
 
+    @property
+    def max_positions(self) -> int | None:
+        """How many positions the scheme can encode; None when there is no limit."""
+        return None
+
 
 def sinusoid(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
     """The paper's table: PE(pos, 2i) = sin(pos / n^(2i/D)), PE(pos, 2i+1) = cos(pos / n^(2i/D)).
@@ -114,6 +119,10 @@ class LearnedPositional(AbsolutePositional):
     @classmethod
     def from_config(cls, cfg: Any) -> "LearnedPositional":
         return cls(cfg.positional_width, cfg.max_len, cfg.positional_combine)
+
+    @property
+    def max_positions(self) -> int:
+        return self.table.num_embeddings
 
     def encode(self, positions: Tensor) -> Tensor:
         if positions.numel() and int(positions.max()) >= self.table.num_embeddings:

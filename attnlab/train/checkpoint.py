@@ -30,7 +30,7 @@ from torch import nn
 
 from attnlab.config import DataConfig, ModelConfig, TrainConfig, read_config_file
 from attnlab.data.tokenizers import Tokenizer
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_text, publish_dir, staging_dir
 from attnlab.nn.build import build_model
 
@@ -120,7 +120,7 @@ class RunDir:
         try:
             return torch.load(path, weights_only=True)
         except Exception as err:  # torch raises several types for damaged or unsafe files
-            raise CheckpointError(f"{path}: cannot load training state ({err})") from None
+            raise CheckpointError(f"{path}: cannot load training state ({str(err).splitlines()[0]})") from None
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
@@ -179,7 +179,10 @@ def average_checkpoints(model: nn.Module, paths: list[Path]) -> nn.Module:
 
 
 def write_average(path: str | Path, last: int) -> tuple[Path, list[int]]:
-    """Average the newest ``last`` checkpoints of a run into checkpoints/average/ (atomically)."""
+    """Average the newest ``last`` checkpoints of a run into checkpoints/average/ (atomically).
+    (An older best checkpoint, kept by pruning, is among them only if ``last`` exceeds keep_last.)"""
+    if last < 1:
+        raise UsageError(f"--last must be at least 1 (got {last})")
     run = RunDir(path)
     steps = run.steps()[-last:]
     if not steps:

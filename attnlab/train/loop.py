@@ -127,7 +127,7 @@ def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | N
         chunk = examples[start:start + batch_size]
         src = pad_sequences([e.src_ids + [EOS] for e in chunk]).to(device)
         for e, hyp in zip(chunk, greedy_decode(model, src)):
-            triples.append((e.src, tok_tgt.decode(e.tgt_ids), tok_tgt.decode(hyp)))
+            triples.append((e.src, e.tgt, tok_tgt.decode(hyp)))
     return triples
 
 
@@ -142,6 +142,10 @@ class Progress:
     tokens: int = 0
     best: float | None = None
     bad_evals: int = 0
+    window_loss: float = 0.0  # sums since the last train log line, so that resumed logs match
+    window_nll: float = 0.0
+    window_tokens: int = 0
+    window_seconds: float = 0.0
 
 
 def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: RunDir, d_model: int,
@@ -168,7 +172,6 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     valid_batches = data.eval_batches("valid")
     metric_name = cfg.early_stop_metric
     last_eval: dict[str, float] = {}
-    window = {"loss": 0.0, "tokens": 0, "seconds": 0.0}
     bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not cfg.progress, unit="step",
                dynamic_ncols=True, leave=False)
 
@@ -176,8 +179,8 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
         with open(run.metrics, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
-    def evaluate_and_save() -> bool:
-        """Validation, checkpoint, best and early stopping; True when training should stop."""
+    def evaluate_and_save() -> None:
+        """Validation, checkpoint, and the best so far (early stopping counts evaluations without gain)."""
         nonlocal last_eval
         scores = evaluate(model, valid_batches, device, amp)
         last_eval = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
@@ -196,9 +199,19 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
         run.save(progress.step, model, _trainer_state(optimizer, scheduler, scaler, progress, device),
                  {"metrics": last_eval}, cfg.keep_last, best=(metric_name, value) if improved else None)
         bar.write(f"step {progress.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in last_eval.items()))
-        return cfg.patience is not None and progress.bad_evals >= cfg.patience
 
-    stop_reason = None
+    def limit_reached() -> str | None:
+        if progress.step >= cfg.max_steps:
+            return f"max_steps ({cfg.max_steps})"
+        if cfg.max_seconds is not None and progress.train_seconds >= cfg.max_seconds:
+            return f"max_seconds ({cfg.max_seconds:g})"
+        if cfg.max_epochs is not None and progress.epoch >= cfg.max_epochs:
+            return f"max_epochs ({cfg.max_epochs})"
+        if cfg.patience is not None and progress.bad_evals >= cfg.patience:
+            return f"early stopping: no better {metric_name} in {cfg.patience} evaluations"
+        return None
+
+    stop_reason = limit_reached()  # a resumed run may already be done
     evaluated_at = progress.step if resume else -1
     while stop_reason is None:
         batches = data.epoch_batches(progress.epoch)
@@ -211,33 +224,33 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             progress.step += 1
             progress.train_seconds += seconds
             progress.tokens += out["tokens"]
-            for key, value in (("loss", out["loss"] * out["tokens"]), ("tokens", out["tokens"]), ("seconds", seconds)):
-                window[key] += value
+            progress.window_loss += out["loss"] * out["tokens"]
+            progress.window_nll += out["nll"] * out["tokens"]
+            progress.window_tokens += out["tokens"]
+            progress.window_seconds += seconds
             bar.update(1)
             if progress.step % cfg.log_every == 0:
-                record = {"step": progress.step, "split": "train", "loss": window["loss"] / window["tokens"],
+                record = {"step": progress.step, "split": "train",
+                          "loss": progress.window_loss / progress.window_tokens,
+                          "nll": progress.window_nll / progress.window_tokens,
                           "lr": out["lr"], "grad_norm": out["grad_norm"],
-                          "tokens_per_s": window["tokens"] / window["seconds"], "epoch": progress.epoch}
+                          "tokens_per_s": progress.window_tokens / progress.window_seconds, "epoch": progress.epoch}
                 log_line(record)
-                for key in ("loss", "lr", "grad_norm", "tokens_per_s"):
+                for key in ("loss", "nll", "lr", "grad_norm", "tokens_per_s"):
                     writer.add_scalar(f"train/{key}", record[key], progress.step)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{out['lr']:.2e}",
                                 tok_s=f"{record['tokens_per_s']:.0f}")
-                window = {"loss": 0.0, "tokens": 0, "seconds": 0.0}
-            if progress.step >= cfg.max_steps:
-                stop_reason = f"max_steps ({cfg.max_steps})"
-            elif cfg.max_seconds is not None and progress.train_seconds >= cfg.max_seconds:
-                stop_reason = f"max_seconds ({cfg.max_seconds:g})"
+                progress.window_loss = progress.window_nll = progress.window_seconds = 0.0
+                progress.window_tokens = 0
+            stop_reason = limit_reached()
             if progress.step % cfg.eval_every == 0 or stop_reason is not None:
                 evaluated_at = progress.step
-                if evaluate_and_save() and stop_reason is None:
-                    stop_reason = f"early stopping: no better {metric_name} in {cfg.patience} evaluations"
+                evaluate_and_save()
+                stop_reason = stop_reason or limit_reached()
         if progress.batch >= len(batches):
             progress.epoch, progress.batch = progress.epoch + 1, 0
-            if cfg.max_epochs is not None and progress.epoch >= cfg.max_epochs and stop_reason is None:
-                stop_reason = f"max_epochs ({cfg.max_epochs})"
-                if evaluated_at != progress.step:
-                    evaluate_and_save()
+            if stop_reason is None and (stop_reason := limit_reached()) is not None and evaluated_at != progress.step:
+                evaluate_and_save()
     bar.close()
     writer.close()
     log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")

@@ -11,7 +11,7 @@ import torch
 from attnlab.config import ModelConfig, RunConfig
 from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
 from attnlab.data.tokenizers import PAD
-from attnlab.errors import ConfigError
+from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text
 from attnlab.nn.build import build_model
 from attnlab.nn.transformer import LayerStack
@@ -49,6 +49,9 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
         data = prepare_data(data_cfg, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed, run.read_tokenizers())
         if _model_config(cfg, data) != model_cfg:
             raise ConfigError(f"{run.config}: the model section differs from the given config; a resumed run keeps its model")
+        if not run.steps():
+            raise CheckpointError(f"{run.path}: nothing to resume (no checkpoint in {run.checkpoints})")
+        run.load_trainer_state(run.steps()[-1])  # refuse a damaged state before touching config.yaml
     else:
         data = prepare_data(cfg.data, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed)
         model_cfg = _model_config(cfg, data)
