@@ -95,6 +95,126 @@ def cmd_average(args: argparse.Namespace) -> None:
     print(f"averaged steps {', '.join(map(str, steps))} into {path}")
 
 
+def _read_input_lines(path: str | None) -> list[str]:
+    """Lines of --input FILE, or of standard input."""
+    from attnlab.data.corpora import read_lines
+
+    if path is None:
+        text = sys.stdin.read()
+        return text.removesuffix("\n").split("\n") if text else []
+    return read_lines(path)
+
+
+def _write_output(path: str | None, text: str, force: bool) -> None:
+    """To --output FILE (atomically; an existing file only with --force), or to standard output."""
+    from attnlab.files import atomic_write_text
+
+    if path is None:
+        sys.stdout.write(text)
+        return
+    if Path(path).exists() and not force:
+        raise UsageError(f"{path} already exists; pass --force to overwrite it")
+    atomic_write_text(path, text)
+
+
+def _load(args: argparse.Namespace, arch: str):
+    from attnlab.train.checkpoint import load_run
+
+    model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
+    if cfg.arch != arch:
+        raise UsageError(f"{args.run_dir} holds a model of arch '{cfg.arch}'; this command needs '{arch}'")
+    return model, tokenizers
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    from attnlab.decode.translate import translate
+
+    _check_beam(args)
+    model, tokenizers = _load(args, "encoder_decoder")
+    lines = _read_input_lines(args.input)
+    results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
+                        args.batch_size, args.max_len, args.min_len)
+    if args.nbest == 1:
+        text = "".join(hyps[0][0] + "\n" for hyps in results)
+    else:  # Moses n-best format: sentence index ||| hypothesis ||| score
+        text = "".join(f"{i} ||| {hyp} ||| {score:.4f}\n" for i, hyps in enumerate(results) for hyp, score in hyps)
+    _write_output(args.output, text, args.force)
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    import torch
+
+    from attnlab.decode.search import sample
+
+    model, tokenizers = _load(args, "decoder_lm")
+    tok = tokenizers["tgt"]
+    prompt_ids = tok.encode(args.prompt)
+    if not prompt_ids:
+        raise UsageError("--prompt is empty after tokenisation; give at least one known token")
+    prompt = torch.tensor([prompt_ids] * args.num_samples)
+    generator = torch.Generator().manual_seed(args.seed)
+    rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                  top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False)
+    for i, row in enumerate(rows):
+        if args.num_samples > 1:
+            print(f"--- sample {i + 1}")
+        print(args.prompt + tok.decode(row))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from attnlab.data.corpora import read_lines
+    from attnlab.eval.evaluate import evaluate
+
+    _check_beam(args)
+    model, tokenizers = _load(args, "encoder_decoder")
+    sources, references = read_lines(args.src), read_lines(args.ref)
+    if len(sources) != len(references):
+        raise UsageError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+    result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache)
+    result.pop("hypotheses")
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"BLEU  {result['bleu']:.2f}  {result['bleu_signature']}")
+        print(f"chrF  {result['chrf']:.2f}  {result['chrf_signature']}")
+        print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
+        print(f"({result['sentences']} sentences, beam {result['beam']}, lenpen {result['lenpen']})")
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from attnlab.data.batching import collate_pairs, lm_eval_blocks
+    from attnlab.data.corpora import read_lines, read_text
+    from attnlab.train.checkpoint import load_run
+    from attnlab.train.loop import evaluate
+
+    model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
+    if cfg.arch == "decoder_lm":
+        import torch
+
+        if args.src is not None:
+            raise UsageError("a language model scores --tgt alone; drop --src")
+        stream = torch.tensor(tokenizers["tgt"].encode(read_text(args.tgt)))
+        block = model.embed.positional.max_positions or 256
+        batches = lm_eval_blocks(stream, min(block, max(1, len(stream) - 1)), 32)
+    else:
+        if args.src is None:
+            raise UsageError("a translation model needs --src and --tgt")
+        sources, targets = read_lines(args.src), read_lines(args.tgt)
+        if len(sources) != len(targets):
+            raise UsageError(f"{args.src} has {len(sources)} lines but {args.tgt} has {len(targets)}")
+        pairs = list(zip(tokenizers["src"].encode_batch(sources), tokenizers["tgt"].encode_batch(targets)))
+        batches = [collate_pairs(pairs[i:i + 64]) for i in range(0, len(pairs), 64)]
+    result = evaluate(model, batches)
+    print(json.dumps({"nll_per_token": result["loss"], "ppl": result["ppl"], "tokens": result["tokens"]}))
+
+
+def _check_beam(args: argparse.Namespace) -> None:
+    if args.beam < 1:
+        raise UsageError(f"--beam must be at least 1 (got {args.beam})")
+    if not 1 <= getattr(args, "nbest", 1) <= args.beam:
+        raise UsageError(f"--nbest must be between 1 and --beam ({args.beam})")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors through the one error path (exit code 2, one line)."""
 
@@ -126,6 +246,52 @@ def make_parser() -> argparse.ArgumentParser:
     average.add_argument("run_dir", help="a run directory written by `attnlab train`")
     average.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
     average.set_defaults(func=cmd_average)
+
+    def run_dir_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("run_dir", help="a run directory written by `attnlab train`")
+        p.add_argument("--checkpoint", default="best", help="best (default), last, average, or a step number")
+
+    def search_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, as the paper)")
+        p.add_argument("--lenpen", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
+        p.add_argument("--no-cache", action="store_true", help="recompute every prefix (same output, slower)")
+
+    translate = sub.add_parser("translate", help="translate lines of text (stdin to stdout by default)")
+    run_dir_args(translate)
+    search_args(translate)
+    translate.add_argument("--nbest", type=int, default=1, help="print the K best per sentence (Moses format)")
+    translate.add_argument("--input", help="source file, one sentence per line (default: stdin)")
+    translate.add_argument("--output", help="output file (default: stdout)")
+    translate.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    translate.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    translate.add_argument("--max-len", type=int, help="most output tokens (default: source length + 50)")
+    translate.add_argument("--min-len", type=int, default=0, help="fewest output tokens before EOS (default 0)")
+    translate.set_defaults(func=cmd_translate)
+
+    generate = sub.add_parser("generate", help="sample text from a language model")
+    run_dir_args(generate)
+    generate.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    generate.add_argument("--max-new-tokens", type=int, default=200)
+    generate.add_argument("--temperature", type=float, default=1.0)
+    generate.add_argument("--top-k", type=int, help="sample among the K most likely tokens")
+    generate.add_argument("--top-p", type=float, help="sample from the smallest set of probability >= P")
+    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--num-samples", type=int, default=1)
+    generate.set_defaults(func=cmd_generate)
+
+    evaluate = sub.add_parser("evaluate", help="BLEU, chrF, exact match and perplexity on a test set")
+    run_dir_args(evaluate)
+    search_args(evaluate)
+    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
+    evaluate.add_argument("--ref", required=True, help="reference translations, one per line")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    score = sub.add_parser("score", help="teacher-forced perplexity of target text")
+    run_dir_args(score)
+    score.add_argument("--src", help="source sentences (translation models)")
+    score.add_argument("--tgt", required=True, help="target sentences, or text for a language model")
+    score.set_defaults(func=cmd_score)
 
     demo = sub.add_parser("demo", help="train a small Transformer on the built-in SCAN task and show it working")
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")

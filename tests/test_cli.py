@@ -111,13 +111,13 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     bad = subprocess.run([str(ATTNLAB), "average", str(out), "--last", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--last must be at least 1" in bad.stderr
     # the run directory is all that decoding needs
-    from attnlab.decode.search import greedy_decode
+    from attnlab.decode.search import greedy
     from attnlab.train.checkpoint import load_run
 
     for checkpoint in ("best", "last", "average", "250"):
         model, toks, _ = load_run(out, checkpoint)
         src = torch.tensor([toks["src"].encode("drei eins vier") + [2]])
-        assert toks["tgt"].decode(greedy_decode(model, src)[0]) == "three one four", checkpoint
+        assert toks["tgt"].decode(greedy(model, src)[0]) == "three one four", checkpoint
 
 
 @pytest.mark.parametrize("args,message", [
@@ -151,3 +151,63 @@ def test_demo_with_a_small_budget(tmp_path):
 
     model, tokenizers, cfg = load_run(out)  # the run directory loads again for decoding
     assert cfg.arch == "encoder_decoder" and tokenizers["src"] is tokenizers["tgt"]
+
+    # translate and evaluate on the demo's run directory; --no-cache changes nothing
+    commands = tmp_path / "commands.txt"
+    commands.write_text("jump twice\nwalk left after look\nturn around right thrice\n")
+    actions = tmp_path / "actions.txt"
+    actions.write_text("I_JUMP I_JUMP\nI_LOOK I_TURN_LEFT I_WALK\n" + " ".join(["I_TURN_RIGHT"] * 12) + "\n")
+    outputs = {}
+    for flags in ([], ["--no-cache"], ["--beam", "1"], ["--beam", "1", "--no-cache"]):
+        done = subprocess.run([str(ATTNLAB), "translate", str(out), "--input", str(commands), *flags],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        outputs[tuple(flags)] = done.stdout
+    assert len(outputs[()].splitlines()) == 3
+    assert outputs[()] == outputs[("--no-cache",)] and outputs[("--beam", "1")] == outputs[("--beam", "1", "--no-cache")]
+    piped = subprocess.run([str(ATTNLAB), "translate", str(out)], input=commands.read_text(), capture_output=True, text=True)
+    assert piped.stdout == outputs[()]
+    nbest = subprocess.run([str(ATTNLAB), "translate", str(out), "--input", str(commands), "--beam", "3", "--nbest", "2"],
+                           capture_output=True, text=True).stdout.splitlines()
+    assert [line.split(" ||| ")[0] for line in nbest] == ["0", "0", "1", "1", "2", "2"]
+    assert float(nbest[0].split(" ||| ")[2]) >= float(nbest[1].split(" ||| ")[2])
+    done = subprocess.run([str(ATTNLAB), "evaluate", str(out), "--src", str(commands), "--ref", str(actions), "--json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert 0 <= result["bleu"] <= 100 and 0 <= result["exact_match"] <= 1 and result["ppl"] >= 1
+    text = subprocess.run([str(ATTNLAB), "evaluate", str(out), "--src", str(commands), "--ref", str(actions)],
+                          capture_output=True, text=True).stdout
+    assert text.startswith("BLEU ") and "chrF " in text and "exact match" in text
+    scored = subprocess.run([str(ATTNLAB), "score", str(out), "--src", str(commands), "--tgt", str(actions)],
+                            capture_output=True, text=True)
+    assert json.loads(scored.stdout)["ppl"] == pytest.approx(result["ppl"], rel=1e-4)
+    wrong = subprocess.run([str(ATTNLAB), "generate", str(out)], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "needs 'decoder_lm'" in wrong.stderr
+
+
+def test_generate_and_score_a_language_model(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question. " * 100)
+    config = tmp_path / "lm.yaml"
+    config.write_text(f"""\
+model: {{arch: decoder_lm, d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0, positional: rotary}}
+data: {{format: text, train: {text}, tokenizer: char, block_size: 32}}
+train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_steps: 5, label_smoothing: 0.0,
+        eval_every: 80}}
+""")
+    out = tmp_path / "lm"
+    assert subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out)], capture_output=True).returncode == 0
+    run = lambda *a: subprocess.run([str(ATTNLAB), "generate", str(out), *a], capture_output=True, text=True)
+    first = run("--prompt", "to be", "--max-new-tokens", "20", "--seed", "3")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("to be") and len(first.stdout.rstrip("\n")) == 25
+    assert run("--prompt", "to be", "--max-new-tokens", "20", "--seed", "3").stdout == first.stdout
+    greedy = run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "1").stdout
+    assert greedy == run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "2").stdout
+    two = run("--prompt", "to", "--max-new-tokens", "5", "--num-samples", "2", "--top-p", "0.9").stdout
+    assert two.count("--- sample") == 2
+    scored = subprocess.run([str(ATTNLAB), "score", str(out), "--tgt", str(text)], capture_output=True, text=True)
+    assert scored.returncode == 0, scored.stderr
+    assert 1.0 <= json.loads(scored.stdout)["ppl"] < 10.0

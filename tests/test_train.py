@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from attnlab import CheckpointError
 from attnlab.config import RunConfig
 from attnlab.data.datasets import prepare_data
-from attnlab.decode.search import greedy_decode
+from attnlab.decode.search import greedy
 from attnlab.train.checkpoint import MODEL_FILE, STATE_FILE, RunDir, average_checkpoints, load_run
 from attnlab.train.losses import label_smoothed_nll
 from attnlab.train.run import train_run
@@ -137,7 +137,7 @@ def test_greedy_decoding_with_cache_equals_recomputation(tmp_path):
     train_run(run_config(train={"max_steps": 150}), tmp_path / "run", log=lambda s: None)
     model, tokenizers, _ = load_run(tmp_path / "run")
     src = torch.tensor([[5, 6, 7, 2, 0], [8, 9, 10, 11, 2]])
-    cached = greedy_decode(model, src, max_len=8)
+    cached = greedy(model, src, max_len=8)
     ys = torch.full((2, 1), 1)
     with torch.no_grad():
         for _ in range(8):

@@ -1,35 +1,231 @@
-"""Search over the models' incremental interface: encode once, then one step at a time with a cache."""
+"""Search over the models' incremental interface: encode once, then one step at a time.
+
+A :class:`DecodingSession` hides the model kind (encoder-decoder or decoder-only) and whether the
+KV cache is used: ``step(tokens)`` feeds the newest tokens of every row and returns the next-token
+log-probabilities, ``reorder(index)`` follows beam search. With ``use_cache=False`` every step
+recomputes the whole prefix: the same numbers, for checks and teaching.
+
+- :func:`greedy`: the argmax at every step;
+- :func:`beam_search`: batch x beam rows in one tensor, GNMT length penalty, n-best lists;
+- :func:`sample`: temperature, top-k and top-p (nucleus) sampling from a seeded generator.
+
+``max_len`` is the most tokens generated before EOS (default: the source length + 50, the paper's
+rule, within the positions the model can encode); the length in the length penalty counts EOS.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
-from attnlab.nn.transformer import EncoderDecoder
+
+
+class DecodingSession:
+    """The state of decoding one batch: source memory and the cache, or the prefix so far.
+    Works with any model that has the EncoderDecoder interface (encode, decode, new_cache) or the
+    DecoderLM one (``model(ids, cache=...)``, new_cache)."""
+
+    def __init__(self, model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None,
+                 use_cache: bool = True) -> None:
+        """EncoderDecoder: ``src`` (N, S) ids, decoding starts from BOS. DecoderLM: ``prompt``
+        (N, P) ids (not padded), decoding continues it."""
+        self.model, self.use_cache = model, use_cache
+        self.cache = model.new_cache() if use_cache else None
+        self.seq2seq = hasattr(model, "encode")  # EncoderDecoder, or anything with its interface
+        if self.seq2seq:
+            self.memory, self.src_valid = model.encode(src)
+            self.start = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)
+        else:
+            self.memory = self.src_valid = None
+            self.start = prompt
+        self.prefix = self.start[:, :0]  # tokens fed so far, kept only without a cache
+
+    @property
+    def max_positions(self) -> int | None:
+        embed = getattr(self.model, "tgt_embed", None) or getattr(self.model, "embed", None)
+        return None if embed is None else embed.positional.max_positions
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Feed (N, t) new tokens; return (N, V) log-probabilities of the token after them, with
+        PAD and BOS ruled out (never an output)."""
+        if not self.use_cache:
+            self.prefix = torch.cat([self.prefix, tokens], dim=1)
+            tokens = self.prefix
+        if self.seq2seq:
+            logits = self.model.decode(tokens, self.memory, self.src_valid, self.cache)
+        else:
+            logits = self.model(tokens, cache=self.cache)
+        logprobs = logits[:, -1].float().log_softmax(dim=-1)
+        logprobs[:, [PAD, BOS]] = -torch.inf
+        return logprobs
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep row ``index[i]`` as row i (beam search, or dropping finished sentences)."""
+        if self.cache is not None:
+            self.cache.reorder(index)
+        self.prefix = self.prefix.index_select(0, index)
+        if self.memory is not None:  # the cache keeps its own copy; the uncached path reads these
+            self.memory = self.memory.index_select(0, index)
+            self.src_valid = self.src_valid.index_select(0, index)
+
+
+def default_max_len(session: DecodingSession, src: Tensor | None, max_len: int | None) -> int:
+    """``max_len``, or source length + 50, within the positions the model can still encode."""
+    if max_len is None:
+        max_len = int((src != PAD).sum(1).max()) + 50 if src is not None else 50
+    limit = session.max_positions
+    if limit is not None:  # the last token fed (to score EOS after it) must still have a position
+        max_len = min(max_len, limit - session.start.shape[1])
+    return max_len
 
 
 @torch.no_grad()
-def greedy_decode(model: EncoderDecoder, src: Tensor, max_len: int | None = None) -> list[list[int]]:
-    """The argmax token at every step, until EOS or ``max_len`` (default: source length + 50, the
-    paper's rule, within the positions the model can encode). src: (B, S) padded ids -> B lists of
-    ids without BOS and EOS."""
-    memory, src_valid = model.encode(src)
+def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, min_len: int = 0,
+           use_cache: bool = True) -> list[list[int]]:
+    """The argmax token at every step until EOS. src: (B, S) padded ids -> B id lists (no BOS/EOS)."""
+    session = DecodingSession(model, src=src, use_cache=use_cache)
+    max_len = default_max_len(session, src, max_len)
     B = src.shape[0]
-    max_len = int(src_valid.sum(1).max()) + 50 if max_len is None else max_len
-    limit = model.tgt_embed.positional.max_positions
-    max_len = max_len if limit is None else min(max_len, limit)
-    cache = model.new_cache()
-    step_input = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    steps = []
-    for _ in range(max_len):
-        next_token = model.decode(step_input, memory, src_valid, cache)[:, -1].argmax(-1)  # (B,)
-        next_token = next_token.masked_fill(finished, PAD)  # finished rows only pad, and are masked
-        steps.append(next_token)
+    tokens, finished, out = session.start, torch.zeros(B, dtype=torch.bool, device=src.device), []
+    for t in range(max_len):
+        logprobs = session.step(tokens)
+        if t < min_len:
+            logprobs[:, EOS] = -torch.inf
+        next_token = logprobs.argmax(-1).masked_fill(finished, PAD)  # finished rows only pad (masked)
+        out.append(next_token)
         finished |= next_token == EOS
         if finished.all():
             break
-        step_input = next_token[:, None]
-    out = torch.stack(steps, dim=1).tolist()  # (B, t)
-    return [row[: row.index(EOS)] if EOS in row else [t for t in row if t != PAD] for row in out]
+        tokens = next_token[:, None]
+    return [_until_eos(row) for row in torch.stack(out, dim=1).tolist()]
+
+
+def _until_eos(row: list[int]) -> list[int]:
+    """A row's tokens before EOS (after it come only PAD fillers)."""
+    return row[: row.index(EOS)] if EOS in row else row
+
+
+@dataclass
+class Hypothesis:
+    """A finished beam: tokens without BOS/EOS, log P(tokens, EOS | source), and that score divided
+    by the length penalty (what n-best lists are ranked by)."""
+
+    tokens: list[int]
+    score: float
+    normalized: float
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT (Wu et al. 2016): lp(Y) = ((5 + |Y|) / 6)^alpha; alpha = 0 ranks by log-probability."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.6, nbest: int = 1,
+                max_len: int | None = None, min_len: int = 0, use_cache: bool = True) -> list[list[Hypothesis]]:
+    """Beam search for a whole batch at once: B sentences x ``beam`` rows in one tensor.
+
+    At each step the 2 x beam best continuations of each sentence are taken from its beam x V
+    candidates (ranked by log-probability); those ending in EOS among the first ``beam`` are set
+    aside as finished hypotheses, and the best ``beam`` others continue. A sentence is done when it
+    has ``beam`` finished hypotheses; after ``max_len`` tokens the live ones must end with EOS. Returns for
+    each sentence its ``nbest`` hypotheses, best first by log P / lp(length).
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
+    B, K = src.shape[0], beam
+    session = DecodingSession(model, src=src.repeat_interleave(K, dim=0), use_cache=use_cache)
+    max_len = default_max_len(session, src, max_len)
+    device = src.device
+    scores = torch.full((B, K), -torch.inf, device=device)
+    scores[:, 0] = 0.0  # all beams start as BOS: keep one, or the first step would fill the beam with copies
+    tokens = torch.empty(B, K, 0, dtype=torch.long, device=device)  # (B, K, t) generated so far
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    active = torch.arange(B, device=device)  # sentence ids still in the batch
+    step_input = session.start
+    for t in range(max_len + 1):
+        logprobs = session.step(step_input).view(len(active), K, -1)  # (b, K, V)
+        V = logprobs.shape[-1]
+        if t < min_len:
+            logprobs[..., EOS] = -torch.inf
+        if t == max_len:  # max_len tokens generated: only EOS
+            logprobs[..., :EOS] = -torch.inf
+            logprobs[..., EOS + 1:] = -torch.inf
+        candidates = (scores[..., None] + logprobs).view(len(active), K * V)  # (b, K V)
+        top_scores, top_index = candidates.topk(2 * K, dim=1)  # (b, 2K), best first
+        top_beam, top_token = top_index // V, top_index % V
+        is_eos = top_token == EOS
+        # finish the EOS candidates among the first K of each sentence
+        for i, j in (is_eos[:, :K] & (top_scores[:, :K] > -torch.inf)).nonzero().tolist():
+            sentence = int(active[i])
+            if len(finished[sentence]) < K:
+                words = tokens[i, top_beam[i, j]].tolist()
+                score = float(top_scores[i, j])
+                finished[sentence].append(Hypothesis(words, score, score / length_penalty(t + 1, lenpen)))
+        # the best K non-EOS candidates continue (at most K of the 2K end in EOS, one per beam)
+        keep = ~is_eos & (torch.cumsum(~is_eos, dim=1) <= K)  # exactly K per sentence
+        scores = top_scores[keep].view(-1, K)
+        beams, next_tokens = top_beam[keep].view(-1, K), top_token[keep].view(-1, K)
+        rows = (torch.arange(len(active), device=device)[:, None] * K + beams).view(-1)  # (b K,) old rows
+        b = len(active)
+        tokens = torch.cat([tokens.reshape(b * K, t)[rows].reshape(b, K, t), next_tokens[..., None]], dim=2)
+        session.reorder(rows)
+        done = torch.tensor([len(finished[int(s)]) >= K for s in active], device=device)
+        if done.all():
+            break
+        if done.any():  # drop finished sentences from the batch
+            alive = (~done).nonzero().squeeze(1)
+            active, scores, tokens, next_tokens = active[alive], scores[alive], tokens[alive], next_tokens[alive]
+            session.reorder((alive[:, None] * K + torch.arange(K, device=device)).view(-1))
+        step_input = next_tokens.view(-1, 1)
+    return [sorted(hyps, key=lambda h: -h.normalized)[:nbest] for hyps in finished]
+
+
+def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None) -> Tensor:
+    """(N, V) logits -> logits to sample from: divided by the temperature, then all but the
+    ``top_k`` most likely and all outside the smallest set of probability >= ``top_p`` set to -inf."""
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -torch.inf)
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        outside = cumulative - sorted_logits.softmax(-1) >= top_p  # the mass before this token already reaches p
+        logits = logits.masked_fill(outside.scatter(-1, order, outside), -torch.inf)
+    return logits
+
+
+@torch.no_grad()
+def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None, max_new_tokens: int = 100,
+           temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+           generator: torch.Generator | None = None, stop_at_eos: bool = True,
+           use_cache: bool = True) -> list[list[int]]:
+    """Draw a continuation for each row: of ``src`` (EncoderDecoder) or of ``prompt`` (DecoderLM).
+    Returns the new token ids of each row (without the prompt, BOS or EOS)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (got {temperature})")
+    session = DecodingSession(model, src=src, prompt=prompt, use_cache=use_cache)
+    limit = session.max_positions
+    if limit is not None:
+        max_new_tokens = min(max_new_tokens, limit - session.start.shape[1])
+    tokens = session.start
+    finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    out = []
+    for _ in range(max_new_tokens):
+        logits = filter_logits(session.step(tokens), temperature, top_k, top_p)
+        probs = logits.softmax(-1)
+        next_token = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(tokens.device)
+        next_token = next_token.masked_fill(finished, PAD)
+        out.append(next_token)
+        if stop_at_eos:
+            finished |= next_token == EOS
+            if finished.all():
+                break
+        tokens = next_token[:, None]
+    rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in range(tokens.shape[0])]
+    return [_until_eos(row) if stop_at_eos else row for row in rows]

@@ -1,8 +1,23 @@
-"""Metrics over decoded text. (BLEU and chrF through sacrebleu arrive with the decoding issue.)"""
+"""Metrics over decoded text: BLEU and chrF through sacrebleu (with its signature, so that scores
+can be compared across papers), exact match, perplexity."""
 
 from __future__ import annotations
 
 import math
+
+from sacrebleu.metrics import BLEU, CHRF
+
+
+def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
+    """sacrebleu's corpus BLEU on detokenised text (13a tokenisation) and its signature."""
+    metric = BLEU()
+    return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
+
+
+def corpus_chrf(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
+    """sacrebleu's chrF (character n-gram F-score, beta 2) and its signature."""
+    metric = CHRF()
+    return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
 
 
 def exact_match(hypotheses: list[str], references: list[str]) -> float:

@@ -24,7 +24,7 @@ from attnlab.config import TrainConfig
 from attnlab.data.batching import Batch, pad_sequences
 from attnlab.data.datasets import LMData, Seq2SeqData
 from attnlab.data.tokenizers import EOS, PAD
-from attnlab.decode.search import greedy_decode
+from attnlab.decode.search import greedy
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.eval.metrics import exact_match, perplexity
 from attnlab.files import atomic_write_text
@@ -126,7 +126,7 @@ def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | N
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
         src = pad_sequences([e.src_ids + [EOS] for e in chunk]).to(device)
-        for e, hyp in zip(chunk, greedy_decode(model, src)):
+        for e, hyp in zip(chunk, greedy(model, src)):
             triples.append((e.src, e.tgt, tok_tgt.decode(hyp)))
     return triples
 

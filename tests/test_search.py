@@ -1,0 +1,159 @@
+"""Decoding: beam search against an oracle with fixed step tables, worked by hand; beam 1 = greedy;
+batch = one by one; cached = uncached for every positional variant; sampling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.decode.search import beam_search, filter_logits, greedy, length_penalty, sample
+from attnlab.nn.registry import POSITIONAL
+from helpers import random_ids, tiny_model
+
+PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
+TABLE = {  # next-token probabilities given the tokens after BOS
+    (): {A: 0.5, B: 0.4, EOS: 0.1},
+    (A,): {EOS: 0.7, A: 0.2, B: 0.1},
+    (B,): {B: 0.9, EOS: 0.06, A: 0.04},
+    (A, A): {EOS: 0.98, A: 0.012, B: 0.008},
+}
+LATER = {EOS: 0.9, A: 0.06, B: 0.04}  # any other prefix
+
+
+class OracleCache:
+    """Keeps each row's prefix; reordered like the real cache."""
+
+    def __init__(self) -> None:
+        self.prefix = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.prefix is None else self.prefix.shape[1]
+
+    def reorder(self, index):
+        self.prefix = self.prefix.index_select(0, index)
+
+
+class Oracle(nn.Module):
+    """An 'encoder-decoder' whose next-token distribution is TABLE of the prefix. A source starting
+    with token B swaps the roles of A and B, so that batched sentences differ."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dummy = nn.Parameter(torch.zeros(1))
+
+    def encode(self, src):
+        return src, src != PAD
+
+    def new_cache(self):
+        return OracleCache()
+
+    def decode(self, tokens, memory, src_valid, cache=None):
+        if cache is not None:
+            cache.prefix = tokens if cache.prefix is None else torch.cat([cache.prefix, tokens], dim=1)
+            tokens = cache.prefix
+        logits = torch.full((tokens.shape[0], tokens.shape[1], 5), -torch.inf)
+        for row, (prefix, src) in enumerate(zip(tokens.tolist(), memory.tolist())):
+            swap = {A: B, B: A} if src[0] == B else {}
+            prefix = tuple(swap.get(t, t) for t in prefix[1:])  # after BOS, in the table's terms
+            for token, p in TABLE.get(prefix, LATER).items():
+                logits[row, -1, swap.get(token, token)] = math.log(p)
+        return logits
+
+
+def lp(k: int, alpha: float) -> float:
+    return ((5 + k) / 6) ** alpha
+
+
+# The hand computation (beam 2). Step 1: a (log .5), b (log .4); EOS (log .1) ranks third, not
+# finished. Step 2: bb = log .4 + log .9 = -1.0217, 'a EOS' = log .5 + log .7 = -1.0498 (finished),
+# aa = -2.3026, ab = -2.9957: bb and aa go on. Step 3: 'bb EOS' = -1.1270 and 'aa EOS' = -2.3228
+# are both among the first two: finished, and the sentence has 3 >= 2 hypotheses: done.
+SCORE_A = math.log(0.5) + math.log(0.7)
+SCORE_BB = math.log(0.4) + math.log(0.9) + math.log(0.9)
+SCORE_AA = math.log(0.5) + math.log(0.2) + math.log(0.98)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_beam_search_by_hand_without_length_penalty(use_cache):
+    (hyps,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, nbest=2, use_cache=use_cache)
+    assert [h.tokens for h in hyps] == [[A], [B, B]]
+    assert [h.score for h in hyps] == pytest.approx([SCORE_A, SCORE_BB])
+    assert [h.normalized for h in hyps] == pytest.approx([SCORE_A, SCORE_BB])
+
+
+def test_beam_search_by_hand_with_length_penalty():
+    """alpha = 1: 'a' (2 tokens with EOS) -> -1.0498 / (7/6) = -0.8998; 'b b' (3) -> -1.1270 / (8/6) =
+    -0.8453; 'a a' -> -2.3228 / (8/6) = -1.7421: the longer 'b b' now wins."""
+    (hyps,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=1.0, nbest=2)
+    assert [h.tokens for h in hyps] == [[B, B], [A]]
+    assert [h.normalized for h in hyps] == pytest.approx([SCORE_BB / lp(3, 1.0), SCORE_A / lp(2, 1.0)])
+    assert [h.normalized for h in hyps] == pytest.approx([-0.84526, -0.89985], abs=1e-5)
+    assert length_penalty(3, 0.6) == pytest.approx((8 / 6) ** 0.6)
+
+
+def test_beam_search_keeps_finished_hypotheses_and_respects_min_len():
+    (three,) = beam_search(Oracle(), torch.tensor([[A]]), beam=3, lenpen=0.0, nbest=3)
+    assert {tuple(h.tokens) for h in three} >= {(A,), (B, B)}  # 'a' finished at step 2 and is kept
+    (long,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, nbest=1, min_len=3)
+    assert len(long[0].tokens) >= 2  # EOS is not allowed before the third token
+    (short,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, max_len=0)
+    assert short[0].tokens == [] and short[0].score == pytest.approx(math.log(0.1))  # forced EOS
+    (one,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, max_len=1)
+    assert one[0].tokens == [A] and one[0].score == pytest.approx(SCORE_A)  # 'a', then EOS forced
+
+
+def test_beam_one_equals_greedy_and_batch_equals_one_by_one():
+    src = torch.tensor([[A], [B]])
+    assert greedy(Oracle(), src) == [[A], [B]]
+    assert [hyps[0].tokens for hyps in beam_search(Oracle(), src, beam=1, lenpen=0.0)] == [[A], [B]]
+    batched = beam_search(Oracle(), src, beam=2, lenpen=1.0, nbest=2)
+    for i in range(2):
+        alone = beam_search(Oracle(), src[i:i + 1], beam=2, lenpen=1.0, nbest=2)[0]
+        assert [(h.tokens, h.score) for h in batched[i]] == [(h.tokens, h.score) for h in alone]
+    assert [h.tokens for h in batched[1]] == [[A, A], [B]]  # the swapped sentence
+
+
+@pytest.mark.parametrize("positional", sorted(POSITIONAL))
+def test_cached_equals_uncached_and_batch_equals_single_on_real_models(positional):
+    model = tiny_model(positional=positional)
+    src = random_ids(3, 6, generator_seed=5)
+    src[1, 4:] = PAD
+    greedy_cached = greedy(model, src, max_len=7)
+    assert greedy(model, src, max_len=7, use_cache=False) == greedy_cached
+    beams = beam_search(model, src, beam=3, lenpen=0.6, nbest=3, max_len=7)
+    uncached = beam_search(model, src, beam=3, lenpen=0.6, nbest=3, max_len=7, use_cache=False)
+    for a, b in zip(beams, uncached):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+    single = beam_search(model, src[1:2, :4], beam=3, lenpen=0.6, nbest=3, max_len=7)[0]  # unpadded
+    assert [h.tokens for h in single] == [h.tokens for h in beams[1]]
+    assert [h.score for h in single] == pytest.approx([h.score for h in beams[1]], abs=1e-4)
+    assert [h[0].tokens for h in beam_search(model, src, beam=1, lenpen=0.0, max_len=7)] == greedy_cached
+
+
+def test_filter_logits_top_k_top_p_temperature():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, top_k=2)[0, 2:]).all() and torch.isfinite(filter_logits(logits, top_k=2)[0, :2]).all()
+    kept = torch.isfinite(filter_logits(logits, top_p=0.75))[0].tolist()
+    assert kept == [True, True, False, False]  # 0.5 + 0.3 = 0.8 >= 0.75: the smallest such set
+    assert torch.isfinite(filter_logits(logits, top_p=0.5))[0].tolist() == [True, False, False, False]
+    assert torch.isfinite(filter_logits(logits, top_p=0.81))[0].tolist() == [True, True, True, False]
+    torch.testing.assert_close(filter_logits(logits, temperature=2.0), logits / 2)
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy():
+    lm = tiny_model(arch="decoder_lm", positional="rotary")
+    prompt = random_ids(2, 3)
+    draw = lambda seed, **kw: sample(lm, prompt=prompt, max_new_tokens=10, stop_at_eos=False,
+                                     generator=torch.Generator().manual_seed(seed), **kw)
+    assert draw(1) == draw(1) and draw(1) != draw(2)
+    assert draw(1, use_cache=False) == draw(1)
+    assert draw(3, top_k=1) == draw(4, top_k=1) == draw(5, temperature=1e-4)  # all the argmax path
+    model = tiny_model()
+    src = random_ids(2, 5)
+    assert sample(model, src=src, max_new_tokens=6, top_k=1, generator=torch.Generator().manual_seed(0)) == \
+        greedy(model, src, max_len=6)
