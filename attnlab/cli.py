@@ -167,7 +167,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
     _check_beam(args)
     model, tokenizers = _load(args, "encoder_decoder")
-    sources, references = read_lines(args.src), read_lines(args.ref)
+    if args.split is not None:
+        if args.src or args.ref:
+            raise UsageError("give either --split or --src and --ref")
+        sources, references = _run_split(args.run_dir, args.split, tokenizers)
+    elif args.src and args.ref:
+        sources, references = read_lines(args.src), read_lines(args.ref)
+    else:
+        raise UsageError("give --src and --ref files, or --split (a split of the run's own data)")
     if len(sources) != len(references):
         raise UsageError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
     result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache)
@@ -179,6 +186,18 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         print(f"chrF  {result['chrf']:.2f}  {result['chrf_signature']}")
         print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
         print(f"({result['sentences']} sentences, beam {result['beam']}, lenpen {result['lenpen']})")
+
+
+def _run_split(run_dir: str, split: str, tokenizers) -> tuple[list[str], list[str]]:
+    """Sources and references of a split of the data a run was trained with."""
+    from attnlab.data.datasets import prepare_data
+    from attnlab.train.checkpoint import RunDir
+
+    _, data_cfg, train_cfg = RunDir(run_dir).read_config()
+    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
+    if split not in data.splits:
+        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+    return [e.src for e in data.splits[split]], [e.tgt for e in data.splits[split]]
 
 
 def cmd_score(args: argparse.Namespace) -> None:
@@ -206,6 +225,20 @@ def cmd_score(args: argparse.Namespace) -> None:
         batches = [collate_pairs(pairs[i:i + 64]) for i in range(0, len(pairs), 64)]
     result = evaluate(model, batches)
     print(json.dumps({"nll_per_token": result["loss"], "ppl": result["ppl"], "tokens": result["tokens"]}))
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from attnlab.bench.decode import bench_decode
+
+    print(f"greedy decoding, batch {args.batch}, source length 24, d_model 256, 3+3 layers, vocabulary 8000; "
+          f"median of {args.repeats}", file=sys.stderr)
+    for record in bench_decode(tuple(args.new_tokens), args.batch, repeats=args.repeats):
+        if args.json:
+            print(json.dumps(record), flush=True)
+        else:
+            ratio = f"   x{record['ratio']:.2f} vs no cache" if "ratio" in record else ""
+            print(f"{record['name']:<24}{record['new_tokens']:>5} new tokens  {record['value']:>9.1f} tokens/s  "
+                  f"({record['seconds']:.2f} s){ratio}", flush=True)
 
 
 def _check_beam(args: argparse.Namespace) -> None:
@@ -282,8 +315,9 @@ def make_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("evaluate", help="BLEU, chrF, exact match and perplexity on a test set")
     run_dir_args(evaluate)
     search_args(evaluate)
-    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
-    evaluate.add_argument("--ref", required=True, help="reference translations, one per line")
+    evaluate.add_argument("--src", help="source sentences, one per line")
+    evaluate.add_argument("--ref", help="reference translations, one per line")
+    evaluate.add_argument("--split", help="instead of files: a split of the run's own data (valid, test)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_evaluate)
 
@@ -292,6 +326,15 @@ def make_parser() -> argparse.ArgumentParser:
     score.add_argument("--src", help="source sentences (translation models)")
     score.add_argument("--tgt", required=True, help="target sentences, or text for a language model")
     score.set_defaults(func=cmd_score)
+
+    bench = sub.add_parser("bench", help="benchmarks (timings as ratios against a reference in the same run)")
+    bench_sub = bench.add_subparsers(dest="suite", required=True, parser_class=_Parser)
+    decode = bench_sub.add_parser("decode", help="greedy decoding with the KV cache vs without, by length")
+    decode.add_argument("--new-tokens", type=int, nargs="+", default=[64, 256])
+    decode.add_argument("--batch", type=int, default=8)
+    decode.add_argument("--repeats", type=int, default=3)
+    decode.add_argument("--json", action="store_true", help="one JSON object per measurement")
+    decode.set_defaults(func=cmd_bench)
 
     demo = sub.add_parser("demo", help="train a small Transformer on the built-in SCAN task and show it working")
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")
