@@ -146,6 +146,14 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     from attnlab.decode.search import sample
 
+    if args.temperature <= 0:
+        raise UsageError(f"--temperature must be > 0 (got {args.temperature}); use --top-k 1 for the argmax")
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k must be at least 1 (got {args.top_k})")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if args.max_new_tokens < 0 or args.num_samples < 1:
+        raise UsageError("--max-new-tokens must be >= 0 and --num-samples >= 1")
     model, tokenizers = _load(args, "decoder_lm")
     tok = tokenizers["tgt"]
     prompt_ids = tok.encode(args.prompt)
@@ -244,6 +252,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def _check_beam(args: argparse.Namespace) -> None:
     if args.beam < 1:
         raise UsageError(f"--beam must be at least 1 (got {args.beam})")
+    for name in ("batch_size",):
+        if getattr(args, name, 1) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("max_len", "min_len"):
+        if (getattr(args, name, None) or 0) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
     if not 1 <= getattr(args, "nbest", 1) <= args.beam:
         raise UsageError(f"--nbest must be between 1 and --beam ({args.beam})")
 
