@@ -147,14 +147,15 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
     active = torch.arange(B, device=device)  # sentence ids still in the batch
     step_input = session.start
     for t in range(max_len + 1):
-        logprobs = session.step(step_input).view(len(active), K, -1)  # (b, K, V)
+        b = len(active)
+        logprobs = session.step(step_input).view(b, K, -1)  # (b, K, V)
         V = logprobs.shape[-1]
         if t < min_len:
             logprobs[..., EOS] = -torch.inf
         if t == max_len:  # max_len tokens generated: only EOS
             logprobs[..., :EOS] = -torch.inf
             logprobs[..., EOS + 1:] = -torch.inf
-        candidates = (scores[..., None] + logprobs).view(len(active), K * V)  # (b, K V)
+        candidates = (scores[..., None] + logprobs).view(b, K * V)  # (b, K V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (b, 2K), best first
         top_beam, top_token = top_index // V, top_index % V
         is_eos = top_token == EOS
@@ -169,8 +170,7 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
         keep = ~is_eos & (torch.cumsum(~is_eos, dim=1) <= K)  # exactly K per sentence
         scores = top_scores[keep].view(-1, K)
         beams, next_tokens = top_beam[keep].view(-1, K), top_token[keep].view(-1, K)
-        rows = (torch.arange(len(active), device=device)[:, None] * K + beams).view(-1)  # (b K,) old rows
-        b = len(active)
+        rows = (torch.arange(b, device=device)[:, None] * K + beams).view(-1)  # (b K,) old rows
         tokens = torch.cat([tokens.reshape(b * K, t)[rows].reshape(b, K, t), next_tokens[..., None]], dim=2)
         session.reorder(rows)
         done = torch.tensor([len(finished[int(s)]) >= K for s in active], device=device)
