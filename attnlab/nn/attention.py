@@ -6,14 +6,29 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.cache import KVCache
 from attnlab.nn.positional import PositionalEncoding
+from attnlab.nn.scores import scaled_dot
+
+
+def attend(scores: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+    """softmax over the keys of ``scores`` (..., Tq, Tk), masked keys excluded, then the weighted sum
+    of ``v`` (..., Tk, Dv). Returns the output (..., Tq, Dv) and the weights as applied (after dropout).
+    A query whose keys are all masked gets zero weights and a zero output, never NaN."""
+    if mask is not None:
+        # The most negative finite value, not -inf: a fully masked row stays finite through the
+        # softmax (uniform), and is then zeroed by the second fill, in the forward and the backward.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    probs = scores.softmax(dim=-1)
+    if mask is not None:
+        probs = probs.masked_fill(~mask, 0.0)
+    if dropout_p > 0.0:
+        probs = F.dropout(probs, dropout_p)
+    return probs @ v, probs
 
 
 def attention(
@@ -32,22 +47,12 @@ def attention(
     broadcastable to (..., Tq, Tk); bias: additive, broadcastable likewise; temperature defaults
     to sqrt(Dk). Returns the output (..., Tq, Dv) and, when ``need_weights``, the weights
     (..., Tq, Tk) as applied to v (after dropout; in eval mode exactly the softmax).
-    A query whose keys are all masked gets zero weights and a zero output, never NaN.
     """
-    temperature = math.sqrt(q.shape[-1]) if temperature is None else temperature
-    scores = q @ k.transpose(-2, -1) / temperature  # (..., Tq, Tk)
+    scores = scaled_dot(q, k, temperature)  # (..., Tq, Tk)
     if bias is not None:
         scores = scores + bias
-    if mask is not None:
-        # The most negative finite value, not -inf: a fully masked row stays finite through the
-        # softmax (uniform), and is then zeroed by the second fill, in the forward and the backward.
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    probs = scores.softmax(dim=-1)
-    if mask is not None:
-        probs = probs.masked_fill(~mask, 0.0)
-    if dropout_p > 0.0:
-        probs = F.dropout(probs, dropout_p)
-    return probs @ v, (probs if need_weights else None)
+    out, probs = attend(scores, v, mask, dropout_p)
+    return out, (probs if need_weights else None)
 
 
 class MultiHeadAttention(nn.Module):

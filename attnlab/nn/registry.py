@@ -5,6 +5,15 @@ from __future__ import annotations
 
 from torch import nn
 
+from attnlab.nn.scores import (
+    AdditiveScore,
+    AlignmentScore,
+    CosineScore,
+    DotScore,
+    GeneralScore,
+    LocationScore,
+    ScaledDotScore,
+)
 from attnlab.nn.positional import (
     ALiBiPositional,
     LearnedPositional,
@@ -34,3 +43,12 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "si
 NORM_PLACEMENTS = ("post", "pre")
 
 TIE_EMBEDDINGS = ("none", "output", "src_tgt", "all")
+
+SCORES: dict[str, type[AlignmentScore]] = {
+    "dot": DotScore,
+    "scaled_dot": ScaledDotScore,
+    "general": GeneralScore,
+    "additive": AdditiveScore,
+    "cosine": CosineScore,
+    "location": LocationScore,
+}

@@ -1,0 +1,91 @@
+"""Alignment score functions: how well a query (a decoder state s_t) matches each key (an encoder
+state h_i). Every attention in attnlab takes its scores from here.
+
+==============  =================================================  ============================
+name            score(s_t, h_i)                                    source
+==============  =================================================  ============================
+dot             s_t . h_i                                          Luong et al. 2015
+scaled_dot      s_t . h_i / sqrt(n)                                Vaswani et al. 2017
+general         s_t^T W_a h_i                                      Luong et al. 2015
+additive        v_a^T tanh(W_s s_t + W_h h_i)   (= W_a [s_t; h_i])  Bahdanau et al. 2015
+cosine          cos(s_t, h_i)                                      Graves et al. 2014
+location        (W_a s_t)_i: depends on the target state only      Luong et al. 2015
+==============  =================================================  ============================
+
+Each module maps queries (B, Tq, Dq) and keys (B, S, Dk) to scores (B, Tq, S); the softmax and the
+weighted sum are ``attend`` in nn/attention.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def scaled_dot(q: Tensor, k: Tensor, temperature: float | None = None) -> Tensor:
+    """q k^T / temperature, temperature = sqrt(Dk) by default: (..., Tq, D), (..., Tk, D) -> (..., Tq, Tk)."""
+    temperature = math.sqrt(q.shape[-1]) if temperature is None else temperature
+    return q @ k.transpose(-2, -1) / temperature
+
+
+class AlignmentScore(nn.Module):
+    """score(queries (B, Tq, Dq), keys (B, S, Dk)) -> (B, Tq, S)."""
+
+    def __init__(self, d_query: int, d_key: int, d_attn: int | None = None, max_len: int | None = None) -> None:
+        super().__init__()
+
+
+class DotScore(AlignmentScore):
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return q @ k.transpose(-2, -1)
+
+
+class ScaledDotScore(AlignmentScore):
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return scaled_dot(q, k)
+
+
+class GeneralScore(AlignmentScore):
+    def __init__(self, d_query: int, d_key: int, d_attn: int | None = None, max_len: int | None = None) -> None:
+        super().__init__(d_query, d_key)
+        self.W_a = nn.Linear(d_key, d_query, bias=False)  # h_i -> W_a h_i in the query space
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return q @ self.W_a(k).transpose(-2, -1)
+
+
+class AdditiveScore(AlignmentScore):
+    def __init__(self, d_query: int, d_key: int, d_attn: int | None = None, max_len: int | None = None) -> None:
+        super().__init__(d_query, d_key)
+        d_attn = d_attn or d_query
+        self.W_s = nn.Linear(d_query, d_attn, bias=False)
+        self.W_h = nn.Linear(d_key, d_attn, bias=False)
+        self.v_a = nn.Linear(d_attn, 1, bias=False)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        energy = torch.tanh(self.W_s(q)[:, :, None, :] + self.W_h(k)[:, None, :, :])  # (B, Tq, S, Da)
+        return self.v_a(energy).squeeze(-1)  # (B, Tq, S)
+
+
+class CosineScore(AlignmentScore):
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+
+
+class LocationScore(AlignmentScore):
+    """Scores for source positions 0..max_len-1 from the query alone; keys only set how many count."""
+
+    def __init__(self, d_query: int, d_key: int, d_attn: int | None = None, max_len: int | None = None) -> None:
+        super().__init__(d_query, d_key)
+        if max_len is None:
+            raise ValueError("location scores need max_len (one weight row per source position)")
+        self.W_a = nn.Linear(d_query, max_len)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        S = k.shape[1]
+        if S > self.W_a.out_features:
+            raise ValueError(f"source of {S} positions; location scores cover {self.W_a.out_features}")
+        return self.W_a(q)[..., :S]
