@@ -96,12 +96,11 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 
 def _read_input_lines(path: str | None) -> list[str]:
-    """Lines of --input FILE, or of standard input."""
-    from attnlab.data.corpora import read_lines
+    """Lines of --input FILE, or of standard input (checked and split the same way)."""
+    from attnlab.data.corpora import decode_utf8, read_lines, split_lines
 
     if path is None:
-        text = sys.stdin.read()
-        return text.removesuffix("\n").split("\n") if text else []
+        return split_lines(decode_utf8(sys.stdin.buffer.read(), "<stdin>"))
     return read_lines(path)
 
 
@@ -112,6 +111,8 @@ def _write_output(path: str | None, text: str, force: bool) -> None:
     if path is None:
         sys.stdout.write(text)
         return
+    if Path(path).is_dir():
+        raise UsageError(f"--output {path} is a directory; give a file name")
     if Path(path).exists() and not force:
         raise UsageError(f"{path} already exists; pass --force to overwrite it")
     atomic_write_text(path, text)
@@ -136,7 +137,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
                         args.batch_size, args.max_len, args.min_len)
     if args.nbest == 1:
         text = "".join(hyps[0][0] + "\n" for hyps in results)
-    else:  # Moses n-best format: sentence index ||| hypothesis ||| score
+    else:  # n-best lines: sentence index ||| hypothesis ||| score
         text = "".join(f"{i} ||| {hyp} ||| {score:.4f}\n" for i, hyps in enumerate(results) for hyp, score in hyps)
     _write_output(args.output, text, args.force)
 
@@ -147,7 +148,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from attnlab.decode.search import sample
 
     if args.temperature <= 0:
-        raise UsageError(f"--temperature must be > 0 (got {args.temperature}); use --top-k 1 for the argmax")
+        raise UsageError(f"--temperature must be > 0 (got {args.temperature}); use --top-k 1 for greedy")
     if args.top_k is not None and args.top_k < 1:
         raise UsageError(f"--top-k must be at least 1 (got {args.top_k})")
     if args.top_p is not None and not 0 < args.top_p <= 1:
@@ -159,6 +160,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
     prompt_ids = tok.encode(args.prompt)
     if not prompt_ids:
         raise UsageError("--prompt is empty after tokenisation; give at least one known token")
+    positions = model.embed.positional.max_positions
+    if positions is not None and len(prompt_ids) >= positions:
+        raise UsageError(f"--prompt has {len(prompt_ids)} tokens; the model encodes {positions} positions "
+                         f"and needs room for new ones")
     prompt = torch.tensor([prompt_ids] * args.num_samples)
     generator = torch.Generator().manual_seed(args.seed)
     rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -236,8 +241,12 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    from attnlab.bench.decode import bench_decode
+    from attnlab.bench.decode import BENCH_MODEL, bench_decode
 
+    if args.repeats < 1 or args.batch < 1:
+        raise UsageError("--repeats and --batch must be at least 1")
+    if not all(1 <= n < BENCH_MODEL["max_len"] for n in args.new_tokens):
+        raise UsageError(f"--new-tokens must be between 1 and {BENCH_MODEL['max_len'] - 1}")
     print(f"greedy decoding, batch {args.batch}, source length 24, d_model 256, 3+3 layers, vocabulary 8000; "
           f"median of {args.repeats}", file=sys.stderr)
     for record in bench_decode(tuple(args.new_tokens), args.batch, repeats=args.repeats):
@@ -258,6 +267,8 @@ def _check_beam(args: argparse.Namespace) -> None:
     for name in ("max_len", "min_len"):
         if (getattr(args, name, None) or 0) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
+    if getattr(args, "max_len", None) is not None and getattr(args, "min_len", 0) > args.max_len:
+        raise UsageError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
     if not 1 <= getattr(args, "nbest", 1) <= args.beam:
         raise UsageError(f"--nbest must be between 1 and --beam ({args.beam})")
 
@@ -306,7 +317,7 @@ def make_parser() -> argparse.ArgumentParser:
     translate = sub.add_parser("translate", help="translate lines of text (stdin to stdout by default)")
     run_dir_args(translate)
     search_args(translate)
-    translate.add_argument("--nbest", type=int, default=1, help="print the K best per sentence (Moses format)")
+    translate.add_argument("--nbest", type=int, default=1, help="print the K best per sentence: index ||| hypothesis ||| score")
     translate.add_argument("--input", help="source file, one sentence per line (default: stdin)")
     translate.add_argument("--output", help="output file (default: stdout)")
     translate.add_argument("--force", action="store_true", help="overwrite an existing --output")

@@ -110,6 +110,19 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     assert avg.returncode == 0 and "averaged steps 250, 260" in avg.stdout
     bad = subprocess.run([str(ATTNLAB), "average", str(out), "--last", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--last must be at least 1" in bad.stderr
+    # bad decoding input: one line, an exit code, nothing overwritten
+    for args, stdin, message in (
+        ([], b"drei \xff eins\n", "<stdin>:1: not valid UTF-8"),
+        (["--output", str(tmp_path)], b"eins\n", "is a directory"),
+        (["--min-len", "5", "--max-len", "2"], b"eins\n", "--min-len (5) must not exceed --max-len (2)"),
+    ):
+        bad = subprocess.run([str(ATTNLAB), "translate", str(out), *args], input=stdin, capture_output=True)
+        err = bad.stderr.decode()
+        assert bad.returncode in (2, 4) and err.startswith("error: ") and message in err and "Traceback" not in err
+    written = tmp_path / "out.txt"
+    first = subprocess.run([str(ATTNLAB), "translate", str(out), "--output", str(written)], input=b"eins zwei\n")
+    assert first.returncode == 0 and written.read_text().strip() == "one two"
+    assert oct(written.stat().st_mode & 0o777) != oct(0o600)  # a normal file, not a private temp file
     # the run directory is all that decoding needs
     from attnlab.decode.search import greedy
     from attnlab.train.checkpoint import load_run
@@ -214,3 +227,18 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
     scored = subprocess.run([str(ATTNLAB), "score", str(out), "--tgt", str(text)], capture_output=True, text=True)
     assert scored.returncode == 0, scored.stderr
     assert 1.0 <= json.loads(scored.stdout)["ppl"] < 10.0
+
+
+def test_bench_decode_reports_the_cache_speedup():
+    done = subprocess.run([str(ATTNLAB), "bench", "decode", "--new-tokens", "3", "6", "--batch", "2",
+                           "--repeats", "1", "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["name"], r["new_tokens"]) for r in records] == [
+        ("decode_greedy_nocache", 3), ("decode_greedy", 3), ("decode_greedy_nocache", 6), ("decode_greedy", 6)]
+    cached = [r for r in records if r["name"] == "decode_greedy"]
+    assert all(r["unit"] == "tokens/s" and r["value"] > 0 and r["reference"] == "decode_greedy_nocache" for r in cached)
+    assert all(r["ratio"] == pytest.approx(r["value"] / u["value"], rel=0.02)
+               for r, u in zip(cached, [r for r in records if r["name"] == "decode_greedy_nocache"]))
+    bad = subprocess.run([str(ATTNLAB), "bench", "decode", "--repeats", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--repeats" in bad.stderr

@@ -33,13 +33,18 @@ class OracleCache:
     def length(self) -> int:
         return 0 if self.prefix is None else self.prefix.shape[1]
 
-    def reorder(self, index):
+    def reorder(self, index, targets_only=False):
         self.prefix = self.prefix.index_select(0, index)
+
+
+FORCED_A = {A: 0.97, B: 0.01, EOS: 0.02}
 
 
 class Oracle(nn.Module):
     """An 'encoder-decoder' whose next-token distribution is TABLE of the prefix. A source starting
-    with token B swaps the roles of A and B, so that batched sentences differ."""
+    with token B swaps the roles of A and B, so that batched sentences differ; each source token
+    after the first adds one step of FORCED_A before the table applies, so sentences finish at
+    different steps."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -58,8 +63,10 @@ class Oracle(nn.Module):
         logits = torch.full((tokens.shape[0], tokens.shape[1], 5), -torch.inf)
         for row, (prefix, src) in enumerate(zip(tokens.tolist(), memory.tolist())):
             swap = {A: B, B: A} if src[0] == B else {}
+            extra = sum(t != PAD for t in src) - 1  # forced steps before the table
             prefix = tuple(swap.get(t, t) for t in prefix[1:])  # after BOS, in the table's terms
-            for token, p in TABLE.get(prefix, LATER).items():
+            dist = FORCED_A if len(prefix) < extra else TABLE.get(prefix[extra:], LATER)
+            for token, p in dist.items():
                 logits[row, -1, swap.get(token, token)] = math.log(p)
         return logits
 
@@ -98,8 +105,16 @@ def test_beam_search_by_hand_with_length_penalty():
 def test_beam_search_keeps_finished_hypotheses_and_respects_min_len():
     (three,) = beam_search(Oracle(), torch.tensor([[A]]), beam=3, lenpen=0.0, nbest=3)
     assert {tuple(h.tokens) for h in three} >= {(A,), (B, B)}  # 'a' finished at step 2 and is kept
-    (long,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, nbest=1, min_len=3)
-    assert len(long[0].tokens) >= 2  # EOS is not allowed before the third token
+    (long,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, nbest=2, min_len=3)
+    # no EOS before 3 tokens: after 'b b', 'a' (0.06) beats 'b' (0.04), then EOS (0.9)
+    assert all(len(h.tokens) >= 3 for h in long) and long[0].tokens == [B, B, A]
+    assert long[0].score == pytest.approx(math.log(0.4) + math.log(0.9) + math.log(0.06) + math.log(0.9))
+    (two,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, nbest=1, min_len=2)
+    assert two[0].tokens == [B, B]  # 'a' (1 token) is ruled out; 'b b' is the best of length >= 2
+    assert greedy(Oracle(), torch.tensor([[A]]), min_len=2) == [[A, A]]  # EOS blocked after 'a': 'a' again
+    assert greedy(Oracle(), torch.tensor([[A]]), min_len=5, max_len=3) == [[A, A, A]]  # capped by max_len
+    (capped,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, min_len=9, max_len=2)
+    assert len(capped[0].tokens) == 2  # min_len above max_len: EOS right at the limit
     (short,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, max_len=0)
     assert short[0].tokens == [] and short[0].score == pytest.approx(math.log(0.1))  # forced EOS
     (one,) = beam_search(Oracle(), torch.tensor([[A]]), beam=2, lenpen=0.0, max_len=1)
@@ -107,14 +122,35 @@ def test_beam_search_keeps_finished_hypotheses_and_respects_min_len():
 
 
 def test_beam_one_equals_greedy_and_batch_equals_one_by_one():
-    src = torch.tensor([[A], [B]])
-    assert greedy(Oracle(), src) == [[A], [B]]
-    assert [hyps[0].tokens for hyps in beam_search(Oracle(), src, beam=1, lenpen=0.0)] == [[A], [B]]
-    batched = beam_search(Oracle(), src, beam=2, lenpen=1.0, nbest=2)
-    for i in range(2):
-        alone = beam_search(Oracle(), src[i:i + 1], beam=2, lenpen=1.0, nbest=2)[0]
-        assert [(h.tokens, h.score) for h in batched[i]] == [(h.tokens, h.score) for h in alone]
-    assert [h.tokens for h in batched[1]] == [[A, A], [B]]  # the swapped sentence
+    src = torch.tensor([[A, PAD, PAD], [B, PAD, PAD], [A, A, A]])  # the third finishes two steps later
+    assert greedy(Oracle(), src) == [[A], [B], [A, A, A]]
+    assert [hyps[0].tokens for hyps in beam_search(Oracle(), src, beam=1, lenpen=0.0)] == [[A], [B], [A, A, A]]
+    for use_cache in (True, False):
+        batched = beam_search(Oracle(), src, beam=2, lenpen=1.0, nbest=2, use_cache=use_cache)
+        for i in range(3):
+            alone = beam_search(Oracle(), src[i:i + 1, : 1 + 2 * (i == 2)], beam=2, lenpen=1.0, nbest=2)[0]
+            assert [(h.tokens, h.score) for h in batched[i]] == [(h.tokens, h.score) for h in alone]
+        assert [h.tokens for h in batched[1]] == [[A, A], [B]]  # the swapped sentence
+        # two forced steps (a .97, EOS .02): 'EOS' finishes at step 1, 'a EOS' at step 2, so this
+        # sentence is done (and leaves the batch) a step before the others
+        assert [h.tokens for h in batched[2]] == [[A], []]
+        assert [h.normalized for h in batched[2]] == pytest.approx(
+            [(math.log(0.97) + math.log(0.02)) / lp(2, 1.0), math.log(0.02) / lp(1, 1.0)])
+
+
+def test_default_length_is_per_sentence():
+    """Source length + 50 for each sentence, whatever else is in the batch."""
+    model = tiny_model()
+    src = random_ids(2, 9, generator_seed=3)
+    src[0, 2:] = PAD
+    with torch.no_grad():  # make EOS impossible, so that every row runs to its limit
+        model.generator.weight[EOS] = -100.0 * model.generator.weight[EOS].sign()
+    out = greedy(model, src)
+    assert [len(row) for row in out] == [2 + 50, 9 + 50]
+    assert greedy(model, src[:1, :2]) == out[:1]
+    beams = beam_search(model, src, beam=2, lenpen=0.0)
+    assert [len(h[0].tokens) for h in beams] == [52, 59]
+    assert greedy(model, src, max_len=0) == [[], []]
 
 
 @pytest.mark.parametrize("positional", sorted(POSITIONAL))

@@ -34,7 +34,8 @@ def bench_decode(new_tokens: tuple[int, ...] = (64, 256), batch: int = 8, src_le
                 start = time.perf_counter()
                 out = greedy(model, src, max_len=n, min_len=n, use_cache=use_cache)  # exactly n tokens each
                 times.append(time.perf_counter() - start)
-            assert all(len(row) == n for row in out)
+            if any(len(row) != n for row in out):
+                raise RuntimeError(f"decoding stopped before {n} tokens")  # min_len = max_len must hold
             seconds = statistics.median(times)
             rates[use_cache] = batch * n / seconds
             name = "decode_greedy" if use_cache else "decode_greedy_nocache"

@@ -40,10 +40,15 @@ def pad_sequences(seqs: list[list[int]]) -> Tensor:
     return out
 
 
+def source_batch(sources: list[list[int]]) -> Tensor:
+    """Source ids -> (B, S) padded, each source followed by EOS (training and decoding alike)."""
+    return pad_sequences([s + [EOS] for s in sources])
+
+
 def collate_pairs(pairs: list[tuple[list[int], list[int]]]) -> Batch:
     """Token-id pairs -> a padded seq2seq batch with source + EOS, BOS + target and target + EOS."""
     return Batch(
-        src=pad_sequences([s + [EOS] for s, _ in pairs]),
+        src=source_batch([s for s, _ in pairs]),
         tgt_in=pad_sequences([[BOS] + t for _, t in pairs]),
         tgt_out=pad_sequences([t + [EOS] for _, t in pairs]),
     )

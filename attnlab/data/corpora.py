@@ -18,6 +18,23 @@ Pair = tuple[str, str]
 BUILTIN_TASKS = ("scan", "copy", "reverse", "sort")
 
 
+def decode_utf8(data: bytes, name: str) -> str:
+    """Bytes from ``name`` (a file, or <stdin>) as text, refusing what is not UTF-8."""
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is not text
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise DataError(f"{name}:{line}: not valid UTF-8 (byte {err.start})") from None
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines split at '\n' only (str.splitlines would also split inside a line at U+0085, U+2028,
+    form feeds...), without a trailing '\r'."""
+    if not text:
+        return []
+    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
+
+
 def read_text(path: str | Path) -> str:
     """The whole file as text, refusing what is not UTF-8."""
     path = Path(path)
@@ -27,21 +44,15 @@ def read_text(path: str | Path) -> str:
         raise DataError(f"{path}: no such file") from None
     except OSError as err:
         raise DataError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is not text
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not valid UTF-8 (byte {err.start})") from None
+    return decode_utf8(data, str(path))
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """Lines split at '\n' only (str.splitlines would also split inside a line at U+0085, U+2028,
-    form feeds...), without a trailing '\r'; an empty file is an error."""
-    text = read_text(path)
-    if not text:
+    """The file's lines (see :func:`split_lines`); an empty file is an error."""
+    lines = split_lines(read_text(path))
+    if not lines:
         raise DataError(f"{path}: file is empty")
-    lines = text.removesuffix("\n").split("\n")
-    return [line.removesuffix("\r") for line in lines]
+    return lines
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:

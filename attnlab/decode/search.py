@@ -9,8 +9,9 @@ recomputes the whole prefix: the same numbers, for checks and teaching.
 - :func:`beam_search`: batch x beam rows in one tensor, GNMT length penalty, n-best lists;
 - :func:`sample`: temperature, top-k and top-p (nucleus) sampling from a seeded generator.
 
-``max_len`` is the most tokens generated before EOS (default: the source length + 50, the paper's
-rule, within the positions the model can encode); the length in the length penalty counts EOS.
+``max_len`` is the most tokens generated before EOS (default: each sentence's own source length
++ 50, the paper's rule, within the positions the model can encode); a sentence decodes the same
+alone or in any batch. The length in the length penalty counts EOS.
 """
 
 from __future__ import annotations
@@ -62,24 +63,33 @@ class DecodingSession:
         logprobs[:, [PAD, BOS]] = -torch.inf
         return logprobs
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep row ``index[i]`` as row i (beam search, or dropping finished sentences)."""
+    def reorder(self, index: Tensor, same_sources: bool = False) -> None:
+        """Keep row ``index[i]`` as row i. ``same_sources``: every row keeps a row of the same source
+        (beams of one sentence), so the source memory and its cached keys stay as they are."""
         if self.cache is not None:
-            self.cache.reorder(index)
+            self.cache.reorder(index, targets_only=same_sources)
         self.prefix = self.prefix.index_select(0, index)
-        if self.memory is not None:  # the cache keeps its own copy; the uncached path reads these
+        if self.memory is not None and not same_sources:
             self.memory = self.memory.index_select(0, index)
             self.src_valid = self.src_valid.index_select(0, index)
 
 
-def default_max_len(session: DecodingSession, src: Tensor | None, max_len: int | None) -> int:
-    """``max_len``, or source length + 50, within the positions the model can still encode."""
-    if max_len is None:
-        max_len = int((src != PAD).sum(1).max()) + 50 if src is not None else 50
-    limit = session.max_positions
-    if limit is not None:  # the last token fed (to score EOS after it) must still have a position
-        max_len = min(max_len, limit - session.start.shape[1])
-    return max_len
+def length_limits(session: DecodingSession, src: Tensor | None, max_len: int | None, feeds_last: bool) -> Tensor:
+    """(N,) the most tokens each row may generate: ``max_len``, or its own source length + 50,
+    within the positions the model can encode. ``feeds_last``: the last token is fed back in (beam
+    search scores EOS after it), so it needs a position too. Each row's own limit keeps a sentence's
+    output the same alone or in any batch."""
+    n = session.start.shape[0]
+    if max_len is not None:
+        limits = torch.full((n,), max_len, dtype=torch.long)
+    elif src is not None:
+        limits = (src != PAD).sum(1).cpu() + 50
+    else:
+        limits = torch.full((n,), 50, dtype=torch.long)
+    positions = session.max_positions
+    if positions is not None:
+        limits = limits.clamp(max=max(0, positions - session.start.shape[1] + (0 if feeds_last else 1)))
+    return limits.to(session.start.device)
 
 
 @torch.no_grad()
@@ -87,25 +97,31 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, min_len: i
            use_cache: bool = True) -> list[list[int]]:
     """The argmax token at every step until EOS. src: (B, S) padded ids -> B id lists (no BOS/EOS)."""
     session = DecodingSession(model, src=src, use_cache=use_cache)
-    max_len = default_max_len(session, src, max_len)
+    limits = length_limits(session, src, max_len, feeds_last=False)  # (B,)
+    min_lens = limits.clamp(max=min_len)
     B = src.shape[0]
-    tokens, finished, out = session.start, torch.zeros(B, dtype=torch.bool, device=src.device), []
-    for t in range(max_len):
-        logprobs = session.step(tokens)
-        if t < min_len:
-            logprobs[:, EOS] = -torch.inf
-        next_token = logprobs.argmax(-1).masked_fill(finished, PAD)  # finished rows only pad (masked)
-        out.append(next_token)
-        finished |= next_token == EOS
+    tokens, out = session.start, []
+    finished = limits == 0
+    for t in range(int(limits.max())):
         if finished.all():
             break
+        logprobs = session.step(tokens)
+        logprobs[t < min_lens, EOS] = -torch.inf
+        next_token = logprobs.argmax(-1).masked_fill(finished, PAD)  # finished rows only pad (masked)
+        out.append(next_token)
+        finished |= (next_token == EOS) | (t + 1 >= limits)
         tokens = next_token[:, None]
-    return [_until_eos(row) for row in torch.stack(out, dim=1).tolist()]
+    rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in range(B)]
+    return [_until_eos(row) for row in rows]
 
 
 def _until_eos(row: list[int]) -> list[int]:
-    """A row's tokens before EOS (after it come only PAD fillers)."""
-    return row[: row.index(EOS)] if EOS in row else row
+    """A row's tokens before its end: EOS, or the PAD fillers of a row stopped at its length limit
+    (search never emits PAD itself)."""
+    for i, token in enumerate(row):
+        if token in (EOS, PAD):
+            return row[:i]
+    return row
 
 
 @dataclass
@@ -138,23 +154,24 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
     B, K = src.shape[0], beam
     session = DecodingSession(model, src=src.repeat_interleave(K, dim=0), use_cache=use_cache)
-    max_len = default_max_len(session, src, max_len)
     device = src.device
+    limits = length_limits(session, src.repeat_interleave(K, dim=0), max_len, feeds_last=True)[::K]  # (B,)
+    min_lens = limits.clamp(max=min_len)
+    n_finished = torch.zeros(B, dtype=torch.long, device=device)
     scores = torch.full((B, K), -torch.inf, device=device)
     scores[:, 0] = 0.0  # all beams start as BOS: keep one, or the first step would fill the beam with copies
     tokens = torch.empty(B, K, 0, dtype=torch.long, device=device)  # (B, K, t) generated so far
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     active = torch.arange(B, device=device)  # sentence ids still in the batch
     step_input = session.start
-    for t in range(max_len + 1):
+    for t in range(int(limits.max()) + 1):
         b = len(active)
         logprobs = session.step(step_input).view(b, K, -1)  # (b, K, V)
         V = logprobs.shape[-1]
-        if t < min_len:
-            logprobs[..., EOS] = -torch.inf
-        if t == max_len:  # max_len tokens generated: only EOS
-            logprobs[..., :EOS] = -torch.inf
-            logprobs[..., EOS + 1:] = -torch.inf
+        logprobs[t < min_lens[active], :, EOS] = -torch.inf
+        at_limit = t >= limits[active]  # these sentences have generated all they may: only EOS
+        logprobs[at_limit, :, :EOS] = -torch.inf
+        logprobs[at_limit, :, EOS + 1:] = -torch.inf
         candidates = (scores[..., None] + logprobs).view(b, K * V)  # (b, K V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (b, 2K), best first
         top_beam, top_token = top_index // V, top_index % V
@@ -166,14 +183,15 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
                 words = tokens[i, top_beam[i, j]].tolist()
                 score = float(top_scores[i, j])
                 finished[sentence].append(Hypothesis(words, score, score / length_penalty(t + 1, lenpen)))
+                n_finished[sentence] += 1
         # the best K non-EOS candidates continue (at most K of the 2K end in EOS, one per beam)
         keep = ~is_eos & (torch.cumsum(~is_eos, dim=1) <= K)  # exactly K per sentence
         scores = top_scores[keep].view(-1, K)
         beams, next_tokens = top_beam[keep].view(-1, K), top_token[keep].view(-1, K)
         rows = (torch.arange(b, device=device)[:, None] * K + beams).view(-1)  # (b K,) old rows
         tokens = torch.cat([tokens.reshape(b * K, t)[rows].reshape(b, K, t), next_tokens[..., None]], dim=2)
-        session.reorder(rows)
-        done = torch.tensor([len(finished[int(s)]) >= K for s in active], device=device)
+        session.reorder(rows, same_sources=True)
+        done = (n_finished[active] >= K) | at_limit
         if done.all():
             break
         if done.any():  # drop finished sentences from the batch
@@ -210,9 +228,7 @@ def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = 
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature})")
     session = DecodingSession(model, src=src, prompt=prompt, use_cache=use_cache)
-    limit = session.max_positions
-    if limit is not None:
-        max_new_tokens = min(max_new_tokens, limit - session.start.shape[1])
+    max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
     tokens = session.start
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out = []

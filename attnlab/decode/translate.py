@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnlab.data.batching import pad_sequences
-from attnlab.data.tokenizers import EOS, Tokenizer
+from attnlab.data.batching import source_batch
+from attnlab.data.tokenizers import Tokenizer
 from attnlab.decode.search import beam_search, greedy
 
 
@@ -24,7 +24,7 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
     decode_text = tokenizers["tgt"].decode
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
-        src = pad_sequences([src_ids[i] + [EOS] for i in chunk]).to(device)
+        src = source_batch([src_ids[i] for i in chunk]).to(device)
         if beam == 1 and nbest == 1:
             for i, ids in zip(chunk, greedy(model, src, max_len, min_len, use_cache)):
                 results[i] = [(decode_text(ids), None)]

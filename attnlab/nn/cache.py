@@ -62,11 +62,16 @@ class DecoderCache:
         self.valid = valid if self.valid is None else torch.cat([self.valid, valid], dim=1)
         return self.valid
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep row ``index[i]`` of every cached tensor as row i (beam search)."""
-        for kv in self.self_attn + self.cross_attn:
+    def reorder(self, index: Tensor, targets_only: bool = False) -> None:
+        """Keep row ``index[i]`` of every cached tensor as row i (beam search). ``targets_only``:
+        each row keeps a row of the same source (beams of one sentence), so the cross-attention
+        keys/values and the source mask need no copy."""
+        for kv in self.self_attn:
             kv.reorder(index)
         if self.valid is not None:
             self.valid = self.valid.index_select(0, index)
-        if self.memory_valid is not None:
-            self.memory_valid = self.memory_valid.index_select(0, index)
+        if not targets_only:
+            for kv in self.cross_attn:
+                kv.reorder(index)
+            if self.memory_valid is not None:
+                self.memory_valid = self.memory_valid.index_select(0, index)

@@ -21,10 +21,10 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from attnlab.config import TrainConfig
-from attnlab.data.batching import Batch, pad_sequences
+from attnlab.data.batching import Batch
 from attnlab.data.datasets import LMData, Seq2SeqData
-from attnlab.data.tokenizers import EOS, PAD
-from attnlab.decode.search import greedy
+from attnlab.data.tokenizers import PAD
+from attnlab.decode.translate import translate
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.eval.metrics import exact_match, perplexity
 from attnlab.files import atomic_write_text
@@ -115,20 +115,12 @@ def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str 
     return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens}
 
 
-@torch.no_grad()
 def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
-                 device: torch.device | str = "cpu", batch_size: int = 128) -> list[tuple[str, str, str]]:
+                 batch_size: int = 128) -> list[tuple[str, str, str]]:
     """Greedy translations of the first ``limit`` examples of a split: (source, reference, output)."""
-    model.eval()
     examples = data.splits[split][:limit]
-    tok_tgt = data.tokenizers["tgt"]
-    triples = []
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
-        src = pad_sequences([e.src_ids + [EOS] for e in chunk]).to(device)
-        for e, hyp in zip(chunk, greedy(model, src)):
-            triples.append((e.src, e.tgt, tok_tgt.decode(hyp)))
-    return triples
+    outputs = translate(model, data.tokenizers, [e.src for e in examples], beam=1, batch_size=batch_size)
+    return [(e.src, e.tgt, hyps[0][0]) for e, hyps in zip(examples, outputs)]
 
 
 @dataclass
@@ -185,7 +177,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
         scores = evaluate(model, valid_batches, device, amp)
         last_eval = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
         if cfg.eval_exact_match and isinstance(data, Seq2SeqData):
-            triples = decode_split(model, data, "valid", cfg.eval_exact_match, device)
+            triples = decode_split(model, data, "valid", cfg.eval_exact_match)
             last_eval["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
         for name, value in last_eval.items():
             writer.add_scalar(f"valid/{name}", value, progress.step)
