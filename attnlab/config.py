@@ -28,7 +28,17 @@ import yaml
 from attnlab.data.corpora import BUILTIN_TASKS
 from attnlab.data.tokenizers import TOKENIZER_KINDS
 from attnlab.errors import ConfigError, UsageError
-from attnlab.nn.registry import ACTIVATIONS, ARCHS, NORM_PLACEMENTS, POSITIONAL, POSITIONAL_COMBINE, TIE_EMBEDDINGS
+from attnlab.nn.registry import (
+    ACTIVATIONS,
+    ARCHS,
+    NORM_PLACEMENTS,
+    POSITIONAL,
+    POSITIONAL_COMBINE,
+    RNN_ATTENTION,
+    RNN_CELLS,
+    SCORES,
+    TIE_EMBEDDINGS,
+)
 
 # The sections a config file may hold, each parsed by its own dataclass.
 SECTIONS = ("model", "data", "train")
@@ -150,6 +160,9 @@ class ModelConfig(TypedConfig):
     (``relative``, ``relative_bias``, ``rotary``, ``alibi``) inside every self-attention.
     ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection,
     ``src_tgt`` shares the source and target embeddings, ``all`` does both (the paper's choice).
+    ``arch: rnn`` is a recurrent encoder-decoder: ``rnn_cell``, ``rnn_attention`` (``none`` = a fixed
+    context), ``score`` (its alignment score), ``bidirectional`` and ``input_feeding`` (Luong) apply
+    to it only; d_model is its embedding and hidden size.
     """
 
     section: typing.ClassVar[str] = "model"
@@ -177,10 +190,19 @@ class ModelConfig(TypedConfig):
     tie_embeddings: str = "all"
     pad_id: int = 0
     n_classes: int = 2
+    rnn_cell: str = "gru"
+    rnn_attention: str = "bahdanau"
+    score: str = "additive"
+    bidirectional: bool = True
+    input_feeding: bool = True
 
     def __post_init__(self) -> None:
         self._check_types()
         one_of("arch", self.arch, ARCHS)
+        one_of("rnn_cell", self.rnn_cell, RNN_CELLS)
+        one_of("rnn_attention", self.rnn_attention, RNN_ATTENTION)
+        one_of("score", self.score, SCORES)
+        self._check_rnn()
         one_of("activation", self.activation, ACTIVATIONS)
         one_of("norm", self.norm, NORM_PLACEMENTS)
         one_of("positional", self.positional, POSITIONAL)
@@ -223,6 +245,18 @@ class ModelConfig(TypedConfig):
             raise ConfigError(f"sinusoidal positions need an even width (got {self.positional_width})")
         if self.positional == "rotary" and self.d_head % 2:
             raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {self.d_head})")
+
+    def _check_rnn(self) -> None:
+        rnn_fields = ("rnn_cell", "rnn_attention", "score", "bidirectional", "input_feeding")
+        if self.arch != "rnn":
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name in rnn_fields:
+                if getattr(self, name) != defaults[name]:
+                    raise ConfigError(f"{name} is only used with arch 'rnn' (arch is '{self.arch}')")
+            return
+        if self.score in ("dot", "scaled_dot", "cosine") and self.bidirectional:
+            raise ConfigError(f"score '{self.score}' compares the decoder state (d_model) with encoder states of "
+                              f"size 2 x d_model (bidirectional): use 'general' or 'additive', or bidirectional: false")
 
     def _check_vocabularies(self) -> None:
         unused = {"decoder_lm": "n_encoder_layers", "encoder_only": "n_decoder_layers"}.get(self.arch)
@@ -452,10 +486,11 @@ class RunConfig:
 
 def _check_run(model: ModelConfig, data: DataConfig, train: TrainConfig) -> None:
     """Checks across sections: the architecture fits the data, and positions fit the lengths."""
-    wanted = "decoder_lm" if data.is_lm else "encoder_decoder"
-    if model.arch != wanted:
+    wanted = ("decoder_lm",) if data.is_lm else ("encoder_decoder", "rnn")
+    if model.arch not in wanted:
         kind = "text for a language model" if data.is_lm else "sentence pairs"
-        raise ConfigError(f"model.arch must be '{wanted}' for data.format '{data.format}' ({kind}); got '{model.arch}'")
+        raise ConfigError(f"model.arch must be {' or '.join(repr(w) for w in wanted)} for data.format "
+                          f"'{data.format}' ({kind}); got '{model.arch}'")
     if data.is_lm and train.eval_exact_match:
         raise ConfigError("train.eval_exact_match needs sentence pairs; a language model has none (set it to 0)")
     if model.positional == "learned":

@@ -17,8 +17,9 @@ from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.layers import DecoderLayer, EncoderLayer
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.registry import ACTIVATIONS, POSITIONAL
+from attnlab.nn.registry import ACTIVATIONS, POSITIONAL, RNN_CELLS, SCORES
 from attnlab.nn.residual import ResidualConnection
+from attnlab.nn.rnn import RNNDecoder, RNNEncoder, RNNSeq2Seq
 from attnlab.nn.transformer import (
     ClassificationHead,
     Decoder,
@@ -40,6 +41,8 @@ def build_model(cfg: ModelConfig) -> nn.Module:
             tgt_embed.tokens = src_embed.tokens
         model: nn.Module = EncoderDecoder(src_embed, tgt_embed, _encoder(cfg), _decoder(cfg, cross=True),
                                           _output_projection(cfg, tgt_embed), cfg.pad_id)
+    elif cfg.arch == "rnn":
+        model = _rnn(cfg)
     elif cfg.arch == "decoder_lm":
         embed = _embeddings(cfg, cfg.vocab_size)
         model = DecoderLM(embed, _decoder(cfg, cross=False), _output_projection(cfg, embed), cfg.pad_id)
@@ -51,6 +54,23 @@ def build_model(cfg: ModelConfig) -> nn.Module:
                             cfg.pad_id)
     _init_weights(model)
     return model
+
+
+def _rnn(cfg: ModelConfig) -> RNNSeq2Seq:
+    """A recurrent encoder-decoder; embeddings are d_model wide and tied as configured."""
+    cell = RNN_CELLS[cfg.rnn_cell]
+    src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model)
+    tgt_embed = src_embed if "src_tgt" in cfg.tied else nn.Embedding(cfg.vocab_size, cfg.d_model)
+    encoder = RNNEncoder(src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout)
+    score = None
+    if cfg.rnn_attention != "none":
+        score = SCORES[cfg.score](cfg.d_model, encoder.out_dim, d_attn=cfg.d_model, max_len=cfg.max_len)
+    decoder = RNNDecoder(tgt_embed, cell, cfg.d_model, encoder.out_dim, cfg.decoder_layers, cfg.rnn_attention,
+                         score, cfg.input_feeding, cfg.dropout)
+    generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+    if "output" in cfg.tied:
+        generator.weight = tgt_embed.weight
+    return RNNSeq2Seq(encoder, decoder, generator, cfg.pad_id)
 
 
 def _positional(cfg: ModelConfig, where: str) -> PositionalEncoding:

@@ -24,7 +24,7 @@ from attnlab.nn.positional import (
     SinusoidalPositional,
 )
 
-ARCHS = ("encoder_decoder", "decoder_lm", "encoder_only")
+ARCHS = ("encoder_decoder", "decoder_lm", "encoder_only", "rnn")
 
 POSITIONAL: dict[str, type[PositionalEncoding]] = {
     "sinusoidal": SinusoidalPositional,
@@ -52,3 +52,7 @@ SCORES: dict[str, type[AlignmentScore]] = {
     "cosine": CosineScore,
     "location": LocationScore,
 }
+
+RNN_CELLS: dict[str, type[nn.RNNBase]] = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
+
+RNN_ATTENTION = ("none", "bahdanau", "luong")
