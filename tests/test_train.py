@@ -210,7 +210,7 @@ def test_early_stopping_after_patience_evaluations(tmp_path):
 
 @pytest.mark.parametrize("sections,message", [
     ({"data": {"format": "text", "train": "x.txt"}}, "model.arch must be 'decoder_lm' for data.format 'text'"),
-    ({"model": {"arch": "decoder_lm"}}, "model.arch must be 'encoder_decoder' for data.format 'builtin'"),
+    ({"model": {"arch": "decoder_lm"}}, "model.arch must be 'encoder_decoder' or 'rnn' for data.format 'builtin'"),
     ({"model": {"arch": "decoder_lm"}, "data": {"format": "text", "train": "x.txt"}, "train": {"eval_exact_match": 5}},
      "eval_exact_match needs sentence pairs"),
     ({"model": {"positional": "learned", "max_len": 64}, "data": {"max_src_len": 100}},
