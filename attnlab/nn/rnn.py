@@ -25,6 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnlab.nn.attention import attend
 from attnlab.nn.scores import AlignmentScore
+from attnlab.nn.transformer import Seq2Seq
 
 
 class RNNCache:
@@ -144,7 +145,7 @@ class RNNDecoder(nn.Module):
         return torch.stack(outputs, dim=1)
 
 
-class RNNSeq2Seq(nn.Module):
+class RNNSeq2Seq(Seq2Seq):
     """A recurrent encoder-decoder with the EncoderDecoder interface. ``model(src, tgt_in)`` ->
     (B, T, V) logits; ``encode`` / ``decode(..., cache)`` / ``new_cache`` for decoding."""
 
@@ -152,10 +153,6 @@ class RNNSeq2Seq(nn.Module):
         super().__init__()
         self.encoder, self.decoder, self.generator = encoder, decoder, generator
         self.pad_id = pad_id
-
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        memory, src_valid = self.encode(src)
-        return self.decode(tgt_in, memory, src_valid)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         valid = src != self.pad_id

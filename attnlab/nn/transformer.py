@@ -102,7 +102,17 @@ class Decoder(LayerStack):
         return DecoderCache(len(self.layers))
 
 
-class EncoderDecoder(nn.Module):
+class Seq2Seq(nn.Module):
+    """What every encoder-decoder offers training and decoding: ``encode`` the source once,
+    ``decode`` target steps (all at once, or a few at a time with ``new_cache()``)."""
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """(B, S) source ids, (B, T) decoder input ids (BOS y_1 ... y_{T-1}) -> (B, T, V) logits."""
+        memory, src_valid = self.encode(src)
+        return self.decode(tgt_in, memory, src_valid)
+
+
+class EncoderDecoder(Seq2Seq):
     """The paper's model. ``model(src_ids, tgt_in_ids)`` -> (B, T, V) logits."""
 
     def __init__(self, src_embed: Embeddings, tgt_embed: Embeddings, encoder: Encoder, decoder: Decoder,
@@ -112,11 +122,6 @@ class EncoderDecoder(nn.Module):
         self.encoder, self.decoder = encoder, decoder
         self.generator = generator
         self.pad_id = pad_id
-
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """(B, S) source ids, (B, T) decoder input ids (BOS y_1 ... y_{T-1}) -> (B, T, V) logits."""
-        memory, src_valid = self.encode(src)
-        return self.decode(tgt_in, memory, src_valid)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """(B, S) ids -> memory (B, S, d_model) and its validity (B, S)."""
