@@ -261,9 +261,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def _check_beam(args: argparse.Namespace) -> None:
     if args.beam < 1:
         raise UsageError(f"--beam must be at least 1 (got {args.beam})")
-    for name in ("batch_size",):
-        if getattr(args, name, 1) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if getattr(args, "batch_size", 1) < 1:
+        raise UsageError(f"--batch-size must be at least 1 (got {args.batch_size})")
     for name in ("max_len", "min_len"):
         if (getattr(args, name, None) or 0) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0")

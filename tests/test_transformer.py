@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import ModelConfig, build_model
-from attnlab.nn import Embeddings, EncoderDecoder, EncoderLayer, sinusoid
+from attnlab.nn import EncoderDecoder, EncoderLayer, sinusoid
 from attnlab.nn.registry import POSITIONAL
-from helpers import TINY, assert_cached_matches_uncached, random_ids, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 VARIANTS = sorted(POSITIONAL)
 NORMS = ["post", "pre"]
@@ -39,7 +39,11 @@ def test_future_tokens_do_not_change_earlier_logits(arch, positional):
     tgt = random_ids(2, 8)
     changed = tgt.clone()
     changed[:, 5:] = random_ids(2, 3, generator_seed=9)
-    run = (lambda y: model(y)) if arch == "decoder_lm" else (lambda y, src=random_ids(2, 6, generator_seed=3): model(src, y))
+    src = random_ids(2, 6, generator_seed=3)
+
+    def run(y):
+        return model(y) if arch == "decoder_lm" else model(src, y)
+
     before, after = run(tgt), run(changed)
     torch.testing.assert_close(after[:, :5], before[:, :5], atol=1e-6, rtol=0)
     assert not torch.allclose(after[:, 5:], before[:, 5:])
