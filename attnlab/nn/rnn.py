@@ -30,22 +30,26 @@ from attnlab.nn.transformer import Seq2Seq
 
 class RNNCache:
     """The decoder's state between steps: hidden (L, B, D), the LSTM cell (L, B, D), Luong's last
-    attentional vector (B, D), and the number of steps taken."""
+    attentional vector (B, D), the score's precomputed keys (B, S, Da) and the number of steps taken."""
 
     def __init__(self) -> None:
         self.hidden: Tensor | None = None
         self.cell: Tensor | None = None
         self.feed: Tensor | None = None
+        self.keys: Tensor | None = None
         self.length = 0
 
     def reorder(self, index: Tensor, targets_only: bool = False) -> None:
-        """Keep row ``index[i]`` as row i (beam search); the state has no source part to spare."""
+        """Keep row ``index[i]`` as row i (beam search); with ``targets_only`` the rows share their
+        source, so the source-side keys stay as they are."""
         if self.hidden is not None:
             self.hidden = self.hidden.index_select(1, index)
         if self.cell is not None:
             self.cell = self.cell.index_select(1, index)
         if self.feed is not None:
             self.feed = self.feed.index_select(0, index)
+        if self.keys is not None and not targets_only:
+            self.keys = self.keys.index_select(0, index)
 
 
 class RNNEncoder(nn.Module):
@@ -91,58 +95,66 @@ class RNNDecoder(nn.Module):
             self.W_o = nn.Linear(d_model + d_memory + d_model, d_model)  # o_t = tanh(W_o [s_t; c_t; E y])
         self.last_attention: Tensor | None = None  # (B, T, S) of the last call, for alignment plots
 
-    def start(self, state: RNNCache, summary: Tensor) -> None:
+    def start(self, state: RNNCache, summary: Tensor, memory: Tensor) -> None:
         s0 = torch.tanh(self.init(summary))  # (B, D)
         state.hidden = s0[None].repeat(self.n_layers, 1, 1).contiguous()
         state.cell = torch.zeros_like(state.hidden) if self.lstm else None
         state.feed = torch.zeros_like(s0) if self.input_feeding else None
+        state.keys = self.score.keys(memory) if self.score is not None else None  # once per sentence
 
-    def _attend(self, query: Tensor, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, D) query over (B, S, Dm) memory -> context (B, Dm), weights (B, S)."""
-        context, weights = attend(self.score(query[:, None], memory), memory, mask)  # (B, 1, Dm), (B, 1, S)
-        return context[:, 0], weights[:, 0]
+    def recur(self, x: Tensor, state: RNNCache) -> Tensor:
+        """Run the RNN over (B, T, Din) inputs from the state's s_{t-1}: (B, T, D) top-layer states s_t."""
+        out, new = self.rnn(x, (state.hidden, state.cell) if self.lstm else state.hidden)
+        state.hidden, state.cell = new if self.lstm else (new, None)
+        state.length += x.shape[1]
+        return out
 
-    def step(self, y_prev: Tensor, state: RNNCache, memory: Tensor, mask: Tensor,
-             summary: Tensor) -> tuple[Tensor, Tensor | None]:
-        """One decoder step from the (B,) previous tokens: the output vector o_t (B, D) and the
-        attention weights (B, S) (None for the fixed context). Updates ``state`` in place."""
-        e = self.dropout(self.embed(y_prev))  # (B, D)
-        weights = None
-        if self.attention == "bahdanau":
-            context, weights = self._attend(state.hidden[-1], memory, mask)  # scores from s_{t-1}
-            x = torch.cat([e, context], dim=-1)
-        elif self.attention == "none":
-            context = summary
-            x = torch.cat([e, context], dim=-1)
-        else:
-            x = torch.cat([e, state.feed], dim=-1) if self.input_feeding else e
-        recurrent = (state.hidden, state.cell) if self.lstm else state.hidden
-        out, new = self.rnn(x[:, None], recurrent)
-        state.hidden, state.cell = (new if self.lstm else (new, None))
-        state.length += 1
-        s = out[:, 0]  # (B, D): the top layer's s_t
-        if self.attention == "luong":
-            context, weights = self._attend(s, memory, mask)  # scores from s_t
-            h_tilde = torch.tanh(self.W_c(torch.cat([context, s], dim=-1)))
-            if self.input_feeding:
-                state.feed = h_tilde
-            return self.dropout(h_tilde), weights
-        return self.dropout(torch.tanh(self.W_o(torch.cat([s, context, e], dim=-1)))), weights
+    def align(self, s: Tensor, state: RNNCache, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, T, D) queries over (B, S, Dm) memory -> contexts c (B, T, Dm), weights alpha (B, T, S)."""
+        return attend(self.score.compare(s, state.keys), memory, mask)
 
     def forward(self, tokens: Tensor, memory: Tensor, summary: Tensor, memory_valid: Tensor,
                 cache: RNNCache | None = None) -> Tensor:
-        """(B, T) target tokens (only the new ones, with a cache) -> (B, T, D) output vectors."""
+        """(B, T) target tokens y_{t-1} (only the new ones, with a cache) -> (B, T, D) output vectors o_t.
+        Where the recurrence does not depend on attention (fixed context; Luong without input
+        feeding) the RNN runs over all T steps in one call; otherwise step by step."""
         state = cache if cache is not None else RNNCache()
         if state.hidden is None:
-            self.start(state, summary)
+            self.start(state, summary, memory)
+        e = self.dropout(self.embed(tokens))  # (B, T, D): E y_{t-1}
         mask = memory_valid[:, None, :]  # (B, 1, S)
-        outputs, weights = [], []
-        for t in range(tokens.shape[1]):
-            o, w = self.step(tokens[:, t], state, memory, mask, summary)
-            outputs.append(o)
-            weights.append(w)
-        self.last_attention = torch.stack(weights, dim=1) if weights and weights[0] is not None else None
-        return torch.stack(outputs, dim=1)
+        if self.attention == "luong":
+            h_tilde, self.last_attention = self._luong(e, state, memory, mask)
+            return self.dropout(h_tilde)
+        if self.attention == "none":
+            c = summary[:, None].expand(-1, e.shape[1], -1)  # the same c at every step
+            s = self.recur(torch.cat([e, c], dim=-1), state)
+            self.last_attention = None
+        else:  # Bahdanau: scores from s_{t-1}, c_t enters the recurrence
+            s_steps, c_steps, w_steps = [], [], []
+            for t in range(e.shape[1]):
+                c_t, w_t = self.align(state.hidden[-1][:, None], state, memory, mask)
+                s_steps.append(self.recur(torch.cat([e[:, t : t + 1], c_t], dim=-1), state))
+                c_steps.append(c_t)
+                w_steps.append(w_t)
+            s, c, self.last_attention = torch.cat(s_steps, 1), torch.cat(c_steps, 1), torch.cat(w_steps, 1)
+        return self.dropout(torch.tanh(self.W_o(torch.cat([s, c, e], dim=-1))))  # o_t = tanh(W_o [s_t; c_t; E y])
+
+    def _luong(self, e: Tensor, state: RNNCache, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Luong's attentional states h~_t = tanh(W_c [c_t; s_t]) (B, T, D) and weights (B, T, S):
+        all steps in one call, or step by step when h~_{t-1} is fed into the recurrence."""
+        if not self.input_feeding:
+            s = self.recur(e, state)
+            c, weights = self.align(s, state, memory, mask)
+            return torch.tanh(self.W_c(torch.cat([c, s], dim=-1))), weights
+        h_steps, w_steps = [], []
+        for t in range(e.shape[1]):
+            s_t = self.recur(torch.cat([e[:, t : t + 1], state.feed[:, None]], dim=-1), state)
+            c_t, w_t = self.align(s_t, state, memory, mask)
+            h_steps.append(torch.tanh(self.W_c(torch.cat([c_t, s_t], dim=-1))))
+            w_steps.append(w_t)
+            state.feed = h_steps[-1][:, 0]
+        return torch.cat(h_steps, 1), torch.cat(w_steps, 1)
 
 
 class RNNSeq2Seq(Seq2Seq):

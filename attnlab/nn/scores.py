@@ -13,7 +13,10 @@ location        (W_a s_t)_i: depends on the target state only      Luong et al. 
 ==============  =================================================  ============================
 
 Each module maps queries (B, Tq, Dq) and keys (B, S, Dk) to scores (B, Tq, S); the softmax and the
-weighted sum are ``attend`` in nn/attention.py.
+weighted sum are ``attend`` in nn/attention.py. A score is ``compare(q, keys(k))``: ``keys`` is the
+part that depends on the source alone (W_h h_i for additive, W_a h_i for general, unit vectors for
+cosine), which a recurrent decoder computes once per sentence instead of once per step, as
+Bahdanau et al. (2015, appendix A.1.2) do with U_a h_j.
 """
 
 from __future__ import annotations
@@ -32,20 +35,31 @@ def scaled_dot(q: Tensor, k: Tensor, temperature: float | None = None) -> Tensor
 
 
 class AlignmentScore(nn.Module):
-    """score(queries (B, Tq, Dq), keys (B, S, Dk)) -> (B, Tq, S)."""
+    """score(queries (B, Tq, Dq), keys (B, S, Dk)) -> (B, Tq, S), as compare(q, keys(k))."""
 
     def __init__(self, d_query: int, d_key: int, d_attn: int | None = None, max_len: int | None = None) -> None:
         super().__init__()
 
+    def keys(self, k: Tensor) -> Tensor:
+        """(B, S, Dk) -> what ``compare`` needs of the keys; the keys themselves by default."""
+        return k
+
+    def compare(self, q: Tensor, keys: Tensor) -> Tensor:
+        """(B, Tq, Dq) queries against ``keys(k)`` -> (B, Tq, S) scores."""
+        raise NotImplementedError
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return self.compare(q, self.keys(k))
+
 
 class DotScore(AlignmentScore):
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return q @ k.transpose(-2, -1)
+    def compare(self, q: Tensor, keys: Tensor) -> Tensor:
+        return q @ keys.transpose(-2, -1)
 
 
 class ScaledDotScore(AlignmentScore):
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return scaled_dot(q, k)
+    def compare(self, q: Tensor, keys: Tensor) -> Tensor:
+        return scaled_dot(q, keys)
 
 
 class GeneralScore(AlignmentScore):
@@ -53,8 +67,11 @@ class GeneralScore(AlignmentScore):
         super().__init__(d_query, d_key)
         self.W_a = nn.Linear(d_key, d_query, bias=False)  # h_i -> W_a h_i in the query space
 
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return q @ self.W_a(k).transpose(-2, -1)
+    def keys(self, k: Tensor) -> Tensor:
+        return self.W_a(k)  # (B, S, Dq)
+
+    def compare(self, q: Tensor, keys: Tensor) -> Tensor:
+        return q @ keys.transpose(-2, -1)
 
 
 class AdditiveScore(AlignmentScore):
@@ -65,14 +82,20 @@ class AdditiveScore(AlignmentScore):
         self.W_h = nn.Linear(d_key, d_attn, bias=False)
         self.v_a = nn.Linear(d_attn, 1, bias=False)
 
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        energy = torch.tanh(self.W_s(q)[:, :, None, :] + self.W_h(k)[:, None, :, :])  # (B, Tq, S, Da)
+    def keys(self, k: Tensor) -> Tensor:
+        return self.W_h(k)  # (B, S, Da)
+
+    def compare(self, q: Tensor, keys: Tensor) -> Tensor:
+        energy = torch.tanh(self.W_s(q)[:, :, None, :] + keys[:, None, :, :])  # (B, Tq, S, Da)
         return self.v_a(energy).squeeze(-1)  # (B, Tq, S)
 
 
 class CosineScore(AlignmentScore):
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+    def keys(self, k: Tensor) -> Tensor:
+        return F.normalize(k, dim=-1)
+
+    def compare(self, q: Tensor, keys: Tensor) -> Tensor:
+        return F.normalize(q, dim=-1) @ keys.transpose(-2, -1)
 
 
 class LocationScore(AlignmentScore):
@@ -84,8 +107,8 @@ class LocationScore(AlignmentScore):
             raise ValueError("location scores need max_len (one weight row per source position)")
         self.W_a = nn.Linear(d_query, max_len)
 
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        S = k.shape[1]
+    def compare(self, q: Tensor, keys: Tensor) -> Tensor:
+        S = keys.shape[1]
         if S > self.W_a.out_features:
             raise ValueError(f"source of {S} positions; location scores cover {self.W_a.out_features}")
         return self.W_a(q)[..., :S]
