@@ -240,7 +240,11 @@ def cmd_score(args: argparse.Namespace) -> None:
     print(json.dumps({"nll_per_token": result["loss"], "ppl": result["ppl"], "tokens": result["tokens"]}))
 
 
-def cmd_bench(args: argparse.Namespace) -> None:
+def _emit(record: dict, as_json: bool, line: str) -> None:
+    print(json.dumps(record) if as_json else line, flush=True)
+
+
+def cmd_bench_decode(args: argparse.Namespace) -> None:
     from attnlab.bench.decode import BENCH_MODEL, bench_decode
 
     if args.repeats < 1 or args.batch < 1:
@@ -250,12 +254,27 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(f"greedy decoding, batch {args.batch}, source length 24, d_model 256, 3+3 layers, vocabulary 8000; "
           f"median of {args.repeats}", file=sys.stderr)
     for record in bench_decode(tuple(args.new_tokens), args.batch, repeats=args.repeats):
-        if args.json:
-            print(json.dumps(record), flush=True)
-        else:
-            ratio = f"   x{record['ratio']:.2f} vs no cache" if "ratio" in record else ""
-            print(f"{record['name']:<24}{record['new_tokens']:>5} new tokens  {record['value']:>9.1f} tokens/s  "
-                  f"({record['seconds']:.2f} s){ratio}", flush=True)
+        ratio = f"   x{record['ratio']:.2f} vs no cache" if "ratio" in record else ""
+        _emit(record, args.json, f"{record['name']:<24}{record['new_tokens']:>5} new tokens  "
+                                 f"{record['value']:>9.1f} tokens/s  ({record['seconds']:.2f} s){ratio}")
+
+
+def cmd_bench_models(args: argparse.Namespace) -> None:
+    from attnlab.bench.models import MODELS, REFERENCE, bench_models
+
+    if min(args.repeats, args.batch_tokens, args.decode_batch, *args.lengths) < 1:
+        raise UsageError("--lengths, --batch-tokens, --decode-batch and --repeats must be at least 1")
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        raise UsageError(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
+    print(f"train: one optimizer step on {args.batch_tokens} // T pairs of T + T tokens; decode: greedy with the "
+          f"cache, {args.decode_batch} sources of T tokens, T new tokens; {args.precision}; median of "
+          f"{args.repeats}; vocabulary 8000, random tokens", file=sys.stderr)
+    for r in bench_models(tuple(args.lengths), tuple(args.models), args.batch_tokens, args.decode_batch,
+                          args.precision, args.repeats):
+        ratio = f"   x{r['ratio']:.2f} vs {REFERENCE}" if "ratio" in r else ""
+        _emit(r, args.json, f"{r['name']:<7}{r['model']:<19} T={r['seq_len']:<5} batch {r['batch']:<4}"
+                            f"{r['value']:>10.1f} tokens/s{ratio}")
 
 
 def _check_beam(args: argparse.Namespace) -> None:
@@ -358,7 +377,16 @@ def make_parser() -> argparse.ArgumentParser:
     decode.add_argument("--batch", type=int, default=8)
     decode.add_argument("--repeats", type=int, default=3)
     decode.add_argument("--json", action="store_true", help="one JSON object per measurement")
-    decode.set_defaults(func=cmd_bench)
+    decode.set_defaults(func=cmd_bench_decode)
+    models = bench_sub.add_parser("models", help="recurrent vs Transformer training and decoding tokens/s, by length")
+    models.add_argument("--lengths", type=int, nargs="+", default=[10, 25, 50, 100, 200, 400])
+    models.add_argument("--models", nargs="+", default=["transformer", "gru_bahdanau", "gru_fixed_context"])
+    models.add_argument("--batch-tokens", type=int, default=4096, help="target tokens per training batch")
+    models.add_argument("--decode-batch", type=int, default=16)
+    models.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    models.add_argument("--repeats", type=int, default=3)
+    models.add_argument("--json", action="store_true", help="one JSON object per measurement")
+    models.set_defaults(func=cmd_bench_models)
 
     demo = sub.add_parser("demo", help="train a small Transformer on the built-in SCAN task and show it working")
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")

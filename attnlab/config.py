@@ -31,6 +31,7 @@ from attnlab.errors import ConfigError, UsageError
 from attnlab.nn.registry import (
     ACTIVATIONS,
     ARCHS,
+    ATTENTION_BACKENDS,
     NORM_PLACEMENTS,
     POSITIONAL,
     POSITIONAL_COMBINE,
@@ -195,6 +196,15 @@ class ModelConfig(TypedConfig):
     score: str = "additive"
     bidirectional: bool = True
     input_feeding: bool = True
+    attention_backend: str = "math"
+    attention_window: int = 128
+    attention_block: int = 128
+    attention_key_block: int = 1024
+    sparse_stride: int = 0
+    sparse_global: int = 0
+    sparse_random: int = 0
+    linear_features: str = "elu"
+    linear_n_features: int = 64
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -226,6 +236,7 @@ class ModelConfig(TypedConfig):
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         self._check_positional()
         self._check_vocabularies()
+        self._check_backend()
 
     def _check_positional(self) -> None:
         absolute = POSITIONAL[self.positional].absolute
@@ -257,6 +268,37 @@ class ModelConfig(TypedConfig):
         if self.score in ("dot", "scaled_dot", "cosine") and self.bidirectional:
             raise ConfigError(f"score '{self.score}' compares the decoder state (d_model) with encoder states of "
                               f"size 2 x d_model (bidirectional): use 'general' or 'additive', or bidirectional: false")
+
+    def _check_backend(self) -> None:
+        one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        one_of("linear_features", self.linear_features, ("elu", "favor"))
+        for name in ("attention_block", "attention_key_block", "linear_n_features"):
+            _at_least(name, getattr(self, name), 1)
+        for name in ("attention_window", "sparse_stride", "sparse_global", "sparse_random"):
+            _at_least(name, getattr(self, name), 0)
+        backend = self.attention_backend
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, users in (("attention_window", ("local", "sparse")), ("attention_key_block", ("chunked",)),
+                            ("sparse_stride", ("sparse",)), ("sparse_global", ("sparse",)),
+                            ("sparse_random", ("sparse",)), ("linear_features", ("linear",)),
+                            ("linear_n_features", ("linear",))):
+            if backend not in users and getattr(self, name) != defaults[name]:
+                raise ConfigError(f"{name} is only used with attention_backend {' or '.join(map(repr, users))} "
+                                  f"(attention_backend is '{backend}')")
+        if backend == "math":
+            return
+        if self.arch == "rnn":
+            raise ConfigError(f"attention_backend '{backend}' computes multi-head attention, which arch 'rnn' "
+                              f"does not have; leave attention_backend at 'math'")
+        if self.positional == "relative":
+            raise ConfigError(f"positional 'relative' (Shaw et al.) weights a value term by the attention "
+                              f"probabilities, which only attention_backend 'math' forms (got '{backend}')")
+        if backend == "linear" and POSITIONAL[self.positional].biases_scores:
+            raise ConfigError(f"attention_backend 'linear' never forms scores, so positional '{self.positional}' "
+                              f"has nothing to add its bias to; use 'rotary', 'sinusoidal' or 'learned'")
+        if backend == "linear" and self.attn_dropout > 0:
+            raise ConfigError(f"attention_backend 'linear' has no attention probabilities to drop; set "
+                              f"attention_dropout: 0 (the residual dropout stays at {self.dropout})")
 
     def _check_vocabularies(self) -> None:
         unused = {"decoder_lm": "n_encoder_layers", "encoder_only": "n_decoder_layers"}.get(self.arch)

@@ -1,58 +1,20 @@
-"""Scaled dot-product attention and multi-head attention.
+"""Multi-head attention.
 
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+Attention itself, softmax(Q K^T / sqrt(d_k)) V, is computed by a backend (nn/backends.py): the
+explicit reference ``attention`` or one of the fused, blockwise, sparse or linear ones.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.nn.backends import AttentionBackend, attend, attention  # noqa: F401  (re-exported)
 from attnlab.nn.cache import KVCache
+from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.scores import scaled_dot
-
-
-def attend(scores: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
-    """softmax over the keys of ``scores`` (..., Tq, Tk), masked keys excluded, then the weighted sum
-    of ``v`` (..., Tk, Dv). Returns the output (..., Tq, Dv) and the weights as applied (after dropout).
-    A query whose keys are all masked gets zero weights and a zero output, never NaN."""
-    if mask is not None:
-        # The most negative finite value, not -inf: a fully masked row stays finite through the
-        # softmax (uniform), and is then zeroed by the second fill, in the forward and the backward.
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    probs = scores.softmax(dim=-1)
-    if mask is not None:
-        probs = probs.masked_fill(~mask, 0.0)
-    if dropout_p > 0.0:
-        probs = F.dropout(probs, dropout_p)
-    return probs @ v, probs
-
-
-def attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    dropout_p: float = 0.0,
-    temperature: float | None = None,
-    bias: Tensor | None = None,
-    need_weights: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """softmax(q k^T / temperature + bias) v, with masked keys excluded.
-
-    q: (..., Tq, Dk), k: (..., Tk, Dk), v: (..., Tk, Dv); mask: bool, True = may attend,
-    broadcastable to (..., Tq, Tk); bias: additive, broadcastable likewise; temperature defaults
-    to sqrt(Dk). Returns the output (..., Tq, Dv) and, when ``need_weights``, the weights
-    (..., Tq, Tk) as applied to v (after dropout; in eval mode exactly the softmax).
-    """
-    scores = scaled_dot(q, k, temperature)  # (..., Tq, Tk)
-    if bias is not None:
-        scores = scores + bias
-    out, probs = attend(scores, v, mask, dropout_p)
-    return out, (probs if need_weights else None)
 
 
 class MultiHeadAttention(nn.Module):
@@ -72,6 +34,7 @@ class MultiHeadAttention(nn.Module):
         cross: bool = False,
         positional: PositionalEncoding | None = None,
         bias: bool = True,
+        backend: AttentionBackend | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -84,6 +47,7 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.positional = positional if positional is not None else PositionalEncoding()
+        self.backend = backend if backend is not None else AttentionBackend()
 
     def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
         """(B, T, n * d_model) -> n tensors (B, H, T, Dh)."""
@@ -94,21 +58,22 @@ class MultiHeadAttention(nn.Module):
         self,
         x: Tensor,
         memory: Tensor | None = None,
-        mask: Tensor | None = None,
+        mask: AttentionMask | Tensor | None = None,
         positions: tuple[Tensor, Tensor] | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """x: (B, Tq, d_model) queries (and keys/values for self-attention); memory: (B, Tk, d_model)
-        keys/values for cross-attention; mask: bool, True = may attend, broadcastable to
-        (B, H, Tq, Tk) over all keys (cached ones included); positions: (Tq,) query and (Tk,) key
-        positions for relative schemes (default: the queries follow the cached steps, from 0).
+        keys/values for cross-attention; mask: an AttentionMask over all keys (cached ones included),
+        or a boolean tensor broadcastable to (B, H, Tq, Tk), True = may attend; positions: (Tq,)
+        query and (Tk,) key positions (default: the queries follow the cached steps, from 0).
         Returns (B, Tq, d_model) and, with ``need_weights``, per-head weights (B, H, Tq, Tk).
         """
+        mask = mask if isinstance(mask, AttentionMask) else AttentionMask(explicit=mask)
         if positions is None:
             offset = len(cache) if cache is not None and not self.cross else 0
             q_pos = torch.arange(offset, offset + x.shape[1], device=x.device)
-            k_pos = torch.arange(offset + x.shape[1], device=x.device)
+            k_pos = torch.arange((memory.shape[1] if self.cross else offset + x.shape[1]), device=x.device)
         else:
             q_pos, k_pos = positions
         if self.cross:
@@ -119,18 +84,18 @@ class MultiHeadAttention(nn.Module):
                 k, v = self._heads(self.kv_proj(memory), 2)  # (B, H, Tk, Dh) each
                 if cache is not None:
                     cache.store(k, v)
+            self_cache = None
         else:
             q, k, v = self._heads(self.qkv_proj(x), 3)  # (B, H, Tq, Dh) each
             # the new keys sit at the new queries' positions; cached keys were rotated when they were new
             q, k = self.positional.rotate(q, q_pos), self.positional.rotate(k, q_pos)
-            if cache is not None:
-                k, v = cache.append(k, v)  # (B, H, Tk, Dh), Tk = cached + Tq
-        bias = self.positional.score_bias(q, q_pos, k_pos)
-        out, probs = attention(
-            q, k, v, mask,
+            self_cache = cache  # the backend appends to it (or updates its own state)
+        out, probs = self.backend(
+            q, k, v, mask, q_pos, k_pos,
             dropout_p=self.dropout_p if self.training else 0.0,
-            bias=bias,
+            bias=self.positional.score_bias if self.positional.biases_scores else None,
             need_weights=need_weights or self.positional.needs_probs,
+            cache=self_cache,
         )  # (B, H, Tq, Dh)
         value_term = self.positional.value_term(probs, q_pos, k_pos)
         if value_term is not None:

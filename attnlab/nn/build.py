@@ -17,7 +17,16 @@ from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.layers import DecoderLayer, EncoderLayer
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.registry import ACTIVATIONS, POSITIONAL, RNN_CELLS, SCORES
+from attnlab.nn.backends import (
+    AttentionBackend,
+    ChunkedBackend,
+    FeatureMap,
+    LinearBackend,
+    LocalBackend,
+    SparseBackend,
+    SparsePattern,
+)
+from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS, POSITIONAL, RNN_CELLS, SCORES
 from attnlab.nn.residual import ResidualConnection
 from attnlab.nn.rnn import RNNDecoder, RNNEncoder, RNNSeq2Seq
 from attnlab.nn.transformer import (
@@ -84,9 +93,26 @@ def _embeddings(cfg: ModelConfig, vocab_size: int) -> Embeddings:
     return Embeddings(vocab_size, cfg.token_width, _positional(cfg, "embeddings"), cfg.dropout)
 
 
+def _backend(cfg: ModelConfig, cross: bool) -> AttentionBackend:
+    """The ``attention_backend`` with its own fields. Windows and sparse patterns are about positions
+    within one sequence; cross-attention (target over source) takes exact ``chunked`` attention."""
+    name = cfg.attention_backend
+    if name == "chunked" or (cross and name in ("local", "sparse")):
+        return ChunkedBackend(cfg.attention_block, cfg.attention_key_block)
+    if name == "local":
+        return LocalBackend(cfg.attention_window, cfg.attention_block)
+    if name == "sparse":
+        return SparseBackend(SparsePattern(cfg.attention_window, cfg.sparse_stride, cfg.sparse_global,
+                                           cfg.sparse_random, cfg.attention_block))
+    if name == "linear":
+        return LinearBackend(FeatureMap(cfg.linear_features, cfg.d_head, cfg.linear_n_features), cfg.attention_block)
+    return ATTENTION_BACKENDS[name]()
+
+
 def _attention(cfg: ModelConfig, cross: bool = False) -> MultiHeadAttention:
     positional = PositionalEncoding() if cross else _positional(cfg, "self_attention")
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=cross, positional=positional)
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=cross, positional=positional,
+                              backend=_backend(cfg, cross))
 
 
 def _feed_forward(cfg: ModelConfig) -> PositionWiseFeedForward:

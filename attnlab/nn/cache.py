@@ -11,13 +11,17 @@ from torch import Tensor
 
 
 class KVCache:
-    """Keys and values that one attention module has seen, each (B, H, T, Dh)."""
+    """Keys and values that one attention module has seen, each (B, H, T, Dh); or, for a backend
+    that needs less (linear attention), its own ``state`` with ``length`` and ``reorder``."""
 
     def __init__(self) -> None:
         self.k: Tensor | None = None
         self.v: Tensor | None = None
+        self.state = None
 
     def __len__(self) -> int:
+        if self.state is not None:
+            return self.state.length
         return 0 if self.k is None else self.k.shape[2]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -39,6 +43,8 @@ class KVCache:
         if self.k is not None:
             self.k = self.k.index_select(0, index)
             self.v = self.v.index_select(0, index)
+        if self.state is not None:
+            self.state.reorder(index)
 
 
 class DecoderCache:

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.cache import KVCache
+from attnlab.nn.masks import AttentionMask
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.residual import ResidualConnection
 
@@ -26,8 +27,8 @@ class EncoderLayer(nn.Module):
         self.self_attn, self.self_attn_residual = self_attn, self_attn_residual
         self.feed_forward, self.feed_forward_residual = feed_forward, feed_forward_residual
 
-    def forward(self, x: Tensor, mask: Tensor, positions: Positions) -> Tensor:
-        """x: (B, T, d_model); mask: bool, broadcastable to (B, H, T, T)."""
+    def forward(self, x: Tensor, mask: AttentionMask | Tensor, positions: Positions) -> Tensor:
+        """x: (B, T, d_model); mask: an AttentionMask (or bool, broadcastable to (B, H, T, T))."""
         x = self.self_attn_residual(x, lambda h: self.self_attn(h, mask=mask, positions=positions)[0])
         return self.feed_forward_residual(x, self.feed_forward)
 
@@ -44,11 +45,11 @@ class DecoderLayer(nn.Module):
         self.cross_attn, self.cross_attn_residual = cross_attn, cross_attn_residual
         self.feed_forward, self.feed_forward_residual = feed_forward, feed_forward_residual
 
-    def forward(self, y: Tensor, self_mask: Tensor, positions: Positions, memory: Tensor | None = None,
-                memory_mask: Tensor | None = None, self_cache: KVCache | None = None,
+    def forward(self, y: Tensor, self_mask: AttentionMask | Tensor, positions: Positions, memory: Tensor | None = None,
+                memory_mask: AttentionMask | Tensor | None = None, self_cache: KVCache | None = None,
                 cross_cache: KVCache | None = None) -> Tensor:
         """y: (B, Tq, d_model) target vectors (only the new steps when decoding with a cache);
-        self_mask: (.., Tq, Tk) causal and padding; memory: (B, S, d_model); memory_mask: (B, 1, 1, S)."""
+        self_mask: causal and padding; memory: (B, S, d_model); memory_mask: its padding (AttentionMasks)."""
         y = self.self_attn_residual(
             y, lambda h: self.self_attn(h, mask=self_mask, positions=positions, cache=self_cache)[0])
         if self.cross_attn is not None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
 
@@ -17,3 +19,29 @@ def causal_mask(q_positions: Tensor, k_positions: Tensor) -> Tensor:
     Written over positions rather than a square lower triangle so that it also holds when the
     queries are the newest steps of an incremental decode (Tq < Tk)."""
     return k_positions[None, :] <= q_positions[:, None]
+
+
+@dataclass(frozen=True)
+class AttentionMask:
+    """Which keys each query may see, kept as structure so that a backend need never build (Tq, Tk):
+
+    key_valid: (B, Tk) True for real keys (padding excluded), or None;
+    causal:    a query sees keys at its own position or earlier (from the positions);
+    explicit:  any other boolean mask broadcastable to (B, H, Tq, Tk), for the backends that take
+               one ('math', 'sdpa'); None for the usual padding-and-causality cases.
+    """
+
+    key_valid: Tensor | None = None
+    causal: bool = False
+    explicit: Tensor | None = None
+
+    def dense(self, q_pos: Tensor, k_pos: Tensor, keys: slice | Tensor | None = None) -> Tensor | None:
+        """Boolean (B or 1, 1, Tq, Tk) for queries and keys at these positions, None if all may
+        attend. ``keys`` picks the keys (a slice or indices into Tk) when ``k_pos`` is a subset."""
+        mask = causal_mask(q_pos, k_pos)[None, None] if self.causal else None
+        if self.key_valid is not None:
+            valid = self.key_valid if keys is None else self.key_valid[:, keys]
+            mask = padding_mask(valid) if mask is None else mask & padding_mask(valid)
+        if self.explicit is not None:
+            mask = self.explicit if mask is None else mask & self.explicit
+        return mask

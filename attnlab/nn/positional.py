@@ -32,6 +32,7 @@ class PositionalEncoding(nn.Module):
     """No positions at all (``positional: none``); also the base class, identity at every hook."""
 
     absolute: ClassVar[bool] = False
+    biases_scores: ClassVar[bool] = False  # score_bias gives a term (the backend must add it)
 
     @classmethod
     def from_config(cls, cfg: Any) -> "PositionalEncoding":
@@ -167,6 +168,8 @@ class RelativePositional(PositionalEncoding):
         per_offset.scatter_add_(-1, index, probs)
         return per_offset @ self.value_table.weight.to(probs.dtype)  # (B, H, Tq, Dh)
 
+    biases_scores = True
+
     @property
     def needs_probs(self) -> bool:
         return True
@@ -175,6 +178,8 @@ class RelativePositional(PositionalEncoding):
 class RelativeBias(PositionalEncoding):
     """A learned scalar per head and clipped offset j - i, added to the scores (T5-style, clipped
     rather than log-bucketed)."""
+
+    biases_scores = True
 
     def __init__(self, n_heads: int, max_distance: int) -> None:
         super().__init__()
@@ -224,6 +229,8 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 class ALiBiPositional(PositionalEncoding):
     """ALiBi: no position vectors; score_ij gets -m_h |i - j|, a per-head linear distance penalty."""
+
+    biases_scores = True
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()

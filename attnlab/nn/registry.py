@@ -5,6 +5,14 @@ from __future__ import annotations
 
 from torch import nn
 
+from attnlab.nn.backends import (
+    AttentionBackend,
+    ChunkedBackend,
+    LinearBackend,
+    LocalBackend,
+    SDPABackend,
+    SparseBackend,
+)
 from attnlab.nn.scores import (
     AdditiveScore,
     AlignmentScore,
@@ -25,6 +33,15 @@ from attnlab.nn.positional import (
 )
 
 ARCHS = ("encoder_decoder", "decoder_lm", "encoder_only", "rnn")
+
+ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = {
+    "math": AttentionBackend,
+    "sdpa": SDPABackend,
+    "chunked": ChunkedBackend,
+    "local": LocalBackend,
+    "sparse": SparseBackend,
+    "linear": LinearBackend,
+}
 
 POSITIONAL: dict[str, type[PositionalEncoding]] = {
     "sinusoidal": SinusoidalPositional,

@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.layers import DecoderLayer, EncoderLayer
-from attnlab.nn.masks import causal_mask, padding_mask
+from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import PositionalEncoding
 
 
@@ -66,7 +66,7 @@ class Encoder(LayerStack):
 
     def forward(self, x: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
         """x: (B, S, d_model); valid: (B, S) True for real tokens; positions: (S,) -> (B, S, d_model)."""
-        mask = padding_mask(valid)  # (B, 1, 1, S)
+        mask = AttentionMask(key_valid=valid)
         for layer in self.layers:
             x = self.run_layer(layer, x, mask, (positions, positions))
         return self.norm(x)
@@ -90,8 +90,8 @@ class Decoder(LayerStack):
                     cache.memory_valid = memory_valid
                 memory_valid = cache.memory_valid
         k_positions = torch.arange(valid.shape[1], device=y.device)
-        self_mask = causal_mask(positions, k_positions) & padding_mask(valid)  # (B, 1, T, Tk)
-        memory_mask = padding_mask(memory_valid) if memory is not None else None  # (B, 1, 1, S)
+        self_mask = AttentionMask(key_valid=valid, causal=True)  # over (B, Tk) cached and new steps
+        memory_mask = AttentionMask(key_valid=memory_valid) if memory is not None else None
         for i, layer in enumerate(self.layers):
             y = self.run_layer(layer, y, self_mask, (positions, k_positions), memory, memory_mask,
                                cache.self_attn[i] if cache is not None else None,

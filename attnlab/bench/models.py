@@ -1,0 +1,108 @@
+"""Recurrent vs Transformer encoder-decoders as sequences grow: training and decoding tokens/s.
+
+The notes' argument for the Transformer (seeds 001, 003, 004) is about sequential operations: a
+recurrent layer needs O(T) steps one after another where self-attention needs O(1), at the price of
+O(T^2) work per layer. This measures what that means on the machine at hand, with the two models of
+the Multi30k presets (configs/multi30k_de_en.yaml and configs/rnn_bahdanau.yaml, plus the
+fixed-context GRU of configs/rnn_fixed_context.yaml) on random tokens:
+
+- train: target tokens/s of one optimizer step (attnlab's own ``train_step``: teacher forcing,
+  label-smoothed loss, Adam) on a batch of ``batch_tokens // T`` pairs of T source and T target
+  tokens, so every length costs about the same number of tokens per step;
+- decode: generated tokens/s of greedy decoding with the cache, ``decode_batch`` sources of T
+  tokens, exactly T new tokens each.
+
+Every figure is the median of ``repeats`` timings after a warm-up; each record carries the
+Transformer's figure for the same length as its reference and the ratio model / Transformer.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Iterator
+
+import torch
+
+from attnlab.config import ModelConfig, TrainConfig
+from attnlab.data.batching import Batch, collate_pairs
+from attnlab.decode.search import greedy
+from attnlab.nn.build import build_model
+from attnlab.train.loop import autocast, make_optimizer, train_step
+from attnlab.train.schedules import make_schedule, make_scheduler
+
+VOCAB = 8000  # the presets' shared BPE vocabulary
+# The model sections of the presets (tests/test_bench.py checks that they agree).
+MODELS: dict[str, dict] = {
+    "transformer": dict(arch="encoder_decoder", d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.1,
+                        norm="post", positional="sinusoidal", tie_embeddings="all"),
+    "gru_bahdanau": dict(arch="rnn", rnn_cell="gru", rnn_attention="bahdanau", score="additive",
+                         bidirectional=True, d_model=512, n_heads=1, n_layers=1, dropout=0.3, tie_embeddings="all"),
+    "gru_fixed_context": dict(arch="rnn", rnn_cell="gru", rnn_attention="none", bidirectional=True, d_model=512,
+                              n_heads=1, n_layers=1, dropout=0.3, tie_embeddings="all"),
+}
+REFERENCE = "transformer"
+
+
+def build(name: str, max_len: int) -> torch.nn.Module:
+    return build_model(ModelConfig(**MODELS[name], vocab_size=VOCAB, max_len=max_len))
+
+
+def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _random_batch(n_pairs: int, length: int, generator: torch.Generator) -> Batch:
+    ids = torch.randint(4, VOCAB, (2, n_pairs, length), generator=generator).tolist()
+    return collate_pairs(list(zip(ids[0], ids[1])))
+
+
+def train_seconds(model: torch.nn.Module, batch: Batch, precision: str, repeats: int) -> float:
+    cfg = TrainConfig(lr_schedule="constant", lr=1e-3, warmup_steps=1, precision=precision)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
+                                                        cfg.min_lr, d_model=1))
+    amp = autocast(precision, torch.device("cpu"))
+    return _median_seconds(lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp), repeats)
+
+
+def decode_seconds(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, precision: str, repeats: int) -> float:
+    model.eval()
+    amp = autocast(precision, torch.device("cpu"))
+
+    def run() -> None:
+        with amp():
+            out = greedy(model, src, max_len=new_tokens, min_len=new_tokens)
+        if any(len(row) != new_tokens for row in out):
+            raise RuntimeError(f"decoding stopped before {new_tokens} tokens")
+
+    return _median_seconds(run, repeats)
+
+
+def bench_models(lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400), models: tuple[str, ...] = tuple(MODELS),
+                 batch_tokens: int = 4096, decode_batch: int = 16, precision: str = "fp32", repeats: int = 3,
+                 seed: int = 0) -> Iterator[dict]:
+    """Yield one record per (pass, length, model): tokens/s, with the Transformer as reference."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    built = {name: build(name, max_len=max(lengths) + 2) for name in models}
+    for length in lengths:
+        batch = _random_batch(max(1, batch_tokens // length), length, generator)
+        src = _random_batch(decode_batch, length, generator).src
+        n_train = batch.n_tokens
+        figures = {}
+        for name, model in built.items():
+            figures["train", name] = n_train / train_seconds(model, batch, precision, repeats)
+            figures["decode", name] = decode_batch * length / decode_seconds(model, src, length, precision, repeats)
+        for (kind, name), value in figures.items():
+            record = {"name": kind, "model": name, "seq_len": length, "value": round(value, 1), "unit": "tokens/s",
+                      "batch": batch.tgt_in.shape[0] if kind == "train" else decode_batch, "precision": precision}
+            if REFERENCE in models and name != REFERENCE:
+                record |= {"reference": REFERENCE, "ratio": round(value / figures[kind, REFERENCE], 3)}
+            yield record
