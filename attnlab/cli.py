@@ -277,6 +277,32 @@ def cmd_bench_models(args: argparse.Namespace) -> None:
                             f"{r['value']:>10.1f} tokens/s{ratio}")
 
 
+def cmd_bench_attention(args: argparse.Namespace) -> None:
+    from attnlab.bench.attention import GiB, backends, bench_attention, plot_attention
+
+    known = backends(args.head_dim)
+    unknown = sorted(set(args.backends) - set(known))
+    if unknown:
+        raise UsageError(f"unknown backend {unknown[0]!r}; choose from {', '.join(known)}")
+    if min(args.batch, args.heads, args.head_dim, args.repeats, *args.lengths) < 1:
+        raise UsageError("--lengths, --batch, --heads, --head-dim and --repeats must be at least 1")
+    if not Path("/proc/self/clear_refs").exists():
+        raise UsageError("bench attention measures peak memory through Linux's /proc/self/clear_refs")
+    print(f"attention backends, batch {args.batch}, {args.heads} heads of {args.head_dim}, float32, "
+          f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the inputs",
+          file=sys.stderr)
+    records = []
+    for r in bench_attention(tuple(args.lengths), tuple(args.backends), args.batch, args.heads, args.head_dim,
+                             not args.no_causal, args.repeats, args.memory_budget_gib * GiB, args.time_limit):
+        records.append(r)
+        what = (f"skipped: {r['skipped']}" if "skipped" in r
+                else f"{r['seconds']:>10.4f} s  {r['peak_bytes'] / 2**20:>10.1f} MiB")
+        _emit(r, args.json, f"{r['backend']:<8} T={r['seq_len']:<6} {r['pass']:<17} {what}")
+    if args.plot:
+        plot_attention(records, args.plot)
+        print(f"plot: {args.plot}", file=sys.stderr)
+
+
 def _check_beam(args: argparse.Namespace) -> None:
     if args.beam < 1:
         raise UsageError(f"--beam must be at least 1 (got {args.beam})")
@@ -378,6 +404,20 @@ def make_parser() -> argparse.ArgumentParser:
     decode.add_argument("--repeats", type=int, default=3)
     decode.add_argument("--json", action="store_true", help="one JSON object per measurement")
     decode.set_defaults(func=cmd_bench_decode)
+    attn = bench_sub.add_parser("attention", help="time and peak memory of each attention backend, by length")
+    attn.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
+    attn.add_argument("--backends", nargs="+", default=["math", "sdpa", "chunked", "local", "sparse", "linear"])
+    attn.add_argument("--batch", type=int, default=1)
+    attn.add_argument("--heads", type=int, default=8)
+    attn.add_argument("--head-dim", type=int, default=64)
+    attn.add_argument("--no-causal", action="store_true", help="no mask (default: causal)")
+    attn.add_argument("--repeats", type=int, default=3)
+    attn.add_argument("--memory-budget-gib", type=float, default=12.0,
+                      help="skip a size whose predicted memory exceeds this")
+    attn.add_argument("--time-limit", type=float, default=60.0, help="skip a size predicted to take longer (s)")
+    attn.add_argument("--plot", help="write time and memory vs T (log-log) to this PNG")
+    attn.add_argument("--json", action="store_true", help="one JSON object per measurement")
+    attn.set_defaults(func=cmd_bench_attention)
     models = bench_sub.add_parser("models", help="recurrent vs Transformer training and decoding tokens/s, by length")
     models.add_argument("--lengths", type=int, nargs="+", default=[10, 25, 50, 100, 200, 400])
     models.add_argument("--models", nargs="+", default=["transformer", "gru_bahdanau", "gru_fixed_context"])

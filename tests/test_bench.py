@@ -1,4 +1,5 @@
-"""The RNN-vs-Transformer benchmark: the models it times are the presets', and its records are sound."""
+"""The benchmarks: the RNN-vs-Transformer one times the presets' models, the attention one measures
+what it says, and both report sound records."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from attnlab.bench.models import MODELS, REFERENCE, bench_models
@@ -51,3 +53,47 @@ def test_cli_bench_models_json_and_bad_arguments():
     for bad, says in ((["--models", "lstm"], "unknown model 'lstm'"), (["--lengths", "0"], "at least 1")):
         refused = subprocess.run([str(ATTNLAB), "bench", "models", *bad], capture_output=True, text=True)
         assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_peak_memory_counts_what_a_pass_allocates():
+    from attnlab.bench.attention import measure_peak
+
+    _, peak = measure_peak(lambda: torch.ones(16 * 2**20))  # 64 MiB of float32, returned (alive at the end)
+    assert 64 * 2**20 <= peak < 72 * 2**20
+    _, small = measure_peak(lambda: torch.ones(1024).sum())
+    assert small < 8 * 2**20
+
+
+def test_bench_attention_records_and_skips():
+    from attnlab.bench.attention import GiB, bench_attention
+
+    records = list(bench_attention(lengths=(32, 64), names=("math", "chunked", "linear"), heads=2, head_dim=8,
+                                   repeats=1, memory_budget=40_000))  # 2 x the scores: 16 kB at T=32, 64 kB at 64
+    assert [(r["backend"], r["seq_len"], r["pass"]) for r in records] == [
+        (b, T, p) for T in (32, 64) for b in ("math", "chunked", "linear") for p in ("forward", "forward_backward")]
+    for r in records:
+        assert r["scores_bytes"] == 1 * 2 * r["seq_len"] ** 2 * 4
+        if r["backend"] == "math" and r["seq_len"] == 64:
+            assert "scores alone need" in r["skipped"] and "budget" in r["skipped"]
+        else:
+            assert r["seconds"] > 0 and r["peak_bytes"] >= 0 and "skipped" not in r
+    slow = list(bench_attention(lengths=(16, 4096), names=("chunked",), heads=1, head_dim=4, repeats=1,
+                                memory_budget=GiB, time_limit=1e-9))
+    assert "would take about" in slow[-1]["skipped"]
+
+
+def test_cli_bench_attention_json_and_plot(tmp_path):
+    plot = tmp_path / "attention.png"
+    done = subprocess.run([str(ATTNLAB), "bench", "attention", "--lengths", "16", "32", "--backends", "math", "local",
+                           "--heads", "2", "--head-dim", "8", "--repeats", "1", "--json", "--plot", str(plot)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(records) == 2 * 2 * 2
+    assert all({"backend", "seq_len", "pass", "seconds", "peak_bytes"} <= set(r) for r in records)
+    import matplotlib.image
+
+    image = matplotlib.image.imread(plot)
+    assert image.shape[0] > 300 and image.shape[1] > 600
+    refused = subprocess.run([str(ATTNLAB), "bench", "attention", "--backends", "flash"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "unknown backend 'flash'" in refused.stderr
