@@ -229,14 +229,21 @@ def test_cached_decoding_equals_uncached_with_every_backend(name, arch):
     assert_cached_matches_uncached(model, tgt, src, chunks=[5, 1, 1, 4])
 
 
+@pytest.mark.parametrize("positional", ["alibi", "relative_bias"])
 @pytest.mark.parametrize("name", ["sdpa", "chunked"])
-def test_a_model_with_an_exact_backend_equals_the_math_model(name):
-    math_model = tiny_model(arch="encoder_decoder", positional="alibi")
-    model = tiny_model(arch="encoder_decoder", positional="alibi", **BACKEND_CONFIGS[name])
+def test_a_model_with_an_exact_backend_equals_the_math_model(name, positional):
+    """Logits and every parameter's gradient (the learned relative-bias table's included)."""
+    math_model = tiny_model(arch="encoder_decoder", positional=positional)
+    model = tiny_model(arch="encoder_decoder", positional=positional, **BACKEND_CONFIGS[name])
     model.load_state_dict(math_model.state_dict())
     src, tgt = random_ids(2, 9), random_ids(2, 7, generator_seed=1)
     src[1, 6:] = 0  # padding
-    torch.testing.assert_close(model(src, tgt), math_model(src, tgt), atol=1e-5, rtol=0)
+    out, ref = model(src, tgt), math_model(src, tgt)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    out.square().mean().backward()
+    ref.square().mean().backward()
+    for (name_, p), (_, p_ref) in zip(model.named_parameters(), math_model.named_parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name_}: {m}")
 
 
 def test_only_math_returns_weights():

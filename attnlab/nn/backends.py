@@ -123,8 +123,9 @@ class SDPABackend(AttentionBackend):
         square_causal = mask.causal and mask.key_valid is None and mask.explicit is None and q.shape[2] == k.shape[2]
         if b is None and (allowed is None or square_causal):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=square_causal), None
+        # half the most negative value: adding a bias cannot overflow to -inf, so no row becomes NaN
         attn_mask = b if allowed is None else torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(
-            ~allowed, torch.finfo(q.dtype).min) + (0.0 if b is None else b)
+            ~allowed, torch.finfo(q.dtype).min / 2) + (0.0 if b is None else b)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
         if allowed is not None:  # a query with no allowed key: zeros, as in 'math' (not a uniform mix)
             out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
