@@ -21,20 +21,67 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"  # the presets of a
 def cmd_info(args: argparse.Namespace) -> None:
     import torch
 
-    from attnlab.analysis.budget import format_parameter_report, parameter_report
+    from attnlab.analysis.budget import budget_report, format_budget_report, format_parameter_report, parameter_report
     from attnlab.config import ModelConfig
     from attnlab.nn.build import build_model
 
     cfg = ModelConfig.from_file(args.config)
+    if min(args.seq_len, args.batch, args.src_len or 1) < 1:
+        raise UsageError("--seq-len, --src-len and --batch must be at least 1")
     with torch.device("meta"):  # shapes only: no memory for the weights, no time to initialise them
         model = build_model(cfg)
-    report = parameter_report(model)
+    report = {"config": str(args.config), "arch": cfg.arch, **parameter_report(model)}
+    budget = None
+    if args.memory or args.flops:  # measured on the meta device
+        try:
+            budget = budget_report(cfg, args.seq_len, args.batch, args.src_len)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        report["budget"] = {k: v for k, v in budget.items()
+                            if (args.flops or k != "flops") and (args.memory or not k.endswith("_memory"))}
     if args.json:
-        print(json.dumps({"config": str(args.config), "arch": cfg.arch, **report}))
-    else:
-        print(f"{args.config}: {cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
-              f"{cfg.encoder_layers}+{cfg.decoder_layers} layers, d_ff {cfg.d_ff}, vocab {cfg.vocab_size}")
-        print(format_parameter_report(report))
+        print(json.dumps(report))
+        return
+    print(f"{args.config}: {cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
+          f"{cfg.encoder_layers}+{cfg.decoder_layers} layers, d_ff {cfg.d_ff}, vocab {cfg.vocab_size}")
+    print(format_parameter_report(report))
+    if budget is not None:
+        print()
+        print(format_budget_report(report["budget"]))
+
+
+def cmd_inspect(args: argparse.Namespace) -> None:
+    from attnlab.analysis.inspect import inspect_run
+
+    _check_beam(args)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "inspect"
+    if out.exists() and any(out.iterdir()) and not args.force:
+        raise UsageError(f"{out} already exists; pass --force to overwrite its figures, or choose another --out")
+    summary = inspect_run(args.run_dir, args.src, args.tgt, out, args.beam, args.checkpoint)
+    for name, entry in summary["modules"].items():
+        entropy = " ".join(f"{e:.2f}" for e in entry["entropy"])
+        print(f"{name:<34} entropy per head (uniform {entry['uniform_entropy']:.2f}): {entropy}")
+    print(f"target: {summary['target']}")
+    print(f"{len(summary['files'])} figures and summary.json in {out}")
+
+
+def cmd_prune(args: argparse.Namespace) -> None:
+    from attnlab.analysis.plots import pruning_plot
+    from attnlab.analysis.prune import prune_run
+
+    summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit)
+    for r in summary["results"]:
+        text = f"  BLEU {r['bleu']:.2f}  exact match {r['exact_match']:.2%}" if "bleu" in r else ""
+        print(f"{r['heads_pruned']:>3}/{r['heads_total']} heads pruned ({r['fraction']:.0%}): "
+              f"{args.split} loss {r['valid_loss']:.4f}{text}")
+    if args.plot:
+        metric = "bleu" if "bleu" in summary["results"][0] else "valid_loss"
+        pruning_plot([r["fraction"] for r in summary["results"]], [r[metric] for r in summary["results"]],
+                     metric, Path(args.plot))
+    if args.json:
+        print(json.dumps(summary))
+    if args.out:
+        print(f"pruned model: {args.out}")
 
 
 def _new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
@@ -118,12 +165,16 @@ def _write_output(path: str | None, text: str, force: bool) -> None:
     atomic_write_text(path, text)
 
 
-def _load(args: argparse.Namespace, arch: str):
+SEQ2SEQ = ("encoder_decoder", "rnn")  # the archs that translate (Transformer and recurrent)
+
+
+def _load(args: argparse.Namespace, archs: tuple[str, ...]):
     from attnlab.train.checkpoint import load_run
 
     model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
-    if cfg.arch != arch:
-        raise UsageError(f"{args.run_dir} holds a model of arch '{cfg.arch}'; this command needs '{arch}'")
+    if cfg.arch not in archs:
+        raise UsageError(f"{args.run_dir} holds a model of arch '{cfg.arch}'; this command needs "
+                         f"{' or '.join(map(repr, archs))}")
     return model, tokenizers
 
 
@@ -131,7 +182,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.decode.translate import translate
 
     _check_beam(args)
-    model, tokenizers = _load(args, "encoder_decoder")
+    model, tokenizers = _load(args, SEQ2SEQ)
     lines = _read_input_lines(args.input)
     results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
                         args.batch_size, args.max_len, args.min_len)
@@ -155,7 +206,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-p must be in (0, 1] (got {args.top_p})")
     if args.max_new_tokens < 0 or args.num_samples < 1:
         raise UsageError("--max-new-tokens must be >= 0 and --num-samples >= 1")
-    model, tokenizers = _load(args, "decoder_lm")
+    model, tokenizers = _load(args, ("decoder_lm",))
     tok = tokenizers["tgt"]
     prompt_ids = tok.encode(args.prompt)
     if not prompt_ids:
@@ -179,7 +230,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from attnlab.eval.evaluate import evaluate
 
     _check_beam(args)
-    model, tokenizers = _load(args, "encoder_decoder")
+    model, tokenizers = _load(args, SEQ2SEQ)
     if args.split is not None:
         if args.src or args.ref:
             raise UsageError("give either --split or --src and --ref")
@@ -334,7 +385,33 @@ def make_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="parameter counts of a model config")
     info.add_argument("config", help="YAML or JSON config file with a 'model' section")
     info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--memory", action="store_true", help="training and inference memory (meta device)")
+    info.add_argument("--flops", action="store_true", help="FLOPs split into attention, FFN and output")
+    info.add_argument("--seq-len", type=int, default=512, help="tokens per sequence for --memory/--flops")
+    info.add_argument("--src-len", type=int, help="source tokens (encoder-decoder; default --seq-len)")
+    info.add_argument("--batch", type=int, default=32, help="sequences per batch for --memory/--flops")
     info.set_defaults(func=cmd_info)
+
+    inspect = sub.add_parser("inspect", help="attention heatmaps, alignments and head entropies for one sentence")
+    inspect.add_argument("run_dir")
+    inspect.add_argument("--src", required=True, help="source sentence (or the text, for a language model)")
+    inspect.add_argument("--tgt", help="target sentence (default: the model's beam-search output)")
+    inspect.add_argument("--out", help="directory for the figures (default: RUN_DIR/inspect)")
+    inspect.add_argument("--force", action="store_true", help="overwrite figures in an existing --out")
+    inspect.add_argument("--beam", type=int, default=4)
+    inspect.add_argument("--checkpoint", default="best", help="best, last, average or a step number")
+    inspect.set_defaults(func=cmd_inspect)
+
+    prune = sub.add_parser("prune", help="rank heads by importance, prune the least important, measure")
+    prune.add_argument("run_dir")
+    prune.add_argument("--fraction", type=float, nargs="+", required=True,
+                       help="fraction(s) of all heads to prune, e.g. 0.2 0.4 0.6")
+    prune.add_argument("--out", help="write the pruned model (one --fraction) as a new run directory")
+    prune.add_argument("--split", default="valid", help="the run's data split to rank and measure on")
+    prune.add_argument("--limit", type=int, help="decode at most this many sentences per measurement")
+    prune.add_argument("--plot", help="write the metric against the fraction pruned to this PNG")
+    prune.add_argument("--json", action="store_true", help="also print the whole summary as JSON")
+    prune.set_defaults(func=cmd_prune)
 
     train = sub.add_parser("train", help="train a model from a config file")
     train.add_argument("config", help="YAML or JSON config with model, data and train sections")

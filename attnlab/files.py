@@ -48,9 +48,10 @@ def staging_dir(final: str | Path) -> Path:
 def publish_dir(staged: Path, final: str | Path) -> None:
     """Move a filled staging directory to ``final``, replacing an older one of that name."""
     final = Path(final)
-    for f in staged.iterdir():
-        with open(f, "rb") as handle:
-            os.fsync(handle.fileno())
+    for f in staged.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as handle:
+                os.fsync(handle.fileno())
     if final.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
         os.replace(final, old / final.name)

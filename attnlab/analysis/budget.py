@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.feedforward import PositionWiseFeedForward
@@ -81,3 +83,106 @@ def _fold_layers(layers: dict[str, dict[str, int]]) -> list[tuple[list[str], dic
         else:
             runs.append(([path], counts))
     return runs
+
+
+# -- compute and memory, measured on the meta device ---------------------------------------------
+#
+# The model runs once, forward and backward, on PyTorch's "meta" device: tensors with shapes and
+# no data, so a 213M-parameter model at T = 512 costs no memory and no time. FLOPs are counted by
+# torch.utils.flop_counter (2 per multiply-add, matrix products only), and attributed to the module
+# that ran them in the forward pass; the activation memory is what autograd saves for the backward
+# (saved_tensors_hooks), the figures of *this* implementation, not a formula.
+
+def _inputs(cfg: Any, batch: int, seq_len: int, src_len: int) -> tuple:
+    ids = lambda n: torch.ones(batch, n, dtype=torch.long)  # noqa: E731  (no padding: id 1)
+    return (ids(src_len), ids(seq_len)) if cfg.arch == "encoder_decoder" else (ids(seq_len),)
+
+
+def _flop_kind(module: str) -> str | None:
+    """'attention_projections', 'attention_scores' (Q K^T and the weighted sum of V), 'feed_forward',
+    'output' (the vocabulary projection), or None for an outer module."""
+    parts = module.split(".")
+    if parts[-1] in ("self_attn", "cross_attn"):
+        return "attention_scores"  # what the attention module runs outside its projections
+    if len(parts) >= 2 and parts[-2] in ("self_attn", "cross_attn") and parts[-1].endswith("_proj"):
+        return "attention_projections"
+    if parts[-1] == "feed_forward":
+        return "feed_forward"
+    if parts[-1] in ("generator", "mlm_head", "classifier"):
+        return "output"
+    return None
+
+
+def budget_report(cfg: Any, seq_len: int, batch: int, src_len: int | None = None,
+                  bytes_per_value: int = 4) -> dict[str, Any]:
+    """FLOPs (forward by kind, and forward + backward in all), training memory (weights, gradients,
+    Adam's two moments, activations saved for the backward, of which attention matrices) and
+    inference memory with a KV cache, for a batch of ``batch`` sequences of ``seq_len`` tokens
+    (and sources of ``src_len``, default ``seq_len``)."""
+    from attnlab.nn.build import build_model  # (nn.build imports this package's neighbours)
+
+    if cfg.arch == "rnn":
+        raise ValueError("the compute and memory budget covers the Transformer architectures, not arch 'rnn'")
+    src_len = src_len or seq_len
+    with torch.device("meta"):
+        model = build_model(cfg).train()
+        inputs = _inputs(cfg, batch, seq_len, src_len)
+    n_params = sum(p.numel() for p in model.parameters())
+    params = {id(p) for p in model.parameters()}
+    saved: dict[int, torch.Tensor] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        base = t._base if t._base is not None else t
+        if id(base) not in params and t.is_floating_point():
+            saved[id(base)] = base  # each storage once, however many ops save it
+        return t
+
+    counter = FlopCounterMode(display=False, depth=100)
+    with counter, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(*inputs)
+        forward = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
+        logits.float().sum().backward()
+    total = sum(counter.get_flop_counts()["Global"].values())
+    by_kind = dict.fromkeys(("attention_projections", "attention_scores", "feed_forward", "output"), 0)
+    for name, flops in forward.items():
+        kind = _flop_kind(name)
+        if kind == "attention_scores":  # the module's own total, less its projections (counted apart)
+            flops -= sum(f for child, f in forward.items() if child.startswith(name + ".") and child.endswith("_proj"))
+        if kind is not None:
+            by_kind[kind] += flops
+    activation_bytes = sum(t.numel() for t in saved.values()) * bytes_per_value
+    attention_bytes = sum(t.numel() for t in saved.values() if t.dim() == 4 and t.shape[1] == cfg.n_heads
+                          and t.shape[-1] in (seq_len, src_len) and t.shape[-2] in (seq_len, src_len)) * bytes_per_value
+    weights = n_params * bytes_per_value
+    cache_layers = cfg.decoder_layers if cfg.arch != "encoder_only" else 0
+    kv_cache = 2 * cache_layers * batch * seq_len * cfg.d_model * bytes_per_value  # self-attention K and V
+    if cfg.arch == "encoder_decoder":
+        kv_cache += 2 * cfg.decoder_layers * batch * src_len * cfg.d_model * bytes_per_value  # projected source
+    return {
+        "batch": batch, "seq_len": seq_len, "src_len": src_len if cfg.arch == "encoder_decoder" else None,
+        "bytes_per_value": bytes_per_value, "params": n_params,
+        "flops": {"forward": sum(by_kind.values()), "forward_by_kind": by_kind, "forward_backward": total},
+        "training_memory": {"weights": weights, "gradients": weights, "adam_moments": 2 * weights,
+                            "activations": activation_bytes, "of_which_attention_matrices": attention_bytes,
+                            "total": 4 * weights + activation_bytes},
+        "inference_memory": {"weights": weights, "kv_cache": kv_cache, "total": weights + kv_cache},
+    }
+
+
+def format_budget_report(report: dict[str, Any]) -> str:
+    gib = lambda n: f"{n / 2**30:,.3f} GiB"  # noqa: E731
+    src = f", sources of {report['src_len']}" if report["src_len"] else ""
+    lines = [f"budget for a batch of {report['batch']} x {report['seq_len']} tokens{src}, "
+             f"{report['bytes_per_value']} bytes per value (measured on the meta device)", "",
+             ]
+    if "flops" in report:
+        flops = report["flops"]
+        lines.append("FLOPs (2 per multiply-add)")
+        for kind, n in flops["forward_by_kind"].items():
+            lines.append(f"  forward {kind:<24}{n:>22,}  ({n / max(flops['forward'], 1):6.1%})")
+        lines.append(f"  forward total{'':<18}{flops['forward']:>22,}")
+        lines.append(f"  forward + backward{'':<13}{flops['forward_backward']:>22,}")
+    for key, title in (("training_memory", "training memory"), ("inference_memory", "inference memory (KV cache)")):
+        if key in report:
+            lines += ["", title] + [f"  {k:<30}{gib(v):>16}" for k, v in report[key].items()]
+    return "\n".join(lines)

@@ -105,6 +105,10 @@ class Tokenizer:
     def tokens(self, text: str) -> list[str]:
         return self.hf.encode(text, add_special_tokens=False).tokens
 
+    def id_tokens(self, ids: Iterable[int]) -> list[str]:
+        """The token string of each id, special tokens included (labels for attention plots)."""
+        return [self.hf.id_to_token(int(i)) for i in ids]
+
     def to_str(self) -> str:
         return self.hf.to_str()
 

@@ -48,6 +48,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.positional = positional if positional is not None else PositionalEncoding()
         self.backend = backend if backend is not None else AttentionBackend()
+        self.head_gate: Tensor | None = None  # (H,) multiplies each head's output (head importance, masking)
 
     def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
         """(B, T, n * d_model) -> n tensors (B, H, T, Dh)."""
@@ -100,6 +101,42 @@ class MultiHeadAttention(nn.Module):
         value_term = self.positional.value_term(probs, q_pos, k_pos)
         if value_term is not None:
             out = out + value_term
+        if self.head_gate is not None:
+            out = out * self.head_gate.to(out.dtype)[None, :, None, None]
         B, H, Tq, Dh = out.shape
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dh))  # (B, Tq, d_model)
         return out, (probs if need_weights else None)
+
+    def prune_heads(self, heads: list[int]) -> None:
+        """Remove these heads from the weights (Michel et al. 2019): their rows of the Q, K and V
+        projections, their columns of the output projection, and their share of per-head positional
+        parameters. The layer then computes exactly what it computed with those heads gated to zero."""
+        keep = [h for h in range(self.n_heads) if h not in set(heads)]
+        if not keep:
+            raise ValueError("pruning would remove every head of a layer; keep at least one")
+        per_head = torch.arange(self.d_head)
+        inner = torch.cat([h * self.d_head + per_head for h in keep])  # columns of the kept heads
+        width = self.n_heads * self.d_head
+        if self.cross:
+            self.q_proj = _rows(self.q_proj, inner)
+            self.kv_proj = _rows(self.kv_proj, torch.cat([inner, width + inner]))
+        else:
+            self.qkv_proj = _rows(self.qkv_proj, torch.cat([inner, width + inner, 2 * width + inner]))
+        out = nn.Linear(len(inner), self.out_proj.out_features, bias=self.out_proj.bias is not None)
+        out.weight = nn.Parameter(self.out_proj.weight.detach()[:, inner].clone())
+        if self.out_proj.bias is not None:
+            out.bias = nn.Parameter(self.out_proj.bias.detach().clone())
+        self.out_proj = out.to(self.out_proj.weight.device)
+        self.positional.keep_heads(torch.tensor(keep))
+        if self.head_gate is not None:
+            self.head_gate = self.head_gate[keep]
+        self.n_heads = len(keep)
+
+
+def _rows(linear: nn.Linear, rows: Tensor) -> nn.Linear:
+    """A copy of ``linear`` with only these output rows."""
+    new = nn.Linear(linear.in_features, len(rows), bias=linear.bias is not None)
+    new.weight = nn.Parameter(linear.weight.detach()[rows].clone())
+    if linear.bias is not None:
+        new.bias = nn.Parameter(linear.bias.detach()[rows].clone())
+    return new.to(linear.weight.device)

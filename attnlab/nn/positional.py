@@ -59,6 +59,9 @@ class PositionalEncoding(nn.Module):
         """True when ``value_term`` needs the attention weights (attention must return them)."""
         return False
 
+    def keep_heads(self, keep: Tensor) -> None:
+        """Keep only these heads' share of any per-head parameters (after head pruning)."""
+
     @property
     def max_positions(self) -> int | None:
         """How many positions the scheme can encode; None when there is no limit."""
@@ -190,6 +193,11 @@ class RelativeBias(PositionalEncoding):
     def from_config(cls, cfg: Any) -> "RelativeBias":
         return cls(cfg.n_heads, cfg.max_relative_distance)
 
+    def keep_heads(self, keep: Tensor) -> None:
+        table = nn.Embedding(self.table.num_embeddings, len(keep)).to(self.table.weight.device)
+        table.weight = nn.Parameter(self.table.weight.detach()[:, keep].clone())
+        self.table = table
+
     def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         bias = self.table(clipped_offsets(q_pos, k_pos, self.max_distance))  # (Tq, Tk, H)
         return bias.permute(2, 0, 1).unsqueeze(0).to(q.dtype)  # (1, H, Tq, Tk)
@@ -239,6 +247,9 @@ class ALiBiPositional(PositionalEncoding):
     @classmethod
     def from_config(cls, cfg: Any) -> "ALiBiPositional":
         return cls(cfg.n_heads)
+
+    def keep_heads(self, keep: Tensor) -> None:
+        self.slopes = self.slopes[keep.to(self.slopes.device)]
 
     def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         distance = (k_pos[None, :] - q_pos[:, None]).abs().to(q.dtype)  # (Tq, Tk)

@@ -13,6 +13,7 @@
       metrics.jsonl                 one JSON object per log line (train and valid)
       tensorboard/                  the same scalars for TensorBoard
       summary.json                  the run's final figures
+      pruned_heads.json             only after `attnlab prune`: the heads cut out of the weights
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from attnlab.analysis.heads import remove_heads
 from attnlab.config import DataConfig, ModelConfig, TrainConfig, read_config_file
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
@@ -48,6 +50,7 @@ class RunDir:
         self.metrics = self.path / "metrics.jsonl"
         self.tensorboard = self.path / "tensorboard"
         self.summary = self.path / "summary.json"
+        self.pruned_heads = self.path / "pruned_heads.json"
 
     def tokenizer_file(self, role: str) -> Path:
         return self.path / f"tokenizer-{role}.json"
@@ -81,6 +84,16 @@ class RunDir:
             return {"src": None, "tgt": tgt}
         shared = src_file.read_bytes() == tgt_file.read_bytes()
         return {"src": tgt if shared else Tokenizer.load(src_file), "tgt": tgt}
+
+    def build_model(self, model_cfg: ModelConfig) -> nn.Module:
+        """The run's architecture: the config's model, less the heads `attnlab prune` removed."""
+        model = build_model(model_cfg)
+        if self.pruned_heads.exists():
+            try:
+                remove_heads(model, json.loads(self.pruned_heads.read_text()))
+            except (ValueError, TypeError, AttributeError) as err:
+                raise CheckpointError(f"{self.pruned_heads}: {err}") from None
+        return model
 
     # -- checkpoints ----------------------------------------------------------------------------
     def step_dir(self, step: int) -> Path:
@@ -161,7 +174,7 @@ def load_run(path: str | Path, checkpoint: str = "best",
     decoding needs. ``checkpoint`` as in :func:`checkpoint_file`."""
     run = RunDir(path)
     model_cfg, _, _ = run.read_config()
-    model = build_model(model_cfg)
+    model = run.build_model(model_cfg)
     load_weights(model, checkpoint_file(run, checkpoint))
     return model.to(device).eval(), run.read_tokenizers(), model_cfg
 
@@ -188,7 +201,7 @@ def write_average(path: str | Path, last: int) -> tuple[Path, list[int]]:
     if not steps:
         raise CheckpointError(f"{run.path}: no checkpoint to average")
     model_cfg, _, _ = run.read_config()
-    model = average_checkpoints(build_model(model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
+    model = average_checkpoints(run.build_model(model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
     final = run.checkpoints / "average"
     staged = staging_dir(final)
     save_model(model, str(staged / MODEL_FILE))

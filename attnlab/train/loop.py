@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from attnlab.analysis.heads import layer_grad_norms
 from attnlab.config import TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.data.datasets import LMData, Seq2SeqData
@@ -71,9 +72,10 @@ def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
 def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
                scheduler: torch.optim.lr_scheduler.LRScheduler, cfg: TrainConfig,
                amp: Callable[[], ContextManager] = contextlib.nullcontext,
-               scaler: torch.amp.GradScaler | None = None) -> dict[str, float]:
+               scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False) -> dict[str, Any]:
     """One update from one or more batches (gradient accumulation): the loss is the label-smoothed
-    cross-entropy summed over all their target tokens, divided by that number of tokens."""
+    cross-entropy summed over all their target tokens, divided by that number of tokens. With
+    ``layer_norms``, also each layer's gradient norm before clipping ('layer_grad_norms')."""
     model.train()
     n_tokens = sum(b.n_tokens for b in batches)
     loss_sum = nll_sum = 0.0
@@ -87,6 +89,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
         loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
     if scaler is not None:
         scaler.unscale_(optimizer)
+    per_layer = layer_grad_norms(model) if layer_norms else None
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf)
     if scaler is not None:
         scaler.step(optimizer)
@@ -95,8 +98,9 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
         optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "tokens": n_tokens,
-            "grad_norm": float(grad_norm), "lr": lr}
+    out = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "tokens": n_tokens,
+           "grad_norm": float(grad_norm), "lr": lr}
+    return out if per_layer is None else out | {"layer_grad_norms": per_layer}
 
 
 @torch.no_grad()
@@ -210,7 +214,8 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
         while progress.batch < len(batches) and stop_reason is None:
             started = time.perf_counter()
             group = [batches[j].to(device) for j in range(progress.batch, min(progress.batch + cfg.accumulate, len(batches)))]
-            out = train_step(model, group, optimizer, scheduler, cfg, amp, scaler)
+            out = train_step(model, group, optimizer, scheduler, cfg, amp, scaler,
+                             layer_norms=(progress.step + 1) % cfg.log_every == 0)
             seconds = time.perf_counter() - started
             progress.batch += len(group)
             progress.step += 1
@@ -226,10 +231,13 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
                           "loss": progress.window_loss / progress.window_tokens,
                           "nll": progress.window_nll / progress.window_tokens,
                           "lr": out["lr"], "grad_norm": out["grad_norm"],
-                          "tokens_per_s": progress.window_tokens / progress.window_seconds, "epoch": progress.epoch}
+                          "tokens_per_s": progress.window_tokens / progress.window_seconds, "epoch": progress.epoch,
+                          "layer_grad_norms": out["layer_grad_norms"]}
                 log_line(record)
                 for key in ("loss", "nll", "lr", "grad_norm", "tokens_per_s"):
                     writer.add_scalar(f"train/{key}", record[key], progress.step)
+                for layer, norm in record["layer_grad_norms"].items():
+                    writer.add_scalar(f"grad_norm/{layer}", norm, progress.step)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{out['lr']:.2e}",
                                 tok_s=f"{record['tokens_per_s']:.0f}")
                 progress.window_loss = progress.window_nll = progress.window_seconds = 0.0

@@ -13,7 +13,6 @@ from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
 from attnlab.data.tokenizers import PAD
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text
-from attnlab.nn.build import build_model
 from attnlab.nn.transformer import LayerStack
 from attnlab.train.checkpoint import RunDir
 from attnlab.train.loop import fit
@@ -59,7 +58,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
     run.write_config(model_cfg, cfg.data, cfg.train)
     log(describe_data(data))
     torch.manual_seed(cfg.train.seed)
-    model = build_model(model_cfg)
+    model = run.build_model(model_cfg)
     for module in model.modules():
         if isinstance(module, LayerStack):
             module.checkpoint_activations = cfg.train.activation_checkpointing

@@ -1,0 +1,112 @@
+"""Recording attention probabilities without changing the model's numbers.
+
+    with capture_attention(model) as captured:
+        logits = model(src, tgt_in)
+    captured.records  # one AttentionRecord per attention call: which module, (B, H, Tq, Tk) weights
+
+Every MultiHeadAttention is asked for its weights through a forward pre-hook (``need_weights``
+changes nothing in the output), and a forward hook keeps them; a recurrent decoder's alignment
+(``last_attention``) is kept the same way, as one head. Models built with an exact fused backend
+('sdpa', 'chunked') are switched to 'math' for the duration (the same numbers to rounding), since
+only 'math' forms the weights; 'local', 'sparse' and 'linear' are refused.
+
+During decoding the hooks record every step, (B, H, 1, Tk) per call. For the hypothesis a search
+chose, :func:`attention_of` runs one teacher-forced pass over it instead: cached and uncached
+decoding give the same numbers (tests/test_transformer.py), so these are the probabilities the
+decoder had when it produced each token, and a beam's reorders need no bookkeeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.backends import AttentionBackend, ChunkedBackend, SDPABackend
+from attnlab.nn.rnn import RNNDecoder
+
+_NAME = re.compile(r"(?P<stack>\w+)\.layers\.(?P<layer>\d+)\.(?P<kind>self|cross)_attn$")
+
+
+@dataclass
+class AttentionRecord:
+    """One attention call: module path, stack ('encoder' / 'decoder'), layer, kind ('self' /
+    'cross') and the weights (B, H, Tq, Tk) as applied to the values (eval mode: the softmax)."""
+
+    module: str
+    stack: str
+    layer: int
+    kind: str
+    probs: Tensor
+
+
+@dataclass
+class AttentionCapture:
+    records: list[AttentionRecord] = field(default_factory=list)
+
+    def last(self) -> dict[str, AttentionRecord]:
+        """The latest record of each module, in call order (one teacher-forced pass: all of them)."""
+        latest: dict[str, AttentionRecord] = {}
+        for record in self.records:
+            latest.pop(record.module, None)
+            latest[record.module] = record
+        return latest
+
+
+def _describe(name: str) -> tuple[str, int, str]:
+    match = _NAME.search(name)
+    if match is None:
+        return name, 0, "self"
+    return match["stack"], int(match["layer"]), match["kind"]
+
+
+def _ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    return args, {**kwargs, "need_weights": True}
+
+
+@contextlib.contextmanager
+def capture_attention(model: nn.Module) -> Iterator[AttentionCapture]:
+    """Record every attention call of ``model`` inside the ``with`` block."""
+    capture = AttentionCapture()
+    handles, swapped = [], []
+
+    def keep(name: str, probs: Tensor) -> None:
+        stack, layer, kind = _describe(name)
+        capture.records.append(AttentionRecord(name, stack, layer, kind, probs.detach()))
+
+    for name, module in model.named_modules():
+        if isinstance(module, MultiHeadAttention):
+            if isinstance(module.backend, (SDPABackend, ChunkedBackend)):
+                swapped.append((module, module.backend))
+                module.backend = AttentionBackend()
+            elif not module.backend.returns_weights:
+                raise ValueError(f"{name}: attention backend '{module.backend.name}' does not form softmax weights "
+                                 f"over all keys; capture needs an exact backend ('math', 'sdpa' or 'chunked')")
+            handles.append(module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True))
+            handles.append(module.register_forward_hook(lambda m, a, out, name=name: keep(name, out[1])))
+        elif isinstance(module, RNNDecoder) and module.attention != "none":
+            # the decoder's alignment (B, T, S), as one head: stack 'decoder', layer 0, kind 'cross'
+            handles.append(module.register_forward_hook(
+                lambda m, a, out, name=name: keep(f"{name}.layers.0.cross_attn", m.last_attention[:, None])))
+    try:
+        yield capture
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, backend in swapped:
+            module.backend = backend
+
+
+@torch.no_grad()
+def attention_of(model: nn.Module, src: Tensor | None, tgt_in: Tensor) -> dict[str, AttentionRecord]:
+    """Every module's weights for one teacher-forced pass over ``tgt_in`` (B, T) (BOS + the tokens
+    a search chose), with ``src`` (B, S) for an encoder-decoder."""
+    model.eval()
+    with capture_attention(model) as captured:
+        model(src, tgt_in) if src is not None else model(tgt_in)
+    return captured.last()

@@ -1,0 +1,138 @@
+"""What each attention head does, and which ones matter.
+
+- ``head_entropy``: the mean entropy (nats) of each head's distribution over keys; log(Tk) is
+  uniform, 0 is one-hot (Voita et al. 2019 and the notes' "entropy collapse" use it).
+- ``mean_distance``: the mean |i - j| each head attends over, weighted by its probabilities.
+- ``head_importance``: Michel et al. (2019): a gate xi_h = 1 multiplies each head's output;
+  I_h = E |dL / d xi_h| over the data, normalised per layer (their eq. 2 and section 4.1).
+- ``mask_heads`` / ``remove_heads``: pruning by gating heads to zero, or by cutting their weights
+  out (``MultiHeadAttention.prune_heads``); the two compute the same function.
+- ``prune_order``: heads from least to most important across the whole model, never the last
+  head of a layer.
+- ``layer_grad_norms``: the gradient norm of each layer's parameters (Xiong et al. 2020 compare
+  post-norm and pre-norm with it).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterable
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.nn.attention import MultiHeadAttention
+
+HeadSet = dict[str, list[int]]  # module path -> head indices
+
+
+def head_entropy(probs: Tensor, query_valid: Tensor | None = None) -> Tensor:
+    """(B, H, Tq, Tk) weights -> (H,) mean entropy in nats over the valid queries (B, Tq)."""
+    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)  # (B, H, Tq)
+    return _mean_over_queries(entropy, query_valid)
+
+
+def mean_distance(probs: Tensor, q_pos: Tensor, k_pos: Tensor, query_valid: Tensor | None = None) -> Tensor:
+    """(B, H, Tq, Tk) weights at (Tq,), (Tk,) positions -> (H,) mean attended distance sum_j p_ij |i - j|."""
+    distance = (k_pos[None, :] - q_pos[:, None]).abs().to(probs.dtype)  # (Tq, Tk)
+    return _mean_over_queries((probs * distance).sum(-1), query_valid)
+
+
+def _mean_over_queries(per_query: Tensor, query_valid: Tensor | None) -> Tensor:
+    """(B, H, Tq) -> (H,): the mean over batch and queries, padding queries excluded."""
+    if query_valid is None:
+        return per_query.mean(dim=(0, 2))
+    weight = query_valid[:, None, :].to(per_query.dtype)  # (B, 1, Tq)
+    return (per_query * weight).sum(dim=(0, 2)) / weight.sum().clamp_min(1)
+
+
+def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+
+
+def head_importance(model: nn.Module, batches: Iterable, loss_of: Callable[[nn.Module, object], Tensor],
+                    normalise: bool = True) -> dict[str, Tensor]:
+    """I_h = sum over batches of |dL/d xi_h| for a gate xi_h = 1 on every head, per module (H,);
+    with ``normalise``, divided by the layer's L2 norm (Michel et al. 2019). ``loss_of(model,
+    batch)`` is the loss to differentiate (the mean NLL per token, say). Weights are untouched."""
+    modules = attention_modules(model)
+    gates = {name: torch.ones(m.n_heads, requires_grad=True) for name, m in modules.items()}
+    importance = {name: torch.zeros(m.n_heads) for name, m in modules.items()}
+    requires = [p.requires_grad for p in model.parameters()]
+    was_training = model.training
+    model.eval()
+    try:
+        for p in model.parameters():
+            p.requires_grad_(False)  # only the gates need gradients
+        for name, module in modules.items():
+            module.head_gate = gates[name]
+        for batch in batches:
+            grads = torch.autograd.grad(loss_of(model, batch), list(gates.values()))
+            for name, g in zip(gates, grads):
+                importance[name] += g.abs()
+    finally:
+        for p, r in zip(model.parameters(), requires):
+            p.requires_grad_(r)
+        for module in modules.values():
+            module.head_gate = None
+        model.train(was_training)
+    if normalise:
+        importance = {name: imp / imp.norm().clamp_min(1e-20) for name, imp in importance.items()}
+    return importance
+
+
+def prune_order(importance: dict[str, Tensor]) -> list[tuple[str, int]]:
+    """Every (module, head) from least to most important, across the model (ties: module order)."""
+    ranked = [(float(score), name, h) for name, scores in importance.items() for h, score in enumerate(scores)]
+    return [(name, h) for _, name, h in sorted(ranked, key=lambda t: t[0])]
+
+
+def heads_to_prune(importance: dict[str, Tensor], fraction: float) -> HeadSet:
+    """The ``fraction`` of all heads with the lowest importance, never a layer's last head."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"the fraction of heads to prune must be in [0, 1) (got {fraction})")
+    total = sum(len(s) for s in importance.values())
+    target = round(fraction * total)
+    chosen: HeadSet = {}
+    for name, head in prune_order(importance):
+        if sum(len(v) for v in chosen.values()) >= target:
+            break
+        if len(chosen.get(name, [])) + 1 < len(importance[name]):
+            chosen.setdefault(name, []).append(head)
+    return {name: sorted(heads) for name, heads in chosen.items()}
+
+
+def mask_heads(model: nn.Module, heads: HeadSet) -> None:
+    """Gate these heads to zero (and every other head to one); an empty set removes the gates."""
+    for name, module in attention_modules(model).items():
+        if heads.get(name):
+            gate = torch.ones(module.n_heads)
+            gate[heads[name]] = 0.0
+            module.head_gate = gate
+        else:
+            module.head_gate = None
+
+
+def remove_heads(model: nn.Module, heads: HeadSet) -> None:
+    """Cut these heads out of the weights (the model gets smaller and faster)."""
+    modules = attention_modules(model)
+    unknown = sorted(set(heads) - set(modules))
+    if unknown:
+        raise ValueError(f"no attention module named {unknown[0]!r}")
+    for name, head_list in heads.items():
+        if head_list:
+            modules[name].prune_heads(head_list)
+
+
+_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
+
+
+def layer_grad_norms(model: nn.Module) -> dict[str, float]:
+    """The L2 norm of the gradient of each layer's parameters ('encoder.layers.0', ...), from the
+    gradients as they are now (call after backward, before the optimiser zeroes them)."""
+    squares: dict[str, Tensor] = {}
+    for name, p in model.named_parameters():
+        match = _LAYER.match(name)
+        if match and p.grad is not None:
+            squares[match[1]] = squares.get(match[1], 0.0) + p.grad.detach().float().square().sum()
+    return {layer: float(total.sqrt()) for layer, total in squares.items()}

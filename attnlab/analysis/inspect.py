@@ -1,0 +1,82 @@
+"""``attnlab inspect``: one sentence through a trained model, every attention map drawn.
+
+For an encoder-decoder (Transformer or recurrent) the target is the given reference or, without
+one, the model's own beam-search output; the maps are those of one teacher-forced pass over it
+(:func:`attnlab.analysis.capture.attention_of`). A language model or encoder reads the text alone.
+Writes one heatmap PNG per attention module, an alignment plot per cross-attention layer (heads
+averaged), an entropy plot, and summary.json with each head's entropy and mean distance.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab.analysis.capture import attention_of
+from attnlab.analysis.heads import head_entropy, mean_distance
+from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot
+from attnlab.data.batching import source_batch
+from attnlab.data.tokenizers import BOS, EOS
+from attnlab.decode.search import beam_search
+from attnlab.errors import UsageError
+from attnlab.files import atomic_write_text
+from attnlab.train.checkpoint import load_run
+
+
+def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path, beam: int = 4,
+                checkpoint: str = "best") -> dict[str, Any]:
+    model, tokenizers, cfg = load_run(run_dir, checkpoint)
+    out = Path(out)
+    seq2seq = cfg.arch in ("encoder_decoder", "rnn")
+    tok_in = tokenizers["src"] if seq2seq else tokenizers["tgt"]
+    ids = tok_in.encode(text)
+    if not ids:
+        raise UsageError("--src is empty after tokenisation; give at least one known token")
+    src = source_batch([ids]) if seq2seq else None
+    if not seq2seq:
+        tgt_ids, tgt_in = ids, torch.tensor([ids])
+    elif target is not None:
+        tgt_ids = tokenizers["tgt"].encode(target)
+        tgt_in = torch.tensor([[BOS] + tgt_ids])
+    else:
+        with torch.no_grad():
+            tgt_ids = beam_search(model, src, beam=beam)[0][0].tokens
+        tgt_in = torch.tensor([[BOS] + tgt_ids])
+    records = attention_of(model, src, tgt_in)
+    src_labels = tok_in.id_tokens(src[0].tolist()) if seq2seq else None
+    in_labels = tokenizers["tgt"].id_tokens(tgt_in[0].tolist())  # decoder inputs (queries)
+    out_labels = tokenizers["tgt"].id_tokens(tgt_ids + ([EOS] if seq2seq else []))  # what each query predicts
+    summary: dict[str, Any] = {"run": str(run_dir), "source": text, "source_tokens": src_labels,
+                               "target": tokenizers["tgt"].decode(tgt_ids), "target_tokens": out_labels,
+                               "target_given": target is not None, "modules": {}, "files": []}
+    entropies = {}
+    for name, record in records.items():
+        probs = record.probs[0]  # (H, Tq, Tk)
+        if not seq2seq or (record.stack, record.kind) == ("decoder", "self"):
+            rows = cols = in_labels
+        elif record.stack == "encoder":
+            rows = cols = src_labels
+        else:  # cross-attention: the token each query predicts, against the source
+            rows, cols = out_labels, src_labels
+        Tq, Tk = probs.shape[-2:]
+        entropy = head_entropy(record.probs)
+        entry = {"stack": record.stack, "layer": record.layer, "kind": record.kind, "heads": probs.shape[0],
+                 "entropy": [round(float(e), 4) for e in entropy],
+                 "uniform_entropy": round(float(torch.log(torch.tensor(float(Tk)))), 4)}
+        if record.kind == "self":
+            entry["mean_distance"] = [round(float(d), 3) for d in
+                                      mean_distance(record.probs, torch.arange(Tq), torch.arange(Tk))]
+        summary["modules"][name] = entry
+        entropies[name] = entropy
+        stem = f"{record.stack}-{record.layer}-{record.kind}"
+        summary["files"].append(str(attention_heatmaps(probs, rows, cols, f"{name} ({cfg.arch})",
+                                                       out / f"{stem}.png")))
+        if record.kind == "cross":
+            summary["files"].append(str(alignment_plot(probs.mean(0), cols, rows, f"{name}: alignment, heads averaged",
+                                                       out / f"{stem}-alignment.png")))
+    summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary

@@ -1,0 +1,134 @@
+"""Figures, written to PNG files with matplotlib (Agg, no screen needed). Each PNG carries its
+axis labels in its metadata ('Description', JSON) so that a program can check what it shows.
+
+- ``attention_heatmaps``: one figure per attention module, one panel per head, tokens on the axes;
+- ``alignment_plot``: source-target alignment in the style of Bahdanau et al. (2015), fig. 3;
+- ``entropy_plot``: mean entropy per layer and head;
+- ``pruning_plot``: a metric against the fraction of heads pruned;
+- ``positional_plots``: the sinusoidal table as a heatmap, and PE(p) . PE(p + k) against the
+  offset k for several bases n.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from attnlab.nn.positional import sinusoid  # noqa: E402
+
+
+def _save(fig, path: Path, labels: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Description": json.dumps(labels, ensure_ascii=False)})
+    plt.close(fig)
+    return path
+
+
+def _heatmap(ax, matrix: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, vmax: float = 1.0) -> None:
+    ax.imshow(matrix.float().numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_title(title, fontsize=9)
+
+
+def attention_heatmaps(probs: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, path: Path) -> Path:
+    """(H, Tq, Tk) weights of one module for one sentence -> a grid of H heatmaps."""
+    H = probs.shape[0]
+    n_cols = min(H, 4)
+    n_rows = math.ceil(H / n_cols)
+    size = max(2.5, 0.22 * max(len(rows), len(cols)) + 1.2)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(size * n_cols, size * n_rows), squeeze=False)
+    for h in range(n_rows * n_cols):
+        ax = axes[h // n_cols][h % n_cols]
+        if h < H:
+            _heatmap(ax, probs[h], rows, cols, f"head {h}")
+        else:
+            ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path, {"title": title, "rows": list(rows), "cols": list(cols), "heads": H})
+
+
+def alignment_plot(weights: Tensor, source: Sequence[str], target: Sequence[str], title: str, path: Path) -> Path:
+    """(T, S) alignment, target words down, source words across, white = 1 (Bahdanau's figure)."""
+    fig, ax = plt.subplots(figsize=(max(3.0, 0.35 * len(source) + 1.5), max(3.0, 0.35 * len(target) + 1.5)))
+    ax.imshow(weights.float().numpy(), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal")
+    ax.set_xticks(range(len(source)), source, rotation=90)
+    ax.set_yticks(range(len(target)), target)
+    ax.xaxis.tick_top()
+    ax.set_xlabel("source")
+    ax.set_ylabel("target")
+    ax.set_title(title, fontsize=9, pad=40)
+    fig.tight_layout()
+    return _save(fig, path, {"title": title, "rows": list(target), "cols": list(source)})
+
+
+def entropy_plot(entropy: dict[str, Tensor], path: Path, title: str = "mean attention entropy (nats)") -> Path:
+    """Modules down, heads across, the entropy in each cell."""
+    names = list(entropy)
+    H = max(len(v) for v in entropy.values())
+    grid = torch.full((len(names), H), float("nan"))
+    for i, name in enumerate(names):
+        grid[i, : len(entropy[name])] = entropy[name]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * H, 1.0 + 0.45 * len(names)))
+    image = ax.imshow(grid.numpy(), cmap="magma", aspect="auto")
+    for i in range(len(names)):
+        for h in range(len(entropy[names[i]])):
+            ax.text(h, i, f"{grid[i, h]:.2f}", ha="center", va="center", fontsize=7, color="cyan")
+    ax.set_xticks(range(H), [f"head {h}" for h in range(H)], fontsize=7)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    fig.colorbar(image, ax=ax)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path, {"title": title, "rows": names, "cols": [f"head {h}" for h in range(H)]})
+
+
+def pruning_plot(fractions: Sequence[float], values: Sequence[float], metric: str, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([100 * f for f in fractions], values, marker="o")
+    ax.set_xlabel("heads pruned (%)")
+    ax.set_ylabel(metric)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"{metric} after pruning the least important heads", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path, {"x": "heads pruned (%)", "y": metric, "fractions": list(fractions),
+                             "values": list(values)})
+
+
+def positional_plots(out_dir: Path, dim: int = 64, positions: int = 100,
+                     bases: Sequence[float] = (100.0, 1000.0, 10000.0), max_offset: int = 100) -> list[Path]:
+    """The sinusoidal table (positions x dimensions), and the normalised dot product between
+    positions p and p + k against k, for each base n: it falls with distance and oscillates, the
+    faster the smaller n (each pair of dimensions is a rotation by k * theta_i)."""
+    table = sinusoid(torch.arange(positions), dim)  # (positions, dim)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    image = ax.imshow(table.numpy(), cmap="RdBu", aspect="auto")
+    ax.set_xlabel("dimension")
+    ax.set_ylabel("position")
+    ax.set_title(f"sinusoidal positional encoding, d = {dim}, n = 10000", fontsize=9)
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    heatmap = _save(fig, out_dir / "positional_table.png", {"x": "dimension", "y": "position"})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    offsets = torch.arange(max_offset + 1)
+    for base in bases:
+        pe = sinusoid(offsets, dim, base)
+        ax.plot(offsets.numpy(), (pe @ pe[0] / pe[0].dot(pe[0])).numpy(), label=f"n = {base:g}")
+    ax.set_xlabel("offset k")
+    ax.set_ylabel("PE(p) . PE(p + k) / |PE(p)|^2")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"similarity against offset, d = {dim}", fontsize=9)
+    fig.tight_layout()
+    curve = _save(fig, out_dir / "positional_similarity.png",
+                  {"x": "offset k", "y": "similarity", "bases": list(bases)})
+    return [heatmap, curve]

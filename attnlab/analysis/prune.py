@@ -1,0 +1,99 @@
+"""``attnlab prune``: rank a trained model's heads by importance and cut the least important.
+
+Importance is Michel et al.'s (2019) |dL/d xi_h| on the run's validation split (mean NLL per
+target token, teacher-forced), normalised per layer; heads are pruned globally, least important
+first, never the last head of a layer. Each fraction is evaluated with the heads gated to zero on
+the same split (greedy decoding for BLEU / exact match, teacher-forced loss); with ``out`` and one
+fraction, the heads are then removed from the weights and written as a new run directory that
+``translate``, ``evaluate`` and ``inspect`` load like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_model
+from torch import nn
+
+from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads, remove_heads
+from attnlab.data.batching import Batch
+from attnlab.data.datasets import Seq2SeqData, prepare_data
+from attnlab.data.tokenizers import PAD
+from attnlab.errors import UsageError
+from attnlab.eval.evaluate import evaluate as evaluate_text
+from attnlab.files import publish_dir, staging_dir
+from attnlab.train.checkpoint import MODEL_FILE, META_FILE, RunDir, load_run
+from attnlab.train.loop import evaluate as teacher_forced, logits_of
+
+
+def mean_nll(model: nn.Module, batch: Batch) -> torch.Tensor:
+    logits = logits_of(model, batch)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD)
+
+
+def _metrics(model: nn.Module, data, split: str, limit: int | None) -> dict[str, float]:
+    scores = teacher_forced(model, data.eval_batches(split))
+    result = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
+    if isinstance(data, Seq2SeqData):
+        examples = data.splits[split][:limit]
+        text = evaluate_text(model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], beam=1)
+        result |= {"bleu": text["bleu"], "exact_match": text["exact_match"], "sentences": len(examples)}
+    return result
+
+
+def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid", out: str | Path | None = None,
+              limit: int | None = None) -> dict[str, Any]:
+    if out is not None and len(fractions) != 1:
+        raise UsageError("--out writes one pruned model: give one --fraction")
+    if out is not None and Path(out).exists():
+        raise UsageError(f"{out} already exists; choose another --out")
+    for f in fractions:
+        if not 0.0 <= f < 1.0:
+            raise UsageError(f"--fraction must be in [0, 1) (got {f})")
+    run = RunDir(run_dir)
+    model, tokenizers, model_cfg = load_run(run_dir)
+    _, data_cfg, train_cfg = run.read_config()
+    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
+    if split not in data.splits:
+        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+    importance = head_importance(model, data.eval_batches(split), mean_nll)
+    n_heads = sum(len(v) for v in importance.values())
+    results = []
+    for fraction in [0.0, *fractions]:
+        heads = heads_to_prune(importance, fraction)
+        mask_heads(model, heads)
+        pruned = sum(len(v) for v in heads.values())
+        results.append({"fraction": fraction, "heads_pruned": pruned, "heads_total": n_heads, "pruned": heads,
+                        **_metrics(model, data, split, limit)})
+    mask_heads(model, {})
+    summary = {"run": str(run_dir), "split": split,
+               "importance": {name: [round(float(x), 4) for x in imp] for name, imp in importance.items()},
+               "results": results}
+    if out is not None:
+        remove_heads(model, results[-1]["pruned"])
+        _write_pruned_run(run, model, results[-1], Path(out))
+        summary["out"] = str(out)
+    return summary
+
+
+def _write_pruned_run(run: RunDir, model: nn.Module, result: dict[str, Any], out: Path) -> None:
+    """A run directory holding the pruned weights as its only (and best) checkpoint."""
+    staged = staging_dir(out)
+    shutil.copy2(run.config, staged / run.config.name)
+    for role in ("src", "tgt"):
+        if run.tokenizer_file(role).exists():
+            shutil.copy2(run.tokenizer_file(role), staged / run.tokenizer_file(role).name)
+    new = RunDir(staged)
+    new.pruned_heads.write_text(json.dumps(result["pruned"], indent=2))
+    step = run.best_step() or run.steps()[-1]
+    step_dir = new.step_dir(step)
+    step_dir.mkdir(parents=True)
+    save_model(model, str(step_dir / MODEL_FILE))
+    (step_dir / META_FILE).write_text(json.dumps({"step": step, "pruned_from": str(run.path), **{
+        k: v for k, v in result.items() if k != "pruned"}}, indent=2))
+    new.best_pointer.write_text(json.dumps({"step": step, "metric": "pruned", "value": result["fraction"]}))
+    publish_dir(staged, out)

@@ -1,0 +1,292 @@
+"""Looking inside: capture equals the model's own Q and K and changes nothing; entropy, distance
+and importance against hand computations; pruning by masking equals pruning by removal; the
+budget's FLOPs against the formulas; inspect and prune from the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from attnlab import ModelConfig
+from attnlab.analysis.budget import budget_report
+from attnlab.analysis.capture import attention_of, capture_attention
+from attnlab.analysis.heads import (
+    attention_modules,
+    head_entropy,
+    head_importance,
+    heads_to_prune,
+    layer_grad_norms,
+    mask_heads,
+    mean_distance,
+    remove_heads,
+)
+from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot, positional_plots, pruning_plot
+from attnlab.config import RunConfig
+from attnlab.data.tokenizers import BOS
+from attnlab.decode.search import greedy
+from attnlab.nn.masks import causal_mask
+from attnlab.train.run import train_run
+
+from helpers import random_ids, tiny_model
+
+ATTNLAB = Path(sys.executable).parent / "attnlab"
+
+
+def encoder_decoder(**overrides):
+    model = tiny_model(arch="encoder_decoder", **overrides)
+    src = random_ids(2, 9)
+    src[1, 6:] = 0  # padding
+    return model, src, random_ids(2, 7, generator_seed=1)
+
+
+def test_capture_equals_softmax_of_the_models_own_q_and_k():
+    model, src, tgt = encoder_decoder(positional="rotary")
+    inputs = {}
+    for name, module in attention_modules(model).items():
+        module.register_forward_pre_hook(lambda m, a, kw, name=name: inputs.setdefault(name, (a, kw)),
+                                         with_kwargs=True)
+    records = attention_of(model, src, tgt)
+    H, Dh = 4, 4
+    for name in ("encoder.layers.0.self_attn", "decoder.layers.1.self_attn", "decoder.layers.0.cross_attn"):
+        module, (args, kwargs) = attention_modules(model)[name], inputs[name]
+        x = args[0]
+        if module.cross:
+            q = module.q_proj(x).view(2, -1, H, Dh).transpose(1, 2)
+            k = module.kv_proj(kwargs["memory"]).view(2, -1, 2, H, Dh)[:, :, 0].transpose(1, 2)
+            allowed = (src != 0)[:, None, None, :]
+        else:
+            q, k, _ = module.qkv_proj(x).view(2, -1, 3, H, Dh).permute(2, 0, 3, 1, 4)
+            pos = torch.arange(x.shape[1])
+            q, k = module.positional.rotate(q, pos), module.positional.rotate(k, pos)
+            allowed = (src != 0)[:, None, None, :] if name.startswith("encoder") else causal_mask(pos, pos)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(Dh)).masked_fill(~allowed, float("-inf"))
+        torch.testing.assert_close(records[name].probs, scores.softmax(-1), atol=1e-6, rtol=0)
+    assert set(records) == set(attention_modules(model))  # 2 encoder self, 2 decoder self, 2 cross
+
+
+def test_capture_changes_no_number_and_cleans_up():
+    model, src, tgt = encoder_decoder()
+    plain = model(src, tgt)
+    with capture_attention(model) as captured:
+        assert torch.equal(model(src, tgt), plain)  # bit for bit
+    assert len(captured.records) == 6
+    model, src, tgt = encoder_decoder(attention_backend="sdpa")  # switched to math inside, and back
+    plain = model(src, tgt)
+    with capture_attention(model) as captured:
+        captured_out = model(src, tgt)
+        assert all(type(m.backend).__name__ == "AttentionBackend" for m in attention_modules(model).values())
+    torch.testing.assert_close(captured_out, plain, atol=1e-5, rtol=0)
+    assert all(m.backend.name == "sdpa" and not m._forward_hooks for m in attention_modules(model).values())
+    assert torch.equal(model(src, tgt), plain)
+    with pytest.raises(ValueError, match="'local' does not form"):
+        with capture_attention(tiny_model(attention_backend="local", attention_window=2)):
+            pass
+
+
+def test_capture_during_greedy_decoding_equals_the_teacher_forced_pass_over_its_output():
+    model, src, _ = encoder_decoder()
+    src = src[:1]
+    with capture_attention(model) as captured:
+        out = greedy(model, src, max_len=6, min_len=6)[0]
+    steps = [r for r in captured.records if r.module == "decoder.layers.1.cross_attn"]
+    assert len(steps) == 6 and all(s.probs.shape == (1, 4, 1, 9) for s in steps)
+    forced = attention_of(model, src, torch.tensor([[BOS] + out[:5]]))["decoder.layers.1.cross_attn"].probs
+    torch.testing.assert_close(torch.cat([s.probs for s in steps], dim=2), forced, atol=1e-5, rtol=0)
+    self_steps = [r.probs for r in captured.records if r.module == "decoder.layers.0.self_attn"]
+    forced_self = attention_of(model, src, torch.tensor([[BOS] + out[:5]]))["decoder.layers.0.self_attn"].probs
+    for t, step in enumerate(self_steps):  # step t sees keys 0..t: row t of the causal matrix
+        torch.testing.assert_close(step[0, :, 0], forced_self[0, :, t, : t + 1], atol=1e-5, rtol=0)
+
+
+def test_capture_of_a_recurrent_models_alignment():
+    model = tiny_model(arch="rnn", n_heads=1, n_layers=1, rnn_attention="luong", score="general")
+    src, tgt = random_ids(2, 8), random_ids(2, 5, generator_seed=1)
+    src[0, 5:] = 0
+    records = attention_of(model, src, tgt)
+    (record,) = records.values()
+    assert (record.stack, record.layer, record.kind) == ("decoder", 0, "cross")
+    assert record.probs.shape == (2, 1, 5, 8)
+    torch.testing.assert_close(record.probs[:, 0], model.decoder.last_attention)
+    torch.testing.assert_close(record.probs.sum(-1), torch.ones(2, 1, 5))
+    assert torch.equal(record.probs[0, :, :, 5:], torch.zeros(1, 5, 3))
+
+
+def test_entropy_and_distance_by_hand():
+    uniform = torch.full((1, 1, 2, 4), 0.25)
+    one_hot = torch.tensor([[[[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]]])
+    probs = torch.cat([uniform, one_hot], dim=1)  # (B=1, H=2, Tq=2, Tk=4)
+    torch.testing.assert_close(head_entropy(probs), torch.tensor([math.log(4), 0.0]))
+    # head 1: query 0 looks at key 1 (distance 1), query 1 at key 3 (distance 2): mean 1.5
+    # head 0: query 0: (0+1+2+3)/4 = 1.5, query 1: (1+0+1+2)/4 = 1.0: mean 1.25
+    torch.testing.assert_close(mean_distance(probs, torch.arange(2), torch.arange(4)), torch.tensor([1.25, 1.5]))
+    valid = torch.tensor([[True, False]])  # only query 0 counts
+    torch.testing.assert_close(mean_distance(probs, torch.arange(2), torch.arange(4), valid), torch.tensor([1.5, 1.0]))
+
+
+def nll(model, batch):
+    src, tgt_in, tgt_out = batch
+    logits = model(src, tgt_in)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt_out.flatten())
+
+
+def test_head_importance_is_the_gate_gradient():
+    """|dL/d xi_h| against a central finite difference in the gate of one head."""
+    model, src, tgt = encoder_decoder()
+    batch = (src, tgt, random_ids(2, 7, generator_seed=2))
+    raw = head_importance(model, [batch], nll, normalise=False)
+    name, h = "decoder.layers.0.cross_attn", 2
+    module = attention_modules(model)[name]
+    losses = []
+    for delta in (1e-3, -1e-3):
+        gate = torch.ones(4, dtype=torch.float64)
+        gate[h] += delta
+        module.head_gate = gate
+        with torch.no_grad():
+            losses.append(nll(model.double(), tuple(batch)).item())
+        model.float()
+    module.head_gate = None
+    torch.testing.assert_close(raw[name][h].item(), abs(losses[0] - losses[1]) / 2e-3, rtol=1e-3, atol=1e-6)
+    assert all(p.requires_grad for p in model.parameters()) and module.head_gate is None
+    normalised = head_importance(model, [batch], nll)
+    torch.testing.assert_close(normalised[name].norm(), torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("positional", ["rotary", "alibi", "relative_bias"])
+def test_pruning_by_masking_equals_removing_the_weights(positional):
+    model, src, tgt = encoder_decoder(positional=positional)
+    heads = {"encoder.layers.0.self_attn": [1, 3], "decoder.layers.1.self_attn": [0],
+             "decoder.layers.0.cross_attn": [0, 1, 2]}
+    mask_heads(model, heads)
+    masked = model(src, tgt)
+    mask_heads(model, {})
+    assert not torch.allclose(model(src, tgt), masked)
+    remove_heads(model, heads)
+    torch.testing.assert_close(model(src, tgt), masked, atol=1e-5, rtol=0)  # to rounding: smaller matrices
+    cross = attention_modules(model)["decoder.layers.0.cross_attn"]
+    assert cross.n_heads == 1 and cross.kv_proj.out_features == 8 and cross.out_proj.in_features == 4
+    with pytest.raises(ValueError, match="every head"):
+        cross.prune_heads([0])
+
+
+def test_heads_to_prune_takes_the_least_important_and_keeps_a_head_per_layer():
+    importance = {"a": torch.tensor([0.1, 0.9]), "b": torch.tensor([0.05, 0.2, 0.3, 0.01])}
+    assert heads_to_prune(importance, 0.0) == {}
+    assert heads_to_prune(importance, 0.5) == {"a": [0], "b": [0, 3]}  # 3 of 6: 0.01, 0.05, 0.1
+    assert heads_to_prune(importance, 0.67) == {"a": [0], "b": [0, 1, 3]}  # 4 of 6: then 0.2
+    # 5 of 6 would take the last head of 'b' (0.3) or of 'a' (0.9): neither is taken
+    assert heads_to_prune(importance, 0.84) == {"a": [0], "b": [0, 1, 3]}
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        heads_to_prune(importance, 1.0)
+
+
+def test_layer_grad_norms_are_the_norms_of_each_layers_gradients():
+    model, src, tgt = encoder_decoder()
+    model(src, tgt).square().mean().backward()
+    norms = layer_grad_norms(model)
+    assert set(norms) == {"encoder.layers.0", "encoder.layers.1", "decoder.layers.0", "decoder.layers.1"}
+    expected = torch.cat([p.grad.flatten() for n, p in model.named_parameters()
+                          if n.startswith("decoder.layers.1.")]).norm()
+    assert norms["decoder.layers.1"] == pytest.approx(float(expected), rel=1e-6)
+
+
+def png_labels(path):
+    image = Image.open(path)
+    return image.size, json.loads(image.text["Description"])
+
+
+def test_figures_are_pngs_that_carry_their_labels(tmp_path):
+    probs = torch.softmax(torch.randn(3, 4, 5), -1)
+    size, labels = png_labels(attention_heatmaps(probs, list("abcd"), list("vwxyz"), "t", tmp_path / "h.png"))
+    assert size[0] >= 400 and labels["rows"] == list("abcd") and labels["cols"] == list("vwxyz") and labels["heads"] == 3
+    size, labels = png_labels(alignment_plot(probs[0], list("vwxyz"), list("abcd"), "a", tmp_path / "a.png"))
+    assert labels == {"title": "a", "rows": list("abcd"), "cols": list("vwxyz")}
+    _, labels = png_labels(entropy_plot({"m1": torch.tensor([1.0, 2.0]), "m2": torch.tensor([0.5])}, tmp_path / "e.png"))
+    assert labels["rows"] == ["m1", "m2"] and labels["cols"] == ["head 0", "head 1"]
+    _, labels = png_labels(pruning_plot([0, 0.5], [30.0, 29.0], "bleu", tmp_path / "p.png"))
+    assert labels["values"] == [30.0, 29.0]
+    table, curve = positional_plots(tmp_path, dim=8, positions=10, bases=(100.0, 10000.0), max_offset=10)
+    assert png_labels(curve)[1]["bases"] == [100.0, 10000.0] and png_labels(table)[0][0] >= 400
+
+
+def test_budget_flops_match_the_formulas():
+    """Per attention module 2 x 2 B Tq Tk d for Q K^T and the weighted sum; per FFN 2 x 2 B T d d_ff;
+    the output layer 2 B T d V. Projections: 3 (self) or 1 + 2 (cross, over S) times 2 B T d^2, plus W^O."""
+    cfg = ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1)
+    B, T, S, d = 3, 10, 7, 16
+    report = budget_report(cfg, T, B, src_len=S)
+    kinds = report["flops"]["forward_by_kind"]
+    assert kinds["attention_scores"] == 4 * B * d * (2 * S * S + 2 * T * T + 2 * T * S)
+    assert kinds["feed_forward"] == 4 * B * d * 48 * (2 * S + 2 * T)
+    assert kinds["output"] == 2 * B * T * d * 50
+    assert kinds["attention_projections"] == 2 * B * d * d * (2 * 4 * S + 2 * 4 * T + 2 * (2 * T + 2 * S))
+    assert report["flops"]["forward_backward"] > 2.5 * report["flops"]["forward"]
+    memory = report["training_memory"]
+    assert memory["weights"] == 4 * report["params"] and memory["adam_moments"] == 8 * report["params"]
+    # saved attention matrices: probabilities and their masked copies, per head, for all 6 modules
+    assert memory["of_which_attention_matrices"] % (4 * B * 2) == 0 and memory["of_which_attention_matrices"] > 0
+    assert report["inference_memory"]["kv_cache"] == 2 * 2 * B * (T + S) * d * 4
+
+
+@pytest.fixture(scope="module")
+def demo_like_run(tmp_path_factory):
+    """A tiny Transformer trained for a few seconds on the built-in reverse task."""
+    out = tmp_path_factory.mktemp("runs") / "reverse"
+    cfg = RunConfig.from_sections({
+        "model": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre",
+                  "positional": "rotary"},
+        "data": {"format": "builtin", "task": "reverse", "tokenizer": "word", "n_train": 600, "n_valid": 40,
+                 "n_test": 40, "min_len": 3, "max_len": 6},
+        "train": {"max_steps": 120, "max_tokens": 600, "lr_schedule": "constant", "lr": 0.005, "warmup_steps": 10,
+                  "eval_every": 120, "eval_exact_match": 40, "progress": False, "early_stop_metric": "exact_match"},
+    })
+    train_run(cfg, out, log=lambda s: None)
+    return out
+
+
+def test_inspect_writes_labelled_heatmaps_and_entropies(demo_like_run, tmp_path):
+    figures = tmp_path / "figures"
+    done = subprocess.run([str(ATTNLAB), "inspect", str(demo_like_run), "--src", "3 1 4 1", "--out", str(figures)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((figures / "summary.json").read_text())
+    assert summary["source_tokens"] == ["3", "1", "4", "1", "<eos>"]
+    assert set(summary["modules"]) == {"encoder.layers.0.self_attn", "decoder.layers.0.self_attn",
+                                       "decoder.layers.0.cross_attn"}
+    for entry in summary["modules"].values():
+        assert len(entry["entropy"]) == 4 and all(0 <= e <= entry["uniform_entropy"] + 1e-4 for e in entry["entropy"])
+    size, labels = png_labels(figures / "decoder-0-cross.png")
+    assert size[0] >= 400 and labels["cols"] == summary["source_tokens"]
+    assert labels["rows"] == summary["target_tokens"] and labels["rows"][-1] == "<eos>"
+    assert png_labels(figures / "decoder-0-cross-alignment.png")[1]["cols"] == summary["source_tokens"]
+    assert (figures / "entropy.png").stat().st_size > 5000
+    again = subprocess.run([str(ATTNLAB), "inspect", str(demo_like_run), "--src", "3 1", "--out", str(figures)],
+                           capture_output=True, text=True)
+    assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_prune_reports_before_and_after_and_writes_a_loadable_smaller_run(demo_like_run, tmp_path):
+    out = tmp_path / "pruned"
+    done = subprocess.run([str(ATTNLAB), "prune", str(demo_like_run), "--fraction", "0.5", "--out", str(out),
+                           "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.splitlines()[-2])
+    before, after = summary["results"]
+    assert before["heads_pruned"] == 0 and after["heads_pruned"] == 6 and after["heads_total"] == 12
+    pruned = json.loads((out / "pruned_heads.json").read_text())
+    assert sum(len(v) for v in pruned.values()) == 6 and all(len(v) < 4 for v in pruned.values())
+    scored = subprocess.run([str(ATTNLAB), "evaluate", str(out), "--split", "valid", "--beam", "1", "--json"],
+                            capture_output=True, text=True)
+    assert scored.returncode == 0, scored.stderr
+    result = json.loads(scored.stdout)
+    assert result["exact_match"] == pytest.approx(after["exact_match"])  # removed == masked
+    assert result["bleu"] == pytest.approx(after["bleu"])
+    again = subprocess.run([str(ATTNLAB), "prune", str(demo_like_run), "--fraction", "0.2", "--out", str(out)],
+                           capture_output=True, text=True)
+    assert again.returncode == 2 and "already exists" in again.stderr
