@@ -84,6 +84,11 @@ def cmd_prune(args: argparse.Namespace) -> None:
         print(f"pruned model: {args.out}")
 
 
+def _leftover(path: Path) -> bool:
+    """A temporary file that an atomic write killed halfway left behind (.NAME.XXXX.tmp)."""
+    return path.is_file() and path.name.startswith(".") and path.name.endswith(".tmp")
+
+
 def _new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
     """The run directory to write: ``out``, or runs/STEM-TIMESTAMP; an existing, non-empty one is
     only taken to resume it, never overwritten."""
@@ -91,7 +96,7 @@ def _new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
     if resume:
         if not path.is_dir():
             raise UsageError(f"--resume: {path} is not a run directory (give it with --out)")
-    elif path.exists() and (not path.is_dir() or any(path.iterdir())):
+    elif path.exists() and (not path.is_dir() or any(not _leftover(p) for p in path.iterdir())):
         raise UsageError(f"{path} already exists; pass --resume to continue that run, or choose another --out")
     return path
 
@@ -144,11 +149,11 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 def _read_input_lines(path: str | None) -> list[str]:
     """Lines of --input FILE, or of standard input (checked and split the same way)."""
-    from attnlab.data.corpora import decode_utf8, read_lines, split_lines
+    from attnlab.data.corpora import check_lines, decode_utf8, read_lines, split_lines
 
     if path is None:
-        return split_lines(decode_utf8(sys.stdin.buffer.read(), "<stdin>"))
-    return read_lines(path)
+        return check_lines(split_lines(decode_utf8(sys.stdin.buffer.read(), "<stdin>")), "<stdin>", allow_empty=True)
+    return read_lines(path, allow_empty=True)
 
 
 def _write_output(path: str | None, text: str, force: bool) -> None:
@@ -168,24 +173,39 @@ def _write_output(path: str | None, text: str, force: bool) -> None:
 SEQ2SEQ = ("encoder_decoder", "rnn")  # the archs that translate (Transformer and recurrent)
 
 
+# Decoding limits: beyond these a request is a mistake, not a workload (docs/reliability.md).
+MAX_BATCH, MAX_BEAM = 1024, 64
+
+
 def _load(args: argparse.Namespace, archs: tuple[str, ...]):
+    """The run's model and tokenizers, after checking the decoding options against its config."""
     from attnlab.train.checkpoint import load_run
 
     model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
     if cfg.arch not in archs:
         raise UsageError(f"{args.run_dir} holds a model of arch '{cfg.arch}'; this command needs "
                          f"{' or '.join(map(repr, archs))}")
+    if (getattr(args, "max_len", None) or 0) > cfg.max_len:
+        raise UsageError(f"--max-len {args.max_len} is beyond the model's max_len ({cfg.max_len} positions)")
+    if getattr(args, "max_new_tokens", 0) > cfg.max_len:
+        raise UsageError(f"--max-new-tokens {args.max_new_tokens} is beyond the model's max_len ({cfg.max_len})")
+    args.max_source_len = cfg.max_len - 1  # room for EOS
     return model, tokenizers
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
+    from attnlab.data.tokenizers import UNK
     from attnlab.decode.translate import translate
 
     _check_beam(args)
     model, tokenizers = _load(args, SEQ2SEQ)
     lines = _read_input_lines(args.input)
     results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
-                        args.batch_size, args.max_len, args.min_len)
+                        args.batch_size, args.max_len, args.min_len, args.max_source_len, args.truncate)
+    unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
+    if sum(unknown):
+        print(f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as "
+              f"<unk>", file=sys.stderr)
     if args.nbest == 1:
         text = "".join(hyps[0][0] + "\n" for hyps in results)
     else:  # n-best lines: sentence index ||| hypothesis ||| score
@@ -204,8 +224,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-k must be at least 1 (got {args.top_k})")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1] (got {args.top_p})")
-    if args.max_new_tokens < 0 or args.num_samples < 1:
-        raise UsageError("--max-new-tokens must be >= 0 and --num-samples >= 1")
+    if args.max_new_tokens < 0 or not 1 <= args.num_samples <= MAX_BATCH:
+        raise UsageError(f"--max-new-tokens must be >= 0 and --num-samples between 1 and {MAX_BATCH}")
     model, tokenizers = _load(args, ("decoder_lm",))
     tok = tokenizers["tgt"]
     prompt_ids = tok.encode(args.prompt)
@@ -236,7 +256,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
             raise UsageError("give either --split or --src and --ref")
         sources, references = _run_split(args.run_dir, args.split, tokenizers)
     elif args.src and args.ref:
-        sources, references = read_lines(args.src), read_lines(args.ref)
+        sources, references = read_lines(args.src, allow_empty=True), read_lines(args.ref, allow_empty=True)
     else:
         raise UsageError("give --src and --ref files, or --split (a split of the run's own data)")
     if len(sources) != len(references):
@@ -355,10 +375,10 @@ def cmd_bench_attention(args: argparse.Namespace) -> None:
 
 
 def _check_beam(args: argparse.Namespace) -> None:
-    if args.beam < 1:
-        raise UsageError(f"--beam must be at least 1 (got {args.beam})")
-    if getattr(args, "batch_size", 1) < 1:
-        raise UsageError(f"--batch-size must be at least 1 (got {args.batch_size})")
+    if not 1 <= args.beam <= MAX_BEAM:
+        raise UsageError(f"--beam must be between 1 and {MAX_BEAM} (got {args.beam})")
+    if not 1 <= getattr(args, "batch_size", 1) <= MAX_BATCH:
+        raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH} (got {args.batch_size})")
     for name in ("max_len", "min_len"):
         if (getattr(args, name, None) or 0) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
@@ -445,6 +465,8 @@ def make_parser() -> argparse.ArgumentParser:
     translate.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     translate.add_argument("--max-len", type=int, help="most output tokens (default: source length + 50)")
     translate.add_argument("--min-len", type=int, default=0, help="fewest output tokens before EOS (default 0)")
+    translate.add_argument("--truncate", action="store_true",
+                           help="cut source lines longer than the model's max_len (default: refuse them)")
     translate.set_defaults(func=cmd_translate)
 
     generate = sub.add_parser("generate", help="sample text from a language model")

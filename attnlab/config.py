@@ -457,6 +457,7 @@ class TrainConfig(TypedConfig):
     keep_last: int = 3
     log_every: int = 50
     progress: bool = True
+    max_bad_steps: int = 5
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -465,7 +466,8 @@ class TrainConfig(TypedConfig):
         one_of("precision", self.precision, ("fp32", "bf16", "fp16"))
         one_of("device", self.device, ("auto", "cpu", "cuda"))
         one_of("early_stop_metric", self.early_stop_metric, ("valid_loss", "valid_ppl", "exact_match"))
-        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every"):
+        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
+                     "max_bad_steps"):
             _at_least(name, getattr(self, name), 1)
         for name in ("warmup_steps", "eval_exact_match"):
             _at_least(name, getattr(self, name), 0)

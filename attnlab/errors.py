@@ -35,3 +35,9 @@ class CheckpointError(AttnlabError):
     """A checkpoint that is missing, damaged or does not match the model it is loaded into."""
 
     exit_code = 5
+
+
+class NumericalError(AttnlabError):
+    """Training that cannot go on: the loss or the gradients stayed non-finite (NaN or inf)."""
+
+    exit_code = 6

@@ -26,7 +26,7 @@ from attnlab.data.tokenizers import PAD
 from attnlab.errors import UsageError
 from attnlab.eval.evaluate import evaluate as evaluate_text
 from attnlab.files import publish_dir, staging_dir
-from attnlab.train.checkpoint import MODEL_FILE, META_FILE, RunDir, load_run
+from attnlab.train.checkpoint import META_FILE, MODEL_FILE, RunDir, load_run, write_checksums
 from attnlab.train.loop import evaluate as teacher_forced, logits_of
 
 
@@ -95,5 +95,6 @@ def _write_pruned_run(run: RunDir, model: nn.Module, result: dict[str, Any], out
     save_model(model, str(step_dir / MODEL_FILE))
     (step_dir / META_FILE).write_text(json.dumps({"step": step, "pruned_from": str(run.path), **{
         k: v for k, v in result.items() if k != "pruned"}}, indent=2))
+    write_checksums(step_dir)
     new.best_pointer.write_text(json.dumps({"step": step, "metric": "pruned", "value": result["fraction"]}))
     publish_dir(staged, out)

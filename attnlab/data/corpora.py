@@ -16,15 +16,32 @@ from attnlab.errors import DataError
 
 Pair = tuple[str, str]
 BUILTIN_TASKS = ("scan", "copy", "reverse", "sort")
+MAX_LINE_CHARS = 65_536  # far over any sentence: a longer line is the wrong file, not data
 
 
 def decode_utf8(data: bytes, name: str) -> str:
-    """Bytes from ``name`` (a file, or <stdin>) as text, refusing what is not UTF-8."""
+    """Bytes from ``name`` (a file, or <stdin>) as text, refusing what is not UTF-8 or holds NUL
+    bytes (a binary file)."""
     try:
-        return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is not text
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is not text
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise DataError(f"{name}:{line}: not valid UTF-8 (byte {err.start})") from None
+    nul = text.find("\0")
+    if nul >= 0:
+        raise DataError(f"{name}:{text.count(chr(10), 0, nul) + 1}: contains a NUL byte (a binary file, not text)")
+    return text
+
+
+def check_lines(lines: list[str], name: str, allow_empty: bool) -> list[str]:
+    """Refuse lines over MAX_LINE_CHARS and, unless ``allow_empty``, empty lines (naming the line)."""
+    for n, line in enumerate(lines, start=1):
+        if len(line) > MAX_LINE_CHARS:
+            raise DataError(f"{name}:{n}: a line of {len(line):,} characters (the limit is {MAX_LINE_CHARS:,}); "
+                            f"is this the right file?")
+        if not allow_empty and not line.strip():
+            raise DataError(f"{name}:{n}: empty line (every line of a corpus must hold a sentence)")
+    return lines
 
 
 def split_lines(text: str) -> list[str]:
@@ -47,12 +64,13 @@ def read_text(path: str | Path) -> str:
     return decode_utf8(data, str(path))
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The file's lines (see :func:`split_lines`); an empty file is an error."""
+def read_lines(path: str | Path, allow_empty: bool = False) -> list[str]:
+    """The file's lines (see :func:`split_lines`), checked by :func:`check_lines`; an empty file is
+    an error. ``allow_empty`` keeps empty lines (text to translate: the output keeps the alignment)."""
     lines = split_lines(read_text(path))
     if not lines:
         raise DataError(f"{path}: file is empty")
-    return lines
+    return check_lines(lines, str(path), allow_empty)
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:

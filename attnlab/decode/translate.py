@@ -8,17 +8,26 @@ from torch import nn
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.decode.search import beam_search, greedy
+from attnlab.errors import DataError
 
 
 @torch.no_grad()
 def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: list[str], beam: int = 4,
               lenpen: float = 0.6, nbest: int = 1, use_cache: bool = True, batch_size: int = 64,
-              max_len: int | None = None, min_len: int = 0) -> list[list[tuple[str, float | None]]]:
+              max_len: int | None = None, min_len: int = 0, max_source_len: int | None = None,
+              truncate: bool = False) -> list[list[tuple[str, float | None]]]:
     """For each line, its ``nbest`` translations as (text, score): log P / length penalty for beam
-    search, None for greedy (``beam`` 1). Sentences of similar length are decoded together."""
+    search, None for greedy (``beam`` 1). Sentences of similar length are decoded together. A line
+    of more than ``max_source_len`` tokens is refused (DataError naming it), or cut with ``truncate``."""
     model.eval()
     device = next(model.parameters()).device
     src_ids = tokenizers["src"].encode_batch(lines)
+    if max_source_len is not None:
+        for i, ids in enumerate(src_ids):
+            if len(ids) > max_source_len and not truncate:
+                raise DataError(f"input line {i + 1}: {len(ids)} tokens, more than the model's {max_source_len}; "
+                                f"shorten it, or pass --truncate to cut long lines")
+        src_ids = [ids[:max_source_len] for ids in src_ids]
     order = sorted(range(len(lines)), key=lambda i: len(src_ids[i]))
     results: list[list[tuple[str, float | None]]] = [[] for _ in lines]
     decode_text = tokenizers["tgt"].decode

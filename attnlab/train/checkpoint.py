@@ -9,6 +9,7 @@
         trainer_state.pt            optimizer, schedule, step, data position, RNG states:
                                     tensors and plain Python values, loads with weights_only=True
         meta.json                   step and validation metrics
+        checksums.json              sha256 of each file above, checked before anything is loaded
       checkpoints/best.json         {"step": N, "metric": ..., "value": ...}: which step is best
       metrics.jsonl                 one JSON object per log line (train and valid)
       tensorboard/                  the same scalars for TensorBoard
@@ -18,6 +19,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -37,6 +39,39 @@ from attnlab.files import atomic_write_text, publish_dir, staging_dir
 from attnlab.nn.build import build_model
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
+CHECKSUM_FILE = "checksums.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(directory: Path) -> None:
+    """Record the sha256 of every file of a checkpoint directory (before it is published)."""
+    sums = {f.name: _sha256(f) for f in sorted(directory.iterdir()) if f.is_file() and f.name != CHECKSUM_FILE}
+    (directory / CHECKSUM_FILE).write_text(json.dumps(sums, indent=2))
+
+
+def verify_checksum(path: Path) -> None:
+    """Refuse ``path`` if its directory records a different sha256 for it (changed, truncated or
+    swapped since it was written). Directories from before checksums were recorded pass."""
+    record = path.parent / CHECKSUM_FILE
+    if not record.exists():
+        return
+    try:
+        expected = json.loads(record.read_text())[path.name]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+        raise CheckpointError(f"{record}: damaged, or it does not list {path.name}") from None
+    if not path.exists():
+        raise CheckpointError(f"{path}: missing (listed in {record.name})")
+    actual = _sha256(path)
+    if actual != expected:
+        raise CheckpointError(f"{path}: sha256 {actual[:16]}... differs from the recorded {expected[:16]}...: "
+                              f"the file was changed or damaged after it was written; refusing to load it")
 
 
 class RunDir:
@@ -106,6 +141,13 @@ class RunDir:
         return sorted(int(p.name[5:]) for p in self.checkpoints.glob("step-*") if p.name[5:].isdigit()
                       and (p / MODEL_FILE).exists())
 
+    def remove_partial_checkpoints(self) -> list[Path]:
+        """Delete staging directories a killed run left half-written (never a published checkpoint)."""
+        stale = list(self.checkpoints.glob(".*.tmp")) + list(self.checkpoints.glob(".*.old"))
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        return stale
+
     def best_step(self) -> int | None:
         if not self.best_pointer.exists():
             return None
@@ -119,6 +161,7 @@ class RunDir:
         save_model(model, str(staged / MODEL_FILE))
         torch.save(trainer_state, staged / STATE_FILE)
         (staged / META_FILE).write_text(json.dumps({"step": step, **meta}, indent=2))
+        write_checksums(staged)
         publish_dir(staged, self.step_dir(step))
         if best is not None:
             atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": best[0], "value": best[1]}))
@@ -130,6 +173,7 @@ class RunDir:
 
     def load_trainer_state(self, step: int) -> dict[str, Any]:
         path = self.step_dir(step) / STATE_FILE
+        verify_checksum(path)
         try:
             return torch.load(path, weights_only=True)
         except Exception as err:  # torch raises several types for damaged or unsafe files
@@ -137,7 +181,9 @@ class RunDir:
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load safetensors weights into ``model``, refusing missing, extra or mis-shaped tensors."""
+    """Load safetensors weights into ``model``, refusing a file that fails its checksum and
+    missing, extra or mis-shaped tensors."""
+    verify_checksum(Path(path))
     try:
         load_model(model, str(path), strict=True)
     except (SafetensorError, OSError, RuntimeError) as err:
@@ -206,5 +252,6 @@ def write_average(path: str | Path, last: int) -> tuple[Path, list[int]]:
     staged = staging_dir(final)
     save_model(model, str(staged / MODEL_FILE))
     (staged / META_FILE).write_text(json.dumps({"averaged_steps": steps}, indent=2))
+    write_checksums(staged)
     publish_dir(staged, final)
     return final, steps

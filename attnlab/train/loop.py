@@ -26,7 +26,7 @@ from attnlab.data.batching import Batch
 from attnlab.data.datasets import LMData, Seq2SeqData
 from attnlab.data.tokenizers import PAD
 from attnlab.decode.translate import translate
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import CheckpointError, ConfigError, NumericalError
 from attnlab.eval.metrics import exact_match, perplexity
 from attnlab.files import atomic_write_text
 from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
@@ -75,7 +75,11 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
                scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False) -> dict[str, Any]:
     """One update from one or more batches (gradient accumulation): the loss is the label-smoothed
     cross-entropy summed over all their target tokens, divided by that number of tokens. With
-    ``layer_norms``, also each layer's gradient norm before clipping ('layer_grad_norms')."""
+    ``layer_norms``, also each layer's gradient norm before clipping ('layer_grad_norms').
+
+    A non-finite loss or gradient norm skips the update: the weights, optimizer and schedule stay as
+    they were and 'finite' is False (with fp16, the GradScaler's own skips of overflowing scaled
+    gradients are part of its calibration and count only when the loss itself is non-finite)."""
     model.train()
     n_tokens = sum(b.n_tokens for b in batches)
     loss_sum = nll_sum = 0.0
@@ -90,16 +94,18 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     if scaler is not None:
         scaler.unscale_(optimizer)
     per_layer = layer_grad_norms(model) if layer_norms else None
-    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf)
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
-    scheduler.step()
+    grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf))
+    finite = math.isfinite(loss_sum) and (scaler is not None or math.isfinite(grad_norm))
+    if finite:
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     out = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "tokens": n_tokens,
-           "grad_norm": float(grad_norm), "lr": lr}
+           "grad_norm": grad_norm, "lr": lr, "finite": finite}
     return out if per_layer is None else out | {"layer_grad_norms": per_layer}
 
 
@@ -142,6 +148,8 @@ class Progress:
     window_nll: float = 0.0
     window_tokens: int = 0
     window_seconds: float = 0.0
+    skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient, in all
+    bad_in_row: int = 0  # ... and in a row, up to now
 
 
 def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: RunDir, d_model: int,
@@ -164,7 +172,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
         progress = _restore(run, model, optimizer, scheduler, scaler, device)
         log(f"resuming {run.path} from step {progress.step}")
     _truncate_metrics(run, progress.step)
-    writer = SummaryWriter(str(run.tensorboard), purge_step=progress.step + 1 if resume else None)
+    writer = SummaryWriter(str(run.tensorboard), purge_step=progress.step + 1)  # drop events a killed run logged
     valid_batches = data.eval_batches("valid")
     metric_name = cfg.early_stop_metric
     last_eval: dict[str, float] = {}
@@ -218,8 +226,12 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
                              layer_norms=(progress.step + 1) % cfg.log_every == 0)
             seconds = time.perf_counter() - started
             progress.batch += len(group)
-            progress.step += 1
             progress.train_seconds += seconds
+            if not out["finite"]:
+                _count_bad_step(progress, out, cfg, run, log)
+                continue
+            progress.bad_in_row = 0
+            progress.step += 1
             progress.tokens += out["tokens"]
             progress.window_loss += out["loss"] * out["tokens"]
             progress.window_nll += out["nll"] * out["tokens"]
@@ -259,7 +271,25 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop_reason,
             "train_seconds": round(progress.train_seconds, 2), "train_tokens": progress.tokens,
             "tokens_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
-            "best_step": best_step, f"best_{metric_name}": progress.best, "last_eval": last_eval}
+            "best_step": best_step, f"best_{metric_name}": progress.best, "skipped_steps": progress.skipped_steps,
+            "last_eval": last_eval}
+
+
+def _count_bad_step(progress: Progress, out: dict[str, Any], cfg: TrainConfig, run: RunDir,
+                    log: Callable[[str], None]) -> None:
+    """Count an update skipped for a non-finite loss or gradient; stop after ``max_bad_steps`` in a row."""
+    progress.skipped_steps += 1
+    progress.bad_in_row += 1
+    what = f"loss {out['loss']:.4g}, gradient norm {out['grad_norm']:.4g}"
+    log(f"step {progress.step + 1}: non-finite {what}; update skipped ({progress.bad_in_row} in a row, "
+        f"{progress.skipped_steps} in all)")
+    if progress.bad_in_row >= cfg.max_bad_steps:
+        steps = run.steps()
+        hint = (f"the {cfg.precision} forward pass overflowed: train in precision fp32, or lower lr"
+                if cfg.precision != "fp32" else "lower lr, set clip_norm, or lengthen warmup_steps")
+        raise NumericalError(f"training stopped after step {progress.step}: {progress.bad_in_row} updates in a row "
+                             f"had a non-finite {what} (train.max_bad_steps = {cfg.max_bad_steps}); {hint}. "
+                             f"The newest checkpoint is step {steps[-1] if steps else 'none'}")
 
 
 def _trainer_state(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,

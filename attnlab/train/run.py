@@ -11,7 +11,7 @@ import torch
 from attnlab.config import ModelConfig, RunConfig
 from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
 from attnlab.data.tokenizers import PAD
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import ConfigError
 from attnlab.files import atomic_write_text
 from attnlab.nn.transformer import LayerStack
 from attnlab.train.checkpoint import RunDir
@@ -42,20 +42,28 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
     return the summary written to ``out/summary.json``."""
     run = RunDir(out)
     if resume:
+        for stale in run.remove_partial_checkpoints():
+            log(f"removed {stale.name}, a checkpoint that an interrupted run left half-written")
+        if not run.steps():
+            run.read_config()  # it must be a run directory, if one killed before its first checkpoint
+            log(f"{run.path}: no complete checkpoint yet; starting from step 0")
+            resume = False
+    if resume:
         model_cfg, data_cfg, _ = run.read_config()
         if data_cfg != cfg.data:
             raise ConfigError(f"{run.config}: the data section differs from the given config; a resumed run keeps its data")
         data = prepare_data(data_cfg, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed, run.read_tokenizers())
         if _model_config(cfg, data) != model_cfg:
             raise ConfigError(f"{run.config}: the model section differs from the given config; a resumed run keeps its model")
-        if not run.steps():
-            raise CheckpointError(f"{run.path}: nothing to resume (no checkpoint in {run.checkpoints})")
         run.load_trainer_state(run.steps()[-1])  # refuse a damaged state before touching config.yaml
     else:
         data = prepare_data(cfg.data, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed)
         model_cfg = _model_config(cfg, data)
-        run.write_tokenizers(data.tokenizers)
+    # config.yaml first: it marks the directory as a run, so that a run killed before its first
+    # checkpoint can be resumed (from step 0) rather than refused as someone else's directory
     run.write_config(model_cfg, cfg.data, cfg.train)
+    if not resume:
+        run.write_tokenizers(data.tokenizers)
     log(describe_data(data))
     torch.manual_seed(cfg.train.seed)
     model = run.build_model(model_cfg)

@@ -1,0 +1,76 @@
+"""SIGKILL at random moments, checkpoint writes included: every time, the newest complete
+checkpoint loads and --resume continues from it; the final weights equal those of a run that was
+never interrupted (same seed)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from attnlab.train.checkpoint import RunDir, load_run
+
+ATTNLAB = Path(sys.executable).parent / "attnlab"
+STEPS = 40
+
+
+def write_config(root: Path) -> Path:
+    """A reverse-the-digits task with dropout (the RNG state must survive a kill) and a checkpoint
+    at every step, big enough that writing it takes a good part of each step."""
+    config = root / "kill.yaml"
+    config.write_text(f"""\
+model: {{d_model: 128, n_heads: 4, n_layers: 2, d_ff: 512, dropout: 0.1}}
+data: {{format: builtin, task: reverse, tokenizer: word, n_train: 400, n_valid: 20, n_test: 20}}
+train: {{max_steps: {STEPS}, max_tokens: 300, lr_schedule: constant, lr: 0.001, warmup_steps: 5, eval_every: 1,
+        keep_last: 2, log_every: 5, progress: false, seed: 3}}
+""")
+    return config
+
+
+def train(config: Path, out: Path, resume: bool) -> subprocess.Popen:
+    args = [str(ATTNLAB), "train", str(config), "--out", str(out)] + (["--resume"] if resume else [])
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    assert RunDir(run_dir).steps()[-1] == STEPS
+    return load_run(run_dir, "last")[0].state_dict()
+
+
+def test_sigkill_at_ten_random_moments_then_resume_gives_the_uninterrupted_weights(tmp_path):
+    config = write_config(tmp_path)
+    reference = tmp_path / "reference"
+    started = time.perf_counter()
+    assert train(config, reference, resume=False).wait() == 0
+    duration = time.perf_counter() - started
+    expected = final_weights(reference)
+    run = RunDir(tmp_path / "killed-0")
+    rng = random.Random(0)
+    kills, mid_write, finished = 0, 0, []
+    while kills < 10:
+        process = train(config, run.path, resume=run.config.exists())
+        time.sleep(rng.uniform(0.1, duration))
+        if process.poll() is not None:  # it finished before the kill: check it, and start another run
+            assert process.returncode == 0, process.stderr.read().decode()
+            finished.append(run.path)
+            run = RunDir(tmp_path / f"killed-{len(finished)}")
+            continue
+        process.kill()  # SIGKILL: no handler, no cleanup
+        process.wait()
+        kills += 1
+        mid_write += any(run.checkpoints.glob(".*.tmp")) if run.checkpoints.exists() else 0
+        if run.steps():
+            load_run(run.path, "last")  # the newest complete checkpoint always loads
+    done = train(config, run.path, resume=run.config.exists())
+    assert done.wait() == 0, done.stderr.read().decode()
+    assert not list(run.checkpoints.glob(".*.tmp"))  # half-written checkpoints were cleaned up
+    for path in [*finished, run.path]:
+        for name, tensor in final_weights(path).items():
+            assert torch.equal(tensor, expected[name]), f"{path.name}: {name}"
+    assert mid_write >= 1, "no kill landed in a checkpoint write; the test did not test that"

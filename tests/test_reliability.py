@@ -1,0 +1,341 @@
+"""Bad input never crashes and never loses data: each case gives one 'error:' line, the documented
+exit code and no traceback, and leaves every file that existed byte-identical. Untrusted
+checkpoints are refused before anything in them runs; non-finite losses are skipped and counted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.config import RunConfig, TrainConfig
+from attnlab.errors import CheckpointError, NumericalError
+from attnlab.train import loop
+from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.train.run import train_run
+
+ATTNLAB = Path(sys.executable).parent / "attnlab"
+USAGE, CONFIG, DATA, CHECKPOINT, NUMERICAL = 2, 3, 4, 5, 6
+
+DIGITS_DE = "null eins zwei drei vier fünf sechs sieben acht neun".split()
+DIGITS_EN = "zero one two three four five six seven eight nine".split()
+
+
+def write_corpus(root: Path) -> None:
+    rows = [[(i * 7 + j) % 10 for j in range(1 + i % 4)] for i in range(120)]
+    for split, chunk in (("train", rows[:100]), ("val", rows[100:])):
+        (root / f"{split}.de").write_text("".join(" ".join(DIGITS_DE[i] for i in r) + "\n" for r in chunk))
+        (root / f"{split}.en").write_text("".join(" ".join(DIGITS_EN[i] for i in r) + "\n" for r in chunk))
+
+
+CONFIG_TEXT = """\
+model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0, positional: learned, max_len: 32}}
+data: {{format: parallel, train: {root}/train, valid: {root}/val, src_lang: de, tgt_lang: en, tokenizer: word,
+       max_src_len: 30, max_tgt_len: 30}}
+train: {{max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
+        progress: false}}
+"""
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A corpus, a config, a trained run, an output file: everything a user might have."""
+    root = tmp_path_factory.mktemp("ws")
+    write_corpus(root)
+    (root / "good.yaml").write_text(CONFIG_TEXT.format(root=root))
+    assert main(["train", str(root / "good.yaml"), "--out", str(root / "run")]) == 0
+    (root / "out.txt").write_text("precious\n")
+    (root / "input.de").write_text("eins zwei\ndrei\n")
+    (root / "model.yaml").write_text("model: {vocab_size: 50, d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}\n")
+    return root
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in root.rglob("*") if p.is_file()}
+
+
+def bad_file(name: str, data: bytes):
+    def setup(root: Path) -> None:
+        (root / name).write_bytes(data)
+    return setup
+
+
+def bad_config(text: str):
+    return bad_file("bad.yaml", text.encode())
+
+
+def config_with(**replace):
+    def setup(root: Path) -> None:
+        text = CONFIG_TEXT.format(root=root)
+        for old, new in replace.items():
+            text = text.replace(old.replace("__", "."), new)
+        (root / "bad.yaml").write_text(text)
+    return setup
+
+
+def corrupt_corpus(split: str, lang: str, data: bytes):
+    def setup(root: Path) -> None:
+        (root / "bad").mkdir(exist_ok=True)
+        for s in ("train", "val"):
+            for lang_ in ("de", "en"):
+                (root / "bad" / f"{s}.{lang_}").write_bytes((root / f"{s}.{lang_}").read_bytes())
+        (root / "bad" / f"{split}.{lang}").write_bytes(data)
+        (root / "bad.yaml").write_text(CONFIG_TEXT.format(root=root / "bad"))
+    return setup
+
+
+def damage_run(change):
+    """Copy the trained run to bad_run/ and damage the copy."""
+    def setup(root: Path) -> None:
+        import shutil
+        shutil.copytree(root / "run", root / "bad_run", dirs_exist_ok=True)
+        change(RunDir(root / "bad_run"))
+    return setup
+
+
+def newest_weights(run: RunDir) -> Path:
+    return run.step_dir(run.steps()[-1]) / "model.safetensors"
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
+def flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def edit_config(run: RunDir, old: str, new: str) -> None:
+    run.config.write_text(run.config.read_text().replace(old, new, 1))
+
+
+def tsv_config(root: Path, text: str) -> None:
+    (root / "bad.tsv").write_text(text)
+    (root / "bad.yaml").write_text(f"model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
+                                   f"data: {{format: tsv, train: {root}/bad.tsv, tokenizer: word}}\n")
+
+
+def scan_config(root: Path, text: str) -> None:
+    (root / "bad.scan").write_text(text)
+    (root / "bad.yaml").write_text(f"model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
+                                   f"data: {{format: scan, train: {root}/bad.scan, tokenizer: word}}\n")
+
+
+nothing = None
+TRAIN = ["train", "{root}/bad.yaml", "--out", "{root}/new_run"]
+TRANSLATE = ["translate", "{root}/run", "--input", "{root}/input.de"]
+BAD_RUN = ["translate", "{root}/bad_run", "--input", "{root}/input.de"]
+
+CASES = [
+    # -- configs ---------------------------------------------------------------------------------
+    ("config missing", ["train", "{root}/none.yaml"], nothing, CONFIG, "no such config file"),
+    ("yaml does not parse", TRAIN, bad_config("model: [1\n"), CONFIG, "YAML does not parse"),
+    ("unknown section", TRAIN, bad_config("modle: {d_model: 8}\n"), CONFIG, "did you mean 'model'"),
+    ("unknown field", TRAIN, config_with(**{"d_model: 16": "d_modle: 16"}), CONFIG, "did you mean 'd_model'"),
+    ("mistyped value", TRAIN, config_with(**{"d_model: 16": "d_model: big"}), CONFIG, "d_model"),
+    ("value out of range", TRAIN, config_with(**{"dropout: 0.0": "dropout: 1.5"}), CONFIG, "dropout must be in [0, 1)"),
+    ("heads do not divide", TRAIN, config_with(**{"n_heads: 2": "n_heads: 3"}), CONFIG, "divisible by n_heads"),
+    ("unknown choice", TRAIN, config_with(**{"positional: learned": "positional: rotery"}), CONFIG, "did you mean 'rotary'"),
+    ("negative steps", TRAIN, config_with(**{"max_steps: 4": "max_steps: -4"}), CONFIG, "max_steps"),
+    ("config is a list", TRAIN, bad_config("- 1\n- 2\n"), CONFIG, "mapping"),
+    ("--set without =", TRAIN + ["--set", "train.max_steps"], config_with(), USAGE, "expected section.field=value"),
+    ("--set unknown section", TRAIN + ["--set", "trian.lr=1"], config_with(), USAGE, "did you mean 'train'"),
+    ("--set value does not parse", TRAIN + ["--set", "train.lr=[1"], config_with(), USAGE, "does not parse"),
+    ("--set unknown field", TRAIN + ["--set", "train.max_step=3"], config_with(), CONFIG, "did you mean 'max_steps'"),
+    # -- data --------------------------------------------------------------------------------------
+    ("training file missing", TRAIN, config_with(**{"/train,": "/nowhere,"}), DATA, "no such file"),
+    ("parallel line counts differ", TRAIN, corrupt_corpus("train", "en", b"one\ntwo\n"), DATA, "parallel files must align"),
+    ("empty training file", TRAIN, corrupt_corpus("train", "de", b""), DATA, "file is empty"),
+    ("invalid UTF-8", TRAIN, corrupt_corpus("val", "de", b"eins\n\xff\xfe zwei\n"), DATA, "val.de:2: not valid UTF-8"),
+    ("NUL bytes", TRAIN, corrupt_corpus("train", "de", b"eins\x00zwei\n" * 100), DATA, "NUL byte"),
+    ("empty line in a corpus", TRAIN, corrupt_corpus("train", "en", b"one\n\n" + b"two\n" * 98), DATA,
+     "train.en:2: empty line"),
+    ("a line far over the limit", TRAIN, corrupt_corpus("train", "de", b"eins " * 20000 + b"\n" + b"zwei\n" * 99),
+     DATA, "train.de:1: a line of 100,000 characters"),
+    ("TSV row with one field", ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
+     lambda root: tsv_config(root, "eins\tone\nzwei\n"), DATA, "bad.tsv:2: expected 2 tab-separated fields"),
+    ("TSV row with three fields", ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
+     lambda root: tsv_config(root, "a\tb\tc\n"), DATA, "bad.tsv:1: expected 2 tab-separated fields (source, "),
+    ("SCAN line without OUT:", ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
+     lambda root: scan_config(root, "IN: jump OUT: I_JUMP\nIN: walk I_WALK\n"), DATA, "bad.scan:2: expected 'IN:"),
+    ("SCAN line without IN:", ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
+     lambda root: scan_config(root, "jump OUT: I_JUMP\n"), DATA, "bad.scan:1: expected 'IN:"),
+    # -- run directories: nothing overwritten, nothing half-resumed -------------------------------
+    ("--out exists", ["train", "{root}/good.yaml", "--out", "{root}/run"], nothing, USAGE, "already exists"),
+    ("--resume of no run", ["train", "{root}/good.yaml", "--out", "{root}/nowhere", "--resume"], nothing, USAGE,
+     "not a run directory"),
+    ("--resume with another model", ["train", "{root}/bad.yaml", "--out", "{root}/run", "--resume"],
+     config_with(**{"d_ff: 32": "d_ff: 48"}), CONFIG, "model section differs"),
+    # -- checkpoints from elsewhere ---------------------------------------------------------------
+    ("run directory missing", ["translate", "{root}/nowhere", "--input", "{root}/input.de"], nothing, CHECKPOINT,
+     "not a run directory"),
+    ("truncated weights", BAD_RUN, damage_run(lambda run: truncate(newest_weights(run))), CHECKPOINT,
+     "differs from the recorded"),
+    ("a flipped byte in the weights", BAD_RUN, damage_run(lambda run: flip_byte(newest_weights(run))), CHECKPOINT,
+     "differs from the recorded"),
+    ("weights of another shape", BAD_RUN, damage_run(lambda run: edit_config(run, "d_ff: 32", "d_ff: 48")), CHECKPOINT,
+     "cannot load weights"),
+    ("config of another architecture", BAD_RUN,
+     damage_run(lambda run: edit_config(run, "arch: encoder_decoder", "arch: decoder_lm")), CHECKPOINT,
+     "cannot load weights"),
+    ("damaged config in a run", BAD_RUN, damage_run(lambda run: run.config.write_text("model: [")), CONFIG,
+     "YAML does not parse"),
+    ("damaged checksum record", BAD_RUN,
+     damage_run(lambda run: (newest_weights(run).parent / "checksums.json").write_text("{")), CHECKPOINT,
+     "checksums.json: damaged"),
+    # -- translate / evaluate / generate / score ----------------------------------------------------
+    ("--output exists", TRANSLATE + ["--output", "{root}/out.txt"], nothing, USAGE, "pass --force"),
+    ("--output is a directory", TRANSLATE + ["--output", "{root}/run"], nothing, USAGE, "is a directory"),
+    ("input missing", ["translate", "{root}/run", "--input", "{root}/none.de"], nothing, DATA, "no such file"),
+    ("input not UTF-8", ["translate", "{root}/run", "--input", "{root}/bad.de"], bad_file("bad.de", b"\xc3\x28\n"),
+     DATA, "bad.de:1: not valid UTF-8"),
+    ("input is binary", ["translate", "{root}/run", "--input", "{root}/bad.de"], bad_file("bad.de", b"\x00\x01\x02"),
+     DATA, "NUL byte"),
+    ("a source line over the model's length", ["translate", "{root}/run", "--input", "{root}/bad.de"],
+     bad_file("bad.de", b"eins\n" + b"zwei " * 40 + b"\n"), DATA, "input line 2: 40 tokens"),
+    ("beam 0", TRANSLATE + ["--beam", "0"], nothing, USAGE, "--beam must be between 1 and 64"),
+    ("absurd beam", TRANSLATE + ["--beam", "100000"], nothing, USAGE, "--beam must be between 1 and 64"),
+    ("absurd batch", TRANSLATE + ["--batch-size", "10000000"], nothing, USAGE, "--batch-size must be between"),
+    ("absurd length", TRANSLATE + ["--max-len", "1000000000"], nothing, USAGE, "beyond the model's max_len"),
+    ("nbest over beam", TRANSLATE + ["--beam", "2", "--nbest", "3"], nothing, USAGE, "--nbest must be between"),
+    ("beam not a number", TRANSLATE + ["--beam", "four"], nothing, USAGE, "invalid int value"),
+    ("evaluate with line counts that differ", ["evaluate", "{root}/run", "--src", "{root}/input.de", "--ref",
+     "{root}/one.en"], bad_file("one.en", b"one\n"), USAGE, "has 2 lines but"),
+    ("evaluate an unknown split", ["evaluate", "{root}/run", "--split", "dev"], nothing, USAGE, "no split 'dev'"),
+    ("evaluate without references", ["evaluate", "{root}/run"], nothing, USAGE, "give --src and --ref"),
+    ("generate from a translation model", ["generate", "{root}/run"], nothing, USAGE, "needs 'decoder_lm'"),
+    ("score a missing file", ["score", "{root}/run", "--src", "{root}/input.de", "--tgt", "{root}/none.en"], nothing,
+     DATA, "no such file"),
+    ("average zero checkpoints", ["average", "{root}/run", "--last", "0"], nothing, USAGE, "--last must be at least 1"),
+    ("prune everything", ["prune", "{root}/run", "--fraction", "1.5"], nothing, USAGE, "--fraction must be in [0, 1)"),
+    ("prune into an existing run", ["prune", "{root}/run", "--fraction", "0.5", "--out", "{root}/run"], nothing, USAGE,
+     "already exists"),
+    ("inspect with empty text", ["inspect", "{root}/run", "--src", " "], nothing, USAGE, "empty after tokenisation"),
+    ("info with a bad memory shape", ["info", "{root}/model.yaml", "--memory", "--seq-len", "0"], nothing, USAGE,
+     "--seq-len"),
+    ("bench with zero repeats", ["bench", "decode", "--repeats", "0"], nothing, USAGE, "--repeats"),
+    ("unknown command", ["trian"], nothing, USAGE, "invalid choice"),
+]
+
+
+@pytest.mark.parametrize("name, argv, setup, code, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_an_exit_code_and_no_lost_file(workspace, capsys, name, argv, setup, code, message):
+    for leftover in ("bad", "bad_run", "new_run"):
+        import shutil
+        shutil.rmtree(workspace / leftover, ignore_errors=True)
+    if setup is not None:
+        setup(workspace)
+    before = snapshot(workspace)
+    capsys.readouterr()
+    returned = main([a.format(root=workspace) for a in argv])
+    out, err = capsys.readouterr()
+    assert returned == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert message in lines[0] and "Traceback" not in err
+    after = snapshot(workspace)
+    assert {k: after.get(k) for k in before} == before  # every file that was there is untouched
+
+
+def test_the_corpus_has_at_least_forty_cases():
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize("argv, code", [(["translate", "{root}/run", "--beam", "0"], USAGE),
+                                        (["train", "{root}/none.yaml"], CONFIG)])
+def test_the_console_script_prints_no_traceback(workspace, argv, code):
+    done = subprocess.run([str(ATTNLAB), *[a.format(root=workspace) for a in argv]], capture_output=True, text=True)
+    assert done.returncode == code and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    debug = subprocess.run([str(ATTNLAB), "--debug", *[a.format(root=workspace) for a in argv]],
+                           capture_output=True, text=True)
+    assert "Traceback" in debug.stderr
+
+
+def test_unknown_words_are_read_as_unk_and_counted(workspace, capsys):
+    (workspace / "unk.de").write_text("eins quatsch\nzwei\nfoo bar\n")
+    assert main(["translate", str(workspace / "run"), "--input", str(workspace / "unk.de"), "--beam", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 3
+    assert "note: 3 unknown source tokens in 2 lines were read as <unk>" in err
+
+
+def test_long_sources_are_cut_with_truncate(workspace, capsys):
+    (workspace / "long.de").write_text("zwei " * 40 + "\n")
+    assert main(["translate", str(workspace / "run"), "--input", str(workspace / "long.de"), "--truncate"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+class RunsCode:
+    """A pickle payload that, if unpickled, creates a file (the side effect the test looks for)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_training_state_carrying_code_is_refused_and_the_code_never_runs(workspace, tmp_path):
+    import shutil
+
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(workspace / "run", run.path)
+    marker = tmp_path / "pwned"
+    state = run.step_dir(run.steps()[-1]) / "trainer_state.pt"
+    with open(state, "wb") as f:
+        pickle.dump({"optimizer": RunsCode(marker)}, f)
+    config = workspace / "good.yaml"
+    with pytest.raises(CheckpointError, match="differs from the recorded"):  # the checksum catches it first
+        train_run(RunConfig.from_file(config, ["train.max_steps=6"]), run.path, resume=True, log=lambda s: None)
+    sums = json.loads((state.parent / "checksums.json").read_text())
+    sums["trainer_state.pt"] = hashlib.sha256(state.read_bytes()).hexdigest()  # a forger updates the record too
+    (state.parent / "checksums.json").write_text(json.dumps(sums))
+    with pytest.raises(CheckpointError, match="cannot load training state"):  # weights_only refuses it
+        train_run(RunConfig.from_file(config, ["train.max_steps=6"]), run.path, resume=True, log=lambda s: None)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_written_by_attnlab_passes_its_checksums(workspace):
+    model, _, _ = load_run(workspace / "run")
+    sums = json.loads((RunDir(workspace / "run").step_dir(4) / "checksums.json").read_text())
+    assert set(sums) == {"model.safetensors", "trainer_state.pt", "meta.json"}
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_non_finite_losses_are_skipped_counted_and_stop_training(workspace, tmp_path, monkeypatch):
+    real = loop.logits_of
+    calls = {"n": 0}
+
+    def sometimes_nan(model, batch):
+        calls["n"] += 1
+        logits = real(model, batch)
+        return logits * float("nan") if calls["n"] in (2, 3) else logits
+
+    monkeypatch.setattr(loop, "logits_of", sometimes_nan)
+    cfg = RunConfig.from_file(workspace / "good.yaml", ["train.max_steps=5"])
+    logged = []
+    summary = train_run(cfg, tmp_path / "run", log=logged.append)
+    assert summary["skipped_steps"] == 2 and summary["steps"] == 5
+    assert sum("update skipped" in line for line in logged) == 2
+    weights = {k: v.clone() for k, v in load_run(tmp_path / "run")[0].state_dict().items()}
+    assert all(torch.isfinite(v).all() for v in weights.values())
+
+    monkeypatch.setattr(loop, "logits_of", lambda model, batch: real(model, batch) * float("inf"))
+    cfg = RunConfig.from_file(workspace / "good.yaml", ["train.max_steps=5", "train.max_bad_steps=3",
+                                                        "train.precision=bf16"])
+    with pytest.raises(NumericalError, match="3 updates in a row had a non-finite loss .* the bf16 forward pass "
+                                             "overflowed"):
+        train_run(cfg, tmp_path / "run2", log=lambda s: None)
+    assert TrainConfig(max_bad_steps=1).max_bad_steps == 1
