@@ -89,10 +89,14 @@ def _leftover(path: Path) -> bool:
     return path.is_file() and path.name.startswith(".") and path.name.endswith(".tmp")
 
 
+def _default_run_dir(stem: str) -> str:
+    return str(Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
 def _new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
     """The run directory to write: ``out``, or runs/STEM-TIMESTAMP; an existing, non-empty one is
     only taken to resume it, never overwritten."""
-    path = Path(out) if out else Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = Path(out) if out else Path(_default_run_dir(stem))
     if resume:
         if not path.is_dir():
             raise UsageError(f"--resume: {path} is not a run directory (give it with --out)")
@@ -103,13 +107,20 @@ def _new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from attnlab.config import RunConfig
+    from attnlab.train.distributed import world_from_env
+    from attnlab.train.loop import resolve_device
     from attnlab.train.run import train_run
 
     cfg = RunConfig.from_file(args.config, args.set or [])
-    out = _new_run_dir(args.out, Path(args.config).stem, args.resume)
-    summary = train_run(cfg, out, resume=args.resume)
-    print(json.dumps({k: v for k, v in summary.items() if k != "last_eval"} | summary["last_eval"]))
-    print(f"run directory: {out}")
+    world = world_from_env(resolve_device(cfg.train.device).type)  # under torchrun: this rank's place
+    stem = Path(args.config).stem
+    out = _new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem, args.resume)
+    if world:
+        world.barrier()  # every rank has checked the directory before rank 0 writes into it
+    summary = train_run(cfg, out, resume=args.resume, world=world)
+    if world is None or world.is_main:
+        print(json.dumps({k: v for k, v in summary.items() if k != "last_eval"} | summary["last_eval"]))
+        print(f"run directory: {out}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -315,19 +326,49 @@ def _emit(record: dict, as_json: bool, line: str) -> None:
     print(json.dumps(record) if as_json else line, flush=True)
 
 
-def cmd_bench_decode(args: argparse.Namespace) -> None:
-    from attnlab.bench.decode import BENCH_MODEL, bench_decode
+def _emit_comparison(r: dict, as_json: bool) -> None:
+    """One benchmark figure: value and unit, and the reference's figure and the ratio if any."""
+    if "skipped" in r:
+        line = f"{r['name']:<26} vs {r['reference']}: skipped ({r['skipped']})"
+    else:
+        line = f"{r['name']:<26}{r['value']:>12,.1f} {r['unit']}"
+        if "ratio" in r:
+            line += f"   {r['reference']}: {r['reference_value']:,.1f}   ratio x{r['ratio']:.2f}"
+    _emit(r, as_json, line)
 
-    if args.repeats < 1 or args.batch < 1:
-        raise UsageError("--repeats and --batch must be at least 1")
-    if not all(1 <= n < BENCH_MODEL["max_len"] for n in args.new_tokens):
-        raise UsageError(f"--new-tokens must be between 1 and {BENCH_MODEL['max_len'] - 1}")
-    print(f"greedy decoding, batch {args.batch}, source length 24, d_model 256, 3+3 layers, vocabulary 8000; "
-          f"median of {args.repeats}", file=sys.stderr)
-    for record in bench_decode(tuple(args.new_tokens), args.batch, repeats=args.repeats):
-        ratio = f"   x{record['ratio']:.2f} vs no cache" if "ratio" in record else ""
-        _emit(record, args.json, f"{record['name']:<24}{record['new_tokens']:>5} new tokens  "
-                                 f"{record['value']:>9.1f} tokens/s  ({record['seconds']:.2f} s){ratio}")
+
+def cmd_bench_train(args: argparse.Namespace) -> None:
+    from attnlab.bench.train import bench_train
+
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    print(f"training step (forward, loss, backward, clip, Adam): d_model 256, 3+3 layers, 4 heads, d_ff 1024, "
+          f"vocabulary 8000, dropout 0.1, 64 pairs of 24 + 24 tokens; interleaved, median of {args.repeats}",
+          file=sys.stderr)
+    for r in bench_train(tuple(args.precision), args.repeats, not args.no_hf):
+        _emit_comparison(r, args.json)
+
+
+def cmd_bench_decode(args: argparse.Namespace) -> None:
+    from attnlab.bench.decode import bench_decode
+
+    if min(args.repeats, args.batch, args.new_tokens) < 1 or args.new_tokens > 500:
+        raise UsageError("--repeats and --batch must be at least 1, --new-tokens between 1 and 500")
+    print(f"decoding {args.batch} sources of 24 tokens, exactly {args.new_tokens} new tokens each, d_model 256, "
+          f"3+3 layers, vocabulary 8000; interleaved, median of {args.repeats}", file=sys.stderr)
+    for r in bench_decode(args.batch, args.new_tokens, repeats=args.repeats, with_hf=not args.no_hf):
+        _emit_comparison(r, args.json)
+
+
+def cmd_bench_lm(args: argparse.Namespace) -> None:
+    from attnlab.bench.lm import bench_lm
+
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    print("character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with the cache",
+          file=sys.stderr)
+    for r in bench_lm(args.repeats):
+        _emit_comparison(r, args.json)
 
 
 def cmd_bench_models(args: argparse.Namespace) -> None:
@@ -497,12 +538,23 @@ def make_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks (timings as ratios against a reference in the same run)")
     bench_sub = bench.add_subparsers(dest="suite", required=True, parser_class=_Parser)
-    decode = bench_sub.add_parser("decode", help="greedy decoding with the KV cache vs without, by length")
-    decode.add_argument("--new-tokens", type=int, nargs="+", default=[64, 256])
-    decode.add_argument("--batch", type=int, default=8)
+    train = bench_sub.add_parser("train", help="training tokens/s against torch.nn.Transformer and Marian")
+    train.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
+    train.add_argument("--repeats", type=int, default=10)
+    train.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
+    train.add_argument("--json", action="store_true", help="one JSON object per measurement")
+    train.set_defaults(func=cmd_bench_train)
+    decode = bench_sub.add_parser("decode", help="greedy / beam / uncached decoding against Hugging Face generate")
+    decode.add_argument("--new-tokens", type=int, default=64)
+    decode.add_argument("--batch", type=int, default=32)
     decode.add_argument("--repeats", type=int, default=3)
+    decode.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
     decode.add_argument("--json", action="store_true", help="one JSON object per measurement")
     decode.set_defaults(func=cmd_bench_decode)
+    lm = bench_sub.add_parser("lm", help="the character LM: training and sampling tokens/s")
+    lm.add_argument("--repeats", type=int, default=10)
+    lm.add_argument("--json", action="store_true", help="one JSON object per measurement")
+    lm.set_defaults(func=cmd_bench_lm)
     attn = bench_sub.add_parser("attention", help="time and peak memory of each attention backend, by length")
     attn.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
     attn.add_argument("--backends", nargs="+", default=["math", "sdpa", "chunked", "local", "sparse", "linear"])

@@ -1,46 +1,65 @@
-"""Decoding speed: greedy with the KV cache against recomputing every prefix, as the number of new
-tokens grows. Each step without a cache re-runs the decoder over the whole prefix, so its cost grows
-with the length and the cache's advantage grows with it (the notes' claim, measured here)."""
+"""Decoding speed against Hugging Face ``generate``, on models of the same shape (random weights).
+
+Greedy with the KV cache and beam search (5 beams, length penalty 0.6): batch 32 sources of 24
+tokens, exactly ``new_tokens`` new tokens each (the minimum and maximum lengths are equal, so both
+implementations do the same number of steps). Greedy without the cache recomputes every prefix;
+its reference is ``generate(use_cache=False)``. Medians of ``repeats`` runs, interleaved.
+"""
 
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
-from attnlab.config import ModelConfig
-from attnlab.decode.search import greedy
-from attnlab.nn.build import build_model
+from attnlab.bench.reference import SHAPE, marian
+from attnlab.bench.train import attnlab_model, interleaved_medians
+from attnlab.data.batching import source_batch
+from attnlab.decode.search import beam_search, greedy
 
-# The issue's benchmark shape: d_model 256, 3+3 layers, 4 heads, d_ff 1024, vocabulary 8000.
-BENCH_MODEL = dict(vocab_size=8000, d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.0, max_len=2048)
+HF = "transformers.MarianMTModel"
 
 
-def bench_decode(new_tokens: tuple[int, ...] = (64, 256), batch: int = 8, src_len: int = 24,
-                 repeats: int = 3, seed: int = 0) -> Iterator[dict]:
-    """Yield one record per (length, cache on/off): generated tokens per second (median of
-    ``repeats``), and for the cached runs the ratio cached / uncached."""
+def _checked(out: list, n: int) -> None:
+    if any(len(row) != n for row in out):
+        raise RuntimeError(f"decoding stopped before {n} tokens")  # min_len = max_len must hold
+
+
+def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,
+                 with_hf: bool = True, seed: int = 0) -> Iterator[dict]:
     torch.manual_seed(seed)
-    model = build_model(ModelConfig(**BENCH_MODEL)).eval()
-    src = torch.randint(4, BENCH_MODEL["vocab_size"], (batch, src_len))
-    for n in new_tokens:
-        rates = {}
-        for use_cache in (False, True):
-            greedy(model, src, max_len=2, min_len=2, use_cache=use_cache)  # warm-up
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                out = greedy(model, src, max_len=n, min_len=n, use_cache=use_cache)  # exactly n tokens each
-                times.append(time.perf_counter() - start)
-            if any(len(row) != n for row in out):
-                raise RuntimeError(f"decoding stopped before {n} tokens")  # min_len = max_len must hold
-            seconds = statistics.median(times)
-            rates[use_cache] = batch * n / seconds
-            name = "decode_greedy" if use_cache else "decode_greedy_nocache"
-            record = {"name": name, "new_tokens": n, "batch": batch, "value": round(rates[use_cache], 1),
-                      "unit": "tokens/s", "seconds": round(seconds, 3)}
-            if use_cache:
-                record |= {"reference": "decode_greedy_nocache", "ratio": round(rates[True] / rates[False], 2)}
-            yield record
+    g = torch.Generator().manual_seed(seed)
+    model = attnlab_model(dropout=0.0).eval()
+    src = source_batch(torch.randint(4, SHAPE["vocab_size"], (batch, src_len - 1), generator=g).tolist())
+    n = new_tokens
+    runs: dict[str, Callable[[], None]] = {
+        "decode_greedy": lambda: _checked(greedy(model, src, max_len=n, min_len=n), n),
+        "decode_beam5": lambda: _checked([h[0].tokens for h in beam_search(model, src, beam, 0.6, max_len=n, min_len=n)], n),
+        "decode_greedy_nocache": lambda: _checked(greedy(model, src, max_len=n, min_len=n, use_cache=False), n),
+    }
+    hf = marian(0.0) if with_hf else None
+    if hf is not None:
+        hf = hf.hf.eval()
+        mask = src != 0
+
+        def generate(**kw) -> Callable[[], None]:
+            return lambda: hf.generate(input_ids=src, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                                       do_sample=False, **kw)
+
+        runs |= {"hf_greedy": generate(num_beams=1), "hf_beam5": generate(num_beams=beam, length_penalty=0.6),
+                 "hf_greedy_nocache": generate(num_beams=1, use_cache=False)}
+    with torch.no_grad():
+        seconds = interleaved_medians(runs, repeats, warmup=1)
+    for name in ("decode_greedy", "decode_beam5", "decode_greedy_nocache"):
+        record = {"name": name, "value": round(batch * n / seconds[name], 1), "unit": "tokens/s", "batch": batch,
+                  "new_tokens": n}
+        reference = "hf_" + name.removeprefix("decode_")
+        if reference in seconds:
+            theirs = batch * n / seconds[reference]
+            record |= {"reference": HF + (" (use_cache=False)" if "nocache" in name else ""),
+                       "reference_value": round(theirs, 1), "ratio": round(seconds[reference] / seconds[name], 3)}
+        elif with_hf:
+            record |= {"reference": HF, "skipped_reference": "transformers is not installed (pip install 'attnlab[bench]')"}
+        yield record
+    yield {"name": "decode_cache_speedup", "value": round(seconds["decode_greedy_nocache"] / seconds["decode_greedy"], 2),
+           "unit": "x", "reference": "decode_greedy_nocache"}

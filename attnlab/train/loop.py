@@ -17,6 +17,7 @@ from typing import Any, Callable, ContextManager
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -30,6 +31,7 @@ from attnlab.errors import CheckpointError, ConfigError, NumericalError
 from attnlab.eval.metrics import exact_match, perplexity
 from attnlab.files import atomic_write_text
 from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
+from attnlab.train.distributed import World
 from attnlab.train.losses import label_smoothed_nll
 from attnlab.train.schedules import make_schedule, make_scheduler
 
@@ -69,33 +71,53 @@ def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
     return model(batch.src, batch.tgt_in) if batch.src is not None else model(batch.tgt_in)
 
 
+def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
+                         amp: Callable[[], ContextManager] = contextlib.nullcontext,
+                         scaler: torch.amp.GradScaler | None = None, world: World | None = None) -> dict[str, float]:
+    """Backward of the label-smoothed loss over ``batches``, summed over their target tokens and
+    divided by the number of target tokens of the whole (global) batch: with ``world``, the
+    batches of every rank together. DDP then averages over the ranks, so each rank scales by the
+    world size: the gradients equal one process's over the global batch. Returns the sums."""
+    model.train()
+    n_tokens = sum(b.n_tokens for b in batches)
+    total = world.all_sum(n_tokens) if world else n_tokens
+    scale = (world.size if world else 1) / total
+    loss_sum = nll_sum = 0.0
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        sync = contextlib.nullcontext() if last or not isinstance(model, DDP) else model.no_sync()
+        with sync:
+            with amp():
+                logits = logits_of(model, batch)
+            loss, nll = label_smoothed_nll(logits, batch.tgt_out, cfg.label_smoothing, PAD)
+            scaled = loss * scale
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+    if world:
+        loss_sum, nll_sum = world.all_sum(loss_sum), world.all_sum(nll_sum)
+    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": int(total)}
+
+
 def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
                scheduler: torch.optim.lr_scheduler.LRScheduler, cfg: TrainConfig,
                amp: Callable[[], ContextManager] = contextlib.nullcontext,
-               scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False) -> dict[str, Any]:
-    """One update from one or more batches (gradient accumulation): the loss is the label-smoothed
-    cross-entropy summed over all their target tokens, divided by that number of tokens. With
-    ``layer_norms``, also each layer's gradient norm before clipping ('layer_grad_norms').
+               scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False,
+               world: World | None = None) -> dict[str, Any]:
+    """One update from one or more batches (gradient accumulation; with ``world``, this rank's
+    share of the global batch): the loss is the label-smoothed cross-entropy summed over all
+    target tokens, divided by their number. With ``layer_norms``, also each layer's gradient norm
+    before clipping ('layer_grad_norms').
 
     A non-finite loss or gradient norm skips the update: the weights, optimizer and schedule stay as
     they were and 'finite' is False (with fp16, the GradScaler's own skips of overflowing scaled
     gradients are part of its calibration and count only when the loss itself is non-finite)."""
-    model.train()
-    n_tokens = sum(b.n_tokens for b in batches)
-    loss_sum = nll_sum = 0.0
     lr = optimizer.param_groups[0]["lr"]
-    for batch in batches:
-        with amp():
-            logits = logits_of(model, batch)
-        loss, nll = label_smoothed_nll(logits, batch.tgt_out, cfg.label_smoothing, PAD)
-        scaled = loss / n_tokens
-        (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+    sums = accumulate_gradients(model, batches, cfg, amp, scaler, world)
     if scaler is not None:
         scaler.unscale_(optimizer)
-    per_layer = layer_grad_norms(model) if layer_norms else None
+    per_layer = layer_grad_norms(_unwrapped(model)) if layer_norms else None
     grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf))
-    finite = math.isfinite(loss_sum) and (scaler is not None or math.isfinite(grad_norm))
+    finite = math.isfinite(sums["loss_sum"]) and (scaler is not None or math.isfinite(grad_norm))
     if finite:
         if scaler is not None:
             scaler.step(optimizer)
@@ -104,9 +126,14 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
             optimizer.step()
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    out = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens, "tokens": n_tokens,
+    n_tokens = sums["tokens"]
+    out = {"loss": sums["loss_sum"] / n_tokens, "nll": sums["nll_sum"] / n_tokens, "tokens": n_tokens,
            "grad_norm": grad_norm, "lr": lr, "finite": finite}
     return out if per_layer is None else out | {"layer_grad_norms": per_layer}
+
+
+def _unwrapped(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, DDP) else model
 
 
 @torch.no_grad()
@@ -153,16 +180,20 @@ class Progress:
 
 
 def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: RunDir, d_model: int,
-        resume: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+        resume: bool = False, log: Callable[[str], None] = print, world: World | None = None) -> dict[str, Any]:
     """Train ``model`` on ``data`` until max_steps, max_epochs, max_seconds or early stopping.
 
     Evaluates and checkpoints every ``eval_every`` steps and at the end; logs every ``log_every``
     steps to metrics.jsonl and TensorBoard; with ``resume``, continues from the newest checkpoint
     in ``run`` (weights, optimizer, schedule, data position and RNG states). Returns a summary.
+    With ``world`` (torchrun), this rank trains its share of each global batch under DDP, and only
+    rank 0 writes (train/distributed.py).
     """
     device = resolve_device(cfg.device)
     amp = autocast(cfg.precision, device)
     model.to(device)
+    main = world is None or world.is_main
+    trained = DDP(model) if world else model  # gradients averaged across ranks in the backward
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
                                                         cfg.min_lr, d_model))
@@ -171,17 +202,20 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     if resume:
         progress = _restore(run, model, optimizer, scheduler, scaler, device)
         log(f"resuming {run.path} from step {progress.step}")
-    _truncate_metrics(run, progress.step)
-    writer = SummaryWriter(str(run.tensorboard), purge_step=progress.step + 1)  # drop events a killed run logged
+    if main:
+        _truncate_metrics(run, progress.step)
+    # purge_step drops the events a killed run logged after its last checkpoint
+    writer = SummaryWriter(str(run.tensorboard), purge_step=progress.step + 1) if main else _NoWriter()
     valid_batches = data.eval_batches("valid")
     metric_name = cfg.early_stop_metric
     last_eval: dict[str, float] = {}
-    bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not cfg.progress, unit="step",
+    bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not (cfg.progress and main), unit="step",
                dynamic_ncols=True, leave=False)
 
     def log_line(record: dict[str, Any]) -> None:
-        with open(run.metrics, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        if main:
+            with open(run.metrics, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
 
     def evaluate_and_save() -> None:
         """Validation, checkpoint, and the best so far (early stopping counts evaluations without gain)."""
@@ -200,9 +234,10 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             progress.best, progress.bad_evals = value, 0
         else:
             progress.bad_evals += 1
-        run.save(progress.step, model, _trainer_state(optimizer, scheduler, scaler, progress, device),
-                 {"metrics": last_eval}, cfg.keep_last, best=(metric_name, value) if improved else None)
-        bar.write(f"step {progress.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in last_eval.items()))
+        if main:
+            run.save(progress.step, model, _trainer_state(optimizer, scheduler, scaler, progress, device),
+                     {"metrics": last_eval}, cfg.keep_last, best=(metric_name, value) if improved else None)
+            bar.write(f"step {progress.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in last_eval.items()))
 
     def limit_reached() -> str | None:
         if progress.step >= cfg.max_steps:
@@ -217,15 +252,20 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
 
     stop_reason = limit_reached()  # a resumed run may already be done
     evaluated_at = progress.step if resume else -1
+    span = cfg.accumulate * (world.size if world else 1)  # batches per update, all ranks together
     while stop_reason is None:
         batches = data.epoch_batches(progress.epoch)
-        while progress.batch < len(batches) and stop_reason is None:
+        # with several ranks, an epoch's last global batch is dropped if it cannot give every rank its share
+        end = len(batches) - (span - 1 if world else 0)
+        while progress.batch < end and stop_reason is None:
             started = time.perf_counter()
-            group = [batches[j].to(device) for j in range(progress.batch, min(progress.batch + cfg.accumulate, len(batches)))]
-            out = train_step(model, group, optimizer, scheduler, cfg, amp, scaler,
-                             layer_norms=(progress.step + 1) % cfg.log_every == 0)
+            first = progress.batch + (world.rank * cfg.accumulate if world else 0)
+            group = [batches[j].to(device) for j in range(first, min(first + cfg.accumulate, len(batches)))]
+            out = train_step(trained, group, optimizer, scheduler, cfg, amp, scaler,
+                             layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world)
             seconds = time.perf_counter() - started
-            progress.batch += len(group)
+            seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
+            progress.batch += span if world else len(group)
             progress.train_seconds += seconds
             if not out["finite"]:
                 _count_bad_step(progress, out, cfg, run, log)
@@ -259,13 +299,15 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
                 evaluated_at = progress.step
                 evaluate_and_save()
                 stop_reason = stop_reason or limit_reached()
-        if progress.batch >= len(batches):
+        if progress.batch >= end:
             progress.epoch, progress.batch = progress.epoch + 1, 0
             if stop_reason is None and (stop_reason := limit_reached()) is not None and evaluated_at != progress.step:
                 evaluate_and_save()
     bar.close()
     writer.close()
     log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")
+    if world:
+        world.barrier()  # rank 0's last checkpoint is on disk for everyone
     best_step = run.best_step()
     load_weights(model, run.step_dir(best_step) / MODEL_FILE)  # leave the best weights in the model
     return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop_reason,
@@ -273,6 +315,16 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             "tokens_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
             "best_step": best_step, f"best_{metric_name}": progress.best, "skipped_steps": progress.skipped_steps,
             "last_eval": last_eval}
+
+
+class _NoWriter:
+    """TensorBoard's writer on ranks other than 0: they log nothing."""
+
+    def add_scalar(self, *args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _count_bad_step(progress: Progress, out: dict[str, Any], cfg: TrainConfig, run: RunDir,

@@ -15,6 +15,7 @@ from attnlab.errors import ConfigError
 from attnlab.files import atomic_write_text
 from attnlab.nn.transformer import LayerStack
 from attnlab.train.checkpoint import RunDir
+from attnlab.train.distributed import World
 from attnlab.train.loop import fit
 
 
@@ -37,13 +38,18 @@ def describe_data(data: Seq2SeqData | LMData) -> str:
 
 
 def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              log: Callable[[str], None] = print, world: World | None = None) -> dict[str, Any]:
     """Train as ``cfg`` says into the run directory ``out`` (or continue it with ``resume``) and
-    return the summary written to ``out/summary.json``."""
+    return the summary written to ``out/summary.json``. With ``world`` (torchrun), every rank
+    calls this; rank 0 alone writes and logs."""
+    main = world is None or world.is_main
+    log = log if main else (lambda line: None)
     run = RunDir(out)
     if resume:
-        for stale in run.remove_partial_checkpoints():
+        for stale in (run.remove_partial_checkpoints() if main else []):
             log(f"removed {stale.name}, a checkpoint that an interrupted run left half-written")
+        if world:
+            world.barrier()
         if not run.steps():
             run.read_config()  # it must be a run directory, if one killed before its first checkpoint
             log(f"{run.path}: no complete checkpoint yet; starting from step 0")
@@ -61,9 +67,10 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
         model_cfg = _model_config(cfg, data)
     # config.yaml first: it marks the directory as a run, so that a run killed before its first
     # checkpoint can be resumed (from step 0) rather than refused as someone else's directory
-    run.write_config(model_cfg, cfg.data, cfg.train)
-    if not resume:
-        run.write_tokenizers(data.tokenizers)
+    if main:
+        run.write_config(model_cfg, cfg.data, cfg.train)
+        if not resume:
+            run.write_tokenizers(data.tokenizers)
     log(describe_data(data))
     torch.manual_seed(cfg.train.seed)
     model = run.build_model(model_cfg)
@@ -72,7 +79,8 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
             module.checkpoint_activations = cfg.train.activation_checkpointing
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {model_cfg.arch}, {n_params:,} parameters; run directory {run.path}")
-    summary = fit(model, data, cfg.train, run, model_cfg.d_model, resume=resume, log=log)
+    summary = fit(model, data, cfg.train, run, model_cfg.d_model, resume=resume, log=log, world=world)
     summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
-    atomic_write_text(run.summary, json.dumps(summary, indent=2))
+    if main:
+        atomic_write_text(run.summary, json.dumps(summary, indent=2))
     return summary

@@ -1,0 +1,49 @@
+"""The character language model of configs/shakespeare_char.yaml (4 layers, 4 heads, d_model 128,
+block 64, batch 12, AdamW): training tokens/s on random characters, and sampling tokens/s with the
+cache at batch 1 and batch 32 (63 new tokens: the model has 64 positions)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from attnlab.bench.train import interleaved_medians
+from attnlab.config import ModelConfig, TrainConfig
+from attnlab.data.batching import Batch
+from attnlab.decode.search import sample
+from attnlab.nn.build import build_model
+from attnlab.train.loop import autocast, make_optimizer, train_step
+from attnlab.train.schedules import make_schedule, make_scheduler
+
+VOCAB = 65  # Tiny Shakespeare's characters
+MODEL = dict(arch="decoder_lm", d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu",
+             norm="pre", positional="learned", max_len=64, tie_embeddings="all")  # the preset's model section
+BLOCK, BATCH = 64, 12
+
+
+def bench_lm(repeats: int = 10, seed: int = 0) -> Iterator[dict]:
+    torch.manual_seed(seed)
+    model = build_model(ModelConfig(**MODEL, vocab_size=VOCAB))
+    g = torch.Generator().manual_seed(seed)
+    window = torch.randint(4, VOCAB, (BATCH, BLOCK + 1), generator=g)
+    batch = Batch(src=None, tgt_in=window[:, :-1], tgt_out=window[:, 1:])
+    cfg = TrainConfig(optimizer="adamw", lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.0,
+                      weight_decay=0.1, beta2=0.99)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, make_schedule("constant", cfg.lr, 1, cfg.max_steps, 0.0, 1))
+    amp = autocast("fp32", torch.device("cpu"))
+    seconds = interleaved_medians({"train": lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp)},
+                                  repeats)
+    yield {"name": "lm_train", "value": round(batch.n_tokens / seconds["train"], 1), "unit": "tokens/s",
+           "batch": BATCH, "block": BLOCK}
+    model.eval()
+    new = BLOCK - 1
+    for b in (1, 32):
+        prompt = torch.randint(4, VOCAB, (b, 1), generator=g)
+        with torch.no_grad():
+            t = interleaved_medians({"s": lambda: sample(model, prompt=prompt, max_new_tokens=new, stop_at_eos=False,
+                                                         generator=torch.Generator().manual_seed(0))},
+                                    max(1, repeats // 2))["s"]
+        yield {"name": f"lm_sample_b{b}", "value": round(b * new / t, 1), "unit": "tokens/s", "batch": b,
+               "new_tokens": new}

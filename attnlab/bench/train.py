@@ -1,0 +1,138 @@
+"""Training speed against the references, in one process, on identical batches.
+
+Shape (issue 8): encoder-decoder, d_model 256, 3+3 layers, 4 heads, d_ff 1024, vocabulary 8000,
+dropout 0.1, tied embeddings; batches of 64 pairs of 24 + 24 random tokens; one step is forward,
+label-smoothed loss (0.1), backward, clipping at 1.0 and an Adam update. Each implementation runs
+the same steps, interleaved (a, b, c, a, b, c, ...), after a warm-up; the figure is the median.
+
+Model-FLOPs utilisation divides the matrix-multiply FLOPs of one step (counted by PyTorch's FLOP
+counter on attnlab's model: the references compute the same products) by the step time and by the
+GEMM peak measured in the same run (a square matrix product, median of several).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlab.analysis.budget import budget_report
+from attnlab.config import ModelConfig, TrainConfig
+from attnlab.data.batching import Batch, collate_pairs
+from attnlab.data.tokenizers import PAD
+from attnlab.bench.reference import SHAPE, marian, torch_transformer
+from attnlab.nn.build import build_model
+from attnlab.train.loop import autocast, make_optimizer, train_step
+from attnlab.train.schedules import make_schedule, make_scheduler
+
+BATCH, LENGTH, DROPOUT = 64, 24, 0.1
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def gemm_peak(precision: str, n: int = 1024, repeats: int = 7) -> float:
+    """FLOP/s of an n x n x n matrix product in ``precision`` (median of ``repeats``)."""
+    a = torch.randn(n, n, dtype=DTYPES[precision])
+    b = torch.randn(n, n, dtype=DTYPES[precision])
+    a @ b  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        times.append((time.perf_counter() - start) / 4)
+    return 2 * n**3 / statistics.median(times)
+
+
+def random_batch(seed: int = 0) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, SHAPE["vocab_size"], (2, BATCH, LENGTH - 1), generator=g).tolist()
+    return collate_pairs(list(zip(ids[0], ids[1])))  # sources + EOS, BOS + targets: 24 + 24 tokens
+
+
+def attnlab_model(dropout: float = DROPOUT) -> nn.Module:
+    return build_model(ModelConfig(**SHAPE, dropout=dropout, positional="sinusoidal", tie_embeddings="all"))
+
+
+def _train_config(precision: str) -> TrainConfig:
+    return TrainConfig(lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.1, clip_norm=1.0,
+                       precision=precision)
+
+
+def attnlab_step(model: nn.Module, batch: Batch, precision: str) -> Callable[[], None]:
+    """attnlab's own train_step: what `attnlab train` runs."""
+    cfg = _train_config(precision)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
+                                                        cfg.min_lr, 1))
+    amp = autocast(precision, torch.device("cpu"))
+    return lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp)
+
+
+def reference_step(model: nn.Module, batch: Batch, precision: str) -> Callable[[], None]:
+    """The same step for a reference model: autocast, F.cross_entropy with label smoothing in fp32,
+    clipping, Adam."""
+    cfg = _train_config(precision)
+    optimizer = make_optimizer(model, cfg)
+    amp = autocast(precision, torch.device("cpu"))
+
+    def step() -> None:
+        model.train()
+        with amp():
+            logits = model(batch.src, batch.tgt_in)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
+                               label_smoothing=0.1)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 2) -> dict[str, float]:
+    """Median seconds per call of each function, calling them in turn ``repeats`` times."""
+    for fn in steps.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, fn in steps.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 10, with_hf: bool = True,
+                seed: int = 0) -> Iterator[dict]:
+    torch.manual_seed(seed)
+    batch = random_batch(seed)
+    tokens = batch.n_tokens
+    flops = budget_report(ModelConfig(**SHAPE, dropout=DROPOUT), LENGTH, BATCH)["flops"]["forward_backward"]
+    for precision in precisions:
+        peak = gemm_peak(precision)
+        yield {"name": f"gemm_peak_{precision}", "value": round(peak / 1e9, 1), "unit": "GFLOP/s"}
+        models = {"attnlab": attnlab_model(), "torch.nn.Transformer": torch_transformer(DROPOUT)}
+        hf = marian(DROPOUT) if with_hf else None
+        if hf is not None:
+            models["transformers.MarianMTModel"] = hf
+        steps = {name: (attnlab_step if name == "attnlab" else reference_step)(model, batch, precision)
+                 for name, model in models.items()}
+        seconds = interleaved_medians(steps, repeats)
+        ours = tokens / seconds["attnlab"]
+        name = f"train_{precision}"
+        for reference in models:
+            if reference != "attnlab":
+                theirs = tokens / seconds[reference]
+                yield {"name": name, "value": round(ours, 1), "unit": "tokens/s", "reference": reference,
+                       "reference_value": round(theirs, 1), "ratio": round(ours / theirs, 3),
+                       "reference_mfu": round(flops / seconds[reference] / peak, 3)}
+        yield {"name": f"{name}_mfu", "value": round(flops / seconds["attnlab"] / peak, 3),
+               "unit": f"fraction of the {precision} GEMM peak", "flops_per_step": flops, "tokens_per_step": tokens}
+        if hf is None and with_hf:
+            yield {"name": name, "reference": "transformers.MarianMTModel",
+                   "skipped": "transformers is not installed (pip install 'attnlab[bench]')"}

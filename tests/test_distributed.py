@@ -1,0 +1,74 @@
+"""torchrun with 2 CPU processes (gloo): the gradients and one update equal a single process's over
+the same global batch, with and without gradient accumulation; `attnlab train` runs unchanged
+under torchrun and matches a single process that accumulates the same global batches."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.train.checkpoint import load_run
+
+from ddp_worker import setup, update
+
+TESTS = Path(__file__).resolve().parent
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+ATTNLAB = Path(sys.executable).parent / "attnlab"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS)}
+
+
+def torchrun(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node", "2", *args],
+                          capture_output=True, text=True, env=ENV, timeout=180)
+
+
+@pytest.mark.parametrize("per_rank", [1, 2], ids=["one batch per rank", "accumulating two per rank"])
+def test_two_processes_give_one_processs_gradients_and_update(tmp_path, per_rank):
+    out = tmp_path / "ddp.pt"
+    done = torchrun(str(TESTS / "ddp_worker.py"), str(out), str(per_rank))
+    assert done.returncode == 0, done.stderr[-3000:]
+    ddp = torch.load(out)
+    model, batches = setup()
+    grads, weights = update(model, batches[: 2 * per_rank])  # the same global batch in one process
+    for name, g in grads.items():
+        torch.testing.assert_close(ddp["grads"][name], g, atol=1e-6, rtol=1e-5, msg=lambda m: f"grad {name}: {m}")
+    for name, w in weights.items():
+        torch.testing.assert_close(ddp["weights"][name], w, atol=1e-6, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_attnlab_train_under_torchrun_matches_one_process_accumulating(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text("""\
+model: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}
+data: {format: builtin, task: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 3,
+        log_every: 1, progress: false}
+""")
+    ddp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "ddp"))
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert ddp.stdout.count("run directory:") == 1  # rank 0 alone reports
+    single = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(tmp_path / "single"),
+                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
+    assert single.returncode == 0, single.stderr[-3000:]
+    a, b = load_run(tmp_path / "ddp", "last")[0].state_dict(), load_run(tmp_path / "single", "last")[0].state_dict()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+    lines = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if r["split"] == "train"] == [1, 2, 3, 4, 5, 6]  # written once, by rank 0
+    # resumed under torchrun to step 9, it equals one process that ran 9 steps straight
+    resumed = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "ddp"), "--resume",
+                       "--set", "train.max_steps=9")
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-3000:]
+    straight = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(tmp_path / "straight"),
+                               "--set", "train.accumulate=2", "--set", "train.max_steps=9"],
+                              capture_output=True, text=True, env=ENV)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    a, b = load_run(tmp_path / "ddp", "last")[0].state_dict(), load_run(tmp_path / "straight", "last")[0].state_dict()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"resumed {name}: {m}")
