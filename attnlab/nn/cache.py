@@ -12,37 +12,58 @@ from torch import Tensor
 
 class KVCache:
     """Keys and values that one attention module has seen, each (B, H, T, Dh); or, for a backend
-    that needs less (linear attention), its own ``state`` with ``length`` and ``reorder``."""
+    that needs less (linear attention), its own ``state`` with ``length`` and ``reorder``.
+
+    Self-attention keys live in a buffer with room to grow (doubling when full), so that a step
+    writes its keys in place instead of copying all earlier ones: decoding n tokens moves O(n)
+    key/value data, not O(n^2). ``k`` and ``v`` are views of the filled part."""
 
     def __init__(self) -> None:
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+        self._k: Tensor | None = None  # (B, H, capacity, Dh)
+        self._v: Tensor | None = None
+        self._length = 0
         self.state = None
+
+    @property
+    def k(self) -> Tensor | None:
+        return None if self._k is None else self._k[:, :, : self._length]
+
+    @property
+    def v(self) -> Tensor | None:
+        return None if self._v is None else self._v[:, :, : self._length]
 
     def __len__(self) -> int:
         if self.state is not None:
             return self.state.length
-        return 0 if self.k is None else self.k.shape[2]
+        return self._length
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, H, t, Dh) new keys/values after the cached ones; return all of them."""
-        if self.k is None:
-            self.k, self.v = k, v
-        else:
-            self.k = torch.cat([self.k, k], dim=2)
-            self.v = torch.cat([self.v, v], dim=2)
+        end = self._length + k.shape[2]
+        if self._k is None or end > self._k.shape[2]:
+            capacity = max(end, 2 * (0 if self._k is None else self._k.shape[2]), 16)
+            self._k, self._v = self._grown(self._k, k, capacity), self._grown(self._v, v, capacity)
+        self._k[:, :, self._length:end] = k
+        self._v[:, :, self._length:end] = v
+        self._length = end
         return self.k, self.v
+
+    def _grown(self, old: Tensor | None, new: Tensor, capacity: int) -> Tensor:
+        buffer = new.new_empty(*new.shape[:2], capacity, new.shape[3])
+        if old is not None:
+            buffer[:, :, : self._length] = old[:, :, : self._length]
+        return buffer
 
     def store(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Keep keys/values that do not change between steps (cross-attention over the source)."""
-        self.k, self.v = k, v
+        self._k, self._v, self._length = k, v, k.shape[2]
         return k, v
 
     def reorder(self, index: Tensor) -> None:
         """Keep row ``index[i]`` as row i."""
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+        if self._k is not None:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
         if self.state is not None:
             self.state.reorder(index)
 
