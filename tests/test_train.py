@@ -221,3 +221,39 @@ def test_run_config_checks_across_sections(sections, message):
 
     with pytest.raises(ConfigError, match=message):
         RunConfig.from_sections(sections)
+
+
+def textbook_label_smoothed_nll(logits, target, epsilon, ignore_index):
+    """The unfused form: float32 log-probabilities of every class, then the two terms."""
+    lprobs = logits.float().log_softmax(dim=-1)
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    uniform = -lprobs.mean(dim=-1)
+    real = target != ignore_index
+    nll, uniform = nll.masked_fill(~real, 0.0).sum(), uniform.masked_fill(~real, 0.0).sum()
+    return (1.0 - epsilon) * nll + epsilon * uniform, nll
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_fused_loss_equals_the_textbook_form_in_value_and_gradient(dtype, epsilon, monkeypatch):
+    import attnlab.train.losses as losses
+
+    monkeypatch.setattr(losses, "CHUNK_ROWS", 7)  # several chunks, the last one short
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(3, 9, 50, generator=g) * 3).to(dtype).requires_grad_()
+    target = torch.randint(0, 50, (3, 9), generator=g)
+    target[1, 5:] = 0  # padding
+    loss, nll = losses.label_smoothed_nll(logits, target, epsilon, 0)
+    ref_loss, ref_nll = textbook_label_smoothed_nll(logits, target, epsilon, 0)
+    assert loss.dtype == nll.dtype == torch.float32
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(nll, ref_nll, rtol=1e-5, atol=1e-4)
+    (grad,) = torch.autograd.grad(loss * 2.0 + nll * 0.5, logits)
+    (ref_grad,) = torch.autograd.grad(ref_loss * 2.0 + ref_nll * 0.5, logits)
+    assert grad.dtype == dtype
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(grad, ref_grad, **tol)
+    assert torch.equal(grad[1, 5:], torch.zeros_like(grad[1, 5:]))
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(
+        logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=epsilon, reduction="sum"),
+        rtol=1e-5, atol=1e-4)

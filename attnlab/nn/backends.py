@@ -37,6 +37,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from attnlab.nn.cache import KVCache
+from attnlab.nn.dropout import dropout
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.scores import scaled_dot
 
@@ -55,7 +56,7 @@ def attend(scores: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: flo
     if mask is not None:
         probs = probs.masked_fill(~mask, 0.0)
     if dropout_p > 0.0:
-        probs = F.dropout(probs, dropout_p)
+        probs = dropout(probs, dropout_p)
     return probs @ v, probs
 
 
@@ -187,7 +188,7 @@ class ChunkedBackend(AttentionBackend):
                 p = p.masked_fill(~allowed, 0.0)
             rescale = torch.exp(m - m_new)
             l = l * rescale + p.sum(-1, keepdim=True)
-            acc = acc * rescale + (F.dropout(p, dropout_p) if dropout_p > 0.0 else p) @ v[:, :, cols]
+            acc = acc * rescale + dropout(p, dropout_p) @ v[:, :, cols]
             m = m_new
         return torch.where(l > 0, acc / l.clamp_min(torch.finfo(l.dtype).tiny), 0.0)
 

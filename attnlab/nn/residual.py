@@ -10,6 +10,8 @@ from typing import Callable
 
 from torch import Tensor, nn
 
+from attnlab.nn.dropout import Dropout
+
 
 class ResidualConnection(nn.Module):
     """A sublayer wrapped in dropout, a residual sum and LayerNorm, placed after ('post') or before ('pre')."""
@@ -17,7 +19,7 @@ class ResidualConnection(nn.Module):
     def __init__(self, d_model: int, dropout: float, placement: str, eps: float = 1e-5) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = {"pre": True, "post": False}[placement]
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

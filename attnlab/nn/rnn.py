@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnlab.nn.attention import attend
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.scores import AlignmentScore
 from attnlab.nn.transformer import Seq2Seq
 
@@ -56,7 +57,7 @@ class RNNEncoder(nn.Module):
     def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, n_layers: int,
                  bidirectional: bool, dropout: float) -> None:
         super().__init__()
-        self.embed, self.dropout = embed, nn.Dropout(dropout)
+        self.embed, self.dropout = embed, Dropout(dropout)
         self.rnn = cell(d_model, d_model, n_layers, batch_first=True, bidirectional=bidirectional,
                         dropout=dropout if n_layers > 1 else 0.0)
         self.d_model, self.bidirectional = d_model, bidirectional
@@ -81,7 +82,7 @@ class RNNDecoder(nn.Module):
     def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, d_memory: int, n_layers: int,
                  attention: str, score: AlignmentScore | None, input_feeding: bool, dropout: float) -> None:
         super().__init__()
-        self.embed, self.dropout = embed, nn.Dropout(dropout)
+        self.embed, self.dropout = embed, Dropout(dropout)
         self.attention, self.score = attention, score
         self.input_feeding = attention == "luong" and input_feeding
         self.lstm = cell is nn.LSTM

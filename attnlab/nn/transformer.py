@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnlab.nn.cache import DecoderCache
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import DecoderLayer, EncoderLayer
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import PositionalEncoding
@@ -51,7 +52,7 @@ class Embeddings(nn.Module):
         self.tokens = nn.Embedding(vocab_size, width)
         self.scale = math.sqrt(width)
         self.positional = positional
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
         """(B, T) ids at (T,) positions -> (B, T, d_model)."""
@@ -178,7 +179,7 @@ class ClassificationHead(nn.Module):
     def __init__(self, d_model: int, n_classes: int, dropout: float) -> None:
         super().__init__()
         self.pool = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.out = nn.Linear(d_model, n_classes)
 
     def forward(self, h: Tensor) -> Tensor:

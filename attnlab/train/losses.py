@@ -3,23 +3,66 @@
 The target distribution puts 1 - eps on the reference token and spreads eps uniformly over the
 whole vocabulary: q = (1 - eps) onehot(y) + eps / V. Its cross-entropy with the model's p is
 
-    loss = (1 - eps) * (-log p_y) + eps * mean_k(-log p_k),
+    loss = (1 - eps) * (-log p_y) + eps * mean_k(-log p_k)
+         = lse(x) - (1 - eps) * x_y - eps * mean_k(x_k),      lse(x) = log sum_k exp(x_k),
 
 which is what ``F.cross_entropy(..., label_smoothing=eps)`` computes. Padding positions count for
-nothing. The plain NLL is returned too: perplexity is exp(NLL per token), never of the smoothed loss.
+nothing. The plain NLL (lse(x) - x_y) is returned too: perplexity is exp(NLL per token), never of
+the smoothed loss.
+
+The computation is fused: rows are taken a chunk at a time, cast to float32 there (the loss is
+float32 even under bf16 autocast), and only lse(x) per row is kept for the backward, which writes
+d loss / d x = softmax(x) - (1 - eps) onehot(y) - eps / V straight into the logits' dtype. The
+(N, V) float32 log-probabilities that the textbook form materialises (twice, with its backward)
+never exist. tests/test_train.py checks it against that form.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
+
+CHUNK_ROWS = 1024
+
+
+class _LabelSmoothedNLL(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, ignore_index: int) -> tuple[Tensor, Tensor]:
+        real = target != ignore_index  # (N,)
+        safe = target.masked_fill(~real, 0)
+        lse = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        loss = logits.new_zeros((), dtype=torch.float32)
+        nll = logits.new_zeros((), dtype=torch.float32)
+        for start in range(0, logits.shape[0], CHUNK_ROWS):
+            rows = slice(start, start + CHUNK_ROWS)
+            x = logits[rows].float()  # (n, V)
+            lse[rows] = torch.logsumexp(x, dim=-1)
+            picked = x.gather(-1, safe[rows, None]).squeeze(-1)
+            mask = real[rows].float()
+            nll_rows = (lse[rows] - picked) * mask
+            uniform_rows = (lse[rows] - x.mean(-1)) * mask
+            nll += nll_rows.sum()
+            loss += ((1.0 - epsilon) * nll_rows + epsilon * uniform_rows).sum()
+        ctx.save_for_backward(logits, safe, real, lse)
+        ctx.epsilon = epsilon
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, g_loss: Tensor, g_nll: Tensor) -> tuple[Tensor, None, None, None]:
+        logits, safe, real, lse = ctx.saved_tensors
+        eps, V = ctx.epsilon, logits.shape[-1]
+        grad = torch.empty_like(logits)
+        # d/dx of g_loss * loss + g_nll * nll = (g_loss + g_nll) softmax - (g_loss (1 - eps) + g_nll) onehot - g_loss eps / V
+        onehot_weight = g_loss * (1.0 - eps) + g_nll
+        for start in range(0, logits.shape[0], CHUNK_ROWS):
+            rows = slice(start, start + CHUNK_ROWS)
+            g = torch.exp(logits[rows].float() - lse[rows, None]).mul_(g_loss + g_nll).sub_(g_loss * eps / V)
+            g.scatter_add_(-1, safe[rows, None], (-onehot_weight).expand(g.shape[0], 1))
+            grad[rows] = g.mul_(real[rows, None])
+        return grad, None, None, None
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float, ignore_index: int) -> tuple[Tensor, Tensor]:
-    """logits (..., V), target (...) -> (smoothed loss summed over real tokens, NLL summed likewise)."""
-    lprobs = logits.float().log_softmax(dim=-1)  # (..., V), in float32 even under autocast
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...)
-    uniform = -lprobs.mean(dim=-1)  # (...)
-    real = target != ignore_index
-    nll = nll.masked_fill(~real, 0.0).sum()
-    uniform = uniform.masked_fill(~real, 0.0).sum()
-    return (1.0 - epsilon) * nll + epsilon * uniform, nll
+    """logits (..., V), target (...) -> (smoothed loss summed over real tokens, NLL summed likewise),
+    both float32."""
+    return _LabelSmoothedNLL.apply(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), epsilon, ignore_index)

@@ -1,0 +1,64 @@
+"""Dropout with cheap random masks.
+
+``torch.nn.functional.dropout`` on the CPU draws one random number per element through a
+Bernoulli sampler; on this machine that costs as much as a matrix product of the same size
+(docs/performance.md). Here one 64-bit draw gives four 16-bit random integers, and an element is
+kept when its integer is at least round(p * 65536): the drop rate is p to within 1/65536, the
+kept values are scaled by 65536 / (65536 - threshold) so that the expectation is unchanged, and
+the mask is kept as booleans (one byte per element) for the backward. The draws come from the
+default generator, so ``torch.manual_seed``, checkpointed RNG states and activation
+checkpointing's RNG replay all work as with ``F.dropout``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+LEVELS = 1 << 16
+
+
+def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[Tensor, float]:
+    """A boolean mask keeping each element with probability 1 - p (to 1/65536), and the scale."""
+    threshold = round(p * LEVELS)
+    n = shape.numel()
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(1 << 63), (1 << 63) - 1)
+    levels = draws.view(torch.int16)[:n].view(shape)  # uniform over [-32768, 32767]
+    return levels >= threshold - LEVELS // 2, LEVELS / (LEVELS - threshold)
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, p: float) -> Tensor:
+        keep, scale = keep_mask(x.shape, p, x.device)
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x.mul(keep).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        (keep,) = ctx.saved_tensors
+        return grad.mul(keep).mul_(ctx.scale), None
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p), when training."""
+    if not training or p == 0.0:
+        return x
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1) (got {p})")
+    return _Dropout.apply(x, p)
+
+
+class Dropout(nn.Module):
+    """Drop-in for ``nn.Dropout`` with the cheap masks above; ``p`` may be changed at any time."""
+
+    def __init__(self, p: float = 0.1) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

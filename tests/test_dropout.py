@@ -1,0 +1,48 @@
+"""The cheap-mask dropout against F.dropout: the same rate and scaling, a backward through the
+same mask, reproducible from the seed, identity in eval mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.nn.dropout import Dropout, dropout
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_rate_and_scale_match_f_dropout(p):
+    ones = torch.ones(2_000_000)
+    ours, theirs = dropout(ones, p), F.dropout(ones, p)
+    assert abs((ours == 0).float().mean().item() - p) < 1.5e-3  # 4 standard errors at 2M draws
+    kept = ours[ours != 0]
+    assert torch.allclose(kept, torch.full_like(kept, 1 / (1 - p)), rtol=1e-4)  # p to 1/65536
+    assert abs(ours.mean().item() - theirs.mean().item()) < 3e-3  # both unbiased
+
+
+def test_backward_goes_through_the_same_mask():
+    x = torch.randn(1000, 64, requires_grad=True)
+    torch.manual_seed(5)
+    y = dropout(x, 0.2)
+    (g,) = torch.autograd.grad((y * 3.0).sum(), x)
+    scale = (y[y != 0] / x[y != 0]).mean()
+    torch.testing.assert_close(g, (y != 0).float() * 3.0 * scale)
+
+
+def test_seeded_and_off_in_eval():
+    x = torch.randn(500)
+    torch.manual_seed(1)
+    a = dropout(x, 0.5)
+    torch.manual_seed(1)
+    assert torch.equal(a, dropout(x, 0.5))
+    module = Dropout(0.5).eval()
+    assert torch.equal(module(x), x) and torch.equal(dropout(x, 0.0), x)
+    with pytest.raises(ValueError):
+        dropout(x, 1.0)
+
+
+def test_bf16_keeps_its_dtype():
+    x = torch.randn(1000, dtype=torch.bfloat16, requires_grad=True)
+    y = dropout(x, 0.1)
+    y.sum().backward()
+    assert y.dtype == x.grad.dtype == torch.bfloat16
