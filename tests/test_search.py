@@ -56,7 +56,8 @@ class Oracle(nn.Module):
     def new_cache(self):
         return OracleCache()
 
-    def decode(self, tokens, memory, src_valid, cache=None):
+    def decode(self, tokens, memory, src_valid, cache=None, last_only=False):
+        """Logits at the last position only (the others stay -inf), whatever ``last_only``."""
         if cache is not None:
             cache.prefix = tokens if cache.prefix is None else torch.cat([cache.prefix, tokens], dim=1)
             tokens = cache.prefix

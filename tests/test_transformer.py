@@ -224,3 +224,16 @@ def test_fused_projections_are_initialised_block_by_block():
     for fused in (model.encoder.layers[0].self_attn.qkv_proj, model.decoder.layers[0].cross_attn.kv_proj):
         for block in fused.weight.split(512):
             torch.testing.assert_close(block.std(), torch.tensor(bound / 3 ** 0.5), rtol=0.02, atol=0)
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "rnn"])
+def test_last_only_projects_just_the_last_position(arch):
+    model = tiny_model(arch=arch, **({"n_heads": 1} if arch == "rnn" else {}))
+    src, tgt = random_ids(2, 7), random_ids(2, 5, generator_seed=1)
+    if arch == "decoder_lm":
+        full, last = model(tgt), model(tgt, last_only=True)
+    else:
+        memory, valid = model.encode(src)
+        full, last = model.decode(tgt, memory, valid), model.decode(tgt, memory, valid, last_only=True)
+    assert last.shape == (2, 1, 23)
+    torch.testing.assert_close(last, full[:, -1:])

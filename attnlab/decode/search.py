@@ -56,10 +56,10 @@ class DecodingSession:
             self.prefix = torch.cat([self.prefix, tokens], dim=1)
             tokens = self.prefix
         if self.seq2seq:
-            logits = self.model.decode(tokens, self.memory, self.src_valid, self.cache)
+            logits = self.model.decode(tokens, self.memory, self.src_valid, self.cache, last_only=True)
         else:
-            logits = self.model(tokens, cache=self.cache)
-        logprobs = logits[:, -1].float().log_softmax(dim=-1)
+            logits = self.model(tokens, cache=self.cache, last_only=True)
+        logprobs = logits[:, -1].float().log_softmax(dim=-1)  # only the last position was projected
         logprobs[:, [PAD, BOS]] = -torch.inf
         return logprobs
 

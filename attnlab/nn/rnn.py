@@ -171,9 +171,11 @@ class RNNSeq2Seq(Seq2Seq):
         valid = src != self.pad_id
         return self.encoder(src, valid), valid
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: RNNCache | None = None) -> Tensor:
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: RNNCache | None = None,
+               last_only: bool = False) -> Tensor:
         summary = self.encoder.summary(memory, src_valid)
-        return self.generator(self.decoder(tgt_in, memory, summary, src_valid, cache))
+        o = self.decoder(tgt_in, memory, summary, src_valid, cache)  # (B, T, D)
+        return self.generator(o[:, -1:] if last_only else o)
 
     def new_cache(self) -> RNNCache:
         return RNNCache()

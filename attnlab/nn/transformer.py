@@ -130,12 +130,14 @@ class EncoderDecoder(Seq2Seq):
         positions = positions_from(0, src.shape[1], src.device)
         return self.encoder(self.src_embed(src, positions), valid, positions), valid
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: DecoderCache | None = None) -> Tensor:
-        """(B, T) target ids (the new steps only, with a cache) -> (B, T, V) logits."""
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: DecoderCache | None = None,
+               last_only: bool = False) -> Tensor:
+        """(B, T) target ids (the new steps only, with a cache) -> (B, T, V) logits, or with
+        ``last_only`` (decoding) (B, 1, V): the vocabulary projection of the last position alone."""
         positions = positions_from(cache.length if cache is not None else 0, tgt_in.shape[1], tgt_in.device)
         y = self.decoder(self.tgt_embed(tgt_in, positions), tgt_in != self.pad_id, positions,
                          memory, src_valid, cache)
-        return self.generator(y)
+        return self.generator(y[:, -1:] if last_only else y)
 
     def new_cache(self) -> DecoderCache:
         return self.decoder.new_cache()
@@ -149,10 +151,11 @@ class DecoderLM(nn.Module):
         self.embed, self.decoder, self.generator = embed, decoder, generator
         self.pad_id = pad_id
 
-    def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
-        """(B, T) ids (the new steps only, with a cache) -> (B, T, V) logits."""
+    def forward(self, ids: Tensor, cache: DecoderCache | None = None, last_only: bool = False) -> Tensor:
+        """(B, T) ids (the new steps only, with a cache) -> (B, T, V) logits (``last_only``: (B, 1, V))."""
         positions = positions_from(cache.length if cache is not None else 0, ids.shape[1], ids.device)
-        return self.generator(self.decoder(self.embed(ids, positions), ids != self.pad_id, positions, cache=cache))
+        y = self.decoder(self.embed(ids, positions), ids != self.pad_id, positions, cache=cache)
+        return self.generator(y[:, -1:] if last_only else y)
 
     def new_cache(self) -> DecoderCache:
         return self.decoder.new_cache()
