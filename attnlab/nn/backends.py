@@ -34,7 +34,6 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from attnlab.nn.cache import KVCache
 from attnlab.nn.dropout import dropout
@@ -140,9 +139,10 @@ class ChunkedBackend(AttentionBackend):
 
         m' = max(m, rowmax(S_j)),  l = e^(m - m') l + rowsum(e^(S_j - m')),  acc = e^(m - m') acc + e^(S_j - m') V_j
 
-    and the output is acc / l. Under autograd each query block is checkpointed: its forward keeps no
-    intermediate, and the backward recomputes the block (with the same dropout masks), so memory
-    grows with T, not T^2. Key blocks entirely in a causal query block's future are skipped."""
+    and the output is acc / l. The backward (:class:`_ChunkedAttention`) recomputes one query block
+    at a time, with the forward's RNG state (so the same dropout masks), takes that block's
+    gradients and frees it before the next, so memory grows with T, not T^2. Key blocks entirely
+    in a causal query block's future are skipped."""
 
     name = "chunked"
     returns_weights = False
@@ -152,15 +152,18 @@ class ChunkedBackend(AttentionBackend):
         self.q_block, self.k_block = q_block, k_block
 
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
-        outputs = []
-        for start in range(0, q.shape[2], self.q_block):
-            rows = slice(start, start + self.q_block)
-            block = lambda q_b, k_, v_, rows=rows: self._query_block(q_b, k_, v_, mask, q_pos[rows], k_pos,
-                                                                     dropout_p, bias)
-            needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-            outputs.append(checkpoint(block, q[:, :, rows], k, v, use_reentrant=False) if needs_grad
-                           else block(q[:, :, rows], k, v))
-        return torch.cat(outputs, dim=2), None
+        params = _bias_parameters(bias)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *params)):
+            return _ChunkedAttention.apply(self, mask, q_pos, k_pos, dropout_p, bias, q, k, v, *params), None
+        return self.blocks(q, k, v, mask, q_pos, k_pos, dropout_p, bias), None
+
+    def blocks(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias) -> Tensor:
+        """All query blocks, in order: (B, H, Tq, Dv)."""
+        return torch.cat([self._query_block(q[:, :, rows], k, v, mask, q_pos[rows], k_pos, dropout_p, bias)
+                          for rows in self.query_blocks(q.shape[2])], dim=2)
+
+    def query_blocks(self, n: int) -> list[slice]:
+        return [slice(start, start + self.q_block) for start in range(0, n, self.q_block)]
 
     def _query_block(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
                      dropout_p: float, bias: BiasFn | None) -> Tensor:
@@ -191,6 +194,49 @@ class ChunkedBackend(AttentionBackend):
             acc = acc * rescale + dropout(p, dropout_p) @ v[:, :, cols]
             m = m_new
         return torch.where(l > 0, acc / l.clamp_min(torch.finfo(l.dtype).tiny), 0.0)
+
+
+def _bias_parameters(bias: BiasFn | None) -> list[Tensor]:
+    """The learned parameters behind a positional score bias (a relative-bias table), if any."""
+    owner = getattr(bias, "__self__", None)
+    return list(owner.parameters()) if isinstance(owner, torch.nn.Module) else []
+
+
+class _ChunkedAttention(torch.autograd.Function):
+    """Chunked attention with a memory-light backward: the forward keeps only Q, K, V and the RNG
+    state; the backward recomputes each query block under autograd, with that RNG state (the same
+    dropout masks, since the blocks draw in the same order), takes the block's gradients and lets
+    it go before the next. Gradients reach the score bias's parameters too."""
+
+    @staticmethod
+    def forward(ctx, backend, mask, q_pos, k_pos, dropout_p, bias, q, k, v, *params):
+        ctx.rng = torch.get_rng_state()
+        ctx.cuda_rng = torch.cuda.get_rng_state(q.device) if q.is_cuda else None
+        ctx.args = (backend, mask, q_pos, k_pos, dropout_p, bias)
+        ctx.save_for_backward(q, k, v, *params)
+        return backend.blocks(q, k, v, mask, q_pos, k_pos, dropout_p, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        backend, mask, q_pos, k_pos, dropout_p, bias = ctx.args
+        q, k, v, *params = ctx.saved_tensors
+        k_leaf, v_leaf = k.detach().requires_grad_(), v.detach().requires_grad_()
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dparams = [torch.zeros_like(p) for p in params]
+        with torch.random.fork_rng(devices=[q.device] if q.is_cuda else []), torch.enable_grad():
+            torch.set_rng_state(ctx.rng)
+            if ctx.cuda_rng is not None:
+                torch.cuda.set_rng_state(ctx.cuda_rng, q.device)
+            for rows in backend.query_blocks(q.shape[2]):
+                q_leaf = q[:, :, rows].detach().requires_grad_()
+                out = backend._query_block(q_leaf, k_leaf, v_leaf, mask, q_pos[rows], k_pos, dropout_p, bias)
+                grads = torch.autograd.grad(out, [q_leaf, k_leaf, v_leaf, *params], grad_out[:, :, rows],
+                                            allow_unused=True)
+                dq[:, :, rows] = grads[0]
+                for total, g in zip([dk, dv, *dparams], grads[1:]):
+                    if g is not None:
+                        total += g
+        return (None, None, None, None, None, None, dq, dk, dv, *dparams)
 
 
 @dataclass(frozen=True)
