@@ -51,9 +51,16 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    from attnlab.analysis.inspect import inspect_run
+    from attnlab.analysis.inspect import entropy_over_split, inspect_run
 
     _check_beam(args)
+    if (args.src is None) == (args.split is None):
+        raise UsageError("give --src (one sentence: figures) or --split (mean entropies over a split of the run's data)")
+    if args.split is not None:
+        entropies = entropy_over_split(args.run_dir, args.split, args.checkpoint)
+        for name, values in entropies.items():
+            print(f"{name:<34} mean {sum(values) / len(values):.3f}  per head " + " ".join(f"{v:.3f}" for v in values))
+        return
     out = Path(args.out) if args.out else Path(args.run_dir) / "inspect"
     if out.exists() and any(out.iterdir()) and not args.force:
         raise UsageError(f"{out} already exists; pass --force to overwrite its figures, or choose another --out")
@@ -455,7 +462,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="attention heatmaps, alignments and head entropies for one sentence")
     inspect.add_argument("run_dir")
-    inspect.add_argument("--src", required=True, help="source sentence (or the text, for a language model)")
+    inspect.add_argument("--src", help="source sentence (or the text, for a language model)")
+    inspect.add_argument("--split", help="instead of --src: mean entropy per layer and head over this split")
     inspect.add_argument("--tgt", help="target sentence (default: the model's beam-search output)")
     inspect.add_argument("--out", help="directory for the figures (default: RUN_DIR/inspect)")
     inspect.add_argument("--force", action="store_true", help="overwrite figures in an existing --out")

@@ -290,3 +290,15 @@ def test_prune_reports_before_and_after_and_writes_a_loadable_smaller_run(demo_l
     again = subprocess.run([str(ATTNLAB), "prune", str(demo_like_run), "--fraction", "0.2", "--out", str(out)],
                            capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_inspect_split_gives_mean_entropies_of_every_head(demo_like_run):
+    from attnlab.analysis.inspect import entropy_over_split
+
+    entropies = entropy_over_split(demo_like_run, "valid")
+    assert set(entropies) == {"encoder.layers.0.self_attn", "decoder.layers.0.self_attn", "decoder.layers.0.cross_attn"}
+    longest = math.log(8)  # reverse task: at most 6 symbols + EOS / BOS
+    assert all(len(v) == 4 and all(0.0 <= e <= longest for e in v) for v in entropies.values())
+    done = subprocess.run([str(ATTNLAB), "inspect", str(demo_like_run), "--split", "valid"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stdout.count("per head") == 3

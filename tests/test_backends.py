@@ -286,3 +286,21 @@ def test_chunked_memory_does_not_grow_with_the_square_of_t():
         out, _ = MATH(q, k, v, AttentionMask(causal=True), torch.arange(2048), torch.arange(2048))
     assert max(sizes) == 2048 * 2048
     assert math.isfinite(out.sum().item())
+
+
+def test_chunked_backward_peak_memory_grows_with_t_not_t_squared():
+    """Measured (VmHWM) at T = 8192, one head: math keeps (T, T) matrices, 256 MiB each; chunked's
+    forward + backward (its blocks plus some fixed allocator overhead) stays under half of one."""
+    from attnlab.bench.attention import measure_peak
+
+    T = 8192
+    q, k, v = (torch.randn(1, 1, T, 8, requires_grad=True) for _ in range(3))
+    pos = torch.arange(T)
+
+    def fwd_bwd(backend):
+        return lambda: torch.autograd.grad(backend(q, k, v, AttentionMask(causal=True), pos, pos)[0].sum(), (q, k, v))
+
+    _, chunked = measure_peak(fwd_bwd(ChunkedBackend(q_block=128, k_block=1024)))
+    _, reference = measure_peak(fwd_bwd(MATH))
+    scores = T * T * 4
+    assert reference > scores and chunked < scores / 2, (chunked, reference)

@@ -15,15 +15,41 @@ from typing import Any
 
 import torch
 
-from attnlab.analysis.capture import attention_of
+from attnlab.analysis.capture import attention_of, capture_attention
 from attnlab.analysis.heads import head_entropy, mean_distance
 from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot
 from attnlab.data.batching import source_batch
-from attnlab.data.tokenizers import BOS, EOS
+from attnlab.data.datasets import prepare_data
+from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
 from attnlab.files import atomic_write_text
-from attnlab.train.checkpoint import load_run
+from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.train.loop import logits_of
+
+
+@torch.no_grad()
+def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: str = "best") -> dict[str, list[float]]:
+    """Each module's mean attention entropy per head (nats) over a split of the run's data,
+    teacher-forced, padding queries excluded: {module: [H values]}."""
+    model, tokenizers, _ = load_run(run_dir, checkpoint)
+    _, data_cfg, train_cfg = RunDir(run_dir).read_config()
+    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
+    if split not in data.splits:
+        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, float] = {}
+    for batch in data.eval_batches(split):
+        with capture_attention(model) as captured:
+            logits_of(model, batch)
+        queries = {"encoder": batch.src != PAD if batch.src is not None else batch.tgt_in != PAD,
+                   "decoder": batch.tgt_in != PAD}
+        for name, record in captured.last().items():
+            valid = queries[record.stack]
+            n = float(valid.sum())
+            sums[name] = sums.get(name, 0) + head_entropy(record.probs, valid) * n
+            counts[name] = counts.get(name, 0.0) + n
+    return {name: [round(float(e), 4) for e in sums[name] / counts[name]] for name in sums}
 
 
 def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path, beam: int = 4,

@@ -101,7 +101,7 @@ def bench_attention(lengths: tuple[int, ...] = LENGTHS, names: tuple[str, ...] |
     available = backends(head_dim)
     names = tuple(available) if names is None else names
     mask = AttentionMask(causal=causal)
-    kept_per_score: dict[tuple[str, str], float] = {}  # bytes per score element at the last size that ran
+    kept_per_score: dict[tuple[str, str], float] = {}  # peak / scores bytes at the last size that ran
     last_seconds: dict[tuple[str, str], tuple[int, float]] = {}
     for T in lengths:
         g = torch.Generator().manual_seed(seed)
@@ -132,11 +132,11 @@ def bench_attention(lengths: tuple[int, ...] = LENGTHS, names: tuple[str, ...] |
 def _skip_reason(key, T, scores_bytes, kept_per_score, last_seconds, memory_budget, time_limit) -> str | None:
     name, _ = key
     if name == "math":
-        # the forward alone holds the scores and the probabilities: 2 x scores at the very least
+        # the forward alone holds the scores and the probabilities: twice the scores at the very least
         per_score = max(kept_per_score.get(key, 0.0), 2.0)
         if per_score * scores_bytes > memory_budget:
             return (f"the (B, H, T, T) scores alone need {scores_bytes / GiB:.2f} GiB, and math keeps about "
-                    f"{per_score:.1f} bytes per score (measured at a smaller T): {per_score * scores_bytes / GiB:.1f} "
+                    f"{per_score:.1f} times that (measured at a smaller T): {per_score * scores_bytes / GiB:.1f} "
                     f"GiB > the {memory_budget / GiB:.0f} GiB budget")
     if key in last_seconds:
         T0, s0 = last_seconds[key]
