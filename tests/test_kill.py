@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +39,16 @@ def train(config: Path, out: Path, resume: bool) -> subprocess.Popen:
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+def kill_in_a_write(process: subprocess.Popen, run: RunDir, timeout: float) -> None:
+    """SIGKILL the moment a checkpoint is being written (its staging directory exists)."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline and process.poll() is None:
+        if run.checkpoints.exists() and any(run.checkpoints.glob(".*.tmp")):
+            break
+        time.sleep(0.001)
+    process.kill()
+
+
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     assert RunDir(run_dir).steps()[-1] == STEPS
     return load_run(run_dir, "last")[0].state_dict()
@@ -55,9 +66,13 @@ def test_sigkill_at_ten_random_moments_then_resume_gives_the_uninterrupted_weigh
     kills, mid_write, finished = 0, 0, []
     while kills < 10:
         process = train(config, run.path, resume=run.config.exists())
-        time.sleep(rng.uniform(0.1, duration))
-        if process.poll() is not None:  # it finished before the kill: check it, and start another run
-            assert process.returncode == 0, process.stderr.read().decode()
+        if kills % 2:  # every other kill waits for a checkpoint write and lands inside it
+            kill_in_a_write(process, run, duration)
+        else:  # the others at a random moment
+            time.sleep(rng.uniform(0.1, duration))
+        code = process.poll()
+        if code is not None and code != -signal.SIGKILL:  # it ended before the kill: check it, start another run
+            assert code == 0, process.stderr.read().decode()
             finished.append(run.path)
             run = RunDir(tmp_path / f"killed-{len(finished)}")
             continue
