@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from attnlab.errors import AttnlabError, UsageError
 
@@ -546,46 +546,41 @@ def make_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks (timings as ratios against a reference in the same run)")
     bench_sub = bench.add_subparsers(dest="suite", required=True, parser_class=_Parser)
-    train = bench_sub.add_parser("train", help="training tokens/s against torch.nn.Transformer and Marian")
+
+    def suite(name: str, help: str, func: Callable, repeats: int, hf: bool = False) -> argparse.ArgumentParser:
+        """A benchmark command with the options they all share."""
+        parser = bench_sub.add_parser(name, help=help)
+        parser.add_argument("--repeats", type=int, default=repeats)
+        parser.add_argument("--json", action="store_true", help="one JSON object per measurement")
+        if hf:
+            parser.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
+        parser.set_defaults(func=func)
+        return parser
+
+    train = suite("train", "training tokens/s against torch.nn.Transformer and Marian", cmd_bench_train, 10, hf=True)
     train.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
-    train.add_argument("--repeats", type=int, default=10)
-    train.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
-    train.add_argument("--json", action="store_true", help="one JSON object per measurement")
-    train.set_defaults(func=cmd_bench_train)
-    decode = bench_sub.add_parser("decode", help="greedy / beam / uncached decoding against Hugging Face generate")
+    decode = suite("decode", "greedy / beam / uncached decoding against Hugging Face generate", cmd_bench_decode, 3,
+                   hf=True)
     decode.add_argument("--new-tokens", type=int, default=64)
     decode.add_argument("--batch", type=int, default=32)
-    decode.add_argument("--repeats", type=int, default=3)
-    decode.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
-    decode.add_argument("--json", action="store_true", help="one JSON object per measurement")
-    decode.set_defaults(func=cmd_bench_decode)
-    lm = bench_sub.add_parser("lm", help="the character LM: training and sampling tokens/s")
-    lm.add_argument("--repeats", type=int, default=10)
-    lm.add_argument("--json", action="store_true", help="one JSON object per measurement")
-    lm.set_defaults(func=cmd_bench_lm)
-    attn = bench_sub.add_parser("attention", help="time and peak memory of each attention backend, by length")
+    suite("lm", "the character LM: training and sampling tokens/s", cmd_bench_lm, 10)
+    attn = suite("attention", "time and peak memory of each attention backend, by length", cmd_bench_attention, 3)
     attn.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
     attn.add_argument("--backends", nargs="+", default=["math", "sdpa", "chunked", "local", "sparse", "linear"])
     attn.add_argument("--batch", type=int, default=1)
     attn.add_argument("--heads", type=int, default=8)
     attn.add_argument("--head-dim", type=int, default=64)
     attn.add_argument("--no-causal", action="store_true", help="no mask (default: causal)")
-    attn.add_argument("--repeats", type=int, default=3)
     attn.add_argument("--memory-budget-gib", type=float, default=12.0,
                       help="skip a size whose predicted memory exceeds this")
     attn.add_argument("--time-limit", type=float, default=60.0, help="skip a size predicted to take longer (s)")
     attn.add_argument("--plot", help="write time and memory vs T (log-log) to this PNG")
-    attn.add_argument("--json", action="store_true", help="one JSON object per measurement")
-    attn.set_defaults(func=cmd_bench_attention)
-    models = bench_sub.add_parser("models", help="recurrent vs Transformer training and decoding tokens/s, by length")
+    models = suite("models", "recurrent vs Transformer training and decoding tokens/s, by length", cmd_bench_models, 3)
     models.add_argument("--lengths", type=int, nargs="+", default=[10, 25, 50, 100, 200, 400])
     models.add_argument("--models", nargs="+", default=["transformer", "gru_bahdanau", "gru_fixed_context"])
     models.add_argument("--batch-tokens", type=int, default=4096, help="target tokens per training batch")
     models.add_argument("--decode-batch", type=int, default=16)
     models.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    models.add_argument("--repeats", type=int, default=3)
-    models.add_argument("--json", action="store_true", help="one JSON object per measurement")
-    models.set_defaults(func=cmd_bench_models)
 
     demo = sub.add_parser("demo", help="train a small Transformer on the built-in SCAN task and show it working")
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")
