@@ -132,7 +132,6 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> None:
     from attnlab.config import RunConfig
-    from attnlab.data.datasets import prepare_data
     from attnlab.eval.metrics import exact_match
     from attnlab.files import atomic_write_text
     from attnlab.train.checkpoint import RunDir, load_run
@@ -145,9 +144,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     summary = train_run(cfg, out)
     # Decode the held-out split with the model as saved, to show the run directory is complete.
     model, tokenizers, _ = load_run(out)
-    _, data_cfg, train_cfg = RunDir(out).read_config()
-    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
-    triples = decode_split(model, data, "test")
+    triples = decode_split(model, RunDir(out).read_data(tokenizers), "test")
     em = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
     for src, ref, hyp in triples[:5]:
         print(f"\n  source:    {src}\n  reference: {ref}\n  output:    {hyp}   [{'ok' if hyp == ref else 'WRONG'}]")
@@ -196,7 +193,7 @@ MAX_BATCH, MAX_BEAM = 1024, 64
 
 
 def _load(args: argparse.Namespace, archs: tuple[str, ...]):
-    """The run's model and tokenizers, after checking the decoding options against its config."""
+    """The run's model, tokenizers and model config, after checking the decoding options against it."""
     from attnlab.train.checkpoint import load_run
 
     model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
@@ -207,8 +204,7 @@ def _load(args: argparse.Namespace, archs: tuple[str, ...]):
         raise UsageError(f"--max-len {args.max_len} is beyond the model's max_len ({cfg.max_len} positions)")
     if getattr(args, "max_new_tokens", 0) > cfg.max_len:
         raise UsageError(f"--max-new-tokens {args.max_new_tokens} is beyond the model's max_len ({cfg.max_len})")
-    args.max_source_len = cfg.max_len - 1  # room for EOS
-    return model, tokenizers
+    return model, tokenizers, cfg
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -216,10 +212,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.decode.translate import translate
 
     _check_beam(args)
-    model, tokenizers = _load(args, SEQ2SEQ)
+    model, tokenizers, cfg = _load(args, SEQ2SEQ)
     lines = _read_input_lines(args.input)
     results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
-                        args.batch_size, args.max_len, args.min_len, args.max_source_len, args.truncate)
+                        args.batch_size, args.max_len, args.min_len, cfg.max_len - 1, args.truncate)  # -1: EOS
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
     if sum(unknown):
         print(f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as "
@@ -244,7 +240,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-p must be in (0, 1] (got {args.top_p})")
     if args.max_new_tokens < 0 or not 1 <= args.num_samples <= MAX_BATCH:
         raise UsageError(f"--max-new-tokens must be >= 0 and --num-samples between 1 and {MAX_BATCH}")
-    model, tokenizers = _load(args, ("decoder_lm",))
+    model, tokenizers, _ = _load(args, ("decoder_lm",))
     tok = tokenizers["tgt"]
     prompt_ids = tok.encode(args.prompt)
     if not prompt_ids:
@@ -268,7 +264,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from attnlab.eval.evaluate import evaluate
 
     _check_beam(args)
-    model, tokenizers = _load(args, SEQ2SEQ)
+    model, tokenizers, _ = _load(args, SEQ2SEQ)
     if args.split is not None:
         if args.src or args.ref:
             raise UsageError("give either --split or --src and --ref")
@@ -292,13 +288,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def _run_split(run_dir: str, split: str, tokenizers) -> tuple[list[str], list[str]]:
     """Sources and references of a split of the data a run was trained with."""
-    from attnlab.data.datasets import prepare_data
     from attnlab.train.checkpoint import RunDir
 
-    _, data_cfg, train_cfg = RunDir(run_dir).read_config()
-    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
-    if split not in data.splits:
-        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+    data = RunDir(run_dir).read_data(tokenizers, split)
     return [e.src for e in data.splits[split]], [e.tgt for e in data.splits[split]]
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnlab.nn.attention import attend
+from attnlab.nn.backends import attend
 from attnlab.nn.masks import padding_mask
 from attnlab.nn.registry import SCORES
 from attnlab.nn.scores import AdditiveScore, CosineScore, DotScore, GeneralScore, LocationScore, ScaledDotScore

@@ -19,7 +19,6 @@ from attnlab.analysis.capture import attention_of, capture_attention
 from attnlab.analysis.heads import head_entropy, mean_distance
 from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot
 from attnlab.data.batching import source_batch
-from attnlab.data.datasets import prepare_data
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
@@ -33,10 +32,7 @@ def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: st
     """Each module's mean attention entropy per head (nats) over a split of the run's data,
     teacher-forced, padding queries excluded: {module: [H values]}."""
     model, tokenizers, _ = load_run(run_dir, checkpoint)
-    _, data_cfg, train_cfg = RunDir(run_dir).read_config()
-    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
-    if split not in data.splits:
-        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+    data = RunDir(run_dir).read_data(tokenizers, split)
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, float] = {}
     for batch in data.eval_batches(split):

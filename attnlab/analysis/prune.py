@@ -21,18 +21,20 @@ from torch import nn
 
 from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads, remove_heads
 from attnlab.data.batching import Batch
-from attnlab.data.datasets import Seq2SeqData, prepare_data
+from attnlab.data.datasets import Seq2SeqData
 from attnlab.data.tokenizers import PAD
 from attnlab.errors import UsageError
 from attnlab.eval.evaluate import evaluate as evaluate_text
 from attnlab.files import publish_dir, staging_dir
 from attnlab.train.checkpoint import META_FILE, MODEL_FILE, RunDir, load_run, write_checksums
 from attnlab.train.loop import evaluate as teacher_forced, logits_of
+from attnlab.train.losses import label_smoothed_nll
 
 
 def mean_nll(model: nn.Module, batch: Batch) -> torch.Tensor:
-    logits = logits_of(model, batch)
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD)
+    """Teacher-forced NLL per target token: the training loss without label smoothing."""
+    _, nll = label_smoothed_nll(logits_of(model, batch), batch.tgt_out, 0.0, PAD)
+    return nll / batch.n_tokens
 
 
 def _metrics(model: nn.Module, data, split: str, limit: int | None) -> dict[str, float]:
@@ -55,11 +57,8 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
         if not 0.0 <= f < 1.0:
             raise UsageError(f"--fraction must be in [0, 1) (got {f})")
     run = RunDir(run_dir)
-    model, tokenizers, model_cfg = load_run(run_dir)
-    _, data_cfg, train_cfg = run.read_config()
-    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
-    if split not in data.splits:
-        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+    model, tokenizers, _ = load_run(run_dir)
+    data = run.read_data(tokenizers, split)
     importance = head_importance(model, data.eval_batches(split), mean_nll)
     n_heads = sum(len(v) for v in importance.values())
     results = []

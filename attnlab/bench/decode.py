@@ -20,9 +20,10 @@ from attnlab.decode.search import beam_search, greedy
 HF = "transformers.MarianMTModel"
 
 
-def _checked(out: list, n: int) -> None:
+def checked_length(out: list, n: int) -> None:
+    """Every row has exactly ``n`` tokens (min_len = max_len must hold, or the timing is not comparable)."""
     if any(len(row) != n for row in out):
-        raise RuntimeError(f"decoding stopped before {n} tokens")  # min_len = max_len must hold
+        raise RuntimeError(f"decoding stopped before {n} tokens")
 
 
 def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,
@@ -33,9 +34,9 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
     src = source_batch(torch.randint(4, SHAPE["vocab_size"], (batch, src_len - 1), generator=g).tolist())
     n = new_tokens
     runs: dict[str, Callable[[], None]] = {
-        "decode_greedy": lambda: _checked(greedy(model, src, max_len=n, min_len=n), n),
-        "decode_beam5": lambda: _checked([h[0].tokens for h in beam_search(model, src, beam, 0.6, max_len=n, min_len=n)], n),
-        "decode_greedy_nocache": lambda: _checked(greedy(model, src, max_len=n, min_len=n, use_cache=False), n),
+        "decode_greedy": lambda: checked_length(greedy(model, src, max_len=n, min_len=n), n),
+        "decode_beam5": lambda: checked_length([h[0].tokens for h in beam_search(model, src, beam, 0.6, max_len=n, min_len=n)], n),
+        "decode_greedy_nocache": lambda: checked_length(greedy(model, src, max_len=n, min_len=n, use_cache=False), n),
     }
     hf = marian(0.0) if with_hf else None
     if hf is not None:

@@ -8,13 +8,11 @@ from typing import Iterator
 
 import torch
 
-from attnlab.bench.train import interleaved_medians
+from attnlab.bench.train import attnlab_step, interleaved_medians
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.decode.search import sample
 from attnlab.nn.build import build_model
-from attnlab.train.loop import autocast, make_optimizer, train_step
-from attnlab.train.schedules import make_schedule, make_scheduler
 
 VOCAB = 65  # Tiny Shakespeare's characters
 MODEL = dict(arch="decoder_lm", d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu",
@@ -30,11 +28,7 @@ def bench_lm(repeats: int = 10, seed: int = 0) -> Iterator[dict]:
     batch = Batch(src=None, tgt_in=window[:, :-1], tgt_out=window[:, 1:])
     cfg = TrainConfig(optimizer="adamw", lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.0,
                       weight_decay=0.1, beta2=0.99)
-    optimizer = make_optimizer(model, cfg)
-    scheduler = make_scheduler(optimizer, make_schedule("constant", cfg.lr, 1, cfg.max_steps, 0.0, 1))
-    amp = autocast("fp32", torch.device("cpu"))
-    seconds = interleaved_medians({"train": lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp)},
-                                  repeats)
+    seconds = interleaved_medians({"train": attnlab_step(model, batch, cfg)}, repeats)
     yield {"name": "lm_train", "value": round(batch.n_tokens / seconds["train"], 1), "unit": "tokens/s",
            "batch": BATCH, "block": BLOCK}
     model.eval()

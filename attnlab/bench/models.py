@@ -18,18 +18,17 @@ Transformer's figure for the same length as its reference and the ratio model / 
 
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 
-from attnlab.config import ModelConfig, TrainConfig
+from attnlab.bench.decode import checked_length
+from attnlab.bench.train import attnlab_step, interleaved_medians, train_config
+from attnlab.config import ModelConfig
 from attnlab.data.batching import Batch, collate_pairs
 from attnlab.decode.search import greedy
 from attnlab.nn.build import build_model
-from attnlab.train.loop import autocast, make_optimizer, train_step
-from attnlab.train.schedules import make_schedule, make_scheduler
+from attnlab.train.loop import autocast
 
 VOCAB = 8000  # the presets' shared BPE vocabulary
 # The model sections of the presets (tests/test_bench.py checks that they agree).
@@ -48,41 +47,26 @@ def build(name: str, max_len: int) -> torch.nn.Module:
     return build_model(ModelConfig(**MODELS[name], vocab_size=VOCAB, max_len=max_len))
 
 
-def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _random_batch(n_pairs: int, length: int, generator: torch.Generator) -> Batch:
     ids = torch.randint(4, VOCAB, (2, n_pairs, length), generator=generator).tolist()
     return collate_pairs(list(zip(ids[0], ids[1])))
 
 
 def train_seconds(model: torch.nn.Module, batch: Batch, precision: str, repeats: int) -> float:
-    cfg = TrainConfig(lr_schedule="constant", lr=1e-3, warmup_steps=1, precision=precision)
-    optimizer = make_optimizer(model, cfg)
-    scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
-                                                        cfg.min_lr, d_model=1))
-    amp = autocast(precision, torch.device("cpu"))
-    return _median_seconds(lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp), repeats)
+    """Median seconds of attnlab's train_step, after a warm-up."""
+    return interleaved_medians({"train": attnlab_step(model, batch, train_config(precision))}, repeats, warmup=1)["train"]
 
 
 def decode_seconds(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, precision: str, repeats: int) -> float:
+    """Median seconds of greedy decoding of exactly ``new_tokens`` tokens, after a warm-up."""
     model.eval()
     amp = autocast(precision, torch.device("cpu"))
 
     def run() -> None:
         with amp():
-            out = greedy(model, src, max_len=new_tokens, min_len=new_tokens)
-        if any(len(row) != new_tokens for row in out):
-            raise RuntimeError(f"decoding stopped before {new_tokens} tokens")
+            checked_length(greedy(model, src, max_len=new_tokens, min_len=new_tokens), new_tokens)
 
-    return _median_seconds(run, repeats)
+    return interleaved_medians({"decode": run}, repeats, warmup=1)["decode"]
 
 
 def bench_models(lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400), models: tuple[str, ...] = tuple(MODELS),

@@ -57,25 +57,25 @@ def attnlab_model(dropout: float = DROPOUT) -> nn.Module:
     return build_model(ModelConfig(**SHAPE, dropout=dropout, positional="sinusoidal", tie_embeddings="all"))
 
 
-def _train_config(precision: str) -> TrainConfig:
+def train_config(precision: str) -> TrainConfig:
+    """The benchmarks' training settings: Adam at a constant 1e-3, label smoothing 0.1, clipping at 1."""
     return TrainConfig(lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.1, clip_norm=1.0,
                        precision=precision)
 
 
-def attnlab_step(model: nn.Module, batch: Batch, precision: str) -> Callable[[], None]:
-    """attnlab's own train_step: what `attnlab train` runs."""
-    cfg = _train_config(precision)
+def attnlab_step(model: nn.Module, batch: Batch, cfg: TrainConfig) -> Callable[[], None]:
+    """One call = one step of attnlab's own train_step (what `attnlab train` runs) under ``cfg``."""
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
                                                         cfg.min_lr, 1))
-    amp = autocast(precision, torch.device("cpu"))
+    amp = autocast(cfg.precision, torch.device("cpu"))
     return lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp)
 
 
 def reference_step(model: nn.Module, batch: Batch, precision: str) -> Callable[[], None]:
     """The same step for a reference model: autocast, F.cross_entropy with label smoothing in fp32,
     clipping, Adam."""
-    cfg = _train_config(precision)
+    cfg = train_config(precision)
     optimizer = make_optimizer(model, cfg)
     amp = autocast(precision, torch.device("cpu"))
 
@@ -120,8 +120,8 @@ def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 1
         hf = marian(DROPOUT) if with_hf else None
         if hf is not None:
             models["transformers.MarianMTModel"] = hf
-        steps = {name: (attnlab_step if name == "attnlab" else reference_step)(model, batch, precision)
-                 for name, model in models.items()}
+        steps = {name: attnlab_step(model, batch, train_config(precision)) if name == "attnlab"
+                 else reference_step(model, batch, precision) for name, model in models.items()}
         seconds = interleaved_medians(steps, repeats)
         ours = tokens / seconds["attnlab"]
         name = f"train_{precision}"

@@ -1,6 +1,7 @@
 """attnlab.nn: model math only (no files, optimisers, logging or command line)."""
 
-from attnlab.nn.attention import MultiHeadAttention, attention
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.backends import attention
 from attnlab.nn.cache import DecoderCache, KVCache
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.layers import DecoderLayer, EncoderLayer

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.backends import AttentionBackend, attend, attention  # noqa: F401  (re-exported)
+from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.cache import KVCache
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import PositionalEncoding

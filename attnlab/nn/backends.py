@@ -99,8 +99,14 @@ class AttentionBackend:
             raise ValueError(f"attention backend '{self.name}' does not form the weights; use 'math' to get them")
         if mask.explicit is not None and not self.takes_explicit_mask:
             raise ValueError(f"attention backend '{self.name}' takes padding and causality, not an explicit mask")
-        if cache is not None:
-            k, v = cache.append(k, v)  # attend over the cached steps and these
+        if cache is None:
+            return self.compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias)
+        return self.compute_cached(q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache)
+
+    def compute_cached(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
+                       dropout_p: float, bias: BiasFn | None, cache: KVCache) -> tuple[Tensor, Tensor | None]:
+        """Self-attention of new steps after cached ones: by default, over all keys and values so far."""
+        k, v = cache.append(k, v)
         return self.compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias)
 
     def compute(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
@@ -397,27 +403,29 @@ class LinearBackend(AttentionBackend):
     def __init__(self, feature_map: FeatureMap, chunk: int = 128) -> None:
         self.phi, self.chunk = feature_map, chunk
 
-    def __call__(self, q, k, v, mask, q_pos, k_pos, dropout_p=0.0, bias=None, need_weights=False, cache=None):
-        if need_weights:
-            raise ValueError("attention backend 'linear' does not form the weights; use 'math' to get them")
-        if bias is not None or dropout_p > 0.0 or mask.explicit is not None:
-            raise ValueError("linear attention takes no score bias, attention dropout or explicit mask")
+    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
+        return self._kernelised(q, k, v, mask, dropout_p, bias, cache=None, key_valid=mask.key_valid), None
+
+    def compute_cached(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+        """Only the running sums are kept: the new keys update them (the last Tk' keys of the mask)."""
+        key_valid = None if mask.key_valid is None else mask.key_valid[:, -k.shape[2]:]
+        return self._kernelised(q, k, v, mask, dropout_p, bias, cache, key_valid), None
+
+    def _kernelised(self, q, k, v, mask, dropout_p, bias, cache, key_valid) -> Tensor:
+        if bias is not None or dropout_p > 0.0:
+            raise ValueError("linear attention takes no score bias or attention dropout")
         fq, fk = self.phi(q), self.phi(k)  # (B, H, Tq, m), (B, H, Tk', m) for the new keys
-        if cache is None:
-            key_valid = mask.key_valid
-        else:  # the new keys are the last Tq of the mask's keys
-            key_valid = None if mask.key_valid is None else mask.key_valid[:, -k.shape[2]:]
         if key_valid is not None:
             fk = fk * key_valid[:, None, :, None].to(fk.dtype)  # padded keys add nothing to the sums
         if not mask.causal:
             if cache is not None:
                 raise ValueError("linear attention keeps a decoding state for causal self-attention only")
             S, z = fk.transpose(-2, -1) @ v, fk.sum(2)  # (B, H, m, Dv), (B, H, m)
-            return self._normalise(fq @ S, fq @ z[..., None]), None
+            return self._normalise(fq @ S, fq @ z[..., None])
         out, state = self._causal(fq, fk, v, cache.state if cache is not None else None)
         if cache is not None:
             cache.state = state
-        return out, None
+        return out
 
     def _causal(self, fq: Tensor, fk: Tensor, v: Tensor, state: LinearState | None) -> tuple[Tensor, LinearState]:
         """Queries and keys at the same positions, after the ``state``'s keys."""

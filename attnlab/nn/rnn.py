@@ -12,7 +12,7 @@ Luong et al. (2015)              s_t = RNN(s_{t-1}, [E y_{t-1}; h~_{t-1}]) (inpu
                                  e_ti = score(s_t, h_i), c_t = sum_i alpha_ti h_i, o_t = h~_t = tanh(W_c [c_t; s_t])
 
 and p(y_t) = softmax(W_out o_t). The score functions are nn/scores.py's; the softmax over source
-positions is nn/attention.py's ``attend``. :class:`RNNSeq2Seq` has the EncoderDecoder interface
+positions is nn/backends.py's ``attend``. :class:`RNNSeq2Seq` has the EncoderDecoder interface
 (``encode``, ``decode`` with a cache, ``new_cache``), so training, greedy, beam search and sampling
 work unchanged; the decoder's last attention weights are kept for alignment plots.
 """
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnlab.nn.attention import attend
+from attnlab.nn.backends import attend
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.scores import AlignmentScore
 from attnlab.nn.transformer import Seq2Seq

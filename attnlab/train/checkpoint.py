@@ -33,6 +33,7 @@ from torch import nn
 
 from attnlab.analysis.heads import remove_heads
 from attnlab.config import DataConfig, ModelConfig, TrainConfig, read_config_file
+from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_text, publish_dir, staging_dir
@@ -119,6 +120,14 @@ class RunDir:
             return {"src": None, "tgt": tgt}
         shared = src_file.read_bytes() == tgt_file.read_bytes()
         return {"src": tgt if shared else Tokenizer.load(src_file), "tgt": tgt}
+
+    def read_data(self, tokenizers: dict[str, Tokenizer | None], split: str | None = None) -> Seq2SeqData | LMData:
+        """The data the run was trained on, read with its own tokenizers; ``split``, if given, must exist."""
+        _, data_cfg, train_cfg = self.read_config()
+        data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
+        if split is not None and split not in data.splits:
+            raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+        return data
 
     def build_model(self, model_cfg: ModelConfig) -> nn.Module:
         """The run's architecture: the config's model, less the heads `attnlab prune` removed."""

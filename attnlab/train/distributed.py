@@ -31,10 +31,11 @@ class World:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def all_sum(self, value: float) -> float:
-        t = torch.tensor([value], dtype=torch.float64)
+    def all_sum(self, *values: float) -> list[float]:
+        """Each value summed over the ranks, in one all-reduce."""
+        t = torch.tensor(values, dtype=torch.float64)
         dist.all_reduce(t)
-        return float(t.item())
+        return t.tolist()
 
     def all_max(self, value: float) -> float:
         t = torch.tensor([value], dtype=torch.float64)

@@ -80,7 +80,7 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
     world size: the gradients equal one process's over the global batch. Returns the sums."""
     model.train()
     n_tokens = sum(b.n_tokens for b in batches)
-    total = world.all_sum(n_tokens) if world else n_tokens
+    total = world.all_sum(n_tokens)[0] if world else n_tokens
     scale = (world.size if world else 1) / total
     loss_sum = nll_sum = 0.0
     for i, batch in enumerate(batches):
@@ -94,7 +94,7 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
     if world:
-        loss_sum, nll_sum = world.all_sum(loss_sum), world.all_sum(nll_sum)
+        loss_sum, nll_sum = world.all_sum(loss_sum, nll_sum)
     return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": int(total)}
 
 
