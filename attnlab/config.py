@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -127,6 +128,22 @@ class TypedConfig:
             raise ConfigError(f"{path}: {err}") from None
 
 
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, with YAML 1.2 floats: ``3e-3`` and ``1E5`` are numbers, not strings
+    (YAML 1.1, PyYAML's default, wants a dot: ``3.0e-3``)."""
+
+
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+               r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=ConfigLoader)
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Parse a config file into its sections, refusing unknown sections and unparsable text."""
     path = Path(path)
@@ -137,7 +154,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read config file ({err})") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else parse_yaml(text)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}:{err.lineno}: JSON does not parse: {err.msg}") from None
     except yaml.YAMLError as err:
@@ -449,6 +466,7 @@ class TrainConfig(TypedConfig):
     clip_norm: Optional[float] = 1.0
     precision: str = "fp32"
     activation_checkpointing: bool = False
+    compile: bool = False
     device: str = "auto"
     eval_every: int = 500
     eval_exact_match: int = 0
@@ -554,7 +572,7 @@ def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str]) -
         if section not in SECTIONS:
             raise UsageError(f"--set {expr!r}: unknown section '{section}'{did_you_mean(section, SECTIONS)}")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = parse_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             raise UsageError(f"--set {expr!r}: the value does not parse") from None
         sections.setdefault(section, {})

@@ -107,3 +107,24 @@ def test_configs_are_frozen_so_they_stay_valid():
     assert dataclasses.replace(cfg, n_heads=8).d_head == 8
     with pytest.raises(ConfigError, match="divisible"):
         dataclasses.replace(cfg, d_model=15)
+
+
+@pytest.mark.parametrize("text,value", [("3e-3", 0.003), ("1E5", 100000.0), ("-2e+3", -2000.0), ("1.0e-8", 1e-8),
+                                        (".5", 0.5), ("12", 12), ("1e", "1e"), ("e3", "e3"), ("inf", "inf")])
+def test_yaml_reads_exponent_floats_as_numbers(text, value):
+    """YAML 1.1 (PyYAML's default) reads 3e-3 as a string; configs and --set read it as YAML 1.2 does."""
+    from attnlab.config import apply_overrides, parse_yaml
+
+    assert parse_yaml(text) == value and type(parse_yaml(text)) is type(value)
+    sections: dict = {}
+    apply_overrides(sections, [f"train.lr={text}"])
+    assert sections["train"]["lr"] == value
+
+
+def test_config_file_with_exponent_lr(tmp_path):
+    from attnlab.config import TrainConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  lr: 3e-4\n  min_lr: 1E-5\n")
+    cfg = TrainConfig.from_file(path)
+    assert (cfg.lr, cfg.min_lr) == (3e-4, 1e-5)

@@ -50,10 +50,11 @@ def attend(scores: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: flo
     if mask is not None:
         # The most negative finite value, not -inf: a fully masked row stays finite through the
         # softmax (uniform), and is then zeroed by the second fill, in the forward and the backward.
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        masked = ~mask
+        scores = scores.masked_fill(masked, torch.finfo(scores.dtype).min)
     probs = scores.softmax(dim=-1)
     if mask is not None:
-        probs = probs.masked_fill(~mask, 0.0)
+        probs = probs.masked_fill(masked, 0.0)
     if dropout_p > 0.0:
         probs = dropout(probs, dropout_p)
     return probs @ v, probs

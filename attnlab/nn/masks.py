@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor
 
@@ -34,10 +34,22 @@ class AttentionMask:
     key_valid: Tensor | None = None
     causal: bool = False
     explicit: Tensor | None = None
+    _last: list = field(default_factory=list, init=False, repr=False, compare=False)  # [(q_pos, k_pos, mask)]
 
     def dense(self, q_pos: Tensor, k_pos: Tensor, keys: slice | Tensor | None = None) -> Tensor | None:
         """Boolean (B or 1, 1, Tq, Tk) for queries and keys at these positions, None if all may
-        attend. ``keys`` picks the keys (a slice or indices into Tk) when ``k_pos`` is a subset."""
+        attend. ``keys`` picks the keys (a slice or indices into Tk) when ``k_pos`` is a subset.
+        The layers of a stack share one mask and one pair of position tensors, so the mask over all
+        keys is built by the first layer and reused by the others."""
+        if keys is None:
+            if self._last and self._last[0][0] is q_pos and self._last[0][1] is k_pos:
+                return self._last[0][2]
+            mask = self._build(q_pos, k_pos, None)
+            self._last[:] = [(q_pos, k_pos, mask)]
+            return mask
+        return self._build(q_pos, k_pos, keys)
+
+    def _build(self, q_pos: Tensor, k_pos: Tensor, keys: slice | Tensor | None) -> Tensor | None:
         mask = causal_mask(q_pos, k_pos)[None, None] if self.causal else None
         if self.key_valid is not None:
             valid = self.key_valid if keys is None else self.key_valid[:, keys]

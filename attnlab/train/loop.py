@@ -58,12 +58,14 @@ def autocast(precision: str, device: torch.device) -> Callable[[], ContextManage
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam(beta1, beta2, eps) (the paper: 0.9, 0.98, 1e-9) or AdamW; weight decay, if any, only on
-    matrices, never on biases, LayerNorm gains or the like."""
+    matrices, never on biases, LayerNorm gains or the like. The update is PyTorch's fused kernel
+    (one pass over each parameter instead of a dozen elementwise ops): 5x faster on the CPU here,
+    the same update to rounding (tests/test_train.py)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return cls(groups, lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    return cls(groups, lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
 
 
 def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -193,6 +195,8 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     amp = autocast(cfg.precision, device)
     model.to(device)
     main = world is None or world.is_main
+    if cfg.compile:
+        model.compile()  # the training forward through torch.compile (TorchInductor); weights and names unchanged
     trained = DDP(model) if world else model  # gradients averaged across ranks in the backward
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
