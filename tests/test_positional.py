@@ -74,8 +74,22 @@ def test_learned_positions_are_a_table_with_a_limit():
     learned = LearnedPositional(dim=6, max_len=8)
     tokens = torch.zeros(1, 3, 6)
     torch.testing.assert_close(learned.embed(tokens, torch.arange(2, 5)), learned.table.weight[2:5].unsqueeze(0))
-    with pytest.raises(DataError, match="beyond max_len"):
-        learned.embed(torch.zeros(1, 9, 6), torch.arange(9))
+    assert learned.max_positions == 8
+
+
+def test_models_refuse_positions_beyond_the_learned_table():
+    from attnlab import ModelConfig
+    from attnlab.nn.build import build_model
+
+    lm = build_model(ModelConfig(arch="decoder_lm", vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                 positional="learned", max_len=8))
+    assert lm(torch.ones(1, 8, dtype=torch.long)).shape == (1, 8, 20)
+    with pytest.raises(DataError, match=r"position 8 is beyond max_len \(8\)"):
+        lm(torch.ones(1, 9, dtype=torch.long))
+    cache = lm.new_cache()
+    lm(torch.ones(1, 8, dtype=torch.long), cache=cache)
+    with pytest.raises(DataError, match=r"position 8 is beyond max_len"):
+        lm(torch.ones(1, 1, dtype=torch.long), cache=cache)  # one step after a full cache
 
 
 def test_alibi_slopes():

@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnlab.errors import DataError
 
 
 class PositionalEncoding(nn.Module):
@@ -129,9 +128,7 @@ class LearnedPositional(AbsolutePositional):
         return self.table.num_embeddings
 
     def encode(self, positions: Tensor) -> Tensor:
-        if positions.numel() and int(positions.max()) >= self.table.num_embeddings:
-            raise DataError(f"position {int(positions.max())} is beyond max_len ({self.table.num_embeddings}) "
-                            f"of the learned positional table")
+        """The models check positions against ``max_positions`` before they get here (Embeddings.positions)."""
         return self.table(positions)
 
 

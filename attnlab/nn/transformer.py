@@ -16,16 +16,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from attnlab.errors import DataError
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import DecoderLayer, EncoderLayer
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import PositionalEncoding
-
-
-def positions_from(offset: int, length: int, device: torch.device) -> Tensor:
-    """(length,) positions offset, offset + 1, ...: where the next tokens sit in their sequence."""
-    return torch.arange(offset, offset + length, device=device)
 
 
 class LayerStack(nn.Module):
@@ -53,6 +49,15 @@ class Embeddings(nn.Module):
         self.scale = math.sqrt(width)
         self.positional = positional
         self.dropout = Dropout(dropout)
+
+    def positions(self, offset: int, length: int, device: torch.device) -> Tensor:
+        """(length,) positions offset, offset + 1, ...: where the next tokens sit in their sequence.
+        Checked here, in Python, against what the positional scheme can encode (a learned table's
+        max_len), so that the forward needs no host sync and compiles as one graph."""
+        limit = self.positional.max_positions
+        if limit is not None and offset + length > limit:
+            raise DataError(f"position {offset + length - 1} is beyond max_len ({limit}) of the learned positional table")
+        return torch.arange(offset, offset + length, device=device)
 
     def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
         """(B, T) ids at (T,) positions -> (B, T, d_model)."""
@@ -127,14 +132,14 @@ class EncoderDecoder(Seq2Seq):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """(B, S) ids -> memory (B, S, d_model) and its validity (B, S)."""
         valid = src != self.pad_id
-        positions = positions_from(0, src.shape[1], src.device)
+        positions = self.src_embed.positions(0, src.shape[1], src.device)
         return self.encoder(self.src_embed(src, positions), valid, positions), valid
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: DecoderCache | None = None,
                last_only: bool = False) -> Tensor:
         """(B, T) target ids (the new steps only, with a cache) -> (B, T, V) logits, or with
         ``last_only`` (decoding) (B, 1, V): the vocabulary projection of the last position alone."""
-        positions = positions_from(cache.length if cache is not None else 0, tgt_in.shape[1], tgt_in.device)
+        positions = self.tgt_embed.positions(cache.length if cache is not None else 0, tgt_in.shape[1], tgt_in.device)
         y = self.decoder(self.tgt_embed(tgt_in, positions), tgt_in != self.pad_id, positions,
                          memory, src_valid, cache)
         return self.generator(y[:, -1:] if last_only else y)
@@ -153,7 +158,7 @@ class DecoderLM(nn.Module):
 
     def forward(self, ids: Tensor, cache: DecoderCache | None = None, last_only: bool = False) -> Tensor:
         """(B, T) ids (the new steps only, with a cache) -> (B, T, V) logits (``last_only``: (B, 1, V))."""
-        positions = positions_from(cache.length if cache is not None else 0, ids.shape[1], ids.device)
+        positions = self.embed.positions(cache.length if cache is not None else 0, ids.shape[1], ids.device)
         y = self.decoder(self.embed(ids, positions), ids != self.pad_id, positions, cache=cache)
         return self.generator(y[:, -1:] if last_only else y)
 
@@ -203,7 +208,7 @@ class EncoderOnly(nn.Module):
 
     def encode(self, ids: Tensor) -> Tensor:
         """(B, T) ids -> (B, T, d_model) contextual vectors."""
-        positions = positions_from(0, ids.shape[1], ids.device)
+        positions = self.embed.positions(0, ids.shape[1], ids.device)
         return self.encoder(self.embed(ids, positions), ids != self.pad_id, positions)
 
     def forward(self, ids: Tensor) -> Tensor:
