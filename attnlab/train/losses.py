@@ -15,6 +15,10 @@ float32 even under bf16 autocast), and only lse(x) per row is kept for the backw
 d loss / d x = softmax(x) - (1 - eps) onehot(y) - eps / V straight into the logits' dtype. The
 (N, V) float32 log-probabilities that the textbook form materialises (twice, with its backward)
 never exist. tests/test_train.py checks it against that form.
+
+A chunk is 64 rows: 64 x 8000 float32 values (2 MB) stay in the core's cache between the passes
+over them. On 1,536 x 8,000 bf16 logits, forward + backward takes 22 ms with 64-row chunks against
+65 ms with 1,024-row ones (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-CHUNK_ROWS = 1024
+CHUNK_ROWS = 64
 
 
 class _LabelSmoothedNLL(torch.autograd.Function):
