@@ -46,3 +46,20 @@ def test_bf16_keeps_its_dtype():
     y = dropout(x, 0.1)
     y.sum().backward()
     assert y.dtype == x.grad.dtype == torch.bfloat16
+
+
+def test_equals_the_product_with_the_textbook_mask():
+    """The fast form (masked_fill) gives bit for bit x * keep * scale from the same random draws."""
+    from attnlab.nn.dropout import LEVELS, drop_mask
+
+    x = torch.randn(3, 7, 11, requires_grad=True)
+    torch.manual_seed(2)
+    y = dropout(x, 0.25)
+    torch.manual_seed(2)
+    drop, scale = drop_mask(x.shape, 0.25, x.device)
+    assert scale == LEVELS / (LEVELS - round(0.25 * LEVELS))
+    keep = (~drop).to(x.dtype)
+    assert torch.equal(y, x * keep * scale)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    assert torch.equal(g, keep * scale)
+

@@ -58,11 +58,16 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         grad = torch.empty_like(logits)
         # d/dx of g_loss * loss + g_nll * nll = (g_loss + g_nll) softmax - (g_loss (1 - eps) + g_nll) onehot - g_loss eps / V
         onehot_weight = g_loss * (1.0 - eps) + g_nll
+        weight = real.to(torch.float32)[:, None]  # (N, 1): 1 for real tokens, 0 for padding
         for start in range(0, logits.shape[0], CHUNK_ROWS):
             rows = slice(start, start + CHUNK_ROWS)
-            g = torch.exp(logits[rows].float() - lse[rows, None]).mul_(g_loss + g_nll).sub_(g_loss * eps / V)
+            inplace = grad[rows] if grad.dtype == torch.float32 else None  # float32: work in the gradient itself
+            g = torch.sub(logits[rows].float(), lse[rows, None], out=inplace).exp_()
+            g.mul_(g_loss + g_nll).sub_(g_loss * eps / V)
             g.scatter_add_(-1, safe[rows, None], (-onehot_weight).expand(g.shape[0], 1))
-            grad[rows] = g.mul_(real[rows, None])
+            g.mul_(weight[rows])
+            if inplace is None:
+                grad[rows] = g
         return grad, None, None, None
 
 
