@@ -164,3 +164,25 @@ def test_kv_cache_reorder_follows_index():
     cache.append(k, v)
     cache.reorder(torch.tensor([2, 2, 0]))
     assert cache.k[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0] and cache.v[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0]
+
+
+def test_kv_cache_reorders_and_appends_like_indexing_a_concatenation():
+    """Appends and reorders in turn (beam search), with growth past the capacity and a shrinking
+    batch: the cache holds what indexing the concatenated keys would give, and it writes the
+    reorders into a spare buffer, not into new memory every time."""
+    torch.manual_seed(0)
+    cache, reference_k, reference_v = KVCache(), None, None
+    buffers = set()
+    for step, rows in enumerate([4] * 12 + [3] * 12):
+        index = torch.randint(0, reference_k.shape[0], (rows,)) if reference_k is not None else None
+        if index is not None:
+            cache.reorder(index)
+            reference_k, reference_v = reference_k[index], reference_v[index]
+        k, v = torch.randn(rows, 2, 1, 3), torch.randn(rows, 2, 1, 3)
+        all_k, all_v = cache.append(k, v)
+        reference_k = k if reference_k is None else torch.cat([reference_k, k], dim=2)
+        reference_v = v if reference_v is None else torch.cat([reference_v, v], dim=2)
+        assert torch.equal(all_k, reference_k) and torch.equal(all_v, reference_v), step
+        buffers.add(cache.k.data_ptr())
+    assert len(cache) == 24
+    assert len(buffers) <= 6  # two buffers swap; new ones only on growth (16 -> 32) or a new batch size

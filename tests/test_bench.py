@@ -97,3 +97,31 @@ def test_cli_bench_attention_json_and_plot(tmp_path):
     assert image.shape[0] > 300 and image.shape[1] > 600
     refused = subprocess.run([str(ATTNLAB), "bench", "attention", "--backends", "flash"], capture_output=True, text=True)
     assert refused.returncode == 2 and "unknown backend 'flash'" in refused.stderr
+
+
+def test_bench_train_records_ratios_mfu_and_the_interleaved_gemm_peak():
+    from attnlab.bench.train import bench_train
+
+    records = list(bench_train(precisions=("fp32",), repeats=1, with_hf=False))
+    by_name = {r["name"]: r for r in records}
+    peak, train, mfu = by_name["gemm_peak_fp32"], by_name["train_fp32"], by_name["train_fp32_mfu"]
+    assert peak["unit"] == "GFLOP/s" and 1 < peak["value"] < 1e5
+    assert train["reference"] == "torch.nn.Transformer" and train["unit"] == "tokens/s"
+    assert train["ratio"] == pytest.approx(train["value"] / train["reference_value"], rel=1e-3)
+    assert mfu["tokens_per_step"] == 1536 and mfu["flops_per_step"] > 6e10  # 70.6 GFLOP of products a step
+    seconds = 1536 / train["value"]
+    assert mfu["value"] == pytest.approx(mfu["flops_per_step"] / seconds / (peak["value"] * 1e9), rel=0.01)
+
+
+def test_bench_decode_and_lm_records():
+    from attnlab.bench.decode import bench_decode
+    from attnlab.bench.lm import bench_lm
+
+    decode = {r["name"]: r for r in bench_decode(batch=2, new_tokens=5, src_len=6, beam=2, repeats=1, with_hf=False)}
+    assert {"decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_cache_speedup"} <= decode.keys()
+    assert all(decode[n]["unit"] == "tokens/s" and decode[n]["value"] > 0 for n in ("decode_greedy", "decode_beam5"))
+    speedup = decode["decode_cache_speedup"]["value"]
+    assert speedup == pytest.approx(decode["decode_greedy"]["value"] / decode["decode_greedy_nocache"]["value"], rel=0.02)
+    lm = {r["name"]: r for r in bench_lm(repeats=1)}
+    assert lm["lm_train"]["batch"] == 12 and lm["lm_train"]["block"] == 64
+    assert lm["lm_sample_b1"]["new_tokens"] == 63 and lm["lm_sample_b32"]["batch"] == 32

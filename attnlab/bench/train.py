@@ -7,7 +7,8 @@ the same steps, interleaved (a, b, c, a, b, c, ...), after a warm-up; the figure
 
 Model-FLOPs utilisation divides the matrix-multiply FLOPs of one step (counted by PyTorch's FLOP
 counter on attnlab's model: the references compute the same products) by the step time and by the
-GEMM peak measured in the same run (a square matrix product, median of several).
+GEMM peak measured in the same run: square matrix products timed in turn with the steps, so that
+a change in the machine's speed moves both alike.
 """
 
 from __future__ import annotations
@@ -33,18 +34,17 @@ BATCH, LENGTH, DROPOUT = 64, 24, 0.1
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def gemm_peak(precision: str, n: int = 1024, repeats: int = 7) -> float:
-    """FLOP/s of an n x n x n matrix product in ``precision`` (median of ``repeats``)."""
+def gemm(precision: str, n: int = 1024, products: int = 4) -> tuple[Callable[[], None], float]:
+    """A call of ``products`` n x n x n matrix products in ``precision``, and its FLOPs: timed among
+    the training steps, it gives the GEMM peak of the same minutes of machine time."""
     a = torch.randn(n, n, dtype=DTYPES[precision])
     b = torch.randn(n, n, dtype=DTYPES[precision])
-    a @ b  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(4):
+
+    def call() -> None:
+        for _ in range(products):
             a @ b
-        times.append((time.perf_counter() - start) / 4)
-    return 2 * n**3 / statistics.median(times)
+
+    return call, 2.0 * n**3 * products
 
 
 def random_batch(seed: int = 0) -> Batch:
@@ -114,15 +114,16 @@ def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 1
     tokens = batch.n_tokens
     flops = budget_report(ModelConfig(**SHAPE, dropout=DROPOUT), LENGTH, BATCH)["flops"]["forward_backward"]
     for precision in precisions:
-        peak = gemm_peak(precision)
-        yield {"name": f"gemm_peak_{precision}", "value": round(peak / 1e9, 1), "unit": "GFLOP/s"}
         models = {"attnlab": attnlab_model(), "torch.nn.Transformer": torch_transformer(DROPOUT)}
         hf = marian(DROPOUT) if with_hf else None
         if hf is not None:
             models["transformers.MarianMTModel"] = hf
         steps = {name: attnlab_step(model, batch, train_config(precision)) if name == "attnlab"
                  else reference_step(model, batch, precision) for name, model in models.items()}
+        steps["gemm"], gemm_flops = gemm(precision)
         seconds = interleaved_medians(steps, repeats)
+        peak = gemm_flops / seconds.pop("gemm")
+        yield {"name": f"gemm_peak_{precision}", "value": round(peak / 1e9, 1), "unit": "GFLOP/s"}
         ours = tokens / seconds["attnlab"]
         name = f"train_{precision}"
         for reference in models:

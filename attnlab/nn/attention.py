@@ -84,7 +84,7 @@ class MultiHeadAttention(nn.Module):
             else:
                 k, v = self._heads(self.kv_proj(memory), 2)  # (B, H, Tk, Dh) each
                 if cache is not None:
-                    cache.store(k, v)
+                    k, v = cache.store(k, v)
             self_cache = None
         else:
             q, k, v = self._heads(self.qkv_proj(x), 3)  # (B, H, Tq, Dh) each

@@ -21,6 +21,7 @@ class KVCache:
     def __init__(self) -> None:
         self._k: Tensor | None = None  # (B, H, capacity, Dh)
         self._v: Tensor | None = None
+        self._spare: tuple[Tensor, Tensor] | None = None  # what reorder writes into next
         self._length = 0
         self.state = None
 
@@ -55,15 +56,27 @@ class KVCache:
         return buffer
 
     def store(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Keep keys/values that do not change between steps (cross-attention over the source)."""
-        self._k, self._v, self._length = k, v, k.shape[2]
-        return k, v
+        """Keep keys/values that do not change between steps (cross-attention over the source),
+        made contiguous once: the heads are strided views of one projection, and every step's
+        products would otherwise copy them again."""
+        self._k, self._v, self._length = k.contiguous(), v.contiguous(), k.shape[2]
+        return self._k, self._v
 
     def reorder(self, index: Tensor) -> None:
-        """Keep row ``index[i]`` as row i."""
+        """Keep row ``index[i]`` as row i. Only the filled part is copied, into a second pair of
+        buffers kept for the purpose (the pairs swap at every reorder): beam search reorders at
+        every step, and selecting into new memory each time cost ten times as much (page faults
+        on fresh memory; docs/performance.md)."""
         if self._k is not None:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
+            shape = (len(index), *self._k.shape[1:])
+            if self._spare is None or self._spare[0].shape != shape:
+                self._spare = (self._k.new_empty(shape), self._v.new_empty(shape))
+            spare_k, spare_v = self._spare
+            filled = slice(0, self._length)
+            torch.index_select(self._k[:, :, filled], 0, index, out=spare_k[:, :, filled])
+            torch.index_select(self._v[:, :, filled], 0, index, out=spare_v[:, :, filled])
+            self._spare = (self._k, self._v)
+            self._k, self._v = spare_k, spare_v
         if self.state is not None:
             self.state.reorder(index)
 
