@@ -9,13 +9,12 @@ compiled steps).
     .venv/bin/python docs/experiments/compile_train.py
 """
 
-import statistics
 import time
 
 import torch
 
 from attnlab.bench.lm import BATCH, BLOCK, MODEL, VOCAB
-from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config
+from attnlab.bench.train import attnlab_model, attnlab_step, interleaved_medians, random_batch, train_config
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.nn.build import build_model
@@ -34,12 +33,7 @@ def setup(which: str, precision: str):
 
 
 def median_ms(step, n: int) -> float:
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * interleaved_medians({"step": step}, n, warmup=0)["step"]
 
 
 def main() -> None:

@@ -10,28 +10,18 @@
     .venv/bin/python docs/experiments/cpu_parts.py
 """
 
-import statistics
-import time
-
 import torch
 from torch.profiler import profile
 
 import attnlab.train.losses as losses
 from attnlab.bench.lm import MODEL, VOCAB
-from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config
+from attnlab.bench.train import attnlab_model, attnlab_step, interleaved_medians, random_batch, train_config
 from attnlab.config import ModelConfig
 from attnlab.nn.build import build_model
 
 
 def median_ms(fn, repeats: int = 20, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * interleaved_medians({"fn": fn}, repeats, warmup)["fn"]
 
 
 def optimiser_updates() -> None:
