@@ -221,7 +221,7 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
     assert greedy == run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "2").stdout
     two = run("--prompt", "to", "--max-new-tokens", "5", "--num-samples", "2", "--top-p", "0.9").stdout
     assert two.count("--- sample") == 2
-    for bad in (["--temperature", "0"], ["--top-k", "0"], ["--top-p", "1.5"]):
+    for bad in (["--temperature", "0"], ["--top-k", "0"], ["--top-p", "1.5"], ["--max-new-tokens", "100001"]):
         refused = run(*bad)
         assert refused.returncode == 2 and refused.stderr.startswith("error: ") and "Traceback" not in refused.stderr
     scored = subprocess.run([str(ATTNLAB), "score", str(out), "--tgt", str(text)], capture_output=True, text=True)

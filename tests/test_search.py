@@ -194,3 +194,24 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy():
     src = random_ids(2, 5)
     assert sample(model, src=src, max_new_tokens=6, top_k=1, generator=torch.Generator().manual_seed(0)) == \
         greedy(model, src, max_len=6)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_cache):
+    """Learned positions stop at max_len; sampling goes on with the last max_len tokens as context
+    (nanoGPT's sampler): each token equals the argmax of a full pass over that window."""
+    lm = tiny_model(arch="decoder_lm", positional="learned", max_len=8)
+    prompt = random_ids(2, 3)
+    rows = sample(lm, prompt=prompt, max_new_tokens=20, top_k=1, stop_at_eos=False, use_cache=use_cache)
+    assert [len(r) for r in rows] == [20, 20]
+    context = prompt
+    for step in range(20):
+        logits = lm(context[:, -8:])[:, -1].float()
+        logits[:, :2] = -torch.inf  # PAD and BOS are never drawn
+        expected = logits.argmax(-1)
+        assert [r[step] for r in rows] == expected.tolist(), step
+        context = torch.cat([context, expected[:, None]], dim=1)
+    drawn = sample(lm, prompt=prompt, max_new_tokens=30, stop_at_eos=False, generator=torch.Generator().manual_seed(4),
+                   use_cache=use_cache)
+    assert [len(r) for r in drawn] == [30, 30]
+

@@ -224,16 +224,29 @@ def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = 
            generator: torch.Generator | None = None, stop_at_eos: bool = True,
            use_cache: bool = True) -> list[list[int]]:
     """Draw a continuation for each row: of ``src`` (EncoderDecoder) or of ``prompt`` (DecoderLM).
-    Returns the new token ids of each row (without the prompt, BOS or EOS)."""
+    Returns the new token ids of each row (without the prompt, BOS or EOS).
+
+    An encoder-decoder stops at the positions its decoder can encode. A decoder-only model with a
+    position limit (learned positions, ``max_len``) goes on past it with a sliding context, as
+    nanoGPT's sampler does: each further token is drawn given the last ``max_len`` tokens, which
+    sit at positions 0 .. max_len - 1, so they are recomputed in one pass (no cache can carry over
+    when every position shifts)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature})")
     session = DecodingSession(model, src=src, prompt=prompt, use_cache=use_cache)
-    max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
-    tokens = session.start
+    window = session.max_positions if not session.seq2seq else None  # the context slides past this
+    if window is None:
+        max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
+    context = session.start  # (N, P + generated): what a sliding window is cut from
+    tokens, fed = session.start, 0
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out = []
     for _ in range(max_new_tokens):
+        if window is not None and fed + tokens.shape[1] > window:  # no position left: slide
+            session = DecodingSession(model, prompt=context[:, -window:], use_cache=use_cache)
+            tokens, fed = session.start, 0
         logits = filter_logits(session.step(tokens), temperature, top_k, top_p)
+        fed += tokens.shape[1]
         probs = logits.softmax(-1)
         next_token = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(tokens.device)
         next_token = next_token.masked_fill(finished, PAD)
@@ -243,5 +256,7 @@ def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = 
             if finished.all():
                 break
         tokens = next_token[:, None]
+        if window is not None:
+            context = torch.cat([context, tokens], dim=1)
     rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in range(tokens.shape[0])]
     return [_until_eos(row) if stop_at_eos else row for row in rows]
