@@ -293,7 +293,7 @@ def textbook_label_smoothed_nll(logits, target, epsilon, ignore_index):
 def test_fused_loss_equals_the_textbook_form_in_value_and_gradient(dtype, epsilon, monkeypatch):
     import attnlab.train.losses as losses
 
-    monkeypatch.setattr(losses, "CHUNK_ROWS", 7)  # several chunks, the last one short
+    monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 7 * 50)  # chunks of 7 rows: several, the last one short
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(3, 9, 50, generator=g) * 3).to(dtype).requires_grad_()
     target = torch.randint(0, 50, (3, 9), generator=g)
