@@ -245,9 +245,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
     if not prompt_ids:
         raise UsageError("--prompt is empty after tokenisation; give at least one known token")
     positions = model.embed.positional.max_positions
-    if positions is not None and len(prompt_ids) >= positions:
-        raise UsageError(f"--prompt has {len(prompt_ids)} tokens; the model encodes {positions} positions "
-                         f"and needs room for new ones")
+    if positions is not None and len(prompt_ids) > positions:
+        print(f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} "
+              f"(its max_len)", file=sys.stderr)
     prompt = torch.tensor([prompt_ids] * args.num_samples)
     generator = torch.Generator().manual_seed(args.seed)
     rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -111,7 +111,7 @@ class TypedConfig:
         return cls(**data)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump({self.section: self.to_dict()}, sort_keys=False)
+        return dump_yaml({self.section: self.to_dict()})
 
     def to_json(self) -> str:
         return json.dumps({self.section: self.to_dict()}, indent=2)
@@ -128,20 +128,30 @@ class TypedConfig:
             raise ConfigError(f"{path}: {err}") from None
 
 
+YAML12_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+                          r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+
+
 class ConfigLoader(yaml.SafeLoader):
     """PyYAML's safe loader, with YAML 1.2 floats: ``3e-3`` and ``1E5`` are numbers, not strings
     (YAML 1.1, PyYAML's default, wants a dot: ``3.0e-3``)."""
 
 
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
-               r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
+class ConfigDumper(yaml.SafeDumper):
+    """Writes what ConfigLoader reads back: a string such as ``1e5`` is quoted, since unquoted it
+    would now read as a number."""
+
+
+for _yaml_class in (ConfigLoader, ConfigDumper):
+    _yaml_class.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
 
 
 def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=ConfigLoader)
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.dump(data, Dumper=ConfigDumper, sort_keys=False)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

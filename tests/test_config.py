@@ -128,3 +128,12 @@ def test_config_file_with_exponent_lr(tmp_path):
     path.write_text("train:\n  lr: 3e-4\n  min_lr: 1E-5\n")
     cfg = TrainConfig.from_file(path)
     assert (cfg.lr, cfg.min_lr) == (3e-4, 1e-5)
+
+
+def test_strings_that_look_like_floats_survive_the_round_trip():
+    """What attnlab writes (config.yaml, to_yaml) reads back the same: '1e5' as a path stays a string."""
+    from attnlab.config import dump_yaml, parse_yaml
+
+    data = {"data": {"train": "1e5", "valid": "2024e1", "tokenizer": "1.10"}, "train": {"lr": 3e-3, "eps": 1e-9}}
+    assert parse_yaml(dump_yaml(data)) == data
+

@@ -214,4 +214,7 @@ def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_
     drawn = sample(lm, prompt=prompt, max_new_tokens=30, stop_at_eos=False, generator=torch.Generator().manual_seed(4),
                    use_cache=use_cache)
     assert [len(r) for r in drawn] == [30, 30]
+    long_prompt = random_ids(2, 11)  # longer than the window: the model sees its last 8 tokens
+    assert sample(lm, prompt=long_prompt, max_new_tokens=3, top_k=1, stop_at_eos=False, use_cache=use_cache) == \
+        sample(lm, prompt=long_prompt[:, -8:], max_new_tokens=3, top_k=1, stop_at_eos=False, use_cache=use_cache)
 

@@ -109,6 +109,23 @@ def test_fused_optimizer_equals_the_textbook_update(optimizer):
         assert (p - p0).abs().min() > 0  # every element was updated
 
 
+def test_resuming_an_older_checkpoint_keeps_the_fused_update():
+    """A checkpoint written before the fused optimiser (fused=None in its param groups) restores the
+    moments and hyperparameters, and the update stays fused."""
+    from attnlab.config import TrainConfig
+    from attnlab.train.loop import load_optimizer_state, make_optimizer
+
+    model = torch.nn.Linear(4, 3)
+    old = torch.optim.Adam([{"params": [model.weight], "weight_decay": 0.0}, {"params": [model.bias], "weight_decay": 0.0}],
+                           lr=0.5, betas=(0.9, 0.98), eps=1e-9)
+    model.weight.grad, model.bias.grad = torch.ones(3, 4), torch.ones(3)
+    old.step()
+    optimizer = make_optimizer(model, TrainConfig())
+    load_optimizer_state(optimizer, old.state_dict())
+    assert all(group["fused"] and group["lr"] == 0.5 for group in optimizer.param_groups)
+    assert torch.equal(optimizer.state[model.weight]["exp_avg"], old.state[model.weight]["exp_avg"])
+
+
 def test_copy_task_is_learnt_in_seconds(tmp_path):
     cfg = run_config(model={"n_layers": 2}, data={"n_train": 2000}, train={"max_steps": 400})
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
@@ -231,6 +248,8 @@ def test_compiled_training_follows_the_eager_run(tmp_path):
     eager, compiled = train_losses(tmp_path / "False"), train_losses(tmp_path / "True")
     assert eager[8] < eager[1] - 0.5
     assert list(compiled.values()) == pytest.approx(list(eager.values()), rel=1e-4)
+    norms = [json.loads(line).get("layer_grad_norms") for line in (tmp_path / "True" / "metrics.jsonl").read_text().splitlines()]
+    assert list(next(n for n in norms if n)) == ["decoder.layers.0"]  # the model's own names, not the wrapper's
     weights = load_file(tmp_path / "True" / "checkpoints" / "step-000008" / MODEL_FILE)
     assert weights.keys() == load_file(tmp_path / "False" / "checkpoints" / "step-000008" / MODEL_FILE).keys()
 

@@ -82,13 +82,15 @@ def measure_peak(fn: Callable[[], object]) -> tuple[float, int]:
     return seconds, max(peak, 0)
 
 
-def _pass(backend: AttentionBackend, q, k, v, mask: AttentionMask, pos: torch.Tensor, backward: bool) -> Callable:
+def _pass(backend: AttentionBackend, q, k, v, causal: bool, pos: torch.Tensor, backward: bool) -> Callable:
+    """One timed call. Each call makes its own AttentionMask, as a model's forward does, so that a
+    backend that builds the dense mask pays for it every time (the mask keeps what it built)."""
     def forward():
         with torch.no_grad():
-            return backend(q, k, v, mask, pos, pos)[0]
+            return backend(q, k, v, AttentionMask(causal=causal), pos, pos)[0]
 
     def forward_backward():
-        out = backend(q, k, v, mask, pos, pos)[0]
+        out = backend(q, k, v, AttentionMask(causal=causal), pos, pos)[0]
         return torch.autograd.grad(out.sum(), (q, k, v))
 
     return forward_backward if backward else forward
@@ -100,7 +102,6 @@ def bench_attention(lengths: tuple[int, ...] = LENGTHS, names: tuple[str, ...] |
     """Yield one record per (backend, T, pass): seconds, peak_bytes, or skipped with a reason."""
     available = backends(head_dim)
     names = tuple(available) if names is None else names
-    mask = AttentionMask(causal=causal)
     kept_per_score: dict[tuple[str, str], float] = {}  # peak / scores bytes at the last size that ran
     last_seconds: dict[tuple[str, str], tuple[int, float]] = {}
     for T in lengths:
@@ -118,7 +119,7 @@ def bench_attention(lengths: tuple[int, ...] = LENGTHS, names: tuple[str, ...] |
                 if reason:
                     yield record | {"skipped": reason}
                     continue
-                fn = _pass(available[name], q, k, v, mask, pos, pass_name == "forward_backward")
+                fn = _pass(available[name], q, k, v, causal, pos, pass_name == "forward_backward")
                 seconds, peak = measure_peak(fn)  # the first run: memory, and a warm-up
                 if seconds < time_limit / 4:  # then time it again, warm
                     seconds = statistics.median(measure_peak(fn)[0] for _ in range(repeats))

@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
 from attnlab.analysis.heads import remove_heads
-from attnlab.config import DataConfig, ModelConfig, TrainConfig, read_config_file
+from attnlab.config import DataConfig, ModelConfig, TrainConfig, dump_yaml, read_config_file
 from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
@@ -93,8 +92,7 @@ class RunDir:
 
     # -- config and tokenizers ----------------------------------------------------------------
     def write_config(self, model: ModelConfig, data: DataConfig, train: TrainConfig) -> None:
-        text = yaml.safe_dump({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()},
-                              sort_keys=False)
+        text = dump_yaml({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()})
         atomic_write_text(self.config, text)
 
     def read_config(self) -> tuple[ModelConfig, DataConfig, TrainConfig]:

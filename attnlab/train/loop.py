@@ -85,9 +85,10 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
     total = world.all_sum(n_tokens)[0] if world else n_tokens
     scale = (world.size if world else 1) / total
     loss_sum = nll_sum = 0.0
+    ddp = getattr(model, "_orig_mod", model)  # under torch.compile's wrapper, when compiled
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
-        sync = contextlib.nullcontext() if last or not isinstance(model, DDP) else model.no_sync()
+        sync = contextlib.nullcontext() if last or not isinstance(ddp, DDP) else ddp.no_sync()
         with sync:
             with amp():
                 logits = logits_of(model, batch)
@@ -135,6 +136,8 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
 
 
 def _unwrapped(model: nn.Module) -> nn.Module:
+    """The model itself, inside torch.compile's and DDP's wrappers."""
+    model = getattr(model, "_orig_mod", model)
     return model.module if isinstance(model, DDP) else model
 
 
@@ -195,9 +198,9 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     amp = autocast(cfg.precision, device)
     model.to(device)
     main = world is None or world.is_main
-    if cfg.compile:
-        model.compile()  # the training forward through torch.compile (TorchInductor); weights and names unchanged
     trained = DDP(model) if world else model  # gradients averaged across ranks in the backward
+    if cfg.compile:  # the training forward through TorchInductor; evaluation and checkpoints use the model itself
+        trained = torch.compile(trained)
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
                                                         cfg.min_lr, d_model))
@@ -370,7 +373,7 @@ def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
     load_weights(model, run.step_dir(step) / MODEL_FILE)
     model.to(device)
     state = run.load_trainer_state(step)
-    optimizer.load_state_dict(state["optimizer"])
+    load_optimizer_state(optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if scaler is not None and "scaler" in state:
         scaler.load_state_dict(state["scaler"])
@@ -378,6 +381,15 @@ def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
     if "rng_cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["rng_cuda"], device)
     return Progress(**state["progress"])
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """The saved moments and hyperparameters; how the update runs (fused or per tensor) stays this
+    version's choice: a checkpoint from before the fused update records fused=None."""
+    implementation = [{key: group[key] for key in ("foreach", "fused")} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, flags in zip(optimizer.param_groups, implementation):
+        group.update(flags)
 
 
 def _truncate_metrics(run: RunDir, step: int) -> None:
