@@ -1,7 +1,7 @@
 """Does ``train.compile`` (torch.compile of the training forward) help on this CPU? (docs/performance.md)
 
 Times attnlab's own training step (bench.train.attnlab_step: forward, loss, backward, clipping,
-AdamW) eagerly, then after ``model.compile()``, which is what ``train.compile: true`` does, for
+AdamW) eagerly, then on ``torch.compile(model)``, which is what ``train.compile: true`` trains, for
 the character model (batch 12 x 64) and the benchmark encoder-decoder (64 pairs of 24 + 24
 tokens), in float32 and bf16. Reports the medians and the compilation time (the first two
 compiled steps).
@@ -44,8 +44,8 @@ def main() -> None:
             for _ in range(3):
                 step()
             eager = median_ms(step, n)
+            step = attnlab_step(torch.compile(model), batch, cfg)
             start = time.perf_counter()
-            model.compile()
             step(), step()
             compile_s = time.perf_counter() - start
             compiled = median_ms(step, n)
