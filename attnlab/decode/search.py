@@ -237,13 +237,13 @@ def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = 
     window = session.max_positions if not session.seq2seq else None  # the context slides past this
     if window is None:
         max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
-    context = session.start  # (N, P + generated): what a sliding window is cut from
     tokens, fed = session.start, 0
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out = []
     for _ in range(max_new_tokens):
         if window is not None and fed + tokens.shape[1] > window:  # no position left: slide
-            session = DecodingSession(model, prompt=context[:, -window:], use_cache=use_cache)
+            context = torch.cat([prompt, *(t[:, None] for t in out[-window:])], dim=1)[:, -window:]  # the last tokens
+            session = DecodingSession(model, prompt=context, use_cache=use_cache)
             tokens, fed = session.start, 0
         logits = filter_logits(session.step(tokens), temperature, top_k, top_p)
         fed += tokens.shape[1]
@@ -256,7 +256,5 @@ def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = 
             if finished.all():
                 break
         tokens = next_token[:, None]
-        if window is not None:
-            context = torch.cat([context, tokens], dim=1)
     rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in range(tokens.shape[0])]
     return [_until_eos(row) if stop_at_eos else row for row in rows]

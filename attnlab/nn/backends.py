@@ -125,11 +125,13 @@ class SDPABackend(AttentionBackend):
     returns_weights = False
 
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
-        allowed = mask.dense(q_pos, k_pos)
         b = bias(q, q_pos, k_pos) if bias is not None else None
         square_causal = mask.causal and mask.key_valid is None and mask.explicit is None and q.shape[2] == k.shape[2]
-        if b is None and (allowed is None or square_causal):
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=square_causal), None
+        if b is None and square_causal:  # no (Tq, Tk) mask to build
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), None
+        allowed = mask.dense(q_pos, k_pos)
+        if b is None and allowed is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p), None
         # half the most negative value: adding a bias cannot overflow to -inf, so no row becomes NaN
         attn_mask = b if allowed is None else torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(
             ~allowed, torch.finfo(q.dtype).min / 2) + (0.0 if b is None else b)

@@ -47,12 +47,15 @@ class DecoderLayer(nn.Module):
 
     def forward(self, y: Tensor, self_mask: AttentionMask | Tensor, positions: Positions, memory: Tensor | None = None,
                 memory_mask: AttentionMask | Tensor | None = None, self_cache: KVCache | None = None,
-                cross_cache: KVCache | None = None) -> Tensor:
+                cross_cache: KVCache | None = None, memory_positions: Tensor | None = None) -> Tensor:
         """y: (B, Tq, d_model) target vectors (only the new steps when decoding with a cache);
-        self_mask: causal and padding; memory: (B, S, d_model); memory_mask: its padding (AttentionMasks)."""
+        self_mask: causal and padding; memory: (B, S, d_model); memory_mask: its padding (AttentionMasks);
+        memory_positions: (S,), made once by the stack for all its layers (else by cross-attention)."""
         y = self.self_attn_residual(
             y, lambda h: self.self_attn(h, mask=self_mask, positions=positions, cache=self_cache)[0])
         if self.cross_attn is not None:
             y = self.cross_attn_residual(
-                y, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache)[0])
+                y, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache,
+                                             positions=None if memory_positions is None
+                                             else (positions[0], memory_positions))[0])
         return self.feed_forward_residual(y, self.feed_forward)

@@ -75,17 +75,23 @@ def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
                          amp: Callable[[], ContextManager] = contextlib.nullcontext,
-                         scaler: torch.amp.GradScaler | None = None, world: World | None = None) -> dict[str, float]:
+                         scaler: torch.amp.GradScaler | None = None, world: World | None = None,
+                         global_tokens: int | None = None) -> dict[str, float]:
     """Backward of the label-smoothed loss over ``batches``, summed over their target tokens and
     divided by the number of target tokens of the whole (global) batch: with ``world``, the
-    batches of every rank together. DDP then averages over the ranks, so each rank scales by the
-    world size: the gradients equal one process's over the global batch. Returns the sums."""
+    batches of every rank together (``global_tokens`` when the caller knows it, as ``fit`` does:
+    every rank builds the same batches; otherwise one all-reduce). DDP then averages over the
+    ranks, so each rank scales by the world size: the gradients equal one process's over the
+    global batch. Returns the sums."""
     model.train()
     n_tokens = sum(b.n_tokens for b in batches)
-    total = world.all_sum(n_tokens)[0] if world else n_tokens
+    if global_tokens is not None:
+        total = global_tokens
+    else:
+        total = world.all_sum(n_tokens)[0] if world else n_tokens
     scale = (world.size if world else 1) / total
     loss_sum = nll_sum = 0.0
-    ddp = getattr(model, "_orig_mod", model)  # under torch.compile's wrapper, when compiled
+    ddp = _uncompiled(model)
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not isinstance(ddp, DDP) else ddp.no_sync()
@@ -105,7 +111,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
                scheduler: torch.optim.lr_scheduler.LRScheduler, cfg: TrainConfig,
                amp: Callable[[], ContextManager] = contextlib.nullcontext,
                scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False,
-               world: World | None = None) -> dict[str, Any]:
+               world: World | None = None, global_tokens: int | None = None) -> dict[str, Any]:
     """One update from one or more batches (gradient accumulation; with ``world``, this rank's
     share of the global batch): the loss is the label-smoothed cross-entropy summed over all
     target tokens, divided by their number. With ``layer_norms``, also each layer's gradient norm
@@ -115,7 +121,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     they were and 'finite' is False (with fp16, the GradScaler's own skips of overflowing scaled
     gradients are part of its calibration and count only when the loss itself is non-finite)."""
     lr = optimizer.param_groups[0]["lr"]
-    sums = accumulate_gradients(model, batches, cfg, amp, scaler, world)
+    sums = accumulate_gradients(model, batches, cfg, amp, scaler, world, global_tokens)
     if scaler is not None:
         scaler.unscale_(optimizer)
     per_layer = layer_grad_norms(_unwrapped(model)) if layer_norms else None
@@ -135,9 +141,14 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     return out if per_layer is None else out | {"layer_grad_norms": per_layer}
 
 
+def _uncompiled(model: nn.Module) -> nn.Module:
+    """The module inside torch.compile's wrapper (the module itself when not compiled)."""
+    return getattr(model, "_orig_mod", model)
+
+
 def _unwrapped(model: nn.Module) -> nn.Module:
     """The model itself, inside torch.compile's and DDP's wrappers."""
-    model = getattr(model, "_orig_mod", model)
+    model = _uncompiled(model)
     return model.module if isinstance(model, DDP) else model
 
 
@@ -268,8 +279,10 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             started = time.perf_counter()
             first = progress.batch + (world.rank * cfg.accumulate if world else 0)
             group = [batches[j].to(device) for j in range(first, min(first + cfg.accumulate, len(batches)))]
+            global_tokens = sum(b.n_tokens for b in batches[progress.batch:progress.batch + span]) if world else None
             out = train_step(trained, group, optimizer, scheduler, cfg, amp, scaler,
-                             layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world)
+                             layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world,
+                             global_tokens=global_tokens)
             seconds = time.perf_counter() - started
             seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
             progress.batch += span if world else len(group)

@@ -39,6 +39,7 @@ class _LabelSmoothedNLL(torch.autograd.Function):
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, ignore_index: int) -> tuple[Tensor, Tensor]:
         real = target != ignore_index  # (N,)
         safe = target.masked_fill(~real, 0)
+        weight = real.to(torch.float32)  # (N,): 1 for real tokens, 0 for padding
         lse = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
         loss = logits.new_zeros((), dtype=torch.float32)
         nll = logits.new_zeros((), dtype=torch.float32)
@@ -48,23 +49,26 @@ class _LabelSmoothedNLL(torch.autograd.Function):
             x = logits[rows].float()  # (n, V)
             lse[rows] = torch.logsumexp(x, dim=-1)
             picked = x.gather(-1, safe[rows, None]).squeeze(-1)
-            mask = real[rows].float()
-            nll_rows = (lse[rows] - picked) * mask
-            uniform_rows = (lse[rows] - x.mean(-1)) * mask
-            nll += nll_rows.sum()
-            loss += ((1.0 - epsilon) * nll_rows + epsilon * uniform_rows).sum()
-        ctx.save_for_backward(logits, safe, real, lse)
+            nll_rows = (lse[rows] - picked) * weight[rows]
+            nll_chunk = nll_rows.sum()
+            nll += nll_chunk
+            if epsilon > 0.0:  # the uniform term is one more pass over the chunk: only when it counts
+                uniform_rows = (lse[rows] - x.mean(-1)) * weight[rows]
+                loss += ((1.0 - epsilon) * nll_rows + epsilon * uniform_rows).sum()
+            else:
+                loss += nll_chunk
+        ctx.save_for_backward(logits, safe, weight, lse)
         ctx.epsilon = epsilon
         return loss, nll
 
     @staticmethod
     def backward(ctx, g_loss: Tensor, g_nll: Tensor) -> tuple[Tensor, None, None, None]:
-        logits, safe, real, lse = ctx.saved_tensors
+        logits, safe, weight, lse = ctx.saved_tensors
         eps, V = ctx.epsilon, logits.shape[-1]
         grad = torch.empty_like(logits)
         # d/dx of g_loss * loss + g_nll * nll = (g_loss + g_nll) softmax - (g_loss (1 - eps) + g_nll) onehot - g_loss eps / V
         onehot_weight = g_loss * (1.0 - eps) + g_nll
-        weight = real.to(torch.float32)[:, None]  # (N, 1): 1 for real tokens, 0 for padding
+        weight = weight[:, None]  # (N, 1)
         n = chunk_rows(logits.shape[1])
         for start in range(0, logits.shape[0], n):
             rows = slice(start, start + n)
