@@ -91,11 +91,6 @@ def cmd_prune(args: argparse.Namespace) -> None:
         print(f"pruned model: {args.out}")
 
 
-def _leftover(path: Path) -> bool:
-    """A temporary file that an atomic write killed halfway left behind (.NAME.XXXX.tmp)."""
-    return path.is_file() and path.name.startswith(".") and path.name.endswith(".tmp")
-
-
 def _default_run_dir(stem: str) -> str:
     return str(Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
 
@@ -103,11 +98,13 @@ def _default_run_dir(stem: str) -> str:
 def _new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
     """The run directory to write: ``out``, or runs/STEM-TIMESTAMP; an existing, non-empty one is
     only taken to resume it, never overwritten."""
+    from attnlab.files import is_leftover
+
     path = Path(out) if out else Path(_default_run_dir(stem))
     if resume:
         if not path.is_dir():
             raise UsageError(f"--resume: {path} is not a run directory (give it with --out)")
-    elif path.exists() and (not path.is_dir() or any(not _leftover(p) for p in path.iterdir())):
+    elif path.exists() and (not path.is_dir() or any(not (p.is_file() and is_leftover(p)) for p in path.iterdir())):
         raise UsageError(f"{path} already exists; pass --resume to continue that run, or choose another --out")
     return path
 

@@ -284,13 +284,20 @@ class ModelConfig(TypedConfig):
         if self.positional == "rotary" and self.d_head % 2:
             raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {self.d_head})")
 
+    def _only_with(self, setting: str, users: dict[str, tuple[str, ...]]) -> None:
+        """Refuse a field set away from its default when ``setting`` (arch, attention_backend) has a
+        value that does not use it: ``users`` maps each field to the values that do."""
+        value = getattr(self, setting)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, values in users.items():
+            if value not in values and getattr(self, name) != defaults[name]:
+                raise ConfigError(f"{name} is only used with {setting} {' or '.join(map(repr, values))} "
+                                  f"({setting} is '{value}')")
+
     def _check_rnn(self) -> None:
-        rnn_fields = ("rnn_cell", "rnn_attention", "score", "bidirectional", "input_feeding")
+        self._only_with("arch", {name: ("rnn",) for name in
+                                 ("rnn_cell", "rnn_attention", "score", "bidirectional", "input_feeding")})
         if self.arch != "rnn":
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            for name in rnn_fields:
-                if getattr(self, name) != defaults[name]:
-                    raise ConfigError(f"{name} is only used with arch 'rnn' (arch is '{self.arch}')")
             return
         if self.score in ("dot", "scaled_dot", "cosine") and self.bidirectional:
             raise ConfigError(f"score '{self.score}' compares the decoder state (d_model) with encoder states of "
@@ -303,15 +310,11 @@ class ModelConfig(TypedConfig):
             _at_least(name, getattr(self, name), 1)
         for name in ("attention_window", "sparse_stride", "sparse_global", "sparse_random"):
             _at_least(name, getattr(self, name), 0)
+        self._only_with("attention_backend", {
+            "attention_window": ("local", "sparse"), "attention_key_block": ("chunked",), "sparse_stride": ("sparse",),
+            "sparse_global": ("sparse",), "sparse_random": ("sparse",), "linear_features": ("linear",),
+            "linear_n_features": ("linear",)})
         backend = self.attention_backend
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name, users in (("attention_window", ("local", "sparse")), ("attention_key_block", ("chunked",)),
-                            ("sparse_stride", ("sparse",)), ("sparse_global", ("sparse",)),
-                            ("sparse_random", ("sparse",)), ("linear_features", ("linear",)),
-                            ("linear_n_features", ("linear",))):
-            if backend not in users and getattr(self, name) != defaults[name]:
-                raise ConfigError(f"{name} is only used with attention_backend {' or '.join(map(repr, users))} "
-                                  f"(attention_backend is '{backend}')")
         if backend == "math":
             return
         if self.arch == "rnn":

@@ -12,6 +12,12 @@ import tempfile
 from pathlib import Path
 
 
+def is_leftover(path: Path) -> bool:
+    """A temporary name that a write killed halfway left behind: ``.NAME.XXXX.tmp`` (a file or a
+    staging directory) or ``.NAME.XXXX.old`` (a directory being replaced)."""
+    return path.name.startswith(".") and path.name.endswith((".tmp", ".old"))
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

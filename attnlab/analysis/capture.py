@@ -27,7 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.nn.attention import MultiHeadAttention
-from attnlab.nn.backends import AttentionBackend, ChunkedBackend, SDPABackend
+from attnlab.nn.backends import AttentionBackend
+from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.nn.rnn import RNNDecoder
 
 _NAME = re.compile(r"(?P<stack>\w+)\.layers\.(?P<layer>\d+)\.(?P<kind>self|cross)_attn$")
@@ -81,12 +82,13 @@ def capture_attention(model: nn.Module) -> Iterator[AttentionCapture]:
 
     for name, module in model.named_modules():
         if isinstance(module, MultiHeadAttention):
-            if isinstance(module.backend, (SDPABackend, ChunkedBackend)):
+            if not module.backend.exact:
+                exact = ", ".join(repr(n) for n, backend in ATTENTION_BACKENDS.items() if backend.exact)
+                raise ValueError(f"{name}: attention backend '{module.backend.name}' does not form softmax weights "
+                                 f"over all keys; capture needs an exact backend ({exact})")
+            if not module.backend.returns_weights:  # the same numbers from 'math', which forms the weights
                 swapped.append((module, module.backend))
                 module.backend = AttentionBackend()
-            elif not module.backend.returns_weights:
-                raise ValueError(f"{name}: attention backend '{module.backend.name}' does not form softmax weights "
-                                 f"over all keys; capture needs an exact backend ('math', 'sdpa' or 'chunked')")
             handles.append(module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True))
             handles.append(module.register_forward_hook(lambda m, a, out, name=name: keep(name, out[1])))
         elif isinstance(module, RNNDecoder) and module.attention != "none":

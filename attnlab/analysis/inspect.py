@@ -64,8 +64,7 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
         tgt_ids = tokenizers["tgt"].encode(target)
         tgt_in = torch.tensor([[BOS] + tgt_ids])
     else:
-        with torch.no_grad():
-            tgt_ids = beam_search(model, src, beam=beam)[0][0].tokens
+        tgt_ids = beam_search(model, src, beam=beam)[0][0].tokens
         tgt_in = torch.tensor([[BOS] + tgt_ids])
     records = attention_of(model, src, tgt_in)
     src_labels = tok_in.id_tokens(src[0].tolist()) if seq2seq else None

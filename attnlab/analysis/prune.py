@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_model
 from torch import nn
 
 from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads, remove_heads
@@ -26,7 +25,7 @@ from attnlab.data.tokenizers import PAD
 from attnlab.errors import UsageError
 from attnlab.eval.evaluate import evaluate as evaluate_text
 from attnlab.files import publish_dir, staging_dir
-from attnlab.train.checkpoint import META_FILE, MODEL_FILE, RunDir, load_run, write_checksums
+from attnlab.train.checkpoint import RunDir, load_run, write_checkpoint
 from attnlab.train.loop import evaluate as teacher_forced, logits_of
 from attnlab.train.losses import label_smoothed_nll
 
@@ -91,9 +90,7 @@ def _write_pruned_run(run: RunDir, model: nn.Module, result: dict[str, Any], out
     step = run.best_step() or run.steps()[-1]
     step_dir = new.step_dir(step)
     step_dir.mkdir(parents=True)
-    save_model(model, str(step_dir / MODEL_FILE))
-    (step_dir / META_FILE).write_text(json.dumps({"step": step, "pruned_from": str(run.path), **{
-        k: v for k, v in result.items() if k != "pruned"}}, indent=2))
-    write_checksums(step_dir)
+    write_checkpoint(step_dir, model, {"step": step, "pruned_from": str(run.path),
+                                       **{k: v for k, v in result.items() if k != "pruned"}})
     new.best_pointer.write_text(json.dumps({"step": step, "metric": "pruned", "value": result["fraction"]}))
     publish_dir(staged, out)

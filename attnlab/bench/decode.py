@@ -13,17 +13,12 @@ from typing import Callable, Iterator
 import torch
 
 from attnlab.bench.reference import SHAPE, marian
-from attnlab.bench.train import attnlab_model, interleaved_medians
+from attnlab.bench.timing import checked_length, interleaved_medians
+from attnlab.bench.train import attnlab_model
 from attnlab.data.batching import source_batch
 from attnlab.decode.search import beam_search, greedy
 
 HF = "transformers.MarianMTModel"
-
-
-def checked_length(out: list, n: int) -> None:
-    """Every row has exactly ``n`` tokens (min_len = max_len must hold, or the timing is not comparable)."""
-    if any(len(row) != n for row in out):
-        raise RuntimeError(f"decoding stopped before {n} tokens")
 
 
 def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,

@@ -8,7 +8,8 @@ from typing import Iterator
 
 import torch
 
-from attnlab.bench.train import attnlab_step, interleaved_medians
+from attnlab.bench.timing import interleaved_medians
+from attnlab.bench.train import attnlab_step
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.decode.search import sample
@@ -35,9 +36,8 @@ def bench_lm(repeats: int = 10, seed: int = 0) -> Iterator[dict]:
     new = BLOCK - 1
     for b in (1, 32):
         prompt = torch.randint(4, VOCAB, (b, 1), generator=g)
-        with torch.no_grad():
-            t = interleaved_medians({"s": lambda: sample(model, prompt=prompt, max_new_tokens=new, stop_at_eos=False,
-                                                         generator=torch.Generator().manual_seed(0))},
-                                    max(1, repeats // 2))["s"]
+        t = interleaved_medians({"s": lambda: sample(model, prompt=prompt, max_new_tokens=new, stop_at_eos=False,
+                                                     generator=torch.Generator().manual_seed(0))},
+                                max(1, repeats // 2))["s"]
         yield {"name": f"lm_sample_b{b}", "value": round(b * new / t, 1), "unit": "tokens/s", "batch": b,
                "new_tokens": new}

@@ -22,10 +22,10 @@ from typing import Iterator
 
 import torch
 
-from attnlab.bench.decode import checked_length
-from attnlab.bench.train import attnlab_step, interleaved_medians, train_config
+from attnlab.bench.timing import checked_length, interleaved_medians, random_pairs
+from attnlab.bench.train import attnlab_step, train_config
 from attnlab.config import ModelConfig
-from attnlab.data.batching import Batch, collate_pairs
+from attnlab.data.batching import Batch
 from attnlab.decode.search import greedy
 from attnlab.nn.build import build_model
 from attnlab.train.loop import autocast
@@ -45,11 +45,6 @@ REFERENCE = "transformer"
 
 def build(name: str, max_len: int) -> torch.nn.Module:
     return build_model(ModelConfig(**MODELS[name], vocab_size=VOCAB, max_len=max_len))
-
-
-def _random_batch(n_pairs: int, length: int, generator: torch.Generator) -> Batch:
-    ids = torch.randint(4, VOCAB, (2, n_pairs, length), generator=generator).tolist()
-    return collate_pairs(list(zip(ids[0], ids[1])))
 
 
 def train_seconds(model: torch.nn.Module, batch: Batch, precision: str, repeats: int) -> float:
@@ -77,8 +72,8 @@ def bench_models(lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400), models:
     generator = torch.Generator().manual_seed(seed)
     built = {name: build(name, max_len=max(lengths) + 2) for name in models}
     for length in lengths:
-        batch = _random_batch(max(1, batch_tokens // length), length, generator)
-        src = _random_batch(decode_batch, length, generator).src
+        batch = random_pairs(max(1, batch_tokens // length), length, VOCAB, generator)
+        src = random_pairs(decode_batch, length, VOCAB, generator).src
         n_train = batch.n_tokens
         figures = {}
         for name, model in built.items():

@@ -13,8 +13,6 @@ a change in the machine's speed moves both alike.
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Callable, Iterator
 
 import torch
@@ -23,9 +21,10 @@ from torch import nn
 
 from attnlab.analysis.budget import budget_report
 from attnlab.config import ModelConfig, TrainConfig
-from attnlab.data.batching import Batch, collate_pairs
+from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
 from attnlab.bench.reference import SHAPE, marian, torch_transformer
+from attnlab.bench.timing import interleaved_medians, random_pairs
 from attnlab.nn.build import build_model
 from attnlab.train.loop import autocast, make_optimizer, train_step
 from attnlab.train.schedules import make_schedule, make_scheduler
@@ -48,13 +47,17 @@ def gemm(precision: str, n: int = 1024, products: int = 4) -> tuple[Callable[[],
 
 
 def random_batch(seed: int = 0) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, SHAPE["vocab_size"], (2, BATCH, LENGTH - 1), generator=g).tolist()
-    return collate_pairs(list(zip(ids[0], ids[1])))  # sources + EOS, BOS + targets: 24 + 24 tokens
+    """The benchmark's batch: sources + EOS, BOS + targets, 24 + 24 tokens."""
+    return random_pairs(BATCH, LENGTH - 1, SHAPE["vocab_size"], torch.Generator().manual_seed(seed))
+
+
+def model_config(dropout: float = DROPOUT) -> ModelConfig:
+    """The benchmark's model: sinusoidal positions and tied embeddings are the config's defaults."""
+    return ModelConfig(**SHAPE, dropout=dropout)
 
 
 def attnlab_model(dropout: float = DROPOUT) -> nn.Module:
-    return build_model(ModelConfig(**SHAPE, dropout=dropout, positional="sinusoidal", tie_embeddings="all"))
+    return build_model(model_config(dropout))
 
 
 def train_config(precision: str) -> TrainConfig:
@@ -84,27 +87,13 @@ def reference_step(model: nn.Module, batch: Batch, precision: str) -> Callable[[
         with amp():
             logits = model(batch.src, batch.tgt_in)
         loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
-                               label_smoothing=0.1)
+                               label_smoothing=cfg.label_smoothing)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     return step
-
-
-def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 2) -> dict[str, float]:
-    """Median seconds per call of each function, calling them in turn ``repeats`` times."""
-    for fn in steps.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, fn in steps.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 10, with_hf: bool = True,
@@ -112,7 +101,7 @@ def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 1
     torch.manual_seed(seed)
     batch = random_batch(seed)
     tokens = batch.n_tokens
-    flops = budget_report(ModelConfig(**SHAPE, dropout=DROPOUT), LENGTH, BATCH)["flops"]["forward_backward"]
+    flops = budget_report(model_config(), LENGTH, BATCH)["flops"]["forward_backward"]
     for precision in precisions:
         models = {"attnlab": attnlab_model(), "torch.nn.Transformer": torch_transformer(DROPOUT)}
         hf = marian(DROPOUT) if with_hf else None

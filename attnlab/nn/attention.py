@@ -118,25 +118,25 @@ class MultiHeadAttention(nn.Module):
         inner = torch.cat([h * self.d_head + per_head for h in keep])  # columns of the kept heads
         width = self.n_heads * self.d_head
         if self.cross:
-            self.q_proj = _rows(self.q_proj, inner)
-            self.kv_proj = _rows(self.kv_proj, torch.cat([inner, width + inner]))
+            self.q_proj = _sliced(self.q_proj, outputs=inner)
+            self.kv_proj = _sliced(self.kv_proj, outputs=torch.cat([inner, width + inner]))
         else:
-            self.qkv_proj = _rows(self.qkv_proj, torch.cat([inner, width + inner, 2 * width + inner]))
-        out = nn.Linear(len(inner), self.out_proj.out_features, bias=self.out_proj.bias is not None)
-        out.weight = nn.Parameter(self.out_proj.weight.detach()[:, inner].clone())
-        if self.out_proj.bias is not None:
-            out.bias = nn.Parameter(self.out_proj.bias.detach().clone())
-        self.out_proj = out.to(self.out_proj.weight.device)
+            self.qkv_proj = _sliced(self.qkv_proj, outputs=torch.cat([inner, width + inner, 2 * width + inner]))
+        self.out_proj = _sliced(self.out_proj, inputs=inner)
         self.positional.keep_heads(torch.tensor(keep))
         if self.head_gate is not None:
             self.head_gate = self.head_gate[keep]
         self.n_heads = len(keep)
 
 
-def _rows(linear: nn.Linear, rows: Tensor) -> nn.Linear:
-    """A copy of ``linear`` with only these output rows."""
-    new = nn.Linear(linear.in_features, len(rows), bias=linear.bias is not None)
-    new.weight = nn.Parameter(linear.weight.detach()[rows].clone())
+def _sliced(linear: nn.Linear, outputs: Tensor | None = None, inputs: Tensor | None = None) -> nn.Linear:
+    """A copy of ``linear`` with only these output rows and input columns (all when None)."""
+    weight = linear.weight.detach()
+    weight = weight if outputs is None else weight[outputs]
+    weight = weight if inputs is None else weight[:, inputs]
+    new = nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None)
+    new.weight = nn.Parameter(weight.clone())
     if linear.bias is not None:
-        new.bias = nn.Parameter(linear.bias.detach()[rows].clone())
+        bias = linear.bias.detach()
+        new.bias = nn.Parameter((bias if outputs is None else bias[outputs]).clone())
     return new.to(linear.weight.device)

@@ -91,6 +91,12 @@ class AttentionBackend:
     name = "math"
     returns_weights = True  # can give the (B, H, Tq, Tk) probabilities
     takes_explicit_mask = True  # accepts an arbitrary boolean mask besides padding and causality
+    exact = True  # computes softmax attention over every allowed key (what 'math' computes)
+
+    @classmethod
+    def from_config(cls, cfg) -> "AttentionBackend":
+        """The backend with its own fields of a ModelConfig (attention_block, attention_window, ...)."""
+        return cls()
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
                  dropout_p: float = 0.0, bias: BiasFn | None = None, need_weights: bool = False,
@@ -159,6 +165,10 @@ class ChunkedBackend(AttentionBackend):
 
     def __init__(self, q_block: int = 128, k_block: int = 1024) -> None:
         self.q_block, self.k_block = q_block, k_block
+
+    @classmethod
+    def from_config(cls, cfg) -> "ChunkedBackend":
+        return cls(cfg.attention_block, cfg.attention_key_block)
 
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
         params = _bias_parameters(bias)
@@ -317,6 +327,12 @@ class SparseBackend(AttentionBackend):
     name = "sparse"
     returns_weights = False
     takes_explicit_mask = False
+    exact = False  # attends to the pattern's keys only
+
+    @classmethod
+    def from_config(cls, cfg) -> "SparseBackend":
+        return cls(SparsePattern(cfg.attention_window, cfg.sparse_stride, cfg.sparse_global, cfg.sparse_random,
+                                 cfg.attention_block))
 
     def __init__(self, pattern: SparsePattern) -> None:
         self.pattern = pattern
@@ -349,6 +365,10 @@ class LocalBackend(SparseBackend):
 
     def __init__(self, window: int, block: int = 64) -> None:
         super().__init__(SparsePattern(window=window, block=block))
+
+    @classmethod
+    def from_config(cls, cfg) -> "LocalBackend":
+        return cls(cfg.attention_window, cfg.attention_block)
 
 
 class FeatureMap:
@@ -402,9 +422,14 @@ class LinearBackend(AttentionBackend):
     name = "linear"
     returns_weights = False
     takes_explicit_mask = False
+    exact = False  # a different model of attention (its own kernel formula)
 
     def __init__(self, feature_map: FeatureMap, chunk: int = 128) -> None:
         self.phi, self.chunk = feature_map, chunk
+
+    @classmethod
+    def from_config(cls, cfg) -> "LinearBackend":
+        return cls(FeatureMap(cfg.linear_features, cfg.d_head, cfg.linear_n_features), cfg.attention_block)
 
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
         return self._kernelised(q, k, v, mask, dropout_p, bias, cache=None, key_valid=mask.key_valid), None

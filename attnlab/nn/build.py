@@ -17,15 +17,7 @@ from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.layers import DecoderLayer, EncoderLayer
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.backends import (
-    AttentionBackend,
-    ChunkedBackend,
-    FeatureMap,
-    LinearBackend,
-    LocalBackend,
-    SparseBackend,
-    SparsePattern,
-)
+from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS, POSITIONAL, RNN_CELLS, SCORES
 from attnlab.nn.residual import ResidualConnection
 from attnlab.nn.rnn import RNNDecoder, RNNEncoder, RNNSeq2Seq
@@ -97,16 +89,9 @@ def _backend(cfg: ModelConfig, cross: bool) -> AttentionBackend:
     """The ``attention_backend`` with its own fields. Windows and sparse patterns are about positions
     within one sequence; cross-attention (target over source) takes exact ``chunked`` attention."""
     name = cfg.attention_backend
-    if name == "chunked" or (cross and name in ("local", "sparse")):
-        return ChunkedBackend(cfg.attention_block, cfg.attention_key_block)
-    if name == "local":
-        return LocalBackend(cfg.attention_window, cfg.attention_block)
-    if name == "sparse":
-        return SparseBackend(SparsePattern(cfg.attention_window, cfg.sparse_stride, cfg.sparse_global,
-                                           cfg.sparse_random, cfg.attention_block))
-    if name == "linear":
-        return LinearBackend(FeatureMap(cfg.linear_features, cfg.d_head, cfg.linear_n_features), cfg.attention_block)
-    return ATTENTION_BACKENDS[name]()
+    if cross and name in ("local", "sparse"):
+        name = "chunked"
+    return ATTENTION_BACKENDS[name].from_config(cfg)
 
 
 def _attention(cfg: ModelConfig, cross: bool = False) -> MultiHeadAttention:

@@ -35,7 +35,7 @@ from attnlab.config import DataConfig, ModelConfig, TrainConfig, dump_yaml, read
 from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
-from attnlab.files import atomic_write_text, publish_dir, staging_dir
+from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
 from attnlab.nn.build import build_model
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
@@ -150,7 +150,7 @@ class RunDir:
 
     def remove_partial_checkpoints(self) -> list[Path]:
         """Delete staging directories a killed run left half-written (never a published checkpoint)."""
-        stale = list(self.checkpoints.glob(".*.tmp")) + list(self.checkpoints.glob(".*.old"))
+        stale = [path for path in self.checkpoints.glob(".*") if is_leftover(path)]
         for path in stale:
             shutil.rmtree(path, ignore_errors=True)
         return stale
@@ -165,10 +165,7 @@ class RunDir:
         """Write a checkpoint atomically; with ``best`` = (metric, value), mark it the best; then drop
         the oldest checkpoints beyond ``keep_last``, never the best one."""
         staged = staging_dir(self.step_dir(step))
-        save_model(model, str(staged / MODEL_FILE))
-        torch.save(trainer_state, staged / STATE_FILE)
-        (staged / META_FILE).write_text(json.dumps({"step": step, **meta}, indent=2))
-        write_checksums(staged)
+        write_checkpoint(staged, model, {"step": step, **meta}, trainer_state)
         publish_dir(staged, self.step_dir(step))
         if best is not None:
             atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": best[0], "value": best[1]}))
@@ -244,6 +241,17 @@ def average_checkpoints(model: nn.Module, paths: list[Path]) -> nn.Module:
     return model
 
 
+def write_checkpoint(directory: Path, model: nn.Module, meta: dict[str, Any],
+                     trainer_state: dict[str, Any] | None = None) -> None:
+    """The files of one checkpoint (weights, the trainer's state if any, meta.json), then their
+    checksums, which every load verifies. Every checkpoint writer goes through here."""
+    save_model(model, str(directory / MODEL_FILE))
+    if trainer_state is not None:
+        torch.save(trainer_state, directory / STATE_FILE)
+    (directory / META_FILE).write_text(json.dumps(meta, indent=2))
+    write_checksums(directory)
+
+
 def write_average(path: str | Path, last: int) -> tuple[Path, list[int]]:
     """Average the newest ``last`` checkpoints of a run into checkpoints/average/ (atomically).
     (An older best checkpoint, kept by pruning, is among them only if ``last`` exceeds keep_last.)"""
@@ -257,8 +265,6 @@ def write_average(path: str | Path, last: int) -> tuple[Path, list[int]]:
     model = average_checkpoints(run.build_model(model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
     final = run.checkpoints / "average"
     staged = staging_dir(final)
-    save_model(model, str(staged / MODEL_FILE))
-    (staged / META_FILE).write_text(json.dumps({"averaged_steps": steps}, indent=2))
-    write_checksums(staged)
+    write_checkpoint(staged, model, {"averaged_steps": steps})
     publish_dir(staged, final)
     return final, steps

@@ -14,7 +14,8 @@ import time
 import torch
 
 from attnlab.bench.lm import BATCH, BLOCK, MODEL, VOCAB
-from attnlab.bench.train import attnlab_model, attnlab_step, interleaved_medians, random_batch, train_config
+from attnlab.bench.timing import interleaved_medians
+from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.nn.build import build_model

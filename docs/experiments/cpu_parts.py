@@ -15,7 +15,8 @@ from torch.profiler import profile
 
 import attnlab.train.losses as losses
 from attnlab.bench.lm import MODEL, VOCAB
-from attnlab.bench.train import attnlab_model, attnlab_step, interleaved_medians, random_batch, train_config
+from attnlab.bench.timing import interleaved_medians
+from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config
 from attnlab.config import ModelConfig
 from attnlab.nn.build import build_model
 
@@ -37,18 +38,21 @@ def optimiser_updates() -> None:
 
 def loss_chunks() -> None:
     target = torch.randint(4, 8000, (1536,))
-    for dtype in (torch.float32, torch.bfloat16):
-        logits = torch.randn(1536, 8000).to(dtype)
-        for rows in (1024, 64):
-            losses.CHUNK_ELEMENTS = rows * 8000
+    default = losses.CHUNK_ELEMENTS
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            logits = torch.randn(1536, 8000).to(dtype)
+            for rows in (1024, 64):
+                losses.CHUNK_ELEMENTS = rows * 8000
 
-            def step() -> None:
-                x = logits.clone().requires_grad_()
-                loss, _ = losses.label_smoothed_nll(x, target, 0.1, 0)
-                loss.backward()
+                def step() -> None:
+                    x = logits.clone().requires_grad_()
+                    loss, _ = losses.label_smoothed_nll(x, target, 0.1, 0)
+                    loss.backward()
 
-            print(f"fused loss, {dtype}, {rows}-row chunks: {median_ms(step, repeats=9):.1f} ms forward + backward")
-    losses.CHUNK_ELEMENTS = 1 << 19
+                print(f"fused loss, {dtype}, {rows}-row chunks: {median_ms(step, repeats=9):.1f} ms forward + backward")
+    finally:
+        losses.CHUNK_ELEMENTS = default
 
 
 def bf16_step_profile() -> None:
