@@ -26,7 +26,7 @@ def cmd_info(args: argparse.Namespace) -> None:
     from attnlab.nn.build import build_model
 
     cfg = ModelConfig.from_file(args.config)
-    if min(args.seq_len, args.batch, args.src_len or 1) < 1:
+    if min(args.seq_len, args.batch) < 1 or (args.src_len is not None and args.src_len < 1):
         raise UsageError("--seq-len, --src-len and --batch must be at least 1")
     with torch.device("meta"):  # shapes only: no memory for the weights, no time to initialise them
         model = build_model(cfg)

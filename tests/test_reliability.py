@@ -224,6 +224,8 @@ CASES = [
     ("inspect with empty text", ["inspect", "{root}/run", "--src", " "], nothing, USAGE, "empty after tokenisation"),
     ("info with a bad memory shape", ["info", "{root}/model.yaml", "--memory", "--seq-len", "0"], nothing, USAGE,
      "--seq-len"),
+    ("info with a zero source length", ["info", "{root}/model.yaml", "--flops", "--src-len", "0"], nothing, USAGE,
+     "--src-len"),
     ("bench with zero repeats", ["bench", "decode", "--repeats", "0"], nothing, USAGE, "--repeats"),
     ("unknown command", ["trian"], nothing, USAGE, "invalid choice"),
 ]
