@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 from torch import Tensor
 
 from attnlab import ModelConfig, build_model
+
+ATTNLAB = Path(sys.executable).parent / "attnlab"  # this environment's command-line program
 
 TINY = dict(vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, max_len=64, max_relative_distance=3)
 

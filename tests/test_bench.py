@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,9 @@ import torch
 import yaml
 
 from attnlab.bench.models import MODELS, REFERENCE, bench_models
+from helpers import ATTNLAB
 
 ROOT = Path(__file__).resolve().parents[1]
-ATTNLAB = Path(sys.executable).parent / "attnlab"
 PRESETS = {"transformer": "multi30k_de_en", "gru_bahdanau": "rnn_bahdanau", "gru_fixed_context": "rnn_fixed_context"}
 
 

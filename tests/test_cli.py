@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from attnlab.cli import main
+from helpers import ATTNLAB
 
 ROOT = Path(__file__).resolve().parents[1]
-ATTNLAB = Path(sys.executable).parent / "attnlab"
 
 
 def test_info_base_preset_has_the_papers_parameter_count(capsys):

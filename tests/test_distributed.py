@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from attnlab.train.checkpoint import load_run
+from helpers import ATTNLAB
 
 from ddp_worker import setup, update
 
 TESTS = Path(__file__).resolve().parent
 TORCHRUN = Path(sys.executable).parent / "torchrun"
-ATTNLAB = Path(sys.executable).parent / "attnlab"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS)}
 
 

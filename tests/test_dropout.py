@@ -26,6 +26,7 @@ def test_backward_goes_through_the_same_mask():
     y = dropout(x, 0.2)
     (g,) = torch.autograd.grad((y * 3.0).sum(), x)
     scale = (y[y != 0] / x[y != 0]).mean()
+    assert scale.item() == pytest.approx(1 / 0.8, rel=1e-4)  # 65536 / (65536 - round(0.2 * 65536))
     torch.testing.assert_close(g, (y != 0).float() * 3.0 * scale)
 
 
@@ -41,11 +42,19 @@ def test_seeded_and_off_in_eval():
         dropout(x, 1.0)
 
 
-def test_bf16_keeps_its_dtype():
+def test_bf16_keeps_its_dtype_and_its_numbers():
+    from attnlab.nn.dropout import drop_mask
+
     x = torch.randn(1000, dtype=torch.bfloat16, requires_grad=True)
+    torch.manual_seed(3)
     y = dropout(x, 0.1)
     y.sum().backward()
     assert y.dtype == x.grad.dtype == torch.bfloat16
+    torch.manual_seed(3)
+    drop, scale = drop_mask(x.shape, 0.1, x.device)
+    keep = (~drop).float()
+    assert torch.equal(y, (x.detach().float() * keep * scale).bfloat16())  # one rounding, as the fast path
+    assert torch.equal(x.grad, (keep * scale).bfloat16())
 
 
 def test_equals_the_product_with_the_textbook_mask():

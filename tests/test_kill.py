@@ -8,15 +8,14 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from attnlab.train.checkpoint import RunDir, load_run
+from helpers import ATTNLAB
 
-ATTNLAB = Path(sys.executable).parent / "attnlab"
 STEPS = 40
 
 

@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,8 @@ from attnlab.errors import CheckpointError, NumericalError
 from attnlab.train import loop
 from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.train.run import train_run
+from helpers import ATTNLAB
 
-ATTNLAB = Path(sys.executable).parent / "attnlab"
 USAGE, CONFIG, DATA, CHECKPOINT, NUMERICAL = 2, 3, 4, 5, 6
 
 DIGITS_DE = "null eins zwei drei vier fünf sechs sieben acht neun".split()

@@ -211,9 +211,11 @@ def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_
         expected = logits.argmax(-1)
         assert [r[step] for r in rows] == expected.tolist(), step
         context = torch.cat([context, expected[:, None]], dim=1)
-    drawn = sample(lm, prompt=prompt, max_new_tokens=30, stop_at_eos=False, generator=torch.Generator().manual_seed(4),
-                   use_cache=use_cache)
-    assert [len(r) for r in drawn] == [30, 30]
+    draw = lambda: sample(lm, prompt=prompt, max_new_tokens=30, stop_at_eos=False, use_cache=use_cache,
+                          generator=torch.Generator().manual_seed(4))
+    drawn = draw()
+    assert [len(r) for r in drawn] == [30, 30] and drawn == draw()  # seeded, past the window too
+    assert min(min(r) for r in drawn) >= 2  # PAD and BOS are never drawn
     long_prompt = random_ids(2, 11)  # longer than the window: the model sees its last 8 tokens
     assert sample(lm, prompt=long_prompt, max_new_tokens=3, top_k=1, stop_at_eos=False, use_cache=use_cache) == \
         sample(lm, prompt=long_prompt[:, -8:], max_new_tokens=3, top_k=1, stop_at_eos=False, use_cache=use_cache)

@@ -251,7 +251,10 @@ def test_compiled_training_follows_the_eager_run(tmp_path):
     norms = [json.loads(line).get("layer_grad_norms") for line in (tmp_path / "True" / "metrics.jsonl").read_text().splitlines()]
     assert list(next(n for n in norms if n)) == ["decoder.layers.0"]  # the model's own names, not the wrapper's
     weights = load_file(tmp_path / "True" / "checkpoints" / "step-000008" / MODEL_FILE)
-    assert weights.keys() == load_file(tmp_path / "False" / "checkpoints" / "step-000008" / MODEL_FILE).keys()
+    eager_weights = load_file(tmp_path / "False" / "checkpoints" / "step-000008" / MODEL_FILE)
+    # the model's own names (the values follow the losses above only to Adam's amplified rounding:
+    # an update of about lr where a gradient is near zero)
+    assert weights.keys() == eager_weights.keys()
 
 
 def test_activation_checkpointing_gives_the_same_gradients():
