@@ -20,7 +20,10 @@ CORPUS = ["the cat sat on the mat", "ein Hund läuft über die Straße", "naïve
 TOKENIZERS = {kind: Tokenizer.train(kind, CORPUS, vocab_size=300) for kind in ("char", "word", "bpe", "unigram")}
 ALPHABET = sorted({c for line in CORPUS for c in unicodedata.normalize("NFC", line)})
 WORDS = sorted({w for line in CORPUS for w in line.split()})
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# derandomize: CI gates on these, so each run tries the same 150 examples (a fresh draw found one
+# generator mistake in this file, now mended; set derandomize=False to explore further)
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.mark.parametrize("kind", sorted(TOKENIZERS))
@@ -89,8 +92,10 @@ def test_readers_never_crash_on_arbitrary_bytes(tmp_path_factory, first, second)
 
 @SETTINGS
 @given(lines=st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"), min_size=1)
-                      .filter(str.strip), min_size=1, max_size=20))
+                      .filter(lambda line: line.removeprefix("\ufeff").strip()), min_size=1, max_size=20))
 def test_text_written_as_lines_reads_back_as_those_lines(tmp_path_factory, lines):
+    """Non-empty lines come back as written; a leading byte-order mark is not text (so a first line
+    that is only a mark would be an empty line, which a corpus refuses: not generated)."""
     path = tmp_path_factory.mktemp("lines") / "x.txt"
     path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
     expected = [line.removeprefix("\ufeff") if i == 0 else line for i, line in enumerate(lines)]
