@@ -111,17 +111,18 @@ def _new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from attnlab.config import RunConfig
-    from attnlab.train.distributed import world_from_env
+    from attnlab.train.distributed import joined_world
     from attnlab.train.loop import resolve_device
     from attnlab.train.run import train_run
 
     cfg = RunConfig.from_file(args.config, args.set or [])
-    world = world_from_env(resolve_device(cfg.train.device).type)  # under torchrun: this rank's place
     stem = Path(args.config).stem
-    out = _new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem, args.resume)
-    if world:
-        world.barrier()  # every rank has checked the directory before rank 0 writes into it
-    summary = train_run(cfg, out, resume=args.resume, world=world)
+    with joined_world(resolve_device(cfg.train.device).type) as world:  # under torchrun: this rank's place
+        out = _new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem,
+                           args.resume)
+        if world:
+            world.barrier()  # every rank has checked the directory before rank 0 writes into it
+        summary = train_run(cfg, out, resume=args.resume, world=world)
     if world is None or world.is_main:
         print(json.dumps({k: v for k, v in summary.items() if k != "last_eval"} | summary["last_eval"]))
         print(f"run directory: {out}")
@@ -579,13 +580,21 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+    code = _run(list(sys.argv[1:] if argv is None else argv))
+    from attnlab.train.distributed import exit_worker, under_torchrun
+
+    if under_torchrun():
+        exit_worker(code)  # the interpreter's shutdown can abort a worker whose gloo threads live on
+    return code
+
+
+def _run(argv: list[str]) -> int:
+    """The command's exit status: 0, or an AttnlabError's, after its one line on stderr."""
     try:
         args = make_parser().parse_args(argv)
         args.func(args)
     except AttnlabError as err:
-        if debug:
+        if "--debug" in argv:
             raise
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

@@ -1,17 +1,19 @@
 """Run under torchrun by tests/test_distributed.py: one DDP update of a tiny model on this rank's
-share of a fixed global batch; rank 0 saves the gradients and the updated weights."""
+share of a fixed global batch; rank 0 saves the gradients, the updated weights and whether it
+left the process group before exiting."""
 
 from __future__ import annotations
 
 import sys
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab import ModelConfig, build_model
 from attnlab.config import TrainConfig
 from attnlab.data.batching import collate_pairs
-from attnlab.train.distributed import world_from_env
+from attnlab.train.distributed import exit_worker, joined_world
 from attnlab.train.loop import accumulate_gradients, make_optimizer, train_step
 from attnlab.train.schedules import make_schedule, make_scheduler
 
@@ -45,9 +47,10 @@ def update(model, batches, world=None):
 
 if __name__ == "__main__":
     out, per_rank = sys.argv[1], int(sys.argv[2])
-    world = world_from_env()
-    model, batches = setup()
-    mine = batches[world.rank * per_rank:(world.rank + 1) * per_rank]
-    grads, weights = update(model, mine, world)
+    with joined_world() as world:
+        model, batches = setup()
+        mine = batches[world.rank * per_rank:(world.rank + 1) * per_rank]
+        grads, weights = update(model, mine, world)
     if world.is_main:
-        torch.save({"grads": grads, "weights": weights}, out)
+        torch.save({"grads": grads, "weights": weights, "left_group": not dist.is_initialized()}, out)
+    exit_worker(0)

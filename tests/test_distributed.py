@@ -1,6 +1,7 @@
 """torchrun with 2 CPU processes (gloo): the gradients and one update equal a single process's over
 the same global batch, with and without gradient accumulation; `attnlab train` runs unchanged
-under torchrun and matches a single process that accumulates the same global batches."""
+under torchrun and matches a single process that accumulates the same global batches; a worker
+leaves the group and ends without the interpreter's shutdown, keeping its exit status and output."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def test_two_processes_give_one_processs_gradients_and_update(tmp_path, per_rank
     done = torchrun(str(TESTS / "ddp_worker.py"), str(out), str(per_rank))
     assert done.returncode == 0, done.stderr[-3000:]
     ddp = torch.load(out)
+    assert ddp["left_group"]  # a gloo group left to the interpreter's exit can abort the process
     model, batches = setup()
     grads, weights = update(model, batches[: 2 * per_rank])  # the same global batch in one process
     for name, g in grads.items():
@@ -72,3 +74,21 @@ train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
     a, b = load_run(tmp_path / "ddp", "last")[0].state_dict(), load_run(tmp_path / "straight", "last")[0].state_dict()
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"resumed {name}: {m}")
+
+
+def test_exit_worker_flushes_its_output_keeps_the_status_and_skips_the_shutdown():
+    script = ("import atexit, sys\n"
+              "from attnlab.train.distributed import exit_worker\n"
+              "atexit.register(print, 'shutdown ran')\n"
+              "print('report')\n"  # block-buffered: stdout is a pipe
+              "print('note', file=sys.stderr)\n"
+              "exit_worker(3)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "report\n", "note\n")
+
+
+def test_the_cli_under_torchrun_keeps_an_errors_status_and_its_one_line(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    done = subprocess.run([sys.executable, "-m", "attnlab.cli", "train", str(missing)], capture_output=True,
+                          text=True, env={**ENV, "WORLD_SIZE": "2", "RANK": "0"})
+    assert (done.returncode, done.stdout, done.stderr) == (3, "", f"error: {missing}: no such config file\n")

@@ -1,6 +1,6 @@
 """SIGKILL at random moments, checkpoint writes included: every time, the newest complete
 checkpoint loads and --resume continues from it; the final weights equal those of a run that was
-never interrupted (same seed)."""
+never interrupted (same seed). The TensorBoard events of every checkpointed step survive a kill."""
 
 from __future__ import annotations
 
@@ -88,3 +88,27 @@ def test_sigkill_at_ten_random_moments_then_resume_gives_the_uninterrupted_weigh
         for name, tensor in final_weights(path).items():
             assert torch.equal(tensor, expected[name]), f"{path.name}: {name}"
     assert mid_write >= 1, "no kill landed in a checkpoint write; the test did not test that"
+
+
+def test_a_killed_run_keeps_the_tensorboard_events_of_its_checkpoints(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = tmp_path / "long.yaml"
+    config.write_text("""\
+model: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}
+data: {format: builtin, task: reverse, tokenizer: word, n_train: 200, n_valid: 10, n_test: 10}
+train: {max_steps: 100000, max_tokens: 200, eval_every: 1, keep_last: 100000, log_every: 1000, progress: false}
+""")
+    run = RunDir(tmp_path / "run")
+    process = train(config, run.path, resume=False)
+    deadline = time.perf_counter() + 120
+    while len(run.steps()) < 3 and time.perf_counter() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    saved = run.steps()
+    assert len(saved) >= 3, process.stderr.read().decode()
+    events = EventAccumulator(str(run.tensorboard))
+    events.Reload()
+    logged = {e.step for e in events.Scalars("valid/valid_loss")}
+    assert set(saved) <= logged, (saved, sorted(logged))  # the writer hands each event to the file as it comes

@@ -8,13 +8,25 @@ is normalised by the token count of the whole global batch, so an update equals 
 process would make over all of it. Rank 0 alone logs and writes the run directory; all ranks read
 it to resume. Decisions that end training (time limits, early stopping) are taken from values
 all ranks share, so that no rank waits for a step the others will not take.
+
+Leaving: every rank destroys the group it joined (``joined_world``) and then ends with
+``exit_worker``, which skips the interpreter's shutdown. DDP keeps the gloo group alive past
+``destroy_process_group`` (PyTorch 2.13), so its worker threads are never joined; one that releases a
+finished collective's tensor while the interpreter shuts down needs the GIL, cannot take it, and
+aborts the process ("terminate called without an active exception", SIGABRT) after the work is
+done. That happened in 1 of 40 and 1 of 80 runs of tests/ddp_worker.py on a loaded 2-core machine
+(docs/experiments/ddp_exit_stress.py); the backtrace of the core dump shows
+ProcessGroupGloo::runLoop freeing an AsyncAllreduceWork during Py_FinalizeEx.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -52,11 +64,33 @@ class World:
         dist.barrier()
 
 
-def world_from_env(device: str = "cpu") -> World | None:
-    """Join the process group that torchrun set up (WORLD_SIZE > 1), or None for one process."""
-    size = int(os.environ.get("WORLD_SIZE", "1"))
-    if size <= 1:
-        return None
-    if not dist.is_initialized():
+def under_torchrun() -> bool:
+    """Whether this process is one of several that torchrun started (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+@contextmanager
+def joined_world(device: str = "cpu") -> Iterator[World | None]:
+    """This rank's place in the process group that torchrun set up, or None for one process. A
+    group joined here is destroyed on the way out, whether the body ends or raises; one that the
+    caller had already initialised is left to the caller."""
+    if not under_torchrun():
+        yield None
+        return
+    joined_here = not dist.is_initialized()
+    if joined_here:
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
-    return World(dist.get_rank(), dist.get_world_size())
+    try:
+        yield World(dist.get_rank(), dist.get_world_size())
+    finally:
+        if joined_here:
+            dist.destroy_process_group()
+
+
+def exit_worker(code: int) -> NoReturn:
+    """End this torchrun worker with exit status ``code`` without the interpreter's shutdown, whose
+    race with gloo's worker threads can abort the process (see the module's docstring). Standard
+    output and error are flushed first; files must already be closed, as ``fit`` leaves them."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
