@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -110,7 +111,9 @@ def test_configs_are_frozen_so_they_stay_valid():
 
 
 @pytest.mark.parametrize("text,value", [("3e-3", 0.003), ("1E5", 100000.0), ("-2e+3", -2000.0), ("1.0e-8", 1e-8),
-                                        (".5", 0.5), ("12", 12), ("1e", "1e"), ("e3", "e3"), ("inf", "inf")])
+                                        (".5", 0.5), ("12", 12), ("1e", "1e"), ("e3", "e3"), ("inf", "inf"),
+                                        ("-.inf", -math.inf), ("1_000.5", 1000.5), ("--.inf", "--.inf"),
+                                        ("+-.inf", "+-.inf"), ("+._", "+._"), ("._", "._")])
 def test_yaml_reads_exponent_floats_as_numbers(text, value):
     """YAML 1.1 (PyYAML's default) reads 3e-3 as a string; configs and --set read it as YAML 1.2 does."""
     from attnlab.config import apply_overrides, parse_yaml

@@ -76,6 +76,28 @@ train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"resumed {name}: {m}")
 
 
+def test_a_language_model_under_torchrun_matches_one_process_accumulating(tmp_path):
+    """LM epochs are drawn lazily (batch k of an epoch on demand); each rank still counts the whole
+    global batch's tokens."""
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question. " * 40)
+    config = tmp_path / "lm.yaml"
+    config.write_text(f"""\
+model: {{arch: decoder_lm, d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}
+data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
+train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 4,
+        progress: false}}
+""")
+    ddp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "ddp"))
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    single = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(tmp_path / "single"),
+                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
+    assert single.returncode == 0, single.stderr[-3000:]
+    a, b = load_run(tmp_path / "ddp", "last")[0].state_dict(), load_run(tmp_path / "single", "last")[0].state_dict()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
 def test_exit_worker_flushes_its_output_keeps_the_status_and_skips_the_shutdown():
     script = ("import atexit, sys\n"
               "from attnlab.train.distributed import exit_worker\n"
@@ -87,8 +109,16 @@ def test_exit_worker_flushes_its_output_keeps_the_status_and_skips_the_shutdown(
     assert (done.returncode, done.stdout, done.stderr) == (3, "report\n", "note\n")
 
 
-def test_the_cli_under_torchrun_keeps_an_errors_status_and_its_one_line(tmp_path):
+@pytest.mark.parametrize("world_size", ["1", "2"])
+def test_the_cli_ends_a_torchrun_worker_with_the_errors_status_and_its_one_line(tmp_path, world_size):
+    """Under torchrun (WORLD_SIZE > 1) main ends the process itself, so the interpreter's shutdown
+    (here, an atexit handler) does not run; a single process shuts down as usual."""
     missing = tmp_path / "missing.yaml"
-    done = subprocess.run([sys.executable, "-m", "attnlab.cli", "train", str(missing)], capture_output=True,
-                          text=True, env={**ENV, "WORLD_SIZE": "2", "RANK": "0"})
-    assert (done.returncode, done.stdout, done.stderr) == (3, "", f"error: {missing}: no such config file\n")
+    script = ("import atexit, sys\n"
+              "from attnlab.cli import main\n"
+              "atexit.register(print, 'shutdown ran')\n"
+              f"sys.exit(main(['train', {str(missing)!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**ENV, "WORLD_SIZE": world_size, "RANK": "0"})
+    shutdown = "shutdown ran\n" if world_size == "1" else ""
+    assert (done.returncode, done.stdout, done.stderr) == (3, shutdown, f"error: {missing}: no such config file\n")

@@ -151,6 +151,8 @@ CASES = [
     ("--set without =", TRAIN + ["--set", "train.max_steps"], config_with(), USAGE, "expected section.field=value"),
     ("--set unknown section", TRAIN + ["--set", "trian.lr=1"], config_with(), USAGE, "did you mean 'train'"),
     ("--set value does not parse", TRAIN + ["--set", "train.lr=[1"], config_with(), USAGE, "does not parse"),
+    ("--set value only looks like a float", TRAIN + ["--set", "train.lr=--.inf"], config_with(), CONFIG,
+     "lr must be a number (got '--.inf')"),
     ("--set unknown field", TRAIN + ["--set", "train.max_step=3"], config_with(), CONFIG, "did you mean 'max_steps'"),
     # -- data --------------------------------------------------------------------------------------
     ("training file missing", TRAIN, config_with(**{"/train,": "/nowhere,"}), DATA, "no such file"),

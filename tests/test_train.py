@@ -158,6 +158,19 @@ def test_resume_continues_exactly(tmp_path):
     assert again["steps"] == 12 and train_losses(parts) == got
 
 
+def test_leftovers_of_a_killed_write_are_removed_and_published_checkpoints_kept(tmp_path):
+    run = RunDir(tmp_path / "run")
+    staging, pointer = run.checkpoints / ".step-00000008.k3j2.tmp", run.checkpoints / ".best.json.x9q1.tmp"
+    published = run.checkpoints / "step-00000004"
+    for directory in (staging, published):
+        directory.mkdir(parents=True)
+        (directory / MODEL_FILE).write_bytes(b"weights")
+    pointer.write_text('{"st')
+    assert sorted(run.remove_partial_checkpoints()) == sorted([staging, pointer])
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == ["step-00000004"]
+    assert (published / MODEL_FILE).read_bytes() == b"weights"
+
+
 def test_checkpoints_hold_no_pickled_objects(tmp_path):
     train_run(run_config(train={"max_steps": 4, "eval_every": 2, "keep_last": 1, "eval_exact_match": 0,
                                 "early_stop_metric": "valid_loss"}), tmp_path / "run", log=lambda s: None)
@@ -308,6 +321,14 @@ def textbook_label_smoothed_nll(logits, target, epsilon, ignore_index):
     real = target != ignore_index
     nll, uniform = nll.masked_fill(~real, 0.0).sum(), uniform.masked_fill(~real, 0.0).sum()
     return (1.0 - epsilon) * nll + epsilon * uniform, nll
+
+
+def test_loss_chunks_are_cache_sized_on_the_cpu_and_1024_rows_elsewhere():
+    from attnlab.train.losses import chunk_rows
+
+    assert chunk_rows(torch.empty(2, 8000)) == 65  # 2**19 float32 values
+    assert chunk_rows(torch.empty(2, 2 ** 20)) == 1  # a row longer than a chunk is a chunk
+    assert chunk_rows(torch.empty(4096, 8000, device="meta")) == 1024
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -237,3 +237,15 @@ def test_last_only_projects_just_the_last_position(arch):
         full, last = model.decode(tgt, memory, valid), model.decode(tgt, memory, valid, last_only=True)
     assert last.shape == (2, 1, 23)
     torch.testing.assert_close(last, full[:, -1:])
+
+
+def test_a_decoder_given_memory_without_its_validity_attends_to_all_of_it():
+    """memory_valid=None means every memory position is real: the same as an all-True mask."""
+    model = tiny_model(arch="encoder_decoder")
+    src, tgt = random_ids(2, 5), random_ids(2, 4, generator_seed=1)
+    memory, src_valid = model.encode(src)
+    positions = model.tgt_embed.positions(0, tgt.shape[1], tgt.device)
+    y = model.tgt_embed(tgt, positions)
+    assert src_valid.all()
+    torch.testing.assert_close(model.decoder(y, tgt != 0, positions, memory, None),
+                               model.decoder(y, tgt != 0, positions, memory, src_valid), atol=0, rtol=0)

@@ -98,7 +98,7 @@ class Decoder(LayerStack):
         k_positions = torch.arange(valid.shape[1], device=y.device)
         self_mask = AttentionMask(key_valid=valid, causal=True)  # over (B, Tk) cached and new steps
         memory_mask = AttentionMask(key_valid=memory_valid) if memory is not None else None
-        memory_positions = torch.arange(memory_valid.shape[1], device=y.device) if memory is not None else None
+        memory_positions = torch.arange(memory.shape[1], device=y.device) if memory is not None else None
         for i, layer in enumerate(self.layers):
             y = self.run_layer(layer, y, self_mask, (positions, k_positions), memory, memory_mask,
                                cache.self_attn[i] if cache is not None else None,

@@ -149,10 +149,14 @@ class RunDir:
                       and (p / MODEL_FILE).exists())
 
     def remove_partial_checkpoints(self) -> list[Path]:
-        """Delete staging directories a killed run left half-written (never a published checkpoint)."""
+        """Delete what a killed run left half-written: staging directories of checkpoints and the
+        temporary file of best.json (never a published checkpoint)."""
         stale = [path for path in self.checkpoints.glob(".*") if is_leftover(path)]
         for path in stale:
-            shutil.rmtree(path, ignore_errors=True)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         return stale
 
     def best_step(self) -> int | None:

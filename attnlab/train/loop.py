@@ -84,10 +84,9 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
     ranks, so each rank scales by the world size: the gradients equal one process's over the
     global batch. Returns the sums."""
     model.train()
-    n_tokens = sum(b.n_tokens for b in batches)
-    if global_tokens is not None:
-        total = global_tokens
-    else:
+    total = global_tokens
+    if total is None:
+        n_tokens = sum(b.n_tokens for b in batches)
         total = world.all_sum(n_tokens)[0] if world else n_tokens
     scale = (world.size if world else 1) / total
     loss_sum = nll_sum = 0.0
@@ -278,8 +277,11 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
         while progress.batch < end and stop_reason is None:
             started = time.perf_counter()
             first = progress.batch + (world.rank * cfg.accumulate if world else 0)
-            group = [batches[j].to(device) for j in range(first, min(first + cfg.accumulate, len(batches)))]
-            global_tokens = sum(b.n_tokens for b in batches[progress.batch:progress.batch + span]) if world else None
+            mine = [batches[j] for j in range(first, min(first + cfg.accumulate, len(batches)))]
+            group = [b.to(device) for b in mine]
+            # counted on the host batches, with no device sync; with several ranks, every rank's share
+            everyone = [batches[j] for j in range(progress.batch, progress.batch + span)] if world else mine
+            global_tokens = sum(b.n_tokens for b in everyone)
             out = train_step(trained, group, optimizer, scheduler, cfg, amp, scaler,
                              layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world,
                              global_tokens=global_tokens)
@@ -398,11 +400,12 @@ def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """The saved moments and hyperparameters; how the update runs (fused or per tensor) stays this
-    version's choice: a checkpoint from before the fused update records fused=None."""
-    implementation = [{key: group[key] for key in ("foreach", "fused")} for group in optimizer.param_groups]
-    optimizer.load_state_dict(state)
-    for group, flags in zip(optimizer.param_groups, implementation):
-        group.update(flags)
+    version's choice: a checkpoint from before the fused update records fused=None. The flags go
+    into the saved groups before loading, because load_state_dict places each state's ``step`` by
+    them (on the parameters' device when fused)."""
+    flags = [{key: group[key] for key in ("foreach", "fused")} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state | {"param_groups": [saved | ours for saved, ours
+                                                        in zip(state["param_groups"], flags)]})
 
 
 def _truncate_metrics(run: RunDir, step: int) -> None:

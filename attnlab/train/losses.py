@@ -19,7 +19,9 @@ never exist. tests/test_train.py checks it against that form.
 A chunk is about 2 MB of float32 values (65 rows of an 8,000-word vocabulary), which stay in the
 core's cache between the passes over them: on 1,536 x 8,000 bf16 logits, forward + backward takes
 25.7 ms with 64-row chunks against 79.3 ms with 1,024-row ones (docs/performance.md). A small
-vocabulary gets long chunks, so that the rows do not cost a Python loop each.
+vocabulary gets long chunks, so that the rows do not cost a Python loop each. On other devices a
+chunk is 1,024 rows, as before the CPU tuning: cache-sized chunks there would mean thousands of
+small kernel launches a step (at V = 37,000, 14 rows a chunk). That choice is not measured here.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-CHUNK_ELEMENTS = 1 << 19  # float32 values per chunk (2 MB)
+CHUNK_ELEMENTS = 1 << 19  # float32 values per chunk on the CPU (2 MB)
+DEVICE_CHUNK_ROWS = 1024  # rows per chunk on other devices
 
 
-def chunk_rows(vocabulary: int) -> int:
-    return max(1, CHUNK_ELEMENTS // vocabulary)
+def chunk_rows(logits: Tensor) -> int:
+    """Rows of (N, V) ``logits`` taken at a time."""
+    if logits.device.type != "cpu":
+        return DEVICE_CHUNK_ROWS
+    return max(1, CHUNK_ELEMENTS // logits.shape[1])
 
 
 class _LabelSmoothedNLL(torch.autograd.Function):
@@ -43,7 +49,7 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         lse = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
         loss = logits.new_zeros((), dtype=torch.float32)
         nll = logits.new_zeros((), dtype=torch.float32)
-        n = chunk_rows(logits.shape[1])
+        n = chunk_rows(logits)
         for start in range(0, logits.shape[0], n):
             rows = slice(start, start + n)
             x = logits[rows].float()  # (n, V)
@@ -69,7 +75,7 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         # d/dx of g_loss * loss + g_nll * nll = (g_loss + g_nll) softmax - (g_loss (1 - eps) + g_nll) onehot - g_loss eps / V
         onehot_weight = g_loss * (1.0 - eps) + g_nll
         weight = weight[:, None]  # (N, 1)
-        n = chunk_rows(logits.shape[1])
+        n = chunk_rows(logits)
         for start in range(0, logits.shape[0], n):
             rows = slice(start, start + n)
             inplace = grad[rows] if grad.dtype == torch.float32 else None  # float32: work in the gradient itself
