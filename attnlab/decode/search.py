@@ -237,16 +237,16 @@ def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = 
     window = session.max_positions if not session.seq2seq else None  # the context slides past this
     if window is None:
         max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
-    tokens, fed = session.start, 0
+    tokens = session.start
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out = []
     for _ in range(max_new_tokens):
-        if window is not None and fed + tokens.shape[1] > window:  # no position left: slide
+        if window is not None and prompt.shape[1] + len(out) > window:  # no position left: slide
             context = torch.cat([prompt, *(t[:, None] for t in out[-window:])], dim=1)[:, -window:]  # the last tokens
-            session = DecodingSession(model, prompt=context, use_cache=use_cache)
-            tokens, fed = session.start, 0
+            # one pass over the window; a cache would be filled and never read
+            session = DecodingSession(model, prompt=context, use_cache=False)
+            tokens = session.start
         logits = filter_logits(session.step(tokens), temperature, top_k, top_p)
-        fed += tokens.shape[1]
         probs = logits.softmax(-1)
         next_token = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(tokens.device)
         next_token = next_token.masked_fill(finished, PAD)
