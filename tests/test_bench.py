@@ -112,15 +112,27 @@ def test_bench_train_records_ratios_mfu_and_the_interleaved_gemm_peak():
     assert mfu["value"] == pytest.approx(mfu["flops_per_step"] / seconds / (peak["value"] * 1e9), rel=0.01)
 
 
-def test_bench_decode_and_lm_records():
+def test_bench_decode_records():
     from attnlab.bench.decode import bench_decode
-    from attnlab.bench.lm import bench_lm
 
     decode = {r["name"]: r for r in bench_decode(batch=2, new_tokens=5, src_len=6, beam=2, repeats=1, with_hf=False)}
     assert {"decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_cache_speedup"} <= decode.keys()
     assert all(decode[n]["unit"] == "tokens/s" and decode[n]["value"] > 0 for n in ("decode_greedy", "decode_beam5"))
     speedup = decode["decode_cache_speedup"]["value"]
     assert speedup == pytest.approx(decode["decode_greedy"]["value"] / decode["decode_greedy_nocache"]["value"], rel=0.02)
-    lm = {r["name"]: r for r in bench_lm(repeats=1)}
-    assert lm["lm_train"]["batch"] == 12 and lm["lm_train"]["block"] == 64
-    assert lm["lm_sample_b1"]["new_tokens"] == 63 and lm["lm_sample_b32"]["batch"] == 32
+
+
+def test_bench_lm_turns_its_timings_into_tokens_per_second(monkeypatch):
+    """Each timed function runs; with every median at 0.5 s, the figures are tokens / 0.5."""
+    import attnlab.bench.lm as lm_bench
+
+    def half_a_second(fns, repeats, **kwargs):
+        for fn in fns.values():
+            fn()
+        return {name: 0.5 for name in fns}
+
+    monkeypatch.setattr(lm_bench, "interleaved_medians", half_a_second)
+    lm = {r["name"]: r for r in lm_bench.bench_lm(repeats=1)}
+    assert {name: (r["value"], r["unit"]) for name, r in lm.items()} == {
+        "lm_train": (12 * 64 / 0.5, "tokens/s"), "lm_sample_b1": (1 * 63 / 0.5, "tokens/s"),
+        "lm_sample_b32": (32 * 63 / 0.5, "tokens/s")}

@@ -92,7 +92,8 @@ def test_readers_never_crash_on_arbitrary_bytes(tmp_path_factory, first, second)
 
 @SETTINGS
 @given(lines=st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"), min_size=1)
-                      .filter(lambda line: line.removeprefix("\ufeff").strip()), min_size=1, max_size=20))
+                      .filter(str.strip), min_size=1, max_size=20)
+       .filter(lambda lines: lines[0].removeprefix("\ufeff").strip()))
 def test_text_written_as_lines_reads_back_as_those_lines(tmp_path_factory, lines):
     """Non-empty lines come back as written; a leading byte-order mark is not text (so a first line
     that is only a mark would be an empty line, which a corpus refuses: not generated)."""
