@@ -12,13 +12,14 @@ fixed-context GRU of configs/rnn_fixed_context.yaml) on random tokens:
 - decode: generated tokens/s of greedy decoding with the cache, ``decode_batch`` sources of T
   tokens, exactly T new tokens each.
 
-Every figure is the median of ``repeats`` timings after a warm-up; each record carries the
-Transformer's figure for the same length as its reference and the ratio model / Transformer.
+Every figure is the median of ``repeats`` timings after a warm-up, the models taking turns, so that
+a change in the machine's speed falls on all of them; each record carries the Transformer's figure
+for the same length as its reference and the ratio model / Transformer.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -47,38 +48,36 @@ def build(name: str, max_len: int) -> torch.nn.Module:
     return build_model(ModelConfig(**MODELS[name], vocab_size=VOCAB, max_len=max_len))
 
 
-def train_seconds(model: torch.nn.Module, batch: Batch, precision: str, repeats: int) -> float:
-    """Median seconds of attnlab's train_step, after a warm-up."""
-    return interleaved_medians({"train": attnlab_step(model, batch, train_config(precision))}, repeats, warmup=1)["train"]
-
-
-def decode_seconds(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, precision: str, repeats: int) -> float:
-    """Median seconds of greedy decoding of exactly ``new_tokens`` tokens, after a warm-up."""
-    model.eval()
+def greedy_run(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, precision: str) -> Callable[[], None]:
+    """One call = greedy decoding of exactly ``new_tokens`` tokens for each source."""
     amp = autocast(precision, torch.device("cpu"))
 
     def run() -> None:
         with amp():
             checked_length(greedy(model, src, max_len=new_tokens, min_len=new_tokens), new_tokens)
 
-    return interleaved_medians({"decode": run}, repeats, warmup=1)["decode"]
+    return run
 
 
 def bench_models(lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400), models: tuple[str, ...] = tuple(MODELS),
                  batch_tokens: int = 4096, decode_batch: int = 16, precision: str = "fp32", repeats: int = 3,
                  seed: int = 0) -> Iterator[dict]:
-    """Yield one record per (pass, length, model): tokens/s, with the Transformer as reference."""
+    """Yield one record per (pass, length, model): tokens/s, with the Transformer as reference. At
+    each length the models' training steps are timed in turn, then their decodings."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     built = {name: build(name, max_len=max(lengths) + 2) for name in models}
     for length in lengths:
         batch = random_pairs(max(1, batch_tokens // length), length, VOCAB, generator)
         src = random_pairs(decode_batch, length, VOCAB, generator).src
-        n_train = batch.n_tokens
-        figures = {}
-        for name, model in built.items():
-            figures["train", name] = n_train / train_seconds(model, batch, precision, repeats)
-            figures["decode", name] = decode_batch * length / decode_seconds(model, src, length, precision, repeats)
+        train = interleaved_medians({name: attnlab_step(model, batch, train_config(precision))
+                                     for name, model in built.items()}, repeats, warmup=1)
+        for model in built.values():
+            model.eval()
+        decode = interleaved_medians({name: greedy_run(model, src, length, precision)
+                                      for name, model in built.items()}, repeats, warmup=1)
+        tokens, seconds = {"train": batch.n_tokens, "decode": decode_batch * length}, {"train": train, "decode": decode}
+        figures = {(kind, name): tokens[kind] / seconds[kind][name] for name in built for kind in ("train", "decode")}
         for (kind, name), value in figures.items():
             record = {"name": kind, "model": name, "seq_len": length, "value": round(value, 1), "unit": "tokens/s",
                       "batch": batch.tgt_in.shape[0] if kind == "train" else decode_batch, "precision": precision}
