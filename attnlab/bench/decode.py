@@ -21,12 +21,18 @@ from attnlab.decode.search import beam_search, greedy
 HF = "transformers.MarianMTModel"
 
 
-def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,
-                 with_hf: bool = True, seed: int = 0) -> Iterator[dict]:
+def decode_inputs(batch: int, src_len: int, seed: int) -> tuple[torch.nn.Module, torch.Tensor]:
+    """The benchmark model (random weights, no dropout, eval mode) and ``batch`` random sources of
+    ``src_len`` tokens (EOS included)."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = attnlab_model(dropout=0.0).eval()
-    src = source_batch(torch.randint(4, SHAPE["vocab_size"], (batch, src_len - 1), generator=g).tolist())
+    return model, source_batch(torch.randint(4, SHAPE["vocab_size"], (batch, src_len - 1), generator=g).tolist())
+
+
+def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,
+                 with_hf: bool = True, seed: int = 0) -> Iterator[dict]:
+    model, src = decode_inputs(batch, src_len, seed)
     n = new_tokens
     runs: dict[str, Callable[[], None]] = {
         "decode_greedy": lambda: checked_length(greedy(model, src, max_len=n, min_len=n), n),

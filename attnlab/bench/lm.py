@@ -21,15 +21,28 @@ MODEL = dict(arch="decoder_lm", d_model=128, n_heads=4, n_layers=4, d_ff=512, dr
 BLOCK, BATCH = 64, 12
 
 
+def lm_model() -> torch.nn.Module:
+    return build_model(ModelConfig(**MODEL, vocab_size=VOCAB))
+
+
+def lm_batch(generator: torch.Generator) -> Batch:
+    """BATCH random windows of BLOCK + 1 characters: inputs and next-character targets."""
+    window = torch.randint(4, VOCAB, (BATCH, BLOCK + 1), generator=generator)
+    return Batch(src=None, tgt_in=window[:, :-1], tgt_out=window[:, 1:])
+
+
+def lm_train_config(precision: str = "fp32") -> TrainConfig:
+    """The preset's optimiser: AdamW (weight decay 0.1, beta2 0.99), here at a constant 1e-3."""
+    return TrainConfig(optimizer="adamw", lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.0,
+                       weight_decay=0.1, beta2=0.99, precision=precision)
+
+
 def bench_lm(repeats: int = 10, seed: int = 0) -> Iterator[dict]:
     torch.manual_seed(seed)
-    model = build_model(ModelConfig(**MODEL, vocab_size=VOCAB))
+    model = lm_model()
     g = torch.Generator().manual_seed(seed)
-    window = torch.randint(4, VOCAB, (BATCH, BLOCK + 1), generator=g)
-    batch = Batch(src=None, tgt_in=window[:, :-1], tgt_out=window[:, 1:])
-    cfg = TrainConfig(optimizer="adamw", lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.0,
-                      weight_decay=0.1, beta2=0.99)
-    seconds = interleaved_medians({"train": attnlab_step(model, batch, cfg)}, repeats)
+    batch = lm_batch(g)
+    seconds = interleaved_medians({"train": attnlab_step(model, batch, lm_train_config())}, repeats)
     yield {"name": "lm_train", "value": round(batch.n_tokens / seconds["train"], 1), "unit": "tokens/s",
            "batch": BATCH, "block": BLOCK}
     model.eval()

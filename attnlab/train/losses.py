@@ -18,7 +18,7 @@ never exist. tests/test_train.py checks it against that form.
 
 A chunk is about 2 MB of float32 values (65 rows of an 8,000-word vocabulary), which stay in the
 core's cache between the passes over them: on 1,536 x 8,000 bf16 logits, forward + backward takes
-25.7 ms with 64-row chunks against 79.3 ms with 1,024-row ones (docs/performance.md). A small
+32.6 ms with 64-row chunks against 60.2 ms with 1,024-row ones (docs/performance.md). A small
 vocabulary gets long chunks, so that the rows do not cost a Python loop each. On other devices a
 chunk is 1,024 rows, as before the CPU tuning: cache-sized chunks there would mean thousands of
 small kernel launches a step (at V = 37,000, 14 rows a chunk). That choice is not measured here.

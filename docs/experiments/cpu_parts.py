@@ -1,11 +1,14 @@
 """Three parts of a training step on this CPU, each against the form it replaced (docs/performance.md).
 
-1. The optimiser update: PyTorch's fused Adam kernel (what attnlab's make_optimizer uses) against
-   the per-tensor ``foreach`` one (PyTorch's default), on the character model and on the
-   benchmark encoder-decoder, with random gradients.
+1. The optimiser update: PyTorch's fused kernel, as attnlab's make_optimizer builds it, against
+   the per-tensor ``foreach`` one (PyTorch's default) over the same parameter groups, on the
+   character model (AdamW) and on the benchmark encoder-decoder (Adam), with random gradients.
 2. The fused label-smoothed loss, forward + backward on 1,536 x 8,000 logits, with 1,024-row
    chunks (before) and 64-row chunks (now), float32 and bf16.
 3. Where one bf16 benchmark step goes: the profiler's top operators.
+
+The two forms of 1 and of 2 take turns (interleaved_medians), so a change in the machine's speed
+falls on both.
 
     .venv/bin/python docs/experiments/cpu_parts.py
 """
@@ -14,43 +17,46 @@ import torch
 from torch.profiler import profile
 
 import attnlab.train.losses as losses
-from attnlab.bench.lm import MODEL, VOCAB
+from attnlab.bench.lm import lm_model, lm_train_config
 from attnlab.bench.timing import interleaved_medians
 from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config
-from attnlab.config import ModelConfig
-from attnlab.nn.build import build_model
+from attnlab.train.loop import make_optimizer
 
 
-def median_ms(fn, repeats: int = 20, warmup: int = 3) -> float:
-    return 1e3 * interleaved_medians({"fn": fn}, repeats, warmup)["fn"]
+def milliseconds(fns: dict, repeats: int, warmup: int = 3) -> dict[str, float]:
+    return {name: 1e3 * s for name, s in interleaved_medians(fns, repeats, warmup).items()}
 
 
 def optimiser_updates() -> None:
-    models = {"character model (0.8M parameters)": build_model(ModelConfig(**MODEL, vocab_size=VOCAB)),
-              "benchmark encoder-decoder": attnlab_model()}
-    for name, model in models.items():
+    models = {"character model (0.8M parameters)": (lm_model(), lm_train_config()),
+              "benchmark encoder-decoder": (attnlab_model(), train_config("fp32"))}
+    for name, (model, cfg) in models.items():
         for p in model.parameters():
             p.grad = torch.randn_like(p)
-        ms = {kind: median_ms(torch.optim.AdamW(model.parameters(), lr=1e-3, **{kind: True}).step)
-              for kind in ("foreach", "fused")}
-        print(f"AdamW step, {name}: foreach {ms['foreach']:.2f} ms, fused {ms['fused']:.2f} ms")
+        fused = make_optimizer(model, cfg)
+        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in fused.param_groups]
+        foreach = type(fused)(groups, lr=1.0, betas=fused.defaults["betas"], eps=fused.defaults["eps"], foreach=True)
+        ms = milliseconds({"foreach": foreach.step, "fused": fused.step}, 20)
+        print(f"{type(fused).__name__} step, {name}: foreach {ms['foreach']:.2f} ms, fused {ms['fused']:.2f} ms")
 
 
 def loss_chunks() -> None:
     target = torch.randint(4, 8000, (1536,))
     default = losses.CHUNK_ELEMENTS
+
+    def step(logits: torch.Tensor, rows: int):
+        def run() -> None:
+            losses.CHUNK_ELEMENTS = rows * 8000
+            loss, _ = losses.label_smoothed_nll(logits, target, 0.1, 0)
+            torch.autograd.grad(loss, logits)
+        return run
+
     try:
         for dtype in (torch.float32, torch.bfloat16):
-            logits = torch.randn(1536, 8000).to(dtype)
-            for rows in (1024, 64):
-                losses.CHUNK_ELEMENTS = rows * 8000
-
-                def step() -> None:
-                    x = logits.clone().requires_grad_()
-                    loss, _ = losses.label_smoothed_nll(x, target, 0.1, 0)
-                    loss.backward()
-
-                print(f"fused loss, {dtype}, {rows}-row chunks: {median_ms(step, repeats=9):.1f} ms forward + backward")
+            logits = torch.randn(1536, 8000).to(dtype).requires_grad_()
+            ms = milliseconds({rows: step(logits, rows) for rows in (1024, 64)}, 9)
+            for rows, value in ms.items():
+                print(f"fused loss, {dtype}, {rows}-row chunks: {value:.1f} ms forward + backward")
     finally:
         losses.CHUNK_ELEMENTS = default
 

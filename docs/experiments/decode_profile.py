@@ -1,7 +1,8 @@
 """Where a decoding step of `attnlab bench decode` goes (docs/performance.md).
 
-Runs the benchmark's greedy (batch 32) or 5-beam search (160 rows) for 64 new tokens under
-PyTorch's profiler and prints the top operators. The matrix products (addmm: the layers' linear
+Times the benchmark's greedy (batch 32) or 5-beam search (160 rows) for 64 new tokens (median of
+3 runs after a warm-up, as `bench decode` times them), then runs it once under PyTorch's profiler
+and prints the top operators. The matrix products (addmm: the layers' linear
 maps; mm: the vocabulary projection; bmm: attention) set a floor under any implementation that
 computes the same products in the same precision.
 
@@ -10,35 +11,25 @@ computes the same products in the same precision.
 """
 
 import sys
-import time
 
-import torch
 from torch.profiler import profile
 
-from attnlab.bench.reference import SHAPE
-from attnlab.bench.train import attnlab_model
-from attnlab.data.batching import source_batch
+from attnlab.bench.decode import decode_inputs
+from attnlab.bench.timing import checked_length, interleaved_medians
 from attnlab.decode.search import beam_search, greedy
 
 BATCH, NEW, SRC_LEN = 32, 64, 24
 
 
 def main(mode: str) -> None:
-    torch.manual_seed(0)
-    model = attnlab_model(dropout=0.0).eval()
-    g = torch.Generator().manual_seed(0)
-    src = source_batch(torch.randint(4, SHAPE["vocab_size"], (BATCH, SRC_LEN - 1), generator=g).tolist())
+    model, src = decode_inputs(BATCH, SRC_LEN, seed=0)
     if mode == "greedy":
         def run():
-            return greedy(model, src, max_len=NEW, min_len=NEW)
+            checked_length(greedy(model, src, max_len=NEW, min_len=NEW), NEW)
     else:
         def run():
-            return beam_search(model, src, 5, 0.6, max_len=NEW, min_len=NEW)
-    run()
-    start = time.perf_counter()
-    for _ in range(3):
-        run()
-    seconds = (time.perf_counter() - start) / 3
+            checked_length([h[0].tokens for h in beam_search(model, src, 5, 0.6, max_len=NEW, min_len=NEW)], NEW)
+    seconds = interleaved_medians({"run": run}, 3, warmup=1)["run"]
     print(f"{mode}: {BATCH * NEW / seconds:.0f} tokens/s, {1e3 * seconds / NEW:.2f} ms a step")
     with profile() as prof:
         run()
