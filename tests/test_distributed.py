@@ -29,6 +29,24 @@ def torchrun(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=ENV, timeout=180)
 
 
+def assert_same_weights(run_a: Path, run_b: Path) -> None:
+    a, b = load_run(run_a, "last")[0].state_dict(), load_run(run_b, "last")[0].state_dict()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"{run_a.name} {name}: {m}")
+
+
+def train_under_torchrun_and_accumulating(config: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """`attnlab train` on 2 ranks (into tmp_path/ddp) and in one process accumulating 2 batches
+    (tmp_path/single) end with the same weights; returns the torchrun run."""
+    ddp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "ddp"))
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    single = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(tmp_path / "single"),
+                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert_same_weights(tmp_path / "ddp", tmp_path / "single")
+    return ddp
+
+
 @pytest.mark.parametrize("per_rank", [1, 2], ids=["one batch per rank", "accumulating two per rank"])
 def test_two_processes_give_one_processs_gradients_and_update(tmp_path, per_rank):
     out = tmp_path / "ddp.pt"
@@ -52,15 +70,8 @@ data: {format: builtin, task: reverse, tokenizer: word, n_train: 300, n_valid: 2
 train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 3,
         log_every: 1, progress: false}
 """)
-    ddp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "ddp"))
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    ddp = train_under_torchrun_and_accumulating(config, tmp_path)
     assert ddp.stdout.count("run directory:") == 1  # rank 0 alone reports
-    single = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(tmp_path / "single"),
-                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
-    assert single.returncode == 0, single.stderr[-3000:]
-    a, b = load_run(tmp_path / "ddp", "last")[0].state_dict(), load_run(tmp_path / "single", "last")[0].state_dict()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
     lines = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines if r["split"] == "train"] == [1, 2, 3, 4, 5, 6]  # written once, by rank 0
     # resumed under torchrun to step 9, it equals one process that ran 9 steps straight
@@ -71,9 +82,7 @@ train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
                                "--set", "train.accumulate=2", "--set", "train.max_steps=9"],
                               capture_output=True, text=True, env=ENV)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    a, b = load_run(tmp_path / "ddp", "last")[0].state_dict(), load_run(tmp_path / "straight", "last")[0].state_dict()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"resumed {name}: {m}")
+    assert_same_weights(tmp_path / "ddp", tmp_path / "straight")
 
 
 def test_a_language_model_under_torchrun_matches_one_process_accumulating(tmp_path):
@@ -88,14 +97,7 @@ data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
 train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 4,
         progress: false}}
 """)
-    ddp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "ddp"))
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
-    single = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(tmp_path / "single"),
-                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
-    assert single.returncode == 0, single.stderr[-3000:]
-    a, b = load_run(tmp_path / "ddp", "last")[0].state_dict(), load_run(tmp_path / "single", "last")[0].state_dict()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+    train_under_torchrun_and_accumulating(config, tmp_path)
 
 
 def test_exit_worker_flushes_its_output_keeps_the_status_and_skips_the_shutdown():
