@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -117,10 +119,36 @@ def test_lines_split_at_newlines_only(tmp_path):
     assert read_parallel(tmp_path / "p.de", tmp_path / "p.en") == [("eins\u2028a", "one"), ("zwei\x85b", "two\x0cc")]
 
 
-def test_special_token_strings_in_text_are_text():
-    tok = Tokenizer.train("char", ["x<pad>y <eos> z"])
-    ids = tok.encode("x<pad>y <eos> z")
-    assert PAD not in ids and EOS not in ids and tok.decode(ids) == "x<pad>y <eos> z"
+TYPED_SPECIALS = "walk <pad> left <bos> jump <eos> twice <unk>"
+
+
+@pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
+def test_special_token_strings_in_text_are_text(kind):
+    """Typed '<eos>' must not end the sentence, nor '<pad>' be read as padding: the control ids
+    never come out of text. Subword and character kinds spell them out; to the word kind they are
+    unknown words."""
+    tok = Tokenizer.train(kind, ["walk left <> bos eos pad unk jump twice"] * 5 + CORPUS, vocab_size=300)
+    ids = tok.encode(TYPED_SPECIALS)
+    assert not {PAD, BOS, EOS} & set(ids)
+    assert tok.encode_batch([TYPED_SPECIALS]) == [ids]
+    if kind == "word":
+        assert tok.decode(ids) == "walk <unk> left <unk> jump <unk> twice <unk>" and ids.count(UNK) == 4
+    else:
+        assert UNK not in ids and tok.decode(ids) == TYPED_SPECIALS
+
+
+def test_a_unigram_tokenizer_saved_before_the_fix_still_encodes_specials_as_unknown():
+    """Unigram files written before the special pieces were made unreachable score them 0 (the
+    best); a loaded one never returns a control id all the same."""
+    spec = json.loads(Tokenizer.train("unigram", CORPUS, vocab_size=120).to_str())
+    for entry in spec["model"]["vocab"][:4]:
+        entry[1] = 0.0
+    old = Tokenizer.from_str(json.dumps(spec))
+    ids = old.encode("<pad> <eos>")
+    assert not {PAD, BOS, EOS} & set(ids) and ids.count(UNK) == 2
+
+
+def test_training_text_may_not_use_the_special_tokens_as_words():
     with pytest.raises(DataError, match="uses the special token <unk> as a word"):
         Tokenizer.train("word", ["the <unk> sat", "a <unk> ran"])
     with pytest.raises(DataError, match="cannot train the unigram tokenizer"):

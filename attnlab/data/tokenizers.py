@@ -8,7 +8,10 @@ Four kinds behind one interface, each saved as the library's own ``tokenizer.jso
   with byte fallback, so that any text round-trips, unseen characters included;
 - ``unigram``: the unigram language model (Kudo 2018) over the same word starts.
 
-The special tokens have the same ids in every tokenizer: PAD 0, BOS 1, EOS 2, UNK 3.
+The special tokens have the same ids in every tokenizer: PAD 0, BOS 1, EOS 2, UNK 3. They are
+control symbols, never text: ``<eos>`` or ``<pad>`` typed in the input is encoded as the characters
+or subwords it is made of (``char``, ``bpe``, ``unigram``) or as an unknown word (``word``), so a
+user's text can never end a sentence early or be read as padding.
 A character or word never seen in training becomes UNK (``char``, ``word``, ``unigram``).
 Subword decoding drops leading whitespace (a ``▁`` artefact); text without it round-trips exactly.
 """
@@ -18,12 +21,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+import json
+
 import tokenizers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 
 from attnlab.errors import DataError
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
+CONTROL_IDS = frozenset((PAD, BOS, EOS))  # ids that steer decoding; text never encodes to them
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 TOKENIZER_KINDS = ("char", "word", "bpe", "unigram")
 _BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
@@ -80,17 +86,17 @@ class Tokenizer:
             if hf.token_to_id(token) != token_id:
                 raise DataError(f"the training text uses the special token {token} as a word; the {kind} "
                                 f"tokenizer reserves it (id {token_id}): rename it in the data or use another tokenizer")
-        return cls(hf)
+        return cls(_specials_unreachable(hf) if kind == "unigram" else hf)
 
     @property
     def vocab_size(self) -> int:
         return self.hf.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.hf.encode(text, add_special_tokens=False).ids
+        return _as_text(self.hf.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=False)]
+        return [_as_text(e.ids) for e in self.hf.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids`` up to the first EOS, without PAD and BOS; UNK shows as ``<unk>``."""
@@ -127,3 +133,20 @@ class Tokenizer:
         except Exception as err:  # the library raises a plain Exception for malformed files
             raise DataError(f"{path}: not a tokenizer file ({err})") from None
         return cls(hf)
+
+
+def _as_text(ids: list[int]) -> list[int]:
+    """A control id that came out of text is an unknown word: the word-level model looks ``<pad>``
+    up in its vocabulary, where the trainer put the special tokens (and a unigram tokenizer saved
+    before :func:`_specials_unreachable` may pick them as pieces)."""
+    return [UNK if i in CONTROL_IDS else i for i in ids]
+
+
+def _specials_unreachable(hf: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
+    """The unigram trainer gives the special pieces log-probability 0, the highest there is, so
+    the segmentation of ``<eos>`` in a text would pick the piece. Give them a score no segmentation
+    chooses: typed, they are segmented as the text they are."""
+    spec = json.loads(hf.to_str())
+    for entry in spec["model"]["vocab"][:len(SPECIAL_TOKENS)]:
+        entry[1] = -1e9
+    return tokenizers.Tokenizer.from_str(json.dumps(spec))
