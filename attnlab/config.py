@@ -393,6 +393,7 @@ def _at_least(field: str, value: int, low: int) -> None:
 
 
 DATA_FORMATS = ("builtin", "parallel", "tsv", "scan", "text")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
 
 
 @dataclass(frozen=True)
@@ -494,7 +495,7 @@ class TrainConfig(TypedConfig):
         self._check_types()
         one_of("optimizer", self.optimizer, ("adam", "adamw"))
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
-        one_of("precision", self.precision, ("fp32", "bf16", "fp16"))
+        one_of("precision", self.precision, PRECISIONS)
         one_of("device", self.device, ("auto", "cpu", "cuda"))
         one_of("early_stop_metric", self.early_stop_metric, ("valid_loss", "valid_ppl", "exact_match"))
         for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",

@@ -29,7 +29,7 @@ from attnlab.config import ModelConfig
 from attnlab.data.batching import Batch
 from attnlab.decode.search import greedy
 from attnlab.nn.build import build_model
-from attnlab.train.loop import autocast
+from attnlab.train.precision import autocast
 
 VOCAB = 8000  # the presets' shared BPE vocabulary
 # The model sections of the presets (tests/test_bench.py checks that they agree).

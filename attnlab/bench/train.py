@@ -26,7 +26,8 @@ from attnlab.data.tokenizers import PAD
 from attnlab.bench.reference import SHAPE, marian, torch_transformer
 from attnlab.bench.timing import interleaved_medians, random_pairs
 from attnlab.nn.build import build_model
-from attnlab.train.loop import autocast, make_optimizer, train_step
+from attnlab.train.loop import make_optimizer, train_step
+from attnlab.train.precision import autocast
 from attnlab.train.schedules import make_schedule, make_scheduler
 
 BATCH, LENGTH, DROPOUT = 64, 24, 0.1

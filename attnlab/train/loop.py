@@ -33,7 +33,8 @@ from attnlab.files import atomic_write_text
 from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
 from attnlab.train.distributed import World
 from attnlab.train.losses import label_smoothed_nll
-from attnlab.train.schedules import make_schedule, make_scheduler
+from attnlab.train.precision import autocast, choose_precision
+from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
 
 LOWER_IS_BETTER = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
 
@@ -44,16 +45,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device is 'cuda' but no CUDA device is available")
     return torch.device(name)
-
-
-def autocast(precision: str, device: torch.device) -> Callable[[], ContextManager]:
-    """A factory of autocast contexts: bf16 on the CPU or CUDA, fp16 on CUDA only, fp32 = none."""
-    if precision == "fp32":
-        return contextlib.nullcontext
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError("train.precision 'fp16' needs a CUDA device; use 'bf16' on the CPU")
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return lambda: torch.autocast(device.type, dtype=dtype)
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -205,16 +196,22 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     rank 0 writes (train/distributed.py).
     """
     device = resolve_device(cfg.device)
-    amp = autocast(cfg.precision, device)
-    model.to(device)
     main = world is None or world.is_main
+    precision = choose_precision(cfg.precision, device)
+    if precision.note:
+        log(precision.note)
+    amp = autocast(precision.precision, device)
+    model.to(device)
     trained = DDP(model) if world else model  # gradients averaged across ranks in the backward
     if cfg.compile:  # the training forward through TorchInductor; evaluation and checkpoints use the model itself
         trained = torch.compile(trained)
     optimizer = make_optimizer(model, cfg)
-    scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
-                                                        cfg.min_lr, d_model))
-    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+    lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps)
+    if note:
+        log(note)
+    schedule = make_schedule(cfg.lr_schedule, lr, warmup, cfg.max_steps, cfg.min_lr, d_model)
+    scheduler = make_scheduler(optimizer, schedule)
+    scaler = torch.amp.GradScaler("cuda") if precision.precision == "fp16" else None
     progress = Progress()
     if resume:
         progress = _restore(run, model, optimizer, scheduler, scaler, device)
@@ -256,10 +253,12 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
                      {"metrics": last_eval}, cfg.keep_last, best=(metric_name, value) if improved else None)
             bar.write(f"step {progress.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in last_eval.items()))
 
+    session_seconds = 0.0  # max_seconds caps each command's training: --resume continues a time-capped run
+
     def limit_reached() -> str | None:
         if progress.step >= cfg.max_steps:
             return f"max_steps ({cfg.max_steps})"
-        if cfg.max_seconds is not None and progress.train_seconds >= cfg.max_seconds:
+        if cfg.max_seconds is not None and session_seconds >= cfg.max_seconds:
             return f"max_seconds ({cfg.max_seconds:g})"
         if cfg.max_epochs is not None and progress.epoch >= cfg.max_epochs:
             return f"max_epochs ({cfg.max_epochs})"
@@ -289,8 +288,9 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
             progress.batch += span if world else len(group)
             progress.train_seconds += seconds
+            session_seconds += seconds
             if not out["finite"]:
-                _count_bad_step(progress, out, cfg, run, log)
+                _count_bad_step(progress, out, cfg, precision.precision, run, log)
                 continue
             progress.bad_in_row = 0
             progress.step += 1
@@ -328,6 +328,9 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     bar.close()
     writer.close()
     log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")
+    if stop_reason.startswith("max_seconds") and progress.step < cfg.max_steps:
+        log(f"not finished: step {progress.step} of {cfg.max_steps} when train.max_seconds ({cfg.max_seconds:g} s) "
+            f"ran out; continue with `attnlab train --out {run.path} --resume`, or raise or remove train.max_seconds")
     if world:
         world.barrier()  # rank 0's last checkpoint is on disk for everyone
     best_step = run.best_step()
@@ -336,7 +339,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             "train_seconds": round(progress.train_seconds, 2), "train_tokens": progress.tokens,
             "tokens_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
             "best_step": best_step, f"best_{metric_name}": progress.best, "skipped_steps": progress.skipped_steps,
-            "last_eval": last_eval}
+            "precision": precision.precision, "last_eval": last_eval}
 
 
 class _NoWriter:
@@ -349,7 +352,7 @@ class _NoWriter:
         pass
 
 
-def _count_bad_step(progress: Progress, out: dict[str, Any], cfg: TrainConfig, run: RunDir,
+def _count_bad_step(progress: Progress, out: dict[str, Any], cfg: TrainConfig, precision: str, run: RunDir,
                     log: Callable[[str], None]) -> None:
     """Count an update skipped for a non-finite loss or gradient; stop after ``max_bad_steps`` in a row."""
     progress.skipped_steps += 1
@@ -359,8 +362,8 @@ def _count_bad_step(progress: Progress, out: dict[str, Any], cfg: TrainConfig, r
         f"{progress.skipped_steps} in all)")
     if progress.bad_in_row >= cfg.max_bad_steps:
         steps = run.steps()
-        hint = (f"the {cfg.precision} forward pass overflowed: train in precision fp32, or lower lr"
-                if cfg.precision != "fp32" else "lower lr, set clip_norm, or lengthen warmup_steps")
+        hint = (f"the {precision} forward pass overflowed: train in precision fp32, or lower lr"
+                if precision != "fp32" else "lower lr, set clip_norm, or lengthen warmup_steps")
         raise NumericalError(f"training stopped after step {progress.step}: {progress.bad_in_row} updates in a row "
                              f"had a non-finite {what} (train.max_bad_steps = {cfg.max_bad_steps}); {hint}. "
                              f"The newest checkpoint is step {steps[-1] if steps else 'none'}")
