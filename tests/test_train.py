@@ -19,7 +19,8 @@ from attnlab.decode.search import greedy
 from attnlab.train.checkpoint import MODEL_FILE, STATE_FILE, RunDir, average_checkpoints, load_run
 from attnlab.train.losses import label_smoothed_nll
 from attnlab.train.run import train_run
-from attnlab.train.schedules import constant, cosine, make_scheduler, noam
+from attnlab.decode.translate import translate
+from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam
 
 
 def run_config(model=None, data=None, train=None) -> RunConfig:
@@ -355,3 +356,50 @@ def test_fused_loss_equals_the_textbook_form_in_value_and_gradient(dtype, epsilo
     torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(
         logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=epsilon, reduction="sum"),
         rtol=1e-5, atol=1e-4)
+
+
+TOY_PAIRS = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleeps"), ("der mann isst", "the man eats"),
+             ("die frau liest", "the woman reads"), ("ein kind spielt", "a child plays"),
+             ("der hund schläft", "the dog sleeps"), ("eine frau läuft", "a woman runs"),
+             ("ein mann liest", "a man reads"), ("die katze isst", "the cat eats"),
+             ("das kind schläft", "the child sleeps"), ("ein hund isst", "a dog eats"),
+             ("die frau spielt", "the woman plays")]
+
+
+def test_short_run_with_the_default_training_learns_a_toy_tsv(tmp_path):
+    """A user's 12-line TSV and only max_steps set: the default noam schedule's 4,000 warm-up steps
+    would peak at 5% of its rate within 100 steps and translate to empty lines (issue 15); the
+    warm-up is fitted to the run, which then learns every pair."""
+    tsv = tmp_path / "toy.tsv"
+    tsv.write_text("".join(f"{de}\t{en}\n" for de, en in TOY_PAIRS))
+    cfg = RunConfig.from_sections({"model": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 128},
+                                   "data": {"format": "tsv", "train": str(tsv), "valid": str(tsv)},
+                                   "train": {"max_steps": 100, "progress": False}})
+    lines = []
+    summary = train_run(cfg, tmp_path / "run", log=lines.append)
+    assert any(line.startswith("note: train.warmup_steps (4000) is not shorter than the run (max_steps 100): "
+                               "warming up over 10 steps") for line in lines)
+    assert summary["last_eval"]["valid_loss"] < 0.3  # measured: 0.119; 2.75 with the 4,000-step warm-up, 0 of 12 right
+    model, tokenizers, *_ = load_run(tmp_path / "run", "best")
+    got = [best[0][0] for best in translate(model, tokenizers, [de for de, _ in TOY_PAIRS], beam=1)]
+    assert got == [en for _, en in TOY_PAIRS]
+
+
+def test_a_warm_up_longer_than_the_run_is_fitted_to_the_same_peak():
+    assert fitted_warmup("noam", 1.0, 400, 1000) == (1.0, 400, "")  # shorter than the run: unchanged
+    lr, warmup, note = fitted_warmup("noam", 1.0, 4000, 200)
+    assert warmup == 20 and lr == pytest.approx(math.sqrt(20 / 4000)) and "20 steps" in note
+    assert max(map(noam(lr, 512, warmup), range(1, 201))) == pytest.approx(noam(1.0, 512, 4000)(4000))
+    assert fitted_warmup("cosine", 2e-3, 50, 50)[:2] == (2e-3, 5)  # cosine and constant peak at lr itself
+    assert fitted_warmup("constant", 2e-3, 9, 5)[:2] == (2e-3, 1)
+
+
+def test_a_time_capped_run_says_so_and_resume_continues_it(tmp_path):
+    cfg = run_config(train={"max_steps": 50, "max_seconds": 1e-9, "eval_every": 1000})
+    lines = []
+    first = train_run(cfg, tmp_path / "run", log=lines.append)
+    assert first["steps"] == 1 and first["stop_reason"].startswith("max_seconds")
+    assert (f"not finished: step 1 of 50 when train.max_seconds (1e-09 s) ran out; continue with `attnlab train "
+            f"--out {tmp_path / 'run'} --resume`, or raise or remove train.max_seconds") in lines
+    again = train_run(cfg, tmp_path / "run", resume=True, log=lambda s: None)  # the cap is per command
+    assert again["steps"] == 2 and sorted(train_losses(tmp_path / "run")) == [1, 2]

@@ -3,6 +3,10 @@
 noam (the paper):  lr(k) = factor * d_model^-0.5 * min(k^-0.5, k * warmup^-1.5)
 cosine:            linear warm-up to lr over `warmup` updates, then half a cosine down to min_lr at `total`
 constant:          linear warm-up to lr, then lr
+
+A warm-up as long as the run would never reach its peak (the paper's 4,000 warm-up steps in a
+200-step run peak at 5% of it): :func:`fitted_warmup` then squeezes the schedule in time so that
+the warm-up takes a tenth of the run and the peak stays the same.
 """
 
 from __future__ import annotations
@@ -30,6 +34,23 @@ def cosine(peak: float, warmup: int, total: int, floor: float = 0.0) -> Schedule
 
 def constant(peak: float, warmup: int) -> Schedule:
     return lambda k: peak * min(1.0, k / warmup) if warmup else peak
+
+
+def fitted_warmup(name: str, lr: float, warmup: int, total: int) -> tuple[float, int, str]:
+    """The (lr, warmup) a schedule of ``total`` updates uses, and a note if they were changed.
+
+    Unchanged unless ``warmup >= total``; then the warm-up becomes ``total // 10`` (at least 1).
+    cosine and constant keep lr, their peak; noam's peak is factor * d^-0.5 * warmup^-0.5, so its
+    factor is scaled by sqrt(new / old) to keep it: noam(factor', d, w')(k) = noam(factor, d, w)(k w / w'),
+    the same curve played w / w' times faster."""
+    if warmup < total:
+        return lr, warmup, ""
+    fitted = max(1, total // 10)
+    if name == "noam":
+        lr = lr * math.sqrt(fitted / warmup)
+    return lr, fitted, (f"note: train.warmup_steps ({warmup}) is not shorter than the run (max_steps {total}): "
+                        f"warming up over {fitted} steps to the same peak learning rate instead; set "
+                        f"train.warmup_steps below max_steps to choose")
 
 
 def make_schedule(name: str, lr: float, warmup: int, total: int, min_lr: float, d_model: int) -> Schedule:
