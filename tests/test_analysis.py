@@ -1,15 +1,18 @@
 """Looking inside: capture equals the model's own Q and K and changes nothing; entropy, distance
 and importance against hand computations; pruning by masking equals pruning by removal; the
-budget's FLOPs against the formulas; inspect and prune from the command line."""
+budget's FLOPs against the formulas; the figures' colour bars, titles and numbers; inspect and prune
+from the command line, with prune's and decoding's progress on stderr."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 
 import pytest
 import torch
+from matplotlib.colors import to_rgb
 from PIL import Image
 
 from attnlab import ModelConfig
@@ -25,9 +28,20 @@ from attnlab.analysis.heads import (
     mean_distance,
     remove_heads,
 )
-from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot, positional_plots, pruning_plot
+from attnlab.analysis.plots import (
+    alignment_figure,
+    alignment_plot,
+    attention_figure,
+    attention_heatmaps,
+    entropy_figure,
+    entropy_plot,
+    positional_plots,
+    pruning_plot,
+)
+from attnlab.cli import main
 from attnlab.config import RunConfig
 from attnlab.data.tokenizers import BOS
+from attnlab.decode import translate as translate_module
 from attnlab.decode.search import greedy
 from attnlab.nn.masks import causal_mask
 from attnlab.train.run import train_run
@@ -217,6 +231,55 @@ def test_figures_are_pngs_that_carry_their_labels(tmp_path):
     assert png_labels(curve)[1]["bases"] == [100.0, 10000.0] and png_labels(table)[0][0] >= 400
 
 
+def luma(colour) -> float:
+    r, g, b = to_rgb(colour)
+    return 0.299 * r + 0.587 * g + 0.114 * b
+
+
+def test_heatmaps_have_a_colour_bar_on_the_scale_of_their_data():
+    probs = torch.softmax(torch.randn(3, 4, 5), -1)
+    fig = attention_figure(probs, list("abcd"), list("vwxyz"), "t")
+    assert len(fig.axes) == 3 + 1  # a panel per head, and one colour bar for them all
+    assert fig.axes[-1].get_ylim() == (0.0, 1.0)  # every head on the probabilities' scale
+    assert all(ax.images[0].get_clim() == (0.0, 1.0) for ax in fig.axes[:3])
+    fig = alignment_figure(probs[0], list("vwxyz"), list("abcd"), "a")
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylim() == (0.0, 1.0)
+    entropy = {"m1": torch.tensor([1.0, 2.0]), "m2": torch.tensor([0.5])}  # m2 has no head 1: blank cell
+    fig = entropy_figure(entropy)
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylim() == pytest.approx((0.5, 2.0))  # the data's min and max
+
+
+def test_entropy_numbers_are_large_and_contrast_with_their_cell():
+    values = {"m1": torch.tensor([0.1, 0.6, 1.1]), "m2": torch.tensor([1.6, 2.1, 2.6])}
+    fig = entropy_figure(values)
+    ax = fig.axes[0]
+    image = ax.images[0]
+    cells = {t.get_position(): t for t in ax.texts}
+    assert len(cells) == 6  # one number per head, none for the blank
+    for i, row in enumerate(values.values()):
+        for h, value in enumerate(row.tolist()):
+            text = cells[(h, i)]
+            assert text.get_text() == f"{value:.2f}" and text.get_fontsize() >= 9
+            assert abs(luma(text.get_color()) - luma(image.cmap(image.norm(value)))) >= 0.5
+    assert {text.get_color() for text in ax.texts} == {"black", "white"}  # magma runs from dark to light
+
+
+@pytest.mark.parametrize("source, target", [(3, 3), (9, 18), (1, 1)])
+def test_alignment_title_lies_within_the_figure(source, target):
+    title = "decoder.layers.1.cross_attn: alignment, heads averaged, a title longer than the figure is wide"
+    fig = alignment_figure(torch.softmax(torch.randn(target, source), -1), [f"s{i}" for i in range(source)],
+                           [f"I_TURN_LEFT{i}" for i in range(target)], title)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    [drawn] = [t for t in fig.texts if t.get_text() == title]
+    box, page = drawn.get_window_extent(renderer), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    assert box.height > 1.5 * drawn.get_fontsize() * fig.dpi / 72  # wrapped: more than one line of text
+    for ax in fig.axes:  # nothing else is cut either: tick labels, axis labels, the colour bar's label
+        extent = ax.get_tightbbox(renderer)
+        assert page.x0 <= extent.x0 and extent.x1 <= page.x1 + 1 and page.y0 <= extent.y0 and extent.y1 <= page.y1 + 1
+
+
 def test_budget_flops_match_the_formulas():
     """Per attention module 2 x 2 B Tq Tk d for Q K^T and the weighted sum; per FFN 2 x 2 B T d d_ff;
     the output layer 2 B T d V. Projections: 3 (self) or 1 + 2 (cross, over S) times 2 B T d^2, plus W^O."""
@@ -255,7 +318,7 @@ def demo_like_run(tmp_path_factory):
 
 def test_inspect_writes_labelled_heatmaps_and_entropies(demo_like_run, tmp_path):
     figures = tmp_path / "figures"
-    done = subprocess.run([str(ATTNLAB), "inspect", str(demo_like_run), "--src", "3 1 4 1", "--out", str(figures)],
+    done = subprocess.run([*ATTNLAB, "inspect", str(demo_like_run), "--src", "3 1 4 1", "--out", str(figures)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     summary = json.loads((figures / "summary.json").read_text())
@@ -269,14 +332,14 @@ def test_inspect_writes_labelled_heatmaps_and_entropies(demo_like_run, tmp_path)
     assert labels["rows"] == summary["target_tokens"] and labels["rows"][-1] == "<eos>"
     assert png_labels(figures / "decoder-0-cross-alignment.png")[1]["cols"] == summary["source_tokens"]
     assert (figures / "entropy.png").stat().st_size > 5000
-    again = subprocess.run([str(ATTNLAB), "inspect", str(demo_like_run), "--src", "3 1", "--out", str(figures)],
+    again = subprocess.run([*ATTNLAB, "inspect", str(demo_like_run), "--src", "3 1", "--out", str(figures)],
                            capture_output=True, text=True)
     assert again.returncode == 2 and "--force" in again.stderr
 
 
 def test_prune_reports_before_and_after_and_writes_a_loadable_smaller_run(demo_like_run, tmp_path):
     out = tmp_path / "pruned"
-    done = subprocess.run([str(ATTNLAB), "prune", str(demo_like_run), "--fraction", "0.5", "--out", str(out),
+    done = subprocess.run([*ATTNLAB, "prune", str(demo_like_run), "--fraction", "0.5", "--out", str(out),
                            "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.splitlines()[-2])
@@ -284,15 +347,48 @@ def test_prune_reports_before_and_after_and_writes_a_loadable_smaller_run(demo_l
     assert before["heads_pruned"] == 0 and after["heads_pruned"] == 6 and after["heads_total"] == 12
     pruned = json.loads((out / "pruned_heads.json").read_text())
     assert sum(len(v) for v in pruned.values()) == 6 and all(len(v) < 4 for v in pruned.values())
-    scored = subprocess.run([str(ATTNLAB), "evaluate", str(out), "--split", "valid", "--beam", "1", "--json"],
+    scored = subprocess.run([*ATTNLAB, "evaluate", str(out), "--split", "valid", "--beam", "1", "--json"],
                             capture_output=True, text=True)
     assert scored.returncode == 0, scored.stderr
     result = json.loads(scored.stdout)
     assert result["exact_match"] == pytest.approx(after["exact_match"])  # removed == masked
     assert result["bleu"] == pytest.approx(after["bleu"])
-    again = subprocess.run([str(ATTNLAB), "prune", str(demo_like_run), "--fraction", "0.2", "--out", str(out)],
+    again = subprocess.run([*ATTNLAB, "prune", str(demo_like_run), "--fraction", "0.2", "--out", str(out)],
                            capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_prune_reports_each_measurement_on_stderr_and_where_the_plot_went(demo_like_run, tmp_path, capsys):
+    plot = tmp_path / "figures" / "pruning.png"
+    assert main(["prune", str(demo_like_run), "--fraction", "0.25", "0.5", "--limit", "10", "--plot", str(plot)]) == 0
+    out, err = capsys.readouterr()
+    lines = [line for line in re.split(r"[\r\n]", err) if line.strip()]  # a slow decoding's bar may be among them
+    assert re.fullmatch(r"ranked 12 heads by importance on valid in \d+\.\d s", lines[0])
+    measured = [m.groups() for m in map(re.compile(r"\[(\d)/3\] measured valid with (\d+)/12 heads pruned "
+                                                   r"\((\d+)%\) in \d+\.\d s").fullmatch, lines) if m]
+    assert measured == [("1", "0", "0"), ("2", "3", "25"), ("3", "6", "50")]  # as each one ends, in order
+    assert lines[-1] == f"plot: {plot}" and png_labels(plot)[1]["fractions"] == [0.0, 0.25, 0.5]
+    assert len(out.splitlines()) == 3 and "plot" not in out  # stdout: the results alone
+    assert main(["prune", str(demo_like_run), "--fraction", "0.5", "--plot", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_evaluate_and_translate_show_a_progress_bar_once_decoding_takes_a_while(demo_like_run, tmp_path, capsys,
+                                                                                monkeypatch):
+    args = ["evaluate", str(demo_like_run), "--split", "valid", "--beam", "1", "--json"]
+    monkeypatch.setattr(translate_module, "PROGRESS_DELAY", 600.0)
+    assert main(args) == 0  # done before the bar's delay: no bar
+    out, err = capsys.readouterr()
+    assert err == "" and json.loads(out)["sentences"] == 40
+    monkeypatch.setattr(translate_module, "PROGRESS_DELAY", 0.0)
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "0/40" in err and "sentence/s" in err  # the bar, on stderr
+    assert json.loads(out)["sentences"] == 40  # stdout unchanged
+    (tmp_path / "in.txt").write_text("3 1 4\n1 5\n9 2 6\n")
+    assert main(["translate", str(demo_like_run), "--input", str(tmp_path / "in.txt"), "--beam", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "0/3" in err and "sentence/s" in err and len(out.splitlines()) == 3
 
 
 def test_inspect_split_gives_mean_entropies_of_every_head(demo_like_run):
@@ -302,6 +398,6 @@ def test_inspect_split_gives_mean_entropies_of_every_head(demo_like_run):
     assert set(entropies) == {"encoder.layers.0.self_attn", "decoder.layers.0.self_attn", "decoder.layers.0.cross_attn"}
     longest = math.log(8)  # reverse task: at most 6 symbols + EOS / BOS
     assert all(len(v) == 4 and all(0.0 <= e <= longest for e in v) for v in entropies.values())
-    done = subprocess.run([str(ATTNLAB), "inspect", str(demo_like_run), "--split", "valid"], capture_output=True,
+    done = subprocess.run([*ATTNLAB, "inspect", str(demo_like_run), "--split", "valid"], capture_output=True,
                           text=True)
     assert done.returncode == 0 and done.stdout.count("per head") == 3

@@ -3,10 +3,13 @@ axis labels in its metadata ('Description', JSON) so that a program can check wh
 
 - ``attention_heatmaps``: one figure per attention module, one panel per head, tokens on the axes;
 - ``alignment_plot``: source-target alignment in the style of Bahdanau et al. (2015), fig. 3;
-- ``entropy_plot``: mean entropy per layer and head;
+- ``entropy_plot``: mean entropy per layer and head, the value written in each cell;
 - ``pruning_plot``: a metric against the fraction of heads pruned;
 - ``positional_plots``: the sinusoidal table as a heatmap, and PE(p) . PE(p + k) against the
   offset k for several bases n.
+
+Every heatmap has a colour bar. The first three draw their figure with ``attention_figure``,
+``alignment_figure`` and ``entropy_figure``, which return it unsaved (for tests and notebooks).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.image import AxesImage  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 from attnlab.nn.positional import sinusoid  # noqa: E402
@@ -33,63 +39,97 @@ def _save(fig, path: Path, labels: dict) -> Path:
     return path
 
 
-def _heatmap(ax, matrix: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, vmax: float = 1.0) -> None:
-    ax.imshow(matrix.float().numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+def _heatmap(ax, matrix: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, vmax: float = 1.0) -> AxesImage:
+    image = ax.imshow(matrix.float().numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
     ax.set_title(title, fontsize=9)
+    return image
 
 
-def attention_heatmaps(probs: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, path: Path) -> Path:
-    """(H, Tq, Tk) weights of one module for one sentence -> a grid of H heatmaps."""
+def attention_figure(probs: Tensor, rows: Sequence[str], cols: Sequence[str], title: str) -> Figure:
+    """(H, Tq, Tk) weights of one module for one sentence -> a grid of H heatmaps on one 0-1 scale,
+    with one colour bar for them all."""
     H = probs.shape[0]
     n_cols = min(H, 4)
     n_rows = math.ceil(H / n_cols)
     size = max(2.5, 0.22 * max(len(rows), len(cols)) + 1.2)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(size * n_cols, size * n_rows), squeeze=False)
-    for h in range(n_rows * n_cols):
-        ax = axes[h // n_cols][h % n_cols]
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(size * n_cols + 0.8, size * n_rows), squeeze=False,
+                             layout="constrained")
+    for h, ax in enumerate(axes.flat):
         if h < H:
-            _heatmap(ax, probs[h], rows, cols, f"head {h}")
+            image = _heatmap(ax, probs[h], rows, cols, f"head {h}")
         else:
             ax.axis("off")
-    fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, path, {"title": title, "rows": list(rows), "cols": list(cols), "heads": H})
+    fig.colorbar(image, ax=axes, label="attention weight", shrink=0.8, pad=0.01)
+    fig.suptitle(title, wrap=True)
+    return fig
 
 
-def alignment_plot(weights: Tensor, source: Sequence[str], target: Sequence[str], title: str, path: Path) -> Path:
-    """(T, S) alignment, target words down, source words across, white = 1 (Bahdanau's figure)."""
-    fig, ax = plt.subplots(figsize=(max(3.0, 0.35 * len(source) + 1.5), max(3.0, 0.35 * len(target) + 1.5)))
-    ax.imshow(weights.float().numpy(), cmap="gray", vmin=0.0, vmax=1.0, aspect="equal")
+def attention_heatmaps(probs: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, path: Path) -> Path:
+    """:func:`attention_figure`, written to ``path``."""
+    return _save(attention_figure(probs, rows, cols, title), path,
+                 {"title": title, "rows": list(rows), "cols": list(cols), "heads": probs.shape[0]})
+
+
+def alignment_figure(weights: Tensor, source: Sequence[str], target: Sequence[str], title: str) -> Figure:
+    """(T, S) alignment, target words down, source words across, white = 1 (Bahdanau's figure),
+    with a colour bar; the title is wrapped to the figure's width."""
+    fig, ax = plt.subplots(figsize=(max(3.0, 0.35 * len(source) + 2.5), max(3.0, 0.35 * len(target) + 1.5)),
+                           layout="constrained")
+    image = ax.imshow(weights.float().numpy(), cmap="gray", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(source)), source, rotation=90)
     ax.set_yticks(range(len(target)), target)
     ax.xaxis.tick_top()
     ax.set_xlabel("source")
     ax.set_ylabel("target")
-    ax.set_title(title, fontsize=9, pad=40)
-    fig.tight_layout()
-    return _save(fig, path, {"title": title, "rows": list(target), "cols": list(source)})
+    fig.colorbar(image, ax=ax, label="attention weight", shrink=0.6)
+    fig.suptitle(title, fontsize=9, wrap=True)
+    return fig
 
 
-def entropy_plot(entropy: dict[str, Tensor], path: Path, title: str = "mean attention entropy (nats)") -> Path:
-    """Modules down, heads across, the entropy in each cell."""
+def alignment_plot(weights: Tensor, source: Sequence[str], target: Sequence[str], title: str, path: Path) -> Path:
+    """:func:`alignment_figure`, written to ``path``."""
+    return _save(alignment_figure(weights, source, target, title), path,
+                 {"title": title, "rows": list(target), "cols": list(source)})
+
+
+def _luma(rgb: Sequence[float]) -> float:
+    """Perceived brightness of an RGB(A) colour in [0, 1] (ITU-R BT.601 weights)."""
+    r, g, b = rgb[:3]
+    return 0.299 * r + 0.587 * g + 0.114 * b
+
+
+def _annotate(ax, image: AxesImage, grid: Tensor) -> None:
+    """Write each cell's value (two decimals) on it, in black on light colours and white on dark."""
+    for (i, j), value in np.ndenumerate(grid.numpy()):
+        if not math.isnan(value):
+            colour = "black" if _luma(image.cmap(image.norm(value))) > 0.5 else "white"
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=9, color=colour)
+
+
+def entropy_figure(entropy: dict[str, Tensor], title: str = "mean attention entropy (nats)") -> Figure:
+    """Modules down, heads across, the entropy in each cell, and a colour bar."""
     names = list(entropy)
     H = max(len(v) for v in entropy.values())
     grid = torch.full((len(names), H), float("nan"))
     for i, name in enumerate(names):
         grid[i, : len(entropy[name])] = entropy[name]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * H, 1.0 + 0.45 * len(names)))
+    fig, ax = plt.subplots(figsize=(3.0 + 0.9 * H, 1.2 + 0.5 * len(names)), layout="constrained")
     image = ax.imshow(grid.numpy(), cmap="magma", aspect="auto")
-    for i in range(len(names)):
-        for h in range(len(entropy[names[i]])):
-            ax.text(h, i, f"{grid[i, h]:.2f}", ha="center", va="center", fontsize=7, color="cyan")
-    ax.set_xticks(range(H), [f"head {h}" for h in range(H)], fontsize=7)
-    ax.set_yticks(range(len(names)), names, fontsize=7)
-    fig.colorbar(image, ax=ax)
+    _annotate(ax, image, grid)
+    ax.set_xticks(range(H), [f"head {h}" for h in range(H)], fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    fig.colorbar(image, ax=ax, label="nats")
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    return _save(fig, path, {"title": title, "rows": names, "cols": [f"head {h}" for h in range(H)]})
+    return fig
+
+
+def entropy_plot(entropy: dict[str, Tensor], path: Path, title: str = "mean attention entropy (nats)") -> Path:
+    """:func:`entropy_figure`, written to ``path``."""
+    H = max(len(v) for v in entropy.values())
+    return _save(entropy_figure(entropy, title), path,
+                 {"title": title, "rows": list(entropy), "cols": [f"head {h}" for h in range(H)]})
 
 
 def pruning_plot(fractions: Sequence[float], values: Sequence[float], metric: str, path: Path) -> Path:

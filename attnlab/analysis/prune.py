@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -36,18 +37,23 @@ def mean_nll(model: nn.Module, batch: Batch) -> torch.Tensor:
     return nll / batch.n_tokens
 
 
-def _metrics(model: nn.Module, data, split: str, limit: int | None) -> dict[str, float]:
+def _metrics(model: nn.Module, data, split: str, limit: int | None, progress: bool) -> dict[str, float]:
     scores = teacher_forced(model, data.eval_batches(split))
     result = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
     if isinstance(data, Seq2SeqData):
         examples = data.splits[split][:limit]
-        text = evaluate_text(model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], beam=1)
+        text = evaluate_text(model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], beam=1,
+                             progress=progress)
         result |= {"bleu": text["bleu"], "exact_match": text["exact_match"], "sentences": len(examples)}
     return result
 
 
 def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid", out: str | Path | None = None,
-              limit: int | None = None) -> dict[str, Any]:
+              limit: int | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Rank the heads of ``run_dir``'s model, then measure it with no heads pruned and with each of
+    ``fractions`` pruned: {"run", "split", "importance", "results": one entry per measurement}, and
+    "out" when the pruned model was written there. ``log`` hears one line when the ranking is done
+    and one per measurement, with its time; with it, decoding also shows its progress bar."""
     if out is not None and len(fractions) != 1:
         raise UsageError("--out writes one pruned model: give one --fraction")
     if out is not None and Path(out).exists():
@@ -58,15 +64,21 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
     run = RunDir(run_dir)
     model, tokenizers, _ = load_run(run_dir)
     data = run.read_data(tokenizers, split)
+    say = log or (lambda line: None)
+    started = time.perf_counter()
     importance = head_importance(model, data.eval_batches(split), mean_nll)
     n_heads = sum(len(v) for v in importance.values())
+    say(f"ranked {n_heads} heads by importance on {split} in {time.perf_counter() - started:.1f} s")
     results = []
-    for fraction in [0.0, *fractions]:
+    for k, fraction in enumerate([0.0, *fractions], 1):
+        started = time.perf_counter()
         heads = heads_to_prune(importance, fraction)
         mask_heads(model, heads)
         pruned = sum(len(v) for v in heads.values())
         results.append({"fraction": fraction, "heads_pruned": pruned, "heads_total": n_heads, "pruned": heads,
-                        **_metrics(model, data, split, limit)})
+                        **_metrics(model, data, split, limit, progress=log is not None)})
+        say(f"[{k}/{len(fractions) + 1}] measured {split} with {pruned}/{n_heads} heads pruned ({fraction:.0%}) "
+            f"in {time.perf_counter() - started:.1f} s")
     mask_heads(model, {})
     summary = {"run": str(run_dir), "split": split,
                "importance": {name: [round(float(x), 4) for x in imp] for name, imp in importance.items()},

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.decode.search import beam_search, greedy
 from attnlab.errors import DataError
 
+PROGRESS_DELAY = 1.0  # seconds before the bar appears: a quicker job shows none
+
 
 @torch.no_grad()
 def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: list[str], beam: int = 4,
               lenpen: float = 0.6, nbest: int = 1, use_cache: bool = True, batch_size: int = 64,
               max_len: int | None = None, min_len: int = 0, max_source_len: int | None = None,
-              truncate: bool = False) -> list[list[tuple[str, float | None]]]:
+              truncate: bool = False, progress: bool = False) -> list[list[tuple[str, float | None]]]:
     """For each line, its ``nbest`` translations as (text, score): log P / length penalty for beam
     search, None for greedy (``beam`` 1). Sentences of similar length are decoded together. A line
-    of more than ``max_source_len`` tokens is refused (DataError naming it), or cut with ``truncate``."""
+    of more than ``max_source_len`` tokens is refused (DataError naming it), or cut with ``truncate``.
+    A blank line is not decoded: its translation is blank (score 0.0, or None for greedy).
+    With ``progress``, a bar on stderr counts the sentences done once decoding has taken longer
+    than PROGRESS_DELAY seconds, and is cleared at the end (as the training bar is)."""
     model.eval()
     device = next(model.parameters()).device
     src_ids = tokenizers["src"].encode_batch(lines)
@@ -28,16 +34,21 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
                 raise DataError(f"input line {i + 1}: {len(ids)} tokens, more than the model's {max_source_len}; "
                                 f"shorten it, or pass --truncate to cut long lines")
         src_ids = [ids[:max_source_len] for ids in src_ids]
-    order = sorted(range(len(lines)), key=lambda i: len(src_ids[i]))
-    results: list[list[tuple[str, float | None]]] = [[] for _ in lines]
+    greedy_search = beam == 1 and nbest == 1
+    blank = [("", None if greedy_search else 0.0)]
+    results: list[list[tuple[str, float | None]]] = [blank if not line.strip() else [] for line in lines]
+    order = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(src_ids[i]))
     decode_text = tokenizers["tgt"].decode
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        src = source_batch([src_ids[i] for i in chunk]).to(device)
-        if beam == 1 and nbest == 1:
-            for i, ids in zip(chunk, greedy(model, src, max_len, min_len, use_cache)):
-                results[i] = [(decode_text(ids), None)]
-        else:
-            for i, hyps in zip(chunk, beam_search(model, src, beam, lenpen, nbest, max_len, min_len, use_cache)):
-                results[i] = [(decode_text(h.tokens), h.normalized) for h in hyps]
+    with tqdm(total=len(order), disable=not progress, unit="sentence", delay=PROGRESS_DELAY, dynamic_ncols=True,
+              leave=False) as bar:
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            src = source_batch([src_ids[i] for i in chunk]).to(device)
+            if greedy_search:
+                for i, ids in zip(chunk, greedy(model, src, max_len, min_len, use_cache)):
+                    results[i] = [(decode_text(ids), None)]
+            else:
+                for i, hyps in zip(chunk, beam_search(model, src, beam, lenpen, nbest, max_len, min_len, use_cache)):
+                    results[i] = [(decode_text(h.tokens), h.normalized) for h in hyps]
+            bar.update(len(chunk))
     return results

@@ -159,10 +159,12 @@ def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str 
 
 
 def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
-                 batch_size: int = 128) -> list[tuple[str, str, str]]:
-    """Greedy translations of the first ``limit`` examples of a split: (source, reference, output)."""
+                 batch_size: int = 128, progress: bool = False) -> list[tuple[str, str, str]]:
+    """Greedy translations of the first ``limit`` examples of a split: (source, reference, output);
+    ``progress`` shows translate's progress bar."""
     examples = data.splits[split][:limit]
-    outputs = translate(model, data.tokenizers, [e.src for e in examples], beam=1, batch_size=batch_size)
+    outputs = translate(model, data.tokenizers, [e.src for e in examples], beam=1, batch_size=batch_size,
+                        progress=progress)
     return [(e.src, e.tgt, hyps[0][0]) for e, hyps in zip(examples, outputs)]
 
 
