@@ -48,7 +48,9 @@ def staging_dir(final: str | Path) -> Path:
     """A fresh temporary directory beside ``final``, to fill and then :func:`publish_dir`."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    staged = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    os.chmod(staged, 0o777 & ~_umask())  # mkdtemp makes it private; a published folder gets the usual mode
+    return staged
 
 
 def publish_dir(staged: Path, final: str | Path) -> None:

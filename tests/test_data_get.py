@@ -1,0 +1,238 @@
+"""`attnlab data get`: the pinned checksums, the download over HTTP (a server on 127.0.0.1, never the
+internet), --from a local copy, and the refusals: each leaves nothing half written."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import hashlib
+import http.server
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from attnlab import DataError
+from attnlab.cli import main
+from attnlab.data import sources
+from attnlab.data.sources import DATASETS, NOTE, Dataset, SourceFile, fetch
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+PLAIN = b"jump twice\nwalk left\n"
+TEXT = "Zwei Männer.\nEin Hund läuft.\n".encode()            # served gzipped
+ROWS = b"date,x\n2016-07-01,1.5\n2016-07-02,2.5\n2016-07-03,3.5\n"  # the first 3 lines are kept
+KEPT = b"date,x\n2016-07-01,1.5\n2016-07-02,2.5\n"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# The final content of each output file: what `data get` must write.
+FINAL = {"plain.txt": PLAIN, "sub/text.de": TEXT, "rows.csv": KEPT}
+TINY = Dataset(
+    name="tiny", repo="someone/tiny", commit=COMMIT, licence="MIT", citation="Someone (2024). Tiny.",
+    held_out="test.txt",
+    files=(SourceFile("plain.txt", "plain.txt", len(PLAIN), sha(PLAIN)),
+           SourceFile("raw/text.de.gz", "sub/text.de", len(TEXT), sha(TEXT), gunzip=True),
+           SourceFile("csv/rows.csv", "rows.csv", len(KEPT), sha(KEPT), first_lines=3)))
+# The repository's files at the commit, as the server holds them (gzip with mtime 0: the same bytes every run).
+SERVED = {"plain.txt": PLAIN, "raw/text.de.gz": gzip.compress(TEXT, mtime=0), "csv/rows.csv": ROWS}
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        pass
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """A folder laid out OWNER/REPO/COMMIT/PATH served on 127.0.0.1: (its base URL, the folder)."""
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)  # a user's proxy must not see the loopback requests
+    root = tmp_path / "mirror"
+    for path, data in SERVED.items():
+        target = root / TINY.repo / TINY.commit / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", root
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def tiny_registered(monkeypatch):
+    """The command line sees TINY as the only registered data set."""
+    monkeypatch.setattr(sources, "DATASETS", {TINY.name: TINY})
+
+
+def local_copy(folder: Path, files: dict[str, bytes] = FINAL) -> Path:
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def written(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_download_over_loopback_writes_the_verified_files_and_a_note(server, tmp_path):
+    base_url, _ = server
+    log = []
+    fetch(TINY, tmp_path / "out", base_url=base_url + "/", timeout=5, log=log.append)
+    files = written(tmp_path / "out")
+    assert {k: v for k, v in files.items() if k != NOTE} == FINAL  # gunzipped, first 3 lines, bytes unchanged
+    note = files[NOTE].decode()
+    assert f"from {base_url}/." in note and f"https://github.com/someone/tiny at commit `{COMMIT}`" in note
+    assert "Licence: MIT" in note and "Not fetched: test.txt;" in note
+    for f in TINY.files:
+        assert f"| {f.name} | `{f.path}` ({f.how}) | {f.size:,} | {f.sha256} |" in note
+    assert "(gunzipped)" in note and "(first 3 lines)" in note and "(bytes unchanged)" in note
+    assert log == [line for f in TINY.files for line in (
+        f"downloading {base_url}/someone/tiny/{COMMIT}/{f.path}", f"{f.name}: {f.size:,} bytes, sha256 verified")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror", "out"]  # no staging folder left beside it
+
+
+def test_cli_downloads_from_base_url(server, tiny_registered, tmp_path, capsys):
+    base_url, _ = server
+    out = tmp_path / "data" / "tiny"
+    assert main(["data", "get", "tiny", "--base-url", base_url, "--out", str(out)]) == 0
+    assert written(out).keys() == {*FINAL, NOTE} and written(out)["sub/text.de"] == TEXT
+    captured = capsys.readouterr()
+    assert captured.out == f"{out}: plain.txt, sub/text.de, rows.csv, sha256 verified (source and licence: {out}/README.md)\n"
+    assert captured.err.count("sha256 verified") == 3
+
+
+def test_cli_from_a_local_folder(tiny_registered, tmp_path, capsys, monkeypatch):
+    copy = local_copy(tmp_path / "copy")
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "get", "tiny", "--from", str(copy)]) == 0  # default --out: data/NAME
+    files = written(tmp_path / "data" / "tiny")
+    assert {k: v for k, v in files.items() if k != NOTE} == FINAL
+    assert f"from {copy}." in files[NOTE].decode()
+    assert capsys.readouterr().out.startswith(f"{Path('data') / 'tiny'}: plain.txt, sub/text.de, rows.csv, sha256 verified")
+
+
+def test_a_changed_download_is_refused_naming_the_file_and_nothing_is_written(server, tmp_path):
+    base_url, root = server
+    (root / TINY.repo / COMMIT / "csv/rows.csv").write_bytes(ROWS.replace(b"2.5", b"2.6"))
+    with pytest.raises(DataError) as err:
+        fetch(TINY, tmp_path / "out", base_url=base_url, timeout=5)
+    changed = sha(KEPT.replace(b"2.5", b"2.6"))
+    assert str(err.value) == (f"{base_url}/someone/tiny/{COMMIT}/csv/rows.csv: sha256 {changed} is not the pinned "
+                              f"{sha(KEPT)} of tiny/rows.csv; nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror"]  # no out, no staging folder
+
+
+def test_a_changed_local_copy_is_refused_with_one_line_and_nothing_written(tiny_registered, tmp_path, capsys):
+    copy = local_copy(tmp_path / "copy", {**FINAL, "plain.txt": PLAIN + b"run\n"})
+    out = tmp_path / "out"
+    assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(out)]) == 4
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(f"error: {copy / 'plain.txt'}: sha256 ") and "of tiny/plain.txt; nothing was written" in err[-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
+
+
+def test_http_404_is_one_line_and_nothing_is_written(server, monkeypatch, tmp_path, capsys):
+    base_url, _ = server
+    elsewhere = dataclasses.replace(TINY, commit="f" * 40)  # a commit the server does not hold
+    monkeypatch.setattr(sources, "DATASETS", {"tiny": elsewhere})
+    assert main(["data", "get", "tiny", "--base-url", base_url, "--out", str(tmp_path / "out")]) == 4
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("downloading ")  # the progress line, then the error alone
+    assert err[1:] == [f"error: cannot download {base_url}/someone/tiny/{'f' * 40}/plain.txt: HTTP 404 File not found"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror"]
+
+
+def test_a_connection_refused_names_the_local_alternative(tmp_path):
+    with pytest.raises(DataError, match=r"cannot download http://127\.0\.0\.1:1/.*--from DIR"):
+        fetch(TINY, tmp_path / "out", base_url="http://127.0.0.1:1", timeout=5)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_empty_out_needs_force_which_replaces_only_the_same_names(tiny_registered, tmp_path, capsys):
+    copy = local_copy(tmp_path / "copy")
+    out = tmp_path / "out"
+    local_copy(out, {"plain.txt": b"old\n", "mine.txt": b"keep me\n"})
+    assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"error: {out} already exists and is not empty; pass --force to replace its tiny files\n"
+    assert written(out) == {"mine.txt": b"keep me\n", "plain.txt": b"old\n"}
+    assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(out), "--force"]) == 0
+    files = written(out)
+    assert files.pop("mine.txt") == b"keep me\n" and files.pop(NOTE)
+    assert files == FINAL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "out"]
+
+
+def test_an_empty_out_folder_is_filled_without_force(tmp_path):
+    (tmp_path / "out").mkdir()
+    fetch(TINY, tmp_path / "out", local=local_copy(tmp_path / "copy"))
+    assert written(tmp_path / "out").keys() == {*FINAL, NOTE}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["data", "get", "tin", "--from", "."], "error: unknown data set 'tin'; choose from tiny (did you mean 'tiny'?)"),
+    (["data", "get", "tiny", "--from", "missing"], "error: --from missing is not a folder"),
+    (["data", "get", "tiny", "--from", ".", "--base-url", "http://127.0.0.1:1"],
+     "error: give --from or --base-url, not both"),
+    (["data", "get", "tiny", "--base-url", "ftp://127.0.0.1"],
+     "error: --base-url must start with http:// or https:// (got 'ftp://127.0.0.1')"),
+])
+def test_usage_errors_are_one_line(args, message, tiny_registered, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    assert capsys.readouterr().err == message + "\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_local_copy_missing_a_file_names_what_it_needs(tiny_registered, tmp_path, capsys):
+    copy = local_copy(tmp_path / "copy", {"plain.txt": PLAIN})
+    assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(tmp_path / "out")]) == 4
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {copy / 'sub/text.de'}: no such file (--from takes a folder holding plain.txt, sub/text.de, rows.csv)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_derive_gunzips_and_keeps_the_first_lines():
+    gz, csv = TINY.files[1], TINY.files[2]
+    assert gz.derive(gzip.compress(TEXT, mtime=0), "x") == TEXT
+    with pytest.raises(DataError, match=r"^x: not a gzip file"):
+        gz.derive(TEXT, "x")
+    assert csv.derive(ROWS, "x") == KEPT
+    assert csv.derive(KEPT, "x") == KEPT  # exactly 3 lines: unchanged
+    assert csv.derive(b"a\nb", "x") == b"a\nb"  # fewer: unchanged
+
+
+def test_data_list_names_every_registered_data_set(capsys):
+    assert main(["data", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(DATASETS)
+    for line, d in zip(lines, DATASETS.values()):
+        assert f"{d.size / 1e6:.1f} MB" in line and d.licence in line
+    assert main(["data", "get"]) == 0  # no name: the same list
+    assert capsys.readouterr().out.splitlines() == lines
+
+
+def test_every_registered_data_set_is_well_formed():
+    assert set(DATASETS) == {"multi30k", "scan", "tiny_shakespeare", "sst2", "ett"}
+    for key, d in DATASETS.items():
+        assert d.name == key and re.fullmatch(r"[\w.-]+/[\w.-]+", d.repo), key
+        assert re.fullmatch(r"[0-9a-f]{40}", d.commit), key
+        assert d.licence and d.citation and "\n" not in d.licence
+        names = [f.name for f in d.files]
+        assert len(set(names)) == len(names) and NOTE not in names, key
+        assert len({f.path for f in d.files}) == len(d.files), key
+        for f in d.files:
+            assert re.fullmatch(r"[0-9a-f]{64}", f.sha256), (key, f.name)
+            assert f.size > 0 and (f.first_lines is None or f.first_lines > 0), (key, f.name)
+            assert not Path(f.name).is_absolute() and ".." not in Path(f.name).parts, (key, f.name)
+            assert not f.gunzip or f.path.endswith(".gz"), (key, f.name)
