@@ -8,29 +8,99 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import secrets
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from attnlab.errors import AttnlabError, UsageError
+from attnlab import __version__
+from attnlab.errors import AttnlabError, Interrupted, UsageError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"  # the presets of a source checkout
+
+
+def _describe_model(cfg, vocab: str) -> str:
+    """One line: the architecture and the sizes that matter for it."""
+    if cfg.arch == "rnn":
+        return f"rnn, hidden size {cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers} layers, vocab {vocab}"
+    layers = f"{cfg.decoder_layers}" if cfg.arch == "decoder_lm" else f"{cfg.encoder_layers}+{cfg.decoder_layers}"
+    return f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, {layers} layers, d_ff {cfg.d_ff}, vocab {vocab}"
+
+
+def _info_model_config(args: argparse.Namespace):
+    """The model ``info`` counts: (a ModelConfig, None) when its vocabulary is known, else (None, a
+    function from vocabulary size to ModelConfig). The config is a model config, a training config
+    (its model section; the vocabulary from --vocab-size, or from a built-in task's tokenizer) or a
+    run directory (its config.yaml), with --set overrides."""
+    from attnlab.config import ModelConfig, RunConfig, apply_overrides, read_config_file
+    from attnlab.errors import ConfigError
+    from attnlab.train.checkpoint import RunDir
+    from attnlab.train.run import planned_model_config
+
+    path = Path(args.config)
+    if path.is_dir():
+        path = RunDir(path).config
+        if not path.is_file():
+            raise UsageError(f"{args.config} is a directory but not a run directory (no config.yaml)")
+    sections = read_config_file(path)
+    apply_overrides(sections, args.set or [])
+    where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])
+    model = sections.get("model")
+    if isinstance(model, dict) and "vocab_size" in model:  # a model config, or a run's complete one
+        if args.vocab_size is not None:
+            model = {**model, "vocab_size": args.vocab_size}
+        try:
+            return ModelConfig.from_dict(model), None
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
+    if "data" not in sections:
+        raise ConfigError(f"{where}: section 'model' needs the field 'vocab_size' (or give --vocab-size), or the "
+                          f"file needs a data section whose tokenizer sets it")
+    cfg = RunConfig.from_sections(sections, where)
+    with_vocab = planned_model_config(cfg)
+    if args.vocab_size is not None:
+        return with_vocab(args.vocab_size), None
+    if cfg.data.format == "builtin":  # generated in memory: its tokenizer is quick to build
+        return planned_model_config(cfg, from_data=True)(0), None
+    return None, with_vocab
 
 
 def cmd_info(args: argparse.Namespace) -> None:
     import torch
 
     from attnlab.analysis.budget import budget_report, format_budget_report, format_parameter_report, parameter_report
-    from attnlab.config import ModelConfig
     from attnlab.nn.build import build_model
 
-    cfg = ModelConfig.from_file(args.config)
     if min(args.seq_len, args.batch) < 1 or (args.src_len is not None and args.src_len < 1):
         raise UsageError("--seq-len, --src-len and --batch must be at least 1")
-    with torch.device("meta"):  # shapes only: no memory for the weights, no time to initialise them
-        model = build_model(cfg)
-    report = {"config": str(args.config), "arch": cfg.arch, **parameter_report(model)}
+    if args.vocab_size is not None and args.vocab_size < 1:
+        raise UsageError(f"--vocab-size must be at least 1 (got {args.vocab_size})")
+    cfg, with_vocab = _info_model_config(args)
+
+    def count(model_cfg) -> dict:
+        with torch.device("meta"):  # shapes only: no memory for the weights, no time to initialise them
+            return parameter_report(build_model(model_cfg))
+
+    if cfg is None:  # a training config whose vocabulary comes from its data files: parameters = a + b V
+        if args.memory or args.flops:
+            raise UsageError(f"{args.config}: the vocabulary comes from the data; give --vocab-size V for "
+                             f"--memory and --flops")
+        small, large = (count(with_vocab(v))["params_total"] for v in (1000, 2000))
+        per_entry = (large - small) // 1000
+        fixed = small - 1000 * per_entry
+        shape = with_vocab(1000)
+        if args.json:
+            print(json.dumps({"config": str(args.config), "arch": shape.arch, "vocab_size": None,
+                              "params_without_vocab": fixed, "params_per_vocab_entry": per_entry}))
+            return
+        print(f"{args.config}: {_describe_model(shape, 'V')}")
+        print(f"parameters: {fixed:,} + {per_entry:,} x V, V the vocabulary size, which the tokenizer sets from "
+              f"the data (--vocab-size V counts it exactly)")
+        return
+    report = {"config": str(args.config), "arch": cfg.arch, **count(cfg)}
     budget = None
     if args.memory or args.flops:  # measured on the meta device
         try:
@@ -42,8 +112,7 @@ def cmd_info(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(report))
         return
-    print(f"{args.config}: {cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
-          f"{cfg.encoder_layers}+{cfg.decoder_layers} layers, d_ff {cfg.d_ff}, vocab {cfg.vocab_size}")
+    print(f"{args.config}: {_describe_model(cfg, f'{cfg.vocab_size:,}')}")
     print(format_parameter_report(report))
     if budget is not None:
         print()
@@ -76,7 +145,8 @@ def cmd_prune(args: argparse.Namespace) -> None:
     from attnlab.analysis.plots import pruning_plot
     from attnlab.analysis.prune import prune_run
 
-    summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit)
+    _check_new_file(args.plot, args.force, "--plot")  # now, not after the measurements
+    summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit, log=_stderr)
     for r in summary["results"]:
         text = f"  BLEU {r['bleu']:.2f}  exact match {r['exact_match']:.2%}" if "bleu" in r else ""
         print(f"{r['heads_pruned']:>3}/{r['heads_total']} heads pruned ({r['fraction']:.0%}): "
@@ -85,6 +155,7 @@ def cmd_prune(args: argparse.Namespace) -> None:
         metric = "bleu" if "bleu" in summary["results"][0] else "valid_loss"
         pruning_plot([r["fraction"] for r in summary["results"]], [r[metric] for r in summary["results"]],
                      metric, Path(args.plot))
+        print(f"plot: {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
     if args.out:
@@ -109,20 +180,48 @@ def _new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
     return path
 
 
+def _saved_so_far(out: Path) -> str:
+    """What an interrupted training left in ``out``, and how to go on."""
+    from attnlab.train.checkpoint import RunDir
+
+    steps = RunDir(out).steps() if out.is_dir() else []
+    if steps:
+        return (f"interrupted; {out} has its checkpoints up to step {steps[-1]}: continue with "
+                f"`attnlab train --out {out} --resume`")
+    return f"interrupted before the first checkpoint; `attnlab train --out {out} --resume` starts it again from step 0"
+
+
+def _run_config_file(run_dir: str) -> Path:
+    from attnlab.train.checkpoint import RunDir
+
+    config = RunDir(run_dir).config
+    if not config.is_file():
+        raise UsageError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
+    return config
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from attnlab.config import RunConfig
     from attnlab.train.distributed import joined_world
     from attnlab.train.loop import resolve_device
     from attnlab.train.run import train_run
 
-    cfg = RunConfig.from_file(args.config, args.set or [])
-    stem = Path(args.config).stem
+    if args.config is not None:
+        cfg = RunConfig.from_file(args.config, args.set or [])
+    elif args.resume and args.out:  # the run's own config, and any --set changes to it
+        cfg = RunConfig.from_file(_run_config_file(args.out), args.set or [], of_a_run=True)
+    else:
+        raise UsageError("train needs a CONFIG file (or --out RUN --resume, to continue a run with its own config)")
+    stem = Path(args.config or args.out).stem
     with joined_world(resolve_device(cfg.train.device).type) as world:  # under torchrun: this rank's place
         out = _new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem,
                            args.resume)
         if world:
             world.barrier()  # every rank has checked the directory before rank 0 writes into it
-        summary = train_run(cfg, out, resume=args.resume, world=world)
+        try:
+            summary = train_run(cfg, out, resume=args.resume, world=world, allow_changes=args.allow_changes)
+        except KeyboardInterrupt:
+            raise Interrupted(_saved_so_far(out)) from None
     if world is None or world.is_main:
         print(json.dumps({k: v for k, v in summary.items() if k != "last_eval"} | summary["last_eval"]))
         print(f"run directory: {out}")
@@ -142,7 +241,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     summary = train_run(cfg, out)
     # Decode the held-out split with the model as saved, to show the run directory is complete.
     model, tokenizers, _ = load_run(out)
-    triples = decode_split(model, RunDir(out).read_data(tokenizers), "test")
+    triples = decode_split(model, RunDir(out).read_data(tokenizers), "test", progress=True)
     em = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
     for src, ref, hyp in triples[:5]:
         print(f"\n  source:    {src}\n  reference: {ref}\n  output:    {hyp}   [{'ok' if hyp == ref else 'WRONG'}]")
@@ -156,17 +255,32 @@ def cmd_demo(args: argparse.Namespace) -> None:
 def cmd_average(args: argparse.Namespace) -> None:
     from attnlab.train.checkpoint import write_average
 
-    path, steps = write_average(args.run_dir, args.last)
+    path, steps = write_average(args.run_dir, args.last, args.force)
     print(f"averaged steps {', '.join(map(str, steps))} into {path}")
 
 
 def _read_input_lines(path: str | None) -> list[str]:
-    """Lines of --input FILE, or of standard input (checked and split the same way)."""
-    from attnlab.data.corpora import check_lines, decode_utf8, read_lines, split_lines
+    """Lines of --input FILE, or of standard input: read, checked and split the same way. Empty
+    input gives empty output, with a note, as it would from any filter."""
+    from attnlab.data.corpora import check_lines, decode_utf8, read_text, split_lines
 
+    name = path or "<stdin>"
+    text = decode_utf8(sys.stdin.buffer.read(), name) if path is None else read_text(path)
+    lines = check_lines(split_lines(text), name, allow_empty=True)
+    if not lines:
+        print(f"note: {name} is empty: nothing to translate", file=sys.stderr)
+    return lines
+
+
+def _check_new_file(path: str | None, force: bool, option: str) -> None:
+    """Refuse, before any work is done, an output ``path`` that is a directory, or that exists
+    when ``force`` is not given."""
     if path is None:
-        return check_lines(split_lines(decode_utf8(sys.stdin.buffer.read(), "<stdin>")), "<stdin>", allow_empty=True)
-    return read_lines(path, allow_empty=True)
+        return
+    if Path(path).is_dir():
+        raise UsageError(f"{option} {path} is a directory; give a file name")
+    if Path(path).exists() and not force:
+        raise UsageError(f"{path} already exists; pass --force to overwrite it")
 
 
 def _write_output(path: str | None, text: str, force: bool) -> None:
@@ -176,11 +290,13 @@ def _write_output(path: str | None, text: str, force: bool) -> None:
     if path is None:
         sys.stdout.write(text)
         return
-    if Path(path).is_dir():
-        raise UsageError(f"--output {path} is a directory; give a file name")
-    if Path(path).exists() and not force:
-        raise UsageError(f"{path} already exists; pass --force to overwrite it")
+    _check_new_file(path, force, "--output")
     atomic_write_text(path, text)
+
+
+def _stderr(line: str) -> None:
+    """A progress or log line, on stderr at once."""
+    print(line, file=sys.stderr, flush=True)
 
 
 SEQ2SEQ = ("encoder_decoder", "rnn")  # the archs that translate (Transformer and recurrent)
@@ -208,10 +324,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.decode.translate import translate
 
     _check_beam(args)
+    _check_new_file(args.output, args.force, "--output")  # now, not after the decoding
     model, tokenizers, cfg = _load(args, SEQ2SEQ)
     lines = _read_input_lines(args.input)
     results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
-                        args.batch_size, args.max_len, args.min_len, cfg.max_len - 1, args.truncate)  # -1: EOS
+                        args.batch_size, args.max_len, args.min_len, cfg.max_len - 1, args.truncate,  # -1: EOS
+                        progress=True)
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
     if sum(unknown):
         print(f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as "
@@ -247,7 +365,11 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} "
               f"(its max_len)", file=sys.stderr)
     prompt = torch.tensor([prompt_ids] * args.num_samples)
-    generator = torch.Generator().manual_seed(args.seed)
+    seed = args.seed
+    if seed is None:
+        seed = secrets.randbelow(2 ** 31)
+        print(f"seed {seed} (--seed {seed} gives this text again)", file=sys.stderr)
+    generator = torch.Generator().manual_seed(seed)
     rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                   top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False)
     for i, row in enumerate(rows):
@@ -272,7 +394,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise UsageError("give --src and --ref files, or --split (a split of the run's own data)")
     if len(sources) != len(references):
         raise UsageError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache)
+    result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache, progress=True)
     result.pop("hypotheses")
     if args.json:
         print(json.dumps(result))
@@ -315,7 +437,9 @@ def cmd_score(args: argparse.Namespace) -> None:
         pairs = list(zip(tokenizers["src"].encode_batch(sources), tokenizers["tgt"].encode_batch(targets)))
         batches = [collate_pairs(pairs[i:i + 64]) for i in range(0, len(pairs), 64)]
     result = evaluate(model, batches)
-    print(json.dumps({"nll_per_token": result["loss"], "ppl": result["ppl"], "tokens": result["tokens"]}))
+    record = {"nll_per_token": result["loss"], "ppl": result["ppl"], "tokens": result["tokens"]}
+    _emit(record, args.json, f"perplexity {result['ppl']:.4g}: {result['loss']:.4f} nats per token over "
+                             f"{result['tokens']:,} tokens ({args.tgt})")
 
 
 def _emit(record: dict, as_json: bool, line: str) -> None:
@@ -330,6 +454,8 @@ def _emit_comparison(r: dict, as_json: bool) -> None:
         line = f"{r['name']:<26}{r['value']:>12,.1f} {r['unit']}"
         if "ratio" in r:
             line += f"   {r['reference']}: {r['reference_value']:,.1f}   ratio x{r['ratio']:.2f}"
+        elif "skipped_reference" in r:
+            line += f"   {r['reference']}: skipped ({r['skipped_reference']})"
     _emit(r, as_json, line)
 
 
@@ -396,6 +522,7 @@ def cmd_bench_attention(args: argparse.Namespace) -> None:
         raise UsageError("--lengths, --batch, --heads, --head-dim and --repeats must be at least 1")
     if not Path("/proc/self/clear_refs").exists():
         raise UsageError("bench attention measures peak memory through Linux's /proc/self/clear_refs")
+    _check_new_file(args.plot, args.force, "--plot")
     print(f"attention backends, batch {args.batch}, {args.heads} heads of {args.head_dim}, float32, "
           f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the inputs",
           file=sys.stderr)
@@ -409,6 +536,29 @@ def cmd_bench_attention(args: argparse.Namespace) -> None:
     if args.plot:
         plot_attention(records, args.plot)
         print(f"plot: {args.plot}", file=sys.stderr)
+
+
+def cmd_data_list(args: argparse.Namespace) -> None:
+    from attnlab.data.sources import DATASETS
+
+    for d in DATASETS.values():
+        files = f"{len(d.files)} file{'s' if len(d.files) > 1 else ''}"
+        print(f"{d.name:<18}{files:<8}{d.size / 1e6:>5.1f} MB   {d.licence}")
+
+
+def cmd_data_get(args: argparse.Namespace) -> None:
+    from attnlab.data.sources import GITHUB_RAW, fetch, lookup
+
+    if args.name is None:
+        cmd_data_list(args)
+        return
+    if args.from_dir and args.base_url:
+        raise UsageError("give --from or --base-url, not both")
+    dataset = lookup(args.name)
+    out = Path(args.out or Path("data") / dataset.name)
+    fetch(dataset, out, base_url=args.base_url or GITHUB_RAW, local=args.from_dir, force=args.force,
+          log=_stderr)
+    print(f"{out}: {', '.join(f.name for f in dataset.files)}, sha256 verified (source and licence: {out}/README.md)")
 
 
 def _check_beam(args: argparse.Namespace) -> None:
@@ -437,10 +587,16 @@ class _Parser(argparse.ArgumentParser):
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnlab", description="The Transformer family end to end.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors")
+    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     info = sub.add_parser("info", help="parameter counts of a model config")
-    info.add_argument("config", help="YAML or JSON config file with a 'model' section")
+    info.add_argument("config", help="a model or training config (YAML or JSON), or a run directory")
+    info.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
+                      help="override one config field, e.g. --set model.n_layers=4 (repeatable)")
+    info.add_argument("--vocab-size", type=int, metavar="V",
+                      help="count with this vocabulary size (a training config's tokenizer otherwise sets it from "
+                           "the data)")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.add_argument("--memory", action="store_true", help="training and inference memory (meta device)")
     info.add_argument("--flops", action="store_true", help="FLOPs split into attention, FFN and output")
@@ -450,38 +606,47 @@ def make_parser() -> argparse.ArgumentParser:
     info.set_defaults(func=cmd_info)
 
     inspect = sub.add_parser("inspect", help="attention heatmaps, alignments and head entropies for one sentence")
-    inspect.add_argument("run_dir")
+    inspect.add_argument("run_dir", help="a run directory written by `attnlab train`")
     inspect.add_argument("--src", help="source sentence (or the text, for a language model)")
     inspect.add_argument("--split", help="instead of --src: mean entropy per layer and head over this split")
     inspect.add_argument("--tgt", help="target sentence (default: the model's beam-search output)")
     inspect.add_argument("--out", help="directory for the figures (default: RUN_DIR/inspect)")
     inspect.add_argument("--force", action="store_true", help="overwrite figures in an existing --out")
-    inspect.add_argument("--beam", type=int, default=4)
+    inspect.add_argument("--beam", type=int, default=4,
+                         help="beam size of the search that makes the target when --tgt is not given (default 4)")
     inspect.add_argument("--checkpoint", default="best", help="best, last, average or a step number")
     inspect.set_defaults(func=cmd_inspect)
 
     prune = sub.add_parser("prune", help="rank heads by importance, prune the least important, measure")
-    prune.add_argument("run_dir")
+    prune.add_argument("run_dir", help="a run directory written by `attnlab train`")
     prune.add_argument("--fraction", type=float, nargs="+", required=True,
                        help="fraction(s) of all heads to prune, e.g. 0.2 0.4 0.6")
     prune.add_argument("--out", help="write the pruned model (one --fraction) as a new run directory")
     prune.add_argument("--split", default="valid", help="the run's data split to rank and measure on")
     prune.add_argument("--limit", type=int, help="decode at most this many sentences per measurement")
     prune.add_argument("--plot", help="write the metric against the fraction pruned to this PNG")
+    prune.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
     prune.add_argument("--json", action="store_true", help="also print the whole summary as JSON")
     prune.set_defaults(func=cmd_prune)
 
     train = sub.add_parser("train", help="train a model from a config file")
-    train.add_argument("config", help="YAML or JSON config with model, data and train sections")
+    train.add_argument("config", nargs="?",
+                       help="YAML or JSON config with model, data and train sections (with --resume: the run's own "
+                            "config.yaml when left out)")
     train.add_argument("--out", help="run directory (default: runs/CONFIG-TIMESTAMP)")
     train.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
                        help="override one config field, e.g. --set train.max_steps=200 (repeatable)")
-    train.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in --out from its newest checkpoint, with the run's own config")
+    train.add_argument("--allow-changes", action="store_true",
+                       help="with --resume: train on with train settings that differ from the run's (from CONFIG "
+                            "or --set); they are recorded in RUN/config_changes.jsonl. Model and data never change")
     train.set_defaults(func=cmd_train)
 
     average = sub.add_parser("average", help="average the newest checkpoints of a run (as the paper does)")
     average.add_argument("run_dir", help="a run directory written by `attnlab train`")
     average.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
+    average.add_argument("--force", action="store_true", help="replace the run's existing average")
     average.set_defaults(func=cmd_average)
 
     def run_dir_args(p: argparse.ArgumentParser) -> None:
@@ -510,12 +675,17 @@ def make_parser() -> argparse.ArgumentParser:
     generate = sub.add_parser("generate", help="sample text from a language model")
     run_dir_args(generate)
     generate.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    generate.add_argument("--max-new-tokens", type=int, default=200)
-    generate.add_argument("--temperature", type=float, default=1.0)
+    generate.add_argument("--max-new-tokens", type=int, default=200, help="tokens to sample after the prompt "
+                                                                         "(default 200)")
+    generate.add_argument("--temperature", type=float, default=1.0,
+                          help="divide the logits by T before sampling: below 1 is surer, above 1 more varied "
+                               "(default 1)")
     generate.add_argument("--top-k", type=int, help="sample among the K most likely tokens")
     generate.add_argument("--top-p", type=float, help="sample from the smallest set of probability >= P")
-    generate.add_argument("--seed", type=int, default=0)
-    generate.add_argument("--num-samples", type=int, default=1)
+    generate.add_argument("--seed", type=int,
+                          help="random seed: the same seed gives the same text (default: a new one each time, "
+                               "printed on stderr)")
+    generate.add_argument("--num-samples", type=int, default=1, help="independent samples of the prompt (default 1)")
     generate.set_defaults(func=cmd_generate)
 
     evaluate = sub.add_parser("evaluate", help="BLEU, chrF, exact match and perplexity on a test set")
@@ -531,6 +701,7 @@ def make_parser() -> argparse.ArgumentParser:
     run_dir_args(score)
     score.add_argument("--src", help="source sentences (translation models)")
     score.add_argument("--tgt", required=True, help="target sentences, or text for a language model")
+    score.add_argument("--json", action="store_true", help="print one JSON object")
     score.set_defaults(func=cmd_score)
 
     bench = sub.add_parser("bench", help="benchmarks (timings as ratios against a reference in the same run)")
@@ -539,7 +710,8 @@ def make_parser() -> argparse.ArgumentParser:
     def suite(name: str, help: str, func: Callable, repeats: int, hf: bool = False) -> argparse.ArgumentParser:
         """A benchmark command with the options they all share."""
         parser = bench_sub.add_parser(name, help=help)
-        parser.add_argument("--repeats", type=int, default=repeats)
+        parser.add_argument("--repeats", type=int, default=repeats,
+                            help=f"timed repetitions of each measurement; the median is reported (default {repeats})")
         parser.add_argument("--json", action="store_true", help="one JSON object per measurement")
         if hf:
             parser.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
@@ -547,34 +719,63 @@ def make_parser() -> argparse.ArgumentParser:
         return parser
 
     train = suite("train", "training tokens/s against torch.nn.Transformer and Marian", cmd_bench_train, 10, hf=True)
-    train.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
+    train.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
+                       help="precisions to measure (default both)")
     decode = suite("decode", "greedy / beam / uncached decoding against Hugging Face generate", cmd_bench_decode, 3,
                    hf=True)
-    decode.add_argument("--new-tokens", type=int, default=64)
-    decode.add_argument("--batch", type=int, default=32)
+    decode.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sequence (default 64)")
+    decode.add_argument("--batch", type=int, default=32, help="sequences decoded together (default 32)")
     suite("lm", "the character LM: training and sampling tokens/s", cmd_bench_lm, 10)
     attn = suite("attention", "time and peak memory of each attention backend, by length", cmd_bench_attention, 3)
-    attn.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768])
-    attn.add_argument("--backends", nargs="+", default=["math", "sdpa", "chunked", "local", "sparse", "linear"])
-    attn.add_argument("--batch", type=int, default=1)
-    attn.add_argument("--heads", type=int, default=8)
-    attn.add_argument("--head-dim", type=int, default=64)
+    attn.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+                      help="sequence lengths T to measure (default 256 to 32768, doubling)")
+    attn.add_argument("--backends", nargs="+", default=["math", "sdpa", "chunked", "local", "sparse", "linear"],
+                      help="attention backends to compare (default all; math is the reference)")
+    attn.add_argument("--batch", type=int, default=1, help="sequences per call (default 1)")
+    attn.add_argument("--heads", type=int, default=8, help="attention heads (default 8)")
+    attn.add_argument("--head-dim", type=int, default=64, help="size of each head (default 64)")
     attn.add_argument("--no-causal", action="store_true", help="no mask (default: causal)")
     attn.add_argument("--memory-budget-gib", type=float, default=12.0,
                       help="skip a size whose predicted memory exceeds this")
     attn.add_argument("--time-limit", type=float, default=60.0, help="skip a size predicted to take longer (s)")
     attn.add_argument("--plot", help="write time and memory vs T (log-log) to this PNG")
+    attn.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
     models = suite("models", "recurrent vs Transformer training and decoding tokens/s, by length", cmd_bench_models, 3)
-    models.add_argument("--lengths", type=int, nargs="+", default=[10, 25, 50, 100, 200, 400])
-    models.add_argument("--models", nargs="+", default=["transformer", "gru_bahdanau", "gru_fixed_context"])
+    models.add_argument("--lengths", type=int, nargs="+", default=[10, 25, 50, 100, 200, 400],
+                        help="source and target lengths to measure (default 10 to 400)")
+    models.add_argument("--models", nargs="+", default=["transformer", "gru_bahdanau", "gru_fixed_context"],
+                        help="models to compare (default all three presets' models)")
     models.add_argument("--batch-tokens", type=int, default=4096, help="target tokens per training batch")
-    models.add_argument("--decode-batch", type=int, default=16)
-    models.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    models.add_argument("--decode-batch", type=int, default=16, help="sentences decoded together (default 16)")
+    models.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="autocast precision of the training steps (default fp32)")
+
+    data = sub.add_parser("data", help="the standard data sets: fetch them at pinned commits, checksums verified")
+    data_sub = data.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    data_sub.add_parser("list", help="the data sets `data get` fetches, with sizes and licences").set_defaults(
+        func=cmd_data_list)
+    data_get = data_sub.add_parser(
+        "get", help="download a data set and verify every file's sha256",
+        description="Download a data set's files from its GitHub repository at a pinned commit, verify every "
+                    "sha256, and write them with a README.md (source, licence, checksums) into --out. Only "
+                    "development splits are fetched: this project keeps the test splits out of its own copy "
+                    "for independent checks, so their checksums cannot be pinned here.")
+    data_get.add_argument("name", nargs="?", help="the data set, as `attnlab data list` names it (none: list them)")
+    data_get.add_argument("--out", help="folder to write (default: data/NAME, where the presets in configs/ look)")
+    data_get.add_argument("--force", action="store_true",
+                          help="write into an existing, non-empty --out, replacing the files of the same names")
+    data_get.add_argument("--from", dest="from_dir", metavar="DIR",
+                          help="take the files from a local copy (a folder with the same file names) instead of "
+                               "downloading; the checksums are verified all the same")
+    data_get.add_argument("--base-url", metavar="URL",
+                          help="download from a mirror laid out as URL/OWNER/REPO/COMMIT/PATH, in place of "
+                               "GitHub's raw-file host (e.g. http://127.0.0.1:8000)")
+    data_get.set_defaults(func=cmd_data_get)
 
     demo = sub.add_parser("demo", help="train a small Transformer on the built-in SCAN task and show it working")
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")
     demo.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
-                      help="override a field of configs/scan.yaml, e.g. --set train.max_seconds=60 (repeatable)")
+                      help="override a field of configs/scan.yaml, e.g. --set train.max_steps=300 (repeatable)")
     demo.set_defaults(func=cmd_demo)
     return parser
 
@@ -593,10 +794,19 @@ def _run(argv: list[str]) -> int:
     try:
         args = make_parser().parse_args(argv)
         args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C outside training (which raises Interrupted, saying what it saved)
+        if "--debug" in argv:
+            raise
+        print("\ninterrupted", file=sys.stderr)
+        return Interrupted.exit_code
+    except BrokenPipeError:  # the reader of stdout has gone (`| head -1`): stop quietly, as `yes | head` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
+        return 128 + signal.SIGPIPE
     except AttnlabError as err:
         if "--debug" in argv:
             raise
-        print(f"error: {err}", file=sys.stderr)
+        newline = "\n" if isinstance(err, Interrupted) else ""  # after the terminal's ^C and any progress bar
+        print(f"{newline}error: {err}", file=sys.stderr)
         return err.exit_code
     return 0
 

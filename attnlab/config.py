@@ -523,6 +523,15 @@ class TrainConfig(TypedConfig):
             raise ConfigError("early_stop_metric 'exact_match' needs eval_exact_match > 0 (examples to decode)")
 
 
+FROM_TOKENIZER = ("vocab_size", "src_vocab_size", "pad_id")  # model fields a training run sets itself
+
+
+def differences(old: TypedConfig, new: TypedConfig) -> list[str]:
+    """The fields of one section that differ, as 'section.field: old -> new'."""
+    a, b = old.to_dict(), new.to_dict()
+    return [f"{old.section}.{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+
+
 @dataclass
 class RunConfig:
     """A whole training run: the model section is kept as a mapping until the tokenizer has set
@@ -539,7 +548,7 @@ class RunConfig:
             model = sections.get("model") or {}
             if not isinstance(model, dict):
                 raise ConfigError("section 'model' must be a mapping of field: value")
-            for fixed in ("vocab_size", "src_vocab_size", "pad_id"):
+            for fixed in FROM_TOKENIZER:
                 if fixed in model:
                     raise ConfigError(f"model.{fixed} is set from the tokenizer in a training config; remove it")
             model_cfg = ModelConfig.from_dict({**model, "vocab_size": 8})  # check the other fields before data prep
@@ -551,10 +560,15 @@ class RunConfig:
             raise ConfigError(f"{prefix}{err}") from None
 
     @classmethod
-    def from_file(cls, path: str | Path, overrides: typing.Sequence[str] = ()) -> "RunConfig":
+    def from_file(cls, path: str | Path, overrides: typing.Sequence[str] = (), of_a_run: bool = False) -> "RunConfig":
+        """The config in ``path`` with ``--set`` overrides; ``of_a_run``: a run directory's
+        config.yaml, whose model section also holds the fields its tokenizer set."""
         sections = read_config_file(path)
+        if of_a_run and isinstance(sections.get("model"), dict):
+            sections["model"] = {k: v for k, v in sections["model"].items() if k not in FROM_TOKENIZER}
         apply_overrides(sections, overrides)
-        return cls.from_sections(sections, str(path))
+        where = " ".join([str(path), *(f"--set {expr}" for expr in overrides)])  # the error may be in either
+        return cls.from_sections(sections, where)
 
     def model_config(self, vocab_size: int, src_vocab_size: int | None, pad_id: int) -> ModelConfig:
         return ModelConfig.from_dict({**self.model, "vocab_size": vocab_size, "src_vocab_size": src_vocab_size,
@@ -576,6 +590,9 @@ def _check_run(model: ModelConfig, data: DataConfig, train: TrainConfig) -> None
                               f"with learned positions")
 
 
+SECTION_TYPES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
 def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str]) -> None:
     """Apply ``--set section.field=value`` expressions in place; values are parsed as YAML scalars."""
     for expr in overrides:
@@ -589,6 +606,10 @@ def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str]) -
             value = parse_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             raise UsageError(f"--set {expr!r}: the value does not parse") from None
+        fields = [f.name for f in dataclasses.fields(SECTION_TYPES[section])]
+        if name not in fields:
+            raise UsageError(f"--set {expr!r}: unknown field '{name}' in section '{section}'"
+                             f"{did_you_mean(name, fields)}")
         sections.setdefault(section, {})
         if not isinstance(sections[section], dict):
             raise UsageError(f"--set {expr!r}: section '{section}' is not a mapping")

@@ -41,3 +41,9 @@ class NumericalError(AttnlabError):
     """Training that cannot go on: the loss or the gradients stayed non-finite (NaN or inf)."""
 
     exit_code = 6
+
+
+class Interrupted(AttnlabError):
+    """Ctrl-C: the message says what was saved and how to go on. 130 = 128 + SIGINT, as shells use."""
+
+    exit_code = 130

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from attnlab.cli import main
+import attnlab
+from attnlab.cli import main, make_parser
+from attnlab.train.checkpoint import RunDir
 from helpers import ATTNLAB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +35,7 @@ def test_info_big_preset(capsys):
 
 
 def test_info_table_runs_as_a_console_script():
-    done = subprocess.run([str(ATTNLAB), "info", str(ROOT / "configs/transformer_base.yaml")],
+    done = subprocess.run([*ATTNLAB, "info", str(ROOT / "configs/transformer_base.yaml")],
                           capture_output=True, text=True, check=True)
     assert "63,082,496" in done.stdout
     assert "encoder.layers.0-5" in done.stdout and "3,152,384 each" in done.stdout
@@ -45,7 +50,7 @@ def test_bad_config_is_one_line_and_an_exit_code(tmp_path, text, code, message):
     path = tmp_path / "c.yaml"
     if text is not None:
         path.write_text(text)
-    done = subprocess.run([str(ATTNLAB), "info", str(path)], capture_output=True, text=True)
+    done = subprocess.run([*ATTNLAB, "info", str(path)], capture_output=True, text=True)
     assert done.returncode == code
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
@@ -84,7 +89,7 @@ train: {{max_steps: 250, max_tokens: 400, lr_schedule: constant, lr: 0.003, warm
 def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     config = tiny_parallel_corpus(tmp_path)
     out = tmp_path / "run"
-    done = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out)], capture_output=True, text=True)
+    done = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == f"run directory: {out}"
     assert "step" in done.stderr  # the progress bar
@@ -98,16 +103,22 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     assert {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(train[0]) and train[-1]["loss"] < train[0]["loss"]
     # a second run into the same directory is refused, and nothing in it is touched
     before = (out / "summary.json").read_bytes()
-    again = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out)], capture_output=True, text=True)
+    again = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(out)], capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr and (out / "summary.json").read_bytes() == before
-    # --resume continues the run; `average` averages its checkpoints
-    more = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out), "--resume",
+    # --resume continues the run with its own config; changed train settings need --allow-changes, and are recorded
+    more = subprocess.run([*ATTNLAB, "train", "--out", str(out), "--resume", "--allow-changes",
                            "--set", "train.max_steps=260", "--set", "train.eval_every=130"], capture_output=True, text=True)
     assert more.returncode == 0, more.stderr
+    assert "train settings changed at step 250: train.eval_every: 125 -> 130; train.max_steps: 250 -> 260" in more.stdout
     assert json.loads((out / "summary.json").read_text())["steps"] == 260
-    avg = subprocess.run([str(ATTNLAB), "average", str(out), "--last", "2"], capture_output=True, text=True)
+    record = json.loads((out / "config_changes.jsonl").read_text())
+    assert record["step"] == 250 and record["changes"] == ["train.eval_every: 125 -> 130", "train.max_steps: 250 -> 260"]
+    assert "max_steps: 260" in (out / "config.yaml").read_text()
+    avg = subprocess.run([*ATTNLAB, "average", str(out), "--last", "2"], capture_output=True, text=True)
     assert avg.returncode == 0 and "averaged steps 250, 260" in avg.stdout
-    bad = subprocess.run([str(ATTNLAB), "average", str(out), "--last", "0"], capture_output=True, text=True)
+    again = subprocess.run([*ATTNLAB, "average", str(out), "--last", "1", "--force"], capture_output=True, text=True)
+    assert again.returncode == 0 and "averaged steps 260" in again.stdout
+    bad = subprocess.run([*ATTNLAB, "average", str(out), "--last", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--last must be at least 1" in bad.stderr
     # bad decoding input: one line, an exit code, nothing overwritten
     for args, stdin, message in (
@@ -115,11 +126,11 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
         (["--output", str(tmp_path)], b"eins\n", "is a directory"),
         (["--min-len", "5", "--max-len", "2"], b"eins\n", "--min-len (5) must not exceed --max-len (2)"),
     ):
-        bad = subprocess.run([str(ATTNLAB), "translate", str(out), *args], input=stdin, capture_output=True)
+        bad = subprocess.run([*ATTNLAB, "translate", str(out), *args], input=stdin, capture_output=True)
         err = bad.stderr.decode()
         assert bad.returncode in (2, 4) and err.startswith("error: ") and message in err and "Traceback" not in err
     written = tmp_path / "out.txt"
-    first = subprocess.run([str(ATTNLAB), "translate", str(out), "--output", str(written)], input=b"eins zwei\n")
+    first = subprocess.run([*ATTNLAB, "translate", str(out), "--output", str(written)], input=b"eins zwei\n")
     assert first.returncode == 0 and written.read_text().strip() == "one two"
     assert oct(written.stat().st_mode & 0o777) != oct(0o600)  # a normal file, not a private temp file
     # the run directory is all that decoding needs
@@ -141,7 +152,7 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
 ])
 def test_train_rejects_bad_overrides(tmp_path, args, message):
     config = tiny_parallel_corpus(tmp_path)
-    done = subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(tmp_path / "r"), *args],
+    done = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "r"), *args],
                           capture_output=True, text=True)
     assert done.returncode in (2, 3) and message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists()
@@ -149,7 +160,7 @@ def test_train_rejects_bad_overrides(tmp_path, args, message):
 
 def test_demo_with_a_small_budget(tmp_path):
     out = tmp_path / "demo"
-    done = subprocess.run([str(ATTNLAB), "demo", "--out", str(out), "--set", "train.max_steps=20",
+    done = subprocess.run([*ATTNLAB, "demo", "--out", str(out), "--set", "train.max_steps=20",
                            "--set", "train.eval_every=10", "--set", "data.n_test=30", "--set", "train.progress=false"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -171,31 +182,36 @@ def test_demo_with_a_small_budget(tmp_path):
     actions.write_text("I_JUMP I_JUMP\nI_LOOK I_TURN_LEFT I_WALK\n" + " ".join(["I_TURN_RIGHT"] * 12) + "\n")
     outputs = {}
     for flags in ([], ["--no-cache"], ["--beam", "1"], ["--beam", "1", "--no-cache"]):
-        done = subprocess.run([str(ATTNLAB), "translate", str(out), "--input", str(commands), *flags],
+        done = subprocess.run([*ATTNLAB, "translate", str(out), "--input", str(commands), *flags],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         outputs[tuple(flags)] = done.stdout
     assert len(outputs[()].splitlines()) == 3
     assert outputs[()] == outputs[("--no-cache",)] and outputs[("--beam", "1")] == outputs[("--beam", "1", "--no-cache")]
-    piped = subprocess.run([str(ATTNLAB), "translate", str(out)], input=commands.read_text(), capture_output=True, text=True)
+    piped = subprocess.run([*ATTNLAB, "translate", str(out)], input=commands.read_text(), capture_output=True, text=True)
     assert piped.stdout == outputs[()]
-    nbest = subprocess.run([str(ATTNLAB), "translate", str(out), "--input", str(commands), "--beam", "3", "--nbest", "2"],
+    nbest = subprocess.run([*ATTNLAB, "translate", str(out), "--input", str(commands), "--beam", "3", "--nbest", "2"],
                            capture_output=True, text=True).stdout.splitlines()
     assert [line.split(" ||| ")[0] for line in nbest] == ["0", "0", "1", "1", "2", "2"]
     assert float(nbest[0].split(" ||| ")[2]) >= float(nbest[1].split(" ||| ")[2])
-    done = subprocess.run([str(ATTNLAB), "evaluate", str(out), "--src", str(commands), "--ref", str(actions), "--json"],
+    done = subprocess.run([*ATTNLAB, "evaluate", str(out), "--src", str(commands), "--ref", str(actions), "--json"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert 0 <= result["bleu"] <= 100 and 0 <= result["exact_match"] <= 1 and result["ppl"] >= 1
-    text = subprocess.run([str(ATTNLAB), "evaluate", str(out), "--src", str(commands), "--ref", str(actions)],
+    text = subprocess.run([*ATTNLAB, "evaluate", str(out), "--src", str(commands), "--ref", str(actions)],
                           capture_output=True, text=True).stdout
     assert text.startswith("BLEU ") and "chrF " in text and "exact match" in text
-    scored = subprocess.run([str(ATTNLAB), "score", str(out), "--src", str(commands), "--tgt", str(actions)],
+    scored = subprocess.run([*ATTNLAB, "score", str(out), "--src", str(commands), "--tgt", str(actions), "--json"],
                             capture_output=True, text=True)
-    assert json.loads(scored.stdout)["ppl"] == pytest.approx(result["ppl"], rel=1e-4)
-    wrong = subprocess.run([str(ATTNLAB), "generate", str(out)], capture_output=True, text=True)
+    record = json.loads(scored.stdout)
+    assert record["ppl"] == pytest.approx(result["ppl"], rel=1e-4)
+    readable = subprocess.run([*ATTNLAB, "score", str(out), "--src", str(commands), "--tgt", str(actions)],
+                              capture_output=True, text=True).stdout
+    assert readable == (f"perplexity {record['ppl']:.4g}: {record['nll_per_token']:.4f} nats per token over "
+                        f"{record['tokens']:,} tokens ({actions})\n")
+    wrong = subprocess.run([*ATTNLAB, "generate", str(out)], capture_output=True, text=True)
     assert wrong.returncode == 2 and "needs 'decoder_lm'" in wrong.stderr
 
 
@@ -210,8 +226,8 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
         eval_every: 80}}
 """)
     out = tmp_path / "lm"
-    assert subprocess.run([str(ATTNLAB), "train", str(config), "--out", str(out)], capture_output=True).returncode == 0
-    run = lambda *a: subprocess.run([str(ATTNLAB), "generate", str(out), *a], capture_output=True, text=True)
+    assert subprocess.run([*ATTNLAB, "train", str(config), "--out", str(out)], capture_output=True).returncode == 0
+    run = lambda *a: subprocess.run([*ATTNLAB, "generate", str(out), *a], capture_output=True, text=True)
     first = run("--prompt", "to be", "--max-new-tokens", "20", "--seed", "3")
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("to be") and len(first.stdout.rstrip("\n")) == 25
@@ -223,13 +239,14 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
     for bad in (["--temperature", "0"], ["--top-k", "0"], ["--top-p", "1.5"], ["--max-new-tokens", "100001"]):
         refused = run(*bad)
         assert refused.returncode == 2 and refused.stderr.startswith("error: ") and "Traceback" not in refused.stderr
-    scored = subprocess.run([str(ATTNLAB), "score", str(out), "--tgt", str(text)], capture_output=True, text=True)
+    scored = subprocess.run([*ATTNLAB, "score", str(out), "--tgt", str(text), "--json"], capture_output=True,
+                            text=True)
     assert scored.returncode == 0, scored.stderr
     assert 1.0 <= json.loads(scored.stdout)["ppl"] < 10.0
 
 
 def test_bench_decode_reports_greedy_beam_and_the_cache_speedup():
-    done = subprocess.run([str(ATTNLAB), "bench", "decode", "--new-tokens", "4", "--batch", "2", "--repeats", "1",
+    done = subprocess.run([*ATTNLAB, "bench", "decode", "--new-tokens", "4", "--batch", "2", "--repeats", "1",
                            "--no-hf", "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     records = {r["name"]: r for r in map(json.loads, done.stdout.splitlines())}
@@ -239,5 +256,145 @@ def test_bench_decode_reports_greedy_beam_and_the_cache_speedup():
     speedup = records["decode_cache_speedup"]["value"]
     ratio = records["decode_greedy"]["value"] / records["decode_greedy_nocache"]["value"]
     assert speedup == pytest.approx(ratio, rel=0.02)
-    bad = subprocess.run([str(ATTNLAB), "bench", "decode", "--repeats", "0"], capture_output=True, text=True)
+    bad = subprocess.run([*ATTNLAB, "bench", "decode", "--repeats", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--repeats" in bad.stderr
+
+
+# The parameters of every preset: the count with its vocabulary, and that vocabulary (docs/results.md and
+# docs/rnn_vs_transformer.md report these counts from the runs' own logs).
+PRESET_PARAMETERS = {"multi30k_de_en": (7_577_600, 8000), "rnn_bahdanau": (16_853_504, 8000),
+                     "rnn_fixed_context": (16_066_560, 8000), "shakespeare_char": (810_368, 69),
+                     "transformer_base": (63_082_496, 37000), "transformer_big": (214_245_376, 37000)}
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
+def test_info_counts_every_preset(config, capsys):
+    """Model configs have their vocabulary; training configs get theirs from the data, which info
+    does not read: it reports parameters = fixed + per_entry x V, exact for every V."""
+    assert main(["info", str(ROOT / "configs" / config), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    name = config.removesuffix(".yaml")
+    if "params_total" in report:
+        total, vocab = report["params_total"], None
+    else:
+        assert report["vocab_size"] is None and report["params_per_vocab_entry"] > 0
+        vocab = PRESET_PARAMETERS.get(name, (0, 1000))[1]
+        total = report["params_without_vocab"] + report["params_per_vocab_entry"] * vocab
+        assert main(["info", str(ROOT / "configs" / config), "--vocab-size", str(vocab), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["params_total"] == total  # the formula is the count
+    if name in PRESET_PARAMETERS:
+        assert total == PRESET_PARAMETERS[name][0]
+
+
+def test_info_takes_overrides_and_a_run_directory(tmp_path, capsys):
+    assert main(["info", str(ROOT / "configs/transformer_base.yaml"), "--set", "model.n_layers=3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["params_total"] == 63_082_496 - 3 * (3_152_384 + 4_204_032)
+    assert main(["info", str(ROOT / "configs/scan.yaml"), "--json"]) == 0  # a built-in task: its tokenizer is built
+    assert json.loads(capsys.readouterr().out)["params_total"] == 665_984
+    assert main(["info", str(ROOT / "configs/scan.yaml"), "--set", "model.n_layer=3"]) == 2
+    assert "unknown field 'n_layer' in section 'model' (did you mean 'n_layers'?)" in capsys.readouterr().err
+    config = tiny_parallel_corpus(tmp_path)
+    assert main(["train", str(config), "--out", str(tmp_path / "run"), "--set", "train.max_steps=2"]) == 0
+    logged = capsys.readouterr().out
+    assert main(["info", str(tmp_path / "run"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["params_total"] == json.loads(logged.splitlines()[-2])["n_params"]
+    assert main(["info", str(tmp_path)]) == 2
+    assert "is a directory but not a run directory" in capsys.readouterr().err
+
+
+def every_option(parser, path=("attnlab",)):
+    """(command path, option) for every argument of every (sub)command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_option(sub, (*path, name))
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield " ".join(path), "/".join(action.option_strings) or action.dest, action.help
+
+
+def test_every_option_has_help_text_and_there_is_a_version():
+    missing = [f"{command} {option}" for command, option, text in every_option(make_parser()) if not text]
+    assert missing == []
+    done = subprocess.run([*ATTNLAB, "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == f"attnlab {attnlab.__version__}\n"
+
+
+def tiny_lm_run(tmp_path) -> Path:
+    """A character LM trained for 2 steps: enough to sample from."""
+    text = tmp_path / "text.txt"
+    text.write_text("abcdefgh" * 50)
+    config = tmp_path / "lm.yaml"
+    config.write_text(f"model: {{arch: decoder_lm, d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
+                      f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"
+                      f"train: {{max_steps: 2, batch_size: 4, eval_every: 2, progress: false}}\n")
+    assert main(["train", str(config), "--out", str(tmp_path / "lm")]) == 0
+    return tmp_path / "lm"
+
+
+def test_generate_without_a_seed_draws_one_and_says_which(tmp_path, monkeypatch, capsys):
+    tiny_lm_run(tmp_path)
+    capsys.readouterr()
+    monkeypatch.setattr("secrets.randbelow", lambda n: 1234)
+    assert main(["generate", str(tmp_path / "lm"), "--max-new-tokens", "30"]) == 0
+    drawn = capsys.readouterr()
+    assert drawn.err == "seed 1234 (--seed 1234 gives this text again)\n"
+    assert main(["generate", str(tmp_path / "lm"), "--max-new-tokens", "30", "--seed", "1234"]) == 0
+    again = capsys.readouterr()
+    assert again.out == drawn.out and again.err == ""
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    run = tiny_lm_run(tmp_path)
+    process = subprocess.Popen([*ATTNLAB, "generate", str(run), "--max-new-tokens", "20", "--seed", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader has gone before the first line, as with `| head -0`: every write fails
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 128 + signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err
+
+
+def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path):
+    config = tiny_parallel_corpus(tmp_path)
+    out = tmp_path / "run"
+    process = subprocess.Popen([*ATTNLAB, "train", str(config), "--out", str(out), "--set",
+                                "train.max_steps=100000", "--set", "train.eval_every=5", "--set", "train.progress=false"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not RunDir(out).steps() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    step = RunDir(out).steps()[-1]
+    assert last == (f"error: interrupted; {out} has its checkpoints up to step {step}: continue with "
+                    f"`attnlab train --out {out} --resume`")
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_bench_decode_says_when_the_hugging_face_reference_is_left_out(monkeypatch, capsys):
+    monkeypatch.setattr("attnlab.bench.decode.marian", lambda dropout: None)  # as when transformers is missing
+    assert main(["bench", "decode", "--new-tokens", "2", "--batch", "1", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    skipped = "   transformers.MarianMTModel: skipped (transformers is not installed (pip install 'attnlab[bench]'))"
+    assert [line.split(" tokens/s")[1] for line in lines[:3]] == [skipped] * 3
+
+
+def test_blank_lines_stay_blank_and_empty_input_is_empty_output(tmp_path):
+    config = tiny_parallel_corpus(tmp_path)
+    assert main(["train", str(config), "--out", str(tmp_path / "run"), "--set", "train.max_steps=2"]) == 0
+    translate = lambda *args, stdin="": subprocess.run([*ATTNLAB, "translate", str(tmp_path / "run"), *args],
+                                                       input=stdin, capture_output=True, text=True)
+    for beam in ("1", "3"):
+        done = translate("--beam", beam, stdin="eins zwei\n\n   \ndrei\n")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.split("\n")
+        assert len(lines) == 5 and lines[1] == lines[2] == "" and lines[4] == ""
+    nbest = translate("--beam", "3", "--nbest", "2", stdin="eins\n\n").stdout.splitlines()
+    assert nbest[2] == "1 |||  ||| 0.0000" and len(nbest) == 3
+    empty = tmp_path / "empty.de"
+    empty.write_text("")
+    from_stdin, from_file = translate(), translate("--input", str(empty))
+    assert from_stdin.returncode == from_file.returncode == 0 and from_stdin.stdout == from_file.stdout == ""
+    assert from_stdin.stderr == "note: <stdin> is empty: nothing to translate\n"
+    assert from_file.stderr == f"note: {empty} is empty: nothing to translate\n"

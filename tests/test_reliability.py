@@ -18,7 +18,7 @@ from attnlab.cli import main
 from attnlab.config import RunConfig
 from attnlab.errors import CheckpointError, NumericalError
 from attnlab.train import loop
-from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.train.checkpoint import RunDir, load_run, write_average
 from attnlab.train.run import train_run
 from helpers import ATTNLAB
 
@@ -153,7 +153,10 @@ CASES = [
     ("--set value does not parse", TRAIN + ["--set", "train.lr=[1"], config_with(), USAGE, "does not parse"),
     ("--set value only looks like a float", TRAIN + ["--set", "train.lr=--.inf"], config_with(), CONFIG,
      "lr must be a number (got '--.inf')"),
-    ("--set unknown field", TRAIN + ["--set", "train.max_step=3"], config_with(), CONFIG, "did you mean 'max_steps'"),
+    ("--set unknown field", TRAIN + ["--set", "train.max_step=3"], config_with(), USAGE,
+     "--set 'train.max_step=3': unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
+    ("--set value out of range", TRAIN + ["--set", "train.max_steps=-1"], config_with(), CONFIG,
+     "bad.yaml --set train.max_steps=-1: max_steps must be >= 1 (got -1)"),
     # -- data --------------------------------------------------------------------------------------
     ("training file missing", TRAIN, config_with(**{"/train,": "/nowhere,"}), DATA, "no such file"),
     ("parallel line counts differ", TRAIN, corrupt_corpus("train", "en", b"one\ntwo\n"), DATA, "parallel files must align"),
@@ -177,7 +180,19 @@ CASES = [
     ("--resume of no run", ["train", "{root}/good.yaml", "--out", "{root}/nowhere", "--resume"], nothing, USAGE,
      "not a run directory"),
     ("--resume with another model", ["train", "{root}/bad.yaml", "--out", "{root}/run", "--resume"],
-     config_with(**{"d_ff: 32": "d_ff: 48"}), CONFIG, "model section differs"),
+     config_with(**{"d_ff: 32": "d_ff: 48"}), CONFIG, "a resumed run keeps its model, but the given config differs "
+                                                      "(model.d_ff: 32 -> 48)"),
+    ("--resume with other data", ["train", "--out", "{root}/run", "--resume", "--set",
+                                  "data.max_src_len=20"], nothing, CONFIG,
+     "keeps its data, but the given config differs (data.max_src_len: 30 -> 20)"),
+    ("--resume with another train setting", ["train", "{root}/good.yaml", "--out", "{root}/run", "--resume", "--set",
+                                             "train.lr=0.01", "--set", "train.progress=true"], nothing, CONFIG,
+     "resuming with train settings that differ from the run's: train.lr: 0.003 -> 0.01. Resume without a config"),
+    ("--resume without a config of no run", ["train", "--out", "{root}/nowhere", "--resume"], nothing, USAGE,
+     "--resume: {root}/nowhere is not a run directory (no config.yaml)"),
+    ("train without a config", ["train"], nothing, USAGE, "train needs a CONFIG file (or --out RUN --resume"),
+    ("average over an existing average", ["average", "{root}/run", "--last", "1"],
+     lambda root: write_average(root / "run", 2, force=True), USAGE, "average already exists; pass --force"),
     # -- checkpoints from elsewhere ---------------------------------------------------------------
     ("run directory missing", ["translate", "{root}/nowhere", "--input", "{root}/input.de"], nothing, CHECKPOINT,
      "not a run directory"),
@@ -220,6 +235,8 @@ CASES = [
      DATA, "no such file"),
     ("average zero checkpoints", ["average", "{root}/run", "--last", "0"], nothing, USAGE, "--last must be at least 1"),
     ("prune everything", ["prune", "{root}/run", "--fraction", "1.5"], nothing, USAGE, "--fraction must be in [0, 1)"),
+    ("prune --plot over an existing file", ["prune", "{root}/run", "--fraction", "0.5", "--plot", "{root}/out.txt"],
+     nothing, USAGE, "out.txt already exists; pass --force to overwrite it"),
     ("prune into an existing run", ["prune", "{root}/run", "--fraction", "0.5", "--out", "{root}/run"], nothing, USAGE,
      "already exists"),
     ("inspect with empty text", ["inspect", "{root}/run", "--src", " "], nothing, USAGE, "empty after tokenisation"),
@@ -246,7 +263,7 @@ def test_bad_input_is_one_line_an_exit_code_and_no_lost_file(workspace, capsys, 
     assert returned == code, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert message in lines[0] and "Traceback" not in err
+    assert message.format(root=workspace) in lines[0] and "Traceback" not in err
     after = snapshot(workspace)
     assert {k: after.get(k) for k in before} == before  # every file that was there is untouched
 
@@ -258,9 +275,9 @@ def test_the_corpus_has_at_least_forty_cases():
 @pytest.mark.parametrize("argv, code", [(["translate", "{root}/run", "--beam", "0"], USAGE),
                                         (["train", "{root}/none.yaml"], CONFIG)])
 def test_the_console_script_prints_no_traceback(workspace, argv, code):
-    done = subprocess.run([str(ATTNLAB), *[a.format(root=workspace) for a in argv]], capture_output=True, text=True)
+    done = subprocess.run([*ATTNLAB, *[a.format(root=workspace) for a in argv]], capture_output=True, text=True)
     assert done.returncode == code and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
-    debug = subprocess.run([str(ATTNLAB), "--debug", *[a.format(root=workspace) for a in argv]],
+    debug = subprocess.run([*ATTNLAB, "--debug", *[a.format(root=workspace) for a in argv]],
                            capture_output=True, text=True)
     assert "Traceback" in debug.stderr
 

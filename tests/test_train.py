@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from attnlab import CheckpointError
+from attnlab.errors import ConfigError
 from attnlab.config import RunConfig
 from attnlab.data.datasets import prepare_data
 from attnlab.decode.search import greedy
@@ -128,12 +129,18 @@ def test_resuming_an_older_checkpoint_keeps_the_fused_update():
 
 
 def test_copy_task_is_learnt_in_seconds(tmp_path):
-    cfg = run_config(model={"n_layers": 2}, data={"n_train": 2000}, train={"max_steps": 400})
+    """Learnt with a wide margin, so the thread count's rounding cannot decide it: the cosine decay
+    settles the weights (at a constant lr the last evaluation swung between 0.92 and 1.0 exact match
+    with the thread count). Seen with 1 and 2 threads and train seeds 1-5: exact match 0.98-1.0 at
+    steps 300 and 400, valid loss 0.005-0.010, mean train loss of the last 10 steps 0.005-0.006."""
+    cfg = run_config(model={"n_layers": 2}, data={"n_train": 2000},
+                     train={"max_steps": 400, "lr_schedule": "cosine", "lr": 6e-3})
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
     losses = train_losses(tmp_path / "run")
     assert losses[1] > 2.5  # about ln(vocabulary) at the start
-    assert sum(losses[s] for s in range(391, 401)) / 10 < 0.05
-    assert summary["last_eval"]["exact_match"] >= 0.95  # 1.0 with 2 threads; thread count changes rounding
+    assert sum(losses[s] for s in range(391, 401)) / 10 < 0.03
+    assert summary["last_eval"]["valid_loss"] < 0.05
+    assert summary["last_eval"]["exact_match"] >= 0.9  # of 50 sentences: 4 more mistakes than ever seen
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -149,7 +156,10 @@ def test_resume_continues_exactly(tmp_path):
     train_run(first, parts, log=lambda s: None)
     with open(parts / "metrics.jsonl", "a") as f:
         f.write('{"step": 10, "split": "train", "loss": 99.0}\n{"step": 11, "spl')  # work lost in a crash
-    train_run(run_config(**overrides), parts, resume=True, log=lambda s: None)
+    with pytest.raises(ConfigError, match=r"train settings that differ from the run's: train.max_steps: 9 -> 12\."):
+        train_run(run_config(**overrides), parts, resume=True, log=lambda s: None)
+    train_run(run_config(**overrides), parts, resume=True, log=lambda s: None, allow_changes=True)
+    assert json.loads((parts / "config_changes.jsonl").read_text())["changes"] == ["train.max_steps: 9 -> 12"]
     expected, got = train_losses(whole), train_losses(parts)
     assert sorted(got) == [2, 4, 6, 8, 10, 12]
     for step in got:

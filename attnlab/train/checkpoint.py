@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ class RunDir:
         self.tensorboard = self.path / "tensorboard"
         self.summary = self.path / "summary.json"
         self.pruned_heads = self.path / "pruned_heads.json"
+        self.config_changes = self.path / "config_changes.jsonl"  # train settings changed on resume
 
     def tokenizer_file(self, role: str) -> Path:
         return self.path / f"tokenizer-{role}.json"
@@ -94,6 +96,11 @@ class RunDir:
     def write_config(self, model: ModelConfig, data: DataConfig, train: TrainConfig) -> None:
         text = dump_yaml({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()})
         atomic_write_text(self.config, text)
+
+    def record_config_changes(self, step: int, changes: list[str]) -> None:
+        """Append the train settings changed when resuming at ``step`` to config_changes.jsonl."""
+        with open(self.config_changes, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes}) + "\n")
 
     def read_config(self) -> tuple[ModelConfig, DataConfig, TrainConfig]:
         if not self.config.exists():
@@ -256,18 +263,21 @@ def write_checkpoint(directory: Path, model: nn.Module, meta: dict[str, Any],
     write_checksums(directory)
 
 
-def write_average(path: str | Path, last: int) -> tuple[Path, list[int]]:
-    """Average the newest ``last`` checkpoints of a run into checkpoints/average/ (atomically).
-    (An older best checkpoint, kept by pruning, is among them only if ``last`` exceeds keep_last.)"""
+def write_average(path: str | Path, last: int, force: bool = False) -> tuple[Path, list[int]]:
+    """Average the newest ``last`` checkpoints of a run into checkpoints/average/ (atomically); an
+    existing average is replaced only with ``force``. (An older best checkpoint, kept by pruning,
+    is among them only if ``last`` exceeds keep_last.)"""
     if last < 1:
         raise UsageError(f"--last must be at least 1 (got {last})")
     run = RunDir(path)
+    final = run.checkpoints / "average"
+    if final.exists() and not force:
+        raise UsageError(f"{final} already exists; pass --force to replace it")
     steps = run.steps()[-last:]
     if not steps:
         raise CheckpointError(f"{run.path}: no checkpoint to average")
     model_cfg, _, _ = run.read_config()
     model = average_checkpoints(run.build_model(model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
-    final = run.checkpoints / "average"
     staged = staging_dir(final)
     write_checkpoint(staged, model, {"averaged_steps": steps})
     publish_dir(staged, final)

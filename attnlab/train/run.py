@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from attnlab.config import ModelConfig, RunConfig
+from attnlab.config import ModelConfig, RunConfig, TrainConfig, differences
 from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
 from attnlab.data.tokenizers import PAD
 from attnlab.errors import ConfigError
@@ -26,6 +26,17 @@ def _model_config(cfg: RunConfig, data: Seq2SeqData | LMData) -> ModelConfig:
     return cfg.model_config(tgt.vocab_size, src.vocab_size if separate else None, PAD)
 
 
+def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[int], ModelConfig]:
+    """The model config ``cfg`` trains, as a function of the vocabulary size (source and target the
+    same size when they are not shared); ``from_data``: prepare the data and take the tokenizers'
+    sizes, whatever the argument."""
+    if from_data:
+        data = prepare_data(cfg.data, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed)
+        return lambda _: _model_config(cfg, data)
+    separate = not cfg.data.is_lm and not cfg.data.shared_vocab
+    return lambda vocab: cfg.model_config(vocab, vocab if separate else None, PAD)
+
+
 def describe_data(data: Seq2SeqData | LMData) -> str:
     if isinstance(data, LMData):
         sizes = ", ".join(f"{name} {len(s):,} tokens" for name, s in data.streams.items())
@@ -37,11 +48,34 @@ def describe_data(data: Seq2SeqData | LMData) -> str:
     return f"pairs: {sizes}; {vocab}{report}"
 
 
-def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
-              log: Callable[[str], None] = print, world: World | None = None) -> dict[str, Any]:
+DISPLAY_ONLY = ("train.progress", "train.log_every")  # change what is shown, not what is trained: never refused
+
+
+def _check_train_changes(run: RunDir, step: int, saved: TrainConfig, given: TrainConfig, allow: bool,
+                        log: Callable[[str], None] | None) -> None:
+    """Refuse a resumed run's train settings that differ from its own unless ``allow``; with it,
+    record them (``log`` is None on the ranks that do not write)."""
+    changes = [c for c in differences(saved, given) if c.split(":")[0] not in DISPLAY_ONLY]
+    if not changes:
+        return
+    if not allow:
+        raise ConfigError(f"{run.config}: resuming with train settings that differ from the run's: "
+                          f"{'; '.join(changes)}. Resume without a config or --set to keep the run's own (`attnlab train "
+                          f"--out {run.path} --resume`), or pass --allow-changes to train on with these")
+    if log is not None:
+        run.record_config_changes(step, changes)
+        log(f"train settings changed at step {step}: {'; '.join(changes)} (recorded in {run.config_changes})")
+
+
+def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callable[[str], None] = print,
+              world: World | None = None, allow_changes: bool = False) -> dict[str, Any]:
     """Train as ``cfg`` says into the run directory ``out`` (or continue it with ``resume``) and
     return the summary written to ``out/summary.json``. With ``world`` (torchrun), every rank
-    calls this; rank 0 alone writes and logs."""
+    calls this; rank 0 alone writes and logs.
+
+    A resumed run keeps its model and data; a train section that differs from the run's is refused,
+    listing the differences, unless ``allow_changes``: then the run goes on with it and the changes
+    are recorded in config_changes.jsonl."""
     main = world is None or world.is_main
     log = log if main else (lambda line: None)
     run = RunDir(out)
@@ -55,13 +89,17 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False,
             log(f"{run.path}: no complete checkpoint yet; starting from step 0")
             resume = False
     if resume:
-        model_cfg, data_cfg, _ = run.read_config()
+        model_cfg, data_cfg, train_cfg = run.read_config()
         if data_cfg != cfg.data:
-            raise ConfigError(f"{run.config}: the data section differs from the given config; a resumed run keeps its data")
+            raise ConfigError(f"{run.config}: a resumed run keeps its data, but the given config differs "
+                              f"({'; '.join(differences(data_cfg, cfg.data))})")
         data = prepare_data(data_cfg, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed, run.read_tokenizers())
         if _model_config(cfg, data) != model_cfg:
-            raise ConfigError(f"{run.config}: the model section differs from the given config; a resumed run keeps its model")
-        run.load_trainer_state(run.steps()[-1])  # refuse a damaged state before touching config.yaml
+            raise ConfigError(f"{run.config}: a resumed run keeps its model, but the given config differs "
+                              f"({'; '.join(differences(model_cfg, _model_config(cfg, data)))})")
+        step = run.steps()[-1]
+        run.load_trainer_state(step)  # refuse a damaged state before touching config.yaml
+        _check_train_changes(run, step, train_cfg, cfg.train, allow_changes, log if main else None)
     else:
         data = prepare_data(cfg.data, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed)
         model_cfg = _model_config(cfg, data)

@@ -49,7 +49,7 @@ def fitted_warmup(name: str, lr: float, warmup: int, total: int) -> tuple[float,
     if name == "noam":
         lr = lr * math.sqrt(fitted / warmup)
     return lr, fitted, (f"note: train.warmup_steps ({warmup}) is not shorter than the run (max_steps {total}): "
-                        f"warming up over {fitted} steps to the same peak learning rate instead; set "
+                        f"warming up over {fitted} step{'s' if fitted > 1 else ''} to the same peak learning rate instead; set "
                         f"train.warmup_steps below max_steps to choose")
 
 
