@@ -1,6 +1,6 @@
-"""Run under torchrun by tests/test_distributed.py: one DDP update of a tiny model on this rank's
-share of a fixed global batch; rank 0 saves the gradients, the updated weights and whether it
-left the process group before exiting."""
+"""Run under torchrun by tests/test_distributed.py: one DDP update (a plain SGD step) of a tiny model
+on this rank's share of a fixed global batch; rank 0 saves the gradients, the updated weights and
+whether it left the process group before exiting."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from attnlab import ModelConfig, build_model
 from attnlab.config import TrainConfig
 from attnlab.data.batching import collate_pairs
 from attnlab.train.distributed import exit_worker, joined_world
-from attnlab.train.loop import accumulate_gradients, make_optimizer, train_step
+from attnlab.train.loop import accumulate_gradients, train_step
 from attnlab.train.schedules import make_schedule, make_scheduler
 
-CFG = TrainConfig(lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.1, clip_norm=None)
+CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=None)
 
 
 def setup():
@@ -34,15 +34,24 @@ def setup():
 
 
 def update(model, batches, world=None):
-    """Gradients of the loss over ``batches``, then one full train_step on them: (grads, weights)."""
+    """Gradients of the loss over ``batches``, then one full train_step on them: (grads, parameters).
+
+    The step is plain SGD, w - lr * g (lr = CFG.lr), not train_step's usual Adam: SGD's result
+    follows from the gradients within float32 rounding, so the test can bound the difference,
+    and it is proportional to the gradients' scale, so a wrong world-size or token-count factor
+    shows (Adam's first step, lr * g / (|g| + eps), is blind to the scale). Adam's own step is
+    ill-conditioned here: the key bias has an exact gradient of 0 (adding a constant to every score
+    of a row leaves the softmax unchanged), so its computed gradient is rounding noise whose sign
+    depends on the summation order (2 ranks vs 1 process, thread counts), and Adam turns it into
+    +-lr."""
     trained = DDP(model) if world else model
     accumulate_gradients(trained, batches, CFG, world=world)
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    optimizer = make_optimizer(model, CFG)
+    optimizer = torch.optim.SGD(model.parameters(), lr=CFG.lr)
     optimizer.zero_grad(set_to_none=True)
-    scheduler = make_scheduler(optimizer, make_schedule("constant", 1e-3, 1, 10, 0.0, 1))
+    scheduler = make_scheduler(optimizer, make_schedule("constant", CFG.lr, 1, 10, 0.0, 1))
     train_step(trained, batches, optimizer, scheduler, CFG, world=world)
-    return grads, {k: v.clone() for k, v in model.state_dict().items()}
+    return grads, {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 if __name__ == "__main__":

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from attnlab import ModelConfig, build_model
 
-ATTNLAB = Path(sys.executable).parent / "attnlab"  # this environment's command-line program
+# The command-line program and torchrun, as commands (argv prefixes) of this interpreter: they work
+# in a plain checkout where no console script is installed (tests/conftest.py puts the repository
+# root on PYTHONPATH for every subprocess). Use as [*ATTNLAB, "train", ...].
+ATTNLAB = (sys.executable, "-m", "attnlab.cli")
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 
 TINY = dict(vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, max_len=64, max_relative_distance=3)
 

@@ -41,7 +41,7 @@ def test_records_carry_the_transformer_as_reference():
 
 
 def test_cli_bench_models_json_and_bad_arguments():
-    done = subprocess.run([str(ATTNLAB), "bench", "models", "--lengths", "4", "--models", "transformer",
+    done = subprocess.run([*ATTNLAB, "bench", "models", "--lengths", "4", "--models", "transformer",
                            "gru_bahdanau", "--batch-tokens", "8", "--decode-batch", "1", "--repeats", "1",
                            "--precision", "bf16", "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -50,7 +50,7 @@ def test_cli_bench_models_json_and_bad_arguments():
         (k, m) for k in ("train", "decode") for m in ("transformer", "gru_bahdanau")}
     assert all(r["precision"] == "bf16" for r in records)
     for bad, says in ((["--models", "lstm"], "unknown model 'lstm'"), (["--lengths", "0"], "at least 1")):
-        refused = subprocess.run([str(ATTNLAB), "bench", "models", *bad], capture_output=True, text=True)
+        refused = subprocess.run([*ATTNLAB, "bench", "models", *bad], capture_output=True, text=True)
         assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr
 
 
@@ -83,7 +83,7 @@ def test_bench_attention_records_and_skips():
 
 def test_cli_bench_attention_json_and_plot(tmp_path):
     plot = tmp_path / "attention.png"
-    done = subprocess.run([str(ATTNLAB), "bench", "attention", "--lengths", "16", "32", "--backends", "math", "local",
+    done = subprocess.run([*ATTNLAB, "bench", "attention", "--lengths", "16", "32", "--backends", "math", "local",
                            "--heads", "2", "--head-dim", "8", "--repeats", "1", "--json", "--plot", str(plot)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -94,7 +94,7 @@ def test_cli_bench_attention_json_and_plot(tmp_path):
 
     image = matplotlib.image.imread(plot)
     assert image.shape[0] > 300 and image.shape[1] > 600
-    refused = subprocess.run([str(ATTNLAB), "bench", "attention", "--backends", "flash"], capture_output=True, text=True)
+    refused = subprocess.run([*ATTNLAB, "bench", "attention", "--backends", "flash"], capture_output=True, text=True)
     assert refused.returncode == 2 and "unknown backend 'flash'" in refused.stderr
 
 

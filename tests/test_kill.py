@@ -33,7 +33,7 @@ train: {{max_steps: {STEPS}, max_tokens: 300, lr_schedule: constant, lr: 0.001, 
 
 
 def train(config: Path, out: Path, resume: bool) -> subprocess.Popen:
-    args = [str(ATTNLAB), "train", str(config), "--out", str(out)] + (["--resume"] if resume else [])
+    args = [*ATTNLAB, "train", str(config), "--out", str(out)] + (["--resume"] if resume else [])
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 

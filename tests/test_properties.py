@@ -8,7 +8,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from attnlab.data.corpora import decode_utf8, read_lines, read_parallel, read_scan, read_tsv
@@ -20,15 +20,25 @@ CORPUS = ["the cat sat on the mat", "ein Hund läuft über die Straße", "naïve
 TOKENIZERS = {kind: Tokenizer.train(kind, CORPUS, vocab_size=300) for kind in ("char", "word", "bpe", "unigram")}
 ALPHABET = sorted({c for line in CORPUS for c in unicodedata.normalize("NFC", line)})
 WORDS = sorted({w for line in CORPUS for w in line.split()})
-# derandomize: CI gates on these, so each run tries the same 150 examples (a fresh draw found one
-# generator mistake in this file, now mended; set derandomize=False to explore further)
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Derandomised by the "ci" profile (tests/conftest.py): CI gates on these, so each run tries the same
+# examples; what fresh draws found is pinned with @example (HYPOTHESIS_PROFILE=explore to search anew).
+SETTINGS = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+SPECIAL_TOKENS_TYPED = ["<pad>", "<bos>", "<eos>", "<unk>", "walk <pad> left", "jump <eos> twice"]
+
+
+def with_examples(name: str, values: list):
+    """@example(name=value) for each value: pinned cases every run tries first."""
+    def decorate(test):
+        for value in reversed(values):
+            test = example(**{name: value})(test)
+        return test
+    return decorate
 
 
 @pytest.mark.parametrize("kind", sorted(TOKENIZERS))
 @SETTINGS
 @given(text=st.text())
+@with_examples("text", SPECIAL_TOKENS_TYPED)  # a fresh draw found '<bos>' (issue 15)
 def test_any_unicode_encodes_to_valid_ids_and_decodes(kind, text):
     tok = TOKENIZERS[kind]
     ids = tok.encode(text)
@@ -46,6 +56,7 @@ def test_char_round_trips_text_of_seen_characters(text):
 
 @SETTINGS
 @given(text=st.text().map(lambda t: unicodedata.normalize("NFC", t)).filter(lambda t: not t[:1].isspace()))
+@with_examples("text", SPECIAL_TOKENS_TYPED)  # typed special tokens are text
 def test_bpe_round_trips_any_text_thanks_to_byte_fallback(text):
     tok = TOKENIZERS["bpe"]
     ids = tok.encode(text)
@@ -94,6 +105,8 @@ def test_readers_never_crash_on_arbitrary_bytes(tmp_path_factory, first, second)
 @given(lines=st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"), min_size=1)
                       .filter(str.strip), min_size=1, max_size=20)
        .filter(lambda lines: lines[0].removeprefix("\ufeff").strip()))
+@example(lines=["\ufeffx", "y"])  # a byte-order mark opening the file is not text
+@example(lines=["x", "\ufeff"])  # a later line that is only a mark is kept (a fresh draw found it)
 def test_text_written_as_lines_reads_back_as_those_lines(tmp_path_factory, lines):
     """Non-empty lines come back as written; a leading byte-order mark is not text (so a first line
     that is only a mark would be an empty line, which a corpus refuses: not generated)."""
