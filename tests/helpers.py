@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import subprocess
 import sys
 
 import torch
@@ -14,6 +17,26 @@ from attnlab import ModelConfig, build_model
 # root on PYTHONPATH for every subprocess). Use as [*ATTNLAB, "train", ...].
 ATTNLAB = (sys.executable, "-m", "attnlab.cli")
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
+
+
+
+def run_cli(*args: str, stdin: str | bytes = b"") -> subprocess.CompletedProcess:
+    """`attnlab ARGS` run in this process: its exit status, stdout and stderr as text, as
+    subprocess.run(..., capture_output=True, text=True) gives them, without the seconds a new
+    interpreter spends importing torch. What only a real process shows (the console script,
+    tracebacks, signals, pipes) is tested with ATTNLAB."""
+    from attnlab.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    saved, sys.stdin = sys.stdin, io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        sys.stdin = saved
+    return subprocess.CompletedProcess(["attnlab", *args], code, out.getvalue(), err.getvalue())
+
 
 TINY = dict(vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, max_len=64, max_relative_distance=3)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
 
 import pytest
 import torch
@@ -46,7 +45,7 @@ from attnlab.decode.search import greedy
 from attnlab.nn.masks import causal_mask
 from attnlab.train.run import train_run
 
-from helpers import ATTNLAB, random_ids, tiny_model
+from helpers import random_ids, run_cli, tiny_model
 
 
 
@@ -318,8 +317,7 @@ def demo_like_run(tmp_path_factory):
 
 def test_inspect_writes_labelled_heatmaps_and_entropies(demo_like_run, tmp_path):
     figures = tmp_path / "figures"
-    done = subprocess.run([*ATTNLAB, "inspect", str(demo_like_run), "--src", "3 1 4 1", "--out", str(figures)],
-                          capture_output=True, text=True)
+    done = run_cli("inspect", str(demo_like_run), "--src", "3 1 4 1", "--out", str(figures))
     assert done.returncode == 0, done.stderr
     summary = json.loads((figures / "summary.json").read_text())
     assert summary["source_tokens"] == ["3", "1", "4", "1", "<eos>"]
@@ -332,29 +330,25 @@ def test_inspect_writes_labelled_heatmaps_and_entropies(demo_like_run, tmp_path)
     assert labels["rows"] == summary["target_tokens"] and labels["rows"][-1] == "<eos>"
     assert png_labels(figures / "decoder-0-cross-alignment.png")[1]["cols"] == summary["source_tokens"]
     assert (figures / "entropy.png").stat().st_size > 5000
-    again = subprocess.run([*ATTNLAB, "inspect", str(demo_like_run), "--src", "3 1", "--out", str(figures)],
-                           capture_output=True, text=True)
+    again = run_cli("inspect", str(demo_like_run), "--src", "3 1", "--out", str(figures))
     assert again.returncode == 2 and "--force" in again.stderr
 
 
 def test_prune_reports_before_and_after_and_writes_a_loadable_smaller_run(demo_like_run, tmp_path):
     out = tmp_path / "pruned"
-    done = subprocess.run([*ATTNLAB, "prune", str(demo_like_run), "--fraction", "0.5", "--out", str(out),
-                           "--json"], capture_output=True, text=True)
+    done = run_cli("prune", str(demo_like_run), "--fraction", "0.5", "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.splitlines()[-2])
     before, after = summary["results"]
     assert before["heads_pruned"] == 0 and after["heads_pruned"] == 6 and after["heads_total"] == 12
     pruned = json.loads((out / "pruned_heads.json").read_text())
     assert sum(len(v) for v in pruned.values()) == 6 and all(len(v) < 4 for v in pruned.values())
-    scored = subprocess.run([*ATTNLAB, "evaluate", str(out), "--split", "valid", "--beam", "1", "--json"],
-                            capture_output=True, text=True)
+    scored = run_cli("evaluate", str(out), "--split", "valid", "--beam", "1", "--json")
     assert scored.returncode == 0, scored.stderr
     result = json.loads(scored.stdout)
     assert result["exact_match"] == pytest.approx(after["exact_match"])  # removed == masked
     assert result["bleu"] == pytest.approx(after["bleu"])
-    again = subprocess.run([*ATTNLAB, "prune", str(demo_like_run), "--fraction", "0.2", "--out", str(out)],
-                           capture_output=True, text=True)
+    again = run_cli("prune", str(demo_like_run), "--fraction", "0.2", "--out", str(out))
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
@@ -398,6 +392,5 @@ def test_inspect_split_gives_mean_entropies_of_every_head(demo_like_run):
     assert set(entropies) == {"encoder.layers.0.self_attn", "decoder.layers.0.self_attn", "decoder.layers.0.cross_attn"}
     longest = math.log(8)  # reverse task: at most 6 symbols + EOS / BOS
     assert all(len(v) == 4 and all(0.0 <= e <= longest for e in v) for v in entropies.values())
-    done = subprocess.run([*ATTNLAB, "inspect", str(demo_like_run), "--split", "valid"], capture_output=True,
-                          text=True)
+    done = run_cli("inspect", str(demo_like_run), "--split", "valid")
     assert done.returncode == 0 and done.stdout.count("per head") == 3

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from attnlab.bench.models import MODELS, REFERENCE, bench_models
-from helpers import ATTNLAB
+from helpers import ATTNLAB, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = {"transformer": "multi30k_de_en", "gru_bahdanau": "rnn_bahdanau", "gru_fixed_context": "rnn_fixed_context"}
@@ -41,16 +41,16 @@ def test_records_carry_the_transformer_as_reference():
 
 
 def test_cli_bench_models_json_and_bad_arguments():
-    done = subprocess.run([*ATTNLAB, "bench", "models", "--lengths", "4", "--models", "transformer",
+    done = run_cli("bench", "models", "--lengths", "4", "--models", "transformer",
                            "gru_bahdanau", "--batch-tokens", "8", "--decode-batch", "1", "--repeats", "1",
-                           "--precision", "bf16", "--json"], capture_output=True, text=True)
+                           "--precision", "bf16", "--json")
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert {(r["name"], r["model"]) for r in records} == {
         (k, m) for k in ("train", "decode") for m in ("transformer", "gru_bahdanau")}
     assert all(r["precision"] == "bf16" for r in records)
     for bad, says in ((["--models", "lstm"], "unknown model 'lstm'"), (["--lengths", "0"], "at least 1")):
-        refused = subprocess.run([*ATTNLAB, "bench", "models", *bad], capture_output=True, text=True)
+        refused = run_cli("bench", "models", *bad)
         assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr
 
 
@@ -85,7 +85,7 @@ def test_cli_bench_attention_json_and_plot(tmp_path):
     plot = tmp_path / "attention.png"
     done = subprocess.run([*ATTNLAB, "bench", "attention", "--lengths", "16", "32", "--backends", "math", "local",
                            "--heads", "2", "--head-dim", "8", "--repeats", "1", "--json", "--plot", str(plot)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True)  # a process of its own: its peak memory is the bench's
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(records) == 2 * 2 * 2
@@ -94,7 +94,7 @@ def test_cli_bench_attention_json_and_plot(tmp_path):
 
     image = matplotlib.image.imread(plot)
     assert image.shape[0] > 300 and image.shape[1] > 600
-    refused = subprocess.run([*ATTNLAB, "bench", "attention", "--backends", "flash"], capture_output=True, text=True)
+    refused = run_cli("bench", "attention", "--backends", "flash")
     assert refused.returncode == 2 and "unknown backend 'flash'" in refused.stderr
 
 

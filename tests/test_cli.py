@@ -15,7 +15,7 @@ import torch
 import attnlab
 from attnlab.cli import main, make_parser
 from attnlab.train.checkpoint import RunDir
-from helpers import ATTNLAB
+from helpers import ATTNLAB, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ def test_bad_config_is_one_line_and_an_exit_code(tmp_path, text, code, message):
     path = tmp_path / "c.yaml"
     if text is not None:
         path.write_text(text)
-    done = subprocess.run([*ATTNLAB, "info", str(path)], capture_output=True, text=True)
+    done = run_cli("info", str(path))
     assert done.returncode == code
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
@@ -89,7 +89,7 @@ train: {{max_steps: 250, max_tokens: 400, lr_schedule: constant, lr: 0.003, warm
 def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     config = tiny_parallel_corpus(tmp_path)
     out = tmp_path / "run"
-    done = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(out)], capture_output=True, text=True)
+    done = run_cli("train", str(config), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == f"run directory: {out}"
     assert "step" in done.stderr  # the progress bar
@@ -103,22 +103,22 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     assert {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(train[0]) and train[-1]["loss"] < train[0]["loss"]
     # a second run into the same directory is refused, and nothing in it is touched
     before = (out / "summary.json").read_bytes()
-    again = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(out)], capture_output=True, text=True)
+    again = run_cli("train", str(config), "--out", str(out))
     assert again.returncode == 2 and "already exists" in again.stderr and (out / "summary.json").read_bytes() == before
     # --resume continues the run with its own config; changed train settings need --allow-changes, and are recorded
-    more = subprocess.run([*ATTNLAB, "train", "--out", str(out), "--resume", "--allow-changes",
-                           "--set", "train.max_steps=260", "--set", "train.eval_every=130"], capture_output=True, text=True)
+    more = run_cli("train", "--out", str(out), "--resume", "--allow-changes",
+                   "--set", "train.max_steps=260", "--set", "train.eval_every=130")
     assert more.returncode == 0, more.stderr
     assert "train settings changed at step 250: train.eval_every: 125 -> 130; train.max_steps: 250 -> 260" in more.stdout
     assert json.loads((out / "summary.json").read_text())["steps"] == 260
     record = json.loads((out / "config_changes.jsonl").read_text())
     assert record["step"] == 250 and record["changes"] == ["train.eval_every: 125 -> 130", "train.max_steps: 250 -> 260"]
     assert "max_steps: 260" in (out / "config.yaml").read_text()
-    avg = subprocess.run([*ATTNLAB, "average", str(out), "--last", "2"], capture_output=True, text=True)
+    avg = run_cli("average", str(out), "--last", "2")
     assert avg.returncode == 0 and "averaged steps 250, 260" in avg.stdout
-    again = subprocess.run([*ATTNLAB, "average", str(out), "--last", "1", "--force"], capture_output=True, text=True)
+    again = run_cli("average", str(out), "--last", "1", "--force")
     assert again.returncode == 0 and "averaged steps 260" in again.stdout
-    bad = subprocess.run([*ATTNLAB, "average", str(out), "--last", "0"], capture_output=True, text=True)
+    bad = run_cli("average", str(out), "--last", "0")
     assert bad.returncode == 2 and "--last must be at least 1" in bad.stderr
     # bad decoding input: one line, an exit code, nothing overwritten
     for args, stdin, message in (
@@ -126,8 +126,8 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
         (["--output", str(tmp_path)], b"eins\n", "is a directory"),
         (["--min-len", "5", "--max-len", "2"], b"eins\n", "--min-len (5) must not exceed --max-len (2)"),
     ):
-        bad = subprocess.run([*ATTNLAB, "translate", str(out), *args], input=stdin, capture_output=True)
-        err = bad.stderr.decode()
+        bad = run_cli("translate", str(out), *args, stdin=stdin)
+        err = bad.stderr
         assert bad.returncode in (2, 4) and err.startswith("error: ") and message in err and "Traceback" not in err
     written = tmp_path / "out.txt"
     first = subprocess.run([*ATTNLAB, "translate", str(out), "--output", str(written)], input=b"eins zwei\n")
@@ -152,17 +152,15 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
 ])
 def test_train_rejects_bad_overrides(tmp_path, args, message):
     config = tiny_parallel_corpus(tmp_path)
-    done = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "r"), *args],
-                          capture_output=True, text=True)
+    done = run_cli("train", str(config), "--out", str(tmp_path / "r"), *args)
     assert done.returncode in (2, 3) and message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists()
 
 
 def test_demo_with_a_small_budget(tmp_path):
     out = tmp_path / "demo"
-    done = subprocess.run([*ATTNLAB, "demo", "--out", str(out), "--set", "train.max_steps=20",
-                           "--set", "train.eval_every=10", "--set", "data.n_test=30", "--set", "train.progress=false"],
-                          capture_output=True, text=True)
+    done = run_cli("demo", "--out", str(out), "--set", "train.max_steps=20", "--set", "train.eval_every=10",
+                   "--set", "data.n_test=30", "--set", "train.progress=false")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert lines[-1] == f"run directory: {out}"
@@ -182,36 +180,30 @@ def test_demo_with_a_small_budget(tmp_path):
     actions.write_text("I_JUMP I_JUMP\nI_LOOK I_TURN_LEFT I_WALK\n" + " ".join(["I_TURN_RIGHT"] * 12) + "\n")
     outputs = {}
     for flags in ([], ["--no-cache"], ["--beam", "1"], ["--beam", "1", "--no-cache"]):
-        done = subprocess.run([*ATTNLAB, "translate", str(out), "--input", str(commands), *flags],
-                              capture_output=True, text=True)
+        done = run_cli("translate", str(out), "--input", str(commands), *flags)
         assert done.returncode == 0, done.stderr
         outputs[tuple(flags)] = done.stdout
     assert len(outputs[()].splitlines()) == 3
     assert outputs[()] == outputs[("--no-cache",)] and outputs[("--beam", "1")] == outputs[("--beam", "1", "--no-cache")]
-    piped = subprocess.run([*ATTNLAB, "translate", str(out)], input=commands.read_text(), capture_output=True, text=True)
+    piped = run_cli("translate", str(out), stdin=commands.read_text())
     assert piped.stdout == outputs[()]
-    nbest = subprocess.run([*ATTNLAB, "translate", str(out), "--input", str(commands), "--beam", "3", "--nbest", "2"],
-                           capture_output=True, text=True).stdout.splitlines()
+    nbest = run_cli("translate", str(out), "--input", str(commands), "--beam", "3", "--nbest", "2").stdout.splitlines()
     assert [line.split(" ||| ")[0] for line in nbest] == ["0", "0", "1", "1", "2", "2"]
     assert float(nbest[0].split(" ||| ")[2]) >= float(nbest[1].split(" ||| ")[2])
-    done = subprocess.run([*ATTNLAB, "evaluate", str(out), "--src", str(commands), "--ref", str(actions), "--json"],
-                          capture_output=True, text=True)
+    done = run_cli("evaluate", str(out), "--src", str(commands), "--ref", str(actions), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert 0 <= result["bleu"] <= 100 and 0 <= result["exact_match"] <= 1 and result["ppl"] >= 1
-    text = subprocess.run([*ATTNLAB, "evaluate", str(out), "--src", str(commands), "--ref", str(actions)],
-                          capture_output=True, text=True).stdout
+    text = run_cli("evaluate", str(out), "--src", str(commands), "--ref", str(actions)).stdout
     assert text.startswith("BLEU ") and "chrF " in text and "exact match" in text
-    scored = subprocess.run([*ATTNLAB, "score", str(out), "--src", str(commands), "--tgt", str(actions), "--json"],
-                            capture_output=True, text=True)
+    scored = run_cli("score", str(out), "--src", str(commands), "--tgt", str(actions), "--json")
     record = json.loads(scored.stdout)
     assert record["ppl"] == pytest.approx(result["ppl"], rel=1e-4)
-    readable = subprocess.run([*ATTNLAB, "score", str(out), "--src", str(commands), "--tgt", str(actions)],
-                              capture_output=True, text=True).stdout
+    readable = run_cli("score", str(out), "--src", str(commands), "--tgt", str(actions)).stdout
     assert readable == (f"perplexity {record['ppl']:.4g}: {record['nll_per_token']:.4f} nats per token over "
                         f"{record['tokens']:,} tokens ({actions})\n")
-    wrong = subprocess.run([*ATTNLAB, "generate", str(out)], capture_output=True, text=True)
+    wrong = run_cli("generate", str(out))
     assert wrong.returncode == 2 and "needs 'decoder_lm'" in wrong.stderr
 
 
@@ -226,8 +218,8 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
         eval_every: 80}}
 """)
     out = tmp_path / "lm"
-    assert subprocess.run([*ATTNLAB, "train", str(config), "--out", str(out)], capture_output=True).returncode == 0
-    run = lambda *a: subprocess.run([*ATTNLAB, "generate", str(out), *a], capture_output=True, text=True)
+    assert run_cli("train", str(config), "--out", str(out)).returncode == 0
+    run = lambda *a: run_cli("generate", str(out), *a)
     first = run("--prompt", "to be", "--max-new-tokens", "20", "--seed", "3")
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("to be") and len(first.stdout.rstrip("\n")) == 25
@@ -239,15 +231,14 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
     for bad in (["--temperature", "0"], ["--top-k", "0"], ["--top-p", "1.5"], ["--max-new-tokens", "100001"]):
         refused = run(*bad)
         assert refused.returncode == 2 and refused.stderr.startswith("error: ") and "Traceback" not in refused.stderr
-    scored = subprocess.run([*ATTNLAB, "score", str(out), "--tgt", str(text), "--json"], capture_output=True,
-                            text=True)
+    scored = run_cli("score", str(out), "--tgt", str(text), "--json")
     assert scored.returncode == 0, scored.stderr
     assert 1.0 <= json.loads(scored.stdout)["ppl"] < 10.0
 
 
 def test_bench_decode_reports_greedy_beam_and_the_cache_speedup():
-    done = subprocess.run([*ATTNLAB, "bench", "decode", "--new-tokens", "4", "--batch", "2", "--repeats", "1",
-                           "--no-hf", "--json"], capture_output=True, text=True)
+    done = run_cli("bench", "decode", "--new-tokens", "4", "--batch", "2", "--repeats", "1",
+                           "--no-hf", "--json")
     assert done.returncode == 0, done.stderr
     records = {r["name"]: r for r in map(json.loads, done.stdout.splitlines())}
     assert set(records) == {"decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_cache_speedup"}
@@ -256,7 +247,7 @@ def test_bench_decode_reports_greedy_beam_and_the_cache_speedup():
     speedup = records["decode_cache_speedup"]["value"]
     ratio = records["decode_greedy"]["value"] / records["decode_greedy_nocache"]["value"]
     assert speedup == pytest.approx(ratio, rel=0.02)
-    bad = subprocess.run([*ATTNLAB, "bench", "decode", "--repeats", "0"], capture_output=True, text=True)
+    bad = run_cli("bench", "decode", "--repeats", "0")
     assert bad.returncode == 2 and "--repeats" in bad.stderr
 
 
@@ -383,8 +374,7 @@ def test_bench_decode_says_when_the_hugging_face_reference_is_left_out(monkeypat
 def test_blank_lines_stay_blank_and_empty_input_is_empty_output(tmp_path):
     config = tiny_parallel_corpus(tmp_path)
     assert main(["train", str(config), "--out", str(tmp_path / "run"), "--set", "train.max_steps=2"]) == 0
-    translate = lambda *args, stdin="": subprocess.run([*ATTNLAB, "translate", str(tmp_path / "run"), *args],
-                                                       input=stdin, capture_output=True, text=True)
+    translate = lambda *args, stdin="": run_cli("translate", str(tmp_path / "run"), *args, stdin=stdin)
     for beam in ("1", "3"):
         done = translate("--beam", beam, stdin="eins zwei\n\n   \ndrei\n")
         assert done.returncode == 0, done.stderr
