@@ -42,7 +42,7 @@ def native_bf16(device: torch.device) -> bool:
     return bool(cpu_flags() & set(NATIVE_BF16_FLAGS))
 
 
-def matmul_gflops(dtype: torch.dtype, device: torch.device, n: int = 256, repeats: int = 3) -> float:
+def matmul_gflops(dtype: torch.dtype, device: torch.device, n: int = 256, repeats: int = 5) -> float:
     """GFLOP/s of an n x n x n matrix product in ``dtype`` (the best of ``repeats``): a check of a
     few milliseconds, for messages only."""
     a = torch.randn(n, n, device=device).to(dtype)
