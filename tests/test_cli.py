@@ -344,12 +344,18 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err
 
 
+def default_sigint() -> None:
+    """Ctrl-C's default action in the child, as a terminal gives it: a suite started in the
+    background (`make test &`) has SIGINT ignored, and a child inherits that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path):
     config = tiny_parallel_corpus(tmp_path)
     out = tmp_path / "run"
     process = subprocess.Popen([*ATTNLAB, "train", str(config), "--out", str(out), "--set",
                                 "train.max_steps=100000", "--set", "train.eval_every=5", "--set", "train.progress=false"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 120
     while not RunDir(out).steps() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
