@@ -99,7 +99,7 @@ def info() -> dict[str, dict]:
     for name in ("transformer_base.yaml", "transformer_big.yaml"):
         done = cli("info", str(ROOT / "configs" / name), "--json")
         assert done.returncode == 0, done.stderr
-        reports[name] = json.loads(done.stdout)
+        reports[name] = {k: v for k, v in json.loads(done.stdout).items() if k != "config"}  # (the path given)
     return reports
 
 
