@@ -1,9 +1,11 @@
 """Behaviour unchanged: today's figures against those recorded before the refactoring of issue 16
 (tests/golden.py says what they are and how they were recorded).
 
-Training losses are compared to a relative 1e-4: the CPU's instruction set (AVX2 or AVX-512) may
-change the last bits of a matrix product, and 20 Adam steps carry them on, while any change of
-behaviour (initialisation order, data order, a dropout draw, a loss term) moves them by far more.
+Training losses are compared to a relative 2e-3: the number of threads and the CPU's instruction
+set change the last bits of a matrix product, and 20 Adam steps carry them on (the recurrence of
+rnn_luong's input feeding most: 4.2e-4 between OMP_NUM_THREADS=1 and 2 threads on the recording
+machine), while a change of behaviour (initialisation, data order, a dropout draw, a loss term,
+the schedule) moves the losses of the later steps by far more.
 ``ATTNLAB_GOLDEN_EXACT=1`` asks for bit-for-bit equality, as on the machine that recorded them.
 Decoded outputs and parameter counts are compared exactly.
 """
@@ -19,7 +21,7 @@ import pytest
 import golden
 
 RECORDED = json.loads(golden.FIGURES.read_text())
-RTOL = 0.0 if os.environ.get("ATTNLAB_GOLDEN_EXACT") == "1" else 1e-4
+RTOL = 0.0 if os.environ.get("ATTNLAB_GOLDEN_EXACT") == "1" else 2e-3
 
 
 @pytest.fixture(scope="module")
