@@ -1,9 +1,8 @@
 """attnlab: the Transformer family end to end."""
 
-from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError, CheckpointError, ConfigError, DataError, UsageError
-from attnlab.nn.build import build_model
+from attnlab.models import FAMILIES, build_model, model_config, register_family
 
 __version__ = "0.1.0"
 
-__all__ = ["ModelConfig", "build_model", "AttnlabError", "ConfigError", "DataError", "CheckpointError", "UsageError"]
+__all__ = ["model_config", "build_model", "register_family", "FAMILIES", "AttnlabError", "ConfigError", "DataError", "CheckpointError", "UsageError"]

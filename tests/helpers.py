@@ -10,7 +10,7 @@ import sys
 import torch
 from torch import Tensor
 
-from attnlab import ModelConfig, build_model
+from attnlab import FAMILIES, build_model, model_config
 
 # The command-line program and torchrun, as commands (argv prefixes) of this interpreter: they work
 # in a plain checkout where no console script is installed (tests/conftest.py puts the repository
@@ -42,9 +42,12 @@ TINY = dict(vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0
 
 
 def tiny_model(**overrides) -> torch.nn.Module:
-    """A small model, built with a fixed seed, in eval mode."""
+    """A small model of any family (``arch``), built with a fixed seed, in eval mode: TINY's
+    sizes where the family has the field, and ``overrides``."""
+    family = FAMILIES[overrides.get("arch", "encoder_decoder")]
+    sizes = {k: v for k, v in TINY.items() if k in family.config.field_names()}
     torch.manual_seed(0)
-    return build_model(ModelConfig(**{**TINY, **overrides})).eval()
+    return build_model(model_config(**{**sizes, **overrides})).eval()
 
 
 def random_ids(batch: int, length: int, vocab: int = 23, generator_seed: int = 0) -> Tensor:

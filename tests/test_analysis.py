@@ -14,18 +14,15 @@ import torch
 from matplotlib.colors import to_rgb
 from PIL import Image
 
-from attnlab import ModelConfig
+from attnlab import model_config
 from attnlab.analysis.budget import budget_report
 from attnlab.analysis.capture import attention_of, capture_attention
 from attnlab.analysis.heads import (
-    attention_modules,
     head_entropy,
     head_importance,
     heads_to_prune,
-    layer_grad_norms,
     mask_heads,
     mean_distance,
-    remove_heads,
 )
 from attnlab.analysis.plots import (
     alignment_figure,
@@ -38,15 +35,15 @@ from attnlab.analysis.plots import (
     pruning_plot,
 )
 from attnlab.cli import main
-from attnlab.config import RunConfig
 from attnlab.data.tokenizers import BOS
 from attnlab.decode import translate as translate_module
 from attnlab.decode.search import greedy
+from attnlab.nn.attention import attention_modules, remove_heads
 from attnlab.nn.masks import causal_mask
+from attnlab.train.config import RunConfig
+from attnlab.train.loop import layer_grad_norms
 from attnlab.train.run import train_run
-
 from helpers import random_ids, run_cli, tiny_model
-
 
 
 def encoder_decoder(**overrides):
@@ -116,7 +113,7 @@ def test_capture_during_greedy_decoding_equals_the_teacher_forced_pass_over_its_
 
 
 def test_capture_of_a_recurrent_models_alignment():
-    model = tiny_model(arch="rnn", n_heads=1, n_layers=1, rnn_attention="luong", score="general")
+    model = tiny_model(arch="rnn", n_layers=1, rnn_attention="luong", score="general")
     src, tgt = random_ids(2, 8), random_ids(2, 5, generator_seed=1)
     src[0, 5:] = 0
     records = attention_of(model, src, tgt)
@@ -282,7 +279,7 @@ def test_alignment_title_lies_within_the_figure(source, target):
 def test_budget_flops_match_the_formulas():
     """Per attention module 2 x 2 B Tq Tk d for Q K^T and the weighted sum; per FFN 2 x 2 B T d d_ff;
     the output layer 2 B T d V. Projections: 3 (self) or 1 + 2 (cross, over S) times 2 B T d^2, plus W^O."""
-    cfg = ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1)
+    cfg = model_config(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1)
     B, T, S, d = 3, 10, 7, 16
     report = budget_report(cfg, T, B, src_len=S)
     kinds = report["flops"]["forward_by_kind"]

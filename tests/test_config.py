@@ -1,4 +1,4 @@
-"""ModelConfig: validation that names the field and the valid values, and the YAML/JSON round trip."""
+"""Model configs: validation that names the field and the valid values, and the YAML/JSON round trip."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from attnlab import ConfigError, ModelConfig
+from attnlab import ConfigError, model_config
+from attnlab.models import read_model_config
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -33,48 +34,71 @@ from attnlab import ConfigError, ModelConfig
     (dict(positional_dim=8), r"positional_dim is only used with positional_combine 'concat'"),
     (dict(positional_combine="concat", positional_dim=7, tie_embeddings="none"), r"sinusoidal positions need an even width \(got 7\)"),
     (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
-    (dict(arch="decoder_lm", src_vocab_size=100), r"src_vocab_size is only used with arch 'encoder_decoder'"),
+    (dict(arch="decoder_lm", src_vocab_size=100), r"model.arch 'decoder_lm' has no field 'src_vocab_size' \(did you mean 'vocab_size'\?\); its fields: "
+                                                  r"vocab_size, d_model, n_heads, n_layers, d_ff"),
     (dict(arch="decoder_lm", tie_embeddings="src_tgt"), r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder'"),
     (dict(positional_base=1.0), r"positional_base must be > 1"),
-    (dict(n_classes=1), r"n_classes must be >= 2"),
+    (dict(arch="encoder_only", n_classes=1), r"n_classes must be >= 2"),
+    (dict(n_classes=3), r"model.arch 'encoder_decoder' has no field 'n_classes'"),
+    (dict(rnn_cell="lstm"), r"model.arch 'encoder_decoder' has no field 'rnn_cell'"),
+    (dict(arch="rnn", n_heads=4), r"model.arch 'rnn' has no field 'n_heads'; its fields: vocab_size, src_vocab_size, d_model"),
     (dict(layer_norm_eps=float("nan")), r"layer_norm_eps must be a finite number"),
     (dict(positional_base=float("inf")), r"positional_base must be a finite number"),
-    (dict(arch="decoder_lm", n_encoder_layers=2), r"n_encoder_layers is not used with arch 'decoder_lm'"),
-    (dict(arch="encoder_only", n_decoder_layers=2), r"n_decoder_layers is not used with arch 'encoder_only'"),
+    (dict(arch="decoder_lm", n_encoder_layers=2), r"model.arch 'decoder_lm' has no field 'n_encoder_layers' \(did you "
+                                                  r"mean 'n_layers'\?\)"),
+    (dict(arch="encoder_only", n_decoder_layers=2), r"model.arch 'encoder_only' has no field 'n_decoder_layers'"),
 ])
 def test_invalid_configs_name_the_field(overrides, message):
     base = dict(vocab_size=100, d_model=64, n_heads=4)
     with pytest.raises(ConfigError, match=message):
-        ModelConfig(**{**base, **overrides})
+        model_config(**{**base, **overrides})
+
+
+def test_a_recurrent_model_shares_no_embedding_between_source_and_target():
+    with pytest.raises(ConfigError, match=r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder' \(arch is 'rnn'\)"):
+        model_config(arch="rnn", vocab_size=100, tie_embeddings="src_tgt")
+
+
+def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
+    """Release 0.1 wrote all 37 fields of its one ModelConfig for every arch; the fields another
+    family owns never reached the builder, so they are dropped; any other unknown field is refused."""
+    written = {"vocab_size": 30, "arch": "rnn", "n_heads": 1, "d_ff": 2048, "positional": "sinusoidal",
+               "n_classes": 2, "attention_backend": "math", "d_model": 32, "rnn_cell": "lstm"}
+    cfg = model_config(written, from_0_1=True)
+    assert (cfg.arch, cfg.d_model, cfg.rnn_cell) == ("rnn", 32, "lstm")
+    with pytest.raises(ConfigError, match="has no field 'n_heads'"):
+        model_config(written)
+    with pytest.raises(ConfigError, match="model.arch 'rnn' has no field 'colour'"):
+        model_config({**written, "colour": "blue"}, from_0_1=True)
 
 
 def test_unknown_and_missing_keys():
-    with pytest.raises(ConfigError, match=r"unknown field 'd_modle' in section 'model' \(did you mean 'd_model'\?\)"):
-        ModelConfig.from_dict({"vocab_size": 10, "d_modle": 64})
+    with pytest.raises(ConfigError, match=r"model.arch 'encoder_decoder' has no field 'd_modle' \(did you mean 'd_model'\?\)"):
+        model_config({"vocab_size": 10, "d_modle": 64})
     with pytest.raises(ConfigError, match=r"section 'model' needs the field 'vocab_size'"):
-        ModelConfig.from_dict({"d_model": 64})
+        model_config({"d_model": 64})
     with pytest.raises(ConfigError, match=r"section 'model' must be a mapping"):
-        ModelConfig.from_dict([1, 2])
+        model_config([1, 2])
 
 
 def test_derived_fields():
-    cfg = ModelConfig(vocab_size=100, d_model=64, n_heads=4, n_layers=3, n_decoder_layers=2, dropout=0.2)
+    cfg = model_config(vocab_size=100, d_model=64, n_heads=4, n_layers=3, n_decoder_layers=2, dropout=0.2)
     assert (cfg.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.attn_dropout, cfg.src_vocab) == (16, 3, 2, 0.2, 100)
-    assert ModelConfig(vocab_size=10, positional_base=100).positional_base == 100.0  # ints accepted as floats
+    assert model_config(vocab_size=10, positional_base=100).positional_base == 100.0  # ints accepted as floats
 
 
 @pytest.mark.parametrize("cfg", [
-    ModelConfig(vocab_size=37000),
-    ModelConfig(vocab_size=100, arch="decoder_lm", positional="rotary", norm="pre", activation="gelu", attention_dropout=0.0),
-    ModelConfig(vocab_size=100, src_vocab_size=80, tie_embeddings="output", n_encoder_layers=2),
-    ModelConfig(vocab_size=100, src_vocab_size=80, tie_embeddings="none", positional_combine="concat", positional_dim=16,
+    model_config(vocab_size=37000),
+    model_config(vocab_size=100, arch="decoder_lm", positional="rotary", norm="pre", activation="gelu", attention_dropout=0.0),
+    model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="output", n_encoder_layers=2),
+    model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="none", positional_combine="concat", positional_dim=16,
                 d_model=64, n_heads=4),
 ])
 def test_yaml_and_json_round_trip(tmp_path, cfg):
     (tmp_path / "c.yaml").write_text(cfg.to_yaml())
     (tmp_path / "c.json").write_text(cfg.to_json())
-    assert ModelConfig.from_file(tmp_path / "c.yaml") == cfg
-    assert ModelConfig.from_file(tmp_path / "c.json") == cfg
+    assert read_model_config(tmp_path / "c.yaml") == cfg
+    assert read_model_config(tmp_path / "c.json") == cfg
     assert json.loads(cfg.to_json())["model"]["vocab_size"] == cfg.vocab_size
 
 
@@ -82,27 +106,27 @@ def test_file_errors_name_the_file_and_line(tmp_path):
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("model:\n  vocab_size: 10\n  d_model: [64\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:\d+: YAML does not parse"):
-        ModelConfig.from_file(bad_yaml)
+        read_model_config(bad_yaml)
     typo = tmp_path / "typo.yaml"
     typo.write_text("modle:\n  vocab_size: 10\n")
     with pytest.raises(ConfigError, match=r"typo.yaml: unknown section 'modle' \(did you mean 'model'\?\)"):
-        ModelConfig.from_file(typo)
+        read_model_config(typo)
     field = tmp_path / "field.yaml"
     field.write_text("model:\n  vocab_size: 10\n  norm: middle\n")
     with pytest.raises(ConfigError, match=r"field.yaml: norm must be one of 'post', 'pre' \(got 'middle'\)"):
-        ModelConfig.from_file(field)
+        read_model_config(field)
     with pytest.raises(ConfigError, match=r"missing.yaml: no such config file"):
-        ModelConfig.from_file(tmp_path / "missing.yaml")
+        read_model_config(tmp_path / "missing.yaml")
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"model": {"vocab_size": 10,}}')
     with pytest.raises(ConfigError, match=r"bad.json:1: JSON does not parse"):
-        ModelConfig.from_file(bad_json)
+        read_model_config(bad_json)
 
 
 def test_configs_are_frozen_so_they_stay_valid():
     import dataclasses
 
-    cfg = ModelConfig(vocab_size=100, d_model=64, n_heads=4)
+    cfg = model_config(vocab_size=100, d_model=64, n_heads=4)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.d_model = 15
     assert dataclasses.replace(cfg, n_heads=8).d_head == 8
@@ -117,15 +141,16 @@ def test_configs_are_frozen_so_they_stay_valid():
 def test_yaml_reads_exponent_floats_as_numbers(text, value):
     """YAML 1.1 (PyYAML's default) reads 3e-3 as a string; configs and --set read it as YAML 1.2 does."""
     from attnlab.config import apply_overrides, parse_yaml
+    from attnlab.train.config import override_fields
 
     assert parse_yaml(text) == value and type(parse_yaml(text)) is type(value)
     sections: dict = {}
-    apply_overrides(sections, [f"train.lr={text}"])
+    apply_overrides(sections, [f"train.lr={text}"], override_fields)
     assert sections["train"]["lr"] == value
 
 
 def test_config_file_with_exponent_lr(tmp_path):
-    from attnlab.config import TrainConfig
+    from attnlab.train.config import TrainConfig
 
     path = tmp_path / "c.yaml"
     path.write_text("train:\n  lr: 3e-4\n  min_lr: 1E-5\n")

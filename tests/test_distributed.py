@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from ddp_worker import CFG, setup, update
 
 from attnlab.train.checkpoint import load_run
 from helpers import ATTNLAB, TORCHRUN
-
-from ddp_worker import CFG, setup, update
 
 TESTS = Path(__file__).resolve().parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # PYTHONPATH (this checkout first): tests/conftest.py

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_attention import copy_from_torch
 from torch import nn
 
 from attnlab.nn import (
@@ -16,7 +17,6 @@ from attnlab.nn import (
     causal_mask,
     padding_mask,
 )
-from test_attention import copy_from_torch
 
 D, H, F_DIM = 16, 4, 32
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from attnlab.data.corpora import decode_utf8, read_lines, read_parallel, read_scan, read_tsv
-from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer, UNK
+from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
 from attnlab.errors import DataError
 
 CORPUS = ["the cat sat on the mat", "ein Hund läuft über die Straße", "naïve café, 東京 and emoji 🙂",

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.config import RunConfig
 from attnlab.errors import CheckpointError, NumericalError
 from attnlab.train import loop
 from attnlab.train.checkpoint import RunDir, load_run, write_average
+from attnlab.train.config import RunConfig
 from attnlab.train.run import train_run
 from helpers import ATTNLAB
 

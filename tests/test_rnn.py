@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab import ConfigError, ModelConfig
-from attnlab.config import RunConfig
+from attnlab import ConfigError, model_config
 from attnlab.decode.search import beam_search, greedy
+from attnlab.train.config import RunConfig
 from attnlab.train.run import train_run
 from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
@@ -83,16 +83,16 @@ def test_every_parameter_learns():
 
 def test_rnn_config_checks():
     with pytest.raises(ConfigError, match="score 'dot' compares the decoder state"):
-        ModelConfig(vocab_size=10, d_model=16, n_heads=2, arch="rnn", score="dot")
-    with pytest.raises(ConfigError, match="rnn_cell is only used with arch 'rnn'"):
-        ModelConfig(vocab_size=10, d_model=16, n_heads=2, rnn_cell="lstm")
+        model_config(vocab_size=10, d_model=16, arch="rnn", score="dot")
+    with pytest.raises(ConfigError, match="model.arch 'encoder_decoder' has no field 'rnn_cell'"):
+        model_config(vocab_size=10, d_model=16, n_heads=2, rnn_cell="lstm")
     with pytest.raises(ConfigError, match=r"rnn_attention must be one of 'none', 'bahdanau', 'luong'"):
-        ModelConfig(vocab_size=10, d_model=16, n_heads=2, arch="rnn", rnn_attention="monotonic")
+        model_config(vocab_size=10, d_model=16, arch="rnn", rnn_attention="monotonic")
 
 
 def test_attention_rnn_learns_to_reverse(tmp_path):
     cfg = RunConfig.from_sections({
-        "model": {"arch": "rnn", "d_model": 48, "n_heads": 1, "n_layers": 1, "dropout": 0.0,
+        "model": {"arch": "rnn", "d_model": 48, "n_layers": 1, "dropout": 0.0,
                   "rnn_attention": "bahdanau", "score": "additive"},
         "data": {"format": "builtin", "task": "reverse", "tokenizer": "word", "n_train": 1500, "n_valid": 50,
                  "n_test": 50, "min_len": 3, "max_len": 6},

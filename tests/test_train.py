@@ -13,14 +13,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from attnlab import CheckpointError
-from attnlab.errors import ConfigError
-from attnlab.config import RunConfig
 from attnlab.data.datasets import prepare_data
 from attnlab.decode.search import greedy
-from attnlab.train.checkpoint import MODEL_FILE, STATE_FILE, RunDir, average_checkpoints, load_run
-from attnlab.train.losses import label_smoothed_nll
-from attnlab.train.run import train_run
 from attnlab.decode.translate import translate
+from attnlab.errors import ConfigError
+from attnlab.nn.losses import label_smoothed_nll
+from attnlab.train.checkpoint import MODEL_FILE, STATE_FILE, RunDir, average_checkpoints, load_run
+from attnlab.train.config import RunConfig
+from attnlab.train.run import train_run
 from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam
 
 
@@ -83,7 +83,7 @@ def test_scheduler_gives_update_k_the_rate_of_step_k():
 def test_fused_optimizer_equals_the_textbook_update(optimizer):
     """make_optimizer's fused kernel takes the same steps as the per-tensor (foreach) Adam/AdamW,
     with weight decay only on matrices."""
-    from attnlab.config import TrainConfig
+    from attnlab.train.config import TrainConfig
     from attnlab.train.loop import make_optimizer
 
     torch.manual_seed(0)
@@ -114,7 +114,7 @@ def test_fused_optimizer_equals_the_textbook_update(optimizer):
 def test_resuming_an_older_checkpoint_keeps_the_fused_update():
     """A checkpoint written before the fused optimiser (fused=None in its param groups) restores the
     moments and hyperparameters, and the update stays fused."""
-    from attnlab.config import TrainConfig
+    from attnlab.train.config import TrainConfig
     from attnlab.train.loop import load_optimizer_state, make_optimizer
 
     model = torch.nn.Linear(4, 3)
@@ -282,11 +282,11 @@ def test_compiled_training_follows_the_eager_run(tmp_path):
 
 
 def test_activation_checkpointing_gives_the_same_gradients():
-    from attnlab import ModelConfig, build_model
+    from attnlab import build_model, model_config
     from attnlab.nn.transformer import LayerStack
 
     torch.manual_seed(0)
-    model = build_model(ModelConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0))
+    model = build_model(model_config(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0))
     src, tgt = torch.randint(1, 30, (3, 7)), torch.randint(1, 30, (3, 5))
     grads = []
     for checkpointing in (False, True):
@@ -335,7 +335,7 @@ def textbook_label_smoothed_nll(logits, target, epsilon, ignore_index):
 
 
 def test_loss_chunks_are_cache_sized_on_the_cpu_and_1024_rows_elsewhere():
-    from attnlab.train.losses import chunk_rows
+    from attnlab.nn.losses import chunk_rows
 
     assert chunk_rows(torch.empty(2, 8000)) == 65  # 2**19 float32 values
     assert chunk_rows(torch.empty(2, 2 ** 20)) == 1  # a row longer than a chunk is a chunk
@@ -345,7 +345,7 @@ def test_loss_chunks_are_cache_sized_on_the_cpu_and_1024_rows_elsewhere():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_fused_loss_equals_the_textbook_form_in_value_and_gradient(dtype, epsilon, monkeypatch):
-    import attnlab.train.losses as losses
+    import attnlab.nn.losses as losses
 
     monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 7 * 50)  # chunks of 7 rows: several, the last one short
     g = torch.Generator().manual_seed(0)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab import ModelConfig, build_model
+from attnlab import build_model, model_config
 from attnlab.nn import EncoderDecoder, EncoderLayer, sinusoid
 from attnlab.nn.registry import POSITIONAL
 from helpers import assert_cached_matches_uncached, random_ids, tiny_model
@@ -152,7 +152,7 @@ def test_layer_counts_and_final_norm():
 
 def test_initialisation_is_xavier_uniform_and_scaled_normal_embeddings():
     torch.manual_seed(0)
-    model = build_model(ModelConfig(vocab_size=1000, d_model=256, n_heads=4, n_layers=1, d_ff=1024))
+    model = build_model(model_config(vocab_size=1000, d_model=256, n_heads=4, n_layers=1, d_ff=1024))
     w1 = model.encoder.layers[0].feed_forward.w_1.weight  # (1024, 256)
     bound = (6 / (256 + 1024)) ** 0.5
     assert w1.abs().max() <= bound and w1.abs().max() > 0.99 * bound
@@ -219,7 +219,7 @@ def test_dropout_sits_where_the_paper_puts_it(site):
 
 def test_fused_projections_are_initialised_block_by_block():
     torch.manual_seed(0)
-    model = build_model(ModelConfig(vocab_size=100, d_model=512, n_heads=8, n_layers=1, d_ff=64))
+    model = build_model(model_config(vocab_size=100, d_model=512, n_heads=8, n_layers=1, d_ff=64))
     bound = (6 / (512 + 512)) ** 0.5  # Xavier for one d_model x d_model matrix
     for fused in (model.encoder.layers[0].self_attn.qkv_proj, model.decoder.layers[0].cross_attn.kv_proj):
         for block in fused.weight.split(512):
@@ -228,7 +228,7 @@ def test_fused_projections_are_initialised_block_by_block():
 
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "rnn"])
 def test_last_only_projects_just_the_last_position(arch):
-    model = tiny_model(arch=arch, **({"n_heads": 1} if arch == "rnn" else {}))
+    model = tiny_model(arch=arch)
     src, tgt = random_ids(2, 7), random_ids(2, 5, generator_seed=1)
     if arch == "decoder_lm":
         full, last = model(tgt), model(tgt, last_only=True)

@@ -95,7 +95,8 @@ def _fold_layers(layers: dict[str, dict[str, int]]) -> list[tuple[list[str], dic
 
 def _inputs(cfg: Any, batch: int, seq_len: int, src_len: int) -> tuple:
     ids = lambda n: torch.ones(batch, n, dtype=torch.long)  # noqa: E731  (no padding: id 1)
-    return (ids(src_len), ids(seq_len)) if cfg.arch == "encoder_decoder" else (ids(seq_len),)
+    seq2seq = cfg.capabilities.encoder and cfg.capabilities.decoder
+    return (ids(src_len), ids(seq_len)) if seq2seq else (ids(seq_len),)
 
 
 def _flop_kind(module: str) -> str | None:
@@ -119,10 +120,10 @@ def budget_report(cfg: Any, seq_len: int, batch: int, src_len: int | None = None
     Adam's two moments, activations saved for the backward, of which attention matrices) and
     inference memory with a KV cache, for a batch of ``batch`` sequences of ``seq_len`` tokens
     (and sources of ``src_len``, default ``seq_len``)."""
-    from attnlab.nn.build import build_model  # (nn.build imports this package's neighbours)
+    from attnlab.models import build_model
 
-    if cfg.arch == "rnn":
-        raise ValueError("the compute and memory budget covers the Transformer architectures, not arch 'rnn'")
+    if not cfg.capabilities.attention_weights:
+        raise ValueError(f"the compute and memory budget covers the Transformer architectures, not arch '{cfg.arch}'")
     src_len = src_len or seq_len
     with torch.device("meta"):
         model = build_model(cfg).train()
@@ -154,12 +155,13 @@ def budget_report(cfg: Any, seq_len: int, batch: int, src_len: int | None = None
     attention_bytes = sum(t.numel() for t in saved.values() if t.dim() == 4 and t.shape[1] == cfg.n_heads
                           and t.shape[-1] in (seq_len, src_len) and t.shape[-2] in (seq_len, src_len)) * bytes_per_value
     weights = n_params * bytes_per_value
-    cache_layers = cfg.decoder_layers if cfg.arch != "encoder_only" else 0
+    seq2seq = cfg.capabilities.encoder and cfg.capabilities.decoder
+    cache_layers = cfg.decoder_layers if cfg.capabilities.incremental_decoding else 0
     kv_cache = 2 * cache_layers * batch * seq_len * cfg.d_model * bytes_per_value  # self-attention K and V
-    if cfg.arch == "encoder_decoder":
+    if seq2seq:
         kv_cache += 2 * cfg.decoder_layers * batch * src_len * cfg.d_model * bytes_per_value  # projected source
     return {
-        "batch": batch, "seq_len": seq_len, "src_len": src_len if cfg.arch == "encoder_decoder" else None,
+        "batch": batch, "seq_len": seq_len, "src_len": src_len if seq2seq else None,
         "bytes_per_value": bytes_per_value, "params": n_params,
         "flops": {"forward": sum(by_kind.values()), "forward_by_kind": by_kind, "forward_backward": total},
         "training_memory": {"weights": weights, "gradients": weights, "adam_moments": 2 * weights,

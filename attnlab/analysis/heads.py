@@ -5,25 +5,20 @@
 - ``mean_distance``: the mean |i - j| each head attends over, weighted by its probabilities.
 - ``head_importance``: Michel et al. (2019): a gate xi_h = 1 multiplies each head's output;
   I_h = E |dL / d xi_h| over the data, normalised per layer (their eq. 2 and section 4.1).
-- ``mask_heads`` / ``remove_heads``: pruning by gating heads to zero, or by cutting their weights
-  out (``MultiHeadAttention.prune_heads``); the two compute the same function.
+- ``mask_heads``: pruning by gating heads to zero; ``nn.attention.remove_heads`` cuts their weights
+  out instead (``MultiHeadAttention.prune_heads``); the two compute the same function.
 - ``prune_order``: heads from least to most important across the whole model, never the last
   head of a layer.
-- ``layer_grad_norms``: the gradient norm of each layer's parameters (Xiong et al. 2020 compare
-  post-norm and pre-norm with it).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Iterable
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.attention import MultiHeadAttention
-
-HeadSet = dict[str, list[int]]  # module path -> head indices
+from attnlab.nn.attention import HeadSet, attention_modules
 
 
 def head_entropy(probs: Tensor, query_valid: Tensor | None = None) -> Tensor:
@@ -44,10 +39,6 @@ def _mean_over_queries(per_query: Tensor, query_valid: Tensor | None) -> Tensor:
         return per_query.mean(dim=(0, 2))
     weight = query_valid[:, None, :].to(per_query.dtype)  # (B, 1, Tq)
     return (per_query * weight).sum(dim=(0, 2)) / weight.sum().clamp_min(1)
-
-
-def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
-    return {name: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
 
 
 def head_importance(model: nn.Module, batches: Iterable, loss_of: Callable[[nn.Module, object], Tensor],
@@ -111,28 +102,3 @@ def mask_heads(model: nn.Module, heads: HeadSet) -> None:
             module.head_gate = gate
         else:
             module.head_gate = None
-
-
-def remove_heads(model: nn.Module, heads: HeadSet) -> None:
-    """Cut these heads out of the weights (the model gets smaller and faster)."""
-    modules = attention_modules(model)
-    unknown = sorted(set(heads) - set(modules))
-    if unknown:
-        raise ValueError(f"no attention module named {unknown[0]!r}")
-    for name, head_list in heads.items():
-        if head_list:
-            modules[name].prune_heads(head_list)
-
-
-_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
-
-
-def layer_grad_norms(model: nn.Module) -> dict[str, float]:
-    """The L2 norm of the gradient of each layer's parameters ('encoder.layers.0', ...), from the
-    gradients as they are now (call after backward, before the optimiser zeroes them)."""
-    squares: dict[str, Tensor] = {}
-    for name, p in model.named_parameters():
-        match = _LAYER.match(name)
-        if match and p.grad is not None:
-            squares[match[1]] = squares.get(match[1], 0.0) + p.grad.detach().float().square().sum()
-    return {layer: float(total.sqrt()) for layer, total in squares.items()}

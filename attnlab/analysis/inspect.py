@@ -22,9 +22,10 @@ from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
+from attnlab.eval.likelihood import logits_of
 from attnlab.files import atomic_write_text
 from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.loop import logits_of
+from attnlab.train.run import read_run_data
 
 
 @torch.no_grad()
@@ -32,7 +33,7 @@ def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: st
     """Each module's mean attention entropy per head (nats) over a split of the run's data,
     teacher-forced, padding queries excluded: {module: [H values]}."""
     model, tokenizers, _ = load_run(run_dir, checkpoint)
-    data = RunDir(run_dir).read_data(tokenizers, split)
+    data = read_run_data(RunDir(run_dir), tokenizers, split)
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, float] = {}
     for batch in data.eval_batches(split):
@@ -52,7 +53,7 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
                 checkpoint: str = "best") -> dict[str, Any]:
     model, tokenizers, cfg = load_run(run_dir, checkpoint)
     out = Path(out)
-    seq2seq = cfg.arch in ("encoder_decoder", "rnn")
+    seq2seq = cfg.capabilities.encoder
     tok_in = tokenizers["src"] if seq2seq else tokenizers["tgt"]
     ids = tok_in.encode(text)
     if not ids:

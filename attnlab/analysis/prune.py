@@ -19,16 +19,19 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads, remove_heads
+from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads
 from attnlab.data.batching import Batch
 from attnlab.data.datasets import Seq2SeqData
 from attnlab.data.tokenizers import PAD
 from attnlab.errors import UsageError
 from attnlab.eval.evaluate import evaluate as evaluate_text
+from attnlab.eval.likelihood import evaluate as teacher_forced
+from attnlab.eval.likelihood import logits_of
 from attnlab.files import publish_dir, staging_dir
+from attnlab.nn.attention import remove_heads
+from attnlab.nn.losses import label_smoothed_nll
 from attnlab.train.checkpoint import RunDir, load_run, write_checkpoint
-from attnlab.train.loop import evaluate as teacher_forced, logits_of
-from attnlab.train.losses import label_smoothed_nll
+from attnlab.train.run import read_run_data
 
 
 def mean_nll(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -63,7 +66,7 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
             raise UsageError(f"--fraction must be in [0, 1) (got {f})")
     run = RunDir(run_dir)
     model, tokenizers, _ = load_run(run_dir)
-    data = run.read_data(tokenizers, split)
+    data = read_run_data(run, tokenizers, split)
     say = log or (lambda line: None)
     started = time.perf_counter()
     importance = head_importance(model, data.eval_batches(split), mean_nll)

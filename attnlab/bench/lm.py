@@ -10,10 +10,10 @@ import torch
 
 from attnlab.bench.timing import interleaved_medians
 from attnlab.bench.train import attnlab_step
-from attnlab.config import ModelConfig, TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.decode.search import sample
-from attnlab.nn.build import build_model
+from attnlab.models import build_model, model_config
+from attnlab.train.config import TrainConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
 MODEL = dict(arch="decoder_lm", d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu",
@@ -22,7 +22,7 @@ BLOCK, BATCH = 64, 12
 
 
 def lm_model() -> torch.nn.Module:
-    return build_model(ModelConfig(**MODEL, vocab_size=VOCAB))
+    return build_model(model_config({**MODEL, "vocab_size": VOCAB}))
 
 
 def lm_batch(generator: torch.Generator) -> Batch:

@@ -25,10 +25,8 @@ import torch
 
 from attnlab.bench.timing import checked_length, interleaved_medians, random_pairs
 from attnlab.bench.train import attnlab_step, train_config
-from attnlab.config import ModelConfig
-from attnlab.data.batching import Batch
 from attnlab.decode.search import greedy
-from attnlab.nn.build import build_model
+from attnlab.models import build_model, model_config
 from attnlab.train.precision import autocast
 
 VOCAB = 8000  # the presets' shared BPE vocabulary
@@ -37,15 +35,15 @@ MODELS: dict[str, dict] = {
     "transformer": dict(arch="encoder_decoder", d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.1,
                         norm="post", positional="sinusoidal", tie_embeddings="all"),
     "gru_bahdanau": dict(arch="rnn", rnn_cell="gru", rnn_attention="bahdanau", score="additive",
-                         bidirectional=True, d_model=512, n_heads=1, n_layers=1, dropout=0.3, tie_embeddings="all"),
+                         bidirectional=True, d_model=512, n_layers=1, dropout=0.3, tie_embeddings="all"),
     "gru_fixed_context": dict(arch="rnn", rnn_cell="gru", rnn_attention="none", bidirectional=True, d_model=512,
-                              n_heads=1, n_layers=1, dropout=0.3, tie_embeddings="all"),
+                              n_layers=1, dropout=0.3, tie_embeddings="all"),
 }
 REFERENCE = "transformer"
 
 
 def build(name: str, max_len: int) -> torch.nn.Module:
-    return build_model(ModelConfig(**MODELS[name], vocab_size=VOCAB, max_len=max_len))
+    return build_model(model_config({**MODELS[name], "vocab_size": VOCAB, "max_len": max_len}))
 
 
 def greedy_run(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, precision: str) -> Callable[[], None]:

@@ -20,12 +20,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.analysis.budget import budget_report
-from attnlab.config import ModelConfig, TrainConfig
-from attnlab.data.batching import Batch
-from attnlab.data.tokenizers import PAD
 from attnlab.bench.reference import SHAPE, marian, torch_transformer
 from attnlab.bench.timing import interleaved_medians, random_pairs
-from attnlab.nn.build import build_model
+from attnlab.data.batching import Batch
+from attnlab.data.tokenizers import PAD
+from attnlab.models import EncoderDecoderConfig, build_model
+from attnlab.train.config import TrainConfig
 from attnlab.train.loop import make_optimizer, train_step
 from attnlab.train.precision import autocast
 from attnlab.train.schedules import make_schedule, make_scheduler
@@ -52,9 +52,9 @@ def random_batch(seed: int = 0) -> Batch:
     return random_pairs(BATCH, LENGTH - 1, SHAPE["vocab_size"], torch.Generator().manual_seed(seed))
 
 
-def model_config(dropout: float = DROPOUT) -> ModelConfig:
+def model_config(dropout: float = DROPOUT) -> EncoderDecoderConfig:
     """The benchmark's model: sinusoidal positions and tied embeddings are the config's defaults."""
-    return ModelConfig(**SHAPE, dropout=dropout)
+    return EncoderDecoderConfig(**SHAPE, dropout=dropout)
 
 
 def attnlab_model(dropout: float = DROPOUT) -> nn.Module:

@@ -9,8 +9,8 @@ from typing import Sequence
 
 import torch
 
-from attnlab.config import DataConfig
 from attnlab.data.batching import Batch, collate_pairs, lm_blocks, lm_eval_blocks, token_budget_batches
+from attnlab.data.config import DataConfig
 from attnlab.data.corpora import (
     FilterReport,
     Pair,

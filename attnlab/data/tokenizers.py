@@ -18,10 +18,9 @@ Subword decoding drops leading whitespace (a ``▁`` artefact); text without it 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterable
-
-import json
 
 import tokenizers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers

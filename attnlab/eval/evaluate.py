@@ -10,8 +10,8 @@ from torch import nn
 from attnlab.data.batching import collate_pairs
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.decode.translate import translate
+from attnlab.eval.likelihood import evaluate as teacher_forced
 from attnlab.eval.metrics import corpus_bleu, corpus_chrf, exact_match
-from attnlab.train.loop import evaluate as teacher_forced
 
 
 def evaluate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], sources: list[str], references: list[str],

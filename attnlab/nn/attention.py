@@ -2,7 +2,7 @@
 
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-Attention itself, softmax(Q K^T / sqrt(d_k)) V, is computed by a backend (nn/backends.py): the
+Attention itself, softmax(Q K^T / sqrt(d_k)) V, is computed by a backend (nn/backends/): the
 explicit reference ``attention`` or one of the fused, blockwise, sparse or linear ones.
 """
 
@@ -140,3 +140,21 @@ def _sliced(linear: nn.Linear, outputs: Tensor | None = None, inputs: Tensor | N
         bias = linear.bias.detach()
         new.bias = nn.Parameter((bias if outputs is None else bias[outputs]).clone())
     return new.to(linear.weight.device)
+
+
+HeadSet = dict[str, list[int]]  # module path -> head indices
+
+
+def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)}
+
+
+def remove_heads(model: nn.Module, heads: HeadSet) -> None:
+    """Cut these heads out of the weights (the model gets smaller and faster)."""
+    modules = attention_modules(model)
+    unknown = sorted(set(heads) - set(modules))
+    if unknown:
+        raise ValueError(f"no attention module named {unknown[0]!r}")
+    for name, head_list in heads.items():
+        if head_list:
+            modules[name].prune_heads(head_list)

@@ -1,4 +1,4 @@
-"""Encoder and decoder layers, assembled from parts built elsewhere (nn/build.py).
+"""Encoder and decoder layers, assembled from parts built elsewhere (models/transformer.py).
 
 EncoderLayer:  x -> Residual(SelfAttention) -> Residual(FFN)
 DecoderLayer:  y -> Residual(MaskedSelfAttention) -> Residual(CrossAttention over the encoder
@@ -11,8 +11,8 @@ from torch import Tensor, nn
 
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.cache import KVCache
-from attnlab.nn.masks import AttentionMask
 from attnlab.nn.feedforward import PositionWiseFeedForward
+from attnlab.nn.masks import AttentionMask
 from attnlab.nn.residual import ResidualConnection
 
 Positions = tuple[Tensor, Tensor]  # (Tq,) query positions, (Tk,) key positions

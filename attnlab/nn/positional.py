@@ -26,7 +26,6 @@ import torch
 from torch import Tensor, nn
 
 
-
 class PositionalEncoding(nn.Module):
     """No positions at all (``positional: none``); also the base class, identity at every hook."""
 

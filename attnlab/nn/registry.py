@@ -1,17 +1,19 @@
-"""Every string a config can name, mapped to what it means. Unknown names are rejected by
-attnlab.config with the list of valid ones; nn/build.py is the only place they are resolved."""
+"""Every string a model config can name, mapped to what it means. The families' configs
+(attnlab/models) reject unknown names with the list of valid ones, and their builders resolve them."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from attnlab.nn.backends import (
-    AttentionBackend,
-    ChunkedBackend,
-    LinearBackend,
-    LocalBackend,
-    SDPABackend,
-    SparseBackend,
+from attnlab.nn.backends import BACKENDS, AttentionBackend
+from attnlab.nn.positional import (
+    ALiBiPositional,
+    LearnedPositional,
+    PositionalEncoding,
+    RelativeBias,
+    RelativePositional,
+    RotaryPositional,
+    SinusoidalPositional,
 )
 from attnlab.nn.scores import (
     AdditiveScore,
@@ -22,26 +24,8 @@ from attnlab.nn.scores import (
     LocationScore,
     ScaledDotScore,
 )
-from attnlab.nn.positional import (
-    ALiBiPositional,
-    LearnedPositional,
-    PositionalEncoding,
-    RelativeBias,
-    RelativePositional,
-    RotaryPositional,
-    SinusoidalPositional,
-)
 
-ARCHS = ("encoder_decoder", "decoder_lm", "encoder_only", "rnn")
-
-ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = {
-    "math": AttentionBackend,
-    "sdpa": SDPABackend,
-    "chunked": ChunkedBackend,
-    "local": LocalBackend,
-    "sparse": SparseBackend,
-    "linear": LinearBackend,
-}
+ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = BACKENDS  # each backend registers itself (nn/backends/)
 
 POSITIONAL: dict[str, type[PositionalEncoding]] = {
     "sinusoidal": SinusoidalPositional,
@@ -58,8 +42,6 @@ POSITIONAL_COMBINE = ("add", "concat")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 NORM_PLACEMENTS = ("post", "pre")
-
-TIE_EMBEDDINGS = ("none", "output", "src_tgt", "all")
 
 SCORES: dict[str, type[AlignmentScore]] = {
     "dot": DotScore,

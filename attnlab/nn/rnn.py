@@ -12,7 +12,7 @@ Luong et al. (2015)              s_t = RNN(s_{t-1}, [E y_{t-1}; h~_{t-1}]) (inpu
                                  e_ti = score(s_t, h_i), c_t = sum_i alpha_ti h_i, o_t = h~_t = tanh(W_c [c_t; s_t])
 
 and p(y_t) = softmax(W_out o_t). The score functions are nn/scores.py's; the softmax over source
-positions is nn/backends.py's ``attend``. :class:`RNNSeq2Seq` has the EncoderDecoder interface
+positions is nn/backends' ``attend``. :class:`RNNSeq2Seq` has the EncoderDecoder interface
 (``encode``, ``decode`` with a cache, ``new_cache``), so training, greedy, beam search and sampling
 work unchanged; the decoder's last attention weights are kept for alignment plots.
 """

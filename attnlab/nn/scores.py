@@ -13,7 +13,7 @@ location        (W_a s_t)_i: depends on the target state only      Luong et al. 
 ==============  =================================================  ============================
 
 Each module maps queries (B, Tq, Dq) and keys (B, S, Dk) to scores (B, Tq, S); the softmax and the
-weighted sum are ``attend`` in nn/backends.py. A score is ``compare(q, keys(k))``: ``keys`` is the
+weighted sum are ``attend`` in nn/backends/base.py. A score is ``compare(q, keys(k))``: ``keys`` is the
 part that depends on the source alone (W_h h_i for additive, W_a h_i for general, unit vectors for
 cosine), which a recurrent decoder computes once per sentence instead of once per step, as
 Bahdanau et al. (2015, appendix A.1.2) do with U_a h_j.

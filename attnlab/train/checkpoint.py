@@ -1,4 +1,5 @@
-"""Run directories and checkpoints. Nothing here unpickles arbitrary objects.
+"""Run directories and checkpoints: a RunDir only reads and writes its files; building a run's
+model goes through the family registry (build_run_model). Nothing here unpickles arbitrary objects.
 
     RUN_DIR/
       config.yaml                   the resolved config (model section with its vocabulary sizes)
@@ -31,13 +32,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from attnlab.analysis.heads import remove_heads
-from attnlab.config import DataConfig, ModelConfig, TrainConfig, dump_yaml, read_config_file
-from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
+from attnlab.config import dump_yaml, read_config_file
+from attnlab.data.config import DataConfig
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
-from attnlab.nn.build import build_model
+from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.nn.attention import remove_heads
+from attnlab.train.config import TrainConfig
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
 CHECKSUM_FILE = "checksums.json"
@@ -93,7 +95,7 @@ class RunDir:
         return self.path / f"tokenizer-{role}.json"
 
     # -- config and tokenizers ----------------------------------------------------------------
-    def write_config(self, model: ModelConfig, data: DataConfig, train: TrainConfig) -> None:
+    def write_config(self, model: FamilyConfig, data: DataConfig, train: TrainConfig) -> None:
         text = dump_yaml({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()})
         atomic_write_text(self.config, text)
 
@@ -102,12 +104,12 @@ class RunDir:
         with open(self.config_changes, "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes}) + "\n")
 
-    def read_config(self) -> tuple[ModelConfig, DataConfig, TrainConfig]:
+    def read_config(self) -> tuple[FamilyConfig, DataConfig, TrainConfig]:
         if not self.config.exists():
             raise CheckpointError(f"{self.path}: not a run directory (no config.yaml)")
         sections = read_config_file(self.config)
         try:
-            return (ModelConfig.from_dict(sections.get("model")), DataConfig.from_dict(sections.get("data") or {}),
+            return (model_config(sections.get("model"), from_0_1=True), DataConfig.from_dict(sections.get("data") or {}),
                     TrainConfig.from_dict(sections.get("train") or {}))
         except ConfigError as err:
             raise CheckpointError(f"{self.config}: {err}") from None
@@ -126,23 +128,17 @@ class RunDir:
         shared = src_file.read_bytes() == tgt_file.read_bytes()
         return {"src": tgt if shared else Tokenizer.load(src_file), "tgt": tgt}
 
-    def read_data(self, tokenizers: dict[str, Tokenizer | None], split: str | None = None) -> Seq2SeqData | LMData:
-        """The data the run was trained on, read with its own tokenizers; ``split``, if given, must exist."""
-        _, data_cfg, train_cfg = self.read_config()
-        data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
-        if split is not None and split not in data.splits:
-            raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
-        return data
-
-    def build_model(self, model_cfg: ModelConfig) -> nn.Module:
-        """The run's architecture: the config's model, less the heads `attnlab prune` removed."""
-        model = build_model(model_cfg)
-        if self.pruned_heads.exists():
-            try:
-                remove_heads(model, json.loads(self.pruned_heads.read_text()))
-            except (ValueError, TypeError, AttributeError) as err:
-                raise CheckpointError(f"{self.pruned_heads}: {err}") from None
-        return model
+    def read_pruned_heads(self) -> dict[str, list[int]]:
+        """The heads `attnlab prune` cut out of the weights ({} when none were)."""
+        if not self.pruned_heads.exists():
+            return {}
+        try:
+            heads = json.loads(self.pruned_heads.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise CheckpointError(f"{self.pruned_heads}: {err}") from None
+        if not isinstance(heads, dict):
+            raise CheckpointError(f"{self.pruned_heads}: expected a mapping of module name to head indices")
+        return heads
 
     # -- checkpoints ----------------------------------------------------------------------------
     def step_dir(self, step: int) -> Path:
@@ -195,6 +191,17 @@ class RunDir:
             raise CheckpointError(f"{path}: cannot load training state ({str(err).splitlines()[0]})") from None
 
 
+def build_run_model(run: RunDir, model_cfg: FamilyConfig) -> nn.Module:
+    """The run's architecture, freshly initialised: its family's model, less the heads `attnlab
+    prune` removed."""
+    model = build_model(model_cfg)
+    try:
+        remove_heads(model, run.read_pruned_heads())
+    except (ValueError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{run.pruned_heads}: {err}") from None
+    return model
+
+
 def load_weights(model: nn.Module, path: str | Path) -> None:
     """Load safetensors weights into ``model``, refusing a file that fails its checksum and
     missing, extra or mis-shaped tensors."""
@@ -230,12 +237,12 @@ def checkpoint_file(run: RunDir, checkpoint: str = "best") -> Path:
 
 
 def load_run(path: str | Path, checkpoint: str = "best",
-             device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Tokenizer | None], ModelConfig]:
+             device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Tokenizer | None], FamilyConfig]:
     """The model of a run directory in eval mode, with its tokenizers and config: all that
     decoding needs. ``checkpoint`` as in :func:`checkpoint_file`."""
     run = RunDir(path)
     model_cfg, _, _ = run.read_config()
-    model = run.build_model(model_cfg)
+    model = build_run_model(run, model_cfg)
     load_weights(model, checkpoint_file(run, checkpoint))
     return model.to(device).eval(), run.read_tokenizers(), model_cfg
 
@@ -277,7 +284,7 @@ def write_average(path: str | Path, last: int, force: bool = False) -> tuple[Pat
     if not steps:
         raise CheckpointError(f"{run.path}: no checkpoint to average")
     model_cfg, _, _ = run.read_config()
-    model = average_checkpoints(run.build_model(model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
+    model = average_checkpoints(build_run_model(run, model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
     staged = staging_dir(final)
     write_checkpoint(staged, model, {"averaged_steps": steps})
     publish_dir(staged, final)

@@ -1,7 +1,7 @@
 """The training loop: plain functions, usable without the command line.
 
 ``train_step`` does one optimizer update (teacher forcing, label-smoothed cross-entropy, gradient
-accumulation, clipping, mixed precision); ``evaluate`` gives validation loss and perplexity;
+accumulation, clipping, mixed precision); validation is eval.likelihood's ``evaluate``;
 ``fit`` runs the schedule of steps, evaluations, checkpoints, logs and early stopping, and resumes
 exactly from the newest checkpoint of a run directory.
 """
@@ -11,30 +11,45 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterator
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from attnlab.analysis.heads import layer_grad_norms
-from attnlab.config import TrainConfig
 from attnlab.data.batching import Batch
 from attnlab.data.datasets import LMData, Seq2SeqData
 from attnlab.data.tokenizers import PAD
 from attnlab.decode.translate import translate
 from attnlab.errors import CheckpointError, ConfigError, NumericalError
-from attnlab.eval.metrics import exact_match, perplexity
+from attnlab.eval.likelihood import evaluate, logits_of
+from attnlab.eval.metrics import exact_match
 from attnlab.files import atomic_write_text
+from attnlab.nn.losses import label_smoothed_nll
 from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
+from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import World
-from attnlab.train.losses import label_smoothed_nll
 from attnlab.train.precision import autocast, choose_precision
 from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
+
+_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
+
+
+def layer_grad_norms(model: nn.Module) -> dict[str, float]:
+    """The L2 norm of the gradient of each layer's parameters ('encoder.layers.0', ...), from the
+    gradients as they are now (call after backward, before the optimiser zeroes them)."""
+    squares: dict[str, Tensor] = {}
+    for name, p in model.named_parameters():
+        match = _LAYER.match(name)
+        if match and p.grad is not None:
+            squares[match[1]] = squares.get(match[1], 0.0) + p.grad.detach().float().square().sum()
+    return {layer: float(total.sqrt()) for layer, total in squares.items()}
+
 
 LOWER_IS_BETTER = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
 
@@ -57,11 +72,6 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return cls(groups, lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
-
-
-def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Teacher-forced logits (B, T, V) of an EncoderDecoder (with src) or a DecoderLM (without)."""
-    return model(batch.src, batch.tgt_in) if batch.src is not None else model(batch.tgt_in)
 
 
 def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
@@ -142,22 +152,6 @@ def _unwrapped(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, DDP) else model
 
 
-@torch.no_grad()
-def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str = "cpu",
-             amp: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, float]:
-    """Teacher-forced NLL per target token and its perplexity (no label smoothing)."""
-    model.eval()
-    nll_sum, n_tokens = 0.0, 0
-    for batch in batches:
-        batch = batch.to(device)
-        with amp():
-            logits = logits_of(model, batch)
-        nll_sum += label_smoothed_nll(logits, batch.tgt_out, 0.0, PAD)[1].item()
-        n_tokens += batch.n_tokens
-    loss = nll_sum / max(n_tokens, 1)
-    return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens}
-
-
 def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
                  batch_size: int = 128, progress: bool = False) -> list[tuple[str, str, str]]:
     """Greedy translations of the first ``limit`` examples of a split: (source, reference, output);
@@ -187,6 +181,117 @@ class Progress:
     bad_in_row: int = 0  # ... and in a row, up to now
 
 
+class TrainLog:
+    """What a run reports: metrics.jsonl and TensorBoard (rank 0 only) and the progress bar. Train
+    lines average over the steps since the last one (sums kept in Progress, so a resumed run logs
+    what an uninterrupted one would)."""
+
+    def __init__(self, run: RunDir, cfg: TrainConfig, progress: Progress, main: bool) -> None:
+        self.run, self.main = run, main
+        if main:
+            _truncate_metrics(run, progress.step)
+        # purge_step drops the events a killed run logged after its last checkpoint
+        self.writer = SummaryWriter(str(run.tensorboard), purge_step=progress.step + 1) if main else _NoWriter()
+        self.bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not (cfg.progress and main), unit="step",
+                        dynamic_ncols=True, leave=False)
+
+    def _line(self, record: dict[str, Any]) -> None:
+        if self.main:
+            with open(self.run.metrics, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def train(self, progress: Progress, out: dict[str, Any]) -> None:
+        """One train line from the window of steps since the last, which it then empties."""
+        record = {"step": progress.step, "split": "train",
+                  "loss": progress.window_loss / progress.window_tokens,
+                  "nll": progress.window_nll / progress.window_tokens,
+                  "lr": out["lr"], "grad_norm": out["grad_norm"],
+                  "tokens_per_s": progress.window_tokens / progress.window_seconds, "epoch": progress.epoch,
+                  "layer_grad_norms": out["layer_grad_norms"]}
+        self._line(record)
+        for key in ("loss", "nll", "lr", "grad_norm", "tokens_per_s"):
+            self.writer.add_scalar(f"train/{key}", record[key], progress.step)
+        for layer, norm in record["layer_grad_norms"].items():
+            self.writer.add_scalar(f"grad_norm/{layer}", norm, progress.step)
+        self.bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{out['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+        progress.window_loss = progress.window_nll = progress.window_seconds = 0.0
+        progress.window_tokens = 0
+
+    def stepped(self) -> None:
+        self.bar.update(1)
+
+    def valid(self, step: int, scores: dict[str, float]) -> None:
+        for name, value in scores.items():
+            self.writer.add_scalar(f"valid/{name}", value, step)
+        self._line({"step": step, "split": "valid", **scores})
+        if self.main:
+            self.bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in scores.items()))
+
+    def close(self) -> None:
+        self.bar.close()
+        self.writer.close()
+
+
+class Validation:
+    """The scores of an evaluation: teacher-forced loss and perplexity on the validation split,
+    and, for sentence pairs with eval_exact_match, the exact match of that many greedy decodes."""
+
+    def __init__(self, data: Seq2SeqData | LMData, cfg: TrainConfig, device: torch.device,
+                 amp: Callable[[], ContextManager]) -> None:
+        self.data, self.cfg, self.device, self.amp = data, cfg, device, amp
+        self.batches = data.eval_batches("valid")
+
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        scores = evaluate(model, self.batches, self.device, self.amp)
+        result = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
+        if self.cfg.eval_exact_match and isinstance(self.data, Seq2SeqData):
+            triples = decode_split(model, self.data, "valid", self.cfg.eval_exact_match)
+            result["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
+        return result
+
+
+class Checkpoints:
+    """A checkpoint at every evaluation (rank 0 writes), marked best when early_stop_metric
+    improved; early stopping counts the evaluations without a gain."""
+
+    def __init__(self, run: RunDir, cfg: TrainConfig, main: bool) -> None:
+        self.run, self.cfg, self.main = run, cfg, main
+        self.metric = cfg.early_stop_metric
+
+    def save(self, progress: Progress, model: nn.Module, trainer_state: Callable[[], dict[str, Any]],
+             scores: dict[str, float]) -> None:
+        value = scores[self.metric]
+        improved = progress.best is None or (value < progress.best if LOWER_IS_BETTER[self.metric] else value > progress.best)
+        if improved:
+            progress.best, progress.bad_evals = value, 0
+        else:
+            progress.bad_evals += 1
+        if self.main:
+            self.run.save(progress.step, model, trainer_state(), {"metrics": scores}, self.cfg.keep_last,
+                          best=(self.metric, value) if improved else None)
+
+
+class Limits:
+    """When training stops: max_steps, max_epochs, early stopping, or max_seconds, which caps each
+    command's own training time (so that --resume continues a time-capped run)."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.session_seconds = 0.0
+
+    def reached(self, progress: Progress) -> str | None:
+        cfg = self.cfg
+        if progress.step >= cfg.max_steps:
+            return f"max_steps ({cfg.max_steps})"
+        if cfg.max_seconds is not None and self.session_seconds >= cfg.max_seconds:
+            return f"max_seconds ({cfg.max_seconds:g})"
+        if cfg.max_epochs is not None and progress.epoch >= cfg.max_epochs:
+            return f"max_epochs ({cfg.max_epochs})"
+        if cfg.patience is not None and progress.bad_evals >= cfg.patience:
+            return f"early stopping: no better {cfg.early_stop_metric} in {cfg.patience} evaluations"
+        return None
+
+
 def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: RunDir, d_model: int,
         resume: bool = False, log: Callable[[str], None] = print, world: World | None = None) -> dict[str, Any]:
     """Train ``model`` on ``data`` until max_steps, max_epochs, max_seconds or early stopping.
@@ -197,6 +302,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     With ``world`` (torchrun), this rank trains its share of each global batch under DDP, and only
     rank 0 writes (train/distributed.py).
     """
+    # -- build: device, precision, optimiser, schedule, and where training stands
     device = resolve_device(cfg.device)
     main = world is None or world.is_main
     precision = choose_precision(cfg.precision, device)
@@ -211,124 +317,58 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps)
     if note:
         log(note)
-    schedule = make_schedule(cfg.lr_schedule, lr, warmup, cfg.max_steps, cfg.min_lr, d_model)
-    scheduler = make_scheduler(optimizer, schedule)
+    scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, lr, warmup, cfg.max_steps, cfg.min_lr, d_model))
     scaler = torch.amp.GradScaler("cuda") if precision.precision == "fp16" else None
     progress = Progress()
     if resume:
         progress = _restore(run, model, optimizer, scheduler, scaler, device)
         log(f"resuming {run.path} from step {progress.step}")
-    if main:
-        _truncate_metrics(run, progress.step)
-    # purge_step drops the events a killed run logged after its last checkpoint
-    writer = SummaryWriter(str(run.tensorboard), purge_step=progress.step + 1) if main else _NoWriter()
-    valid_batches = data.eval_batches("valid")
-    metric_name = cfg.early_stop_metric
+    train_log, validation = TrainLog(run, cfg, progress, main), Validation(data, cfg, device, amp)
+    checkpoints, limits = Checkpoints(run, cfg, main), Limits(cfg)
     last_eval: dict[str, float] = {}
-    bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not (cfg.progress and main), unit="step",
-               dynamic_ncols=True, leave=False)
-
-    def log_line(record: dict[str, Any]) -> None:
-        if main:
-            with open(run.metrics, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
 
     def evaluate_and_save() -> None:
-        """Validation, checkpoint, and the best so far (early stopping counts evaluations without gain)."""
         nonlocal last_eval
-        scores = evaluate(model, valid_batches, device, amp)
-        last_eval = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
-        if cfg.eval_exact_match and isinstance(data, Seq2SeqData):
-            triples = decode_split(model, data, "valid", cfg.eval_exact_match)
-            last_eval["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
-        for name, value in last_eval.items():
-            writer.add_scalar(f"valid/{name}", value, progress.step)
-        log_line({"step": progress.step, "split": "valid", **last_eval})
-        value = last_eval[metric_name]
-        improved = progress.best is None or (value < progress.best if LOWER_IS_BETTER[metric_name] else value > progress.best)
-        if improved:
-            progress.best, progress.bad_evals = value, 0
-        else:
-            progress.bad_evals += 1
-        if main:
-            run.save(progress.step, model, _trainer_state(optimizer, scheduler, scaler, progress, device),
-                     {"metrics": last_eval}, cfg.keep_last, best=(metric_name, value) if improved else None)
-            bar.write(f"step {progress.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in last_eval.items()))
+        last_eval = validation(model)
+        train_log.valid(progress.step, last_eval)
+        checkpoints.save(progress, model, lambda: _trainer_state(optimizer, scheduler, scaler, progress, device),
+                         last_eval)
 
-    session_seconds = 0.0  # max_seconds caps each command's training: --resume continues a time-capped run
-
-    def limit_reached() -> str | None:
-        if progress.step >= cfg.max_steps:
-            return f"max_steps ({cfg.max_steps})"
-        if cfg.max_seconds is not None and session_seconds >= cfg.max_seconds:
-            return f"max_seconds ({cfg.max_seconds:g})"
-        if cfg.max_epochs is not None and progress.epoch >= cfg.max_epochs:
-            return f"max_epochs ({cfg.max_epochs})"
-        if cfg.patience is not None and progress.bad_evals >= cfg.patience:
-            return f"early stopping: no better {metric_name} in {cfg.patience} evaluations"
-        return None
-
-    stop_reason = limit_reached()  # a resumed run may already be done
+    # -- the loop: step, log, evaluate and checkpoint, stop
+    stop_reason = limits.reached(progress)  # a resumed run may already be done
     evaluated_at = progress.step if resume else -1
-    span = cfg.accumulate * (world.size if world else 1)  # batches per update, all ranks together
     while stop_reason is None:
-        batches = data.epoch_batches(progress.epoch)
-        # with several ranks, an epoch's last global batch is dropped if it cannot give every rank its share
-        end = len(batches) - (span - 1 if world else 0)
-        while progress.batch < end and stop_reason is None:
+        batches, end = _epoch(data, progress.epoch, cfg, world)
+        for group, global_tokens, consumed in _updates(batches, end, progress, cfg, world):
             started = time.perf_counter()
-            first = progress.batch + (world.rank * cfg.accumulate if world else 0)
-            mine = [batches[j] for j in range(first, min(first + cfg.accumulate, len(batches)))]
-            group = [b.to(device) for b in mine]
-            # counted on the host batches, with no device sync; with several ranks, every rank's share
-            everyone = [batches[j] for j in range(progress.batch, progress.batch + span)] if world else mine
-            global_tokens = sum(b.n_tokens for b in everyone)
-            out = train_step(trained, group, optimizer, scheduler, cfg, amp, scaler,
+            out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
                              layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world,
                              global_tokens=global_tokens)
             seconds = time.perf_counter() - started
             seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
-            progress.batch += span if world else len(group)
+            progress.batch += consumed
             progress.train_seconds += seconds
-            session_seconds += seconds
+            limits.session_seconds += seconds
             if not out["finite"]:
                 _count_bad_step(progress, out, cfg, precision.precision, run, log)
                 continue
-            progress.bad_in_row = 0
-            progress.step += 1
-            progress.tokens += out["tokens"]
-            progress.window_loss += out["loss"] * out["tokens"]
-            progress.window_nll += out["nll"] * out["tokens"]
-            progress.window_tokens += out["tokens"]
-            progress.window_seconds += seconds
-            bar.update(1)
+            _count_step(progress, out, seconds)
+            train_log.stepped()
             if progress.step % cfg.log_every == 0:
-                record = {"step": progress.step, "split": "train",
-                          "loss": progress.window_loss / progress.window_tokens,
-                          "nll": progress.window_nll / progress.window_tokens,
-                          "lr": out["lr"], "grad_norm": out["grad_norm"],
-                          "tokens_per_s": progress.window_tokens / progress.window_seconds, "epoch": progress.epoch,
-                          "layer_grad_norms": out["layer_grad_norms"]}
-                log_line(record)
-                for key in ("loss", "nll", "lr", "grad_norm", "tokens_per_s"):
-                    writer.add_scalar(f"train/{key}", record[key], progress.step)
-                for layer, norm in record["layer_grad_norms"].items():
-                    writer.add_scalar(f"grad_norm/{layer}", norm, progress.step)
-                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{out['lr']:.2e}",
-                                tok_s=f"{record['tokens_per_s']:.0f}")
-                progress.window_loss = progress.window_nll = progress.window_seconds = 0.0
-                progress.window_tokens = 0
-            stop_reason = limit_reached()
+                train_log.train(progress, out)
+            stop_reason = limits.reached(progress)
             if progress.step % cfg.eval_every == 0 or stop_reason is not None:
                 evaluated_at = progress.step
                 evaluate_and_save()
-                stop_reason = stop_reason or limit_reached()
-        if progress.batch >= end:
+                stop_reason = stop_reason or limits.reached(progress)
+            if stop_reason is not None:
+                break
+        if progress.batch >= end:  # the epoch's batches are used up
             progress.epoch, progress.batch = progress.epoch + 1, 0
-            if stop_reason is None and (stop_reason := limit_reached()) is not None and evaluated_at != progress.step:
+            if stop_reason is None and (stop_reason := limits.reached(progress)) is not None \
+                    and evaluated_at != progress.step:
                 evaluate_and_save()
-    bar.close()
-    writer.close()
+    train_log.close()
     log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")
     if stop_reason.startswith("max_seconds") and progress.step < cfg.max_steps:
         log(f"not finished: step {progress.step} of {cfg.max_steps} when train.max_seconds ({cfg.max_seconds:g} s) "
@@ -340,8 +380,39 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop_reason,
             "train_seconds": round(progress.train_seconds, 2), "train_tokens": progress.tokens,
             "tokens_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
-            "best_step": best_step, f"best_{metric_name}": progress.best, "skipped_steps": progress.skipped_steps,
-            "precision": precision.precision, "last_eval": last_eval}
+            "best_step": best_step, f"best_{cfg.early_stop_metric}": progress.best,
+            "skipped_steps": progress.skipped_steps, "precision": precision.precision, "last_eval": last_eval}
+
+
+def _epoch(data: Seq2SeqData | LMData, epoch: int, cfg: TrainConfig, world: World | None) -> tuple[list[Batch], int]:
+    """The batches of ``epoch`` and where its updates end: with several ranks an epoch's last global
+    batch is dropped if it cannot give every rank its share."""
+    batches = data.epoch_batches(epoch)
+    span = cfg.accumulate * (world.size if world else 1)  # batches per update, all ranks together
+    return batches, len(batches) - (span - 1 if world else 0)
+
+
+def _updates(batches: list[Batch], end: int, progress: Progress, cfg: TrainConfig,
+             world: World | None) -> Iterator[tuple[list[Batch], int, int]]:
+    """The rest of an epoch, one update at a time, from ``progress.batch`` on: this rank's batches,
+    the target tokens of the whole update (every rank's share, counted on the host, with no device
+    sync) and how many of the epoch's batches it uses."""
+    span = cfg.accumulate * (world.size if world else 1)
+    while progress.batch < end:
+        first = progress.batch + (world.rank * cfg.accumulate if world else 0)
+        mine = [batches[j] for j in range(first, min(first + cfg.accumulate, len(batches)))]
+        everyone = [batches[j] for j in range(progress.batch, progress.batch + span)] if world else mine
+        yield mine, sum(b.n_tokens for b in everyone), span if world else len(mine)
+
+
+def _count_step(progress: Progress, out: dict[str, Any], seconds: float) -> None:
+    """An update made: the step, its tokens, and the sums of the log window."""
+    progress.step += 1
+    progress.tokens += out["tokens"]
+    progress.window_loss += out["loss"] * out["tokens"]
+    progress.window_nll += out["nll"] * out["tokens"]
+    progress.window_tokens += out["tokens"]
+    progress.window_seconds += seconds
 
 
 class _NoWriter:

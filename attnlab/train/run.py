@@ -8,25 +8,27 @@ from typing import Any, Callable
 
 import torch
 
-from attnlab.config import ModelConfig, RunConfig, TrainConfig, differences
+from attnlab.config import differences
 from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
-from attnlab.data.tokenizers import PAD
-from attnlab.errors import ConfigError
+from attnlab.data.tokenizers import PAD, Tokenizer
+from attnlab.errors import ConfigError, UsageError
 from attnlab.files import atomic_write_text
+from attnlab.models import FamilyConfig
 from attnlab.nn.transformer import LayerStack
-from attnlab.train.checkpoint import RunDir
+from attnlab.train.checkpoint import RunDir, build_run_model
+from attnlab.train.config import RunConfig, TrainConfig
 from attnlab.train.distributed import World
 from attnlab.train.loop import fit
 
 
-def _model_config(cfg: RunConfig, data: Seq2SeqData | LMData) -> ModelConfig:
+def _model_config(cfg: RunConfig, data: Seq2SeqData | LMData) -> FamilyConfig:
     """The model section completed with the tokenizers' vocabulary sizes and PAD id."""
     src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
     separate = src is not None and not cfg.data.shared_vocab
     return cfg.model_config(tgt.vocab_size, src.vocab_size if separate else None, PAD)
 
 
-def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[int], ModelConfig]:
+def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[int], FamilyConfig]:
     """The model config ``cfg`` trains, as a function of the vocabulary size (source and target the
     same size when they are not shared); ``from_data``: prepare the data and take the tokenizers'
     sizes, whatever the argument."""
@@ -35,6 +37,15 @@ def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[i
         return lambda _: _model_config(cfg, data)
     separate = not cfg.data.is_lm and not cfg.data.shared_vocab
     return lambda vocab: cfg.model_config(vocab, vocab if separate else None, PAD)
+
+
+def read_run_data(run: RunDir, tokenizers: dict[str, Tokenizer | None], split: str | None = None) -> Seq2SeqData | LMData:
+    """The data ``run`` was trained on, read with its own tokenizers; ``split``, if given, must exist."""
+    _, data_cfg, train_cfg = run.read_config()
+    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
+    if split is not None and split not in data.splits:
+        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+    return data
 
 
 def describe_data(data: Seq2SeqData | LMData) -> str:
@@ -111,7 +122,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
             run.write_tokenizers(data.tokenizers)
     log(describe_data(data))
     torch.manual_seed(cfg.train.seed)
-    model = run.build_model(model_cfg)
+    model = build_run_model(run, model_cfg)
     for module in model.modules():
         if isinstance(module, LayerStack):
             module.checkpoint_activations = cfg.train.activation_checkpointing

@@ -16,7 +16,7 @@ falls on both.
 import torch
 from torch.profiler import profile
 
-import attnlab.train.losses as losses
+import attnlab.nn.losses as losses
 from attnlab.bench.lm import lm_model, lm_train_config
 from attnlab.bench.timing import interleaved_medians
 from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config

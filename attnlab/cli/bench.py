@@ -1,0 +1,152 @@
+"""`attnlab bench train | decode | lm | models | attention`: timings as ratios against a reference."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from attnlab.cli.common import Parser, check_new_file, emit
+from attnlab.errors import UsageError
+
+
+def emit_comparison(r: dict, as_json: bool) -> None:
+    """One benchmark figure: value and unit, and the reference's figure and the ratio if any."""
+    if "skipped" in r:
+        line = f"{r['name']:<26} vs {r['reference']}: skipped ({r['skipped']})"
+    else:
+        line = f"{r['name']:<26}{r['value']:>12,.1f} {r['unit']}"
+        if "ratio" in r:
+            line += f"   {r['reference']}: {r['reference_value']:,.1f}   ratio x{r['ratio']:.2f}"
+        elif "skipped_reference" in r:
+            line += f"   {r['reference']}: skipped ({r['skipped_reference']})"
+    emit(r, as_json, line)
+
+
+def cmd_bench_train(args: argparse.Namespace) -> None:
+    from attnlab.bench.train import bench_train
+
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    print(f"training step (forward, loss, backward, clip, Adam): d_model 256, 3+3 layers, 4 heads, d_ff 1024, "
+          f"vocabulary 8000, dropout 0.1, 64 pairs of 24 + 24 tokens; interleaved, median of {args.repeats}",
+          file=sys.stderr)
+    for r in bench_train(tuple(args.precision), args.repeats, not args.no_hf):
+        emit_comparison(r, args.json)
+
+
+def cmd_bench_decode(args: argparse.Namespace) -> None:
+    from attnlab.bench.decode import bench_decode
+
+    if min(args.repeats, args.batch, args.new_tokens) < 1 or args.new_tokens > 500:
+        raise UsageError("--repeats and --batch must be at least 1, --new-tokens between 1 and 500")
+    print(f"decoding {args.batch} sources of 24 tokens, exactly {args.new_tokens} new tokens each, d_model 256, "
+          f"3+3 layers, vocabulary 8000; interleaved, median of {args.repeats}", file=sys.stderr)
+    for r in bench_decode(args.batch, args.new_tokens, repeats=args.repeats, with_hf=not args.no_hf):
+        emit_comparison(r, args.json)
+
+
+def cmd_bench_lm(args: argparse.Namespace) -> None:
+    from attnlab.bench.lm import bench_lm
+
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    print("character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with the cache",
+          file=sys.stderr)
+    for r in bench_lm(args.repeats):
+        emit_comparison(r, args.json)
+
+
+def cmd_bench_models(args: argparse.Namespace) -> None:
+    from attnlab.bench.models import MODELS, REFERENCE, bench_models
+
+    if min(args.repeats, args.batch_tokens, args.decode_batch, *args.lengths) < 1:
+        raise UsageError("--lengths, --batch-tokens, --decode-batch and --repeats must be at least 1")
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        raise UsageError(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
+    print(f"train: one optimizer step on {args.batch_tokens} // T pairs of T + T tokens; decode: greedy with the "
+          f"cache, {args.decode_batch} sources of T tokens, T new tokens; {args.precision}; median of "
+          f"{args.repeats}; vocabulary 8000, random tokens", file=sys.stderr)
+    for r in bench_models(tuple(args.lengths), tuple(args.models), args.batch_tokens, args.decode_batch,
+                          args.precision, args.repeats):
+        ratio = f"   x{r['ratio']:.2f} vs {REFERENCE}" if "ratio" in r else ""
+        emit(r, args.json, f"{r['name']:<7}{r['model']:<19} T={r['seq_len']:<5} batch {r['batch']:<4}"
+                            f"{r['value']:>10.1f} tokens/s{ratio}")
+
+
+def cmd_bench_attention(args: argparse.Namespace) -> None:
+    from attnlab.bench.attention import GiB, backends, bench_attention, plot_attention
+
+    known = backends(args.head_dim)
+    unknown = sorted(set(args.backends) - set(known))
+    if unknown:
+        raise UsageError(f"unknown backend {unknown[0]!r}; choose from {', '.join(known)}")
+    if min(args.batch, args.heads, args.head_dim, args.repeats, *args.lengths) < 1:
+        raise UsageError("--lengths, --batch, --heads, --head-dim and --repeats must be at least 1")
+    if not Path("/proc/self/clear_refs").exists():
+        raise UsageError("bench attention measures peak memory through Linux's /proc/self/clear_refs")
+    check_new_file(args.plot, args.force, "--plot")
+    print(f"attention backends, batch {args.batch}, {args.heads} heads of {args.head_dim}, float32, "
+          f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the inputs",
+          file=sys.stderr)
+    records = []
+    for r in bench_attention(tuple(args.lengths), tuple(args.backends), args.batch, args.heads, args.head_dim,
+                             not args.no_causal, args.repeats, args.memory_budget_gib * GiB, args.time_limit):
+        records.append(r)
+        what = (f"skipped: {r['skipped']}" if "skipped" in r
+                else f"{r['seconds']:>10.4f} s  {r['peak_bytes'] / 2**20:>10.1f} MiB")
+        emit(r, args.json, f"{r['backend']:<8} T={r['seq_len']:<6} {r['pass']:<17} {what}")
+    if args.plot:
+        plot_attention(records, args.plot)
+        print(f"plot: {args.plot}", file=sys.stderr)
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Add `bench and its suites` to the command line."""
+    bench = sub.add_parser("bench", help="benchmarks (timings as ratios against a reference in the same run)")
+    bench_sub = bench.add_subparsers(dest="suite", required=True, parser_class=Parser)
+
+    def suite(name: str, help: str, func: Callable, repeats: int, hf: bool = False) -> argparse.ArgumentParser:
+        """A benchmark command with the options they all share."""
+        parser = bench_sub.add_parser(name, help=help)
+        parser.add_argument("--repeats", type=int, default=repeats,
+                            help=f"timed repetitions of each measurement; the median is reported (default {repeats})")
+        parser.add_argument("--json", action="store_true", help="one JSON object per measurement")
+        if hf:
+            parser.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
+        parser.set_defaults(func=func)
+        return parser
+
+    train = suite("train", "training tokens/s against torch.nn.Transformer and Marian", cmd_bench_train, 10, hf=True)
+    train.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
+                       help="precisions to measure (default both)")
+    decode = suite("decode", "greedy / beam / uncached decoding against Hugging Face generate", cmd_bench_decode, 3,
+                   hf=True)
+    decode.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sequence (default 64)")
+    decode.add_argument("--batch", type=int, default=32, help="sequences decoded together (default 32)")
+    suite("lm", "the character LM: training and sampling tokens/s", cmd_bench_lm, 10)
+    attn = suite("attention", "time and peak memory of each attention backend, by length", cmd_bench_attention, 3)
+    attn.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+                      help="sequence lengths T to measure (default 256 to 32768, doubling)")
+    attn.add_argument("--backends", nargs="+", default=["math", "sdpa", "chunked", "local", "sparse", "linear"],
+                      help="attention backends to compare (default all; math is the reference)")
+    attn.add_argument("--batch", type=int, default=1, help="sequences per call (default 1)")
+    attn.add_argument("--heads", type=int, default=8, help="attention heads (default 8)")
+    attn.add_argument("--head-dim", type=int, default=64, help="size of each head (default 64)")
+    attn.add_argument("--no-causal", action="store_true", help="no mask (default: causal)")
+    attn.add_argument("--memory-budget-gib", type=float, default=12.0,
+                      help="skip a size whose predicted memory exceeds this")
+    attn.add_argument("--time-limit", type=float, default=60.0, help="skip a size predicted to take longer (s)")
+    attn.add_argument("--plot", help="write time and memory vs T (log-log) to this PNG")
+    attn.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
+    models = suite("models", "recurrent vs Transformer training and decoding tokens/s, by length", cmd_bench_models, 3)
+    models.add_argument("--lengths", type=int, nargs="+", default=[10, 25, 50, 100, 200, 400],
+                        help="source and target lengths to measure (default 10 to 400)")
+    models.add_argument("--models", nargs="+", default=["transformer", "gru_bahdanau", "gru_fixed_context"],
+                        help="models to compare (default all three presets' models)")
+    models.add_argument("--batch-tokens", type=int, default=4096, help="target tokens per training batch")
+    models.add_argument("--decode-batch", type=int, default=16, help="sentences decoded together (default 16)")
+    models.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="autocast precision of the training steps (default fp32)")

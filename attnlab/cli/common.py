@@ -1,0 +1,109 @@
+"""What the commands share: reading input and writing output safely, loading a run for a command
+that needs certain capabilities, the decoding limits, and the one error path of argparse."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from attnlab.errors import UsageError
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # the presets of a source checkout
+
+
+def read_input_lines(path: str | None) -> list[str]:
+    """Lines of --input FILE, or of standard input: read, checked and split the same way. Empty
+    input gives empty output, with a note, as it would from any filter."""
+    from attnlab.data.corpora import check_lines, decode_utf8, read_text, split_lines
+
+    name = path or "<stdin>"
+    text = decode_utf8(sys.stdin.buffer.read(), name) if path is None else read_text(path)
+    lines = check_lines(split_lines(text), name, allow_empty=True)
+    if not lines:
+        print(f"note: {name} is empty: nothing to translate", file=sys.stderr)
+    return lines
+
+
+def check_new_file(path: str | None, force: bool, option: str) -> None:
+    """Refuse, before any work is done, an output ``path`` that is a directory, or that exists
+    when ``force`` is not given."""
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise UsageError(f"{option} {path} is a directory; give a file name")
+    if Path(path).exists() and not force:
+        raise UsageError(f"{path} already exists; pass --force to overwrite it")
+
+
+def write_output(path: str | None, text: str, force: bool) -> None:
+    """To --output FILE (atomically; an existing file only with --force), or to standard output."""
+    from attnlab.files import atomic_write_text
+
+    if path is None:
+        sys.stdout.write(text)
+        return
+    check_new_file(path, force, "--output")
+    atomic_write_text(path, text)
+
+
+def stderr_line(line: str) -> None:
+    """A progress or log line, on stderr at once."""
+    print(line, file=sys.stderr, flush=True)
+
+
+# What a command needs of a model, as capabilities: translation reads a source and decodes a target;
+# generation decodes from a prompt alone.
+TRANSLATES = {"encoder": True, "decoder": True}
+
+
+GENERATES = {"encoder": False, "decoder": True}
+
+
+# Decoding limits: beyond these a request is a mistake, not a workload (docs/reliability.md).
+MAX_BATCH, MAX_BEAM, MAX_NEW_TOKENS = 1024, 64, 100_000
+
+
+def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
+    """The run's model, tokenizers and model config, after checking that its family has the
+    capabilities ``needs`` and the decoding options against it."""
+    from attnlab.models import FAMILIES
+    from attnlab.train.checkpoint import load_run
+
+    model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
+    if any(getattr(cfg.capabilities, name) != value for name, value in needs.items()):
+        fits = [name for name, family in FAMILIES.items()
+                if all(getattr(family.capabilities, k) == v for k, v in needs.items())]
+        raise UsageError(f"{args.run_dir} holds a model of arch '{cfg.arch}'; `attnlab {args.command}` needs "
+                         f"{' or '.join(map(repr, fits))}")
+    if (getattr(args, "max_len", None) or 0) > cfg.max_len:
+        raise UsageError(f"--max-len {args.max_len} is beyond the model's max_len ({cfg.max_len} positions)")
+    return model, tokenizers, cfg
+
+
+def check_beam(args: argparse.Namespace) -> None:
+    if not 1 <= args.beam <= MAX_BEAM:
+        raise UsageError(f"--beam must be between 1 and {MAX_BEAM} (got {args.beam})")
+    if not 1 <= getattr(args, "batch_size", 1) <= MAX_BATCH:
+        raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH} (got {args.batch_size})")
+    for name in ("max_len", "min_len"):
+        if (getattr(args, name, None) or 0) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
+    if getattr(args, "max_len", None) is not None and getattr(args, "min_len", 0) > args.max_len:
+        raise UsageError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
+    if not 1 <= getattr(args, "nbest", 1) <= args.beam:
+        raise UsageError(f"--nbest must be between 1 and --beam ({args.beam})")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors through the one error path (exit code 2, one line)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        from attnlab.errors import UsageError
+
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def emit(record: dict, as_json: bool, line: str) -> None:
+    print(json.dumps(record) if as_json else line, flush=True)

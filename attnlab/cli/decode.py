@@ -1,0 +1,204 @@
+"""`attnlab translate | generate | evaluate | score`: using a trained run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+
+from attnlab.cli.common import (
+    GENERATES,
+    MAX_BATCH,
+    MAX_NEW_TOKENS,
+    TRANSLATES,
+    check_beam,
+    check_new_file,
+    emit,
+    load_run_for,
+    read_input_lines,
+    write_output,
+)
+from attnlab.errors import UsageError
+
+
+def cmd_translate(args: argparse.Namespace) -> None:
+    from attnlab.data.tokenizers import UNK
+    from attnlab.decode.translate import translate
+
+    check_beam(args)
+    check_new_file(args.output, args.force, "--output")  # now, not after the decoding
+    model, tokenizers, cfg = load_run_for(args, TRANSLATES)
+    lines = read_input_lines(args.input)
+    results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
+                        args.batch_size, args.max_len, args.min_len, cfg.max_len - 1, args.truncate,  # -1: EOS
+                        progress=True)
+    unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
+    if sum(unknown):
+        print(f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as "
+              f"<unk>", file=sys.stderr)
+    if args.nbest == 1:
+        text = "".join(hyps[0][0] + "\n" for hyps in results)
+    else:  # n-best lines: sentence index ||| hypothesis ||| score
+        text = "".join(f"{i} ||| {hyp} ||| {score:.4f}\n" for i, hyps in enumerate(results) for hyp, score in hyps)
+    write_output(args.output, text, args.force)
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    import torch
+
+    from attnlab.decode.search import sample
+
+    if args.temperature <= 0:
+        raise UsageError(f"--temperature must be > 0 (got {args.temperature}); use --top-k 1 for greedy")
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k must be at least 1 (got {args.top_k})")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS or not 1 <= args.num_samples <= MAX_BATCH:
+        raise UsageError(f"--max-new-tokens must be between 0 and {MAX_NEW_TOKENS:,} and --num-samples between 1 "
+                         f"and {MAX_BATCH}")
+    model, tokenizers, _ = load_run_for(args, GENERATES)
+    tok = tokenizers["tgt"]
+    prompt_ids = tok.encode(args.prompt)
+    if not prompt_ids:
+        raise UsageError("--prompt is empty after tokenisation; give at least one known token")
+    positions = model.embed.positional.max_positions
+    if positions is not None and len(prompt_ids) > positions:
+        print(f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} "
+              f"(its max_len)", file=sys.stderr)
+    prompt = torch.tensor([prompt_ids] * args.num_samples)
+    seed = args.seed
+    if seed is None:
+        seed = secrets.randbelow(2 ** 31)
+        print(f"seed {seed} (--seed {seed} gives this text again)", file=sys.stderr)
+    generator = torch.Generator().manual_seed(seed)
+    rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                  top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False)
+    for i, row in enumerate(rows):
+        if args.num_samples > 1:
+            print(f"--- sample {i + 1}")
+        print(args.prompt + tok.decode(row))
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from attnlab.data.corpora import read_lines
+    from attnlab.eval.evaluate import evaluate
+
+    check_beam(args)
+    model, tokenizers, _ = load_run_for(args, TRANSLATES)
+    if args.split is not None:
+        if args.src or args.ref:
+            raise UsageError("give either --split or --src and --ref")
+        sources, references = _run_split(args.run_dir, args.split, tokenizers)
+    elif args.src and args.ref:
+        sources, references = read_lines(args.src, allow_empty=True), read_lines(args.ref, allow_empty=True)
+    else:
+        raise UsageError("give --src and --ref files, or --split (a split of the run's own data)")
+    if len(sources) != len(references):
+        raise UsageError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+    result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache, progress=True)
+    result.pop("hypotheses")
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"BLEU  {result['bleu']:.2f}  {result['bleu_signature']}")
+        print(f"chrF  {result['chrf']:.2f}  {result['chrf_signature']}")
+        print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
+        print(f"({result['sentences']} sentences, beam {result['beam']}, lenpen {result['lenpen']})")
+
+
+def _run_split(run_dir: str, split: str, tokenizers) -> tuple[list[str], list[str]]:
+    """Sources and references of a split of the data a run was trained with."""
+    from attnlab.train.checkpoint import RunDir
+    from attnlab.train.run import read_run_data
+
+    data = read_run_data(RunDir(run_dir), tokenizers, split)
+    return [e.src for e in data.splits[split]], [e.tgt for e in data.splits[split]]
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from attnlab.data.batching import collate_pairs, lm_eval_blocks
+    from attnlab.data.corpora import read_lines, read_text
+    from attnlab.eval.likelihood import evaluate
+    from attnlab.train.checkpoint import load_run
+
+    model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
+    if not cfg.capabilities.encoder:  # a language model
+        import torch
+
+        if args.src is not None:
+            raise UsageError("a language model scores --tgt alone; drop --src")
+        stream = torch.tensor(tokenizers["tgt"].encode(read_text(args.tgt)))
+        block = model.embed.positional.max_positions or 256
+        batches = lm_eval_blocks(stream, min(block, max(1, len(stream) - 1)), 32)
+    else:
+        if args.src is None:
+            raise UsageError("a translation model needs --src and --tgt")
+        sources, targets = read_lines(args.src), read_lines(args.tgt)
+        if len(sources) != len(targets):
+            raise UsageError(f"{args.src} has {len(sources)} lines but {args.tgt} has {len(targets)}")
+        pairs = list(zip(tokenizers["src"].encode_batch(sources), tokenizers["tgt"].encode_batch(targets)))
+        batches = [collate_pairs(pairs[i:i + 64]) for i in range(0, len(pairs), 64)]
+    result = evaluate(model, batches)
+    record = {"nll_per_token": result["loss"], "ppl": result["ppl"], "tokens": result["tokens"]}
+    emit(record, args.json, f"perplexity {result['ppl']:.4g}: {result['loss']:.4f} nats per token over "
+                             f"{result['tokens']:,} tokens ({args.tgt})")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Add `translate, generate, evaluate and score` to the command line."""
+    def run_dir_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("run_dir", help="a run directory written by `attnlab train`")
+        p.add_argument("--checkpoint", default="best", help="best (default), last, average, or a step number")
+
+    def search_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, as the paper)")
+        p.add_argument("--lenpen", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
+        p.add_argument("--no-cache", action="store_true", help="recompute every prefix (same output, slower)")
+
+    translate = sub.add_parser("translate", help="translate lines of text (stdin to stdout by default)")
+    run_dir_args(translate)
+    search_args(translate)
+    translate.add_argument("--nbest", type=int, default=1, help="print the K best per sentence: index ||| hypothesis ||| score")
+    translate.add_argument("--input", help="source file, one sentence per line (default: stdin)")
+    translate.add_argument("--output", help="output file (default: stdout)")
+    translate.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    translate.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    translate.add_argument("--max-len", type=int, help="most output tokens (default: source length + 50)")
+    translate.add_argument("--min-len", type=int, default=0, help="fewest output tokens before EOS (default 0)")
+    translate.add_argument("--truncate", action="store_true",
+                           help="cut source lines longer than the model's max_len (default: refuse them)")
+    translate.set_defaults(func=cmd_translate)
+
+    generate = sub.add_parser("generate", help="sample text from a language model")
+    run_dir_args(generate)
+    generate.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    generate.add_argument("--max-new-tokens", type=int, default=200, help="tokens to sample after the prompt "
+                                                                         "(default 200)")
+    generate.add_argument("--temperature", type=float, default=1.0,
+                          help="divide the logits by T before sampling: below 1 is surer, above 1 more varied "
+                               "(default 1)")
+    generate.add_argument("--top-k", type=int, help="sample among the K most likely tokens")
+    generate.add_argument("--top-p", type=float, help="sample from the smallest set of probability >= P")
+    generate.add_argument("--seed", type=int,
+                          help="random seed: the same seed gives the same text (default: a new one each time, "
+                               "printed on stderr)")
+    generate.add_argument("--num-samples", type=int, default=1, help="independent samples of the prompt (default 1)")
+    generate.set_defaults(func=cmd_generate)
+
+    evaluate = sub.add_parser("evaluate", help="BLEU, chrF, exact match and perplexity on a test set")
+    run_dir_args(evaluate)
+    search_args(evaluate)
+    evaluate.add_argument("--src", help="source sentences, one per line")
+    evaluate.add_argument("--ref", help="reference translations, one per line")
+    evaluate.add_argument("--split", help="instead of files: a split of the run's own data (valid, test)")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    score = sub.add_parser("score", help="teacher-forced perplexity of target text")
+    run_dir_args(score)
+    score.add_argument("--src", help="source sentences (translation models)")
+    score.add_argument("--tgt", required=True, help="target sentences, or text for a language model")
+    score.add_argument("--json", action="store_true", help="print one JSON object")
+    score.set_defaults(func=cmd_score)

@@ -1,0 +1,129 @@
+"""`attnlab info`: parameter counts, FLOPs and memory of a model config, a training config or a run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from attnlab.errors import UsageError
+
+
+def _describe_model(cfg, vocab: str) -> str:
+    """One line: the architecture and the sizes that matter for it."""
+    can = cfg.capabilities
+    layers = "+".join(str(getattr(cfg, f"{stack}_layers")) for stack, has in (("encoder", can.encoder),
+                                                                              ("decoder", can.decoder)) if has)
+    if not hasattr(cfg, "n_heads"):  # a recurrent model
+        return f"{cfg.arch}, hidden size {cfg.d_model}, {layers} layers, vocab {vocab}"
+    return f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, {layers} layers, d_ff {cfg.d_ff}, vocab {vocab}"
+
+
+def _info_model_config(args: argparse.Namespace):
+    """The model ``info`` counts: (a family's config, None) when its vocabulary is known, else (None,
+    a function from vocabulary size to that config). The config is a model config, a training config
+    (its model section; the vocabulary from --vocab-size, or from a built-in task's tokenizer) or a
+    run directory (its config.yaml), with --set overrides."""
+    from attnlab.config import apply_overrides, read_config_file
+    from attnlab.errors import ConfigError
+    from attnlab.models import model_config
+    from attnlab.train.checkpoint import RunDir
+    from attnlab.train.config import RunConfig, override_fields
+    from attnlab.train.run import planned_model_config
+
+    path = Path(args.config)
+    of_a_run = path.is_dir()
+    if of_a_run:
+        path = RunDir(path).config
+        if not path.is_file():
+            raise UsageError(f"{args.config} is a directory but not a run directory (no config.yaml)")
+    sections = read_config_file(path)
+    apply_overrides(sections, args.set or [], override_fields)
+    where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])
+    model = sections.get("model")
+    if isinstance(model, dict) and "vocab_size" in model:  # a model config, or a run's complete one
+        if args.vocab_size is not None:
+            model = {**model, "vocab_size": args.vocab_size}
+        try:
+            return model_config(model, from_0_1=of_a_run), None
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
+    if "data" not in sections:
+        raise ConfigError(f"{where}: section 'model' needs the field 'vocab_size' (or give --vocab-size), or the "
+                          f"file needs a data section whose tokenizer sets it")
+    cfg = RunConfig.from_sections(sections, where)
+    with_vocab = planned_model_config(cfg)
+    if args.vocab_size is not None:
+        return with_vocab(args.vocab_size), None
+    if cfg.data.format == "builtin":  # generated in memory: its tokenizer is quick to build
+        return planned_model_config(cfg, from_data=True)(0), None
+    return None, with_vocab
+
+
+def cmd_info(args: argparse.Namespace) -> None:
+    import torch
+
+    from attnlab.analysis.budget import budget_report, format_budget_report, format_parameter_report, parameter_report
+    from attnlab.models import build_model
+
+    if min(args.seq_len, args.batch) < 1 or (args.src_len is not None and args.src_len < 1):
+        raise UsageError("--seq-len, --src-len and --batch must be at least 1")
+    if args.vocab_size is not None and args.vocab_size < 1:
+        raise UsageError(f"--vocab-size must be at least 1 (got {args.vocab_size})")
+    cfg, with_vocab = _info_model_config(args)
+
+    def count(model_cfg) -> dict:
+        with torch.device("meta"):  # shapes only: no memory for the weights, no time to initialise them
+            return parameter_report(build_model(model_cfg))
+
+    if cfg is None:  # a training config whose vocabulary comes from its data files: parameters = a + b V
+        if args.memory or args.flops:
+            raise UsageError(f"{args.config}: the vocabulary comes from the data; give --vocab-size V for "
+                             f"--memory and --flops")
+        small, large = (count(with_vocab(v))["params_total"] for v in (1000, 2000))
+        per_entry = (large - small) // 1000
+        fixed = small - 1000 * per_entry
+        shape = with_vocab(1000)
+        if args.json:
+            print(json.dumps({"config": str(args.config), "arch": shape.arch, "vocab_size": None,
+                              "params_without_vocab": fixed, "params_per_vocab_entry": per_entry}))
+            return
+        print(f"{args.config}: {_describe_model(shape, 'V')}")
+        print(f"parameters: {fixed:,} + {per_entry:,} x V, V the vocabulary size, which the tokenizer sets from "
+              f"the data (--vocab-size V counts it exactly)")
+        return
+    report = {"config": str(args.config), "arch": cfg.arch, **count(cfg)}
+    budget = None
+    if args.memory or args.flops:  # measured on the meta device
+        try:
+            budget = budget_report(cfg, args.seq_len, args.batch, args.src_len)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        report["budget"] = {k: v for k, v in budget.items()
+                            if (args.flops or k != "flops") and (args.memory or not k.endswith("_memory"))}
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"{args.config}: {_describe_model(cfg, f'{cfg.vocab_size:,}')}")
+    print(format_parameter_report(report))
+    if budget is not None:
+        print()
+        print(format_budget_report(report["budget"]))
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Add `info` to the command line."""
+    info = sub.add_parser("info", help="parameter counts of a model config")
+    info.add_argument("config", help="a model or training config (YAML or JSON), or a run directory")
+    info.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
+                      help="override one config field, e.g. --set model.n_layers=4 (repeatable)")
+    info.add_argument("--vocab-size", type=int, metavar="V",
+                      help="count with this vocabulary size (a training config's tokenizer otherwise sets it from "
+                           "the data)")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--memory", action="store_true", help="training and inference memory (meta device)")
+    info.add_argument("--flops", action="store_true", help="FLOPs split into attention, FFN and output")
+    info.add_argument("--seq-len", type=int, default=512, help="tokens per sequence for --memory/--flops")
+    info.add_argument("--src-len", type=int, help="source tokens (encoder-decoder; default --seq-len)")
+    info.add_argument("--batch", type=int, default=32, help="sequences per batch for --memory/--flops")
+    info.set_defaults(func=cmd_info)

@@ -1,0 +1,59 @@
+"""The `attnlab` command: a thin shell over library functions, one module per command group.
+
+User errors (AttnlabError) are printed as one line, ``error: <message>``, with the error class's exit
+code; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Sequence
+
+from attnlab import __version__
+from attnlab.cli import analysis, bench, data, decode, demo, info, train
+from attnlab.cli.common import Parser
+from attnlab.errors import AttnlabError, Interrupted
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="attnlab", description="The Transformer family end to end.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors")
+    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for group in (info, analysis, train, decode, bench, data, demo):  # the order of `attnlab --help`
+        group.add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    code = _run(list(sys.argv[1:] if argv is None else argv))
+    from attnlab.train.distributed import exit_worker, under_torchrun
+
+    if under_torchrun():
+        exit_worker(code)  # the interpreter's shutdown can abort a worker whose gloo threads live on
+    return code
+
+
+def _run(argv: list[str]) -> int:
+    """The command's exit status: 0, or an AttnlabError's, after its one line on stderr."""
+    try:
+        args = make_parser().parse_args(argv)
+        args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C outside training (which raises Interrupted, saying what it saved)
+        if "--debug" in argv:
+            raise
+        print("\ninterrupted", file=sys.stderr)
+        return Interrupted.exit_code
+    except BrokenPipeError:  # the reader of stdout has gone (`| head -1`): stop quietly, as `yes | head` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
+        return 128 + signal.SIGPIPE
+    except AttnlabError as err:
+        if "--debug" in argv:
+            raise
+        newline = "\n" if isinstance(err, Interrupted) else ""  # after the terminal's ^C and any progress bar
+        print(f"{newline}error: {err}", file=sys.stderr)
+        return err.exit_code
+    return 0

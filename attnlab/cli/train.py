@@ -1,0 +1,105 @@
+"""`attnlab train` and `attnlab average`: training runs, resuming them, averaging their checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from attnlab.errors import Interrupted, UsageError
+
+
+def _default_run_dir(stem: str) -> str:
+    return str(Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
+    """The run directory to write: ``out``, or runs/STEM-TIMESTAMP; an existing, non-empty one is
+    only taken to resume it, never overwritten."""
+    from attnlab.files import is_leftover
+
+    path = Path(out) if out else Path(_default_run_dir(stem))
+    if resume:
+        if not path.is_dir():
+            raise UsageError(f"--resume: {path} is not a run directory (give it with --out)")
+    elif path.exists() and (not path.is_dir() or any(not (p.is_file() and is_leftover(p)) for p in path.iterdir())):
+        raise UsageError(f"{path} already exists; pass --resume to continue that run, or choose another --out")
+    return path
+
+
+def _saved_so_far(out: Path) -> str:
+    """What an interrupted training left in ``out``, and how to go on."""
+    from attnlab.train.checkpoint import RunDir
+
+    steps = RunDir(out).steps() if out.is_dir() else []
+    if steps:
+        return (f"interrupted; {out} has its checkpoints up to step {steps[-1]}: continue with "
+                f"`attnlab train --out {out} --resume`")
+    return f"interrupted before the first checkpoint; `attnlab train --out {out} --resume` starts it again from step 0"
+
+
+def _run_config_file(run_dir: str) -> Path:
+    from attnlab.train.checkpoint import RunDir
+
+    config = RunDir(run_dir).config
+    if not config.is_file():
+        raise UsageError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
+    return config
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from attnlab.train.config import RunConfig
+    from attnlab.train.distributed import joined_world
+    from attnlab.train.loop import resolve_device
+    from attnlab.train.run import train_run
+
+    if args.config is not None:
+        cfg = RunConfig.from_file(args.config, args.set or [])
+    elif args.resume and args.out:  # the run's own config, and any --set changes to it
+        cfg = RunConfig.from_file(_run_config_file(args.out), args.set or [], of_a_run=True)
+    else:
+        raise UsageError("train needs a CONFIG file (or --out RUN --resume, to continue a run with its own config)")
+    stem = Path(args.config or args.out).stem
+    with joined_world(resolve_device(cfg.train.device).type) as world:  # under torchrun: this rank's place
+        out = new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem,
+                           args.resume)
+        if world:
+            world.barrier()  # every rank has checked the directory before rank 0 writes into it
+        try:
+            summary = train_run(cfg, out, resume=args.resume, world=world, allow_changes=args.allow_changes)
+        except KeyboardInterrupt:
+            raise Interrupted(_saved_so_far(out)) from None
+    if world is None or world.is_main:
+        print(json.dumps({k: v for k, v in summary.items() if k != "last_eval"} | summary["last_eval"]))
+        print(f"run directory: {out}")
+
+
+def cmd_average(args: argparse.Namespace) -> None:
+    from attnlab.train.checkpoint import write_average
+
+    path, steps = write_average(args.run_dir, args.last, args.force)
+    print(f"averaged steps {', '.join(map(str, steps))} into {path}")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Add `train and average` to the command line."""
+    train = sub.add_parser("train", help="train a model from a config file")
+    train.add_argument("config", nargs="?",
+                       help="YAML or JSON config with model, data and train sections (with --resume: the run's own "
+                            "config.yaml when left out)")
+    train.add_argument("--out", help="run directory (default: runs/CONFIG-TIMESTAMP)")
+    train.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
+                       help="override one config field, e.g. --set train.max_steps=200 (repeatable)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in --out from its newest checkpoint, with the run's own config")
+    train.add_argument("--allow-changes", action="store_true",
+                       help="with --resume: train on with train settings that differ from the run's (from CONFIG "
+                            "or --set); they are recorded in RUN/config_changes.jsonl. Model and data never change")
+    train.set_defaults(func=cmd_train)
+
+    average = sub.add_parser("average", help="average the newest checkpoints of a run (as the paper does)")
+    average.add_argument("run_dir", help="a run directory written by `attnlab train`")
+    average.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
+    average.add_argument("--force", action="store_true", help="replace the run's existing average")
+    average.set_defaults(func=cmd_average)

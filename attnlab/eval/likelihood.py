@@ -1,0 +1,36 @@
+"""Teacher-forced likelihood: the model's logits for every target position given the true prefix,
+and the NLL per target token and perplexity over a set of batches (validation, `attnlab score`)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, ContextManager
+
+import torch
+from torch import nn
+
+from attnlab.data.batching import Batch
+from attnlab.data.tokenizers import PAD
+from attnlab.eval.metrics import perplexity
+from attnlab.nn.losses import label_smoothed_nll
+
+
+def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Teacher-forced logits (B, T, V) of an EncoderDecoder (with src) or a DecoderLM (without)."""
+    return model(batch.src, batch.tgt_in) if batch.src is not None else model(batch.tgt_in)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str = "cpu",
+             amp: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, float]:
+    """Teacher-forced NLL per target token and its perplexity (no label smoothing)."""
+    model.eval()
+    nll_sum, n_tokens = 0.0, 0
+    for batch in batches:
+        batch = batch.to(device)
+        with amp():
+            logits = logits_of(model, batch)
+        nll_sum += label_smoothed_nll(logits, batch.tgt_out, 0.0, PAD)[1].item()
+        n_tokens += batch.n_tokens
+    loss = nll_sum / max(n_tokens, 1)
+    return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens}

@@ -1,0 +1,28 @@
+"""Model families. Each is one module that declares its config (only its own fields), its builder
+and its capabilities, and registers itself (models/family.py); ``model.arch`` selects one.
+Adding a family is one new module here, imported below (or, from outside the package, any module
+that calls ``register_family`` before the config is read)."""
+
+from attnlab.models.family import (
+    FAMILIES,
+    Capabilities,
+    FamilyConfig,
+    ModelFamily,
+    build_model,
+    family_named,
+    model_config,
+    read_model_config,
+    register_family,
+)
+
+# isort: off
+# The built-in families register themselves on import, in the order error messages list them.
+from attnlab.models.encoder_decoder import EncoderDecoderConfig
+from attnlab.models.decoder_lm import DecoderLMConfig
+from attnlab.models.encoder_only import EncoderOnlyConfig
+from attnlab.models.rnn import RNNConfig
+# isort: on
+
+__all__ = ["FAMILIES", "Capabilities", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
+           "read_model_config", "register_family", "EncoderDecoderConfig", "DecoderLMConfig", "EncoderOnlyConfig",
+           "RNNConfig"]

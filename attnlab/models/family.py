@@ -1,0 +1,152 @@
+"""What a model family is, and the registry that selects one by ``model.arch``.
+
+A family is one module that declares a :class:`ModelFamily`: its config dataclass (only its own
+fields), its builder and its capabilities, registered with ``@register_family``. Everything that
+depends on the kind of model asks the registry or the capabilities, never the family's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torch import nn
+
+from attnlab.config import TypedConfig, did_you_mean, one_of, read_config_file
+from attnlab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a family's models can do; commands and checks ask these, not the family's name."""
+
+    encoder: bool  # reads a source sequence (translation, classification)
+    decoder: bool  # predicts tokens left to right (translation, generation)
+    incremental_decoding: bool  # a cache makes each new token one step (decode/search.py)
+    attention_weights: bool  # multi-head attention probabilities that capture_attention reads
+    inputs: str = "tokens"  # tokens | image_patches | series
+
+
+class FamilyConfig(TypedConfig):
+    """Base of every family's config dataclass: section 'model', ``arch`` naming the family, and
+    a refusal of another family's fields that names this family and lists its own."""
+
+    section: ClassVar[str] = "model"
+    family: ClassVar[type["ModelFamily"]]  # set by @register_family
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        self.check()
+
+    def check(self) -> None:
+        """Value checks across fields; families extend it (calling super().check())."""
+
+    @property
+    def arch(self) -> str:
+        return self.family.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.family.capabilities
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model can encode positions for; None: no limit."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"arch": self.arch, **dataclasses.asdict(self)}
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "FamilyConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"section 'model' must be a mapping of field: value (got {type(data).__name__})")
+        names = cls.field_names()
+        for key in data:
+            if key != "arch" and key not in names:
+                raise ConfigError(f"model.arch '{cls.family.name}' has no field '{key}'{did_you_mean(str(key), names)}; "
+                                  f"its fields: {', '.join(names)}")
+        return super().from_dict({k: v for k, v in data.items() if k != "arch"})
+
+
+class ModelFamily:
+    """One kind of model: ``name`` (the value of model.arch), ``config`` (its dataclass),
+    ``capabilities``, and ``build(config)`` -> a freshly initialised module."""
+
+    name: ClassVar[str]
+    config: ClassVar[type[FamilyConfig]]
+    capabilities: ClassVar[Capabilities]
+
+    @staticmethod
+    def build(cfg: Any) -> nn.Module:
+        raise NotImplementedError
+
+
+FAMILIES: dict[str, type[ModelFamily]] = {}
+DEFAULT_ARCH = "encoder_decoder"
+
+# The fields of the one flat ModelConfig of releases before the families (0.1.0): a run directory
+# written then lists all of them for every arch. Each family's builder used only its own, so reading
+# such a file drops the others (they never changed the model).
+RELEASE_0_1_FIELDS = (
+    "vocab_size", "arch", "src_vocab_size", "d_model", "n_heads", "n_layers", "n_encoder_layers", "n_decoder_layers",
+    "d_ff", "dropout", "attention_dropout", "activation", "norm", "layer_norm_eps", "positional", "positional_combine",
+    "positional_dim", "positional_base", "max_relative_distance", "max_len", "tie_embeddings", "pad_id", "n_classes",
+    "rnn_cell", "rnn_attention", "score", "bidirectional", "input_feeding", "attention_backend", "attention_window",
+    "attention_block", "attention_key_block", "sparse_stride", "sparse_global", "sparse_random", "linear_features",
+    "linear_n_features")
+
+
+def register_family(family: type[ModelFamily]) -> type[ModelFamily]:
+    """Class decorator: make ``family`` selectable as ``model.arch: <family.name>``."""
+    if family.name in FAMILIES and FAMILIES[family.name] is not family:
+        raise ValueError(f"a model family named '{family.name}' is already registered ({FAMILIES[family.name]})")
+    family.config.family = family
+    FAMILIES[family.name] = family
+    return family
+
+
+def family_named(arch: Any) -> type[ModelFamily]:
+    one_of("arch", arch, FAMILIES)
+    return FAMILIES[arch]
+
+
+def model_config(data: dict[str, Any] | None = None, /, from_0_1: bool = False, **fields: Any) -> FamilyConfig:
+    """The config of the family that ``arch`` names (default encoder_decoder), from a model section
+    (``data``) or keywords: ``model_config(arch="decoder_lm", vocab_size=100, d_model=64)``.
+    ``from_0_1``: a run directory's config.yaml, which release 0.1 wrote with every family's fields
+    (see :func:`written_by_0_1`)."""
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"section 'model' must be a mapping of field: value (got {type(data).__name__})")
+    data = fields if data is None else {**data, **fields}
+    family = family_named(data.get("arch", DEFAULT_ARCH))
+    return family.config.from_dict(written_by_0_1(data) if from_0_1 else data)
+
+
+def read_model_config(path: str | Path) -> FamilyConfig:
+    """The model section of a YAML or JSON config file, as its family's config."""
+    sections = read_config_file(path)
+    if "model" not in sections:
+        raise ConfigError(f"{path}: no 'model' section")
+    try:
+        return model_config(sections["model"])
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def written_by_0_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's model section less the fields that release 0.1 wrote for every family and
+    this one does not have (its builder never read them); a new run's section is unchanged."""
+    own = family_named(data.get("arch", DEFAULT_ARCH)).config.field_names()
+    return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
+
+
+def build_model(cfg: FamilyConfig) -> nn.Module:
+    """A freshly initialised model of ``cfg``'s family."""
+    return cfg.family.build(cfg)

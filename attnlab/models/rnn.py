@@ -1,0 +1,103 @@
+"""The recurrent encoder-decoder the Transformer replaced: a (bidirectional) RNN encoder and an RNN
+decoder with one fixed context vector (Sutskever et al. 2014, Cho et al. 2014), Bahdanau (additive)
+attention or Luong attention with input feeding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from torch import nn
+
+from attnlab.config import at_least, one_of
+from attnlab.errors import ConfigError
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.transformer import SINGLE_STACK_TIES, init_weights
+from attnlab.nn.registry import RNN_ATTENTION, RNN_CELLS, SCORES
+from attnlab.nn.rnn import RNNDecoder, RNNEncoder, RNNSeq2Seq
+
+
+@dataclass(frozen=True)
+class RNNConfig(FamilyConfig):
+    """``d_model`` is the embedding and hidden size of every cell; ``rnn_attention: none`` is a
+    fixed context; ``score`` is the alignment score of the attention; ``max_len`` bounds the
+    positions of the ``location`` score. Embeddings may tie the output projection only
+    (``all`` = ``output``): source and target tables stay separate."""
+
+    vocab_size: int
+    src_vocab_size: Optional[int] = None
+    d_model: int = 512
+    n_layers: int = 6
+    n_encoder_layers: Optional[int] = None
+    n_decoder_layers: Optional[int] = None
+    dropout: float = 0.1
+    max_len: int = 1024
+    tie_embeddings: str = "all"
+    pad_id: int = 0
+    rnn_cell: str = "gru"
+    rnn_attention: str = "bahdanau"
+    score: str = "additive"
+    bidirectional: bool = True
+    input_feeding: bool = True
+
+    def check(self) -> None:
+        one_of("rnn_cell", self.rnn_cell, RNN_CELLS)
+        one_of("rnn_attention", self.rnn_attention, RNN_ATTENTION)
+        one_of("score", self.score, SCORES)
+        if self.score in ("dot", "scaled_dot", "cosine") and self.bidirectional:
+            raise ConfigError(f"score '{self.score}' compares the decoder state (d_model) with encoder states of "
+                              f"size 2 x d_model (bidirectional): use 'general' or 'additive', or bidirectional: false")
+        if self.tie_embeddings == "src_tgt":
+            raise ConfigError("tie_embeddings 'src_tgt' needs arch 'encoder_decoder' (arch is 'rnn')")
+        one_of("tie_embeddings", self.tie_embeddings, SINGLE_STACK_TIES)
+        for name in ("vocab_size", "d_model", "n_layers", "max_len"):
+            at_least(name, getattr(self, name), 1)
+        for name in ("src_vocab_size", "n_encoder_layers", "n_decoder_layers"):
+            if getattr(self, name) is not None:
+                at_least(name, getattr(self, name), 1)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
+        if not 0 <= self.pad_id < min(self.vocab_size, self.src_vocab):
+            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
+                              f"({min(self.vocab_size, self.src_vocab)})")
+
+    @property
+    def src_vocab(self) -> int:
+        return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_encoder_layers if self.n_encoder_layers is not None else self.n_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+
+    @property
+    def tied(self) -> tuple[str, ...]:
+        return () if self.tie_embeddings == "none" else ("output",)
+
+
+@register_family
+class RNNFamily(ModelFamily):
+    name = "rnn"
+    config = RNNConfig
+    capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=False)
+
+    @staticmethod
+    def build(cfg: RNNConfig) -> RNNSeq2Seq:
+        cell = RNN_CELLS[cfg.rnn_cell]
+        src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model)
+        tgt_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        encoder = RNNEncoder(src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout)
+        score = None
+        if cfg.rnn_attention != "none":
+            score = SCORES[cfg.score](cfg.d_model, encoder.out_dim, d_attn=cfg.d_model, max_len=cfg.max_len)
+        decoder = RNNDecoder(tgt_embed, cell, cfg.d_model, encoder.out_dim, cfg.decoder_layers, cfg.rnn_attention,
+                             score, cfg.input_feeding, cfg.dropout)
+        generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if "output" in cfg.tied:
+            generator.weight = tgt_embed.weight
+        model = RNNSeq2Seq(encoder, decoder, generator, cfg.pad_id)
+        init_weights(model)
+        return model

@@ -1,0 +1,273 @@
+"""What the three Transformer families share: the config fields of the blocks (attention, positions,
+feed-forward, residual and norm) and the builders that turn them into modules.
+
+Initialisation (the paper does not state one; this follows the Annotated Transformer and fairseq):
+every weight matrix of a Linear layer is Xavier-uniform and every bias zero (the fused Q/K/V and
+K/V projections block by block, each d_model x d_model, as if they were separate matrices); token embeddings are
+N(0, 1/D_tok), so that after the sqrt(D_tok) scale a token vector has unit variance, like the
+sinusoids it is added to; positional tables keep PyTorch's N(0, 1), the same scale; LayerNorm
+starts at gain 1 and bias 0. A tied output projection shares the token embedding's initial value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from torch import nn
+
+from attnlab.config import at_least, one_of
+from attnlab.errors import ConfigError
+from attnlab.models.family import FamilyConfig
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.backends import AttentionBackend
+from attnlab.nn.feedforward import PositionWiseFeedForward
+from attnlab.nn.layers import DecoderLayer, EncoderLayer
+from attnlab.nn.positional import PositionalEncoding
+from attnlab.nn.registry import (
+    ACTIVATIONS,
+    ATTENTION_BACKENDS,
+    NORM_PLACEMENTS,
+    POSITIONAL,
+    POSITIONAL_COMBINE,
+)
+from attnlab.nn.residual import ResidualConnection
+from attnlab.nn.transformer import Decoder, Embeddings, Encoder
+
+SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
+
+
+@dataclass(frozen=True)
+class TransformerConfig(FamilyConfig):
+    """The fields of every Transformer family, one per axis of variation.
+
+    ``positional`` is applied where the method puts it: absolute encodings (``sinusoidal``,
+    ``learned``) at the embeddings, added or concatenated (``positional_combine``); relative ones
+    (``relative``, ``relative_bias``, ``rotary``, ``alibi``) inside every self-attention.
+    ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
+    the encoder-decoder adds ``src_tgt`` (shared source and target embeddings) and ``all`` (both,
+    the paper's choice).
+    """
+
+    vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: Optional[float] = None
+    activation: str = "relu"
+    norm: str = "post"
+    layer_norm_eps: float = 1e-5
+    positional: str = "sinusoidal"
+    positional_combine: str = "add"
+    positional_dim: Optional[int] = None
+    positional_base: float = 10000.0
+    max_relative_distance: int = 16
+    max_len: int = 1024
+    tie_embeddings: str = "all"
+    pad_id: int = 0
+    attention_backend: str = "math"
+    attention_window: int = 128
+    attention_block: int = 128
+    attention_key_block: int = 1024
+    sparse_stride: int = 0
+    sparse_global: int = 0
+    sparse_random: int = 0
+    linear_features: str = "elu"
+    linear_n_features: int = 64
+
+    ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
+
+    def check(self) -> None:
+        one_of("activation", self.activation, ACTIVATIONS)
+        one_of("norm", self.norm, NORM_PLACEMENTS)
+        one_of("positional", self.positional, POSITIONAL)
+        one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
+        self._check_ties()
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len", "max_relative_distance"):
+            at_least(name, getattr(self, name), 1)
+        if self.positional_dim is not None:
+            at_least("positional_dim", self.positional_dim, 1)
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1) (got {value})")
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
+        if self.positional_base <= 1:
+            raise ConfigError(f"positional_base must be > 1 (got {self.positional_base})")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        self._check_positional()
+        self._check_backend()
+        if not 0 <= self.pad_id < min(self.vocab_sizes):
+            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
+                              f"({min(self.vocab_sizes)})")
+
+    def _check_ties(self) -> None:
+        if self.tie_embeddings == "src_tgt" and "src_tgt" not in self.ties:
+            raise ConfigError(f"tie_embeddings 'src_tgt' needs arch 'encoder_decoder' (arch is '{self.arch}')")
+        one_of("tie_embeddings", self.tie_embeddings, self.ties)
+
+    def _check_positional(self) -> None:
+        absolute = POSITIONAL[self.positional].absolute
+        if self.positional_combine == "concat":
+            if not absolute:
+                raise ConfigError(f"positional_combine 'concat' needs an absolute encoding "
+                                  f"('sinusoidal' or 'learned'), not '{self.positional}'")
+            if not 1 <= self.positional_width < self.d_model:
+                raise ConfigError(f"positional_dim ({self.positional_width}) must be between 1 and "
+                                  f"d_model - 1 ({self.d_model - 1}) when positional_combine is 'concat'")
+            if "output" in self.tied:
+                raise ConfigError("tie_embeddings 'output'/'all' needs token embeddings of width d_model; with "
+                                  "positional_combine 'concat' use tie_embeddings 'none' or 'src_tgt'")
+        elif self.positional_dim is not None:
+            raise ConfigError("positional_dim is only used with positional_combine 'concat'")
+        if self.positional == "sinusoidal" and self.positional_width % 2:
+            raise ConfigError(f"sinusoidal positions need an even width (got {self.positional_width})")
+        if self.positional == "rotary" and self.d_head % 2:
+            raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {self.d_head})")
+
+    def _check_backend(self) -> None:
+        """What the chosen backend supports, as it declares it (nn/backends/)."""
+        one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        one_of("linear_features", self.linear_features, ("elu", "favor"))
+        for name in ("attention_block", "attention_key_block", "linear_n_features"):
+            at_least(name, getattr(self, name), 1)
+        for name in ("attention_window", "sparse_stride", "sparse_global", "sparse_random"):
+            at_least(name, getattr(self, name), 0)
+        backend = ATTENTION_BACKENDS[self.attention_backend]
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for other in ATTENTION_BACKENDS.values():
+            for name in other.fields:
+                if name not in backend.fields and getattr(self, name) != defaults[name]:
+                    users = [b.name for b in ATTENTION_BACKENDS.values() if name in b.fields]
+                    raise ConfigError(f"{name} is only used with attention_backend {' or '.join(map(repr, users))} "
+                                      f"(attention_backend is '{backend.name}')")
+        if self.positional == "relative" and not backend.returns_weights:
+            forming = [b.name for b in ATTENTION_BACKENDS.values() if b.returns_weights]
+            raise ConfigError(f"positional 'relative' (Shaw et al.) weights a value term by the attention "
+                              f"probabilities, which only attention_backend {' or '.join(map(repr, forming))} forms "
+                              f"(got '{backend.name}')")
+        if POSITIONAL[self.positional].biases_scores and not backend.score_bias:
+            raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so positional "
+                              f"'{self.positional}' has nothing to add its bias to; use 'rotary', 'sinusoidal' or "
+                              f"'learned'")
+        if self.attn_dropout > 0 and not backend.attention_dropout:
+            raise ConfigError(f"attention_backend '{backend.name}' has no attention probabilities to drop; set "
+                              f"attention_dropout: 0 (the residual dropout stays at {self.dropout})")
+
+    # -- derived quantities, so that no module recomputes them ------------------------------------
+    @property
+    def max_positions(self) -> int | None:
+        return self.max_len if self.positional == "learned" else None
+
+    @property
+    def vocab_sizes(self) -> tuple[int, ...]:
+        """Every embedding table's size (the pad id must be a token of each)."""
+        return (self.vocab_size,)
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def attn_dropout(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    @property
+    def positional_width(self) -> int:
+        """Width of an absolute positional vector: d_model when added, positional_dim when concatenated."""
+        if self.positional_combine == "add":
+            return self.d_model
+        return self.positional_dim if self.positional_dim is not None else self.d_model // 2
+
+    @property
+    def token_width(self) -> int:
+        """Width of a token embedding: what the positional vector leaves of d_model."""
+        return self.d_model - (self.positional_width if self.positional_combine == "concat" else 0)
+
+    @property
+    def tied(self) -> tuple[str, ...]:
+        """The ties in force: a subset of ('output', 'src_tgt')."""
+        return () if self.tie_embeddings == "none" else ("output",)
+
+
+# -- the parts, built from a TransformerConfig ---------------------------------------------------
+
+def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
+    """The configured scheme where it belongs ('embeddings' or 'self_attention'); identity elsewhere."""
+    cls = POSITIONAL[cfg.positional]
+    belongs = "embeddings" if cls.absolute else "self_attention"
+    return cls.from_config(cfg) if where == belongs else PositionalEncoding()
+
+
+def embeddings(cfg: TransformerConfig, vocab_size: int) -> Embeddings:
+    return Embeddings(vocab_size, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout)
+
+
+def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:
+    """The ``attention_backend`` with its own fields; cross-attention takes the backend it declares
+    for it (a window over positions of one sequence means nothing from target to source)."""
+    chosen = ATTENTION_BACKENDS[cfg.attention_backend]
+    if cross and chosen.cross_attention is not None:
+        chosen = ATTENTION_BACKENDS[chosen.cross_attention]
+    return chosen.from_config(cfg)
+
+
+def attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
+    scheme = PositionalEncoding() if cross else positional(cfg, "self_attention")
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=cross, positional=scheme,
+                              backend=backend(cfg, cross))
+
+
+def feed_forward(cfg: TransformerConfig) -> PositionWiseFeedForward:
+    return PositionWiseFeedForward(cfg.d_model, cfg.d_ff, ACTIVATIONS[cfg.activation]())
+
+
+def residual(cfg: TransformerConfig) -> ResidualConnection:
+    return ResidualConnection(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
+
+
+def final_norm(cfg: TransformerConfig) -> nn.Module:
+    """Pre-norm stacks leave their output unnormalised, so they end with a LayerNorm."""
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
+
+
+def encoder(cfg: TransformerConfig, n_layers: int) -> Encoder:
+    layers = [EncoderLayer(attention(cfg), feed_forward(cfg), residual(cfg), residual(cfg)) for _ in range(n_layers)]
+    return Encoder(layers, final_norm(cfg))
+
+
+def decoder(cfg: TransformerConfig, n_layers: int, cross: bool) -> Decoder:
+    layers = [DecoderLayer(attention(cfg), attention(cfg, cross=True) if cross else None, feed_forward(cfg),
+                           residual(cfg), residual(cfg) if cross else None, residual(cfg))
+              for _ in range(n_layers)]
+    return Decoder(layers, final_norm(cfg))
+
+
+def output_projection(cfg: TransformerConfig, embed: Embeddings) -> nn.Linear:
+    """Pre-softmax linear map d_model -> V, without bias; tied to the token embedding when configured."""
+    projection = nn.Linear(cfg.d_model, embed.tokens.num_embeddings, bias=False)
+    if "output" in cfg.tied:
+        projection.weight = embed.tokens.weight
+    return projection
+
+
+def init_weights(model: nn.Module) -> None:
+    """The initialisation of the module docstring, for a model of any family."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            fused = module.kv_proj if module.cross else module.qkv_proj
+            for block in fused.weight.data.split(module.out_proj.in_features):  # one d_model x d_model each
+                nn.init.xavier_uniform_(block)
+    for module in model.modules():  # after the Linears, so that tied projections end with this value
+        if isinstance(module, Embeddings):
+            nn.init.normal_(module.tokens.weight, std=module.tokens.embedding_dim ** -0.5)

@@ -1,0 +1,169 @@
+"""The train section of a config, and a whole training run's config (model, data and train).
+
+The model section is the family's own (attnlab/models): a training config leaves out the fields its
+tokenizer sets (vocabulary sizes and the pad id), and :meth:`RunConfig.model_config` completes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from attnlab.config import TypedConfig, apply_overrides, at_least, one_of, read_config_file
+from attnlab.data.config import DataConfig
+from attnlab.errors import ConfigError
+from attnlab.models import FAMILIES, FamilyConfig, model_config
+from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
+
+
+@dataclass(frozen=True)
+class TrainConfig(TypedConfig):
+    """How to train: the paper's recipe by default (Adam 0.9/0.98/1e-9, the inverse-square-root
+    warm-up schedule, label smoothing 0.1), with budgets in steps, epochs or seconds."""
+
+    section: typing.ClassVar[str] = "train"
+
+    seed: int = 1
+    max_steps: int = 10000
+    max_epochs: Optional[int] = None
+    max_seconds: Optional[float] = None
+    max_tokens: int = 4096
+    batch_size: int = 32
+    accumulate: int = 1
+    optimizer: str = "adam"
+    lr_schedule: str = "noam"
+    lr: float = 1.0
+    warmup_steps: int = 4000
+    min_lr: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.98
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: Optional[float] = 1.0
+    precision: str = "fp32"
+    activation_checkpointing: bool = False
+    compile: bool = False
+    device: str = "auto"
+    eval_every: int = 500
+    eval_exact_match: int = 0
+    early_stop_metric: str = "valid_loss"
+    patience: Optional[int] = None
+    keep_last: int = 3
+    log_every: int = 50
+    progress: bool = True
+    max_bad_steps: int = 5
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("optimizer", self.optimizer, ("adam", "adamw"))
+        one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
+        one_of("precision", self.precision, PRECISIONS)
+        one_of("device", self.device, ("auto", "cpu", "cuda"))
+        one_of("early_stop_metric", self.early_stop_metric, ("valid_loss", "valid_ppl", "exact_match"))
+        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
+                     "max_bad_steps"):
+            at_least(name, getattr(self, name), 1)
+        for name in ("warmup_steps", "eval_exact_match"):
+            at_least(name, getattr(self, name), 0)
+        for name in ("max_epochs", "patience"):
+            if getattr(self, name) is not None:
+                at_least(name, getattr(self, name), 1)
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise ConfigError(f"need 0 <= min_lr ({self.min_lr}) <= lr ({self.lr}) and lr > 0")
+        if self.lr_schedule == "noam" and self.warmup_steps == 0:
+            raise ConfigError("lr_schedule 'noam' needs warmup_steps >= 1")
+        for name in ("beta1", "beta2", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1) (got {getattr(self, name)})")
+        if self.eps <= 0 or self.weight_decay < 0:
+            raise ConfigError("eps must be > 0 and weight_decay >= 0")
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            raise ConfigError(f"clip_norm must be > 0, or null for no clipping (got {self.clip_norm})")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ConfigError(f"max_seconds must be > 0 (got {self.max_seconds})")
+        if self.early_stop_metric == "exact_match" and self.eval_exact_match == 0:
+            raise ConfigError("early_stop_metric 'exact_match' needs eval_exact_match > 0 (examples to decode)")
+
+
+FROM_TOKENIZER = ("vocab_size", "src_vocab_size", "pad_id")  # model fields a training run sets itself
+
+
+@dataclass
+class RunConfig:
+    """A whole training run: the model section is kept as a mapping until the tokenizer has set
+    vocab_size and pad_id (see :meth:`model_config`)."""
+
+    model: dict[str, Any]
+    data: DataConfig
+    train: TrainConfig
+
+    @classmethod
+    def from_sections(cls, sections: dict[str, Any], where: str = "") -> "RunConfig":
+        prefix = f"{where}: " if where else ""
+        try:
+            model = sections.get("model") or {}
+            if not isinstance(model, dict):
+                raise ConfigError("section 'model' must be a mapping of field: value")
+            for fixed in FROM_TOKENIZER:
+                if fixed in model:
+                    raise ConfigError(f"model.{fixed} is set from the tokenizer in a training config; remove it")
+            model_cfg = model_config({**model, "vocab_size": 8})  # check the other fields before data prep
+            data = DataConfig.from_dict(sections.get("data") or {})
+            train = TrainConfig.from_dict(sections.get("train") or {})
+            _check_run(model_cfg, data, train)
+            return cls(model, data, train)
+        except ConfigError as err:
+            raise ConfigError(f"{prefix}{err}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path, overrides: typing.Sequence[str] = (), of_a_run: bool = False) -> "RunConfig":
+        """The config in ``path`` with ``--set`` overrides; ``of_a_run``: a run directory's
+        config.yaml, whose model section also holds the fields its tokenizer set (and, written by
+        release 0.1, the fields of every family)."""
+        sections = read_config_file(path)
+        if of_a_run and isinstance(sections.get("model"), dict):
+            own = written_by_0_1(sections["model"])
+            sections["model"] = {k: v for k, v in own.items() if k not in FROM_TOKENIZER}
+        apply_overrides(sections, overrides, override_fields)
+        where = " ".join([str(path), *(f"--set {expr}" for expr in overrides)])  # the error may be in either
+        return cls.from_sections(sections, where)
+
+    def model_config(self, vocab_size: int, src_vocab_size: int | None, pad_id: int) -> FamilyConfig:
+        """The model section completed by the tokenizers: ``src_vocab_size`` None = shared."""
+        sizes = {"vocab_size": vocab_size, "pad_id": pad_id}
+        if src_vocab_size is not None:
+            sizes["src_vocab_size"] = src_vocab_size
+        return model_config({**self.model, **sizes})
+
+
+def _check_run(model: FamilyConfig, data: DataConfig, train: TrainConfig) -> None:
+    """Checks across sections: the family reads what the data holds, and positions fit the lengths."""
+    lm = data.is_lm  # text for a decoder alone; pairs for an encoder and a decoder
+    fits = [name for name, family in FAMILIES.items()
+            if family.capabilities.decoder and family.capabilities.encoder != lm]
+    if model.arch not in fits:
+        kind = "text for a language model" if lm else "sentence pairs"
+        raise ConfigError(f"model.arch must be {' or '.join(repr(w) for w in fits)} for data.format "
+                          f"'{data.format}' ({kind}); got '{model.arch}'")
+    if lm and train.eval_exact_match:
+        raise ConfigError("train.eval_exact_match needs sentence pairs; a language model has none (set it to 0)")
+    if model.max_positions is not None:
+        longest = data.block_size if lm else max(data.max_src_len, data.max_tgt_len) + 1
+        if longest > model.max_positions:
+            raise ConfigError(f"model.max_len ({model.max_positions}) must cover the longest sequence ({longest}) "
+                              f"with learned positions")
+
+
+def override_fields(section: str, sections: dict[str, Any]) -> list[str] | None:
+    """The fields ``--set`` may name in ``section``: the model's are those of the family its arch
+    names (None for an unknown arch, which the model config then refuses with the list)."""
+    if section == "model":
+        arch = (sections.get("model") or {}).get("arch", DEFAULT_ARCH)
+        return FAMILIES[arch].config.field_names() if arch in FAMILIES else None
+    return [f.name for f in dataclasses.fields({"data": DataConfig, "train": TrainConfig}[section])]
