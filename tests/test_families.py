@@ -96,4 +96,8 @@ train: {{max_steps: 30, batch_size: 8, lr_schedule: constant, lr: 0.05, warmup_s
     model, _, cfg = load_run(tmp_path / "run")
     assert isinstance(model, BigramLM) and cfg.arch == "test_bigram"
     refused = run_cli("translate", str(tmp_path / "run"), stdin="a b\n")
-    assert refused.returncode == 2 and "holds a model of arch 'test_bigram'; `attnlab translate` needs" in refused.stderr
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: {tmp_path / 'run'} holds a model of arch 'test_bigram'; `attnlab translate` needs 'encoder_decoder' "
+        f"or 'rnn'\n")
+    refused = run_cli("generate", str(tmp_path / "run"), "--seed", "1")  # sampling needs a cache
+    assert refused.returncode == 2 and "`attnlab generate` needs 'decoder_lm'" in refused.stderr

@@ -54,11 +54,9 @@ def stderr_line(line: str) -> None:
 
 
 # What a command needs of a model, as capabilities: translation reads a source and decodes a target;
-# generation decodes from a prompt alone.
+# generation samples from a prompt alone, step by step with a cache.
 TRANSLATES = {"encoder": True, "decoder": True}
-
-
-GENERATES = {"encoder": False, "decoder": True}
+GENERATES = {"encoder": False, "decoder": True, "incremental_decoding": True}
 
 
 # Decoding limits: beyond these a request is a mistake, not a workload (docs/reliability.md).
@@ -77,8 +75,9 @@ def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
                 if all(getattr(family.capabilities, k) == v for k, v in needs.items())]
         raise UsageError(f"{args.run_dir} holds a model of arch '{cfg.arch}'; `attnlab {args.command}` needs "
                          f"{' or '.join(map(repr, fits))}")
-    if (getattr(args, "max_len", None) or 0) > cfg.max_len:
-        raise UsageError(f"--max-len {args.max_len} is beyond the model's max_len ({cfg.max_len} positions)")
+    limit = getattr(cfg, "max_len", None)  # a family without the field has no such limit
+    if limit is not None and (getattr(args, "max_len", None) or 0) > limit:
+        raise UsageError(f"--max-len {args.max_len} is beyond the model's max_len ({limit} positions)")
     return model, tokenizers, cfg
 
 
