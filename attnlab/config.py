@@ -113,6 +113,55 @@ class TypedConfig:
             raise ConfigError(f"{path}: {err}") from None
 
 
+class RegisteredConfig(TypedConfig):
+    """The section of a plug-in chosen by name from a registry: a model family (``model.arch``) or a
+    task (``data.task``). The choosing key is written with the fields; a field this choice does not
+    have is refused naming the choice and listing its fields."""
+
+    selector: typing.ClassVar[str]  # the key whose value chose this class: 'arch', 'task'
+    link: typing.ClassVar[str]  # the class attribute :func:`register` sets to the plug-in: 'family', 'task'
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        self.check()
+
+    def check(self) -> None:
+        """Value checks across fields; subclasses extend it (calling super().check())."""
+
+    @classmethod
+    def chosen_name(cls) -> str:
+        """The registered name that selects this class."""
+        return getattr(cls, cls.link).name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {self.selector: self.chosen_name(), **dataclasses.asdict(self)}
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "RegisteredConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"section '{cls.section}' must be a mapping of field: value (got {type(data).__name__})")
+        names = cls.field_names()
+        for key in data:
+            if key != cls.selector and key not in names:
+                raise ConfigError(f"{cls.section}.{cls.selector} '{cls.chosen_name()}' has no field '{key}'"
+                                  f"{did_you_mean(str(key), names)}; its fields: {', '.join(names)}")
+        return super().from_dict({k: v for k, v in data.items() if k != cls.selector})
+
+
+def register(registry: dict[str, Any], plugin: Any, what: str) -> Any:
+    """Add ``plugin`` (a class with ``name`` and a RegisteredConfig ``config``) to ``registry`` under
+    its name, and link its config class back to it; another plugin under a taken name is refused."""
+    if plugin.name in registry and registry[plugin.name] is not plugin:
+        raise ValueError(f"a {what} named '{plugin.name}' is already registered ({registry[plugin.name]})")
+    setattr(plugin.config, plugin.config.link, plugin)
+    registry[plugin.name] = plugin
+    return plugin
+
+
 YAML12_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?"
                           r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF|nan|NaN|NAN))$")
 

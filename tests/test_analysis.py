@@ -303,7 +303,7 @@ def demo_like_run(tmp_path_factory):
     cfg = RunConfig.from_sections({
         "model": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre",
                   "positional": "rotary"},
-        "data": {"format": "builtin", "task": "reverse", "tokenizer": "word", "n_train": 600, "n_valid": 40,
+        "data": {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 600, "n_valid": 40,
                  "n_test": 40, "min_len": 3, "max_len": 6},
         "train": {"max_steps": 120, "max_tokens": 600, "lr_schedule": "constant", "lr": 0.005, "warmup_steps": 10,
                   "eval_every": 120, "eval_exact_match": 40, "progress": False, "early_stop_metric": "exact_match"},

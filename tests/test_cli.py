@@ -148,7 +148,7 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     (["--set", "trian.max_steps=3"], "unknown section 'trian' (did you mean 'train'?)"),
     (["--set", "train.max_step=3"], "unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
     (["--set", "train.max_steps=[1"], "the value does not parse"),
-    (["--set", "model.vocab_size=10"], "model.vocab_size is set from the tokenizer"),
+    (["--set", "model.vocab_size=10"], "model.vocab_size is set from the data"),
 ])
 def test_train_rejects_bad_overrides(tmp_path, args, message):
     config = tiny_parallel_corpus(tmp_path)
@@ -204,7 +204,9 @@ def test_demo_with_a_small_budget(tmp_path):
     assert readable == (f"perplexity {record['ppl']:.4g}: {record['nll_per_token']:.4f} nats per token over "
                         f"{record['tokens']:,} tokens ({actions})\n")
     wrong = run_cli("generate", str(out))
-    assert wrong.returncode == 2 and "needs 'decoder_lm'" in wrong.stderr
+    assert wrong.returncode == 2 and wrong.stderr == (
+        f"error: {out} is a run of data.task 'translation'; `attnlab generate` needs data.task 'language_model' "
+        f"(this run's commands: translate, evaluate, score, inspect, prune)\n")
 
 
 def test_generate_and_score_a_language_model(tmp_path):

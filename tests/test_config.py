@@ -72,6 +72,32 @@ def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
         model_config({**written, "colour": "blue"}, from_0_1=True)
 
 
+RELEASE_0_1_DATA = {"format": "text", "task": "scan", "train": "input.txt", "valid": None, "test": None,
+                    "src_lang": None, "tgt_lang": None, "tokenizer": "char", "vocab_size": 8000, "shared_vocab": True,
+                    "max_src_len": 256, "max_tgt_len": 256, "seed": 1234, "n_train": None, "n_valid": 500,
+                    "n_test": 1000, "min_len": 3, "max_len": 12, "block_size": 64, "valid_fraction": 0.1}
+
+
+def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
+    """Release 0.1 wrote all 20 fields of its one DataConfig, with the generator as 'task' (default
+    'scan' for every format): read from a run directory, the generator moves to 'generator' and the
+    fields the task does not have go; a config the user writes that way gets the one-line fix."""
+    from attnlab.tasks import LanguageModelConfig, TranslationConfig, task_config
+
+    lm = task_config(RELEASE_0_1_DATA, from_0_1=True)
+    assert lm == LanguageModelConfig(train="input.txt", tokenizer="char", block_size=64)
+    assert lm.to_dict() == {"task": "language_model", "format": "text", "train": "input.txt", "valid": None,
+                            "tokenizer": "char", "vocab_size": 8000, "block_size": 64, "valid_fraction": 0.1}
+    pairs = task_config({**RELEASE_0_1_DATA, "format": "builtin", "task": "reverse", "tokenizer": "word", "train": None},
+                        from_0_1=True)
+    assert pairs == TranslationConfig(generator="reverse")
+    assert task_config(pairs.to_dict(), from_0_1=True) == pairs  # a newer section is read as it is
+    with pytest.raises(ConfigError, match="data.task 'language_model' has no field 'colour'"):
+        task_config({**RELEASE_0_1_DATA, "colour": "blue"}, from_0_1=True)
+    with pytest.raises(ConfigError, match="'reverse' is a built-in generator: write `generator: reverse`"):
+        task_config({"format": "builtin", "task": "reverse"})
+
+
 def test_unknown_and_missing_keys():
     with pytest.raises(ConfigError, match=r"model.arch 'encoder_decoder' has no field 'd_modle' \(did you mean 'd_model'\?\)"):
         model_config({"vocab_size": 10, "d_modle": 64})

@@ -9,7 +9,7 @@ import torch
 
 from attnlab import DataError
 from attnlab.data.batching import collate_pairs, lm_blocks, lm_eval_blocks, token_budget_batches
-from attnlab.data.corpora import builtin_task, filter_by_length, read_parallel, read_scan, read_tsv
+from attnlab.data.corpora import generated_pairs, filter_by_length, read_parallel, read_scan, read_tsv
 from attnlab.data.scan import scan_commands
 from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
 
@@ -78,17 +78,17 @@ def test_scan_grammar_meanings():
     assert max(len(a.split()) for a in commands.values()) == 48
 
 
-def test_builtin_tasks_are_seeded_and_disjoint():
-    a = builtin_task("reverse", seed=3, n_train=50, n_valid=10, n_test=10)
-    assert a == builtin_task("reverse", seed=3, n_train=50, n_valid=10, n_test=10)
-    assert a != builtin_task("reverse", seed=4, n_train=50, n_valid=10, n_test=10)
+def test_generated_pairss_are_seeded_and_disjoint():
+    a = generated_pairs("reverse", seed=3, n_train=50, n_valid=10, n_test=10)
+    assert a == generated_pairs("reverse", seed=3, n_train=50, n_valid=10, n_test=10)
+    assert a != generated_pairs("reverse", seed=4, n_train=50, n_valid=10, n_test=10)
     sources = [s for split in a.values() for s, _ in split]
     assert len(sources) == len(set(sources)) == 70
     src, tgt = a["train"][0]
     assert tgt.split() == src.split()[::-1]
-    s, t = builtin_task("sort", 1, 5, 1, 1)["test"][0]
+    s, t = generated_pairs("sort", 1, 5, 1, 1)["test"][0]
     assert t.split() == sorted(s.split())
-    scan = builtin_task("scan", seed=0, n_train=None, n_valid=100, n_test=200)
+    scan = generated_pairs("scan", seed=0, n_train=None, n_valid=100, n_test=200)
     assert (len(scan["train"]), len(scan["valid"]), len(scan["test"])) == (20610, 100, 200)
 
 

@@ -80,7 +80,7 @@ def test_attnlab_train_under_torchrun_matches_one_process_accumulating(tmp_path)
     config = tmp_path / "tiny.yaml"
     config.write_text("""\
 model: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}
-data: {format: builtin, task: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
 train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 3,
         log_every: 1, progress: false}
 """)

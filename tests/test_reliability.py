@@ -16,7 +16,7 @@ import torch
 
 from attnlab.cli import main
 from attnlab.errors import CheckpointError, NumericalError
-from attnlab.train import loop
+from attnlab.eval import likelihood
 from attnlab.train.checkpoint import RunDir, load_run, write_average
 from attnlab.train.config import RunConfig
 from attnlab.train.run import train_run
@@ -230,7 +230,8 @@ CASES = [
      "{root}/one.en"], bad_file("one.en", b"one\n"), USAGE, "has 2 lines but"),
     ("evaluate an unknown split", ["evaluate", "{root}/run", "--split", "dev"], nothing, USAGE, "no split 'dev'"),
     ("evaluate without references", ["evaluate", "{root}/run"], nothing, USAGE, "give --src and --ref"),
-    ("generate from a translation model", ["generate", "{root}/run"], nothing, USAGE, "needs 'decoder_lm'"),
+    ("generate from a translation model", ["generate", "{root}/run"], nothing, USAGE,
+     "`attnlab generate` needs data.task 'language_model'"),
     ("score a missing file", ["score", "{root}/run", "--src", "{root}/input.de", "--tgt", "{root}/none.en"], nothing,
      DATA, "no such file"),
     ("average zero checkpoints", ["average", "{root}/run", "--last", "0"], nothing, USAGE, "--last must be at least 1"),
@@ -336,7 +337,7 @@ def test_a_checkpoint_records_the_sha256_of_each_of_its_files(workspace):
 
 
 def test_non_finite_losses_are_skipped_counted_and_stop_training(workspace, tmp_path, monkeypatch):
-    real = loop.logits_of
+    real = likelihood.logits_of  # the forward of teacher_forced_loss, which the tasks train with
     calls = {"n": 0}
 
     def sometimes_nan(model, batch):
@@ -344,7 +345,7 @@ def test_non_finite_losses_are_skipped_counted_and_stop_training(workspace, tmp_
         logits = real(model, batch)
         return logits * float("nan") if calls["n"] in (2, 3) else logits
 
-    monkeypatch.setattr(loop, "logits_of", sometimes_nan)
+    monkeypatch.setattr(likelihood, "logits_of", sometimes_nan)
     cfg = RunConfig.from_file(workspace / "good.yaml", ["train.max_steps=5"])
     logged = []
     summary = train_run(cfg, tmp_path / "run", log=logged.append)
@@ -353,7 +354,7 @@ def test_non_finite_losses_are_skipped_counted_and_stop_training(workspace, tmp_
     weights = {k: v.clone() for k, v in load_run(tmp_path / "run")[0].state_dict().items()}
     assert all(torch.isfinite(v).all() for v in weights.values())
 
-    monkeypatch.setattr(loop, "logits_of", lambda model, batch: real(model, batch) * float("inf"))
+    monkeypatch.setattr(likelihood, "logits_of", lambda model, batch: real(model, batch) * float("inf"))
     cfg = RunConfig.from_file(workspace / "good.yaml", ["train.max_steps=5", "train.max_bad_steps=3",
                                                         "train.precision=bf16"])
     with pytest.raises(NumericalError, match="3 updates in a row had a non-finite loss .* the bf16 forward pass "

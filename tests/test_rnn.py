@@ -94,7 +94,7 @@ def test_attention_rnn_learns_to_reverse(tmp_path):
     cfg = RunConfig.from_sections({
         "model": {"arch": "rnn", "d_model": 48, "n_layers": 1, "dropout": 0.0,
                   "rnn_attention": "bahdanau", "score": "additive"},
-        "data": {"format": "builtin", "task": "reverse", "tokenizer": "word", "n_train": 1500, "n_valid": 50,
+        "data": {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 1500, "n_valid": 50,
                  "n_test": 50, "min_len": 3, "max_len": 6},
         "train": {"max_steps": 250, "max_tokens": 800, "lr_schedule": "constant", "lr": 0.005, "warmup_steps": 10,
                   "label_smoothing": 0.0, "eval_every": 250, "eval_exact_match": 50, "progress": False,

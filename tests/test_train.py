@@ -13,14 +13,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from attnlab import CheckpointError
-from attnlab.data.datasets import prepare_data
 from attnlab.decode.search import greedy
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.train.checkpoint import MODEL_FILE, STATE_FILE, RunDir, average_checkpoints, load_run
 from attnlab.train.config import RunConfig
-from attnlab.train.run import train_run
+from attnlab.train.run import prepare, train_run
 from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam
 
 
@@ -28,7 +27,7 @@ def run_config(model=None, data=None, train=None) -> RunConfig:
     """A tiny copy-task run that trains in a few seconds."""
     return RunConfig.from_sections({
         "model": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre", **(model or {})},
-        "data": {"format": "builtin", "task": "copy", "tokenizer": "word", "n_train": 600, "n_valid": 50,
+        "data": {"format": "builtin", "generator": "copy", "tokenizer": "word", "n_train": 600, "n_valid": 50,
                  "n_test": 50, "min_len": 3, "max_len": 6, "seed": 7, **(data or {})},
         "train": {"max_steps": 300, "max_tokens": 512, "lr_schedule": "constant", "lr": 3e-3, "warmup_steps": 20,
                   "label_smoothing": 0.0, "eval_every": 100, "eval_exact_match": 50, "log_every": 1,
@@ -248,9 +247,9 @@ def test_language_model_training_and_accumulation(tmp_path):
     losses = train_losses(tmp_path / "lm")
     assert losses[60] < 0.5 * losses[1]
     assert summary["last_eval"]["valid_loss"] < 1.5
-    data = prepare_data(cfg.data, 4096, 8, 1)
+    data = prepare(cfg.data, cfg.train)
     n = len(text.read_text())
-    assert data.tokenizers["src"] is None and len(data.streams["valid"]) == n - math.floor(0.9 * n)
+    assert data.tokenizers["src"] is None and len(data.splits["valid"]) == n - math.floor(0.9 * n)
 
 
 def test_compiled_training_follows_the_eager_run(tmp_path):
@@ -310,10 +309,18 @@ def test_early_stopping_after_patience_evaluations(tmp_path):
 
 
 @pytest.mark.parametrize("sections,message", [
-    ({"data": {"format": "text", "train": "x.txt"}}, "model.arch must be 'decoder_lm' for data.format 'text'"),
-    ({"model": {"arch": "decoder_lm"}}, "model.arch must be 'encoder_decoder' or 'rnn' for data.format 'builtin'"),
+    ({"data": {"format": "text", "train": "x.txt"}}, "model.arch must be 'decoder_lm' for data.task 'language_model'"),
+    ({"model": {"arch": "decoder_lm"}}, "model.arch must be 'encoder_decoder' or 'rnn' for data.task 'translation'"),
     ({"model": {"arch": "decoder_lm"}, "data": {"format": "text", "train": "x.txt"}, "train": {"eval_exact_match": 5}},
-     "eval_exact_match needs sentence pairs"),
+     "train.eval_exact_match needs a task that predicts sequences to compare; data.task 'language_model' has no "
+     "exact match"),
+    ({"model": {"arch": "decoder_lm"}, "data": {"task": "language_model", "train": "x.txt"},
+      "train": {"early_stop_metric": "accuracy"}},
+     r"train.early_stop_metric must be one of 'valid_loss', 'valid_ppl' \(got 'accuracy'\)"),
+    ({"data": {"task": "scan"}}, r"data.task names the task \('translation', 'language_model'\); 'scan' is a built-in "
+                                 "generator: write `generator: scan`"),
+    ({"data": {"task": "translation", "block_size": 8}}, r"data.task 'translation' has no field 'block_size' \(did "
+                                                         r"you mean 'vocab_size'\?\); its fields: format, generator, train"),
     ({"model": {"positional": "learned", "max_len": 64}, "data": {"max_src_len": 100}},
      r"model.max_len \(64\) must cover the longest sequence \(257\)"),
 ])

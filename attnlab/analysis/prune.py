@@ -21,7 +21,7 @@ from torch import nn
 
 from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads
 from attnlab.data.batching import Batch
-from attnlab.data.datasets import Seq2SeqData
+from attnlab.tasks.translation import Seq2SeqData
 from attnlab.data.tokenizers import PAD
 from attnlab.errors import UsageError
 from attnlab.eval.evaluate import evaluate as evaluate_text

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from attnlab.cli.common import check_beam, check_new_file, stderr_line
+from attnlab.cli.common import check_beam, check_new_file, check_task_serves, stderr_line
 from attnlab.errors import UsageError
 
 
@@ -15,6 +15,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     from attnlab.analysis.inspect import entropy_over_split, inspect_run
 
     check_beam(args)
+    check_task_serves(args)
     if (args.src is None) == (args.split is None):
         raise UsageError("give --src (one sentence: figures) or --split (mean entropies over a split of the run's data)")
     if args.split is not None:
@@ -38,6 +39,7 @@ def cmd_prune(args: argparse.Namespace) -> None:
     from attnlab.analysis.prune import prune_run
 
     check_new_file(args.plot, args.force, "--plot")  # now, not after the measurements
+    check_task_serves(args)
     summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit, log=stderr_line)
     for r in summary["results"]:
         text = f"  BLEU {r['bleu']:.2f}  exact match {r['exact_match']:.2%}" if "bleu" in r else ""

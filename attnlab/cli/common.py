@@ -63,12 +63,25 @@ GENERATES = {"encoder": False, "decoder": True, "incremental_decoding": True}
 MAX_BATCH, MAX_BEAM, MAX_NEW_TOKENS = 1024, 64, 100_000
 
 
+def check_task_serves(args: argparse.Namespace) -> None:
+    """Refuse, in one line, a run whose task does not serve ``args.command`` (its ``commands``)."""
+    from attnlab.tasks import TASKS
+    from attnlab.train.checkpoint import RunDir
+
+    task = RunDir(args.run_dir).read_config()[1].task
+    if args.command not in task.commands:
+        serving = [name for name, t in TASKS.items() if args.command in t.commands]
+        raise UsageError(f"{args.run_dir} is a run of data.task '{task.name}'; `attnlab {args.command}` needs data.task "
+                         f"{' or '.join(map(repr, serving))} (this run's commands: {', '.join(task.commands)})")
+
+
 def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
-    """The run's model, tokenizers and model config, after checking that its family has the
-    capabilities ``needs`` and the decoding options against it."""
+    """The run's model, tokenizers and model config, after checking that the run's task serves the
+    command, that its family has the capabilities ``needs``, and the decoding options against it."""
     from attnlab.models import FAMILIES
     from attnlab.train.checkpoint import load_run
 
+    check_task_serves(args)
     model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
     if any(getattr(cfg.capabilities, name) != value for name, value in needs.items()):
         fits = [name for name, family in FAMILIES.items()

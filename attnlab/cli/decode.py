@@ -121,9 +121,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     from attnlab.data.batching import collate_pairs, lm_eval_blocks
     from attnlab.data.corpora import read_lines, read_text
     from attnlab.eval.likelihood import evaluate
-    from attnlab.train.checkpoint import load_run
 
-    model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
+    model, tokenizers, cfg = load_run_for(args, {})
     if not cfg.capabilities.encoder:  # a language model
         import torch
 

@@ -12,9 +12,9 @@ from attnlab.cli.train import new_run_dir
 def cmd_demo(args: argparse.Namespace) -> None:
     from attnlab.eval.metrics import exact_match
     from attnlab.files import atomic_write_text
+    from attnlab.tasks.translation import decode_split
     from attnlab.train.checkpoint import RunDir, load_run
     from attnlab.train.config import RunConfig
-    from attnlab.train.loop import decode_split
     from attnlab.train.run import read_run_data, train_run
 
     cfg = RunConfig.from_file(CONFIGS / "scan.yaml", args.set or [])

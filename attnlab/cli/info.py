@@ -55,7 +55,7 @@ def _info_model_config(args: argparse.Namespace):
     with_vocab = planned_model_config(cfg)
     if args.vocab_size is not None:
         return with_vocab(args.vocab_size), None
-    if cfg.data.format == "builtin":  # generated in memory: its tokenizer is quick to build
+    if cfg.data.in_memory:  # generated, not read: its tokenizer is quick to build
         return planned_model_config(cfg, from_data=True)(0), None
     return None, with_vocab
 

@@ -1,4 +1,4 @@
-"""Corpora: reading parallel text, plain text and SCAN files, and the built-in generated tasks.
+"""Corpora: reading parallel text, plain text and SCAN files, and the built-in generated pair sets.
 
 Every reader raises a :class:`DataError` that names the file and line of the first problem.
 Pairs are ``(source, target)`` strings; tokenisation and length filtering come after reading.
@@ -15,7 +15,7 @@ from attnlab.data.scan import scan_commands
 from attnlab.errors import DataError
 
 Pair = tuple[str, str]
-BUILTIN_TASKS = ("scan", "copy", "reverse", "sort")
+GENERATORS = ("scan", "copy", "reverse", "sort")  # the built-in generated pair sets (data.generator)
 MAX_LINE_CHARS = 65_536  # far over any sentence: a longer line is the wrong file, not data
 
 
@@ -103,16 +103,16 @@ def read_scan(path: str | Path) -> list[Pair]:
     return pairs
 
 
-def builtin_task(task: str, seed: int, n_train: int | None, n_valid: int, n_test: int,
+def generated_pairs(generator: str, seed: int, n_train: int | None, n_valid: int, n_test: int,
                  min_len: int = 3, max_len: int = 12) -> dict[str, list[Pair]]:
-    """Seeded, reproducible splits of a generated task.
+    """Seeded, reproducible splits of a generated set of pairs.
 
     ``scan``: the 20,910 SCAN commands, shuffled and cut into test, valid and train (the rest, or
     ``n_train``). ``copy`` / ``reverse`` / ``sort``: sequences of ``min_len``..``max_len`` digits and
     letters, mapped to themselves, reversed or sorted; splits do not share a source sequence.
     """
     rng = random.Random(seed)
-    if task == "scan":
+    if generator == "scan":
         pairs = scan_commands()
         rng.shuffle(pairs)
     else:
@@ -126,7 +126,7 @@ def builtin_task(task: str, seed: int, n_train: int | None, n_valid: int, n_test
             if src in seen:
                 continue
             seen.add(src)
-            out = {"copy": seq, "reverse": seq[::-1], "sort": sorted(seq)}[task]
+            out = {"copy": seq, "reverse": seq[::-1], "sort": sorted(seq)}[generator]
             pairs.append((src, " ".join(out)))
     test, valid, rest = pairs[:n_test], pairs[n_test:n_test + n_valid], pairs[n_test + n_valid:]
     return {"train": rest if n_train is None else rest[:n_train], "valid": valid, "test": test}

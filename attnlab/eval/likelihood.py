@@ -1,5 +1,6 @@
 """Teacher-forced likelihood: the model's logits for every target position given the true prefix,
-and the NLL per target token and perplexity over a set of batches (validation, `attnlab score`)."""
+the training loss from them, and the NLL per target token and perplexity over a set of batches
+(validation, `attnlab score`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
     return model(batch.src, batch.tgt_in) if batch.src is not None else model(batch.tgt_in)
 
 
+def teacher_forced_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0,
+                        amp: Callable[[], ContextManager] = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
+    """(label-smoothed loss, NLL), each summed over the target tokens; the forward under ``amp``,
+    the loss in float32."""
+    with amp():
+        logits = logits_of(model, batch)
+    return label_smoothed_nll(logits, batch.tgt_out, label_smoothing, PAD)
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str = "cpu",
              amp: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, float]:
@@ -28,9 +38,7 @@ def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str 
     nll_sum, n_tokens = 0.0, 0
     for batch in batches:
         batch = batch.to(device)
-        with amp():
-            logits = logits_of(model, batch)
-        nll_sum += label_smoothed_nll(logits, batch.tgt_out, 0.0, PAD)[1].item()
+        nll_sum += teacher_forced_loss(model, batch, 0.0, amp)[1].item()
         n_tokens += batch.n_tokens
     loss = nll_sum / max(n_tokens, 1)
     return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens}

@@ -7,14 +7,13 @@ depends on the kind of model asks the registry or the capabilities, never the fa
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from torch import nn
 
-from attnlab.config import TypedConfig, did_you_mean, one_of, read_config_file
+from attnlab.config import RegisteredConfig, one_of, read_config_file, register
 from attnlab.errors import ConfigError
 
 
@@ -29,19 +28,13 @@ class Capabilities:
     inputs: str = "tokens"  # tokens | image_patches | series
 
 
-class FamilyConfig(TypedConfig):
-    """Base of every family's config dataclass: section 'model', ``arch`` naming the family, and
-    a refusal of another family's fields that names this family and lists its own."""
+class FamilyConfig(RegisteredConfig):
+    """Base of every family's config dataclass: section 'model', ``arch`` naming the family."""
 
     section: ClassVar[str] = "model"
+    selector: ClassVar[str] = "arch"
+    link: ClassVar[str] = "family"
     family: ClassVar[type["ModelFamily"]]  # set by @register_family
-
-    def __post_init__(self) -> None:
-        self._check_types()
-        self.check()
-
-    def check(self) -> None:
-        """Value checks across fields; families extend it (calling super().check())."""
 
     @property
     def arch(self) -> str:
@@ -55,24 +48,6 @@ class FamilyConfig(TypedConfig):
     def max_positions(self) -> int | None:
         """The longest sequence the model can encode positions for; None: no limit."""
         return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"arch": self.arch, **dataclasses.asdict(self)}
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "FamilyConfig":
-        if not isinstance(data, dict):
-            raise ConfigError(f"section 'model' must be a mapping of field: value (got {type(data).__name__})")
-        names = cls.field_names()
-        for key in data:
-            if key != "arch" and key not in names:
-                raise ConfigError(f"model.arch '{cls.family.name}' has no field '{key}'{did_you_mean(str(key), names)}; "
-                                  f"its fields: {', '.join(names)}")
-        return super().from_dict({k: v for k, v in data.items() if k != "arch"})
 
 
 class ModelFamily:
@@ -105,11 +80,7 @@ RELEASE_0_1_FIELDS = (
 
 def register_family(family: type[ModelFamily]) -> type[ModelFamily]:
     """Class decorator: make ``family`` selectable as ``model.arch: <family.name>``."""
-    if family.name in FAMILIES and FAMILIES[family.name] is not family:
-        raise ValueError(f"a model family named '{family.name}' is already registered ({FAMILIES[family.name]})")
-    family.config.family = family
-    FAMILIES[family.name] = family
-    return family
+    return register(FAMILIES, family, "model family")
 
 
 def family_named(arch: Any) -> type[ModelFamily]:

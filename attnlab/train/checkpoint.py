@@ -3,8 +3,8 @@ model goes through the family registry (build_run_model). Nothing here unpickles
 
     RUN_DIR/
       config.yaml                   the resolved config (model section with its vocabulary sizes)
-      tokenizer-src.json            tokenizers, the library's own files (no src for a language model)
-      tokenizer-tgt.json
+      tokenizer-src.json            tokenizers, the library's own files, one per role the task
+      tokenizer-tgt.json            saves (a language model has no src)
       checkpoints/step-000500/      one per save, the last `keep_last` kept (and the best)
         model.safetensors           weights (tied tensors stored once)
         trainer_state.pt            optimizer, schedule, step, data position, RNG states:
@@ -33,12 +33,12 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from attnlab.config import dump_yaml, read_config_file
-from attnlab.data.config import DataConfig
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.nn.attention import remove_heads
+from attnlab.tasks import TaskConfig, task_config
 from attnlab.train.config import TrainConfig
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
@@ -95,7 +95,7 @@ class RunDir:
         return self.path / f"tokenizer-{role}.json"
 
     # -- config and tokenizers ----------------------------------------------------------------
-    def write_config(self, model: FamilyConfig, data: DataConfig, train: TrainConfig) -> None:
+    def write_config(self, model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> None:
         text = dump_yaml({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()})
         atomic_write_text(self.config, text)
 
@@ -104,12 +104,12 @@ class RunDir:
         with open(self.config_changes, "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes}) + "\n")
 
-    def read_config(self) -> tuple[FamilyConfig, DataConfig, TrainConfig]:
+    def read_config(self) -> tuple[FamilyConfig, TaskConfig, TrainConfig]:
         if not self.config.exists():
             raise CheckpointError(f"{self.path}: not a run directory (no config.yaml)")
         sections = read_config_file(self.config)
         try:
-            return (model_config(sections.get("model"), from_0_1=True), DataConfig.from_dict(sections.get("data") or {}),
+            return (model_config(sections.get("model"), from_0_1=True), task_config(sections.get("data") or {}, from_0_1=True),
                     TrainConfig.from_dict(sections.get("train") or {}))
         except ConfigError as err:
             raise CheckpointError(f"{self.config}: {err}") from None
@@ -120,13 +120,18 @@ class RunDir:
                 atomic_write_text(self.tokenizer_file(role), tok.to_str())
 
     def read_tokenizers(self) -> dict[str, Tokenizer | None]:
-        """{'src', 'tgt'}: one object for both when the run shared its vocabulary; no src for an LM."""
-        tgt_file, src_file = self.tokenizer_file("tgt"), self.tokenizer_file("src")
-        tgt = Tokenizer.load(tgt_file)
-        if not src_file.exists():
-            return {"src": None, "tgt": tgt}
-        shared = src_file.read_bytes() == tgt_file.read_bytes()
-        return {"src": tgt if shared else Tokenizer.load(src_file), "tgt": tgt}
+        """The tokenizers of the roles the run's task saves (tasks/task.py), by role: one object
+        for roles saved as the same file (a shared vocabulary); 'src' and 'tgt' are None where the
+        task has none (a language model has no src)."""
+        tokenizers: dict[str, Tokenizer | None] = {"src": None, "tgt": None}
+        by_text: dict[bytes, Tokenizer] = {}
+        for role in self.read_config()[1].task.tokenizers:
+            path = self.tokenizer_file(role)
+            text = path.read_bytes() if path.is_file() else b""
+            if text not in by_text:
+                by_text[text] = Tokenizer.load(path)  # a missing or damaged file: one line naming it
+            tokenizers[role] = by_text[text]
+        return tokenizers
 
     def read_pruned_heads(self) -> dict[str, list[int]]:
         """The heads `attnlab prune` cut out of the weights ({} when none were)."""

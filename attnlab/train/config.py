@@ -1,7 +1,8 @@
 """The train section of a config, and a whole training run's config (model, data and train).
 
-The model section is the family's own (attnlab/models): a training config leaves out the fields its
-tokenizer sets (vocabulary sizes and the pad id), and :meth:`RunConfig.model_config` completes them.
+The model section is the family's own (attnlab/models), the data section the task's (attnlab/tasks):
+a training config leaves out the model fields the task's data sets (vocabulary sizes, the pad id),
+and :meth:`RunConfig.model_config` completes them.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from attnlab.config import TypedConfig, apply_overrides, at_least, one_of, read_config_file
-from attnlab.data.config import DataConfig
 from attnlab.errors import ConfigError
-from attnlab.models import FAMILIES, FamilyConfig, model_config
+from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
+from attnlab.tasks import Task, TaskConfig, task_config
+from attnlab.tasks.task import task_of
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
 
@@ -65,7 +67,6 @@ class TrainConfig(TypedConfig):
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
         one_of("precision", self.precision, PRECISIONS)
         one_of("device", self.device, ("auto", "cpu", "cuda"))
-        one_of("early_stop_metric", self.early_stop_metric, ("valid_loss", "valid_ppl", "exact_match"))
         for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
                      "max_bad_steps"):
             at_least(name, getattr(self, name), 1)
@@ -91,16 +92,13 @@ class TrainConfig(TypedConfig):
             raise ConfigError("early_stop_metric 'exact_match' needs eval_exact_match > 0 (examples to decode)")
 
 
-FROM_TOKENIZER = ("vocab_size", "src_vocab_size", "pad_id")  # model fields a training run sets itself
-
-
 @dataclass
 class RunConfig:
-    """A whole training run: the model section is kept as a mapping until the tokenizer has set
-    vocab_size and pad_id (see :meth:`model_config`)."""
+    """A whole training run: the model section is kept as a mapping until the task's data has set
+    vocab_size, pad_id and the like (see :meth:`model_config`)."""
 
     model: dict[str, Any]
-    data: DataConfig
+    data: TaskConfig
     train: TrainConfig
 
     @classmethod
@@ -110,11 +108,13 @@ class RunConfig:
             model = sections.get("model") or {}
             if not isinstance(model, dict):
                 raise ConfigError("section 'model' must be a mapping of field: value")
-            for fixed in FROM_TOKENIZER:
+            data = task_config(sections.get("data") or {})
+            for fixed in data.task.sets:
                 if fixed in model:
-                    raise ConfigError(f"model.{fixed} is set from the tokenizer in a training config; remove it")
-            model_cfg = model_config({**model, "vocab_size": 8})  # check the other fields before data prep
-            data = DataConfig.from_dict(sections.get("data") or {})
+                    raise ConfigError(f"model.{fixed} is set from the data in a training config; remove it")
+            _check_fits(family_named(model.get("arch", DEFAULT_ARCH)), data.task)
+            # check the other fields before the data is read
+            model_cfg = model_config({**model, **data.task.planned_model_fields(data, 8)})
             train = TrainConfig.from_dict(sections.get("train") or {})
             _check_run(model_cfg, data, train)
             return cls(model, data, train)
@@ -124,37 +124,45 @@ class RunConfig:
     @classmethod
     def from_file(cls, path: str | Path, overrides: typing.Sequence[str] = (), of_a_run: bool = False) -> "RunConfig":
         """The config in ``path`` with ``--set`` overrides; ``of_a_run``: a run directory's
-        config.yaml, whose model section also holds the fields its tokenizer set (and, written by
-        release 0.1, the fields of every family)."""
+        config.yaml, whose model section also holds the fields its data set (and, written by
+        release 0.1, the fields of every family, and the data fields of every format)."""
         sections = read_config_file(path)
+        if of_a_run and isinstance(sections.get("data"), dict):
+            try:
+                sections["data"] = task_config(sections["data"], from_0_1=True).to_dict()
+            except ConfigError as err:
+                raise ConfigError(f"{path}: {err}") from None
         if of_a_run and isinstance(sections.get("model"), dict):
             own = written_by_0_1(sections["model"])
-            sections["model"] = {k: v for k, v in own.items() if k not in FROM_TOKENIZER}
+            sets = task_of(sections.get("data") or {}).sets
+            sections["model"] = {k: v for k, v in own.items() if k not in sets}
         apply_overrides(sections, overrides, override_fields)
         where = " ".join([str(path), *(f"--set {expr}" for expr in overrides)])  # the error may be in either
         return cls.from_sections(sections, where)
 
-    def model_config(self, vocab_size: int, src_vocab_size: int | None, pad_id: int) -> FamilyConfig:
-        """The model section completed by the tokenizers: ``src_vocab_size`` None = shared."""
-        sizes = {"vocab_size": vocab_size, "pad_id": pad_id}
-        if src_vocab_size is not None:
-            sizes["src_vocab_size"] = src_vocab_size
-        return model_config({**self.model, **sizes})
+    def model_config(self, from_data: dict[str, Any]) -> FamilyConfig:
+        """The model section completed by the fields the task's data sets."""
+        return model_config({**self.model, **from_data})
 
 
-def _check_run(model: FamilyConfig, data: DataConfig, train: TrainConfig) -> None:
-    """Checks across sections: the family reads what the data holds, and positions fit the lengths."""
-    lm = data.is_lm  # text for a decoder alone; pairs for an encoder and a decoder
-    fits = [name for name, family in FAMILIES.items()
-            if family.capabilities.decoder and family.capabilities.encoder != lm]
-    if model.arch not in fits:
-        kind = "text for a language model" if lm else "sentence pairs"
-        raise ConfigError(f"model.arch must be {' or '.join(repr(w) for w in fits)} for data.format "
-                          f"'{data.format}' ({kind}); got '{model.arch}'")
-    if lm and train.eval_exact_match:
-        raise ConfigError("train.eval_exact_match needs sentence pairs; a language model has none (set it to 0)")
-    if model.max_positions is not None:
-        longest = data.block_size if lm else max(data.max_src_len, data.max_tgt_len) + 1
+def _check_fits(family: type[ModelFamily], task: type[Task]) -> None:
+    """The family has the capabilities the task needs."""
+    if not task.fits(family.capabilities):
+        fits = [name for name, f in FAMILIES.items() if task.fits(f.capabilities)]
+        raise ConfigError(f"model.arch must be {' or '.join(repr(w) for w in fits)} for data.task '{task.name}'; "
+                          f"got '{family.name}'")
+
+
+def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> None:
+    """Checks across sections (the family's fit to the task came first): the task has the metrics
+    asked for, and positions fit the lengths."""
+    task = data.task
+    one_of("train.early_stop_metric", train.early_stop_metric, task.metrics)
+    if train.eval_exact_match and "exact_match" not in task.metrics:
+        raise ConfigError(f"train.eval_exact_match needs a task that predicts sequences to compare; data.task "
+                          f"'{task.name}' has no exact match (set it to 0)")
+    longest = data.longest_sequence
+    if model.max_positions is not None and longest is not None:
         if longest > model.max_positions:
             raise ConfigError(f"model.max_len ({model.max_positions}) must cover the longest sequence ({longest}) "
                               f"with learned positions")
@@ -162,8 +170,14 @@ def _check_run(model: FamilyConfig, data: DataConfig, train: TrainConfig) -> Non
 
 def override_fields(section: str, sections: dict[str, Any]) -> list[str] | None:
     """The fields ``--set`` may name in ``section``: the model's are those of the family its arch
-    names (None for an unknown arch, which the model config then refuses with the list)."""
+    names, the data's those of its task (None for an unknown arch or task, which the config then
+    refuses with the list)."""
     if section == "model":
         arch = (sections.get("model") or {}).get("arch", DEFAULT_ARCH)
         return FAMILIES[arch].config.field_names() if arch in FAMILIES else None
-    return [f.name for f in dataclasses.fields({"data": DataConfig, "train": TrainConfig}[section])]
+    if section == "data":
+        try:
+            return ["task", *task_of(sections.get("data") or {}).config.field_names()]
+        except ConfigError:
+            return None
+    return [f.name for f in dataclasses.fields(TrainConfig)]

@@ -1,14 +1,16 @@
 """The training loop: plain functions, usable without the command line.
 
-``train_step`` does one optimizer update (teacher forcing, label-smoothed cross-entropy, gradient
-accumulation, clipping, mixed precision); validation is eval.likelihood's ``evaluate``;
-``fit`` runs the schedule of steps, evaluations, checkpoints, logs and early stopping, and resumes
-exactly from the newest checkpoint of a run directory.
+``train_step`` does one optimizer update (the task's loss, by default teacher-forced label-smoothed
+cross-entropy; gradient accumulation, clipping, mixed precision); ``fit`` runs the schedule of
+steps, evaluations (the task's metrics), checkpoints, logs and early stopping, and resumes exactly
+from the newest checkpoint of a run directory. Neither knows a task's data beyond tasks/task.py's
+interface.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -22,21 +24,18 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from attnlab.data.batching import Batch
-from attnlab.data.datasets import LMData, Seq2SeqData
-from attnlab.data.tokenizers import PAD
-from attnlab.decode.translate import translate
 from attnlab.errors import CheckpointError, ConfigError, NumericalError
-from attnlab.eval.likelihood import evaluate, logits_of
-from attnlab.eval.metrics import exact_match
+from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.files import atomic_write_text
-from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks import Task, TaskData
+from attnlab.tasks.task import Batch
 from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
 from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import World
 from attnlab.train.precision import autocast, choose_precision
 from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
 
+Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
 
@@ -49,9 +48,6 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
         if match and p.grad is not None:
             squares[match[1]] = squares.get(match[1], 0.0) + p.grad.detach().float().square().sum()
     return {layer: float(total.sqrt()) for layer, total in squares.items()}
-
-
-LOWER_IS_BETTER = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -77,9 +73,9 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
                          amp: Callable[[], ContextManager] = contextlib.nullcontext,
                          scaler: torch.amp.GradScaler | None = None, world: World | None = None,
-                         global_tokens: int | None = None) -> dict[str, float]:
-    """Backward of the label-smoothed loss over ``batches``, summed over their target tokens and
-    divided by the number of target tokens of the whole (global) batch: with ``world``, the
+                         global_tokens: int | None = None, objective: Objective = teacher_forced_loss) -> dict[str, float]:
+    """Backward of the ``objective`` (a task's loss) over ``batches``, summed over their targets and
+    divided by the number of targets of the whole (global) batch: with ``world``, the
     batches of every rank together (``global_tokens`` when the caller knows it, as ``fit`` does:
     every rank builds the same batches; otherwise one all-reduce). DDP then averages over the
     ranks, so each rank scales by the world size: the gradients equal one process's over the
@@ -96,9 +92,7 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not isinstance(ddp, DDP) else ddp.no_sync()
         with sync:
-            with amp():
-                logits = logits_of(model, batch)
-            loss, nll = label_smoothed_nll(logits, batch.tgt_out, cfg.label_smoothing, PAD)
+            loss, nll = objective(model, batch, cfg.label_smoothing, amp)
             scaled = loss * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
@@ -111,17 +105,18 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
                scheduler: torch.optim.lr_scheduler.LRScheduler, cfg: TrainConfig,
                amp: Callable[[], ContextManager] = contextlib.nullcontext,
                scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False,
-               world: World | None = None, global_tokens: int | None = None) -> dict[str, Any]:
+               world: World | None = None, global_tokens: int | None = None,
+               objective: Objective = teacher_forced_loss) -> dict[str, Any]:
     """One update from one or more batches (gradient accumulation; with ``world``, this rank's
-    share of the global batch): the loss is the label-smoothed cross-entropy summed over all
-    target tokens, divided by their number. With ``layer_norms``, also each layer's gradient norm
+    share of the global batch): the loss is the ``objective`` (a task's loss; by default the
+    label-smoothed cross-entropy) summed over all targets, divided by their number. With ``layer_norms``, also each layer's gradient norm
     before clipping ('layer_grad_norms').
 
     A non-finite loss or gradient norm skips the update: the weights, optimizer and schedule stay as
     they were and 'finite' is False (with fp16, the GradScaler's own skips of overflowing scaled
     gradients are part of its calibration and count only when the loss itself is non-finite)."""
     lr = optimizer.param_groups[0]["lr"]
-    sums = accumulate_gradients(model, batches, cfg, amp, scaler, world, global_tokens)
+    sums = accumulate_gradients(model, batches, cfg, amp, scaler, world, global_tokens, objective)
     if scaler is not None:
         scaler.unscale_(optimizer)
     per_layer = layer_grad_norms(_unwrapped(model)) if layer_norms else None
@@ -150,16 +145,6 @@ def _unwrapped(model: nn.Module) -> nn.Module:
     """The model itself, inside torch.compile's and DDP's wrappers."""
     model = _uncompiled(model)
     return model.module if isinstance(model, DDP) else model
-
-
-def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
-                 batch_size: int = 128, progress: bool = False) -> list[tuple[str, str, str]]:
-    """Greedy translations of the first ``limit`` examples of a split: (source, reference, output);
-    ``progress`` shows translate's progress bar."""
-    examples = data.splits[split][:limit]
-    outputs = translate(model, data.tokenizers, [e.src for e in examples], beam=1, batch_size=batch_size,
-                        progress=progress)
-    return [(e.src, e.tgt, hyps[0][0]) for e, hyps in zip(examples, outputs)]
 
 
 @dataclass
@@ -233,35 +218,30 @@ class TrainLog:
 
 
 class Validation:
-    """The scores of an evaluation: teacher-forced loss and perplexity on the validation split,
-    and, for sentence pairs with eval_exact_match, the exact match of that many greedy decodes."""
+    """The task's scores on the validation split (train.eval_exact_match: how many examples to
+    predict for the metrics that need predictions)."""
 
-    def __init__(self, data: Seq2SeqData | LMData, cfg: TrainConfig, device: torch.device,
+    def __init__(self, task: type[Task], data: TaskData, cfg: TrainConfig, device: torch.device,
                  amp: Callable[[], ContextManager]) -> None:
-        self.data, self.cfg, self.device, self.amp = data, cfg, device, amp
-        self.batches = data.eval_batches("valid")
+        self.task, self.data, self.cfg, self.device, self.amp = task, data, cfg, device, amp
 
     def __call__(self, model: nn.Module) -> dict[str, float]:
-        scores = evaluate(model, self.batches, self.device, self.amp)
-        result = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
-        if self.cfg.eval_exact_match and isinstance(self.data, Seq2SeqData):
-            triples = decode_split(model, self.data, "valid", self.cfg.eval_exact_match)
-            result["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
-        return result
+        return self.task.validate(model, self.data, self.device, self.amp, self.cfg.eval_exact_match)
 
 
 class Checkpoints:
     """A checkpoint at every evaluation (rank 0 writes), marked best when early_stop_metric
-    improved; early stopping counts the evaluations without a gain."""
+    improved (lower or higher as the task says); early stopping counts the evaluations without a
+    gain."""
 
-    def __init__(self, run: RunDir, cfg: TrainConfig, main: bool) -> None:
-        self.run, self.cfg, self.main = run, cfg, main
+    def __init__(self, run: RunDir, cfg: TrainConfig, main: bool, lower_is_better: bool) -> None:
+        self.run, self.cfg, self.main, self.lower_is_better = run, cfg, main, lower_is_better
         self.metric = cfg.early_stop_metric
 
     def save(self, progress: Progress, model: nn.Module, trainer_state: Callable[[], dict[str, Any]],
              scores: dict[str, float]) -> None:
         value = scores[self.metric]
-        improved = progress.best is None or (value < progress.best if LOWER_IS_BETTER[self.metric] else value > progress.best)
+        improved = progress.best is None or (value < progress.best if self.lower_is_better else value > progress.best)
         if improved:
             progress.best, progress.bad_evals = value, 0
         else:
@@ -269,6 +249,22 @@ class Checkpoints:
         if self.main:
             self.run.save(progress.step, model, trainer_state(), {"metrics": scores}, self.cfg.keep_last,
                           best=(self.metric, value) if improved else None)
+
+
+class Evaluation:
+    """One evaluation: the task's scores, logged, and a checkpoint of the model and
+    ``trainer_state()`` (a function, since it is only saved on rank 0)."""
+
+    def __init__(self, validation: Validation, train_log: TrainLog, checkpoints: Checkpoints,
+                 trainer_state: Callable[[], dict[str, Any]]) -> None:
+        self.validation, self.train_log, self.checkpoints = validation, train_log, checkpoints
+        self.trainer_state = trainer_state
+
+    def __call__(self, progress: Progress, model: nn.Module) -> dict[str, float]:
+        scores = self.validation(model)
+        self.train_log.valid(progress.step, scores)
+        self.checkpoints.save(progress, model, self.trainer_state, scores)
+        return scores
 
 
 class Limits:
@@ -292,9 +288,10 @@ class Limits:
         return None
 
 
-def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: RunDir, d_model: int,
+def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, run: RunDir, d_model: int,
         resume: bool = False, log: Callable[[str], None] = print, world: World | None = None) -> dict[str, Any]:
-    """Train ``model`` on ``data`` until max_steps, max_epochs, max_seconds or early stopping.
+    """Train ``model`` on ``task``'s prepared ``data`` until max_steps, max_epochs, max_seconds or
+    early stopping, with the task's loss, validated by its metrics.
 
     Evaluates and checkpoints every ``eval_every`` steps and at the end; logs every ``log_every``
     steps to metrics.jsonl and TensorBoard; with ``resume``, continues from the newest checkpoint
@@ -323,16 +320,11 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
     if resume:
         progress = _restore(run, model, optimizer, scheduler, scaler, device)
         log(f"resuming {run.path} from step {progress.step}")
-    train_log, validation = TrainLog(run, cfg, progress, main), Validation(data, cfg, device, amp)
-    checkpoints, limits = Checkpoints(run, cfg, main), Limits(cfg)
+    train_log, limits = TrainLog(run, cfg, progress, main), Limits(cfg)
+    evaluation = Evaluation(Validation(task, data, cfg, device, amp), train_log,
+                            Checkpoints(run, cfg, main, task.metrics[cfg.early_stop_metric]),
+                            functools.partial(_trainer_state, optimizer, scheduler, scaler, progress, device))
     last_eval: dict[str, float] = {}
-
-    def evaluate_and_save() -> None:
-        nonlocal last_eval
-        last_eval = validation(model)
-        train_log.valid(progress.step, last_eval)
-        checkpoints.save(progress, model, lambda: _trainer_state(optimizer, scheduler, scaler, progress, device),
-                         last_eval)
 
     # -- the loop: step, log, evaluate and checkpoint, stop
     stop_reason = limits.reached(progress)  # a resumed run may already be done
@@ -343,7 +335,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             started = time.perf_counter()
             out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
                              layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world,
-                             global_tokens=global_tokens)
+                             global_tokens=global_tokens, objective=task.loss)
             seconds = time.perf_counter() - started
             seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
             progress.batch += consumed
@@ -359,7 +351,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             stop_reason = limits.reached(progress)
             if progress.step % cfg.eval_every == 0 or stop_reason is not None:
                 evaluated_at = progress.step
-                evaluate_and_save()
+                last_eval = evaluation(progress, model)
                 stop_reason = stop_reason or limits.reached(progress)
             if stop_reason is not None:
                 break
@@ -367,7 +359,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             progress.epoch, progress.batch = progress.epoch + 1, 0
             if stop_reason is None and (stop_reason := limits.reached(progress)) is not None \
                     and evaluated_at != progress.step:
-                evaluate_and_save()
+                last_eval = evaluation(progress, model)
     train_log.close()
     log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")
     if stop_reason.startswith("max_seconds") and progress.step < cfg.max_steps:
@@ -384,7 +376,7 @@ def fit(model: nn.Module, data: Seq2SeqData | LMData, cfg: TrainConfig, run: Run
             "skipped_steps": progress.skipped_steps, "precision": precision.precision, "last_eval": last_eval}
 
 
-def _epoch(data: Seq2SeqData | LMData, epoch: int, cfg: TrainConfig, world: World | None) -> tuple[list[Batch], int]:
+def _epoch(data: TaskData, epoch: int, cfg: TrainConfig, world: World | None) -> tuple[list[Batch], int]:
     """The batches of ``epoch`` and where its updates end: with several ranks an epoch's last global
     batch is dropped if it cannot give every rank its share."""
     batches = data.epoch_batches(epoch)

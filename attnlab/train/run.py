@@ -9,23 +9,26 @@ from typing import Any, Callable
 import torch
 
 from attnlab.config import differences
-from attnlab.data.datasets import LMData, Seq2SeqData, prepare_data
-from attnlab.data.tokenizers import PAD, Tokenizer
+from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import ConfigError, UsageError
 from attnlab.files import atomic_write_text
 from attnlab.models import FamilyConfig
 from attnlab.nn.transformer import LayerStack
+from attnlab.tasks import Batching, TaskConfig, TaskData
 from attnlab.train.checkpoint import RunDir, build_run_model
 from attnlab.train.config import RunConfig, TrainConfig
 from attnlab.train.distributed import World
 from attnlab.train.loop import fit
 
 
-def _model_config(cfg: RunConfig, data: Seq2SeqData | LMData) -> FamilyConfig:
-    """The model section completed with the tokenizers' vocabulary sizes and PAD id."""
-    src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
-    separate = src is not None and not cfg.data.shared_vocab
-    return cfg.model_config(tgt.vocab_size, src.vocab_size if separate else None, PAD)
+def prepare(data_cfg: TaskConfig, train: TrainConfig, tokenizers: dict[str, Tokenizer | None] | None = None) -> TaskData:
+    """The task's data, batched as ``train`` says; with the run's ``tokenizers``, read with them."""
+    return data_cfg.task.prepare(data_cfg, Batching(train.max_tokens, train.batch_size, train.seed), tokenizers)
+
+
+def _model_config(cfg: RunConfig, data: TaskData) -> FamilyConfig:
+    """The model section completed with the fields the task's data sets (vocabulary sizes, ...)."""
+    return cfg.model_config(cfg.data.task.model_fields(cfg.data, data))
 
 
 def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[int], FamilyConfig]:
@@ -33,30 +36,18 @@ def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[i
     same size when they are not shared); ``from_data``: prepare the data and take the tokenizers'
     sizes, whatever the argument."""
     if from_data:
-        data = prepare_data(cfg.data, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed)
+        data = prepare(cfg.data, cfg.train)
         return lambda _: _model_config(cfg, data)
-    separate = not cfg.data.is_lm and not cfg.data.shared_vocab
-    return lambda vocab: cfg.model_config(vocab, vocab if separate else None, PAD)
+    return lambda vocab: cfg.model_config(cfg.data.task.planned_model_fields(cfg.data, vocab))
 
 
-def read_run_data(run: RunDir, tokenizers: dict[str, Tokenizer | None], split: str | None = None) -> Seq2SeqData | LMData:
+def read_run_data(run: RunDir, tokenizers: dict[str, Tokenizer | None], split: str | None = None) -> TaskData:
     """The data ``run`` was trained on, read with its own tokenizers; ``split``, if given, must exist."""
     _, data_cfg, train_cfg = run.read_config()
-    data = prepare_data(data_cfg, train_cfg.max_tokens, train_cfg.batch_size, train_cfg.seed, tokenizers)
+    data = prepare(data_cfg, train_cfg, tokenizers)
     if split is not None and split not in data.splits:
         raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
     return data
-
-
-def describe_data(data: Seq2SeqData | LMData) -> str:
-    if isinstance(data, LMData):
-        sizes = ", ".join(f"{name} {len(s):,} tokens" for name, s in data.streams.items())
-        return f"language-model text: {sizes}; vocabulary {data.tokenizers['tgt'].vocab_size}"
-    sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
-    src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
-    vocab = f"shared vocabulary {tgt.vocab_size}" if src is tgt else f"vocabularies {src.vocab_size} / {tgt.vocab_size}"
-    report = f"; train filter: {data.reports['train']}" if "train" in data.reports else ""
-    return f"pairs: {sizes}; {vocab}{report}"
 
 
 DISPLAY_ONLY = ("train.progress", "train.log_every")  # change what is shown, not what is trained: never refused
@@ -104,7 +95,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
         if data_cfg != cfg.data:
             raise ConfigError(f"{run.config}: a resumed run keeps its data, but the given config differs "
                               f"({'; '.join(differences(data_cfg, cfg.data))})")
-        data = prepare_data(data_cfg, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed, run.read_tokenizers())
+        data = prepare(data_cfg, cfg.train, run.read_tokenizers())
         if _model_config(cfg, data) != model_cfg:
             raise ConfigError(f"{run.config}: a resumed run keeps its model, but the given config differs "
                               f"({'; '.join(differences(model_cfg, _model_config(cfg, data)))})")
@@ -112,7 +103,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
         run.load_trainer_state(step)  # refuse a damaged state before touching config.yaml
         _check_train_changes(run, step, train_cfg, cfg.train, allow_changes, log if main else None)
     else:
-        data = prepare_data(cfg.data, cfg.train.max_tokens, cfg.train.batch_size, cfg.train.seed)
+        data = prepare(cfg.data, cfg.train)
         model_cfg = _model_config(cfg, data)
     # config.yaml first: it marks the directory as a run, so that a run killed before its first
     # checkpoint can be resumed (from step 0) rather than refused as someone else's directory
@@ -120,7 +111,8 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
         run.write_config(model_cfg, cfg.data, cfg.train)
         if not resume:
             run.write_tokenizers(data.tokenizers)
-    log(describe_data(data))
+    task = cfg.data.task
+    log(task.describe(data))
     torch.manual_seed(cfg.train.seed)
     model = build_run_model(run, model_cfg)
     for module in model.modules():
@@ -128,7 +120,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
             module.checkpoint_activations = cfg.train.activation_checkpointing
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {model_cfg.arch}, {n_params:,} parameters; run directory {run.path}")
-    summary = fit(model, data, cfg.train, run, model_cfg.d_model, resume=resume, log=log, world=world)
+    summary = fit(model, task, data, cfg.train, run, model_cfg.d_model, resume=resume, log=log, world=world)
     summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
     if main:
         atomic_write_text(run.summary, json.dumps(summary, indent=2))

@@ -1,0 +1,25 @@
+"""Tasks. Each is one module that declares its data section (only its own fields), how it prepares
+the data, its loss and metrics, and the commands that use its runs, and registers itself
+(tasks/task.py); ``data.task`` selects one (by default the task of ``data.format``). Adding a task
+is one new module here, imported below (or, from outside the package, any module that calls
+``register_task`` before the config is read)."""
+
+from attnlab.tasks.task import (
+    TASKS,
+    Batching,
+    Task,
+    TaskConfig,
+    TaskData,
+    register_task,
+    task_config,
+    task_named,
+)
+
+# isort: off
+# The built-in tasks register themselves on import, in the order error messages list them.
+from attnlab.tasks.translation import Translation, TranslationConfig
+from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig
+# isort: on
+
+__all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
+           "Translation", "TranslationConfig", "LanguageModel", "LanguageModelConfig"]

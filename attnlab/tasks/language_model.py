@@ -1,0 +1,127 @@
+"""Language modelling: predict each next token of a plain text, trained on random windows,
+validated by loss and perplexity, used by `generate` and `score`."""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from attnlab.config import at_least, one_of
+from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
+from attnlab.data.corpora import read_text
+from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.errors import ConfigError, DataError
+from attnlab.tasks.task import Batching, NextTokenTask, TaskConfig, Tokenizers, register_task
+
+
+@dataclass(frozen=True)
+class LanguageModelConfig(TaskConfig):
+    """Plain text for a language model (``format: text``): the last ``valid_fraction`` of ``train``
+    is validation unless a ``valid`` file is given; windows of ``block_size`` tokens."""
+
+    format: str = "text"
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    tokenizer: str = "word"
+    vocab_size: int = 8000
+    block_size: int = 64
+    valid_fraction: float = 0.1
+
+    def check(self) -> None:
+        one_of("format", self.format, LanguageModel.formats)
+        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        if self.train is None:
+            raise ConfigError(f"format '{self.format}' needs 'train' (a file)")
+        for name in ("vocab_size", "block_size"):
+            at_least(name, getattr(self, name), 1)
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise ConfigError(f"valid_fraction must be in (0, 1) (got {self.valid_fraction})")
+
+    @property
+    def longest_sequence(self) -> int:
+        return self.block_size
+
+
+class _Epoch(Sequence[Batch]):
+    """A virtual epoch of random windows; batch k of epoch e depends only on (seed, e, k)."""
+
+    def __init__(self, data: torch.Tensor, block_size: int, batch_size: int, seed: int, epoch: int) -> None:
+        self.data, self.block_size, self.batch_size, self.seed, self.epoch = data, block_size, batch_size, seed, epoch
+        self.n = max(1, len(data) // (block_size * batch_size))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> Batch:  # type: ignore[override]
+        if not 0 <= k < self.n:
+            raise IndexError(k)
+        g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 1_000_033 + k)
+        return lm_blocks(self.data, self.block_size, self.batch_size, g)
+
+
+@dataclass
+class LMData:
+    tokenizers: Tokenizers
+    splits: dict[str, torch.Tensor]  # split -> (N,) token ids
+    block_size: int = 64
+    batch_size: int = 32
+    seed: int = 0
+    _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
+
+    def epoch_batches(self, epoch: int) -> Sequence[Batch]:
+        return _Epoch(self.splits["train"], self.block_size, self.batch_size, self.seed, epoch)
+
+    def eval_batches(self, split: str) -> list[Batch]:
+        """Every full window of a split, in order (made once)."""
+        if split not in self._eval:
+            self._eval[split] = lm_eval_blocks(self.splits[split], self.block_size, self.batch_size)
+        return self._eval[split]
+
+
+@register_task
+class LanguageModel(NextTokenTask):
+    name = "language_model"
+    config = LanguageModelConfig
+    formats = ("text",)
+    needs = {"encoder": False, "decoder": True}
+    metrics = {"valid_loss": True, "valid_ppl": True}
+    commands = ("generate", "score", "inspect", "prune")
+    tokenizers = ("tgt",)
+
+    @classmethod
+    def prepare(cls, cfg: LanguageModelConfig, batching: Batching, tokenizers: Tokenizers | None = None) -> LMData:
+        text = read_text(cfg.train)
+        if cfg.valid is not None:
+            train_text, valid_text = text, read_text(cfg.valid)
+        else:
+            cut = math.floor(len(text) * (1.0 - cfg.valid_fraction))
+            train_text, valid_text = text[:cut], text[cut:]
+        if tokenizers is None:
+            tokenizers = {"src": None,
+                          "tgt": Tokenizer.train(cfg.tokenizer, train_text.splitlines(keepends=True), cfg.vocab_size)}
+        tok = tokenizers["tgt"]
+        splits = {name: torch.tensor(tok.encode(t), dtype=torch.long)
+                  for name, t in (("train", train_text), ("valid", valid_text))}
+        for name, stream in splits.items():
+            if len(stream) <= cfg.block_size:
+                where = cfg.valid if name == "valid" and cfg.valid is not None else cfg.train
+                raise DataError(f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
+                                f"({cfg.block_size + 1})")
+        return LMData(tokenizers, splits, cfg.block_size, batching.batch_size, batching.seed)
+
+    @classmethod
+    def model_fields(cls, cfg: LanguageModelConfig, data: LMData) -> dict[str, typing.Any]:
+        return cls.planned_model_fields(cfg, data.tokenizers["tgt"].vocab_size)
+
+    @classmethod
+    def planned_model_fields(cls, cfg: LanguageModelConfig, vocab_size: int) -> dict[str, typing.Any]:
+        return {"vocab_size": vocab_size, "pad_id": PAD}
+
+    @classmethod
+    def describe(cls, data: LMData) -> str:
+        sizes = ", ".join(f"{name} {len(s):,} tokens" for name, s in data.splits.items())
+        return f"language-model text: {sizes}; vocabulary {data.tokenizers['tgt'].vocab_size}"

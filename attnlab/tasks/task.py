@@ -1,0 +1,203 @@
+"""What a task is, and the registry that selects one by ``data.task``.
+
+A task is one module that declares a :class:`Task`: its data section (a :class:`TaskConfig`
+dataclass with only its own fields), how it prepares that data into batches and fits the
+tokenizers, which model fields the data sets (vocabulary sizes, ...), the training loss, the
+validation metrics, the families it can train and the commands that use its runs. It registers
+with ``@register_task``. Training and the commands ask the task, never its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, ContextManager, Mapping, Protocol, Sequence
+
+import torch
+from torch import nn
+
+from attnlab.config import RegisteredConfig, one_of, register
+from attnlab.data.corpora import GENERATORS
+from attnlab.data.tokenizers import Tokenizer
+from attnlab.errors import ConfigError
+from attnlab.eval.likelihood import evaluate, teacher_forced_loss
+from attnlab.models import Capabilities
+
+Tokenizers = dict[str, Tokenizer | None]
+Amp = Callable[[], ContextManager]
+
+
+class Batch(Protocol):
+    """What training needs of a task's batch: ``n_tokens``, the number of targets its loss sums
+    over (tokens, examples, ...), and a copy on a device."""
+
+    @property
+    def n_tokens(self) -> int: ...
+
+    def to(self, device: torch.device | str) -> "Batch": ...
+
+
+class TaskData(Protocol):
+    """A task's prepared data: the tokenizers (saved with the run), the splits, and the batches of
+    any training epoch (the same for the same epoch, so a resumed run goes on exactly) and of an
+    evaluation split."""
+
+    tokenizers: Tokenizers
+    splits: Mapping[str, Any]
+
+    def epoch_batches(self, epoch: int) -> Sequence[Batch]: ...
+
+    def eval_batches(self, split: str) -> Sequence[Batch]: ...
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How training wants its batches: a token budget (pairs), a number of rows (windows,
+    examples), and the seed of their order."""
+
+    max_tokens: int
+    batch_size: int
+    seed: int
+
+
+class TaskConfig(RegisteredConfig):
+    """Base of every task's data section: section 'data', ``task`` naming the task."""
+
+    section: ClassVar[str] = "data"
+    selector: ClassVar[str] = "task"
+    link: ClassVar[str] = "task"
+    task: ClassVar[type["Task"]]  # set by @register_task
+
+    @property
+    def longest_sequence(self) -> int | None:
+        """The longest sequence a model reads in training (positions must cover it); None: unbounded."""
+        return None
+
+    @property
+    def in_memory(self) -> bool:
+        """Generated rather than read from files: quick to prepare (`attnlab info` builds its tokenizers)."""
+        return False
+
+
+class Task:
+    """One kind of learning problem. ``name`` is the value of data.task; ``config`` its data section;
+    ``formats`` the values of data.format that imply it when data.task is not given; ``needs`` the
+    capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
+    whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
+    commands that use its runs; ``sets`` the model fields its data sets, which a training config
+    leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run."""
+
+    name: ClassVar[str]
+    config: ClassVar[type[TaskConfig]]
+    formats: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[dict[str, bool]]
+    metrics: ClassVar[dict[str, bool]]
+    commands: ClassVar[tuple[str, ...]]
+    sets: ClassVar[tuple[str, ...]] = ("vocab_size", "pad_id")
+    tokenizers: ClassVar[tuple[str, ...]] = ("src", "tgt")
+
+    @classmethod
+    def fits(cls, capabilities: Capabilities) -> bool:
+        return all(getattr(capabilities, k) == v for k, v in cls.needs.items())
+
+    @classmethod
+    def prepare(cls, cfg: Any, batching: Batching, tokenizers: Tokenizers | None = None) -> TaskData:
+        """Read the data; fit the tokenizers on the training split, or use the run's ``tokenizers``."""
+        raise NotImplementedError
+
+    @classmethod
+    def model_fields(cls, cfg: Any, data: Any) -> dict[str, Any]:
+        """The model fields the prepared data sets (vocabulary sizes, pad id, ...)."""
+        raise NotImplementedError
+
+    @classmethod
+    def planned_model_fields(cls, cfg: Any, vocab_size: int) -> dict[str, Any]:
+        """The same before the data is read, for a vocabulary of ``vocab_size`` (`attnlab info`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def loss(cls, model: nn.Module, batch: Any, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+        """(training loss, plain NLL), each summed over the batch's n_tokens targets; the forward
+        runs under ``amp``."""
+        raise NotImplementedError
+
+    @classmethod
+    def validate(cls, model: nn.Module, data: Any, device: torch.device, amp: Amp, n_decoded: int) -> dict[str, float]:
+        """The metrics on the valid split (``valid_loss`` always); ``n_decoded``: how many examples
+        to predict for metrics that need predictions (train.eval_exact_match)."""
+        raise NotImplementedError
+
+    @classmethod
+    def describe(cls, data: Any) -> str:
+        """One line on the prepared data, for the training log."""
+        raise NotImplementedError
+
+
+class NextTokenTask(Task):
+    """A task whose targets are tokens, each predicted from the true prefix (teacher forcing):
+    translation, language modelling. Trained with the label-smoothed cross-entropy, validated by
+    the NLL per target token and its perplexity."""
+
+    @classmethod
+    def loss(cls, model: nn.Module, batch: Any, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+        return teacher_forced_loss(model, batch, label_smoothing, amp)
+
+    @classmethod
+    def validate(cls, model: nn.Module, data: Any, device: torch.device, amp: Amp, n_decoded: int) -> dict[str, float]:
+        scores = evaluate(model, data.eval_batches("valid"), device, amp)
+        return {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
+
+
+TASKS: dict[str, type[Task]] = {}
+DEFAULT_TASK = "translation"
+
+# The fields of the one flat DataConfig of release 0.1: a run directory written then lists all of
+# them, for every format, and names the generator 'task'. Reading such a file drops those the task
+# does not have (its reader never used them).
+RELEASE_0_1_FIELDS = (
+    "format", "task", "train", "valid", "test", "src_lang", "tgt_lang", "tokenizer", "vocab_size", "shared_vocab",
+    "max_src_len", "max_tgt_len", "seed", "n_train", "n_valid", "n_test", "min_len", "max_len", "block_size",
+    "valid_fraction")
+
+
+def register_task(task: type[Task]) -> type[Task]:
+    """Class decorator: make ``task`` selectable as ``data.task: <task.name>``."""
+    return register(TASKS, task, "task")
+
+
+def task_named(name: Any) -> type[Task]:
+    if name in GENERATORS:  # release 0.1 named the generator data.task
+        raise ConfigError(f"data.task names the task ({', '.join(map(repr, TASKS))}); '{name}' is a built-in "
+                          f"generator: write `generator: {name}` (with format: builtin)")
+    one_of("data.task", name, TASKS)
+    return TASKS[name]
+
+
+def task_of(data: Mapping[str, Any]) -> type[Task]:
+    """The task a data section names, or, without data.task, the first whose formats include its
+    data.format (the default task without either)."""
+    if "task" in data:
+        return task_named(data["task"])
+    return next((task for task in TASKS.values() if data.get("format") in task.formats), TASKS[DEFAULT_TASK])
+
+
+def task_config(data: Any, from_0_1: bool = False) -> TaskConfig:
+    """The data section as its task's config. ``from_0_1``: a run directory's config.yaml, which
+    release 0.1 wrote with every field and the generator as 'task' (see :func:`written_by_0_1`)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"section 'data' must be a mapping of field: value (got {type(data).__name__})")
+    if from_0_1:
+        data = written_by_0_1(data)
+    return task_of(data).config.from_dict(data)
+
+
+def written_by_0_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's data section as this release reads it: written by 0.1 (data.task names a
+    generator), the generator moves to data.generator and the fields the task does not have go;
+    a newer section is unchanged."""
+    if data.get("task") not in GENERATORS:
+        return data
+    generator = data["task"]
+    data = {k: v for k, v in data.items() if k != "task"}
+    own = task_of(data).config.field_names()
+    data = {k: v for k, v in data.items() if k in own or k not in RELEASE_0_1_FIELDS}
+    return data | {"generator": generator} if "generator" in own else data

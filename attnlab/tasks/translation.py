@@ -1,0 +1,220 @@
+"""Translation: a source sentence to a target sentence, read from parallel files, TSV, SCAN's
+format or a built-in generator, trained by teacher forcing, validated by loss and exact match,
+used by `translate`, `evaluate` and `score`."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch import nn
+
+from attnlab.config import at_least, one_of
+from attnlab.data.batching import Batch, collate_pairs, token_budget_batches
+from attnlab.data.corpora import (
+    GENERATORS,
+    FilterReport,
+    Pair,
+    filter_by_length,
+    generated_pairs,
+    read_parallel,
+    read_scan,
+    read_tsv,
+)
+from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.decode.translate import translate
+from attnlab.errors import ConfigError, DataError
+from attnlab.eval.metrics import exact_match
+from attnlab.tasks.task import Amp, Batching, NextTokenTask, TaskConfig, Tokenizers, register_task
+
+
+@dataclass(frozen=True)
+class TranslationConfig(TaskConfig):
+    """Where the sentence pairs come from and how they become token ids.
+
+    ``format``: ``builtin`` (pairs made by a ``generator``: scan, copy, reverse, sort), ``parallel``
+    (``{train,valid,test}.{src_lang,tgt_lang}`` line-aligned files), ``tsv`` (source TAB target) or
+    ``scan`` (``IN: ... OUT: ...`` lines). Without a ``valid`` file the last ``n_valid`` training
+    pairs are held out. Relative paths are taken from the current directory.
+    """
+
+    format: str = "builtin"
+    generator: str = "scan"
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+    src_lang: Optional[str] = None
+    tgt_lang: Optional[str] = None
+    tokenizer: str = "word"
+    vocab_size: int = 8000
+    shared_vocab: bool = True
+    max_src_len: int = 256
+    max_tgt_len: int = 256
+    seed: int = 1234
+    n_train: Optional[int] = None
+    n_valid: int = 500
+    n_test: int = 1000
+    min_len: int = 3
+    max_len: int = 12
+
+    def check(self) -> None:
+        one_of("format", self.format, Translation.formats)
+        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        if self.format == "builtin":
+            one_of("generator", self.generator, GENERATORS)
+        elif self.train is None:
+            raise ConfigError(f"format '{self.format}' needs 'train' (a file, or a path prefix for 'parallel')")
+        if self.format == "parallel" and (self.src_lang is None or self.tgt_lang is None):
+            raise ConfigError("format 'parallel' needs src_lang and tgt_lang (file suffixes, e.g. 'de' and 'en')")
+        for name in ("vocab_size", "max_src_len", "max_tgt_len", "n_valid", "n_test", "min_len"):
+            at_least(name, getattr(self, name), 1)
+        if self.n_train is not None:
+            at_least("n_train", self.n_train, 1)
+        if self.max_len < self.min_len:
+            raise ConfigError(f"max_len ({self.max_len}) must be >= min_len ({self.min_len})")
+
+    @property
+    def longest_sequence(self) -> int:
+        return max(self.max_src_len, self.max_tgt_len) + 1  # + EOS (source) or BOS (target input)
+
+    @property
+    def in_memory(self) -> bool:
+        return self.format == "builtin"
+
+
+@dataclass
+class Example:
+    """One sentence pair, as text and as token ids (without BOS/EOS)."""
+
+    src: str
+    tgt: str
+    src_ids: list[int]
+    tgt_ids: list[int]
+
+
+@dataclass
+class Seq2SeqData:
+    tokenizers: Tokenizers
+    splits: dict[str, list[Example]]
+    reports: dict[str, FilterReport] = field(default_factory=dict)
+    seed: int = 0
+    max_tokens: int = 4096
+    _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
+
+    def epoch_batches(self, epoch: int) -> list[Batch]:
+        """The training batches of ``epoch``: the same for the same (seed, epoch), so a resumed run
+        continues exactly where it stopped."""
+        return self._batches(self.splits["train"], self.seed, epoch)
+
+    def eval_batches(self, split: str) -> list[Batch]:
+        """A split's batches in a fixed order (made once)."""
+        if split not in self._eval:
+            self._eval[split] = self._batches(self.splits[split], seed=0, epoch=0)
+        return self._eval[split]
+
+    def _batches(self, examples: list[Example], seed: int, epoch: int) -> list[Batch]:
+        lengths = [max(len(e.src_ids), len(e.tgt_ids)) + 1 for e in examples]
+        groups = token_budget_batches(lengths, self.max_tokens, seed, epoch)
+        return [collate_pairs([(examples[i].src_ids, examples[i].tgt_ids) for i in g]) for g in groups]
+
+
+def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
+    """The configured corpus as text pairs per split; a missing valid split is the last n_valid
+    training pairs."""
+    if cfg.format == "builtin":
+        return generated_pairs(cfg.generator, cfg.seed, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.min_len, cfg.max_len)
+
+    def read(path: str) -> list[Pair]:
+        if cfg.format == "parallel":
+            return read_parallel(f"{path}.{cfg.src_lang}", f"{path}.{cfg.tgt_lang}")
+        return read_tsv(path) if cfg.format == "tsv" else read_scan(path)
+
+    splits = {name: read(path) for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
+              if path is not None}
+    if "valid" not in splits:
+        if len(splits["train"]) <= cfg.n_valid:
+            raise DataError(f"{cfg.train}: {len(splits['train'])} pairs are too few to hold out n_valid "
+                            f"({cfg.n_valid}) for validation; give a 'valid' file")
+        splits["train"], splits["valid"] = splits["train"][:-cfg.n_valid], splits["train"][-cfg.n_valid:]
+    return splits
+
+
+def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
+                 batch_size: int = 128, progress: bool = False) -> list[tuple[str, str, str]]:
+    """Greedy translations of the first ``limit`` examples of a split: (source, reference, output);
+    ``progress`` shows translate's progress bar."""
+    examples = data.splits[split][:limit]
+    outputs = translate(model, data.tokenizers, [e.src for e in examples], beam=1, batch_size=batch_size,
+                        progress=progress)
+    return [(e.src, e.tgt, hyps[0][0]) for e, hyps in zip(examples, outputs)]
+
+
+@register_task
+class Translation(NextTokenTask):
+    name = "translation"
+    config = TranslationConfig
+    formats = ("builtin", "parallel", "tsv", "scan")
+    needs = {"encoder": True, "decoder": True}
+    metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
+    commands = ("translate", "evaluate", "score", "inspect", "prune")
+    sets = ("vocab_size", "src_vocab_size", "pad_id")
+
+    @classmethod
+    def prepare(cls, cfg: TranslationConfig, batching: Batching, tokenizers: Tokenizers | None = None) -> Seq2SeqData:
+        splits = read_pairs(cfg)
+        if tokenizers is None:
+            train = splits["train"]
+            if cfg.shared_vocab:
+                shared = Tokenizer.train(cfg.tokenizer, [s for s, _ in train] + [t for _, t in train], cfg.vocab_size)
+                tokenizers = {"src": shared, "tgt": shared}
+            else:
+                tokenizers = {"src": Tokenizer.train(cfg.tokenizer, [s for s, _ in train], cfg.vocab_size),
+                              "tgt": Tokenizer.train(cfg.tokenizer, [t for _, t in train], cfg.vocab_size)}
+        encoded: dict[str, list[Example]] = {}
+        reports: dict[str, FilterReport] = {}
+        for name, pairs in splits.items():
+            src_ids = tokenizers["src"].encode_batch([s for s, _ in pairs])
+            tgt_ids = tokenizers["tgt"].encode_batch([t for _, t in pairs])
+            examples = [Example(s, t, si, ti) for (s, t), si, ti in zip(pairs, src_ids, tgt_ids)]
+            if name == "train":  # evaluation sets are never filtered: scores must cover every sentence
+                keep, reports[name] = filter_by_length(list(zip(src_ids, tgt_ids)), cfg.max_src_len, cfg.max_tgt_len)
+                examples = [examples[i] for i in keep]
+                if not examples:
+                    raise DataError(f"no training pairs left after length filtering ({reports[name]})")
+            encoded[name] = examples
+        return Seq2SeqData(tokenizers, encoded, reports, seed=batching.seed, max_tokens=batching.max_tokens)
+
+    @classmethod
+    def model_fields(cls, cfg: TranslationConfig, data: Seq2SeqData) -> dict[str, typing.Any]:
+        src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
+        return cls._sizes(cfg, tgt.vocab_size, src.vocab_size)
+
+    @classmethod
+    def planned_model_fields(cls, cfg: TranslationConfig, vocab_size: int) -> dict[str, typing.Any]:
+        return cls._sizes(cfg, vocab_size, vocab_size)
+
+    @staticmethod
+    def _sizes(cfg: TranslationConfig, tgt_vocab: int, src_vocab: int) -> dict[str, typing.Any]:
+        """One vocabulary when shared; else the source's as src_vocab_size."""
+        return {"vocab_size": tgt_vocab, "pad_id": PAD} | ({} if cfg.shared_vocab else {"src_vocab_size": src_vocab})
+
+    @classmethod
+    def validate(cls, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp,
+                 n_decoded: int) -> dict[str, float]:
+        """Loss and perplexity, and the exact match of ``n_decoded`` greedy translations."""
+        result = super().validate(model, data, device, amp, n_decoded)
+        if n_decoded:
+            triples = decode_split(model, data, "valid", n_decoded)
+            result["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
+        return result
+
+    @classmethod
+    def describe(cls, data: Seq2SeqData) -> str:
+        sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
+        src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
+        vocab = (f"shared vocabulary {tgt.vocab_size}" if src is tgt
+                 else f"vocabularies {src.vocab_size} / {tgt.vocab_size}")
+        report = f"; train filter: {data.reports['train']}" if "train" in data.reports else ""
+        return f"pairs: {sizes}; {vocab}{report}"
