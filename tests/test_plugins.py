@@ -153,7 +153,7 @@ class Sentiment(Task):
     tokenizers = ("src",)
 
     @classmethod
-    def prepare(cls, cfg, batching, tokenizers=None):
+    def prepare(cls, cfg, batching, tokenizers=None, state=None):
         pairs = read_tsv(cfg.train)
         labels = sorted({label for _, label in pairs})
         if tokenizers is None:

@@ -32,8 +32,8 @@ from attnlab.train.run import read_run_data
 def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: str = "best") -> dict[str, list[float]]:
     """Each module's mean attention entropy per head (nats) over a split of the run's data,
     teacher-forced, padding queries excluded: {module: [H values]}."""
-    model, tokenizers, _ = load_run(run_dir, checkpoint)
-    data = read_run_data(RunDir(run_dir), tokenizers, split)
+    model, _, _ = load_run(run_dir, checkpoint)
+    data = read_run_data(RunDir(run_dir), split)
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, float] = {}
     for batch in data.eval_batches(split):

@@ -5,6 +5,7 @@ axis labels in its metadata ('Description', JSON) so that a program can check wh
 - ``alignment_plot``: source-target alignment in the style of Bahdanau et al. (2015), fig. 3;
 - ``entropy_plot``: mean entropy per layer and head, the value written in each cell;
 - ``pruning_plot``: a metric against the fraction of heads pruned;
+- ``confusion_plot``: a classifier's confusion matrix, the count in each cell;
 - ``positional_plots``: the sinusoidal table as a heatmap, and PE(p) . PE(p + k) against the
   offset k for several bases n.
 
@@ -100,12 +101,12 @@ def _luma(rgb: Sequence[float]) -> float:
     return 0.299 * r + 0.587 * g + 0.114 * b
 
 
-def _annotate(ax, image: AxesImage, grid: Tensor) -> None:
-    """Write each cell's value (two decimals) on it, in black on light colours and white on dark."""
+def _annotate(ax, image: AxesImage, grid: Tensor, style: str = "{:.2f}") -> None:
+    """Write each cell's value (``style``: two decimals) on it, in black on light colours and white on dark."""
     for (i, j), value in np.ndenumerate(grid.numpy()):
         if not math.isnan(value):
             colour = "black" if _luma(image.cmap(image.norm(value))) > 0.5 else "white"
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=9, color=colour)
+            ax.text(j, i, style.format(value), ha="center", va="center", fontsize=9, color=colour)
 
 
 def entropy_figure(entropy: dict[str, Tensor], title: str = "mean attention entropy (nats)") -> Figure:
@@ -130,6 +131,22 @@ def entropy_plot(entropy: dict[str, Tensor], path: Path, title: str = "mean atte
     H = max(len(v) for v in entropy.values())
     return _save(entropy_figure(entropy, title), path,
                  {"title": title, "rows": list(entropy), "cols": [f"head {h}" for h in range(H)]})
+
+
+def confusion_plot(counts: list[list[int]], labels: Sequence[str], path: Path) -> Path:
+    """A confusion matrix: true labels down, predicted across, the count in each cell."""
+    grid = torch.tensor(counts, dtype=torch.float)
+    n = len(labels)
+    fig, ax = plt.subplots(figsize=(2.5 + 0.7 * n, 1.8 + 0.6 * n), layout="constrained")
+    image = ax.imshow(grid.numpy(), cmap="Blues", aspect="auto", vmin=0)
+    _annotate(ax, image, grid, "{:.0f}")
+    ax.set_xticks(range(n), labels, rotation=90 if n > 6 else 0, fontsize=8)
+    ax.set_yticks(range(n), labels, fontsize=8)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    fig.colorbar(image, ax=ax, label="examples")
+    ax.set_title("confusion matrix", fontsize=9)
+    return _save(fig, path, {"title": "confusion matrix", "rows": list(labels), "cols": list(labels), "counts": counts})
 
 
 def pruning_plot(fractions: Sequence[float], values: Sequence[float], metric: str, path: Path) -> Path:

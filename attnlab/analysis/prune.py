@@ -65,8 +65,8 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
         if not 0.0 <= f < 1.0:
             raise UsageError(f"--fraction must be in [0, 1) (got {f})")
     run = RunDir(run_dir)
-    model, tokenizers, _ = load_run(run_dir)
-    data = read_run_data(run, tokenizers, split)
+    model, _, _ = load_run(run_dir)
+    data = read_run_data(run, split)
     say = log or (lambda line: None)
     started = time.perf_counter()
     importance = head_importance(model, data.eval_batches(split), mean_nll)

@@ -63,8 +63,8 @@ GENERATES = {"encoder": False, "decoder": True, "incremental_decoding": True}
 MAX_BATCH, MAX_BEAM, MAX_NEW_TOKENS = 1024, 64, 100_000
 
 
-def check_task_serves(args: argparse.Namespace) -> None:
-    """Refuse, in one line, a run whose task does not serve ``args.command`` (its ``commands``)."""
+def check_task_serves(args: argparse.Namespace):
+    """The run's task; refused, in one line, when it does not serve ``args.command`` (its ``commands``)."""
     from attnlab.tasks import TASKS
     from attnlab.train.checkpoint import RunDir
 
@@ -73,6 +73,7 @@ def check_task_serves(args: argparse.Namespace) -> None:
         serving = [name for name, t in TASKS.items() if args.command in t.commands]
         raise UsageError(f"{args.run_dir} is a run of data.task '{task.name}'; `attnlab {args.command}` needs data.task "
                          f"{' or '.join(map(repr, serving))} (this run's commands: {', '.join(task.commands)})")
+    return task
 
 
 def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):

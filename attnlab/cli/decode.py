@@ -1,4 +1,4 @@
-"""`attnlab translate | generate | evaluate | score`: using a trained run."""
+"""`attnlab translate | generate | predict | evaluate | score`: using a trained run."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import secrets
 import sys
+from pathlib import Path
 
 from attnlab.cli.common import (
     GENERATES,
@@ -14,6 +15,7 @@ from attnlab.cli.common import (
     TRANSLATES,
     check_beam,
     check_new_file,
+    check_task_serves,
     emit,
     load_run_for,
     read_input_lines,
@@ -86,11 +88,18 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from attnlab.eval.evaluate import evaluate
 
     check_beam(args)
+    task = check_task_serves(args)
+    if task.evaluate_file is not None:
+        _evaluate_file(args, task)
+        return
+    if args.data is not None:
+        raise UsageError(f"--data is for tasks that score a file in their own format; data.task '{task.name}' "
+                         f"takes --src and --ref, or --split")
     model, tokenizers, _ = load_run_for(args, TRANSLATES)
     if args.split is not None:
         if args.src or args.ref:
             raise UsageError("give either --split or --src and --ref")
-        sources, references = _run_split(args.run_dir, args.split, tokenizers)
+        sources, references = _run_split(args.run_dir, args.split)
     elif args.src and args.ref:
         sources, references = read_lines(args.src, allow_empty=True), read_lines(args.ref, allow_empty=True)
     else:
@@ -108,12 +117,40 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         print(f"({result['sentences']} sentences, beam {result['beam']}, lenpen {result['lenpen']})")
 
 
-def _run_split(run_dir: str, split: str, tokenizers) -> tuple[list[str], list[str]]:
+def _evaluate_file(args: argparse.Namespace, task) -> None:
+    """`evaluate --data FILE` for a task that reads its own format (classification): its metrics,
+    the confusion matrix as text, and with --plot as a PNG."""
+    from attnlab.train.checkpoint import RunDir, load_run
+
+    if args.data is None or args.src or args.ref or args.split:
+        raise UsageError(f"a run of data.task '{task.name}' is evaluated on a labelled file: give --data FILE")
+    check_new_file(args.plot, args.force, "--plot")
+    run = RunDir(args.run_dir)
+    model, tokenizers, _ = load_run(args.run_dir, args.checkpoint)
+    result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data)
+    if args.plot:
+        from attnlab.analysis.plots import confusion_plot
+
+        confusion_plot(result["confusion"], result["labels"], Path(args.plot))
+        print(f"plot: {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"accuracy  {result['accuracy']:.2%}   macro-F1  {result['macro_f1']:.4f}   loss  {result['loss']:.4f}   "
+          f"({result['examples']} examples, {args.data})")
+    width = max(len(label) for label in result["labels"]) + 2
+    print("confusion matrix (rows: true label, columns: predicted)")
+    print(" " * width + "".join(f"{label:>{width}}" for label in result["labels"]))
+    for label, row in zip(result["labels"], result["confusion"]):
+        print(f"{label:<{width}}" + "".join(f"{count:>{width}}" for count in row))
+
+
+def _run_split(run_dir: str, split: str) -> tuple[list[str], list[str]]:
     """Sources and references of a split of the data a run was trained with."""
     from attnlab.train.checkpoint import RunDir
     from attnlab.train.run import read_run_data
 
-    data = read_run_data(RunDir(run_dir), tokenizers, split)
+    data = read_run_data(RunDir(run_dir), split)
     return [e.src for e in data.splits[split]], [e.tgt for e in data.splits[split]]
 
 
@@ -145,8 +182,32 @@ def cmd_score(args: argparse.Namespace) -> None:
                              f"{result['tokens']:,} tokens ({args.tgt})")
 
 
+def cmd_predict(args: argparse.Namespace) -> None:
+    from attnlab.tasks.classification import classify
+    from attnlab.train.checkpoint import RunDir
+
+    if not 1 <= args.batch_size <= MAX_BATCH:
+        raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH} (got {args.batch_size})")
+    check_new_file(args.output, args.force, "--output")
+    model, tokenizers, cfg = load_run_for(args, {})
+    run = RunDir(args.run_dir)
+    labels = run.read_task_state()["labels"]
+    lines = read_input_lines(args.input)
+    probabilities = classify(model, tokenizers["src"], lines, run.read_config()[1].max_len, cfg.n_segments > 0,
+                             args.batch_size, args.input or "<stdin>")
+    out = []
+    for line, p in zip(lines, probabilities):
+        if not line.strip():  # a blank line gives a blank line
+            out.append("\n")
+            continue
+        best = max(range(len(p)), key=p.__getitem__)
+        out.append(json.dumps({"label": labels[best], "probabilities": dict(zip(labels, p))}) + "\n" if args.json
+                   else f"{labels[best]}\t{p[best]:.4f}\n")
+    write_output(args.output, "".join(out), args.force)
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add `translate, generate, evaluate and score` to the command line."""
+    """Add `translate, generate, predict, evaluate and score` to the command line."""
     def run_dir_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("run_dir", help="a run directory written by `attnlab train`")
         p.add_argument("--checkpoint", default="best", help="best (default), last, average, or a step number")
@@ -186,12 +247,26 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     generate.add_argument("--num-samples", type=int, default=1, help="independent samples of the prompt (default 1)")
     generate.set_defaults(func=cmd_generate)
 
-    evaluate = sub.add_parser("evaluate", help="BLEU, chrF, exact match and perplexity on a test set")
+    predict = sub.add_parser("predict", help="classify lines of text: one label and its probability per line")
+    run_dir_args(predict)
+    predict.add_argument("--input", help="one text per line, or text_a TAB text_b (default: stdin)")
+    predict.add_argument("--output", help="output file (default: stdout)")
+    predict.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    predict.add_argument("--json", action="store_true", help="one JSON object per line, with every class's probability")
+    predict.add_argument("--batch-size", type=int, default=64, help="texts per batch (default 64)")
+    predict.set_defaults(func=cmd_predict)
+
+    evaluate = sub.add_parser("evaluate", help="score a run on a test set: BLEU, chrF, exact match and perplexity "
+                                               "(translation); accuracy, macro-F1, confusion matrix (classification)")
     run_dir_args(evaluate)
     search_args(evaluate)
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, one per line")
     evaluate.add_argument("--split", help="instead of files: a split of the run's own data (valid, test)")
+    evaluate.add_argument("--data", help="a classifier's labelled file (text TAB label): accuracy, macro-F1 and "
+                                         "the confusion matrix")
+    evaluate.add_argument("--plot", help="with --data: write the confusion matrix to this PNG")
+    evaluate.add_argument("--force", action="store_true", help="overwrite an existing --plot")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_evaluate)
 

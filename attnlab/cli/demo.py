@@ -22,8 +22,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print("attnlab demo: a Transformer learns SCAN (commands -> actions) from scratch on this machine.")
     summary = train_run(cfg, out)
     # Decode the held-out split with the model as saved, to show the run directory is complete.
-    model, tokenizers, _ = load_run(out)
-    triples = decode_split(model, read_run_data(RunDir(out), tokenizers), "test", progress=True)
+    model, _, _ = load_run(out)
+    triples = decode_split(model, read_run_data(RunDir(out)), "test", progress=True)
     em = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
     for src, ref, hyp in triples[:5]:
         print(f"\n  source:    {src}\n  reference: {ref}\n  output:    {hyp}   [{'ok' if hyp == ref else 'WRONG'}]")

@@ -1,4 +1,5 @@
-"""Corpora: reading parallel text, plain text and SCAN files, and the built-in generated pair sets.
+"""Corpora: reading parallel text, plain text, labelled TSV and SCAN files, and the built-in
+generated pair sets.
 
 Every reader raises a :class:`DataError` that names the file and line of the first problem.
 Pairs are ``(source, target)`` strings; tokenisation and length filtering come after reading.
@@ -90,6 +91,40 @@ def read_tsv(path: str | Path) -> list[Pair]:
             raise DataError(f"{path}:{n}: expected 2 tab-separated fields (source, target), found {len(fields)}")
         pairs.append((fields[0], fields[1]))
     return pairs
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One labelled example: a text, or a pair of texts (BERT's sentences A and B), and its label."""
+
+    text_a: str
+    text_b: str | None
+    label: str
+    line: int  # where it is in its file
+
+
+def read_labelled(path: str | Path, header: bool = False) -> list[Labelled]:
+    """``text TAB label`` or ``text_a TAB text_b TAB label`` lines, the same number of fields on
+    every line; ``header``: the first line names the columns and is skipped."""
+    lines = read_lines(path)
+    first = 1 + header
+    examples, width = [], None
+    for n, line in enumerate(lines[header:], start=first):
+        fields = line.split("\t")
+        if len(fields) not in (2, 3) or (width is not None and len(fields) != width):
+            expected = {None: "2 (text, label) or 3 (text_a, text_b, label)", 2: f"2 (text, label), as on line {first}",
+                        3: f"3 (text_a, text_b, label), as on line {first}"}[width]
+            raise DataError(f"{path}:{n}: found {len(fields)} tab-separated fields; expected {expected}")
+        width = len(fields)
+        label = fields[-1].strip()
+        if not label:
+            raise DataError(f"{path}:{n}: empty label")
+        if not all(f.strip() for f in fields[:-1]):
+            raise DataError(f"{path}:{n}: empty text")
+        examples.append(Labelled(fields[0], fields[1] if width == 3 else None, label, n))
+    if not examples:
+        raise DataError(f"{path}: no examples after the header line")
+    return examples
 
 
 def read_scan(path: str | Path) -> list[Pair]:

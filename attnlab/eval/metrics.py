@@ -1,5 +1,6 @@
-"""Metrics over decoded text: BLEU and chrF through sacrebleu (with its signature, so that scores
-can be compared across papers), exact match, perplexity."""
+"""Metrics: over decoded text, BLEU and chrF through sacrebleu (with its signature, so that scores
+can be compared across papers), exact match, perplexity; over predicted classes, accuracy, macro-F1
+and the confusion matrix."""
 
 from __future__ import annotations
 
@@ -34,3 +35,25 @@ def exact_match(hypotheses: list[str], references: list[str]) -> float:
 def perplexity(nll_per_token: float) -> float:
     """exp of the mean negative log-likelihood per token (natural log), capped to stay finite."""
     return math.exp(min(nll_per_token, 700.0))
+
+
+def confusion_matrix(predicted: list[int], gold: list[int], n_classes: int) -> list[list[int]]:
+    """counts[g][p]: examples of class g predicted as p (rows the truth, as scikit-learn's)."""
+    counts = [[0] * n_classes for _ in range(n_classes)]
+    for p, g in zip(predicted, gold, strict=True):
+        counts[g][p] += 1
+    return counts
+
+
+def classification_scores(predicted: list[int], gold: list[int], n_classes: int) -> dict[str, float]:
+    """Accuracy and macro-F1: the unweighted mean over classes of F1 = 2 TP / (2 TP + FP + FN), a
+    class with no examples and no predictions counting 0 (scikit-learn's zero_division=0)."""
+    counts = confusion_matrix(predicted, gold, n_classes)
+    right = sum(counts[c][c] for c in range(n_classes))
+    f1 = []
+    for c in range(n_classes):
+        missed = sum(counts[c]) - counts[c][c]  # FN: class c predicted as another
+        wrong = sum(row[c] for row in counts) - counts[c][c]  # FP: another predicted as c
+        denominator = 2 * counts[c][c] + missed + wrong
+        f1.append(2 * counts[c][c] / denominator if denominator else 0.0)
+    return {"accuracy": right / max(len(gold), 1), "macro_f1": sum(f1) / n_classes}

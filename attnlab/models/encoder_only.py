@@ -1,26 +1,32 @@
-"""The encoder-only model (BERT): masked-LM logits, or class logits from the first position."""
+"""The encoder-only model (BERT): masked-LM logits, or class logits from a pooled vector."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.config import at_least
+from attnlab.config import at_least, one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, register_family
 from attnlab.models.transformer import TransformerConfig
-from attnlab.nn.registry import ACTIVATIONS
+from attnlab.nn.registry import ACTIVATIONS, POOLINGS
 from attnlab.nn.transformer import ClassificationHead, EncoderOnly, MaskedLMHead
 
 
 @dataclass(frozen=True)
 class EncoderOnlyConfig(TransformerConfig):
-    """The Transformer fields, plus ``n_classes`` for the classification head."""
+    """The Transformer fields, plus the classification head's ``n_classes`` and ``pooling`` (``cls``:
+    the first position, BERT; ``mean``: the mean over real tokens), and ``n_segments``, the rows of
+    the segment table (BERT's token types; 2 for sentence pairs, 0 for none)."""
 
     n_classes: int = 2
+    pooling: str = "cls"
+    n_segments: int = 0
 
     def check(self) -> None:
         super().check()
         at_least("n_classes", self.n_classes, 2)
+        one_of("pooling", self.pooling, POOLINGS)
+        at_least("n_segments", self.n_segments, 0)
 
     @property
     def encoder_layers(self) -> int:
@@ -35,10 +41,10 @@ class EncoderOnlyFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: EncoderOnlyConfig) -> EncoderOnly:
-        embed = parts.embeddings(cfg, cfg.vocab_size)
+        embed = parts.embeddings(cfg, cfg.vocab_size, cfg.n_segments)
         mlm_head = MaskedLMHead(cfg.d_model, ACTIVATIONS[cfg.activation](), cfg.layer_norm_eps,
                                 parts.output_projection(cfg, embed))
-        model = EncoderOnly(embed, parts.encoder(cfg, cfg.n_layers), mlm_head,
-                            ClassificationHead(cfg.d_model, cfg.n_classes, cfg.dropout), cfg.pad_id)
+        classifier = ClassificationHead(cfg.d_model, cfg.n_classes, cfg.dropout, POOLINGS[cfg.pooling]())
+        model = EncoderOnly(embed, parts.encoder(cfg, cfg.n_layers), mlm_head, classifier, cfg.pad_id)
         parts.init_weights(model)
         return model

@@ -204,8 +204,10 @@ def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
     return cls.from_config(cfg) if where == belongs else PositionalEncoding()
 
 
-def embeddings(cfg: TransformerConfig, vocab_size: int) -> Embeddings:
-    return Embeddings(vocab_size, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout)
+def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> Embeddings:
+    """Token embeddings with the absolute positions, and a segment table of ``n_segments`` rows."""
+    segments = nn.Embedding(n_segments, cfg.d_model) if n_segments else None
+    return Embeddings(vocab_size, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments)
 
 
 def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:

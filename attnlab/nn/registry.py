@@ -24,6 +24,7 @@ from attnlab.nn.scores import (
     LocationScore,
     ScaledDotScore,
 )
+from attnlab.nn.transformer import FirstTokenPooling, MeanPooling
 
 ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = BACKENDS  # each backend registers itself (nn/backends/)
 
@@ -42,6 +43,8 @@ POSITIONAL_COMBINE = ("add", "concat")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 NORM_PLACEMENTS = ("post", "pre")
+
+POOLINGS: dict[str, type[nn.Module]] = {"cls": FirstTokenPooling, "mean": MeanPooling}  # a sequence -> one vector
 
 SCORES: dict[str, type[AlignmentScore]] = {
     "dot": DotScore,

@@ -2,7 +2,7 @@
 
 EncoderDecoder  seq2seq (Vaswani et al. 2017):  logits = Generator(Decoder(Embed(y), Encoder(Embed(x))))
 DecoderLM       GPT-style language model:        logits = Generator(Decoder(Embed(x)))  (causal, no cross-attention)
-EncoderOnly     BERT-style:                      masked-LM logits, or class logits from the first position
+EncoderOnly     BERT-style:                      masked-LM logits, or class logits from a pooled vector
 
 Models take token ids and find padding from ``pad_id``. Decoders accept a :class:`DecoderCache`;
 with one, pass only the new target steps and get their logits (incremental decoding).
@@ -41,13 +41,16 @@ class LayerStack(nn.Module):
 
 
 class Embeddings(nn.Module):
-    """x = Dropout(E[w] * sqrt(D_tok) (+ or ||) PE(pos)); PE is identity for relative schemes."""
+    """x = Dropout(E[w] * sqrt(D_tok) (+ or ||) PE(pos) [+ S[segment]]); PE is identity for relative
+    schemes; the segment table (BERT's token types: sentence A or B) only where one is given."""
 
-    def __init__(self, vocab_size: int, width: int, positional: PositionalEncoding, dropout: float) -> None:
+    def __init__(self, vocab_size: int, width: int, positional: PositionalEncoding, dropout: float,
+                 segments: nn.Embedding | None = None) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, width)
         self.scale = math.sqrt(width)
         self.positional = positional
+        self.segments = segments  # (n_segments, d_model), or None
         self.dropout = Dropout(dropout)
 
     def positions(self, offset: int, length: int, device: torch.device) -> Tensor:
@@ -59,9 +62,12 @@ class Embeddings(nn.Module):
             raise DataError(f"position {offset + length - 1} is beyond max_len ({limit}) of the learned positional table")
         return torch.arange(offset, offset + length, device=device)
 
-    def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
-        """(B, T) ids at (T,) positions -> (B, T, d_model)."""
-        return self.dropout(self.positional.embed(self.tokens(ids) * self.scale, positions))
+    def forward(self, ids: Tensor, positions: Tensor, segments: Tensor | None = None) -> Tensor:
+        """(B, T) ids at (T,) positions, (B, T) segment ids or None -> (B, T, d_model)."""
+        x = self.positional.embed(self.tokens(ids) * self.scale, positions)
+        if self.segments is not None:
+            x = x + self.segments(torch.zeros_like(ids) if segments is None else segments)
+        return self.dropout(x)
 
 
 class Encoder(LayerStack):
@@ -182,23 +188,42 @@ class MaskedLMHead(nn.Module):
         return self.projection(self.norm(self.activation(self.transform(h))))
 
 
-class ClassificationHead(nn.Module):
-    """BERT's pooler and classifier on the first position: logits = W_c Dropout(tanh(W_p h_0 + b_p)) + b_c."""
+class FirstTokenPooling(nn.Module):
+    """BERT's summary of a sequence: the vector at the first position (the [CLS] token)."""
 
-    def __init__(self, d_model: int, n_classes: int, dropout: float) -> None:
+    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+        """(B, T, d_model), (B, T) -> (B, d_model)."""
+        return h[:, 0]
+
+
+class MeanPooling(nn.Module):
+    """The mean of the vectors at real (non-padding) positions (Sentence-BERT's summary)."""
+
+    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+        """(B, T, d_model), (B, T) -> (B, d_model)."""
+        weights = valid.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
+        return (h * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+class ClassificationHead(nn.Module):
+    """BERT's pooler and classifier: logits = W_c Dropout(tanh(W_p pool(h) + b_p)) + b_c."""
+
+    def __init__(self, d_model: int, n_classes: int, dropout: float, pooling: nn.Module) -> None:
         super().__init__()
+        self.pooling = pooling
         self.pool = nn.Linear(d_model, d_model)
         self.dropout = Dropout(dropout)
         self.out = nn.Linear(d_model, n_classes)
 
-    def forward(self, h: Tensor) -> Tensor:
-        """(B, T, d_model) -> (B, n_classes)."""
-        return self.out(self.dropout(torch.tanh(self.pool(h[:, 0]))))
+    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+        """(B, T, d_model), (B, T) True at real tokens -> (B, n_classes)."""
+        return self.out(self.dropout(torch.tanh(self.pool(self.pooling(h, valid)))))
 
 
 class EncoderOnly(nn.Module):
     """BERT-style encoder. ``model(ids)`` -> (B, T, V) masked-LM logits; ``model.classify(ids)`` ->
-    (B, n_classes) from the first position (put a CLS token there)."""
+    (B, n_classes) from the pooled sequence (first-token pooling wants a CLS token there). With
+    segment embeddings, ``segments`` (B, T) says which sentence of a pair each token is in."""
 
     def __init__(self, embed: Embeddings, encoder: Encoder, mlm_head: MaskedLMHead,
                  classifier: ClassificationHead, pad_id: int) -> None:
@@ -207,13 +232,13 @@ class EncoderOnly(nn.Module):
         self.mlm_head, self.classifier = mlm_head, classifier
         self.pad_id = pad_id
 
-    def encode(self, ids: Tensor) -> Tensor:
+    def encode(self, ids: Tensor, segments: Tensor | None = None) -> Tensor:
         """(B, T) ids -> (B, T, d_model) contextual vectors."""
         positions = self.embed.positions(0, ids.shape[1], ids.device)
-        return self.encoder(self.embed(ids, positions), ids != self.pad_id, positions)
+        return self.encoder(self.embed(ids, positions, segments), ids != self.pad_id, positions)
 
-    def forward(self, ids: Tensor) -> Tensor:
-        return self.mlm_head(self.encode(ids))
+    def forward(self, ids: Tensor, segments: Tensor | None = None) -> Tensor:
+        return self.mlm_head(self.encode(ids, segments))
 
-    def classify(self, ids: Tensor) -> Tensor:
-        return self.classifier(self.encode(ids))
+    def classify(self, ids: Tensor, segments: Tensor | None = None) -> Tensor:
+        return self.classifier(self.encode(ids, segments), ids != self.pad_id)

@@ -19,7 +19,9 @@ from attnlab.tasks.task import (
 # The built-in tasks register themselves on import, in the order error messages list them.
 from attnlab.tasks.translation import Translation, TranslationConfig
 from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig
+from attnlab.tasks.classification import Classification, ClassificationConfig
 # isort: on
 
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
-           "Translation", "TranslationConfig", "LanguageModel", "LanguageModelConfig"]
+           "Translation", "TranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
+           "ClassificationConfig"]

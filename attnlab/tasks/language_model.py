@@ -93,7 +93,8 @@ class LanguageModel(NextTokenTask):
     tokenizers = ("tgt",)
 
     @classmethod
-    def prepare(cls, cfg: LanguageModelConfig, batching: Batching, tokenizers: Tokenizers | None = None) -> LMData:
+    def prepare(cls, cfg: LanguageModelConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, typing.Any] | None = None) -> LMData:
         text = read_text(cfg.train)
         if cfg.valid is not None:
             train_text, valid_text = text, read_text(cfg.valid)

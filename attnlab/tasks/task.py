@@ -84,7 +84,8 @@ class Task:
     capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
     whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
     commands that use its runs; ``sets`` the model fields its data sets, which a training config
-    leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run."""
+    leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run; ``evaluate_file``,
+    where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`)."""
 
     name: ClassVar[str]
     config: ClassVar[type[TaskConfig]]
@@ -94,15 +95,23 @@ class Task:
     commands: ClassVar[tuple[str, ...]]
     sets: ClassVar[tuple[str, ...]] = ("vocab_size", "pad_id")
     tokenizers: ClassVar[tuple[str, ...]] = ("src", "tgt")
+    evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
 
     @classmethod
     def fits(cls, capabilities: Capabilities) -> bool:
         return all(getattr(capabilities, k) == v for k, v in cls.needs.items())
 
     @classmethod
-    def prepare(cls, cfg: Any, batching: Batching, tokenizers: Tokenizers | None = None) -> TaskData:
-        """Read the data; fit the tokenizers on the training split, or use the run's ``tokenizers``."""
+    def prepare(cls, cfg: Any, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, Any] | None = None) -> TaskData:
+        """Read the data; fit the tokenizers on the training split, or use the run's ``tokenizers``
+        and ``state`` (what :meth:`saved_state` gave when the run was made)."""
         raise NotImplementedError
+
+    @classmethod
+    def saved_state(cls, data: Any) -> dict[str, Any]:
+        """What else a run keeps of its data, as JSON values (a classifier's labels); {} for none."""
+        return {}
 
     @classmethod
     def model_fields(cls, cfg: Any, data: Any) -> dict[str, Any]:

@@ -162,7 +162,8 @@ class Translation(NextTokenTask):
     sets = ("vocab_size", "src_vocab_size", "pad_id")
 
     @classmethod
-    def prepare(cls, cfg: TranslationConfig, batching: Batching, tokenizers: Tokenizers | None = None) -> Seq2SeqData:
+    def prepare(cls, cfg: TranslationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, typing.Any] | None = None) -> Seq2SeqData:
         splits = read_pairs(cfg)
         if tokenizers is None:
             train = splits["train"]

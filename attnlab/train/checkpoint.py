@@ -5,6 +5,7 @@ model goes through the family registry (build_run_model). Nothing here unpickles
       config.yaml                   the resolved config (model section with its vocabulary sizes)
       tokenizer-src.json            tokenizers, the library's own files, one per role the task
       tokenizer-tgt.json            saves (a language model has no src)
+      task_state.json               what else the task keeps of its data (a classifier's labels)
       checkpoints/step-000500/      one per save, the last `keep_last` kept (and the best)
         model.safetensors           weights (tied tensors stored once)
         trainer_state.pt            optimizer, schedule, step, data position, RNG states:
@@ -90,6 +91,7 @@ class RunDir:
         self.summary = self.path / "summary.json"
         self.pruned_heads = self.path / "pruned_heads.json"
         self.config_changes = self.path / "config_changes.jsonl"  # train settings changed on resume
+        self.task_state = self.path / "task_state.json"  # what else the task keeps of its data (labels)
 
     def tokenizer_file(self, role: str) -> Path:
         return self.path / f"tokenizer-{role}.json"
@@ -132,6 +134,22 @@ class RunDir:
                 by_text[text] = Tokenizer.load(path)  # a missing or damaged file: one line naming it
             tokenizers[role] = by_text[text]
         return tokenizers
+
+    def write_task_state(self, state: dict[str, Any]) -> None:
+        if state:
+            atomic_write_text(self.task_state, json.dumps(state, indent=2))
+
+    def read_task_state(self) -> dict[str, Any]:
+        """What the task saved of its data ({} when nothing)."""
+        if not self.task_state.exists():
+            return {}
+        try:
+            state = json.loads(self.task_state.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CheckpointError(f"{self.task_state}: cannot read ({err})") from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{self.task_state}: expected a JSON object")
+        return state
 
     def read_pruned_heads(self) -> dict[str, list[int]]:
         """The heads `attnlab prune` cut out of the weights ({} when none were)."""

@@ -9,7 +9,6 @@ from typing import Any, Callable
 import torch
 
 from attnlab.config import differences
-from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import ConfigError, UsageError
 from attnlab.files import atomic_write_text
 from attnlab.models import FamilyConfig
@@ -21,9 +20,12 @@ from attnlab.train.distributed import World
 from attnlab.train.loop import fit
 
 
-def prepare(data_cfg: TaskConfig, train: TrainConfig, tokenizers: dict[str, Tokenizer | None] | None = None) -> TaskData:
-    """The task's data, batched as ``train`` says; with the run's ``tokenizers``, read with them."""
-    return data_cfg.task.prepare(data_cfg, Batching(train.max_tokens, train.batch_size, train.seed), tokenizers)
+def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None) -> TaskData:
+    """The task's data, batched as ``train`` says; with a ``run``, read with its tokenizers and state."""
+    batching = Batching(train.max_tokens, train.batch_size, train.seed)
+    if run is None:
+        return data_cfg.task.prepare(data_cfg, batching)
+    return data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
 
 
 def _model_config(cfg: RunConfig, data: TaskData) -> FamilyConfig:
@@ -41,10 +43,10 @@ def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[i
     return lambda vocab: cfg.model_config(cfg.data.task.planned_model_fields(cfg.data, vocab))
 
 
-def read_run_data(run: RunDir, tokenizers: dict[str, Tokenizer | None], split: str | None = None) -> TaskData:
+def read_run_data(run: RunDir, split: str | None = None) -> TaskData:
     """The data ``run`` was trained on, read with its own tokenizers; ``split``, if given, must exist."""
     _, data_cfg, train_cfg = run.read_config()
-    data = prepare(data_cfg, train_cfg, tokenizers)
+    data = prepare(data_cfg, train_cfg, run)
     if split is not None and split not in data.splits:
         raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
     return data
@@ -95,7 +97,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
         if data_cfg != cfg.data:
             raise ConfigError(f"{run.config}: a resumed run keeps its data, but the given config differs "
                               f"({'; '.join(differences(data_cfg, cfg.data))})")
-        data = prepare(data_cfg, cfg.train, run.read_tokenizers())
+        data = prepare(data_cfg, cfg.train, run)
         if _model_config(cfg, data) != model_cfg:
             raise ConfigError(f"{run.config}: a resumed run keeps its model, but the given config differs "
                               f"({'; '.join(differences(model_cfg, _model_config(cfg, data)))})")
@@ -111,6 +113,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
         run.write_config(model_cfg, cfg.data, cfg.train)
         if not resume:
             run.write_tokenizers(data.tokenizers)
+            run.write_task_state(cfg.data.task.saved_state(data))
     task = cfg.data.task
     log(task.describe(data))
     torch.manual_seed(cfg.train.seed)

@@ -1,0 +1,259 @@
+"""Classification: a text, or a pair of texts, to one of a set of labels, read from TSV files,
+trained with the cross-entropy over examples, validated by accuracy and macro-F1, used by
+`predict`. BERT's input: <bos> (as [CLS]) text_a <eos> (as [SEP]) [text_b <eos>], with segment
+ids 0 for the first part and 1 for the second."""
+
+from __future__ import annotations
+
+import contextlib
+import typing
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.config import at_least, one_of
+from attnlab.data.batching import pad_sequences, token_budget_batches
+from attnlab.data.corpora import Labelled, read_labelled
+from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.errors import ConfigError, DataError
+from attnlab.eval.metrics import classification_scores, confusion_matrix
+from attnlab.tasks.task import Amp, Batching, Task, TaskConfig, Tokenizers, register_task
+
+
+@dataclass(frozen=True)
+class ClassificationConfig(TaskConfig):
+    """``text TAB label`` or ``text_a TAB text_b TAB label`` files (``header``: the first line
+    names the columns). Labels are any strings: the training file's, sorted, are the classes.
+    Without a ``valid`` file the last ``n_valid`` training lines are held out. Inputs longer than
+    ``max_len`` tokens (with <bos> and <eos>) are cut, the longer text of a pair first."""
+
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+    header: bool = False
+    tokenizer: str = "word"
+    vocab_size: int = 8000
+    max_len: int = 128
+    n_valid: int = 500
+
+    def check(self) -> None:
+        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        if self.train is None:
+            raise ConfigError("data.task 'classification' needs 'train' (a TSV file)")
+        at_least("vocab_size", self.vocab_size, 1)
+        at_least("max_len", self.max_len, 4)
+        at_least("n_valid", self.n_valid, 1)
+
+    @property
+    def longest_sequence(self) -> int:
+        return self.max_len
+
+
+@dataclass
+class ClassBatch:
+    """ids, segments: (B, T), PAD-padded; labels: (B,) class ids."""
+
+    ids: Tensor
+    segments: Tensor
+    labels: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.labels)  # the loss sums over examples
+
+    def to(self, device: torch.device | str) -> "ClassBatch":
+        return ClassBatch(self.ids.to(device), self.segments.to(device), self.labels.to(device))
+
+
+@dataclass
+class Encoded:
+    """One example as model input: token ids with <bos>/<eos>, segment ids, the label's id."""
+
+    ids: list[int]
+    segments: list[int]
+    label: int
+
+
+@dataclass
+class ClassificationData:
+    tokenizers: Tokenizers
+    labels: list[str]  # class id -> label
+    splits: dict[str, list[Encoded]]
+    truncated: int = 0  # training inputs cut to max_len
+    seed: int = 0
+    max_tokens: int = 4096
+    _eval: dict[str, list[ClassBatch]] = field(default_factory=dict, repr=False)
+
+    def epoch_batches(self, epoch: int) -> list[ClassBatch]:
+        return self._batches(self.splits["train"], self.seed, epoch)
+
+    def eval_batches(self, split: str) -> list[ClassBatch]:
+        if split not in self._eval:
+            self._eval[split] = self._batches(self.splits[split], seed=0, epoch=0)
+        return self._eval[split]
+
+    def _batches(self, examples: list[Encoded], seed: int, epoch: int) -> list[ClassBatch]:
+        groups = token_budget_batches([len(e.ids) for e in examples], self.max_tokens, seed, epoch)
+        return [collate([examples[i] for i in g]) for g in groups]
+
+
+def collate(examples: list[Encoded]) -> ClassBatch:
+    return ClassBatch(pad_sequences([e.ids for e in examples]), pad_sequences([e.segments for e in examples]),
+                      torch.tensor([e.label for e in examples]))
+
+
+def encode_inputs(tokenizer: Tokenizer, texts_a: list[str], texts_b: list[str | None], max_len: int
+                  ) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """(ids, segments) of each input, cut to ``max_len`` (the longer text first), and how many were cut."""
+    a_ids = tokenizer.encode_batch(texts_a)
+    b_ids = tokenizer.encode_batch([b or "" for b in texts_b])
+    out, cut = [], 0
+    for a, b, has_b in zip(a_ids, b_ids, [b is not None for b in texts_b]):
+        room = max_len - 2 - has_b  # <bos> a <eos> [b <eos>]
+        if len(a) + len(b) > room:
+            cut += 1
+            while len(a) + len(b) > room:
+                (a if len(a) >= len(b) else b).pop()
+        ids = [BOS, *a, EOS] + ([*b, EOS] if has_b else [])
+        out.append((ids, [0] * (len(a) + 2) + [1] * (len(ids) - len(a) - 2)))
+    return out, cut
+
+
+@register_task
+class Classification(Task):
+    name = "classification"
+    config = ClassificationConfig
+    needs = {"encoder": True, "decoder": False}
+    metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
+    commands = ("predict", "evaluate")
+    sets = ("vocab_size", "n_classes", "n_segments", "pad_id")
+    tokenizers = ("src",)
+
+    @classmethod
+    def prepare(cls, cfg: ClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, typing.Any] | None = None) -> ClassificationData:
+        files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
+                 if path is not None}
+        read = {name: read_labelled(path, cfg.header) for name, path in files.items()}
+        if "valid" not in read:
+            if len(read["train"]) <= cfg.n_valid:
+                raise DataError(f"{cfg.train}: {len(read['train'])} examples are too few to hold out n_valid "
+                                f"({cfg.n_valid}) for validation; give a 'valid' file")
+            read["train"], read["valid"] = read["train"][:-cfg.n_valid], read["train"][-cfg.n_valid:]
+        labels = state["labels"] if state else sorted({e.label for e in read["train"]})
+        if len(labels) < 2:
+            raise DataError(f"{cfg.train}: one label ('{labels[0]}'); a classifier needs at least two")
+        if tokenizers is None:
+            texts = [t for e in read["train"] for t in (e.text_a, e.text_b) if t is not None]
+            tokenizers = {"src": Tokenizer.train(cfg.tokenizer, texts, cfg.vocab_size), "tgt": None}
+        splits, truncated = {}, 0
+        for name, examples in read.items():
+            ids = label_ids(examples, labels, files.get(name, cfg.train))
+            inputs, cut = encode_inputs(tokenizers["src"], [e.text_a for e in examples],
+                                        [e.text_b for e in examples], cfg.max_len)
+            splits[name] = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
+            truncated += cut if name == "train" else 0
+        return ClassificationData(tokenizers, labels, splits, truncated, batching.seed, batching.max_tokens)
+
+    @classmethod
+    def saved_state(cls, data: ClassificationData) -> dict[str, typing.Any]:
+        return {"labels": data.labels}
+
+    @classmethod
+    def model_fields(cls, cfg: ClassificationConfig, data: ClassificationData) -> dict[str, typing.Any]:
+        pairs = any(1 in e.segments for e in data.splits["train"])
+        return {"vocab_size": data.tokenizers["src"].vocab_size, "n_classes": len(data.labels),
+                "n_segments": 2 if pairs else 0, "pad_id": PAD}
+
+    @classmethod
+    def planned_model_fields(cls, cfg: ClassificationConfig, vocab_size: int) -> dict[str, typing.Any]:
+        return {"vocab_size": vocab_size, "n_classes": 2, "n_segments": 0, "pad_id": PAD}
+
+    @classmethod
+    def loss(cls, model: nn.Module, batch: ClassBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+        with amp():
+            logits = model.classify(batch.ids, batch.segments)
+        logits = logits.float()
+        return (F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=label_smoothing),
+                F.cross_entropy(logits, batch.labels, reduction="sum"))
+
+    @classmethod
+    def validate(cls, model: nn.Module, data: ClassificationData, device: torch.device, amp: Amp,
+                 n_decoded: int) -> dict[str, float]:
+        return cls._scores(model, data, device, amp)[0]
+
+    @staticmethod
+    @torch.no_grad()
+    def _scores(model: nn.Module, data: ClassificationData, device: torch.device,
+                amp: Amp = contextlib.nullcontext) -> tuple[dict[str, float], list[int], list[int]]:
+        """Loss, accuracy and macro-F1 on the valid split; the predicted and the true class of each
+        example, in the order of the batches."""
+        model.eval()
+        nll, predicted, gold = 0.0, [], []
+        for batch in data.eval_batches("valid"):
+            batch = batch.to(device)
+            with amp():
+                logits = model.classify(batch.ids, batch.segments).float()
+            nll += F.cross_entropy(logits, batch.labels, reduction="sum").item()
+            predicted += logits.argmax(-1).tolist()
+            gold += batch.labels.tolist()
+        scores = {"valid_loss": nll / len(gold), **classification_scores(predicted, gold, len(data.labels))}
+        return scores, predicted, gold
+
+    @classmethod
+    def evaluate_file(cls, model: nn.Module, cfg: ClassificationConfig, tokenizers: Tokenizers,
+                      state: dict[str, typing.Any], path: str) -> dict[str, typing.Any]:
+        """Loss, accuracy, macro-F1 and the confusion matrix on a labelled file, read and encoded as
+        the run's training data was (``cfg``, ``tokenizers`` and ``state``: the run's)."""
+        examples = read_labelled(path, cfg.header)
+        ids = label_ids(examples, state["labels"], path)
+        inputs, _ = encode_inputs(tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples],
+                                  cfg.max_len)
+        encoded = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
+        test = ClassificationData(tokenizers, state["labels"], {"valid": encoded})
+        scores, predicted, gold = cls._scores(model, test, next(model.parameters()).device)
+        return {"loss": scores["valid_loss"], "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
+                "examples": len(ids), "labels": state["labels"],
+                "confusion": confusion_matrix(predicted, gold, len(state["labels"]))}
+
+    @classmethod
+    def describe(cls, data: ClassificationData) -> str:
+        sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
+        cut = f"; {data.truncated} training inputs cut to max_len" if data.truncated else ""
+        return (f"labelled examples: {sizes}; labels {', '.join(data.labels)}; vocabulary "
+                f"{data.tokenizers['src'].vocab_size}{cut}")
+
+
+def label_ids(examples: list[Labelled], labels: list[str], path: str) -> list[int]:
+    """Each example's class id; a label the training data did not have is refused with its line."""
+    index = {label: i for i, label in enumerate(labels)}
+    for e in examples:
+        if e.label not in index:
+            raise DataError(f"{path}:{e.line}: label '{e.label}' is not one the model was trained on "
+                            f"({', '.join(labels)})")
+    return [index[e.label] for e in examples]
+
+
+@torch.no_grad()
+def classify(model: nn.Module, tokenizer: Tokenizer, lines: list[str], max_len: int, pairs: bool,
+             batch_size: int = 64, name: str = "<input>") -> list[list[float]]:
+    """The class probabilities of each input line, ``text`` or (``pairs``) ``text_a TAB text_b``,
+    encoded as in training; in the order given. Errors name the line of ``name``."""
+    model.eval()
+    split = [line.split("\t") for line in lines]
+    for n, fields in enumerate(split, start=1):
+        if len(fields) > (2 if pairs else 1):
+            expected = "text or text_a TAB text_b" if pairs else "one text (the model was trained on single texts)"
+            raise DataError(f"{name}:{n}: expected {expected}, found {len(fields)} tab-separated fields")
+    inputs, _ = encode_inputs(tokenizer, [f[0] for f in split], [f[1] if len(f) == 2 else None for f in split],
+                              max_len)
+    device = next(model.parameters()).device
+    probabilities: list[list[float]] = []
+    for start in range(0, len(inputs), batch_size):
+        chunk = [Encoded(ids, segments, 0) for ids, segments in inputs[start:start + batch_size]]
+        batch = collate(chunk).to(device)
+        probabilities += model.classify(batch.ids, batch.segments).float().softmax(-1).tolist()
+    return probabilities

@@ -1,0 +1,217 @@
+"""The classification task: reading labelled TSV, BERT's inputs (segments, truncation), pooling,
+the metrics, and an encoder trained, saved and used through the command line."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from attnlab import DataError, build_model, model_config
+from attnlab.data.corpora import Labelled, read_labelled
+from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
+from attnlab.eval.metrics import classification_scores, confusion_matrix
+from attnlab.nn.transformer import FirstTokenPooling, MeanPooling
+from attnlab.tasks.classification import encode_inputs
+from attnlab.train.checkpoint import RunDir, load_run
+from helpers import run_cli
+
+
+def write(path, text: str):
+    path.write_text(text)
+    return path
+
+
+def test_labelled_files_of_single_texts_and_of_pairs_with_an_optional_header(tmp_path):
+    single = read_labelled(write(tmp_path / "a.tsv", "a fine film\tpos\nno\tneg \n"))
+    assert single == [Labelled("a fine film", None, "pos", 1), Labelled("no", None, "neg", 2)]
+    pairs = read_labelled(write(tmp_path / "b.tsv", "premise\thypothesis\tlabel\nA man\tA person\tentail\n"),
+                          header=True)
+    assert pairs == [Labelled("A man", "A person", "entail", 2)]
+
+
+@pytest.mark.parametrize("text,header,message", [
+    ("a\tpos\nb\n", False, "b.tsv:2: found 1 tab-separated fields; expected 2 (text, label), as on line 1"),
+    ("x\ty\tz\nb\tpos\n", False, "b.tsv:2: found 2 tab-separated fields; expected 3 (text_a, text_b, label), as "
+                                 "on line 1"),
+    ("h\tl\na\tb\tc\td\n", True, "b.tsv:2: found 4 tab-separated fields; expected 2 (text, label) or 3 (text_a, "
+                                 "text_b, label)"),
+    ("a\tpos\nb\t \n", False, "b.tsv:2: empty label"),
+    ("a\tpos\n \tneg\n", False, "b.tsv:2: empty text"),
+    ("text\tlabel\n", True, "b.tsv: no examples after the header line"),
+])
+def test_a_bad_labelled_line_is_named(tmp_path, text, header, message):
+    with pytest.raises(DataError) as err:
+        read_labelled(write(tmp_path / "b.tsv", text), header)
+    assert str(err.value) == f"{tmp_path}/{message}"
+
+
+def test_accuracy_macro_f1_and_the_confusion_matrix_by_hand():
+    gold = [0, 0, 0, 1, 1, 2]
+    predicted = [0, 0, 1, 1, 2, 2]
+    assert confusion_matrix(predicted, gold, 3) == [[2, 1, 0], [0, 1, 1], [0, 0, 1]]
+    # F1 per class: 2*2/(4+1+0) = 0.8; 2*1/(2+1+1) = 0.5; 2*1/(2+0+1) = 2/3
+    scores = classification_scores(predicted, gold, 3)
+    assert scores["accuracy"] == pytest.approx(4 / 6)
+    assert scores["macro_f1"] == pytest.approx((0.8 + 0.5 + 2 / 3) / 3)
+    # a class never seen nor predicted counts 0 (scikit-learn's zero_division=0)
+    assert classification_scores([0, 1], [0, 1], 3)["macro_f1"] == pytest.approx(2 / 3)
+
+
+def test_inputs_are_bert_shaped_and_the_longer_text_is_cut_first():
+    tok = Tokenizer.train("word", ["a b c d e f g h"], 100)
+    (ids, segments), = encode_inputs(tok, ["a b"], [None], max_len=10)[0]
+    assert ids == [BOS, *tok.encode("a b"), EOS] and segments == [0, 0, 0, 0]
+    inputs, cut = encode_inputs(tok, ["a b c d e f", "a"], ["g h", "b"], max_len=8)
+    (ids, segments), (short_ids, short_segments) = inputs
+    assert cut == 1  # room for 5 text tokens: a b c stay of the first text (the longer), g h of the second
+    assert ids == [BOS, *tok.encode("a b c"), EOS, *tok.encode("g h"), EOS]
+    assert segments == [0, 0, 0, 0, 0, 1, 1, 1]
+    assert short_ids == [BOS, *tok.encode("a"), EOS, *tok.encode("b"), EOS] and short_segments == [0, 0, 0, 1, 1]
+
+
+def test_pooling_ignores_padding():
+    h = torch.arange(24.0).reshape(2, 3, 4)
+    valid = torch.tensor([[True, True, False], [True, True, True]])
+    assert torch.equal(FirstTokenPooling()(h, valid), h[:, 0])
+    assert torch.equal(MeanPooling()(h, valid), torch.stack([h[0, :2].mean(0), h[1].mean(0)]))
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_a_classifier_gives_the_same_logits_with_or_without_padding(pooling):
+    torch.manual_seed(0)
+    model = build_model(model_config(arch="encoder_only", vocab_size=20, d_model=16, n_heads=2, n_layers=2, d_ff=32,
+                                     dropout=0.0, n_classes=3, pooling=pooling, n_segments=2)).eval()
+    ids = torch.tensor([[BOS, 5, 6, EOS, 7, EOS]])
+    segments = torch.tensor([[0, 0, 0, 0, 1, 1]])
+    padded = torch.cat([ids, torch.full((1, 3), PAD)], 1)
+    alone = model.classify(ids, segments)
+    assert torch.allclose(model.classify(padded, torch.cat([segments, torch.zeros(1, 3, dtype=torch.long)], 1)),
+                          alone, atol=1e-6)
+    assert not torch.allclose(model.classify(ids, torch.zeros_like(ids)), alone, atol=1e-3)  # segments count
+
+
+def sentiment_tsv(path, n: int, seed: int, labels=("pos", "neg")):
+    """Texts whose label is decided by one word among neutral ones."""
+    rng = random.Random(seed)
+    neutral = "the film plot was a and it very quite long".split()
+    cue = {"pos": "great", "neg": "awful", "meh": "fine"}
+    lines = []
+    for i in range(n):
+        label = labels[i % len(labels)]
+        words = rng.sample(neutral, 5) + [cue[label]]
+        rng.shuffle(words)
+        lines.append(f"{' '.join(words)}\t{label}\n")
+    return write(path, "".join(lines))
+
+
+CONFIG = """\
+model: {{arch: encoder_only, d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0, pooling: {pooling},
+        positional: learned, max_len: 16}}
+data: {{task: classification, train: {train}, valid: {valid}, max_len: 16}}
+train: {{max_steps: 60, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1, eval_every: 30,
+        log_every: 10, label_smoothing: 0.0, progress: false, early_stop_metric: accuracy}}
+"""
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    root = tmp_path_factory.mktemp("classifier")
+    config = write(root / "c.yaml", CONFIG.format(pooling="cls", train=sentiment_tsv(root / "train.tsv", 200, 1),
+                                                  valid=sentiment_tsv(root / "valid.tsv", 40, 2)))
+    done = run_cli("train", str(config), "--out", str(root / "run"))
+    assert done.returncode == 0, done.stderr
+    return root, done
+
+
+def test_an_encoder_learns_to_classify_through_the_command_line(classifier):
+    root, done = classifier
+    assert "labelled examples: train 200, valid 40; labels neg, pos; vocabulary 16" in done.stdout
+    valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["split"] == "valid"]
+    assert [v["step"] for v in valid] == [30, 60]
+    assert valid[-1]["accuracy"] == 1.0 and valid[-1]["macro_f1"] == 1.0 and valid[-1]["valid_loss"] < 0.1
+    assert json.loads((root / "run" / "task_state.json").read_text()) == {"labels": ["neg", "pos"]}
+    _, _, cfg = load_run(root / "run")
+    assert (cfg.n_classes, cfg.n_segments, cfg.pooling) == (2, 0, "cls")
+    assert RunDir(root / "run").read_tokenizers()["tgt"] is None
+
+
+def test_predict_writes_a_label_and_its_probability_per_line(classifier):
+    root, _ = classifier
+    done = run_cli("predict", str(root / "run"), stdin="the film was great\n\nquite awful it was\n")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["pos", "", "neg"]
+    assert all(float(lines[i].split("\t")[1]) > 0.9 for i in (0, 2))
+    record = json.loads(run_cli("predict", str(root / "run"), "--json", stdin="great\n").stdout)
+    assert record["label"] == "pos" and sum(record["probabilities"].values()) == pytest.approx(1.0)
+    assert list(record["probabilities"]) == ["neg", "pos"]
+    refused = run_cli("predict", str(root / "run"), stdin="great\tawful\n")
+    assert refused.returncode == 4 and refused.stderr == (
+        "error: <stdin>:1: expected one text (the model was trained on single texts), found 2 tab-separated fields\n")
+    refused = run_cli("translate", str(root / "run"), stdin="great\n")
+    assert refused.returncode == 2 and "`attnlab translate` needs data.task 'translation'" in refused.stderr
+
+
+def test_evaluate_scores_a_labelled_file_with_its_confusion_matrix(classifier, tmp_path):
+    root, _ = classifier
+    test = write(tmp_path / "test.tsv", "great film\tpos\nawful film\tneg\nit was awful\tpos\n")
+    result = json.loads(run_cli("evaluate", str(root / "run"), "--data", str(test), "--json").stdout)
+    # the third line is labelled pos but says awful: predicted neg
+    assert (result["accuracy"], result["examples"], result["confusion"]) == (2 / 3, 3, [[1, 0], [1, 1]])
+    assert result["macro_f1"] == pytest.approx((2 / 3 + 2 / 3) / 2)  # F1: neg 2/(2+0+1), pos 2/(2+1+0)
+    done = run_cli("evaluate", str(root / "run"), "--data", str(test), "--plot", str(tmp_path / "cm.png"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"accuracy  66.67%   macro-F1  0.6667   loss  {result['loss']:.4f}   (3 examples, {test})",
+        "confusion matrix (rows: true label, columns: predicted)",
+        "       neg  pos",
+        "neg      1    0",
+        "pos      1    1"]
+    from PIL import Image
+
+    with Image.open(tmp_path / "cm.png") as image:
+        assert json.loads(image.info["Description"])["counts"] == [[1, 0], [1, 1]]
+    unseen = write(tmp_path / "unseen.tsv", "great\tpos\nfine\tmeh\n")
+    done = run_cli("evaluate", str(root / "run"), "--data", str(unseen))
+    assert done.returncode == 4 and done.stderr == (
+        f"error: {unseen}:2: label 'meh' is not one the model was trained on (neg, pos)\n")
+    done = run_cli("evaluate", str(root / "run"), "--src", str(test), "--ref", str(test))
+    assert done.returncode == 2 and "is evaluated on a labelled file: give --data FILE" in done.stderr
+
+
+def test_sentence_pairs_train_a_segment_table(tmp_path):
+    rng = random.Random(3)
+    words = "red blue green cat dog bird".split()
+    lines = []
+    for i in range(120):  # the label: whether the two texts share their first word
+        a, b = rng.sample(words, 2), rng.sample(words, 2)
+        b[0] = a[0] if i % 2 else next(w for w in words if w != a[0])
+        lines.append(f"{' '.join(a)}\t{' '.join(b)}\t{'same' if i % 2 else 'other'}\n")
+    train = write(tmp_path / "pairs.tsv", "".join(lines))
+    config = write(tmp_path / "c.yaml", CONFIG.format(pooling="mean", train=train, valid="null")
+                   .replace("valid: null, max_len: 16}", "max_len: 16, n_valid: 20}").replace("max_steps: 60", "max_steps: 4"))
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    model, _, cfg = load_run(tmp_path / "run")
+    assert cfg.n_segments == 2 and model.embed.segments.weight.shape == (2, 32)
+    done = run_cli("predict", str(tmp_path / "run"), stdin="red cat\tred dog\nblue\n")
+    assert done.returncode == 0 and [line.split("\t")[0] in ("same", "other") for line in done.stdout.splitlines()] \
+        == [True, True]
+
+
+def test_a_label_training_never_saw_is_named_with_its_line(tmp_path):
+    train = sentiment_tsv(tmp_path / "train.tsv", 40, 1)
+    valid = sentiment_tsv(tmp_path / "valid.tsv", 6, 2, labels=("pos", "neg", "meh"))
+    config = write(tmp_path / "c.yaml", CONFIG.format(pooling="cls", train=train, valid=valid))
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
+    assert done.returncode == 4 and done.stderr == (
+        f"error: {valid}:3: label 'meh' is not one the model was trained on (neg, pos)\n")
+    config.write_text(CONFIG.format(pooling="cls", train=train, valid=valid).replace("encoder_only", "decoder_lm")
+                      .replace(", pooling: cls", ""))
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
+    assert done.returncode == 3 and "model.arch must be 'encoder_only' for data.task 'classification'; got " \
+                                    "'decoder_lm'" in done.stderr
