@@ -1,4 +1,4 @@
-"""`attnlab translate | generate | predict | evaluate | score`: using a trained run."""
+"""`attnlab translate | generate | predict | fill-mask | evaluate | score`: using a trained run."""
 
 from __future__ import annotations
 
@@ -206,8 +206,22 @@ def cmd_predict(args: argparse.Namespace) -> None:
     write_output(args.output, "".join(out), args.force)
 
 
+def cmd_fill_mask(args: argparse.Namespace) -> None:
+    from attnlab.tasks.masked_lm import fill_mask
+
+    if not 1 <= args.top_k <= 1000:
+        raise UsageError(f"--top-k must be between 1 and 1000 (got {args.top_k})")
+    model, tokenizers, _ = load_run_for(args, {})
+    fillers = fill_mask(model, tokenizers["src"], args.text, args.top_k)
+    if args.json:
+        print(json.dumps([[{"token": token, "probability": p} for token, p in row] for row in fillers]))
+        return
+    for n, row in enumerate(fillers, start=1):
+        print(f"[MASK] {n}: " + ", ".join(f"{token} ({p:.3f})" for token, p in row))
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add `translate, generate, predict, evaluate and score` to the command line."""
+    """Add `translate, generate, predict, fill-mask, evaluate and score` to the command line."""
     def run_dir_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("run_dir", help="a run directory written by `attnlab train`")
         p.add_argument("--checkpoint", default="best", help="best (default), last, average, or a step number")
@@ -255,6 +269,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     predict.add_argument("--json", action="store_true", help="one JSON object per line, with every class's probability")
     predict.add_argument("--batch-size", type=int, default=64, help="texts per batch (default 64)")
     predict.set_defaults(func=cmd_predict)
+
+    fill = sub.add_parser("fill-mask", help="the most likely words for each [MASK] of a text (masked-LM runs)")
+    run_dir_args(fill)
+    fill.add_argument("text", help='a text with one or more [MASK], e.g. "the film was [MASK] ."')
+    fill.add_argument("--top-k", type=int, default=5, help="fillers per [MASK] (default 5)")
+    fill.add_argument("--json", action="store_true", help="print one JSON list: per [MASK], tokens and probabilities")
+    fill.set_defaults(func=cmd_fill_mask)
 
     evaluate = sub.add_parser("evaluate", help="score a run on a test set: BLEU, chrF, exact match and perplexity "
                                                "(translation); accuracy, macro-F1, confusion matrix (classification)")

@@ -20,8 +20,9 @@ from attnlab.tasks.task import (
 from attnlab.tasks.translation import Translation, TranslationConfig
 from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig
 from attnlab.tasks.classification import Classification, ClassificationConfig
+from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig
 # isort: on
 
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
-           "ClassificationConfig"]
+           "ClassificationConfig", "MaskedLM", "MaskedLMConfig"]

@@ -13,7 +13,7 @@ import torch
 from attnlab.config import at_least, one_of
 from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
 from attnlab.data.corpora import read_text
-from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.tasks.task import Batching, NextTokenTask, TaskConfig, Tokenizers, register_task
 
@@ -113,14 +113,6 @@ class LanguageModel(NextTokenTask):
                 raise DataError(f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
                                 f"({cfg.block_size + 1})")
         return LMData(tokenizers, splits, cfg.block_size, batching.batch_size, batching.seed)
-
-    @classmethod
-    def model_fields(cls, cfg: LanguageModelConfig, data: LMData) -> dict[str, typing.Any]:
-        return cls.planned_model_fields(cfg, data.tokenizers["tgt"].vocab_size)
-
-    @classmethod
-    def planned_model_fields(cls, cfg: LanguageModelConfig, vocab_size: int) -> dict[str, typing.Any]:
-        return {"vocab_size": vocab_size, "pad_id": PAD}
 
     @classmethod
     def describe(cls, data: LMData) -> str:

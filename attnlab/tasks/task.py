@@ -17,7 +17,7 @@ from torch import nn
 
 from attnlab.config import RegisteredConfig, one_of, register
 from attnlab.data.corpora import GENERATORS
-from attnlab.data.tokenizers import Tokenizer
+from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import evaluate, teacher_forced_loss
 from attnlab.models import Capabilities
@@ -115,13 +115,14 @@ class Task:
 
     @classmethod
     def model_fields(cls, cfg: Any, data: Any) -> dict[str, Any]:
-        """The model fields the prepared data sets (vocabulary sizes, pad id, ...)."""
-        raise NotImplementedError
+        """The model fields the prepared data sets (vocabulary sizes, pad id, ...); by default those
+        of one vocabulary, the tokenizer of the first role the task saves."""
+        return cls.planned_model_fields(cfg, data.tokenizers[cls.tokenizers[0]].vocab_size)
 
     @classmethod
     def planned_model_fields(cls, cfg: Any, vocab_size: int) -> dict[str, Any]:
         """The same before the data is read, for a vocabulary of ``vocab_size`` (`attnlab info`)."""
-        raise NotImplementedError
+        return {"vocab_size": vocab_size, "pad_id": PAD}
 
     @classmethod
     def loss(cls, model: nn.Module, batch: Any, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,220 @@
+"""Masked language modelling (BERT's pre-training): lines of plain text, of which about
+``mask_prob`` of the tokens are chosen and, of those, 80% replaced by <mask>, 10% by a random
+token and 10% kept; the encoder predicts the chosen ones. Validated by the NLL per masked token,
+its perplexity and the masked-token accuracy; used by `fill-mask`."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.config import at_least, one_of
+from attnlab.data.batching import pad_sequences, token_budget_batches
+from attnlab.data.corpora import read_text, split_lines
+from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.errors import ConfigError, DataError
+from attnlab.eval.metrics import perplexity
+from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.task import Amp, Batching, Task, TaskConfig, Tokenizers, register_task
+
+N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
+
+
+@dataclass(frozen=True)
+class MaskedLMConfig(TaskConfig):
+    """Lines of plain text (blank lines skipped), each one example of at most ``max_len`` tokens
+    with <bos> and <eos>; without a ``valid`` file the last ``n_valid`` lines are held out.
+    ``whole_word``: choose words, and mask all the pieces of a chosen word together."""
+
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    tokenizer: str = "word"
+    vocab_size: int = 8000
+    max_len: int = 128
+    n_valid: int = 500
+    mask_prob: float = 0.15
+    mask_token_prob: float = 0.8
+    random_token_prob: float = 0.1
+    whole_word: bool = False
+
+    def check(self) -> None:
+        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        if self.train is None:
+            raise ConfigError("data.task 'masked_lm' needs 'train' (a text file)")
+        at_least("vocab_size", self.vocab_size, 1)
+        at_least("max_len", self.max_len, 3)
+        at_least("n_valid", self.n_valid, 1)
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ConfigError(f"mask_prob must be in (0, 1) (got {self.mask_prob})")
+        if min(self.mask_token_prob, self.random_token_prob) < 0 or self.mask_token_prob + self.random_token_prob > 1:
+            raise ConfigError(f"mask_token_prob ({self.mask_token_prob}) and random_token_prob "
+                              f"({self.random_token_prob}) must be >= 0 and sum to at most 1 (the rest is kept)")
+
+    @property
+    def longest_sequence(self) -> int:
+        return self.max_len
+
+
+@dataclass
+class MLMBatch:
+    """inputs: (B, T) ids after masking; targets: (B, T) the original id where a token was chosen,
+    PAD elsewhere (not predicted)."""
+
+    inputs: Tensor
+    targets: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        return int((self.targets != PAD).sum())
+
+    def to(self, device: torch.device | str) -> "MLMBatch":
+        return MLMBatch(self.inputs.to(device), self.targets.to(device))
+
+
+def mask_tokens(ids: Tensor, word_starts: Tensor, cfg: MaskedLMConfig, vocab_size: int,
+                generator: torch.Generator) -> MLMBatch:
+    """BERT's masking of (B, T) ``ids``: each real token (never <pad>, <bos>, <eos>) is chosen with
+    probability mask_prob (with whole_word, each word, all its pieces with it; ``word_starts``
+    (B, T) marks the first piece of each word); a chosen token becomes <mask> with probability
+    mask_token_prob, a random non-special token with random_token_prob, else stays."""
+    maskable = (ids != PAD) & (ids != BOS) & (ids != EOS)
+    draw = torch.rand(ids.shape, generator=generator)
+    if cfg.whole_word:  # a word's draw is its first piece's, carried along the pieces that follow
+        first = torch.where(word_starts, torch.arange(ids.shape[1]).expand_as(ids), 0).cummax(dim=1).values  # (B, T)
+        draw = draw.gather(1, first)
+    chosen = maskable & (draw < cfg.mask_prob)
+    how = torch.rand(ids.shape, generator=generator)
+    random_ids = torch.randint(N_SPECIALS, vocab_size, ids.shape, generator=generator)
+    inputs = torch.where(chosen & (how < cfg.mask_token_prob), MASK, ids)
+    replaced = chosen & (how >= cfg.mask_token_prob) & (how < cfg.mask_token_prob + cfg.random_token_prob)
+    inputs = torch.where(replaced, random_ids, inputs)
+    return MLMBatch(inputs, torch.where(chosen, ids, PAD))
+
+
+@dataclass
+class MLMData:
+    tokenizers: Tokenizers
+    splits: dict[str, list[tuple[list[int], list[bool]]]]  # (ids with <bos>/<eos>, word starts)
+    cfg: MaskedLMConfig
+    seed: int = 0
+    max_tokens: int = 4096
+    _eval: dict[str, list[MLMBatch]] = field(default_factory=dict, repr=False)
+
+    def epoch_batches(self, epoch: int) -> Sequence[MLMBatch]:
+        """Batch k of epoch e is masked from (seed, e, k) alone, so a resumed run continues exactly."""
+        return self._batches(self.splits["train"], self.seed, epoch)
+
+    def eval_batches(self, split: str) -> list[MLMBatch]:
+        """A split's batches, masked once (the same masks at every evaluation)."""
+        if split not in self._eval:
+            self._eval[split] = self._batches(self.splits[split], seed=0, epoch=0)
+        return self._eval[split]
+
+    def _batches(self, examples: list[tuple[list[int], list[bool]]], seed: int, epoch: int) -> list[MLMBatch]:
+        groups = token_budget_batches([len(ids) for ids, _ in examples], self.max_tokens, seed, epoch)
+        vocab = self.tokenizers["src"].vocab_size
+        batches = []
+        for k, group in enumerate(groups):
+            ids = pad_sequences([examples[i][0] for i in group])
+            starts = pad_sequences([[int(s) for s in examples[i][1]] for i in group]).bool()
+            g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_000_033 + k)
+            batches.append(mask_tokens(ids, starts, self.cfg, vocab, g))
+        return batches
+
+
+def encode_lines(tokenizer: Tokenizer, lines: list[str], max_len: int) -> list[tuple[list[int], list[bool]]]:
+    """<bos> ids <eos>, cut to max_len, and which tokens begin a word (the specials do)."""
+    out = []
+    for line, ids in zip(lines, tokenizer.encode_batch(lines)):
+        starts = tokenizer.word_starts(line)
+        ids, starts = ids[:max_len - 2], starts[:max_len - 2]
+        out.append(([BOS, *ids, EOS], [True, *starts, True]))
+    return out
+
+
+def text_lines(path: str) -> list[str]:
+    lines = [line for line in split_lines(read_text(path)) if line.strip()]
+    if not lines:
+        raise DataError(f"{path}: no text (only blank lines)")
+    return lines
+
+
+@register_task
+class MaskedLM(Task):
+    name = "masked_lm"
+    config = MaskedLMConfig
+    needs = {"encoder": True, "decoder": False}
+    metrics = {"valid_loss": True, "valid_ppl": True, "masked_accuracy": False}
+    commands = ("fill-mask",)
+    tokenizers = ("src",)
+
+    @classmethod
+    def prepare(cls, cfg: MaskedLMConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, typing.Any] | None = None) -> MLMData:
+        lines = {"train": text_lines(cfg.train)}
+        if cfg.valid is not None:
+            lines["valid"] = text_lines(cfg.valid)
+        elif len(lines["train"]) <= cfg.n_valid:
+            raise DataError(f"{cfg.train}: {len(lines['train'])} lines are too few to hold out n_valid "
+                            f"({cfg.n_valid}) for validation; give a 'valid' file")
+        else:
+            lines["train"], lines["valid"] = lines["train"][:-cfg.n_valid], lines["train"][-cfg.n_valid:]
+        if tokenizers is None:
+            tokenizers = {"src": Tokenizer.train(cfg.tokenizer, lines["train"], cfg.vocab_size, with_mask=True),
+                          "tgt": None}
+        splits = {name: encode_lines(tokenizers["src"], text, cfg.max_len) for name, text in lines.items()}
+        return MLMData(tokenizers, splits, cfg, batching.seed, batching.max_tokens)
+
+    @classmethod
+    def loss(cls, model: nn.Module, batch: MLMBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+        with amp():
+            logits = model(batch.inputs)
+        return label_smoothed_nll(logits, batch.targets, label_smoothing, PAD)
+
+    @classmethod
+    @torch.no_grad()
+    def validate(cls, model: nn.Module, data: MLMData, device: torch.device, amp: Amp,
+                 n_decoded: int) -> dict[str, float]:
+        model.eval()
+        nll, right, n = 0.0, 0, 0
+        for batch in data.eval_batches("valid"):
+            batch = batch.to(device)
+            with amp():
+                logits = model(batch.inputs)
+            nll += label_smoothed_nll(logits, batch.targets, 0.0, PAD)[1].item()
+            chosen = batch.targets != PAD
+            right += int((logits.argmax(-1)[chosen] == batch.targets[chosen]).sum())
+            n += int(chosen.sum())
+        loss = nll / max(n, 1)
+        return {"valid_loss": loss, "valid_ppl": perplexity(loss), "masked_accuracy": right / max(n, 1)}
+
+    @classmethod
+    def describe(cls, data: MLMData) -> str:
+        sizes = ", ".join(f"{name} {len(e):,} lines" for name, e in data.splits.items())
+        masked = sum(b.n_tokens for b in data.eval_batches("valid"))
+        return f"masked-LM text: {sizes}; vocabulary {data.tokenizers['src'].vocab_size}; {masked:,} valid tokens masked"
+
+
+@torch.no_grad()
+def fill_mask(model: nn.Module, tokenizer: Tokenizer, text: str, top_k: int, marker: str = "[MASK]"
+              ) -> list[list[tuple[str, float]]]:
+    """The ``top_k`` fillers of each ``marker`` in ``text``, with their probabilities."""
+    pieces = text.split(marker)
+    if len(pieces) == 1:
+        raise DataError(f"the text has no {marker} to fill: {text!r}")
+    ids = [BOS]
+    for i, piece in enumerate(pieces):
+        ids += tokenizer.encode(piece) + ([MASK] if i < len(pieces) - 1 else [])
+    ids.append(EOS)
+    model.eval()
+    device = next(model.parameters()).device
+    logits = model(torch.tensor([ids], device=device))[0].float()  # (T, V)
+    probs = logits[torch.tensor(ids, device=device) == MASK].softmax(-1)  # (masks, V)
+    probs[:, :N_SPECIALS] = 0.0  # a filler is a word, not a control symbol
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    return [[(tokenizer.id_tokens([i])[0], p) for i, p in zip(row_ids.tolist(), row_p.tolist())]
+            for row_ids, row_p in zip(top.indices, top.values)]
