@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
-from attnlab.data.batching import pad_sequences, token_budget_batches
+from attnlab.data.batching import pad_sequences
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import classification_scores, confusion_matrix
-from attnlab.tasks.task import Amp, Batching, Task, TaskConfig, Tokenizers, register_task
+from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.task import Amp, Batching, BucketedData, Task, TaskConfig, Tokenizers, register_task
+
+
+NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
 
 
 @dataclass(frozen=True)
@@ -77,27 +80,20 @@ class Encoded:
     label: int
 
 
-@dataclass
-class ClassificationData:
-    tokenizers: Tokenizers
-    labels: list[str]  # class id -> label
+@dataclass(kw_only=True)
+class ClassificationData(BucketedData):
+    """Encoded examples per split, the labels (class id -> label), and how many training inputs
+    were cut to max_len."""
+
     splits: dict[str, list[Encoded]]
-    truncated: int = 0  # training inputs cut to max_len
-    seed: int = 0
-    max_tokens: int = 4096
-    _eval: dict[str, list[ClassBatch]] = field(default_factory=dict, repr=False)
+    labels: list[str]
+    truncated: int = 0
 
-    def epoch_batches(self, epoch: int) -> list[ClassBatch]:
-        return self._batches(self.splits["train"], self.seed, epoch)
+    def length(self, example: Encoded) -> int:
+        return len(example.ids)
 
-    def eval_batches(self, split: str) -> list[ClassBatch]:
-        if split not in self._eval:
-            self._eval[split] = self._batches(self.splits[split], seed=0, epoch=0)
-        return self._eval[split]
-
-    def _batches(self, examples: list[Encoded], seed: int, epoch: int) -> list[ClassBatch]:
-        groups = token_budget_batches([len(e.ids) for e in examples], self.max_tokens, seed, epoch)
-        return [collate([examples[i] for i in g]) for g in groups]
+    def collate(self, examples: list[Encoded], seed: int) -> ClassBatch:
+        return collate(examples)
 
 
 def collate(examples: list[Encoded]) -> ClassBatch:
@@ -156,7 +152,8 @@ class Classification(Task):
                                         [e.text_b for e in examples], cfg.max_len)
             splits[name] = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
             truncated += cut if name == "train" else 0
-        return ClassificationData(tokenizers, labels, splits, truncated, batching.seed, batching.max_tokens)
+        return ClassificationData(tokenizers=tokenizers, splits=splits, labels=labels, truncated=truncated,
+                                  seed=batching.seed, max_tokens=batching.max_tokens)
 
     @classmethod
     def saved_state(cls, data: ClassificationData) -> dict[str, typing.Any]:
@@ -176,9 +173,7 @@ class Classification(Task):
     def loss(cls, model: nn.Module, batch: ClassBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
         with amp():
             logits = model.classify(batch.ids, batch.segments)
-        logits = logits.float()
-        return (F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=label_smoothing),
-                F.cross_entropy(logits, batch.labels, reduction="sum"))
+        return label_smoothed_nll(logits, batch.labels, label_smoothing, NO_LABEL)
 
     @classmethod
     def validate(cls, model: nn.Module, data: ClassificationData, device: torch.device, amp: Amp,
@@ -197,7 +192,7 @@ class Classification(Task):
             batch = batch.to(device)
             with amp():
                 logits = model.classify(batch.ids, batch.segments).float()
-            nll += F.cross_entropy(logits, batch.labels, reduction="sum").item()
+            nll += label_smoothed_nll(logits, batch.labels, 0.0, NO_LABEL)[1].item()
             predicted += logits.argmax(-1).tolist()
             gold += batch.labels.tolist()
         scores = {"valid_loss": nll / len(gold), **classification_scores(predicted, gold, len(data.labels))}
@@ -213,7 +208,7 @@ class Classification(Task):
         inputs, _ = encode_inputs(tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples],
                                   cfg.max_len)
         encoded = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
-        test = ClassificationData(tokenizers, state["labels"], {"valid": encoded})
+        test = ClassificationData(tokenizers=tokenizers, splits={"valid": encoded}, labels=state["labels"])
         scores, predicted, gold = cls._scores(model, test, next(model.parameters()).device)
         return {"loss": scores["valid_loss"], "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
                 "examples": len(ids), "labels": state["labels"],

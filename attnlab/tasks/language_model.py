@@ -15,7 +15,7 @@ from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
 from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
-from attnlab.tasks.task import Batching, NextTokenTask, TaskConfig, Tokenizers, register_task
+from attnlab.tasks.task import Batching, NextTokenTask, TaskConfig, Tokenizers, batch_seed, register_task
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class _Epoch(Sequence[Batch]):
     def __getitem__(self, k: int) -> Batch:  # type: ignore[override]
         if not 0 <= k < self.n:
             raise IndexError(k)
-        g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch) * 1_000_033 + k)
+        g = torch.Generator().manual_seed(batch_seed(self.seed, self.epoch, k))
         return lm_blocks(self.data, self.block_size, self.batch_size, g)
 
 

@@ -6,20 +6,20 @@ its perplexity and the masked-token accuracy; used by `fill-mask`."""
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
-from attnlab.data.batching import pad_sequences, token_budget_batches
-from attnlab.data.corpora import read_text, split_lines
+from attnlab.data.batching import pad_sequences
+from attnlab.data.corpora import read_lines
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.tasks.task import Amp, Batching, Task, TaskConfig, Tokenizers, register_task
+from attnlab.tasks.task import Amp, Batching, BucketedData, Task, TaskConfig, Tokenizers, register_task
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
 
@@ -95,38 +95,28 @@ def mask_tokens(ids: Tensor, word_starts: Tensor, cfg: MaskedLMConfig, vocab_siz
     return MLMBatch(inputs, torch.where(chosen, ids, PAD))
 
 
-@dataclass
-class MLMData:
-    tokenizers: Tokenizers
-    splits: dict[str, list[tuple[list[int], list[bool]]]]  # (ids with <bos>/<eos>, word starts)
+Line = tuple[list[int], list[bool]]  # ids with <bos>/<eos>, and which of them begin a word
+
+
+@dataclass(kw_only=True)
+class MLMData(BucketedData):
+    """Encoded lines per split; each batch masked from its own seed, so the evaluation batches,
+    made once, keep their masks."""
+
+    splits: dict[str, list[Line]]
     cfg: MaskedLMConfig
-    seed: int = 0
-    max_tokens: int = 4096
-    _eval: dict[str, list[MLMBatch]] = field(default_factory=dict, repr=False)
 
-    def epoch_batches(self, epoch: int) -> Sequence[MLMBatch]:
-        """Batch k of epoch e is masked from (seed, e, k) alone, so a resumed run continues exactly."""
-        return self._batches(self.splits["train"], self.seed, epoch)
+    def length(self, example: Line) -> int:
+        return len(example[0])
 
-    def eval_batches(self, split: str) -> list[MLMBatch]:
-        """A split's batches, masked once (the same masks at every evaluation)."""
-        if split not in self._eval:
-            self._eval[split] = self._batches(self.splits[split], seed=0, epoch=0)
-        return self._eval[split]
-
-    def _batches(self, examples: list[tuple[list[int], list[bool]]], seed: int, epoch: int) -> list[MLMBatch]:
-        groups = token_budget_batches([len(ids) for ids, _ in examples], self.max_tokens, seed, epoch)
-        vocab = self.tokenizers["src"].vocab_size
-        batches = []
-        for k, group in enumerate(groups):
-            ids = pad_sequences([examples[i][0] for i in group])
-            starts = pad_sequences([[int(s) for s in examples[i][1]] for i in group]).bool()
-            g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_000_033 + k)
-            batches.append(mask_tokens(ids, starts, self.cfg, vocab, g))
-        return batches
+    def collate(self, examples: list[Line], seed: int) -> MLMBatch:
+        ids = pad_sequences([e[0] for e in examples])
+        starts = pad_sequences([[int(s) for s in e[1]] for e in examples]).bool()
+        return mask_tokens(ids, starts, self.cfg, self.tokenizers["src"].vocab_size,
+                           torch.Generator().manual_seed(seed))
 
 
-def encode_lines(tokenizer: Tokenizer, lines: list[str], max_len: int) -> list[tuple[list[int], list[bool]]]:
+def encode_lines(tokenizer: Tokenizer, lines: list[str], max_len: int) -> list[Line]:
     """<bos> ids <eos>, cut to max_len, and which tokens begin a word (the specials do)."""
     out = []
     for line, ids in zip(lines, tokenizer.encode_batch(lines)):
@@ -137,7 +127,8 @@ def encode_lines(tokenizer: Tokenizer, lines: list[str], max_len: int) -> list[t
 
 
 def text_lines(path: str) -> list[str]:
-    lines = [line for line in split_lines(read_text(path)) if line.strip()]
+    """The file's non-blank lines (read and checked as every corpus is)."""
+    lines = [line for line in read_lines(path, allow_empty=True) if line.strip()]
     if not lines:
         raise DataError(f"{path}: no text (only blank lines)")
     return lines
@@ -167,7 +158,7 @@ class MaskedLM(Task):
             tokenizers = {"src": Tokenizer.train(cfg.tokenizer, lines["train"], cfg.vocab_size, with_mask=True),
                           "tgt": None}
         splits = {name: encode_lines(tokenizers["src"], text, cfg.max_len) for name, text in lines.items()}
-        return MLMData(tokenizers, splits, cfg, batching.seed, batching.max_tokens)
+        return MLMData(tokenizers=tokenizers, splits=splits, cfg=cfg, seed=batching.seed, max_tokens=batching.max_tokens)
 
     @classmethod
     def loss(cls, model: nn.Module, batch: MLMBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:

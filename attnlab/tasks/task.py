@@ -9,13 +9,14 @@ with ``@register_task``. Training and the commands ask the task, never its name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, ContextManager, Mapping, Protocol, Sequence
 
 import torch
 from torch import nn
 
 from attnlab.config import RegisteredConfig, one_of, register
+from attnlab.data.batching import token_budget_batches
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.errors import ConfigError
@@ -47,6 +48,46 @@ class TaskData(Protocol):
     def epoch_batches(self, epoch: int) -> Sequence[Batch]: ...
 
     def eval_batches(self, split: str) -> Sequence[Batch]: ...
+
+
+def batch_seed(seed: int, epoch: int, k: int) -> int:
+    """The seed of batch ``k`` of ``epoch``'s random draws (windows, masks): from these alone, so
+    that a resumed run draws exactly what an uninterrupted one would."""
+    return (seed * 1_000_003 + epoch) * 1_000_033 + k
+
+
+@dataclass(kw_only=True)
+class BucketedData:
+    """Examples of varied lengths, batched under a token budget (batching.token_budget_batches,
+    fairseq's --max-tokens): the batches of an epoch depend only on (seed, epoch), so a resumed run
+    continues exactly; a split's evaluation batches are made once. A task's data says how long an
+    example is and how a group of them becomes a batch."""
+
+    tokenizers: Tokenizers
+    splits: dict[str, list[Any]]
+    seed: int = 0
+    max_tokens: int = 4096
+    _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
+
+    def length(self, example: Any) -> int:
+        """Its padded length in the batch: what the token budget counts."""
+        raise NotImplementedError
+
+    def collate(self, examples: list[Any], seed: int) -> Batch:
+        """One batch; ``seed`` (:func:`batch_seed`) for any random draw it makes."""
+        raise NotImplementedError
+
+    def epoch_batches(self, epoch: int) -> list[Batch]:
+        return self._batches(self.splits["train"], self.seed, epoch)
+
+    def eval_batches(self, split: str) -> list[Batch]:
+        if split not in self._eval:
+            self._eval[split] = self._batches(self.splits[split], seed=0, epoch=0)
+        return self._eval[split]
+
+    def _batches(self, examples: list[Any], seed: int, epoch: int) -> list[Batch]:
+        groups = token_budget_batches([self.length(e) for e in examples], self.max_tokens, seed, epoch)
+        return [self.collate([examples[i] for i in group], batch_seed(seed, epoch, k)) for k, group in enumerate(groups)]
 
 
 @dataclass(frozen=True)

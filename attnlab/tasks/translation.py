@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from attnlab.config import at_least, one_of
-from attnlab.data.batching import Batch, collate_pairs, token_budget_batches
+from attnlab.data.batching import Batch, collate_pairs
 from attnlab.data.corpora import (
     GENERATORS,
     FilterReport,
@@ -27,7 +27,7 @@ from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
-from attnlab.tasks.task import Amp, Batching, NextTokenTask, TaskConfig, Tokenizers, register_task
+from attnlab.tasks.task import Amp, Batching, BucketedData, NextTokenTask, TaskConfig, Tokenizers, register_task
 
 
 @dataclass(frozen=True)
@@ -94,30 +94,18 @@ class Example:
     tgt_ids: list[int]
 
 
-@dataclass
-class Seq2SeqData:
-    tokenizers: Tokenizers
+@dataclass(kw_only=True)
+class Seq2SeqData(BucketedData):
+    """Sentence pairs per split, and the length filter's report of the training split."""
+
     splits: dict[str, list[Example]]
     reports: dict[str, FilterReport] = field(default_factory=dict)
-    seed: int = 0
-    max_tokens: int = 4096
-    _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
 
-    def epoch_batches(self, epoch: int) -> list[Batch]:
-        """The training batches of ``epoch``: the same for the same (seed, epoch), so a resumed run
-        continues exactly where it stopped."""
-        return self._batches(self.splits["train"], self.seed, epoch)
+    def length(self, example: Example) -> int:
+        return max(len(example.src_ids), len(example.tgt_ids)) + 1  # + EOS or BOS
 
-    def eval_batches(self, split: str) -> list[Batch]:
-        """A split's batches in a fixed order (made once)."""
-        if split not in self._eval:
-            self._eval[split] = self._batches(self.splits[split], seed=0, epoch=0)
-        return self._eval[split]
-
-    def _batches(self, examples: list[Example], seed: int, epoch: int) -> list[Batch]:
-        lengths = [max(len(e.src_ids), len(e.tgt_ids)) + 1 for e in examples]
-        groups = token_budget_batches(lengths, self.max_tokens, seed, epoch)
-        return [collate_pairs([(examples[i].src_ids, examples[i].tgt_ids) for i in g]) for g in groups]
+    def collate(self, examples: list[Example], seed: int) -> Batch:
+        return collate_pairs([(e.src_ids, e.tgt_ids) for e in examples])
 
 
 def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
@@ -185,7 +173,8 @@ class Translation(NextTokenTask):
                 if not examples:
                     raise DataError(f"no training pairs left after length filtering ({reports[name]})")
             encoded[name] = examples
-        return Seq2SeqData(tokenizers, encoded, reports, seed=batching.seed, max_tokens=batching.max_tokens)
+        return Seq2SeqData(tokenizers=tokenizers, splits=encoded, reports=reports, seed=batching.seed,
+                           max_tokens=batching.max_tokens)
 
     @classmethod
     def model_fields(cls, cfg: TranslationConfig, data: Seq2SeqData) -> dict[str, typing.Any]:
