@@ -14,7 +14,7 @@ from attnlab import build_model, model_config
 from attnlab.data.batching import collate_pairs
 from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import exit_worker, joined_world
-from attnlab.train.loop import accumulate_gradients, train_step
+from attnlab.train.step import accumulate_gradients, train_step
 from attnlab.train.schedules import make_schedule, make_scheduler
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=None)

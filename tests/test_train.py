@@ -83,7 +83,7 @@ def test_fused_optimizer_equals_the_textbook_update(optimizer):
     """make_optimizer's fused kernel takes the same steps as the per-tensor (foreach) Adam/AdamW,
     with weight decay only on matrices."""
     from attnlab.train.config import TrainConfig
-    from attnlab.train.loop import make_optimizer
+    from attnlab.train.step import make_optimizer
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3))
@@ -114,7 +114,7 @@ def test_resuming_an_older_checkpoint_keeps_the_fused_update():
     """A checkpoint written before the fused optimiser (fused=None in its param groups) restores the
     moments and hyperparameters, and the update stays fused."""
     from attnlab.train.config import TrainConfig
-    from attnlab.train.loop import load_optimizer_state, make_optimizer
+    from attnlab.train.step import load_optimizer_state, make_optimizer
 
     model = torch.nn.Linear(4, 3)
     old = torch.optim.Adam([{"params": [model.weight], "weight_decay": 0.0}, {"params": [model.bias], "weight_decay": 0.0}],

@@ -26,7 +26,7 @@ from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
 from attnlab.models import EncoderDecoderConfig, build_model
 from attnlab.train.config import TrainConfig
-from attnlab.train.loop import make_optimizer, train_step
+from attnlab.train.step import make_optimizer, train_step
 from attnlab.train.precision import autocast
 from attnlab.train.schedules import make_schedule, make_scheduler
 

@@ -1,31 +1,24 @@
-"""The training loop: plain functions, usable without the command line.
-
-``train_step`` does one optimizer update (the task's loss, by default teacher-forced label-smoothed
-cross-entropy; gradient accumulation, clipping, mixed precision); ``fit`` runs the schedule of
-steps, evaluations (the task's metrics), checkpoints, logs and early stopping, and resumes exactly
-from the newest checkpoint of a run directory. Neither knows a task's data beyond tasks/task.py's
-interface.
+"""The training loop, usable without the command line: ``fit`` runs the schedule of updates
+(train/step.py's ``train_step``, with the task's loss), evaluations (the task's metrics),
+checkpoints, logs and early stopping, and resumes exactly from the newest checkpoint of a run
+directory. It knows a task's data only through tasks/task.py's interface.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import math
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from attnlab.errors import CheckpointError, ConfigError, NumericalError
-from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.files import atomic_write_text
 from attnlab.tasks import Task, TaskData
 from attnlab.tasks.task import Batch
@@ -34,21 +27,7 @@ from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import World
 from attnlab.train.precision import autocast, choose_precision
 from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
-
-Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
-_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
-
-
-def layer_grad_norms(model: nn.Module) -> dict[str, float]:
-    """The L2 norm of the gradient of each layer's parameters ('encoder.layers.0', ...), from the
-    gradients as they are now (call after backward, before the optimiser zeroes them)."""
-    squares: dict[str, Tensor] = {}
-    for name, p in model.named_parameters():
-        match = _LAYER.match(name)
-        if match and p.grad is not None:
-            squares[match[1]] = squares.get(match[1], 0.0) + p.grad.detach().float().square().sum()
-    return {layer: float(total.sqrt()) for layer, total in squares.items()}
-
+from attnlab.train.step import load_optimizer_state, make_optimizer, train_step
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
@@ -56,95 +35,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device is 'cuda' but no CUDA device is available")
     return torch.device(name)
-
-
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam(beta1, beta2, eps) (the paper: 0.9, 0.98, 1e-9) or AdamW; weight decay, if any, only on
-    matrices, never on biases, LayerNorm gains or the like. The update is PyTorch's fused kernel
-    (one pass over each parameter instead of a dozen elementwise ops): 3.8x faster on the CPU here
-    for the benchmark model (docs/performance.md), the same update to rounding (tests/test_train.py)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return cls(groups, lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
-
-
-def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
-                         amp: Callable[[], ContextManager] = contextlib.nullcontext,
-                         scaler: torch.amp.GradScaler | None = None, world: World | None = None,
-                         global_tokens: int | None = None, objective: Objective = teacher_forced_loss) -> dict[str, float]:
-    """Backward of the ``objective`` (a task's loss) over ``batches``, summed over their targets and
-    divided by the number of targets of the whole (global) batch: with ``world``, the
-    batches of every rank together (``global_tokens`` when the caller knows it, as ``fit`` does:
-    every rank builds the same batches; otherwise one all-reduce). DDP then averages over the
-    ranks, so each rank scales by the world size: the gradients equal one process's over the
-    global batch. Returns the sums."""
-    model.train()
-    total = global_tokens
-    if total is None:
-        n_tokens = sum(b.n_tokens for b in batches)
-        total = world.all_sum(n_tokens)[0] if world else n_tokens
-    scale = (world.size if world else 1) / total
-    loss_sum = nll_sum = 0.0
-    ddp = _uncompiled(model)
-    for i, batch in enumerate(batches):
-        last = i == len(batches) - 1
-        sync = contextlib.nullcontext() if last or not isinstance(ddp, DDP) else ddp.no_sync()
-        with sync:
-            loss, nll = objective(model, batch, cfg.label_smoothing, amp)
-            scaled = loss * scale
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
-    if world:
-        loss_sum, nll_sum = world.all_sum(loss_sum, nll_sum)
-    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": int(total)}
-
-
-def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
-               scheduler: torch.optim.lr_scheduler.LRScheduler, cfg: TrainConfig,
-               amp: Callable[[], ContextManager] = contextlib.nullcontext,
-               scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False,
-               world: World | None = None, global_tokens: int | None = None,
-               objective: Objective = teacher_forced_loss) -> dict[str, Any]:
-    """One update from one or more batches (gradient accumulation; with ``world``, this rank's
-    share of the global batch): the loss is the ``objective`` (a task's loss; by default the
-    label-smoothed cross-entropy) summed over all targets, divided by their number. With ``layer_norms``, also each layer's gradient norm
-    before clipping ('layer_grad_norms').
-
-    A non-finite loss or gradient norm skips the update: the weights, optimizer and schedule stay as
-    they were and 'finite' is False (with fp16, the GradScaler's own skips of overflowing scaled
-    gradients are part of its calibration and count only when the loss itself is non-finite)."""
-    lr = optimizer.param_groups[0]["lr"]
-    sums = accumulate_gradients(model, batches, cfg, amp, scaler, world, global_tokens, objective)
-    if scaler is not None:
-        scaler.unscale_(optimizer)
-    per_layer = layer_grad_norms(_unwrapped(model)) if layer_norms else None
-    grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf))
-    finite = math.isfinite(sums["loss_sum"]) and (scaler is not None or math.isfinite(grad_norm))
-    if finite:
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    n_tokens = sums["tokens"]
-    out = {"loss": sums["loss_sum"] / n_tokens, "nll": sums["nll_sum"] / n_tokens, "tokens": n_tokens,
-           "grad_norm": grad_norm, "lr": lr, "finite": finite}
-    return out if per_layer is None else out | {"layer_grad_norms": per_layer}
-
-
-def _uncompiled(model: nn.Module) -> nn.Module:
-    """The module inside torch.compile's wrapper (the module itself when not compiled)."""
-    return getattr(model, "_orig_mod", model)
-
-
-def _unwrapped(model: nn.Module) -> nn.Module:
-    """The model itself, inside torch.compile's and DDP's wrappers."""
-    model = _uncompiled(model)
-    return model.module if isinstance(model, DDP) else model
 
 
 @dataclass
@@ -464,16 +354,6 @@ def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
     if "rng_cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["rng_cuda"], device)
     return Progress(**state["progress"])
-
-
-def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """The saved moments and hyperparameters; how the update runs (fused or per tensor) stays this
-    version's choice: a checkpoint from before the fused update records fused=None. The flags go
-    into the saved groups before loading, because load_state_dict places each state's ``step`` by
-    them (on the parameters' device when fused)."""
-    flags = [{key: group[key] for key in ("foreach", "fused")} for group in optimizer.param_groups]
-    optimizer.load_state_dict(state | {"param_groups": [saved | ours for saved, ours
-                                                        in zip(state["param_groups"], flags)]})
 
 
 def _truncate_metrics(run: RunDir, step: int) -> None:

@@ -20,7 +20,7 @@ import attnlab.nn.losses as losses
 from attnlab.bench.lm import lm_model, lm_train_config
 from attnlab.bench.timing import interleaved_medians
 from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config
-from attnlab.train.loop import make_optimizer
+from attnlab.train.step import make_optimizer
 
 
 def milliseconds(fns: dict, repeats: int, warmup: int = 3) -> dict[str, float]:
