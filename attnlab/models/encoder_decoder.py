@@ -5,16 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.family import Capabilities, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.transformer import EncoderDecoder
 
 
 @dataclass(frozen=True)
-class EncoderDecoderConfig(TransformerConfig):
+class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
     """The Transformer fields, plus a source vocabulary (``src_vocab_size``, default: the target's)
     and separate stack depths (``n_encoder_layers``, ``n_decoder_layers``, default: ``n_layers``)."""
 
@@ -25,9 +24,7 @@ class EncoderDecoderConfig(TransformerConfig):
     ties = ("none", "output", "src_tgt", "all")
 
     def check(self) -> None:
-        for name in ("src_vocab_size", "n_encoder_layers", "n_decoder_layers"):
-            if getattr(self, name) is not None:
-                at_least(name, getattr(self, name), 1)
+        self.check_sizes()
         super().check()
         if "src_tgt" in self.tied and self.src_vocab != self.vocab_size:
             raise ConfigError(f"tie_embeddings '{self.tie_embeddings}' shares source and target embeddings, so "
@@ -35,20 +32,8 @@ class EncoderDecoderConfig(TransformerConfig):
                               f"use tie_embeddings 'output' or 'none' for separate vocabularies")
 
     @property
-    def src_vocab(self) -> int:
-        return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
-
-    @property
     def vocab_sizes(self) -> tuple[int, ...]:
         return (self.vocab_size, self.src_vocab)
-
-    @property
-    def encoder_layers(self) -> int:
-        return self.n_encoder_layers if self.n_encoder_layers is not None else self.n_layers
-
-    @property
-    def decoder_layers(self) -> int:
-        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
 
     @property
     def tied(self) -> tuple[str, ...]:

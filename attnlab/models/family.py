@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from attnlab.config import RegisteredConfig, one_of, read_config_file, register
+from attnlab.config import RegisteredConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
 
 
@@ -48,6 +48,35 @@ class FamilyConfig(RegisteredConfig):
     def max_positions(self) -> int | None:
         """The longest sequence the model can encode positions for; None: no limit."""
         return None
+
+
+class TwoSidedSizes:
+    """For the config of a family with a source and a target side (mixed into its dataclass, which
+    declares the fields): ``src_vocab_size`` (None: the target's ``vocab_size``) and the depths
+    ``n_encoder_layers`` and ``n_decoder_layers`` (None: ``n_layers``)."""
+
+    vocab_size: int
+    n_layers: int
+    src_vocab_size: int | None
+    n_encoder_layers: int | None
+    n_decoder_layers: int | None
+
+    def check_sizes(self) -> None:
+        for name in ("src_vocab_size", "n_encoder_layers", "n_decoder_layers"):
+            if getattr(self, name) is not None:
+                at_least(name, getattr(self, name), 1)
+
+    @property
+    def src_vocab(self) -> int:
+        return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_encoder_layers if self.n_encoder_layers is not None else self.n_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
 
 
 class ModelFamily:

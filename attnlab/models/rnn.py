@@ -11,14 +11,14 @@ from torch import nn
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import SINGLE_STACK_TIES, init_weights
 from attnlab.nn.registry import RNN_ATTENTION, RNN_CELLS, SCORES
 from attnlab.nn.rnn import RNNDecoder, RNNEncoder, RNNSeq2Seq
 
 
 @dataclass(frozen=True)
-class RNNConfig(FamilyConfig):
+class RNNConfig(TwoSidedSizes, FamilyConfig):
     """``d_model`` is the embedding and hidden size of every cell; ``rnn_attention: none`` is a
     fixed context; ``score`` is the alignment score of the attention; ``max_len`` bounds the
     positions of the ``location`` score. Embeddings may tie the output projection only
@@ -52,26 +52,12 @@ class RNNConfig(FamilyConfig):
         one_of("tie_embeddings", self.tie_embeddings, SINGLE_STACK_TIES)
         for name in ("vocab_size", "d_model", "n_layers", "max_len"):
             at_least(name, getattr(self, name), 1)
-        for name in ("src_vocab_size", "n_encoder_layers", "n_decoder_layers"):
-            if getattr(self, name) is not None:
-                at_least(name, getattr(self, name), 1)
+        self.check_sizes()
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
         if not 0 <= self.pad_id < min(self.vocab_size, self.src_vocab):
             raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
                               f"({min(self.vocab_size, self.src_vocab)})")
-
-    @property
-    def src_vocab(self) -> int:
-        return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
-
-    @property
-    def encoder_layers(self) -> int:
-        return self.n_encoder_layers if self.n_encoder_layers is not None else self.n_layers
-
-    @property
-    def decoder_layers(self) -> int:
-        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
 
     @property
     def tied(self) -> tuple[str, ...]:
