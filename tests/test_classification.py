@@ -196,11 +196,19 @@ def test_sentence_pairs_train_a_segment_table(tmp_path):
                    .replace("valid: null, max_len: 16}", "max_len: 16, n_valid: 20}").replace("max_steps: 60", "max_steps: 4"))
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
-    model, _, cfg = load_run(tmp_path / "run")
+    model, tokenizers, cfg = load_run(tmp_path / "run")
     assert cfg.n_segments == 2 and model.embed.segments.weight.shape == (2, 32)
-    done = run_cli("predict", str(tmp_path / "run"), stdin="red cat\tred dog\nblue\n")
-    assert done.returncode == 0 and [line.split("\t")[0] in ("same", "other") for line in done.stdout.splitlines()] \
-        == [True, True]
+    done = run_cli("predict", str(tmp_path / "run"), "--json", stdin="red cat\tred dog\nblue\n")
+    assert done.returncode == 0, done.stderr
+    # the same numbers as the model's own forward on BERT's pair input: <bos> a <eos> b <eos>, segments 0 then 1
+    tok = tokenizers["src"]
+    ids = torch.tensor([[BOS, *tok.encode("red cat"), EOS, *tok.encode("red dog"), EOS]])
+    with torch.no_grad():
+        expected = model.classify(ids, torch.tensor([[0, 0, 0, 0, 1, 1, 1]])).softmax(-1)[0].tolist()
+    record = json.loads(done.stdout.splitlines()[0])
+    assert list(record["probabilities"]) == ["other", "same"]
+    assert list(record["probabilities"].values()) == pytest.approx(expected, abs=1e-6)
+    assert record["label"] == ("same" if expected[1] > expected[0] else "other")
 
 
 def test_a_label_training_never_saw_is_named_with_its_line(tmp_path):
