@@ -133,7 +133,7 @@ def test_an_encoder_learns_to_classify_through_the_command_line(classifier):
              if json.loads(line)["split"] == "valid"]
     assert [v["step"] for v in valid] == [30, 60]
     assert valid[-1]["accuracy"] == 1.0 and valid[-1]["macro_f1"] == 1.0 and valid[-1]["valid_loss"] < 0.1
-    assert json.loads((root / "run" / "task_state.json").read_text()) == {"labels": ["neg", "pos"]}
+    assert json.loads((root / "run" / "task_state.json").read_text()) == {"labels": ["neg", "pos"], "pairs": False}
     _, _, cfg = load_run(root / "run")
     assert (cfg.n_classes, cfg.n_segments, cfg.pooling) == (2, 0, "cls")
     assert RunDir(root / "run").read_tokenizers()["tgt"] is None

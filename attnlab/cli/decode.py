@@ -191,9 +191,11 @@ def cmd_predict(args: argparse.Namespace) -> None:
     check_new_file(args.output, args.force, "--output")
     model, tokenizers, cfg = load_run_for(args, {})
     run = RunDir(args.run_dir)
-    labels = run.read_task_state()["labels"]
+    state = run.read_task_state()
+    labels = state["labels"]
     lines = read_input_lines(args.input)
-    probabilities = classify(model, tokenizers["src"], lines, run.read_config()[1].max_len, cfg.n_segments > 0,
+    pairs = state.get("pairs", cfg.n_segments > 0)  # runs of before 'pairs' was recorded: pairs had segments
+    probabilities = classify(model, tokenizers["src"], lines, run.read_config()[1].max_len, pairs,
                              args.batch_size, args.input or "<stdin>")
     out = []
     for line, p in zip(lines, probabilities):

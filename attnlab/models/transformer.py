@@ -35,6 +35,7 @@ from attnlab.nn.registry import (
 from attnlab.nn.residual import ResidualConnection
 from attnlab.nn.transformer import Decoder, Embeddings, Encoder
 
+EMBEDDINGS = ("scaled", "normed")  # E sqrt(D) + PE (Vaswani et al.), or LayerNorm(E + PE + S) (BERT)
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
 
 
@@ -45,7 +46,8 @@ class TransformerConfig(FamilyConfig):
     ``positional`` is applied where the method puts it: absolute encodings (``sinusoidal``,
     ``learned``) at the embeddings, added or concatenated (``positional_combine``); relative ones
     (``relative``, ``relative_bias``, ``rotary``, ``alibi``) inside every self-attention.
-    ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
+    ``embedding``: ``scaled``, the paper's E[w] sqrt(D) + PE, or ``normed``, BERT's LayerNorm(E[w] + PE
+    + segment), unscaled. ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
     the encoder-decoder adds ``src_tgt`` (shared source and target embeddings) and ``all`` (both,
     the paper's choice).
     """
@@ -68,6 +70,7 @@ class TransformerConfig(FamilyConfig):
     max_len: int = 1024
     tie_embeddings: str = "all"
     pad_id: int = 0
+    embedding: str = "scaled"
     attention_backend: str = "math"
     attention_window: int = 128
     attention_block: int = 128
@@ -85,6 +88,7 @@ class TransformerConfig(FamilyConfig):
         one_of("norm", self.norm, NORM_PLACEMENTS)
         one_of("positional", self.positional, POSITIONAL)
         one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
+        one_of("embedding", self.embedding, EMBEDDINGS)
         self._check_ties()
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len", "max_relative_distance"):
             at_least(name, getattr(self, name), 1)
@@ -207,6 +211,9 @@ def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
 def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> Embeddings:
     """Token embeddings with the absolute positions, and a segment table of ``n_segments`` rows."""
     segments = nn.Embedding(n_segments, cfg.d_model) if n_segments else None
+    if cfg.embedding == "normed":
+        return Embeddings(vocab_size, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments,
+                          scale=1.0, norm=nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps))
     return Embeddings(vocab_size, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments)
 
 

@@ -41,16 +41,19 @@ class LayerStack(nn.Module):
 
 
 class Embeddings(nn.Module):
-    """x = Dropout(E[w] * sqrt(D_tok) (+ or ||) PE(pos) [+ S[segment]]); PE is identity for relative
-    schemes; the segment table (BERT's token types: sentence A or B) only where one is given."""
+    """x = Dropout(Norm(E[w] * scale (+ or ||) PE(pos) [+ S[segment]])): the paper's scale is
+    sqrt(D_tok) and Norm the identity; BERT's scale is 1 and Norm a LayerNorm. PE is the identity
+    for relative schemes; the segment table (BERT's token types: sentence A or B) only where one is given."""
 
     def __init__(self, vocab_size: int, width: int, positional: PositionalEncoding, dropout: float,
-                 segments: nn.Embedding | None = None) -> None:
+                 segments: nn.Embedding | None = None, scale: float | None = None,
+                 norm: nn.Module | None = None) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, width)
-        self.scale = math.sqrt(width)
+        self.scale = math.sqrt(width) if scale is None else scale
         self.positional = positional
         self.segments = segments  # (n_segments, d_model), or None
+        self.norm = norm if norm is not None else nn.Identity()
         self.dropout = Dropout(dropout)
 
     def positions(self, offset: int, length: int, device: torch.device) -> Tensor:
@@ -67,7 +70,7 @@ class Embeddings(nn.Module):
         x = self.positional.embed(self.tokens(ids) * self.scale, positions)
         if self.segments is not None:
             x = x + self.segments(torch.zeros_like(ids) if segments is None else segments)
-        return self.dropout(x)
+        return self.dropout(self.norm(x))
 
 
 class Encoder(LayerStack):
@@ -174,7 +177,8 @@ class DecoderLM(nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    """BERT's prediction head: logits = W_out LayerNorm(act(W h + b)), W_out tied to the embeddings."""
+    """BERT's prediction head: logits = W_out LayerNorm(act(W h + b)) + b_out, W_out tied to the
+    embeddings, b_out one bias per word."""
 
     def __init__(self, d_model: int, activation: nn.Module, eps: float, projection: nn.Linear) -> None:
         super().__init__()
@@ -182,10 +186,11 @@ class MaskedLMHead(nn.Module):
         self.activation = activation
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.projection = projection
+        self.bias = nn.Parameter(torch.zeros(projection.out_features))
 
     def forward(self, h: Tensor) -> Tensor:
         """(B, T, d_model) -> (B, T, V)."""
-        return self.projection(self.norm(self.activation(self.transform(h))))
+        return self.projection(self.norm(self.activation(self.transform(h)))) + self.bias
 
 
 class FirstTokenPooling(nn.Module):

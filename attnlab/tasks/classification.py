@@ -125,8 +125,9 @@ class Classification(Task):
     needs = {"encoder": True, "decoder": False}
     metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
     commands = ("predict", "evaluate")
-    sets = ("vocab_size", "n_classes", "n_segments", "pad_id")
+    sets = ("vocab_size", "n_classes", "pad_id")
     tokenizers = ("src",)
+    untrained = ("mlm_head.",)
 
     @classmethod
     def prepare(cls, cfg: ClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
@@ -157,17 +158,20 @@ class Classification(Task):
 
     @classmethod
     def saved_state(cls, data: ClassificationData) -> dict[str, typing.Any]:
-        return {"labels": data.labels}
+        """The labels, in class-id order, and whether the inputs are sentence pairs."""
+        return {"labels": data.labels, "pairs": any(1 in e.segments for e in data.splits["train"])}
 
     @classmethod
     def model_fields(cls, cfg: ClassificationConfig, data: ClassificationData) -> dict[str, typing.Any]:
+        """Sentence pairs set n_segments to 2; single texts leave it to the model section (0 by
+        default; a pre-trained model keeps its segment table, whose first row it adds everywhere)."""
         pairs = any(1 in e.segments for e in data.splits["train"])
         return {"vocab_size": data.tokenizers["src"].vocab_size, "n_classes": len(data.labels),
-                "n_segments": 2 if pairs else 0, "pad_id": PAD}
+                "pad_id": PAD} | ({"n_segments": 2} if pairs else {})
 
     @classmethod
     def planned_model_fields(cls, cfg: ClassificationConfig, vocab_size: int) -> dict[str, typing.Any]:
-        return {"vocab_size": vocab_size, "n_classes": 2, "n_segments": 0, "pad_id": PAD}
+        return {"vocab_size": vocab_size, "n_classes": 2, "pad_id": PAD}
 
     @classmethod
     def loss(cls, model: nn.Module, batch: ClassBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:

@@ -142,6 +142,7 @@ class MaskedLM(Task):
     metrics = {"valid_loss": True, "valid_ppl": True, "masked_accuracy": False}
     commands = ("fill-mask",)
     tokenizers = ("src",)
+    untrained = ("classifier.",)
 
     @classmethod
     def prepare(cls, cfg: MaskedLMConfig, batching: Batching, tokenizers: Tokenizers | None = None,

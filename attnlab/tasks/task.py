@@ -125,7 +125,9 @@ class Task:
     capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
     whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
     commands that use its runs; ``sets`` the model fields its data sets, which a training config
-    leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run; ``evaluate_file``,
+    leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run; ``untrained`` the
+    modules of the model its loss never reaches (a masked-LM run's classifier), by name prefix, which
+    a run started from it does not take as trained (train/init.py); ``evaluate_file``,
     where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`)."""
 
     name: ClassVar[str]
@@ -136,6 +138,7 @@ class Task:
     commands: ClassVar[tuple[str, ...]]
     sets: ClassVar[tuple[str, ...]] = ("vocab_size", "pad_id")
     tokenizers: ClassVar[tuple[str, ...]] = ("src", "tgt")
+    untrained: ClassVar[tuple[str, ...]] = ()
     evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
 
     @classmethod

@@ -6,6 +6,7 @@ model goes through the family registry (build_run_model). Nothing here unpickles
       tokenizer-src.json            tokenizers, the library's own files, one per role the task
       tokenizer-tgt.json            saves (a language model has no src)
       task_state.json               what else the task keeps of its data (a classifier's labels)
+      init.json                     only if it started from another run's weights (train/init.py)
       checkpoints/step-000500/      one per save, the last `keep_last` kept (and the best)
         model.safetensors           weights (tied tensors stored once)
         trainer_state.pt            optimizer, schedule, step, data position, RNG states:
@@ -92,6 +93,7 @@ class RunDir:
         self.pruned_heads = self.path / "pruned_heads.json"
         self.config_changes = self.path / "config_changes.jsonl"  # train settings changed on resume
         self.task_state = self.path / "task_state.json"  # what else the task keeps of its data (labels)
+        self.init = self.path / "init.json"  # what train.init_from (or import-hf) loaded: train/init.py
 
     def tokenizer_file(self, role: str) -> Path:
         return self.path / f"tokenizer-{role}.json"
@@ -150,6 +152,19 @@ class RunDir:
         if not isinstance(state, dict):
             raise CheckpointError(f"{self.task_state}: expected a JSON object")
         return state
+
+    def write_init(self, report: dict[str, Any]) -> None:
+        atomic_write_text(self.init, json.dumps(report, indent=2))
+
+    def read_init(self) -> dict[str, Any]:
+        """init.json: what the run's first weights came from (see train/init.py)."""
+        try:
+            report = json.loads(self.init.read_text(encoding="utf-8"))
+            if not isinstance(report, dict) or not isinstance(report.get("untrained"), list):
+                raise ValueError("expected an object with a list 'untrained'")
+        except (OSError, UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+            raise CheckpointError(f"{self.init}: cannot read ({err})") from None
+        return report
 
     def read_pruned_heads(self) -> dict[str, list[int]]:
         """The heads `attnlab prune` cut out of the weights ({} when none were)."""

@@ -26,7 +26,13 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware h
 @dataclass(frozen=True)
 class TrainConfig(TypedConfig):
     """How to train: the paper's recipe by default (Adam 0.9/0.98/1e-9, the inverse-square-root
-    warm-up schedule, label smoothing 0.1), with budgets in steps, epochs or seconds."""
+    warm-up schedule, label smoothing 0.1), with budgets in steps, epochs or seconds.
+
+    Fine-tuning (BERT's recipe): ``init_from`` a run directory (its best checkpoint) or one of its
+    checkpoint directories, whose trained weights start this run (train/init.py); ``freeze_embeddings``
+    and ``freeze_layers`` (the first k layers of every stack) keep those fixed; ``layer_lr_decay``
+    xi < 1 gives layer l of L the learning rate lr * xi^(L - l) (the embeddings xi^L, the heads 1);
+    ``warmup_ratio`` sets the warm-up as a fraction of max_steps instead of ``warmup_steps``."""
 
     section: typing.ClassVar[str] = "train"
 
@@ -60,6 +66,11 @@ class TrainConfig(TypedConfig):
     log_every: int = 50
     progress: bool = True
     max_bad_steps: int = 5
+    init_from: Optional[str] = None
+    freeze_embeddings: bool = False
+    freeze_layers: int = 0
+    layer_lr_decay: float = 1.0
+    warmup_ratio: Optional[float] = None
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -88,8 +99,26 @@ class TrainConfig(TypedConfig):
             raise ConfigError(f"clip_norm must be > 0, or null for no clipping (got {self.clip_norm})")
         if self.max_seconds is not None and self.max_seconds <= 0:
             raise ConfigError(f"max_seconds must be > 0 (got {self.max_seconds})")
+        at_least("freeze_layers", self.freeze_layers, 0)
+        if not 0.0 < self.layer_lr_decay <= 1.0:
+            raise ConfigError(f"layer_lr_decay must be in (0, 1] (got {self.layer_lr_decay}; 1 = no decay)")
+        if self.warmup_ratio is not None:
+            if not 0.0 <= self.warmup_ratio < 1.0:
+                raise ConfigError(f"warmup_ratio must be in [0, 1) (got {self.warmup_ratio})")
+            if self.warmup_steps != TrainConfig.warmup_steps:
+                raise ConfigError(f"set warmup_steps ({self.warmup_steps}) or warmup_ratio ({self.warmup_ratio}), "
+                                  f"not both")
+            if self.lr_schedule == "noam":
+                raise ConfigError("warmup_ratio is for the cosine and constant schedules; noam takes warmup_steps")
+        if (self.freeze_embeddings or self.freeze_layers) and self.init_from is None:
+            raise ConfigError("freeze_embeddings and freeze_layers keep pre-trained weights fixed: they need init_from")
         if self.early_stop_metric == "exact_match" and self.eval_exact_match == 0:
             raise ConfigError("early_stop_metric 'exact_match' needs eval_exact_match > 0 (examples to decode)")
+
+    @property
+    def warmup(self) -> int:
+        """Warm-up updates: ``warmup_steps``, or ``warmup_ratio`` of ``max_steps``."""
+        return self.warmup_steps if self.warmup_ratio is None else round(self.warmup_ratio * self.max_steps)
 
 
 @dataclass
@@ -102,7 +131,9 @@ class RunConfig:
     train: TrainConfig
 
     @classmethod
-    def from_sections(cls, sections: dict[str, Any], where: str = "") -> "RunConfig":
+    def from_sections(cls, sections: dict[str, Any], where: str = "", complete: bool = False) -> "RunConfig":
+        """The run ``sections`` describe; a model section under ``train.init_from`` starts from the
+        initialising run's (its fields override), unless it is ``complete`` (a run's own config)."""
         prefix = f"{where}: " if where else ""
         try:
             model = sections.get("model") or {}
@@ -112,6 +143,9 @@ class RunConfig:
             for fixed in data.task.sets:
                 if fixed in model:
                     raise ConfigError(f"model.{fixed} is set from the data in a training config; remove it")
+            train_section = sections.get("train")
+            if isinstance(train_section, dict) and train_section.get("init_from") and not complete:
+                model = _over_initialising_model(model, str(train_section["init_from"]), data.task.sets)
             _check_fits(family_named(model.get("arch", DEFAULT_ARCH)), data.task)
             # check the other fields before the data is read
             model_cfg = model_config({**model, **data.task.planned_model_fields(data, 8)})
@@ -138,11 +172,38 @@ class RunConfig:
             sections["model"] = {k: v for k, v in own.items() if k not in sets}
         apply_overrides(sections, overrides, override_fields)
         where = " ".join([str(path), *(f"--set {expr}" for expr in overrides)])  # the error may be in either
-        return cls.from_sections(sections, where)
+        return cls.from_sections(sections, where, complete=of_a_run)
 
     def model_config(self, from_data: dict[str, Any]) -> FamilyConfig:
         """The model section completed by the fields the task's data sets."""
         return model_config({**self.model, **from_data})
+
+
+def init_source(init_from: str) -> tuple[Path, Path | None]:
+    """The run directory ``train.init_from`` names, and the checkpoint directory it names (None: the
+    run's best checkpoint)."""
+    path = Path(init_from)
+    if (path / "config.yaml").is_file():
+        return path, None
+    if (path / "model.safetensors").is_file() and (path.parent.parent / "config.yaml").is_file():
+        return path.parent.parent, path
+    raise ConfigError(f"train.init_from: {path} is neither a run directory (with config.yaml) nor one of its "
+                      f"checkpoint directories (with model.safetensors)")
+
+
+def _over_initialising_model(model: dict[str, Any], init_from: str, sets: tuple[str, ...]) -> dict[str, Any]:
+    """The initialising run's model section updated with ``model``, less the fields that its data
+    or this run's (``sets``) set; the two must be of one family."""
+    run, _ = init_source(init_from)
+    sections = read_config_file(run / "config.yaml")
+    source = written_by_0_1(sections.get("model") or {})
+    sets = (*sets, *task_of(sections.get("data") or {}).sets)
+    base = {k: v for k, v in source.items() if k not in sets}
+    arch = model.get("arch", base.get("arch", DEFAULT_ARCH))
+    if arch != base.get("arch", DEFAULT_ARCH):
+        raise ConfigError(f"train.init_from: {run} is a run of model.arch '{base.get('arch', DEFAULT_ARCH)}'; this "
+                          f"config's model.arch is '{arch}': weights initialise a model of their own family only")
+    return {**base, **model}
 
 
 def _check_fits(family: type[ModelFamily], task: type[Task]) -> None:

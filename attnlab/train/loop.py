@@ -201,7 +201,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     if cfg.compile:  # the training forward through TorchInductor; evaluation and checkpoints use the model itself
         trained = torch.compile(trained)
     optimizer = make_optimizer(model, cfg)
-    lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps)
+    lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup, cfg.max_steps)
     if note:
         log(note)
     scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, lr, warmup, cfg.max_steps, cfg.min_lr, d_model))

@@ -13,19 +13,35 @@ from attnlab.errors import ConfigError, UsageError
 from attnlab.files import atomic_write_text
 from attnlab.models import FamilyConfig
 from attnlab.nn.transformer import LayerStack
-from attnlab.tasks import Batching, TaskConfig, TaskData
+from attnlab.tasks import Batching, Task, TaskConfig, TaskData
+from attnlab.tasks.task import Tokenizers
 from attnlab.train.checkpoint import RunDir, build_run_model
-from attnlab.train.config import RunConfig, TrainConfig
+from attnlab.train.config import RunConfig, TrainConfig, init_source
 from attnlab.train.distributed import World
+from attnlab.train.init import grouped, initialise_from
 from attnlab.train.loop import fit
+from attnlab.train.step import freeze
 
 
 def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None) -> TaskData:
-    """The task's data, batched as ``train`` says; with a ``run``, read with its tokenizers and state."""
+    """The task's data, batched as ``train`` says; with a ``run``, read with its tokenizers and state;
+    under ``train.init_from``, with the initialising run's tokenizers (its weights index their ids)."""
     batching = Batching(train.max_tokens, train.batch_size, train.seed)
-    if run is None:
-        return data_cfg.task.prepare(data_cfg, batching)
-    return data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
+    if run is not None:
+        return data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
+    if train.init_from is not None:
+        return data_cfg.task.prepare(data_cfg, batching, _initialising_tokenizers(train.init_from, data_cfg.task))
+    return data_cfg.task.prepare(data_cfg, batching)
+
+
+def _initialising_tokenizers(init_from: str, task: type[Task]) -> Tokenizers:
+    source = RunDir(init_source(init_from)[0])
+    tokenizers = source.read_tokenizers()
+    missing = [role for role in task.tokenizers if tokenizers.get(role) is None]
+    if missing:
+        raise ConfigError(f"train.init_from: {source.path} has no {' or '.join(missing)} tokenizer, which data.task "
+                          f"'{task.name}' reads with")
+    return tokenizers
 
 
 def _model_config(cfg: RunConfig, data: TaskData) -> FamilyConfig:
@@ -107,17 +123,25 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     else:
         data = prepare(cfg.data, cfg.train)
         model_cfg = _model_config(cfg, data)
-    # config.yaml first: it marks the directory as a run, so that a run killed before its first
-    # checkpoint can be resumed (from step 0) rather than refused as someone else's directory
+    task = cfg.data.task
+    log(task.describe(data))
+    torch.manual_seed(cfg.train.seed)
+    model = build_run_model(run, model_cfg)
+    report = initialise_from(model, cfg.train.init_from, task) if cfg.train.init_from and not resume else None
+    frozen = freeze(model, cfg.train.freeze_embeddings, cfg.train.freeze_layers)
+    # config.yaml once the model is whole: it marks the directory as a run, so that a run killed
+    # before its first checkpoint can be resumed (from step 0) rather than refused as someone else's
     if main:
         run.write_config(model_cfg, cfg.data, cfg.train)
         if not resume:
             run.write_tokenizers(data.tokenizers)
             run.write_task_state(cfg.data.task.saved_state(data))
-    task = cfg.data.task
-    log(task.describe(data))
-    torch.manual_seed(cfg.train.seed)
-    model = build_run_model(run, model_cfg)
+        if report is not None:
+            run.write_init(report.to_dict())
+    for line in report.lines() if report is not None else []:
+        log(line)
+    if frozen:
+        log(f"frozen {len(frozen)} tensors: {grouped(frozen)}")
     for module in model.modules():
         if isinstance(module, LayerStack):
             module.checkpoint_activations = cfg.train.activation_checkpointing

@@ -62,8 +62,10 @@ def make_schedule(name: str, lr: float, warmup: int, total: int, min_lr: float, 
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, schedule: Schedule) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR that sets the lr of update k to schedule(k): the optimizer's base lr is set to 1
-    and LambdaLR counts completed updates from 0."""
+    """A LambdaLR that sets the lr of update k to schedule(k), times the group's ``lr_scale`` where it
+    has one (layer-wise decay): the optimizer's base lr is set to 1 and LambdaLR counts completed
+    updates from 0."""
     for group in optimizer.param_groups:
         group["lr"] = 1.0
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: schedule(done + 1))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, [lambda done, s=group.get("lr_scale", 1.0): s * schedule(done + 1) for group in optimizer.param_groups])

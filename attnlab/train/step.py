@@ -14,13 +14,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import teacher_forced_loss
+from attnlab.nn.transformer import Embeddings
 from attnlab.tasks.task import Batch
 from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import World
 
 Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
-_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
+_LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 
 
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:
@@ -35,15 +37,52 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam(beta1, beta2, eps) (the paper: 0.9, 0.98, 1e-9) or AdamW; weight decay, if any, only on
-    matrices, never on biases, LayerNorm gains or the like. The update is PyTorch's fused kernel
-    (one pass over each parameter instead of a dozen elementwise ops): 3.8x faster on the CPU here
-    for the benchmark model (docs/performance.md), the same update to rounding (tests/test_train.py)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    """Adam(beta1, beta2, eps) (the paper: 0.9, 0.98, 1e-9) or AdamW over the parameters that are not
+    frozen; weight decay, if any, only on matrices, never on biases, LayerNorm gains or the like;
+    with ``layer_lr_decay``, one group per depth, its ``lr_scale`` applied by the schedule
+    (:func:`layer_lr_scales`). The update is PyTorch's fused kernel (one pass over each parameter
+    instead of a dozen elementwise ops): 3.8x faster on the CPU here for the benchmark model
+    (docs/performance.md), the same update to rounding (tests/test_train.py)."""
+    scales = layer_lr_scales(model, cfg.layer_lr_decay)
+    groups: dict[tuple[float, bool], list[nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            groups.setdefault((scales[name], p.dim() >= 2), []).append(p)
+    ordered = sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1]))  # by depth, matrices first
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return cls(groups, lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
+    return cls([{"params": params, "weight_decay": cfg.weight_decay if matrices else 0.0, "lr_scale": scale}
+                for (scale, matrices), params in ordered], lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
+
+
+def layer_depths(model: nn.Module) -> tuple[dict[str, int], int]:
+    """Each parameter's depth l and the number of layers L of the deepest stack: the embeddings
+    l = 0, layer i of a stack l = i + 1, what comes after the layers (heads, final norms) L + 1."""
+    embeddings = [name for name, m in model.named_modules() if isinstance(m, Embeddings)]
+    layer_of = {name: int(m[2]) + 1 for name, _ in model.named_parameters() if (m := _LAYER.match(name))}
+    top = max(layer_of.values(), default=0) + 1
+    return {name: 0 if any(name.startswith(e + ".") for e in embeddings) else layer_of.get(name, top)
+            for name, _ in model.named_parameters()}, top - 1
+
+
+def layer_lr_scales(model: nn.Module, decay: float) -> dict[str, float]:
+    """Layer-wise learning-rate decay (Clark et al. 2020, ELECTRA): a parameter at depth l of L
+    (:func:`layer_depths`) learns at lr * decay^(L + 1 - l), so the heads at lr and each layer below
+    by one more factor of ``decay``."""
+    depths, n_layers = layer_depths(model)
+    return {name: decay ** (n_layers + 1 - depth) for name, depth in depths.items()}
+
+
+def freeze(model: nn.Module, embeddings: bool, first_layers: int) -> list[str]:
+    """Keep the embeddings (with any output projection tied to them) and the first ``first_layers``
+    layers of every stack fixed; the names of the parameters frozen."""
+    depths, n_layers = layer_depths(model)
+    if first_layers > n_layers:
+        raise ConfigError(f"train.freeze_layers ({first_layers}) is more than the model's {n_layers} layers")
+    frozen = [name for name, depth in depths.items() if (embeddings and depth == 0) or 1 <= depth <= first_layers]
+    parameters = dict(model.named_parameters())
+    for name in frozen:
+        parameters[name].requires_grad_(False)
+    return frozen
 
 
 def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
@@ -91,7 +130,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     A non-finite loss or gradient norm skips the update: the weights, optimizer and schedule stay as
     they were and 'finite' is False (with fp16, the GradScaler's own skips of overflowing scaled
     gradients are part of its calibration and count only when the loss itself is non-finite)."""
-    lr = optimizer.param_groups[0]["lr"]
+    lr = max(group["lr"] for group in optimizer.param_groups)  # the heads' (layer_lr_decay gives the rest less)
     sums = accumulate_gradients(model, batches, cfg, amp, scaler, world, global_tokens, objective)
     if scaler is not None:
         scaler.unscale_(optimizer)

@@ -1,0 +1,107 @@
+"""A run that starts from another's trained weights (``train.init_from``): the pre-train, then
+fine-tune recipe of BERT. Every tensor of the new model whose name the initialising run trained is
+copied (a different shape is an error naming it); the rest keep their fresh initialisation.
+
+    RUN_DIR/init.json   {"source": ..., "loaded": [...], "new": [...], "unused": [...], "untrained": [...]}
+
+records what was copied, what was initialised here, what of the source this model has no place
+for, and which tensors this run's task never trains (its ``untrained`` modules, less those loaded):
+a masked-LM run's classifier, a classifier's masked-LM head. A run started from this one skips
+those, so that random weights are never reported as loaded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.errors import CheckpointError
+from attnlab.tasks import Task
+from attnlab.train.checkpoint import MODEL_FILE, RunDir, build_run_model, checkpoint_file, load_weights
+from attnlab.train.config import init_source
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """What starting from ``source`` did, by tensor name (written to init.json)."""
+
+    source: str
+    loaded: list[str]
+    new: list[str]
+    unused: list[str]
+    untrained: list[str]
+
+    def lines(self) -> list[str]:
+        """One line each for loaded, new and unused, the names grouped (:func:`grouped`)."""
+        return [f"init_from {self.source}: {what} {len(names)} tensor{'s' * (len(names) != 1)}"
+                f"{': ' + grouped(names) if names else ''}"
+                for what, names in (("loaded", self.loaded), ("initialised new", self.new), ("unused", self.unused))]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def named_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights by name, each tensor once (a tied output projection is its embedding)."""
+    return dict(model.named_parameters()) | {name: b for name, b in model.named_buffers()
+                                              if name in model.state_dict()}
+
+
+def untrained_by(task: type[Task], names: list[str]) -> list[str]:
+    """The names of tensors in modules ``task``'s loss never reaches."""
+    return [name for name in names if any(name.startswith(prefix) for prefix in task.untrained)]
+
+
+def trained_tensors(run: RunDir, model: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors of ``run``'s ``model`` that hold trained values: all but its untrained ones."""
+    tensors = named_tensors(model)
+    untrained = set(run.read_init()["untrained"]) if run.init.exists() else \
+        set(untrained_by(run.read_config()[1].task, list(tensors)))
+    return {name: t for name, t in tensors.items() if name not in untrained}
+
+
+def initialise_from(model: nn.Module, init_from: str, task: type[Task]) -> InitReport:
+    """Copy into ``model`` the trained tensors of the run (or checkpoint) ``init_from`` that it has."""
+    run_path, checkpoint = init_source(init_from)
+    run = RunDir(run_path)
+    source = build_run_model(run, run.read_config()[0])
+    load_weights(source, checkpoint / MODEL_FILE if checkpoint is not None else checkpoint_file(run))
+    trained, target = trained_tensors(run, source), named_tensors(model)
+    loaded = [name for name in target if name in trained]
+    with torch.no_grad():
+        for name in loaded:
+            if trained[name].shape != target[name].shape:
+                raise CheckpointError(f"train.init_from {init_from}: {name} has shape {tuple(trained[name].shape)} "
+                                      f"there and {tuple(target[name].shape)} here")
+            target[name].copy_(trained[name])
+    new = [name for name in target if name not in trained]
+    return InitReport(str(init_from), loaded, new, [name for name in trained if name not in target],
+                      [name for name in untrained_by(task, list(target)) if name not in loaded])
+
+
+def grouped(names: list[str]) -> str:
+    """Tensor names shortened to their modules, layers of a stack as ranges (init.json has each
+    name): 'embed.tokens, encoder.layers.0-5, mlm_head.norm'."""
+    modules: dict[str, list[int]] = {}
+    for name in names:
+        match = re.match(r"^(.*?\.layers)\.(\d+)\.", name)
+        module = name.rsplit(".", 1)[0]
+        key = f"{match[1]}.{{}}" if match else module if "." in module else name  # 'mlm_head.bias' stays
+        modules.setdefault(key, []).append(int(match[2]) if match else -1)
+    return ", ".join(key.format(_ranges(sorted(set(layers)))) for key, layers in modules.items())
+
+
+def _ranges(values: list[int]) -> str:
+    """[0, 1, 2, 4] -> '0-2,4'."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
