@@ -210,10 +210,15 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 def cmd_fill_mask(args: argparse.Namespace) -> None:
     from attnlab.tasks.masked_lm import fill_mask
+    from attnlab.train.checkpoint import RunDir
+    from attnlab.train.init import untrained_of
 
     if not 1 <= args.top_k <= 1000:
         raise UsageError(f"--top-k must be between 1 and 1000 (got {args.top_k})")
     model, tokenizers, _ = load_run_for(args, {})
+    if any(name.startswith("mlm_head.") for name in untrained_of(RunDir(args.run_dir), model)):
+        raise UsageError(f"{args.run_dir}: its masked-LM head was never trained (imported without one, as a "
+                         f"Hugging Face BertModel is); fill-mask needs a run trained or imported with it")
     fillers = fill_mask(model, tokenizers["src"], args.text, args.top_k)
     if args.json:
         print(json.dumps([[{"token": token, "probability": p} for token, p in row] for row in fillers]))

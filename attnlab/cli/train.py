@@ -82,8 +82,17 @@ def cmd_average(args: argparse.Namespace) -> None:
     print(f"averaged steps {', '.join(map(str, steps))} into {path}")
 
 
+def cmd_import_hf(args: argparse.Namespace) -> None:
+    from attnlab.train.hf import import_bert
+
+    report = import_bert(args.folder, args.out)
+    for line in report.lines("import-hf"):
+        print(line)
+    print(f"run directory: {args.out}")
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add `train and average` to the command line."""
+    """Add `train, average and import-hf` to the command line."""
     train = sub.add_parser("train", help="train a model from a config file")
     train.add_argument("config", nargs="?",
                        help="YAML or JSON config with model, data and train sections (with --resume: the run's own "
@@ -103,3 +112,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     average.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
     average.add_argument("--force", action="store_true", help="replace the run's existing average")
     average.set_defaults(func=cmd_average)
+
+    hf = sub.add_parser("import-hf", help="make a run directory of a local Hugging Face BERT-family folder",
+                        description="Read config.json, model.safetensors and tokenizer.json of a BERT-family folder "
+                                    "(never the network, never a pickled pytorch_model.bin) and write a masked-LM run "
+                                    "of the encoder_only family: fill-mask, inspect and train.init_from take it.")
+    hf.add_argument("folder", help="the Hugging Face model folder")
+    hf.add_argument("--out", required=True, help="the run directory to write (must not exist)")
+    hf.set_defaults(func=cmd_import_hf)

@@ -6,7 +6,9 @@ Four kinds behind one interface, each saved as the library's own ``tokenizer.jso
 - ``word``: whitespace-separated words; decoding joins them with single spaces;
 - ``bpe``: byte-pair encoding (Sennrich et al. 2016) over SentencePiece-style ``▁`` word starts,
   with byte fallback, so that any text round-trips, unseen characters included;
-- ``unigram``: the unigram language model (Kudo 2018) over the same word starts.
+- ``unigram``: the unigram language model (Kudo 2018) over the same word starts;
+- ``wordpiece``: BERT's subwords (Wu et al. 2016), continuation pieces marked ``##``, over words
+  and punctuation (BERT's pre-tokenizer), lower-cased as uncased BERT is.
 
 The special tokens have the same ids in every tokenizer: PAD 0, BOS 1, EOS 2, UNK 3; a tokenizer
 for masked-LM training also has ``<mask>`` at id 4 (``with_mask``). They are control symbols, never text: ``<eos>`` or ``<pad>`` typed in the input is encoded as the characters
@@ -31,7 +33,7 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 CONTROL_IDS = frozenset((PAD, BOS, EOS))  # ids that steer decoding; text never encodes to them
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 MASK_TOKEN, MASK = "<mask>", 4  # only in tokenizers trained with_mask (the masked-LM task)
-TOKENIZER_KINDS = ("char", "word", "bpe", "unigram")
+TOKENIZER_KINDS = ("char", "word", "bpe", "unigram", "wordpiece")
 _BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
 
 
@@ -56,6 +58,12 @@ def _pipeline(kind: str, vocab_size: int, specials: list[str]) -> tuple[tokenize
                                          decoders.Strip(" ", 1, 0)])
         return tok, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials + _BYTE_TOKENS,
                                         show_progress=False)
+    if kind == "wordpiece":
+        tok = tokenizers.Tokenizer(models.WordPiece(unk_token="<unk>"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        return tok, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
     tok = tokenizers.Tokenizer(models.Unigram())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()

@@ -43,8 +43,6 @@ class MaskedLMConfig(TaskConfig):
 
     def check(self) -> None:
         one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        if self.train is None:
-            raise ConfigError("data.task 'masked_lm' needs 'train' (a text file)")
         at_least("vocab_size", self.vocab_size, 1)
         at_least("max_len", self.max_len, 3)
         at_least("n_valid", self.n_valid, 1)
@@ -53,6 +51,11 @@ class MaskedLMConfig(TaskConfig):
         if min(self.mask_token_prob, self.random_token_prob) < 0 or self.mask_token_prob + self.random_token_prob > 1:
             raise ConfigError(f"mask_token_prob ({self.mask_token_prob}) and random_token_prob "
                               f"({self.random_token_prob}) must be >= 0 and sum to at most 1 (the rest is kept)")
+
+    def check_trainable(self) -> None:
+        """A run imported from Hugging Face (train/hf.py) has no training text; training needs one."""
+        if self.train is None:
+            raise ConfigError("data.task 'masked_lm' needs 'train' (a text file)")
 
     @property
     def longest_sequence(self) -> int:

@@ -108,6 +108,10 @@ class TaskConfig(RegisteredConfig):
     link: ClassVar[str] = "task"
     task: ClassVar[type["Task"]]  # set by @register_task
 
+    def check_trainable(self) -> None:
+        """Refuse, with a ConfigError, a section that describes a run but could not train one (a
+        run imported with no training data); every field has passed ``check``."""
+
     @property
     def longest_sequence(self) -> int | None:
         """The longest sequence a model reads in training (positions must cover it); None: unbounded."""

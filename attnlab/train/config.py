@@ -140,6 +140,7 @@ class RunConfig:
             if not isinstance(model, dict):
                 raise ConfigError("section 'model' must be a mapping of field: value")
             data = task_config(sections.get("data") or {})
+            data.check_trainable()
             for fixed in data.task.sets:
                 if fixed in model:
                     raise ConfigError(f"model.{fixed} is set from the data in a training config; remove it")

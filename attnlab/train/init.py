@@ -36,9 +36,9 @@ class InitReport:
     unused: list[str]
     untrained: list[str]
 
-    def lines(self) -> list[str]:
+    def lines(self, verb: str = "init_from") -> list[str]:
         """One line each for loaded, new and unused, the names grouped (:func:`grouped`)."""
-        return [f"init_from {self.source}: {what} {len(names)} tensor{'s' * (len(names) != 1)}"
+        return [f"{verb} {self.source}: {what} {len(names)} tensor{'s' * (len(names) != 1)}"
                 f"{': ' + grouped(names) if names else ''}"
                 for what, names in (("loaded", self.loaded), ("initialised new", self.new), ("unused", self.unused))]
 
@@ -57,12 +57,18 @@ def untrained_by(task: type[Task], names: list[str]) -> list[str]:
     return [name for name in names if any(name.startswith(prefix) for prefix in task.untrained)]
 
 
+def untrained_of(run: RunDir, model: nn.Module) -> set[str]:
+    """The names of ``run``'s ``model``'s tensors that hold no trained values: as init.json lists
+    them, or, for a run started from scratch, those its task never trains."""
+    if run.init.exists():
+        return set(run.read_init()["untrained"])
+    return set(untrained_by(run.read_config()[1].task, list(named_tensors(model))))
+
+
 def trained_tensors(run: RunDir, model: nn.Module) -> dict[str, torch.Tensor]:
-    """The tensors of ``run``'s ``model`` that hold trained values: all but its untrained ones."""
-    tensors = named_tensors(model)
-    untrained = set(run.read_init()["untrained"]) if run.init.exists() else \
-        set(untrained_by(run.read_config()[1].task, list(tensors)))
-    return {name: t for name, t in tensors.items() if name not in untrained}
+    """The tensors of ``run``'s ``model`` that hold trained values."""
+    untrained = untrained_of(run, model)
+    return {name: t for name, t in named_tensors(model).items() if name not in untrained}
 
 
 def initialise_from(model: nn.Module, init_from: str, task: type[Task]) -> InitReport:

@@ -1,0 +1,216 @@
+"""Importing a Hugging Face BERT-family folder as an attnlab run (`attnlab import-hf DIR --out RUN`).
+
+Reads three files and nothing else, never over the network: ``config.json`` (the architecture),
+``model.safetensors`` (the weights; a pickled ``pytorch_model.bin`` is refused, never unpickled) and
+``tokenizer.json`` (the WordPiece tokenizer, through the ``tokenizers`` library). The result is a
+masked-LM run of the ``encoder_only`` family that ``fill-mask``, ``inspect`` and ``train.init_from``
+take like any other.
+
+BERT's encoder is attnlab's with ``embedding: normed`` (LayerNorm(E[w] + P[pos] + S[type]), no
+sqrt(d) scale), post-norm layers, exact GELU, learned positions and a segment table of
+``type_vocab_size`` rows. The weights map one to one, the separate query, key and value
+projections concatenated into the fused one:
+
+    embeddings.word_embeddings            embed.tokens (rows renumbered, below)
+    embeddings.position_embeddings        embed.positional.table
+    embeddings.token_type_embeddings      embed.segments
+    embeddings.LayerNorm                  embed.norm
+    encoder.layer.i.attention.self.{query,key,value}   encoder.layers.i.self_attn.qkv_proj
+    encoder.layer.i.attention.output.dense             encoder.layers.i.self_attn.out_proj
+    encoder.layer.i.attention.output.LayerNorm         encoder.layers.i.self_attn_residual.norm
+    encoder.layer.i.intermediate.dense                 encoder.layers.i.feed_forward.w_1
+    encoder.layer.i.output.dense                       encoder.layers.i.feed_forward.w_2
+    encoder.layer.i.output.LayerNorm                   encoder.layers.i.feed_forward_residual.norm
+    pooler.dense                          classifier.pool
+    cls.predictions.transform.dense       mlm_head.transform
+    cls.predictions.transform.LayerNorm   mlm_head.norm
+    cls.predictions.bias                  mlm_head.bias (renumbered; the output matrix is the tied embedding)
+
+attnlab's tokenizers keep their control tokens at fixed ids (<pad> 0, <bos> 1, <eos> 2, <unk> 3,
+<mask> 4). BERT's [PAD] [CLS] [SEP] [UNK] [MASK] take those ids and names ([CLS] a [SEP] b [SEP] is
+exactly attnlab's <bos> a <eos> b <eos>); every other token keeps its order after them, and the rows
+of the embedding and of the output bias move with their tokens, so the model computes what the
+original computes. A token id of the original is ``order.index(id)`` here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from attnlab.data.tokenizers import MASK_TOKEN, SPECIAL_TOKENS, Tokenizer
+from attnlab.errors import CheckpointError, ConfigError, UsageError
+from attnlab.files import publish_dir, staging_dir
+from attnlab.models import build_model, model_config
+from attnlab.tasks import task_config
+from attnlab.train.checkpoint import RunDir, write_checkpoint
+from attnlab.train.config import TrainConfig
+from attnlab.train.init import InitReport, named_tensors
+
+BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")  # -> <pad> <bos> <eos> <unk> <mask>, ids 0-4
+ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "silu"}  # hidden_act -> attnlab's (exact GELU only)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: cannot read ({err})") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return value
+
+
+def check_folder(folder: Path) -> None:
+    """The three files must be there, the weights as safetensors."""
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such folder")
+    if not (folder / "model.safetensors").is_file() and (folder / "pytorch_model.bin").is_file():
+        raise CheckpointError(f"{folder}: the weights are a pickled pytorch_model.bin, which can run code when "
+                              f"loaded; attnlab reads model.safetensors only (convert it where you trust the file)")
+    missing = [name for name in ("config.json", "model.safetensors", "tokenizer.json") if not (folder / name).is_file()]
+    if missing:
+        present = ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
+        raise CheckpointError(f"{folder}: missing {', '.join(missing)} (found {present})")
+
+
+def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
+    """attnlab's encoder_only model section for a Hugging Face BERT config.json."""
+    kind = config.get("model_type")
+    if kind != "bert":
+        raise CheckpointError(f"{where}: model_type is {kind!r}; attnlab imports BERT-family folders "
+                              f"(model_type 'bert', e.g. BERT, MiniLM, all-MiniLM-L6-v2)")
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(f"{where}: position_embedding_type {config['position_embedding_type']!r} is not "
+                              f"imported (only 'absolute', BERT's learned positions)")
+    act = config.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"{where}: hidden_act {act!r} is not imported (have {', '.join(ACTIVATIONS)})")
+    try:
+        return {"arch": "encoder_only", "vocab_size": config["vocab_size"], "d_model": config["hidden_size"],
+                "n_heads": config["num_attention_heads"], "n_layers": config["num_hidden_layers"],
+                "d_ff": config["intermediate_size"], "dropout": config.get("hidden_dropout_prob", 0.1),
+                "attention_dropout": config.get("attention_probs_dropout_prob", 0.1),
+                "activation": ACTIVATIONS[act], "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
+                "positional": "learned", "max_len": config["max_position_embeddings"],
+                "tie_embeddings": "output", "pad_id": 0, "embedding": "normed",
+                "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"}
+    except KeyError as err:
+        raise CheckpointError(f"{where}: no {err.args[0]!r}, which a BERT config.json has") from None
+
+
+def renumbered_tokenizer(path: Path) -> tuple[Tokenizer, list[int]]:
+    """The WordPiece tokenizer of ``tokenizer.json`` with BERT's specials at attnlab's control ids,
+    and ``order``: the original id of each new id."""
+    spec = _read_json(path)
+    model = spec.get("model") or {}
+    if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise CheckpointError(f"{path}: a {model.get('type')!r} tokenizer; BERT's is 'WordPiece'")
+    vocab: dict[str, int] = model["vocab"]
+    missing = [token for token in BERT_SPECIALS if token not in vocab]
+    if missing:
+        raise CheckpointError(f"{path}: the vocabulary has no {', '.join(missing)}")
+    order = [vocab[token] for token in BERT_SPECIALS]
+    order += sorted(set(vocab.values()) - set(order))
+    names = dict(zip(BERT_SPECIALS, SPECIAL_TOKENS + [MASK_TOKEN]))
+    new_id = {old: new for new, old in enumerate(order)}
+    model["vocab"] = {names.get(token, token): new_id[old] for token, old in vocab.items()}
+    model["unk_token"] = names["[UNK]"]
+    spec["added_tokens"] = [entry | {"id": new_id[entry["id"]], "content": names.get(entry["content"], entry["content"])}
+                            for entry in spec.get("added_tokens", []) if entry.get("id") in new_id]
+    spec["post_processor"] = spec["truncation"] = spec["padding"] = None  # attnlab adds <bos>/<eos> itself
+    try:
+        return Tokenizer(tokenizers.Tokenizer.from_str(json.dumps(spec))), order
+    except Exception as err:  # the library raises a plain Exception for a malformed file
+        raise CheckpointError(f"{path}: not a tokenizer file the library reads ({err})") from None
+
+
+def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[int]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """attnlab's tensors from a BERT state dict (``bert.`` prefixes of the *For... models dropped),
+    embedding rows in the new ``order``; and the names of the original that have no place here."""
+    plain = {name.removeprefix("bert."): t for name, t in weights.items()}
+    pairs = {"embed.tokens.weight": "embeddings.word_embeddings.weight",
+             "embed.positional.table.weight": "embeddings.position_embeddings.weight",
+             "embed.segments.weight": "embeddings.token_type_embeddings.weight",
+             "embed.norm.weight": "embeddings.LayerNorm.weight", "embed.norm.bias": "embeddings.LayerNorm.bias",
+             "classifier.pool.weight": "pooler.dense.weight", "classifier.pool.bias": "pooler.dense.bias",
+             "mlm_head.transform.weight": "cls.predictions.transform.dense.weight",
+             "mlm_head.transform.bias": "cls.predictions.transform.dense.bias",
+             "mlm_head.norm.weight": "cls.predictions.transform.LayerNorm.weight",
+             "mlm_head.norm.bias": "cls.predictions.transform.LayerNorm.bias",
+             "mlm_head.bias": "cls.predictions.bias"}
+    for i in range(n_layers):
+        ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            pairs |= {f"{ours}self_attn.out_proj.{kind}": f"{theirs}attention.output.dense.{kind}",
+                      f"{ours}self_attn_residual.norm.{kind}": f"{theirs}attention.output.LayerNorm.{kind}",
+                      f"{ours}feed_forward.w_1.{kind}": f"{theirs}intermediate.dense.{kind}",
+                      f"{ours}feed_forward.w_2.{kind}": f"{theirs}output.dense.{kind}",
+                      f"{ours}feed_forward_residual.norm.{kind}": f"{theirs}output.LayerNorm.{kind}"}
+    out = {ours: plain[theirs] for ours, theirs in pairs.items() if theirs in plain}
+    used = {theirs for theirs in pairs.values() if theirs in plain}
+    for i in range(n_layers):
+        for kind in ("weight", "bias"):
+            parts = [f"encoder.layer.{i}.attention.self.{p}.{kind}" for p in ("query", "key", "value")]
+            if all(p in plain for p in parts):
+                out[f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"] = torch.cat([plain[p] for p in parts])
+                used |= set(parts)
+    for name in ("embed.tokens.weight", "mlm_head.bias"):
+        if name in out:
+            out[name] = out[name][order]
+    tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}  # the embedding and the bias again
+    unused = [name for name in weights if name.removeprefix("bert.") not in used | tied
+              and not name.endswith("position_ids")]  # position_ids: a buffer of 0..max_len-1
+    return out, unused
+
+
+def import_bert(folder: str | Path, out: str | Path) -> InitReport:
+    """Write the run directory ``out`` (which must not exist) from a Hugging Face BERT folder."""
+    folder, out = Path(folder), Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out} already exists and is not empty; choose another --out")
+    check_folder(folder)
+    fields = bert_model_fields(_read_json(folder / "config.json"), folder / "config.json")
+    tokenizer, order = renumbered_tokenizer(folder / "tokenizer.json")
+    if tokenizer.vocab_size != fields["vocab_size"]:
+        raise CheckpointError(f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, config.json's "
+                              f"vocab_size is {fields['vocab_size']}")
+    try:
+        cfg = model_config(fields)
+    except ConfigError as err:
+        raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+    try:
+        weights = load_file(str(folder / "model.safetensors"))
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{folder / 'model.safetensors'}: cannot read ({err})") from None
+    tensors, unused = bert_tensors(weights, cfg.n_layers, order)
+    model = build_model(cfg)
+    target = named_tensors(model)
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            if name in target:
+                if tensor.shape != target[name].shape:
+                    raise CheckpointError(f"{folder / 'model.safetensors'}: {name} has shape {tuple(tensor.shape)}; "
+                                          f"config.json makes it {tuple(target[name].shape)}")
+                target[name].copy_(tensor)
+    data = task_config({"task": "masked_lm", "tokenizer": "wordpiece", "vocab_size": cfg.vocab_size,
+                        "max_len": cfg.max_len})
+    loaded = [name for name in target if name in tensors]
+    new = [name for name in target if name not in tensors]
+    report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
+    staged = staging_dir(out)
+    run = RunDir(staged)
+    run.write_config(cfg, data, TrainConfig(progress=False))
+    run.write_tokenizers({"src": tokenizer})
+    run.write_init(report.to_dict() | {"order": order})  # new token id i is the original's order[i]
+    run.checkpoints.mkdir()
+    (run.checkpoints / "step-000000").mkdir()
+    write_checkpoint(run.checkpoints / "step-000000", model, {"step": 0, "imported_from": str(folder.resolve())})
+    publish_dir(staged, out)
+    return report
