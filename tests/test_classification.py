@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -223,3 +224,33 @@ def test_a_label_training_never_saw_is_named_with_its_line(tmp_path):
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 3 and "model.arch must be 'encoder_only' for data.task 'classification'; got " \
                                     "'decoder_lm'" in done.stderr
+
+
+def test_inspect_draws_what_cls_attends_to_and_gives_the_prediction(classifier, tmp_path):
+    root, _ = classifier
+    done = run_cli("inspect", str(root / "run"), "--src", "the film was great", "--out", str(tmp_path / "fig"))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "fig" / "summary.json").read_text())
+    assert summary["source_tokens"] == ["<bos>", "the", "film", "was", "great", "<eos>"]
+    assert summary["prediction"]["label"] == "pos" and f"prediction: pos (" in done.stdout
+    model, _, _ = load_run(root / "run")
+    p = model.classify(torch.tensor([[BOS, *RunDir(root / "run").read_tokenizers()["src"].encode(
+        "the film was great"), EOS]])).softmax(-1)[0]
+    assert summary["prediction"]["probabilities"]["pos"] == pytest.approx(p[1].item(), abs=1e-6)
+    first = summary["modules"]["encoder.layers.0.self_attn"]["first_token"]  # (H, T) rows of [CLS]
+    assert len(first) == 2 and all(sum(row) == pytest.approx(1.0, abs=1e-3) for row in first)
+    assert sorted(Path(f).name for f in summary["files"]) == ["encoder-0-self.png", "entropy.png", "first-token.png"]
+
+
+def test_prune_ranks_a_classifiers_heads_by_accuracy(classifier, tmp_path):
+    root, _ = classifier
+    done = run_cli("prune", str(root / "run"), "--fraction", "0.5", "--json", "--out", str(tmp_path / "pruned"))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.splitlines()[-2])
+    full, half = summary["results"]
+    assert (full["heads_pruned"], half["heads_pruned"]) == (0, 1)
+    assert full["accuracy"] == 1.0 and "accuracy 100.00%" in done.stdout.splitlines()[0]
+    assert set(half) >= {"valid_loss", "accuracy", "macro_f1"}
+    # the pruned run, its heads cut out of the weights, scores what the gated model scored
+    pruned = json.loads(run_cli("evaluate", str(tmp_path / "pruned"), "--data", str(root / "valid.tsv"), "--json").stdout)
+    assert pruned["accuracy"] == half["accuracy"] and pruned["loss"] == pytest.approx(half["valid_loss"], rel=1e-5)

@@ -4,25 +4,29 @@ For an encoder-decoder (Transformer or recurrent) the target is the given refere
 one, the model's own beam-search output; the maps are those of one teacher-forced pass over it
 (:func:`attnlab.analysis.capture.attention_of`). A language model or encoder reads the text alone.
 Writes one heatmap PNG per attention module, an alignment plot per cross-attention layer (heads
-averaged), an entropy plot, and summary.json with each head's entropy and mean distance.
+averaged), an entropy plot, and summary.json with each head's entropy and mean distance. An
+encoder-only model (classifier or masked LM) reads the text as its task does (``a TAB b``: a pair),
+and adds the attention of the first token, [CLS], per layer and head, and a classifier's prediction.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from attnlab.analysis.capture import attention_of, capture_attention
 from attnlab.analysis.heads import head_entropy, mean_distance
-from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot
+from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot, first_token_plot
 from attnlab.data.batching import source_batch
-from attnlab.data.tokenizers import BOS, EOS, PAD
+from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
-from attnlab.eval.likelihood import logits_of
+from attnlab.tasks.classification import encode_inputs
 from attnlab.files import atomic_write_text
 from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.train.run import read_run_data
@@ -33,14 +37,15 @@ def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: st
     """Each module's mean attention entropy per head (nats) over a split of the run's data,
     teacher-forced, padding queries excluded: {module: [H values]}."""
     model, _, _ = load_run(run_dir, checkpoint)
-    data = read_run_data(RunDir(run_dir), split)
+    run = RunDir(run_dir)
+    task = run.read_config()[1].task
+    data = read_run_data(run, split)
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, float] = {}
+    model.eval()
     for batch in data.eval_batches(split):
         with capture_attention(model) as captured:
-            logits_of(model, batch)
-        queries = {"encoder": batch.src != PAD if batch.src is not None else batch.tgt_in != PAD,
-                   "decoder": batch.tgt_in != PAD}
+            queries = task.analysis_pass(model, batch)
         for name, record in captured.last().items():
             valid = queries[record.stack]
             n = float(valid.sum())
@@ -49,10 +54,56 @@ def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: st
     return {name: [round(float(e), 4) for e in sums[name] / counts[name]] for name in sums}
 
 
+@torch.no_grad()
+def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: str, out: Path) -> dict[str, Any]:
+    """An encoder-only model on ``text`` (``a TAB b``: a sentence pair), encoded as its task reads
+    input: every layer's maps, the attention of [CLS] per layer and head, and for a classifier its
+    prediction."""
+    _, data_cfg, _ = run.read_config()
+    a, _, b = text.partition("\t")
+    inputs, _ = encode_inputs(tokenizer, [a], [b if "\t" in text else None], data_cfg.max_len)
+    ids, segments = inputs[0]  # <bos> a <eos> [b <eos>], segments 0 / 1
+    ids_t, segments_t = torch.tensor([ids]), torch.tensor([segments])
+    model.eval()
+    with capture_attention(model) as captured:
+        logits = model.classify(ids_t, segments_t)
+    records = captured.last()
+    labels = tokenizer.id_tokens(ids)
+    summary: dict[str, Any] = {"run": str(run.path), "source": text, "source_tokens": labels, "modules": {},
+                               "files": []}
+    if data_cfg.task.name == "classification":
+        p = logits[0].softmax(-1)
+        names = run.read_task_state()["labels"]
+        summary["prediction"] = {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))}
+    entropies, first = {}, []
+    for name, record in records.items():
+        entropy = head_entropy(record.probs)
+        T = len(ids)
+        summary["modules"][name] = {"stack": record.stack, "layer": record.layer, "kind": record.kind,
+                                    "heads": record.probs.shape[1], "entropy": [round(float(e), 4) for e in entropy],
+                                    "uniform_entropy": round(math.log(T), 4),
+                                    "mean_distance": [round(float(d), 3) for d in mean_distance(
+                                        record.probs, torch.arange(T), torch.arange(T))],
+                                    "first_token": [[round(float(w), 4) for w in head] for head in record.probs[0, :, 0]]}
+        entropies[name] = entropy
+        first.append(record.probs[0, :, 0])  # (H, T): what [CLS] attends to
+        summary["files"].append(str(attention_heatmaps(record.probs[0], labels, labels, name,
+                                                       out / f"{record.stack}-{record.layer}-{record.kind}.png")))
+    rows = [f"layer {r.layer} head {h}" for r in records.values() for h in range(r.probs.shape[1])]
+    summary["files"].append(str(first_token_plot(torch.cat(first), rows, labels, out / "first-token.png")))
+    summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
+
+
 def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path, beam: int = 4,
                 checkpoint: str = "best") -> dict[str, Any]:
     model, tokenizers, cfg = load_run(run_dir, checkpoint)
     out = Path(out)
+    if not cfg.capabilities.decoder:
+        if target is not None:
+            raise UsageError("--tgt is for models with a decoder; an encoder reads --src alone")
+        return inspect_encoder(RunDir(run_dir), model, tokenizers["src"], text, out)
     seq2seq = cfg.capabilities.encoder
     tok_in = tokenizers["src"] if seq2seq else tokenizers["tgt"]
     ids = tok_in.encode(text)

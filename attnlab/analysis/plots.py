@@ -73,6 +73,16 @@ def attention_heatmaps(probs: Tensor, rows: Sequence[str], cols: Sequence[str], 
                  {"title": title, "rows": list(rows), "cols": list(cols), "heads": probs.shape[0]})
 
 
+def first_token_plot(weights: Tensor, rows: Sequence[str], cols: Sequence[str], path: Path) -> Path:
+    """(L * H, T) attention of the first token ([CLS], BERT's summary of the sequence) over the
+    tokens, one row per layer and head, written to ``path``."""
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.3 * len(cols) + 2.0), max(2.5, 0.25 * len(rows) + 1.2)),
+                           layout="constrained")
+    title = f"attention of {cols[0]} per layer and head"
+    fig.colorbar(_heatmap(ax, weights, rows, cols, title), ax=ax, label="attention weight", pad=0.01)
+    return _save(fig, path, {"title": title, "rows": list(rows), "cols": list(cols)})
+
+
 def alignment_figure(weights: Tensor, source: Sequence[str], target: Sequence[str], title: str) -> Figure:
     """(T, S) alignment, target words down, source words across, white = 1 (Bahdanau's figure),
     with a colour bar; the title is wrapped to the figure's width."""

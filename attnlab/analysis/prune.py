@@ -1,15 +1,17 @@
 """``attnlab prune``: rank a trained model's heads by importance and cut the least important.
 
-Importance is Michel et al.'s (2019) |dL/d xi_h| on the run's validation split (mean NLL per
-target token, teacher-forced), normalised per layer; heads are pruned globally, least important
-first, never the last head of a layer. Each fraction is evaluated with the heads gated to zero on
-the same split (greedy decoding for BLEU / exact match, teacher-forced loss); with ``out`` and one
+Importance is Michel et al.'s (2019) |dL/d xi_h| on the run's validation split (the task's loss
+without label smoothing, per target: token, masked token or example), normalised per layer; heads
+are pruned globally, least important first, never the last head of a layer. Each fraction is
+evaluated with the heads gated to zero on the same split by the task's own metrics (loss; accuracy
+and macro-F1 for a classifier), and greedy decoding for BLEU / exact match; with ``out`` and one
 fraction, the heads are then removed from the weights and written as a new run directory that
 ``translate``, ``evaluate`` and ``inspect`` load like any other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -20,29 +22,24 @@ import torch
 from torch import nn
 
 from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads
-from attnlab.data.batching import Batch
-from attnlab.tasks.translation import Seq2SeqData
-from attnlab.data.tokenizers import PAD
 from attnlab.errors import UsageError
 from attnlab.eval.evaluate import evaluate as evaluate_text
-from attnlab.eval.likelihood import evaluate as teacher_forced
-from attnlab.eval.likelihood import logits_of
 from attnlab.files import publish_dir, staging_dir
 from attnlab.nn.attention import remove_heads
-from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks import Task
+from attnlab.tasks.translation import Seq2SeqData
 from attnlab.train.checkpoint import RunDir, load_run, write_checkpoint
 from attnlab.train.run import read_run_data
 
 
-def mean_nll(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Teacher-forced NLL per target token: the training loss without label smoothing."""
-    _, nll = label_smoothed_nll(logits_of(model, batch), batch.tgt_out, 0.0, PAD)
-    return nll / batch.n_tokens
+def mean_loss(task: type[Task]) -> Callable[[nn.Module, Any], torch.Tensor]:
+    """The task's loss per target of a batch, without label smoothing: what importance differentiates."""
+    return lambda model, batch: task.loss(model, batch, 0.0, contextlib.nullcontext)[1] / batch.n_tokens
 
 
-def _metrics(model: nn.Module, data, split: str, limit: int | None, progress: bool) -> dict[str, float]:
-    scores = teacher_forced(model, data.eval_batches(split))
-    result = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
+def _metrics(model: nn.Module, task: type[Task], data, split: str, limit: int | None,
+             progress: bool) -> dict[str, float]:
+    result = task.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0, split)
     if isinstance(data, Seq2SeqData):
         examples = data.splits[split][:limit]
         text = evaluate_text(model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], beam=1,
@@ -66,10 +63,11 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
             raise UsageError(f"--fraction must be in [0, 1) (got {f})")
     run = RunDir(run_dir)
     model, _, _ = load_run(run_dir)
+    task = run.read_config()[1].task
     data = read_run_data(run, split)
     say = log or (lambda line: None)
     started = time.perf_counter()
-    importance = head_importance(model, data.eval_batches(split), mean_nll)
+    importance = head_importance(model, data.eval_batches(split), mean_loss(task))
     n_heads = sum(len(v) for v in importance.values())
     say(f"ranked {n_heads} heads by importance on {split} in {time.perf_counter() - started:.1f} s")
     results = []
@@ -79,7 +77,7 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
         mask_heads(model, heads)
         pruned = sum(len(v) for v in heads.values())
         results.append({"fraction": fraction, "heads_pruned": pruned, "heads_total": n_heads, "pruned": heads,
-                        **_metrics(model, data, split, limit, progress=log is not None)})
+                        **_metrics(model, task, data, split, limit, progress=log is not None)})
         say(f"[{k}/{len(fractions) + 1}] measured {split} with {pruned}/{n_heads} heads pruned ({fraction:.0%}) "
             f"in {time.perf_counter() - started:.1f} s")
     mask_heads(model, {})
@@ -97,9 +95,9 @@ def _write_pruned_run(run: RunDir, model: nn.Module, result: dict[str, Any], out
     """A run directory holding the pruned weights as its only (and best) checkpoint."""
     staged = staging_dir(out)
     shutil.copy2(run.config, staged / run.config.name)
-    for role in ("src", "tgt"):
-        if run.tokenizer_file(role).exists():
-            shutil.copy2(run.tokenizer_file(role), staged / run.tokenizer_file(role).name)
+    for path in (run.tokenizer_file("src"), run.tokenizer_file("tgt"), run.task_state, run.init):
+        if path.exists():
+            shutil.copy2(path, staged / path.name)
     new = RunDir(staged)
     new.pruned_heads.write_text(json.dumps(result["pruned"], indent=2))
     step = run.best_step() or run.steps()[-1]

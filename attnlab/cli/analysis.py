@@ -30,7 +30,11 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     for name, entry in summary["modules"].items():
         entropy = " ".join(f"{e:.2f}" for e in entry["entropy"])
         print(f"{name:<34} entropy per head (uniform {entry['uniform_entropy']:.2f}): {entropy}")
-    print(f"target: {summary['target']}")
+    if "target" in summary:
+        print(f"target: {summary['target']}")
+    if "prediction" in summary:
+        label = summary["prediction"]["label"]
+        print(f"prediction: {label} ({summary['prediction']['probabilities'][label]:.4f})")
     print(f"{len(summary['files'])} figures and summary.json in {out}")
 
 
@@ -42,11 +46,12 @@ def cmd_prune(args: argparse.Namespace) -> None:
     check_task_serves(args)
     summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit, log=stderr_line)
     for r in summary["results"]:
-        text = f"  BLEU {r['bleu']:.2f}  exact match {r['exact_match']:.2%}" if "bleu" in r else ""
+        text = f"  BLEU {r['bleu']:.2f}  exact match {r['exact_match']:.2%}" if "bleu" in r else \
+            f"  accuracy {r['accuracy']:.2%}  macro-F1 {r['macro_f1']:.4f}" if "accuracy" in r else ""
         print(f"{r['heads_pruned']:>3}/{r['heads_total']} heads pruned ({r['fraction']:.0%}): "
               f"{args.split} loss {r['valid_loss']:.4f}{text}")
     if args.plot:
-        metric = "bleu" if "bleu" in summary["results"][0] else "valid_loss"
+        metric = next(m for m in ("bleu", "accuracy", "valid_loss") if m in summary["results"][0])
         pruning_plot([r["fraction"] for r in summary["results"]], [r[metric] for r in summary["results"]],
                      metric, Path(args.plot))
         print(f"plot: {args.plot}", file=sys.stderr)

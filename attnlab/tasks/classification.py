@@ -124,7 +124,7 @@ class Classification(Task):
     config = ClassificationConfig
     needs = {"encoder": True, "decoder": False}
     metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
-    commands = ("predict", "evaluate")
+    commands = ("predict", "evaluate", "inspect", "prune")
     sets = ("vocab_size", "n_classes", "pad_id")
     tokenizers = ("src",)
     untrained = ("mlm_head.",)
@@ -181,18 +181,23 @@ class Classification(Task):
 
     @classmethod
     def validate(cls, model: nn.Module, data: ClassificationData, device: torch.device, amp: Amp,
-                 n_decoded: int) -> dict[str, float]:
-        return cls._scores(model, data, device, amp)[0]
+                 n_decoded: int, split: str = "valid") -> dict[str, float]:
+        return cls._scores(model, data, device, amp, split)[0]
+
+    @classmethod
+    def analysis_pass(cls, model: nn.Module, batch: ClassBatch) -> dict[str, Tensor]:
+        model.classify(batch.ids, batch.segments)
+        return {"encoder": batch.ids != PAD}
 
     @staticmethod
     @torch.no_grad()
     def _scores(model: nn.Module, data: ClassificationData, device: torch.device,
-                amp: Amp = contextlib.nullcontext) -> tuple[dict[str, float], list[int], list[int]]:
-        """Loss, accuracy and macro-F1 on the valid split; the predicted and the true class of each
+                amp: Amp = contextlib.nullcontext, split: str = "valid") -> tuple[dict[str, float], list[int], list[int]]:
+        """Loss, accuracy and macro-F1 on ``split``; the predicted and the true class of each
         example, in the order of the batches."""
         model.eval()
         nll, predicted, gold = 0.0, [], []
-        for batch in data.eval_batches("valid"):
+        for batch in data.eval_batches(split):
             batch = batch.to(device)
             with amp():
                 logits = model.classify(batch.ids, batch.segments).float()

@@ -143,7 +143,7 @@ class MaskedLM(Task):
     config = MaskedLMConfig
     needs = {"encoder": True, "decoder": False}
     metrics = {"valid_loss": True, "valid_ppl": True, "masked_accuracy": False}
-    commands = ("fill-mask",)
+    commands = ("fill-mask", "inspect", "prune")
     tokenizers = ("src",)
     untrained = ("classifier.",)
 
@@ -173,10 +173,10 @@ class MaskedLM(Task):
     @classmethod
     @torch.no_grad()
     def validate(cls, model: nn.Module, data: MLMData, device: torch.device, amp: Amp,
-                 n_decoded: int) -> dict[str, float]:
+                 n_decoded: int, split: str = "valid") -> dict[str, float]:
         model.eval()
         nll, right, n = 0.0, 0, 0
-        for batch in data.eval_batches("valid"):
+        for batch in data.eval_batches(split):
             batch = batch.to(device)
             with amp():
                 logits = model(batch.inputs)
@@ -186,6 +186,11 @@ class MaskedLM(Task):
             n += int(chosen.sum())
         loss = nll / max(n, 1)
         return {"valid_loss": loss, "valid_ppl": perplexity(loss), "masked_accuracy": right / max(n, 1)}
+
+    @classmethod
+    def analysis_pass(cls, model: nn.Module, batch: MLMBatch) -> dict[str, Tensor]:
+        model(batch.inputs)
+        return {"encoder": batch.inputs != PAD}
 
     @classmethod
     def describe(cls, data: MLMData) -> str:

@@ -20,7 +20,7 @@ from attnlab.data.batching import token_budget_batches
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.errors import ConfigError
-from attnlab.eval.likelihood import evaluate, teacher_forced_loss
+from attnlab.eval.likelihood import evaluate, logits_of, teacher_forced_loss
 from attnlab.models import Capabilities
 
 Tokenizers = dict[str, Tokenizer | None]
@@ -179,9 +179,16 @@ class Task:
         raise NotImplementedError
 
     @classmethod
-    def validate(cls, model: nn.Module, data: Any, device: torch.device, amp: Amp, n_decoded: int) -> dict[str, float]:
-        """The metrics on the valid split (``valid_loss`` always); ``n_decoded``: how many examples
-        to predict for metrics that need predictions (train.eval_exact_match)."""
+    def validate(cls, model: nn.Module, data: Any, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
+        """The metrics on ``split`` (``valid_loss`` always); ``n_decoded``: how many examples to
+        predict for metrics that need predictions (train.eval_exact_match)."""
+        raise NotImplementedError
+
+    @classmethod
+    def analysis_pass(cls, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
+        """Run ``model`` on ``batch`` as validation does (for `inspect` and `prune`, which capture its
+        attention); the real (non-padding) queries of each stack, (B, T) by 'encoder' / 'decoder'."""
         raise NotImplementedError
 
     @classmethod
@@ -200,9 +207,16 @@ class NextTokenTask(Task):
         return teacher_forced_loss(model, batch, label_smoothing, amp)
 
     @classmethod
-    def validate(cls, model: nn.Module, data: Any, device: torch.device, amp: Amp, n_decoded: int) -> dict[str, float]:
-        scores = evaluate(model, data.eval_batches("valid"), device, amp)
+    def validate(cls, model: nn.Module, data: Any, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
+        scores = evaluate(model, data.eval_batches(split), device, amp)
         return {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
+
+    @classmethod
+    def analysis_pass(cls, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
+        logits_of(model, batch)
+        return {"encoder": batch.src != PAD if batch.src is not None else batch.tgt_in != PAD,
+                "decoder": batch.tgt_in != PAD}
 
 
 TASKS: dict[str, type[Task]] = {}

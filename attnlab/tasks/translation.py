@@ -192,11 +192,11 @@ class Translation(NextTokenTask):
 
     @classmethod
     def validate(cls, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp,
-                 n_decoded: int) -> dict[str, float]:
+                 n_decoded: int, split: str = "valid") -> dict[str, float]:
         """Loss and perplexity, and the exact match of ``n_decoded`` greedy translations."""
-        result = super().validate(model, data, device, amp, n_decoded)
+        result = super().validate(model, data, device, amp, n_decoded, split)
         if n_decoded:
-            triples = decode_split(model, data, "valid", n_decoded)
+            triples = decode_split(model, data, split, n_decoded)
             result["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
         return result
 
