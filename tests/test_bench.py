@@ -136,3 +136,23 @@ def test_bench_lm_turns_its_timings_into_tokens_per_second(monkeypatch):
     assert {name: (r["value"], r["unit"]) for name, r in lm.items()} == {
         "lm_train": (12 * 64 / 0.5, "tokens/s"), "lm_sample_b1": (1 * 63 / 0.5, "tokens/s"),
         "lm_sample_b32": (32 * 63 / 0.5, "tokens/s")}
+
+
+def test_bench_encoder_times_one_set_of_weights_in_both_implementations(monkeypatch):
+    """With every median at 0.5 s, tokens/s is tokens / 0.5 and the ratio 1; the outputs agree."""
+    import attnlab.bench.encoder as encoder_bench
+
+    def half_a_second(fns, repeats, **kwargs):
+        for fn in fns.values():
+            fn()
+        return {name: 0.5 for name in fns}
+
+    monkeypatch.setattr(encoder_bench, "interleaved_medians", half_a_second)
+    records = list(encoder_bench.bench_encoder(batch=2, seq_len=16, precisions=("fp32",), backends=("math", "sdpa"),
+                                               repeats=1))
+    assert [r["name"] for r in records] == ["encoder_fp32_math", "encoder_fp32_sdpa"]
+    for r in records:
+        assert (r["value"], r["reference_value"], r["ratio"]) == (64.0, 64.0, 1.0)
+        assert r["reference"] == "transformers.BertModel" and r["max_abs_difference"] < 1e-5
+    done = run_cli("bench", "encoder", "--seq-len", "513")
+    assert done.returncode == 2 and "--seq-len between 1 and 512" in done.stderr

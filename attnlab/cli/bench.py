@@ -76,6 +76,18 @@ def cmd_bench_models(args: argparse.Namespace) -> None:
                             f"{r['value']:>10.1f} tokens/s{ratio}")
 
 
+def cmd_bench_encoder(args: argparse.Namespace) -> None:
+    from attnlab.bench.encoder import bench_encoder
+
+    if min(args.repeats, args.batch, args.seq_len) < 1 or args.seq_len > 512:
+        raise UsageError("--repeats and --batch must be at least 1, --seq-len between 1 and 512")
+    print(f"encoder forward (no gradients): all-MiniLM-L6-v2's shape (d 384, 6 layers, 12 heads), random weights "
+          f"shared with transformers' BertModel, {args.batch} x {args.seq_len} tokens; interleaved, median of "
+          f"{args.repeats}", file=sys.stderr)
+    for r in bench_encoder(args.batch, args.seq_len, tuple(args.precision), tuple(args.backends), args.repeats):
+        emit_comparison(r, args.json)
+
+
 def cmd_bench_attention(args: argparse.Namespace) -> None:
     from attnlab.bench.attention import GiB, backends, bench_attention, plot_attention
 
@@ -127,6 +139,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     decode.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sequence (default 64)")
     decode.add_argument("--batch", type=int, default=32, help="sequences decoded together (default 32)")
     suite("lm", "the character LM: training and sampling tokens/s", cmd_bench_lm, 10)
+    encoder = suite("encoder", "encoder forward tokens/s against transformers' BertModel, same weights",
+                    cmd_bench_encoder, 5)
+    encoder.add_argument("--batch", type=int, default=32, help="sequences per forward (default 32)")
+    encoder.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
+    encoder.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
+                         help="precisions to measure (default both)")
+    encoder.add_argument("--backends", nargs="+", choices=["math", "sdpa"], default=["math", "sdpa"],
+                         help="attnlab's attention backends to measure (default both)")
     attn = suite("attention", "time and peak memory of each attention backend, by length", cmd_bench_attention, 3)
     attn.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
                       help="sequence lengths T to measure (default 256 to 32768, doubling)")

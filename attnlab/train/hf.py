@@ -43,6 +43,7 @@ import tokenizers
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
+from torch import nn
 
 from attnlab.data.tokenizers import MASK_TOKEN, SPECIAL_TOKENS, Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
@@ -170,6 +171,22 @@ def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[in
     return out, unused
 
 
+def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[int], where: Path | str
+              ) -> tuple[list[str], list[str], list[str]]:
+    """Copy a BERT state dict into attnlab's encoder ``model`` (embedding rows in ``order``): the
+    names of its tensors loaded and left new, and of the original's that have no place here."""
+    tensors, unused = bert_tensors(weights, len(model.encoder.layers), order)
+    target = named_tensors(model)
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            if name in target:
+                if tensor.shape != target[name].shape:
+                    raise CheckpointError(f"{where}: {name} has shape {tuple(tensor.shape)}; config.json makes it "
+                                          f"{tuple(target[name].shape)}")
+                target[name].copy_(tensor)
+    return [n for n in target if n in tensors], [n for n in target if n not in tensors], unused
+
+
 def import_bert(folder: str | Path, out: str | Path) -> InitReport:
     """Write the run directory ``out`` (which must not exist) from a Hugging Face BERT folder."""
     folder, out = Path(folder), Path(out)
@@ -189,20 +206,10 @@ def import_bert(folder: str | Path, out: str | Path) -> InitReport:
         weights = load_file(str(folder / "model.safetensors"))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{folder / 'model.safetensors'}: cannot read ({err})") from None
-    tensors, unused = bert_tensors(weights, cfg.n_layers, order)
     model = build_model(cfg)
-    target = named_tensors(model)
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            if name in target:
-                if tensor.shape != target[name].shape:
-                    raise CheckpointError(f"{folder / 'model.safetensors'}: {name} has shape {tuple(tensor.shape)}; "
-                                          f"config.json makes it {tuple(target[name].shape)}")
-                target[name].copy_(tensor)
+    loaded, new, unused = load_bert(model, weights, order, folder / "model.safetensors")
     data = task_config({"task": "masked_lm", "tokenizer": "wordpiece", "vocab_size": cfg.vocab_size,
                         "max_len": cfg.max_len})
-    loaded = [name for name in target if name in tensors]
-    new = [name for name in target if name not in tensors]
     report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
     staged = staging_dir(out)
     run = RunDir(staged)

@@ -1,0 +1,67 @@
+"""Encoder forward speed against Hugging Face ``transformers``' BertModel, on one config and the same
+weights: a random BERT of all-MiniLM-L6-v2's shape (6 layers, d 384, 12 heads, d_ff 1536,
+vocabulary 30,522) copied into attnlab's encoder as `attnlab import-hf` copies it, ``batch``
+sequences of ``seq_len`` random tokens, inference (no gradients), fp32 and bf16 (autocast on the
+CPU, for both). attnlab runs with each attention backend asked for; BertModel with its default
+attention (PyTorch's scaled_dot_product_attention). Medians of ``repeats`` calls, interleaved; the
+largest difference of the two outputs is reported with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator
+
+import torch
+
+from attnlab.bench.timing import interleaved_medians
+from attnlab.models import build_model, model_config
+from attnlab.train.hf import bert_model_fields, load_bert
+
+HF = "transformers.BertModel"
+MINILM = {"model_type": "bert", "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
+          "num_attention_heads": 12, "intermediate_size": 1536, "max_position_embeddings": 512,
+          "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12}
+
+
+def encoders(backends: tuple[str, ...], seed: int = 0) -> tuple[torch.nn.Module, dict[str, torch.nn.Module]]:
+    """transformers' BertModel with random weights, and attnlab's encoder with those weights for each backend."""
+    import transformers
+
+    torch.manual_seed(seed)
+    hf = transformers.BertModel(transformers.BertConfig(**MINILM)).eval()
+    ours = {}
+    for backend in backends:
+        model = build_model(model_config(bert_model_fields(MINILM, "MiniLM shape") | {"attention_backend": backend}))
+        load_bert(model, hf.state_dict(), list(range(MINILM["vocab_size"])), HF)
+        ours[backend] = model.eval()
+    return hf, ours
+
+
+def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ...] = ("fp32", "bf16"),
+                  backends: tuple[str, ...] = ("math", "sdpa"), repeats: int = 5, seed: int = 0) -> Iterator[dict]:
+    hf, ours = encoders(backends, seed)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, MINILM["vocab_size"], (batch, seq_len), generator=g)
+    segments, mask = torch.zeros_like(ids), torch.ones_like(ids)
+    tokens = batch * seq_len
+    for precision in precisions:
+        def autocast() -> contextlib.AbstractContextManager:
+            return torch.autocast("cpu", torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+        def run(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+            def timed() -> torch.Tensor:
+                with torch.no_grad(), autocast():
+                    return fn()
+            return timed
+
+        calls = {"hf": run(lambda: hf(input_ids=ids, token_type_ids=segments, attention_mask=mask).last_hidden_state)}
+        calls |= {b: run(lambda m=m: m.encode(ids, segments)) for b, m in ours.items()}
+        seconds = interleaved_medians(calls, repeats, warmup=1)
+        reference = calls["hf"]().float()
+        for backend in backends:
+            difference = (calls[backend]().float() - reference).abs().max().item()
+            yield {"name": f"encoder_{precision}_{backend}", "value": round(tokens / seconds[backend], 1),
+                   "unit": "tokens/s", "reference": HF, "reference_value": round(tokens / seconds["hf"], 1),
+                   "ratio": round(seconds["hf"] / seconds[backend], 3), "max_abs_difference": difference,
+                   "batch": batch, "seq_len": seq_len}
