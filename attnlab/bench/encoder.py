@@ -9,7 +9,6 @@ largest difference of the two outputs is reported with them.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, Iterator
 
 import torch
@@ -17,6 +16,7 @@ import torch
 from attnlab.bench.timing import interleaved_medians
 from attnlab.models import build_model, model_config
 from attnlab.train.hf import bert_model_fields, load_bert
+from attnlab.train.precision import autocast
 
 HF = "transformers.BertModel"
 MINILM = {"model_type": "bert", "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
@@ -46,17 +46,16 @@ def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ..
     segments, mask = torch.zeros_like(ids), torch.ones_like(ids)
     tokens = batch * seq_len
     for precision in precisions:
-        def autocast() -> contextlib.AbstractContextManager:
-            return torch.autocast("cpu", torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+        amp = autocast(precision, torch.device("cpu"))
 
-        def run(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
-            def timed() -> torch.Tensor:
-                with torch.no_grad(), autocast():
-                    return fn()
-            return timed
+        def inference(forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+            def call() -> torch.Tensor:
+                with torch.no_grad(), amp():
+                    return forward()
+            return call
 
-        calls = {"hf": run(lambda: hf(input_ids=ids, token_type_ids=segments, attention_mask=mask).last_hidden_state)}
-        calls |= {b: run(lambda m=m: m.encode(ids, segments)) for b, m in ours.items()}
+        calls = {"hf": inference(lambda: hf(input_ids=ids, token_type_ids=segments, attention_mask=mask).last_hidden_state)}
+        calls |= {backend: inference(lambda m=m: m.encode(ids, segments)) for backend, m in ours.items()}
         seconds = interleaved_medians(calls, repeats, warmup=1)
         reference = calls["hf"]().float()
         for backend in backends:

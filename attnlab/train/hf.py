@@ -8,7 +8,8 @@ take like any other.
 
 BERT's encoder is attnlab's with ``embedding: normed`` (LayerNorm(E[w] + P[pos] + S[type]), no
 sqrt(d) scale), post-norm layers, exact GELU, learned positions and a segment table of
-``type_vocab_size`` rows. The weights map one to one, the separate query, key and value
+``type_vocab_size`` rows; attention runs through PyTorch's fused ``sdpa`` backend (`inspect` swaps
+in the explicit one to draw the weights). The weights map one to one, the separate query, key and value
 projections concatenated into the fused one:
 
     embeddings.word_embeddings            embed.tokens (rows renumbered, below)
@@ -100,7 +101,7 @@ def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
                 "attention_dropout": config.get("attention_probs_dropout_prob", 0.1),
                 "activation": ACTIVATIONS[act], "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
                 "positional": "learned", "max_len": config["max_position_embeddings"],
-                "tie_embeddings": "output", "pad_id": 0, "embedding": "normed",
+                "tie_embeddings": "output", "pad_id": 0, "embedding": "normed", "attention_backend": "sdpa",
                 "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"}
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a BERT config.json has") from None
