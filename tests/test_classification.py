@@ -254,3 +254,13 @@ def test_prune_ranks_a_classifiers_heads_by_accuracy(classifier, tmp_path):
     # the pruned run, its heads cut out of the weights, scores what the gated model scored
     pruned = json.loads(run_cli("evaluate", str(tmp_path / "pruned"), "--data", str(root / "valid.tsv"), "--json").stdout)
     assert pruned["accuracy"] == half["accuracy"] and pruned["loss"] == pytest.approx(half["valid_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("great film\tpos\nawful film\n", "bad.tsv:2: found 1 tab-separated fields; expected 2 (text, label), as on line 1"),
+    ("great film\tpos\nawful film\t\n", "bad.tsv:2: empty label"),
+])
+def test_a_bad_labelled_file_at_the_command_line_is_one_line(classifier, tmp_path, text, message):
+    root, _ = classifier
+    done = run_cli("evaluate", str(root / "run"), "--data", str(write(tmp_path / "bad.tsv", text)))
+    assert done.returncode == 4 and done.stderr == f"error: {tmp_path}/{message}\n"
