@@ -83,6 +83,9 @@ def test_a_classifier_starts_from_a_masked_lm_run_and_changes_only_what_it_train
     mlm_head = {n for n in after if n.startswith("mlm_head.")}  # the classification loss never reaches it
     assert unchanged == frozen | mlm_head
     assert all(not torch.equal(after[n], before[n]) for n in after if n.startswith("encoder.layers.1."))
+    # `info` on the fine-tuning config counts the model exactly: the vocabulary is the source run's
+    info = run_cli("info", str(root / "ft.yaml"))
+    assert info.returncode == 0 and "vocab 17\n" in info.stdout and "parameters                          20,403\n" in info.stdout
 
 
 def test_a_run_started_from_a_classifier_skips_its_untrained_masked_lm_head(pretrained):

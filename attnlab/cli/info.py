@@ -55,8 +55,8 @@ def _info_model_config(args: argparse.Namespace):
     with_vocab = planned_model_config(cfg)
     if args.vocab_size is not None:
         return with_vocab(args.vocab_size), None
-    if cfg.data.in_memory:  # generated, not read: its tokenizer is quick to build
-        return planned_model_config(cfg, from_data=True)(0), None
+    if cfg.data.in_memory or cfg.train.init_from is not None:  # generated, or the tokenizer is the source run's:
+        return planned_model_config(cfg, from_data=True)(0), None  # no tokenizer to fit
     return None, with_vocab
 
 
