@@ -20,7 +20,9 @@ from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import classification_scores, confusion_matrix
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.tasks.task import Amp, Batching, BucketedData, Task, TaskConfig, Tokenizers, register_task
+from attnlab.tasks.task import (
+    Amp, Batching, BucketedData, Task, TaskConfig, Tokenizers, hold_out_valid, register_task,
+)
 
 
 NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
@@ -134,12 +136,8 @@ class Classification(Task):
                 state: dict[str, typing.Any] | None = None) -> ClassificationData:
         files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
                  if path is not None}
-        read = {name: read_labelled(path, cfg.header) for name, path in files.items()}
-        if "valid" not in read:
-            if len(read["train"]) <= cfg.n_valid:
-                raise DataError(f"{cfg.train}: {len(read['train'])} examples are too few to hold out n_valid "
-                                f"({cfg.n_valid}) for validation; give a 'valid' file")
-            read["train"], read["valid"] = read["train"][:-cfg.n_valid], read["train"][-cfg.n_valid:]
+        read = hold_out_valid({name: read_labelled(path, cfg.header) for name, path in files.items()},
+                              cfg.n_valid, cfg.train, "examples")
         labels = state["labels"] if state else sorted({e.label for e in read["train"]})
         if len(labels) < 2:
             raise DataError(f"{cfg.train}: one label ('{labels[0]}'); a classifier needs at least two")

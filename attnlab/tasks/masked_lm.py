@@ -19,7 +19,9 @@ from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, TOKENIZER_KINDS, Tokeni
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.tasks.task import Amp, Batching, BucketedData, Task, TaskConfig, Tokenizers, register_task
+from attnlab.tasks.task import (
+    Amp, Batching, BucketedData, Task, TaskConfig, Tokenizers, hold_out_valid, register_task,
+)
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
 
@@ -150,14 +152,8 @@ class MaskedLM(Task):
     @classmethod
     def prepare(cls, cfg: MaskedLMConfig, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, typing.Any] | None = None) -> MLMData:
-        lines = {"train": text_lines(cfg.train)}
-        if cfg.valid is not None:
-            lines["valid"] = text_lines(cfg.valid)
-        elif len(lines["train"]) <= cfg.n_valid:
-            raise DataError(f"{cfg.train}: {len(lines['train'])} lines are too few to hold out n_valid "
-                            f"({cfg.n_valid}) for validation; give a 'valid' file")
-        else:
-            lines["train"], lines["valid"] = lines["train"][:-cfg.n_valid], lines["train"][-cfg.n_valid:]
+        files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid)) if path is not None}
+        lines = hold_out_valid({name: text_lines(path) for name, path in files.items()}, cfg.n_valid, cfg.train, "lines")
         if tokenizers is None:
             tokenizers = {"src": Tokenizer.train(cfg.tokenizer, lines["train"], cfg.vocab_size, with_mask=True),
                           "tgt": None}

@@ -19,7 +19,7 @@ from attnlab.config import RegisteredConfig, one_of, register
 from attnlab.data.batching import token_budget_batches
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD, Tokenizer
-from attnlab.errors import ConfigError
+from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import evaluate, logits_of, teacher_forced_loss
 from attnlab.models import Capabilities
 
@@ -88,6 +88,19 @@ class BucketedData:
     def _batches(self, examples: list[Any], seed: int, epoch: int) -> list[Batch]:
         groups = token_budget_batches([self.length(e) for e in examples], self.max_tokens, seed, epoch)
         return [self.collate([examples[i] for i in group], batch_seed(seed, epoch, k)) for k, group in enumerate(groups)]
+
+
+def hold_out_valid(splits: dict[str, list[Any]], n_valid: int, train_path: str | None, what: str
+                   ) -> dict[str, list[Any]]:
+    """The splits with a 'valid' one: as given, or else the last ``n_valid`` training examples
+    (``what`` names them in the error when there are too few)."""
+    if "valid" in splits:
+        return splits
+    train = splits["train"]
+    if len(train) <= n_valid:
+        raise DataError(f"{train_path}: {len(train)} {what} are too few to hold out n_valid ({n_valid}) for "
+                        f"validation; give a 'valid' file")
+    return splits | {"train": train[:-n_valid], "valid": train[-n_valid:]}
 
 
 @dataclass(frozen=True)

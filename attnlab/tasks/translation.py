@@ -27,7 +27,9 @@ from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
-from attnlab.tasks.task import Amp, Batching, BucketedData, NextTokenTask, TaskConfig, Tokenizers, register_task
+from attnlab.tasks.task import (
+    Amp, Batching, BucketedData, NextTokenTask, TaskConfig, Tokenizers, hold_out_valid, register_task,
+)
 
 
 @dataclass(frozen=True)
@@ -121,12 +123,7 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
 
     splits = {name: read(path) for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
               if path is not None}
-    if "valid" not in splits:
-        if len(splits["train"]) <= cfg.n_valid:
-            raise DataError(f"{cfg.train}: {len(splits['train'])} pairs are too few to hold out n_valid "
-                            f"({cfg.n_valid}) for validation; give a 'valid' file")
-        splits["train"], splits["valid"] = splits["train"][:-cfg.n_valid], splits["train"][-cfg.n_valid:]
-    return splits
+    return hold_out_valid(splits, cfg.n_valid, cfg.train, "pairs")
 
 
 def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
