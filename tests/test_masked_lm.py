@@ -135,3 +135,17 @@ def test_fill_mask_prints_the_likely_words(pretrained):
     assert refused.returncode == 4 and refused.stderr == "error: the text has no [MASK] to fill: 'three four five'\n"
     refused = run_cli("predict", str(root / "run"), stdin="three\n")
     assert refused.returncode == 2 and "`attnlab predict` needs data.task 'classification'" in refused.stderr
+
+
+def test_without_a_valid_file_the_last_training_lines_are_held_out(tmp_path):
+    from attnlab.errors import DataError
+    from attnlab.tasks.task import hold_out_valid
+
+    split = hold_out_valid({"train": [1, 2, 3, 4], "test": [9]}, 1, "t.txt", "lines")
+    assert list(split.items()) == [("train", [1, 2, 3]), ("test", [9]), ("valid", [4])]
+    assert hold_out_valid({"train": [1, 2], "valid": [3]}, 5, "t.txt", "lines") == {"train": [1, 2], "valid": [3]}
+    (tmp_path / "t.txt").write_text("one two\nthree four\n")
+    with pytest.raises(DataError) as err:
+        MaskedLM.prepare(MaskedLMConfig(train=str(tmp_path / "t.txt"), n_valid=2), Batching(64, 8, 0))
+    assert str(err.value) == (f"{tmp_path / 't.txt'}: 2 lines are too few to hold out n_valid (2) for validation; "
+                              f"give a 'valid' file")
