@@ -53,10 +53,10 @@ from attnlab.models import build_model, model_config
 from attnlab.tasks import task_config
 from attnlab.train.checkpoint import RunDir, write_checkpoint
 from attnlab.train.config import TrainConfig
-from attnlab.train.init import InitReport, named_tensors
+from attnlab.nn.registry import ACTIVATIONS
+from attnlab.train.init import InitReport, copy_tensors, named_tensors
 
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")  # -> <pad> <bos> <eos> <unk> <mask>, ids 0-4
-ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "silu"}  # hidden_act -> attnlab's (exact GELU only)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
     if config.get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(f"{where}: position_embedding_type {config['position_embedding_type']!r} is not "
                               f"imported (only 'absolute', BERT's learned positions)")
-    act = config.get("hidden_act", "gelu")
+    act = config.get("hidden_act", "gelu")  # BERT's "gelu" is the exact one, as attnlab's
     if act not in ACTIVATIONS:
         raise CheckpointError(f"{where}: hidden_act {act!r} is not imported (have {', '.join(ACTIVATIONS)})")
     try:
@@ -99,7 +99,7 @@ def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
                 "n_heads": config["num_attention_heads"], "n_layers": config["num_hidden_layers"],
                 "d_ff": config["intermediate_size"], "dropout": config.get("hidden_dropout_prob", 0.1),
                 "attention_dropout": config.get("attention_probs_dropout_prob", 0.1),
-                "activation": ACTIVATIONS[act], "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
+                "activation": act, "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
                 "positional": "learned", "max_len": config["max_position_embeddings"],
                 "tie_embeddings": "output", "pad_id": 0, "embedding": "normed", "attention_backend": "sdpa",
                 "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"}
@@ -147,6 +147,7 @@ def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[in
              "mlm_head.norm.weight": "cls.predictions.transform.LayerNorm.weight",
              "mlm_head.norm.bias": "cls.predictions.transform.LayerNorm.bias",
              "mlm_head.bias": "cls.predictions.bias"}
+    out, used = {}, set()
     for i in range(n_layers):
         ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
         for kind in ("weight", "bias"):
@@ -155,14 +156,12 @@ def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[in
                       f"{ours}feed_forward.w_1.{kind}": f"{theirs}intermediate.dense.{kind}",
                       f"{ours}feed_forward.w_2.{kind}": f"{theirs}output.dense.{kind}",
                       f"{ours}feed_forward_residual.norm.{kind}": f"{theirs}output.LayerNorm.{kind}"}
-    out = {ours: plain[theirs] for ours, theirs in pairs.items() if theirs in plain}
-    used = {theirs for theirs in pairs.values() if theirs in plain}
-    for i in range(n_layers):
-        for kind in ("weight", "bias"):
-            parts = [f"encoder.layer.{i}.attention.self.{p}.{kind}" for p in ("query", "key", "value")]
-            if all(p in plain for p in parts):
-                out[f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"] = torch.cat([plain[p] for p in parts])
-                used |= set(parts)
+            qkv = [f"{theirs}attention.self.{p}.{kind}" for p in ("query", "key", "value")]
+            if all(p in plain for p in qkv):  # one fused projection
+                out[f"{ours}self_attn.qkv_proj.{kind}"] = torch.cat([plain[p] for p in qkv])
+                used |= set(qkv)
+    out |= {ours: plain[theirs] for ours, theirs in pairs.items() if theirs in plain}
+    used |= {theirs for theirs in pairs.values() if theirs in plain}
     for name in ("embed.tokens.weight", "mlm_head.bias"):
         if name in out:
             out[name] = out[name][order]
@@ -178,14 +177,8 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
     names of its tensors loaded and left new, and of the original's that have no place here."""
     tensors, unused = bert_tensors(weights, len(model.encoder.layers), order)
     target = named_tensors(model)
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            if name in target:
-                if tensor.shape != target[name].shape:
-                    raise CheckpointError(f"{where}: {name} has shape {tuple(tensor.shape)}; config.json makes it "
-                                          f"{tuple(target[name].shape)}")
-                target[name].copy_(tensor)
-    return [n for n in target if n in tensors], [n for n in target if n not in tensors], unused
+    loaded = copy_tensors(target, tensors, str(where))
+    return loaded, [name for name in target if name not in tensors], unused
 
 
 def import_bert(folder: str | Path, out: str | Path) -> InitReport:
@@ -217,8 +210,7 @@ def import_bert(folder: str | Path, out: str | Path) -> InitReport:
     run.write_config(cfg, data, TrainConfig(progress=False))
     run.write_tokenizers({"src": tokenizer})
     run.write_init(report.to_dict() | {"order": order})  # new token id i is the original's order[i]
-    run.checkpoints.mkdir()
-    (run.checkpoints / "step-000000").mkdir()
-    write_checkpoint(run.checkpoints / "step-000000", model, {"step": 0, "imported_from": str(folder.resolve())})
+    run.step_dir(0).mkdir(parents=True)
+    write_checkpoint(run.step_dir(0), model, {"step": 0, "imported_from": str(folder.resolve())})
     publish_dir(staged, out)
     return report

@@ -12,9 +12,7 @@ those, so that random weights are never reported as loaded.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +22,7 @@ from attnlab.errors import CheckpointError
 from attnlab.tasks import Task
 from attnlab.train.checkpoint import MODEL_FILE, RunDir, build_run_model, checkpoint_file, load_weights
 from attnlab.train.config import init_source
+from attnlab.train.step import LAYER
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,21 @@ class InitReport:
 
 def named_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's weights by name, each tensor once (a tied output projection is its embedding)."""
-    return dict(model.named_parameters()) | {name: b for name, b in model.named_buffers()
-                                              if name in model.state_dict()}
+    saved = model.state_dict().keys()  # persistent buffers only
+    return dict(model.named_parameters()) | {name: b for name, b in model.named_buffers() if name in saved}
+
+
+def copy_tensors(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor], where: str) -> list[str]:
+    """Copy each tensor of ``source`` into the ``target`` tensor of the same name; the names
+    copied. A shape that differs is an error naming the tensor (``where`` says whose)."""
+    shared = [name for name in target if name in source]
+    with torch.no_grad():
+        for name in shared:
+            if source[name].shape != target[name].shape:
+                raise CheckpointError(f"{where}: {name} has shape {tuple(source[name].shape)} there and "
+                                      f"{tuple(target[name].shape)} here")
+            target[name].copy_(source[name])
+    return shared
 
 
 def untrained_by(task: type[Task], names: list[str]) -> list[str]:
@@ -78,28 +90,24 @@ def initialise_from(model: nn.Module, init_from: str, task: type[Task]) -> InitR
     source = build_run_model(run, run.read_config()[0])
     load_weights(source, checkpoint / MODEL_FILE if checkpoint is not None else checkpoint_file(run))
     trained, target = trained_tensors(run, source), named_tensors(model)
-    loaded = [name for name in target if name in trained]
-    with torch.no_grad():
-        for name in loaded:
-            if trained[name].shape != target[name].shape:
-                raise CheckpointError(f"train.init_from {init_from}: {name} has shape {tuple(trained[name].shape)} "
-                                      f"there and {tuple(target[name].shape)} here")
-            target[name].copy_(trained[name])
-    new = [name for name in target if name not in trained]
-    return InitReport(str(init_from), loaded, new, [name for name in trained if name not in target],
+    loaded = copy_tensors(target, trained, f"train.init_from {init_from}")
+    return InitReport(str(init_from), loaded, [name for name in target if name not in trained],
+                      [name for name in trained if name not in target],
                       [name for name in untrained_by(task, list(target)) if name not in loaded])
 
 
 def grouped(names: list[str]) -> str:
-    """Tensor names shortened to their modules, layers of a stack as ranges (init.json has each
-    name): 'embed.tokens, encoder.layers.0-5, mlm_head.norm'."""
-    modules: dict[str, list[int]] = {}
+    """Tensor names shortened to their modules, the layers of a stack as ranges (init.json has each
+    name): 'embed.tokens, encoder.layers.0-5, mlm_head.bias, mlm_head.norm'."""
+    modules: dict[str, list[int]] = {}  # module -> its layer numbers (none outside the stacks)
     for name in names:
-        match = re.match(r"^(.*?\.layers)\.(\d+)\.", name)
-        module = name.rsplit(".", 1)[0]
-        key = f"{match[1]}.{{}}" if match else module if "." in module else name  # 'mlm_head.bias' stays
-        modules.setdefault(key, []).append(int(match[2]) if match else -1)
-    return ", ".join(key.format(_ranges(sorted(set(layers)))) for key, layers in modules.items())
+        if match := LAYER.match(name):
+            modules.setdefault(match[1].rsplit(".", 1)[0], []).append(int(match[2]))
+        else:
+            module = name.rsplit(".", 1)[0]
+            modules.setdefault(module if "." in module else name, [])  # a model's own 'mlm_head.bias' stays
+    return ", ".join(f"{module}.{_ranges(sorted(set(layers)))}" if layers else module
+                     for module, layers in modules.items())
 
 
 def _ranges(values: list[int]) -> str:

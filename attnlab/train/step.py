@@ -22,7 +22,7 @@ from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import World
 
 Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
-_LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # 'encoder.layers.3.' -> ('encoder.layers.3', '3')
+LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 
 
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:
@@ -30,7 +30,7 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     gradients as they are now (call after backward, before the optimiser zeroes them)."""
     squares: dict[str, Tensor] = {}
     for name, p in model.named_parameters():
-        match = _LAYER.match(name)
+        match = LAYER.match(name)
         if match and p.grad is not None:
             squares[match[1]] = squares.get(match[1], 0.0) + p.grad.detach().float().square().sum()
     return {layer: float(total.sqrt()) for layer, total in squares.items()}
@@ -58,7 +58,7 @@ def layer_depths(model: nn.Module) -> tuple[dict[str, int], int]:
     """Each parameter's depth l and the number of layers L of the deepest stack: the embeddings
     l = 0, layer i of a stack l = i + 1, what comes after the layers (heads, final norms) L + 1."""
     embeddings = [name for name, m in model.named_modules() if isinstance(m, Embeddings)]
-    layer_of = {name: int(m[2]) + 1 for name, _ in model.named_parameters() if (m := _LAYER.match(name))}
+    layer_of = {name: int(m[2]) + 1 for name, _ in model.named_parameters() if (m := LAYER.match(name))}
     top = max(layer_of.values(), default=0) + 1
     return {name: 0 if any(name.startswith(e + ".") for e in embeddings) else layer_of.get(name, top)
             for name, _ in model.named_parameters()}, top - 1
