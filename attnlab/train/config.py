@@ -168,9 +168,7 @@ class RunConfig:
             except ConfigError as err:
                 raise ConfigError(f"{path}: {err}") from None
         if of_a_run and isinstance(sections.get("model"), dict):
-            own = written_by_0_1(sections["model"])
-            sets = task_of(sections.get("data") or {}).sets
-            sections["model"] = {k: v for k, v in own.items() if k not in sets}
+            sections["model"] = _own_model_section(sections)
         apply_overrides(sections, overrides, override_fields)
         where = " ".join([str(path), *(f"--set {expr}" for expr in overrides)])  # the error may be in either
         return cls.from_sections(sections, where, complete=of_a_run)
@@ -192,14 +190,17 @@ def init_source(init_from: str) -> tuple[Path, Path | None]:
                       f"checkpoint directories (with model.safetensors)")
 
 
+def _own_model_section(sections: dict[str, Any]) -> dict[str, Any]:
+    """A run's model section (release 0.1's read as it was) less the fields its data set."""
+    sets = task_of(sections.get("data") or {}).sets
+    return {k: v for k, v in written_by_0_1(sections.get("model") or {}).items() if k not in sets}
+
+
 def _over_initialising_model(model: dict[str, Any], init_from: str, sets: tuple[str, ...]) -> dict[str, Any]:
     """The initialising run's model section updated with ``model``, less the fields that its data
     or this run's (``sets``) set; the two must be of one family."""
     run, _ = init_source(init_from)
-    sections = read_config_file(run / "config.yaml")
-    source = written_by_0_1(sections.get("model") or {})
-    sets = (*sets, *task_of(sections.get("data") or {}).sets)
-    base = {k: v for k, v in source.items() if k not in sets}
+    base = {k: v for k, v in _own_model_section(read_config_file(run / "config.yaml")).items() if k not in sets}
     arch = model.get("arch", base.get("arch", DEFAULT_ARCH))
     if arch != base.get("arch", DEFAULT_ARCH):
         raise ConfigError(f"train.init_from: {run} is a run of model.arch '{base.get('arch', DEFAULT_ARCH)}'; this "
