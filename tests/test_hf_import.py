@@ -105,7 +105,7 @@ def test_the_real_minilm_matches_transformers(tmp_path):
     assert max(diff.values()) <= 1e-5, diff
 
 
-def test_fill_mask_refuses_an_imported_model_without_its_masked_lm_head(tmp_path):
+def test_an_imported_run_refuses_fill_mask_without_its_head_and_analyses_without_data(tmp_path):
     run_cli("import-hf", str(tiny_folder(tmp_path / "hf", masked_lm=False)), "--out", str(tmp_path / "run"))
     done = run_cli("fill-mask", str(tmp_path / "run"), "the film was [MASK]")
     assert done.returncode == 2 and done.stderr == (
@@ -114,6 +114,10 @@ def test_fill_mask_refuses_an_imported_model_without_its_masked_lm_head(tmp_path
     run_cli("import-hf", str(tiny_folder(tmp_path / "mlm", masked_lm=True)), "--out", str(tmp_path / "mlm-run"))
     done = run_cli("fill-mask", str(tmp_path / "mlm-run"), "the film was [MASK]", "--json")
     assert done.returncode == 0 and len(json.loads(done.stdout)[0]) == 5
+    for command in (("prune", "--fraction", "0.5"), ("inspect", "--split", "valid")):  # no data of its own
+        done = run_cli(command[0], str(tmp_path / "mlm-run"), *command[1:])
+        assert done.returncode == 2 and done.stderr == (f"error: {tmp_path / 'mlm-run'} has no data of its own to read "
+                                                        f"(data.task 'masked_lm' needs 'train' (a text file))\n")
 
 
 @pytest.mark.parametrize("change,message", [

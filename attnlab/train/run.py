@@ -62,6 +62,10 @@ def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[i
 def read_run_data(run: RunDir, split: str | None = None) -> TaskData:
     """The data ``run`` was trained on, read with its own tokenizers; ``split``, if given, must exist."""
     _, data_cfg, train_cfg = run.read_config()
+    try:
+        data_cfg.check_trainable()
+    except ConfigError as err:  # an imported run: trained elsewhere, on data it does not have
+        raise UsageError(f"{run.path} has no data of its own to read ({err})") from None
     data = prepare(data_cfg, train_cfg, run)
     if split is not None and split not in data.splits:
         raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
