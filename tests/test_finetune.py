@@ -119,6 +119,15 @@ def test_bad_initialisation_is_one_line(pretrained, init_from, extra, model, mes
     assert not (pretrained / "bad").exists()  # refused before anything was written and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize("task,what", [("classification", "a TSV file"), ("masked_lm", "a text file")])
+def test_a_training_config_needs_training_data(task, what):
+    """A run's own config may lack it (an imported run); a config to train from may not."""
+    from attnlab.train.config import RunConfig
+
+    with pytest.raises(ConfigError, match=rf"^data.task '{task}' needs 'train' \({what}\)$"):
+        RunConfig.from_sections({"model": {"arch": "encoder_only"}, "data": {"task": task}})
+
+
 def test_freezing_needs_init_from_and_the_warmup_ratio_replaces_warmup_steps():
     with pytest.raises(ConfigError, match="freeze_embeddings and freeze_layers keep pre-trained weights fixed"):
         TrainConfig(freeze_layers=1)

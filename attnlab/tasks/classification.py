@@ -46,11 +46,13 @@ class ClassificationConfig(TaskConfig):
 
     def check(self) -> None:
         one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        if self.train is None:
-            raise ConfigError("data.task 'classification' needs 'train' (a TSV file)")
         at_least("vocab_size", self.vocab_size, 1)
         at_least("max_len", self.max_len, 4)
         at_least("n_valid", self.n_valid, 1)
+
+    def check_trainable(self) -> None:
+        if self.train is None:
+            raise ConfigError("data.task 'classification' needs 'train' (a TSV file)")
 
     @property
     def longest_sequence(self) -> int:
