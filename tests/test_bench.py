@@ -122,14 +122,16 @@ def test_bench_decode_records():
     assert speedup == pytest.approx(decode["decode_greedy"]["value"] / decode["decode_greedy_nocache"]["value"], rel=0.02)
 
 
+def half_a_second(fns, repeats, **kwargs):
+    """interleaved_medians with every median at 0.5 s, each function run once."""
+    for fn in fns.values():
+        fn()
+    return {name: 0.5 for name in fns}
+
+
 def test_bench_lm_turns_its_timings_into_tokens_per_second(monkeypatch):
     """Each timed function runs; with every median at 0.5 s, the figures are tokens / 0.5."""
     import attnlab.bench.lm as lm_bench
-
-    def half_a_second(fns, repeats, **kwargs):
-        for fn in fns.values():
-            fn()
-        return {name: 0.5 for name in fns}
 
     monkeypatch.setattr(lm_bench, "interleaved_medians", half_a_second)
     lm = {r["name"]: r for r in lm_bench.bench_lm(repeats=1)}
@@ -141,11 +143,6 @@ def test_bench_lm_turns_its_timings_into_tokens_per_second(monkeypatch):
 def test_bench_encoder_times_one_set_of_weights_in_both_implementations(monkeypatch):
     """With every median at 0.5 s, tokens/s is tokens / 0.5 and the ratio 1; the outputs agree."""
     import attnlab.bench.encoder as encoder_bench
-
-    def half_a_second(fns, repeats, **kwargs):
-        for fn in fns.values():
-            fn()
-        return {name: 0.5 for name in fns}
 
     monkeypatch.setattr(encoder_bench, "interleaved_medians", half_a_second)
     records = list(encoder_bench.bench_encoder(batch=2, seq_len=16, precisions=("fp32",), backends=("math", "sdpa"),
