@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.analysis.capture import attention_of, capture_attention
+from attnlab.analysis.capture import AttentionRecord, attention_of, capture_attention
 from attnlab.analysis.heads import head_entropy, mean_distance
 from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot, first_token_plot
 from attnlab.data.batching import source_batch
@@ -54,6 +54,19 @@ def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: st
     return {name: [round(float(e), 4) for e in sums[name] / counts[name]] for name in sums}
 
 
+def module_entry(record: AttentionRecord, entropy: torch.Tensor) -> dict[str, Any]:
+    """One attention module on one sentence, for summary.json: each head's ``entropy`` (nats; and a
+    uniform head's), and for self-attention each head's mean distance to the keys it attends to."""
+    Tq, Tk = record.probs.shape[-2:]
+    entry = {"stack": record.stack, "layer": record.layer, "kind": record.kind, "heads": record.probs.shape[1],
+             "entropy": [round(float(e), 4) for e in entropy],
+             "uniform_entropy": round(math.log(Tk), 4)}
+    if record.kind == "self":
+        entry["mean_distance"] = [round(float(d), 3) for d in
+                                  mean_distance(record.probs, torch.arange(Tq), torch.arange(Tk))]
+    return entry
+
+
 @torch.no_grad()
 def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: str, out: Path) -> dict[str, Any]:
     """An encoder-only model on ``text`` (``a TAB b``: a sentence pair), encoded as its task reads
@@ -77,15 +90,9 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
         summary["prediction"] = {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))}
     entropies, first = {}, []
     for name, record in records.items():
-        entropy = head_entropy(record.probs)
-        T = len(ids)
-        summary["modules"][name] = {"stack": record.stack, "layer": record.layer, "kind": record.kind,
-                                    "heads": record.probs.shape[1], "entropy": [round(float(e), 4) for e in entropy],
-                                    "uniform_entropy": round(math.log(T), 4),
-                                    "mean_distance": [round(float(d), 3) for d in mean_distance(
-                                        record.probs, torch.arange(T), torch.arange(T))],
-                                    "first_token": [[round(float(w), 4) for w in head] for head in record.probs[0, :, 0]]}
-        entropies[name] = entropy
+        entropies[name] = head_entropy(record.probs)
+        summary["modules"][name] = module_entry(record, entropies[name]) | {
+            "first_token": [[round(float(w), 4) for w in head] for head in record.probs[0, :, 0]]}
         first.append(record.probs[0, :, 0])  # (H, T): what [CLS] attends to
         summary["files"].append(str(attention_heatmaps(record.probs[0], labels, labels, name,
                                                        out / f"{record.stack}-{record.layer}-{record.kind}.png")))
@@ -134,16 +141,8 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
             rows = cols = src_labels
         else:  # cross-attention: the token each query predicts, against the source
             rows, cols = out_labels, src_labels
-        Tq, Tk = probs.shape[-2:]
-        entropy = head_entropy(record.probs)
-        entry = {"stack": record.stack, "layer": record.layer, "kind": record.kind, "heads": probs.shape[0],
-                 "entropy": [round(float(e), 4) for e in entropy],
-                 "uniform_entropy": round(float(torch.log(torch.tensor(float(Tk)))), 4)}
-        if record.kind == "self":
-            entry["mean_distance"] = [round(float(d), 3) for d in
-                                      mean_distance(record.probs, torch.arange(Tq), torch.arange(Tk))]
-        summary["modules"][name] = entry
-        entropies[name] = entropy
+        entropies[name] = head_entropy(record.probs)
+        summary["modules"][name] = module_entry(record, entropies[name])
         stem = f"{record.stack}-{record.layer}-{record.kind}"
         summary["files"].append(str(attention_heatmaps(probs, rows, cols, f"{name} ({cfg.arch})",
                                                        out / f"{stem}.png")))
