@@ -51,7 +51,7 @@ def _run_config_file(run_dir: str) -> Path:
 def cmd_train(args: argparse.Namespace) -> None:
     from attnlab.train.config import RunConfig
     from attnlab.train.distributed import joined_world
-    from attnlab.train.loop import resolve_device
+    from attnlab.train.device import resolve_device
     from attnlab.train.run import train_run
 
     if args.config is not None:
@@ -61,7 +61,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     else:
         raise UsageError("train needs a CONFIG file (or --out RUN --resume, to continue a run with its own config)")
     stem = Path(args.config or args.out).stem
-    with joined_world(resolve_device(cfg.train.device).type) as world:  # under torchrun: this rank's place
+    with joined_world(resolve_device(cfg.train.device)) as world:  # under torchrun: this rank's place
         out = new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem,
                            args.resume)
         if world:

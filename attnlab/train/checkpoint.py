@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from attnlab.config import dump_yaml, read_config_file
@@ -240,14 +240,63 @@ def build_run_model(run: RunDir, model_cfg: FamilyConfig) -> nn.Module:
     return model
 
 
+def stored_weights(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """``model``'s tensors as safetensors stores them: each a contiguous CPU copy of its own, whatever
+    its storage (cuDNN keeps a recurrent layer's weights as views of one flat buffer; a GPU tensor
+    cannot be written as it is). A name for a tensor already stored (tied weights: the same
+    storage, offset, shape and strides) is not stored again but recorded as ``{name: stored name}``
+    in the file's metadata, as safetensors' own ``save_model`` does, so files of either kind load."""
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first: dict[tuple, str] = {}
+    for name, t in model.state_dict().items():
+        where = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        if where in first:
+            aliases[name] = first[where]
+            continue
+        first[where] = name
+        tensors[name] = torch.empty(t.shape, dtype=t.dtype).copy_(t.detach())  # one copy, compact, on the CPU
+    return tensors, aliases
+
+
+def save_weights(model: nn.Module, path: str | Path) -> None:
+    """Write ``model``'s weights to a safetensors file (:func:`stored_weights`); any failure is one line."""
+    tensors, aliases = stored_weights(model)
+    try:
+        save_file(tensors, str(path), metadata=aliases or None)
+    except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{path}: cannot save weights ({str(err).splitlines()[0]})") from None
+
+
 def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load safetensors weights into ``model``, refusing a file that fails its checksum and
-    missing, extra or mis-shaped tensors."""
+    """Load safetensors weights into ``model`` (on any device, in place, whatever its storage layout),
+    refusing a file that fails its checksum and missing, extra or mis-shaped tensors."""
     verify_checksum(Path(path))
     try:
-        load_model(model, str(path), strict=True)
+        with safe_open(str(path), "pt") as f:
+            aliases = f.metadata() or {}
+        stored = load_file(str(path))
+        wanted = model.state_dict()
+        sources = {name: name if name in stored else aliases.get(name) for name in wanted}
+        state = {name: stored[source] for name, source in sources.items() if source in stored}
+        missing = [name for name in wanted if name not in state]
+        unexpected = sorted(set(stored) - set(wanted))
+        if missing or unexpected:
+            raise RuntimeError("; ".join(part for part in (
+                missing and f"missing {len(missing)} tensor(s): {', '.join(missing[:3])}{' ...' * (len(missing) > 3)}",
+                unexpected and f"unexpected {len(unexpected)} tensor(s): "
+                               f"{', '.join(unexpected[:3])}{' ...' * (len(unexpected) > 3)}") if part))
+        model.load_state_dict(state, strict=True)
     except (SafetensorError, OSError, RuntimeError) as err:
-        raise CheckpointError(f"{path}: cannot load weights ({str(err).splitlines()[0]})") from None
+        raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
+
+
+def _first_line(err: Exception) -> str:
+    """The first line of an error that says something (load_state_dict's starts with a header)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
+        return lines[1]
+    return lines[0] if lines else type(err).__name__
 
 
 def checkpoint_file(run: RunDir, checkpoint: str = "best") -> Path:
@@ -301,7 +350,7 @@ def write_checkpoint(directory: Path, model: nn.Module, meta: dict[str, Any],
                      trainer_state: dict[str, Any] | None = None) -> None:
     """The files of one checkpoint (weights, the trainer's state if any, meta.json), then their
     checksums, which every load verifies. Every checkpoint writer goes through here."""
-    save_model(model, str(directory / MODEL_FILE))
+    save_weights(model, directory / MODEL_FILE)
     if trainer_state is not None:
         torch.save(trainer_state, directory / STATE_FILE)
     (directory / META_FILE).write_text(json.dumps(meta, indent=2))

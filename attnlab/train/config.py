@@ -19,6 +19,7 @@ from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, mo
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.task import task_of
+from attnlab.train.device import check_device_name
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
 
@@ -77,7 +78,7 @@ class TrainConfig(TypedConfig):
         one_of("optimizer", self.optimizer, ("adam", "adamw"))
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
         one_of("precision", self.precision, PRECISIONS)
-        one_of("device", self.device, ("auto", "cpu", "cuda"))
+        check_device_name(self.device)
         for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
                      "max_bad_steps"):
             at_least(name, getattr(self, name), 1)

@@ -38,6 +38,7 @@ class World:
 
     rank: int
     size: int
+    device: torch.device = torch.device("cpu")  # where collectives' tensors live: NCCL takes only the rank's GPU
 
     @property
     def is_main(self) -> bool:
@@ -45,12 +46,12 @@ class World:
 
     def all_sum(self, *values: float) -> list[float]:
         """Each value summed over the ranks, in one all-reduce."""
-        t = torch.tensor(values, dtype=torch.float64)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return t.tolist()
 
     def all_max(self, value: float) -> float:
-        t = torch.tensor([value], dtype=torch.float64)
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
@@ -70,18 +71,23 @@ def under_torchrun() -> bool:
 
 
 @contextmanager
-def joined_world(device: str = "cpu") -> Iterator[World | None]:
-    """This rank's place in the process group that torchrun set up, or None for one process. A
-    group joined here is destroyed on the way out, whether the body ends or raises; one that the
-    caller had already initialised is left to the caller."""
+def joined_world(device: torch.device = torch.device("cpu")) -> Iterator[World | None]:
+    """This rank's place in the process group that torchrun set up, or None for one process: over
+    NCCL when ``device`` is this rank's GPU (train/device.py's ``resolve_device`` maps LOCAL_RANK to
+    it), gloo on the CPU. A group joined here is destroyed on the way out, whether the body ends or
+    raises; one that the caller had already initialised is left to the caller."""
     if not under_torchrun():
         yield None
         return
     joined_here = not dist.is_initialized()
     if joined_here:
-        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+            dist.init_process_group("nccl", device_id=device)
+        else:
+            dist.init_process_group("gloo")
     try:
-        yield World(dist.get_rank(), dist.get_world_size())
+        yield World(dist.get_rank(), dist.get_world_size(), device)
     finally:
         if joined_here:
             dist.destroy_process_group()

@@ -18,24 +18,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from attnlab.errors import CheckpointError, ConfigError, NumericalError
+from attnlab.errors import CheckpointError, NumericalError
 from attnlab.files import atomic_write_text
 from attnlab.tasks import Task, TaskData
 from attnlab.tasks.task import Batch
 from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
 from attnlab.train.config import TrainConfig
+from attnlab.train.device import resolve_device, use_device
 from attnlab.train.distributed import World
 from attnlab.train.precision import autocast, choose_precision
 from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
 from attnlab.train.step import load_optimizer_state, make_optimizer, train_step
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device is 'cuda' but no CUDA device is available")
-    return torch.device(name)
-
 
 @dataclass
 class Progress:
@@ -190,14 +183,15 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     rank 0 writes (train/distributed.py).
     """
     # -- build: device, precision, optimiser, schedule, and where training stands
-    device = resolve_device(cfg.device)
+    device = use_device(resolve_device(cfg.device))  # under torchrun: the GPU of this rank
     main = world is None or world.is_main
     precision = choose_precision(cfg.precision, device)
     if precision.note:
         log(precision.note)
     amp = autocast(precision.precision, device)
     model.to(device)
-    trained = DDP(model) if world else model  # gradients averaged across ranks in the backward
+    trained = (DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if world
+               else model)  # gradients averaged across ranks in the backward
     if cfg.compile:  # the training forward through TorchInductor; evaluation and checkpoints use the model itself
         trained = torch.compile(trained)
     optimizer = make_optimizer(model, cfg)
