@@ -6,6 +6,7 @@
 - Hypothesis runs derandomised (profile "ci", the default): every run tries the same examples, so
   a pass or a failure repeats; examples a fresh draw once found are pinned with @example in the
   tests. `HYPOTHESIS_PROFILE=explore` draws fresh examples (and keeps failures in .hypothesis/).
+- Devices: every test runs on the CPU, on a GPU machine too, except those marked ``cuda`` (below).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+import torch
 from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,3 +24,36 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ
 settings.register_profile("ci", derandomize=True, database=None, max_examples=150, deadline=None)
 settings.register_profile("explore", derandomize=False, max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# -- devices: the suite checks the same numbers on a GPU machine as on the CPU-only CI ---------------
+# Every test runs on the CPU ('auto' finds no GPU), in this process and in the subprocesses it starts,
+# except those marked `cuda`, which see the GPUs (and are skipped where there is none). The CUDA
+# runtime of this process starts before CUDA_VISIBLE_DEVICES is emptied, so it keeps seeing the GPUs
+# that subprocesses no longer do.
+GPUS = torch.cuda.device_count()
+VISIBLE_GPUS = os.environ.get("CUDA_VISIBLE_DEVICES")
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_gpu_in_this_process():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "device_count", lambda: 0)
+        patch.setattr(torch.cuda, "is_available", lambda: False)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def gpus_for_cuda_tests(request, monkeypatch):
+    """A test marked `cuda` sees the GPUs, here and in its subprocesses; without one it is skipped."""
+    if request.node.get_closest_marker("cuda") is None:
+        return
+    if GPUS == 0:
+        pytest.skip("needs a CUDA GPU")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: GPUS)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    if VISIBLE_GPUS is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", VISIBLE_GPUS)

@@ -247,6 +247,20 @@ CASES = [
      "--src-len"),
     ("bench with zero repeats", ["bench", "decode", "--repeats", "0"], nothing, USAGE, "--repeats"),
     ("unknown command", ["trian"], nothing, USAGE, "invalid choice"),
+    # -- devices (this machine, and the suite everywhere, has no GPU: tests/conftest.py) ------------------
+    *((f"{argv[0]} on a GPU that is not there", argv, nothing, CONFIG, "--device is 'cuda' but no CUDA device")
+      for argv in (TRANSLATE + ["--device", "cuda"], ["evaluate", "{root}/run", "--split", "valid", "--device", "cuda"],
+                   ["score", "{root}/run", "--tgt", "{root}/input.de", "--device", "cuda"],
+                   ["generate", "{root}/run", "--device", "cuda"], ["predict", "{root}/run", "--device", "cuda"],
+                   ["fill-mask", "{root}/run", "[MASK]", "--device", "cuda"],
+                   ["inspect", "{root}/run", "--src", "eins", "--device", "cuda"],
+                   ["prune", "{root}/run", "--fraction", "0.5", "--device", "cuda"], ["demo", "--device", "cuda"])),
+    ("a GPU index that is not there", TRANSLATE + ["--device", "cuda:1"], nothing, CONFIG,
+     "--device is 'cuda:1' but no CUDA device"),
+    ("a device that is no device", TRANSLATE + ["--device", "gpu"], nothing, CONFIG,
+     "--device must be auto, cpu, cuda or cuda:N (got 'gpu')"),
+    ("train.device that is no device", TRAIN, config_with(**{"progress: false": "progress: false, device: tpu"}), CONFIG,
+     "device must be auto, cpu, cuda or cuda:N (got 'tpu')"),
 ]
 
 

@@ -47,8 +47,9 @@ def head_importance(model: nn.Module, batches: Iterable, loss_of: Callable[[nn.M
     with ``normalise``, divided by the layer's L2 norm (Michel et al. 2019). ``loss_of(model,
     batch)`` is the loss to differentiate (the mean NLL per token, say). Weights are untouched."""
     modules = attention_modules(model)
-    gates = {name: torch.ones(m.n_heads, requires_grad=True) for name, m in modules.items()}
-    importance = {name: torch.zeros(m.n_heads) for name, m in modules.items()}
+    device = next(model.parameters()).device
+    gates = {name: torch.ones(m.n_heads, device=device, requires_grad=True) for name, m in modules.items()}
+    importance = {name: torch.zeros(m.n_heads, device=device) for name, m in modules.items()}
     requires = [p.requires_grad for p in model.parameters()]
     was_training = model.training
     model.eval()

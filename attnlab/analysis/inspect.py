@@ -33,10 +33,11 @@ from attnlab.train.run import read_run_data
 
 
 @torch.no_grad()
-def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: str = "best") -> dict[str, list[float]]:
+def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: str = "best",
+                       device: torch.device | str = "cpu") -> dict[str, list[float]]:
     """Each module's mean attention entropy per head (nats) over a split of the run's data,
     teacher-forced, padding queries excluded: {module: [H values]}."""
-    model, _, _ = load_run(run_dir, checkpoint)
+    model, _, _ = load_run(run_dir, checkpoint, device)
     run = RunDir(run_dir)
     task = run.read_config()[1].task
     data = read_run_data(run, split)
@@ -45,7 +46,7 @@ def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: st
     model.eval()
     for batch in data.eval_batches(split):
         with capture_attention(model) as captured:
-            queries = task.analysis_pass(model, batch)
+            queries = task.analysis_pass(model, batch.to(device))
         for name, record in captured.last().items():
             valid = queries[record.stack]
             n = float(valid.sum())
@@ -62,8 +63,8 @@ def module_entry(record: AttentionRecord, entropy: torch.Tensor) -> dict[str, An
              "entropy": [round(float(e), 4) for e in entropy],
              "uniform_entropy": round(math.log(Tk), 4)}
     if record.kind == "self":
-        entry["mean_distance"] = [round(float(d), 3) for d in
-                                  mean_distance(record.probs, torch.arange(Tq), torch.arange(Tk))]
+        q_pos, k_pos = (torch.arange(n, device=record.probs.device) for n in (Tq, Tk))
+        entry["mean_distance"] = [round(float(d), 3) for d in mean_distance(record.probs, q_pos, k_pos)]
     return entry
 
 
@@ -76,7 +77,8 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
     a, _, b = text.partition("\t")
     inputs, _ = encode_inputs(tokenizer, [a], [b if "\t" in text else None], data_cfg.max_len)
     ids, segments = inputs[0]  # <bos> a <eos> [b <eos>], segments 0 / 1
-    ids_t, segments_t = torch.tensor([ids]), torch.tensor([segments])
+    device = next(model.parameters()).device
+    ids_t, segments_t = torch.tensor([ids], device=device), torch.tensor([segments], device=device)
     model.eval()
     with capture_attention(model) as captured:
         logits = model.classify(ids_t, segments_t)
@@ -104,8 +106,8 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
 
 
 def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path, beam: int = 4,
-                checkpoint: str = "best") -> dict[str, Any]:
-    model, tokenizers, cfg = load_run(run_dir, checkpoint)
+                checkpoint: str = "best", device: torch.device | str = "cpu") -> dict[str, Any]:
+    model, tokenizers, cfg = load_run(run_dir, checkpoint, device)
     out = Path(out)
     if not cfg.capabilities.decoder:
         if target is not None:
@@ -116,7 +118,7 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
     ids = tok_in.encode(text)
     if not ids:
         raise UsageError("--src is empty after tokenisation; give at least one known token")
-    src = source_batch([ids]) if seq2seq else None
+    src = source_batch([ids]).to(device) if seq2seq else None
     if not seq2seq:
         tgt_ids, tgt_in = ids, torch.tensor([ids])
     elif target is not None:
@@ -125,7 +127,7 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
     else:
         tgt_ids = beam_search(model, src, beam=beam)[0][0].tokens
         tgt_in = torch.tensor([[BOS] + tgt_ids])
-    records = attention_of(model, src, tgt_in)
+    records = attention_of(model, src, tgt_in.to(device))
     src_labels = tok_in.id_tokens(src[0].tolist()) if seq2seq else None
     in_labels = tokenizers["tgt"].id_tokens(tgt_in[0].tolist())  # decoder inputs (queries)
     out_labels = tokenizers["tgt"].id_tokens(tgt_ids + ([EOS] if seq2seq else []))  # what each query predicts

@@ -41,7 +41,7 @@ def _save(fig, path: Path, labels: dict) -> Path:
 
 
 def _heatmap(ax, matrix: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, vmax: float = 1.0) -> AxesImage:
-    image = ax.imshow(matrix.float().numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+    image = ax.imshow(matrix.float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
     ax.set_title(title, fontsize=9)
@@ -88,7 +88,7 @@ def alignment_figure(weights: Tensor, source: Sequence[str], target: Sequence[st
     with a colour bar; the title is wrapped to the figure's width."""
     fig, ax = plt.subplots(figsize=(max(3.0, 0.35 * len(source) + 2.5), max(3.0, 0.35 * len(target) + 1.5)),
                            layout="constrained")
-    image = ax.imshow(weights.float().numpy(), cmap="gray", vmin=0.0, vmax=1.0, aspect="auto")
+    image = ax.imshow(weights.float().cpu().numpy(), cmap="gray", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(source)), source, rotation=90)
     ax.set_yticks(range(len(target)), target)
     ax.xaxis.tick_top()
@@ -113,7 +113,7 @@ def _luma(rgb: Sequence[float]) -> float:
 
 def _annotate(ax, image: AxesImage, grid: Tensor, style: str = "{:.2f}") -> None:
     """Write each cell's value (``style``: two decimals) on it, in black on light colours and white on dark."""
-    for (i, j), value in np.ndenumerate(grid.numpy()):
+    for (i, j), value in np.ndenumerate(grid.cpu().numpy()):
         if not math.isnan(value):
             colour = "black" if _luma(image.cmap(image.norm(value))) > 0.5 else "white"
             ax.text(j, i, style.format(value), ha="center", va="center", fontsize=9, color=colour)
@@ -127,7 +127,7 @@ def entropy_figure(entropy: dict[str, Tensor], title: str = "mean attention entr
     for i, name in enumerate(names):
         grid[i, : len(entropy[name])] = entropy[name]
     fig, ax = plt.subplots(figsize=(3.0 + 0.9 * H, 1.2 + 0.5 * len(names)), layout="constrained")
-    image = ax.imshow(grid.numpy(), cmap="magma", aspect="auto")
+    image = ax.imshow(grid.cpu().numpy(), cmap="magma", aspect="auto")
     _annotate(ax, image, grid)
     ax.set_xticks(range(H), [f"head {h}" for h in range(H)], fontsize=8)
     ax.set_yticks(range(len(names)), names, fontsize=8)
@@ -148,7 +148,7 @@ def confusion_plot(counts: list[list[int]], labels: Sequence[str], path: Path) -
     grid = torch.tensor(counts, dtype=torch.float)
     n = len(labels)
     fig, ax = plt.subplots(figsize=(2.5 + 0.7 * n, 1.8 + 0.6 * n), layout="constrained")
-    image = ax.imshow(grid.numpy(), cmap="Blues", aspect="auto", vmin=0)
+    image = ax.imshow(grid.cpu().numpy(), cmap="Blues", aspect="auto", vmin=0)
     _annotate(ax, image, grid, "{:.0f}")
     ax.set_xticks(range(n), labels, rotation=90 if n > 6 else 0, fontsize=8)
     ax.set_yticks(range(n), labels, fontsize=8)

@@ -39,7 +39,7 @@ def mean_loss(task: type[Task]) -> Callable[[nn.Module, Any], torch.Tensor]:
 
 def _metrics(model: nn.Module, task: type[Task], data, split: str, limit: int | None,
              progress: bool) -> dict[str, float]:
-    result = task.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0, split)
+    result = task.validate(model, data, next(model.parameters()).device, contextlib.nullcontext, 0, split)
     if isinstance(data, Seq2SeqData):
         examples = data.splits[split][:limit]
         text = evaluate_text(model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], beam=1,
@@ -49,7 +49,8 @@ def _metrics(model: nn.Module, task: type[Task], data, split: str, limit: int | 
 
 
 def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid", out: str | Path | None = None,
-              limit: int | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+              limit: int | None = None, log: Callable[[str], None] | None = None,
+              device: torch.device | str = "cpu") -> dict[str, Any]:
     """Rank the heads of ``run_dir``'s model, then measure it with no heads pruned and with each of
     ``fractions`` pruned: {"run", "split", "importance", "results": one entry per measurement}, and
     "out" when the pruned model was written there. ``log`` hears one line when the ranking is done
@@ -62,12 +63,12 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
         if not 0.0 <= f < 1.0:
             raise UsageError(f"--fraction must be in [0, 1) (got {f})")
     run = RunDir(run_dir)
-    model, _, _ = load_run(run_dir)
+    model, _, _ = load_run(run_dir, device=device)
     task = run.read_config()[1].task
     data = read_run_data(run, split)
     say = log or (lambda line: None)
     started = time.perf_counter()
-    importance = head_importance(model, data.eval_batches(split), mean_loss(task))
+    importance = head_importance(model, [b.to(device) for b in data.eval_batches(split)], mean_loss(task))
     n_heads = sum(len(v) for v in importance.values())
     say(f"ranked {n_heads} heads by importance on {split} in {time.perf_counter() - started:.1f} s")
     results = []

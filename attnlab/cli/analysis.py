@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from attnlab.cli.common import check_beam, check_new_file, check_task_serves, stderr_line
+from attnlab.cli.common import (add_device_option, check_beam, check_new_file, check_task_serves, device_of,
+                                stderr_line)
 from attnlab.errors import UsageError
 
 
@@ -15,18 +16,19 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     from attnlab.analysis.inspect import entropy_over_split, inspect_run
 
     check_beam(args)
+    device = device_of(args)
     check_task_serves(args)
     if (args.src is None) == (args.split is None):
         raise UsageError("give --src (one sentence: figures) or --split (mean entropies over a split of the run's data)")
     if args.split is not None:
-        entropies = entropy_over_split(args.run_dir, args.split, args.checkpoint)
+        entropies = entropy_over_split(args.run_dir, args.split, args.checkpoint, device)
         for name, values in entropies.items():
             print(f"{name:<34} mean {sum(values) / len(values):.3f}  per head " + " ".join(f"{v:.3f}" for v in values))
         return
     out = Path(args.out) if args.out else Path(args.run_dir) / "inspect"
     if out.exists() and any(out.iterdir()) and not args.force:
         raise UsageError(f"{out} already exists; pass --force to overwrite its figures, or choose another --out")
-    summary = inspect_run(args.run_dir, args.src, args.tgt, out, args.beam, args.checkpoint)
+    summary = inspect_run(args.run_dir, args.src, args.tgt, out, args.beam, args.checkpoint, device)
     for name, entry in summary["modules"].items():
         entropy = " ".join(f"{e:.2f}" for e in entry["entropy"])
         print(f"{name:<34} entropy per head (uniform {entry['uniform_entropy']:.2f}): {entropy}")
@@ -43,8 +45,9 @@ def cmd_prune(args: argparse.Namespace) -> None:
     from attnlab.analysis.prune import prune_run
 
     check_new_file(args.plot, args.force, "--plot")  # now, not after the measurements
+    device = device_of(args)
     check_task_serves(args)
-    summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit, log=stderr_line)
+    summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit, log=stderr_line, device=device)
     for r in summary["results"]:
         text = f"  BLEU {r['bleu']:.2f}  exact match {r['exact_match']:.2%}" if "bleu" in r else \
             f"  accuracy {r['accuracy']:.2%}  macro-F1 {r['macro_f1']:.4f}" if "accuracy" in r else ""
@@ -73,6 +76,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     inspect.add_argument("--beam", type=int, default=4,
                          help="beam size of the search that makes the target when --tgt is not given (default 4)")
     inspect.add_argument("--checkpoint", default="best", help="best, last, average or a step number")
+    add_device_option(inspect)
     inspect.set_defaults(func=cmd_inspect)
 
     prune = sub.add_parser("prune", help="rank heads by importance, prune the least important, measure")
@@ -85,4 +89,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     prune.add_argument("--plot", help="write the metric against the fraction pruned to this PNG")
     prune.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
     prune.add_argument("--json", action="store_true", help="also print the whole summary as JSON")
+    add_device_option(prune)
     prune.set_defaults(func=cmd_prune)

@@ -76,14 +76,28 @@ def check_task_serves(args: argparse.Namespace):
     return task
 
 
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto",
+                        help="where the model runs: auto (the GPU when there is one; default), cpu, cuda or cuda:N")
+
+
+def device_of(args: argparse.Namespace):
+    """The torch.device of ``--device``, refused in one line when it is not on this machine."""
+    from attnlab.train.device import resolve_device
+
+    return resolve_device(args.device, "--device")
+
+
 def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
-    """The run's model, tokenizers and model config, after checking that the run's task serves the
-    command, that its family has the capabilities ``needs``, and the decoding options against it."""
+    """The run's model (on ``--device``), tokenizers and model config, after checking that the run's
+    task serves the command, that its family has the capabilities ``needs``, and the decoding
+    options against it."""
     from attnlab.models import FAMILIES
     from attnlab.train.checkpoint import load_run
 
+    device = device_of(args)  # the command line first: a GPU that is not there is refused before any reading
     check_task_serves(args)
-    model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint)
+    model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint, device)
     if any(getattr(cfg.capabilities, name) != value for name, value in needs.items()):
         fits = [name for name, family in FAMILIES.items()
                 if all(getattr(family.capabilities, k) == v for k, v in needs.items())]

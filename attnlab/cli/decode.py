@@ -13,9 +13,11 @@ from attnlab.cli.common import (
     MAX_BATCH,
     MAX_NEW_TOKENS,
     TRANSLATES,
+    add_device_option,
     check_beam,
     check_new_file,
     check_task_serves,
+    device_of,
     emit,
     load_run_for,
     read_input_lines,
@@ -69,7 +71,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     if positions is not None and len(prompt_ids) > positions:
         print(f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} "
               f"(its max_len)", file=sys.stderr)
-    prompt = torch.tensor([prompt_ids] * args.num_samples)
+    prompt = torch.tensor([prompt_ids] * args.num_samples, device=next(model.parameters()).device)
     seed = args.seed
     if seed is None:
         seed = secrets.randbelow(2 ** 31)
@@ -88,6 +90,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from attnlab.eval.evaluate import evaluate
 
     check_beam(args)
+    device_of(args)  # refused before any reading
     task = check_task_serves(args)
     if task.evaluate_file is not None:
         _evaluate_file(args, task)
@@ -126,7 +129,7 @@ def _evaluate_file(args: argparse.Namespace, task) -> None:
         raise UsageError(f"a run of data.task '{task.name}' is evaluated on a labelled file: give --data FILE")
     check_new_file(args.plot, args.force, "--plot")
     run = RunDir(args.run_dir)
-    model, tokenizers, _ = load_run(args.run_dir, args.checkpoint)
+    model, tokenizers, _ = load_run(args.run_dir, args.checkpoint, device_of(args))
     result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data)
     if args.plot:
         from attnlab.analysis.plots import confusion_plot
@@ -232,6 +235,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     def run_dir_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("run_dir", help="a run directory written by `attnlab train`")
         p.add_argument("--checkpoint", default="best", help="best (default), last, average, or a step number")
+        add_device_option(p)
 
     def search_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, as the paper)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from attnlab.cli.common import CONFIGS
+from attnlab.cli.common import CONFIGS, add_device_option, device_of
 from attnlab.cli.train import new_run_dir
 
 
@@ -17,12 +17,13 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from attnlab.train.config import RunConfig
     from attnlab.train.run import read_run_data, train_run
 
-    cfg = RunConfig.from_file(CONFIGS / "scan.yaml", args.set or [])
+    device = device_of(args)  # before training: a GPU that is not there is refused at once
+    cfg = RunConfig.from_file(CONFIGS / "scan.yaml", [f"train.device={args.device}", *(args.set or [])])
     out = new_run_dir(args.out, "demo")
     print("attnlab demo: a Transformer learns SCAN (commands -> actions) from scratch on this machine.")
     summary = train_run(cfg, out)
     # Decode the held-out split with the model as saved, to show the run directory is complete.
-    model, _, _ = load_run(out)
+    model, _, _ = load_run(out, device=device)
     triples = decode_split(model, read_run_data(RunDir(out)), "test", progress=True)
     em = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
     for src, ref, hyp in triples[:5]:
@@ -40,4 +41,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")
     demo.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
                       help="override a field of configs/scan.yaml, e.g. --set train.max_steps=300 (repeatable)")
+    add_device_option(demo)
     demo.set_defaults(func=cmd_demo)

@@ -31,9 +31,11 @@ def teacher_forced_loss(model: nn.Module, batch: Batch, label_smoothing: float =
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str = "cpu",
+def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str | None = None,
              amp: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, float]:
-    """Teacher-forced NLL per target token and its perplexity (no label smoothing)."""
+    """Teacher-forced NLL per target token and its perplexity (no label smoothing), on ``device``
+    (default: the model's)."""
+    device = device or next(model.parameters()).device
     model.eval()
     nll_sum, n_tokens = 0.0, 0
     for batch in batches:
