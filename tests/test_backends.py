@@ -12,6 +12,7 @@ import torch
 from attnlab import model_config
 from attnlab.errors import ConfigError
 from attnlab.nn.backends import (
+    AutoBackend,
     AttentionBackend,
     ChunkedBackend,
     FeatureMap,
@@ -65,15 +66,18 @@ MASKS = {
 }
 
 
+EXACT = [SDPABackend(), AutoBackend(), ChunkedBackend(q_block=8, k_block=16)]
+
+
 @pytest.mark.parametrize("mask", sorted(MASKS))
-@pytest.mark.parametrize("backend", [SDPABackend(), ChunkedBackend(q_block=8, k_block=16)], ids=["sdpa", "chunked"])
+@pytest.mark.parametrize("backend", EXACT, ids=lambda b: b.name)
 def test_exact_backends_equal_math(backend, mask):
     q, k, v = qkv()
     m = MASKS[mask](2, 37)
     assert_same(run(backend, q, k, v, m), run(MATH, q, k, v, m))
 
 
-@pytest.mark.parametrize("backend", [SDPABackend(), ChunkedBackend(q_block=4, k_block=8)], ids=["sdpa", "chunked"])
+@pytest.mark.parametrize("backend", EXACT, ids=lambda b: b.name)
 def test_exact_backends_with_a_score_bias_and_cross_attention_shapes(backend):
     alibi = ALiBiPositional(3)
     q, k, v = qkv(Tq=13, Tk=29)
@@ -210,6 +214,7 @@ def test_favor_features_estimate_softmax_attention():
 
 BACKEND_CONFIGS = {
     "sdpa": dict(attention_backend="sdpa"),
+    "auto": dict(attention_backend="auto"),
     "chunked": dict(attention_backend="chunked", attention_block=3, attention_key_block=4),
     "local": dict(attention_backend="local", attention_window=3, attention_block=4),
     "sparse": dict(attention_backend="sparse", attention_window=2, sparse_stride=4, sparse_global=1,
@@ -229,10 +234,10 @@ def test_cached_decoding_equals_uncached_with_every_backend(name, arch):
 
 
 @pytest.mark.parametrize("positional", ["alibi", "relative_bias"])
-@pytest.mark.parametrize("name", ["sdpa", "chunked"])
+@pytest.mark.parametrize("name", ["sdpa", "auto", "chunked"])
 def test_a_model_with_an_exact_backend_equals_the_math_model(name, positional):
     """Logits and every parameter's gradient (the learned relative-bias table's included)."""
-    math_model = tiny_model(arch="encoder_decoder", positional=positional)
+    math_model = tiny_model(arch="encoder_decoder", positional=positional, attention_backend="math")
     model = tiny_model(arch="encoder_decoder", positional=positional, **BACKEND_CONFIGS[name])
     model.load_state_dict(math_model.state_dict())
     src, tgt = random_ids(2, 9), random_ids(2, 7, generator_seed=1)
@@ -250,6 +255,38 @@ def test_only_math_returns_weights():
     for backend in (SDPABackend(), ChunkedBackend(), LocalBackend(2), LinearBackend(FeatureMap("elu", 8))):
         with pytest.raises(ValueError, match="use 'math'"):
             backend(q, k, v, AttentionMask(), torch.arange(4), torch.arange(4), need_weights=True)
+
+
+def test_auto_takes_math_where_the_weights_are_needed_and_sdpa_elsewhere(monkeypatch):
+    """Weights asked for: math's, exactly. Without: the fused kernel's output (within 1e-5 of math's)."""
+    q, k, v = qkv(Tq=6, Tk=6)
+    mask, pos = MASKS["both"](2, 6), torch.arange(6)
+    out, weights = AutoBackend()(q, k, v, mask, pos, pos, need_weights=True)
+    ref_out, ref_weights = MATH(q, k, v, mask, pos, pos, need_weights=True)
+    assert torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+    out, weights = AutoBackend()(q, k, v, mask, pos, pos)
+    assert weights is None and torch.equal(out, SDPABackend()(q, k, v, mask, pos, pos)[0])
+
+
+def test_auto_keeps_attnlabs_dropout_draws_on_the_cpu():
+    """Attention dropout in training on the CPU: math, with attnlab's own draws (the fused CPU kernel
+    has no dropout), so a CPU run is the same under auto and math."""
+    q, k, v = qkv(Tq=6, Tk=6)
+    mask, pos = MASKS["padding"](2, 6), torch.arange(6)
+    outs = []
+    for backend in (AutoBackend(), MATH):
+        torch.manual_seed(3)
+        outs.append(backend(q, k, v, mask, pos, pos, dropout_p=0.5)[0])
+    assert torch.equal(*outs)
+
+
+def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_positions():
+    """Shaw's value term needs the probabilities, so auto computes them as math does: equal logits."""
+    assert model_config(vocab_size=10).attention_backend == "auto"
+    math_model = tiny_model(arch="decoder_lm", positional="relative", attention_backend="math")
+    auto_model = tiny_model(arch="decoder_lm", positional="relative")
+    ids = random_ids(2, 9)
+    assert torch.equal(auto_model(ids), math_model(ids))
 
 
 @pytest.mark.parametrize("fields, says", [

@@ -71,7 +71,7 @@ class TransformerConfig(FamilyConfig):
     tie_embeddings: str = "all"
     pad_id: int = 0
     embedding: str = "scaled"
-    attention_backend: str = "math"
+    attention_backend: str = "auto"
     attention_window: int = 128
     attention_block: int = 128
     attention_key_block: int = 1024

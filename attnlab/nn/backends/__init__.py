@@ -5,8 +5,12 @@ backend     computation                                                 cost in 
 ==========  ==========================================================  =====================
 math        explicit scores, the reference; the only one with weights   O(T^2) time, memory
 sdpa        torch's scaled_dot_product_attention (fused kernels)        O(T^2) time
+auto        the default: sdpa, or math where weights are needed or      as the one it takes
+            attention dropout runs on the CPU
 chunked     exact, block by block with an online softmax; backward      O(T^2) time, O(T) memory
-            recomputes each query block (never the T x T matrix)
+            recomputes each query block (never the T x T matrix); on
+            a GPU, PyTorch's fused kernel where no mask or bias needs
+            a (Tq, Tk) matrix
 local       a sliding window |i - j| <= w, blockwise                    O(T w)
 sparse      window + "fixed" strided summaries + global tokens +        O(T (w + T/s + g + r b))
             random key blocks (Sparse Transformer / Longformer / BigBird)
@@ -38,6 +42,7 @@ from attnlab.nn.backends.base import BACKENDS, AttentionBackend, BiasFn, attend,
 # isort: off
 # Imported in the order the docs list them, which is BACKENDS' order (and that of error messages).
 from attnlab.nn.backends.sdpa import SDPABackend
+from attnlab.nn.backends.auto import AutoBackend
 from attnlab.nn.backends.chunked import ChunkedBackend
 from attnlab.nn.backends.sparse import LocalBackend, SparseBackend, SparsePattern
 from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearState
@@ -46,5 +51,5 @@ from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearState
 for _module in pkgutil.iter_modules(__path__):  # a backend not named above registers itself too
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["BACKENDS", "AttentionBackend", "BiasFn", "attend", "attention", "ChunkedBackend", "FeatureMap",
+__all__ = ["BACKENDS", "AttentionBackend", "AutoBackend", "BiasFn", "attend", "attention", "ChunkedBackend", "FeatureMap",
            "LinearBackend", "LinearState", "SDPABackend", "LocalBackend", "SparseBackend", "SparsePattern"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from attnlab.nn.backends.base import AttentionBackend
+from attnlab.nn.masks import AttentionMask
 
 
 class SDPABackend(AttentionBackend):
@@ -16,10 +18,15 @@ class SDPABackend(AttentionBackend):
     name = "sdpa"
     returns_weights = False
 
+    @staticmethod
+    def takes_no_mask_matrix(mask: AttentionMask, q: Tensor, k: Tensor) -> bool:
+        """Whether the mask is all keys, or causality over as many queries as keys (``is_causal``):
+        nothing (Tq, Tk) to build, and the flash kernel's O(T) memory."""
+        return mask.key_valid is None and mask.explicit is None and (not mask.causal or q.shape[2] == k.shape[2])
+
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
         b = bias(q, q_pos, k_pos) if bias is not None else None
-        square_causal = mask.causal and mask.key_valid is None and mask.explicit is None and q.shape[2] == k.shape[2]
-        if b is None and square_causal:  # no (Tq, Tk) mask to build
+        if b is None and mask.causal and self.takes_no_mask_matrix(mask, q, k):  # no (Tq, Tk) mask to build
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), None
         allowed = mask.dense(q_pos, k_pos)
         if b is None and allowed is None:
