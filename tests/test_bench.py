@@ -43,12 +43,12 @@ def test_records_carry_the_transformer_as_reference():
 def test_cli_bench_models_json_and_bad_arguments():
     done = run_cli("bench", "models", "--lengths", "4", "--models", "transformer",
                            "gru_bahdanau", "--batch-tokens", "8", "--decode-batch", "1", "--repeats", "1",
-                           "--precision", "bf16", "--json")
+                           "--precision", "bf16", "--json", "--device", "cpu")
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert {(r["name"], r["model"]) for r in records} == {
         (k, m) for k in ("train", "decode") for m in ("transformer", "gru_bahdanau")}
-    assert all(r["precision"] == "bf16" for r in records)
+    assert all(r["precision"] == "bf16" and r["device"] == "cpu" for r in records)
     for bad, says in ((["--models", "lstm"], "unknown model 'lstm'"), (["--lengths", "0"], "at least 1")):
         refused = run_cli("bench", "models", *bad)
         assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr
@@ -90,6 +90,7 @@ def test_cli_bench_attention_json_and_plot(tmp_path):
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(records) == 2 * 2 * 2
     assert all({"backend", "seq_len", "pass", "seconds", "peak_bytes"} <= set(r) for r in records)
+    assert all(r["device"] == "cpu" and r["peak_memory"] == "process resident set (VmHWM)" for r in records)
     import matplotlib.image
 
     image = matplotlib.image.imread(plot)
@@ -108,8 +109,13 @@ def test_bench_train_records_ratios_mfu_and_the_interleaved_gemm_peak():
     assert train["reference"] == "torch.nn.Transformer" and train["unit"] == "tokens/s"
     assert train["ratio"] == pytest.approx(train["value"] / train["reference_value"], rel=1e-3)
     assert mfu["tokens_per_step"] == 1536 and mfu["flops_per_step"] > 6e10  # 70.6 GFLOP of products a step
-    seconds = 1536 / train["value"]
+    seconds, reference_seconds = 1536 / train["value"], 1536 / train["reference_value"]
     assert mfu["value"] == pytest.approx(mfu["flops_per_step"] / seconds / (peak["value"] * 1e9), rel=0.01)
+    assert train["mfu"] == mfu["value"] and mfu["peak_gflops"] == peak["value"]
+    assert train["reference_mfu"] == pytest.approx(mfu["flops_per_step"] / reference_seconds / (peak["value"] * 1e9),
+                                                   rel=0.01)
+    assert mfu["achieved_gflops"] == pytest.approx(mfu["value"] * peak["value"], rel=0.01)
+    assert all(r["device"] == "cpu" and r["device_name"] for r in records) and peak["gemm_size"] == 1024
 
 
 def test_bench_decode_records():
@@ -153,3 +159,123 @@ def test_bench_encoder_times_one_set_of_weights_in_both_implementations(monkeypa
         assert r["reference"] == "transformers.BertModel" and r["max_abs_difference"] < 1e-5
     done = run_cli("bench", "encoder", "--seq-len", "513")
     assert done.returncode == 2 and "--seq-len between 1 and 512" in done.stderr
+
+
+# -- devices: --device on every suite, synchronised timings, MFU, records that name the device -----------------
+
+SUITES = {"train": ("train", "bench_train"), "decode": ("decode", "bench_decode"), "lm": ("lm", "bench_lm"),
+          "encoder": ("encoder", "bench_encoder"), "models": ("models", "bench_models"),
+          "attention": ("attention", "bench_attention")}
+CUDA = torch.device("cuda", 1)
+
+
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_every_suite_runs_on_the_resolved_device(suite, monkeypatch):
+    """--device cpu and auto (no GPU here) reach the bench as torch.device('cpu'), named on stderr;
+    cuda is refused in one line naming --device, with the ConfigError's exit code."""
+    import importlib
+
+    module, function = SUITES[suite]
+    seen = []
+    monkeypatch.setattr(importlib.import_module(f"attnlab.bench.{module}"), function,
+                        lambda *args, device, **kwargs: seen.append(device) or iter(()))
+    for name in ("cpu", "auto"):
+        done = run_cli("bench", suite, "--device", name)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.startswith("device: cpu (")
+    assert seen == [torch.device("cpu")] * 2
+    refused = run_cli("bench", suite, "--device", "cuda")
+    assert refused.returncode == 3 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("error: --device is 'cuda' but no CUDA device is available")
+    assert seen == [torch.device("cpu")] * 2  # refused before the bench started
+
+
+def fake_cuda(monkeypatch, events: list) -> None:
+    """torch.cuda's synchronize logged in ``events`` (no GPU needed)."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("sync", device)))
+
+
+def test_timed_waits_for_cuda_before_and_after_the_call_and_never_on_the_cpu(monkeypatch):
+    from attnlab.bench.timing import timed
+
+    events = []
+    fake_cuda(monkeypatch, events)
+    assert timed(lambda: events.append("call") or 7, CUDA)[1] == 7
+    assert events == [("sync", CUDA), "call", ("sync", CUDA)]
+    events.clear()
+    timed(lambda: events.append("call"), torch.device("cpu"))
+    assert events == ["call"]
+
+
+def test_interleaved_medians_are_synchronised_medians(monkeypatch):
+    """On a clock that the calls move by known amounts, the medians are those amounts; each timed call
+    is synchronised on both sides, the warm-up calls are not timed."""
+    import attnlab.bench.timing as timing
+
+    now, events = [0.0], []
+    fake_cuda(monkeypatch, events)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+    durations = {"a": iter([9.0, 1.0, 2.0, 3.0]), "b": iter([9.0, 5.0, 4.0, 30.0])}  # a warm-up, then 3 timed
+
+    def step(name):
+        def call():
+            now[0] += next(durations[name])
+        return call
+
+    medians = timing.interleaved_medians({"a": step("a"), "b": step("b")}, repeats=3, warmup=1, device=CUDA)
+    assert medians == {"a": 2.0, "b": 5.0}
+    assert events == [("sync", CUDA)] * (3 * 2 * 2)
+
+
+def test_peak_memory_on_cuda_is_the_allocators_peak_above_the_baseline(monkeypatch):
+    from attnlab.bench.attention import measure_peak
+
+    events = []
+    fake_cuda(monkeypatch, events)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: events.append(("reset", device)))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 100)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 1100)
+    seconds, peak = measure_peak(lambda: events.append("call"), CUDA)
+    assert peak == 1000 and seconds >= 0
+    assert events == [("sync", CUDA), ("reset", CUDA), ("sync", CUDA), "call", ("sync", CUDA)]
+
+
+def test_mfu_and_the_gemm_flops():
+    from attnlab.bench.train import GEMM_SIZE, gemm, mfu
+
+    assert mfu(flops=6e10, seconds=2.0, peak=1e11) == pytest.approx(0.3)  # 3e10 FLOP/s of 1e11
+    call, flops = gemm("fp32", torch.device("cpu"), products=3)
+    assert GEMM_SIZE == {"cpu": 1024, "cuda": 4096} and flops == 3 * 2 * 1024**3
+    call()
+
+
+def test_records_name_the_device(tmp_path, monkeypatch):
+    from attnlab.bench.device import cpu_model, device_fields
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Fake CPU 9000 @ 3.0GHz\nflags\t\t: fpu\n")
+    assert cpu_model(cpuinfo) == "Fake CPU 9000 @ 3.0GHz"
+    assert device_fields(torch.device("cpu")) == {"device": "cpu", "device_name": cpu_model()}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: f"Fake GPU {device.index}")
+    assert device_fields(CUDA) == {"device": "cuda:1", "device_name": "Fake GPU 1"}
+
+
+@pytest.mark.cuda
+def test_benches_run_on_cuda():
+    """A tiny run of the training, models and attention benches on the GPU: records on cuda:0 named
+    after the GPU, MFU a fraction of the GEMM peak, peak memory from the CUDA allocator."""
+    from attnlab.bench.attention import bench_attention
+    from attnlab.bench.train import bench_train
+
+    cuda = torch.device("cuda", 0)
+    where = {"device": "cuda:0", "device_name": torch.cuda.get_device_name(0)}
+    train = {r["name"]: r for r in bench_train(("bf16",), repeats=1, with_hf=False, device=cuda)}
+    assert all(r.items() >= where.items() for r in train.values())
+    assert train["gemm_peak_bf16"]["gemm_size"] == 4096 and 0 < train["train_bf16_mfu"]["value"] < 1
+    models = list(bench_models(lengths=(3,), models=("transformer",), batch_tokens=12, decode_batch=2, repeats=1,
+                               precision="bf16", device=cuda))
+    assert len(models) == 2 and all(r["value"] > 0 and r.items() >= where.items() for r in models)
+    attention = list(bench_attention(lengths=(64,), names=("math",), heads=2, head_dim=8, repeats=1, device=cuda))
+    math_forward = attention[0]
+    assert math_forward["peak_memory"].startswith("CUDA") and math_forward.items() >= where.items()
+    assert math_forward["peak_bytes"] >= 2 * 64 * 64 * 4  # at least the (B, H, T, T) float32 scores

@@ -2,9 +2,12 @@
 
 For each backend and length T: queries, keys and values (B, H, T, D) in float32 with a causal mask,
 timed for the forward alone and for forward + backward (gradients of all three), median of a few
-repetitions. Memory is the process's peak resident set above what it held just before the pass
-(inputs allocated): Linux's VmHWM, reset through /proc/self/clear_refs. That counts what the pass
-allocates, its outputs and gradients included, whatever the allocator; it needs Linux.
+repetitions, on one device. Memory is the peak above what was held just before the pass (inputs
+allocated), counting what the pass allocates, its outputs and gradients included. On the CPU that
+is the process's peak resident set: Linux's VmHWM, reset through /proc/self/clear_refs, whatever
+the allocator (it needs Linux). On CUDA it is the caching allocator's peak of allocated bytes
+(torch.cuda.max_memory_allocated, reset before each pass): the RSS does not see GPU memory, and the
+allocator's reserved pool would count blocks kept from earlier passes. Each record says which.
 
 A size whose predicted memory (the (B, H, T, T) scores times what the backend kept per score at the
 largest size it ran) exceeds the budget, or whose predicted time (from the previous size, scaled by
@@ -17,12 +20,13 @@ import ctypes
 import gc
 import re
 import statistics
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 
+from attnlab.bench.device import device_fields
+from attnlab.bench.timing import CPU, timed
 from attnlab.nn.backends import (
     AttentionBackend,
     ChunkedBackend,
@@ -69,15 +73,32 @@ def _trim() -> None:
         pass
 
 
-def measure_peak(fn: Callable[[], object]) -> tuple[float, int]:
-    """Run ``fn`` once: (seconds, peak resident bytes above the resident set just before)."""
+PEAK_MEMORY = {"cpu": "process resident set (VmHWM)", "cuda": "CUDA allocator (max_memory_allocated)"}
+
+
+def _reset_peak(device: torch.device) -> int:
+    """Start the peak counter of ``device`` from now; the bytes held now (the baseline)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # frees of earlier passes land before the reset
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
     _trim()
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current VmRSS
-    baseline = _status_bytes("VmRSS")
-    start = time.perf_counter()
-    result = fn()
-    seconds = time.perf_counter() - start
-    peak = _status_bytes("VmHWM") - baseline
+    return _status_bytes("VmRSS")
+
+
+def _peak(device: torch.device) -> int:
+    """The most bytes held on ``device`` since :func:`_reset_peak`."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return _status_bytes("VmHWM")
+
+
+def measure_peak(fn: Callable[[], object], device: torch.device = CPU) -> tuple[float, int]:
+    """Run ``fn`` once on ``device``: (seconds, peak bytes above what was held just before)."""
+    baseline = _reset_peak(device)
+    seconds, result = timed(fn, device)
+    peak = _peak(device) - baseline
     del result
     return seconds, max(peak, 0)
 
@@ -98,31 +119,34 @@ def _pass(backend: AttentionBackend, q, k, v, causal: bool, pos: torch.Tensor, b
 
 def bench_attention(lengths: tuple[int, ...] = LENGTHS, names: tuple[str, ...] | None = None, batch: int = 1,
                     heads: int = 8, head_dim: int = 64, causal: bool = True, repeats: int = 3,
-                    memory_budget: float = 12 * GiB, time_limit: float = 60.0, seed: int = 0) -> Iterator[dict]:
-    """Yield one record per (backend, T, pass): seconds, peak_bytes, or skipped with a reason."""
+                    memory_budget: float = 12 * GiB, time_limit: float = 60.0, seed: int = 0,
+                    device: torch.device = CPU) -> Iterator[dict]:
+    """Yield one record per (backend, T, pass) on ``device``: seconds, peak_bytes, or skipped with a reason."""
     available = backends(head_dim)
     names = tuple(available) if names is None else names
     kept_per_score: dict[tuple[str, str], float] = {}  # peak / scores bytes at the last size that ran
     last_seconds: dict[tuple[str, str], tuple[int, float]] = {}
     for T in lengths:
         g = torch.Generator().manual_seed(seed)
-        q, k, v = (torch.randn(batch, heads, T, head_dim, generator=g).requires_grad_() for _ in range(3))
-        pos = torch.arange(T)
+        q, k, v = (torch.randn(batch, heads, T, head_dim, generator=g).to(device).requires_grad_()
+                   for _ in range(3))  # (B, H, T, D) each, drawn on the CPU: the same numbers on every device
+        pos = torch.arange(T, device=device)
         scores_bytes = batch * heads * T * T * 4
         for name in names:
             for pass_name in ("forward", "forward_backward"):
                 key = (name, pass_name)
                 record = {"backend": name, "seq_len": T, "pass": pass_name, "batch": batch, "heads": heads,
                           "head_dim": head_dim, "dtype": "float32", "causal": causal,
-                          "scores_bytes": scores_bytes}
+                          "scores_bytes": scores_bytes, "peak_memory": PEAK_MEMORY[device.type],
+                          **device_fields(device)}
                 reason = _skip_reason(key, T, scores_bytes, kept_per_score, last_seconds, memory_budget, time_limit)
                 if reason:
                     yield record | {"skipped": reason}
                     continue
                 fn = _pass(available[name], q, k, v, causal, pos, pass_name == "forward_backward")
-                seconds, peak = measure_peak(fn)  # the first run: memory, and a warm-up
+                seconds, peak = measure_peak(fn, device)  # the first run: memory, and a warm-up
                 if seconds < time_limit / 4:  # then time it again, warm
-                    seconds = statistics.median(measure_peak(fn)[0] for _ in range(repeats))
+                    seconds = statistics.median(measure_peak(fn, device)[0] for _ in range(repeats))
                 if name == "math":
                     kept_per_score[key] = peak / scores_bytes
                 last_seconds[key] = (T, seconds)
@@ -175,8 +199,8 @@ def plot_attention(records: list[dict], path: str | Path) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
     ax_time.set_title(f"attention time, B={first['batch']} H={first['heads']} D={first['head_dim']} float32"
-                      f"{', causal' if first['causal'] else ''}")
-    ax_mem.set_title("attention peak memory")
+                      f"{', causal' if first['causal'] else ''}\n{first['device_name']} ({first['device']})")
+    ax_mem.set_title(f"attention peak memory: {first['peak_memory']}")
     ax_mem.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

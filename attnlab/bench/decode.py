@@ -3,7 +3,8 @@
 Greedy with the KV cache and beam search (5 beams, length penalty 0.6): batch 32 sources of 24
 tokens, exactly ``new_tokens`` new tokens each (the minimum and maximum lengths are equal, so both
 implementations do the same number of steps). Greedy without the cache recomputes every prefix;
-its reference is ``generate(use_cache=False)``. Medians of ``repeats`` runs, interleaved.
+its reference is ``generate(use_cache=False)``. Medians of ``repeats`` runs, interleaved, both
+models and the sources on one device.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Callable, Iterator
 import torch
 
 from attnlab.bench.reference import SHAPE, marian
-from attnlab.bench.timing import checked_length, interleaved_medians
+from attnlab.bench.device import device_fields
+from attnlab.bench.timing import CPU, checked_length, interleaved_medians
 from attnlab.bench.train import attnlab_model
 from attnlab.data.batching import source_batch
 from attnlab.decode.search import beam_search, greedy
@@ -21,18 +23,20 @@ from attnlab.decode.search import beam_search, greedy
 HF = "transformers.MarianMTModel"
 
 
-def decode_inputs(batch: int, src_len: int, seed: int) -> tuple[torch.nn.Module, torch.Tensor]:
+def decode_inputs(batch: int, src_len: int, seed: int,
+                  device: torch.device = CPU) -> tuple[torch.nn.Module, torch.Tensor]:
     """The benchmark model (random weights, no dropout, eval mode) and ``batch`` random sources of
-    ``src_len`` tokens (EOS included)."""
+    ``src_len`` tokens (EOS included): (B, src_len), both on ``device``."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    model = attnlab_model(dropout=0.0).eval()
-    return model, source_batch(torch.randint(4, SHAPE["vocab_size"], (batch, src_len - 1), generator=g).tolist())
+    model = attnlab_model(dropout=0.0).eval().to(device)
+    ids = torch.randint(4, SHAPE["vocab_size"], (batch, src_len - 1), generator=g).tolist()
+    return model, source_batch(ids).to(device)
 
 
 def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,
-                 with_hf: bool = True, seed: int = 0) -> Iterator[dict]:
-    model, src = decode_inputs(batch, src_len, seed)
+                 with_hf: bool = True, seed: int = 0, device: torch.device = CPU) -> Iterator[dict]:
+    model, src = decode_inputs(batch, src_len, seed, device)
     n = new_tokens
     runs: dict[str, Callable[[], None]] = {
         "decode_greedy": lambda: checked_length(greedy(model, src, max_len=n, min_len=n), n),
@@ -41,7 +45,7 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
     }
     hf = marian(0.0) if with_hf else None
     if hf is not None:
-        hf = hf.hf.eval()
+        hf = hf.hf.eval().to(device)
         mask = src != 0
 
         def generate(**kw) -> Callable[[], None]:
@@ -51,7 +55,8 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
         runs |= {"hf_greedy": generate(num_beams=1), "hf_beam5": generate(num_beams=beam, length_penalty=0.6),
                  "hf_greedy_nocache": generate(num_beams=1, use_cache=False)}
     with torch.no_grad():
-        seconds = interleaved_medians(runs, repeats, warmup=1)
+        seconds = interleaved_medians(runs, repeats, warmup=1, device=device)
+    where = device_fields(device)
     for name in ("decode_greedy", "decode_beam5", "decode_greedy_nocache"):
         record = {"name": name, "value": round(batch * n / seconds[name], 1), "unit": "tokens/s", "batch": batch,
                   "new_tokens": n}
@@ -62,6 +67,6 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
                        "reference_value": round(theirs, 1), "ratio": round(seconds[reference] / seconds[name], 3)}
         elif with_hf:
             record |= {"reference": HF, "skipped_reference": "transformers is not installed (pip install 'attnlab[bench]')"}
-        yield record
+        yield record | where
     yield {"name": "decode_cache_speedup", "value": round(seconds["decode_greedy_nocache"] / seconds["decode_greedy"], 2),
-           "unit": "x", "reference": "decode_greedy_nocache"}
+           "unit": "x", "reference": "decode_greedy_nocache"} | where

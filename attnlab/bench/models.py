@@ -23,7 +23,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from attnlab.bench.timing import checked_length, interleaved_medians, random_pairs
+from attnlab.bench.device import device_fields
+from attnlab.bench.timing import CPU, checked_length, interleaved_medians, random_pairs
 from attnlab.bench.train import attnlab_step, train_config
 from attnlab.decode.search import greedy
 from attnlab.models import build_model, model_config
@@ -47,8 +48,9 @@ def build(name: str, max_len: int) -> torch.nn.Module:
 
 
 def greedy_run(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, precision: str) -> Callable[[], None]:
-    """One call = greedy decoding of exactly ``new_tokens`` tokens for each source."""
-    amp = autocast(precision, torch.device("cpu"))
+    """One call = greedy decoding of exactly ``new_tokens`` tokens for each source, with autocast on
+    the device the sources are on."""
+    amp = autocast(precision, src.device)
 
     def run() -> None:
         with amp():
@@ -59,26 +61,27 @@ def greedy_run(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, preci
 
 def bench_models(lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400), models: tuple[str, ...] = tuple(MODELS),
                  batch_tokens: int = 4096, decode_batch: int = 16, precision: str = "fp32", repeats: int = 3,
-                 seed: int = 0) -> Iterator[dict]:
+                 seed: int = 0, device: torch.device = CPU) -> Iterator[dict]:
     """Yield one record per (pass, length, model): tokens/s, with the Transformer as reference. At
-    each length the models' training steps are timed in turn, then their decodings."""
+    each length the models' training steps are timed in turn, then their decodings, on ``device``."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    built = {name: build(name, max_len=max(lengths) + 2) for name in models}
+    built = {name: build(name, max_len=max(lengths) + 2).to(device) for name in models}
     for length in lengths:
-        batch = random_pairs(max(1, batch_tokens // length), length, VOCAB, generator)
-        src = random_pairs(decode_batch, length, VOCAB, generator).src
+        batch = random_pairs(max(1, batch_tokens // length), length, VOCAB, generator, device)
+        src = random_pairs(decode_batch, length, VOCAB, generator, device).src  # (decode_batch, length + 1)
         train = interleaved_medians({name: attnlab_step(model, batch, train_config(precision))
-                                     for name, model in built.items()}, repeats, warmup=1)
+                                     for name, model in built.items()}, repeats, warmup=1, device=device)
         for model in built.values():
             model.eval()
         decode = interleaved_medians({name: greedy_run(model, src, length, precision)
-                                      for name, model in built.items()}, repeats, warmup=1)
+                                      for name, model in built.items()}, repeats, warmup=1, device=device)
         tokens, seconds = {"train": batch.n_tokens, "decode": decode_batch * length}, {"train": train, "decode": decode}
         figures = {(kind, name): tokens[kind] / seconds[kind][name] for name in built for kind in ("train", "decode")}
         for (kind, name), value in figures.items():
             record = {"name": kind, "model": name, "seq_len": length, "value": round(value, 1), "unit": "tokens/s",
-                      "batch": batch.tgt_in.shape[0] if kind == "train" else decode_batch, "precision": precision}
+                      "batch": batch.tgt_in.shape[0] if kind == "train" else decode_batch, "precision": precision,
+                      **device_fields(device)}
             if REFERENCE in models and name != REFERENCE:
                 record |= {"reference": REFERENCE, "ratio": round(value / figures[kind, REFERENCE], 3)}
             yield record

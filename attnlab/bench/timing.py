@@ -1,5 +1,10 @@
-"""What every benchmark shares: timing in turn with medians, random batches, and the check that a
-decoding run produced the fixed number of tokens it is timed for."""
+"""What every benchmark shares: timing in turn with medians (synchronised with the device), random
+batches, and the check that a decoding run produced the fixed number of tokens it is timed for.
+
+CUDA kernels run asynchronously: a call returns once its work is queued, so the clock read after it
+would time the queueing, not the work. Every timing of the benches goes through :func:`timed`, which
+waits for the device before starting the clock (so that earlier work is not charged to this call)
+and before stopping it (so that this call's work is)."""
 
 from __future__ import annotations
 
@@ -11,26 +16,52 @@ import torch
 
 from attnlab.data.batching import Batch, collate_pairs
 
+CPU = torch.device("cpu")
 
-def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 2) -> dict[str, float]:
-    """Median seconds per call of each function, calling them in turn ``repeats`` times."""
+
+def _no_sync() -> None:
+    """The CPU's work is done when the call returns: nothing to wait for."""
+
+
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    """What waits for ``device`` to finish the work queued on it: torch.cuda.synchronize(device) on
+    CUDA, nothing on the CPU."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return _no_sync
+
+
+def timed(fn: Callable[[], object], device: torch.device = CPU) -> tuple[float, object]:
+    """(seconds, result) of one call of ``fn``, the device's queued work included."""
+    sync = synchronizer(device)
+    sync()
+    start = time.perf_counter()
+    result = fn()
+    sync()
+    return time.perf_counter() - start, result
+
+
+def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 2,
+                        device: torch.device = CPU) -> dict[str, float]:
+    """Median seconds per call of each function, calling them in turn ``repeats`` times (after
+    ``warmup`` untimed calls each), on ``device``."""
     for fn in steps.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
         for name, fn in steps.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(timed(fn, device)[0])
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def random_pairs(n_pairs: int, length: int, vocab: int, generator: torch.Generator) -> Batch:
+def random_pairs(n_pairs: int, length: int, vocab: int, generator: torch.Generator,
+                 device: torch.device = CPU) -> Batch:
     """``n_pairs`` pairs of ``length`` random ids (never a special token), collated as sources +
-    EOS and BOS + targets."""
+    EOS and BOS + targets, on ``device`` (drawn on the CPU, so that a seed gives the same ids
+    everywhere)."""
     ids = torch.randint(4, vocab, (2, n_pairs, length), generator=generator).tolist()
-    return collate_pairs(list(zip(ids[0], ids[1])))
+    return collate_pairs(list(zip(ids[0], ids[1]))).to(device)
 
 
 def checked_length(out: list, n: int) -> None:

@@ -5,10 +5,13 @@ dropout 0.1, tied embeddings; batches of 64 pairs of 24 + 24 random tokens; one 
 label-smoothed loss (0.1), backward, clipping at 1.0 and an Adam update. Each implementation runs
 the same steps, interleaved (a, b, c, a, b, c, ...), after a warm-up; the figure is the median.
 
-Model-FLOPs utilisation divides the matrix-multiply FLOPs of one step (counted by PyTorch's FLOP
-counter on attnlab's model: the references compute the same products) by the step time and by the
-GEMM peak measured in the same run: square matrix products timed in turn with the steps, so that
-a change in the machine's speed moves both alike.
+Everything runs on one device (``cpu``, ``cuda:N``): the models, the batch, autocast and the
+synchronised timer. Model-FLOPs utilisation (MFU) divides the matrix-multiply FLOPs of one step
+(counted by PyTorch's FLOP counter on attnlab's model: the references compute the same products)
+by the step time and by the GEMM peak measured on the same device in the same run and precision:
+square matrix products (4096 on CUDA, 1024 on the CPU: large enough to reach the peak, small
+enough to take milliseconds) timed in turn with the steps, so that a change in the machine's speed
+(clocks, heat, neighbours) moves both alike and no datasheet figure is needed.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from torch import nn
 
 from attnlab.analysis.budget import budget_report
 from attnlab.bench.reference import SHAPE, marian, torch_transformer
-from attnlab.bench.timing import interleaved_medians, random_pairs
+from attnlab.bench.device import device_fields
+from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
 from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
 from attnlab.models import EncoderDecoderConfig, build_model
@@ -34,11 +38,15 @@ BATCH, LENGTH, DROPOUT = 64, 24, 0.1
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def gemm(precision: str, n: int = 1024, products: int = 4) -> tuple[Callable[[], None], float]:
-    """A call of ``products`` n x n x n matrix products in ``precision``, and its FLOPs: timed among
-    the training steps, it gives the GEMM peak of the same minutes of machine time."""
-    a = torch.randn(n, n, dtype=DTYPES[precision])
-    b = torch.randn(n, n, dtype=DTYPES[precision])
+GEMM_SIZE = {"cpu": 1024, "cuda": 4096}  # by device type
+
+
+def gemm(precision: str, device: torch.device = CPU, products: int = 4) -> tuple[Callable[[], None], float]:
+    """A call of ``products`` n x n x n matrix products in ``precision`` on ``device`` (n from
+    GEMM_SIZE), and its FLOPs: timed among the training steps, it gives the GEMM peak of the same
+    minutes of machine time."""
+    n = GEMM_SIZE[device.type]
+    a, b = (torch.randn(n, n, device=device, dtype=DTYPES[precision]) for _ in range(2))  # (n, n) each
 
     def call() -> None:
         for _ in range(products):
@@ -47,9 +55,15 @@ def gemm(precision: str, n: int = 1024, products: int = 4) -> tuple[Callable[[],
     return call, 2.0 * n**3 * products
 
 
-def random_batch(seed: int = 0) -> Batch:
-    """The benchmark's batch: sources + EOS, BOS + targets, 24 + 24 tokens."""
-    return random_pairs(BATCH, LENGTH - 1, SHAPE["vocab_size"], torch.Generator().manual_seed(seed))
+def mfu(flops: float, seconds: float, peak: float) -> float:
+    """Model-FLOPs utilisation: the FLOP/s a step achieved (``flops`` in ``seconds``) as a fraction
+    of the ``peak`` FLOP/s."""
+    return flops / seconds / peak
+
+
+def random_batch(seed: int = 0, device: torch.device = CPU) -> Batch:
+    """The benchmark's batch on ``device``: sources + EOS, BOS + targets, 24 + 24 tokens."""
+    return random_pairs(BATCH, LENGTH - 1, SHAPE["vocab_size"], torch.Generator().manual_seed(seed), device)
 
 
 def model_config(dropout: float = DROPOUT) -> EncoderDecoderConfig:
@@ -68,20 +82,21 @@ def train_config(precision: str) -> TrainConfig:
 
 
 def attnlab_step(model: nn.Module, batch: Batch, cfg: TrainConfig) -> Callable[[], None]:
-    """One call = one step of attnlab's own train_step (what `attnlab train` runs) under ``cfg``."""
+    """One call = one step of attnlab's own train_step (what `attnlab train` runs) under ``cfg``, with
+    autocast on the device the batch is on (the model must be there too)."""
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
                                                         cfg.min_lr, 1))
-    amp = autocast(cfg.precision, torch.device("cpu"))
+    amp = autocast(cfg.precision, batch.tgt_in.device)
     return lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp)
 
 
 def reference_step(model: nn.Module, batch: Batch, precision: str) -> Callable[[], None]:
-    """The same step for a reference model: autocast, F.cross_entropy with label smoothing in fp32,
-    clipping, Adam."""
+    """The same step for a reference model: autocast on the batch's device, F.cross_entropy with
+    label smoothing in fp32, clipping, Adam."""
     cfg = train_config(precision)
     optimizer = make_optimizer(model, cfg)
-    amp = autocast(precision, torch.device("cpu"))
+    amp = autocast(precision, batch.tgt_in.device)
 
     def step() -> None:
         model.train()
@@ -98,32 +113,39 @@ def reference_step(model: nn.Module, batch: Batch, precision: str) -> Callable[[
 
 
 def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 10, with_hf: bool = True,
-                seed: int = 0) -> Iterator[dict]:
+                seed: int = 0, device: torch.device = CPU) -> Iterator[dict]:
+    """Per precision: the GEMM peak, attnlab's tokens/s against each reference (with both MFUs),
+    and attnlab's MFU; every record names the device."""
     torch.manual_seed(seed)
-    batch = random_batch(seed)
+    batch = random_batch(seed, device)
     tokens = batch.n_tokens
     flops = budget_report(model_config(), LENGTH, BATCH)["flops"]["forward_backward"]
+    where = device_fields(device)
     for precision in precisions:
         models = {"attnlab": attnlab_model(), "torch.nn.Transformer": torch_transformer(DROPOUT)}
         hf = marian(DROPOUT) if with_hf else None
         if hf is not None:
             models["transformers.MarianMTModel"] = hf
+        models = {name: model.to(device) for name, model in models.items()}
         steps = {name: attnlab_step(model, batch, train_config(precision)) if name == "attnlab"
                  else reference_step(model, batch, precision) for name, model in models.items()}
-        steps["gemm"], gemm_flops = gemm(precision)
-        seconds = interleaved_medians(steps, repeats)
+        steps["gemm"], gemm_flops = gemm(precision, device)
+        seconds = interleaved_medians(steps, repeats, device=device)
         peak = gemm_flops / seconds.pop("gemm")
-        yield {"name": f"gemm_peak_{precision}", "value": round(peak / 1e9, 1), "unit": "GFLOP/s"}
+        yield {"name": f"gemm_peak_{precision}", "value": round(peak / 1e9, 1), "unit": "GFLOP/s",
+               "gemm_size": GEMM_SIZE[device.type]} | where
         ours = tokens / seconds["attnlab"]
+        ours_mfu = round(mfu(flops, seconds["attnlab"], peak), 4)
         name = f"train_{precision}"
         for reference in models:
             if reference != "attnlab":
                 theirs = tokens / seconds[reference]
                 yield {"name": name, "value": round(ours, 1), "unit": "tokens/s", "reference": reference,
-                       "reference_value": round(theirs, 1), "ratio": round(ours / theirs, 3),
-                       "reference_mfu": round(flops / seconds[reference] / peak, 3)}
-        yield {"name": f"{name}_mfu", "value": round(flops / seconds["attnlab"] / peak, 3),
-               "unit": f"fraction of the {precision} GEMM peak", "flops_per_step": flops, "tokens_per_step": tokens}
+                       "reference_value": round(theirs, 1), "ratio": round(ours / theirs, 3), "mfu": ours_mfu,
+                       "reference_mfu": round(mfu(flops, seconds[reference], peak), 4)} | where
+        yield {"name": f"{name}_mfu", "value": ours_mfu, "unit": f"fraction of the {precision} GEMM peak",
+               "achieved_gflops": round(flops / seconds["attnlab"] / 1e9, 1), "peak_gflops": round(peak / 1e9, 1),
+               "flops_per_step": flops, "tokens_per_step": tokens} | where
         if hf is None and with_hf:
             yield {"name": name, "reference": "transformers.MarianMTModel",
-                   "skipped": "transformers is not installed (pip install 'attnlab[bench]')"}
+                   "skipped": "transformers is not installed (pip install 'attnlab[bench]')"} | where

@@ -1,30 +1,52 @@
-"""`attnlab bench train | decode | lm | models | attention`: timings as ratios against a reference."""
+"""`attnlab bench train | decode | lm | encoder | models | attention`: timings as ratios against a
+reference, on ``--device`` (auto | cpu | cuda | cuda:N; every suite, every reference on the same one)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from attnlab.cli.common import Parser, check_new_file, emit
+from attnlab.cli.common import Parser, add_device_option, check_new_file, device_of, emit
 from attnlab.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def emit_comparison(r: dict, as_json: bool) -> None:
-    """One benchmark figure: value and unit, and the reference's figure and the ratio if any."""
+    """One benchmark figure: value and unit, the reference's figure and the ratio if any, and the
+    two model-FLOPs utilisations if measured."""
     if "skipped" in r:
         line = f"{r['name']:<26} vs {r['reference']}: skipped ({r['skipped']})"
+    elif "peak_gflops" in r:  # an MFU: a fraction, shown as a percentage with what it divides
+        line = (f"{r['name']:<26}{r['value']:>12.1%} of the GEMM peak   {r['achieved_gflops']:,.1f} of "
+                f"{r['peak_gflops']:,.1f} GFLOP/s")
     else:
         line = f"{r['name']:<26}{r['value']:>12,.1f} {r['unit']}"
         if "ratio" in r:
             line += f"   {r['reference']}: {r['reference_value']:,.1f}   ratio x{r['ratio']:.2f}"
         elif "skipped_reference" in r:
             line += f"   {r['reference']}: skipped ({r['skipped_reference']})"
+        if "mfu" in r:
+            line += f"   MFU {r['mfu']:.1%} vs {r['reference_mfu']:.1%}"
     emit(r, as_json, line)
 
 
-def cmd_bench_train(args: argparse.Namespace) -> None:
+def resolved_device(args: argparse.Namespace) -> torch.device:
+    """``--device`` on this machine, made the current CUDA device and named on stderr, so that a log
+    of figures says where they were taken; a device that is not here is refused in one line naming
+    --device (a ConfigError: exit code 3)."""
+    from attnlab.bench.device import device_name
+    from attnlab.train.device import use_device
+
+    device = use_device(device_of(args))
+    print(f"device: {device} ({device_name(device)})", file=sys.stderr)
+    return device
+
+
+def cmd_bench_train(args: argparse.Namespace, device: torch.device) -> None:
     from attnlab.bench.train import bench_train
 
     if args.repeats < 1:
@@ -32,33 +54,33 @@ def cmd_bench_train(args: argparse.Namespace) -> None:
     print(f"training step (forward, loss, backward, clip, Adam): d_model 256, 3+3 layers, 4 heads, d_ff 1024, "
           f"vocabulary 8000, dropout 0.1, 64 pairs of 24 + 24 tokens; interleaved, median of {args.repeats}",
           file=sys.stderr)
-    for r in bench_train(tuple(args.precision), args.repeats, not args.no_hf):
+    for r in bench_train(tuple(args.precision), args.repeats, not args.no_hf, device=device):
         emit_comparison(r, args.json)
 
 
-def cmd_bench_decode(args: argparse.Namespace) -> None:
+def cmd_bench_decode(args: argparse.Namespace, device: torch.device) -> None:
     from attnlab.bench.decode import bench_decode
 
     if min(args.repeats, args.batch, args.new_tokens) < 1 or args.new_tokens > 500:
         raise UsageError("--repeats and --batch must be at least 1, --new-tokens between 1 and 500")
     print(f"decoding {args.batch} sources of 24 tokens, exactly {args.new_tokens} new tokens each, d_model 256, "
           f"3+3 layers, vocabulary 8000; interleaved, median of {args.repeats}", file=sys.stderr)
-    for r in bench_decode(args.batch, args.new_tokens, repeats=args.repeats, with_hf=not args.no_hf):
+    for r in bench_decode(args.batch, args.new_tokens, repeats=args.repeats, with_hf=not args.no_hf, device=device):
         emit_comparison(r, args.json)
 
 
-def cmd_bench_lm(args: argparse.Namespace) -> None:
+def cmd_bench_lm(args: argparse.Namespace, device: torch.device) -> None:
     from attnlab.bench.lm import bench_lm
 
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
     print("character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with the cache",
           file=sys.stderr)
-    for r in bench_lm(args.repeats):
+    for r in bench_lm(args.repeats, device=device):
         emit_comparison(r, args.json)
 
 
-def cmd_bench_models(args: argparse.Namespace) -> None:
+def cmd_bench_models(args: argparse.Namespace, device: torch.device) -> None:
     from attnlab.bench.models import MODELS, REFERENCE, bench_models
 
     if min(args.repeats, args.batch_tokens, args.decode_batch, *args.lengths) < 1:
@@ -70,13 +92,13 @@ def cmd_bench_models(args: argparse.Namespace) -> None:
           f"cache, {args.decode_batch} sources of T tokens, T new tokens; {args.precision}; median of "
           f"{args.repeats}; vocabulary 8000, random tokens", file=sys.stderr)
     for r in bench_models(tuple(args.lengths), tuple(args.models), args.batch_tokens, args.decode_batch,
-                          args.precision, args.repeats):
+                          args.precision, args.repeats, device=device):
         ratio = f"   x{r['ratio']:.2f} vs {REFERENCE}" if "ratio" in r else ""
         emit(r, args.json, f"{r['name']:<7}{r['model']:<19} T={r['seq_len']:<5} batch {r['batch']:<4}"
                             f"{r['value']:>10.1f} tokens/s{ratio}")
 
 
-def cmd_bench_encoder(args: argparse.Namespace) -> None:
+def cmd_bench_encoder(args: argparse.Namespace, device: torch.device) -> None:
     from attnlab.bench.encoder import bench_encoder
 
     if min(args.repeats, args.batch, args.seq_len) < 1 or args.seq_len > 512:
@@ -84,12 +106,13 @@ def cmd_bench_encoder(args: argparse.Namespace) -> None:
     print(f"encoder forward (no gradients): all-MiniLM-L6-v2's shape (d 384, 6 layers, 12 heads), random weights "
           f"shared with transformers' BertModel, {args.batch} x {args.seq_len} tokens; interleaved, median of "
           f"{args.repeats}", file=sys.stderr)
-    for r in bench_encoder(args.batch, args.seq_len, tuple(args.precision), tuple(args.backends), args.repeats):
+    for r in bench_encoder(args.batch, args.seq_len, tuple(args.precision), tuple(args.backends), args.repeats,
+                           device=device):
         emit_comparison(r, args.json)
 
 
-def cmd_bench_attention(args: argparse.Namespace) -> None:
-    from attnlab.bench.attention import GiB, backends, bench_attention, plot_attention
+def cmd_bench_attention(args: argparse.Namespace, device: torch.device) -> None:
+    from attnlab.bench.attention import PEAK_MEMORY, GiB, backends, bench_attention, plot_attention
 
     known = backends(args.head_dim)
     unknown = sorted(set(args.backends) - set(known))
@@ -97,15 +120,17 @@ def cmd_bench_attention(args: argparse.Namespace) -> None:
         raise UsageError(f"unknown backend {unknown[0]!r}; choose from {', '.join(known)}")
     if min(args.batch, args.heads, args.head_dim, args.repeats, *args.lengths) < 1:
         raise UsageError("--lengths, --batch, --heads, --head-dim and --repeats must be at least 1")
-    if not Path("/proc/self/clear_refs").exists():
-        raise UsageError("bench attention measures peak memory through Linux's /proc/self/clear_refs")
+    if device.type == "cpu" and not Path("/proc/self/clear_refs").exists():
+        raise UsageError("bench attention measures the CPU's peak memory through Linux's /proc/self/clear_refs")
     check_new_file(args.plot, args.force, "--plot")
     print(f"attention backends, batch {args.batch}, {args.heads} heads of {args.head_dim}, float32, "
-          f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the inputs",
+          f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the inputs "
+          f"({PEAK_MEMORY[device.type]})",
           file=sys.stderr)
     records = []
     for r in bench_attention(tuple(args.lengths), tuple(args.backends), args.batch, args.heads, args.head_dim,
-                             not args.no_causal, args.repeats, args.memory_budget_gib * GiB, args.time_limit):
+                             not args.no_causal, args.repeats, args.memory_budget_gib * GiB, args.time_limit,
+                             device=device):
         records.append(r)
         what = (f"skipped: {r['skipped']}" if "skipped" in r
                 else f"{r['seconds']:>10.4f} s  {r['peak_bytes'] / 2**20:>10.1f} MiB")
@@ -121,14 +146,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench_sub = bench.add_subparsers(dest="suite", required=True, parser_class=Parser)
 
     def suite(name: str, help: str, func: Callable, repeats: int, hf: bool = False) -> argparse.ArgumentParser:
-        """A benchmark command with the options they all share."""
+        """A benchmark command with the options they all share; ``func(args, device)`` runs it on the
+        resolved --device."""
         parser = bench_sub.add_parser(name, help=help)
         parser.add_argument("--repeats", type=int, default=repeats,
                             help=f"timed repetitions of each measurement; the median is reported (default {repeats})")
         parser.add_argument("--json", action="store_true", help="one JSON object per measurement")
+        add_device_option(parser)  # every model of the suite, the references too
         if hf:
             parser.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
-        parser.set_defaults(func=func)
+        parser.set_defaults(func=lambda args: func(args, resolved_device(args)))
         return parser
 
     train = suite("train", "training tokens/s against torch.nn.Transformer and Marian", cmd_bench_train, 10, hf=True)
