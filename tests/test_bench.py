@@ -249,6 +249,21 @@ def test_mfu_and_the_gemm_flops():
     call()
 
 
+def test_train_lines_show_both_mfus_as_percentages(capsys):
+    from attnlab.cli.bench import emit_comparison
+
+    train = {"name": "train_fp32", "value": 3048.8, "unit": "tokens/s", "reference": "torch.nn.Transformer",
+             "reference_value": 2856.8, "ratio": 1.067, "mfu": 0.779, "reference_mfu": 0.71}
+    mfu = {"name": "train_fp32_mfu", "value": 0.779, "unit": "fraction of the fp32 GEMM peak",
+           "achieved_gflops": 148.2, "peak_gflops": 190.3}
+    for record in (train, mfu, mfu | {"value": 1.364}):
+        emit_comparison(record, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("torch.nn.Transformer: 2,856.8   ratio x1.07   MFU 77.9% vs 71.0%")
+    assert lines[1].split()[1:] == ["77.9%", "of", "the", "GEMM", "peak", "148.2", "of", "190.3", "GFLOP/s"]
+    assert "136.4% of the GEMM peak" in lines[2] and "did not reach its peak" in lines[2]
+
+
 def test_records_name_the_device(tmp_path, monkeypatch):
     from attnlab.bench.device import cpu_model, device_fields
 

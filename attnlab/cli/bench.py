@@ -23,6 +23,8 @@ def emit_comparison(r: dict, as_json: bool) -> None:
     elif "peak_gflops" in r:  # an MFU: a fraction, shown as a percentage with what it divides
         line = (f"{r['name']:<26}{r['value']:>12.1%} of the GEMM peak   {r['achieved_gflops']:,.1f} of "
                 f"{r['peak_gflops']:,.1f} GFLOP/s")
+        if r["value"] > 1:  # seen on a CPU shared with another busy process: its GEMMs suffered more
+            line += "   (over 100%: the GEMM did not reach its peak in this run; is the machine busy?)"
     else:
         line = f"{r['name']:<26}{r['value']:>12,.1f} {r['unit']}"
         if "ratio" in r:
