@@ -2,7 +2,11 @@
 
 Self-attention appends one step's keys/values at a time; cross-attention stores the projected
 source once per sentence. ``reorder`` follows beam search: row i of the new cache is row
-``index[i]`` of the old one."""
+``index[i]`` of the old one.
+
+Two kinds, with one interface: :class:`DecoderCache` grows as the decode goes (the default), and
+:class:`StaticDecoderCache` is preallocated to a fixed number of positions, so that every step
+has the same tensor shapes and addresses: the precondition for recording a step as a CUDA graph."""
 
 from __future__ import annotations
 
@@ -38,8 +42,9 @@ class KVCache:
             return self.state.length
         return self._length
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add (B, H, t, Dh) new keys/values after the cached ones; return all of them."""
+    def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Add (B, H, t, Dh) new keys/values at (t,) ``positions``; return all of them. The cache
+        holds positions 0 .. len - 1, so the new ones, which follow, go at its end."""
         end = self._length + k.shape[2]
         if self._k is None or end > self._k.shape[2]:
             capacity = max(end, 2 * (0 if self._k is None else self._k.shape[2]), 16)
@@ -97,10 +102,22 @@ class DecoderCache:
         """Number of target positions already decoded."""
         return 0 if self.valid is None else self.valid.shape[1]
 
+    @property
+    def offset(self) -> int | Tensor:
+        """Where the next steps start: the models' embeddings number the new positions from here."""
+        return self.length
+
     def extend(self, valid: Tensor) -> Tensor:
         """Record (B, t) validity of the new positions; return (B, T) validity of all of them."""
         self.valid = valid if self.valid is None else torch.cat([self.valid, valid], dim=1)
         return self.valid
+
+    def source_valid(self, memory_valid: Tensor) -> Tensor:
+        """Keep the first step's (B, S) source mask with the cross-attention keys it belongs to (and
+        reordered with them); return the kept one."""
+        if self.memory_valid is None:
+            self.memory_valid = memory_valid
+        return self.memory_valid
 
     def reorder(self, index: Tensor, targets_only: bool = False) -> None:
         """Keep row ``index[i]`` of every cached tensor as row i (beam search). ``targets_only``:
@@ -108,10 +125,94 @@ class DecoderCache:
         keys/values and the source mask need no copy."""
         for kv in self.self_attn:
             kv.reorder(index)
-        if self.valid is not None:
-            self.valid = self.valid.index_select(0, index)
+        self.valid = self._select(self.valid, index)
         if not targets_only:
             for kv in self.cross_attn:
                 kv.reorder(index)
-            if self.memory_valid is not None:
-                self.memory_valid = self.memory_valid.index_select(0, index)
+            self.memory_valid = self._select(self.memory_valid, index)
+
+    @staticmethod
+    def _select(rows: Tensor | None, index: Tensor) -> Tensor | None:
+        return None if rows is None else rows.index_select(0, index)
+
+
+class StaticKVCache:
+    """The keys and values of one attention module in buffers allocated once, at the first write.
+
+    Self-attention: (B, H, capacity, Dh) buffers; each step writes its keys at its positions in
+    place (an index_copy_ by a position tensor, not a slice by a Python int that changes every
+    step) and attends over the whole capacity, the positions not yet written hidden by the causal
+    mask. They hold zeros until written: a masked weight is 0, and 0 * NaN of uninitialised memory
+    would not be. Cross-attention: the projected source, stored once. ``reorder`` copies into the
+    same buffers. So every step reads and writes the same tensors at the same addresses."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.k: Tensor | None = None  # (B, H, capacity, Dh), or (B, H, S, Dh) for cross-attention
+        self.v: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Write (B, H, t, Dh) keys/values at (t,) ``positions``; return the whole buffers."""
+        if self.k is None:
+            self.k = k.new_zeros(*k.shape[:2], self.capacity, k.shape[3])
+            self.v = v.new_zeros(*v.shape[:2], self.capacity, v.shape[3])
+        self.k.index_copy_(2, positions, k)
+        self.v.index_copy_(2, positions, v)
+        return self.k, self.v
+
+    def store(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Keep keys/values that do not change between steps (cross-attention over the source)."""
+        self.k, self.v = k.contiguous(), v.contiguous()
+        return self.k, self.v
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep row ``index[i]`` as row i, in place (``index`` has one entry per row)."""
+        self.k, self.v = _select_in_place(self.k, index), _select_in_place(self.v, index)
+
+
+def _select_in_place(rows: Tensor | None, index: Tensor) -> Tensor | None:
+    """rows[i] = rows[index[i]] for every row, into the same memory."""
+    return None if rows is None else rows.copy_(rows.index_select(0, index))
+
+
+class StaticDecoderCache(DecoderCache):
+    """A DecoderCache of fixed shapes: room for ``capacity`` target positions (the most a decode
+    will feed, known up front from its length limits), a (B, capacity) validity buffer, and the
+    number of positions filled as a (1,) tensor on the device, advanced in place. No step changes a
+    Python attribute or a tensor's address, so a recorded CUDA graph of a step replays correctly."""
+
+    def __init__(self, n_layers: int, capacity: int, device: torch.device | str) -> None:
+        self.self_attn = [StaticKVCache(capacity) for _ in range(n_layers)]
+        self.cross_attn = [StaticKVCache(capacity) for _ in range(n_layers)]  # capacity unused: stored whole
+        self.capacity = capacity
+        self.filled = torch.zeros(1, dtype=torch.long, device=device)  # (1,) positions written so far
+        self.valid: Tensor | None = None  # (B, capacity) True for real target tokens
+        self.memory_valid: Tensor | None = None  # (B, S) True for real source tokens
+
+    @property
+    def length(self) -> int:
+        raise TypeError("a static cache keeps its length on the device (.filled); reading it would wait for the device")
+
+    @property
+    def offset(self) -> Tensor:
+        return self.filled
+
+    def extend(self, valid: Tensor) -> Tensor:
+        """Write (B, t) validity at the next t positions and advance; return the (B, capacity) buffer."""
+        if self.valid is None:
+            self.valid = valid.new_zeros(valid.shape[0], self.capacity)
+        positions = self.filled + torch.arange(valid.shape[1], device=valid.device)  # (t,)
+        self.valid.index_copy_(1, positions, valid)
+        self.filled += valid.shape[1]
+        return self.valid
+
+    def source_valid(self, memory_valid: Tensor) -> Tensor:
+        """A copy of the first step's source mask, so that reordering it in place touches nothing else."""
+        if self.memory_valid is None:
+            self.memory_valid = memory_valid.clone()
+        return self.memory_valid
+
+    @staticmethod
+    def _select(rows: Tensor | None, index: Tensor) -> Tensor | None:
+        """In place: ``index`` has one entry per row, since the batch of a static cache never shrinks."""
+        return _select_in_place(rows, index)

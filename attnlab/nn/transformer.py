@@ -6,6 +6,8 @@ EncoderOnly     BERT-style:                      masked-LM logits, or class logi
 
 Models take token ids and find padding from ``pad_id``. Decoders accept a :class:`DecoderCache`;
 with one, pass only the new target steps and get their logits (incremental decoding).
+``new_cache(capacity)`` makes a :class:`StaticDecoderCache` of that many positions instead, for
+steps of fixed shapes (CUDA graphs).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from attnlab.errors import DataError
-from attnlab.nn.cache import DecoderCache
+from attnlab.nn.cache import DecoderCache, StaticDecoderCache
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import DecoderLayer, EncoderLayer
 from attnlab.nn.masks import AttentionMask
@@ -56,14 +58,21 @@ class Embeddings(nn.Module):
         self.norm = norm if norm is not None else nn.Identity()
         self.dropout = Dropout(dropout)
 
-    def positions(self, offset: int, length: int, device: torch.device) -> Tensor:
+    def positions(self, offset: int | Tensor, length: int, device: torch.device) -> Tensor:
         """(length,) positions offset, offset + 1, ...: where the next tokens sit in their sequence.
         Checked here, in Python, against what the positional scheme can encode (a learned table's
-        max_len), so that the forward needs no host sync and compiles as one graph."""
-        limit = self.positional.max_positions
-        if limit is not None and offset + length > limit:
-            raise DataError(f"position {offset + length - 1} is beyond max_len ({limit}) of the learned positional table")
+        max_len), so that the forward needs no host sync and compiles as one graph. A (1,) tensor
+        ``offset`` is a static cache's count on the device: its capacity was checked instead."""
+        if isinstance(offset, Tensor):
+            return offset + torch.arange(length, device=device)
+        self.check_positions(offset + length)
         return torch.arange(offset, offset + length, device=device)
+
+    def check_positions(self, n: int) -> None:
+        """Refuse positions 0 .. n - 1 if the positional scheme cannot encode them all."""
+        limit = self.positional.max_positions
+        if limit is not None and n > limit:
+            raise DataError(f"position {n - 1} is beyond max_len ({limit}) of the learned positional table")
 
     def forward(self, ids: Tensor, positions: Tensor, segments: Tensor | None = None) -> Tensor:
         """(B, T) ids at (T,) positions, (B, T) segment ids or None -> (B, T, d_model)."""
@@ -99,11 +108,9 @@ class Decoder(LayerStack):
         memory_valid (B, S). With a cache, y holds only the steps after the cached ones, and the
         source mask of the first step is kept with the cached source keys (and reordered with them)."""
         if cache is not None:
-            valid = cache.extend(valid)  # (B, Tk): cached steps and these
+            valid = cache.extend(valid)  # (B, Tk): cached steps and these (a static cache: all its capacity)
             if memory is not None:
-                if cache.memory_valid is None:
-                    cache.memory_valid = memory_valid
-                memory_valid = cache.memory_valid
+                memory_valid = cache.source_valid(memory_valid)
         k_positions = torch.arange(valid.shape[1], device=y.device)
         self_mask = AttentionMask(key_valid=valid, causal=True)  # over (B, Tk) cached and new steps
         memory_mask = AttentionMask(key_valid=memory_valid) if memory is not None else None
@@ -114,8 +121,11 @@ class Decoder(LayerStack):
                                cache.cross_attn[i] if cache is not None else None, memory_positions)
         return self.norm(y)
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache(len(self.layers))
+    def new_cache(self, capacity: int | None = None) -> DecoderCache:
+        """A growable cache, or with ``capacity`` a static one of that many positions."""
+        if capacity is None:
+            return DecoderCache(len(self.layers))
+        return StaticDecoderCache(len(self.layers), capacity, next(self.parameters()).device)
 
 
 class Seq2Seq(nn.Module):
@@ -149,13 +159,16 @@ class EncoderDecoder(Seq2Seq):
                last_only: bool = False) -> Tensor:
         """(B, T) target ids (the new steps only, with a cache) -> (B, T, V) logits, or with
         ``last_only`` (decoding) (B, 1, V): the vocabulary projection of the last position alone."""
-        positions = self.tgt_embed.positions(cache.length if cache is not None else 0, tgt_in.shape[1], tgt_in.device)
+        positions = self.tgt_embed.positions(cache.offset if cache is not None else 0, tgt_in.shape[1], tgt_in.device)
         y = self.decoder(self.tgt_embed(tgt_in, positions), tgt_in != self.pad_id, positions,
                          memory, src_valid, cache)
         return self.generator(y[:, -1:] if last_only else y)
 
-    def new_cache(self) -> DecoderCache:
-        return self.decoder.new_cache()
+    def new_cache(self, capacity: int | None = None) -> DecoderCache:
+        """A growable cache, or a static one of ``capacity`` target positions (within max_len)."""
+        if capacity is not None:
+            self.tgt_embed.check_positions(capacity)
+        return self.decoder.new_cache(capacity)
 
 
 class DecoderLM(nn.Module):
@@ -168,12 +181,15 @@ class DecoderLM(nn.Module):
 
     def forward(self, ids: Tensor, cache: DecoderCache | None = None, last_only: bool = False) -> Tensor:
         """(B, T) ids (the new steps only, with a cache) -> (B, T, V) logits (``last_only``: (B, 1, V))."""
-        positions = self.embed.positions(cache.length if cache is not None else 0, ids.shape[1], ids.device)
+        positions = self.embed.positions(cache.offset if cache is not None else 0, ids.shape[1], ids.device)
         y = self.decoder(self.embed(ids, positions), ids != self.pad_id, positions, cache=cache)
         return self.generator(y[:, -1:] if last_only else y)
 
-    def new_cache(self) -> DecoderCache:
-        return self.decoder.new_cache()
+    def new_cache(self, capacity: int | None = None) -> DecoderCache:
+        """A growable cache, or a static one of ``capacity`` positions (within max_len)."""
+        if capacity is not None:
+            self.embed.check_positions(capacity)
+        return self.decoder.new_cache(capacity)
 
 
 class MaskedLMHead(nn.Module):

@@ -17,6 +17,7 @@ class AutoBackend(AttentionBackend):
     since it is ``math`` wherever ``sdpa`` cannot serve."""
 
     name = "auto"
+    captures = True  # both choices capture, and the choice reads no tensor
 
     def __init__(self) -> None:
         self.fused, self.reference = SDPABackend(), AttentionBackend()

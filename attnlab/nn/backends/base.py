@@ -4,7 +4,8 @@ Every backend takes queries (B, H, Tq, D), keys and values (B, H, Tk, D), an :cl
 (padding and causality as structure, so that no backend has to build a (Tq, Tk) matrix), the
 queries' and keys' positions (Tq,), (Tk,), the attention-dropout probability and an optional
 ``bias(q, q_pos, k_pos)`` of additive scores (relative / ALiBi positions). With a self-attention
-cache, the backend decides what the cache keeps: all keys and values, or linear attention's state.
+cache, the backend decides what the cache keeps: all keys and values (in a growable or a static
+cache, nn/cache.py), or linear attention's state.
 """
 
 from __future__ import annotations
@@ -79,10 +80,15 @@ class AttentionBackend:
     fields: tuple[str, ...] = ()  # the model-config fields it alone reads (attention_block is shared)
     cross_attention: str | None = None  # the backend cross-attention takes instead (None: this one)
     devices = ("cpu", "cuda")
+    static_cache = True  # decodes over a StaticKVCache: keys of a fixed capacity, the unwritten ones masked
+    # computes without reading tensors on the host (no int(), .tolist(), data-dependent branch), so a
+    # decoding step can be recorded as a CUDA graph. Not inherited: each backend vouches for its own code.
+    captures = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         """A subclass that names itself registers itself: a new backend is one new file here."""
         super().__init_subclass__(**kwargs)
+        cls.captures = cls.__dict__.get("captures", False)
         if "name" in cls.__dict__:
             if cls.name in BACKENDS:
                 raise ValueError(f"attention backend '{cls.name}' is defined twice ({BACKENDS[cls.name]}, {cls})")
@@ -107,8 +113,10 @@ class AttentionBackend:
 
     def compute_cached(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
                        dropout_p: float, bias: BiasFn | None, cache: KVCache) -> tuple[Tensor, Tensor | None]:
-        """Self-attention of new steps after cached ones: by default, over all keys and values so far."""
-        k, v = cache.append(k, v)
+        """Self-attention of new steps after cached ones: by default, over all keys and values so far
+        (with a static cache, over its whole capacity; the positions not yet written are in the
+        queries' future, so the causal mask hides them)."""
+        k, v = cache.append(k, v, q_pos)
         return self.compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias)
 
     def compute(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,

@@ -65,6 +65,7 @@ class LinearBackend(AttentionBackend):
     exact = False  # a different model of attention (its own kernel formula)
     score_bias = False  # it never forms scores
     attention_dropout = False  # nor probabilities to drop
+    static_cache = False  # its cache holds the running sums S, z, not keys at positions
     fields = ("linear_features", "linear_n_features")
 
     def __init__(self, feature_map: FeatureMap, chunk: int = 128) -> None:

@@ -17,6 +17,7 @@ class SDPABackend(AttentionBackend):
 
     name = "sdpa"
     returns_weights = False
+    captures = True
 
     @staticmethod
     def takes_no_mask_matrix(mask: AttentionMask, q: Tensor, k: Tensor) -> bool:
