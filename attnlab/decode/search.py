@@ -3,7 +3,9 @@
 A :class:`DecodingSession` hides the model kind (encoder-decoder or decoder-only) and whether the
 KV cache is used: ``step(tokens)`` feeds the newest tokens of every row and returns the next-token
 log-probabilities, ``reorder(index)`` follows beam search. With ``use_cache=False`` every step
-recomputes the whole prefix: the same numbers, for checks and teaching.
+recomputes the whole prefix: the same numbers, for checks and teaching. ``kv_cache`` picks the
+cache (KV_CACHES): growable, static (preallocated for the decode's length limit), or static with
+the one-token step replayed from a CUDA graph (decode/captured.py); the numbers are the same.
 
 - :func:`greedy`: the argmax at every step;
 - :func:`beam_search`: batch x beam rows in one tensor, GNMT length penalty, n-best lists;
@@ -22,19 +24,32 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
+from attnlab.decode.captured import CapturedStep
+from attnlab.nn.attention import attention_modules
+
+KV_CACHES = {
+    "auto": "'graph' on a CUDA device where the model's attention allows it, else 'dynamic'",
+    "dynamic": "a cache that grows as the decode goes",
+    "static": "a cache preallocated for the decode's longest output: every step has the same shapes",
+    "graph": "'static', with the one-token step recorded as a CUDA graph and replayed (CUDA only)",
+}
 
 
 class DecodingSession:
     """The state of decoding one batch: source memory and the cache, or the prefix so far.
     Works with any model that has the EncoderDecoder interface (encode, decode, new_cache) or the
-    DecoderLM one (``model(ids, cache=...)``, new_cache)."""
+    DecoderLM one (``model(ids, cache=...)``, new_cache).
+
+    A static cache (``kv_cache`` 'static' or 'graph') is allocated by :meth:`reserve`, for the
+    positions the search will feed, and keeps all N rows to the end, since its shapes are fixed:
+    rows that leave the search (finished sentences of a beam search) stay in it, fed PAD, unread."""
 
     def __init__(self, model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None,
-                 use_cache: bool = True) -> None:
+                 use_cache: bool = True, kv_cache: str = "auto") -> None:
         """EncoderDecoder: ``src`` (N, S) ids, decoding starts from BOS. DecoderLM: ``prompt``
-        (N, P) ids (not padded), decoding continues it."""
-        self.model, self.use_cache = model, use_cache
-        self.cache = model.new_cache() if use_cache else None
+        (N, P) ids (not padded), decoding continues it. ``kv_cache``: one of KV_CACHES (unused
+        without ``use_cache``)."""
+        self.model = model
         self.seq2seq = hasattr(model, "encode")  # EncoderDecoder, or anything with its interface
         if self.seq2seq:
             self.memory, self.src_valid = model.encode(src)
@@ -42,7 +57,24 @@ class DecodingSession:
         else:
             self.memory = self.src_valid = None
             self.start = prompt
+        self.kv_cache = cache_kind(kv_cache, model, self.start.device) if use_cache else None
+        self.static = self.kv_cache in ("static", "graph")
+        self.cache = model.new_cache() if self.kv_cache == "dynamic" else None  # a static one: reserve()
+        self.logits = self._logits  # (N, t) tokens -> (N, 1, V); a CapturedStep of it with 'graph'
         self.prefix = self.start[:, :0]  # tokens fed so far, kept only without a cache
+
+    @property
+    def use_cache(self) -> bool:
+        return self.kv_cache is not None
+
+    def reserve(self, new_tokens: int) -> None:
+        """Room for the start and ``new_tokens`` tokens fed after it: a static cache is allocated
+        for exactly that many positions (a growable one needs no notice). Negative: a session that
+        will not be stepped (a prompt longer than the positions; sampling slides at once)."""
+        if self.static:
+            self.cache = self.model.new_cache(capacity=max(0, self.start.shape[1] + new_tokens))
+        if self.kv_cache == "graph":
+            self.logits = CapturedStep(self._logits)
 
     @property
     def max_positions(self) -> int | None:
@@ -50,28 +82,74 @@ class DecodingSession:
         return None if embed is None else embed.positional.max_positions
 
     def step(self, tokens: Tensor) -> Tensor:
-        """Feed (N, t) new tokens; return (N, V) log-probabilities of the token after them, with
+        """Feed (n, t) new tokens; return (n, V) log-probabilities of the token after them, with
         PAD and BOS ruled out (never an output)."""
+        n = tokens.shape[0]
+        if self.static:
+            if self.cache is None:
+                raise RuntimeError("a static cache is allocated by reserve(), before the first step")
+            tokens = _with_rows(tokens, self.start.shape[0], PAD)  # rows that left: fed PAD
         if not self.use_cache:
             self.prefix = torch.cat([self.prefix, tokens], dim=1)
             tokens = self.prefix
-        if self.seq2seq:
-            logits = self.model.decode(tokens, self.memory, self.src_valid, self.cache, last_only=True)
-        else:
-            logits = self.model(tokens, cache=self.cache, last_only=True)
-        logprobs = logits[:, -1].float().log_softmax(dim=-1)  # only the last position was projected
+        logits = self.logits(tokens)
+        logprobs = logits[:n, -1].float().log_softmax(dim=-1)  # only the last position was projected
         logprobs[:, [PAD, BOS]] = -torch.inf
         return logprobs
+
+    def _logits(self, tokens: Tensor) -> Tensor:
+        """(N, t) new tokens (with a cache; else the whole prefix) -> (N, 1, V) logits of the next."""
+        if self.seq2seq:
+            return self.model.decode(tokens, self.memory, self.src_valid, self.cache, last_only=True)
+        return self.model(tokens, cache=self.cache, last_only=True)
 
     def reorder(self, index: Tensor, same_sources: bool = False) -> None:
         """Keep row ``index[i]`` as row i. ``same_sources``: every row keeps a row of the same source
         (beams of one sentence), so the source memory and its cached keys stay as they are."""
+        if self.static:
+            index = _with_rows(index, self.start.shape[0], 0)  # rows that left: any row, never read
         if self.cache is not None:
             self.cache.reorder(index, targets_only=same_sources)
         self.prefix = self.prefix.index_select(0, index)
         if self.memory is not None and not same_sources:
             self.memory = self.memory.index_select(0, index)
             self.src_valid = self.src_valid.index_select(0, index)
+
+
+def _with_rows(x: Tensor, rows: int, fill: int) -> Tensor:
+    """(n, ...) -> (rows, ...): x, then rows of ``fill``."""
+    return torch.cat([x, x.new_full((rows - x.shape[0], *x.shape[1:]), fill)])
+
+
+def cache_kind(kv_cache: str, model: nn.Module, device: torch.device) -> str:
+    """The KV_CACHES entry to decode ``model`` with on ``device``, 'auto' resolved; refuses a
+    static cache (or a graph) that the model cannot use, saying why."""
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"kv_cache must be one of {', '.join(KV_CACHES)} (got {kv_cache!r})")
+    if kv_cache == "auto":
+        return "dynamic" if static_refusal(model, "graph", device) else "graph"
+    refusal = static_refusal(model, kv_cache, device) if kv_cache != "dynamic" else None
+    if refusal:
+        raise ValueError(refusal)
+    return kv_cache
+
+
+def static_refusal(model: nn.Module, kv_cache: str, device: torch.device) -> str | None:
+    """Why ``model`` cannot decode on ``device`` with a 'static' cache (or 'graph': one whose step
+    is recorded as a CUDA graph); None when it can. The attention backends declare what they can."""
+    if kv_cache == "graph" and device.type != "cuda":
+        return f"kv_cache 'graph' records CUDA graphs, and this decode runs on '{device.type}'; use 'static' or 'dynamic'"
+    backends = [module.backend for module in attention_modules(model).values()]
+    if not backends:
+        return f"{type(model).__name__} has no attention keys and values to preallocate; use kv_cache 'dynamic'"
+    for backend in backends:
+        if not backend.static_cache:
+            return (f"attention backend '{backend.name}' keeps its own decoding state, not keys and values, "
+                    f"so it has no static cache; use kv_cache 'dynamic'")
+        if kv_cache == "graph" and not backend.captures:
+            return (f"attention backend '{backend.name}' reads tensors on the host during a step, so the step "
+                    f"cannot be recorded as a CUDA graph; use kv_cache 'static' or 'dynamic'")
+    return None
 
 
 def length_limits(session: DecodingSession, src: Tensor | None, max_len: int | None, feeds_last: bool) -> Tensor:
@@ -94,10 +172,11 @@ def length_limits(session: DecodingSession, src: Tensor | None, max_len: int | N
 
 @torch.no_grad()
 def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, min_len: int = 0,
-           use_cache: bool = True) -> list[list[int]]:
+           use_cache: bool = True, kv_cache: str = "auto") -> list[list[int]]:
     """The argmax token at every step until EOS. src: (B, S) padded ids -> B id lists (no BOS/EOS)."""
-    session = DecodingSession(model, src=src, use_cache=use_cache)
+    session = DecodingSession(model, src=src, use_cache=use_cache, kv_cache=kv_cache)
     limits = length_limits(session, src, max_len, feeds_last=False)  # (B,)
+    session.reserve(int(limits.max()) - 1)  # the last token is not fed back
     min_lens = limits.clamp(max=min_len)
     B = src.shape[0]
     tokens, out = session.start, []
@@ -141,7 +220,8 @@ def length_penalty(length: int, alpha: float) -> float:
 
 @torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.6, nbest: int = 1,
-                max_len: int | None = None, min_len: int = 0, use_cache: bool = True) -> list[list[Hypothesis]]:
+                max_len: int | None = None, min_len: int = 0, use_cache: bool = True,
+                kv_cache: str = "auto") -> list[list[Hypothesis]]:
     """Beam search for a whole batch at once: B sentences x ``beam`` rows in one tensor.
 
     At each step the 2 x beam best continuations of each sentence are taken from its beam x V
@@ -153,9 +233,10 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
     B, K = src.shape[0], beam
-    session = DecodingSession(model, src=src.repeat_interleave(K, dim=0), use_cache=use_cache)
+    session = DecodingSession(model, src=src.repeat_interleave(K, dim=0), use_cache=use_cache, kv_cache=kv_cache)
     device = src.device
     limits = length_limits(session, src.repeat_interleave(K, dim=0), max_len, feeds_last=True)[::K]  # (B,)
+    session.reserve(int(limits.max()))  # the last token is fed back, to score EOS after it
     min_lens = limits.clamp(max=min_len)
     n_finished = torch.zeros(B, dtype=torch.long, device=device)
     scores = torch.full((B, K), -torch.inf, device=device)
@@ -222,7 +303,7 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = 
 def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None, max_new_tokens: int = 100,
            temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
            generator: torch.Generator | None = None, stop_at_eos: bool = True,
-           use_cache: bool = True) -> list[list[int]]:
+           use_cache: bool = True, kv_cache: str = "auto") -> list[list[int]]:
     """Draw a continuation for each row: of ``src`` (EncoderDecoder) or of ``prompt`` (DecoderLM).
     Returns the new token ids of each row (without the prompt, BOS or EOS).
 
@@ -233,10 +314,13 @@ def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = 
     when every position shifts)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature})")
-    session = DecodingSession(model, src=src, prompt=prompt, use_cache=use_cache)
+    session = DecodingSession(model, src=src, prompt=prompt, use_cache=use_cache, kv_cache=kv_cache)
     window = session.max_positions if not session.seq2seq else None  # the context slides past this
     if window is None:
         max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
+        session.reserve(max_new_tokens - 1)  # the last token is not fed back
+    else:  # this session serves until the context fills the window
+        session.reserve(min(max_new_tokens - 1, window - prompt.shape[1]))
     tokens = session.start
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out = []
