@@ -160,9 +160,9 @@ def test_which_cache_a_decode_gets_and_what_is_refused():
         session.step(session.start)
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("backend", ["math", "sdpa"])
+@pytest.mark.cuda  # skipped without a GPU (tests/conftest.py)
+@pytest.mark.parametrize("backend", ["auto", "math", "sdpa"])
+@torch.no_grad()
 def test_a_replayed_cuda_graph_decodes_exactly_as_the_eager_static_cache(backend):
     model = eos_biased(tiny_model(positional="rotary", attention_backend=backend).cuda(), 6.0)
     src = sources("cuda")
@@ -170,7 +170,7 @@ def test_a_replayed_cuda_graph_decodes_exactly_as_the_eager_static_cache(backend
     session.reserve(4)
     for _ in range(4):
         session.step(torch.full((4, 1), 5, device="cuda"))
-    assert isinstance(session.logits, CapturedStep) and session.logits.graph is not None  # replayed
+    assert isinstance(session.next_logits, CapturedStep) and session.next_logits.graph is not None  # replayed
     for kind in ("graph", "static"):
         assert DecodingSession(model, src=src, kv_cache=kind).kv_cache == kind
     run = lambda kind: (greedy(model, src, max_len=12, kv_cache=kind),

@@ -60,7 +60,7 @@ class DecodingSession:
         self.kv_cache = cache_kind(kv_cache, model, self.start.device) if use_cache else None
         self.static = self.kv_cache in ("static", "graph")
         self.cache = model.new_cache() if self.kv_cache == "dynamic" else None  # a static one: reserve()
-        self.logits = self._logits  # (N, t) tokens -> (N, 1, V); a CapturedStep of it with 'graph'
+        self.next_logits = self._logits  # (N, t) tokens -> (N, 1, V); a CapturedStep of it with 'graph'
         self.prefix = self.start[:, :0]  # tokens fed so far, kept only without a cache
 
     @property
@@ -74,7 +74,7 @@ class DecodingSession:
         if self.static:
             self.cache = self.model.new_cache(capacity=max(0, self.start.shape[1] + new_tokens))
         if self.kv_cache == "graph":
-            self.logits = CapturedStep(self._logits)
+            self.next_logits = CapturedStep(self._logits)
 
     @property
     def max_positions(self) -> int | None:
@@ -92,7 +92,7 @@ class DecodingSession:
         if not self.use_cache:
             self.prefix = torch.cat([self.prefix, tokens], dim=1)
             tokens = self.prefix
-        logits = self.logits(tokens)
+        logits = self.next_logits(tokens)
         logprobs = logits[:n, -1].float().log_softmax(dim=-1)  # only the last position was projected
         logprobs[:, [PAD, BOS]] = -torch.inf
         return logprobs
