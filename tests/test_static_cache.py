@@ -101,8 +101,9 @@ def test_greedy_beam_search_and_sampling_of_an_encoder_decoder():
 def test_sampling_of_a_decoder_only_model_with_finished_rows_and_a_sliding_context():
     lm = eos_biased(tiny_model(arch="decoder_lm", positional="learned", max_len=10), 5.0)
     prompt = random_ids(4, 3, generator_seed=2)
-    draw = lambda prompt, **kw: [sample(lm, prompt=prompt, max_new_tokens=12, generator=torch.Generator().manual_seed(seed),
-                                        **c, **kw) for c in CACHES for seed in (0, 1)]
+    draw = lambda prompt, **kw: [sample(lm, prompt=prompt, max_new_tokens=12, **c, **kw,
+                                        generator=torch.Generator().manual_seed(seed))
+                                 for c in CACHES for seed in (0, 1)]
     stopped = draw(prompt)
     assert [[len(row) for row in rows] for rows in stopped[:2]] == [[10, 8, 1, 12], [12, 0, 1, 11]]  # some end early
     assert stopped[:2] == stopped[2:4] == stopped[4:]
@@ -151,6 +152,7 @@ def test_which_cache_a_decode_gets_and_what_is_refused():
     cuda = torch.device("cuda")  # asked, not used: what a CUDA decode would get
     assert static_refusal(tiny_model(), "graph", cuda) is None  # the default backend, 'auto'
     assert static_refusal(tiny_model(attention_backend="sdpa"), "graph", cuda) is None
+    assert "training mode" in static_refusal(tiny_model().train(), "graph", cuda)
     assert "backend 'local' reads tensors on the host" in static_refusal(
         tiny_model(attention_backend="local"), "graph", cuda)
     with pytest.raises(DataError, match="beyond max_len"):

@@ -138,7 +138,11 @@ def static_refusal(model: nn.Module, kv_cache: str, device: torch.device) -> str
     """Why ``model`` cannot decode on ``device`` with a 'static' cache (or 'graph': one whose step
     is recorded as a CUDA graph); None when it can. The attention backends declare what they can."""
     if kv_cache == "graph" and device.type != "cuda":
-        return f"kv_cache 'graph' records CUDA graphs, and this decode runs on '{device.type}'; use 'static' or 'dynamic'"
+        return (f"kv_cache 'graph' records CUDA graphs, and this decode runs on '{device.type}'; "
+                f"use 'static' or 'dynamic'")
+    if kv_cache == "graph" and model.training:
+        return ("a model in training mode drops out at random in every step; decode it in eval mode (model.eval()) "
+                "to record its step as a CUDA graph")
     backends = [module.backend for module in attention_modules(model).values()]
     if not backends:
         return f"{type(model).__name__} has no attention keys and values to preallocate; use kv_cache 'dynamic'"
