@@ -126,8 +126,8 @@ def cmd_bench_attention(args: argparse.Namespace, device: torch.device) -> None:
         raise UsageError("bench attention measures the CPU's peak memory through Linux's /proc/self/clear_refs")
     check_new_file(args.plot, args.force, "--plot")
     print(f"attention backends, batch {args.batch}, {args.heads} heads of {args.head_dim}, float32, "
-          f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the inputs "
-          f"({PEAK_MEMORY[device.type]})",
+          f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the inputs: "
+          f"{PEAK_MEMORY[device.type]}",
           file=sys.stderr)
     records = []
     for r in bench_attention(tuple(args.lengths), tuple(args.backends), args.batch, args.heads, args.head_dim,
