@@ -42,9 +42,10 @@ class KVCache:
             return self.state.length
         return self._length
 
-    def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """Add (B, H, t, Dh) new keys/values at (t,) ``positions``; return all of them. The cache
-        holds positions 0 .. len - 1, so the new ones, which follow, go at its end."""
+    def append(self, k: Tensor, v: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Add (B, H, t, Dh) new keys/values after the cached ones; return all of them. (A static
+        cache writes them at their (t,) ``positions``; this one holds positions 0 .. len - 1, so
+        the new ones, which follow, go at its end whatever the argument.)"""
         end = self._length + k.shape[2]
         if self._k is None or end > self._k.shape[2]:
             capacity = max(end, 2 * (0 if self._k is None else self._k.shape[2]), 16)
