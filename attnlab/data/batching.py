@@ -1,4 +1,5 @@
-"""Batches: padding, teacher-forcing shifts, token-budget length bucketing, and LM blocks.
+"""Batches: padding (to a multiple of 8, for few shapes), teacher-forcing shifts, token-budget
+length bucketing, and LM blocks.
 
 For a target y = y_1 ... y_n the decoder reads ``tgt_in`` = BOS y_1 ... y_n and is trained to
 predict ``tgt_out`` = y_1 ... y_n EOS (teacher forcing). Sources end with EOS, as in fairseq.
@@ -6,10 +7,13 @@ predict ``tgt_out`` = y_1 ... y_n EOS (teacher forcing). Sources end with EOS, a
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
@@ -52,6 +56,22 @@ def collate_pairs(pairs: list[tuple[list[int], list[int]]]) -> Batch:
         tgt_in=pad_sequences([[BOS] + t for _, t in pairs]),
         tgt_out=pad_sequences([t + [EOS] for _, t in pairs]),
     )
+
+
+B = TypeVar("B")  # a batch: a dataclass of tensors
+
+
+def padded_to_multiple(batch: B, multiple: int) -> B:
+    """``batch`` with each of its (B, T) tensors right-padded with PAD to T a multiple of ``multiple``.
+    Padding is masked everywhere (keys, losses, pooling), so the numbers are the same; what changes
+    is how many shapes there are: with token-budget batches nearly every batch had a length of its
+    own, and each new shape costs a compiled graph (train.compile) or a kernel plan (cuDNN attention)
+    on a GPU, where lengths a multiple of 8 also suit the tensor cores."""
+    if multiple == 1:
+        return batch
+    return dataclasses.replace(batch, **{
+        f.name: F.pad(t, (0, -t.shape[1] % multiple), value=PAD) for f in dataclasses.fields(batch)
+        if isinstance(t := getattr(batch, f.name), Tensor) and t.dim() == 2})
 
 
 def token_budget_batches(lengths: list[int], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:

@@ -154,7 +154,7 @@ class Classification(Task):
             splits[name] = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
             truncated += cut if name == "train" else 0
         return ClassificationData(tokenizers=tokenizers, splits=splits, labels=labels, truncated=truncated,
-                                  seed=batching.seed, max_tokens=batching.max_tokens)
+                                  **batching.bucketing())
 
     @classmethod
     def saved_state(cls, data: ClassificationData) -> dict[str, typing.Any]:

@@ -158,7 +158,7 @@ class MaskedLM(Task):
             tokenizers = {"src": Tokenizer.train(cfg.tokenizer, lines["train"], cfg.vocab_size, with_mask=True),
                           "tgt": None}
         splits = {name: encode_lines(tokenizers["src"], text, cfg.max_len) for name, text in lines.items()}
-        return MLMData(tokenizers=tokenizers, splits=splits, cfg=cfg, seed=batching.seed, max_tokens=batching.max_tokens)
+        return MLMData(tokenizers=tokenizers, splits=splits, cfg=cfg, **batching.bucketing())
 
     @classmethod
     def loss(cls, model: nn.Module, batch: MLMBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attnlab.config import RegisteredConfig, one_of, register
-from attnlab.data.batching import token_budget_batches
+from attnlab.data.batching import padded_to_multiple, token_budget_batches
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError
@@ -67,6 +67,7 @@ class BucketedData:
     splits: dict[str, list[Any]]
     seed: int = 0
     max_tokens: int = 4096
+    pad_multiple: int = 1  # every (B, T) tensor of a batch padded to T a multiple of this
     _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
 
     def length(self, example: Any) -> int:
@@ -87,7 +88,8 @@ class BucketedData:
 
     def _batches(self, examples: list[Any], seed: int, epoch: int) -> list[Batch]:
         groups = token_budget_batches([self.length(e) for e in examples], self.max_tokens, seed, epoch)
-        return [self.collate([examples[i] for i in group], batch_seed(seed, epoch, k)) for k, group in enumerate(groups)]
+        return [padded_to_multiple(self.collate([examples[i] for i in group], batch_seed(seed, epoch, k)),
+                                   self.pad_multiple) for k, group in enumerate(groups)]
 
 
 def hold_out_valid(splits: dict[str, list[Any]], n_valid: int, train_path: str | None, what: str
@@ -111,6 +113,11 @@ class Batching:
     max_tokens: int
     batch_size: int
     seed: int
+    pad_multiple: int = 1
+
+    def bucketing(self) -> dict[str, int]:
+        """The fields of :class:`BucketedData` that batching sets."""
+        return {"seed": self.seed, "max_tokens": self.max_tokens, "pad_multiple": self.pad_multiple}
 
 
 class TaskConfig(RegisteredConfig):

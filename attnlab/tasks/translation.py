@@ -170,8 +170,7 @@ class Translation(NextTokenTask):
                 if not examples:
                     raise DataError(f"no training pairs left after length filtering ({reports[name]})")
             encoded[name] = examples
-        return Seq2SeqData(tokenizers=tokenizers, splits=encoded, reports=reports, seed=batching.seed,
-                           max_tokens=batching.max_tokens)
+        return Seq2SeqData(tokenizers=tokenizers, splits=encoded, reports=reports, **batching.bucketing())
 
     @classmethod
     def model_fields(cls, cfg: TranslationConfig, data: Seq2SeqData) -> dict[str, typing.Any]:

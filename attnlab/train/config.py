@@ -42,6 +42,7 @@ class TrainConfig(TypedConfig):
     max_epochs: Optional[int] = None
     max_seconds: Optional[float] = None
     max_tokens: int = 4096
+    pad_multiple: int = 8
     batch_size: int = 32
     accumulate: int = 1
     optimizer: str = "adam"
@@ -79,7 +80,7 @@ class TrainConfig(TypedConfig):
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
         one_of("precision", self.precision, PRECISIONS)
         check_device_name(self.device)
-        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
+        for name in ("max_steps", "max_tokens", "pad_multiple", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
                      "max_bad_steps"):
             at_least(name, getattr(self, name), 1)
         for name in ("warmup_steps", "eval_exact_match"):

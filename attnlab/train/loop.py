@@ -193,7 +193,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     trained = (DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if world
                else model)  # gradients averaged across ranks in the backward
     if cfg.compile:  # the training forward through TorchInductor; evaluation and checkpoints use the model itself
-        trained = torch.compile(trained)
+        trained = torch.compile(trained, dynamic=True)
     optimizer = make_optimizer(model, cfg)
     lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup, cfg.max_steps)
     if note:
