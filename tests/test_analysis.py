@@ -79,11 +79,16 @@ def test_capture_equals_softmax_of_the_models_own_q_and_k():
 
 
 def test_capture_changes_no_number_and_cleans_up():
-    model, src, tgt = encoder_decoder()
+    model, src, tgt = encoder_decoder(attention_backend="math")
     plain = model(src, tgt)
     with capture_attention(model) as captured:
         assert torch.equal(model(src, tgt), plain)  # bit for bit
     assert len(captured.records) == 6
+    model, src, tgt = encoder_decoder()  # auto: sdpa, and math while the weights are captured
+    plain = model(src, tgt)
+    with capture_attention(model) as captured:
+        torch.testing.assert_close(model(src, tgt), plain, atol=1e-5, rtol=0)
+    assert len(captured.records) == 6 and all(m.backend.name == "auto" for m in attention_modules(model).values())
     model, src, tgt = encoder_decoder(attention_backend="sdpa")  # switched to math inside, and back
     plain = model(src, tgt)
     with capture_attention(model) as captured:
@@ -92,7 +97,7 @@ def test_capture_changes_no_number_and_cleans_up():
     torch.testing.assert_close(captured_out, plain, atol=1e-5, rtol=0)
     assert all(m.backend.name == "sdpa" and not m._forward_hooks for m in attention_modules(model).values())
     assert torch.equal(model(src, tgt), plain)
-    with pytest.raises(ValueError, match=r"'local' does not form .* an exact backend \('math', 'sdpa', 'chunked'\)"):
+    with pytest.raises(ValueError, match=r"'local' does not form .* an exact backend \('math', 'sdpa', 'auto', 'chunked'\)"):
         with capture_attention(tiny_model(attention_backend="local", attention_window=2)):
             pass
 
@@ -279,7 +284,8 @@ def test_alignment_title_lies_within_the_figure(source, target):
 def test_budget_flops_match_the_formulas():
     """Per attention module 2 x 2 B Tq Tk d for Q K^T and the weighted sum; per FFN 2 x 2 B T d d_ff;
     the output layer 2 B T d V. Projections: 3 (self) or 1 + 2 (cross, over S) times 2 B T d^2, plus W^O."""
-    cfg = model_config(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1)
+    cfg = model_config(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1,
+                       attention_backend="math")  # the formulas of explicit scores
     B, T, S, d = 3, 10, 7, 16
     report = budget_report(cfg, T, B, src_len=S)
     kinds = report["flops"]["forward_by_kind"]

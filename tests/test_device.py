@@ -94,7 +94,7 @@ def test_weights_that_are_views_of_one_flat_buffer_save_and_reload(tmp_path):
     storages = {p.untyped_storage().data_ptr() for p in model.rnn.parameters()}
     assert len(storages) == 1  # the layout that made checkpoints fail on CUDA
     path = tmp_path / "model.safetensors"
-    save_weights(model, path)
+    save_weights(model.state_dict(), path)
     write_checksums(tmp_path)
     with safe_open(str(path), "pt") as f:
         assert f.metadata() == {"out.weight": "embed"}  # the tied weight stored once, named as safetensors does
@@ -128,7 +128,7 @@ def test_a_file_saved_by_safetensors_save_model_still_loads(tmp_path):
 
 def test_a_failure_to_save_is_one_line(tmp_path):
     with pytest.raises(CheckpointError) as refused:
-        save_weights(tiny_model(), tmp_path / "missing" / "model.safetensors")
+        save_weights(tiny_model().state_dict(), tmp_path / "missing" / "model.safetensors")
     assert "cannot save weights" in str(refused.value) and "\n" not in str(refused.value)
 
 
@@ -136,7 +136,7 @@ def test_weights_of_a_model_on_another_dtype_and_layout_are_stored_compact(tmp_p
     """A transposed (non-contiguous) weight is stored as its values, row by row, not as its storage."""
     model = nn.Linear(3, 4)
     model.weight = nn.Parameter(torch.arange(12.0).reshape(3, 4).t())  # (4, 3) view of a (3, 4) buffer
-    save_weights(model, tmp_path / "model.safetensors")
+    save_weights(model.state_dict(), tmp_path / "model.safetensors")
     write_checksums(tmp_path)
     again = nn.Linear(3, 4)
     load_weights(again, tmp_path / "model.safetensors")

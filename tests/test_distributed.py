@@ -138,3 +138,42 @@ def test_the_cli_ends_a_torchrun_worker_with_the_errors_status_and_its_one_line(
                           env={**ENV, "WORLD_SIZE": world_size, "RANK": "0"})
     shutdown = "shutdown ran\n" if world_size == "1" else ""
     assert (done.returncode, done.stdout, done.stderr) == (3, shutdown, f"error: {missing}: no such config file\n")
+
+
+def test_fsdp_trains_as_one_process_does_and_resumes_only_under_fsdp(tmp_path):
+    """train.strategy fsdp: FSDP2's fully_shard on gloo, each rank holding half of every layer. The
+    losses are one process's (accumulating the same global batch) to rounding; the checkpoint is
+    the usual weights file; the gathered optimizer state resumes under fsdp, and is refused in one
+    line without it."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text("""\
+model: {d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}
+data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 3,
+        log_every: 1, progress: false, eval_exact_match: 5}
+""")
+    fsdp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "fsdp"),
+                    "--set", "train.strategy=fsdp")
+    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
+    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"),
+                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
+    assert single.returncode == 0, single.stderr[-3000:]
+
+    def logged(run: Path) -> list[tuple[int, str, float]]:
+        lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["split"], r.get("loss", r.get("valid_loss"))) for r in lines]
+
+    sharded, one = logged(tmp_path / "fsdp"), logged(tmp_path / "single")
+    assert [r[:2] for r in sharded] == [r[:2] for r in one] and len(sharded) == 8  # 6 train lines, 2 valid
+    assert [r[2] for r in sharded] == pytest.approx([r[2] for r in one], rel=1e-5)
+    assert load_run(tmp_path / "fsdp", "last")[0].state_dict().keys() == \
+        load_run(tmp_path / "single", "last")[0].state_dict().keys()
+    resumed = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "fsdp"), "--resume", "--allow-changes",
+                       "--set", "train.max_steps=8")
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-3000:]
+    assert [r[0] for r in logged(tmp_path / "fsdp") if r[1] == "train"] == list(range(1, 9))
+    alone = subprocess.run([*ATTNLAB, "train", "--out", str(tmp_path / "fsdp"), "--resume", "--allow-changes",
+                            "--set", "train.max_steps=10", "--set", "train.strategy=ddp"],
+                           capture_output=True, text=True, env=ENV)
+    assert alone.returncode == 5 and alone.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "trained with train.strategy fsdp under torchrun" in alone.stderr

@@ -104,7 +104,7 @@ def _write_pruned_run(run: RunDir, model: nn.Module, result: dict[str, Any], out
     step = run.best_step() or run.steps()[-1]
     step_dir = new.step_dir(step)
     step_dir.mkdir(parents=True)
-    write_checkpoint(step_dir, model, {"step": step, "pruned_from": str(run.path),
+    write_checkpoint(step_dir, model.state_dict(), {"step": step, "pruned_from": str(run.path),
                                        **{k: v for k, v in result.items() if k != "pruned"}})
     new.best_pointer.write_text(json.dumps({"step": step, "metric": "pruned", "value": result["fraction"]}))
     publish_dir(staged, out)

@@ -42,6 +42,7 @@ from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.nn.attention import remove_heads
 from attnlab.tasks import TaskConfig, task_config
 from attnlab.train.config import TrainConfig
+from attnlab.train.distributed import placed_like
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
 CHECKSUM_FILE = "checksums.json"
@@ -205,12 +206,12 @@ class RunDir:
             return None
         return int(json.loads(self.best_pointer.read_text())["step"])
 
-    def save(self, step: int, model: nn.Module, trainer_state: dict[str, Any], meta: dict[str, Any],
+    def save(self, step: int, weights: dict[str, torch.Tensor], trainer_state: dict[str, Any], meta: dict[str, Any],
              keep_last: int, best: tuple[str, float] | None = None) -> Path:
         """Write a checkpoint atomically; with ``best`` = (metric, value), mark it the best; then drop
         the oldest checkpoints beyond ``keep_last``, never the best one."""
         staged = staging_dir(self.step_dir(step))
-        write_checkpoint(staged, model, {"step": step, **meta}, trainer_state)
+        write_checkpoint(staged, weights, {"step": step, **meta}, trainer_state)
         publish_dir(staged, self.step_dir(step))
         if best is not None:
             atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": best[0], "value": best[1]}))
@@ -240,8 +241,8 @@ def build_run_model(run: RunDir, model_cfg: FamilyConfig) -> nn.Module:
     return model
 
 
-def stored_weights(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """``model``'s tensors as safetensors stores them: each a contiguous CPU copy of its own, whatever
+def stored_weights(weights: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """A model's state dict as safetensors stores it: each a contiguous CPU copy of its own, whatever
     its storage (cuDNN keeps a recurrent layer's weights as views of one flat buffer; a GPU tensor
     cannot be written as it is). A name for a tensor already stored (tied weights: the same
     storage, offset, shape and strides) is not stored again but recorded as ``{name: stored name}``
@@ -249,7 +250,7 @@ def stored_weights(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str,
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     first: dict[tuple, str] = {}
-    for name, t in model.state_dict().items():
+    for name, t in weights.items():
         where = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         if where in first:
             aliases[name] = first[where]
@@ -259,9 +260,9 @@ def stored_weights(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str,
     return tensors, aliases
 
 
-def save_weights(model: nn.Module, path: str | Path) -> None:
-    """Write ``model``'s weights to a safetensors file (:func:`stored_weights`); any failure is one line."""
-    tensors, aliases = stored_weights(model)
+def save_weights(weights: dict[str, torch.Tensor], path: str | Path) -> None:
+    """Write a model's state dict to a safetensors file (:func:`stored_weights`); any failure is one line."""
+    tensors, aliases = stored_weights(weights)
     try:
         save_file(tensors, str(path), metadata=aliases or None)
     except (SafetensorError, OSError, RuntimeError, ValueError) as err:
@@ -286,7 +287,7 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
                 missing and f"missing {len(missing)} tensor(s): {', '.join(missing[:3])}{' ...' * (len(missing) > 3)}",
                 unexpected and f"unexpected {len(unexpected)} tensor(s): "
                                f"{', '.join(unexpected[:3])}{' ...' * (len(unexpected) > 3)}") if part))
-        model.load_state_dict(state, strict=True)
+        model.load_state_dict(placed_like(model, state), strict=True)  # split as its own, if sharded
     except (SafetensorError, OSError, RuntimeError) as err:
         raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
 
@@ -346,11 +347,11 @@ def average_checkpoints(model: nn.Module, paths: list[Path]) -> nn.Module:
     return model
 
 
-def write_checkpoint(directory: Path, model: nn.Module, meta: dict[str, Any],
+def write_checkpoint(directory: Path, weights: dict[str, torch.Tensor], meta: dict[str, Any],
                      trainer_state: dict[str, Any] | None = None) -> None:
-    """The files of one checkpoint (weights, the trainer's state if any, meta.json), then their
-    checksums, which every load verifies. Every checkpoint writer goes through here."""
-    save_weights(model, directory / MODEL_FILE)
+    """The files of one checkpoint (a model's state dict, the trainer's state if any, meta.json),
+    then their checksums, which every load verifies. Every checkpoint writer goes through here."""
+    save_weights(weights, directory / MODEL_FILE)
     if trainer_state is not None:
         torch.save(trainer_state, directory / STATE_FILE)
     (directory / META_FILE).write_text(json.dumps(meta, indent=2))
@@ -373,6 +374,6 @@ def write_average(path: str | Path, last: int, force: bool = False) -> tuple[Pat
     model_cfg, _, _ = run.read_config()
     model = average_checkpoints(build_run_model(run, model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
     staged = staging_dir(final)
-    write_checkpoint(staged, model, {"averaged_steps": steps})
+    write_checkpoint(staged, model.state_dict(), {"averaged_steps": steps})
     publish_dir(staged, final)
     return final, steps

@@ -20,6 +20,7 @@ from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.task import task_of
 from attnlab.train.device import check_device_name
+from attnlab.train.distributed import STRATEGIES
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
 
@@ -60,6 +61,7 @@ class TrainConfig(TypedConfig):
     activation_checkpointing: bool = False
     compile: bool = False
     device: str = "auto"
+    strategy: str = "ddp"  # under torchrun: ddp (replicas) or fsdp (weights, gradients, moments sharded)
     eval_every: int = 500
     eval_exact_match: int = 0
     early_stop_metric: str = "valid_loss"
@@ -80,6 +82,7 @@ class TrainConfig(TypedConfig):
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
         one_of("precision", self.precision, PRECISIONS)
         check_device_name(self.device)
+        one_of("strategy", self.strategy, STRATEGIES)
         for name in ("max_steps", "max_tokens", "pad_multiple", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
                      "max_bad_steps"):
             at_least(name, getattr(self, name), 1)

@@ -1,4 +1,6 @@
-"""Several processes, one training run: PyTorch's own DistributedDataParallel under ``torchrun``.
+"""Several processes, one training run under ``torchrun``: PyTorch's DistributedDataParallel, or
+its fully sharded data parallelism (FSDP2's ``fully_shard``) for a model whose weights, gradients
+and Adam moments do not fit one GPU (``train.strategy``).
 
 ``torchrun --nproc_per_node N -m attnlab.cli train CONFIG --out RUN`` (or the ``attnlab`` script
 in place of ``-m attnlab.cli``) starts N copies; each reads RANK / WORLD_SIZE from the environment
@@ -6,7 +8,10 @@ and joins a process group (gloo on the CPU, NCCL on GPUs). Every rank builds the
 an epoch and takes its own share of each global batch; DDP averages the gradients, and the loss
 is normalised by the token count of the whole global batch, so an update equals the one a single
 process would make over all of it. Rank 0 alone logs and writes the run directory; all ranks read
-it to resume. Decisions that end training (time limits, early stopping) are taken from values
+it to resume. With ``fsdp`` each rank holds 1/N of every layer's state; a checkpoint gathers it
+(all ranks take part; rank 0 writes the weights file as ever, so every command reads it) and
+resuming scatters it again. The optimizer's state is then saved by parameter name, so such a run
+resumes under fsdp only. Decisions that end training (time limits, early stopping) are taken from values
 all ranks share, so that no rank waits for a step the others will not take.
 
 Leaving: every rank destroys the group it joined (``joined_world``) and then ends with
@@ -30,6 +35,19 @@ from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
+from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+STRATEGIES = ("ddp", "fsdp")
+WHOLE = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered, on rank 0's CPU
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,58 @@ def joined_world(device: torch.device = torch.device("cpu")) -> Iterator[World |
     finally:
         if joined_here:
             dist.destroy_process_group()
+
+
+def parallel(model: nn.Module, world: World | None, device: torch.device, strategy: str = "ddp") -> nn.Module:
+    """What training calls: the model itself for one process; under torchrun, DDP's wrapper (every
+    rank holds all the weights; gradients all-reduced in the backward) or, with 'fsdp', the model
+    sharded in place: each layer of a stack is one unit, the rest (embeddings, output) one more,
+    and a unit's parameters are gathered from the ranks for its forward and backward only."""
+    if world is None:
+        return model
+    if strategy == "ddp":
+        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] == "layers":
+            for layer in module:
+                fully_shard(layer)
+    fully_shard(model)
+    for method in ("encode", "decode", "classify"):  # what validation calls besides forward
+        if hasattr(model, method):
+            register_fsdp_forward_method(model, method)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return isinstance(model, FSDPModule)
+
+
+def whole(t: Tensor) -> Tensor:
+    """A sharded tensor gathered from every rank (a collective); any other tensor as it is."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def full_weights(model: nn.Module) -> dict[str, Tensor]:
+    """The model's state dict, whole: a sharded model's is gathered (every rank must call this;
+    rank 0 receives it, on the CPU)."""
+    return get_model_state_dict(model, options=WHOLE) if is_sharded(model) else model.state_dict()
+
+
+def placed_like(model: nn.Module, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Whole tensors of ``state`` (on every rank) split as ``model``'s own are, for load_state_dict."""
+    own = model.state_dict()
+    return {name: distribute_tensor(t.to(own[name].device), own[name].device_mesh, own[name].placements)
+            if isinstance(own.get(name), DTensor) else t for name, t in state.items()}
+
+
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state dict; for a sharded model, whole and by parameter name (every rank calls)."""
+    return get_optimizer_state_dict(model, optimizer, options=WHOLE) if is_sharded(model) else optimizer.state_dict()
+
+
+def load_sharded_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """A whole optimizer state (:func:`full_optimizer_state`), split into a sharded model's optimizer."""
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
 def exit_worker(code: int) -> NoReturn:

@@ -211,6 +211,6 @@ def import_bert(folder: str | Path, out: str | Path) -> InitReport:
     run.write_tokenizers({"src": tokenizer})
     run.write_init(report.to_dict() | {"order": order})  # new token id i is the original's order[i]
     run.step_dir(0).mkdir(parents=True)
-    write_checkpoint(run.step_dir(0), model, {"step": 0, "imported_from": str(folder.resolve())})
+    write_checkpoint(run.step_dir(0), model.state_dict(), {"step": 0, "imported_from": str(folder.resolve())})
     publish_dir(staged, out)
     return report

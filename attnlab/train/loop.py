@@ -14,7 +14,6 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -25,7 +24,14 @@ from attnlab.tasks.task import Batch
 from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
 from attnlab.train.config import TrainConfig
 from attnlab.train.device import resolve_device, use_device
-from attnlab.train.distributed import World
+from attnlab.train.distributed import (
+    World,
+    full_optimizer_state,
+    full_weights,
+    is_sharded,
+    load_sharded_optimizer_state,
+    parallel,
+)
 from attnlab.train.precision import autocast, choose_precision
 from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
 from attnlab.train.step import load_optimizer_state, make_optimizer, train_step
@@ -123,20 +129,22 @@ class Checkpoints:
 
     def save(self, progress: Progress, model: nn.Module, trainer_state: Callable[[], dict[str, Any]],
              scores: dict[str, float]) -> None:
+        """Every rank calls this: a sharded model's weights and optimizer state are gathered for rank 0."""
         value = scores[self.metric]
         improved = progress.best is None or (value < progress.best if self.lower_is_better else value > progress.best)
         if improved:
             progress.best, progress.bad_evals = value, 0
         else:
             progress.bad_evals += 1
+        weights, state = full_weights(model), trainer_state()
         if self.main:
-            self.run.save(progress.step, model, trainer_state(), {"metrics": scores}, self.cfg.keep_last,
+            self.run.save(progress.step, weights, state, {"metrics": scores}, self.cfg.keep_last,
                           best=(self.metric, value) if improved else None)
 
 
 class Evaluation:
     """One evaluation: the task's scores, logged, and a checkpoint of the model and
-    ``trainer_state()`` (a function, since it is only saved on rank 0)."""
+    ``trainer_state()`` (a function: the state as it is when the checkpoint is written)."""
 
     def __init__(self, validation: Validation, train_log: TrainLog, checkpoints: Checkpoints,
                  trainer_state: Callable[[], dict[str, Any]]) -> None:
@@ -190,8 +198,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
         log(precision.note)
     amp = autocast(precision.precision, device)
     model.to(device)
-    trained = (DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if world
-               else model)  # gradients averaged across ranks in the backward
+    trained = parallel(model, world, device, cfg.strategy)  # under torchrun: DDP, or the model sharded (fsdp)
     if cfg.compile:  # the training forward through TorchInductor; evaluation and checkpoints use the model itself
         trained = torch.compile(trained, dynamic=True)
     optimizer = make_optimizer(model, cfg)
@@ -207,7 +214,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     train_log, limits = TrainLog(run, cfg, progress, main), Limits(cfg)
     evaluation = Evaluation(Validation(task, data, cfg, device, amp), train_log,
                             Checkpoints(run, cfg, main, task.metrics[cfg.early_stop_metric]),
-                            functools.partial(_trainer_state, optimizer, scheduler, scaler, progress, device))
+                            functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device))
     last_eval: dict[str, float] = {}
 
     # -- the loop: step, log, evaluate and checkpoint, stop
@@ -318,11 +325,14 @@ def _count_bad_step(progress: Progress, out: dict[str, Any], cfg: TrainConfig, p
                              f"The newest checkpoint is step {steps[-1] if steps else 'none'}")
 
 
-def _trainer_state(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
+def _trainer_state(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
                    scaler: torch.amp.GradScaler | None, progress: Progress, device: torch.device) -> dict[str, Any]:
-    """Tensors and plain values only: loads with torch.load(weights_only=True)."""
-    state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+    """Tensors and plain values only: loads with torch.load(weights_only=True). A sharded model's
+    optimizer state is gathered, by parameter name ("sharded" says so)."""
+    state = {"optimizer": full_optimizer_state(model, optimizer), "scheduler": scheduler.state_dict(),
              "progress": dict(vars(progress)), "rng_cpu": torch.get_rng_state()}
+    if is_sharded(model):
+        state["sharded"] = True
     if scaler is not None:
         state["scaler"] = scaler.state_dict()
     if device.type == "cuda":
@@ -340,7 +350,14 @@ def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
     load_weights(model, run.step_dir(step) / MODEL_FILE)
     model.to(device)
     state = run.load_trainer_state(step)
-    load_optimizer_state(optimizer, state["optimizer"])
+    sharded = is_sharded(model)
+    if state.get("sharded", False) != sharded:
+        was = "one process or train.strategy ddp" if sharded else "train.strategy fsdp under torchrun"
+        raise CheckpointError(f"{run.path}: trained with {was}, whose optimizer state resumes only the same way")
+    if sharded:
+        load_sharded_optimizer_state(model, optimizer, state["optimizer"])
+    else:
+        load_optimizer_state(optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if scaler is not None and "scaler" in state:
         scaler.load_state_dict(state["scaler"])

@@ -19,7 +19,7 @@ from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.nn.transformer import Embeddings
 from attnlab.tasks.task import Batch
 from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import World
+from attnlab.train.distributed import World, whole
 
 Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
 LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
@@ -32,7 +32,7 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     for name, p in model.named_parameters():
         match = LAYER.match(name)
         if match and p.grad is not None:
-            squares[match[1]] = squares.get(match[1], 0.0) + p.grad.detach().float().square().sum()
+            squares[match[1]] = squares.get(match[1], 0.0) + whole(p.grad.detach()).float().square().sum()
     return {layer: float(total.sqrt()) for layer, total in squares.items()}
 
 
@@ -135,7 +135,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     if scaler is not None:
         scaler.unscale_(optimizer)
     per_layer = layer_grad_norms(_unwrapped(model)) if layer_norms else None
-    grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf))
+    grad_norm = float(whole(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf)))
     finite = math.isfinite(sums["loss_sum"]) and (scaler is not None or math.isfinite(grad_norm))
     if finite:
         if scaler is not None:
