@@ -182,7 +182,7 @@ def test_every_suite_runs_on_the_resolved_device(suite, monkeypatch):
     for name in ("cpu", "auto"):
         done = run_cli("bench", suite, "--device", name)
         assert done.returncode == 0, done.stderr
-        assert done.stderr.startswith("device: cpu (")
+        assert done.stderr.splitlines()[1].startswith("device: cpu (")  # after the header of what is measured
     assert seen == [torch.device("cpu")] * 2
     refused = run_cli("bench", suite, "--device", "cuda")
     assert refused.returncode == 3 and refused.stderr.count("\n") == 1

@@ -37,15 +37,18 @@ def emit_comparison(r: dict, as_json: bool) -> None:
 
 
 def resolved_device(args: argparse.Namespace) -> torch.device:
-    """``--device`` on this machine, made the current CUDA device and named on stderr, so that a log
-    of figures says where they were taken; a device that is not here is refused in one line naming
-    --device (a ConfigError: exit code 3)."""
-    from attnlab.bench.device import device_name
+    """``--device`` on this machine, made the current CUDA device; a device that is not here is
+    refused in one line naming --device (a ConfigError: exit code 3)."""
     from attnlab.train.device import use_device
 
-    device = use_device(device_of(args))
-    print(f"device: {device} ({device_name(device)})", file=sys.stderr)
-    return device
+    return use_device(device_of(args))
+
+
+def header(device: torch.device, what: str) -> None:
+    """What a bench measures, and where: a log of figures must say which device they were taken on."""
+    from attnlab.bench.device import device_name
+
+    print(f"{what}\ndevice: {device} ({device_name(device)})", file=sys.stderr)
 
 
 def cmd_bench_train(args: argparse.Namespace, device: torch.device) -> None:
@@ -53,9 +56,9 @@ def cmd_bench_train(args: argparse.Namespace, device: torch.device) -> None:
 
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
-    print(f"training step (forward, loss, backward, clip, Adam): d_model 256, 3+3 layers, 4 heads, d_ff 1024, "
-          f"vocabulary 8000, dropout 0.1, 64 pairs of 24 + 24 tokens; interleaved, median of {args.repeats}",
-          file=sys.stderr)
+    header(device, f"training step (forward, loss, backward, clip, Adam): d_model 256, 3+3 layers, 4 heads, "
+                   f"d_ff 1024, vocabulary 8000, dropout 0.1, 64 pairs of 24 + 24 tokens; interleaved, median of "
+                   f"{args.repeats}")
     for r in bench_train(tuple(args.precision), args.repeats, not args.no_hf, device=device):
         emit_comparison(r, args.json)
 
@@ -65,8 +68,8 @@ def cmd_bench_decode(args: argparse.Namespace, device: torch.device) -> None:
 
     if min(args.repeats, args.batch, args.new_tokens) < 1 or args.new_tokens > 500:
         raise UsageError("--repeats and --batch must be at least 1, --new-tokens between 1 and 500")
-    print(f"decoding {args.batch} sources of 24 tokens, exactly {args.new_tokens} new tokens each, d_model 256, "
-          f"3+3 layers, vocabulary 8000; interleaved, median of {args.repeats}", file=sys.stderr)
+    header(device, f"decoding {args.batch} sources of 24 tokens, exactly {args.new_tokens} new tokens each, "
+                   f"d_model 256, 3+3 layers, vocabulary 8000; interleaved, median of {args.repeats}")
     for r in bench_decode(args.batch, args.new_tokens, repeats=args.repeats, with_hf=not args.no_hf, device=device):
         emit_comparison(r, args.json)
 
@@ -76,8 +79,8 @@ def cmd_bench_lm(args: argparse.Namespace, device: torch.device) -> None:
 
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
-    print("character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with the cache",
-          file=sys.stderr)
+    header(device, "character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with the "
+                   "cache")
     for r in bench_lm(args.repeats, device=device):
         emit_comparison(r, args.json)
 
@@ -90,9 +93,9 @@ def cmd_bench_models(args: argparse.Namespace, device: torch.device) -> None:
     unknown = sorted(set(args.models) - set(MODELS))
     if unknown:
         raise UsageError(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
-    print(f"train: one optimizer step on {args.batch_tokens} // T pairs of T + T tokens; decode: greedy with the "
-          f"cache, {args.decode_batch} sources of T tokens, T new tokens; {args.precision}; median of "
-          f"{args.repeats}; vocabulary 8000, random tokens", file=sys.stderr)
+    header(device, f"train: one optimizer step on {args.batch_tokens} // T pairs of T + T tokens; decode: greedy "
+                   f"with the cache, {args.decode_batch} sources of T tokens, T new tokens; {args.precision}; median "
+                   f"of {args.repeats}; vocabulary 8000, random tokens")
     for r in bench_models(tuple(args.lengths), tuple(args.models), args.batch_tokens, args.decode_batch,
                           args.precision, args.repeats, device=device):
         ratio = f"   x{r['ratio']:.2f} vs {REFERENCE}" if "ratio" in r else ""
@@ -105,9 +108,9 @@ def cmd_bench_encoder(args: argparse.Namespace, device: torch.device) -> None:
 
     if min(args.repeats, args.batch, args.seq_len) < 1 or args.seq_len > 512:
         raise UsageError("--repeats and --batch must be at least 1, --seq-len between 1 and 512")
-    print(f"encoder forward (no gradients): all-MiniLM-L6-v2's shape (d 384, 6 layers, 12 heads), random weights "
-          f"shared with transformers' BertModel, {args.batch} x {args.seq_len} tokens; interleaved, median of "
-          f"{args.repeats}", file=sys.stderr)
+    header(device, f"encoder forward (no gradients): all-MiniLM-L6-v2's shape (d 384, 6 layers, 12 heads), random "
+                   f"weights shared with transformers' BertModel, {args.batch} x {args.seq_len} tokens; interleaved, "
+                   f"median of {args.repeats}")
     for r in bench_encoder(args.batch, args.seq_len, tuple(args.precision), tuple(args.backends), args.repeats,
                            device=device):
         emit_comparison(r, args.json)
@@ -125,10 +128,9 @@ def cmd_bench_attention(args: argparse.Namespace, device: torch.device) -> None:
     if device.type == "cpu" and not Path("/proc/self/clear_refs").exists():
         raise UsageError("bench attention measures the CPU's peak memory through Linux's /proc/self/clear_refs")
     check_new_file(args.plot, args.force, "--plot")
-    print(f"attention backends, batch {args.batch}, {args.heads} heads of {args.head_dim}, float32, "
-          f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the inputs: "
-          f"{PEAK_MEMORY[device.type]}",
-          file=sys.stderr)
+    header(device, f"attention backends, batch {args.batch}, {args.heads} heads of {args.head_dim}, float32, "
+                   f"{'causal' if not args.no_causal else 'no mask'}; median of {args.repeats}; peak memory above the "
+                   f"inputs: {PEAK_MEMORY[device.type]}")
     records = []
     for r in bench_attention(tuple(args.lengths), tuple(args.backends), args.batch, args.heads, args.head_dim,
                              not args.no_causal, args.repeats, args.memory_budget_gib * GiB, args.time_limit,

@@ -19,7 +19,7 @@ from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, mo
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.task import task_of
-from attnlab.train.device import check_device_name
+from attnlab.train.device import check_device_name, on_gpu
 from attnlab.train.distributed import STRATEGIES
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
@@ -43,7 +43,7 @@ class TrainConfig(TypedConfig):
     max_epochs: Optional[int] = None
     max_seconds: Optional[float] = None
     max_tokens: int = 4096
-    pad_multiple: int = 8
+    pad_multiple: Optional[int] = None  # batches' lengths a multiple of this; None: padding_multiple decides
     batch_size: int = 32
     accumulate: int = 1
     optimizer: str = "adam"
@@ -83,12 +83,12 @@ class TrainConfig(TypedConfig):
         one_of("precision", self.precision, PRECISIONS)
         check_device_name(self.device)
         one_of("strategy", self.strategy, STRATEGIES)
-        for name in ("max_steps", "max_tokens", "pad_multiple", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
+        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
                      "max_bad_steps"):
             at_least(name, getattr(self, name), 1)
         for name in ("warmup_steps", "eval_exact_match"):
             at_least(name, getattr(self, name), 0)
-        for name in ("max_epochs", "patience"):
+        for name in ("max_epochs", "patience", "pad_multiple"):
             if getattr(self, name) is not None:
                 at_least(name, getattr(self, name), 1)
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
@@ -119,6 +119,14 @@ class TrainConfig(TypedConfig):
             raise ConfigError("freeze_embeddings and freeze_layers keep pre-trained weights fixed: they need init_from")
         if self.early_stop_metric == "exact_match" and self.eval_exact_match == 0:
             raise ConfigError("early_stop_metric 'exact_match' needs eval_exact_match > 0 (examples to decode)")
+
+    @property
+    def padding_multiple(self) -> int:
+        """``pad_multiple``, or by default 8 where every new batch shape costs something (a GPU: kernel
+        plans, tensor cores; train.compile: a graph) and 1 on a CPU, where padding is only extra work."""
+        if self.pad_multiple is not None:
+            return self.pad_multiple
+        return 8 if self.compile or on_gpu(self.device) else 1
 
     @property
     def warmup(self) -> int:

@@ -26,6 +26,11 @@ def check_device_name(name: str, option: str = "train.device") -> None:
         raise ConfigError(f"{option} must be {DEVICE_NAMES} (got {name!r})")
 
 
+def on_gpu(name: str) -> bool:
+    """Whether ``name`` runs on a GPU on this host (never refusing: for defaults, not for running)."""
+    return name.startswith("cuda") or (name == "auto" and torch.cuda.device_count() > 0)
+
+
 def local_rank(env: Mapping[str, str] = os.environ) -> int | None:
     """This process's rank on its host under torchrun (LOCAL_RANK), or None for one process."""
     if int(env.get("WORLD_SIZE", "1")) <= 1:

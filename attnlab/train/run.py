@@ -26,7 +26,7 @@ from attnlab.train.step import freeze
 def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None) -> TaskData:
     """The task's data, batched as ``train`` says; with a ``run``, read with its tokenizers and state;
     under ``train.init_from``, with the initialising run's tokenizers (its weights index their ids)."""
-    batching = Batching(train.max_tokens, train.batch_size, train.seed, train.pad_multiple)
+    batching = Batching(train.max_tokens, train.batch_size, train.seed, train.padding_multiple)
     if run is not None:
         return data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
     if train.init_from is not None:

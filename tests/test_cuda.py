@@ -1,0 +1,141 @@
+"""The GPU path (issue 18), run where a CUDA GPU is visible and skipped elsewhere (the `cuda` marker:
+tests/conftest.py). `pytest -m cuda` runs these alone. The same numbers as on the CPU: logits,
+greedy and beam outputs; every preset trains; recurrent models train, checkpoint, resume and
+decode; bf16 and fp16 steps; torchrun with one GPU per rank, or the one-line refusal on one GPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import golden
+from attnlab.data.batching import collate_pairs
+from attnlab.decode.search import beam_search, greedy
+from attnlab.train.config import TrainConfig
+from attnlab.train.precision import autocast
+from attnlab.train.schedules import make_schedule, make_scheduler
+from attnlab.train.step import make_optimizer, train_step
+from helpers import ATTNLAB, TORCHRUN, random_ids, run_cli, tiny_model
+
+pytestmark = pytest.mark.cuda
+CUDA = torch.device("cuda", 0)
+
+
+@pytest.fixture(autouse=True)
+def full_fp32():
+    """fp32 as on the CPU: no TF32 in matrix products or cuDNN (the recurrent layers)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+FAMILIES = {
+    "encoder_decoder": dict(arch="encoder_decoder"),
+    "encoder_decoder sdpa": dict(arch="encoder_decoder", attention_backend="sdpa"),
+    "decoder_lm rotary": dict(arch="decoder_lm", positional="rotary"),
+    "rnn bahdanau": dict(arch="rnn", rnn_cell="gru", rnn_attention="bahdanau", score="additive", bidirectional=True),
+}
+
+
+@pytest.mark.parametrize("fields", FAMILIES.values(), ids=FAMILIES)
+def test_cuda_logits_equal_the_cpus(fields):
+    model = tiny_model(**fields)
+    src, tgt = random_ids(2, 9), random_ids(2, 7, generator_seed=1)
+    src[1, 6:] = 0
+    args = (tgt,) if fields["arch"] == "decoder_lm" else (src, tgt)
+    with torch.no_grad():
+        cpu = model(*args)
+        cuda = model.to(CUDA)(*(a.to(CUDA) for a in args))
+    torch.testing.assert_close(cuda.cpu(), cpu, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fields", [FAMILIES["encoder_decoder"], FAMILIES["rnn bahdanau"]], ids=["transformer", "rnn"])
+def test_cuda_greedy_and_beam_outputs_equal_the_cpus(fields):
+    model = tiny_model(**fields)
+    src = random_ids(3, 8)
+    src[2, 5:] = 0
+    cpu = greedy(model, src, max_len=10), [[h.tokens for h in n] for n in beam_search(model, src, 4, nbest=2, max_len=10)]
+    model.to(CUDA)
+    cuda = greedy(model, src.to(CUDA), max_len=10), \
+        [[h.tokens for h in n] for n in beam_search(model, src.to(CUDA), 4, nbest=2, max_len=10)]
+    assert cuda == cpu
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_steps_on_cuda_learn(precision):
+    """Ten steps on one batch: finite, and the loss falls (fp16 through the GradScaler)."""
+    model = tiny_model().train().to(CUDA)
+    cfg = TrainConfig(precision=precision, lr_schedule="constant", lr=3e-3, warmup_steps=1, device="cuda")
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, make_schedule("constant", 3e-3, 1, 10, 0.0, 16))
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+    pairs = [(random_ids(1, 6, generator_seed=i)[0].tolist(), random_ids(1, 5, generator_seed=i + 9)[0].tolist())
+             for i in range(8)]
+    batch = collate_pairs(pairs).to(CUDA)
+    losses = [train_step(model, [batch], optimizer, scheduler, cfg, autocast(precision, CUDA), scaler)["loss"]
+              for _ in range(10)]
+    assert all(map(math.isfinite, losses)) and losses[-1] < losses[0] - 0.5, losses
+
+
+@pytest.fixture(scope="module")
+def data_overrides(tmp_path_factory):
+    return golden.synthetic_data(tmp_path_factory.mktemp("golden") / "data")
+
+
+@pytest.mark.parametrize("preset", golden.training_presets(), ids=lambda p: p.stem)
+def test_every_preset_trains_on_cuda_as_on_the_cpu(preset, data_overrides, tmp_path):
+    """The first 20 losses of each preset (fp32) within 1% of those recorded on the CPU: the same
+    model, data and updates; only the kernels' summation order differs."""
+    losses = golden.train_losses(preset, data_overrides, tmp_path / "run", device="cuda")
+    recorded = json.loads(golden.FIGURES.read_text())["preset_losses"][preset.name]
+    assert losses == pytest.approx(recorded, rel=1e-2)
+
+
+def test_a_recurrent_run_trains_checkpoints_resumes_and_decodes_on_cuda(data_overrides, tmp_path):
+    """cuDNN keeps the GRU weights in one flat buffer: checkpoints are written from copies, loaded in place."""
+    preset = golden.ROOT / "configs" / "rnn_bahdanau.yaml"
+    sets = [*data_overrides["parallel"], "model.d_model=64", "train.max_steps=6", "train.eval_every=3",
+            "train.max_tokens=200", "train.device=cuda", "train.progress=false"]
+    run = tmp_path / "rnn"
+    assert run_cli("train", str(preset), "--out", str(run), *(a for s in sets for a in ("--set", s))).returncode == 0
+    resumed = run_cli("train", "--out", str(run), "--resume", "--allow-changes", "--set", "train.max_steps=9")
+    assert resumed.returncode == 0, resumed.stderr
+    valid = data_overrides["parallel"][1].partition("=")[2]  # data.valid=FOLDER/val
+    sources = "".join(Path(valid + ".de").read_text().splitlines(keepends=True)[:10])
+    outputs = [run_cli("translate", str(run), "--beam", "4", "--device", device, stdin=sources) for device in ("cuda", "cpu")]
+    assert outputs[0].returncode == 0 and outputs[0].stdout == outputs[1].stdout
+
+
+def test_torchrun_takes_one_gpu_per_rank_or_refuses_in_one_line(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text("""\
+model: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}
+data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 4,
+        log_every: 1, progress: false, device: cuda}
+""")
+    done = subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "attnlab.cli", "train", str(config),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, env=dict(os.environ),
+                          timeout=300)
+    if torch.cuda.device_count() >= 2:  # NCCL, one GPU each
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.count("run directory:") == 1
+    else:
+        assert done.returncode != 0
+        assert "torchrun started 2 processes on this host, which has 1 GPU(s)" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_the_command_line_runs_on_cuda(tmp_path):
+    """`attnlab demo --device cuda` trains on the GPU and decodes there."""
+    done = subprocess.run([*ATTNLAB, "demo", "--device", "cuda", "--out", str(tmp_path / "demo"), "--set",
+                           "train.max_steps=30"], capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "exact match on" in done.stdout
