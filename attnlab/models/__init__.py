@@ -21,8 +21,9 @@ from attnlab.models.encoder_decoder import EncoderDecoderConfig
 from attnlab.models.decoder_lm import DecoderLMConfig
 from attnlab.models.encoder_only import EncoderOnlyConfig
 from attnlab.models.rnn import RNNConfig
+from attnlab.models.graph import GraphConfig
 # isort: on
 
 __all__ = ["FAMILIES", "Capabilities", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "EncoderDecoderConfig", "DecoderLMConfig", "EncoderOnlyConfig",
-           "RNNConfig"]
+           "RNNConfig", "GraphConfig"]

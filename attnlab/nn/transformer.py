@@ -88,9 +88,11 @@ class Encoder(LayerStack):
     def __init__(self, layers: list[EncoderLayer], norm: nn.Module) -> None:
         super().__init__(layers, norm)
 
-    def forward(self, x: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-        """x: (B, S, d_model); valid: (B, S) True for real tokens; positions: (S,) -> (B, S, d_model)."""
-        mask = AttentionMask(key_valid=valid)
+    def forward(self, x: Tensor, valid: Tensor, positions: Tensor, allowed: Tensor | None = None) -> Tensor:
+        """x: (B, S, d_model); valid: (B, S) True for real tokens; positions: (S,); allowed: a
+        boolean mask broadcastable to (B, H, S, S) of who may attend to whom besides padding (a
+        graph's neighbourhoods), or None -> (B, S, d_model)."""
+        mask = AttentionMask(key_valid=valid, explicit=allowed)
         for layer in self.layers:
             x = self.run_layer(layer, x, mask, (positions, positions))
         return self.norm(x)
