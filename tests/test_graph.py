@@ -4,14 +4,20 @@ their closed forms, the readers and the split, and Zachary's karate club trained
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
 import torch
 
-from attnlab import ConfigError, build_model, model_config
+from attnlab import ConfigError, DataError, build_model, model_config, task_config
+from attnlab.data.graphs import read_edges, read_graph, read_nodes
 from attnlab.nn.graph import LaplacianPositionalEncoding, laplacian_eigenvectors, neighbourhoods, normalized_laplacian
 from attnlab.nn.masks import AttentionMask
+from attnlab.tasks.node_classification import (
+    UNLABELLED, NodeClassification, NodeClassificationConfig, split_nodes,
+)
+from helpers import run_cli
 
 
 def adjacency(n: int, edges: list[tuple[int, int]]) -> torch.Tensor:
@@ -173,3 +179,127 @@ def test_training_flips_each_eigenvectors_sign_at_random():
 def test_the_config_refuses_early_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
         model_config(arch="graph", n_features=4, **fields)
+
+
+# -- the node-classification task -----------------------------------------------------------------
+
+NODES = """\
+id,x1,label,x2
+a,1.0,red,0
+b,0.5,,1
+c,-2,blue,2.5
+d,0,red,1
+"""
+EDGES = """\
+source,target,weight
+a,b,1
+c,b,1
+b,a,1
+d,d,1
+"""
+
+
+def write(path, text: str):
+    path.write_text(text)
+    return path
+
+
+def test_the_readers_on_small_csvs(tmp_path):
+    ids, features, labels = read_nodes(write(tmp_path / "nodes.csv", NODES))
+    assert ids == ["a", "b", "c", "d"] and labels == ["red", None, "blue", "red"]
+    assert features == [[1.0, 0.0], [0.5, 1.0], [-2.0, 2.5], [0.0, 1.0]]  # x1, x2: every column but id and label
+    # undirected, each edge once (b,a repeats a,b), the self-loop d-d dropped, 'weight' ignored
+    assert read_edges(write(tmp_path / "edges.csv", EDGES), ids, "nodes.csv") == [(0, 1), (1, 2)]
+    graph = read_graph(tmp_path / "nodes.csv", tmp_path / "edges.csv")
+    assert torch.equal(graph.adjacency(), adjacency(4, [(0, 1), (1, 2)]))
+
+
+@pytest.mark.parametrize("nodes,edges,message", [
+    (NODES, EDGES.replace("c,b", "c,z"), "edges.csv:3: target 'z' is not a node of {tmp}/nodes.csv"),
+    (NODES, EDGES.replace("b,a", "q,a"), "edges.csv:4: source 'q' is not a node of {tmp}/nodes.csv"),
+    (NODES.replace("-2,", "-2x,"), EDGES, "nodes.csv:4:2: feature 'x1' is not a finite number ('-2x')"),
+    (NODES.replace("0,red,1", "0,red,"), EDGES, "nodes.csv:5:4: feature 'x2' is not a finite number ('')"),
+    (NODES.replace("0.5", "nan"), EDGES, "nodes.csv:3:2: feature 'x1' is not a finite number ('nan')"),
+    (NODES.replace(",label,", ",tag,"), EDGES, "nodes.csv:1: no 'label' column (the header names id, x1, tag, x2)"),
+    (NODES.replace("id,", "node,"), EDGES, "nodes.csv:1: no 'id' column (the header names node, x1, label, x2)"),
+    ("id,label\na,red\n", EDGES, "nodes.csv:1: no feature columns (the header names only id, label)"),
+    (NODES, EDGES.replace("target", "to"), "edges.csv:1: no 'target' column (the header names source, to, weight)"),
+    (NODES.replace("c,-2,blue,2.5", "c,-2,blue"), EDGES,
+     "nodes.csv:4: 3 comma-separated fields; the header has 4 (id, x1, label, x2)"),
+    (NODES.replace("d,0", "a,0"), EDGES, "nodes.csv:5: node 'a' is already on line 2"),
+    ("id,x1,label\n", EDGES, "nodes.csv: no rows after the header line"),
+])
+def test_bad_input_is_named_by_file_line_and_column(tmp_path, nodes, edges, message):
+    write(tmp_path / "nodes.csv", nodes)
+    write(tmp_path / "edges.csv", edges)
+    with pytest.raises(DataError) as err:
+        read_graph(tmp_path / "nodes.csv", tmp_path / "edges.csv")
+    assert str(err.value) == f"{tmp_path}/" + message.format(tmp=tmp_path)
+
+
+def test_the_split_is_per_class_seeded_and_leaves_unlabelled_nodes_out():
+    classes = [0] * 17 + [1] * 17 + [UNLABELLED] * 3
+    splits = split_nodes(classes, 2, valid_fraction=0.2, test_fraction=0.4, seed=0)
+    # of each class's 17: round(6.8) = 7 test, round(3.4) = 3 valid, the other 7 train
+    assert {name: len(nodes) for name, nodes in splits.items()} == {"train": 14, "valid": 6, "test": 14}
+    for nodes, per_class in ((splits["train"], 7), (splits["valid"], 3), (splits["test"], 7)):
+        assert sum(classes[i] == 0 for i in nodes) == per_class == sum(classes[i] == 1 for i in nodes)
+    assert sorted(sum(splits.values(), [])) == list(range(34))  # disjoint; the unlabelled 34-36 in none
+    assert split_nodes(classes, 2, 0.2, 0.4, seed=0) == splits != split_nodes(classes, 2, 0.2, 0.4, seed=1)
+
+
+def small_task(tmp_path, **fields) -> NodeClassificationConfig:
+    write(tmp_path / "nodes.csv", "id,x,label\n" + "".join(f"n{i},{i},{'ab'[i % 2]}\n" for i in range(20))
+          + "u,0,\n")
+    write(tmp_path / "edges.csv", "source,target\n" + "".join(f"n{i},n{i + 2}\n" for i in range(18)) + "u,n0\n")
+    return task_config({"task": "node_classification", "nodes": str(tmp_path / "nodes.csv"),
+                        "edges": str(tmp_path / "edges.csv"), **fields})
+
+
+def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_path):
+    data = NodeClassification.prepare(small_task(tmp_path), None)
+    assert NodeClassification.describe(data) == (
+        f"graph {tmp_path}/nodes.csv: 21 nodes, 19 edges, 1 features; labelled nodes: train 12, valid 4, test 4; "
+        f"labels a, b")
+    (batch,) = data.epoch_batches(0)
+    assert batch.features.shape == (21, 1) and batch.adjacency.shape == (21, 21) and batch.n_tokens == 12
+    assert batch.eigenvectors.shape == (21, 20) and batch.classes[20] == UNLABELLED
+    torch.manual_seed(0)
+    model = build_model(model_config(arch="graph", **NodeClassification.model_fields(None, data))).eval()
+    loss, nll = NodeClassification.loss(model, batch, 0.0, contextlib.nullcontext)
+    with torch.no_grad():
+        logits = model(batch.features, batch.adjacency, batch.eigenvectors)  # (21, 2)
+    by_hand = -sum(logits[i].log_softmax(-1)[batch.classes[i]] for i in data.splits["train"])
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-5) and nll.item() == pytest.approx(by_hand.item(), rel=1e-5)
+    scores = NodeClassification.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0, split="test")
+    predicted = logits[data.splits["test"]].argmax(-1)
+    assert scores["accuracy"] == (predicted == batch.classes[data.splits["test"]]).float().mean().item()
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(builtin="karate"), "give either builtin or nodes and edges, not both"),
+    (dict(nodes=None), "data.task 'node_classification' needs 'nodes' and 'edges' \\(CSV files\\), or builtin "
+                       "\\('karate'\\)"),
+    (dict(test_fraction=0.5, valid_fraction=0.5), r"valid_fraction \+ test_fraction must be < 1"),
+    (dict(valid_fraction=0.0), r"valid_fraction must be in \(0, 1\) \(got 0.0\)"),
+])
+def test_the_data_section_refuses_early(tmp_path, fields, message):
+    with pytest.raises(ConfigError, match=message):
+        small_task(tmp_path, **fields)
+
+
+def test_too_few_labelled_nodes_for_a_split_are_refused(tmp_path):
+    with pytest.raises(DataError, match=r"nodes.csv: 20 labelled nodes leave no valid nodes at valid_fraction 0.01"):
+        NodeClassification.prepare(small_task(tmp_path, valid_fraction=0.01), None)
+
+
+def test_a_graph_family_and_a_token_task_refuse_each_other(tmp_path):
+    config = write(tmp_path / "c.yaml", "model: {arch: encoder_only}\ndata: {task: node_classification, "
+                                         "builtin: karate}\n")
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
+    assert done.returncode == 3 and done.stderr == (
+        f"error: {config}: model.arch must be 'graph' for data.task 'node_classification'; got 'encoder_only'\n")
+    config.write_text("model: {arch: graph}\ndata: {task: classification, train: x.tsv}\n")
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
+    assert done.returncode == 3 and "model.arch must be 'encoder_only' for data.task 'classification'; got 'graph'" \
+        in done.stderr

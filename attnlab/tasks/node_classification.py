@@ -1,0 +1,239 @@
+"""Node classification: one graph, some of its nodes labelled, the rest to be classified. The task
+is transductive: the whole graph is one batch (every node is encoded, labelled or not), and the
+loss and the metrics count only the nodes of the split at hand. Validated by accuracy and macro-F1;
+`attnlab evaluate --data FILE` scores a run on a CSV of node ids and their true labels."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.config import one_of
+from attnlab.data.graphs import BUILTIN_GRAPHS, Graph, karate_club, read_answers, read_graph
+from attnlab.errors import ConfigError, DataError
+from attnlab.eval.metrics import classification_scores, confusion_matrix
+from attnlab.nn.graph import laplacian_eigenvectors
+from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.task import Amp, Batching, Task, TaskConfig, Tokenizers, register_task
+
+UNLABELLED = -1  # the class id of an unlabelled node; no split holds one
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True)
+class NodeClassificationConfig(TaskConfig):
+    """The graph: ``builtin: karate`` (data/graphs.py: karate_club), or ``nodes`` (CSV: id, feature
+    columns..., label; an empty label for an unlabelled node) and ``edges`` (CSV: source, target;
+    undirected). The labelled nodes are split per class with ``random.Random(seed)``: of each
+    class's nodes, shuffled, the first round(n x test_fraction) are test nodes, the next
+    round(n x valid_fraction) validation nodes and the rest training nodes (halves round up)."""
+
+    builtin: Optional[str] = None
+    nodes: Optional[str] = None
+    edges: Optional[str] = None
+    valid_fraction: float = 0.2
+    test_fraction: float = 0.2
+    seed: int = 0
+
+    def check(self) -> None:
+        files = (self.nodes, self.edges)
+        if self.builtin is not None:
+            one_of("builtin", self.builtin, BUILTIN_GRAPHS)
+            if files != (None, None):
+                raise ConfigError("give either builtin or nodes and edges, not both")
+        elif None in files:
+            raise ConfigError("data.task 'node_classification' needs 'nodes' and 'edges' (CSV files), or builtin "
+                              f"({', '.join(map(repr, BUILTIN_GRAPHS))})")
+        for name in ("valid_fraction", "test_fraction"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in (0, 1) (got {getattr(self, name)})")
+        if self.valid_fraction + self.test_fraction >= 1.0:
+            raise ConfigError(f"valid_fraction + test_fraction must be < 1, to leave training nodes (got "
+                              f"{self.valid_fraction} + {self.test_fraction})")
+
+    @property
+    def in_memory(self) -> bool:
+        return self.builtin is not None
+
+    def read(self) -> Graph:
+        return karate_club() if self.builtin == "karate" else read_graph(self.nodes, self.edges)
+
+
+def split_nodes(classes: list[int], n_classes: int, valid_fraction: float, test_fraction: float,
+                seed: int) -> dict[str, list[int]]:
+    """The node indices of each split, per class as NodeClassificationConfig says, each sorted;
+    unlabelled nodes (UNLABELLED) are in none."""
+    rng = random.Random(seed)
+    splits: dict[str, list[int]] = {name: [] for name in SPLITS}
+    for c in range(n_classes):
+        nodes = [i for i, label in enumerate(classes) if label == c]
+        rng.shuffle(nodes)
+        n_test, n_valid = int(len(nodes) * test_fraction + 0.5), int(len(nodes) * valid_fraction + 0.5)
+        splits["test"] += nodes[:n_test]
+        splits["valid"] += nodes[n_test:n_test + n_valid]
+        splits["train"] += nodes[n_test + n_valid:]
+    return {name: sorted(nodes) for name, nodes in splits.items()}
+
+
+@dataclass
+class GraphBatch:
+    """The whole graph and the nodes that count: features (N, F), adjacency (N, N) boolean,
+    eigenvectors (N, N - 1) of its Laplacian, classes (N,) (UNLABELLED where there is no label),
+    nodes (M,) the indices whose loss and metrics count."""
+
+    features: Tensor
+    adjacency: Tensor
+    eigenvectors: Tensor
+    classes: Tensor
+    nodes: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.nodes)  # the loss sums over the split's nodes
+
+    def to(self, device: torch.device | str) -> "GraphBatch":
+        return GraphBatch(*(t.to(device) for t in (self.features, self.adjacency, self.eigenvectors, self.classes,
+                                                   self.nodes)))
+
+    def logits(self, model: nn.Module) -> Tensor:
+        """(M, n_classes): the model run on the whole graph, read at the split's nodes."""
+        return model(self.features, self.adjacency, self.eigenvectors)[self.nodes]
+
+
+@dataclass
+class NodeData:
+    """One graph, its labels (class id -> label), and the node indices of each split."""
+
+    graph: Graph
+    labels: list[str]
+    splits: dict[str, list[int]]
+    tokenizers: Tokenizers = field(default_factory=lambda: {"src": None, "tgt": None})  # none: features are numbers
+    _batches: dict[str, GraphBatch] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        index = {label: c for c, label in enumerate(self.labels)}
+        self.classes = torch.tensor([UNLABELLED if label is None else index[label] for label in self.graph.labels])
+        self.features = torch.tensor(self.graph.features)  # (N, F)
+        self.adjacency = self.graph.adjacency()  # (N, N)
+        self.eigenvectors = laplacian_eigenvectors(self.adjacency)  # (N, N - 1), once per graph
+
+    def batch(self, nodes: list[int], classes: Tensor | None = None) -> GraphBatch:
+        """The graph with ``nodes`` counting; ``classes``: (N,) other true classes than the graph's own."""
+        return GraphBatch(self.features, self.adjacency, self.eigenvectors,
+                          self.classes if classes is None else classes, torch.tensor(nodes, dtype=torch.long))
+
+    def epoch_batches(self, epoch: int) -> list[GraphBatch]:
+        return self.eval_batches("train")
+
+    def eval_batches(self, split: str) -> list[GraphBatch]:
+        if split not in self._batches:
+            self._batches[split] = self.batch(self.splits[split])
+        return [self._batches[split]]
+
+
+def known_labels(graph: Graph, labels: list[str]) -> None:
+    """Refuse a node labelled with a class the run was not trained on (its graph's file changed)."""
+    for node, label in zip(graph.ids, graph.labels):
+        if label is not None and label not in labels:
+            raise DataError(f"{graph.name}: node '{node}' has label '{label}', not one the model was trained on "
+                            f"({', '.join(labels)})")
+
+
+@register_task
+class NodeClassification(Task):
+    name = "node_classification"
+    config = NodeClassificationConfig
+    needs = {"inputs": "graph"}
+    metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
+    commands = ("evaluate",)
+    sets = ("n_features", "n_classes")
+    tokenizers = ()
+
+    @classmethod
+    def prepare(cls, cfg: NodeClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, Any] | None = None) -> NodeData:
+        """The graph and its split (``batching`` is not used: the graph is one batch)."""
+        graph = cfg.read()
+        labels = state["labels"] if state else sorted({label for label in graph.labels if label is not None})
+        if len(labels) < 2:
+            raise DataError(f"{graph.name}: {len(labels)} distinct labels; node classification needs at least two")
+        known_labels(graph, labels)
+        index = {label: c for c, label in enumerate(labels)}
+        classes = [UNLABELLED if label is None else index[label] for label in graph.labels]
+        splits = split_nodes(classes, len(labels), cfg.valid_fraction, cfg.test_fraction, cfg.seed)
+        empty = [name for name in SPLITS if not splits[name]]
+        if empty:
+            raise DataError(f"{graph.name}: {sum(c != UNLABELLED for c in classes)} labelled nodes leave no "
+                            f"{' or '.join(empty)} nodes at valid_fraction {cfg.valid_fraction} and test_fraction "
+                            f"{cfg.test_fraction}")
+        return NodeData(graph, labels, splits)
+
+    @classmethod
+    def saved_state(cls, data: NodeData) -> dict[str, Any]:
+        return {"labels": data.labels}
+
+    @classmethod
+    def model_fields(cls, cfg: NodeClassificationConfig, data: NodeData) -> dict[str, Any]:
+        return {"n_features": len(data.graph.features[0]), "n_classes": len(data.labels)}
+
+    @classmethod
+    def planned_model_fields(cls, cfg: NodeClassificationConfig, vocab_size: int) -> dict[str, Any]:
+        """Before the graph is read: its size where it is built in, else one feature, two classes."""
+        return cls.model_fields(cfg, cls.prepare(cfg, None)) if cfg.in_memory else {"n_features": 1, "n_classes": 2}
+
+    @classmethod
+    def loss(cls, model: nn.Module, batch: GraphBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+        with amp():
+            logits = batch.logits(model)  # (M, n_classes)
+        return label_smoothed_nll(logits, batch.classes[batch.nodes], label_smoothing, UNLABELLED)
+
+    @classmethod
+    def validate(cls, model: nn.Module, data: NodeData, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
+        return cls._scores(model, data.eval_batches(split)[0], len(data.labels), device, amp)[0]
+
+    @staticmethod
+    @torch.no_grad()
+    def _scores(model: nn.Module, batch: GraphBatch, n_classes: int, device: torch.device,
+                amp: Amp = contextlib.nullcontext) -> tuple[dict[str, float], list[int], list[int]]:
+        """Loss, accuracy and macro-F1 over ``batch``'s nodes; their predicted and true classes."""
+        model.eval()
+        batch = batch.to(device)
+        with amp():
+            logits = batch.logits(model).float()
+        gold = batch.classes[batch.nodes]
+        nll = label_smoothed_nll(logits, gold, 0.0, UNLABELLED)[1].item()
+        predicted, gold = logits.argmax(-1).tolist(), gold.tolist()
+        return {"valid_loss": nll / len(gold), **classification_scores(predicted, gold, n_classes)}, predicted, gold
+
+    @classmethod
+    def evaluate_file(cls, model: nn.Module, cfg: NodeClassificationConfig, tokenizers: Tokenizers,
+                      state: dict[str, Any], path: str) -> dict[str, Any]:
+        """Loss, accuracy, macro-F1 and the confusion matrix on the nodes of ``path`` (a CSV with
+        ``id`` and ``label`` columns, others ignored: the true labels of nodes of the run's graph),
+        the run's whole graph encoded as in training."""
+        data = cls.prepare(cfg, None, state=state)
+        answers = read_answers(path, data.graph.ids, data.graph.name)
+        classes = data.classes.clone()
+        for node, label, n in answers:
+            if label not in data.labels:
+                raise DataError(f"{path}:{n}: label '{label}' is not one the model was trained on "
+                                f"({', '.join(data.labels)})")
+            classes[node] = data.labels.index(label)
+        batch = data.batch([node for node, _, _ in answers], classes)
+        scores, predicted, gold = cls._scores(model, batch, len(data.labels), next(model.parameters()).device)
+        return {"loss": scores["valid_loss"], "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
+                "examples": len(gold), "labels": data.labels,
+                "confusion": confusion_matrix(predicted, gold, len(data.labels))}
+
+    @classmethod
+    def describe(cls, data: NodeData) -> str:
+        g = data.graph
+        sizes = ", ".join(f"{name} {len(nodes)}" for name, nodes in data.splits.items())
+        return (f"graph {g.name}: {len(g.ids)} nodes, {len(g.edges)} edges, {len(g.features[0])} features; "
+                f"labelled nodes: {sizes}; labels {', '.join(data.labels)}")
