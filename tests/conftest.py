@@ -32,6 +32,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # runtime of this process starts before CUDA_VISIBLE_DEVICES is emptied, so it keeps seeing the GPUs
 # that subprocesses no longer do.
 GPUS = torch.cuda.device_count()
+if GPUS:
+    torch.cuda.init()  # the runtime reads CUDA_VISIBLE_DEVICES once, here
 VISIBLE_GPUS = os.environ.get("CUDA_VISIBLE_DEVICES")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
