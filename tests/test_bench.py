@@ -277,8 +277,9 @@ def test_records_name_the_device(tmp_path, monkeypatch):
 
 @pytest.mark.cuda
 def test_benches_run_on_cuda():
-    """A tiny run of the training, models and attention benches on the GPU: records on cuda:0 named
-    after the GPU, MFU a fraction of the GEMM peak, peak memory from the CUDA allocator."""
+    """A tiny run of the training, models, attention and decoding benches on the GPU: records on cuda:0
+    named after the GPU, MFU a fraction of the GEMM peak, peak memory from the CUDA allocator, the
+    CUDA graph's gain in greedy decoding."""
     from attnlab.bench.attention import bench_attention
     from attnlab.bench.train import bench_train
 
@@ -294,3 +295,7 @@ def test_benches_run_on_cuda():
     math_forward = attention[0]
     assert math_forward["peak_memory"].startswith("CUDA") and math_forward.items() >= where.items()
     assert math_forward["peak_bytes"] >= 2 * 64 * 64 * 4  # at least the (B, H, T, T) float32 scores
+    from attnlab.bench.decode import bench_decode
+
+    decode = {r["name"]: r for r in bench_decode(batch=2, new_tokens=4, repeats=1, with_hf=False, device=cuda)}
+    assert decode["decode_graph_speedup"]["value"] > 0  # greedy with the CUDA graph, against the growable cache
