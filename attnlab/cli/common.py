@@ -13,19 +13,6 @@ from attnlab.errors import UsageError
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # the presets of a source checkout
 
 
-def read_input_lines(path: str | None) -> list[str]:
-    """Lines of --input FILE, or of standard input: read, checked and split the same way. Empty
-    input gives empty output, with a note, as it would from any filter."""
-    from attnlab.data.corpora import check_lines, decode_utf8, read_text, split_lines
-
-    name = path or "<stdin>"
-    text = decode_utf8(sys.stdin.buffer.read(), name) if path is None else read_text(path)
-    lines = check_lines(split_lines(text), name, allow_empty=True)
-    if not lines:
-        print(f"note: {name} is empty: nothing to translate", file=sys.stderr)
-    return lines
-
-
 def check_new_file(path: str | None, force: bool, option: str) -> None:
     """Refuse, before any work is done, an output ``path`` that is a directory, or that exists
     when ``force`` is not given."""

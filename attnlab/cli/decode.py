@@ -20,13 +20,13 @@ from attnlab.cli.common import (
     device_of,
     emit,
     load_run_for,
-    read_input_lines,
     write_output,
 )
 from attnlab.errors import UsageError
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
+    from attnlab.data.corpora import read_input_lines
     from attnlab.data.tokenizers import UNK
     from attnlab.decode.translate import translate
 
@@ -93,7 +93,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     device_of(args)  # refused before any reading
     task = check_task_serves(args)
     if task.evaluate_file is not None:
-        _evaluate_file(args, task)
+        _evaluate_classes(args, task)
         return
     if args.data is not None:
         raise UsageError(f"--data is for tasks that score a file in their own format; data.task '{task.name}' "
@@ -120,17 +120,23 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         print(f"({result['sentences']} sentences, beam {result['beam']}, lenpen {result['lenpen']})")
 
 
-def _evaluate_file(args: argparse.Namespace, task) -> None:
-    """`evaluate --data FILE` for a task that reads its own format (classification): its metrics,
-    the confusion matrix as text, and with --plot as a PNG."""
+def _evaluate_classes(args: argparse.Namespace, task) -> None:
+    """`evaluate --data FILE` (or `--split NAME`) for a task that reads its own format (the
+    classifiers): its metrics, the confusion matrix as text, and with --plot as a PNG."""
     from attnlab.train.checkpoint import RunDir, load_run
+    from attnlab.train.run import read_run_data
 
-    if args.data is None or args.src or args.ref or args.split:
-        raise UsageError(f"a run of data.task '{task.name}' is evaluated on a labelled file: give --data FILE")
+    splits = task.evaluate_split is not None
+    if (args.data is None) == (args.split is None) or args.src or args.ref or (args.split and not splits):
+        raise UsageError(f"a run of data.task '{task.name}' is evaluated on a labelled file: give --data FILE"
+                         + (", or --split NAME (a split of the run's own data)" if splits else ""))
     check_new_file(args.plot, args.force, "--plot")
     run = RunDir(args.run_dir)
     model, tokenizers, _ = load_run(args.run_dir, args.checkpoint, device_of(args))
-    result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data)
+    if args.split is not None:
+        result = task.evaluate_split(model, read_run_data(run, args.split), args.split)
+    else:
+        result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data)
     if args.plot:
         from attnlab.analysis.plots import confusion_plot
 
@@ -140,7 +146,7 @@ def _evaluate_file(args: argparse.Namespace, task) -> None:
         print(json.dumps(result))
         return
     print(f"accuracy  {result['accuracy']:.2%}   macro-F1  {result['macro_f1']:.4f}   loss  {result['loss']:.4f}   "
-          f"({result['examples']} examples, {args.data})")
+          f"({result['examples']} examples, {args.data or 'split ' + args.split})")
     width = max(len(label) for label in result["labels"]) + 2
     print("confusion matrix (rows: true label, columns: predicted)")
     print(" " * width + "".join(f"{label:>{width}}" for label in result["labels"]))
@@ -186,28 +192,25 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
-    from attnlab.tasks.classification import classify
+    """The run's task reads the inputs (lines of text, image files) and gives each one's class
+    probabilities; one line per input: [its name TAB] the best label TAB its probability."""
     from attnlab.train.checkpoint import RunDir
 
     if not 1 <= args.batch_size <= MAX_BATCH:
         raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH} (got {args.batch_size})")
     check_new_file(args.output, args.force, "--output")
-    model, tokenizers, cfg = load_run_for(args, {})
+    model, _, _ = load_run_for(args, {})
     run = RunDir(args.run_dir)
-    state = run.read_task_state()
-    labels = state["labels"]
-    lines = read_input_lines(args.input)
-    pairs = state.get("pairs", cfg.n_segments > 0)  # runs of before 'pairs' was recorded: pairs had segments
-    probabilities = classify(model, tokenizers["src"], lines, run.read_config()[1].max_len, pairs,
-                             args.batch_size, args.input or "<stdin>")
+    labels = run.read_task_state()["labels"]
     out = []
-    for line, p in zip(lines, probabilities):
-        if not line.strip():  # a blank line gives a blank line
+    for name, p in run.read_config()[1].task.predict(model, run, args.inputs, args.input, args.batch_size):
+        if p is None:  # a blank line gives a blank line
             out.append("\n")
             continue
         best = max(range(len(p)), key=p.__getitem__)
-        out.append(json.dumps({"label": labels[best], "probabilities": dict(zip(labels, p))}) + "\n" if args.json
-                   else f"{labels[best]}\t{p[best]:.4f}\n")
+        named = {"input": name} if name is not None else {}
+        out.append(json.dumps(named | {"label": labels[best], "probabilities": dict(zip(labels, p))}) + "\n"
+                   if args.json else "".join(f"{field}\t" for field in named.values()) + f"{labels[best]}\t{p[best]:.4f}\n")
     write_output(args.output, "".join(out), args.force)
 
 
@@ -272,13 +275,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     generate.add_argument("--num-samples", type=int, default=1, help="independent samples of the prompt (default 1)")
     generate.set_defaults(func=cmd_generate)
 
-    predict = sub.add_parser("predict", help="classify lines of text: one label and its probability per line")
+    predict = sub.add_parser("predict", help="classify lines of text or image files: one label and its probability "
+                                             "per input")
     run_dir_args(predict)
-    predict.add_argument("--input", help="one text per line, or text_a TAB text_b (default: stdin)")
+    predict.add_argument("inputs", nargs="*", metavar="IMAGE", help="image files (a run of image_classification)")
+    predict.add_argument("--input", help="text classifiers: one text per line, or text_a TAB text_b (default: stdin)")
     predict.add_argument("--output", help="output file (default: stdout)")
     predict.add_argument("--force", action="store_true", help="overwrite an existing --output")
     predict.add_argument("--json", action="store_true", help="one JSON object per line, with every class's probability")
-    predict.add_argument("--batch-size", type=int, default=64, help="texts per batch (default 64)")
+    predict.add_argument("--batch-size", type=int, default=64, help="inputs per batch (default 64)")
     predict.set_defaults(func=cmd_predict)
 
     fill = sub.add_parser("fill-mask", help="the most likely words for each [MASK] of a text (masked-LM runs)")
@@ -295,9 +300,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, one per line")
     evaluate.add_argument("--split", help="instead of files: a split of the run's own data (valid, test)")
-    evaluate.add_argument("--data", help="a classifier's labelled file (text TAB label): accuracy, macro-F1 and "
-                                         "the confusion matrix")
-    evaluate.add_argument("--plot", help="with --data: write the confusion matrix to this PNG")
+    evaluate.add_argument("--data", help="a classifier's labelled data (text TAB label; an image folder or .npz): "
+                                         "accuracy, macro-F1 and the confusion matrix")
+    evaluate.add_argument("--plot", help="with --data or a classifier's --split: write the confusion matrix to this PNG")
     evaluate.add_argument("--force", action="store_true", help="overwrite an existing --plot")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_evaluate)

@@ -8,6 +8,7 @@ Pairs are ``(source, target)`` strings; tokenisation and length filtering come a
 from __future__ import annotations
 
 import random
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,3 +197,14 @@ def filter_by_length(pairs: list[tuple[list[int], list[int]]], max_src_len: int,
             keep.append(i)
     report.kept = len(keep)
     return keep, report
+
+
+def read_input_lines(path: str | None) -> list[str]:
+    """Lines of a command's --input FILE, or of standard input: read, checked and split the same
+    way. Empty input gives empty output, with a note, as it would from any filter."""
+    name = path or "<stdin>"
+    text = decode_utf8(sys.stdin.buffer.read(), name) if path is None else read_text(path)
+    lines = check_lines(split_lines(text), name, allow_empty=True)
+    if not lines:
+        print(f"note: {name} is empty: nothing to translate", file=sys.stderr)
+    return lines

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from torch import nn
 
@@ -82,6 +82,7 @@ class TransformerConfig(FamilyConfig):
     linear_n_features: int = 64
 
     ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
+    positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = POSITIONAL  # what ``positional`` may name
 
     def check(self) -> None:
         one_of("activation", self.activation, ACTIVATIONS)
@@ -202,8 +203,10 @@ class TransformerConfig(FamilyConfig):
 # -- the parts, built from a TransformerConfig ---------------------------------------------------
 
 def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
-    """The configured scheme where it belongs ('embeddings' or 'self_attention'); identity elsewhere."""
-    cls = POSITIONAL[cfg.positional]
+    """The configured scheme where it belongs ('embeddings' or 'self_attention'); identity elsewhere.
+    A family whose positions are not a sequence's (ViT's patch grid) names its own schemes in
+    ``positional_schemes``."""
+    cls = cfg.positional_schemes[cfg.positional]
     belongs = "embeddings" if cls.absolute else "self_attention"
     return cls.from_config(cfg) if where == belongs else PositionalEncoding()
 

@@ -1,7 +1,10 @@
 """Classification: a text, or a pair of texts, to one of a set of labels, read from TSV files,
 trained with the cross-entropy over examples, validated by accuracy and macro-F1, used by
 `predict`. BERT's input: <bos> (as [CLS]) text_a <eos> (as [SEP]) [text_b <eos>], with segment
-ids 0 for the first part and 1 for the second."""
+ids 0 for the first part and 1 for the second.
+
+:class:`ClassifierTask` is what every classification task shares (the image classifier too): the
+loss, the metrics, and `evaluate`'s report on a split or a file."""
 
 from __future__ import annotations
 
@@ -17,11 +20,11 @@ from attnlab.config import at_least, one_of
 from attnlab.data.batching import pad_sequences
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
-from attnlab.errors import ConfigError, DataError
+from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import classification_scores, confusion_matrix
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.task import (
-    Amp, Batching, BucketedData, Task, TaskConfig, Tokenizers, hold_out_valid, register_task,
+    Amp, Batching, BucketedData, Prediction, Task, TaskConfig, Tokenizers, hold_out_valid, register_task,
 )
 
 
@@ -74,6 +77,10 @@ class ClassBatch:
     def to(self, device: torch.device | str) -> "ClassBatch":
         return ClassBatch(self.ids.to(device), self.segments.to(device), self.labels.to(device))
 
+    def logits(self, model: nn.Module) -> Tensor:
+        """(B, n_classes): the model on these inputs."""
+        return model.classify(self.ids, self.segments)
+
 
 @dataclass
 class Encoded:
@@ -122,12 +129,60 @@ def encode_inputs(tokenizer: Tokenizer, texts_a: list[str], texts_b: list[str | 
     return out, cut
 
 
+@torch.no_grad()
+def scores_of(model: nn.Module, batches: typing.Iterable[typing.Any], n_classes: int, device: torch.device,
+              amp: Amp = contextlib.nullcontext) -> tuple[dict[str, float], list[int], list[int]]:
+    """Loss, accuracy and macro-F1 over ``batches`` (each with ``labels`` and ``logits(model)``); the
+    predicted and the true class of each example, in the order of the batches."""
+    model.eval()
+    nll, predicted, gold = 0.0, [], []
+    for batch in batches:
+        batch = batch.to(device)
+        with amp():
+            logits = batch.logits(model).float()
+        nll += label_smoothed_nll(logits, batch.labels, 0.0, NO_LABEL)[1].item()
+        predicted += logits.argmax(-1).tolist()
+        gold += batch.labels.tolist()
+    scores = {"valid_loss": nll / len(gold), **classification_scores(predicted, gold, n_classes)}
+    return scores, predicted, gold
+
+
+def evaluation_report(model: nn.Module, batches: typing.Iterable[typing.Any], labels: list[str]) -> dict[str, typing.Any]:
+    """`attnlab evaluate`'s record: loss, accuracy, macro-F1, the number of examples, the labels and
+    the confusion matrix (rows: true class, columns: predicted)."""
+    scores, predicted, gold = scores_of(model, batches, len(labels), next(model.parameters()).device)
+    return {"loss": scores["valid_loss"], "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
+            "examples": len(gold), "labels": labels, "confusion": confusion_matrix(predicted, gold, len(labels))}
+
+
+class ClassifierTask(Task):
+    """A task whose target is one class per example: the cross-entropy over examples, accuracy and
+    macro-F1, and `evaluate --split`. Its batches have ``labels`` (B,) and ``logits(model)``; its
+    data, ``labels``, the class names in class-id order."""
+
+    metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
+
+    @classmethod
+    def loss(cls, model: nn.Module, batch: typing.Any, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+        with amp():
+            logits = batch.logits(model)
+        return label_smoothed_nll(logits, batch.labels, label_smoothing, NO_LABEL)
+
+    @classmethod
+    def validate(cls, model: nn.Module, data: typing.Any, device: torch.device, amp: Amp,
+                 n_decoded: int, split: str = "valid") -> dict[str, float]:
+        return scores_of(model, data.eval_batches(split), len(data.labels), device, amp)[0]
+
+    @classmethod
+    def evaluate_split(cls, model: nn.Module, data: typing.Any, split: str) -> dict[str, typing.Any]:
+        return evaluation_report(model, data.eval_batches(split), data.labels)
+
+
 @register_task
-class Classification(Task):
+class Classification(ClassifierTask):
     name = "classification"
     config = ClassificationConfig
     needs = {"encoder": True, "decoder": False}
-    metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
     commands = ("predict", "evaluate", "inspect", "prune")
     sets = ("vocab_size", "n_classes", "pad_id")
     tokenizers = ("src",)
@@ -174,38 +229,9 @@ class Classification(Task):
         return {"vocab_size": vocab_size, "n_classes": 2, "pad_id": PAD}
 
     @classmethod
-    def loss(cls, model: nn.Module, batch: ClassBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
-        with amp():
-            logits = model.classify(batch.ids, batch.segments)
-        return label_smoothed_nll(logits, batch.labels, label_smoothing, NO_LABEL)
-
-    @classmethod
-    def validate(cls, model: nn.Module, data: ClassificationData, device: torch.device, amp: Amp,
-                 n_decoded: int, split: str = "valid") -> dict[str, float]:
-        return cls._scores(model, data, device, amp, split)[0]
-
-    @classmethod
     def analysis_pass(cls, model: nn.Module, batch: ClassBatch) -> dict[str, Tensor]:
         model.classify(batch.ids, batch.segments)
         return {"encoder": batch.ids != PAD}
-
-    @staticmethod
-    @torch.no_grad()
-    def _scores(model: nn.Module, data: ClassificationData, device: torch.device,
-                amp: Amp = contextlib.nullcontext, split: str = "valid") -> tuple[dict[str, float], list[int], list[int]]:
-        """Loss, accuracy and macro-F1 on ``split``; the predicted and the true class of each
-        example, in the order of the batches."""
-        model.eval()
-        nll, predicted, gold = 0.0, [], []
-        for batch in data.eval_batches(split):
-            batch = batch.to(device)
-            with amp():
-                logits = model.classify(batch.ids, batch.segments).float()
-            nll += label_smoothed_nll(logits, batch.labels, 0.0, NO_LABEL)[1].item()
-            predicted += logits.argmax(-1).tolist()
-            gold += batch.labels.tolist()
-        scores = {"valid_loss": nll / len(gold), **classification_scores(predicted, gold, len(data.labels))}
-        return scores, predicted, gold
 
     @classmethod
     def evaluate_file(cls, model: nn.Module, cfg: ClassificationConfig, tokenizers: Tokenizers,
@@ -217,11 +243,24 @@ class Classification(Task):
         inputs, _ = encode_inputs(tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples],
                                   cfg.max_len)
         encoded = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
-        test = ClassificationData(tokenizers=tokenizers, splits={"valid": encoded}, labels=state["labels"])
-        scores, predicted, gold = cls._scores(model, test, next(model.parameters()).device)
-        return {"loss": scores["valid_loss"], "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
-                "examples": len(ids), "labels": state["labels"],
-                "confusion": confusion_matrix(predicted, gold, len(state["labels"]))}
+        test = ClassificationData(tokenizers=tokenizers, splits={"test": encoded}, labels=state["labels"])
+        return evaluation_report(model, test.eval_batches("test"), state["labels"])
+
+    @classmethod
+    def predict(cls, model: nn.Module, run: typing.Any, inputs: list[str], input_file: str | None,
+                batch_size: int) -> list[Prediction]:
+        """One text per line of ``input_file`` (or stdin), or ``text_a TAB text_b``; a blank line
+        gives no prediction."""
+        from attnlab.data.corpora import read_input_lines
+
+        if inputs:
+            raise UsageError("a text classifier reads one text per line from --input FILE or stdin, not arguments")
+        lines = read_input_lines(input_file)
+        state = run.read_task_state()
+        pairs = state.get("pairs", run.read_config()[0].n_segments > 0)  # runs of before 'pairs': pairs had segments
+        probabilities = classify(model, run.read_tokenizers()["src"], lines, run.read_config()[1].max_len, pairs,
+                                 batch_size, input_file or "<stdin>")
+        return [(None, p if line.strip() else None) for line, p in zip(lines, probabilities)]
 
     @classmethod
     def describe(cls, data: ClassificationData) -> str:

@@ -25,6 +25,7 @@ from attnlab.models import Capabilities
 
 Tokenizers = dict[str, Tokenizer | None]
 Amp = Callable[[], ContextManager]
+Prediction = tuple[str | None, list[float] | None]  # an input's name (None: line by line) and class probabilities
 
 
 class Batch(Protocol):
@@ -152,7 +153,10 @@ class Task:
     leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run; ``untrained`` the
     modules of the model its loss never reaches (a masked-LM run's classifier), by name prefix, which
     a run started from it does not take as trained (train/init.py); ``evaluate_file``,
-    where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`)."""
+    where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`),
+    and ``evaluate_split`` on a split of the run's own data (`--split`); ``predict``, where the task
+    has it, reads the inputs of `attnlab predict` its own way (lines of text, image files) and gives
+    each one's class probabilities. A task reads tokens unless its ``needs`` name other ``inputs``."""
 
     name: ClassVar[str]
     config: ClassVar[type[TaskConfig]]
@@ -164,10 +168,13 @@ class Task:
     tokenizers: ClassVar[tuple[str, ...]] = ("src", "tgt")
     untrained: ClassVar[tuple[str, ...]] = ()
     evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
+    evaluate_split: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, data, split)
+    predict: ClassVar[Callable[..., list[Prediction]] | None] = None  # (model, run, inputs, input_file, batch_size)
 
     @classmethod
     def fits(cls, capabilities: Capabilities) -> bool:
-        return all(getattr(capabilities, k) == v for k, v in cls.needs.items())
+        needs = {"inputs": "tokens"} | cls.needs
+        return all(getattr(capabilities, k) == v for k, v in needs.items())
 
     @classmethod
     def prepare(cls, cfg: Any, batching: Batching, tokenizers: Tokenizers | None = None,
