@@ -3,6 +3,8 @@
 - ``head_entropy``: the mean entropy (nats) of each head's distribution over keys; log(Tk) is
   uniform, 0 is one-hot (Voita et al. 2019 and the notes' "entropy collapse" use it).
 - ``mean_distance``: the mean |i - j| each head attends over, weighted by its probabilities.
+- ``attention_rollout``: Abnar & Zuidema (2020): how much each input position reaches each output
+  through every layer's attention and residual path.
 - ``head_importance``: Michel et al. (2019): a gate xi_h = 1 multiplies each head's output;
   I_h = E |dL / d xi_h| over the data, normalised per layer (their eq. 2 and section 4.1).
 - ``mask_heads``: pruning by gating heads to zero; ``nn.attention.remove_heads`` cuts their weights
@@ -31,6 +33,23 @@ def mean_distance(probs: Tensor, q_pos: Tensor, k_pos: Tensor, query_valid: Tens
     """(B, H, Tq, Tk) weights at (Tq,), (Tk,) positions -> (H,) mean attended distance sum_j p_ij |i - j|."""
     distance = (k_pos[None, :] - q_pos[:, None]).abs().to(probs.dtype)  # (Tq, Tk)
     return _mean_over_queries((probs * distance).sum(-1), query_valid)
+
+
+def attention_rollout(layers: Iterable[Tensor]) -> Tensor:
+    """Abnar & Zuidema (2020): each layer's (B, H, T, T) weights, first layer first -> (B, T, T).
+
+    Per layer, A = mean over heads, plus the identity for the residual path, rows renormalised:
+    A' = (A + I) / rowsum(A + I) (= (A + I) / 2, as A's rows sum to 1). The rollout is the product
+    from the last layer down, R = A'_L ... A'_2 A'_1: row i is how output i mixes the inputs."""
+    rollout = None
+    for probs in layers:
+        mixed = probs.float().mean(1)  # (B, T, T): heads averaged
+        mixed = mixed + torch.eye(mixed.shape[-1], device=mixed.device)  # the residual connection
+        mixed = mixed / mixed.sum(-1, keepdim=True)  # rows sum to 1 again
+        rollout = mixed if rollout is None else mixed @ rollout  # (B, T, T)
+    if rollout is None:
+        raise ValueError("attention_rollout needs at least one layer's weights")
+    return rollout
 
 
 def _mean_over_queries(per_query: Tensor, query_valid: Tensor | None) -> Tensor:

@@ -7,6 +7,9 @@ Writes one heatmap PNG per attention module, an alignment plot per cross-attenti
 averaged), an entropy plot, and summary.json with each head's entropy and mean distance. An
 encoder-only model (classifier or masked LM) reads the text as its task does (``a TAB b``: a pair),
 and adds the attention of the first token, [CLS], per layer and head, and a classifier's prediction.
+An image model (``inputs: images``) reads an image file, as `predict` does: per layer, what the
+class token (or, with mean pooling, the mean of the patches) attends to over the patch grid, drawn
+on the image per head, and the attention rollout across the layers (Abnar & Zuidema 2020).
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import torch
 from torch import nn
 
 from attnlab.analysis.capture import AttentionRecord, attention_of, capture_attention
-from attnlab.analysis.heads import head_entropy, mean_distance
-from attnlab.analysis.plots import alignment_plot, attention_heatmaps, entropy_plot, first_token_plot
+from attnlab.analysis.heads import attention_rollout, head_entropy, mean_distance
+from attnlab.analysis.plots import (alignment_plot, attention_heatmaps, entropy_plot, first_token_plot,
+                                    patch_attention_plot)
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
 from attnlab.tasks.classification import encode_inputs
+from attnlab.tasks.image_classification import colour_of, read_image, read_inputs
 from attnlab.files import atomic_write_text
 from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.train.run import read_run_data
@@ -105,10 +110,50 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
     return summary
 
 
+@torch.no_grad()
+def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, out: Path) -> dict[str, Any]:
+    """An image model on the image file ``path``, read as `predict` reads it: its prediction, and
+    for each layer the attention of the image's summary (the class token; with mean pooling the
+    mean over the queries) over the patch grid, per head, drawn on the image; then the rollout."""
+    if not cfg.capabilities.attention_weights:
+        raise UsageError(f"{run.path} holds a model of arch '{cfg.arch}', which has no attention to inspect")
+    state, data_cfg = run.read_task_state(), run.read_config()[1]
+    images = read_inputs([path], run).to(next(model.parameters()).device)  # (1, C, H, W), standardised
+    model.eval()
+    with capture_attention(model) as captured:
+        p = model.classify(images)[0].softmax(-1)
+    records = captured.last()
+    picture = read_image(path, colour_of(state["shape"]), data_cfg.resize) / 255.0  # (H, W, C), for display
+    over_patches = model.summary.attention_over_patches  # (..., T, T) -> (..., N)
+    names = state["labels"]
+    summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(cfg.grid), "modules": {},
+                               "prediction": {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))},
+                               "files": []}
+    entropies = {}
+    for name, record in records.items():
+        maps = over_patches(record.probs[0]).unflatten(-1, cfg.grid)  # (H, h, w)
+        entropies[name] = head_entropy(record.probs)
+        summary["modules"][name] = module_entry(record, entropies[name]) | {"patch_attention": maps.tolist()}
+        summary["files"].append(str(patch_attention_plot(
+            picture, maps, [f"head {h}" for h in range(len(maps))], f"{name}: attention over the patches",
+            out / f"{record.stack}-{record.layer}-patches.png")))
+    rollout = over_patches(attention_rollout(r.probs for r in records.values())[0]).unflatten(-1, cfg.grid)  # (h, w)
+    summary["rollout"] = rollout.tolist()
+    summary["files"].append(str(patch_attention_plot(picture, rollout[None], ["rollout"],
+                                                     f"attention rollout over {len(records)} layers", out / "rollout.png")))
+    summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
+
+
 def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path, beam: int = 4,
                 checkpoint: str = "best", device: torch.device | str = "cpu") -> dict[str, Any]:
     model, tokenizers, cfg = load_run(run_dir, checkpoint, device)
     out = Path(out)
+    if cfg.capabilities.inputs == "images":
+        if target is not None:
+            raise UsageError("--tgt is for models with a decoder; an image model reads --src IMAGE alone")
+        return inspect_image(RunDir(run_dir), model, cfg, text, out)
     if not cfg.capabilities.decoder:
         if target is not None:
             raise UsageError("--tgt is for models with a decoder; an encoder reads --src alone")

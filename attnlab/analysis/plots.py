@@ -6,6 +6,8 @@ axis labels in its metadata ('Description', JSON) so that a program can check wh
 - ``entropy_plot``: mean entropy per layer and head, the value written in each cell;
 - ``pruning_plot``: a metric against the fraction of heads pruned;
 - ``confusion_plot``: a classifier's confusion matrix, the count in each cell;
+- ``patch_attention_plot``: attention over an image's patch grid, drawn on the image, one panel
+  per map (layer and head, or the rollout);
 - ``positional_plots``: the sinusoidal table as a heatmap, and PE(p) . PE(p + k) against the
   offset k for several bases n.
 
@@ -141,6 +143,35 @@ def entropy_plot(entropy: dict[str, Tensor], path: Path, title: str = "mean atte
     H = max(len(v) for v in entropy.values())
     return _save(entropy_figure(entropy, title), path,
                  {"title": title, "rows": list(entropy), "cols": [f"head {h}" for h in range(H)]})
+
+
+def patch_attention_figure(picture: np.ndarray, maps: Tensor, titles: Sequence[str], title: str) -> Figure:
+    """``picture`` (H, W, C) in [0, 1]; ``maps`` (K, h, w) weights over the patch grid -> K panels,
+    each the image in grey with the map drawn over it (patch by patch, on one 0-max scale)."""
+    K = maps.shape[0]
+    n_cols = min(K, 4)
+    n_rows = math.ceil(K / n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(2.4 * n_cols + 0.8, 2.4 * n_rows + 0.4), squeeze=False,
+                             layout="constrained")
+    H, W = picture.shape[:2]
+    grey = picture.mean(-1)  # (H, W)
+    vmax = float(maps.max())
+    for k, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if k < K:
+            ax.imshow(grey, cmap="gray", vmin=0.0, vmax=1.0, extent=(0, W, H, 0))
+            image = ax.imshow(maps[k].float().cpu().numpy(), cmap="inferno", alpha=0.6, vmin=0.0, vmax=vmax,
+                              extent=(0, W, H, 0), interpolation="nearest")
+            ax.set_title(titles[k], fontsize=8)
+    fig.colorbar(image, ax=axes, label="attention weight", shrink=0.8, pad=0.01)
+    fig.suptitle(title, wrap=True, fontsize=9)
+    return fig
+
+
+def patch_attention_plot(picture: np.ndarray, maps: Tensor, titles: Sequence[str], title: str, path: Path) -> Path:
+    """:func:`patch_attention_figure`, written to ``path``."""
+    return _save(patch_attention_figure(picture, maps, titles, title), path,
+                 {"title": title, "panels": list(titles), "grid": list(maps.shape[1:])})
 
 
 def confusion_plot(counts: list[list[int]], labels: Sequence[str], path: Path) -> Path:

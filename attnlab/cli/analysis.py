@@ -68,7 +68,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     """Add `inspect and prune` to the command line."""
     inspect = sub.add_parser("inspect", help="attention heatmaps, alignments and head entropies for one sentence")
     inspect.add_argument("run_dir", help="a run directory written by `attnlab train`")
-    inspect.add_argument("--src", help="source sentence (or the text, for a language model)")
+    inspect.add_argument("--src", help="source sentence (or the text, for a language model; an image file, for an "
+                                       "image model)")
     inspect.add_argument("--split", help="instead of --src: mean entropy per layer and head over this split")
     inspect.add_argument("--tgt", help="target sentence (default: the model's beam-search output)")
     inspect.add_argument("--out", help="directory for the figures (default: RUN_DIR/inspect)")

@@ -22,8 +22,10 @@ from attnlab.models.decoder_lm import DecoderLMConfig
 from attnlab.models.encoder_only import EncoderOnlyConfig
 from attnlab.models.rnn import RNNConfig
 from attnlab.models.graph import GraphConfig
+from attnlab.models.vit import ViTConfig
+from attnlab.models.cnn import CNNConfig
 # isort: on
 
 __all__ = ["FAMILIES", "Capabilities", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "EncoderDecoderConfig", "DecoderLMConfig", "EncoderOnlyConfig",
-           "RNNConfig", "GraphConfig"]
+           "RNNConfig", "GraphConfig", "ViTConfig", "CNNConfig"]

@@ -1,0 +1,128 @@
+"""The Vision Transformer family (``arch: vit``): patches of an image, a class token or mean
+pooling, positions of the patch grid, the Transformer's pre-norm encoder and a classification head.
+
+Initialisation: every Linear (the patch projection E included) as the Transformer's
+(models/transformer.py: Xavier-uniform, zero bias); the class token zeros and the learned position
+tables N(0, 0.02^2), as ViT's reference code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from torch import nn
+
+from attnlab.config import at_least, one_of
+from attnlab.errors import ConfigError
+from attnlab.models import transformer as parts
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.nn.positional import PositionalEncoding
+from attnlab.nn.registry import ACTIVATIONS, NORM_PLACEMENTS
+from attnlab.nn.transformer import ClassificationHead
+from attnlab.nn.vision import (
+    ClassToken,
+    LearnedPatchPositional,
+    LearnedRowColumnPositional,
+    PatchEmbedding,
+    PatchMean,
+    SinCos2DPositional,
+    VisionTransformer,
+)
+
+# positional: where a patch sits on the grid, added to its embedding
+PATCH_POSITIONAL: dict[str, type[PositionalEncoding]] = {
+    "learned": LearnedPatchPositional,  # one learned vector per patch index (ViT's "1-D")
+    "learned_2d": LearnedRowColumnPositional,  # a learned row vector + a learned column vector
+    "sinusoidal_2d": SinCos2DPositional,  # fixed: half the channels the row's sinusoids, half the column's
+    "none": PositionalEncoding,  # a bag of patches
+}
+
+# pooling: what summarises the image for the classifier
+SUMMARIES: dict[str, type[nn.Module]] = {"cls": ClassToken, "mean": PatchMean}
+
+# The exact backends with no fields of their own: a patch sequence is short (N + 1 tokens).
+VIT_BACKENDS = ("auto", "math", "sdpa")
+
+
+@dataclass(frozen=True)
+class ViTConfig(FamilyConfig):
+    """The image's size and channels and the number of classes (set by the data), the patch size
+    P (dividing both sides), and the encoder's fields, as the Transformer's: pre-norm and GELU by
+    default, as ViT."""
+
+    image_height: int
+    image_width: int
+    channels: int
+    n_classes: int
+    patch_size: int = 16
+    d_model: int = 192
+    n_heads: int = 3
+    n_layers: int = 12
+    d_ff: int = 768
+    dropout: float = 0.1
+    attention_dropout: Optional[float] = None
+    activation: str = "gelu"
+    norm: str = "pre"
+    layer_norm_eps: float = 1e-6
+    positional: str = "learned"
+    pooling: str = "cls"
+    attention_backend: str = "auto"
+
+    positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = PATCH_POSITIONAL
+
+    def check(self) -> None:
+        one_of("positional", self.positional, PATCH_POSITIONAL)
+        one_of("pooling", self.pooling, SUMMARIES)
+        one_of("activation", self.activation, ACTIVATIONS)
+        one_of("norm", self.norm, NORM_PLACEMENTS)
+        one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
+        for name in ("image_height", "image_width", "channels", "patch_size", "d_model", "n_heads", "n_layers",
+                     "d_ff"):
+            at_least(name, getattr(self, name), 1)
+        at_least("n_classes", self.n_classes, 2)
+        for side in ("image_height", "image_width"):
+            if getattr(self, side) % self.patch_size:
+                raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patch_size "
+                                  f"({self.patch_size})")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.positional == "sinusoidal_2d" and self.d_model % 4:
+            raise ConfigError(f"positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a cosine "
+                              f"per frequency, for rows and for columns); got {self.d_model}")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1) (got {value})")
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(h, w): patches down and across."""
+        return self.image_height // self.patch_size, self.image_width // self.patch_size
+
+    @property
+    def attn_dropout(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+
+@register_family
+class ViTFamily(ModelFamily):
+    name = "vit"
+    config = ViTConfig
+    # encoder/decoder mean reading and writing token sequences: an image model does neither
+    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
+                                inputs="images")
+
+    @staticmethod
+    def build(cfg: ViTConfig) -> VisionTransformer:
+        summary = SUMMARIES[cfg.pooling](cfg.d_model)
+        model = VisionTransformer(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
+                                  parts.positional(cfg, "embeddings"), summary, parts.encoder(cfg, cfg.n_layers),
+                                  ClassificationHead(cfg.d_model, cfg.n_classes, cfg.dropout, summary.pooling()))
+        parts.init_weights(model)
+        for table in model.positional.modules():
+            if isinstance(table, nn.Embedding):
+                nn.init.normal_(table.weight, std=0.02)
+        return model

@@ -1,0 +1,437 @@
+"""Image classification: an image to one of a set of classes. The data is a folder of class
+folders of images (torchvision's ImageFolder layout, read with Pillow), an ``.npz`` file with
+``images`` (N, H, W) or (N, H, W, C) and ``labels`` (N,), or the built-in ``digits``.
+
+``digits`` is scikit-learn's ``load_digits`` (1,797 8x8 greyscale images, pixel values 0-16,
+scaled to 0-255 as an 8-bit image file has them, 10 classes, bundled with scikit-learn, no
+download), split stratified by class with ``split_seed`` (0 by default):
+360 images for test, then 180 of the remaining 1,437 for validation, 1,257 for training
+(``sklearn.model_selection.train_test_split(..., stratify=labels, random_state=split_seed)``, test
+first). A folder or file without a ``valid`` one gives up ``n_valid`` training images the same way.
+
+Pixels are standardised per channel with the training split's mean and standard deviation
+(kept in task_state.json with the class names). Training batches may be augmented: a random crop
+of the image padded with ``crop_padding`` zero pixels on each side, and (``flip: horizontal``) a
+mirror image half of the time; both off by default (a flipped digit is another digit, or none).
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.config import at_least, one_of
+from attnlab.errors import ConfigError, DataError, UsageError
+from attnlab.tasks.classification import ClassifierTask, evaluation_report
+from attnlab.tasks.task import Batching, Prediction, TaskConfig, Tokenizers, batch_seed, register_task
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+COLOURS = {"rgb": "RGB", "grey": "L"}  # data.colour -> the Pillow mode a folder's images are converted to
+
+Images = tuple[np.ndarray, list[str]]  # pixels (N, H, W, C) float32, and each image's class name
+
+
+@dataclass(frozen=True)
+class ImageClassificationConfig(TaskConfig):
+    """``dataset: digits``, or ``train`` (and optionally ``valid``, ``test``): each a folder of
+    class folders or an .npz file. ``resize``: every image read from a folder (and at `predict`)
+    is resized to resize x resize pixels (bilinear); without it, a folder's images must all be of
+    one size.
+    ``colour``: folder images read as RGB or greyscale. Augmentation: ``crop_padding``, ``flip``."""
+
+    dataset: Optional[str] = None
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+    resize: Optional[int] = None
+    colour: str = "rgb"
+    n_valid: int = 100
+    split_seed: int = 0
+    crop_padding: int = 0
+    flip: str = "none"
+
+    def check(self) -> None:
+        if self.dataset is not None:
+            one_of("dataset", self.dataset, BUILT_IN)
+            given = [name for name in ("train", "valid", "test") if getattr(self, name) is not None]
+            if given:
+                raise ConfigError(f"dataset '{self.dataset}' brings its own splits; drop {', '.join(given)}")
+        if self.resize is not None:
+            at_least("resize", self.resize, 1)
+            if self.dataset is not None:
+                raise ConfigError(f"resize is for image folders; dataset '{self.dataset}' has images of one size")
+        one_of("colour", self.colour, COLOURS)
+        one_of("flip", self.flip, FLIPS)
+        at_least("n_valid", self.n_valid, 1)
+        at_least("crop_padding", self.crop_padding, 0)
+
+    def check_trainable(self) -> None:
+        if self.dataset is None and self.train is None:
+            raise ConfigError("data.task 'image_classification' needs 'dataset' (digits) or 'train' (an image "
+                              "folder or .npz file)")
+
+    @property
+    def in_memory(self) -> bool:
+        return self.dataset is not None
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+def read_image(path: str | Path, colour: str, resize: int | None) -> np.ndarray:
+    """One image file -> (H, W, C) float32 pixels, in ``colour`` (rgb: C = 3, grey: C = 1)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image = image.convert(COLOURS[colour])
+            if resize is not None:
+                image = image.resize((resize, resize), Image.Resampling.BILINEAR)
+            pixels = np.asarray(image, dtype=np.float32)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+        raise DataError(f"{path}: not an image that Pillow can decode") from None
+    return pixels[..., None] if pixels.ndim == 2 else pixels
+
+
+def same_size(pixels: list[np.ndarray], paths: list[Path]) -> None:
+    """Refuse images of mixed sizes, naming the first that differs from the first image."""
+    for image, path in zip(pixels, paths):
+        if image.shape != pixels[0].shape:
+            (h, w, _), (h0, w0, _) = image.shape, pixels[0].shape
+            raise DataError(f"{path}: {w}x{h} pixels, but {paths[0]} is {w0}x{h0}; set data.resize to read images "
+                            f"of mixed sizes")
+
+
+def read_folder(root: str | Path, colour: str, resize: int | None) -> Images:
+    """``root/<class>/<image>``: every image file of every class folder, in sorted order."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"{root}: no such folder")
+    paths = [(path, folder.name) for folder in sorted(p for p in root.iterdir() if p.is_dir())
+             for path in sorted(folder.iterdir()) if path.suffix.lower() in IMAGE_SUFFIXES]
+    if not paths:
+        raise DataError(f"{root}: no images in class folders (expected {root}/<class>/<image>"
+                        f"{'|'.join(IMAGE_SUFFIXES[:3])})")
+    pixels = [read_image(path, colour, resize) for path, _ in paths]
+    same_size(pixels, [path for path, _ in paths])
+    return np.stack(pixels), [label for _, label in paths]
+
+
+def read_npz(path: str | Path) -> Images:
+    """An .npz file with ``images`` (N, H, W) or (N, H, W, C) and ``labels`` (N,)."""
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            missing = [key for key in ("images", "labels") if key not in arrays.files]
+            if missing:
+                raise DataError(f"{path}: no array {' or '.join(map(repr, missing))} (it has "
+                                f"{', '.join(arrays.files) or 'none'})")
+            images, labels = arrays["images"], arrays["labels"]
+    except (OSError, ValueError) as err:
+        raise DataError(f"{path}: not an .npz file numpy can read ({err})") from None
+    if images.ndim not in (3, 4) or labels.ndim != 1 or len(images) != len(labels):
+        raise DataError(f"{path}: expected images (N, H, W) or (N, H, W, C) and labels (N,), got "
+                        f"{images.shape} and {labels.shape}")
+    images = images.astype(np.float32)
+    return (images[..., None] if images.ndim == 3 else images), [str(label) for label in labels.tolist()]
+
+
+def read_images(path: str, colour: str, resize: int | None) -> Images:
+    """A folder of class folders, or an .npz file."""
+    return read_npz(path) if Path(path).suffix == ".npz" else read_folder(path, colour, resize)
+
+
+def colour_of(shape: list[int] | tuple[int, ...]) -> str:
+    """How to read an image for a model of images of ``shape`` (H, W, C): one channel is grey."""
+    return "grey" if shape[2] == 1 else "rgb"
+
+
+def stratified_split(labels: list[str], n_held: int, seed: int, path: str) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (kept, held out), ``n_held`` held out in the classes' proportions."""
+    from sklearn.model_selection import train_test_split
+
+    try:
+        kept, held = train_test_split(np.arange(len(labels)), test_size=n_held, stratify=labels, random_state=seed)
+    except ValueError as err:  # too few images, or a class of one
+        raise DataError(f"{path}: cannot hold out {n_held} images stratified by class ({err})") from None
+    return np.sort(kept), np.sort(held)
+
+
+def digits(seed: int) -> dict[str, Images]:
+    """scikit-learn's 8x8 digits, split as the module docstring says."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = (bunch.images * (255 / 16)).astype(np.float32)[..., None]  # (1797, 8, 8, 1), 0-255 as in an image file
+    labels = [str(t) for t in bunch.target]
+    rest, test = stratified_split(labels, 360, seed, "digits")
+    train, valid = stratified_split([labels[i] for i in rest], 180, seed, "digits")
+    train, valid = rest[train], rest[valid]
+    return {name: (images[index], [labels[i] for i in index]) for name, index in
+            (("train", train), ("valid", valid), ("test", test))}
+
+
+BUILT_IN: dict[str, Callable[[int], dict[str, Images]]] = {"digits": digits}
+
+
+def read_splits(cfg: ImageClassificationConfig) -> dict[str, Images]:
+    if cfg.dataset is not None:
+        return BUILT_IN[cfg.dataset](cfg.split_seed)
+    splits = {name: read_images(getattr(cfg, name), cfg.colour, cfg.resize) for name in ("train", "valid", "test")
+              if getattr(cfg, name) is not None}
+    if "valid" not in splits:
+        images, labels = splits["train"]
+        kept, held = stratified_split(labels, cfg.n_valid, cfg.split_seed, cfg.train)
+        splits |= {"train": (images[kept], [labels[i] for i in kept]), "valid": (images[held], [labels[i] for i in held])}
+    return splits
+
+
+def class_names(labels: list[str]) -> list[str]:
+    """The classes in id order: sorted as numbers when every label is an integer, else as text."""
+    names = set(labels)
+    numeric = all(name.lstrip("-").isdigit() for name in names)
+    return sorted(names, key=int) if numeric else sorted(names)
+
+
+def class_ids(labels: list[str], classes: list[str], path: str) -> Tensor:
+    """(N,) class ids; a class the model was not trained on is refused, naming it."""
+    index = {name: i for i, name in enumerate(classes)}
+    unknown = sorted(set(labels) - set(index))
+    if unknown:
+        raise DataError(f"{path}: class '{unknown[0]}' is not one the model was trained on ({', '.join(classes)})")
+    return torch.tensor([index[label] for label in labels])
+
+
+# -- batches ------------------------------------------------------------------------------------------
+
+@dataclass
+class ImageBatch:
+    """images: (B, C, H, W), standardised; labels: (B,) class ids."""
+
+    images: Tensor
+    labels: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.labels)  # the loss sums over examples
+
+    def to(self, device: torch.device | str) -> "ImageBatch":
+        return ImageBatch(self.images.to(device), self.labels.to(device))
+
+    def logits(self, model: nn.Module) -> Tensor:
+        """(B, n_classes)."""
+        return model.classify(self.images)
+
+
+def random_crop(images: Tensor, padding: int, generator: torch.Generator) -> Tensor:
+    """(B, C, H, W) -> the same size, each image cut at a random offset from it padded with
+    ``padding`` zero pixels on every side (a shift by up to ``padding`` pixels)."""
+    B, _, H, W = images.shape
+    padded = F.pad(images, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
+    offsets = torch.randint(0, 2 * padding + 1, (B, 2), generator=generator).tolist()
+    return torch.stack([padded[b, :, y:y + H, x:x + W] for b, (y, x) in enumerate(offsets)])
+
+
+def horizontal_flip(images: Tensor, generator: torch.Generator) -> Tensor:
+    """(B, C, H, W): each image mirrored left-right with probability 1/2."""
+    flipped = torch.rand(len(images), generator=generator) < 0.5  # (B,)
+    return torch.where(flipped[:, None, None, None], images.flip(-1), images)
+
+
+FLIPS: dict[str, Callable[[Tensor, torch.Generator], Tensor]] = {
+    "none": lambda images, generator: images, "horizontal": horizontal_flip}
+
+
+@dataclass(frozen=True)
+class Standardise:
+    """x -> (x - mean_c) / std_c per channel, with the training split's statistics."""
+
+    mean: list[float]
+    std: list[float]
+
+    @classmethod
+    def fitted(cls, pixels: np.ndarray) -> "Standardise":
+        """From (N, H, W, C) training pixels; a constant channel keeps std 1."""
+        std = pixels.std(axis=(0, 1, 2))
+        return cls(pixels.mean(axis=(0, 1, 2)).tolist(), np.where(std > 0, std, 1.0).tolist())
+
+    def __call__(self, images: Tensor) -> Tensor:
+        """(B, C, H, W) pixels -> standardised."""
+        return (images - torch.tensor(self.mean)[:, None, None]) / torch.tensor(self.std)[:, None, None]
+
+
+def as_tensor(pixels: np.ndarray) -> Tensor:
+    """(N, H, W, C) -> (N, C, H, W)."""
+    return torch.from_numpy(np.ascontiguousarray(pixels)).permute(0, 3, 1, 2).contiguous()
+
+
+@dataclass(kw_only=True)
+class ImageData:
+    """Pixels (N, C, H, W) and class ids (N,) per split, the class names, and how batches are made:
+    an epoch's order and augmentation drawn from (seed, epoch) alone, so a resumed run goes on
+    exactly."""
+
+    splits: dict[str, tuple[Tensor, Tensor]]
+    labels: list[str]
+    standardise: Standardise
+    batch_size: int
+    seed: int = 0
+    crop_padding: int = 0
+    flip: str = "none"
+    tokenizers: Tokenizers = field(default_factory=lambda: {"src": None, "tgt": None})
+    _eval: dict[str, list[ImageBatch]] = field(default_factory=dict, repr=False)
+
+    def augment(self, images: Tensor, generator: torch.Generator) -> Tensor:
+        images = random_crop(images, self.crop_padding, generator) if self.crop_padding else images
+        return FLIPS[self.flip](images, generator)
+
+    def epoch_batches(self, epoch: int) -> list[ImageBatch]:
+        images, labels = self.splits["train"]
+        generator = torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0))
+        order = torch.randperm(len(labels), generator=generator).split(self.batch_size)
+        return [ImageBatch(self.standardise(self.augment(images[rows], generator)), labels[rows]) for rows in order]
+
+    def eval_batches(self, split: str) -> list[ImageBatch]:
+        if split not in self._eval:
+            images, labels = self.splits[split]
+            self._eval[split] = [ImageBatch(self.standardise(images[rows]), labels[rows])
+                                 for rows in torch.arange(len(labels)).split(self.batch_size)]
+        return self._eval[split]
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(C, H, W)."""
+        return tuple(self.splits["train"][0].shape[1:])
+
+
+def tensors(read: dict[str, Images], classes: list[str], cfg: ImageClassificationConfig,
+            shape: tuple[int, ...] | None = None) -> dict[str, tuple[Tensor, Tensor]]:
+    """Each split as (N, C, H, W) pixels and class ids; every split's images of one ``shape``
+    (H, W, C), the training split's unless given."""
+    shape = shape or read["train"][0].shape[1:]
+    out = {}
+    for name, (pixels, labels) in read.items():
+        where = getattr(cfg, name, None) or cfg.dataset or name
+        if pixels.shape[1:] != tuple(shape):
+            raise DataError(f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and {pixels.shape[3]} "
+                            f"channels; the model reads {shape[1]}x{shape[0]} with {shape[2]} (set data.resize)")
+        out[name] = (as_tensor(pixels), class_ids(labels, classes, where))
+    return out
+
+
+@register_task
+class ImageClassification(ClassifierTask):
+    name = "image_classification"
+    config = ImageClassificationConfig
+    needs = {"inputs": "images"}
+    commands = ("predict", "evaluate", "inspect")
+    sets = ("image_height", "image_width", "channels", "n_classes")
+    tokenizers = ()
+
+    @classmethod
+    def prepare(cls, cfg: ImageClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, Any] | None = None) -> ImageData:
+        read = read_splits(cfg)
+        classes = state["labels"] if state else class_names(read["train"][1])
+        if len(classes) < 2:
+            raise DataError(f"{cfg.train}: one class ('{classes[0]}'); a classifier needs at least two")
+        standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(read["train"][0])
+        return ImageData(splits=tensors(read, classes, cfg), labels=classes, standardise=standardise,
+                         batch_size=batching.batch_size, seed=batching.seed, crop_padding=cfg.crop_padding,
+                         flip=cfg.flip)
+
+    @classmethod
+    def saved_state(cls, data: ImageData) -> dict[str, Any]:
+        """The class names in id order, the images' (H, W, C) and the training split's pixel statistics."""
+        channels, height, width = data.image_shape
+        return {"labels": data.labels, "shape": [height, width, channels], "mean": data.standardise.mean,
+                "std": data.standardise.std}
+
+    @classmethod
+    def model_fields(cls, cfg: ImageClassificationConfig, data: ImageData) -> dict[str, Any]:
+        channels, height, width = data.image_shape
+        return {"image_height": height, "image_width": width, "channels": channels, "n_classes": len(data.labels)}
+
+    @classmethod
+    def planned_model_fields(cls, cfg: ImageClassificationConfig, vocab_size: int) -> dict[str, Any]:
+        """The image's size before the data is read: the resize, the built-in's (8x8x1), or the first
+        training image's."""
+        height, width, channels = planned_shape(cfg)
+        return {"image_height": height, "image_width": width, "channels": channels, "n_classes": 2}
+
+    @classmethod
+    def analysis_pass(cls, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
+        states = model.encode(batch.images)  # (B, T, d_model)
+        every = torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
+        model.classifier(states, every)
+        return {"encoder": every}
+
+    @classmethod
+    def evaluate_file(cls, model: nn.Module, cfg: ImageClassificationConfig, tokenizers: Tokenizers,
+                      state: dict[str, Any], path: str) -> dict[str, Any]:
+        """Loss, accuracy, macro-F1 and the confusion matrix on an image folder or .npz file, read
+        and standardised as the run's training data was."""
+        pixels, labels = read_images(path, colour_of(state["shape"]), cfg.resize)
+        images, ids = tensors({"test": (pixels, labels)}, state["labels"], cfg, tuple(state["shape"]))["test"]
+        standardise = Standardise(state["mean"], state["std"])
+        batches = [ImageBatch(standardise(images[rows]), ids[rows]) for rows in torch.arange(len(ids)).split(256)]
+        return evaluation_report(model, batches, state["labels"])
+
+    @classmethod
+    @torch.no_grad()
+    def predict(cls, model: nn.Module, run: Any, inputs: list[str], input_file: str | None,
+                batch_size: int) -> list[Prediction]:
+        """Each image file named, read as in training."""
+        if input_file is not None or not inputs:
+            raise UsageError("give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
+        images = read_inputs(inputs, run)
+        model.eval()
+        device = next(model.parameters()).device
+        probabilities = torch.cat([model.classify(chunk.to(device)).float().softmax(-1).cpu()
+                                   for chunk in images.split(batch_size)])
+        return list(zip(inputs, probabilities.tolist()))
+
+    @classmethod
+    def describe(cls, data: ImageData) -> str:
+        sizes = ", ".join(f"{name} {len(labels):,}" for name, (_, labels) in data.splits.items())
+        channels, height, width = data.image_shape
+        augmentation = [f"random crop (padding {data.crop_padding})"] * bool(data.crop_padding) + \
+            [f"{data.flip} flip"] * (data.flip != "none")
+        return (f"images {width}x{height}x{channels}: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; "
+                f"augmentation {', '.join(augmentation) or 'none'}")
+
+
+def planned_shape(cfg: ImageClassificationConfig) -> tuple[int, int, int]:
+    """(H, W, C) of the images ``cfg`` will give, before reading them all."""
+    channels = 1 if cfg.colour == "grey" else 3
+    if cfg.dataset is not None:
+        return 8, 8, 1
+    if Path(cfg.train).suffix == ".npz":
+        return read_npz(cfg.train)[0].shape[1:]
+    if cfg.resize is not None:
+        return cfg.resize, cfg.resize, channels
+    first = next((path for folder in sorted(Path(cfg.train).glob("*/")) for path in sorted(folder.iterdir())
+                  if path.suffix.lower() in IMAGE_SUFFIXES), None)
+    if first is None:
+        raise DataError(f"{cfg.train}: no images in class folders")
+    return read_image(first, cfg.colour, None).shape
+
+
+def read_inputs(paths: list[str], run: Any) -> Tensor:
+    """Image files -> (N, C, H, W) standardised as the run's training data, each of the model's size."""
+    _, cfg, _ = run.read_config()
+    state = run.read_task_state()
+    shape = tuple(state["shape"])  # (H, W, C)
+    pixels = [read_image(path, colour_of(shape), cfg.resize) for path in paths]
+    for image, path in zip(pixels, paths):
+        if image.shape != shape:
+            raise DataError(f"{path}: {image.shape[1]}x{image.shape[0]} pixels with {image.shape[2]} channels; the "
+                            f"model reads {shape[1]}x{shape[0]} with {shape[2]}")
+    return Standardise(state["mean"], state["std"])(as_tensor(np.stack(pixels)))
