@@ -90,8 +90,9 @@ class GraphTransformer(nn.Module):
             h = h + self.positions(eigenvectors)  # + C^0 lambda_i + c^0
         n = len(features)
         every_node = torch.ones(1, n, dtype=torch.bool, device=h.device)  # (1, N): no padding
-        nodes = torch.arange(n, device=h.device)  # (N,): the encoder's positions, which nothing reads (no positional scheme)
-        return self.encoder(self.dropout(h)[None], every_node, nodes, neighbourhoods(adjacency))[0]  # (1, N, d) -> (N, d)
+        nodes = torch.arange(n, device=h.device)  # (N,): the encoder's positions; no positional scheme reads them
+        h = self.encoder(self.dropout(h)[None], every_node, nodes, neighbourhoods(adjacency))  # (1, N, d_model)
+        return h[0]
 
     def forward(self, features: Tensor, adjacency: Tensor, eigenvectors: Tensor) -> Tensor:
         return self.classifier(self.encode(features, adjacency, eigenvectors))  # (N, n_classes)
