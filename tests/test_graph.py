@@ -344,6 +344,9 @@ def test_karate_trains_in_seconds_and_classifies_held_out_members(tmp_path):
     model, _, _ = load_run(tmp_path / "run")
     same = NodeClassification.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0, split="test")
     assert same["accuracy"] == result["accuracy"]  # the command scores what the split's metrics score
+    done = run_cli("evaluate", str(tmp_path / "run"), "--split", "test", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == result  # the run's own test split: the same nodes, the same report
 
 
 def test_evaluate_names_a_bad_answer_by_its_line(tmp_path):

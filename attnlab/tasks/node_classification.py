@@ -1,11 +1,11 @@
 """Node classification: one graph, some of its nodes labelled, the rest to be classified. The task
 is transductive: the whole graph is one batch (every node is encoded, labelled or not), and the
-loss and the metrics count only the nodes of the split at hand. Validated by accuracy and macro-F1;
-`attnlab evaluate --data FILE` scores a run on a CSV of node ids and their true labels."""
+loss and the metrics count only the nodes of the split at hand. A classifier task (classification.py's
+ClassifierTask: the cross-entropy, accuracy and macro-F1, `attnlab evaluate --split`); `attnlab
+evaluate --data FILE` scores a run on a CSV of node ids and their true labels."""
 
 from __future__ import annotations
 
-import contextlib
 import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -16,12 +16,11 @@ from torch import Tensor, nn
 from attnlab.config import one_of
 from attnlab.data.graphs import BUILTIN_GRAPHS, Graph, karate_club, read_answers, read_graph
 from attnlab.errors import ConfigError, DataError
-from attnlab.eval.metrics import classification_scores, confusion_matrix
 from attnlab.nn.graph import laplacian_eigenvectors
-from attnlab.nn.losses import label_smoothed_nll
-from attnlab.tasks.task import Amp, Batching, Task, TaskConfig, Tokenizers, register_task
+from attnlab.tasks.classification import NO_LABEL, ClassifierTask, evaluation_report
+from attnlab.tasks.task import Batching, TaskConfig, Tokenizers, register_task
 
-UNLABELLED = -1  # the class id of an unlabelled node; no split holds one
+UNLABELLED = NO_LABEL  # the class id of an unlabelled node; no split holds one
 SPLITS = ("train", "valid", "test")
 
 
@@ -96,6 +95,11 @@ class GraphBatch:
     def n_tokens(self) -> int:
         return len(self.nodes)  # the loss sums over the split's nodes
 
+    @property
+    def labels(self) -> Tensor:
+        """(M,) the true classes of the split's nodes."""
+        return self.classes[self.nodes]
+
     def to(self, device: torch.device | str) -> "GraphBatch":
         return GraphBatch(*(t.to(device) for t in (self.features, self.adjacency, self.eigenvectors, self.classes,
                                                    self.nodes)))
@@ -145,11 +149,10 @@ def known_labels(graph: Graph, labels: list[str]) -> None:
 
 
 @register_task
-class NodeClassification(Task):
+class NodeClassification(ClassifierTask):
     name = "node_classification"
     config = NodeClassificationConfig
     needs = {"inputs": "graph"}
-    metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
     commands = ("evaluate",)
     sets = ("n_features", "n_classes")
     tokenizers = ()
@@ -187,31 +190,6 @@ class NodeClassification(Task):
         return cls.model_fields(cfg, cls.prepare(cfg, None)) if cfg.in_memory else {"n_features": 1, "n_classes": 2}
 
     @classmethod
-    def loss(cls, model: nn.Module, batch: GraphBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
-        with amp():
-            logits = batch.logits(model)  # (M, n_classes)
-        return label_smoothed_nll(logits, batch.classes[batch.nodes], label_smoothing, UNLABELLED)
-
-    @classmethod
-    def validate(cls, model: nn.Module, data: NodeData, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
-        return cls._scores(model, data.eval_batches(split)[0], len(data.labels), device, amp)[0]
-
-    @staticmethod
-    @torch.no_grad()
-    def _scores(model: nn.Module, batch: GraphBatch, n_classes: int, device: torch.device,
-                amp: Amp = contextlib.nullcontext) -> tuple[dict[str, float], list[int], list[int]]:
-        """Loss, accuracy and macro-F1 over ``batch``'s nodes; their predicted and true classes."""
-        model.eval()
-        batch = batch.to(device)
-        with amp():
-            logits = batch.logits(model).float()
-        gold = batch.classes[batch.nodes]
-        nll = label_smoothed_nll(logits, gold, 0.0, UNLABELLED)[1].item()
-        predicted, gold = logits.argmax(-1).tolist(), gold.tolist()
-        return {"valid_loss": nll / len(gold), **classification_scores(predicted, gold, n_classes)}, predicted, gold
-
-    @classmethod
     def evaluate_file(cls, model: nn.Module, cfg: NodeClassificationConfig, tokenizers: Tokenizers,
                       state: dict[str, Any], path: str) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on the nodes of ``path`` (a CSV with
@@ -225,11 +203,7 @@ class NodeClassification(Task):
                 raise DataError(f"{path}:{n}: label '{label}' is not one the model was trained on "
                                 f"({', '.join(data.labels)})")
             classes[node] = data.labels.index(label)
-        batch = data.batch([node for node, _, _ in answers], classes)
-        scores, predicted, gold = cls._scores(model, batch, len(data.labels), next(model.parameters()).device)
-        return {"loss": scores["valid_loss"], "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
-                "examples": len(gold), "labels": data.labels,
-                "confusion": confusion_matrix(predicted, gold, len(data.labels))}
+        return evaluation_report(model, [data.batch([node for node, _, _ in answers], classes)], data.labels)
 
     @classmethod
     def describe(cls, data: NodeData) -> str:
