@@ -281,6 +281,17 @@ def test_info_counts_every_preset(config, capsys):
         assert total == PRESET_PARAMETERS[name][0]
 
 
+def test_info_counts_models_of_images_and_graphs_and_refuses_their_token_budgets():
+    vit = run_cli("info", str(ROOT / "recipes/digits/vit.yaml"))
+    assert vit.returncode == 0 and vit.stdout.startswith(f"{ROOT / 'recipes/digits/vit.yaml'}: vit, d_model 64, 4 heads")
+    graph = run_cli("info", str(ROOT / "recipes/karate/graph.yaml"), "--json")
+    assert graph.returncode == 0 and json.loads(graph.stdout)["arch"] == "graph"
+    refused = run_cli("info", str(ROOT / "recipes/digits/vit.yaml"), "--flops")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: --memory and --flops measure models of token sequences; arch 'vit' reads images; without them, "
+        "info counts its parameters"]
+
+
 def test_info_takes_overrides_and_a_run_directory(tmp_path, capsys):
     assert main(["info", str(ROOT / "configs/transformer_base.yaml"), "--set", "model.n_layers=3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["params_total"] == 63_082_496 - 3 * (3_152_384 + 4_204_032)

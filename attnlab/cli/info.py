@@ -9,14 +9,17 @@ from pathlib import Path
 from attnlab.errors import UsageError
 
 
-def _describe_model(cfg, vocab: str) -> str:
-    """One line: the architecture and the sizes that matter for it."""
+def _describe_model(cfg, vocab: str | None) -> str:
+    """One line: the architecture and the sizes that matter for it (the vocabulary for a model of tokens)."""
     can = cfg.capabilities
-    layers = "+".join(str(getattr(cfg, f"{stack}_layers")) for stack, has in (("encoder", can.encoder),
-                                                                              ("decoder", can.decoder)) if has)
-    if not hasattr(cfg, "n_heads"):  # a recurrent model
-        return f"{cfg.arch}, hidden size {cfg.d_model}, {layers} layers, vocab {vocab}"
-    return f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, {layers} layers, d_ff {cfg.d_ff}, vocab {vocab}"
+    stacks = [str(getattr(cfg, f"{stack}_layers")) for stack, has in (("encoder", can.encoder),
+                                                                       ("decoder", can.decoder)) if has]
+    layers = "+".join(stacks) or getattr(cfg, "n_layers", None)
+    width = "d_model" if hasattr(cfg, "n_heads") else "hidden size"  # a recurrent or convolutional model
+    sizes = [(width, cfg.d_model), ("heads", getattr(cfg, "n_heads", None)), ("layers", layers),
+             ("d_ff", getattr(cfg, "d_ff", None)), ("vocab", vocab)]
+    return ", ".join([cfg.arch] + [f"{value} {name}" if name in ("heads", "layers") else f"{name} {value}"
+                                   for name, value in sizes if value is not None])
 
 
 def _info_model_config(args: argparse.Namespace):
@@ -94,6 +97,9 @@ def cmd_info(args: argparse.Namespace) -> None:
         return
     report = {"config": str(args.config), "arch": cfg.arch, **count(cfg)}
     budget = None
+    if (args.memory or args.flops) and cfg.capabilities.inputs != "tokens":
+        raise UsageError(f"--memory and --flops measure models of token sequences; arch '{cfg.arch}' reads "
+                         f"{cfg.capabilities.inputs}; without them, info counts its parameters")
     if args.memory or args.flops:  # measured on the meta device
         try:
             budget = budget_report(cfg, args.seq_len, args.batch, args.src_len)
@@ -104,7 +110,7 @@ def cmd_info(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(report))
         return
-    print(f"{args.config}: {_describe_model(cfg, f'{cfg.vocab_size:,}')}")
+    print(f"{args.config}: {_describe_model(cfg, f'{cfg.vocab_size:,}' if hasattr(cfg, 'vocab_size') else None)}")
     print(format_parameter_report(report))
     if budget is not None:
         print()
