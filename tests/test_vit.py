@@ -245,3 +245,11 @@ def test_the_cnn_baseline_trains_and_has_no_attention_to_inspect(tmp_path):
     refused = run_cli("inspect", str(tmp_path / "run"), "--src", str(image))
     assert refused.returncode == 2 and refused.stderr == (
         f"error: {tmp_path / 'run'} holds a model of arch 'cnn', which has no attention to inspect\n")
+
+
+@pytest.mark.parametrize("recipe,arch", [("vit.yaml", "vit"), ("cnn.yaml", "cnn")])
+def test_the_digits_recipes_are_valid_configs(recipe, arch):
+    from attnlab.train.config import RunConfig
+
+    cfg = RunConfig.from_file(Path(__file__).resolve().parents[1] / "recipes" / "digits" / recipe)
+    assert cfg.model["arch"] == arch and cfg.data.dataset == "digits" and cfg.data.flip == "none"
