@@ -190,6 +190,8 @@ def test_a_vit_learns_the_digits_through_the_command_line(vit_run):
     assert [r for r in records if r["split"] == "valid"][-1]["accuracy"] > 0.2  # chance: 0.1
     state = json.loads((root / "run" / "task_state.json").read_text())
     assert state["labels"] == [str(c) for c in range(10)] and state["shape"] == [8, 8, 1]
+    info = run_cli("info", str(root / "run"))
+    assert info.returncode == 0 and info.stdout.startswith(f"{root / 'run'}: vit, d_model 16, 2 heads, 1 layers, d_ff 32")
 
 
 def test_predict_and_evaluate_read_images_as_training_did(vit_run, tmp_path):

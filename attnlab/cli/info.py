@@ -44,7 +44,7 @@ def _info_model_config(args: argparse.Namespace):
     apply_overrides(sections, args.set or [], override_fields)
     where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])
     model = sections.get("model")
-    if isinstance(model, dict) and "vocab_size" in model:  # a model config, or a run's complete one
+    if isinstance(model, dict) and (of_a_run or "vocab_size" in model):  # a run's complete one, or a model config
         if args.vocab_size is not None:
             model = {**model, "vocab_size": args.vocab_size}
         try:
