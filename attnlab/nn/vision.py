@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.positional import AbsolutePositional, sinusoid
+from attnlab.nn.positional import AbsolutePositional, PositionalEncoding, sinusoid
 from attnlab.nn.transformer import Encoder, FirstTokenPooling, MeanPooling
 
 
@@ -144,7 +144,7 @@ class PatchMean(nn.Module):
 class VisionTransformer(nn.Module):
     """``model.classify(images)``: (B, C, H, W) -> (B, n_classes) logits."""
 
-    def __init__(self, patch_embed: PatchEmbedding, positional: AbsolutePositional, summary: ClassToken | PatchMean,
+    def __init__(self, patch_embed: PatchEmbedding, positional: PositionalEncoding, summary: ClassToken | PatchMean,
                  encoder: Encoder, classifier: nn.Module) -> None:
         super().__init__()
         self.patch_embed, self.positional, self.summary = patch_embed, positional, summary

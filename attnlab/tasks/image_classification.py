@@ -17,7 +17,6 @@ mirror image half of the time; both off by default (a flipped digit is another d
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
