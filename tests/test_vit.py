@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from attnlab import ConfigError, DataError, build_model, model_config
+from attnlab import ConfigError, DataError, build_model, model_config, task_config
 from attnlab.analysis.heads import attention_rollout
 from attnlab.nn.vision import (
     ClassToken, LearnedPatchPositional, LearnedRowColumnPositional, PatchEmbedding, PatchMean, SinCos2DPositional,
@@ -159,6 +159,8 @@ def test_bad_images_are_refused_in_one_line(tmp_path):
     np.savez(tmp_path / "x.npz", pictures=np.zeros((2, 4, 4)))
     with pytest.raises(DataError, match=r"x.npz: no array 'images' or 'labels' \(it has pictures\)"):
         read_npz(tmp_path / "x.npz")
+    with pytest.raises(ConfigError, match=r"resize is for image folders; x.npz holds images of one size"):
+        task_config({"task": "image_classification", "train": "x.npz", "resize": 4})
 
 
 RECIPE = """\

@@ -64,8 +64,10 @@ class ImageClassificationConfig(TaskConfig):
                 raise ConfigError(f"dataset '{self.dataset}' brings its own splits; drop {', '.join(given)}")
         if self.resize is not None:
             at_least("resize", self.resize, 1)
-            if self.dataset is not None:
-                raise ConfigError(f"resize is for image folders; dataset '{self.dataset}' has images of one size")
+            arrays = [path for path in (self.train, self.valid, self.test) if path is not None and path.endswith(".npz")]
+            if self.dataset is not None or arrays:
+                raise ConfigError(f"resize is for image folders; {arrays[0] if arrays else self.dataset} holds images "
+                                  f"of one size")
         one_of("colour", self.colour, COLOURS)
         one_of("flip", self.flip, FLIPS)
         at_least("n_valid", self.n_valid, 1)
