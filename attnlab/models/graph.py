@@ -15,12 +15,12 @@ from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, regis
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.graph import GraphTransformer, LaplacianPositionalEncoding
 from attnlab.nn.layers import EncoderLayer
-from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS, NORM_PLACEMENTS
+from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.nn.transformer import Encoder
 
 
 @dataclass(frozen=True)
-class GraphConfig(FamilyConfig):
+class GraphConfig(FamilyConfig, parts.AttentionStack):
     """``n_features`` and ``n_classes`` are set by the data; ``laplacian_k``: how many Laplacian
     eigenvectors are a node's position (0: none). The encoder fields mean what they mean for the
     Transformer families; ``attention_backend`` must take an explicit mask (the neighbourhoods)."""
@@ -40,20 +40,10 @@ class GraphConfig(FamilyConfig):
     attention_backend: str = "auto"
 
     def check(self) -> None:
-        one_of("activation", self.activation, ACTIVATIONS)
-        one_of("norm", self.norm, NORM_PLACEMENTS)
-        for name in ("n_features", "d_model", "n_heads", "n_layers", "d_ff"):
-            at_least(name, getattr(self, name), 1)
+        self.check_stack()
+        at_least("n_features", self.n_features, 1)
         at_least("n_classes", self.n_classes, 2)
         at_least("laplacian_k", self.laplacian_k, 0)
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1) (got {value})")
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         self._check_backend()
 
     def _check_backend(self) -> None:
@@ -65,13 +55,6 @@ class GraphConfig(FamilyConfig):
                               f"'graph' attends through (each node's neighbourhood); use "
                               f"{' or '.join(map(repr, taking))}")
 
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def attn_dropout(self) -> float:
-        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
 
 @register_family

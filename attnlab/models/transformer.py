@@ -39,8 +39,37 @@ EMBEDDINGS = ("scaled", "normed")  # E sqrt(D) + PE (Vaswani et al.), or LayerNo
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
 
 
+class AttentionStack:
+    """What every family built on attnlab's attention stack shares besides its own fields: the
+    checks of d_model, n_heads, n_layers, d_ff, the two dropouts, activation, norm placement and
+    layer_norm_eps, and the sizes they give. A mixin: each family declares those fields, with its
+    own defaults (the Transformer's, ViT's, the Graph Transformer's)."""
+
+    def check_stack(self) -> None:
+        one_of("activation", self.activation, ACTIVATIONS)
+        one_of("norm", self.norm, NORM_PLACEMENTS)
+        for name in ("d_model", "n_heads", "n_layers", "d_ff"):
+            at_least(name, getattr(self, name), 1)
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1) (got {value})")
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def attn_dropout(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+
 @dataclass(frozen=True)
-class TransformerConfig(FamilyConfig):
+class TransformerConfig(FamilyConfig, AttentionStack):
     """The fields of every Transformer family, one per axis of variation.
 
     ``positional`` is applied where the method puts it: absolute encodings (``sinusoidal``,
@@ -85,26 +114,17 @@ class TransformerConfig(FamilyConfig):
     positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = POSITIONAL  # what ``positional`` may name
 
     def check(self) -> None:
-        one_of("activation", self.activation, ACTIVATIONS)
-        one_of("norm", self.norm, NORM_PLACEMENTS)
         one_of("positional", self.positional, POSITIONAL)
         one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
         one_of("embedding", self.embedding, EMBEDDINGS)
         self._check_ties()
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len", "max_relative_distance"):
+        self.check_stack()
+        for name in ("vocab_size", "max_len", "max_relative_distance"):
             at_least(name, getattr(self, name), 1)
         if self.positional_dim is not None:
             at_least("positional_dim", self.positional_dim, 1)
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1) (got {value})")
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
         if self.positional_base <= 1:
             raise ConfigError(f"positional_base must be > 1 (got {self.positional_base})")
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         self._check_positional()
         self._check_backend()
         if not 0 <= self.pad_id < min(self.vocab_sizes):
@@ -173,14 +193,6 @@ class TransformerConfig(FamilyConfig):
     def vocab_sizes(self) -> tuple[int, ...]:
         """Every embedding table's size (the pad id must be a token of each)."""
         return (self.vocab_size,)
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def attn_dropout(self) -> float:
-        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     @property
     def positional_width(self) -> int:

@@ -18,7 +18,6 @@ from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.registry import ACTIVATIONS, NORM_PLACEMENTS
 from attnlab.nn.transformer import ClassificationHead
 from attnlab.nn.vision import (
     ClassToken,
@@ -46,7 +45,7 @@ VIT_BACKENDS = ("auto", "math", "sdpa")
 
 
 @dataclass(frozen=True)
-class ViTConfig(FamilyConfig):
+class ViTConfig(FamilyConfig, parts.AttentionStack):
     """The image's size and channels and the number of classes (set by the data), the patch size
     P (dividing both sides), and the encoder's fields, as the Transformer's: pre-norm and GELU by
     default, as ViT."""
@@ -74,37 +73,23 @@ class ViTConfig(FamilyConfig):
     def check(self) -> None:
         one_of("positional", self.positional, PATCH_POSITIONAL)
         one_of("pooling", self.pooling, SUMMARIES)
-        one_of("activation", self.activation, ACTIVATIONS)
-        one_of("norm", self.norm, NORM_PLACEMENTS)
         one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
-        for name in ("image_height", "image_width", "channels", "patch_size", "d_model", "n_heads", "n_layers",
-                     "d_ff"):
+        self.check_stack()
+        for name in ("image_height", "image_width", "channels", "patch_size"):
             at_least(name, getattr(self, name), 1)
         at_least("n_classes", self.n_classes, 2)
         for side in ("image_height", "image_width"):
             if getattr(self, side) % self.patch_size:
                 raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patch_size "
                                   f"({self.patch_size})")
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.positional == "sinusoidal_2d" and self.d_model % 4:
             raise ConfigError(f"positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a cosine "
                               f"per frequency, for rows and for columns); got {self.d_model}")
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1) (got {value})")
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
 
     @property
     def grid(self) -> tuple[int, int]:
         """(h, w): patches down and across."""
         return self.image_height // self.patch_size, self.image_width // self.patch_size
-
-    @property
-    def attn_dropout(self) -> float:
-        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
 
 @register_family
