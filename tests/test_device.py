@@ -72,6 +72,20 @@ def test_device_cpu_gives_what_the_default_gives(workspace, capsys, argv):  # no
         assert json.loads(outputs[0])["tokens"] == 5  # "eins zwei" and "drei", each with EOS
 
 
+@pytest.mark.parametrize("argv", [
+    ["translate", "{run}", "--input", "{root}/input.de", "--beam", "2", "--nbest", "2"],
+    ["translate", "{run}", "--input", "{root}/input.de", "--beam", "1"],
+    ["evaluate", "{run}", "--split", "valid", "--json"],
+], ids=["beam", "greedy", "evaluate"])
+def test_every_kv_cache_gives_what_the_default_gives(workspace, capsys, argv):  # noqa: F811
+    """--kv-cache static (preallocated buffers) and dynamic: the same outputs and scores as auto."""
+    outputs = []
+    for kind in ("auto", "static", "dynamic"):
+        assert main([a.format(run=workspace / "run", root=workspace) for a in argv] + ["--kv-cache", kind]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] == outputs[2] and outputs[0]
+
+
 class FlatRNN(nn.Module):
     """A GRU whose weights are views of one flat buffer, as cuDNN lays them out on a GPU: no
     single weight covers the whole storage, which safetensors' own save_model refuses."""

@@ -96,6 +96,18 @@ def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
     return model, tokenizers, cfg
 
 
+def check_kv_cache(args: argparse.Namespace, model) -> None:
+    """--kv-cache: one of the searches' caches, and one that ``model`` can use on its device; else one line."""
+    from attnlab.decode.search import KV_CACHES, cache_kind
+
+    if args.kv_cache not in KV_CACHES:
+        raise UsageError(f"--kv-cache must be one of {', '.join(KV_CACHES)} (got {args.kv_cache!r})")
+    try:
+        cache_kind(args.kv_cache, model, next(model.parameters()).device)
+    except ValueError as err:
+        raise UsageError(f"--kv-cache {args.kv_cache}: {err}") from None
+
+
 def check_beam(args: argparse.Namespace) -> None:
     if not 1 <= args.beam <= MAX_BEAM:
         raise UsageError(f"--beam must be between 1 and {MAX_BEAM} (got {args.beam})")

@@ -15,6 +15,7 @@ from attnlab.cli.common import (
     TRANSLATES,
     add_device_option,
     check_beam,
+    check_kv_cache,
     check_new_file,
     check_task_serves,
     device_of,
@@ -33,10 +34,11 @@ def cmd_translate(args: argparse.Namespace) -> None:
     check_beam(args)
     check_new_file(args.output, args.force, "--output")  # now, not after the decoding
     model, tokenizers, cfg = load_run_for(args, TRANSLATES)
+    check_kv_cache(args, model)
     lines = read_input_lines(args.input)
     results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
                         args.batch_size, args.max_len, args.min_len, cfg.max_len - 1, args.truncate,  # -1: EOS
-                        progress=True)
+                        progress=True, kv_cache=args.kv_cache)
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
     if sum(unknown):
         print(f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as "
@@ -63,6 +65,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-new-tokens must be between 0 and {MAX_NEW_TOKENS:,} and --num-samples between 1 "
                          f"and {MAX_BATCH}")
     model, tokenizers, _ = load_run_for(args, GENERATES)
+    check_kv_cache(args, model)
     tok = tokenizers["tgt"]
     prompt_ids = tok.encode(args.prompt)
     if not prompt_ids:
@@ -78,7 +81,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(f"seed {seed} (--seed {seed} gives this text again)", file=sys.stderr)
     generator = torch.Generator().manual_seed(seed)
     rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                  top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False)
+                  top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False,
+                  kv_cache=args.kv_cache)
     for i, row in enumerate(rows):
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
@@ -99,6 +103,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise UsageError(f"--data is for tasks that score a file in their own format; data.task '{task.name}' "
                          f"takes --src and --ref, or --split")
     model, tokenizers, _ = load_run_for(args, TRANSLATES)
+    check_kv_cache(args, model)
     if args.split is not None:
         if args.src or args.ref:
             raise UsageError("give either --split or --src and --ref")
@@ -109,7 +114,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise UsageError("give --src and --ref files, or --split (a split of the run's own data)")
     if len(sources) != len(references):
         raise UsageError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache, progress=True)
+    result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache, progress=True,
+                      kv_cache=args.kv_cache)
     result.pop("hypotheses")
     if args.json:
         print(json.dumps(result))
@@ -240,10 +246,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--checkpoint", default="best", help="best (default), last, average, or a step number")
         add_device_option(p)
 
+    def kv_cache_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--kv-cache", default="auto", metavar="auto|dynamic|static|graph",
+                       help="the cache of keys and values: auto (graph on a GPU where the model allows, else dynamic), "
+                            "dynamic, static (preallocated) or graph (static, the step replayed as a CUDA graph); "
+                            "the same output each way")
+
     def search_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, as the paper)")
         p.add_argument("--lenpen", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
         p.add_argument("--no-cache", action="store_true", help="recompute every prefix (same output, slower)")
+        kv_cache_option(p)
 
     translate = sub.add_parser("translate", help="translate lines of text (stdin to stdout by default)")
     run_dir_args(translate)
@@ -273,6 +286,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="random seed: the same seed gives the same text (default: a new one each time, "
                                "printed on stderr)")
     generate.add_argument("--num-samples", type=int, default=1, help="independent samples of the prompt (default 1)")
+    kv_cache_option(generate)
     generate.set_defaults(func=cmd_generate)
 
     predict = sub.add_parser("predict", help="classify lines of text or image files: one label and its probability "

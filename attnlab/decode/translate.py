@@ -18,13 +18,15 @@ PROGRESS_DELAY = 1.0  # seconds before the bar appears: a quicker job shows none
 def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: list[str], beam: int = 4,
               lenpen: float = 0.6, nbest: int = 1, use_cache: bool = True, batch_size: int = 64,
               max_len: int | None = None, min_len: int = 0, max_source_len: int | None = None,
-              truncate: bool = False, progress: bool = False) -> list[list[tuple[str, float | None]]]:
+              truncate: bool = False, progress: bool = False,
+              kv_cache: str = "auto") -> list[list[tuple[str, float | None]]]:
     """For each line, its ``nbest`` translations as (text, score): log P / length penalty for beam
     search, None for greedy (``beam`` 1). Sentences of similar length are decoded together. A line
     of more than ``max_source_len`` tokens is refused (DataError naming it), or cut with ``truncate``.
     A blank line is not decoded: its translation is blank (score 0.0, or None for greedy).
     With ``progress``, a bar on stderr counts the sentences done once decoding has taken longer
-    than PROGRESS_DELAY seconds, and is cleared at the end (as the training bar is)."""
+    than PROGRESS_DELAY seconds, and is cleared at the end (as the training bar is). ``kv_cache``:
+    the searches' cache (decode/search.py's KV_CACHES)."""
     model.eval()
     device = next(model.parameters()).device
     src_ids = tokenizers["src"].encode_batch(lines)
@@ -45,10 +47,11 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
             chunk = order[start:start + batch_size]
             src = source_batch([src_ids[i] for i in chunk]).to(device)
             if greedy_search:
-                for i, ids in zip(chunk, greedy(model, src, max_len, min_len, use_cache)):
+                for i, ids in zip(chunk, greedy(model, src, max_len, min_len, use_cache, kv_cache)):
                     results[i] = [(decode_text(ids), None)]
             else:
-                for i, hyps in zip(chunk, beam_search(model, src, beam, lenpen, nbest, max_len, min_len, use_cache)):
+                for i, hyps in zip(chunk, beam_search(model, src, beam, lenpen, nbest, max_len, min_len, use_cache,
+                                                             kv_cache)):
                     results[i] = [(decode_text(h.tokens), h.normalized) for h in hyps]
             bar.update(len(chunk))
     return results

@@ -16,13 +16,13 @@ from attnlab.eval.metrics import corpus_bleu, corpus_chrf, exact_match
 
 def evaluate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], sources: list[str], references: list[str],
              beam: int = 4, lenpen: float = 0.6, use_cache: bool = True, batch_size: int = 64,
-             progress: bool = False) -> dict[str, Any]:
+             progress: bool = False, kv_cache: str = "auto") -> dict[str, Any]:
     """Decode ``sources`` and score the output against ``references`` (detokenised text); with
     ``progress``, decoding shows :func:`~attnlab.decode.translate.translate`'s progress bar."""
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources for {len(references)} references")
     hypotheses = [nbest[0][0] for nbest in translate(model, tokenizers, sources, beam, lenpen, 1, use_cache, batch_size,
-                                                     progress=progress)]
+                                                     progress=progress, kv_cache=kv_cache)]
     bleu, bleu_signature = corpus_bleu(hypotheses, references)
     chrf, chrf_signature = corpus_chrf(hypotheses, references)
     src_ids = tokenizers["src"].encode_batch(sources)
