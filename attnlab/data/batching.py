@@ -61,6 +61,11 @@ def collate_pairs(pairs: list[tuple[list[int], list[int]]]) -> Batch:
 B = TypeVar("B")  # a batch: a dataclass of tensors
 
 
+def tensor_fields(batch) -> dict[str, Tensor]:
+    """The tensors of a batch (a dataclass), by field name."""
+    return {f.name: t for f in dataclasses.fields(batch) if isinstance(t := getattr(batch, f.name), Tensor)}
+
+
 def padded_to_multiple(batch: B, multiple: int) -> B:
     """``batch`` with each of its (B, T) tensors right-padded with PAD to T a multiple of ``multiple``.
     Padding is masked everywhere (keys, losses, pooling), so the numbers are the same; what changes
@@ -69,9 +74,8 @@ def padded_to_multiple(batch: B, multiple: int) -> B:
     on a GPU, where lengths a multiple of 8 also suit the tensor cores."""
     if multiple == 1:
         return batch
-    return dataclasses.replace(batch, **{
-        f.name: F.pad(t, (0, -t.shape[1] % multiple), value=PAD) for f in dataclasses.fields(batch)
-        if isinstance(t := getattr(batch, f.name), Tensor) and t.dim() == 2})
+    return dataclasses.replace(batch, **{name: F.pad(t, (0, -t.shape[1] % multiple), value=PAD)
+                                         for name, t in tensor_fields(batch).items() if t.dim() == 2})
 
 
 def token_budget_batches(lengths: list[int], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:

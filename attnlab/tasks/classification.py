@@ -9,6 +9,7 @@ loss, the metrics, and `evaluate`'s report on a split or a file."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import typing
 from dataclasses import dataclass
 from typing import Optional
@@ -17,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
-from attnlab.data.batching import pad_sequences
+from attnlab.data.batching import pad_sequences, tensor_fields
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
@@ -62,20 +63,25 @@ class ClassificationConfig(TaskConfig):
         return self.max_len
 
 
+class ExampleBatch:
+    """What a classifier's batch (a dataclass of tensors with ``labels``, (n,) class ids) shares:
+    the loss sums over its n examples, and it moves to a device tensor by tensor."""
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.labels)
+
+    def to(self, device: torch.device | str):
+        return dataclasses.replace(self, **{name: t.to(device) for name, t in tensor_fields(self).items()})
+
+
 @dataclass
-class ClassBatch:
+class ClassBatch(ExampleBatch):
     """ids, segments: (B, T), PAD-padded; labels: (B,) class ids."""
 
     ids: Tensor
     segments: Tensor
     labels: Tensor
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.labels)  # the loss sums over examples
-
-    def to(self, device: torch.device | str) -> "ClassBatch":
-        return ClassBatch(self.ids.to(device), self.segments.to(device), self.labels.to(device))
 
     def logits(self, model: nn.Module) -> Tensor:
         """(B, n_classes): the model on these inputs."""

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError, DataError, UsageError
-from attnlab.tasks.classification import ClassifierTask, evaluation_report
+from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.task import Batching, Prediction, TaskConfig, Tokenizers, batch_seed, register_task
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
@@ -213,18 +213,11 @@ def class_ids(labels: list[str], classes: list[str], path: str) -> Tensor:
 # -- batches ------------------------------------------------------------------------------------------
 
 @dataclass
-class ImageBatch:
+class ImageBatch(ExampleBatch):
     """images: (B, C, H, W), standardised; labels: (B,) class ids."""
 
     images: Tensor
     labels: Tensor
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.labels)  # the loss sums over examples
-
-    def to(self, device: torch.device | str) -> "ImageBatch":
-        return ImageBatch(self.images.to(device), self.labels.to(device))
 
     def logits(self, model: nn.Module) -> Tensor:
         """(B, n_classes)."""

@@ -17,7 +17,7 @@ from attnlab.config import one_of
 from attnlab.data.graphs import BUILTIN_GRAPHS, Graph, karate_club, read_answers, read_graph
 from attnlab.errors import ConfigError, DataError
 from attnlab.nn.graph import laplacian_eigenvectors
-from attnlab.tasks.classification import NO_LABEL, ClassifierTask, evaluation_report
+from attnlab.tasks.classification import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.task import Batching, TaskConfig, Tokenizers, register_task
 
 UNLABELLED = NO_LABEL  # the class id of an unlabelled node; no split holds one
@@ -80,7 +80,7 @@ def split_nodes(classes: list[int], n_classes: int, valid_fraction: float, test_
 
 
 @dataclass
-class GraphBatch:
+class GraphBatch(ExampleBatch):
     """The whole graph and the nodes that count: features (N, F), adjacency (N, N) boolean,
     eigenvectors (N, N - 1) of its Laplacian, classes (N,) (UNLABELLED where there is no label),
     nodes (M,) the indices whose loss and metrics count."""
@@ -92,17 +92,9 @@ class GraphBatch:
     nodes: Tensor
 
     @property
-    def n_tokens(self) -> int:
-        return len(self.nodes)  # the loss sums over the split's nodes
-
-    @property
     def labels(self) -> Tensor:
         """(M,) the true classes of the split's nodes."""
         return self.classes[self.nodes]
-
-    def to(self, device: torch.device | str) -> "GraphBatch":
-        return GraphBatch(*(t.to(device) for t in (self.features, self.adjacency, self.eigenvectors, self.classes,
-                                                   self.nodes)))
 
     def logits(self, model: nn.Module) -> Tensor:
         """(M, n_classes): the model run on the whole graph, read at the split's nodes."""
