@@ -115,7 +115,7 @@ def _luma(rgb: Sequence[float]) -> float:
 
 def _annotate(ax, image: AxesImage, grid: Tensor, style: str = "{:.2f}") -> None:
     """Write each cell's value (``style``: two decimals) on it, in black on light colours and white on dark."""
-    for (i, j), value in np.ndenumerate(grid.cpu().numpy()):
+    for (i, j), value in np.ndenumerate(grid.numpy()):
         if not math.isnan(value):
             colour = "black" if _luma(image.cmap(image.norm(value))) > 0.5 else "white"
             ax.text(j, i, style.format(value), ha="center", va="center", fontsize=9, color=colour)
@@ -129,7 +129,7 @@ def entropy_figure(entropy: dict[str, Tensor], title: str = "mean attention entr
     for i, name in enumerate(names):
         grid[i, : len(entropy[name])] = entropy[name]
     fig, ax = plt.subplots(figsize=(3.0 + 0.9 * H, 1.2 + 0.5 * len(names)), layout="constrained")
-    image = ax.imshow(grid.cpu().numpy(), cmap="magma", aspect="auto")
+    image = ax.imshow(grid.numpy(), cmap="magma", aspect="auto")
     _annotate(ax, image, grid)
     ax.set_xticks(range(H), [f"head {h}" for h in range(H)], fontsize=8)
     ax.set_yticks(range(len(names)), names, fontsize=8)
@@ -179,7 +179,7 @@ def confusion_plot(counts: list[list[int]], labels: Sequence[str], path: Path) -
     grid = torch.tensor(counts, dtype=torch.float)
     n = len(labels)
     fig, ax = plt.subplots(figsize=(2.5 + 0.7 * n, 1.8 + 0.6 * n), layout="constrained")
-    image = ax.imshow(grid.cpu().numpy(), cmap="Blues", aspect="auto", vmin=0)
+    image = ax.imshow(grid.numpy(), cmap="Blues", aspect="auto", vmin=0)
     _annotate(ax, image, grid, "{:.0f}")
     ax.set_xticks(range(n), labels, rotation=90 if n > 6 else 0, fontsize=8)
     ax.set_yticks(range(n), labels, fontsize=8)

@@ -287,7 +287,7 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
                 missing and f"missing {len(missing)} tensor(s): {', '.join(missing[:3])}{' ...' * (len(missing) > 3)}",
                 unexpected and f"unexpected {len(unexpected)} tensor(s): "
                                f"{', '.join(unexpected[:3])}{' ...' * (len(unexpected) > 3)}") if part))
-        model.load_state_dict(placed_like(model, state), strict=True)  # split as its own, if sharded
+        model.load_state_dict(placed_like(wanted, state), strict=True)  # split as its own, if sharded
     except (SafetensorError, OSError, RuntimeError) as err:
         raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
 

@@ -146,9 +146,9 @@ def full_weights(model: nn.Module) -> dict[str, Tensor]:
     return get_model_state_dict(model, options=WHOLE) if is_sharded(model) else model.state_dict()
 
 
-def placed_like(model: nn.Module, state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Whole tensors of ``state`` (on every rank) split as ``model``'s own are, for load_state_dict."""
-    own = model.state_dict()
+def placed_like(own: dict[str, Tensor], state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Whole tensors of ``state`` (on every rank) split as the model's own state dict ``own`` is, for
+    load_state_dict."""
     return {name: distribute_tensor(t.to(own[name].device), own[name].device_mesh, own[name].placements)
             if isinstance(own.get(name), DTensor) else t for name, t in state.items()}
 

@@ -33,6 +33,7 @@ class ChunkedBackend(AttentionBackend):
 
     def __init__(self, q_block: int = 128, k_block: int = 1024) -> None:
         self.q_block, self.k_block = q_block, k_block
+        self.fused = SDPABackend()  # on CUDA, for attention that needs no mask matrix
 
     @classmethod
     def from_config(cls, cfg) -> "ChunkedBackend":
@@ -42,7 +43,7 @@ class ChunkedBackend(AttentionBackend):
         if q.is_cuda and bias is None and SDPABackend.takes_no_mask_matrix(mask, q, k):
             # PyTorch's flash kernel is this same recurrence, fused: as exact, O(T) memory (the loop over
             # blocks here took 67x sdpa's time at T = 16k on an H100, issue 18)
-            return SDPABackend().compute(q, k, v, mask, q_pos, k_pos, dropout_p, None)
+            return self.fused.compute(q, k, v, mask, q_pos, k_pos, dropout_p, None)
         params = _bias_parameters(bias)
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *params)):
             return _ChunkedAttention.apply(self, mask, q_pos, k_pos, dropout_p, bias, q, k, v, *params), None
