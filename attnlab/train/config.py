@@ -237,6 +237,9 @@ def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> Non
     if train.eval_exact_match and "exact_match" not in task.metrics:
         raise ConfigError(f"train.eval_exact_match needs a task that predicts sequences to compare; data.task "
                           f"'{task.name}' has no exact match (set it to 0)")
+    if train.lr_schedule == "noam" and not hasattr(model, "d_model"):
+        raise ConfigError(f"train.lr_schedule 'noam' scales the rate by d_model^-0.5, which arch '{model.arch}' does not "
+                          f"have; use 'cosine' or 'constant'")
     longest = data.longest_sequence
     if model.max_positions is not None and longest is not None:
         if longest > model.max_positions:

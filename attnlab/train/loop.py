@@ -160,14 +160,17 @@ class Evaluation:
 
 class Limits:
     """When training stops: max_steps, max_epochs, early stopping, or max_seconds, which caps each
-    command's own training time (so that --resume continues a time-capped run)."""
+    command's own training time (so that --resume continues a time-capped run); at once for a model
+    with nothing to learn (a baseline without parameters, or everything frozen)."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: TrainConfig, learnable: bool) -> None:
+        self.cfg, self.learnable = cfg, learnable
         self.session_seconds = 0.0
 
     def reached(self, progress: Progress) -> str | None:
         cfg = self.cfg
+        if not self.learnable:
+            return "nothing to learn: the model has no trainable parameters"
         if progress.step >= cfg.max_steps:
             return f"max_steps ({cfg.max_steps})"
         if cfg.max_seconds is not None and self.session_seconds >= cfg.max_seconds:
@@ -179,7 +182,7 @@ class Limits:
         return None
 
 
-def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, run: RunDir, d_model: int,
+def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, run: RunDir, d_model: int | None,
         resume: bool = False, log: Callable[[str], None] = print, world: World | None = None) -> dict[str, Any]:
     """Train ``model`` on ``task``'s prepared ``data`` until max_steps, max_epochs, max_seconds or
     early stopping, with the task's loss, validated by its metrics.
@@ -188,7 +191,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     steps to metrics.jsonl and TensorBoard; with ``resume``, continues from the newest checkpoint
     in ``run`` (weights, optimizer, schedule, data position and RNG states). Returns a summary.
     With ``world`` (torchrun), this rank trains its share of each global batch under DDP, and only
-    rank 0 writes (train/distributed.py).
+    rank 0 writes (train/distributed.py). A model with no trainable parameters is evaluated and
+    checkpointed once, at step 0.
     """
     # -- build: device, precision, optimiser, schedule, and where training stands
     device = use_device(resolve_device(cfg.device))  # under torchrun: the GPU of this rank
@@ -198,7 +202,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
         log(precision.note)
     amp = autocast(precision.precision, device)
     model.to(device)
-    trained = parallel(model, world, device, cfg.strategy)  # under torchrun: DDP, or the model sharded (fsdp)
+    learnable = any(p.requires_grad for p in model.parameters())
+    trained = parallel(model, world, device, cfg.strategy) if learnable else model  # torchrun: DDP, or sharded (fsdp)
     if cfg.compile:  # the training forward through TorchInductor; evaluation and checkpoints use the model itself
         trained = torch.compile(trained, dynamic=True)
     optimizer = make_optimizer(model, cfg)
@@ -211,7 +216,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     if resume:
         progress = _restore(run, model, optimizer, scheduler, scaler, device)
         log(f"resuming {run.path} from step {progress.step}")
-    train_log, limits = TrainLog(run, cfg, progress, main), Limits(cfg)
+    train_log, limits = TrainLog(run, cfg, progress, main), Limits(cfg, learnable)
     evaluation = Evaluation(Validation(task, data, cfg, device, amp), train_log,
                             Checkpoints(run, cfg, main, task.metrics[cfg.early_stop_metric]),
                             functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device))
@@ -220,6 +225,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     # -- the loop: step, log, evaluate and checkpoint, stop
     stop_reason = limits.reached(progress)  # a resumed run may already be done
     evaluated_at = progress.step if resume else -1
+    if not learnable and not resume:
+        last_eval = evaluation(progress, model)  # its one evaluation and checkpoint
     while stop_reason is None:
         batches, end = _epoch(data, progress.epoch, cfg, world)
         for group, global_tokens, consumed in _updates(batches, end, progress, cfg, world):

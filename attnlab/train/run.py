@@ -151,7 +151,8 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
             module.checkpoint_activations = cfg.train.activation_checkpointing
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {model_cfg.arch}, {n_params:,} parameters; run directory {run.path}")
-    summary = fit(model, task, data, cfg.train, run, model_cfg.d_model, resume=resume, log=log, world=world)
+    summary = fit(model, task, data, cfg.train, run, getattr(model_cfg, "d_model", None), resume=resume, log=log,
+                  world=world)
     summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
     if main:
         atomic_write_text(run.summary, json.dumps(summary, indent=2))

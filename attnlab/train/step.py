@@ -49,6 +49,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
         if p.requires_grad:
             groups.setdefault((scales[name], p.dim() >= 2), []).append(p)
     ordered = sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1]))  # by depth, matrices first
+    ordered = ordered or [((1.0, True), [])]  # nothing to learn: an optimizer of nothing, for the usual checkpoints
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return cls([{"params": params, "weight_decay": cfg.weight_decay if matrices else 0.0, "lr_scale": scale}
                 for (scale, matrices), params in ordered], lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
