@@ -24,8 +24,12 @@ from attnlab.models.rnn import RNNConfig
 from attnlab.models.graph import GraphConfig
 from attnlab.models.vit import ViTConfig
 from attnlab.models.cnn import CNNConfig
+from attnlab.models.patchtst import PatchTSTConfig
+from attnlab.models.dlinear import DLinearConfig
+from attnlab.models.last_value import LastValueConfig
 # isort: on
 
 __all__ = ["FAMILIES", "Capabilities", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "EncoderDecoderConfig", "DecoderLMConfig", "EncoderOnlyConfig",
-           "RNNConfig", "GraphConfig", "ViTConfig", "CNNConfig"]
+           "RNNConfig", "GraphConfig", "ViTConfig", "CNNConfig", "PatchTSTConfig", "DLinearConfig",
+           "LastValueConfig"]

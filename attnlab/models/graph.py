@@ -12,11 +12,8 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
-from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.graph import GraphTransformer, LaplacianPositionalEncoding
-from attnlab.nn.layers import EncoderLayer
 from attnlab.nn.registry import ATTENTION_BACKENDS
-from attnlab.nn.transformer import Encoder
 
 
 @dataclass(frozen=True)
@@ -68,19 +65,8 @@ class GraphFamily(ModelFamily):
     @staticmethod
     def build(cfg: GraphConfig) -> GraphTransformer:
         positions = LaplacianPositionalEncoding(cfg.laplacian_k, cfg.d_model) if cfg.laplacian_k else None
-        model = GraphTransformer(nn.Linear(cfg.n_features, cfg.d_model), positions, cfg.dropout, encoder(cfg),
+        model = GraphTransformer(nn.Linear(cfg.n_features, cfg.d_model), positions, cfg.dropout,
+                                 parts.plain_encoder(cfg, cfg.n_layers),
                                  nn.Linear(cfg.d_model, cfg.n_classes))
         parts.init_weights(model)
         return model
-
-
-def encoder(cfg: GraphConfig) -> Encoder:
-    """The Transformer's encoder layers (feed-forward, residual blocks and norms from the same part
-    builders), whose self-attention has no positional hooks: nodes have no sequence positions, and
-    a node's place in the graph enters at the input, with its Laplacian eigenvectors."""
-    def attention() -> MultiHeadAttention:
-        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, backend=parts.backend(cfg, cross=False))
-
-    layers = [EncoderLayer(attention(), parts.feed_forward(cfg), parts.residual(cfg), parts.residual(cfg))
-              for _ in range(cfg.n_layers)]
-    return Encoder(layers, parts.final_norm(cfg))

@@ -265,6 +265,18 @@ def encoder(cfg: TransformerConfig, n_layers: int) -> Encoder:
     return Encoder(layers, final_norm(cfg))
 
 
+def plain_encoder(cfg: AttentionStack, n_layers: int) -> Encoder:
+    """The Transformer's encoder layers (feed-forward, residual blocks and norms from the same part
+    builders) whose self-attention has no positional hooks, for a family with no ``positional``
+    field: its inputs have no sequence positions (a graph's nodes, placed by their Laplacian
+    eigenvectors), or theirs enter with them at the input (PatchTST's learned patch positions)."""
+    def self_attention() -> MultiHeadAttention:
+        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, backend=backend(cfg, cross=False))
+
+    layers = [EncoderLayer(self_attention(), feed_forward(cfg), residual(cfg), residual(cfg)) for _ in range(n_layers)]
+    return Encoder(layers, final_norm(cfg))
+
+
 def decoder(cfg: TransformerConfig, n_layers: int, cross: bool) -> Decoder:
     layers = [DecoderLayer(attention(cfg), attention(cfg, cross=True) if cross else None, feed_forward(cfg),
                            residual(cfg), residual(cfg) if cross else None, residual(cfg))

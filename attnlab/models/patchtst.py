@@ -1,0 +1,103 @@
+"""The PatchTST family (``arch: patchtst``; Nie et al. 2023, "A Time Series is Worth 64 Words"):
+channel-independent patches of each series, RevIN, the Transformer's encoder layers and a flatten
+head (nn/series.py). The defaults are the paper's ETTh1/ETTh2 settings (input 336, patches of 16
+every 8: 42 patches; d_model 16, 4 heads, 3 layers, d_ff 128, dropout 0.3).
+
+Deliberate differences from the reference code (yuqinie98/PatchTST, PatchTST_supervised): the
+encoder layers are attnlab's, with LayerNorm residual blocks (post-norm by default, as the reference
+places its norms) where the reference has BatchNorm, plain attention where it has "residual
+attention" (each layer's scores added to the next's), and no dropout inside the feed-forward
+network; the head flattens patch by patch (the reference: d_model by d_model, the same map with its
+columns in another order).
+
+Initialisation: every Linear as the Transformer's (models/transformer.py: Xavier-uniform, zero
+bias), where the reference keeps PyTorch's defaults; the position table W_pos U(-0.02, 0.02), as
+the reference; RevIN's gamma ones and beta zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from torch import nn
+
+from attnlab.config import at_least, one_of
+from attnlab.errors import ConfigError
+from attnlab.models import transformer as parts
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.nn.registry import ATTENTION_BACKENDS
+from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
+
+# The exact backends with no fields of their own: a series is a short sequence of patches (42).
+PATCHTST_BACKENDS = tuple(name for name, backend in ATTENTION_BACKENDS.items() if backend.exact and not backend.fields)
+
+
+@dataclass(frozen=True)
+class PatchTSTConfig(FamilyConfig, parts.AttentionStack):
+    """The channels, input length and horizon (set by the data); patches of ``patch_length``
+    steps every ``patch_stride`` steps; the encoder's fields as the Transformer's; ``head_dropout``
+    on the forecast; ``revin``: RevIN around the network, with a learned per-channel affine map
+    when ``revin_affine`` (off in the paper's runs, the reference's --affine 0).
+
+    ``patch_stride`` may not exceed ``patch_length``: a longer stride would leave steps between
+    patches that no patch reads. ``attention_dropout`` is 0, as in the reference (only the
+    residual and embedding dropouts are 0.3)."""
+
+    n_channels: int
+    input_length: int
+    horizon: int
+    patch_length: int = 16
+    patch_stride: int = 8
+    d_model: int = 16
+    n_heads: int = 4
+    n_layers: int = 3
+    d_ff: int = 128
+    dropout: float = 0.3
+    attention_dropout: Optional[float] = 0.0
+    head_dropout: float = 0.0
+    activation: str = "gelu"
+    norm: str = "post"
+    layer_norm_eps: float = 1e-5
+    revin: bool = True
+    revin_affine: bool = False
+    attention_backend: str = "auto"
+
+    def check(self) -> None:
+        for name in ("n_channels", "input_length", "horizon", "patch_length", "patch_stride"):
+            at_least(name, getattr(self, name), 1)
+        one_of("attention_backend", self.attention_backend, PATCHTST_BACKENDS)
+        self.check_stack()
+        if self.patch_length > self.input_length:
+            raise ConfigError(f"patch_length ({self.patch_length}) must be at most input_length ({self.input_length})")
+        if self.patch_stride > self.patch_length:
+            raise ConfigError(f"patch_stride ({self.patch_stride}) must be at most patch_length ({self.patch_length}): "
+                              f"a longer stride leaves steps between patches that no patch reads")
+        if not 0.0 <= self.head_dropout < 1.0:
+            raise ConfigError(f"head_dropout must be in [0, 1) (got {self.head_dropout})")
+        if self.revin_affine and not self.revin:
+            raise ConfigError("revin_affine is only used with revin: true")
+
+    @property
+    def n_patches(self) -> int:
+        """N = (L - patch_length) // patch_stride + 2 (the last value repeated patch_stride times)."""
+        return Patching(self.patch_length, self.patch_stride).n_patches(self.input_length)
+
+
+@register_family
+class PatchTSTFamily(ModelFamily):
+    name = "patchtst"
+    config = PatchTSTConfig
+    # encoder/decoder mean reading and writing token sequences: a forecaster does neither
+    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
+                                inputs="series")
+
+    @staticmethod
+    def build(cfg: PatchTSTConfig) -> PatchTST:
+        revin = RevIN(cfg.n_channels, cfg.revin_affine) if cfg.revin else NoNormalisation()
+        model = PatchTST(revin, Patching(cfg.patch_length, cfg.patch_stride), nn.Linear(cfg.patch_length, cfg.d_model),
+                         cfg.n_patches, cfg.dropout, parts.plain_encoder(cfg, cfg.n_layers),
+                         FlattenHead(cfg.n_patches, cfg.d_model, cfg.horizon, cfg.head_dropout))
+        parts.init_weights(model)
+        nn.init.uniform_(model.positions, -0.02, 0.02)
+        return model
