@@ -181,7 +181,7 @@ def test_evaluate_scores_a_labelled_file_with_its_confusion_matrix(classifier, t
     assert done.returncode == 4 and done.stderr == (
         f"error: {unseen}:2: label 'meh' is not one the model was trained on (neg, pos)\n")
     done = run_cli("evaluate", str(root / "run"), "--src", str(test), "--ref", str(test))
-    assert done.returncode == 2 and "is evaluated on a labelled file: give --data FILE" in done.stderr
+    assert done.returncode == 2 and "is evaluated on a file of its own format: give --data FILE" in done.stderr
 
 
 def test_sentence_pairs_train_a_segment_table(tmp_path):

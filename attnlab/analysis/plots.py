@@ -8,6 +8,8 @@ axis labels in its metadata ('Description', JSON) so that a program can check wh
 - ``confusion_plot``: a classifier's confusion matrix, the count in each cell;
 - ``patch_attention_plot``: attention over an image's patch grid, drawn on the image, one panel
   per map (layer and head, or the rollout);
+- ``lead_time_plot``: a forecaster's MSE against the steps ahead;
+- ``forecast_plot``: history, forecast and truth of chosen channels of a series;
 - ``positional_plots``: the sinusoidal table as a heatmap, and PE(p) . PE(p + k) against the
   offset k for several bases n.
 
@@ -200,6 +202,42 @@ def pruning_plot(fractions: Sequence[float], values: Sequence[float], metric: st
     fig.tight_layout()
     return _save(fig, path, {"x": "heads pruned (%)", "y": metric, "fractions": list(fractions),
                              "values": list(values)})
+
+
+def lead_time_plot(mse_by_step: Sequence[float], title: str, path: Path) -> Path:
+    """A forecaster's MSE against the lead time (1 ... H steps ahead), over every window and channel."""
+    steps = list(range(1, len(mse_by_step) + 1))
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    ax.plot(steps, mse_by_step)
+    ax.set_xlabel("steps ahead")
+    ax.set_ylabel("MSE (standardised)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"MSE by lead time: {title}", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path, {"x": "steps ahead", "y": "MSE (standardised)", "values": list(mse_by_step)})
+
+
+def forecast_plot(forecast, channels: Sequence[str], title: str, path: Path) -> Path:
+    """One panel per channel: the input rows (history), the forecast and the truth where there is
+    one, against the step from the forecast's origin (negative: history). ``forecast``: a
+    tasks/forecasting.py Forecast."""
+    L, H = len(forecast.history), len(forecast.values)
+    fig, axes = plt.subplots(len(channels), 1, figsize=(8, 2.4 * len(channels)), squeeze=False, sharex=True)
+    for ax, name in zip(axes[:, 0], channels):
+        c = forecast.columns.index(name)
+        ax.plot(range(-L, 0), forecast.history[:, c], color="0.45", lw=1, label="history")
+        if len(forecast.truth):
+            ax.plot(range(len(forecast.truth)), forecast.truth[:, c], color="black", lw=1, label="truth")
+        ax.plot(range(H), forecast.values[:, c], color="tab:red", lw=1.5, label="forecast")
+        ax.axvline(0, color="0.7", lw=0.8, ls="--")
+        ax.set_ylabel(name)
+        ax.grid(True, alpha=0.3)
+    axes[0, 0].legend(fontsize=8, loc="upper left")
+    axes[0, 0].set_title(f"{title}: forecast from {forecast.dates[0]}", fontsize=9)
+    axes[-1, 0].set_xlabel("steps from the forecast's origin")
+    fig.tight_layout()
+    return _save(fig, path, {"channels": list(channels), "origin": forecast.origin, "history": L, "horizon": H,
+                             "truth": len(forecast.truth)})
 
 
 def positional_plots(out_dir: Path, dim: int = 64, positions: int = 100,

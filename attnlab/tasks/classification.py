@@ -183,6 +183,17 @@ class ClassifierTask(Task):
     def evaluate_split(cls, model: nn.Module, data: typing.Any, split: str) -> dict[str, typing.Any]:
         return evaluation_report(model, data.eval_batches(split), data.labels)
 
+    @classmethod
+    def report(cls, result: dict[str, typing.Any], source: str) -> list[str]:
+        """Accuracy, macro-F1 and loss, and the confusion matrix as text."""
+        width = max(len(label) for label in result["labels"]) + 2
+        return [f"accuracy  {result['accuracy']:.2%}   macro-F1  {result['macro_f1']:.4f}   loss  {result['loss']:.4f}   "
+                f"({result['examples']} examples, {source})",
+                "confusion matrix (rows: true label, columns: predicted)",
+                " " * width + "".join(f"{label:>{width}}" for label in result["labels"]),
+                *(f"{label:<{width}}" + "".join(f"{count:>{width}}" for count in row)
+                  for label, row in zip(result["labels"], result["confusion"]))]
+
 
 @register_task
 class Classification(ClassifierTask):

@@ -153,8 +153,9 @@ class Task:
     leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run; ``untrained`` the
     modules of the model its loss never reaches (a masked-LM run's classifier), by name prefix, which
     a run started from it does not take as trained (train/init.py); ``evaluate_file``,
-    where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`),
-    and ``evaluate_split`` on a split of the run's own data (`--split`); ``predict``, where the task
+    where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`;
+    ``file_splits``: the file holds splits, and --split chooses one), and ``evaluate_split`` on a split
+    of the run's own data (`--split`), both giving a record that ``report`` turns into lines; ``predict``, where the task
     has it, reads the inputs of `attnlab predict` its own way (lines of text, image files) and gives
     each one's class probabilities. A task reads tokens unless its ``needs`` name other ``inputs``."""
 
@@ -169,6 +170,7 @@ class Task:
     untrained: ClassVar[tuple[str, ...]] = ()
     evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
     evaluate_split: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, data, split)
+    file_splits: ClassVar[bool] = False  # evaluate_file takes (..., path, split)
     predict: ClassVar[Callable[..., list[Prediction]] | None] = None  # (model, run, inputs, input_file, batch_size)
 
     @classmethod
@@ -216,6 +218,12 @@ class Task:
     def analysis_pass(cls, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
         """Run ``model`` on ``batch`` as validation does (for `inspect` and `prune`, which capture its
         attention); the real (non-padding) queries of each stack, (B, T) by 'encoder' / 'decoder'."""
+        raise NotImplementedError
+
+    @classmethod
+    def report(cls, result: dict[str, Any], source: str) -> list[str]:
+        """The lines `attnlab evaluate` prints for a record of ``evaluate_file`` or ``evaluate_split``
+        of ``source`` (the file, or 'split NAME')."""
         raise NotImplementedError
 
     @classmethod

@@ -1,0 +1,360 @@
+"""Forecasting: from the last ``input_length`` rows of a multivariate series, the next ``horizon``
+rows of every column, under the standard protocol of the long-horizon forecasting literature
+(data/series.py: chronological splits, standardisation with the training rows only, every window
+with stride 1). Trained on the mean squared error of the standardised values and validated by it
+(``valid_loss``) and the mean absolute error (``mae``), both averaged over every value of every
+window of the split, as the papers report them. ``train.label_smoothing`` has no meaning here and
+is not used.
+
+The splits are ``train_rows``, ``valid_rows`` and ``test_rows`` consecutive rows from the first
+(ETT hourly: 8,640, 2,880 and 2,880, twelve months and four and four), or else the last
+``test_fraction`` rows for test and the ``valid_fraction`` before them for validation (Autoformer's
+split of its custom datasets). A split whose rows the file does not reach is not there: the
+development copy of ETT stops where its test months begin, and `attnlab evaluate RUN --data
+FULL.csv --split test` scores a run on the full file's test rows, scaled as in training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from attnlab.config import at_least
+from attnlab.data.series import (
+    SPLITS,
+    Scaler,
+    Series,
+    future_dates,
+    read_series,
+    split_bounds,
+    split_rows,
+    window_starts,
+    windows,
+)
+from attnlab.errors import ConfigError, DataError, UsageError
+from attnlab.tasks.classification import ExampleBatch
+from attnlab.tasks.task import Amp, Batching, Task, TaskConfig, Tokenizers, batch_seed, register_task
+
+EVAL_BATCH = 256  # windows per batch in evaluation
+
+
+@dataclass(frozen=True)
+class ForecastingConfig(TaskConfig):
+    """``path``: the CSV; ``date_column`` and the value ``columns`` (comma-separated; default every
+    other column) in and out; windows of ``input_length`` rows followed by ``horizon`` rows to
+    forecast; the splits' rows (all three counts, or none for the fractions)."""
+
+    path: Optional[str] = None
+    date_column: str = "date"
+    columns: Optional[str] = None
+    input_length: int = 336
+    horizon: int = 96
+    train_rows: Optional[int] = None
+    valid_rows: Optional[int] = None
+    test_rows: Optional[int] = None
+    valid_fraction: float = 0.1
+    test_fraction: float = 0.2
+
+    def check(self) -> None:
+        at_least("input_length", self.input_length, 1)
+        at_least("horizon", self.horizon, 1)
+        counts = {name: getattr(self, name) for name in ("train_rows", "valid_rows", "test_rows")}
+        given = [name for name, n in counts.items() if n is not None]
+        if given and len(given) < 3:
+            raise ConfigError(f"give all of train_rows, valid_rows and test_rows, or none (then valid_fraction and "
+                              f"test_fraction split the file); got only {', '.join(given)}")
+        for name in given:
+            at_least(name, counts[name], 1)
+        for name in ("valid_fraction", "test_fraction"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be between 0 and 1 (got {getattr(self, name)})")
+        if self.valid_fraction + self.test_fraction >= 1.0:
+            raise ConfigError(f"valid_fraction + test_fraction must leave training rows (got "
+                              f"{self.valid_fraction} + {self.test_fraction})")
+        if self.columns is not None and not self.column_list:
+            raise ConfigError("columns must name at least one column (comma-separated), or be left out for all")
+
+    def check_trainable(self) -> None:
+        if self.path is None:
+            raise ConfigError("data.task 'forecasting' needs 'path' (a CSV with a date column and numeric columns)")
+
+    @property
+    def column_list(self) -> list[str] | None:
+        return None if self.columns is None else [c.strip() for c in self.columns.split(",") if c.strip()]
+
+    @property
+    def rows(self) -> tuple[int, int, int] | None:
+        return None if self.train_rows is None else (self.train_rows, self.valid_rows, self.test_rows)
+
+
+@dataclass
+class SeriesBatch(ExampleBatch):
+    """inputs: (B, L, C) and targets: (B, H, C), standardised; the loss sums over every target value."""
+
+    inputs: Tensor
+    targets: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        return self.targets.numel()
+
+    def errors(self, model: nn.Module) -> Tensor:
+        """(B, H, C): forecast - truth."""
+        return model.forecast(self.inputs).float() - self.targets
+
+
+class WindowBatches(Sequence[SeriesBatch]):
+    """The windows starting at ``starts``, ``size`` at a time, each batch cut from the series when asked for."""
+
+    def __init__(self, values: Tensor, starts: Tensor, size: int, input_length: int, horizon: int) -> None:
+        self.values, self.chunks, self.lengths = values, starts.split(size), (input_length, horizon)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, k: int) -> SeriesBatch:  # type: ignore[override]
+        return SeriesBatch(*windows(self.values, self.chunks[k], *self.lengths))
+
+
+@dataclass(kw_only=True)
+class SeriesData:
+    """The standardised series (N, C), the scaler, the splits' rows and, per split the file
+    reaches, its windows' first rows; an epoch's order drawn from (seed, epoch) alone."""
+
+    series: Series
+    values: Tensor
+    scaler: Scaler
+    rows: tuple[int, int, int]
+    splits: dict[str, Tensor]
+    input_length: int
+    horizon: int
+    batch_size: int
+    seed: int = 0
+    tokenizers: Tokenizers = field(default_factory=lambda: {"src": None, "tgt": None})
+
+    def epoch_batches(self, epoch: int) -> WindowBatches:
+        starts = self.splits["train"]
+        order = torch.randperm(len(starts), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
+        return WindowBatches(self.values, starts[order], self.batch_size, self.input_length, self.horizon)
+
+    def eval_batches(self, split: str) -> WindowBatches:
+        return WindowBatches(self.values, self.splits[split], EVAL_BATCH, self.input_length, self.horizon)
+
+    def bounds(self, split: str) -> tuple[int, int]:
+        return split_bounds(self.rows)[split]
+
+    def missing(self, split: str) -> str:
+        """Why the file has no ``split``: its rows end before the split's."""
+        first, end = self.bounds(split)
+        return (f"{self.series.path} has {len(self.series):,} rows; split '{split}' is rows {first:,}-{end - 1:,} "
+                f"(a file that holds them, e.g. the full series: --data FILE)")
+
+
+def prepared(series: Series, scaler: Scaler | None, rows: tuple[int, int, int], cfg: ForecastingConfig,
+             batching: Batching, required: Sequence[str]) -> SeriesData:
+    """``series`` standardised (by ``scaler``, or one fitted to its training rows) and windowed; the
+    ``required`` splits must be in the file and hold a window each."""
+    bounds = split_bounds(rows)
+    if scaler is None:
+        train_end = bounds["train"][1]
+        if len(series) < train_end:
+            raise DataError(f"{series.path}: {len(series):,} rows, fewer than the {train_end:,} training rows "
+                            f"(data.train_rows)")
+        scaler = Scaler.fitted(series.values[:train_end])
+    starts = {name: torch.tensor(window_starts(bounds[name], cfg.input_length, cfg.horizon))
+              for name in SPLITS if bounds[name][1] <= len(series)}
+    for name in required:
+        if name in starts and not len(starts[name]):
+            first, end = bounds[name]
+            need = (f"input_length + horizon ({cfg.input_length} + {cfg.horizon} = {cfg.input_length + cfg.horizon})"
+                    if name == "train" else f"horizon ({cfg.horizon})")
+            raise DataError(f"{series.path}: split '{name}' (rows {first:,}-{end - 1:,}) is {end - first:,} rows, "
+                            f"too short for one window: it needs {need}")
+    data = SeriesData(series=series, values=torch.tensor(scaler(series.values), dtype=torch.float32), scaler=scaler,
+                      rows=rows, splits=starts, input_length=cfg.input_length, horizon=cfg.horizon,
+                      batch_size=batching.batch_size, seed=batching.seed)
+    for name in required:
+        if name not in starts:
+            raise DataError(data.missing(name))
+    return data
+
+
+@torch.no_grad()
+def errors_of(model: nn.Module, batches: typing.Iterable[SeriesBatch], device: torch.device,
+              amp: Amp = contextlib.nullcontext) -> tuple[Tensor, Tensor, int]:
+    """Sums over ``batches`` of the squared and the absolute errors, each (H, C) by lead time and
+    channel (float64), and the number of windows."""
+    model.eval()
+    squared = absolute = 0.0
+    count = 0
+    for batch in batches:
+        with amp():
+            errors = batch.to(device).errors(model).double()
+        squared, absolute = squared + errors.square().sum(0).cpu(), absolute + errors.abs().sum(0).cpu()
+        count += len(errors)
+    return squared, absolute, count
+
+
+def forecast_report(model: nn.Module, data: SeriesData, split: str) -> dict[str, Any]:
+    """`attnlab evaluate`'s record: MSE and MAE over every value of every window of ``split``, per
+    channel and per lead time (1 ... H steps ahead) too."""
+    squared, absolute, count = errors_of(model, data.eval_batches(split), next(model.parameters(), torch.empty(0)).device)
+    H, C = squared.shape
+    first, end = data.bounds(split)
+    return {"mse": float(squared.sum()) / (count * H * C), "mae": float(absolute.sum()) / (count * H * C),
+            "windows": count, "split": split, "rows": [first, end], "file": data.series.path,
+            "input_length": data.input_length, "horizon": H, "channels": data.series.columns,
+            "mse_by_channel": (squared.sum(0) / (count * H)).tolist(),
+            "mae_by_channel": (absolute.sum(0) / (count * H)).tolist(),
+            "mse_by_step": (squared.sum(1) / (count * C)).tolist()}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """One forecast, in the file's units: from row ``origin`` on, ``horizon`` rows (``dates``,
+    ``values`` (H, C)) after the ``history`` (L, C) of the rows before; ``truth`` (k, C), the rows
+    the file has from ``origin`` on (k <= H), and, when it has all H, the window's scaled MSE and MAE."""
+
+    origin: int
+    columns: list[str]
+    dates: list[str]
+    history: np.ndarray
+    values: np.ndarray
+    truth: np.ndarray
+    scores: dict[str, float] | None
+
+
+@torch.no_grad()
+def forecast_from(model: nn.Module, data: SeriesData, origin: int) -> Forecast:
+    """The forecast of the rows from ``origin`` (0-based, <= the number of rows) on, from the
+    ``input_length`` rows before it."""
+    L, H, n = data.input_length, data.horizon, len(data.series)
+    if not L <= origin <= n:
+        raise UsageError(f"--origin must leave input_length ({L}) rows before it in {data.series.path} and lie within "
+                         f"its {n:,} rows: between {L} and {n} (got {origin})")
+    model.eval()
+    device = next(model.parameters(), torch.empty(0)).device
+    scaled = model.forecast(data.values[None, origin - L:origin].to(device)).float().cpu()[0]  # (H, C)
+    truth = data.values[origin:origin + H]  # (k, C)
+    scores = None
+    if len(truth) == H:
+        scores = {"mse": float((scaled - truth).square().mean()), "mae": float((scaled - truth).abs().mean())}
+    dates = data.series.dates[origin:origin + H]
+    dates += future_dates(data.series.dates, H - len(dates))
+    unscaled = data.scaler.inverse
+    return Forecast(origin, data.series.columns, dates, unscaled(data.values[origin - L:origin]).numpy(),
+                    unscaled(scaled).numpy(), unscaled(truth).numpy(), scores)
+
+
+def origin_row(origin: str | None, series: Series) -> int:
+    """`forecast --origin`: a row number, or a date of the series' date column; None: after the last row."""
+    if origin is None:
+        return len(series)
+    if origin.strip().isdigit():
+        return int(origin)
+    if origin in series.dates:
+        return series.dates.index(origin)
+    raise UsageError(f"--origin {origin!r} is neither a row number nor a date of {series.path} (its dates run from "
+                     f"{series.dates[0]!r} to {series.dates[-1]!r})")
+
+
+@register_task
+class Forecasting(Task):
+    name = "forecasting"
+    config = ForecastingConfig
+    needs = {"inputs": "series"}
+    metrics = {"valid_loss": True, "mae": True}  # valid_loss: the MSE
+    commands = ("forecast", "evaluate")
+    sets = ("n_channels", "input_length", "horizon")
+    tokenizers = ()
+    file_splits = True
+
+    @classmethod
+    def prepare(cls, cfg: ForecastingConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, Any] | None = None) -> SeriesData:
+        """Read and split the series; a new run fits the scaler to the training rows and needs the
+        training and validation splits; a run's own ``state`` brings its columns, rows and scaler."""
+        if state is not None:
+            series = read_series(cfg.path, cfg.date_column, state["columns"])
+            return prepared(series, Scaler(state["mean"], state["std"]), tuple(state["rows"]), cfg, batching, ())
+        series = read_series(cfg.path, cfg.date_column, cfg.column_list)
+        rows = split_rows(len(series), cfg.rows, cfg.valid_fraction, cfg.test_fraction)
+        return prepared(series, None, rows, cfg, batching, ("train", "valid"))
+
+    @classmethod
+    def saved_state(cls, data: SeriesData) -> dict[str, Any]:
+        """The columns, the splits' row counts and the training rows' mean and standard deviation."""
+        return {"columns": data.series.columns, "rows": list(data.rows), "mean": data.scaler.mean,
+                "std": data.scaler.std}
+
+    @classmethod
+    def model_fields(cls, cfg: ForecastingConfig, data: SeriesData) -> dict[str, Any]:
+        return {"n_channels": len(data.series.columns), "input_length": cfg.input_length, "horizon": cfg.horizon}
+
+    @classmethod
+    def planned_model_fields(cls, cfg: ForecastingConfig, vocab_size: int) -> dict[str, Any]:
+        """Before the data is read: the columns named, or one."""
+        return {"n_channels": len(cfg.column_list or [None]), "input_length": cfg.input_length, "horizon": cfg.horizon}
+
+    @classmethod
+    def loss(cls, model: nn.Module, batch: SeriesBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+        """The sum of squared errors (the trainer divides by the number of values: the MSE), twice."""
+        with amp():
+            squared = batch.errors(model).square().sum()
+        return squared, squared.detach()
+
+    @classmethod
+    def validate(cls, model: nn.Module, data: SeriesData, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
+        squared, absolute, count = errors_of(model, data.eval_batches(split), device, amp)
+        values = count * squared.numel()
+        return {"valid_loss": float(squared.sum()) / values, "mae": float(absolute.sum()) / values}
+
+    @classmethod
+    def evaluate_split(cls, model: nn.Module, data: SeriesData, split: str) -> dict[str, Any]:
+        return forecast_report(model, data, split)
+
+    @classmethod
+    def evaluate_file(cls, model: nn.Module, cfg: ForecastingConfig, tokenizers: Tokenizers, state: dict[str, Any],
+                      path: str, split: str | None = None) -> dict[str, Any]:
+        """``split`` (default test) of the series in ``path``, read, split and scaled as the run's own."""
+        split = split or "test"
+        data = cls.evaluate_data(cfg, state, path)
+        if split not in data.splits:
+            raise DataError(data.missing(split))
+        return forecast_report(model, data, split)
+
+    @classmethod
+    def evaluate_data(cls, cfg: ForecastingConfig, state: dict[str, Any], path: str) -> SeriesData:
+        """The series in ``path`` with the run's columns, split and scaled as the run's own data (``cfg``,
+        ``state``); it may be shorter or longer than the run's file."""
+        return cls.prepare(dataclasses.replace(cfg, path=path), Batching(0, EVAL_BATCH, 0), state=state)
+
+    @classmethod
+    def report(cls, result: dict[str, Any], source: str) -> list[str]:
+        """MSE and MAE over the split, and per channel (``source``: the record names its file and split)."""
+        first, end = result["rows"]
+        lines = [f"MSE  {result['mse']:.4f}   MAE  {result['mae']:.4f}   ({result['windows']:,} windows of split "
+                 f"'{result['split']}', rows {first:,}-{end - 1:,} of {result['file']}; input {result['input_length']}, "
+                 f"horizon {result['horizon']}; standardised values)"]
+        width = max(len(c) for c in result["channels"]) + 2
+        lines.append(f"{'channel':<{width}}{'MSE':>9}{'MAE':>9}")
+        lines += [f"{c:<{width}}{mse:>9.4f}{mae:>9.4f}" for c, mse, mae
+                  in zip(result["channels"], result["mse_by_channel"], result["mae_by_channel"])]
+        return lines
+
+    @classmethod
+    def describe(cls, data: SeriesData) -> str:
+        bounds = split_bounds(data.rows)
+        sizes = ", ".join(f"{name} {len(data.splits[name]):,} (rows {bounds[name][0]:,}-{bounds[name][1] - 1:,})"
+                          if name in data.splits else f"{name}: not in the file" for name in SPLITS)
+        return (f"series {data.series.path}: {len(data.series):,} rows x {len(data.series.columns)} columns "
+                f"({', '.join(data.series.columns)}), standardised with the training rows' mean and std; windows of "
+                f"{data.input_length} + {data.horizon} rows, stride 1: {sizes}")
