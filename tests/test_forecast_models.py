@@ -11,6 +11,7 @@ import torch
 
 from attnlab import ConfigError, build_model, model_config
 from attnlab.analysis.capture import capture_attention
+from attnlab.nn.residual import ResidualConnection, TokenBatchNorm
 from attnlab.nn.series import ChannelLinear, LastValue, Patching, RevIN, SeriesDecomposition
 
 PAPER = dict(n_channels=7, input_length=336, horizon=96)  # ETTh1, the paper's input and shortest horizon
@@ -193,13 +194,32 @@ def test_patchtst_attention_is_captured_over_the_patches():
         torch.testing.assert_close(record.probs.sum(-1), torch.ones(6, 4, 10))
 
 
+def test_token_batch_norm_standardises_each_feature_over_every_token_of_the_batch():
+    norm = TokenBatchNorm(4)
+    x = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0)) * 3 + 1  # (B, T, d_model)
+    flat = x.reshape(15, 4)
+    by_hand = (flat - flat.mean(0)) / torch.sqrt(flat.var(0, unbiased=False) + 1e-5)
+    torch.testing.assert_close(norm(x), by_hand.view(3, 5, 4))
+    torch.testing.assert_close(norm.running_mean, 0.1 * flat.mean(0))  # momentum 0.1, from zeros
+    torch.testing.assert_close(norm.running_var, 0.9 + 0.1 * flat.var(0, unbiased=True))  # from ones
+    norm.eval()
+    torch.testing.assert_close(norm(x), (x - norm.running_mean) / torch.sqrt(norm.running_var + 1e-5))
+
+
+@pytest.mark.parametrize("normalisation, kind", [("batch", TokenBatchNorm), ("layer", torch.nn.LayerNorm)])
+def test_patchtst_normalises_its_residual_blocks_as_chosen(normalisation, kind):
+    model = build_model(model_config(arch="patchtst", **PAPER, normalisation=normalisation))
+    norms = [m.norm for m in model.modules() if isinstance(m, ResidualConnection)]
+    assert len(norms) == 6 and all(type(norm) is kind for norm in norms)
+
+
 @pytest.mark.parametrize("revin_affine", [False, True])
 def test_patchtst_parameters_of_the_papers_etth1_model(revin_affine):
     cfg = model_config(arch="patchtst", **PAPER, revin_affine=revin_affine)
     model = build_model(cfg)
     C, H, P, N, D, F, n_layers = 7, 96, 16, 42, 16, 128, 3
     assert cfg.n_patches == N
-    per_layer = (3 * D * D + 3 * D) + (D * D + D) + (D * F + F + F * D + D) + 2 * 2 * D  # attention, FFN, 2 LayerNorms
+    per_layer = (3 * D * D + 3 * D) + (D * D + D) + (D * F + F + F * D + D) + 2 * 2 * D  # attention, FFN, 2 norms
     expected = (P * D + D) + N * D + n_layers * per_layer + (N * D * H + H) + (2 * C if revin_affine else 0)
     assert sum(p.numel() for p in model.parameters()) == expected == 81_728 + (14 if revin_affine else 0)
     assert model.forecast(series(2, 336, 7)).shape == (2, 96, 7)

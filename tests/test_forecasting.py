@@ -289,3 +289,39 @@ def test_the_commands_refuse_bad_input_in_one_line(tmp_path):
     (tmp_path / "plot.png").write_text("mine")
     done = run_cli("forecast", str(tmp_path / "run"), "--data", str(csv), "--plot", str(tmp_path / "plot.png"))
     assert done.returncode == 2 and (tmp_path / "plot.png").read_text() == "mine"
+
+
+def test_a_run_on_the_development_copy_scores_the_full_files_test_months(tmp_path):
+    """ETT's layout and protocol: trained on the first 11,520 rows (the development copy), the run
+    is evaluated on a 17,420-row file's test months, rows 11,520-14,399: 2,880 - 96 + 1 windows,
+    scaled with the training rows' statistics, as numpy computes them."""
+    columns = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
+    values = np.concatenate([series_rows(17_420, 0), series_rows(17_420, 1), series_rows(17_420, 2)], axis=1)[:, :7]
+    dev, full = (write_series(tmp_path / name, rows, columns) for name, rows in
+                 (("dev.csv", values[:11_520]), ("full.csv", values)))
+    path = tmp_path / "last_value.yaml"
+    path.write_text(json.dumps({
+        "model": {"arch": "last_value"},
+        "data": {"task": "forecasting", "path": str(dev), "input_length": 336, "horizon": 96, "train_rows": 8640,
+                 "valid_rows": 2880, "test_rows": 2880},
+        "train": {"lr_schedule": "constant", "progress": False}}))
+    done = run_cli("train", str(path), "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    assert "train 8,209 (rows 0-8,639), valid 2,785 (rows 8,640-11,519), test: not in the file" in done.stdout
+    done = run_cli("evaluate", str(tmp_path / "run"), "--data", str(full), "--split", "test", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    scaled = (values - values[:8640].mean(0)) / values[:8640].std(0)
+    errors = np.stack([scaled[s + 336:s + 432] - scaled[s + 335] for s in range(11_520 - 336, 14_400 - 432 + 1)])
+    assert (result["windows"], result["rows"]) == (2785, [11_520, 14_400])
+    assert result["mse"] == pytest.approx(float(np.square(errors).mean()))
+    assert result["mae"] == pytest.approx(float(np.abs(errors).mean()))
+
+
+def test_info_counts_a_forecaster_from_the_files_columns(tmp_path):
+    csv = write_series(tmp_path / "s.csv", series_rows(200))
+    done = run_cli("info", str(recipe(tmp_path, "dlinear", csv, kernel_size=5, individual=True)))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("dlinear, channels 3, input 24, horizon 8")
+    assert lines[1].split() == ["parameters", f"{2 * 3 * (24 * 8 + 8):,}"]  # two maps per channel, L -> H

@@ -9,6 +9,9 @@ from pathlib import Path
 from attnlab.errors import UsageError
 
 
+SERIES_SIZES = (("channels", "n_channels"), ("input", "input_length"), ("horizon", "horizon"))  # forecasters
+
+
 def _describe_model(cfg, vocab: str | None) -> str:
     """One line: the architecture and the sizes that matter for it (the vocabulary for a model of tokens)."""
     can = cfg.capabilities
@@ -16,8 +19,9 @@ def _describe_model(cfg, vocab: str | None) -> str:
                                                                        ("decoder", can.decoder)) if has]
     layers = "+".join(stacks) or getattr(cfg, "n_layers", None)
     width = "d_model" if hasattr(cfg, "n_heads") else "hidden size"  # a recurrent or convolutional model
-    sizes = [(width, cfg.d_model), ("heads", getattr(cfg, "n_heads", None)), ("layers", layers),
+    sizes = [(width, getattr(cfg, "d_model", None)), ("heads", getattr(cfg, "n_heads", None)), ("layers", layers),
              ("d_ff", getattr(cfg, "d_ff", None)), ("vocab", vocab)]
+    sizes += [(name, getattr(cfg, field)) for name, field in SERIES_SIZES if hasattr(cfg, field)]
     return ", ".join([cfg.arch] + [f"{value} {name}" if name in ("heads", "layers") else f"{name} {value}"
                                    for name, value in sizes if value is not None])
 
@@ -60,6 +64,8 @@ def _info_model_config(args: argparse.Namespace):
         return with_vocab(args.vocab_size), None
     if cfg.data.in_memory or cfg.train.init_from is not None:  # generated, or the tokenizer is the source run's:
         return planned_model_config(cfg, from_data=True)(0), None  # no tokenizer to fit
+    if not cfg.data.task.tokenizers:  # images, graphs, series: no vocabulary
+        return with_vocab(0), None
     return None, with_vocab
 
 

@@ -3,12 +3,12 @@ channel-independent patches of each series, RevIN, the Transformer's encoder lay
 head (nn/series.py). The defaults are the paper's ETTh1/ETTh2 settings (input 336, patches of 16
 every 8: 42 patches; d_model 16, 4 heads, 3 layers, d_ff 128, dropout 0.3).
 
-Deliberate differences from the reference code (yuqinie98/PatchTST, PatchTST_supervised): the
-encoder layers are attnlab's, with LayerNorm residual blocks (post-norm by default, as the reference
-places its norms) where the reference has BatchNorm, plain attention where it has "residual
-attention" (each layer's scores added to the next's), and no dropout inside the feed-forward
-network; the head flattens patch by patch (the reference: d_model by d_model, the same map with its
-columns in another order).
+The encoder layers are attnlab's, post-norm as the reference places its norms, normalising with
+BatchNorm over the tokens by default, as the reference and the paper (``normalisation: layer`` for
+LayerNorm). Deliberate differences from the reference code (yuqinie98/PatchTST,
+PatchTST_supervised): plain attention where it has "residual attention" (each layer's scores added
+to the next's), and no dropout inside the feed-forward network; the head flattens patch by patch
+(the reference: d_model by d_model, the same map with its columns in another order).
 
 Initialisation: every Linear as the Transformer's (models/transformer.py: Xavier-uniform, zero
 bias), where the reference keeps PyTorch's defaults; the position table W_pos U(-0.02, 0.02), as
@@ -26,7 +26,7 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
-from attnlab.nn.registry import ATTENTION_BACKENDS
+from attnlab.nn.registry import ATTENTION_BACKENDS, NORMALISATIONS
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
 
 # The exact backends with no fields of their own: a series is a short sequence of patches (42).
@@ -37,7 +37,8 @@ PATCHTST_BACKENDS = tuple(name for name, backend in ATTENTION_BACKENDS.items() i
 class PatchTSTConfig(FamilyConfig, parts.AttentionStack):
     """The channels, input length and horizon (set by the data); patches of ``patch_length``
     steps every ``patch_stride`` steps; the encoder's fields as the Transformer's; ``head_dropout``
-    on the forecast; ``revin``: RevIN around the network, with a learned per-channel affine map
+    on the forecast; ``normalisation``: ``batch`` (TokenBatchNorm, the paper's) or ``layer``
+    (LayerNorm) in the residual blocks; ``revin``: RevIN around the network, with a learned per-channel affine map
     when ``revin_affine`` (off in the paper's runs, the reference's --affine 0).
 
     ``patch_stride`` may not exceed ``patch_length``: a longer stride would leave steps between
@@ -58,6 +59,7 @@ class PatchTSTConfig(FamilyConfig, parts.AttentionStack):
     head_dropout: float = 0.0
     activation: str = "gelu"
     norm: str = "post"
+    normalisation: str = "batch"
     layer_norm_eps: float = 1e-5
     revin: bool = True
     revin_affine: bool = False
@@ -67,6 +69,7 @@ class PatchTSTConfig(FamilyConfig, parts.AttentionStack):
         for name in ("n_channels", "input_length", "horizon", "patch_length", "patch_stride"):
             at_least(name, getattr(self, name), 1)
         one_of("attention_backend", self.attention_backend, PATCHTST_BACKENDS)
+        one_of("normalisation", self.normalisation, NORMALISATIONS)
         self.check_stack()
         if self.patch_length > self.input_length:
             raise ConfigError(f"patch_length ({self.patch_length}) must be at most input_length ({self.input_length})")

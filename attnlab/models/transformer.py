@@ -29,6 +29,7 @@ from attnlab.nn.registry import (
     ACTIVATIONS,
     ATTENTION_BACKENDS,
     NORM_PLACEMENTS,
+    NORMALISATIONS,
     POSITIONAL,
     POSITIONAL_COMBINE,
 )
@@ -62,6 +63,12 @@ class AttentionStack:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def normalisation(self) -> str:
+        """What the residual blocks normalise with (nn/registry.py NORMALISATIONS): LayerNorm, unless
+        a family declares a field of this name."""
+        return "layer"
 
     @property
     def attn_dropout(self) -> float:
@@ -252,12 +259,12 @@ def feed_forward(cfg: TransformerConfig) -> PositionWiseFeedForward:
 
 
 def residual(cfg: TransformerConfig) -> ResidualConnection:
-    return ResidualConnection(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
+    return ResidualConnection(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps, NORMALISATIONS[cfg.normalisation])
 
 
 def final_norm(cfg: TransformerConfig) -> nn.Module:
-    """Pre-norm stacks leave their output unnormalised, so they end with a LayerNorm."""
-    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
+    """Pre-norm stacks leave their output unnormalised, so they end with a norm."""
+    return NORMALISATIONS[cfg.normalisation](cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
 
 
 def encoder(cfg: TransformerConfig, n_layers: int) -> Encoder:

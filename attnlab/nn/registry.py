@@ -15,6 +15,7 @@ from attnlab.nn.positional import (
     RotaryPositional,
     SinusoidalPositional,
 )
+from attnlab.nn.residual import TokenBatchNorm
 from attnlab.nn.scores import (
     AdditiveScore,
     AlignmentScore,
@@ -43,6 +44,8 @@ POSITIONAL_COMBINE = ("add", "concat")
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 NORM_PLACEMENTS = ("post", "pre")
+
+NORMALISATIONS: dict[str, type[nn.Module]] = {"layer": nn.LayerNorm, "batch": TokenBatchNorm}
 
 POOLINGS: dict[str, type[nn.Module]] = {"cls": FirstTokenPooling, "mean": MeanPooling}  # a sequence -> one vector
 

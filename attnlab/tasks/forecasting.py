@@ -300,8 +300,9 @@ class Forecasting(Task):
 
     @classmethod
     def planned_model_fields(cls, cfg: ForecastingConfig, vocab_size: int) -> dict[str, Any]:
-        """Before the data is read: the columns named, or one."""
-        return {"n_channels": len(cfg.column_list or [None]), "input_length": cfg.input_length, "horizon": cfg.horizon}
+        """Before the data is prepared: the columns named, or those of the file."""
+        columns = cfg.column_list or read_series(cfg.path, cfg.date_column).columns
+        return {"n_channels": len(columns), "input_length": cfg.input_length, "horizon": cfg.horizon}
 
     @classmethod
     def loss(cls, model: nn.Module, batch: SeriesBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
