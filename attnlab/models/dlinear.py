@@ -17,12 +17,12 @@ from torch import nn
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, SeriesSizes, register_family
 from attnlab.nn.series import ChannelLinear, DLinear, SeriesDecomposition
 
 
 @dataclass(frozen=True)
-class DLinearConfig(FamilyConfig):
+class DLinearConfig(FamilyConfig, SeriesSizes):
     """The channels, input length and horizon (set by the data); ``kernel_size``: the moving
     average's width, odd (a centred window) and at most input_length; ``individual``: one pair of
     maps per channel instead of one pair shared by all."""
@@ -34,8 +34,8 @@ class DLinearConfig(FamilyConfig):
     individual: bool = False
 
     def check(self) -> None:
-        for name in ("n_channels", "input_length", "horizon", "kernel_size"):
-            at_least(name, getattr(self, name), 1)
+        self.check_series()
+        at_least("kernel_size", self.kernel_size, 1)
         if self.kernel_size % 2 == 0:
             raise ConfigError(f"kernel_size must be odd, a window centred on each step (got {self.kernel_size})")
         if self.kernel_size > self.input_length:

@@ -79,6 +79,20 @@ class TwoSidedSizes:
         return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
 
 
+class SeriesSizes:
+    """For the config of a forecasting family (mixed into its dataclass, which declares the fields
+    first, with no defaults: the data sets them): ``n_channels``, the series' columns, ``input_length``,
+    the steps it reads, and ``horizon``, the steps it forecasts."""
+
+    n_channels: int
+    input_length: int
+    horizon: int
+
+    def check_series(self) -> None:
+        for name in ("n_channels", "input_length", "horizon"):
+            at_least(name, getattr(self, name), 1)
+
+
 class ModelFamily:
     """One kind of model: ``name`` (the value of model.arch), ``config`` (its dataclass),
     ``capabilities``, and ``build(config)`` -> a freshly initialised module."""

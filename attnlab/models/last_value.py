@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.config import at_least
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, SeriesSizes, register_family
 from attnlab.nn.series import LastValue
 
 
 @dataclass(frozen=True)
-class LastValueConfig(FamilyConfig):
+class LastValueConfig(FamilyConfig, SeriesSizes):
     """The channels, input length and horizon (set by the data); nothing else to choose."""
 
     n_channels: int
@@ -19,8 +18,7 @@ class LastValueConfig(FamilyConfig):
     horizon: int
 
     def check(self) -> None:
-        for name in ("n_channels", "input_length", "horizon"):
-            at_least(name, getattr(self, name), 1)
+        self.check_series()
 
 
 @register_family

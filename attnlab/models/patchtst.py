@@ -25,7 +25,7 @@ from torch import nn
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, SeriesSizes, register_family
 from attnlab.nn.registry import ATTENTION_BACKENDS, NORMALISATIONS
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
 
@@ -34,7 +34,7 @@ PATCHTST_BACKENDS = tuple(name for name, backend in ATTENTION_BACKENDS.items() i
 
 
 @dataclass(frozen=True)
-class PatchTSTConfig(FamilyConfig, parts.AttentionStack):
+class PatchTSTConfig(FamilyConfig, SeriesSizes, parts.AttentionStack):
     """The channels, input length and horizon (set by the data); patches of ``patch_length``
     steps every ``patch_stride`` steps; the encoder's fields as the Transformer's; ``head_dropout``
     on the forecast; ``normalisation``: ``batch`` (TokenBatchNorm, the paper's) or ``layer``
@@ -66,7 +66,8 @@ class PatchTSTConfig(FamilyConfig, parts.AttentionStack):
     attention_backend: str = "auto"
 
     def check(self) -> None:
-        for name in ("n_channels", "input_length", "horizon", "patch_length", "patch_stride"):
+        self.check_series()
+        for name in ("patch_length", "patch_stride"):
             at_least(name, getattr(self, name), 1)
         one_of("attention_backend", self.attention_backend, PATCHTST_BACKENDS)
         one_of("normalisation", self.normalisation, NORMALISATIONS)
