@@ -1,4 +1,5 @@
-"""`attnlab data list | get`: the standard data sets at pinned commits, checksums verified."""
+"""`attnlab data list | get | scan`: the standard data sets at pinned commits, checksums verified; SCAN's
+splits derived from their rules."""
 
 from __future__ import annotations
 
@@ -32,8 +33,31 @@ def cmd_data_get(args: argparse.Namespace) -> None:
     print(f"{out}: {', '.join(f.name for f in dataset.files)}, sha256 verified (source and licence: {out}/README.md)")
 
 
+def cmd_data_scan(args: argparse.Namespace) -> None:
+    """One SCAN split, derived from its rule, as tasks_train.txt and tasks_test.txt in --out."""
+    from attnlab.config import one_of
+    from attnlab.data.scan import SCAN_SPLITS, scan_lines, scan_split
+    from attnlab.errors import ConfigError
+    from attnlab.files import atomic_write_text
+
+    try:
+        one_of("--split", args.split, SCAN_SPLITS)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    out = Path(args.out)
+    files = {name: out / f"tasks_{name}.txt" for name in ("train", "test")}
+    existing = [str(path) for path in files.values() if path.exists()]
+    if existing and not args.force:
+        raise UsageError(f"{existing[0]} already exists; pass --force to replace it, or choose another --out")
+    train, test = scan_split(args.split, args.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, pairs in (("train", train), ("test", test)):
+        atomic_write_text(files[name], scan_lines(pairs))
+    print(f"{out}: tasks_train.txt ({len(train):,} pairs), tasks_test.txt ({len(test):,} pairs), split {args.split}")
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add `data list and data get` to the command line."""
+    """Add `data list, data get and data scan` to the command line."""
     data = sub.add_parser("data", help="the standard data sets: fetch them at pinned commits, checksums verified")
     data_sub = data.add_subparsers(dest="action", required=True, parser_class=Parser)
     data_sub.add_parser("list", help="the data sets `data get` fetches, with sizes and licences").set_defaults(
@@ -55,3 +79,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="download from a mirror laid out as URL/OWNER/REPO/COMMIT/PATH, in place of "
                                "GitHub's raw-file host (e.g. http://127.0.0.1:8000)")
     data_get.set_defaults(func=cmd_data_get)
+    data_scan = data_sub.add_parser(
+        "scan", help="write a SCAN split (simple, length, add-primitive, templates), derived from its rule",
+        description="Write the training and test commands of a split of SCAN, derived from the grammar and the "
+                    "split's rule (attnlab/data/scan.py), as tasks_train.txt and tasks_test.txt in the published "
+                    "'IN: ... OUT: ...' format.")
+    data_scan.add_argument("--split", required=True, help="simple, length, add_prim_jump, add_prim_turn_left, "
+                                                          "template_jump_around_right, template_around_right, "
+                                                          "template_opposite_right or template_right")
+    data_scan.add_argument("--out", required=True, help="the folder to write")
+    data_scan.add_argument("--seed", type=int, default=0, help="the random draw of the simple split (default 0)")
+    data_scan.add_argument("--force", action="store_true", help="replace existing tasks_train.txt / tasks_test.txt")
+    data_scan.set_defaults(func=cmd_data_scan)

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.data.scan import scan_commands
+from attnlab.data.scan import scan_commands, scan_split
 from attnlab.errors import DataError
 
 Pair = tuple[str, str]
@@ -140,14 +140,21 @@ def read_scan(path: str | Path) -> list[Pair]:
 
 
 def generated_pairs(generator: str, seed: int, n_train: int | None, n_valid: int, n_test: int,
-                 min_len: int = 3, max_len: int = 12) -> dict[str, list[Pair]]:
+                 min_len: int = 3, max_len: int = 12, scan_split_name: str | None = None) -> dict[str, list[Pair]]:
     """Seeded, reproducible splits of a generated set of pairs.
 
     ``scan``: the 20,910 SCAN commands, shuffled and cut into test, valid and train (the rest, or
-    ``n_train``). ``copy`` / ``reverse`` / ``sort``: sequences of ``min_len``..``max_len`` digits and
-    letters, mapped to themselves, reversed or sorted; splits do not share a source sequence.
+    ``n_train``); with ``scan_split_name``, that split's test (scan.SCAN_SPLITS), and its training
+    pairs shuffled and cut into valid and train. ``copy`` / ``reverse`` / ``sort``: sequences of
+    ``min_len``..``max_len`` digits and letters, mapped to themselves, reversed or sorted; splits do
+    not share a source sequence.
     """
     rng = random.Random(seed)
+    if scan_split_name is not None:
+        train, test = scan_split(scan_split_name, seed)
+        rng.shuffle(train)
+        rest = train[n_valid:]
+        return {"train": rest if n_train is None else rest[:n_train], "valid": train[:n_valid], "test": test}
     if generator == "scan":
         pairs = scan_commands()
         rng.shuffle(pairs)

@@ -12,11 +12,27 @@ and its meaning: a primitive is its action (walk -> I_WALK; 'turn' alone does no
 'x left' turns left, then does x; 'x opposite left' turns left twice, then does x; 'x around left'
 does (turn left, x) four times; 'twice' / 'thrice' repeat; 'a and b' is a then b; 'a after b' is
 b then a. There are 20,910 commands in all.
+
+The splits of the generalisation experiments, each derived from its rule (``scan_split``):
+
+- Lake & Baroni (2018): ``simple``, a random 80/20 split (16,728 / 4,182; seeded here, so not the
+  published draw); ``length``, every command of at most 22 actions in train (16,990 / 3,920, the
+  published training set exactly); ``add_prim_jump`` and ``add_prim_turn_left``, every command
+  without the primitive in train, the bare primitive repeated to make up the published count
+  (14,670 / 7,706 and 21,890 / 1,208), every other command with it in test.
+- Loula et al. (2018), templates held out of training: ``template_jump_around_right`` (commands
+  with "jump around right"), ``template_around_right``, ``template_opposite_right`` and
+  ``template_right`` (commands with "P around right", "P opposite right", "P right", P any of the
+  four primitives walk, look, run, jump; "turn ... right" stays in train).
 """
 
 from __future__ import annotations
 
 import itertools
+import random
+from typing import Callable
+
+Pair = tuple[str, str]  # (command, actions)
 
 PRIMITIVES = {"walk": ["I_WALK"], "look": ["I_LOOK"], "run": ["I_RUN"], "jump": ["I_JUMP"]}
 TURNS = {"left": "I_TURN_LEFT", "right": "I_TURN_RIGHT"}
@@ -51,3 +67,62 @@ def scan_commands() -> list[tuple[str, str]]:
         pairs.append((f"{s1} and {s2}", " ".join(m1 + m2)))
         pairs.append((f"{s1} after {s2}", " ".join(m2 + m1)))
     return pairs
+
+
+def _contains(command: str, phrase: str) -> bool:
+    """``phrase`` occurs in ``command`` as whole words."""
+    return f" {phrase} " in f" {command} "
+
+
+def _simple(pairs: list[Pair], seed: int) -> tuple[list[Pair], list[Pair]]:
+    """A seeded random 80/20 split (20% of 20,910 = 4,182 test)."""
+    shuffled = list(pairs)
+    random.Random(seed).shuffle(shuffled)
+    n_test = round(0.2 * len(pairs))
+    return shuffled[n_test:], shuffled[:n_test]
+
+
+def _length(pairs: list[Pair], seed: int) -> tuple[list[Pair], list[Pair]]:
+    """Train: every command of at most 22 actions; test: the longer ones."""
+    return [p for p in pairs if len(p[1].split()) <= 22], [p for p in pairs if len(p[1].split()) > 22]
+
+
+def _added_primitive(primitive: str, train_size: int) -> Callable[[list[Pair], int], tuple[list[Pair], list[Pair]]]:
+    """Train: every command without ``primitive``, and the bare primitive repeated up to ``train_size``
+    commands; test: every other command with it."""
+    def split(pairs: list[Pair], seed: int) -> tuple[list[Pair], list[Pair]]:
+        bare = next(p for p in pairs if p[0] == primitive)
+        without = [p for p in pairs if not _contains(p[0], primitive)]
+        return without + [bare] * (train_size - len(without)), \
+            [p for p in pairs if _contains(p[0], primitive) and p[0] != primitive]
+    return split
+
+
+def _template(phrases: list[str]) -> Callable[[list[Pair], int], tuple[list[Pair], list[Pair]]]:
+    """Test: every command with one of ``phrases``; train: the rest."""
+    def split(pairs: list[Pair], seed: int) -> tuple[list[Pair], list[Pair]]:
+        held = [any(_contains(c, phrase) for phrase in phrases) for c, _ in pairs]
+        return [p for p, h in zip(pairs, held) if not h], [p for p, h in zip(pairs, held) if h]
+    return split
+
+
+SCAN_SPLITS: dict[str, Callable[[list[Pair], int], tuple[list[Pair], list[Pair]]]] = {
+    "simple": _simple,
+    "length": _length,
+    "add_prim_jump": _added_primitive("jump", 14_670),
+    "add_prim_turn_left": _added_primitive("turn left", 21_890),
+    "template_jump_around_right": _template(["jump around right"]),
+    "template_around_right": _template([f"{p} around right" for p in PRIMITIVES]),
+    "template_opposite_right": _template([f"{p} opposite right" for p in PRIMITIVES]),
+    "template_right": _template([f"{p} right" for p in PRIMITIVES]),
+}
+
+
+def scan_split(name: str, seed: int = 0) -> tuple[list[Pair], list[Pair]]:
+    """(train, test) pairs of the split ``name`` (SCAN_SPLITS); ``seed`` draws the ``simple`` split."""
+    return SCAN_SPLITS[name](scan_commands(), seed)
+
+
+def scan_lines(pairs: list[Pair]) -> str:
+    """The published format: ``IN: <command> OUT: <actions>``, one pair a line."""
+    return "".join(f"IN: {command} OUT: {actions}\n" for command, actions in pairs)

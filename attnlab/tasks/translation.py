@@ -23,6 +23,7 @@ from attnlab.data.corpora import (
     read_scan,
     read_tsv,
 )
+from attnlab.data.scan import SCAN_SPLITS
 from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
@@ -39,7 +40,9 @@ class TranslationConfig(TaskConfig):
     ``format``: ``builtin`` (pairs made by a ``generator``: scan, copy, reverse, sort), ``parallel``
     (``{train,valid,test}.{src_lang,tgt_lang}`` line-aligned files), ``tsv`` (source TAB target) or
     ``scan`` (``IN: ... OUT: ...`` lines). Without a ``valid`` file the last ``n_valid`` training
-    pairs are held out. Relative paths are taken from the current directory.
+    pairs are held out. Relative paths are taken from the current directory. ``split``: with the
+    ``scan`` generator, one of SCAN's generalisation splits (data/scan.py: simple, length,
+    add_prim_jump, ...) in place of a random cut; ``n_valid`` of its training pairs for validation.
     """
 
     format: str = "builtin"
@@ -60,6 +63,7 @@ class TranslationConfig(TaskConfig):
     n_test: int = 1000
     min_len: int = 3
     max_len: int = 12
+    split: Optional[str] = None
 
     def check(self) -> None:
         one_of("format", self.format, Translation.formats)
@@ -68,6 +72,11 @@ class TranslationConfig(TaskConfig):
             one_of("generator", self.generator, GENERATORS)
         elif self.train is None:
             raise ConfigError(f"format '{self.format}' needs 'train' (a file, or a path prefix for 'parallel')")
+        if self.split is not None:
+            if (self.format, self.generator) != ("builtin", "scan"):
+                raise ConfigError(f"split is one of SCAN's splits: it needs format 'builtin' with generator 'scan' (got "
+                                  f"format '{self.format}', generator '{self.generator}')")
+            one_of("split", self.split, SCAN_SPLITS)
         if self.format == "parallel" and (self.src_lang is None or self.tgt_lang is None):
             raise ConfigError("format 'parallel' needs src_lang and tgt_lang (file suffixes, e.g. 'de' and 'en')")
         for name in ("vocab_size", "max_src_len", "max_tgt_len", "n_valid", "n_test", "min_len"):
@@ -114,7 +123,8 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
     """The configured corpus as text pairs per split; a missing valid split is the last n_valid
     training pairs."""
     if cfg.format == "builtin":
-        return generated_pairs(cfg.generator, cfg.seed, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.min_len, cfg.max_len)
+        return generated_pairs(cfg.generator, cfg.seed, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.min_len, cfg.max_len,
+                               cfg.split)
 
     def read(path: str) -> list[Pair]:
         if cfg.format == "parallel":
