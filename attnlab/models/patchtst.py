@@ -26,7 +26,7 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, SeriesSizes, register_family
-from attnlab.nn.registry import ATTENTION_BACKENDS, NORMALISATIONS
+from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
 
 # The exact backends with no fields of their own: a series is a short sequence of patches (42).
@@ -70,7 +70,6 @@ class PatchTSTConfig(FamilyConfig, SeriesSizes, parts.AttentionStack):
         for name in ("patch_length", "patch_stride"):
             at_least(name, getattr(self, name), 1)
         one_of("attention_backend", self.attention_backend, PATCHTST_BACKENDS)
-        one_of("normalisation", self.normalisation, NORMALISATIONS)
         self.check_stack()
         if self.patch_length > self.input_length:
             raise ConfigError(f"patch_length ({self.patch_length}) must be at most input_length ({self.input_length})")

@@ -28,12 +28,13 @@ from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.registry import (
     ACTIVATIONS,
     ATTENTION_BACKENDS,
+    ATTENTION_SCALES,
     NORM_PLACEMENTS,
     NORMALISATIONS,
     POSITIONAL,
     POSITIONAL_COMBINE,
 )
-from attnlab.nn.residual import ResidualConnection
+from attnlab.nn.residual import NoResidual, ResidualConnection
 from attnlab.nn.transformer import Decoder, Embeddings, Encoder
 
 EMBEDDINGS = ("scaled", "normed")  # E sqrt(D) + PE (Vaswani et al.), or LayerNorm(E + PE + S) (BERT)
@@ -49,6 +50,8 @@ class AttentionStack:
     def check_stack(self) -> None:
         one_of("activation", self.activation, ACTIVATIONS)
         one_of("norm", self.norm, NORM_PLACEMENTS)
+        one_of("normalisation", self.normalisation, NORMALISATIONS)
+        one_of("attention_scale", self.attention_scale, ATTENTION_SCALES)
         for name in ("d_model", "n_heads", "n_layers", "d_ff"):
             at_least(name, getattr(self, name), 1)
         for name in ("dropout", "attention_dropout"):
@@ -64,11 +67,27 @@ class AttentionStack:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    # The ablation switches (Transformer families: fields; other families: the paper's architecture)
     @property
     def normalisation(self) -> str:
         """What the residual blocks normalise with (nn/registry.py NORMALISATIONS): LayerNorm, unless
         a family declares a field of this name."""
         return "layer"
+
+    @property
+    def residual(self) -> bool:
+        """Residual sums around the sublayers."""
+        return True
+
+    @property
+    def ffn(self) -> bool:
+        """A position-wise feed-forward sublayer in every layer."""
+        return True
+
+    @property
+    def attention_scale(self) -> str:
+        """What multiplies q . k (nn/registry.py ATTENTION_SCALES): 1 / sqrt(d_k)."""
+        return "sqrt_dk"
 
     @property
     def attn_dropout(self) -> float:
@@ -86,6 +105,12 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     + segment), unscaled. ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
     the encoder-decoder adds ``src_tgt`` (shared source and target embeddings) and ``all`` (both,
     the paper's choice).
+
+    The ablation switches (the paper's architecture by default): ``normalisation`` ``layer`` or
+    ``none``; ``residual: false``, no residual sums; ``ffn: false``, no feed-forward sublayers;
+    ``attention_scale``, what multiplies q . k: ``sqrt_dk`` (1 / sqrt(d_k)), ``none`` (1) or
+    ``learned`` (one scalar per attention module, from 1 / sqrt(d_k)). ``positional: none`` and
+    ``n_heads`` at a fixed d_model are the other two.
     """
 
     vocab_size: int
@@ -116,6 +141,10 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     sparse_random: int = 0
     linear_features: str = "elu"
     linear_n_features: int = 64
+    normalisation: str = "layer"
+    residual: bool = True
+    ffn: bool = True
+    attention_scale: str = "sqrt_dk"
 
     ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
     positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = POSITIONAL  # what ``positional`` may name
@@ -126,6 +155,9 @@ class TransformerConfig(FamilyConfig, AttentionStack):
         one_of("embedding", self.embedding, EMBEDDINGS)
         self._check_ties()
         self.check_stack()
+        if self.normalisation == "batch":
+            raise ConfigError("normalisation 'batch' standardises each feature over every token of a batch, which "
+                              "would count the padding of sequences of tokens; use 'layer' or 'none'")
         for name in ("vocab_size", "max_len", "max_relative_distance"):
             at_least(name, getattr(self, name), 1)
         if self.positional_dim is not None:
@@ -187,6 +219,9 @@ class TransformerConfig(FamilyConfig, AttentionStack):
             raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so positional "
                               f"'{self.positional}' has nothing to add its bias to; use 'rotary', 'sinusoidal' or "
                               f"'learned'")
+        if self.attention_scale != "sqrt_dk" and not backend.score_bias:
+            raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so attention_scale "
+                              f"'{self.attention_scale}' has nothing to scale; use 'sqrt_dk'")
         if self.attn_dropout > 0 and not backend.attention_dropout:
             raise ConfigError(f"attention_backend '{backend.name}' has no attention probabilities to drop; set "
                               f"attention_dropout: 0 (the residual dropout stays at {self.dropout})")
@@ -251,15 +286,20 @@ def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:
 def attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
     scheme = PositionalEncoding() if cross else positional(cfg, "self_attention")
     return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, cross=cross, positional=scheme,
-                              backend=backend(cfg, cross))
+                              backend=backend(cfg, cross), scale=ATTENTION_SCALES[cfg.attention_scale](cfg.d_head))
 
 
-def feed_forward(cfg: TransformerConfig) -> PositionWiseFeedForward:
-    return PositionWiseFeedForward(cfg.d_model, cfg.d_ff, ACTIVATIONS[cfg.activation]())
+def feed_forward(cfg: TransformerConfig) -> tuple[PositionWiseFeedForward | None, ResidualConnection | None]:
+    """A layer's FFN sublayer and its residual block; (None, None) in the ablation without FFNs."""
+    if not cfg.ffn:
+        return None, None
+    return PositionWiseFeedForward(cfg.d_model, cfg.d_ff, ACTIVATIONS[cfg.activation]()), residual(cfg)
 
 
 def residual(cfg: TransformerConfig) -> ResidualConnection:
-    return ResidualConnection(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps, NORMALISATIONS[cfg.normalisation])
+    """A residual block, or the ablation without the residual sum (``residual: false``)."""
+    block = ResidualConnection if cfg.residual else NoResidual
+    return block(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps, NORMALISATIONS[cfg.normalisation])
 
 
 def final_norm(cfg: TransformerConfig) -> nn.Module:
@@ -267,9 +307,13 @@ def final_norm(cfg: TransformerConfig) -> nn.Module:
     return NORMALISATIONS[cfg.normalisation](cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
 
 
+def encoder_layer(cfg: TransformerConfig, self_attn: MultiHeadAttention) -> EncoderLayer:
+    feed_forward_sublayer, feed_forward_residual = feed_forward(cfg)
+    return EncoderLayer(self_attn, feed_forward_sublayer, residual(cfg), feed_forward_residual)
+
+
 def encoder(cfg: TransformerConfig, n_layers: int) -> Encoder:
-    layers = [EncoderLayer(attention(cfg), feed_forward(cfg), residual(cfg), residual(cfg)) for _ in range(n_layers)]
-    return Encoder(layers, final_norm(cfg))
+    return Encoder([encoder_layer(cfg, attention(cfg)) for _ in range(n_layers)], final_norm(cfg))
 
 
 def plain_encoder(cfg: AttentionStack, n_layers: int) -> Encoder:
@@ -278,17 +322,21 @@ def plain_encoder(cfg: AttentionStack, n_layers: int) -> Encoder:
     field: its inputs have no sequence positions (a graph's nodes, placed by their Laplacian
     eigenvectors), or theirs enter with them at the input (PatchTST's learned patch positions)."""
     def self_attention() -> MultiHeadAttention:
-        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, backend=backend(cfg, cross=False))
+        return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, backend=backend(cfg, cross=False),
+                                  scale=ATTENTION_SCALES[cfg.attention_scale](cfg.d_head))
 
-    layers = [EncoderLayer(self_attention(), feed_forward(cfg), residual(cfg), residual(cfg)) for _ in range(n_layers)]
-    return Encoder(layers, final_norm(cfg))
+    return Encoder([encoder_layer(cfg, self_attention()) for _ in range(n_layers)], final_norm(cfg))
+
+
+def decoder_layer(cfg: TransformerConfig, cross: bool) -> DecoderLayer:
+    self_attn, cross_attn = attention(cfg), attention(cfg, cross=True) if cross else None
+    feed_forward_sublayer, feed_forward_residual = feed_forward(cfg)
+    return DecoderLayer(self_attn, cross_attn, feed_forward_sublayer, residual(cfg),
+                        residual(cfg) if cross else None, feed_forward_residual)
 
 
 def decoder(cfg: TransformerConfig, n_layers: int, cross: bool) -> Decoder:
-    layers = [DecoderLayer(attention(cfg), attention(cfg, cross=True) if cross else None, feed_forward(cfg),
-                           residual(cfg), residual(cfg) if cross else None, residual(cfg))
-              for _ in range(n_layers)]
-    return Decoder(layers, final_norm(cfg))
+    return Decoder([decoder_layer(cfg, cross) for _ in range(n_layers)], final_norm(cfg))
 
 
 def output_projection(cfg: TransformerConfig, embed: Embeddings) -> nn.Linear:

@@ -3,7 +3,9 @@
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
 Attention itself, softmax(Q K^T / sqrt(d_k)) V, is computed by a backend (nn/backends/): the
-explicit reference ``attention`` or one of the fused, blockwise, sparse or linear ones.
+explicit reference ``attention`` or one of the fused, blockwise, sparse or linear ones. The scale
+of the scores is the paper's unless an ablation replaces it (``NoScale``: none; ``LearnedScale``),
+by rescaling the queries before the backend divides by sqrt(d_k).
 """
 
 from __future__ import annotations
@@ -15,6 +17,36 @@ from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.cache import KVCache
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import PositionalEncoding
+
+
+class PaperScale(nn.Identity):
+    """Scores q . k / sqrt(d_k), the paper's (the backends divide by sqrt(d_k)): queries unchanged."""
+
+    def __init__(self, d_head: int) -> None:
+        super().__init__()
+
+
+class NoScale(nn.Module):
+    """Scores q . k, unscaled (the ablation): queries times sqrt(d_k), which the backends divide away."""
+
+    def __init__(self, d_head: int) -> None:
+        super().__init__()
+        self.factor = d_head ** 0.5
+
+    def forward(self, q: Tensor) -> Tensor:
+        return q * self.factor
+
+
+class LearnedScale(nn.Module):
+    """Scores s q . k with a learned s per attention module, from s = 1 / sqrt(d_k)."""
+
+    def __init__(self, d_head: int) -> None:
+        super().__init__()
+        self.sqrt_d = d_head ** 0.5
+        self.scale = nn.Parameter(torch.tensor(1 / self.sqrt_d))
+
+    def forward(self, q: Tensor) -> Tensor:
+        return q * (self.scale * self.sqrt_d).to(q.dtype)
 
 
 class MultiHeadAttention(nn.Module):
@@ -35,6 +67,7 @@ class MultiHeadAttention(nn.Module):
         positional: PositionalEncoding | None = None,
         bias: bool = True,
         backend: AttentionBackend | None = None,
+        scale: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -48,6 +81,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.positional = positional if positional is not None else PositionalEncoding()
         self.backend = backend if backend is not None else AttentionBackend()
+        self.scale = scale if scale is not None else PaperScale(self.d_head)  # what multiplies q . k
         self.head_gate: Tensor | None = None  # (H,) multiplies each head's output (head importance, masking)
 
     def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
@@ -92,7 +126,7 @@ class MultiHeadAttention(nn.Module):
             q, k = self.positional.rotate(q, q_pos), self.positional.rotate(k, q_pos)
             self_cache = cache  # the backend appends to it (or updates its own state)
         out, probs = self.backend(
-            q, k, v, mask, q_pos, k_pos,
+            self.scale(q), k, v, mask, q_pos, k_pos,
             dropout_p=self.dropout_p if self.training else 0.0,
             bias=self.positional.score_bias if self.positional.biases_scores else None,
             need_weights=need_weights or self.positional.needs_probs,

@@ -3,6 +3,8 @@
 EncoderLayer:  x -> Residual(SelfAttention) -> Residual(FFN)
 DecoderLayer:  y -> Residual(MaskedSelfAttention) -> Residual(CrossAttention over the encoder
                output) -> Residual(FFN); without cross-attention it is a GPT-style block.
+
+Either layer without a feed-forward sublayer (None, the ablation ``ffn: false``) stops after attention.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ Positions = tuple[Tensor, Tensor]  # (Tq,) query positions, (Tk,) key positions
 class EncoderLayer(nn.Module):
     """Self-attention over the whole sequence, then the position-wise FFN, each in a residual block."""
 
-    def __init__(self, self_attn: MultiHeadAttention, feed_forward: PositionWiseFeedForward,
-                 self_attn_residual: ResidualConnection, feed_forward_residual: ResidualConnection) -> None:
+    def __init__(self, self_attn: MultiHeadAttention, feed_forward: PositionWiseFeedForward | None,
+                 self_attn_residual: ResidualConnection, feed_forward_residual: ResidualConnection | None) -> None:
         super().__init__()
         self.self_attn, self.self_attn_residual = self_attn, self_attn_residual
         self.feed_forward, self.feed_forward_residual = feed_forward, feed_forward_residual
@@ -30,7 +32,7 @@ class EncoderLayer(nn.Module):
     def forward(self, x: Tensor, mask: AttentionMask | Tensor, positions: Positions) -> Tensor:
         """x: (B, T, d_model); mask: an AttentionMask (or bool, broadcastable to (B, H, T, T))."""
         x = self.self_attn_residual(x, lambda h: self.self_attn(h, mask=mask, positions=positions)[0])
-        return self.feed_forward_residual(x, self.feed_forward)
+        return x if self.feed_forward is None else self.feed_forward_residual(x, self.feed_forward)
 
 
 class DecoderLayer(nn.Module):
@@ -38,8 +40,9 @@ class DecoderLayer(nn.Module):
     model), then the FFN, each in a residual block; self-attention keys/values can be cached."""
 
     def __init__(self, self_attn: MultiHeadAttention, cross_attn: MultiHeadAttention | None,
-                 feed_forward: PositionWiseFeedForward, self_attn_residual: ResidualConnection,
-                 cross_attn_residual: ResidualConnection | None, feed_forward_residual: ResidualConnection) -> None:
+                 feed_forward: PositionWiseFeedForward | None, self_attn_residual: ResidualConnection,
+                 cross_attn_residual: ResidualConnection | None, feed_forward_residual: ResidualConnection | None
+                 ) -> None:
         super().__init__()
         self.self_attn, self.self_attn_residual = self_attn, self_attn_residual
         self.cross_attn, self.cross_attn_residual = cross_attn, cross_attn_residual
@@ -58,4 +61,4 @@ class DecoderLayer(nn.Module):
                 y, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask, cache=cross_cache,
                                              positions=None if memory_positions is None
                                              else (positions[0], memory_positions))[0])
-        return self.feed_forward_residual(y, self.feed_forward)
+        return y if self.feed_forward is None else self.feed_forward_residual(y, self.feed_forward)

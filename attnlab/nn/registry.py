@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from attnlab.nn.attention import LearnedScale, NoScale, PaperScale
 from attnlab.nn.backends import BACKENDS, AttentionBackend
 from attnlab.nn.positional import (
     ALiBiPositional,
@@ -15,7 +16,7 @@ from attnlab.nn.positional import (
     RotaryPositional,
     SinusoidalPositional,
 )
-from attnlab.nn.residual import TokenBatchNorm
+from attnlab.nn.residual import NoNorm, TokenBatchNorm
 from attnlab.nn.scores import (
     AdditiveScore,
     AlignmentScore,
@@ -45,7 +46,9 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "si
 
 NORM_PLACEMENTS = ("post", "pre")
 
-NORMALISATIONS: dict[str, type[nn.Module]] = {"layer": nn.LayerNorm, "batch": TokenBatchNorm}
+NORMALISATIONS: dict[str, type[nn.Module]] = {"layer": nn.LayerNorm, "batch": TokenBatchNorm, "none": NoNorm}
+
+ATTENTION_SCALES: dict[str, type[nn.Module]] = {"sqrt_dk": PaperScale, "none": NoScale, "learned": LearnedScale}
 
 POOLINGS: dict[str, type[nn.Module]] = {"cls": FirstTokenPooling, "mean": MeanPooling}  # a sequence -> one vector
 

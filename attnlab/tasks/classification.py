@@ -64,8 +64,9 @@ class ClassificationConfig(TaskConfig):
 
 
 class ExampleBatch:
-    """What a classifier's batch (a dataclass of tensors with ``labels``, (n,) class ids) shares:
-    the loss sums over its n examples, and it moves to a device tensor by tensor."""
+    """What a batch of examples (a dataclass of tensors) shares: it moves to a device tensor by
+    tensor, and a classifier's (with ``labels``, (n,) class ids) sums its loss over its n examples
+    (a forecaster's batch counts its forecast values instead)."""
 
     @property
     def n_tokens(self) -> int:
