@@ -186,12 +186,18 @@ def prepared(series: Series, scaler: Scaler | None, rows: tuple[int, int, int], 
     return data
 
 
+def device_of(model: nn.Module) -> torch.device:
+    """Where ``model`` runs: its parameters' device; the CPU for a model without any (last_value)."""
+    return next(model.parameters(), torch.empty(0)).device
+
+
 @torch.no_grad()
-def errors_of(model: nn.Module, batches: typing.Iterable[SeriesBatch], device: torch.device,
-              amp: Amp = contextlib.nullcontext) -> tuple[Tensor, Tensor, int]:
+def errors_of(model: nn.Module, batches: typing.Iterable[SeriesBatch], amp: Amp = contextlib.nullcontext
+              ) -> tuple[Tensor, Tensor, int]:
     """Sums over ``batches`` of the squared and the absolute errors, each (H, C) by lead time and
     channel (float64), and the number of windows."""
     model.eval()
+    device = device_of(model)
     squared = absolute = 0.0
     count = 0
     for batch in batches:
@@ -202,10 +208,11 @@ def errors_of(model: nn.Module, batches: typing.Iterable[SeriesBatch], device: t
     return squared, absolute, count
 
 
-def forecast_report(model: nn.Module, data: SeriesData, split: str) -> dict[str, Any]:
-    """`attnlab evaluate`'s record: MSE and MAE over every value of every window of ``split``, per
-    channel and per lead time (1 ... H steps ahead) too."""
-    squared, absolute, count = errors_of(model, data.eval_batches(split), next(model.parameters(), torch.empty(0)).device)
+def forecast_report(model: nn.Module, data: SeriesData, split: str, amp: Amp = contextlib.nullcontext
+                    ) -> dict[str, Any]:
+    """`attnlab evaluate`'s record (and validation's scores): MSE and MAE over every value of every
+    window of ``split``, per channel and per lead time (1 ... H steps ahead) too."""
+    squared, absolute, count = errors_of(model, data.eval_batches(split), amp)
     H, C = squared.shape
     first, end = data.bounds(split)
     return {"mse": float(squared.sum()) / (count * H * C), "mae": float(absolute.sum()) / (count * H * C),
@@ -240,8 +247,7 @@ def forecast_from(model: nn.Module, data: SeriesData, origin: int) -> Forecast:
         raise UsageError(f"--origin must leave input_length ({L}) rows before it in {data.series.path} and lie within "
                          f"its {n:,} rows: between {L} and {n} (got {origin})")
     model.eval()
-    device = next(model.parameters(), torch.empty(0)).device
-    scaled = model.forecast(data.values[None, origin - L:origin].to(device)).float().cpu()[0]  # (H, C)
+    scaled = model.forecast(data.values[None, origin - L:origin].to(device_of(model))).float().cpu()[0]  # (H, C)
     truth = data.values[origin:origin + H]  # (k, C)
     scores = None
     if len(truth) == H:
@@ -314,9 +320,8 @@ class Forecasting(Task):
     @classmethod
     def validate(cls, model: nn.Module, data: SeriesData, device: torch.device, amp: Amp, n_decoded: int,
                  split: str = "valid") -> dict[str, float]:
-        squared, absolute, count = errors_of(model, data.eval_batches(split), device, amp)
-        values = count * squared.numel()
-        return {"valid_loss": float(squared.sum()) / values, "mae": float(absolute.sum()) / values}
+        report = forecast_report(model, data, split, amp)
+        return {"valid_loss": report["mse"], "mae": report["mae"]}
 
     @classmethod
     def evaluate_split(cls, model: nn.Module, data: SeriesData, split: str) -> dict[str, Any]:
