@@ -36,18 +36,19 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
-from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STRATEGIES = ("ddp", "fsdp")
-WHOLE = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered, on rank 0's CPU
+# torch.distributed's checkpoint, FSDP and DTensor modules are imported where they are used: at
+# import they cost every `attnlab` process about 0.8 s (of ~2 s), and only a sharded run needs them.
+# A model or tensor can only be theirs once they are imported, which is what is_sharded and whole check.
+FSDP, DTENSOR = "torch.distributed.fsdp", "torch.distributed.tensor"
+
+
+def _whole_options(cpu_offload: bool = True):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)  # gathered (on rank 0's CPU)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,8 @@ def parallel(model: nn.Module, world: World | None, device: torch.device, strate
         return model
     if strategy == "ddp":
         return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
     for name, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] == "layers":
             for layer in module:
@@ -132,35 +135,55 @@ def parallel(model: nn.Module, world: World | None, device: torch.device, strate
 
 
 def is_sharded(model: nn.Module) -> bool:
-    return isinstance(model, FSDPModule)
+    fsdp = sys.modules.get(FSDP)
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
+
+
+def _is_dtensor(t: object) -> bool:
+    dtensor = sys.modules.get(DTENSOR)
+    return dtensor is not None and isinstance(t, dtensor.DTensor)
 
 
 def whole(t: Tensor) -> Tensor:
     """A sharded tensor gathered from every rank (a collective); any other tensor as it is."""
-    return t.full_tensor() if isinstance(t, DTensor) else t
+    return t.full_tensor() if _is_dtensor(t) else t
 
 
 def full_weights(model: nn.Module) -> dict[str, Tensor]:
     """The model's state dict, whole: a sharded model's is gathered (every rank must call this;
     rank 0 receives it, on the CPU)."""
-    return get_model_state_dict(model, options=WHOLE) if is_sharded(model) else model.state_dict()
+    if not is_sharded(model):
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_whole_options())
 
 
 def placed_like(own: dict[str, Tensor], state: dict[str, Tensor]) -> dict[str, Tensor]:
     """Whole tensors of ``state`` (on every rank) split as the model's own state dict ``own`` is, for
     load_state_dict."""
+    if not any(_is_dtensor(t) for t in own.values()):
+        return state
+    from torch.distributed.tensor import distribute_tensor
+
     return {name: distribute_tensor(t.to(own[name].device), own[name].device_mesh, own[name].placements)
-            if isinstance(own.get(name), DTensor) else t for name, t in state.items()}
+            if _is_dtensor(own.get(name)) else t for name, t in state.items()}
 
 
 def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The optimizer's state dict; for a sharded model, whole and by parameter name (every rank calls)."""
-    return get_optimizer_state_dict(model, optimizer, options=WHOLE) if is_sharded(model) else optimizer.state_dict()
+    if not is_sharded(model):
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=_whole_options())
 
 
 def load_sharded_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """A whole optimizer state (:func:`full_optimizer_state`), split into a sharded model's optimizer."""
-    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=_whole_options(cpu_offload=False))
 
 
 def exit_worker(code: int) -> NoReturn:
