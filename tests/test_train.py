@@ -163,9 +163,11 @@ def test_resume_continues_exactly(tmp_path):
     assert sorted(got) == [2, 4, 6, 8, 10, 12]
     for step in got:
         assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=1e-7), step
-    # resuming a finished run trains nothing more
+    # resuming a finished run trains nothing more, and reports the evaluation of its last checkpoint
+    done = json.loads((parts / "summary.json").read_text())
     again = train_run(run_config(**overrides), parts, resume=True, log=lambda s: None)
     assert again["steps"] == 12 and train_losses(parts) == got
+    assert again["last_eval"] == done["last_eval"] and set(done["last_eval"]) == {"valid_loss", "valid_ppl"}
 
 
 def test_leftovers_of_a_killed_write_are_removed_and_published_checkpoints_kept(tmp_path):

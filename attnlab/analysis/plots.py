@@ -10,6 +10,8 @@ axis labels in its metadata ('Description', JSON) so that a program can check wh
   per map (layer and head, or the rollout);
 - ``lead_time_plot``: a forecaster's MSE against the steps ahead;
 - ``forecast_plot``: history, forecast and truth of chosen channels of a series;
+- ``sweep_plot``: a sweep's metrics against its first grid axis, one line per combination of the
+  other axes, the bars one standard deviation over seeds;
 - ``positional_plots``: the sinusoidal table as a heatmap, and PE(p) . PE(p + k) against the
   offset k for several bases n.
 
@@ -238,6 +240,39 @@ def forecast_plot(forecast, channels: Sequence[str], title: str, path: Path) -> 
     fig.tight_layout()
     return _save(fig, path, {"channels": list(channels), "origin": forecast.origin, "history": L, "horizon": H,
                              "truth": len(forecast.truth)})
+
+
+def sweep_plot(table, path: Path) -> Path:
+    """One panel per metric of a sweep's ``table`` (analysis/sweep.py Table): the mean over seeds
+    against the first axis's values (numbers on a numeric axis, logarithmic where they span 16x or
+    more; anything else in the grid's order), one line per combination of the other axes."""
+    first, others = table.axes[0], table.axes[1:]
+    xs = list(dict.fromkeys(cell.value(first) for cell, _, _ in table.rows))
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+    position = {x: (x if numeric else i) for i, x in enumerate(xs)}
+    fig, axes = plt.subplots(1, len(table.metrics), figsize=(4.5 * len(table.metrics), 3.5), squeeze=False)
+    for ax, metric in zip(axes[0], table.metrics):
+        lines: dict[str, list] = {}
+        for cell, spreads, _ in table.rows:
+            if metric in spreads:
+                label = ", ".join(f"{a.partition('.')[2] or a}={cell.value(a)}" for a in others) or metric
+                lines.setdefault(label, []).append((position[cell.value(first)], spreads[metric]))
+        for label, points in lines.items():
+            points.sort(key=lambda p: p[0])
+            ax.errorbar([p for p, _ in points], [s.mean for _, s in points], yerr=[s.std or 0.0 for _, s in points],
+                        marker="o", capsize=3, label=label)
+        if numeric and min(xs) > 0 and max(xs) >= 16 * min(xs):
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(len(xs)), [str(x) for x in xs], rotation=30, fontsize=8)
+        ax.set_xlabel(first)
+        ax.set_ylabel(metric)
+        ax.grid(True, alpha=0.3)
+        if others:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path, {"x": first, "x_values": [str(x) for x in xs], "metrics": list(table.metrics),
+                             "cells": len(table.rows)})
 
 
 def positional_plots(out_dir: Path, dim: int = 64, positions: int = 100,

@@ -1,4 +1,5 @@
-"""`attnlab train` and `attnlab average`: training runs, resuming them, averaging their checkpoints."""
+"""`attnlab train`, `sweep` and `average`: training runs, resuming them, grids of them, averaging their
+checkpoints."""
 
 from __future__ import annotations
 
@@ -75,6 +76,25 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(f"run directory: {out}")
 
 
+def cmd_sweep(args: argparse.Namespace) -> None:
+    from attnlab.errors import AttnlabError
+    from attnlab.analysis.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec.from_file(args.spec)
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1 (got {args.jobs})")
+    out = Path(args.out) if args.out else Path("runs") / Path(args.spec).stem
+    outcome = run_sweep(spec, out, args.jobs, dry_run=args.dry_run, report_only=args.report)
+    if outcome.table.rows:
+        print(outcome.table.markdown(), end="")
+        print(f"wrote {', '.join(str(f) for f in outcome.files)}")
+    elif not args.dry_run:
+        print("no finished runs yet: no table")
+    if outcome.failed:
+        name, why = next(iter(outcome.failed.items()))
+        raise AttnlabError(f"{len(outcome.failed)} of {len(outcome.runs)} runs failed; the first, {name}: {why}")
+
+
 def cmd_average(args: argparse.Namespace) -> None:
     from attnlab.train.checkpoint import write_average
 
@@ -92,7 +112,7 @@ def cmd_import_hf(args: argparse.Namespace) -> None:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add `train, average and import-hf` to the command line."""
+    """Add `train, sweep, average and import-hf` to the command line."""
     train = sub.add_parser("train", help="train a model from a config file")
     train.add_argument("config", nargs="?",
                        help="YAML or JSON config with model, data and train sections (with --resume: the run's own "
@@ -106,6 +126,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="with --resume: train on with train settings that differ from the run's (from CONFIG "
                             "or --set); they are recorded in RUN/config_changes.jsonl. Model and data never change")
     train.set_defaults(func=cmd_train)
+
+    sweep = sub.add_parser("sweep", help="train a grid of config overrides x seeds and tabulate the results",
+                           description="Train every cell of the spec's grid (--set overrides of a base config) with "
+                                       "every seed, one after another or --jobs at a time, each in its own run "
+                                       "directory OUT/CELL/seedK; runs that finished are kept, stopped ones resumed. "
+                                       "Writes OUT/results.md and results.csv (mean and standard deviation over seeds "
+                                       "per cell), runs.csv and results.png. The spec format: attnlab/analysis/sweep.py.")
+    sweep.add_argument("spec", help="the sweep spec (YAML, one section 'sweep')")
+    sweep.add_argument("--out", help="the sweep's directory (default: runs/SPEC)")
+    sweep.add_argument("--jobs", type=int, help="runs at a time (default: the spec's jobs, else 1)")
+    sweep.add_argument("--dry-run", action="store_true", help="list the runs and what each needs; train nothing")
+    sweep.add_argument("--report", action="store_true", help="write the table of the finished runs; train nothing")
+    sweep.set_defaults(func=cmd_sweep)
 
     average = sub.add_parser("average", help="average the newest checkpoints of a run (as the paper does)")
     average.add_argument("run_dir", help="a run directory written by `attnlab train`")

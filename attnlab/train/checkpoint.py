@@ -221,6 +221,13 @@ class RunDir:
                 shutil.rmtree(self.step_dir(old))
         return self.step_dir(step)
 
+    def metrics_at(self, step: int) -> dict[str, float]:
+        """The validation metrics of the checkpoint at ``step`` ({} where it has none)."""
+        try:
+            return json.loads((self.step_dir(step) / META_FILE).read_text()).get("metrics", {})
+        except (OSError, ValueError):
+            return {}
+
     def load_trainer_state(self, step: int) -> dict[str, Any]:
         path = self.step_dir(step) / STATE_FILE
         verify_checksum(path)

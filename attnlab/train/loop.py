@@ -220,7 +220,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     evaluation = Evaluation(Validation(task, data, cfg, device, amp), train_log,
                             Checkpoints(run, cfg, main, task.metrics[cfg.early_stop_metric]),
                             functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device))
-    last_eval: dict[str, float] = {}
+    last_eval = run.metrics_at(progress.step) if resume else {}  # a resumed run that is done reports its last
 
     # -- the loop: step, log, evaluate and checkpoint, stop
     stop_reason = limits.reached(progress)  # a resumed run may already be done
