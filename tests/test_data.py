@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from attnlab import DataError
+from attnlab import ConfigError, DataError, task_config
 from attnlab.data.batching import collate_pairs, lm_blocks, lm_eval_blocks, token_budget_batches
 from attnlab.data.corpora import generated_pairs, filter_by_length, read_parallel, read_scan, read_tsv
 from attnlab.data.scan import scan_commands
@@ -90,6 +90,61 @@ def test_generated_pairss_are_seeded_and_disjoint():
     assert t.split() == sorted(s.split())
     scan = generated_pairs("scan", seed=0, n_train=None, n_valid=100, n_test=200)
     assert (len(scan["train"]), len(scan["valid"]), len(scan["test"])) == (20610, 100, 200)
+
+
+def test_generated_pairs_are_those_of_release_0_2():
+    """The draw of the sequence tasks is pinned: runs and golden files made before stay reproducible."""
+    assert generated_pairs("copy", 1, 2, 1, 1, 3, 4) == {
+        "train": [("v 1 o", "v 1 o"), ("0 s h e", "0 s h e")], "valid": [("s u o d", "s u o d")],
+        "test": [("4 g 7", "4 g 7")]}
+
+
+def test_addition_pairs_are_sums_of_numbers_of_the_drawn_length():
+    pairs = generated_pairs("addition", seed=2, n_train=300, n_valid=20, n_test=20, min_len=1, max_len=12)
+    lengths = set()
+    for src, tgt in pairs["train"]:
+        a, b = src.split(" + ")
+        assert len(a.split()) == len(b.split()) and a[0] != "0" and b[0] != "0"
+        assert int(tgt.replace(" ", "")) == int(a.replace(" ", "")) + int(b.replace(" ", ""))
+        lengths.add(len(a.split()))
+    assert lengths == set(range(1, 13))
+
+
+@pytest.mark.parametrize("generator", ["copy", "reverse", "sort", "addition"])
+def test_the_test_split_can_be_longer_than_training(generator):
+    pairs = generated_pairs(generator, seed=5, n_train=200, n_valid=30, n_test=100, min_len=1, max_len=20,
+                            test_lengths=(21, 80))
+
+    def length(src: str) -> int:
+        return len(src.split(" + ")[0].split())
+
+    assert all(1 <= length(s) <= 20 for split in ("train", "valid") for s, _ in pairs[split])
+    test_lengths = [length(s) for s, _ in pairs["test"]]
+    assert min(test_lengths) >= 21 and max(test_lengths) <= 80 and max(test_lengths) - min(test_lengths) > 40
+
+
+def test_a_length_range_too_narrow_for_the_pairs_asked_is_one_clear_error():
+    with pytest.raises(DataError, match=r"data.generator 'copy': cannot draw 100 distinct sequences of lengths 1-1"):
+        generated_pairs("copy", seed=1, n_train=100, n_valid=1, n_test=1, min_len=1, max_len=1)
+
+
+def test_test_lengths_are_refused_where_they_cannot_apply():
+    with pytest.raises(ConfigError, match=r"test_min_len / test_max_len set the test lengths of a sequence generator"):
+        task_config({"task": "translation", "generator": "scan", "test_max_len": 40})
+    with pytest.raises(ConfigError, match=r"test_max_len \(15\) must be >= test_min_len \(21\)"):
+        task_config({"task": "translation", "generator": "reverse", "test_min_len": 21, "test_max_len": 15})
+    assert task_config({"task": "translation", "generator": "reverse", "max_len": 20,
+                        "test_max_len": 40}).test_lengths == (3, 40)  # test_min_len defaults to min_len
+
+
+def test_the_translation_task_reads_its_test_split_at_the_test_lengths():
+    from attnlab.tasks.translation import read_pairs
+
+    cfg = task_config({"task": "translation", "generator": "copy", "min_len": 1, "max_len": 5, "test_min_len": 30,
+                       "test_max_len": 30, "n_train": 10, "n_valid": 2, "n_test": 3})
+    pairs = read_pairs(cfg)
+    assert [len(s.split()) for s, _ in pairs["test"]] == [30, 30, 30]
+    assert all(len(s.split()) <= 5 for s, _ in pairs["train"] + pairs["valid"])
 
 
 def test_readers_name_file_and_line(tmp_path):

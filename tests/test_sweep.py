@@ -31,7 +31,7 @@ SPEC = """sweep:
   steps: 8
   jobs: 2
 """
-EVALUATED = SPEC.replace("  jobs: 2", "  evaluate: valid\n  metrics: [mse, mae]\n  jobs: 2")
+EVALUATED = SPEC.replace("  jobs: 2", "  evaluate: valid\n  metrics: [valid_mse, best_valid_loss]\n  jobs: 2")
 
 
 @pytest.fixture
@@ -171,10 +171,11 @@ def test_a_failed_run_is_reported_with_its_log_and_the_others_still_run(folder):
                                     "exited with 3: error: train.device is 'cuda' but no CUDA device is available")
     assert result.stderr.endswith("(log: out/logs/kernel_size=3,device=cuda.seed1.log)\n")
     rows = read_csv(Path("out/results.csv"))
-    assert [(r["train.device"], r["mse_n"]) for r in rows] == [("cpu", "1")]
+    assert [(r["train.device"], r["valid_mse_n"]) for r in rows] == [("cpu", "1")]
     scores = json.loads(Path("out/kernel_size=3,device=cpu/seed1/sweep_evaluation.json").read_text())
     assert scores["argv"][:4] == ["evaluate", "out/kernel_size=3,device=cpu/seed1", "--split", "valid"]
-    assert float(rows[0]["mse_mean"]) == scores["result"]["mse"]
+    assert float(rows[0]["valid_mse_mean"]) == scores["result"]["mse"]
+    assert float(rows[0]["best_valid_loss_mean"]) == pytest.approx(scores["result"]["mse"])  # the same checkpoint
 
 
 def test_dry_run_lists_the_runs_and_trains_nothing(folder):

@@ -11,7 +11,8 @@ A sweep spec is a YAML file with one section, ``sweep``::
       seeds: 3                            # seeds 1, 2, 3 of every cell (or a list of seeds)
       steps: 300                          # the step budget of each run: train.max_steps
       evaluate: {split: test, args: [--beam, 4]}   # optional: score each run with `attnlab evaluate`
-      metrics: [exact_match]              # the table's columns (default: every score there is)
+      metrics: [test_exact_match]         # the table's columns (default: the evaluation's scores, or the
+                                          # summary's best_* and last validation scores)
       jobs: 1                             # runs at a time
 
 Paths in the spec are read from the current directory, as ``attnlab train`` reads a config's.
@@ -23,7 +24,8 @@ that was stopped goes on from its newest checkpoint (``train --resume``), and a 
 was trained with another config than the spec now gives is refused before anything starts. The
 table (OUT/results.md, results.csv; every run's scores in runs.csv; results.png) has the mean,
 standard deviation, minimum and maximum over seeds of each metric per cell, read from the runs'
-summary.json (its ``best_*`` fields, then its last evaluation) or their evaluation.
+summary.json (its ``best_*`` fields and its last validation's scores) and from their evaluation
+(each score named after the split: test_exact_match).
 """
 
 from __future__ import annotations
@@ -254,12 +256,13 @@ class PlannedRun:
             return False
 
     def scores(self, evaluate: Evaluation | None) -> dict[str, float]:
-        """The run's numeric scores: its evaluation's, or its summary's (best_* and the last evaluation)."""
+        """The run's numeric scores: its evaluation's, named SPLIT_SCORE (test_exact_match), then
+        its summary's (best_* and the last validation's)."""
+        summary = json.loads((self.path / "summary.json").read_text())
+        found = {**summary.get("last_eval", {}), **summary}
         if evaluate is not None:
-            found = json.loads(self.evaluation_file.read_text())["result"]
-        else:
-            summary = json.loads((self.path / "summary.json").read_text())
-            found = {**summary.get("last_eval", {}), **summary}
+            result = json.loads(self.evaluation_file.read_text())["result"]
+            found = {f"{evaluate.split}_{k}": v for k, v in result.items()} | found
         return {k: float(v) for k, v in found.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
@@ -462,7 +465,7 @@ class Table:
     @classmethod
     def of(cls, spec: SweepSpec, runs: list[PlannedRun]) -> "Table":
         found = [(run, run.scores(spec.evaluate)) for run in runs if run.state(spec.evaluate) == "finished"]
-        metrics = list(spec.metrics) or _default_metrics([scores for _, scores in found], spec.evaluate is not None)
+        metrics = list(spec.metrics) or _default_metrics([scores for _, scores in found], spec.evaluate)
         rows = []
         for cell in spec.cells():
             mine = [scores for run, scores in found if run.cell == cell]
@@ -502,10 +505,13 @@ class Table:
         return buffer.getvalue()
 
 
-def _default_metrics(found: list[dict[str, float]], evaluated: bool) -> list[str]:
-    """Every numeric score of an evaluation; of a summary, its best_* fields, then its last evaluation's."""
-    if not found or evaluated:
-        return list(found[0]) if found else []
+def _default_metrics(found: list[dict[str, float]], evaluate: Evaluation | None) -> list[str]:
+    """Every numeric score of the evaluation, if any; else the summary's best_* fields, then its
+    last validation's."""
+    if not found:
+        return []
+    if evaluate is not None:
+        return [k for k in found[0] if k.startswith(f"{evaluate.split}_")]
     scores = [k for k in found[0] if k not in _SUMMARY_COUNTS]
     return sorted(scores, key=lambda k: not k.startswith("best_"))  # stable: best_* first
 

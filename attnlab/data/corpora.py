@@ -17,7 +17,7 @@ from attnlab.data.scan import scan_commands, scan_split
 from attnlab.errors import DataError
 
 Pair = tuple[str, str]
-GENERATORS = ("scan", "copy", "reverse", "sort")  # the built-in generated pair sets (data.generator)
+GENERATORS = ("scan", "copy", "reverse", "sort", "addition")  # the built-in generated pair sets (data.generator)
 MAX_LINE_CHARS = 65_536  # far over any sentence: a longer line is the wrong file, not data
 
 
@@ -139,15 +139,61 @@ def read_scan(path: str | Path) -> list[Pair]:
     return pairs
 
 
+SYMBOLS = "0123456789abcdefghijklmnopqrstuvwxyz"  # the tokens of the copy / reverse / sort sequences
+
+
+def _symbols(rng: random.Random, n: int) -> list[str]:
+    return [rng.choice(SYMBOLS) for _ in range(n)]
+
+
+def _number(rng: random.Random, n: int) -> int:
+    """A number of ``n`` digits (no leading zero)."""
+    return int(rng.choice("123456789") + "".join(rng.choice("0123456789") for _ in range(n - 1)))
+
+
+def _addition(rng: random.Random, n: int) -> Pair:
+    a, b = _number(rng, n), _number(rng, n)
+    return f"{' '.join(str(a))} + {' '.join(str(b))}", " ".join(str(a + b))
+
+
+# the generated sequence tasks: a length n -> (source, target)
+SEQUENCE_TASKS = {
+    "copy": lambda rng, n: (" ".join(seq := _symbols(rng, n)), " ".join(seq)),
+    "reverse": lambda rng, n: (" ".join(seq := _symbols(rng, n)), " ".join(seq[::-1])),
+    "sort": lambda rng, n: (" ".join(seq := _symbols(rng, n)), " ".join(sorted(seq))),
+    "addition": _addition,
+}
+
+
+def _drawn_pairs(generator: str, rng: random.Random, count: int, lengths: tuple[int, int], seen: set[str]) -> list[Pair]:
+    """``count`` pairs of a sequence task, each of a length drawn from ``lengths`` (inclusive), no
+    source twice (nor one in ``seen``, which they join)."""
+    pairs, repeats = [], 0
+    while len(pairs) < count:
+        src, tgt = SEQUENCE_TASKS[generator](rng, rng.randint(*lengths))
+        if src in seen:
+            repeats += 1
+            if repeats > 100 * count + 1000:
+                raise DataError(f"data.generator '{generator}': cannot draw {count} distinct sequences of lengths "
+                                f"{lengths[0]}-{lengths[1]}; widen the lengths or ask for fewer pairs")
+            continue
+        seen.add(src)
+        pairs.append((src, tgt))
+    return pairs
+
+
 def generated_pairs(generator: str, seed: int, n_train: int | None, n_valid: int, n_test: int,
-                 min_len: int = 3, max_len: int = 12, scan_split_name: str | None = None) -> dict[str, list[Pair]]:
+                    min_len: int = 3, max_len: int = 12, scan_split_name: str | None = None,
+                    test_lengths: tuple[int, int] | None = None) -> dict[str, list[Pair]]:
     """Seeded, reproducible splits of a generated set of pairs.
 
     ``scan``: the 20,910 SCAN commands, shuffled and cut into test, valid and train (the rest, or
     ``n_train``); with ``scan_split_name``, that split's test (scan.SCAN_SPLITS), and its training
     pairs shuffled and cut into valid and train. ``copy`` / ``reverse`` / ``sort``: sequences of
-    ``min_len``..``max_len`` digits and letters, mapped to themselves, reversed or sorted; splits do
-    not share a source sequence.
+    ``min_len``..``max_len`` digits and letters, mapped to themselves, reversed or sorted;
+    ``addition``: two numbers of that many digits each, 'a1 a2 + b1 b2' -> the digits of the sum.
+    Splits do not share a source. ``test_lengths`` (lowest, highest): the test split's lengths, for
+    length generalisation (train and valid keep min_len..max_len).
     """
     rng = random.Random(seed)
     if scan_split_name is not None:
@@ -158,21 +204,12 @@ def generated_pairs(generator: str, seed: int, n_train: int | None, n_valid: int
     if generator == "scan":
         pairs = scan_commands()
         rng.shuffle(pairs)
-    else:
-        symbols = list("0123456789abcdefghijklmnopqrstuvwxyz")
-        wanted = (n_train or 0) + n_valid + n_test
-        seen: set[str] = set()
-        pairs = []
-        while len(pairs) < wanted:
-            seq = [rng.choice(symbols) for _ in range(rng.randint(min_len, max_len))]
-            src = " ".join(seq)
-            if src in seen:
-                continue
-            seen.add(src)
-            out = {"copy": seq, "reverse": seq[::-1], "sort": sorted(seq)}[generator]
-            pairs.append((src, " ".join(out)))
-    test, valid, rest = pairs[:n_test], pairs[n_test:n_test + n_valid], pairs[n_test + n_valid:]
-    return {"train": rest if n_train is None else rest[:n_train], "valid": valid, "test": test}
+        test, valid, rest = pairs[:n_test], pairs[n_test:n_test + n_valid], pairs[n_test + n_valid:]
+        return {"train": rest if n_train is None else rest[:n_train], "valid": valid, "test": test}
+    seen: set[str] = set()
+    test = _drawn_pairs(generator, rng, n_test, test_lengths or (min_len, max_len), seen)
+    valid = _drawn_pairs(generator, rng, n_valid, (min_len, max_len), seen)
+    return {"train": _drawn_pairs(generator, rng, n_train or 0, (min_len, max_len), seen), "valid": valid, "test": test}
 
 
 @dataclass

@@ -37,12 +37,15 @@ from attnlab.tasks.task import (
 class TranslationConfig(TaskConfig):
     """Where the sentence pairs come from and how they become token ids.
 
-    ``format``: ``builtin`` (pairs made by a ``generator``: scan, copy, reverse, sort), ``parallel``
+    ``format``: ``builtin`` (pairs made by a ``generator``: scan, copy, reverse, sort, addition), ``parallel``
     (``{train,valid,test}.{src_lang,tgt_lang}`` line-aligned files), ``tsv`` (source TAB target) or
     ``scan`` (``IN: ... OUT: ...`` lines). Without a ``valid`` file the last ``n_valid`` training
     pairs are held out. Relative paths are taken from the current directory. ``split``: with the
     ``scan`` generator, one of SCAN's generalisation splits (data/scan.py: simple, length,
     add_prim_jump, ...) in place of a random cut; ``n_valid`` of its training pairs for validation.
+    ``min_len`` / ``max_len``: the lengths of a sequence generator's pairs (digits per number for
+    addition); ``test_min_len`` / ``test_max_len``, where given, the test split's lengths instead,
+    to measure generalisation beyond the training lengths.
     """
 
     format: str = "builtin"
@@ -63,6 +66,8 @@ class TranslationConfig(TaskConfig):
     n_test: int = 1000
     min_len: int = 3
     max_len: int = 12
+    test_min_len: Optional[int] = None
+    test_max_len: Optional[int] = None
     split: Optional[str] = None
 
     def check(self) -> None:
@@ -85,6 +90,23 @@ class TranslationConfig(TaskConfig):
             at_least("n_train", self.n_train, 1)
         if self.max_len < self.min_len:
             raise ConfigError(f"max_len ({self.max_len}) must be >= min_len ({self.min_len})")
+        if self.test_lengths is not None:
+            if self.format != "builtin" or self.generator == "scan":
+                raise ConfigError(f"test_min_len / test_max_len set the test lengths of a sequence generator (copy, "
+                                  f"reverse, sort, addition), not of format '{self.format}'"
+                                  + (" with generator 'scan'" if self.format == "builtin" else ""))
+            low, high = self.test_lengths
+            at_least("test_min_len", low, 1)
+            if high < low:
+                raise ConfigError(f"test_max_len ({high}) must be >= test_min_len ({low})")
+
+    @property
+    def test_lengths(self) -> tuple[int, int] | None:
+        """The test split's (lowest, highest) length, where it differs from the training lengths' field."""
+        if self.test_min_len is None and self.test_max_len is None:
+            return None
+        return (self.min_len if self.test_min_len is None else self.test_min_len,
+                self.max_len if self.test_max_len is None else self.test_max_len)
 
     @property
     def longest_sequence(self) -> int:
@@ -124,7 +146,7 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
     training pairs."""
     if cfg.format == "builtin":
         return generated_pairs(cfg.generator, cfg.seed, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.min_len, cfg.max_len,
-                               cfg.split)
+                               cfg.split, cfg.test_lengths)
 
     def read(path: str) -> list[Pair]:
         if cfg.format == "parallel":
