@@ -93,6 +93,19 @@ def test_a_list_of_configs_is_an_axis_and_strings_stay_strings(folder):
     assert cells[1].overrides() == ['data.date_column="true"']  # the string 'true', not the boolean
 
 
+def test_a_joint_axis_sets_its_fields_together(folder):
+    spec = SweepSpec.from_dict(Path("s.yaml"), {"config": "base.yaml", "grid": {
+        "train.lr,train.warmup_steps": [[1.0e-3, 1], [5.0e-5, 199]], "model.kernel_size": [3, 5]}})
+    cells = spec.cells()
+    assert [c.name for c in cells] == ["lr=0.001,warmup_steps=1,kernel_size=3", "lr=0.001,warmup_steps=1,kernel_size=5",
+                                       "lr=5e-05,warmup_steps=199,kernel_size=3", "lr=5e-05,warmup_steps=199,kernel_size=5"]
+    assert cells[2].overrides() == ["train.lr=5e-05", "train.warmup_steps=199", "model.kernel_size=3"]
+    assert cells[2].shown("train.lr,train.warmup_steps") == "5e-05, 199"
+    with pytest.raises(ConfigError, match=r"sweep.grid.train.lr,train.warmup_steps: each value must be a list of 2 "
+                                          r"values, one per field \(got 0.001\)"):
+        SweepSpec.from_dict(Path("s.yaml"), {"config": "base.yaml", "grid": {"train.lr,train.warmup_steps": [1.0e-3]}})
+
+
 def test_the_table_is_mean_and_sample_sd_over_seeds(folder):
     spec = SweepSpec.from_dict(Path("s.yaml"), {"config": "base.yaml", "grid": {"model.kernel_size": [3, 5]},
                                                 "seeds": 3})

@@ -247,7 +247,7 @@ def sweep_plot(table, path: Path) -> Path:
     against the first axis's values (numbers on a numeric axis, logarithmic where they span 16x or
     more; anything else in the grid's order), one line per combination of the other axes."""
     first, others = table.axes[0], table.axes[1:]
-    xs = list(dict.fromkeys(cell.value(first) for cell, _, _ in table.rows))
+    xs = list(dict.fromkeys(cell.value(first) for cell, _, _ in table.rows))  # a joint axis's values are tuples
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
     position = {x: (x if numeric else i) for i, x in enumerate(xs)}
     fig, axes = plt.subplots(1, len(table.metrics), figsize=(4.5 * len(table.metrics), 3.5), squeeze=False)
@@ -255,7 +255,7 @@ def sweep_plot(table, path: Path) -> Path:
         lines: dict[str, list] = {}
         for cell, spreads, _ in table.rows:
             if metric in spreads:
-                label = ", ".join(f"{a.partition('.')[2] or a}={cell.value(a)}" for a in others) or metric
+                label = ", ".join(f"{a}={cell.shown(a)}" for a in others) or metric
                 lines.setdefault(label, []).append((position[cell.value(first)], spreads[metric]))
         for label, points in lines.items():
             points.sort(key=lambda p: p[0])
@@ -264,7 +264,8 @@ def sweep_plot(table, path: Path) -> Path:
         if numeric and min(xs) > 0 and max(xs) >= 16 * min(xs):
             ax.set_xscale("log")
         if not numeric:
-            ax.set_xticks(range(len(xs)), [str(x) for x in xs], rotation=30, fontsize=8)
+            shown = {cell.value(first): cell.shown(first) for cell, _, _ in table.rows}
+            ax.set_xticks(range(len(xs)), [shown[x] for x in xs], rotation=30, fontsize=8)
         ax.set_xlabel(first)
         ax.set_ylabel(metric)
         ax.grid(True, alpha=0.3)

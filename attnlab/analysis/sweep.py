@@ -8,6 +8,7 @@ A sweep spec is a YAML file with one section, ``sweep``::
       grid:                               # the cells: every combination of these values
         model.n_heads: [1, 4]
         model.positional: [sinusoidal, rope]
+        train.lr,train.warmup_steps: [[1.0e-3, 1], [5.0e-5, 199]]   # a joint axis: fields that change together
       seeds: 3                            # seeds 1, 2, 3 of every cell (or a list of seeds)
       steps: 300                          # the step budget of each run: train.max_steps
       evaluate: {split: test, args: [--beam, 4]}   # optional: score each run with `attnlab evaluate`
@@ -74,7 +75,7 @@ class SweepSpec:
     path: Path
     configs: tuple[str, ...]
     sets: tuple[str, ...]
-    grid: tuple[tuple[str, tuple[Scalar, ...]], ...]  # (axis, values) in the spec's order
+    grid: tuple[tuple[str, tuple[Any, ...]], ...]  # (axis, values) in the spec's order
     seeds: tuple[int, ...]
     steps: int | None = None
     evaluate: Evaluation | None = None
@@ -151,24 +152,35 @@ def _strings(field: str, value: Any) -> tuple[str, ...]:
     return tuple(values)
 
 
-def _grid(grid: Any) -> tuple[tuple[str, tuple[Scalar, ...]], ...]:
+def _grid(grid: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """The grid's axes: ``section.field: [values]``, or a joint axis ``a.x,b.y: [[x1, y1], [x2, y2]]``
+    whose fields change together."""
     if not isinstance(grid, dict):
         raise ConfigError(f"sweep.grid must map config fields (section.field) to lists of values (got {grid!r})")
     axes = []
     for axis, values in grid.items():
-        section, dot, name = str(axis).partition(".")
-        if not dot or section not in ("model", "data", "train") or not name:
-            raise ConfigError(f"sweep.grid: '{axis}' is not a config field (section.field, e.g. model.n_heads)")
-        if axis in ("train.seed", "train.max_steps"):
-            raise ConfigError(f"sweep.grid: {axis} is set by sweep.{'seeds' if axis == 'train.seed' else 'steps'}")
+        fields = axis_fields(str(axis))
+        for field in fields:
+            section, dot, name = field.partition(".")
+            if not dot or section not in ("model", "data", "train") or not name:
+                raise ConfigError(f"sweep.grid: '{field}' is not a config field (section.field, e.g. model.n_heads)")
+            if field in ("train.seed", "train.max_steps"):
+                raise ConfigError(f"sweep.grid: {field} is set by sweep.{'seeds' if field == 'train.seed' else 'steps'}")
         if not isinstance(values, list) or not values or len(set(map(repr, values))) < len(values):
             raise ConfigError(f"sweep.grid.{axis} must be a list of distinct values (got {values!r})")
         for value in values:
-            if isinstance(value, (list, dict)):
-                raise ConfigError(f"sweep.grid.{axis}: each value must be a number, a string, true/false or null "
-                                  f"(got {value!r})")
-        axes.append((axis, tuple(values)))
+            each = value if len(fields) > 1 and isinstance(value, list) and len(value) == len(fields) else [value]
+            if len(fields) > 1 and each == [value] or any(isinstance(v, (list, dict)) for v in each):
+                wanted = f"a list of {len(fields)} values, one per field" if len(fields) > 1 else \
+                    "a number, a string, true/false or null"
+                raise ConfigError(f"sweep.grid.{axis}: each value must be {wanted} (got {value!r})")
+        axes.append((str(axis), tuple(tuple(v) if len(fields) > 1 else v for v in values)))
     return tuple(axes)
+
+
+def axis_fields(axis: str) -> list[str]:
+    """The config fields an axis sets: one, or several joined by commas."""
+    return [field.strip() for field in axis.split(",")]
 
 
 def _evaluation(value: Any) -> Evaluation | None:
@@ -194,33 +206,45 @@ def _word(value: Scalar) -> str:
 
 
 def _short_names(axes: Sequence[str]) -> dict[str, str]:
-    """Each axis as a run directory names it: the field alone, or section.field where two axes share it."""
-    fields = [axis.partition(".")[2] or axis for axis in axes]
-    return {axis: field if fields.count(field) == 1 else axis for axis, field in zip(axes, fields)}
+    """Each field as a run directory names it: alone, or section.field where two axes share it."""
+    fields = [field for axis in axes for field in axis_fields(axis)]
+    names = [field.partition(".")[2] or field for field in fields]
+    return {field: name if names.count(name) == 1 else field for field, name in zip(fields, names)}
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One combination of the grid's values."""
+    """One combination of the grid's values (a joint axis's value is a tuple)."""
 
-    values: tuple[tuple[str, Scalar], ...]
+    values: tuple[tuple[str, Any], ...]
     short: dict[str, str]
 
     def __hash__(self) -> int:
         return hash(self.values)
 
+    def settings(self) -> list[tuple[str, Scalar]]:
+        """(field, value) of every field the cell sets, joint axes spread out."""
+        return [pair for axis, v in self.values
+                for pair in (zip(axis_fields(axis), v) if isinstance(v, tuple) else [(axis, v)])]
+
     @property
     def name(self) -> str:
         if not self.values:
             return "base"
-        parts = [f"{self.short[axis]}={Path(str(v)).stem if axis == CONFIG_AXIS else _word(v)}" for axis, v in self.values]
+        parts = [f"{self.short[field]}={Path(str(v)).stem if field == CONFIG_AXIS else _word(v)}"
+                 for field, v in self.settings()]
         return "".join(c if c.isalnum() or c in "._=,+-" else "_" for c in ",".join(parts))
 
-    def value(self, axis: str) -> Scalar:
+    def value(self, axis: str) -> Any:
         return dict(self.values)[axis]
 
+    def shown(self, axis: str) -> str:
+        """The axis's value as the table writes it."""
+        v = self.value(axis)
+        return ", ".join(map(_word, v)) if isinstance(v, tuple) else _word(v)
+
     def overrides(self) -> list[str]:
-        return [f"{axis}={_word(v)}" for axis, v in self.values if axis != CONFIG_AXIS]
+        return [f"{field}={_word(v)}" for field, v in self.settings() if field != CONFIG_AXIS]
 
 
 # -- the plan ----------------------------------------------------------------------------------------
@@ -429,7 +453,7 @@ def _brief(scores: dict[str, float], metrics: Sequence[str]) -> str:
 
 
 def _spec_record(spec: SweepSpec) -> dict[str, Any]:
-    return {"config": list(spec.configs), "set": list(spec.sets), "grid": {a: list(v) for a, v in spec.grid},
+    return {"config": list(spec.configs), "set": list(spec.sets), "grid": {a: [list(x) if isinstance(x, tuple) else x for x in v] for a, v in spec.grid},
             "seeds": list(spec.seeds), "steps": spec.steps, "metrics": list(spec.metrics), "jobs": spec.jobs,
             "evaluate": None if spec.evaluate is None else {"split": spec.evaluate.split, "args": list(spec.evaluate.args)}}
 
@@ -477,7 +501,7 @@ class Table:
         head = [*self.axes, *(f"{m} (mean ± sd)" for m in self.metrics), "runs"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for cell, spreads, n in self.rows:
-            values = [_word(cell.value(a)) for a in self.axes]
+            values = [cell.shown(a) for a in self.axes]
             lines.append("| " + " | ".join([*values, *(str(spreads[m]) if m in spreads else "-" for m in self.metrics),
                                             str(n)]) + " |")
         return "\n".join(lines) + "\n"
@@ -492,7 +516,7 @@ class Table:
                 s = spreads.get(m)
                 cols += ["", "", "", "", 0] if s is None else [s.mean, "" if s.std is None else s.std, min(s.values),
                                                                max(s.values), len(s.values)]
-            writer.writerow([*(cell.value(a) for a in self.axes), *cols])
+            writer.writerow([*(_csv_value(cell, a) for a in self.axes), *cols])
         return buffer.getvalue()
 
     def runs_csv(self) -> str:
@@ -500,9 +524,13 @@ class Table:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow([*self.axes, "seed", "run", *self.metrics])
         for run, scores in self.per_run:
-            writer.writerow([*(run.cell.value(a) for a in self.axes), run.seed, run.path,
+            writer.writerow([*(_csv_value(run.cell, a) for a in self.axes), run.seed, run.path,
                              *(scores.get(m, "") for m in self.metrics)])
         return buffer.getvalue()
+
+
+def _csv_value(cell: Cell, axis: str) -> Any:
+    return cell.shown(axis) if isinstance(cell.value(axis), tuple) else cell.value(axis)
 
 
 def _default_metrics(found: list[dict[str, float]], evaluate: Evaluation | None) -> list[str]:
