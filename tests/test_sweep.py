@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import statistics
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,7 @@ import pytest
 
 from attnlab import ConfigError
 from attnlab.analysis.sweep import SweepSpec, Table, plan
-from helpers import run_cli
+from helpers import ATTNLAB, run_cli
 from test_forecasting import series_rows, write_series
 
 BASE = """model: {arch: dlinear, kernel_size: 5}
@@ -189,6 +192,39 @@ def test_a_failed_run_is_reported_with_its_log_and_the_others_still_run(folder):
     assert scores["argv"][:4] == ["evaluate", "out/kernel_size=3,device=cpu/seed1", "--split", "valid"]
     assert float(rows[0]["valid_mse_mean"]) == scores["result"]["mse"]
     assert float(rows[0]["best_valid_loss_mean"]) == pytest.approx(scores["result"]["mse"])  # the same checkpoint
+
+
+def running(marker: str) -> list[int]:
+    """The pids of processes whose command line holds ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_sigterm_stops_the_sweep_and_its_runs_and_the_sweep_resumes(folder):
+    spec = spec_with(folder, SPEC.replace("steps: 8", "steps: 1000000").replace("seeds: 2", "seeds: 1")
+                     .replace("[3, 7]", "[3]").replace("[false, true]", "[false]").replace("jobs: 2", "jobs: 1"))
+    sweep = subprocess.Popen([*ATTNLAB, "sweep", str(spec), "--out", "out"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    log = Path("out/logs/kernel_size=3,individual=false.seed1.log")
+    for _ in range(600):  # until the run has written a checkpoint (eval_every 4 steps)
+        if list(Path("out/kernel_size=3,individual=false/seed1/checkpoints").glob("step-*")):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the run wrote no checkpoint: " + (log.read_text() if log.exists() else "no log"))
+    sweep.send_signal(signal.SIGTERM)
+    out, err = sweep.communicate(timeout=60)
+    assert sweep.returncode == 130 and err == ("\nerror: sweep interrupted; finished runs are kept, and `attnlab sweep "
+                                               f"{spec} --out out` goes on from where it stopped\n")
+    assert running(str(folder / "out")) == [] and running("--out out/kernel_size") == []  # no run trains on
+    again = run_cli("sweep", str(spec), "--out", "out", "--dry-run")
+    assert "(0 finished, 1 to resume, 0 to train, 0 to evaluate)" in again.stdout
 
 
 def test_dry_run_lists_the_runs_and_trains_nothing(folder):

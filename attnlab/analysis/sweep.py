@@ -31,6 +31,7 @@ summary.json (its ``best_*`` fields and its last validation's scores) and from t
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import itertools
@@ -335,7 +336,7 @@ ATTNLAB = (sys.executable, "-m", "attnlab.cli")
 
 class Launcher:
     """Runs the steps of the sweep's runs as `attnlab` processes, ``jobs`` at a time, each with its
-    share of the CPU's threads; Ctrl-C stops them (each training saves what it has) and the sweep."""
+    share of the CPU's threads; Ctrl-C or SIGTERM stops them and the sweep."""
 
     def __init__(self, jobs: int, logs: Path):
         self.jobs, self.logs = jobs, logs
@@ -363,10 +364,12 @@ class Launcher:
                     self.live.discard(process)
 
     def stop(self) -> None:
+        """End the running trainings (SIGTERM: a process started in the background ignores SIGINT);
+        each resumes from its newest checkpoint."""
         with self.lock:
             self.stopped = True
             for process in self.live:
-                process.send_signal(signal.SIGINT)
+                process.terminate()
         for process in list(self.live):
             process.wait()
 
@@ -426,7 +429,7 @@ def run_sweep(spec: SweepSpec, out: Path, jobs: int | None = None, dry_run: bool
         (out / "logs").mkdir(exist_ok=True)
         launcher = Launcher(jobs, out / "logs")
         done = 0
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        with ThreadPoolExecutor(max_workers=jobs) as pool, _terminate_as_interrupt():
             futures = {pool.submit(_execute, run, states[run.name], spec.evaluate, launcher): run for run in todo}
             try:
                 for future in as_completed(futures):
@@ -445,6 +448,23 @@ def run_sweep(spec: SweepSpec, out: Path, jobs: int | None = None, dry_run: bool
     table = Table.of(spec, runs)
     files = write_results(table, out) if table.rows else []
     return SweepOutcome(runs, failed, table, files)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (kill, a job scheduler) stops the sweep as Ctrl-C does, with its runs, instead of
+    leaving them to train on without it."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _brief(scores: dict[str, float], metrics: Sequence[str]) -> str:
