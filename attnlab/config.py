@@ -188,23 +188,29 @@ def dump_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=ConfigDumper, sort_keys=False)
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Parse a config file into its sections, refusing unknown sections and unparsable text."""
+def parse_file(path: str | Path, what: str = "config file") -> Any:
+    """The YAML (or, for a .json name, JSON) of ``path``; a missing, unreadable or unparsable file
+    is one ConfigError naming it (and the line)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
+        raise ConfigError(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read config file ({err})") from None
+        raise ConfigError(f"{path}: cannot read {what} ({err})") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else parse_yaml(text)
+        return json.loads(text) if path.suffix == ".json" else parse_yaml(text)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}:{err.lineno}: JSON does not parse: {err.msg}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise ConfigError(f"{where}: YAML does not parse: {getattr(err, 'problem', None) or err}") from None
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a config file into its sections, refusing unknown sections and unparsable text."""
+    data = parse_file(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a mapping with sections {', '.join(SECTIONS)}")
     for key in data:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from attnlab.config import differences, dump_yaml, parse_yaml
+from attnlab.config import differences, dump_yaml, parse_file, parse_yaml
 from attnlab.errors import AttnlabError, ConfigError, Interrupted, UsageError
 from attnlab.files import atomic_write_text
 
@@ -86,18 +86,7 @@ class SweepSpec:
     @classmethod
     def from_file(cls, path: str | Path) -> "SweepSpec":
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such sweep spec") from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{path}: cannot read the sweep spec ({err})") from None
-        try:
-            sections = parse_yaml(text)
-        except Exception as err:  # yaml.YAMLError, with a line number where it has one
-            mark = getattr(err, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-            raise ConfigError(f"{where}: YAML does not parse: {getattr(err, 'problem', None) or err}") from None
+        sections = parse_file(path, "sweep spec")
         if not isinstance(sections, dict) or set(sections) != {"sweep"} or not isinstance(sections["sweep"], dict):
             raise ConfigError(f"{path}: a sweep spec is one mapping, 'sweep:', with the fields {', '.join(SPEC_FIELDS)}")
         try:
