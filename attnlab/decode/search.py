@@ -97,6 +97,27 @@ class DecodingSession:
         logprobs[:, [PAD, BOS]] = -torch.inf
         return logprobs
 
+    def score(self, tokens: Tensor) -> Tensor:
+        """Feed (n, t) new tokens; return (n, t, V) log-probabilities of the token after each of them
+        (PAD and BOS ruled out): what a target model checks a draft's t proposals with, in one pass."""
+        if not self.use_cache:
+            self.prefix = torch.cat([self.prefix, tokens], dim=1)
+        fed = tokens if self.use_cache else self.prefix
+        if self.seq2seq:
+            logits = self.model.decode(fed, self.memory, self.src_valid, self.cache)
+        else:
+            logits = self.model(fed, cache=self.cache)
+        logprobs = logits[:, -tokens.shape[1]:].float().log_softmax(dim=-1)
+        logprobs[..., [PAD, BOS]] = -torch.inf
+        return logprobs
+
+    def truncate(self, length: int) -> None:
+        """Forget the fed positions from ``length`` on (counting the start's), as if they had
+        never been fed."""
+        if self.cache is not None:
+            self.cache.truncate(length)
+        self.prefix = self.prefix[:, :length]
+
     def _logits(self, tokens: Tensor) -> Tensor:
         """(N, t) new tokens (with a cache; else the whole prefix) -> (N, 1, V) logits of the next."""
         if self.seq2seq:

@@ -55,6 +55,13 @@ class KVCache:
         self._length = end
         return self.k, self.v
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (speculative decoding's rejected tokens)."""
+        if self.state is not None:
+            raise ValueError("this attention backend keeps a running state, not keys per position; it cannot take "
+                             "back positions (speculative decoding needs one that caches keys and values)")
+        self._length = min(self._length, length)
+
     def _grown(self, old: Tensor | None, new: Tensor, capacity: int) -> Tensor:
         buffer = new.new_empty(*new.shape[:2], capacity, new.shape[3])
         if old is not None:
@@ -119,6 +126,13 @@ class DecoderCache:
         if self.memory_valid is None:
             self.memory_valid = memory_valid
         return self.memory_valid
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` target positions, forgetting the rest (rejected draft tokens)."""
+        for kv in self.self_attn:
+            kv.truncate(length)
+        if self.valid is not None:
+            self.valid = self.valid[:, :length]
 
     def reorder(self, index: Tensor, targets_only: bool = False) -> None:
         """Keep row ``index[i]`` of every cached tensor as row i (beam search). ``targets_only``:
@@ -206,6 +220,11 @@ class StaticDecoderCache(DecoderCache):
         self.valid.index_copy_(1, positions, valid)
         self.filled += valid.shape[1]
         return self.valid
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions: later ones are rewritten before any query reads them
+        (the causal mask hides a position until its step writes it)."""
+        self.filled.fill_(length)
 
     def source_valid(self, memory_valid: Tensor) -> Tensor:
         """A copy of the first step's source mask, so that reordering it in place touches nothing else."""
