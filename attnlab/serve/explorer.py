@@ -1,0 +1,318 @@
+"""The model side of `attnlab serve`: one trained run, asked one input at a time.
+
+An :class:`Explorer` loads a run once and answers :meth:`Explorer.run` requests (plain dicts, as
+the JSON API receives them) with the run's output and every attention map that produced it:
+
+- translation: the beam's n-best with scores; the maps are those of one teacher-forced pass over
+  the chosen hypothesis (:func:`attnlab.analysis.capture.attention_of`'s pass), whose per-token
+  log-probabilities add up to the hypothesis's score;
+- language model: a greedy or sampled continuation of the prompt, the maps over prompt + continuation;
+- classifier (and masked LM, maps only): the text read as its task reads it; an image model: an
+  image file, read as `predict` reads it, only when the server allows files.
+
+Heads named in ``heads_off`` are gated to zero for that request alone (:func:`mask_heads`), which
+computes what the model with those heads cut out of its weights computes (``remove_heads``).
+Requests share one model, so they run one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+from attnlab.analysis.capture import AttentionRecord, capture_attention
+from attnlab.analysis.heads import head_entropy, mask_heads
+from attnlab.data.batching import source_batch
+from attnlab.data.tokenizers import BOS, EOS
+from attnlab.decode.search import beam_search, sample
+from attnlab.errors import UsageError
+from attnlab.nn.attention import HeadSet, attention_modules
+from attnlab.tasks.classification import encode_inputs
+from attnlab.tasks.image_classification import read_inputs
+from attnlab.train.checkpoint import META_FILE, RunDir, load_run
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask: characters of input, bytes of body, beam size, new tokens."""
+
+    max_chars: int = 1000
+    max_body: int = 64 * 1024
+    max_beam: int = 16
+    max_new_tokens: int = 200
+
+
+LIMITS = Limits()
+
+
+class Refused(UsageError):
+    """A request the explorer will not answer; ``status`` is its HTTP status (400, 403, 413)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# The fields each kind of run reads from a request, with their defaults; "run" picks the explorer.
+COMMON = {"run": 0, "text": None, "heads_off": {}}
+FIELDS = {
+    "translation": {"beam": 4, "lenpen": 0.6, "hypothesis": 0},
+    "language_model": {"max_new_tokens": 20, "sample": False, "temperature": 1.0, "seed": 0},
+    "classification": {},
+    "masked_lm": {},
+    "image_classification": {},
+}
+
+
+class Explorer:
+    """One run's model, loaded once; :meth:`run` answers a request, :meth:`info` describes the run."""
+
+    def __init__(self, run_dir: str | Path, checkpoint: str = "best", device: torch.device | str = "cpu",
+                 allow_files: bool = False) -> None:
+        self.run_dir = RunDir(run_dir)
+        self.name = self.run_dir.path.name
+        model_cfg, self.data_cfg, _ = self.run_dir.read_config()  # "not a run directory" comes from here
+        self.task = self.data_cfg.task.name
+        if self.task not in FIELDS or not (model_cfg.capabilities.attention_weights or model_cfg.capabilities.decoder):
+            raise UsageError(f"{run_dir} is a run of data.task '{self.task}' with arch '{model_cfg.arch}'; "
+                             f"`attnlab serve` explores runs with attention of data.task "
+                             f"{', '.join(map(repr, FIELDS))}")
+        self.model, self.tokenizers, self.cfg = load_run(run_dir, checkpoint, device)
+        try:  # a backend that forms no weights ('local', 'sparse', 'linear') is refused now, not per request
+            with capture_attention(self.model):
+                pass
+        except ValueError as err:
+            raise UsageError(f"{run_dir}: {err}") from None
+        self.device = next(self.model.parameters()).device
+        self.allow_files = allow_files
+        self.lock = threading.Lock()
+
+    def info(self) -> dict[str, Any]:
+        """The run as the page shows it: name, family, task, input kind, maskable modules, pruning."""
+        return {"path": str(self.run_dir.path), "name": self.name, "arch": self.cfg.arch,
+                "task": self.task, "input": "image" if self.task == "image_classification" else "text",
+                "files_allowed": self.allow_files, "options": FIELDS[self.task],
+                "modules": {name: m.n_heads for name, m in attention_modules(self.model).items()},
+                "pruning": pruning_report(self.run_dir)}
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Answer one request: {text, heads_off: {module: [heads]}, and the task's FIELDS}."""
+        options = self._options(request)
+        text = options.pop("text")
+        heads_off = self._heads(options.pop("heads_off"))
+        answer = getattr(self, f"_{self.task}")
+        with self.lock, self._masked(heads_off), torch.no_grad():
+            result = answer(text, **options)
+        return {"run": self.name, "task": self.task, "heads_off": heads_off, **result}
+
+    # -- reading a request ------------------------------------------------------------------------
+    def _options(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The request's fields, checked, with the task's defaults filled in ("run" dropped)."""
+        fields = COMMON | FIELDS[self.task]
+        unknown = sorted(set(request) - set(fields))
+        if unknown:
+            raise Refused(f"unknown field {unknown[0]!r}; a {self.task} run reads {', '.join(fields)}")
+        options = {name: request.get(name, default) for name, default in fields.items() if name != "run"}
+        for name, value in options.items():
+            default = fields[name]
+            kind = str if default is None else type(default)
+            if kind is float and type(value) is int:
+                value = options[name] = float(value)
+            if type(value) is not kind:
+                raise Refused(f"{name} must be {kind.__name__ if kind is not dict else 'an object'} "
+                              f"(got {json.dumps(value)})")
+        if len(options["text"]) > LIMITS.max_chars:
+            raise Refused(f"the input has {len(options['text']):,} characters; the explorer takes at most "
+                          f"{LIMITS.max_chars:,}", status=413)
+        if not options["text"].strip():
+            raise Refused("the input is empty; type a sentence" if self.task != "image_classification"
+                          else "the input is empty; give an image file's path")
+        return options
+
+    def _heads(self, heads_off: dict[str, Any]) -> HeadSet:
+        """``heads_off`` checked against the model's modules: {module: sorted head indices}."""
+        modules = attention_modules(self.model)
+        checked: HeadSet = {}
+        for name, heads in heads_off.items():
+            if name not in modules:
+                raise Refused(f"heads_off: no attention module {name!r} (modules: {', '.join(modules)})")
+            n = modules[name].n_heads
+            if not isinstance(heads, list) or any(type(h) is not int or not 0 <= h < n for h in heads):
+                raise Refused(f"heads_off[{name!r}] must be a list of head indices 0..{n - 1} (got {json.dumps(heads)})")
+            if heads:
+                checked[name] = sorted(set(heads))
+        return checked
+
+    @contextlib.contextmanager
+    def _masked(self, heads: HeadSet) -> Iterator[None]:
+        """These heads gated to zero inside the block, on the model's device; no gate after it."""
+        mask_heads(self.model, heads)
+        for module in attention_modules(self.model).values():
+            if module.head_gate is not None:
+                module.head_gate = module.head_gate.to(self.device)
+        try:
+            yield
+        finally:
+            mask_heads(self.model, {})
+
+    def _encode(self, text: str, role: str, room: int | None) -> list[int]:
+        """``text`` as token ids, refused when it is empty or longer than ``room`` tokens."""
+        ids = self.tokenizers[role].encode(text)
+        if not ids:
+            raise Refused("the input is empty after tokenisation; give at least one known token")
+        if room is not None and len(ids) > room:
+            raise Refused(f"the input has {len(ids)} tokens; this model reads at most {room}", status=413)
+        return ids
+
+    @property
+    def _max_len(self) -> int | None:
+        """The longest sequence the model was built for (its ``max_len``), where its family has one."""
+        return getattr(self.cfg, "max_len", None)
+
+    # -- one method per task ------------------------------------------------------------------------
+    def _translation(self, text: str, beam: int, lenpen: float, hypothesis: int) -> dict[str, Any]:
+        if not 1 <= beam <= LIMITS.max_beam:
+            raise Refused(f"beam must be between 1 and {LIMITS.max_beam} (got {beam})")
+        if not 0 <= hypothesis < beam:
+            raise Refused(f"hypothesis must be between 0 and beam - 1 ({beam - 1}) (got {hypothesis})")
+        ids = self._encode(text, "src", None if self._max_len is None else self._max_len - 1)  # -1: EOS
+        src = source_batch([ids]).to(self.device)  # (1, S): the source and EOS
+        hyps = beam_search(self.model, src, beam=beam, lenpen=lenpen, nbest=beam)[0]
+        index = min(hypothesis, len(hyps) - 1)  # a search may finish fewer than beam hypotheses
+        chosen = hyps[index]
+        tgt = self.tokenizers["tgt"]
+        tgt_in = torch.tensor([[BOS] + chosen.tokens], device=self.device)  # (1, T): the decoder's inputs
+        records, next_logprobs = self._pass(src, tgt_in)
+        logprobs = picked(next_logprobs, 0, chosen.tokens + [EOS])
+        src_labels, in_labels = self.tokenizers["src"].id_tokens(src[0].tolist()), tgt.id_tokens(tgt_in[0].tolist())
+        out_labels = tgt.id_tokens(chosen.tokens + [EOS])  # what each decoder position predicts
+        axes = {("encoder", "self"): (src_labels, src_labels), ("decoder", "self"): (in_labels, in_labels),
+                ("decoder", "cross"): (out_labels, src_labels)}
+        return {"outputs": [{"text": tgt.decode(h.tokens), "tokens": tgt.id_tokens(h.tokens), "score": h.normalized,
+                             "logprob": h.score} for h in hyps],
+                "chosen": index, "source_tokens": src_labels, "target_tokens": out_labels,
+                "steps": [{"token": token, "logprob": lp} for token, lp in zip(out_labels, logprobs)],
+                "attention": attention_maps(records, lambda r: axes[r.stack, r.kind])}
+
+    def _language_model(self, text: str, max_new_tokens: int, sample: bool, temperature: float,
+                        seed: int) -> dict[str, Any]:
+        if not 0 <= max_new_tokens <= LIMITS.max_new_tokens:
+            raise Refused(f"max_new_tokens must be between 0 and {LIMITS.max_new_tokens} (got {max_new_tokens})")
+        if temperature <= 0:
+            raise Refused(f"temperature must be > 0 (got {temperature})")
+        prompt = self._encode(text, "tgt", self._max_len)
+        if self._max_len is not None:  # the maps cover prompt and continuation: no sliding window
+            max_new_tokens = min(max_new_tokens, self._max_len - len(prompt))
+        new = self._continue(prompt, max_new_tokens, sample, temperature, seed)
+        ids = torch.tensor([prompt + new], device=self.device)  # (1, T)
+        records, next_logprobs = self._pass(None, ids)
+        logprobs = picked(next_logprobs, len(prompt) - 1, new)  # position t predicts token t + 1
+        tok = self.tokenizers["tgt"]
+        labels = tok.id_tokens(ids[0].tolist())
+        return {"outputs": [{"text": tok.decode(new), "tokens": tok.id_tokens(new), "logprob": sum(logprobs)}],
+                "chosen": 0, "prompt_tokens": labels[:len(prompt)],
+                "steps": [{"token": token, "logprob": lp} for token, lp in zip(labels[len(prompt):], logprobs)],
+                "attention": attention_maps(records, lambda r: (labels, labels))}
+
+    def _continue(self, prompt: list[int], max_new_tokens: int, sampled: bool, temperature: float,
+                  seed: int) -> list[int]:
+        """The continuation of ``prompt``: the argmax at each step, or drawn from a generator seeded with ``seed``."""
+        if max_new_tokens == 0:
+            return []
+        return sample(self.model, prompt=torch.tensor([prompt], device=self.device), max_new_tokens=max_new_tokens,
+                      temperature=temperature if sampled else 1.0, top_k=None if sampled else 1,
+                      generator=torch.Generator().manual_seed(seed))[0]
+
+    def _classification(self, text: str) -> dict[str, Any]:
+        return self._encoder(text, with_prediction=True)
+
+    def _masked_lm(self, text: str) -> dict[str, Any]:
+        return self._encoder(text, with_prediction=False)
+
+    def _encoder(self, text: str, with_prediction: bool) -> dict[str, Any]:
+        """An encoder-only model on ``text`` (``a TAB b``: a pair), encoded as its task reads input."""
+        a, tab, b = text.partition("\t")
+        [(ids, segments)], cut = encode_inputs(self.tokenizers["src"], [a], [b if tab else None], self.data_cfg.max_len)
+        if cut:
+            raise Refused(f"the input is longer than the {self.data_cfg.max_len} tokens this model reads", status=413)
+        ids_t, segments_t = (torch.tensor([x], device=self.device) for x in (ids, segments))
+        labels = self.tokenizers["src"].id_tokens(ids)
+        with capture_attention(self.model) as captured:
+            logits = self.model.classify(ids_t, segments_t) if with_prediction else self.model(ids_t, segments_t)
+        result = {"source_tokens": labels, "attention": attention_maps(captured.last(), lambda r: (labels, labels))}
+        return result | (self._probabilities(logits[0]) if with_prediction else {"outputs": []})
+
+    def _image_classification(self, text: str) -> dict[str, Any]:
+        if not self.allow_files:
+            raise Refused("this server reads no files; start it with --allow-files to explore image files by path",
+                          status=403)
+        images = read_inputs([text], self.run_dir).to(self.device)  # (1, C, H, W), standardised as in training
+        with capture_attention(self.model) as captured:
+            logits = self.model.classify(images)
+        records = captured.last()
+        h, w = self.cfg.grid
+        patches = [f"({i},{j})" for i in range(h) for j in range(w)]  # row-major, as nn/vision.py cuts them
+        T = next(iter(records.values())).probs.shape[-1]
+        labels = ["<cls>"] * (T - h * w) + patches  # a class token, where the model has one, comes first
+        return {"source_tokens": labels, "attention": attention_maps(records, lambda r: (labels, labels)),
+                **self._probabilities(logits[0])}
+
+    # -- shared steps -------------------------------------------------------------------------------
+    def _probabilities(self, logits: Tensor) -> dict[str, Any]:
+        """A classifier's (n_classes,) logits -> its classes as outputs, most probable first."""
+        names = self.run_dir.read_task_state()["labels"]
+        p = logits.float().softmax(-1).tolist()
+        ranked = sorted(zip(names, p), key=lambda pair: -pair[1])
+        return {"outputs": [{"label": label, "probability": prob} for label, prob in ranked], "chosen": 0}
+
+    def _pass(self, src: Tensor | None, inputs: Tensor) -> tuple[dict[str, AttentionRecord], Tensor]:
+        """One pass over ``inputs`` (1, T) (and ``src``): every module's weights, and the (T, V)
+        log-probabilities of the token after each position."""
+        with capture_attention(self.model) as captured:
+            logits = self.model(src, inputs) if src is not None else self.model(inputs)  # (1, T, V)
+        return captured.last(), logits[0].float().log_softmax(-1)
+
+
+def picked(logprobs: Tensor, first: int, tokens: list[int]) -> list[float]:
+    """log P of each of ``tokens``, predicted at positions ``first``, ``first`` + 1, ... of (T, V) ``logprobs``;
+    for a search's output they add up to the score it gave."""
+    positions = torch.arange(first, first + len(tokens), device=logprobs.device)
+    return logprobs[positions, torch.tensor(tokens, dtype=torch.long, device=logprobs.device)].tolist()
+
+
+def attention_maps(records: dict[str, AttentionRecord], axes) -> list[dict[str, Any]]:
+    """Each module's weights of the one input, for the API: encoder self-attention, then decoder
+    self-attention, then cross-attention, each by layer. ``axes(record)`` gives its (row labels,
+    column labels); ``probs`` is (H, Tq, Tk) as nested lists, ``entropy`` each head's mean entropy
+    over the queries (nats; ``uniform_entropy`` that of a uniform head over the keys)."""
+    order = {("encoder", "self"): 0, ("decoder", "self"): 1, ("decoder", "cross"): 2}
+    maps = []
+    for record in sorted(records.values(), key=lambda r: (order.get((r.stack, r.kind), 3), r.layer)):
+        rows, cols = axes(record)
+        maps.append({"module": record.module, "stack": record.stack, "layer": record.layer, "kind": record.kind,
+                     "rows": rows, "cols": cols, "probs": record.probs[0].tolist(),
+                     "entropy": head_entropy(record.probs).tolist(),
+                     "uniform_entropy": math.log(record.probs.shape[-1])})
+    return maps
+
+
+def pruning_report(run: RunDir) -> dict[str, Any] | None:
+    """What `attnlab prune --out` recorded in a pruned run: the heads cut out, the run they were cut
+    from, and the measurements of the pruned model; None for a run that was not pruned."""
+    heads = run.read_pruned_heads()
+    if not heads:
+        return None
+    step = run.best_step() or run.steps()[-1]
+    try:
+        meta = json.loads((run.step_dir(step) / META_FILE).read_text())
+    except (OSError, ValueError):
+        meta = {}
+    return {"pruned_heads": heads, **{k: v for k, v in meta.items() if k != "step"}}
