@@ -228,6 +228,13 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
     assert run("--prompt", "to be", "--max-new-tokens", "20", "--seed", "3").stdout == first.stdout
     greedy = run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "1").stdout
     assert greedy == run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "2").stdout
+    # speculative decoding with a draft (here the run itself: every proposal is accepted) keeps greedy's text
+    fast = run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "1", "--draft", str(out),
+               "--speculate", "3")
+    assert fast.returncode == 0 and fast.stdout == greedy
+    assert fast.stderr == ("speculative decoding, k 3: 15 of 15 draft tokens accepted (100.0%), 4.00 tokens per pass "
+                           "of the target\n")
+    assert run("--draft", str(out), "--speculate", "0").stderr == "error: --speculate must be at least 1 (got 0)\n"
     two = run("--prompt", "to", "--max-new-tokens", "5", "--num-samples", "2", "--top-p", "0.9").stdout
     assert two.count("--- sample") == 2
     for bad in (["--temperature", "0"], ["--top-k", "0"], ["--top-p", "1.5"], ["--max-new-tokens", "100001"]):

@@ -60,6 +60,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise UsageError(f"--temperature must be > 0 (got {args.temperature}); use --top-k 1 for greedy")
     if args.top_k is not None and args.top_k < 1:
         raise UsageError(f"--top-k must be at least 1 (got {args.top_k})")
+    if args.speculate < 1:
+        raise UsageError(f"--speculate must be at least 1 (got {args.speculate})")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1] (got {args.top_p})")
     if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS or not 1 <= args.num_samples <= MAX_BATCH:
@@ -81,13 +83,45 @@ def cmd_generate(args: argparse.Namespace) -> None:
         seed = secrets.randbelow(2 ** 31)
         print(f"seed {seed} (--seed {seed} gives this text again)", file=sys.stderr)
     generator = torch.Generator().manual_seed(seed)
-    rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                  top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False,
-                  kv_cache=args.kv_cache)
+    if args.draft is not None:
+        rows = _speculative_rows(args, model, tok, prompt, generator)
+    else:
+        rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                      top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False,
+                      kv_cache=args.kv_cache)
     for i, row in enumerate(rows):
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
         print(args.prompt + tok.decode(row))
+
+
+def _speculative_rows(args: argparse.Namespace, model, tok, prompt, generator) -> list[list[int]]:
+    """``generate --draft``: each sample drawn by speculative decoding with the draft run, which must
+    share the target's vocabulary; what speculation did goes to stderr."""
+    from attnlab.decode.speculative import Sampler, SpeculationStats, speculative_decode
+    from attnlab.train.checkpoint import load_run
+
+    draft, draft_tokenizers, draft_cfg = load_run(args.draft, "best", next(model.parameters()).device)
+    if any(getattr(draft_cfg.capabilities, name) != value for name, value in GENERATES.items()):
+        raise UsageError(f"--draft {args.draft} holds a model of arch '{draft_cfg.arch}', not a language model")
+    other = draft_tokenizers["tgt"]
+    if other.vocab_size != tok.vocab_size or other.id_tokens(range(tok.vocab_size)) != tok.id_tokens(range(tok.vocab_size)):
+        raise UsageError(f"--draft {args.draft} has another vocabulary than {args.run_dir}; a draft must share the "
+                         f"target's tokenizer")
+    limits = [p for p in (m.embed.positional.max_positions for m in (model, draft)) if p is not None]
+    if limits and prompt.shape[1] + args.max_new_tokens > min(limits):
+        raise UsageError(f"--draft: speculative decoding stops at the models' positions ({min(limits)}); with this "
+                         f"prompt ask for at most {max(0, min(limits) - prompt.shape[1])} new tokens")
+    sampler = Sampler(args.temperature, args.top_k, args.top_p, generator)
+    rows, total = [], SpeculationStats()
+    for row in prompt:
+        tokens, stats = speculative_decode(model, draft, prompt=row[None], k=args.speculate,
+                                           max_new_tokens=args.max_new_tokens, sampler=sampler, stop_at_eos=False)
+        rows.append(tokens)
+        total.add(stats)
+    print(f"speculative decoding, k {args.speculate}: {total.accepted} of {total.proposed} draft tokens accepted "
+          f"({total.acceptance_rate:.1%}), {total.tokens_per_pass:.2f} tokens per pass of the target", file=sys.stderr)
+    return rows
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -331,6 +365,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="random seed: the same seed gives the same text (default: a new one each time, "
                                "printed on stderr)")
     generate.add_argument("--num-samples", type=int, default=1, help="independent samples of the prompt (default 1)")
+    generate.add_argument("--draft", metavar="RUN",
+                          help="speculative decoding: a smaller language model run with the same tokenizer proposes "
+                               "tokens that this one checks in one pass; the text keeps this model's distribution "
+                               "(with --top-k 1, exactly its greedy text)")
+    generate.add_argument("--speculate", type=int, default=4, metavar="K",
+                          help="with --draft: tokens the draft proposes per pass of the model (default 4)")
     kv_cache_option(generate)
     generate.set_defaults(func=cmd_generate)
 
