@@ -235,6 +235,9 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
     assert fast.stderr == ("speculative decoding, k 3: 15 of 15 draft tokens accepted (100.0%), 4.00 tokens per pass "
                            "of the target\n")
     assert run("--draft", str(out), "--speculate", "0").stderr == "error: --speculate must be at least 1 (got 0)\n"
+    for weights in ("bf16", "int8"):  # the weights' effect on the numbers: tests/test_weights.py
+        lower = run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "1", "--weights", weights)
+        assert lower.returncode == 0 and lower.stdout.startswith("to be") and len(lower.stdout.rstrip("\n")) == 25
     two = run("--prompt", "to", "--max-new-tokens", "5", "--num-samples", "2", "--top-p", "0.9").stdout
     assert two.count("--- sample") == 2
     for bad in (["--temperature", "0"], ["--top-k", "0"], ["--top-p", "1.5"], ["--max-new-tokens", "100001"]):

@@ -93,7 +93,17 @@ def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
     limit = getattr(cfg, "max_len", None)  # a family without the field has no such limit
     if limit is not None and (getattr(args, "max_len", None) or 0) > limit:
         raise UsageError(f"--max-len {args.max_len} is beyond the model's max_len ({limit} positions)")
-    return model, tokenizers, cfg
+    return with_weights_of(args, model), tokenizers, cfg
+
+
+def with_weights_of(args: argparse.Namespace, model):
+    """The model with the weights of ``--weights`` (fp32, bf16 or int8), where the command has the option."""
+    from attnlab.decode.weights import with_weights
+
+    try:
+        return with_weights(model, getattr(args, "weights", "fp32"))
+    except ValueError as err:
+        raise UsageError(f"--weights {args.weights}: {err}") from None
 
 
 def check_kv_cache(args: argparse.Namespace, model) -> None:

@@ -331,11 +331,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                             "dynamic, static (preallocated) or graph (static, the step replayed as a CUDA graph); "
                             "the same output each way")
 
+    def weights_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--weights", default="fp32", choices=("fp32", "bf16", "int8"),
+                       help="decode with the weights as trained (fp32), in bfloat16, or with int8 linear layers "
+                            "(dynamic per-channel quantisation, CPU only)")
+
     def search_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, as the paper)")
         p.add_argument("--lenpen", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
         p.add_argument("--no-cache", action="store_true", help="recompute every prefix (same output, slower)")
         kv_cache_option(p)
+        weights_option(p)
 
     translate = sub.add_parser("translate", help="translate lines of text (stdin to stdout by default)")
     run_dir_args(translate)
@@ -372,6 +378,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     generate.add_argument("--speculate", type=int, default=4, metavar="K",
                           help="with --draft: tokens the draft proposes per pass of the model (default 4)")
     kv_cache_option(generate)
+    weights_option(generate)
     generate.set_defaults(func=cmd_generate)
 
     predict = sub.add_parser("predict", help="classify lines of text or image files: one label and its probability "
