@@ -187,6 +187,12 @@ def test_demo_with_a_small_budget(tmp_path):
     assert outputs[()] == outputs[("--no-cache",)] and outputs[("--beam", "1")] == outputs[("--beam", "1", "--no-cache")]
     piped = run_cli("translate", str(out), stdin=commands.read_text())
     assert piped.stdout == outputs[()]
+    # speculative decoding with the run itself as draft: greedy's output, every proposal accepted
+    drafted = run_cli("translate", str(out), "--input", str(commands), "--beam", "1", "--draft", str(out))
+    assert drafted.stdout == outputs[("--beam", "1")] and "accepted (100.0%)" in drafted.stderr
+    refused = run_cli("translate", str(out), "--input", str(commands), "--draft", str(out))
+    assert refused.returncode == 2 and refused.stderr == (
+        "error: --draft decodes greedily: give --beam 1, no --nbest or --min-len, and --speculate >= 1\n")
     nbest = run_cli("translate", str(out), "--input", str(commands), "--beam", "3", "--nbest", "2").stdout.splitlines()
     assert [line.split(" ||| ")[0] for line in nbest] == ["0", "0", "1", "1", "2", "2"]
     assert float(nbest[0].split(" ||| ")[2]) >= float(nbest[1].split(" ||| ")[2])

@@ -32,14 +32,23 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.data.tokenizers import UNK
     from attnlab.decode.translate import translate
 
+    from attnlab.decode.speculative import SpeculationStats
+
     check_beam(args)
+    if args.draft is not None and (args.beam != 1 or args.nbest != 1 or args.min_len or args.speculate < 1):
+        raise UsageError("--draft decodes greedily: give --beam 1, no --nbest or --min-len, and --speculate >= 1")
     check_new_file(args.output, args.force, "--output")  # now, not after the decoding
     model, tokenizers, cfg = load_run_for(args, TRANSLATES)
     check_kv_cache(args, model)
+    draft = _load_draft(args, model, tokenizers, TRANSLATES) if args.draft is not None else None
     lines = read_input_lines(args.input)
+    speculation = SpeculationStats()
     results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
                         args.batch_size, args.max_len, args.min_len, cfg.max_len - 1, args.truncate,  # -1: EOS
-                        progress=True, kv_cache=args.kv_cache)
+                        progress=True, kv_cache=args.kv_cache, draft=draft, speculate=args.speculate,
+                        speculation=speculation)
+    if draft is not None:
+        print(_speculation_line(args.speculate, speculation), file=sys.stderr)
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
     if sum(unknown):
         print(f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as "
@@ -84,7 +93,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(f"seed {seed} (--seed {seed} gives this text again)", file=sys.stderr)
     generator = torch.Generator().manual_seed(seed)
     if args.draft is not None:
-        rows = _speculative_rows(args, model, tok, prompt, generator)
+        rows = _speculative_rows(args, model, tokenizers, prompt, generator)
     else:
         rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                       top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False,
@@ -95,19 +104,35 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(args.prompt + tok.decode(row))
 
 
-def _speculative_rows(args: argparse.Namespace, model, tok, prompt, generator) -> list[list[int]]:
-    """``generate --draft``: each sample drawn by speculative decoding with the draft run, which must
-    share the target's vocabulary; what speculation did goes to stderr."""
-    from attnlab.decode.speculative import Sampler, SpeculationStats, speculative_decode
+def _load_draft(args: argparse.Namespace, model, tokenizers, needs: dict[str, bool]):
+    """``--draft``'s model, on the model's device: a run of the same kind whose tokenizers are the
+    model's (a draft's token ids must mean the same tokens)."""
     from attnlab.train.checkpoint import load_run
 
     draft, draft_tokenizers, draft_cfg = load_run(args.draft, "best", next(model.parameters()).device)
-    if any(getattr(draft_cfg.capabilities, name) != value for name, value in GENERATES.items()):
-        raise UsageError(f"--draft {args.draft} holds a model of arch '{draft_cfg.arch}', not a language model")
-    other = draft_tokenizers["tgt"]
-    if other.vocab_size != tok.vocab_size or other.id_tokens(range(tok.vocab_size)) != tok.id_tokens(range(tok.vocab_size)):
-        raise UsageError(f"--draft {args.draft} has another vocabulary than {args.run_dir}; a draft must share the "
-                         f"target's tokenizer")
+    if any(getattr(draft_cfg.capabilities, name) != value for name, value in needs.items()):
+        raise UsageError(f"--draft {args.draft} holds a model of arch '{draft_cfg.arch}', which cannot draft for "
+                         f"`attnlab {args.command}`")
+    for role, tok in tokenizers.items():
+        other = draft_tokenizers.get(role)
+        if tok is not None and (other is None or other.vocab_size != tok.vocab_size
+                                or other.id_tokens(range(tok.vocab_size)) != tok.id_tokens(range(tok.vocab_size))):
+            raise UsageError(f"--draft {args.draft} has another {role} vocabulary than {args.run_dir}; a draft must "
+                             f"share the model's tokenizers")
+    return draft
+
+
+def _speculation_line(k: int, stats) -> str:
+    return (f"speculative decoding, k {k}: {stats.accepted} of {stats.proposed} draft tokens accepted "
+            f"({stats.acceptance_rate:.1%}), {stats.tokens_per_pass:.2f} tokens per pass of the target")
+
+
+def _speculative_rows(args: argparse.Namespace, model, tokenizers, prompt, generator) -> list[list[int]]:
+    """``generate --draft``: each sample drawn by speculative decoding with the draft run; what
+    speculation did goes to stderr."""
+    from attnlab.decode.speculative import Sampler, SpeculationStats, speculative_decode
+
+    draft = _load_draft(args, model, tokenizers, GENERATES)
     limits = [p for p in (m.embed.positional.max_positions for m in (model, draft)) if p is not None]
     if limits and prompt.shape[1] + args.max_new_tokens > min(limits):
         raise UsageError(f"--draft: speculative decoding stops at the models' positions ({min(limits)}); with this "
@@ -119,8 +144,7 @@ def _speculative_rows(args: argparse.Namespace, model, tok, prompt, generator) -
                                            max_new_tokens=args.max_new_tokens, sampler=sampler, stop_at_eos=False)
         rows.append(tokens)
         total.add(stats)
-    print(f"speculative decoding, k {args.speculate}: {total.accepted} of {total.proposed} draft tokens accepted "
-          f"({total.acceptance_rate:.1%}), {total.tokens_per_pass:.2f} tokens per pass of the target", file=sys.stderr)
+    print(_speculation_line(args.speculate, total), file=sys.stderr)
     return rows
 
 
@@ -336,6 +360,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="decode with the weights as trained (fp32), in bfloat16, or with int8 linear layers "
                             "(dynamic per-channel quantisation, CPU only)")
 
+    def draft_options(p: argparse.ArgumentParser, keeps: str) -> None:
+        p.add_argument("--draft", metavar="RUN",
+                       help=f"speculative decoding: a smaller run with the same tokenizers proposes tokens that this "
+                            f"model checks in one pass; {keeps}")
+        p.add_argument("--speculate", type=int, default=4, metavar="K",
+                       help="with --draft: tokens the draft proposes per pass of the model (default 4)")
+
     def search_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, as the paper)")
         p.add_argument("--lenpen", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
@@ -346,6 +377,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     translate = sub.add_parser("translate", help="translate lines of text (stdin to stdout by default)")
     run_dir_args(translate)
     search_args(translate)
+    draft_options(translate, "greedy (--beam 1), and the same output as greedy decoding")
     translate.add_argument("--nbest", type=int, default=1, help="print the K best per sentence: index ||| hypothesis ||| score")
     translate.add_argument("--input", help="source file, one sentence per line (default: stdin)")
     translate.add_argument("--output", help="output file (default: stdout)")
@@ -371,12 +403,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                           help="random seed: the same seed gives the same text (default: a new one each time, "
                                "printed on stderr)")
     generate.add_argument("--num-samples", type=int, default=1, help="independent samples of the prompt (default 1)")
-    generate.add_argument("--draft", metavar="RUN",
-                          help="speculative decoding: a smaller language model run with the same tokenizer proposes "
-                               "tokens that this one checks in one pass; the text keeps this model's distribution "
-                               "(with --top-k 1, exactly its greedy text)")
-    generate.add_argument("--speculate", type=int, default=4, metavar="K",
-                          help="with --draft: tokens the draft proposes per pass of the model (default 4)")
+    draft_options(generate, "the text keeps this model's distribution (with --top-k 1, exactly its greedy text)")
     kv_cache_option(generate)
     weights_option(generate)
     generate.set_defaults(func=cmd_generate)

@@ -7,8 +7,9 @@ from torch import nn
 from tqdm import tqdm
 
 from attnlab.data.batching import source_batch
-from attnlab.data.tokenizers import Tokenizer
+from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.search import beam_search, greedy
+from attnlab.decode.speculative import SpeculationStats, speculative_decode
 from attnlab.errors import DataError
 
 PROGRESS_DELAY = 1.0  # seconds before the bar appears: a quicker job shows none
@@ -18,15 +19,20 @@ PROGRESS_DELAY = 1.0  # seconds before the bar appears: a quicker job shows none
 def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: list[str], beam: int = 4,
               lenpen: float = 0.6, nbest: int = 1, use_cache: bool = True, batch_size: int = 64,
               max_len: int | None = None, min_len: int = 0, max_source_len: int | None = None,
-              truncate: bool = False, progress: bool = False,
-              kv_cache: str = "auto") -> list[list[tuple[str, float | None]]]:
+              truncate: bool = False, progress: bool = False, kv_cache: str = "auto",
+              draft: nn.Module | None = None, speculate: int = 4,
+              speculation: SpeculationStats | None = None) -> list[list[tuple[str, float | None]]]:
     """For each line, its ``nbest`` translations as (text, score): log P / length penalty for beam
     search, None for greedy (``beam`` 1). Sentences of similar length are decoded together. A line
     of more than ``max_source_len`` tokens is refused (DataError naming it), or cut with ``truncate``.
     A blank line is not decoded: its translation is blank (score 0.0, or None for greedy).
     With ``progress``, a bar on stderr counts the sentences done once decoding has taken longer
     than PROGRESS_DELAY seconds, and is cleared at the end (as the training bar is). ``kv_cache``:
-    the searches' cache (decode/search.py's KV_CACHES)."""
+    the searches' cache (decode/search.py's KV_CACHES). With a ``draft`` model (greedy only), each
+    sentence is decoded by speculative decoding, ``speculate`` proposals a pass: the same output,
+    what speculation did added to ``speculation``."""
+    if draft is not None and not (beam == 1 and nbest == 1 and min_len == 0):
+        raise ValueError("speculative decoding with a draft is greedy: beam 1, nbest 1, no min_len")
     model.eval()
     device = next(model.parameters()).device
     src_ids = tokenizers["src"].encode_batch(lines)
@@ -46,7 +52,14 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             src = source_batch([src_ids[i] for i in chunk]).to(device)
-            if greedy_search:
+            if draft is not None:
+                for i, row in zip(chunk, src):
+                    ids, stats = speculative_decode(model, draft, src=row[None, row != PAD], k=speculate,
+                                                    max_new_tokens=max_len)
+                    results[i] = [(decode_text(ids), None)]
+                    if speculation is not None:
+                        speculation.add(stats)
+            elif greedy_search:
                 for i, ids in zip(chunk, greedy(model, src, max_len, min_len, use_cache, kv_cache)):
                     results[i] = [(decode_text(ids), None)]
             else:
