@@ -329,7 +329,7 @@ class Launcher:
 
     def __init__(self, jobs: int, logs: Path):
         self.jobs, self.logs = jobs, logs
-        self.env = dict(os.environ, TQDM_DISABLE="1")  # progress bars would fill the logs
+        self.env = dict(os.environ)
         if jobs > 1 and "OMP_NUM_THREADS" not in self.env:
             self.env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
         self.live: set[subprocess.Popen] = set()
