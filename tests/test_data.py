@@ -250,3 +250,14 @@ def test_lm_blocks_shift_by_one():
     blocks = lm_eval_blocks(data, block_size=8, batch_size=5)
     assert sum(b.tgt_in.shape[0] for b in blocks) == 12
     assert blocks[0].tgt_in[1].tolist() == list(range(8, 16)) and blocks[0].tgt_out[1, -1] == 16
+
+
+def test_n_train_keeps_the_first_training_pairs_of_a_file(tmp_path):
+    from attnlab.tasks.translation import read_pairs
+
+    (tmp_path / "train.tsv").write_text("".join(f"a{i}\tb{i}\n" for i in range(10)))
+    cfg = task_config({"task": "translation", "format": "tsv", "train": str(tmp_path / "train.tsv"),
+                       "n_valid": 3, "n_train": 4})
+    pairs = read_pairs(cfg)
+    assert pairs["valid"] == [(f"a{i}", f"b{i}") for i in (7, 8, 9)]  # held out first, from the end
+    assert pairs["train"] == [(f"a{i}", f"b{i}") for i in range(4)]

@@ -43,6 +43,7 @@ class TranslationConfig(TaskConfig):
     pairs are held out. Relative paths are taken from the current directory. ``split``: with the
     ``scan`` generator, one of SCAN's generalisation splits (data/scan.py: simple, length,
     add_prim_jump, ...) in place of a random cut; ``n_valid`` of its training pairs for validation.
+    ``n_train``: how many training pairs to use (a generator's count; of a file, the first ones).
     ``min_len`` / ``max_len``: the lengths of a sequence generator's pairs (digits per number for
     addition); ``test_min_len`` / ``test_max_len``, where given, the test split's lengths instead,
     to measure generalisation beyond the training lengths.
@@ -143,7 +144,8 @@ class Seq2SeqData(BucketedData):
 
 def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
     """The configured corpus as text pairs per split; a missing valid split is the last n_valid
-    training pairs."""
+    training pairs; with ``n_train``, only the first n_train of the (remaining) training pairs
+    are kept (data-size curves)."""
     if cfg.format == "builtin":
         return generated_pairs(cfg.generator, cfg.seed, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.min_len, cfg.max_len,
                                cfg.split, cfg.test_lengths)
@@ -155,7 +157,10 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
 
     splits = {name: read(path) for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
               if path is not None}
-    return hold_out_valid(splits, cfg.n_valid, cfg.train, "pairs")
+    splits = hold_out_valid(splits, cfg.n_valid, cfg.train, "pairs")
+    if cfg.n_train is not None:
+        splits["train"] = splits["train"][:cfg.n_train]
+    return splits
 
 
 def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
