@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from attnlab import ConfigError
-from attnlab.analysis.sweep import SweepSpec, Table, plan
+from attnlab.analysis.sweep import Table, plan
+from attnlab.analysis.sweep_spec import SweepSpec
 from helpers import ATTNLAB, run_cli
 from test_forecasting import series_rows, write_series
 

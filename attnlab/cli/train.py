@@ -78,7 +78,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> None:
     from attnlab.errors import AttnlabError
-    from attnlab.analysis.sweep import SweepSpec, run_sweep
+    from attnlab.analysis.sweep import run_sweep
+    from attnlab.analysis.sweep_spec import SweepSpec
 
     spec = SweepSpec.from_file(args.spec)
     if args.jobs is not None and args.jobs < 1:
