@@ -121,11 +121,81 @@ def test_bench_train_records_ratios_mfu_and_the_interleaved_gemm_peak():
 def test_bench_decode_records():
     from attnlab.bench.decode import bench_decode
 
-    decode = {r["name"]: r for r in bench_decode(batch=2, new_tokens=5, src_len=6, beam=2, repeats=1, with_hf=False)}
-    assert {"decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_cache_speedup"} <= decode.keys()
-    assert all(decode[n]["unit"] == "tokens/s" and decode[n]["value"] > 0 for n in ("decode_greedy", "decode_beam5"))
+    decode = {r["name"]: r for r in bench_decode(batch=2, new_tokens=5, src_len=6, beam=2, repeats=1, with_hf=False,
+                                                 weights=("int8", "bf16"))}
+    searches = ["decode_greedy", "decode_beam2", "decode_greedy_int8", "decode_beam2_int8", "decode_greedy_bf16",
+                "decode_beam2_bf16"]
+    assert {*searches, "decode_greedy_nocache", "decode_cache_speedup"} == decode.keys()
+    assert all(decode[n]["unit"] == "tokens/s" and decode[n]["value"] > 0 for n in searches)
     speedup = decode["decode_cache_speedup"]["value"]
     assert speedup == pytest.approx(decode["decode_greedy"]["value"] / decode["decode_greedy_nocache"]["value"], rel=0.02)
+
+
+def test_bench_decode_compares_each_weights_variant_with_hf_fp32(monkeypatch):
+    """With faked medians (Hugging Face 1 s, ours 0.5 s in fp32, 0.25 s in int8), each search with
+    int8 weights is a ratio against Hugging Face's fp32 search of the same kind."""
+    import attnlab.bench.decode as decode_bench
+
+    def medians(fns, repeats, **kwargs):
+        for fn in fns.values():  # each runs: the int8 searches are real
+            fn()
+        return {name: 1.0 if name.startswith("hf_") else 0.25 if name.endswith("_int8") else 0.5 for name in fns}
+
+    monkeypatch.setattr(decode_bench, "interleaved_medians", medians)
+    decode = {r["name"]: r for r in decode_bench.bench_decode(batch=2, new_tokens=3, src_len=5, beam=2, repeats=1,
+                                                              weights=("int8",))}
+    for search in ("greedy", "beam2"):
+        assert decode[f"decode_{search}"]["ratio"] == 2.0 and decode[f"decode_{search}_int8"]["ratio"] == 4.0
+        assert decode[f"decode_{search}_int8"]["reference"] == "transformers.MarianMTModel"
+        assert decode[f"decode_{search}_int8"]["value"] == 2 * 3 / 0.25
+    assert decode["decode_greedy_nocache"]["reference"] == "transformers.MarianMTModel (use_cache=False)"
+
+
+def lm_run(tmp_path: Path, name: str, letters: str = "abcdefgh", **model) -> Path:
+    """A character LM trained for 40 steps on repeated ``letters``, with ``model`` fields."""
+    text = tmp_path / f"{name}.txt"
+    text.write_text(letters * 50)
+    fields = {"arch": "decoder_lm", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0,
+              "max_len": 24, "positional": "learned"} | model
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": fields, "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 16},
+        "train": {"max_steps": 40, "batch_size": 8, "lr_schedule": "constant", "lr": 0.01, "warmup_steps": 5,
+                  "eval_every": 40, "progress": False}}))
+    done = run_cli("train", str(config), "--out", str(tmp_path / name))
+    assert done.returncode == 0, done.stderr
+    return tmp_path / name
+
+
+def test_bench_lm_run_times_each_way_to_decode_a_trained_run(tmp_path, monkeypatch):
+    """A run with 2 multi-token heads, decoded greedily at batch 1 from 'ab' to its 24 positions:
+    plain (the reference), int8 weights, the compiled step, speculative with the run itself as draft (every
+    proposal accepted) and with its own heads; with every median at 0.5 s, the figures are
+    22 / 0.5 tokens/s and the ratios 1. More proposals than heads, and a draft with another
+    vocabulary, are refused."""
+    import attnlab.bench.lm as lm_bench
+    from attnlab.errors import UsageError
+
+    run = lm_run(tmp_path, "lm", multi_token_heads=2)
+    monkeypatch.setattr(lm_bench, "interleaved_medians", half_a_second)
+    records = {r["name"]: r for r in lm_bench.bench_lm_run(run, (str(run), "heads"), ("int8",), k=2, prompt="ab",
+                                                           compiled=True)}
+    assert list(records) == ["lm_greedy", "lm_greedy_int8", "lm_greedy_compiled", "lm_speculative_lm",
+                             "lm_speculative_heads"]
+    for r in records.values():
+        assert (r["value"], r["batch"], r["new_tokens"]) == (22 / 0.5, 1, 22)
+        assert r.get("ratio", 1.0) == 1.0
+    assert records["lm_speculative_lm"]["acceptance_rate"] == 1.0  # the run drafts for itself
+    assert records["lm_speculative_lm"]["tokens_per_pass"] == pytest.approx(22 / 8)  # ceil(22 / 3) passes
+    assert 0 <= records["lm_speculative_heads"]["acceptance_rate"] <= 1
+    with pytest.raises(UsageError, match="2 multi-token heads, and k \\(3\\)"):
+        next(lm_bench.bench_lm_run(run, ("heads",), k=3))
+    other = lm_run(tmp_path, "other", letters="abcdefgz")
+    with pytest.raises(UsageError, match="has another tgt vocabulary than the model; a draft must share"):
+        next(lm_bench.bench_lm_run(run, (str(other),)))
+    done = run_cli("bench", "lm", "--draft", "heads")
+    assert done.returncode == 2 and done.stderr == ("error: --draft, --weights and --compiled measure a trained run: "
+                                                    "give --run RUN\n")
 
 
 def half_a_second(fns, repeats, **kwargs):

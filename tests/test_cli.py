@@ -212,7 +212,7 @@ def test_demo_with_a_small_budget(tmp_path):
     wrong = run_cli("generate", str(out))
     assert wrong.returncode == 2 and wrong.stderr == (
         f"error: {out} is a run of data.task 'translation'; `attnlab generate` needs data.task 'language_model' "
-        f"(this run's commands: translate, evaluate, score, inspect, prune)\n")
+        f"or 'segment_language_model' (this run's commands: translate, evaluate, score, inspect, prune)\n")
 
 
 def test_generate_and_score_a_language_model(tmp_path):
@@ -259,8 +259,10 @@ def test_bench_decode_reports_greedy_beam_and_the_cache_speedup():
                            "--no-hf", "--json")
     assert done.returncode == 0, done.stderr
     records = {r["name"]: r for r in map(json.loads, done.stdout.splitlines())}
-    assert set(records) == {"decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_cache_speedup"}
-    for name in ("decode_greedy", "decode_beam5", "decode_greedy_nocache"):
+    # the default weights are fp32 and int8: each decodes greedily and with beam 5
+    assert set(records) == {"decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_cache_speedup",
+                            "decode_greedy_int8", "decode_beam5_int8"}
+    for name in ("decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_greedy_int8", "decode_beam5_int8"):
         assert records[name]["unit"] == "tokens/s" and records[name]["value"] > 0 and records[name]["new_tokens"] == 4
     # speedup = t_nocache / t_cache, rounded to 0.01; the tokens/s are rounded to 0.1: the speedup
     # lies in the range those roundings leave (a fixed relative tolerance failed once at a speedup of 0.11)

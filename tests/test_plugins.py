@@ -258,7 +258,7 @@ train: {{max_steps: 30, batch_size: 8, lr_schedule: constant, lr: 0.05, warmup_s
         f"'translation' (this run's commands: generate, score, inspect, prune)\n")
     refused = run_cli("generate", str(tmp_path / "run"), "--seed", "1")  # the task generates; the family has no cache
     assert refused.returncode == 2 and refused.stderr == (
-        f"error: {tmp_path / 'run'} holds a model of arch 'test_bigram'; `attnlab generate` needs 'decoder_lm'\n")
+        f"error: {tmp_path / 'run'} holds a model of arch 'test_bigram'; `attnlab generate` needs 'decoder_lm' or 'transformer_xl'\n")
 
 
 SENTIMENT = """\

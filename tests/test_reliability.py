@@ -260,7 +260,7 @@ CASES = [
     ("a CUDA graph on the CPU", TRANSLATE + ["--kv-cache", "graph"], nothing, USAGE,
      "--kv-cache graph: kv_cache 'graph' records CUDA graphs, and this decode runs on 'cpu'"),
     ("a cache that is no cache", ["evaluate", "{root}/run", "--split", "valid", "--kv-cache", "paged"], nothing, USAGE,
-     "--kv-cache must be one of auto, dynamic, static, graph (got 'paged')"),
+     "--kv-cache must be one of auto, dynamic, static, graph, compiled (got 'paged')"),
     ("a device that is no device", TRANSLATE + ["--device", "gpu"], nothing, CONFIG,
      "--device must be auto, cpu, cuda or cuda:N (got 'gpu')"),
     ("train.device that is no device", TRAIN, config_with(**{"progress: false": "progress: false, device: tpu"}), CONFIG,

@@ -117,6 +117,26 @@ def test_sampling_of_a_decoder_only_model_with_finished_rows_and_a_sliding_conte
 
 
 @torch.no_grad()
+def test_a_compiled_step_decodes_as_the_eager_static_cache():
+    """kv_cache 'compiled': the one-token step through torch.compile gives the eager static cache's
+    log-probabilities step by step (to float tolerance) and its greedy tokens, for a decoder-only
+    model and an encoder-decoder; the prompt runs eagerly."""
+    lm = tiny_model(arch="decoder_lm", positional="rotary")
+    prompt = random_ids(2, 3, generator_seed=4)
+    eager, compiled = (DecodingSession(lm, prompt=prompt, kv_cache=kind) for kind in ("static", "compiled"))
+    tokens = prompt
+    for session in (eager, compiled):
+        session.reserve(6)
+    for _ in range(6):
+        expected = eager.step(tokens)
+        torch.testing.assert_close(compiled.step(tokens), expected, rtol=1e-5, atol=1e-5)
+        tokens = expected.argmax(-1, keepdim=True)
+    model = eos_biased(tiny_model(positional="sinusoidal"), 6.0)
+    assert greedy(model, sources(), max_len=12, kv_cache="compiled") == greedy(model, sources(), max_len=12,
+                                                                               kv_cache="static")
+
+
+@torch.no_grad()
 def test_the_static_buffers_stay_where_they_are():
     """Shapes and addresses fixed from the first step: the precondition of a CUDA graph."""
     model = tiny_model()

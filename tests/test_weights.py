@@ -1,19 +1,35 @@
 """Decoding weights (decode/weights.py): int8 linear layers hold each output channel as int8 with
 the symmetric per-channel scale max|w| / 127.5 and compute what the float layer computes within
 that rounding; bf16 converts every floating tensor; the searches run on both and their
-log-probabilities stay close to fp32's; int8 is refused off the CPU."""
+log-probabilities stay close to fp32's; int8 is refused off the CPU.
+
+Exported runs (`attnlab export`, train/checkpoint.py export_run): the file holds int8 values and
+float32 scales (or bf16 tensors), tied weights come out right, the loaded run computes exactly what
+its source run computes with those weights (logits, beam search, greedy), the checksums cover it,
+and bad input is one line."""
 
 from __future__ import annotations
 
 import copy
+import json
+import re
 
 import pytest
 import torch
+from safetensors import safe_open
 from torch import nn
 
-from attnlab.decode.search import DecodingSession, greedy
-from attnlab.decode.weights import with_weights
-from helpers import random_ids, tiny_model
+from attnlab.cli import main
+from attnlab.decode.search import DecodingSession, beam_search, greedy, sample
+from attnlab.decode.weights import weights_of, with_weights
+from attnlab.errors import CheckpointError, UsageError
+from attnlab.train.checkpoint import WEIGHTS_KEY, export_run, load_run, write_average
+from helpers import random_ids, run_cli, tiny_model
+from test_bench import lm_run
+from test_reliability import CHECKPOINT, USAGE, flip_byte, snapshot
+import test_reliability
+
+workspace = test_reliability.workspace  # a fixture: a corpus, its config and a trained translation run
 
 
 def quantized_linears(model: nn.Module) -> list[nn.Module]:
@@ -59,3 +75,128 @@ def test_int8_is_refused_off_the_cpu_and_unknown_weights_too():
         with_weights(model, "int8")
     with pytest.raises(ValueError, match="weights must be one of fp32, bf16, int8"):
         with_weights(model, "fp16")
+
+
+def test_converted_weights_stay_as_they_are_and_tell_their_kind():
+    model = tiny_model(arch="decoder_lm")
+    assert weights_of(model) == "fp32"
+    lower = with_weights(model, "bf16")
+    assert weights_of(lower) == "bf16" and with_weights(lower, "bf16") is lower
+    with pytest.raises(ValueError, match="the model's weights are bf16 already .* do not become int8"):
+        with_weights(lower, "int8")
+    assert weights_of(with_weights(tiny_model(arch="decoder_lm"), "int8")) == "int8"
+
+
+# -- exported runs ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def runs(workspace, tmp_path_factory):
+    """Two trained runs whose embeddings are tied to the output projection: a translation model
+    (source, target and output: one tensor) and a character LM."""
+    return {"translation": workspace / "run", "lm": lm_run(tmp_path_factory.mktemp("lm"), "lm")}
+
+
+def test_an_int8_export_holds_int8_weights_with_float32_scales_and_the_rest_in_float32(runs, tmp_path):
+    exported, source = export_run(runs["translation"], tmp_path / "int8", "int8")
+    model = load_run(runs["translation"])[0]
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    assert model.generator.weight is model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
+    with safe_open(str(exported), "pt") as f:
+        metadata, stored = f.metadata(), {name: f.get_tensor(name) for name in f.keys()}
+    assert metadata[WEIGHTS_KEY] == "int8" and "per output channel" in metadata["attnlab.layout"]
+    for name, linear in linears.items():  # (out, in) int8, one float32 scale per output channel
+        assert stored[f"{name}.weight"].dtype == torch.int8 and stored[f"{name}.weight"].shape == linear.weight.shape
+        assert stored[f"{name}.weight_scale"].dtype == torch.float32
+        assert stored[f"{name}.weight_scale"].shape == (linear.out_features,)
+    quantised = {f"{name}.{part}" for name in linears for part in ("weight", "weight_scale")}
+    assert {stored[name].dtype for name in set(stored) - quantised} == {torch.float32}  # embeddings, norms, biases
+    # the embedding tables, one tensor, stored once in float32; the output projection as its int8 copy
+    assert metadata["tgt_embed.tokens.weight"] == "src_embed.tokens.weight" and "tgt_embed.tokens.weight" not in stored
+    assert torch.equal(stored["src_embed.tokens.weight"], model.src_embed.tokens.weight)
+    assert exported.stat().st_size < source.stat().st_size
+    assert set(json.loads((exported.parent / "checksums.json").read_text())) == {"model.safetensors", "meta.json"}
+
+
+@pytest.mark.parametrize("weights", ["int8", "bf16"])
+@pytest.mark.parametrize("task", ["translation", "lm"])
+def test_an_exported_run_computes_exactly_what_its_run_computes_with_those_weights(runs, tmp_path, task, weights):
+    export_run(runs[task], tmp_path / "export", weights)
+    exported, _, cfg = load_run(tmp_path / "export")
+    source = load_run(runs[task])[0]
+    assert source.generator.weight is (source.tgt_embed if task == "translation" else source.embed).tokens.weight
+    converted = with_weights(source, weights)
+    assert weights_of(exported) == weights
+    ids = random_ids(3, 7, vocab=cfg.vocab_size)  # (B, T)
+    with torch.no_grad():
+        if task == "translation":
+            src = random_ids(3, 5, vocab=cfg.vocab_size, generator_seed=1)  # (B, S)
+            assert torch.equal(exported(src, ids), converted(src, ids))  # (B, T, V) logits, bit for bit
+            assert beam_search(exported, src, beam=3, min_len=4) == beam_search(converted, src, beam=3, min_len=4)
+            assert greedy(exported, src, min_len=4) == greedy(converted, src, min_len=4)
+        else:
+            assert torch.equal(exported(ids), converted(ids))
+            greedily = dict(prompt=ids[:, :3], max_new_tokens=12, top_k=1, stop_at_eos=False)
+            assert sample(exported, **greedily) == sample(converted, **greedily)
+    if weights == "bf16":
+        assert {p.dtype for p in exported.parameters()} == {torch.bfloat16}
+
+
+def test_attnlab_export_writes_a_run_that_translate_reads_as_its_run_with_those_weights(runs, tmp_path):
+    run, out = runs["translation"], tmp_path / "int8"
+    done = run_cli("export", str(run), "--weights", "int8", "--out", str(out), "--checkpoint", "last")
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"exported \S+ with int8 weights to \S+: [\d.]+ MiB, 0\.\d\d x the checkpoint's [\d.]+ MiB\n"
+                        rf"run directory: {out}\n", done.stdout)
+    (tmp_path / "in.de").write_text("eins zwei drei\nvier\n")
+    translate = ["translate", "--input", str(tmp_path / "in.de"), "--beam", "2", "--min-len", "2"]
+    mine = run_cli(*translate, str(out))
+    assert mine.returncode == 0 and mine.stdout == run_cli(*translate, str(run), "--checkpoint", "last",
+                                                           "--weights", "int8").stdout
+    assert run_cli(*translate, str(out), "--weights", "int8").stdout == mine.stdout  # its own weights: as given
+    refused = run_cli(*translate, str(out), "--weights", "fp32")
+    assert refused.returncode == USAGE and refused.stderr == (
+        "error: --weights fp32: the model's weights are int8 already (a run exported with them), and do not become "
+        "fp32; leave --weights out\n")
+
+
+def test_the_checksums_cover_an_exported_file(runs, tmp_path):
+    exported, _ = export_run(runs["lm"], tmp_path / "bf16", "bf16")
+    flip_byte(exported)
+    with pytest.raises(CheckpointError, match="differs from the recorded"):
+        load_run(tmp_path / "bf16")
+
+
+def test_int8_weights_are_refused_where_they_cannot_run_and_an_export_is_not_trained_or_averaged(runs, tmp_path):
+    export_run(runs["lm"], tmp_path / "int8", "int8")
+    with pytest.raises(UsageError, match=r"int8: its int8 weights cannot run here \(int8 weights run on the CPU's "
+                                         r"kernels, and this model is on 'meta'"):
+        load_run(tmp_path / "int8", device="meta")  # as on CUDA: no int8 kernels there
+    with pytest.raises(CheckpointError, match="holds int8 weights, exported for decoding, where fp32 ones are needed"):
+        write_average(tmp_path / "int8", 1)
+
+
+EXPORT = ["export", "{root}/run", "--weights", "int8", "--out"]
+BAD_EXPORTS = [
+    ("--out exists", EXPORT + ["{root}/out.txt"], USAGE, "{root}/out.txt already exists; pass --force to replace it"),
+    ("--out is the run itself", EXPORT + ["{root}/run", "--force"], USAGE, "holds the run {root}/run itself"),
+    ("not a run directory", ["export", "{root}", "--weights", "int8", "--out", "{root}/new"], CHECKPOINT,
+     "{root}: not a run directory (no config.yaml)"),
+    ("unknown checkpoint", EXPORT + ["{root}/new", "--checkpoint", "7"], CHECKPOINT,
+     "no checkpoint '7' (have best, last, average or a step of 2, 4)"),
+    ("an export of an export", ["export", "{root}/exported", "--weights", "bf16", "--out", "{root}/new"], CHECKPOINT,
+     "holds int8 weights, exported for decoding, where fp32 ones are needed"),
+    ("fp32 is the run itself", EXPORT[:3] + ["fp32", "--out", "{root}/new"], USAGE, "invalid choice: 'fp32'"),
+]
+
+
+@pytest.mark.parametrize("argv, code, message", [c[1:] for c in BAD_EXPORTS], ids=[c[0] for c in BAD_EXPORTS])
+def test_bad_export_input_is_one_line_and_overwrites_nothing(workspace, capsys, argv, code, message):
+    if not (workspace / "exported").exists():
+        export_run(workspace / "run", workspace / "exported", "int8")
+    before = snapshot(workspace)
+    capsys.readouterr()
+    returned = main([a.format(root=workspace) for a in argv])
+    err = capsys.readouterr().err
+    assert returned == code and err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert message.format(root=workspace) in err
+    assert snapshot(workspace) == before and not (workspace / "new").exists()

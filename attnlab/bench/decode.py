@@ -6,11 +6,13 @@ implementations do the same number of steps). Greedy without the cache recompute
 its reference is ``generate(use_cache=False)``. Medians of ``repeats`` runs, interleaved, both
 models and the sources on one device. On a GPU, where the searches decode with a static cache and
 a CUDA graph of the step (``kv_cache`` 'auto'), greedy with the growable cache is timed too: what
-the graph gains.
+the graph gains. ``weights`` adds greedy and beam search with the model's weights in bf16 or int8
+(decode/weights.py), each against Hugging Face's fp32 generate: what fewer bytes of weights gain.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Iterator
 
 import torch
@@ -21,6 +23,7 @@ from attnlab.bench.timing import CPU, checked_length, interleaved_medians
 from attnlab.bench.train import attnlab_model
 from attnlab.data.batching import source_batch
 from attnlab.decode.search import beam_search, greedy
+from attnlab.decode.weights import with_weights
 
 HF = "transformers.MarianMTModel"
 
@@ -37,14 +40,14 @@ def decode_inputs(batch: int, src_len: int, seed: int,
 
 
 def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,
-                 with_hf: bool = True, seed: int = 0, device: torch.device = CPU) -> Iterator[dict]:
+                 with_hf: bool = True, seed: int = 0, device: torch.device = CPU,
+                 weights: tuple[str, ...] = ()) -> Iterator[dict]:
     model, src = decode_inputs(batch, src_len, seed, device)
     n = new_tokens
-    runs: dict[str, Callable[[], None]] = {
-        "decode_greedy": lambda: checked_length(greedy(model, src, max_len=n, min_len=n), n),
-        "decode_beam5": lambda: checked_length([h[0].tokens for h in beam_search(model, src, beam, 0.6, max_len=n, min_len=n)], n),
-        "decode_greedy_nocache": lambda: checked_length(greedy(model, src, max_len=n, min_len=n, use_cache=False), n),
-    }
+    runs: dict[str, Callable[[], None]] = {"decode_greedy_nocache": lambda: checked_length(
+        greedy(model, src, max_len=n, min_len=n, use_cache=False), n)}
+    for suffix, variant in [("", model)] + [(f"_{w}", with_weights(copy.deepcopy(model), w)) for w in weights]:
+        runs |= searches(variant, src, n, beam, suffix)
     if device.type == "cuda":
         runs["decode_greedy_dynamic"] = lambda: checked_length(greedy(model, src, max_len=n, min_len=n,
                                                                       kv_cache="dynamic"), n)
@@ -57,15 +60,18 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
             return lambda: hf.generate(input_ids=src, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
                                        do_sample=False, **kw)
 
-        runs |= {"hf_greedy": generate(num_beams=1), "hf_beam5": generate(num_beams=beam, length_penalty=0.6),
+        runs |= {"hf_greedy": generate(num_beams=1), f"hf_beam{beam}": generate(num_beams=beam, length_penalty=0.6),
                  "hf_greedy_nocache": generate(num_beams=1, use_cache=False)}
     with torch.no_grad():
         seconds = interleaved_medians(runs, repeats, warmup=1, device=device)
     where = device_fields(device)
-    for name in ("decode_greedy", "decode_beam5", "decode_greedy_nocache"):
+    searched = [("greedy", ""), (f"beam{beam}", ""), ("greedy", "_nocache")]
+    searched += [(search, f"_{w}") for w in weights for search in ("greedy", f"beam{beam}")]
+    for search, variant in searched:  # each against Hugging Face's fp32 search
+        name = f"decode_{search}{variant}"
         record = {"name": name, "value": round(batch * n / seconds[name], 1), "unit": "tokens/s", "batch": batch,
                   "new_tokens": n}
-        reference = "hf_" + name.removeprefix("decode_")
+        reference = f"hf_{search}" + ("_nocache" if variant == "_nocache" else "")
         if reference in seconds:
             theirs = batch * n / seconds[reference]
             record |= {"reference": HF + (" (use_cache=False)" if "nocache" in name else ""),
@@ -78,3 +84,11 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
     if "decode_greedy_dynamic" in seconds:
         yield {"name": "decode_graph_speedup", "value": round(seconds["decode_greedy_dynamic"] / seconds["decode_greedy"], 2),
                "unit": "x", "reference": "decode_greedy with kv_cache='dynamic'"} | where
+
+
+def searches(model: torch.nn.Module, src: torch.Tensor, n: int, beam: int, suffix: str) -> dict[str, Callable[[], None]]:
+    """Greedy and beam search of exactly ``n`` new tokens: decode_greedy``suffix``, decode_beam``beam````suffix``."""
+    return {f"decode_greedy{suffix}": lambda: checked_length(greedy(model, src, max_len=n, min_len=n), n),
+            f"decode_beam{beam}{suffix}": lambda: checked_length(
+                [h[0].tokens for h in beam_search(model, src, beam, 0.6, max_len=n, min_len=n)], n)}
+

@@ -1,10 +1,17 @@
 """The character language model of configs/shakespeare_char.yaml (4 layers, 4 heads, d_model 128,
 block 64, batch 12, AdamW): training tokens/s on random characters, and sampling tokens/s with the
-cache at batch 1 and batch 32 (63 new tokens: the model has 64 positions), on one device."""
+cache at batch 1 and batch 32 (63 new tokens: the model has 64 positions), on one device.
+
+With a trained run (:func:`bench_lm_run`), the ways to decode it greedily at batch 1, each against
+plain greedy decoding with the cache in the same run: its weights in bf16 or int8, and speculative
+decoding with each draft (another run with the same tokenizer, or the run's own multi-token heads),
+with the acceptance rate. Random weights would make acceptance meaningless, so this needs runs."""
 
 from __future__ import annotations
 
-from typing import Iterator
+import copy
+from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
 
@@ -13,7 +20,11 @@ from attnlab.bench.timing import CPU, interleaved_medians
 from attnlab.bench.train import attnlab_step
 from attnlab.data.batching import Batch
 from attnlab.decode.search import sample
+from attnlab.decode.speculative import OWN_HEADS, SpeculationStats, speculative_decode
+from attnlab.decode.weights import with_weights
+from attnlab.errors import UsageError
 from attnlab.models import build_model, model_config
+from attnlab.train.checkpoint import load_draft, load_run
 from attnlab.train.config import TrainConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
@@ -56,3 +67,54 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU) -> It
                                 max(1, repeats // 2), device=device)["s"]
         yield {"name": f"lm_sample_b{b}", "value": round(b * new / t, 1), "unit": "tokens/s", "batch": b,
                "new_tokens": new} | where
+
+
+def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[str, ...] = (), k: int = 4,
+                 prompt: str = "\n", new_tokens: int | None = None, repeats: int = 5, compiled: bool = False,
+                 device: torch.device = CPU) -> Iterator[dict]:
+    """Greedy decoding of a trained language model at batch 1: tokens/s of plain decoding with the
+    cache (the reference), of the same with each of ``weights``, with the step compiled
+    (``compiled``: kv_cache 'compiled'; the compilation happens in the untimed warm-up), and of
+    speculative decoding with
+    each of ``drafts`` (a run, or 'heads': the model's own multi-token heads; ``k`` proposals a
+    pass, at most one per head), whose text must be plain greedy's. ``new_tokens``: default, all
+    the positions after the prompt (speculative decoding does not slide past them)."""
+    model, tokenizers, cfg = load_run(run, "best", device)
+    language_model = {"encoder": False, "decoder": True}
+    if any(getattr(cfg.capabilities, name) != value for name, value in language_model.items()):
+        raise UsageError(f"{run} holds a model of arch '{cfg.arch}', not a language model")
+    if OWN_HEADS in drafts and not 1 <= k <= len(model.heads):
+        raise UsageError(f"draft heads: {run} has {len(model.heads)} multi-token heads, and k ({k}) must be between "
+                         f"1 and that")
+    ids = torch.tensor([tokenizers["tgt"].encode(prompt)], device=device)  # (1, P)
+    n = new_tokens or (model.embed.positional.max_positions or ids.shape[1] + 256) - ids.shape[1]
+
+    def plain(m: torch.nn.Module, kv_cache: str = "auto") -> Callable[[], list[int]]:
+        return lambda: sample(m, prompt=ids, max_new_tokens=n, top_k=1, stop_at_eos=False, kv_cache=kv_cache)[0]
+
+    expected = plain(model)()
+    runs = {"lm_greedy": plain(model)} | {f"lm_greedy_{w}": plain(with_weights(copy.deepcopy(model), w))
+                                           for w in weights}
+    if compiled:
+        runs["lm_greedy_compiled"] = plain(model, "compiled")
+    stats: dict[str, SpeculationStats] = {}
+    for draft in drafts:
+        name = f"lm_speculative_{'heads' if draft == OWN_HEADS else Path(draft).name}"
+        drafter = None if draft == OWN_HEADS else load_draft(draft, model, tokenizers, language_model)
+        tokens, stats[name] = speculative_decode(model, drafter, prompt=ids, k=k, max_new_tokens=n, stop_at_eos=False)
+        if tokens != expected:
+            raise RuntimeError(f"{name}: speculative decoding did not give greedy decoding's text")
+        runs[name] = (lambda d: lambda: speculative_decode(model, d, prompt=ids, k=k, max_new_tokens=n,
+                                                           stop_at_eos=False))(drafter)
+    with torch.no_grad():
+        seconds = interleaved_medians(runs, repeats, warmup=1, device=device)
+    where = device_fields(device)
+    for name, t in seconds.items():
+        record = {"name": name, "value": round(n / t, 1), "unit": "tokens/s", "batch": 1, "new_tokens": n}
+        if name != "lm_greedy":
+            record |= {"reference": "lm_greedy (fp32 weights, KV cache)",
+                       "reference_value": round(n / seconds["lm_greedy"], 1), "ratio": round(seconds["lm_greedy"] / t, 3)}
+        if name in stats:
+            record |= {"k": k, "acceptance_rate": round(stats[name].acceptance_rate, 4),
+                       "tokens_per_pass": round(stats[name].tokens_per_pass, 3)}
+        yield record | where

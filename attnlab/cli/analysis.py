@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from attnlab.cli.common import (add_device_option, check_beam, check_new_file, check_task_serves, device_of,
-                                stderr_line)
+from attnlab.cli.common import (add_device_option, add_run_dir_args, check_beam, check_new_file, check_task_serves,
+                                device_of, stderr_line)
 from attnlab.errors import UsageError
 
 
@@ -67,7 +67,7 @@ def cmd_prune(args: argparse.Namespace) -> None:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Add `inspect and prune` to the command line."""
     inspect = sub.add_parser("inspect", help="attention heatmaps, alignments and head entropies for one sentence")
-    inspect.add_argument("run_dir", help="a run directory written by `attnlab train`")
+    add_run_dir_args(inspect)
     inspect.add_argument("--src", help="source sentence (or the text, for a language model; an image file, for an "
                                        "image model)")
     inspect.add_argument("--split", help="instead of --src: mean entropy per layer and head over this split")
@@ -76,8 +76,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     inspect.add_argument("--force", action="store_true", help="overwrite figures in an existing --out")
     inspect.add_argument("--beam", type=int, default=4,
                          help="beam size of the search that makes the target when --tgt is not given (default 4)")
-    inspect.add_argument("--checkpoint", default="best", help="best, last, average or a step number")
-    add_device_option(inspect)
     inspect.set_defaults(func=cmd_inspect)
 
     prune = sub.add_parser("prune", help="rank heads by importance, prune the least important, measure")

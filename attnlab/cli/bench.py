@@ -33,6 +33,8 @@ def emit_comparison(r: dict, as_json: bool) -> None:
             line += f"   {r['reference']}: skipped ({r['skipped_reference']})"
         if "mfu" in r:
             line += f"   MFU {r['mfu']:.1%} vs {r['reference_mfu']:.1%}"
+        if "acceptance_rate" in r:
+            line += f"   k {r['k']}: {r['acceptance_rate']:.1%} accepted, {r['tokens_per_pass']:.2f} tokens a pass"
     emit(r, as_json, line)
 
 
@@ -68,20 +70,35 @@ def cmd_bench_decode(args: argparse.Namespace, device: torch.device) -> None:
 
     if min(args.repeats, args.batch, args.new_tokens) < 1 or args.new_tokens > 500:
         raise UsageError("--repeats and --batch must be at least 1, --new-tokens between 1 and 500")
+    variants = tuple(w for w in args.weights if w != "fp32")
+    if "int8" in variants and device.type != "cpu":
+        raise UsageError(f"--weights int8 runs on the CPU's kernels; on {device} give bf16")
     header(device, f"decoding {args.batch} sources of 24 tokens, exactly {args.new_tokens} new tokens each, "
                    f"d_model 256, 3+3 layers, vocabulary 8000; interleaved, median of {args.repeats}")
-    for r in bench_decode(args.batch, args.new_tokens, repeats=args.repeats, with_hf=not args.no_hf, device=device):
+    for r in bench_decode(args.batch, args.new_tokens, repeats=args.repeats, with_hf=not args.no_hf, device=device,
+                          weights=variants):
         emit_comparison(r, args.json)
 
 
 def cmd_bench_lm(args: argparse.Namespace, device: torch.device) -> None:
     from attnlab.bench.lm import bench_lm
 
-    if args.repeats < 1:
-        raise UsageError("--repeats must be at least 1")
-    header(device, "character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with the "
-                   "cache")
-    for r in bench_lm(args.repeats, device=device):
+    from attnlab.bench.lm import bench_lm_run
+
+    if args.repeats < 1 or args.speculate < 1:
+        raise UsageError("--repeats and --speculate must be at least 1")
+    if args.run is None:
+        if args.draft or args.weights or args.compiled:
+            raise UsageError("--draft, --weights and --compiled measure a trained run: give --run RUN")
+        header(device, "character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with "
+                       "the cache")
+        for r in bench_lm(args.repeats, device=device):
+            emit_comparison(r, args.json)
+        return
+    header(device, f"{args.run}: greedy decoding at batch 1 from --prompt {args.prompt!r}, with the cache; each way "
+                   f"against plain fp32 greedy; interleaved, median of {args.repeats}")
+    for r in bench_lm_run(args.run, tuple(args.draft), tuple(args.weights), args.speculate, args.prompt,
+                          repeats=args.repeats, compiled=args.compiled, device=device):
         emit_comparison(r, args.json)
 
 
@@ -169,7 +186,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    hf=True)
     decode.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sequence (default 64)")
     decode.add_argument("--batch", type=int, default=32, help="sequences decoded together (default 32)")
-    suite("lm", "the character LM: training and sampling tokens/s", cmd_bench_lm, 10)
+    decode.add_argument("--weights", nargs="+", choices=["fp32", "bf16", "int8"], default=["fp32", "int8"],
+                        help="the weights to decode with, each against Hugging Face's fp32 (default fp32 int8; int8 "
+                             "on the CPU only)")
+    lm = suite("lm", "the character LM: training and sampling tokens/s; with --run, a trained run's greedy "
+                     "decoding: plain, bf16/int8 weights, speculative", cmd_bench_lm, 10)
+    lm.add_argument("--run", help="a trained language-model run: time its greedy decoding at batch 1")
+    lm.add_argument("--draft", action="append", default=[], metavar="RUN|heads",
+                    help="with --run: time speculative decoding with this draft (a run with the same tokenizer, or "
+                         "'heads', the run's own multi-token heads); repeat for several")
+    lm.add_argument("--speculate", type=int, default=4, metavar="K", help="tokens a draft proposes a pass (default 4)")
+    lm.add_argument("--weights", nargs="+", choices=["bf16", "int8"], default=[],
+                    help="with --run: time greedy decoding with these weights too")
+    lm.add_argument("--compiled", action="store_true",
+                    help="with --run: time greedy decoding with the step compiled too (--kv-cache compiled; the "
+                         "compilation is not timed)")
+    lm.add_argument("--prompt", default="\n", help="with --run: the text to continue (default a newline)")
     encoder = suite("encoder", "encoder forward tokens/s against transformers' BertModel, same weights",
                     cmd_bench_encoder, 5)
     encoder.add_argument("--batch", type=int, default=32, help="sequences per forward (default 32)")

@@ -68,6 +68,41 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
                         help="where the model runs: auto (the GPU when there is one; default), cpu, cuda or cuda:N")
 
 
+def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """The run directory and its checkpoint."""
+    p.add_argument("run_dir", help="a run directory written by `attnlab train`")
+    p.add_argument("--checkpoint", default="best", help="best (default), last, average, or a step number")
+
+
+def add_run_dir_args(p: argparse.ArgumentParser) -> None:
+    """The run directory, its checkpoint and the device: what every command that uses a run takes."""
+    add_checkpoint_args(p)
+    add_device_option(p)
+
+def add_kv_cache_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kv-cache", default="auto", metavar="auto|dynamic|static|graph|compiled",
+                   help="the cache of keys and values: auto (graph on a GPU where the model allows, else dynamic), "
+                        "dynamic, static (preallocated), graph (static, the step replayed as a CUDA graph) or compiled "
+                        "(static, the step compiled by torch.compile: faster at batch 1 on a CPU after a compilation "
+                        "of about a minute); the same output each way")
+
+
+def add_weights_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", choices=("fp32", "bf16", "int8"),
+                   help="decode with the weights as trained (fp32), in bfloat16, or with int8 linear layers "
+                        "(dynamic per-channel quantisation, CPU only); default: the run's own (fp32, or those of a "
+                        "run written by `attnlab export`)")
+
+
+def add_search_args(p: argparse.ArgumentParser) -> None:
+    """Beam search's options, the cache and the weights: translate's and evaluate's."""
+    p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, as the paper)")
+    p.add_argument("--lenpen", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
+    p.add_argument("--no-cache", action="store_true", help="recompute every prefix (same output, slower)")
+    add_kv_cache_option(p)
+    add_weights_option(p)
+
+
 def device_of(args: argparse.Namespace):
     """The torch.device of ``--device``, refused in one line when it is not on this machine."""
     from attnlab.train.device import resolve_device
@@ -97,11 +132,14 @@ def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
 
 
 def with_weights_of(args: argparse.Namespace, model):
-    """The model with the weights of ``--weights`` (fp32, bf16 or int8), where the command has the option."""
+    """The model with the weights of ``--weights`` (fp32, bf16 or int8), where the command has the option
+    and it is given; else as the run holds them."""
     from attnlab.decode.weights import with_weights
 
+    if getattr(args, "weights", None) is None:
+        return model
     try:
-        return with_weights(model, getattr(args, "weights", "fp32"))
+        return with_weights(model, args.weights)
     except ValueError as err:
         raise UsageError(f"--weights {args.weights}: {err}") from None
 

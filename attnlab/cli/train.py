@@ -1,5 +1,5 @@
-"""`attnlab train`, `sweep` and `average`: training runs, resuming them, grids of them, averaging their
-checkpoints."""
+"""`attnlab train`, `sweep`, `average` and `export`: training runs, resuming them, grids of them, averaging
+their checkpoints, exporting one with bf16 or int8 weights."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+from attnlab.cli.common import add_checkpoint_args
 from attnlab.errors import Interrupted, UsageError
 
 
@@ -103,6 +104,16 @@ def cmd_average(args: argparse.Namespace) -> None:
     print(f"averaged steps {', '.join(map(str, steps))} into {path}")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from attnlab.train.checkpoint import export_run
+
+    exported, source = export_run(args.run_dir, args.out, args.weights, args.checkpoint, args.force)
+    size, original = exported.stat().st_size, source.stat().st_size
+    print(f"exported {source} with {args.weights} weights to {exported}: {size / 2**20:.1f} MiB, "
+          f"{size / original:.2f} x the checkpoint's {original / 2**20:.1f} MiB")
+    print(f"run directory: {args.out}")
+
+
 def cmd_import_hf(args: argparse.Namespace) -> None:
     from attnlab.train.hf import import_bert
 
@@ -113,7 +124,7 @@ def cmd_import_hf(args: argparse.Namespace) -> None:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add `train, sweep, average and import-hf` to the command line."""
+    """Add `train, sweep, average, export and import-hf` to the command line."""
     train = sub.add_parser("train", help="train a model from a config file")
     train.add_argument("config", nargs="?",
                        help="YAML or JSON config with model, data and train sections (with --resume: the run's own "
@@ -146,6 +157,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     average.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5)")
     average.add_argument("--force", action="store_true", help="replace the run's existing average")
     average.set_defaults(func=cmd_average)
+
+    export = sub.add_parser("export", help="a run's checkpoint with bf16 or int8 weights, as a run for decoding",
+                            description="Write a new run directory OUT for decoding: the run's config and tokenizers, "
+                                        "and the checkpoint's weights in bfloat16, or with int8 linear layers (int8 "
+                                        "values and a float32 scale per output channel; the rest float32), in "
+                                        "safetensors with checksums. translate, generate, evaluate, score, inspect "
+                                        "and serve read it as any run; int8 runs on the CPU only.")
+    add_checkpoint_args(export)
+    export.add_argument("--weights", required=True, choices=("bf16", "int8"), help="the weights to store")
+    export.add_argument("--out", required=True, help="the run directory to write")
+    export.add_argument("--force", action="store_true", help="replace an existing OUT")
+    export.set_defaults(func=cmd_export)
 
     hf = sub.add_parser("import-hf", help="make a run directory of a local Hugging Face BERT-family folder",
                         description="Read config.json, model.safetensors and tokenizer.json of a BERT-family folder "

@@ -1,4 +1,4 @@
-"""A decoding step recorded once as a CUDA graph and replayed.
+"""A decoding step recorded once as a CUDA graph and replayed, or compiled.
 
 A step of a small model launches hundreds of kernels of a few microseconds each; launching them
 from Python costs more host time than the GPU spends running them (~4.5 ms a step at batch 32 on
@@ -6,6 +6,10 @@ an H100, issue 18). A CUDA graph records the kernels of one step with their argu
 addresses and shapes) and replays them all with one launch. That holds only if every step reads
 and writes the same tensors: a static KV cache (nn/cache.py, StaticDecoderCache) and an input
 buffer refilled before each replay.
+
+On a CPU the same overhead dominates a small model's step at batch 1: Python and the dispatch of
+hundreds of small operations. torch.compile (TorchInductor) turns the step into generated code;
+the static cache gives it fixed shapes, so it compiles once per shape.
 """
 
 from __future__ import annotations
@@ -59,3 +63,17 @@ class CapturedStep:
         with torch.cuda.graph(self.graph):
             self.logits = self.step(self.tokens)
         return logits
+
+
+class CompiledStep:
+    """``step(tokens) -> logits``, the one-token steps through torch.compile; any other feed (the
+    prompt, BOS with the source) runs as it is. The compiled code is kept by torch for later
+    sessions of the same model and shapes: only the first decode pays for the compilation."""
+
+    def __init__(self, step: Callable[[Tensor], Tensor]) -> None:
+        self.step = step
+        self.compiled = torch.compile(step, dynamic=False)
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """(N, t) new tokens -> (N, 1, V) logits of the token after them."""
+        return self.compiled(tokens) if tokens.shape[1] == 1 else self.step(tokens)

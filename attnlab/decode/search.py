@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
-from attnlab.decode.captured import CapturedStep
+from attnlab.decode.captured import CapturedStep, CompiledStep
 from attnlab.nn.attention import attention_modules
 
 KV_CACHES = {
@@ -32,6 +32,7 @@ KV_CACHES = {
     "dynamic": "a cache that grows as the decode goes",
     "static": "a cache preallocated for the decode's longest output: every step has the same shapes",
     "graph": "'static', with the one-token step recorded as a CUDA graph and replayed (CUDA only)",
+    "compiled": "'static', with the one-token step compiled by torch.compile (the first decode pays for the compilation)",
 }
 
 
@@ -58,7 +59,7 @@ class DecodingSession:
             self.memory = self.src_valid = None
             self.start = prompt
         self.kv_cache = cache_kind(kv_cache, model, self.start.device) if use_cache else None
-        self.static = self.kv_cache in ("static", "graph")
+        self.static = self.kv_cache in ("static", "graph", "compiled")
         self.cache = model.new_cache() if self.kv_cache == "dynamic" else None  # a static one: reserve()
         self.next_logits = self._logits  # (N, t) tokens -> (N, 1, V); a CapturedStep of it with 'graph'
         self.prefix = self.start[:, :0]  # tokens fed so far, kept only without a cache
@@ -75,6 +76,8 @@ class DecodingSession:
             self.cache = self.model.new_cache(capacity=max(0, self.start.shape[1] + new_tokens))
         if self.kv_cache == "graph":
             self.next_logits = CapturedStep(self._logits)
+        if self.kv_cache == "compiled":
+            self.next_logits = CompiledStep(self._logits)
 
     @property
     def max_positions(self) -> int | None:
@@ -93,23 +96,31 @@ class DecodingSession:
             self.prefix = torch.cat([self.prefix, tokens], dim=1)
             tokens = self.prefix
         logits = self.next_logits(tokens)
-        logprobs = logits[:n, -1].float().log_softmax(dim=-1)  # only the last position was projected
-        logprobs[:, [PAD, BOS]] = -torch.inf
-        return logprobs
+        return token_logprobs(logits[:n, -1])  # only the last position was projected
 
     def score(self, tokens: Tensor) -> Tensor:
         """Feed (n, t) new tokens; return (n, t, V) log-probabilities of the token after each of them
         (PAD and BOS ruled out): what a target model checks a draft's t proposals with, in one pass."""
-        if not self.use_cache:
-            self.prefix = torch.cat([self.prefix, tokens], dim=1)
-        fed = tokens if self.use_cache else self.prefix
+        fed = self._fed(tokens)
         if self.seq2seq:
             logits = self.model.decode(fed, self.memory, self.src_valid, self.cache)
         else:
             logits = self.model(fed, cache=self.cache)
-        logprobs = logits[:, -tokens.shape[1]:].float().log_softmax(dim=-1)
-        logprobs[..., [PAD, BOS]] = -torch.inf
-        return logprobs
+        return token_logprobs(logits[:, -tokens.shape[1]:])
+
+    def score_states(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`score` for a DecoderLM, with the (n, t, d_model) decoder states the log-probabilities
+        come from: what its multi-token heads read."""
+        h = self.model.states(self._fed(tokens), cache=self.cache)[:, -tokens.shape[1]:]
+        return token_logprobs(self.model.generator(h)), h
+
+    def _fed(self, tokens: Tensor) -> Tensor:
+        """What a pass over (n, t) new tokens feeds the model: the tokens (with a cache), or the prefix
+        with them."""
+        if self.use_cache:
+            return tokens
+        self.prefix = torch.cat([self.prefix, tokens], dim=1)
+        return self.prefix
 
     def truncate(self, length: int) -> None:
         """Forget the fed positions from ``length`` on (counting the start's), as if they had
@@ -137,6 +148,14 @@ class DecodingSession:
             self.src_valid = self.src_valid.index_select(0, index)
 
 
+def token_logprobs(logits: Tensor) -> Tensor:
+    """(..., V) logits -> float32 log-probabilities of the next token, PAD and BOS ruled out (never
+    an output)."""
+    logprobs = logits.float().log_softmax(dim=-1)
+    logprobs[..., [PAD, BOS]] = -torch.inf
+    return logprobs
+
+
 def _with_rows(x: Tensor, rows: int, fill: int) -> Tensor:
     """(n, ...) -> (rows, ...): x, then rows of ``fill``."""
     return torch.cat([x, x.new_full((rows - x.shape[0], *x.shape[1:]), fill)])
@@ -157,13 +176,17 @@ def cache_kind(kv_cache: str, model: nn.Module, device: torch.device) -> str:
 
 def static_refusal(model: nn.Module, kv_cache: str, device: torch.device) -> str | None:
     """Why ``model`` cannot decode on ``device`` with a 'static' cache (or 'graph': one whose step
-    is recorded as a CUDA graph); None when it can. The attention backends declare what they can."""
+    is recorded as a CUDA graph; or 'compiled'); None when it can. The attention backends declare
+    what they can, and a model whose cache slides (``static_cache = False``) that it has none."""
     if kv_cache == "graph" and device.type != "cuda":
         return (f"kv_cache 'graph' records CUDA graphs, and this decode runs on '{device.type}'; "
                 f"use 'static' or 'dynamic'")
     if kv_cache == "graph" and model.training:
         return ("a model in training mode drops out at random in every step; decode it in eval mode (model.eval()) "
                 "to record its step as a CUDA graph")
+    if not getattr(model, "static_cache", True):  # Transformer-XL: its window slides (nn/memory.py)
+        return (f"{type(model).__name__}'s cache forgets the keys that leave its window, so it has no static cache; "
+                f"use kv_cache 'dynamic'")
     backends = [module.backend for module in attention_modules(model).values()]
     if not backends:
         return f"{type(model).__name__} has no attention keys and values to preallocate; use kv_cache 'dynamic'"

@@ -9,8 +9,10 @@ agrees with plus one token of its own. Each target pass yields between 1 and k +
   one more token is drawn from p. Each token is then distributed exactly as the target's p
   (temperature, top-k and top-p applied to both models alike), whatever the draft.
 
-The draft is another model with the same vocabulary (a smaller run with the same tokenizer). One
-sequence at a time: the two caches keep what was accepted and forget the rest (``truncate``).
+The draft is another model with the same vocabulary (a smaller run with the same tokenizer,
+:class:`ModelDraft`), or the target's own multi-token heads (:class:`HeadsDraft`), which propose
+from the target's last pass at no cost of their own. One sequence at a time: the caches keep what
+was accepted and forget the rest (``truncate``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.data.tokenizers import EOS
-from attnlab.decode.search import DecodingSession, filter_logits, length_limits
+from attnlab.decode.search import DecodingSession, filter_logits, length_limits, token_logprobs
+
+OWN_HEADS = "heads"  # what names the model's own multi-token heads as the draft (`--draft heads`)
 
 
 @dataclass
@@ -75,13 +79,80 @@ class Sampler:
         return float(torch.rand((), generator=self.generator))
 
 
+class ModelDraft:
+    """Another model (a smaller run with the same tokenizer) proposes, one token at a time; it is
+    fed the tokens that are kept and forgets the rest."""
+
+    def __init__(self, model: nn.Module, src: Tensor | None, prompt: Tensor | None) -> None:
+        self.reads_heads = False  # it proposes from its own passes
+        self.session = DecodingSession(model, src=src, prompt=prompt, kv_cache="dynamic")
+        self.pending = self.session.start  # kept tokens it has not been fed yet
+        self.fed = 0  # positions in its cache
+
+    def propose(self, n: int, sampler: Sampler) -> tuple[list[int], list[Tensor]]:
+        """``n`` tokens and the (V,) distribution each was drawn from; the last one is not fed to
+        the draft (the target may replace it)."""
+        tokens: list[int] = []
+        dists: list[Tensor] = []
+        fed = self.pending
+        for i in range(n):
+            token, dist = _choose(self.session.step(fed)[0], sampler)  # from (V,) log-probabilities
+            tokens.append(token)
+            dists.append(dist)
+            if i + 1 < n:
+                fed = fed.new_tensor([[token]])
+        return tokens, dists
+
+    def keep(self, proposals: list[int], accepted: int, token: int, states: Tensor | None) -> None:
+        """The target kept ``accepted`` proposals and added ``token``."""
+        after = self.pending.new_tensor([[token]])
+        if not proposals:  # the draft was fed nothing
+            self.pending = torch.cat([self.pending, after], dim=1)
+        elif accepted == len(proposals):  # it was fed all but its last proposal
+            self.fed += self.pending.shape[1] + accepted - 1
+            self.pending = self.pending.new_tensor([[proposals[-1], token]])
+        else:
+            self.fed += self.pending.shape[1] + accepted
+            self.session.truncate(self.fed)
+            self.pending = after
+
+    def cap(self, limit: int, src: Tensor | None, max_new_tokens: int | None) -> int:
+        """The most new tokens, within the positions the draft can encode too."""
+        return min(limit, int(length_limits(self.session, src, max_new_tokens, feeds_last=False)[0]))
+
+
+class HeadsDraft:
+    """The target's own multi-token heads propose (self-speculative decoding, Gloeckle et al. 2024):
+    head j's distribution at the position whose next token the target just chose drafts the token
+    j places after it. The heads run inside the target's pass: the draft costs no pass of its own."""
+
+    def __init__(self, target: nn.Module) -> None:
+        if not getattr(target, "heads", None):
+            raise ValueError("the model has no multi-token heads to draft with (model.multi_token_heads is 0)")
+        self.target = target
+        self.reads_heads = True
+        self.ahead: Tensor | None = None  # (k, V) the heads' log-probabilities; none before the first pass
+
+    def propose(self, n: int, sampler: Sampler) -> tuple[list[int], list[Tensor]]:
+        chosen = [] if self.ahead is None else [_choose(logprobs, sampler) for logprobs in self.ahead[:n]]
+        return [token for token, _ in chosen], [dist for _, dist in chosen]
+
+    def keep(self, proposals: list[int], accepted: int, token: int, states: Tensor | None) -> None:
+        """The heads at the target's state where it chose ``token`` (the heads read only that one)."""
+        self.ahead = token_logprobs(self.target.ahead(states[accepted][None, None])[0, 0, 1:])  # (k, V)
+
+    def cap(self, limit: int, src: Tensor | None, max_new_tokens: int | None) -> int:
+        return limit  # the heads read the target's positions
+
+
 @torch.no_grad()
-def speculative_decode(target: nn.Module, draft: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None,
-                       k: int = 4, max_new_tokens: int | None = None, sampler: Sampler | None = None,
-                       stop_at_eos: bool = True) -> tuple[list[int], SpeculationStats]:
+def speculative_decode(target: nn.Module, draft: nn.Module | None = None, src: Tensor | None = None,
+                       prompt: Tensor | None = None, k: int = 4, max_new_tokens: int | None = None,
+                       sampler: Sampler | None = None, stop_at_eos: bool = True) -> tuple[list[int], SpeculationStats]:
     """The continuation of one (1, S) ``src`` (encoder-decoders) or (1, P) ``prompt`` (decoder-only
-    models) and what speculation did. ``max_new_tokens``: for an encoder-decoder, default the
-    source length + 50 (as greedy); both are capped by the positions the models can encode."""
+    models) and what speculation did. ``draft``: another model, or None for the target's own
+    multi-token heads (at most k of them propose). ``max_new_tokens``: for an encoder-decoder,
+    default the source length + 50 (as greedy); capped by the positions the models can encode."""
     if k < 1:
         raise ValueError(f"k must be >= 1 (got {k})")
     rows = (src if src is not None else prompt).shape[0]
@@ -89,34 +160,23 @@ def speculative_decode(target: nn.Module, draft: nn.Module, src: Tensor | None =
         raise ValueError(f"speculative decoding takes one sequence at a time (got {rows})")
     sampler = sampler or Sampler()
     big = DecodingSession(target, src=src, prompt=prompt, kv_cache="dynamic")
-    small = DecodingSession(draft, src=src, prompt=prompt, kv_cache="dynamic")
-    limit = _new_token_limit(big, small, src, max_new_tokens)
+    proposer = ModelDraft(draft, src, prompt) if draft is not None else HeadsDraft(target)
+    limit = proposer.cap(int(length_limits(big, src, max_new_tokens, feeds_last=False)[0]), src, max_new_tokens)
     out: list[int] = []
     stats = SpeculationStats()
-    big_pending, small_pending = big.start, small.start  # fed to neither model yet
-    big_fed = small_fed = 0  # positions in each cache
+    pending, fed = big.start, 0  # kept tokens the target has not been fed; positions in its cache
     while len(out) < limit:
-        proposals, q = _propose(small, small_pending, min(k, limit - len(out) - 1), sampler)
-        fed = torch.cat([big_pending, big_pending.new_tensor([proposals])], dim=1) if proposals else big_pending
-        p = big.score(fed)[0, big_pending.shape[1] - 1:]  # (len(proposals) + 1, V): after each proposal
+        proposals, q = proposer.propose(min(k, limit - len(out) - 1), sampler)
+        p, states = _target_pass(big, pending, proposals, proposer.reads_heads)
         accepted, token = _verify(proposals, q, p, sampler)
         stats.proposed += len(proposals)
         stats.accepted += accepted
         stats.target_passes += 1
         stats.accepted_runs.append(accepted)
-        # each cache keeps the pending tokens and the accepted proposals
-        big_fed += big_pending.shape[1] + accepted
-        big.truncate(big_fed)
-        big_pending = big_pending.new_tensor([[token]])
-        if not proposals:  # the draft was fed nothing
-            small_pending = torch.cat([small_pending, big_pending], dim=1)
-        elif accepted == len(proposals):  # the draft fed all but its last proposal
-            small_fed += small_pending.shape[1] + accepted - 1
-            small_pending = big_pending.new_tensor([[proposals[-1], token]])
-        else:
-            small_fed += small_pending.shape[1] + accepted
-            small.truncate(small_fed)
-            small_pending = big_pending
+        fed += pending.shape[1] + accepted  # the target keeps the pending tokens and the accepted proposals
+        big.truncate(fed)
+        proposer.keep(proposals, accepted, token, states)
+        pending = pending.new_tensor([[token]])
         out += [*proposals[:accepted], token]
         if stop_at_eos and EOS in out:
             out = out[:out.index(EOS)]
@@ -125,28 +185,26 @@ def speculative_decode(target: nn.Module, draft: nn.Module, src: Tensor | None =
     return out[:limit], stats
 
 
-def _new_token_limit(big: DecodingSession, small: DecodingSession, src: Tensor | None,
-                     max_new_tokens: int | None) -> int:
-    """The most tokens to produce: the request (or greedy's default), within both models' positions."""
-    limit = int(length_limits(big, src, max_new_tokens, feeds_last=False)[0])
-    return min(limit, int(length_limits(small, src, max_new_tokens, feeds_last=False)[0]))
+def _target_pass(big: DecodingSession, pending: Tensor, proposals: list[int],
+                 states: bool) -> tuple[Tensor, Tensor | None]:
+    """Feed the pending tokens and the proposals to the target: (len + 1, V) log-probabilities
+    after the last pending token and after each proposal, and with ``states`` the decoder's
+    (len + 1, d_model) states at those positions, which multi-token heads read."""
+    fed = torch.cat([pending, pending.new_tensor([proposals])], dim=1) if proposals else pending
+    rows = slice(pending.shape[1] - 1, None)
+    if not states:
+        return big.score(fed)[0, rows], None
+    p, h = big.score_states(fed)
+    return p[0, rows], h[0, rows]
 
 
-def _propose(small: DecodingSession, pending: Tensor, n: int, sampler: Sampler) -> tuple[list[int], list[Tensor]]:
-    """``n`` draft tokens after ``pending`` and the (V,) distribution each was drawn from; the
-    last one is not fed to the draft (the target may replace it)."""
-    tokens: list[int] = []
-    dists: list[Tensor] = []
-    fed = pending
-    for i in range(n):
-        logprobs = small.step(fed)[0]  # (V,)
-        probs = sampler.probs(logprobs) if not sampler.greedy else logprobs
-        token = int(probs.argmax()) if sampler.greedy else sampler.draw(probs)
-        tokens.append(token)
-        dists.append(probs)
-        if i + 1 < n:
-            fed = pending.new_tensor([[token]])
-    return tokens, dists
+def _choose(logprobs: Tensor, sampler: Sampler) -> tuple[int, Tensor]:
+    """A draft token from (V,) log-probabilities and the distribution it was drawn from (for
+    greedy, the log-probabilities themselves: only their argmax matters)."""
+    if sampler.greedy:
+        return int(logprobs.argmax()), logprobs
+    probs = sampler.probs(logprobs)
+    return sampler.draw(probs), probs
 
 
 def _verify(proposals: list[int], q: list[Tensor], p: Tensor, sampler: Sampler) -> tuple[int, int]:

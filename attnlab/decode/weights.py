@@ -10,32 +10,107 @@ quantize_dynamic ran 2-3 times faster than fp32 (a 512 -> 2048 -> 512 MLP, batch
 measured 2026-11-23 on the 2-core machine of docs/results.md, with other jobs running). PyTorch
 marks torch.ao.quantization and its quantized tensors deprecated (torch 2.13 still ships and runs
 them); the warnings are silenced here, and the choice is to revisit when torchao gains CPU kernels.
+
+A model with such weights is also stored (``attnlab export``, train/checkpoint.py): :func:`stored_state`
+gives its tensors as a safetensors file holds them, :func:`load_stored_state` puts them back into a
+model that :func:`with_weights` has converted the same way, so the loaded model computes exactly
+what the converted one did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from typing import Iterator
 
 import torch
 from torch import nn
 
 WEIGHTS = ("fp32", "bf16", "int8")
 
+# How a file holds each kind of weights (the metadata of an exported file says it; fp32 is a model's
+# own state dict).
+LAYOUTS = {
+    "bf16": "every floating tensor in bfloat16",
+    "int8": "each linear layer NAME quantised per output channel, symmetrically (zero points 0): NAME.weight int8 "
+            "(out, in), NAME.weight_scale float32 (out,), weight = int8 value x scale; NAME.bias float32; inputs "
+            "quantised on the fly (torch.ao dynamic quantisation); every other tensor float32",
+}
+
 
 def with_weights(model: nn.Module, weights: str) -> nn.Module:
-    """``model`` (in eval mode) converted in place to ``weights``; int8 only on the CPU."""
+    """``model`` (in eval mode) converted in place to ``weights``; int8 only on the CPU. A model
+    converted already (or loaded from an export) is only ever asked for its own kind: it stays as it is."""
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)} (got {weights!r})")
+    held = weights_of(model)
+    if held == weights:
+        return model
+    if held != "fp32":
+        raise ValueError(f"the model's weights are {held} already (a run exported with them), and do not become "
+                         f"{weights}; leave --weights out")
     if weights == "bf16":
         return model.to(torch.bfloat16)
-    if weights == "int8":
-        device = next(model.parameters()).device
-        if device.type != "cpu":
-            raise ValueError(f"int8 weights run on the CPU's kernels, and this model is on '{device}'; use bf16 there")
-        with warnings.catch_warnings():  # torch.ao.quantization and quantized tensors are marked deprecated
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*", category=UserWarning)
-            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        raise ValueError(f"int8 weights run on the CPU's kernels, and this model is on '{device}'; use bf16 there")
+    with _quiet():
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-            return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
-    return model
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+
+
+def weights_of(model: nn.Module) -> str:
+    """What :func:`with_weights` made of ``model``: 'int8' (it has int8 linear layers), 'bf16' or 'fp32'."""
+    if _int8_linears(model):
+        return "int8"
+    return "bf16" if any(p.dtype == torch.bfloat16 for p in model.parameters()) else "fp32"
+
+
+def stored_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state as plain tensors, which a safetensors file can hold (LAYOUTS): its state
+    dict, where each int8 linear layer NAME gives, instead of torch's packed parameters, NAME.weight
+    (out, in) int8, NAME.weight_scale (out,) float32 (the scheme is symmetric: no zero points) and
+    NAME.bias (out,) if it has one."""
+    linears = _int8_linears(model)
+    packed = tuple(f"{name}." for name in linears)
+    state = {name: t for name, t in model.state_dict().items() if not name.startswith(packed)}
+    for name, linear in linears.items():
+        weight, bias = linear.weight(), linear.bias()
+        state[f"{name}.weight"] = weight.int_repr()
+        state[f"{name}.weight_scale"] = weight.q_per_channel_scales().float()  # float32 scales, held as float64
+        if bias is not None:
+            state[f"{name}.bias"] = bias.detach()
+    return state
+
+
+def load_stored_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Put ``state``, every tensor :func:`stored_state` names for ``model`` and nothing else, into
+    ``model``, whose weights are of the kind the state holds (:func:`with_weights`)."""
+    rest = dict(state)
+    linears = _int8_linears(model)
+    with _quiet():
+        for name, linear in linears.items():
+            scales = rest.pop(f"{name}.weight_scale").double()  # (out,)
+            weight = torch._make_per_channel_quantized_tensor(rest.pop(f"{name}.weight"), scales,
+                                                              torch.zeros_like(scales, dtype=torch.long), 0)
+            linear.set_weight_bias(weight, rest.pop(f"{name}.bias", None))
+    own = model.state_dict()  # the int8 layers' entries as just set, with torch's metadata (their version)
+    own.update(rest)
+    model.load_state_dict(own)
+
+
+def _int8_linears(model: nn.Module) -> dict[str, nn.Module]:
+    """The int8 linear layers of ``model``, by name."""
+    from torch.ao.nn.quantized.dynamic import Linear
+
+    return {name: m for name, m in model.named_modules() if isinstance(m, Linear)}
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence the deprecation warnings of torch.ao.quantization and of quantized tensors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*", category=UserWarning)
+        yield

@@ -13,6 +13,7 @@ from torch import nn
 from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
 from attnlab.eval.metrics import perplexity
+from attnlab.models.family import unwrapped
 from attnlab.nn.losses import label_smoothed_nll
 
 
@@ -28,6 +29,25 @@ def teacher_forced_loss(model: nn.Module, batch: Batch, label_smoothing: float =
     with amp():
         logits = logits_of(model, batch)
     return label_smoothed_nll(logits, batch.tgt_out, label_smoothing, PAD)
+
+
+def multi_token_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0,
+                     amp: Callable[[], ContextManager] = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
+    """Multi-token prediction's loss (Gloeckle et al. 2024) for a DecoderLM: the next-token loss plus,
+    for each extra head j, its weight times its loss on token t + 1 + j (summed over the target
+    tokens, as :func:`teacher_forced_loss`, which it is for a model without extra heads, a plug-in
+    family's included). The NLL is the next-token head's alone: what validation and perplexity
+    measure."""
+    weights = getattr(unwrapped(model), "head_weights", (1.0,))  # (1 + k,)
+    if len(weights) == 1:
+        return teacher_forced_loss(model, batch, label_smoothing, amp)
+    with amp():
+        logits = model(batch.tgt_in, ahead=True)  # (B, T, 1 + k, V)
+    loss, nll = label_smoothed_nll(logits[:, :, 0], batch.tgt_out, label_smoothing, PAD)
+    for j in range(1, min(len(weights), batch.tgt_out.shape[1])):  # a window of T tokens has T - j targets for head j
+        head_loss, _ = label_smoothed_nll(logits[:, :-j, j], batch.tgt_out[:, j:], label_smoothing, PAD)
+        loss = loss + weights[j] * head_loss
+    return loss, nll
 
 
 @torch.no_grad()

@@ -1,22 +1,46 @@
-"""The decoder-only language model (GPT): logits = Generator(Decoder(Embed(x))), causal, no cross-attention."""
+"""The decoder-only language model (GPT): logits = Generator(Decoder(Embed(x))), causal, no cross-attention;
+optionally with multi-token prediction heads (Gloeckle et al. 2024)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attnlab.config import at_least
+from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, register_family
 from attnlab.models.transformer import TransformerConfig
-from attnlab.nn.transformer import DecoderLM
+from attnlab.nn.feedforward import PositionWiseFeedForward
+from attnlab.nn.registry import ACTIVATIONS
+from attnlab.nn.residual import ResidualConnection
+from attnlab.nn.transformer import DecoderLM, MultiTokenHead
 
 
 @dataclass(frozen=True)
 class DecoderLMConfig(TransformerConfig):
-    """The Transformer fields; one stack of ``n_layers`` decoder layers, one embedding table."""
+    """The Transformer fields; one stack of ``n_layers`` decoder layers, one embedding table.
+    ``multi_token_heads``: k extra heads that predict tokens t + 2 ... t + k + 1 (a draft for
+    self-speculative decoding); ``multi_token_weight``: each one's weight in the training loss,
+    beside the next-token loss's 1."""
+
+    multi_token_heads: int = 0
+    multi_token_weight: float = 1.0
+
+    def check(self) -> None:
+        super().check()
+        at_least("multi_token_heads", self.multi_token_heads, 0)
+        if not self.multi_token_weight > 0:
+            raise ConfigError(f"multi_token_weight must be > 0 (got {self.multi_token_weight})")
 
     @property
     def decoder_layers(self) -> int:
         return self.n_layers
+
+
+def multi_token_head(cfg: DecoderLMConfig) -> MultiTokenHead:
+    """A pre-norm residual feed-forward block of the model's sizes, whatever the trunk's norm placement."""
+    ffn = PositionWiseFeedForward(cfg.d_model, cfg.d_ff, ACTIVATIONS[cfg.activation]())
+    return MultiTokenHead(ffn, ResidualConnection(cfg.d_model, cfg.dropout, "pre", cfg.layer_norm_eps))
 
 
 @register_family
@@ -28,7 +52,8 @@ class DecoderLMFamily(ModelFamily):
     @staticmethod
     def build(cfg: DecoderLMConfig) -> DecoderLM:
         embed = parts.embeddings(cfg, cfg.vocab_size)
+        heads = [multi_token_head(cfg) for _ in range(cfg.multi_token_heads)]
         model = DecoderLM(embed, parts.decoder(cfg, cfg.n_layers, cross=False), parts.output_projection(cfg, embed),
-                          cfg.pad_id)
+                          cfg.pad_id, heads, cfg.multi_token_weight)
         parts.init_weights(model)
         return model

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab.config import RegisteredConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
@@ -159,6 +160,17 @@ def written_by_0_1(data: dict[str, Any]) -> dict[str, Any]:
     this one does not have (its builder never read them); a new run's section is unchanged."""
     own = family_named(data.get("arch", DEFAULT_ARCH)).config.field_names()
     return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
+
+
+def uncompiled(model: nn.Module) -> nn.Module:
+    """The module inside torch.compile's wrapper (the module itself when not compiled)."""
+    return getattr(model, "_orig_mod", model)
+
+
+def unwrapped(model: nn.Module) -> nn.Module:
+    """The model itself, inside torch.compile's and DDP's wrappers."""
+    model = uncompiled(model)
+    return model.module if isinstance(model, DDP) else model
 
 
 def build_model(cfg: FamilyConfig) -> nn.Module:

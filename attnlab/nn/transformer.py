@@ -1,7 +1,8 @@
 """The Transformer family: embeddings, encoder and decoder stacks, and the three models.
 
 EncoderDecoder  seq2seq (Vaswani et al. 2017):  logits = Generator(Decoder(Embed(y), Encoder(Embed(x))))
-DecoderLM       GPT-style language model:        logits = Generator(Decoder(Embed(x)))  (causal, no cross-attention)
+DecoderLM       GPT-style language model:        logits = Generator(Decoder(Embed(x)))  (causal, no cross-attention),
+                optionally with multi-token heads: logits_j = Generator(Head_j(Decoder(Embed(x)))), token t + 1 + j
 EncoderOnly     BERT-style:                      masked-LM logits, or class logits from a pooled vector
 
 Models take token ids and find padding from ``pad_id``. Decoders accept a :class:`DecoderCache`;
@@ -173,19 +174,52 @@ class EncoderDecoder(Seq2Seq):
         return self.decoder.new_cache(capacity)
 
 
-class DecoderLM(nn.Module):
-    """A causal language model. ``model(ids)`` -> (B, T, V) logits of each next token."""
+class MultiTokenHead(nn.Module):
+    """An extra output head of multi-token prediction (Gloeckle et al. 2024): the trunk's state at
+    position t through a pre-norm residual feed-forward block, h + FFN(LayerNorm(h)), which the
+    shared output projection reads as token t + 1 + j. (Gloeckle et al. give each head a whole
+    Transformer layer; a feed-forward block, Medusa's head (Cai et al. 2024), keeps no cache of its
+    own, so a draft from the heads costs no extra pass when decoding.)"""
 
-    def __init__(self, embed: Embeddings, decoder: Decoder, generator: nn.Linear, pad_id: int) -> None:
+    def __init__(self, ffn: nn.Module, residual: nn.Module) -> None:
+        super().__init__()
+        self.ffn, self.residual = ffn, residual
+
+    def forward(self, h: Tensor) -> Tensor:
+        """(B, T, d_model) -> (B, T, d_model)."""
+        return self.residual(h, self.ffn)
+
+
+class DecoderLM(nn.Module):
+    """A causal language model. ``model(ids)`` -> (B, T, V) logits of each next token; with
+    ``heads`` (multi-token prediction), ``model(ids, ahead=True)`` -> (B, T, 1 + k, V): the next
+    token's logits, then head j's for token t + 1 + j. ``head_weights``: each head's weight in the
+    training loss (1 for the next token)."""
+
+    def __init__(self, embed: Embeddings, decoder: Decoder, generator: nn.Linear, pad_id: int,
+                 heads: list[MultiTokenHead] | None = None, head_weight: float = 1.0) -> None:
         super().__init__()
         self.embed, self.decoder, self.generator = embed, decoder, generator
+        self.heads = nn.ModuleList(heads or [])
+        self.head_weights = (1.0,) + (head_weight,) * len(self.heads)
         self.pad_id = pad_id
 
-    def forward(self, ids: Tensor, cache: DecoderCache | None = None, last_only: bool = False) -> Tensor:
-        """(B, T) ids (the new steps only, with a cache) -> (B, T, V) logits (``last_only``: (B, 1, V))."""
+    def forward(self, ids: Tensor, cache: DecoderCache | None = None, last_only: bool = False,
+                ahead: bool = False) -> Tensor:
+        """(B, T) ids (the new steps only, with a cache) -> (B, T, V) logits (``last_only``: (B, 1, V);
+        ``ahead``: (B, T or 1, 1 + k, V), every head's)."""
+        y = self.states(ids, cache)
+        y = y[:, -1:] if last_only else y
+        return self.ahead(y) if ahead else self.generator(y)
+
+    def states(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """(B, T) ids -> (B, T, d_model): the decoder's output, which every head reads."""
         positions = self.embed.positions(cache.offset if cache is not None else 0, ids.shape[1], ids.device)
-        y = self.decoder(self.embed(ids, positions), ids != self.pad_id, positions, cache=cache)
-        return self.generator(y[:, -1:] if last_only else y)
+        return self.decoder(self.embed(ids, positions), ids != self.pad_id, positions, cache=cache)
+
+    def ahead(self, y: Tensor) -> Tensor:
+        """(B, T, d_model) states -> (B, T, 1 + k, V): the next token's logits, then each head's."""
+        return torch.stack([self.generator(h) for h in (y, *(head(y) for head in self.heads))], dim=2)
 
     def new_cache(self, capacity: int | None = None) -> DecoderCache:
         """A growable cache, or a static one of ``capacity`` positions (within max_len)."""

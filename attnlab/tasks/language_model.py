@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import ClassVar, Optional, Sequence
 
 import torch
 
@@ -15,7 +15,8 @@ from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
 from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
-from attnlab.tasks.task import Batching, NextTokenTask, TaskConfig, Tokenizers, batch_seed, register_task
+from attnlab.eval.likelihood import multi_token_loss
+from attnlab.tasks.task import Amp, Batching, NextTokenTask, TaskConfig, Tokenizers, batch_seed, register_task
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class LanguageModel(NextTokenTask):
     metrics = {"valid_loss": True, "valid_ppl": True}
     commands = ("generate", "score", "inspect", "prune")
     tokenizers = ("tgt",)
+    layout: ClassVar[type[LMData]] = LMData  # how the splits become batches
 
     @classmethod
     def prepare(cls, cfg: LanguageModelConfig, batching: Batching, tokenizers: Tokenizers | None = None,
@@ -112,7 +114,12 @@ class LanguageModel(NextTokenTask):
                 where = cfg.valid if name == "valid" and cfg.valid is not None else cfg.train
                 raise DataError(f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
                                 f"({cfg.block_size + 1})")
-        return LMData(tokenizers, splits, cfg.block_size, batching.batch_size, batching.seed)
+        return cls.layout(tokenizers, splits, cfg.block_size, batching.batch_size, batching.seed)
+
+    @classmethod
+    def loss(cls, model: torch.nn.Module, batch: Batch, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next-token loss, plus the multi-token heads' where the model has them."""
+        return multi_token_loss(model, batch, label_smoothing, amp)
 
     @classmethod
     def describe(cls, data: LMData) -> str:

@@ -18,6 +18,13 @@ model goes through the family registry (build_run_model). Nothing here unpickles
       tensorboard/                  the same scalars for TensorBoard
       summary.json                  the run's final figures
       pruned_heads.json             only after `attnlab prune`: the heads cut out of the weights
+
+`attnlab export` (export_run) writes a run for decoding: the files above that make its model and
+tokenizers, and one checkpoint, checkpoints/step-N/ without trainer_state.pt, whose model.safetensors
+holds bf16 or int8 weights (decode/weights.py's stored_state; its metadata names the kind under
+"attnlab.weights" and the layout under "attnlab.layout"). load_run converts the freshly built model
+to that kind before loading, so every command that reads runs reads it; training from it, resuming
+it or averaging it is refused.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from torch import nn
 
 from attnlab.config import dump_yaml, read_config_file
 from attnlab.data.tokenizers import Tokenizer
+from attnlab.decode.weights import LAYOUTS, load_stored_state, stored_state, weights_of, with_weights
 from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
 from attnlab.models import FamilyConfig, build_model, model_config
@@ -46,6 +54,8 @@ from attnlab.train.distributed import placed_like
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
 CHECKSUM_FILE = "checksums.json"
+WEIGHTS_KEY = "attnlab.weights"  # the metadata naming a weights file's kind, where it is not fp32 (an export)
+LAYOUT_KEY = "attnlab.layout"  # and saying how such a file holds them (decode/weights.py LAYOUTS)
 
 
 def _sha256(path: Path) -> str:
@@ -98,6 +108,12 @@ class RunDir:
 
     def tokenizer_file(self, role: str) -> Path:
         return self.path / f"tokenizer-{role}.json"
+
+    def model_files(self) -> list[Path]:
+        """The files that make the run's model and tokenizers, those it has: config.yaml, the
+        tokenizers, task_state.json and pruned_heads.json."""
+        tokenizers = [self.tokenizer_file(role) for role in self.read_config()[1].task.tokenizers]
+        return [p for p in (self.config, *tokenizers, self.task_state, self.pruned_heads) if p.is_file()]
 
     # -- config and tokenizers ----------------------------------------------------------------
     def write_config(self, model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> None:
@@ -267,36 +283,61 @@ def stored_weights(weights: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Te
     return tensors, aliases
 
 
-def save_weights(weights: dict[str, torch.Tensor], path: str | Path) -> None:
-    """Write a model's state dict to a safetensors file (:func:`stored_weights`); any failure is one line."""
+def save_weights(weights: dict[str, torch.Tensor], path: str | Path, kind: str = "fp32") -> None:
+    """Write a model's state dict (or, for ``kind`` bf16 or int8, its decode/weights.py stored_state) to
+    a safetensors file (:func:`stored_weights`), the kind and its layout in the metadata where it is not
+    fp32; any failure is one line."""
     tensors, aliases = stored_weights(weights)
+    described = {WEIGHTS_KEY: kind, LAYOUT_KEY: LAYOUTS[kind]} if kind != "fp32" else {}
     try:
-        save_file(tensors, str(path), metadata=aliases or None)
+        save_file(tensors, str(path), metadata=(aliases | described) or None)
     except (SafetensorError, OSError, RuntimeError, ValueError) as err:
         raise CheckpointError(f"{path}: cannot save weights ({str(err).splitlines()[0]})") from None
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
     """Load safetensors weights into ``model`` (on any device, in place, whatever its storage layout),
-    refusing a file that fails its checksum and missing, extra or mis-shaped tensors."""
+    refusing a file that fails its checksum, holds another kind of weights than the model (an
+    export's bf16 or int8: see :func:`load_run`), or missing, extra or mis-shaped tensors."""
+    _put_weights(model, path, *_read_weights(path))
+
+
+def _read_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors of a safetensors file and its metadata, once its checksum has passed."""
     verify_checksum(Path(path))
     try:
         with safe_open(str(path), "pt") as f:
-            aliases = f.metadata() or {}
-        stored = load_file(str(path))
-        wanted = model.state_dict()
-        sources = {name: name if name in stored else aliases.get(name) for name in wanted}
+            metadata = f.metadata() or {}
+        return load_file(str(path)), metadata
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
+
+
+def _put_weights(model: nn.Module, path: str | Path, stored: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """:func:`load_weights` once the file is read: ``metadata`` has its kind and its aliases (tied tensors)."""
+    kind, held = metadata.get(WEIGHTS_KEY, "fp32"), weights_of(model)
+    if kind != held:
+        raise CheckpointError(f"{path}: holds {kind} weights, exported for decoding, where {held} ones are needed "
+                              f"(training, resuming, averaging, exporting and init_from take a run's own checkpoints)")
+    try:
+        wanted = stored_state(model)
+        sources = {name: name if name in stored else metadata.get(name) for name in wanted}
         state = {name: stored[source] for name, source in sources.items() if source in stored}
         missing = [name for name in wanted if name not in state]
         unexpected = sorted(set(stored) - set(wanted))
-        if missing or unexpected:
-            raise RuntimeError("; ".join(part for part in (
-                missing and f"missing {len(missing)} tensor(s): {', '.join(missing[:3])}{' ...' * (len(missing) > 3)}",
-                unexpected and f"unexpected {len(unexpected)} tensor(s): "
-                               f"{', '.join(unexpected[:3])}{' ...' * (len(unexpected) > 3)}") if part))
-        model.load_state_dict(placed_like(wanted, state), strict=True)  # split as its own, if sharded
-    except (SafetensorError, OSError, RuntimeError) as err:
+        misshaped = [f"{name} {tuple(t.shape)} for {tuple(wanted[name].shape)}" for name, t in state.items()
+                     if t.shape != wanted[name].shape]
+        if missing or unexpected or misshaped:
+            raise RuntimeError("; ".join(_listed(what, names) for what, names in (
+                ("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)) if names))
+        load_stored_state(model, placed_like(wanted, state))  # split as its own, if sharded
+    except RuntimeError as err:
         raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
+
+
+def _listed(what: str, names: list[str]) -> str:
+    """'missing 5 tensor(s): a, b, c ...'"""
+    return f"{what} {len(names)} tensor(s): {', '.join(names[:3])}{' ...' * (len(names) > 3)}"
 
 
 def _first_line(err: Exception) -> str:
@@ -337,9 +378,33 @@ def load_run(path: str | Path, checkpoint: str = "best",
     decoding needs. ``checkpoint`` as in :func:`checkpoint_file`."""
     run = RunDir(path)
     model_cfg, _, _ = run.read_config()
-    model = build_run_model(run, model_cfg)
-    load_weights(model, checkpoint_file(run, checkpoint))
-    return model.to(device).eval(), run.read_tokenizers(), model_cfg
+    file = checkpoint_file(run, checkpoint)
+    stored, metadata = _read_weights(file)
+    model = build_run_model(run, model_cfg).to(device).eval()
+    kind = metadata.get(WEIGHTS_KEY, "fp32")
+    try:
+        with_weights(model, kind)  # an export's bf16 or int8 weights load into a model converted as they were
+    except ValueError as err:
+        raise UsageError(f"{run.path}: its {kind} weights cannot run here ({err})") from None
+    _put_weights(model, file, stored, metadata)
+    return model, run.read_tokenizers(), model_cfg
+
+
+def load_draft(path: str | Path, model: nn.Module, tokenizers: dict[str, Tokenizer | None],
+               needs: dict[str, bool]) -> nn.Module:
+    """A draft for speculative decoding with ``model``: the best checkpoint of run ``path``, on the
+    model's device, whose family has the capabilities ``needs`` and whose tokenizers are the
+    model's (a draft's token ids must mean the same tokens)."""
+    draft, draft_tokenizers, draft_cfg = load_run(path, "best", next(model.parameters()).device)
+    if any(getattr(draft_cfg.capabilities, name) != value for name, value in needs.items()):
+        raise UsageError(f"draft {path} holds a model of arch '{draft_cfg.arch}', which cannot draft for this model")
+    for role, tok in tokenizers.items():
+        other = draft_tokenizers.get(role)
+        if tok is not None and (other is None or other.vocab_size != tok.vocab_size
+                                or other.id_tokens(range(tok.vocab_size)) != tok.id_tokens(range(tok.vocab_size))):
+            raise UsageError(f"draft {path} has another {role} vocabulary than the model; a draft must share the "
+                             f"model's tokenizers")
+    return draft
 
 
 def average_checkpoints(model: nn.Module, paths: list[Path]) -> nn.Module:
@@ -355,10 +420,11 @@ def average_checkpoints(model: nn.Module, paths: list[Path]) -> nn.Module:
 
 
 def write_checkpoint(directory: Path, weights: dict[str, torch.Tensor], meta: dict[str, Any],
-                     trainer_state: dict[str, Any] | None = None) -> None:
-    """The files of one checkpoint (a model's state dict, the trainer's state if any, meta.json),
-    then their checksums, which every load verifies. Every checkpoint writer goes through here."""
-    save_weights(weights, directory / MODEL_FILE)
+                     trainer_state: dict[str, Any] | None = None, kind: str = "fp32") -> None:
+    """The files of one checkpoint (a model's state dict, or weights of another ``kind`` as
+    :func:`save_weights` takes them; the trainer's state if any; meta.json), then their checksums,
+    which every load verifies. Every checkpoint writer goes through here."""
+    save_weights(weights, directory / MODEL_FILE, kind)
     if trainer_state is not None:
         torch.save(trainer_state, directory / STATE_FILE)
     (directory / META_FILE).write_text(json.dumps(meta, indent=2))
@@ -384,3 +450,45 @@ def write_average(path: str | Path, last: int, force: bool = False) -> tuple[Pat
     write_checkpoint(staged, model.state_dict(), {"averaged_steps": steps})
     publish_dir(staged, final)
     return final, steps
+
+
+def export_run(path: str | Path, out: str | Path, weights: str, checkpoint: str = "best",
+               force: bool = False) -> tuple[Path, Path]:
+    """Write ``checkpoint`` of run ``path`` with ``weights`` (bf16 or int8) as a new run directory
+    ``out``, for decoding (atomically; an existing ``out`` is replaced only with ``force``): the run's
+    :meth:`RunDir.model_files` and one checkpoint, step-N (the source's step; an average's newest),
+    whose meta.json adds where it came from. Returns the exported weights file and the source's."""
+    run, final = RunDir(path), Path(out)
+    if final.exists() and not force:
+        raise UsageError(f"{final} already exists; pass --force to replace it")
+    if final.resolve() in (run.path.resolve(), *run.path.resolve().parents):
+        raise UsageError(f"--out {final} holds the run {run.path} itself; choose another")
+    model_cfg, _, _ = run.read_config()
+    source = checkpoint_file(run, checkpoint)
+    model = build_run_model(run, model_cfg).eval()
+    load_weights(model, source)
+    try:
+        with_weights(model, weights)
+    except ValueError as err:
+        raise UsageError(f"--weights {weights}: {err}") from None
+    meta = _meta_with_step(source.parent) | {"exported": {"run": str(run.path), "checkpoint": checkpoint,
+                                                          "weights": weights}}
+    staged = staging_dir(final)
+    for file in run.model_files():
+        shutil.copyfile(file, staged / file.name)
+    directory = RunDir(staged).step_dir(meta["step"])
+    directory.mkdir(parents=True)
+    write_checkpoint(directory, stored_state(model), meta, kind=weights)
+    publish_dir(staged, final)
+    return RunDir(final).step_dir(meta["step"]) / MODEL_FILE, source
+
+
+def _meta_with_step(directory: Path) -> dict[str, Any]:
+    """A checkpoint's meta.json, after its checksum, with its step (an average's: its newest step)."""
+    path = directory / META_FILE
+    verify_checksum(path)
+    try:
+        meta = json.loads(path.read_text())
+        return meta | {"step": meta["step"] if "step" in meta else meta["averaged_steps"][-1]}
+    except (OSError, UnicodeDecodeError, ValueError, LookupError, TypeError) as err:
+        raise CheckpointError(f"{path}: cannot read ({err!r})") from None

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import teacher_forced_loss
+from attnlab.models.family import uncompiled, unwrapped
 from attnlab.nn.transformer import Embeddings
 from attnlab.tasks.task import Batch
 from attnlab.train.config import TrainConfig
@@ -103,7 +104,7 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
         total = world.all_sum(n_tokens)[0] if world else n_tokens
     scale = (world.size if world else 1) / total
     loss_sum = nll_sum = 0.0
-    ddp = _uncompiled(model)
+    ddp = uncompiled(model)
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
         sync = contextlib.nullcontext() if last or not isinstance(ddp, DDP) else ddp.no_sync()
@@ -135,7 +136,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     sums = accumulate_gradients(model, batches, cfg, amp, scaler, world, global_tokens, objective)
     if scaler is not None:
         scaler.unscale_(optimizer)
-    per_layer = layer_grad_norms(_unwrapped(model)) if layer_norms else None
+    per_layer = layer_grad_norms(unwrapped(model)) if layer_norms else None
     grad_norm = float(whole(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf)))
     finite = math.isfinite(sums["loss_sum"]) and (scaler is not None or math.isfinite(grad_norm))
     if finite:
@@ -150,17 +151,6 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     out = {"loss": sums["loss_sum"] / n_tokens, "nll": sums["nll_sum"] / n_tokens, "tokens": n_tokens,
            "grad_norm": grad_norm, "lr": lr, "finite": finite}
     return out if per_layer is None else out | {"layer_grad_norms": per_layer}
-
-
-def _uncompiled(model: nn.Module) -> nn.Module:
-    """The module inside torch.compile's wrapper (the module itself when not compiled)."""
-    return getattr(model, "_orig_mod", model)
-
-
-def _unwrapped(model: nn.Module) -> nn.Module:
-    """The model itself, inside torch.compile's and DDP's wrappers."""
-    model = _uncompiled(model)
-    return model.module if isinstance(model, DDP) else model
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
