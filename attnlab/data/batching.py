@@ -1,5 +1,5 @@
 """Batches: padding (to a multiple of 8, for few shapes), teacher-forcing shifts, token-budget
-length bucketing, and LM blocks.
+length bucketing, LM blocks, and a stream's consecutive segments (Transformer-XL's layout).
 
 For a target y = y_1 ... y_n the decoder reads ``tgt_in`` = BOS y_1 ... y_n and is trained to
 predict ``tgt_out`` = y_1 ... y_n EOS (teacher forcing). Sources end with EOS, as in fairseq.
@@ -113,3 +113,45 @@ def lm_eval_blocks(data: Tensor, block_size: int, batch_size: int) -> list[Batch
     n = (len(data) - 1) // block_size
     windows = torch.stack([data[i * block_size: i * block_size + block_size + 1] for i in range(n)])
     return [Batch(None, w[:, :-1], w[:, 1:]) for w in windows.split(batch_size)]
+
+
+class SegmentRows:
+    """Rows of a stream read segment by segment (:func:`lm_segments`), and what a model carries from
+    one segment of them to the next (Transformer-XL's memory): ``keep(k, value)`` after segment k,
+    ``carried(k)`` before it, which is None unless segment k - 1 was the last one read (the first
+    segment, a resumed run, another pass over the batches)."""
+
+    def __init__(self) -> None:
+        self.index, self.value = -1, None
+
+    def carried(self, k: int):
+        return self.value if self.index == k - 1 else None
+
+    def keep(self, k: int, value) -> None:
+        self.index, self.value = k, value
+
+
+@dataclass
+class SegmentBatch(Batch):
+    """Segment ``index`` of every row of ``rows``: tgt_in, tgt_out (B, T)."""
+
+    rows: SegmentRows
+    index: int
+
+    def to(self, device: torch.device | str) -> "SegmentBatch":
+        return SegmentBatch(None, self.tgt_in.to(device), self.tgt_out.to(device), self.rows, self.index)
+
+
+def lm_segments(data: Tensor, segment_length: int, rows: int) -> list[SegmentBatch]:
+    """Transformer-XL's layout of a (N,) stream: cut into ``rows`` contiguous rows of equal length
+    (fewer when it has fewer whole segments), each read in consecutive segments of ``segment_length``
+    tokens (the last one of a row may be shorter). Batch k holds segment k of every row, so row i of
+    batch k + 1 continues row i of batch k; all share one :class:`SegmentRows`. The last (N - 1) %
+    rows tokens are left out; tgt_out is tgt_in shifted by one."""
+    rows = max(1, min(rows, (len(data) - 1) // segment_length))
+    length = (len(data) - 1) // rows  # (rows, length) inputs, each row's targets one further on
+    inputs, targets = data[: rows * length].view(rows, length), data[1: rows * length + 1].view(rows, length)
+    carrier = SegmentRows()
+    return [SegmentBatch(None, inputs[:, s: s + segment_length].contiguous(),
+                         targets[:, s: s + segment_length].contiguous(), carrier, k)
+            for k, s in enumerate(range(0, length, segment_length))]

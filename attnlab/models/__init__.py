@@ -21,6 +21,7 @@ from attnlab.models.encoder_decoder import EncoderDecoderConfig
 from attnlab.models.decoder_lm import DecoderLMConfig
 from attnlab.models.encoder_only import EncoderOnlyConfig
 from attnlab.models.rnn import RNNConfig
+from attnlab.models.transformer_xl import TransformerXLConfig
 from attnlab.models.graph import GraphConfig
 from attnlab.models.vit import ViTConfig
 from attnlab.models.cnn import CNNConfig
@@ -31,5 +32,5 @@ from attnlab.models.last_value import LastValueConfig
 
 __all__ = ["FAMILIES", "Capabilities", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "EncoderDecoderConfig", "DecoderLMConfig", "EncoderOnlyConfig",
-           "RNNConfig", "GraphConfig", "ViTConfig", "CNNConfig", "PatchTSTConfig", "DLinearConfig",
-           "LastValueConfig"]
+           "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CNNConfig", "PatchTSTConfig",
+           "DLinearConfig", "LastValueConfig"]

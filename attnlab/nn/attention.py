@@ -141,6 +141,12 @@ class MultiHeadAttention(nn.Module):
         out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dh))  # (B, Tq, d_model)
         return out, (probs if need_weights else None)
 
+    def keys_values(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Self-attention's keys and values, (B, H, T, Dh) each, of (B, T, d_model) inputs at (T,)
+        positions: what a pass over them attends over (Transformer-XL's memory, nn/memory.py)."""
+        _, k, v = self._heads(self.qkv_proj(x), 3)
+        return self.positional.rotate(k, positions), v
+
     def prune_heads(self, heads: list[int]) -> None:
         """Remove these heads from the weights (Michel et al. 2019): their rows of the Q, K and V
         projections, their columns of the output projection, and their share of per-head positional

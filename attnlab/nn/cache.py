@@ -62,6 +62,14 @@ class KVCache:
                              "back positions (speculative decoding needs one that caches keys and values)")
         self._length = min(self._length, length)
 
+    def forget_oldest(self, n: int) -> None:
+        """Forget the ``n`` oldest positions, moving the rest to the front of the buffers (a window that
+        slides: Transformer-XL's memory, nn/memory.py)."""
+        kept = self._length - n
+        for buffer in (self._k, self._v):
+            buffer[:, :, :kept] = buffer[:, :, n:self._length].clone()
+        self._length = kept
+
     def _grown(self, old: Tensor | None, new: Tensor, capacity: int) -> Tensor:
         buffer = new.new_empty(*new.shape[:2], capacity, new.shape[3])
         if old is not None:

@@ -62,3 +62,10 @@ class DecoderLayer(nn.Module):
                                              positions=None if memory_positions is None
                                              else (positions[0], memory_positions))[0])
         return y if self.feed_forward is None else self.feed_forward_residual(y, self.feed_forward)
+
+    def memory_keys_values(self, states: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Transformer-XL's memory (nn/memory.py): the self-attention keys and values, (B, H, M, Dh) each,
+        of (B, M, d_model) states that entered this layer at earlier (M,) positions, read as
+        self-attention reads its input (normalised first in a pre-norm block)."""
+        residual = self.self_attn_residual
+        return self.self_attn.keys_values(residual.norm(states) if residual.pre_norm else states, positions)

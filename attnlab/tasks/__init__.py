@@ -24,10 +24,11 @@ from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig
 from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
 from attnlab.tasks.node_classification import NodeClassification, NodeClassificationConfig
 from attnlab.tasks.forecasting import Forecasting, ForecastingConfig
+from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLanguageModelConfig
 # isort: on
 
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",
            "ImageClassificationConfig", "NodeClassification", "NodeClassificationConfig",
-           "Forecasting", "ForecastingConfig"]
+           "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig"]

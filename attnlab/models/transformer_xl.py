@@ -1,0 +1,66 @@
+"""Transformer-XL (Dai et al. 2019): a decoder-only language model that reads a text in consecutive
+segments, each layer attending over the memory of the states it saw at the positions before the
+segment (nn/memory.py). Trained and evaluated by data.task 'segment_language_model', which reads the
+text in consecutive segments so that the memory of one batch is the context of the next."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnlab.config import at_least
+from attnlab.errors import ConfigError
+from attnlab.models import transformer as parts
+from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.transformer import TransformerConfig
+from attnlab.nn.memory import MemoryDecoder, TransformerXL
+from attnlab.nn.registry import ATTENTION_BACKENDS, POSITIONAL
+
+
+@dataclass(frozen=True)
+class TransformerXLConfig(TransformerConfig):
+    """The Transformer fields, and Transformer-XL's own: ``memory_length`` M, the positions before a
+    segment whose states each layer remembers (0: none, every segment read alone), and
+    ``segment_length`` T, the segments a text is read in (a training config has it from the data:
+    data.block_size). Positions are relative, 'rotary' by default."""
+
+    segment_length: int = 64
+    memory_length: int = 64
+    positional: str = "rotary"
+
+    def check(self) -> None:
+        super().check()
+        at_least("segment_length", self.segment_length, 1)
+        at_least("memory_length", self.memory_length, 0)
+        if POSITIONAL[self.positional].absolute:
+            relative = [name for name, cls in POSITIONAL.items() if not cls.absolute]
+            raise ConfigError(f"positional '{self.positional}' numbers positions from the start of the input, and "
+                              f"Transformer-XL moves states from the segment into the memory: use one of "
+                              f"{', '.join(map(repr, relative))}")
+        if not ATTENTION_BACKENDS[self.attention_backend].takes_explicit_mask:
+            masked = [name for name, b in ATTENTION_BACKENDS.items() if b.takes_explicit_mask]
+            raise ConfigError(f"attention_backend '{self.attention_backend}' takes padding and causality only; "
+                              f"Transformer-XL's decoding window is an explicit mask: use "
+                              f"{' or '.join(map(repr, masked))}")
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_layers
+
+
+@register_family
+class TransformerXLFamily(ModelFamily):
+    name = "transformer_xl"
+    config = TransformerXLConfig
+    # inputs: a token stream read in consecutive segments, row i of one batch continuing row i of the
+    # last, so that the memory it carries is context (data.task 'segment_language_model')
+    capabilities = Capabilities(encoder=False, decoder=True, incremental_decoding=True, attention_weights=True,
+                                inputs="token_segments")
+
+    @staticmethod
+    def build(cfg: TransformerXLConfig) -> TransformerXL:
+        embed = parts.embeddings(cfg, cfg.vocab_size)
+        decoder = MemoryDecoder([parts.decoder_layer(cfg, cross=False) for _ in range(cfg.n_layers)],
+                                parts.final_norm(cfg), cfg.memory_length)
+        model = TransformerXL(embed, decoder, parts.output_projection(cfg, embed), cfg.pad_id, cfg.segment_length)
+        parts.init_weights(model)
+        return model

@@ -1,0 +1,125 @@
+"""Transformer-XL's language modelling (Dai et al. 2019): the language model's text read in
+consecutive segments, the model's memory carried from one to the next, in training as in evaluation."""
+
+from __future__ import annotations
+
+import contextlib
+import typing
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.data.batching import SegmentBatch, lm_segments
+from attnlab.data.corpora import read_text
+from attnlab.data.tokenizers import PAD
+from attnlab.errors import DataError
+from attnlab.eval.metrics import perplexity
+from attnlab.models.family import unwrapped
+from attnlab.nn.losses import label_smoothed_nll
+from attnlab.nn.memory import SegmentMemory
+from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig, LMData
+from attnlab.tasks.task import Amp, Tokenizers, register_task
+
+
+@dataclass
+class SegmentData(LMData):
+    """Transformer-XL's layout (batching.lm_segments): each split cut into batch_size rows, read in
+    consecutive segments of block_size tokens. An epoch reads the training rows from their start,
+    the memory empty at first."""
+
+    def epoch_batches(self, epoch: int) -> list[SegmentBatch]:
+        return lm_segments(self.splits["train"], self.block_size, self.batch_size)
+
+    def eval_batches(self, split: str) -> list[SegmentBatch]:
+        if split not in self._eval:
+            self._eval[split] = lm_segments(self.splits[split], self.block_size, self.batch_size)
+        return self._eval[split]
+
+
+
+@dataclass(frozen=True)
+class SegmentLanguageModelConfig(LanguageModelConfig):
+    """The language model's data section, for data.task 'segment_language_model': ``block_size`` is
+    the segment length, which the model's segment_length takes."""
+
+
+@register_task
+class SegmentLanguageModel(LanguageModel):
+    """Transformer-XL's language modelling (Dai et al. 2019): the text read by batch_size rows in
+    consecutive segments, row i of batch k + 1 continuing row i of batch k, so that the memory the
+    model leaves after one batch is the context of the next, in training as in evaluation (the
+    memory of a segment's states holds no gradient). `attnlab evaluate` scores the run's split
+    (--split) or a text file read in one row (--data); `generate` carries the memory in its cache."""
+
+    name = "segment_language_model"
+    config = SegmentLanguageModelConfig
+    formats = ()
+    needs = {"encoder": False, "decoder": True, "inputs": "token_segments"}
+    commands = ("generate", "evaluate")
+    sets = ("vocab_size", "pad_id", "segment_length")
+    layout = SegmentData
+
+    @classmethod
+    def planned_model_fields(cls, cfg: SegmentLanguageModelConfig, vocab_size: int) -> dict[str, typing.Any]:
+        return super().planned_model_fields(cfg, vocab_size) | {"segment_length": cfg.block_size}
+
+    @classmethod
+    def loss(cls, model: torch.nn.Module, batch: SegmentBatch, label_smoothing: float,
+             amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next-token loss of a segment read after the memory that its rows' previous segment left
+        (an empty one when that was not the batch before); the memory moves on past it."""
+        memory = batch.rows.carried(batch.index)
+        memory = SegmentMemory() if memory is None else memory
+        with amp():
+            logits = model(batch.tgt_in, memory=memory)
+        batch.rows.keep(batch.index, memory)
+        return label_smoothed_nll(logits, batch.tgt_out, label_smoothing, PAD)
+
+    @classmethod
+    def validate(cls, model: torch.nn.Module, data: SegmentData, device: torch.device, amp: Amp,
+                 n_decoded: int, split: str = "valid") -> dict[str, float]:
+        scores = cls.segments_nll(model, data.eval_batches(split), device, amp)
+        return {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
+
+    @classmethod
+    @torch.no_grad()
+    def segments_nll(cls, model: torch.nn.Module, batches: list[SegmentBatch], device: torch.device,
+                     amp: Amp = contextlib.nullcontext) -> dict[str, typing.Any]:
+        """NLL per token and perplexity of consecutive segments, each read after the memory of those
+        before it, as in training."""
+        model.eval()
+        nll_sum, n_tokens = 0.0, 0
+        for batch in batches:
+            batch = batch.to(device)
+            nll_sum += cls.loss(model, batch, 0.0, amp)[1].item()
+            n_tokens += batch.n_tokens
+        loss = nll_sum / max(n_tokens, 1)
+        xl = unwrapped(model)
+        return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens, "rows": batches[0].tgt_in.shape[0],
+                "segment_length": xl.segment_length, "memory_length": xl.memory_length}
+
+    @classmethod
+    def evaluate_split(cls, model: torch.nn.Module, data: SegmentData, split: str) -> dict[str, typing.Any]:
+        return cls.segments_nll(model, data.eval_batches(split), next(model.parameters()).device)
+
+    @classmethod
+    def evaluate_file(cls, model: torch.nn.Module, cfg: SegmentLanguageModelConfig, tokenizers: Tokenizers,
+                      state: dict[str, typing.Any], path: str) -> dict[str, typing.Any]:
+        """The text of ``path`` read in one row of consecutive segments: every segment after the first
+        has its memory."""
+        stream = torch.tensor(tokenizers["tgt"].encode(read_text(path)), dtype=torch.long)
+        if len(stream) < 2:
+            raise DataError(f"{path}: {len(stream)} tokens; scoring needs at least two (a token and the next)")
+        batches = lm_segments(stream, unwrapped(model).segment_length, rows=1)
+        return cls.segments_nll(model, batches, next(model.parameters()).device)
+
+    @classmethod
+    def report(cls, result: dict[str, typing.Any], source: str) -> list[str]:
+        return [f"perplexity {result['ppl']:.4g}: {result['loss']:.4f} nats per token over {result['tokens']:,} "
+                f"tokens ({source}; {result['rows']} row{'s' * (result['rows'] != 1)} of segments of "
+                f"{result['segment_length']} tokens, memory {result['memory_length']})"]
+
+    @classmethod
+    def describe(cls, data: SegmentData) -> str:
+        return (f"{super().describe(data)}; read as {data.batch_size} rows of consecutive segments of "
+                f"{data.block_size} tokens")
