@@ -255,7 +255,7 @@ train: {{max_steps: 30, batch_size: 8, lr_schedule: constant, lr: 0.05, warmup_s
     refused = run_cli("translate", str(tmp_path / "run"), stdin="a b\n")  # the task does not translate
     assert refused.returncode == 2 and refused.stderr == (
         f"error: {tmp_path / 'run'} is a run of data.task 'language_model'; `attnlab translate` needs data.task "
-        f"'translation' (this run's commands: generate, score, inspect, prune)\n")
+        f"'translation' or 'masked_translation' (this run's commands: generate, score, inspect, prune)\n")
     refused = run_cli("generate", str(tmp_path / "run"), "--seed", "1")  # the task generates; the family has no cache
     assert refused.returncode == 2 and refused.stderr == (
         f"error: {tmp_path / 'run'} holds a model of arch 'test_bigram'; `attnlab generate` needs 'decoder_lm' or 'transformer_xl'\n")
@@ -303,7 +303,7 @@ def test_a_task_and_a_family_from_outside_the_package_train_through_the_command_
     assert isinstance(model, BagOfEmbeddings) and cfg.n_classes == 2 and tokenizers["tgt"] is None
     ids = torch.tensor([tokenizers["src"].encode("the plot was good"), tokenizers["src"].encode("the plot was bad")])
     assert model(ids).argmax(-1).tolist() == [1, 0]  # pos, neg (labels sorted: neg = 0)
-    for command, needs in (("translate", "'translation'"),
+    for command, needs in (("translate", "'translation' or 'masked_translation'"),
                            ("inspect", "'translation' or 'language_model' or 'classification' or 'masked_lm' or "
                                        "'image_classification'")):
         refused = run_cli(command, str(tmp_path / "run"), *(["--split", "valid"] if command == "inspect" else []),

@@ -186,6 +186,10 @@ BAD_EXPORTS = [
     ("an export of an export", ["export", "{root}/exported", "--weights", "bf16", "--out", "{root}/new"], CHECKPOINT,
      "holds int8 weights, exported for decoding, where fp32 ones are needed"),
     ("fp32 is the run itself", EXPORT[:3] + ["fp32", "--out", "{root}/new"], USAGE, "invalid choice: 'fp32'"),
+    ("pruning an export", ["prune", "{root}/exported", "--split", "valid", "--fraction", "0.5"], CHECKPOINT,
+     "{root}/exported: holds int8 weights, exported for decoding, where fp32 ones are needed"),
+    ("resuming an export", ["train", "{root}/good.yaml", "--out", "{root}/exported", "--resume"], CHECKPOINT,
+     "model.safetensors: holds int8 weights, exported for decoding, where fp32 ones are needed"),
 ]
 
 
@@ -200,3 +204,11 @@ def test_bad_export_input_is_one_line_and_overwrites_nothing(workspace, capsys, 
     assert returned == code and err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
     assert message.format(root=workspace) in err
     assert snapshot(workspace) == before and not (workspace / "new").exists()
+
+
+def test_bench_lm_refuses_other_weights_for_an_export_in_one_line(runs, tmp_path):
+    export_run(runs["lm"], tmp_path / "bf16", "bf16")
+    done = run_cli("bench", "lm", "--run", str(tmp_path / "bf16"), "--weights", "int8", "--repeats", "1")
+    assert done.returncode == 2 and done.stderr == (
+        "error: --weights int8: the model's weights are bf16 already (a run exported with them), and do not become "
+        "int8; leave --weights out\n")

@@ -22,13 +22,14 @@ import torch
 from torch import nn
 
 from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads
+from attnlab.decode.weights import weights_of
 from attnlab.errors import UsageError
 from attnlab.eval.evaluate import evaluate as evaluate_text
 from attnlab.files import publish_dir, staging_dir
 from attnlab.nn.attention import remove_heads
 from attnlab.tasks import Task
 from attnlab.tasks.translation import Seq2SeqData
-from attnlab.train.checkpoint import RunDir, load_run, write_checkpoint
+from attnlab.train.checkpoint import RunDir, exported_weights, load_run, write_checkpoint
 from attnlab.train.run import read_run_data
 
 
@@ -64,6 +65,8 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
             raise UsageError(f"--fraction must be in [0, 1) (got {f})")
     run = RunDir(run_dir)
     model, _, _ = load_run(run_dir, device=device)
+    if (kind := weights_of(model)) != "fp32":  # ranking heads needs gradients, which quantised weights have not
+        raise exported_weights(run.path, kind)
     task = run.read_config()[1].task
     data = read_run_data(run, split)
     say = log or (lambda line: None)

@@ -21,7 +21,7 @@ from attnlab.bench.train import attnlab_step
 from attnlab.data.batching import Batch
 from attnlab.decode.search import sample
 from attnlab.decode.speculative import OWN_HEADS, SpeculationStats, speculative_decode
-from attnlab.decode.weights import with_weights
+from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import UsageError
 from attnlab.models import build_model, model_config
 from attnlab.train.checkpoint import load_draft, load_run
@@ -69,6 +69,14 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU) -> It
                "new_tokens": new} | where
 
 
+def _converted(model: torch.nn.Module, weights: str) -> torch.nn.Module:
+    """A copy of ``model`` with ``weights``; one line where it cannot have them (an export of other weights)."""
+    try:
+        return with_weights(copy.deepcopy(model), weights)
+    except ValueError as err:
+        raise UsageError(f"--weights {weights}: {err}") from None
+
+
 def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[str, ...] = (), k: int = 4,
                  prompt: str = "\n", new_tokens: int | None = None, repeats: int = 5, compiled: bool = False,
                  device: torch.device = CPU) -> Iterator[dict]:
@@ -78,7 +86,8 @@ def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[s
     speculative decoding with
     each of ``drafts`` (a run, or 'heads': the model's own multi-token heads; ``k`` proposals a
     pass, at most one per head), whose text must be plain greedy's. ``new_tokens``: default, all
-    the positions after the prompt (speculative decoding does not slide past them)."""
+    the positions after the prompt (speculative decoding does not slide past them). The run is read
+    and every check made when this is called; the records time the ways as they are read."""
     model, tokenizers, cfg = load_run(run, "best", device)
     language_model = {"encoder": False, "decoder": True}
     if any(getattr(cfg.capabilities, name) != value for name, value in language_model.items()):
@@ -93,8 +102,7 @@ def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[s
         return lambda: sample(m, prompt=ids, max_new_tokens=n, top_k=1, stop_at_eos=False, kv_cache=kv_cache)[0]
 
     expected = plain(model)()
-    runs = {"lm_greedy": plain(model)} | {f"lm_greedy_{w}": plain(with_weights(copy.deepcopy(model), w))
-                                           for w in weights}
+    runs = {"lm_greedy": plain(model)} | {f"lm_greedy_{w}": plain(_converted(model, w)) for w in weights}
     if compiled:
         runs["lm_greedy_compiled"] = plain(model, "compiled")
     stats: dict[str, SpeculationStats] = {}
@@ -106,14 +114,20 @@ def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[s
             raise RuntimeError(f"{name}: speculative decoding did not give greedy decoding's text")
         runs[name] = (lambda d: lambda: speculative_decode(model, d, prompt=ids, k=k, max_new_tokens=n,
                                                            stop_at_eos=False))(drafter)
+    return _timed(runs, stats, n, k, f"lm_greedy ({weights_of(model)} weights, KV cache)", repeats, device)
+
+
+def _timed(runs: dict[str, Callable[[], object]], stats: dict[str, SpeculationStats], n: int, k: int,
+           reference: str, repeats: int, device: torch.device) -> Iterator[dict]:
+    """:func:`bench_lm_run`'s records, one per way of decoding ``n`` tokens, against 'lm_greedy'."""
     with torch.no_grad():
         seconds = interleaved_medians(runs, repeats, warmup=1, device=device)
     where = device_fields(device)
     for name, t in seconds.items():
         record = {"name": name, "value": round(n / t, 1), "unit": "tokens/s", "batch": 1, "new_tokens": n}
         if name != "lm_greedy":
-            record |= {"reference": "lm_greedy (fp32 weights, KV cache)",
-                       "reference_value": round(n / seconds["lm_greedy"], 1), "ratio": round(seconds["lm_greedy"] / t, 3)}
+            record |= {"reference": reference, "reference_value": round(n / seconds["lm_greedy"], 1),
+                       "ratio": round(seconds["lm_greedy"] / t, 3)}
         if name in stats:
             record |= {"k": k, "acceptance_rate": round(stats[name].acceptance_rate, 4),
                        "tokens_per_pass": round(stats[name].tokens_per_pass, 3)}

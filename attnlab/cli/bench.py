@@ -95,10 +95,11 @@ def cmd_bench_lm(args: argparse.Namespace, device: torch.device) -> None:
         for r in bench_lm(args.repeats, device=device):
             emit_comparison(r, args.json)
         return
+    records = bench_lm_run(args.run, tuple(args.draft), tuple(args.weights), args.speculate, args.prompt,
+                           repeats=args.repeats, compiled=args.compiled, device=device)  # refuses bad input here
     header(device, f"{args.run}: greedy decoding at batch 1 from --prompt {args.prompt!r}, with the cache; each way "
-                   f"against plain fp32 greedy; interleaved, median of {args.repeats}")
-    for r in bench_lm_run(args.run, tuple(args.draft), tuple(args.weights), args.speculate, args.prompt,
-                          repeats=args.repeats, compiled=args.compiled, device=device):
+                   f"against plain greedy with the run's own weights; interleaved, median of {args.repeats}")
+    for r in records:
         emit_comparison(r, args.json)
 
 

@@ -10,6 +10,7 @@ import sys
 from attnlab.cli.common import (
     GENERATES,
     MAX_BATCH,
+    MAX_BEAM,
     MAX_NEW_TOKENS,
     TRANSLATES,
     add_kv_cache_option,
@@ -33,12 +34,14 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.decode.speculative import OWN_HEADS, SpeculationStats
     from attnlab.train.checkpoint import load_draft
 
+    parallel = parallel_search(args)
     check_beam(args)
     if args.draft is not None and (args.beam != 1 or args.nbest != 1 or args.min_len or args.speculate < 1):
         raise UsageError("--draft decodes greedily: give --beam 1, no --nbest or --min-len, and --speculate >= 1")
     check_new_file(args.output, args.force, "--output")  # now, not after the decoding
     model, tokenizers, cfg = load_run_for(args, TRANSLATES)
-    check_kv_cache(args, model)
+    if parallel is None:
+        check_kv_cache(args, model)
     if args.draft == OWN_HEADS:
         raise UsageError("--draft heads: a translation model has no multi-token heads; give a draft run")
     draft = load_draft(args.draft, model, tokenizers, TRANSLATES) if args.draft is not None else None
@@ -47,7 +50,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
                         args.batch_size, args.max_len, args.min_len, cfg.max_len - 1, args.truncate,  # -1: EOS
                         progress=True, kv_cache=args.kv_cache, draft=draft, speculate=args.speculate,
-                        speculation=speculation)
+                        speculation=speculation, parallel=parallel)
     if draft is not None:
         print(_speculation_line(args.speculate, speculation), file=sys.stderr)
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
@@ -59,6 +62,49 @@ def cmd_translate(args: argparse.Namespace) -> None:
     else:  # n-best lines: sentence index ||| hypothesis ||| score
         text = "".join(f"{i} ||| {hyp} ||| {score:.4f}\n" for i, hyps in enumerate(results) for hyp, score in hyps)
     write_output(args.output, text, args.force)
+
+
+def add_mask_predict_args(p: argparse.ArgumentParser) -> None:
+    """Mask-predict's options (runs of arch cmlm); --beam's default then depends on the run."""
+    p.add_argument("--iterations", type=int, metavar="T",
+                   help="cmlm runs: mask-predict's passes, re-masking the least sure tokens (default 10, as the paper)")
+    p.add_argument("--length-beam", type=int, metavar="L",
+                   help="cmlm runs: the L most likely target lengths decoded per sentence (default 5, as the paper)")
+    p.set_defaults(beam=None)  # None: not given (4 for a left-to-right run; refused for a cmlm run)
+
+
+def parallel_search(args: argparse.Namespace):
+    """Mask-predict's settings (decode/mask_predict.py MaskPredict) for a run of arch cmlm, whose
+    left-to-right options are refused; None for any other run, whose --iterations and --length-beam
+    are refused (and --beam, not given, is 4). One line for each refusal."""
+    from attnlab.decode.mask_predict import MAX_ITERATIONS, MaskPredict
+    from attnlab.models.cmlm import MASKED_TOKENS
+    from attnlab.train.checkpoint import RunDir
+
+    cfg = RunDir(args.run_dir).read_config()[0]
+    if cfg.capabilities.inputs != MASKED_TOKENS:
+        for option, value in (("--iterations", args.iterations), ("--length-beam", args.length_beam)):
+            if value is not None:
+                raise UsageError(f"{option} is mask-predict's, for runs of arch 'cmlm'; {args.run_dir} holds arch "
+                                 f"'{cfg.arch}', decoded left to right (--beam)")
+        args.beam = 4 if args.beam is None else args.beam
+        return None
+    left_to_right = {"--beam": args.beam is not None, "--nbest": getattr(args, "nbest", 1) != 1,
+                     "--draft": getattr(args, "draft", None) is not None, "--min-len": bool(getattr(args, "min_len", 0)),
+                     "--max-len": getattr(args, "max_len", None) is not None, "--no-cache": args.no_cache,
+                     "--kv-cache": args.kv_cache != "auto"}
+    given = [option for option, is_given in left_to_right.items() if is_given]
+    if given:
+        raise UsageError(f"{given[0]} is for left-to-right search; {args.run_dir} holds arch 'cmlm', decoded by "
+                         f"mask-predict: give --iterations and --length-beam")
+    iterations = 10 if args.iterations is None else args.iterations
+    length_beam = 5 if args.length_beam is None else args.length_beam
+    if not 1 <= iterations <= MAX_ITERATIONS:
+        raise UsageError(f"--iterations must be between 1 and {MAX_ITERATIONS} (got {iterations})")
+    if not 1 <= length_beam <= MAX_BEAM:
+        raise UsageError(f"--length-beam must be between 1 and {MAX_BEAM} (got {length_beam})")
+    args.beam = 1  # what the shared checks of the batch size read
+    return MaskPredict(iterations, length_beam)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -200,6 +246,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     translate = sub.add_parser("translate", help="translate lines of text (stdin to stdout by default)")
     add_run_dir_args(translate)
     add_search_args(translate)
+    add_mask_predict_args(translate)
     draft_options(translate, "greedy (--beam 1), and the same output as greedy decoding")
     translate.add_argument("--nbest", type=int, default=1, help="print the K best per sentence: index ||| hypothesis ||| score")
     translate.add_argument("--input", help="source file, one sentence per line (default: stdin)")

@@ -22,6 +22,7 @@ from attnlab.cli.common import (
     stderr_line,
     write_output,
 )
+from attnlab.cli.decode import add_mask_predict_args, parallel_search
 from attnlab.errors import UsageError
 
 
@@ -29,17 +30,19 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from attnlab.data.corpora import read_lines
     from attnlab.eval.evaluate import evaluate
 
-    check_beam(args)
     device_of(args)  # refused before any reading
     task = check_task_serves(args)
     if task.evaluate_file is not None:
         _evaluate_own_format(args, task)
         return
+    parallel = parallel_search(args)
+    check_beam(args)
     if args.data is not None:
         raise UsageError(f"--data is for tasks that score a file in their own format; data.task '{task.name}' "
                          f"takes --src and --ref, or --split")
     model, tokenizers, _ = load_run_for(args, TRANSLATES)
-    check_kv_cache(args, model)
+    if parallel is None:
+        check_kv_cache(args, model)
     if args.split is not None:
         if args.src or args.ref:
             raise UsageError("give either --split or --src and --ref")
@@ -51,13 +54,18 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if len(sources) != len(references):
         raise UsageError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
     result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache, progress=True,
-                      kv_cache=args.kv_cache)
+                      kv_cache=args.kv_cache, parallel=parallel)
     result.pop("hypotheses")
     if args.json:
         print(json.dumps(result))
+        return
+    print(f"BLEU  {result['bleu']:.2f}  {result['bleu_signature']}")
+    print(f"chrF  {result['chrf']:.2f}  {result['chrf_signature']}")
+    if parallel is not None:
+        print(f"exact match  {result['exact_match']:.2%}")
+        print(f"({result['sentences']} sentences, mask-predict: {result['iterations']} iterations, length beam "
+              f"{result['length_beam']})")
     else:
-        print(f"BLEU  {result['bleu']:.2f}  {result['bleu_signature']}")
-        print(f"chrF  {result['chrf']:.2f}  {result['chrf_signature']}")
         print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
         print(f"({result['sentences']} sentences, beam {result['beam']}, lenpen {result['lenpen']})")
 
@@ -76,6 +84,9 @@ def _evaluate_own_format(args: argparse.Namespace, task) -> None:
         raise UsageError(f"a run of data.task '{task.name}' is evaluated on a file of its own format: give --data FILE"
                          + (" (and --split NAME, a split of that file; default test)" if task.file_splits else "")
                          + (", or --split NAME (a split of the run's own data)" if splits else ""))
+    if args.weights is not None:  # their inputs are float32 features, which bf16 weights would not take
+        raise UsageError(f"--weights is for decoding (translation); a run of data.task '{task.name}' is evaluated "
+                         f"with the weights it holds")
     check_new_file(args.plot, args.force, "--plot")
     run = RunDir(args.run_dir)
     model, tokenizers, _ = load_run(args.run_dir, args.checkpoint, device_of(args))
@@ -184,6 +195,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                                "MSE and MAE (forecasting)")
     add_run_dir_args(evaluate)
     add_search_args(evaluate)
+    add_mask_predict_args(evaluate)
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, one per line")
     evaluate.add_argument("--split", help="instead of files: a split of the run's own data (valid, test); with --data "

@@ -8,6 +8,7 @@ from tqdm import tqdm
 
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import PAD, Tokenizer
+from attnlab.decode.mask_predict import MaskPredict, mask_predict
 from attnlab.decode.search import beam_search, greedy
 from attnlab.decode.speculative import SpeculationStats, speculative_decode
 from attnlab.errors import DataError
@@ -21,7 +22,8 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
               max_len: int | None = None, min_len: int = 0, max_source_len: int | None = None,
               truncate: bool = False, progress: bool = False, kv_cache: str = "auto",
               draft: nn.Module | None = None, speculate: int = 4,
-              speculation: SpeculationStats | None = None) -> list[list[tuple[str, float | None]]]:
+              speculation: SpeculationStats | None = None, parallel: MaskPredict | None = None
+              ) -> list[list[tuple[str, float | None]]]:
     """For each line, its ``nbest`` translations as (text, score): log P / length penalty for beam
     search, None for greedy (``beam`` 1). Sentences of similar length are decoded together. A line
     of more than ``max_source_len`` tokens is refused (DataError naming it), or cut with ``truncate``.
@@ -30,7 +32,9 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
     than PROGRESS_DELAY seconds, and is cleared at the end (as the training bar is). ``kv_cache``:
     the searches' cache (decode/search.py's KV_CACHES). With a ``draft`` model (greedy only), each
     sentence is decoded by speculative decoding, ``speculate`` proposals a pass: the same output,
-    what speculation did added to ``speculation``."""
+    what speculation did added to ``speculation``. With ``parallel``, a conditional masked language
+    model's translations by mask-predict (decode/mask_predict.py), scored by their mean log-probability;
+    the options of left-to-right search do not apply."""
     if draft is not None and not (beam == 1 and nbest == 1 and min_len == 0):
         raise ValueError("speculative decoding with a draft is greedy: beam 1, nbest 1, no min_len")
     model.eval()
@@ -59,6 +63,9 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
                     results[i] = [(decode_text(ids), None)]
                     if speculation is not None:
                         speculation.add(stats)
+            elif parallel is not None:
+                for i, (ids, score) in zip(chunk, mask_predict(model, src, parallel.iterations, parallel.length_beam)):
+                    results[i] = [(decode_text(ids), score)]
             elif greedy_search:
                 for i, ids in zip(chunk, greedy(model, src, max_len, min_len, use_cache, kv_cache)):
                     results[i] = [(decode_text(ids), None)]

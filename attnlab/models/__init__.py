@@ -22,6 +22,7 @@ from attnlab.models.decoder_lm import DecoderLMConfig
 from attnlab.models.encoder_only import EncoderOnlyConfig
 from attnlab.models.rnn import RNNConfig
 from attnlab.models.transformer_xl import TransformerXLConfig
+from attnlab.models.cmlm import CMLMConfig
 from attnlab.models.graph import GraphConfig
 from attnlab.models.vit import ViTConfig
 from attnlab.models.cnn import CNNConfig
@@ -31,6 +32,6 @@ from attnlab.models.last_value import LastValueConfig
 # isort: on
 
 __all__ = ["FAMILIES", "Capabilities", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
-           "read_model_config", "register_family", "EncoderDecoderConfig", "DecoderLMConfig", "EncoderOnlyConfig",
+           "read_model_config", "register_family", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
            "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

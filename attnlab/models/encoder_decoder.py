@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from torch import nn
+
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import TransformerConfig
-from attnlab.nn.transformer import EncoderDecoder
+from attnlab.nn.transformer import Decoder, Embeddings, Encoder, EncoderDecoder
 
 
 @dataclass(frozen=True)
@@ -49,12 +51,18 @@ class EncoderDecoderFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: EncoderDecoderConfig) -> EncoderDecoder:
-        src_embed = parts.embeddings(cfg, cfg.src_vocab)
-        tgt_embed = parts.embeddings(cfg, cfg.vocab_size)
-        if "src_tgt" in cfg.tied:
-            tgt_embed.tokens = src_embed.tokens
-        model = EncoderDecoder(src_embed, tgt_embed, parts.encoder(cfg, cfg.encoder_layers),
-                               parts.decoder(cfg, cfg.decoder_layers, cross=True),
-                               parts.output_projection(cfg, tgt_embed), cfg.pad_id)
+        model = EncoderDecoder(*seq2seq_parts(cfg), cfg.pad_id)
         parts.init_weights(model)
         return model
+
+
+def seq2seq_parts(cfg: EncoderDecoderConfig, causal: bool = True) -> tuple[Embeddings, Embeddings, Encoder, Decoder,
+                                                                           nn.Linear]:
+    """Source and target embeddings (tied as configured), encoder, decoder (``causal``: masked
+    self-attention; else every target position sees every other) and output projection."""
+    src_embed = parts.embeddings(cfg, cfg.src_vocab)
+    tgt_embed = parts.embeddings(cfg, cfg.vocab_size)
+    if "src_tgt" in cfg.tied:
+        tgt_embed.tokens = src_embed.tokens
+    return (src_embed, tgt_embed, parts.encoder(cfg, cfg.encoder_layers),
+            parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal), parts.output_projection(cfg, tgt_embed))

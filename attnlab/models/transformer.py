@@ -335,8 +335,8 @@ def decoder_layer(cfg: TransformerConfig, cross: bool) -> DecoderLayer:
                         residual(cfg) if cross else None, feed_forward_residual)
 
 
-def decoder(cfg: TransformerConfig, n_layers: int, cross: bool) -> Decoder:
-    return Decoder([decoder_layer(cfg, cross) for _ in range(n_layers)], final_norm(cfg))
+def decoder(cfg: TransformerConfig, n_layers: int, cross: bool, causal: bool = True) -> Decoder:
+    return Decoder([decoder_layer(cfg, cross) for _ in range(n_layers)], final_norm(cfg), causal)
 
 
 def output_projection(cfg: TransformerConfig, embed: Embeddings) -> nn.Linear:

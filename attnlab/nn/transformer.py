@@ -100,10 +100,13 @@ class Encoder(LayerStack):
 
 
 class Decoder(LayerStack):
-    """A stack of DecoderLayers under a causal mask, with or without cross-attention."""
+    """A stack of DecoderLayers under a causal mask, with or without cross-attention; with
+    ``causal=False`` every target position sees every other (a conditional masked language
+    model's decoder, nn/cmlm.py), padding still masked."""
 
-    def __init__(self, layers: list[DecoderLayer], norm: nn.Module) -> None:
+    def __init__(self, layers: list[DecoderLayer], norm: nn.Module, causal: bool = True) -> None:
         super().__init__(layers, norm)
+        self.causal = causal
 
     def forward(self, y: Tensor, valid: Tensor, positions: Tensor, memory: Tensor | None = None,
                 memory_valid: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
@@ -115,7 +118,7 @@ class Decoder(LayerStack):
             if memory is not None:
                 memory_valid = cache.source_valid(memory_valid)
         k_positions = torch.arange(valid.shape[1], device=y.device)
-        self_mask = AttentionMask(key_valid=valid, causal=True)  # over (B, Tk) cached and new steps
+        self_mask = AttentionMask(key_valid=valid, causal=self.causal)  # over (B, Tk) cached and new steps
         memory_mask = AttentionMask(key_valid=memory_valid) if memory is not None else None
         memory_positions = torch.arange(memory.shape[1], device=y.device) if memory is not None else None
         for i, layer in enumerate(self.layers):

@@ -18,6 +18,7 @@ from attnlab.tasks.task import (
 # isort: off
 # The built-in tasks register themselves on import, in the order error messages list them.
 from attnlab.tasks.translation import Translation, TranslationConfig
+from attnlab.tasks.masked_translation import MaskedTranslation, MaskedTranslationConfig
 from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig
 from attnlab.tasks.classification import Classification, ClassificationConfig
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig
@@ -28,7 +29,7 @@ from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLa
 # isort: on
 
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
-           "Translation", "TranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
+           "Translation", "TranslationConfig", "MaskedTranslation", "MaskedTranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",
            "ImageClassificationConfig", "NodeClassification", "NodeClassificationConfig",
            "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig"]

@@ -25,6 +25,7 @@ from attnlab.data.corpora import (
 )
 from attnlab.data.scan import SCAN_SPLITS
 from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.decode.mask_predict import MaskPredict
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
@@ -164,12 +165,14 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
 
 
 def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
-                 batch_size: int = 128, progress: bool = False) -> list[tuple[str, str, str]]:
-    """Greedy translations of the first ``limit`` examples of a split: (source, reference, output);
-    ``progress`` shows translate's progress bar."""
+                 batch_size: int = 128, progress: bool = False, parallel: MaskPredict | None = None
+                 ) -> list[tuple[str, str, str]]:
+    """Greedy translations of the first ``limit`` examples of a split (with ``parallel``, a conditional
+    masked language model's, by mask-predict): (source, reference, output); ``progress`` shows
+    translate's progress bar."""
     examples = data.splits[split][:limit]
     outputs = translate(model, data.tokenizers, [e.src for e in examples], beam=1, batch_size=batch_size,
-                        progress=progress)
+                        progress=progress, parallel=parallel)
     return [(e.src, e.tgt, hyps[0][0]) for e, hyps in zip(examples, outputs)]
 
 
@@ -182,6 +185,8 @@ class Translation(NextTokenTask):
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("translate", "evaluate", "score", "inspect", "prune")
     sets = ("vocab_size", "src_vocab_size", "pad_id")
+    layout: typing.ClassVar[type[Seq2SeqData]] = Seq2SeqData  # how the pairs are batched
+    with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
 
     @classmethod
     def prepare(cls, cfg: TranslationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
@@ -190,11 +195,12 @@ class Translation(NextTokenTask):
         if tokenizers is None:
             train = splits["train"]
             if cfg.shared_vocab:
-                shared = Tokenizer.train(cfg.tokenizer, [s for s, _ in train] + [t for _, t in train], cfg.vocab_size)
+                shared = Tokenizer.train(cfg.tokenizer, [s for s, _ in train] + [t for _, t in train], cfg.vocab_size,
+                                         cls.with_mask)
                 tokenizers = {"src": shared, "tgt": shared}
             else:
-                tokenizers = {"src": Tokenizer.train(cfg.tokenizer, [s for s, _ in train], cfg.vocab_size),
-                              "tgt": Tokenizer.train(cfg.tokenizer, [t for _, t in train], cfg.vocab_size)}
+                tokenizers = {"src": Tokenizer.train(cfg.tokenizer, [s for s, _ in train], cfg.vocab_size, cls.with_mask),
+                              "tgt": Tokenizer.train(cfg.tokenizer, [t for _, t in train], cfg.vocab_size, cls.with_mask)}
         encoded: dict[str, list[Example]] = {}
         reports: dict[str, FilterReport] = {}
         for name, pairs in splits.items():
@@ -207,7 +213,7 @@ class Translation(NextTokenTask):
                 if not examples:
                     raise DataError(f"no training pairs left after length filtering ({reports[name]})")
             encoded[name] = examples
-        return Seq2SeqData(tokenizers=tokenizers, splits=encoded, reports=reports, **batching.bucketing())
+        return cls.layout(tokenizers=tokenizers, splits=encoded, reports=reports, **batching.bucketing())
 
     @classmethod
     def model_fields(cls, cfg: TranslationConfig, data: Seq2SeqData) -> dict[str, typing.Any]:

@@ -246,6 +246,9 @@ class RunDir:
 
     def load_trainer_state(self, step: int) -> dict[str, Any]:
         path = self.step_dir(step) / STATE_FILE
+        model_file = self.step_dir(step) / MODEL_FILE
+        if not path.exists() and model_file.exists() and (kind := weights_kind(model_file)) != "fp32":
+            raise exported_weights(model_file, kind)  # an export keeps no training state
         verify_checksum(path)
         try:
             return torch.load(path, weights_only=True)
@@ -317,8 +320,7 @@ def _put_weights(model: nn.Module, path: str | Path, stored: dict[str, torch.Ten
     """:func:`load_weights` once the file is read: ``metadata`` has its kind and its aliases (tied tensors)."""
     kind, held = metadata.get(WEIGHTS_KEY, "fp32"), weights_of(model)
     if kind != held:
-        raise CheckpointError(f"{path}: holds {kind} weights, exported for decoding, where {held} ones are needed "
-                              f"(training, resuming, averaging, exporting and init_from take a run's own checkpoints)")
+        raise exported_weights(path, kind, held)
     try:
         wanted = stored_state(model)
         sources = {name: name if name in stored else metadata.get(name) for name in wanted}
@@ -333,6 +335,23 @@ def _put_weights(model: nn.Module, path: str | Path, stored: dict[str, torch.Ten
         load_stored_state(model, placed_like(wanted, state))  # split as its own, if sharded
     except RuntimeError as err:
         raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
+
+
+def weights_kind(path: str | Path) -> str:
+    """The kind of weights a safetensors file holds (fp32, or an export's bf16 or int8), from its
+    metadata alone."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            return (f.metadata() or {}).get(WEIGHTS_KEY, "fp32")
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
+
+
+def exported_weights(path: str | Path, kind: str, needed: str = "fp32") -> CheckpointError:
+    """The error of a command given an export's ``kind`` weights where it needs ``needed`` ones."""
+    return CheckpointError(f"{path}: holds {kind} weights, exported for decoding, where {needed} ones are needed "
+                           f"(training, resuming, averaging, exporting, pruning and init_from take a run's own "
+                           f"checkpoints)")
 
 
 def _listed(what: str, names: list[str]) -> str:
