@@ -3,7 +3,7 @@ law on the character LM"): X is the runs' parameter count or their training toke
 differs between the cells; each cell's mean over its seeds is one point, and the fit is least
 squares on log L against log X.
 
-    python docs/experiments/power_law.py runs/scaling-params
+    python docs/experiments/power_law.py runs/scaling-params [UP_TO]   (fit the points with X <= UP_TO only)
     python docs/experiments/power_law.py runs/scaling-tokens
 """
 
@@ -26,7 +26,7 @@ def cells(sweep: Path) -> dict[str, list[dict]]:
     return found
 
 
-def main(sweep: Path) -> None:
+def main(sweep: Path, up_to: float = float("inf")) -> None:
     points = []
     for name, runs in cells(sweep).items():
         losses = [r["best_valid_loss"] for r in runs]
@@ -37,12 +37,14 @@ def main(sweep: Path) -> None:
     print("| cell | parameters | training tokens | validation loss (mean ± sd) | seeds |\n|---|---|---|---|---|")
     for params, tokens, mean, sd, n, name in points:
         print(f"| {name} | {params:,} | {tokens:,} | {mean:.4f} ± {sd:.4f} | {n} |")
-    x = np.log([p[column] for p in points])
-    y = np.log([p[2] for p in points])
+    fitted = [p for p in points if p[column] <= up_to]
+    x = np.log([p[column] for p in fitted])
+    y = np.log([p[2] for p in fitted])
     slope, intercept = np.polyfit(x, y, 1)
     residual = y - (slope * x + intercept)
-    print(f"\nL = {np.exp(intercept):.4g} x ({axis})^-{-slope:.4f}; largest |log residual| {abs(residual).max():.4f}")
+    print(f"\nL = {np.exp(intercept):.4g} x ({axis})^-{-slope:.4f} over {len(fitted)} points; largest |log residual| "
+          f"{abs(residual).max():.4f}")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else float("inf"))
