@@ -36,12 +36,14 @@ def quantized_linears(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if type(m).__name__ == "Linear" and hasattr(m, "_packed_params")]
 
 
-def test_int8_weights_are_per_channel_symmetric_int8_of_every_linear_layer():
+def test_int8_weights_are_per_channel_symmetric_int8_of_every_linear_layer_but_the_output_projection():
     model = tiny_model(arch="encoder_decoder")
     floats = {name: m.weight.detach().clone() for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     quantized = with_weights(copy.deepcopy(model), "int8")
     linears = dict((name, m) for name, m in quantized.named_modules() if m in quantized_linears(quantized))
-    assert set(linears) == set(floats) and len(linears) > 10
+    assert set(linears) == set(floats) - {"generator"} and len(linears) > 10
+    assert type(quantized.generator) is nn.Linear and torch.equal(quantized.generator.weight, floats["generator"])
+    assert quantized.generator.weight is quantized.tgt_embed.tokens.weight  # still the embedding table
     for name, module in linears.items():
         w = module.weight()  # the int8 tensor with its scales
         assert w.dtype == torch.qint8 and w.qscheme() == torch.per_channel_affine
@@ -52,7 +54,7 @@ def test_int8_weights_are_per_channel_symmetric_int8_of_every_linear_layer():
         assert (error <= w.q_per_channel_scales().float()[:, None] / 2 + 1e-7).all()
 
 
-# measured on this model: int8 max 0.093, mean 0.020; bf16 max 0.029, mean 0.006 (nats)
+# measured on this model: int8 max 0.093, mean 0.018; bf16 max 0.024 (0.029 without native bf16), mean 0.006 (nats)
 @pytest.mark.parametrize("weights, largest, mean", [("int8", 0.15, 0.03), ("bf16", 0.05, 0.01)])
 def test_decoding_with_lower_precision_weights_stays_close_to_fp32(weights, largest, mean):
     model = tiny_model(arch="encoder_decoder")
@@ -99,7 +101,7 @@ def runs(workspace, tmp_path_factory):
 def test_an_int8_export_holds_int8_weights_with_float32_scales_and_the_rest_in_float32(runs, tmp_path):
     exported, source = export_run(runs["translation"], tmp_path / "int8", "int8")
     model = load_run(runs["translation"])[0]
-    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear) and name != "generator"}
     assert model.generator.weight is model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
     with safe_open(str(exported), "pt") as f:
         metadata, stored = f.metadata(), {name: f.get_tensor(name) for name in f.keys()}
@@ -110,8 +112,9 @@ def test_an_int8_export_holds_int8_weights_with_float32_scales_and_the_rest_in_f
         assert stored[f"{name}.weight_scale"].shape == (linear.out_features,)
     quantised = {f"{name}.{part}" for name in linears for part in ("weight", "weight_scale")}
     assert {stored[name].dtype for name in set(stored) - quantised} == {torch.float32}  # embeddings, norms, biases
-    # the embedding tables, one tensor, stored once in float32; the output projection as its int8 copy
+    # the embedding tables and the output projection, one tensor, stored once in float32
     assert metadata["tgt_embed.tokens.weight"] == "src_embed.tokens.weight" and "tgt_embed.tokens.weight" not in stored
+    assert metadata["generator.weight"] == "src_embed.tokens.weight" and "generator.weight_scale" not in stored
     assert torch.equal(stored["src_embed.tokens.weight"], model.src_embed.tokens.weight)
     assert exported.stat().st_size < source.stat().st_size
     assert set(json.loads((exported.parent / "checksums.json").read_text())) == {"model.safetensors", "meta.json"}

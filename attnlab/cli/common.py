@@ -89,9 +89,9 @@ def add_kv_cache_option(p: argparse.ArgumentParser) -> None:
 
 def add_weights_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", choices=("fp32", "bf16", "int8"),
-                   help="decode with the weights as trained (fp32), in bfloat16, or with int8 linear layers "
-                        "(dynamic per-channel quantisation, CPU only); default: the run's own (fp32, or those of a "
-                        "run written by `attnlab export`)")
+                   help="decode with the weights as trained (fp32), in bfloat16, or with int8 linear layers but "
+                        "the output projection (dynamic per-channel quantisation, CPU only); default: the run's own "
+                        "(fp32, or those of a run written by `attnlab export`)")
 
 
 def add_search_args(p: argparse.ArgumentParser) -> None:

@@ -160,10 +160,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     export = sub.add_parser("export", help="a run's checkpoint with bf16 or int8 weights, as a run for decoding",
                             description="Write a new run directory OUT for decoding: the run's config and tokenizers, "
-                                        "and the checkpoint's weights in bfloat16, or with int8 linear layers (int8 "
-                                        "values and a float32 scale per output channel; the rest float32), in "
-                                        "safetensors with checksums. translate, generate, evaluate, score, inspect "
-                                        "and serve read it as any run; int8 runs on the CPU only.")
+                                        "and the checkpoint's weights in bfloat16, or with int8 linear layers but the "
+                                        "output projection (int8 values and a float32 scale per output channel; the "
+                                        "rest float32), in safetensors with checksums. translate, generate, evaluate, "
+                                        "score, inspect and serve read it as any run; int8 runs on the CPU only.")
     add_checkpoint_args(export)
     export.add_argument("--weights", required=True, choices=("bf16", "int8"), help="the weights to store")
     export.add_argument("--out", required=True, help="the run directory to write")
