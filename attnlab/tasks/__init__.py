@@ -18,7 +18,6 @@ from attnlab.tasks.task import (
 # isort: off
 # The built-in tasks register themselves on import, in the order error messages list them.
 from attnlab.tasks.translation import Translation, TranslationConfig
-from attnlab.tasks.masked_translation import MaskedTranslation, MaskedTranslationConfig
 from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig
 from attnlab.tasks.classification import Classification, ClassificationConfig
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig
@@ -26,6 +25,7 @@ from attnlab.tasks.image_classification import ImageClassification, ImageClassif
 from attnlab.tasks.node_classification import NodeClassification, NodeClassificationConfig
 from attnlab.tasks.forecasting import Forecasting, ForecastingConfig
 from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLanguageModelConfig
+from attnlab.tasks.masked_translation import MaskedTranslation, MaskedTranslationConfig
 # isort: on
 
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
