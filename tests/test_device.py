@@ -14,7 +14,7 @@ from torch import nn
 
 from attnlab.cli import main
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.train.checkpoint import load_weights, save_weights, write_checksums
+from attnlab.train.weights_file import load_weights, save_weights, write_checksums
 from attnlab.train.device import resolve_device
 from helpers import tiny_model
 from test_reliability import workspace  # noqa: F401 (a fixture: a trained translation run)

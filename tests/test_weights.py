@@ -23,7 +23,8 @@ from attnlab.cli import main
 from attnlab.decode.search import DecodingSession, beam_search, greedy, sample
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import CheckpointError, UsageError
-from attnlab.train.checkpoint import WEIGHTS_KEY, export_run, load_run, write_average
+from attnlab.train.checkpoint import export_run, load_run, write_average
+from attnlab.train.weights_file import WEIGHTS_KEY
 from helpers import random_ids, run_cli, tiny_model
 from test_bench import lm_run
 from test_reliability import CHECKPOINT, USAGE, flip_byte, snapshot

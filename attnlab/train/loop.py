@@ -21,7 +21,8 @@ from attnlab.errors import CheckpointError, NumericalError
 from attnlab.files import atomic_write_text
 from attnlab.tasks import Task, TaskData
 from attnlab.tasks.task import Batch
-from attnlab.train.checkpoint import MODEL_FILE, RunDir, load_weights
+from attnlab.train.checkpoint import MODEL_FILE, RunDir
+from attnlab.train.weights_file import load_weights
 from attnlab.train.config import TrainConfig
 from attnlab.train.device import resolve_device, use_device
 from attnlab.train.distributed import (
