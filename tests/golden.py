@@ -19,6 +19,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -56,16 +57,18 @@ def synthetic_data(folder: Path) -> dict[str, list[str]]:
             "text": [f"data.train={folder}/text.txt"], "builtin": []}
 
 
-def train_losses(preset: Path, data_sets: dict[str, list[str]], out: Path, device: str = "cpu") -> list[float]:
+def train_losses(preset: Path, data_sets: dict[str, list[str]], out: Path, device: str = "cpu",
+                 sets: Sequence[str] = ()) -> list[float]:
     """The first STEPS training losses of ``preset``, trained by `attnlab train` into ``out`` on the
-    files of ``data_sets`` (through the command line, the interface a refactoring keeps), on ``device``."""
+    files of ``data_sets`` (through the command line, the interface a refactoring keeps), on ``device``,
+    with the --set overrides ``sets`` besides."""
     import yaml
 
     fmt = yaml.safe_load(preset.read_text())["data"].get("format", "builtin")
     # evaluation does not change the training losses: one quick evaluation at the end, no decoding
     overrides = [*data_sets[fmt], f"train.max_steps={STEPS}", "train.log_every=1", f"train.eval_every={STEPS}",
                  "train.max_tokens=200", "train.precision=fp32", f"train.device={device}", "train.progress=false",
-                 "train.eval_exact_match=0", "train.early_stop_metric=valid_loss"]
+                 "train.eval_exact_match=0", "train.early_stop_metric=valid_loss", *sets]
     done = cli("train", str(preset), "--out", str(out), *(arg for o in overrides for arg in ("--set", o)))
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

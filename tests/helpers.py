@@ -19,6 +19,13 @@ ATTNLAB = (sys.executable, "-m", "attnlab.cli")
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 
 
+def assert_only_torchruns_traceback(stderr: str) -> None:
+    """A failed torchrun job: its launcher reports the failed workers with a traceback of its own,
+    ending in ChildFailedError; the workers, attnlab's processes, print none."""
+    tracebacks = stderr.count("Traceback (most recent call last)")
+    assert tracebacks == stderr.count("errors.ChildFailedError:") == 1, stderr[-3000:]
+
+
 
 def run_cli(*args: str, stdin: str | bytes = b"") -> subprocess.CompletedProcess:
     """`attnlab ARGS` run in this process: its exit status, stdout and stderr as text, as

@@ -5,7 +5,6 @@ decode; bf16 and fp16 steps; torchrun with one GPU per rank, or the one-line ref
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -21,7 +20,7 @@ from attnlab.train.config import TrainConfig
 from attnlab.train.precision import autocast
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import make_optimizer, train_step
-from helpers import ATTNLAB, TORCHRUN, random_ids, run_cli, tiny_model
+from helpers import ATTNLAB, TORCHRUN, assert_only_torchruns_traceback, random_ids, run_cli, tiny_model
 
 pytestmark = pytest.mark.cuda
 CUDA = torch.device("cuda", 0)
@@ -91,11 +90,15 @@ def data_overrides(tmp_path_factory):
 
 @pytest.mark.parametrize("preset", golden.training_presets(), ids=lambda p: p.stem)
 def test_every_preset_trains_on_cuda_as_on_the_cpu(preset, data_overrides, tmp_path):
-    """The first 20 losses of each preset (fp32) within 1% of those recorded on the CPU: the same
-    model, data and updates; only the kernels' summation order differs."""
-    losses = golden.train_losses(preset, data_overrides, tmp_path / "run", device="cuda")
-    recorded = json.loads(golden.FIGURES.read_text())["preset_losses"][preset.name]
-    assert losses == pytest.approx(recorded, rel=1e-2)
+    """The first 20 losses of each preset (fp32, dropout off) on the GPU within 1% of the CPU's: the
+    same model, data and updates; only the kernels' summation order differs. Dropout is off because
+    the two devices draw their masks from different generators: on an H100 (2026-11-26) every preset
+    with dropout drifted 6-15% from the CPU's recorded losses within 20 steps, those without stayed
+    within 1%."""
+    no_dropout = ["model.dropout=0.0"]
+    losses = {device: golden.train_losses(preset, data_overrides, tmp_path / device, device, no_dropout)
+              for device in ("cpu", "cuda")}
+    assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-2)
 
 
 def test_a_recurrent_run_trains_checkpoints_resumes_and_decodes_on_cuda(data_overrides, tmp_path):
@@ -130,7 +133,7 @@ train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
     else:
         assert done.returncode != 0
         assert "torchrun started 2 processes on this host, which has 1 GPU(s)" in done.stderr
-        assert "Traceback" not in done.stderr
+        assert_only_torchruns_traceback(done.stderr)
 
 
 def test_the_command_line_runs_on_cuda(tmp_path):

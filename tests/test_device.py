@@ -6,6 +6,7 @@ GPU is in tests/test_cuda.py."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from attnlab.cli import main
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.train.weights_file import load_weights, save_weights, write_checksums
 from attnlab.train.device import resolve_device
-from helpers import tiny_model
+from helpers import TORCHRUN, assert_only_torchruns_traceback, tiny_model
 from test_reliability import workspace  # noqa: F401 (a fixture: a trained translation run)
 
 TORCHRUN_2 = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
@@ -52,6 +53,20 @@ def test_a_device_that_cannot_be_had_is_refused_in_one_line(name, env, gpus, mes
     with pytest.raises(ConfigError) as refused:
         resolve_device(name, env=env, n_gpus=gpus)
     assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_torchrun_workers_refuse_a_device_they_cannot_have_in_one_line_each(tmp_path):
+    """Each worker prints the one-line refusal and exits; the only traceback is torchrun's own report
+    of the failed workers. (tests/test_cuda.py runs the same with one GPU.)"""
+    config = tmp_path / "tiny.yaml"
+    config.write_text("model: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}\n"
+                      "data: {format: builtin, generator: reverse, n_train: 50, n_valid: 10, n_test: 10}\n"
+                      "train: {max_steps: 2, device: cuda, progress: false}\n")
+    done = subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "attnlab.cli", "train", str(config),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and not (tmp_path / "run").exists()
+    assert done.stderr.count("error: train.device is 'cuda' but no CUDA device is available") == 2
+    assert_only_torchruns_traceback(done.stderr)
 
 
 @pytest.mark.parametrize("argv", [

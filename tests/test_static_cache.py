@@ -6,6 +6,9 @@ gives exactly what the same static cache gives eagerly."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 from torch import nn
@@ -206,3 +209,36 @@ def test_a_replayed_cuda_graph_decodes_exactly_as_the_eager_static_cache(backend
     draw = lambda kind: sample(lm, prompt=prompt, max_new_tokens=12, generator=torch.Generator().manual_seed(0),
                                kv_cache=kind)
     assert draw("graph") == draw("static") == draw("auto")
+
+
+@pytest.mark.cuda  # skipped without a GPU (tests/conftest.py)
+@torch.no_grad()
+def test_an_earlier_sessions_graph_freed_by_the_collector_does_not_end_a_recording():
+    """A finished session and its CapturedStep form a reference cycle, so only the cyclic collector
+    frees the earlier batch's graph, whenever it happens to run: here, on purpose, in the middle of
+    the next batch's recording (a hook on the decoder). Freeing a graph then is a CUDA error, as
+    evaluating SCAN's test splits on an H100 showed, unless the recording collects first."""
+    model = eos_biased(tiny_model(positional="rotary").cuda(), 6.0)
+    src = sources("cuda")
+    expected = greedy(model, src, max_len=12, kv_cache="static")
+
+    def collect_while_recording(module, args):
+        if torch.cuda.is_current_stream_capturing():
+            gc.collect()
+
+    hook = model.decoder.register_forward_pre_hook(collect_while_recording)
+    gc.disable()
+    try:
+        session = DecodingSession(model, src=src, kv_cache="graph")
+        session.reserve(4)
+        for _ in range(3):
+            session.step(torch.full((4, 1), 5, device="cuda"))
+        earlier = weakref.ref(session.next_logits)
+        assert session.next_logits.graph is not None
+        del session
+        assert earlier() is not None  # the cycle holds it
+        assert greedy(model, src, max_len=12, kv_cache="graph") == expected
+        assert earlier() is None
+    finally:
+        gc.enable()
+        hook.remove()

@@ -14,6 +14,7 @@ the static cache gives it fixed shapes, so it compiles once per shape.
 
 from __future__ import annotations
 
+import gc
 from typing import Callable
 
 import torch
@@ -59,6 +60,12 @@ class CapturedStep:
         with torch.cuda.stream(side):
             logits = self.step(self.tokens)
         main.wait_stream(side)
+        # torch.cuda.graph no longer collects garbage before recording (only under
+        # torch.compiler.config.force_cudagraph_gc). An earlier session's graph, held in a reference
+        # cycle (a session and its CapturedStep), that the collector frees while this one records
+        # ends the recording: "operation not permitted when stream is capturing". Seen on an H100
+        # (torch 2.11) evaluating SCAN's test splits, batch after batch; tests/test_static_cache.py.
+        gc.collect()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.logits = self.step(self.tokens)
