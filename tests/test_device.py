@@ -56,8 +56,8 @@ def test_a_device_that_cannot_be_had_is_refused_in_one_line(name, env, gpus, mes
 
 
 def test_torchrun_workers_refuse_a_device_they_cannot_have_in_one_line_each(tmp_path):
-    """Each worker prints the one-line refusal and exits; the only traceback is torchrun's own report
-    of the failed workers. (tests/test_cuda.py runs the same with one GPU.)"""
+    """A worker prints the one-line refusal and exits; the only traceback is torchrun's own report of
+    the failed workers. (tests/test_cuda.py runs the same with one GPU.)"""
     config = tmp_path / "tiny.yaml"
     config.write_text("model: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}\n"
                       "data: {format: builtin, generator: reverse, n_train: 50, n_valid: 10, n_test: 10}\n"
@@ -65,7 +65,8 @@ def test_torchrun_workers_refuse_a_device_they_cannot_have_in_one_line_each(tmp_
     done = subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "attnlab.cli", "train", str(config),
                            "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and not (tmp_path / "run").exists()
-    assert done.stderr.count("error: train.device is 'cuda' but no CUDA device is available") == 2
+    # the first worker to fail ends the job: torchrun stops the other, which may not have got as far
+    assert done.stderr.count("error: train.device is 'cuda' but no CUDA device is available") in (1, 2)
     assert_only_torchruns_traceback(done.stderr)
 
 
