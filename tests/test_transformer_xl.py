@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attnlab.data.batching import lm_segments
+from attnlab.data.batching import ContextSegmentBatch, lm_context_windows, lm_segments
 from attnlab.data.tokenizers import BOS, PAD
 from attnlab.decode.search import sample
 from attnlab.decode.speculative import speculative_decode
@@ -194,6 +194,40 @@ def test_the_task_carries_the_memory_from_one_batch_to_the_next():
         assert_close(resumed, alone, atol=1e-5, rtol=1e-6)
 
 
+def test_a_context_window_is_consecutive_text_ending_in_the_segment_trained_on():
+    stream = torch.arange(1, 201)
+    batch = lm_context_windows(stream, segment_length=8, batch_size=5, generator=torch.Generator().manual_seed(0),
+                               context_segments=2)
+    assert (batch.context.shape, batch.tgt_in.shape, batch.tgt_out.shape) == ((5, 16), (5, 8), (5, 8))
+    whole = torch.cat([batch.context, batch.tgt_in, batch.tgt_out[:, -1:]], dim=1)  # (5, 25)
+    assert torch.equal(whole - whole[:, :1], torch.arange(25).expand(5, 25))  # 25 consecutive tokens a row
+    assert torch.equal(batch.tgt_out, batch.tgt_in + 1) and len(set(whole[:, 0].tolist())) == 5
+    again = lm_context_windows(stream, 8, 5, torch.Generator().manual_seed(0), context_segments=2)
+    assert torch.equal(again.context, batch.context)  # a batch depends on its generator alone
+
+
+@pytest.mark.parametrize("context_segments", [1, 2])
+def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leaves(context_segments):
+    """The reference: the whole window read in segments (memory carried, SG), the loss of its last
+    segment alone. The loss and every gradient are the same: no gradient reaches the context."""
+    model = xl(segment_length=4, memory_length=4)
+    batch = lm_context_windows(random_ids(1, 60)[0], 4, 3, torch.Generator().manual_seed(1), context_segments)
+    loss, nll = SegmentLanguageModel.loss(model, batch, 0.0, contextlib.nullcontext)
+    loss.backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    window = torch.cat([batch.context, batch.tgt_in], dim=1)
+    ref_loss, ref_nll = label_smoothed_nll(model(window)[:, -4:], batch.tgt_out, 0.0, PAD)
+    ref_loss.backward()
+    assert_close(nll, ref_nll, atol=1e-5, rtol=1e-6)
+    for g, p in zip(got, model.parameters()):
+        assert_close(g, p.grad, atol=1e-6, rtol=1e-5)
+    empty = SegmentLanguageModel.loss(model, ContextSegmentBatch(None, batch.tgt_in, batch.tgt_out,
+                                                                 batch.context[:, :0]), 0.0, contextlib.nullcontext)
+    alone = label_smoothed_nll(model(batch.tgt_in), batch.tgt_out, 0.0, PAD)
+    assert_close(empty[1], alone[1], atol=1e-5, rtol=1e-6)  # no context: an empty memory
+
+
 @pytest.mark.parametrize("fields,message", [
     (dict(positional="learned"), r"positional 'learned' numbers positions from the start of the input, and "
                                  r"Transformer-XL moves states from the segment into the memory: use one of "
@@ -244,6 +278,24 @@ def test_a_run_config_that_mixes_the_layouts_is_refused_in_one_line(tmp_path, mo
     done = run_cli("train", tiny_config(tmp_path, model, data), "--out", str(tmp_path / "run"))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 3 and len(lines) == 1 and message in lines[0]
+
+
+def test_training_on_context_windows_from_the_command_line(tmp_path):
+    run = str(tmp_path / "run")
+    done = run_cli("train", tiny_config(tmp_path, data={"context_segments": 1}), "--out", run)
+    assert done.returncode == 0, done.stderr
+    assert ("trained on random windows of 1 context segment(s) and one segment of 8 tokens, validated on 4 rows "
+            "of consecutive segments") in done.stdout + done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    scored = json.loads(run_cli("evaluate", run, "--split", "valid", "--json").stdout)
+    assert scored["loss"] == pytest.approx(summary["best_valid_loss"], abs=1e-6) and summary["steps"] == 20
+    for data, message in [({"context_segments": -1}, "xl.yaml: context_segments must be >= 0 (got -1)"),
+                          ({"context_segments": 400}, "text.txt: the train text has 3060 tokens, fewer than a "
+                                                      "window of (data.context_segments + 1) x data.block_size + 1 "
+                                                      "(3209)")]:
+        refused = run_cli("train", tiny_config(tmp_path, data=data), "--out", str(tmp_path / "refused"))
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode != 0 and len(lines) == 1 and message in lines[0], refused.stderr
 
 
 def test_train_evaluate_and_generate_from_the_command_line(tmp_path):

@@ -142,6 +142,28 @@ class SegmentBatch(Batch):
         return SegmentBatch(None, self.tgt_in.to(device), self.tgt_out.to(device), self.rows, self.index)
 
 
+@dataclass
+class ContextSegmentBatch(Batch):
+    """Transformer-XL trained on random windows: tgt_in, tgt_out (B, T), one segment of each window,
+    and ``context`` (B, k T), the k segments before it, which the model reads first (with no
+    gradient) for the memory that reading the text in order would leave the segment."""
+
+    context: Tensor
+
+    def to(self, device: torch.device | str) -> "ContextSegmentBatch":
+        return ContextSegmentBatch(None, self.tgt_in.to(device), self.tgt_out.to(device), self.context.to(device))
+
+
+def lm_context_windows(data: Tensor, segment_length: int, batch_size: int, generator: torch.Generator,
+                       context_segments: int) -> ContextSegmentBatch:
+    """``batch_size`` random windows of a (N,) stream, each ``context_segments`` segments of context
+    and then the segment to train on (tgt_out is tgt_in shifted by one)."""
+    context = context_segments * segment_length
+    windows = lm_blocks(data, context + segment_length, batch_size, generator)
+    return ContextSegmentBatch(None, windows.tgt_in[:, context:], windows.tgt_out[:, context:],
+                               windows.tgt_in[:, :context])
+
+
 def lm_segments(data: Tensor, segment_length: int, rows: int) -> list[SegmentBatch]:
     """Transformer-XL's layout of a (N,) stream: cut into ``rows`` contiguous rows of equal length
     (fewer when it has fewer whole segments), each read in consecutive segments of ``segment_length``

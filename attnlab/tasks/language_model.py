@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional, Sequence
+from typing import Callable, ClassVar, Optional, Sequence
 
 import torch
 
@@ -47,11 +47,14 @@ class LanguageModelConfig(TaskConfig):
         return self.block_size
 
 
-class _Epoch(Sequence[Batch]):
-    """A virtual epoch of random windows; batch k of epoch e depends only on (seed, e, k)."""
+class RandomWindows(Sequence[Batch]):
+    """A virtual epoch of random windows; batch k of epoch e depends only on (seed, e, k). ``draw``
+    makes a batch of windows of block_size trained tokens from a generator."""
 
-    def __init__(self, data: torch.Tensor, block_size: int, batch_size: int, seed: int, epoch: int) -> None:
+    def __init__(self, data: torch.Tensor, block_size: int, batch_size: int, seed: int, epoch: int,
+                 draw: Callable[[torch.Tensor, int, int, torch.Generator], Batch] = lm_blocks) -> None:
         self.data, self.block_size, self.batch_size, self.seed, self.epoch = data, block_size, batch_size, seed, epoch
+        self.draw = draw
         self.n = max(1, len(data) // (block_size * batch_size))
 
     def __len__(self) -> int:
@@ -61,7 +64,7 @@ class _Epoch(Sequence[Batch]):
         if not 0 <= k < self.n:
             raise IndexError(k)
         g = torch.Generator().manual_seed(batch_seed(self.seed, self.epoch, k))
-        return lm_blocks(self.data, self.block_size, self.batch_size, g)
+        return self.draw(self.data, self.block_size, self.batch_size, g)
 
 
 @dataclass
@@ -74,7 +77,7 @@ class LMData:
     _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
 
     def epoch_batches(self, epoch: int) -> Sequence[Batch]:
-        return _Epoch(self.splits["train"], self.block_size, self.batch_size, self.seed, epoch)
+        return RandomWindows(self.splits["train"], self.block_size, self.batch_size, self.seed, epoch)
 
     def eval_batches(self, split: str) -> list[Batch]:
         """Every full window of a split, in order (made once)."""

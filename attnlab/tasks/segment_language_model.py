@@ -1,15 +1,18 @@
 """Transformer-XL's language modelling (Dai et al. 2019): the language model's text read in
-consecutive segments, the model's memory carried from one to the next, in training as in evaluation."""
+consecutive segments, the model's memory carried from one to the next, in evaluation always and in
+training by default; or trained on random windows, each segment after a context read for its memory."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import typing
 from dataclasses import dataclass
 
 import torch
 
-from attnlab.data.batching import SegmentBatch, lm_segments
+from attnlab.config import at_least
+from attnlab.data.batching import Batch, ContextSegmentBatch, SegmentBatch, lm_context_windows, lm_segments
 from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import PAD
 from attnlab.errors import DataError
@@ -17,18 +20,24 @@ from attnlab.eval.metrics import perplexity
 from attnlab.models.family import unwrapped
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.memory import SegmentMemory
-from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig, LMData
-from attnlab.tasks.task import Amp, Tokenizers, register_task
+from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig, LMData, RandomWindows
+from attnlab.tasks.task import Amp, Batching, Tokenizers, register_task
 
 
 @dataclass
 class SegmentData(LMData):
     """Transformer-XL's layout (batching.lm_segments): each split cut into batch_size rows, read in
     consecutive segments of block_size tokens. An epoch reads the training rows from their start,
-    the memory empty at first."""
+    the memory empty at first. With ``context_segments`` k > 0, training reads random windows
+    instead (batching.lm_context_windows): k segments of context, then the segment trained on."""
 
-    def epoch_batches(self, epoch: int) -> list[SegmentBatch]:
-        return lm_segments(self.splits["train"], self.block_size, self.batch_size)
+    context_segments: int = 0
+
+    def epoch_batches(self, epoch: int) -> typing.Sequence[Batch]:
+        if self.context_segments == 0:
+            return lm_segments(self.splits["train"], self.block_size, self.batch_size)
+        draw = functools.partial(lm_context_windows, context_segments=self.context_segments)
+        return RandomWindows(self.splits["train"], self.block_size, self.batch_size, self.seed, epoch, draw)
 
     def eval_batches(self, split: str) -> list[SegmentBatch]:
         if split not in self._eval:
@@ -40,7 +49,17 @@ class SegmentData(LMData):
 @dataclass(frozen=True)
 class SegmentLanguageModelConfig(LanguageModelConfig):
     """The language model's data section, for data.task 'segment_language_model': ``block_size`` is
-    the segment length, which the model's segment_length takes."""
+    the segment length, which the model's segment_length takes. ``context_segments``: 0 (default)
+    trains on consecutive segments, the memory carried from each batch to the next, as Dai et al.;
+    k > 0 trains on random windows of k + 1 segments, the first k read with no gradient for the
+    memory of the last, which alone is trained on (each update sees fresh places of the text, at
+    the price of a forward pass over k segments)."""
+
+    context_segments: int = 0
+
+    def check(self) -> None:
+        super().check()
+        at_least("context_segments", self.context_segments, 0)
 
 
 @register_task
@@ -60,19 +79,37 @@ class SegmentLanguageModel(LanguageModel):
     layout = SegmentData
 
     @classmethod
+    def prepare(cls, cfg: SegmentLanguageModelConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, typing.Any] | None = None) -> SegmentData:
+        data = super().prepare(cfg, batching, tokenizers, state)
+        window = (cfg.context_segments + 1) * cfg.block_size
+        if cfg.context_segments and len(data.splits["train"]) <= window:
+            raise DataError(f"{cfg.train}: the train text has {len(data.splits['train'])} tokens, fewer than a window "
+                            f"of (data.context_segments + 1) x data.block_size + 1 ({window + 1})")
+        data.context_segments = cfg.context_segments
+        return data
+
+    @classmethod
     def planned_model_fields(cls, cfg: SegmentLanguageModelConfig, vocab_size: int) -> dict[str, typing.Any]:
         return super().planned_model_fields(cfg, vocab_size) | {"segment_length": cfg.block_size}
 
     @classmethod
-    def loss(cls, model: torch.nn.Module, batch: SegmentBatch, label_smoothing: float,
+    def loss(cls, model: torch.nn.Module, batch: SegmentBatch | ContextSegmentBatch, label_smoothing: float,
              amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next-token loss of a segment read after the memory that its rows' previous segment left
-        (an empty one when that was not the batch before); the memory moves on past it."""
-        memory = batch.rows.carried(batch.index)
-        memory = SegmentMemory() if memory is None else memory
+        """The next-token loss of a segment read after its memory: the one its rows' previous segment
+        left (an empty one when that was not the batch before), which moves on past it; or, for
+        random windows, the one its context leaves, read with no gradient."""
+        if isinstance(batch, ContextSegmentBatch):
+            memory = SegmentMemory()
+            with torch.no_grad(), amp():
+                unwrapped(model).states(batch.context, memory=memory)
+        else:
+            memory = batch.rows.carried(batch.index)
+            memory = SegmentMemory() if memory is None else memory
         with amp():
             logits = model(batch.tgt_in, memory=memory)
-        batch.rows.keep(batch.index, memory)
+        if isinstance(batch, SegmentBatch):
+            batch.rows.keep(batch.index, memory)
         return label_smoothed_nll(logits, batch.tgt_out, label_smoothing, PAD)
 
     @classmethod
@@ -121,5 +158,9 @@ class SegmentLanguageModel(LanguageModel):
 
     @classmethod
     def describe(cls, data: SegmentData) -> str:
+        if data.context_segments:
+            return (f"{super().describe(data)}; trained on random windows of {data.context_segments} context "
+                    f"segment(s) and one segment of {data.block_size} tokens, validated on {data.batch_size} rows "
+                    f"of consecutive segments")
         return (f"{super().describe(data)}; read as {data.batch_size} rows of consecutive segments of "
                 f"{data.block_size} tokens")
