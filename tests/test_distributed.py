@@ -114,6 +114,22 @@ train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_s
     train_under_torchrun_and_accumulating(config, tmp_path)
 
 
+def test_transformer_xl_on_random_windows_under_torchrun_matches_one_process_accumulating(tmp_path):
+    """Each window builds its own memory from its context segment, so a rank needs no batch that
+    another rank read (in the rows layout each rank would start from an empty memory)."""
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question. " * 40)
+    config = tmp_path / "xl.yaml"
+    config.write_text(f"""\
+model: {{arch: transformer_xl, d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0, norm: pre,
+        memory_length: 8}}
+data: {{task: segment_language_model, train: {text}, tokenizer: char, block_size: 8, context_segments: 1}}
+train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 4,
+        progress: false}}
+""")
+    train_under_torchrun_and_accumulating(config, tmp_path)
+
+
 def test_exit_worker_flushes_its_output_keeps_the_status_and_skips_the_shutdown():
     script = ("import atexit, sys\n"
               "from attnlab.train.distributed import exit_worker\n"
