@@ -45,7 +45,6 @@ class SegmentData(LMData):
         return self._eval[split]
 
 
-
 @dataclass(frozen=True)
 class SegmentLanguageModelConfig(LanguageModelConfig):
     """The language model's data section, for data.task 'segment_language_model': ``block_size`` is
