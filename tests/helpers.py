@@ -26,7 +26,6 @@ def assert_only_torchruns_traceback(stderr: str) -> None:
     assert tracebacks == stderr.count("errors.ChildFailedError:") == 1, stderr[-3000:]
 
 
-
 def run_cli(*args: str, stdin: str | bytes = b"") -> subprocess.CompletedProcess:
     """`attnlab ARGS` run in this process: its exit status, stdout and stderr as text, as
     subprocess.run(..., capture_output=True, text=True) gives them, without the seconds a new

@@ -33,7 +33,7 @@ class Batch:
         return int((self.tgt_out != PAD).sum())
 
     def to(self, device: torch.device | str) -> "Batch":
-        return Batch(None if self.src is None else self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+        return moved(self, device)
 
 
 def pad_sequences(seqs: list[list[int]]) -> Tensor:
@@ -64,6 +64,12 @@ B = TypeVar("B")  # a batch: a dataclass of tensors
 def tensor_fields(batch) -> dict[str, Tensor]:
     """The tensors of a batch (a dataclass), by field name."""
     return {f.name: t for f in dataclasses.fields(batch) if isinstance(t := getattr(batch, f.name), Tensor)}
+
+
+def moved(batch: B, device: torch.device | str) -> B:
+    """``batch`` (a dataclass) with each of its tensors on ``device``, its other fields as they are:
+    every batch class's ``to``."""
+    return dataclasses.replace(batch, **{name: t.to(device) for name, t in tensor_fields(batch).items()})
 
 
 def padded_to_multiple(batch: B, multiple: int) -> B:
@@ -138,9 +144,6 @@ class SegmentBatch(Batch):
     rows: SegmentRows
     index: int
 
-    def to(self, device: torch.device | str) -> "SegmentBatch":
-        return SegmentBatch(None, self.tgt_in.to(device), self.tgt_out.to(device), self.rows, self.index)
-
 
 @dataclass
 class ContextSegmentBatch(Batch):
@@ -149,9 +152,6 @@ class ContextSegmentBatch(Batch):
     gradient) for the memory that reading the text in order would leave the segment."""
 
     context: Tensor
-
-    def to(self, device: torch.device | str) -> "ContextSegmentBatch":
-        return ContextSegmentBatch(None, self.tgt_in.to(device), self.tgt_out.to(device), self.context.to(device))
 
 
 def lm_context_windows(data: Tensor, segment_length: int, batch_size: int, generator: torch.Generator,

@@ -9,7 +9,6 @@ loss, the metrics, and `evaluate`'s report on a split or a file."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import typing
 from dataclasses import dataclass
 from typing import Optional
@@ -18,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
-from attnlab.data.batching import pad_sequences, tensor_fields
+from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
@@ -73,7 +72,7 @@ class ExampleBatch:
         return len(self.labels)
 
     def to(self, device: torch.device | str):
-        return dataclasses.replace(self, **{name: t.to(device) for name, t in tensor_fields(self).items()})
+        return moved(self, device)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
-from attnlab.data.batching import pad_sequences
+from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import read_lines
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
@@ -77,7 +77,7 @@ class MLMBatch:
         return int((self.targets != PAD).sum())
 
     def to(self, device: torch.device | str) -> "MLMBatch":
-        return MLMBatch(self.inputs.to(device), self.targets.to(device))
+        return moved(self, device)
 
 
 def mask_tokens(ids: Tensor, word_starts: Tensor, cfg: MaskedLMConfig, vocab_size: int,

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.data.batching import pad_sequences, source_batch
+from attnlab.data.batching import moved, pad_sequences, source_batch
 from attnlab.data.tokenizers import MASK, PAD
 from attnlab.decode.mask_predict import MaskPredict
 from attnlab.eval.metrics import exact_match, perplexity
@@ -43,8 +43,7 @@ class MaskedBatch:
         return int((self.targets != PAD).sum())
 
     def to(self, device: torch.device | str) -> "MaskedBatch":
-        return MaskedBatch(self.src.to(device), self.inputs.to(device), self.targets.to(device),
-                           self.lengths.to(device))
+        return moved(self, device)
 
 
 def mask_targets(tgt: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
