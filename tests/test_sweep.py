@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from attnlab import ConfigError
 from attnlab.analysis.sweep import Table, plan
@@ -241,3 +242,25 @@ def test_dry_run_lists_the_runs_and_trains_nothing(folder):
 def test_spec_errors_name_the_field_in_the_library_too(folder):
     with pytest.raises(ConfigError, match=r"sweep.jobs must be an integer >= 1 \(got 0\)"):
         SweepSpec.from_dict(Path("s.yaml"), {"config": "base.yaml", "jobs": 0})
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_SPECS = sorted(p for p in ROOT.glob("recipes/**/*.yaml") if set(yaml.safe_load(p.read_text())) == {"sweep"})
+
+
+@pytest.mark.parametrize("path", SHIPPED_SPECS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_shipped_sweep_spec_plans_every_run(path, tmp_path, monkeypatch):
+    """The recipes' sweeps (run from the repository root, as their comments say) build every cell's
+    config: one run per cell and seed, each with its cell's overrides and its seed."""
+    monkeypatch.chdir(ROOT)
+    spec = SweepSpec.from_file(str(path.relative_to(ROOT)))
+    runs = plan(spec, tmp_path)
+    assert len(runs) == int(np.prod([len(values) for _, values in spec.grid])) * len(spec.seeds)
+    assert [(r.cell.name, r.seed) for r in runs] == [(c.name, s) for c in spec.cells() for s in spec.seeds]
+    assert all(f"train.seed={r.seed}" in r.sets for r in runs)
+
+
+def test_the_shipped_sweep_specs_are_found():
+    names = {str(p.relative_to(ROOT)) for p in SHIPPED_SPECS}
+    assert {"recipes/claims/data_size_sweep.yaml", "recipes/claims/scan_splits_sweep.yaml",
+            "recipes/extrapolation/sweep.yaml"} <= names and "recipes/claims/scan_gru.yaml" not in names
