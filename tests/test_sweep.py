@@ -18,7 +18,8 @@ import yaml
 
 from attnlab import ConfigError
 from attnlab.analysis.sweep import Table, plan
-from attnlab.analysis.sweep_spec import SweepSpec
+from attnlab.analysis.sweep_spec import CONFIG_AXIS, SweepSpec
+from attnlab.train.config import RunConfig
 from helpers import ATTNLAB, run_cli
 from test_forecasting import series_rows, write_series
 
@@ -37,6 +38,8 @@ SPEC = """sweep:
   jobs: 2
 """
 EVALUATED = SPEC.replace("  jobs: 2", "  evaluate: valid\n  metrics: [valid_mse, best_valid_loss]\n  jobs: 2")
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_SPECS = sorted(p for p in ROOT.glob("recipes/**/*.yaml") if set(yaml.safe_load(p.read_text())) == {"sweep"})
 
 
 @pytest.fixture
@@ -244,20 +247,24 @@ def test_spec_errors_name_the_field_in_the_library_too(folder):
         SweepSpec.from_dict(Path("s.yaml"), {"config": "base.yaml", "jobs": 0})
 
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_SPECS = sorted(p for p in ROOT.glob("recipes/**/*.yaml") if set(yaml.safe_load(p.read_text())) == {"sweep"})
-
-
 @pytest.mark.parametrize("path", SHIPPED_SPECS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_shipped_sweep_spec_plans_every_run(path, tmp_path, monkeypatch):
-    """The recipes' sweeps (run from the repository root, as their comments say) build every cell's
-    config: one run per cell and seed, each with its cell's overrides and its seed."""
+def test_every_shipped_sweep_spec_builds_each_run_with_its_cells_values(path, tmp_path, monkeypatch):
+    """The recipes' sweeps (run from the repository root, as their comments say): one run per cell
+    and seed, and each run's config, built as `attnlab train` builds it, holds its cell's values,
+    its seed and the spec's step budget."""
     monkeypatch.chdir(ROOT)
     spec = SweepSpec.from_file(str(path.relative_to(ROOT)))
     runs = plan(spec, tmp_path)
-    assert len(runs) == int(np.prod([len(values) for _, values in spec.grid])) * len(spec.seeds)
     assert [(r.cell.name, r.seed) for r in runs] == [(c.name, s) for c in spec.cells() for s in spec.seeds]
-    assert all(f"train.seed={r.seed}" in r.sets for r in runs)
+    for run in runs:
+        built = RunConfig.from_file(run.config, run.sets)
+        sections = {"model": built.model, "data": vars(built.data), "train": vars(built.train)}
+        for field, value in run.cell.settings():
+            if field != CONFIG_AXIS:
+                section, name = field.split(".")
+                assert sections[section][name] == value, (run.name, field)
+        assert built.train.seed == run.seed
+        assert spec.steps is None or built.train.max_steps == spec.steps
 
 
 def test_the_shipped_sweep_specs_are_found():
