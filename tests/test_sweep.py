@@ -247,15 +247,25 @@ def test_spec_errors_name_the_field_in_the_library_too(folder):
         SweepSpec.from_dict(Path("s.yaml"), {"config": "base.yaml", "jobs": 0})
 
 
+def test_two_cells_that_would_share_a_run_directory_are_refused():
+    """A run directory is named from the config's file name and the values' words, so two configs
+    named alike in two folders, or values that differ only in characters a name cannot hold, collide."""
+    with pytest.raises(ConfigError, match=r"sweep: the cells config=a/x.yaml and config=b/x.yaml would share the run "
+                                          r"directory 'config=x' .*; rename one"):
+        SweepSpec.from_dict(Path("s.yaml"), {"config": ["a/x.yaml", "b/x.yaml"]})
+    with pytest.raises(ConfigError, match=r"data.train=a/b and data.train=a_b would share the run directory"):
+        SweepSpec.from_dict(Path("s.yaml"), {"config": "base.yaml", "grid": {"data.train": ["a/b", "a_b"]}})
+    assert [c.name for c in SweepSpec.from_dict(Path("s.yaml"), {"config": ["a/x.yaml", "b/y.yaml"]}).cells()] == \
+        ["config=x", "config=y"]
+
+
 @pytest.mark.parametrize("path", SHIPPED_SPECS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_shipped_sweep_spec_builds_each_run_with_its_cells_values(path, tmp_path, monkeypatch):
-    """The recipes' sweeps (run from the repository root, as their comments say): one run per cell
-    and seed, and each run's config, built as `attnlab train` builds it, holds its cell's values,
+    """The recipes' sweeps (run from the repository root, as their comments say): each run's config, built as `attnlab train` builds it, holds its cell's values,
     its seed and the spec's step budget."""
     monkeypatch.chdir(ROOT)
     spec = SweepSpec.from_file(str(path.relative_to(ROOT)))
     runs = plan(spec, tmp_path)
-    assert [(r.cell.name, r.seed) for r in runs] == [(c.name, s) for c in spec.cells() for s in spec.seeds]
     for run in runs:
         built = RunConfig.from_file(run.config, run.sets)
         sections = {"model": built.model, "data": vars(built.data), "train": vars(built.train)}

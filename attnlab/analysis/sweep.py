@@ -19,14 +19,15 @@ A sweep spec is a YAML file with one section, ``sweep``::
 Paths in the spec are read from the current directory, as ``attnlab train`` reads a config's.
 
 Every run is an ordinary run directory, OUT/CELL/seedK (CELL names the cell's values, e.g.
-``n_heads=4,positional=rope``), trained by ``attnlab train`` in a process of its own, its output in
-OUT/logs. The sweep is resumable: a run with its summary.json (and its evaluation) is kept, a run
-that was stopped goes on from its newest checkpoint (``train --resume``), and a run directory that
-was trained with another config than the spec now gives is refused before anything starts. The
-table (OUT/results.md, results.csv; every run's scores in runs.csv; results.png) has the mean,
-standard deviation, minimum and maximum over seeds of each metric per cell, read from the runs'
-summary.json (its ``best_*`` fields and its last validation's scores) and from their evaluation
-(each score named after the split: test_exact_match).
+``n_heads=4,positional=rope``; a spec whose two cells would get one name is refused), trained by
+``attnlab train`` in a process of its own, its output in OUT/logs. The sweep is resumable: a run
+with its summary.json (and its evaluation) is kept, a run that was stopped goes on from its newest
+checkpoint (``train --resume``), and a run directory that was trained with another config than the
+spec now gives is refused before anything starts. The table (OUT/results.md, results.csv; every
+run's scores in runs.csv; results.png) has the mean, standard deviation, minimum and maximum over
+seeds of each metric per cell, read from the runs' summary.json (its ``best_*`` fields and its last
+validation's scores) and from their evaluation (each score named after the split:
+test_exact_match).
 """
 
 from __future__ import annotations

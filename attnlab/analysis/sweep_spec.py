@@ -78,8 +78,10 @@ class SweepSpec:
         jobs = spec.get("jobs", 1)
         if not (_is_int(jobs) and jobs >= 1):
             raise ConfigError(f"sweep.jobs must be an integer >= 1 (got {jobs!r})")
-        return cls(path, configs, _strings("sweep.set", spec.get("set") or []), grid, tuple(seeds), steps,
-                   _evaluation(spec.get("evaluate")), _strings("sweep.metrics", spec.get("metrics") or []), jobs)
+        checked = cls(path, configs, _strings("sweep.set", spec.get("set") or []), grid, tuple(seeds), steps,
+                      _evaluation(spec.get("evaluate")), _strings("sweep.metrics", spec.get("metrics") or []), jobs)
+        _refuse_shared_names(checked.cells())
+        return checked
 
     @property
     def axes(self) -> list[str]:
@@ -89,6 +91,17 @@ class SweepSpec:
         """Every combination of the grid's values, the first axis slowest."""
         combos = itertools.product(*(values for _, values in self.grid))
         return [Cell(tuple(zip(self.axes, combo)), _short_names(self.axes)) for combo in combos]
+
+
+def _refuse_shared_names(cells: list["Cell"]) -> None:
+    """Each cell's name is its run directory: two cells with one name would train into one folder."""
+    first: dict[str, Cell] = {}
+    for cell in cells:
+        other = first.setdefault(cell.name, cell)
+        if other is not cell:
+            values = [", ".join(f"{field}={v}" for field, v in c.settings()) for c in (other, cell)]
+            raise ConfigError(f"sweep: the cells {values[0]} and {values[1]} would share the run directory "
+                              f"'{cell.name}' (a config's file name and each value's words make it); rename one")
 
 
 def _is_int(value: Any) -> bool:
