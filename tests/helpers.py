@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab import FAMILIES, build_model, model_config
+from attnlab.data.tokenizers import EOS
 
 # The command-line program and torchrun, as commands (argv prefixes) of this interpreter: they work
 # in a plain checkout where no console script is installed (tests/conftest.py puts the repository
@@ -47,13 +48,26 @@ def run_cli(*args: str, stdin: str | bytes = b"") -> subprocess.CompletedProcess
 TINY = dict(vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, max_len=64, max_relative_distance=3)
 
 
-def tiny_model(**overrides) -> torch.nn.Module:
+def tiny_model(seed: int = 0, **overrides) -> torch.nn.Module:
     """A small model of any family (``arch``), built with a fixed seed, in eval mode: TINY's
     sizes where the family has the field, and ``overrides``."""
     family = FAMILIES[overrides.get("arch", "encoder_decoder")]
     sizes = {k: v for k, v in TINY.items() if k in family.config.field_names()}
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     return build_model(model_config(**{**sizes, **overrides})).eval()
+
+
+def eos_biased(model: nn.Module, eos_bias: float) -> nn.Module:
+    """The model with a sharper output layer that favours EOS by ``eos_bias``: a random tiny model
+    otherwise repeats one token to the length limit, and these tests need sentences and beams that
+    end at different steps."""
+    weight = model.generator.weight.detach()
+    model.generator = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device)
+    with torch.no_grad():
+        model.generator.weight.copy_(3 * weight)
+        model.generator.bias.zero_()
+        model.generator.bias[EOS] = eos_bias
+    return model
 
 
 def random_ids(batch: int, length: int, vocab: int = 23, generator_seed: int = 0) -> Tensor:

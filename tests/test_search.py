@@ -3,15 +3,19 @@ batch = one by one; cached = uncached for every positional variant; sampling."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import zlib
 
 import pytest
 import torch
-from torch import nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import Tensor, nn
 
-from attnlab.decode.search import beam_search, filter_logits, greedy, length_penalty, sample
+from attnlab.decode.search import Hypothesis, beam_search, filter_logits, greedy, length_penalty, sample, token_logprobs
 from attnlab.nn.registry import POSITIONAL
-from helpers import random_ids, tiny_model
+from helpers import eos_biased, random_ids, tiny_model
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
 TABLE = {  # next-token probabilities given the tokens after BOS
@@ -37,18 +41,17 @@ class OracleCache:
         self.prefix = self.prefix.index_select(0, index)
 
 
-FORCED_A = {A: 0.97, B: 0.01, EOS: 0.02}
-
-
-class Oracle(nn.Module):
-    """An 'encoder-decoder' whose next-token distribution is TABLE of the prefix. A source starting
-    with token B swaps the roles of A and B, so that batched sentences differ; each source token
-    after the first adds one step of FORCED_A before the table applies, so sentences finish at
-    different steps."""
+class TableModel(nn.Module):
+    """An 'encoder-decoder' whose next-token distribution is a fixed function of its source and of
+    the prefix after BOS (:meth:`next_token`): logits at the last position only (the others stay
+    -inf), whatever ``last_only``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.dummy = nn.Parameter(torch.zeros(1))
+
+    def next_token(self, src: list[int], prefix: tuple[int, ...]) -> dict[int, float]:
+        raise NotImplementedError
 
     def encode(self, src):
         return src, src != PAD
@@ -57,19 +60,30 @@ class Oracle(nn.Module):
         return OracleCache()
 
     def decode(self, tokens, memory, src_valid, cache=None, last_only=False):
-        """Logits at the last position only (the others stay -inf), whatever ``last_only``."""
         if cache is not None:
             cache.prefix = tokens if cache.prefix is None else torch.cat([cache.prefix, tokens], dim=1)
             tokens = cache.prefix
         logits = torch.full((tokens.shape[0], tokens.shape[1], 5), -torch.inf)
         for row, (prefix, src) in enumerate(zip(tokens.tolist(), memory.tolist())):
-            swap = {A: B, B: A} if src[0] == B else {}
-            extra = sum(t != PAD for t in src) - 1  # forced steps before the table
-            prefix = tuple(swap.get(t, t) for t in prefix[1:])  # after BOS, in the table's terms
-            dist = FORCED_A if len(prefix) < extra else TABLE.get(prefix[extra:], LATER)
-            for token, p in dist.items():
-                logits[row, -1, swap.get(token, token)] = math.log(p)
+            for token, p in self.next_token(src, tuple(prefix[1:])).items():
+                logits[row, -1, token] = math.log(p)
         return logits
+
+
+FORCED_A = {A: 0.97, B: 0.01, EOS: 0.02}
+
+
+class Oracle(TableModel):
+    """TABLE of the prefix. A source starting with token B swaps the roles of A and B, so that
+    batched sentences differ; each source token after the first adds one step of FORCED_A before
+    the table applies, so sentences finish at different steps."""
+
+    def next_token(self, src, prefix):
+        swap = {A: B, B: A} if src[0] == B else {}
+        extra = sum(t != PAD for t in src) - 1  # forced steps before the table
+        prefix = tuple(swap.get(t, t) for t in prefix)  # in the table's terms
+        dist = FORCED_A if len(prefix) < extra else TABLE.get(prefix[extra:], LATER)
+        return {swap.get(token, token): p for token, p in dist.items()}
 
 
 def lp(k: int, alpha: float) -> float:
@@ -132,11 +146,164 @@ def test_beam_one_equals_greedy_and_batch_equals_one_by_one():
             alone = beam_search(Oracle(), src[i:i + 1, : 1 + 2 * (i == 2)], beam=2, lenpen=1.0, nbest=2)[0]
             assert [(h.tokens, h.score) for h in batched[i]] == [(h.tokens, h.score) for h in alone]
         assert [h.tokens for h in batched[1]] == [[A, A], [B]]  # the swapped sentence
-        # two forced steps (a .97, EOS .02): 'EOS' finishes at step 1, 'a EOS' at step 2, so this
-        # sentence is done (and leaves the batch) a step before the others
-        assert [h.tokens for h in batched[2]] == [[A], []]
+        # two forced steps (a .97, EOS .02), then the table: 'EOS' and 'a EOS' finish first, and
+        # fill the beam's two slots, but the live 'a a' can still beat them (fairseq's rule stopped
+        # here); 'a a b b' and 'a a a' end two and three steps later and replace them
+        assert [h.tokens for h in batched[2]] == [[A, A, B, B], [A, A, A]]
         assert [h.normalized for h in batched[2]] == pytest.approx(
-            [(math.log(0.97) + math.log(0.02)) / lp(2, 1.0), math.log(0.02) / lp(1, 1.0)])
+            [(2 * math.log(0.97) + SCORE_BB) / lp(5, 1.0), (2 * math.log(0.97) + SCORE_A) / lp(4, 1.0)])
+
+
+class Confident(TableModel):
+    """SCAN-like: the answer is a x 10 then EOS, each of its tokens with probability 0.97 or more,
+    and an early EOS (0.02) is the likeliest alternative at every step; off the answer, anything
+    goes."""
+
+    def next_token(self, src, prefix):
+        if set(prefix) <= {A} and len(prefix) < 10:
+            return {A: 0.97, EOS: 0.02, B: 0.01}
+        if prefix == (A,) * 10:
+            return {EOS: 0.99, A: 0.005, B: 0.005}
+        return {EOS: 0.4, A: 0.3, B: 0.3}
+
+
+@pytest.mark.parametrize("lenpen", [0.0, 0.6, 1.0])
+def test_a_confident_model_gets_its_answer_not_the_first_beam_of_early_eos(lenpen):
+    """The demo's failure (issue 43): at every step the answer's early EOS ranks second among the
+    candidates, so K such short hypotheses finish within K steps. Stopping then (fairseq's rule)
+    returned a x 3 or shorter; the answer, still live, is 36 times as likely as the best of them."""
+    answer = [A] * 10
+    assert greedy(Confident(), torch.tensor([[A]])) == [answer]
+    (hyps,) = beam_search(Confident(), torch.tensor([[A]]), beam=4, lenpen=lenpen, nbest=4)
+    assert hyps[0].tokens == answer
+    assert hyps[0].score == pytest.approx(10 * math.log(0.97) + math.log(0.99), abs=1e-6)
+    # the next best end early, on the answer's path: the shortest first by log P, the longest with lp
+    assert [len(h.tokens) for h in hyps[1:]] == ([0, 1, 2] if lenpen == 0 else [9, 8, 7])
+    assert all(h.tokens == [A] * len(h.tokens) for h in hyps[1:])
+
+
+class RandomTable(TableModel):
+    """Every prefix has its own random distribution over EOS, a and b (seeded by ``seed`` and the
+    prefix, so the same prefix always gets the same one)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.seed = seed
+
+    def next_token(self, src, prefix):
+        g = torch.Generator().manual_seed(zlib.crc32(repr((self.seed, prefix)).encode()))
+        probs = (2.0 * torch.randn(3, generator=g)).softmax(0).tolist()
+        return dict(zip((EOS, A, B), probs))
+
+
+def exhaustive(model: TableModel, limit: int, alpha: float) -> list[tuple[list[int], float, float]]:
+    """Every output of at most ``limit`` tokens of a, b, then EOS (forced at the limit, as beam
+    search forces it), with log P and log P / lp, best first."""
+    outputs = []
+    for n in range(limit + 1):
+        for tokens in itertools.product((A, B), repeat=n):
+            score = sum(math.log(model.next_token([A], tokens[:i])[t]) for i, t in enumerate((*tokens, EOS)))
+            outputs.append((list(tokens), score, score / lp(n + 1, alpha)))
+    return sorted(outputs, key=lambda o: -o[2])
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0, -0.5])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_beam_as_wide_as_every_continuation_finds_the_exhaustive_n_best(seed, alpha):
+    """Outputs of at most 3 tokens over {a, b}: 15 in all. A beam of 12 holds every prefix and
+    every EOS candidate of every step (3 x 4 at the widest), so its 12 best are the 12 best of all."""
+    model = RandomTable(seed)
+    (hyps,) = beam_search(model, torch.tensor([[A]]), beam=12, lenpen=alpha, nbest=12, max_len=3)
+    best = exhaustive(model, 3, alpha)[:12]
+    assert [h.tokens for h in hyps] == [tokens for tokens, _, _ in best]
+    assert [h.score for h in hyps] == pytest.approx([score for _, score, _ in best], abs=1e-5)
+    assert [h.normalized for h in hyps] == pytest.approx([norm for _, _, norm in best], abs=1e-5)
+
+
+def beam_to_the_limit(model: nn.Module, src: Tensor, beam: int, alpha: float, max_len: int) -> list[Hypothesis]:
+    """Reference beam search for one sentence (1, S), written plainly: no cache, no batch, no early
+    stop. Every step takes the 2K best continuations; EOS ones among the first K finish; the K best
+    finished are kept; the first K others go on, until the length limit forces EOS."""
+    memory, src_valid = model.encode(src)
+    prefixes, scores, finished = [[BOS]], [0.0], []
+    for t in range(max_len + 1):
+        ids = torch.tensor(prefixes)
+        n = len(prefixes)
+        logprobs = token_logprobs(model.decode(ids, memory.expand(n, -1, -1), src_valid.expand(n, -1))[:, -1])
+        if t == max_len:
+            logprobs[:, torch.arange(logprobs.shape[1]) != EOS] = -torch.inf
+        candidates = (torch.tensor(scores)[:, None] + logprobs).view(-1)
+        top = candidates.topk(min(2 * beam, len(candidates)))
+        live = []
+        for rank, (score, index) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
+            row, token = divmod(index, logprobs.shape[1])
+            if token == EOS:
+                if rank < beam and score > -math.inf:
+                    finished.append(Hypothesis(prefixes[row][1:], score, score / lp(t + 1, alpha)))
+            elif len(live) < beam:
+                live.append((prefixes[row] + [token], score))
+        finished = sorted(finished, key=lambda h: -h.normalized)[:beam]
+        prefixes, scores = [p for p, _ in live], [s for _, s in live]
+    return finished
+
+
+@settings(max_examples=60)
+@given(seed=st.integers(0, 10_000), beam=st.integers(1, 5), alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
+       eos_bias=st.floats(0.0, 8.0), positional=st.sampled_from(["sinusoidal", "rotary"]))
+def test_stopping_early_never_changes_the_outcome_and_never_loses_to_greedy(seed, beam, alpha, eos_bias, positional):
+    """Over random small models: (1) the batched search, which drops a sentence once no live
+    hypothesis can beat its K kept ones, returns what the plain search run to the length limit does
+    (a theorem of the stopping rule); (2) its best is never below greedy's output, scored the same
+    way. (2) is not a theorem of beam search: greedy's prefix can fall out of the beam
+    (test_greedy_can_beat_a_narrow_beam); on these models it never does."""
+    model = eos_biased(tiny_model(seed=seed, positional=positional), eos_bias)
+    src = random_ids(3, 5, generator_seed=seed)
+    src[1, 2:] = PAD
+    beams = beam_search(model, src, beam=beam, lenpen=alpha, nbest=beam, max_len=8)
+    for i, (hyps, tokens) in enumerate(zip(beams, greedy(model, src, max_len=8))):
+        one = src[i:i + 1, : int((src[i] != PAD).sum())]
+        reference = beam_to_the_limit(model, one, beam, alpha, max_len=8)
+        assert [h.tokens for h in hyps] == [h.tokens for h in reference]
+        assert [h.normalized for h in hyps] == pytest.approx([h.normalized for h in reference], abs=1e-4)
+        assert hyps[0].normalized >= scored(model, one, tokens, alpha) - 1e-4
+
+
+@torch.no_grad()
+def scored(model: nn.Module, src: Tensor, tokens: list[int], alpha: float) -> float:
+    """log P(tokens, EOS | src) / lp(len + 1), as beam search scores a finished hypothesis."""
+    target = torch.tensor([[BOS, *tokens, EOS]])
+    logprobs = token_logprobs(model(src, target[:, :-1]))[0]  # (T, V)
+    return float(logprobs.gather(1, target[0, 1:, None]).sum()) / lp(len(tokens) + 1, alpha)
+
+
+class Trap(TableModel):
+    """Greedy's a (0.4) is followed by a flat step, then a sure EOS; b (0.35) by two likely
+    tokens, then endings that never come."""
+
+    def next_token(self, src, prefix):
+        if prefix == ():
+            return {A: 0.4, B: 0.35, EOS: 0.25}
+        if prefix == (A,):
+            return {A: 0.34, B: 0.33, EOS: 0.33}
+        if prefix == (A, A):
+            return {EOS: 0.98, A: 0.01, B: 0.01}
+        if prefix == (B,):
+            return {B: 0.5, A: 0.45, EOS: 0.05}
+        return {A: 0.5, B: 0.4, EOS: 0.1}
+
+
+def test_greedy_can_beat_a_narrow_beam():
+    """Why the greedy comparison above is no theorem of beam search. Beam 2, step 2: 'b b' (0.175)
+    and 'b a' (0.1575) push greedy's 'a a' (0.136) out of the beam, and 'a EOS' (0.132) is not among
+    the first two; what 'b b' and 'b a' lead to ends at the limit, far less likely than greedy's
+    'a a EOS' (0.1333). A beam of 3 keeps the first step's EOS (0.25)."""
+    src = torch.tensor([[A]])
+    assert greedy(Trap(), src, max_len=4) == [[A, A]]
+    greedy_score = math.log(0.4 * 0.34 * 0.98)
+    (narrow,) = beam_search(Trap(), src, beam=2, lenpen=0.0, max_len=4)
+    assert narrow[0].tokens[:2] == [B, B] and narrow[0].score < greedy_score - 2
+    (wide,) = beam_search(Trap(), src, beam=3, lenpen=0.0, max_len=4)
+    assert wide[0].tokens == [] and wide[0].score == pytest.approx(math.log(0.25)) and wide[0].score > greedy_score
 
 
 def test_default_length_is_per_sentence():

@@ -261,9 +261,19 @@ class Hypothesis:
     normalized: float
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT (Wu et al. 2016): lp(Y) = ((5 + |Y|) / 6)^alpha; alpha = 0 ranks by log-probability."""
+def length_penalty(length, alpha: float):
+    """GNMT (Wu et al. 2016): lp(Y) = ((5 + |Y|) / 6)^alpha; alpha = 0 ranks by log-probability.
+    ``length`` an int or a tensor of them."""
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def best_reachable(scores: Tensor, length: int, limits: Tensor, alpha: float) -> Tensor:
+    """The best normalised score a live hypothesis can still finish with: (b,) log P so far, of
+    hypotheses that can end at ``length`` tokens with EOS at the earliest and at ``limits`` + 1 at the
+    latest -> (b,) an upper bound on log P(Y) / lp(Y). Adding tokens never raises log P (<= 0), so
+    the bound is the score so far over the largest penalty in reach: at the length limit for
+    alpha > 0, at the next step for alpha < 0, the score itself for alpha = 0."""
+    return scores / torch.maximum(length_penalty(limits + 1, alpha), length_penalty(torch.full_like(limits, length), alpha))
 
 
 @torch.no_grad()
@@ -273,10 +283,16 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
     """Beam search for a whole batch at once: B sentences x ``beam`` rows in one tensor.
 
     At each step the 2 x beam best continuations of each sentence are taken from its beam x V
-    candidates (ranked by log-probability); those ending in EOS among the first ``beam`` are set
-    aside as finished hypotheses, and the best ``beam`` others continue. A sentence is done when it
-    has ``beam`` finished hypotheses; after ``max_len`` tokens the live ones must end with EOS. Returns for
-    each sentence its ``nbest`` hypotheses, best first by log P / lp(length).
+    candidates (ranked by log-probability); those ending in EOS among the first ``beam`` are
+    finished hypotheses, of which each sentence keeps the ``beam`` best by log P / lp(length), and
+    the best ``beam`` others continue. After ``max_len`` tokens the live ones must end with EOS.
+
+    Stopping: a sentence is done once no live hypothesis can still beat its worst kept one, i.e.
+    once it has ``beam`` finished and the best normalised score a live one can reach
+    (:func:`best_reachable`) is no higher than the worst of them. Stopping as soon as ``beam``
+    have finished (fairseq's rule) is faster but can end the search before its best hypothesis
+    does: on a confident model, short EOS candidates fill the slots while the likeliest output is
+    still live. Returns for each sentence its ``nbest`` hypotheses, best first.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
@@ -286,7 +302,7 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
     limits = length_limits(session, src.repeat_interleave(K, dim=0), max_len, feeds_last=True)[::K]  # (B,)
     session.reserve(int(limits.max()))  # the last token is fed back, to score EOS after it
     min_lens = limits.clamp(max=min_len)
-    n_finished = torch.zeros(B, dtype=torch.long, device=device)
+    worst_kept = torch.full((B,), -torch.inf, device=device)  # each sentence's K-th best finished; -inf below K
     scores = torch.full((B, K), -torch.inf, device=device)
     scores[:, 0] = 0.0  # all beams start as BOS: keep one, or the first step would fill the beam with copies
     tokens = torch.empty(B, K, 0, dtype=torch.long, device=device)  # (B, K, t) generated so far
@@ -305,22 +321,24 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (b, 2K), best first
         top_beam, top_token = top_index // V, top_index % V
         is_eos = top_token == EOS
-        # finish the EOS candidates among the first K of each sentence
+        # finish the EOS candidates among the first K of each sentence; each keeps its K best
         for i, j in (is_eos[:, :K] & (top_scores[:, :K] > -torch.inf)).nonzero().tolist():
             sentence = int(active[i])
-            if len(finished[sentence]) < K:
-                words = tokens[i, top_beam[i, j]].tolist()
-                score = float(top_scores[i, j])
-                finished[sentence].append(Hypothesis(words, score, score / length_penalty(t + 1, lenpen)))
-                n_finished[sentence] += 1
+            score = float(top_scores[i, j])
+            hyps = finished[sentence]
+            hyps.append(Hypothesis(tokens[i, top_beam[i, j]].tolist(), score, score / length_penalty(t + 1, lenpen)))
+            hyps.sort(key=lambda h: -h.normalized)
+            del hyps[K:]
+            if len(hyps) == K:
+                worst_kept[sentence] = hyps[-1].normalized
         # the best K non-EOS candidates continue (at most K of the 2K end in EOS, one per beam)
         keep = ~is_eos & (torch.cumsum(~is_eos, dim=1) <= K)  # exactly K per sentence
-        scores = top_scores[keep].view(-1, K)
+        scores = top_scores[keep].view(-1, K)  # (b, K), best first
         beams, next_tokens = top_beam[keep].view(-1, K), top_token[keep].view(-1, K)
         rows = (torch.arange(b, device=device)[:, None] * K + beams).view(-1)  # (b K,) old rows
         tokens = torch.cat([tokens.reshape(b * K, t)[rows].reshape(b, K, t), next_tokens[..., None]], dim=2)
         session.reorder(rows, same_sources=True)
-        done = (n_finished[active] >= K) | at_limit
+        done = at_limit | (best_reachable(scores[:, 0], t + 2, limits[active], lenpen) <= worst_kept[active])
         if done.all():
             break
         if done.any():  # drop finished sentences from the batch
@@ -328,7 +346,7 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
             active, scores, tokens, next_tokens = active[alive], scores[alive], tokens[alive], next_tokens[alive]
             session.reorder((alive[:, None] * K + torch.arange(K, device=device)).view(-1))
         step_input = next_tokens.view(-1, 1)
-    return [sorted(hyps, key=lambda h: -h.normalized)[:nbest] for hyps in finished]
+    return [hyps[:nbest] for hyps in finished]
 
 
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
