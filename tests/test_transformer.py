@@ -249,3 +249,53 @@ def test_a_decoder_given_memory_without_its_validity_attends_to_all_of_it():
     assert src_valid.all()
     torch.testing.assert_close(model.decoder(y, tgt != 0, positions, memory, None),
                                model.decoder(y, tgt != 0, positions, memory, src_valid), atol=0, rtol=0)
+
+
+class SDPACalls:
+    """F.scaled_dot_product_attention as the sdpa backend calls it, each call's mask arguments kept."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.calls: list[dict] = []
+        real = F.scaled_dot_product_attention
+
+        def recorded(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kw):
+            self.calls.append({"attn_mask": attn_mask, "is_causal": is_causal, "square": q.shape[2] == k.shape[2]})
+            return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kw)
+
+        monkeypatch.setattr("attnlab.nn.backends.sdpa.F.scaled_dot_product_attention", recorded)
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rotary"])
+def test_a_gpt_batch_reaches_sdpa_causal_without_a_mask_tensor_padded_or_not(monkeypatch, positional):
+    """The fused kernels' fast path: ``is_causal=True`` and no (B, 1, T, T) mask, in every layer,
+    for an unpadded batch and for a right-padded one (causality already hides padding keys from
+    every real query), with the same logits at the real positions as the padded row alone."""
+    lm = tiny_model(arch="decoder_lm", positional=positional, attention_backend="sdpa")
+    calls = SDPACalls(monkeypatch)
+    ids = random_ids(3, 9, generator_seed=1)
+    with torch.no_grad():
+        unpadded = lm(ids)
+        ids[2, 6:] = 0  # right padding
+        padded = lm(ids)
+        alone = lm(ids[2:, :6])
+    assert len(calls.calls) == 3 * 2  # three passes, 2 layers
+    assert all(c["is_causal"] and c["attn_mask"] is None for c in calls.calls)
+    torch.testing.assert_close(padded[:2], unpadded[:2])
+    torch.testing.assert_close(padded[2:, :6], alone, atol=1e-5, rtol=0)
+
+
+def test_an_encoder_decoder_builds_its_padding_masks_once_per_stack(monkeypatch):
+    """Decoder self-attention: causal, no mask tensor; the encoder's and the cross-attention's
+    padding: one additive mask each, shared by every layer of the stack (the same tensor)."""
+    model = tiny_model(positional="sinusoidal", attention_backend="sdpa")
+    calls = SDPACalls(monkeypatch)
+    src, tgt = random_ids(3, 7, generator_seed=2), random_ids(3, 5, generator_seed=3)
+    src[1, 3:] = 0
+    with torch.no_grad():
+        model(src, tgt)
+    encoder, decoder = calls.calls[:2], calls.calls[2:]
+    assert all(c["attn_mask"] is not None and not c["is_causal"] for c in encoder)
+    assert encoder[0]["attn_mask"] is encoder[1]["attn_mask"]
+    self_attn, cross_attn = decoder[0::2], decoder[1::2]
+    assert all(c["is_causal"] and c["attn_mask"] is None for c in self_attn)
+    assert cross_attn[0]["attn_mask"] is cross_attn[1]["attn_mask"] is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 
@@ -35,6 +36,7 @@ class AttentionMask:
     causal: bool = False
     explicit: Tensor | None = None
     _last: list = field(default_factory=list, init=False, repr=False, compare=False)  # [(q_pos, k_pos, mask)]
+    _last_additive: list = field(default_factory=list, init=False, repr=False, compare=False)  # [(..., dtype, masks)]
 
     def dense(self, q_pos: Tensor, k_pos: Tensor, keys: slice | Tensor | None = None) -> Tensor | None:
         """Boolean (B or 1, 1, Tq, Tk) for queries and keys at these positions, None if all may
@@ -48,6 +50,23 @@ class AttentionMask:
             self._last[:] = [(q_pos, k_pos, mask)]
             return mask
         return self._build(q_pos, k_pos, keys)
+
+    def additive(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor] | None:
+        """:meth:`dense` for a kernel that adds its mask to the scores: (B or 1, 1, Tq, Tk) of 0 where
+        a query may attend and half the dtype's most negative value where not (so that adding a
+        bias cannot overflow to -inf and no row becomes NaN), with the (B or 1, 1, Tq, 1) queries
+        that may attend to no key at all (their output must be zeros); None if all may attend.
+        Built by the first layer of a stack and reused by the others, like :meth:`dense`."""
+        if self._last_additive:
+            last_q, last_k, last_dtype, masks = self._last_additive[0]
+            if last_q is q_pos and last_k is k_pos and last_dtype == dtype:
+                return masks
+        allowed = self.dense(q_pos, k_pos)
+        masks = None if allowed is None else (
+            torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min / 2),
+            ~allowed.any(-1, keepdim=True))
+        self._last_additive[:] = [(q_pos, k_pos, dtype, masks)]
+        return masks
 
     def _build(self, q_pos: Tensor, k_pos: Tensor, keys: slice | Tensor | None) -> Tensor | None:
         mask = causal_mask(q_pos, k_pos)[None, None] if self.causal else None

@@ -118,7 +118,7 @@ class Decoder(LayerStack):
             if memory is not None:
                 memory_valid = cache.source_valid(memory_valid)
         k_positions = torch.arange(valid.shape[1], device=y.device)
-        self_mask = AttentionMask(key_valid=valid, causal=self.causal)  # over (B, Tk) cached and new steps
+        self_mask = AttentionMask(key_valid=self.keys_to_mask(valid), causal=self.causal)  # over (B, Tk) cached and new steps
         memory_mask = AttentionMask(key_valid=memory_valid) if memory is not None else None
         memory_positions = torch.arange(memory.shape[1], device=y.device) if memory is not None else None
         for i, layer in enumerate(self.layers):
@@ -126,6 +126,15 @@ class Decoder(LayerStack):
                                cache.self_attn[i] if cache is not None else None,
                                cache.cross_attn[i] if cache is not None else None, memory_positions)
         return self.norm(y)
+
+    def keys_to_mask(self, valid: Tensor) -> Tensor | None:
+        """(B, Tk) real keys -> the padding the self-attention must mask. A causal decoder masks
+        none: padding only ever follows a row's real tokens (right padding; rows that leave a decode
+        are fed padding), so causality already hides every padding key from every real query. Only
+        the padding positions' own outputs change, and nothing reads them (the losses skip PAD
+        targets). The fused kernels then get ``is_causal`` and no mask tensor. A non-causal decoder
+        (nn/cmlm.py) masks ``valid``."""
+        return None if self.causal else valid
 
     def new_cache(self, capacity: int | None = None) -> DecoderCache:
         """A growable cache, or with ``capacity`` a static one of that many positions."""

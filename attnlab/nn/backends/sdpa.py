@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -29,13 +28,11 @@ class SDPABackend(AttentionBackend):
         b = bias(q, q_pos, k_pos) if bias is not None else None
         if b is None and mask.causal and self.takes_no_mask_matrix(mask, q, k):  # no (Tq, Tk) mask to build
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), None
-        allowed = mask.dense(q_pos, k_pos)
-        if b is None and allowed is None:
+        masks = mask.additive(q_pos, k_pos, q.dtype)  # built once for the layers of a stack
+        if b is None and masks is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p), None
-        # half the most negative value: adding a bias cannot overflow to -inf, so no row becomes NaN
-        attn_mask = b if allowed is None else torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(
-            ~allowed, torch.finfo(q.dtype).min / 2) + (0.0 if b is None else b)
+        attn_mask = b if masks is None else masks[0] if b is None else masks[0] + b
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-        if allowed is not None:  # a query with no allowed key: zeros, as in 'math' (not a uniform mix)
-            out = out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+        if masks is not None:  # a query with no allowed key: zeros, as in 'math' (not a uniform mix)
+            out = out.masked_fill(masks[1], 0.0)
         return out, None
