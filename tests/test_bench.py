@@ -118,6 +118,65 @@ def test_bench_train_records_ratios_mfu_and_the_interleaved_gemm_peak():
     assert all(r["device"] == "cpu" and r["device_name"] for r in records) and peak["gemm_size"] == 1024
 
 
+# -- bench train --shape: real sizes against the references users compare with ------------------------------
+
+SHAPE_PARAMETERS = {  # attnlab's, and what its reference has fewer (or more)
+    "gpt2-small": (124_439_808, 0),  # GPT-2's 124M exactly
+    "transformer-base": (60_522_496, -2_048),  # nn.Transformer adds a final LayerNorm to each post-norm stack
+    "bert-base": (110_106_428, 592_130),  # attnlab's encoder_only also holds its pooler and 2-class classifier
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_PARAMETERS))
+def test_each_shape_is_its_references_size_and_trains_at_a_tiny_batch(name):
+    """Every shape builds at full size on the CPU, as many parameters as its reference (but for the
+    parts named), and gives sound records for a step of 2 sequences of 8 tokens."""
+    from attnlab.bench.shapes import SHAPES, bench_shape
+
+    shape = SHAPES[name]
+    count = lambda model: sum(p.numel() for p in model.parameters())
+    ours, difference = SHAPE_PARAMETERS[name]
+    assert count(shape.attnlab_model()) == ours and ours - count(shape.reference()) == difference
+    records = {r["name"]: r for r in bench_shape(shape, batch=2, seq_len=8, precision="fp32", repeats=1)}
+    peak, train, mfu = records["gemm_peak_fp32"], records[f"train_{name}"], records[f"train_{name}_mfu"]
+    assert train["reference"] == shape.reference_name and train["unit"] == "tokens/s"
+    # the records round tokens/s to 0.1, a few per cent at a few tokens/s
+    assert train["ratio"] == pytest.approx(train["value"] / train["reference_value"], rel=0.05)
+    assert mfu["tokens_per_step"] == 16 and train["peak_memory_mib"] is None  # peak memory: CUDA only
+    # 6 x parameters x tokens, give or take attention's products and the untouched classifier
+    assert mfu["flops_per_step"] == pytest.approx(6 * ours * 16, rel=0.05)
+    assert mfu["value"] == pytest.approx(mfu["flops_per_step"] * train["value"] / 16 / (peak["value"] * 1e9), rel=0.05)
+    assert mfu["published_bf16_peak_gflops"] is None and mfu["mfu_of_published_bf16_peak"] is None  # a CPU
+    assert all(r["shape"] == name and r["batch"] == 2 and r["seq_len"] == 8 and r["device"] == "cpu"
+               for r in records.values())
+
+
+def test_bench_train_shape_on_the_command_line():
+    done = run_cli("bench", "train", "--shape", "transformer-base", "--batch", "2", "--seq-len", "4",
+                   "--precision", "fp32", "--repeats", "1", "--no-hf", "--json")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["name"] for r in records] == ["gemm_peak_fp32", "train_transformer-base", "train_transformer-base_mfu"]
+    assert records[1]["reference"] == "torch.nn.Transformer" and records[1]["ratio"] > 0  # not from transformers
+    for args, message in [(["--shape", "gpt3"], "--shape 'gpt3' is not one of gpt2-small, transformer-base, bert-base"),
+                          (["--batch", "2"], "--batch, --seq-len and --compile size a named shape: give --shape too"),
+                          (["--shape", "bert-base", "--seq-len", "513"],
+                           "--seq-len must be between 2 and bert-base's 512 positions (got 513)"),
+                          (["--shape", "gpt2-small", "--batch", "0"], "--batch must be at least 1 (got 0)")]:
+        refused = run_cli("bench", "train", *args)
+        assert refused.returncode == 2 and refused.stderr == f"error: {message}\n"
+
+
+def test_published_peaks_by_device_name(monkeypatch):
+    import attnlab.bench.device as device
+
+    for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
+                       ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce RTX 4090", None)]:
+        monkeypatch.setattr(device, "device_name", lambda _, name=name: name)
+        assert device.published_bf16_peak(torch.device("cuda", 0)) == peak
+    assert device.published_bf16_peak(torch.device("cpu")) is None
+
+
 def test_bench_decode_records():
     from attnlab.bench.decode import bench_decode
 

@@ -39,3 +39,17 @@ def device_name(device: torch.device) -> str:
 def device_fields(device: torch.device) -> dict[str, str]:
     """The fields every benchmark record carries: {'device': 'cuda:0', 'device_name': 'NVIDIA H100 ...'}."""
     return {"device": str(device), "device_name": device_name(device)}
+
+
+# NVIDIA's datasheet figures for dense bf16 tensor-core products (half the "with sparsity" ones), by
+# a part of the name torch.cuda.get_device_name gives; the first that matches counts.
+PUBLISHED_BF16_PEAK = (("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H200", 989e12), ("H100", 989e12),
+                       ("A100", 312e12))
+
+
+def published_bf16_peak(device: torch.device) -> float | None:
+    """The device's published dense bf16 peak in FLOP/s, or None where none is known (every CPU)."""
+    if device.type != "cuda":
+        return None
+    name = device_name(device)
+    return next((peak for part, peak in PUBLISHED_BF16_PEAK if part in name), None)

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from attnlab.analysis.budget import budget_report
 from attnlab.bench.reference import SHAPE, marian, torch_transformer
@@ -28,9 +28,10 @@ from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
 from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
+from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import EncoderDecoderConfig, build_model
 from attnlab.train.config import TrainConfig
-from attnlab.train.step import make_optimizer, train_step
+from attnlab.train.step import Objective, make_optimizer, train_step
 from attnlab.train.precision import autocast
 from attnlab.train.schedules import make_schedule, make_scheduler
 
@@ -81,30 +82,35 @@ def train_config(precision: str) -> TrainConfig:
                        precision=precision)
 
 
-def attnlab_step(model: nn.Module, batch: Batch, cfg: TrainConfig) -> Callable[[], None]:
+def attnlab_step(model: nn.Module, batch, cfg: TrainConfig, objective: Objective = teacher_forced_loss
+                 ) -> Callable[[], None]:
     """One call = one step of attnlab's own train_step (what `attnlab train` runs) under ``cfg``, with
-    autocast on the device the batch is on (the model must be there too)."""
+    the task's ``objective`` and autocast on the device the model is on (the batch must be there too)."""
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
                                                         cfg.min_lr, 1))
-    amp = autocast(cfg.precision, batch.tgt_in.device)
-    return lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp)
+    amp = autocast(cfg.precision, next(model.parameters()).device)
+    return lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp, objective=objective)
 
 
-def reference_step(model: nn.Module, batch: Batch, precision: str) -> Callable[[], None]:
-    """The same step for a reference model: autocast on the batch's device, F.cross_entropy with
-    label smoothing in fp32, clipping, Adam."""
-    cfg = train_config(precision)
+def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """A reference's loss: (B, T, V) logits, (B, T) targets with PAD where none -> the mean
+    (label-smoothed) cross-entropy, in float32."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=PAD,
+                           label_smoothing=label_smoothing)
+
+
+def reference_step(model: nn.Module, cfg: TrainConfig, loss: Callable[[], Tensor]) -> Callable[[], None]:
+    """The same step for a reference model: its ``loss`` (of its batch) under autocast on the model's
+    device, backward, clipping at ``cfg.clip_norm`` and attnlab's optimiser (the same fused update)."""
     optimizer = make_optimizer(model, cfg)
-    amp = autocast(precision, batch.tgt_in.device)
+    amp = autocast(cfg.precision, next(model.parameters()).device)
 
     def step() -> None:
         model.train()
         with amp():
-            logits = model(batch.src, batch.tgt_in)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD,
-                               label_smoothing=cfg.label_smoothing)
-        loss.backward()
+            value = loss()
+        value.backward()
         nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -127,8 +133,11 @@ def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 1
         if hf is not None:
             models["transformers.MarianMTModel"] = hf
         models = {name: model.to(device) for name, model in models.items()}
-        steps = {name: attnlab_step(model, batch, train_config(precision)) if name == "attnlab"
-                 else reference_step(model, batch, precision) for name, model in models.items()}
+        cfg = train_config(precision)
+        steps = {name: attnlab_step(model, batch, cfg) if name == "attnlab" else
+                 reference_step(model, cfg, lambda m=model: cross_entropy(m(batch.src, batch.tgt_in), batch.tgt_out,
+                                                                          cfg.label_smoothing))
+                 for name, model in models.items()}
         steps["gemm"], gemm_flops = gemm(precision, device)
         seconds = interleaved_medians(steps, repeats, device=device)
         peak = gemm_flops / seconds.pop("gemm")

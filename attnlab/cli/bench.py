@@ -23,6 +23,8 @@ def emit_comparison(r: dict, as_json: bool) -> None:
     elif "peak_gflops" in r:  # an MFU: a fraction, shown as a percentage with what it divides
         line = (f"{r['name']:<26}{r['value']:>12.1%} of the GEMM peak   {r['achieved_gflops']:,.1f} of "
                 f"{r['peak_gflops']:,.1f} GFLOP/s")
+        if r.get("mfu_of_published_bf16_peak") is not None:
+            line += f"; {r['mfu_of_published_bf16_peak']:.1%} of the published bf16 peak"
         if r["value"] > 1:  # seen on a CPU shared with another busy process: its GEMMs suffered more
             line += "   (over 100%: the GEMM did not reach its peak in this run; is the machine busy?)"
     else:
@@ -32,7 +34,7 @@ def emit_comparison(r: dict, as_json: bool) -> None:
         elif "skipped_reference" in r:
             line += f"   {r['reference']}: skipped ({r['skipped_reference']})"
         if "mfu" in r:
-            line += f"   MFU {r['mfu']:.1%} vs {r['reference_mfu']:.1%}"
+            line += f"   MFU {r['mfu']:.1%}" + (f" vs {r['reference_mfu']:.1%}" if "reference_mfu" in r else "")
         if "acceptance_rate" in r:
             line += f"   k {r['k']}: {r['acceptance_rate']:.1%} accepted, {r['tokens_per_pass']:.2f} tokens a pass"
     emit(r, as_json, line)
@@ -58,11 +60,34 @@ def cmd_bench_train(args: argparse.Namespace, device: torch.device) -> None:
 
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
+    if args.shape is not None:
+        return cmd_bench_shape(args, device)
+    if args.batch is not None or args.seq_len is not None or args.compile:
+        raise UsageError("--batch, --seq-len and --compile size a named shape: give --shape too")
     header(device, f"training step (forward, loss, backward, clip, Adam): d_model 256, 3+3 layers, 4 heads, "
                    f"d_ff 1024, vocabulary 8000, dropout 0.1, 64 pairs of 24 + 24 tokens; interleaved, median of "
                    f"{args.repeats}")
     for r in bench_train(tuple(args.precision), args.repeats, not args.no_hf, device=device):
         emit_comparison(r, args.json)
+
+
+def cmd_bench_shape(args: argparse.Namespace, device: torch.device) -> None:
+    """`bench train --shape NAME`: a model at a real size against its reference."""
+    from attnlab.bench.shapes import SHAPES, bench_shape, check_shape_sizes
+
+    shape = SHAPES.get(args.shape)
+    if shape is None:
+        raise UsageError(f"--shape {args.shape!r} is not one of {', '.join(SHAPES)}")
+    if (refusal := check_shape_sizes(shape, args.batch, args.seq_len)) is not None:
+        raise UsageError(refusal)
+    batch, seq_len = args.batch or shape.batch, args.seq_len or shape.seq_len
+    header(device, f"training step of {shape.name} (forward, loss, backward, clip, AdamW) against "
+                   f"{shape.reference_name}: batch {batch} x {seq_len} tokens{', compiled' if args.compile else ''}; "
+                   f"interleaved, median of {args.repeats}")
+    for precision in args.precision:
+        for r in bench_shape(shape, args.batch, args.seq_len, precision, args.compile, args.repeats,
+                             not args.no_hf, device=device):
+            emit_comparison(r, args.json)
 
 
 def cmd_bench_decode(args: argparse.Namespace, device: torch.device) -> None:
@@ -183,6 +208,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     train = suite("train", "training tokens/s against torch.nn.Transformer and Marian", cmd_bench_train, 10, hf=True)
     train.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
                        help="precisions to measure (default both)")
+    train.add_argument("--shape", metavar="NAME",
+                       help="a model at a real size against its reference: gpt2-small (GPT2LMHeadModel), "
+                            "transformer-base (torch.nn.Transformer) or bert-base (BertForMaskedLM)")
+    train.add_argument("--batch", type=int, help="with --shape: sequences per step (default the shape's)")
+    train.add_argument("--seq-len", type=int, help="with --shape: tokens per sequence (default the shape's)")
+    train.add_argument("--compile", action="store_true",
+                       help="with --shape: both sides through torch.compile (the first steps compile, untimed)")
     decode = suite("decode", "greedy / beam / uncached decoding against Hugging Face generate", cmd_bench_decode, 3,
                    hf=True)
     decode.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sequence (default 64)")

@@ -1,59 +1,71 @@
 #!/usr/bin/env bash
-# One lent GPU session in one call (the device tool: about 10 minutes of a command, 15 of device time).
-#   1. the GPU benches on a quiet machine (docs/performance.md, "GPU");
-#   2. the SCAN sweeps of docs/claims.md in the background, 12 runs at a time,
-#      while `pytest -m cuda` checks the GPU path beside them (correctness only: nothing timed there).
-# Everything lands in OUT (default ./gpu-out): summary.txt, logs.tgz (every log and bench record) and
-# sweeps.tgz (the sweeps' run directories without checkpoints; `attnlab sweep SPEC --out DIR --report`
-# rebuilds their tables). Run from the repository root with a Python that has torch with CUDA:
+# One lent GPU session in one call (the device tool: at most 10 minutes a command, 15 of device time).
+#   1. prerequisites, in the first seconds: a CUDA torch (else nothing runs), transformers (else the
+#      Hugging Face references are left out with --no-hf), pytest; one line each in summary.txt;
+#   2. the speed figures of docs/performance.md: `bench train --shape` at gpt2-small, transformer-base
+#      and bert-base (T 128 and 512), bf16, eager then compiled; `bench decode` at batch 32 and 1;
+#      `bench encoder`; then `pytest -m cuda` (correctness only: nothing timed there). Under 6 minutes
+#      on an H100 (each phase has its own limit);
+#   3. what time is left: `bench train` (the small shape of earlier sessions) and `bench attention`.
+# Every bench writes its records to OUT as it makes them (OUT/NAME.jsonl, its stderr OUT/NAME.log),
+# so a run cut short keeps what it measured; OUT/summary.txt says how each phase ended. Run from the
+# repository root with a Python that has torch with CUDA:
 #   bash docs/experiments/gpu_session.sh "$OUT"
+# DEVICE=cpu BUDGET=60 runs the same phases on the CPU: a check of the script, not a measurement.
 set -u
 OUT=${1:-gpu-out}
-LOGS=/tmp/gpu-logs
+DEVICE=${DEVICE:-cuda}
 BUDGET=${BUDGET:-560}  # seconds for the whole script; the device call's timeout leaves a margin above it
-mkdir -p "$OUT" "$LOGS"
+mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 START=$SECONDS
 left() { echo $((BUDGET - (SECONDS - START))); }
+say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 
-# phase NAME LIMIT CMD...: run CMD for at most LIMIT seconds (less if the budget is shorter), log it.
+# phase NAME LIMIT CMD...: run CMD for at most LIMIT seconds (less if the budget is shorter); its
+# stdout (the JSON records) to OUT/NAME.jsonl, its stderr to OUT/NAME.log.
 phase() {
   local name=$1 limit=$2; shift 2
-  ((limit > $(left) - 20)) && limit=$(($(left) - 20))
-  ((limit < 5)) && { echo "$name: skipped, no time left" | tee -a "$OUT/summary.txt"; return; }
+  ((limit > $(left) - 10)) && limit=$(($(left) - 10))
+  ((limit < 5)) && { say "$name: skipped, no time left"; return; }
   local t0=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
-  echo "$name: exit $? after $((SECONDS - t0)) s (limit $limit)" | tee -a "$OUT/summary.txt"
+  timeout --kill-after=5 "$limit" "$@" >"$OUT/$name.jsonl" 2>"$OUT/$name.log"
+  say "$name: exit $? after $((SECONDS - t0)) s (limit $limit)"
 }
 
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  $PY -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)'
-} >>"$OUT/summary.txt" 2>&1
+# -- 1. prerequisites ---------------------------------------------------------------------------------
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+  >>"$OUT/summary.txt" 2>&1
+if ! $PY -c "import torch, sys; sys.exit(0 if '$DEVICE' == 'cpu' or torch.cuda.is_available() else 1)" 2>/dev/null; then
+  say "no CUDA torch in $PY: nothing to measure"; exit 1
+fi
+$PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' >>"$OUT/summary.txt" 2>&1
+NO_HF=""
+if $PY -c 'import transformers; print("transformers", transformers.__version__)' >>"$OUT/summary.txt" 2>&1; then :
+else NO_HF="--no-hf"; say "no transformers: the Hugging Face references are left out (--no-hf)"; fi
+PYTEST=yes
+$PY -c 'import pytest' 2>/dev/null || { PYTEST=""; say "no pytest: pytest -m cuda is skipped"; }
+IGNORE=""  # the device machine's Python may lack starlette (attnlab serve): its test module stops the collection
+$PY -c 'import starlette' 2>/dev/null || IGNORE="--ignore=tests/test_serve.py"
 
+# -- 2. the speed figures, then the CUDA tests --------------------------------------------------------
 A="$PY -m attnlab.cli"
-phase bench_decode_b32 70 $A bench decode --device cuda --weights fp32 bf16 --json
-phase bench_decode_b1 50 $A bench decode --device cuda --weights fp32 bf16 --batch 1 --json
-phase bench_train 80 $A bench train --device cuda --repeats 5 --json
-phase bench_attention 45 $A bench attention --device cuda --lengths 1024 4096 16384 --time-limit 2 --json
-phase bench_encoder 30 $A bench encoder --device cuda --json
+SIZE=""  # the shapes' own batches; on the CPU (a check of the script) one sequence of 16 tokens
+[ "$DEVICE" = cpu ] && SIZE="--batch 1 --seq-len 16"
+SHAPE="$A bench train --device $DEVICE --precision bf16 --repeats 5 --json $NO_HF $SIZE --shape"
+phase train_gpt2_small 60 $SHAPE gpt2-small
+phase train_transformer_base 60 $SHAPE transformer-base
+phase train_bert_base_128 45 $SHAPE bert-base
+phase train_bert_base_512 45 $SHAPE bert-base --seq-len 512
+phase train_gpt2_small_compiled 90 $SHAPE gpt2-small --compile
+phase decode_b32 50 $A bench decode --device "$DEVICE" --weights fp32 bf16 --json $NO_HF
+phase decode_b1 40 $A bench decode --device "$DEVICE" --weights fp32 bf16 --batch 1 --json $NO_HF
+phase encoder 30 $A bench encoder --device "$DEVICE" --json $NO_HF
+[ -n "$PYTEST" ] && phase pytest_cuda 120 $PY -m pytest -q -m cuda -p no:cacheprovider $IGNORE -rfE
 
-# The sweeps, one after the other in the background, one thread a run; each stopped (SIGINT: resumable)
-# 25 s before the budget ends.
-sweep() {
-  local spec=$1 dir=$2 limit=$(($(left) - 25))
-  ((limit < 30)) && { echo "$spec: not started, no time left" >>"$OUT/summary.txt"; return; }
-  OMP_NUM_THREADS=1 timeout --signal=INT --kill-after=10 "$limit" $A sweep "$spec" --out "$dir" --jobs 12 >>"$LOGS/sweeps.log" 2>&1
-  echo "$spec: exit $? (limit $limit s)" >>"$OUT/summary.txt"
-}
-( sweep recipes/claims/scan_splits_sweep.yaml runs/scan-splits
-  sweep recipes/claims/scan_remedies_sweep.yaml runs/scan-remedies ) &
-# The device machine's Python has no starlette (attnlab serve): its test module would stop the collection.
-phase pytest_cuda 240 $PY -m pytest -q -m cuda -p no:cacheprovider --ignore=tests/test_serve.py -rfE
-wait
-
-tar czf "$OUT/logs.tgz" -C "$LOGS" .
-tar czf "$OUT/sweeps.tgz" --exclude=checkpoints --exclude=tensorboard runs/scan-splits runs/scan-remedies 2>/dev/null
-grep -h -E "passed|failed|error" "$LOGS/pytest_cuda.log" | tail -3 >>"$OUT/summary.txt"
-grep -h "^\[" "$LOGS/sweeps.log" | tail -n 40 >>"$OUT/summary.txt"
+# -- 3. with the time left -----------------------------------------------------------------------------
+phase train_small 60 $A bench train --device "$DEVICE" --repeats 5 --json $NO_HF
+phase attention 45 $A bench attention --device "$DEVICE" --lengths 1024 4096 16384 --time-limit 2 --json
+[ -n "$PYTEST" ] && grep -h -E "passed|failed|error" "$OUT/pytest_cuda.jsonl" 2>/dev/null | tail -3 >>"$OUT/summary.txt"
+say "done after $((SECONDS - START)) s"
