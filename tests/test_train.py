@@ -445,3 +445,38 @@ def test_a_time_capped_run_says_so_and_resume_continues_it(tmp_path):
             f"--out {tmp_path / 'run'} --resume`, or raise or remove train.max_seconds") in lines
     again = train_run(cfg, tmp_path / "run", resume=True, log=lambda s: None)  # the cap is per command
     assert again["steps"] == 2 and sorted(train_losses(tmp_path / "run")) == [1, 2]
+
+
+HOST_READS = ("item", "__float__", "__bool__", "tolist", "cpu")  # what makes the host wait for a device
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_no_host_synchronisation_between_log_steps(tmp_path, monkeypatch, accumulate):
+    """Every read of a tensor on the host (which on a GPU waits for the device) during training,
+    by the step it was made in: only the log steps (every 4th: the line, the layers' gradient
+    norms, the skip counts) and the last step's evaluation read any; the 12 steps between them read
+    none: the step and the loop keep losses, token counts, the gradient norm and the finite check on
+    the device."""
+    import attnlab.train.loop as loop
+
+    step = {"now": 0}
+    reads: list[tuple[int, str]] = []
+    real_step = loop.train_step
+
+    def counted_step(*args, **kwargs):
+        step["now"] += 1
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "train_step", counted_step)
+    for name in HOST_READS:
+        def read(self, *args, _real=getattr(torch.Tensor, name), _name=name, **kwargs):
+            if step["now"]:  # the data and the model are made before the first step
+                reads.append((step["now"], _name))
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, read)
+    cfg = run_config(train={"max_steps": 16, "log_every": 4, "eval_every": 1000, "eval_exact_match": 0,
+                            "early_stop_metric": "valid_loss", "accumulate": accumulate, "max_tokens": 64})
+    summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
+    assert summary["steps"] == 16 and summary["epochs"] == 0  # one epoch's batches, made before step 1
+    assert {s for s, _ in reads} == {4, 8, 12, 16}, sorted(set(reads))

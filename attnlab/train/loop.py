@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator
@@ -55,6 +56,14 @@ class Progress:
     skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient, in all
     bad_in_row: int = 0  # ... and in a row, up to now
 
+    def settle(self) -> None:
+        """Between two looks, the window's sums and the skip counts are device tensors, added to
+        without the host waiting for the device (:func:`_count_step`); read them as numbers (a log
+        step, an evaluation: where the loop reads the device anyway)."""
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor):
+                setattr(self, name, value.item())
+
 
 class TrainLog:
     """What a run reports: metrics.jsonl and TensorBoard (rank 0 only) and the progress bar. Train
@@ -76,11 +85,12 @@ class TrainLog:
                 f.write(json.dumps(record) + "\n")
 
     def train(self, progress: Progress, out: dict[str, Any]) -> None:
-        """One train line from the window of steps since the last, which it then empties."""
+        """One train line from the window of steps since the last (settled: numbers, not tensors),
+        which it then empties."""
+        counted = progress.window_tokens or math.nan  # every update of the window skipped: no loss to give
         record = {"step": progress.step, "split": "train",
-                  "loss": progress.window_loss / progress.window_tokens,
-                  "nll": progress.window_nll / progress.window_tokens,
-                  "lr": out["lr"], "grad_norm": out["grad_norm"],
+                  "loss": progress.window_loss / counted, "nll": progress.window_nll / counted,
+                  "lr": out["lr"], "grad_norm": float(out["grad_norm"]),
                   "tokens_per_s": progress.window_tokens / progress.window_seconds, "epoch": progress.epoch,
                   "layer_grad_norms": out["layer_grad_norms"]}
         self._line(record)
@@ -218,6 +228,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
         progress = _restore(run, model, optimizer, scheduler, scaler, device)
         log(f"resuming {run.path} from step {progress.step}")
     train_log, limits = TrainLog(run, cfg, progress, main), Limits(cfg, learnable)
+    health = Health(cfg, precision.precision, run, log, progress)
     evaluation = Evaluation(Validation(task, data, cfg, device, amp), train_log,
                             Checkpoints(run, cfg, main, task.metrics[cfg.early_stop_metric]),
                             functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device))
@@ -240,15 +251,14 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
             progress.batch += consumed
             progress.train_seconds += seconds
             limits.session_seconds += seconds
-            if not out["finite"]:
-                _count_bad_step(progress, out, cfg, precision.precision, run, log)
-                continue
             _count_step(progress, out, seconds)
             train_log.stepped()
             if progress.step % cfg.log_every == 0:
+                health.look(progress)
                 train_log.train(progress, out)
             stop_reason = limits.reached(progress)
             if progress.step % cfg.eval_every == 0 or stop_reason is not None:
+                health.look(progress)  # a checkpoint keeps numbers
                 evaluated_at = progress.step
                 last_eval = evaluation(progress, model)
                 stop_reason = stop_reason or limits.reached(progress)
@@ -258,8 +268,10 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
             progress.epoch, progress.batch = progress.epoch + 1, 0
             if stop_reason is None and (stop_reason := limits.reached(progress)) is not None \
                     and evaluated_at != progress.step:
+                health.look(progress)
                 last_eval = evaluation(progress, model)
     train_log.close()
+    progress.settle()
     log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")
     if stop_reason.startswith("max_seconds") and progress.step < cfg.max_steps:
         log(f"not finished: step {progress.step} of {cfg.max_steps} when train.max_seconds ({cfg.max_seconds:g} s) "
@@ -297,13 +309,17 @@ def _updates(batches: list[Batch], end: int, progress: Progress, cfg: TrainConfi
 
 
 def _count_step(progress: Progress, out: dict[str, Any], seconds: float) -> None:
-    """An update made: the step, its tokens, and the sums of the log window."""
+    """An update tried: the step and its tokens, and on the device (no waiting for it), the log
+    window's sums over the updates made and the counts of those skipped (:meth:`Progress.settle`)."""
+    made = out["finite"]
     progress.step += 1
     progress.tokens += out["tokens"]
-    progress.window_loss += out["loss"] * out["tokens"]
-    progress.window_nll += out["nll"] * out["tokens"]
-    progress.window_tokens += out["tokens"]
+    progress.window_loss = progress.window_loss + torch.where(made, out["loss"] * out["tokens"], 0.0)
+    progress.window_nll = progress.window_nll + torch.where(made, out["nll"] * out["tokens"], 0.0)
+    progress.window_tokens = progress.window_tokens + made * out["tokens"]
     progress.window_seconds += seconds
+    progress.skipped_steps = progress.skipped_steps + ~made
+    progress.bad_in_row = (progress.bad_in_row + 1) * ~made
 
 
 class _NoWriter:
@@ -316,21 +332,31 @@ class _NoWriter:
         pass
 
 
-def _count_bad_step(progress: Progress, out: dict[str, Any], cfg: TrainConfig, precision: str, run: RunDir,
-                    log: Callable[[str], None]) -> None:
-    """Count an update skipped for a non-finite loss or gradient; stop after ``max_bad_steps`` in a row."""
-    progress.skipped_steps += 1
-    progress.bad_in_row += 1
-    what = f"loss {out['loss']:.4g}, gradient norm {out['grad_norm']:.4g}"
-    log(f"step {progress.step + 1}: non-finite {what}; update skipped ({progress.bad_in_row} in a row, "
-        f"{progress.skipped_steps} in all)")
-    if progress.bad_in_row >= cfg.max_bad_steps:
-        steps = run.steps()
-        hint = (f"the {precision} forward pass overflowed: train in precision fp32, or lower lr"
-                if precision != "fp32" else "lower lr, set clip_norm, or lengthen warmup_steps")
-        raise NumericalError(f"training stopped after step {progress.step}: {progress.bad_in_row} updates in a row "
-                             f"had a non-finite {what} (train.max_bad_steps = {cfg.max_bad_steps}); {hint}. "
-                             f"The newest checkpoint is step {steps[-1] if steps else 'none'}")
+class Health:
+    """Updates skipped for a non-finite loss or gradient (train/step.py skips them on the device),
+    looked at where the loop reads the device anyway: each look says what was skipped since the
+    last, and stops training once ``max_bad_steps`` in a row were."""
+
+    def __init__(self, cfg: TrainConfig, precision: str, run: RunDir, log: Callable[[str], None],
+                 progress: Progress) -> None:
+        self.cfg, self.precision, self.run, self.log = cfg, precision, run, log
+        self.seen, self.since = progress.skipped_steps, progress.step
+
+    def look(self, progress: Progress) -> None:
+        progress.settle()
+        new = progress.skipped_steps - self.seen
+        if new:
+            self.log(f"step {progress.step}: {new} of the updates since step {self.since} had a non-finite loss or "
+                     f"gradient and were skipped ({progress.bad_in_row} in a row now, {progress.skipped_steps} in all)")
+        self.seen, self.since = progress.skipped_steps, progress.step
+        if progress.bad_in_row >= self.cfg.max_bad_steps:
+            steps = self.run.steps()
+            hint = (f"the {self.precision} forward pass overflowed: train in precision fp32, or lower lr"
+                    if self.precision != "fp32" else "lower lr, set clip_norm, or lengthen warmup_steps")
+            raise NumericalError(f"training stopped at step {progress.step}: the last {progress.bad_in_row} updates "
+                                 f"in a row had a non-finite loss or gradient (train.max_bad_steps = "
+                                 f"{self.cfg.max_bad_steps}); {hint}. The newest checkpoint is step "
+                                 f"{steps[-1] if steps else 'none'}")
 
 
 def _trainer_state(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,

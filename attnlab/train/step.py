@@ -90,20 +90,21 @@ def freeze(model: nn.Module, embeddings: bool, first_layers: int) -> list[str]:
 def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
                          amp: Callable[[], ContextManager] = contextlib.nullcontext,
                          scaler: torch.amp.GradScaler | None = None, world: World | None = None,
-                         global_tokens: int | None = None, objective: Objective = teacher_forced_loss) -> dict[str, float]:
+                         global_tokens: int | None = None, objective: Objective = teacher_forced_loss) -> dict[str, Any]:
     """Backward of the ``objective`` (a task's loss) over ``batches``, summed over their targets and
     divided by the number of targets of the whole (global) batch: with ``world``, the
     batches of every rank together (``global_tokens`` when the caller knows it, as ``fit`` does:
     every rank builds the same batches; otherwise one all-reduce). DDP then averages over the
     ranks, so each rank scales by the world size: the gradients equal one process's over the
-    global batch. Returns the sums."""
+    global batch. Returns the sums of the loss and the NLL as float64 tensors on the device (summed
+    over the ranks), read by no one here: the host waits for the device only when it logs them."""
     model.train()
     total = global_tokens
     if total is None:
         n_tokens = sum(b.n_tokens for b in batches)
         total = world.all_sum(n_tokens)[0] if world else n_tokens
     scale = (world.size if world else 1) / total
-    loss_sum = nll_sum = 0.0
+    loss_nll = None  # (2,) float64 on the device: the loss and NLL sums, batch after batch as the host once added them
     ddp = uncompiled(model)
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
@@ -112,10 +113,11 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
             loss, nll = objective(model, batch, cfg.label_smoothing, amp)
             scaled = loss * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        these = torch.stack([loss.detach(), nll.detach()]).double()
+        loss_nll = these if loss_nll is None else loss_nll + these
     if world:
-        loss_sum, nll_sum = world.all_sum(loss_sum, nll_sum)
-    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": int(total)}
+        loss_nll = world.all_sum_tensor(loss_nll)
+    return {"loss_sum": loss_nll[0], "nll_sum": loss_nll[1], "tokens": int(total)}
 
 
 def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
@@ -126,26 +128,35 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
                objective: Objective = teacher_forced_loss) -> dict[str, Any]:
     """One update from one or more batches (gradient accumulation; with ``world``, this rank's
     share of the global batch): the loss is the ``objective`` (a task's loss; by default the
-    label-smoothed cross-entropy) summed over all targets, divided by their number. With ``layer_norms``, also each layer's gradient norm
-    before clipping ('layer_grad_norms').
+    label-smoothed cross-entropy) summed over all targets, divided by their number. With
+    ``layer_norms``, also each layer's gradient norm before clipping ('layer_grad_norms': read on
+    the host, for a log step).
 
-    A non-finite loss or gradient norm skips the update: the weights, optimizer and schedule stay as
-    they were and 'finite' is False (with fp16, the GradScaler's own skips of overflowing scaled
-    gradients are part of its calibration and count only when the loss itself is non-finite)."""
+    The step never waits for the device: 'loss', 'nll', 'grad_norm' and 'finite' are device
+    tensors, read when the loop logs. A non-finite loss or gradient norm skips the update on the
+    device, as a GradScaler does: the fused optimizer leaves the weights and moments as they were
+    (``found_inf``), and 'finite' is False; the schedule moves on. With fp16 the GradScaler's own
+    skips of overflowing scaled gradients are part of its calibration, and only a non-finite loss
+    skips (read on the host: fp16 runs on CUDA only, under the scaler's own checks)."""
     lr = max(group["lr"] for group in optimizer.param_groups)  # the heads' (layer_lr_decay gives the rest less)
     sums = accumulate_gradients(model, batches, cfg, amp, scaler, world, global_tokens, objective)
     if scaler is not None:
         scaler.unscale_(optimizer)
     per_layer = layer_grad_norms(unwrapped(model)) if layer_norms else None
-    grad_norm = float(whole(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf)))
-    finite = math.isfinite(sums["loss_sum"]) and (scaler is not None or math.isfinite(grad_norm))
-    if finite:
-        if scaler is not None:
+    grad_norm = whole(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf))
+    finite = torch.isfinite(sums["loss_sum"])
+    if scaler is not None:
+        if finite:
             scaler.step(optimizer)
             scaler.update()
-        else:
+    else:
+        finite = finite & torch.isfinite(grad_norm)
+        if getattr(optimizer, "_step_supports_amp_scaling", False):  # a fused update: it skips itself where 1
+            optimizer.found_inf = (~finite).float()
             optimizer.step()
-        scheduler.step()
+        elif finite:  # another optimizer (a test's SGD) has no such flag: the host decides
+            optimizer.step()
+    scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     n_tokens = sums["tokens"]
     out = {"loss": sums["loss_sum"] / n_tokens, "nll": sums["nll_sum"] / n_tokens, "tokens": n_tokens,
