@@ -72,3 +72,15 @@ def test_equals_the_product_with_the_textbook_mask():
     (g,) = torch.autograd.grad(y.sum(), x)
     assert torch.equal(g, keep * scale)
 
+
+
+def test_a_tensor_off_the_cpu_goes_through_torchs_fused_dropout(monkeypatch):
+    """The cheap masks are the CPU's remedy; any other device (a GPU; here the meta device, which
+    has no data) gets F.dropout with the same p, and the CPU never does."""
+    calls = []
+    real = F.dropout
+    monkeypatch.setattr(F, "dropout", lambda x, p, training: calls.append((x.device.type, p, training)) or real(x, p, training))
+    out = dropout(torch.empty(4, 8, device="meta"), 0.25)
+    assert calls == [("meta", 0.25, True)] and out.shape == (4, 8) and out.device.type == "meta"
+    dropout(torch.ones(4, 8), 0.25)
+    assert len(calls) == 1

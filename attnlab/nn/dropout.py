@@ -10,11 +10,16 @@ with ``masked_fill``: multiplying a float32 tensor by a boolean one first conver
 which made that product 3.4x slower (docs/performance.md). The draws come from the
 default generator, so ``torch.manual_seed``, checkpointed RNG states and activation
 checkpointing's RNG replay all work as with ``F.dropout``.
+
+All this is the CPU's remedy. On a GPU, ``F.dropout`` is one fused kernel and saves no mask of its
+own to write and read back, so :func:`dropout` hands it every tensor that is not on the CPU (the
+CPU's figures keep their draws).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 LEVELS = 1 << 16
@@ -50,6 +55,8 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1) (got {p})")
+    if x.device.type != "cpu":  # a GPU's fused kernel (module docstring)
+        return F.dropout(x, p, training=True)
     return _Dropout.apply(x, p)
 
 
