@@ -121,9 +121,9 @@ def test_bench_train_records_ratios_mfu_and_the_interleaved_gemm_peak():
 # -- bench train --shape: real sizes against the references users compare with ------------------------------
 
 SHAPE_PARAMETERS = {  # attnlab's, and what its reference has fewer (or more)
-    "gpt2-small": (124_439_808, 0),  # GPT-2's 124M exactly
+    "gpt2-small": (124_475_904, 36_096),  # GPT-2's 124,439,808, and 47 rows padding V to 50,304
     "transformer-base": (60_522_496, -2_048),  # nn.Transformer adds a final LayerNorm to each post-norm stack
-    "bert-base": (110_106_428, 592_130),  # attnlab's encoder_only also holds its pooler and 2-class classifier
+    "bert-base": (110_111_036, 596_738),  # also attnlab's pooler and 2-class classifier, and 6 padding rows
 }
 
 

@@ -299,3 +299,35 @@ def test_an_encoder_decoder_builds_its_padding_masks_once_per_stack(monkeypatch)
     self_attn, cross_attn = decoder[0::2], decoder[1::2]
     assert all(c["is_causal"] and c["attn_mask"] is None for c in self_attn)
     assert cross_attn[0]["attn_mask"] is cross_attn[1]["attn_mask"] is not None
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "encoder_only"])
+def test_a_vocabulary_padded_to_64_changes_no_logit_loss_or_gradient(arch):
+    """vocab_multiple 64: the token table and the tied output projection get rows up to 64 (23 -> 64),
+    whatever they hold; the logits keep V columns, and the loss and every gradient equal the
+    unpadded model's, the padding rows' gradient zero."""
+    plain = tiny_model(arch=arch).train()
+    padded = tiny_model(arch=arch, vocab_multiple=64).train()
+    with torch.no_grad():
+        for name, p in padded.named_parameters():
+            p.normal_()  # padding rows: anything
+            p[tuple(slice(0, n) for n in dict(plain.named_parameters())[name].shape)] = dict(plain.named_parameters())[name]
+    src, tgt = random_ids(3, 7, generator_seed=2), random_ids(3, 6, generator_seed=3)
+    src[1, 4:] = 0
+    outputs = [model(src, tgt) if arch == "encoder_decoder" else model(tgt) for model in (plain, padded)]
+    assert outputs[1].shape == outputs[0].shape == (3, 6, 23)
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=0)
+    targets = random_ids(3, 6, generator_seed=4)
+    losses = [F.cross_entropy(out.flatten(0, 1), targets.flatten(), label_smoothing=0.1) for out in outputs]
+    torch.testing.assert_close(losses[1], losses[0], atol=1e-6, rtol=0)
+    for loss in losses:
+        loss.backward()
+    grads = dict(padded.named_parameters())
+    for name, p in plain.named_parameters():
+        grad = grads[name].grad
+        if p.grad is None:  # the encoder's classifier: not in this loss
+            assert grad is None, name
+            continue
+        real = tuple(slice(0, n) for n in p.shape)
+        torch.testing.assert_close(grad[real], p.grad, atol=1e-6, rtol=0, msg=name)
+        assert grad.abs().sum() == grad[real].abs().sum(), f"{name}: the padding rows got a gradient"

@@ -23,6 +23,7 @@ from attnlab.cli import main
 from attnlab.decode.search import DecodingSession, beam_search, greedy, sample
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import CheckpointError, UsageError
+from attnlab.nn.transformer import VocabularyProjection
 from attnlab.train.checkpoint import export_run, load_run, write_average
 from attnlab.train.weights_file import WEIGHTS_KEY
 from helpers import random_ids, run_cli, tiny_model
@@ -43,7 +44,8 @@ def test_int8_weights_are_per_channel_symmetric_int8_of_every_linear_layer_but_t
     quantized = with_weights(copy.deepcopy(model), "int8")
     linears = dict((name, m) for name, m in quantized.named_modules() if m in quantized_linears(quantized))
     assert set(linears) == set(floats) - {"generator"} and len(linears) > 10
-    assert type(quantized.generator) is nn.Linear and torch.equal(quantized.generator.weight, floats["generator"])
+    assert type(quantized.generator) is VocabularyProjection  # the float projection, not a quantised one
+    assert torch.equal(quantized.generator.weight, floats["generator"])
     assert quantized.generator.weight is quantized.tgt_embed.tokens.weight  # still the embedding table
     for name, module in linears.items():
         w = module.weight()  # the int8 tensor with its scales

@@ -4,13 +4,14 @@ Each shape is one model size and the implementation a user of that size compares
 both built at the same size and trained the same way in the same process, on the same device and
 the same batches, steps interleaved (the median of each):
 
-- ``gpt2-small``: decoder-only, d 768, 12 layers, 12 heads, T 1,024, V 50,257, GELU, pre-norm,
-  learned positions, tied output; against transformers' ``GPT2LMHeadModel`` (its sdpa attention);
+- ``gpt2-small``: decoder-only, d 768, 12 layers, 12 heads, T 1,024, V 50,257 (its table padded to
+  50,304: ``vocab_multiple`` 64, as nanoGPT pads it), GELU, pre-norm, learned positions, tied output;
+  against transformers' ``GPT2LMHeadModel`` (its sdpa attention);
 - ``transformer-base``: the paper's encoder-decoder, d 512, 6+6 layers, 8 heads, d_ff 2,048,
   V 32,000 shared and tied, 384 pairs of 64 + 64 tokens (24,576 of each: the paper's "about 25,000"),
   label smoothing 0.1; against ``torch.nn.Transformer`` with the same embeddings, generator and loss;
-- ``bert-base``: encoder-only masked LM, d 768, 12 layers, 12 heads, T 128 (or 512), V 30,522, 15%
-  of the tokens predicted; against transformers' ``BertForMaskedLM`` (sdpa).
+- ``bert-base``: encoder-only masked LM, d 768, 12 layers, 12 heads, T 128 (or 512), V 30,522 (padded
+  to 30,528), 15% of the tokens predicted; against transformers' ``BertForMaskedLM`` (sdpa).
 
 One step is what `attnlab train` runs (train/step.py: forward, the task's loss, backward, clipping at
 1.0, the fused AdamW update); the reference's is the same with F.cross_entropy in float32. Both run
@@ -87,7 +88,7 @@ class GPT2Small(Shape):
     name, reference_name = "gpt2-small", "transformers.GPT2LMHeadModel"
     model = dict(arch="decoder_lm", vocab_size=50257, d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1,
                  activation="gelu", norm="pre", layer_norm_eps=1e-5, positional="learned", max_len=1024,
-                 tie_embeddings="all")
+                 tie_embeddings="all", vocab_multiple=64)
     batch, seq_len = 8, 1024
 
     def reference(self) -> nn.Module | None:
@@ -126,7 +127,7 @@ class BertBase(Shape):
     name, reference_name = "bert-base", "transformers.BertForMaskedLM"
     model = dict(arch="encoder_only", vocab_size=30522, d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1,
                  activation="gelu", norm="post", layer_norm_eps=1e-12, positional="learned", max_len=512,
-                 tie_embeddings="output", embedding="normed", n_segments=2)
+                 tie_embeddings="output", embedding="normed", n_segments=2, vocab_multiple=64)
     batch, seq_len = 64, 128
 
     def reference(self) -> nn.Module | None:

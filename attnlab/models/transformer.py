@@ -35,7 +35,7 @@ from attnlab.nn.registry import (
     POSITIONAL_COMBINE,
 )
 from attnlab.nn.residual import NoResidual, ResidualConnection
-from attnlab.nn.transformer import Decoder, Embeddings, Encoder
+from attnlab.nn.transformer import Decoder, Embeddings, Encoder, VocabularyProjection
 
 EMBEDDINGS = ("scaled", "normed")  # E sqrt(D) + PE (Vaswani et al.), or LayerNorm(E + PE + S) (BERT)
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
@@ -145,6 +145,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     residual: bool = True
     ffn: bool = True
     attention_scale: str = "sqrt_dk"
+    vocab_multiple: int = 1
 
     ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
     positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = POSITIONAL  # what ``positional`` may name
@@ -158,7 +159,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
         if self.normalisation == "batch":
             raise ConfigError("normalisation 'batch' standardises each feature over every token of a batch, which "
                               "would count the padding of sequences of tokens; use 'layer' or 'none'")
-        for name in ("vocab_size", "max_len", "max_relative_distance"):
+        for name in ("vocab_size", "max_len", "max_relative_distance", "vocab_multiple"):
             at_least(name, getattr(self, name), 1)
         if self.positional_dim is not None:
             at_least("positional_dim", self.positional_dim, 1)
@@ -269,9 +270,11 @@ def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> 
     """Token embeddings with the absolute positions, and a segment table of ``n_segments`` rows."""
     segments = nn.Embedding(n_segments, cfg.d_model) if n_segments else None
     if cfg.embedding == "normed":
-        return Embeddings(vocab_size, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments,
+        return Embeddings(padded_vocabulary(cfg, vocab_size), cfg.token_width, positional(cfg, "embeddings"),
+                          cfg.dropout, segments,
                           scale=1.0, norm=nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps))
-    return Embeddings(vocab_size, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments)
+    return Embeddings(padded_vocabulary(cfg, vocab_size), cfg.token_width, positional(cfg, "embeddings"), cfg.dropout,
+                      segments)
 
 
 def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:
@@ -339,9 +342,16 @@ def decoder(cfg: TransformerConfig, n_layers: int, cross: bool, causal: bool = T
     return Decoder([decoder_layer(cfg, cross) for _ in range(n_layers)], final_norm(cfg), causal)
 
 
-def output_projection(cfg: TransformerConfig, embed: Embeddings) -> nn.Linear:
-    """Pre-softmax linear map d_model -> V, without bias; tied to the token embedding when configured."""
-    projection = nn.Linear(cfg.d_model, embed.tokens.num_embeddings, bias=False)
+def padded_vocabulary(cfg: TransformerConfig, vocab_size: int) -> int:
+    """The rows of a token table and of the output projection: ``vocab_size`` rounded up to a
+    multiple of ``vocab_multiple`` (64 suits a GPU's matrix products; 1, the default, pads nothing)."""
+    return -(-vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
+
+
+def output_projection(cfg: TransformerConfig, embed: Embeddings, vocab_size: int) -> VocabularyProjection:
+    """Pre-softmax linear map d_model -> V (``vocab_size``), without bias, over the token table's
+    rows (padded: :func:`padded_vocabulary`); tied to the token embedding when configured."""
+    projection = VocabularyProjection(cfg.d_model, embed.tokens.num_embeddings, vocab_size)
     if "output" in cfg.tied:
         projection.weight = embed.tokens.weight
     return projection

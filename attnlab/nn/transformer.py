@@ -240,6 +240,22 @@ class DecoderLM(nn.Module):
         return self.decoder.new_cache(capacity)
 
 
+class VocabularyProjection(nn.Linear):
+    """The pre-softmax map d_model -> V (no bias), whose weight may have rows past V: a vocabulary
+    padded to a multiple of 64 gives the matrix products aligned shapes on a GPU. The padded
+    columns of the product are cut off here, so no softmax, loss or search ever sees them, and
+    they get no gradient."""
+
+    def __init__(self, d_model: int, rows: int, vocab_size: int) -> None:
+        super().__init__(d_model, rows, bias=False)
+        self.vocab_size = vocab_size
+
+    def forward(self, h: Tensor) -> Tensor:
+        """(..., d_model) -> (..., V) logits."""
+        logits = super().forward(h)  # (..., rows)
+        return logits if self.out_features == self.vocab_size else logits[..., :self.vocab_size]
+
+
 class MaskedLMHead(nn.Module):
     """BERT's prediction head: logits = W_out LayerNorm(act(W h + b)) + b_out, W_out tied to the
     embeddings, b_out one bias per word."""
@@ -250,7 +266,7 @@ class MaskedLMHead(nn.Module):
         self.activation = activation
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.projection = projection
-        self.bias = nn.Parameter(torch.zeros(projection.out_features))
+        self.bias = nn.Parameter(torch.zeros(getattr(projection, "vocab_size", projection.out_features)))
 
     def forward(self, h: Tensor) -> Tensor:
         """(B, T, d_model) -> (B, T, V)."""
