@@ -11,9 +11,9 @@ which made that product 3.4x slower (docs/performance.md). The draws come from t
 default generator, so ``torch.manual_seed``, checkpointed RNG states and activation
 checkpointing's RNG replay all work as with ``F.dropout``.
 
-All this is the CPU's remedy. On a GPU, ``F.dropout`` is one fused kernel and saves no mask of its
-own to write and read back, so :func:`dropout` hands it every tensor that is not on the CPU (the
-CPU's figures keep their draws).
+All this is the CPU's remedy. On a GPU, ``F.dropout`` is one fused kernel, so :func:`dropout` hands
+it every CUDA tensor (the CPU's figures keep their draws, and the meta device of the memory budget,
+analysis/budget.py, counts the CPU's boolean masks).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1) (got {p})")
-    if x.device.type != "cpu":  # a GPU's fused kernel (module docstring)
+    if x.is_cuda:  # a GPU's fused kernel (module docstring)
         return F.dropout(x, p, training=True)
     return _Dropout.apply(x, p)
 
