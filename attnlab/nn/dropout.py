@@ -30,7 +30,8 @@ def drop_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[Tensor
     the scale of the kept ones."""
     threshold = round(p * LEVELS)
     n = shape.numel()
-    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(1 << 63), (1 << 63) - 1)
+    # torch.randint draws what empty().random_() drew, but out of place: TorchDynamo breaks its graph at random_
+    draws = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64, device=device)
     levels = draws.view(torch.int16)[:n].view(shape)  # uniform over [-32768, 32767]
     return levels < threshold - LEVELS // 2, LEVELS / (LEVELS - threshold)
 
