@@ -3,8 +3,8 @@ step (the ETT files' layout: ``date,HUFL,HULL,MUFL,MULL,LUFL,LULL,OT``), split b
 training, validation and test rows, standardised with the training rows' statistics, and cut into
 windows of ``input_length`` steps followed by ``horizon`` steps to forecast.
 
-The protocol of the Informer / Autoformer / PatchTST code (../shared/data/ett/README.md): the
-splits are consecutive blocks of rows; a window belongs to the split that holds its forecast
+The protocol of the Informer / Autoformer / PatchTST code (their data loaders; the README.md that
+`attnlab data get ett` writes gives the split sizes): the splits are consecutive blocks of rows; a window belongs to the split that holds its forecast
 targets, and its input may reach back into the rows before the split; every window, stride 1. A
 split of R rows thus has R - H + 1 windows, the first split (no rows before it) R - L - H + 1.
 """
