@@ -50,13 +50,20 @@ def torch_transformer(dropout: float) -> TorchTransformer:
     return TorchTransformer(**SHAPE, dropout=dropout)
 
 
-def marian(dropout: float) -> nn.Module | None:
-    """A MarianMTModel of the benchmark shape (random weights), or None without ``transformers``."""
+def transformers_or_none():
+    """The ``transformers`` module (the Hugging Face references), or None where it is not installed."""
     try:
-        from transformers import MarianConfig, MarianMTModel
+        import transformers
     except ImportError:
         return None
-    config = MarianConfig(
+    return transformers
+
+
+def marian(dropout: float) -> nn.Module | None:
+    """A MarianMTModel of the benchmark shape (random weights), or None without ``transformers``."""
+    if (hf := transformers_or_none()) is None:
+        return None
+    config = hf.MarianConfig(
         vocab_size=SHAPE["vocab_size"], decoder_vocab_size=SHAPE["vocab_size"], d_model=SHAPE["d_model"],
         encoder_layers=SHAPE["n_layers"], decoder_layers=SHAPE["n_layers"],
         encoder_attention_heads=SHAPE["n_heads"], decoder_attention_heads=SHAPE["n_heads"],
@@ -64,7 +71,7 @@ def marian(dropout: float) -> nn.Module | None:
         dropout=dropout, attention_dropout=dropout, activation_dropout=0.0, max_position_embeddings=512,
         scale_embedding=True, pad_token_id=0, eos_token_id=2, decoder_start_token_id=1, forced_eos_token_id=None,
         share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
-    return MarianWrapper(MarianMTModel(config))
+    return MarianWrapper(hf.MarianMTModel(config))
 
 
 class MarianWrapper(nn.Module):

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from attnlab.analysis.budget import budget_report
 from attnlab.bench.device import device_fields, published_bf16_peak
-from attnlab.bench.reference import TorchTransformer
+from attnlab.bench.reference import TorchTransformer, transformers_or_none
 from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
 from attnlab.bench.train import attnlab_step, cross_entropy, gemm, mfu, reference_step
 from attnlab.data.batching import Batch
@@ -76,14 +76,6 @@ class Shape:
         return budget_report(model_config(self.model), seq_len, batch)["flops"]["forward_backward"]
 
 
-def _transformers():
-    try:
-        import transformers
-    except ImportError:
-        return None
-    return transformers
-
-
 class GPT2Small(Shape):
     name, reference_name = "gpt2-small", "transformers.GPT2LMHeadModel"
     model = dict(arch="decoder_lm", vocab_size=50257, d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1,
@@ -92,7 +84,7 @@ class GPT2Small(Shape):
     batch, seq_len = 8, 1024
 
     def reference(self) -> nn.Module | None:
-        if (hf := _transformers()) is None:
+        if (hf := transformers_or_none()) is None:
             return None
         config = hf.GPT2Config(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
                                activation_function="gelu", attn_implementation="sdpa")
@@ -131,7 +123,7 @@ class BertBase(Shape):
     batch, seq_len = 64, 128
 
     def reference(self) -> nn.Module | None:
-        if (hf := _transformers()) is None:
+        if (hf := transformers_or_none()) is None:
             return None
         return hf.BertForMaskedLM(hf.BertConfig(attn_implementation="sdpa"))
 

@@ -273,7 +273,8 @@ def best_reachable(scores: Tensor, length: int, limits: Tensor, alpha: float) ->
     latest -> (b,) an upper bound on log P(Y) / lp(Y). Adding tokens never raises log P (<= 0), so
     the bound is the score so far over the largest penalty in reach: at the length limit for
     alpha > 0, at the next step for alpha < 0, the score itself for alpha = 0."""
-    return scores / torch.maximum(length_penalty(limits + 1, alpha), length_penalty(torch.full_like(limits, length), alpha))
+    largest = torch.maximum(length_penalty(limits + 1, alpha), length_penalty(torch.full_like(limits, length), alpha))
+    return scores / largest
 
 
 @torch.no_grad()

@@ -53,7 +53,7 @@ class DecoderLMFamily(ModelFamily):
     def build(cfg: DecoderLMConfig) -> DecoderLM:
         embed = parts.embeddings(cfg, cfg.vocab_size)
         heads = [multi_token_head(cfg) for _ in range(cfg.multi_token_heads)]
-        model = DecoderLM(embed, parts.decoder(cfg, cfg.n_layers, cross=False), parts.output_projection(cfg, embed, cfg.vocab_size),
+        model = DecoderLM(embed, parts.decoder(cfg, cfg.n_layers, cross=False), parts.output_projection(cfg, embed),
                           cfg.pad_id, heads, cfg.multi_token_weight)
         parts.init_weights(model)
         return model

@@ -65,4 +65,4 @@ def seq2seq_parts(cfg: EncoderDecoderConfig, causal: bool = True) -> tuple[Embed
     if "src_tgt" in cfg.tied:
         tgt_embed.tokens = src_embed.tokens
     return (src_embed, tgt_embed, parts.encoder(cfg, cfg.encoder_layers),
-            parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal), parts.output_projection(cfg, tgt_embed, cfg.vocab_size))
+            parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal), parts.output_projection(cfg, tgt_embed))

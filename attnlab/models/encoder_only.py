@@ -43,7 +43,7 @@ class EncoderOnlyFamily(ModelFamily):
     def build(cfg: EncoderOnlyConfig) -> EncoderOnly:
         embed = parts.embeddings(cfg, cfg.vocab_size, cfg.n_segments)
         mlm_head = MaskedLMHead(cfg.d_model, ACTIVATIONS[cfg.activation](), cfg.layer_norm_eps,
-                                parts.output_projection(cfg, embed, cfg.vocab_size))
+                                parts.output_projection(cfg, embed))
         classifier = ClassificationHead(cfg.d_model, cfg.n_classes, cfg.dropout, POOLINGS[cfg.pooling]())
         model = EncoderOnly(embed, parts.encoder(cfg, cfg.n_layers), mlm_head, classifier, cfg.pad_id)
         parts.init_weights(model)

@@ -269,12 +269,11 @@ def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
 def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> Embeddings:
     """Token embeddings with the absolute positions, and a segment table of ``n_segments`` rows."""
     segments = nn.Embedding(n_segments, cfg.d_model) if n_segments else None
+    rows = padded_vocabulary(cfg, vocab_size)
     if cfg.embedding == "normed":
-        return Embeddings(padded_vocabulary(cfg, vocab_size), cfg.token_width, positional(cfg, "embeddings"),
-                          cfg.dropout, segments,
+        return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments,
                           scale=1.0, norm=nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps))
-    return Embeddings(padded_vocabulary(cfg, vocab_size), cfg.token_width, positional(cfg, "embeddings"), cfg.dropout,
-                      segments)
+    return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments)
 
 
 def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:
@@ -348,10 +347,11 @@ def padded_vocabulary(cfg: TransformerConfig, vocab_size: int) -> int:
     return -(-vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
 
 
-def output_projection(cfg: TransformerConfig, embed: Embeddings, vocab_size: int) -> VocabularyProjection:
-    """Pre-softmax linear map d_model -> V (``vocab_size``), without bias, over the token table's
-    rows (padded: :func:`padded_vocabulary`); tied to the token embedding when configured."""
-    projection = VocabularyProjection(cfg.d_model, embed.tokens.num_embeddings, vocab_size)
+def output_projection(cfg: TransformerConfig, embed: Embeddings) -> VocabularyProjection:
+    """Pre-softmax linear map d_model -> V (the target vocabulary, ``vocab_size``), without bias, over
+    the token table's rows (padded: :func:`padded_vocabulary`); tied to the token embedding when
+    configured."""
+    projection = VocabularyProjection(cfg.d_model, embed.tokens.num_embeddings, cfg.vocab_size)
     if "output" in cfg.tied:
         projection.weight = embed.tokens.weight
     return projection

@@ -61,6 +61,6 @@ class TransformerXLFamily(ModelFamily):
         embed = parts.embeddings(cfg, cfg.vocab_size)
         decoder = MemoryDecoder([parts.decoder_layer(cfg, cross=False) for _ in range(cfg.n_layers)],
                                 parts.final_norm(cfg), cfg.memory_length)
-        model = TransformerXL(embed, decoder, parts.output_projection(cfg, embed, cfg.vocab_size), cfg.pad_id, cfg.segment_length)
+        model = TransformerXL(embed, decoder, parts.output_projection(cfg, embed), cfg.pad_id, cfg.segment_length)
         parts.init_weights(model)
         return model

@@ -35,8 +35,7 @@ class AttentionMask:
     key_valid: Tensor | None = None
     causal: bool = False
     explicit: Tensor | None = None
-    _last: list = field(default_factory=list, init=False, repr=False, compare=False)  # [(q_pos, k_pos, mask)]
-    _last_additive: list = field(default_factory=list, init=False, repr=False, compare=False)  # [(..., dtype, masks)]
+    _last: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # kind -> (q_pos, k_pos, mask)
 
     def dense(self, q_pos: Tensor, k_pos: Tensor, keys: slice | Tensor | None = None) -> Tensor | None:
         """Boolean (B or 1, 1, Tq, Tk) for queries and keys at these positions, None if all may
@@ -44,11 +43,7 @@ class AttentionMask:
         The layers of a stack share one mask and one pair of position tensors, so the mask over all
         keys is built by the first layer and reused by the others."""
         if keys is None:
-            if self._last and self._last[0][0] is q_pos and self._last[0][1] is k_pos:
-                return self._last[0][2]
-            mask = self._build(q_pos, k_pos, None)
-            self._last[:] = [(q_pos, k_pos, mask)]
-            return mask
+            return self._remembered("dense", q_pos, k_pos, lambda: self._build(q_pos, k_pos, None))
         return self._build(q_pos, k_pos, keys)
 
     def additive(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor] | None:
@@ -57,16 +52,22 @@ class AttentionMask:
         bias cannot overflow to -inf and no row becomes NaN), with the (B or 1, 1, Tq, 1) queries
         that may attend to no key at all (their output must be zeros); None if all may attend.
         Built by the first layer of a stack and reused by the others, like :meth:`dense`."""
-        if self._last_additive:
-            last_q, last_k, last_dtype, masks = self._last_additive[0]
-            if last_q is q_pos and last_k is k_pos and last_dtype == dtype:
-                return masks
-        allowed = self.dense(q_pos, k_pos)
-        masks = None if allowed is None else (
-            torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min / 2),
-            ~allowed.any(-1, keepdim=True))
-        self._last_additive[:] = [(q_pos, k_pos, dtype, masks)]
-        return masks
+        def build() -> tuple[Tensor, Tensor] | None:
+            allowed = self.dense(q_pos, k_pos)
+            if allowed is None:
+                return None
+            return (torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min / 2),
+                    ~allowed.any(-1, keepdim=True))
+
+        return self._remembered(dtype, q_pos, k_pos, build)
+
+    def _remembered(self, kind, q_pos: Tensor, k_pos: Tensor, build):
+        """``build()``, or what it gave last for ``kind`` if that was for these same position tensors
+        (the layers of a stack share them)."""
+        last = self._last.get(kind)
+        if last is None or last[0] is not q_pos or last[1] is not k_pos:
+            last = self._last[kind] = (q_pos, k_pos, build())
+        return last[2]
 
     def _build(self, q_pos: Tensor, k_pos: Tensor, keys: slice | Tensor | None) -> Tensor | None:
         mask = causal_mask(q_pos, k_pos)[None, None] if self.causal else None

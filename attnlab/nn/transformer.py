@@ -252,21 +252,20 @@ class VocabularyProjection(nn.Linear):
 
     def forward(self, h: Tensor) -> Tensor:
         """(..., d_model) -> (..., V) logits."""
-        logits = super().forward(h)  # (..., rows)
-        return logits if self.out_features == self.vocab_size else logits[..., :self.vocab_size]
+        return super().forward(h)[..., :self.vocab_size]  # (..., rows) -> (..., V)
 
 
 class MaskedLMHead(nn.Module):
     """BERT's prediction head: logits = W_out LayerNorm(act(W h + b)) + b_out, W_out tied to the
     embeddings, b_out one bias per word."""
 
-    def __init__(self, d_model: int, activation: nn.Module, eps: float, projection: nn.Linear) -> None:
+    def __init__(self, d_model: int, activation: nn.Module, eps: float, projection: VocabularyProjection) -> None:
         super().__init__()
         self.transform = nn.Linear(d_model, d_model)
         self.activation = activation
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.projection = projection
-        self.bias = nn.Parameter(torch.zeros(getattr(projection, "vocab_size", projection.out_features)))
+        self.bias = nn.Parameter(torch.zeros(projection.vocab_size))
 
     def forward(self, h: Tensor) -> Tensor:
         """(B, T, d_model) -> (B, T, V)."""
