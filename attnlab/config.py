@@ -50,13 +50,21 @@ def _type_name(tp: Any) -> str:
 
 
 def _coerce(field: str, value: Any, hint: Any) -> Any:
-    """Check ``value`` against a field's type hint (int, float, str, bool, or Optional of them)."""
+    """Check ``value`` against a field's type hint: int, float, str, bool, Optional of them, or a union of
+    them (`bool | str`: the first that takes the value)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None:
+        if value is None and len(args) < len(typing.get_args(hint)):
             return None
-        hint = args[0]
+        for arg in args[:-1]:  # `bool | str`: the first type that takes the value
+            try:
+                return _coerce(field, value, arg)
+            except ConfigError:
+                pass
+        if len(args) > 1 and not isinstance(value, args[-1]):
+            raise ConfigError(f"{field} must be {' or '.join(_type_name(a) for a in args)} (got {value!r})")
+        hint = args[-1]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is float and isinstance(value, float) and not math.isfinite(value):

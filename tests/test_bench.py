@@ -374,7 +374,7 @@ def test_mfu_and_the_gemm_flops():
 
     assert mfu(flops=6e10, seconds=2.0, peak=1e11) == pytest.approx(0.3)  # 3e10 FLOP/s of 1e11
     call, flops = gemm("fp32", torch.device("cpu"), products=3)
-    assert GEMM_SIZE == {"cpu": 1024, "cuda": 4096} and flops == 3 * 2 * 1024**3
+    assert GEMM_SIZE == {"cpu": 1024, "cuda": 8192} and flops == 3 * 2 * 1024**3
     call()
 
 
@@ -416,7 +416,7 @@ def test_benches_run_on_cuda():
     where = {"device": "cuda:0", "device_name": torch.cuda.get_device_name(0)}
     train = {r["name"]: r for r in bench_train(("bf16",), repeats=1, with_hf=False, device=cuda)}
     assert all(r.items() >= where.items() for r in train.values())
-    assert train["gemm_peak_bf16"]["gemm_size"] == 4096 and 0 < train["train_bf16_mfu"]["value"] < 1
+    assert train["gemm_peak_bf16"]["gemm_size"] == 8192 and 0 < train["train_bf16_mfu"]["value"] < 1
     models = list(bench_models(lengths=(3,), models=("transformer",), batch_tokens=12, decode_batch=2, repeats=1,
                                precision="bf16", device=cuda))
     assert len(models) == 2 and all(r["value"] > 0 and r.items() >= where.items() for r in models)

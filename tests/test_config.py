@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -191,3 +192,29 @@ def test_strings_that_look_like_floats_survive_the_round_trip():
     data = {"data": {"train": "1e5", "valid": "2024e1", "tokenizer": "1.10"}, "train": {"lr": 3e-3, "eps": 1e-9}}
     assert parse_yaml(dump_yaml(data)) == data
 
+
+
+SHIPPED = Path(__file__).resolve().parent.parent
+
+
+def shipped_training_configs() -> list[Path]:
+    """Every training config the repository ships (configs/ and recipes/): not the sweeps, the model
+    sections (configs/transformer_base.yaml, ...) or the fine-tuning recipes, whose init_from is a
+    run made first."""
+    import yaml
+
+    paths = sorted([*SHIPPED.glob("configs/*.yaml"), *SHIPPED.glob("recipes/**/*.yaml")])
+    return [p for p in paths if "data" in (sections := yaml.safe_load(p.read_text()))
+            and "init_from" not in (sections.get("train") or {})]
+
+
+@pytest.mark.parametrize("path", shipped_training_configs(), ids=lambda p: str(p.relative_to(SHIPPED)))
+def test_every_shipped_training_config_is_valid(path):
+    """Each reads into a RunConfig (every field known and checked; the data is not read) and reads
+    its data from data/NAME, where `attnlab data get NAME` writes, or from runs/, where a step
+    documented before it writes (a distilled corpus, a prepared text)."""
+    from attnlab.train.config import RunConfig
+
+    cfg = RunConfig.from_file(path)
+    paths = [v for v in cfg.data.to_dict().values() if isinstance(v, str) and "/" in v]  # a built-in reads none
+    assert all(p.startswith(("data/", "runs/")) for p in paths), paths

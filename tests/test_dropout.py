@@ -3,6 +3,8 @@ same mask, reproducible from the seed, identity in eval mode."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -89,19 +91,33 @@ def test_a_cuda_tensor_goes_through_torchs_fused_dropout(monkeypatch):
 
 
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "encoder_only"])
-def test_a_model_with_dropout_compiles_whole_and_once_for_every_length(arch):
-    """TorchDynamo captures each family's training forward, dropout on, as one graph with no break
-    (``random_`` broke it at every dropout site: 38 breaks in this encoder-decoder), and traces it
-    at most twice over 30 batches of lengths 3 to 32 (``dynamic=True``, as ``train.compile``)."""
+def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, monkeypatch):
+    """What `attnlab train` compiles (train/step.py's ``compiled``: the task's loss with the model's
+    forward inside, under bf16 autocast) is one graph for each family with dropout on, no break
+    (``random_`` broke it at every dropout site: 38 breaks in this encoder-decoder), and is traced at
+    most twice over 30 batches of lengths 3 to 32: static, then once with dynamic shapes."""
     import torch._dynamo as dynamo
     from helpers import random_ids, tiny_model
 
+    from attnlab.data.batching import Batch
+    from attnlab.eval.likelihood import teacher_forced_loss
+    from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
+    from attnlab.train.precision import autocast
+    from attnlab.train.step import compiled
+
     model = tiny_model(arch=arch, dropout=0.1).train()
-    src, tgt = random_ids(3, 40, generator_seed=1), random_ids(3, 40, generator_seed=2)
+    src, tgt = random_ids(3, 41, generator_seed=1), random_ids(3, 41, generator_seed=2)
     src[1, 20:] = 0
-    inputs = lambda T: (src[:, :T + 2], tgt[:, :T]) if arch == "encoder_decoder" else (tgt[:, :T],)
+    if arch == "encoder_only":
+        objective, batch = MaskedLM.loss, lambda T: MLMBatch(inputs=tgt[:, :T], targets=tgt[:, 1:T + 1])
+    else:
+        objective = teacher_forced_loss
+        batch = lambda T: Batch(src=src[:, :T + 2] if arch == "encoder_decoder" else None, tgt_in=tgt[:, :T],
+                                tgt_out=tgt[:, 1:T + 1])
+    amp = autocast("bf16", torch.device("cpu"))
+    step = lambda fn, T: fn(model, batch(T), 0.1, amp)[0].backward()
     dynamo.reset()
-    explained = dynamo.explain(model)(*inputs(6))
+    explained = dynamo.explain(objective)(model, batch(6), 0.1, amp)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
     graphs = []
 
@@ -110,7 +126,9 @@ def test_a_model_with_dropout_compiles_whole_and_once_for_every_length(arch):
         return graph.forward
 
     dynamo.reset()
-    compiled = torch.compile(model, backend=counting_backend, dynamic=True)
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting_backend))
+    compiled_objective = compiled(objective)
     for T in range(3, 33):
-        compiled(*inputs(T)).sum().backward()
+        step(compiled_objective, T)
     assert 1 <= len(graphs) <= 2
+

@@ -66,3 +66,34 @@ def test_autocast_contexts():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
     with pytest.raises(ConfigError, match="'fp16' needs a CUDA device"):
         autocast("fp16", CPU)
+
+
+def test_unset_precision_and_compile_follow_the_device():
+    """Unset, train.precision is auto on a GPU and fp32 on a CPU (whose figures were measured so);
+    train.compile auto compiles on CUDA only; explicit values are kept on both."""
+    from attnlab.train.config import TrainConfig
+
+    cuda = torch.device("cuda")
+    default = TrainConfig()
+    assert (default.precision_on(cuda), default.precision_on(CPU)) == ("auto", "fp32")
+    assert (default.compiles_on(cuda), default.compiles_on(CPU)) == (True, False)
+    chosen = TrainConfig(precision="bf16", compile=True)
+    assert (chosen.precision_on(CPU), chosen.compiles_on(CPU)) == ("bf16", True)
+    assert not TrainConfig(compile=False).compiles_on(cuda)
+    with pytest.raises(ConfigError, match="compile must be true, false or auto"):
+        TrainConfig(compile="yes")
+    with pytest.raises(ConfigError, match="compile must be true or false or a string"):
+        TrainConfig(compile=1)
+
+
+def test_tf32_is_allowed_for_float32_products_on_cuda_only():
+    from attnlab.train.precision import allow_tf32
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        allow_tf32(CPU)
+        assert torch.get_float32_matmul_precision() == before
+        allow_tf32(torch.device("cuda"))  # a process-wide flag: set without a GPU too
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)

@@ -15,8 +15,8 @@ the same batches, steps interleaved (the median of each):
 
 One step is what `attnlab train` runs (train/step.py: forward, the task's loss, backward, clipping at
 1.0, the fused AdamW update); the reference's is the same with F.cross_entropy in float32. Both run
-under the same autocast (``--precision``), compiled with torch.compile or not (``--compile``), with
-the same dropout. Each shape's records give tokens/s (the tokens a step trains on: every target
+under the same autocast (``--precision``) with the same dropout; with ``--compile`` each side's
+forward and loss go through torch.compile together (attnlab's as `attnlab train` compiles them). Each shape's records give tokens/s (the tokens a step trains on: every target
 position), the ratio, the peak memory of a step on CUDA, and the model-FLOPs utilisation (the
 budget's matrix-product FLOPs of a step, analysis/budget.py) against the dense GEMM peak measured in
 the same run and against the device's published bf16 dense peak where it is known.
@@ -39,7 +39,7 @@ from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig, MLMBatch, mask_tokens
 from attnlab.train.config import TrainConfig
-from attnlab.train.step import Objective
+from attnlab.train.step import Objective, compiled
 
 AnyBatch = Batch | MLMBatch
 
@@ -174,10 +174,11 @@ def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = No
     reference = shape.reference() if with_hf or not shape.hf_reference else None
     if reference is not None:
         models[shape.reference_name] = reference.to(device)
-    trained = {name: torch.compile(model) if compile else model for name, model in models.items()}
-    steps = {name: attnlab_step(trained[name], data, cfg, shape.objective) if name == "attnlab"
-             else reference_step(trained[name], cfg, lambda m=trained[name]: shape.reference_loss(m, data))
-             for name in models}
+    objective = compiled(shape.objective) if compile else shape.objective  # as `attnlab train` compiles
+    reference_loss = torch.compile(shape.reference_loss) if compile else shape.reference_loss  # its loss too
+    steps = {name: attnlab_step(model, data, cfg, objective) if name == "attnlab"
+             else reference_step(model, cfg, lambda m=model: reference_loss(m, data))
+             for name, model in models.items()}
     steps["gemm"], gemm_flops = gemm(precision, device)
     seconds = interleaved_medians(steps, repeats, device=device)
     peak = gemm_flops / seconds.pop("gemm")

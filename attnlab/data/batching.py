@@ -68,8 +68,19 @@ def tensor_fields(batch) -> dict[str, Tensor]:
 
 def moved(batch: B, device: torch.device | str) -> B:
     """``batch`` (a dataclass) with each of its tensors on ``device``, its other fields as they are:
-    every batch class's ``to``."""
-    return dataclasses.replace(batch, **{name: t.to(device) for name, t in tensor_fields(batch).items()})
+    every batch class's ``to``. From the CPU to a GPU the copy goes through pinned memory and does
+    not wait: the host queues it behind the step the GPU is still running and goes on (the step
+    never waits for the device either, train/step.py), so the next batch is there when its step
+    starts."""
+    device = torch.device(device)
+    return dataclasses.replace(batch, **{name: copied(t, device) for name, t in tensor_fields(batch).items()})
+
+
+def copied(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` on ``device``; CPU to CUDA through pinned memory, without waiting."""
+    if t.device.type == "cpu" and device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 def padded_to_multiple(batch: B, multiple: int) -> B:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from attnlab.config import TypedConfig, apply_overrides, at_least, one_of, read_config_file
 from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config
@@ -23,6 +25,7 @@ from attnlab.train.device import check_device_name, on_gpu
 from attnlab.train.distributed import STRATEGIES
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,9 @@ class TrainConfig(TypedConfig):
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: Optional[float] = 1.0
-    precision: str = "fp32"
+    precision: Optional[str] = None  # unset: auto on a GPU, fp32 on a CPU (see precision_on)
     activation_checkpointing: bool = False
-    compile: bool = False
+    compile: bool | str = AUTO  # auto: on for CUDA, off for the CPU (see compiles_on)
     device: str = "auto"
     strategy: str = "ddp"  # under torchrun: ddp (replicas) or fsdp (weights, gradients, moments sharded)
     eval_every: int = 500
@@ -80,7 +83,10 @@ class TrainConfig(TypedConfig):
         self._check_types()
         one_of("optimizer", self.optimizer, ("adam", "adamw"))
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
-        one_of("precision", self.precision, PRECISIONS)
+        if self.precision is not None:
+            one_of("precision", self.precision, PRECISIONS)
+        if isinstance(self.compile, str) and self.compile != AUTO:
+            raise ConfigError(f"compile must be true, false or auto (got {self.compile!r})")
         check_device_name(self.device)
         one_of("strategy", self.strategy, STRATEGIES)
         for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
@@ -120,13 +126,25 @@ class TrainConfig(TypedConfig):
         if self.early_stop_metric == "exact_match" and self.eval_exact_match == 0:
             raise ConfigError("early_stop_metric 'exact_match' needs eval_exact_match > 0 (examples to decode)")
 
+    def precision_on(self, device: torch.device) -> str:
+        """The precision asked for on ``device``: ``precision``, or where it is unset, auto on a GPU
+        (bf16 where it has it) and fp32 on a CPU, whose measured figures are fp32 unless a config
+        asks for auto."""
+        return self.precision or (AUTO if device.type == "cuda" else "fp32")
+
+    def compiles_on(self, device: torch.device) -> bool:
+        """Whether training on ``device`` goes through torch.compile: ``compile``, where auto, on CUDA
+        (one graph instead of hundreds of kernel launches a step) and not on a CPU, where the
+        compilation takes longer than the short runs it would speed up."""
+        return device.type == "cuda" if self.compile == AUTO else bool(self.compile)
+
     @property
     def padding_multiple(self) -> int:
         """``pad_multiple``, or by default 8 where every new batch shape costs something (a GPU: kernel
         plans, tensor cores; train.compile: a graph) and 1 on a CPU, where padding is only extra work."""
         if self.pad_multiple is not None:
             return self.pad_multiple
-        return 8 if self.compile or on_gpu(self.device) else 1
+        return 8 if self.compile is True or on_gpu(self.device) else 1
 
     @property
     def warmup(self) -> int:

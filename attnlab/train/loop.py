@@ -34,9 +34,9 @@ from attnlab.train.distributed import (
     load_sharded_optimizer_state,
     parallel,
 )
-from attnlab.train.precision import autocast, choose_precision
+from attnlab.train.precision import allow_tf32, autocast, choose_precision
 from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
-from attnlab.train.step import load_optimizer_state, make_optimizer, train_step
+from attnlab.train.step import compiled, load_optimizer_state, make_optimizer, train_step
 
 @dataclass
 class Progress:
@@ -208,15 +208,16 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     # -- build: device, precision, optimiser, schedule, and where training stands
     device = use_device(resolve_device(cfg.device))  # under torchrun: the GPU of this rank
     main = world is None or world.is_main
-    precision = choose_precision(cfg.precision, device)
+    precision = choose_precision(cfg.precision_on(device), device)
     if precision.note:
         log(precision.note)
     amp = autocast(precision.precision, device)
+    allow_tf32(device)
     model.to(device)
     learnable = any(p.requires_grad for p in model.parameters())
     trained = parallel(model, world, device, cfg.strategy) if learnable else model  # torchrun: DDP, or sharded (fsdp)
-    if cfg.compile:  # the training forward through TorchInductor; evaluation and checkpoints use the model itself
-        trained = torch.compile(trained, dynamic=True)
+    # the forward and the loss through TorchInductor; evaluation and checkpoints use the model itself
+    objective = compiled(task.loss) if cfg.compiles_on(device) else task.loss
     optimizer = make_optimizer(model, cfg)
     lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup, cfg.max_steps)
     if note:
@@ -245,7 +246,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
             started = time.perf_counter()
             out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
                              layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world,
-                             global_tokens=global_tokens, objective=task.loss)
+                             global_tokens=global_tokens, objective=objective)
             seconds = time.perf_counter() - started
             seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
             progress.batch += consumed

@@ -26,6 +26,15 @@ Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothi
 LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 
 
+def compiled(objective: Objective) -> Objective:
+    """A task's loss through torch.compile, the model's forward inside it: TorchInductor fuses the
+    layers' elementwise work and the loss's cast, log-sum-exp and gather into a few kernels, so no
+    float32 logits of the whole vocabulary exist (nn/losses.py). The shapes start static; a second
+    shape recompiles once with dynamic ones (TorchDynamo's default), so a run of varied batch
+    lengths costs at most two graphs (tests/test_dropout.py)."""
+    return torch.compile(objective)
+
+
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:
     """The L2 norm of the gradient of each layer's parameters ('encoder.layers.0', ...), from the
     gradients as they are now (call after backward, before the optimiser zeroes them)."""

@@ -3,20 +3,27 @@
 #   1. prerequisites, in the first seconds: a CUDA torch (else nothing runs), transformers (else the
 #      Hugging Face references are left out with --no-hf), pytest; one line each in summary.txt;
 #   2. the speed figures of docs/performance.md: `bench train --shape` at gpt2-small, transformer-base
-#      and bert-base (T 128 and 512), bf16, eager then compiled; `bench decode` at batch 32 and 1;
-#      `bench encoder`; then `pytest -m cuda` (correctness only: nothing timed there). Under 6 minutes
-#      on an H100 (each phase has its own limit);
-#   3. what time is left: `bench train` (the small shape of earlier sessions) and `bench attention`.
-# Every bench writes its records to OUT as it makes them (OUT/NAME.jsonl, its stderr OUT/NAME.log),
-# so a run cut short keeps what it measured; OUT/summary.txt says how each phase ended. Run from the
-# repository root with a Python that has torch with CUDA:
+#      and bert-base (T 128 and 512), bf16, both sides compiled (their best mode), then gpt2-small
+#      eager; `bench decode` at batch 32 and 1; `bench encoder`; then `pytest -m cuda` (correctness
+#      only: nothing timed there). Not 6 minutes: compiling both sides of a shape takes most of its
+#      phase (on an H100, 2026-11-27: transformer-base 71 s in all; gpt2-small and bert-base T 128
+#      did not finish in 90 and 70 s), so a 15-minute loan runs this in two calls, PHASES naming
+#      the second's;
+#   3. the recipes of recipes/gpu/ with the time left (Tiny Shakespeare, then Multi30k and its BLEU),
+#      each stopped by train.max_seconds so that it evaluates and checkpoints before its limit.
+# Every phase writes its records to WORK/NAME.jsonl (its stderr to WORK/NAME.log) as it makes them, and
+# after each phase WORK is packed into OUT/records.tgz beside OUT/summary.txt (the device tool brings
+# back 8 files), so a run cut short keeps what it measured. Run from the repository root with a Python
+# that has torch with CUDA, the data of recipes/gpu/ in data/ (the device call carries it):
 #   bash docs/experiments/gpu_session.sh "$OUT"
-# DEVICE=cpu BUDGET=60 runs the same phases on the CPU: a check of the script, not a measurement.
+# PHASES="name ..." runs only the phases named; DEVICE=cpu BUDGET=60 runs them on the CPU: a check of
+# the script, not a measurement.
 set -u
 OUT=${1:-gpu-out}
 DEVICE=${DEVICE:-cuda}
 BUDGET=${BUDGET:-560}  # seconds for the whole script; the device call's timeout leaves a margin above it
-mkdir -p "$OUT"
+WORK=${WORK:-/tmp/gpu-session}
+mkdir -p "$OUT" "$WORK"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 START=$SECONDS
@@ -24,14 +31,17 @@ left() { echo $((BUDGET - (SECONDS - START))); }
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 
 # phase NAME LIMIT CMD...: run CMD for at most LIMIT seconds (less if the budget is shorter); its
-# stdout (the JSON records) to OUT/NAME.jsonl, its stderr to OUT/NAME.log.
+# stdout (the JSON records) to WORK/NAME.jsonl, its stderr to WORK/NAME.log; then pack WORK.
 phase() {
   local name=$1 limit=$2; shift 2
+  [ -n "${PHASES:-}" ] && [[ " $PHASES " != *" $name "* ]] && return
   ((limit > $(left) - 10)) && limit=$(($(left) - 10))
   ((limit < 5)) && { say "$name: skipped, no time left"; return; }
   local t0=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >"$OUT/$name.jsonl" 2>"$OUT/$name.log"
+  timeout --kill-after=5 "$limit" "$@" >"$WORK/$name.jsonl" 2>"$WORK/$name.log"
   say "$name: exit $? after $((SECONDS - t0)) s (limit $limit)"
+  tail -n 2 "$WORK/$name.jsonl" | cut -c1-600
+  tar -czf "$OUT/records.tgz" -C "$WORK" .
 }
 
 # -- 1. prerequisites ---------------------------------------------------------------------------------
@@ -54,18 +64,31 @@ A="$PY -m attnlab.cli"
 SIZE=""  # the shapes' own batches; on the CPU (a check of the script) one sequence of 16 tokens
 [ "$DEVICE" = cpu ] && SIZE="--batch 1 --seq-len 16"
 SHAPE="$A bench train --device $DEVICE --precision bf16 --repeats 5 --json $NO_HF $SIZE --shape"
-phase train_gpt2_small 60 $SHAPE gpt2-small
-phase train_transformer_base 60 $SHAPE transformer-base
-phase train_bert_base_128 45 $SHAPE bert-base
-phase train_bert_base_512 45 $SHAPE bert-base --seq-len 512
-phase train_gpt2_small_compiled 90 $SHAPE gpt2-small --compile
+phase train_gpt2_small 150 $SHAPE gpt2-small --compile
+phase train_transformer_base 80 $SHAPE transformer-base --compile
+phase train_bert_base_128 110 $SHAPE bert-base --compile
+phase train_bert_base_512 110 $SHAPE bert-base --seq-len 512 --compile
+phase train_gpt2_small_eager 40 $SHAPE gpt2-small
 phase decode_b32 50 $A bench decode --device "$DEVICE" --weights fp32 bf16 --json $NO_HF
 phase decode_b1 40 $A bench decode --device "$DEVICE" --weights fp32 bf16 --batch 1 --json $NO_HF
 phase encoder 30 $A bench encoder --device "$DEVICE" --json $NO_HF
-[ -n "$PYTEST" ] && phase pytest_cuda 120 $PY -m pytest -q -m cuda -p no:cacheprovider $IGNORE -rfE
+[ -n "$PYTEST" ] && phase pytest_cuda 150 $PY -m pytest -q -m cuda -p no:cacheprovider $IGNORE -rfE
 
-# -- 3. with the time left -----------------------------------------------------------------------------
-phase train_small 60 $A bench train --device "$DEVICE" --repeats 5 --json $NO_HF
-phase attention 45 $A bench attention --device "$DEVICE" --lengths 1024 4096 16384 --time-limit 2 --json
-[ -n "$PYTEST" ] && grep -h -E "passed|failed|error" "$OUT/pytest_cuda.jsonl" 2>/dev/null | tail -3 >>"$OUT/summary.txt"
+# -- 3. recipes with the time left ---------------------------------------------------------------------
+# recipe NAME LIMIT CONFIG SETS...: train CONFIG into RUNS/NAME (outside WORK: its checkpoints stay on the
+# machine), stopped by train.max_seconds 40 s before LIMIT; its metrics.jsonl joins the records.
+RUNS=${RUNS:-/tmp/gpu-runs}
+recipe() {
+  local name=$1 limit=$2 config=$3; shift 3
+  local sets=(--set "train.device=$DEVICE" --set "train.max_seconds=$((limit - 40))")
+  [ "$DEVICE" = cpu ] && sets+=(--set train.max_steps=2 --set train.eval_every=2)
+  phase "$name" "$limit" $A train "$config" --out "$RUNS/$name" "${sets[@]}" "$@"
+  [ -f "$RUNS/$name/metrics.jsonl" ] && cp "$RUNS/$name/metrics.jsonl" "$WORK/$name.metrics.jsonl"
+}
+recipe shakespeare 150 recipes/gpu/shakespeare_char.yaml
+recipe multi30k 200 recipes/gpu/multi30k_de_en.yaml
+[ -d "$RUNS/multi30k" ] && phase multi30k_bleu 40 $A evaluate "$RUNS/multi30k" --device "$DEVICE" \
+  --src data/multi30k/val.de --ref data/multi30k/val.en --json
+tar -czf "$OUT/records.tgz" -C "$WORK" .
+[ -n "$PYTEST" ] && grep -h -E "passed|failed|error" "$WORK/pytest_cuda.jsonl" 2>/dev/null | tail -3 >>"$OUT/summary.txt"
 say "done after $((SECONDS - START)) s"
