@@ -30,16 +30,22 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# The final content of each output file: what `data get` must write.
+TEST_TEXT = "Drei Katzen.\n".encode()                    # a test file, served gzipped and pinned as stored
+TEST_GZ = gzip.compress(TEST_TEXT, mtime=0)
+# The final content of each development file: what `data get --dev-only` must write.
 FINAL = {"plain.txt": PLAIN, "sub/text.de": TEXT, "rows.csv": KEPT}
+# ... and of each test file: the whole csv (whose first lines are rows.csv) and the gunzipped test text.
+TESTS = {"all_rows.csv": ROWS, "test.de": TEST_TEXT}
 TINY = Dataset(
     name="tiny", repo="someone/tiny", commit=COMMIT, licence="MIT", citation="Someone (2024). Tiny.",
-    held_out="test.txt",
     files=(SourceFile("plain.txt", "plain.txt", len(PLAIN), sha(PLAIN)),
            SourceFile("raw/text.de.gz", "sub/text.de", len(TEXT), sha(TEXT), gunzip=True),
-           SourceFile("csv/rows.csv", "rows.csv", len(KEPT), sha(KEPT), first_lines=3)))
+           SourceFile("csv/rows.csv", "rows.csv", len(KEPT), sha(KEPT), first_lines=3),
+           SourceFile("csv/rows.csv", "all_rows.csv", len(ROWS), sha(ROWS), test=True),
+           SourceFile("raw/test.de.gz", "test.de", len(TEST_GZ), sha(TEST_GZ), gunzip=True, test=True, stored=True)))
 # The repository's files at the commit, as the server holds them (gzip with mtime 0: the same bytes every run).
-SERVED = {"plain.txt": PLAIN, "raw/text.de.gz": gzip.compress(TEXT, mtime=0), "csv/rows.csv": ROWS}
+SERVED = {"plain.txt": PLAIN, "raw/text.de.gz": gzip.compress(TEXT, mtime=0), "csv/rows.csv": ROWS,
+          "raw/test.de.gz": TEST_GZ}
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -75,6 +81,7 @@ def tiny_registered(monkeypatch):
 
 
 def local_copy(folder: Path, files: dict[str, bytes] = FINAL) -> Path:
+    """A --from folder: by default the development files alone, as this project's own copy is."""
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
@@ -86,30 +93,75 @@ def written(folder: Path) -> dict[str, bytes]:
 
 
 def test_download_over_loopback_writes_the_verified_files_and_a_note(server, tmp_path):
+    """Every file, the test files too: gunzipped, cut to its first lines, or unchanged; a test file
+    pinned by its stored .gz; the csv downloaded once for its two outputs."""
     base_url, _ = server
     log = []
-    fetch(TINY, tmp_path / "out", base_url=base_url + "/", timeout=5, log=log.append)
+    assert fetch(TINY, tmp_path / "out", base_url=base_url + "/", timeout=5, log=log.append) == list(TINY.files)
     files = written(tmp_path / "out")
-    assert {k: v for k, v in files.items() if k != NOTE} == FINAL  # gunzipped, first 3 lines, bytes unchanged
+    assert {k: v for k, v in files.items() if k != NOTE} == FINAL | TESTS
     note = files[NOTE].decode()
     assert f"from {base_url}/." in note and f"https://github.com/someone/tiny at commit `{COMMIT}`" in note
-    assert "Licence: MIT" in note and "Not fetched: test.txt;" in note
+    assert "Licence: MIT" in note and "Every file of the data set is here, test splits included." in note
     for f in TINY.files:
         assert f"| {f.name} | `{f.path}` ({f.how}) | {f.size:,} | {f.sha256} |" in note
     assert "(gunzipped)" in note and "(first 3 lines)" in note and "(bytes unchanged)" in note
-    assert log == [line for f in TINY.files for line in (
-        f"downloading {base_url}/someone/tiny/{COMMIT}/{f.path}", f"{f.name}: {f.size:,} bytes, sha256 verified")]
+    assert "(gunzipped, size and sha256 of the stored file)" in note
+    url = f"{base_url}/someone/tiny/{COMMIT}/"
+    assert log == [f"downloading {url}plain.txt", f"plain.txt: {len(PLAIN):,} bytes, sha256 verified",
+                   f"downloading {url}raw/text.de.gz", f"sub/text.de: {len(TEXT):,} bytes, sha256 verified",
+                   f"downloading {url}csv/rows.csv", f"rows.csv: {len(KEPT):,} bytes, sha256 verified",
+                   f"all_rows.csv: {len(ROWS):,} bytes, sha256 verified",  # the same download
+                   f"downloading {url}raw/test.de.gz", f"test.de: {len(TEST_TEXT):,} bytes, sha256 verified"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror", "out"]  # no staging folder left beside it
+
+
+def test_dev_only_leaves_the_test_files_out_and_says_so(server, tmp_path):
+    base_url, _ = server
+    assert fetch(TINY, tmp_path / "out", base_url=base_url, timeout=5, dev_only=True) == list(TINY.files[:3])
+    files = written(tmp_path / "out")
+    assert files.keys() == {*FINAL, NOTE}
+    assert ("Not here: all_rows.csv, test.de (left out by --dev-only; `attnlab data get tiny --force` downloads "
+            "them).") in files[NOTE].decode()
+
+
+def test_a_changed_stored_test_file_is_refused(server, tmp_path):
+    """A test file pinned by its .gz: a different .gz, even of the same text, is not the pinned file."""
+    base_url, root = server
+    (root / TINY.repo / COMMIT / "raw/test.de.gz").write_bytes(gzip.compress(TEST_TEXT, mtime=1))
+    with pytest.raises(DataError, match=r"raw/test\.de\.gz: sha256 [0-9a-f]{64} is not the pinned .* of tiny/test\.de"):
+        fetch(TINY, tmp_path / "out", base_url=base_url, timeout=5)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_local_copy_without_the_test_files_writes_the_rest_and_names_them(tiny_registered, tmp_path, capsys):
+    copy = local_copy(tmp_path / "copy")
+    out = tmp_path / "out"
+    assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0] == (f"not in {copy}, left out: all_rows.csv, test.de.gz (test splits; a "
+                                            f"download fetches them)")
+    assert captured.out.endswith("; not written: all_rows.csv, test.de\n")
+    assert written(out).keys() == {*FINAL, NOTE}
+    assert f"Not here: all_rows.csv, test.de (not in {copy};" in written(out)[NOTE].decode()
+
+
+def test_a_local_copy_with_the_test_files_gives_the_whole_data_set(tmp_path):
+    """A --from folder holds the final files under their names, and a stored-pinned file as the .gz."""
+    copy = local_copy(tmp_path / "copy", FINAL | {"all_rows.csv": ROWS, "test.de.gz": TEST_GZ})
+    fetch(TINY, tmp_path / "out", local=copy)
+    assert {k: v for k, v in written(tmp_path / "out").items() if k != NOTE} == FINAL | TESTS
 
 
 def test_cli_downloads_from_base_url(server, tiny_registered, tmp_path, capsys):
     base_url, _ = server
     out = tmp_path / "data" / "tiny"
     assert main(["data", "get", "tiny", "--base-url", base_url, "--out", str(out)]) == 0
-    assert written(out).keys() == {*FINAL, NOTE} and written(out)["sub/text.de"] == TEXT
+    assert written(out).keys() == {*FINAL, *TESTS, NOTE} and written(out)["sub/text.de"] == TEXT
     captured = capsys.readouterr()
-    assert captured.out == f"{out}: plain.txt, sub/text.de, rows.csv, sha256 verified (source and licence: {out}/README.md)\n"
-    assert captured.err.count("sha256 verified") == 3
+    assert captured.out == (f"{out}: plain.txt, sub/text.de, rows.csv, all_rows.csv, test.de, sha256 verified (source "
+                            f"and licence: {out}/README.md)\n")
+    assert captured.err.count("sha256 verified") == 5
 
 
 def test_cli_from_a_local_folder(tiny_registered, tmp_path, capsys, monkeypatch):
@@ -198,7 +250,8 @@ def test_a_local_copy_missing_a_file_names_what_it_needs(tiny_registered, tmp_pa
     copy = local_copy(tmp_path / "copy", {"plain.txt": PLAIN})
     assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(tmp_path / "out")]) == 4
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"error: {copy / 'sub/text.de'}: no such file (--from takes a folder holding plain.txt, sub/text.de, rows.csv)")
+        f"error: {copy / 'sub/text.de'}: no such file (--from takes a folder holding plain.txt, sub/text.de, rows.csv, "
+        f"all_rows.csv, test.de.gz)")
     assert not (tmp_path / "out").exists()
 
 
@@ -230,9 +283,50 @@ def test_every_registered_data_set_is_well_formed():
         assert d.licence and d.citation and "\n" not in d.licence
         names = [f.name for f in d.files]
         assert len(set(names)) == len(names) and NOTE not in names, key
-        assert len({f.path for f in d.files}) == len(d.files), key
+        assert any(f.test for f in d.files) or key == "tiny_shakespeare", key  # the standard test sets too
         for f in d.files:
             assert re.fullmatch(r"[0-9a-f]{64}", f.sha256), (key, f.name)
             assert f.size > 0 and (f.first_lines is None or f.first_lines > 0), (key, f.name)
             assert not Path(f.name).is_absolute() and ".." not in Path(f.name).parts, (key, f.name)
             assert not f.gunzip or f.path.endswith(".gz"), (key, f.name)
+            assert not f.stored or f.test, (key, f.name)  # a development file's pin is of its final content
+
+
+def test_evaluate_scores_a_standard_test_set_by_name(tmp_path, monkeypatch):
+    """`evaluate RUN --test-set multi30k:test_2016_flickr` reads what `data get multi30k` writes under
+    data/, the source and reference chosen by the run's languages: the same scores as naming the
+    files; a test set that is not there, or not known, is one line."""
+    import json
+
+    from helpers import run_cli
+
+    words = {"de": "null eins zwei drei".split(), "en": "zero one two three".split()}
+    rows = [[(i * 7 + j) % 4 for j in range(1 + i % 3)] for i in range(40)]
+    for lang, vocab in words.items():
+        (tmp_path / f"train.{lang}").write_text("".join(" ".join(vocab[k] for k in r) + "\n" for r in rows))
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"""\
+model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}
+data: {{format: parallel, train: {tmp_path}/train, valid: {tmp_path}/train, src_lang: de, tgt_lang: en,
+       tokenizer: word}}
+train: {{max_steps: 4, eval_every: 4, eval_exact_match: 0, early_stop_metric: valid_loss, progress: false}}
+""")
+    run = tmp_path / "run"
+    assert run_cli("train", str(config), "--out", str(run)).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "multi30k").mkdir(parents=True)
+    for lang in ("de", "en"):  # reversed in the folder's order: the run's languages choose
+        (tmp_path / "data" / "multi30k" / f"test_2016_flickr.{lang}").write_bytes((tmp_path / f"train.{lang}").read_bytes())
+    by_name = run_cli("evaluate", str(run), "--test-set", "multi30k:test_2016_flickr", "--beam", "1", "--json")
+    by_files = run_cli("evaluate", str(run), "--src", "train.de", "--ref", "train.en", "--beam", "1", "--json")
+    assert by_name.returncode == 0, by_name.stderr
+    assert json.loads(by_name.stdout) == json.loads(by_files.stdout)
+    missing = run_cli("evaluate", str(run), "--test-set", "multi30k:test_2017_flickr")
+    assert (missing.returncode, missing.stderr) == (4, f"error: {Path('data/multi30k/test_2017_flickr.de')}: no such "
+                                                       f"file; `attnlab data get multi30k` writes it (run from the "
+                                                       f"folder that holds data/)\n")
+    unknown = run_cli("evaluate", str(run), "--test-set", "multi30k:test2016")
+    assert unknown.returncode == 2 and unknown.stderr.startswith(
+        "error: --test-set multi30k:test2016: the test sets of multi30k are multi30k:test_2016_flickr, ")
+    both = run_cli("evaluate", str(run), "--test-set", "multi30k:test_2016_flickr", "--split", "valid")
+    assert both.returncode == 2 and "give --test-set alone" in both.stderr

@@ -13,3 +13,40 @@ def test_readme_python_example_runs():
     assert blocks, "README has no python example"
     for block in blocks:
         exec(compile(block, str(README), "exec"), {})
+
+
+COMMAND = re.compile(r"^\s*(?:\.venv/bin/|python3? -m |bash |torchrun |attnlab )")
+
+
+def documented_commands() -> list[tuple[str, int, str]]:
+    """(file, line, command) of every command in README.md and docs/*.md: the lines of a fenced block
+    and the inline code spans that run attnlab, a script or torchrun."""
+    found = []
+    for path in [README, *sorted((README.parent / "docs").glob("*.md"))]:
+        fenced = False
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                fenced = not fenced
+                continue
+            spans = [line] if fenced else re.findall(r"`([^`]+)`", line)
+            found += [(path.name, number, span.split(" # ")[0]) for span in spans if COMMAND.match(span)]
+    return found
+
+
+def test_documented_commands_read_data_from_data_name_only():
+    """Every command the README and docs/ show reads its data where `attnlab data get NAME` writes
+    it (data/NAME/...), never a path outside the repository (issue 37: `../shared/...` broke every
+    recipe on a user's clone)."""
+    commands = documented_commands()
+    assert len(commands) > 100
+    outside = [(f, n, token) for f, n, command in commands for token in re.split(r"[\s=\"',]+", command)
+               if token.startswith(("../", "/", "~")) or ("data/" in token and not token.startswith(("data/", "$")))]
+    assert outside == []
+
+
+def test_nothing_shipped_names_the_development_folder_beside_the_repository():
+    root = README.parent
+    files = [README, *root.glob("docs/**/*"), *root.glob("attnlab/**/*.py"), *root.glob("configs/**/*"),
+             *root.glob("recipes/**/*")]
+    naming = [str(f.relative_to(root)) for f in files if f.is_file() and "../shared" in f.read_text(errors="replace")]
+    assert naming == []

@@ -28,9 +28,11 @@ def cmd_data_get(args: argparse.Namespace) -> None:
         raise UsageError("give --from or --base-url, not both")
     dataset = lookup(args.name)
     out = Path(args.out or Path("data") / dataset.name)
-    fetch(dataset, out, base_url=args.base_url or GITHUB_RAW, local=args.from_dir, force=args.force,
-          log=stderr_line)
-    print(f"{out}: {', '.join(f.name for f in dataset.files)}, sha256 verified (source and licence: {out}/README.md)")
+    written = fetch(dataset, out, base_url=args.base_url or GITHUB_RAW, local=args.from_dir, force=args.force,
+                    dev_only=args.dev_only, log=stderr_line)
+    left = [f.name for f in dataset.files if f not in written]
+    print(f"{out}: {', '.join(f.name for f in written)}, sha256 verified (source and licence: {out}/README.md)"
+          + (f"; not written: {', '.join(left)}" if left else ""))
 
 
 def cmd_data_scan(args: argparse.Namespace) -> None:
@@ -65,16 +67,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     data_get = data_sub.add_parser(
         "get", help="download a data set and verify every file's sha256",
         description="Download a data set's files from its GitHub repository at a pinned commit, verify every "
-                    "sha256, and write them with a README.md (source, licence, checksums) into --out. Only "
-                    "development splits are fetched: this project keeps the test splits out of its own copy "
-                    "for independent checks, so their checksums cannot be pinned here.")
+                    "sha256, and write them with a README.md (source, licence, checksums) into --out: the "
+                    "training and validation files and the standard test sets (--dev-only: not the test sets).")
     data_get.add_argument("name", nargs="?", help="the data set, as `attnlab data list` names it (none: list them)")
     data_get.add_argument("--out", help="folder to write (default: data/NAME, where the presets in configs/ look)")
     data_get.add_argument("--force", action="store_true",
                           help="write into an existing, non-empty --out, replacing the files of the same names")
     data_get.add_argument("--from", dest="from_dir", metavar="DIR",
-                          help="take the files from a local copy (a folder with the same file names) instead of "
-                               "downloading; the checksums are verified all the same")
+                          help="take the files from a local copy (a folder with the same file names; a Multi30k "
+                               "test file as the repository's .gz) instead of downloading; the checksums are "
+                               "verified all the same, and test files the copy lacks are named and left out")
+    data_get.add_argument("--dev-only", action="store_true",
+                          help="only the training and validation files, not the test sets")
     data_get.add_argument("--base-url", metavar="URL",
                           help="download from a mirror laid out as URL/OWNER/REPO/COMMIT/PATH, in place of "
                                "GitHub's raw-file host (e.g. http://127.0.0.1:8000)")

@@ -32,6 +32,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
     device_of(args)  # refused before any reading
     task = check_task_serves(args)
+    if args.test_set is not None:
+        _use_test_set(args)
     if task.evaluate_file is not None:
         _evaluate_own_format(args, task)
         return
@@ -68,6 +70,27 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     else:
         print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
         print(f"({result['sentences']} sentences, beam {result['beam']}, lenpen {result['lenpen']})")
+
+
+def _use_test_set(args: argparse.Namespace) -> None:
+    """``--test-set DATASET:NAME`` as the files `attnlab data get` wrote for it: one file is --data,
+    a pair is --src and --ref, chosen by the run's languages (data.src_lang, data.tgt_lang)."""
+    from attnlab.config import read_config_file
+    from attnlab.data.sources import test_set_files
+
+    if args.src or args.ref or args.data or args.split:
+        raise UsageError("give --test-set alone, or --src and --ref, --data or --split")
+    files = test_set_files(args.test_set)
+    if len(files) == 1:
+        args.data = str(files[0])
+        return
+    data = read_config_file(Path(args.run_dir) / "config.yaml").get("data") or {}
+    by_lang = {file.suffix.lstrip("."): file for file in files}
+    src, tgt = data.get("src_lang"), data.get("tgt_lang")
+    if src not in by_lang or tgt not in by_lang:
+        raise UsageError(f"--test-set {args.test_set} is in {' and '.join(by_lang)}; {args.run_dir} translates "
+                         f"{src} -> {tgt}")
+    args.src, args.ref = str(by_lang[src]), str(by_lang[tgt])
 
 
 def _evaluate_own_format(args: argparse.Namespace, task) -> None:
@@ -200,6 +223,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--ref", help="reference translations, one per line")
     evaluate.add_argument("--split", help="instead of files: a split of the run's own data (valid, test); with --data "
                                           "of a forecasting run, that file's split (default test)")
+    evaluate.add_argument("--test-set", metavar="DATASET:NAME",
+                          help="a standard test set that `attnlab data get` wrote under data/: "
+                               "multi30k:test_2016_flickr (also test_2017_flickr, test_2017_mscoco, "
+                               "test_2018_flickr), sst2:test, ett:ETTh1 or ett:ETTh2 (the test months)")
     evaluate.add_argument("--data", help="a classifier's labelled data (text TAB label; an image folder or .npz): "
                                          "accuracy, macro-F1 and the confusion matrix; a forecasting run's CSV series")
     evaluate.add_argument("--plot", help="with --data or --split of a classifier or forecaster: write the confusion "

@@ -7,9 +7,10 @@ takes them from a local copy, ``--from``), verifies every checksum before anythi
 publishes the folder at once, with a README.md saying where it came from: a failed or mismatched
 download leaves nothing behind.
 
-Only development splits are fetched (train, validation and the published splits that this
-project develops on). The held-out test splits are not: this project keeps them out of its own
-copy for independent checks, so their checksums cannot be pinned here.
+Every data set's test files are fetched too (``test=True``: the standard test sets, SCAN's
+other splits, ETT's whole files with their test months); ``--dev-only`` leaves them out. A local
+copy (``--from``) that lacks a test file is not an error: the files it has are written and the
+missing ones are named, in the command's output and in the README.md note.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 import urllib.error
 import urllib.request
 import zlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -33,8 +35,6 @@ from attnlab.files import atomic_write_bytes, atomic_write_text, is_leftover, pu
 GITHUB_RAW = "https://raw.githubusercontent.com"  # BASE/OWNER/REPO/COMMIT/PATH; --base-url replaces it
 TIMEOUT = 60.0  # seconds without a byte before a download is given up
 NOTE = "README.md"  # written beside the files: source, commit, licence, checksums
-NOT_FETCHED_WHY = ("this project keeps its test splits out of its development copy for independent "
-                   "checks, so their checksums cannot be pinned here")
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,28 @@ class SourceFile:
 
     path: str                       # in the repository, at the data set's commit
     name: str                       # in the output folder
-    size: int                       # bytes of the final content
-    sha256: str                     # of the final content
+    size: int                       # bytes of the final content (stored: of the repository's bytes)
+    sha256: str                     # of the final content (stored: of the repository's bytes)
     gunzip: bool = False            # the repository holds it gzipped
     first_lines: int | None = None  # keep only the first N lines ('\n'-terminated) of the file
+    test: bool = False              # a test split: --dev-only leaves it out, a --from copy may lack it
+    stored: bool = False            # the pin is of the bytes as the repository stores them (a .gz)
+
+    @property
+    def local_name(self) -> str:
+        """The file's name in a local copy (--from): the output name, or the repository's own file
+        name for a file pinned as stored (the .gz, which is what the checksum can verify)."""
+        return Path(self.path).name if self.stored else self.name
+
+    def verified(self, content: bytes, source: str, dataset: str, as_stored: bool = True) -> bytes:
+        """The final content, its checksum verified (a mismatch is a DataError naming ``source``), from
+        the repository's bytes, or (not ``as_stored``: a local copy's file) the final content itself."""
+        final = self.derive(content, source) if as_stored else content
+        digest = hashlib.sha256(content if self.stored else final).hexdigest()
+        if digest != self.sha256:
+            raise DataError(f"{source}: sha256 {digest} is not the pinned {self.sha256} of {dataset}/{self.name}; "
+                            f"nothing was written")
+        return final
 
     def derive(self, raw: bytes, source: str) -> bytes:
         """The final content from the repository's bytes (``source`` names them in errors)."""
@@ -65,7 +83,8 @@ class SourceFile:
     def how(self) -> str:
         """How the file was derived from the repository's, in words."""
         steps = (["gunzipped"] if self.gunzip else []) + (
-            [f"first {self.first_lines:,} lines"] if self.first_lines is not None else [])
+            [f"first {self.first_lines:,} lines"] if self.first_lines is not None else []) + (
+            ["size and sha256 of the stored file"] if self.stored else [])
         return ", ".join(steps) or "bytes unchanged"
 
 
@@ -78,19 +97,72 @@ class Dataset:
     commit: str                     # 40 hex digits
     licence: str                    # one line
     citation: str
-    held_out: str                   # what is not fetched (see NOT_FETCHED_WHY); '' when nothing is
     files: tuple[SourceFile, ...]
+    test_sets: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # name -> its files' names
 
     @property
     def size(self) -> int:
         return sum(f.size for f in self.files)
 
+    def chosen(self, dev_only: bool) -> tuple[SourceFile, ...]:
+        """The files ``data get`` writes: all, or with ``dev_only`` those that are not test splits."""
+        return tuple(f for f in self.files if not (dev_only and f.test))
+
     def url(self, file: SourceFile, base_url: str = GITHUB_RAW) -> str:
         return f"{base_url.rstrip('/')}/{self.repo}/{self.commit}/{file.path}"
 
 
-def _multi30k(split: str, lang: str, size: int, sha256: str) -> SourceFile:
-    return SourceFile(f"data/task1/raw/{split}.{lang}.gz", f"{split}.{lang}", size, sha256, gunzip=True)
+def _multi30k(split: str, lang: str, size: int, sha256: str, test: bool = False) -> SourceFile:
+    """A Multi30k file, gzipped in the repository; a test file's pin is of its .gz (stored)."""
+    return SourceFile(f"data/task1/raw/{split}.{lang}.gz", f"{split}.{lang}", size, sha256, gunzip=True, test=test,
+                      stored=test)
+
+
+MULTI30K_TESTS = {  # test set -> (de, en): the .gz files' bytes and sha256 at the pinned commit
+    "test_2016_flickr": ((22_890, "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"),
+                         (21_077, "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9")),
+    "test_2017_flickr": ((21_471, "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee"),
+                         (19_138, "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074")),
+    "test_2017_mscoco": ((10_230, "799e4854c25d601cb6cb6be29eabe5667734c61ace2f495e03e429031a0bc338"),
+                         (8_844, "aab300bfb4427697987e02cd0aacd44bfe8aa50456231b6474c08038bbed2b58")),
+    "test_2018_flickr": ((26_461, "ddd0130c7d97482dc5197a02141dae8dd79f20f03586c480d675c09a32daf608"),
+                         (23_514, "ef4f4844037d4c5dea75c9a8ed5fd78905967a26f67c255e230cc9780032654d")),
+}
+SCAN_FILES = (  # path, bytes, sha256, test split; the simple and length splits' training files are development
+    ("simple_split/tasks_train_simple.txt", 3_267_938, "941bb8a088c5f53ceff12fde902dc008933cf0c4203cc672c47b5f79d73262dd",
+     False),
+    ("simple_split/tasks_test_simple.txt", 812_450, "1fe1c8f5a19d0dc40e41bab94278f45f66f3dc415a978bd29855a23440610fc6",
+     False),
+    ("length_split/tasks_train_length.txt", 2_723_418,
+     "b034212dc7cf87ce62f3a067dd6ad49c4d5cd18d51d615d13825516bcb1ebbc2", False),
+    ("length_split/tasks_test_length.txt", 1_356_970, "0760752ed34a75116ae11dcc1ee17526b7500060da1366540730fa24894d7db3",
+     True),
+    ("tasks.txt", 4_080_388, "d824c7d9e9149ba497e25f701981dac79954e04bf670d22e5c209f076ac6c89f", True),
+    ("add_prim_split/tasks_train_addprim_jump.txt", 2_579_619,
+     "e3c78485692e028eed4205e1b8b3fd0e785ef2c12d45b5b89204dadf5b239e23", True),
+    ("add_prim_split/tasks_test_addprim_jump.txt", 1_531_555,
+     "8147ae2651422c701162e174d9d66158daa57858a26b30317ac61797118ac7a5", True),
+    ("add_prim_split/tasks_train_addprim_turn_left.txt", 3_974_537,
+     "1b3fed86055dd7689d217f1b90cc8960aeb1cf200f4f209dc47935761b05304c", True),
+    ("add_prim_split/tasks_test_addprim_turn_left.txt", 173_679,
+     "15a82c2d25ac7c3c1fff7e18051fb085974ef3617de895c520d02144396a10e2", True),
+    ("template_split/tasks_train_template_around_right.txt", 2_558_693,
+     "d5d35d174d557645fc61f289424afa0d95fde21422c59a9819e2d0fcfa9d419f", True),
+    ("template_split/tasks_test_template_around_right.txt", 1_243_177,
+     "fc78a5d1077dc2c206d6c42ed89fb9022867618c3f331179bafd3ec1ca699474", True),
+    ("template_split/tasks_train_template_jump_around_right.txt", 3_468_272,
+     "f63ba9149feeb021fbb44132265d7b15e6a07e6b12c9d3220418d97d97d71735", True),
+    ("template_split/tasks_test_template_jump_around_right.txt", 333_598,
+     "a3a27e06adece97da26ae506de08c4b6848035970c561691edbf4dcb1e45f9af", True),
+    ("template_split/tasks_train_template_opposite_right.txt", 2_990_057,
+     "b4fe224a2dd636952a90b7e5552017620ab07e0c465db0ee2dddfb0f727feeb6", True),
+    ("template_split/tasks_test_template_opposite_right.txt", 871_363,
+     "e7fc129633f82decd39248517a8945385b77009f721f9f4f58df213f73a29a47", True),
+    ("template_split/tasks_train_template_right.txt", 3_173_282,
+     "a09e125dc95c59843d087fd50852c57bc4e77997e2cd69aa04a9a934eea9089b", True),
+    ("template_split/tasks_test_template_right.txt", 729_823,
+     "506bed814f8a6ec1eef9c226eb9b2055bc984925902a94d020a23a41080993bb", True),
+)
 
 
 ETT_ROWS = 11_520  # the training (8,640) and validation (2,880) hours of the standard split
@@ -101,33 +173,25 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
         licence="no licence file; the text is for non-commercial research and education (Flickr30K terms)",
         citation="Elliott, Frank, Sima'an & Specia (2016). Multi30K: Multilingual English-German Image "
                  "Descriptions. Proc. 5th Workshop on Vision and Language.",
-        held_out="test_2016_flickr, test_2017 and test_2018",
         files=(
             _multi30k("train", "de", 2_110_398, "2c2b73fd2b548fbcde3a875e0a78d6ee94d498bfdee6bd3eae3945779e9ddf72"),
             _multi30k("train", "en", 1_801_238, "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6"),
             _multi30k("val", "de", 75_981, "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660"),
             _multi30k("val", "en", 63_297, "1f2a23d992769b5b3d209b0a10dd0b77c08cceb1f20dfb97ed0aafa49d107227"),
-        )),
+            *(_multi30k(name, lang, *pin, test=True) for name, pins in MULTI30K_TESTS.items()
+              for lang, pin in zip(("de", "en"), pins)),
+        ),
+        test_sets={name: (f"{name}.de", f"{name}.en") for name in MULTI30K_TESTS}),
     Dataset(
         name="scan", repo="brendenlake/SCAN", commit="c4b756cbc010d75c912f16c42c8f15dc6b7e6c8f",
         licence="BSD 3-clause (Facebook, Inc.): keep the notice when redistributing",
         citation="Lake & Baroni (2018). Generalization without systematicity: On the compositional skills "
                  "of sequence-to-sequence recurrent networks. ICML 2018.",
-        held_out="the length split's test file, the add-primitive and template splits, and tasks.txt "
-                 "(which holds every test command)",
-        files=tuple(SourceFile(path, path, size, sha256) for path, size, sha256 in (
-            ("simple_split/tasks_train_simple.txt", 3_267_938,
-             "941bb8a088c5f53ceff12fde902dc008933cf0c4203cc672c47b5f79d73262dd"),
-            ("simple_split/tasks_test_simple.txt", 812_450,
-             "1fe1c8f5a19d0dc40e41bab94278f45f66f3dc415a978bd29855a23440610fc6"),
-            ("length_split/tasks_train_length.txt", 2_723_418,
-             "b034212dc7cf87ce62f3a067dd6ad49c4d5cd18d51d615d13825516bcb1ebbc2"),
-        ))),
+        files=tuple(SourceFile(path, path, size, sha256, test=test) for path, size, sha256, test in SCAN_FILES)),
     Dataset(
         name="tiny_shakespeare", repo="karpathy/char-rnn", commit="6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e",
         licence="MIT (char-rnn); the text itself is in the public domain",
         citation="Karpathy (2015). char-rnn. https://github.com/karpathy/char-rnn",
-        held_out="",
         files=(SourceFile("data/tinyshakespeare/input.txt", "input.txt", 1_115_394,
                           "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),)),
     Dataset(
@@ -136,25 +200,32 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
         licence="no licence file; the Stanford Sentiment Treebank is published for research use",
         citation="Socher et al. (2013). Recursive Deep Models for Semantic Compositionality Over a Sentiment "
                  "Treebank. EMNLP 2013.",
-        held_out="test.tsv (1,821 sentences)",
         files=(
             SourceFile("data/SST2/train.tsv", "train.tsv", 720_259,
                        "ec192f833a64da08f475488a77b0d0b47db47acd0f458bd18433fc793b569920"),
             SourceFile("data/SST2/dev.tsv", "dev.tsv", 92_057,
                        "eddea6b39e601dd4e7a672b53cc40fdf6019fa80522f351206c24340ca5d9359"),
-        )),
+            SourceFile("data/SST2/test.tsv", "test.tsv", 188_749,
+                       "831169c7e2e429d6026e1bdbb542f33b636e3e596caad9602ebc953c205928b7", test=True),
+        ),
+        test_sets={"test": ("test.tsv",)}),
     Dataset(
         name="ett", repo="zhouhaoyi/ETDataset", commit="1d16c8f4f943005d613b5bc962e9eeb06058cf07",
         licence="CC BY-ND 4.0: share with attribution, do not distribute modified versions",
         citation="Zhou et al. (2021). Informer: Beyond Efficient Transformer for Long Sequence Time-Series "
                  "Forecasting. AAAI 2021.",
-        held_out=f"every row after the first {ETT_ROWS:,} of each file (the test months and the unused tail)",
-        files=tuple(SourceFile(f"ETT-small/{series}.csv", f"{series}_train_val.csv", size, sha256,
-                               first_lines=1 + ETT_ROWS)  # the header, then the rows
-                    for series, size, sha256 in (
-            ("ETTh1", 1_711_301, "0ac0ce309049e14728c529a0fa98e682edecf8650331c5b977e5a8dc3636b3b0"),
-            ("ETTh2", 1_599_807, "b3609c990d57344f0e186ea337c077453dc1b83fdb6b36952537b5a8bf5fed0a"),
-        ))),
+        files=tuple(file for series, whole, development in (
+            ("ETTh1", (2_589_657, "f18de3ad269cef59bb07b5438d79bb3042d3be49bdeecf01c1cd6d29695ee066"),
+             (1_711_301, "0ac0ce309049e14728c529a0fa98e682edecf8650331c5b977e5a8dc3636b3b0")),
+            ("ETTh2", (2_417_960, "a3dc2c597b9218c7ce1cd55eb77b283fd459a1d09d753063f944967dd6b9218b"),
+             (1_599_807, "b3609c990d57344f0e186ea337c077453dc1b83fdb6b36952537b5a8bf5fed0a")),
+        ) for file in (
+            # the whole file (its last months are the test split: the recipes read this one), and its
+            # training and validation months alone, the header then the rows (--dev-only)
+            SourceFile(f"ETT-small/{series}.csv", f"{series}.csv", *whole, test=True),
+            SourceFile(f"ETT-small/{series}.csv", f"{series}_train_val.csv", *development, first_lines=1 + ETT_ROWS),
+        )),
+        test_sets={"ETTh1": ("ETTh1.csv",), "ETTh2": ("ETTh2.csv",)}),  # scored on their test months
 )}
 
 
@@ -165,62 +236,93 @@ def lookup(name: str) -> Dataset:
     return DATASETS[name]
 
 
+def test_set_files(spec: str, root: Path = Path("data")) -> list[Path]:
+    """The files of the standard test set ``spec`` ('DATASET:NAME': multi30k:test_2016_flickr,
+    sst2:test, ett:ETTh1) where `attnlab data get DATASET` writes them, under ``root``."""
+    name, _, set_name = spec.partition(":")
+    dataset = lookup(name)
+    if set_name not in dataset.test_sets:
+        known = ", ".join(f"{dataset.name}:{s}" for s in dataset.test_sets) or "none"
+        raise UsageError(f"--test-set {spec}: the test sets of {dataset.name} are {known}")
+    files = [root / dataset.name / f for f in dataset.test_sets[set_name]]
+    for file in files:
+        if not file.is_file():
+            raise DataError(f"{file}: no such file; `attnlab data get {dataset.name}` writes it (run from the folder "
+                            f"that holds data/)")
+    return files
+
+
 def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, local: str | Path | None = None,
-          force: bool = False, timeout: float = TIMEOUT, log: Callable[[str], None] = lambda line: None) -> None:
-    """Write ``dataset``'s files and its README.md note into the folder ``out``.
+          force: bool = False, dev_only: bool = False, timeout: float = TIMEOUT,
+          log: Callable[[str], None] = lambda line: None) -> list[SourceFile]:
+    """Write ``dataset``'s files (with ``dev_only``, not its test files) and its README.md note into
+    the folder ``out``; returns the files written.
 
     The files are downloaded from ``base_url`` (laid out as BASE/OWNER/REPO/COMMIT/PATH), or read
-    from the folder ``local``, which holds the final files under their output names. Every sha256
-    is verified in a staging folder before ``out`` is published. An existing, non-empty ``out`` is
-    refused unless ``force``; then only the files of the same names are replaced in it.
+    from the folder ``local``, which holds the final files under their output names (a file pinned
+    as stored: the repository's own .gz). A test file that ``local`` lacks is left out and named in
+    the log and the note; a missing development file is an error. Every sha256 is verified in a
+    staging folder before ``out`` is published. An existing, non-empty ``out`` is refused unless
+    ``force``; then only the files of the same names are replaced in it.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(not is_leftover(p) for p in out.iterdir()) and not force:
         raise UsageError(f"{out} already exists and is not empty; pass --force to replace its {dataset.name} files")
+    files = dataset.chosen(dev_only)
     if local is not None:
         local = Path(local)
         if not local.is_dir():
             raise UsageError(f"--from {local} is not a folder")
         origin = str(local)
+        absent = [f for f in files if f.test and not (local / f.local_name).is_file()]
+        if absent:
+            log(f"not in {local}, left out: {', '.join(f.local_name for f in absent)} (test splits; a download "
+                f"fetches them)")
+        files = tuple(f for f in files if f not in absent)
     else:
         if not base_url.startswith(("http://", "https://")):
             raise UsageError(f"--base-url must start with http:// or https:// (got {base_url!r})")
-        origin = base_url
+        origin, absent = base_url, []
     staged = staging_dir(out)
+    downloaded: dict[str, bytes] = {}  # url -> body: ETT's whole file and its first months are one download
     try:
-        for file in dataset.files:
+        for file in files:
             if local is not None:
-                source = str(local / file.name)
-                data = _read(local / file.name, dataset)
+                source = str(local / file.local_name)
+                raw = _read(local / file.local_name, dataset)
             else:
                 source = dataset.url(file, base_url)
-                log(f"downloading {source}")
-                data = file.derive(_download(source, timeout), source)
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != file.sha256:
-                raise DataError(f"{source}: sha256 {digest} is not the pinned {file.sha256} of "
-                                f"{dataset.name}/{file.name}; nothing was written")
+                if source not in downloaded:
+                    log(f"downloading {source}")
+                    downloaded[source] = _download(source, timeout)
+                raw = downloaded[source]
+            data = file.verified(raw, source, dataset.name, as_stored=local is None or file.stored)
             atomic_write_bytes(staged / file.name, data)
             log(f"{file.name}: {len(data):,} bytes, sha256 verified")
-        atomic_write_text(staged / NOTE, note(dataset, origin))
+        atomic_write_text(staged / NOTE, note(dataset, origin, files, absent))
         _publish(staged, out)
     finally:
         shutil.rmtree(staged, ignore_errors=True)  # gone already once published
+    return list(files)
 
 
-def note(dataset: Dataset, origin: str) -> str:
-    """The README.md written beside the files: source, commit, licence, citation and checksums."""
-    rows = "".join(f"| {f.name} | `{f.path}` ({f.how}) | {f.size:,} | {f.sha256} |\n" for f in dataset.files)
-    held_out = (f"Not fetched: {dataset.held_out}; {NOT_FETCHED_WHY}." if dataset.held_out
-                else "Nothing is held out: these are the whole files.")
+def note(dataset: Dataset, origin: str, files: tuple[SourceFile, ...], absent: list[SourceFile]) -> str:
+    """The README.md written beside the ``files``: source, commit, licence, citation, checksums, and
+    which of the data set's files are not there (left out by --dev-only, or ``absent`` from --from)."""
+    rows = "".join(f"| {f.name} | `{f.path}` ({f.how}) | {f.size:,} | {f.sha256} |\n" for f in files)
+    left = [f for f in dataset.files if f not in files]
+    missing = ("Every file of the data set is here, test splits included." if not left else
+               f"Not here: {', '.join(f.name for f in left)} ("
+               + (f"not in {origin}" if absent else "left out by --dev-only")
+               + f"; `attnlab data get {dataset.name} --force` downloads them).")
     return (f"# {dataset.name}\n\n"
             f"Written by `attnlab data get {dataset.name}` from {origin}.\n\n"
             f"- Source: https://github.com/{dataset.repo} at commit `{dataset.commit}`\n"
             f"- Licence: {dataset.licence}\n"
             f"- Cite: {dataset.citation}\n"
-            f"- {held_out}\n\n"
+            f"- {missing}\n\n"
             f"| file | path in the repository | bytes | sha256 |\n| --- | --- | --- | --- |\n{rows}")
 
 
@@ -242,7 +344,7 @@ def _read(path: Path, dataset: Dataset) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        names = ", ".join(f.name for f in dataset.files)
+        names = ", ".join(f.local_name for f in dataset.files)
         raise DataError(f"{path}: no such file (--from takes a folder holding {names})") from None
     except OSError as err:
         raise DataError(f"{path}: cannot read ({err.strerror})") from None

@@ -9,9 +9,10 @@ is not used.
 The splits are ``train_rows``, ``valid_rows`` and ``test_rows`` consecutive rows from the first
 (ETT hourly: 8,640, 2,880 and 2,880, twelve months and four and four), or else the last
 ``test_fraction`` rows for test and the ``valid_fraction`` before them for validation (Autoformer's
-split of its custom datasets). A split whose rows the file does not reach is not there: the
-development copy of ETT stops where its test months begin, and `attnlab evaluate RUN --data
-FULL.csv --split test` scores a run on the full file's test rows, scaled as in training.
+split of its custom datasets). A split whose rows the file does not reach is not there: ETT's
+development copy (``ETTh1_train_val.csv``, ``data get --dev-only``) stops where its test months
+begin, and `attnlab evaluate RUN --data FULL.csv --split test` scores a run trained on it on the
+full file's test rows, scaled as in training.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The validation table of docs/results.md: the three recipes of this folder (last_value, dlinear,
-# patchtst) at horizons 96, 192, 336 and 720, on ETTh1 and ETTh2 (their training and validation
-# months in data/ett, from `attnlab data get ett`), each trained with `attnlab train` and scored on its validation months by
+# patchtst) at horizons 96, 192, 336 and 720, on ETTh1 and ETTh2 (the whole files in data/ett, from
+# `attnlab data get ett`), each trained with `attnlab train` and scored on its validation months by
 # `attnlab evaluate --split valid` (the best checkpoint). Run from the repository root:
 #   bash recipes/ett/grid.sh [OUT]        (default OUT: runs/ett; a run with a summary.json is kept)
 # It prints a Markdown table of validation MSE / MAE and the training seconds of each run.
@@ -15,7 +15,7 @@ for data in ETTh1 ETTh2; do
       run="$out/$data-$model-$horizon"
       if [ ! -f "$run/summary.json" ]; then
         "$attnlab" train "recipes/ett/$model.yaml" --out "$run" \
-          --set "data.path=data/ett/${data}_train_val.csv" --set "data.horizon=$horizon" >"$run.log" 2>&1
+          --set "data.path=data/ett/${data}.csv" --set "data.horizon=$horizon" >"$run.log" 2>&1
       fi
       "$attnlab" evaluate "$run" --split valid --json >"$run/valid.json"
     done
