@@ -383,23 +383,37 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_ctrl_c_says_what_was_saved_and_how_to_resume(tmp_path):
+def test_ctrl_c_saves_the_step_it_reached_says_so_and_resumes_from_it(tmp_path):
+    """Ctrl-C finishes the update in flight and writes a checkpoint of that step, not evaluated
+    (issue 37: an interrupt at step 101 of a run evaluated every 500 kept step 75), then says what
+    it saved in one line that is not an error; --resume continues from that step."""
     config = tiny_parallel_corpus(tmp_path)
     out = tmp_path / "run"
     process = subprocess.Popen([*ATTNLAB, "train", str(config), "--out", str(out), "--set",
-                                "train.max_steps=100000", "--set", "train.eval_every=5", "--set", "train.progress=false"],
+                                "train.max_steps=100000", "--set", "train.eval_every=1000", "--set",
+                                "train.log_every=1", "--set", "train.progress=false"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 120
-    while not RunDir(out).steps() and time.monotonic() < deadline and process.poll() is None:
+    while (not metrics.exists() or len(metrics.read_text().splitlines()) < 3) and time.monotonic() < deadline \
+            and process.poll() is None:
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
-    last = err.strip().splitlines()[-1]
-    step = RunDir(out).steps()[-1]
-    assert last == (f"error: interrupted; {out} has its checkpoints up to step {step}: continue with "
-                    f"`attnlab train --out {out} --resume`")
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    steps = RunDir(out).steps()
+    step = steps[-1]
+    assert steps == [step] and 3 <= step < 1000 and RunDir(out).was_interrupted(step)  # no evaluation came first
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted: {out} is saved up to step {step} (a checkpoint of the step it had reached, not evaluated); "
+        f"continue with `attnlab train --out {out} --resume`")
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "error" not in err
+    resumed = run_cli("train", "--out", str(out), "--resume", "--allow-changes", "--set", f"train.max_steps={step + 2}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "summary.json").read_text())["steps"] == step + 2
+    logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()
+              if json.loads(line)["split"] == "train"]
+    assert logged == list(range(1, step + 3))  # every step once: none lost, none twice
 
 
 def test_bench_decode_says_when_the_hugging_face_reference_is_left_out(monkeypatch, capsys):

@@ -225,7 +225,7 @@ def test_sigterm_stops_the_sweep_and_its_runs_and_the_sweep_resumes(folder):
         pytest.fail("the run wrote no checkpoint: " + (log.read_text() if log.exists() else "no log"))
     sweep.send_signal(signal.SIGTERM)
     out, err = sweep.communicate(timeout=60)
-    assert sweep.returncode == 130 and err == ("\nerror: sweep interrupted; finished runs are kept, and `attnlab sweep "
+    assert sweep.returncode == 130 and err == ("\nsweep interrupted; finished runs are kept, and `attnlab sweep "
                                                f"{spec} --out out` goes on from where it stopped\n")
     assert running(str(folder / "out")) == [] and running("--out out/kernel_size") == []  # no run trains on
     again = run_cli("sweep", str(spec), "--out", "out", "--dry-run")

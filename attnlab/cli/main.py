@@ -53,7 +53,7 @@ def _run(argv: list[str]) -> int:
     except AttnlabError as err:
         if "--debug" in argv:
             raise
-        newline = "\n" if isinstance(err, Interrupted) else ""  # after the terminal's ^C and any progress bar
-        print(f"{newline}error: {err}", file=sys.stderr)
+        # Ctrl-C is no error: after the terminal's ^C and any progress bar, what was saved and how to go on
+        print(f"\n{err}" if isinstance(err, Interrupted) else f"error: {err}", file=sys.stderr)
         return err.exit_code
     return 0

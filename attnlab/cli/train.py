@@ -34,9 +34,12 @@ def _saved_so_far(out: Path) -> str:
     """What an interrupted training left in ``out``, and how to go on."""
     from attnlab.train.checkpoint import RunDir
 
-    steps = RunDir(out).steps() if out.is_dir() else []
+    run = RunDir(out)
+    steps = run.steps() if out.is_dir() else []
     if steps:
-        return (f"interrupted; {out} has its checkpoints up to step {steps[-1]}: continue with "
+        saved = ("a checkpoint of the step it had reached, not evaluated" if run.was_interrupted(steps[-1])
+                 else "its last evaluation's checkpoint")
+        return (f"interrupted: {out} is saved up to step {steps[-1]} ({saved}); continue with "
                 f"`attnlab train --out {out} --resume`")
     return f"interrupted before the first checkpoint; `attnlab train --out {out} --resume` starts it again from step 0"
 

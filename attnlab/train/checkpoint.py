@@ -219,6 +219,13 @@ class RunDir:
         except (OSError, ValueError):
             return {}
 
+    def was_interrupted(self, step: int) -> bool:
+        """Whether the checkpoint at ``step`` was written when Ctrl-C stopped the run (not evaluated)."""
+        try:
+            return bool(json.loads((self.step_dir(step) / META_FILE).read_text()).get("interrupted", False))
+        except (OSError, ValueError):
+            return False
+
     def load_trainer_state(self, step: int) -> dict[str, Any]:
         path = self.step_dir(step) / STATE_FILE
         model_file = self.step_dir(step) / MODEL_FILE

@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator
@@ -152,6 +154,40 @@ class Checkpoints:
             self.run.save(progress.step, weights, state, {"metrics": scores}, self.cfg.keep_last,
                           best=(self.metric, value) if improved else None)
 
+    def save_unevaluated(self, progress: Progress, model: nn.Module, trainer_state: Callable[[], dict[str, Any]]
+                         ) -> None:
+        """A checkpoint with no scores ("interrupted" in its meta.json): it resumes like any other and
+        is never marked best; early stopping does not count it."""
+        weights, state = full_weights(model), trainer_state()
+        if self.main:
+            self.run.save(progress.step, weights, state, {"metrics": {}, "interrupted": True}, self.cfg.keep_last)
+
+
+class CtrlC:
+    """Ctrl-C while one process trains: the first stops the run at the end of the update in flight,
+    where the loop writes a checkpoint of that step (not evaluated) and raises KeyboardInterrupt, so
+    nothing since the last evaluation is lost; a second Ctrl-C interrupts at once. Where Python does
+    not raise KeyboardInterrupt for SIGINT (a background job ignores it; another handler is set),
+    off the main thread, and under torchrun (where the ranks would stop at different steps), Ctrl-C
+    keeps its own behaviour."""
+
+    def __init__(self, active: bool) -> None:
+        self.active, self.requested, self.previous = active, False, None
+
+    def __enter__(self) -> "CtrlC":
+        if self.active and threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.previous = signal.signal(signal.SIGINT, self._request)
+        return self
+
+    def _request(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self.previous)  # a second Ctrl-C: KeyboardInterrupt at once
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
 
 class Evaluation:
     """One evaluation: the task's scores, logged, and a checkpoint of the model and
@@ -167,6 +203,10 @@ class Evaluation:
         self.train_log.valid(progress.step, scores)
         self.checkpoints.save(progress, model, self.trainer_state, scores)
         return scores
+
+    def checkpoint_only(self, progress: Progress, model: nn.Module) -> None:
+        """A checkpoint of this step without evaluating (Ctrl-C)."""
+        self.checkpoints.save_unevaluated(progress, model, self.trainer_state)
 
 
 class Limits:
@@ -240,37 +280,43 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     evaluated_at = progress.step if resume else -1
     if not learnable and not resume:
         last_eval = evaluation(progress, model)  # its one evaluation and checkpoint
-    while stop_reason is None:
-        batches, end = _epoch(data, progress.epoch, cfg, world)
-        for group, global_tokens, consumed in _updates(batches, end, progress, cfg, world):
-            started = time.perf_counter()
-            out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
-                             layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world,
-                             global_tokens=global_tokens, objective=objective)
-            seconds = time.perf_counter() - started
-            seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
-            progress.batch += consumed
-            progress.train_seconds += seconds
-            limits.session_seconds += seconds
-            _count_step(progress, out, seconds)
-            train_log.stepped()
-            if progress.step % cfg.log_every == 0:
-                health.look(progress)
-                train_log.train(progress, out)
-            stop_reason = limits.reached(progress)
-            if progress.step % cfg.eval_every == 0 or stop_reason is not None:
-                health.look(progress)  # a checkpoint keeps numbers
-                evaluated_at = progress.step
-                last_eval = evaluation(progress, model)
-                stop_reason = stop_reason or limits.reached(progress)
-            if stop_reason is not None:
-                break
-        if progress.batch >= end:  # the epoch's batches are used up
-            progress.epoch, progress.batch = progress.epoch + 1, 0
-            if stop_reason is None and (stop_reason := limits.reached(progress)) is not None \
-                    and evaluated_at != progress.step:
-                health.look(progress)
-                last_eval = evaluation(progress, model)
+    with CtrlC(active=world is None) as ctrl_c:
+        while stop_reason is None:
+            batches, end = _epoch(data, progress.epoch, cfg, world)
+            for group, global_tokens, consumed in _updates(batches, end, progress, cfg, world):
+                started = time.perf_counter()
+                out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
+                                 layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world,
+                                 global_tokens=global_tokens, objective=objective)
+                seconds = time.perf_counter() - started
+                seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
+                progress.batch += consumed
+                progress.train_seconds += seconds
+                limits.session_seconds += seconds
+                _count_step(progress, out, seconds)
+                train_log.stepped()
+                if progress.step % cfg.log_every == 0:
+                    health.look(progress)
+                    train_log.train(progress, out)
+                stop_reason = limits.reached(progress)
+                if progress.step % cfg.eval_every == 0 or stop_reason is not None:
+                    health.look(progress)  # a checkpoint keeps numbers
+                    evaluated_at = progress.step
+                    last_eval = evaluation(progress, model)
+                    stop_reason = stop_reason or limits.reached(progress)
+                if stop_reason is not None:
+                    break
+                if ctrl_c.requested:  # the update is done: keep it, then stop
+                    if evaluated_at != progress.step:
+                        health.look(progress)
+                        evaluation.checkpoint_only(progress, model)
+                    raise KeyboardInterrupt
+            if progress.batch >= end:  # the epoch's batches are used up
+                progress.epoch, progress.batch = progress.epoch + 1, 0
+                if stop_reason is None and (stop_reason := limits.reached(progress)) is not None \
+                        and evaluated_at != progress.step:
+                    health.look(progress)
+                    last_eval = evaluation(progress, model)
     train_log.close()
     progress.settle()
     log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")
