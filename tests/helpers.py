@@ -99,3 +99,18 @@ def assert_cached_matches_uncached(model: torch.nn.Module, tgt: Tensor, src: Ten
                                        msg=lambda m: f"positions {start}..{start + size - 1}: {m}")
             start += size
         assert cache.length == T
+
+
+def fixed_medians(seconds: dict[str, float] | None = None, default: float | None = None):
+    """interleaved_medians with set medians (name -> seconds, else ``default``), each function run
+    once: the benches' real steps run, and their figures are exact, whatever the machine's load.
+    Tests never assert timings (DESIGN.md): a figure recomputed from rounded fields, or compared with
+    a tolerance picked by hand, fails by chance on a loaded machine (issue 37, item 9)."""
+    seconds = seconds or {}
+
+    def medians(fns, repeats, **kwargs):
+        for fn in fns.values():
+            fn()
+        return {name: seconds.get(name, default) for name in fns}
+
+    return medians
