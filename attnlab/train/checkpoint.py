@@ -36,7 +36,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -51,7 +51,9 @@ from attnlab.nn.attention import remove_heads
 from attnlab.tasks import TaskConfig, task_config
 from attnlab.train.config import TrainConfig
 from attnlab.train.weights_file import (
+    CHECKSUM_FILE,
     WEIGHTS_KEY,
+    WriteError,
     exported_weights,
     load_weights,
     put_weights,
@@ -60,6 +62,7 @@ from attnlab.train.weights_file import (
     verify_checksum,
     weights_kind,
     write_checksums,
+    write_failure,
 )
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
@@ -201,16 +204,41 @@ class RunDir:
              keep_last: int, best: tuple[str, float] | None = None) -> Path:
         """Write a checkpoint atomically; with ``best`` = (metric, value), mark it the best; then drop
         the oldest checkpoints beyond ``keep_last``, never the best one."""
-        staged = staging_dir(self.step_dir(step))
-        write_checkpoint(staged, weights, {"step": step, **meta}, trainer_state)
-        publish_dir(staged, self.step_dir(step))
-        if best is not None:
-            atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": best[0], "value": best[1]}))
+        staged, target = None, self.step_dir(step)
+        try:
+            staged = staging_dir(target)
+            write_checkpoint(staged, weights, {"step": step, **meta}, trainer_state)
+            publish_dir(staged, target)
+            if best is not None:
+                target = self.best_pointer
+                atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": best[0], "value": best[1]}))
+        except (WriteError, OSError) as err:  # a full disk, a read-only folder: the checkpoint is lost, the run is not
+            if staged is not None:
+                shutil.rmtree(staged, ignore_errors=True)  # the partial files would only fill the disk further
+            raise self._not_written(target, err, checkpoint_bytes(weights, trainer_state)) from None
         best_step = self.best_step()
         for old in self.steps()[:-keep_last]:
             if old != best_step:
                 shutil.rmtree(self.step_dir(old))
         return self.step_dir(step)
+
+    def _not_written(self, target: Path, err: WriteError | OSError, needed: int) -> CheckpointError:
+        """One line for a checkpoint (or best.json) that could not be written: which file, where, why,
+        the space the checkpoint needed and had, the last good checkpoint and how to go on from it."""
+        reason = f"{err.path.name}: {err.reason}" if isinstance(err, WriteError) else write_failure(err)
+        if target == self.best_pointer:
+            what = f"{target} ({reason})"
+        else:
+            try:
+                free = f", {amount(shutil.disk_usage(self.checkpoints).free)} free"
+            except OSError:
+                free = ""
+            what = f"checkpoint {target} ({reason}; it needs about {amount(needed)}{free})"
+        steps, resume = self.steps(), f"`attnlab train --out {self.path} --resume`"
+        then = (f"the last good checkpoint is step {steps[-1]}: free some space, then continue with {resume}"
+                if steps else f"no checkpoint was written before it: free some space, then {resume} starts it "
+                              f"again from step 0")
+        return CheckpointError(f"could not write {what}; {then}")
 
     def metrics_at(self, step: int) -> dict[str, float]:
         """The validation metrics of the checkpoint at ``step`` ({} where it has none)."""
@@ -327,9 +355,54 @@ def write_checkpoint(directory: Path, weights: dict[str, torch.Tensor], meta: di
     which every load verifies. Every checkpoint writer goes through here."""
     save_weights(weights, directory / MODEL_FILE, kind)
     if trainer_state is not None:
-        torch.save(trainer_state, directory / STATE_FILE)
-    (directory / META_FILE).write_text(json.dumps(meta, indent=2))
-    write_checksums(directory)
+        _write(directory / STATE_FILE, "training state", lambda path: torch.save(trainer_state, path))
+    _write(directory / META_FILE, "metadata", lambda path: path.write_text(json.dumps(meta, indent=2)))
+    _write(directory / CHECKSUM_FILE, "checksums", lambda _: write_checksums(directory))
+
+
+def _write(path: Path, what: str, write: Callable[[Path], object]) -> None:
+    """``write(path)``, whose failure is one WriteError naming ``path``: torch.save's writer reports a
+    full disk as a RuntimeError ('unexpected pos 291584 vs 291476', 'file write failed')."""
+    try:
+        write(path)
+    except (OSError, RuntimeError) as err:
+        raise WriteError(path, what, write_failure(err)) from None
+
+
+def checkpoint_bytes(*parts: Any) -> int:
+    """About the bytes a checkpoint of ``parts`` (state dicts, a trainer state: nested dicts, lists
+    and tensors) takes on disk: its tensors' data, each storage once (tied weights are stored once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+
+    def walk(value: Any) -> None:
+        nonlocal total
+        if isinstance(value, torch.Tensor):
+            try:
+                key = (value.data_ptr(), value.numel())
+            except RuntimeError:  # a tensor without storage of its own (a DTensor shard's wrapper)
+                key = (id(value), value.numel())
+            if key not in seen:
+                seen.add(key)
+                total += value.numel() * value.element_size()
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    for part in parts:
+        walk(part)
+    return total
+
+
+def amount(n: float) -> str:
+    """Bytes for a person: '291.6 kB', '1.3 MB'."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
 
 
 def write_average(path: str | Path, last: int, force: bool = False) -> tuple[Path, list[int]]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from pathlib import Path
 
 import torch
@@ -23,6 +25,29 @@ from attnlab.train.distributed import placed_like
 CHECKSUM_FILE = "checksums.json"
 WEIGHTS_KEY = "attnlab.weights"  # the metadata naming a weights file's kind, where it is not fp32 (an export)
 LAYOUT_KEY = "attnlab.layout"  # and saying how such a file holds them (decode/weights.py LAYOUTS)
+
+
+class WriteError(CheckpointError):
+    """A file that could not be written (a full disk, a read-only folder): its path, what it holds and
+    why, so that a caller can say which checkpoint was lost (train/checkpoint.py RunDir.save)."""
+
+    def __init__(self, path: str | Path, what: str, reason: str) -> None:
+        super().__init__(f"{path}: cannot save {what} ({reason})")
+        self.path, self.what, self.reason = Path(path), what, reason
+
+
+def write_failure(err: BaseException) -> str:
+    """Why a write failed, in a few words: the system's reason for an error number ('No space left
+    on device'), whether an OSError carries it or a library's message quotes it (safetensors' 'os
+    error 28'); else the message's first line, less torch's '[enforce fail at FILE:LINE] .' prefix."""
+    number = err.errno if isinstance(err, OSError) else None
+    quoted = re.search(r"os error (\d+)|Os \{ code: (\d+)", str(err))
+    if number is None and quoted:
+        number = int(quoted.group(1) or quoted.group(2))
+    if number is not None:
+        return os.strerror(number)
+    lines = str(err).strip().splitlines()
+    return re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", lines[0]) if lines else type(err).__name__
 
 
 def _sha256(path: Path) -> str:
@@ -85,7 +110,7 @@ def save_weights(weights: dict[str, torch.Tensor], path: str | Path, kind: str =
     try:
         save_file(tensors, str(path), metadata=(aliases | described) or None)
     except (SafetensorError, OSError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"{path}: cannot save weights ({str(err).splitlines()[0]})") from None
+        raise WriteError(path, "weights", write_failure(err)) from None
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
