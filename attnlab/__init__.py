@@ -1,9 +1,34 @@
-"""attnlab: the Transformer family end to end."""
+"""attnlab: the Transformer family end to end.
+
+The registries and their functions (``model_config``, ``build_model``, ``FAMILIES``, ``task_config``,
+``TASKS`` ...) are imported on first use, not here: they bring in torch, and ``attnlab --version``,
+``--help`` and ``data list`` must start without it (tests/test_cli.py checks that they do).
+"""
+
+from __future__ import annotations
+
+import importlib
 
 from attnlab.errors import AttnlabError, CheckpointError, ConfigError, DataError, UsageError
-from attnlab.models import FAMILIES, build_model, model_config, register_family
-from attnlab.tasks import TASKS, register_task, task_config
 
 __version__ = "0.1.0"
 
-__all__ = ["model_config", "build_model", "register_family", "FAMILIES", "task_config", "register_task", "TASKS", "AttnlabError", "ConfigError", "DataError", "CheckpointError", "UsageError"]
+_LAZY = {"model_config": "attnlab.models", "build_model": "attnlab.models", "register_family": "attnlab.models",
+         "FAMILIES": "attnlab.models", "task_config": "attnlab.tasks", "register_task": "attnlab.tasks",
+         "TASKS": "attnlab.tasks"}
+
+__all__ = ["model_config", "build_model", "register_family", "FAMILIES", "task_config", "register_task", "TASKS",
+           "AttnlabError", "ConfigError", "DataError", "CheckpointError", "UsageError"]
+
+
+def __getattr__(name: str):
+    """``attnlab.model_config`` and the like: the registries' names, from their packages on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # later look-ups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

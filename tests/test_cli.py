@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -343,6 +344,36 @@ def test_every_option_has_help_text_and_there_is_a_version():
     assert missing == []
     done = subprocess.run([*ATTNLAB, "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout == f"attnlab {attnlab.__version__}\n"
+
+
+# What a command that touches no model must not import: each costs a start-up of a second or more
+# (torch alone ~1.4 s), and `--version`, `--help` and `data list` answer in well under 0.3 s without them.
+HEAVY_MODULES = ("torch", "numpy", "tokenizers", "transformers", "matplotlib", "sacrebleu", "safetensors")
+
+# `python -m attnlab.cli ARGS` in a wrapper that reports, after the command, which of them it imported.
+IMPORTED_AFTER = """
+import json, runpy, sys
+heavy, sys.argv = json.loads(sys.argv[1]), ["attnlab", *sys.argv[2:]]
+try:
+    runpy.run_module("attnlab.cli", run_name="__main__", alter_sys=True)
+except SystemExit as end:
+    code = end.code
+sys.stdout.flush()
+print("imported: " + json.dumps([name for name in heavy if name in sys.modules]), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("args,prints", [(["--version"], "attnlab "), (["--help"], "usage: attnlab"),
+                                         (["data", "list"], "multi30k")])
+def test_version_help_and_data_list_start_without_torch(args, prints):
+    """Deterministic, not timed: the command runs and exits 0, and none of the heavy modules is in
+    sys.modules afterwards (each command imports those it needs when it runs)."""
+    done = subprocess.run([sys.executable, "-c", IMPORTED_AFTER, json.dumps(HEAVY_MODULES), *args],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert prints in done.stdout
+    assert done.stderr.splitlines()[-1] == "imported: []"
 
 
 def tiny_lm_run(tmp_path) -> Path:

@@ -1,5 +1,8 @@
 """The `attnlab` command: a thin shell over library functions, one module per command group.
 
+Building the parser imports no torch (nor numpy, tokenizers, transformers, matplotlib): each command
+imports what it needs when it runs, so `attnlab --version`, `--help` and `data list` start at once.
+
 User errors (AttnlabError) are printed as one line, ``error: <message>``, with the error class's exit
 code; ``--debug`` shows the traceback instead.
 """
@@ -30,10 +33,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     code = _run(list(sys.argv[1:] if argv is None else argv))
-    from attnlab.train.distributed import exit_worker, under_torchrun
-
-    if under_torchrun():
-        exit_worker(code)  # the interpreter's shutdown can abort a worker whose gloo threads live on
+    # Only a command that imported train/distributed.py (train, through joined_world) can have joined a
+    # process group; the others, `--version` or `data list` among them, never import it, nor torch.
+    distributed = sys.modules.get("attnlab.train.distributed")
+    if distributed is not None and distributed.under_torchrun():
+        distributed.exit_worker(code)  # the interpreter's shutdown can abort a worker whose gloo threads live on
     return code
 
 
