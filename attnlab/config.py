@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from attnlab.errors import ConfigError, UsageError
+from attnlab.errors import ConfigError
 
 # The sections a config file may hold, each parsed by its own dataclass.
 SECTIONS = ("model", "data", "train")
@@ -235,6 +235,8 @@ def at_least(field: str, value: int, low: int) -> None:
 def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str],
                     fields_of: typing.Callable[[str, dict[str, Any]], list[str] | None]) -> None:
     """Apply ``--set section.field=value`` expressions in place; values are parsed as YAML scalars.
+    A ``--set`` is a line of config given on the command line: whatever is wrong with it (no ``=``, an
+    unknown section or field, a value that does not parse) is a ConfigError, as in a file.
     ``fields_of(section, sections)``: the field names a section may have once all overrides are
     applied (a model section's depend on its arch), or None where that is not known yet."""
     applied = []
@@ -242,23 +244,23 @@ def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str],
         key, sep, raw = expr.partition("=")
         section, dot, name = key.strip().partition(".")
         if not sep or not dot or not name:
-            raise UsageError(f"--set {expr!r}: expected section.field=value, e.g. train.max_steps=100")
+            raise ConfigError(f"--set {expr!r}: expected section.field=value, e.g. train.max_steps=100")
         if section not in SECTIONS:
-            raise UsageError(f"--set {expr!r}: unknown section '{section}'{did_you_mean(section, SECTIONS)}")
+            raise ConfigError(f"--set {expr!r}: unknown section '{section}'{did_you_mean(section, SECTIONS)}")
         try:
             value = parse_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
-            raise UsageError(f"--set {expr!r}: the value does not parse") from None
+            raise ConfigError(f"--set {expr!r}: the value does not parse") from None
         sections.setdefault(section, {})
         if not isinstance(sections[section], dict):
-            raise UsageError(f"--set {expr!r}: section '{section}' is not a mapping")
+            raise ConfigError(f"--set {expr!r}: section '{section}' is not a mapping")
         sections[section][name] = value
         applied.append((expr, section, name))
     for expr, section, name in applied:
         fields = fields_of(section, sections)
         if fields is not None and name not in fields:
-            raise UsageError(f"--set {expr!r}: unknown field '{name}' in section '{section}'"
-                             f"{did_you_mean(name, fields)}")
+            raise ConfigError(f"--set {expr!r}: unknown field '{name}' in section '{section}'"
+                              f"{did_you_mean(name, fields)}")
 
 
 def differences(old: TypedConfig, new: TypedConfig) -> list[str]:

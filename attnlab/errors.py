@@ -2,6 +2,7 @@
 
 Each class has its own exit code so that scripts can tell a bad config from a bad file; the CLI
 prints ``error: <message>`` on one line and exits with that code (``--debug`` shows the traceback).
+README.md's "When something is wrong" is the table of these codes that every command follows.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ class UsageError(AttnlabError):
 
 
 class ConfigError(AttnlabError, ValueError):
-    """A configuration field that is unknown, mistyped or out of range; the message names it."""
+    """A config file or ``--set`` that cannot be read, or a field that is unknown, mistyped or out of
+    range; the message names it."""
 
     exit_code = 3
 
@@ -32,7 +34,8 @@ class DataError(AttnlabError):
 
 
 class CheckpointError(AttnlabError):
-    """A checkpoint that is missing, damaged or does not match the model it is loaded into."""
+    """A run directory that is not one, or a checkpoint that is missing, damaged or does not match the
+    model it is loaded into."""
 
     exit_code = 5
 

@@ -15,6 +15,7 @@ import torch
 
 import attnlab
 from attnlab.cli import main, make_parser
+from attnlab.errors import CheckpointError, ConfigError
 from attnlab.train.checkpoint import RunDir
 from helpers import ATTNLAB, fixed_medians, run_cli
 
@@ -154,7 +155,7 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
 def test_train_rejects_bad_overrides(tmp_path, args, message):
     config = tiny_parallel_corpus(tmp_path)
     done = run_cli("train", str(config), "--out", str(tmp_path / "r"), *args)
-    assert done.returncode in (2, 3) and message in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == ConfigError.exit_code and message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists()
 
 
@@ -318,14 +319,14 @@ def test_info_takes_overrides_and_a_run_directory(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["params_total"] == 63_082_496 - 3 * (3_152_384 + 4_204_032)
     assert main(["info", str(ROOT / "configs/scan.yaml"), "--json"]) == 0  # a built-in task: its tokenizer is built
     assert json.loads(capsys.readouterr().out)["params_total"] == 665_984
-    assert main(["info", str(ROOT / "configs/scan.yaml"), "--set", "model.n_layer=3"]) == 2
+    assert main(["info", str(ROOT / "configs/scan.yaml"), "--set", "model.n_layer=3"]) == ConfigError.exit_code
     assert "unknown field 'n_layer' in section 'model' (did you mean 'n_layers'?)" in capsys.readouterr().err
     config = tiny_parallel_corpus(tmp_path)
     assert main(["train", str(config), "--out", str(tmp_path / "run"), "--set", "train.max_steps=2"]) == 0
     logged = capsys.readouterr().out
     assert main(["info", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["params_total"] == json.loads(logged.splitlines()[-2])["n_params"]
-    assert main(["info", str(tmp_path)]) == 2
+    assert main(["info", str(tmp_path)]) == CheckpointError.exit_code
     assert "is a directory but not a run directory" in capsys.readouterr().err
 
 

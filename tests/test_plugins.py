@@ -321,7 +321,7 @@ def test_a_task_refuses_what_it_cannot_train_and_fields_it_does_not_have(tmp_pat
     assert done.returncode == 3 and done.stderr == (
         f"error: {config}: model.arch must be 'encoder_only' or 'test_bag' for data.task 'test_sentiment'; got 'rnn'\n")
     done = run_cli("train", str(config), "--out", str(tmp_path / "r"), "--set", "data.block_size=4")
-    assert done.returncode == 2 and "--set 'data.block_size=4': unknown field 'block_size' in section 'data'" in done.stderr
+    assert done.returncode == 3 and "--set 'data.block_size=4': unknown field 'block_size' in section 'data'" in done.stderr
     config.write_text(SENTIMENT.format(train=train).replace("n_valid: 20", "n_vaild: 20"))
     done = run_cli("train", str(config), "--out", str(tmp_path / "r"))
     assert done.returncode == 3 and done.stderr == (

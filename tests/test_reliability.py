@@ -16,14 +16,16 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.errors import CheckpointError, NumericalError
+from attnlab.errors import AttnlabError, CheckpointError, ConfigError, DataError, NumericalError, UsageError
 from attnlab.eval import likelihood
 from attnlab.train.checkpoint import RunDir, load_run, write_average
 from attnlab.train.config import RunConfig
 from attnlab.train.run import train_run
 from helpers import ATTNLAB
 
-USAGE, CONFIG, DATA, CHECKPOINT, NUMERICAL = 2, 3, 4, 5, 6
+# The exit codes of README's table ("When something is wrong"), as attnlab/errors.py defines them.
+USAGE, CONFIG, DATA, CHECKPOINT, NUMERICAL = (UsageError.exit_code, ConfigError.exit_code, DataError.exit_code,
+                                              CheckpointError.exit_code, NumericalError.exit_code)
 
 DIGITS_DE = "null eins zwei drei vier fünf sechs sieben acht neun".split()
 DIGITS_EN = "zero one two three four five six seven eight nine".split()
@@ -61,6 +63,10 @@ def workspace(tmp_path_factory):
 def snapshot(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in root.rglob("*") if p.is_file()}
+
+
+def empty_dir(root: Path) -> None:
+    (root / "bad").mkdir()
 
 
 def bad_file(name: str, data: bytes):
@@ -149,15 +155,23 @@ CASES = [
     ("unknown choice", TRAIN, config_with(**{"positional: learned": "positional: rotery"}), CONFIG, "did you mean 'rotary'"),
     ("negative steps", TRAIN, config_with(**{"max_steps: 4": "max_steps: -4"}), CONFIG, "max_steps"),
     ("config is a list", TRAIN, bad_config("- 1\n- 2\n"), CONFIG, "mapping"),
-    ("--set without =", TRAIN + ["--set", "train.max_steps"], config_with(), USAGE, "expected section.field=value"),
-    ("--set unknown section", TRAIN + ["--set", "trian.lr=1"], config_with(), USAGE, "did you mean 'train'"),
-    ("--set value does not parse", TRAIN + ["--set", "train.lr=[1"], config_with(), USAGE, "does not parse"),
+    # a --set is a line of config: whatever is wrong with it is a config error, as in the file
+    ("--set without =", TRAIN + ["--set", "train.max_steps"], config_with(), CONFIG, "expected section.field=value"),
+    ("--set unknown section", TRAIN + ["--set", "trian.lr=1"], config_with(), CONFIG, "did you mean 'train'"),
+    ("--set value does not parse", TRAIN + ["--set", "train.lr=[1"], config_with(), CONFIG, "does not parse"),
     ("--set value only looks like a float", TRAIN + ["--set", "train.lr=--.inf"], config_with(), CONFIG,
      "lr must be a number (got '--.inf')"),
-    ("--set unknown field", TRAIN + ["--set", "train.max_step=3"], config_with(), USAGE,
+    ("--set unknown field", TRAIN + ["--set", "train.max_step=3"], config_with(), CONFIG,
      "--set 'train.max_step=3': unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
     ("--set value out of range", TRAIN + ["--set", "train.max_steps=-1"], config_with(), CONFIG,
      "bad.yaml --set train.max_steps=-1: max_steps must be >= 1 (got -1)"),
+    ("--set unknown field of a resumed run", ["train", "--out", "{root}/run", "--resume", "--set", "train.lr_schedul=noam"],
+     nothing, CONFIG, "unknown field 'lr_schedul' in section 'train' (did you mean 'lr_schedule'?)"),
+    ("--set bad value of a resumed run", ["train", "--out", "{root}/run", "--resume", "--set", "train.lr=fast"],
+     nothing, CONFIG, "lr must be a number (got 'fast')"),
+    ("info --set unknown field", ["info", "{root}/model.yaml", "--set", "model.n_layer=3"], nothing, CONFIG,
+     "unknown field 'n_layer' in section 'model' (did you mean 'n_layers'?)"),
+    ("info --set bad value", ["info", "{root}/model.yaml", "--set", "model.n_layers=0"], nothing, CONFIG, "n_layers"),
     # -- data --------------------------------------------------------------------------------------
     ("training file missing", TRAIN, config_with(**{"/train,": "/nowhere,"}), DATA, "no such file"),
     ("parallel line counts differ", TRAIN, corrupt_corpus("train", "en", b"one\ntwo\n"), DATA, "parallel files must align"),
@@ -178,7 +192,7 @@ CASES = [
      lambda root: scan_config(root, "jump OUT: I_JUMP\n"), DATA, "bad.scan:1: expected 'IN:"),
     # -- run directories: nothing overwritten, nothing half-resumed -------------------------------
     ("--out exists", ["train", "{root}/good.yaml", "--out", "{root}/run"], nothing, USAGE, "already exists"),
-    ("--resume of no run", ["train", "{root}/good.yaml", "--out", "{root}/nowhere", "--resume"], nothing, USAGE,
+    ("--resume of no run", ["train", "{root}/good.yaml", "--out", "{root}/nowhere", "--resume"], nothing, CHECKPOINT,
      "not a run directory"),
     ("--resume with another model", ["train", "{root}/bad.yaml", "--out", "{root}/run", "--resume"],
      config_with(**{"d_ff: 32": "d_ff: 48"}), CONFIG, "a resumed run keeps its model, but the given config differs "
@@ -189,7 +203,7 @@ CASES = [
     ("--resume with another train setting", ["train", "{root}/good.yaml", "--out", "{root}/run", "--resume", "--set",
                                              "train.lr=0.01", "--set", "train.progress=true"], nothing, CONFIG,
      "resuming with train settings that differ from the run's: train.lr: 0.003 -> 0.01. Resume without a config"),
-    ("--resume without a config of no run", ["train", "--out", "{root}/nowhere", "--resume"], nothing, USAGE,
+    ("--resume without a config of no run", ["train", "--out", "{root}/nowhere", "--resume"], nothing, CHECKPOINT,
      "--resume: {root}/nowhere is not a run directory (no config.yaml)"),
     ("train without a config", ["train"], nothing, USAGE, "train needs a CONFIG file (or --out RUN --resume"),
     ("average over an existing average", ["average", "{root}/run", "--last", "1"],
@@ -197,6 +211,19 @@ CASES = [
     # -- checkpoints from elsewhere ---------------------------------------------------------------
     ("run directory missing", ["translate", "{root}/nowhere", "--input", "{root}/input.de"], nothing, CHECKPOINT,
      "not a run directory"),
+    # "not a run directory" is the same code in every command, for a folder that is not there or not a run
+    *((f"{argv[0]}{' CONFIG' if argv[1].endswith('.yaml') else ''} of {what} that is not a run", argv, setup,
+       CHECKPOINT, "not a run directory")
+      for what, folder, setup in (("a folder", "{root}/nowhere", nothing), ("an empty folder", "{root}/bad", empty_dir))
+      for argv in (["train", "--out", folder, "--resume"], ["train", "{root}/good.yaml", "--out", folder, "--resume"],
+                   ["translate", folder, "--input", "{root}/input.de"], ["evaluate", folder, "--split", "valid"],
+                   ["generate", folder], ["score", folder, "--tgt", "{root}/input.de"], ["predict", folder],
+                   ["fill-mask", folder, "[MASK]"], ["forecast", folder, "--data", "{root}/series.csv"],
+                   ["inspect", folder, "--src", "eins"], ["prune", folder, "--fraction", "0.5"], ["average", folder],
+                   ["export", folder, "--weights", "bf16", "--out", "{root}/new_run"], ["serve", folder, "--port", "0"],
+                   *([["info", folder]] if folder.endswith("bad") else []))),  # info reads a missing path as a file
+    ("import-hf of a folder that is not there", ["import-hf", "{root}/nowhere", "--out", "{root}/new_run"], nothing,
+     CHECKPOINT, "no such folder"),
     ("truncated weights", BAD_RUN, damage_run(lambda run: truncate(newest_weights(run))), CHECKPOINT,
      "differs from the recorded"),
     ("a flipped byte in the weights", BAD_RUN, damage_run(lambda run: flip_byte(newest_weights(run))), CHECKPOINT,
@@ -235,6 +262,8 @@ CASES = [
      "`attnlab generate` needs data.task 'language_model'"),
     ("score a missing file", ["score", "{root}/run", "--src", "{root}/input.de", "--tgt", "{root}/none.en"], nothing,
      DATA, "no such file"),
+    ("evaluate a missing file", ["evaluate", "{root}/run", "--src", "{root}/none.de", "--ref", "{root}/input.de"], nothing,
+     DATA, "none.de: no such file"),
     ("average zero checkpoints", ["average", "{root}/run", "--last", "0"], nothing, USAGE, "--last must be at least 1"),
     ("prune everything", ["prune", "{root}/run", "--fraction", "1.5"], nothing, USAGE, "--fraction must be in [0, 1)"),
     ("prune --plot over an existing file", ["prune", "{root}/run", "--fraction", "0.5", "--plot", "{root}/out.txt"],
@@ -290,6 +319,17 @@ def test_bad_input_is_one_line_an_exit_code_and_no_lost_file(workspace, capsys, 
 
 def test_the_corpus_has_at_least_forty_cases():
     assert len(CASES) >= 40
+
+
+def test_readme_has_the_one_table_of_exit_codes_and_it_is_errors_py():
+    """README's "When something is wrong" table names each error class with its code, and every code
+    of attnlab/errors.py is in it: the table the corpus above holds every command to."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## When something is wrong", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| [^|]*\(`(\w+)`\) \|", section, flags=re.MULTILINE)
+    classes = [AttnlabError, *AttnlabError.__subclasses__()]
+    assert {name: int(code) for code, name in rows} == {cls.__name__: cls.exit_code for cls in classes}
+    assert len({cls.exit_code for cls in classes}) == len(classes)  # one code per kind
 
 
 @pytest.mark.parametrize("argv, code", [(["translate", "{root}/run", "--beam", "0"], USAGE),

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from attnlab.errors import UsageError
+from attnlab.errors import CheckpointError, UsageError
 
 
 SERIES_SIZES = (("channels", "n_channels"), ("input", "input_length"), ("horizon", "horizon"))  # forecasters
@@ -43,7 +43,7 @@ def _info_model_config(args: argparse.Namespace):
     if of_a_run:
         path = RunDir(path).config
         if not path.is_file():
-            raise UsageError(f"{args.config} is a directory but not a run directory (no config.yaml)")
+            raise CheckpointError(f"{args.config} is a directory but not a run directory (no config.yaml)")
     sections = read_config_file(path)
     apply_overrides(sections, args.set or [], override_fields)
     where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])

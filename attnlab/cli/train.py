@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from attnlab.cli.common import add_checkpoint_args
-from attnlab.errors import Interrupted, UsageError
+from attnlab.errors import CheckpointError, Interrupted, UsageError
 
 
 def _default_run_dir(stem: str) -> str:
@@ -24,7 +24,7 @@ def new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
     path = Path(out) if out else Path(_default_run_dir(stem))
     if resume:
         if not path.is_dir():
-            raise UsageError(f"--resume: {path} is not a run directory (give it with --out)")
+            raise CheckpointError(f"--resume: {path} is not a run directory (give it with --out)")
     elif path.exists() and (not path.is_dir() or any(not (p.is_file() and is_leftover(p)) for p in path.iterdir())):
         raise UsageError(f"{path} already exists; pass --resume to continue that run, or choose another --out")
     return path
@@ -49,7 +49,7 @@ def _run_config_file(run_dir: str) -> Path:
 
     config = RunDir(run_dir).config
     if not config.is_file():
-        raise UsageError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
+        raise CheckpointError(f"--resume: {run_dir} is not a run directory (no config.yaml)")
     return config
 
 

@@ -412,13 +412,13 @@ def write_average(path: str | Path, last: int, force: bool = False) -> tuple[Pat
     if last < 1:
         raise UsageError(f"--last must be at least 1 (got {last})")
     run = RunDir(path)
+    model_cfg, _, _ = run.read_config()  # a folder that is not a run says so, as in every command
     final = run.checkpoints / "average"
     if final.exists() and not force:
         raise UsageError(f"{final} already exists; pass --force to replace it")
     steps = run.steps()[-last:]
     if not steps:
         raise CheckpointError(f"{run.path}: no checkpoint to average")
-    model_cfg, _, _ = run.read_config()
     model = average_checkpoints(build_run_model(run, model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
     staged = staging_dir(final)
     write_checkpoint(staged, model.state_dict(), {"averaged_steps": steps})

@@ -72,7 +72,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 def check_folder(folder: Path) -> None:
     """The three files must be there, the weights as safetensors."""
     if not folder.is_dir():
-        raise UsageError(f"{folder}: no such folder")
+        raise CheckpointError(f"{folder}: no such folder")
     if not (folder / "model.safetensors").is_file() and (folder / "pytorch_model.bin").is_file():
         raise CheckpointError(f"{folder}: the weights are a pickled pytorch_model.bin, which can run code when "
                               f"loaded; attnlab reads model.safetensors only (convert it where you trust the file)")
