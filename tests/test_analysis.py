@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -335,6 +336,23 @@ def test_inspect_writes_labelled_heatmaps_and_entropies(demo_like_run, tmp_path)
     assert (figures / "entropy.png").stat().st_size > 5000
     again = run_cli("inspect", str(demo_like_run), "--src", "3 1", "--out", str(figures))
     assert again.returncode == 2 and "--force" in again.stderr
+    unknown = run_cli("inspect", str(demo_like_run), "--src", " ", "--out", str(figures))  # the input first
+    assert unknown.returncode == 2 and unknown.stderr == "error: --src is empty after tokenisation; give at least " \
+                                                         "one known token\n"
+
+
+def test_inspect_without_out_writes_a_new_folder_each_time_and_names_it(demo_like_run):
+    made = []
+    for text in ("3 1 4 1", "3 1 4 1", "5 9"):
+        done = run_cli("inspect", str(demo_like_run), "--src", text)
+        assert done.returncode == 0, done.stderr
+        made.append(Path(done.stdout.splitlines()[-1].split(" in ", 1)[1]))
+    assert [p.relative_to(demo_like_run / "inspect") for p in made] == [Path("1-3-1-4-1"), Path("2-3-1-4-1"),
+                                                                        Path("3-5-9")]
+    assert all(json.loads((p / "summary.json").read_text())["out"] == str(p) for p in made)
+    assert json.loads((made[2] / "summary.json").read_text())["source"] == "5 9"
+    refused = run_cli("inspect", str(demo_like_run), "--src", " ")
+    assert refused.returncode == 2 and len(list((demo_like_run / "inspect").iterdir())) == 3  # no empty folder
 
 
 def test_prune_reports_before_and_after_and_writes_a_loadable_smaller_run(demo_like_run, tmp_path):

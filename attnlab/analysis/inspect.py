@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -35,6 +36,38 @@ from attnlab.tasks.image_classification import colour_of, read_image, read_input
 from attnlab.files import atomic_write_text
 from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.train.run import read_run_data
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+FigureDir = Callable[[], Path]  # called once the input has been read: the folder the figures go to
+
+
+def figure_dir(out: str | Path | None, run_dir: str | Path, source: str, force: bool = False) -> Path:
+    """The folder one `inspect` writes, made here: ``out`` (refused when it already holds files,
+    unless ``force``), or by default a new one in RUN_DIR/inspect named N-WORDS: N one more than
+    the highest number there, WORDS the input's first words (an image's file name), so that each
+    call keeps its own figures."""
+    if out is not None:
+        out = Path(out)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file; give a folder for the figures")
+        if out.is_dir() and any(out.iterdir()) and not force:
+            raise UsageError(f"{out} already exists; pass --force to overwrite its figures, or choose another --out "
+                             f"(without --out, each call writes a new folder in RUN_DIR/inspect)")
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+    parent = Path(run_dir) / "inspect"
+    stem = Path(source).stem if Path(source).suffix.lower() in IMAGE_SUFFIXES else source
+    words = re.sub(r"\W+", "-", stem).strip("-")[:40].strip("-") or "input"
+    taken = [int(m[1]) for p in parent.iterdir() if (m := re.match(r"(\d+)-", p.name))] if parent.is_dir() else []
+    number = max(taken, default=0) + 1
+    while True:  # another call may take a number between the listing and the mkdir
+        folder = parent / f"{number}-{words}"
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            number += 1
 
 
 @torch.no_grad()
@@ -74,7 +107,8 @@ def module_entry(record: AttentionRecord, entropy: torch.Tensor) -> dict[str, An
 
 
 @torch.no_grad()
-def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: str, out: Path) -> dict[str, Any]:
+def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: str, figures: FigureDir
+                    ) -> dict[str, Any]:
     """An encoder-only model on ``text`` (``a TAB b``: a sentence pair), encoded as its task reads
     input: every layer's maps, the attention of [CLS] per layer and head, and for a classifier its
     prediction."""
@@ -88,9 +122,10 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
     with capture_attention(model) as captured:
         logits = model.classify(ids_t, segments_t)
     records = captured.last()
+    out = figures()
     labels = tokenizer.id_tokens(ids)
     summary: dict[str, Any] = {"run": str(run.path), "source": text, "source_tokens": labels, "modules": {},
-                               "files": []}
+                               "out": str(out), "files": []}
     if data_cfg.task.name == "classification":
         p = logits[0].softmax(-1)
         names = run.read_task_state()["labels"]
@@ -111,7 +146,7 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
 
 
 @torch.no_grad()
-def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, out: Path) -> dict[str, Any]:
+def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: FigureDir) -> dict[str, Any]:
     """An image model on the image file ``path``, read as `predict` reads it: its prediction, and
     for each layer the attention of the image's summary (the class token; with mean pooling the
     mean over the queries) over the patch grid, per head, drawn on the image; then the rollout."""
@@ -123,12 +158,13 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, out: Path)
     with capture_attention(model) as captured:
         p = model.classify(images)[0].softmax(-1)
     records = captured.last()
+    out = figures()
     picture = read_image(path, colour_of(state["shape"]), data_cfg.resize) / 255.0  # (H, W, C), for display
     over_patches = model.summary.attention_over_patches  # (..., T, T) -> (..., N)
     names = state["labels"]
     summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(cfg.grid), "modules": {},
                                "prediction": {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))},
-                               "files": []}
+                               "out": str(out), "files": []}
     entropies = {}
     for name, record in records.items():
         maps = over_patches(record.probs[0]).unflatten(-1, cfg.grid)  # (H, h, w)
@@ -146,18 +182,24 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, out: Path)
     return summary
 
 
-def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path, beam: int = 4,
-                checkpoint: str = "best", device: torch.device | str = "cpu") -> dict[str, Any]:
+def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path | None = None, beam: int = 4,
+                checkpoint: str = "best", device: torch.device | str = "cpu", force: bool = False) -> dict[str, Any]:
+    """Draw every attention map of ``text`` (an image file, for an image model) into ``out`` (see
+    :func:`figure_dir`: by default a new folder in RUN_DIR/inspect), which is only made once the
+    input has been read; summary.json's ``out`` names it."""
     model, tokenizers, cfg = load_run(run_dir, checkpoint, device)
-    out = Path(out)
+
+    def figures() -> Path:
+        return figure_dir(out, run_dir, text, force)
+
     if cfg.capabilities.inputs == "images":
         if target is not None:
             raise UsageError("--tgt is for models with a decoder; an image model reads --src IMAGE alone")
-        return inspect_image(RunDir(run_dir), model, cfg, text, out)
+        return inspect_image(RunDir(run_dir), model, cfg, text, figures)
     if not cfg.capabilities.decoder:
         if target is not None:
             raise UsageError("--tgt is for models with a decoder; an encoder reads --src alone")
-        return inspect_encoder(RunDir(run_dir), model, tokenizers["src"], text, out)
+        return inspect_encoder(RunDir(run_dir), model, tokenizers["src"], text, figures)
     seq2seq = cfg.capabilities.encoder
     tok_in = tokenizers["src"] if seq2seq else tokenizers["tgt"]
     ids = tok_in.encode(text)
@@ -173,12 +215,13 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
         tgt_ids = beam_search(model, src, beam=beam)[0][0].tokens
         tgt_in = torch.tensor([[BOS] + tgt_ids])
     records = attention_of(model, src, tgt_in.to(device))
+    out = figures()
     src_labels = tok_in.id_tokens(src[0].tolist()) if seq2seq else None
     in_labels = tokenizers["tgt"].id_tokens(tgt_in[0].tolist())  # decoder inputs (queries)
     out_labels = tokenizers["tgt"].id_tokens(tgt_ids + ([EOS] if seq2seq else []))  # what each query predicts
     summary: dict[str, Any] = {"run": str(run_dir), "source": text, "source_tokens": src_labels,
                                "target": tokenizers["tgt"].decode(tgt_ids), "target_tokens": out_labels,
-                               "target_given": target is not None, "modules": {}, "files": []}
+                               "target_given": target is not None, "modules": {}, "out": str(out), "files": []}
     entropies = {}
     for name, record in records.items():
         probs = record.probs[0]  # (H, Tq, Tk)

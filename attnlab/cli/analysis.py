@@ -25,10 +25,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         for name, values in entropies.items():
             print(f"{name:<34} mean {sum(values) / len(values):.3f}  per head " + " ".join(f"{v:.3f}" for v in values))
         return
-    out = Path(args.out) if args.out else Path(args.run_dir) / "inspect"
-    if out.exists() and any(out.iterdir()) and not args.force:
-        raise UsageError(f"{out} already exists; pass --force to overwrite its figures, or choose another --out")
-    summary = inspect_run(args.run_dir, args.src, args.tgt, out, args.beam, args.checkpoint, device)
+    summary = inspect_run(args.run_dir, args.src, args.tgt, args.out, args.beam, args.checkpoint, device, args.force)
     for name, entry in summary["modules"].items():
         entropy = " ".join(f"{e:.2f}" for e in entry["entropy"])
         print(f"{name:<34} entropy per head (uniform {entry['uniform_entropy']:.2f}): {entropy}")
@@ -37,7 +34,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     if "prediction" in summary:
         label = summary["prediction"]["label"]
         print(f"prediction: {label} ({summary['prediction']['probabilities'][label]:.4f})")
-    print(f"{len(summary['files'])} figures and summary.json in {out}")
+    print(f"{len(summary['files'])} figures and summary.json in {summary['out']}")
 
 
 def cmd_prune(args: argparse.Namespace) -> None:
@@ -72,7 +69,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                        "image model)")
     inspect.add_argument("--split", help="instead of --src: mean entropy per layer and head over this split")
     inspect.add_argument("--tgt", help="target sentence (default: the model's beam-search output)")
-    inspect.add_argument("--out", help="directory for the figures (default: RUN_DIR/inspect)")
+    inspect.add_argument("--out", help="directory for the figures (default: a new folder RUN_DIR/inspect/N-WORDS for "
+                                       "each call, named after its input)")
     inspect.add_argument("--force", action="store_true", help="overwrite figures in an existing --out")
     inspect.add_argument("--beam", type=int, default=4,
                          help="beam size of the search that makes the target when --tgt is not given (default 4)")
