@@ -13,6 +13,7 @@ import torch
 import transformers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
+from attnlab.serve.explorer import Explorer
 from attnlab.tasks.classification import collate, encode_inputs, Encoded
 from attnlab.train.checkpoint import load_run
 from helpers import run_cli
@@ -105,13 +106,25 @@ def test_the_real_minilm_matches_transformers(tmp_path):
     assert max(diff.values()) <= 1e-5, diff
 
 
-def test_an_imported_run_refuses_fill_mask_without_its_head_and_analyses_without_data(tmp_path):
-    run_cli("import-hf", str(tiny_folder(tmp_path / "hf", masked_lm=False)), "--out", str(tmp_path / "run"))
+def test_an_import_without_a_head_is_an_encoder_run_without_fill_mask_and_analyses_without_data(tmp_path):
+    imported = run_cli("import-hf", str(tiny_folder(tmp_path / "hf", masked_lm=False)), "--out", str(tmp_path / "run"))
+    assert imported.returncode == 0, imported.stderr
+    assert "a run of data.task 'encoder'; its commands: inspect, and train.init_from to fine-tune it" in \
+        imported.stdout.splitlines()
+    assert "task: encoder" in (tmp_path / "run" / "config.yaml").read_text()
     done = run_cli("fill-mask", str(tmp_path / "run"), "the film was [MASK]")
     assert done.returncode == 2 and done.stderr == (
-        f"error: {tmp_path / 'run'}: its masked-LM head was never trained (imported without one, as a Hugging Face "
-        f"BertModel is); fill-mask needs a run trained or imported with it\n")
-    run_cli("import-hf", str(tiny_folder(tmp_path / "mlm", masked_lm=True)), "--out", str(tmp_path / "mlm-run"))
+        f"error: {tmp_path / 'run'} is a run of data.task 'encoder'; `attnlab fill-mask` needs data.task 'masked_lm' "
+        f"(this run's commands: inspect)\n")
+    assert run_cli("inspect", str(tmp_path / "run"), "--src", "the film was great").returncode == 0
+    served = Explorer(tmp_path / "run").run({"text": "the film was great"})  # `attnlab serve`: its maps alone
+    assert served["task"] == "encoder" and served["outputs"] == [] and len(served["attention"]) == 2
+    trained = run_cli("train", str(tmp_path / "run" / "config.yaml"), "--out", str(tmp_path / "again"))
+    assert trained.returncode == 3 and "data.task 'encoder' is a pre-trained encoder with no head to train; " \
+                                      "fine-tune it" in trained.stderr
+    imported = run_cli("import-hf", str(tiny_folder(tmp_path / "mlm", masked_lm=True)), "--out", str(tmp_path / "mlm-run"))
+    assert "a run of data.task 'masked_lm'; its commands: fill-mask, inspect, prune, and train.init_from to " \
+           "fine-tune it" in imported.stdout.splitlines()
     done = run_cli("fill-mask", str(tmp_path / "mlm-run"), "the film was [MASK]", "--json")
     assert done.returncode == 0 and len(json.loads(done.stdout)[0]) == 5
     for command in (("prune", "--fraction", "0.5"), ("inspect", "--split", "valid")):  # no data of its own
@@ -136,3 +149,23 @@ def test_a_folder_that_is_not_a_bert_is_refused_in_one_line(tmp_path, change, me
     done = run_cli("import-hf", str(folder), "--out", str(tmp_path / "run"))
     assert done.returncode != 0 and done.stderr.startswith("error: " + message.format(f=folder)), done.stderr
     assert len(done.stderr.splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_classifier_fine_tuned_from_an_import_without_a_head_does_not_count_it(tmp_path):
+    run_cli("import-hf", str(tiny_folder(tmp_path / "hf", masked_lm=False)), "--out", str(tmp_path / "minilm"))
+    (tmp_path / "sst.tsv").write_text("".join(f"{a} {b}\t{'pos' if b == 'good' else 'neg'}\n" for a in WORDS[:10]
+                                              for b in ("good", "bad")))
+    (tmp_path / "ft.yaml").write_text(
+        f"data: {{task: classification, train: {tmp_path / 'sst.tsv'}, max_len: 16, n_valid: 4}}\n"
+        f"train: {{init_from: {tmp_path / 'minilm'}, max_steps: 2, max_tokens: 256, lr_schedule: constant, "
+        f"warmup_steps: 1, eval_every: 2, progress: false, early_stop_metric: accuracy}}\n")
+    done = run_cli("train", str(tmp_path / "ft.yaml"), "--out", str(tmp_path / "ft"))
+    assert done.returncode == 0, done.stderr
+    model, _, _ = load_run(tmp_path / "ft")
+    every = dict(model.named_parameters())
+    head = sum(p.numel() for name, p in every.items() if name.startswith("mlm_head."))
+    assert head > 0
+    n_params = sum(p.numel() for p in every.values()) - head
+    assert json.loads((tmp_path / "ft" / "summary.json").read_text())["n_params"] == n_params
+    assert (f"model: encoder_only, {n_params:,} parameters (and {head:,} in mlm_head.bias, mlm_head.transform, "
+            f"mlm_head.norm, never trained); run directory {tmp_path / 'ft'}") in done.stdout.splitlines()

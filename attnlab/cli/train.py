@@ -120,9 +120,14 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_import_hf(args: argparse.Namespace) -> None:
     from attnlab.train.hf import import_bert
 
+    from attnlab.train.checkpoint import RunDir
+
     report = import_bert(args.folder, args.out)
     for line in report.lines("import-hf"):
         print(line)
+    task = RunDir(args.out).read_config()[1].task
+    print(f"a run of data.task '{task.name}'; its commands: {', '.join(task.commands)}, and train.init_from to "
+          f"fine-tune it")
     print(f"run directory: {args.out}")
 
 

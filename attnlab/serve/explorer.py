@@ -68,6 +68,7 @@ FIELDS = {
     "language_model": {"max_new_tokens": 20, "sample": False, "temperature": 1.0, "seed": 0},
     "classification": {},
     "masked_lm": {},
+    "encoder": {},  # an imported BertModel: its maps alone, as a masked LM's (served by _encoder)
     "image_classification": {},
 }
 
@@ -237,8 +238,9 @@ class Explorer:
     def _masked_lm(self, text: str) -> dict[str, Any]:
         return self._encoder(text, with_prediction=False)
 
-    def _encoder(self, text: str, with_prediction: bool) -> dict[str, Any]:
-        """An encoder-only model on ``text`` (``a TAB b``: a pair), encoded as its task reads input."""
+    def _encoder(self, text: str, with_prediction: bool = False) -> dict[str, Any]:
+        """An encoder-only model on ``text`` (``a TAB b``: a pair), encoded as its task reads input;
+        a classifier's class probabilities ``with_prediction`` (data.task 'encoder' has no head)."""
         a, tab, b = text.partition("\t")
         [(ids, segments)], cut = encode_inputs(self.tokenizers["src"], [a], [b if tab else None], self.data_cfg.max_len)
         if cut:

@@ -26,10 +26,12 @@ from attnlab.tasks.node_classification import NodeClassification, NodeClassifica
 from attnlab.tasks.forecasting import Forecasting, ForecastingConfig
 from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLanguageModelConfig
 from attnlab.tasks.masked_translation import MaskedTranslation, MaskedTranslationConfig
+from attnlab.tasks.encoder import Encoder, EncoderConfig
 # isort: on
 
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "MaskedTranslation", "MaskedTranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",
            "ImageClassificationConfig", "NodeClassification", "NodeClassificationConfig",
-           "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig"]
+           "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig",
+           "Encoder", "EncoderConfig"]

@@ -3,8 +3,10 @@
 Reads three files and nothing else, never over the network: ``config.json`` (the architecture),
 ``model.safetensors`` (the weights; a pickled ``pytorch_model.bin`` is refused, never unpickled) and
 ``tokenizer.json`` (the WordPiece tokenizer, through the ``tokenizers`` library). The result is a
-masked-LM run of the ``encoder_only`` family that ``fill-mask``, ``inspect`` and ``train.init_from``
-take like any other.
+run of the ``encoder_only`` family that ``inspect`` and ``train.init_from`` take like any other: of
+data.task ``masked_lm`` (which ``fill-mask`` serves) when the folder has BERT's masked-LM head
+(``BertForMaskedLM``), else of data.task ``encoder`` (tasks/encoder.py: ``BertModel``, an encoder and
+its pooler, no head), whose head and classifier a fine-tuned run takes as untrained.
 
 BERT's encoder is attnlab's with ``embedding: normed`` (LayerNorm(E[w] + P[pos] + S[type]), no
 sqrt(d) scale), post-norm layers, exact GELU, learned positions and a segment table of
@@ -202,8 +204,9 @@ def import_bert(folder: str | Path, out: str | Path) -> InitReport:
         raise CheckpointError(f"{folder / 'model.safetensors'}: cannot read ({err})") from None
     model = build_model(cfg)
     loaded, new, unused = load_bert(model, weights, order, folder / "model.safetensors")
-    data = task_config({"task": "masked_lm", "tokenizer": "wordpiece", "vocab_size": cfg.vocab_size,
-                        "max_len": cfg.max_len})
+    with_head = not any(name.startswith("mlm_head.") for name in new)
+    data = task_config({"task": "masked_lm" if with_head else "encoder", "tokenizer": "wordpiece",
+                        "vocab_size": cfg.vocab_size, "max_len": cfg.max_len})
     report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
     staged = staging_dir(out)
     run = RunDir(staged)

@@ -18,7 +18,7 @@ from attnlab.tasks.task import Tokenizers
 from attnlab.train.checkpoint import RunDir, build_run_model
 from attnlab.train.config import RunConfig, TrainConfig, init_source
 from attnlab.train.distributed import World
-from attnlab.train.init import grouped, initialise_from
+from attnlab.train.init import grouped, initialise_from, untrained_of
 from attnlab.train.loop import fit
 from attnlab.train.step import freeze
 
@@ -149,8 +149,14 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     for module in model.modules():
         if isinstance(module, LayerStack):
             module.checkpoint_activations = cfg.train.activation_checkpointing
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"model: {model_cfg.arch}, {n_params:,} parameters; run directory {run.path}")
+    # the parameters that hold trained values or that this run trains; a head that neither the source
+    # run nor this task ever trains (an imported BertModel's masked-LM head, in a classifier) is left out
+    untrained = set(report.untrained) if report is not None else untrained_of(run, model)
+    idle = [name for name, _ in model.named_parameters() if name in untrained]
+    n_params = sum(p.numel() for name, p in model.named_parameters() if name not in untrained)
+    aside = f" (and {sum(p.numel() for name, p in model.named_parameters() if name in untrained):,} in " \
+            f"{grouped(idle)}, never trained)" if idle else ""
+    log(f"model: {model_cfg.arch}, {n_params:,} parameters{aside}; run directory {run.path}")
     summary = fit(model, task, data, cfg.train, run, getattr(model_cfg, "d_model", None), resume=resume, log=log,
                   world=world)
     summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
