@@ -147,6 +147,8 @@ def test_predict_writes_a_label_and_its_probability_per_line(classifier):
     lines = done.stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == ["pos", "", "neg"]
     assert all(float(lines[i].split("\t")[1]) > 0.9 for i in (0, 2))
+    empty = run_cli("predict", str(root / "run"), stdin="")
+    assert empty.returncode == 0 and empty.stdout == "" and empty.stderr == "note: <stdin> is empty: nothing to classify\n"
     record = json.loads(run_cli("predict", str(root / "run"), "--json", stdin="great\n").stdout)
     assert record["label"] == "pos" and sum(record["probabilities"].values()) == pytest.approx(1.0)
     assert list(record["probabilities"]) == ["neg", "pos"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import ConfigError, DataError, task_config
+from attnlab import ConfigError, DataError, UsageError, task_config
 from attnlab.data.series import Scaler, future_dates, read_series, split_bounds, split_rows, window_starts
 from attnlab.tasks.forecasting import Forecasting, origin_row
 from attnlab.tasks.task import Batching
@@ -174,6 +174,17 @@ def test_origins_and_future_dates():
     assert origin_row("2020-01-01 01:00:00", series) == 1
     with pytest.raises(Exception, match="neither a row number nor a date"):
         origin_row("yesterday", series)
+    hourly = read_series_of([f"2017-10-{d:02} {h:02}:00:00" for d in (19, 20) for h in range(24)])
+    assert origin_row("2017-10-20", hourly) == 24  # the day's first hour: the one row it names
+    assert origin_row("2017-10-20T05:00", hourly) == origin_row("2017-10-20 05:00:00", hourly) == 29
+    with pytest.raises(UsageError) as refused:
+        origin_row("2017-10-20 05:30", hourly)
+    assert str(refused.value) == ("--origin '2017-10-20 05:30' is no date of s.csv; the nearest rows are 28 "
+                                  "(2017-10-20 04:00:00), 29 (2017-10-20 05:00:00), 30 (2017-10-20 06:00:00) (give a "
+                                  "row number or one of its dates)")
+    twice = read_series_of(["2020-01-01 00:00:00", "2020-01-01"])
+    with pytest.raises(UsageError, match="is the date of 2 rows of s.csv"):
+        origin_row("2020-01-01T00:00", twice)
     assert future_dates(series.dates, 2) == ["2020-01-01 02:00:00", "2020-01-01 03:00:00"]
     assert future_dates(["a", "b"], 2) == ["t+1", "t+2"]
     assert future_dates(["2020-01-01", "2020-01-08"], 1) == ["2020-01-15"]

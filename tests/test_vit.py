@@ -21,9 +21,11 @@ from attnlab.nn.vision import (
     ClassToken, LearnedPatchPositional, LearnedRowColumnPositional, PatchEmbedding, PatchMean, SinCos2DPositional,
     patches,
 )
-from attnlab.tasks.image_classification import digits, read_folder, read_npz
+from attnlab.tasks.image_classification import digits, read_folder, read_npz, write_example_digits
 from attnlab.train.checkpoint import load_run
 from helpers import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
 
 VIT = dict(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patch_size=2, d_model=16,
            n_heads=2, n_layers=2, d_ff=32, dropout=0.0)
@@ -131,6 +133,20 @@ def write_png(path: Path, pixels: np.ndarray) -> Path:
     return path
 
 
+def test_the_readmes_example_digits_are_two_test_digits_as_written_by_the_function(tmp_path):
+    shipped = ROOT / "examples" / "digits"
+    made = write_example_digits(tmp_path)
+    assert [p.name for p in made] == ["seven.png", "three.png"]
+    test_images, test_labels = digits(seed=0)["test"]
+    for path, label in zip(made, ("7", "3")):
+        pixels = np.asarray(Image.open(shipped / path.name))
+        assert pixels.shape == (8, 8) and np.array_equal(pixels, np.asarray(Image.open(path)))
+        i = next(i for i in range(len(test_labels)) if np.allclose(test_images[i, :, :, 0], pixels, atol=0.5))
+        assert test_labels[i] == label
+    readme = (ROOT / "README.md").read_text()
+    assert "predict runs/digits-vit examples/digits/seven.png examples/digits/three.png" in readme
+
+
 def test_the_folder_and_npz_readers(tmp_path):
     write_png(tmp_path / "cats" / "a.png", np.full((2, 3, 3), 10))
     write_png(tmp_path / "dogs" / "b.png", np.full((2, 3, 3), 200))
@@ -220,6 +236,16 @@ def test_predict_and_evaluate_read_images_as_training_did(vit_run, tmp_path):
     assert on_file["accuracy"] == split["accuracy"] and on_file["confusion"] == split["confusion"]
     refused = run_cli("predict", str(root / "run"), str(tmp_path / "missing.png"))
     assert refused.returncode == 4 and refused.stderr == f"error: {tmp_path / 'missing.png'}: no such file\n"
+    # a larger drawing of the same digit is resized to the model's 8x8, with a note
+    large = tmp_path / "large.png"
+    Image.open(paths[0]).resize((64, 64), Image.Resampling.NEAREST).save(large)
+    resized = run_cli("predict", str(root / "run"), str(large), "--json")
+    assert resized.returncode == 0 and resized.stderr == f"note: {large}: 64x64 pixels, resized to the 8x8 the model reads\n"
+    assert json.loads(resized.stdout)["label"] == records[0]["label"]
+    np.savez(tmp_path / "small.npz", images=test_images[:4, :4, :4, 0], labels=np.arange(4))
+    small = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "small.npz"))
+    assert small.returncode == 4 and small.stderr == (f"error: {tmp_path / 'small.npz'}: images of 4x4 pixels and 1 "
+                                                      f"channel; the model reads 8x8 with 1 channel (set data.resize)\n")
     refused = run_cli("predict", str(root / "run"))
     assert refused.returncode == 2 and "give the images to classify as arguments" in refused.stderr
 

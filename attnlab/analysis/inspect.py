@@ -152,14 +152,14 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
     mean over the queries) over the patch grid, per head, drawn on the image; then the rollout."""
     if not cfg.capabilities.attention_weights:
         raise UsageError(f"{run.path} holds a model of arch '{cfg.arch}', which has no attention to inspect")
-    state, data_cfg = run.read_task_state(), run.read_config()[1]
+    state = run.read_task_state()
     images = read_inputs([path], run).to(next(model.parameters()).device)  # (1, C, H, W), standardised
     model.eval()
     with capture_attention(model) as captured:
         p = model.classify(images)[0].softmax(-1)
     records = captured.last()
     out = figures()
-    picture = read_image(path, colour_of(state["shape"]), data_cfg.resize) / 255.0  # (H, W, C), for display
+    picture = read_image(path, colour_of(state["shape"]), tuple(state["shape"][:2])) / 255.0  # (H, W, C), as read
     over_patches = model.summary.attention_over_patches  # (..., T, T) -> (..., N)
     names = state["labels"]
     summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(cfg.grid), "modules": {},

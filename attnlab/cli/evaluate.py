@@ -69,7 +69,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
               f"{result['length_beam']})")
     else:
         print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
-        print(f"({result['sentences']} sentences, beam {result['beam']}, lenpen {result['lenpen']})")
+        search = f"beam {result['beam']}, lenpen {result['lenpen']}" if result["beam"] > 1 else "greedy (beam 1)"
+        print(f"({result['sentences']} sentences, {search})")
 
 
 def _use_test_set(args: argparse.Namespace) -> None:
@@ -240,7 +241,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_run_dir_args(forecast)
     forecast.add_argument("--data", required=True, help="the CSV series, with the run's date column and columns")
     forecast.add_argument("--origin", help="the first row to forecast: a row number (0 = the first after the header) "
-                                           "or a date of the date column (default: after the last row)")
+                                           "or a date of the date column, in any ISO form that names one row "
+                                           "(2017-10-20 for 2017-10-20 00:00:00; default: after the last row)")
     forecast.add_argument("--output", help="write the forecast CSV here (default: stdout)")
     forecast.add_argument("--plot", help="write a PNG of history, forecast and (where the file has it) truth")
     forecast.add_argument("--channels", help="the columns to plot, comma-separated (default: the last column)")

@@ -221,9 +221,9 @@ class FilterReport:
 
     def __str__(self) -> str:
         if not self.dropped:
-            return f"kept all {self.kept} pairs"
-        reasons = ", ".join(f"{n} {why}" for why, n in self.dropped.most_common())
-        return f"kept {self.kept} pairs, dropped {sum(self.dropped.values())} ({reasons})"
+            return f"kept all {self.kept:,} pairs"
+        reasons = ", ".join(f"{n:,} {why}" for why, n in self.dropped.most_common())
+        return f"kept {self.kept:,} pairs, dropped {sum(self.dropped.values()):,} ({reasons})"
 
 
 def filter_by_length(pairs: list[tuple[list[int], list[int]]], max_src_len: int,
@@ -243,12 +243,13 @@ def filter_by_length(pairs: list[tuple[list[int], list[int]]], max_src_len: int,
     return keep, report
 
 
-def read_input_lines(path: str | None) -> list[str]:
+def read_input_lines(path: str | None, doing: str = "translate") -> list[str]:
     """Lines of a command's --input FILE, or of standard input: read, checked and split the same
-    way. Empty input gives empty output, with a note, as it would from any filter."""
+    way. Empty input gives empty output, with a note that there is nothing to do (``doing``: the
+    command's verb), as it would from any filter."""
     name = path or "<stdin>"
     text = decode_utf8(sys.stdin.buffer.read(), name) if path is None else read_text(path)
     lines = check_lines(split_lines(text), name, allow_empty=True)
     if not lines:
-        print(f"note: {name} is empty: nothing to translate", file=sys.stderr)
+        print(f"note: {name} is empty: nothing to {doing}", file=sys.stderr)
     return lines

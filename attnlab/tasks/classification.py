@@ -272,7 +272,7 @@ class Classification(ClassifierTask):
 
         if inputs:
             raise UsageError("a text classifier reads one text per line from --input FILE or stdin, not arguments")
-        lines = read_input_lines(input_file)
+        lines = read_input_lines(input_file, "classify")
         state = run.read_task_state()
         pairs = state.get("pairs", run.read_config()[0].n_segments > 0)  # runs of before 'pairs': pairs had segments
         probabilities = classify(model, run.read_tokenizers()["src"], lines, run.read_config()[1].max_len, pairs,

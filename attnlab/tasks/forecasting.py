@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import typing
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -260,14 +261,41 @@ def forecast_from(model: nn.Module, data: SeriesData, origin: int) -> Forecast:
                     unscaled(scaled).numpy(), unscaled(truth).numpy(), scores)
 
 
+def _when(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+
+
 def origin_row(origin: str | None, series: Series) -> int:
-    """`forecast --origin`: a row number, or a date of the series' date column; None: after the last row."""
+    """`forecast --origin`: a row number, or a date of the series' date column as written there or
+    in any ISO form that names the same moment as exactly one row ('2017-10-20' is the row of
+    '2017-10-20 00:00:00'); None: after the last row. A date between rows is refused with the
+    nearest rows."""
     if origin is None:
         return len(series)
     if origin.strip().isdigit():
         return int(origin)
     if origin in series.dates:
         return series.dates.index(origin)
+    when, times = _when(origin), [_when(d) for d in series.dates]
+    if when is not None and None not in times:
+        try:
+            gaps = [abs(t - when) for t in times]
+        except TypeError:  # one has a time zone and the other not: they cannot be compared
+            gaps = None
+        if gaps is not None:
+            rows = [i for i, gap in enumerate(gaps) if not gap]
+            if len(rows) == 1:
+                return rows[0]
+            if rows:
+                raise UsageError(f"--origin {origin!r} is the date of {len(rows)} rows of {series.path} "
+                                 f"({', '.join(map(str, rows[:5]))}); give a row number")
+            nearest = sorted(sorted(range(len(gaps)), key=gaps.__getitem__)[:3])
+            raise UsageError(f"--origin {origin!r} is no date of {series.path}; the nearest rows are "
+                             + ", ".join(f"{i} ({series.dates[i]})" for i in nearest)
+                             + " (give a row number or one of its dates)")
     raise UsageError(f"--origin {origin!r} is neither a row number nor a date of {series.path} (its dates run from "
                      f"{series.dates[0]!r} to {series.dates[-1]!r})")
 

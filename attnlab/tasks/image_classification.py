@@ -17,6 +17,7 @@ mirror image half of the time; both off by default (a flipped digit is another d
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -85,15 +86,17 @@ class ImageClassificationConfig(TaskConfig):
 
 # -- reading ----------------------------------------------------------------------------------------
 
-def read_image(path: str | Path, colour: str, resize: int | None) -> np.ndarray:
-    """One image file -> (H, W, C) float32 pixels, in ``colour`` (rgb: C = 3, grey: C = 1)."""
+def read_image(path: str | Path, colour: str, resize: int | tuple[int, int] | None) -> np.ndarray:
+    """One image file -> (H, W, C) float32 pixels, in ``colour`` (rgb: C = 3, grey: C = 1),
+    resized (bilinear) to ``resize`` x ``resize`` or to ``resize`` = (H, W) when given."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
             image = image.convert(COLOURS[colour])
             if resize is not None:
-                image = image.resize((resize, resize), Image.Resampling.BILINEAR)
+                height, width = (resize, resize) if isinstance(resize, int) else resize
+                image = image.resize((width, height), Image.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.float32)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
@@ -180,6 +183,22 @@ def digits(seed: int) -> dict[str, Images]:
 
 
 BUILT_IN: dict[str, Callable[[int], dict[str, Images]]] = {"digits": digits}
+
+EXAMPLE_DIGITS = {"seven": "7", "three": "3"}  # the README's examples/digits/seven.png and three.png
+
+
+def write_example_digits(folder: str | Path) -> list[Path]:
+    """The first 7 and the first 3 of the digits' test split (split_seed 0) as 8x8 greyscale PNG
+    files in ``folder`` (the README's examples/digits), pixels rounded to 0-255; the paths."""
+    from PIL import Image
+
+    images, labels = digits(0)["test"]
+    paths = []
+    for name, digit in EXAMPLE_DIGITS.items():
+        paths.append(Path(folder) / f"{name}.png")
+        paths[-1].parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.rint(images[labels.index(digit), :, :, 0]).astype(np.uint8), mode="L").save(paths[-1])
+    return paths
 
 
 def read_splits(cfg: ImageClassificationConfig) -> dict[str, Images]:
@@ -306,16 +325,18 @@ class ImageData:
 
 
 def tensors(read: dict[str, Images], classes: list[str], cfg: ImageClassificationConfig,
-            shape: tuple[int, ...] | None = None) -> dict[str, tuple[Tensor, Tensor]]:
+            shape: tuple[int, ...] | None = None, source: str | None = None) -> dict[str, tuple[Tensor, Tensor]]:
     """Each split as (N, C, H, W) pixels and class ids; every split's images of one ``shape``
-    (H, W, C), the training split's unless given."""
+    (H, W, C), the training split's unless given. Errors name the split's file in ``cfg``, or
+    ``source`` (a file `evaluate --data` reads)."""
     shape = shape or read["train"][0].shape[1:]
     out = {}
     for name, (pixels, labels) in read.items():
-        where = getattr(cfg, name, None) or cfg.dataset or name
+        where = source or getattr(cfg, name, None) or cfg.dataset or name
         if pixels.shape[1:] != tuple(shape):
-            raise DataError(f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and {pixels.shape[3]} "
-                            f"channels; the model reads {shape[1]}x{shape[0]} with {shape[2]} (set data.resize)")
+            raise DataError(f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
+                            f"{channels(pixels.shape[3])}; the model reads {shape[1]}x{shape[0]} with "
+                            f"{channels(shape[2])} (set data.resize)")
         out[name] = (as_tensor(pixels), class_ids(labels, classes, where))
     return out
 
@@ -373,7 +394,7 @@ class ImageClassification(ClassifierTask):
         """Loss, accuracy, macro-F1 and the confusion matrix on an image folder or .npz file, read
         and standardised as the run's training data was."""
         pixels, labels = read_images(path, colour_of(state["shape"]), cfg.resize)
-        images, ids = tensors({"test": (pixels, labels)}, state["labels"], cfg, tuple(state["shape"]))["test"]
+        images, ids = tensors({"test": (pixels, labels)}, state["labels"], cfg, tuple(state["shape"]), path)["test"]
         standardise = Standardise(state["mean"], state["std"])
         batches = [ImageBatch(standardise(images[rows]), ids[rows]) for rows in torch.arange(len(ids)).split(256)]
         return evaluation_report(model, batches, state["labels"])
@@ -418,14 +439,27 @@ def planned_shape(cfg: ImageClassificationConfig) -> tuple[int, int, int]:
     return read_image(first, cfg.colour, None).shape
 
 
-def read_inputs(paths: list[str], run: Any) -> Tensor:
-    """Image files -> (N, C, H, W) standardised as the run's training data, each of the model's size."""
+def channels(n: int) -> str:
+    return f"{n} channel{'s' * (n != 1)}"
+
+
+def read_input_image(path: str, run: Any) -> np.ndarray:
+    """One image file as the run's model reads it: (H, W, C) pixels in its colours, read as its
+    training images were (data.resize), and resized (bilinear) to its size if it has another one,
+    with a note on stderr saying so (a 64x64 drawing for the 8x8 digits model)."""
     _, cfg, _ = run.read_config()
+    shape = tuple(run.read_task_state()["shape"])  # (H, W, C)
+    image = read_image(path, colour_of(shape), cfg.resize)
+    if image.shape[:2] != shape[:2]:
+        print(f"note: {path}: {image.shape[1]}x{image.shape[0]} pixels, resized to the {shape[1]}x{shape[0]} the "
+              f"model reads", file=sys.stderr)
+        image = read_image(path, colour_of(shape), shape[:2])
+    return image
+
+
+def read_inputs(paths: list[str], run: Any) -> Tensor:
+    """Image files -> (N, C, H, W) standardised as the run's training data, each of the model's
+    size (:func:`read_input_image`)."""
     state = run.read_task_state()
-    shape = tuple(state["shape"])  # (H, W, C)
-    pixels = [read_image(path, colour_of(shape), cfg.resize) for path in paths]
-    for image, path in zip(pixels, paths):
-        if image.shape != shape:
-            raise DataError(f"{path}: {image.shape[1]}x{image.shape[0]} pixels with {image.shape[2]} channels; the "
-                            f"model reads {shape[1]}x{shape[0]} with {shape[2]}")
+    pixels = [read_input_image(path, run) for path in paths]
     return Standardise(state["mean"], state["std"])(as_tensor(np.stack(pixels)))
