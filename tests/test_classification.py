@@ -133,6 +133,13 @@ def test_an_encoder_learns_to_classify_through_the_command_line(classifier):
     valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
              if json.loads(line)["split"] == "valid"]
     assert [v["step"] for v in valid] == [30, 60]
+    # throughput in what a classifier's loss counts: examples, not tokens
+    train = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["split"] == "train"]
+    assert train and all("examples_per_s" in t and "tokens_per_s" not in t for t in train)
+    summary = json.loads((root / "run" / "summary.json").read_text())
+    assert summary["train_examples"] > 0 and summary["examples_per_s"] > 0
+    assert "train_tokens" not in summary and "tokens_per_s" not in summary
     assert valid[-1]["accuracy"] == 1.0 and valid[-1]["macro_f1"] == 1.0 and valid[-1]["valid_loss"] < 0.1
     assert json.loads((root / "run" / "task_state.json").read_text()) == {"labels": ["neg", "pos"], "pairs": False}
     _, _, cfg = load_run(root / "run")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,7 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     done = run_cli("train", str(config), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == f"run directory: {out}"
+    assert re.search(r"^stopped after 250 steps \(max_steps\), \d+\.\d s of training$", done.stdout, re.M)
     assert "step" in done.stderr  # the progress bar
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 250 and summary["n_params"] > 0 and summary["train_seconds"] >= 0
@@ -205,6 +207,11 @@ def test_demo_with_a_small_budget(tmp_path):
     assert 0 <= result["bleu"] <= 100 and 0 <= result["exact_match"] <= 1 and result["ppl"] >= 1
     text = run_cli("evaluate", str(out), "--src", str(commands), "--ref", str(actions)).stdout
     assert text.startswith("BLEU ") and "chrF " in text and "exact match" in text
+    assert text.splitlines()[-1] == "(3 sentences, beam 4, lenpen 0.6)"
+    greedy = run_cli("evaluate", str(out), "--src", str(commands), "--ref", str(actions), "--beam", "1")
+    assert greedy.stdout.splitlines()[-1] == "(3 sentences, greedy (beam 1))"  # no length penalty to report
+    greedy = run_cli("evaluate", str(out), "--src", str(commands), "--ref", str(actions), "--beam", "1", "--json")
+    assert json.loads(greedy.stdout)["lenpen"] is None
     scored = run_cli("score", str(out), "--src", str(commands), "--tgt", str(actions), "--json")
     record = json.loads(scored.stdout)
     assert record["ppl"] == pytest.approx(result["ppl"], rel=1e-4)
@@ -248,7 +255,12 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
         assert lower.returncode == 0 and lower.stdout.startswith("to be") and len(lower.stdout.rstrip("\n")) == 25
     two = run("--prompt", "to", "--max-new-tokens", "5", "--num-samples", "2", "--top-p", "0.9").stdout
     assert two.count("--- sample") == 2
-    for bad in (["--temperature", "0"], ["--top-k", "0"], ["--top-p", "1.5"], ["--max-new-tokens", "100001"]):
+    unlimited = run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "0", "--seed", "3")
+    assert unlimited.returncode == 0 and unlimited.stdout == first.stdout  # 0: no limit, as in Hugging Face
+    noted = run("--prompt", "to bé€", "--max-new-tokens", "2", "--seed", "3")
+    assert noted.returncode == 0 and noted.stderr == "note: 2 unknown prompt tokens were read as <unk>\n"
+    assert noted.stdout.startswith("to bé€")
+    for bad in (["--temperature", "0"], ["--top-k", "-1"], ["--top-p", "1.5"], ["--max-new-tokens", "100001"]):
         refused = run(*bad)
         assert refused.returncode == 2 and refused.stderr.startswith("error: ") and "Traceback" not in refused.stderr
     scored = run_cli("score", str(out), "--tgt", str(text), "--json")

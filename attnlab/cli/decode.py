@@ -110,12 +110,15 @@ def parallel_search(args: argparse.Namespace):
 def cmd_generate(args: argparse.Namespace) -> None:
     import torch
 
+    from attnlab.data.tokenizers import UNK
     from attnlab.decode.search import sample
 
     if args.temperature <= 0:
         raise UsageError(f"--temperature must be > 0 (got {args.temperature}); use --top-k 1 for greedy")
-    if args.top_k is not None and args.top_k < 1:
-        raise UsageError(f"--top-k must be at least 1 (got {args.top_k})")
+    if args.top_k is not None and args.top_k < 0:
+        raise UsageError(f"--top-k must be at least 0, 0 for no limit (got {args.top_k})")
+    if args.top_k == 0:  # Hugging Face's top_k=0: every token may be drawn
+        args.top_k = None
     if args.speculate < 1:
         raise UsageError(f"--speculate must be at least 1 (got {args.speculate})")
     if args.top_p is not None and not 0 < args.top_p <= 1:
@@ -129,6 +132,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
     prompt_ids = tok.encode(args.prompt)
     if not prompt_ids:
         raise UsageError("--prompt is empty after tokenisation; give at least one known token")
+    if prompt_ids.count(UNK):  # as translate notes them
+        print(f"note: {prompt_ids.count(UNK)} unknown prompt token{'s' * (prompt_ids.count(UNK) != 1)} "
+              f"{'were' if prompt_ids.count(UNK) != 1 else 'was'} read as <unk>", file=sys.stderr)
     positions = model.embed.positional.max_positions
     if positions is not None and len(prompt_ids) > positions:
         print(f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} "
@@ -267,7 +273,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     generate.add_argument("--temperature", type=float, default=1.0,
                           help="divide the logits by T before sampling: below 1 is surer, above 1 more varied "
                                "(default 1)")
-    generate.add_argument("--top-k", type=int, help="sample among the K most likely tokens")
+    generate.add_argument("--top-k", type=int, help="sample among the K most likely tokens (0: no limit, as "
+                                                     "without it)")
     generate.add_argument("--top-p", type=float, help="sample from the smallest set of probability >= P")
     generate.add_argument("--seed", type=int,
                           help="random seed: the same seed gives the same text (default: a new one each time, "

@@ -38,5 +38,6 @@ def evaluate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], sources:
     pairs = list(zip(src_ids, tgt_ids))
     batches = [collate_pairs(pairs[i:i + batch_size]) for i in range(0, len(pairs), batch_size)]
     likelihood = teacher_forced(model, batches, next(model.parameters()).device)
-    return scores | {"ppl": likelihood["ppl"], "nll": likelihood["loss"], "beam": beam, "lenpen": lenpen,
+    return scores | {"ppl": likelihood["ppl"], "nll": likelihood["loss"], "beam": beam,
+                     "lenpen": lenpen if beam > 1 else None,  # beam 1 is greedy: no length penalty
                      "hypotheses": hypotheses}

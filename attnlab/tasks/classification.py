@@ -162,6 +162,7 @@ def evaluation_report(model: nn.Module, batches: typing.Iterable[typing.Any], la
 
 
 class ClassifierTask(Task):
+    counts = "examples"  # sentences, images or nodes: one target each
     """A task whose target is one class per example: the cross-entropy over examples, accuracy and
     macro-F1, and `evaluate --split`. Its batches have ``labels`` (B,) and ``logits(model)``; its
     data, ``labels``, the class names in class-id order."""

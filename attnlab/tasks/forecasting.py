@@ -304,6 +304,7 @@ def origin_row(origin: str | None, series: Series) -> int:
 class Forecasting(Task):
     name = "forecasting"
     config = ForecastingConfig
+    counts = "values"  # every forecast value of a window is a target
     needs = {"inputs": "series"}
     metrics = {"valid_loss": True, "mae": True}  # valid_loss: the MSE
     commands = ("forecast", "evaluate")

@@ -152,7 +152,9 @@ class Task:
     commands that use its runs; ``sets`` the model fields its data sets, which a training config
     leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run; ``untrained`` the
     modules of the model its loss never reaches (a masked-LM run's classifier), by name prefix, which
-    a run started from it does not take as trained (train/init.py); ``evaluate_file``,
+    a run started from it does not take as trained (train/init.py); ``counts`` what its batches'
+    ``n_tokens`` count (tokens; a classifier's examples; a forecaster's values), which names the
+    training log's throughput (``<counts>_per_s``) and the summary's ``train_<counts>``; ``evaluate_file``,
     where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`;
     ``file_splits``: the file holds splits, and --split chooses one), and ``evaluate_split`` on a split
     of the run's own data (`--split`), both giving a record that ``report`` turns into lines; ``predict``, where the task
@@ -168,6 +170,7 @@ class Task:
     sets: ClassVar[tuple[str, ...]] = ("vocab_size", "pad_id")
     tokenizers: ClassVar[tuple[str, ...]] = ("src", "tgt")
     untrained: ClassVar[tuple[str, ...]] = ()
+    counts: ClassVar[str] = "tokens"  # what a batch's n_tokens counts: the summary's train_<counts>, <counts>_per_s
     evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
     evaluate_split: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, data, split)
     file_splits: ClassVar[bool] = False  # evaluate_file takes (..., path, split)

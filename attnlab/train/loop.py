@@ -72,8 +72,9 @@ class TrainLog:
     lines average over the steps since the last one (sums kept in Progress, so a resumed run logs
     what an uninterrupted one would)."""
 
-    def __init__(self, run: RunDir, cfg: TrainConfig, progress: Progress, main: bool) -> None:
+    def __init__(self, run: RunDir, cfg: TrainConfig, progress: Progress, main: bool, counts: str = "tokens") -> None:
         self.run, self.main = run, main
+        self.rate = f"{counts}_per_s"  # throughput in what the task's batches count (Task.counts)
         if main:
             _truncate_metrics(run, progress.step)
         # purge_step drops the events a killed run logged after its last checkpoint
@@ -93,14 +94,15 @@ class TrainLog:
         record = {"step": progress.step, "split": "train",
                   "loss": progress.window_loss / counted, "nll": progress.window_nll / counted,
                   "lr": out["lr"], "grad_norm": float(out["grad_norm"]),
-                  "tokens_per_s": progress.window_tokens / progress.window_seconds, "epoch": progress.epoch,
+                  self.rate: progress.window_tokens / progress.window_seconds, "epoch": progress.epoch,
                   "layer_grad_norms": out["layer_grad_norms"]}
         self._line(record)
-        for key in ("loss", "nll", "lr", "grad_norm", "tokens_per_s"):
+        for key in ("loss", "nll", "lr", "grad_norm", self.rate):
             self.writer.add_scalar(f"train/{key}", record[key], progress.step)
         for layer, norm in record["layer_grad_norms"].items():
             self.writer.add_scalar(f"grad_norm/{layer}", norm, progress.step)
-        self.bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{out['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}")
+        self.bar.set_postfix({"loss": f"{record['loss']:.3f}", "lr": f"{out['lr']:.2e}",
+                              self.rate.replace("_per_s", "/s"): f"{record[self.rate]:.0f}"})
         progress.window_loss = progress.window_nll = progress.window_seconds = 0.0
         progress.window_tokens = 0
 
@@ -268,7 +270,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     if resume:
         progress = _restore(run, model, optimizer, scheduler, scaler, device)
         log(f"resuming {run.path} from step {progress.step}")
-    train_log, limits = TrainLog(run, cfg, progress, main), Limits(cfg, learnable)
+    train_log, limits = TrainLog(run, cfg, progress, main, task.counts), Limits(cfg, learnable)
     health = Health(cfg, precision.precision, run, log, progress)
     evaluation = Evaluation(Validation(task, data, cfg, device, amp), train_log,
                             Checkpoints(run, cfg, main, task.metrics[cfg.early_stop_metric]),
@@ -319,7 +321,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                     last_eval = evaluation(progress, model)
     train_log.close()
     progress.settle()
-    log(f"stopped after {progress.step} steps ({stop_reason}), {progress.train_seconds:.1f} s of training")
+    said = "max_steps" if stop_reason == f"max_steps ({cfg.max_steps})" else stop_reason  # the count is just before
+    log(f"stopped after {progress.step:,} steps ({said}), {progress.train_seconds:.1f} s of training")
     if stop_reason.startswith("max_seconds") and progress.step < cfg.max_steps:
         log(f"not finished: step {progress.step} of {cfg.max_steps} when train.max_seconds ({cfg.max_seconds:g} s) "
             f"ran out; continue with `attnlab train --out {run.path} --resume`, or raise or remove train.max_seconds")
@@ -328,8 +331,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     best_step = run.best_step()
     load_weights(model, run.step_dir(best_step) / MODEL_FILE)  # leave the best weights in the model
     return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop_reason,
-            "train_seconds": round(progress.train_seconds, 2), "train_tokens": progress.tokens,
-            "tokens_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
+            "train_seconds": round(progress.train_seconds, 2), f"train_{task.counts}": progress.tokens,
+            f"{task.counts}_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
             "best_step": best_step, f"best_{cfg.early_stop_metric}": progress.best,
             "skipped_steps": progress.skipped_steps, "precision": precision.precision, "last_eval": last_eval}
 
