@@ -392,7 +392,7 @@ def test_version_help_and_data_list_start_without_torch(args, prints):
 def tiny_lm_run(tmp_path) -> Path:
     """A character LM trained for 2 steps: enough to sample from."""
     text = tmp_path / "text.txt"
-    text.write_text("abcdefgh" * 50)
+    text.write_text("abcdefgh\n" * 50)  # the newline: generate's default prompt is a known token
     config = tmp_path / "lm.yaml"
     config.write_text(f"model: {{arch: decoder_lm, d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
                       f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"

@@ -70,12 +70,14 @@ def untrained_by(task: type[Task], names: list[str]) -> list[str]:
     return [name for name in names if any(name.startswith(prefix) for prefix in task.untrained)]
 
 
-def untrained_of(run: RunDir, model: nn.Module) -> set[str]:
+def untrained_of(run: RunDir, model: nn.Module, task: type[Task] | None = None) -> set[str]:
     """The names of ``run``'s ``model``'s tensors that hold no trained values: as init.json lists
-    them, or, for a run started from scratch, those its task never trains."""
+    them, or, for a run started from scratch, those its ``task`` (by default the one its config.yaml
+    names: a run being started passes its own, which ranks other than 0 have not read from disk)
+    never trains."""
     if run.init.exists():
         return set(run.read_init()["untrained"])
-    return set(untrained_by(run.read_config()[1].task, list(named_tensors(model))))
+    return set(untrained_by(task or run.read_config()[1].task, list(named_tensors(model))))
 
 
 def trained_tensors(run: RunDir, model: nn.Module) -> dict[str, torch.Tensor]:

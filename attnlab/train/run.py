@@ -151,7 +151,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
             module.checkpoint_activations = cfg.train.activation_checkpointing
     # the parameters that hold trained values or that this run trains; a head that neither the source
     # run nor this task ever trains (an imported BertModel's masked-LM head, in a classifier) is left out
-    untrained = set(report.untrained) if report is not None else untrained_of(run, model)
+    untrained = set(report.untrained) if report is not None else untrained_of(run, model, cfg.data.task)
     idle = [name for name, _ in model.named_parameters() if name in untrained]
     n_params = sum(p.numel() for name, p in model.named_parameters() if name not in untrained)
     aside = f" (and {sum(p.numel() for name, p in model.named_parameters() if name in untrained):,} in " \
