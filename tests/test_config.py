@@ -17,7 +17,7 @@ from attnlab.models import read_model_config
     (dict(norm="mid"), r"norm must be one of 'post', 'pre' \(got 'mid'\)"),
     (dict(positional="rotery"), r"positional must be one of .*'rotary'.* \(got 'rotery'\) \(did you mean 'rotary'\?\)"),
     (dict(arch="gpt"), r"arch must be one of 'encoder_decoder', 'decoder_lm', 'encoder_only'"),
-    (dict(activation="tanh"), r"activation must be one of 'relu', 'gelu', 'silu'"),
+    (dict(activation="tanh"), r"activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'"),
     (dict(positional_combine="mul"), r"positional_combine must be one of 'add', 'concat'"),
     (dict(tie_embeddings="yes"), r"tie_embeddings must be one of 'none', 'output', 'src_tgt', 'all'"),
     (dict(dropout=1.5), r"dropout must be in \[0, 1\) \(got 1.5\)"),

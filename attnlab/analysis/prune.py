@@ -52,11 +52,12 @@ def _metrics(model: nn.Module, task: type[Task], data, split: str, limit: int | 
 
 def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid", out: str | Path | None = None,
               limit: int | None = None, log: Callable[[str], None] | None = None,
-              device: torch.device | str = "cpu") -> dict[str, Any]:
+              device: torch.device | str = "cpu", text: str | None = None) -> dict[str, Any]:
     """Rank the heads of ``run_dir``'s model, then measure it with no heads pruned and with each of
     ``fractions`` pruned: {"run", "split", "importance", "results": one entry per measurement}, and
     "out" when the pruned model was written there. ``log`` hears one line when the ranking is done
-    and one per measurement, with its time; with it, decoding also shows its progress bar."""
+    and one per measurement, with its time; with it, decoding also shows its progress bar. ``text``: a
+    file to rank and measure on instead of the run's data (read_run_data)."""
     if out is not None and len(fractions) != 1:
         raise UsageError("--out writes one pruned model: give one --fraction")
     if out is not None and Path(out).exists():
@@ -69,7 +70,7 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
     if (kind := weights_of(model)) != "fp32":  # ranking heads needs gradients, which quantised weights have not
         raise exported_weights(run.path, kind)
     task = run.read_config()[1].task
-    data = read_run_data(run, split)
+    data = read_run_data(run, split, text)
     say = log or (lambda line: None)
     started = time.perf_counter()
     importance = head_importance(model, [b.to(device) for b in data.eval_batches(split)], mean_loss(task))

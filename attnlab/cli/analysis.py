@@ -44,7 +44,8 @@ def cmd_prune(args: argparse.Namespace) -> None:
     check_new_file(args.plot, args.force, "--plot")  # now, not after the measurements
     device = device_of(args)
     check_task_serves(args)
-    summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit, log=stderr_line, device=device)
+    summary = prune_run(args.run_dir, args.fraction, args.split, args.out, args.limit, log=stderr_line, device=device,
+                        text=args.data)
     for r in summary["results"]:
         text = f"  BLEU {r['bleu']:.2f}  exact match {r['exact_match']:.2%}" if "bleu" in r else \
             f"  accuracy {r['accuracy']:.2%}  macro-F1 {r['macro_f1']:.4f}" if "accuracy" in r else ""
@@ -82,6 +83,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="fraction(s) of all heads to prune, e.g. 0.2 0.4 0.6")
     prune.add_argument("--out", help="write the pruned model (one --fraction) as a new run directory")
     prune.add_argument("--split", default="valid", help="the run's data split to rank and measure on")
+    prune.add_argument("--data", metavar="FILE", help="rank and measure on this text file (its train and valid "
+                                                      "split) instead of the run's data: a run imported from Hugging "
+                                                      "Face has none")
     prune.add_argument("--limit", type=int, help="decode at most this many sentences per measurement")
     prune.add_argument("--plot", help="write the metric against the fraction pruned to this PNG")
     prune.add_argument("--force", action="store_true", help="overwrite an existing --plot file")

@@ -6,6 +6,9 @@ Four kinds behind one interface, each saved as the library's own ``tokenizer.jso
 - ``word``: whitespace-separated words; decoding joins them with single spaces;
 - ``bpe``: byte-pair encoding (Sennrich et al. 2016) over SentencePiece-style ``▁`` word starts,
   with byte fallback, so that any text round-trips, unseen characters included;
+- ``byte_bpe``: GPT-2's byte-level BPE (Radford et al. 2019): the text's UTF-8 bytes as 256 base
+  symbols, split before merging as GPT-2's regular expression splits words, a word's leading space
+  part of it; any text round-trips, and nothing is unknown;
 - ``unigram``: the unigram language model (Kudo 2018) over the same word starts;
 - ``wordpiece``: BERT's subwords (Wu et al. 2016), continuation pieces marked ``##``, over words
   and punctuation (BERT's pre-tokenizer), lower-cased as uncased BERT is.
@@ -33,7 +36,7 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 CONTROL_IDS = frozenset((PAD, BOS, EOS))  # ids that steer decoding; text never encodes to them
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 MASK_TOKEN, MASK = "<mask>", 4  # only in tokenizers trained with_mask (the masked-LM task)
-TOKENIZER_KINDS = ("char", "word", "bpe", "unigram", "wordpiece")
+TOKENIZER_KINDS = ("char", "word", "bpe", "byte_bpe", "unigram", "wordpiece")
 _BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
 
 
@@ -58,6 +61,12 @@ def _pipeline(kind: str, vocab_size: int, specials: list[str]) -> tuple[tokenize
                                          decoders.Strip(" ", 1, 0)])
         return tok, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials + _BYTE_TOKENS,
                                         show_progress=False)
+    if kind == "byte_bpe":
+        tok = tokenizers.Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        return tok, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     if kind == "wordpiece":
         tok = tokenizers.Tokenizer(models.WordPiece(unk_token="<unk>"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)

@@ -219,14 +219,15 @@ def length_limits(session: DecodingSession, src: Tensor | None, max_len: int | N
 
 
 @torch.no_grad()
-def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, min_len: int = 0,
-           use_cache: bool = True, kv_cache: str = "auto") -> list[list[int]]:
-    """The argmax token at every step until EOS. src: (B, S) padded ids -> B id lists (no BOS/EOS)."""
-    session = DecodingSession(model, src=src, use_cache=use_cache, kv_cache=kv_cache)
+def greedy(model: nn.Module, src: Tensor | None = None, max_len: int | None = None, min_len: int = 0,
+           use_cache: bool = True, kv_cache: str = "auto", prompt: Tensor | None = None) -> list[list[int]]:
+    """The argmax token at every step until EOS. src: (B, S) padded ids (EncoderDecoder), or
+    ``prompt``: (B, P) ids to continue (DecoderLM, not padded) -> B id lists (no BOS/EOS, no prompt)."""
+    session = DecodingSession(model, src=src, prompt=prompt, use_cache=use_cache, kv_cache=kv_cache)
     limits = length_limits(session, src, max_len, feeds_last=False)  # (B,)
     session.reserve(int(limits.max()) - 1)  # the last token is not fed back
     min_lens = limits.clamp(max=min_len)
-    B = src.shape[0]
+    B = session.start.shape[0]
     tokens, out = session.start, []
     finished = limits == 0
     for t in range(int(limits.max())):
@@ -278,10 +279,12 @@ def best_reachable(scores: Tensor, length: int, limits: Tensor, alpha: float) ->
 
 
 @torch.no_grad()
-def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.6, nbest: int = 1,
+def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenpen: float = 0.6, nbest: int = 1,
                 max_len: int | None = None, min_len: int = 0, use_cache: bool = True,
-                kv_cache: str = "auto") -> list[list[Hypothesis]]:
-    """Beam search for a whole batch at once: B sentences x ``beam`` rows in one tensor.
+                kv_cache: str = "auto", prompt: Tensor | None = None) -> list[list[Hypothesis]]:
+    """Beam search for a whole batch at once: B sentences x ``beam`` rows in one tensor: of ``src``
+    (EncoderDecoder, (B, S) padded ids), or continuing ``prompt`` (DecoderLM, (B, P) ids, not padded;
+    the scores are log P(tokens, EOS | prompt)).
 
     At each step the 2 x beam best continuations of each sentence are taken from its beam x V
     candidates (ranked by log-probability); those ending in EOS among the first ``beam`` are
@@ -297,10 +300,12 @@ def beam_search(model: nn.Module, src: Tensor, beam: int = 4, lenpen: float = 0.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
-    B, K = src.shape[0], beam
-    session = DecodingSession(model, src=src.repeat_interleave(K, dim=0), use_cache=use_cache, kv_cache=kv_cache)
-    device = src.device
-    limits = length_limits(session, src.repeat_interleave(K, dim=0), max_len, feeds_last=True)[::K]  # (B,)
+    given = src if src is not None else prompt  # (B, S) or (B, P)
+    B, K = given.shape[0], beam
+    repeated = {"src" if src is not None else "prompt": given.repeat_interleave(K, dim=0)}
+    session = DecodingSession(model, **repeated, use_cache=use_cache, kv_cache=kv_cache)
+    device = given.device
+    limits = length_limits(session, repeated.get("src"), max_len, feeds_last=True)[::K]  # (B,)
     session.reserve(int(limits.max()))  # the last token is fed back, to score EOS after it
     min_lens = limits.clamp(max=min_len)
     worst_kept = torch.full((B,), -torch.inf, device=device)  # each sentence's K-th best finished; -inf below K

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.config import at_least
+from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, register_family
@@ -15,19 +15,30 @@ from attnlab.nn.registry import ACTIVATIONS
 from attnlab.nn.residual import ResidualConnection
 from attnlab.nn.transformer import DecoderLM, MultiTokenHead
 
+OUTPUT_VOCABULARIES = ("all", "text")
+NOT_TEXT = (0, 1, 3)  # <pad>, <bos>, <unk> of data/tokenizers.py (a layer this one does not import)
+
 
 @dataclass(frozen=True)
 class DecoderLMConfig(TransformerConfig):
     """The Transformer fields; one stack of ``n_layers`` decoder layers, one embedding table.
     ``multi_token_heads``: k extra heads that predict tokens t + 2 ... t + k + 1 (a draft for
     self-speculative decoding); ``multi_token_weight``: each one's weight in the training loss,
-    beside the next-token loss's 1."""
+    beside the next-token loss's 1. ``output_vocabulary``: ``all``, every token id may be predicted;
+    ``text``, the control tokens <pad>, <bos> and <unk> never are (their logits are -inf): a
+    pretrained model imported from a vocabulary without them (GPT-2's, train/hf/gpt2.py), whose
+    distribution over its own tokens and <eos> stays exactly the original's."""
 
     multi_token_heads: int = 0
     multi_token_weight: float = 1.0
+    output_vocabulary: str = "all"
 
     def check(self) -> None:
         super().check()
+        one_of("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
+        if self.output_vocabulary == "text" and self.vocab_size <= max(NOT_TEXT):
+            raise ConfigError(f"output_vocabulary 'text' leaves out token ids {', '.join(map(str, NOT_TEXT))}; "
+                              f"vocab_size ({self.vocab_size}) must be larger")
         at_least("multi_token_heads", self.multi_token_heads, 0)
         if not self.multi_token_weight > 0:
             raise ConfigError(f"multi_token_weight must be > 0 (got {self.multi_token_weight})")
@@ -53,7 +64,7 @@ class DecoderLMFamily(ModelFamily):
     def build(cfg: DecoderLMConfig) -> DecoderLM:
         embed = parts.embeddings(cfg, cfg.vocab_size)
         heads = [multi_token_head(cfg) for _ in range(cfg.multi_token_heads)]
-        model = DecoderLM(embed, parts.decoder(cfg, cfg.n_layers, cross=False), parts.output_projection(cfg, embed),
+        model = DecoderLM(embed, parts.decoder(cfg, cfg.n_layers, cross=False), parts.output_projection(cfg, embed, NOT_TEXT if cfg.output_vocabulary == "text" else ()),
                           cfg.pad_id, heads, cfg.multi_token_weight)
         parts.init_weights(model)
         return model

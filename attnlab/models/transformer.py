@@ -37,7 +37,7 @@ from attnlab.nn.registry import (
 from attnlab.nn.residual import NoResidual, ResidualConnection
 from attnlab.nn.transformer import Decoder, Embeddings, Encoder, VocabularyProjection
 
-EMBEDDINGS = ("scaled", "normed")  # E sqrt(D) + PE (Vaswani et al.), or LayerNorm(E + PE + S) (BERT)
+EMBEDDINGS = ("scaled", "normed", "plain")  # E sqrt(D) + PE (Vaswani et al.), LayerNorm(E + PE + S) (BERT), E + PE (GPT-2)
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
 
 
@@ -101,8 +101,8 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     ``positional`` is applied where the method puts it: absolute encodings (``sinusoidal``,
     ``learned``) at the embeddings, added or concatenated (``positional_combine``); relative ones
     (``relative``, ``relative_bias``, ``rotary``, ``alibi``) inside every self-attention.
-    ``embedding``: ``scaled``, the paper's E[w] sqrt(D) + PE, or ``normed``, BERT's LayerNorm(E[w] + PE
-    + segment), unscaled. ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
+    ``embedding``: ``scaled``, the paper's E[w] sqrt(D) + PE; ``normed``, BERT's LayerNorm(E[w] + PE
+    + segment), unscaled; or ``plain``, GPT-2's E[w] + PE. ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
     the encoder-decoder adds ``src_tgt`` (shared source and target embeddings) and ``all`` (both,
     the paper's choice).
 
@@ -273,7 +273,8 @@ def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> 
     if cfg.embedding == "normed":
         return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments,
                           scale=1.0, norm=nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps))
-    return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments)
+    scale = 1.0 if cfg.embedding == "plain" else None  # None: the paper's sqrt(D_tok)
+    return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments, scale=scale)
 
 
 def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:
@@ -347,11 +348,11 @@ def padded_vocabulary(cfg: TransformerConfig, vocab_size: int) -> int:
     return -(-vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
 
 
-def output_projection(cfg: TransformerConfig, embed: Embeddings) -> VocabularyProjection:
+def output_projection(cfg: TransformerConfig, embed: Embeddings, never: tuple[int, ...] = ()) -> VocabularyProjection:
     """Pre-softmax linear map d_model -> V (the target vocabulary, ``vocab_size``), without bias, over
     the token table's rows (padded: :func:`padded_vocabulary`); tied to the token embedding when
-    configured."""
-    projection = VocabularyProjection(cfg.d_model, embed.tokens.num_embeddings, cfg.vocab_size)
+    configured. ``never``: token ids whose logits are -inf."""
+    projection = VocabularyProjection(cfg.d_model, embed.tokens.num_embeddings, cfg.vocab_size, never)
     if "output" in cfg.tied:
         projection.weight = embed.tokens.weight
     return projection

@@ -42,7 +42,15 @@ POSITIONAL: dict[str, type[PositionalEncoding]] = {
 
 POSITIONAL_COMBINE = ("add", "concat")
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+class TanhGELU(nn.GELU):
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): GPT-2's activation
+    (Hugging Face's ``gelu_new``)."""
+
+    def __init__(self) -> None:
+        super().__init__(approximate="tanh")
+
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": TanhGELU, "silu": nn.SiLU}
 
 NORM_PLACEMENTS = ("post", "pre")
 

@@ -244,15 +244,21 @@ class VocabularyProjection(nn.Linear):
     """The pre-softmax map d_model -> V (no bias), whose weight may have rows past V: a vocabulary
     padded to a multiple of 64 gives the matrix products aligned shapes on a GPU. The padded
     columns of the product are cut off here, so no softmax, loss or search ever sees them, and
-    they get no gradient."""
+    they get no gradient. ``never`` lists token ids that are never an output: their logits are
+    -inf (the control tokens a pretrained model's vocabulary did not have, so that its distribution
+    over its own tokens is unchanged)."""
 
-    def __init__(self, d_model: int, rows: int, vocab_size: int) -> None:
+    def __init__(self, d_model: int, rows: int, vocab_size: int, never: tuple[int, ...] = ()) -> None:
         super().__init__(d_model, rows, bias=False)
         self.vocab_size = vocab_size
+        excluded = torch.zeros(vocab_size, dtype=torch.bool)
+        excluded[list(never)] = True
+        self.register_buffer("excluded", excluded if never else None, persistent=False)  # (V,)
 
     def forward(self, h: Tensor) -> Tensor:
         """(..., d_model) -> (..., V) logits."""
-        return super().forward(h)[..., :self.vocab_size]  # (..., rows) -> (..., V)
+        logits = super().forward(h)[..., :self.vocab_size]  # (..., rows) -> (..., V)
+        return logits if self.excluded is None else logits.masked_fill(self.excluded, -torch.inf)
 
 
 class MaskedLMHead(nn.Module):

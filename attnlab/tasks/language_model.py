@@ -35,12 +35,15 @@ class LanguageModelConfig(TaskConfig):
     def check(self) -> None:
         one_of("format", self.format, LanguageModel.formats)
         one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        if self.train is None:
-            raise ConfigError(f"format '{self.format}' needs 'train' (a file)")
         for name in ("vocab_size", "block_size"):
             at_least(name, getattr(self, name), 1)
         if not 0.0 < self.valid_fraction < 1.0:
             raise ConfigError(f"valid_fraction must be in (0, 1) (got {self.valid_fraction})")
+
+    def check_trainable(self) -> None:
+        """A run imported from Hugging Face (train/hf/) has no training text; training needs one."""
+        if self.train is None:
+            raise ConfigError(f"format '{self.format}' needs 'train' (a file)")
 
     @property
     def longest_sequence(self) -> int:

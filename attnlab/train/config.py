@@ -258,6 +258,9 @@ def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> Non
     if train.lr_schedule == "noam" and not hasattr(model, "d_model"):
         raise ConfigError(f"train.lr_schedule 'noam' scales the rate by d_model^-0.5, which arch '{model.arch}' does not "
                           f"have; use 'cosine' or 'constant'")
+    if getattr(model, "output_vocabulary", "all") != "all" and train.label_smoothing > 0:
+        raise ConfigError(f"model.output_vocabulary '{model.output_vocabulary}' gives some tokens logit -inf, and "
+                          f"label smoothing would give them probability; set train.label_smoothing: 0")
     longest = data.longest_sequence
     if model.max_positions is not None and longest is not None:
         if longest > model.max_positions:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -59,9 +61,15 @@ def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[i
     return lambda vocab: cfg.model_config(cfg.data.task.planned_model_fields(cfg.data, vocab))
 
 
-def read_run_data(run: RunDir, split: str | None = None) -> TaskData:
-    """The data ``run`` was trained on, read with its own tokenizers; ``split``, if given, must exist."""
+def read_run_data(run: RunDir, split: str | None = None, text: str | None = None) -> TaskData:
+    """The data ``run`` was trained on, read with its own tokenizers; ``split``, if given, must exist.
+    ``text``: a file read instead as both the training and the validation text (a run imported from
+    Hugging Face has no data of its own), for tasks whose data section names them."""
     _, data_cfg, train_cfg = run.read_config()
+    if text is not None:
+        if not {"train", "valid"} <= set(data_cfg.field_names()):
+            raise UsageError(f"--data: data.task '{data_cfg.task.name}' reads no text file of train and valid")
+        data_cfg = dataclasses.replace(data_cfg, train=text, valid=text)
     try:
         data_cfg.check_trainable()
     except ConfigError as err:  # an imported run: trained elsewhere, on data it does not have
