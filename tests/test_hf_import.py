@@ -140,7 +140,8 @@ def test_an_import_without_a_head_is_an_encoder_run_without_fill_mask_and_analys
      "model.safetensors only"),
     (lambda f: (f / "config.json").write_text(json.dumps(json.loads((f / "config.json").read_text())
                                                          | {"model_type": "roberta"})),
-     "{f}/config.json: model_type is 'roberta'; attnlab imports BERT-family folders"),
+     "{f}/config.json: model_type is 'roberta'; attnlab imports model_type 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), "
+     "'gpt2' (GPT-2)"),
     (lambda f: (f / "config.json").write_text("{"), "{f}/config.json: cannot read"),
 ])
 def test_a_folder_that_is_not_a_bert_is_refused_in_one_line(tmp_path, change, message):

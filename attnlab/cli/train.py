@@ -118,17 +118,23 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_import_hf(args: argparse.Namespace) -> None:
-    from attnlab.train.hf import import_bert
+    from attnlab.train.hf import import_hf
 
-    from attnlab.train.checkpoint import RunDir
-
-    report = import_bert(args.folder, args.out)
-    for line in report.lines("import-hf"):
+    imported = import_hf(args.folder, args.out)
+    for line in imported.report.lines("import-hf"):
         print(line)
-    task = RunDir(args.out).read_config()[1].task
+    task = imported.data.task
     print(f"a run of data.task '{task.name}'; its commands: {', '.join(task.commands)}, and train.init_from to "
           f"fine-tune it")
     print(f"run directory: {args.out}")
+
+
+def cmd_export_hf(args: argparse.Namespace) -> None:
+    from attnlab.train.hf import export_hf
+
+    converter, out = export_hf(args.run_dir, args.out, args.checkpoint)
+    print(f"exported {args.run_dir} as a Hugging Face {converter.model_type} folder (config.json, model.safetensors, "
+          f"tokenizer.json): {out}")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -178,10 +184,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     export.add_argument("--force", action="store_true", help="replace an existing OUT")
     export.set_defaults(func=cmd_export)
 
-    hf = sub.add_parser("import-hf", help="make a run directory of a local Hugging Face BERT-family folder",
-                        description="Read config.json, model.safetensors and tokenizer.json of a BERT-family folder "
-                                    "(never the network, never a pickled pytorch_model.bin) and write a masked-LM run "
-                                    "of the encoder_only family: fill-mask, inspect and train.init_from take it.")
+    hf = sub.add_parser("import-hf", help="make a run directory of a local Hugging Face folder (BERT, GPT-2)",
+                        description="Read config.json, model.safetensors and the tokenizer's files of a Hugging Face "
+                                    "folder (never the network, never a pickled pytorch_model.bin) and write a run: "
+                                    "model_type 'bert' -> encoder_only (a masked-LM or encoder run), 'gpt2' -> "
+                                    "decoder_lm (a language-model run: generate, score, inspect, prune, serve).")
     hf.add_argument("folder", help="the Hugging Face model folder")
     hf.add_argument("--out", required=True, help="the run directory to write (must not exist)")
     hf.set_defaults(func=cmd_import_hf)
+
+    export_hf = sub.add_parser("export-hf", help="write a run as a Hugging Face folder (decoder_lm -> GPT-2)",
+                               description="Write config.json, model.safetensors and tokenizer.json of a run's "
+                                           "checkpoint so that transformers' AutoModelForCausalLM.from_pretrained "
+                                           "loads it: decoder_lm runs whose options GPT-2 has (options without a "
+                                           "counterpart are refused, named in one line).")
+    add_checkpoint_args(export_hf)
+    export_hf.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")
+    export_hf.set_defaults(func=cmd_export_hf)

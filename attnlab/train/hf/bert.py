@@ -1,8 +1,8 @@
-"""Importing a Hugging Face BERT-family folder as an attnlab run (`attnlab import-hf DIR --out RUN`).
+"""Importing a Hugging Face BERT-family folder (``model_type: bert``) as an attnlab run (`attnlab import-hf
+DIR --out RUN`).
 
-Reads three files and nothing else, never over the network: ``config.json`` (the architecture),
-``model.safetensors`` (the weights; a pickled ``pytorch_model.bin`` is refused, never unpickled) and
-``tokenizer.json`` (the WordPiece tokenizer, through the ``tokenizers`` library). The result is a
+Reads ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (the WordPiece tokenizer, through
+the ``tokenizers`` library), checked as folder.py checks every folder. The result is a
 run of the ``encoder_only`` family that ``inspect`` and ``train.init_from`` take like any other: of
 data.task ``masked_lm`` (which ``fill-mask`` serves) when the folder has BERT's masked-LM head
 (``BertForMaskedLM``), else of data.task ``encoder`` (tasks/encoder.py: ``BertModel``, an encoder and
@@ -44,44 +44,17 @@ from typing import Any
 
 import tokenizers
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from torch import nn
 
 from attnlab.data.tokenizers import MASK_TOKEN, SPECIAL_TOKENS, Tokenizer
-from attnlab.errors import CheckpointError, ConfigError, UsageError
-from attnlab.files import publish_dir, staging_dir
+from attnlab.errors import CheckpointError, ConfigError
 from attnlab.models import build_model, model_config
-from attnlab.tasks import task_config
-from attnlab.train.checkpoint import RunDir, write_checkpoint
-from attnlab.train.config import TrainConfig
 from attnlab.nn.registry import ACTIVATIONS
+from attnlab.tasks import task_config
+from attnlab.train.hf.folder import HFConverter, Imported, read_json, read_weights, register_converter
 from attnlab.train.init import InitReport, copy_tensors, named_tensors
 
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")  # -> <pad> <bos> <eos> <unk> <mask>, ids 0-4
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: cannot read ({err})") from None
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return value
-
-
-def check_folder(folder: Path) -> None:
-    """The three files must be there, the weights as safetensors."""
-    if not folder.is_dir():
-        raise CheckpointError(f"{folder}: no such folder")
-    if not (folder / "model.safetensors").is_file() and (folder / "pytorch_model.bin").is_file():
-        raise CheckpointError(f"{folder}: the weights are a pickled pytorch_model.bin, which can run code when "
-                              f"loaded; attnlab reads model.safetensors only (convert it where you trust the file)")
-    missing = [name for name in ("config.json", "model.safetensors", "tokenizer.json") if not (folder / name).is_file()]
-    if missing:
-        present = ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
-        raise CheckpointError(f"{folder}: missing {', '.join(missing)} (found {present})")
 
 
 def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
@@ -112,7 +85,7 @@ def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
 def renumbered_tokenizer(path: Path) -> tuple[Tokenizer, list[int]]:
     """The WordPiece tokenizer of ``tokenizer.json`` with BERT's specials at attnlab's control ids,
     and ``order``: the original id of each new id."""
-    spec = _read_json(path)
+    spec = read_json(path)
     model = spec.get("model") or {}
     if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
         raise CheckpointError(f"{path}: a {model.get('type')!r} tokenizer; BERT's is 'WordPiece'")
@@ -183,37 +156,29 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
     return loaded, [name for name in target if name not in tensors], unused
 
 
-def import_bert(folder: str | Path, out: str | Path) -> InitReport:
-    """Write the run directory ``out`` (which must not exist) from a Hugging Face BERT folder."""
-    folder, out = Path(folder), Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"{out} already exists and is not empty; choose another --out")
-    check_folder(folder)
-    fields = bert_model_fields(_read_json(folder / "config.json"), folder / "config.json")
-    tokenizer, order = renumbered_tokenizer(folder / "tokenizer.json")
-    if tokenizer.vocab_size != fields["vocab_size"]:
-        raise CheckpointError(f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, config.json's "
-                              f"vocab_size is {fields['vocab_size']}")
-    try:
-        cfg = model_config(fields)
-    except ConfigError as err:
-        raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
-    try:
-        weights = load_file(str(folder / "model.safetensors"))
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"{folder / 'model.safetensors'}: cannot read ({err})") from None
-    model = build_model(cfg)
-    loaded, new, unused = load_bert(model, weights, order, folder / "model.safetensors")
-    with_head = not any(name.startswith("mlm_head.") for name in new)
-    data = task_config({"task": "masked_lm" if with_head else "encoder", "tokenizer": "wordpiece",
-                        "vocab_size": cfg.vocab_size, "max_len": cfg.max_len})
-    report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
-    staged = staging_dir(out)
-    run = RunDir(staged)
-    run.write_config(cfg, data, TrainConfig(progress=False))
-    run.write_tokenizers({"src": tokenizer})
-    run.write_init(report.to_dict() | {"order": order})  # new token id i is the original's order[i]
-    run.step_dir(0).mkdir(parents=True)
-    write_checkpoint(run.step_dir(0), model.state_dict(), {"step": 0, "imported_from": str(folder.resolve())})
-    publish_dir(staged, out)
-    return report
+@register_converter
+class BertConverter(HFConverter):
+    """BertModel / BertForMaskedLM -> encoder_only (a masked-LM run with the head, else an encoder run)."""
+
+    model_type = "bert"
+    arch = "encoder_only"
+    described = "BERT, MiniLM, all-MiniLM-L6-v2"
+
+    @classmethod
+    def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
+        fields = bert_model_fields(config, folder / "config.json")
+        tokenizer, order = renumbered_tokenizer(folder / "tokenizer.json")
+        if tokenizer.vocab_size != fields["vocab_size"]:
+            raise CheckpointError(f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, config.json's "
+                                  f"vocab_size is {fields['vocab_size']}")
+        try:
+            cfg = model_config(fields)
+        except ConfigError as err:
+            raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+        model = build_model(cfg)
+        loaded, new, unused = load_bert(model, read_weights(folder), order, folder / "model.safetensors")
+        with_head = not any(name.startswith("mlm_head.") for name in new)
+        data = task_config({"task": "masked_lm" if with_head else "encoder", "tokenizer": "wordpiece",
+                            "vocab_size": cfg.vocab_size, "max_len": cfg.max_len})
+        report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
+        return Imported(model, cfg, data, tokenizer, report, {"order": order})  # new token id i is the original's order[i]

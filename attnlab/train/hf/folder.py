@@ -1,0 +1,180 @@
+"""What every Hugging Face conversion shares (`attnlab import-hf`, `attnlab export-hf`): reading a
+model folder safely, the converters by ``model_type`` and by attnlab family, and writing the run or
+the folder.
+
+A folder is read from three kinds of file and nothing else, never over the network:
+``config.json`` (its ``model_type`` chooses the :class:`HFConverter`), ``model.safetensors`` (a
+pickled ``pytorch_model.bin`` is refused before anything is opened: unpickling can run code) and
+the tokenizer's own files. Each architecture is one module of this package that registers its
+converter (bert.py, gpt2.py); the import and the export look it up here, by ``model_type`` and by
+the run's ``arch``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from attnlab.data.tokenizers import Tokenizer
+from attnlab.errors import CheckpointError, ConfigError, UsageError
+from attnlab.files import atomic_write_text, publish_dir, staging_dir
+from attnlab.models import FamilyConfig
+from attnlab.tasks import TaskConfig
+from attnlab.train.checkpoint import RunDir, load_run, write_checkpoint
+from attnlab.train.config import TrainConfig
+from attnlab.train.init import InitReport
+
+WEIGHTS, PICKLED, CONFIG = "model.safetensors", "pytorch_model.bin", "config.json"
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object, or one line naming the file."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: cannot read ({err})") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return value
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(folder / WEIGHTS))
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{folder / WEIGHTS}: cannot read ({err})") from None
+
+
+class HFConverter:
+    """One Hugging Face architecture and the attnlab family it is. A subclass names its
+    ``model_type``, the ``arch`` it becomes, the tokenizer files it reads (``tokenizer_files``: any
+    one of these sets), and converts each way."""
+
+    model_type: ClassVar[str]
+    arch: ClassVar[str]
+    described: ClassVar[str]  # the models it covers, for the list of supported ones
+    tokenizer_files: ClassVar[tuple[tuple[str, ...], ...]] = (("tokenizer.json",),)
+
+    @classmethod
+    def import_folder(cls, folder: Path, config: dict[str, Any]) -> "Imported":
+        """The run a checked folder makes (its config.json already read)."""
+        raise NotImplementedError
+
+    @classmethod
+    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
+        """The run's options that the architecture has no counterpart for ([] when it can be exported)."""
+        return []
+
+    @classmethod
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> "Exported":
+        """The folder a run that passed :meth:`export_refusals` makes."""
+        raise CheckpointError(f"{run.path}: arch '{cfg.arch}' has no Hugging Face export")
+
+
+CONVERTERS: dict[str, type[HFConverter]] = {}  # model_type -> converter
+EXPORTERS: dict[str, type[HFConverter]] = {}  # attnlab arch -> the converter that exports it
+
+
+def register_converter(cls: type[HFConverter]) -> type[HFConverter]:
+    CONVERTERS[cls.model_type] = cls
+    if cls.export_run.__func__ is not HFConverter.export_run.__func__:
+        EXPORTERS[cls.arch] = cls
+    return cls
+
+
+class Imported:
+    """What an import writes: the model and its config sections, the tokenizer, and the report of
+    what was loaded (with ``init``: what else init.json keeps, such as the token order)."""
+
+    def __init__(self, model: nn.Module, model_cfg: FamilyConfig, data: TaskConfig, tokenizer: Tokenizer,
+                 report: InitReport, init: dict[str, Any] | None = None, train: TrainConfig | None = None) -> None:
+        self.model, self.model_cfg, self.data, self.tokenizer = model, model_cfg, data, tokenizer
+        self.report, self.init = report, init or {}
+        self.train = train or TrainConfig(progress=False)
+
+
+class Exported:
+    """What an export writes: config.json, the tensors under their Hugging Face names, and the
+    tokenizer's files (name -> text)."""
+
+    def __init__(self, config: dict[str, Any], tensors: dict[str, torch.Tensor], files: dict[str, str]) -> None:
+        self.config, self.tensors, self.files = config, tensors, files
+
+
+def check_folder(folder: Path) -> type[HFConverter]:
+    """The converter of a model folder, after the checks every folder must pass: it exists, its
+    weights are not pickled, it has config.json, a supported model_type, and the files that
+    converter reads."""
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: no such folder")
+    if not (folder / WEIGHTS).is_file() and (folder / PICKLED).is_file():
+        raise CheckpointError(f"{folder}: the weights are a pickled {PICKLED}, which can run code when "
+                              f"loaded; attnlab reads {WEIGHTS} only (convert it where you trust the file)")
+    present = ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
+    if not (folder / CONFIG).is_file():
+        raise CheckpointError(f"{folder}: no {CONFIG}, so nothing says what model the folder holds (found {present})")
+    config = read_json(folder / CONFIG)
+    converter = CONVERTERS.get(config.get("model_type"))
+    if converter is None:
+        supported = ", ".join(f"'{c.model_type}' ({c.described})" for c in CONVERTERS.values())
+        raise CheckpointError(f"{folder / CONFIG}: model_type is {config.get('model_type')!r}; attnlab imports "
+                              f"model_type {supported}")
+    tokenizer_ok = any(all((folder / name).is_file() for name in names) for names in converter.tokenizer_files)
+    missing = [] if (folder / WEIGHTS).is_file() else [WEIGHTS]
+    if not tokenizer_ok:
+        missing.append(" or ".join(" + ".join(names) for names in converter.tokenizer_files))
+    if missing:
+        raise CheckpointError(f"{folder}: missing {', '.join(missing)} (found {present})")
+    return converter
+
+
+def import_hf(folder: str | Path, out: str | Path) -> Imported:
+    """Write the run directory ``out`` (which must not exist, or be empty) from a Hugging Face folder."""
+    folder, out = Path(folder), Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out} already exists and is not empty; choose another --out")
+    converter = check_folder(folder)
+    imported = converter.import_folder(folder, read_json(folder / CONFIG))
+    staged = staging_dir(out)
+    run = RunDir(staged)
+    run.write_config(imported.model_cfg, imported.data, imported.train)
+    run.write_tokenizers({role: imported.tokenizer for role in imported.data.task.tokenizers})
+    run.write_init(imported.report.to_dict() | imported.init)
+    run.step_dir(0).mkdir(parents=True)
+    write_checkpoint(run.step_dir(0), imported.model.state_dict(), {"step": 0, "imported_from": str(folder.resolve())})
+    publish_dir(staged, out)
+    return imported
+
+
+def export_hf(run_dir: str | Path, out: str | Path, checkpoint: str = "best") -> tuple[type[HFConverter], Path]:
+    """Write the Hugging Face folder ``out`` (which must not exist, or be empty) of a run's checkpoint:
+    the converter used and the weights file read."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"{out} already exists and is not empty; choose another --out")
+    run = RunDir(run_dir)
+    cfg, data, _ = run.read_config()
+    converter = EXPORTERS.get(cfg.arch)
+    if converter is None:
+        have = ", ".join(f"'{arch}' (as '{c.model_type}')" for arch, c in EXPORTERS.items())
+        raise UsageError(f"{run.path}: arch '{cfg.arch}' has no Hugging Face counterpart that attnlab exports "
+                         f"(it exports arch {have})")
+    refused = converter.export_refusals(cfg, run)
+    if refused:
+        raise ConfigError(f"{run.path}: {converter.described} has no counterpart for {'; '.join(refused)}")
+    model, tokenizers, _ = load_run(run.path, checkpoint)
+    exported = converter.export_run(model, cfg, tokenizers[data.task.tokenizers[0]], run)
+    staged = staging_dir(out)
+    atomic_write_text(staged / CONFIG, json.dumps(exported.config, indent=2) + "\n")
+    save_file({name: t.detach().contiguous().clone() for name, t in exported.tensors.items()}, str(staged / WEIGHTS),
+              metadata={"format": "pt"})
+    for name, text in exported.files.items():
+        atomic_write_text(staged / name, text)
+    publish_dir(staged, out)
+    return converter, out

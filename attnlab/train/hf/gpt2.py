@@ -1,0 +1,303 @@
+"""GPT-2 (``model_type: gpt2``: GPT2LMHeadModel, GPT2Model) <-> attnlab's ``decoder_lm`` family.
+
+GPT-2 is attnlab's decoder-only LM with ``embedding: plain`` (E[w] + P[pos], no sqrt(d) scale),
+learned positions, pre-norm layers and the final LayerNorm that pre-norm stacks end with, GELU's
+tanh approximation (``gelu_tanh``, GPT-2's ``gelu_new``), and the output projection tied to the
+token embedding. Its Conv1D layers store their weight as (in, out), the transpose of a Linear's,
+and its fused query-key-value projection is attnlab's ``qkv_proj`` in the same (q, k, v) x heads
+layout, so the weights map one to one, transposed:
+
+    wte                      embed.tokens (rows renumbered, below)
+    wpe                      embed.positional.table
+    h.i.ln_1                 decoder.layers.i.self_attn_residual.norm
+    h.i.attn.c_attn          decoder.layers.i.self_attn.qkv_proj    (transposed)
+    h.i.attn.c_proj          decoder.layers.i.self_attn.out_proj    (transposed)
+    h.i.ln_2                 decoder.layers.i.feed_forward_residual.norm
+    h.i.mlp.c_fc             decoder.layers.i.feed_forward.w_1      (transposed)
+    h.i.mlp.c_proj           decoder.layers.i.feed_forward.w_2      (transposed)
+    ln_f                     decoder.norm
+    lm_head                  generator (tied: the embedding again)
+
+The vocabulary: GPT-2's byte-level BPE has one special token, ``<|endoftext|>``, which ends (and
+starts) its documents; attnlab's tokenizers keep <pad> 0, <bos> 1, <eos> 2, <unk> 3. The end of text
+becomes <eos> at id 2, every other token keeps its order from id 4, and <pad>, <bos> and <unk> are
+added at 0, 1 and 3 with the end of text's embedding row (GPT-2 starts a text after it). They are
+never predicted: the run has ``output_vocabulary: text``, their logits -inf, so that the
+distribution over GPT-2's own tokens is exactly the original's. init.json's ``order`` gives each
+new id the original's (null for the three added), and the export puts every token back there.
+
+The export takes any decoder_lm run whose options GPT-2 has; a run trained by attnlab exports with
+its whole vocabulary, control tokens included (its <pad>, <bos>, <eos> are GPT-2's pad, bos and eos
+ids), and its own tokenizer.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+import torch
+from tokenizers import decoders, models, pre_tokenizers
+from torch import nn
+
+from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.nn.registry import ATTENTION_BACKENDS
+from attnlab.tasks import task_config
+from attnlab.train.checkpoint import RunDir
+from attnlab.train.config import TrainConfig
+from attnlab.train.hf.folder import Exported, HFConverter, Imported, read_json, read_weights, register_converter
+from attnlab.train.init import InitReport, copy_tensors, named_tensors
+
+END_OF_TEXT = "<|endoftext|>"
+ADDED = (PAD, BOS, UNK)  # control ids GPT-2's vocabulary has no token for
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
+               "silu": "silu", "swish": "silu"}  # GPT-2's activation_function -> attnlab's activation
+EXPORTED_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
+CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # stored (in, out): transposed
+
+
+def gpt2_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
+    """attnlab's decoder_lm model section for a GPT-2 config.json (vocab_size: GPT-2's, plus the three
+    added control tokens). Options attnlab cannot represent are refused in one line naming them."""
+    unsupported = [f"{name} {config[name]!r}" for name, fine in
+                   (("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False),
+                    ("tie_word_embeddings", True)) if name in config and config[name] != fine]
+    if config.get("activation_function", "gelu_new") not in ACTIVATIONS:
+        unsupported.append(f"activation_function {config['activation_function']!r} (have {', '.join(ACTIVATIONS)})")
+    if config.get("embd_pdrop", 0.1) != config.get("resid_pdrop", 0.1):
+        unsupported.append(f"embd_pdrop {config['embd_pdrop']} unlike resid_pdrop {config.get('resid_pdrop', 0.1)} "
+                           f"(attnlab has one dropout)")
+    if unsupported:
+        raise CheckpointError(f"{where}: {'; '.join(unsupported)}: not representable in attnlab's decoder_lm")
+    try:
+        d = config["n_embd"]
+        return {"arch": "decoder_lm", "vocab_size": config["vocab_size"] + len(ADDED), "d_model": d,
+                "n_heads": config["n_head"], "n_layers": config["n_layer"], "d_ff": config.get("n_inner") or 4 * d,
+                "dropout": config.get("resid_pdrop", 0.1), "attention_dropout": config.get("attn_pdrop", 0.1),
+                "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")], "norm": "pre",
+                "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "positional": "learned",
+                "max_len": config["n_positions"], "tie_embeddings": "output", "pad_id": PAD, "embedding": "plain",
+                "attention_backend": "sdpa", "output_vocabulary": "text",
+                "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"}
+    except KeyError as err:
+        raise CheckpointError(f"{where}: no {err.args[0]!r}, which a GPT-2 config.json has") from None
+
+
+def gpt2_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape as config.json implies it (Conv1D weights (in, out))."""
+    d, inner = config["n_embd"], config.get("n_inner") or 4 * config["n_embd"]
+    shapes = {"wte.weight": (config["vocab_size"], d), "wpe.weight": (config["n_positions"], d),
+              "ln_f.weight": (d,), "ln_f.bias": (d,)}
+    for i in range(config["n_layer"]):
+        for norm in ("ln_1", "ln_2"):
+            shapes |= {f"h.{i}.{norm}.weight": (d,), f"h.{i}.{norm}.bias": (d,)}
+        for conv, (n_in, n_out) in zip(CONV1D, ((d, 3 * d), (d, d), (d, inner), (inner, d))):
+            shapes |= {f"h.{i}.{conv}.weight": (n_in, n_out), f"h.{i}.{conv}.bias": (n_out,)}
+    return shapes
+
+
+def attnlab_name(name: str) -> str:
+    """A GPT-2 tensor name (no ``transformer.`` prefix) -> attnlab's."""
+    fixed = {"wte.weight": "embed.tokens.weight", "wpe.weight": "embed.positional.table.weight",
+             "ln_f.weight": "decoder.norm.weight", "ln_f.bias": "decoder.norm.bias"}
+    if name in fixed:
+        return fixed[name]
+    _, i, rest = name.split(".", 2)  # h.i.rest
+    parts = {"ln_1": "self_attn_residual.norm", "ln_2": "feed_forward_residual.norm", "attn.c_attn": "self_attn.qkv_proj",
+             "attn.c_proj": "self_attn.out_proj", "mlp.c_fc": "feed_forward.w_1", "mlp.c_proj": "feed_forward.w_2"}
+    module, kind = rest.rsplit(".", 1)
+    return f"decoder.layers.{i}.{parts[module]}.{kind}"
+
+
+def gpt2_tensors(weights: dict[str, torch.Tensor], config: dict[str, Any], rows: list[int], where: Path
+                 ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """attnlab's tensors from a GPT-2 state dict (GPT2LMHeadModel's ``transformer.`` prefix dropped),
+    the token rows taken in ``rows``; and the names of the original that have no place here. Every
+    shape is checked against config.json first, in one line."""
+    plain = {name.removeprefix("transformer."): t for name, t in weights.items()}
+    expected = gpt2_shapes(config)
+    missing = [name for name in expected if name not in plain]
+    if missing:
+        raise CheckpointError(f"{where}: no tensor {missing[0]}{f' (nor {len(missing) - 1} more)' if len(missing) > 1 else ''}, "
+                              f"which config.json's GPT-2 has")
+    for name, shape in expected.items():
+        if tuple(plain[name].shape) != shape:
+            raise CheckpointError(f"{where}: {name} has shape {tuple(plain[name].shape)}; config.json gives {shape}")
+    head = plain.get("lm_head.weight")
+    if head is not None and not torch.equal(head, plain["wte.weight"]):
+        raise CheckpointError(f"{where}: lm_head.weight differs from wte.weight; attnlab's GPT-2 ties them")
+    out = {}
+    for name in expected:
+        tensor = plain[name].float()
+        if name.endswith(".weight") and name.split(".", 2)[-1].rsplit(".", 1)[0] in CONV1D:
+            tensor = tensor.t()  # Conv1D (in, out) -> Linear (out, in)
+        out[attnlab_name(name)] = tensor
+    out["embed.tokens.weight"] = out["embed.tokens.weight"][rows]
+    buffers = (".attn.bias", ".attn.masked_bias")  # older saves' causal masks, not weights
+    unused = [name for name in plain if name not in expected and name != "lm_head.weight" and not name.endswith(buffers)]
+    return out, unused
+
+
+def byte_level_spec(folder: Path) -> dict[str, Any]:
+    """The folder's tokenizer as the library's JSON: tokenizer.json, or one built from GPT-2's
+    original vocab.json + merges.txt (byte-level BPE, GPT-2's pre-tokenizer and decoder)."""
+    if (folder / "tokenizer.json").is_file():
+        return read_json(folder / "tokenizer.json")
+    try:
+        tok = tokenizers.Tokenizer(models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt")))
+    except Exception as err:  # the library raises a plain Exception for malformed files
+        raise CheckpointError(f"{folder}: vocab.json + merges.txt are not a BPE tokenizer ({err})") from None
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    if tok.token_to_id(END_OF_TEXT) is not None:
+        tok.add_special_tokens([END_OF_TEXT])
+    return json.loads(tok.to_str())
+
+
+def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> tuple[Tokenizer, list[int | None], str]:
+    """GPT-2's tokenizer with its end of text as <eos> (id 2), <pad> <bos> <unk> added at 0, 1, 3 and
+    the other tokens in order from 4; ``order``, the original id of each new id (None for the three
+    added); and the end of text's name."""
+    spec = byte_level_spec(folder)
+    where = folder / ("tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.json")
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise CheckpointError(f"{where}: a {model.get('type')!r} tokenizer; GPT-2's is 'BPE'")
+    vocab: dict[str, int] = dict(model["vocab"])
+    for entry in spec.get("added_tokens", []):  # the end of text may be an added token only
+        vocab.setdefault(entry["content"], entry["id"])
+    eos_id = config.get("eos_token_id", 50256)
+    names = {i: token for token, i in vocab.items()}
+    if eos_id not in names:
+        raise CheckpointError(f"{where}: no token has config.json's eos_token_id {eos_id}")
+    clashes = [token for token in SPECIAL_TOKENS if token in vocab and vocab[token] != eos_id]
+    if clashes:
+        raise CheckpointError(f"{where}: the vocabulary has {', '.join(clashes)} as text, which attnlab keeps for control")
+    if len(vocab) != config["vocab_size"]:
+        raise CheckpointError(f"{where}: {len(vocab)} tokens, config.json's vocab_size is {config['vocab_size']}")
+    eos = names[eos_id]
+    order: list[int | None] = [None, None, eos_id, None] + sorted(set(vocab.values()) - {eos_id})
+    new_id = {old: new for new, old in enumerate(order) if old is not None}
+    model["vocab"] = {("<eos>" if token == eos else token): new_id[old] for token, old in vocab.items()}
+    model["vocab"] |= {SPECIAL_TOKENS[i]: i for i in ADDED}
+    model["unk_token"] = None  # byte-level: every text is bytes it knows
+    spec["added_tokens"] = [{"id": i, "content": SPECIAL_TOKENS[i], "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": False, "special": True} for i in range(len(SPECIAL_TOKENS))]
+    spec["truncation"] = spec["padding"] = None
+    try:
+        return Tokenizer(tokenizers.Tokenizer.from_str(json.dumps(spec))), order, eos
+    except Exception as err:  # the library raises a plain Exception for a malformed file
+        raise CheckpointError(f"{where}: not a tokenizer file the library reads ({err})") from None
+
+
+def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
+    """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
+    needs = {"embedding": "plain", "positional": "learned", "positional_combine": "add", "norm": "pre",
+             "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
+             "multi_token_heads": 0}
+    refused = [f"{name} {getattr(cfg, name)!r} (GPT-2's is {value!r})" for name, value in needs.items()
+               if getattr(cfg, name) != value]
+    if cfg.activation not in EXPORTED_ACTIVATIONS:
+        refused.append(f"activation {cfg.activation!r} (GPT-2 has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
+    if cfg.attention_scale == "learned":
+        refused.append("attention_scale 'learned' (GPT-2 scales by 1 / sqrt(d_k) or not at all)")
+    if not ATTENTION_BACKENDS[cfg.attention_backend].exact:
+        refused.append(f"attention_backend {cfg.attention_backend!r} (GPT-2 attends to every earlier token)")
+    if run.read_pruned_heads():
+        refused.append("pruned heads (GPT-2 has n_head in every layer)")
+    return refused
+
+
+def exported_vocabulary(cfg: FamilyConfig, run: RunDir) -> list[int]:
+    """For each GPT-2 id of the export, the run's token id: a run imported from GPT-2 puts its tokens
+    back at their original ids (init.json's order); the others keep their ids, less the control
+    tokens that ``output_vocabulary: text`` never predicts."""
+    kept = [i for i in range(cfg.vocab_size) if cfg.output_vocabulary == "all" or i not in ADDED]
+    order = run.read_init().get("order") if run.init.is_file() else None
+    if isinstance(order, list) and len(order) == cfg.vocab_size and cfg.output_vocabulary == "text":
+        original = {old: new for new, old in enumerate(order) if old is not None}
+        if sorted(original) == list(range(len(kept))):
+            return [original[old] for old in range(len(kept))]
+    return kept
+
+
+def exported_tokenizer(tokenizer: Tokenizer, ids: list[int], eos: str) -> str:
+    """The run's tokenizer.json with its tokens at the export's ids; the control tokens dropped from
+    the export are left out, <eos> named ``eos`` (GPT-2's end of text, for an imported run)."""
+    spec = json.loads(tokenizer.to_str())
+    new_id = {ours: theirs for theirs, ours in enumerate(ids)}
+    rename = {"<eos>": eos}
+    vocab = spec["model"]["vocab"]
+    spec["model"]["vocab"] = {rename.get(token, token): new_id[i] for token, i in vocab.items() if i in new_id}
+    spec["added_tokens"] = [entry | {"id": new_id[entry["id"]], "content": rename.get(entry["content"], entry["content"])}
+                            for entry in spec.get("added_tokens", []) if entry["id"] in new_id]
+    return json.dumps(spec, ensure_ascii=False)
+
+
+@register_converter
+class GPT2Converter(HFConverter):
+    """GPT2LMHeadModel / GPT2Model <-> decoder_lm (a language-model run: generate, score, inspect,
+    prune, serve)."""
+
+    model_type = "gpt2"
+    arch = "decoder_lm"
+    described = "GPT-2"
+    tokenizer_files = (("tokenizer.json",), ("vocab.json", "merges.txt"))
+
+    @classmethod
+    def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
+        fields = gpt2_model_fields(config, folder / "config.json")
+        tokenizer, order, eos = renumbered_tokenizer(folder, config)
+        try:
+            cfg = model_config(fields)
+        except ConfigError as err:
+            raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+        rows = [config.get("eos_token_id", 50256) if old is None else old for old in order]  # added: the end of text's row
+        tensors, unused = gpt2_tensors(read_weights(folder), config, rows, folder / "model.safetensors")
+        model = build_model(cfg)
+        target = named_tensors(model)
+        loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
+        data = task_config({"task": "language_model", "tokenizer": "byte_bpe", "vocab_size": cfg.vocab_size,
+                            "block_size": min(cfg.max_len, 256)})
+        report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
+        return Imported(model, cfg, data, tokenizer, report, {"order": order, "end_of_text": eos},
+                        TrainConfig(progress=False, label_smoothing=0.0))
+
+    @classmethod
+    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
+        return export_refusals(cfg, run)
+
+    @classmethod
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> Exported:
+        ids = exported_vocabulary(cfg, run)
+        init = run.read_init() if run.init.is_file() else {}
+        eos = init.get("end_of_text", "<eos>") if cfg.output_vocabulary == "text" else "<eos>"
+        state = {name: t.float() for name, t in model.state_dict().items()}
+        tensors = {"wte.weight": state["embed.tokens.weight"][ids], "wpe.weight": state["embed.positional.table.weight"]}
+        for name in gpt2_shapes({"n_embd": cfg.d_model, "n_inner": cfg.d_ff, "vocab_size": len(ids),
+                                 "n_positions": cfg.max_len, "n_layer": cfg.n_layers}):
+            if name not in tensors:
+                tensor = state[attnlab_name(name)]
+                conv = name.endswith(".weight") and name.split(".", 2)[-1].rsplit(".", 1)[0] in CONV1D
+                tensors[name] = tensor.t() if conv else tensor
+        tensors = {f"transformer.{name}": t for name, t in tensors.items()}
+        controls = {"all": {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
+                    "text": {"bos_token_id": ids.index(EOS), "eos_token_id": ids.index(EOS)}}[cfg.output_vocabulary]
+        config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": len(ids),
+                  "n_positions": cfg.max_len, "n_embd": cfg.d_model, "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
+                  "n_inner": cfg.d_ff, "activation_function": EXPORTED_ACTIVATIONS[cfg.activation],
+                  "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.attn_dropout,
+                  "layer_norm_epsilon": cfg.layer_norm_eps, "scale_attn_weights": cfg.attention_scale == "sqrt_dk",
+                  "tie_word_embeddings": True, "torch_dtype": "float32"} | controls
+        names = {"bos_token": eos, "eos_token": eos} if cfg.output_vocabulary == "text" else \
+            {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}
+        byte_level = (json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}).get("type") == "ByteLevel"
+        tokenizer_config = {"tokenizer_class": "GPT2TokenizerFast" if byte_level else "PreTrainedTokenizerFast",
+                            "model_max_length": cfg.max_len, "add_prefix_space": False} | names
+        files = {"tokenizer.json": exported_tokenizer(tokenizer, ids, eos),
+                 "tokenizer_config.json": json.dumps(tokenizer_config, indent=2) + "\n"}
+        return Exported(config, tensors, files)
