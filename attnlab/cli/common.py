@@ -44,6 +44,7 @@ def stderr_line(line: str) -> None:
 # generation samples from a prompt alone, step by step with a cache.
 TRANSLATES = {"encoder": True, "decoder": True}
 GENERATES = {"encoder": False, "decoder": True, "incremental_decoding": True}
+CAPTIONS = {"encoder": True, "decoder": True, "inputs": "images"}  # an image in, a sentence out
 
 
 # Decoding limits: beyond these a request is a mistake, not a workload (docs/reliability.md).
@@ -94,13 +95,14 @@ def add_weights_option(p: argparse.ArgumentParser) -> None:
                         "(fp32, or those of a run written by `attnlab export`)")
 
 
-def add_search_args(p: argparse.ArgumentParser) -> None:
-    """Beam search's options, the cache and the weights: translate's and evaluate's."""
+def add_search_args(p: argparse.ArgumentParser, weights: bool = True) -> None:
+    """Beam search's options, the cache and (``weights``) the weights: translate's, evaluate's and caption's."""
     p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default 4, as the paper)")
     p.add_argument("--lenpen", type=float, default=0.6, help="GNMT length penalty alpha (default 0.6)")
     p.add_argument("--no-cache", action="store_true", help="recompute every prefix (same output, slower)")
     add_kv_cache_option(p)
-    add_weights_option(p)
+    if weights:
+        add_weights_option(p)
 
 
 def device_of(args: argparse.Namespace):

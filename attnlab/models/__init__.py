@@ -25,6 +25,7 @@ from attnlab.models.transformer_xl import TransformerXLConfig
 from attnlab.models.cmlm import CMLMConfig
 from attnlab.models.graph import GraphConfig
 from attnlab.models.vit import ViTConfig
+from attnlab.models.captioner import CaptionerConfig
 from attnlab.models.cnn import CNNConfig
 from attnlab.models.patchtst import PatchTSTConfig
 from attnlab.models.dlinear import DLinearConfig
@@ -33,5 +34,5 @@ from attnlab.models.last_value import LastValueConfig
 
 __all__ = ["FAMILIES", "Capabilities", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
-           "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CNNConfig", "PatchTSTConfig",
+           "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

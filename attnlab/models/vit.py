@@ -107,7 +107,12 @@ class ViTFamily(ModelFamily):
                                   parts.positional(cfg, "embeddings"), summary, parts.encoder(cfg, cfg.n_layers),
                                   ClassificationHead(cfg.d_model, cfg.n_classes, cfg.dropout, summary.pooling()))
         parts.init_weights(model)
-        for table in model.positional.modules():
-            if isinstance(table, nn.Embedding):
-                nn.init.normal_(table.weight, std=0.02)
+        init_patch_positions(model.positional)
         return model
+
+
+def init_patch_positions(positional: PositionalEncoding) -> None:
+    """The learned position tables of the patch grid N(0, 0.02^2), as ViT's reference code."""
+    for table in positional.modules():
+        if isinstance(table, nn.Embedding):
+            nn.init.normal_(table.weight, std=0.02)

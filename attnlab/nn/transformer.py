@@ -153,22 +153,15 @@ class Seq2Seq(nn.Module):
         return self.decode(tgt_in, memory, src_valid)
 
 
-class EncoderDecoder(Seq2Seq):
-    """The paper's model. ``model(src_ids, tgt_in_ids)`` -> (B, T, V) logits."""
+class TransformerTargetSide(Seq2Seq):
+    """The Transformer's target side, which any source side can feed: ``tgt_embed``, ``decoder``
+    (cross-attending to the memory that ``encode`` gives), ``generator`` and ``pad_id``; a
+    subclass sets them and defines ``encode``."""
 
-    def __init__(self, src_embed: Embeddings, tgt_embed: Embeddings, encoder: Encoder, decoder: Decoder,
-                 generator: nn.Linear, pad_id: int) -> None:
-        super().__init__()
-        self.src_embed, self.tgt_embed = src_embed, tgt_embed
-        self.encoder, self.decoder = encoder, decoder
-        self.generator = generator
-        self.pad_id = pad_id
-
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, S) ids -> memory (B, S, d_model) and its validity (B, S)."""
-        valid = src != self.pad_id
-        positions = self.src_embed.positions(0, src.shape[1], src.device)
-        return self.encoder(self.src_embed(src, positions), valid, positions), valid
+    tgt_embed: Embeddings
+    decoder: Decoder
+    generator: nn.Module
+    pad_id: int
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: DecoderCache | None = None,
                last_only: bool = False) -> Tensor:
@@ -184,6 +177,24 @@ class EncoderDecoder(Seq2Seq):
         if capacity is not None:
             self.tgt_embed.check_positions(capacity)
         return self.decoder.new_cache(capacity)
+
+
+class EncoderDecoder(TransformerTargetSide):
+    """The paper's model. ``model(src_ids, tgt_in_ids)`` -> (B, T, V) logits."""
+
+    def __init__(self, src_embed: Embeddings, tgt_embed: Embeddings, encoder: Encoder, decoder: Decoder,
+                 generator: nn.Linear, pad_id: int) -> None:
+        super().__init__()
+        self.src_embed, self.tgt_embed = src_embed, tgt_embed
+        self.encoder, self.decoder = encoder, decoder
+        self.generator = generator
+        self.pad_id = pad_id
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S) ids -> memory (B, S, d_model) and its validity (B, S)."""
+        valid = src != self.pad_id
+        positions = self.src_embed.positions(0, src.shape[1], src.device)
+        return self.encoder(self.src_embed(src, positions), valid, positions), valid
 
 
 class MultiTokenHead(nn.Module):

@@ -141,7 +141,26 @@ class PatchMean(nn.Module):
         return weights.mean(-2)
 
 
-class VisionTransformer(nn.Module):
+class PatchEncoding(nn.Module):
+    """The ViT's image encoder, for any model that reads images so: ``patch_embed``, ``positional``
+    (of the patch grid), ``summary`` (a class token, or the patches alone) and ``encoder``, set by
+    the subclass."""
+
+    patch_embed: PatchEmbedding
+    positional: PositionalEncoding
+    summary: ClassToken | PatchMean
+    encoder: Encoder
+
+    def encode_patches(self, images: Tensor) -> Tensor:
+        """(B, C, H, W) -> (B, T, d_model) final states, T = N (+ 1 with a class token)."""
+        x = self.patch_embed(images)  # (B, N, d_model): x_p^k E
+        x = self.positional.embed(x, torch.arange(x.shape[1], device=x.device))  # + E_pos
+        z = self.summary(x)  # (B, T, d_model): [x_class; ...] or the patches alone
+        positions = torch.arange(z.shape[1], device=z.device)  # (T,): no scheme inside attention reads them
+        return self.encoder(z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device), positions)
+
+
+class VisionTransformer(PatchEncoding):
     """``model.classify(images)``: (B, C, H, W) -> (B, n_classes) logits."""
 
     def __init__(self, patch_embed: PatchEmbedding, positional: PositionalEncoding, summary: ClassToken | PatchMean,
@@ -152,11 +171,7 @@ class VisionTransformer(nn.Module):
 
     def encode(self, images: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, T, d_model) final states, T = N (+ 1 with a class token)."""
-        x = self.patch_embed(images)  # (B, N, d_model): x_p^k E
-        x = self.positional.embed(x, torch.arange(x.shape[1], device=x.device))  # + E_pos
-        z = self.summary(x)  # (B, T, d_model): [x_class; ...] or the patches alone
-        positions = torch.arange(z.shape[1], device=z.device)  # (T,): no scheme inside attention reads them
-        return self.encoder(z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device), positions)
+        return self.encode_patches(images)
 
     def classify(self, images: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, n_classes)."""

@@ -22,6 +22,7 @@ from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig
 from attnlab.tasks.classification import Classification, ClassificationConfig
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig
 from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
+from attnlab.tasks.captioning import Captioning, CaptioningConfig
 from attnlab.tasks.node_classification import NodeClassification, NodeClassificationConfig
 from attnlab.tasks.forecasting import Forecasting, ForecastingConfig
 from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLanguageModelConfig
@@ -32,6 +33,6 @@ from attnlab.tasks.encoder import Encoder, EncoderConfig
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "MaskedTranslation", "MaskedTranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",
-           "ImageClassificationConfig", "NodeClassification", "NodeClassificationConfig",
+           "ImageClassificationConfig", "Captioning", "CaptioningConfig", "NodeClassification", "NodeClassificationConfig",
            "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig",
            "Encoder", "EncoderConfig"]

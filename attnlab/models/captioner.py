@@ -1,0 +1,93 @@
+"""The image captioner (``arch: captioner``): the ViT's patch encoder (nn/vision.py: patches, a
+linear patch embedding, positions on the patch grid, the pre-norm encoder; no class token: every
+patch state is a key) and the Transformer's decoder, whose cross-attention reads the patch states.
+
+One config for both sides: the encoder and the decoder share d_model, n_heads, d_ff, the dropouts,
+activation, norm placement and backend (ViT's exact ones), each with its own depth
+(``n_encoder_layers``, ``n_decoder_layers``; default ``n_layers``). ``patch_positional`` places
+the patches (ViT's schemes, models/vit.py); ``positional`` places the caption's tokens (the
+Transformer's schemes). Initialisation: the Transformer's (models/transformer.py), the patch
+position tables as ViT's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from attnlab.config import at_least, one_of
+from attnlab.errors import ConfigError
+from attnlab.models import transformer as parts
+from attnlab.models.family import Capabilities, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.transformer import TransformerConfig
+from attnlab.models.vit import PATCH_POSITIONAL, VIT_BACKENDS, init_patch_positions
+from attnlab.nn.captioner import ImageCaptioner
+from attnlab.nn.vision import PatchEmbedding
+
+
+@dataclass(frozen=True)
+class CaptionerConfig(TwoSidedSizes, TransformerConfig):
+    """The image's size and channels and the caption vocabulary (set by the data), the patch size
+    P (dividing both sides), where the patches sit (``patch_positional``), and the Transformer's
+    fields for the two stacks: small, pre-norm and GELU by default, as ViT."""
+
+    image_height: int = 32
+    image_width: int = 32
+    channels: int = 3
+    patch_size: int = 4
+    patch_positional: str = "learned_2d"
+    n_encoder_layers: Optional[int] = None
+    n_decoder_layers: Optional[int] = None
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 3
+    d_ff: int = 512
+    activation: str = "gelu"
+    norm: str = "pre"
+    tie_embeddings: str = "output"
+    max_len: int = 64
+
+    def check(self) -> None:
+        one_of("patch_positional", self.patch_positional, PATCH_POSITIONAL)
+        one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
+        self.check_sizes()
+        super().check()
+        for name in ("image_height", "image_width", "channels", "patch_size"):
+            at_least(name, getattr(self, name), 1)
+        for side in ("image_height", "image_width"):
+            if getattr(self, side) % self.patch_size:
+                raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patch_size "
+                                  f"({self.patch_size})")
+        if self.patch_positional == "sinusoidal_2d" and self.d_model % 4:
+            raise ConfigError(f"patch_positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a cosine "
+                              f"per frequency, for rows and for columns); got {self.d_model}")
+
+    @property
+    def src_vocab_size(self) -> None:
+        """The source is an image: no vocabulary of its own."""
+        return None
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(h, w): patches down and across."""
+        return self.image_height // self.patch_size, self.image_width // self.patch_size
+
+
+@register_family
+class CaptionerFamily(ModelFamily):
+    name = "captioner"
+    config = CaptionerConfig
+    capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=True,
+                                inputs="images")
+
+    @staticmethod
+    def build(cfg: CaptionerConfig) -> ImageCaptioner:
+        tgt_embed = parts.embeddings(cfg, cfg.vocab_size)
+        model = ImageCaptioner(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
+                               PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg),
+                               parts.plain_encoder(cfg, cfg.encoder_layers), tgt_embed,
+                               parts.decoder(cfg, cfg.decoder_layers, cross=True),
+                               parts.output_projection(cfg, tgt_embed), cfg.pad_id)
+        parts.init_weights(model)
+        init_patch_positions(model.positional)
+        return model

@@ -1,0 +1,38 @@
+"""An image captioner ("Show, Attend and Tell" with Transformers): the ViT's encoder reads the
+image as a sequence of patch states, and the Transformer's decoder writes the caption,
+cross-attending to them.
+
+    memory = Encoder(x_p^1 E + E_pos^1, ..., x_p^N E + E_pos^N)     (B, N, d_model), every patch a key
+    logits = Generator(Decoder(Embed(BOS y_1 ... y_{T-1}), memory))
+
+It has the encoder-decoder's interface (``encode``, ``decode``, ``new_cache``), so training by
+teacher forcing, greedy and beam search and the KV cache (decode/search.py) work on it as they
+do on a translation model: only the source is an image.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.nn.positional import PositionalEncoding
+from attnlab.nn.transformer import Decoder, Embeddings, Encoder, TransformerTargetSide
+from attnlab.nn.vision import PatchEmbedding, PatchEncoding, PatchMean
+
+
+class ImageCaptioner(PatchEncoding, TransformerTargetSide):
+    """``model(images, tgt_in)``: (B, C, H, W) images, (B, T) ids BOS y_1 ... -> (B, T, V) logits."""
+
+    def __init__(self, patch_embed: PatchEmbedding, positional: PositionalEncoding, encoder: Encoder,
+                 tgt_embed: Embeddings, decoder: Decoder, generator: nn.Module, pad_id: int) -> None:
+        super().__init__()
+        self.patch_embed, self.positional, self.summary = patch_embed, positional, PatchMean(0)  # every patch a key
+        self.encoder = encoder
+        self.tgt_embed, self.decoder, self.generator = tgt_embed, decoder, generator
+        self.pad_id = pad_id
+
+    def encode(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, C, H, W) -> memory (B, N, d_model), the patch states, and its validity (B, N): all
+        True, an image has no padding."""
+        memory = self.encode_patches(images)
+        return memory, torch.ones(memory.shape[:2], dtype=torch.bool, device=memory.device)

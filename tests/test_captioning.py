@@ -1,0 +1,208 @@
+"""Image captioning (arch captioner, data.task captioning): the config's early refusals, captions
+files read as training data and an image that does not decode; cross-attention over the patches against torch.nn.MultiheadAttention, cached ==
+uncached decoding, beam 1 == greedy; a tiny captioner trained, captioning and evaluated through the
+command line, and its one-line refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from attnlab import ConfigError, DataError, build_model, model_config, task_config
+from attnlab.data.scenes import generate
+from attnlab.decode.search import beam_search, greedy
+from attnlab.tasks import Batching
+from attnlab.tasks.captioning import Captioning
+from attnlab.train.checkpoint import load_run
+from helpers import assert_cached_matches_uncached, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def test_a_bad_config_fails_early_naming_the_field():
+    with pytest.raises(ConfigError, match=r"held_out: 'purple triangle' is not a 'COLOUR SHAPE' \(colours red, green"):
+        task_config({"task": "captioning", "dataset": "scenes", "held_out": "red triangle, purple triangle"})
+    with pytest.raises(ConfigError, match=r"dataset 'scenes' brings its own splits and images; drop train"):
+        task_config({"task": "captioning", "dataset": "scenes", "train": "captions.tsv"})
+    with pytest.raises(ConfigError, match=r"model.arch must be 'captioner' for data.task 'captioning'"):
+        run_config({"arch": "vit", "patch_size": 4})
+    with pytest.raises(ConfigError, match=r"image_height \(30\) must be divisible by patch_size \(4\)"):
+        model_config(arch="captioner", vocab_size=10, image_height=30)
+    with pytest.raises(ConfigError, match=r"attention_backend must be one of 'auto', 'math', 'sdpa' \(got 'local'\)"):
+        model_config(arch="captioner", vocab_size=10, attention_backend="local")
+
+
+def run_config(model: dict):
+    from attnlab.train.config import RunConfig
+
+    return RunConfig.from_sections({"model": model, "data": {"task": "captioning", "dataset": "scenes"}, "train": {}})
+
+
+def write_png(path: Path, pixels: np.ndarray) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels.astype(np.uint8)).save(path)
+    return path
+
+
+def test_captions_files_are_the_training_data_and_an_image_that_does_not_decode_is_one_line(tmp_path):
+    for i, scene in enumerate(generate("train", 3, seed=0)):
+        write_png(tmp_path / "img" / f"{i}.png", scene.pixels)
+    captions = tmp_path / "captions.tsv"
+    captions.write_text("img/0.png\ta red circle\nimg/1.png\ttwo squares\n")
+    cfg = task_config({"task": "captioning", "train": str(captions), "valid": str(captions)})
+    data = Captioning.prepare(cfg, Batching(4096, 2, 0))
+    assert data.splits["train"].images.shape == (2, 3, 32, 32) and data.splits["valid"].captions[1] == "two squares"
+    torch.testing.assert_close(data.splits["train"].images[0], torch.tensor(generate("train", 1)[0].pixels)
+                               .permute(2, 0, 1).float())
+    (tmp_path / "img" / "2.png").write_bytes(b"\x89PNG but not really")
+    captions.write_text("img/0.png\ta red circle\nimg/2.png\ta broken image\n")
+    with pytest.raises(DataError) as broken:
+        Captioning.prepare(cfg, Batching(4096, 2, 0))
+    assert str(broken.value) == f"{tmp_path / 'img' / '2.png'}: not an image that Pillow can decode"
+
+
+# -- the model ---------------------------------------------------------------------------------------
+
+CAPTIONER = dict(arch="captioner", vocab_size=19, image_height=16, image_width=12, channels=3, patch_size=4,
+                 d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=32, dropout=0.0)
+
+
+def test_cross_attention_over_the_patches_is_multihead_attention_with_the_same_weights():
+    torch.manual_seed(0)
+    model = build_model(model_config(**CAPTIONER)).eval()
+    images, tgt = torch.randn(2, 3, 16, 12), torch.randint(5, 19, (2, 6))
+    memory, valid = model.encode(images)
+    assert memory.shape == (2, 12, 16) and valid.all()  # a grid of 4 x 3 patches, each a key
+    cross = model.decoder.layers[1].cross_attn
+    seen = {}
+    cross.register_forward_hook(lambda m, args, kwargs, out: seen.update(query=args[0], out=out[0]), with_kwargs=True)
+    model(images, tgt)
+    reference = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(torch.cat([cross.q_proj.weight, cross.kv_proj.weight]))
+        reference.in_proj_bias.copy_(torch.cat([cross.q_proj.bias, cross.kv_proj.bias]))
+        reference.out_proj.weight.copy_(cross.out_proj.weight)
+        reference.out_proj.bias.copy_(cross.out_proj.bias)
+        expected, weights = reference(seen["query"], memory, memory)
+    torch.testing.assert_close(seen["out"], expected, atol=1e-5, rtol=0)
+    assert weights.shape == (2, 6, 12)  # each caption position over the 12 patches
+
+
+def test_the_captioners_encoder_is_the_vits():
+    torch.manual_seed(0)
+    model = build_model(model_config(**CAPTIONER))
+    images = torch.randn(1, 3, 16, 12)
+    x = model.patch_embed(images) + model.positional.encode(torch.arange(12))  # x_p E + E_pos, no class token
+    expected = model.encoder(x, torch.ones(1, 12, dtype=torch.bool), torch.arange(12))
+    torch.testing.assert_close(model.encode(images)[0], expected)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "alibi"])
+def test_cached_decoding_equals_uncached(positional):
+    torch.manual_seed(0)
+    model = build_model(model_config(**CAPTIONER, positional=positional)).eval()
+    images, tgt = torch.randn(3, 3, 16, 12), torch.randint(5, 19, (3, 7))
+    assert_cached_matches_uncached(model, tgt, src=images)
+    assert_cached_matches_uncached(model, tgt, src=images, chunks=[3, 1, 3])
+    assert greedy(model, images, 8, use_cache=True) == greedy(model, images, 8, use_cache=False)
+    cached, uncached = (beam_search(model, images, 3, max_len=8, nbest=3, use_cache=c) for c in (True, False))
+    assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]
+    for kept, recomputed in zip(cached, uncached):
+        assert [h.score for h in kept] == pytest.approx([h.score for h in recomputed], abs=1e-4)
+
+
+def test_beam_1_is_greedy():
+    torch.manual_seed(1)
+    model = build_model(model_config(**CAPTIONER)).eval()
+    images = torch.randn(4, 3, 16, 12)
+    assert [hyps[0].tokens for hyps in beam_search(model, images, 1, max_len=9)] == greedy(model, images, 9)
+
+
+# -- a tiny run through the command line -------------------------------------------------------------
+
+RECIPE = """\
+model: {arch: captioner, patch_size: 8, d_model: 32, n_heads: 2, n_encoder_layers: 1, n_decoder_layers: 1,
+        d_ff: 64, dropout: 0.0}
+data: {task: captioning, dataset: scenes, max_objects: 1, n_train: 600, n_valid: 50, n_test: 50}
+train: {max_steps: 150, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 5.0e-3, warmup_steps: 1,
+        eval_every: 150, eval_exact_match: 50, early_stop_metric: exact_match, label_smoothing: 0.0,
+        progress: false}
+"""
+
+
+@pytest.fixture(scope="module")
+def captioning_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("captioning")
+    (root / "captioning.yaml").write_text(RECIPE)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: two, on two cores shared with other work, took 50x as long
+    try:
+        done = run_cli("train", str(root / "captioning.yaml"), "--out", str(root / "run"))
+    finally:
+        torch.set_num_threads(threads)
+    assert done.returncode == 0, done.stderr
+    return root, done
+
+
+def test_a_tiny_captioner_learns_to_caption_one_object_scenes(captioning_run):
+    root, done = captioning_run
+    assert "captioned images 32x32x3: train 600, valid 50, test 50, compositional 50; vocabulary" in done.stdout
+    valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["split"] == "valid"]
+    assert valid[-1]["exact_match"] >= 0.5  # chance: 1 in 44 (2 sizes x 22 colour-shape pairs)
+    result = run_cli("evaluate", str(root / "run"), "--split", "test", "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["exact_match"] >= 0.5 and record["bleu"] > 50 and record["images"] == 50
+    assert record["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    text = run_cli("evaluate", str(root / "run"), "--split", "compositional")
+    assert text.returncode == 0 and "(50 images, split compositional, greedy)" in text.stdout
+
+
+def test_caption_decodes_image_files_greedy_and_by_beam(captioning_run, tmp_path):
+    root, _ = captioning_run
+    drawn = generate("test", 3, seed=0, max_objects=1)
+    paths = [str(write_png(tmp_path / f"{i}.png", s.pixels)) for i, s in enumerate(drawn)]
+    model, tokenizers, _ = load_run(root / "run")
+    state = json.loads((root / "run" / "task_state.json").read_text())
+    x = torch.stack([torch.tensor(s.pixels).permute(2, 0, 1).float() for s in drawn])
+    x = (x - torch.tensor(state["mean"])[:, None, None]) / torch.tensor(state["std"])[:, None, None]
+    expected = [tokenizers["tgt"].decode(ids) for ids in greedy(model.eval(), x, 63)]
+    for options in (["--beam", "1"], ["--beam", "1", "--no-cache"]):
+        done = run_cli("caption", str(root / "run"), *paths, *options)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [f"{p}\t{c}" for p, c in zip(paths, expected)]
+    beam = run_cli("caption", str(root / "run"), paths[0], "--beam", "3", "--nbest", "2")
+    lines = beam.stdout.splitlines()
+    assert beam.returncode == 0 and len(lines) == 2 and all(line.startswith(f"{paths[0]} ||| ") for line in lines)
+    scores = [float(line.rsplit(" ||| ", 1)[1]) for line in lines]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_caption_refuses_in_one_line(captioning_run, tmp_path):
+    root, _ = captioning_run
+    none = run_cli("caption", str(root / "run"))
+    assert none.returncode == 2 and none.stderr.strip() == (
+        "error: give the images to caption as arguments: attnlab caption RUN image.png [more.png ...]")
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    broken = run_cli("caption", str(root / "run"), str(tmp_path / "broken.png"))
+    assert broken.returncode == 4 and broken.stderr.strip() == (
+        f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode")
+    translate = run_cli("translate", str(root / "run"), stdin="a red circle\n")
+    assert translate.returncode == 2 and "`attnlab translate` needs data.task" in translate.stderr
+    assert translate.stderr.count("\n") == 1
+
+
+def test_the_captioning_recipe_is_a_valid_config():
+    from attnlab.train.config import RunConfig
+
+    from attnlab.train.run import planned_model_config
+
+    cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "captioning.yaml")
+    assert cfg.data.task is Captioning and cfg.data.held_combinations == ("red triangle",)
+    model = planned_model_config(cfg)(17)
+    assert (model.arch, model.image_height, model.channels, model.grid) == ("captioner", 32, 3, (8, 8))
