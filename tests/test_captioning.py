@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"held_out: 'purple triangle' is not a 'COLOUR SHAPE' \(colours red, green"):
         task_config({"task": "captioning", "dataset": "scenes", "held_out": "red triangle, purple triangle"})
+    with pytest.raises(ConfigError, match=r"held_out names no 'COLOUR SHAPE' combination; the compositional split"):
+        task_config({"task": "captioning", "dataset": "scenes", "held_out": " , "})
     with pytest.raises(ConfigError, match=r"dataset 'scenes' brings its own splits and images; drop train"):
         task_config({"task": "captioning", "dataset": "scenes", "train": "captions.tsv"})
     with pytest.raises(ConfigError, match=r"model.arch must be 'captioner' for data.task 'captioning'"):

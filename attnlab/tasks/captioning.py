@@ -77,6 +77,9 @@ class CaptioningConfig(TaskConfig):
             scenes.check_held_out(self.held_combinations)
         except ValueError as err:
             raise ConfigError(f"held_out: {err}") from None
+        if self.dataset is not None and not self.held_combinations:
+            raise ConfigError("held_out names no 'COLOUR SHAPE' combination; the compositional split needs at least "
+                              "one (e.g. 'red triangle')")
         one_of("colour", self.colour, COLOURS)
         one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
         for name in ("n_train", "n_valid", "n_test", "max_caption_len", "vocab_size"):
