@@ -7,6 +7,11 @@
   a pass or a failure repeats; examples a fresh draw once found are pinned with @example in the
   tests. `HYPOTHESIS_PROFILE=explore` draws fresh examples (and keeps failures in .hypothesis/).
 - Devices: every test runs on the CPU, on a GPU machine too, except those marked ``cuda`` (below).
+- Threads: every process of the suite (this one and the subprocesses it starts) computes on one
+  thread. On 2 cores with another process busy, PyTorch's two threads wait on each other: 71 tests
+  of test_train, test_golden and test_rnn took 582 s that way against 90 s on one thread, and 34 s
+  against 40 s with nothing else running (issue 37, item 11: the suite took 18 min 47 s on a loaded
+  machine).
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-import torch
-from hypothesis import settings
+os.environ["OMP_NUM_THREADS"] = "1"  # before torch is imported: its thread pools read it once
 
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+torch.set_num_threads(1)  # in case a plug-in imported torch first
 ROOT = Path(__file__).resolve().parent.parent
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
