@@ -253,6 +253,27 @@ def test_info_describes_each_run_and_a_pruned_runs_report(runs):
     assert info["limits"]["max_chars"] == 1000 and whole["options"] == {"beam": 4, "lenpen": 0.6, "hypothesis": 0}
 
 
+def test_the_page_opens_on_an_example_from_each_runs_validation_data(runs):
+    """The first validation source of a translation run, the first validation text of a classifier,
+    the start of a language model's validation text; none where the input is no sentence (an image)
+    or the run's data is not there any more."""
+    from attnlab.train.checkpoint import RunDir
+    from attnlab.train.run import read_run_data
+
+    examples = {name: r["example"] for name, r in zip(("translation", "lm", "classifier", "mlm", "vit"), client(
+        runs["translation"], runs["lm"], runs["classifier"], runs["mlm"], runs["vit"]).get("/api/info").json()["runs"])}
+    valid = read_run_data(RunDir(runs["translation"]), "valid").splits["valid"]
+    assert examples["translation"] == valid[0].src and len(examples["translation"].split()) >= 3
+    assert examples["lm"] == "the cat sat on the mat."  # the text's lines, one whole line first
+    assert examples["classifier"] in {"great film", "awful film", "fine film", "dull film"}
+    assert examples["mlm"] is None and examples["vit"] is None
+    moved = runs["lm"].parent / "lm-moved-data"
+    shutil.copytree(runs["lm"], moved)
+    config = moved / "config.yaml"
+    config.write_text(config.read_text().replace(str(runs["lm"].parent / "text.txt"), str(moved / "gone.txt")))
+    assert Explorer(moved).info()["example"] is None
+
+
 # -- bad input: one line each, and the server goes on --------------------------------------------------
 
 @pytest.mark.parametrize("request_, status, message", [

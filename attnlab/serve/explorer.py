@@ -33,11 +33,12 @@ from attnlab.analysis.heads import head_entropy, mask_heads
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import BOS, EOS
 from attnlab.decode.search import beam_search, sample
-from attnlab.errors import UsageError
+from attnlab.errors import AttnlabError, UsageError
 from attnlab.nn.attention import HeadSet, attention_modules
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.image_classification import read_inputs
 from attnlab.train.checkpoint import META_FILE, RunDir, load_run
+from attnlab.train.run import read_run_data
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,28 @@ FIELDS = {
 }
 
 
+EXAMPLE_TOKENS = 48  # of a language model's validation text: the page's first input
+
+
+def example_input(run: RunDir, task: str, tokenizers: dict[str, Any]) -> str | None:
+    """The page's first input: the first source sentence of the run's validation data (a
+    translation), its first text (a classifier), or the start of its first line (a language
+    model); None where the run has no data here (an import, files since moved) or its input is not
+    a sentence."""
+    if task not in ("translation", "classification", "language_model"):
+        return None
+    try:
+        first = read_run_data(run, "valid").splits["valid"][0:EXAMPLE_TOKENS]
+    except AttnlabError:
+        return None
+    if task == "translation":
+        return first[0].src
+    if task == "classification":
+        return tokenizers["src"].decode(first[0].ids)
+    lines = tokenizers["tgt"].decode(first.tolist()).splitlines()  # a character LM's text runs across lines
+    return next((line.strip() for line in lines if line.strip()), None)
+
+
 class Explorer:
     """One run's model, loaded once; :meth:`run` answers a request, :meth:`info` describes the run."""
 
@@ -95,6 +118,7 @@ class Explorer:
         self.device = next(self.model.parameters()).device
         self.allow_files = allow_files
         self.lock = threading.Lock()
+        self.example = example_input(self.run_dir, self.task, self.tokenizers)
 
     def info(self) -> dict[str, Any]:
         """The run as the page shows it: name, family, task, input kind, maskable modules, pruning."""
@@ -102,7 +126,7 @@ class Explorer:
                 "task": self.task, "input": "image" if self.task == "image_classification" else "text",
                 "files_allowed": self.allow_files, "options": FIELDS[self.task],
                 "modules": {name: m.n_heads for name, m in attention_modules(self.model).items()},
-                "pruning": pruning_report(self.run_dir)}
+                "pruning": pruning_report(self.run_dir), "example": self.example}
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         """Answer one request: {text, heads_off: {module: [heads]}, and the task's FIELDS}."""
