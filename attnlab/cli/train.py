@@ -184,11 +184,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     export.add_argument("--force", action="store_true", help="replace an existing OUT")
     export.set_defaults(func=cmd_export)
 
-    hf = sub.add_parser("import-hf", help="make a run directory of a local Hugging Face folder (BERT, GPT-2)",
+    hf = sub.add_parser("import-hf", help="make a run directory of a local Hugging Face folder (BERT, GPT-2, ViT)",
                         description="Read config.json, model.safetensors and the tokenizer's files of a Hugging Face "
                                     "folder (never the network, never a pickled pytorch_model.bin) and write a run: "
                                     "model_type 'bert' -> encoder_only (a masked-LM or encoder run), 'gpt2' -> "
-                                    "decoder_lm (a language-model run: generate, score, inspect, prune, serve).")
+                                    "decoder_lm (a language-model run: generate, score, inspect, prune, serve), 'vit' -> vit "
+                                    "(an image_classification run, or an image_encoder run for ViTModel; "
+                                    "preprocessor_config.json gives its pixel statistics).")
     hf.add_argument("folder", help="the Hugging Face model folder")
     hf.add_argument("--out", required=True, help="the run directory to write (must not exist)")
     hf.set_defaults(func=cmd_import_hf)

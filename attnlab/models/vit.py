@@ -23,6 +23,7 @@ from attnlab.nn.vision import (
     ClassToken,
     LearnedPatchPositional,
     LearnedRowColumnPositional,
+    LinearClassifier,
     PatchEmbedding,
     PatchMean,
     SinCos2DPositional,
@@ -39,6 +40,11 @@ PATCH_POSITIONAL: dict[str, type[PositionalEncoding]] = {
 
 # pooling: what summarises the image for the classifier
 SUMMARIES: dict[str, type[nn.Module]] = {"cls": ClassToken, "mean": PatchMean}
+
+# head: the classifier on the summary. "pooled": a tanh layer, then the output (ViT's pre-training
+# head, BERT's pooler); "linear": the output alone (ViT fine-tuned, Hugging Face's
+# ViTForImageClassification)
+HEADS: dict[str, type[nn.Module]] = {"pooled": ClassificationHead, "linear": LinearClassifier}
 
 # The exact backends with no fields of their own: a patch sequence is short (N + 1 tokens).
 VIT_BACKENDS = ("auto", "math", "sdpa")
@@ -66,6 +72,7 @@ class ViTConfig(FamilyConfig, parts.AttentionStack):
     layer_norm_eps: float = 1e-6
     positional: str = "learned"
     pooling: str = "cls"
+    head: str = "pooled"
     attention_backend: str = "auto"
 
     positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = PATCH_POSITIONAL
@@ -73,6 +80,7 @@ class ViTConfig(FamilyConfig, parts.AttentionStack):
     def check(self) -> None:
         one_of("positional", self.positional, PATCH_POSITIONAL)
         one_of("pooling", self.pooling, SUMMARIES)
+        one_of("head", self.head, HEADS)
         one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
         self.check_stack()
         for name in ("image_height", "image_width", "channels", "patch_size"):
@@ -105,7 +113,7 @@ class ViTFamily(ModelFamily):
         summary = SUMMARIES[cfg.pooling](cfg.d_model)
         model = VisionTransformer(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
                                   parts.positional(cfg, "embeddings"), summary, parts.encoder(cfg, cfg.n_layers),
-                                  ClassificationHead(cfg.d_model, cfg.n_classes, cfg.dropout, summary.pooling()))
+                                  HEADS[cfg.head](cfg.d_model, cfg.n_classes, cfg.dropout, summary.pooling()))
         parts.init_weights(model)
         init_patch_positions(model.positional)
         return model

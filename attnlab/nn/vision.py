@@ -141,6 +141,21 @@ class PatchMean(nn.Module):
         return weights.mean(-2)
 
 
+class LinearClassifier(nn.Module):
+    """The fine-tuned ViT's head (and Hugging Face's ViTForImageClassification): logits = W_c
+    pool(h) + b_c, one linear map of the summary, no hidden layer (the pre-training head is
+    ClassificationHead's tanh layer)."""
+
+    def __init__(self, d_model: int, n_classes: int, dropout: float, pooling: nn.Module) -> None:
+        super().__init__()
+        self.pooling = pooling
+        self.out = nn.Linear(d_model, n_classes)
+
+    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+        """(B, T, d_model), (B, T) True at real tokens -> (B, n_classes)."""
+        return self.out(self.pooling(h, valid))
+
+
 class PatchEncoding(nn.Module):
     """The ViT's image encoder, for any model that reads images so: ``patch_embed``, ``positional``
     (of the patch grid), ``summary`` (a class token, or the patches alone) and ``encoder``, set by

@@ -28,6 +28,7 @@ from attnlab.tasks.forecasting import Forecasting, ForecastingConfig
 from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLanguageModelConfig
 from attnlab.tasks.masked_translation import MaskedTranslation, MaskedTranslationConfig
 from attnlab.tasks.encoder import Encoder, EncoderConfig
+from attnlab.tasks.image_encoder import ImageEncoder, ImageEncoderConfig
 # isort: on
 
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
@@ -35,4 +36,4 @@ __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",
            "ImageClassificationConfig", "Captioning", "CaptioningConfig", "NodeClassification", "NodeClassificationConfig",
            "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig",
-           "Encoder", "EncoderConfig"]
+           "Encoder", "EncoderConfig", "ImageEncoder", "ImageEncoderConfig"]

@@ -5,8 +5,8 @@ the folder.
 A folder is read from three kinds of file and nothing else, never over the network:
 ``config.json`` (its ``model_type`` chooses the :class:`HFConverter`), ``model.safetensors`` (a
 pickled ``pytorch_model.bin`` is refused before anything is opened: unpickling can run code) and
-the tokenizer's own files. Each architecture is one module of this package that registers its
-converter (bert.py, gpt2.py); the import and the export look it up here, by ``model_type`` and by
+the tokenizer's own files (an image model's ``preprocessor_config.json`` instead). Each architecture is one module of this package that registers its
+converter (bert.py, gpt2.py, vit.py); the import and the export look it up here, by ``model_type`` and by
 the run's ``arch``.
 """
 
@@ -89,14 +89,18 @@ def register_converter(cls: type[HFConverter]) -> type[HFConverter]:
 
 
 class Imported:
-    """What an import writes: the model and its config sections, the tokenizer, and the report of
-    what was loaded (with ``init``: what else init.json keeps, such as the token order)."""
+    """What an import writes: the model and its config sections, the tokenizer (None for a model of
+    images), the report of what was loaded (with ``init``: what else init.json keeps, such as the
+    token order) and ``task_state``, what the task keeps of its data (an image model's classes and
+    pixel statistics)."""
 
-    def __init__(self, model: nn.Module, model_cfg: FamilyConfig, data: TaskConfig, tokenizer: Tokenizer,
-                 report: InitReport, init: dict[str, Any] | None = None, train: TrainConfig | None = None) -> None:
+    def __init__(self, model: nn.Module, model_cfg: FamilyConfig, data: TaskConfig, tokenizer: Tokenizer | None,
+                 report: InitReport, init: dict[str, Any] | None = None, train: TrainConfig | None = None,
+                 task_state: dict[str, Any] | None = None) -> None:
         self.model, self.model_cfg, self.data, self.tokenizer = model, model_cfg, data, tokenizer
         self.report, self.init = report, init or {}
         self.train = train or TrainConfig(progress=False)
+        self.task_state = task_state or {}
 
 
 class Exported:
@@ -145,6 +149,7 @@ def import_hf(folder: str | Path, out: str | Path) -> Imported:
     run = RunDir(staged)
     run.write_config(imported.model_cfg, imported.data, imported.train)
     run.write_tokenizers({role: imported.tokenizer for role in imported.data.task.tokenizers})
+    run.write_task_state(imported.task_state)
     run.write_init(imported.report.to_dict() | imported.init)
     run.step_dir(0).mkdir(parents=True)
     write_checkpoint(run.step_dir(0), imported.model.state_dict(), {"step": 0, "imported_from": str(folder.resolve())})

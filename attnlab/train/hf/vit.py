@@ -1,0 +1,201 @@
+"""Importing a Hugging Face ViT folder (``model_type: vit``) as an attnlab run (`attnlab import-hf DIR
+--out RUN`).
+
+Reads ``config.json``, ``model.safetensors`` and, if present, ``preprocessor_config.json`` (the
+image's rescale and normalisation), checked as folder.py checks every folder; a ViT has no
+tokenizer. The result is a run of the ``vit`` family that ``predict``, ``inspect`` and
+``train.init_from`` take like any other: of data.task ``image_classification`` when the folder has
+a classifier (``ViTForImageClassification``, its classes config.json's ``id2label`` in id order),
+else of data.task ``image_encoder`` (tasks/image_encoder.py: ``ViTModel``, an encoder and its
+pooler, no output layer), which refuses `predict`.
+
+Hugging Face's ViT is attnlab's with pre-norm layers, exact GELU, a class token, learned 1-D
+positions, the final LayerNorm, ``head: linear`` (ViTForImageClassification's one Linear on the
+class token's state) or ``head: pooled`` (ViTModel's pooler, tanh(W h_cls + b), is the tanh layer);
+attention runs through PyTorch's fused ``sdpa`` backend. The weights map one to one:
+
+    embeddings.patch_embeddings.projection    patch_embed.projection (the Conv2d's weight flattened)
+    embeddings.position_embeddings[1:]        positional.table (the patches' positions)
+    embeddings.cls_token + position_embeddings[0]   summary.token (below)
+    encoder.layer.i.layernorm_before          encoder.layers.i.self_attn_residual.norm
+    encoder.layer.i.attention.attention.{query,key,value}   encoder.layers.i.self_attn.qkv_proj
+    encoder.layer.i.attention.output.dense    encoder.layers.i.self_attn.out_proj
+    encoder.layer.i.layernorm_after           encoder.layers.i.feed_forward_residual.norm
+    encoder.layer.i.intermediate.dense        encoder.layers.i.feed_forward.w_1
+    encoder.layer.i.output.dense              encoder.layers.i.feed_forward.w_2
+    layernorm                                 encoder.norm
+    pooler.dense                              classifier.pool (ViTModel)
+    classifier                                classifier.out (ViTForImageClassification)
+
+Hugging Face adds a position to the class token too; attnlab adds positions to the patches only
+(nn/vision.py), so the class token here is the original's plus its position: the same sum, done
+once. Images: Hugging Face's processor rescales the 0-255 pixels by ``rescale_factor`` (1/255)
+and normalises by ``image_mean``/``image_std`` (0.5 each by default); attnlab standardises 0-255
+pixels, so its mean and std are those divided by the rescale factor. Images are resized (bilinear)
+to config.json's ``image_size``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.models import build_model, model_config
+from attnlab.tasks import task_config
+from attnlab.train.hf.folder import HFConverter, Imported, read_json, read_weights, register_converter
+from attnlab.train.init import InitReport, copy_tensors, named_tensors
+
+PREPROCESSOR = "preprocessor_config.json"
+DEFAULT_MEAN = DEFAULT_STD = 0.5  # ViTImageProcessor's defaults (IMAGENET_STANDARD_MEAN / _STD)
+LAYER_PARTS = {"layernorm_before": "self_attn_residual.norm", "attention.output.dense": "self_attn.out_proj",
+               "layernorm_after": "feed_forward_residual.norm", "intermediate.dense": "feed_forward.w_1",
+               "output.dense": "feed_forward.w_2"}
+
+
+def pair(value: Any, name: str, where: Path) -> tuple[int, int]:
+    """config.json's image_size / patch_size: an int or (height, width)."""
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return value[0], value[1]
+    raise CheckpointError(f"{where}: {name} {value!r} is not an int or a (height, width) pair")
+
+
+def vit_refusals(config: dict[str, Any]) -> list[str]:
+    """The options of a ViT config.json that attnlab's vit family cannot represent, each with what it has."""
+    refused = []
+    if config.get("hidden_act", "gelu") != "gelu":
+        refused.append(f"hidden_act {config['hidden_act']!r} (attnlab's ViT has 'gelu', the exact one)")
+    if not config.get("qkv_bias", True):
+        refused.append("qkv_bias false (attnlab's query, key and value projections have biases)")
+    if config.get("pooler_act", "tanh") != "tanh":
+        refused.append(f"pooler_act {config['pooler_act']!r} (attnlab's pooler is tanh)")
+    if config.get("pooler_output_size") not in (None, config.get("hidden_size")):
+        refused.append(f"pooler_output_size {config['pooler_output_size']} (attnlab's pooler keeps hidden_size)")
+    if config.get("num_channels", 3) not in (1, 3):
+        refused.append(f"num_channels {config['num_channels']} (attnlab reads images as RGB or greyscale)")
+    return refused
+
+
+def vit_model_fields(config: dict[str, Any], with_classifier: bool, where: Path) -> dict[str, Any]:
+    """attnlab's vit model section for a Hugging Face ViT config.json (encoder_stride, for masked
+    image modelling's decoder, has no part in it)."""
+    refused = vit_refusals(config)
+    (height, width), (patch_h, patch_w) = (pair(config.get(name, default), name, where)
+                                           for name, default in (("image_size", 224), ("patch_size", 16)))
+    if patch_h != patch_w:
+        refused.append(f"patch_size {[patch_h, patch_w]} (attnlab's patches are square)")
+    if refused:
+        raise CheckpointError(f"{where}: {'; '.join(refused)}: not representable in attnlab's vit")
+    try:
+        return {"arch": "vit", "image_height": height, "image_width": width,
+                "channels": config.get("num_channels", 3), "n_classes": len(labels_of(config, where)),
+                "patch_size": patch_h, "d_model": config["hidden_size"], "n_heads": config["num_attention_heads"],
+                "n_layers": config["num_hidden_layers"], "d_ff": config["intermediate_size"],
+                "dropout": config.get("hidden_dropout_prob", 0.0),
+                "attention_dropout": config.get("attention_probs_dropout_prob", 0.0), "activation": "gelu",
+                "norm": "pre", "layer_norm_eps": config.get("layer_norm_eps", 1e-12), "positional": "learned",
+                "pooling": "cls", "head": "linear" if with_classifier else "pooled", "attention_backend": "sdpa"}
+    except KeyError as err:
+        raise CheckpointError(f"{where}: no {err.args[0]!r}, which a ViT config.json has") from None
+
+
+def labels_of(config: dict[str, Any], where: Path) -> list[str]:
+    """The class names in id order, from id2label (Hugging Face's LABEL_0, LABEL_1 without one)."""
+    id2label = config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(config.get("num_labels", 2))}
+    try:
+        names = {int(i): str(name) for i, name in id2label.items()}
+    except (AttributeError, ValueError):
+        raise CheckpointError(f"{where}: id2label is not a map of class ids to names") from None
+    if sorted(names) != list(range(len(names))) or len(names) < 2:
+        raise CheckpointError(f"{where}: id2label has ids {sorted(names)}; attnlab's classifier needs ids 0..n-1, "
+                              f"n >= 2")
+    return [names[i] for i in range(len(names))]
+
+
+def pixel_statistics(folder: Path, channels: int) -> tuple[list[float], list[float]]:
+    """attnlab's per-channel mean and std of 0-255 pixels that give what the folder's image
+    processor feeds the model: ((x r) - m) / s = (x - m / r) / (s / r)."""
+    path = folder / PREPROCESSOR
+    spec = read_json(path) if path.is_file() else {}
+    rescale = spec.get("rescale_factor", 1 / 255) if spec.get("do_rescale", True) else 1.0
+    normalise = spec.get("do_normalize", True)
+    stats = []
+    for name, default, plain in (("image_mean", DEFAULT_MEAN, 0.0), ("image_std", DEFAULT_STD, 1.0)):
+        value = spec.get(name, default) if normalise else plain
+        value = [value] * channels if isinstance(value, (int, float)) else value
+        if not isinstance(value, list) or len(value) != channels:
+            raise CheckpointError(f"{path}: {name} {value!r} is not {channels} numbers (one per channel)")
+        stats.append([v / rescale for v in value])
+    if any(s <= 0 for s in stats[1]):
+        raise CheckpointError(f"{path}: image_std {spec.get('image_std')!r} has a value <= 0")
+    return stats[0], stats[1]
+
+
+def vit_tensors(weights: dict[str, torch.Tensor], n_layers: int) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """attnlab's tensors from a ViT state dict (ViTForImageClassification's ``vit.`` prefix dropped);
+    and the names of the original that have no place here."""
+    plain = {name.removeprefix("vit."): t.float() for name, t in weights.items()}
+    pairs = {"patch_embed.projection.bias": "embeddings.patch_embeddings.projection.bias",
+             "encoder.norm.weight": "layernorm.weight", "encoder.norm.bias": "layernorm.bias",
+             "classifier.pool.weight": "pooler.dense.weight", "classifier.pool.bias": "pooler.dense.bias",
+             "classifier.out.weight": "classifier.weight", "classifier.out.bias": "classifier.bias"}
+    for i in range(n_layers):
+        for theirs, ours in LAYER_PARTS.items():
+            pairs |= {f"encoder.layers.{i}.{ours}.{kind}": f"encoder.layer.{i}.{theirs}.{kind}" for kind in ("weight", "bias")}
+    out = {ours: plain[theirs] for ours, theirs in pairs.items() if theirs in plain}
+    used = {theirs for theirs in pairs.values() if theirs in plain}
+    for i in range(n_layers):
+        for kind in ("weight", "bias"):
+            qkv = [f"encoder.layer.{i}.attention.attention.{p}.{kind}" for p in ("query", "key", "value")]
+            if all(p in plain for p in qkv):  # one fused projection
+                out[f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"] = torch.cat([plain[p] for p in qkv])
+                used |= set(qkv)
+    conv, positions, cls = ("embeddings.patch_embeddings.projection.weight", "embeddings.position_embeddings",
+                            "embeddings.cls_token")
+    if conv in plain:
+        out["patch_embed.projection.weight"] = plain[conv].flatten(1)  # (d, C, P, P) -> (d, C P P), (c, row, col)
+        used.add(conv)
+    if positions in plain and cls in plain:
+        out["positional.table.weight"] = plain[positions][0, 1:]  # (N, d): the patches'
+        out["summary.token"] = plain[cls] + plain[positions][:, :1]  # (1, 1, d): the class token at its position
+        used |= {positions, cls}
+    return out, [name for name in weights if name.removeprefix("vit.") not in used]
+
+
+@register_converter
+class ViTConverter(HFConverter):
+    """ViTForImageClassification / ViTModel -> vit (an image_classification run with the classifier,
+    else an image_encoder run)."""
+
+    model_type = "vit"
+    arch = "vit"
+    described = "ViT"
+    tokenizer_files = ((),)  # images: no tokenizer
+
+    @classmethod
+    def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
+        weights = read_weights(folder)
+        with_classifier = "classifier.weight" in weights
+        fields = vit_model_fields(config, with_classifier, folder / "config.json")
+        try:
+            cfg = model_config(fields)
+        except ConfigError as err:
+            raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+        model = build_model(cfg)
+        tensors, unused = vit_tensors(weights, cfg.n_layers)
+        target = named_tensors(model)
+        loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
+        new = [name for name in target if name not in tensors]
+        square = cfg.image_height == cfg.image_width
+        data = task_config({"task": "image_classification" if with_classifier else "image_encoder",
+                            "resize": cfg.image_height if square else None,
+                            "colour": "rgb" if cfg.channels == 3 else "grey"})
+        mean, std = pixel_statistics(folder, cfg.channels)
+        state = {"labels": labels_of(config, folder / "config.json"),
+                 "shape": [cfg.image_height, cfg.image_width, cfg.channels], "mean": mean, "std": std}
+        report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
+        return Imported(model, cfg, data, None, report, task_state=state)
