@@ -54,7 +54,8 @@ VIT_BACKENDS = ("auto", "math", "sdpa")
 class ViTConfig(FamilyConfig, parts.AttentionStack):
     """The image's size and channels and the number of classes (set by the data), the patch size
     P (dividing both sides), and the encoder's fields, as the Transformer's: pre-norm and GELU by
-    default, as ViT."""
+    default, as ViT. ``head``: ``pooled``, a tanh layer before the output (ViT's pre-training
+    head), or ``linear``, the output alone (ViT fine-tuned; an imported ViTForImageClassification)."""
 
     image_height: int
     image_width: int
