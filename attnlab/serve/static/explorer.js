@@ -31,7 +31,7 @@ async function start() {
   const image = info.runs.some((r) => r.input === "image");
   $("#text").placeholder = image ? "an image file's path on the server" : "a sentence to read";
   const example = info.runs.map((r) => r.example).find((e) => e);  // from the first run's validation data
-  if (example) $("#text").value = example;
+  if (example && !$("#text").value) $("#text").value = example;  // never over what was typed meanwhile
   addOptions(info.runs);
   $("#panels").style.gridTemplateColumns = `repeat(${info.runs.length}, minmax(0, 1fr))`;
   info.runs.forEach((run, index) => {
