@@ -15,18 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from attnlab.config import at_least, one_of
-from attnlab.errors import ConfigError
+from attnlab.config import one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import PATCH_POSITIONAL, VIT_BACKENDS, init_patch_positions
+from attnlab.models.vit import PATCH_POSITIONAL, VIT_BACKENDS, PatchGrid, init_patch_positions
 from attnlab.nn.captioner import ImageCaptioner
 from attnlab.nn.vision import PatchEmbedding
 
 
 @dataclass(frozen=True)
-class CaptionerConfig(TwoSidedSizes, TransformerConfig):
+class CaptionerConfig(PatchGrid, TwoSidedSizes, TransformerConfig):
     """The image's size and channels and the caption vocabulary (set by the data), the patch size
     P (dividing both sides), where the patches sit (``patch_positional``), and the Transformer's
     fields for the two stacks: small, pre-norm and GELU by default, as ViT."""
@@ -52,25 +51,12 @@ class CaptionerConfig(TwoSidedSizes, TransformerConfig):
         one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
         self.check_sizes()
         super().check()
-        for name in ("image_height", "image_width", "channels", "patch_size"):
-            at_least(name, getattr(self, name), 1)
-        for side in ("image_height", "image_width"):
-            if getattr(self, side) % self.patch_size:
-                raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patch_size "
-                                  f"({self.patch_size})")
-        if self.patch_positional == "sinusoidal_2d" and self.d_model % 4:
-            raise ConfigError(f"patch_positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a cosine "
-                              f"per frequency, for rows and for columns); got {self.d_model}")
+        self.check_patches("patch_positional", self.patch_positional)
 
     @property
     def src_vocab_size(self) -> None:
         """The source is an image: no vocabulary of its own."""
         return None
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        """(h, w): patches down and across."""
-        return self.image_height // self.patch_size, self.image_width // self.patch_size
 
 
 @register_family

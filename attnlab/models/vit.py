@@ -50,8 +50,31 @@ HEADS: dict[str, type[nn.Module]] = {"pooled": ClassificationHead, "linear": Lin
 VIT_BACKENDS = ("auto", "math", "sdpa")
 
 
+class PatchGrid:
+    """What a config of an image cut into patches checks and derives (its dataclass declares
+    image_height, image_width, channels, patch_size and d_model): ViT's and the captioner's."""
+
+    def check_patches(self, field: str, positional: str) -> None:
+        """Positive sizes, sides that the patch size divides, and a d_model that the ``positional``
+        scheme (the config's ``field``) can split."""
+        for name in ("image_height", "image_width", "channels", "patch_size"):
+            at_least(name, getattr(self, name), 1)
+        for side in ("image_height", "image_width"):
+            if getattr(self, side) % self.patch_size:
+                raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patch_size "
+                                  f"({self.patch_size})")
+        if positional == "sinusoidal_2d" and self.d_model % 4:
+            raise ConfigError(f"{field} 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a cosine "
+                              f"per frequency, for rows and for columns); got {self.d_model}")
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(h, w): patches down and across."""
+        return self.image_height // self.patch_size, self.image_width // self.patch_size
+
+
 @dataclass(frozen=True)
-class ViTConfig(FamilyConfig, parts.AttentionStack):
+class ViTConfig(PatchGrid, FamilyConfig, parts.AttentionStack):
     """The image's size and channels and the number of classes (set by the data), the patch size
     P (dividing both sides), and the encoder's fields, as the Transformer's: pre-norm and GELU by
     default, as ViT. ``head``: ``pooled``, a tanh layer before the output (ViT's pre-training
@@ -84,21 +107,8 @@ class ViTConfig(FamilyConfig, parts.AttentionStack):
         one_of("head", self.head, HEADS)
         one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
         self.check_stack()
-        for name in ("image_height", "image_width", "channels", "patch_size"):
-            at_least(name, getattr(self, name), 1)
+        self.check_patches("positional", self.positional)
         at_least("n_classes", self.n_classes, 2)
-        for side in ("image_height", "image_width"):
-            if getattr(self, side) % self.patch_size:
-                raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patch_size "
-                                  f"({self.patch_size})")
-        if self.positional == "sinusoidal_2d" and self.d_model % 4:
-            raise ConfigError(f"positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a cosine "
-                              f"per frequency, for rows and for columns); got {self.d_model}")
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        """(h, w): patches down and across."""
-        return self.image_height // self.patch_size, self.image_width // self.patch_size
 
 
 @register_family
