@@ -18,7 +18,8 @@ import torch
 from attnlab.cli import main
 from attnlab.errors import AttnlabError, CheckpointError, ConfigError, DataError, NumericalError, UsageError
 from attnlab.eval import likelihood
-from attnlab.train.checkpoint import RunDir, load_run, write_average
+from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.train.derived import write_average
 from attnlab.train.config import RunConfig
 from attnlab.train.run import train_run
 from helpers import ATTNLAB

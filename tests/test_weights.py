@@ -3,7 +3,7 @@ the symmetric per-channel scale max|w| / 127.5 and compute what the float layer 
 that rounding; bf16 converts every floating tensor; the searches run on both and their
 log-probabilities stay close to fp32's; int8 is refused off the CPU.
 
-Exported runs (`attnlab export`, train/checkpoint.py export_run): the file holds int8 values and
+Exported runs (`attnlab export`, train/derived.py export_run): the file holds int8 values and
 float32 scales (or bf16 tensors), tied weights come out right, the loaded run computes exactly what
 its source run computes with those weights (logits, beam search, greedy), the checksums cover it,
 and bad input is one line."""
@@ -24,7 +24,8 @@ from attnlab.decode.search import DecodingSession, beam_search, greedy, sample
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import CheckpointError, UsageError
 from attnlab.nn.transformer import VocabularyProjection
-from attnlab.train.checkpoint import export_run, load_run, write_average
+from attnlab.train.checkpoint import load_run
+from attnlab.train.derived import export_run, write_average
 from attnlab.train.weights_file import WEIGHTS_KEY
 from helpers import random_ids, run_cli, tiny_model
 from test_bench import lm_run

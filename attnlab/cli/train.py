@@ -101,14 +101,14 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from attnlab.train.checkpoint import write_average
+    from attnlab.train.derived import write_average
 
     path, steps = write_average(args.run_dir, args.last, args.force)
     print(f"averaged steps {', '.join(map(str, steps))} into {path}")
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from attnlab.train.checkpoint import export_run
+    from attnlab.train.derived import export_run
 
     exported, source = export_run(args.run_dir, args.out, args.weights, args.checkpoint, args.force)
     size, original = exported.stat().st_size, source.stat().st_size
