@@ -13,6 +13,7 @@ file when there is one), the value given and the values allowed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -54,17 +55,15 @@ def _coerce(field: str, value: Any, hint: Any) -> Any:
     them (`bool | str`: the first that takes the value)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None and len(args) < len(typing.get_args(hint)):
+        if value is None and type(None) in typing.get_args(hint):
             return None
-        for arg in args[:-1]:  # `bool | str`: the first type that takes the value
-            try:
-                return _coerce(field, value, arg)
-            except ConfigError:
-                pass
-        if len(args) > 1 and not isinstance(value, args[-1]):
-            raise ConfigError(f"{field} must be {' or '.join(_type_name(a) for a in args)} (got {value!r})")
-        hint = args[-1]
+        kinds = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(kinds) > 1:  # `bool | str`: the first type that takes the value
+            for kind in kinds:
+                with contextlib.suppress(ConfigError):
+                    return _coerce(field, value, kind)
+            raise ConfigError(f"{field} must be {' or '.join(_type_name(k) for k in kinds)} (got {value!r})")
+        hint = kinds[0]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is float and isinstance(value, float) and not math.isfinite(value):
