@@ -9,8 +9,11 @@
 #      phase (on an H100, 2026-11-27: transformer-base 71 s in all; gpt2-small and bert-base T 128
 #      did not finish in 90 and 70 s), so a 15-minute loan runs this in two calls, PHASES naming
 #      the second's;
-#   3. the recipes of recipes/gpu/ with the time left (Tiny Shakespeare, then Multi30k and its BLEU),
-#      each stopped by train.max_seconds so that it evaluates and checkpoints before its limit.
+#   3. the recipes of recipes/gpu/ with the time left (Tiny Shakespeare; Multi30k and its BLEU; SST-2's
+#      pre-training and fine-tuning; Transformer-XL with and without memory; Mask-Predict distilled
+#      from the Multi30k run), each stopped by train.max_seconds so that it evaluates and checkpoints
+#      before its limit. One 10-minute call does not reach them all: name the rest in PHASES (e.g.
+#      PHASES="sst2_text sst2_mlm sst2") in a later call on the same warm machine, whose RUNS remain.
 # Every phase writes its records to WORK/NAME.jsonl (its stderr to WORK/NAME.log) as it makes them, and
 # after each phase WORK is packed into OUT/records.tgz beside OUT/summary.txt (the device tool brings
 # back 8 files), so a run cut short keeps what it measured. Run from the repository root with a Python
@@ -81,7 +84,11 @@ RUNS=${RUNS:-/tmp/gpu-runs}
 recipe() {
   local name=$1 limit=$2 config=$3; shift 3
   local sets=(--set "train.device=$DEVICE" --set "train.max_seconds=$((limit - 40))")
-  [ "$DEVICE" = cpu ] && sets+=(--set train.max_steps=2 --set train.eval_every=2)
+  if [ "$DEVICE" = cpu ]; then  # a check of the chain: two steps of a one-layer model (a fine-tuning keeps its own)
+    sets+=(--set train.max_steps=2 --set train.eval_every=2)
+    grep -q init_from "$config" || sets+=(--set model.n_layers=1 --set model.d_model=64 --set model.n_heads=2 \
+      --set model.d_ff=64)
+  fi
   phase "$name" "$limit" $A train "$config" --out "$RUNS/$name" "${sets[@]}" "$@"
   [ -f "$RUNS/$name/metrics.jsonl" ] && cp "$RUNS/$name/metrics.jsonl" "$WORK/$name.metrics.jsonl"
 }
@@ -89,6 +96,27 @@ recipe shakespeare 150 recipes/gpu/shakespeare_char.yaml
 recipe multi30k 200 recipes/gpu/multi30k_de_en.yaml
 [ -d "$RUNS/multi30k" ] && phase multi30k_bleu 40 $A evaluate "$RUNS/multi30k" --device "$DEVICE" \
   --src data/multi30k/val.de --ref data/multi30k/val.en --json
+# SST-2: masked-LM pre-training of BERT-small on every English text here, then fine-tuning
+phase sst2_text 10 bash -c "cut -f1 data/sst2/train.tsv > $RUNS/sst2-unlabelled.txt &&
+  cat data/multi30k/train.en data/tiny_shakespeare/input.txt >> $RUNS/sst2-unlabelled.txt"
+recipe sst2_mlm 540 recipes/gpu/sst2_pretrain.yaml --set "data.train=$RUNS/sst2-unlabelled.txt"
+[ -d "$RUNS/sst2_mlm" ] && recipe sst2 150 recipes/gpu/sst2_finetune.yaml --set "train.init_from=$RUNS/sst2_mlm"
+# Transformer-XL against the same model without memory, at nanoGPT's budget
+recipe xl 200 recipes/gpu/shakespeare_xl.yaml
+recipe xl_nomem 200 recipes/gpu/shakespeare_xl.yaml --set model.memory_length=0
+# Mask-Predict distilled from the Multi30k run: its beam-4 translations of the training sources, the
+# conditional masked LM trained on them, BLEU at 1 and 10 iterations (recipes/mask_predict/distill.sh's chain)
+if [ -d "$RUNS/multi30k" ]; then
+  mkdir -p "$RUNS/distil" && cp data/multi30k/train.de "$RUNS/distil/train.de"
+  [ "$DEVICE" = cpu ] && head -n 20 data/multi30k/train.de >"$RUNS/distil/train.de"  # a check of the chain
+  phase distil 120 $A translate "$RUNS/multi30k" --device "$DEVICE" --beam 4 --input "$RUNS/distil/train.de" \
+    --output "$RUNS/distil/train.en" --force
+  [ -s "$RUNS/distil/train.en" ] && recipe cmlm 300 recipes/gpu/multi30k_cmlm.yaml --set "data.train=$RUNS/distil/train"
+  for T in 1 10; do
+    [ -d "$RUNS/cmlm" ] && phase "cmlm_bleu_$T" 40 $A evaluate "$RUNS/cmlm" --device "$DEVICE" --iterations "$T" \
+      --length-beam 5 --src data/multi30k/val.de --ref data/multi30k/val.en --json
+  done
+fi
 tar -czf "$OUT/records.tgz" -C "$WORK" .
 [ -n "$PYTEST" ] && grep -h -E "passed|failed|error" "$WORK/pytest_cuda.jsonl" 2>/dev/null | tail -3 >>"$OUT/summary.txt"
 say "done after $((SECONDS - START)) s"

@@ -7,19 +7,22 @@
 #   4. BLEU on the validation set at T = 1, 2, 4 and 10 mask-predict iterations, length beam 5.
 # Run from the repository root after `attnlab data get multi30k` (or DATA=DIR with train.{de,en}
 # and val.{de,en}). Runs go under WORK (default runs/mask_predict); an existing run is refused.
+# AR_CONFIG and CMLM_CONFIG name the two training configs (default: the CPU-sized preset and
+# multi30k_cmlm.yaml beside this script; recipes/gpu/ has a GPU-sized pair).
 set -euo pipefail
 
 ATTNLAB=${ATTNLAB:-.venv/bin/attnlab}
 DATA=${DATA:-data/multi30k}
 WORK=${WORK:-runs/mask_predict}
-RECIPE=$(dirname "$0")
+AR_CONFIG=${AR_CONFIG:-configs/multi30k_de_en.yaml}
+CMLM_CONFIG=${CMLM_CONFIG:-$(dirname "$0")/multi30k_cmlm.yaml}
 
 mkdir -p "$WORK/distil"
-"$ATTNLAB" train configs/multi30k_de_en.yaml --set data.train="$DATA/train" --set data.valid="$DATA/val" \
+"$ATTNLAB" train "$AR_CONFIG" --set data.train="$DATA/train" --set data.valid="$DATA/val" \
     --out "$WORK/ar"
 "$ATTNLAB" translate "$WORK/ar" --beam 4 --input "$DATA/train.de" --output "$WORK/distil/train.en"
 cp "$DATA/train.de" "$WORK/distil/train.de"
-"$ATTNLAB" train "$RECIPE/multi30k_cmlm.yaml" --set data.train="$WORK/distil/train" --set data.valid="$DATA/val" \
+"$ATTNLAB" train "$CMLM_CONFIG" --set data.train="$WORK/distil/train" --set data.valid="$DATA/val" \
     --out "$WORK/cmlm"
 for T in 1 2 4 10; do
     echo "== mask-predict, $T iterations, length beam 5"
