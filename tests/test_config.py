@@ -229,3 +229,39 @@ def test_every_shipped_training_config_is_valid(path, tmp_path, monkeypatch):
         csv.parent.mkdir(parents=True, exist_ok=True)
         csv.write_text(ETT_HEADER)
     RunConfig.from_file(path)
+
+
+def test_cuda_graph_training_is_refused_where_it_would_be_wrong(tmp_path):
+    """train.compile 'graphs' needs CUDA, one process and accumulate 1 (the replayed backward reuses
+    its gradient buffers); each mistake is one line before any run directory exists."""
+    import torch
+
+    from attnlab.errors import ConfigError
+    from attnlab.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="needs accumulate 1"):
+        TrainConfig(compile="graphs", accumulate=2)
+    with pytest.raises(ConfigError, match="true, false, auto or graphs"):
+        TrainConfig(compile="fast")
+    cfg = TrainConfig(compile="graphs")
+    with pytest.raises(ConfigError, match="needs a GPU"):
+        cfg.check_runs_on(torch.device("cpu"))
+    with pytest.raises(ConfigError, match="one process"):
+        cfg.check_runs_on(torch.device("cuda"), processes=2)
+    cfg.check_runs_on(torch.device("cuda"))  # one process on a GPU: fine
+    assert cfg.compiles_on(torch.device("cuda")) and cfg.padding_multiple == 8
+
+
+def test_train_refuses_cuda_graphs_on_the_cpu_before_making_the_run(tmp_path):
+    from helpers import run_cli
+
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be\n" * 50)
+    config = tmp_path / "lm.yaml"
+    config.write_text(f"model: {{arch: decoder_lm, d_model: 16, n_heads: 2, n_layers: 1, d_ff: 16}}\n"
+                      f"data: {{format: text, train: {text}, tokenizer: char, block_size: 8}}\n"
+                      f"train: {{device: cpu, compile: graphs}}\n")
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
+    assert done.returncode == 3 and done.stderr.strip().splitlines() == [
+        "error: train.compile 'graphs' replays CUDA graphs: it needs a GPU (the run is on cpu); use true or auto"]
+    assert not (tmp_path / "run").exists()

@@ -156,3 +156,32 @@ def test_batches_reach_the_gpu_from_pinned_memory_unchanged():
     torch.cuda.synchronize()
     assert there.src.device == CUDA and again.src.data_ptr() == there.src.data_ptr()
     assert torch.equal(there.src.cpu(), src) and torch.equal(there.tgt_out.cpu(), tgt[:, 1:])
+
+
+def test_a_step_replayed_as_cuda_graphs_equals_the_compiled_step():
+    """train.compile 'graphs' (train/step.py ``compiled(..., graphs=True)``): five updates of one
+    model from the same weights, once compiled and once compiled and replayed as CUDA graphs, give
+    the same losses and weights; and Inductor did not skip the graphs."""
+    from torch._dynamo.utils import counters
+
+    from attnlab.eval.likelihood import teacher_forced_loss
+    from attnlab.train.step import compiled
+
+    pairs = [(random_ids(1, 6, generator_seed=i)[0].tolist(), random_ids(1, 6, generator_seed=i + 9)[0].tolist())
+             for i in range(8)]
+    batch = collate_pairs(pairs).to(CUDA)
+    cfg = TrainConfig(lr_schedule="constant", lr=3e-3, warmup_steps=1, device="cuda", compile=True)
+    runs = {}
+    for graphs in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+        model = tiny_model(dropout=0.0).train().to(CUDA)
+        optimizer = make_optimizer(model, cfg)
+        scheduler = make_scheduler(optimizer, make_schedule("constant", 3e-3, 1, 10, 0.0, 16))
+        objective = compiled(teacher_forced_loss, graphs=graphs)
+        losses = [float(train_step(model, [batch], optimizer, scheduler, cfg, objective=objective)["loss"])
+                  for _ in range(5)]
+        runs[graphs] = losses, torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
+        assert counters["inductor"]["cudagraph_skips"] == 0
+    assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-5)
+    torch.testing.assert_close(runs[True][1], runs[False][1], rtol=1e-5, atol=1e-6)

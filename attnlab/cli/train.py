@@ -66,7 +66,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     else:
         raise UsageError("train needs a CONFIG file (or --out RUN --resume, to continue a run with its own config)")
     stem = Path(args.config or args.out).stem
-    with joined_world(resolve_device(cfg.train.device)) as world:  # under torchrun: this rank's place
+    device = resolve_device(cfg.train.device)
+    with joined_world(device) as world:  # under torchrun: this rank's place
+        cfg.train.check_runs_on(device, world.size if world else 1)
         out = new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem,
                            args.resume)
         if world:

@@ -26,6 +26,7 @@ from attnlab.train.distributed import STRATEGIES
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
 AUTO = "auto"
+GRAPHS = "graphs"  # train.compile: compiled, each step's forward, loss and backward replayed as CUDA graphs
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class TrainConfig(TypedConfig):
     clip_norm: Optional[float] = 1.0
     precision: Optional[str] = None  # unset: auto on a GPU, fp32 on a CPU (see precision_on)
     activation_checkpointing: bool = False
-    compile: bool | str = AUTO  # auto: on for CUDA, off for the CPU (see compiles_on)
+    compile: bool | str = AUTO  # auto: on for CUDA, off for the CPU (see compiles_on); graphs: CUDA graphs too
     device: str = "auto"
     strategy: str = "ddp"  # under torchrun: ddp (replicas) or fsdp (weights, gradients, moments sharded)
     eval_every: int = 500
@@ -85,8 +86,12 @@ class TrainConfig(TypedConfig):
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
         if self.precision is not None:
             one_of("precision", self.precision, PRECISIONS)
-        if isinstance(self.compile, str) and self.compile != AUTO:
-            raise ConfigError(f"compile must be true, false or auto (got {self.compile!r})")
+        if isinstance(self.compile, str) and self.compile not in (AUTO, GRAPHS):
+            raise ConfigError(f"compile must be true, false, auto or graphs (got {self.compile!r})")
+        if self.compile == GRAPHS and self.accumulate > 1:
+            raise ConfigError(f"train.compile 'graphs' needs accumulate 1 (got {self.accumulate}): the replayed "
+                              f"backward graph reuses its gradient buffers, so a second micro-batch would "
+                              f"overwrite the first's; use compile: true")
         check_device_name(self.device)
         one_of("strategy", self.strategy, STRATEGIES)
         for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
@@ -138,13 +143,21 @@ class TrainConfig(TypedConfig):
         compilation takes longer than the short runs it would speed up."""
         return device.type == "cuda" if self.compile == AUTO else bool(self.compile)
 
+    def check_runs_on(self, device: torch.device, processes: int = 1) -> None:
+        """Refuse, before a run directory is made, what ``device`` and the number of processes cannot do."""
+        if self.compile == GRAPHS and device.type != "cuda":
+            raise ConfigError(f"train.compile 'graphs' replays CUDA graphs: it needs a GPU (the run is on "
+                              f"{device.type}); use true or auto")
+        if self.compile == GRAPHS and processes > 1:
+            raise ConfigError("train.compile 'graphs' is for one process; under torchrun use compile: true")
+
     @property
     def padding_multiple(self) -> int:
         """``pad_multiple``, or by default 8 where every new batch shape costs something (a GPU: kernel
         plans, tensor cores; train.compile: a graph) and 1 on a CPU, where padding is only extra work."""
         if self.pad_multiple is not None:
             return self.pad_multiple
-        return 8 if self.compile is True or on_gpu(self.device) else 1
+        return 8 if self.compile in (True, GRAPHS) or on_gpu(self.device) else 1
 
     @property
     def warmup(self) -> int:

@@ -20,7 +20,7 @@ from attnlab.tasks import Task, TaskData
 from attnlab.tasks.task import Batch
 from attnlab.train.checkpoint import MODEL_FILE, RunDir
 from attnlab.train.weights_file import load_weights
-from attnlab.train.config import TrainConfig
+from attnlab.train.config import GRAPHS, TrainConfig
 from attnlab.train.device import resolve_device, use_device
 from attnlab.train.distributed import (
     World,
@@ -173,7 +173,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     learnable = any(p.requires_grad for p in model.parameters())
     trained = parallel(model, world, device, cfg.strategy) if learnable else model  # torchrun: DDP, or sharded (fsdp)
     # the forward and the loss through TorchInductor; evaluation and checkpoints use the model itself
-    objective = compiled(task.loss) if cfg.compiles_on(device) else task.loss
+    cfg.check_runs_on(device, world.size if world else 1)
+    objective = compiled(task.loss, graphs=cfg.compile == GRAPHS) if cfg.compiles_on(device) else task.loss
     optimizer = make_optimizer(model, cfg)
     lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup, cfg.max_steps)
     if note:

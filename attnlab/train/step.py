@@ -26,13 +26,19 @@ Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothi
 LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 
 
-def compiled(objective: Objective) -> Objective:
+def compiled(objective: Objective, graphs: bool = False) -> Objective:
     """A task's loss through torch.compile, the model's forward inside it: TorchInductor fuses the
     layers' elementwise work and the loss's cast, log-sum-exp and gather into a few kernels, so no
     float32 logits of the whole vocabulary exist (nn/losses.py). The shapes start static; a second
     shape recompiles once with dynamic ones (TorchDynamo's default), so a run of varied batch
-    lengths costs at most two graphs (tests/test_dropout.py)."""
-    return torch.compile(objective)
+    lengths costs at most two graphs (tests/test_dropout.py).
+
+    With ``graphs`` (``train.compile: graphs``, CUDA only), Inductor's "reduce-overhead" mode also
+    records the compiled forward and backward as CUDA graphs and replays them: a step costs a few
+    launches instead of one per kernel, which is what a small model's step is bound by. Each batch
+    shape records its own graphs (and keeps their memory), so it suits fixed shapes: a language
+    model's blocks, or batches padded to a few lengths (train.pad_multiple)."""
+    return torch.compile(objective, mode="reduce-overhead" if graphs else None)
 
 
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:

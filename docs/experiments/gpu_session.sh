@@ -93,6 +93,8 @@ recipe() {
   [ -f "$RUNS/$name/metrics.jsonl" ] && cp "$RUNS/$name/metrics.jsonl" "$WORK/$name.metrics.jsonl"
 }
 recipe shakespeare 150 recipes/gpu/shakespeare_char.yaml
+# the same, its steps replayed as CUDA graphs (train.compile: graphs): tokens/s against the line above's
+recipe shakespeare_graphs 90 recipes/gpu/shakespeare_char.yaml --set train.compile=graphs --set train.max_steps=1000
 recipe multi30k 200 recipes/gpu/multi30k_de_en.yaml
 [ -d "$RUNS/multi30k" ] && phase multi30k_bleu 40 $A evaluate "$RUNS/multi30k" --device "$DEVICE" \
   --src data/multi30k/val.de --ref data/multi30k/val.en --json
