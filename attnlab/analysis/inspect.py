@@ -31,6 +31,7 @@ from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
+from attnlab.models.family import Inputs
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.image_classification import colour_of, read_image, read_inputs
 from attnlab.files import atomic_write_text
@@ -192,7 +193,7 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
     def figures() -> Path:
         return figure_dir(out, run_dir, text, force)
 
-    if cfg.capabilities.inputs == "images":
+    if cfg.capabilities.inputs == Inputs.IMAGES:
         if target is not None:
             raise UsageError("--tgt is for models with a decoder; an image model reads --src IMAGE alone")
         return inspect_image(RunDir(run_dir), model, cfg, text, figures)

@@ -73,7 +73,7 @@ def cmd_info(args: argparse.Namespace) -> None:
     import torch
 
     from attnlab.analysis.budget import budget_report, format_budget_report, format_parameter_report, parameter_report
-    from attnlab.models import build_model
+    from attnlab.models import Inputs, build_model
 
     if min(args.seq_len, args.batch) < 1 or (args.src_len is not None and args.src_len < 1):
         raise UsageError("--seq-len, --src-len and --batch must be at least 1")
@@ -103,7 +103,7 @@ def cmd_info(args: argparse.Namespace) -> None:
         return
     report = {"config": str(args.config), "arch": cfg.arch, **count(cfg)}
     budget = None
-    if (args.memory or args.flops) and cfg.capabilities.inputs != "tokens":
+    if (args.memory or args.flops) and cfg.capabilities.inputs != Inputs.TOKENS:
         raise UsageError(f"--memory and --flops measure models of token sequences; arch '{cfg.arch}' reads "
                          f"{cfg.capabilities.inputs}; without them, info counts its parameters")
     if args.memory or args.flops:  # measured on the meta device

@@ -5,6 +5,7 @@ that calls ``register_family`` before the config is read)."""
 
 from attnlab.models.family import (
     FAMILIES,
+    Inputs,
     Capabilities,
     FamilyConfig,
     ModelFamily,
@@ -32,7 +33,7 @@ from attnlab.models.dlinear import DLinearConfig
 from attnlab.models.last_value import LastValueConfig
 # isort: on
 
-__all__ = ["FAMILIES", "Capabilities", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
+__all__ = ["FAMILIES", "Capabilities", "Inputs", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
            "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

@@ -17,7 +17,7 @@ from typing import Optional
 
 from attnlab.config import one_of
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Inputs, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import TransformerConfig
 from attnlab.models.vit import PATCH_POSITIONAL, VIT_BACKENDS, PatchGrid, init_patch_positions
 from attnlab.nn.captioner import ImageCaptioner
@@ -64,7 +64,7 @@ class CaptionerFamily(ModelFamily):
     name = "captioner"
     config = CaptionerConfig
     capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=True,
-                                inputs="images")
+                                inputs=Inputs.IMAGES)
 
     @staticmethod
     def build(cfg: CaptionerConfig) -> ImageCaptioner:

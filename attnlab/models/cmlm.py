@@ -11,10 +11,10 @@ from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.encoder_decoder import EncoderDecoderConfig, seq2seq_parts
-from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
 from attnlab.nn.cmlm import ConditionalMaskedLM, LengthPredictor
 
-MASKED_TOKENS = "masked_tokens"  # what the model reads: a source, and a target with some tokens masked
+MASKED_TOKENS = Inputs.MASKED_TOKENS  # what the model reads: a source, and a target with some tokens masked
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, register_family
 from attnlab.nn.cnn import SmallConvNet
 
 
@@ -38,7 +38,7 @@ class CNNFamily(ModelFamily):
     config = CNNConfig
     # encoder/decoder mean reading and writing token sequences: an image model does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=False,
-                                inputs="images")
+                                inputs=Inputs.IMAGES)
 
     @staticmethod
     def build(cfg: CNNConfig) -> SmallConvNet:

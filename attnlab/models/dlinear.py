@@ -17,7 +17,7 @@ from torch import nn
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, SeriesSizes, register_family
+from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, SeriesSizes, register_family
 from attnlab.nn.series import ChannelLinear, DLinear, SeriesDecomposition
 
 
@@ -48,7 +48,7 @@ class DLinearFamily(ModelFamily):
     config = DLinearConfig
     # encoder/decoder mean reading and writing token sequences: a forecaster does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=False,
-                                inputs="series")
+                                inputs=Inputs.SERIES)
 
     @staticmethod
     def build(cfg: DLinearConfig) -> DLinear:

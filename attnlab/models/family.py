@@ -7,7 +7,9 @@ depends on the kind of model asks the registry or the capabilities, never the fa
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,15 +20,51 @@ from attnlab.config import RegisteredConfig, at_least, one_of, read_config_file,
 from attnlab.errors import ConfigError
 
 
+class Inputs(StrEnum):
+    """What a family's models read (a str, so that ``inputs == "images"`` reads as it says)."""
+
+    TOKENS = "tokens"  # token ids
+    MASKED_TOKENS = "masked_tokens"  # a source, and a target with some tokens masked (models/cmlm.py)
+    TOKEN_SEGMENTS = "token_segments"  # consecutive segments of one text, carried over (models/transformer_xl.py)
+    IMAGES = "images"  # pixels (B, C, H, W)
+    SERIES = "series"  # a multivariate time series (B, L, C)
+    GRAPH = "graph"  # a graph's node features and adjacency
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    """What a family's models can do; commands and checks ask these, not the family's name."""
+    """What a family's models can do; commands and checks ask these, not the family's name. Made
+    when the family's module is imported (its registration): ``inputs`` must name an :class:`Inputs`."""
 
     encoder: bool  # reads a source sequence (translation, classification)
     decoder: bool  # predicts tokens left to right (translation, generation)
     incremental_decoding: bool  # a cache makes each new token one step (decode/search.py)
     attention_weights: bool  # multi-head attention probabilities that capture_attention reads
-    inputs: str = "tokens"  # tokens | image_patches | series
+    inputs: Inputs = Inputs.TOKENS
+
+    def __post_init__(self) -> None:
+        for name in ("encoder", "decoder", "incremental_decoding", "attention_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"capability {name} must be True or False (got {getattr(self, name)!r})")
+        object.__setattr__(self, "inputs", inputs_named(self.inputs))
+
+    @classmethod
+    def check_needs(cls, needs: dict[str, Any]) -> dict[str, Any]:
+        """A task's ``needs`` (capability -> value), checked against these fields and values."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        for name, value in needs.items():
+            if name not in known:
+                raise TypeError(f"a task needs unknown capability {name!r} (one of {', '.join(sorted(known))})")
+            if name != "inputs" and not isinstance(value, bool):
+                raise TypeError(f"a task needs capability {name} to be True or False (got {value!r})")
+        return needs | ({"inputs": inputs_named(needs["inputs"])} if "inputs" in needs else {})
+
+
+def inputs_named(value: Any) -> Inputs:
+    try:
+        return Inputs(value)
+    except ValueError:
+        raise TypeError(f"capability inputs must be one of {', '.join(i.value for i in Inputs)} (got {value!r})") from None
 
 
 class FamilyConfig(RegisteredConfig):
@@ -124,6 +162,8 @@ RELEASE_0_1_FIELDS = (
 
 def register_family(family: type[ModelFamily]) -> type[ModelFamily]:
     """Class decorator: make ``family`` selectable as ``model.arch: <family.name>``."""
+    if not isinstance(family.capabilities, Capabilities):
+        raise TypeError(f"model family '{family.name}' must declare its capabilities as a Capabilities")
     return register(FAMILIES, family, "model family")
 
 

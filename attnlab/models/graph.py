@@ -11,7 +11,7 @@ from torch import nn
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, register_family
 from attnlab.nn.graph import GraphTransformer, LaplacianPositionalEncoding
 from attnlab.nn.registry import ATTENTION_BACKENDS
 
@@ -60,7 +60,7 @@ class GraphFamily(ModelFamily):
     config = GraphConfig
     # encoder/decoder mean reading and writing token sequences: a graph model does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs="graph")
+                                inputs=Inputs.GRAPH)
 
     @staticmethod
     def build(cfg: GraphConfig) -> GraphTransformer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, SeriesSizes, register_family
+from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, SeriesSizes, register_family
 from attnlab.nn.series import LastValue
 
 
@@ -27,7 +27,7 @@ class LastValueFamily(ModelFamily):
     config = LastValueConfig
     # encoder/decoder mean reading and writing token sequences: a forecaster does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=False,
-                                inputs="series")
+                                inputs=Inputs.SERIES)
 
     @staticmethod
     def build(cfg: LastValueConfig) -> LastValue:

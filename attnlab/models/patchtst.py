@@ -25,7 +25,7 @@ from torch import nn
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, SeriesSizes, register_family
+from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, SeriesSizes, register_family
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
 
@@ -93,7 +93,7 @@ class PatchTSTFamily(ModelFamily):
     config = PatchTSTConfig
     # encoder/decoder mean reading and writing token sequences: a forecaster does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs="series")
+                                inputs=Inputs.SERIES)
 
     @staticmethod
     def build(cfg: PatchTSTConfig) -> PatchTST:

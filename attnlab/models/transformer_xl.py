@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.memory import MemoryDecoder, TransformerXL
 from attnlab.nn.registry import ATTENTION_BACKENDS, POSITIONAL
@@ -54,7 +54,7 @@ class TransformerXLFamily(ModelFamily):
     # inputs: a token stream read in consecutive segments, row i of one batch continuing row i of the
     # last, so that the memory it carries is context (data.task 'segment_language_model')
     capabilities = Capabilities(encoder=False, decoder=True, incremental_decoding=True, attention_weights=True,
-                                inputs="token_segments")
+                                inputs=Inputs.TOKEN_SEGMENTS)
 
     @staticmethod
     def build(cfg: TransformerXLConfig) -> TransformerXL:

@@ -16,7 +16,7 @@ from torch import nn
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, register_family
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.transformer import ClassificationHead
 from attnlab.nn.vision import (
@@ -117,7 +117,7 @@ class ViTFamily(ModelFamily):
     config = ViTConfig
     # encoder/decoder mean reading and writing token sequences: an image model does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs="images")
+                                inputs=Inputs.IMAGES)
 
     @staticmethod
     def build(cfg: ViTConfig) -> VisionTransformer:

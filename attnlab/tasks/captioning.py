@@ -30,6 +30,7 @@ from attnlab.decode.search import beam_search, greedy
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.likelihood import evaluate as teacher_forced
 from attnlab.eval.metrics import corpus_bleu, exact_match
+from attnlab.models.family import Inputs
 from attnlab.tasks.image_classification import (
     COLOURS, Standardise, as_tensor, channels, colour_of, read_image, same_size,
 )
@@ -254,7 +255,7 @@ def caption_record(model: nn.Module, tokenizer: Tokenizer, images: Tensor, refer
 class Captioning(NextTokenTask):
     name = "captioning"
     config = CaptioningConfig
-    needs = {"inputs": "images", "encoder": True, "decoder": True}
+    needs = {"inputs": Inputs.IMAGES, "encoder": True, "decoder": True}
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("caption", "evaluate")
     sets = ("image_height", "image_width", "channels", "vocab_size", "pad_id")

@@ -41,6 +41,7 @@ from attnlab.data.series import (
     windows,
 )
 from attnlab.errors import ConfigError, DataError, UsageError
+from attnlab.models.family import Inputs
 from attnlab.tasks.classification import ExampleBatch
 from attnlab.tasks.task import Amp, Batching, Task, TaskConfig, Tokenizers, batch_seed, register_task
 
@@ -305,7 +306,7 @@ class Forecasting(Task):
     name = "forecasting"
     config = ForecastingConfig
     counts = "values"  # every forecast value of a window is a target
-    needs = {"inputs": "series"}
+    needs = {"inputs": Inputs.SERIES}
     metrics = {"valid_loss": True, "mae": True}  # valid_loss: the MSE
     commands = ("forecast", "evaluate")
     sets = ("n_channels", "input_length", "horizon")

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError, DataError, UsageError
+from attnlab.models.family import Inputs
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.task import Batching, Prediction, TaskConfig, Tokenizers, batch_seed, register_task
 
@@ -345,7 +346,7 @@ def tensors(read: dict[str, Images], classes: list[str], cfg: ImageClassificatio
 class ImageClassification(ClassifierTask):
     name = "image_classification"
     config = ImageClassificationConfig
-    needs = {"inputs": "images"}
+    needs = {"inputs": Inputs.IMAGES}
     commands = ("predict", "evaluate", "inspect")
     sets = ("image_height", "image_width", "channels", "n_classes")
     tokenizers = ()

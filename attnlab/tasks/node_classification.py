@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from attnlab.config import one_of
 from attnlab.data.graphs import BUILTIN_GRAPHS, Graph, karate_club, read_answers, read_graph
 from attnlab.errors import ConfigError, DataError
+from attnlab.models.family import Inputs
 from attnlab.nn.graph import laplacian_eigenvectors
 from attnlab.tasks.classification import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.task import Batching, TaskConfig, Tokenizers, register_task
@@ -144,7 +145,7 @@ def known_labels(graph: Graph, labels: list[str]) -> None:
 class NodeClassification(ClassifierTask):
     name = "node_classification"
     config = NodeClassificationConfig
-    needs = {"inputs": "graph"}
+    needs = {"inputs": Inputs.GRAPH}
     commands = ("evaluate",)
     sets = ("n_features", "n_classes")
     tokenizers = ()

@@ -21,7 +21,7 @@ from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import evaluate, logits_of, teacher_forced_loss
-from attnlab.models import Capabilities
+from attnlab.models import Capabilities, Inputs
 
 Tokenizers = dict[str, Tokenizer | None]
 Amp = Callable[[], ContextManager]
@@ -164,7 +164,7 @@ class Task:
     name: ClassVar[str]
     config: ClassVar[type[TaskConfig]]
     formats: ClassVar[tuple[str, ...]] = ()
-    needs: ClassVar[dict[str, bool]]
+    needs: ClassVar[dict[str, Any]]  # capability -> value, checked at registration (Capabilities.check_needs)
     metrics: ClassVar[dict[str, bool]]
     commands: ClassVar[tuple[str, ...]]
     sets: ClassVar[tuple[str, ...]] = ("vocab_size", "pad_id")
@@ -178,7 +178,7 @@ class Task:
 
     @classmethod
     def fits(cls, capabilities: Capabilities) -> bool:
-        needs = {"inputs": "tokens"} | cls.needs
+        needs = {"inputs": Inputs.TOKENS} | cls.needs
         return all(getattr(capabilities, k) == v for k, v in needs.items())
 
     @classmethod
@@ -270,7 +270,9 @@ RELEASE_0_1_FIELDS = (
 
 
 def register_task(task: type[Task]) -> type[Task]:
-    """Class decorator: make ``task`` selectable as ``data.task: <task.name>``."""
+    """Class decorator: make ``task`` selectable as ``data.task: <task.name>``; what it ``needs`` of a
+    family is checked against :class:`Capabilities` here."""
+    task.needs = Capabilities.check_needs(task.needs)
     return register(TASKS, task, "task")
 
 
