@@ -34,3 +34,39 @@ def test_a_task_that_needs_images_fits_only_the_families_that_read_them():
     fitting = sorted(name for name, family in FAMILIES.items() if image_task.fits(family.capabilities))
     assert fitting == sorted(name for name, family in FAMILIES.items() if family.capabilities.inputs == "images")
     assert "vit" in fitting and "encoder_decoder" not in fitting
+
+
+def test_a_new_module_in_the_package_registers_its_family_and_task_with_no_other_edit(tmp_path):
+    """models/ and tasks/ import every module of their folder (as nn/backends/ does): a copy of the
+    package with one new file in each has the new family and task, and nothing else was edited."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import attnlab
+
+    package = tmp_path / "attnlab"
+    shutil.copytree(Path(attnlab.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "models" / "toy_last_value.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from attnlab.models.family import register_family\n"
+        "from attnlab.models.last_value import LastValueConfig, LastValueFamily\n\n"
+        "@dataclass(frozen=True)\n"
+        "class ToyConfig(LastValueConfig):\n    pass\n\n"
+        "@register_family\n"
+        "class ToyFamily(LastValueFamily):\n    name = 'toy_last_value'\n    config = ToyConfig\n")
+    (package / "tasks" / "toy_forecasting.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from attnlab.tasks.forecasting import Forecasting, ForecastingConfig\n"
+        "from attnlab.tasks.task import register_task\n\n"
+        "@dataclass(frozen=True)\n"
+        "class ToyConfig(ForecastingConfig):\n    pass\n\n"
+        "@register_task\n"
+        "class ToyForecasting(Forecasting):\n    name = 'toy_forecasting'\n    config = ToyConfig\n")
+    code = ("import attnlab.models, attnlab.tasks; "
+            "print(list(attnlab.models.FAMILIES)[-1], 'toy_forecasting' in attnlab.tasks.TASKS)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["toy_last_value", "True"]

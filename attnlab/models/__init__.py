@@ -1,12 +1,15 @@
 """Model families. Each is one module that declares its config (only its own fields), its builder
 and its capabilities, and registers itself (models/family.py); ``model.arch`` selects one.
-Adding a family is one new module here, imported below (or, from outside the package, any module
+Adding a family is one new module here, which the package imports when it is imported (or, from outside the package, any module
 that calls ``register_family`` before the config is read)."""
+
+import importlib
+import pkgutil
 
 from attnlab.models.family import (
     FAMILIES,
-    Inputs,
     Capabilities,
+    Inputs,
     FamilyConfig,
     ModelFamily,
     build_model,
@@ -32,6 +35,9 @@ from attnlab.models.patchtst import PatchTSTConfig
 from attnlab.models.dlinear import DLinearConfig
 from attnlab.models.last_value import LastValueConfig
 # isort: on
+
+for _module in pkgutil.iter_modules(__path__):  # a family not named above registers itself too
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["FAMILIES", "Capabilities", "Inputs", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
 from attnlab.nn.cnn import SmallConvNet
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, SeriesSizes, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, SeriesSizes, register_family
 from attnlab.nn.series import ChannelLinear, DLinear, SeriesDecomposition
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.models.family import Capabilities, Inputs, FamilyConfig, ModelFamily, SeriesSizes, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, SeriesSizes, register_family
 from attnlab.nn.series import LastValue
 
 

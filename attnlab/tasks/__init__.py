@@ -1,8 +1,12 @@
 """Tasks. Each is one module that declares its data section (only its own fields), how it prepares
 the data, its loss and metrics, and the commands that use its runs, and registers itself
 (tasks/task.py); ``data.task`` selects one (by default the task of ``data.format``). Adding a task
-is one new module here, imported below (or, from outside the package, any module that calls
-``register_task`` before the config is read)."""
+is one new module here: the package imports every module of its folder (those named below first,
+in the order error messages list them), so it registers itself; from outside the package, any
+module that calls ``register_task`` before the config is read."""
+
+import importlib
+import pkgutil
 
 from attnlab.tasks.task import (
     TASKS,
@@ -30,6 +34,9 @@ from attnlab.tasks.masked_translation import MaskedTranslation, MaskedTranslatio
 from attnlab.tasks.encoder import Encoder, EncoderConfig
 from attnlab.tasks.image_encoder import ImageEncoder, ImageEncoderConfig
 # isort: on
+
+for _module in pkgutil.iter_modules(__path__):  # a task not named above registers itself too
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "MaskedTranslation", "MaskedTranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
