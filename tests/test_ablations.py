@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnlab import ConfigError, model_config
-from attnlab.nn import MultiHeadAttention, ResidualConnection
+from attnlab.nn import SelfAttention, ResidualConnection
 from attnlab.nn.attention import LearnedScale, NoScale
 from attnlab.nn.layers import EncoderLayer
 from attnlab.nn.masks import AttentionMask
@@ -21,7 +21,7 @@ from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 D, H = 16, 4
 
 
-def by_hand(mha: MultiHeadAttention, x: torch.Tensor, scale: float) -> torch.Tensor:
+def by_hand(mha: SelfAttention, x: torch.Tensor, scale: float) -> torch.Tensor:
     """softmax(scale q k^T) v per head, through the module's own projections, by hand."""
     B, T, _ = x.shape
     q, k, v = mha.qkv_proj(x).view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # (B, H, T, Dh) each
@@ -34,7 +34,7 @@ def by_hand(mha: MultiHeadAttention, x: torch.Tensor, scale: float) -> torch.Ten
 def test_the_attention_scale_multiplies_q_dot_k(backend, scale, factor):
     torch.manual_seed(0)
     chosen = {None: None, "none": NoScale(D // H), "learned": LearnedScale(D // H)}[scale]
-    mha = MultiHeadAttention(D, H, backend=ATTENTION_BACKENDS[backend](), scale=chosen).eval()
+    mha = SelfAttention(D, H, backend=ATTENTION_BACKENDS[backend](), scale=chosen).eval()
     if scale == "learned":
         assert mha.scale.scale.item() == pytest.approx(1 / math.sqrt(D // H))  # starts at the paper's
         mha.scale.scale.data.fill_(factor)
@@ -43,7 +43,7 @@ def test_the_attention_scale_multiplies_q_dot_k(backend, scale, factor):
 
 
 def test_the_learned_scale_is_learned():
-    mha = MultiHeadAttention(D, H, scale=LearnedScale(D // H))
+    mha = SelfAttention(D, H, scale=LearnedScale(D // H))
     mha(torch.randn(2, 5, D))[0].square().sum().backward()
     assert mha.scale.scale.grad is not None and mha.scale.scale.grad.abs() > 0
 
@@ -67,7 +67,7 @@ def test_without_the_residual_sum_the_sublayer_replaces_its_input(placement):
 
 def test_a_layer_without_ffn_stops_after_attention():
     torch.manual_seed(0)
-    mha, res = MultiHeadAttention(D, H).eval(), ResidualConnection(D, 0.0, "post")
+    mha, res = SelfAttention(D, H).eval(), ResidualConnection(D, 0.0, "post")
     layer = EncoderLayer(mha, None, res, None).eval()
     x = torch.randn(2, 5, D)
     valid = torch.ones(2, 5, dtype=torch.bool)

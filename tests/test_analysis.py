@@ -39,7 +39,7 @@ from attnlab.cli import main
 from attnlab.data.tokenizers import BOS
 from attnlab.decode import translate as translate_module
 from attnlab.decode.search import greedy
-from attnlab.nn.attention import attention_modules, remove_heads
+from attnlab.nn.attention import CrossAttention, attention_modules, remove_heads
 from attnlab.nn.masks import causal_mask
 from attnlab.train.config import RunConfig
 from attnlab.train.step import layer_grad_norms
@@ -65,7 +65,7 @@ def test_capture_equals_softmax_of_the_models_own_q_and_k():
     for name in ("encoder.layers.0.self_attn", "decoder.layers.1.self_attn", "decoder.layers.0.cross_attn"):
         module, (args, kwargs) = attention_modules(model)[name], inputs[name]
         x = args[0]
-        if module.cross:
+        if isinstance(module, CrossAttention):
             q = module.q_proj(x).view(2, -1, H, Dh).transpose(1, 2)
             k = module.kv_proj(kwargs["memory"]).view(2, -1, 2, H, Dh)[:, :, 0].transpose(1, 2)
             allowed = (src != 0)[:, None, None, :]

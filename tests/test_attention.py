@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.nn import KVCache, MultiHeadAttention, attention, causal_mask, padding_mask
+from attnlab.nn import CrossAttention, KVCache, MultiHeadAttention, SelfAttention, attention, causal_mask, padding_mask
 
 
 def qkv(B=2, H=3, Tq=5, Tk=5, D=8, seed=0):
@@ -95,7 +95,7 @@ def test_dropout_scales_kept_weights():
 def copy_from_torch(ours: MultiHeadAttention, ref: torch.nn.MultiheadAttention) -> None:
     D = ref.embed_dim
     with torch.no_grad():
-        if ours.cross:
+        if isinstance(ours, CrossAttention):
             ours.q_proj.weight.copy_(ref.in_proj_weight[:D]); ours.q_proj.bias.copy_(ref.in_proj_bias[:D])
             ours.kv_proj.weight.copy_(ref.in_proj_weight[D:]); ours.kv_proj.bias.copy_(ref.in_proj_bias[D:])
         else:
@@ -110,7 +110,7 @@ def test_multihead_matches_torch(kind, masks):
     D, H, B, T, S = 16, 4, 3, 5, 7
     ref = torch.nn.MultiheadAttention(D, H, batch_first=True).eval()
     torch.nn.init.normal_(ref.in_proj_bias); torch.nn.init.normal_(ref.out_proj.bias)  # non-zero biases
-    ours = MultiHeadAttention(D, H, cross=(kind == "cross")).eval()
+    ours = (SelfAttention if kind == "self" else CrossAttention)(D, H).eval()
     copy_from_torch(ours, ref)
     x = torch.randn(B, T, D)
     kv = x if kind == "self" else torch.randn(B, S, D)
@@ -125,7 +125,7 @@ def test_multihead_matches_torch(kind, masks):
         mask = padding_mask(valid)
     if use_causal:
         mask = causal if mask is None else mask & causal
-    out, probs = ours(x, memory=None if kind == "self" else kv, mask=mask, need_weights=True)
+    out, probs = ours(x, mask=mask, need_weights=True) if kind == "self" else ours(x, kv, mask=mask, need_weights=True)
     ref_out, ref_probs = ref(x, kv, kv, key_padding_mask=~valid if use_pad else None,
                              attn_mask=~causal if use_causal else None, average_attn_weights=False)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
@@ -134,7 +134,7 @@ def test_multihead_matches_torch(kind, masks):
 
 def test_self_attention_cache_appends_one_step_at_a_time():
     torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 4).eval()
+    mha = SelfAttention(16, 4).eval()
     x = torch.randn(2, 6, 16)
     pos = torch.arange(6)
     full, _ = mha(x, mask=causal_mask(pos, pos), positions=(pos, pos))
@@ -147,7 +147,7 @@ def test_self_attention_cache_appends_one_step_at_a_time():
 
 def test_cross_attention_cache_projects_memory_once():
     torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 4, cross=True).eval()
+    mha = CrossAttention(16, 4).eval()
     y, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
     full, _ = mha(y, memory=memory)
     cache = KVCache()
@@ -186,3 +186,13 @@ def test_kv_cache_reorders_and_appends_like_indexing_a_concatenation():
         buffers.add(cache.k.data_ptr())
     assert len(cache) == 24
     assert len(buffers) <= 6  # two buffers swap; new ones only on growth (16 -> 32) or a new batch size
+
+
+def test_self_and_cross_attention_keep_their_parameters_names_and_order():
+    """Checkpoints, goldens and the Hugging Face maps name these parameters; init_weights draws in
+    their registration order (input projections, then W^O). Both are MultiHeadAttention."""
+    self_attn, cross_attn = SelfAttention(16, 4), CrossAttention(16, 4)
+    assert list(self_attn.state_dict()) == ["qkv_proj.weight", "qkv_proj.bias", "out_proj.weight", "out_proj.bias"]
+    assert list(cross_attn.state_dict()) == ["q_proj.weight", "q_proj.bias", "kv_proj.weight", "kv_proj.bias",
+                                             "out_proj.weight", "out_proj.bias"]
+    assert isinstance(self_attn, MultiHeadAttention) and isinstance(cross_attn, MultiHeadAttention)

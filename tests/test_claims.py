@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab import model_config
 from attnlab.analysis.budget import budget_report
-from attnlab.nn import MultiHeadAttention, PositionWiseFeedForward, sinusoid
+from attnlab.nn import PositionWiseFeedForward, SelfAttention, sinusoid
 from attnlab.nn.backends.base import attend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ def test_attention_parameters_and_flops_do_not_depend_on_head_count(d_model):
     only how d_model is split, not the size of the model. The BLEU comparison is in docs/claims.md."""
     T, counts, flops = 10, {}, {}
     for h in (1, 2, 4, 8, 16, 32):
-        mha = MultiHeadAttention(d_model, h)
+        mha = SelfAttention(d_model, h)
         counts[h] = sum(p.numel() for p in mha.parameters())
         counter = FlopCounterMode(display=False)
         with counter, torch.no_grad():

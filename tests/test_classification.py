@@ -14,7 +14,7 @@ from attnlab import DataError, build_model, model_config
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.eval.metrics import classification_scores, confusion_matrix
-from attnlab.nn.transformer import FirstTokenPooling, MeanPooling
+from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.tasks.classification import encode_inputs
 from attnlab.train.checkpoint import RunDir, load_run
 from helpers import run_cli

@@ -1,4 +1,5 @@
-"""EncoderLayer / DecoderLayer against torch.nn.TransformerEncoderLayer / TransformerDecoderLayer with
+"""EncoderLayer, DecoderLayer (the decoder-only block) and Seq2SeqDecoderLayer against
+torch.nn.TransformerEncoderLayer (causal for the decoder-only block) / TransformerDecoderLayer with
 copied weights, and the residual + LayerNorm worked example."""
 
 from __future__ import annotations
@@ -9,14 +10,19 @@ from test_attention import copy_from_torch
 from torch import nn
 
 from attnlab.nn import (
+    CrossAttention,
     DecoderLayer,
     EncoderLayer,
-    MultiHeadAttention,
+    KVCache,
     PositionWiseFeedForward,
     ResidualConnection,
+    SelfAttention,
+    Seq2SeqDecoderLayer,
     causal_mask,
     padding_mask,
 )
+from attnlab.nn.layers import EncoderOutput
+from attnlab.nn.masks import AttentionMask
 
 D, H, F_DIM = 16, 4, 32
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -52,7 +58,7 @@ def test_encoder_layer_matches_torch(norm_first, activation):
                                      norm_first=norm_first).eval()
     randomise(ref)
     norm = "pre" if norm_first else "post"
-    ours = EncoderLayer(MultiHeadAttention(D, H), PositionWiseFeedForward(D, F_DIM, ACTIVATIONS[activation]()),
+    ours = EncoderLayer(SelfAttention(D, H), PositionWiseFeedForward(D, F_DIM, ACTIVATIONS[activation]()),
                         residual(norm), residual(norm)).eval()
     copy_from_torch(ours.self_attn, ref.self_attn)
     copy_linear(ours.feed_forward.w_1, ref.linear1); copy_linear(ours.feed_forward.w_2, ref.linear2)
@@ -69,14 +75,36 @@ def test_encoder_layer_matches_torch(norm_first, activation):
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_decoder_layer_matches_torch(norm_first):
+def test_decoder_only_layer_matches_torch_causal_encoder_layer_and_its_cache(norm_first):
+    """GPT's block is torch's encoder layer under a causal mask; fed one step at a time with a
+    KVCache, it gives the same rows."""
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(D, H, F_DIM, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
+    randomise(ref)
+    norm = "pre" if norm_first else "post"
+    ours = DecoderLayer(SelfAttention(D, H), PositionWiseFeedForward(D, F_DIM, nn.ReLU()), residual(norm),
+                        residual(norm)).eval()
+    copy_from_torch(ours.self_attn, ref.self_attn)
+    copy_linear(ours.feed_forward.w_1, ref.linear1); copy_linear(ours.feed_forward.w_2, ref.linear2)
+    copy_norm(ours.self_attn_residual, ref.norm1); copy_norm(ours.feed_forward_residual, ref.norm2)
+
+    y, pos = torch.randn(2, 5, D), torch.arange(5)
+    out = ours(y, AttentionMask(causal=True), (pos, pos))
+    ref_out = ref(y, src_mask=nn.Transformer.generate_square_subsequent_mask(5), is_causal=True)
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
+    cache = KVCache()
+    steps = [ours(y[:, t:t + 1], AttentionMask(causal=True), (pos[t:t + 1], pos[:t + 1]), cache) for t in range(5)]
+    torch.testing.assert_close(torch.cat(steps, 1), out, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_seq2seq_decoder_layer_matches_torch(norm_first):
     torch.manual_seed(0)
     ref = nn.TransformerDecoderLayer(D, H, F_DIM, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     randomise(ref)
     norm = "pre" if norm_first else "post"
-    ours = DecoderLayer(MultiHeadAttention(D, H), MultiHeadAttention(D, H, cross=True),
-                        PositionWiseFeedForward(D, F_DIM, nn.ReLU()), residual(norm), residual(norm),
-                        residual(norm)).eval()
+    ours = Seq2SeqDecoderLayer(SelfAttention(D, H), CrossAttention(D, H), PositionWiseFeedForward(D, F_DIM, nn.ReLU()),
+                               residual(norm), residual(norm), residual(norm)).eval()
     copy_from_torch(ours.self_attn, ref.self_attn)
     copy_from_torch(ours.cross_attn, ref.multihead_attn)
     copy_linear(ours.feed_forward.w_1, ref.linear1); copy_linear(ours.feed_forward.w_2, ref.linear2)
@@ -89,9 +117,18 @@ def test_decoder_layer_matches_torch(norm_first):
     mem_valid[0, 5:] = False
     pos = torch.arange(6)
     causal = causal_mask(pos, pos)
-    out = ours(y, causal & padding_mask(tgt_valid), (pos, pos), memory, padding_mask(mem_valid))
+    source = EncoderOutput(memory, AttentionMask(key_valid=mem_valid), torch.arange(8))
+    out = ours(y, causal & padding_mask(tgt_valid), (pos, pos), source)
     ref_out = ref(y, memory, tgt_mask=~causal, tgt_key_padding_mask=~tgt_valid, memory_key_padding_mask=~mem_valid)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
+
+
+def test_seq2seq_decoder_layer_registers_its_sublayers_in_the_order_they_compute():
+    """Self-attention, cross-attention, FFN: the order of a checkpoint's keys and of init_weights' draws."""
+    layer = Seq2SeqDecoderLayer(SelfAttention(D, H), CrossAttention(D, H), PositionWiseFeedForward(D, F_DIM, nn.ReLU()),
+                                residual("post"), residual("post"), residual("post"))
+    assert [name for name, _ in layer.named_children()] == [
+        "self_attn", "self_attn_residual", "cross_attn", "cross_attn_residual", "feed_forward", "feed_forward_residual"]
 
 
 def test_residual_layer_norm_worked_example():

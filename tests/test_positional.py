@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnlab import DataError, model_config
-from attnlab.nn import MultiHeadAttention, sinusoid
+from attnlab.nn import SelfAttention, sinusoid
 from attnlab.nn.positional import (
     ALiBiPositional,
     LearnedPositional,
@@ -173,7 +173,7 @@ def test_relative_schemes_are_invariant_to_a_shift_of_all_positions(scheme):
     torch.manual_seed(0)
     cfg = model_config(vocab_size=10, d_model=16, n_heads=4, positional=scheme, max_relative_distance=3)
     positional = POSITIONAL[scheme].from_config(cfg)
-    mha = MultiHeadAttention(16, 4, positional=positional).eval()
+    mha = SelfAttention(16, 4, positional=positional).eval()
     x = torch.randn(2, 6, 16)
     pos = torch.arange(6)
     out, probs = mha(x, positions=(pos, pos), need_weights=True)
@@ -188,7 +188,7 @@ def test_relative_schemes_are_invariant_to_a_shift_of_all_positions(scheme):
 
 def test_attention_defaults_positions_to_the_order_of_the_steps():
     torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 4, positional=RotaryPositional(4)).eval()
+    mha = SelfAttention(16, 4, positional=RotaryPositional(4)).eval()
     x = torch.randn(2, 5, 16)
     pos = torch.arange(5)
     torch.testing.assert_close(mha(x)[0], mha(x, positions=(pos, pos))[0])

@@ -202,7 +202,7 @@ def test_dropout_sits_where_the_paper_puts_it(site):
     modules = {"embeddings": [model.embed.dropout],
                "residual": [m.dropout for m in model.modules() if type(m).__name__ == "ResidualConnection"]}
     if site == "attention":
-        attns = [m for m in model.modules() if type(m).__name__ == "MultiHeadAttention"]
+        attns = [m for m in model.modules() if type(m).__name__ == "SelfAttention"]
         for m in attns:
             m.dropout_p = 0.5
         x = torch.randn(2, 6, 16)

@@ -45,7 +45,7 @@ def test_a_layer_over_a_segment_and_its_memory_is_full_attention_over_both(posit
     with torch.no_grad():
         expected = layer(torch.cat([memory, segment], 1), AttentionMask(causal=True), (positions, positions))[:, 5:]
         kv = MemoryKV(*layer.memory_keys_values(memory, positions[:5]))
-        got = layer(segment, AttentionMask(causal=True), (positions[5:], positions), None, None, kv)
+        got = layer(segment, AttentionMask(causal=True), (positions[5:], positions), kv)
     assert_close(got, expected, atol=1e-5, rtol=0)
 
 

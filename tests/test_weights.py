@@ -23,7 +23,7 @@ from attnlab.cli import main
 from attnlab.decode.search import DecodingSession, beam_search, greedy, sample
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import CheckpointError, UsageError
-from attnlab.nn.transformer import VocabularyProjection
+from attnlab.nn.heads import VocabularyProjection
 from attnlab.train.checkpoint import load_run
 from attnlab.train.derived import export_run, write_average
 from attnlab.train.weights_file import WEIGHTS_KEY

@@ -12,9 +12,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.transformer import Embeddings
 
 
 def _kind(path: str, module: nn.Module) -> str | None:

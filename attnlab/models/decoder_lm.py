@@ -10,10 +10,11 @@ from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, register_family
 from attnlab.models.transformer import TransformerConfig
+from attnlab.nn.decoder_lm import DecoderLM
 from attnlab.nn.feedforward import PositionWiseFeedForward
+from attnlab.nn.heads import MultiTokenHead
 from attnlab.nn.registry import ACTIVATIONS
 from attnlab.nn.residual import ResidualConnection
-from attnlab.nn.transformer import DecoderLM, MultiTokenHead
 
 OUTPUT_VOCABULARIES = ("all", "text")
 NOT_TEXT = (0, 1, 3)  # <pad>, <bos>, <unk> of data/tokenizers.py (a layer this one does not import)

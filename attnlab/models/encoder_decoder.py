@@ -11,7 +11,9 @@ from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import TransformerConfig
-from attnlab.nn.transformer import Decoder, Embeddings, Encoder, EncoderDecoder
+from attnlab.nn.embeddings import Embeddings
+from attnlab.nn.encoder_decoder import EncoderDecoder
+from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,8 @@ class EncoderDecoderFamily(ModelFamily):
         return model
 
 
-def seq2seq_parts(cfg: EncoderDecoderConfig, causal: bool = True) -> tuple[Embeddings, Embeddings, Encoder, Decoder,
-                                                                           nn.Linear]:
+def seq2seq_parts(cfg: EncoderDecoderConfig, causal: bool = True
+                  ) -> tuple[Embeddings, Embeddings, Encoder, Seq2SeqDecoder, nn.Linear]:
     """Source and target embeddings (tied as configured), encoder, decoder (``causal``: masked
     self-attention; else every target position sees every other) and output projection."""
     src_embed = parts.embeddings(cfg, cfg.src_vocab)

@@ -8,8 +8,9 @@ from attnlab.config import at_least, one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, register_family
 from attnlab.models.transformer import TransformerConfig
+from attnlab.nn.encoder_only import EncoderOnly
+from attnlab.nn.heads import ClassificationHead, MaskedLMHead
 from attnlab.nn.registry import ACTIVATIONS, POOLINGS
-from attnlab.nn.transformer import ClassificationHead, EncoderOnly, MaskedLMHead
 
 
 @dataclass(frozen=True)

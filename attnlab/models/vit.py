@@ -17,8 +17,8 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.nn.heads import ClassificationHead
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.transformer import ClassificationHead
 from attnlab.nn.vision import (
     ClassToken,
     LearnedPatchPositional,

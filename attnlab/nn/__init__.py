@@ -1,17 +1,22 @@
 """attnlab.nn: model math only (no files, optimisers, logging or command line)."""
 
-from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.attention import CrossAttention, MultiHeadAttention, SelfAttention
 from attnlab.nn.backends import attention
 from attnlab.nn.cache import DecoderCache, KVCache
+from attnlab.nn.decoder_lm import DecoderLM
+from attnlab.nn.embeddings import Embeddings
+from attnlab.nn.encoder_decoder import EncoderDecoder
+from attnlab.nn.encoder_only import EncoderOnly
 from attnlab.nn.feedforward import PositionWiseFeedForward
-from attnlab.nn.layers import DecoderLayer, EncoderLayer
+from attnlab.nn.layers import DecoderLayer, EncoderLayer, Seq2SeqDecoderLayer
 from attnlab.nn.masks import causal_mask, padding_mask
 from attnlab.nn.positional import PositionalEncoding, sinusoid
 from attnlab.nn.residual import ResidualConnection
-from attnlab.nn.transformer import Decoder, DecoderLM, Embeddings, Encoder, EncoderDecoder, EncoderOnly
+from attnlab.nn.stacks import Decoder, Encoder, Seq2SeqDecoder
 
 __all__ = [
-    "attention", "MultiHeadAttention", "KVCache", "DecoderCache", "PositionWiseFeedForward", "ResidualConnection",
-    "EncoderLayer", "DecoderLayer", "causal_mask", "padding_mask", "PositionalEncoding", "sinusoid",
-    "Embeddings", "Encoder", "Decoder", "EncoderDecoder", "DecoderLM", "EncoderOnly",
+    "attention", "MultiHeadAttention", "SelfAttention", "CrossAttention", "KVCache", "DecoderCache",
+    "PositionWiseFeedForward", "ResidualConnection", "EncoderLayer", "DecoderLayer", "Seq2SeqDecoderLayer",
+    "causal_mask", "padding_mask", "PositionalEncoding", "sinusoid",
+    "Embeddings", "Encoder", "Decoder", "Seq2SeqDecoder", "EncoderDecoder", "DecoderLM", "EncoderOnly",
 ]

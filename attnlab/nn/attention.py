@@ -1,4 +1,5 @@
-"""Multi-head attention.
+"""Multi-head attention: :class:`SelfAttention` and :class:`CrossAttention`, over the core they
+share (:class:`MultiHeadAttention`).
 
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
@@ -50,102 +51,56 @@ class LearnedScale(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head self- or cross-attention, d_model = n_heads * d_head.
+    """What self- and cross-attention share, d_model = n_heads * d_head:
 
-    Self-attention projects Q, K, V with one fused (d_model -> 3 d_model) matrix; cross-attention
-    projects Q from the decoder and K, V with one fused (d_model -> 2 d_model) matrix from the
-    encoder output ("memory"). With a :class:`KVCache`, self-attention appends the new steps' keys
-    and values and attends over all of them; cross-attention projects the memory once and reuses it.
-    """
+        MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        dropout: float = 0.0,
-        cross: bool = False,
-        positional: PositionalEncoding | None = None,
-        bias: bool = True,
-        backend: AttentionBackend | None = None,
-        scale: nn.Module | None = None,
-    ) -> None:
+    A subclass projects its inputs to per-head queries, keys and values (:class:`SelfAttention` with
+    one fused W^Q|W^K|W^V, :class:`CrossAttention` with W^Q and a fused W^K|W^V) and hands them to
+    :meth:`attend`, which scores them through the backend and merges the heads through W^O. Code that
+    treats every attention module alike (capture, head gates and pruning, initialisation) asks for
+    this class."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, positional: PositionalEncoding | None,
+                 backend: AttentionBackend | None, scale: nn.Module | None, **projections: nn.Linear) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        self.n_heads, self.d_head, self.dropout_p, self.cross = n_heads, d_model // n_heads, dropout, cross
-        if cross:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
-        else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.n_heads, self.d_head, self.dropout_p = n_heads, d_model // n_heads, dropout
+        for name, projection in projections.items():  # registered first: the order init_weights draws in
+            setattr(self, name, projection)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
         self.positional = positional if positional is not None else PositionalEncoding()
         self.backend = backend if backend is not None else AttentionBackend()
         self.scale = scale if scale is not None else PaperScale(self.d_head)  # what multiplies q . k
         self.head_gate: Tensor | None = None  # (H,) multiplies each head's output (head importance, masking)
 
-    def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
+    def split_heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
         """(B, T, n * d_model) -> n tensors (B, H, T, Dh)."""
         B, T, _ = x.shape
         return x.view(B, T, n, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
 
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None = None,
-        mask: AttentionMask | Tensor | None = None,
-        positions: tuple[Tensor, Tensor] | None = None,
-        cache: KVCache | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """x: (B, Tq, d_model) queries (and keys/values for self-attention); memory: (B, Tk, d_model)
-        keys/values for cross-attention; mask: an AttentionMask over all keys (cached ones included),
-        or a boolean tensor broadcastable to (B, H, Tq, Tk), True = may attend; positions: (Tq,)
-        query and (Tk,) key positions (default: the queries follow the cached steps, from 0).
-        Returns (B, Tq, d_model) and, with ``need_weights``, per-head weights (B, H, Tq, Tk).
-        """
-        mask = mask if isinstance(mask, AttentionMask) else AttentionMask(explicit=mask)
-        if positions is None:
-            offset = len(cache) if cache is not None and not self.cross else 0
-            q_pos = torch.arange(offset, offset + x.shape[1], device=x.device)
-            k_pos = torch.arange((memory.shape[1] if self.cross else offset + x.shape[1]), device=x.device)
-        else:
-            q_pos, k_pos = positions
-        if self.cross:
-            (q,) = self._heads(self.q_proj(x), 1)
-            if cache is not None and cache.k is not None:
-                k, v = cache.k, cache.v
-            else:
-                k, v = self._heads(self.kv_proj(memory), 2)  # (B, H, Tk, Dh) each
-                if cache is not None:
-                    k, v = cache.store(k, v)
-            self_cache = None
-        else:
-            q, k, v = self._heads(self.qkv_proj(x), 3)  # (B, H, Tq, Dh) each
-            # the new keys sit at the new queries' positions; cached keys were rotated when they were new
-            q, k = self.positional.rotate(q, q_pos), self.positional.rotate(k, q_pos)
-            self_cache = cache  # the backend appends to it (or updates its own state)
-        out, probs = self.backend(
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
+               cache: KVCache | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Concat_i(softmax(s q_i k_i^T + bias) v_i (+ Shaw's value term)) W^O for q (B, H, Tq, Dh) and
+        k, v (B, H, Tk, Dh) at (Tq,) and (Tk,) positions -> (B, Tq, d_model) and, with
+        ``need_weights``, the weights (B, H, Tq, Tk). A self-attention ``cache`` goes to the backend,
+        which appends k and v to it (or updates its own state) and attends over all it holds."""
+        heads, probs = self.backend(
             self.scale(q), k, v, mask, q_pos, k_pos,
             dropout_p=self.dropout_p if self.training else 0.0,
             bias=self.positional.score_bias if self.positional.biases_scores else None,
             need_weights=need_weights or self.positional.needs_probs,
-            cache=self_cache,
+            cache=cache,
         )  # (B, H, Tq, Dh)
-        value_term = self.positional.value_term(probs, q_pos, k_pos)
+        value_term = self.positional.value_term(probs, q_pos, k_pos)  # sum_j a_ij r^V_ij (Shaw et al.), or None
         if value_term is not None:
-            out = out + value_term
+            heads = heads + value_term
         if self.head_gate is not None:
-            out = out * self.head_gate.to(out.dtype)[None, :, None, None]
-        B, H, Tq, Dh = out.shape
-        out = self.out_proj(out.transpose(1, 2).reshape(B, Tq, H * Dh))  # (B, Tq, d_model)
+            heads = heads * self.head_gate.to(heads.dtype)[None, :, None, None]
+        B, H, Tq, Dh = heads.shape
+        out = self.out_proj(heads.transpose(1, 2).reshape(B, Tq, H * Dh))  # Concat(heads) W^O: (B, Tq, d_model)
         return out, (probs if need_weights else None)
-
-    def keys_values(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """Self-attention's keys and values, (B, H, T, Dh) each, of (B, T, d_model) inputs at (T,)
-        positions: what a pass over them attends over (Transformer-XL's memory, nn/memory.py)."""
-        _, k, v = self._heads(self.qkv_proj(x), 3)
-        return self.positional.rotate(k, positions), v
 
     def prune_heads(self, heads: list[int]) -> None:
         """Remove these heads from the weights (Michel et al. 2019): their rows of the Q, K and V
@@ -156,17 +111,111 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("pruning would remove every head of a layer; keep at least one")
         per_head = torch.arange(self.d_head)
         inner = torch.cat([h * self.d_head + per_head for h in keep])  # columns of the kept heads
-        width = self.n_heads * self.d_head
-        if self.cross:
-            self.q_proj = _sliced(self.q_proj, outputs=inner)
-            self.kv_proj = _sliced(self.kv_proj, outputs=torch.cat([inner, width + inner]))
-        else:
-            self.qkv_proj = _sliced(self.qkv_proj, outputs=torch.cat([inner, width + inner, 2 * width + inner]))
+        self.prune_projections(inner, self.n_heads * self.d_head)
         self.out_proj = _sliced(self.out_proj, inputs=inner)
         self.positional.keep_heads(torch.tensor(keep))
         if self.head_gate is not None:
             self.head_gate = self.head_gate[keep]
         self.n_heads = len(keep)
+
+    def prune_projections(self, inner: Tensor, width: int) -> None:
+        """Keep only the ``inner`` output columns of each d_model-wide block (``width``) of the input
+        projections."""
+        raise NotImplementedError
+
+    @property
+    def fused_projection(self) -> nn.Linear:
+        """The input projection that holds several d_model x d_model matrices, one above the other."""
+        raise NotImplementedError
+
+
+class SelfAttention(MultiHeadAttention):
+    """Multi-head self-attention: queries, keys and values from the same x through one fused
+    (d_model -> 3 d_model) projection. With a :class:`KVCache` (decoding), the new steps' keys and
+    values join the cached ones and the new queries attend over all of them. ``positional`` is a
+    relative scheme acting inside attention (rotary, Shaw's, a score bias, ALiBi) or the identity."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, positional: PositionalEncoding | None = None,
+                 bias: bool = True, backend: AttentionBackend | None = None, scale: nn.Module | None = None) -> None:
+        super().__init__(d_model, n_heads, dropout, bias, positional, backend, scale,
+                         qkv_proj=nn.Linear(d_model, 3 * d_model, bias=bias))  # W^Q | W^K | W^V
+
+    def forward(self, x: Tensor, mask: AttentionMask | Tensor | None = None,
+                positions: tuple[Tensor, Tensor] | None = None, cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x: (B, T, d_model) (only the new steps with a cache); mask: an AttentionMask over all keys
+        (cached ones included) or a boolean tensor broadcastable to (B, H, T, Tk), True = may attend;
+        positions: (T,) query and (Tk,) key positions (default: the queries follow the cached steps,
+        from 0). -> (B, T, d_model) and, with ``need_weights``, the weights (B, H, T, Tk)."""
+        q_pos, k_pos = positions if positions is not None else self.default_positions(x, cache)
+        q, k, v = self.split_heads(self.qkv_proj(x), 3)  # (B, H, T, Dh) each
+        # the new keys sit at the new queries' positions; cached keys were rotated when they were new
+        q, k = self.positional.rotate(q, q_pos), self.positional.rotate(k, q_pos)
+        return self.attend(q, k, v, as_mask(mask), q_pos, k_pos, cache, need_weights)
+
+    @staticmethod
+    def default_positions(x: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:
+        """(T,) positions of the new steps, after the cached ones, and (Tk,) of all keys, from 0."""
+        end = (len(cache) if cache is not None else 0) + x.shape[1]
+        return torch.arange(end - x.shape[1], end, device=x.device), torch.arange(end, device=x.device)
+
+    def keys_values(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """The keys and values, (B, H, T, Dh) each, of (B, T, d_model) inputs at (T,) positions: what a
+        pass over them attends over (Transformer-XL's memory, nn/memory.py)."""
+        _, k, v = self.split_heads(self.qkv_proj(x), 3)
+        return self.positional.rotate(k, positions), v
+
+    def prune_projections(self, inner: Tensor, width: int) -> None:
+        self.qkv_proj = _sliced(self.qkv_proj, outputs=torch.cat([inner, width + inner, 2 * width + inner]))
+
+    @property
+    def fused_projection(self) -> nn.Linear:
+        return self.qkv_proj
+
+
+class CrossAttention(MultiHeadAttention):
+    """Multi-head cross-attention: queries from the decoder's y through W^Q, keys and values from
+    the encoder's output ("memory") through one fused (d_model -> 2 d_model) W^K|W^V. With a
+    :class:`KVCache` (decoding), the memory is projected at the first step and reused after."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
+                 backend: AttentionBackend | None = None, scale: nn.Module | None = None) -> None:
+        super().__init__(d_model, n_heads, dropout, bias, None, backend, scale,
+                         q_proj=nn.Linear(d_model, d_model, bias=bias),  # W^Q
+                         kv_proj=nn.Linear(d_model, 2 * d_model, bias=bias))  # W^K | W^V
+
+    def forward(self, y: Tensor, memory: Tensor, mask: AttentionMask | Tensor | None = None,
+                positions: tuple[Tensor, Tensor] | None = None, cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """y: (B, T, d_model) queries; memory: (B, S, d_model) keys and values; mask: the memory's
+        padding, an AttentionMask or a boolean tensor broadcastable to (B, H, T, S); positions: (T,)
+        and (S,) (default: each from 0). -> (B, T, d_model) and, with ``need_weights``, (B, H, T, S)."""
+        (q,) = self.split_heads(self.q_proj(y), 1)  # (B, H, T, Dh)
+        k, v = self.memory_keys_values(memory, cache)  # (B, H, S, Dh) each
+        if positions is None:
+            positions = torch.arange(y.shape[1], device=y.device), torch.arange(memory.shape[1], device=y.device)
+        return self.attend(q, k, v, as_mask(mask), *positions, None, need_weights)
+
+    def memory_keys_values(self, memory: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:
+        """(B, S, d_model) -> keys and values (B, H, S, Dh) each: projected once per decode (the
+        ``cache`` keeps them), or at every call without one."""
+        if cache is not None and cache.k is not None:
+            return cache.k, cache.v
+        k, v = self.split_heads(self.kv_proj(memory), 2)
+        return (k, v) if cache is None else cache.store(k, v)
+
+    def prune_projections(self, inner: Tensor, width: int) -> None:
+        self.q_proj = _sliced(self.q_proj, outputs=inner)
+        self.kv_proj = _sliced(self.kv_proj, outputs=torch.cat([inner, width + inner]))
+
+    @property
+    def fused_projection(self) -> nn.Linear:
+        return self.kv_proj
+
+
+def as_mask(mask: AttentionMask | Tensor | None) -> AttentionMask:
+    """An AttentionMask as it is, or a boolean tensor (True = may attend) or None as an explicit one."""
+    return mask if isinstance(mask, AttentionMask) else AttentionMask(explicit=mask)
 
 
 def _sliced(linear: nn.Linear, outputs: Tensor | None = None, inputs: Tensor | None = None) -> nn.Linear:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnlab.nn.embeddings import Embeddings
+from attnlab.nn.encoder_decoder import TransformerTargetSide
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.transformer import Decoder, Embeddings, Encoder, TransformerTargetSide
+from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
 from attnlab.nn.vision import PatchEmbedding, PatchEncoding, PatchMean
 
 
@@ -24,7 +26,7 @@ class ImageCaptioner(PatchEncoding, TransformerTargetSide):
     """``model(images, tgt_in)``: (B, C, H, W) images, (B, T) ids BOS y_1 ... -> (B, T, V) logits."""
 
     def __init__(self, patch_embed: PatchEmbedding, positional: PositionalEncoding, encoder: Encoder,
-                 tgt_embed: Embeddings, decoder: Decoder, generator: nn.Module, pad_id: int) -> None:
+                 tgt_embed: Embeddings, decoder: Seq2SeqDecoder, generator: nn.Module, pad_id: int) -> None:
         super().__init__()
         self.patch_embed, self.positional, self.summary = patch_embed, positional, PatchMean(0)  # every patch a key
         self.encoder = encoder

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from attnlab.nn.transformer import Decoder, Embeddings, Encoder, EncoderDecoder, MeanPooling
+from attnlab.nn.embeddings import Embeddings
+from attnlab.nn.encoder_decoder import EncoderDecoder
+from attnlab.nn.pooling import MeanPooling
+from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
 
 
 class LengthPredictor(nn.Module):
@@ -42,7 +45,7 @@ class ConditionalMaskedLM(EncoderDecoder):
     length logits). ``encode`` and ``decode`` are the encoder-decoder's, over a non-causal decoder;
     ``length_loss_weight``: the length loss's weight in training (the paper's 0.1)."""
 
-    def __init__(self, src_embed: Embeddings, tgt_embed: Embeddings, encoder: Encoder, decoder: Decoder,
+    def __init__(self, src_embed: Embeddings, tgt_embed: Embeddings, encoder: Encoder, decoder: Seq2SeqDecoder,
                  generator: nn.Linear, length_predictor: LengthPredictor, pad_id: int,
                  length_loss_weight: float) -> None:
         super().__init__(src_embed, tgt_embed, encoder, decoder, generator, pad_id)

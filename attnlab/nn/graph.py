@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.transformer import Encoder
+from attnlab.nn.stacks import Encoder
 
 
 def normalized_laplacian(adjacency: Tensor) -> Tensor:

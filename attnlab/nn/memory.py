@@ -33,9 +33,10 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.nn.cache import DecoderCache
+from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.layers import DecoderLayer
 from attnlab.nn.masks import AttentionMask
-from attnlab.nn.transformer import Embeddings, LayerStack
+from attnlab.nn.stacks import LayerStack
 
 
 class SegmentMemory:
@@ -138,7 +139,7 @@ class MemoryDecoder(LayerStack):
         for layer, states in zip(self.layers, remembered):
             entered.append(y)
             kv = MemoryKV(*layer.memory_keys_values(states, k_positions[:m]))
-            y = self.run_layer(layer, y, mask, (positions, k_positions), None, None, kv)
+            y = self.run_layer(layer, y, mask, (positions, k_positions), kv)
         memory.remember(entered, valid, self.memory_length)
         return self.norm(y)
 
@@ -150,7 +151,7 @@ class MemoryDecoder(LayerStack):
         k_positions = torch.arange(cache.first, cache.length, device=y.device)  # (Tk,)
         mask = AttentionMask(key_valid=valid, causal=True, explicit=cache.window(positions, k_positions))
         for layer, kv in zip(self.layers, cache.self_attn):
-            y = self.run_layer(layer, y, mask, (positions, k_positions), None, None, kv)
+            y = self.run_layer(layer, y, mask, (positions, k_positions), kv)
         return self.norm(y)
 
 

@@ -26,7 +26,7 @@ from attnlab.nn.scores import (
     LocationScore,
     ScaledDotScore,
 )
-from attnlab.nn.transformer import FirstTokenPooling, MeanPooling
+from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 
 ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = BACKENDS  # each backend registers itself (nn/backends/)
 

@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.nn.positional import AbsolutePositional, PositionalEncoding, sinusoid
-from attnlab.nn.transformer import Encoder, FirstTokenPooling, MeanPooling
+from attnlab.nn.stacks import Encoder
 
 
 def patches(images: Tensor, size: int) -> Tensor:

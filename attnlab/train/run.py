@@ -14,7 +14,7 @@ from attnlab.config import differences
 from attnlab.errors import ConfigError, UsageError
 from attnlab.files import atomic_write_text
 from attnlab.models import FamilyConfig
-from attnlab.nn.transformer import LayerStack
+from attnlab.nn.stacks import LayerStack
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
 from attnlab.tasks.task import Tokenizers
 from attnlab.train.checkpoint import RunDir, build_run_model

@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models.family import uncompiled, unwrapped
-from attnlab.nn.transformer import Embeddings
+from attnlab.nn.embeddings import Embeddings
 from attnlab.tasks.task import Batch
 from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import World, whole

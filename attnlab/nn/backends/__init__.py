@@ -28,7 +28,8 @@ cache, the backend decides what the cache keeps: all keys and values, or linear 
 mask (:meth:`SparsePattern.allowed`); ``linear`` is a different model of attention, exact only
 with respect to its own kernel formula.
 
-Each backend is one module of this package and declares what it supports (``AttentionBackend``'s
+Each backend is one module of this package (``auto``, which takes ``sdpa`` or ``math`` per call,
+sits in sdpa.py with the kernel it prefers) and declares what it supports (``AttentionBackend``'s
 class attributes: weights, explicit masks, exactness, score bias, attention dropout, its own config
 fields, what cross-attention uses instead, devices); it registers itself in ``BACKENDS`` by naming
 itself. Every module here is imported below, so a new backend is one new file.
@@ -41,8 +42,7 @@ from attnlab.nn.backends.base import BACKENDS, AttentionBackend, BiasFn, attend,
 
 # isort: off
 # Imported in the order the docs list them, which is BACKENDS' order (and that of error messages).
-from attnlab.nn.backends.sdpa import SDPABackend
-from attnlab.nn.backends.auto import AutoBackend
+from attnlab.nn.backends.sdpa import AutoBackend, SDPABackend
 from attnlab.nn.backends.chunked import ChunkedBackend
 from attnlab.nn.backends.sparse import LocalBackend, SparseBackend, SparsePattern
 from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearState
