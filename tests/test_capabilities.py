@@ -70,3 +70,20 @@ def test_a_new_module_in_the_package_registers_its_family_and_task_with_no_other
                           env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["toy_last_value", "True"]
+
+
+def test_a_family_restricts_its_attention_backends_one_way():
+    """A family with an attention stack says which backends fit it by one predicate
+    (``backends_fit``) and why others do not (``backends_refusal``); the check and its message come
+    from AttentionStack.check_backend, the same for every family."""
+    from attnlab.models.transformer_config import AttentionStack
+    from attnlab.nn.registry import ATTENTION_BACKENDS
+
+    stacks = {name: f.config for name, f in FAMILIES.items() if issubclass(f.config, AttentionStack)}
+    fitting = {name: [b for b, backend in ATTENTION_BACKENDS.items() if config.backends_fit(backend)]
+               for name, config in stacks.items()}
+    assert fitting["encoder_decoder"] == fitting["decoder_lm"] == list(ATTENTION_BACKENDS)
+    for name in ("vit", "captioner", "patchtst", "graph", "transformer_xl"):
+        assert fitting[name] == ["math", "sdpa", "auto"], name
+        assert stacks[name].backends_refusal
+    assert not any("_BACKENDS" in name for config in stacks.values() for name in vars(config))

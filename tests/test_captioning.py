@@ -34,7 +34,7 @@ def test_a_bad_config_fails_early_naming_the_field():
         run_config({"arch": "vit", "patch_size": 4})
     with pytest.raises(ConfigError, match=r"image_height \(30\) must be divisible by patch_size \(4\)"):
         model_config(arch="captioner", vocab_size=10, image_height=30)
-    with pytest.raises(ConfigError, match=r"attention_backend must be one of 'auto', 'math', 'sdpa' \(got 'local'\)"):
+    with pytest.raises(ConfigError, match=r"attention_backend 'local' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"):
         model_config(arch="captioner", vocab_size=10, attention_backend="local")
 
 

@@ -248,7 +248,7 @@ def test_each_family_builds_from_the_datas_fields_and_round_trips(arch):
     (dict(arch="patchtst", patch_stride=17), r"patch_stride \(17\) must be at most patch_length \(16\)"),
     (dict(arch="patchtst", head_dropout=1.0), r"head_dropout must be in \[0, 1\)"),
     (dict(arch="patchtst", d_model=18), r"d_model \(18\) must be divisible by n_heads \(4\)"),
-    (dict(arch="patchtst", attention_backend="local"), r"attention_backend must be one of 'math', 'sdpa', 'auto'"),
+    (dict(arch="patchtst", attention_backend="local"), r"attention_backend 'local' is blockwise or approximate, which a series' few patches \(42 in the paper\) do not need; use 'math' or 'sdpa' or 'auto'$"),
     (dict(arch="patchtst", revin=False, revin_affine=True), r"revin_affine is only used with revin: true"),
     (dict(arch="dlinear", kernel_size=24), r"kernel_size must be odd"),
     (dict(arch="dlinear", kernel_size=0), r"kernel_size must be >= 1"),

@@ -234,7 +234,7 @@ def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leave
                                  r"'relative', 'relative_bias', 'rotary', 'alibi', 'none'"),
     (dict(positional="sinusoidal"), r"positional 'sinusoidal' numbers positions"),
     (dict(attention_backend="chunked"), r"attention_backend 'chunked' takes padding and causality only; "
-                                        r"Transformer-XL's decoding window is an explicit mask: use 'math' or 'sdpa' "
+                                        r"Transformer-XL's decoding window is an explicit mask; use 'math' or 'sdpa' "
                                         r"or 'auto'"),
     (dict(attention_backend="linear", dropout=0.0), r"attention_backend 'linear' takes padding and causality only"),
     (dict(memory_length=-1), r"memory_length must be >= 0 \(got -1\)"),

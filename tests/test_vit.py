@@ -96,7 +96,7 @@ def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positi
     (dict(image_width=10), r"image_width \(10\) must be divisible by patch_size \(4\)"),
     (dict(positional="rotary"), r"positional must be one of 'learned', 'learned_2d', 'sinusoidal_2d', 'none'"),
     (dict(positional="sinusoidal_2d", d_model=18, n_heads=3), r"needs d_model divisible by 4 .*got 18"),
-    (dict(attention_backend="linear"), r"attention_backend must be one of 'auto', 'math', 'sdpa'"),
+    (dict(attention_backend="linear"), r"attention_backend 'linear' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"),
     (dict(pooling="max"), r"pooling must be one of 'cls', 'mean'"),
 ])
 def test_the_config_refuses_early_naming_the_field(fields, message):

@@ -19,7 +19,8 @@ from attnlab.config import one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import PATCH_POSITIONAL, VIT_BACKENDS, PatchGrid, init_patch_positions
+from attnlab.models.transformer_config import fields_free_exact
+from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, PatchGrid, init_patch_positions
 from attnlab.nn.captioner import ImageCaptioner
 from attnlab.nn.vision import PatchEmbedding
 
@@ -46,9 +47,11 @@ class CaptionerConfig(PatchGrid, TwoSidedSizes, TransformerConfig):
     tie_embeddings: str = "output"
     max_len: int = 64
 
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
+
     def check(self) -> None:
         one_of("patch_positional", self.patch_positional, PATCH_POSITIONAL)
-        one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
         self.check_sizes()
         super().check()
         self.check_patches("patch_positional", self.patch_positional)

@@ -11,9 +11,9 @@ from torch import nn
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
+from attnlab.models.transformer_config import explicit_masks
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
 from attnlab.nn.graph import GraphTransformer, LaplacianPositionalEncoding
-from attnlab.nn.registry import ATTENTION_BACKENDS
 
 
 @dataclass(frozen=True)
@@ -36,22 +36,15 @@ class GraphConfig(FamilyConfig, parts.AttentionStack):
     laplacian_k: int = 8
     attention_backend: str = "auto"
 
+    backends_fit = staticmethod(explicit_masks)
+    backends_refusal = "takes no explicit mask, which arch 'graph' attends through (each node's neighbourhood)"
+
     def check(self) -> None:
         self.check_stack()
         at_least("n_features", self.n_features, 1)
         at_least("n_classes", self.n_classes, 2)
         at_least("laplacian_k", self.laplacian_k, 0)
-        self._check_backend()
-
-    def _check_backend(self) -> None:
-        """Neighbourhoods are an explicit mask: only the backends that declare they take one."""
-        one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
-        if not ATTENTION_BACKENDS[self.attention_backend].takes_explicit_mask:
-            taking = [name for name, b in ATTENTION_BACKENDS.items() if b.takes_explicit_mask]
-            raise ConfigError(f"attention_backend '{self.attention_backend}' takes no explicit mask, which arch "
-                              f"'graph' attends through (each node's neighbourhood); use "
-                              f"{' or '.join(map(repr, taking))}")
-
+        self.check_backend()
 
 
 @register_family

@@ -22,15 +22,13 @@ from typing import Optional
 
 from torch import nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, SeriesSizes, register_family
-from attnlab.nn.registry import ATTENTION_BACKENDS
+from attnlab.models.transformer_config import fields_free_exact
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
 
-# The exact backends with no fields of their own: a series is a short sequence of patches (42).
-PATCHTST_BACKENDS = tuple(name for name, backend in ATTENTION_BACKENDS.items() if backend.exact and not backend.fields)
 
 
 @dataclass(frozen=True)
@@ -65,11 +63,14 @@ class PatchTSTConfig(FamilyConfig, SeriesSizes, parts.AttentionStack):
     revin_affine: bool = False
     attention_backend: str = "auto"
 
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = "is blockwise or approximate, which a series' few patches (42 in the paper) do not need"
+
     def check(self) -> None:
         self.check_series()
         for name in ("patch_length", "patch_stride"):
             at_least(name, getattr(self, name), 1)
-        one_of("attention_backend", self.attention_backend, PATCHTST_BACKENDS)
+        self.check_backend()
         self.check_stack()
         if self.patch_length > self.input_length:
             raise ConfigError(f"patch_length ({self.patch_length}) must be at most input_length ({self.input_length})")

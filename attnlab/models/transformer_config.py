@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Callable, ClassVar, Optional
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import FamilyConfig
+from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.registry import (
     ACTIVATIONS,
@@ -26,6 +27,17 @@ from attnlab.nn.registry import (
 
 EMBEDDINGS = ("scaled", "normed", "plain")  # E sqrt(D) + PE (Vaswani et al.), LayerNorm(E + PE + S) (BERT), E + PE (GPT-2)
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
+
+
+def fields_free_exact(backend: type[AttentionBackend]) -> bool:
+    """The exact backends with no fields of their own: what a short sequence (an image's patches, a
+    series' patches) needs, where the blockwise and approximate ones only add choices."""
+    return backend.exact and not backend.fields
+
+
+def explicit_masks(backend: type[AttentionBackend]) -> bool:
+    """The backends that take an explicit (Tq, Tk) mask besides padding and causality."""
+    return backend.takes_explicit_mask
 
 
 class AttentionStack:
@@ -49,6 +61,20 @@ class AttentionStack:
             raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+
+    # What the family needs of its attention backend, as the backends declare what they have
+    # (nn/backends/): a predicate, and why another backend does not fit. Any backend by default; a
+    # family restricts them by setting these two (e.g. ``backends_fit = fields_free_exact``).
+    backends_fit: ClassVar[Callable[[type[AttentionBackend]], bool]] = staticmethod(lambda backend: True)
+    backends_refusal: ClassVar[str] = ""
+
+    def check_backend(self) -> None:
+        """``attention_backend`` names a backend, one that fits the family (``backends_fit``)."""
+        one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        if not self.backends_fit(ATTENTION_BACKENDS[self.attention_backend]):
+            fitting = [name for name, backend in ATTENTION_BACKENDS.items() if self.backends_fit(backend)]
+            raise ConfigError(f"attention_backend '{self.attention_backend}' {self.backends_refusal}; use "
+                              f"{' or '.join(map(repr, fitting))}")
 
     @property
     def d_head(self) -> int:
@@ -184,7 +210,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
 
     def _check_backend(self) -> None:
         """What the chosen backend supports, as it declares it (nn/backends/)."""
-        one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        self.check_backend()
         one_of("linear_features", self.linear_features, ("elu", "favor"))
         for name in ("attention_block", "attention_key_block", "linear_n_features"):
             at_least(name, getattr(self, name), 1)

@@ -12,8 +12,9 @@ from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
 from attnlab.models.transformer import TransformerConfig
+from attnlab.models.transformer_config import explicit_masks
 from attnlab.nn.memory import MemoryDecoder, TransformerXL
-from attnlab.nn.registry import ATTENTION_BACKENDS, POSITIONAL
+from attnlab.nn.registry import POSITIONAL
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class TransformerXLConfig(TransformerConfig):
     memory_length: int = 64
     positional: str = "rotary"
 
+    backends_fit = staticmethod(explicit_masks)
+    backends_refusal = "takes padding and causality only; Transformer-XL's decoding window is an explicit mask"
+
     def check(self) -> None:
         super().check()
         at_least("segment_length", self.segment_length, 1)
@@ -36,11 +40,6 @@ class TransformerXLConfig(TransformerConfig):
             raise ConfigError(f"positional '{self.positional}' numbers positions from the start of the input, and "
                               f"Transformer-XL moves states from the segment into the memory: use one of "
                               f"{', '.join(map(repr, relative))}")
-        if not ATTENTION_BACKENDS[self.attention_backend].takes_explicit_mask:
-            masked = [name for name, b in ATTENTION_BACKENDS.items() if b.takes_explicit_mask]
-            raise ConfigError(f"attention_backend '{self.attention_backend}' takes padding and causality only; "
-                              f"Transformer-XL's decoding window is an explicit mask: use "
-                              f"{' or '.join(map(repr, masked))}")
 
     @property
     def decoder_layers(self) -> int:

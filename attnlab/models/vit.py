@@ -17,6 +17,7 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.models.transformer_config import fields_free_exact
 from attnlab.nn.heads import ClassificationHead
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.vision import (
@@ -46,8 +47,8 @@ SUMMARIES: dict[str, type[nn.Module]] = {"cls": ClassToken, "mean": PatchMean}
 # ViTForImageClassification)
 HEADS: dict[str, type[nn.Module]] = {"pooled": ClassificationHead, "linear": LinearClassifier}
 
-# The exact backends with no fields of their own: a patch sequence is short (N + 1 tokens).
-VIT_BACKENDS = ("auto", "math", "sdpa")
+# What an image's attention needs of its backend: an image is a short sequence of patches (N + 1 tokens)
+IMAGE_BACKENDS_REFUSAL = "is blockwise or approximate, which an image's few patches do not need"
 
 
 class PatchGrid:
@@ -99,13 +100,16 @@ class ViTConfig(PatchGrid, FamilyConfig, parts.AttentionStack):
     head: str = "pooled"
     attention_backend: str = "auto"
 
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
+
     positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = PATCH_POSITIONAL
 
     def check(self) -> None:
         one_of("positional", self.positional, PATCH_POSITIONAL)
         one_of("pooling", self.pooling, SUMMARIES)
         one_of("head", self.head, HEADS)
-        one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
+        self.check_backend()
         self.check_stack()
         self.check_patches("positional", self.positional)
         at_least("n_classes", self.n_classes, 2)
