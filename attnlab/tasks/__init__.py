@@ -27,6 +27,7 @@ from attnlab.tasks.classification import Classification, ClassificationConfig
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig
 from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
 from attnlab.tasks.captioning import Captioning, CaptioningConfig
+from attnlab.tasks.contrastive import Contrastive, ContrastiveConfig
 from attnlab.tasks.node_classification import NodeClassification, NodeClassificationConfig
 from attnlab.tasks.forecasting import Forecasting, ForecastingConfig
 from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLanguageModelConfig
@@ -41,6 +42,6 @@ for _module in pkgutil.iter_modules(__path__):  # a task not named above registe
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "MaskedTranslation", "MaskedTranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",
-           "ImageClassificationConfig", "Captioning", "CaptioningConfig", "NodeClassification", "NodeClassificationConfig",
+           "ImageClassificationConfig", "Captioning", "CaptioningConfig", "Contrastive", "ContrastiveConfig", "NodeClassification", "NodeClassificationConfig",
            "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig",
            "Encoder", "EncoderConfig", "ImageEncoder", "ImageEncoderConfig"]

@@ -95,7 +95,7 @@ class CaptioningConfig(TaskConfig):
 
     def check_trainable(self) -> None:
         if self.dataset is None and self.train is None:
-            raise ConfigError("data.task 'captioning' needs 'dataset' (scenes) or 'train' (a captions file: "
+            raise ConfigError(f"data.task '{self.task.name}' needs 'dataset' (scenes) or 'train' (a captions file: "
                               "image TAB caption lines)")
 
     @property
@@ -182,6 +182,28 @@ def caption_batch(images: Tensor, ids: list[list[int]]) -> CaptionBatch:
                         tgt_out=pad_sequences([row + [EOS] for row in ids]))
 
 
+def captioned_splits(cfg: CaptioningConfig, tokenizers: Tokenizers | None, state: dict[str, Any] | None
+                     ) -> tuple[dict[str, CaptionSplit], Tokenizers, Standardise]:
+    """Every split of ``cfg`` read, its captions tokenised, with the tokenizers ({'src': None, 'tgt':
+    the captions'}, fitted on the training captions unless given) and the standardisation (the
+    run's ``state``, or fitted on the training images): what any task of captioned images reads."""
+    read = read_splits(cfg)
+    if tokenizers is None:
+        tokenizers = {"src": None, "tgt": Tokenizer.train(cfg.tokenizer, read["train"][1], cfg.vocab_size)}
+    standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(read["train"][0])
+    shape = read["train"][0].shape[1:]
+    splits = {}
+    for name, (pixels, captions) in read.items():
+        where = getattr(cfg, name, None) or cfg.dataset or name
+        if pixels.shape[1:] != shape:
+            raise DataError(f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
+                            f"{channels(pixels.shape[3])}; the training images are {shape[1]}x{shape[0]} with "
+                            f"{channels(shape[2])} (set data.resize)")
+        splits[name] = CaptionSplit(as_tensor(pixels), captions,
+                                    encoded(captions, tokenizers["tgt"], cfg.max_caption_len, where))
+    return splits, tokenizers, standardise
+
+
 @dataclass(kw_only=True)
 class CaptionData:
     """The splits, the tokenizers ({'src': None, 'tgt': captions}), the standardisation and how
@@ -264,20 +286,7 @@ class Captioning(NextTokenTask):
     @classmethod
     def prepare(cls, cfg: CaptioningConfig, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> CaptionData:
-        read = read_splits(cfg)
-        if tokenizers is None:
-            tokenizers = {"src": None, "tgt": Tokenizer.train(cfg.tokenizer, read["train"][1], cfg.vocab_size)}
-        standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(read["train"][0])
-        shape = read["train"][0].shape[1:]
-        splits = {}
-        for name, (pixels, captions) in read.items():
-            where = getattr(cfg, name, None) or cfg.dataset or name
-            if pixels.shape[1:] != shape:
-                raise DataError(f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
-                                f"{channels(pixels.shape[3])}; the training images are {shape[1]}x{shape[0]} with "
-                                f"{channels(shape[2])} (set data.resize)")
-            splits[name] = CaptionSplit(as_tensor(pixels), captions,
-                                        encoded(captions, tokenizers["tgt"], cfg.max_caption_len, where))
+        splits, tokenizers, standardise = captioned_splits(cfg, tokenizers, state)
         return CaptionData(splits=splits, tokenizers=tokenizers, standardise=standardise,
                            batch_size=batching.batch_size, max_caption_len=cfg.max_caption_len, seed=batching.seed)
 

@@ -1,0 +1,109 @@
+"""The CLIP-style dual encoder (``arch: dual_encoder``): the ViT's image encoder (patches, positions
+on the patch grid, the pre-norm encoder, a class token or the patch mean) and the Transformer's
+encoder over the text (token embeddings with the Transformer's positions), each summarised,
+projected without bias to ``d_embed`` and normalised (nn/dual_encoder.py).
+
+One config for both towers: they share d_model, n_heads, d_ff, the dropouts, activation, norm
+placement and backend (ViT's exact ones), each with its own depth (``n_image_layers``,
+``n_text_layers``; default ``n_layers``). ``patch_positional`` places the patches (ViT's
+schemes), ``positional`` the text's tokens (the Transformer's). ``init_temperature``: CLIP's tau
+= 0.07, learned as log(1 / tau); ``max_logit_scale``: CLIP's bound 100 on 1 / tau.
+Initialisation: the Transformer's (models/transformer.py: the projections Xavier-uniform), the
+patch position tables as ViT's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from attnlab.config import at_least, one_of
+from attnlab.errors import ConfigError
+from attnlab.models import transformer as parts
+from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.transformer import TransformerConfig
+from attnlab.models.vit import PATCH_POSITIONAL, SUMMARIES, VIT_BACKENDS, PatchGrid, init_patch_positions
+from attnlab.nn.dual_encoder import DualEncoder, ImageTower, TextTower
+from attnlab.nn.registry import POOLINGS
+from attnlab.nn.vision import PatchEmbedding
+
+IMAGE_TEXT = "image_text"  # the inputs: an image and a text at once
+
+
+@dataclass(frozen=True)
+class DualEncoderConfig(PatchGrid, TransformerConfig):
+    """The image's size and channels and the text vocabulary (set by the data), the patch size P,
+    where the patches sit (``patch_positional``), each tower's summary (``image_pooling``: ``cls``,
+    ViT's class token, or ``mean`` of the patches; ``text_pooling``: ``cls``, the first token, a
+    BOS, or ``mean`` of the tokens), the joint space's width ``d_embed``, the temperature's start
+    and bound, and the Transformer's fields for the two stacks: small, pre-norm and GELU by
+    default, as ViT. There is no output layer to tie the token table to (``tie_embeddings: none``)."""
+
+    image_height: int = 32
+    image_width: int = 32
+    channels: int = 3
+    patch_size: int = 4
+    patch_positional: str = "learned_2d"
+    n_image_layers: Optional[int] = None
+    n_text_layers: Optional[int] = None
+    image_pooling: str = "cls"
+    text_pooling: str = "cls"
+    d_embed: int = 64
+    init_temperature: float = 0.07
+    max_logit_scale: float = 100.0
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 3
+    d_ff: int = 512
+    activation: str = "gelu"
+    norm: str = "pre"
+    tie_embeddings: str = "none"
+    max_len: int = 64
+
+    ties = ("none",)
+
+    def check(self) -> None:
+        one_of("patch_positional", self.patch_positional, PATCH_POSITIONAL)
+        one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
+        one_of("image_pooling", self.image_pooling, SUMMARIES)
+        one_of("text_pooling", self.text_pooling, POOLINGS)
+        for name in ("n_image_layers", "n_text_layers"):
+            if getattr(self, name) is not None:
+                at_least(name, getattr(self, name), 1)
+        at_least("d_embed", self.d_embed, 1)
+        if not 0 < self.init_temperature:
+            raise ConfigError(f"init_temperature must be > 0 (got {self.init_temperature})")
+        if self.max_logit_scale < 1 / self.init_temperature:
+            raise ConfigError(f"max_logit_scale ({self.max_logit_scale}) must be at least 1 / init_temperature "
+                              f"({1 / self.init_temperature:.4g})")
+        super().check()
+        self.check_patches("patch_positional", self.patch_positional)
+
+    @property
+    def image_layers(self) -> int:
+        return self.n_image_layers if self.n_image_layers is not None else self.n_layers
+
+    @property
+    def text_layers(self) -> int:
+        return self.n_text_layers if self.n_text_layers is not None else self.n_layers
+
+
+@register_family
+class DualEncoderFamily(ModelFamily):
+    name = "dual_encoder"
+    config = DualEncoderConfig
+    # encoder/decoder mean a source sequence read for a decoder, and tokens written: neither here
+    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
+                                inputs=IMAGE_TEXT)
+
+    @staticmethod
+    def build(cfg: DualEncoderConfig) -> DualEncoder:
+        image = ImageTower(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
+                           PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg), SUMMARIES[cfg.image_pooling](cfg.d_model),
+                           parts.plain_encoder(cfg, cfg.image_layers))
+        text = TextTower(parts.embeddings(cfg, cfg.vocab_size), parts.encoder(cfg, cfg.text_layers),
+                         POOLINGS[cfg.text_pooling](), cfg.pad_id)
+        model = DualEncoder(image, text, cfg.d_model, cfg.d_embed, cfg.init_temperature, cfg.max_logit_scale)
+        parts.init_weights(model)
+        init_patch_positions(model.image.positional)
+        return model

@@ -1,0 +1,227 @@
+"""Contrastive image-text training (``data.task: contrastive``), CLIP's: a dual encoder
+(``arch: dual_encoder``) learns from captioned images which caption goes with which image, by the
+symmetric InfoNCE loss over the in-batch similarity matrix (nn/dual_encoder.py).
+
+The data is captioning's (tasks/captioning.py): the built-in ``scenes`` or captions files, the
+images standardised with the training split's statistics, the captions word-tokenised and read
+by the text tower as BOS caption EOS. A batch is B (image, caption) pairs in a random order of
+the epoch, and its other captions are each image's negatives. The scenes repeat captions (a
+scene of one object has one of 24), so a batch often holds a caption twice: those copies are
+not negatives of each other's images. The loss treats every text of the batch with the same
+tokens as a positive of the image (and every image with that caption as a positive of the
+text), the targets spread evenly over them; ``train.batch_size`` must be at least 2.
+
+Validation: the loss over fixed batches, recall@1 (image -> text and text -> image, averaged)
+and the zero-shot accuracy (tasks/retrieval.py). `attnlab evaluate RUN --split NAME` (or
+``--data FILE``, a captions file) reports recall@1/5 both ways and the zero-shot accuracy;
+`attnlab predict RUN image.png` classifies images zero-shot among the run's ``labels``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.data import scenes
+from attnlab.data.batching import moved
+from attnlab.errors import ConfigError, UsageError
+from attnlab.models.dual_encoder import IMAGE_TEXT
+from attnlab.nn.dual_encoder import symmetric_info_nce
+from attnlab.tasks.captioning import (
+    CaptionData, Captioning, CaptioningConfig, CaptionSplit, Standardise, as_tensor, captioned_splits, colour_of,
+    read_captioned,
+)
+from attnlab.tasks.image_classification import read_inputs
+from attnlab.tasks.retrieval import (
+    class_embeddings, embed_images, retrieval_record, text_ids, zero_shot_probabilities,
+)
+from attnlab.tasks.task import Amp, Batching, Prediction, Task, Tokenizers, register_task
+
+SCENE_TEMPLATES = ("a small {label}", "a large {label}")  # every one-object scene's caption is one of these
+FILE_TEMPLATES = ("a {label}",)
+
+
+@dataclass(frozen=True)
+class ContrastiveConfig(CaptioningConfig):
+    """Captioning's data section, and the zero-shot classes: ``labels``, comma-separated class names
+    (the scenes' default: every 'COLOUR SHAPE', held-out ones included), and ``prompts``,
+    '|'-separated templates with ``{label}`` where the class name goes (the scenes' default 'a
+    small {label}|a large {label}', the wording of their captions; a captions file's 'a {label}')."""
+
+    labels: Optional[str] = None
+    prompts: Optional[str] = None
+
+    def check(self) -> None:
+        super().check()
+        names = self.class_names
+        if self.labels is not None and len(names) < 2:
+            raise ConfigError(f"labels names {len(names)} class; zero-shot classification needs at least two "
+                              f"(comma-separated)")
+        if len(set(names)) < len(names):
+            raise ConfigError(f"labels names '{next(n for n in names if names.count(n) > 1)}' twice")
+        for template in self.templates:
+            try:
+                filled = template.format(label="x")
+            except (KeyError, IndexError, ValueError):
+                filled = None
+            if filled is None or "{label}" not in template:
+                raise ConfigError(f"prompts: '{template}' must name the class as {{label}} and hold no other braces "
+                                  f"(e.g. 'a picture of a {{label}}')")
+
+    @property
+    def class_names(self) -> list[str]:
+        if self.labels is not None:
+            return [name.strip() for name in self.labels.split(",") if name.strip()]
+        if self.dataset is not None:
+            return [f"{colour} {shape}" for colour in scenes.PALETTE for shape in scenes.SHAPES]
+        return []
+
+    @property
+    def templates(self) -> list[str]:
+        if self.prompts is not None:
+            return [t.strip() for t in self.prompts.split("|") if t.strip()] or [""]
+        return list(SCENE_TEMPLATES if self.dataset is not None else FILE_TEMPLATES)
+
+    @property
+    def longest_sequence(self) -> int:
+        return self.max_caption_len + 2  # BOS caption EOS
+
+
+@dataclass
+class PairBatch:
+    """images: (B, C, H, W) standardised; text: (B, T) BOS caption EOS, PAD-padded; pair i is
+    (images[i], text[i])."""
+
+    images: Tensor
+    text: Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.images)  # one loss term per pair
+
+    def to(self, device: torch.device | str) -> "PairBatch":
+        return moved(self, device)
+
+    def positives(self) -> Tensor:
+        """(B, B): text j describes image i (the same tokens as i's caption)."""
+        return (self.text[:, None] == self.text[None]).all(-1)
+
+
+@dataclass(kw_only=True)
+class PairData(CaptionData):
+    """Captioning's splits and order of an epoch, batched as (image, caption) pairs; the zero-shot
+    classes and their prompt templates."""
+
+    labels: list[str]
+    templates: list[str]
+
+    def batches(self, split: CaptionSplit, rows: list[Tensor]) -> list[PairBatch]:
+        return [PairBatch(self.standardise(split.images[r]), text_ids([split.ids[i] for i in r.tolist()]))
+                for r in rows]
+
+
+@register_task
+class Contrastive(Task):
+    name = "contrastive"
+    config = ContrastiveConfig
+    needs = {"inputs": IMAGE_TEXT}
+    metrics = {"valid_loss": True, "recall_at_1": False, "zero_shot_accuracy": False}
+    commands = ("predict", "evaluate")
+    sets = Captioning.sets
+    tokenizers = ("tgt",)
+    counts = "pairs"
+
+    @classmethod
+    def prepare(cls, cfg: ContrastiveConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, Any] | None = None) -> PairData:
+        if batching.batch_size < 2:
+            raise ConfigError(f"train.batch_size ({batching.batch_size}) must be at least 2 for data.task "
+                              f"'contrastive': an image's negatives are the batch's other captions")
+        splits, tokenizers, standardise = captioned_splits(cfg, tokenizers, state)
+        return PairData(splits=splits, tokenizers=tokenizers, standardise=standardise, batch_size=batching.batch_size,
+                        max_caption_len=cfg.max_caption_len, seed=batching.seed, labels=cfg.class_names,
+                        templates=cfg.templates)
+
+    @classmethod
+    def saved_state(cls, data: PairData) -> dict[str, Any]:
+        """Captioning's (the images' shape and pixel statistics), and the zero-shot classes and prompts."""
+        return Captioning.saved_state(data) | {"labels": data.labels, "prompts": data.templates}
+
+    @classmethod
+    def model_fields(cls, cfg: ContrastiveConfig, data: PairData) -> dict[str, Any]:
+        return Captioning.model_fields(cfg, data)
+
+    @classmethod
+    def planned_model_fields(cls, cfg: ContrastiveConfig, vocab_size: int) -> dict[str, Any]:
+        return Captioning.planned_model_fields(cfg, vocab_size)
+
+    @classmethod
+    def loss(cls, model: nn.Module, batch: PairBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+        """The symmetric InfoNCE of each pair, summed over the batch (the trainer divides by B)."""
+        with amp():
+            logits = model(batch.images, batch.text).float()  # (B, B)
+        positives = batch.positives()
+        loss = symmetric_info_nce(logits, positives, label_smoothing).sum()
+        return loss, symmetric_info_nce(logits.detach(), positives).sum() if label_smoothing else loss.detach()
+
+    @classmethod
+    @torch.no_grad()
+    def validate(cls, model: nn.Module, data: PairData, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
+        """The loss over the split's fixed batches, the mean recall@1 of the two directions and,
+        where a prompt captions some images, the zero-shot accuracy."""
+        model.eval()
+        total = sum(symmetric_info_nce(model(b.images, b.text).float(), b.positives()).sum().item()
+                    for b in (b.to(device) for b in data.eval_batches(split)))
+        record = cls.evaluate_split(model, data, split)
+        scores = {"valid_loss": total / len(data.splits[split]),
+                  "recall_at_1": (record["image_to_text_r1"] + record["text_to_image_r1"]) / 2}
+        return scores | ({"zero_shot_accuracy": record["zero_shot_accuracy"]} if "zero_shot_accuracy" in record else {})
+
+    @classmethod
+    def evaluate_split(cls, model: nn.Module, data: PairData, split: str) -> dict[str, Any]:
+        """Retrieval and zero-shot scores of a split of the run's data (tasks/retrieval.py)."""
+        part = data.splits[split]
+        return retrieval_record(model, data.tokenizers["tgt"], data.standardise(part.images), part.captions,
+                                data.labels, data.templates)
+
+    @classmethod
+    def evaluate_file(cls, model: nn.Module, cfg: ContrastiveConfig, tokenizers: Tokenizers, state: dict[str, Any],
+                      path: str) -> dict[str, Any]:
+        """The same on a captions file's images, read as the run's training images were."""
+        shape = tuple(state["shape"])
+        pixels, captions = read_captioned(path, colour_of(shape), cfg.resize or shape[:2])
+        images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
+        return retrieval_record(model, tokenizers["tgt"], images, captions, cfg.class_names, cfg.templates)
+
+    @classmethod
+    def report(cls, result: dict[str, Any], source: str) -> list[str]:
+        lines = [f"image -> text  recall@1 {result['image_to_text_r1']:.2%}  recall@5 {result['image_to_text_r5']:.2%}   "
+                 f"({result['images']} images, {result['captions']} distinct captions, {source})",
+                 f"text -> image  recall@1 {result['text_to_image_r1']:.2%}  recall@5 {result['text_to_image_r5']:.2%}"]
+        if "zero_shot_accuracy" not in result:
+            return lines + [f"zero-shot: no image is captioned by a prompt of the {result['zero_shot_classes']} classes"]
+        lines.append(f"zero-shot accuracy  {result['zero_shot_accuracy']:.2%}   ({result['zero_shot_images']} images "
+                     f"captioned by a prompt, {result['zero_shot_classes']} classes)")
+        return lines + [f"  {e['label']} -> {e['predicted']}: {e['images']} images" for e in result["zero_shot_errors"]]
+
+    @classmethod
+    @torch.no_grad()
+    def predict(cls, model: nn.Module, run: Any, inputs: list[str], input_file: str | None,
+                batch_size: int) -> list[Prediction]:
+        """Each image file classified zero-shot among the run's labels (its prompts)."""
+        if input_file is not None or not inputs:
+            raise UsageError("give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
+        state = run.read_task_state()
+        if not state["labels"]:
+            raise UsageError(f"{run.path} has no zero-shot classes: train it with data.labels (comma-separated)")
+        images = embed_images(model, read_inputs(inputs, run))
+        classes = class_embeddings(model, run.read_tokenizers()["tgt"], state["labels"], state["prompts"])
+        return list(zip(inputs, zero_shot_probabilities(model, images, classes).tolist()))
+
+    @classmethod
+    def describe(cls, data: PairData) -> str:
+        return Captioning.describe(data).replace("captioned images", "image-caption pairs", 1)
