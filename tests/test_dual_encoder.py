@@ -1,0 +1,282 @@
+"""The CLIP-style dual encoder (arch dual_encoder, data.task contrastive): the symmetric InfoNCE and
+its temperature's gradient against a hand computation on a 3x3 batch (with and without a repeated
+caption), the towers against the ViT's and the text encoder's with the same weights, zero-shot
+classification against the argmax of prompt similarities computed one text at a time, recall@k
+on a hand-made similarity matrix, the config's one-line refusals, and a tiny run trained,
+evaluated and predicting through the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from attnlab import ConfigError, build_model, model_config, task_config
+from attnlab.data.scenes import generate
+from attnlab.data.tokenizers import Tokenizer
+from attnlab.nn.dual_encoder import symmetric_info_nce
+from attnlab.tasks import Batching
+from attnlab.tasks.contrastive import Contrastive, PairBatch
+from attnlab.tasks.retrieval import (
+    class_embeddings, labelled_by_prompt, recall_at_k, retrieval_scores, text_ids, zero_shot_probabilities,
+)
+from attnlab.train.checkpoint import load_run
+from helpers import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DUAL = dict(arch="dual_encoder", vocab_size=20, image_height=16, image_width=12, channels=3, patch_size=4,
+            d_model=16, n_heads=2, n_image_layers=2, n_text_layers=1, d_ff=32, d_embed=8, dropout=0.0)
+
+# three images and three texts, unit vectors of a 3-wide joint space
+IMAGES = [[1.0, 0.0, 0.0], [0.6, 0.8, 0.0], [0.0, 0.6, 0.8]]
+TEXTS = [[0.8, 0.6, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+
+
+def cosines() -> list[list[float]]:
+    return [[sum(a * b for a, b in zip(image, text)) for text in TEXTS] for image in IMAGES]
+
+
+def soft_cross_entropy(row: list[float], targets: list[float]) -> float:
+    lse = math.log(sum(math.exp(x) for x in row))
+    return sum(q * (lse - x) for q, x in zip(targets, row))
+
+
+def hand_loss_and_gradient(scale: float, positives: list[list[int]]) -> tuple[float, float]:
+    """The mean over pairs of (CE image -> text + CE text -> image) / 2, targets spread evenly over
+    the positives, and its derivative by t, where scale = exp(t): d CE / d t = scale * sum_j (p_j -
+    q_j) S_j for a row of cosines S, probabilities p and targets q."""
+    S = cosines()
+    columns = [[S[i][j] for i in range(3)] for j in range(3)]
+    pos_columns = [[positives[i][j] for i in range(3)] for j in range(3)]
+    loss = grad = 0.0
+    for rows, pos in ((S, positives), (columns, pos_columns)):
+        for row, p in zip(rows, pos):
+            q = [v / sum(p) for v in p]
+            logits = [scale * s for s in row]
+            loss += soft_cross_entropy(logits, q) / 2 / 3
+            z = sum(math.exp(x) for x in logits)
+            grad += scale * sum((math.exp(x) / z - qj) * s for x, qj, s in zip(logits, q, row)) / 2 / 3
+    return loss, grad
+
+
+def loss_and_gradient(model, positives: list[list[int]]) -> tuple[float, float]:
+    logits = model.similarity(torch.tensor(IMAGES), torch.tensor(TEXTS))
+    loss = symmetric_info_nce(logits, torch.tensor(positives, dtype=torch.bool)).mean()
+    model.zero_grad()
+    loss.backward()
+    return loss.item(), model.log_logit_scale.grad.item()
+
+
+@pytest.mark.parametrize("positives", [[[1, 0, 0], [0, 1, 0], [0, 0, 1]],   # three distinct captions
+                                       [[1, 1, 0], [1, 1, 0], [0, 0, 1]]],  # texts 0 and 1 the same caption
+                         ids=["distinct", "repeated"])
+def test_info_nce_on_a_3x3_batch_equals_a_hand_computation(positives):
+    model = build_model(model_config(**DUAL))
+    assert model.logit_scale.item() == pytest.approx(1 / 0.07, rel=1e-7)  # CLIP's initial temperature
+    loss, grad = loss_and_gradient(model, positives)
+    expected_loss, expected_grad = hand_loss_and_gradient(1 / 0.07, positives)
+    assert loss == pytest.approx(expected_loss, rel=1e-5) and grad == pytest.approx(expected_grad, rel=1e-4)
+    with torch.no_grad():
+        model.log_logit_scale.fill_(math.log(2.0))
+    loss, grad = loss_and_gradient(model, positives)
+    expected_loss, expected_grad = hand_loss_and_gradient(2.0, positives)
+    assert loss == pytest.approx(expected_loss, rel=1e-5) and grad == pytest.approx(expected_grad, rel=1e-4)
+
+
+def test_the_temperature_is_clamped_at_100_and_gets_no_gradient_there():
+    model = build_model(model_config(**DUAL))
+    with torch.no_grad():
+        model.log_logit_scale.fill_(math.log(200.0))
+    assert model.logit_scale.item() == 100.0
+    loss, grad = loss_and_gradient(model, [[1, 0, 0], [0, 1, 0], [0, 0, 1]])
+    assert loss == pytest.approx(hand_loss_and_gradient(100.0, [[1, 0, 0], [0, 1, 0], [0, 0, 1]])[0], rel=1e-5)
+    assert grad == 0.0
+
+
+def test_a_batchs_positives_are_the_texts_with_the_same_tokens():
+    text = text_ids([[7, 8], [7, 8, 9], [7, 8], [9]])  # BOS ... EOS, PAD-padded
+    batch = PairBatch(torch.zeros(4, 3, 4, 4), text)
+    assert batch.positives().int().tolist() == [[1, 0, 1, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]]
+    assert batch.n_tokens == 4
+
+
+def test_the_towers_are_the_vit_and_the_text_encoder_with_the_same_weights():
+    torch.manual_seed(0)
+    model = build_model(model_config(**{**DUAL, "n_image_layers": 1})).eval()
+    vit = build_model(model_config(arch="vit", image_height=16, image_width=12, channels=3, n_classes=2, patch_size=4,
+                                   d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, positional="learned_2d",
+                                   pooling="cls", layer_norm_eps=1e-5)).eval()
+    text = build_model(model_config(arch="encoder_only", vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                    dropout=0.0, activation="gelu", norm="pre")).eval()
+    missing = model.image.load_state_dict(vit.state_dict(), strict=False).missing_keys
+    assert missing == [] and model.text.load_state_dict(text.state_dict(), strict=False).missing_keys == []
+    images, ids = torch.randn(2, 3, 16, 12), torch.tensor([[1, 5, 6, 2], [1, 7, 2, 0]])
+    torch.testing.assert_close(model.image(images), vit.encode(images)[:, 0])  # the class token's final state
+    torch.testing.assert_close(model.text(ids), text.encode(ids)[:, 0])  # the BOS's
+    expected = torch.nn.functional.normalize(vit.encode(images)[:, 0] @ model.image_projection.weight.T, dim=-1)
+    torch.testing.assert_close(model.encode_image(images), expected)
+    assert model.image_projection.bias is None and model.text_projection.bias is None
+
+
+def test_zero_shot_classification_is_the_argmax_of_the_prompt_similarities():
+    torch.manual_seed(0)
+    labels, templates = ["red circle", "blue square", "green triangle"], ["a small {label}", "a large {label}"]
+    tokenizer = Tokenizer.train("word", [t.format(label=label) for label in labels for t in templates], 100)
+    model = build_model(model_config(**{**DUAL, "vocab_size": tokenizer.vocab_size})).eval()
+    images = torch.randn(5, 3, 16, 12)
+    with torch.no_grad():
+        image_vectors = [model.encode_image(image[None])[0] for image in images]  # one at a time
+        classes = []
+        for label in labels:
+            prompts = [model.encode_text(text_ids([tokenizer.encode(t.format(label=label))]))[0] for t in templates]
+            mean = sum(prompts) / len(prompts)
+            classes.append(mean / mean.norm())
+        similarity = torch.tensor([[float(v @ c) for c in classes] for v in image_vectors])
+        embedded = torch.stack(image_vectors)
+    probabilities = zero_shot_probabilities(model, embedded, class_embeddings(model, tokenizer, labels, templates))
+    assert probabilities.argmax(-1).tolist() == similarity.argmax(-1).tolist()
+    torch.testing.assert_close(probabilities, (similarity / 0.07).softmax(-1), atol=1e-5, rtol=0)
+    captions = ["a small blue square", "a red circle", "a large green triangle left of a small red circle"]
+    assert labelled_by_prompt(captions, labels, templates) == {0: 1}  # only the first is a prompt
+
+
+def test_recall_at_k_on_a_hand_made_similarity_matrix():
+    similarity = torch.tensor([[0.9, 0.1, 0.5, 0.3],
+                               [0.2, 0.8, 0.7, 0.1],
+                               [0.4, 0.3, 0.2, 0.6]])
+    relevant = torch.tensor([[1, 0, 0, 0],    # found first
+                             [0, 0, 1, 0],    # second
+                             [0, 1, 0, 0]]).bool()  # third
+    assert recall_at_k(similarity, relevant, 1) == pytest.approx(1 / 3)
+    assert recall_at_k(similarity, relevant, 2) == pytest.approx(2 / 3)
+    assert recall_at_k(similarity, relevant, 3) == 1.0 and recall_at_k(similarity, relevant, 5) == 1.0
+    # images 0 and 2 share caption 0; texts are the distinct captions
+    images = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    texts = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    scores = retrieval_scores(images, texts, torch.tensor([0, 1, 0]))
+    assert scores["image_to_text_r1"] == pytest.approx(2 / 3)  # image 2 is nearer caption 1
+    assert scores["text_to_image_r1"] == 1.0 and scores["image_to_text_r5"] == 1.0
+
+
+def test_a_bad_config_fails_early_naming_the_field():
+    from attnlab.train.config import RunConfig
+
+    def run_config(model: dict, data: dict | None = None):
+        return RunConfig.from_sections({"model": model, "data": {"task": "contrastive", "dataset": "scenes", **(data or {})},
+                                        "train": {}})
+
+    refusals = [
+        (lambda: run_config({"arch": "captioner"}), "model.arch must be 'dual_encoder' for data.task 'contrastive'; "
+                                                    "got 'captioner'"),
+        (lambda: model_config(**DUAL, init_temperature=0.0), "init_temperature must be > 0 (got 0.0)"),
+        (lambda: model_config(**DUAL, max_logit_scale=10.0),
+         "max_logit_scale (10.0) must be at least 1 / init_temperature (14.29)"),
+        (lambda: model_config(**{**DUAL, "d_embed": 0}), "d_embed must be >= 1 (got 0)"),
+        (lambda: model_config(**DUAL, text_pooling="eos"), "text_pooling must be one of 'cls', 'mean' (got 'eos')"),
+        (lambda: model_config(**DUAL, tie_embeddings="output"), "tie_embeddings must be one of 'none' (got 'output')"),
+        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "prompts": "a {colour} thing"}),
+         "prompts: 'a {colour} thing' must name the class as {label} and hold no other braces (e.g. 'a picture of a "
+         "{label}')"),
+        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle"}),
+         "labels names 1 class; zero-shot classification needs at least two (comma-separated)"),
+        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle, red circle"}),
+         "labels names 'red circle' twice"),
+        (lambda: Contrastive.prepare(task_config({"task": "contrastive", "dataset": "scenes", "n_train": 10}),
+                                     Batching(4096, 1, 0)),
+         "train.batch_size (1) must be at least 2 for data.task 'contrastive': an image's negatives are the batch's "
+         "other captions"),
+    ]
+    for make, message in refusals:
+        with pytest.raises(ConfigError) as refused:
+            make()
+        assert str(refused.value).endswith(message) and "\n" not in str(refused.value)
+
+
+# -- a tiny run through the command line -------------------------------------------------------------
+
+RECIPE = """\
+model: {arch: dual_encoder, patch_size: 8, d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, d_embed: 32,
+        dropout: 0.0, image_pooling: mean, text_pooling: mean}
+data: {task: contrastive, dataset: scenes, max_objects: 1, n_train: 600, n_valid: 100, n_test: 100}
+train: {max_steps: 150, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1,
+        eval_every: 75, early_stop_metric: recall_at_1, label_smoothing: 0.0, progress: false}
+"""
+
+
+@pytest.fixture(scope="module")
+def contrastive_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("contrastive")
+    (root / "dual.yaml").write_text(RECIPE)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        done = run_cli("train", str(root / "dual.yaml"), "--out", str(root / "run"))
+    finally:
+        torch.set_num_threads(threads)
+    assert done.returncode == 0, done.stderr
+    return root, done
+
+
+def test_a_tiny_dual_encoder_learns_to_match_one_object_scenes(contrastive_run):
+    root, done = contrastive_run
+    assert "image-caption pairs 32x32x3: train 600, valid 100, test 100, compositional 100; vocabulary" in done.stdout
+    valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["split"] == "valid"]
+    # chance: recall@1 about 1 in 22 (the distinct captions of one object, 2 sizes x 11 seen colour-shape pairs),
+    # zero-shot 1 in 12
+    assert valid[-1]["recall_at_1"] > 0.4 and valid[-1]["zero_shot_accuracy"] > 0.3
+    assert valid[-1]["valid_loss"] < valid[0]["valid_loss"] or valid[-1]["recall_at_1"] > valid[0]["recall_at_1"]
+    result = run_cli("evaluate", str(root / "run"), "--split", "valid", "--json", "--checkpoint", "last")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)  # the validation's own figures, computed again from the saved weights
+    assert (record["image_to_text_r1"] + record["text_to_image_r1"]) / 2 == pytest.approx(valid[-1]["recall_at_1"])
+    assert record["zero_shot_accuracy"] == pytest.approx(valid[-1]["zero_shot_accuracy"])
+    assert record["images"] == 100 and record["zero_shot_images"] == 100 and record["zero_shot_classes"] == 12
+    text = run_cli("evaluate", str(root / "run"), "--split", "compositional")
+    assert text.returncode == 0 and "(100 images, 2 distinct captions, split compositional)" in text.stdout
+    assert "zero-shot accuracy" in text.stdout
+
+
+def write_png(path: Path, pixels: np.ndarray) -> Path:
+    Image.fromarray(pixels.astype(np.uint8)).save(path)
+    return path
+
+
+def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
+    root, _ = contrastive_run
+    drawn = generate("test", 4, seed=0, max_objects=1)
+    paths = [str(write_png(tmp_path / f"{i}.png", s.pixels)) for i, s in enumerate(drawn)]
+    model, tokenizers, _ = load_run(root / "run")
+    state = json.loads((root / "run" / "task_state.json").read_text())
+    x = torch.stack([torch.tensor(s.pixels).permute(2, 0, 1).float() for s in drawn])
+    x = (x - torch.tensor(state["mean"])[:, None, None]) / torch.tensor(state["std"])[:, None, None]
+    with torch.no_grad():
+        similarity = model.eval().encode_image(x) @ class_embeddings(model, tokenizers["tgt"], state["labels"],
+                                                                       state["prompts"]).T
+    expected = [state["labels"][c] for c in similarity.argmax(-1).tolist()]
+    done = run_cli("predict", str(root / "run"), *paths)
+    assert done.returncode == 0, done.stderr
+    assert [line.split("\t")[:2] for line in done.stdout.splitlines()] == [[p, e] for p, e in zip(paths, expected)]
+    none = run_cli("predict", str(root / "run"))
+    assert none.returncode == 2 and none.stderr.strip() == (
+        "error: give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
+    caption = run_cli("caption", str(root / "run"), paths[0])
+    assert caption.returncode == 2 and "`attnlab caption` needs data.task" in caption.stderr
+    assert caption.stderr.count("\n") == 1
+
+
+def test_the_dual_encoder_recipe_is_a_valid_config():
+    from attnlab.train.config import RunConfig
+    from attnlab.train.run import planned_model_config
+
+    cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "dual_encoder.yaml")
+    assert cfg.data.task is Contrastive and cfg.data.held_combinations == ("red triangle",)
+    assert len(cfg.data.class_names) == 12 and cfg.data.templates == ["a small {label}", "a large {label}"]
+    model = planned_model_config(cfg)(17)
+    assert (model.arch, model.image_height, model.channels, model.grid) == ("dual_encoder", 32, 3, (8, 8))
