@@ -263,6 +263,20 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
     done = run_cli("predict", str(root / "run"), *paths)
     assert done.returncode == 0, done.stderr
     assert [line.split("\t")[:2] for line in done.stdout.splitlines()] == [[p, e] for p, e in zip(paths, expected)]
+    chosen = run_cli("predict", str(root / "run"), *paths, "--labels", "blue triangle, yellow square",
+                     "--prompts", "a large {label}", "--json")
+    assert chosen.returncode == 0, chosen.stderr
+    records = [json.loads(line) for line in chosen.stdout.splitlines()]
+    assert [sorted(r["probabilities"]) for r in records] == [["blue triangle", "yellow square"]] * 4
+    with torch.no_grad():
+        two = model.encode_image(x) @ class_embeddings(model, tokenizers["tgt"], ["blue triangle", "yellow square"],
+                                                       ["a large {label}"]).T
+    assert [r["label"] for r in records] == [["blue triangle", "yellow square"][c] for c in two.argmax(-1).tolist()]
+    unseen = run_cli("predict", str(root / "run"), paths[0], "--labels", "red dog,blue cat")
+    assert unseen.returncode == 0 and unseen.stderr.startswith("note: 4 prompts hold words the run's captions never had")
+    one = run_cli("predict", str(root / "run"), paths[0], "--labels", "red circle")
+    assert one.returncode == 2 and one.stderr.strip() == (
+        "error: --labels: labels names 1 class; zero-shot classification needs at least two (comma-separated)")
     none = run_cli("predict", str(root / "run"))
     assert none.returncode == 2 and none.stderr.strip() == (
         "error: give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")

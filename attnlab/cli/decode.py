@@ -202,6 +202,7 @@ def _speculative_rows(args: argparse.Namespace, model, tokenizers, prompt, gener
 def cmd_predict(args: argparse.Namespace) -> None:
     """The run's task reads the inputs (lines of text, image files) and gives each one's class
     probabilities; one line per input: [its name TAB] the best label TAB its probability."""
+    from attnlab.tasks import TASKS
     from attnlab.train.checkpoint import RunDir
 
     if not 1 <= args.batch_size <= MAX_BATCH:
@@ -209,9 +210,16 @@ def cmd_predict(args: argparse.Namespace) -> None:
     check_new_file(args.output, args.force, "--output")
     model, _, _ = load_run_for(args, {})
     run = RunDir(args.run_dir)
-    labels = run.read_task_state()["labels"]
+    task = run.read_config()[1].task
+    options = {name: getattr(args, name) for name in ("labels", "prompts") if getattr(args, name) is not None}
+    for name in options:
+        if name not in task.predict_options:
+            takers = [t.name for t in TASKS.values() if name in t.predict_options]
+            raise UsageError(f"--{name} is for runs of data.task {' or '.join(map(repr, takers))}; {args.run_dir} is a "
+                             f"run of data.task '{task.name}'")
+    labels = task.class_names(run, **options)
     out = []
-    for name, p in run.read_config()[1].task.predict(model, run, args.inputs, args.input, args.batch_size):
+    for name, p in task.predict(model, run, args.inputs, args.input, args.batch_size, **options):
         if p is None:  # a blank line gives a blank line
             out.append("\n")
             continue
@@ -319,6 +327,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     predict.add_argument("--force", action="store_true", help="overwrite an existing --output")
     predict.add_argument("--json", action="store_true", help="one JSON object per line, with every class's probability")
     predict.add_argument("--batch-size", type=int, default=64, help="inputs per batch (default 64)")
+    predict.add_argument("--labels", help="zero-shot runs (data.task contrastive): the classes to choose among, "
+                                          "comma-separated (default: the run's data.labels)")
+    predict.add_argument("--prompts", help="zero-shot runs: '|'-separated templates naming the class as {label}, e.g. "
+                                           "'a small {label}|a large {label}' (default: the run's data.prompts)")
     predict.set_defaults(func=cmd_predict)
 
     caption = sub.add_parser("caption", help="caption image files (captioning runs): image TAB caption per image")

@@ -19,6 +19,8 @@ and the zero-shot accuracy (tasks/retrieval.py). `attnlab evaluate RUN --split N
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -27,6 +29,7 @@ from torch import Tensor, nn
 
 from attnlab.data import scenes
 from attnlab.data.batching import moved
+from attnlab.data.tokenizers import UNK
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.dual_encoder import IMAGE_TEXT
 from attnlab.nn.dual_encoder import symmetric_info_nce
@@ -208,18 +211,43 @@ class Contrastive(Task):
                      f"captioned by a prompt, {result['zero_shot_classes']} classes)")
         return lines + [f"  {e['label']} -> {e['predicted']}: {e['images']} images" for e in result["zero_shot_errors"]]
 
+    predict_options = ("labels", "prompts")
+
+    @classmethod
+    def zero_shot_classes(cls, run: Any, labels: str | None = None, prompts: str | None = None
+                          ) -> tuple[list[str], list[str]]:
+        """The class names and prompt templates: ``labels`` and ``prompts`` as the data section
+        reads them (checked alike), each by default the run's."""
+        cfg = run.read_config()[1]
+        given = {name: value for name, value in (("labels", labels), ("prompts", prompts)) if value is not None}
+        try:
+            cfg = dataclasses.replace(cfg, **given)
+        except ConfigError as err:
+            raise UsageError(f"--{' / --'.join(given)}: {err}") from None
+        return cfg.class_names, cfg.templates
+
+    @classmethod
+    def class_names(cls, run: Any, **options: str) -> list[str]:
+        return cls.zero_shot_classes(run, **options)[0]
+
     @classmethod
     @torch.no_grad()
-    def predict(cls, model: nn.Module, run: Any, inputs: list[str], input_file: str | None,
-                batch_size: int) -> list[Prediction]:
-        """Each image file classified zero-shot among the run's labels (its prompts)."""
+    def predict(cls, model: nn.Module, run: Any, inputs: list[str], input_file: str | None, batch_size: int,
+                labels: str | None = None, prompts: str | None = None) -> list[Prediction]:
+        """Each image file classified zero-shot among the classes (the run's, or ``labels``), each
+        named by its prompts (the run's templates, or ``prompts``)."""
         if input_file is not None or not inputs:
             raise UsageError("give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
-        state = run.read_task_state()
-        if not state["labels"]:
-            raise UsageError(f"{run.path} has no zero-shot classes: train it with data.labels (comma-separated)")
-        images = embed_images(model, read_inputs(inputs, run))
-        classes = class_embeddings(model, run.read_tokenizers()["tgt"], state["labels"], state["prompts"])
+        names, templates = cls.zero_shot_classes(run, labels, prompts)
+        if not names:
+            raise UsageError(f"{run.path} has no zero-shot classes of its own (data.labels): give --labels")
+        tokenizer = run.read_tokenizers()["tgt"]
+        unknown = [p for p in (t.format(label=name) for name in names for t in templates) if UNK in tokenizer.encode(p)]
+        if unknown:
+            print(f"note: {len(unknown)} prompts hold words the run's captions never had, read as <unk> (the first: "
+                  f"'{unknown[0]}')", file=sys.stderr)
+        images = torch.cat([embed_images(model, chunk) for chunk in read_inputs(inputs, run).split(batch_size)])
+        classes = class_embeddings(model, tokenizer, names, templates)
         return list(zip(inputs, zero_shot_probabilities(model, images, classes).tolist()))
 
     @classmethod

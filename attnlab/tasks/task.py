@@ -159,7 +159,8 @@ class Task:
     ``file_splits``: the file holds splits, and --split chooses one), and ``evaluate_split`` on a split
     of the run's own data (`--split`), both giving a record that ``report`` turns into lines; ``predict``, where the task
     has it, reads the inputs of `attnlab predict` its own way (lines of text, image files) and gives
-    each one's class probabilities. A task reads tokens unless its ``needs`` name other ``inputs``."""
+    each one's class probabilities (of ``class_names``), with the ``predict_options`` given. A task
+    reads tokens unless its ``needs`` name other ``inputs``."""
 
     name: ClassVar[str]
     config: ClassVar[type[TaskConfig]]
@@ -175,6 +176,13 @@ class Task:
     evaluate_split: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, data, split)
     file_splits: ClassVar[bool] = False  # evaluate_file takes (..., path, split)
     predict: ClassVar[Callable[..., list[Prediction]] | None] = None  # (model, run, inputs, input_file, batch_size)
+    predict_options: ClassVar[tuple[str, ...]] = ()  # `attnlab predict` options its predict takes by keyword
+
+    @classmethod
+    def class_names(cls, run: Any, **options: str) -> list[str]:
+        """The names of the classes ``predict`` gives probabilities of, in order: the run's labels;
+        ``options``: those of ``predict_options`` given (a zero-shot classifier's own classes)."""
+        return run.read_task_state()["labels"]
 
     @classmethod
     def fits(cls, capabilities: Capabilities) -> bool:
