@@ -248,6 +248,10 @@ def test_predict_and_evaluate_read_images_as_training_did(vit_run, tmp_path):
                                                       f"channel; the model reads 8x8 with 1 channel (set data.resize)\n")
     refused = run_cli("predict", str(root / "run"))
     assert refused.returncode == 2 and "give the images to classify as arguments" in refused.stderr
+    zero_shot = run_cli("predict", str(root / "run"), str(paths[0]), "--labels", "seven,three")
+    assert zero_shot.returncode == 2 and zero_shot.stderr == (
+        f"error: --labels is for runs of data.task 'contrastive'; {root / 'run'} is a run of data.task "
+        f"'image_classification'\n")
 
 
 def test_inspect_draws_the_class_tokens_attention_over_the_patches_and_the_rollout(vit_run, tmp_path):
