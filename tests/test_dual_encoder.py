@@ -280,6 +280,13 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
     none = run_cli("predict", str(root / "run"))
     assert none.returncode == 2 and none.stderr.strip() == (
         "error: give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
+    (tmp_path / "captions.tsv").write_text("".join(f"{i}.png\t{s.caption}\n" for i, s in enumerate(drawn)))
+    on_file = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "captions.tsv"), "--json")
+    assert on_file.returncode == 0, on_file.stderr
+    record = json.loads(on_file.stdout)
+    assert (record["images"], record["zero_shot_images"]) == (4, 4) and record["captions"] == len({s.caption for s in drawn})
+    assert record["zero_shot_accuracy"] == sum(e == f"{o.colour} {o.shape}" for e, o in
+                                               zip(expected, (s.objects[0] for s in drawn))) / 4
     caption = run_cli("caption", str(root / "run"), paths[0])
     assert caption.returncode == 2 and "`attnlab caption` needs data.task" in caption.stderr
     assert caption.stderr.count("\n") == 1
