@@ -47,7 +47,7 @@ def soft_cross_entropy(row: list[float], targets: list[float]) -> float:
     return sum(q * (lse - x) for q, x in zip(targets, row))
 
 
-def hand_loss_and_gradient(scale: float, positives: list[list[int]]) -> tuple[float, float]:
+def hand_loss_and_gradient(scale: float, positives: list[list[int]], smoothing: float = 0.0) -> tuple[float, float]:
     """The mean over pairs of (CE image -> text + CE text -> image) / 2, targets spread evenly over
     the positives, and its derivative by t, where scale = exp(t): d CE / d t = scale * sum_j (p_j -
     q_j) S_j for a row of cosines S, probabilities p and targets q."""
@@ -57,7 +57,7 @@ def hand_loss_and_gradient(scale: float, positives: list[list[int]]) -> tuple[fl
     loss = grad = 0.0
     for rows, pos in ((S, positives), (columns, pos_columns)):
         for row, p in zip(rows, pos):
-            q = [v / sum(p) for v in p]
+            q = [(1 - smoothing) * v / sum(p) + smoothing / 3 for v in p]
             logits = [scale * s for s in row]
             loss += soft_cross_entropy(logits, q) / 2 / 3
             z = sum(math.exp(x) for x in logits)
@@ -65,9 +65,9 @@ def hand_loss_and_gradient(scale: float, positives: list[list[int]]) -> tuple[fl
     return loss, grad
 
 
-def loss_and_gradient(model, positives: list[list[int]]) -> tuple[float, float]:
+def loss_and_gradient(model, positives: list[list[int]], smoothing: float = 0.0) -> tuple[float, float]:
     logits = model.similarity(torch.tensor(IMAGES), torch.tensor(TEXTS))
-    loss = symmetric_info_nce(logits, torch.tensor(positives, dtype=torch.bool)).mean()
+    loss = symmetric_info_nce(logits, torch.tensor(positives, dtype=torch.bool), smoothing).mean()
     model.zero_grad()
     loss.backward()
     return loss.item(), model.log_logit_scale.grad.item()
@@ -86,6 +86,9 @@ def test_info_nce_on_a_3x3_batch_equals_a_hand_computation(positives):
         model.log_logit_scale.fill_(math.log(2.0))
     loss, grad = loss_and_gradient(model, positives)
     expected_loss, expected_grad = hand_loss_and_gradient(2.0, positives)
+    assert loss == pytest.approx(expected_loss, rel=1e-5) and grad == pytest.approx(expected_grad, rel=1e-4)
+    loss, grad = loss_and_gradient(model, positives, smoothing=0.1)  # targets (1 - eps) q + eps / B
+    expected_loss, expected_grad = hand_loss_and_gradient(2.0, positives, smoothing=0.1)
     assert loss == pytest.approx(expected_loss, rel=1e-5) and grad == pytest.approx(expected_grad, rel=1e-4)
 
 
@@ -168,8 +171,8 @@ def test_a_bad_config_fails_early_naming_the_field():
     from attnlab.train.config import RunConfig
 
     def run_config(model: dict, data: dict | None = None):
-        return RunConfig.from_sections({"model": model, "data": {"task": "contrastive", "dataset": "scenes", **(data or {})},
-                                        "train": {}})
+        data = {"task": "contrastive", "dataset": "scenes", **(data or {})}
+        return RunConfig.from_sections({"model": model, "data": data, "train": {}})
 
     refusals = [
         (lambda: run_config({"arch": "captioner"}), "model.arch must be 'dual_encoder' for data.task 'contrastive'; "
@@ -273,7 +276,8 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
                                                        ["a large {label}"]).T
     assert [r["label"] for r in records] == [["blue triangle", "yellow square"][c] for c in two.argmax(-1).tolist()]
     unseen = run_cli("predict", str(root / "run"), paths[0], "--labels", "red dog,blue cat")
-    assert unseen.returncode == 0 and unseen.stderr.startswith("note: 4 prompts hold words the run's captions never had")
+    assert unseen.returncode == 0
+    assert unseen.stderr.startswith("note: 4 prompts hold words the run's captions never had")
     one = run_cli("predict", str(root / "run"), paths[0], "--labels", "red circle")
     assert one.returncode == 2 and one.stderr.strip() == (
         "error: --labels: labels names 1 class; zero-shot classification needs at least two (comma-separated)")
@@ -284,9 +288,13 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
     on_file = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "captions.tsv"), "--json")
     assert on_file.returncode == 0, on_file.stderr
     record = json.loads(on_file.stdout)
-    assert (record["images"], record["zero_shot_images"]) == (4, 4) and record["captions"] == len({s.caption for s in drawn})
+    assert (record["images"], record["zero_shot_images"], record["captions"]) == (4, 4, len({s.caption for s in drawn}))
     assert record["zero_shot_accuracy"] == sum(e == f"{o.colour} {o.shape}" for e, o in
                                                zip(expected, (s.objects[0] for s in drawn))) / 4
+    (tmp_path / "scene.tsv").write_text("0.png\ta small red circle left of a large blue square\n")
+    unlabelled = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "scene.tsv"))
+    assert unlabelled.returncode == 0 and unlabelled.stdout.splitlines()[2] == (
+        "zero-shot: no image is captioned by a prompt of the 12 classes")
     caption = run_cli("caption", str(root / "run"), paths[0])
     assert caption.returncode == 2 and "`attnlab caption` needs data.task" in caption.stderr
     assert caption.stderr.count("\n") == 1

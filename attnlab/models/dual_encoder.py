@@ -99,8 +99,8 @@ class DualEncoderFamily(ModelFamily):
     @staticmethod
     def build(cfg: DualEncoderConfig) -> DualEncoder:
         image = ImageTower(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
-                           PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg), SUMMARIES[cfg.image_pooling](cfg.d_model),
-                           parts.plain_encoder(cfg, cfg.image_layers))
+                           PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg),
+                           SUMMARIES[cfg.image_pooling](cfg.d_model), parts.plain_encoder(cfg, cfg.image_layers))
         text = TextTower(parts.embeddings(cfg, cfg.vocab_size), parts.encoder(cfg, cfg.text_layers),
                          POOLINGS[cfg.text_pooling](), cfg.pad_id)
         model = DualEncoder(image, text, cfg.d_model, cfg.d_embed, cfg.init_temperature, cfg.max_logit_scale)

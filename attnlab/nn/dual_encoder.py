@@ -99,7 +99,8 @@ def symmetric_info_nce(logits: Tensor, positives: Tensor, label_smoothing: float
     copies false negatives of each other's images; here the target of image i is spread evenly
     over every text that describes it (and that of text j over every image it describes), the
     soft-target cross-entropy (Khosla et al. 2020's L_out), whose minimum over a row of k
-    positives is log k rather than 0."""
+    positives is log k rather than 0. ``label_smoothing`` eps (CLIP's is 0): each row's targets
+    (1 - eps) q + eps / B, as F.cross_entropy smooths them."""
     targets = positives.float()
     image_to_text = F.cross_entropy(logits, targets / targets.sum(1, keepdim=True), reduction="none",
                                     label_smoothing=label_smoothing)  # (B,): row i over the texts

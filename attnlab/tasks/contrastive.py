@@ -9,7 +9,9 @@ the epoch, and its other captions are each image's negatives. The scenes repeat 
 scene of one object has one of 24), so a batch often holds a caption twice: those copies are
 not negatives of each other's images. The loss treats every text of the batch with the same
 tokens as a positive of the image (and every image with that caption as a positive of the
-text), the targets spread evenly over them; ``train.batch_size`` must be at least 2.
+text), the targets spread evenly over them; ``train.batch_size`` must be at least 2, and
+``train.label_smoothing`` (0.1 by default, the translation paper's) smooths those targets: set it
+to 0 for CLIP's loss, as the recipe does.
 
 Validation: the loss over fixed batches, recall@1 (image -> text and text -> image, averaged)
 and the zero-shot accuracy (tasks/retrieval.py). `attnlab evaluate RUN --split NAME` (or
@@ -202,11 +204,13 @@ class Contrastive(Task):
 
     @classmethod
     def report(cls, result: dict[str, Any], source: str) -> list[str]:
-        lines = [f"image -> text  recall@1 {result['image_to_text_r1']:.2%}  recall@5 {result['image_to_text_r5']:.2%}   "
-                 f"({result['images']} images, {result['captions']} distinct captions, {source})",
+        lines = [f"image -> text  recall@1 {result['image_to_text_r1']:.2%}  recall@5 "
+                 f"{result['image_to_text_r5']:.2%}   ({result['images']} images, {result['captions']} distinct "
+                 f"captions, {source})",
                  f"text -> image  recall@1 {result['text_to_image_r1']:.2%}  recall@5 {result['text_to_image_r5']:.2%}"]
         if "zero_shot_accuracy" not in result:
-            return lines + [f"zero-shot: no image is captioned by a prompt of the {result['zero_shot_classes']} classes"]
+            return lines + [f"zero-shot: no image is captioned by a prompt of the {result['zero_shot_classes']} "
+                            f"classes"]
         lines.append(f"zero-shot accuracy  {result['zero_shot_accuracy']:.2%}   ({result['zero_shot_images']} images "
                      f"captioned by a prompt, {result['zero_shot_classes']} classes)")
         return lines + [f"  {e['label']} -> {e['predicted']}: {e['images']} images" for e in result["zero_shot_errors"]]
