@@ -212,18 +212,22 @@ train: {max_steps: 150, batch_size: 32, optimizer: adamw, lr_schedule: constant,
 """
 
 
+def train_tiny(root: Path, out: str):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: the same sums in the same order, run after run
+    try:
+        done = run_cli("train", str(root / "dual.yaml"), "--out", str(root / out))
+    finally:
+        torch.set_num_threads(threads)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 @pytest.fixture(scope="module")
 def contrastive_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("contrastive")
     (root / "dual.yaml").write_text(RECIPE)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        done = run_cli("train", str(root / "dual.yaml"), "--out", str(root / "run"))
-    finally:
-        torch.set_num_threads(threads)
-    assert done.returncode == 0, done.stderr
-    return root, done
+    return root, train_tiny(root, "run")
 
 
 def test_a_tiny_dual_encoder_learns_to_match_one_object_scenes(contrastive_run):
@@ -241,6 +245,9 @@ def test_a_tiny_dual_encoder_learns_to_match_one_object_scenes(contrastive_run):
     assert (record["image_to_text_r1"] + record["text_to_image_r1"]) / 2 == pytest.approx(valid[-1]["recall_at_1"])
     assert record["zero_shot_accuracy"] == pytest.approx(valid[-1]["zero_shot_accuracy"])
     assert record["images"] == 100 and record["zero_shot_images"] == 100 and record["zero_shot_classes"] == 12
+    train_tiny(root, "again")  # the same seed, the same numbers
+    assert [json.loads(line) for line in (root / "again" / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["split"] == "valid"] == valid
     text = run_cli("evaluate", str(root / "run"), "--split", "compositional")
     assert text.returncode == 0 and "(100 images, 2 distinct captions, split compositional)" in text.stdout
     assert "zero-shot accuracy" in text.stdout

@@ -216,7 +216,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     """Add `evaluate, forecast and score` to the command line."""
     evaluate = sub.add_parser("evaluate", help="score a run on a test set: BLEU, chrF, exact match and perplexity "
                                                "(translation); accuracy, macro-F1, confusion matrix (classification); "
-                                               "MSE and MAE (forecasting)")
+                                               "MSE and MAE (forecasting); recall@1/5 and zero-shot accuracy "
+                                               "(contrastive)")
     add_run_dir_args(evaluate)
     add_search_args(evaluate)
     add_mask_predict_args(evaluate)
