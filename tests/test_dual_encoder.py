@@ -188,6 +188,8 @@ def test_a_bad_config_fails_early_naming_the_field():
          "{label}')"),
         (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle"}),
          "labels names 1 class; zero-shot classification needs at least two (comma-separated)"),
+        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": " , "}),
+         "labels names 0 classes; zero-shot classification needs at least two (comma-separated)"),
         (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle, red circle"}),
          "labels names 'red circle' twice"),
         (lambda: Contrastive.prepare(task_config({"task": "contrastive", "dataset": "scenes", "n_train": 10}),
@@ -316,3 +318,24 @@ def test_the_dual_encoder_recipe_is_a_valid_config():
     assert len(cfg.data.class_names) == 12 and cfg.data.templates == ["a small {label}", "a large {label}"]
     model = planned_model_config(cfg)(17)
     assert (model.arch, model.image_height, model.channels, model.grid) == ("dual_encoder", 32, 3, (8, 8))
+
+
+def test_a_run_on_captions_files_has_no_classes_of_its_own(tmp_path):
+    lines = []
+    for i, scene in enumerate(generate("train", 12, seed=0, max_objects=1)):
+        write_png(tmp_path / f"{i}.png", scene.pixels)
+        lines.append(f"{i}.png\t{scene.caption}\n")
+    (tmp_path / "captions.tsv").write_text("".join(lines))
+    (tmp_path / "dual.yaml").write_text(
+        "model: {arch: dual_encoder, patch_size: 8, d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, d_embed: 8}\n"
+        f"data: {{task: contrastive, train: {tmp_path / 'captions.tsv'}, valid: {tmp_path / 'captions.tsv'}}}\n"
+        "train: {max_steps: 2, batch_size: 4, eval_every: 2, label_smoothing: 0.0, progress: false}\n")
+    assert train_tiny(tmp_path, "run").returncode == 0
+    run = str(tmp_path / "run")
+    on_file = run_cli("evaluate", run, "--data", str(tmp_path / "captions.tsv"))
+    assert on_file.returncode == 0 and on_file.stdout.splitlines()[2] == "zero-shot: the run has no classes (data.labels)"
+    refused = run_cli("predict", run, str(tmp_path / "0.png"))
+    assert refused.returncode == 2 and refused.stderr == f"error: {run} has no zero-shot classes of its own (data.labels): " \
+                                                         f"give --labels\n"
+    chosen = run_cli("predict", run, str(tmp_path / "0.png"), "--labels", "red circle,blue square", "--json")
+    assert chosen.returncode == 0 and sorted(json.loads(chosen.stdout)["probabilities"]) == ["blue square", "red circle"]

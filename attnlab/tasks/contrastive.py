@@ -63,8 +63,8 @@ class ContrastiveConfig(CaptioningConfig):
         super().check()
         names = self.class_names
         if self.labels is not None and len(names) < 2:
-            raise ConfigError(f"labels names {len(names)} class; zero-shot classification needs at least two "
-                              f"(comma-separated)")
+            raise ConfigError(f"labels names {len(names)} class{'es' * (len(names) != 1)}; zero-shot classification "
+                              f"needs at least two (comma-separated)")
         if len(set(names)) < len(names):
             raise ConfigError(f"labels names '{next(n for n in names if names.count(n) > 1)}' twice")
         for template in self.templates:
@@ -208,6 +208,8 @@ class Contrastive(Task):
                  f"{result['image_to_text_r5']:.2%}   ({result['images']} images, {result['captions']} distinct "
                  f"captions, {source})",
                  f"text -> image  recall@1 {result['text_to_image_r1']:.2%}  recall@5 {result['text_to_image_r5']:.2%}"]
+        if not result["zero_shot_classes"]:
+            return lines + ["zero-shot: the run has no classes (data.labels)"]
         if "zero_shot_accuracy" not in result:
             return lines + [f"zero-shot: no image is captioned by a prompt of the {result['zero_shot_classes']} "
                             f"classes"]
