@@ -333,9 +333,11 @@ def test_a_run_on_captions_files_has_no_classes_of_its_own(tmp_path):
     assert train_tiny(tmp_path, "run").returncode == 0
     run = str(tmp_path / "run")
     on_file = run_cli("evaluate", run, "--data", str(tmp_path / "captions.tsv"))
-    assert on_file.returncode == 0 and on_file.stdout.splitlines()[2] == "zero-shot: the run has no classes (data.labels)"
+    assert on_file.returncode == 0
+    assert on_file.stdout.splitlines()[2] == "zero-shot: the run has no classes (data.labels)"
     refused = run_cli("predict", run, str(tmp_path / "0.png"))
-    assert refused.returncode == 2 and refused.stderr == f"error: {run} has no zero-shot classes of its own (data.labels): " \
-                                                         f"give --labels\n"
+    assert refused.returncode == 2
+    assert refused.stderr == f"error: {run} has no zero-shot classes of its own (data.labels): give --labels\n"
     chosen = run_cli("predict", run, str(tmp_path / "0.png"), "--labels", "red circle,blue square", "--json")
-    assert chosen.returncode == 0 and sorted(json.loads(chosen.stdout)["probabilities"]) == ["blue square", "red circle"]
+    assert chosen.returncode == 0
+    assert sorted(json.loads(chosen.stdout)["probabilities"]) == ["blue square", "red circle"]
