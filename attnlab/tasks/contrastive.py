@@ -16,7 +16,8 @@ to 0 for CLIP's loss, as the recipe does.
 Validation: the loss over fixed batches, recall@1 (image -> text and text -> image, averaged)
 and the zero-shot accuracy (tasks/retrieval.py). `attnlab evaluate RUN --split NAME` (or
 ``--data FILE``, a captions file) reports recall@1/5 both ways and the zero-shot accuracy;
-`attnlab predict RUN image.png` classifies images zero-shot among the run's ``labels``.
+`attnlab predict RUN image.png` classifies images zero-shot among the run's ``labels`` (or
+``--labels``, named by the run's templates or ``--prompts``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,15 @@ SCENE_TEMPLATES = ("a small {label}", "a large {label}")  # every one-object sce
 FILE_TEMPLATES = ("a {label}",)
 
 
+def fills(template: str) -> bool:
+    """Whether str.format fills ``template`` from a label alone."""
+    try:
+        template.format(label="x")
+    except (KeyError, IndexError, ValueError):
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class ContrastiveConfig(CaptioningConfig):
     """Captioning's data section, and the zero-shot classes: ``labels``, comma-separated class names
@@ -68,11 +78,7 @@ class ContrastiveConfig(CaptioningConfig):
         if len(set(names)) < len(names):
             raise ConfigError(f"labels names '{next(n for n in names if names.count(n) > 1)}' twice")
         for template in self.templates:
-            try:
-                filled = template.format(label="x")
-            except (KeyError, IndexError, ValueError):
-                filled = None
-            if filled is None or "{label}" not in template:
+            if "{label}" not in template or not fills(template):
                 raise ConfigError(f"prompts: '{template}' must name the class as {{label}} and hold no other braces "
                                   f"(e.g. 'a picture of a {{label}}')")
 
