@@ -20,15 +20,13 @@ from typing import Optional
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import PATCH_POSITIONAL, SUMMARIES, VIT_BACKENDS, PatchGrid, init_patch_positions
+from attnlab.models.transformer_config import fields_free_exact
+from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, SUMMARIES, PatchGrid, init_patch_positions
 from attnlab.nn.dual_encoder import DualEncoder, ImageTower, TextTower
 from attnlab.nn.registry import POOLINGS
 from attnlab.nn.vision import PatchEmbedding
-
-IMAGE_TEXT = "image_text"  # the inputs: an image and a text at once
-
 
 @dataclass(frozen=True)
 class DualEncoderConfig(PatchGrid, TransformerConfig):
@@ -61,10 +59,11 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
     max_len: int = 64
 
     ties = ("none",)
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
         one_of("patch_positional", self.patch_positional, PATCH_POSITIONAL)
-        one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
         one_of("image_pooling", self.image_pooling, SUMMARIES)
         one_of("text_pooling", self.text_pooling, POOLINGS)
         for name in ("n_image_layers", "n_text_layers"):
@@ -94,7 +93,7 @@ class DualEncoderFamily(ModelFamily):
     config = DualEncoderConfig
     # encoder/decoder mean a source sequence read for a decoder, and tokens written: neither here
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs=IMAGE_TEXT)
+                                inputs=Inputs.IMAGE_TEXT)
 
     @staticmethod
     def build(cfg: DualEncoderConfig) -> DualEncoder:

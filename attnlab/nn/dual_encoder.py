@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.transformer import Embeddings, Encoder
+from attnlab.nn.embeddings import Embeddings
+from attnlab.nn.stacks import Encoder
 from attnlab.nn.vision import ClassToken, PatchEmbedding, PatchEncoding, PatchMean
 
 

@@ -34,7 +34,7 @@ from attnlab.data import scenes
 from attnlab.data.batching import moved
 from attnlab.data.tokenizers import UNK
 from attnlab.errors import ConfigError, UsageError
-from attnlab.models.dual_encoder import IMAGE_TEXT
+from attnlab.models.family import Inputs
 from attnlab.nn.dual_encoder import symmetric_info_nce
 from attnlab.tasks.captioning import (
     CaptionData, Captioning, CaptioningConfig, CaptionSplit, Standardise, as_tensor, captioned_splits, colour_of,
@@ -138,7 +138,7 @@ class PairData(CaptionData):
 class Contrastive(Task):
     name = "contrastive"
     config = ContrastiveConfig
-    needs = {"inputs": IMAGE_TEXT}
+    needs = {"inputs": Inputs.IMAGE_TEXT}
     metrics = {"valid_loss": True, "recall_at_1": False, "zero_shot_accuracy": False}
     commands = ("predict", "evaluate")
     sets = Captioning.sets
