@@ -20,6 +20,20 @@ ATTNLAB = (sys.executable, "-m", "attnlab.cli")
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 
 
+def assert_sgd_step_close(weights: dict[str, Tensor], expected: dict[str, Tensor], grads: dict[str, Tensor],
+                          lr: float, atol: float, rtol: float) -> None:
+    """Weights after the SGD step w - lr * g from the same w, against ``expected``, where the two
+    gradients may differ by ``atol + rtol * |g|``: that times lr, plus the rounding of lr * g and of
+    the difference, at most one float32 eps relative each on either side (eps is twice the unit
+    roundoff, which also covers the second-order terms)."""
+    eps = torch.finfo(torch.float32).eps
+    for name, w in expected.items():
+        g = grads[name].abs()
+        bound = lr * (atol + rtol * g) + eps * (w.abs() + lr * g)
+        excess = ((weights[name] - w).abs() - bound).max().item()
+        assert excess <= 0, f"{name}: the weights after the step differ by {excess:.3g} more than float32 allows"
+
+
 def assert_only_torchruns_traceback(stderr: str) -> None:
     """A failed torchrun job: its launcher reports the failed workers with a traceback of its own,
     ending in ChildFailedError; the workers, attnlab's processes, print none."""

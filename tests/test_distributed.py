@@ -16,7 +16,7 @@ import torch
 from ddp_worker import CFG, setup, update
 
 from attnlab.train.checkpoint import load_run
-from helpers import ATTNLAB, TORCHRUN
+from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close
 
 TESTS = Path(__file__).resolve().parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # PYTHONPATH (this checkout first): tests/conftest.py
@@ -65,15 +65,7 @@ def test_two_processes_give_one_processs_gradients_and_update(tmp_path, per_rank
     atol, rtol = 1e-6, 1e-5
     for name, g in grads.items():
         torch.testing.assert_close(ddp["grads"][name], g, atol=atol, rtol=rtol, msg=lambda m: f"grad {name}: {m}")
-    # the SGD step w - lr * g from the same w: the gradients' tolerance times lr, plus the rounding
-    # of lr * g and of the difference, at most one float32 eps relative each on either side (eps is
-    # twice the unit roundoff, which also covers the second-order terms)
-    eps = torch.finfo(torch.float32).eps
-    for name, w in weights.items():
-        g = grads[name].abs()
-        bound = CFG.lr * (atol + rtol * g) + eps * (w.abs() + CFG.lr * g)
-        excess = ((ddp["weights"][name] - w).abs() - bound).max().item()
-        assert excess <= 0, f"{name}: the weights after the step differ by {excess:.3g} more than float32 allows"
+    assert_sgd_step_close(ddp["weights"], weights, grads, CFG.lr, atol, rtol)
 
 
 def test_attnlab_train_under_torchrun_matches_one_process_accumulating(tmp_path):

@@ -65,7 +65,7 @@ class TrainConfig(TypedConfig):
     activation_checkpointing: bool = False
     compile: bool | str = AUTO  # auto: on for CUDA, off for the CPU (see compiles_on); graphs: CUDA graphs too
     device: str = "auto"
-    strategy: str = "ddp"  # under torchrun: ddp (replicas) or fsdp (weights, gradients, moments sharded)
+    strategy: str = "ddp"  # under torchrun: ddp, fsdp, tp (train/strategy.py)
     eval_every: int = 500
     eval_exact_match: int = 0
     early_stop_metric: str = "valid_loss"

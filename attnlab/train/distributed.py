@@ -1,18 +1,13 @@
-"""Several processes, one training run under ``torchrun``: PyTorch's DistributedDataParallel, or
-its fully sharded data parallelism (FSDP2's ``fully_shard``) for a model whose weights, gradients
-and Adam moments do not fit one GPU (``train.strategy``).
+"""Several processes, one training run under ``torchrun``: each process's place in the group
+(``World``), joining and leaving it, and tensors split across the ranks (DTensors) made whole. How
+the ranks share the work (``train.strategy``: DDP, FSDP2, tensor or pipeline parallelism) is
+train/strategy.py's.
 
 ``torchrun --nproc_per_node N -m attnlab.cli train CONFIG --out RUN`` (or the ``attnlab`` script
 in place of ``-m attnlab.cli``) starts N copies; each reads RANK / WORLD_SIZE from the environment
-and joins a process group (gloo on the CPU, NCCL on GPUs). Every rank builds the same batches of
-an epoch and takes its own share of each global batch; DDP averages the gradients, and the loss
-is normalised by the token count of the whole global batch, so an update equals the one a single
-process would make over all of it. Rank 0 alone logs and writes the run directory; all ranks read
-it to resume. With ``fsdp`` each rank holds 1/N of every layer's state; a checkpoint gathers it
-(all ranks take part; rank 0 writes the weights file as ever, so every command reads it) and
-resuming scatters it again. The optimizer's state is then saved by parameter name, so such a run
-resumes under fsdp only. Decisions that end training (time limits, early stopping) are taken from values
-all ranks share, so that no rank waits for a step the others will not take.
+and joins a process group (gloo on the CPU, NCCL on GPUs). Rank 0 alone logs and writes the run
+directory; all ranks read it to resume. Decisions that end training (time limits, early stopping)
+are taken from values all ranks share, so that no rank waits for a step the others will not take.
 
 Leaving: every rank destroys the group it joined (``joined_world``) and then ends with
 ``exit_worker``, which skips the interpreter's shutdown. DDP keeps the gloo group alive past
@@ -35,20 +30,13 @@ from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+from torch import Tensor
 
-STRATEGIES = ("ddp", "fsdp")
+STRATEGIES = ("ddp", "fsdp", "tp")  # train/strategy.py: how the ranks share a run
 # torch.distributed's checkpoint, FSDP and DTensor modules are imported where they are used: at
 # import they cost every `attnlab` process about 0.8 s (of ~2 s), and only a sharded run needs them.
-# A model or tensor can only be theirs once they are imported, which is what is_sharded and whole check.
-FSDP, DTENSOR = "torch.distributed.fsdp", "torch.distributed.tensor"
-
-
-def _whole_options(cpu_offload: bool = True):
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)  # gathered (on rank 0's CPU)
+# A tensor can only be a DTensor once that module is imported, which is what is_dtensor checks.
+DTENSOR = "torch.distributed.tensor"
 
 
 @dataclass(frozen=True)
@@ -118,78 +106,25 @@ def joined_world(device: torch.device = torch.device("cpu")) -> Iterator[World |
             dist.destroy_process_group()
 
 
-def parallel(model: nn.Module, world: World | None, device: torch.device, strategy: str = "ddp") -> nn.Module:
-    """What training calls: the model itself for one process; under torchrun, DDP's wrapper (every
-    rank holds all the weights; gradients all-reduced in the backward) or, with 'fsdp', the model
-    sharded in place: each layer of a stack is one unit, the rest (embeddings, output) one more,
-    and a unit's parameters are gathered from the ranks for its forward and backward only."""
-    if world is None:
-        return model
-    if strategy == "ddp":
-        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
-
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] == "layers":
-            for layer in module:
-                fully_shard(layer)
-    fully_shard(model)
-    for method in ("encode", "decode", "classify"):  # what validation calls besides forward
-        if hasattr(model, method):
-            register_fsdp_forward_method(model, method)
-    return model
-
-
-def is_sharded(model: nn.Module) -> bool:
-    fsdp = sys.modules.get(FSDP)
-    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
-
-
-def _is_dtensor(t: object) -> bool:
+def is_dtensor(t: object) -> bool:
     dtensor = sys.modules.get(DTENSOR)
     return dtensor is not None and isinstance(t, dtensor.DTensor)
 
 
 def whole(t: Tensor) -> Tensor:
     """A sharded tensor gathered from every rank (a collective); any other tensor as it is."""
-    return t.full_tensor() if _is_dtensor(t) else t
-
-
-def full_weights(model: nn.Module) -> dict[str, Tensor]:
-    """The model's state dict, whole: a sharded model's is gathered (every rank must call this;
-    rank 0 receives it, on the CPU)."""
-    if not is_sharded(model):
-        return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-    return get_model_state_dict(model, options=_whole_options())
+    return t.full_tensor() if is_dtensor(t) else t
 
 
 def placed_like(own: dict[str, Tensor], state: dict[str, Tensor]) -> dict[str, Tensor]:
     """Whole tensors of ``state`` (on every rank) split as the model's own state dict ``own`` is, for
     load_state_dict."""
-    if not any(_is_dtensor(t) for t in own.values()):
+    if not any(is_dtensor(t) for t in own.values()):
         return state
     from torch.distributed.tensor import distribute_tensor
 
     return {name: distribute_tensor(t.to(own[name].device), own[name].device_mesh, own[name].placements)
-            if _is_dtensor(own.get(name)) else t for name, t in state.items()}
-
-
-def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The optimizer's state dict; for a sharded model, whole and by parameter name (every rank calls)."""
-    if not is_sharded(model):
-        return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-    return get_optimizer_state_dict(model, optimizer, options=_whole_options())
-
-
-def load_sharded_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """A whole optimizer state (:func:`full_optimizer_state`), split into a sharded model's optimizer."""
-    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
-
-    set_optimizer_state_dict(model, optimizer, state, options=_whole_options(cpu_offload=False))
+            if is_dtensor(own.get(name)) else t for name, t in state.items()}
 
 
 def exit_worker(code: int) -> NoReturn:

@@ -22,18 +22,12 @@ from attnlab.train.checkpoint import MODEL_FILE, RunDir
 from attnlab.train.weights_file import load_weights
 from attnlab.train.config import GRAPHS, TrainConfig
 from attnlab.train.device import resolve_device, use_device
-from attnlab.train.distributed import (
-    World,
-    full_optimizer_state,
-    full_weights,
-    is_sharded,
-    load_sharded_optimizer_state,
-    parallel,
-)
+from attnlab.train.distributed import World
 from attnlab.train.precision import allow_tf32, autocast, choose_precision
 from attnlab.train.progress import Health, Progress, TrainLog
 from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
-from attnlab.train.step import compiled, load_optimizer_state, make_optimizer, train_step
+from attnlab.train.step import compiled, make_optimizer, train_step
+from attnlab.train.strategy import Strategy, strategy_for
 
 class Validation:
     """The task's scores on the validation split (train.eval_exact_match: how many examples to
@@ -52,20 +46,21 @@ class Checkpoints:
     improved (lower or higher as the task says); early stopping counts the evaluations without a
     gain."""
 
-    def __init__(self, run: RunDir, cfg: TrainConfig, main: bool, lower_is_better: bool) -> None:
-        self.run, self.cfg, self.main, self.lower_is_better = run, cfg, main, lower_is_better
+    def __init__(self, run: RunDir, cfg: TrainConfig, strategy: Strategy, lower_is_better: bool) -> None:
+        self.run, self.cfg, self.strategy, self.lower_is_better = run, cfg, strategy, lower_is_better
+        self.main = strategy.world is None or strategy.world.is_main
         self.metric = cfg.early_stop_metric
 
     def save(self, progress: Progress, model: nn.Module, trainer_state: Callable[[], dict[str, Any]],
              scores: dict[str, float]) -> None:
-        """Every rank calls this: a sharded model's weights and optimizer state are gathered for rank 0."""
+        """Every rank calls this: a split model's weights and optimizer state are gathered for rank 0."""
         value = scores[self.metric]
         improved = progress.best is None or (value < progress.best if self.lower_is_better else value > progress.best)
         if improved:
             progress.best, progress.bad_evals = value, 0
         else:
             progress.bad_evals += 1
-        weights, state = full_weights(model), trainer_state()
+        weights, state = self.strategy.weights(model), trainer_state()
         if self.main:
             self.run.save(progress.step, weights, state, {"metrics": scores}, self.cfg.keep_last,
                           best=(self.metric, value) if improved else None)
@@ -74,7 +69,7 @@ class Checkpoints:
                          ) -> None:
         """A checkpoint with no scores ("interrupted" in its meta.json): it resumes like any other and
         is never marked best; early stopping does not count it."""
-        weights, state = full_weights(model), trainer_state()
+        weights, state = self.strategy.weights(model), trainer_state()
         if self.main:
             self.run.save(progress.step, weights, state, {"metrics": {}, "interrupted": True}, self.cfg.keep_last)
 
@@ -157,8 +152,9 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     Evaluates and checkpoints every ``eval_every`` steps and at the end; logs every ``log_every``
     steps to metrics.jsonl and TensorBoard; with ``resume``, continues from the newest checkpoint
     in ``run`` (weights, optimizer, schedule, data position and RNG states). Returns a summary.
-    With ``world`` (torchrun), this rank trains its share of each global batch under DDP, and only
-    rank 0 writes (train/distributed.py). A model with no trainable parameters is evaluated and
+    With ``world`` (torchrun), this rank trains as train.strategy says (its share of each global
+    batch under DDP or FSDP, its share of each layer under tensor parallelism: train/strategy.py),
+    and only rank 0 writes. A model with no trainable parameters is evaluated and
     checkpointed once, at step 0.
     """
     # -- build: device, precision, optimiser, schedule, and where training stands
@@ -171,7 +167,9 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     allow_tf32(device)
     model.to(device)
     learnable = any(p.requires_grad for p in model.parameters())
-    trained = parallel(model, world, device, cfg.strategy) if learnable else model  # torchrun: DDP, or sharded (fsdp)
+    strategy = strategy_for(cfg.strategy, world)  # how the ranks share the work (train/strategy.py)
+    trained = strategy.prepare(model, device) if learnable else model
+    data_world = strategy.data_world  # the ranks that train different batches
     # the forward and the loss through TorchInductor; evaluation and checkpoints use the model itself
     cfg.check_runs_on(device, world.size if world else 1)
     objective = compiled(task.loss, graphs=cfg.compile == GRAPHS) if cfg.compiles_on(device) else task.loss
@@ -183,13 +181,14 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     scaler = torch.amp.GradScaler("cuda") if precision.precision == "fp16" else None
     progress = Progress()
     if resume:
-        progress = _restore(run, model, optimizer, scheduler, scaler, device)
+        progress = _restore(run, model, optimizer, scheduler, scaler, device, strategy)
         log(f"resuming {run.path} from step {progress.step}")
     train_log, limits = TrainLog(run, cfg, progress, main, task.counts), Limits(cfg, learnable)
     health = Health(cfg, precision.precision, run, log, progress)
     evaluation = Evaluation(Validation(task, data, cfg, device, amp), train_log,
-                            Checkpoints(run, cfg, main, task.metrics[cfg.early_stop_metric]),
-                            functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device))
+                            Checkpoints(run, cfg, strategy, task.metrics[cfg.early_stop_metric]),
+                            functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device,
+                                              strategy))
     last_eval = run.metrics_at(progress.step) if resume else {}  # a resumed run that is done reports its last
 
     # -- the loop: step, log, evaluate and checkpoint, stop
@@ -199,11 +198,11 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
         last_eval = evaluation(progress, model)  # its one evaluation and checkpoint
     with CtrlC(active=world is None) as ctrl_c:
         while stop_reason is None:
-            batches, end = _epoch(data, progress.epoch, cfg, world)
-            for group, global_tokens, consumed in _updates(batches, end, progress, cfg, world):
+            batches, end = _epoch(data, progress.epoch, cfg, data_world)
+            for group, global_tokens, consumed in _updates(batches, end, progress, cfg, data_world):
                 started = time.perf_counter()
                 out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
-                                 layer_norms=(progress.step + 1) % cfg.log_every == 0, world=world,
+                                 layer_norms=(progress.step + 1) % cfg.log_every == 0, world=data_world,
                                  global_tokens=global_tokens, objective=objective)
                 seconds = time.perf_counter() - started
                 seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
@@ -288,13 +287,14 @@ def _count_step(progress: Progress, out: dict[str, Any], seconds: float) -> None
 
 
 def _trainer_state(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
-                   scaler: torch.amp.GradScaler | None, progress: Progress, device: torch.device) -> dict[str, Any]:
-    """Tensors and plain values only: loads with torch.load(weights_only=True). A sharded model's
-    optimizer state is gathered, by parameter name ("sharded" says so)."""
-    state = {"optimizer": full_optimizer_state(model, optimizer), "scheduler": scheduler.state_dict(),
+                   scaler: torch.amp.GradScaler | None, progress: Progress, device: torch.device,
+                   strategy: Strategy) -> dict[str, Any]:
+    """Tensors and plain values only: loads with torch.load(weights_only=True). A split model's
+    optimizer state is gathered, by parameter name ("sharded" names the strategy)."""
+    state = {"optimizer": strategy.optimizer_state(model, optimizer), "scheduler": scheduler.state_dict(),
              "progress": dict(vars(progress)), "rng_cpu": torch.get_rng_state()}
-    if is_sharded(model):
-        state["sharded"] = True
+    if strategy.layout is not None:
+        state["sharded"] = strategy.layout
     if scaler is not None:
         state["scaler"] = scaler.state_dict()
     if device.type == "cuda":
@@ -304,7 +304,7 @@ def _trainer_state(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler
 
 def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
              scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None,
-             device: torch.device) -> Progress:
+             device: torch.device, strategy: Strategy) -> Progress:
     steps = run.steps()
     if not steps:
         raise CheckpointError(f"{run.path}: nothing to resume (no checkpoint in {run.checkpoints})")
@@ -312,14 +312,8 @@ def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
     load_weights(model, run.step_dir(step) / MODEL_FILE)
     model.to(device)
     state = run.load_trainer_state(step)
-    sharded = is_sharded(model)
-    if state.get("sharded", False) != sharded:
-        was = "one process or train.strategy ddp" if sharded else "train.strategy fsdp under torchrun"
-        raise CheckpointError(f"{run.path}: trained with {was}, whose optimizer state resumes only the same way")
-    if sharded:
-        load_sharded_optimizer_state(model, optimizer, state["optimizer"])
-    else:
-        load_optimizer_state(optimizer, state["optimizer"])
+    strategy.check_resumable(str(run.path), state.get("sharded"))
+    strategy.load_optimizer_state(model, optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if scaler is not None and "scaler" in state:
         scaler.load_state_dict(state["scaler"])

@@ -20,6 +20,7 @@ from attnlab.tasks.task import Tokenizers
 from attnlab.train.checkpoint import RunDir, build_run_model
 from attnlab.train.config import RunConfig, TrainConfig, init_source
 from attnlab.train.distributed import World
+from attnlab.train.strategy import check_strategy
 from attnlab.train.init import grouped, initialise_from, untrained_of
 from attnlab.train.loop import fit
 from attnlab.train.step import freeze
@@ -135,6 +136,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     else:
         data = prepare(cfg.data, cfg.train)
         model_cfg = _model_config(cfg, data)
+    check_strategy(cfg.train.strategy, model_cfg, world)
     task = cfg.data.task
     log(task.describe(data))
     torch.manual_seed(cfg.train.seed)

@@ -20,7 +20,7 @@ from attnlab.models.family import uncompiled, unwrapped
 from attnlab.nn.embeddings import Embeddings
 from attnlab.tasks.task import Batch
 from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import World, whole
+from attnlab.train.distributed import World, is_dtensor, whole
 
 Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
 LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
@@ -60,15 +60,16 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     instead of a dozen elementwise ops): 3.8x faster on the CPU here for the benchmark model
     (docs/performance.md), the same update to rounding (tests/test_train.py)."""
     scales = layer_lr_scales(model, cfg.layer_lr_decay)
-    groups: dict[tuple[float, bool], list[nn.Parameter]] = {}
+    groups: dict[tuple[float, bool, bool], list[nn.Parameter]] = {}
     for name, p in model.named_parameters():
-        if p.requires_grad:
-            groups.setdefault((scales[name], p.dim() >= 2), []).append(p)
-    ordered = sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1]))  # by depth, matrices first
-    ordered = ordered or [((1.0, True), [])]  # nothing to learn: an optimizer of nothing, for the usual checkpoints
+        if p.requires_grad:  # split tensors (tensor parallelism) and whole ones cannot share one fused kernel
+            groups.setdefault((scales[name], p.dim() >= 2, is_dtensor(p)), []).append(p)
+    ordered = sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1], item[0][2]))  # by depth, matrices first
+    ordered = ordered or [((1.0, True, False), [])]  # nothing to learn: an optimizer of nothing, for the usual checkpoints
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return cls([{"params": params, "weight_decay": cfg.weight_decay if matrices else 0.0, "lr_scale": scale}
-                for (scale, matrices), params in ordered], lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
+                for (scale, matrices, _), params in ordered], lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+               fused=True)
 
 
 def layer_depths(model: nn.Module) -> tuple[dict[str, int], int]:
@@ -158,7 +159,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     if scaler is not None:
         scaler.unscale_(optimizer)
     per_layer = layer_grad_norms(unwrapped(model)) if layer_norms else None
-    grad_norm = whole(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm if cfg.clip_norm else math.inf))
+    grad_norm = clip_gradients(list(model.parameters()), cfg.clip_norm if cfg.clip_norm else math.inf)
     finite = torch.isfinite(sums["loss_sum"])
     if scaler is not None:
         if finite:
@@ -177,6 +178,22 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     out = {"loss": sums["loss_sum"] / n_tokens, "nll": sums["nll_sum"] / n_tokens, "tokens": n_tokens,
            "grad_norm": grad_norm, "lr": lr, "finite": finite}
     return out if per_layer is None else out | {"layer_grad_norms": per_layer}
+
+
+def clip_gradients(parameters: list[nn.Parameter], max_norm: float) -> Tensor:
+    """Scale the gradients down to a total L2 norm of at most ``max_norm``; returns the norm before
+    (a plain tensor). Split gradients (DTensors: FSDP, tensor parallelism) and whole ones cannot
+    share one foreach kernel, so where a model has both (tensor parallelism's replicated norms and
+    embeddings) each kind's norm is taken apart and the two combined."""
+    kinds = [[p for p in parameters if p.grad is not None and is_dtensor(p.grad) == split] for split in (True, False)]
+    kinds = [params for params in kinds if params]
+    if len(kinds) < 2:
+        return whole(nn.utils.clip_grad_norm_(kinds[0] if kinds else [], max_norm))
+    norms = [whole(nn.utils.get_total_norm([p.grad for p in params])) for params in kinds]
+    total = torch.stack(norms).square().sum().sqrt()
+    for params in kinds:
+        nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:

@@ -1,0 +1,154 @@
+"""How the ranks of a torchrun job share one training run (``train.strategy``): what ``fit`` asks
+of a strategy is the module to train, which ranks take different batches, and the checkpoint's
+weights and optimizer state whole (every rank calls; rank 0 receives them).
+
+    ddp   every rank holds all the weights and trains its own share of each global batch;
+          DistributedDataParallel averages the gradients
+    fsdp  as ddp, but each layer's weights, gradients and Adam moments are 1/N per rank (FSDP2's
+          fully_shard), gathered for the layer's forward and backward only
+    tp    every rank trains the same batches; each layer's matrices are 1/N per rank, the heads
+          divided among them (Megatron's plan, train/tensor_parallel.py)
+    pp    every rank trains the same batches, cut into micro-batches; each holds 1/N of the layers
+          (a pipeline stage, train/pipeline.py)
+
+With data parallelism (ddp, fsdp) the loss is normalised by the token count of the whole global
+batch, so an update equals the one a single process would make over all of it. A checkpoint is
+the usual whole-model file, which every command reads; the optimizer state of a strategy that
+splits the weights is saved whole and by parameter name, so it resumes under that strategy only
+(``layout``, recorded in the trainer state).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.train.distributed import World
+from attnlab.train.step import load_optimizer_state
+
+
+def _whole_options(cpu_offload: bool = True):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)  # gathered (on rank 0's CPU)
+
+
+class Strategy:
+    """One process, or replicas under ``ddp``: the weights and the optimizer state as they are."""
+
+    name: ClassVar[str] = "ddp"
+    splits_batches: ClassVar[bool] = True  # each rank trains its own share of a global batch
+    layout: ClassVar[str | None] = None  # how the saved optimizer state is keyed: None, by index
+
+    def __init__(self, world: World | None) -> None:
+        self.world = world
+
+    @property
+    def data_world(self) -> World | None:
+        """The ranks among which a global batch is shared (None: each trains all of it)."""
+        return self.world if self.splits_batches else None
+
+    def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
+        """The module that training runs: DDP's wrapper of ``model`` under torchrun."""
+        if self.world is None:
+            return model
+        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return model.state_dict()
+
+    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        load_optimizer_state(optimizer, state)
+
+    def check_resumable(self, where: str, saved_layout: Any) -> None:
+        """Refuse in one line an optimizer state saved in another layout (True: fsdp, before layouts had names)."""
+        saved = "fsdp" if saved_layout is True else (saved_layout or None)
+        if saved != self.layout:
+            was = "one process or train.strategy ddp" if saved is None else f"train.strategy {saved} under torchrun"
+            raise CheckpointError(f"{where}: trained with {was}, whose optimizer state resumes only the same way")
+
+
+class ShardedStrategy(Strategy):
+    """A strategy whose parameters are DTensors split across the ranks: a checkpoint gathers them,
+    and the optimizer state by parameter name; resuming splits both again."""
+
+    def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(model, options=_whole_options())
+
+    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(model, optimizer, options=_whole_options())
+
+    def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state, options=_whole_options(cpu_offload=False))
+
+
+class FullyShardedDataParallel(ShardedStrategy):
+    """FSDP2: each layer of a stack is one unit, the rest (embeddings, output) one more, and a unit's
+    parameters are gathered from the ranks for its forward and backward only."""
+
+    name = layout = "fsdp"
+
+    def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
+        from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+        for name, module in model.named_modules():
+            if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] == "layers":
+                for layer in module:
+                    fully_shard(layer)
+        fully_shard(model)
+        for method in ("encode", "decode", "classify"):  # what validation calls besides forward
+            if hasattr(model, method):
+                register_fsdp_forward_method(model, method)
+        return model
+
+
+class TensorParallel(ShardedStrategy):
+    """Megatron-style tensor parallelism over all the ranks (train/tensor_parallel.py)."""
+
+    name = layout = "tp"
+    splits_batches = False
+
+    def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
+        from attnlab.train.tensor_parallel import tensor_parallel
+
+        return tensor_parallel(model, self.world.size, device.type)
+
+    @staticmethod
+    def check(model_cfg: Any, size: int) -> None:
+        from attnlab.train.tensor_parallel import check_tensor_parallel
+
+        check_tensor_parallel(model_cfg, size)
+
+
+STRATEGY_CLASSES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Strategy, FullyShardedDataParallel,
+                                                                          TensorParallel)}
+
+
+def strategy_for(name: str, world: World | None) -> Strategy:
+    """The strategy ``train.strategy`` names, for this torchrun job (one process: as it is)."""
+    return Strategy(None) if world is None else STRATEGY_CLASSES[name](world)
+
+
+def check_strategy(name: str, model_cfg: Any, world: World | None) -> None:
+    """Refuse in one line a strategy that this job or this model cannot run: tensor and pipeline
+    parallelism need torchrun with two or more ranks, and a model they can split that many ways."""
+    cls = STRATEGY_CLASSES.get(name)
+    if name in ("tp", "pp") and world is None:
+        raise ConfigError(f"train.strategy {name} splits the model across processes: start it with torchrun "
+                          f"--nproc_per_node N (N >= 2), or use train.strategy ddp")
+    if world is not None and hasattr(cls, "check"):
+        cls.check(model_cfg, world.size)
+

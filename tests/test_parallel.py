@@ -1,0 +1,140 @@
+"""Tensor parallelism (train.strategy tp) under torchrun on CPU processes (gloo), 2 and 4 ranks: the
+gradients and a clipped update of each Transformer family equal one process's to float tolerance,
+each rank holding its own heads' Q, K and V; `attnlab train` under tp logs one process's losses,
+writes the usual weights file and resumes exactly under tp only; what it cannot split is refused
+in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from test_distributed import ENV, TESTS, torchrun
+from tp_worker import CFG
+
+from attnlab.errors import ConfigError
+from attnlab.models import model_config
+from attnlab.train.checkpoint import load_run
+from attnlab.train.distributed import World
+from attnlab.train.strategy import check_strategy
+from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli
+
+TINY = """\
+model: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, dropout: 0.0}
+data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 1, eval_every: 2,
+        log_every: 1, progress: false}
+"""
+
+
+def launched(ranks: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", str(ranks), *args],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+
+
+@pytest.mark.parametrize("ranks, families", [(2, ["encoder_decoder", "decoder_lm", "encoder_only"]),
+                                             (4, ["encoder_decoder"])], ids=["2 ranks", "4 ranks"])
+def test_tensor_parallel_gives_one_processs_gradients_and_update(tmp_path, ranks, families):
+    out = tmp_path / "tp.pt"
+    done = launched(ranks, str(TESTS / "tp_worker.py"), str(out), *families)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for arch, result in torch.load(out).items():
+        assert result["blocks_ok"], f"{arch}: a rank's rows of a fused projection are not its heads' Q, K, V"
+        tp, one = result["tp"], result["one"]
+        # The same sums in another order: each row-parallel product (W^O, W_2) adds N partial sums
+        # of d / N (or d_ff / N) terms where one process adds d in one run, and the all-reduce adds the
+        # partial sums in rank order. That is the reordering DDP's all-reduce makes, with DDP's
+        # tolerance (tests/test_distributed.py); the loss and the gradients' norm are sums of them.
+        atol, rtol = 1e-6, 1e-5
+        torch.testing.assert_close(tp["loss"], one["loss"], atol=0, rtol=rtol)
+        torch.testing.assert_close(tp["grad_norm"], one["grad_norm"], atol=0, rtol=rtol)
+        assert tp["grads"].keys() == one["grads"].keys()
+        for name, g in one["grads"].items():
+            torch.testing.assert_close(tp["grads"][name], g, atol=atol, rtol=rtol, msg=lambda m: f"{arch} {name}: {m}")
+        # the step applies c g, c = clip_norm / norm <= 1 (clipped here: the norm exceeds 0.5): c's
+        # relative difference is the norm's, at most rtol (checked above), so c g differs by at most
+        # atol + 2 rtol |g|
+        assert one["grad_norm"] > CFG.clip_norm
+        assert_sgd_step_close(tp["weights"], one["weights"], one["grads"], CFG.lr, atol, 2 * rtol)
+
+
+def logged(run: Path) -> list[tuple[int, str, float]]:
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["split"], r.get("loss", r.get("valid_loss"))) for r in lines]
+
+
+def test_attnlab_train_under_tp_matches_one_process_and_resumes_exactly_under_tp_only(tmp_path):
+    """Every rank trains the same batches, so one process with the same config is the reference
+    (no accumulation). Resumed from step 2 to step 4, the run ends with the weights of a run that
+    went to 4 straight, to the bit: the weights file is split again as it was, the optimizer state
+    likewise, and the same operations follow."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    tp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "tp"),
+                  "--set", "train.strategy=tp", "--set", "train.max_steps=2")
+    assert tp.returncode == 0, tp.stderr[-3000:]
+    resumed = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "tp"), "--resume", "--allow-changes",
+                       "--set", "train.max_steps=4")
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-3000:]
+    straight = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "straight"),
+                        "--set", "train.strategy=tp")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single")],
+                            capture_output=True, text=True, env=ENV)
+    assert single.returncode == 0, single.stderr[-3000:]
+
+    split, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
+    assert [r[:2] for r in split] == [r[:2] for r in one] and len(split) == 6  # 4 train lines, 2 valid
+    assert [r[2] for r in split] == pytest.approx([r[2] for r in one], rel=1e-5)
+    resumed_weights = load_run(tmp_path / "tp", "last")[0].state_dict()  # the usual file, read by one process
+    straight_weights = load_run(tmp_path / "straight", "last")[0].state_dict()
+    assert resumed_weights.keys() == load_run(tmp_path / "single", "last")[0].state_dict().keys()
+    for name, w in straight_weights.items():
+        torch.testing.assert_close(resumed_weights[name], w, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
+
+    under_ddp = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "tp"), "--resume", "--allow-changes",
+                         "--set", "train.max_steps=6", "--set", "train.strategy=ddp")
+    assert under_ddp.returncode != 0
+    assert "trained with train.strategy tp under torchrun, whose optimizer state resumes only the same way" \
+        in under_ddp.stderr
+    under_tp = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "single"), "--resume",
+                        "--allow-changes", "--set", "train.max_steps=6", "--set", "train.strategy=tp")
+    assert under_tp.returncode != 0
+    assert "trained with one process or train.strategy ddp, whose optimizer state resumes only the same way" \
+        in under_tp.stderr
+
+
+def two_ranks() -> World:
+    return World(rank=0, size=2)
+
+
+@pytest.mark.parametrize("field, fields", [
+    ("n_heads", dict(d_model=48, n_heads=3, d_ff=64)),
+    ("d_ff", dict(d_model=32, n_heads=4, d_ff=63)),
+])
+def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(field, fields):
+    cfg = model_config(vocab_size=30, **fields)
+    with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.{field} \(\d+\) must be divisible by the "
+                                          r"tensor-parallel size \(2 ranks\)$"):
+        check_strategy("tp", cfg, two_ranks())
+
+
+@pytest.mark.parametrize("fields, says", [
+    (dict(positional="alibi"), "model.positional 'alibi'"),
+    (dict(attention_scale="learned"), "model.attention_scale 'learned'"),
+])
+def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
+    with pytest.raises(ConfigError, match=f"^train.strategy tp: {says}"):
+        check_strategy("tp", model_config(arch="decoder_lm", vocab_size=30, **fields), two_ranks())
+
+
+def test_tp_without_torchrun_is_refused_in_one_line(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", "train.strategy=tp")
+    assert done.returncode == 3 and done.stdout == ""
+    assert done.stderr == (f"error: train.strategy tp splits the model across processes: start it with torchrun "
+                           f"--nproc_per_node N (N >= 2), or use train.strategy ddp\n")

@@ -1,0 +1,85 @@
+"""Run under torchrun by tests/test_parallel.py: the gradients and one clipped plain-SGD update of a
+tiny model of each Transformer family named, split across the ranks by tensor parallelism
+(train/tensor_parallel.py), and the same computed whole in rank 0 alone; rank 0 saves both, and
+whether every rank's rows of each fused projection were its own heads' [Q_r; K_r; V_r]."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import nn
+
+from attnlab import build_model, model_config
+from attnlab.data.batching import collate_pairs
+from attnlab.data.tokenizers import PAD
+from attnlab.eval.likelihood import teacher_forced_loss
+from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
+from attnlab.train.config import TrainConfig
+from attnlab.train.distributed import exit_worker, joined_world, whole
+from attnlab.train.schedules import make_schedule, make_scheduler
+from attnlab.train.step import accumulate_gradients, train_step
+from attnlab.train.tensor_parallel import BLOCKS, tensor_parallel
+
+CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
+SIZES = dict(vocab_size=30, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
+FAMILIES = {"encoder_decoder": {}, "decoder_lm": {"positional": "rotary", "norm": "pre"},
+            "encoder_only": {"embedding": "normed", "positional": "learned", "max_len": 32}}
+
+
+def batches(arch: str) -> tuple[list, object]:
+    """Two batches of this family's task, of different lengths, and its loss."""
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for b in range(2):
+        pairs = [(torch.randint(4, 30, (3 + b + i,), generator=g).tolist(),
+                  torch.randint(4, 30, (2 + 2 * b + i,), generator=g).tolist()) for i in range(3)]
+        out.append(collate_pairs(pairs))
+    if arch == "decoder_lm":
+        return [type(x)(None, x.tgt_in, x.tgt_out) for x in out], teacher_forced_loss
+    if arch == "encoder_only":
+        return [MLMBatch(x.src, torch.where(x.src % 3 == 0, x.src, PAD)) for x in out], MaskedLM.loss
+    return out, teacher_forced_loss
+
+
+def model(arch: str) -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(model_config(arch=arch, **SIZES, **FAMILIES[arch]))
+
+
+def own_blocks(net: nn.Module, whole_weights: dict[str, torch.Tensor], rank: int, size: int) -> bool:
+    """Whether this rank's rows of every fused projection are block r of each stacked matrix."""
+    for name, p in net.named_parameters():
+        if name.rsplit(".", 2)[-2] in BLOCKS:
+            blocks = whole_weights[name].chunk(BLOCKS[name.rsplit(".", 2)[-2]])  # W^Q, W^K, W^V (or W^K, W^V)
+            if not torch.equal(p.to_local(), torch.cat([b.chunk(size)[rank] for b in blocks])):
+                return False
+    return True
+
+
+def update(net: nn.Module, arch: str) -> dict[str, dict[str, torch.Tensor]]:
+    """Gradients of the loss over the batches, then a train_step (clipped, plain SGD) on them; whole."""
+    data, loss = batches(arch)
+    sums = accumulate_gradients(net, data, CFG, objective=loss)
+    grads = {n: whole(p.grad).clone() for n, p in net.named_parameters() if p.grad is not None}
+    optimizer = torch.optim.SGD(net.parameters(), lr=CFG.lr)
+    optimizer.zero_grad(set_to_none=True)
+    scheduler = make_scheduler(optimizer, make_schedule("constant", CFG.lr, 1, 10, 0.0, 1))
+    out = train_step(net, data, optimizer, scheduler, CFG, objective=loss)
+    return {"loss": sums["loss_sum"], "grad_norm": out["grad_norm"], "grads": grads,
+            "weights": {n: whole(p.detach()).clone() for n, p in net.named_parameters() if n in grads}}
+
+
+if __name__ == "__main__":
+    out, families = sys.argv[1], sys.argv[2:]
+    results = {}
+    with joined_world() as world:
+        for arch in families:
+            split = tensor_parallel(model(arch), world.size, "cpu")
+            blocks_ok = own_blocks(split, model(arch).state_dict(), world.rank, world.size)
+            results[arch] = {"tp": update(split, arch), "blocks_ok": world.all_sum(blocks_ok)[0] == world.size}
+            if world.is_main:
+                results[arch]["one"] = update(model(arch), arch)
+    if world.is_main:
+        torch.save(results, out)
+    exit_worker(0)
