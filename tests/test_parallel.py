@@ -1,8 +1,9 @@
-"""Tensor parallelism (train.strategy tp) under torchrun on CPU processes (gloo), 2 and 4 ranks: the
-gradients and a clipped update of each Transformer family equal one process's to float tolerance,
-each rank holding its own heads' Q, K and V; `attnlab train` under tp logs one process's losses,
-writes the usual weights file and resumes exactly under tp only; what it cannot split is refused
-in one line."""
+"""Tensor and pipeline parallelism (train.strategy tp, pp) under torchrun on CPU processes (gloo),
+2 and 4 ranks. tp: the gradients and a clipped update of each Transformer family equal one
+process's to float tolerance, each rank holding its own heads' Q, K and V. pp, GPipe and 1F1B: the
+loss and gradients of one process accumulating the same micro-batches, to the bit. `attnlab train`
+under either logs one process's losses, writes the usual weights file and resumes exactly; what
+they cannot split is refused in one line."""
 
 from __future__ import annotations
 
@@ -107,6 +108,70 @@ def test_attnlab_train_under_tp_matches_one_process_and_resumes_exactly_under_tp
         in under_tp.stderr
 
 
+@pytest.mark.parametrize("ranks, schedule, micro_batches", [(2, "gpipe", 2), (2, "1f1b", 4), (4, "gpipe", 2),
+                                                           (4, "1f1b", 4)])
+def test_pipeline_gives_one_process_accumulating_the_micro_batches_gradients(tmp_path, ranks, schedule,
+                                                                             micro_batches):
+    out = tmp_path / "pp.pt"
+    done = launched(ranks, str(TESTS / "pp_worker.py"), str(out), schedule, str(micro_batches))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = torch.load(out)
+    pp, one = result["pp"], result["one"]
+    # Each stage runs one process's operations on each micro-batch, the activations and their
+    # gradients cross between ranks unchanged, and the micro-batches' gradients and loss sums are
+    # added in the same order: equal to the bit.
+    assert pp["loss"].item() == one["loss"].item()
+    for name, g in one["grads"].items():
+        torch.testing.assert_close(pp["grads"][name], g, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
+    # the norm for clipping: the stages' norms squared and added (in float64, one all-reduce) where
+    # one process adds every tensor's in float32: a sum of k non-negative terms, within k eps relative
+    rtol = len(one["grads"]) * torch.finfo(torch.float32).eps
+    torch.testing.assert_close(pp["grad_norm"], one["grad_norm"], atol=0, rtol=rtol)
+    assert one["grad_norm"] > 0.5  # clipped (clip_norm 0.5): the step is c g, c within rtol
+    assert_sgd_step_close(pp["weights"], one["weights"], one["grads"], 0.1, 0, rtol)
+
+
+LM = """\
+model: {{arch: decoder_lm, d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0, tie_embeddings: none}}
+data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
+train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
+        log_every: 1, progress: false, micro_batches: 2}}
+"""
+
+
+def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path):
+    """Every rank reads the same batches; the stages (3 layers over 2 ranks: 2 and 1) split each into
+    2 micro-batches. Resumed from step 2 to 4 under pp, the weights are those of a run that went to
+    4 straight, to the bit. The merged optimizer state is one process's, so one process resumes it."""
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question. " * 40)
+    config = tmp_path / "lm.yaml"
+    config.write_text(LM.format(text=text))
+    first = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "pp"),
+                     "--set", "train.strategy=pp", "--set", "train.max_steps=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "pp"), "--resume", "--allow-changes",
+                       "--set", "train.max_steps=4", "--set", "train.pipeline_schedule=gpipe")
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-3000:]
+    straight = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "straight"),
+                        "--set", "train.strategy=pp")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single")],
+                            capture_output=True, text=True, env=ENV)
+    assert single.returncode == 0, single.stderr[-3000:]
+
+    piped, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
+    assert [r[:2] for r in piped] == [r[:2] for r in one] and len(piped) == 6
+    assert [r[2] for r in piped] == pytest.approx([r[2] for r in one], rel=1e-5)  # micro-batches: sums reordered
+    resumed_weights = load_run(tmp_path / "pp", "last")[0].state_dict()
+    for name, w in load_run(tmp_path / "straight", "last")[0].state_dict().items():
+        torch.testing.assert_close(resumed_weights[name], w, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
+    alone = subprocess.run([*ATTNLAB, "train", "--out", str(tmp_path / "pp"), "--resume", "--allow-changes",
+                            "--set", "train.max_steps=5", "--set", "train.strategy=ddp"],
+                           capture_output=True, text=True, env=ENV)
+    assert alone.returncode == 0 and "resuming" in alone.stdout, alone.stderr[-3000:]
+
+
 def two_ranks() -> World:
     return World(rank=0, size=2)
 
@@ -131,10 +196,24 @@ def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
         check_strategy("tp", model_config(arch="decoder_lm", vocab_size=30, **fields), two_ranks())
 
 
-def test_tp_without_torchrun_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize("fields, says", [
+    (dict(n_layers=1), r"model.n_layers \(1\) is fewer than the pipeline stages \(2 ranks\)"),
+    (dict(tie_embeddings="output"), "model.tie_embeddings 'output' shares the first stage's embedding"),
+    (dict(multi_token_heads=2), "model.multi_token_heads are not cut into stages"),
+])
+def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(fields, says):
+    cfg = model_config(arch="decoder_lm", vocab_size=30, **{"tie_embeddings": "none", **fields})
+    with pytest.raises(ConfigError, match=f"^train.strategy pp: {says}"):
+        check_strategy("pp", cfg, two_ranks())
+    with pytest.raises(ConfigError, match="^train.strategy pp cuts a decoder-only model"):
+        check_strategy("pp", model_config(vocab_size=30), two_ranks())
+
+
+@pytest.mark.parametrize("strategy", ["tp", "pp"])
+def test_tp_or_pp_without_torchrun_is_refused_in_one_line(tmp_path, strategy):
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY)
-    done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", "train.strategy=tp")
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", f"train.strategy={strategy}")
     assert done.returncode == 3 and done.stdout == ""
-    assert done.stderr == (f"error: train.strategy tp splits the model across processes: start it with torchrun "
-                           f"--nproc_per_node N (N >= 2), or use train.strategy ddp\n")
+    assert done.stderr == (f"error: train.strategy {strategy} splits the model across processes: start it with "
+                           f"torchrun --nproc_per_node N (N >= 2), or use train.strategy ddp\n")

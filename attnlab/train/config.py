@@ -22,7 +22,7 @@ from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.task import task_of
 from attnlab.train.device import check_device_name, on_gpu
-from attnlab.train.distributed import STRATEGIES
+from attnlab.train.distributed import PIPELINE_SCHEDULES, STRATEGIES
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
 AUTO = "auto"
@@ -65,7 +65,9 @@ class TrainConfig(TypedConfig):
     activation_checkpointing: bool = False
     compile: bool | str = AUTO  # auto: on for CUDA, off for the CPU (see compiles_on); graphs: CUDA graphs too
     device: str = "auto"
-    strategy: str = "ddp"  # under torchrun: ddp, fsdp, tp (train/strategy.py)
+    strategy: str = "ddp"  # under torchrun: ddp, fsdp, tp or pp (train/strategy.py)
+    pipeline_schedule: str = "1f1b"  # pp: gpipe or 1f1b (train/pipeline.py)
+    micro_batches: int = 4  # pp: each batch cut into this many, flowing through the stages
     eval_every: int = 500
     eval_exact_match: int = 0
     early_stop_metric: str = "valid_loss"
@@ -94,8 +96,9 @@ class TrainConfig(TypedConfig):
                               f"overwrite the first's; use compile: true")
         check_device_name(self.device)
         one_of("strategy", self.strategy, STRATEGIES)
-        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "eval_every", "keep_last", "log_every",
-                     "max_bad_steps"):
+        one_of("pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
+        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "micro_batches", "eval_every", "keep_last",
+                     "log_every", "max_bad_steps"):
             at_least(name, getattr(self, name), 1)
         for name in ("warmup_steps", "eval_exact_match"):
             at_least(name, getattr(self, name), 0)

@@ -32,7 +32,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-STRATEGIES = ("ddp", "fsdp", "tp")  # train/strategy.py: how the ranks share a run
+STRATEGIES = ("ddp", "fsdp", "tp", "pp")  # train/strategy.py: how the ranks share a run
+PIPELINE_SCHEDULES = ("gpipe", "1f1b")  # train/pipeline.py
 # torch.distributed's checkpoint, FSDP and DTensor modules are imported where they are used: at
 # import they cost every `attnlab` process about 0.8 s (of ~2 s), and only a sharded run needs them.
 # A tensor can only be a DTensor once that module is imported, which is what is_dtensor checks.

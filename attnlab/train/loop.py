@@ -110,6 +110,7 @@ class Evaluation:
         self.trainer_state = trainer_state
 
     def __call__(self, progress: Progress, model: nn.Module) -> dict[str, float]:
+        self.checkpoints.strategy.assemble(model)  # a pipeline's stages, whole on every rank
         scores = self.validation(model)
         self.train_log.valid(progress.step, scores)
         self.checkpoints.save(progress, model, self.trainer_state, scores)
@@ -117,6 +118,7 @@ class Evaluation:
 
     def checkpoint_only(self, progress: Progress, model: nn.Module) -> None:
         """A checkpoint of this step without evaluating (Ctrl-C)."""
+        self.checkpoints.strategy.assemble(model)
         self.checkpoints.save_unevaluated(progress, model, self.trainer_state)
 
 
@@ -167,7 +169,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     allow_tf32(device)
     model.to(device)
     learnable = any(p.requires_grad for p in model.parameters())
-    strategy = strategy_for(cfg.strategy, world)  # how the ranks share the work (train/strategy.py)
+    strategy = strategy_for(cfg, world)  # how the ranks share the work (train/strategy.py)
     trained = strategy.prepare(model, device) if learnable else model
     data_world = strategy.data_world  # the ranks that train different batches
     # the forward and the loss through TorchInductor; evaluation and checkpoints use the model itself
@@ -203,7 +205,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                 started = time.perf_counter()
                 out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
                                  layer_norms=(progress.step + 1) % cfg.log_every == 0, world=data_world,
-                                 global_tokens=global_tokens, objective=objective)
+                                 global_tokens=global_tokens, objective=objective,
+                                 accumulate=strategy.accumulate_gradients, clip=strategy.clip_gradients)
                 seconds = time.perf_counter() - started
                 seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
                 progress.batch += consumed

@@ -64,8 +64,9 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     for name, p in model.named_parameters():
         if p.requires_grad:  # split tensors (tensor parallelism) and whole ones cannot share one fused kernel
             groups.setdefault((scales[name], p.dim() >= 2, is_dtensor(p)), []).append(p)
-    ordered = sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1], item[0][2]))  # by depth, matrices first
-    ordered = ordered or [((1.0, True, False), [])]  # nothing to learn: an optimizer of nothing, for the usual checkpoints
+    # by depth, matrices first; nothing to learn: an optimizer of nothing, for the usual checkpoints
+    ordered = sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1], item[0][2]))
+    ordered = ordered or [((1.0, True, False), [])]
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return cls([{"params": params, "weight_decay": cfg.weight_decay if matrices else 0.0, "lr_scale": scale}
                 for (scale, matrices, _), params in ordered], lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
@@ -141,7 +142,8 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
                amp: Callable[[], ContextManager] = contextlib.nullcontext,
                scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False,
                world: World | None = None, global_tokens: int | None = None,
-               objective: Objective = teacher_forced_loss) -> dict[str, Any]:
+               objective: Objective = teacher_forced_loss, accumulate: Callable[..., dict[str, Any]] | None = None,
+               clip: Callable[[list[nn.Parameter], float], Tensor] | None = None) -> dict[str, Any]:
     """One update from one or more batches (gradient accumulation; with ``world``, this rank's
     share of the global batch): the loss is the ``objective`` (a task's loss; by default the
     label-smoothed cross-entropy) summed over all targets, divided by their number. With
@@ -153,13 +155,16 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     device, as a GradScaler does: the fused optimizer leaves the weights and moments as they were
     (``found_inf``), and 'finite' is False; the schedule moves on. With fp16 the GradScaler's own
     skips of overflowing scaled gradients are part of its calibration, and only a non-finite loss
-    skips (read on the host: fp16 runs on CUDA only, under the scaler's own checks)."""
+    skips (read on the host: fp16 runs on CUDA only, under the scaler's own checks).
+
+    ``accumulate`` and ``clip`` replace :func:`accumulate_gradients` and :func:`clip_gradients`
+    where a strategy computes them its own way (a pipeline: train/pipeline.py)."""
     lr = max(group["lr"] for group in optimizer.param_groups)  # the heads' (layer_lr_decay gives the rest less)
-    sums = accumulate_gradients(model, batches, cfg, amp, scaler, world, global_tokens, objective)
+    sums = (accumulate or accumulate_gradients)(model, batches, cfg, amp, scaler, world, global_tokens, objective)
     if scaler is not None:
         scaler.unscale_(optimizer)
     per_layer = layer_grad_norms(unwrapped(model)) if layer_norms else None
-    grad_norm = clip_gradients(list(model.parameters()), cfg.clip_norm if cfg.clip_norm else math.inf)
+    grad_norm = (clip or clip_gradients)(list(model.parameters()), cfg.clip_norm if cfg.clip_norm else math.inf)
     finite = torch.isfinite(sums["loss_sum"])
     if scaler is not None:
         if finite:

@@ -28,7 +28,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.train.distributed import World
-from attnlab.train.step import load_optimizer_state
+from attnlab.train.config import TrainConfig
+from attnlab.train.step import accumulate_gradients, clip_gradients, load_optimizer_state
 
 
 def _whole_options(cpu_offload: bool = True):
@@ -44,8 +45,10 @@ class Strategy:
     splits_batches: ClassVar[bool] = True  # each rank trains its own share of a global batch
     layout: ClassVar[str | None] = None  # how the saved optimizer state is keyed: None, by index
 
-    def __init__(self, world: World | None) -> None:
-        self.world = world
+    def __init__(self, cfg: TrainConfig, world: World | None) -> None:
+        self.cfg, self.world = cfg, world
+        self.accumulate_gradients = accumulate_gradients  # the gradients of an update (a pipeline's: its own)
+        self.clip_gradients = clip_gradients
 
     @property
     def data_world(self) -> World | None:
@@ -57,6 +60,9 @@ class Strategy:
         if self.world is None:
             return model
         return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def assemble(self, model: nn.Module) -> None:
+        """Make ``model`` whole on every rank before it is validated (every rank calls)."""
 
     def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return model.state_dict()
@@ -133,13 +139,41 @@ class TensorParallel(ShardedStrategy):
         check_tensor_parallel(model_cfg, size)
 
 
+class PipelineParallel(Strategy):
+    """Pipeline stages of a decoder-only model, one per rank, under GPipe or 1F1B (train/pipeline.py).
+    The optimizer state is merged into one process's, so it resumes under ddp or one process too."""
+
+    name = "pp"
+    splits_batches = False
+
+    def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
+        from attnlab.train.pipeline import Pipeline
+
+        self.pipeline = Pipeline(model, self.world, self.cfg.pipeline_schedule, self.cfg.micro_batches, device)
+        self.accumulate_gradients = self.pipeline.accumulate_gradients
+        self.clip_gradients = self.pipeline.clip_gradients
+        return self.pipeline.stage
+
+    def assemble(self, model: nn.Module) -> None:
+        self.pipeline.assemble()
+
+    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return self.pipeline.merged_optimizer_state(optimizer)
+
+    @staticmethod
+    def check(model_cfg: Any, size: int) -> None:
+        from attnlab.train.pipeline import check_pipeline
+
+        check_pipeline(model_cfg, size)
+
+
 STRATEGY_CLASSES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Strategy, FullyShardedDataParallel,
-                                                                          TensorParallel)}
+                                                                          TensorParallel, PipelineParallel)}
 
 
-def strategy_for(name: str, world: World | None) -> Strategy:
+def strategy_for(cfg: TrainConfig, world: World | None) -> Strategy:
     """The strategy ``train.strategy`` names, for this torchrun job (one process: as it is)."""
-    return Strategy(None) if world is None else STRATEGY_CLASSES[name](world)
+    return Strategy(cfg, None) if world is None else STRATEGY_CLASSES[cfg.strategy](cfg, world)
 
 
 def check_strategy(name: str, model_cfg: Any, world: World | None) -> None:
