@@ -113,6 +113,8 @@ def cmd_info(args: argparse.Namespace) -> None:
             raise UsageError(str(err)) from None
         report["budget"] = {k: v for k, v in budget.items()
                             if (args.flops or k != "flops") and (args.memory or not k.endswith("_memory"))}
+    if args.parallel is not None:
+        report["parallel_memory"] = _parallel_memory(cfg, args)
     if args.json:
         print(json.dumps(report))
         return
@@ -121,6 +123,23 @@ def cmd_info(args: argparse.Namespace) -> None:
     if budget is not None:
         print()
         print(format_budget_report(report["budget"]))
+    if args.parallel is not None:
+        from attnlab.analysis.parallel_budget import format_parallel_memory
+
+        print()
+        print(format_parallel_memory(report["parallel_memory"], args.parallel, args.micro_batches))
+
+
+def _parallel_memory(cfg, args: argparse.Namespace) -> dict:
+    """Per-rank training memory of each train.strategy on --parallel N ranks (meta device)."""
+    from attnlab.analysis.parallel_budget import parallel_memory
+
+    if args.parallel < 2 or args.micro_batches < 1:
+        raise UsageError(f"--parallel needs at least 2 ranks and --micro-batches at least 1 (got {args.parallel}, "
+                         f"{args.micro_batches})")
+    if not cfg.capabilities.attention_weights or cfg.capabilities.inputs != "tokens":
+        raise UsageError(f"--parallel measures Transformer models of token sequences, not arch '{cfg.arch}'")
+    return parallel_memory(cfg, args.seq_len, args.batch, args.parallel, args.micro_batches, args.src_len)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -138,4 +157,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--seq-len", type=int, default=512, help="tokens per sequence for --memory/--flops")
     info.add_argument("--src-len", type=int, help="source tokens (encoder-decoder; default --seq-len)")
     info.add_argument("--batch", type=int, default=32, help="sequences per batch for --memory/--flops")
+    info.add_argument("--parallel", type=int, metavar="N",
+                      help="training memory per rank of each train.strategy on N ranks (--batch: the global batch)")
+    info.add_argument("--micro-batches", type=int, default=4, help="pipeline micro-batches for --parallel")
     info.set_defaults(func=cmd_info)

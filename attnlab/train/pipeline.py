@@ -82,6 +82,9 @@ class Pipeline:
 
     def __init__(self, model: nn.Module, world: World, schedule: str, micro_batches: int,
                  device: torch.device) -> None:
+        if schedule == "1f1b" and micro_batches < world.size:  # PyTorch's Schedule1F1B refuses it
+            raise ConfigError(f"train.pipeline_schedule 1f1b needs train.micro_batches ({micro_batches}) of at least "
+                              f"the pipeline stages ({world.size} ranks)")
         self.world, self.schedule_name, self.micro_batches, self.device = world, schedule, micro_batches, device
         n_layers = len(model.decoder.layers)
         self.stage = LMStage(model, stage_layers(n_layers, world.size, world.rank))

@@ -1,0 +1,138 @@
+"""Per-rank training memory of each ``train.strategy`` on N ranks, from the same measurement as
+analysis/budget.py (the model built and run forward on the meta device, the tensors autograd saves
+counted once each): weights, gradients, Adam's two moments and saved activations per rank.
+
+    one process  W, W, 2W, A(B)
+    ddp          W, W, 2W, A(B / N)                 every rank a replica, its share of the batch
+    fsdp         W / N + U, W / N, 2W / N, A(B / N) U: the largest unit (a layer), gathered in turn
+    tp           W_r + W_s / N (likewise gradients and moments), A_r + A_s / N, the whole batch
+                 (W_s, A_s: the matrices Megatron's plan splits and what is saved between them:
+                 per-head tensors, the FFN's hidden layer; the rest replicated)
+    pp           the most any stage holds, column by column: its W_k (and its gradients and
+                 moments), its activations for the micro-batches in flight: all m under GPipe,
+                 min(N, m) under 1F1B. attnlab keeps the
+                 whole model object on every rank besides (train/pipeline.py), so its weights cost W.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from attnlab.analysis.budget import _inputs
+from attnlab.train.pipeline import stage_layers
+from attnlab.train.tensor_parallel import BLOCKS, COLUMNS, ROWS, IN_LAYER
+
+LAYER_INDEX = re.compile(r"(^|\.)layers\.(\d+)(\.|$)")
+INSIDE_SPLIT = re.compile(r"\.(self_attn|cross_attn|feed_forward)(\.|$)")
+
+
+def _split_parameter(name: str) -> bool:
+    """Whether Megatron's plan (train/tensor_parallel.py) splits this parameter: the weights of the
+    projections it names and their biases, except a row-split projection's (added once, whole)."""
+    module, _, kind = name.rpartition(".")
+    if not IN_LAYER.search(module + "."):
+        return False
+    return module.rpartition(".")[2] in BLOCKS or module.endswith(COLUMNS) or \
+        (module.endswith(ROWS) and kind != "bias")
+
+
+def _split_activation(path: str) -> bool:
+    """Whether tensor parallelism splits what the module at ``path`` saves: anything inside a layer's
+    attention or feed-forward module, except the input of a column-split projection (the replicated x)."""
+    if not IN_LAYER.search(path + ".") or path.rpartition(".")[2] in BLOCKS or path.endswith(COLUMNS):
+        return False
+    return INSIDE_SPLIT.search(path) is not None
+
+
+def _stage_of(path: str, n_layers: int, stages: int) -> int:
+    """The pipeline stage of a module of a decoder-only model: its layer's, else the embeddings'
+    (first) or the final norm's and output projection's (last)."""
+    match = LAYER_INDEX.search(path)
+    if match:
+        layer = int(match[2])
+        return next(s for s in range(stages) if layer in stage_layers(n_layers, stages, s))
+    return 0 if path.startswith("embed") else stages - 1
+
+
+def measure(cfg: Any, seq_len: int, batch: int, src_len: int | None) -> tuple[list, list]:
+    """[(parameter path, numel)] and [(path of the innermost module that saved it, numel)] for every
+    tensor autograd saves in a training forward, each storage once (the meta device: no memory)."""
+    from attnlab.models import build_model
+
+    with torch.device("meta"):
+        model = build_model(cfg).train()
+        inputs = _inputs(cfg, batch, seq_len, src_len or seq_len)
+    params = [(name, p.numel()) for name, p in model.named_parameters()]
+    own = {id(p) for p in model.parameters()}
+    running: list[str] = [""]
+    saved: dict[int, tuple[str, int]] = {}
+    def leave(module: torch.nn.Module, args: Any, out: Any) -> None:
+        running.pop()
+
+    for path, module in model.named_modules():
+        module.register_forward_pre_hook(lambda m, a, path=path: running.append(path))
+        module.register_forward_hook(leave)
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        base = t._base if t._base is not None else t
+        if id(base) not in own and t.is_floating_point() and id(base) not in saved:
+            saved[id(base)] = (running[-1], base.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(*inputs)
+    return params, list(saved.values())
+
+
+def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batches: int,
+                    src_len: int | None = None, bytes_per_value: int = 4) -> dict[str, dict[str, int | None]]:
+    """{strategy: {'weights', 'gradients', 'adam_moments', 'activations', 'total'}} in bytes per rank
+    for a global batch of ``batch`` sequences on ``ranks`` ranks (None where a strategy does not
+    apply to the model: pp is for decoder-only models)."""
+    params, saved = measure(cfg, seq_len, batch, src_len)
+    b = bytes_per_value
+    W = sum(n for _, n in params) * b
+    A = sum(n for _, n in saved) * b
+
+    def row(weights: float, state: float, activations: float) -> dict[str, int]:
+        return {"weights": int(weights), "gradients": int(state), "adam_moments": int(2 * state),
+                "activations": int(activations), "total": int(weights + 3 * state + activations)}
+
+    units: dict[str, int] = {}  # FSDP's units: each layer, and the rest
+    for name, n in params:
+        match = LAYER_INDEX.search(name)
+        unit = name[:match.end(2)] if match else ""
+        units[unit] = units.get(unit, 0) + n * b
+    W_split = sum(n for name, n in params if _split_parameter(name)) * b
+    A_split = sum(n for path, n in saved if _split_activation(path)) * b
+    report = {
+        "one process": row(W, W, A),
+        "ddp": row(W, W, A / ranks),
+        "fsdp": row(W / ranks + max(units.values()), W / ranks, A / ranks),
+        "tp": row(W - W_split + W_split / ranks, W - W_split + W_split / ranks, A - A_split + A_split / ranks),
+    }
+    for schedule, in_flight in (("gpipe", micro_batches), ("1f1b", min(ranks, micro_batches))):
+        if cfg.arch != "decoder_lm" or cfg.n_layers < ranks:
+            report[f"pp {schedule}"] = dict.fromkeys(("weights", "gradients", "adam_moments", "activations", "total"))
+            continue
+        stage_w = [0] * ranks
+        stage_a = [0] * ranks
+        for name, n in params:
+            stage_w[_stage_of(name, cfg.n_layers, ranks)] += n * b
+        for path, n in saved:
+            stage_a[_stage_of(path, cfg.n_layers, ranks)] += n * b
+        report[f"pp {schedule}"] = row(W, max(stage_w), max(stage_a) * in_flight / micro_batches)
+    return report
+
+
+def format_parallel_memory(report: dict[str, dict[str, int | None]], ranks: int, micro_batches: int) -> str:
+    gib = lambda n: "n/a" if n is None else f"{n / 2**30:.3f}"  # noqa: E731
+    lines = [f"training memory per rank, GiB, on {ranks} ranks (pp: {micro_batches} micro-batches; meta device)",
+             f"  {'strategy':<14}{'weights':>10}{'gradients':>11}{'adam':>10}{'activations':>13}{'total':>10}"]
+    for name, r in report.items():
+        lines.append(f"  {name:<14}{gib(r['weights']):>10}{gib(r['gradients']):>11}{gib(r['adam_moments']):>10}"
+                     f"{gib(r['activations']):>13}{gib(r['total']):>10}")
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""`attnlab info --parallel N`: per-rank training memory of each strategy, counted by hand for a tiny
+decoder-only model, and its activations those of analysis/budget.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnlab.analysis.budget import budget_report
+from attnlab.analysis.parallel_budget import parallel_memory
+from attnlab.models import model_config
+from helpers import run_cli
+
+D, H, FF, L, V, T, B = 16, 4, 32, 4, 30, 8, 4
+
+
+def tiny():
+    return model_config(arch="decoder_lm", vocab_size=V, d_model=D, n_heads=H, n_layers=L, d_ff=FF,
+                        tie_embeddings="none", positional="sinusoidal", dropout=0.0, norm="pre")
+
+
+def test_per_rank_weights_are_counted_by_hand_and_activations_are_the_budgets():
+    n = 2
+    report = parallel_memory(tiny(), T, B, ranks=n, micro_batches=4)
+    budget = budget_report(tiny(), T, B)["training_memory"]
+    W = budget["weights"] // 4  # values
+    assert report["one process"]["weights"] == budget["weights"]
+    assert report["one process"]["activations"] == budget["activations"]
+    assert report["ddp"]["activations"] == budget["activations"] // n
+    # Megatron's plan splits per layer: W_qkv (3d x d) + its bias 3d, W_O (d x d), W_1 (ff x d) + b_1, W_2 (d x ff);
+    # b_O, b_2 and the norms stay whole
+    split = L * (3 * D * D + 3 * D + D * D + FF * D + FF + D * FF)
+    assert report["tp"]["weights"] == 4 * (W - split + split // n)
+    # pp: 4 layers on 2 stages; the first also holds the embedding V x d, the last the final norm 2d (pre-norm) and
+    # the output projection V x d (no bias): the heavier stage's gradients
+    layer = 3 * D * D + 3 * D + D * D + D + FF * D + FF + D * FF + D + 2 * 2 * D  # two norms of 2d
+    assert report["pp gpipe"]["gradients"] == 4 * max(V * D + 2 * layer, 2 * layer + 2 * D + V * D)
+    # 1F1B keeps min(N, m) = 2 of m = 4 micro-batches' activations, GPipe all 4
+    assert report["pp 1f1b"]["activations"] * 2 == report["pp gpipe"]["activations"]
+
+
+def test_pp_does_not_apply_to_an_encoder_decoder_and_the_cli_prints_the_table(tmp_path):
+    cfg = model_config(vocab_size=V, d_model=D, n_heads=H, n_layers=2, d_ff=FF)
+    assert parallel_memory(cfg, T, B, 2, 2)["pp gpipe"]["total"] is None
+    config = tmp_path / "m.yaml"
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "d_model": D, "n_heads": H,
+                                            "n_layers": L, "d_ff": FF, "tie_embeddings": "none"}}))
+    done = run_cli("info", str(config), "--parallel", "2", "--seq-len", str(T), "--batch", str(B), "--json")
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)["parallel_memory"]) == {"one process", "ddp", "fsdp", "tp", "pp gpipe",
+                                                               "pp 1f1b"}
+    refused = run_cli("info", str(config), "--parallel", "1")
+    assert refused.returncode != 0 and refused.stderr.count("\n") == 1
+    assert "--parallel needs at least 2" in refused.stderr
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_fsdp_holds_a_share_of_everything_and_one_unit_whole(ranks):
+    r = parallel_memory(tiny(), T, B, ranks, 4)
+    W = r["one process"]["weights"]
+    assert r["fsdp"]["gradients"] == W // ranks and r["fsdp"]["adam_moments"] == 2 * (W // ranks)
+    assert r["fsdp"]["weights"] > W // ranks
