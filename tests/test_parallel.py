@@ -17,7 +17,7 @@ from test_distributed import ENV, TESTS, torchrun
 from tp_worker import CFG
 
 from attnlab.errors import ConfigError
-from attnlab.models import model_config
+from attnlab.models import build_model, model_config
 from attnlab.train.checkpoint import load_run
 from attnlab.train.distributed import World
 from attnlab.train.strategy import check_strategy
@@ -27,7 +27,7 @@ TINY = """\
 model: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, dropout: 0.0}
 data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
 train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 1, eval_every: 2,
-        log_every: 1, progress: false}
+        log_every: 1, progress: false, eval_exact_match: 4}
 """
 
 
@@ -90,17 +90,21 @@ def test_attnlab_train_under_tp_matches_one_process_and_resumes_exactly_under_tp
     split, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
     assert [r[:2] for r in split] == [r[:2] for r in one] and len(split) == 6  # 4 train lines, 2 valid
     assert [r[2] for r in split] == pytest.approx([r[2] for r in one], rel=1e-5)
+    decoded = [json.loads((tmp_path / run / "summary.json").read_text())["last_eval"]["exact_match"]
+               for run in ("straight", "single")]
+    assert decoded[0] == decoded[1]  # greedy decoding through the split model (its caches hold its own heads)
     resumed_weights = load_run(tmp_path / "tp", "last")[0].state_dict()  # the usual file, read by one process
     straight_weights = load_run(tmp_path / "straight", "last")[0].state_dict()
     assert resumed_weights.keys() == load_run(tmp_path / "single", "last")[0].state_dict().keys()
     for name, w in straight_weights.items():
         torch.testing.assert_close(resumed_weights[name], w, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
 
-    under_ddp = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "tp"), "--resume", "--allow-changes",
-                         "--set", "train.max_steps=6", "--set", "train.strategy=ddp")
-    assert under_ddp.returncode != 0
+    alone = subprocess.run([*ATTNLAB, "train", "--out", str(tmp_path / "tp"), "--resume", "--allow-changes",
+                            "--set", "train.max_steps=6", "--set", "train.strategy=ddp"],
+                           capture_output=True, text=True, env=ENV)
+    assert alone.returncode == 5 and alone.stderr.count("\n") == 1
     assert "trained with train.strategy tp under torchrun, whose optimizer state resumes only the same way" \
-        in under_ddp.stderr
+        in alone.stderr
     under_tp = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "single"), "--resume",
                         "--allow-changes", "--set", "train.max_steps=6", "--set", "train.strategy=tp")
     assert under_tp.returncode != 0
@@ -207,6 +211,15 @@ def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(fields, says
         check_strategy("pp", cfg, two_ranks())
     with pytest.raises(ConfigError, match="^train.strategy pp cuts a decoder-only model"):
         check_strategy("pp", model_config(vocab_size=30), two_ranks())
+
+
+def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
+    from attnlab.train.pipeline import Pipeline
+
+    model = build_model(model_config(arch="decoder_lm", vocab_size=30, n_layers=2, tie_embeddings="none"))
+    with pytest.raises(ConfigError, match=r"^train.pipeline_schedule 1f1b needs train.micro_batches \(1\) of at "
+                                          r"least the pipeline stages \(2 ranks\)$"):
+        Pipeline(model, two_ranks(), "1f1b", 1, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("strategy", ["tp", "pp"])
