@@ -155,8 +155,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     steps to metrics.jsonl and TensorBoard; with ``resume``, continues from the newest checkpoint
     in ``run`` (weights, optimizer, schedule, data position and RNG states). Returns a summary.
     With ``world`` (torchrun), this rank trains as train.strategy says (its share of each global
-    batch under DDP or FSDP, its share of each layer under tensor parallelism: train/strategy.py),
-    and only rank 0 writes. A model with no trainable parameters is evaluated and
+    batch under DDP or FSDP, its share of each layer under tensor parallelism, its stage of the
+    layers under pipeline parallelism: train/strategy.py), and only rank 0 writes. A model with no trainable parameters is evaluated and
     checkpointed once, at step 0.
     """
     # -- build: device, precision, optimiser, schedule, and where training stands

@@ -145,6 +145,7 @@ class PipelineParallel(Strategy):
 
     name = "pp"
     splits_batches = False
+    pipeline = None  # made by prepare (not for a model with nothing to learn, trained by no one)
 
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
         from attnlab.train.pipeline import Pipeline
@@ -155,9 +156,12 @@ class PipelineParallel(Strategy):
         return self.pipeline.stage
 
     def assemble(self, model: nn.Module) -> None:
-        self.pipeline.assemble()
+        if self.pipeline is not None:
+            self.pipeline.assemble()
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        if self.pipeline is None:
+            return optimizer.state_dict()
         return self.pipeline.merged_optimizer_state(optimizer)
 
     @staticmethod
