@@ -19,11 +19,13 @@ from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
 @dataclass(frozen=True)
 class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
     """The Transformer fields, plus a source vocabulary (``src_vocab_size``, default: the target's)
-    and separate stack depths (``n_encoder_layers``, ``n_decoder_layers``, default: ``n_layers``)."""
+    and separate stack depths (``n_encoder_layers``, ``n_decoder_layers``, default: ``n_layers``).
+    ``output_bias``: a bias per target token on the logits (Marian's final_logits_bias; the paper has none)."""
 
     src_vocab_size: Optional[int] = None
     n_encoder_layers: Optional[int] = None
     n_decoder_layers: Optional[int] = None
+    output_bias: bool = False
 
     ties = ("none", "output", "src_tgt", "all")
 
@@ -67,4 +69,5 @@ def seq2seq_parts(cfg: EncoderDecoderConfig, causal: bool = True
     if "src_tgt" in cfg.tied:
         tgt_embed.tokens = src_embed.tokens
     return (src_embed, tgt_embed, parts.encoder(cfg, cfg.encoder_layers),
-            parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal), parts.output_projection(cfg, tgt_embed))
+            parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal),
+            parts.output_projection(cfg, tgt_embed, bias=cfg.output_bias))

@@ -6,7 +6,7 @@ of four hooks a :class:`PositionalEncoding` may implement:
 ========================  ==============================================================  =========
 hook                      what it changes                                                 used by
 ========================  ==============================================================  =========
-``embed``                 the input vectors: x = E[w] (+ or ||) PE(pos)                   sinusoidal, learned
+``embed``                 the input vectors: x = E[w] (+ or ||) PE(pos)                   sinusoidal(_halves), learned
 ``rotate``                queries and keys before their dot product                      rotary
 ``score_bias``            an additive term on the scaled scores                          relative, relative_bias, alibi
 ``value_term``            an additive term on the attention output                       relative
@@ -109,6 +109,15 @@ class SinusoidalPositional(AbsolutePositional):
 
     def encode(self, positions: Tensor) -> Tensor:
         return sinusoid(positions, self.dim, self.base)
+
+
+class HalvesSinusoidalPositional(SinusoidalPositional):
+    """The same sinusoids laid out as Marian (and tensor2tensor) lay them: every sine, then every
+    cosine, PE(pos, i) = sin(pos / n^(2i/D)) and PE(pos, D/2 + i) = cos(pos / n^(2i/D)), i < D/2."""
+
+    def encode(self, positions: Tensor) -> Tensor:
+        table = sinusoid(positions, self.dim, self.base)  # (T, D): sin, cos interleaved
+        return torch.cat([table[:, 0::2], table[:, 1::2]], dim=-1)  # (T, D): sines, then cosines
 
 
 class LearnedPositional(AbsolutePositional):

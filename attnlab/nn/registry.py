@@ -9,6 +9,7 @@ from attnlab.nn.attention import LearnedScale, NoScale, PaperScale
 from attnlab.nn.backends import BACKENDS, AttentionBackend
 from attnlab.nn.positional import (
     ALiBiPositional,
+    HalvesSinusoidalPositional,
     LearnedPositional,
     PositionalEncoding,
     RelativeBias,
@@ -32,6 +33,7 @@ ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = BACKENDS  # each backend
 
 POSITIONAL: dict[str, type[PositionalEncoding]] = {
     "sinusoidal": SinusoidalPositional,
+    "sinusoidal_halves": HalvesSinusoidalPositional,  # Marian's layout
     "learned": LearnedPositional,
     "relative": RelativePositional,
     "relative_bias": RelativeBias,

@@ -72,13 +72,15 @@ class TranslationConfig(TaskConfig):
     test_max_len: Optional[int] = None
     split: Optional[str] = None
 
+    def check_trainable(self) -> None:
+        if self.format != "builtin" and self.train is None:  # a run imported from Marian reads none
+            raise ConfigError(f"format '{self.format}' needs 'train' (a file, or a path prefix for 'parallel')")
+
     def check(self) -> None:
         one_of("format", self.format, Translation.formats)
         one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
         if self.format == "builtin":
             one_of("generator", self.generator, GENERATORS)
-        elif self.train is None:
-            raise ConfigError(f"format '{self.format}' needs 'train' (a file, or a path prefix for 'parallel')")
         if self.split is not None:
             if (self.format, self.generator) != ("builtin", "scan"):
                 raise ConfigError(f"split is one of SCAN's splits: it needs format 'builtin' with generator 'scan' (got "

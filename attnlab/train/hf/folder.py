@@ -90,17 +90,23 @@ def register_converter(cls: type[HFConverter]) -> type[HFConverter]:
 
 class Imported:
     """What an import writes: the model and its config sections, the tokenizer (None for a model of
-    images), the report of what was loaded (with ``init``: what else init.json keeps, such as the
+    images; by role, ``{"src": ..., "tgt": ...}``, where the sides differ), the report of what was loaded (with ``init``: what else init.json keeps, such as the
     token order) and ``task_state``, what the task keeps of its data (an image model's classes and
     pixel statistics)."""
 
-    def __init__(self, model: nn.Module, model_cfg: FamilyConfig, data: TaskConfig, tokenizer: Tokenizer | None,
+    def __init__(self, model: nn.Module, model_cfg: FamilyConfig, data: TaskConfig,
+                 tokenizer: Tokenizer | dict[str, Tokenizer] | None,
                  report: InitReport, init: dict[str, Any] | None = None, train: TrainConfig | None = None,
                  task_state: dict[str, Any] | None = None) -> None:
         self.model, self.model_cfg, self.data, self.tokenizer = model, model_cfg, data, tokenizer
         self.report, self.init = report, init or {}
         self.train = train or TrainConfig(progress=False)
         self.task_state = task_state or {}
+
+    def tokenizers(self) -> dict[str, Tokenizer | None]:
+        """The tokenizer of each role the task saves."""
+        roles = self.data.task.tokenizers
+        return dict(self.tokenizer) if isinstance(self.tokenizer, dict) else {role: self.tokenizer for role in roles}
 
 
 class Exported:
@@ -148,7 +154,7 @@ def import_hf(folder: str | Path, out: str | Path) -> Imported:
     staged = staging_dir(out)
     run = RunDir(staged)
     run.write_config(imported.model_cfg, imported.data, imported.train)
-    run.write_tokenizers({role: imported.tokenizer for role in imported.data.task.tokenizers})
+    run.write_tokenizers(imported.tokenizers())
     run.write_task_state(imported.task_state)
     run.write_init(imported.report.to_dict() | imported.init)
     run.step_dir(0).mkdir(parents=True)

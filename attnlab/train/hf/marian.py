@@ -1,0 +1,219 @@
+"""Marian (``model_type: marian``: MarianMTModel, the Helsinki-NLP opus-mt models) <-> attnlab's
+``encoder_decoder`` family.
+
+A Marian model is the paper's Transformer with a few settings of attnlab's options: post-norm
+layers, sinusoidal positions laid out as Marian lays them (``positional: sinusoidal_halves``: every
+sine, then every cosine, no dimension shuffled), the token embedding scaled by sqrt(d) or not
+(``scale_embedding``: ``embedding: scaled`` or ``plain``), one embedding table shared by source,
+target and output projection (``tie_embeddings: all``), and a bias per token on the logits, its
+``final_logits_bias`` (``output_bias: true``). Its separate query, key and value projections are
+concatenated into attnlab's fused ones:
+
+    model.shared                              src_embed.tokens (= tgt_embed.tokens = generator; rows renumbered)
+    final_logits_bias                         generator.bias
+    model.encoder.layers.i.self_attn.{q,k,v}_proj     encoder.layers.i.self_attn.qkv_proj
+    model.encoder.layers.i.self_attn.out_proj         encoder.layers.i.self_attn.out_proj
+    model.encoder.layers.i.self_attn_layer_norm       encoder.layers.i.self_attn_residual.norm
+    model.encoder.layers.i.fc1, fc2                   encoder.layers.i.feed_forward.w_1, w_2
+    model.encoder.layers.i.final_layer_norm           encoder.layers.i.feed_forward_residual.norm
+    model.decoder.layers.i.(the same)                 decoder.layers.i.(the same)
+    model.decoder.layers.i.encoder_attn.q_proj        decoder.layers.i.cross_attn.q_proj
+    model.decoder.layers.i.encoder_attn.{k,v}_proj    decoder.layers.i.cross_attn.kv_proj
+    model.decoder.layers.i.encoder_attn.out_proj      decoder.layers.i.cross_attn.out_proj
+    model.decoder.layers.i.encoder_attn_layer_norm    decoder.layers.i.cross_attn_residual.norm
+
+The vocabulary: Marian's vocab.json has ``</s>``, ``<unk>`` and ``<pad>``, and its decoder starts
+from ``<pad>`` (``decoder_start_token_id``); attnlab's tokenizers keep <pad> 0, <bos> 1, <eos> 2,
+<unk> 3. Marian's pad, end and unknown take ids 0, 2 and 3, every other token keeps its order from
+id 4, and <bos> is added at 1 with the decoder start's embedding row, so that attnlab's decoding,
+which starts from <bos>, starts as Marian's does. The added <bos> is never predicted: its output
+bias is -inf, and the distribution over Marian's own tokens is exactly the original's. init.json's
+``order`` gives each id the original's (null for <bos>). The text is cut into pieces by the
+model's own source.spm and target.spm (spm.py), which vocab.json numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab.data.tokenizers import PAD, SPECIAL_TOKENS, UNK
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.tasks import task_config
+from attnlab.train.config import TrainConfig
+from attnlab.train.hf.folder import HFConverter, Imported, read_json, read_weights, register_converter
+from attnlab.train.hf.spm import spm_tokenizer
+from attnlab.train.init import InitReport, copy_tensors, named_tensors
+
+ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
+               "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}  # Marian's activation_function -> attnlab's
+LANGUAGE_CODE = re.compile(r">>.+<<")  # a multilingual model's target language, typed before the text
+
+
+def marian_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
+    """attnlab's encoder_decoder model section for a Marian config.json (vocab_size: Marian's plus the
+    added <bos>). Options attnlab cannot represent are refused in one line naming them."""
+    must = {"share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "activation_dropout": 0.0,
+            "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "normalize_before": False,
+            "add_final_layer_norm": False, "normalize_embedding": False}
+    unsupported = [f"{name} {config[name]!r}" for name, fine in must.items() if name in config and config[name] != fine]
+    for ours, (a, b) in {"n_heads": ("encoder_attention_heads", "decoder_attention_heads"),
+                         "d_ff": ("encoder_ffn_dim", "decoder_ffn_dim"),
+                         "vocab_size": ("vocab_size", "decoder_vocab_size")}.items():
+        if config.get(b) is not None and config.get(a) != config[b]:
+            unsupported.append(f"{a} {config.get(a)} unlike {b} {config[b]} (attnlab has one {ours})")
+    if config.get("activation_function", "gelu") not in ACTIVATIONS:
+        unsupported.append(f"activation_function {config['activation_function']!r} (have {', '.join(ACTIVATIONS)})")
+    if unsupported:
+        raise CheckpointError(f"{where}: {'; '.join(unsupported)}: not representable in attnlab's encoder_decoder")
+    try:
+        return {"arch": "encoder_decoder", "vocab_size": config["vocab_size"] + 1, "d_model": config["d_model"],
+                "n_heads": config["encoder_attention_heads"], "n_layers": config["encoder_layers"],
+                "n_encoder_layers": config["encoder_layers"], "n_decoder_layers": config["decoder_layers"],
+                "d_ff": config["encoder_ffn_dim"], "dropout": config.get("dropout", 0.1),
+                "attention_dropout": config.get("attention_dropout", 0.0),
+                "activation": ACTIVATIONS[config.get("activation_function", "gelu")], "norm": "post",
+                "layer_norm_eps": 1e-5, "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
+                "tie_embeddings": "all", "pad_id": PAD, "output_bias": True, "attention_backend": "sdpa",
+                "embedding": "scaled" if config.get("scale_embedding", False) else "plain"}
+    except KeyError as err:
+        raise CheckpointError(f"{where}: no {err.args[0]!r}, which a Marian config.json has") from None
+
+
+def layer_pairs(stack: str, n_layers: int, cross: bool) -> dict[str, tuple[str, ...]]:
+    """attnlab's name -> the Marian names it is made of (several: fused, in order) for one stack's layers."""
+    pairs: dict[str, tuple[str, ...]] = {}
+    for i in range(n_layers):
+        ours, theirs = f"{stack}.layers.{i}.", f"model.{stack}.layers.{i}."
+        blocks = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                  "self_attn.out_proj": ("self_attn.out_proj",), "self_attn_residual.norm": ("self_attn_layer_norm",),
+                  "feed_forward.w_1": ("fc1",), "feed_forward.w_2": ("fc2",),
+                  "feed_forward_residual.norm": ("final_layer_norm",)}
+        if cross:
+            blocks |= {"cross_attn.q_proj": ("encoder_attn.q_proj",),
+                       "cross_attn.kv_proj": ("encoder_attn.k_proj", "encoder_attn.v_proj"),
+                       "cross_attn.out_proj": ("encoder_attn.out_proj",),
+                       "cross_attn_residual.norm": ("encoder_attn_layer_norm",)}
+        for block, parts in blocks.items():
+            for kind in ("weight", "bias"):
+                pairs[f"{ours}{block}.{kind}"] = tuple(f"{theirs}{part}.{kind}" for part in parts)
+    return pairs
+
+
+def tensor_pairs(cfg: FamilyConfig) -> dict[str, tuple[str, ...]]:
+    """Every attnlab tensor of a Marian-shaped encoder_decoder -> its Marian tensors."""
+    return ({"src_embed.tokens.weight": ("model.shared.weight",), "generator.bias": ("final_logits_bias",)}
+            | layer_pairs("encoder", cfg.encoder_layers, cross=False) | layer_pairs("decoder", cfg.decoder_layers, cross=True))
+
+
+def shared_embedding(weights: dict[str, torch.Tensor], where: Path) -> torch.Tensor:
+    """The one token table, whichever of its tied names the file kept (safetensors saves a tied
+    tensor once); every copy there must equal it."""
+    names = [n for n in ("model.shared.weight", "model.encoder.embed_tokens.weight",
+                         "model.decoder.embed_tokens.weight", "lm_head.weight") if n in weights]
+    if not names:
+        raise CheckpointError(f"{where}: no model.shared.weight, which a Marian model has")
+    different = [n for n in names[1:] if not torch.equal(weights[n], weights[names[0]])]
+    if different:
+        raise CheckpointError(f"{where}: {different[0]} differs from {names[0]}; attnlab's Marian shares one table")
+    return weights[names[0]]
+
+
+def expected_shape(name: str, ours: tuple[int, ...], parts: int, vocab: int) -> tuple[int, ...]:
+    """The shape of each of the ``parts`` Marian tensors that make attnlab's tensor ``name`` of shape
+    ``ours`` (the token table and the output bias: Marian's ``vocab`` rows, without the added <bos>)."""
+    vocabulary = {"src_embed.tokens.weight": (vocab, *ours[1:]), "generator.bias": (1, vocab)}
+    return vocabulary.get(name, (ours[0] // parts, *ours[1:]))
+
+
+def marian_tensors(weights: dict[str, torch.Tensor], cfg: FamilyConfig, shapes: dict[str, tuple[int, ...]],
+                   order: list[int | None], start: int, where: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """attnlab's tensors (of ``shapes``) from a MarianMTModel / MarianModel state dict, token rows
+    taken in ``order`` (the added <bos>, None there: the decoder ``start``'s embedding and an output
+    bias of -inf); and the names of the original that have no place here. A missing tensor or a
+    shape unlike config.json's is refused in one line."""
+    plain = dict(weights) | {"model.shared.weight": shared_embedding(weights, where)}
+    plain.setdefault("final_logits_bias", torch.zeros(1, len(order) - 1))  # MarianModel: no output bias
+    out, used = {}, set()
+    for ours, theirs in tensor_pairs(cfg).items():
+        missing = [name for name in theirs if name not in plain]
+        if missing:
+            raise CheckpointError(f"{where}: no tensor {missing[0]}, which config.json's Marian has")
+        shape = expected_shape(ours, shapes[ours], len(theirs), len(order) - 1)
+        for name in theirs:
+            if tuple(plain[name].shape) != shape:
+                raise CheckpointError(f"{where}: {name} has shape {tuple(plain[name].shape)}; config.json gives {shape}")
+        out[ours] = torch.cat([plain[name].float() for name in theirs])
+        used |= set(theirs)
+    rows = torch.tensor([start if old is None else old for old in order])
+    added = torch.tensor([old is None for old in order])
+    out["generator.bias"] = out["generator.bias"].flatten()[rows].masked_fill(added, -math.inf)
+    out["src_embed.tokens.weight"] = out["src_embed.tokens.weight"][rows]
+    tied = {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight",
+            "model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}  # copies; fixed sinusoids
+    return out, [name for name in weights if name not in used | tied]
+
+
+def renumbered_vocabulary(folder: Path, config: dict[str, Any]) -> tuple[list[str], list[int | None], list[str]]:
+    """vocab.json's tokens by attnlab id (Marian's pad, end and unknown at 0, 2, 3 under attnlab's
+    names, <bos> added at 1, the others in their order from 4), ``order`` (each id's original, None
+    for <bos>) and the language codes."""
+    vocab = read_json(folder / "vocab.json")
+    if not all(isinstance(i, int) for i in vocab.values()) or sorted(vocab.values()) != list(range(len(vocab))):
+        raise CheckpointError(f"{folder / 'vocab.json'}: the ids are not 0 .. {len(vocab) - 1}, each once")
+    if len(vocab) != config["vocab_size"]:
+        raise CheckpointError(f"{folder / 'vocab.json'}: {len(vocab)} tokens, config.json's vocab_size is "
+                              f"{config['vocab_size']}")
+    names = {i: token for token, i in vocab.items()}
+    roles = {"pad": config.get("pad_token_id"), "eos": config.get("eos_token_id"), "unk": vocab.get("<unk>")}
+    absent = [f"{role} ({i})" for role, i in roles.items() if i not in names]
+    if absent:
+        raise CheckpointError(f"{folder}: no token in vocab.json for {', '.join(absent)}")
+    clashes = [t for t in SPECIAL_TOKENS if t in vocab and vocab[t] not in roles.values()]
+    if clashes:
+        raise CheckpointError(f"{folder / 'vocab.json'}: has {', '.join(clashes)} as text, which attnlab keeps for control")
+    order: list[int | None] = [roles["pad"], None, roles["eos"], roles["unk"]]
+    order += sorted(set(names) - set(order))
+    tokens = [SPECIAL_TOKENS[new] if new <= UNK else names[old] for new, old in enumerate(order)]
+    return tokens, order, [t for t in tokens if LANGUAGE_CODE.fullmatch(t)]
+
+
+@register_converter
+class MarianConverter(HFConverter):
+    """MarianMTModel / MarianModel -> encoder_decoder (a translation run: translate, inspect, prune, serve)."""
+
+    model_type = "marian"
+    arch = "encoder_decoder"
+    described = "Marian, opus-mt"
+    tokenizer_files = (("vocab.json", "source.spm", "target.spm"),)
+
+    @classmethod
+    def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
+        fields = marian_model_fields(config, folder / "config.json")
+        if (folder / "target_vocab.json").is_file():
+            raise CheckpointError(f"{folder}: separate source and target vocabularies (target_vocab.json) are not "
+                                  f"imported; attnlab's Marian shares one table")
+        tokens, order, codes = renumbered_vocabulary(folder, config)
+        tokenizers = {role: spm_tokenizer(folder / f"{side}.spm", tokens, codes)
+                      for role, side in (("src", "source"), ("tgt", "target"))}
+        try:
+            cfg = model_config(fields)
+        except ConfigError as err:
+            raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+        start = config.get("decoder_start_token_id", config["pad_token_id"])
+        model = build_model(cfg)
+        target = named_tensors(model)
+        shapes = {name: tuple(t.shape) for name, t in target.items()}
+        tensors, unused = marian_tensors(read_weights(folder), cfg, shapes, order, start, folder / "model.safetensors")
+        loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
+        longest = min(cfg.max_len - 1, 512)  # + EOS (source) or BOS (target input)
+        data = task_config({"task": "translation", "format": "tsv", "tokenizer": "unigram", "vocab_size": cfg.vocab_size,
+                            "shared_vocab": False, "max_src_len": longest, "max_tgt_len": longest})
+        report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
+        return Imported(model, cfg, data, tokenizers, report, {"order": order},
+                        TrainConfig(progress=False, label_smoothing=0.0))

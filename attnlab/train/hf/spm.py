@@ -1,0 +1,67 @@
+"""A SentencePiece model (Kudo and Richardson 2018) as a ``tokenizers`` unigram tokenizer over another
+vocabulary's ids: Marian's source.spm and target.spm cut the text into pieces, and its vocab.json,
+not the order of the pieces in the .spm, gives each piece its id.
+
+The .spm file is read with the ``sentencepiece`` library's own protobuf description of it (nothing
+in it is run): its pieces and their log-probabilities, its normalisation table (``nmt_nfkc``'s
+precompiled character map) and its algorithm, which must be the unigram language model. The
+tokenizer built here segments as ``transformers`` converts such a model (its ``SpmConverter``):
+the character map, trailing spaces stripped, runs of spaces as one ``▁``, ``▁`` before each word,
+then the most likely segmentation of each word. Every token of the vocabulary is a piece of the
+unigram model at its own id. A token that is no piece of this .spm (the other side's pieces) is
+kept under a name no text can match, ``FOREIGN`` before it, which decoding takes off again: the
+.spm never cuts text into it, and characters it does not know become one <unk> per run of them,
+as SentencePiece's do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tokenizers
+from sentencepiece import sentencepiece_model_pb2
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
+
+from attnlab.data.tokenizers import SPECIAL_TOKENS, UNK, Tokenizer
+from attnlab.errors import CheckpointError
+
+UNIGRAM = 1  # ModelProto.TrainerSpec.model_type
+NEVER = -1e9  # the log-probability of a token that is no piece of the .spm (as data/tokenizers.py gives control tokens)
+FOREIGN = "\ufffe"  # a noncharacter, in no text: marks the vocabulary's tokens that are no piece of this .spm
+
+
+def read_spm(path: Path) -> sentencepiece_model_pb2.ModelProto:
+    """The .spm's description, or one line naming the file."""
+    proto = sentencepiece_model_pb2.ModelProto()
+    try:
+        proto.ParseFromString(path.read_bytes())
+    except Exception as err:  # protobuf raises its own DecodeError, or a plain one for a short file
+        raise CheckpointError(f"{path}: not a SentencePiece model ({err})") from None
+    if not proto.pieces:
+        raise CheckpointError(f"{path}: a SentencePiece model with no pieces")
+    if proto.trainer_spec.model_type != UNIGRAM:
+        raise CheckpointError(f"{path}: a SentencePiece model of type {proto.trainer_spec.model_type}; attnlab reads "
+                              f"unigram models (type {UNIGRAM}), as Marian's are")
+    return proto
+
+
+def spm_tokenizer(path: Path, vocabulary: list[str], added: list[str]) -> Tokenizer:
+    """The .spm at ``path`` segmenting text into the tokens of ``vocabulary`` (token id -> token, with
+    attnlab's four control tokens at ids 0-3); ``added``: tokens matched whole wherever they appear
+    in the text (Marian's language codes, ``>>de<<``)."""
+    proto = read_spm(path)
+    scores = {p.piece: p.score for p in proto.pieces if p.type == 1}  # NORMAL pieces: what text is cut into
+    control = set(SPECIAL_TOKENS)
+    pieces = [(token, NEVER) if token in control else (token, scores[token]) if token in scores else
+              (FOREIGN + token, NEVER) for token in vocabulary]
+    hf = tokenizers.Tokenizer(models.Unigram(pieces, unk_id=UNK, byte_fallback=False))
+    charsmap = proto.normalizer_spec.precompiled_charsmap
+    steps = [normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), "▁")]
+    hf.normalizer = normalizers.Sequence(([normalizers.Precompiled(charsmap)] if charsmap else []) + steps)
+    hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    hf.decoder = decoders.Sequence([decoders.Replace(FOREIGN, ""),
+                                    decoders.Metaspace(replacement="▁", prepend_scheme="always")])
+    hf.add_special_tokens(SPECIAL_TOKENS)
+    if added:
+        hf.add_tokens([tokenizers.AddedToken(token, normalized=False) for token in added])
+    return Tokenizer(hf)
