@@ -44,14 +44,24 @@ from typing import Any
 
 import tokenizers
 import torch
+from tokenizers import processors
 from torch import nn
 
-from attnlab.data.tokenizers import MASK_TOKEN, SPECIAL_TOKENS, Tokenizer
+from attnlab.data.tokenizers import MASK_TOKEN, PAD, SPECIAL_TOKENS, Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.models import build_model, model_config
-from attnlab.nn.registry import ACTIVATIONS
+from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS
 from attnlab.tasks import task_config
-from attnlab.train.hf.folder import HFConverter, Imported, read_json, read_weights, register_converter
+from attnlab.train.checkpoint import RunDir
+from attnlab.train.hf.folder import (
+    Exported,
+    HFConverter,
+    Imported,
+    read_json,
+    read_weights,
+    register_converter,
+    renumbered_spec,
+)
 from attnlab.train.init import InitReport, copy_tensors, named_tensors
 
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")  # -> <pad> <bos> <eos> <unk> <mask>, ids 0-4
@@ -108,10 +118,8 @@ def renumbered_tokenizer(path: Path) -> tuple[Tokenizer, list[int]]:
         raise CheckpointError(f"{path}: not a tokenizer file the library reads ({err})") from None
 
 
-def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[int]) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """attnlab's tensors from a BERT state dict (``bert.`` prefixes of the *For... models dropped),
-    embedding rows in the new ``order``; and the names of the original that have no place here."""
-    plain = {name.removeprefix("bert."): t for name, t in weights.items()}
+def bert_pairs(n_layers: int) -> dict[str, tuple[str, ...]]:
+    """attnlab's tensor name -> the BERT names it is made of (query, key, value: one fused tensor)."""
     pairs = {"embed.tokens.weight": "embeddings.word_embeddings.weight",
              "embed.positional.table.weight": "embeddings.position_embeddings.weight",
              "embed.segments.weight": "embeddings.token_type_embeddings.weight",
@@ -122,7 +130,7 @@ def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[in
              "mlm_head.norm.weight": "cls.predictions.transform.LayerNorm.weight",
              "mlm_head.norm.bias": "cls.predictions.transform.LayerNorm.bias",
              "mlm_head.bias": "cls.predictions.bias"}
-    out, used = {}, set()
+    fused = {}
     for i in range(n_layers):
         ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
         for kind in ("weight", "bias"):
@@ -131,13 +139,24 @@ def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[in
                       f"{ours}feed_forward.w_1.{kind}": f"{theirs}intermediate.dense.{kind}",
                       f"{ours}feed_forward.w_2.{kind}": f"{theirs}output.dense.{kind}",
                       f"{ours}feed_forward_residual.norm.{kind}": f"{theirs}output.LayerNorm.{kind}"}
-            qkv = [f"{theirs}attention.self.{p}.{kind}" for p in ("query", "key", "value")]
-            if all(p in plain for p in qkv):  # one fused projection
-                out[f"{ours}self_attn.qkv_proj.{kind}"] = torch.cat([plain[p] for p in qkv])
-                used |= set(qkv)
-    out |= {ours: plain[theirs] for ours, theirs in pairs.items() if theirs in plain}
-    used |= {theirs for theirs in pairs.values() if theirs in plain}
-    for name in ("embed.tokens.weight", "mlm_head.bias"):
+            fused[f"{ours}self_attn.qkv_proj.{kind}"] = tuple(f"{theirs}attention.self.{p}.{kind}"
+                                                              for p in ("query", "key", "value"))
+    return {ours: (theirs,) for ours, theirs in pairs.items()} | fused
+
+
+VOCABULARY_ROWS = ("embed.tokens.weight", "mlm_head.bias")  # one row per token: renumbered
+
+
+def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[int]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """attnlab's tensors from a BERT state dict (``bert.`` prefixes of the *For... models dropped),
+    embedding rows in the new ``order``; and the names of the original that have no place here."""
+    plain = {name.removeprefix("bert."): t for name, t in weights.items()}
+    out, used = {}, set()
+    for ours, theirs in bert_pairs(n_layers).items():
+        if all(name in plain for name in theirs):
+            out[ours] = torch.cat([plain[name] for name in theirs])
+            used |= set(theirs)
+    for name in VOCABULARY_ROWS:
         if name in out:
             out[name] = out[name][order]
     tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}  # the embedding and the bias again
@@ -154,6 +173,77 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
     target = named_tensors(model)
     loaded = copy_tensors(target, tensors, str(where))
     return loaded, [name for name in target if name not in tensors], unused
+
+
+EXPORTED_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}  # -> hidden_act
+
+
+def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
+    """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
+    needs = {"embedding": "normed", "positional": "learned", "positional_combine": "add", "norm": "post",
+             "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
+             "attention_scale": "sqrt_dk", "pooling": "cls"}
+    refused = [f"{name} {getattr(cfg, name)!r} (BERT's is {value!r})" for name, value in needs.items()
+               if getattr(cfg, name) != value]
+    if cfg.activation not in EXPORTED_ACTIVATIONS:
+        refused.append(f"activation {cfg.activation!r} (BERT has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
+    if not ATTENTION_BACKENDS[cfg.attention_backend].exact:
+        refused.append(f"attention_backend {cfg.attention_backend!r} (BERT attends to every token)")
+    if run.read_pruned_heads():
+        refused.append("pruned heads (BERT has num_attention_heads in every layer)")
+    return refused
+
+
+def exported_ids(cfg: FamilyConfig, run: RunDir) -> tuple[list[int], dict[str, str]]:
+    """For each BERT id of the export, the run's token id, and the control tokens' names there: a
+    run imported from BERT puts its tokens back at their original ids under BERT's names; another
+    keeps its ids and names."""
+    order = run.read_init().get("order") if run.init.is_file() else None
+    if isinstance(order, list) and sorted(order) == list(range(cfg.vocab_size)):
+        return [order.index(old) for old in range(cfg.vocab_size)], dict(zip(SPECIAL_TOKENS + [MASK_TOKEN], BERT_SPECIALS))
+    return list(range(cfg.vocab_size)), {}
+
+
+def exported_tokenizer(tokenizer: Tokenizer, ids: list[int], rename: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """tokenizer.json at the export's ids, which puts [CLS] a [SEP] (b [SEP]) around a text as BERT
+    does, and the names of its control tokens (tokenizer_config.json's)."""
+    hf = tokenizers.Tokenizer.from_str(json.dumps(renumbered_spec(tokenizer, ids, rename)))
+    names = {role: rename.get(token, token) for role, token in
+             zip(("pad_token", "cls_token", "sep_token", "unk_token", "mask_token"), SPECIAL_TOKENS + [MASK_TOKEN])}
+    if hf.token_to_id(names["mask_token"]) is None:
+        del names["mask_token"]
+    hf.post_processor = processors.BertProcessing((names["sep_token"], hf.token_to_id(names["sep_token"])),
+                                                  (names["cls_token"], hf.token_to_id(names["cls_token"])))
+    return hf.to_str(), names
+
+
+def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> Exported:
+    """BertForMaskedLM (a masked-LM run) or BertModel (any other encoder_only run: its pooler is the
+    classifier's) of a run that passed :func:`export_refusals`."""
+    ids, rename = exported_ids(cfg, run)
+    with_head = run.read_config()[1].task.name == "masked_lm"
+    state = {name: t.float() for name, t in model.state_dict().items()}
+    state.setdefault("embed.segments.weight", torch.zeros(1, cfg.d_model))  # no segments: one zero row
+    tensors = {}
+    for ours, theirs in bert_pairs(cfg.n_layers).items():
+        if ours.startswith("mlm_head.") and not with_head:
+            continue
+        tensor = state[ours][:cfg.vocab_size][ids] if ours in VOCABULARY_ROWS else state[ours]
+        for name, part in zip(theirs, tensor.chunk(len(theirs))):
+            tensors[("bert." if with_head and not name.startswith("cls.") else "") + name] = part
+    text, names = exported_tokenizer(tokenizer, ids, rename)
+    config = {"model_type": "bert", "architectures": ["BertForMaskedLM" if with_head else "BertModel"],
+              "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
+              "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
+              "hidden_act": EXPORTED_ACTIVATIONS[cfg.activation], "hidden_dropout_prob": cfg.dropout,
+              "attention_probs_dropout_prob": cfg.attn_dropout, "max_position_embeddings": cfg.max_len,
+              "type_vocab_size": max(cfg.n_segments, 1), "layer_norm_eps": cfg.layer_norm_eps,
+              "pad_token_id": ids.index(PAD), "position_embedding_type": "absolute", "torch_dtype": "float32"}
+    wordpiece = json.loads(text)["model"]["type"] == "WordPiece"
+    tokenizer_config = {"tokenizer_class": "BertTokenizerFast" if wordpiece else "PreTrainedTokenizerFast",
+                        "model_max_length": cfg.max_len} | names
+    return Exported(config, tensors, {"tokenizer.json": text,
+                                      "tokenizer_config.json": json.dumps(tokenizer_config, indent=2) + "\n"})
 
 
 @register_converter
@@ -182,3 +272,11 @@ class BertConverter(HFConverter):
                             "vocab_size": cfg.vocab_size, "max_len": cfg.max_len})
         report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
         return Imported(model, cfg, data, tokenizer, report, {"order": order})  # new token id i is the original's order[i]
+
+    @classmethod
+    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
+        return export_refusals(cfg, run)
+
+    @classmethod
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> Exported:
+        return export_bert(model, cfg, tokenizer, run)

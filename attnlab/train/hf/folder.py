@@ -117,6 +117,21 @@ class Exported:
         self.config, self.tensors, self.files = config, tensors, files
 
 
+def renumbered_spec(tokenizer: Tokenizer, ids: list[int], rename: dict[str, str]) -> dict[str, Any]:
+    """The run's tokenizer.json (as a dict) with its tokens at an export's ids (``ids[i]``: the run's
+    id of the export's id i; tokens left out of ``ids`` are dropped) and control tokens renamed
+    (``rename``: attnlab's name -> the architecture's)."""
+    spec = json.loads(tokenizer.to_str())
+    new_id = {ours: theirs for theirs, ours in enumerate(ids)}
+    model = spec["model"]
+    model["vocab"] = {rename.get(token, token): new_id[i] for token, i in model["vocab"].items() if i in new_id}
+    if model.get("unk_token") is not None:
+        model["unk_token"] = rename.get(model["unk_token"], model["unk_token"])
+    spec["added_tokens"] = [entry | {"id": new_id[entry["id"]], "content": rename.get(entry["content"], entry["content"])}
+                            for entry in spec.get("added_tokens", []) if entry["id"] in new_id]
+    return spec
+
+
 def check_folder(folder: Path) -> type[HFConverter]:
     """The converter of a model folder, after the checks every folder must pass: it exists, its
     weights are not pickled, it has config.json, a supported model_type, and the files that

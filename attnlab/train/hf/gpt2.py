@@ -49,7 +49,15 @@ from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.tasks import task_config
 from attnlab.train.checkpoint import RunDir
 from attnlab.train.config import TrainConfig
-from attnlab.train.hf.folder import Exported, HFConverter, Imported, read_json, read_weights, register_converter
+from attnlab.train.hf.folder import (
+    Exported,
+    HFConverter,
+    Imported,
+    read_json,
+    read_weights,
+    register_converter,
+    renumbered_spec,
+)
 from attnlab.train.init import InitReport, copy_tensors, named_tensors
 
 END_OF_TEXT = "<|endoftext|>"
@@ -225,19 +233,6 @@ def exported_vocabulary(cfg: FamilyConfig, run: RunDir) -> list[int]:
     return kept
 
 
-def exported_tokenizer(tokenizer: Tokenizer, ids: list[int], eos: str) -> str:
-    """The run's tokenizer.json with its tokens at the export's ids; the control tokens dropped from
-    the export are left out, <eos> named ``eos`` (GPT-2's end of text, for an imported run)."""
-    spec = json.loads(tokenizer.to_str())
-    new_id = {ours: theirs for theirs, ours in enumerate(ids)}
-    rename = {"<eos>": eos}
-    vocab = spec["model"]["vocab"]
-    spec["model"]["vocab"] = {rename.get(token, token): new_id[i] for token, i in vocab.items() if i in new_id}
-    spec["added_tokens"] = [entry | {"id": new_id[entry["id"]], "content": rename.get(entry["content"], entry["content"])}
-                            for entry in spec.get("added_tokens", []) if entry["id"] in new_id]
-    return json.dumps(spec, ensure_ascii=False)
-
-
 @register_converter
 class GPT2Converter(HFConverter):
     """GPT2LMHeadModel / GPT2Model <-> decoder_lm (a language-model run: generate, score, inspect,
@@ -298,6 +293,6 @@ class GPT2Converter(HFConverter):
         byte_level = (json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}).get("type") == "ByteLevel"
         tokenizer_config = {"tokenizer_class": "GPT2TokenizerFast" if byte_level else "PreTrainedTokenizerFast",
                             "model_max_length": cfg.max_len, "add_prefix_space": False} | names
-        files = {"tokenizer.json": exported_tokenizer(tokenizer, ids, eos),
+        files = {"tokenizer.json": json.dumps(renumbered_spec(tokenizer, ids, {"<eos>": eos}), ensure_ascii=False),
                  "tokenizer_config.json": json.dumps(tokenizer_config, indent=2) + "\n"}
         return Exported(config, tensors, files)
