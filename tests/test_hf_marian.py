@@ -208,3 +208,33 @@ def test_a_marian_folder_attnlab_cannot_import_is_refused_in_one_line(tmp_path, 
     done = run_cli("import-hf", str(folder), "--out", str(tmp_path / "run"))
     assert done.returncode == 5 and done.stderr.startswith("error: " + message.format(f=folder)), done.stderr
     assert len(done.stderr.splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_import_then_export_gives_transformers_the_same_model_and_tokenizer(tmp_path, folder):
+    imported(tmp_path, folder)
+    done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "exported"))
+    assert done.returncode == 0, done.stderr
+    theirs_tok = transformers.MarianTokenizer.from_pretrained(folder)
+    ours_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "exported")
+    for side, key in (("src", "text"), ("tgt", "text_target")):
+        for sentence in SENTENCES[side]:
+            assert ours_tok(**{key: sentence})["input_ids"] == theirs_tok(**{key: sentence})["input_ids"], (side, sentence)
+    batch = theirs_tok(SOURCE[:3], text_target=TARGET[:3], padding=True, return_tensors="pt")
+    theirs, ours = reference(folder), reference(tmp_path / "exported")
+    with torch.no_grad():
+        a, b = (m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+                for m in (theirs, ours))
+    assert (a.logits - b.logits).abs().max() <= 1e-5
+    assert ours.generation_config.decoder_start_token_id == theirs.config.decoder_start_token_id
+
+
+def test_an_export_of_options_marian_lacks_names_them_all_in_one_line(tmp_path, folder):
+    imported(tmp_path, folder)
+    config = tmp_path / "run" / "config.yaml"
+    config.write_text(config.read_text().replace("norm: post", "norm: pre").replace("positional: sinusoidal_halves",
+                                                                                    "positional: sinusoidal"))
+    done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "exported"))
+    assert done.returncode != 0 and done.stderr == (
+        f"error: {tmp_path / 'run'}: Marian, opus-mt has no counterpart for positional 'sinusoidal' (Marian's is "
+        f"'sinusoidal_halves'); norm 'pre' (Marian's is 'post')\n")
+    assert not (tmp_path / "exported").exists()

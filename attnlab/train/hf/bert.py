@@ -278,5 +278,5 @@ class BertConverter(HFConverter):
         return export_refusals(cfg, run)
 
     @classmethod
-    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> Exported:
-        return export_bert(model, cfg, tokenizer, run)
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+        return export_bert(model, cfg, tokenizers["src"], run)

@@ -23,7 +23,7 @@ from torch import nn
 
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
-from attnlab.files import atomic_write_text, publish_dir, staging_dir
+from attnlab.files import atomic_write_bytes, atomic_write_text, publish_dir, staging_dir
 from attnlab.models import FamilyConfig
 from attnlab.tasks import TaskConfig
 from attnlab.train.checkpoint import RunDir, load_run, write_checkpoint
@@ -72,8 +72,8 @@ class HFConverter:
         return []
 
     @classmethod
-    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> "Exported":
-        """The folder a run that passed :meth:`export_refusals` makes."""
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> "Exported":
+        """The folder a run that passed :meth:`export_refusals` makes (``tokenizers``: the run's, by role)."""
         raise CheckpointError(f"{run.path}: arch '{cfg.arch}' has no Hugging Face export")
 
 
@@ -111,9 +111,9 @@ class Imported:
 
 class Exported:
     """What an export writes: config.json, the tensors under their Hugging Face names, and the
-    tokenizer's files (name -> text)."""
+    tokenizer's files (name -> text, or bytes: a SentencePiece model)."""
 
-    def __init__(self, config: dict[str, Any], tensors: dict[str, torch.Tensor], files: dict[str, str]) -> None:
+    def __init__(self, config: dict[str, Any], tensors: dict[str, torch.Tensor], files: dict[str, str | bytes]) -> None:
         self.config, self.tensors, self.files = config, tensors, files
 
 
@@ -195,12 +195,12 @@ def export_hf(run_dir: str | Path, out: str | Path, checkpoint: str = "best") ->
     if refused:
         raise ConfigError(f"{run.path}: {converter.described} has no counterpart for {'; '.join(refused)}")
     model, tokenizers, _ = load_run(run.path, checkpoint)
-    exported = converter.export_run(model, cfg, tokenizers[data.task.tokenizers[0]], run)
+    exported = converter.export_run(model, cfg, {role: tokenizers[role] for role in data.task.tokenizers}, run)
     staged = staging_dir(out)
     atomic_write_text(staged / CONFIG, json.dumps(exported.config, indent=2) + "\n")
     save_file({name: t.detach().contiguous().clone() for name, t in exported.tensors.items()}, str(staged / WEIGHTS),
               metadata={"format": "pt"})
-    for name, text in exported.files.items():
-        atomic_write_text(staged / name, text)
+    for name, content in exported.files.items():
+        (atomic_write_bytes if isinstance(content, bytes) else atomic_write_text)(staged / name, content)
     publish_dir(staged, out)
     return converter, out

@@ -267,8 +267,8 @@ class GPT2Converter(HFConverter):
         return export_refusals(cfg, run)
 
     @classmethod
-    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> Exported:
-        ids = exported_vocabulary(cfg, run)
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+        tokenizer, ids = tokenizers["tgt"], exported_vocabulary(cfg, run)
         init = run.read_init() if run.init.is_file() else {}
         eos = init.get("end_of_text", "<eos>") if cfg.output_vocabulary == "text" else "<eos>"
         state = {name: t.float() for name, t in model.state_dict().items()}

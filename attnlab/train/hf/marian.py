@@ -34,6 +34,7 @@ model's own source.spm and target.spm (spm.py), which vocab.json numbers.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -41,13 +42,17 @@ from typing import Any
 
 import torch
 
-from attnlab.data.tokenizers import PAD, SPECIAL_TOKENS, UNK
+from torch import nn
+
+from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.tasks import task_config
+from attnlab.train.checkpoint import RunDir
 from attnlab.train.config import TrainConfig
-from attnlab.train.hf.folder import HFConverter, Imported, read_json, read_weights, register_converter
-from attnlab.train.hf.spm import spm_tokenizer
+from attnlab.train.hf.folder import Exported, HFConverter, Imported, read_json, read_weights, register_converter
+from attnlab.train.hf.spm import FOREIGN, spm_model, spm_tokenizer
 from attnlab.train.init import InitReport, copy_tensors, named_tensors
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
@@ -183,6 +188,73 @@ def renumbered_vocabulary(folder: Path, config: dict[str, Any]) -> tuple[list[st
     return tokens, order, [t for t in tokens if LANGUAGE_CODE.fullmatch(t)]
 
 
+EXPORTED_ACTIVATIONS = {"silu": "swish", "gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+MARIAN_NAMES = {"<pad>": "<pad>", "<eos>": "</s>", "<unk>": "<unk>"}  # attnlab's control tokens in vocab.json
+
+
+def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
+    """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
+    needs = {"positional": "sinusoidal_halves", "positional_combine": "add", "positional_base": 10000.0,
+             "norm": "post", "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "all",
+             "attention_scale": "sqrt_dk", "layer_norm_eps": 1e-5}
+    refused = [f"{name} {getattr(cfg, name)!r} (Marian's is {value!r})" for name, value in needs.items()
+               if getattr(cfg, name) != value]
+    if cfg.embedding not in ("scaled", "plain"):
+        refused.append(f"embedding {cfg.embedding!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')")
+    if cfg.activation not in EXPORTED_ACTIVATIONS:
+        refused.append(f"activation {cfg.activation!r} (Marian has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
+    if not ATTENTION_BACKENDS[cfg.attention_backend].exact:
+        refused.append(f"attention_backend {cfg.attention_backend!r} (Marian attends to every token)")
+    if run.read_pruned_heads():
+        refused.append("pruned heads (Marian has the same heads in every layer)")
+    tokenizer = run.read_config()[1].tokenizer
+    if tokenizer != "unigram":
+        refused.append(f"data.tokenizer {tokenizer!r} (Marian reads SentencePiece unigram models: 'unigram')")
+    return refused
+
+
+def exported_ids(cfg: FamilyConfig, run: RunDir) -> tuple[list[int], int]:
+    """For each Marian id of the export, the run's token id, and the export's id of the decoder's
+    start: a run imported from Marian puts its tokens back at their ids (init.json's order) and
+    drops the added <bos>, starting from the original start; another keeps every id and starts
+    from <bos>."""
+    init = run.read_init() if run.init.is_file() else {}
+    order = init.get("order")
+    if isinstance(order, list) and len(order) == cfg.vocab_size and order[BOS] is None:
+        return [order.index(old) for old in range(cfg.vocab_size - 1)], init.get("start", order[PAD])
+    return list(range(cfg.vocab_size)), BOS
+
+
+def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+    """MarianMTModel of a run that passed :func:`export_refusals`."""
+    ids, start = exported_ids(cfg, run)
+    state = {name: t.float() for name, t in model.state_dict().items()}
+    state.setdefault("generator.bias", torch.zeros(cfg.vocab_size))  # output_bias false: Marian's zero bias
+    tensors = {}
+    for ours, theirs in tensor_pairs(cfg).items():
+        tensor = state[ours][:cfg.vocab_size][ids] if ours in ("src_embed.tokens.weight", "generator.bias") else state[ours]
+        for name, part in zip(theirs, tensor.chunk(len(theirs))):
+            tensors[name] = part
+    tensors["final_logits_bias"] = tensors["final_logits_bias"][None]  # (1, V)
+    names = {token: MARIAN_NAMES.get(token, token) for token in SPECIAL_TOKENS}
+    vocabulary = [names.get(t, t).removeprefix(FOREIGN) for t in tokenizers["tgt"].id_tokens(ids)]
+    config = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": len(ids),
+              "decoder_vocab_size": len(ids), "d_model": cfg.d_model, "encoder_layers": cfg.encoder_layers,
+              "decoder_layers": cfg.decoder_layers, "encoder_attention_heads": cfg.n_heads,
+              "decoder_attention_heads": cfg.n_heads, "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff,
+              "activation_function": EXPORTED_ACTIVATIONS[cfg.activation], "dropout": cfg.dropout,
+              "attention_dropout": cfg.attn_dropout, "activation_dropout": 0.0, "max_position_embeddings": cfg.max_len,
+              "scale_embedding": cfg.embedding == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
+              "decoder_start_token_id": start, "forced_eos_token_id": ids.index(EOS),
+              "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "torch_dtype": "float32"}
+    control = {token: names[token] for token in (SPECIAL_TOKENS[EOS], SPECIAL_TOKENS[PAD])}
+    files = {"vocab.json": json.dumps({token: i for i, token in enumerate(vocabulary)}, ensure_ascii=False),
+             "source.spm": spm_model(tokenizers["src"], control), "target.spm": spm_model(tokenizers["tgt"], control),
+             "tokenizer_config.json": json.dumps({"tokenizer_class": "MarianTokenizer", "model_max_length": cfg.max_len,
+                                                  "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}) + "\n"}
+    return Exported(config, tensors, files)
+
+
 @register_converter
 class MarianConverter(HFConverter):
     """MarianMTModel / MarianModel -> encoder_decoder (a translation run: translate, inspect, prune, serve)."""
@@ -215,5 +287,13 @@ class MarianConverter(HFConverter):
         data = task_config({"task": "translation", "format": "tsv", "tokenizer": "unigram", "vocab_size": cfg.vocab_size,
                             "shared_vocab": False, "max_src_len": longest, "max_tgt_len": longest})
         report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
-        return Imported(model, cfg, data, tokenizers, report, {"order": order},
+        return Imported(model, cfg, data, tokenizers, report, {"order": order, "start": start},
                         TrainConfig(progress=False, label_smoothing=0.0))
+
+    @classmethod
+    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
+        return export_refusals(cfg, run)
+
+    @classmethod
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+        return export_marian(model, cfg, tokenizers, run)

@@ -16,6 +16,8 @@ as SentencePiece's do.
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import tokenizers
@@ -65,3 +67,29 @@ def spm_tokenizer(path: Path, vocabulary: list[str], added: list[str]) -> Tokeni
     if added:
         hf.add_tokens([tokenizers.AddedToken(token, normalized=False) for token in added])
     return Tokenizer(hf)
+
+
+def spm_model(tokenizer: Tokenizer, names: dict[str, str]) -> bytes:
+    """A unigram tokenizer written by :func:`spm_tokenizer` (or trained by attnlab, data/tokenizers.py)
+    as a .spm file: its own pieces with their log-probabilities, <unk> (and ``names``' control
+    tokens, attnlab's name -> the file's) as SentencePiece's special pieces, and its character map."""
+    spec = json.loads(tokenizer.to_str())
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.trainer_spec.model_type = UNIGRAM
+    kinds = sentencepiece_model_pb2.ModelProto.SentencePiece
+    for token, score in spec["model"]["vocab"]:
+        if token == SPECIAL_TOKENS[UNK]:
+            proto.trainer_spec.unk_id = len(proto.pieces)
+            proto.pieces.add(piece=names.get(token, token), score=0.0, type=kinds.UNKNOWN)
+        elif token in names:
+            proto.pieces.add(piece=names[token], score=0.0, type=kinds.CONTROL)
+        elif not token.startswith(FOREIGN) and token not in SPECIAL_TOKENS:
+            proto.pieces.add(piece=token, score=score, type=kinds.NORMAL)
+    steps = (spec.get("normalizer") or {}).get("normalizers", [])
+    charsmap = next((step["precompiled_charsmap"] for step in steps if step["type"] == "Precompiled"), None)
+    proto.normalizer_spec.name = "nmt_nfkc" if charsmap else "identity"
+    if charsmap:
+        proto.normalizer_spec.precompiled_charsmap = base64.b64decode(charsmap)
+    proto.normalizer_spec.add_dummy_prefix = proto.normalizer_spec.remove_extra_whitespaces = True
+    proto.normalizer_spec.escape_whitespaces = True
+    return proto.SerializeToString()
