@@ -318,10 +318,23 @@ def test_bench_encoder_times_one_set_of_weights_in_both_implementations(monkeypa
     assert done.returncode == 2 and "--seq-len between 1 and 512" in done.stderr
 
 
+def test_bench_gpt2_generates_the_same_tokens_as_transformers_on_the_same_weights():
+    """The timed greedy generations are compared too: the imported GPT-2's tokens are transformers'."""
+    from attnlab.bench.generate import bench_generate
+
+    records = list(bench_generate("tiny", batches=(1, 2), prompt_len=4, new_tokens=6, repeats=1))
+    assert [r["name"] for r in records] == ["gpt2_tiny_greedy_batch1", "gpt2_tiny_greedy_batch2"]
+    for r in records:
+        assert r["same_tokens"] and r["reference"] == "transformers.GPT2LMHeadModel.generate"
+        assert r["ratio"] == pytest.approx(r["value"] / r["reference_value"], rel=1e-2)
+    done = run_cli("bench", "gpt2", "--prompt-len", "1000", "--new-tokens", "100")
+    assert done.returncode == 2 and "within GPT-2's 1,024 positions" in done.stderr
+
+
 # -- devices: --device on every suite, synchronised timings, MFU, records that name the device -----------------
 
 SUITES = {"train": ("train", "bench_train"), "decode": ("decode", "bench_decode"), "lm": ("lm", "bench_lm"),
-          "encoder": ("encoder", "bench_encoder"), "models": ("models", "bench_models"),
+          "encoder": ("encoder", "bench_encoder"), "gpt2": ("generate", "bench_generate"), "models": ("models", "bench_models"),
           "attention": ("attention", "bench_attention")}
 CUDA = torch.device("cuda", 1)
 

@@ -1,4 +1,4 @@
-"""`attnlab bench train | decode | lm | encoder | models | attention`: timings as ratios against a
+"""`attnlab bench train | decode | lm | encoder | gpt2 | models | attention`: timings as ratios against a
 reference, on ``--device`` (auto | cpu | cuda | cuda:N; every suite, every reference on the same one)."""
 
 from __future__ import annotations
@@ -159,6 +159,21 @@ def cmd_bench_encoder(args: argparse.Namespace, device: torch.device) -> None:
         emit_comparison(r, args.json)
 
 
+def cmd_bench_gpt2(args: argparse.Namespace, device: torch.device) -> None:
+    from attnlab.bench.generate import SHAPES, bench_generate
+
+    if min(args.repeats, args.prompt_len, args.new_tokens, *args.batch) < 1 or args.prompt_len + args.new_tokens > 1024:
+        raise UsageError("--repeats, --batch, --prompt-len and --new-tokens must be at least 1, prompt and new "
+                         "tokens within GPT-2's 1,024 positions")
+    shape = SHAPES[args.shape]
+    header(device, f"greedy generation, an imported GPT-2 against transformers' generate on the same random weights "
+                   f"(GPT-2 {args.shape}: d {shape['n_embd']}, {shape['n_layer']} layers, vocabulary 50,257), prompts "
+                   f"of {args.prompt_len} tokens, {args.new_tokens} new; fp32; interleaved, median of {args.repeats}")
+    for r in bench_generate(args.shape, tuple(args.batch), args.prompt_len, args.new_tokens, args.repeats,
+                            device=device):
+        emit_comparison(r, args.json)
+
+
 def cmd_bench_attention(args: argparse.Namespace, device: torch.device) -> None:
     from attnlab.bench.attention import PEAK_MEMORY, GiB, backends, bench_attention, plot_attention
 
@@ -243,6 +258,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                          help="precisions to measure (default both)")
     encoder.add_argument("--backends", nargs="+", choices=["math", "sdpa"], default=["math", "sdpa"],
                          help="attnlab's attention backends to measure (default both)")
+    gpt2 = suite("gpt2", "an imported GPT-2's greedy generate tokens/s against transformers' generate, same weights",
+                 cmd_bench_gpt2, 3)
+    gpt2.add_argument("--shape", choices=["small", "tiny"], default="small",
+                      help="GPT-2 small (d 768, 12 layers) or a tiny one (d 128, 2 layers) (default small)")
+    gpt2.add_argument("--batch", type=int, nargs="+", default=[1, 4], help="prompts per call (default 1 4)")
+    gpt2.add_argument("--prompt-len", type=int, default=16, help="tokens per prompt (default 16)")
+    gpt2.add_argument("--new-tokens", type=int, default=32, help="tokens generated per prompt (default 32)")
     attn = suite("attention", "time and peak memory of each attention backend, by length", cmd_bench_attention, 3)
     attn.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
                       help="sequence lengths T to measure (default 256 to 32768, doubling)")
