@@ -238,3 +238,29 @@ def test_an_export_of_options_marian_lacks_names_them_all_in_one_line(tmp_path, 
         f"error: {tmp_path / 'run'}: Marian, opus-mt has no counterpart for positional 'sinusoidal' (Marian's is "
         f"'sinusoidal_halves'); norm 'pre' (Marian's is 'post')\n")
     assert not (tmp_path / "exported").exists()
+
+
+def test_a_run_trained_by_attnlab_with_marians_options_exports(tmp_path):
+    """Every id kept (its <bos> the decoder's start), the unigram tokenizer written as both .spm files."""
+    (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(SOURCE, TARGET)) * 10)
+    (tmp_path / "mt.yaml").write_text(
+        "model: {arch: encoder_decoder, d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, positional: sinusoidal_halves, "
+        "output_bias: true, activation: silu, dropout: 0.0, max_len: 64}\n"
+        f"data: {{task: translation, format: tsv, train: {tmp_path / 'pairs.tsv'}, tokenizer: unigram, vocab_size: 80, valid: {tmp_path / 'pairs.tsv'}}}\n"
+        "train: {max_steps: 3, max_tokens: 256, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}\n")
+    done = run_cli("train", str(tmp_path / "mt.yaml"), "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "hf"))
+    assert done.returncode == 0, done.stderr
+    model, toks, _ = load_run(tmp_path / "run")
+    theirs_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    for side, key in (("src", "text"), ("tgt", "text_target")):
+        for sentence in SOURCE + TARGET:
+            assert theirs_tok(**{key: sentence})["input_ids"] == toks[side].encode(sentence) + [2], sentence
+    src = padded([toks["src"].encode(s) + [2] for s in SOURCE[:3]], PAD)
+    tgt = padded([[1] + toks["tgt"].encode(t) for t in TARGET[:3]], PAD)
+    with torch.no_grad():
+        ours = model.eval()(src, tgt)
+        theirs = reference(tmp_path / "hf")(input_ids=src, attention_mask=src != PAD, decoder_input_ids=tgt).logits
+    diff = (ours - theirs)[tgt != PAD].abs().max().item()
+    assert diff <= 1e-5 * max(1.0, ours.abs().max().item()), diff  # within 1e-5 of the logits' scale
