@@ -145,3 +145,19 @@ def test_encoder_stride_is_ignored_and_a_layer_norm_eps_is_kept(tmp_path):
     images = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         assert (model.classify(images) - reference(folder)(pixel_values=images).logits).abs().max().item() <= 1e-5
+
+
+def test_the_explorer_serves_an_imported_vit_on_an_image_file(tmp_path):
+    """`attnlab serve --allow-files` takes the imported run like any other: every layer's attention
+    maps, and as most probable class the label `predict` gives."""
+    from attnlab.serve.explorer import Explorer
+
+    folder = tiny_folder(tmp_path / "hf")
+    imported(tmp_path, folder, "image_classification", "predict, evaluate, inspect")
+    png = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8), mode="RGB").save(png)
+    served = Explorer(tmp_path / "run", allow_files=True).run({"text": str(png)})
+    assert served["task"] == "image_classification" and len(served["attention"]) == 2
+    done = run_cli("predict", str(tmp_path / "run"), str(png), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["label"] == served["outputs"][0]["label"]
