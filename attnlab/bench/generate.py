@@ -17,7 +17,7 @@ from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians
 from attnlab.decode.search import greedy
 from attnlab.models import build_model, model_config
-from attnlab.train.hf.gpt2 import ADDED, gpt2_model_fields, gpt2_tensors
+from attnlab.train.hf.gpt2 import gpt2_model_fields, gpt2_tensors
 from attnlab.train.init import copy_tensors, named_tensors
 
 HF = "transformers.GPT2LMHeadModel.generate"
@@ -36,7 +36,6 @@ def gpt2_pair(shape: str, seed: int = 0, device: torch.device = CPU) -> tuple[to
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config)).eval()
     eos = config["eos_token_id"]
     order = [None, None, eos, None] + [i for i in range(config["vocab_size"]) if i != eos]
-    assert len(order) == config["vocab_size"] + len(ADDED)
     tensors, _ = gpt2_tensors(hf.state_dict(), config, [eos if old is None else old for old in order], HF)
     ours = build_model(model_config(gpt2_model_fields(config, shape)))
     copy_tensors(named_tensors(ours), tensors, HF)

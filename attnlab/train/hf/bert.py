@@ -200,7 +200,8 @@ def exported_ids(cfg: FamilyConfig, run: RunDir) -> tuple[list[int], dict[str, s
     keeps its ids and names."""
     order = run.read_init().get("order") if run.init.is_file() else None
     if isinstance(order, list) and sorted(order) == list(range(cfg.vocab_size)):
-        return [order.index(old) for old in range(cfg.vocab_size)], dict(zip(SPECIAL_TOKENS + [MASK_TOKEN], BERT_SPECIALS))
+        names = dict(zip(SPECIAL_TOKENS + [MASK_TOKEN], BERT_SPECIALS))
+        return [order.index(old) for old in range(cfg.vocab_size)], names
     return list(range(cfg.vocab_size)), {}
 
 

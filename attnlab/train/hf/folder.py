@@ -5,9 +5,10 @@ the folder.
 A folder is read from three kinds of file and nothing else, never over the network:
 ``config.json`` (its ``model_type`` chooses the :class:`HFConverter`), ``model.safetensors`` (a
 pickled ``pytorch_model.bin`` is refused before anything is opened: unpickling can run code) and
-the tokenizer's own files (an image model's ``preprocessor_config.json`` instead). Each architecture is one module of this package that registers its
-converter (bert.py, gpt2.py, vit.py); the import and the export look it up here, by ``model_type`` and by
-the run's ``arch``.
+the tokenizer's own files (a Marian model's SentencePiece models; an image model's
+``preprocessor_config.json`` instead). Each architecture is one module of this package that
+registers its converter (bert.py, gpt2.py, marian.py, vit.py); the import and the export look it up
+here, by ``model_type`` and by the run's ``arch``.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class HFConverter:
         return []
 
     @classmethod
-    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> "Exported":
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer],
+                   run: RunDir) -> "Exported":
         """The folder a run that passed :meth:`export_refusals` makes (``tokenizers``: the run's, by role)."""
         raise CheckpointError(f"{run.path}: arch '{cfg.arch}' has no Hugging Face export")
 
@@ -90,9 +92,9 @@ def register_converter(cls: type[HFConverter]) -> type[HFConverter]:
 
 class Imported:
     """What an import writes: the model and its config sections, the tokenizer (None for a model of
-    images; by role, ``{"src": ..., "tgt": ...}``, where the sides differ), the report of what was loaded (with ``init``: what else init.json keeps, such as the
-    token order) and ``task_state``, what the task keeps of its data (an image model's classes and
-    pixel statistics)."""
+    images; by role, ``{"src": ..., "tgt": ...}``, where the sides differ), the report of what was
+    loaded (with ``init``: what else init.json keeps, such as the token order) and ``task_state``,
+    what the task keeps of its data (an image model's classes and pixel statistics)."""
 
     def __init__(self, model: nn.Module, model_cfg: FamilyConfig, data: TaskConfig,
                  tokenizer: Tokenizer | dict[str, Tokenizer] | None,
