@@ -214,6 +214,8 @@ def test_import_then_export_gives_transformers_the_same_model_and_tokenizer(tmp_
     imported(tmp_path, folder)
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "exported"))
     assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"exported {tmp_path / 'run'} as a Hugging Face marian folder (config.json, model.safetensors, "
+                           f"source.spm, target.spm, tokenizer_config.json, vocab.json): {tmp_path / 'exported'}\n")
     theirs_tok = transformers.MarianTokenizer.from_pretrained(folder)
     ours_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "exported")
     for side, key in (("src", "text"), ("tgt", "text_target")):

@@ -135,8 +135,8 @@ def cmd_export_hf(args: argparse.Namespace) -> None:
     from attnlab.train.hf import export_hf
 
     converter, out = export_hf(args.run_dir, args.out, args.checkpoint)
-    print(f"exported {args.run_dir} as a Hugging Face {converter.model_type} folder (config.json, model.safetensors, "
-          f"tokenizer.json): {out}")
+    files = ", ".join(sorted(path.name for path in out.iterdir()))
+    print(f"exported {args.run_dir} as a Hugging Face {converter.model_type} folder ({files}): {out}")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -186,22 +186,29 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     export.add_argument("--force", action="store_true", help="replace an existing OUT")
     export.set_defaults(func=cmd_export)
 
-    hf = sub.add_parser("import-hf", help="make a run directory of a local Hugging Face folder (BERT, GPT-2, ViT)",
+    hf = sub.add_parser("import-hf", help="make a run directory of a local Hugging Face folder (BERT, GPT-2, Marian, "
+                                          "ViT)",
                         description="Read config.json, model.safetensors and the tokenizer's files of a Hugging Face "
                                     "folder (never the network, never a pickled pytorch_model.bin) and write a run: "
                                     "model_type 'bert' -> encoder_only (a masked-LM or encoder run), 'gpt2' -> "
-                                    "decoder_lm (a language-model run: generate, score, inspect, prune, serve), 'vit' -> vit "
+                                    "decoder_lm (a language-model run: generate, score, inspect, prune, serve), 'marian' "
+                                    "-> encoder_decoder (a translation run, with its source.spm and target.spm: translate, "
+                                    "inspect, prune, serve), 'vit' -> vit "
                                     "(an image_classification run, or an image_encoder run for ViTModel; "
                                     "preprocessor_config.json gives its pixel statistics).")
     hf.add_argument("folder", help="the Hugging Face model folder")
     hf.add_argument("--out", required=True, help="the run directory to write (must not exist)")
     hf.set_defaults(func=cmd_import_hf)
 
-    export_hf = sub.add_parser("export-hf", help="write a run as a Hugging Face folder (decoder_lm -> GPT-2)",
-                               description="Write config.json, model.safetensors and tokenizer.json of a run's "
-                                           "checkpoint so that transformers' AutoModelForCausalLM.from_pretrained "
-                                           "loads it: decoder_lm runs whose options GPT-2 has (options without a "
-                                           "counterpart are refused, named in one line).")
+    export_hf = sub.add_parser("export-hf", help="write a run as a Hugging Face folder (decoder_lm -> GPT-2, "
+                                                 "encoder_only -> BERT, encoder_decoder -> Marian)",
+                               description="Write config.json, model.safetensors and the tokenizer's files of a run's "
+                                           "checkpoint so that transformers' AutoModel...from_pretrained loads it: "
+                                           "decoder_lm runs whose options GPT-2 has, encoder_only runs whose options "
+                                           "BERT has (BertForMaskedLM for a masked-LM run, else BertModel), "
+                                           "encoder_decoder runs whose options Marian has (MarianMTModel, with "
+                                           "source.spm and target.spm); options without a counterpart are refused, "
+                                           "named in one line.")
     add_checkpoint_args(export_hf)
     export_hf.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")
     export_hf.set_defaults(func=cmd_export_hf)
