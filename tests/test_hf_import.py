@@ -170,3 +170,17 @@ def test_a_classifier_fine_tuned_from_an_import_without_a_head_does_not_count_it
     assert json.loads((tmp_path / "ft" / "summary.json").read_text())["n_params"] == n_params
     assert (f"model: encoder_only, {n_params:,} parameters (and {head:,} in mlm_head.bias, mlm_head.transform, "
             f"mlm_head.norm, never trained); run directory {tmp_path / 'ft'}") in done.stdout.splitlines()
+
+
+def test_an_imported_masked_lm_prunes_on_a_text_file_and_an_encoder_run_is_refused_in_one_line(tmp_path):
+    """A masked-LM run ranks and prunes its heads on `--data` text; an encoder run has no loss to rank them by."""
+    (tmp_path / "text.txt").write_text("the film was great\nit was not good\na very long plot\nawful movie\n" * 5)
+    for masked_lm, name in ((True, "mlm"), (False, "encoder")):
+        folder = tiny_folder(tmp_path / f"hf-{name}", masked_lm=masked_lm)
+        assert run_cli("import-hf", str(folder), "--out", str(tmp_path / name)).returncode == 0
+    done = run_cli("prune", str(tmp_path / "mlm"), "--fraction", "0.5", "--data", str(tmp_path / "text.txt"),
+                   "--out", str(tmp_path / "pruned"))
+    assert done.returncode == 0 and "4/8 heads pruned (50%)" in done.stdout, done.stderr
+    done = run_cli("prune", str(tmp_path / "encoder"), "--fraction", "0.5", "--data", str(tmp_path / "text.txt"))
+    assert done.returncode != 0 and len(done.stderr.splitlines()) == 1
+    assert "is a run of data.task 'encoder'; `attnlab prune` needs data.task" in done.stderr
