@@ -266,3 +266,18 @@ def test_a_run_trained_by_attnlab_with_marians_options_exports(tmp_path):
         theirs = reference(tmp_path / "hf")(input_ids=src, attention_mask=src != PAD, decoder_input_ids=tgt).logits
     diff = (ours - theirs)[tgt != PAD].abs().max().item()
     assert diff <= 1e-5 * max(1.0, ours.abs().max().item()), diff  # within 1e-5 of the logits' scale
+
+
+def test_fine_tuning_the_imported_run_asks_for_no_label_smoothing_then_trains(tmp_path, folder):
+    """Its <bos> has logit -inf (output_vocabulary: no_bos): label smoothing would give it probability."""
+    imported(tmp_path, folder)
+    (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(SOURCE, TARGET)))
+    data = f"data: {{task: translation, format: tsv, train: {tmp_path / 'pairs.tsv'}, valid: {tmp_path / 'pairs.tsv'}}}\n"
+    train = f"init_from: {tmp_path / 'run'}, max_steps: 2, max_tokens: 256, lr_schedule: constant, progress: false"
+    (tmp_path / "smoothed.yaml").write_text(data + f"train: {{{train}}}\n")
+    done = run_cli("train", str(tmp_path / "smoothed.yaml"), "--out", str(tmp_path / "tuned"))
+    assert done.returncode != 0 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "model.output_vocabulary 'no_bos' gives some tokens logit -inf" in done.stderr
+    (tmp_path / "plain.yaml").write_text(data + f"train: {{{train}, label_smoothing: 0.0, warmup_steps: 1}}\n")
+    done = run_cli("train", str(tmp_path / "plain.yaml"), "--out", str(tmp_path / "tuned"))
+    assert done.returncode == 0, done.stderr

@@ -7,6 +7,7 @@ from typing import Optional
 
 from torch import nn
 
+from attnlab.config import one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, TwoSidedSizes, register_family
@@ -16,22 +17,31 @@ from attnlab.nn.encoder_decoder import EncoderDecoder
 from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
 
 
+NEVER = {"all": (), "no_bos": (1,)}  # output_vocabulary -> ids never predicted (<bos> of data/tokenizers.py)
+OUTPUT_VOCABULARIES = tuple(NEVER)
+
+
 @dataclass(frozen=True)
 class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
     """The Transformer fields, plus a source vocabulary (``src_vocab_size``, default: the target's)
     and separate stack depths (``n_encoder_layers``, ``n_decoder_layers``, default: ``n_layers``).
-    ``output_bias``: a bias per target token on the logits (Marian's final_logits_bias; the paper has none)."""
+    ``output_bias``: a bias per target token on the logits (Marian's final_logits_bias; the paper has none).
+    ``output_vocabulary``: ``all``, every token id may be predicted; ``no_bos``, <bos>, which only
+    starts the decoder, never is (its logit is -inf): an imported Marian model's added start token
+    (train/hf/marian.py), so that the distribution over Marian's own tokens stays the original's."""
 
     src_vocab_size: Optional[int] = None
     n_encoder_layers: Optional[int] = None
     n_decoder_layers: Optional[int] = None
     output_bias: bool = False
+    output_vocabulary: str = "all"
 
     ties = ("none", "output", "src_tgt", "all")
 
     def check(self) -> None:
         self.check_sizes()
         super().check()
+        one_of("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
         if "src_tgt" in self.tied and self.src_vocab != self.vocab_size:
             raise ConfigError(f"tie_embeddings '{self.tie_embeddings}' shares source and target embeddings, so "
                               f"src_vocab_size ({self.src_vocab_size}) must equal vocab_size ({self.vocab_size}); "
@@ -70,4 +80,4 @@ def seq2seq_parts(cfg: EncoderDecoderConfig, causal: bool = True
         tgt_embed.tokens = src_embed.tokens
     return (src_embed, tgt_embed, parts.encoder(cfg, cfg.encoder_layers),
             parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal),
-            parts.output_projection(cfg, tgt_embed, bias=cfg.output_bias))
+            parts.output_projection(cfg, tgt_embed, NEVER[cfg.output_vocabulary], bias=cfg.output_bias))

@@ -26,8 +26,9 @@ The vocabulary: Marian's vocab.json has ``</s>``, ``<unk>`` and ``<pad>``, and i
 from ``<pad>`` (``decoder_start_token_id``); attnlab's tokenizers keep <pad> 0, <bos> 1, <eos> 2,
 <unk> 3. Marian's pad, end and unknown take ids 0, 2 and 3, every other token keeps its order from
 id 4, and <bos> is added at 1 with the decoder start's embedding row, so that attnlab's decoding,
-which starts from <bos>, starts as Marian's does. The added <bos> is never predicted: its output
-bias is -inf, and the distribution over Marian's own tokens is exactly the original's. init.json's
+which starts from <bos>, starts as Marian's does. The added <bos> is never predicted
+(``output_vocabulary: no_bos``: its logit is -inf), so the distribution over Marian's own tokens is
+exactly the original's. init.json's
 ``order`` gives each id the original's (null for <bos>). The text is cut into pieces by the
 model's own source.spm and target.spm (spm.py), which vocab.json numbers.
 """
@@ -35,7 +36,6 @@ model's own source.spm and target.spm (spm.py), which vocab.json numbers.
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,8 @@ def marian_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
                 "attention_dropout": config.get("attention_dropout", 0.0),
                 "activation": ACTIVATIONS[config.get("activation_function", "gelu")], "norm": "post",
                 "layer_norm_eps": 1e-5, "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
-                "tie_embeddings": "all", "pad_id": PAD, "output_bias": True, "attention_backend": "sdpa",
+                "tie_embeddings": "all", "pad_id": PAD, "output_bias": True, "output_vocabulary": "no_bos",
+                "attention_backend": "sdpa",
                 "embedding": "scaled" if config.get("scale_embedding", False) else "plain"}
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a Marian config.json has") from None
@@ -139,9 +140,9 @@ def expected_shape(name: str, ours: tuple[int, ...], parts: int, vocab: int) -> 
 def marian_tensors(weights: dict[str, torch.Tensor], cfg: FamilyConfig, shapes: dict[str, tuple[int, ...]],
                    order: list[int | None], start: int, where: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
     """attnlab's tensors (of ``shapes``) from a MarianMTModel / MarianModel state dict, token rows
-    taken in ``order`` (the added <bos>, None there: the decoder ``start``'s embedding and an output
-    bias of -inf); and the names of the original that have no place here. A missing tensor or a
-    shape unlike config.json's is refused in one line."""
+    taken in ``order`` (the added <bos>, None there: the decoder ``start``'s row); and the names of
+    the original that have no place here. A missing tensor or a shape unlike config.json's is
+    refused in one line."""
     plain = dict(weights) | {"model.shared.weight": shared_embedding(weights, where)}
     plain.setdefault("final_logits_bias", torch.zeros(1, len(order) - 1))  # MarianModel: no output bias
     out, used = {}, set()
@@ -156,8 +157,7 @@ def marian_tensors(weights: dict[str, torch.Tensor], cfg: FamilyConfig, shapes: 
         out[ours] = torch.cat([plain[name].float() for name in theirs])
         used |= set(theirs)
     rows = torch.tensor([start if old is None else old for old in order])
-    added = torch.tensor([old is None for old in order])
-    out["generator.bias"] = out["generator.bias"].flatten()[rows].masked_fill(added, -math.inf)
+    out["generator.bias"] = out["generator.bias"].flatten()[rows]
     out["src_embed.tokens.weight"] = out["src_embed.tokens.weight"][rows]
     tied = {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight",
             "model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}  # copies; fixed sinusoids
