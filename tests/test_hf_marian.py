@@ -242,16 +242,23 @@ def test_an_export_of_options_marian_lacks_names_them_all_in_one_line(tmp_path, 
     assert not (tmp_path / "exported").exists()
 
 
-def test_a_run_trained_by_attnlab_with_marians_options_exports(tmp_path):
-    """Every id kept (its <bos> the decoder's start), the unigram tokenizer written as both .spm files."""
+def trained(tmp_path: Path) -> Path:
+    """A tiny encoder_decoder trained by attnlab with Marian's options, for 3 steps."""
     (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(SOURCE, TARGET)) * 10)
     (tmp_path / "mt.yaml").write_text(
         "model: {arch: encoder_decoder, d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, positional: sinusoidal_halves, "
         "output_bias: true, activation: silu, dropout: 0.0, max_len: 64}\n"
-        f"data: {{task: translation, format: tsv, train: {tmp_path / 'pairs.tsv'}, tokenizer: unigram, vocab_size: 80, valid: {tmp_path / 'pairs.tsv'}}}\n"
+        f"data: {{task: translation, format: tsv, train: {tmp_path / 'pairs.tsv'}, valid: {tmp_path / 'pairs.tsv'}, "
+        "tokenizer: unigram, vocab_size: 80}\n"
         "train: {max_steps: 3, max_tokens: 256, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}\n")
     done = run_cli("train", str(tmp_path / "mt.yaml"), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
+    return tmp_path / "run"
+
+
+def test_a_run_trained_by_attnlab_with_marians_options_exports(tmp_path):
+    """Every id kept (its <bos> the decoder's start), the unigram tokenizer written as both .spm files."""
+    trained(tmp_path)
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "hf"))
     assert done.returncode == 0, done.stderr
     model, toks, _ = load_run(tmp_path / "run")
@@ -281,3 +288,16 @@ def test_fine_tuning_the_imported_run_asks_for_no_label_smoothing_then_trains(tm
     (tmp_path / "plain.yaml").write_text(data + f"train: {{{train}, label_smoothing: 0.0, warmup_steps: 1}}\n")
     done = run_cli("train", str(tmp_path / "plain.yaml"), "--out", str(tmp_path / "tuned"))
     assert done.returncode == 0, done.stderr
+
+
+def test_a_run_whose_sides_have_different_vocabularies_is_refused_in_one_line(tmp_path, folder):
+    """Marian numbers both sides with one vocab.json: a run whose target tokens differ is refused."""
+    imported(tmp_path, folder)
+    path = tmp_path / "run" / "tokenizer-tgt.json"
+    spec = json.loads(path.read_text())
+    spec["model"]["vocab"][10][0] = "▁renamed"
+    path.write_text(json.dumps(spec))
+    done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "hf"))
+    assert done.returncode != 0 and done.stderr == (
+        f"error: {tmp_path / 'run'}: Marian, opus-mt has no counterpart for separate source and target vocabularies "
+        f"(Marian's one vocab.json numbers both sides)\n")

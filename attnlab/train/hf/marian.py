@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from torch import nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
@@ -210,7 +209,14 @@ def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
     tokenizer = run.read_config()[1].tokenizer
     if tokenizer != "unigram":
         refused.append(f"data.tokenizer {tokenizer!r} (Marian reads SentencePiece unigram models: 'unigram')")
+    elif len({tuple(vocabulary(tok, cfg.vocab_size)) for tok in run.read_tokenizers().values() if tok}) > 1:
+        refused.append("separate source and target vocabularies (Marian's one vocab.json numbers both sides)")
     return refused
+
+
+def vocabulary(tokenizer: Tokenizer, size: int) -> list[str]:
+    """The token of each id, as vocab.json names it (attnlab's control tokens under Marian's names)."""
+    return [MARIAN_NAMES.get(token, token).removeprefix(FOREIGN) for token in tokenizer.id_tokens(range(size))]
 
 
 def exported_ids(cfg: FamilyConfig, run: RunDir) -> tuple[list[int], int]:
@@ -236,8 +242,7 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
         for name, part in zip(theirs, tensor.chunk(len(theirs))):
             tensors[name] = part
     tensors["final_logits_bias"] = tensors["final_logits_bias"][None]  # (1, V)
-    names = {token: MARIAN_NAMES.get(token, token) for token in SPECIAL_TOKENS}
-    vocabulary = [names.get(t, t).removeprefix(FOREIGN) for t in tokenizers["tgt"].id_tokens(ids)]
+    tokens = vocabulary(tokenizers["tgt"], cfg.vocab_size)
     config = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": len(ids),
               "decoder_vocab_size": len(ids), "d_model": cfg.d_model, "encoder_layers": cfg.encoder_layers,
               "decoder_layers": cfg.decoder_layers, "encoder_attention_heads": cfg.n_heads,
@@ -247,8 +252,8 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
               "scale_embedding": cfg.embedding == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
               "decoder_start_token_id": start, "forced_eos_token_id": ids.index(EOS),
               "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "torch_dtype": "float32"}
-    control = {token: names[token] for token in (SPECIAL_TOKENS[EOS], SPECIAL_TOKENS[PAD])}
-    files = {"vocab.json": json.dumps({token: i for i, token in enumerate(vocabulary)}, ensure_ascii=False),
+    control = {token: MARIAN_NAMES[token] for token in (SPECIAL_TOKENS[EOS], SPECIAL_TOKENS[PAD])}
+    files = {"vocab.json": json.dumps({tokens[i]: new for new, i in enumerate(ids)}, ensure_ascii=False),
              "source.spm": spm_model(tokenizers["src"], control), "target.spm": spm_model(tokenizers["tgt"], control),
              "tokenizer_config.json": json.dumps({"tokenizer_class": "MarianTokenizer", "model_max_length": cfg.max_len,
                                                   "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}) + "\n"}
