@@ -112,7 +112,8 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     """The fields of every Transformer family, one per axis of variation.
 
     ``positional`` is applied where the method puts it: absolute encodings (``sinusoidal``,
-    ``learned``) at the embeddings, added or concatenated (``positional_combine``); relative ones
+    ``sinusoidal_halves``: Marian's layout of the same table, ``learned``) at the embeddings, added or
+    concatenated (``positional_combine``); relative ones
     (``relative``, ``relative_bias``, ``rotary``, ``alibi``) inside every self-attention.
     ``embedding``: ``scaled``, the paper's E[w] sqrt(D) + PE; ``normed``, BERT's LayerNorm(E[w] + PE
     + segment), unscaled; or ``plain``, GPT-2's E[w] + PE. ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
@@ -203,7 +204,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
                                   "positional_combine 'concat' use tie_embeddings 'none' or 'src_tgt'")
         elif self.positional_dim is not None:
             raise ConfigError("positional_dim is only used with positional_combine 'concat'")
-        if self.positional == "sinusoidal" and self.positional_width % 2:
+        if self.positional.startswith("sinusoidal") and self.positional_width % 2:
             raise ConfigError(f"sinusoidal positions need an even width (got {self.positional_width})")
         if self.positional == "rotary" and self.d_head % 2:
             raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {self.d_head})")

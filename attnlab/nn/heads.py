@@ -10,15 +10,15 @@ from attnlab.nn.dropout import Dropout
 
 
 class VocabularyProjection(nn.Linear):
-    """The pre-softmax map d_model -> V (no bias), whose weight may have rows past V: a vocabulary
+    """The pre-softmax map d_model -> V (without a bias unless asked), whose weight may have rows past V: a vocabulary
     padded to a multiple of 64 gives the matrix products aligned shapes on a GPU. The padded
     columns of the product are cut off here, so no softmax, loss or search ever sees them, and
     they get no gradient. ``never`` lists token ids that are never an output: their logits are
     -inf (the control tokens a pretrained model's vocabulary did not have, so that its distribution
-    over its own tokens is unchanged)."""
+    over its own tokens is unchanged). ``bias``: a bias per token (Marian's final_logits_bias)."""
 
-    def __init__(self, d_model: int, rows: int, vocab_size: int, never: tuple[int, ...] = ()) -> None:
-        super().__init__(d_model, rows, bias=False)
+    def __init__(self, d_model: int, rows: int, vocab_size: int, never: tuple[int, ...] = (), bias: bool = False) -> None:
+        super().__init__(d_model, rows, bias=bias)
         self.vocab_size = vocab_size
         excluded = torch.zeros(vocab_size, dtype=torch.bool)
         excluded[list(never)] = True

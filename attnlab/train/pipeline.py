@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from attnlab.data.tokenizers import PAD
 from attnlab.errors import ConfigError
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.nn.transformer import Decoder
+from attnlab.nn.stacks import Decoder
 from attnlab.train.distributed import World
 
 
