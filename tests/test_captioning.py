@@ -161,8 +161,34 @@ def test_a_tiny_captioner_learns_to_caption_one_object_scenes(captioning_run):
     record = json.loads(result.stdout)
     assert record["exact_match"] >= 0.5 and record["bleu"] > 50 and record["images"] == 50
     assert record["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-    text = run_cli("evaluate", str(root / "run"), "--split", "compositional")
+    text = run_cli("evaluate", str(root / "run"), "--split", "compositional", "--beam", "1")
     assert text.returncode == 0 and "(50 images, split compositional, greedy)" in text.stdout
+
+
+def test_evaluate_decodes_by_beam_and_lenpen_as_caption_does(captioning_run):
+    """`evaluate --beam K --lenpen A` scores the captions of beam_search(K, A) run by hand on the
+    split's standardised images; --beam 1 those of greedy search."""
+    from attnlab.eval.metrics import exact_match
+    from attnlab.train.checkpoint import RunDir
+    from attnlab.train.run import read_run_data
+
+    root, _ = captioning_run
+    model, tokenizers, _ = load_run(root / "run")
+    data = read_run_data(RunDir(root / "run"), "test")
+    images, references = data.standardise(data.splits["test"].images), data.splits["test"].captions
+    by_hand = {
+        ("1", "0.6"): [tokenizers["tgt"].decode(ids) for ids in greedy(model.eval(), images, data.max_caption_len)],
+        ("3", "1.5"): [tokenizers["tgt"].decode(hyps[0].tokens)
+                       for hyps in beam_search(model, images, 3, 1.5, max_len=data.max_caption_len)]}
+    for (beam, lenpen), captions in by_hand.items():
+        done = run_cli("evaluate", str(root / "run"), "--split", "test", "--beam", beam, "--lenpen", lenpen, "--json")
+        assert done.returncode == 0, done.stderr
+        record = json.loads(done.stdout)
+        assert (record["beam"], record["lenpen"]) == (int(beam), float(lenpen))
+        assert record["exact_match"] == exact_match(captions, references)
+        assert [e["caption"] for e in record["examples"]] == captions[:5]
+    refused = run_cli("evaluate", str(root / "run"), "--split", "test", "--beam", "0")
+    assert refused.returncode == 2 and refused.stderr.strip() == "error: --beam must be between 1 and 64 (got 0)"
 
 
 def test_caption_decodes_image_files_greedy_and_by_beam(captioning_run, tmp_path):

@@ -233,7 +233,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
 def cmd_caption(args: argparse.Namespace) -> None:
     """A caption for each image file: `image TAB caption` lines (with --nbest K, `image ||| caption
     ||| score`), by greedy (--beam 1) or beam search with the KV cache."""
-    from attnlab.tasks.captioning import caption_images, read_input_images
+    from attnlab.tasks.captioning import caption_images
+    from attnlab.tasks.captions import read_input_images
     from attnlab.train.checkpoint import RunDir
 
     check_beam(args)

@@ -112,15 +112,22 @@ def _evaluate_own_format(args: argparse.Namespace, task) -> None:
         raise UsageError(f"--weights is for decoding (translation); a run of data.task '{task.name}' is evaluated "
                          f"with the weights it holds")
     check_new_file(args.plot, args.force, "--plot")
+    if task.searched:
+        parallel_search(args)  # --beam's default (4), and mask-predict's options refused
+        check_beam(args)
     run = RunDir(args.run_dir)
     model, tokenizers, _ = load_run(args.run_dir, args.checkpoint, device_of(args))
+    search = {}
+    if task.searched:  # decoded as `translate` and `caption` decode: --beam, --lenpen, the cache
+        check_kv_cache(args, model)
+        search = {"beam": args.beam, "lenpen": args.lenpen, "use_cache": not args.no_cache, "kv_cache": args.kv_cache}
     if args.data is None:
-        result = task.evaluate_split(model, read_run_data(run, args.split), args.split)
+        result = task.evaluate_split(model, read_run_data(run, args.split), args.split, **search)
     elif task.file_splits:
         result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data,
-                                    args.split)
+                                    args.split, **search)
     else:
-        result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data)
+        result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data, **search)
     if args.plot:
         _plot_record(result, Path(args.plot))
         print(f"plot: {args.plot}", file=sys.stderr)

@@ -157,7 +157,8 @@ class Task:
     training log's throughput (``<counts>_per_s``) and the summary's ``train_<counts>``; ``evaluate_file``,
     where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`;
     ``file_splits``: the file holds splits, and --split chooses one), and ``evaluate_split`` on a split
-    of the run's own data (`--split`), both giving a record that ``report`` turns into lines; ``predict``, where the task
+    of the run's own data (`--split`), both giving a record that ``report`` turns into lines (``searched``: both
+    decode, by evaluate's --beam and --lenpen); ``predict``, where the task
     has it, reads the inputs of `attnlab predict` its own way (lines of text, image files) and gives
     each one's class probabilities (of ``class_names``), with the ``predict_options`` given. A task
     reads tokens unless its ``needs`` name other ``inputs``."""
@@ -175,6 +176,7 @@ class Task:
     evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
     evaluate_split: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, data, split)
     file_splits: ClassVar[bool] = False  # evaluate_file takes (..., path, split)
+    searched: ClassVar[bool] = False  # evaluate_file / evaluate_split decode: they take beam, lenpen, use_cache, kv_cache
     predict: ClassVar[Callable[..., list[Prediction]] | None] = None  # (model, run, inputs, input_file, batch_size)
     predict_options: ClassVar[tuple[str, ...]] = ()  # `attnlab predict` options its predict takes by keyword
 
