@@ -220,9 +220,63 @@ def test_caption_refuses_in_one_line(captioning_run, tmp_path):
     broken = run_cli("caption", str(root / "run"), str(tmp_path / "broken.png"))
     assert broken.returncode == 4 and broken.stderr.strip() == (
         f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode")
+    inspected = run_cli("inspect", str(root / "run"), "--src", str(tmp_path / "broken.png"), "--out", str(tmp_path / "f"))
+    assert inspected.returncode == 4 and inspected.stderr.strip() == (
+        f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode")
+    assert not (tmp_path / "f").exists()  # the figures' folder is made only once the input has been read
+    captions = tmp_path / "captions.tsv"
+    for line, message in [("broken.png a red circle", "1: expected 'image TAB caption', found no tab"),
+                          ("gone.png\ta red circle", f"1: no image 'gone.png' in {tmp_path}")]:
+        captions.write_text(line + "\n")
+        refused = run_cli("evaluate", str(root / "run"), "--data", str(captions))
+        assert refused.returncode == 4 and refused.stderr.strip() == f"error: {captions}:{message}"
     translate = run_cli("translate", str(root / "run"), stdin="a red circle\n")
     assert translate.returncode == 2 and "`attnlab translate` needs data.task" in translate.stderr
     assert translate.stderr.count("\n") == 1
+
+
+def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning_run, tmp_path, monkeypatch):
+    """`inspect --src IMAGE` on a captioner: the maps it draws per word are the cross-attention
+    weights of a hand-run teacher-forced forward over its caption (a 4x4 grid of 8x8 patches), per
+    head and their mean, each summing to 1; and those of cached greedy decoding step by step."""
+    from attnlab.analysis import inspect
+    from attnlab.analysis.capture import capture_attention
+    from attnlab.data.tokenizers import BOS
+
+    root, _ = captioning_run
+    drawn = generate("test", 1, seed=3, max_objects=1)[0]
+    path = write_png(tmp_path / "scene.png", drawn.pixels)
+    plotted = []
+    real_plot = inspect.patch_attention_plot
+    monkeypatch.setattr(inspect, "patch_attention_plot",
+                        lambda picture, maps, *rest: plotted.append((picture, maps)) or real_plot(picture, maps, *rest))
+    done = inspect.inspect_run(root / "run", str(path), None, tmp_path / "figures", beam=1)
+    model, tokenizers, cfg = load_run(root / "run")
+    state = json.loads((root / "run" / "task_state.json").read_text())
+    x = torch.tensor(drawn.pixels).permute(2, 0, 1).float()[None]
+    x = (x - torch.tensor(state["mean"])[:, None, None]) / torch.tensor(state["std"])[:, None, None]
+    ids = tokenizers["tgt"].encode(done["target"])
+    assert ids == greedy(model.eval(), x, 63)[0] and done["target_tokens"][-1] == "<eos>"
+    with capture_attention(model) as captured:
+        model(x, torch.tensor([[BOS] + ids]))
+    cross = [r.probs[0].reshape(2, len(ids) + 1, 4, 4) for r in captured.last().values() if r.kind == "cross"]
+    assert len(cross) == 1 and cfg.grid == (4, 4)
+    assert len(plotted) == 3  # head 0, head 1, the mean
+    for maps, (picture, drawn_maps) in zip([cross[0][0], cross[0][1], cross[0].mean(0)], plotted):
+        torch.testing.assert_close(drawn_maps, maps, atol=1e-6, rtol=0)
+        torch.testing.assert_close(drawn_maps.sum((1, 2)), torch.ones(len(ids) + 1), atol=1e-5, rtol=0)
+        assert picture.shape == (32, 32, 3) and np.allclose(picture, drawn.pixels / 255.0)
+    summary = done["modules"]["decoder.layers.0.cross_attn"]["word_attention"]
+    torch.testing.assert_close(torch.tensor(summary), cross[0], atol=1e-6, rtol=0)
+    with capture_attention(model) as stepped:  # cached greedy decoding: (1, H, 1, N) per step
+        greedy(model, x, 63, use_cache=True)
+    steps = torch.cat([r.probs[0] for r in stepped.records if r.kind == "cross"], dim=1)  # (H, T, N)
+    torch.testing.assert_close(steps, cross[0].flatten(2), atol=1e-5, rtol=0)
+    files = sorted(Path(f).name for f in done["files"])
+    assert files == ["decoder-0-cross-head0.png", "decoder-0-cross-head1.png", "decoder-0-cross-mean.png",
+                     "decoder-0-self.png", "encoder-0-self.png", "entropy.png"]
+    given = inspect.inspect_run(root / "run", str(path), "a large red circle", tmp_path / "given")
+    assert given["target_tokens"] == ["a", "large", "red", "circle", "<eos>"] and given["target_given"]
 
 
 def test_the_captioning_recipe_is_a_valid_config():

@@ -9,7 +9,10 @@ encoder-only model (classifier or masked LM) reads the text as its task does (``
 and adds the attention of the first token, [CLS], per layer and head, and a classifier's prediction.
 An image model (``inputs: images``) reads an image file, as `predict` does: per layer, what the
 class token (or, with mean pooling, the mean of the patches) attends to over the patch grid, drawn
-on the image per head, and the attention rollout across the layers (Abnar & Zuidema 2020).
+on the image per head, and the attention rollout across the layers (Abnar & Zuidema 2020). A
+captioner reads an image file and captions it (or takes --tgt): for each word, its cross-attention
+over the patch grid drawn on the image, per decoder layer and head and averaged over the heads
+(the figure of Xu et al. 2015, "Show, Attend and Tell").
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
 from attnlab.models.family import Inputs
+from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.image_classification import colour_of, read_image, read_inputs
 from attnlab.files import atomic_write_text
@@ -183,6 +187,57 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
     return summary
 
 
+def patch_labels(grid: tuple[int, int]) -> list[str]:
+    """'(row,col)' of each patch, row-major, as nn/vision.py cuts them."""
+    return [f"({i},{j})" for i in range(grid[0]) for j in range(grid[1])]
+
+
+@torch.no_grad()
+def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenizer, path: str, target: str | None,
+                    beam: int, figures: FigureDir) -> dict[str, Any]:
+    """A captioner on the image file ``path`` (read as `caption` reads it) and its caption (``target``,
+    or beam search's): one teacher-forced pass over the caption, as for a translation. Per decoder
+    layer, each word's cross-attention over the patch grid drawn on the image, one figure per head
+    and one of the heads' mean; the self-attention as heatmaps; the entropies."""
+    device = next(model.parameters()).device
+    images = read_input_images([path], run).to(device)  # (1, C, H, W), standardised
+    if target is not None:
+        ids = tokenizer.encode(target)
+        if not ids:
+            raise UsageError("--tgt is empty after tokenisation; give a caption of known words")
+    else:
+        ids = beam_search(model, images, beam=beam, max_len=cfg.max_len - 1)[0][0].tokens
+    tgt_in = torch.tensor([[BOS] + ids], device=device)  # (1, T)
+    records = attention_of(model, images, tgt_in)
+    out = figures()
+    shape = run.read_task_state()["shape"]  # (H, W, C)
+    picture = read_image(path, colour_of(shape), tuple(shape[:2])) / 255.0  # (H, W, C), as read
+    words = tokenizer.id_tokens(ids + [EOS])  # what each decoder position predicts
+    patches, inputs = patch_labels(cfg.grid), tokenizer.id_tokens(tgt_in[0].tolist())
+    summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(cfg.grid),
+                               "target": tokenizer.decode(ids), "target_tokens": words,
+                               "target_given": target is not None, "modules": {}, "out": str(out), "files": []}
+    entropies = {}
+    for name, record in records.items():
+        entropies[name] = head_entropy(record.probs)
+        summary["modules"][name] = module_entry(record, entropies[name])
+        stem = f"{record.stack}-{record.layer}-{record.kind}"
+        if record.kind != "cross":
+            labels = patches if record.stack == "encoder" else inputs
+            summary["files"].append(str(attention_heatmaps(record.probs[0], labels, labels, name, out / f"{stem}.png")))
+            continue
+        maps = record.probs[0].unflatten(-1, cfg.grid)  # (H, T, h, w): each word's weights over the patches
+        summary["modules"][name]["word_attention"] = maps.tolist()
+        for head, title in [*((h, f"head {h}") for h in range(len(maps))), (None, "mean over the heads")]:
+            drawn = maps.mean(0) if head is None else maps[head]  # (T, h, w)
+            summary["files"].append(str(patch_attention_plot(
+                picture, drawn, words, f"{name}, {title}: each word's attention over the patches",
+                out / f"{stem}-{'mean' if head is None else f'head{head}'}.png")))
+    summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
+
+
 def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path | None = None, beam: int = 4,
                 checkpoint: str = "best", device: torch.device | str = "cpu", force: bool = False) -> dict[str, Any]:
     """Draw every attention map of ``text`` (an image file, for an image model) into ``out`` (see
@@ -193,6 +248,8 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
     def figures() -> Path:
         return figure_dir(out, run_dir, text, force)
 
+    if cfg.capabilities.inputs == Inputs.IMAGES and cfg.capabilities.decoder:
+        return inspect_caption(RunDir(run_dir), model, cfg, tokenizers["tgt"], text, target, beam, figures)
     if cfg.capabilities.inputs == Inputs.IMAGES:
         if target is not None:
             raise UsageError("--tgt is for models with a decoder; an image model reads --src IMAGE alone")

@@ -67,9 +67,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     inspect = sub.add_parser("inspect", help="attention heatmaps, alignments and head entropies for one sentence")
     add_run_dir_args(inspect)
     inspect.add_argument("--src", help="source sentence (or the text, for a language model; an image file, for an "
-                                       "image model)")
+                                       "image model or a captioner)")
     inspect.add_argument("--split", help="instead of --src: mean entropy per layer and head over this split")
-    inspect.add_argument("--tgt", help="target sentence (default: the model's beam-search output)")
+    inspect.add_argument("--tgt", help="target sentence, or a captioner's caption (default: the model's beam-search "
+                                       "output)")
     inspect.add_argument("--out", help="directory for the figures (default: a new folder RUN_DIR/inspect/N-WORDS for "
                                        "each call, named after its input)")
     inspect.add_argument("--force", action="store_true", help="overwrite figures in an existing --out")

@@ -66,7 +66,7 @@ class Captioning(NextTokenTask):
     config = CaptioningConfig
     needs = {"inputs": "images", "encoder": True, "decoder": True}
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
-    commands = ("caption", "evaluate")
+    commands = ("caption", "evaluate", "inspect")
     searched = True
     sets = ("image_height", "image_width", "channels", "vocab_size", "pad_id")
     tokenizers = ("tgt",)

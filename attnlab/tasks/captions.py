@@ -228,7 +228,6 @@ class CaptionData:
         return tuple(self.splits["train"].images.shape[1:])
 
 
-
 def planned_shape(cfg: CaptioningConfig) -> tuple[int, int, int]:
     """(H, W, C) of the images ``cfg`` will give, before reading them all."""
     if cfg.dataset is not None:
