@@ -10,6 +10,8 @@ docs/images/serve.png when ATTNLAB_UPDATE_SCREENSHOT=1).
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import shutil
@@ -63,7 +65,8 @@ def trained(root: Path, name: str, model: dict, data: dict, steps: int = 2, **tr
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """A translation run (the built-in reverse task), the same run with a quarter of its heads pruned
-    by `attnlab prune`, a character LM, a classifier, a masked LM and a ViT on the digits."""
+    by `attnlab prune`, a character LM, a classifier, a masked LM, a ViT on the digits and a
+    captioner on the scenes."""
     root = tmp_path_factory.mktemp("serve")
     (root / "text.txt").write_text("the cat sat on the mat.\n" * 40)
     (root / "labelled.tsv").write_text("".join(f"{w} film\t{label}\n" for w, label in
@@ -85,6 +88,10 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                                                 "max_len": 16}, max_tokens=256)
     out["vit"] = trained(root, "vit", {"arch": "vit", "patch_size": 2, "d_model": 16, "n_heads": 2, "n_layers": 2,
                                        "d_ff": 32}, {"task": "image_classification", "dataset": "digits"}, batch_size=32)
+    out["captioner"] = trained(root, "captioner", {"arch": "captioner", "patch_size": 8, "d_model": 16, "n_heads": 2,
+                                                   "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 32},
+                               {"task": "captioning", "dataset": "scenes", "max_objects": 1, "n_train": 256, "n_valid": 8,
+                                "n_test": 8}, steps=40, batch_size=32, lr=0.01)
     return out
 
 
@@ -242,6 +249,51 @@ def test_an_image_model_reads_an_image_file_only_when_files_are_allowed(runs, tm
     assert_maps_equal(got["attention"], captured.last())
 
 
+def scene_png(path: Path) -> tuple[Path, torch.Tensor, np.ndarray]:
+    """A one-object scene written as a PNG, its (1, C, H, W) pixels as a tensor, and as drawn (H, W, C)."""
+    from attnlab.data.scenes import generate
+
+    pixels = generate("test", 1, seed=0, max_objects=1)[0].pixels
+    Image.fromarray(pixels).save(path)
+    return path, torch.tensor(pixels).permute(2, 0, 1).float()[None], pixels
+
+
+def test_a_captioner_captions_an_uploaded_image_with_each_words_attention_over_the_patches(runs, tmp_path):
+    """An upload (or, with --allow-files, a path): the beam's n-best as beam_search gives them, the
+    maps of a teacher-forced pass over the chosen caption, cross-attention rows the caption's words
+    and columns the 4x4 patches, and the picture the model read."""
+    path, x, pixels = scene_png(tmp_path / "scene.png")
+    state = json.loads((runs["captioner"] / "task_state.json").read_text())
+    x = (x - torch.tensor(state["mean"])[:, None, None]) / torch.tensor(state["std"])[:, None, None]
+    model, tokenizers, cfg = load_run(runs["captioner"])
+    hyps = beam_search(model, x, beam=3, nbest=3, max_len=cfg.max_len - 1)[0]
+    upload = base64.b64encode(path.read_bytes()).decode()
+    got = answer(client(runs["captioner"]), image=upload, beam=3, hypothesis=1)
+    assert [o["text"] for o in got["outputs"]] == [tokenizers["tgt"].decode(h.tokens) for h in hyps]
+    assert [o["score"] for o in got["outputs"]] == pytest.approx([h.normalized for h in hyps], abs=1e-6)
+    chosen = hyps[1].tokens
+    assert_maps_equal(got["attention"], attention_of(model, x, torch.tensor([[BOS] + chosen])))
+    assert sum(s["logprob"] for s in got["steps"]) == pytest.approx(hyps[1].score, abs=1e-5)
+    cross = next(m for m in got["attention"] if m["kind"] == "cross")
+    assert cross["rows"] == [*tokenizers["tgt"].id_tokens(chosen), "<eos>"] and cross["cols"][:2] == ["(0,0)", "(0,1)"]
+    assert got["grid"] == [4, 4] and len(cross["cols"]) == 16
+    np.testing.assert_allclose(np.array(got["picture"]), pixels / 255.0, atol=1e-5)
+    refused = client(runs["captioner"]).post("/api/run", json={"text": str(path)})
+    assert refused.status_code == 403 and "--allow-files" in refused.json()["error"]
+    assert answer(client(runs["captioner"], allow_files=True), text=str(path), beam=3, hypothesis=1) == got
+
+
+@pytest.mark.parametrize("request_, message", [
+    ({"image": "not base64!"}, "image must be an image file's bytes in base64"),
+    ({"image": base64.b64encode(b"not a png").decode()}, "the uploaded image: not an image that Pillow can decode"),
+    ({"image": "", "text": ""}, "the input is empty; upload an image, or give an image file's path on the server"),
+    ({"image": base64.b64encode(b"x").decode(), "text": "scene.png"}, "an image file's path, not both"),
+])
+def test_a_bad_image_is_refused_in_one_line(runs, request_, message):
+    reply = client(runs["captioner"], allow_files=True).post("/api/run", json=request_)
+    assert reply.status_code == 400 and reply.json()["error"].endswith(message) and "\n" not in reply.json()["error"]
+
+
 def test_info_describes_each_run_and_a_pruned_runs_report(runs):
     info = client(runs["translation"], runs["pruned"]).get("/api/info").json()
     whole, pruned = info["runs"]
@@ -335,11 +387,11 @@ def test_a_port_in_use_is_one_line(runs):
 
 # -- the real server, and the page in a real browser -----------------------------------------------------
 
-@pytest.fixture(scope="module")
-def server(runs):
-    """`attnlab serve RUN PRUNED --port 0` as a process: its URL; stopped with Ctrl-C (SIGINT), which
+@contextlib.contextmanager
+def serving(*run_dirs: Path):
+    """`attnlab serve RUN ... --port 0` as a process: its URL; stopped with Ctrl-C (SIGINT), which
     it reports as every command does (exit status 130, no traceback)."""
-    process = subprocess.Popen([*ATTNLAB, "serve", str(runs["translation"]), str(runs["pruned"]), "--port", "0"],
+    process = subprocess.Popen([*ATTNLAB, "serve", *map(str, run_dirs), "--port", "0"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = process.stdout.readline()  # "attnlab explorer on http://127.0.0.1:PORT/ (...); Ctrl-C stops it"
     assert line.startswith("attnlab explorer on http://127.0.0.1:"), line + process.stderr.read()
@@ -347,6 +399,13 @@ def server(runs):
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 130
     assert process.stderr.read() == "\ninterrupted\n"
+
+
+@pytest.fixture(scope="module")
+def server(runs):
+    """The translation run and its pruned copy, served side by side."""
+    with serving(runs["translation"], runs["pruned"]) as url:
+        yield url
 
 
 def test_the_server_answers_413_to_an_over_long_body_and_stays_up(server):
@@ -432,3 +491,29 @@ def test_the_page_draws_every_head_and_switching_one_off_changes_the_score(serve
     page.fill("#text", SENTENCE)
     page.click("button[type=submit]")
     page.wait_for_selector(".panel[data-run='0'][data-answers='4'][data-state=ready]")
+
+
+def test_the_page_captions_an_uploaded_image_and_draws_each_words_attention_on_it(browser, runs, tmp_path):
+    path, _, _ = scene_png(tmp_path / "scene.png")
+    expected = answer(client(runs["captioner"]), image=base64.b64encode(path.read_bytes()).decode(), beam=4)
+    with serving(runs["captioner"]) as url:
+        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        page.goto(url)
+        assert page.is_visible("#upload")
+        page.set_input_files("#upload", str(path))
+        page.click("button[type=submit]")
+        page.wait_for_selector(".panel[data-run='0'][data-state=ready]")
+        assert page.locator(".nbest li .text").all_inner_texts() == [o["text"] or "(empty)" for o in expected["outputs"]]
+        # the first word's cross-attention on the image: the heads' mean, then each head (1 layer, 2 heads)
+        assert page.locator("canvas.patches").count() == 3
+        last = len(expected["steps"]) - 1
+        page.click(f".tok[data-step='{last}']")
+        assert f"“{expected['steps'][last]['token']}”" in page.inner_text(".step")
+        cross = next(m for m in expected["attention"] if m["kind"] == "cross")
+        weights = cross["probs"][1][last]  # head 1's weights for the last word over the 4x4 patches, row-major
+        centre = """([patch]) => { const c = document.querySelector('canvas.patches[data-head="1"]'), s = c.width / 32;
+            return Array.from(c.getContext('2d').getImageData(((patch % 4) * 8 + 4) * s,
+                                                              (Math.floor(patch / 4) * 8 + 4) * s, 1, 1).data); }"""
+        for patch in range(16):  # on the grey picture, red - blue = 0.75 (252 - 40) w / max w: the weight drawn
+            red, _, blue, _ = page.evaluate(centre, [patch])
+            assert abs((red - blue) - 0.75 * 212 * weights[patch] / max(weights)) <= 1.5

@@ -187,11 +187,6 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
     return summary
 
 
-def patch_labels(grid: tuple[int, int]) -> list[str]:
-    """'(row,col)' of each patch, row-major, as nn/vision.py cuts them."""
-    return [f"({i},{j})" for i in range(grid[0]) for j in range(grid[1])]
-
-
 @torch.no_grad()
 def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenizer, path: str, target: str | None,
                     beam: int, figures: FigureDir) -> dict[str, Any]:
@@ -213,7 +208,7 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
     shape = run.read_task_state()["shape"]  # (H, W, C)
     picture = read_image(path, colour_of(shape), tuple(shape[:2])) / 255.0  # (H, W, C), as read
     words = tokenizer.id_tokens(ids + [EOS])  # what each decoder position predicts
-    patches, inputs = patch_labels(cfg.grid), tokenizer.id_tokens(tgt_in[0].tolist())
+    patches, inputs = cfg.patch_labels, tokenizer.id_tokens(tgt_in[0].tolist())
     summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(cfg.grid),
                                "target": tokenizer.decode(ids), "target_tokens": words,
                                "target_given": target is not None, "modules": {}, "out": str(out), "files": []}

@@ -73,6 +73,11 @@ class PatchGrid:
         """(h, w): patches down and across."""
         return self.image_height // self.patch_size, self.image_width // self.patch_size
 
+    @property
+    def patch_labels(self) -> list[str]:
+        """'(row,col)' of each patch, row-major as nn/vision.py cuts them: the labels of attention plots."""
+        return [f"({i},{j})" for i in range(self.grid[0]) for j in range(self.grid[1])]
+
 
 @dataclass(frozen=True)
 class ViTConfig(PatchGrid, FamilyConfig, parts.AttentionStack):

@@ -31,7 +31,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from attnlab.errors import AttnlabError, UsageError
-from attnlab.serve.explorer import LIMITS, Explorer, Refused
+from attnlab.serve.explorer import Explorer
+from attnlab.serve.limits import LIMITS, Refused
 
 STATIC = Path(__file__).parent / "static"
 # the page loads only its own script and style, and runs no inline code

@@ -7,8 +7,11 @@ the JSON API receives them) with the run's output and every attention map that p
   the chosen hypothesis (:func:`attnlab.analysis.capture.attention_of`'s pass), whose per-token
   log-probabilities add up to the hypothesis's score;
 - language model: a greedy or sampled continuation of the prompt, the maps over prompt + continuation;
-- classifier (and masked LM, maps only): the text read as its task reads it; an image model: an
-  image file, read as `predict` reads it, only when the server allows files.
+- classifier (and masked LM, maps only): the text read as its task reads it;
+- image model and captioner: an uploaded image (``image``: its file's bytes in base64), or an
+  image file on the server (``text``: its path) when the server allows files, read as `predict`
+  and `caption` read them; a captioner answers as a translation does, with the picture as the
+  model read it and the patch grid, over which the page draws each word's cross-attention.
 
 Heads named in ``heads_off`` are gated to zero for that request alone (:func:`mask_heads`), which
 computes what the model with those heads cut out of its weights computes (``remove_heads``).
@@ -21,7 +24,6 @@ import contextlib
 import json
 import math
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,67 +35,27 @@ from attnlab.analysis.heads import head_entropy, mask_heads
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import BOS, EOS
 from attnlab.decode.search import beam_search, sample
-from attnlab.errors import AttnlabError, UsageError
+from attnlab.errors import UsageError
 from attnlab.nn.attention import HeadSet, attention_modules
+from attnlab.serve.images import IMAGE_READERS, request_image
+from attnlab.serve.limits import LIMITS, Refused
+from attnlab.serve.runinfo import example_input, pruning_report
 from attnlab.tasks.classification import encode_inputs
-from attnlab.tasks.image_classification import read_inputs
-from attnlab.train.checkpoint import META_FILE, RunDir, load_run
-from attnlab.train.run import read_run_data
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask: characters of input, bytes of body, beam size, new tokens."""
-
-    max_chars: int = 1000
-    max_body: int = 64 * 1024
-    max_beam: int = 16
-    max_new_tokens: int = 200
-
-
-LIMITS = Limits()
-
-
-class Refused(UsageError):
-    """A request the explorer will not answer; ``status`` is its HTTP status (400, 403, 413)."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+from attnlab.train.checkpoint import RunDir, load_run
 
 
 # The fields each kind of run reads from a request, with their defaults; "run" picks the explorer.
-COMMON = {"run": 0, "text": None, "heads_off": {}}
+COMMON = {"run": 0, "text": "", "heads_off": {}}
+SEARCH = {"beam": 4, "lenpen": 0.6, "hypothesis": 0}
 FIELDS = {
-    "translation": {"beam": 4, "lenpen": 0.6, "hypothesis": 0},
+    "translation": SEARCH,
     "language_model": {"max_new_tokens": 20, "sample": False, "temperature": 1.0, "seed": 0},
     "classification": {},
     "masked_lm": {},
     "encoder": {},  # an imported BertModel: its maps alone, as a masked LM's (served by _encoder)
-    "image_classification": {},
+    "image_classification": {"image": ""},
+    "captioning": {"image": "", **SEARCH},
 }
-
-
-EXAMPLE_TOKENS = 48  # of a language model's validation text: the page's first input
-
-
-def example_input(run: RunDir, task: str, tokenizers: dict[str, Any]) -> str | None:
-    """The page's first input: the first source sentence of the run's validation data (a
-    translation), its first text (a classifier), or the start of its first line (a language
-    model); None where the run has no data here (an import, files since moved) or its input is not
-    a sentence."""
-    if task not in ("translation", "classification", "language_model"):
-        return None
-    try:
-        first = read_run_data(run, "valid").splits["valid"][0:EXAMPLE_TOKENS]
-    except AttnlabError:
-        return None
-    if task == "translation":
-        return first[0].src
-    if task == "classification":
-        return tokenizers["src"].decode(first[0].ids)
-    lines = tokenizers["tgt"].decode(first.tolist()).splitlines()  # a character LM's text runs across lines
-    return next((line.strip() for line in lines if line.strip()), None)
 
 
 class Explorer:
@@ -123,7 +85,7 @@ class Explorer:
     def info(self) -> dict[str, Any]:
         """The run as the page shows it: name, family, task, input kind, maskable modules, pruning."""
         return {"path": str(self.run_dir.path), "name": self.name, "arch": self.cfg.arch,
-                "task": self.task, "input": "image" if self.task == "image_classification" else "text",
+                "task": self.task, "input": "image" if self.task in IMAGE_READERS else "text",
                 "files_allowed": self.allow_files, "options": FIELDS[self.task],
                 "modules": {name: m.n_heads for name, m in attention_modules(self.model).items()},
                 "pruning": pruning_report(self.run_dir), "example": self.example}
@@ -147,8 +109,7 @@ class Explorer:
             raise Refused(f"unknown field {unknown[0]!r}; a {self.task} run reads {', '.join(fields)}")
         options = {name: request.get(name, default) for name, default in fields.items() if name != "run"}
         for name, value in options.items():
-            default = fields[name]
-            kind = str if default is None else type(default)
+            kind = type(fields[name])
             if kind is float and type(value) is int:
                 value = options[name] = float(value)
             if type(value) is not kind:
@@ -157,9 +118,12 @@ class Explorer:
         if len(options["text"]) > LIMITS.max_chars:
             raise Refused(f"the input has {len(options['text']):,} characters; the explorer takes at most "
                           f"{LIMITS.max_chars:,}", status=413)
-        if not options["text"].strip():
-            raise Refused("the input is empty; type a sentence" if self.task != "image_classification"
-                          else "the input is empty; give an image file's path")
+        if self.task in IMAGE_READERS and options["text"].strip() and options["image"]:
+            raise Refused("give an uploaded image or an image file's path, not both")
+        if self.task in IMAGE_READERS and not (options["text"].strip() or options["image"]):
+            raise Refused("the input is empty; upload an image, or give an image file's path on the server")
+        if self.task not in IMAGE_READERS and not options["text"].strip():
+            raise Refused("the input is empty; type a sentence")
         return options
 
     def _heads(self, heads_off: dict[str, Any]) -> HeadSet:
@@ -204,20 +168,31 @@ class Explorer:
 
     # -- one method per task ------------------------------------------------------------------------
     def _translation(self, text: str, beam: int, lenpen: float, hypothesis: int) -> dict[str, Any]:
+        ids = self._encode(text, "src", None if self._max_len is None else self._max_len - 1)  # -1: EOS
+        src = source_batch([ids]).to(self.device)  # (1, S): the source and EOS
+        return self._searched(src, self.tokenizers["src"].id_tokens(src[0].tolist()), beam, lenpen, hypothesis)
+
+    def _captioning(self, text: str, image: str, beam: int, lenpen: float, hypothesis: int) -> dict[str, Any]:
+        images, picture = request_image(self.task, self.run_dir, text, image, self.allow_files)
+        return {**self._searched(images.to(self.device), self.cfg.patch_labels, beam, lenpen, hypothesis,
+                                 self.cfg.max_len - 1), "grid": list(self.cfg.grid), "picture": picture}
+
+    def _searched(self, src: Tensor, src_labels: list[str], beam: int, lenpen: float, hypothesis: int,
+                  max_len: int | None = None) -> dict[str, Any]:
+        """The beam's n-best for ``src`` (1, S) ids, or (1, C, H, W) an image, labelled ``src_labels``;
+        the maps of one teacher-forced pass over the chosen hypothesis, and each of its tokens' log P."""
         if not 1 <= beam <= LIMITS.max_beam:
             raise Refused(f"beam must be between 1 and {LIMITS.max_beam} (got {beam})")
         if not 0 <= hypothesis < beam:
             raise Refused(f"hypothesis must be between 0 and beam - 1 ({beam - 1}) (got {hypothesis})")
-        ids = self._encode(text, "src", None if self._max_len is None else self._max_len - 1)  # -1: EOS
-        src = source_batch([ids]).to(self.device)  # (1, S): the source and EOS
-        hyps = beam_search(self.model, src, beam=beam, lenpen=lenpen, nbest=beam)[0]
+        hyps = beam_search(self.model, src, beam=beam, lenpen=lenpen, nbest=beam, max_len=max_len)[0]
         index = min(hypothesis, len(hyps) - 1)  # a search may finish fewer than beam hypotheses
         chosen = hyps[index]
         tgt = self.tokenizers["tgt"]
         tgt_in = torch.tensor([[BOS] + chosen.tokens], device=self.device)  # (1, T): the decoder's inputs
         records, next_logprobs = self._pass(src, tgt_in)
         logprobs = picked(next_logprobs, 0, chosen.tokens + [EOS])
-        src_labels, in_labels = self.tokenizers["src"].id_tokens(src[0].tolist()), tgt.id_tokens(tgt_in[0].tolist())
+        in_labels = tgt.id_tokens(tgt_in[0].tolist())
         out_labels = tgt.id_tokens(chosen.tokens + [EOS])  # what each decoder position predicts
         axes = {("encoder", "self"): (src_labels, src_labels), ("decoder", "self"): (in_labels, in_labels),
                 ("decoder", "cross"): (out_labels, src_labels)}
@@ -276,18 +251,14 @@ class Explorer:
         result = {"source_tokens": labels, "attention": attention_maps(captured.last(), lambda r: (labels, labels))}
         return result | (self._probabilities(logits[0]) if with_prediction else {"outputs": []})
 
-    def _image_classification(self, text: str) -> dict[str, Any]:
-        if not self.allow_files:
-            raise Refused("this server reads no files; start it with --allow-files to explore image files by path",
-                          status=403)
-        images = read_inputs([text], self.run_dir).to(self.device)  # (1, C, H, W), standardised as in training
+    def _image_classification(self, text: str, image: str) -> dict[str, Any]:
+        images, _ = request_image(self.task, self.run_dir, text, image, self.allow_files)
         with capture_attention(self.model) as captured:
-            logits = self.model.classify(images)
+            logits = self.model.classify(images.to(self.device))
         records = captured.last()
-        h, w = self.cfg.grid
-        patches = [f"({i},{j})" for i in range(h) for j in range(w)]  # row-major, as nn/vision.py cuts them
+        patches = self.cfg.patch_labels
         T = next(iter(records.values())).probs.shape[-1]
-        labels = ["<cls>"] * (T - h * w) + patches  # a class token, where the model has one, comes first
+        labels = ["<cls>"] * (T - len(patches)) + patches  # a class token, where the model has one, comes first
         return {"source_tokens": labels, "attention": attention_maps(records, lambda r: (labels, labels)),
                 **self._probabilities(logits[0])}
 
@@ -328,17 +299,3 @@ def attention_maps(records: dict[str, AttentionRecord], axes) -> list[dict[str, 
                      "entropy": head_entropy(record.probs).tolist(),
                      "uniform_entropy": math.log(record.probs.shape[-1])})
     return maps
-
-
-def pruning_report(run: RunDir) -> dict[str, Any] | None:
-    """What `attnlab prune --out` recorded in a pruned run: the heads cut out, the run they were cut
-    from, and the measurements of the pruned model; None for a run that was not pruned."""
-    heads = run.read_pruned_heads()
-    if not heads:
-        return None
-    step = run.best_step() or run.steps()[-1]
-    try:
-        meta = json.loads((run.step_dir(step) / META_FILE).read_text())
-    except (OSError, ValueError):
-        meta = {}
-    return {"pruned_heads": heads, **{k: v for k, v in meta.items() if k != "step"}}

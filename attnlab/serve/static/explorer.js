@@ -4,6 +4,8 @@
 
 const $ = (selector, root = document) => root.querySelector(selector);
 const panels = [];  // one per run: {index, run, root, result, off: {module: Set}, choice, step, module, head}
+let upload = "";  // the chosen image file's bytes in base64, for runs that read images
+let uploading = Promise.resolve();  // its reading, which a submit waits for
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -29,7 +31,11 @@ async function start() {
   const info = await reply.json();
   $("#runs").textContent = info.runs.map((r) => `${r.name}: ${r.arch}, ${r.task}`).join("  |  ");
   const image = info.runs.some((r) => r.input === "image");
-  $("#text").placeholder = image ? "an image file's path on the server" : "a sentence to read";
+  $("#text").placeholder = image ? "an image file's path on the server, or upload one" : "a sentence to read";
+  $("#text").required = !image;
+  $("#upload").hidden = !image;
+  $("#upload").addEventListener("change", () => { uploading = readUpload(); });
+  $("#text").addEventListener("input", () => { if ($("#text").value) { $("#upload").value = ""; upload = ""; } });
   const example = info.runs.map((r) => r.example).find((e) => e);  // from the first run's validation data
   if (example && !$("#text").value) $("#text").value = example;  // never over what was typed meanwhile
   addOptions(info.runs);
@@ -40,11 +46,26 @@ async function start() {
     panels.push({index, run, root, result: null, off: {}, choice: 0, step: 0, module: "all", head: "all"});
     root.append(header(run));
   });
-  $("#ask").addEventListener("submit", (event) => {
+  $("#ask").addEventListener("submit", async (event) => {
     event.preventDefault();
+    await uploading;
     for (const panel of panels) Object.assign(panel, {choice: 0, step: 0});
     panels.forEach(ask);
   });
+}
+
+async function readUpload() {  // the file as base64 (a data URL's payload); the path field then empty
+  const file = $("#upload").files[0];
+  upload = "";
+  if (!file) return;
+  const url = await new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+  upload = url.slice(url.indexOf(",") + 1);
+  $("#text").value = "";
 }
 
 // -- the form: the options of every served run's task -------------------------------------------
@@ -54,6 +75,7 @@ const LABELS = {beam: "beam", lenpen: "length penalty", max_new_tokens: "new tok
 function addOptions(runs) {
   const defaults = Object.assign({}, ...runs.map((r) => r.options));
   delete defaults.hypothesis;  // chosen by clicking an output
+  delete defaults.image;  // the uploaded file
   for (const [name, value] of Object.entries(defaults)) {
     const input = typeof value === "boolean"
       ? el("input", {type: "checkbox", name})
@@ -68,6 +90,7 @@ function requestFor(panel) {
   for (const [name, value] of Object.entries(panel.run.options)) {
     const input = $(`#options [name=${name}]`);
     if (name === "hypothesis") body.hypothesis = panel.choice;
+    else if (name === "image") body.image = upload;
     else if (typeof value === "boolean") body[name] = input.checked;
     else body[name] = Number(input.value);
   }
@@ -125,7 +148,7 @@ function render(panel) {
 
 function outputs(panel) {
   const {task, outputs: outs} = panel.result;
-  if (task === "translation") {
+  if (task === "translation" || task === "captioning") {
     return el("ol", {class: "nbest", start: 0}, ...outs.map((o, i) => el("li",
       {class: i === panel.choice ? "chosen" : "", "data-index": i,
        onclick: () => { panel.choice = i; panel.step = 0; ask(panel); }},
@@ -148,7 +171,7 @@ function outputs(panel) {
 // -- stepping through a decoded output: its tokens, each one's log P, and what it attended to ------
 function stepRow(panel, map) {
   const {task, prompt_tokens: prompt} = panel.result;
-  if (task === "translation") return map.stack === "decoder" ? panel.step : -1;
+  if (task === "translation" || task === "captioning") return map.stack === "decoder" ? panel.step : -1;
   if (task === "language_model") return prompt.length - 1 + panel.step;  // this position predicts the step's token
   return -1;
 }
@@ -166,7 +189,37 @@ function steps(panel) {
   const looked = cross.length ? cross : panel.result.attention.slice(-1);  // an LM: its last layer
   return el("div", {}, el("div", {class: "tokens"}, el("button", {type: "button", onclick: () => go(panel.step - 1)}, "◀"),
                           ...chips, el("button", {type: "button", onclick: () => go(panel.step + 1)}, "▶")),
-            detail, ...looked.map((map) => alignment(panel, map)));
+            detail, ...looked.map((map) => panel.result.picture ? onImage(panel, map) : alignment(panel, map)));
+}
+
+// a captioner: the step's word's cross-attention over the patch grid, on the picture the model read
+function onImage(panel, map) {
+  const row = stepRow(panel, map);
+  const off = panel.off[map.module] || new Set();
+  const heads = map.probs.map((_, h) => h).filter((h) => !off.has(h));
+  const mean = map.cols.map((_, j) => heads.reduce((s, h) => s + map.probs[h][row][j], 0) / Math.max(1, heads.length));
+  const figure = (weights, caption, head) => {
+    const canvas = el("canvas", {class: "patches", "data-module": map.module, "data-head": head});
+    drawOnImage(canvas, panel.result.picture, panel.result.grid, weights);
+    return el("figure", {}, canvas, el("figcaption", {}, caption));
+  };
+  return el("div", {class: "module"}, el("div", {class: "meta"}, `${label(map)}: “${map.rows[row]}” over the patches`),
+    el("div", {class: "maps"}, figure(mean, "heads on, averaged", "mean"),
+       ...map.probs.map((probs, h) => figure(probs[row], `head ${h}${off.has(h) ? " (off)" : ""}`, h))));
+}
+
+function drawOnImage(canvas, picture, [rows, cols], weights) {  // picture (H, W, C) in [0, 1]; weights (rows * cols)
+  const H = picture.length, W = picture[0].length, scale = Math.max(1, Math.floor(128 / Math.max(H, W)));
+  const most = Math.max(...weights, 1e-9);
+  canvas.width = W * scale;
+  canvas.height = H * scale;
+  const ctx = canvas.getContext("2d");
+  picture.forEach((line, y) => line.forEach((pixel, x) => {
+    const grey = 255 * pixel.reduce((a, b) => a + b, 0) / pixel.length;
+    const p = 0.75 * weights[Math.floor(y * rows / H) * cols + Math.floor(x * cols / W)] / most;  // as inferno's warm end
+    ctx.fillStyle = `rgb(${Math.round(grey * (1 - p) + 252 * p)},${Math.round(grey * (1 - p) + 160 * p)},${Math.round(grey * (1 - p) + 40 * p)})`;
+    ctx.fillRect(x * scale, y * scale, scale, scale);
+  }));
 }
 
 function alignment(panel, map) {
