@@ -277,6 +277,9 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
                      "decoder-0-self.png", "encoder-0-self.png", "entropy.png"]
     given = inspect.inspect_run(root / "run", str(path), "a large red circle", tmp_path / "given")
     assert given["target_tokens"] == ["a", "large", "red", "circle", "<eos>"] and given["target_given"]
+    over_split = run_cli("inspect", str(root / "run"), "--split", "valid")  # mean entropies over the 50 images
+    assert over_split.returncode == 0 and over_split.stdout.startswith("encoder.layers.0.self_attn")
+    assert "decoder.layers.0.cross_attn" in over_split.stdout
 
 
 def test_the_captioning_recipe_is_a_valid_config():
