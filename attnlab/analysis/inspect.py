@@ -223,11 +223,12 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
             continue
         maps = record.probs[0].unflatten(-1, cfg.grid)  # (H, T, h, w): each word's weights over the patches
         summary["modules"][name]["word_attention"] = maps.tolist()
-        for head, title in [*((h, f"head {h}") for h in range(len(maps))), (None, "mean over the heads")]:
-            drawn = maps.mean(0) if head is None else maps[head]  # (T, h, w)
+        panels = {f"head{h}": (maps[h], f"head {h}") for h in range(len(maps))}
+        panels["mean"] = (maps.mean(0), "mean over the heads")
+        for suffix, (drawn, title) in panels.items():  # drawn: (T, h, w)
             summary["files"].append(str(patch_attention_plot(
                 picture, drawn, words, f"{name}, {title}: each word's attention over the patches",
-                out / f"{stem}-{'mean' if head is None else f'head{head}'}.png")))
+                out / f"{stem}-{suffix}.png")))
     summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
@@ -235,9 +236,9 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
 
 def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path | None = None, beam: int = 4,
                 checkpoint: str = "best", device: torch.device | str = "cpu", force: bool = False) -> dict[str, Any]:
-    """Draw every attention map of ``text`` (an image file, for an image model) into ``out`` (see
-    :func:`figure_dir`: by default a new folder in RUN_DIR/inspect), which is only made once the
-    input has been read; summary.json's ``out`` names it."""
+    """Draw every attention map of ``text`` (an image file, for an image model or a captioner) into
+    ``out`` (see :func:`figure_dir`: by default a new folder in RUN_DIR/inspect), which is only made
+    once the input has been read; summary.json's ``out`` names it."""
     model, tokenizers, cfg = load_run(run_dir, checkpoint, device)
 
     def figures() -> Path:
