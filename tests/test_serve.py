@@ -499,7 +499,7 @@ def test_the_page_captions_an_uploaded_image_and_draws_each_words_attention_on_i
     with serving(runs["captioner"]) as url:
         page = browser.new_page(viewport={"width": 1000, "height": 900})
         page.goto(url)
-        assert page.is_visible("#upload")
+        page.wait_for_selector("#upload", state="visible")  # shown once /api/info has named an image run
         page.set_input_files("#upload", str(path))
         page.click("button[type=submit]")
         page.wait_for_selector(".panel[data-run='0'][data-state=ready]")
