@@ -305,7 +305,7 @@ def test_a_task_and_a_family_from_outside_the_package_train_through_the_command_
     assert model(ids).argmax(-1).tolist() == [1, 0]  # pos, neg (labels sorted: neg = 0)
     for command, needs in (("translate", "'translation' or 'masked_translation'"),
                            ("inspect", "'translation' or 'language_model' or 'classification' or 'masked_lm' or "
-                                       "'image_classification' or 'captioning' or 'encoder' or 'image_encoder'")):
+                                       "'image_classification' or 'captioning' or 'visual_qa' or 'encoder' or 'image_encoder'")):
         refused = run_cli(command, str(tmp_path / "run"), *(["--split", "valid"] if command == "inspect" else []),
                           stdin="good\n")
         assert refused.returncode == 2 and refused.stderr == (

@@ -12,7 +12,8 @@ class token (or, with mean pooling, the mean of the patches) attends to over the
 on the image per head, and the attention rollout across the layers (Abnar & Zuidema 2020). A
 captioner reads an image file and captions it (or takes --tgt): for each word, its cross-attention
 over the patch grid drawn on the image, per decoder layer and head and averaged over the heads
-(the figure of Xu et al. 2015, "Show, Attend and Tell").
+(the figure of Xu et al. 2015, "Show, Attend and Tell"). A
+single-stream model reads an image file and a question (analysis/cross_modal.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 
 from attnlab.analysis.capture import AttentionRecord, attention_of, capture_attention
+from attnlab.analysis.cross_modal import inspect_single_stream
 from attnlab.analysis.heads import attention_rollout, head_entropy, mean_distance
 from attnlab.analysis.plots import (alignment_plot, attention_heatmaps, entropy_plot, first_token_plot,
                                     patch_attention_plot)
@@ -235,15 +237,24 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
 
 
 def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path | None = None, beam: int = 4,
-                checkpoint: str = "best", device: torch.device | str = "cpu", force: bool = False) -> dict[str, Any]:
-    """Draw every attention map of ``text`` (an image file, for an image model or a captioner) into
-    ``out`` (see :func:`figure_dir`: by default a new folder in RUN_DIR/inspect), which is only made
-    once the input has been read; summary.json's ``out`` names it."""
+                checkpoint: str = "best", device: torch.device | str = "cpu", force: bool = False,
+                question: str | None = None) -> dict[str, Any]:
+    """Draw every attention map of ``text`` (an image file, for an image model or a captioner; with ``question``,
+    for a single-stream model: analysis/cross_modal.py) into ``out`` (see :func:`figure_dir`: by
+    default a new folder in RUN_DIR/inspect), which is only made once the input has been read;
+    summary.json's ``out`` names it."""
     model, tokenizers, cfg = load_run(run_dir, checkpoint, device)
 
     def figures() -> Path:
         return figure_dir(out, run_dir, text, force)
 
+    if cfg.capabilities.inputs == Inputs.IMAGE_TEXT and cfg.capabilities.encoder:
+        if target is not None:
+            raise UsageError("--tgt is for models with a decoder; a single-stream model reads --src IMAGE --question")
+        return inspect_single_stream(RunDir(run_dir), model, cfg, text, question, figures)
+    if question is not None:
+        raise UsageError(f"--question is for single-stream runs (arch 'single_stream'); {run_dir} holds arch "
+                         f"'{cfg.arch}'")
     if cfg.capabilities.inputs == Inputs.IMAGES and cfg.capabilities.decoder:
         return inspect_caption(RunDir(run_dir), model, cfg, tokenizers["tgt"], text, target, beam, figures)
     if cfg.capabilities.inputs == Inputs.IMAGES:

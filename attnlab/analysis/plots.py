@@ -8,6 +8,8 @@ axis labels in its metadata ('Description', JSON) so that a program can check wh
 - ``confusion_plot``: a classifier's confusion matrix, the count in each cell;
 - ``patch_attention_plot``: attention over an image's patch grid, drawn on the image, one panel
   per map (layer and head, or the rollout);
+- ``block_plot``: one block of an attention map (a single stream's words over its patches, or
+  the reverse), or an average of them, as one heatmap;
 - ``lead_time_plot``: a forecaster's MSE against the steps ahead;
 - ``forecast_plot``: history, forecast and truth of chosen channels of a series;
 - ``sweep_plot``: a sweep's metrics against its first grid axis, one line per combination of the
@@ -304,3 +306,13 @@ def positional_plots(out_dir: Path, dim: int = 64, positions: int = 100,
     curve = _save(fig, out_dir / "positional_similarity.png",
                   {"x": "offset k", "y": "similarity", "bases": list(bases)})
     return [heatmap, curve]
+
+
+def block_plot(weights: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, path: Path) -> Path:
+    """(R, C) attention weights (a block of a map, or one averaged) as one heatmap with a colour bar,
+    on a 0-max scale, written to ``path``."""
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.3 * len(cols) + 2.0), max(2.5, 0.25 * len(rows) + 1.2)),
+                           layout="constrained")
+    image = _heatmap(ax, weights, rows, cols, title, vmax=max(float(weights.max()), 1e-6))
+    fig.colorbar(image, ax=ax, label="attention weight", pad=0.01)
+    return _save(fig, path, {"title": title, "rows": list(rows), "cols": list(cols)})

@@ -25,13 +25,14 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         for name, values in entropies.items():
             print(f"{name:<34} mean {sum(values) / len(values):.3f}  per head " + " ".join(f"{v:.3f}" for v in values))
         return
-    summary = inspect_run(args.run_dir, args.src, args.tgt, args.out, args.beam, args.checkpoint, device, args.force)
+    summary = inspect_run(args.run_dir, args.src, args.tgt, args.out, args.beam, args.checkpoint, device, args.force,
+                          args.question)
     for name, entry in summary["modules"].items():
         entropy = " ".join(f"{e:.2f}" for e in entry["entropy"])
         print(f"{name:<34} entropy per head (uniform {entry['uniform_entropy']:.2f}): {entropy}")
     if "target" in summary:
         print(f"target: {summary['target']}")
-    if "prediction" in summary:
+    if "prediction" in summary:  # a classifier's label, or a single-stream model's answer
         label = summary["prediction"]["label"]
         print(f"prediction: {label} ({summary['prediction']['probabilities'][label]:.4f})")
     print(f"{len(summary['files'])} figures and summary.json in {summary['out']}")
@@ -71,6 +72,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     inspect.add_argument("--split", help="instead of --src: mean entropy per layer and head over this split")
     inspect.add_argument("--tgt", help="target sentence, or a captioner's caption (default: the model's beam-search "
                                        "output)")
+    inspect.add_argument("--question", help="single-stream runs: the question about the --src image")
     inspect.add_argument("--out", help="directory for the figures (default: a new folder RUN_DIR/inspect/N-WORDS for "
                                        "each call, named after its input)")
     inspect.add_argument("--force", action="store_true", help="overwrite figures in an existing --out")

@@ -31,6 +31,7 @@ from attnlab.models.graph import GraphConfig
 from attnlab.models.vit import ViTConfig
 from attnlab.models.captioner import CaptionerConfig
 from attnlab.models.dual_encoder import DualEncoderConfig
+from attnlab.models.single_stream import SingleStreamConfig
 from attnlab.models.cnn import CNNConfig
 from attnlab.models.patchtst import PatchTSTConfig
 from attnlab.models.dlinear import DLinearConfig
@@ -42,5 +43,5 @@ for _module in pkgutil.iter_modules(__path__):  # a family not named above regis
 
 __all__ = ["FAMILIES", "Capabilities", "Inputs", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
-           "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "DualEncoderConfig", "CNNConfig", "PatchTSTConfig",
+           "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

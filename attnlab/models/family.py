@@ -29,7 +29,7 @@ class Inputs(StrEnum):
     IMAGES = "images"  # pixels (B, C, H, W)
     SERIES = "series"  # a multivariate time series (B, L, C)
     GRAPH = "graph"  # a graph's node features and adjacency
-    IMAGE_TEXT = "image_text"  # an image and a text at once (models/dual_encoder.py)
+    IMAGE_TEXT = "image_text"  # an image and a text at once: apart (dual_encoder) or as one sequence (single_stream)
 
 
 @dataclass(frozen=True)

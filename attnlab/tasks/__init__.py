@@ -28,6 +28,7 @@ from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig
 from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
 from attnlab.tasks.captioning import Captioning, CaptioningConfig
 from attnlab.tasks.contrastive import Contrastive, ContrastiveConfig
+from attnlab.tasks.visual_qa import VisualQA, VisualQAConfig
 from attnlab.tasks.node_classification import NodeClassification, NodeClassificationConfig
 from attnlab.tasks.forecasting import Forecasting, ForecastingConfig
 from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLanguageModelConfig
@@ -42,6 +43,6 @@ for _module in pkgutil.iter_modules(__path__):  # a task not named above registe
 __all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "MaskedTranslation", "MaskedTranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",
-           "ImageClassificationConfig", "Captioning", "CaptioningConfig", "Contrastive", "ContrastiveConfig", "NodeClassification", "NodeClassificationConfig",
+           "ImageClassificationConfig", "Captioning", "CaptioningConfig", "Contrastive", "ContrastiveConfig", "VisualQA", "VisualQAConfig", "NodeClassification", "NodeClassificationConfig",
            "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig",
            "Encoder", "EncoderConfig", "ImageEncoder", "ImageEncoderConfig"]

@@ -25,6 +25,7 @@ from attnlab.data.batching import Batch, pad_sequences
 from attnlab.data.tokenizers import BOS, EOS, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.tasks.image_classification import COLOURS, Standardise, as_tensor, channels, colour_of, read_image, same_size
+from attnlab.tasks.scene_splits import SceneSplits
 from attnlab.tasks.task import TaskConfig, Tokenizers, batch_seed
 
 BUILT_IN = ("scenes",)
@@ -32,11 +33,9 @@ BUILT_IN = ("scenes",)
 Captioned = tuple[np.ndarray, list[str]]  # pixels (N, H, W, C) float32, and each image's caption
 
 @dataclass(frozen=True)
-class CaptioningConfig(TaskConfig):
-    """``dataset: scenes`` (splits train, valid, test and compositional; ``seed``, the sizes
-    ``n_train`` / ``n_valid`` / ``n_test`` (each test split), ``held_out`` (comma-separated
-    'COLOUR SHAPE' combinations kept out of training), ``image_size`` (32 or more), ``noise`` (the
-    pixel noise's standard deviation, 0-255 scale), ``max_objects``), or ``train`` (and optionally
+class CaptioningConfig(SceneSplits, TaskConfig):
+    """``dataset: scenes`` (splits train, valid, test and compositional, drawn as SceneSplits
+    says), or ``train`` (and optionally
     ``valid``, ``test``): captions files. ``max_caption_len``: the most tokens of a caption (a
     longer one is refused, naming its file and line); decoding stops there too."""
 
@@ -64,22 +63,11 @@ class CaptioningConfig(TaskConfig):
             given = [name for name in ("train", "valid", "test", "resize") if getattr(self, name) is not None]
             if given:
                 raise ConfigError(f"dataset '{self.dataset}' brings its own splits and images; drop {', '.join(given)}")
-        try:
-            scenes.check_held_out(self.held_combinations)
-        except ValueError as err:
-            raise ConfigError(f"held_out: {err}") from None
-        if self.dataset is not None and not self.held_combinations:
-            raise ConfigError("held_out names no 'COLOUR SHAPE' combination; the compositional split needs at least "
-                              "one (e.g. 'red triangle')")
+        self.check_scenes(drawn=self.dataset is not None)
         one_of("colour", self.colour, COLOURS)
         one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        for name in ("n_train", "n_valid", "n_test", "max_caption_len", "vocab_size"):
+        for name in ("max_caption_len", "vocab_size"):
             at_least(name, getattr(self, name), 1)
-        at_least("image_size", self.image_size, 16)
-        if not 1 <= self.max_objects <= scenes.GRID ** 2:
-            raise ConfigError(f"max_objects must be between 1 and {scenes.GRID ** 2} (got {self.max_objects})")
-        if self.noise < 0:
-            raise ConfigError(f"noise must be >= 0 (got {self.noise})")
         if self.resize is not None:
             at_least("resize", self.resize, 1)
 
@@ -87,10 +75,6 @@ class CaptioningConfig(TaskConfig):
         if self.dataset is None and self.train is None:
             raise ConfigError(f"data.task '{self.task.name}' needs 'dataset' (scenes) or 'train' (a captions file: "
                               "image TAB caption lines)")
-
-    @property
-    def held_combinations(self) -> tuple[str, ...]:
-        return tuple(name.strip() for name in self.held_out.split(",") if name.strip())
 
     @property
     def longest_sequence(self) -> int:
@@ -105,12 +89,8 @@ class CaptioningConfig(TaskConfig):
 
 def generated_scenes(cfg: CaptioningConfig) -> dict[str, Captioned]:
     """The four splits of the built-in scenes as pixels and captions."""
-    sizes = {"train": cfg.n_train, "valid": cfg.n_valid, "test": cfg.n_test, "compositional": cfg.n_test}
-    out = {}
-    for split, n in sizes.items():
-        drawn = scenes.generate(split, n, cfg.seed, cfg.held_combinations, cfg.image_size, cfg.noise, cfg.max_objects)
-        out[split] = (np.stack([s.pixels for s in drawn]).astype(np.float32), [s.caption for s in drawn])
-    return out
+    return {split: (np.stack([s.pixels for s in drawn]).astype(np.float32), [s.caption for s in drawn])
+            for split, drawn in cfg.drawn_scenes().items()}
 
 
 def read_captioned(path: str, colour: str, resize: int | tuple[int, int] | None) -> Captioned:

@@ -136,7 +136,7 @@ class PairData(CaptionData):
 class Contrastive(Task):
     name = "contrastive"
     config = ContrastiveConfig
-    needs = {"inputs": Inputs.IMAGE_TEXT}
+    needs = {"inputs": Inputs.IMAGE_TEXT, "encoder": False}  # two towers, no joint reading
     metrics = {"valid_loss": True, "recall_at_1": False, "zero_shot_accuracy": False}
     commands = ("predict", "evaluate")
     sets = Captioning.sets

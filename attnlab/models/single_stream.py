@@ -1,0 +1,95 @@
+"""The single-stream vision-and-language family (``arch: single_stream``, nn/single_stream.py): a
+question's tokens and an image's patches in one sequence with modality embeddings, through one
+Transformer encoder, a [CLS] head over the answers.
+
+One config for both modalities: the text side is the Transformer's (``embedding``, ``positional``:
+an absolute scheme, added at the embeddings, since the self-attention of the joint stream has no
+positional hooks: a relative distance between a word and a patch would mean nothing), the image
+side the ViT's (``patch_size``, ``patch_positional`` over the grid). ``image_tokens``: ``patches``,
+or ``none``, the text-only baseline, which has no patch embedding at all. ``head``: ViT's ``pooled``
+(a tanh layer, BERT's and ViLT's pooler) or ``linear``. Initialisation: the Transformer's
+(models/transformer.py), the patch position tables as ViT's, the modality table N(0, 0.02^2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import nn
+
+from attnlab.config import at_least, one_of
+from attnlab.models import transformer as parts
+from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.transformer import TransformerConfig
+from attnlab.models.vit import HEADS, PATCH_POSITIONAL, VIT_BACKENDS, PatchGrid, init_patch_positions
+from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
+from attnlab.nn.transformer import FirstTokenPooling
+from attnlab.nn.vision import PatchEmbedding
+
+# positional: where the words sit, added at the embeddings (no scheme inside the joint stream's attention)
+TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
+
+# image_tokens: what the image contributes to the stream
+IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig"], nn.Module]] = {
+    "patches": lambda cfg: ImagePatches(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
+                                        PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg)),
+    "none": lambda cfg: NoImage(cfg.d_model),  # the text-only baseline
+}
+
+
+@dataclass(frozen=True)
+class SingleStreamConfig(PatchGrid, TransformerConfig):
+    """The image's size and channels, the question vocabulary and the number of answers (set by
+    the data), the patch size P (dividing both sides), ``patch_positional``, ``image_tokens`` and
+    ``head``, and the Transformer's fields for the one encoder: small, pre-norm and GELU by default,
+    as ViT and ViLT."""
+
+    image_height: int = 32
+    image_width: int = 32
+    channels: int = 3
+    n_classes: int = 2
+    patch_size: int = 4
+    patch_positional: str = "learned_2d"
+    image_tokens: str = "patches"
+    head: str = "pooled"
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 256
+    activation: str = "gelu"
+    norm: str = "pre"
+    positional: str = "learned"
+    tie_embeddings: str = "none"
+    max_len: int = 32
+
+    ties = ("none",)  # no output projection over the vocabulary to tie
+
+    def check(self) -> None:
+        one_of("patch_positional", self.patch_positional, PATCH_POSITIONAL)
+        one_of("image_tokens", self.image_tokens, IMAGE_TOKENS)
+        one_of("head", self.head, HEADS)
+        one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
+        one_of("positional", self.positional, TEXT_POSITIONAL)
+        super().check()
+        self.check_patches("patch_positional", self.patch_positional)
+        at_least("n_classes", self.n_classes, 2)
+
+
+@register_family
+class SingleStreamFamily(ModelFamily):
+    name = "single_stream"
+    config = SingleStreamConfig
+    capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=True,
+                                inputs=Inputs.IMAGE_TEXT)
+
+    @staticmethod
+    def build(cfg: SingleStreamConfig) -> SingleStreamTransformer:
+        model = SingleStreamTransformer(parts.embeddings(cfg, cfg.vocab_size), IMAGE_TOKENS[cfg.image_tokens](cfg),
+                                        nn.Embedding(2, cfg.d_model), parts.plain_encoder(cfg, cfg.n_layers),
+                                        HEADS[cfg.head](cfg.d_model, cfg.n_classes, cfg.dropout, FirstTokenPooling()),
+                                        cfg.pad_id)
+        parts.init_weights(model)
+        init_patch_positions(model.image_tokens)
+        nn.init.normal_(model.modality.weight, std=0.02)
+        return model
