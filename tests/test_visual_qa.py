@@ -291,3 +291,8 @@ def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
     assert cfg.data.task is VisualQA and cfg.data.held_combinations == ("red triangle",)
     model = planned_model_config(cfg)(22)
     assert (model.arch, model.image_tokens, model.grid) == ("single_stream", image_tokens, (8, 8))
+    if image_tokens == "patches":  # `info` reads the data, so it counts the 11 answers' head
+        described = run_cli("info", str(ROOT / "recipes" / "multimodal" / recipe))
+        assert described.returncode == 0, described.stderr
+        assert described.stdout.startswith(f"{ROOT / 'recipes' / 'multimodal' / recipe}: single_stream, d_model 64, "
+                                           f"4 heads, 3 layers, d_ff 128, vocab 22\nparameters{' ' * 25}113,163\n")

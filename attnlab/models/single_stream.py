@@ -75,6 +75,10 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
         self.check_patches("patch_positional", self.patch_positional)
         at_least("n_classes", self.n_classes, 2)
 
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_layers
+
 
 @register_family
 class SingleStreamFamily(ModelFamily):
