@@ -83,7 +83,7 @@ def test_a_family_restricts_its_attention_backends_one_way():
     fitting = {name: [b for b, backend in ATTENTION_BACKENDS.items() if config.backends_fit(backend)]
                for name, config in stacks.items()}
     assert fitting["encoder_decoder"] == fitting["decoder_lm"] == list(ATTENTION_BACKENDS)
-    for name in ("vit", "captioner", "dual_encoder", "patchtst", "graph", "transformer_xl"):
+    for name in ("vit", "captioner", "dual_encoder", "single_stream", "patchtst", "graph", "transformer_xl"):
         assert fitting[name] == ["math", "sdpa", "auto"], name
         assert stacks[name].backends_refusal
     assert not any("_BACKENDS" in name for config in stacks.values() for name in vars(config))

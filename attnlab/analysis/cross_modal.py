@@ -27,7 +27,7 @@ from attnlab.analysis.plots import attention_heatmaps, block_plot, entropy_plot,
 from attnlab.errors import UsageError
 from attnlab.files import atomic_write_text
 from attnlab.nn.single_stream import IMAGE, TEXT
-from attnlab.tasks.captioning import read_input_images
+from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.image_classification import colour_of, read_image
 from attnlab.tasks.visual_qa import question_ids
 from attnlab.train.checkpoint import RunDir

@@ -20,11 +20,12 @@ from torch import nn
 
 from attnlab.config import at_least, one_of
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import HEADS, PATCH_POSITIONAL, VIT_BACKENDS, PatchGrid, init_patch_positions
+from attnlab.models.transformer_config import fields_free_exact
+from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, PatchGrid, init_patch_positions
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
-from attnlab.nn.transformer import FirstTokenPooling
+from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.vision import PatchEmbedding
 
 # positional: where the words sit, added at the embeddings (no scheme inside the joint stream's attention)
@@ -64,12 +65,13 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
     max_len: int = 32
 
     ties = ("none",)  # no output projection over the vocabulary to tie
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
         one_of("patch_positional", self.patch_positional, PATCH_POSITIONAL)
         one_of("image_tokens", self.image_tokens, IMAGE_TOKENS)
         one_of("head", self.head, HEADS)
-        one_of("attention_backend", self.attention_backend, VIT_BACKENDS)
         one_of("positional", self.positional, TEXT_POSITIONAL)
         super().check()
         self.check_patches("patch_positional", self.patch_positional)

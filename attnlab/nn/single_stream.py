@@ -19,7 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.transformer import Embeddings, Encoder
+from attnlab.nn.embeddings import Embeddings
+from attnlab.nn.stacks import Encoder
 from attnlab.nn.vision import PatchEmbedding
 
 TEXT, IMAGE = 0, 1  # rows of the modality table

@@ -31,7 +31,7 @@ from attnlab.data.scenes import Scene
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, UNK, Tokenizer
 from attnlab.errors import DataError, UsageError
 from attnlab.models.family import Inputs
-from attnlab.tasks.captioning import read_input_images
+from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import (
     Standardise, as_tensor, class_ids, class_names, colour_of, read_image,
