@@ -87,3 +87,12 @@ def test_a_family_restricts_its_attention_backends_one_way():
         assert fitting[name] == ["math", "sdpa", "auto"], name
         assert stacks[name].backends_refusal
     assert not any("_BACKENDS" in name for config in stacks.values() for name in vars(config))
+
+
+def test_the_two_image_and_text_tasks_fit_only_their_own_family():
+    """Both read an image and a text (Inputs.IMAGE_TEXT); the contrastive task needs two towers and
+    no joint encoder, visual question answering one encoder over both."""
+    fits = {(task, family): TASKS[task].fits(FAMILIES[family].capabilities)
+            for task in ("contrastive", "visual_qa") for family in ("dual_encoder", "single_stream")}
+    assert fits == {("contrastive", "dual_encoder"): True, ("contrastive", "single_stream"): False,
+                    ("visual_qa", "dual_encoder"): False, ("visual_qa", "single_stream"): True}
