@@ -80,7 +80,7 @@ def test_unset_precision_and_compile_follow_the_device():
     chosen = TrainConfig(precision="bf16", compile=True)
     assert (chosen.precision_on(CPU), chosen.compiles_on(CPU)) == ("bf16", True)
     assert not TrainConfig(compile=False).compiles_on(cuda)
-    with pytest.raises(ConfigError, match="compile must be true, false or auto"):
+    with pytest.raises(ConfigError, match="compile must be true, false, auto or graphs"):
         TrainConfig(compile="yes")
     with pytest.raises(ConfigError, match="compile must be true or false or a string"):
         TrainConfig(compile=1)
