@@ -117,6 +117,13 @@ def token_budget_batches(lengths: list[int], max_tokens: int, seed: int, epoch: 
     return batches
 
 
+def sampled_batch(n_examples: int, batch_size: int, seed: int) -> list[int]:
+    """``batch_size`` example indices drawn uniformly with replacement, reproducibly from ``seed``
+    (Lake & Baroni 2018 sampled SCAN's commands so, one a step)."""
+    rng = random.Random(seed)
+    return [rng.randrange(n_examples) for _ in range(batch_size)]
+
+
 def lm_blocks(data: Tensor, block_size: int, batch_size: int, generator: torch.Generator) -> Batch:
     """nanoGPT-style training batch: ``batch_size`` random windows of a (N,) token stream;
     tgt_out is tgt_in shifted by one."""

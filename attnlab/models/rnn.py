@@ -21,7 +21,8 @@ from attnlab.nn.rnn import RNNDecoder, RNNEncoder, RNNSeq2Seq
 class RNNConfig(TwoSidedSizes, FamilyConfig):
     """``d_model`` is the embedding and hidden size of every cell; ``rnn_attention: none`` is a
     fixed context; ``score`` is the alignment score of the attention; ``max_len`` bounds the
-    positions of the ``location`` score. Embeddings may tie the output projection only
+    positions of the ``location`` score; ``teacher_forcing``: the probability that a training
+    sequence reads the true prefix (the rest are decoded free-running, nn/rnn.py). Embeddings may tie the output projection only
     (``all`` = ``output``): source and target tables stay separate."""
 
     vocab_size: int
@@ -39,6 +40,7 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     score: str = "additive"
     bidirectional: bool = True
     input_feeding: bool = True
+    teacher_forcing: float = 1.0
 
     def check(self) -> None:
         one_of("rnn_cell", self.rnn_cell, RNN_CELLS)
@@ -55,6 +57,9 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
         self.check_sizes()
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
+        if not 0.0 <= self.teacher_forcing <= 1.0:
+            raise ConfigError(f"teacher_forcing is the probability that a training sequence reads the true "
+                              f"prefix: it must be in [0, 1] (got {self.teacher_forcing})")
         if not 0 <= self.pad_id < min(self.vocab_size, self.src_vocab):
             raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
                               f"({min(self.vocab_size, self.src_vocab)})")
@@ -84,6 +89,6 @@ class RNNFamily(ModelFamily):
         generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if "output" in cfg.tied:
             generator.weight = tgt_embed.weight
-        model = RNNSeq2Seq(encoder, decoder, generator, cfg.pad_id)
+        model = RNNSeq2Seq(encoder, decoder, generator, cfg.pad_id, cfg.teacher_forcing)
         init_weights(model)
         return model

@@ -160,12 +160,45 @@ class RNNDecoder(nn.Module):
 
 class RNNSeq2Seq(Seq2Seq):
     """A recurrent encoder-decoder with the EncoderDecoder interface. ``model(src, tgt_in)`` ->
-    (B, T, V) logits; ``encode`` / ``decode(..., cache)`` / ``new_cache`` for decoding."""
+    (B, T, V) logits; ``encode`` / ``decode(..., cache)`` / ``new_cache`` for decoding.
 
-    def __init__(self, encoder: RNNEncoder, decoder: RNNDecoder, generator: nn.Linear, pad_id: int) -> None:
+    In training, each sequence is teacher-forced with probability ``teacher_forcing`` (one coin per
+    sequence, from torch's CPU generator, which checkpoints keep); the others are decoded
+    free-running: step t reads the argmax of step t - 1's logits, a choice no gradient passes
+    through, while every step's loss counts (Lake & Baroni 2018: 0.5)."""
+
+    def __init__(self, encoder: RNNEncoder, decoder: RNNDecoder, generator: nn.Linear, pad_id: int,
+                 teacher_forcing: float = 1.0) -> None:
         super().__init__()
         self.encoder, self.decoder, self.generator = encoder, decoder, generator
-        self.pad_id = pad_id
+        self.pad_id, self.teacher_forcing = pad_id, teacher_forcing
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """(B, S) source, (B, T) decoder inputs BOS y_1 ... y_{T-1} -> (B, T, V) logits."""
+        if not self.training or self.teacher_forcing >= 1.0:
+            return super().forward(src, tgt_in)
+        forced = torch.rand(src.shape[0]) < self.teacher_forcing  # (B,) on the host: no device sync
+        if forced.all():
+            return super().forward(src, tgt_in)
+        return self.free_running(src, tgt_in, forced.to(src.device))
+
+    def free_running(self, src: Tensor, tgt_in: Tensor, forced: Tensor) -> Tensor:
+        """(B, T, V) logits, step by step: row b reads the true y_{t-1} where ``forced[b]`` (B,), and
+        otherwise its own previous step's choice: the argmax over the tokens decoding can emit (not
+        padding, not the start token BOS that every tgt_in begins with), an integer, so no gradient
+        passes through the choice itself."""
+        memory, src_valid = self.encode(src)
+        cache, steps = self.new_cache(), []
+        token = tgt_in[:, :1]  # (B, 1): BOS
+        never = torch.zeros(*token.shape, self.generator.out_features, dtype=torch.bool, device=src.device)
+        never[..., self.pad_id] = True
+        never.scatter_(-1, token[..., None], True)  # (B, 1, V)
+        for t in range(tgt_in.shape[1]):
+            steps.append(self.decode(token, memory, src_valid, cache))  # (B, 1, V)
+            if t + 1 < tgt_in.shape[1]:
+                choice = steps[-1].masked_fill(never, -torch.inf).argmax(-1)  # (B, 1)
+                token = torch.where(forced[:, None], tgt_in[:, t + 1: t + 2], choice)
+        return torch.cat(steps, dim=1)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         valid = src != self.pad_id

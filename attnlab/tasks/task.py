@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from attnlab.config import RegisteredConfig, one_of, register
-from attnlab.data.batching import padded_to_multiple, token_budget_batches
+from attnlab.data.batching import padded_to_multiple, sampled_batch, token_budget_batches
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError
@@ -57,18 +57,46 @@ def batch_seed(seed: int, epoch: int, k: int) -> int:
     return (seed * 1_000_003 + epoch) * 1_000_033 + k
 
 
+SAMPLINGS = ("epochs", "with_replacement")  # how training draws its examples (train.sampling)
+
+
+class SampledBatches(Sequence[Batch]):
+    """A virtual epoch of ceil(N / batch_size) batches of ``batch_size`` training examples drawn
+    with replacement: batch k of epoch e depends only on (seed, e, k), so the sampler's whole state
+    is the (epoch, batch) position that every checkpoint keeps, and a resumed run draws exactly what
+    an uninterrupted one would. ``make`` turns a list of examples and a seed into a batch."""
+
+    def __init__(self, examples: list[Any], batch_size: int, seed: int, epoch: int,
+                 make: Callable[[list[Any], int], Batch]) -> None:
+        self.examples, self.batch_size, self.seed, self.epoch, self.make = examples, batch_size, seed, epoch, make
+        self.n = -(-len(examples) // batch_size)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> Batch:  # type: ignore[override]
+        if not 0 <= k < self.n:
+            raise IndexError(k)
+        seed = batch_seed(self.seed, self.epoch, k)
+        return self.make([self.examples[i] for i in sampled_batch(len(self.examples), self.batch_size, seed)], seed)
+
+
 @dataclass(kw_only=True)
 class BucketedData:
     """Examples of varied lengths, batched under a token budget (batching.token_budget_batches,
-    fairseq's --max-tokens): the batches of an epoch depend only on (seed, epoch), so a resumed run
-    continues exactly; a split's evaluation batches are made once. A task's data says how long an
-    example is and how a group of them becomes a batch."""
+    fairseq's --max-tokens), each training example once an epoch; or, with ``sampling``
+    'with_replacement', training batches of ``batch_size`` examples drawn with replacement
+    (:class:`SampledBatches`). Either way the batches of an epoch depend only on (seed, epoch), so a
+    resumed run continues exactly; a split's evaluation batches are made once, by the token budget.
+    A task's data says how long an example is and how a group of them becomes a batch."""
 
     tokenizers: Tokenizers
     splits: dict[str, list[Any]]
     seed: int = 0
     max_tokens: int = 4096
     pad_multiple: int = 1  # every (B, T) tensor of a batch padded to T a multiple of this
+    sampling: str = "epochs"
+    batch_size: int = 32  # examples a batch, where sampling is 'with_replacement'
     _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
 
     def length(self, example: Any) -> int:
@@ -79,7 +107,9 @@ class BucketedData:
         """One batch; ``seed`` (:func:`batch_seed`) for any random draw it makes."""
         raise NotImplementedError
 
-    def epoch_batches(self, epoch: int) -> list[Batch]:
+    def epoch_batches(self, epoch: int) -> Sequence[Batch]:
+        if self.sampling == "with_replacement":
+            return SampledBatches(self.splits["train"], self.batch_size, self.seed, epoch, self._padded)
         return self._batches(self.splits["train"], self.seed, epoch)
 
     def eval_batches(self, split: str) -> list[Batch]:
@@ -89,8 +119,10 @@ class BucketedData:
 
     def _batches(self, examples: list[Any], seed: int, epoch: int) -> list[Batch]:
         groups = token_budget_batches([self.length(e) for e in examples], self.max_tokens, seed, epoch)
-        return [padded_to_multiple(self.collate([examples[i] for i in group], batch_seed(seed, epoch, k)),
-                                   self.pad_multiple) for k, group in enumerate(groups)]
+        return [self._padded([examples[i] for i in group], batch_seed(seed, epoch, k)) for k, group in enumerate(groups)]
+
+    def _padded(self, examples: list[Any], seed: int) -> Batch:
+        return padded_to_multiple(self.collate(examples, seed), self.pad_multiple)
 
 
 def hold_out_valid(splits: dict[str, list[Any]], n_valid: int, train_path: str | None, what: str
@@ -109,16 +141,18 @@ def hold_out_valid(splits: dict[str, list[Any]], n_valid: int, train_path: str |
 @dataclass(frozen=True)
 class Batching:
     """How training wants its batches: a token budget (pairs), a number of rows (windows,
-    examples), and the seed of their order."""
+    examples), the seed of their order, and how training draws its examples (``sampling``)."""
 
     max_tokens: int
     batch_size: int
     seed: int
     pad_multiple: int = 1
+    sampling: str = "epochs"  # one of SAMPLINGS
 
-    def bucketing(self) -> dict[str, int]:
+    def bucketing(self) -> dict[str, Any]:
         """The fields of :class:`BucketedData` that batching sets."""
-        return {"seed": self.seed, "max_tokens": self.max_tokens, "pad_multiple": self.pad_multiple}
+        return {"seed": self.seed, "max_tokens": self.max_tokens, "pad_multiple": self.pad_multiple,
+                "sampling": self.sampling, "batch_size": self.batch_size}
 
 
 class TaskConfig(RegisteredConfig):

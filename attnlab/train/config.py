@@ -20,7 +20,7 @@ from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
-from attnlab.tasks.task import task_of
+from attnlab.tasks.task import SAMPLINGS, task_of
 from attnlab.train.device import check_device_name, on_gpu
 from attnlab.train.distributed import PIPELINE_SCHEDULES, STRATEGIES
 
@@ -38,7 +38,12 @@ class TrainConfig(TypedConfig):
     checkpoint directories, whose trained weights start this run (train/init.py); ``freeze_embeddings``
     and ``freeze_layers`` (the first k layers of every stack) keep those fixed; ``layer_lr_decay``
     xi < 1 gives layer l of L the learning rate lr * xi^(L - l) (the embeddings xi^L, the heads 1);
-    ``warmup_ratio`` sets the warm-up as a fraction of max_steps instead of ``warmup_steps``."""
+    ``warmup_ratio`` sets the warm-up as a fraction of max_steps instead of ``warmup_steps``.
+
+    ``sampling``: 'epochs' passes over the training examples, batched by ``max_tokens``;
+    'with_replacement' draws each batch's ``batch_size`` examples uniformly with replacement (Lake &
+    Baroni 2018: one SCAN command an update), for tasks that batch examples by length (translation,
+    classification, masked LM)."""
 
     section: typing.ClassVar[str] = "train"
 
@@ -49,6 +54,7 @@ class TrainConfig(TypedConfig):
     max_tokens: int = 4096
     pad_multiple: Optional[int] = None  # batches' lengths a multiple of this; None: padding_multiple decides
     batch_size: int = 32
+    sampling: str = "epochs"  # epochs: each example once an epoch; with_replacement: batch_size examples drawn a batch
     accumulate: int = 1
     optimizer: str = "adam"
     lr_schedule: str = "noam"
@@ -85,6 +91,7 @@ class TrainConfig(TypedConfig):
     def __post_init__(self) -> None:
         self._check_types()
         one_of("optimizer", self.optimizer, ("adam", "adamw"))
+        one_of("sampling", self.sampling, SAMPLINGS)
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
         if self.precision is not None:
             one_of("precision", self.precision, PRECISIONS)

@@ -16,7 +16,7 @@ from attnlab.files import atomic_write_text
 from attnlab.models import FamilyConfig
 from attnlab.nn.stacks import LayerStack
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
-from attnlab.tasks.task import Tokenizers
+from attnlab.tasks.task import BucketedData, Tokenizers
 from attnlab.train.checkpoint import RunDir, build_run_model
 from attnlab.train.config import RunConfig, TrainConfig, init_source
 from attnlab.train.distributed import World
@@ -29,12 +29,18 @@ from attnlab.train.step import freeze
 def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None) -> TaskData:
     """The task's data, batched as ``train`` says; with a ``run``, read with its tokenizers and state;
     under ``train.init_from``, with the initialising run's tokenizers (its weights index their ids)."""
-    batching = Batching(train.max_tokens, train.batch_size, train.seed, train.padding_multiple)
+    batching = Batching(train.max_tokens, train.batch_size, train.seed, train.padding_multiple, train.sampling)
     if run is not None:
-        return data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
-    if train.init_from is not None:
-        return data_cfg.task.prepare(data_cfg, batching, _initialising_tokenizers(train.init_from, data_cfg.task))
-    return data_cfg.task.prepare(data_cfg, batching)
+        data = data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
+    elif train.init_from is not None:
+        data = data_cfg.task.prepare(data_cfg, batching, _initialising_tokenizers(train.init_from, data_cfg.task))
+    else:
+        data = data_cfg.task.prepare(data_cfg, batching)
+    if train.sampling != "epochs" and not isinstance(data, BucketedData):
+        raise ConfigError(f"train.sampling '{train.sampling}' draws examples of a task that batches them by length "
+                          f"(translation, classification, masked_lm); data.task '{data_cfg.task.name}' batches its own "
+                          f"way: use sampling 'epochs'")
+    return data
 
 
 def _initialising_tokenizers(init_from: str, task: type[Task]) -> Tokenizers:
