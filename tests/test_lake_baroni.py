@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from attnlab import ConfigError, model_config
 from attnlab.data.tokenizers import BOS, EOS
-from attnlab.decode.search import greedy
+from attnlab.decode.search import beam_search, greedy
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.data.batching import collate_pairs
 from attnlab.nn.losses import label_smoothed_nll
@@ -21,13 +21,76 @@ from attnlab.nn.transformer import Seq2Seq
 from attnlab.train.checkpoint import MODEL_FILE, RunDir
 from attnlab.train.config import RunConfig
 from attnlab.train.run import prepare, train_run
-from helpers import random_ids, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
-KINDS = ["none", "bahdanau", "luong"]
+KINDS = ["none", "bahdanau", "luong", "lake_baroni"]  # the last: Lake & Baroni's decoder with Bahdanau's attention
 
 
 def rnn_model(attention="bahdanau", **kw):
-    return tiny_model(arch="rnn", rnn_attention=attention, rnn_cell="lstm", score="general", **kw)
+    if attention == "lake_baroni":
+        kw |= dict(rnn_decoder="lake_baroni", bidirectional=False, score="additive", tie_embeddings="none")
+        attention = "bahdanau"
+    return tiny_model(arch="rnn", rnn_attention=attention, rnn_cell=kw.pop("cell", "lstm"),
+                      score=kw.pop("score", "general"), **kw)
+
+
+def lake_baroni(attention, cell, **kw):
+    return tiny_model(arch="rnn", rnn_attention=attention, rnn_cell=cell, rnn_decoder="lake_baroni",
+                      bidirectional=False, score="additive", tie_embeddings="none", n_layers=2, dropout=0.0, **kw)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_lake_baroni_decoder_without_attention_is_two_pytorch_rnns(cell):
+    """No attention: the encoder's final (h, c) of both layers start the decoder, which reads the
+    embeddings alone and predicts from its top state: the same as torch's RNNs run by hand on the
+    unpadded sentences."""
+    model = lake_baroni("none", cell)
+    src, tgt = random_ids(2, 6, generator_seed=3), random_ids(2, 4, generator_seed=4)
+    src[1, 4:] = 0
+    with torch.no_grad():
+        got = model(src, tgt)
+        for b, length in enumerate([6, 4]):
+            _, final = model.encoder.rnn(model.encoder.embed(src[b: b + 1, :length]))
+            states, _ = model.decoder.rnn(model.decoder.embed(tgt[b: b + 1]), final)
+            torch.testing.assert_close(got[b: b + 1], model.generator(states), atol=1e-5, rtol=0)
+
+
+def test_lake_baroni_decoder_attends_from_the_previous_state():
+    """With attention: c_t = sum_i softmax_i(v^T tanh(W s_{t-1} + U h_i)) h_i over the encoder's
+    top states, fed with E y_{t-1} into the RNN; written out step by step with torch's LSTM."""
+    model = lake_baroni("bahdanau", "lstm")
+    src, tgt = random_ids(1, 5, generator_seed=6), random_ids(1, 4, generator_seed=7)
+    score = model.decoder.score
+    with torch.no_grad():
+        h, (s, c) = model.encoder.rnn(model.encoder.embed(src))  # (1, S, D), (L, 1, D) each
+        expected = []
+        for t in range(4):
+            e = score.v_a(torch.tanh(score.W_s(s[-1])[:, None] + score.W_h(h))).squeeze(-1)  # (1, S)
+            context = (e.softmax(-1)[..., None] * h).sum(1)  # (1, D)
+            out, (s, c) = model.decoder.rnn(torch.cat([model.decoder.embed(tgt[:, t]), context], -1)[:, None], (s, c))
+            expected.append(model.generator(out))
+        torch.testing.assert_close(model(src, tgt), torch.cat(expected, 1), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attention", ["none", "bahdanau"])
+def test_lake_baroni_decoder_cached_uncached_padded_and_beam(attention):
+    model = lake_baroni(attention, "lstm")
+    src, tgt = random_ids(3, 7, generator_seed=2), random_ids(3, 6, generator_seed=3)
+    src[1, 4:] = 0
+    assert_cached_matches_uncached(model, tgt, src=src)
+    with torch.no_grad():
+        torch.testing.assert_close(model(src[1:2, :4], tgt[1:2]), model(src, tgt)[1:2], atol=1e-5, rtol=0)
+    assert [h[0].tokens for h in beam_search(model, src, beam=1, lenpen=0.0, max_len=8)] == greedy(model, src, max_len=8)
+
+
+def test_lake_baroni_decoder_checks():
+    with pytest.raises(ConfigError, match="rnn_decoder 'lake_baroni' starts from the encoder's final states"):
+        model_config(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="lake_baroni")  # bidirectional by default
+    with pytest.raises(ConfigError, match="rnn_decoder 'lake_baroni' .* needs rnn_attention 'none' or 'bahdanau'"):
+        model_config(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="lake_baroni", bidirectional=False,
+                     rnn_attention="luong", score="general")
+    with pytest.raises(ConfigError, match="rnn_decoder must be one of 'deep_output', 'lake_baroni'"):
+        model_config(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="plain")
 
 
 @pytest.mark.parametrize("attention", KINDS)

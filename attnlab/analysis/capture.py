@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.registry import ATTENTION_BACKENDS
-from attnlab.nn.rnn import RNNDecoder
+from attnlab.nn.rnn import LakeBaroniDecoder, RNNDecoder
 
 _NAME = re.compile(r"(?P<stack>\w+)\.layers\.(?P<layer>\d+)\.(?P<kind>self|cross)_attn$")
 
@@ -91,7 +91,7 @@ def capture_attention(model: nn.Module) -> Iterator[AttentionCapture]:
                 module.backend = AttentionBackend()
             handles.append(module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True))
             handles.append(module.register_forward_hook(lambda m, a, out, name=name: keep(name, out[1])))
-        elif isinstance(module, RNNDecoder) and module.attention != "none":
+        elif isinstance(module, (RNNDecoder, LakeBaroniDecoder)) and module.score is not None:
             # the decoder's alignment (B, T, S), as one head: stack 'decoder', layer 0, kind 'cross'
             handles.append(module.register_forward_hook(
                 lambda m, a, out, name=name: keep(f"{name}.layers.0.cross_attn", m.last_attention[:, None])))

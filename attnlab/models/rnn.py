@@ -14,7 +14,10 @@ from attnlab.errors import ConfigError
 from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import SINGLE_STACK_TIES, init_weights
 from attnlab.nn.registry import RNN_ATTENTION, RNN_CELLS, SCORES
-from attnlab.nn.rnn import RNNDecoder, RNNEncoder, RNNSeq2Seq
+from attnlab.nn.rnn import LakeBaroniDecoder, RNNDecoder, RNNEncoder, RNNSeq2Seq
+
+
+RNN_DECODERS = ("deep_output", "lake_baroni")  # nn/rnn.py's RNNDecoder and LakeBaroniDecoder
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,9 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     """``d_model`` is the embedding and hidden size of every cell; ``rnn_attention: none`` is a
     fixed context; ``score`` is the alignment score of the attention; ``max_len`` bounds the
     positions of the ``location`` score; ``teacher_forcing``: the probability that a training
-    sequence reads the true prefix (the rest are decoded free-running, nn/rnn.py). Embeddings may tie the output projection only
+    sequence reads the true prefix (the rest are decoded free-running, nn/rnn.py); ``rnn_decoder``:
+    ``deep_output`` (a learnt initial state, the context at every step, o_t = tanh(W_o [s_t; c_t; E y]))
+    or ``lake_baroni`` (Lake & Baroni 2018: the encoder's final states start it, p from s_t alone). Embeddings may tie the output projection only
     (``all`` = ``output``): source and target tables stay separate."""
 
     vocab_size: int
@@ -41,11 +46,19 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     bidirectional: bool = True
     input_feeding: bool = True
     teacher_forcing: float = 1.0
+    rnn_decoder: str = "deep_output"
 
     def check(self) -> None:
         one_of("rnn_cell", self.rnn_cell, RNN_CELLS)
         one_of("rnn_attention", self.rnn_attention, RNN_ATTENTION)
         one_of("score", self.score, SCORES)
+        one_of("rnn_decoder", self.rnn_decoder, RNN_DECODERS)
+        if self.rnn_decoder == "lake_baroni":
+            if self.rnn_attention == "luong" or self.bidirectional \
+                    or (self.n_encoder_layers or self.n_layers) != (self.n_decoder_layers or self.n_layers):
+                raise ConfigError("rnn_decoder 'lake_baroni' starts from the encoder's final states and attends as "
+                                  "Bahdanau: it needs rnn_attention 'none' or 'bahdanau', bidirectional: false and "
+                                  "as many encoder as decoder layers")
         if self.score in ("dot", "scaled_dot", "cosine") and self.bidirectional:
             raise ConfigError(f"score '{self.score}' compares the decoder state (d_model) with encoder states of "
                               f"size 2 x d_model (bidirectional): use 'general' or 'additive', or bidirectional: false")
@@ -80,12 +93,16 @@ class RNNFamily(ModelFamily):
         cell = RNN_CELLS[cfg.rnn_cell]
         src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model)
         tgt_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        encoder = RNNEncoder(src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout)
+        carries = cfg.rnn_decoder == "lake_baroni"
+        encoder = RNNEncoder(src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout, carries)
         score = None
         if cfg.rnn_attention != "none":
             score = SCORES[cfg.score](cfg.d_model, encoder.out_dim, d_attn=cfg.d_model, max_len=cfg.max_len)
-        decoder = RNNDecoder(tgt_embed, cell, cfg.d_model, encoder.out_dim, cfg.decoder_layers, cfg.rnn_attention,
-                             score, cfg.input_feeding, cfg.dropout)
+        if carries:
+            decoder = LakeBaroniDecoder(tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout)
+        else:
+            decoder = RNNDecoder(tgt_embed, cell, cfg.d_model, encoder.out_dim, cfg.decoder_layers, cfg.rnn_attention,
+                                 score, cfg.input_feeding, cfg.dropout)
         generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if "output" in cfg.tied:
             generator.weight = tgt_embed.weight

@@ -53,22 +53,42 @@ class RNNCache:
             self.keys = self.keys.index_select(0, index)
 
 
+def recur(rnn: nn.RNNBase, x: Tensor, state: RNNCache) -> Tensor:
+    """Run ``rnn`` over (B, T, Din) inputs from the state's s_{t-1} (and cell): (B, T, D) top-layer
+    states s_t; the state moves on."""
+    lstm = isinstance(rnn, nn.LSTM)
+    out, new = rnn(x, (state.hidden, state.cell) if lstm else state.hidden)
+    state.hidden, state.cell = new if lstm else (new, None)
+    state.length += x.shape[1]
+    return out
+
+
 class RNNEncoder(nn.Module):
+    """With ``carries_final``, the memory also carries the RNN's final states (every layer's h, and c
+    for an LSTM, after each row's last token) as its features from out_dim on, the same at every
+    position: what a decoder that starts from them (:class:`LakeBaroniDecoder`) reads, passed
+    through the encode / decode interface (and beam search's reordering) with the memory."""
+
     def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, n_layers: int,
-                 bidirectional: bool, dropout: float) -> None:
+                 bidirectional: bool, dropout: float, carries_final: bool = False) -> None:
         super().__init__()
         self.embed, self.dropout = embed, Dropout(dropout)
         self.rnn = cell(d_model, d_model, n_layers, batch_first=True, bidirectional=bidirectional,
                         dropout=dropout if n_layers > 1 else 0.0)
-        self.d_model, self.bidirectional = d_model, bidirectional
+        self.d_model, self.bidirectional, self.carries_final = d_model, bidirectional, carries_final
         self.out_dim = d_model * (2 if bidirectional else 1)
 
     def forward(self, src: Tensor, valid: Tensor) -> Tensor:
-        """(B, S) ids, (B, S) validity -> (B, S, out_dim) states h_i (zeros at padding)."""
+        """(B, S) ids, (B, S) validity -> (B, S, out_dim) states h_i (zeros at padding), and with
+        ``carries_final`` the final states after them: (B, S, out_dim + k L D), k = 2 for an LSTM."""
         lengths = valid.sum(1).clamp(min=1).cpu()  # an all-padding row still gets one step
         packed = pack_padded_sequence(self.dropout(self.embed(src)), lengths, batch_first=True, enforce_sorted=False)
-        states, _ = self.rnn(packed)
-        return pad_packed_sequence(states, batch_first=True, total_length=src.shape[1])[0]
+        states, final = self.rnn(packed)
+        memory = pad_packed_sequence(states, batch_first=True, total_length=src.shape[1])[0]
+        if not self.carries_final:
+            return memory
+        final = torch.cat(final if isinstance(final, tuple) else (final,))  # (k L, B, D): h, then c
+        return torch.cat([memory, final.transpose(0, 1).flatten(1)[:, None].expand(-1, src.shape[1], -1)], dim=-1)
 
     def summary(self, memory: Tensor, valid: Tensor) -> Tensor:
         """(B, out_dim): the forward direction's state after the last real token, and the backward
@@ -104,11 +124,7 @@ class RNNDecoder(nn.Module):
         state.keys = self.score.keys(memory) if self.score is not None else None  # once per sentence
 
     def recur(self, x: Tensor, state: RNNCache) -> Tensor:
-        """Run the RNN over (B, T, Din) inputs from the state's s_{t-1}: (B, T, D) top-layer states s_t."""
-        out, new = self.rnn(x, (state.hidden, state.cell) if self.lstm else state.hidden)
-        state.hidden, state.cell = new if self.lstm else (new, None)
-        state.length += x.shape[1]
-        return out
+        return recur(self.rnn, x, state)
 
     def align(self, s: Tensor, state: RNNCache, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """(B, T, D) queries over (B, S, Dm) memory -> contexts c (B, T, Dm), weights alpha (B, T, S)."""
@@ -158,6 +174,51 @@ class RNNDecoder(nn.Module):
         return torch.cat(h_steps, 1), torch.cat(w_steps, 1)
 
 
+class LakeBaroniDecoder(nn.Module):
+    """The decoder of Lake & Baroni (2018), who built on PyTorch's seq2seq tutorial: it starts from
+    the encoder's final states (every layer's h, and c for an LSTM: ``carries_final``), reads E y_{t-1},
+    with attention also c_t (Bahdanau's: e_ti = score(s_{t-1}, h_i) over the top layer's s_{t-1}),
+    and predicts from its top state alone:
+
+        s_t = RNN(s_{t-1}, E y_{t-1})  or  RNN(s_{t-1}, [E y_{t-1}; c_t]),   p(y_t) = softmax(W_out s_t)
+
+    with no learnt initial state, no context outside attention, and no deep output layer. Dropout on
+    the embeddings and between layers."""
+
+    def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, n_layers: int,
+                 score: AlignmentScore | None, dropout: float) -> None:
+        super().__init__()
+        self.embed, self.dropout, self.score = embed, Dropout(dropout), score
+        self.lstm, self.n_layers, self.d_model = cell is nn.LSTM, n_layers, d_model
+        d_in = d_model * (2 if score is not None else 1)
+        self.rnn = cell(d_in, d_model, n_layers, batch_first=True, dropout=dropout if n_layers > 1 else 0.0)
+        self.last_attention: Tensor | None = None  # (B, T, S) of the last call, for alignment plots
+
+    def start(self, state: RNNCache, memory: Tensor) -> None:
+        final = memory[:, 0, self.d_model:].unflatten(1, (-1, self.d_model)).transpose(0, 1)  # (k L, B, D)
+        state.hidden = final[: self.n_layers].contiguous()
+        state.cell = final[self.n_layers:].contiguous() if self.lstm else None
+        state.keys = self.score.keys(memory[..., : self.d_model]) if self.score is not None else None
+
+    def forward(self, tokens: Tensor, memory: Tensor, summary: Tensor, memory_valid: Tensor,
+                cache: RNNCache | None = None) -> Tensor:
+        """(B, T) target tokens y_{t-1} (only the new ones, with a cache) -> (B, T, D) top states s_t."""
+        state = cache if cache is not None else RNNCache()
+        if state.hidden is None:
+            self.start(state, memory)
+        e = self.dropout(self.embed(tokens))  # (B, T, D): E y_{t-1}
+        if self.score is None:
+            return recur(self.rnn, e, state)
+        h, mask = memory[..., : self.d_model], memory_valid[:, None, :]  # (B, S, D) h_i, (B, 1, S)
+        s_steps, w_steps = [], []
+        for t in range(e.shape[1]):
+            c_t, w_t = attend(self.score.compare(state.hidden[-1][:, None], state.keys), h, mask)  # from s_{t-1}
+            s_steps.append(recur(self.rnn, torch.cat([e[:, t: t + 1], c_t], dim=-1), state))
+            w_steps.append(w_t)
+        self.last_attention = torch.cat(w_steps, 1)
+        return torch.cat(s_steps, 1)
+
+
 class RNNSeq2Seq(Seq2Seq):
     """A recurrent encoder-decoder with the EncoderDecoder interface. ``model(src, tgt_in)`` ->
     (B, T, V) logits; ``encode`` / ``decode(..., cache)`` / ``new_cache`` for decoding.
@@ -167,7 +228,7 @@ class RNNSeq2Seq(Seq2Seq):
     free-running: step t reads the argmax of step t - 1's logits, a choice no gradient passes
     through, while every step's loss counts (Lake & Baroni 2018: 0.5)."""
 
-    def __init__(self, encoder: RNNEncoder, decoder: RNNDecoder, generator: nn.Linear, pad_id: int,
+    def __init__(self, encoder: RNNEncoder, decoder: RNNDecoder | LakeBaroniDecoder, generator: nn.Linear, pad_id: int,
                  teacher_forcing: float = 1.0) -> None:
         super().__init__()
         self.encoder, self.decoder, self.generator = encoder, decoder, generator
