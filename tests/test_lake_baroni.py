@@ -233,3 +233,22 @@ def test_sampling_is_refused_for_a_task_that_batches_its_own_way(tmp_path):
         prepare(cfg.data, cfg.train)
     with pytest.raises(ConfigError, match="sampling must be one of 'epochs', 'with_replacement'"):
         RunConfig.from_sections({"train": {"sampling": "shuffled"}})
+
+
+def test_loss_reduction_sum_is_the_sequences_summed_loss():
+    """'sum' backpropagates the loss summed over the update's target tokens (the PyTorch tutorial's
+    loss += criterion(...) at every step): the gradients of 'mean' times the number of targets."""
+    from attnlab.train.step import accumulate_gradients
+
+    batch = collate_pairs([([5, 6, 7], [8, 9, 10, 11, 12])])
+    grads = {}
+    for reduction in ("mean", "sum"):
+        model = rnn_model("none", dropout=0.0)
+        cfg = dataclasses.replace(scan_run().train, loss_reduction=reduction)
+        sums = accumulate_gradients(model, [batch], cfg)
+        grads[reduction] = [p.grad for p in model.parameters()]
+    assert sums["tokens"] == 6  # five actions and EOS
+    for mean, summed in zip(grads["mean"], grads["sum"]):
+        torch.testing.assert_close(summed, 6 * mean, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ConfigError, match="loss_reduction must be one of 'mean', 'sum'"):
+        RunConfig.from_sections({"train": {"loss_reduction": "total"}})

@@ -43,7 +43,9 @@ class TrainConfig(TypedConfig):
     ``sampling``: 'epochs' passes over the training examples, batched by ``max_tokens``;
     'with_replacement' draws each batch's ``batch_size`` examples uniformly with replacement (Lake &
     Baroni 2018: one SCAN command an update), for tasks that batch examples by length (translation,
-    classification, masked LM)."""
+    classification, masked LM). ``loss_reduction``: the loss an update's gradient comes from, the
+    mean over its target tokens, or their sum (Lake & Baroni's, from PyTorch's seq2seq tutorial: with
+    one sequence an update, clipping then sees the whole sequence's gradient)."""
 
     section: typing.ClassVar[str] = "train"
 
@@ -66,6 +68,7 @@ class TrainConfig(TypedConfig):
     eps: float = 1e-9
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
+    loss_reduction: str = "mean"  # the update's loss: per target token (mean) or summed over them (sum)
     clip_norm: Optional[float] = 1.0
     precision: Optional[str] = None  # unset: auto on a GPU, fp32 on a CPU (see precision_on)
     activation_checkpointing: bool = False
@@ -92,6 +95,7 @@ class TrainConfig(TypedConfig):
         self._check_types()
         one_of("optimizer", self.optimizer, ("adam", "adamw"))
         one_of("sampling", self.sampling, SAMPLINGS)
+        one_of("loss_reduction", self.loss_reduction, ("mean", "sum"))
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
         if self.precision is not None:
             one_of("precision", self.precision, PRECISIONS)

@@ -109,7 +109,8 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
                          scaler: torch.amp.GradScaler | None = None, world: World | None = None,
                          global_tokens: int | None = None, objective: Objective = teacher_forced_loss) -> dict[str, Any]:
     """Backward of the ``objective`` (a task's loss) over ``batches``, summed over their targets and
-    divided by the number of targets of the whole (global) batch: with ``world``, the
+    (``loss_reduction`` 'mean') divided by the number of targets of the whole (global) batch, or
+    ('sum') not: Lake & Baroni's sum over a sequence's steps. With ``world``, the
     batches of every rank together (``global_tokens`` when the caller knows it, as ``fit`` does:
     every rank builds the same batches; otherwise one all-reduce). DDP then averages over the
     ranks, so each rank scales by the world size: the gradients equal one process's over the
@@ -120,7 +121,7 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
     if total is None:
         n_tokens = sum(b.n_tokens for b in batches)
         total = world.all_sum(n_tokens)[0] if world else n_tokens
-    scale = (world.size if world else 1) / total
+    scale = (world.size if world else 1) / (total if cfg.loss_reduction == "mean" else 1)
     loss_nll = None  # (2,) float64 on the device: the loss and NLL sums, batch after batch as the host once added them
     ddp = uncompiled(model)
     for i, batch in enumerate(batches):
