@@ -25,53 +25,56 @@ from attnlab.train.device import resolve_device, use_device
 from attnlab.train.distributed import World
 from attnlab.train.precision import allow_tf32, autocast, choose_precision
 from attnlab.train.progress import Health, Progress, TrainLog
-from attnlab.train.schedules import fitted_warmup, make_schedule, make_scheduler
+from attnlab.train.schedules import Schedule, make_scheduler
 from attnlab.train.step import compiled, make_optimizer, train_step
 from attnlab.train.strategy import Strategy, strategy_for
 
-class Validation:
-    """The task's scores on the validation split (train.eval_exact_match: how many examples to
-    predict for the metrics that need predictions)."""
+class Evaluations:
+    """An evaluation: the task's scores on the validation split (train.eval_exact_match: how many
+    examples to predict for the metrics that need predictions), logged, and a checkpoint (rank 0
+    writes) of the model and ``trainer_state()`` (a function: the state as it is when written),
+    marked best when early_stop_metric improved (lower or higher as the task says); early stopping
+    counts the evaluations without a gain. ``scores``: the newest; ``step``: the step of the newest
+    checkpoint, written or resumed from (None before the first)."""
 
     def __init__(self, task: type[Task], data: TaskData, cfg: TrainConfig, device: torch.device,
-                 amp: Callable[[], ContextManager]) -> None:
+                 amp: Callable[[], ContextManager], train_log: TrainLog, run: RunDir, strategy: Strategy,
+                 trainer_state: Callable[[], dict[str, Any]], resumed_at: int | None) -> None:
         self.task, self.data, self.cfg, self.device, self.amp = task, data, cfg, device, amp
-
-    def __call__(self, model: nn.Module) -> dict[str, float]:
-        return self.task.validate(model, self.data, self.device, self.amp, self.cfg.eval_exact_match)
-
-
-class Checkpoints:
-    """A checkpoint at every evaluation (rank 0 writes), marked best when early_stop_metric
-    improved (lower or higher as the task says); early stopping counts the evaluations without a
-    gain."""
-
-    def __init__(self, run: RunDir, cfg: TrainConfig, strategy: Strategy, lower_is_better: bool) -> None:
-        self.run, self.cfg, self.strategy, self.lower_is_better = run, cfg, strategy, lower_is_better
+        self.train_log, self.run, self.strategy, self.trainer_state = train_log, run, strategy, trainer_state
         self.main = strategy.world is None or strategy.world.is_main
-        self.metric = cfg.early_stop_metric
+        self.metric, self.lower_is_better = cfg.early_stop_metric, task.metrics[cfg.early_stop_metric]
+        self.step = resumed_at
+        # a resumed run that is done already reports its last scores
+        self.scores = run.metrics_at(resumed_at) if resumed_at is not None else {}
 
-    def save(self, progress: Progress, model: nn.Module, trainer_state: Callable[[], dict[str, Any]],
-             scores: dict[str, float]) -> None:
+    def __call__(self, progress: Progress, model: nn.Module) -> None:
         """Every rank calls this: a split model's weights and optimizer state are gathered for rank 0."""
-        value = scores[self.metric]
+        self.strategy.assemble(model)  # a pipeline's stages, whole on every rank
+        self.scores = self.task.validate(model, self.data, self.device, self.amp, self.cfg.eval_exact_match)
+        self.train_log.valid(progress.step, self.scores)
+        value = self.scores[self.metric]
         improved = progress.best is None or (value < progress.best if self.lower_is_better else value > progress.best)
         if improved:
             progress.best, progress.bad_evals = value, 0
         else:
             progress.bad_evals += 1
-        weights, state = self.strategy.weights(model), trainer_state()
-        if self.main:
-            self.run.save(progress.step, weights, state, {"metrics": scores}, self.cfg.keep_last,
-                          best=(self.metric, value) if improved else None)
+        self._save(progress, model, {"metrics": self.scores}, best=(self.metric, value) if improved else None)
 
-    def save_unevaluated(self, progress: Progress, model: nn.Module, trainer_state: Callable[[], dict[str, Any]]
-                         ) -> None:
-        """A checkpoint with no scores ("interrupted" in its meta.json): it resumes like any other and
-        is never marked best; early stopping does not count it."""
-        weights, state = self.strategy.weights(model), trainer_state()
+    def checkpoint_only(self, progress: Progress, model: nn.Module) -> None:
+        """A checkpoint of this step with no scores ("interrupted" in its meta.json; Ctrl-C), unless
+        it has one: it resumes like any other and is never marked best; early stopping does not
+        count it."""
+        if self.step != progress.step:
+            self.strategy.assemble(model)
+            self._save(progress, model, {"metrics": {}, "interrupted": True})
+
+    def _save(self, progress: Progress, model: nn.Module, meta: dict[str, Any],
+              best: tuple[str, float] | None = None) -> None:
+        weights, state = self.strategy.weights(model), self.trainer_state()
         if self.main:
-            self.run.save(progress.step, weights, state, {"metrics": {}, "interrupted": True}, self.cfg.keep_last)
+            self.run.save(progress.step, weights, state, meta, self.cfg.keep_last, best=best)
+        self.step = progress.step
 
 
 class CtrlC:
@@ -100,28 +103,6 @@ class CtrlC:
             signal.signal(signal.SIGINT, self.previous)
 
 
-class Evaluation:
-    """One evaluation: the task's scores, logged, and a checkpoint of the model and
-    ``trainer_state()`` (a function: the state as it is when the checkpoint is written)."""
-
-    def __init__(self, validation: Validation, train_log: TrainLog, checkpoints: Checkpoints,
-                 trainer_state: Callable[[], dict[str, Any]]) -> None:
-        self.validation, self.train_log, self.checkpoints = validation, train_log, checkpoints
-        self.trainer_state = trainer_state
-
-    def __call__(self, progress: Progress, model: nn.Module) -> dict[str, float]:
-        self.checkpoints.strategy.assemble(model)  # a pipeline's stages, whole on every rank
-        scores = self.validation(model)
-        self.train_log.valid(progress.step, scores)
-        self.checkpoints.save(progress, model, self.trainer_state, scores)
-        return scores
-
-    def checkpoint_only(self, progress: Progress, model: nn.Module) -> None:
-        """A checkpoint of this step without evaluating (Ctrl-C)."""
-        self.checkpoints.strategy.assemble(model)
-        self.checkpoints.save_unevaluated(progress, model, self.trainer_state)
-
-
 class Limits:
     """When training stops: max_steps, max_epochs, early stopping, or max_seconds, which caps each
     command's own training time (so that --resume continues a time-capped run); at once for a model
@@ -146,18 +127,19 @@ class Limits:
         return None
 
 
-def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, run: RunDir, d_model: int | None,
+def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, run: RunDir, schedule: Schedule,
         resume: bool = False, log: Callable[[str], None] = print, world: World | None = None) -> dict[str, Any]:
     """Train ``model`` on ``task``'s prepared ``data`` until max_steps, max_epochs, max_seconds or
-    early stopping, with the task's loss, validated by its metrics.
+    early stopping, with the task's loss, validated by its metrics, the learning rate of update k
+    ``schedule(k)`` (train/schedules.py's ``run_schedule``).
 
     Evaluates and checkpoints every ``eval_every`` steps and at the end; logs every ``log_every``
     steps to metrics.jsonl and TensorBoard; with ``resume``, continues from the newest checkpoint
     in ``run`` (weights, optimizer, schedule, data position and RNG states). Returns a summary.
-    With ``world`` (torchrun), this rank trains as train.strategy says (its share of each global
+    With ``world`` (torchrun), this rank trains as ``strategy`` says (its share of each global
     batch under DDP or FSDP, its share of each layer under tensor parallelism, its stage of the
-    layers under pipeline parallelism: train/strategy.py), and only rank 0 writes. A model with no trainable parameters is evaluated and
-    checkpointed once, at step 0.
+    layers under pipeline parallelism: train/strategy.py), and only rank 0 writes. A model with no
+    trainable parameters is evaluated and checkpointed once, at step 0.
     """
     # -- build: device, precision, optimiser, schedule, and where training stands
     device = use_device(resolve_device(cfg.device))  # under torchrun: the GPU of this rank
@@ -176,10 +158,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     cfg.check_runs_on(device, world.size if world else 1)
     objective = compiled(task.loss, graphs=cfg.compile == GRAPHS) if cfg.compiles_on(device) else task.loss
     optimizer = make_optimizer(model, cfg)
-    lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup, cfg.max_steps)
-    if note:
-        log(note)
-    scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, lr, warmup, cfg.max_steps, cfg.min_lr, d_model))
+    scheduler = make_scheduler(optimizer, schedule)
     scaler = torch.amp.GradScaler("cuda") if precision.precision == "fp16" else None
     progress = Progress()
     if resume:
@@ -187,19 +166,24 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
         log(f"resuming {run.path} from step {progress.step}")
     train_log, limits = TrainLog(run, cfg, progress, main, task.counts), Limits(cfg, learnable)
     health = Health(cfg, precision.precision, run, log, progress)
-    evaluation = Evaluation(Validation(task, data, cfg, device, amp), train_log,
-                            Checkpoints(run, cfg, strategy, task.metrics[cfg.early_stop_metric]),
-                            functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device,
-                                              strategy))
-    last_eval = run.metrics_at(progress.step) if resume else {}  # a resumed run that is done reports its last
+    evaluations = Evaluations(task, data, cfg, device, amp, train_log, run, strategy,
+                              functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device,
+                                                strategy),
+                              resumed_at=progress.step if resume else None)
+
+    def evaluate_or_stop(due: bool) -> str | None:
+        """The one place that decides: evaluate and checkpoint when ``due`` or when a limit is
+        reached (once a step), then say why training stops, if it does (early stopping counts the
+        evaluation just made)."""
+        if (due or limits.reached(progress) is not None) and evaluations.step != progress.step:
+            health.look(progress)  # a checkpoint keeps numbers
+            evaluations(progress, model)
+        return limits.reached(progress)
 
     # -- the loop: step, log, evaluate and checkpoint, stop
-    stop_reason = limits.reached(progress)  # a resumed run may already be done
-    evaluated_at = progress.step if resume else -1
-    if not learnable and not resume:
-        last_eval = evaluation(progress, model)  # its one evaluation and checkpoint
+    stop = evaluate_or_stop(due=False)  # a resumed run may be done; nothing to learn: evaluated once, at step 0
     with CtrlC(active=world is None) as ctrl_c:
-        while stop_reason is None:
+        while stop is None:
             batches, end = _epoch(data, progress.epoch, cfg, data_world)
             for group, global_tokens, consumed in _updates(batches, end, progress, cfg, data_world):
                 started = time.perf_counter()
@@ -217,41 +201,31 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                 if progress.step % cfg.log_every == 0:
                     health.look(progress)
                     train_log.train(progress, out)
-                stop_reason = limits.reached(progress)
-                if progress.step % cfg.eval_every == 0 or stop_reason is not None:
-                    health.look(progress)  # a checkpoint keeps numbers
-                    evaluated_at = progress.step
-                    last_eval = evaluation(progress, model)
-                    stop_reason = stop_reason or limits.reached(progress)
-                if stop_reason is not None:
+                if (stop := evaluate_or_stop(due=progress.step % cfg.eval_every == 0)) is not None:
                     break
                 if ctrl_c.requested:  # the update is done: keep it, then stop
-                    if evaluated_at != progress.step:
-                        health.look(progress)
-                        evaluation.checkpoint_only(progress, model)
+                    health.look(progress)
+                    evaluations.checkpoint_only(progress, model)
                     raise KeyboardInterrupt
             if progress.batch >= end:  # the epoch's batches are used up
                 progress.epoch, progress.batch = progress.epoch + 1, 0
-                if stop_reason is None and (stop_reason := limits.reached(progress)) is not None \
-                        and evaluated_at != progress.step:
-                    health.look(progress)
-                    last_eval = evaluation(progress, model)
+                stop = stop or evaluate_or_stop(due=False)
     train_log.close()
     progress.settle()
-    said = "max_steps" if stop_reason == f"max_steps ({cfg.max_steps})" else stop_reason  # the count is just before
+    said = "max_steps" if stop == f"max_steps ({cfg.max_steps})" else stop  # the count is just before
     log(f"stopped after {progress.step:,} steps ({said}), {progress.train_seconds:.1f} s of training")
-    if stop_reason.startswith("max_seconds") and progress.step < cfg.max_steps:
+    if stop.startswith("max_seconds") and progress.step < cfg.max_steps:
         log(f"not finished: step {progress.step} of {cfg.max_steps} when train.max_seconds ({cfg.max_seconds:g} s) "
             f"ran out; continue with `attnlab train --out {run.path} --resume`, or raise or remove train.max_seconds")
     if world:
         world.barrier()  # rank 0's last checkpoint is on disk for everyone
     best_step = run.best_step()
     load_weights(model, run.step_dir(best_step) / MODEL_FILE)  # leave the best weights in the model
-    return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop_reason,
+    return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop,
             "train_seconds": round(progress.train_seconds, 2), f"train_{task.counts}": progress.tokens,
             f"{task.counts}_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
             "best_step": best_step, f"best_{cfg.early_stop_metric}": progress.best,
-            "skipped_steps": progress.skipped_steps, "precision": precision.precision, "last_eval": last_eval}
+            "skipped_steps": progress.skipped_steps, "precision": precision.precision, "last_eval": evaluations.scores}
 
 
 def _epoch(data: TaskData, epoch: int, cfg: TrainConfig, world: World | None) -> tuple[list[Batch], int]:

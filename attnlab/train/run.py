@@ -23,6 +23,7 @@ from attnlab.train.distributed import World
 from attnlab.train.strategy import check_strategy
 from attnlab.train.init import grouped, initialise_from, untrained_of
 from attnlab.train.loop import fit
+from attnlab.train.schedules import run_schedule
 from attnlab.train.step import freeze
 
 
@@ -173,8 +174,10 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     aside = f" (and {sum(p.numel() for name, p in model.named_parameters() if name in untrained):,} in " \
             f"{grouped(idle)}, never trained)" if idle else ""
     log(f"model: {model_cfg.arch}, {n_params:,} parameters{aside}; run directory {run.path}")
-    summary = fit(model, task, data, cfg.train, run, getattr(model_cfg, "d_model", None), resume=resume, log=log,
-                  world=world)
+    schedule, note = run_schedule(cfg.train, getattr(model_cfg, "d_model", None))
+    if note:
+        log(note)
+    summary = fit(model, task, data, cfg.train, run, schedule, resume=resume, log=log, world=world)
     summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
     if main:
         atomic_write_text(run.summary, json.dumps(summary, indent=2))

@@ -16,6 +16,8 @@ from typing import Callable
 
 import torch
 
+from attnlab.train.config import TrainConfig
+
 Schedule = Callable[[int], float]
 
 
@@ -59,6 +61,13 @@ def make_schedule(name: str, lr: float, warmup: int, total: int, min_lr: float, 
     if name == "cosine":
         return cosine(lr, warmup, total, min_lr)
     return constant(lr, warmup)
+
+
+def run_schedule(cfg: TrainConfig, d_model: int | None) -> tuple[Schedule, str]:
+    """The schedule of a run's train section, its warm-up fitted to the run (:func:`fitted_warmup`),
+    and the note that says so where it was; ``d_model``: the model's width, for noam."""
+    lr, warmup, note = fitted_warmup(cfg.lr_schedule, cfg.lr, cfg.warmup, cfg.max_steps)
+    return make_schedule(cfg.lr_schedule, lr, warmup, cfg.max_steps, cfg.min_lr, d_model), note
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, schedule: Schedule) -> torch.optim.lr_scheduler.LambdaLR:
