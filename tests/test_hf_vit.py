@@ -16,7 +16,8 @@ import torch
 import transformers
 from PIL import Image
 
-from attnlab.tasks.image_classification import read_image, read_inputs
+from attnlab.data.images import read_image
+from attnlab.tasks.image_classification import read_inputs
 from attnlab.train.checkpoint import RunDir, load_run
 from helpers import run_cli
 

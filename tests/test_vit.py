@@ -21,7 +21,7 @@ from attnlab.nn.vision import (
     ClassToken, LearnedPatchPositional, LearnedRowColumnPositional, PatchEmbedding, PatchMean, SinCos2DPositional,
     patches,
 )
-from attnlab.tasks.image_classification import digits, read_folder, read_npz, write_example_digits
+from attnlab.data.images import digits, read_folder, read_npz, write_example_digits
 from attnlab.train.checkpoint import load_run
 from helpers import run_cli
 

@@ -24,11 +24,11 @@ from torch import Tensor, nn
 from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.heads import head_entropy
 from attnlab.analysis.plots import attention_heatmaps, block_plot, entropy_plot, patch_attention_plot
+from attnlab.data.images import colour_of, read_image
 from attnlab.errors import UsageError
 from attnlab.files import atomic_write_text
 from attnlab.nn.single_stream import IMAGE, TEXT
 from attnlab.tasks.captions import read_input_images
-from attnlab.tasks.image_classification import colour_of, read_image
 from attnlab.tasks.visual_qa import question_ids
 from attnlab.train.checkpoint import RunDir
 

@@ -33,13 +33,14 @@ from attnlab.analysis.heads import attention_rollout, head_entropy, mean_distanc
 from attnlab.analysis.plots import (alignment_plot, attention_heatmaps, entropy_plot, first_token_plot,
                                     patch_attention_plot)
 from attnlab.data.batching import source_batch
+from attnlab.data.images import colour_of, read_image
 from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
 from attnlab.models.family import Inputs
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import encode_inputs
-from attnlab.tasks.image_classification import colour_of, read_image, read_inputs
+from attnlab.tasks.image_classification import read_inputs
 from attnlab.files import atomic_write_text
 from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.train.run import read_run_data

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab.data.images import Standardise, as_tensor, colour_of
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.search import beam_search, greedy
 from attnlab.eval.likelihood import evaluate as teacher_forced
@@ -20,7 +21,6 @@ from attnlab.eval.metrics import corpus_bleu, exact_match
 from attnlab.tasks.captions import (
     CaptionBatch, CaptionData, CaptioningConfig, caption_batch, captioned_splits, planned_shape, read_captioned,
 )
-from attnlab.tasks.image_classification import Standardise, as_tensor, colour_of
 from attnlab.tasks.task import Amp, Batching, NextTokenTask, Tokenizers, register_task
 
 # -- decoding and scoring -------------------------------------------------------------------------------

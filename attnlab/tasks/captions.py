@@ -22,9 +22,9 @@ from torch import Tensor
 from attnlab.config import at_least, one_of
 from attnlab.data import scenes
 from attnlab.data.batching import Batch, pad_sequences
+from attnlab.data.images import COLOURS, Standardise, as_tensor, channels, colour_of, read_image, same_size
 from attnlab.data.tokenizers import BOS, EOS, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
-from attnlab.tasks.image_classification import COLOURS, Standardise, as_tensor, channels, colour_of, read_image, same_size
 from attnlab.tasks.scene_splits import SceneSplits
 from attnlab.tasks.task import TaskConfig, Tokenizers, batch_seed
 

@@ -32,13 +32,14 @@ from torch import Tensor, nn
 
 from attnlab.data import scenes
 from attnlab.data.batching import moved
+from attnlab.data.images import Standardise, as_tensor, colour_of
 from attnlab.data.tokenizers import UNK
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.nn.dual_encoder import symmetric_info_nce
 from attnlab.tasks.captioning import Captioning
 from attnlab.tasks.captions import CaptionData, CaptioningConfig, CaptionSplit, captioned_splits, read_captioned
-from attnlab.tasks.image_classification import Standardise, as_tensor, colour_of, read_inputs
+from attnlab.tasks.image_classification import read_inputs
 from attnlab.tasks.retrieval import (
     class_embeddings, embed_images, retrieval_record, text_ids, zero_shot_probabilities,
 )

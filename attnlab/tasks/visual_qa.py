@@ -27,15 +27,14 @@ from torch import Tensor, nn
 from attnlab.config import at_least, one_of
 from attnlab.data.batching import pad_sequences
 from attnlab.data.corpora import read_lines
+from attnlab.data.images import Standardise, as_tensor, colour_of, read_image
 from attnlab.data.scenes import Scene
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, UNK, Tokenizer
 from attnlab.errors import DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
-from attnlab.tasks.image_classification import (
-    Standardise, as_tensor, class_ids, class_names, colour_of, read_image,
-)
+from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.scene_splits import SceneSplits
 from attnlab.tasks.task import Batching, TaskConfig, Tokenizers, batch_seed, register_task
 
