@@ -17,10 +17,11 @@ from attnlab.decode.search import greedy
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.train.checkpoint import MODEL_FILE, STATE_FILE, RunDir, load_run
+from attnlab.train.checkpoint import load_run
 from attnlab.train.derived import average_checkpoints
 from attnlab.train.config import RunConfig
 from attnlab.train.run import prepare, train_run
+from attnlab.train.run_dir import MODEL_FILE, STATE_FILE, RunDir
 from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam
 
 

@@ -1,268 +1,24 @@
-"""Run directories and checkpoints: a RunDir only reads and writes its files; building a run's
-model goes through the family registry (build_run_model). Nothing here unpickles arbitrary objects.
-
-    RUN_DIR/
-      config.yaml                   the resolved config (model section with its vocabulary sizes)
-      tokenizer-src.json            tokenizers, the library's own files, one per role the task
-      tokenizer-tgt.json            saves (a language model has no src)
-      task_state.json               what else the task keeps of its data (a classifier's labels)
-      init.json                     only if it started from another run's weights (train/init.py)
-      checkpoints/step-000500/      one per save, the last `keep_last` kept (and the best)
-        model.safetensors           weights (tied tensors stored once)
-        trainer_state.pt            optimizer, schedule, step, data position, RNG states:
-                                    tensors and plain Python values, loads with weights_only=True
-        meta.json                   step and validation metrics
-        checksums.json              sha256 of each file above, checked before anything is loaded
-      checkpoints/best.json         {"step": N, "metric": ..., "value": ...}: which step is best
-      metrics.jsonl                 one JSON object per log line (train and valid)
-      tensorboard/                  the same scalars for TensorBoard
-      summary.json                  the run's final figures
-      pruned_heads.json             only after `attnlab prune`: the heads cut out of the weights
-
-The weights files themselves (safetensors, tied tensors stored once, the kind of weights they hold,
-the checksums of a checkpoint directory) are train/weights_file.py's.
-
-A run exported for decoding (train/derived.py's export_run) holds the files above that make its
-model and tokenizers, and one checkpoint, checkpoints/step-N/ without trainer_state.pt, whose
-model.safetensors holds bf16 or int8 weights (its metadata names the kind under "attnlab.weights"
-and the layout under "attnlab.layout"). load_run converts the freshly built model to that kind
-before loading, so every command that reads runs reads it; training from it, resuming it or
-averaging it is refused.
+"""A run's model from its run directory (train/run_dir.py): build_run_model (its family's model,
+through the family registry, less the heads `attnlab prune` cut out), checkpoint_file (best, last,
+average or a step), load_run (all that decoding needs; an export's bf16 or int8 weights are loaded
+into a model converted as they were) and load_draft (another run as a draft for speculative
+decoding, refused unless it shares the model's tokenizers).
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import time
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from attnlab.config import dump_yaml, read_config_file
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.decode.weights import with_weights
-from attnlab.errors import CheckpointError, ConfigError, UsageError
-from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
-from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.errors import CheckpointError, UsageError
+from attnlab.models import FamilyConfig, build_model
 from attnlab.nn.attention import remove_heads
-from attnlab.tasks import TaskConfig, task_config
-from attnlab.train.config import TrainConfig
-from attnlab.train.weights_file import (
-    CHECKSUM_FILE,
-    WEIGHTS_KEY,
-    WriteError,
-    exported_weights,
-    put_weights,
-    read_weights,
-    save_weights,
-    verify_checksum,
-    weights_kind,
-    write_checksums,
-    write_failure,
-)
-
-MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
-
-
-class RunDir:
-    """Paths of a run directory, and reading/writing its parts."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.config = self.path / "config.yaml"
-        self.checkpoints = self.path / "checkpoints"
-        self.best_pointer = self.checkpoints / "best.json"
-        self.metrics = self.path / "metrics.jsonl"
-        self.tensorboard = self.path / "tensorboard"
-        self.summary = self.path / "summary.json"
-        self.pruned_heads = self.path / "pruned_heads.json"
-        self.config_changes = self.path / "config_changes.jsonl"  # train settings changed on resume
-        self.task_state = self.path / "task_state.json"  # what else the task keeps of its data (labels)
-        self.init = self.path / "init.json"  # what train.init_from (or import-hf) loaded: train/init.py
-
-    def tokenizer_file(self, role: str) -> Path:
-        return self.path / f"tokenizer-{role}.json"
-
-    def model_files(self) -> list[Path]:
-        """The files that make the run's model and tokenizers, those it has: config.yaml, the
-        tokenizers, task_state.json and pruned_heads.json."""
-        tokenizers = [self.tokenizer_file(role) for role in self.read_config()[1].task.tokenizers]
-        return [p for p in (self.config, *tokenizers, self.task_state, self.pruned_heads) if p.is_file()]
-
-    # -- config and tokenizers ----------------------------------------------------------------
-    def write_config(self, model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> None:
-        text = dump_yaml({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()})
-        atomic_write_text(self.config, text)
-
-    def record_config_changes(self, step: int, changes: list[str]) -> None:
-        """Append the train settings changed when resuming at ``step`` to config_changes.jsonl."""
-        with open(self.config_changes, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes}) + "\n")
-
-    def read_config(self) -> tuple[FamilyConfig, TaskConfig, TrainConfig]:
-        if not self.config.exists():
-            raise CheckpointError(f"{self.path}: not a run directory (no config.yaml)")
-        sections = read_config_file(self.config)
-        try:
-            return (model_config(sections.get("model"), from_0_1=True), task_config(sections.get("data") or {}, from_0_1=True),
-                    TrainConfig.from_dict(sections.get("train") or {}))
-        except ConfigError as err:
-            raise CheckpointError(f"{self.config}: {err}") from None
-
-    def write_tokenizers(self, tokenizers: dict[str, Tokenizer | None]) -> None:
-        for role, tok in tokenizers.items():
-            if tok is not None:
-                atomic_write_text(self.tokenizer_file(role), tok.to_str())
-
-    def read_tokenizers(self) -> dict[str, Tokenizer | None]:
-        """The tokenizers of the roles the run's task saves (tasks/task.py), by role: one object
-        for roles saved as the same file (a shared vocabulary); 'src' and 'tgt' are None where the
-        task has none (a language model has no src)."""
-        tokenizers: dict[str, Tokenizer | None] = {"src": None, "tgt": None}
-        by_text: dict[bytes, Tokenizer] = {}
-        for role in self.read_config()[1].task.tokenizers:
-            path = self.tokenizer_file(role)
-            text = path.read_bytes() if path.is_file() else b""
-            if text not in by_text:
-                by_text[text] = Tokenizer.load(path)  # a missing or damaged file: one line naming it
-            tokenizers[role] = by_text[text]
-        return tokenizers
-
-    def write_task_state(self, state: dict[str, Any]) -> None:
-        if state:
-            atomic_write_text(self.task_state, json.dumps(state, indent=2))
-
-    def read_task_state(self) -> dict[str, Any]:
-        """What the task saved of its data ({} when nothing)."""
-        if not self.task_state.exists():
-            return {}
-        try:
-            state = json.loads(self.task_state.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise CheckpointError(f"{self.task_state}: cannot read ({err})") from None
-        if not isinstance(state, dict):
-            raise CheckpointError(f"{self.task_state}: expected a JSON object")
-        return state
-
-    def write_init(self, report: dict[str, Any]) -> None:
-        atomic_write_text(self.init, json.dumps(report, indent=2))
-
-    def read_init(self) -> dict[str, Any]:
-        """init.json: what the run's first weights came from (see train/init.py)."""
-        try:
-            report = json.loads(self.init.read_text(encoding="utf-8"))
-            if not isinstance(report, dict) or not isinstance(report.get("untrained"), list):
-                raise ValueError("expected an object with a list 'untrained'")
-        except (OSError, UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
-            raise CheckpointError(f"{self.init}: cannot read ({err})") from None
-        return report
-
-    def read_pruned_heads(self) -> dict[str, list[int]]:
-        """The heads `attnlab prune` cut out of the weights ({} when none were)."""
-        if not self.pruned_heads.exists():
-            return {}
-        try:
-            heads = json.loads(self.pruned_heads.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise CheckpointError(f"{self.pruned_heads}: {err}") from None
-        if not isinstance(heads, dict):
-            raise CheckpointError(f"{self.pruned_heads}: expected a mapping of module name to head indices")
-        return heads
-
-    # -- checkpoints ----------------------------------------------------------------------------
-    def step_dir(self, step: int) -> Path:
-        return self.checkpoints / f"step-{step:06d}"
-
-    def steps(self) -> list[int]:
-        """Steps with a complete checkpoint, oldest first."""
-        if not self.checkpoints.exists():
-            return []
-        return sorted(int(p.name[5:]) for p in self.checkpoints.glob("step-*") if p.name[5:].isdigit()
-                      and (p / MODEL_FILE).exists())
-
-    def remove_partial_checkpoints(self) -> list[Path]:
-        """Delete what a killed run left half-written: staging directories of checkpoints and the
-        temporary file of best.json (never a published checkpoint)."""
-        stale = [path for path in self.checkpoints.glob(".*") if is_leftover(path)]
-        for path in stale:
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        return stale
-
-    def best_step(self) -> int | None:
-        if not self.best_pointer.exists():
-            return None
-        return int(json.loads(self.best_pointer.read_text())["step"])
-
-    def save(self, step: int, weights: dict[str, torch.Tensor], trainer_state: dict[str, Any], meta: dict[str, Any],
-             keep_last: int, best: tuple[str, float] | None = None) -> Path:
-        """Write a checkpoint atomically; with ``best`` = (metric, value), mark it the best; then drop
-        the oldest checkpoints beyond ``keep_last``, never the best one."""
-        staged, target = None, self.step_dir(step)
-        try:
-            staged = staging_dir(target)
-            write_checkpoint(staged, weights, {"step": step, **meta}, trainer_state)
-            publish_dir(staged, target)
-            if best is not None:
-                target = self.best_pointer
-                atomic_write_text(self.best_pointer, json.dumps({"step": step, "metric": best[0], "value": best[1]}))
-        except (WriteError, OSError) as err:  # a full disk, a read-only folder: the checkpoint is lost, the run is not
-            if staged is not None:
-                shutil.rmtree(staged, ignore_errors=True)  # the partial files would only fill the disk further
-            raise self._not_written(target, err, checkpoint_bytes(weights, trainer_state)) from None
-        best_step = self.best_step()
-        for old in self.steps()[:-keep_last]:
-            if old != best_step:
-                shutil.rmtree(self.step_dir(old))
-        return self.step_dir(step)
-
-    def _not_written(self, target: Path, err: WriteError | OSError, needed: int) -> CheckpointError:
-        """One line for a checkpoint (or best.json) that could not be written: which file, where, why,
-        the space the checkpoint needed and had, the last good checkpoint and how to go on from it."""
-        reason = f"{err.path.name}: {err.reason}" if isinstance(err, WriteError) else write_failure(err)
-        if target == self.best_pointer:
-            what = f"{target} ({reason})"
-        else:
-            try:
-                free = f", {amount(shutil.disk_usage(self.checkpoints).free)} free"
-            except OSError:
-                free = ""
-            what = f"checkpoint {target} ({reason}; it needs about {amount(needed)}{free})"
-        steps, resume = self.steps(), f"`attnlab train --out {self.path} --resume`"
-        then = (f"the last good checkpoint is step {steps[-1]}: free some space, then continue with {resume}"
-                if steps else f"no checkpoint was written before it: free some space, then {resume} starts it "
-                              f"again from step 0")
-        return CheckpointError(f"could not write {what}; {then}")
-
-    def metrics_at(self, step: int) -> dict[str, float]:
-        """The validation metrics of the checkpoint at ``step`` ({} where it has none)."""
-        try:
-            return json.loads((self.step_dir(step) / META_FILE).read_text()).get("metrics", {})
-        except (OSError, ValueError):
-            return {}
-
-    def was_interrupted(self, step: int) -> bool:
-        """Whether the checkpoint at ``step`` was written when Ctrl-C stopped the run (not evaluated)."""
-        try:
-            return bool(json.loads((self.step_dir(step) / META_FILE).read_text()).get("interrupted", False))
-        except (OSError, ValueError):
-            return False
-
-    def load_trainer_state(self, step: int) -> dict[str, Any]:
-        path = self.step_dir(step) / STATE_FILE
-        model_file = self.step_dir(step) / MODEL_FILE
-        if not path.exists() and model_file.exists() and (kind := weights_kind(model_file)) != "fp32":
-            raise exported_weights(model_file, kind)  # an export keeps no training state
-        verify_checksum(path)
-        try:
-            return torch.load(path, weights_only=True)
-        except Exception as err:  # torch raises several types for damaged or unsafe files
-            raise CheckpointError(f"{path}: cannot load training state ({str(err).splitlines()[0]})") from None
+from attnlab.train.run_dir import MODEL_FILE, RunDir
+from attnlab.train.weights_file import WEIGHTS_KEY, put_weights, read_weights
 
 
 def build_run_model(run: RunDir, model_cfg: FamilyConfig) -> nn.Module:
@@ -278,7 +34,7 @@ def build_run_model(run: RunDir, model_cfg: FamilyConfig) -> nn.Module:
 
 def checkpoint_file(run: RunDir, checkpoint: str = "best") -> Path:
     """The weights file of ``checkpoint``: 'best' (falling back to the newest), 'last', 'average'
-    (written by :func:`write_average`) or a step number."""
+    (written by train/derived.py's ``write_average``) or a step number."""
     steps = run.steps()
     if checkpoint == "average":
         path = run.checkpoints / "average" / MODEL_FILE
@@ -335,58 +91,3 @@ def load_draft(path: str | Path, model: nn.Module, tokenizers: dict[str, Tokeniz
     return draft
 
 
-def write_checkpoint(directory: Path, weights: dict[str, torch.Tensor], meta: dict[str, Any],
-                     trainer_state: dict[str, Any] | None = None, kind: str = "fp32") -> None:
-    """The files of one checkpoint (a model's state dict, or weights of another ``kind`` as
-    :func:`save_weights` takes them; the trainer's state if any; meta.json), then their checksums,
-    which every load verifies. Every checkpoint writer goes through here."""
-    save_weights(weights, directory / MODEL_FILE, kind)
-    if trainer_state is not None:
-        _write(directory / STATE_FILE, "training state", lambda path: torch.save(trainer_state, path))
-    _write(directory / META_FILE, "metadata", lambda path: path.write_text(json.dumps(meta, indent=2)))
-    _write(directory / CHECKSUM_FILE, "checksums", lambda _: write_checksums(directory))
-
-
-def _write(path: Path, what: str, write: Callable[[Path], object]) -> None:
-    """``write(path)``, whose failure is one WriteError naming ``path``: torch.save's writer reports a
-    full disk as a RuntimeError ('unexpected pos 291584 vs 291476', 'file write failed')."""
-    try:
-        write(path)
-    except (OSError, RuntimeError) as err:
-        raise WriteError(path, what, write_failure(err)) from None
-
-
-def checkpoint_bytes(*parts: Any) -> int:
-    """About the bytes a checkpoint of ``parts`` (state dicts, a trainer state: nested dicts, lists
-    and tensors) takes on disk: its tensors' data, each storage once (tied weights are stored once)."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-
-    def walk(value: Any) -> None:
-        nonlocal total
-        if isinstance(value, torch.Tensor):
-            try:
-                key = (value.data_ptr(), value.numel())
-            except RuntimeError:  # a tensor without storage of its own (a DTensor shard's wrapper)
-                key = (id(value), value.numel())
-            if key not in seen:
-                seen.add(key)
-                total += value.numel() * value.element_size()
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                walk(item)
-
-    for part in parts:
-        walk(part)
-    return total
-
-
-def amount(n: float) -> str:
-    """Bytes for a person: '291.6 kB', '1.3 MB'."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} bytes"

@@ -20,7 +20,8 @@ from torch import nn
 
 from attnlab.errors import CheckpointError
 from attnlab.tasks import Task
-from attnlab.train.checkpoint import MODEL_FILE, RunDir, build_run_model, checkpoint_file
+from attnlab.train.checkpoint import build_run_model, checkpoint_file
+from attnlab.train.run_dir import MODEL_FILE, RunDir
 from attnlab.train.weights_file import load_weights
 from attnlab.train.config import init_source
 from attnlab.train.step import LAYER

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from attnlab.errors import NumericalError
 from attnlab.files import atomic_write_text
-from attnlab.train.checkpoint import RunDir
+from attnlab.train.run_dir import RunDir
 from attnlab.train.config import TrainConfig
 
 

@@ -17,12 +17,13 @@ from attnlab.models import FamilyConfig
 from attnlab.nn.stacks import LayerStack
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
 from attnlab.tasks.task import BucketedData, Tokenizers
-from attnlab.train.checkpoint import RunDir, build_run_model
+from attnlab.train.checkpoint import build_run_model
 from attnlab.train.config import RunConfig, TrainConfig, init_source
 from attnlab.train.distributed import World
 from attnlab.train.strategy import check_strategy
 from attnlab.train.init import grouped, initialise_from, untrained_of
 from attnlab.train.loop import fit
+from attnlab.train.run_dir import RunDir
 from attnlab.train.schedules import run_schedule
 from attnlab.train.step import freeze
 

@@ -3,7 +3,7 @@ the metadata), written from CPU copies whatever the tensors' storage; for an exp
 weights (decode/weights.py's stored_state) with their kind and layout in the metadata; and the
 sha256 checksums of a checkpoint directory, checked before any of its files is loaded. Every
 failure is one line (CheckpointError). Run directories, which hold these files, are
-train/checkpoint.py's."""
+train/run_dir.py's."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ LAYOUT_KEY = "attnlab.layout"  # and saying how such a file holds them (decode/w
 
 class WriteError(CheckpointError):
     """A file that could not be written (a full disk, a read-only folder): its path, what it holds and
-    why, so that a caller can say which checkpoint was lost (train/checkpoint.py RunDir.save)."""
+    why, so that a caller can say which checkpoint was lost (train/run_dir.py RunDir.save)."""
 
     def __init__(self, path: str | Path, what: str, reason: str) -> None:
         super().__init__(f"{path}: cannot save {what} ({reason})")

@@ -27,7 +27,8 @@ from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_bytes, atomic_write_text, publish_dir, staging_dir
 from attnlab.models import FamilyConfig
 from attnlab.tasks import TaskConfig
-from attnlab.train.checkpoint import RunDir, load_run, write_checkpoint
+from attnlab.train.checkpoint import load_run
+from attnlab.train.run_dir import RunDir, write_checkpoint
 from attnlab.train.config import TrainConfig
 from attnlab.train.init import InitReport
 
