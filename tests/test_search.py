@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from attnlab.decode.search import Hypothesis, beam_search, filter_logits, greedy, length_penalty, sample, token_logprobs
+from attnlab.decode.search import Hypothesis, beam_search, filter_logits, greedy, length_penalty, sample
+from attnlab.decode.session import token_logprobs
 from attnlab.nn.registry import POSITIONAL
 from helpers import eos_biased, random_ids, tiny_model
 

@@ -11,7 +11,8 @@ import torch
 from scipy.stats import chisquare
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
-from attnlab.decode.search import DecodingSession, greedy
+from attnlab.decode.search import greedy
+from attnlab.decode.session import DecodingSession
 from attnlab.decode.speculative import Sampler, _verify, speculative_decode
 from helpers import random_ids, tiny_model
 

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from attnlab.decode.captured import CapturedStep
-from attnlab.decode.search import DecodingSession, beam_search, greedy, sample, static_refusal
+from attnlab.decode.search import beam_search, greedy, sample
+from attnlab.decode.session import DecodingSession, static_refusal
 from attnlab.errors import DataError
 from attnlab.nn.cache import StaticDecoderCache
 from helpers import eos_biased, random_ids, tiny_model

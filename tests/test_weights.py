@@ -20,7 +20,8 @@ from safetensors import safe_open
 from torch import nn
 
 from attnlab.cli import main
-from attnlab.decode.search import DecodingSession, beam_search, greedy, sample
+from attnlab.decode.search import beam_search, greedy, sample
+from attnlab.decode.session import DecodingSession
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import CheckpointError, UsageError
 from attnlab.nn.heads import VocabularyProjection

@@ -148,7 +148,7 @@ def with_weights_of(args: argparse.Namespace, model):
 
 def check_kv_cache(args: argparse.Namespace, model) -> None:
     """--kv-cache: one of the searches' caches, and one that ``model`` can use on its device; else one line."""
-    from attnlab.decode.search import KV_CACHES, cache_kind
+    from attnlab.decode.session import KV_CACHES, cache_kind
 
     if args.kv_cache not in KV_CACHES:
         raise UsageError(f"--kv-cache must be one of {', '.join(KV_CACHES)} (got {args.kv_cache!r})")

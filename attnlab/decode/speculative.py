@@ -23,7 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.data.tokenizers import EOS
-from attnlab.decode.search import DecodingSession, filter_logits, length_limits, token_logprobs
+from attnlab.decode.search import filter_logits
+from attnlab.decode.session import DecodingSession, length_limits, token_logprobs
 
 OWN_HEADS = "heads"  # what names the model's own multi-token heads as the draft (`--draft heads`)
 

@@ -30,7 +30,7 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
     A blank line is not decoded: its translation is blank (score 0.0, or None for greedy).
     With ``progress``, a bar on stderr counts the sentences done once decoding has taken longer
     than PROGRESS_DELAY seconds, and is cleared at the end (as the training bar is). ``kv_cache``:
-    the searches' cache (decode/search.py's KV_CACHES). With a ``draft`` model (greedy only), each
+    the searches' cache (decode/session.py's KV_CACHES). With a ``draft`` model (greedy only), each
     sentence is decoded by speculative decoding, ``speculate`` proposals a pass: the same output,
     what speculation did added to ``speculation``. With ``parallel``, a conditional masked language
     model's translations by mask-predict (decode/mask_predict.py), scored by their mean log-probability;
