@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from attnlab import ConfigError
-from attnlab.analysis.sweep import Table, plan
+from attnlab.analysis.sweep import plan
+from attnlab.analysis.sweep_table import Table
 from attnlab.analysis.sweep_spec import CONFIG_AXIS, SweepSpec
 from attnlab.train.config import RunConfig
 from helpers import ATTNLAB, run_cli

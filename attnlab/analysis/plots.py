@@ -245,7 +245,7 @@ def forecast_plot(forecast, channels: Sequence[str], title: str, path: Path) -> 
 
 
 def sweep_plot(table, path: Path) -> Path:
-    """One panel per metric of a sweep's ``table`` (analysis/sweep.py Table): the mean over seeds
+    """One panel per metric of a sweep's ``table`` (analysis/sweep_table.py Table): the mean over seeds
     against the first axis's values (numbers on a numeric axis, logarithmic where they span 16x or
     more; anything else in the grid's order), one line per combination of the other axes."""
     first, others = table.axes[0], table.axes[1:]

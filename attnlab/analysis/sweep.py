@@ -27,18 +27,15 @@ spec now gives is refused before anything starts. The table (OUT/results.md, res
 run's scores in runs.csv; results.png) has the mean, standard deviation, minimum and maximum over
 seeds of each metric per cell, read from the runs' summary.json (its ``best_*`` fields and its last
 validation's scores) and from their evaluation (each score named after the split:
-test_exact_match).
+test_exact_match): analysis/sweep_table.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -47,52 +44,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from attnlab.analysis.sweep_spec import CONFIG_AXIS, Cell, Evaluation, SweepSpec
+from attnlab.analysis.sweep_spec import CONFIG_AXIS, Evaluation, PlannedRun, SweepSpec
+from attnlab.analysis.sweep_table import Table, write_results
 from attnlab.config import differences, dump_yaml
 from attnlab.errors import AttnlabError, ConfigError, Interrupted, UsageError
 from attnlab.files import atomic_write_text
+
+
 # -- the plan ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class PlannedRun:
-    cell: Cell
-    seed: int
-    config: str
-    sets: tuple[str, ...]
-    path: Path
-
-    @property
-    def name(self) -> str:
-        return f"{self.cell.name}/seed{self.seed}"
-
-    @property
-    def evaluation_file(self) -> Path:
-        return self.path / "sweep_evaluation.json"
-
-    def state(self, evaluate: Evaluation | None) -> str:
-        """'finished', 'evaluate' (trained, not yet scored), 'resume' (stopped) or 'train' (not begun)."""
-        if (self.path / "summary.json").is_file():
-            if evaluate is None or self.evaluated_with(evaluate):
-                return "finished"
-            return "evaluate"
-        return "resume" if (self.path / "config.yaml").is_file() else "train"
-
-    def evaluated_with(self, evaluate: Evaluation) -> bool:
-        try:
-            return json.loads(self.evaluation_file.read_text())["argv"] == evaluate.argv(self.path)
-        except (OSError, ValueError, KeyError, TypeError):
-            return False
-
-    def scores(self, evaluate: Evaluation | None) -> dict[str, float]:
-        """The run's numeric scores: its evaluation's, named SPLIT_SCORE (test_exact_match), then
-        its summary's (best_* and the last validation's)."""
-        summary = json.loads((self.path / "summary.json").read_text())
-        found = {**summary.get("last_eval", {}), **summary}
-        if evaluate is not None:
-            result = json.loads(self.evaluation_file.read_text())["result"]
-            found = {f"{evaluate.split}_{k}": v for k, v in result.items()} | found
-        return {k: float(v) for k, v in found.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
 
 def plan(spec: SweepSpec, out: Path) -> list[PlannedRun]:
     """Every run of the sweep, each config checked (and an existing run's against its own)."""
@@ -206,7 +165,7 @@ def _last_line(log: Path) -> str:
 class SweepOutcome:
     runs: list[PlannedRun]
     failed: dict[str, str]  # run name -> why
-    table: "Table"
+    table: Table
     files: list[Path]
 
 
@@ -279,106 +238,3 @@ def _spec_record(spec: SweepSpec) -> dict[str, Any]:
     return {"config": list(spec.configs), "set": list(spec.sets), "grid": {a: [list(x) if isinstance(x, tuple) else x for x in v] for a, v in spec.grid},
             "seeds": list(spec.seeds), "steps": spec.steps, "metrics": list(spec.metrics), "jobs": spec.jobs,
             "evaluate": None if spec.evaluate is None else {"split": spec.evaluate.split, "args": list(spec.evaluate.args)}}
-
-
-# -- the table ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Spread:
-    """A metric over a cell's seeds."""
-
-    values: tuple[float, ...]
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.values)
-
-    @property
-    def std(self) -> float | None:
-        """The sample standard deviation (n - 1); None for one run."""
-        return statistics.stdev(self.values) if len(self.values) > 1 else None
-
-    def __str__(self) -> str:
-        return f"{self.mean:.4g}" + (f" ± {self.std:.2g}" if self.std is not None else "")
-
-
-@dataclass(frozen=True)
-class Table:
-    axes: list[str]
-    metrics: list[str]
-    rows: list[tuple[Cell, dict[str, Spread], int]]  # cell, metric -> spread, runs found
-    per_run: tuple[tuple[PlannedRun, dict[str, float]], ...] = ()
-
-    @classmethod
-    def of(cls, spec: SweepSpec, runs: list[PlannedRun]) -> "Table":
-        found = [(run, run.scores(spec.evaluate)) for run in runs if run.state(spec.evaluate) == "finished"]
-        metrics = list(spec.metrics) or _default_metrics([scores for _, scores in found], spec.evaluate)
-        rows = []
-        for cell in spec.cells():
-            mine = [scores for run, scores in found if run.cell == cell]
-            rows.append((cell, {m: Spread(tuple(s[m] for s in mine if m in s)) for m in metrics
-                                if any(m in s for s in mine)}, len(mine)))
-        return cls(spec.axes, metrics, [row for row in rows if row[2]], tuple(found))
-
-    def markdown(self) -> str:
-        head = [*self.axes, *(f"{m} (mean ± sd)" for m in self.metrics), "runs"]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for cell, spreads, n in self.rows:
-            values = [cell.shown(a) for a in self.axes]
-            lines.append("| " + " | ".join([*values, *(str(spreads[m]) if m in spreads else "-" for m in self.metrics),
-                                            str(n)]) + " |")
-        return "\n".join(lines) + "\n"
-
-    def csv(self) -> str:
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow([*self.axes, *(f"{m}_{s}" for m in self.metrics for s in ("mean", "std", "min", "max", "n"))])
-        for cell, spreads, _ in self.rows:
-            cols = []
-            for m in self.metrics:
-                s = spreads.get(m)
-                cols += ["", "", "", "", 0] if s is None else [s.mean, "" if s.std is None else s.std, min(s.values),
-                                                               max(s.values), len(s.values)]
-            writer.writerow([*(_csv_value(cell, a) for a in self.axes), *cols])
-        return buffer.getvalue()
-
-    def runs_csv(self) -> str:
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow([*self.axes, "seed", "run", *self.metrics])
-        for run, scores in self.per_run:
-            writer.writerow([*(_csv_value(run.cell, a) for a in self.axes), run.seed, run.path,
-                             *(scores.get(m, "") for m in self.metrics)])
-        return buffer.getvalue()
-
-
-def _csv_value(cell: Cell, axis: str) -> Any:
-    return cell.shown(axis) if isinstance(cell.value(axis), tuple) else cell.value(axis)
-
-
-def _default_metrics(found: list[dict[str, float]], evaluate: Evaluation | None) -> list[str]:
-    """Every numeric score of the evaluation, if any; else the summary's best_* fields, then its
-    last validation's."""
-    if not found:
-        return []
-    if evaluate is not None:
-        return [k for k in found[0] if k.startswith(f"{evaluate.split}_")]
-    scores = [k for k in found[0] if k not in _SUMMARY_COUNTS]
-    return sorted(scores, key=lambda k: not k.startswith("best_"))  # stable: best_* first
-
-
-_SUMMARY_COUNTS = ("n_params", "steps", "epochs", "train_seconds", "best_step", "skipped_steps",
-                   *(key for unit in ("tokens", "examples", "values") for key in (f"train_{unit}", f"{unit}_per_s")))
-
-
-def write_results(table: Table, out: Path) -> list[Path]:
-    """results.md, results.csv, runs.csv and results.png in ``out``."""
-    from attnlab.analysis.plots import sweep_plot
-
-    files = []
-    for name, text in (("results.md", table.markdown()), ("results.csv", table.csv()), ("runs.csv", table.runs_csv())):
-        atomic_write_text(out / name, text)
-        files.append(out / name)
-    if table.metrics and table.axes:
-        files.append(sweep_plot(table, out / "results.png"))
-    return files

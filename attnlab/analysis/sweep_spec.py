@@ -1,6 +1,7 @@
 """A sweep spec (the format: attnlab/analysis/sweep.py) read and checked: the base config(s), the
 overrides of every run, the grid's axes (a joint axis sets several fields together), the seeds,
-the step budget, the evaluation; and the cells, every combination of the grid's values."""
+the step budget, the evaluation; the cells, every combination of the grid's values; and a run of
+the sweep (PlannedRun: a cell and a seed, where it trains, how far it got, its scores)."""
 
 from __future__ import annotations
 
@@ -208,3 +209,46 @@ class Cell:
 
     def overrides(self) -> list[str]:
         return [f"{field}={_word(v)}" for field, v in self.settings() if field != CONFIG_AXIS]
+
+
+# -- the runs ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlannedRun:
+    cell: Cell
+    seed: int
+    config: str
+    sets: tuple[str, ...]
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.cell.name}/seed{self.seed}"
+
+    @property
+    def evaluation_file(self) -> Path:
+        return self.path / "sweep_evaluation.json"
+
+    def state(self, evaluate: Evaluation | None) -> str:
+        """'finished', 'evaluate' (trained, not yet scored), 'resume' (stopped) or 'train' (not begun)."""
+        if (self.path / "summary.json").is_file():
+            if evaluate is None or self.evaluated_with(evaluate):
+                return "finished"
+            return "evaluate"
+        return "resume" if (self.path / "config.yaml").is_file() else "train"
+
+    def evaluated_with(self, evaluate: Evaluation) -> bool:
+        try:
+            return json.loads(self.evaluation_file.read_text())["argv"] == evaluate.argv(self.path)
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    def scores(self, evaluate: Evaluation | None) -> dict[str, float]:
+        """The run's numeric scores: its evaluation's, named SPLIT_SCORE (test_exact_match), then
+        its summary's (best_* and the last validation's)."""
+        summary = json.loads((self.path / "summary.json").read_text())
+        found = {**summary.get("last_eval", {}), **summary}
+        if evaluate is not None:
+            result = json.loads(self.evaluation_file.read_text())["result"]
+            found = {f"{evaluate.split}_{k}": v for k, v in result.items()} | found
+        return {k: float(v) for k, v in found.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
