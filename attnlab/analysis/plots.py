@@ -224,7 +224,7 @@ def lead_time_plot(mse_by_step: Sequence[float], title: str, path: Path) -> Path
 def forecast_plot(forecast, channels: Sequence[str], title: str, path: Path) -> Path:
     """One panel per channel: the input rows (history), the forecast and the truth where there is
     one, against the step from the forecast's origin (negative: history). ``forecast``: a
-    tasks/forecasting.py Forecast."""
+    cli/forecast.py Forecast."""
     L, H = len(forecast.history), len(forecast.values)
     fig, axes = plt.subplots(len(channels), 1, figsize=(8, 2.4 * len(channels)), squeeze=False, sharex=True)
     for ax, name in zip(axes[:, 0], channels):

@@ -187,7 +187,8 @@ def cmd_score(args: argparse.Namespace) -> None:
 def cmd_forecast(args: argparse.Namespace) -> None:
     """The run's forecast of the ``horizon`` rows from --origin on, in the file's units, as CSV
     (date, then the columns); its MSE and MAE on stderr where the file has the truth."""
-    from attnlab.tasks.forecasting import Forecasting, forecast_from, origin_row
+    from attnlab.cli.forecast import forecast_from, origin_row
+    from attnlab.tasks.forecasting import Forecasting
     from attnlab.train.checkpoint import RunDir
 
     check_new_file(args.output, args.force, "--output")
