@@ -17,7 +17,8 @@ import pytest
 from attnlab import DataError
 from attnlab.cli import main
 from attnlab.data import sources
-from attnlab.data.sources import DATASETS, NOTE, Dataset, SourceFile, fetch
+from attnlab.data.fetch import NOTE, fetch
+from attnlab.data.sources import DATASETS, Dataset, SourceFile
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PLAIN = b"jump twice\nwalk left\n"

@@ -19,7 +19,8 @@ def cmd_data_list(args: argparse.Namespace) -> None:
 
 
 def cmd_data_get(args: argparse.Namespace) -> None:
-    from attnlab.data.sources import GITHUB_RAW, fetch, lookup
+    from attnlab.data.fetch import fetch
+    from attnlab.data.sources import GITHUB_RAW, lookup
 
     if args.name is None:
         cmd_data_list(args)
