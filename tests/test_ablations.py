@@ -42,10 +42,26 @@ def test_the_attention_scale_multiplies_q_dot_k(backend, scale, factor):
     torch.testing.assert_close(mha(x)[0], by_hand(mha, x, factor), rtol=1e-5, atol=1e-5)
 
 
-def test_the_learned_scale_is_learned():
-    mha = SelfAttention(D, H, scale=LearnedScale(D // H))
-    mha(torch.randn(2, 5, D))[0].square().sum().backward()
-    assert mha.scale.scale.grad is not None and mha.scale.scale.grad.abs() > 0
+def test_the_learned_scale_gets_the_gradient_of_the_loss():
+    """d loss / d scale by autograd equals a central finite difference of the loss (float64, where
+    the difference's rounding is far below the tolerance)."""
+    torch.manual_seed(0)
+    mha = SelfAttention(D, H, scale=LearnedScale(D // H)).double().eval()
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+
+    def loss() -> torch.Tensor:
+        return mha(x)[0].square().sum()
+
+    loss().backward()
+    scale, eps = mha.scale.scale.item(), 1e-6
+    with torch.no_grad():
+        mha.scale.scale.fill_(scale + eps)
+        above = loss().item()
+        mha.scale.scale.fill_(scale - eps)
+        below = loss().item()
+    difference = (above - below) / (2 * eps)
+    assert abs(difference) > 0.1  # a gradient that matters, not two zeros agreeing
+    assert mha.scale.scale.grad.item() == pytest.approx(difference, rel=1e-6)
 
 
 def test_without_normalisation_a_residual_block_is_the_sum():
