@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import pickletools
@@ -15,7 +16,9 @@ from safetensors.torch import load_file
 from attnlab import CheckpointError
 from attnlab.decode.search import greedy
 from attnlab.decode.translate import translate
+from attnlab.data.batching import Batch
 from attnlab.errors import ConfigError
+from attnlab.models import build_model
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.train.checkpoint import load_run
 from attnlab.train.derived import average_checkpoints
@@ -23,6 +26,7 @@ from attnlab.train.config import RunConfig
 from attnlab.train.run import prepare, train_run
 from attnlab.train.run_dir import MODEL_FILE, STATE_FILE, RunDir
 from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam
+from attnlab.train.step import make_optimizer, train_step
 
 
 def run_config(model=None, data=None, train=None) -> RunConfig:
@@ -236,17 +240,24 @@ def test_average_of_checkpoints(tmp_path):
     torch.testing.assert_close(averaged.state_dict()[name], (a[name] + b[name]) / 2)
 
 
-def test_language_model_training_and_accumulation(tmp_path):
-    text = tmp_path / "text.txt"
+def lm_config(text, **train) -> RunConfig:
+    """A character language model of 32-token windows over ``text``."""
     text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
-    cfg = RunConfig.from_sections({
+    return RunConfig.from_sections({
         "model": {"arch": "decoder_lm", "d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0,
                   "positional": "rotary", "max_len": 32},
         "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 32},
-        "train": {"max_steps": 60, "batch_size": 8, "accumulate": 2, "lr_schedule": "cosine", "lr": 3e-3,
-                  "warmup_steps": 5, "label_smoothing": 0.0, "eval_every": 30, "log_every": 1, "progress": False,
-                  "activation_checkpointing": True, "precision": "bf16"},
+        "train": train,
     })
+
+
+def test_language_model_training(tmp_path):
+    """Learnt end to end, accumulating 2 batches in bf16 with activation checkpointing (the next
+    test checks accumulation's numbers)."""
+    text = tmp_path / "text.txt"
+    cfg = lm_config(text, max_steps=60, batch_size=8, accumulate=2, lr_schedule="cosine", lr=3e-3, warmup_steps=5,
+                    label_smoothing=0.0, eval_every=30, log_every=1, progress=False, activation_checkpointing=True,
+                    precision="bf16")
     summary = train_run(cfg, tmp_path / "lm", log=lambda s: None)
     losses = train_losses(tmp_path / "lm")
     assert losses[60] < 0.5 * losses[1]
@@ -254,6 +265,37 @@ def test_language_model_training_and_accumulation(tmp_path):
     data = prepare(cfg.data, cfg.train)
     n = len(text.read_text())
     assert data.tokenizers["src"] is None and len(data.splits["valid"]) == n - math.floor(0.9 * n)
+
+
+def test_accumulating_two_batches_equals_one_batch_of_both(tmp_path):
+    """Three updates from a batch of 8 windows and one of 3 (accumulated) give the losses, gradient
+    norms and parameters of three from one batch of those 11 windows, to float32 rounding (seen:
+    losses within 1e-7, parameters within 2.3e-7 after the fused Adam's updates): the loss is summed
+    over the targets of every batch and divided by the targets of the whole update (352, where a
+    mean of the two batches' means would weigh the 96 targets of the small one as much as 256)."""
+    cfg = lm_config(tmp_path / "text.txt", batch_size=8, accumulate=2, lr_schedule="constant", lr=3e-3,
+                    warmup_steps=0, label_smoothing=0.1)
+    data = prepare(cfg.data, cfg.train)
+    torch.manual_seed(0)
+    accumulating = build_model(cfg.model_config(cfg.data.task.model_fields(cfg.data, data)))
+    one_batch = copy.deepcopy(accumulating)
+    logged = {}
+    for name, model in (("accumulating", accumulating), ("one batch", one_batch)):
+        optimizer = make_optimizer(model, cfg.train)
+        scheduler = make_scheduler(optimizer, constant(cfg.train.lr, 0))
+        logged[name] = []
+        for epoch in range(3):
+            windows = data.epoch_batches(epoch)
+            big, small = windows[0], Batch(None, windows[1].tgt_in[:3], windows[1].tgt_out[:3])
+            batches = [big, small] if name == "accumulating" else [
+                Batch(None, torch.cat([big.tgt_in, small.tgt_in]), torch.cat([big.tgt_out, small.tgt_out]))]
+            out = train_step(model, batches, optimizer, scheduler, cfg.train, objective=cfg.data.task.loss)
+            logged[name].append((out["tokens"], out["loss"].item(), out["grad_norm"].item()))
+    for (tokens, loss, norm), (one_tokens, one_loss, one_norm) in zip(logged["accumulating"], logged["one batch"]):
+        assert tokens == one_tokens == (8 + 3) * 32
+        assert loss == pytest.approx(one_loss, rel=1e-6) and norm == pytest.approx(one_norm, rel=1e-5)
+    for (name, p), q in zip(accumulating.named_parameters(), one_batch.parameters()):
+        torch.testing.assert_close(p, q, msg=name)
 
 
 def test_compiled_training_follows_the_eager_run_with_few_compilations(tmp_path):
