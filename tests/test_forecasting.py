@@ -17,7 +17,7 @@ from attnlab import ConfigError, DataError, UsageError, task_config
 from attnlab.cli.forecast import origin_row
 from attnlab.data.series import Scaler, future_dates, read_series, split_bounds, split_rows, window_starts
 from attnlab.tasks.forecasting import Forecasting
-from attnlab.tasks.task import Batching
+from attnlab.tasks.batching import Batching
 from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.train.run import read_run_data
 from helpers import run_cli

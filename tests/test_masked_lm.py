@@ -139,7 +139,7 @@ def test_fill_mask_prints_the_likely_words(pretrained):
 
 def test_without_a_valid_file_the_last_training_lines_are_held_out(tmp_path):
     from attnlab.errors import DataError
-    from attnlab.tasks.task import hold_out_valid
+    from attnlab.tasks.batching import hold_out_valid
 
     split = hold_out_valid({"train": [1, 2, 3, 4], "test": [9]}, 1, "t.txt", "lines")
     assert list(split.items()) == [("train", [1, 2, 3]), ("test", [9]), ("valid", [4])]

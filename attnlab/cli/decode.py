@@ -1,4 +1,5 @@
-"""`attnlab translate | generate | predict | caption | fill-mask`: outputs of a trained run (its scores: cli/evaluate.py)."""
+"""`attnlab translate | generate | predict | fill-mask`: outputs of a trained run (its scores: cli/evaluate.py;
+image captions and answers: cli/images.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import secrets
 import sys
 
 from attnlab.cli.common import (
-    CAPTIONS,
     GENERATES,
     MAX_BATCH,
     MAX_BEAM,
@@ -21,7 +21,6 @@ from attnlab.cli.common import (
     check_beam,
     check_kv_cache,
     check_new_file,
-    check_task_serves,
     load_run_for,
     write_output,
 )
@@ -230,30 +229,6 @@ def cmd_predict(args: argparse.Namespace) -> None:
     write_output(args.output, "".join(out), args.force)
 
 
-def cmd_caption(args: argparse.Namespace) -> None:
-    """A caption for each image file: `image TAB caption` lines (with --nbest K, `image ||| caption
-    ||| score`), by greedy (--beam 1) or beam search with the KV cache."""
-    from attnlab.tasks.captioning import caption_images
-    from attnlab.tasks.captions import read_input_images
-    from attnlab.train.checkpoint import RunDir
-
-    check_beam(args)
-    check_new_file(args.output, args.force, "--output")
-    check_task_serves(args)
-    images = read_input_images(args.images, RunDir(args.run_dir))  # no image, or one that does not decode: one line
-    model, tokenizers, cfg = load_run_for(args, CAPTIONS)
-    check_kv_cache(args, model)
-    max_len = args.max_len if args.max_len is not None else cfg.max_len - 1  # - 1: BOS
-    results = caption_images(model, tokenizers["tgt"], images, max_len, args.beam, args.lenpen, args.nbest,
-                             not args.no_cache, args.kv_cache, args.batch_size)
-    if args.nbest == 1:
-        text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.images, results))
-    else:
-        text = "".join(f"{name} ||| {caption} ||| {score:.4f}\n" for name, hyps in zip(args.images, results)
-                       for caption, score in hyps)
-    write_output(args.output, text, args.force)
-
-
 def cmd_fill_mask(args: argparse.Namespace) -> None:
     from attnlab.tasks.masked_lm import fill_mask
     from attnlab.train.checkpoint import RunDir
@@ -333,18 +308,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     predict.add_argument("--prompts", help="zero-shot runs: '|'-separated templates naming the class as {label}, e.g. "
                                            "'a small {label}|a large {label}' (default: the run's data.prompts)")
     predict.set_defaults(func=cmd_predict)
-
-    caption = sub.add_parser("caption", help="caption image files (captioning runs): image TAB caption per image")
-    add_run_dir_args(caption)
-    caption.add_argument("images", nargs="*", metavar="IMAGE", help="image files, read as the run's training images")
-    add_search_args(caption, weights=False)
-    caption.add_argument("--nbest", type=int, default=1,
-                         help="print the K best per image: image ||| caption ||| score")
-    caption.add_argument("--max-len", type=int, help="most caption tokens (default: the model's max_len - 1)")
-    caption.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
-    caption.add_argument("--output", help="output file (default: stdout)")
-    caption.add_argument("--force", action="store_true", help="overwrite an existing --output")
-    caption.set_defaults(func=cmd_caption)
 
     fill = sub.add_parser("fill-mask", help="the most likely words for each [MASK] of a text (masked-LM runs)")
     add_run_dir_args(fill)

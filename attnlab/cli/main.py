@@ -16,7 +16,7 @@ import sys
 from typing import Sequence
 
 from attnlab import __version__
-from attnlab.cli import analysis, ask, bench, data, decode, demo, evaluate, info, serve, train
+from attnlab.cli import analysis, bench, data, decode, demo, evaluate, images, info, serve, train
 from attnlab.cli.common import Parser
 from attnlab.errors import AttnlabError, Interrupted
 
@@ -26,7 +26,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors")
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (info, analysis, serve, train, decode, ask, evaluate, bench, data, demo):  # the order of `attnlab --help`
+    for group in (info, analysis, serve, train, decode, images, evaluate, bench, data, demo):  # the order of `attnlab --help`
         group.add_commands(sub)
     return parser
 

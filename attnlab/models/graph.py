@@ -8,8 +8,7 @@ from typing import Optional
 
 from torch import nn
 
-from attnlab.config import at_least, one_of
-from attnlab.errors import ConfigError
+from attnlab.config import at_least
 from attnlab.models import transformer as parts
 from attnlab.models.transformer_config import explicit_masks
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family

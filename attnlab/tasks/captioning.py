@@ -21,7 +21,8 @@ from attnlab.eval.metrics import corpus_bleu, exact_match
 from attnlab.tasks.captions import (
     CaptionBatch, CaptionData, CaptioningConfig, caption_batch, captioned_splits, planned_shape, read_captioned,
 )
-from attnlab.tasks.task import Amp, Batching, NextTokenTask, Tokenizers, register_task
+from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.task import Amp, NextTokenTask, register_task
 
 # -- decoding and scoring -------------------------------------------------------------------------------
 

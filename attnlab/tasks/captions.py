@@ -26,7 +26,8 @@ from attnlab.data.images import COLOURS, Standardise, as_tensor, channels, colou
 from attnlab.data.tokenizers import BOS, EOS, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.tasks.scene_splits import SceneSplits
-from attnlab.tasks.task import TaskConfig, Tokenizers, batch_seed
+from attnlab.tasks.batching import Tokenizers, batch_seed
+from attnlab.tasks.task import TaskConfig
 
 BUILT_IN = ("scenes",)
 

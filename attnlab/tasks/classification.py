@@ -23,9 +23,8 @@ from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import classification_scores, confusion_matrix
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.tasks.task import (
-    Amp, Batching, BucketedData, Prediction, Task, TaskConfig, Tokenizers, hold_out_valid, register_task,
-)
+from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.task import Amp, Prediction, Task, TaskConfig, register_task
 
 
 NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)

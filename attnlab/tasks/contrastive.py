@@ -43,7 +43,8 @@ from attnlab.tasks.image_classification import read_inputs
 from attnlab.tasks.retrieval import (
     class_embeddings, embed_images, retrieval_record, text_ids, zero_shot_probabilities,
 )
-from attnlab.tasks.task import Amp, Batching, Prediction, Task, Tokenizers, register_task
+from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.task import Amp, Prediction, Task, register_task
 
 SCENE_TEMPLATES = ("a small {label}", "a large {label}")  # every one-object scene's caption is one of these
 FILE_TEMPLATES = ("a {label}",)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from attnlab.config import at_least, one_of
 from attnlab.data.tokenizers import TOKENIZER_KINDS
 from attnlab.errors import ConfigError
-from attnlab.tasks.task import Batching, Task, TaskConfig, Tokenizers, register_task
+from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.task import Task, TaskConfig, register_task
 
 
 def _untrainable() -> ConfigError:

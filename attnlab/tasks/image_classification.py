@@ -29,7 +29,8 @@ from attnlab.data.images import (
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
-from attnlab.tasks.task import Batching, Prediction, TaskConfig, Tokenizers, batch_seed, register_task
+from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
+from attnlab.tasks.task import Prediction, TaskConfig, register_task
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from typing import Any
 
 from attnlab.errors import ConfigError
 from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
-from attnlab.tasks.task import Batching, Tokenizers, register_task
+from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.task import register_task
 
 
 def _untrainable() -> ConfigError:

@@ -16,7 +16,8 @@ from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import multi_token_loss
-from attnlab.tasks.task import Amp, Batching, NextTokenTask, TaskConfig, Tokenizers, batch_seed, register_task
+from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
+from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
 
 
 @dataclass(frozen=True)

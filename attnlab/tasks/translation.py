@@ -29,9 +29,8 @@ from attnlab.decode.mask_predict import MaskPredict
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
-from attnlab.tasks.task import (
-    Amp, Batching, BucketedData, NextTokenTask, TaskConfig, Tokenizers, hold_out_valid, register_task,
-)
+from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
 
 
 @dataclass(frozen=True)

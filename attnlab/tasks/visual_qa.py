@@ -36,7 +36,8 @@ from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.scene_splits import SceneSplits
-from attnlab.tasks.task import Batching, TaskConfig, Tokenizers, batch_seed, register_task
+from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
+from attnlab.tasks.task import TaskConfig, register_task
 
 BUILT_IN = ("scenes",)
 KINDS = {"how many": "count", "what colour": "colour", "what shape": "shape"}  # a question's first two words

@@ -20,7 +20,8 @@ from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
-from attnlab.tasks.task import SAMPLINGS, task_of
+from attnlab.tasks.batching import SAMPLINGS
+from attnlab.tasks.task import task_of
 from attnlab.train.device import check_device_name, on_gpu
 from attnlab.train.distributed import PIPELINE_SCHEDULES, STRATEGIES
 

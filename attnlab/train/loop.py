@@ -17,7 +17,7 @@ from torch import nn
 
 from attnlab.errors import CheckpointError
 from attnlab.tasks import Task, TaskData
-from attnlab.tasks.task import Batch
+from attnlab.tasks.batching import Batch
 from attnlab.train.weights_file import load_weights
 from attnlab.train.config import GRAPHS, TrainConfig
 from attnlab.train.device import resolve_device, use_device

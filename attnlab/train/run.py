@@ -16,7 +16,7 @@ from attnlab.files import atomic_write_text
 from attnlab.models import FamilyConfig
 from attnlab.nn.stacks import LayerStack
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
-from attnlab.tasks.task import BucketedData, Tokenizers
+from attnlab.tasks.batching import BucketedData, Tokenizers
 from attnlab.train.checkpoint import build_run_model
 from attnlab.train.config import RunConfig, TrainConfig, init_source
 from attnlab.train.distributed import World

@@ -18,7 +18,7 @@ from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models.family import uncompiled, unwrapped
 from attnlab.nn.embeddings import Embeddings
-from attnlab.tasks.task import Batch
+from attnlab.tasks.batching import Batch
 from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import World, is_dtensor, whole
 

@@ -1,0 +1,87 @@
+"""`attnlab caption | ask`: what a run of images and text says of image files: a caption (captioning
+runs), an answer to a question (visual question answering runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from attnlab.cli.common import (
+    CAPTIONS,
+    add_run_dir_args,
+    add_search_args,
+    check_beam,
+    check_kv_cache,
+    check_new_file,
+    check_task_serves,
+    load_run_for,
+    write_output,
+)
+
+
+def cmd_caption(args: argparse.Namespace) -> None:
+    """A caption for each image file: `image TAB caption` lines (with --nbest K, `image ||| caption
+    ||| score`), by greedy (--beam 1) or beam search with the KV cache."""
+    from attnlab.tasks.captioning import caption_images
+    from attnlab.tasks.captions import read_input_images
+    from attnlab.train.checkpoint import RunDir
+
+    check_beam(args)
+    check_new_file(args.output, args.force, "--output")
+    check_task_serves(args)
+    images = read_input_images(args.images, RunDir(args.run_dir))  # no image, or one that does not decode: one line
+    model, tokenizers, cfg = load_run_for(args, CAPTIONS)
+    check_kv_cache(args, model)
+    max_len = args.max_len if args.max_len is not None else cfg.max_len - 1  # - 1: BOS
+    results = caption_images(model, tokenizers["tgt"], images, max_len, args.beam, args.lenpen, args.nbest,
+                             not args.no_cache, args.kv_cache, args.batch_size)
+    if args.nbest == 1:
+        text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.images, results))
+    else:
+        text = "".join(f"{name} ||| {caption} ||| {score:.4f}\n" for name, hyps in zip(args.images, results)
+                       for caption, score in hyps)
+    write_output(args.output, text, args.force)
+
+
+def cmd_ask(args: argparse.Namespace) -> None:
+    """An answer to --question about each image file: `image TAB answer TAB probability` lines (--json:
+    one object per image, with every answer's probability)."""
+    from attnlab.tasks.visual_qa import ask
+    from attnlab.train.checkpoint import RunDir
+
+    check_new_file(args.output, args.force, "--output")
+    model, _, _ = load_run_for(args, {})  # a run of another task (captioning, ...): one line
+    run = RunDir(args.run_dir)
+    answers = run.read_task_state()["labels"]
+    out = []
+    for path, p in zip(args.images, ask(model, run, args.images, args.question)):
+        best = max(range(len(p)), key=p.__getitem__)
+        out.append(json.dumps({"image": path, "question": args.question, "answer": answers[best],
+                               "probabilities": dict(zip(answers, p))}) + "\n" if args.json
+                   else f"{path}\t{answers[best]}\t{p[best]:.4f}\n")
+    write_output(args.output, "".join(out), args.force)
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Add `caption` and `ask` to the command line."""
+    caption = sub.add_parser("caption", help="caption image files (captioning runs): image TAB caption per image")
+    add_run_dir_args(caption)
+    caption.add_argument("images", nargs="*", metavar="IMAGE", help="image files, read as the run's training images")
+    add_search_args(caption, weights=False)
+    caption.add_argument("--nbest", type=int, default=1,
+                         help="print the K best per image: image ||| caption ||| score")
+    caption.add_argument("--max-len", type=int, help="most caption tokens (default: the model's max_len - 1)")
+    caption.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
+    caption.add_argument("--output", help="output file (default: stdout)")
+    caption.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    caption.set_defaults(func=cmd_caption)
+
+    ask = sub.add_parser("ask", help="answer a question about image files (visual_qa runs): image TAB answer TAB "
+                                     "probability per image")
+    add_run_dir_args(ask)
+    ask.add_argument("images", nargs="+", metavar="IMAGE", help="image files, read as the run's training images")
+    ask.add_argument("--question", required=True, help='the question about each image, e.g. "how many circles?"')
+    ask.add_argument("--json", action="store_true", help="one JSON object per image, with every answer's probability")
+    ask.add_argument("--output", help="output file (default: stdout)")
+    ask.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    ask.set_defaults(func=cmd_ask)
