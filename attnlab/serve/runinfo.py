@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from attnlab.errors import AttnlabError
-from attnlab.train.checkpoint import META_FILE, RunDir
+from attnlab.train.run_dir import META_FILE, RunDir
 from attnlab.train.run import read_run_data
 
 EXAMPLE_TOKENS = 48  # of a language model's validation text: the page's first input
