@@ -29,6 +29,7 @@ from PIL import Image
 from starlette.testclient import TestClient
 
 from attnlab.analysis.capture import attention_of, capture_attention
+from attnlab.analysis.cross_modal import blocks
 from attnlab.analysis.heads import head_entropy
 from attnlab.analysis.prune import prune_run
 from attnlab.data.batching import source_batch
@@ -37,7 +38,8 @@ from attnlab.decode.search import beam_search
 from attnlab.nn.attention import remove_heads
 from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
-from attnlab.train.checkpoint import load_run
+from attnlab.tasks.visual_qa import ask
+from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.train.config import RunConfig
 from attnlab.train.run import train_run
 from helpers import ATTNLAB, run_cli
@@ -65,8 +67,8 @@ def trained(root: Path, name: str, model: dict, data: dict, steps: int = 2, **tr
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """A translation run (the built-in reverse task), the same run with a quarter of its heads pruned
-    by `attnlab prune`, a character LM, a classifier, a masked LM, a ViT on the digits and a
-    captioner on the scenes."""
+    by `attnlab prune`, a character LM, a classifier, a masked LM, a ViT on the digits, a
+    captioner and a single-stream question answerer on the scenes."""
     root = tmp_path_factory.mktemp("serve")
     (root / "text.txt").write_text("the cat sat on the mat.\n" * 40)
     (root / "labelled.tsv").write_text("".join(f"{w} film\t{label}\n" for w, label in
@@ -92,6 +94,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                                                    "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 32},
                                {"task": "captioning", "dataset": "scenes", "max_objects": 1, "n_train": 256, "n_valid": 8,
                                 "n_test": 8}, steps=40, batch_size=32, lr=0.01)
+    out["qa"] = trained(root, "qa", {"arch": "single_stream", "patch_size": 8, **small},
+                        {"task": "visual_qa", "max_objects": 1, "n_train": 64, "n_valid": 8, "n_test": 8},
+                        steps=20, batch_size=32, lr=0.01)
     return out
 
 
@@ -291,6 +296,51 @@ def test_a_captioner_captions_an_uploaded_image_with_each_words_attention_over_t
 ])
 def test_a_bad_image_is_refused_in_one_line(runs, request_, message):
     reply = client(runs["captioner"], allow_files=True).post("/api/run", json=request_)
+    assert reply.status_code == 400 and reply.json()["error"].endswith(message) and "\n" not in reply.json()["error"]
+
+
+QUESTION = "what colour is the object?"
+
+
+def test_a_question_answerer_answers_as_ask_does_with_each_words_attention_over_the_patches(runs, tmp_path):
+    """An upload (or, with --allow-files, a path) and a question: every answer's probability as
+    `ask` gives it, the maps of the joint sequence [question; patches], and each layer's
+    text-to-image block as analysis/cross_modal.py cuts it, rows the [CLS] and the question's words."""
+    path, x, pixels = scene_png(tmp_path / "scene.png")
+    model, tokenizers, cfg = load_run(runs["qa"])
+    state = json.loads((runs["qa"] / "task_state.json").read_text())
+    [expected] = ask(model, RunDir(runs["qa"]), [str(path)], QUESTION)
+    got = answer(client(runs["qa"]), image=base64.b64encode(path.read_bytes()).decode(), question=QUESTION)
+    assert {o["label"]: o["probability"] for o in got["outputs"]} == pytest.approx(
+        dict(zip(state["labels"], expected)), abs=1e-6)
+    assert [o["probability"] for o in got["outputs"]] == pytest.approx(sorted(expected, reverse=True), abs=1e-6)
+    x = (x - torch.tensor(state["mean"])[:, None, None]) / torch.tensor(state["std"])[:, None, None]
+    ids = torch.tensor([[BOS, *tokenizers["src"].encode(QUESTION), EOS]])
+    with torch.no_grad(), capture_attention(model) as captured:
+        model.classify(x, ids)
+    records, modality = captured.last(), model.sequence(x, ids)[2]
+    assert_maps_equal(got["attention"], records)
+    words = ["[CLS]", *tokenizers["src"].id_tokens(ids[0, 1:].tolist())]
+    assert got["question_tokens"] == words and got["grid"] == [4, 4] and len(got["text_to_image"]) == cfg.n_layers
+    for block in got["text_to_image"]:
+        assert block["rows"] == words and block["cols"] == cfg.patch_labels
+        torch.testing.assert_close(torch.tensor(block["probs"], dtype=torch.float64),
+                                   blocks(records[block["module"]].probs[0], modality)["text_to_image"].double(),
+                                   atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.array(got["picture"]), pixels / 255.0, atol=1e-5)
+    assert answer(client(runs["qa"], allow_files=True), text=str(path), question=QUESTION) == got
+
+
+@pytest.mark.parametrize("run, request_, message", [
+    ("qa", {"image": base64.b64encode(b"not a png").decode(), "question": QUESTION},
+     "the uploaded image: not an image that Pillow can decode"),
+    ("qa", {"image": base64.b64encode(b"x").decode(), "question": "  "},
+     'the question is empty; ask something about the image, e.g. "how many circles?"'),
+    ("captioner", {"image": base64.b64encode(b"x").decode(), "question": QUESTION},
+     "captioner is a captioning run, which answers no question; ask a visual_qa run"),
+])
+def test_a_bad_question_or_image_is_refused_in_one_line(runs, run, request_, message):
+    reply = client(runs[run]).post("/api/run", json=request_)
     assert reply.status_code == 400 and reply.json()["error"].endswith(message) and "\n" not in reply.json()["error"]
 
 
@@ -517,3 +567,38 @@ def test_the_page_captions_an_uploaded_image_and_draws_each_words_attention_on_i
         for patch in range(16):  # on the grey picture, red - blue = 0.75 (252 - 40) w / max w: the weight drawn
             red, _, blue, _ = page.evaluate(centre, [patch])
             assert abs((red - blue) - 0.75 * 212 * weights[patch] / max(weights)) <= 1.5
+
+
+def test_the_page_answers_a_question_on_an_uploaded_image_and_draws_each_words_attention_on_it(browser, runs, tmp_path):
+    path, _, _ = scene_png(tmp_path / "scene.png")
+    expected = answer(client(runs["qa"]), image=base64.b64encode(path.read_bytes()).decode(), question=QUESTION)
+    with serving(runs["qa"]) as url:
+        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        page.goto(url)
+        page.wait_for_selector("#question", state="visible")  # shown once /api/info has named a question answerer
+        page.set_input_files("#upload", str(path))
+        page.fill("#question", QUESTION)
+        page.click("button[type=submit]")
+        page.wait_for_selector(".panel[data-run='0'][data-state=ready]")
+        rows = page.locator(".classes tr").all_inner_texts()
+        assert [row.split()[0] for row in rows] == [o["label"] for o in expected["outputs"]]
+        assert [row.split()[-1] for row in rows] == [f"{o['probability']:.4f}" for o in expected["outputs"]]
+        # the [CLS]'s attention over the patches, per layer: the heads' mean, then each head (2 layers, 2 heads)
+        assert page.locator("canvas.patches").count() == 6
+        assert page.locator(".tok").all_inner_texts() == expected["question_tokens"]
+        word = 2
+        page.click(f".tok[data-step='{word}']")
+        assert f"“{expected['question_tokens'][word]}” over the patches" in page.inner_text(".panel")
+        block = expected["text_to_image"][1]
+        weights = block["probs"][1][word]  # layer 1, head 1: the word's weights over the 4x4 patches, row-major
+        centre = """([module, patch]) => {
+            const c = document.querySelector(`canvas.patches[data-module="${module}"][data-head="1"]`), s = c.width / 32;
+            return Array.from(c.getContext('2d').getImageData(((patch % 4) * 8 + 4) * s,
+                                                              (Math.floor(patch / 4) * 8 + 4) * s, 1, 1).data); }"""
+        for patch in range(16):  # on the grey picture, red - blue = 0.75 (252 - 40) w / max w: the weight drawn
+            red, _, blue, _ = page.evaluate(centre, [block["module"], patch])
+            assert abs((red - blue) - 0.75 * 212 * weights[patch] / max(weights)) <= 1.5
+        page.fill("#question", "   ")  # the server's refusal, on the page
+        page.click("button[type=submit]")
+        page.wait_for_selector(".panel[data-run='0'][data-state=error]")
+        assert "the question is empty" in page.inner_text(".panel[data-run='0'] .error")

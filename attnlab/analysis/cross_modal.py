@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from attnlab.analysis.capture import capture_attention
+from attnlab.analysis.capture import AttentionRecord, capture_attention
 from attnlab.analysis.heads import head_entropy
 from attnlab.analysis.plots import attention_heatmaps, block_plot, entropy_plot, patch_attention_plot
 from attnlab.data.images import colour_of, read_image
@@ -48,6 +48,17 @@ def crossing(block: Tensor) -> list[float]:
 
 
 @torch.no_grad()
+def cross_modal_pass(model: nn.Module, images: Tensor, ids: Tensor) -> tuple[Tensor, dict[str, AttentionRecord], Tensor]:
+    """One image (1, C, H, W), standardised, and its question (1, T) through the model (as `ask`
+    reads them): the answer logits (n_answers,), each module's weights over the joint sequence, and
+    each token's modality (T + N,), which :func:`blocks` cuts them by (`inspect` and `serve` both)."""
+    model.eval()
+    with capture_attention(model) as captured:
+        logits = model.classify(images, ids)[0]
+    return logits, captured.last(), model.sequence(images, ids)[2]
+
+
+@torch.no_grad()
 def inspect_single_stream(run: RunDir, model: nn.Module, cfg: Any, path: str, question: str | None,
                           figures: Callable[[], Path]) -> dict[str, Any]:
     """The model on the image file ``path`` (read as `ask` reads it) and ``question``: its answer,
@@ -60,11 +71,8 @@ def inspect_single_stream(run: RunDir, model: nn.Module, cfg: Any, path: str, qu
     device = next(model.parameters()).device
     images = read_input_images([path], run).to(device)  # (1, C, H, W), standardised
     ids = torch.tensor([question_ids(tokenizer, [question], data_cfg.max_question_len, "--question")[0]], device=device)
-    model.eval()
-    with capture_attention(model) as captured:
-        p = model.classify(images, ids)[0].float().softmax(-1)
-    modality = model.sequence(images, ids)[2]  # (T + N,)
-    records = captured.last()
+    logits, records, modality = cross_modal_pass(model, images, ids)
+    p = logits.float().softmax(-1)
     out = figures()
     words = tokenizer.id_tokens(ids[0].tolist())
     picture = read_image(path, colour_of(state["shape"]), tuple(state["shape"][:2])) / 255.0  # (H, W, C)

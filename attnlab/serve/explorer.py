@@ -8,10 +8,13 @@ the JSON API receives them) with the run's output and every attention map that p
   log-probabilities add up to the hypothesis's score;
 - language model: a greedy or sampled continuation of the prompt, the maps over prompt + continuation;
 - classifier (and masked LM, maps only): the text read as its task reads it;
-- image model and captioner: an uploaded image (``image``: its file's bytes in base64), or an
-  image file on the server (``text``: its path) when the server allows files, read as `predict`
-  and `caption` read them; a captioner answers as a translation does, with the picture as the
-  model read it and the patch grid, over which the page draws each word's cross-attention.
+- image model, captioner and question answerer: an uploaded image (``image``: its file's bytes in
+  base64), or an image file on the server (``text``: its path) when the server allows files, read
+  as `predict`, `caption` and `ask` read them; a captioner answers as a translation does, with the
+  picture as the model read it and the patch grid, over which the page draws each word's
+  cross-attention; a single-stream model answers the ``question`` about the image as `ask` does,
+  with the maps over the joint sequence [question; patches] and each layer's text-to-image block
+  (analysis/cross_modal.py), which the page draws on the picture for each word and the [CLS].
 
 Heads named in ``heads_off`` are gated to zero for that request alone (:func:`mask_heads`), which
 computes what the model with those heads cut out of its weights computes (``remove_heads``).
@@ -31,16 +34,19 @@ import torch
 from torch import Tensor
 
 from attnlab.analysis.capture import AttentionRecord, capture_attention
+from attnlab.analysis.cross_modal import blocks, cross_modal_pass
 from attnlab.analysis.heads import head_entropy, mask_heads
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import BOS, EOS
 from attnlab.decode.search import beam_search, sample
 from attnlab.errors import UsageError
 from attnlab.nn.attention import HeadSet, attention_modules
+from attnlab.nn.single_stream import IMAGE
 from attnlab.serve.images import IMAGE_READERS, request_image
 from attnlab.serve.limits import LIMITS, Refused
 from attnlab.serve.runinfo import example_input, pruning_report
 from attnlab.tasks.classification import encode_inputs
+from attnlab.tasks.visual_qa import question_ids
 from attnlab.train.checkpoint import RunDir, load_run
 
 
@@ -55,6 +61,7 @@ FIELDS = {
     "encoder": {},  # an imported BertModel: its maps alone, as a masked LM's (served by _encoder)
     "image_classification": {"image": ""},
     "captioning": {"image": "", **SEARCH},
+    "visual_qa": {"image": "", "question": ""},
 }
 
 
@@ -104,6 +111,8 @@ class Explorer:
     def _options(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request's fields, checked, with the task's defaults filled in ("run" dropped)."""
         fields = COMMON | FIELDS[self.task]
+        if "question" in request and "question" not in fields:
+            raise Refused(f"{self.name} is a {self.task} run, which answers no question; ask a visual_qa run")
         unknown = sorted(set(request) - set(fields))
         if unknown:
             raise Refused(f"unknown field {unknown[0]!r}; a {self.task} run reads {', '.join(fields)}")
@@ -261,6 +270,26 @@ class Explorer:
         labels = ["<cls>"] * (T - len(patches)) + patches  # a class token, where the model has one, comes first
         return {"source_tokens": labels, "attention": attention_maps(records, lambda r: (labels, labels)),
                 **self._probabilities(logits[0])}
+
+    def _visual_qa(self, text: str, image: str, question: str) -> dict[str, Any]:
+        """The answers to ``question`` about the image, as `ask` gives them; the maps over the joint
+        sequence, and each layer's text-to-image block (H, T, N), rows the [CLS] and the words."""
+        if not question.strip():
+            raise Refused('the question is empty; ask something about the image, e.g. "how many circles?"')
+        tokenizer, longest = self.tokenizers["src"], self.data_cfg.max_question_len
+        self._encode(question, "src", longest)  # refused: nothing known, or more tokens than the model reads
+        images, picture = request_image(self.task, self.run_dir, text, image, self.allow_files)
+        ids = torch.tensor(question_ids(tokenizer, [question], longest, "the question"), device=self.device)  # (1, T)
+        logits, records, modality = cross_modal_pass(self.model, images.to(self.device), ids)
+        words = ["[CLS]", *tokenizer.id_tokens(ids[0, 1:].tolist())]  # <bos> is read as [CLS]
+        patches = self.cfg.patch_labels[:int((modality == IMAGE).sum())]  # none: the text-only baseline
+        labels = words + patches  # the joint sequence: the question, then the patches
+        to_image = [{"module": r.module, "stack": r.stack, "layer": r.layer, "kind": "text-to-image", "rows": words,
+                     "cols": patches, "probs": blocks(r.probs[0], modality)["text_to_image"].tolist()}
+                    for r in sorted(records.values(), key=lambda r: r.layer)]  # (H, T, N) each
+        return {"question_tokens": words, "source_tokens": labels, "grid": list(self.cfg.grid), "picture": picture,
+                "attention": attention_maps(records, lambda r: (labels, labels)), "text_to_image": to_image,
+                **self._probabilities(logits)}
 
     # -- shared steps -------------------------------------------------------------------------------
     def _probabilities(self, logits: Tensor) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The image of an explorer request: an upload (its file's bytes in base64, read from memory) or
 a file on the server named by its path (only when the server allows files), read as the run's
-task reads its inputs (`predict`'s for an image classifier, `caption`'s for a captioner)."""
+task reads its inputs (`predict`'s for an image classifier, `caption`'s for a captioner, `ask`'s for a
+question answerer)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.image_classification import read_inputs
 from attnlab.train.checkpoint import RunDir
 
-IMAGE_READERS = {"image_classification": read_inputs, "captioning": read_input_images}  # (paths, run) -> (N, C, H, W)
+IMAGE_READERS = {"image_classification": read_inputs, "captioning": read_input_images,  # (paths, run) -> (N, C, H, W)
+                 "visual_qa": read_input_images}
 
 
 class Upload(io.BytesIO):

@@ -34,6 +34,9 @@ async function start() {
   $("#text").placeholder = image ? "an image file's path on the server, or upload one" : "a sentence to read";
   $("#text").required = !image;
   $("#upload").hidden = !image;
+  const asks = info.runs.some((r) => "question" in r.options);  // a question answerer: a question as well
+  $("#question").hidden = !asks;
+  $("#question").required = asks;
   $("#upload").addEventListener("change", () => { uploading = readUpload(); });
   $("#text").addEventListener("input", () => { if ($("#text").value) { $("#upload").value = ""; upload = ""; } });
   const example = info.runs.map((r) => r.example).find((e) => e);  // from the first run's validation data
@@ -76,6 +79,7 @@ function addOptions(runs) {
   const defaults = Object.assign({}, ...runs.map((r) => r.options));
   delete defaults.hypothesis;  // chosen by clicking an output
   delete defaults.image;  // the uploaded file
+  delete defaults.question;  // its own field
   for (const [name, value] of Object.entries(defaults)) {
     const input = typeof value === "boolean"
       ? el("input", {type: "checkbox", name})
@@ -91,6 +95,7 @@ function requestFor(panel) {
     const input = $(`#options [name=${name}]`);
     if (name === "hypothesis") body.hypothesis = panel.choice;
     else if (name === "image") body.image = upload;
+    else if (name === "question") body.question = $("#question").value;
     else if (typeof value === "boolean") body[name] = input.checked;
     else body[name] = Number(input.value);
   }
@@ -141,6 +146,7 @@ function render(panel) {
   const result = panel.result;
   const parts = [header(panel.run), el("h3", {}, "Output"), outputs(panel)];
   if (result.steps && result.steps.length) parts.push(el("h3", {}, "Step through the output"), steps(panel));
+  if (result.text_to_image) parts.push(el("h3", {}, "Where each word of the question looks in the image"), words(panel));
   parts.push(el("h3", {}, "Heads: mean entropy (nats) · click to switch a head off"), entropyTable(panel));
   parts.push(filters(panel), ...result.attention.map((map) => moduleMaps(panel, map)));
   panel.root.replaceChildren(...parts);
@@ -173,6 +179,7 @@ function stepRow(panel, map) {
   const {task, prompt_tokens: prompt} = panel.result;
   if (task === "translation" || task === "captioning") return map.stack === "decoder" ? panel.step : -1;
   if (task === "language_model") return prompt.length - 1 + panel.step;  // this position predicts the step's token
+  if (task === "visual_qa") return panel.step;  // the chosen word: the question comes first in the joint sequence
   return -1;
 }
 
@@ -192,7 +199,17 @@ function steps(panel) {
             detail, ...looked.map((map) => panel.result.picture ? onImage(panel, map) : alignment(panel, map)));
 }
 
+// a question answerer: the chosen word's (or the [CLS]'s) text-to-image attention, layer by layer
+function words(panel) {
+  const {question_tokens: list, text_to_image: maps} = panel.result;
+  const chips = list.map((w, t) => el("span", {class: `tok${t === panel.step ? " current" : ""}`, "data-step": t,
+                                               onclick: () => { panel.step = t; render(panel); }}, w));
+  const drawn = maps.filter((map) => map.cols.length);  // none: the text-only baseline reads no patches
+  return el("div", {}, el("div", {class: "tokens"}, ...chips), ...drawn.map((map) => onImage(panel, map)));
+}
+
 // a captioner: the step's word's cross-attention over the patch grid, on the picture the model read
+// (and a question answerer: a word's text-to-image block)
 function onImage(panel, map) {
   const row = stepRow(panel, map);
   const off = panel.off[map.module] || new Set();
