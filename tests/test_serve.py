@@ -331,17 +331,37 @@ def test_a_question_answerer_answers_as_ask_does_with_each_words_attention_over_
     assert answer(client(runs["qa"], allow_files=True), text=str(path), question=QUESTION) == got
 
 
-@pytest.mark.parametrize("run, request_, message", [
-    ("qa", {"image": base64.b64encode(b"not a png").decode(), "question": QUESTION},
+@pytest.mark.parametrize("run, request_, status, message", [
+    ("qa", {"image": base64.b64encode(b"not a png").decode(), "question": QUESTION}, 400,
      "the uploaded image: not an image that Pillow can decode"),
-    ("qa", {"image": base64.b64encode(b"x").decode(), "question": "  "},
+    ("qa", {"image": base64.b64encode(b"x").decode(), "question": "  "}, 400,
      'the question is empty; ask something about the image, e.g. "how many circles?"'),
-    ("captioner", {"image": base64.b64encode(b"x").decode(), "question": QUESTION},
+    ("qa", {"image": base64.b64encode(b"x").decode(), "question": "what " * 17}, 413,
+     "the input has 17 tokens; this model reads at most 16"),
+    ("captioner", {"image": base64.b64encode(b"x").decode(), "question": QUESTION}, 400,
      "captioner is a captioning run, which answers no question; ask a visual_qa run"),
 ])
-def test_a_bad_question_or_image_is_refused_in_one_line(runs, run, request_, message):
+def test_a_bad_question_or_image_is_refused_in_one_line(runs, run, request_, status, message):
     reply = client(runs[run]).post("/api/run", json=request_)
-    assert reply.status_code == 400 and reply.json()["error"].endswith(message) and "\n" not in reply.json()["error"]
+    assert reply.status_code == status and reply.json()["error"].endswith(message)
+    assert "\n" not in reply.json()["error"]
+
+
+def test_the_text_only_baseline_answers_with_no_patches_to_draw(runs, tmp_path):
+    """image_tokens: none reads the question alone: its maps are the question's, its text-to-image
+    blocks empty, and its answers `ask`'s."""
+    run = trained(tmp_path, "text-only", {"arch": "single_stream", "patch_size": 8, "image_tokens": "none", "d_model": 16,
+                                          "n_heads": 2, "n_layers": 1, "d_ff": 32},
+                  {"task": "visual_qa", "max_objects": 1, "n_train": 32, "n_valid": 8, "n_test": 8}, batch_size=32)
+    path, _, _ = scene_png(tmp_path / "scene.png")
+    got = answer(client(run), image=base64.b64encode(path.read_bytes()).decode(), question=QUESTION)
+    [expected] = ask(load_run(run)[0], RunDir(run), [str(path)], QUESTION)
+    state = json.loads((run / "task_state.json").read_text())
+    assert {o["label"]: o["probability"] for o in got["outputs"]} == pytest.approx(
+        dict(zip(state["labels"], expected)), abs=1e-6)
+    [block] = got["text_to_image"]
+    assert got["source_tokens"] == got["question_tokens"] and block["cols"] == []
+    assert np.array(block["probs"]).shape == (2, len(got["question_tokens"]), 0)
 
 
 def test_info_describes_each_run_and_a_pruned_runs_report(runs):
