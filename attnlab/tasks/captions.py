@@ -175,8 +175,40 @@ def captioned_splits(cfg: CaptioningConfig, tokenizers: Tokenizers | None, state
     return splits, tokenizers, standardise
 
 
+class ImageRows:
+    """What a task's data of images shares when its examples are rows of a split (a split has
+    ``images`` and a length), ``batch_size`` a batch: an epoch's order a permutation drawn from
+    (seed, epoch) alone, so a resumed run goes on exactly; a split's evaluation batches its rows in
+    order, made once. A mixin of methods: each data class declares ``splits``, ``batch_size``,
+    ``seed`` and ``_eval``, and says how rows become a batch (``batches``)."""
+
+    splits: dict[str, Any]
+    batch_size: int
+    seed: int
+    _eval: dict[str, list[Any]]
+
+    def batches(self, split: Any, rows: list[Tensor]) -> list[Any]:
+        raise NotImplementedError
+
+    def epoch_batches(self, epoch: int) -> list[Any]:
+        train = self.splits["train"]
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
+        return self.batches(train, list(order.split(self.batch_size)))
+
+    def eval_batches(self, split: str) -> list[Any]:
+        if split not in self._eval:
+            self._eval[split] = self.batches(self.splits[split], list(torch.arange(len(self.splits[split]))
+                                                                       .split(self.batch_size)))
+        return self._eval[split]
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(C, H, W)."""
+        return tuple(self.splits["train"].images.shape[1:])
+
+
 @dataclass(kw_only=True)
-class CaptionData:
+class CaptionData(ImageRows):
     """The splits, the tokenizers ({'src': None, 'tgt': captions}), the standardisation and how
     batches are made: an epoch's order drawn from (seed, epoch) alone, so a resumed run goes on
     exactly."""
@@ -192,21 +224,6 @@ class CaptionData:
     def batches(self, split: CaptionSplit, rows: list[Tensor]) -> list[CaptionBatch]:
         return [caption_batch(self.standardise(split.images[r]), [split.ids[i] for i in r.tolist()]) for r in rows]
 
-    def epoch_batches(self, epoch: int) -> list[CaptionBatch]:
-        train = self.splits["train"]
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
-        return self.batches(train, list(order.split(self.batch_size)))
-
-    def eval_batches(self, split: str) -> list[CaptionBatch]:
-        if split not in self._eval:
-            self._eval[split] = self.batches(self.splits[split], list(torch.arange(len(self.splits[split]))
-                                                                       .split(self.batch_size)))
-        return self._eval[split]
-
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        """(C, H, W)."""
-        return tuple(self.splits["train"].images.shape[1:])
 
 
 def planned_shape(cfg: CaptioningConfig) -> tuple[int, int, int]:

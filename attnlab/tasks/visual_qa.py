@@ -32,11 +32,11 @@ from attnlab.data.scenes import Scene
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, UNK, Tokenizer
 from attnlab.errors import DataError, UsageError
 from attnlab.models.family import Inputs
-from attnlab.tasks.captions import read_input_images
+from attnlab.tasks.captions import ImageRows, read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.scene_splits import SceneSplits
-from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
+from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.task import TaskConfig, register_task
 
 BUILT_IN = ("scenes",)
@@ -133,7 +133,7 @@ def qa_split(drawn: list[Scene], tokenizer: Tokenizer, answers: list[str], longe
 
 
 @dataclass(kw_only=True)
-class QAData:
+class QAData(ImageRows):
     """The splits, the tokenizers ({'src': questions, 'tgt': None}), the answers (class id -> answer),
     the standardisation and how batches are made: an epoch's order drawn from (seed, epoch) alone,
     so a resumed run goes on exactly."""
@@ -150,21 +150,6 @@ class QAData:
         return [QABatch(self.standardise(split.images[split.scene[r]]), pad_sequences([split.ids[i] for i in r.tolist()]),
                         split.labels[r]) for r in rows]
 
-    def epoch_batches(self, epoch: int) -> list[QABatch]:
-        train = self.splits["train"]
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
-        return self.batches(train, list(order.split(self.batch_size)))
-
-    def eval_batches(self, split: str) -> list[QABatch]:
-        if split not in self._eval:
-            self._eval[split] = self.batches(self.splits[split], list(torch.arange(len(self.splits[split]))
-                                                                       .split(self.batch_size)))
-        return self._eval[split]
-
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        """(C, H, W)."""
-        return tuple(self.splits["train"].images.shape[1:])
 
 
 @torch.no_grad()
