@@ -201,13 +201,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     hf.set_defaults(func=cmd_import_hf)
 
     export_hf = sub.add_parser("export-hf", help="write a run as a Hugging Face folder (decoder_lm -> GPT-2, "
-                                                 "encoder_only -> BERT, encoder_decoder -> Marian)",
+                                                 "encoder_only -> BERT, encoder_decoder -> Marian, vit -> ViT)",
                                description="Write config.json, model.safetensors and the tokenizer's files of a run's "
                                            "checkpoint so that transformers' AutoModel...from_pretrained loads it: "
                                            "decoder_lm runs whose options GPT-2 has, encoder_only runs whose options "
                                            "BERT has (BertForMaskedLM for a masked-LM run, else BertModel), "
                                            "encoder_decoder runs whose options Marian has (MarianMTModel, with "
-                                           "source.spm and target.spm); options without a counterpart are refused, "
+                                           "source.spm and target.spm), vit runs whose options ViT has "
+                                           "(ViTForImageClassification for an image_classification run with "
+                                           "head: linear, ViTModel for an image_encoder run, with "
+                                           "preprocessor_config.json); options without a counterpart are refused, "
                                            "named in one line.")
     add_checkpoint_args(export_hf)
     export_hf.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")

@@ -1,7 +1,7 @@
 """Hugging Face model folders in and out: `attnlab import-hf` and `attnlab export-hf`. folder.py holds
 what every architecture shares and the converters by ``model_type``; each architecture is one module
 that registers its converter (bert.py: BERT <-> encoder_only; gpt2.py: GPT-2 <-> decoder_lm;
-marian.py: Marian <-> encoder_decoder; vit.py: ViT -> vit)."""
+marian.py: Marian <-> encoder_decoder; vit.py: ViT <-> vit)."""
 
 from attnlab.train.hf import bert, gpt2, marian, vit  # noqa: F401  (each registers its converter)
 from attnlab.train.hf.bert import bert_model_fields, load_bert

@@ -54,6 +54,7 @@ from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS
 from attnlab.tasks import task_config
 from attnlab.train.checkpoint import RunDir
 from attnlab.train.hf.folder import (
+    HIDDEN_ACTS,
     Exported,
     HFConverter,
     Imported,
@@ -175,9 +176,6 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
     return loaded, [name for name in target if name not in tensors], unused
 
 
-EXPORTED_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}  # -> hidden_act
-
-
 def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
     """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
     needs = {"embedding": "normed", "positional": "learned", "positional_combine": "add", "norm": "post",
@@ -185,8 +183,8 @@ def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
              "attention_scale": "sqrt_dk", "pooling": "cls"}
     refused = [f"{name} {getattr(cfg, name)!r} (BERT's is {value!r})" for name, value in needs.items()
                if getattr(cfg, name) != value]
-    if cfg.activation not in EXPORTED_ACTIVATIONS:
-        refused.append(f"activation {cfg.activation!r} (BERT has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
+    if cfg.activation not in HIDDEN_ACTS:
+        refused.append(f"activation {cfg.activation!r} (BERT has {', '.join(map(repr, HIDDEN_ACTS))})")
     if not ATTENTION_BACKENDS[cfg.attention_backend].exact:
         refused.append(f"attention_backend {cfg.attention_backend!r} (BERT attends to every token)")
     if run.read_pruned_heads():
@@ -236,7 +234,7 @@ def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: 
     config = {"model_type": "bert", "architectures": ["BertForMaskedLM" if with_head else "BertModel"],
               "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
               "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
-              "hidden_act": EXPORTED_ACTIVATIONS[cfg.activation], "hidden_dropout_prob": cfg.dropout,
+              "hidden_act": HIDDEN_ACTS[cfg.activation], "hidden_dropout_prob": cfg.dropout,
               "attention_probs_dropout_prob": cfg.attn_dropout, "max_position_embeddings": cfg.max_len,
               "type_vocab_size": max(cfg.n_segments, 1), "layer_norm_eps": cfg.layer_norm_eps,
               "pad_token_id": ids.index(PAD), "position_embedding_type": "absolute", "torch_dtype": "float32"}

@@ -33,6 +33,7 @@ from attnlab.train.config import TrainConfig
 from attnlab.train.init import InitReport
 
 WEIGHTS, PICKLED, CONFIG = "model.safetensors", "pytorch_model.bin", "config.json"
+HIDDEN_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}  # -> BERT's and ViT's hidden_act
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Importing a Hugging Face ViT folder (``model_type: vit``) as an attnlab run (`attnlab import-hf DIR
---out RUN`).
+"""Hugging Face ViT folders (``model_type: vit``) as attnlab runs and back (`attnlab import-hf DIR --out
+RUN`, `attnlab export-hf RUN --out DIR`).
 
 Reads ``config.json``, ``model.safetensors`` and, if present, ``preprocessor_config.json`` (the
 image's rescale and normalisation), checked as folder.py checks every folder; a ViT has no
@@ -33,23 +33,44 @@ once. Images: Hugging Face's processor rescales the 0-255 pixels by ``rescale_fa
 and normalises by ``image_mean``/``image_std`` (0.5 each by default); attnlab standardises 0-255
 pixels, so its mean and std are those divided by the rescale factor. Images are resized (bilinear)
 to config.json's ``image_size``.
+
+The export writes the run back (the map above, read the other way: :func:`vit_pairs`): an
+image_classification run with ``head: linear`` as ViTForImageClassification, an image_encoder run as
+ViTModel with its pooler; the class token's position is zero and the class token holds it. Its
+preprocessor_config.json is a ViTImageProcessor of the run's size (bilinear resize, as `predict`
+does with an image of another size) and its task state's pixel statistics times 1/255. Options a
+ViT has no counterpart for (2-D or no positions, mean pooling, post-norm, the pooled head of a
+classifier, pruned heads) are refused in one line naming them all.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
+from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.models import build_model, model_config
+from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.tasks import task_config
-from attnlab.train.hf.folder import HFConverter, Imported, read_json, read_weights, register_converter
+from attnlab.train.checkpoint import RunDir
+from attnlab.train.hf.folder import (
+    HIDDEN_ACTS,
+    Exported,
+    HFConverter,
+    Imported,
+    read_json,
+    read_weights,
+    register_converter,
+)
 from attnlab.train.init import InitReport, copy_tensors, named_tensors
 
 PREPROCESSOR = "preprocessor_config.json"
 DEFAULT_MEAN = DEFAULT_STD = 0.5  # ViTImageProcessor's defaults (IMAGENET_STANDARD_MEAN / _STD)
+RESCALE, BILINEAR = 1 / 255, 2  # ViTImageProcessor's rescale_factor and resample (PIL's BILINEAR)
 LAYER_PARTS = {"layernorm_before": "self_attn_residual.norm", "attention.output.dense": "self_attn.out_proj",
                "layernorm_after": "feed_forward_residual.norm", "intermediate.dense": "feed_forward.w_1",
                "output.dense": "feed_forward.w_2"}
@@ -121,7 +142,7 @@ def pixel_statistics(folder: Path, channels: int) -> tuple[list[float], list[flo
     processor feeds the model: ((x r) - m) / s = (x - m / r) / (s / r)."""
     path = folder / PREPROCESSOR
     spec = read_json(path) if path.is_file() else {}
-    rescale = spec.get("rescale_factor", 1 / 255) if spec.get("do_rescale", True) else 1.0
+    rescale = spec.get("rescale_factor", RESCALE) if spec.get("do_rescale", True) else 1.0
     normalise = spec.get("do_normalize", True)
     stats = []
     for name, default, plain in (("image_mean", DEFAULT_MEAN, 0.0), ("image_std", DEFAULT_STD, 1.0)):
@@ -135,35 +156,98 @@ def pixel_statistics(folder: Path, channels: int) -> tuple[list[float], list[flo
     return stats[0], stats[1]
 
 
-def vit_tensors(weights: dict[str, torch.Tensor], n_layers: int) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """attnlab's tensors from a ViT state dict (ViTForImageClassification's ``vit.`` prefix dropped);
-    and the names of the original that have no place here."""
-    plain = {name.removeprefix("vit."): t.float() for name, t in weights.items()}
+def vit_pairs(n_layers: int) -> dict[str, tuple[str, ...]]:
+    """attnlab's tensor name -> the ViT names it is made of (ViTModel's, without the ``vit.`` prefix of
+    ViTForImageClassification; query, key, value: one fused tensor). The patch projection's weight,
+    the positions and the class token are reshaped, not renamed (:data:`EMBEDDINGS`)."""
     pairs = {"patch_embed.projection.bias": "embeddings.patch_embeddings.projection.bias",
              "encoder.norm.weight": "layernorm.weight", "encoder.norm.bias": "layernorm.bias",
              "classifier.pool.weight": "pooler.dense.weight", "classifier.pool.bias": "pooler.dense.bias",
              "classifier.out.weight": "classifier.weight", "classifier.out.bias": "classifier.bias"}
-    for i in range(n_layers):
-        for theirs, ours in LAYER_PARTS.items():
-            pairs |= {f"encoder.layers.{i}.{ours}.{kind}": f"encoder.layer.{i}.{theirs}.{kind}" for kind in ("weight", "bias")}
-    out = {ours: plain[theirs] for ours, theirs in pairs.items() if theirs in plain}
-    used = {theirs for theirs in pairs.values() if theirs in plain}
+    fused = {}
     for i in range(n_layers):
         for kind in ("weight", "bias"):
-            qkv = [f"encoder.layer.{i}.attention.attention.{p}.{kind}" for p in ("query", "key", "value")]
-            if all(p in plain for p in qkv):  # one fused projection
-                out[f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"] = torch.cat([plain[p] for p in qkv])
-                used |= set(qkv)
-    conv, positions, cls = ("embeddings.patch_embeddings.projection.weight", "embeddings.position_embeddings",
-                            "embeddings.cls_token")
-    if conv in plain:
-        out["patch_embed.projection.weight"] = plain[conv].flatten(1)  # (d, C, P, P) -> (d, C P P), (c, row, col)
-        used.add(conv)
-    if positions in plain and cls in plain:
-        out["positional.table.weight"] = plain[positions][0, 1:]  # (N, d): the patches'
-        out["summary.token"] = plain[cls] + plain[positions][:, :1]  # (1, 1, d): the class token at its position
-        used |= {positions, cls}
+            pairs |= {f"encoder.layers.{i}.{ours}.{kind}": f"encoder.layer.{i}.{theirs}.{kind}"
+                      for theirs, ours in LAYER_PARTS.items()}
+            fused[f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"] = tuple(
+                f"encoder.layer.{i}.attention.attention.{p}.{kind}" for p in ("query", "key", "value"))
+    return {ours: (theirs,) for ours, theirs in pairs.items()} | fused
+
+
+CONV, POSITIONS, CLS = ("embeddings.patch_embeddings.projection.weight", "embeddings.position_embeddings",
+                        "embeddings.cls_token")
+EMBEDDINGS = (CONV, POSITIONS, CLS)  # (d, C, P, P) conv; (1, 1 + N, d) positions, the class token's first; (1, 1, d)
+
+
+def vit_tensors(weights: dict[str, torch.Tensor], n_layers: int) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """attnlab's tensors from a ViT state dict (ViTForImageClassification's ``vit.`` prefix dropped);
+    and the names of the original that have no place here."""
+    plain = {name.removeprefix("vit."): t.float() for name, t in weights.items()}
+    out, used = {}, set()
+    for ours, theirs in vit_pairs(n_layers).items():
+        if all(name in plain for name in theirs):
+            out[ours] = torch.cat([plain[name] for name in theirs])
+            used |= set(theirs)
+    if CONV in plain:
+        out["patch_embed.projection.weight"] = plain[CONV].flatten(1)  # (d, C, P, P) -> (d, C P P), (c, row, col)
+        used.add(CONV)
+    if POSITIONS in plain and CLS in plain:
+        out["positional.table.weight"] = plain[POSITIONS][0, 1:]  # (N, d): the patches'
+        out["summary.token"] = plain[CLS] + plain[POSITIONS][:, :1]  # (1, 1, d): the class token at its position
+        used |= {POSITIONS, CLS}
     return out, [name for name in weights if name.removeprefix("vit.") not in used]
+
+
+# data.task -> the head its Hugging Face class has, and that class
+ARCHITECTURES = {"image_classification": ("linear", "ViTForImageClassification"), "image_encoder": ("pooled", "ViTModel")}
+
+
+def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
+    """The run's options that ViT has no counterpart for, each 'field value (ViT's)'."""
+    head, architecture = ARCHITECTURES[run.read_config()[1].task.name]  # a vit run's tasks
+    needs = {"positional": ("learned", "ViT"), "pooling": ("cls", "ViT"), "norm": ("pre", "ViT"),
+             "head": (head, architecture)}
+    refused = [f"{name} {getattr(cfg, name)!r} ({whose}'s is {value!r})" for name, (value, whose) in needs.items()
+               if getattr(cfg, name) != value]
+    if cfg.activation not in HIDDEN_ACTS:
+        refused.append(f"activation {cfg.activation!r} (ViT has {', '.join(map(repr, HIDDEN_ACTS))})")
+    if run.read_pruned_heads():
+        refused.append("pruned heads (ViT has num_attention_heads in every layer)")
+    return refused
+
+
+def export_vit(model: nn.Module, cfg: FamilyConfig, run: RunDir) -> Exported:
+    """ViTForImageClassification (an image_classification run) or ViTModel with its pooler (an
+    image_encoder run) of a run that passed :func:`export_refusals`, and its ViTImageProcessor: the
+    run's size (bilinear resize, as `predict`), its pixel statistics rescaled to 0-1 pixels."""
+    task = run.read_config()[1].task
+    state = {name: t.float() for name, t in model.state_dict().items()}
+    tensors = {}
+    for ours, theirs in vit_pairs(cfg.n_layers).items():
+        if ours in state and not ours.startswith(task.untrained):  # ViTModel: no output layer
+            tensors |= dict(zip(theirs, state[ours].chunk(len(theirs))))
+    d, P = cfg.d_model, cfg.patch_size
+    tensors[CONV] = state["patch_embed.projection.weight"].view(d, cfg.channels, P, P)
+    tensors[POSITIONS] = torch.cat([torch.zeros(1, d), state["positional.table.weight"]])[None]  # the class token's: 0
+    tensors[CLS] = state["summary.token"]  # which holds its position already
+    architecture = ARCHITECTURES[task.name][1]
+    if architecture == "ViTForImageClassification":
+        tensors = {(name if name.startswith("classifier.") else f"vit.{name}"): t for name, t in tensors.items()}
+    pixels = run.read_task_state()
+    labels = dict(enumerate(pixels["labels"]))
+    size = cfg.image_height if cfg.image_height == cfg.image_width else [cfg.image_height, cfg.image_width]
+    config = {"model_type": "vit", "architectures": [architecture], "hidden_size": d,
+              "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
+              "hidden_act": HIDDEN_ACTS[cfg.activation], "hidden_dropout_prob": cfg.dropout,
+              "attention_probs_dropout_prob": cfg.attn_dropout, "layer_norm_eps": cfg.layer_norm_eps,
+              "image_size": size, "patch_size": P, "num_channels": cfg.channels, "qkv_bias": True,
+              "id2label": {str(i): name for i, name in labels.items()}, "label2id": {name: i for i, name in labels.items()},
+              "torch_dtype": "float32"}
+    processor = {"image_processor_type": "ViTImageProcessor", "do_resize": True,
+                 "size": {"height": cfg.image_height, "width": cfg.image_width}, "resample": BILINEAR,
+                 "do_rescale": True, "rescale_factor": RESCALE, "do_normalize": True,
+                 "image_mean": [m * RESCALE for m in pixels["mean"]], "image_std": [s * RESCALE for s in pixels["std"]]}
+    return Exported(config, tensors, {PREPROCESSOR: json.dumps(processor, indent=2) + "\n"})
 
 
 @register_converter
@@ -199,3 +283,11 @@ class ViTConverter(HFConverter):
                  "shape": [cfg.image_height, cfg.image_width, cfg.channels], "mean": mean, "std": std}
         report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
         return Imported(model, cfg, data, None, report, task_state=state)
+
+    @classmethod
+    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
+        return export_refusals(cfg, run)
+
+    @classmethod
+    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+        return export_vit(model, cfg, run)
