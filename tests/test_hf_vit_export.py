@@ -32,9 +32,9 @@ def export(run: Path, out: Path):
     return run_cli("export-hf", str(run), "--out", str(out))
 
 
-@pytest.mark.parametrize("head", [True, False])
-def test_a_vit_imported_then_exported_is_the_same_model(tmp_path, head):
-    original = tiny_folder(tmp_path / "hf", head=head)
+@pytest.mark.parametrize("head, size", [(True, 16), (False, 16), (True, [16, 8])])
+def test_a_vit_imported_then_exported_is_the_same_model(tmp_path, head, size):
+    original = tiny_folder(tmp_path / "hf", head=head, image_size=size)
     done = run_cli("import-hf", str(original), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     done = export(tmp_path / "run", tmp_path / "exported")
@@ -45,7 +45,9 @@ def test_a_vit_imported_then_exported_is_the_same_model(tmp_path, head):
         "ViTForImageClassification" if head else "ViTModel"]
     theirs, ours = (auto.from_pretrained(folder, attn_implementation="eager").eval()
                     for folder in (original, tmp_path / "exported"))
-    images = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(5))
+    assert json.loads((tmp_path / "exported" / "config.json").read_text())["image_size"] == size
+    height, width = (size, size) if isinstance(size, int) else size
+    images = torch.randn(4, 3, height, width, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         a, b = (m(pixel_values=images, output_hidden_states=True) for m in (theirs, ours))
     diff = {"hidden": (a.hidden_states[-1] - b.hidden_states[-1]).abs().max().item()}
@@ -55,6 +57,7 @@ def test_a_vit_imported_then_exported_is_the_same_model(tmp_path, head):
     processors = [transformers.ViTImageProcessor.from_pretrained(f) for f in (original, tmp_path / "exported")]
     assert np.allclose(processors[0].image_mean, processors[1].image_mean, atol=1e-7)
     assert np.allclose(processors[0].image_std, processors[1].image_std, atol=1e-7)
+    assert (processors[1].size["height"], processors[1].size["width"]) == (height, width)
     if head:
         assert ours.config.id2label == theirs.config.id2label
 
