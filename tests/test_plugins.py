@@ -165,12 +165,9 @@ class Sentiment(Task):
         return data
 
     @classmethod
-    def model_fields(cls, cfg, data):
-        return {"vocab_size": data.tokenizers["src"].vocab_size, "n_classes": len(data.labels), "pad_id": PAD}
-
-    @classmethod
-    def planned_model_fields(cls, cfg, vocab_size):
-        return {"vocab_size": vocab_size, "n_classes": 2, "pad_id": PAD}
+    def model_fields(cls, cfg, data=None):
+        return {"vocab_size": cls.vocabulary(data, "src"), "n_classes": len(data.labels) if data is not None else 2,
+                "pad_id": PAD}
 
     @classmethod
     def loss(cls, model, batch, label_smoothing, amp):

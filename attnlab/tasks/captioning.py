@@ -86,16 +86,14 @@ class Captioning(NextTokenTask):
         return {"shape": [height, width, channels_], "mean": data.standardise.mean, "std": data.standardise.std}
 
     @classmethod
-    def model_fields(cls, cfg: CaptioningConfig, data: CaptionData) -> dict[str, Any]:
-        channels_, height, width = data.image_shape
+    def model_fields(cls, cfg: CaptioningConfig, data: CaptionData | None = None) -> dict[str, Any]:
+        """Before the data is read, the image size it will give (planned_shape)."""
+        if data is None:
+            height, width, channels_ = planned_shape(cfg)
+        else:
+            channels_, height, width = data.image_shape
         return {"image_height": height, "image_width": width, "channels": channels_,
-                "vocab_size": data.tokenizers["tgt"].vocab_size, "pad_id": PAD}
-
-    @classmethod
-    def planned_model_fields(cls, cfg: CaptioningConfig, vocab_size: int) -> dict[str, Any]:
-        height, width, channels_ = planned_shape(cfg)
-        return {"image_height": height, "image_width": width, "channels": channels_, "vocab_size": vocab_size,
-                "pad_id": PAD}
+                "vocab_size": cls.vocabulary(data, "tgt"), "pad_id": PAD}
 
     @classmethod
     def validate(cls, model: nn.Module, data: CaptionData, device: torch.device, amp: Amp, n_decoded: int,

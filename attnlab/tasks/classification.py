@@ -234,16 +234,13 @@ class Classification(ClassifierTask):
         return {"labels": data.labels, "pairs": any(1 in e.segments for e in data.splits["train"])}
 
     @classmethod
-    def model_fields(cls, cfg: ClassificationConfig, data: ClassificationData) -> dict[str, typing.Any]:
-        """Sentence pairs set n_segments to 2; single texts leave it to the model section (0 by
-        default; a pre-trained model keeps its segment table, whose first row it adds everywhere)."""
-        pairs = any(1 in e.segments for e in data.splits["train"])
-        return {"vocab_size": data.tokenizers["src"].vocab_size, "n_classes": len(data.labels),
+    def model_fields(cls, cfg: ClassificationConfig, data: ClassificationData | None = None) -> dict[str, typing.Any]:
+        """Two classes before the data is read. Sentence pairs set n_segments to 2; single texts leave
+        it to the model section (0 by default; a pre-trained model keeps its segment table, whose
+        first row it adds everywhere)."""
+        pairs = data is not None and any(1 in e.segments for e in data.splits["train"])
+        return {"vocab_size": cls.vocabulary(data, "src"), "n_classes": len(data.labels) if data is not None else 2,
                 "pad_id": PAD} | ({"n_segments": 2} if pairs else {})
-
-    @classmethod
-    def planned_model_fields(cls, cfg: ClassificationConfig, vocab_size: int) -> dict[str, typing.Any]:
-        return {"vocab_size": vocab_size, "n_classes": 2, "pad_id": PAD}
 
     @classmethod
     def analysis_pass(cls, model: nn.Module, batch: ClassBatch) -> dict[str, Tensor]:

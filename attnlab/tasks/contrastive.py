@@ -162,12 +162,8 @@ class Contrastive(Task):
         return Captioning.saved_state(data) | {"labels": data.labels, "prompts": data.templates}
 
     @classmethod
-    def model_fields(cls, cfg: ContrastiveConfig, data: PairData) -> dict[str, Any]:
+    def model_fields(cls, cfg: ContrastiveConfig, data: PairData | None = None) -> dict[str, Any]:
         return Captioning.model_fields(cfg, data)
-
-    @classmethod
-    def planned_model_fields(cls, cfg: ContrastiveConfig, vocab_size: int) -> dict[str, Any]:
-        return Captioning.planned_model_fields(cfg, vocab_size)
 
     @classmethod
     def loss(cls, model: nn.Module, batch: PairBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:

@@ -255,13 +255,9 @@ class Forecasting(Task):
                 "std": data.scaler.std}
 
     @classmethod
-    def model_fields(cls, cfg: ForecastingConfig, data: SeriesData) -> dict[str, Any]:
-        return {"n_channels": len(data.series.columns), "input_length": cfg.input_length, "horizon": cfg.horizon}
-
-    @classmethod
-    def planned_model_fields(cls, cfg: ForecastingConfig, vocab_size: int) -> dict[str, Any]:
+    def model_fields(cls, cfg: ForecastingConfig, data: SeriesData | None = None) -> dict[str, Any]:
         """Before the data is prepared: the columns named, or those of the file."""
-        columns = cfg.column_list or read_series(cfg.path, cfg.date_column).columns
+        columns = data.series.columns if data is not None else cfg.column_list or read_series(cfg.path, cfg.date_column).columns
         return {"n_channels": len(columns), "input_length": cfg.input_length, "horizon": cfg.horizon}
 
     @classmethod

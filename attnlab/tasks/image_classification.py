@@ -211,16 +211,15 @@ class ImageClassification(ClassifierTask):
                 "std": data.standardise.std}
 
     @classmethod
-    def model_fields(cls, cfg: ImageClassificationConfig, data: ImageData) -> dict[str, Any]:
-        channels, height, width = data.image_shape
-        return {"image_height": height, "image_width": width, "channels": channels, "n_classes": len(data.labels)}
-
-    @classmethod
-    def planned_model_fields(cls, cfg: ImageClassificationConfig, vocab_size: int) -> dict[str, Any]:
-        """The image's size before the data is read: the resize, the built-in's (8x8x1), or the first
-        training image's."""
-        height, width, channels = planned_shape(cfg)
-        return {"image_height": height, "image_width": width, "channels": channels, "n_classes": 2}
+    def model_fields(cls, cfg: ImageClassificationConfig, data: ImageData | None = None) -> dict[str, Any]:
+        """Before the data is read: the image size it will give (the resize, the built-in's 8x8x1, or
+        the first training image's), two classes."""
+        if data is None:
+            height, width, channels = planned_shape(cfg)
+        else:
+            channels, height, width = data.image_shape
+        return {"image_height": height, "image_width": width, "channels": channels,
+                "n_classes": len(data.labels) if data is not None else 2}
 
     @classmethod
     def analysis_pass(cls, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:

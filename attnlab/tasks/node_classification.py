@@ -175,13 +175,13 @@ class NodeClassification(ClassifierTask):
         return {"labels": data.labels}
 
     @classmethod
-    def model_fields(cls, cfg: NodeClassificationConfig, data: NodeData) -> dict[str, Any]:
+    def model_fields(cls, cfg: NodeClassificationConfig, data: NodeData | None = None) -> dict[str, Any]:
+        """Without ``data``: the graph's sizes where it is built in, else one feature, two classes."""
+        if data is None and cfg.in_memory:
+            data = cls.prepare(cfg, None)
+        if data is None:
+            return {"n_features": 1, "n_classes": 2}
         return {"n_features": len(data.graph.features[0]), "n_classes": len(data.labels)}
-
-    @classmethod
-    def planned_model_fields(cls, cfg: NodeClassificationConfig, vocab_size: int) -> dict[str, Any]:
-        """Before the graph is read: its size where it is built in, else one feature, two classes."""
-        return cls.model_fields(cfg, cls.prepare(cfg, None)) if cfg.in_memory else {"n_features": 1, "n_classes": 2}
 
     @classmethod
     def evaluate_file(cls, model: nn.Module, cfg: NodeClassificationConfig, tokenizers: Tokenizers,

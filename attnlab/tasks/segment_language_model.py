@@ -90,8 +90,8 @@ class SegmentLanguageModel(LanguageModel):
         return data
 
     @classmethod
-    def planned_model_fields(cls, cfg: SegmentLanguageModelConfig, vocab_size: int) -> dict[str, typing.Any]:
-        return super().planned_model_fields(cfg, vocab_size) | {"segment_length": cfg.block_size}
+    def model_fields(cls, cfg: SegmentLanguageModelConfig, data: SegmentData | None = None) -> dict[str, typing.Any]:
+        return super().model_fields(cfg, data) | {"segment_length": cfg.block_size}
 
     @classmethod
     def loss(cls, model: torch.nn.Module, batch: SegmentBatch | ContextSegmentBatch, label_smoothing: float,

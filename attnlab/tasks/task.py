@@ -55,7 +55,7 @@ class Task:
     capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
     whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
     commands that use its runs; ``sets`` the model fields its data sets, which a training config
-    leaves out; ``tokenizers`` the roles of the tokenizers it saves with a run; ``untrained`` the
+    leaves out, and whose values :meth:`model_fields` gives; ``tokenizers`` the roles of the tokenizers it saves with a run; ``untrained`` the
     modules of the model its loss never reaches (a masked-LM run's classifier), by name prefix, which
     a run started from it does not take as trained (train/init.py); ``counts`` what its batches'
     ``n_tokens`` count (tokens; a classifier's examples; a forecaster's values), which names the
@@ -109,15 +109,17 @@ class Task:
         return {}
 
     @classmethod
-    def model_fields(cls, cfg: Any, data: Any) -> dict[str, Any]:
-        """The model fields the prepared data sets (vocabulary sizes, pad id, ...); by default those
-        of one vocabulary, the tokenizer of the first role the task saves."""
-        return cls.planned_model_fields(cfg, data.tokenizers[cls.tokenizers[0]].vocab_size)
+    def model_fields(cls, cfg: Any, data: Any = None) -> dict[str, Any]:
+        """The model fields of ``sets``: with the prepared ``data``, the values it sets; without, those
+        the config alone tells (`attnlab info`, a sweep's planning), a vocabulary size as None (only
+        the fitted tokenizer knows it: see :func:`with_vocabulary`). By default one vocabulary's, the
+        tokenizer of the first role the task saves."""
+        return {"vocab_size": cls.vocabulary(data, cls.tokenizers[0]), "pad_id": PAD}
 
-    @classmethod
-    def planned_model_fields(cls, cfg: Any, vocab_size: int) -> dict[str, Any]:
-        """The same before the data is read, for a vocabulary of ``vocab_size`` (`attnlab info`)."""
-        return {"vocab_size": vocab_size, "pad_id": PAD}
+    @staticmethod
+    def vocabulary(data: Any, role: str) -> int | None:
+        """The vocabulary size of the prepared ``data``'s tokenizer of ``role``; None without data."""
+        return None if data is None else data.tokenizers[role].vocab_size
 
     @classmethod
     def loss(cls, model: nn.Module, batch: Any, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,6 +150,11 @@ class Task:
     def describe(cls, data: Any) -> str:
         """One line on the prepared data, for the training log."""
         raise NotImplementedError
+
+
+def with_vocabulary(fields: dict[str, Any], size: int) -> dict[str, Any]:
+    """:meth:`Task.model_fields` planned without data, each vocabulary size (None) taken as ``size``."""
+    return {name: size if value is None else value for name, value in fields.items()}
 
 
 class NextTokenTask(Task):

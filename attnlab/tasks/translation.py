@@ -217,18 +217,10 @@ class Translation(NextTokenTask):
         return cls.layout(tokenizers=tokenizers, splits=encoded, reports=reports, **batching.bucketing())
 
     @classmethod
-    def model_fields(cls, cfg: TranslationConfig, data: Seq2SeqData) -> dict[str, typing.Any]:
-        src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
-        return cls._sizes(cfg, tgt.vocab_size, src.vocab_size)
-
-    @classmethod
-    def planned_model_fields(cls, cfg: TranslationConfig, vocab_size: int) -> dict[str, typing.Any]:
-        return cls._sizes(cfg, vocab_size, vocab_size)
-
-    @staticmethod
-    def _sizes(cfg: TranslationConfig, tgt_vocab: int, src_vocab: int) -> dict[str, typing.Any]:
+    def model_fields(cls, cfg: TranslationConfig, data: Seq2SeqData | None = None) -> dict[str, typing.Any]:
         """One vocabulary when shared; else the source's as src_vocab_size."""
-        return {"vocab_size": tgt_vocab, "pad_id": PAD} | ({} if cfg.shared_vocab else {"src_vocab_size": src_vocab})
+        return ({"vocab_size": cls.vocabulary(data, "tgt"), "pad_id": PAD}
+                | ({} if cfg.shared_vocab else {"src_vocab_size": cls.vocabulary(data, "src")}))
 
     @classmethod
     def validate(cls, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp,

@@ -197,15 +197,11 @@ class VisualQA(ClassifierTask):
                 "std": data.standardise.std}
 
     @classmethod
-    def model_fields(cls, cfg: VisualQAConfig, data: QAData) -> dict[str, Any]:
-        channels, height, width = data.image_shape
+    def model_fields(cls, cfg: VisualQAConfig, data: QAData | None = None) -> dict[str, Any]:
+        """Before the scenes are drawn: RGB images of data.image_size, two answers."""
+        channels, height, width = data.image_shape if data is not None else (3, cfg.image_size, cfg.image_size)
         return {"image_height": height, "image_width": width, "channels": channels,
-                "vocab_size": data.tokenizers["src"].vocab_size, "n_classes": len(data.labels), "pad_id": PAD}
-
-    @classmethod
-    def planned_model_fields(cls, cfg: VisualQAConfig, vocab_size: int) -> dict[str, Any]:
-        return {"image_height": cfg.image_size, "image_width": cfg.image_size, "channels": 3,
-                "vocab_size": vocab_size, "n_classes": 2, "pad_id": PAD}
+                "vocab_size": cls.vocabulary(data, "src"), "n_classes": len(data.labels) if data is not None else 2, "pad_id": PAD}
 
     @classmethod
     def analysis_pass(cls, model: nn.Module, batch: QABatch) -> dict[str, Tensor]:

@@ -21,7 +21,7 @@ from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, mo
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.batching import SAMPLINGS
-from attnlab.tasks.task import task_of
+from attnlab.tasks.task import task_of, with_vocabulary
 from attnlab.train.device import check_device_name, on_gpu
 from attnlab.train.distributed import PIPELINE_SCHEDULES, STRATEGIES
 
@@ -208,7 +208,7 @@ class RunConfig:
                 model = _over_initialising_model(model, str(train_section["init_from"]), data.task.sets)
             _check_fits(family_named(model.get("arch", DEFAULT_ARCH)), data.task)
             # check the other fields before the data is read
-            model_cfg = model_config({**model, **data.task.planned_model_fields(data, 8)})
+            model_cfg = model_config({**model, **with_vocabulary(data.task.model_fields(data), 8)})
             train = TrainConfig.from_dict(sections.get("train") or {})
             _check_run(model_cfg, data, train)
             return cls(model, data, train)

@@ -17,6 +17,7 @@ from attnlab.models import FamilyConfig
 from attnlab.nn.stacks import LayerStack
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
 from attnlab.tasks.batching import BucketedData, Tokenizers
+from attnlab.tasks.task import with_vocabulary
 from attnlab.train.checkpoint import build_run_model
 from attnlab.train.config import RunConfig, TrainConfig, init_source
 from attnlab.train.distributed import World
@@ -67,7 +68,7 @@ def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[i
     if from_data:
         data = prepare(cfg.data, cfg.train)
         return lambda _: _model_config(cfg, data)
-    return lambda vocab: cfg.model_config(cfg.data.task.planned_model_fields(cfg.data, vocab))
+    return lambda vocab: cfg.model_config(with_vocabulary(cfg.data.task.model_fields(cfg.data), vocab))
 
 
 def read_run_data(run: RunDir, split: str | None = None, text: str | None = None) -> TaskData:
