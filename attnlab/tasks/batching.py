@@ -28,9 +28,9 @@ class Batch(Protocol):
 
 
 class TaskData(Protocol):
-    """A task's prepared data: the tokenizers (saved with the run), the splits, and the batches of
-    any training epoch (the same for the same epoch, so a resumed run goes on exactly) and of an
-    evaluation split."""
+    """A task's prepared data: the tokenizers by role (saved with the run; a task without tokens has
+    no roles, and its data need not have the attribute), the splits, and the batches of any training
+    epoch (the same for the same epoch, so a resumed run goes on exactly) and of an evaluation split."""
 
     tokenizers: Tokenizers
     splits: Mapping[str, Any]

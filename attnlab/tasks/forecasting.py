@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -138,7 +138,6 @@ class SeriesData:
     horizon: int
     batch_size: int
     seed: int = 0
-    tokenizers: Tokenizers = field(default_factory=lambda: {"src": None, "tgt": None})
 
     def epoch_batches(self, epoch: int) -> WindowBatches:
         starts = self.splits["train"]
@@ -233,7 +232,6 @@ class Forecasting(Task):
     metrics = {"valid_loss": True, "mae": True}  # valid_loss: the MSE
     commands = ("forecast", "evaluate")
     sets = ("n_channels", "input_length", "horizon")
-    tokenizers = ()
     file_splits = True
 
     @classmethod

@@ -139,7 +139,6 @@ class ImageData:
     seed: int = 0
     crop_padding: int = 0
     flip: str = "none"
-    tokenizers: Tokenizers = field(default_factory=lambda: {"src": None, "tgt": None})
     _eval: dict[str, list[ImageBatch]] = field(default_factory=dict, repr=False)
 
     def augment(self, images: Tensor, generator: torch.Generator) -> Tensor:
@@ -189,7 +188,6 @@ class ImageClassification(ClassifierTask):
     needs = {"inputs": Inputs.IMAGES}
     commands = ("predict", "evaluate", "inspect")
     sets = ("image_height", "image_width", "channels", "n_classes")
-    tokenizers = ()
 
     @classmethod
     def prepare(cls, cfg: ImageClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,

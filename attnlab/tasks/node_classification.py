@@ -110,7 +110,6 @@ class NodeData:
     graph: Graph
     labels: list[str]
     splits: dict[str, list[int]]
-    tokenizers: Tokenizers = field(default_factory=lambda: {"src": None, "tgt": None})  # none: features are numbers
     _batches: dict[str, GraphBatch] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -149,7 +148,6 @@ class NodeClassification(ClassifierTask):
     needs = {"inputs": Inputs.GRAPH}
     commands = ("evaluate",)
     sets = ("n_features", "n_classes")
-    tokenizers = ()
 
     @classmethod
     def prepare(cls, cfg: NodeClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,

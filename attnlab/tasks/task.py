@@ -55,7 +55,8 @@ class Task:
     capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
     whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
     commands that use its runs; ``sets`` the model fields its data sets, which a training config
-    leaves out, and whose values :meth:`model_fields` gives; ``tokenizers`` the roles of the tokenizers it saves with a run; ``untrained`` the
+    leaves out, and whose values :meth:`model_fields` gives; ``tokenizers`` the roles ('src', 'tgt') of the tokenizers it saves with a run,
+    its data's ``tokenizers`` by role (a task without tokens declares none, and its data has none); ``untrained`` the
     modules of the model its loss never reaches (a masked-LM run's classifier), by name prefix, which
     a run started from it does not take as trained (train/init.py); ``counts`` what its batches'
     ``n_tokens`` count (tokens; a classifier's examples; a forecaster's values), which names the
@@ -75,7 +76,7 @@ class Task:
     metrics: ClassVar[dict[str, bool]]
     commands: ClassVar[tuple[str, ...]]
     sets: ClassVar[tuple[str, ...]] = ("vocab_size", "pad_id")
-    tokenizers: ClassVar[tuple[str, ...]] = ("src", "tgt")
+    tokenizers: ClassVar[tuple[str, ...]] = ()
     untrained: ClassVar[tuple[str, ...]] = ()
     counts: ClassVar[str] = "tokens"  # what a batch's n_tokens counts: the summary's train_<counts>, <counts>_per_s
     evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)

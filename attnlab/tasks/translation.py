@@ -186,6 +186,7 @@ class Translation(NextTokenTask):
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("translate", "evaluate", "score", "inspect", "prune")
     sets = ("vocab_size", "src_vocab_size", "pad_id")
+    tokenizers = ("src", "tgt")
     layout: typing.ClassVar[type[Seq2SeqData]] = Seq2SeqData  # how the pairs are batched
     with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
 

@@ -157,7 +157,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     if main:
         run.write_config(model_cfg, cfg.data, cfg.train)
         if not resume:
-            run.write_tokenizers(data.tokenizers)
+            run.write_tokenizers({role: data.tokenizers[role] for role in cfg.data.task.tokenizers})
             run.write_task_state(cfg.data.task.saved_state(data))
         if report is not None:
             run.write_init(report.to_dict())

@@ -114,11 +114,12 @@ class RunDir:
 
     def read_tokenizers(self) -> dict[str, Tokenizer | None]:
         """The tokenizers of the roles the run's task saves (tasks/task.py), by role: one object
-        for roles saved as the same file (a shared vocabulary); 'src' and 'tgt' are None where the
-        task has none (a language model has no src)."""
-        tokenizers: dict[str, Tokenizer | None] = {"src": None, "tgt": None}
+        for roles saved as the same file (a shared vocabulary); 'src' and 'tgt' are None where a
+        task of tokens has none (a language model has no src); a task without tokens has none ({})."""
+        roles = self.read_config()[1].task.tokenizers
+        tokenizers: dict[str, Tokenizer | None] = dict.fromkeys(("src", "tgt") if roles else ())
         by_text: dict[bytes, Tokenizer] = {}
-        for role in self.read_config()[1].task.tokenizers:
+        for role in roles:
             path = self.tokenizer_file(role)
             text = path.read_bytes() if path.is_file() else b""
             if text not in by_text:
