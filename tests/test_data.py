@@ -229,7 +229,7 @@ def test_collate_shifts_targets_for_teacher_forcing():
     assert batch.src.tolist() == [[5, 6, 7, EOS], [5, EOS, PAD, PAD]]
     assert batch.tgt_in.tolist() == [[BOS, 8, 9, PAD], [BOS, 8, 9, 10]]
     assert batch.tgt_out.tolist() == [[8, 9, EOS, PAD], [8, 9, 10, EOS]]
-    assert batch.n_tokens == 7
+    assert batch.n_targets == 7
 
 
 def test_token_budget_batches():

@@ -106,7 +106,7 @@ def test_a_batchs_positives_are_the_texts_with_the_same_tokens():
     text = text_ids([[7, 8], [7, 8, 9], [7, 8], [9]])  # BOS ... EOS, PAD-padded
     batch = PairBatch(torch.zeros(4, 3, 4, 4), text)
     assert batch.positives().int().tolist() == [[1, 0, 1, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]]
-    assert batch.n_tokens == 4
+    assert batch.n_targets == 4
 
 
 def test_the_towers_are_the_vit_and_the_text_encoder_with_the_same_weights():

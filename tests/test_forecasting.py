@@ -118,7 +118,7 @@ def test_a_window_is_its_rows_standardised(tmp_path):
     first = (values[76:108] - values[:100].mean(0)) / values[:100].std(0)  # rows 76-99 in, 100-107 out
     np.testing.assert_allclose(batch.inputs[0].numpy(), first[:24], atol=1e-5)
     np.testing.assert_allclose(batch.targets[0].numpy(), first[24:], atol=1e-5)
-    assert batch.n_tokens == len(batch.targets) * 8 * 3
+    assert batch.n_targets == len(batch.targets) * 8 * 3
 
 
 def test_epochs_draw_their_order_from_the_seed_and_cover_every_window(tmp_path):

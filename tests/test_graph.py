@@ -267,7 +267,7 @@ def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_p
         f"graph {tmp_path}/nodes.csv: 21 nodes, 19 edges, 1 features; labelled nodes: train 12, valid 4, test 4; "
         f"labels a, b")
     (batch,) = data.epoch_batches(0)
-    assert batch.features.shape == (21, 1) and batch.adjacency.shape == (21, 21) and batch.n_tokens == 12
+    assert batch.features.shape == (21, 1) and batch.adjacency.shape == (21, 21) and batch.n_targets == 12
     assert batch.eigenvectors.shape == (21, 20) and batch.classes[20] == UNLABELLED
     torch.manual_seed(0)
     model = build_model(model_config(arch="graph", **NodeClassification.model_fields(None, data))).eval()

@@ -194,7 +194,7 @@ def test_sampling_with_replacement_draws_single_examples_from_the_seed():
     data = prepare(cfg.data, cfg.train)
     epoch = data.epoch_batches(0)
     assert len(epoch) == 40  # a virtual epoch: as many draws as examples
-    assert all(epoch[k].src.shape[0] == 1 and epoch[k].n_tokens == int((epoch[k].tgt_out != 0).sum())
+    assert all(epoch[k].src.shape[0] == 1 and epoch[k].n_targets == int((epoch[k].tgt_out != 0).sum())
                for k in range(40))
     sources = [tuple(epoch[k].src[0].tolist()) for k in range(40)]
     assert sources == [tuple(data.epoch_batches(0)[k].src[0].tolist()) for k in range(40)]  # the same draws again
@@ -247,7 +247,7 @@ def test_loss_reduction_sum_is_the_sequences_summed_loss():
         cfg = dataclasses.replace(scan_run().train, loss_reduction=reduction)
         sums = accumulate_gradients(model, [batch], cfg)
         grads[reduction] = [p.grad for p in model.parameters()]
-    assert sums["tokens"] == 6  # five actions and EOS
+    assert sums["targets"] == 6  # five actions and EOS
     for mean, summed in zip(grads["mean"], grads["sum"]):
         torch.testing.assert_close(summed, 6 * mean, atol=1e-6, rtol=1e-5)
     with pytest.raises(ConfigError, match="loss_reduction must be one of 'mean', 'sum'"):

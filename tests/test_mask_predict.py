@@ -129,7 +129,7 @@ def briefly_trained_cmlm() -> nn.Module:
         batch = MaskedBatch(F.pad(tgt, (0, 1), value=EOS), inputs, targets, torch.full((16,), 5))
         loss, _ = MaskedTranslation.loss(model, batch, 0.0, contextlib.nullcontext)
         optimizer.zero_grad()
-        (loss / batch.n_tokens).backward()
+        (loss / batch.n_targets).backward()
         optimizer.step()
     return model.eval()
 
@@ -200,7 +200,7 @@ def test_the_task_batches_copy_pairs_with_masks_from_the_batch_seed():
     assert any(not torch.equal(a.targets, b.targets) for a, b in zip(first, other) if a.targets.shape == b.targets.shape)
     batch = first[0]
     assert torch.equal(batch.lengths, ((batch.inputs != PAD)).sum(1)) and (batch.src[:, 0] != PAD).all()
-    assert batch.n_tokens == int((batch.inputs == MASK).sum())
+    assert batch.n_targets == int((batch.inputs == MASK).sum())
 
 
 def test_the_loss_is_the_masked_tokens_cross_entropy_plus_the_weighted_length_loss():
@@ -217,7 +217,7 @@ def test_the_loss_is_the_masked_tokens_cross_entropy_plus_the_weighted_length_lo
     lengths = -(length_logits.log_softmax(-1)[0, 2] + length_logits.log_softmax(-1)[1, 1])  # lengths 3 (4 clamped), 2
     assert loss.item() == pytest.approx((tokens + 0.25 * lengths).item(), rel=1e-5)
     assert nll.item() == pytest.approx(F.cross_entropy(logits[masked], targets[masked], reduction="sum").item(), rel=1e-5)
-    assert batch.n_tokens == int(masked.sum())
+    assert batch.n_targets == int(masked.sum())
 
 
 def test_the_family_and_task_find_each_other_and_refuse_the_others():

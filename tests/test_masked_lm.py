@@ -44,7 +44,7 @@ def test_bert_masking_proportions_on_a_large_sample():
     assert kept.float().mean().item() == pytest.approx(0.1, abs=0.01)  # a random token equal to the original: 0.1%
     assert replaced.float().mean().item() == pytest.approx(0.1, abs=0.01)
     assert (batch.inputs[chosen][replaced] >= N_SPECIALS).all()  # never a special token
-    assert batch.n_tokens == n
+    assert batch.n_targets == n
 
 
 def test_whole_word_masking_chooses_every_piece_of_a_word_together():

@@ -110,7 +110,7 @@ class LabelledBatch:
     labels: torch.Tensor  # (B,)
 
     @property
-    def n_tokens(self) -> int:
+    def n_targets(self) -> int:
         return len(self.labels)  # the loss sums over examples
 
     def to(self, device):

@@ -22,6 +22,7 @@ from attnlab.models import build_model
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.train.checkpoint import load_run
 from attnlab.train.derived import average_checkpoints
+from attnlab.train.progress import Progress
 from attnlab.train.config import RunConfig
 from attnlab.train.run import prepare, train_run
 from attnlab.train.run_dir import MODEL_FILE, STATE_FILE, RunDir
@@ -290,7 +291,7 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tmp_path):
             batches = [big, small] if name == "accumulating" else [
                 Batch(None, torch.cat([big.tgt_in, small.tgt_in]), torch.cat([big.tgt_out, small.tgt_out]))]
             out = train_step(model, batches, optimizer, scheduler, cfg.train, objective=cfg.data.task.loss)
-            logged[name].append((out["tokens"], out["loss"].item(), out["grad_norm"].item()))
+            logged[name].append((out["targets"], out["loss"].item(), out["grad_norm"].item()))
     for (tokens, loss, norm), (one_tokens, one_loss, one_norm) in zip(logged["accumulating"], logged["one batch"]):
         assert tokens == one_tokens == (8 + 3) * 32
         assert loss == pytest.approx(one_loss, rel=1e-6) and norm == pytest.approx(one_norm, rel=1e-5)
@@ -545,3 +546,9 @@ def test_no_host_synchronisation_between_log_steps(tmp_path, monkeypatch, accumu
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
     assert summary["steps"] == 16 and summary["epochs"] == 0  # one epoch's batches, made before step 1
     assert {s for s, _ in reads} == {4, 8, 12, 16}, sorted(set(reads))
+
+
+def test_a_checkpoint_saved_when_the_progress_counted_tokens_resumes_with_its_counts_as_targets():
+    saved = {"step": 3, "epoch": 1, "tokens": 70, "window_tokens": 5, "window_loss": 2.5}
+    assert Progress.saved(saved) == Progress(step=3, epoch=1, targets=70, window_targets=5, window_loss=2.5)
+    assert Progress.saved(vars(Progress(step=4, targets=9))) == Progress(step=4, targets=9)

@@ -37,7 +37,7 @@ from attnlab.train.run import read_run_data
 
 def mean_loss(task: type[Task]) -> Callable[[nn.Module, Any], torch.Tensor]:
     """The task's loss per target of a batch, without label smoothing: what importance differentiates."""
-    return lambda model, batch: task.loss(model, batch, 0.0, contextlib.nullcontext)[1] / batch.n_tokens
+    return lambda model, batch: task.loss(model, batch, 0.0, contextlib.nullcontext)[1] / batch.n_targets
 
 
 def _metrics(model: nn.Module, task: type[Task], data, split: str, limit: int | None,

@@ -56,7 +56,7 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU) -> It
     batch = lm_batch(g).to(device)
     where = device_fields(device)
     seconds = interleaved_medians({"train": attnlab_step(model, batch, lm_train_config())}, repeats, device=device)
-    yield {"name": "lm_train", "value": round(batch.n_tokens / seconds["train"], 1), "unit": "tokens/s",
+    yield {"name": "lm_train", "value": round(batch.n_targets / seconds["train"], 1), "unit": "tokens/s",
            "batch": BATCH, "block": BLOCK} | where
     model.eval()
     new = BLOCK - 1

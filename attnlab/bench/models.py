@@ -76,7 +76,7 @@ def bench_models(lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400), models:
             model.eval()
         decode = interleaved_medians({name: greedy_run(model, src, length, precision)
                                       for name, model in built.items()}, repeats, warmup=1, device=device)
-        tokens, seconds = {"train": batch.n_tokens, "decode": decode_batch * length}, {"train": train, "decode": decode}
+        tokens, seconds = {"train": batch.n_targets, "decode": decode_batch * length}, {"train": train, "decode": decode}
         figures = {(kind, name): tokens[kind] / seconds[kind][name] for name in built for kind in ("train", "decode")}
         for (kind, name), value in figures.items():
             record = {"name": kind, "model": name, "seq_len": length, "value": round(value, 1), "unit": "tokens/s",

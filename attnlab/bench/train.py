@@ -124,7 +124,7 @@ def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 1
     and attnlab's MFU; every record names the device."""
     torch.manual_seed(seed)
     batch = random_batch(seed, device)
-    tokens = batch.n_tokens
+    tokens = batch.n_targets
     flops = budget_report(model_config(), LENGTH, BATCH)["flops"]["forward_backward"]
     where = device_fields(device)
     for precision in precisions:

@@ -28,7 +28,7 @@ class Batch:
     tgt_out: Tensor
 
     @property
-    def n_tokens(self) -> int:
+    def n_targets(self) -> int:
         """Target tokens that count in the loss (not padding)."""
         return int((self.tgt_out != PAD).sum())
 

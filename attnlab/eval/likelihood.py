@@ -61,6 +61,6 @@ def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str 
     for batch in batches:
         batch = batch.to(device)
         nll_sum += teacher_forced_loss(model, batch, 0.0, amp)[1].item()
-        n_tokens += batch.n_tokens
+        n_tokens += batch.n_targets
     loss = nll_sum / max(n_tokens, 1)
     return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens}

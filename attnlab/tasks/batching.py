@@ -18,11 +18,11 @@ Tokenizers = dict[str, Tokenizer | None]
 
 
 class Batch(Protocol):
-    """What training needs of a task's batch: ``n_tokens``, the number of targets its loss sums
+    """What training needs of a task's batch: ``n_targets``, the number of targets its loss sums
     over (tokens, examples, ...), and a copy on a device."""
 
     @property
-    def n_tokens(self) -> int: ...
+    def n_targets(self) -> int: ...
 
     def to(self, device: torch.device | str) -> "Batch": ...
 

@@ -67,7 +67,7 @@ class ExampleBatch:
     (a forecaster's batch counts its forecast values instead)."""
 
     @property
-    def n_tokens(self) -> int:
+    def n_targets(self) -> int:
         return len(self.labels)
 
     def to(self, device: torch.device | str):

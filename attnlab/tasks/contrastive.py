@@ -110,7 +110,7 @@ class PairBatch:
     text: Tensor
 
     @property
-    def n_tokens(self) -> int:
+    def n_targets(self) -> int:
         return len(self.images)  # one loss term per pair
 
     def to(self, device: torch.device | str) -> "PairBatch":

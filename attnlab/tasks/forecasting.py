@@ -103,7 +103,7 @@ class SeriesBatch(ExampleBatch):
     targets: Tensor
 
     @property
-    def n_tokens(self) -> int:
+    def n_targets(self) -> int:
         return self.targets.numel()
 
     def errors(self, model: nn.Module) -> Tensor:

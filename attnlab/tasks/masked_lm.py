@@ -72,7 +72,7 @@ class MLMBatch:
     targets: Tensor
 
     @property
-    def n_tokens(self) -> int:
+    def n_targets(self) -> int:
         return int((self.targets != PAD).sum())
 
     def to(self, device: torch.device | str) -> "MLMBatch":
@@ -190,7 +190,7 @@ class MaskedLM(Task):
     @classmethod
     def describe(cls, data: MLMData) -> str:
         sizes = ", ".join(f"{name} {len(e):,} lines" for name, e in data.splits.items())
-        masked = sum(b.n_tokens for b in data.eval_batches("valid"))
+        masked = sum(b.n_targets for b in data.eval_batches("valid"))
         return f"masked-LM text: {sizes}; vocabulary {data.tokenizers['src'].vocab_size}; {masked:,} valid tokens masked"
 
 

@@ -38,7 +38,7 @@ class MaskedBatch:
     lengths: Tensor
 
     @property
-    def n_tokens(self) -> int:
+    def n_targets(self) -> int:
         """Masked tokens: the targets of the token loss."""
         return int((self.targets != PAD).sum())
 
@@ -111,7 +111,7 @@ class MaskedTranslation(Translation):
             with amp():
                 logits, length_logits = model(batch.src, batch.inputs)
             nll += label_smoothed_nll(logits, batch.targets, 0.0, PAD)[1].item()
-            n_tokens += batch.n_tokens
+            n_tokens += batch.n_targets
             right_lengths += int((length_logits.argmax(1) + 1 == batch.lengths).sum())
             n_sentences += len(batch.lengths)
         loss = nll / max(n_tokens, 1)

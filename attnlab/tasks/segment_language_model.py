@@ -129,7 +129,7 @@ class SegmentLanguageModel(LanguageModel):
         for batch in batches:
             batch = batch.to(device)
             nll_sum += cls.loss(model, batch, 0.0, amp)[1].item()
-            n_tokens += batch.n_tokens
+            n_tokens += batch.n_targets
         loss = nll_sum / max(n_tokens, 1)
         xl = unwrapped(model)
         return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens, "rows": batches[0].tgt_in.shape[0],

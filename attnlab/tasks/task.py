@@ -55,12 +55,13 @@ class Task:
     capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
     whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
     commands that use its runs; ``sets`` the model fields its data sets, which a training config
-    leaves out, and whose values :meth:`model_fields` gives; ``tokenizers`` the roles ('src', 'tgt') of the tokenizers it saves with a run,
-    its data's ``tokenizers`` by role (a task without tokens declares none, and its data has none); ``untrained`` the
-    modules of the model its loss never reaches (a masked-LM run's classifier), by name prefix, which
-    a run started from it does not take as trained (train/init.py); ``counts`` what its batches'
-    ``n_tokens`` count (tokens; a classifier's examples; a forecaster's values), which names the
-    training log's throughput (``<counts>_per_s``) and the summary's ``train_<counts>``; ``evaluate_file``,
+    leaves out, and whose values :meth:`model_fields` gives; ``tokenizers`` the roles ('src', 'tgt')
+    of the tokenizers it saves with a run, its data's ``tokenizers`` by role (a task without tokens
+    declares none, and its data has none); ``untrained`` the modules of the model its loss never
+    reaches (a masked-LM run's classifier), by name prefix, which a run started from it does not
+    take as trained (train/init.py); ``counts`` what its targets are, which its batches' ``n_targets``
+    count (tokens; a classifier's examples; a forecaster's values), naming the training log's
+    throughput (``<counts>_per_s``) and the summary's ``train_<counts>``; ``evaluate_file``,
     where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`;
     ``file_splits``: the file holds splits, and --split chooses one), and ``evaluate_split`` on a split
     of the run's own data (`--split`), both giving a record that ``report`` turns into lines (``searched``: both
@@ -78,7 +79,7 @@ class Task:
     sets: ClassVar[tuple[str, ...]] = ("vocab_size", "pad_id")
     tokenizers: ClassVar[tuple[str, ...]] = ()
     untrained: ClassVar[tuple[str, ...]] = ()
-    counts: ClassVar[str] = "tokens"  # what a batch's n_tokens counts: the summary's train_<counts>, <counts>_per_s
+    counts: ClassVar[str] = "tokens"  # what a batch's n_targets counts: the summary's train_<counts>, <counts>_per_s
     evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
     evaluate_split: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, data, split)
     file_splits: ClassVar[bool] = False  # evaluate_file takes (..., path, split)
@@ -124,7 +125,7 @@ class Task:
 
     @classmethod
     def loss(cls, model: nn.Module, batch: Any, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
-        """(training loss, plain NLL), each summed over the batch's n_tokens targets; the forward
+        """(training loss, plain NLL), each summed over the batch's n_targets targets; the forward
         runs under ``amp``."""
         raise NotImplementedError
 

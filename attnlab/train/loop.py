@@ -185,11 +185,11 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     with CtrlC(active=world is None) as ctrl_c:
         while stop is None:
             batches, end = _epoch(data, progress.epoch, cfg, data_world)
-            for group, global_tokens, consumed in _updates(batches, end, progress, cfg, data_world):
+            for group, global_targets, consumed in _updates(batches, end, progress, cfg, data_world):
                 started = time.perf_counter()
                 out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
                                  layer_norms=(progress.step + 1) % cfg.log_every == 0, world=data_world,
-                                 global_tokens=global_tokens, objective=objective,
+                                 global_targets=global_targets, objective=objective,
                                  accumulate=strategy.accumulate_gradients, clip=strategy.clip_gradients)
                 seconds = time.perf_counter() - started
                 seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
@@ -222,8 +222,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     best_step = run.best_step()
     load_weights(model, run.step_dir(best_step) / MODEL_FILE)  # leave the best weights in the model
     return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop,
-            "train_seconds": round(progress.train_seconds, 2), f"train_{task.counts}": progress.tokens,
-            f"{task.counts}_per_s": round(progress.tokens / max(progress.train_seconds, 1e-9), 1),
+            "train_seconds": round(progress.train_seconds, 2), f"train_{task.counts}": progress.targets,
+            f"{task.counts}_per_s": round(progress.targets / max(progress.train_seconds, 1e-9), 1),
             "best_step": best_step, f"best_{cfg.early_stop_metric}": progress.best,
             "skipped_steps": progress.skipped_steps, "precision": precision.precision, "last_eval": evaluations.scores}
 
@@ -239,25 +239,25 @@ def _epoch(data: TaskData, epoch: int, cfg: TrainConfig, world: World | None) ->
 def _updates(batches: list[Batch], end: int, progress: Progress, cfg: TrainConfig,
              world: World | None) -> Iterator[tuple[list[Batch], int, int]]:
     """The rest of an epoch, one update at a time, from ``progress.batch`` on: this rank's batches,
-    the target tokens of the whole update (every rank's share, counted on the host, with no device
+    the targets of the whole update (every rank's share, counted on the host, with no device
     sync) and how many of the epoch's batches it uses."""
     span = cfg.accumulate * (world.size if world else 1)
     while progress.batch < end:
         first = progress.batch + (world.rank * cfg.accumulate if world else 0)
         mine = [batches[j] for j in range(first, min(first + cfg.accumulate, len(batches)))]
         everyone = [batches[j] for j in range(progress.batch, progress.batch + span)] if world else mine
-        yield mine, sum(b.n_tokens for b in everyone), span if world else len(mine)
+        yield mine, sum(b.n_targets for b in everyone), span if world else len(mine)
 
 
 def _count_step(progress: Progress, out: dict[str, Any], seconds: float) -> None:
-    """An update tried: the step and its tokens, and on the device (no waiting for it), the log
+    """An update tried: the step and its targets, and on the device (no waiting for it), the log
     window's sums over the updates made and the counts of those skipped (:meth:`Progress.settle`)."""
     made = out["finite"]
     progress.step += 1
-    progress.tokens += out["tokens"]
-    progress.window_loss = progress.window_loss + torch.where(made, out["loss"] * out["tokens"], 0.0)
-    progress.window_nll = progress.window_nll + torch.where(made, out["nll"] * out["tokens"], 0.0)
-    progress.window_tokens = progress.window_tokens + made * out["tokens"]
+    progress.targets += out["targets"]
+    progress.window_loss = progress.window_loss + torch.where(made, out["loss"] * out["targets"], 0.0)
+    progress.window_nll = progress.window_nll + torch.where(made, out["nll"] * out["targets"], 0.0)
+    progress.window_targets = progress.window_targets + made * out["targets"]
     progress.window_seconds += seconds
     progress.skipped_steps = progress.skipped_steps + ~made
     progress.bad_in_row = (progress.bad_in_row + 1) * ~made
@@ -297,4 +297,4 @@ def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
     torch.set_rng_state(state["rng_cpu"])
     if "rng_cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["rng_cuda"], device)
-    return Progress(**state["progress"])
+    return Progress.saved(state["progress"])

@@ -120,14 +120,14 @@ class Pipeline:
     def accumulate_gradients(self, model: nn.Module, batches: list, cfg: Any,
                              amp: Callable[[], ContextManager] = contextlib.nullcontext,
                              scaler: torch.amp.GradScaler | None = None, world: World | None = None,
-                             global_tokens: int | None = None, objective: Any = None) -> dict[str, Any]:
+                             global_targets: int | None = None, objective: Any = None) -> dict[str, Any]:
         """train/step.py's accumulate_gradients through the pipeline: the label-smoothed loss of the
         next tokens, each micro-batch's sum divided by the update's target tokens; the sums of the
         loss and the NLL on every rank."""
         if scaler is not None:
             raise ConfigError("train.strategy pp does not scale fp16 losses; use train.precision bf16 or fp32")
         self.stage.train()
-        total = global_tokens if global_tokens is not None else sum(b.n_tokens for b in batches)
+        total = global_targets if global_targets is not None else sum(b.n_targets for b in batches)
         calls: list[Tensor] = []  # (2,) float64 (loss, NLL) sums, one per call of the loss on the last stage
 
         def loss(logits: Tensor, targets: Tensor) -> Tensor:
@@ -146,7 +146,7 @@ class Pipeline:
                     sums = sums + these
                 calls.clear()
         dist.all_reduce(sums)  # the last stage's, on every rank
-        return {"loss_sum": sums[0], "nll_sum": sums[1], "tokens": int(total)}
+        return {"loss_sum": sums[0], "nll_sum": sums[1], "targets": int(total)}
 
     def clip_gradients(self, parameters: list[nn.Parameter], max_norm: float) -> Tensor:
         """The L2 norm of every stage's gradients together (one all-reduce), each scaled to at most ``max_norm``."""

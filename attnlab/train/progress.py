@@ -28,15 +28,21 @@ class Progress:
     epoch: int = 0
     batch: int = 0  # batches of `epoch` already consumed
     train_seconds: float = 0.0
-    tokens: int = 0
+    targets: int = 0  # what the task's loss sums over, in all (Task.counts names them: tokens, examples, ...)
     best: float | None = None
     bad_evals: int = 0
     window_loss: float = 0.0  # sums since the last train log line, so that resumed logs match
     window_nll: float = 0.0
-    window_tokens: int = 0
+    window_targets: int = 0
     window_seconds: float = 0.0
     skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient, in all
     bad_in_row: int = 0  # ... and in a row, up to now
+
+    @classmethod
+    def saved(cls, state: dict[str, Any]) -> "Progress":
+        """The progress a checkpoint saved; one saved before the counts were named targets says tokens."""
+        renamed = {"tokens": "targets", "window_tokens": "window_targets"}
+        return cls(**{renamed.get(name, name): value for name, value in state.items()})
 
     def settle(self) -> None:
         """Between two looks, the window's sums and the skip counts are device tensors, added to
@@ -70,11 +76,11 @@ class TrainLog:
     def train(self, progress: Progress, out: dict[str, Any]) -> None:
         """One train line from the window of steps since the last (settled: numbers, not tensors),
         which it then empties."""
-        counted = progress.window_tokens or math.nan  # every update of the window skipped: no loss to give
+        counted = progress.window_targets or math.nan  # every update of the window skipped: no loss to give
         record = {"step": progress.step, "split": "train",
                   "loss": progress.window_loss / counted, "nll": progress.window_nll / counted,
                   "lr": out["lr"], "grad_norm": float(out["grad_norm"]),
-                  self.rate: progress.window_tokens / progress.window_seconds, "epoch": progress.epoch,
+                  self.rate: progress.window_targets / progress.window_seconds, "epoch": progress.epoch,
                   "layer_grad_norms": out["layer_grad_norms"]}
         self._line(record)
         for key in ("loss", "nll", "lr", "grad_norm", self.rate):
@@ -84,7 +90,7 @@ class TrainLog:
         self.bar.set_postfix({"loss": f"{record['loss']:.3f}", "lr": f"{out['lr']:.2e}",
                               self.rate.replace("_per_s", "/s"): f"{record[self.rate]:.0f}"})
         progress.window_loss = progress.window_nll = progress.window_seconds = 0.0
-        progress.window_tokens = 0
+        progress.window_targets = 0
 
     def stepped(self) -> None:
         self.bar.update(1)

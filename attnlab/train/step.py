@@ -107,20 +107,20 @@ def freeze(model: nn.Module, embeddings: bool, first_layers: int) -> list[str]:
 def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
                          amp: Callable[[], ContextManager] = contextlib.nullcontext,
                          scaler: torch.amp.GradScaler | None = None, world: World | None = None,
-                         global_tokens: int | None = None, objective: Objective = teacher_forced_loss) -> dict[str, Any]:
+                         global_targets: int | None = None, objective: Objective = teacher_forced_loss) -> dict[str, Any]:
     """Backward of the ``objective`` (a task's loss) over ``batches``, summed over their targets and
     (``loss_reduction`` 'mean') divided by the number of targets of the whole (global) batch, or
     ('sum') not: Lake & Baroni's sum over a sequence's steps. With ``world``, the
-    batches of every rank together (``global_tokens`` when the caller knows it, as ``fit`` does:
+    batches of every rank together (``global_targets`` when the caller knows it, as ``fit`` does:
     every rank builds the same batches; otherwise one all-reduce). DDP then averages over the
     ranks, so each rank scales by the world size: the gradients equal one process's over the
     global batch. Returns the sums of the loss and the NLL as float64 tensors on the device (summed
     over the ranks), read by no one here: the host waits for the device only when it logs them."""
     model.train()
-    total = global_tokens
+    total = global_targets
     if total is None:
-        n_tokens = sum(b.n_tokens for b in batches)
-        total = world.all_sum(n_tokens)[0] if world else n_tokens
+        n_targets = sum(b.n_targets for b in batches)
+        total = world.all_sum(n_targets)[0] if world else n_targets
     scale = (world.size if world else 1) / (total if cfg.loss_reduction == "mean" else 1)
     loss_nll = None  # (2,) float64 on the device: the loss and NLL sums, batch after batch as the host once added them
     ddp = uncompiled(model)
@@ -135,14 +135,14 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
         loss_nll = these if loss_nll is None else loss_nll + these
     if world:
         loss_nll = world.all_sum_tensor(loss_nll)
-    return {"loss_sum": loss_nll[0], "nll_sum": loss_nll[1], "tokens": int(total)}
+    return {"loss_sum": loss_nll[0], "nll_sum": loss_nll[1], "targets": int(total)}
 
 
 def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
                scheduler: torch.optim.lr_scheduler.LRScheduler, cfg: TrainConfig,
                amp: Callable[[], ContextManager] = contextlib.nullcontext,
                scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False,
-               world: World | None = None, global_tokens: int | None = None,
+               world: World | None = None, global_targets: int | None = None,
                objective: Objective = teacher_forced_loss, accumulate: Callable[..., dict[str, Any]] | None = None,
                clip: Callable[[list[nn.Parameter], float], Tensor] | None = None) -> dict[str, Any]:
     """One update from one or more batches (gradient accumulation; with ``world``, this rank's
@@ -161,7 +161,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     ``accumulate`` and ``clip`` replace :func:`accumulate_gradients` and :func:`clip_gradients`
     where a strategy computes them its own way (a pipeline: train/pipeline.py)."""
     lr = max(group["lr"] for group in optimizer.param_groups)  # the heads' (layer_lr_decay gives the rest less)
-    sums = (accumulate or accumulate_gradients)(model, batches, cfg, amp, scaler, world, global_tokens, objective)
+    sums = (accumulate or accumulate_gradients)(model, batches, cfg, amp, scaler, world, global_targets, objective)
     if scaler is not None:
         scaler.unscale_(optimizer)
     per_layer = layer_grad_norms(unwrapped(model)) if layer_norms else None
@@ -180,8 +180,8 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
             optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    n_tokens = sums["tokens"]
-    out = {"loss": sums["loss_sum"] / n_tokens, "nll": sums["nll_sum"] / n_tokens, "tokens": n_tokens,
+    n_targets = sums["targets"]
+    out = {"loss": sums["loss_sum"] / n_targets, "nll": sums["nll_sum"] / n_targets, "targets": n_targets,
            "grad_norm": grad_norm, "lr": lr, "finite": finite}
     return out if per_layer is None else out | {"layer_grad_norms": per_layer}
 
