@@ -1,6 +1,7 @@
 """Model families and tasks as plug-ins: the registries, capabilities, and, registered from outside
-the package, a bigram language model (a new family on a built-in task) and a bag-of-embeddings
-sentiment classifier (a new family and a new task) that train through the normal command line."""
+the package, a bigram language model (a new family on a built-in task), a bag-of-embeddings
+sentiment classifier (a new family and a new task) and a linear classifier of series (a task without
+a vocabulary, which declares no tokenizer) that train through the normal command line."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from attnlab import FAMILIES, ConfigError, build_model, model_config, register_f
 from attnlab.config import at_least
 from attnlab.data.corpora import read_tsv
 from attnlab.data.tokenizers import PAD, Tokenizer
-from attnlab.models import Capabilities, FamilyConfig, ModelFamily
+from attnlab.models import Capabilities, FamilyConfig, Inputs, ModelFamily
 from attnlab.tasks import TASKS, Task, TaskConfig, register_task
 from attnlab.train.checkpoint import load_run
 from helpers import run_cli
@@ -195,6 +196,118 @@ class Sentiment(Task):
                f"labels {', '.join(data.labels)}"
 
 
+# -- a task without a vocabulary: numbers in, a class out; no tokenizer anywhere ------------------
+
+@dataclass(frozen=True)
+class SeriesLinearConfig(FamilyConfig):
+    """One linear map from a series' values to the class logits."""
+
+    length: int
+    n_classes: int
+
+
+class SeriesLinear(nn.Module):
+    def __init__(self, cfg: SeriesLinearConfig) -> None:
+        super().__init__()
+        self.classify = nn.Linear(cfg.length, cfg.n_classes)
+
+    def forward(self, series: torch.Tensor) -> torch.Tensor:
+        """(B, L, 1) values -> (B, n_classes) logits."""
+        return self.classify(series.squeeze(-1))
+
+
+class SeriesLinearFamily(ModelFamily):
+    name = "test_series_linear"
+    config = SeriesLinearConfig
+    capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=False,
+                                inputs=Inputs.SERIES)
+
+    @staticmethod
+    def build(cfg: SeriesLinearConfig) -> SeriesLinear:
+        return SeriesLinear(cfg)
+
+
+@dataclass(frozen=True)
+class TrendConfig(TaskConfig):
+    """``n`` generated series of ``length`` values, labelled 'up' where their sum is positive; the
+    last ``n_valid`` are held out."""
+
+    n: int = 120
+    n_valid: int = 20
+    length: int = 4
+    seed: int = 0
+
+    @property
+    def in_memory(self) -> bool:
+        return True
+
+
+@dataclass
+class SeriesBatch:
+    series: torch.Tensor  # (B, L, 1)
+    labels: torch.Tensor  # (B,)
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.labels)  # one class per series
+
+    def to(self, device):
+        return SeriesBatch(self.series.to(device), self.labels.to(device))
+
+
+@dataclass
+class TrendData:  # no tokenizers: a task without tokens has none
+    splits: dict[str, SeriesBatch]
+    batch_size: int
+
+    def epoch_batches(self, epoch: int) -> list[SeriesBatch]:
+        train = self.splits["train"]
+        order = torch.randperm(len(train.labels), generator=torch.Generator().manual_seed(epoch))
+        return [SeriesBatch(train.series[i], train.labels[i]) for i in order.split(self.batch_size)]
+
+    def eval_batches(self, split: str) -> list[SeriesBatch]:
+        return [self.splits[split]]
+
+
+class Trend(Task):
+    name = "test_trend"
+    config = TrendConfig
+    needs = {"inputs": Inputs.SERIES, "encoder": True}
+    metrics = {"valid_loss": True}
+    commands = ()
+    sets = ("length", "n_classes")
+    counts = "examples"
+
+    @classmethod
+    def prepare(cls, cfg, batching, tokenizers=None, state=None):
+        series = torch.randn(cfg.n, cfg.length, 1, generator=torch.Generator().manual_seed(cfg.seed))
+        labels = (series.sum((1, 2)) > 0).long()  # 0 down, 1 up
+        return TrendData({"train": SeriesBatch(series[:-cfg.n_valid], labels[:-cfg.n_valid]),
+                          "valid": SeriesBatch(series[-cfg.n_valid:], labels[-cfg.n_valid:])}, batching.batch_size)
+
+    @classmethod
+    def model_fields(cls, cfg, data=None):
+        return {"length": cfg.length, "n_classes": 2}
+
+    @classmethod
+    def loss(cls, model, batch, label_smoothing, amp):
+        with amp():
+            logits = model(batch.series).float()
+        nll = F.cross_entropy(logits, batch.labels, reduction="sum")
+        return nll, nll
+
+    @classmethod
+    @torch.no_grad()
+    def validate(cls, model, data, device, amp, n_decoded):
+        model.eval()
+        batch = data.eval_batches("valid")[0].to(device)
+        return {"valid_loss": F.cross_entropy(model(batch.series), batch.labels).item()}
+
+    @classmethod
+    def describe(cls, data):
+        return f"series: train {len(data.splits['train'].labels)}, valid {len(data.splits['valid'].labels)}"
+
+
 @pytest.fixture(autouse=True, scope="module")
 def plugins_registered():
     """Registered for this module's tests only: other tests list the families and tasks (in error
@@ -202,8 +315,11 @@ def plugins_registered():
     register_family(BigramFamily)
     register_family(BagFamily)
     register_task(Sentiment)
+    register_family(SeriesLinearFamily)
+    register_task(Trend)
     yield
     del FAMILIES[BigramFamily.name], FAMILIES[BagFamily.name], TASKS[Sentiment.name]
+    del FAMILIES[SeriesLinearFamily.name], TASKS[Trend.name]
 
 
 def test_the_built_in_families_and_their_capabilities():
@@ -325,3 +441,30 @@ def test_a_task_refuses_what_it_cannot_train_and_fields_it_does_not_have(tmp_pat
         f"error: {config}: data.task 'test_sentiment' has no field 'n_vaild' (did you mean 'n_valid'?); its fields: "
         f"train, n_valid, vocab_size\n")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_task_without_a_vocabulary_declares_no_tokenizer_and_counts_examples(tmp_path):
+    assert "tokenizers" not in vars(Trend) and Trend.tokenizers == ()  # the default: no tokenizer
+    config = tmp_path / "trend.yaml"
+    config.write_text("""\
+model: {arch: test_series_linear}
+data: {task: test_trend}
+train: {max_steps: 20, batch_size: 20, lr_schedule: constant, lr: 0.1, warmup_steps: 1, eval_every: 10,
+        log_every: 5, progress: false}
+""")
+    info = run_cli("info", str(config), "--json")  # no --vocab-size: the task has no vocabulary
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["params_total"] == 4 * 2 + 2  # length 4 -> 2 classes
+    info = run_cli("info", str(config))  # a family with no stack of layers: its name alone
+    assert info.returncode == 0 and info.stdout.startswith(f"{config}: test_series_linear\nparameters ")
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "run").glob("tokenizer*")) == []
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["train_examples"] == 20 * 20 and "train_tokens" not in summary  # 20 updates of 20 series
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "examples_per_s" in r] == [5, 10, 15, 20]
+    valid = [r["valid_loss"] for r in records if r["split"] == "valid"]
+    assert len(valid) == 2 and valid[-1] < 0.5 * math.log(2)  # a sum's sign: one linear map separates it
+    model, tokenizers, cfg = load_run(tmp_path / "run")
+    assert tokenizers == {} and isinstance(model, SeriesLinear) and (cfg.length, cfg.n_classes) == (4, 2)
