@@ -215,8 +215,9 @@ ETT_HEADER = "date,HUFL,HULL,MUFL,MULL,LUFL,LULL,OT\n2016-07-01 00:00:00,5.8,2.0
 def test_every_shipped_training_config_is_valid(path, tmp_path, monkeypatch):
     """Each reads its data from data/NAME, where `attnlab data get NAME` writes, or from runs/, where
     a step documented before it writes (a distilled corpus, a prepared text); and reads into a
-    RunConfig, every field known and checked. The data is not read, except a series' header (its
-    columns): a fresh clone has no data/, so a CSV gets a stand-in with ETT's columns."""
+    RunConfig, every field known and checked, whose task plans only model fields it declares in
+    ``sets``. The data is not read, except a series' header (its columns): a fresh clone has no
+    data/, so a CSV gets a stand-in with ETT's columns."""
     import yaml
 
     from attnlab.train.config import RunConfig
@@ -228,7 +229,8 @@ def test_every_shipped_training_config_is_valid(path, tmp_path, monkeypatch):
     for csv in (Path(p) for p in paths if p.endswith(".csv")):
         csv.parent.mkdir(parents=True, exist_ok=True)
         csv.write_text(ETT_HEADER)
-    RunConfig.from_file(path)
+    cfg = RunConfig.from_file(path)
+    assert set(cfg.data.task.model_fields(cfg.data)) <= set(cfg.data.task.sets)
 
 
 def test_cuda_graph_training_is_refused_where_it_would_be_wrong(tmp_path):
