@@ -468,3 +468,14 @@ train: {max_steps: 20, batch_size: 20, lr_schedule: constant, lr: 0.1, warmup_st
     assert len(valid) == 2 and valid[-1] < 0.5 * math.log(2)  # a sum's sign: one linear map separates it
     model, tokenizers, cfg = load_run(tmp_path / "run")
     assert tokenizers == {} and isinstance(model, SeriesLinear) and (cfg.length, cfg.n_classes) == (4, 2)
+
+
+def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer():
+    class Forgetful(Sentiment):
+        name = "test_forgetful"
+        tokenizers = ()
+
+    with pytest.raises(TypeError, match=r"task 'test_forgetful' sets vocab_size from its data: declare the roles of "
+                                        r"the tokenizers it saves"):
+        register_task(Forgetful)
+    assert "test_forgetful" not in TASKS

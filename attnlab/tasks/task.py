@@ -195,8 +195,12 @@ RELEASE_0_1_FIELDS = (
 
 def register_task(task: type[Task]) -> type[Task]:
     """Class decorator: make ``task`` selectable as ``data.task: <task.name>``; what it ``needs`` of a
-    family is checked against :class:`Capabilities` here."""
+    family is checked against :class:`Capabilities` here, and that a task whose data sets a
+    vocabulary size declares the tokenizer it comes from."""
     task.needs = Capabilities.check_needs(task.needs)
+    if "vocab_size" in task.sets and not task.tokenizers:
+        raise TypeError(f"task {task.name!r} sets vocab_size from its data: declare the roles of the tokenizers "
+                        f"it saves (tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
     return register(TASKS, task, "task")
 
 
