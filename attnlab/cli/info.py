@@ -15,7 +15,8 @@ SERIES_SIZES = (("channels", "n_channels"), ("input", "input_length"), ("horizon
 def _describe_model(cfg, vocab: str | None) -> str:
     """One line: the architecture and the sizes that matter for it (the vocabulary for a model of tokens)."""
     can = cfg.capabilities
-    stacks = [str(getattr(cfg, f"{stack}_layers")) for stack, has in (("encoder", can.encoder), ("decoder", can.decoder))
+    stacks = [str(getattr(cfg, f"{stack}_layers")) for stack, has in (("encoder", can.encoder),
+                                                                       ("decoder", can.decoder))
               if has and hasattr(cfg, f"{stack}_layers")]  # a plug-in family may have no stack of layers
     layers = "+".join(stacks) or getattr(cfg, "n_layers", None)
     width = "d_model" if hasattr(cfg, "n_heads") else "hidden size"  # a recurrent or convolutional model

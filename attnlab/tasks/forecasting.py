@@ -255,7 +255,10 @@ class Forecasting(Task):
     @classmethod
     def model_fields(cls, cfg: ForecastingConfig, data: SeriesData | None = None) -> dict[str, Any]:
         """Before the data is prepared: the columns named, or those of the file."""
-        columns = data.series.columns if data is not None else cfg.column_list or read_series(cfg.path, cfg.date_column).columns
+        if data is not None:
+            columns = data.series.columns
+        else:
+            columns = cfg.column_list or read_series(cfg.path, cfg.date_column).columns
         return {"n_channels": len(columns), "input_length": cfg.input_length, "horizon": cfg.horizon}
 
     @classmethod

@@ -201,7 +201,8 @@ class VisualQA(ClassifierTask):
         """Before the scenes are drawn: RGB images of data.image_size, two answers."""
         channels, height, width = data.image_shape if data is not None else (3, cfg.image_size, cfg.image_size)
         return {"image_height": height, "image_width": width, "channels": channels,
-                "vocab_size": cls.vocabulary(data, "src"), "n_classes": len(data.labels) if data is not None else 2, "pad_id": PAD}
+                "vocab_size": cls.vocabulary(data, "src"), "n_classes": len(data.labels) if data is not None else 2,
+                "pad_id": PAD}
 
     @classmethod
     def analysis_pass(cls, model: nn.Module, batch: QABatch) -> dict[str, Tensor]:

@@ -107,7 +107,8 @@ def freeze(model: nn.Module, embeddings: bool, first_layers: int) -> list[str]:
 def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
                          amp: Callable[[], ContextManager] = contextlib.nullcontext,
                          scaler: torch.amp.GradScaler | None = None, world: World | None = None,
-                         global_targets: int | None = None, objective: Objective = teacher_forced_loss) -> dict[str, Any]:
+                         global_targets: int | None = None,
+                         objective: Objective = teacher_forced_loss) -> dict[str, Any]:
     """Backward of the ``objective`` (a task's loss) over ``batches``, summed over their targets and
     (``loss_reduction`` 'mean') divided by the number of targets of the whole (global) batch, or
     ('sum') not: Lake & Baroni's sum over a sequence's steps. With ``world``, the
