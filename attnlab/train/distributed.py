@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-STRATEGIES = ("ddp", "fsdp", "tp", "pp")  # train/strategy.py: how the ranks share a run
+STRATEGIES = ("ddp", "fsdp", "tp", "pp", "fsdp+tp")  # train/strategy.py: how the ranks share a run
 PIPELINE_SCHEDULES = ("gpipe", "1f1b")  # train/pipeline.py
 # torch.distributed's checkpoint, FSDP and DTensor modules are imported where they are used: at
 # import they cost every `attnlab` process about 0.8 s (of ~2 s), and only a sharded run needs them.
@@ -47,6 +47,7 @@ class World:
     rank: int
     size: int
     device: torch.device = torch.device("cpu")  # where collectives' tensors live: NCCL takes only the rank's GPU
+    group: Any = None  # the process group of these ranks (None: all of them); rank and size are within it
 
     @property
     def is_main(self) -> bool:
@@ -55,28 +56,28 @@ class World:
     def all_sum(self, *values: float) -> list[float]:
         """Each value summed over the ranks, in one all-reduce."""
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=self.group)
         return t.tolist()
 
     def all_sum_tensor(self, values: Tensor) -> Tensor:
         """A tensor on this rank's device summed over the ranks, on the device: nothing read on the host."""
         values = values.clone()
-        dist.all_reduce(values)
+        dist.all_reduce(values, group=self.group)
         return values
 
     def all_max(self, value: float) -> float:
         t = torch.tensor([value], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return float(t.item())
 
     def broadcast(self, value: Any) -> Any:
         """Rank 0's ``value``, on every rank."""
         box = [value]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, group=self.group, group_src=0)
         return box[0]
 
     def barrier(self) -> None:
-        dist.barrier()
+        dist.barrier(group=self.group)
 
 
 def under_torchrun() -> bool:

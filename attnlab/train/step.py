@@ -189,11 +189,15 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
 
 def clip_gradients(parameters: list[nn.Parameter], max_norm: float) -> Tensor:
     """Scale the gradients down to a total L2 norm of at most ``max_norm``; returns the norm before
-    (a plain tensor). Split gradients (DTensors: FSDP, tensor parallelism) and whole ones cannot
-    share one foreach kernel, so where a model has both (tensor parallelism's replicated norms and
-    embeddings) each kind's norm is taken apart and the two combined."""
-    kinds = [[p for p in parameters if p.grad is not None and is_dtensor(p.grad) == split] for split in (True, False)]
-    kinds = [params for params in kinds if params]
+    (a plain tensor). Split gradients (DTensors: FSDP, tensor parallelism) on different meshes and
+    whole ones cannot share one foreach kernel, so where a model has several kinds (tensor
+    parallelism's replicated norms and embeddings; fsdp+tp's dp, tp and 2-D meshes) each kind's norm
+    is taken apart and the norms combined."""
+    by_mesh: dict[Any, list[nn.Parameter]] = {}
+    for p in parameters:
+        if p.grad is not None:
+            by_mesh.setdefault(p.grad.device_mesh if is_dtensor(p.grad) else None, []).append(p)
+    kinds = list(by_mesh.values())
     if len(kinds) < 2:
         return whole(nn.utils.clip_grad_norm_(kinds[0] if kinds else [], max_norm))
     norms = [whole(nn.utils.get_total_norm([p.grad for p in params])) for params in kinds]

@@ -38,21 +38,21 @@ ROWS = ("out_proj", "feed_forward.w_2")
 PER_HEAD_POSITIONAL = ("relative", "relative_bias", "alibi")  # state per head, or parameters used inside attention
 
 
-def check_tensor_parallel(model_cfg: Any, size: int) -> None:
+def check_tensor_parallel(model_cfg: Any, size: int, strategy: str = "tp") -> None:
     """Refuse in one line a model that ``size`` ranks cannot split head by head."""
     if not all(hasattr(model_cfg, f) for f in ("n_heads", "d_model", "d_ff")):
-        raise ConfigError(f"train.strategy tp splits attention heads and feed-forward widths; model.arch "
+        raise ConfigError(f"train.strategy {strategy} splits attention heads and feed-forward widths; model.arch "
                           f"'{model_cfg.arch}' has none")
     for name in ("n_heads", "d_ff"):  # d_model = n_heads * d_head divides when n_heads does
         if getattr(model_cfg, name) % size:
-            raise ConfigError(f"train.strategy tp: model.{name} ({getattr(model_cfg, name)}) must be divisible by "
-                              f"the tensor-parallel size ({size} ranks)")
+            raise ConfigError(f"train.strategy {strategy}: model.{name} ({getattr(model_cfg, name)}) must be "
+                              f"divisible by the tensor-parallel size ({size} ranks)")
     if getattr(model_cfg, "positional", None) in PER_HEAD_POSITIONAL:
-        raise ConfigError(f"train.strategy tp: model.positional '{model_cfg.positional}' keeps state shared by or per "
-                          f"head inside attention; use sinusoidal, learned, rotary or none")
+        raise ConfigError(f"train.strategy {strategy}: model.positional '{model_cfg.positional}' keeps state shared "
+                          f"by or per head inside attention; use sinusoidal, learned, rotary or none")
     if getattr(model_cfg, "attention_scale", None) == "learned":
-        raise ConfigError("train.strategy tp: model.attention_scale 'learned' is one parameter that every head's "
-                          "scores use; use sqrt_dk or none")
+        raise ConfigError(f"train.strategy {strategy}: model.attention_scale 'learned' is one parameter that every "
+                          f"head's scores use; use sqrt_dk or none")
 
 
 def megatron_plan(model: nn.Module) -> dict[str, Any]:
@@ -73,13 +73,14 @@ def megatron_plan(model: nn.Module) -> dict[str, Any]:
     return plan
 
 
-def tensor_parallel(model: nn.Module, size: int, device_type: str) -> nn.Module:
-    """``model`` split in place over a 1-D mesh of ``size`` ranks (all of them): Megatron's plan, and
-    each attention module left with its share of the heads."""
+def tensor_parallel(model: nn.Module, size: int, device_type: str, mesh: Any = None) -> nn.Module:
+    """``model`` split in place over a 1-D mesh of ``size`` ranks (all of them, or ``mesh``: one
+    dimension of a larger one): Megatron's plan, and each attention module left with its share of
+    the heads."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
-    mesh = init_device_mesh(device_type, (size,))
+    mesh = init_device_mesh(device_type, (size,)) if mesh is None else mesh
     plan = megatron_plan(model)
     parallelize_module(model, mesh, plan)
     modules = dict(model.named_modules())
