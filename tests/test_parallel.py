@@ -44,22 +44,36 @@ def test_tensor_parallel_gives_one_processs_gradients_and_update(tmp_path, ranks
     assert done.returncode == 0, done.stderr[-3000:]
     for arch, result in torch.load(out).items():
         assert result["blocks_ok"], f"{arch}: a rank's rows of a fused projection are not its heads' Q, K, V"
-        tp, one = result["tp"], result["one"]
-        # The same sums in another order: each row-parallel product (W^O, W_2) adds N partial sums
-        # of d / N (or d_ff / N) terms where one process adds d in one run, and the all-reduce adds the
-        # partial sums in rank order. That is the reordering DDP's all-reduce makes, with DDP's
-        # tolerance (tests/test_distributed.py); the loss and the gradients' norm are sums of them.
-        atol, rtol = 1e-6, 1e-5
-        torch.testing.assert_close(tp["loss"], one["loss"], atol=0, rtol=rtol)
-        torch.testing.assert_close(tp["grad_norm"], one["grad_norm"], atol=0, rtol=rtol)
-        assert tp["grads"].keys() == one["grads"].keys()
-        for name, g in one["grads"].items():
-            torch.testing.assert_close(tp["grads"][name], g, atol=atol, rtol=rtol, msg=lambda m: f"{arch} {name}: {m}")
-        # the step applies c g, c = clip_norm / norm <= 1 (clipped here: the norm exceeds 0.5): c's
-        # relative difference is the norm's, at most rtol (checked above), so c g differs by at most
-        # atol + 2 rtol |g|
-        assert one["grad_norm"] > CFG.clip_norm
-        assert_sgd_step_close(tp["weights"], one["weights"], one["grads"], CFG.lr, atol, 2 * rtol)
+        assert_one_processs_update(arch, result["tp"], result["one"])
+
+
+def assert_one_processs_update(arch: str, split: dict, one: dict) -> None:
+    # The same sums in another order: each row-parallel product (W^O, W_2) adds N partial sums
+    # of d / N (or d_ff / N) terms where one process adds d in one run, and the all-reduce adds the
+    # partial sums in rank order. That is the reordering DDP's all-reduce makes, with DDP's
+    # tolerance (tests/test_distributed.py); the loss and the gradients' norm are sums of them.
+    atol, rtol = 1e-6, 1e-5
+    torch.testing.assert_close(split["loss"], one["loss"], atol=0, rtol=rtol)
+    torch.testing.assert_close(split["grad_norm"], one["grad_norm"], atol=0, rtol=rtol)
+    assert split["grads"].keys() == one["grads"].keys()
+    for name, g in one["grads"].items():
+        torch.testing.assert_close(split["grads"][name], g, atol=atol, rtol=rtol, msg=lambda m: f"{arch} {name}: {m}")
+    # the step applies c g, c = clip_norm / norm <= 1 (clipped here: the norm exceeds 0.5): c's
+    # relative difference is the norm's, at most rtol (checked above), so c g differs by at most
+    # atol + 2 rtol |g|
+    assert one["grad_norm"] > CFG.clip_norm
+    assert_sgd_step_close(split["weights"], one["weights"], one["grads"], CFG.lr, atol, 2 * rtol)
+
+
+def test_fsdp_tp_on_2_by_2_ranks_gives_one_processs_gradients_and_update(tmp_path):
+    """dp 2 x tp 2: each dp rank (a tp pair) trains one of the two batches, and the gradients that
+    FSDP reduce-scatters over dp are one process's over both; fsdp adds the two dp ranks' partial
+    sums, another reordering within the same tolerance."""
+    out = tmp_path / "fsdp_tp.pt"
+    done = launched(4, str(TESTS / "fsdp_tp_worker.py"), str(out), "encoder_decoder", "decoder_lm", "encoder_only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for arch, result in torch.load(out).items():
+        assert_one_processs_update(arch, result["tp"], result["one"])
 
 
 def logged(run: Path) -> list[tuple[int, str, float]]:
@@ -109,6 +123,40 @@ def test_attnlab_train_under_tp_matches_one_process_and_resumes_exactly_under_tp
                         "--allow-changes", "--set", "train.max_steps=6", "--set", "train.strategy=tp")
     assert under_tp.returncode != 0
     assert "trained with one process or train.strategy ddp, whose optimizer state resumes only the same way" \
+        in under_tp.stderr
+
+
+def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_under_it_only(tmp_path):
+    """4 ranks, dp 2 x tp 2: each update takes two batches, one per dp rank, so one process
+    accumulating two batches an update is the reference. Resumed from step 2 to 4, the weights are
+    those of a run that went to 4 straight, to the bit; its optimizer state resumes under fsdp+tp only."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+
+    def fsdp_tp(*args: str) -> subprocess.CompletedProcess:
+        return launched(4, "-m", "attnlab.cli", "train", *args, "--set", "train.strategy=fsdp+tp",
+                        "--set", "train.tensor_parallel=2")
+
+    first = fsdp_tp(str(config), "--out", str(tmp_path / "split"), "--set", "train.max_steps=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = fsdp_tp("--out", str(tmp_path / "split"), "--resume", "--allow-changes", "--set", "train.max_steps=4")
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-3000:]
+    straight = fsdp_tp(str(config), "--out", str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"),
+                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
+    assert single.returncode == 0, single.stderr[-3000:]
+
+    split, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
+    assert [r[:2] for r in split] == [r[:2] for r in one] and len(split) == 6
+    assert [r[2] for r in split] == pytest.approx([r[2] for r in one], rel=1e-5)
+    resumed_weights = load_run(tmp_path / "split", "last")[0].state_dict()  # the usual file, read by one process
+    for name, w in load_run(tmp_path / "straight", "last")[0].state_dict().items():
+        torch.testing.assert_close(resumed_weights[name], w, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
+    under_tp = launched(4, "-m", "attnlab.cli", "train", "--out", str(tmp_path / "split"), "--resume",
+                        "--allow-changes", "--set", "train.max_steps=6", "--set", "train.strategy=tp")
+    assert under_tp.returncode != 0
+    assert "trained with train.strategy fsdp+tp under torchrun, whose optimizer state resumes only the same way" \
         in under_tp.stderr
 
 
@@ -222,7 +270,18 @@ def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
         Pipeline(model, two_ranks(), "1f1b", 1, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("strategy", ["tp", "pp"])
+def test_fsdp_tp_refuses_a_tensor_parallel_size_that_does_not_divide_the_ranks_or_the_heads():
+    cfg = model_config(vocab_size=30, d_model=48, n_heads=6, d_ff=96)
+    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: train.tensor_parallel \(4\) must divide the "
+                                          r"torchrun ranks \(6\)$"):
+        check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=4)
+    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: model.n_heads \(6\) must be divisible by the "
+                                          r"tensor-parallel size \(4 ranks\)$"):
+        check_strategy("fsdp+tp", cfg, World(rank=0, size=8), tensor_parallel=4)
+    check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=3)  # dp 2 x tp 3
+
+
+@pytest.mark.parametrize("strategy", ["tp", "pp", "fsdp+tp"])
 def test_tp_or_pp_without_torchrun_is_refused_in_one_line(tmp_path, strategy):
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY)

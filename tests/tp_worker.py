@@ -16,7 +16,7 @@ from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
 from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import exit_worker, joined_world, whole
+from attnlab.train.distributed import World, exit_worker, joined_world, whole
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
 from attnlab.train.tensor_parallel import BLOCKS, tensor_parallel
@@ -57,15 +57,17 @@ def own_blocks(net: nn.Module, whole_weights: dict[str, torch.Tensor], rank: int
     return True
 
 
-def update(net: nn.Module, arch: str) -> dict[str, dict[str, torch.Tensor]]:
-    """Gradients of the loss over the batches, then a train_step (clipped, plain SGD) on them; whole."""
+def update(net: nn.Module, arch: str, world: World | None = None) -> dict[str, dict[str, torch.Tensor]]:
+    """Gradients of the loss over the batches, then a train_step (clipped, plain SGD) on them; whole.
+    With ``world`` (data parallel ranks), each rank's share of the batches."""
     data, loss = batches(arch)
-    sums = accumulate_gradients(net, data, CFG, objective=loss)
+    data = data[world.rank::world.size] if world else data
+    sums = accumulate_gradients(net, data, CFG, world=world, objective=loss)
     grads = {n: whole(p.grad).clone() for n, p in net.named_parameters() if p.grad is not None}
     optimizer = torch.optim.SGD(net.parameters(), lr=CFG.lr)
     optimizer.zero_grad(set_to_none=True)
     scheduler = make_scheduler(optimizer, make_schedule("constant", CFG.lr, 1, 10, 0.0, 1))
-    out = train_step(net, data, optimizer, scheduler, CFG, objective=loss)
+    out = train_step(net, data, optimizer, scheduler, CFG, world=world, objective=loss)
     return {"loss": sums["loss_sum"], "grad_norm": out["grad_norm"], "grads": grads,
             "weights": {n: whole(p.detach()).clone() for n, p in net.named_parameters() if n in grads}}
 

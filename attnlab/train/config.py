@@ -75,7 +75,8 @@ class TrainConfig(TypedConfig):
     activation_checkpointing: bool = False
     compile: bool | str = AUTO  # auto: on for CUDA, off for the CPU (see compiles_on); graphs: CUDA graphs too
     device: str = "auto"
-    strategy: str = "ddp"  # under torchrun: ddp, fsdp, tp or pp (train/strategy.py)
+    strategy: str = "ddp"  # under torchrun: ddp, fsdp, tp, pp or fsdp+tp (train/strategy.py)
+    tensor_parallel: int = 2  # fsdp+tp: ranks per tensor-parallel group (world / this: the data-parallel size)
     pipeline_schedule: str = "1f1b"  # pp: gpipe or 1f1b (train/pipeline.py)
     micro_batches: int = 4  # pp: each batch cut into this many, flowing through the stages
     eval_every: int = 500
@@ -109,8 +110,8 @@ class TrainConfig(TypedConfig):
         check_device_name(self.device)
         one_of("strategy", self.strategy, STRATEGIES)
         one_of("pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
-        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "micro_batches", "eval_every", "keep_last",
-                     "log_every", "max_bad_steps"):
+        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "micro_batches", "tensor_parallel",
+                     "eval_every", "keep_last", "log_every", "max_bad_steps"):
             at_least(name, getattr(self, name), 1)
         for name in ("warmup_steps", "eval_exact_match"):
             at_least(name, getattr(self, name), 0)

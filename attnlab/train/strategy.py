@@ -10,8 +10,10 @@ weights and optimizer state whole (every rank calls; rank 0 receives them).
           divided among them (Megatron's plan, train/tensor_parallel.py)
     pp    every rank trains the same batches, cut into micro-batches; each holds 1/N of the layers
           (a pipeline stage, train/pipeline.py)
+    fsdp+tp  PyTorch's 2-D recipe on a (dp, tp) mesh: tp within each group of ``train.tensor_parallel``
+          ranks, whose batches are the same, then fsdp over the dp = N / tp groups, whose batches differ
 
-With data parallelism (ddp, fsdp) the loss is normalised by the token count of the whole global
+With data parallelism (ddp, fsdp, fsdp+tp's dp) the loss is normalised by the token count of the whole global
 batch, so an update equals the one a single process would make over all of it. A checkpoint is
 the usual whole-model file, which every command reads; the optimizer state of a strategy that
 splits the weights is saved whole and by parameter name, so it resumes under that strategy only
@@ -108,17 +110,9 @@ class FullyShardedDataParallel(ShardedStrategy):
     name = layout = "fsdp"
 
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
-        from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+        from attnlab.train.fsdp_tp import fully_sharded
 
-        for name, module in model.named_modules():
-            if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] == "layers":
-                for layer in module:
-                    fully_shard(layer)
-        fully_shard(model)
-        for method in ("encode", "decode", "classify"):  # what validation calls besides forward
-            if hasattr(model, method):
-                register_fsdp_forward_method(model, method)
-        return model
+        return fully_sharded(model)
 
 
 class TensorParallel(ShardedStrategy):
@@ -171,8 +165,37 @@ class PipelineParallel(Strategy):
         check_pipeline(model_cfg, size)
 
 
+class FullyShardedTensorParallel(ShardedStrategy):
+    """fsdp over the dp dimension of a (dp, tp) mesh, each dp rank a tp group (train/fsdp_tp.py)."""
+
+    name = layout = "fsdp+tp"
+
+    def __init__(self, cfg: TrainConfig, world: World | None) -> None:
+        from attnlab.train.fsdp_tp import two_d_mesh
+
+        super().__init__(cfg, world)
+        self.mesh = two_d_mesh(world, cfg.tensor_parallel)
+
+    @property
+    def data_world(self) -> World:
+        dp = self.mesh["dp"]
+        return World(dp.get_local_rank(), dp.size(), self.world.device, dp.get_group())
+
+    def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
+        from attnlab.train.fsdp_tp import fully_sharded_tensor_parallel
+
+        return fully_sharded_tensor_parallel(model, self.mesh)
+
+    @staticmethod
+    def check(model_cfg: Any, size: int, tensor_parallel: int = 2) -> None:
+        from attnlab.train.fsdp_tp import check_fsdp_tp
+
+        check_fsdp_tp(model_cfg, size, tensor_parallel)
+
+
 STRATEGY_CLASSES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Strategy, FullyShardedDataParallel,
-                                                                          TensorParallel, PipelineParallel)}
+                                                                          TensorParallel, PipelineParallel,
+                                                                          FullyShardedTensorParallel)}
 
 
 def strategy_for(cfg: TrainConfig, world: World | None) -> Strategy:
@@ -180,13 +203,14 @@ def strategy_for(cfg: TrainConfig, world: World | None) -> Strategy:
     return Strategy(cfg, None) if world is None else STRATEGY_CLASSES[cfg.strategy](cfg, world)
 
 
-def check_strategy(name: str, model_cfg: Any, world: World | None) -> None:
+def check_strategy(name: str, model_cfg: Any, world: World | None, tensor_parallel: int = 2) -> None:
     """Refuse in one line a strategy that this job or this model cannot run: tensor and pipeline
     parallelism need torchrun with two or more ranks, and a model they can split that many ways."""
     cls = STRATEGY_CLASSES.get(name)
-    if name in ("tp", "pp") and world is None:
+    if name in ("tp", "pp", "fsdp+tp") and world is None:
         raise ConfigError(f"train.strategy {name} splits the model across processes: start it with torchrun "
                           f"--nproc_per_node N (N >= 2), or use train.strategy ddp")
-    if world is not None and hasattr(cls, "check"):
+    if world is not None and cls is FullyShardedTensorParallel:
+        cls.check(model_cfg, world.size, tensor_parallel)
+    elif world is not None and hasattr(cls, "check"):
         cls.check(model_cfg, world.size)
-

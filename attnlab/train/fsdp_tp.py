@@ -1,0 +1,89 @@
+"""FSDP2 composed with tensor parallelism (``train.strategy fsdp+tp``), PyTorch's 2-D recipe: the
+ranks form a (dp, tp) mesh, tp = ``train.tensor_parallel`` consecutive ranks; within each tp group
+Megatron's plan splits every layer (train/tensor_parallel.py), and ``fully_shard`` then splits each
+rank's share again over the dp dimension, whose ranks train different batches (gradients
+reduce-scattered over dp, as fsdp's are over all ranks). ``fully_sharded`` makes FSDP2's units, one
+per layer of a stack and one more, for fsdp too.
+
+Two placements FSDP2 does not compose with in PyTorch 2.13 (found by tests/test_parallel.py's
+gradients): a fused projection's weight, split block by block for tp (``_StridedShard(0)``), when
+FSDP shards the same dimension, gathers to the wrong matrix, so FSDP shards it by input columns
+(``Shard(1)``) instead; its bias (1-D, nothing else to shard) gathers right but gets wrong gradients,
+so FSDP leaves it alone (``ignored_params``) and a gradient hook averages it over dp, as FSDP does
+its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from attnlab.errors import ConfigError
+from attnlab.train.distributed import World
+from attnlab.train.tensor_parallel import check_tensor_parallel, tensor_parallel
+
+
+def check_fsdp_tp(model_cfg: Any, size: int, tp: int) -> None:
+    """Refuse in one line a tensor-parallel size that does not divide the ranks, or the model."""
+    if size % tp:
+        raise ConfigError(f"train.strategy fsdp+tp: train.tensor_parallel ({tp}) must divide the torchrun ranks "
+                          f"({size})")
+    check_tensor_parallel(model_cfg, tp, "fsdp+tp")
+
+
+def fully_sharded(model: nn.Module, **options: Any) -> nn.Module:
+    """``model`` under fully_shard (``options``: its keyword arguments), a unit per layer and one more."""
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] == "layers":
+            for layer in module:
+                fully_shard(layer, **options)
+    fully_shard(model, **options)
+    for method in ("encode", "decode", "classify"):  # what validation calls besides forward
+        if hasattr(model, method):
+            register_fsdp_forward_method(model, method)
+    return model
+
+
+def two_d_mesh(world: World, tp: int) -> Any:
+    """The (dp, tp) DeviceMesh: rank = dp_rank * tp + tp_rank."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(world.device.type, (world.size // tp, tp), mesh_dim_names=("dp", "tp"))
+
+
+def _block_split(p: nn.Parameter) -> bool:
+    """Whether tp split ``p`` block by block (a fused projection's)."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return isinstance(getattr(p, "placements", (None,))[0], _StridedShard)
+
+
+def fully_sharded_tensor_parallel(model: nn.Module, mesh: Any) -> nn.Module:
+    """``model`` split over ``mesh["tp"]`` by Megatron's plan, then fully sharded over ``mesh["dp"]``."""
+    from torch.distributed.tensor import Shard
+
+    tensor_parallel(model, mesh["tp"].size(), mesh.device_type, mesh["tp"])
+    fused = [m for m in model.modules() if isinstance(m, nn.Linear) and m.bias is not None and _block_split(m.bias)]
+    dp_group, dp = mesh["dp"].get_group(), mesh["dp"].size()
+
+    def averaged_over_dp(grad: torch.Tensor) -> torch.Tensor:
+        local = grad.to_local()  # this backward's gradient, before it is accumulated
+        dist.all_reduce(local, group=dp_group)
+        local.div_(dp)
+        return grad
+
+    def hook_bias(module: nn.Module, args: Any) -> None:
+        """On the bias the module holds now: a resume's ``model.to`` replaces a DTensor parameter."""
+        if not getattr(module.bias, "averaged_over_dp", False):
+            module.bias.register_hook(averaged_over_dp)
+            module.bias.averaged_over_dp = True
+
+    for module in fused:
+        module.register_forward_pre_hook(hook_bias)
+    return fully_sharded(model, mesh=mesh["dp"], ignored_params={m.bias for m in fused},
+                         shard_placement_fn=lambda p: Shard(1 if _block_split(p) else 0))
