@@ -44,14 +44,6 @@ class CaptioningConfig(SceneSplits, TaskConfig):
     train: Optional[str] = None
     valid: Optional[str] = None
     test: Optional[str] = None
-    seed: int = 0
-    n_train: int = 4000
-    n_valid: int = 200
-    n_test: int = 500
-    held_out: str = "red triangle"
-    image_size: int = 32
-    noise: float = 0.0
-    max_objects: int = 3
     resize: Optional[int] = None
     colour: str = "rgb"
     tokenizer: str = "word"

@@ -1,27 +1,30 @@
 """What a task on the built-in scenes (data/scenes.py) shares: the fields that draw its splits, their
-checks, and the drawing. A mixin of methods, as models/vit.py's PatchGrid: each task's config
-dataclass declares the fields (captioning's, visual question answering's)."""
+checks, and the drawing, which captioning's and visual question answering's configs inherit."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from attnlab.config import at_least
 from attnlab.data import scenes
 from attnlab.errors import ConfigError
 
 
+@dataclass(frozen=True)
 class SceneSplits:
     """``seed``; the sizes ``n_train`` / ``n_valid`` / ``n_test`` (each test split); ``held_out``
     (comma-separated 'COLOUR SHAPE' combinations kept out of training); ``image_size`` (16 or
-    more); ``noise`` (the pixel noise's standard deviation, 0-255 scale); ``max_objects``."""
+    more); ``noise`` (the pixel noise's standard deviation, 0-255 scale); ``max_objects``. A
+    dataclass base: each task's config dataclass inherits these fields with their defaults."""
 
-    seed: int
-    n_train: int
-    n_valid: int
-    n_test: int
-    held_out: str
-    image_size: int
-    noise: float
-    max_objects: int
+    seed: int = 0
+    n_train: int = 4000
+    n_valid: int = 200
+    n_test: int = 500
+    held_out: str = "red triangle"
+    image_size: int = 32
+    noise: float = 0.0
+    max_objects: int = 3
 
     def check_scenes(self, drawn: bool) -> None:
         """The fields' checks; ``drawn``: the scenes are the data, so the compositional split needs

@@ -55,14 +55,6 @@ class VisualQAConfig(SceneSplits, TaskConfig):
     (a longer one is refused)."""
 
     dataset: str = "scenes"
-    seed: int = 0
-    n_train: int = 4000
-    n_valid: int = 200
-    n_test: int = 500
-    held_out: str = "red triangle"
-    image_size: int = 32
-    noise: float = 0.0
-    max_objects: int = 3
     tokenizer: str = "word"
     vocab_size: int = 8000
     max_question_len: int = 16
