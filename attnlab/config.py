@@ -32,10 +32,11 @@ from attnlab.errors import ConfigError
 SECTIONS = ("model", "data", "train")
 
 
-def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
-    """' (did you mean 'x'?)' when a choice is close to ``word``, else ''."""
+def did_you_mean(word: str, choices: typing.Iterable[str], written: dict[str, str] | None = None) -> str:
+    """' (did you mean 'x'?)' when a choice is close to ``word``, else ''; ``written``: how a choice
+    is written where that is not its name ('d_model' -> 'stack.d_model')."""
     close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    return f" (did you mean '{(written or {}).get(close[0], close[0])}'?)" if close else ""
 
 
 def one_of(field: str, value: Any, valid: typing.Iterable[str]) -> None:
@@ -74,6 +75,20 @@ def _coerce(field: str, value: Any, hint: Any) -> Any:
     return value
 
 
+def _is_config(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, TypedConfig)
+
+
+def _nested(f: dataclasses.Field, value: Any, hint: type["TypedConfig"]) -> "TypedConfig":
+    """A config inside a config (a family's ``stack``): a mapping overrides the field's default
+    (the family's) field by field; a config of the field's class is taken as it is."""
+    if isinstance(value, hint):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(f"{hint.section} must be a mapping of field: value (got {value!r})")
+    return hint.from_dict({**dataclasses.asdict(f.default), **value})
+
+
 class TypedConfig:
     """Mixin for config dataclasses: type checks, dict/YAML/JSON round trip, did-you-mean on keys."""
 
@@ -82,7 +97,9 @@ class TypedConfig:
     def _check_types(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):  # configs are frozen: set the checked value underneath
-            object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
+            value, hint = getattr(self, f.name), hints[f.name]
+            checked = _nested(f, value, hint) if _is_config(hint) else _coerce(f.name, value, hint)
+            object.__setattr__(self, f.name, checked)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -151,11 +168,19 @@ class RegisteredConfig(TypedConfig):
     def from_dict(cls, data: Any) -> "RegisteredConfig":
         if not isinstance(data, dict):
             raise ConfigError(f"section '{cls.section}' must be a mapping of field: value (got {type(data).__name__})")
-        names = cls.field_names()
+        names, hints = cls.field_names(), typing.get_type_hints(cls)
+        written = {name: name for name in names} | {  # and the fields of a config inside this one (a family's stack)
+            inner.name: f"{name}.{inner.name}" for name in names if _is_config(hints[name])
+            for inner in dataclasses.fields(hints[name])}
         for key in data:
-            if key != cls.selector and key not in names:
-                raise ConfigError(f"{cls.section}.{cls.selector} '{cls.chosen_name()}' has no field '{key}'"
-                                  f"{did_you_mean(str(key), names)}; its fields: {', '.join(names)}")
+            if key == cls.selector or key in names:
+                continue
+            if key in written:
+                nested = written[key].partition(".")[0]
+                raise ConfigError(f"{cls.section}.{key} is a field of {cls.section}.{nested}: write it inside {nested} "
+                                  f"({nested}: {{{key}: ...}}; --set {cls.section}.{written[key]}=...)")
+            raise ConfigError(f"{cls.section}.{cls.selector} '{cls.chosen_name()}' has no field '{key}'"
+                              f"{did_you_mean(str(key), written, written)}; its fields: {', '.join(names)}")
         return super().from_dict({k: v for k, v in data.items() if k != cls.selector})
 
 
@@ -226,6 +251,22 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def overlaid(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s fields, a mapping in both (a family's stack) overlaid field by field."""
+    return base | {k: overlaid(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                   for k, v in over.items()}
+
+
+def field_paths(cls: type) -> list[str]:
+    """A config class's field names, each followed by those of a config inside it as 'stack.n_layers'."""
+    hints, paths = typing.get_type_hints(cls), []
+    for f in dataclasses.fields(cls):
+        paths.append(f.name)
+        if _is_config(hints[f.name]):
+            paths += [f"{f.name}.{inner}" for inner in field_paths(hints[f.name])]
+    return paths
+
+
 def at_least(field: str, value: int, low: int) -> None:
     if value < low:
         raise ConfigError(f"{field} must be >= {low} (got {value})")
@@ -233,11 +274,13 @@ def at_least(field: str, value: int, low: int) -> None:
 
 def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str],
                     fields_of: typing.Callable[[str, dict[str, Any]], list[str] | None]) -> None:
-    """Apply ``--set section.field=value`` expressions in place; values are parsed as YAML scalars.
+    """Apply ``--set section.field=value`` expressions in place (``model.stack.n_layers=4``: a field of
+    a config inside the section); values are parsed as YAML scalars.
     A ``--set`` is a line of config given on the command line: whatever is wrong with it (no ``=``, an
     unknown section or field, a value that does not parse) is a ConfigError, as in a file.
     ``fields_of(section, sections)``: the field names a section may have once all overrides are
-    applied (a model section's depend on its arch), or None where that is not known yet."""
+    applied (a model section's depend on its arch; a nested config's as 'stack.n_layers'), or None
+    where that is not known yet."""
     applied = []
     for expr in overrides:
         key, sep, raw = expr.partition("=")
@@ -250,10 +293,13 @@ def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str],
             value = parse_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             raise ConfigError(f"--set {expr!r}: the value does not parse") from None
-        sections.setdefault(section, {})
-        if not isinstance(sections[section], dict):
-            raise ConfigError(f"--set {expr!r}: section '{section}' is not a mapping")
-        sections[section][name] = value
+        *outer, field = [section, *name.split(".")]  # model.stack.n_layers: the stack inside the model section
+        mapping = sections
+        for key in outer:
+            mapping = mapping.setdefault(key, {})
+            if not isinstance(mapping, dict):
+                raise ConfigError(f"--set {expr!r}: '{key}' is not a mapping")
+        mapping[field] = value
         applied.append((expr, section, name))
     for expr, section, name in applied:
         fields = fields_of(section, sections)
@@ -263,6 +309,15 @@ def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str],
 
 
 def differences(old: TypedConfig, new: TypedConfig) -> list[str]:
-    """The fields of one section that differ, as 'section.field: old -> new'."""
-    a, b = old.to_dict(), new.to_dict()
+    """The fields of one section that differ, as 'section.field: old -> new' (a nested config's as
+    'section.nested.field')."""
+    a, b = _flat(old.to_dict()), _flat(new.to_dict())
     return [f"{old.section}.{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+
+
+def _flat(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'stack': {'d_model': 8}} -> {'stack.d_model': 8}."""
+    flat = {}
+    for name, value in fields.items():
+        flat |= _flat(value, f"{prefix}{name}.") if isinstance(value, dict) else {f"{prefix}{name}": value}
+    return flat

@@ -23,7 +23,7 @@ CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothin
 def setup():
     """The model and the 4 batches of the global batch (lengths differ, so token counts differ)."""
     torch.manual_seed(0)
-    model = build_model(model_config(vocab_size=30, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0))
+    model = build_model(model_config(vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0)))
     g = torch.Generator().manual_seed(1)
     batches = []
     for b in range(4):

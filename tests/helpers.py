@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from torch import Tensor, nn
 
 from attnlab import FAMILIES, build_model, model_config
 from attnlab.data.tokenizers import EOS
+from attnlab.models import StackConfig
 
 # The command-line program and torchrun, as commands (argv prefixes) of this interpreter: they work
 # in a plain checkout where no console script is installed (tests/conftest.py puts the repository
@@ -59,16 +61,26 @@ def run_cli(*args: str, stdin: str | bytes = b"") -> subprocess.CompletedProcess
     return subprocess.CompletedProcess(["attnlab", *args], code, out.getvalue(), err.getvalue())
 
 
-TINY = dict(vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, max_len=64, max_relative_distance=3)
+TINY = dict(vocab_size=23, max_len=64, max_relative_distance=3)
+TINY_STACK = dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
+STACK_FIELDS = [f.name for f in dataclasses.fields(StackConfig)]
 
 
 def tiny_model(seed: int = 0, **overrides) -> torch.nn.Module:
     """A small model of any family (``arch``), built with a fixed seed, in eval mode: TINY's
-    sizes where the family has the field, and ``overrides``."""
+    fields where the family has them, TINY_STACK's in its attention stack (or as its own fields: a
+    recurrent model's d_model, n_layers and dropout), and ``overrides``, where a field of the stack
+    may be given by name (``tiny_model(attention_backend="math")``)."""
     family = FAMILIES[overrides.get("arch", "encoder_decoder")]
-    sizes = {k: v for k, v in TINY.items() if k in family.config.field_names()}
+    own = family.config.field_names()
+    fields = {k: v for k, v in TINY.items() if k in own}
+    if "stack" in own:
+        by_name = {k: overrides.pop(k) for k in list(overrides) if k in STACK_FIELDS}
+        fields["stack"] = {**TINY_STACK, **by_name, **overrides.pop("stack", {})}
+    else:
+        fields |= {k: v for k, v in TINY_STACK.items() if k in own}
     torch.manual_seed(seed)
-    return build_model(model_config(**{**sizes, **overrides})).eval()
+    return build_model(model_config(**{**fields, **overrides})).eval()
 
 
 def eos_biased(model: nn.Module, eos_bias: float) -> nn.Module:

@@ -24,8 +24,7 @@ N_LAYERS = 4
 
 def model():
     torch.manual_seed(0)
-    return build_model(model_config(arch="decoder_lm", vocab_size=30, d_model=16, n_heads=2, n_layers=N_LAYERS,
-                                    d_ff=32, dropout=0.0, tie_embeddings="none", norm="pre"))
+    return build_model(model_config(arch="decoder_lm", vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=N_LAYERS, d_ff=32, dropout=0.0, norm="pre"), tie_embeddings="none"))
 
 
 def batches() -> list[Batch]:

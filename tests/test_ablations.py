@@ -119,8 +119,8 @@ def test_the_paper_is_the_default_and_switches_are_refused_where_they_cannot_app
     with pytest.raises(ConfigError, match="normalisation 'batch' standardises each feature over every token"):
         model_config(arch="decoder_lm", vocab_size=10, normalisation="batch")
     with pytest.raises(ConfigError, match="attention_backend 'linear' never forms scores, so attention_scale"):
-        model_config(arch="decoder_lm", vocab_size=10, attention_backend="linear", attention_scale="none",
-                     attention_dropout=0.0)
+        model_config(arch="decoder_lm", vocab_size=10, stack=dict(attention_backend="linear", attention_dropout=0.0), attention_scale="none",
+                     )
     with pytest.raises(ConfigError, match="attention_scale must be one of 'sqrt_dk', 'none', 'learned'"):
         model_config(arch="decoder_lm", vocab_size=10, attention_scale="sqrt")
     with pytest.raises(ConfigError, match="has no field 'ffn'"):

@@ -285,8 +285,7 @@ def test_alignment_title_lies_within_the_figure(source, target):
 def test_budget_flops_match_the_formulas():
     """Per attention module 2 x 2 B Tq Tk d for Q K^T and the weighted sum; per FFN 2 x 2 B T d d_ff;
     the output layer 2 B T d V. Projections: 3 (self) or 1 + 2 (cross, over S) times 2 B T d^2, plus W^O."""
-    cfg = model_config(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1,
-                       attention_backend="math")  # the formulas of explicit scores
+    cfg = model_config(vocab_size=50, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1, attention_backend="math"))  # the formulas of explicit scores
     B, T, S, d = 3, 10, 7, 16
     report = budget_report(cfg, T, B, src_len=S)
     kinds = report["flops"]["forward_by_kind"]
@@ -308,8 +307,7 @@ def demo_like_run(tmp_path_factory):
     """A tiny Transformer trained for a few seconds on the built-in reverse task."""
     out = tmp_path_factory.mktemp("runs") / "reverse"
     cfg = RunConfig.from_sections({
-        "model": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre",
-                  "positional": "rotary"},
+        "model": {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre"}, "positional": "rotary"},
         "data": {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 600, "n_valid": 40,
                  "n_test": 40, "min_len": 3, "max_len": 6},
         "train": {"max_steps": 120, "max_tokens": 600, "lr_schedule": "constant", "lr": 0.005, "warmup_steps": 10,

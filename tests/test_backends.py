@@ -219,7 +219,7 @@ BACKEND_CONFIGS = {
     "local": dict(attention_backend="local", attention_window=3, attention_block=4),
     "sparse": dict(attention_backend="sparse", attention_window=2, sparse_stride=4, sparse_global=1,
                    sparse_random=1, attention_block=4),
-    "linear": dict(attention_backend="linear", attention_block=4, attention_dropout=0.0),
+    "linear": dict(stack=dict(attention_backend="linear", attention_dropout=0.0), attention_block=4),
 }
 
 
@@ -282,7 +282,7 @@ def test_auto_keeps_attnlabs_dropout_draws_on_the_cpu():
 
 def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_positions():
     """Shaw's value term needs the probabilities, so auto computes them as math does: equal logits."""
-    assert model_config(vocab_size=10).attention_backend == "auto"
+    assert model_config(vocab_size=10).stack.attention_backend == "auto"
     math_model = tiny_model(arch="decoder_lm", positional="relative", attention_backend="math")
     auto_model = tiny_model(arch="decoder_lm", positional="relative")
     ids = random_ids(2, 9)
@@ -290,17 +290,18 @@ def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_pos
 
 
 @pytest.mark.parametrize("fields, says", [
-    (dict(attention_backend="flash"), "attention_backend"),
-    (dict(attention_backend="linear", positional="alibi", attention_dropout=0.0), "never forms scores"),
-    (dict(attention_backend="linear", attention_dropout=0.1), "no attention probabilities to drop"),
-    (dict(attention_backend="chunked", positional="relative"), "only attention_backend 'math'"),
-    (dict(attention_backend="sdpa", sparse_stride=4), "sparse_stride is only used with attention_backend 'sparse'"),
-    (dict(attention_backend="local", attention_window=-1), "attention_window"),
-    (dict(attention_backend="chunked", arch="rnn"), "model.arch 'rnn' has no field 'attention_backend'"),
+    (dict(stack=dict(attention_backend="flash")), "attention_backend"),
+    (dict(stack=dict(attention_backend="linear", attention_dropout=0.0), positional="alibi"), "never forms scores"),
+    (dict(stack=dict(attention_backend="linear", attention_dropout=0.1)), "no attention probabilities to drop"),
+    (dict(stack=dict(attention_backend="chunked"), positional="relative"), "only attention_backend 'math'"),
+    (dict(stack=dict(attention_backend="sdpa"), sparse_stride=4), "sparse_stride is only used with attention_backend 'sparse'"),
+    (dict(stack=dict(attention_backend="local"), attention_window=-1), "attention_window"),
+    (dict(stack=dict(attention_backend="chunked"), arch="rnn"), "model.arch 'rnn' has no field 'stack'"),
 ])
 def test_impossible_combinations_are_rejected_with_the_reason(fields, says):
     with pytest.raises(ConfigError, match=says):
-        model_config(**fields, vocab_size=10, d_model=16, n_heads=4)  # the first field refused is one of ``fields``
+        stack = dict(d_model=16, n_heads=4, **fields.get("stack", {}))
+        model_config(**{**fields, "vocab_size": 10, "stack": stack})  # the first field refused is one of ``fields``
 
 
 def test_chunked_memory_does_not_grow_with_the_square_of_t():

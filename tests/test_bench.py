@@ -242,8 +242,7 @@ def lm_run(tmp_path: Path, name: str, letters: str = "abcdefgh", **model) -> Pat
     """A character LM trained for 40 steps on repeated ``letters``, with ``model`` fields."""
     text = tmp_path / f"{name}.txt"
     text.write_text(letters * 50)
-    fields = {"arch": "decoder_lm", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0,
-              "max_len": 24, "positional": "learned"} | model
+    fields = {"arch": "decoder_lm", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0}, "max_len": 24, "positional": "learned"} | model
     config = tmp_path / f"{name}.yaml"
     config.write_text(yaml.safe_dump({
         "model": fields, "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 16},

@@ -76,7 +76,7 @@ def test_a_family_restricts_its_attention_backends_one_way():
     """A family with an attention stack says which backends fit it by one predicate
     (``backends_fit``) and why others do not (``backends_refusal``); the check and its message come
     from AttentionStack.check_backend, the same for every family."""
-    from attnlab.models.transformer_config import AttentionStack
+    from attnlab.models.stack import AttentionStack
     from attnlab.nn.registry import ATTENTION_BACKENDS
 
     stacks = {name: f.config for name, f in FAMILIES.items() if issubclass(f.config, AttentionStack)}

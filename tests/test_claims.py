@@ -123,17 +123,17 @@ def test_sinusoid_shift_is_a_rotation(k):
 
 # -- 4. seed 004, line 2690: ~700 GFLOPs for one GPT-3 forward pass over 2,048 tokens ------------------
 
-GPT3 = dict(arch="decoder_lm", vocab_size=50257, d_model=12288, n_heads=96, d_ff=4 * 12288, dropout=0.0,
-            positional="learned", max_len=2048, norm="pre", activation="gelu", tie_embeddings="output",
-            attention_backend="math")
+GPT3 = dict(arch="decoder_lm", vocab_size=50257, positional="learned", max_len=2048, tie_embeddings="output",
+            stack=dict(d_model=12288, n_heads=96, d_ff=4 * 12288, dropout=0.0, norm="pre", activation="gelu",
+                       attention_backend="math"))
 
 
 def test_two_n_rule_on_a_scaled_down_model():
     """Forward FLOPs of a decoder LM = 2 x (weights of its matrix products) x T + 4 L T^2 d (scores and
     weighted sum over the full T x T matrix); 2 N T is within 3 % when T / d = 1/6, as for GPT-3."""
     L, d, T = 4, 768, 128
-    cfg = model_config(**{**GPT3, "vocab_size": 8192, "d_model": d, "n_heads": 12, "d_ff": 4 * d, "max_len": T},
-                       n_layers=L)
+    stack = {**GPT3["stack"], "d_model": d, "n_heads": 12, "d_ff": 4 * d, "n_layers": L}
+    cfg = model_config(**{**GPT3, "vocab_size": 8192, "stack": stack, "max_len": T})
     report = budget_report(cfg, T, 1)
     n, forward = report["params"], report["flops"]["forward"]
     matmul_weights = L * 12 * d * d + 8192 * d  # Q, K, V, O, FFN per layer; the tied output projection
@@ -148,7 +148,7 @@ def test_gpt3_forward_flops():
     (96 identical layers: measured with 1 and 2 layers on the meta device, extrapolated linearly)."""
     measured = {}
     for n_layers in (1, 2):
-        report = budget_report(model_config(**GPT3, n_layers=n_layers), 2048, 1)
+        report = budget_report(model_config(**{**GPT3, "stack": {**GPT3["stack"], "n_layers": n_layers}}), 2048, 1)
         measured[n_layers] = report["params"], report["flops"]["forward"]
     per_layer = [b - a for a, b in zip(measured[1], measured[2])]
     params, forward = (one + 95 * layer for one, layer in zip(measured[1], per_layer))
@@ -172,8 +172,7 @@ def test_ffn_against_attention_flops_per_layer():
     """Per encoder layer at T = 100, d = 512, d_ff = 2048: projections 4 T d^2 multiply-adds, scores
     and weighted sum 2 T^2 d, FFN 2 T d d_ff; measured by attnlab's budget (2 FLOPs per multiply-add)."""
     N, T, d, d_ff = 6, 100, 512, 2048
-    cfg = model_config(arch="encoder_only", vocab_size=100, d_model=d, n_heads=8, n_layers=N, d_ff=d_ff,
-                       dropout=0.0, attention_backend="math")
+    cfg = model_config(arch="encoder_only", vocab_size=100, stack=dict(d_model=d, n_heads=8, n_layers=N, d_ff=d_ff, dropout=0.0, attention_backend="math"))
     kinds = budget_report(cfg, T, 1)["flops"]["forward_by_kind"]
     projections, scores, ffn = (kinds[k] // N for k in ("attention_projections", "attention_scores", "feed_forward"))
     assert (projections, scores, ffn) == (2 * 4 * T * d * d, 2 * 2 * T * T * d, 2 * 2 * T * d * d_ff)

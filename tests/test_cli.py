@@ -46,7 +46,7 @@ def test_info_table_runs_as_a_console_script():
 
 @pytest.mark.parametrize("text,code,message", [
     (None, 3, "no such config file"),
-    ("model:\n  vocab_size: 10\n  n_heads: 3\n", 3, "d_model (512) must be divisible by n_heads (3)"),
+    ("model:\n  vocab_size: 10\n  stack: {n_heads: 3}\n", 3, "d_model (512) must be divisible by n_heads (3)"),
     ("model: [1\n", 3, "YAML does not parse"),
 ])
 def test_bad_config_is_one_line_and_an_exit_code(tmp_path, text, code, message):
@@ -80,7 +80,7 @@ def tiny_parallel_corpus(tmp_path):
         (tmp_path / f"{split}.en").write_text("".join(" ".join(en[i] for i in r) + "\n" for r in chunk))
     config = tmp_path / "tiny.yaml"
     config.write_text(f"""\
-model: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0, norm: pre}}
+model: {{stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0, norm: pre}}}}
 data: {{format: parallel, train: {tmp_path}/train, valid: {tmp_path}/val, src_lang: de, tgt_lang: en,
        tokenizer: word, shared_vocab: false}}
 train: {{max_steps: 250, max_tokens: 400, lr_schedule: constant, lr: 0.003, warmup_steps: 10,
@@ -229,7 +229,7 @@ def test_generate_and_score_a_language_model(tmp_path):
     text.write_text("to be or not to be, that is the question. " * 100)
     config = tmp_path / "lm.yaml"
     config.write_text(f"""\
-model: {{arch: decoder_lm, d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0, positional: rotary}}
+model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, positional: rotary}}
 data: {{format: text, train: {text}, tokenizer: char, block_size: 32}}
 train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_steps: 5, label_smoothing: 0.0,
         eval_every: 80}}
@@ -327,12 +327,12 @@ def test_info_counts_models_of_images_and_graphs_and_refuses_their_token_budgets
 
 
 def test_info_takes_overrides_and_a_run_directory(tmp_path, capsys):
-    assert main(["info", str(ROOT / "configs/transformer_base.yaml"), "--set", "model.n_layers=3", "--json"]) == 0
+    assert main(["info", str(ROOT / "configs/transformer_base.yaml"), "--set", "model.stack.n_layers=3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["params_total"] == 63_082_496 - 3 * (3_152_384 + 4_204_032)
     assert main(["info", str(ROOT / "configs/scan.yaml"), "--json"]) == 0  # a built-in task: its tokenizer is built
     assert json.loads(capsys.readouterr().out)["params_total"] == 665_984
     assert main(["info", str(ROOT / "configs/scan.yaml"), "--set", "model.n_layer=3"]) == ConfigError.exit_code
-    assert "unknown field 'n_layer' in section 'model' (did you mean 'n_layers'?)" in capsys.readouterr().err
+    assert "unknown field 'n_layer' in section 'model' (did you mean 'stack.n_layers'?)" in capsys.readouterr().err
     config = tiny_parallel_corpus(tmp_path)
     assert main(["train", str(config), "--out", str(tmp_path / "run"), "--set", "train.max_steps=2"]) == 0
     logged = capsys.readouterr().out
@@ -394,7 +394,7 @@ def tiny_lm_run(tmp_path) -> Path:
     text = tmp_path / "text.txt"
     text.write_text("abcdefgh\n" * 50)  # the newline: generate's default prompt is a known token
     config = tmp_path / "lm.yaml"
-    config.write_text(f"model: {{arch: decoder_lm, d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
+    config.write_text(f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
                       f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"
                       f"train: {{max_steps: 2, batch_size: 4, eval_every: 2, progress: false}}\n")
     assert main(["train", str(config), "--out", str(tmp_path / "lm")]) == 0

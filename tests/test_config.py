@@ -13,22 +13,22 @@ from attnlab.models import read_model_config
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (dict(d_model=510, n_heads=8), r"d_model \(510\) must be divisible by n_heads \(8\)"),
-    (dict(norm="mid"), r"norm must be one of 'post', 'pre' \(got 'mid'\)"),
+    (dict(stack=dict(d_model=510, n_heads=8)), r"d_model \(510\) must be divisible by n_heads \(8\)"),
+    (dict(stack=dict(norm="mid")), r"norm must be one of 'post', 'pre' \(got 'mid'\)"),
     (dict(positional="rotery"), r"positional must be one of .*'rotary'.* \(got 'rotery'\) \(did you mean 'rotary'\?\)"),
     (dict(arch="gpt"), r"arch must be one of 'encoder_decoder', 'decoder_lm', 'encoder_only'"),
-    (dict(activation="tanh"), r"activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'"),
+    (dict(stack=dict(activation="tanh")), r"activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'"),
     (dict(positional_combine="mul"), r"positional_combine must be one of 'add', 'concat'"),
     (dict(tie_embeddings="yes"), r"tie_embeddings must be one of 'none', 'output', 'src_tgt', 'all'"),
-    (dict(dropout=1.5), r"dropout must be in \[0, 1\) \(got 1.5\)"),
-    (dict(attention_dropout=-0.1), r"attention_dropout must be in \[0, 1\)"),
-    (dict(d_model=0), r"d_model must be >= 1 \(got 0\)"),
+    (dict(stack=dict(dropout=1.5)), r"dropout must be in \[0, 1\) \(got 1.5\)"),
+    (dict(stack=dict(attention_dropout=-0.1)), r"attention_dropout must be in \[0, 1\)"),
+    (dict(stack=dict(d_model=0)), r"d_model must be >= 1 \(got 0\)"),
     (dict(n_encoder_layers=0), r"n_encoder_layers must be >= 1"),
-    (dict(d_model="512"), r"d_model must be an integer \(got '512'\)"),
-    (dict(d_model=True), r"d_model must be an integer \(got True\)"),
-    (dict(dropout="0.1"), r"dropout must be a number"),
+    (dict(stack=dict(d_model="512")), r"d_model must be an integer \(got '512'\)"),
+    (dict(stack=dict(d_model=True)), r"d_model must be an integer \(got True\)"),
+    (dict(stack=dict(dropout="0.1")), r"dropout must be a number"),
     (dict(src_vocab_size=50), r"src_vocab_size \(50\) must equal vocab_size \(100\)"),
-    (dict(positional="rotary", d_model=24, n_heads=8), r"rotary positions need an even head size"),
+    (dict(positional="rotary", stack=dict(d_model=24, n_heads=8)), r"rotary positions need an even head size"),
     (dict(positional="rotary", positional_combine="concat"), r"'concat' needs an absolute encoding"),
     (dict(positional_combine="concat", positional_dim=32), r"tie_embeddings 'output'/'all' needs token embeddings"),
     (dict(positional_combine="concat", positional_dim=64, tie_embeddings="src_tgt"), r"positional_dim \(64\) must be between 1 and d_model - 1"),
@@ -36,23 +36,27 @@ from attnlab.models import read_model_config
     (dict(positional_combine="concat", positional_dim=7, tie_embeddings="none"), r"sinusoidal positions need an even width \(got 7\)"),
     (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
     (dict(arch="decoder_lm", src_vocab_size=100), r"model.arch 'decoder_lm' has no field 'src_vocab_size' \(did you mean 'vocab_size'\?\); its fields: "
-                                                  r"vocab_size, d_model, n_heads, n_layers, d_ff"),
+                                                  r"vocab_size, stack, positional"),
     (dict(arch="decoder_lm", tie_embeddings="src_tgt"), r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder'"),
     (dict(positional_base=1.0), r"positional_base must be > 1"),
     (dict(arch="encoder_only", n_classes=1), r"n_classes must be >= 2"),
     (dict(n_classes=3), r"model.arch 'encoder_decoder' has no field 'n_classes'"),
     (dict(rnn_cell="lstm"), r"model.arch 'encoder_decoder' has no field 'rnn_cell'"),
     (dict(arch="rnn", n_heads=4), r"model.arch 'rnn' has no field 'n_heads'; its fields: vocab_size, src_vocab_size, d_model"),
-    (dict(layer_norm_eps=float("nan")), r"layer_norm_eps must be a finite number"),
+    (dict(norm="pre"), r"model.norm is a field of model.stack: write it inside stack \(stack: \{norm: ...\}; --set "
+                       r"model.stack.norm=...\)"),
+    (dict(stack=dict(layer_norm_eps=float("nan"))), r"layer_norm_eps must be a finite number"),
     (dict(positional_base=float("inf")), r"positional_base must be a finite number"),
     (dict(arch="decoder_lm", n_encoder_layers=2), r"model.arch 'decoder_lm' has no field 'n_encoder_layers' \(did you "
-                                                  r"mean 'n_layers'\?\)"),
+                                                  r"mean 'stack.n_layers'\?\)"),
     (dict(arch="encoder_only", n_decoder_layers=2), r"model.arch 'encoder_only' has no field 'n_decoder_layers'"),
 ])
 def test_invalid_configs_name_the_field(overrides, message):
-    base = dict(vocab_size=100, d_model=64, n_heads=4)
+    fields = {"vocab_size": 100, **overrides}
+    if overrides.get("arch") != "rnn":  # a family with an attention stack: d_model 64, 4 heads unless overridden
+        fields["stack"] = {"d_model": 64, "n_heads": 4, **overrides.get("stack", {})}
     with pytest.raises(ConfigError, match=message):
-        model_config(**{**base, **overrides})
+        model_config(**fields)
 
 
 def test_a_recurrent_model_shares_no_embedding_between_source_and_target():
@@ -100,26 +104,26 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
 
 
 def test_unknown_and_missing_keys():
-    with pytest.raises(ConfigError, match=r"model.arch 'encoder_decoder' has no field 'd_modle' \(did you mean 'd_model'\?\)"):
+    with pytest.raises(ConfigError, match=r"model.arch 'encoder_decoder' has no field 'd_modle' \(did you mean 'stack.d_model'\?\)"):
         model_config({"vocab_size": 10, "d_modle": 64})
     with pytest.raises(ConfigError, match=r"section 'model' needs the field 'vocab_size'"):
-        model_config({"d_model": 64})
+        model_config({"stack": {"d_model": 64}})
     with pytest.raises(ConfigError, match=r"section 'model' must be a mapping"):
         model_config([1, 2])
 
 
 def test_derived_fields():
-    cfg = model_config(vocab_size=100, d_model=64, n_heads=4, n_layers=3, n_decoder_layers=2, dropout=0.2)
-    assert (cfg.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.attn_dropout, cfg.src_vocab) == (16, 3, 2, 0.2, 100)
+    cfg = model_config(vocab_size=100, stack=dict(d_model=64, n_heads=4, n_layers=3, dropout=0.2), n_decoder_layers=2)
+    assert (cfg.stack.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.stack.attn_dropout, cfg.src_vocab) == (16, 3, 2, 0.2, 100)
     assert model_config(vocab_size=10, positional_base=100).positional_base == 100.0  # ints accepted as floats
 
 
 @pytest.mark.parametrize("cfg", [
     model_config(vocab_size=37000),
-    model_config(vocab_size=100, arch="decoder_lm", positional="rotary", norm="pre", activation="gelu", attention_dropout=0.0),
+    model_config(vocab_size=100, arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)),
     model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="output", n_encoder_layers=2),
     model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="none", positional_combine="concat", positional_dim=16,
-                d_model=64, n_heads=4),
+                stack=dict(d_model=64, n_heads=4)),
 ])
 def test_yaml_and_json_round_trip(tmp_path, cfg):
     (tmp_path / "c.yaml").write_text(cfg.to_yaml())
@@ -139,7 +143,7 @@ def test_file_errors_name_the_file_and_line(tmp_path):
     with pytest.raises(ConfigError, match=r"typo.yaml: unknown section 'modle' \(did you mean 'model'\?\)"):
         read_model_config(typo)
     field = tmp_path / "field.yaml"
-    field.write_text("model:\n  vocab_size: 10\n  norm: middle\n")
+    field.write_text("model:\n  vocab_size: 10\n  stack: {norm: middle}\n")
     with pytest.raises(ConfigError, match=r"field.yaml: norm must be one of 'post', 'pre' \(got 'middle'\)"):
         read_model_config(field)
     with pytest.raises(ConfigError, match=r"missing.yaml: no such config file"):
@@ -153,12 +157,12 @@ def test_file_errors_name_the_file_and_line(tmp_path):
 def test_configs_are_frozen_so_they_stay_valid():
     import dataclasses
 
-    cfg = model_config(vocab_size=100, d_model=64, n_heads=4)
+    cfg = model_config(vocab_size=100, stack=dict(d_model=64, n_heads=4))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cfg.d_model = 15
-    assert dataclasses.replace(cfg, n_heads=8).d_head == 8
+        cfg.stack.d_model = 15
+    assert dataclasses.replace(cfg, stack=dataclasses.replace(cfg.stack, n_heads=8)).stack.d_head == 8
     with pytest.raises(ConfigError, match="divisible"):
-        dataclasses.replace(cfg, d_model=15)
+        dataclasses.replace(cfg.stack, d_model=15)
 
 
 @pytest.mark.parametrize("text,value", [("3e-3", 0.003), ("1E5", 100000.0), ("-2e+3", -2000.0), ("1.0e-8", 1e-8),
@@ -260,7 +264,7 @@ def test_train_refuses_cuda_graphs_on_the_cpu_before_making_the_run(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("to be or not to be\n" * 50)
     config = tmp_path / "lm.yaml"
-    config.write_text(f"model: {{arch: decoder_lm, d_model: 16, n_heads: 2, n_layers: 1, d_ff: 16}}\n"
+    config.write_text(f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 16}}}}\n"
                       f"data: {{format: text, train: {text}, tokenizer: char, block_size: 8}}\n"
                       f"train: {{device: cpu, compile: graphs}}\n")
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))

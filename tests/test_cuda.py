@@ -37,7 +37,7 @@ def full_fp32():
 
 FAMILIES = {
     "encoder_decoder": dict(arch="encoder_decoder"),
-    "encoder_decoder sdpa": dict(arch="encoder_decoder", attention_backend="sdpa"),
+    "encoder_decoder sdpa": dict(arch="encoder_decoder", stack=dict(attention_backend="sdpa")),
     "decoder_lm rotary": dict(arch="decoder_lm", positional="rotary"),
     "rnn bahdanau": dict(arch="rnn", rnn_cell="gru", rnn_attention="bahdanau", score="additive", bidirectional=True),
 }
@@ -95,7 +95,7 @@ def test_every_preset_trains_on_cuda_as_on_the_cpu(preset, data_overrides, tmp_p
     the two devices draw their masks from different generators: on an H100 (2026-11-26) every preset
     with dropout drifted 6-15% from the CPU's recorded losses within 20 steps, those without stayed
     within 1%."""
-    no_dropout = ["model.dropout=0.0", "train.compile=false"]  # eager on both: compiled training has its own test
+    no_dropout = ["model.stack.dropout=0.0", "train.compile=false"]  # eager on both: compiled training has its own test
     monkeypatch.setattr("attnlab.train.loop.allow_tf32", lambda device: None)  # fp32 products, not fit's TF32
     losses = {device: golden.train_losses(preset, data_overrides, tmp_path / device, device, no_dropout)
               for device in ("cpu", "cuda")}
@@ -105,7 +105,7 @@ def test_every_preset_trains_on_cuda_as_on_the_cpu(preset, data_overrides, tmp_p
 def test_a_recurrent_run_trains_checkpoints_resumes_and_decodes_on_cuda(data_overrides, tmp_path):
     """cuDNN keeps the GRU weights in one flat buffer: checkpoints are written from copies, loaded in place."""
     preset = golden.ROOT / "configs" / "rnn_bahdanau.yaml"
-    sets = [*data_overrides["parallel"], "model.d_model=64", "train.max_steps=6", "train.eval_every=3",
+    sets = [*data_overrides["parallel"], "model.stack.d_model=64", "train.max_steps=6", "train.eval_every=3",
             "train.max_tokens=200", "train.device=cuda", "train.progress=false"]
     run = tmp_path / "rnn"
     assert run_cli("train", str(preset), "--out", str(run), *(a for s in sets for a in ("--set", s))).returncode == 0
@@ -120,7 +120,7 @@ def test_a_recurrent_run_trains_checkpoints_resumes_and_decodes_on_cuda(data_ove
 def test_torchrun_takes_one_gpu_per_rank_or_refuses_in_one_line(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text("""\
-model: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}
+model: {stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}
 data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
 train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 4,
         log_every: 1, progress: false, device: cuda}

@@ -307,7 +307,7 @@ def test_evaluate_scores_a_standard_test_set_by_name(tmp_path, monkeypatch):
         (tmp_path / f"train.{lang}").write_text("".join(" ".join(vocab[k] for k in r) + "\n" for r in rows))
     config = tmp_path / "tiny.yaml"
     config.write_text(f"""\
-model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}
+model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}}}
 data: {{format: parallel, train: {tmp_path}/train, valid: {tmp_path}/train, src_lang: de, tgt_lang: en,
        tokenizer: word}}
 train: {{max_steps: 4, eval_every: 4, eval_exact_match: 0, early_stop_metric: valid_loss, progress: false}}

@@ -59,7 +59,7 @@ def test_torchrun_workers_refuse_a_device_they_cannot_have_in_one_line_each(tmp_
     """A worker prints the one-line refusal and exits; the only traceback is torchrun's own report of
     the failed workers. (tests/test_cuda.py runs the same with one GPU.)"""
     config = tmp_path / "tiny.yaml"
-    config.write_text("model: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}\n"
+    config.write_text("model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
                       "data: {format: builtin, generator: reverse, n_train: 50, n_valid: 10, n_test: 10}\n"
                       "train: {max_steps: 2, device: cuda, progress: false}\n")
     done = subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "attnlab.cli", "train", str(config),

@@ -21,7 +21,7 @@ from helpers import run_cli
 WORDS = "zero one two three four five six seven eight nine ten eleven".split()
 
 PRETRAIN = """\
-model: {{arch: encoder_only, d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0, positional: learned,
+model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}, positional: learned,
         max_len: 16}}
 data: {{task: masked_lm, train: {root}/count.txt, max_len: 16, n_valid: 50}}
 train: {{max_steps: 20, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1, eval_every: 20,
@@ -29,7 +29,7 @@ train: {{max_steps: 20, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warm
 """
 
 FINETUNE = """\
-model: {{dropout: 0.0{model}}}
+model: {{stack: {{dropout: 0.0{stack}}}{model}}}
 data: {{task: classification, train: {root}/parity.tsv, max_len: 16, n_valid: 40}}
 train: {{init_from: {init_from}, max_steps: 10, max_tokens: 512, lr_schedule: cosine, lr: 1.0e-3, warmup_ratio: 0.2,
         eval_every: 10, label_smoothing: 0.0, progress: false, early_stop_metric: accuracy{extra}}}
@@ -52,9 +52,10 @@ def pretrained(tmp_path_factory):
     return root
 
 
-def finetune(root, name: str, init_from: str = "mlm", extra: str = "", model: str = ""):
+def finetune(root, name: str, init_from: str = "mlm", extra: str = "", model: str = "", stack: str = ""):
     """Train run ``name`` of ``root`` from ``init_from`` (a path under ``root``)."""
-    (root / f"{name}.yaml").write_text(FINETUNE.format(root=root, init_from=root / init_from, extra=extra, model=model))
+    (root / f"{name}.yaml").write_text(FINETUNE.format(root=root, init_from=root / init_from, extra=extra, model=model,
+                                                       stack=stack))
     return run_cli("train", str(root / f"{name}.yaml"), "--out", str(root / name))
 
 
@@ -92,8 +93,8 @@ def test_a_run_started_from_a_classifier_skips_its_untrained_masked_lm_head(pret
     root = pretrained
     # a classifier trained from scratch never trains its masked-LM head: a run from it does not load it
     (root / "scratch.yaml").write_text(FINETUNE.format(
-        root=root, init_from="x", extra="", model=", arch: encoder_only, d_model: 32, n_heads: 2, n_layers: 1, "
-        "d_ff: 64, positional: learned, max_len: 16").replace("init_from: x, ", ""))
+        root=root, init_from="x", extra="", model=", arch: encoder_only, positional: learned, max_len: 16",
+        stack=", d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64").replace("init_from: x, ", ""))
     assert run_cli("train", str(root / "scratch.yaml"), "--out", str(root / "scratch")).returncode == 0
     done = finetune(root, "again", init_from="scratch/checkpoints/step-000010")
     assert done.returncode == 0, done.stderr
@@ -104,16 +105,16 @@ def test_a_run_started_from_a_classifier_skips_its_untrained_masked_lm_head(pret
         "mlm_head.norm.bias"]
 
 
-@pytest.mark.parametrize("init_from,extra,model,message", [
-    ("nowhere", "", "", "train.init_from: nowhere is neither a run directory (with config.yaml) nor one of its "
-                        "checkpoint directories (with model.safetensors)"),
-    ("mlm", "", ", arch: decoder_lm", "train.init_from: mlm is a run of model.arch 'encoder_only'; this config's "
-                                      "model.arch is 'decoder_lm': weights initialise a model of their own family only"),
-    ("mlm", "", ", d_model: 64", "train.init_from mlm: embed.tokens.weight has shape (17, 32) there and (17, 64) here"),
-    ("mlm", ", freeze_layers: 3", "", "train.freeze_layers (3) is more than the model's 2 layers"),
+@pytest.mark.parametrize("init_from,extra,model,stack,message", [
+    ("nowhere", "", "", "", "train.init_from: nowhere is neither a run directory (with config.yaml) nor one of its "
+                            "checkpoint directories (with model.safetensors)"),
+    ("mlm", "", ", arch: decoder_lm", "", "train.init_from: mlm is a run of model.arch 'encoder_only'; this config's "
+                                          "model.arch is 'decoder_lm': weights initialise a model of their own family only"),
+    ("mlm", "", "", ", d_model: 64", "train.init_from mlm: embed.tokens.weight has shape (17, 32) there and (17, 64) here"),
+    ("mlm", ", freeze_layers: 3", "", "", "train.freeze_layers (3) is more than the model's 2 layers"),
 ])
-def test_bad_initialisation_is_one_line(pretrained, init_from, extra, model, message):
-    done = finetune(pretrained, "bad", init_from=init_from, extra=extra, model=model)
+def test_bad_initialisation_is_one_line(pretrained, init_from, extra, model, stack, message):
+    done = finetune(pretrained, "bad", init_from=init_from, extra=extra, model=model, stack=stack)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert message in done.stderr.replace(f"{pretrained}/", "")
     assert not (pretrained / "bad").exists()  # refused before anything was written and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -139,8 +140,7 @@ def test_freezing_needs_init_from_and_the_warmup_ratio_replaces_warmup_steps():
 
 def test_layer_wise_learning_rate_decay_and_frozen_layers():
     torch.manual_seed(0)
-    model = build_model(model_config({"arch": "encoder_only", "vocab_size": 20, "d_model": 8, "n_heads": 2,
-                                      "n_layers": 3, "d_ff": 16, "positional": "learned", "max_len": 8}))
+    model = build_model(model_config({"arch": "encoder_only", "vocab_size": 20, "stack": {"d_model": 8, "n_heads": 2, "n_layers": 3, "d_ff": 16}, "positional": "learned", "max_len": 8}))
     scales = layer_lr_scales(model, 0.5)
     assert scales["embed.tokens.weight"] == scales["embed.positional.table.weight"] == 0.5 ** 4
     assert [scales[f"encoder.layers.{i}.feed_forward.w_1.weight"] for i in range(3)] == [0.5 ** 3, 0.5 ** 2, 0.5]

@@ -15,8 +15,7 @@ from attnlab.nn.residual import ResidualConnection, TokenBatchNorm
 from attnlab.nn.series import ChannelLinear, LastValue, Patching, RevIN, SeriesDecomposition
 
 PAPER = dict(n_channels=7, input_length=336, horizon=96)  # ETTh1, the paper's input and shortest horizon
-SMALL = dict(n_channels=3, input_length=40, horizon=12, patch_length=8, patch_stride=4, d_model=16, n_heads=4,
-             n_layers=2, d_ff=32)
+SMALL = dict(n_channels=3, input_length=40, horizon=12, patch_length=8, patch_stride=4, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32))
 
 
 def series(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -247,8 +246,8 @@ def test_each_family_builds_from_the_datas_fields_and_round_trips(arch):
     (dict(arch="patchtst", patch_stride=0), r"patch_stride must be >= 1"),
     (dict(arch="patchtst", patch_stride=17), r"patch_stride \(17\) must be at most patch_length \(16\)"),
     (dict(arch="patchtst", head_dropout=1.0), r"head_dropout must be in \[0, 1\)"),
-    (dict(arch="patchtst", d_model=18), r"d_model \(18\) must be divisible by n_heads \(4\)"),
-    (dict(arch="patchtst", attention_backend="local"), r"attention_backend 'local' is blockwise or approximate, which a series' few patches \(42 in the paper\) do not need; use 'math' or 'sdpa' or 'auto'$"),
+    (dict(arch="patchtst", stack=dict(d_model=18)), r"d_model \(18\) must be divisible by n_heads \(4\)"),
+    (dict(arch="patchtst", stack=dict(attention_backend="local")), r"attention_backend 'local' is blockwise or approximate, which a series' few patches \(42 in the paper\) do not need; use 'math' or 'sdpa' or 'auto'$"),
     (dict(arch="patchtst", revin=False, revin_affine=True), r"revin_affine is only used with revin: true"),
     (dict(arch="dlinear", kernel_size=24), r"kernel_size must be odd"),
     (dict(arch="dlinear", kernel_size=0), r"kernel_size must be >= 1"),

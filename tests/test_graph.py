@@ -58,8 +58,7 @@ def by_hand(attn, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("backend", ["math", "sdpa", "auto"])
 def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend):
     torch.manual_seed(0)
-    model = build_model(model_config(arch="graph", n_features=3, d_model=8, n_heads=2, n_layers=1,
-                                     attention_backend=backend)).eval()
+    model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend=backend))).eval()
     attn = model.encoder.layers[0].self_attn
     x = torch.randn(5, 8)
     with torch.no_grad():
@@ -69,8 +68,7 @@ def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend
 
 def test_non_edges_get_zero_weight_and_an_isolated_node_attends_to_itself_alone():
     torch.manual_seed(0)
-    model = build_model(model_config(arch="graph", n_features=3, d_model=8, n_heads=2, n_layers=1,
-                                     attention_backend="math")).eval()
+    model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend="math"))).eval()
     attn = model.encoder.layers[0].self_attn
     with torch.no_grad():
         _, weights = attn(torch.randn(1, 5, 8), mask=AttentionMask(explicit=neighbourhoods(SMALL)), need_weights=True)
@@ -89,8 +87,7 @@ def test_a_node_sees_only_its_neighbourhood_per_layer():
     changed[3:] += 1.0
     eigenvectors = laplacian_eigenvectors(SMALL)
     for n_layers, reached in ((1, False), (2, True)):
-        model = build_model(model_config(arch="graph", n_features=3, d_model=8, n_heads=2, n_layers=n_layers,
-                                         laplacian_k=0)).eval()
+        model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=n_layers), laplacian_k=0)).eval()
         with torch.no_grad():
             before, after = model(features, SMALL, eigenvectors), model(changed, SMALL, eigenvectors)
         assert torch.equal(before[:2], after[:2]) != reached
@@ -170,15 +167,15 @@ def test_training_flips_each_eigenvectors_sign_at_random():
 
 
 @pytest.mark.parametrize("fields,message", [
-    (dict(attention_backend="chunked"), r"attention_backend 'chunked' takes no explicit mask, which arch 'graph' "
+    (dict(stack=dict(attention_backend="chunked")), r"attention_backend 'chunked' takes no explicit mask, which arch 'graph' "
                                         r"attends through \(each node's neighbourhood\); use 'math' or 'sdpa' or "
                                         r"'auto'"),
-    (dict(attention_backend="linear"), "attention_backend 'linear' takes no explicit mask"),
-    (dict(attention_backend="local"), "attention_backend 'local' takes no explicit mask"),
-    (dict(d_model=30, n_heads=4), r"d_model \(30\) must be divisible by n_heads \(4\)"),
+    (dict(stack=dict(attention_backend="linear")), "attention_backend 'linear' takes no explicit mask"),
+    (dict(stack=dict(attention_backend="local")), "attention_backend 'local' takes no explicit mask"),
+    (dict(stack=dict(d_model=30, n_heads=4)), r"d_model \(30\) must be divisible by n_heads \(4\)"),
     (dict(laplacian_k=-1), r"laplacian_k must be >= 0 \(got -1\)"),
     (dict(n_classes=1), r"n_classes must be >= 2 \(got 1\)"),
-    (dict(norm="sandwich"), "norm must be one of"),
+    (dict(stack=dict(norm="sandwich")), "norm must be one of"),
     (dict(positional="rotary"), "model.arch 'graph' has no field 'positional'"),
 ])
 def test_the_config_refuses_early_naming_the_field(fields, message):

@@ -183,8 +183,9 @@ def test_import_then_export_gives_transformers_the_same_model_and_tokenizer(tmp_
 def test_a_run_trained_by_attnlab_with_gpt2s_options_exports_with_its_whole_vocabulary(tmp_path):
     (tmp_path / "text.txt").write_text("".join(f"{line}\n" for line in LINES * 20))
     (tmp_path / "lm.yaml").write_text(
-        f"model: {{arch: decoder_lm, d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, positional: learned, "
-        f"max_len: 32, embedding: plain, activation: gelu_tanh, tie_embeddings: output, dropout: 0.0}}\n"
+        f"model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, "
+        f"activation: gelu_tanh, dropout: 0.0}}, positional: learned, max_len: 32, embedding: plain, "
+        f"tie_embeddings: output}}\n"
         f"data: {{task: language_model, train: {tmp_path / 'text.txt'}, tokenizer: byte_bpe, vocab_size: 290, "
         f"block_size: 16}}\n"
         f"train: {{max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}}\n")
@@ -267,5 +268,5 @@ def test_an_export_of_options_gpt2_lacks_names_them_all_in_one_line(tmp_path):
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"))
     assert done.returncode == 3 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr == (f"error: {tmp_path / 'run'}: GPT-2 has no counterpart for positional 'rotary' (GPT-2's is "
-                           f"'learned'); norm 'post' (GPT-2's is 'pre'); tie_embeddings 'none' (GPT-2's is 'output')\n")
+                           f"'learned'); stack.norm 'post' (GPT-2's is 'pre'); tie_embeddings 'none' (GPT-2's is 'output')\n")
     assert not (tmp_path / "back").exists()

@@ -58,7 +58,7 @@ def imported(tmp_path: Path, folder: Path, task: str, commands: str):
 def test_states_and_logits_equal_transformers(tmp_path):
     folder = tiny_folder(tmp_path / "hf")
     model, cfg = imported(tmp_path, folder, "image_classification", "predict, evaluate, inspect")
-    assert (cfg.head, cfg.layer_norm_eps, cfg.activation, cfg.norm) == ("linear", 1e-12, "gelu", "pre")
+    assert (cfg.head, cfg.stack.layer_norm_eps, cfg.stack.activation, cfg.stack.norm) == ("linear", 1e-12, "gelu", "pre")
     images = torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         theirs = reference(folder)(pixel_values=images, output_hidden_states=True)
@@ -142,7 +142,7 @@ def test_options_attnlab_cannot_represent_are_refused_in_one_line(tmp_path, over
 def test_encoder_stride_is_ignored_and_a_layer_norm_eps_is_kept(tmp_path):
     folder = tiny_folder(tmp_path / "hf", encoder_stride=3, layer_norm_eps=1e-5)
     model, cfg = imported(tmp_path, folder, "image_classification", "predict, evaluate, inspect")
-    assert cfg.layer_norm_eps == 1e-5
+    assert cfg.stack.layer_norm_eps == 1e-5
     images = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         assert (model.classify(images) - reference(folder)(pixel_values=images).logits).abs().max().item() <= 1e-5

@@ -17,6 +17,7 @@ import transformers
 import yaml
 from PIL import Image
 
+from attnlab.config import overlaid
 from attnlab.data.images import digits
 from attnlab.tasks.image_classification import read_inputs
 from attnlab.train.checkpoint import RunDir, load_run
@@ -24,8 +25,8 @@ from helpers import run_cli
 from test_hf_vit import tiny_folder
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "vit.yaml"
-SHRUNK = ("model.positional=learned", "model.head=linear", "model.d_model=16", "model.n_heads=2", "model.n_layers=2",
-          "model.d_ff=32", "model.activation=gelu_tanh", "train.max_steps=20", "train.eval_every=20")
+SHRUNK = ("model.positional=learned", "model.head=linear", "model.stack.d_model=16", "model.stack.n_heads=2", "model.stack.n_layers=2",
+          "model.stack.d_ff=32", "model.stack.activation=gelu_tanh", "train.max_steps=20", "train.eval_every=20")
 
 
 def export(run: Path, out: Path):
@@ -102,7 +103,7 @@ def test_a_trained_vit_exports_and_transformers_gives_its_logits_on_image_files(
      "positional 'learned_2d' (ViT's is 'learned'); head 'pooled' (ViTForImageClassification's is 'linear')"),
     ({"positional": "sinusoidal_2d"}, "positional 'sinusoidal_2d' (ViT's is 'learned')"),
     ({"positional": "none", "pooling": "mean"}, "positional 'none' (ViT's is 'learned'); pooling 'mean' (ViT's is 'cls')"),
-    ({"norm": "post"}, "norm 'post' (ViT's is 'pre')"),
+    ({"stack": {"norm": "post"}}, "stack.norm 'post' (ViT's is 'pre')"),
     ({}, "pruned heads (ViT has num_attention_heads in every layer)"),
 ])
 def test_an_export_of_options_vit_lacks_names_them_in_one_line(digits_run, tmp_path, changes, named):
@@ -111,7 +112,7 @@ def test_an_export_of_options_vit_lacks_names_them_in_one_line(digits_run, tmp_p
     for name in ("config.yaml", "task_state.json"):
         (run / name).write_text((digits_run / name).read_text())
     config = yaml.safe_load((run / "config.yaml").read_text())
-    config["model"] |= changes
+    config["model"] = overlaid(config["model"], changes)
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     if not changes:
         (run / "pruned_heads.json").write_text(json.dumps({"encoder.layers.0.self_attn": [1]}))

@@ -223,8 +223,7 @@ def test_sampling_with_replacement_resumes_exactly(tmp_path):
 def test_sampling_is_refused_for_a_task_that_batches_its_own_way(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("a b c d e f g h i j k l m n o p\n" * 20)
-    cfg = RunConfig.from_sections({"model": {"arch": "decoder_lm", "d_model": 16, "n_heads": 2, "n_layers": 1,
-                                             "d_ff": 32},
+    cfg = RunConfig.from_sections({"model": {"arch": "decoder_lm", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
                                    "data": {"task": "language_model", "format": "text", "train": str(text),
                                             "block_size": 8},
                                    "train": {"sampling": "with_replacement", "lr_schedule": "constant", "lr": 0.001,

@@ -241,7 +241,7 @@ def tiny_cmlm_config(tmp_path):
         (tmp_path / f"{split}.en").write_text("".join(" ".join(en[i] for i in r) + "\n" for r in chunk))
     config = tmp_path / "cmlm.yaml"
     config.write_text(f"""\
-model: {{arch: cmlm, d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0, max_target_length: 8}}
+model: {{arch: cmlm, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, max_target_length: 8}}
 data: {{task: masked_translation, format: parallel, train: {tmp_path}/train, valid: {tmp_path}/val,
        src_lang: de, tgt_lang: en, tokenizer: word}}
 train: {{max_steps: 200, max_tokens: 300, lr_schedule: constant, lr: 0.003, warmup_steps: 5, eval_every: 200,

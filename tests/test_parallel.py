@@ -24,7 +24,7 @@ from attnlab.train.strategy import check_strategy
 from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli
 
 TINY = """\
-model: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, dropout: 0.0}
+model: {stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, dropout: 0.0}}
 data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
 train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 1, eval_every: 2,
         log_every: 1, progress: false, eval_exact_match: 4}
@@ -184,7 +184,7 @@ def test_pipeline_gives_one_process_accumulating_the_micro_batches_gradients(tmp
 
 
 LM = """\
-model: {{arch: decoder_lm, d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0, tie_embeddings: none}}
+model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, tie_embeddings: none}}
 data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
 train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
         log_every: 1, progress: false, micro_batches: 2}}
@@ -229,12 +229,12 @@ def two_ranks() -> World:
 
 
 @pytest.mark.parametrize("field, fields", [
-    ("n_heads", dict(d_model=48, n_heads=3, d_ff=64)),
-    ("d_ff", dict(d_model=32, n_heads=4, d_ff=63)),
+    ("n_heads", dict(stack=dict(d_model=48, n_heads=3, d_ff=64))),
+    ("d_ff", dict(stack=dict(d_model=32, n_heads=4, d_ff=63))),
 ])
 def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(field, fields):
     cfg = model_config(vocab_size=30, **fields)
-    with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.{field} \(\d+\) must be divisible by the "
+    with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.stack.{field} \(\d+\) must be divisible by the "
                                           r"tensor-parallel size \(2 ranks\)$"):
         check_strategy("tp", cfg, two_ranks())
 
@@ -249,7 +249,7 @@ def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
 
 
 @pytest.mark.parametrize("fields, says", [
-    (dict(n_layers=1), r"model.n_layers \(1\) is fewer than the pipeline stages \(2 ranks\)"),
+    (dict(stack=dict(n_layers=1)), r"model.stack.n_layers \(1\) is fewer than the pipeline stages \(2 ranks\)"),
     (dict(tie_embeddings="output"), "model.tie_embeddings 'output' shares the first stage's embedding"),
     (dict(multi_token_heads=2), "model.multi_token_heads are not cut into stages"),
 ])
@@ -264,18 +264,18 @@ def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(fields, says
 def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
     from attnlab.train.pipeline import Pipeline
 
-    model = build_model(model_config(arch="decoder_lm", vocab_size=30, n_layers=2, tie_embeddings="none"))
+    model = build_model(model_config(arch="decoder_lm", vocab_size=30, stack=dict(n_layers=2), tie_embeddings="none"))
     with pytest.raises(ConfigError, match=r"^train.pipeline_schedule 1f1b needs train.micro_batches \(1\) of at "
                                           r"least the pipeline stages \(2 ranks\)$"):
         Pipeline(model, two_ranks(), "1f1b", 1, torch.device("cpu"))
 
 
 def test_fsdp_tp_refuses_a_tensor_parallel_size_that_does_not_divide_the_ranks_or_the_heads():
-    cfg = model_config(vocab_size=30, d_model=48, n_heads=6, d_ff=96)
+    cfg = model_config(vocab_size=30, stack=dict(d_model=48, n_heads=6, d_ff=96))
     with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: train.tensor_parallel \(4\) must divide the "
                                           r"torchrun ranks \(6\)$"):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=4)
-    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: model.n_heads \(6\) must be divisible by the "
+    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: model.stack.n_heads \(6\) must be divisible by the "
                                           r"tensor-parallel size \(4 ranks\)$"):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=8), tensor_parallel=4)
     check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=3)  # dp 2 x tp 3

@@ -16,8 +16,7 @@ D, H, FF, L, V, T, B = 16, 4, 32, 4, 30, 8, 4
 
 
 def tiny():
-    return model_config(arch="decoder_lm", vocab_size=V, d_model=D, n_heads=H, n_layers=L, d_ff=FF,
-                        tie_embeddings="none", positional="sinusoidal", dropout=0.0, norm="pre")
+    return model_config(arch="decoder_lm", vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=L, d_ff=FF, dropout=0.0, norm="pre"), tie_embeddings="none", positional="sinusoidal")
 
 
 def test_per_rank_weights_are_counted_by_hand_and_activations_are_the_budgets():
@@ -41,11 +40,10 @@ def test_per_rank_weights_are_counted_by_hand_and_activations_are_the_budgets():
 
 
 def test_pp_does_not_apply_to_an_encoder_decoder_and_the_cli_prints_the_table(tmp_path):
-    cfg = model_config(vocab_size=V, d_model=D, n_heads=H, n_layers=2, d_ff=FF)
+    cfg = model_config(vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=2, d_ff=FF))
     assert parallel_memory(cfg, T, B, 2, 2)["pp gpipe"]["total"] is None
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "d_model": D, "n_heads": H,
-                                            "n_layers": L, "d_ff": FF, "tie_embeddings": "none"}}))
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"}}))
     done = run_cli("info", str(config), "--parallel", "2", "--seq-len", str(T), "--batch", str(B), "--json")
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)["parallel_memory"]) == {"one process", "ddp", "fsdp", "tp", "pp gpipe",

@@ -42,7 +42,7 @@ def write_corpus(root: Path) -> None:
 
 
 CONFIG_TEXT = """\
-model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0, positional: learned, max_len: 32}}
+model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}, positional: learned, max_len: 32}}
 data: {{format: parallel, train: {root}/train, valid: {root}/val, src_lang: de, tgt_lang: en, tokenizer: word,
        max_src_len: 30, max_tgt_len: 30}}
 train: {{max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
@@ -59,7 +59,7 @@ def workspace(tmp_path_factory):
     assert main(["train", str(root / "good.yaml"), "--out", str(root / "run")]) == 0
     (root / "out.txt").write_text("precious\n")
     (root / "input.de").write_text("eins zwei\ndrei\n")
-    (root / "model.yaml").write_text("model: {vocab_size: 50, d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}\n")
+    (root / "model.yaml").write_text("model: {vocab_size: 50, stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n")
     return root
 
 
@@ -131,13 +131,13 @@ def edit_config(run: RunDir, old: str, new: str) -> None:
 
 def tsv_config(root: Path, text: str) -> None:
     (root / "bad.tsv").write_text(text)
-    (root / "bad.yaml").write_text(f"model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
+    (root / "bad.yaml").write_text(f"model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
                                    f"data: {{format: tsv, train: {root}/bad.tsv, tokenizer: word}}\n")
 
 
 def scan_config(root: Path, text: str) -> None:
     (root / "bad.scan").write_text(text)
-    (root / "bad.yaml").write_text(f"model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
+    (root / "bad.yaml").write_text(f"model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
                                    f"data: {{format: scan, train: {root}/bad.scan, tokenizer: word}}\n")
 
 
@@ -173,8 +173,8 @@ CASES = [
     ("--set bad value of a resumed run", ["train", "--out", "{root}/run", "--resume", "--set", "train.lr=fast"],
      nothing, CONFIG, "lr must be a number (got 'fast')"),
     ("info --set unknown field", ["info", "{root}/model.yaml", "--set", "model.n_layer=3"], nothing, CONFIG,
-     "unknown field 'n_layer' in section 'model' (did you mean 'n_layers'?)"),
-    ("info --set bad value", ["info", "{root}/model.yaml", "--set", "model.n_layers=0"], nothing, CONFIG, "n_layers"),
+     "unknown field 'n_layer' in section 'model' (did you mean 'stack.n_layers'?)"),
+    ("info --set bad value", ["info", "{root}/model.yaml", "--set", "model.stack.n_layers=0"], nothing, CONFIG, "n_layers"),
     # -- data --------------------------------------------------------------------------------------
     ("training file missing", TRAIN, config_with(**{"/train,": "/nowhere,"}), DATA, "no such file"),
     ("parallel line counts differ", TRAIN, corrupt_corpus("train", "en", b"one\ntwo\n"), DATA, "parallel files must align"),
@@ -199,7 +199,7 @@ CASES = [
      "not a run directory"),
     ("--resume with another model", ["train", "{root}/bad.yaml", "--out", "{root}/run", "--resume"],
      config_with(**{"d_ff: 32": "d_ff: 48"}), CONFIG, "a resumed run keeps its model, but the given config differs "
-                                                      "(model.d_ff: 32 -> 48)"),
+                                                      "(model.stack.d_ff: 32 -> 48)"),
     ("--resume with other data", ["train", "--out", "{root}/run", "--resume", "--set",
                                   "data.max_src_len=20"], nothing, CONFIG,
      "keeps its data, but the given config differs (data.max_src_len: 30 -> 20)"),

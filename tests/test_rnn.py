@@ -85,7 +85,7 @@ def test_rnn_config_checks():
     with pytest.raises(ConfigError, match="score 'dot' compares the decoder state"):
         model_config(vocab_size=10, d_model=16, arch="rnn", score="dot")
     with pytest.raises(ConfigError, match="model.arch 'encoder_decoder' has no field 'rnn_cell'"):
-        model_config(vocab_size=10, d_model=16, n_heads=2, rnn_cell="lstm")
+        model_config(vocab_size=10, stack=dict(d_model=16, n_heads=2), rnn_cell="lstm")
     with pytest.raises(ConfigError, match=r"rnn_attention must be one of 'none', 'bahdanau', 'luong'"):
         model_config(vocab_size=10, d_model=16, arch="rnn", rnn_attention="monotonic")
 

@@ -32,6 +32,7 @@ from attnlab.analysis.capture import attention_of, capture_attention
 from attnlab.analysis.cross_modal import blocks
 from attnlab.analysis.heads import head_entropy
 from attnlab.analysis.prune import prune_run
+from attnlab.config import overlaid
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.decode.search import beam_search
@@ -52,7 +53,7 @@ SENTENCE = "3 1 4 1 5"
 def trained(root: Path, name: str, model: dict, data: dict, steps: int = 2, **train) -> Path:
     """A run directory of ``steps`` updates: enough weights to read, in a second or two. On one
     thread: models this small gain nothing from more, and lose much to them on a busy machine."""
-    cfg = RunConfig.from_sections({"model": {"dropout": 0.0, **model}, "data": data,
+    cfg = RunConfig.from_sections({"model": overlaid({"stack": {"dropout": 0.0}}, model), "data": data,
                                    "train": {"max_steps": steps, "eval_every": steps, "lr_schedule": "constant",
                                              "warmup_steps": 1, "progress": False, **train}})
     threads = torch.get_num_threads()
@@ -73,9 +74,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     (root / "text.txt").write_text("the cat sat on the mat.\n" * 40)
     (root / "labelled.tsv").write_text("".join(f"{w} film\t{label}\n" for w, label in
                                                [("great", "pos"), ("awful", "neg"), ("fine", "pos"), ("dull", "neg")] * 10))
-    small = {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}
+    small = {"stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}}
     out = {"translation": trained(
-        root, "reverse", {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "norm": "pre", "max_len": 32},
+        root, "reverse", {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "norm": "pre"}, "max_len": 32},
         {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 1000, "n_valid": 8, "n_test": 8,
          "min_len": 3, "max_len": 5}, steps=200, max_tokens=400, lr=0.01, eval_exact_match=8)}  # reverses SENTENCE
     prune_run(out["translation"], [0.25], out=root / "reverse-pruned")
@@ -88,10 +89,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                                                                "n_valid": 8, "max_len": 16}, max_tokens=256)
     out["mlm"] = trained(root, "mlm", encoder, {"task": "masked_lm", "train": str(root / "text.txt"), "n_valid": 8,
                                                 "max_len": 16}, max_tokens=256)
-    out["vit"] = trained(root, "vit", {"arch": "vit", "patch_size": 2, "d_model": 16, "n_heads": 2, "n_layers": 2,
-                                       "d_ff": 32}, {"task": "image_classification", "dataset": "digits"}, batch_size=32)
-    out["captioner"] = trained(root, "captioner", {"arch": "captioner", "patch_size": 8, "d_model": 16, "n_heads": 2,
-                                                   "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 32},
+    out["vit"] = trained(root, "vit", {"arch": "vit", "patch_size": 2, "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}}, {"task": "image_classification", "dataset": "digits"}, batch_size=32)
+    out["captioner"] = trained(root, "captioner", {"arch": "captioner", "patch_size": 8, "stack": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "n_encoder_layers": 1, "n_decoder_layers": 1},
                                {"task": "captioning", "dataset": "scenes", "max_objects": 1, "n_train": 256, "n_valid": 8,
                                 "n_test": 8}, steps=40, batch_size=32, lr=0.01)
     out["qa"] = trained(root, "qa", {"arch": "single_stream", "patch_size": 8, **small},
@@ -321,7 +320,7 @@ def test_a_question_answerer_answers_as_ask_does_with_each_words_attention_over_
     records, modality = captured.last(), model.sequence(x, ids)[2]
     assert_maps_equal(got["attention"], records)
     words = ["[CLS]", *tokenizers["src"].id_tokens(ids[0, 1:].tolist())]
-    assert got["question_tokens"] == words and got["grid"] == [4, 4] and len(got["text_to_image"]) == cfg.n_layers
+    assert got["question_tokens"] == words and got["grid"] == [4, 4] and len(got["text_to_image"]) == cfg.stack.n_layers
     for block in got["text_to_image"]:
         assert block["rows"] == words and block["cols"] == cfg.patch_labels
         torch.testing.assert_close(torch.tensor(block["probs"], dtype=torch.float64),
@@ -350,8 +349,7 @@ def test_a_bad_question_or_image_is_refused_in_one_line(runs, run, request_, sta
 def test_the_text_only_baseline_answers_with_no_patches_to_draw(runs, tmp_path):
     """image_tokens: none reads the question alone: its maps are the question's, its text-to-image
     blocks empty, and its answers `ask`'s."""
-    run = trained(tmp_path, "text-only", {"arch": "single_stream", "patch_size": 8, "image_tokens": "none", "d_model": 16,
-                                          "n_heads": 2, "n_layers": 1, "d_ff": 32},
+    run = trained(tmp_path, "text-only", {"arch": "single_stream", "patch_size": 8, "image_tokens": "none", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
                   {"task": "visual_qa", "max_objects": 1, "n_train": 32, "n_valid": 8, "n_test": 8}, batch_size=32)
     path, _, _ = scene_png(tmp_path / "scene.png")
     got = answer(client(run), image=base64.b64encode(path.read_bytes()).decode(), question=QUESTION)
@@ -437,7 +435,7 @@ def test_a_directory_that_is_not_a_run_is_one_line(tmp_path):
 
 
 def test_a_run_without_attention_weights_is_one_line(runs, tmp_path):
-    model = {"arch": "decoder_lm", "attention_backend": "linear", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+    model = {"arch": "decoder_lm", "stack": {"attention_backend": "linear", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}}
     data = {"format": "text", "train": str(runs["lm"].parent / "text.txt"), "tokenizer": "char", "block_size": 16}
     run = trained(tmp_path, "linear", model, data, batch_size=4)
     done = run_cli("serve", str(run), "--port", "0")

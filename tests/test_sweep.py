@@ -60,7 +60,7 @@ def spec_with(folder: Path, text: str) -> Path:
 
 @pytest.mark.parametrize("text, message", [
     ("sweep:\n  config: base.yaml\n  seed: 3\n", "bad.yaml: unknown field 'sweep.seed' (did you mean 'seeds'?)"),
-    ("sweep:\n  grid: {model.n_heads: [1, 2]}\n", "bad.yaml: sweep.config: the base config file is missing"),
+    ("sweep:\n  grid: {model.stack.n_heads: [1, 2]}\n", "bad.yaml: sweep.config: the base config file is missing"),
     ("sweep:\n  config: base.yaml\n  grid: {n_heads: [1, 2]}\n", "bad.yaml: sweep.grid: 'n_heads' is not a config field"),
     ("sweep:\n  config: base.yaml\n  grid: {model.kernel_size: 3}\n",
      "bad.yaml: sweep.grid.model.kernel_size must be a list of distinct values (got 3)"),
@@ -272,8 +272,11 @@ def test_every_shipped_sweep_spec_builds_each_run_with_its_cells_values(path, tm
         sections = {"model": built.model, "data": vars(built.data), "train": vars(built.train)}
         for field, value in run.cell.settings():
             if field != CONFIG_AXIS:
-                section, name = field.split(".")
-                assert sections[section][name] == value, (run.name, field)
+                section, *path = field.split(".")  # model.stack.n_heads: a field of the stack
+                got = sections[section]
+                for name in path:
+                    got = got[name] if isinstance(got, dict) else getattr(got, name)
+                assert got == value, (run.name, field)
         assert built.train.seed == run.seed
         assert spec.steps is None or built.train.max_steps == spec.steps
 

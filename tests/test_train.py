@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from attnlab import CheckpointError
+from attnlab.config import overlaid
 from attnlab.decode.search import greedy
 from attnlab.decode.translate import translate
 from attnlab.data.batching import Batch
@@ -33,7 +34,8 @@ from attnlab.train.step import make_optimizer, train_step
 def run_config(model=None, data=None, train=None) -> RunConfig:
     """A tiny copy-task run that trains in a few seconds."""
     return RunConfig.from_sections({
-        "model": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre", **(model or {})},
+        "model": overlaid({"stack": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre"}},
+                          model or {}),
         "data": {"format": "builtin", "generator": "copy", "tokenizer": "word", "n_train": 600, "n_valid": 50,
                  "n_test": 50, "min_len": 3, "max_len": 6, "seed": 7, **(data or {})},
         "train": {"max_steps": 300, "max_tokens": 512, "lr_schedule": "constant", "lr": 3e-3, "warmup_steps": 20,
@@ -139,7 +141,7 @@ def test_copy_task_is_learnt_in_seconds(tmp_path):
     settles the weights (at a constant lr the last evaluation swung between 0.92 and 1.0 exact match
     with the thread count). Seen (train seeds 1-5 with 1 thread, 1-3 with 2): exact match 0.98-1.0 at
     steps 300 and 400, valid loss 0.005-0.010, mean train loss of the last 10 steps 0.005-0.007."""
-    cfg = run_config(model={"n_layers": 2}, data={"n_train": 2000},
+    cfg = run_config(model={"stack": {"n_layers": 2}}, data={"n_train": 2000},
                      train={"max_steps": 400, "lr_schedule": "cosine", "lr": 6e-3})
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
     losses = train_losses(tmp_path / "run")
@@ -152,7 +154,7 @@ def test_copy_task_is_learnt_in_seconds(tmp_path):
 def test_resume_continues_exactly(tmp_path):
     """An interrupted run resumed from its checkpoint logs the same losses as one that never stopped
     (dropout on, so the RNG state must come back too)."""
-    overrides = {"model": {"dropout": 0.1}, "train": {"max_steps": 12, "eval_every": 3, "log_every": 2,
+    overrides = {"model": {"stack": {"dropout": 0.1}}, "train": {"max_steps": 12, "eval_every": 3, "log_every": 2,
                                                       "eval_exact_match": 0, "early_stop_metric": "valid_loss"}}
     whole = tmp_path / "whole"
     train_run(run_config(**overrides), whole, log=lambda s: None)
@@ -245,8 +247,7 @@ def lm_config(text, **train) -> RunConfig:
     """A character language model of 32-token windows over ``text``."""
     text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
     return RunConfig.from_sections({
-        "model": {"arch": "decoder_lm", "d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0,
-                  "positional": "rotary", "max_len": 32},
+        "model": {"arch": "decoder_lm", "stack": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0}, "positional": "rotary", "max_len": 32},
         "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 32},
         "train": train,
     })
@@ -358,7 +359,7 @@ def test_activation_checkpointing_gives_the_same_gradients():
     from attnlab.nn.stacks import LayerStack
 
     torch.manual_seed(0)
-    model = build_model(model_config(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0))
+    model = build_model(model_config(vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0)))
     src, tgt = torch.randint(1, 30, (3, 7)), torch.randint(1, 30, (3, 5))
     grads = []
     for checkpointing in (False, True):
@@ -480,7 +481,7 @@ def test_short_run_with_the_default_training_learns_a_toy_tsv(tmp_path):
     warm-up is fitted to the run, which then learns every pair."""
     tsv = tmp_path / "toy.tsv"
     tsv.write_text("".join(f"{de}\t{en}\n" for de, en in TOY_PAIRS))
-    cfg = RunConfig.from_sections({"model": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 128},
+    cfg = RunConfig.from_sections({"model": {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 128}},
                                    "data": {"format": "tsv", "train": str(tsv), "valid": str(tsv)},
                                    "train": {"max_steps": 100, "progress": False}})
     lines = []

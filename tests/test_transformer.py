@@ -152,7 +152,7 @@ def test_layer_counts_and_final_norm():
 
 def test_initialisation_is_xavier_uniform_and_scaled_normal_embeddings():
     torch.manual_seed(0)
-    model = build_model(model_config(vocab_size=1000, d_model=256, n_heads=4, n_layers=1, d_ff=1024))
+    model = build_model(model_config(vocab_size=1000, stack=dict(d_model=256, n_heads=4, n_layers=1, d_ff=1024)))
     w1 = model.encoder.layers[0].feed_forward.w_1.weight  # (1024, 256)
     bound = (6 / (256 + 1024)) ** 0.5
     assert w1.abs().max() <= bound and w1.abs().max() > 0.99 * bound
@@ -194,7 +194,7 @@ def test_single_stack_models_stay_finite_on_padding_rows(arch):
 def test_dropout_sits_where_the_paper_puts_it(site):
     """Only the configured site's dropout changes the output: embeddings (sum of token vectors and
     positions), attention weights, and each sublayer's output before the residual sum."""
-    base = dict(arch="decoder_lm", dropout=0.0, attention_dropout=0.0)
+    base = dict(arch="decoder_lm", stack=dict(dropout=0.0, attention_dropout=0.0))
     model = tiny_model(**base).train()
     ids = random_ids(2, 6)
     torch.manual_seed(3)
@@ -219,7 +219,7 @@ def test_dropout_sits_where_the_paper_puts_it(site):
 
 def test_fused_projections_are_initialised_block_by_block():
     torch.manual_seed(0)
-    model = build_model(model_config(vocab_size=100, d_model=512, n_heads=8, n_layers=1, d_ff=64))
+    model = build_model(model_config(vocab_size=100, stack=dict(d_model=512, n_heads=8, n_layers=1, d_ff=64)))
     bound = (6 / (512 + 512)) ** 0.5  # Xavier for one d_model x d_model matrix
     for fused in (model.encoder.layers[0].self_attn.qkv_proj, model.decoder.layers[0].cross_attn.kv_proj):
         for block in fused.weight.split(512):

@@ -233,17 +233,18 @@ def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leave
                                  r"Transformer-XL moves states from the segment into the memory: use one of "
                                  r"'relative', 'relative_bias', 'rotary', 'alibi', 'none'"),
     (dict(positional="sinusoidal"), r"positional 'sinusoidal' numbers positions"),
-    (dict(attention_backend="chunked"), r"attention_backend 'chunked' takes padding and causality only; "
+    (dict(stack=dict(attention_backend="chunked")), r"attention_backend 'chunked' takes padding and causality only; "
                                         r"Transformer-XL's decoding window is an explicit mask; use 'math' or 'sdpa' "
                                         r"or 'auto'"),
-    (dict(attention_backend="linear", dropout=0.0), r"attention_backend 'linear' takes padding and causality only"),
+    (dict(stack=dict(attention_backend="linear", dropout=0.0)), r"attention_backend 'linear' takes padding and causality only"),
     (dict(memory_length=-1), r"memory_length must be >= 0 \(got -1\)"),
     (dict(segment_length=0), r"segment_length must be >= 1 \(got 0\)"),
     (dict(multi_token_heads=2), r"model.arch 'transformer_xl' has no field 'multi_token_heads'"),
 ])
 def test_a_bad_model_section_fails_when_built_in_one_line(fields, message):
     with pytest.raises(ConfigError, match=message) as err:
-        model_config(arch="transformer_xl", vocab_size=10, d_model=16, n_heads=2, **fields)
+        stack = dict(d_model=16, n_heads=2, **fields.get("stack", {}))
+        model_config(**{"arch": "transformer_xl", "vocab_size": 10, **fields, "stack": stack})
     assert "\n" not in str(err.value)
 
 
@@ -253,8 +254,7 @@ TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the m
 def tiny_config(tmp_path, model: dict | None = None, data: dict | None = None) -> str:
     """A tiny training config; a model field given as None is left out."""
     (tmp_path / "text.txt").write_text(TEXT)
-    model = {"arch": "transformer_xl", "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "dropout": 0.0,
-             "norm": "pre", "memory_length": 8, **(model or {})}
+    model = {"arch": "transformer_xl", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "dropout": 0.0, "norm": "pre"}, "memory_length": 8, **(model or {})}
     sections = {
         "model": {k: v for k, v in model.items() if v is not None},
         "data": {"task": "segment_language_model", "train": str(tmp_path / "text.txt"), "tokenizer": "char",

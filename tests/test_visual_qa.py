@@ -29,7 +29,7 @@ from helpers import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = dict(arch="single_stream", vocab_size=12, n_classes=5, image_height=8, image_width=4, channels=3,
-             patch_size=4, d_model=8, n_heads=2, n_layers=2, d_ff=16, dropout=0.0, max_len=6)
+             patch_size=4, stack=dict(d_model=8, n_heads=2, n_layers=2, d_ff=16, dropout=0.0), max_len=6)
 
 
 def run_config(model: dict):
@@ -138,7 +138,7 @@ def test_each_question_is_asked_of_its_own_scene():
 # -- a tiny run through the command line -------------------------------------------------------------
 
 RECIPE = """\
-model: {arch: single_stream, patch_size: 4, d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}
+model: {arch: single_stream, patch_size: 4, stack: {d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}
 data: {task: visual_qa, max_objects: 1, n_train: 400, n_valid: 40, n_test: 40}
 train: {max_steps: 300, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1,
         eval_every: 300, early_stop_metric: accuracy, label_smoothing: 0.0, progress: false}

@@ -27,8 +27,7 @@ from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
-VIT = dict(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patch_size=2, d_model=16,
-           n_heads=2, n_layers=2, d_ff=32, dropout=0.0)
+VIT = dict(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patch_size=2, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0))
 
 
 def test_an_image_is_the_sequence_of_its_patches_in_row_major_order():
@@ -95,8 +94,8 @@ def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positi
 @pytest.mark.parametrize("fields,message", [
     (dict(image_width=10), r"image_width \(10\) must be divisible by patch_size \(4\)"),
     (dict(positional="rotary"), r"positional must be one of 'learned', 'learned_2d', 'sinusoidal_2d', 'none'"),
-    (dict(positional="sinusoidal_2d", d_model=18, n_heads=3), r"needs d_model divisible by 4 .*got 18"),
-    (dict(attention_backend="linear"), r"attention_backend 'linear' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"),
+    (dict(positional="sinusoidal_2d", stack=dict(d_model=18, n_heads=3)), r"needs d_model divisible by 4 .*got 18"),
+    (dict(stack=dict(attention_backend="linear")), r"attention_backend 'linear' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"),
     (dict(pooling="max"), r"pooling must be one of 'cls', 'mean'"),
 ])
 def test_the_config_refuses_early_naming_the_field(fields, message):
@@ -191,8 +190,8 @@ train: {{max_steps: 60, batch_size: 64, optimizer: adamw, lr_schedule: constant,
 def vit_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("vit")
     config = root / "vit.yaml"
-    config.write_text(RECIPE.format(arch="vit", model="patch_size: 2, d_model: 16, n_heads: 2, n_layers: 1, "
-                                                       "d_ff: 32, dropout: 0.0"))
+    config.write_text(RECIPE.format(arch="vit", model="patch_size: 2, stack: {d_model: 16, n_heads: 2, "
+                                                       "n_layers: 1, d_ff: 32, dropout: 0.0}"))
     done = run_cli("train", str(config), "--out", str(root / "run"))
     assert done.returncode == 0, done.stderr
     return root, done

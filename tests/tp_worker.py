@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from attnlab import build_model, model_config
+from attnlab.config import overlaid
 from attnlab.data.batching import collate_pairs
 from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
@@ -22,8 +23,8 @@ from attnlab.train.step import accumulate_gradients, train_step
 from attnlab.train.tensor_parallel import BLOCKS, tensor_parallel
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
-SIZES = dict(vocab_size=30, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
-FAMILIES = {"encoder_decoder": {}, "decoder_lm": {"positional": "rotary", "norm": "pre"},
+SIZES = dict(vocab_size=30, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0))
+FAMILIES = {"encoder_decoder": {}, "decoder_lm": {"positional": "rotary", "stack": {"norm": "pre"}},
             "encoder_only": {"embedding": "normed", "positional": "learned", "max_len": 32}}
 
 
@@ -44,7 +45,7 @@ def batches(arch: str) -> tuple[list, object]:
 
 def model(arch: str) -> nn.Module:
     torch.manual_seed(0)
-    return build_model(model_config(arch=arch, **SIZES, **FAMILIES[arch]))
+    return build_model(model_config(arch=arch, **overlaid(SIZES, FAMILIES[arch])))
 
 
 def own_blocks(net: nn.Module, whole_weights: dict[str, torch.Tensor], rank: int, size: int) -> bool:

@@ -152,14 +152,14 @@ def budget_report(cfg: Any, seq_len: int, batch: int, src_len: int | None = None
         if kind is not None:
             by_kind[kind] += flops
     activation_bytes = sum(t.numel() for t in saved.values()) * bytes_per_value
-    attention_bytes = sum(t.numel() for t in saved.values() if t.dim() == 4 and t.shape[1] == cfg.n_heads
+    attention_bytes = sum(t.numel() for t in saved.values() if t.dim() == 4 and t.shape[1] == cfg.stack.n_heads
                           and t.shape[-1] in (seq_len, src_len) and t.shape[-2] in (seq_len, src_len)) * bytes_per_value
     weights = n_params * bytes_per_value
     seq2seq = cfg.capabilities.encoder and cfg.capabilities.decoder
     cache_layers = cfg.decoder_layers if cfg.capabilities.incremental_decoding else 0
-    kv_cache = 2 * cache_layers * batch * seq_len * cfg.d_model * bytes_per_value  # self-attention K and V
+    kv_cache = 2 * cache_layers * batch * seq_len * cfg.stack.d_model * bytes_per_value  # self-attention K and V
     if seq2seq:
-        kv_cache += 2 * cfg.decoder_layers * batch * src_len * cfg.d_model * bytes_per_value  # projected source
+        kv_cache += 2 * cfg.decoder_layers * batch * src_len * cfg.stack.d_model * bytes_per_value  # projected source
     return {
         "batch": batch, "seq_len": seq_len, "src_len": src_len if seq2seq else None,
         "bytes_per_value": bytes_per_value, "params": n_params,

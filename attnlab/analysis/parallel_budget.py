@@ -115,15 +115,15 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
         "tp": row(W - W_split + W_split / ranks, W - W_split + W_split / ranks, A - A_split + A_split / ranks),
     }
     for schedule, in_flight in (("gpipe", micro_batches), ("1f1b", min(ranks, micro_batches))):
-        if cfg.arch != "decoder_lm" or cfg.n_layers < ranks:
+        if cfg.arch != "decoder_lm" or cfg.stack.n_layers < ranks:
             report[f"pp {schedule}"] = dict.fromkeys(("weights", "gradients", "adam_moments", "activations", "total"))
             continue
         stage_w = [0] * ranks
         stage_a = [0] * ranks
         for name, n in params:
-            stage_w[_stage_of(name, cfg.n_layers, ranks)] += n * b
+            stage_w[_stage_of(name, cfg.stack.n_layers, ranks)] += n * b
         for path, n in saved:
-            stage_a[_stage_of(path, cfg.n_layers, ranks)] += n * b
+            stage_a[_stage_of(path, cfg.stack.n_layers, ranks)] += n * b
         report[f"pp {schedule}"] = row(W, max(stage_w), max(stage_a) * in_flight / micro_batches)
     return report
 

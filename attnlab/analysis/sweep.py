@@ -6,7 +6,7 @@ A sweep spec is a YAML file with one section, ``sweep``::
       config: configs/scan.yaml           # the base config; a list of configs is a grid axis of its own
       set: [data.split=length]            # overrides of every run
       grid:                               # the cells: every combination of these values
-        model.n_heads: [1, 4]
+        model.stack.n_heads: [1, 4]
         model.positional: [sinusoidal, rope]
         train.lr,train.warmup_steps: [[1.0e-3, 1], [5.0e-5, 199]]   # a joint axis: fields that change together
       seeds: 3                            # seeds 1, 2, 3 of every cell (or a list of seeds)

@@ -127,7 +127,7 @@ def _grid(grid: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         for field in fields:
             section, dot, name = field.partition(".")
             if not dot or section not in ("model", "data", "train") or not name:
-                raise ConfigError(f"sweep.grid: '{field}' is not a config field (section.field, e.g. model.n_heads)")
+                raise ConfigError(f"sweep.grid: '{field}' is not a config field (section.field, e.g. model.stack.n_heads)")
             if field in ("train.seed", "train.max_steps"):
                 raise ConfigError(f"sweep.grid: {field} is set by sweep.{'seeds' if field == 'train.seed' else 'steps'}")
         if not isinstance(values, list) or not values or len(set(map(repr, values))) < len(values):
@@ -170,9 +170,10 @@ def _word(value: Scalar) -> str:
 
 
 def _short_names(axes: Sequence[str]) -> dict[str, str]:
-    """Each field as a run directory names it: alone, or section.field where two axes share it."""
+    """Each field as a run directory names it: its last name alone (model.stack.n_heads: n_heads), or
+    in full where two axes share it."""
     fields = [field for axis in axes for field in axis_fields(axis)]
-    names = [field.partition(".")[2] or field for field in fields]
+    names = [field.rpartition(".")[2] for field in fields]
     return {field: name if names.count(name) == 1 else field for field, name in zip(fields, names)}
 
 

@@ -78,8 +78,8 @@ class Shape:
 
 class GPT2Small(Shape):
     name, reference_name = "gpt2-small", "transformers.GPT2LMHeadModel"
-    model = dict(arch="decoder_lm", vocab_size=50257, d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1,
-                 activation="gelu", norm="pre", layer_norm_eps=1e-5, positional="learned", max_len=1024,
+    model = dict(arch="decoder_lm", vocab_size=50257, stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+                 dropout=0.1, activation="gelu", norm="pre", layer_norm_eps=1e-5), positional="learned", max_len=1024,
                  tie_embeddings="all", vocab_multiple=64)
     batch, seq_len = 8, 1024
 
@@ -100,13 +100,13 @@ class GPT2Small(Shape):
 
 class TransformerBase(Shape):
     name, reference_name = "transformer-base", "torch.nn.Transformer"
-    model = dict(arch="encoder_decoder", vocab_size=32000, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
-                 dropout=0.1, norm="post", positional="sinusoidal", tie_embeddings="all", max_len=512)
+    model = dict(arch="encoder_decoder", vocab_size=32000, stack=dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+                 dropout=0.1, norm="post"), positional="sinusoidal", tie_embeddings="all", max_len=512)
     batch, seq_len, label_smoothing, hf_reference = 384, 64, 0.1, False
 
     def reference(self) -> nn.Module:
-        m = self.model
-        return TorchTransformer(m["vocab_size"], m["d_model"], m["n_heads"], m["n_layers"], m["d_ff"], m["dropout"])
+        s = self.model["stack"]
+        return TorchTransformer(self.model["vocab_size"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"], s["dropout"])
 
     def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> Batch:
         return random_pairs(batch, seq_len - 1, self.model["vocab_size"], generator)  # + EOS, BOS +: seq_len each
@@ -117,8 +117,8 @@ class TransformerBase(Shape):
 
 class BertBase(Shape):
     name, reference_name = "bert-base", "transformers.BertForMaskedLM"
-    model = dict(arch="encoder_only", vocab_size=30522, d_model=768, n_heads=12, n_layers=12, d_ff=3072, dropout=0.1,
-                 activation="gelu", norm="post", layer_norm_eps=1e-12, positional="learned", max_len=512,
+    model = dict(arch="encoder_only", vocab_size=30522, stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+                 dropout=0.1, activation="gelu", norm="post", layer_norm_eps=1e-12), positional="learned", max_len=512,
                  tie_embeddings="output", embedding="normed", n_segments=2, vocab_multiple=64)
     batch, seq_len = 64, 128
 

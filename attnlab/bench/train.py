@@ -30,6 +30,7 @@ from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import EncoderDecoderConfig, build_model
+from attnlab.models.stack import StackConfig
 from attnlab.train.config import TrainConfig
 from attnlab.train.step import Objective, make_optimizer, train_step
 from attnlab.train.precision import autocast
@@ -69,7 +70,8 @@ def random_batch(seed: int = 0, device: torch.device = CPU) -> Batch:
 
 def model_config(dropout: float = DROPOUT) -> EncoderDecoderConfig:
     """The benchmark's model: sinusoidal positions and tied embeddings are the config's defaults."""
-    return EncoderDecoderConfig(**SHAPE, dropout=dropout)
+    sizes = {name: SHAPE[name] for name in ("d_model", "n_heads", "n_layers", "d_ff")}
+    return EncoderDecoderConfig(vocab_size=SHAPE["vocab_size"], stack=StackConfig(**sizes, dropout=dropout))
 
 
 def attnlab_model(dropout: float = DROPOUT) -> nn.Module:

@@ -14,14 +14,19 @@ SERIES_SIZES = (("channels", "n_channels"), ("input", "input_length"), ("horizon
 
 def _describe_model(cfg, vocab: str | None) -> str:
     """One line: the architecture and the sizes that matter for it (the vocabulary for a model of tokens)."""
+    from attnlab.models import stack_of
+
     can = cfg.capabilities
     stacks = [str(getattr(cfg, f"{stack}_layers")) for stack, has in (("encoder", can.encoder),
                                                                        ("decoder", can.decoder))
               if has and hasattr(cfg, f"{stack}_layers")]  # a plug-in family may have no stack of layers
-    layers = "+".join(stacks) or getattr(cfg, "n_layers", None)
-    width = "d_model" if hasattr(cfg, "n_heads") else "hidden size"  # a recurrent or convolutional model
-    sizes = [(width, getattr(cfg, "d_model", None)), ("heads", getattr(cfg, "n_heads", None)), ("layers", layers),
-             ("d_ff", getattr(cfg, "d_ff", None)), ("vocab", vocab)]
+    stack = stack_of(cfg)
+    if stack is not None:
+        sizes = [("d_model", stack.d_model), ("heads", stack.n_heads), ("layers", "+".join(stacks) or stack.n_layers),
+                 ("d_ff", stack.d_ff)]
+    else:  # a recurrent or convolutional model
+        sizes = [("hidden size", getattr(cfg, "d_model", None)), ("layers", "+".join(stacks) or getattr(cfg, "n_layers", None))]
+    sizes.append(("vocab", vocab))
     sizes += [(name, getattr(cfg, field)) for name, field in SERIES_SIZES if hasattr(cfg, field)]
     return ", ".join([cfg.arch] + [f"{value} {name}" if name in ("heads", "layers") else f"{name} {value}"
                                    for name, value in sizes if value is not None])
@@ -148,7 +153,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     info = sub.add_parser("info", help="parameter counts of a model config")
     info.add_argument("config", help="a model or training config (YAML or JSON), or a run directory")
     info.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
-                      help="override one config field, e.g. --set model.n_layers=4 (repeatable)")
+                      help="override one config field, e.g. --set model.stack.n_layers=4 (repeatable)")
     info.add_argument("--vocab-size", type=int, metavar="V",
                       help="count with this vocabulary size (a training config's tokenizer otherwise sets it from "
                            "the data)")

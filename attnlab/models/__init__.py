@@ -18,6 +18,7 @@ from attnlab.models.family import (
     read_model_config,
     register_family,
 )
+from attnlab.models.stack import AttentionStack, StackConfig, stack_of
 
 # isort: off
 # The built-in families register themselves on import, in the order error messages list them.
@@ -42,6 +43,6 @@ for _module in pkgutil.iter_modules(__path__):  # a family not named above regis
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["FAMILIES", "Capabilities", "Inputs", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
-           "read_model_config", "register_family", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
+           "read_model_config", "register_family", "AttentionStack", "StackConfig", "stack_of", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
            "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

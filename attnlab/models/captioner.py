@@ -18,8 +18,8 @@ from typing import Optional
 from attnlab.config import one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import fields_free_exact
 from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, PatchGrid, init_patch_positions
 from attnlab.nn.captioner import ImageCaptioner
 from attnlab.nn.vision import PatchEmbedding
@@ -38,12 +38,7 @@ class CaptionerConfig(PatchGrid, TwoSidedSizes, TransformerConfig):
     patch_positional: str = "learned_2d"
     n_encoder_layers: Optional[int] = None
     n_decoder_layers: Optional[int] = None
-    d_model: int = 128
-    n_heads: int = 4
-    n_layers: int = 3
-    d_ff: int = 512
-    activation: str = "gelu"
-    norm: str = "pre"
+    stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
     tie_embeddings: str = "output"
     max_len: int = 64
 
@@ -72,7 +67,7 @@ class CaptionerFamily(ModelFamily):
     @staticmethod
     def build(cfg: CaptionerConfig) -> ImageCaptioner:
         tgt_embed = parts.embeddings(cfg, cfg.vocab_size)
-        model = ImageCaptioner(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
+        model = ImageCaptioner(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.stack.d_model),
                                PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg),
                                parts.plain_encoder(cfg, cfg.encoder_layers), tgt_embed,
                                parts.decoder(cfg, cfg.decoder_layers, cross=True),

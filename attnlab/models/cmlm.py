@@ -45,7 +45,7 @@ class CMLMFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: CMLMConfig) -> ConditionalMaskedLM:
-        model = ConditionalMaskedLM(*seq2seq_parts(cfg, causal=False), LengthPredictor(cfg.d_model, cfg.max_target_length),
+        model = ConditionalMaskedLM(*seq2seq_parts(cfg, causal=False), LengthPredictor(cfg.stack.d_model, cfg.max_target_length),
                                     cfg.pad_id, cfg.length_loss_weight)
         parts.init_weights(model)
         return model

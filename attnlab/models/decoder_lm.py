@@ -46,13 +46,13 @@ class DecoderLMConfig(TransformerConfig):
 
     @property
     def decoder_layers(self) -> int:
-        return self.n_layers
+        return self.stack.n_layers
 
 
 def multi_token_head(cfg: DecoderLMConfig) -> MultiTokenHead:
     """A pre-norm residual feed-forward block of the model's sizes, whatever the trunk's norm placement."""
-    ffn = PositionWiseFeedForward(cfg.d_model, cfg.d_ff, ACTIVATIONS[cfg.activation]())
-    return MultiTokenHead(ffn, ResidualConnection(cfg.d_model, cfg.dropout, "pre", cfg.layer_norm_eps))
+    ffn = PositionWiseFeedForward(cfg.stack.d_model, cfg.stack.d_ff, ACTIVATIONS[cfg.stack.activation]())
+    return MultiTokenHead(ffn, ResidualConnection(cfg.stack.d_model, cfg.stack.dropout, "pre", cfg.stack.layer_norm_eps))
 
 
 @register_family
@@ -65,7 +65,7 @@ class DecoderLMFamily(ModelFamily):
     def build(cfg: DecoderLMConfig) -> DecoderLM:
         embed = parts.embeddings(cfg, cfg.vocab_size)
         heads = [multi_token_head(cfg) for _ in range(cfg.multi_token_heads)]
-        model = DecoderLM(embed, parts.decoder(cfg, cfg.n_layers, cross=False), parts.output_projection(cfg, embed, NOT_TEXT if cfg.output_vocabulary == "text" else ()),
+        model = DecoderLM(embed, parts.decoder(cfg, cfg.stack.n_layers, cross=False), parts.output_projection(cfg, embed, NOT_TEXT if cfg.output_vocabulary == "text" else ()),
                           cfg.pad_id, heads, cfg.multi_token_weight)
         parts.init_weights(model)
         return model

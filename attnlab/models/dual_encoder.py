@@ -21,8 +21,8 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import fields_free_exact
 from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, SUMMARIES, PatchGrid, init_patch_positions
 from attnlab.nn.dual_encoder import DualEncoder, ImageTower, TextTower
 from attnlab.nn.registry import POOLINGS
@@ -49,12 +49,7 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
     d_embed: int = 64
     init_temperature: float = 0.07
     max_logit_scale: float = 100.0
-    d_model: int = 128
-    n_heads: int = 4
-    n_layers: int = 3
-    d_ff: int = 512
-    activation: str = "gelu"
-    norm: str = "pre"
+    stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
     tie_embeddings: str = "none"
     max_len: int = 64
 
@@ -80,11 +75,11 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
 
     @property
     def image_layers(self) -> int:
-        return self.n_image_layers if self.n_image_layers is not None else self.n_layers
+        return self.n_image_layers if self.n_image_layers is not None else self.stack.n_layers
 
     @property
     def text_layers(self) -> int:
-        return self.n_text_layers if self.n_text_layers is not None else self.n_layers
+        return self.n_text_layers if self.n_text_layers is not None else self.stack.n_layers
 
 
 @register_family
@@ -97,12 +92,12 @@ class DualEncoderFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: DualEncoderConfig) -> DualEncoder:
-        image = ImageTower(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
+        image = ImageTower(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.stack.d_model),
                            PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg),
-                           SUMMARIES[cfg.image_pooling](cfg.d_model), parts.plain_encoder(cfg, cfg.image_layers))
+                           SUMMARIES[cfg.image_pooling](cfg.stack.d_model), parts.plain_encoder(cfg, cfg.image_layers))
         text = TextTower(parts.embeddings(cfg, cfg.vocab_size), parts.encoder(cfg, cfg.text_layers),
                          POOLINGS[cfg.text_pooling](), cfg.pad_id)
-        model = DualEncoder(image, text, cfg.d_model, cfg.d_embed, cfg.init_temperature, cfg.max_logit_scale)
+        model = DualEncoder(image, text, cfg.stack.d_model, cfg.d_embed, cfg.init_temperature, cfg.max_logit_scale)
         parts.init_weights(model)
         init_patch_positions(model.image.positional)
         return model

@@ -31,7 +31,7 @@ class EncoderOnlyConfig(TransformerConfig):
 
     @property
     def encoder_layers(self) -> int:
-        return self.n_layers
+        return self.stack.n_layers
 
 
 @register_family
@@ -43,9 +43,9 @@ class EncoderOnlyFamily(ModelFamily):
     @staticmethod
     def build(cfg: EncoderOnlyConfig) -> EncoderOnly:
         embed = parts.embeddings(cfg, cfg.vocab_size, cfg.n_segments)
-        mlm_head = MaskedLMHead(cfg.d_model, ACTIVATIONS[cfg.activation](), cfg.layer_norm_eps,
+        mlm_head = MaskedLMHead(cfg.stack.d_model, ACTIVATIONS[cfg.stack.activation](), cfg.stack.layer_norm_eps,
                                 parts.output_projection(cfg, embed))
-        classifier = ClassificationHead(cfg.d_model, cfg.n_classes, cfg.dropout, POOLINGS[cfg.pooling]())
-        model = EncoderOnly(embed, parts.encoder(cfg, cfg.n_layers), mlm_head, classifier, cfg.pad_id)
+        classifier = ClassificationHead(cfg.stack.d_model, cfg.n_classes, cfg.stack.dropout, POOLINGS[cfg.pooling]())
+        model = EncoderOnly(embed, parts.encoder(cfg, cfg.stack.n_layers), mlm_head, classifier, cfg.pad_id)
         parts.init_weights(model)
         return model

@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab.config import RegisteredConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
+from attnlab.models.stack import AttentionStack, StackConfig
 
 
 class Inputs(StrEnum):
@@ -93,10 +94,9 @@ class FamilyConfig(RegisteredConfig):
 class TwoSidedSizes:
     """For the config of a family with a source and a target side (mixed into its dataclass, which
     declares the fields): ``src_vocab_size`` (None: the target's ``vocab_size``) and the depths
-    ``n_encoder_layers`` and ``n_decoder_layers`` (None: ``n_layers``)."""
+    ``n_encoder_layers`` and ``n_decoder_layers`` (None: :attr:`depth`)."""
 
     vocab_size: int
-    n_layers: int
     src_vocab_size: int | None
     n_encoder_layers: int | None
     n_decoder_layers: int | None
@@ -111,12 +111,18 @@ class TwoSidedSizes:
         return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
 
     @property
+    def depth(self) -> int:
+        """Each side's layers unless n_encoder_layers / n_decoder_layers say otherwise: the attention
+        stack's n_layers, or the family's own (a recurrent model's)."""
+        return self.stack.n_layers if isinstance(self, AttentionStack) else self.n_layers
+
+    @property
     def encoder_layers(self) -> int:
-        return self.n_encoder_layers if self.n_encoder_layers is not None else self.n_layers
+        return self.n_encoder_layers if self.n_encoder_layers is not None else self.depth
 
     @property
     def decoder_layers(self) -> int:
-        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.depth
 
 
 class SeriesSizes:
@@ -197,9 +203,14 @@ def read_model_config(path: str | Path) -> FamilyConfig:
 
 
 def written_by_0_1(data: dict[str, Any]) -> dict[str, Any]:
-    """A run directory's model section less the fields that release 0.1 wrote for every family and
-    this one does not have (its builder never read them); a new run's section is unchanged."""
+    """A run directory's model section as this release reads it: less the fields that release 0.1
+    wrote for every family and this one does not have (its builder never read them), and with the
+    attention stack's fields, which run directories written before the stack had its own config list
+    beside the others, moved into ``stack``; a new run's section is unchanged."""
     own = family_named(data.get("arch", DEFAULT_ARCH)).config.field_names()
+    if "stack" in own:
+        flat = {k: v for k, v in data.items() if k in [f.name for f in dataclasses.fields(StackConfig)]}
+        data = {k: v for k, v in data.items() if k not in flat} | ({"stack": data.get("stack", {}) | flat} if flat else {})
     return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
 
 

@@ -4,36 +4,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from torch import nn
 
 from attnlab.config import at_least
 from attnlab.models import transformer as parts
-from attnlab.models.transformer_config import explicit_masks
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.models.stack import AttentionStack, StackConfig, explicit_masks
 from attnlab.nn.graph import GraphTransformer, LaplacianPositionalEncoding
 
 
 @dataclass(frozen=True)
-class GraphConfig(FamilyConfig, parts.AttentionStack):
+class GraphConfig(FamilyConfig, AttentionStack):
     """``n_features`` and ``n_classes`` are set by the data; ``laplacian_k``: how many Laplacian
     eigenvectors are a node's position (0: none). The encoder fields mean what they mean for the
     Transformer families; ``attention_backend`` must take an explicit mask (the neighbourhoods)."""
 
     n_features: int
     n_classes: int = 2
-    d_model: int = 64
-    n_heads: int = 4
-    n_layers: int = 2
-    d_ff: int = 128
-    dropout: float = 0.1
-    attention_dropout: Optional[float] = None
-    activation: str = "relu"
-    norm: str = "pre"
-    layer_norm_eps: float = 1e-5
+    stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=128, norm="pre")
     laplacian_k: int = 8
-    attention_backend: str = "auto"
 
     backends_fit = staticmethod(explicit_masks)
     backends_refusal = "takes no explicit mask, which arch 'graph' attends through (each node's neighbourhood)"
@@ -43,7 +33,6 @@ class GraphConfig(FamilyConfig, parts.AttentionStack):
         at_least("n_features", self.n_features, 1)
         at_least("n_classes", self.n_classes, 2)
         at_least("laplacian_k", self.laplacian_k, 0)
-        self.check_backend()
 
 
 @register_family
@@ -56,9 +45,9 @@ class GraphFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: GraphConfig) -> GraphTransformer:
-        positions = LaplacianPositionalEncoding(cfg.laplacian_k, cfg.d_model) if cfg.laplacian_k else None
-        model = GraphTransformer(nn.Linear(cfg.n_features, cfg.d_model), positions, cfg.dropout,
-                                 parts.plain_encoder(cfg, cfg.n_layers),
-                                 nn.Linear(cfg.d_model, cfg.n_classes))
+        positions = LaplacianPositionalEncoding(cfg.laplacian_k, cfg.stack.d_model) if cfg.laplacian_k else None
+        model = GraphTransformer(nn.Linear(cfg.n_features, cfg.stack.d_model), positions, cfg.stack.dropout,
+                                 parts.plain_encoder(cfg, cfg.stack.n_layers),
+                                 nn.Linear(cfg.stack.d_model, cfg.n_classes))
         parts.init_weights(model)
         return model

@@ -18,7 +18,7 @@ the reference; RevIN's gamma ones and beta zeros.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+
 
 from torch import nn
 
@@ -26,13 +26,13 @@ from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, SeriesSizes, register_family
-from attnlab.models.transformer_config import fields_free_exact
+from attnlab.models.stack import AttentionStack, StackConfig, fields_free_exact
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
 
 
 
 @dataclass(frozen=True)
-class PatchTSTConfig(FamilyConfig, SeriesSizes, parts.AttentionStack):
+class PatchTSTConfig(FamilyConfig, SeriesSizes, AttentionStack):
     """The channels, input length and horizon (set by the data); patches of ``patch_length``
     steps every ``patch_stride`` steps; the encoder's fields as the Transformer's; ``head_dropout``
     on the forecast; ``normalisation``: ``batch`` (TokenBatchNorm, the paper's) or ``layer``
@@ -48,20 +48,11 @@ class PatchTSTConfig(FamilyConfig, SeriesSizes, parts.AttentionStack):
     horizon: int
     patch_length: int = 16
     patch_stride: int = 8
-    d_model: int = 16
-    n_heads: int = 4
-    n_layers: int = 3
-    d_ff: int = 128
-    dropout: float = 0.3
-    attention_dropout: Optional[float] = 0.0
+    stack: StackConfig = StackConfig(d_model=16, n_heads=4, n_layers=3, d_ff=128, dropout=0.3, attention_dropout=0.0, activation="gelu")
     head_dropout: float = 0.0
-    activation: str = "gelu"
-    norm: str = "post"
     normalisation: str = "batch"
-    layer_norm_eps: float = 1e-5
     revin: bool = True
     revin_affine: bool = False
-    attention_backend: str = "auto"
 
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = "is blockwise or approximate, which a series' few patches (42 in the paper) do not need"
@@ -70,7 +61,6 @@ class PatchTSTConfig(FamilyConfig, SeriesSizes, parts.AttentionStack):
         self.check_series()
         for name in ("patch_length", "patch_stride"):
             at_least(name, getattr(self, name), 1)
-        self.check_backend()
         self.check_stack()
         if self.patch_length > self.input_length:
             raise ConfigError(f"patch_length ({self.patch_length}) must be at most input_length ({self.input_length})")
@@ -99,9 +89,9 @@ class PatchTSTFamily(ModelFamily):
     @staticmethod
     def build(cfg: PatchTSTConfig) -> PatchTST:
         revin = RevIN(cfg.n_channels, cfg.revin_affine) if cfg.revin else NoNormalisation()
-        model = PatchTST(revin, Patching(cfg.patch_length, cfg.patch_stride), nn.Linear(cfg.patch_length, cfg.d_model),
-                         cfg.n_patches, cfg.dropout, parts.plain_encoder(cfg, cfg.n_layers),
-                         FlattenHead(cfg.n_patches, cfg.d_model, cfg.horizon, cfg.head_dropout))
+        model = PatchTST(revin, Patching(cfg.patch_length, cfg.patch_stride), nn.Linear(cfg.patch_length, cfg.stack.d_model),
+                         cfg.n_patches, cfg.stack.dropout, parts.plain_encoder(cfg, cfg.stack.n_layers),
+                         FlattenHead(cfg.n_patches, cfg.stack.d_model, cfg.horizon, cfg.head_dropout))
         parts.init_weights(model)
         nn.init.uniform_(model.positions, -0.02, 0.02)
         return model

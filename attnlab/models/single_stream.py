@@ -21,8 +21,8 @@ from torch import nn
 from attnlab.config import at_least, one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import fields_free_exact
 from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, PatchGrid, init_patch_positions
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
 from attnlab.nn.pooling import FirstTokenPooling
@@ -33,9 +33,9 @@ TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 # image_tokens: what the image contributes to the stream
 IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig"], nn.Module]] = {
-    "patches": lambda cfg: ImagePatches(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
+    "patches": lambda cfg: ImagePatches(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.stack.d_model),
                                         PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg)),
-    "none": lambda cfg: NoImage(cfg.d_model),  # the text-only baseline
+    "none": lambda cfg: NoImage(cfg.stack.d_model),  # the text-only baseline
 }
 
 
@@ -54,12 +54,7 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
     patch_positional: str = "learned_2d"
     image_tokens: str = "patches"
     head: str = "pooled"
-    d_model: int = 64
-    n_heads: int = 4
-    n_layers: int = 2
-    d_ff: int = 256
-    activation: str = "gelu"
-    norm: str = "pre"
+    stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, activation="gelu", norm="pre")
     positional: str = "learned"
     tie_embeddings: str = "none"
     max_len: int = 32
@@ -79,7 +74,7 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
 
     @property
     def encoder_layers(self) -> int:
-        return self.n_layers
+        return self.stack.n_layers
 
 
 @register_family
@@ -92,8 +87,8 @@ class SingleStreamFamily(ModelFamily):
     @staticmethod
     def build(cfg: SingleStreamConfig) -> SingleStreamTransformer:
         model = SingleStreamTransformer(parts.embeddings(cfg, cfg.vocab_size), IMAGE_TOKENS[cfg.image_tokens](cfg),
-                                        nn.Embedding(2, cfg.d_model), parts.plain_encoder(cfg, cfg.n_layers),
-                                        HEADS[cfg.head](cfg.d_model, cfg.n_classes, cfg.dropout, FirstTokenPooling()),
+                                        nn.Embedding(2, cfg.stack.d_model), parts.plain_encoder(cfg, cfg.stack.n_layers),
+                                        HEADS[cfg.head](cfg.stack.d_model, cfg.n_classes, cfg.stack.dropout, FirstTokenPooling()),
                                         cfg.pad_id)
         parts.init_weights(model)
         init_patch_positions(model.image_tokens)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from attnlab.models.transformer_config import EMBEDDINGS, SINGLE_STACK_TIES, AttentionStack, TransformerConfig
+from attnlab.models.stack import AttentionStack
+from attnlab.models.transformer_config import EMBEDDINGS, SINGLE_STACK_TIES, TransformerConfig
 from attnlab.nn.attention import CrossAttention, MultiHeadAttention, SelfAttention
 from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.embeddings import Embeddings
@@ -42,19 +43,19 @@ def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
 
 def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> Embeddings:
     """Token embeddings with the absolute positions, and a segment table of ``n_segments`` rows."""
-    segments = nn.Embedding(n_segments, cfg.d_model) if n_segments else None
+    segments = nn.Embedding(n_segments, cfg.stack.d_model) if n_segments else None
     rows = padded_vocabulary(cfg, vocab_size)
     if cfg.embedding == "normed":
-        return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments,
-                          scale=1.0, norm=nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps))
+        return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments,
+                          scale=1.0, norm=nn.LayerNorm(cfg.stack.d_model, eps=cfg.stack.layer_norm_eps))
     scale = 1.0 if cfg.embedding == "plain" else None  # None: the paper's sqrt(D_tok)
-    return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.dropout, segments, scale=scale)
+    return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments, scale=scale)
 
 
 def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:
     """The ``attention_backend`` with its own fields; cross-attention takes the backend it declares
     for it (a window over positions of one sequence means nothing from target to source)."""
-    chosen = ATTENTION_BACKENDS[cfg.attention_backend]
+    chosen = ATTENTION_BACKENDS[cfg.stack.attention_backend]
     if cross and chosen.cross_attention is not None:
         chosen = ATTENTION_BACKENDS[chosen.cross_attention]
     return chosen.from_config(cfg)
@@ -63,29 +64,29 @@ def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:
 def attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
     """Self-attention with the configured positions inside it, or (``cross``) cross-attention."""
     if cross:
-        return CrossAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, backend=backend(cfg, cross=True),
-                              scale=ATTENTION_SCALES[cfg.attention_scale](cfg.d_head))
+        return CrossAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, backend=backend(cfg, cross=True),
+                              scale=ATTENTION_SCALES[cfg.attention_scale](cfg.stack.d_head))
     scheme = positional(cfg, "self_attention")
-    return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, positional=scheme,
-                         backend=backend(cfg, cross=False), scale=ATTENTION_SCALES[cfg.attention_scale](cfg.d_head))
+    return SelfAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, positional=scheme,
+                         backend=backend(cfg, cross=False), scale=ATTENTION_SCALES[cfg.attention_scale](cfg.stack.d_head))
 
 
 def feed_forward(cfg: TransformerConfig) -> tuple[PositionWiseFeedForward | None, ResidualConnection | None]:
     """A layer's FFN sublayer and its residual block; (None, None) in the ablation without FFNs."""
     if not cfg.ffn:
         return None, None
-    return PositionWiseFeedForward(cfg.d_model, cfg.d_ff, ACTIVATIONS[cfg.activation]()), residual(cfg)
+    return PositionWiseFeedForward(cfg.stack.d_model, cfg.stack.d_ff, ACTIVATIONS[cfg.stack.activation]()), residual(cfg)
 
 
 def residual(cfg: TransformerConfig) -> ResidualConnection:
     """A residual block, or the ablation without the residual sum (``residual: false``)."""
     block = ResidualConnection if cfg.residual else NoResidual
-    return block(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps, NORMALISATIONS[cfg.normalisation])
+    return block(cfg.stack.d_model, cfg.stack.dropout, cfg.stack.norm, cfg.stack.layer_norm_eps, NORMALISATIONS[cfg.normalisation])
 
 
 def final_norm(cfg: TransformerConfig) -> nn.Module:
     """Pre-norm stacks leave their output unnormalised, so they end with a norm."""
-    return NORMALISATIONS[cfg.normalisation](cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
+    return NORMALISATIONS[cfg.normalisation](cfg.stack.d_model, eps=cfg.stack.layer_norm_eps) if cfg.stack.norm == "pre" else nn.Identity()
 
 
 def encoder_layer(cfg: TransformerConfig, self_attn: SelfAttention) -> EncoderLayer:
@@ -103,8 +104,8 @@ def plain_encoder(cfg: AttentionStack, n_layers: int) -> Encoder:
     field: its inputs have no sequence positions (a graph's nodes, placed by their Laplacian
     eigenvectors), or theirs enter with them at the input (PatchTST's learned patch positions)."""
     def self_attention() -> SelfAttention:
-        return SelfAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout, backend=backend(cfg, cross=False),
-                             scale=ATTENTION_SCALES[cfg.attention_scale](cfg.d_head))
+        return SelfAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, backend=backend(cfg, cross=False),
+                             scale=ATTENTION_SCALES[cfg.attention_scale](cfg.stack.d_head))
 
     return Encoder([encoder_layer(cfg, self_attention()) for _ in range(n_layers)], final_norm(cfg))
 
@@ -136,7 +137,7 @@ def output_projection(cfg: TransformerConfig, embed: Embeddings, never: tuple[in
     """Pre-softmax linear map d_model -> V (the target vocabulary, ``vocab_size``), with a bias per
     token only if asked, over the token table's rows (padded: :func:`padded_vocabulary`); tied to the
     token embedding when configured. ``never``: token ids whose logits are -inf."""
-    projection = VocabularyProjection(cfg.d_model, embed.tokens.num_embeddings, cfg.vocab_size, never, bias)
+    projection = VocabularyProjection(cfg.stack.d_model, embed.tokens.num_embeddings, cfg.vocab_size, never, bias)
     if "output" in cfg.tied:
         projection.weight = embed.tokens.weight
     return projection

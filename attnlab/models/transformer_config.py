@@ -1,110 +1,27 @@
-"""The Transformer families' config: the fields of the blocks (attention, positions, feed-forward,
-residual and norm) that the three Transformer families share, and the checks of the attention stack
-that every family built on it shares (``AttentionStack``). The builders that turn them into
-modules are in models/transformer.py.
+"""The Transformer families' config: their attention stack (models/stack.py) and the fields around
+it that the Transformer families share (positions, embeddings, ties, the backends' own fields, the
+ablation switches). The builders that turn them into modules are in models/transformer.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Optional
+from typing import ClassVar, Optional
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import FamilyConfig
-from attnlab.nn.backends import AttentionBackend
+from attnlab.models.stack import AttentionStack, StackConfig
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.registry import (
-    ACTIVATIONS,
     ATTENTION_BACKENDS,
-    ATTENTION_SCALES,
-    NORM_PLACEMENTS,
-    NORMALISATIONS,
     POSITIONAL,
     POSITIONAL_COMBINE,
 )
 
 EMBEDDINGS = ("scaled", "normed", "plain")  # E sqrt(D) + PE (Vaswani et al.), LayerNorm(E + PE + S) (BERT), E + PE (GPT-2)
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
-
-
-def fields_free_exact(backend: type[AttentionBackend]) -> bool:
-    """The exact backends with no fields of their own: what a short sequence (an image's patches, a
-    series' patches) needs, where the blockwise and approximate ones only add choices."""
-    return backend.exact and not backend.fields
-
-
-def explicit_masks(backend: type[AttentionBackend]) -> bool:
-    """The backends that take an explicit (Tq, Tk) mask besides padding and causality."""
-    return backend.takes_explicit_mask
-
-
-class AttentionStack:
-    """What every family built on attnlab's attention stack shares besides its own fields: the
-    checks of d_model, n_heads, n_layers, d_ff, the two dropouts, activation, norm placement and
-    layer_norm_eps, and the sizes they give. A mixin: each family declares those fields, with its
-    own defaults (the Transformer's, ViT's, the Graph Transformer's)."""
-
-    def check_stack(self) -> None:
-        one_of("activation", self.activation, ACTIVATIONS)
-        one_of("norm", self.norm, NORM_PLACEMENTS)
-        one_of("normalisation", self.normalisation, NORMALISATIONS)
-        one_of("attention_scale", self.attention_scale, ATTENTION_SCALES)
-        for name in ("d_model", "n_heads", "n_layers", "d_ff"):
-            at_least(name, getattr(self, name), 1)
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1) (got {value})")
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps must be > 0 (got {self.layer_norm_eps})")
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-
-    # What the family needs of its attention backend, as the backends declare what they have
-    # (nn/backends/): a predicate, and why another backend does not fit. Any backend by default; a
-    # family restricts them by setting these two (e.g. ``backends_fit = fields_free_exact``).
-    backends_fit: ClassVar[Callable[[type[AttentionBackend]], bool]] = staticmethod(lambda backend: True)
-    backends_refusal: ClassVar[str] = ""
-
-    def check_backend(self) -> None:
-        """``attention_backend`` names a backend, one that fits the family (``backends_fit``)."""
-        one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
-        if not self.backends_fit(ATTENTION_BACKENDS[self.attention_backend]):
-            fitting = [name for name, backend in ATTENTION_BACKENDS.items() if self.backends_fit(backend)]
-            raise ConfigError(f"attention_backend '{self.attention_backend}' {self.backends_refusal}; use "
-                              f"{' or '.join(map(repr, fitting))}")
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_heads
-
-    # The ablation switches (Transformer families: fields; other families: the paper's architecture)
-    @property
-    def normalisation(self) -> str:
-        """What the residual blocks normalise with (nn/registry.py NORMALISATIONS): LayerNorm, unless
-        a family declares a field of this name."""
-        return "layer"
-
-    @property
-    def residual(self) -> bool:
-        """Residual sums around the sublayers."""
-        return True
-
-    @property
-    def ffn(self) -> bool:
-        """A position-wise feed-forward sublayer in every layer."""
-        return True
-
-    @property
-    def attention_scale(self) -> str:
-        """What multiplies q . k (nn/registry.py ATTENTION_SCALES): 1 / sqrt(d_k)."""
-        return "sqrt_dk"
-
-    @property
-    def attn_dropout(self) -> float:
-        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
 
 @dataclass(frozen=True)
@@ -128,15 +45,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     """
 
     vocab_size: int
-    d_model: int = 512
-    n_heads: int = 8
-    n_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = 0.1
-    attention_dropout: Optional[float] = None
-    activation: str = "relu"
-    norm: str = "post"
-    layer_norm_eps: float = 1e-5
+    stack: StackConfig = StackConfig()  # the paper's base model: 6 layers of 512, 8 heads, d_ff 2048, post-norm, ReLU
     positional: str = "sinusoidal"
     positional_combine: str = "add"
     positional_dim: Optional[int] = None
@@ -146,7 +55,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     tie_embeddings: str = "all"
     pad_id: int = 0
     embedding: str = "scaled"
-    attention_backend: str = "auto"
     attention_window: int = 128
     attention_block: int = 128
     attention_key_block: int = 1024
@@ -169,7 +77,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
         one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
         one_of("embedding", self.embedding, EMBEDDINGS)
         self._check_ties()
-        self.check_stack()
         if self.normalisation == "batch":
             raise ConfigError("normalisation 'batch' standardises each feature over every token of a batch, which "
                               "would count the padding of sequences of tokens; use 'layer' or 'none'")
@@ -196,9 +103,9 @@ class TransformerConfig(FamilyConfig, AttentionStack):
             if not absolute:
                 raise ConfigError(f"positional_combine 'concat' needs an absolute encoding "
                                   f"('sinusoidal' or 'learned'), not '{self.positional}'")
-            if not 1 <= self.positional_width < self.d_model:
+            if not 1 <= self.positional_width < self.stack.d_model:
                 raise ConfigError(f"positional_dim ({self.positional_width}) must be between 1 and "
-                                  f"d_model - 1 ({self.d_model - 1}) when positional_combine is 'concat'")
+                                  f"d_model - 1 ({self.stack.d_model - 1}) when positional_combine is 'concat'")
             if "output" in self.tied:
                 raise ConfigError("tie_embeddings 'output'/'all' needs token embeddings of width d_model; with "
                                   "positional_combine 'concat' use tie_embeddings 'none' or 'src_tgt'")
@@ -206,18 +113,18 @@ class TransformerConfig(FamilyConfig, AttentionStack):
             raise ConfigError("positional_dim is only used with positional_combine 'concat'")
         if self.positional.startswith("sinusoidal") and self.positional_width % 2:
             raise ConfigError(f"sinusoidal positions need an even width (got {self.positional_width})")
-        if self.positional == "rotary" and self.d_head % 2:
-            raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {self.d_head})")
+        if self.positional == "rotary" and self.stack.d_head % 2:
+            raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {self.stack.d_head})")
 
     def _check_backend(self) -> None:
         """What the chosen backend supports, as it declares it (nn/backends/)."""
-        self.check_backend()
+        self.check_stack()
         one_of("linear_features", self.linear_features, ("elu", "favor"))
         for name in ("attention_block", "attention_key_block", "linear_n_features"):
             at_least(name, getattr(self, name), 1)
         for name in ("attention_window", "sparse_stride", "sparse_global", "sparse_random"):
             at_least(name, getattr(self, name), 0)
-        backend = ATTENTION_BACKENDS[self.attention_backend]
+        backend = ATTENTION_BACKENDS[self.stack.attention_backend]
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for other in ATTENTION_BACKENDS.values():
             for name in other.fields:
@@ -237,9 +144,9 @@ class TransformerConfig(FamilyConfig, AttentionStack):
         if self.attention_scale != "sqrt_dk" and not backend.score_bias:
             raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so attention_scale "
                               f"'{self.attention_scale}' has nothing to scale; use 'sqrt_dk'")
-        if self.attn_dropout > 0 and not backend.attention_dropout:
+        if self.stack.attn_dropout > 0 and not backend.attention_dropout:
             raise ConfigError(f"attention_backend '{backend.name}' has no attention probabilities to drop; set "
-                              f"attention_dropout: 0 (the residual dropout stays at {self.dropout})")
+                              f"attention_dropout: 0 (the residual dropout stays at {self.stack.dropout})")
 
     # -- derived quantities, so that no module recomputes them ------------------------------------
     @property
@@ -255,13 +162,13 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     def positional_width(self) -> int:
         """Width of an absolute positional vector: d_model when added, positional_dim when concatenated."""
         if self.positional_combine == "add":
-            return self.d_model
-        return self.positional_dim if self.positional_dim is not None else self.d_model // 2
+            return self.stack.d_model
+        return self.positional_dim if self.positional_dim is not None else self.stack.d_model // 2
 
     @property
     def token_width(self) -> int:
         """Width of a token embedding: what the positional vector leaves of d_model."""
-        return self.d_model - (self.positional_width if self.positional_combine == "concat" else 0)
+        return self.stack.d_model - (self.positional_width if self.positional_combine == "concat" else 0)
 
     @property
     def tied(self) -> tuple[str, ...]:

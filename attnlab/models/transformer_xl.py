@@ -11,8 +11,8 @@ from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.stack import explicit_masks
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import explicit_masks
 from attnlab.nn.memory import MemoryDecoder, TransformerXL
 from attnlab.nn.registry import POSITIONAL
 
@@ -43,7 +43,7 @@ class TransformerXLConfig(TransformerConfig):
 
     @property
     def decoder_layers(self) -> int:
-        return self.n_layers
+        return self.stack.n_layers
 
 
 @register_family
@@ -58,7 +58,7 @@ class TransformerXLFamily(ModelFamily):
     @staticmethod
     def build(cfg: TransformerXLConfig) -> TransformerXL:
         embed = parts.embeddings(cfg, cfg.vocab_size)
-        decoder = MemoryDecoder([parts.decoder_layer(cfg, cross=False) for _ in range(cfg.n_layers)],
+        decoder = MemoryDecoder([parts.decoder_layer(cfg, cross=False) for _ in range(cfg.stack.n_layers)],
                                 parts.final_norm(cfg), cfg.memory_length)
         model = TransformerXL(embed, decoder, parts.output_projection(cfg, embed), cfg.pad_id, cfg.segment_length)
         parts.init_weights(model)

@@ -9,7 +9,7 @@ tables N(0, 0.02^2), as ViT's reference code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 from torch import nn
 
@@ -17,7 +17,7 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
-from attnlab.models.transformer_config import fields_free_exact
+from attnlab.models.stack import AttentionStack, StackConfig, fields_free_exact
 from attnlab.nn.heads import ClassificationHead
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.vision import (
@@ -64,9 +64,9 @@ class PatchGrid:
             if getattr(self, side) % self.patch_size:
                 raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patch_size "
                                   f"({self.patch_size})")
-        if positional == "sinusoidal_2d" and self.d_model % 4:
+        if positional == "sinusoidal_2d" and self.stack.d_model % 4:
             raise ConfigError(f"{field} 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a cosine "
-                              f"per frequency, for rows and for columns); got {self.d_model}")
+                              f"per frequency, for rows and for columns); got {self.stack.d_model}")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -80,7 +80,7 @@ class PatchGrid:
 
 
 @dataclass(frozen=True)
-class ViTConfig(PatchGrid, FamilyConfig, parts.AttentionStack):
+class ViTConfig(PatchGrid, FamilyConfig, AttentionStack):
     """The image's size and channels and the number of classes (set by the data), the patch size
     P (dividing both sides), and the encoder's fields, as the Transformer's: pre-norm and GELU by
     default, as ViT. ``head``: ``pooled``, a tanh layer before the output (ViT's pre-training
@@ -91,19 +91,10 @@ class ViTConfig(PatchGrid, FamilyConfig, parts.AttentionStack):
     channels: int
     n_classes: int
     patch_size: int = 16
-    d_model: int = 192
-    n_heads: int = 3
-    n_layers: int = 12
-    d_ff: int = 768
-    dropout: float = 0.1
-    attention_dropout: Optional[float] = None
-    activation: str = "gelu"
-    norm: str = "pre"
-    layer_norm_eps: float = 1e-6
+    stack: StackConfig = StackConfig(d_model=192, n_heads=3, n_layers=12, d_ff=768, activation="gelu", norm="pre", layer_norm_eps=1e-6)
     positional: str = "learned"
     pooling: str = "cls"
     head: str = "pooled"
-    attention_backend: str = "auto"
 
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = IMAGE_BACKENDS_REFUSAL
@@ -114,7 +105,6 @@ class ViTConfig(PatchGrid, FamilyConfig, parts.AttentionStack):
         one_of("positional", self.positional, PATCH_POSITIONAL)
         one_of("pooling", self.pooling, SUMMARIES)
         one_of("head", self.head, HEADS)
-        self.check_backend()
         self.check_stack()
         self.check_patches("positional", self.positional)
         at_least("n_classes", self.n_classes, 2)
@@ -130,10 +120,10 @@ class ViTFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: ViTConfig) -> VisionTransformer:
-        summary = SUMMARIES[cfg.pooling](cfg.d_model)
-        model = VisionTransformer(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.d_model),
-                                  parts.positional(cfg, "embeddings"), summary, parts.encoder(cfg, cfg.n_layers),
-                                  HEADS[cfg.head](cfg.d_model, cfg.n_classes, cfg.dropout, summary.pooling()))
+        summary = SUMMARIES[cfg.pooling](cfg.stack.d_model)
+        model = VisionTransformer(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.stack.d_model),
+                                  parts.positional(cfg, "embeddings"), summary, parts.encoder(cfg, cfg.stack.n_layers),
+                                  HEADS[cfg.head](cfg.stack.d_model, cfg.n_classes, cfg.stack.dropout, summary.pooling()))
         parts.init_weights(model)
         init_patch_positions(model.positional)
         return model

@@ -161,7 +161,7 @@ class RelativePositional(PositionalEncoding):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RelativePositional":
-        return cls(cfg.d_head, cfg.max_relative_distance)
+        return cls(cfg.stack.d_head, cfg.max_relative_distance)
 
     def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         # q . a^K for each of the 2k+1 offsets, then picked per (i, j): O(T (2k+1) Dh), not O(T^2 Dh)
@@ -196,7 +196,7 @@ class RelativeBias(PositionalEncoding):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RelativeBias":
-        return cls(cfg.n_heads, cfg.max_relative_distance)
+        return cls(cfg.stack.n_heads, cfg.max_relative_distance)
 
     def keep_heads(self, keep: Tensor) -> None:
         table = nn.Embedding(self.table.num_embeddings, len(keep)).to(self.table.weight.device)
@@ -218,7 +218,7 @@ class RotaryPositional(PositionalEncoding):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RotaryPositional":
-        return cls(cfg.d_head, cfg.positional_base)
+        return cls(cfg.stack.d_head, cfg.positional_base)
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         # angles in float32 whatever the model's dtype: bf16 would lose whole radians at long positions
@@ -251,7 +251,7 @@ class ALiBiPositional(PositionalEncoding):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "ALiBiPositional":
-        return cls(cfg.n_heads)
+        return cls(cfg.stack.n_heads)
 
     def keep_heads(self, keep: Tensor) -> None:
         self.slopes = self.slopes[keep.to(self.slopes.device)]

@@ -58,7 +58,7 @@ class PatchPositional(AbsolutePositional):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "PatchPositional":
-        return cls(cfg.d_model, cfg.grid)
+        return cls(cfg.stack.d_model, cfg.grid)
 
     def rows_and_columns(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """(N,) patch indices -> their (N,) rows and (N,) columns."""

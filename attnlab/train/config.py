@@ -15,9 +15,9 @@ from typing import Any, Optional
 
 import torch
 
-from attnlab.config import TypedConfig, apply_overrides, at_least, one_of, read_config_file
+from attnlab.config import TypedConfig, apply_overrides, at_least, field_paths, one_of, overlaid, read_config_file
 from attnlab.errors import ConfigError
-from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config
+from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config, stack_of
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.batching import SAMPLINGS
@@ -265,7 +265,7 @@ def _over_initialising_model(model: dict[str, Any], init_from: str, sets: tuple[
     if arch != base.get("arch", DEFAULT_ARCH):
         raise ConfigError(f"train.init_from: {run} is a run of model.arch '{base.get('arch', DEFAULT_ARCH)}'; this "
                           f"config's model.arch is '{arch}': weights initialise a model of their own family only")
-    return {**base, **model}
+    return overlaid(base, model)
 
 
 def _check_fits(family: type[ModelFamily], task: type[Task]) -> None:
@@ -284,7 +284,7 @@ def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> Non
     if train.eval_exact_match and "exact_match" not in task.metrics:
         raise ConfigError(f"train.eval_exact_match needs a task that predicts sequences to compare; data.task "
                           f"'{task.name}' has no exact match (set it to 0)")
-    if train.lr_schedule == "noam" and not hasattr(model, "d_model"):
+    if train.lr_schedule == "noam" and stack_of(model) is None:
         raise ConfigError(f"train.lr_schedule 'noam' scales the rate by d_model^-0.5, which arch '{model.arch}' does not "
                           f"have; use 'cosine' or 'constant'")
     if getattr(model, "output_vocabulary", "all") != "all" and train.label_smoothing > 0:
@@ -303,7 +303,7 @@ def override_fields(section: str, sections: dict[str, Any]) -> list[str] | None:
     refuses with the list)."""
     if section == "model":
         arch = (sections.get("model") or {}).get("arch", DEFAULT_ARCH)
-        return FAMILIES[arch].config.field_names() if arch in FAMILIES else None
+        return field_paths(FAMILIES[arch].config) if arch in FAMILIES else None
     if section == "data":
         try:
             return ["task", *task_of(sections.get("data") or {}).config.field_names()]

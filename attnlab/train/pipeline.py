@@ -39,8 +39,8 @@ def check_pipeline(model_cfg: Any, stages: int) -> None:
     if model_cfg.arch != "decoder_lm":
         raise ConfigError(f"train.strategy pp cuts a decoder-only model (model.arch decoder_lm) into stages; "
                           f"model.arch is '{model_cfg.arch}'")
-    if model_cfg.n_layers < stages:
-        raise ConfigError(f"train.strategy pp: model.n_layers ({model_cfg.n_layers}) is fewer than the pipeline "
+    if model_cfg.stack.n_layers < stages:
+        raise ConfigError(f"train.strategy pp: model.stack.n_layers ({model_cfg.stack.n_layers}) is fewer than the pipeline "
                           f"stages ({stages} ranks)")
     if model_cfg.tie_embeddings != "none":
         raise ConfigError(f"train.strategy pp: model.tie_embeddings '{model_cfg.tie_embeddings}' shares the first "

@@ -13,7 +13,7 @@ import torch
 from attnlab.config import differences
 from attnlab.errors import ConfigError, UsageError
 from attnlab.files import atomic_write_text
-from attnlab.models import FamilyConfig
+from attnlab.models import FamilyConfig, stack_of
 from attnlab.nn.stacks import LayerStack
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
 from attnlab.tasks.batching import BucketedData, Tokenizers
@@ -176,7 +176,8 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     aside = f" (and {sum(p.numel() for name, p in model.named_parameters() if name in untrained):,} in " \
             f"{grouped(idle)}, never trained)" if idle else ""
     log(f"model: {model_cfg.arch}, {n_params:,} parameters{aside}; run directory {run.path}")
-    schedule, note = run_schedule(cfg.train, getattr(model_cfg, "d_model", None))
+    stack = stack_of(model_cfg)
+    schedule, note = run_schedule(cfg.train, stack.d_model if stack else None)
     if note:
         log(note)
     summary = fit(model, task, data, cfg.train, run, schedule, resume=resume, log=log, world=world)

@@ -30,6 +30,7 @@ from typing import Any
 from torch import nn
 
 from attnlab.errors import ConfigError
+from attnlab.models import stack_of
 
 IN_LAYER = re.compile(r"(^|\.)layers\.\d+\.")
 BLOCKS = {"qkv_proj": 3, "kv_proj": 2}  # stacked matrices of a fused projection
@@ -40,12 +41,12 @@ PER_HEAD_POSITIONAL = ("relative", "relative_bias", "alibi")  # state per head, 
 
 def check_tensor_parallel(model_cfg: Any, size: int, strategy: str = "tp") -> None:
     """Refuse in one line a model that ``size`` ranks cannot split head by head."""
-    if not all(hasattr(model_cfg, f) for f in ("n_heads", "d_model", "d_ff")):
+    if (stack := stack_of(model_cfg)) is None:
         raise ConfigError(f"train.strategy {strategy} splits attention heads and feed-forward widths; model.arch "
                           f"'{model_cfg.arch}' has none")
     for name in ("n_heads", "d_ff"):  # d_model = n_heads * d_head divides when n_heads does
-        if getattr(model_cfg, name) % size:
-            raise ConfigError(f"train.strategy {strategy}: model.{name} ({getattr(model_cfg, name)}) must be "
+        if getattr(stack, name) % size:
+            raise ConfigError(f"train.strategy {strategy}: model.stack.{name} ({getattr(stack, name)}) must be "
                               f"divisible by the tensor-parallel size ({size} ranks)")
     if getattr(model_cfg, "positional", None) in PER_HEAD_POSITIONAL:
         raise ConfigError(f"train.strategy {strategy}: model.positional '{model_cfg.positional}' keeps state shared "

@@ -86,8 +86,8 @@ recipe() {
   local sets=(--set "train.device=$DEVICE" --set "train.max_seconds=$((limit - 40))")
   if [ "$DEVICE" = cpu ]; then  # a check of the chain: two steps of a one-layer model (a fine-tuning keeps its own)
     sets+=(--set train.max_steps=2 --set train.eval_every=2)
-    grep -q init_from "$config" || sets+=(--set model.n_layers=1 --set model.d_model=64 --set model.n_heads=2 \
-      --set model.d_ff=64)
+    grep -q init_from "$config" || sets+=(--set model.stack.n_layers=1 --set model.stack.d_model=64 --set model.stack.n_heads=2 \
+      --set model.stack.d_ff=64)
   fi
   phase "$name" "$limit" $A train "$config" --out "$RUNS/$name" "${sets[@]}" "$@"
   [ -f "$RUNS/$name/metrics.jsonl" ] && cp "$RUNS/$name/metrics.jsonl" "$WORK/$name.metrics.jsonl"

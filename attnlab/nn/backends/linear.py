@@ -73,7 +73,7 @@ class LinearBackend(AttentionBackend):
 
     @classmethod
     def from_config(cls, cfg) -> "LinearBackend":
-        return cls(FeatureMap(cfg.linear_features, cfg.d_head, cfg.linear_n_features), cfg.attention_block)
+        return cls(FeatureMap(cfg.linear_features, cfg.stack.d_head, cfg.linear_n_features), cfg.attention_block)
 
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
         return self._kernelised(q, k, v, mask, dropout_p, bias, cache=None, key_valid=mask.key_valid), None

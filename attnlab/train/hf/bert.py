@@ -39,6 +39,7 @@ original computes. A token id of the original is ``order.index(id)`` here.
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +82,14 @@ def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
     if act not in ACTIVATIONS:
         raise CheckpointError(f"{where}: hidden_act {act!r} is not imported (have {', '.join(ACTIVATIONS)})")
     try:
-        return {"arch": "encoder_only", "vocab_size": config["vocab_size"], "d_model": config["hidden_size"],
-                "n_heads": config["num_attention_heads"], "n_layers": config["num_hidden_layers"],
-                "d_ff": config["intermediate_size"], "dropout": config.get("hidden_dropout_prob", 0.1),
-                "attention_dropout": config.get("attention_probs_dropout_prob", 0.1),
-                "activation": act, "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
-                "positional": "learned", "max_len": config["max_position_embeddings"],
-                "tie_embeddings": "output", "pad_id": 0, "embedding": "normed", "attention_backend": "sdpa",
-                "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"}
+        stack = {"d_model": config["hidden_size"], "n_heads": config["num_attention_heads"],
+                 "n_layers": config["num_hidden_layers"], "d_ff": config["intermediate_size"],
+                 "dropout": config.get("hidden_dropout_prob", 0.1),
+                 "attention_dropout": config.get("attention_probs_dropout_prob", 0.1), "activation": act,
+                 "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12), "attention_backend": "sdpa"}
+        return {"arch": "encoder_only", "vocab_size": config["vocab_size"], "stack": stack, "positional": "learned",
+                "max_len": config["max_position_embeddings"], "tie_embeddings": "output", "pad_id": 0,
+                "embedding": "normed", "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"}
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a BERT config.json has") from None
 
@@ -178,15 +179,15 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
 
 def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
     """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
-    needs = {"embedding": "normed", "positional": "learned", "positional_combine": "add", "norm": "post",
+    needs = {"embedding": "normed", "positional": "learned", "positional_combine": "add", "stack.norm": "post",
              "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
              "attention_scale": "sqrt_dk", "pooling": "cls"}
-    refused = [f"{name} {getattr(cfg, name)!r} (BERT's is {value!r})" for name, value in needs.items()
-               if getattr(cfg, name) != value]
-    if cfg.activation not in HIDDEN_ACTS:
-        refused.append(f"activation {cfg.activation!r} (BERT has {', '.join(map(repr, HIDDEN_ACTS))})")
-    if not ATTENTION_BACKENDS[cfg.attention_backend].exact:
-        refused.append(f"attention_backend {cfg.attention_backend!r} (BERT attends to every token)")
+    refused = [f"{name} {attrgetter(name)(cfg)!r} (BERT's is {value!r})" for name, value in needs.items()
+               if attrgetter(name)(cfg) != value]
+    if cfg.stack.activation not in HIDDEN_ACTS:
+        refused.append(f"activation {cfg.stack.activation!r} (BERT has {', '.join(map(repr, HIDDEN_ACTS))})")
+    if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
+        refused.append(f"attention_backend {cfg.stack.attention_backend!r} (BERT attends to every token)")
     if run.read_pruned_heads():
         refused.append("pruned heads (BERT has num_attention_heads in every layer)")
     return refused
@@ -222,9 +223,9 @@ def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: 
     ids, rename = exported_ids(cfg, run)
     with_head = run.read_config()[1].task.name == "masked_lm"
     state = {name: t.float() for name, t in model.state_dict().items()}
-    state.setdefault("embed.segments.weight", torch.zeros(1, cfg.d_model))  # no segments: one zero row
+    state.setdefault("embed.segments.weight", torch.zeros(1, cfg.stack.d_model))  # no segments: one zero row
     tensors = {}
-    for ours, theirs in bert_pairs(cfg.n_layers).items():
+    for ours, theirs in bert_pairs(cfg.stack.n_layers).items():
         if ours.startswith("mlm_head.") and not with_head:
             continue
         tensor = state[ours][:cfg.vocab_size][ids] if ours in VOCABULARY_ROWS else state[ours]
@@ -232,11 +233,11 @@ def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: 
             tensors[("bert." if with_head and not name.startswith("cls.") else "") + name] = part
     text, names = exported_tokenizer(tokenizer, ids, rename)
     config = {"model_type": "bert", "architectures": ["BertForMaskedLM" if with_head else "BertModel"],
-              "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
-              "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
-              "hidden_act": HIDDEN_ACTS[cfg.activation], "hidden_dropout_prob": cfg.dropout,
-              "attention_probs_dropout_prob": cfg.attn_dropout, "max_position_embeddings": cfg.max_len,
-              "type_vocab_size": max(cfg.n_segments, 1), "layer_norm_eps": cfg.layer_norm_eps,
+              "vocab_size": cfg.vocab_size, "hidden_size": cfg.stack.d_model, "num_hidden_layers": cfg.stack.n_layers,
+              "num_attention_heads": cfg.stack.n_heads, "intermediate_size": cfg.stack.d_ff,
+              "hidden_act": HIDDEN_ACTS[cfg.stack.activation], "hidden_dropout_prob": cfg.stack.dropout,
+              "attention_probs_dropout_prob": cfg.stack.attn_dropout, "max_position_embeddings": cfg.max_len,
+              "type_vocab_size": max(cfg.n_segments, 1), "layer_norm_eps": cfg.stack.layer_norm_eps,
               "pad_token_id": ids.index(PAD), "position_embedding_type": "absolute", "torch_dtype": "float32"}
     wordpiece = json.loads(text)["model"]["type"] == "WordPiece"
     tokenizer_config = {"tokenizer_class": "BertTokenizerFast" if wordpiece else "PreTrainedTokenizerFast",

@@ -34,6 +34,7 @@ ids), and its own tokenizer.json.
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +84,14 @@ def gpt2_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
         raise CheckpointError(f"{where}: {'; '.join(unsupported)}: not representable in attnlab's decoder_lm")
     try:
         d = config["n_embd"]
-        return {"arch": "decoder_lm", "vocab_size": config["vocab_size"] + len(ADDED), "d_model": d,
-                "n_heads": config["n_head"], "n_layers": config["n_layer"], "d_ff": config.get("n_inner") or 4 * d,
-                "dropout": config.get("resid_pdrop", 0.1), "attention_dropout": config.get("attn_pdrop", 0.1),
-                "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")], "norm": "pre",
-                "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "positional": "learned",
-                "max_len": config["n_positions"], "tie_embeddings": "output", "pad_id": PAD, "embedding": "plain",
-                "attention_backend": "sdpa", "output_vocabulary": "text",
+        stack = {"d_model": d, "n_heads": config["n_head"], "n_layers": config["n_layer"],
+                 "d_ff": config.get("n_inner") or 4 * d, "dropout": config.get("resid_pdrop", 0.1),
+                 "attention_dropout": config.get("attn_pdrop", 0.1),
+                 "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")], "norm": "pre",
+                 "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "attention_backend": "sdpa"}
+        return {"arch": "decoder_lm", "vocab_size": config["vocab_size"] + len(ADDED), "stack": stack,
+                "positional": "learned", "max_len": config["n_positions"], "tie_embeddings": "output", "pad_id": PAD,
+                "embedding": "plain", "output_vocabulary": "text",
                 "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"}
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a GPT-2 config.json has") from None
@@ -204,17 +206,17 @@ def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> tuple[Tokenize
 
 def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
     """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
-    needs = {"embedding": "plain", "positional": "learned", "positional_combine": "add", "norm": "pre",
+    needs = {"embedding": "plain", "positional": "learned", "positional_combine": "add", "stack.norm": "pre",
              "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
              "multi_token_heads": 0}
-    refused = [f"{name} {getattr(cfg, name)!r} (GPT-2's is {value!r})" for name, value in needs.items()
-               if getattr(cfg, name) != value]
-    if cfg.activation not in EXPORTED_ACTIVATIONS:
-        refused.append(f"activation {cfg.activation!r} (GPT-2 has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
+    refused = [f"{name} {attrgetter(name)(cfg)!r} (GPT-2's is {value!r})" for name, value in needs.items()
+               if attrgetter(name)(cfg) != value]
+    if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
+        refused.append(f"activation {cfg.stack.activation!r} (GPT-2 has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
     if cfg.attention_scale == "learned":
         refused.append("attention_scale 'learned' (GPT-2 scales by 1 / sqrt(d_k) or not at all)")
-    if not ATTENTION_BACKENDS[cfg.attention_backend].exact:
-        refused.append(f"attention_backend {cfg.attention_backend!r} (GPT-2 attends to every earlier token)")
+    if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
+        refused.append(f"attention_backend {cfg.stack.attention_backend!r} (GPT-2 attends to every earlier token)")
     if run.read_pruned_heads():
         refused.append("pruned heads (GPT-2 has n_head in every layer)")
     return refused
@@ -273,8 +275,8 @@ class GPT2Converter(HFConverter):
         eos = init.get("end_of_text", "<eos>") if cfg.output_vocabulary == "text" else "<eos>"
         state = {name: t.float() for name, t in model.state_dict().items()}
         tensors = {"wte.weight": state["embed.tokens.weight"][ids], "wpe.weight": state["embed.positional.table.weight"]}
-        for name in gpt2_shapes({"n_embd": cfg.d_model, "n_inner": cfg.d_ff, "vocab_size": len(ids),
-                                 "n_positions": cfg.max_len, "n_layer": cfg.n_layers}):
+        for name in gpt2_shapes({"n_embd": cfg.stack.d_model, "n_inner": cfg.stack.d_ff, "vocab_size": len(ids),
+                                 "n_positions": cfg.max_len, "n_layer": cfg.stack.n_layers}):
             if name not in tensors:
                 tensor = state[attnlab_name(name)]
                 conv = name.endswith(".weight") and name.split(".", 2)[-1].rsplit(".", 1)[0] in CONV1D
@@ -283,10 +285,10 @@ class GPT2Converter(HFConverter):
         controls = {"all": {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
                     "text": {"bos_token_id": ids.index(EOS), "eos_token_id": ids.index(EOS)}}[cfg.output_vocabulary]
         config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": len(ids),
-                  "n_positions": cfg.max_len, "n_embd": cfg.d_model, "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
-                  "n_inner": cfg.d_ff, "activation_function": EXPORTED_ACTIVATIONS[cfg.activation],
-                  "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.attn_dropout,
-                  "layer_norm_epsilon": cfg.layer_norm_eps, "scale_attn_weights": cfg.attention_scale == "sqrt_dk",
+                  "n_positions": cfg.max_len, "n_embd": cfg.stack.d_model, "n_layer": cfg.stack.n_layers, "n_head": cfg.stack.n_heads,
+                  "n_inner": cfg.stack.d_ff, "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation],
+                  "resid_pdrop": cfg.stack.dropout, "embd_pdrop": cfg.stack.dropout, "attn_pdrop": cfg.stack.attn_dropout,
+                  "layer_norm_epsilon": cfg.stack.layer_norm_eps, "scale_attn_weights": cfg.attention_scale == "sqrt_dk",
                   "tie_word_embeddings": True, "torch_dtype": "float32"} | controls
         names = {"bos_token": eos, "eos_token": eos} if cfg.output_vocabulary == "text" else \
             {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}

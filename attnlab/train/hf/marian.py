@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import re
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +77,15 @@ def marian_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
     if unsupported:
         raise CheckpointError(f"{where}: {'; '.join(unsupported)}: not representable in attnlab's encoder_decoder")
     try:
-        return {"arch": "encoder_decoder", "vocab_size": config["vocab_size"] + 1, "d_model": config["d_model"],
-                "n_heads": config["encoder_attention_heads"], "n_layers": config["encoder_layers"],
+        stack = {"d_model": config["d_model"], "n_heads": config["encoder_attention_heads"],
+                 "n_layers": config["encoder_layers"], "d_ff": config["encoder_ffn_dim"],
+                 "dropout": config.get("dropout", 0.1), "attention_dropout": config.get("attention_dropout", 0.0),
+                 "activation": ACTIVATIONS[config.get("activation_function", "gelu")], "norm": "post",
+                 "layer_norm_eps": 1e-5, "attention_backend": "sdpa"}
+        return {"arch": "encoder_decoder", "vocab_size": config["vocab_size"] + 1, "stack": stack,
                 "n_encoder_layers": config["encoder_layers"], "n_decoder_layers": config["decoder_layers"],
-                "d_ff": config["encoder_ffn_dim"], "dropout": config.get("dropout", 0.1),
-                "attention_dropout": config.get("attention_dropout", 0.0),
-                "activation": ACTIVATIONS[config.get("activation_function", "gelu")], "norm": "post",
-                "layer_norm_eps": 1e-5, "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
+                "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
                 "tie_embeddings": "all", "pad_id": PAD, "output_bias": True, "output_vocabulary": "no_bos",
-                "attention_backend": "sdpa",
                 "embedding": "scaled" if config.get("scale_embedding", False) else "plain"}
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a Marian config.json has") from None
@@ -194,16 +195,16 @@ MARIAN_NAMES = {"<pad>": "<pad>", "<eos>": "</s>", "<unk>": "<unk>"}  # attnlab'
 def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
     """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
     needs = {"positional": "sinusoidal_halves", "positional_combine": "add", "positional_base": 10000.0,
-             "norm": "post", "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "all",
-             "attention_scale": "sqrt_dk", "layer_norm_eps": 1e-5}
-    refused = [f"{name} {getattr(cfg, name)!r} (Marian's is {value!r})" for name, value in needs.items()
-               if getattr(cfg, name) != value]
+             "stack.norm": "post", "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "all",
+             "attention_scale": "sqrt_dk", "stack.layer_norm_eps": 1e-5}
+    refused = [f"{name} {attrgetter(name)(cfg)!r} (Marian's is {value!r})" for name, value in needs.items()
+               if attrgetter(name)(cfg) != value]
     if cfg.embedding not in ("scaled", "plain"):
         refused.append(f"embedding {cfg.embedding!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')")
-    if cfg.activation not in EXPORTED_ACTIVATIONS:
-        refused.append(f"activation {cfg.activation!r} (Marian has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
-    if not ATTENTION_BACKENDS[cfg.attention_backend].exact:
-        refused.append(f"attention_backend {cfg.attention_backend!r} (Marian attends to every token)")
+    if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
+        refused.append(f"activation {cfg.stack.activation!r} (Marian has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
+    if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
+        refused.append(f"attention_backend {cfg.stack.attention_backend!r} (Marian attends to every token)")
     if run.read_pruned_heads():
         refused.append("pruned heads (Marian has the same heads in every layer)")
     tokenizer = run.read_config()[1].tokenizer
@@ -244,11 +245,11 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
     tensors["final_logits_bias"] = tensors["final_logits_bias"][None]  # (1, V)
     tokens = vocabulary(tokenizers["tgt"], cfg.vocab_size)
     config = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": len(ids),
-              "decoder_vocab_size": len(ids), "d_model": cfg.d_model, "encoder_layers": cfg.encoder_layers,
-              "decoder_layers": cfg.decoder_layers, "encoder_attention_heads": cfg.n_heads,
-              "decoder_attention_heads": cfg.n_heads, "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff,
-              "activation_function": EXPORTED_ACTIVATIONS[cfg.activation], "dropout": cfg.dropout,
-              "attention_dropout": cfg.attn_dropout, "activation_dropout": 0.0, "max_position_embeddings": cfg.max_len,
+              "decoder_vocab_size": len(ids), "d_model": cfg.stack.d_model, "encoder_layers": cfg.encoder_layers,
+              "decoder_layers": cfg.decoder_layers, "encoder_attention_heads": cfg.stack.n_heads,
+              "decoder_attention_heads": cfg.stack.n_heads, "encoder_ffn_dim": cfg.stack.d_ff, "decoder_ffn_dim": cfg.stack.d_ff,
+              "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation], "dropout": cfg.stack.dropout,
+              "attention_dropout": cfg.stack.attn_dropout, "activation_dropout": 0.0, "max_position_embeddings": cfg.max_len,
               "scale_embedding": cfg.embedding == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
               "decoder_start_token_id": start, "forced_eos_token_id": ids.index(EOS),
               "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "torch_dtype": "float32"}

@@ -46,6 +46,7 @@ classifier, pruned heads) are refused in one line naming them all.
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -114,12 +115,14 @@ def vit_model_fields(config: dict[str, Any], with_classifier: bool, where: Path)
     try:
         return {"arch": "vit", "image_height": height, "image_width": width,
                 "channels": config.get("num_channels", 3), "n_classes": len(labels_of(config, where)),
-                "patch_size": patch_h, "d_model": config["hidden_size"], "n_heads": config["num_attention_heads"],
-                "n_layers": config["num_hidden_layers"], "d_ff": config["intermediate_size"],
-                "dropout": config.get("hidden_dropout_prob", 0.0),
-                "attention_dropout": config.get("attention_probs_dropout_prob", 0.0), "activation": "gelu",
-                "norm": "pre", "layer_norm_eps": config.get("layer_norm_eps", 1e-12), "positional": "learned",
-                "pooling": "cls", "head": "linear" if with_classifier else "pooled", "attention_backend": "sdpa"}
+                "patch_size": patch_h, "positional": "learned", "pooling": "cls",
+                "head": "linear" if with_classifier else "pooled",
+                "stack": {"d_model": config["hidden_size"], "n_heads": config["num_attention_heads"],
+                          "n_layers": config["num_hidden_layers"], "d_ff": config["intermediate_size"],
+                          "dropout": config.get("hidden_dropout_prob", 0.0),
+                          "attention_dropout": config.get("attention_probs_dropout_prob", 0.0), "activation": "gelu",
+                          "norm": "pre", "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
+                          "attention_backend": "sdpa"}}
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a ViT config.json has") from None
 
@@ -205,12 +208,12 @@ ARCHITECTURES = {"image_classification": ("linear", "ViTForImageClassification")
 def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
     """The run's options that ViT has no counterpart for, each 'field value (ViT's)'."""
     head, architecture = ARCHITECTURES[run.read_config()[1].task.name]  # a vit run's tasks
-    needs = {"positional": ("learned", "ViT"), "pooling": ("cls", "ViT"), "norm": ("pre", "ViT"),
+    needs = {"positional": ("learned", "ViT"), "pooling": ("cls", "ViT"), "stack.norm": ("pre", "ViT"),
              "head": (head, architecture)}
-    refused = [f"{name} {getattr(cfg, name)!r} ({whose}'s is {value!r})" for name, (value, whose) in needs.items()
-               if getattr(cfg, name) != value]
-    if cfg.activation not in HIDDEN_ACTS:
-        refused.append(f"activation {cfg.activation!r} (ViT has {', '.join(map(repr, HIDDEN_ACTS))})")
+    refused = [f"{name} {attrgetter(name)(cfg)!r} ({whose}'s is {value!r})" for name, (value, whose) in needs.items()
+               if attrgetter(name)(cfg) != value]
+    if cfg.stack.activation not in HIDDEN_ACTS:
+        refused.append(f"activation {cfg.stack.activation!r} (ViT has {', '.join(map(repr, HIDDEN_ACTS))})")
     if run.read_pruned_heads():
         refused.append("pruned heads (ViT has num_attention_heads in every layer)")
     return refused
@@ -223,10 +226,10 @@ def export_vit(model: nn.Module, cfg: FamilyConfig, run: RunDir) -> Exported:
     task = run.read_config()[1].task
     state = {name: t.float() for name, t in model.state_dict().items()}
     tensors = {}
-    for ours, theirs in vit_pairs(cfg.n_layers).items():
+    for ours, theirs in vit_pairs(cfg.stack.n_layers).items():
         if ours in state and not ours.startswith(task.untrained):  # ViTModel: no output layer
             tensors |= dict(zip(theirs, state[ours].chunk(len(theirs))))
-    d, P = cfg.d_model, cfg.patch_size
+    d, P = cfg.stack.d_model, cfg.patch_size
     tensors[CONV] = state["patch_embed.projection.weight"].view(d, cfg.channels, P, P)
     tensors[POSITIONS] = torch.cat([torch.zeros(1, d), state["positional.table.weight"]])[None]  # the class token's: 0
     tensors[CLS] = state["summary.token"]  # which holds its position already
@@ -237,9 +240,9 @@ def export_vit(model: nn.Module, cfg: FamilyConfig, run: RunDir) -> Exported:
     labels = dict(enumerate(pixels["labels"]))
     size = cfg.image_height if cfg.image_height == cfg.image_width else [cfg.image_height, cfg.image_width]
     config = {"model_type": "vit", "architectures": [architecture], "hidden_size": d,
-              "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.d_ff,
-              "hidden_act": HIDDEN_ACTS[cfg.activation], "hidden_dropout_prob": cfg.dropout,
-              "attention_probs_dropout_prob": cfg.attn_dropout, "layer_norm_eps": cfg.layer_norm_eps,
+              "num_hidden_layers": cfg.stack.n_layers, "num_attention_heads": cfg.stack.n_heads, "intermediate_size": cfg.stack.d_ff,
+              "hidden_act": HIDDEN_ACTS[cfg.stack.activation], "hidden_dropout_prob": cfg.stack.dropout,
+              "attention_probs_dropout_prob": cfg.stack.attn_dropout, "layer_norm_eps": cfg.stack.layer_norm_eps,
               "image_size": size, "patch_size": P, "num_channels": cfg.channels, "qkv_bias": True,
               "id2label": {str(i): name for i, name in labels.items()}, "label2id": {name: i for i, name in labels.items()},
               "torch_dtype": "float32"}
@@ -270,7 +273,7 @@ class ViTConverter(HFConverter):
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
         model = build_model(cfg)
-        tensors, unused = vit_tensors(weights, cfg.n_layers)
+        tensors, unused = vit_tensors(weights, cfg.stack.n_layers)
         target = named_tensors(model)
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
         new = [name for name in target if name not in tensors]
