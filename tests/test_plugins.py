@@ -150,7 +150,6 @@ class Sentiment(Task):
     needs = {"encoder": True, "decoder": False}
     metrics = {"valid_loss": True, "accuracy": False}
     commands = ()
-    sets = ("vocab_size", "n_classes", "pad_id")
     tokenizers = ("src",)
 
     @classmethod
@@ -275,7 +274,6 @@ class Trend(Task):
     needs = {"inputs": Inputs.SERIES, "encoder": True}
     metrics = {"valid_loss": True}
     commands = ()
-    sets = ("length", "n_classes")
     counts = "examples"
 
     @classmethod
@@ -470,12 +468,30 @@ train: {max_steps: 20, batch_size: 20, lr_schedule: constant, lr: 0.1, warmup_st
     assert tokenizers == {} and isinstance(model, SeriesLinear) and (cfg.length, cfg.n_classes) == (4, 2)
 
 
-def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer():
-    class Forgetful(Sentiment):
+def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer(tmp_path):
+    """Registering a task with no tokenizer and the default model_fields (a tokenizer's vocabulary) is
+    refused; a model_fields that reads the vocabulary of a tokenizer the task does not declare (it
+    would not be saved with a run) is refused where the fields are first planned, before any run."""
+    class Forgetful(Task):
         name = "test_forgetful"
-        tokenizers = ()
+        needs = {"encoder": True}
 
-    with pytest.raises(TypeError, match=r"task 'test_forgetful' sets vocab_size from its data: declare the roles of "
-                                        r"the tokenizers it saves"):
+    with pytest.raises(TypeError, match=r"task 'test_forgetful' declares no tokenizer, so its data sets no "
+                                        r"vocabulary: define its model_fields\(cfg, data=None\)"):
         register_task(Forgetful)
     assert "test_forgetful" not in TASKS
+
+    class Undeclared(Sentiment):
+        name = "test_undeclared"
+        tokenizers = ()
+
+    register_task(Undeclared)
+    try:
+        config = tmp_path / "c.yaml"
+        config.write_text(SENTIMENT.format(train=sentiment_file(tmp_path)).replace("test_sentiment", "test_undeclared"))
+        with pytest.raises(TypeError, match=r"task 'test_undeclared' sets a vocabulary size from its 'src' tokenizer: "
+                                            r"declare the roles of the tokenizers it saves"):
+            run_cli("train", str(config), "--out", str(tmp_path / "run"))
+        assert not (tmp_path / "run").exists()
+    finally:
+        del TASKS[Undeclared.name]

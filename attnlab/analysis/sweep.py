@@ -69,6 +69,7 @@ def plan(spec: SweepSpec, out: Path) -> list[PlannedRun]:
 
 def _check_config(run: PlannedRun) -> None:
     """Refuse a config that does not build, and a run directory trained with another config."""
+    from attnlab.tasks.task import set_by_data
     from attnlab.train.checkpoint import RunDir
     from attnlab.train.config import RunConfig
 
@@ -84,7 +85,7 @@ def _check_config(run: PlannedRun) -> None:
     model, data, train = RunDir(run.path).read_config()
     changed = differences(data, planned.data) + differences(train, planned.train)
     if not changed:
-        from_data = {k: getattr(model, k) for k in planned.data.task.sets if hasattr(model, k)}
+        from_data = {k: getattr(model, k) for k in set_by_data(planned.data) if hasattr(model, k)}
         changed = differences(model, planned.model_config(from_data))
     if changed:
         raise UsageError(f"{run.path} was trained with another config than the sweep's ({'; '.join(changed)}); "

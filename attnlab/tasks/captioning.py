@@ -69,7 +69,6 @@ class Captioning(NextTokenTask):
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("caption", "evaluate", "inspect")
     searched = True
-    sets = ("image_height", "image_width", "channels", "vocab_size", "pad_id")
     tokenizers = ("tgt",)
 
     @classmethod

@@ -201,7 +201,6 @@ class Classification(ClassifierTask):
     config = ClassificationConfig
     needs = {"encoder": True, "decoder": False}
     commands = ("predict", "evaluate", "inspect", "prune")
-    sets = ("vocab_size", "n_classes", "pad_id")
     tokenizers = ("src",)
     untrained = ("mlm_head.",)
 

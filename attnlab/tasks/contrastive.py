@@ -141,7 +141,6 @@ class Contrastive(Task):
     needs = {"inputs": Inputs.IMAGE_TEXT, "encoder": False}  # two towers, no joint reading
     metrics = {"valid_loss": True, "recall_at_1": False, "zero_shot_accuracy": False}
     commands = ("predict", "evaluate")
-    sets = Captioning.sets
     tokenizers = ("tgt",)
     counts = "pairs"
 

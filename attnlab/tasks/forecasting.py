@@ -231,7 +231,6 @@ class Forecasting(Task):
     needs = {"inputs": Inputs.SERIES}
     metrics = {"valid_loss": True, "mae": True}  # valid_loss: the MSE
     commands = ("forecast", "evaluate")
-    sets = ("n_channels", "input_length", "horizon")
     file_splits = True
 
     @classmethod

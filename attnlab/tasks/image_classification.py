@@ -187,7 +187,6 @@ class ImageClassification(ClassifierTask):
     config = ImageClassificationConfig
     needs = {"inputs": Inputs.IMAGES}
     commands = ("predict", "evaluate", "inspect")
-    sets = ("image_height", "image_width", "channels", "n_classes")
 
     @classmethod
     def prepare(cls, cfg: ImageClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,

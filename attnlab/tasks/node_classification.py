@@ -147,7 +147,6 @@ class NodeClassification(ClassifierTask):
     config = NodeClassificationConfig
     needs = {"inputs": Inputs.GRAPH}
     commands = ("evaluate",)
-    sets = ("n_features", "n_classes")
 
     @classmethod
     def prepare(cls, cfg: NodeClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,

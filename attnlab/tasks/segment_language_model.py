@@ -75,7 +75,6 @@ class SegmentLanguageModel(LanguageModel):
     formats = ()
     needs = {"encoder": False, "decoder": True, "inputs": "token_segments"}
     commands = ("generate", "evaluate")
-    sets = ("vocab_size", "pad_id", "segment_length")
     layout = SegmentData
 
     @classmethod

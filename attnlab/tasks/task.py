@@ -54,8 +54,8 @@ class Task:
     ``formats`` the values of data.format that imply it when data.task is not given; ``needs`` the
     capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
     whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
-    commands that use its runs; ``sets`` the model fields its data sets, which a training config
-    leaves out, and whose values :meth:`model_fields` gives; ``tokenizers`` the roles ('src', 'tgt')
+    commands that use its runs; :meth:`model_fields` the model fields its data sets, which a training
+    config leaves out (:func:`set_by_data`), and their values; ``tokenizers`` the roles ('src', 'tgt')
     of the tokenizers it saves with a run, its data's ``tokenizers`` by role (a task without tokens
     declares none, and its data has none); ``untrained`` the modules of the model its loss never
     reaches (a masked-LM run's classifier), by name prefix, which a run started from it does not
@@ -76,7 +76,6 @@ class Task:
     needs: ClassVar[dict[str, Any]]  # capability -> value, checked at registration (Capabilities.check_needs)
     metrics: ClassVar[dict[str, bool]]
     commands: ClassVar[tuple[str, ...]]
-    sets: ClassVar[tuple[str, ...]] = ("vocab_size", "pad_id")
     tokenizers: ClassVar[tuple[str, ...]] = ()
     untrained: ClassVar[tuple[str, ...]] = ()
     counts: ClassVar[str] = "tokens"  # what a batch's n_targets counts: the summary's train_<counts>, <counts>_per_s
@@ -112,15 +111,20 @@ class Task:
 
     @classmethod
     def model_fields(cls, cfg: Any, data: Any = None) -> dict[str, Any]:
-        """The model fields of ``sets``: with the prepared ``data``, the values it sets; without, those
-        the config alone tells (`attnlab info`, a sweep's planning), a vocabulary size as None (only
-        the fitted tokenizer knows it: see :func:`with_vocabulary`). By default one vocabulary's, the
-        tokenizer of the first role the task saves."""
+        """The model fields the task's data sets, the one declaration of them: without ``data``,
+        their names (:func:`set_by_data`) with the values the config ``cfg`` alone tells (`attnlab
+        info`, a sweep's planning, the run config's checks), a vocabulary size as None (only the
+        fitted tokenizer knows it: see :func:`with_vocabulary`); with the prepared ``data``, the
+        values it sets. By default one vocabulary's, the tokenizer of the first role the task saves."""
         return {"vocab_size": cls.vocabulary(data, cls.tokenizers[0]), "pad_id": PAD}
 
-    @staticmethod
-    def vocabulary(data: Any, role: str) -> int | None:
-        """The vocabulary size of the prepared ``data``'s tokenizer of ``role``; None without data."""
+    @classmethod
+    def vocabulary(cls, data: Any, role: str) -> int | None:
+        """The vocabulary size of the prepared ``data``'s tokenizer of ``role``, one the task declares
+        in ``tokenizers`` (it saves that tokenizer with a run); None without data."""
+        if role not in cls.tokenizers:
+            raise TypeError(f"task {cls.name!r} sets a vocabulary size from its {role!r} tokenizer: declare the "
+                            f"roles of the tokenizers it saves (tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
         return None if data is None else data.tokenizers[role].vocab_size
 
     @classmethod
@@ -152,6 +156,12 @@ class Task:
     def describe(cls, data: Any) -> str:
         """One line on the prepared data, for the training log."""
         raise NotImplementedError
+
+
+def set_by_data(cfg: TaskConfig) -> frozenset[str]:
+    """The model fields the data of ``cfg`` sets, which a training config leaves out and a run's
+    config.yaml lists beside its own: the names :meth:`Task.model_fields` plans."""
+    return frozenset(cfg.task.model_fields(cfg))
 
 
 def with_vocabulary(fields: dict[str, Any], size: int) -> dict[str, Any]:
@@ -195,12 +205,15 @@ RELEASE_0_1_FIELDS = (
 
 def register_task(task: type[Task]) -> type[Task]:
     """Class decorator: make ``task`` selectable as ``data.task: <task.name>``; what it ``needs`` of a
-    family is checked against :class:`Capabilities` here, and that a task whose data sets a
-    vocabulary size declares the tokenizer it comes from."""
+    family is checked against :class:`Capabilities` here, and that a task declaring no tokenizer
+    says which model fields its data sets (the default :meth:`Task.model_fields` is the vocabulary
+    of its first tokenizer); a vocabulary size taken from a tokenizer it does not declare is
+    refused where the fields are first planned (:meth:`Task.vocabulary`)."""
     task.needs = Capabilities.check_needs(task.needs)
-    if "vocab_size" in task.sets and not task.tokenizers:
-        raise TypeError(f"task {task.name!r} sets vocab_size from its data: declare the roles of the tokenizers "
-                        f"it saves (tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
+    if not task.tokenizers and task.model_fields.__func__ is Task.model_fields.__func__:
+        raise TypeError(f"task {task.name!r} declares no tokenizer, so its data sets no vocabulary: define its "
+                        f"model_fields(cfg, data=None), or declare the roles of the tokenizers it saves "
+                        f"(tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
     return register(TASKS, task, "task")
 
 

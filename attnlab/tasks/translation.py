@@ -185,7 +185,6 @@ class Translation(NextTokenTask):
     needs = {"encoder": True, "decoder": True}
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("translate", "evaluate", "score", "inspect", "prune")
-    sets = ("vocab_size", "src_vocab_size", "pad_id")
     tokenizers = ("src", "tgt")
     layout: typing.ClassVar[type[Seq2SeqData]] = Seq2SeqData  # how the pairs are batched
     with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
@@ -219,9 +218,10 @@ class Translation(NextTokenTask):
 
     @classmethod
     def model_fields(cls, cfg: TranslationConfig, data: Seq2SeqData | None = None) -> dict[str, typing.Any]:
-        """One vocabulary when shared; else the source's as src_vocab_size."""
-        return ({"vocab_size": cls.vocabulary(data, "tgt"), "pad_id": PAD}
-                | ({} if cfg.shared_vocab else {"src_vocab_size": cls.vocabulary(data, "src")}))
+        """The target's vocabulary size; the source's as src_vocab_size, None when shared (the model
+        reads it as the target's)."""
+        return {"vocab_size": cls.vocabulary(data, "tgt"), "pad_id": PAD,
+                "src_vocab_size": None if cfg.shared_vocab else cls.vocabulary(data, "src")}
 
     @classmethod
     def validate(cls, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp,

@@ -163,7 +163,6 @@ class VisualQA(ClassifierTask):
     config = VisualQAConfig
     needs = {"inputs": Inputs.IMAGE_TEXT, "encoder": True}  # one sequence of both, classified
     commands = ("ask", "evaluate", "inspect")
-    sets = ("image_height", "image_width", "channels", "vocab_size", "n_classes", "pad_id")
     tokenizers = ("src",)
 
     @classmethod

@@ -21,7 +21,7 @@ from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, mo
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.batching import SAMPLINGS
-from attnlab.tasks.task import task_of, with_vocabulary
+from attnlab.tasks.task import set_by_data, task_of, with_vocabulary
 from attnlab.train.device import check_device_name, on_gpu
 from attnlab.train.distributed import PIPELINE_SCHEDULES, STRATEGIES
 
@@ -201,15 +201,16 @@ class RunConfig:
                 raise ConfigError("section 'model' must be a mapping of field: value")
             data = task_config(sections.get("data") or {})
             data.check_trainable()
-            for fixed in data.task.sets:
+            planned = data.task.model_fields(data)  # the fields the data sets, as the config alone tells them
+            for fixed in planned:
                 if fixed in model:
                     raise ConfigError(f"model.{fixed} is set from the data in a training config; remove it")
             train_section = sections.get("train")
             if isinstance(train_section, dict) and train_section.get("init_from") and not complete:
-                model = _over_initialising_model(model, str(train_section["init_from"]), data.task.sets)
+                model = _over_initialising_model(model, str(train_section["init_from"]), planned)
             _check_fits(family_named(model.get("arch", DEFAULT_ARCH)), data.task)
             # check the other fields before the data is read
-            model_cfg = model_config({**model, **with_vocabulary(data.task.model_fields(data), 8)})
+            model_cfg = model_config({**model, **with_vocabulary(planned, 8)})
             train = TrainConfig.from_dict(sections.get("train") or {})
             _check_run(model_cfg, data, train)
             return cls(model, data, train)
@@ -222,13 +223,8 @@ class RunConfig:
         config.yaml, whose model section also holds the fields its data set (and, written by
         release 0.1, the fields of every family, and the data fields of every format)."""
         sections = read_config_file(path)
-        if of_a_run and isinstance(sections.get("data"), dict):
-            try:
-                sections["data"] = task_config(sections["data"], from_0_1=True).to_dict()
-            except ConfigError as err:
-                raise ConfigError(f"{path}: {err}") from None
-        if of_a_run and isinstance(sections.get("model"), dict):
-            sections["model"] = _own_model_section(sections)
+        if of_a_run:
+            sections = _run_sections(sections, path)
         apply_overrides(sections, overrides, override_fields)
         where = " ".join([str(path), *(f"--set {expr}" for expr in overrides)])  # the error may be in either
         return cls.from_sections(sections, where, complete=of_a_run)
@@ -250,17 +246,30 @@ def init_source(init_from: str) -> tuple[Path, Path | None]:
                       f"checkpoint directories (with model.safetensors)")
 
 
-def _own_model_section(sections: dict[str, Any]) -> dict[str, Any]:
-    """A run's model section (release 0.1's read as it was) less the fields its data set."""
-    sets = task_of(sections.get("data") or {}).sets
-    return {k: v for k, v in written_by_0_1(sections.get("model") or {}).items() if k not in sets}
+def _run_sections(sections: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """The sections of a run's config.yaml (``path``) as a training config: its data section as this
+    release reads it (release 0.1's too), its model section (0.1's read as it was) less the fields
+    that data set."""
+    if not isinstance(sections.get("data"), dict):
+        return sections  # not a run's: RunConfig refuses it
+    try:
+        data = task_config(sections["data"], from_0_1=True)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    sections = {**sections, "data": data.to_dict()}
+    if isinstance(sections.get("model"), dict):
+        from_data = set_by_data(data)
+        sections["model"] = {k: v for k, v in written_by_0_1(sections["model"]).items() if k not in from_data}
+    return sections
 
 
-def _over_initialising_model(model: dict[str, Any], init_from: str, sets: tuple[str, ...]) -> dict[str, Any]:
+def _over_initialising_model(model: dict[str, Any], init_from: str,
+                             planned: typing.Collection[str]) -> dict[str, Any]:
     """The initialising run's model section updated with ``model``, less the fields that its data
-    or this run's (``sets``) set; the two must be of one family."""
+    or this run's (``planned``) set; the two must be of one family."""
     run, _ = init_source(init_from)
-    base = {k: v for k, v in _own_model_section(read_config_file(run / "config.yaml")).items() if k not in sets}
+    own = _run_sections(read_config_file(run / "config.yaml"), run / "config.yaml").get("model") or {}
+    base = {k: v for k, v in own.items() if k not in planned}
     arch = model.get("arch", base.get("arch", DEFAULT_ARCH))
     if arch != base.get("arch", DEFAULT_ARCH):
         raise ConfigError(f"train.init_from: {run} is a run of model.arch '{base.get('arch', DEFAULT_ARCH)}'; this "
