@@ -1,14 +1,22 @@
 """Model families and tasks as plug-ins: the registries, capabilities, and, registered from outside
-the package, a bigram language model (a new family on a built-in task), a bag-of-embeddings
-sentiment classifier (a new family and a new task) and a linear classifier of series (a task without
-a vocabulary, which declares no tokenizer) that train through the normal command line."""
+the package, a bigram language model (a new family on a built-in task) and a bag-of-embeddings
+sentiment classifier (a new family and a new task) that train through the normal command line; and
+docs/extending.md's walk-through run as written (its code blocks are the modules and configs these
+tests use, its commands are run and its numbers checked): a task without a vocabulary, which
+declares no tokenizer and counts series, a linear family and a family with an attention stack."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
+import re
+import shlex
+import sys
+import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import pytest
@@ -20,9 +28,10 @@ from attnlab import FAMILIES, ConfigError, build_model, model_config, register_f
 from attnlab.config import at_least
 from attnlab.data.corpora import read_tsv
 from attnlab.data.tokenizers import PAD, Tokenizer
-from attnlab.models import Capabilities, FamilyConfig, Inputs, ModelFamily
-from attnlab.tasks import TASKS, Task, TaskConfig, register_task
+from attnlab.models import Capabilities, FamilyConfig, ModelFamily
+from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
 from attnlab.train.checkpoint import load_run
+from attnlab.train.config import TrainConfig
 from helpers import run_cli
 
 
@@ -195,117 +204,6 @@ class Sentiment(Task):
                f"labels {', '.join(data.labels)}"
 
 
-# -- a task without a vocabulary: numbers in, a class out; no tokenizer anywhere ------------------
-
-@dataclass(frozen=True)
-class SeriesLinearConfig(FamilyConfig):
-    """One linear map from a series' values to the class logits."""
-
-    length: int
-    n_classes: int
-
-
-class SeriesLinear(nn.Module):
-    def __init__(self, cfg: SeriesLinearConfig) -> None:
-        super().__init__()
-        self.classify = nn.Linear(cfg.length, cfg.n_classes)
-
-    def forward(self, series: torch.Tensor) -> torch.Tensor:
-        """(B, L, 1) values -> (B, n_classes) logits."""
-        return self.classify(series.squeeze(-1))
-
-
-class SeriesLinearFamily(ModelFamily):
-    name = "test_series_linear"
-    config = SeriesLinearConfig
-    capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=False,
-                                inputs=Inputs.SERIES)
-
-    @staticmethod
-    def build(cfg: SeriesLinearConfig) -> SeriesLinear:
-        return SeriesLinear(cfg)
-
-
-@dataclass(frozen=True)
-class TrendConfig(TaskConfig):
-    """``n`` generated series of ``length`` values, labelled 'up' where their sum is positive; the
-    last ``n_valid`` are held out."""
-
-    n: int = 120
-    n_valid: int = 20
-    length: int = 4
-    seed: int = 0
-
-    @property
-    def in_memory(self) -> bool:
-        return True
-
-
-@dataclass
-class SeriesBatch:
-    series: torch.Tensor  # (B, L, 1)
-    labels: torch.Tensor  # (B,)
-
-    @property
-    def n_targets(self) -> int:
-        return len(self.labels)  # one class per series
-
-    def to(self, device):
-        return SeriesBatch(self.series.to(device), self.labels.to(device))
-
-
-@dataclass
-class TrendData:  # no tokenizers: a task without tokens has none
-    splits: dict[str, SeriesBatch]
-    batch_size: int
-
-    def epoch_batches(self, epoch: int) -> list[SeriesBatch]:
-        train = self.splits["train"]
-        order = torch.randperm(len(train.labels), generator=torch.Generator().manual_seed(epoch))
-        return [SeriesBatch(train.series[i], train.labels[i]) for i in order.split(self.batch_size)]
-
-    def eval_batches(self, split: str) -> list[SeriesBatch]:
-        return [self.splits[split]]
-
-
-class Trend(Task):
-    name = "test_trend"
-    config = TrendConfig
-    needs = {"inputs": Inputs.SERIES, "encoder": True}
-    metrics = {"valid_loss": True}
-    commands = ()
-    counts = "examples"
-
-    @classmethod
-    def prepare(cls, cfg, batching, tokenizers=None, state=None):
-        series = torch.randn(cfg.n, cfg.length, 1, generator=torch.Generator().manual_seed(cfg.seed))
-        labels = (series.sum((1, 2)) > 0).long()  # 0 down, 1 up
-        return TrendData({"train": SeriesBatch(series[:-cfg.n_valid], labels[:-cfg.n_valid]),
-                          "valid": SeriesBatch(series[-cfg.n_valid:], labels[-cfg.n_valid:])}, batching.batch_size)
-
-    @classmethod
-    def model_fields(cls, cfg, data=None):
-        return {"length": cfg.length, "n_classes": 2}
-
-    @classmethod
-    def loss(cls, model, batch, label_smoothing, amp):
-        with amp():
-            logits = model(batch.series).float()
-        nll = F.cross_entropy(logits, batch.labels, reduction="sum")
-        return nll, nll
-
-    @classmethod
-    @torch.no_grad()
-    def validate(cls, model, data, device, amp, n_decoded):
-        model.eval()
-        batch = data.eval_batches("valid")[0].to(device)
-        return {"valid_loss": F.cross_entropy(model(batch.series), batch.labels).item()}
-
-    @classmethod
-    def describe(cls, data):
-        return f"series: train {len(data.splits['train'].labels)}, valid {len(data.splits['valid'].labels)}"
-
-
 @pytest.fixture(autouse=True, scope="module")
 def plugins_registered():
     """Registered for this module's tests only: other tests list the families and tasks (in error
@@ -313,11 +211,8 @@ def plugins_registered():
     register_family(BigramFamily)
     register_family(BagFamily)
     register_task(Sentiment)
-    register_family(SeriesLinearFamily)
-    register_task(Trend)
     yield
     del FAMILIES[BigramFamily.name], FAMILIES[BagFamily.name], TASKS[Sentiment.name]
-    del FAMILIES[SeriesLinearFamily.name], TASKS[Trend.name]
 
 
 def test_the_built_in_families_and_their_capabilities():
@@ -441,33 +336,6 @@ def test_a_task_refuses_what_it_cannot_train_and_fields_it_does_not_have(tmp_pat
     assert not (tmp_path / "r").exists()
 
 
-def test_a_task_without_a_vocabulary_declares_no_tokenizer_and_counts_examples(tmp_path):
-    assert "tokenizers" not in vars(Trend) and Trend.tokenizers == ()  # the default: no tokenizer
-    config = tmp_path / "trend.yaml"
-    config.write_text("""\
-model: {arch: test_series_linear}
-data: {task: test_trend}
-train: {max_steps: 20, batch_size: 20, lr_schedule: constant, lr: 0.1, warmup_steps: 1, eval_every: 10,
-        log_every: 5, progress: false}
-""")
-    info = run_cli("info", str(config), "--json")  # no --vocab-size: the task has no vocabulary
-    assert info.returncode == 0, info.stderr
-    assert json.loads(info.stdout)["params_total"] == 4 * 2 + 2  # length 4 -> 2 classes
-    info = run_cli("info", str(config))  # a family with no stack of layers: its name alone
-    assert info.returncode == 0 and info.stdout.startswith(f"{config}: test_series_linear\nparameters ")
-    done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
-    assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "run").glob("tokenizer*")) == []
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["train_examples"] == 20 * 20 and "train_tokens" not in summary  # 20 updates of 20 series
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if "examples_per_s" in r] == [5, 10, 15, 20]
-    valid = [r["valid_loss"] for r in records if r["split"] == "valid"]
-    assert len(valid) == 2 and valid[-1] < 0.5 * math.log(2)  # a sum's sign: one linear map separates it
-    model, tokenizers, cfg = load_run(tmp_path / "run")
-    assert tokenizers == {} and isinstance(model, SeriesLinear) and (cfg.length, cfg.n_classes) == (4, 2)
-
-
 def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer(tmp_path):
     """Registering a task with no tokenizer and the default model_fields (a tokenizer's vocabulary) is
     refused; a model_fields that reads the vocabulary of a tokenizer the task does not declare (it
@@ -495,3 +363,149 @@ def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer(tmp
         assert not (tmp_path / "run").exists()
     finally:
         del TASKS[Undeclared.name]
+
+
+# -- docs/extending.md, run as written ------------------------------------------------------------
+
+EXTENDING = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
+
+
+@dataclass
+class Block:
+    """A fenced block of the walk-through: its language, the markdown line its text starts on, the
+    text, and the file it is (its first line, ``# NAME ...``)."""
+
+    language: str
+    line: int
+    text: str
+
+    @property
+    def name(self) -> str:
+        return self.text.split("\n", 1)[0].removeprefix("# ").split()[0]
+
+
+def walkthrough(section: str, language: str) -> list[Block]:
+    """The fenced ``language`` blocks of the walk-through's ``## section``, in order."""
+    blocks, heading, fence = [], None, None
+    for number, line in enumerate(EXTENDING.read_text().splitlines(), 1):
+        if fence is None and line.startswith("## "):
+            heading = line[3:]
+        elif fence is None and line.startswith("```"):
+            fence = Block(line[3:], number + 1, "")
+        elif fence is not None and line == "```":
+            blocks += [fence] if heading == section and fence.language == language else []
+            fence = None
+        elif fence is not None:
+            fence.text += line + "\n"
+    assert fence is None, f"{EXTENDING}: a fence opened at line {fence.line - 1} is not closed"
+    return blocks
+
+
+@contextlib.contextmanager
+def modules_of(section: str):
+    """The section's Python blocks run as the modules they name, each line numbered as in the
+    markdown (a traceback points into the doc); what they register is removed afterwards."""
+    families, tasks, modules = set(FAMILIES), set(TASKS), {}
+    try:
+        for block in walkthrough(section, "python"):
+            name = "extending_" + Path(block.name).stem
+            modules[name] = sys.modules[name] = types.ModuleType(name)
+            code = compile("\n" * (block.line - 1) + block.text, str(EXTENDING), "exec")  # the doc's line numbers
+            exec(code, modules[name].__dict__)
+        yield types.SimpleNamespace(**{name.removeprefix("extending_"): m for name, m in modules.items()})
+    finally:
+        for name in set(FAMILIES) - families:
+            del FAMILIES[name]
+        for name in set(TASKS) - tasks:
+            del TASKS[name]
+        for name in modules:
+            del sys.modules[name]
+
+
+def follow(section: str, where: Path) -> None:
+    """Write the section's YAML blocks to the files they name in ``where`` and run its console
+    blocks' `$ attnlab` commands there: each succeeds and prints the lines the doc shows under it,
+    in order."""
+    for block in walkthrough(section, "yaml"):
+        (where / block.name).write_text(block.text)
+    with contextlib.chdir(where):
+        for block in walkthrough(section, "console"):
+            for command in re.split(r"^\$ ", block.text, flags=re.M)[1:]:
+                line, *shown = command.splitlines()
+                done = run_cli(*shlex.split(line)[1:])
+                assert done.returncode == 0, f"{line}: {done.stderr}"
+                printed = iter(done.stdout.splitlines())
+                for expected in shown:  # a subsequence of what is printed
+                    assert any(is_shown(expected, p) for p in printed), f"{line}: no {expected!r} in\n{done.stdout}"
+
+
+def is_shown(expected: str, printed: str) -> bool:
+    """A line the doc shows under a command is a printed line; one ending in '...', its start."""
+    return printed.startswith(expected[:-3]) if expected.endswith("...") else printed == expected
+
+
+def trend_data(trend):
+    """The walk-through's series, prepared as `attnlab train` prepares them with its trend.yaml."""
+    return trend.Trend.prepare(trend.TrendConfig(), Batching(max_tokens=0, batch_size=20, seed=TrainConfig().seed))
+
+
+def first_loss_by_hand(model_cfg, data) -> float:
+    """The mean cross-entropy of the initial model (built after torch.manual_seed(train.seed), as
+    `attnlab train` builds it) on the first training batch of series."""
+    torch.manual_seed(TrainConfig().seed)
+    model = build_model(model_cfg)
+    batch = data.epoch_batches(0)[0]
+    return F.cross_entropy(model(batch.series), batch.labels).item()
+
+
+def train_records(run: Path, split: str) -> list[dict]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["split"] == split]
+
+
+def test_the_walkthrough_adds_a_task_without_a_vocabulary(tmp_path):
+    with modules_of("Add a task") as new:
+        assert "tokenizers" not in vars(new.trend.Trend) and new.trend.Trend.tokenizers == ()  # the default: none
+        follow("Add a task", tmp_path)
+        run = tmp_path / "runs" / "trend"
+        info = json.loads(run_cli("info", str(tmp_path / "trend.yaml"), "--json").stdout)
+        assert info["params_total"] == 4 * 2 + 2  # 4 x 2 weights, 2 biases
+        data = trend_data(new.trend)
+        losses = [r["loss"] for r in train_records(run, "train")]
+        by_hand = first_loss_by_hand(model_config(arch="series_linear", length=4, n_classes=2), data)
+        assert len(losses) == 20 and losses[0] == pytest.approx(by_hand, rel=1e-6)
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["train_series"] == 20 * 20 and "train_tokens" not in summary  # 20 updates of 20 series
+        assert [r["step"] for r in train_records(run, "train") if "series_per_s" in r] == list(range(1, 21))
+        valid = [r["valid_loss"] for r in train_records(run, "valid")]
+        assert len(valid) == 2 and valid[-1] < 0.5 * math.log(2)
+        assert sorted(p.name for p in run.glob("tokenizer*")) == []
+        model, tokenizers, cfg = load_run(run)
+        assert tokenizers == {} and isinstance(model, new.series_linear.SeriesLinear)
+        assert (cfg.length, cfg.n_classes) == (4, 2)
+        held_out = data.splits["valid"]
+        assert F.cross_entropy(model(held_out.series), held_out.labels).item() == pytest.approx(min(valid), rel=1e-6)
+        up = model.classify.weight[1] - model.classify.weight[0]  # the sum's sign: the direction (1, 1, 1, 1)
+        assert F.cosine_similarity(up, torch.ones(4), dim=0) > 0.9
+        refused = run_cli("train", str(tmp_path / "trend.yaml"), "--set", "model.length=1", "--out", str(tmp_path / "r"))
+        assert refused.returncode == 3 and "model.length is set from the data in a training config" in refused.stderr
+        assert not (tmp_path / "r").exists()
+
+
+def test_the_walkthrough_adds_a_family_with_an_attention_stack(tmp_path):
+    with modules_of("Add a task") as new, modules_of("Add a family") as family:
+        follow("Add a family", tmp_path)
+        d, ff, length, classes = 8, 16, 4, 2
+        by_hand = (d + d) + length * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff + ff * d + d) + 2 * 2 * d \
+            + 2 * d + (d * classes + classes)
+        info = json.loads(run_cli("info", str(tmp_path / "trend_attention.yaml"), "--json").stdout)
+        assert info["params_total"] == by_hand == 682
+        run = tmp_path / "runs" / "trend_attention"
+        losses = [r["loss"] for r in train_records(run, "train")]
+        model_cfg = model_config(arch="series_attention", length=4, n_classes=2, n_heads=4)  # trend_attention.yaml
+        initial = first_loss_by_hand(model_cfg, trend_data(new.trend))
+        assert len(losses) == 40 and losses[0] == pytest.approx(initial, rel=1e-5)
+        valid = [r["valid_loss"] for r in train_records(run, "valid")]
+        assert len(valid) == 2 and valid[-1] < valid[0] < math.log(2)
+        model, _, cfg = load_run(run)
+        assert isinstance(model, family.series_attention.SeriesAttention) and cfg.n_heads == 4
