@@ -8,6 +8,7 @@ declares no tokenizer and counts series, a linear family and a family with an at
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import random
@@ -493,7 +494,11 @@ def test_the_walkthrough_adds_a_task_without_a_vocabulary(tmp_path):
 
 
 def test_the_walkthrough_adds_a_family_with_an_attention_stack(tmp_path):
+    (block,) = walkthrough("Add a family", "python")
+    assert len([line for line in block.text.splitlines() if line.strip()]) <= 40  # the whole family, imports included
     with modules_of("Add a task") as new, modules_of("Add a family") as family:
+        config = family.series_attention.SeriesAttentionConfig
+        assert [f.name for f in dataclasses.fields(config)] == ["length", "n_classes", "stack"]  # no field of the stack
         follow("Add a family", tmp_path)
         d, ff, length, classes = 8, 16, 4, 2
         by_hand = (d + d) + length * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff + ff * d + d) + 2 * 2 * d \
@@ -502,10 +507,10 @@ def test_the_walkthrough_adds_a_family_with_an_attention_stack(tmp_path):
         assert info["params_total"] == by_hand == 682
         run = tmp_path / "runs" / "trend_attention"
         losses = [r["loss"] for r in train_records(run, "train")]
-        model_cfg = model_config(arch="series_attention", length=4, n_classes=2, n_heads=4)  # trend_attention.yaml
+        model_cfg = model_config(arch="series_attention", length=4, n_classes=2, stack={"n_heads": 4})  # trend_attention.yaml
         initial = first_loss_by_hand(model_cfg, trend_data(new.trend))
         assert len(losses) == 40 and losses[0] == pytest.approx(initial, rel=1e-5)
         valid = [r["valid_loss"] for r in train_records(run, "valid")]
         assert len(valid) == 2 and valid[-1] < valid[0] < math.log(2)
         model, _, cfg = load_run(run)
-        assert isinstance(model, family.series_attention.SeriesAttention) and cfg.n_heads == 4
+        assert isinstance(model, family.series_attention.SeriesAttention) and cfg.stack.n_heads == 4
