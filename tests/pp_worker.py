@@ -1,10 +1,12 @@
-"""Run under torchrun by tests/test_parallel.py: the gradients and one clipped plain-SGD update of a
-tiny decoder-only model cut into one pipeline stage per rank (train/pipeline.py) under a schedule
-and a micro-batch count, and the same in rank 0 alone accumulating the same micro-batches; rank 0
-saves both."""
+"""Run under torchrun by tests/test_parallel.py: for each case TASK/SCHEDULE/M given, the gradients
+and one clipped plain-SGD update of a tiny model of the task's family (decoder-only for
+language_model, encoder-only for masked_lm and classification) cut into one pipeline stage per rank
+(train/pipeline.py) under that schedule and micro-batch count, and the same in rank 0 alone
+accumulating the same micro-batches with the task's own loss; rank 0 saves them by case."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -12,6 +14,10 @@ import torch.distributed as dist
 
 from attnlab import build_model, model_config
 from attnlab.data.batching import Batch
+from attnlab.data.tokenizers import MASK, PAD
+from attnlab.tasks.classification import ClassBatch, Classification
+from attnlab.tasks.language_model import LanguageModel
+from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
 from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import exit_worker, joined_world
 from attnlab.train.pipeline import Pipeline
@@ -20,23 +26,49 @@ from attnlab.train.step import accumulate_gradients, train_step
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
 N_LAYERS = 4
+SIZES = dict(vocab_size=30, tie_embeddings="none")
+STACK = dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0, norm="pre")
 
 
-def model():
+def model(task: type) -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model(model_config(arch="decoder_lm", vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=N_LAYERS, d_ff=32, dropout=0.0, norm="pre"), tie_embeddings="none"))
+    if task is LanguageModel:
+        return build_model(model_config(arch="decoder_lm", stack=dict(STACK, n_layers=N_LAYERS), **SIZES))
+    # 3 layers over 2 ranks: stages of 2 and 1; segments and mean pooling read the real tokens
+    return build_model(model_config(arch="encoder_only", stack=dict(STACK, n_layers=3), n_classes=3, n_segments=2, pooling="mean",
+                                    **SIZES))
 
 
-def batches() -> list[Batch]:
-    """Two language-model batches of 4 windows of 6 tokens."""
+def padded(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(4, 7) ids of rows 7, 5, 6 and 3 tokens long, PAD after; (4, 7) True at real tokens."""
+    real = torch.arange(7) < torch.tensor([[7], [5], [6], [3]])
+    return torch.where(real, torch.randint(5, 30, (4, 7), generator=g), PAD), real
+
+
+def batches(task: type) -> list:
+    """Two batches of 4 rows: language-model windows of 6 tokens, or padded rows of 7 with about
+    half their tokens masked (masked_lm), or with two segments and a class (classification)."""
     g = torch.Generator().manual_seed(1)
-    windows = [torch.randint(4, 30, (4, 7), generator=g) for _ in range(2)]
-    return [Batch(None, w[:, :-1], w[:, 1:]) for w in windows]
+    if task is LanguageModel:
+        windows = [torch.randint(4, 30, (4, 7), generator=g) for _ in range(2)]
+        return [Batch(None, w[:, :-1], w[:, 1:]) for w in windows]
+    out = []
+    for _ in range(2):
+        ids, real = padded(g)
+        if task is MaskedLM:
+            chosen = real & (torch.rand(ids.shape, generator=g) < 0.5)
+            out.append(MLMBatch(torch.where(chosen, MASK, ids), torch.where(chosen, ids, PAD)))
+        else:
+            segments = (real & (torch.arange(7) >= 3)).long()
+            out.append(ClassBatch(ids, segments, torch.randint(0, 3, (4,), generator=g)))
+    return out
 
 
-def micro(data: list[Batch], m: int) -> list[Batch]:
+def micro(data: list, m: int) -> list:
     """Each batch's rows cut into m consecutive micro-batches, as the pipeline's schedule cuts them."""
-    return [Batch(None, i, o) for b in data for i, o in zip(b.tgt_in.chunk(m), b.tgt_out.chunk(m))]
+    return [type(b)(*parts) for b in data
+            for parts in zip(*(getattr(b, f.name).chunk(m) if getattr(b, f.name) is not None else [None] * m
+                               for f in dataclasses.fields(b)))]
 
 
 def sgd(params):
@@ -44,31 +76,47 @@ def sgd(params):
     return optimizer, make_scheduler(optimizer, make_schedule("constant", CFG.lr, 1, 10, 0.0, 1))
 
 
+def grad(p: torch.nn.Parameter) -> torch.Tensor:
+    """The gradient, zeros where none reached it (the head a task does not read)."""
+    return p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+
+
+def case(world, task: type, schedule: str, m: int) -> dict | None:
+    whole = model(task)
+    pipeline = Pipeline(whole, world, task, schedule, m, torch.device("cpu"))
+    sums = pipeline.accumulate_gradients(pipeline.stage, batches(task), CFG)
+    grads = {}
+    for (name, p), (_, owner) in zip(whole.named_parameters(), pipeline.owners):
+        g = grad(p) if owner == world.rank else torch.zeros_like(p)
+        dist.broadcast(g, src=owner)
+        grads[name] = g
+    optimizer, scheduler = sgd(pipeline.stage.parameters())
+    optimizer.zero_grad(set_to_none=True)
+    step = train_step(pipeline.stage, batches(task), optimizer, scheduler, CFG,
+                      accumulate=pipeline.accumulate_gradients, clip=pipeline.clip_gradients)
+    pipeline.assemble()
+    if not world.is_main:
+        return None
+    reference = model(task)
+    one = accumulate_gradients(reference, micro(batches(task), m), CFG, objective=task.loss)
+    one_grads = {n: grad(p) for n, p in reference.named_parameters()}
+    optimizer, scheduler = sgd(reference.parameters())
+    optimizer.zero_grad(set_to_none=True)
+    one_step = train_step(reference, micro(batches(task), m), optimizer, scheduler, CFG, objective=task.loss)
+    return {"pp": {"loss": sums["loss_sum"], "grads": grads, "grad_norm": step["grad_norm"],
+                   "weights": {n: p.detach().clone() for n, p in whole.named_parameters()}},
+            "one": {"loss": one["loss_sum"], "grads": one_grads, "grad_norm": one_step["grad_norm"],
+                    "weights": {n: p.detach().clone() for n, p in reference.named_parameters()}}}
+
+
 if __name__ == "__main__":
-    out, schedule, m = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    tasks = {t.name: t for t in (LanguageModel, MaskedLM, Classification)}
+    out, cases = sys.argv[1], sys.argv[2:]
+    results = {}
     with joined_world() as world:
-        whole = model()
-        pipeline = Pipeline(whole, world, schedule, m, torch.device("cpu"))
-        sums = pipeline.accumulate_gradients(pipeline.stage, batches(), CFG)
-        grads = {}
-        for (name, p), (_, owner) in zip(whole.named_parameters(), pipeline.owners):
-            g = p.grad.clone() if owner == world.rank else torch.zeros_like(p)
-            dist.broadcast(g, src=owner)
-            grads[name] = g
-        optimizer, scheduler = sgd(pipeline.stage.parameters())
-        optimizer.zero_grad(set_to_none=True)
-        step = train_step(pipeline.stage, batches(), optimizer, scheduler, CFG,
-                          accumulate=pipeline.accumulate_gradients, clip=pipeline.clip_gradients)
-        pipeline.assemble()
+        for spec in cases:  # TASK/SCHEDULE/M
+            name, schedule, m = spec.split("/")
+            results[spec] = case(world, tasks[name], schedule, int(m))
         if world.is_main:
-            reference = model()
-            one = accumulate_gradients(reference, micro(batches(), m), CFG)
-            one_grads = {n: p.grad.clone() for n, p in reference.named_parameters()}
-            optimizer, scheduler = sgd(reference.parameters())
-            optimizer.zero_grad(set_to_none=True)
-            one_step = train_step(reference, micro(batches(), m), optimizer, scheduler, CFG)
-            torch.save({"pp": {"loss": sums["loss_sum"], "grads": grads, "grad_norm": step["grad_norm"],
-                               "weights": {n: p.detach().clone() for n, p in whole.named_parameters()}},
-                        "one": {"loss": one["loss_sum"], "grads": one_grads, "grad_norm": one_step["grad_norm"],
-                                "weights": {n: p.detach().clone() for n, p in reference.named_parameters()}}}, out)
+            torch.save(results, out)
     exit_worker(0)

@@ -18,6 +18,10 @@ from tp_worker import CFG
 
 from attnlab.errors import ConfigError
 from attnlab.models import build_model, model_config
+from attnlab.tasks.classification import Classification
+from attnlab.tasks.language_model import LanguageModel
+from attnlab.tasks.masked_lm import MaskedLM
+from attnlab.tasks.segment_language_model import SegmentLanguageModel
 from attnlab.train.checkpoint import load_run
 from attnlab.train.distributed import World
 from attnlab.train.strategy import check_strategy
@@ -160,26 +164,34 @@ def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_und
         in under_tp.stderr
 
 
-@pytest.mark.parametrize("ranks, schedule, micro_batches", [(2, "gpipe", 2), (2, "1f1b", 4), (4, "gpipe", 2),
-                                                           (4, "1f1b", 4)])
-def test_pipeline_gives_one_process_accumulating_the_micro_batches_gradients(tmp_path, ranks, schedule,
-                                                                             micro_batches):
+@pytest.mark.parametrize("ranks, cases", [
+    (2, ["language_model/gpipe/2", "language_model/1f1b/4"]),
+    (4, ["language_model/gpipe/2", "language_model/1f1b/4"]),
+    (2, ["masked_lm/gpipe/2", "masked_lm/1f1b/2", "classification/gpipe/2", "classification/1f1b/4"]),
+], ids=["decoder-only 2 ranks", "decoder-only 4 ranks", "encoder-only 2 ranks"])
+def test_pipeline_gives_one_process_accumulating_the_micro_batches_gradients(tmp_path, ranks, cases):
     out = tmp_path / "pp.pt"
-    done = launched(ranks, str(TESTS / "pp_worker.py"), str(out), schedule, str(micro_batches))
+    done = launched(ranks, str(TESTS / "pp_worker.py"), str(out), *cases)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = torch.load(out)
-    pp, one = result["pp"], result["one"]
-    # Each stage runs one process's operations on each micro-batch, the activations and their
-    # gradients cross between ranks unchanged, and the micro-batches' gradients and loss sums are
-    # added in the same order: equal to the bit.
-    assert pp["loss"].item() == one["loss"].item()
+    results = torch.load(out)
+    assert list(results) == cases
+    for case, result in results.items():
+        assert_one_processs_accumulation(case, result["pp"], result["one"])
+
+
+def assert_one_processs_accumulation(case: str, pp: dict, one: dict) -> None:
+    # Each stage runs one process's operations on each micro-batch, the activations (and an
+    # encoder's mask of real tokens) and their gradients cross between ranks unchanged, and the
+    # micro-batches' gradients and loss sums are added in the same order: equal to the bit.
+    assert pp["loss"].item() == one["loss"].item(), case
+    assert pp["grads"].keys() == one["grads"].keys()
     for name, g in one["grads"].items():
-        torch.testing.assert_close(pp["grads"][name], g, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(pp["grads"][name], g, atol=0, rtol=0, msg=lambda m: f"{case} {name}: {m}")
     # the norm for clipping: the stages' norms squared and added (in float64, one all-reduce) where
     # one process adds every tensor's in float32: a sum of k non-negative terms, within k eps relative
     rtol = len(one["grads"]) * torch.finfo(torch.float32).eps
     torch.testing.assert_close(pp["grad_norm"], one["grad_norm"], atol=0, rtol=rtol)
-    assert one["grad_norm"] > 0.5  # clipped (clip_norm 0.5): the step is c g, c within rtol
+    assert one["grad_norm"] > 0.5, case  # clipped (clip_norm 0.5): the step is c g, c within rtol
     assert_sgd_step_close(pp["weights"], one["weights"], one["grads"], 0.1, 0, rtol)
 
 
@@ -189,16 +201,27 @@ data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
 train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
         log_every: 1, progress: false, micro_batches: 2}}
 """
+# masked LM: batches of 4 lines drawn with replacement, all padded to 16 tokens (one batch shape)
+MLM = """\
+model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, tie_embeddings: none,
+        positional: learned, max_len: 16}}
+data: {{task: masked_lm, train: {text}, tokenizer: word, max_len: 16, n_valid: 20}}
+train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
+        lr: 0.003, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
+"""
+WORDS = "zero one two three four five six seven eight nine ten eleven".split()
+COUNTING = "".join(" ".join(WORDS[i % 6:i % 6 + 2 + i % 7]) + "\n" for i in range(200))
 
 
-def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("template, text", [(LM, "to be or not to be, that is the question. " * 40),
+                                            (MLM, COUNTING)], ids=["decoder-only", "encoder-only masked LM"])
+def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path, template, text):
     """Every rank reads the same batches; the stages (3 layers over 2 ranks: 2 and 1) split each into
     2 micro-batches. Resumed from step 2 to 4 under pp, the weights are those of a run that went to
     4 straight, to the bit. The merged optimizer state is one process's, so one process resumes it."""
-    text = tmp_path / "text.txt"
-    text.write_text("to be or not to be, that is the question. " * 40)
-    config = tmp_path / "lm.yaml"
-    config.write_text(LM.format(text=text))
+    (tmp_path / "text.txt").write_text(text)
+    config = tmp_path / "run.yaml"
+    config.write_text(template.format(text=tmp_path / "text.txt"))
     first = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "pp"),
                      "--set", "train.strategy=pp", "--set", "train.max_steps=2")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -229,12 +252,12 @@ def two_ranks() -> World:
 
 
 @pytest.mark.parametrize("field, fields", [
-    ("n_heads", dict(stack=dict(d_model=48, n_heads=3, d_ff=64))),
-    ("d_ff", dict(stack=dict(d_model=32, n_heads=4, d_ff=63))),
+    ("n_heads", dict(stack=dict(d_model=48, n_heads=3, d_ff=64), )),
+    ("d_ff", dict(stack=dict(d_model=32, n_heads=4, d_ff=63), )),
 ])
 def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(field, fields):
     cfg = model_config(vocab_size=30, **fields)
-    with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.stack.{field} \(\d+\) must be divisible by the "
+    with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.{field} \(\d+\) must be divisible by the "
                                           r"tensor-parallel size \(2 ranks\)$"):
         check_strategy("tp", cfg, two_ranks())
 
@@ -248,17 +271,31 @@ def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
         check_strategy("tp", model_config(arch="decoder_lm", vocab_size=30, **fields), two_ranks())
 
 
-@pytest.mark.parametrize("fields, says", [
-    (dict(stack=dict(n_layers=1)), r"model.stack.n_layers \(1\) is fewer than the pipeline stages \(2 ranks\)"),
-    (dict(tie_embeddings="output"), "model.tie_embeddings 'output' shares the first stage's embedding"),
-    (dict(multi_token_heads=2), "model.multi_token_heads are not cut into stages"),
+@pytest.mark.parametrize("arch, fields, says", [
+    ("decoder_lm", dict(stack=dict(n_layers=1)), r"the model's 1 layers are fewer than the pipeline stages \(2 ranks\)"),
+    ("encoder_only", dict(stack=dict(n_layers=1)), r"the model's 1 layers are fewer than the pipeline stages \(2 ranks\)"),
+    ("decoder_lm", dict(tie_embeddings="output"), "model.tie_embeddings 'output' shares the first stage's embedding"),
+    ("encoder_only", dict(tie_embeddings="all"), "model.tie_embeddings 'all' shares the first stage's embedding"),
+    ("decoder_lm", dict(multi_token_heads=2), "model.multi_token_heads are not cut into stages"),
 ])
-def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(fields, says):
-    cfg = model_config(arch="decoder_lm", vocab_size=30, **{"tie_embeddings": "none", **fields})
+def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(arch, fields, says):
+    cfg = model_config(arch=arch, vocab_size=30, **{"tie_embeddings": "none", **fields})
     with pytest.raises(ConfigError, match=f"^train.strategy pp: {says}"):
         check_strategy("pp", cfg, two_ranks())
-    with pytest.raises(ConfigError, match="^train.strategy pp cuts a decoder-only model"):
-        check_strategy("pp", model_config(vocab_size=30), two_ranks())
+
+
+def test_pp_refuses_a_family_or_a_task_it_does_not_cut_in_one_line():
+    with pytest.raises(ConfigError, match="^train.strategy pp cuts models of model.arch decoder_lm, encoder_only into "
+                                          "stages; model.arch is 'rnn'$"):
+        check_strategy("pp", model_config(arch="rnn", vocab_size=30), two_ranks())
+    lm = model_config(arch="decoder_lm", vocab_size=30, tie_embeddings="none")
+    with pytest.raises(ConfigError, match="^train.strategy pp: data.task segment_language_model is not trained "
+                                          "through pipeline stages of model.arch decoder_lm$"):
+        check_strategy("pp", lm, two_ranks(), task=SegmentLanguageModel)
+    check_strategy("pp", lm, two_ranks(), task=LanguageModel)
+    encoder = model_config(arch="encoder_only", vocab_size=30, tie_embeddings="none")
+    for task in (MaskedLM, Classification):
+        check_strategy("pp", encoder, two_ranks(), task=task)
 
 
 def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
@@ -267,15 +304,15 @@ def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
     model = build_model(model_config(arch="decoder_lm", vocab_size=30, stack=dict(n_layers=2), tie_embeddings="none"))
     with pytest.raises(ConfigError, match=r"^train.pipeline_schedule 1f1b needs train.micro_batches \(1\) of at "
                                           r"least the pipeline stages \(2 ranks\)$"):
-        Pipeline(model, two_ranks(), "1f1b", 1, torch.device("cpu"))
+        Pipeline(model, two_ranks(), LanguageModel, "1f1b", 1, torch.device("cpu"))
 
 
 def test_fsdp_tp_refuses_a_tensor_parallel_size_that_does_not_divide_the_ranks_or_the_heads():
-    cfg = model_config(vocab_size=30, stack=dict(d_model=48, n_heads=6, d_ff=96))
+    cfg = model_config(vocab_size=30, stack=dict(d_model=48, n_heads=6, d_ff=96), )
     with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: train.tensor_parallel \(4\) must divide the "
                                           r"torchrun ranks \(6\)$"):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=4)
-    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: model.stack.n_heads \(6\) must be divisible by the "
+    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: model.n_heads \(6\) must be divisible by the "
                                           r"tensor-parallel size \(4 ranks\)$"):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=8), tensor_parallel=4)
     check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=3)  # dp 2 x tp 3

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from attnlab.analysis.budget import _inputs
-from attnlab.train.pipeline import stage_layers
+from attnlab.nn.stages import layer_ranges
 from attnlab.train.tensor_parallel import BLOCKS, COLUMNS, ROWS, IN_LAYER
 
 LAYER_INDEX = re.compile(r"(^|\.)layers\.(\d+)(\.|$)")
@@ -53,7 +53,7 @@ def _stage_of(path: str, n_layers: int, stages: int) -> int:
     match = LAYER_INDEX.search(path)
     if match:
         layer = int(match[2])
-        return next(s for s in range(stages) if layer in stage_layers(n_layers, stages, s))
+        return next(s for s, layers in enumerate(layer_ranges(n_layers, stages)) if layer in layers)
     return 0 if path.startswith("embed") else stages - 1
 
 

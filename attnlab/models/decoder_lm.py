@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.family import Capabilities, ModelFamily, Staging, register_family
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.decoder_lm import DecoderLM
 from attnlab.nn.feedforward import PositionWiseFeedForward
@@ -49,6 +49,12 @@ class DecoderLMConfig(TransformerConfig):
         return self.stack.n_layers
 
 
+def check_one_head(cfg: DecoderLMConfig) -> None:
+    """A pipeline's last stage ends with the next-token head alone."""
+    if cfg.multi_token_heads:
+        raise ConfigError("train.strategy pp: model.multi_token_heads are not cut into stages; set it to 0")
+
+
 def multi_token_head(cfg: DecoderLMConfig) -> MultiTokenHead:
     """A pre-norm residual feed-forward block of the model's sizes, whatever the trunk's norm placement."""
     ffn = PositionWiseFeedForward(cfg.stack.d_model, cfg.stack.d_ff, ACTIVATIONS[cfg.stack.activation]())
@@ -60,6 +66,7 @@ class DecoderLMFamily(ModelFamily):
     name = "decoder_lm"
     config = DecoderLMConfig
     capabilities = Capabilities(encoder=False, decoder=True, incremental_decoding=True, attention_weights=True)
+    staging = Staging(lambda cfg: cfg.decoder_layers, check=check_one_head)
 
     @staticmethod
     def build(cfg: DecoderLMConfig) -> DecoderLM:

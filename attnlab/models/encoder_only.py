@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from attnlab.config import at_least, one_of
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, register_family
+from attnlab.models.family import Capabilities, ModelFamily, Staging, register_family
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.encoder_only import EncoderOnly
 from attnlab.nn.heads import ClassificationHead, MaskedLMHead
@@ -39,6 +39,7 @@ class EncoderOnlyFamily(ModelFamily):
     name = "encoder_only"
     config = EncoderOnlyConfig
     capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=True)
+    staging = Staging(lambda cfg: cfg.encoder_layers, heads=("forward", "classify"))
 
     @staticmethod
     def build(cfg: EncoderOnlyConfig) -> EncoderOnly:

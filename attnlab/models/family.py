@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -139,13 +139,27 @@ class SeriesSizes:
             at_least(name, getattr(self, name), 1)
 
 
+@dataclass(frozen=True)
+class Staging:
+    """That pipeline parallelism (train.strategy pp, train/pipeline.py) may cut a family's models
+    into stages at layer boundaries (the model's ``stages(n, head)``, nn/stages.py): ``layers(cfg)``,
+    how many layers the stages share; ``heads``, the model's methods a last stage may end with (a
+    task's ``pipeline_head``); ``check(cfg)`` refuses in one line what else cannot be cut."""
+
+    layers: Callable[[Any], int]
+    heads: tuple[str, ...] = ("forward",)
+    check: Callable[[Any], None] = lambda cfg: None
+
+
 class ModelFamily:
     """One kind of model: ``name`` (the value of model.arch), ``config`` (its dataclass),
-    ``capabilities``, and ``build(config)`` -> a freshly initialised module."""
+    ``capabilities``, ``build(config)`` -> a freshly initialised module, and ``staging``, how its
+    models cut into pipeline stages (None: they are not)."""
 
     name: ClassVar[str]
     config: ClassVar[type[FamilyConfig]]
     capabilities: ClassVar[Capabilities]
+    staging: ClassVar[Staging | None] = None
 
     @staticmethod
     def build(cfg: Any) -> nn.Module:

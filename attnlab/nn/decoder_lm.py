@@ -17,6 +17,7 @@ from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.heads import MultiTokenHead
 from attnlab.nn.stacks import Decoder
+from attnlab.nn.stages import Carried, Stage, layer_ranges
 
 
 class DecoderLM(nn.Module):
@@ -55,3 +56,30 @@ class DecoderLM(nn.Module):
         if capacity is not None:
             self.embed.check_positions(capacity)
         return self.decoder.new_cache(capacity)
+
+    def stages(self, n: int, head: str = "forward") -> list[LMStage]:
+        """The model cut into ``n`` pipeline stages of consecutive layers (nn/stages.py)."""
+        return [LMStage(self, layers) for layers in layer_ranges(len(self.decoder.layers), n)]
+
+
+class LMStage(Stage):
+    """Layers ``layers`` of a DecoderLM (its own modules, shared): (B, T) ids into the first stage,
+    (B, T, d_model) states between stages, (B, T, V) logits out of the last. A causal decoder masks
+    no padding (Decoder.keys_to_mask), so the states are all that a stage carries."""
+
+    def __init__(self, model: DecoderLM, layers: range) -> None:
+        super().__init__(layers, len(model.decoder.layers))
+        self.embed = model.embed if self.first else None
+        self.decoder = Decoder([model.decoder.layers[i] for i in layers],
+                               model.decoder.norm if self.last else nn.Identity())
+        self.generator = model.generator if self.last else None
+
+    def enter(self, ids: Tensor) -> Carried:
+        return (self.embed(ids, torch.arange(ids.shape[1], device=ids.device)),)  # (B, T) -> (B, T, d_model)
+
+    def through(self, x: Tensor) -> Carried:
+        no_padding = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)  # (B, T): the states need no ids
+        return (self.decoder(x, no_padding, torch.arange(x.shape[1], device=x.device)),)
+
+    def leave(self, x: Tensor) -> Tensor:
+        return self.generator(x)  # (B, T, d_model) -> (B, T, V)

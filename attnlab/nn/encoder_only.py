@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.heads import ClassificationHead, MaskedLMHead
 from attnlab.nn.stacks import Encoder
+from attnlab.nn.stages import Carried, Stage, layer_ranges
 
 
 class EncoderOnly(nn.Module):
@@ -31,3 +33,34 @@ class EncoderOnly(nn.Module):
 
     def classify(self, ids: Tensor, segments: Tensor | None = None) -> Tensor:
         return self.classifier(self.encode(ids, segments), ids != self.pad_id)
+
+    def stages(self, n: int, head: str = "forward") -> list[EncoderStage]:
+        """The model cut into ``n`` pipeline stages of consecutive layers (nn/stages.py), the last
+        ending with ``head``: 'forward' (masked-LM logits) or 'classify'."""
+        return [EncoderStage(self, layers, head) for layers in layer_ranges(len(self.encoder.layers), n)]
+
+
+class EncoderStage(Stage):
+    """Layers ``layers`` of an EncoderOnly (its own modules, shared): (B, T) ids (and segments) into
+    the first stage; between stages the (B, T, d_model) states and the (B, T) real tokens, which
+    every layer's mask and the pooling read; out of the last, (B, T, V) masked-LM logits, or with
+    ``head`` 'classify' (B, n_classes) class logits."""
+
+    def __init__(self, model: EncoderOnly, layers: range, head: str = "forward") -> None:
+        super().__init__(layers, len(model.encoder.layers))
+        self.embed = model.embed if self.first else None
+        self.encoder = Encoder([model.encoder.layers[i] for i in layers],
+                               model.encoder.norm if self.last else nn.Identity())
+        self.pooled = head == "classify"
+        self.head = (model.classifier if self.pooled else model.mlm_head) if self.last else None
+        self.pad_id = model.pad_id
+
+    def enter(self, ids: Tensor, segments: Tensor | None = None) -> Carried:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.embed(ids, positions, segments), ids != self.pad_id  # (B, T, d_model), (B, T)
+
+    def through(self, x: Tensor, valid: Tensor) -> Carried:
+        return self.encoder(x, valid, torch.arange(x.shape[1], device=x.device)), valid
+
+    def leave(self, x: Tensor, valid: Tensor) -> Tensor:
+        return self.head(x, valid) if self.pooled else self.head(x)

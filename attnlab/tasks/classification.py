@@ -24,7 +24,7 @@ from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import classification_scores, confusion_matrix
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, Prediction, Task, TaskConfig, register_task
+from attnlab.tasks.task import Amp, Piped, Prediction, Task, TaskConfig, register_task
 
 
 NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
@@ -203,6 +203,11 @@ class Classification(ClassifierTask):
     commands = ("predict", "evaluate", "inspect", "prune")
     tokenizers = ("src",)
     untrained = ("mlm_head.",)
+    pipeline_head = "classify"
+
+    @classmethod
+    def piped(cls, batch: ClassBatch) -> Piped:
+        return Piped((batch.ids, batch.segments), batch.labels, NO_LABEL)
 
     @classmethod
     def prepare(cls, cfg: ClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,

@@ -13,11 +13,11 @@ import torch
 from attnlab.config import at_least, one_of
 from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
 from attnlab.data.corpora import read_text
-from attnlab.data.tokenizers import TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import multi_token_loss
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
+from attnlab.tasks.task import Amp, NextTokenTask, Piped, TaskConfig, register_task
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,11 @@ class LanguageModel(NextTokenTask):
     commands = ("generate", "score", "inspect", "prune")
     tokenizers = ("tgt",)
     layout: ClassVar[type[LMData]] = LMData  # how the splits become batches
+    pipeline_head = "forward"
+
+    @classmethod
+    def piped(cls, batch: Batch) -> Piped:
+        return Piped((batch.tgt_in,), batch.tgt_out, PAD)
 
     @classmethod
     def prepare(cls, cfg: LanguageModelConfig, batching: Batching, tokenizers: Tokenizers | None = None,

@@ -20,7 +20,7 @@ from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
+from attnlab.tasks.task import Amp, Piped, Task, TaskConfig, register_task
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
 
@@ -147,6 +147,11 @@ class MaskedLM(Task):
     commands = ("fill-mask", "inspect", "prune")
     tokenizers = ("src",)
     untrained = ("classifier.",)
+    pipeline_head = "forward"
+
+    @classmethod
+    def piped(cls, batch: MLMBatch) -> Piped:
+        return Piped((batch.inputs,), batch.targets, PAD)
 
     @classmethod
     def prepare(cls, cfg: MaskedLMConfig, batching: Batching, tokenizers: Tokenizers | None = None,

@@ -73,6 +73,7 @@ class SegmentLanguageModel(LanguageModel):
     name = "segment_language_model"
     config = SegmentLanguageModelConfig
     formats = ()
+    pipeline_head = None  # a segment's batch carries the memory of the one before: not cut into micro-batches
     needs = {"encoder": False, "decoder": True, "inputs": "token_segments"}
     commands = ("generate", "evaluate")
     layout = SegmentData

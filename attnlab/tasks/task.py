@@ -9,7 +9,7 @@ with ``@register_task``. Training and the commands ask the task, never its name.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, ContextManager, Mapping
+from typing import Any, Callable, ClassVar, ContextManager, Mapping, NamedTuple
 
 import torch
 from torch import nn
@@ -24,6 +24,16 @@ from attnlab.tasks.batching import Batching, TaskData, Tokenizers
 
 Amp = Callable[[], ContextManager]
 Prediction = tuple[str | None, list[float] | None]  # an input's name (None: line by line) and class probabilities
+
+
+class Piped(NamedTuple):
+    """A batch as pipeline parallelism feeds it (train/pipeline.py): ``inputs``, the first stage's
+    arguments, and ``targets``, those of the loss after the last stage (each cut along its rows into
+    micro-batches), which skips the targets equal to ``ignore_index``."""
+
+    inputs: tuple[torch.Tensor, ...]
+    targets: torch.Tensor
+    ignore_index: int
 
 
 class TaskConfig(RegisteredConfig):
@@ -85,6 +95,14 @@ class Task:
     searched: ClassVar[bool] = False  # evaluate_file / evaluate_split decode: they take beam, lenpen, use_cache, kv_cache
     predict: ClassVar[Callable[..., list[Prediction]] | None] = None  # (model, run, inputs, input_file, batch_size)
     predict_options: ClassVar[tuple[str, ...]] = ()  # `attnlab predict` options its predict takes by keyword
+    # train.strategy pp: the model's method whose logits its loss reads ('forward', 'classify'),
+    # which the last pipeline stage ends with, and ``piped`` its batches; None: not pipelined
+    pipeline_head: ClassVar[str | None] = None
+
+    @classmethod
+    def piped(cls, batch: Any) -> Piped:
+        """``batch`` as the pipeline's stages read it (where ``pipeline_head`` is set)."""
+        raise NotImplementedError
 
     @classmethod
     def class_names(cls, run: Any, **options: str) -> list[str]:

@@ -151,7 +151,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     allow_tf32(device)
     model.to(device)
     learnable = any(p.requires_grad for p in model.parameters())
-    strategy = strategy_for(cfg, world)  # how the ranks share the work (train/strategy.py)
+    strategy = strategy_for(cfg, world, task)  # how the ranks share the work (train/strategy.py)
     trained = strategy.prepare(model, device) if learnable else model
     data_world = strategy.data_world  # the ranks that train different batches
     # the forward and the loss through TorchInductor; evaluation and checkpoints use the model itself

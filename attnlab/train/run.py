@@ -145,7 +145,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     else:
         data = prepare(cfg.data, cfg.train)
         model_cfg = _model_config(cfg, data)
-    check_strategy(cfg.train.strategy, model_cfg, world, cfg.train.tensor_parallel)
+    check_strategy(cfg.train.strategy, model_cfg, world, cfg.train.tensor_parallel, cfg.data.task)
     task = cfg.data.task
     log(task.describe(data))
     torch.manual_seed(cfg.train.seed)

@@ -47,8 +47,8 @@ class Strategy:
     splits_batches: ClassVar[bool] = True  # each rank trains its own share of a global batch
     layout: ClassVar[str | None] = None  # how the saved optimizer state is keyed: None, by index
 
-    def __init__(self, cfg: TrainConfig, world: World | None) -> None:
-        self.cfg, self.world = cfg, world
+    def __init__(self, cfg: TrainConfig, world: World | None, task: Any = None) -> None:
+        self.cfg, self.world, self.task = cfg, world, task  # the task: what a pipeline's batches feed its stages
         self.accumulate_gradients = accumulate_gradients  # the gradients of an update (a pipeline's: its own)
         self.clip_gradients = clip_gradients
 
@@ -134,7 +134,7 @@ class TensorParallel(ShardedStrategy):
 
 
 class PipelineParallel(Strategy):
-    """Pipeline stages of a decoder-only model, one per rank, under GPipe or 1F1B (train/pipeline.py).
+    """Pipeline stages of a model, one per rank, under GPipe or 1F1B (train/pipeline.py).
     The optimizer state is merged into one process's, so it resumes under ddp or one process too."""
 
     name = "pp"
@@ -144,7 +144,8 @@ class PipelineParallel(Strategy):
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
         from attnlab.train.pipeline import Pipeline
 
-        self.pipeline = Pipeline(model, self.world, self.cfg.pipeline_schedule, self.cfg.micro_batches, device)
+        self.pipeline = Pipeline(model, self.world, self.task, self.cfg.pipeline_schedule, self.cfg.micro_batches,
+                                 device)
         self.accumulate_gradients = self.pipeline.accumulate_gradients
         self.clip_gradients = self.pipeline.clip_gradients
         return self.pipeline.stage
@@ -159,10 +160,10 @@ class PipelineParallel(Strategy):
         return self.pipeline.merged_optimizer_state(optimizer)
 
     @staticmethod
-    def check(model_cfg: Any, size: int) -> None:
+    def check(model_cfg: Any, size: int, task: Any = None) -> None:
         from attnlab.train.pipeline import check_pipeline
 
-        check_pipeline(model_cfg, size)
+        check_pipeline(model_cfg, size, task)
 
 
 class FullyShardedTensorParallel(ShardedStrategy):
@@ -170,10 +171,10 @@ class FullyShardedTensorParallel(ShardedStrategy):
 
     name = layout = "fsdp+tp"
 
-    def __init__(self, cfg: TrainConfig, world: World | None) -> None:
+    def __init__(self, cfg: TrainConfig, world: World | None, task: Any = None) -> None:
         from attnlab.train.fsdp_tp import two_d_mesh
 
-        super().__init__(cfg, world)
+        super().__init__(cfg, world, task)
         self.mesh = two_d_mesh(world, cfg.tensor_parallel)
 
     @property
@@ -198,19 +199,22 @@ STRATEGY_CLASSES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Strateg
                                                                           FullyShardedTensorParallel)}
 
 
-def strategy_for(cfg: TrainConfig, world: World | None) -> Strategy:
-    """The strategy ``train.strategy`` names, for this torchrun job (one process: as it is)."""
-    return Strategy(cfg, None) if world is None else STRATEGY_CLASSES[cfg.strategy](cfg, world)
+def strategy_for(cfg: TrainConfig, world: World | None, task: Any = None) -> Strategy:
+    """The strategy ``train.strategy`` names, for this torchrun job (one process: as it is), training ``task``."""
+    return Strategy(cfg, None) if world is None else STRATEGY_CLASSES[cfg.strategy](cfg, world, task)
 
 
-def check_strategy(name: str, model_cfg: Any, world: World | None, tensor_parallel: int = 2) -> None:
+def check_strategy(name: str, model_cfg: Any, world: World | None, tensor_parallel: int = 2, task: Any = None) -> None:
     """Refuse in one line a strategy that this job or this model cannot run: tensor and pipeline
-    parallelism need torchrun with two or more ranks, and a model they can split that many ways."""
+    parallelism need torchrun with two or more ranks, and a model they can split that many ways
+    (a pipeline, a ``task`` whose batches it can feed)."""
     cls = STRATEGY_CLASSES.get(name)
     if name in ("tp", "pp", "fsdp+tp") and world is None:
         raise ConfigError(f"train.strategy {name} splits the model across processes: start it with torchrun "
                           f"--nproc_per_node N (N >= 2), or use train.strategy ddp")
     if world is not None and cls is FullyShardedTensorParallel:
         cls.check(model_cfg, world.size, tensor_parallel)
+    elif world is not None and cls is PipelineParallel:
+        cls.check(model_cfg, world.size, task)
     elif world is not None and hasattr(cls, "check"):
         cls.check(model_cfg, world.size)
