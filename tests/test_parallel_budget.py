@@ -1,5 +1,5 @@
 """`attnlab info --parallel N`: per-rank training memory of each strategy, counted by hand for a tiny
-decoder-only model, and its activations those of analysis/budget.py."""
+decoder-only model (fsdp+tp too), and its activations those of analysis/budget.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from attnlab.analysis.budget import budget_report
 from attnlab.analysis.parallel_budget import parallel_memory
-from attnlab.models import model_config
+from attnlab.models import build_model, model_config
 from helpers import run_cli
 
 D, H, FF, L, V, T, B = 16, 4, 32, 4, 30, 8, 4
@@ -47,7 +47,7 @@ def test_pp_does_not_apply_to_an_encoder_decoder_and_the_cli_prints_the_table(tm
     done = run_cli("info", str(config), "--parallel", "2", "--seq-len", str(T), "--batch", str(B), "--json")
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)["parallel_memory"]) == {"one process", "ddp", "fsdp", "tp", "pp gpipe",
-                                                               "pp 1f1b"}
+                                                               "pp 1f1b", "fsdp+tp"}
     refused = run_cli("info", str(config), "--parallel", "1")
     assert refused.returncode != 0 and refused.stderr.count("\n") == 1
     assert "--parallel needs at least 2" in refused.stderr
@@ -59,3 +59,51 @@ def test_fsdp_holds_a_share_of_everything_and_one_unit_whole(ranks):
     W = r["one process"]["weights"]
     assert r["fsdp"]["gradients"] == W // ranks and r["fsdp"]["adam_moments"] == 2 * (W // ranks)
     assert r["fsdp"]["weights"] > W // ranks
+
+
+def test_fsdp_tp_holds_its_tp_share_sharded_over_dp_counted_by_hand():
+    """4 ranks, tp 2 x dp 2. A layer's tp share (train/tensor_parallel.py's plan, as the tp test above
+    counts it) is half its split parameters and all the rest; FSDP then shards it over dp 2, except
+    the fused W_qkv bias's share, 3d / 2, which every rank of a dp group holds whole
+    (train/fsdp_tp.py); the weights add the largest unit gathered (a layer's share less that bias,
+    or the embeddings, final norm and output projection); activations are tp's on 2 ranks for half
+    the batch."""
+    r = parallel_memory(tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=2)["fsdp+tp"]
+    split = 3 * D * D + 3 * D + D * D + FF * D + FF + D * FF
+    share = split // 2 + D + D + 2 * 2 * D  # b_O, b_2 and two norms of 2d whole
+    bias = 3 * D // 2
+    rest = V * D + 2 * D + V * D  # embedding, final norm, output projection: whole
+    sharded = L * (share - bias) + rest
+    state = sharded // 2 + L * bias
+    assert (state, share - bias, rest) == (2864, 1136, 992)  # the sums above, once in numbers
+    assert r["gradients"] == 4 * state and r["adam_moments"] == 2 * 4 * state
+    assert r["weights"] == 4 * (state + max(share - bias, rest))
+    tp_on_2 = parallel_memory(tiny(), T, B, ranks=2, micro_batches=4)["tp"]
+    assert r["activations"] == tp_on_2["activations"] // 2
+    assert r["total"] == r["weights"] + 3 * r["gradients"] + r["activations"]
+    assert set(parallel_memory(tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=3)["fsdp+tp"].values()) \
+        == {None}  # 3 does not divide 4
+
+
+def test_fsdp_tp_row_needs_a_tensor_parallel_size_dividing_the_ranks_on_the_cli(tmp_path):
+    config = tmp_path / "m.yaml"
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "d_model": D, "n_heads": H,
+                                            "n_layers": L, "d_ff": FF, "tie_embeddings": "none"}}))
+    done = run_cli("info", str(config), "--parallel", "4", "--tensor-parallel", "2", "--seq-len", str(T),
+                   "--batch", str(B))
+    assert done.returncode == 0, done.stderr
+    assert "fsdp+tp: tp 2 x dp 2" in done.stdout and "\n  fsdp+tp " in done.stdout
+    refused = run_cli("info", str(config), "--parallel", "4", "--tensor-parallel", "3")
+    assert refused.returncode != 0 and refused.stderr.count("\n") == 1
+    assert "--tensor-parallel (3) must divide --parallel (4)" in refused.stderr
+
+
+def test_pp_row_of_an_encoder_only_model_holds_its_heavier_stage():
+    """2 layers on 2 stages: the first holds the embeddings and layer 0, the last layer 1 and both
+    heads (the masked-LM head and the classifier, which the model keeps whichever a task reads)."""
+    cfg = model_config(arch="encoder_only", vocab_size=V, d_model=D, n_heads=H, n_layers=2, d_ff=FF,
+                       tie_embeddings="none")
+    sizes = {name: p.numel() for name, p in build_model(cfg).named_parameters()}
+    first = sum(n for name, n in sizes.items() if name.startswith(("embed.", "encoder.layers.0.")))
+    last = sum(sizes.values()) - first
+    assert parallel_memory(cfg, T, B, 2, 2)["pp gpipe"]["gradients"] == 4 * max(first, last)

@@ -12,6 +12,12 @@ counted once each): weights, gradients, Adam's two moments and saved activations
                  moments), its activations for the micro-batches in flight: all m under GPipe,
                  min(N, m) under 1F1B. attnlab keeps the
                  whole model object on every rank besides (train/pipeline.py), so its weights cost W.
+    fsdp+tp      tp's share over the tp = ``tensor_parallel`` ranks of a group, W_t = W_r + W_s / tp,
+                 sharded again over the dp = N / tp groups as fsdp shards: W_t / dp + U_t (U_t: the
+                 largest unit's tp share, gathered), gradients W_t / dp, moments 2 W_t / dp, and
+                 tp's activations for a dp group's share of the batch, (A_r + A_s / tp) / dp. The
+                 fused projections' biases B_t, which FSDP leaves whole (train/fsdp_tp.py), are
+                 held whole by every rank of a dp group: W_t - B_t is what dp divides.
 """
 
 from __future__ import annotations
@@ -48,8 +54,8 @@ def _split_activation(path: str) -> bool:
 
 
 def _stage_of(path: str, n_layers: int, stages: int) -> int:
-    """The pipeline stage of a module of a decoder-only model: its layer's, else the embeddings'
-    (first) or the final norm's and output projection's (last)."""
+    """The pipeline stage of a module of a model its family cuts into stages: its layer's, else the
+    embeddings' (first) or the final norm's and the heads' (last)."""
     match = LAYER_INDEX.search(path)
     if match:
         layer = int(match[2])
@@ -87,11 +93,29 @@ def measure(cfg: Any, seq_len: int, batch: int, src_len: int | None) -> tuple[li
     return params, list(saved.values())
 
 
+def _fsdp_unbiased(name: str) -> bool:
+    """Whether FSDP leaves the parameter out of its shards under fsdp+tp: a fused projection's bias."""
+    module, _, kind = name.rpartition(".")
+    return kind == "bias" and module.rpartition(".")[2] in BLOCKS and IN_LAYER.search(module + ".") is not None
+
+
+def _largest_unit(sizes: dict[str, float]) -> float:
+    """The bytes of FSDP's largest unit (a layer, or the rest: train/fsdp_tp.py) of these parameters."""
+    units: dict[str, float] = {}
+    for name, n in sizes.items():
+        match = LAYER_INDEX.search(name)
+        unit = name[:match.end(2)] if match else ""
+        units[unit] = units.get(unit, 0) + n
+    return max(units.values())
+
+
 def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batches: int,
-                    src_len: int | None = None, bytes_per_value: int = 4) -> dict[str, dict[str, int | None]]:
+                    src_len: int | None = None, bytes_per_value: int = 4,
+                    tensor_parallel: int = 2) -> dict[str, dict[str, int | None]]:
     """{strategy: {'weights', 'gradients', 'adam_moments', 'activations', 'total'}} in bytes per rank
     for a global batch of ``batch`` sequences on ``ranks`` ranks (None where a strategy does not
-    apply to the model: pp is for decoder-only models)."""
+    apply to the model: pp where its family is not cut into stages or has fewer layers than
+    ranks; fsdp+tp where ``tensor_parallel`` does not divide the ranks)."""
     params, saved = measure(cfg, seq_len, batch, src_len)
     b = bytes_per_value
     W = sum(n for _, n in params) * b
@@ -101,36 +125,51 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
         return {"weights": int(weights), "gradients": int(state), "adam_moments": int(2 * state),
                 "activations": int(activations), "total": int(weights + 3 * state + activations)}
 
-    units: dict[str, int] = {}  # FSDP's units: each layer, and the rest
-    for name, n in params:
-        match = LAYER_INDEX.search(name)
-        unit = name[:match.end(2)] if match else ""
-        units[unit] = units.get(unit, 0) + n * b
     W_split = sum(n for name, n in params if _split_parameter(name)) * b
     A_split = sum(n for path, n in saved if _split_activation(path)) * b
     report = {
         "one process": row(W, W, A),
         "ddp": row(W, W, A / ranks),
-        "fsdp": row(W / ranks + max(units.values()), W / ranks, A / ranks),
+        "fsdp": row(W / ranks + _largest_unit({name: n * b for name, n in params}), W / ranks, A / ranks),
         "tp": row(W - W_split + W_split / ranks, W - W_split + W_split / ranks, A - A_split + A_split / ranks),
     }
+    staging = cfg.family.staging
+    n_layers = staging.layers(cfg) if staging is not None else 0
     for schedule, in_flight in (("gpipe", micro_batches), ("1f1b", min(ranks, micro_batches))):
-        if cfg.arch != "decoder_lm" or cfg.stack.n_layers < ranks:
-            report[f"pp {schedule}"] = dict.fromkeys(("weights", "gradients", "adam_moments", "activations", "total"))
+        if n_layers < ranks:
+            report[f"pp {schedule}"] = dict.fromkeys(NUMBERS)
             continue
         stage_w = [0] * ranks
         stage_a = [0] * ranks
         for name, n in params:
-            stage_w[_stage_of(name, cfg.stack.n_layers, ranks)] += n * b
+            stage_w[_stage_of(name, n_layers, ranks)] += n * b
         for path, n in saved:
-            stage_a[_stage_of(path, cfg.stack.n_layers, ranks)] += n * b
+            stage_a[_stage_of(path, n_layers, ranks)] += n * b
         report[f"pp {schedule}"] = row(W, max(stage_w), max(stage_a) * in_flight / micro_batches)
+    report["fsdp+tp"] = _fsdp_tp(params, A, A_split, b, ranks, tensor_parallel, row)
     return report
 
 
-def format_parallel_memory(report: dict[str, dict[str, int | None]], ranks: int, micro_batches: int) -> str:
+NUMBERS = ("weights", "gradients", "adam_moments", "activations", "total")
+
+
+def _fsdp_tp(params: list, A: float, A_split: float, b: int, ranks: int, tp: int, row: Any) -> dict[str, int | None]:
+    """The fsdp+tp row (the module's docstring), or Nones where ``tp`` does not divide the ranks."""
+    if ranks % tp:
+        return dict.fromkeys(NUMBERS)
+    dp = ranks // tp
+    share = {name: n * b / tp if _split_parameter(name) else n * b for name, n in params}  # W_t, by parameter
+    whole = sum(n for name, n in share.items() if _fsdp_unbiased(name))  # B_t
+    sharded = {name: n for name, n in share.items() if not _fsdp_unbiased(name)}
+    state = sum(sharded.values()) / dp + whole
+    return row(state + _largest_unit(sharded), state, (A - A_split + A_split / tp) / dp)
+
+
+def format_parallel_memory(report: dict[str, dict[str, int | None]], ranks: int, micro_batches: int,
+                           tensor_parallel: int = 2) -> str:
     gib = lambda n: "n/a" if n is None else f"{n / 2**30:.3f}"  # noqa: E731
-    lines = [f"training memory per rank, GiB, on {ranks} ranks (pp: {micro_batches} micro-batches; meta device)",
+    lines = [f"training memory per rank, GiB, on {ranks} ranks (pp: {micro_batches} micro-batches; fsdp+tp: "
+             f"tp {tensor_parallel} x dp {ranks // tensor_parallel}; meta device)",
              f"  {'strategy':<14}{'weights':>10}{'gradients':>11}{'adam':>10}{'activations':>13}{'total':>10}"]
     for name, r in report.items():
         lines.append(f"  {name:<14}{gib(r['weights']):>10}{gib(r['gradients']):>11}{gib(r['adam_moments']):>10}"

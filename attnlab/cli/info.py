@@ -133,7 +133,8 @@ def cmd_info(args: argparse.Namespace) -> None:
         from attnlab.analysis.parallel_budget import format_parallel_memory
 
         print()
-        print(format_parallel_memory(report["parallel_memory"], args.parallel, args.micro_batches))
+        print(format_parallel_memory(report["parallel_memory"], args.parallel, args.micro_batches,
+                                     args.tensor_parallel))
 
 
 def _parallel_memory(cfg, args: argparse.Namespace) -> dict:
@@ -143,9 +144,12 @@ def _parallel_memory(cfg, args: argparse.Namespace) -> dict:
     if args.parallel < 2 or args.micro_batches < 1:
         raise UsageError(f"--parallel needs at least 2 ranks and --micro-batches at least 1 (got {args.parallel}, "
                          f"{args.micro_batches})")
+    if args.tensor_parallel < 1 or args.parallel % args.tensor_parallel:
+        raise UsageError(f"--tensor-parallel ({args.tensor_parallel}) must divide --parallel ({args.parallel})")
     if not cfg.capabilities.attention_weights or cfg.capabilities.inputs != "tokens":
         raise UsageError(f"--parallel measures Transformer models of token sequences, not arch '{cfg.arch}'")
-    return parallel_memory(cfg, args.seq_len, args.batch, args.parallel, args.micro_batches, args.src_len)
+    return parallel_memory(cfg, args.seq_len, args.batch, args.parallel, args.micro_batches, args.src_len,
+                           tensor_parallel=args.tensor_parallel)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -166,4 +170,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--parallel", type=int, metavar="N",
                       help="training memory per rank of each train.strategy on N ranks (--batch: the global batch)")
     info.add_argument("--micro-batches", type=int, default=4, help="pipeline micro-batches for --parallel")
+    info.add_argument("--tensor-parallel", type=int, default=2, metavar="T",
+                      help="fsdp+tp's tensor-parallel group size for --parallel (dp = N / T)")
     info.set_defaults(func=cmd_info)
