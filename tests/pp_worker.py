@@ -1,6 +1,8 @@
 """Run under torchrun by tests/test_parallel.py: for each case TASK/SCHEDULE/M given, the gradients
 and one clipped plain-SGD update of a tiny model of the task's family (decoder-only for
-language_model, encoder-only for masked_lm and classification) cut into one pipeline stage per rank
+language_model, encoder-only for masked_lm and classification, encoder-decoder for translation: 1
+encoder layer and 4 decoder layers, so that on 2 ranks the decoder starts inside the first stage
+and on 4 the memory passes through two middle stages) cut into one pipeline stage per rank
 (train/pipeline.py) under that schedule and micro-batch count, and the same in rank 0 alone
 accumulating the same micro-batches with the task's own loss; rank 0 saves them by case."""
 
@@ -18,6 +20,7 @@ from attnlab.data.tokenizers import MASK, PAD
 from attnlab.tasks.classification import ClassBatch, Classification
 from attnlab.tasks.language_model import LanguageModel
 from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
+from attnlab.tasks.translation import Translation
 from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import exit_worker, joined_world
 from attnlab.train.pipeline import Pipeline
@@ -34,6 +37,9 @@ def model(task: type) -> torch.nn.Module:
     torch.manual_seed(0)
     if task is LanguageModel:
         return build_model(model_config(arch="decoder_lm", stack=dict(STACK, n_layers=N_LAYERS), **SIZES))
+    if task is Translation:
+        return build_model(model_config(arch="encoder_decoder", stack=STACK, n_encoder_layers=1, n_decoder_layers=4,
+                                        **SIZES))
     # 3 layers over 2 ranks: stages of 2 and 1; segments and mean pooling read the real tokens
     return build_model(model_config(arch="encoder_only", stack=dict(STACK, n_layers=3), n_classes=3, n_segments=2, pooling="mean",
                                     **SIZES))
@@ -47,7 +53,8 @@ def padded(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
 
 def batches(task: type) -> list:
     """Two batches of 4 rows: language-model windows of 6 tokens, or padded rows of 7 with about
-    half their tokens masked (masked_lm), or with two segments and a class (classification)."""
+    half their tokens masked (masked_lm), or with two segments and a class (classification), or
+    padded sources and targets (translation)."""
     g = torch.Generator().manual_seed(1)
     if task is LanguageModel:
         windows = [torch.randint(4, 30, (4, 7), generator=g) for _ in range(2)]
@@ -55,7 +62,10 @@ def batches(task: type) -> list:
     out = []
     for _ in range(2):
         ids, real = padded(g)
-        if task is MaskedLM:
+        if task is Translation:
+            tgt, _ = padded(g)
+            out.append(Batch(ids, tgt[:, :-1], tgt[:, 1:]))
+        elif task is MaskedLM:
             chosen = real & (torch.rand(ids.shape, generator=g) < 0.5)
             out.append(MLMBatch(torch.where(chosen, MASK, ids), torch.where(chosen, ids, PAD)))
         else:
@@ -110,7 +120,7 @@ def case(world, task: type, schedule: str, m: int) -> dict | None:
 
 
 if __name__ == "__main__":
-    tasks = {t.name: t for t in (LanguageModel, MaskedLM, Classification)}
+    tasks = {t.name: t for t in (LanguageModel, MaskedLM, Classification, Translation)}
     out, cases = sys.argv[1], sys.argv[2:]
     results = {}
     with joined_world() as world:

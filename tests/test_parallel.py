@@ -22,6 +22,7 @@ from attnlab.tasks.classification import Classification
 from attnlab.tasks.language_model import LanguageModel
 from attnlab.tasks.masked_lm import MaskedLM
 from attnlab.tasks.segment_language_model import SegmentLanguageModel
+from attnlab.tasks.translation import Translation
 from attnlab.train.checkpoint import load_run
 from attnlab.train.distributed import World
 from attnlab.train.strategy import check_strategy
@@ -166,9 +167,10 @@ def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_und
 
 @pytest.mark.parametrize("ranks, cases", [
     (2, ["language_model/gpipe/2", "language_model/1f1b/4"]),
-    (4, ["language_model/gpipe/2", "language_model/1f1b/4"]),
-    (2, ["masked_lm/gpipe/2", "masked_lm/1f1b/2", "classification/gpipe/2", "classification/1f1b/4"]),
-], ids=["decoder-only 2 ranks", "decoder-only 4 ranks", "encoder-only 2 ranks"])
+    (4, ["language_model/gpipe/2", "language_model/1f1b/4", "translation/1f1b/4"]),
+    (2, ["masked_lm/gpipe/2", "masked_lm/1f1b/2", "classification/gpipe/2", "classification/1f1b/4",
+         "translation/gpipe/2"]),
+], ids=["decoder-only 2 ranks", "decoder-only and encoder-decoder 4 ranks", "encoder-only and encoder-decoder 2 ranks"])
 def test_pipeline_gives_one_process_accumulating_the_micro_batches_gradients(tmp_path, ranks, cases):
     out = tmp_path / "pp.pt"
     done = launched(ranks, str(TESTS / "pp_worker.py"), str(out), *cases)
@@ -181,8 +183,10 @@ def test_pipeline_gives_one_process_accumulating_the_micro_batches_gradients(tmp
 
 def assert_one_processs_accumulation(case: str, pp: dict, one: dict) -> None:
     # Each stage runs one process's operations on each micro-batch, the activations (and an
-    # encoder's mask of real tokens) and their gradients cross between ranks unchanged, and the
-    # micro-batches' gradients and loss sums are added in the same order: equal to the bit.
+    # encoder's mask of real tokens, an encoder-decoder's memory) and their gradients cross between
+    # ranks unchanged, and the micro-batches' gradients and loss sums are added in the same order
+    # (the memory's gradient too: each decoder stage's added to the next's as autograd adds them
+    # in one process): equal to the bit.
     assert pp["loss"].item() == one["loss"].item(), case
     assert pp["grads"].keys() == one["grads"].keys()
     for name, g in one["grads"].items():
@@ -209,15 +213,24 @@ data: {{task: masked_lm, train: {text}, tokenizer: word, max_len: 16, n_valid: 2
 train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
         lr: 0.003, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
 """
+# translation: 1 encoder and 2 decoder layers, so that the decoder starts inside the first stage
+SEQ2SEQ = """\
+model: {{stack: {{d_model: 32, n_heads: 4, d_ff: 64, dropout: 0.0}}, n_encoder_layers: 1, n_decoder_layers: 2,
+        tie_embeddings: none}}
+data: {{format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}}
+train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
+        lr: 0.002, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
+"""
 WORDS = "zero one two three four five six seven eight nine ten eleven".split()
 COUNTING = "".join(" ".join(WORDS[i % 6:i % 6 + 2 + i % 7]) + "\n" for i in range(200))
 
 
 @pytest.mark.parametrize("template, text", [(LM, "to be or not to be, that is the question. " * 40),
-                                            (MLM, COUNTING)], ids=["decoder-only", "encoder-only masked LM"])
+                                            (MLM, COUNTING), (SEQ2SEQ, "")],
+                         ids=["decoder-only", "encoder-only masked LM", "encoder-decoder"])
 def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path, template, text):
-    """Every rank reads the same batches; the stages (3 layers over 2 ranks: 2 and 1) split each into
-    2 micro-batches. Resumed from step 2 to 4 under pp, the weights are those of a run that went to
+    """Every rank reads the same batches; the stages (3 layers over 2 ranks: 2 and 1; an
+    encoder-decoder's encoder layers count first) split each into 2 micro-batches. Resumed from step 2 to 4 under pp, the weights are those of a run that went to
     4 straight, to the bit. The merged optimizer state is one process's, so one process resumes it."""
     (tmp_path / "text.txt").write_text(text)
     config = tmp_path / "run.yaml"
@@ -277,16 +290,22 @@ def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
     ("decoder_lm", dict(tie_embeddings="output"), "model.tie_embeddings 'output' shares the first stage's embedding"),
     ("encoder_only", dict(tie_embeddings="all"), "model.tie_embeddings 'all' shares the first stage's embedding"),
     ("decoder_lm", dict(multi_token_heads=2), "model.multi_token_heads are not cut into stages"),
+    ("encoder_decoder", dict(tie_embeddings="output"), "model.tie_embeddings 'output' shares the first stage's"),
+    ("encoder_decoder", dict(tie_embeddings="src_tgt"), "model.tie_embeddings 'src_tgt' shares the source embedding "
+                                                        r"\(first stage\) with the target embedding"),
 ])
 def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(arch, fields, says):
     cfg = model_config(arch=arch, vocab_size=30, **{"tie_embeddings": "none", **fields})
     with pytest.raises(ConfigError, match=f"^train.strategy pp: {says}"):
         check_strategy("pp", cfg, two_ranks())
+    encoder_decoder = model_config(vocab_size=30, stack=dict(n_layers=1), tie_embeddings="none")  # 1 + 1 layers on 4 ranks
+    with pytest.raises(ConfigError, match=r"^train.strategy pp: the model's 2 layers .* \(4 ranks\)$"):
+        check_strategy("pp", encoder_decoder, World(rank=0, size=4))
 
 
 def test_pp_refuses_a_family_or_a_task_it_does_not_cut_in_one_line():
-    with pytest.raises(ConfigError, match="^train.strategy pp cuts models of model.arch decoder_lm, encoder_only into "
-                                          "stages; model.arch is 'rnn'$"):
+    with pytest.raises(ConfigError, match="^train.strategy pp cuts models of model.arch encoder_decoder, decoder_lm, "
+                                          "encoder_only into stages; model.arch is 'rnn'$"):
         check_strategy("pp", model_config(arch="rnn", vocab_size=30), two_ranks())
     lm = model_config(arch="decoder_lm", vocab_size=30, tie_embeddings="none")
     with pytest.raises(ConfigError, match="^train.strategy pp: data.task segment_language_model is not trained "
@@ -296,6 +315,7 @@ def test_pp_refuses_a_family_or_a_task_it_does_not_cut_in_one_line():
     encoder = model_config(arch="encoder_only", vocab_size=30, tie_embeddings="none")
     for task in (MaskedLM, Classification):
         check_strategy("pp", encoder, two_ranks(), task=task)
+    check_strategy("pp", model_config(vocab_size=30, tie_embeddings="none"), two_ranks(), task=Translation)
 
 
 def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():

@@ -39,9 +39,9 @@ def test_per_rank_weights_are_counted_by_hand_and_activations_are_the_budgets():
     assert report["pp 1f1b"]["activations"] * 2 == report["pp gpipe"]["activations"]
 
 
-def test_pp_does_not_apply_to_an_encoder_decoder_and_the_cli_prints_the_table(tmp_path):
-    cfg = model_config(vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=2, d_ff=FF))
-    assert parallel_memory(cfg, T, B, 2, 2)["pp gpipe"]["total"] is None
+def test_pp_does_not_apply_to_fewer_layers_than_ranks_and_the_cli_prints_the_table(tmp_path):
+    cfg = model_config(vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=1, d_ff=FF))  # 1 + 1 layers on 4 ranks
+    assert parallel_memory(cfg, T, B, 4, 4)["pp gpipe"]["total"] is None
     config = tmp_path / "m.yaml"
     config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"}}))
     done = run_cli("info", str(config), "--parallel", "2", "--seq-len", str(T), "--batch", str(B), "--json")
@@ -87,8 +87,7 @@ def test_fsdp_tp_holds_its_tp_share_sharded_over_dp_counted_by_hand():
 
 def test_fsdp_tp_row_needs_a_tensor_parallel_size_dividing_the_ranks_on_the_cli(tmp_path):
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "d_model": D, "n_heads": H,
-                                            "n_layers": L, "d_ff": FF, "tie_embeddings": "none"}}))
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"}}))
     done = run_cli("info", str(config), "--parallel", "4", "--tensor-parallel", "2", "--seq-len", str(T),
                    "--batch", str(B))
     assert done.returncode == 0, done.stderr
@@ -98,12 +97,18 @@ def test_fsdp_tp_row_needs_a_tensor_parallel_size_dividing_the_ranks_on_the_cli(
     assert "--tensor-parallel (3) must divide --parallel (4)" in refused.stderr
 
 
-def test_pp_row_of_an_encoder_only_model_holds_its_heavier_stage():
-    """2 layers on 2 stages: the first holds the embeddings and layer 0, the last layer 1 and both
-    heads (the masked-LM head and the classifier, which the model keeps whichever a task reads)."""
-    cfg = model_config(arch="encoder_only", vocab_size=V, d_model=D, n_heads=H, n_layers=2, d_ff=FF,
-                       tie_embeddings="none")
+@pytest.mark.parametrize("arch, first_stage", [
+    ("encoder_only", ("embed.", "encoder.layers.0.")),
+    ("encoder_decoder", ("src_embed.", "encoder.", "tgt_embed.")),
+])
+def test_pp_row_holds_the_heavier_stage_of_each_family_cut(arch, first_stage):
+    """2 layers on 2 stages. Encoder-only: the first holds the embeddings and layer 0, the last
+    layer 1 and both heads (the masked-LM head and the classifier, which the model keeps whichever
+    a task reads). Encoder-decoder (1 + 1 layers): the first the source embedding, the encoder and,
+    where the memory is made, the target embedding; the last the decoder layer, its norm and the
+    output projection."""
+    cfg = model_config(arch=arch, vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=2 if arch == "encoder_only" else 1, d_ff=FF), tie_embeddings="none")
     sizes = {name: p.numel() for name, p in build_model(cfg).named_parameters()}
-    first = sum(n for name, n in sizes.items() if name.startswith(("embed.", "encoder.layers.0.")))
+    first = sum(n for name, n in sizes.items() if name.startswith(first_stage))
     last = sum(sizes.values()) - first
     assert parallel_memory(cfg, T, B, 2, 2)["pp gpipe"]["gradients"] == 4 * max(first, last)

@@ -28,7 +28,8 @@ from typing import Any
 import torch
 
 from attnlab.analysis.budget import _inputs
-from attnlab.nn.stages import layer_ranges
+from attnlab.errors import ConfigError
+from attnlab.train.pipeline import check_pipeline
 from attnlab.train.tensor_parallel import BLOCKS, COLUMNS, ROWS, IN_LAYER
 
 LAYER_INDEX = re.compile(r"(^|\.)layers\.(\d+)(\.|$)")
@@ -53,14 +54,32 @@ def _split_activation(path: str) -> bool:
     return INSIDE_SPLIT.search(path) is not None
 
 
-def _stage_of(path: str, n_layers: int, stages: int) -> int:
-    """The pipeline stage of a module of a model its family cuts into stages: its layer's, else the
-    embeddings' (first) or the final norm's and the heads' (last)."""
-    match = LAYER_INDEX.search(path)
-    if match:
-        layer = int(match[2])
-        return next(s for s, layers in enumerate(layer_ranges(n_layers, stages)) if layer in layers)
-    return 0 if path.startswith("embed") else stages - 1
+def stage_of_modules(cfg: Any, stages: int) -> dict[str, int]:
+    """The pipeline stage of each module of ``cfg``'s model (by its path in the model) as the model
+    cuts itself (its ``stages``, nn/stages.py; the meta device): a module that no stage holds (the
+    model itself, a head its task does not read) is the last stage's, as train/pipeline.py keeps it."""
+    from attnlab.models import build_model
+
+    with torch.device("meta"):
+        model = build_model(cfg)
+    path_of = {id(m): path for path, m in model.named_modules()}
+    held = {path_of[id(m)]: s for s, stage in enumerate(model.stages(stages)) for m in stage.modules()
+            if id(m) in path_of}
+    return {path: held.get(path, stages - 1) for path in path_of.values()}
+
+
+def _pipelined(cfg: Any, stages: int) -> bool:
+    """Whether train.strategy pp would cut ``cfg``'s model into ``stages`` (train/pipeline.py's check)."""
+    try:
+        check_pipeline(cfg, stages)
+    except ConfigError:
+        return False
+    return True
+
+
+def _stage_of(path: str, stage_of: dict[str, int]) -> int:
+    """The stage of the module at ``path``, or of a parameter named by it."""
+    return stage_of[path] if path in stage_of else stage_of[path.rpartition(".")[0]]
 
 
 def measure(cfg: Any, seq_len: int, batch: int, src_len: int | None) -> tuple[list, list]:
@@ -114,8 +133,9 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
                     tensor_parallel: int = 2) -> dict[str, dict[str, int | None]]:
     """{strategy: {'weights', 'gradients', 'adam_moments', 'activations', 'total'}} in bytes per rank
     for a global batch of ``batch`` sequences on ``ranks`` ranks (None where a strategy does not
-    apply to the model: pp where its family is not cut into stages or has fewer layers than
-    ranks; fsdp+tp where ``tensor_parallel`` does not divide the ranks)."""
+    apply to the model: pp where train.strategy pp refuses it, as for a family not cut into stages,
+    fewer layers than ranks or tied embeddings; fsdp+tp where ``tensor_parallel`` does not divide
+    the ranks)."""
     params, saved = measure(cfg, seq_len, batch, src_len)
     b = bytes_per_value
     W = sum(n for _, n in params) * b
@@ -133,18 +153,17 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
         "fsdp": row(W / ranks + _largest_unit({name: n * b for name, n in params}), W / ranks, A / ranks),
         "tp": row(W - W_split + W_split / ranks, W - W_split + W_split / ranks, A - A_split + A_split / ranks),
     }
-    staging = cfg.family.staging
-    n_layers = staging.layers(cfg) if staging is not None else 0
+    stage_of = stage_of_modules(cfg, ranks) if _pipelined(cfg, ranks) else None
     for schedule, in_flight in (("gpipe", micro_batches), ("1f1b", min(ranks, micro_batches))):
-        if n_layers < ranks:
+        if stage_of is None:
             report[f"pp {schedule}"] = dict.fromkeys(NUMBERS)
             continue
         stage_w = [0] * ranks
         stage_a = [0] * ranks
         for name, n in params:
-            stage_w[_stage_of(name, n_layers, ranks)] += n * b
+            stage_w[_stage_of(name, stage_of)] += n * b
         for path, n in saved:
-            stage_a[_stage_of(path, n_layers, ranks)] += n * b
+            stage_a[_stage_of(path, stage_of)] += n * b
         report[f"pp {schedule}"] = row(W, max(stage_w), max(stage_a) * in_flight / micro_batches)
     report["fsdp+tp"] = _fsdp_tp(params, A, A_split, b, ranks, tensor_parallel, row)
     return report

@@ -10,7 +10,7 @@ from torch import nn
 from attnlab.config import one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, ModelFamily, Staging, TwoSidedSizes, register_family
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
@@ -57,11 +57,20 @@ class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
                 "all": ("output", "src_tgt")}[self.tie_embeddings]
 
 
+def check_untied(cfg: EncoderDecoderConfig) -> None:
+    """A pipeline's first stage holds the source embedding, the stage with the encoder's last layer the target's."""
+    if "src_tgt" in cfg.tied:
+        raise ConfigError(f"train.strategy pp: model.tie_embeddings '{cfg.tie_embeddings}' shares the source "
+                          f"embedding (first stage) with the target embedding (the stage where the decoder "
+                          f"starts); set it to none")
+
+
 @register_family
 class EncoderDecoderFamily(ModelFamily):
     name = "encoder_decoder"
     config = EncoderDecoderConfig
     capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=True)
+    staging = Staging(lambda cfg: cfg.encoder_layers + cfg.decoder_layers, check=check_untied)
 
     @staticmethod
     def build(cfg: EncoderDecoderConfig) -> EncoderDecoder:

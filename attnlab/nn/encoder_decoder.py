@@ -8,11 +8,13 @@ from ``pad_id``; ``decode`` accepts a :class:`DecoderCache` (incremental decodin
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
+from attnlab.nn.stages import Carried, Stage, layer_ranges
 
 
 class Seq2Seq(nn.Module):
@@ -67,3 +69,56 @@ class EncoderDecoder(TransformerTargetSide):
         valid = src != self.pad_id
         positions = self.src_embed.positions(0, src.shape[1], src.device)
         return self.encoder(self.src_embed(src, positions), valid, positions), valid
+
+    def stages(self, n: int, head: str = "forward") -> list[Seq2SeqStage]:
+        """The model cut into ``n`` pipeline stages of consecutive layers, the encoder's first
+        (nn/stages.py)."""
+        return [Seq2SeqStage(self, layers) for layers in
+                layer_ranges(len(self.encoder.layers) + len(self.decoder.layers), n)]
+
+
+class Seq2SeqStage(Stage):
+    """Layers ``layers`` of an EncoderDecoder, the encoder's counted first, then the decoder's (its
+    own modules, shared). Into the first stage, (B, S) source and (B, T) target ids. While the
+    stages run the encoder they carry the (B, S, d_model) source states, the (B, S) real source
+    tokens and the target ids; the stage with the encoder's last layer turns the states into the
+    memory and embeds the target. From there they carry the (B, T, d_model) target states, the
+    (B, T) real target tokens, the memory, which every decoder layer reads (so its gradient from
+    each stage flows back along the chain of stages to the encoder's), and the real source tokens.
+    Out of the last, (B, T, V) logits."""
+
+    def __init__(self, model: EncoderDecoder, layers: range) -> None:
+        n_encoder = len(model.encoder.layers)
+        super().__init__(layers, n_encoder + len(model.decoder.layers))
+        encoding = range(layers.start, min(layers.stop, n_encoder))
+        decoding = range(max(layers.start, n_encoder) - n_encoder, layers.stop - n_encoder)
+        self.remembers = encoding.stop == n_encoder and len(encoding) > 0  # the encoder's last layer is here
+        self.src_embed = model.src_embed if self.first else None
+        self.encoder = Encoder([model.encoder.layers[i] for i in encoding],
+                               model.encoder.norm if self.remembers else nn.Identity()) if encoding else None
+        self.tgt_embed = model.tgt_embed if self.remembers else None
+        self.decoder = Seq2SeqDecoder([model.decoder.layers[i] for i in decoding],
+                                      model.decoder.norm if self.last else nn.Identity(),
+                                      model.decoder.causal) if decoding else None
+        self.generator = model.generator if self.last else None
+        self.pad_id = model.pad_id
+
+    def enter(self, src: Tensor, tgt_in: Tensor) -> Carried:
+        return self.src_embed(src, torch.arange(src.shape[1], device=src.device)), src != self.pad_id, tgt_in
+
+    def through(self, *carried: Tensor) -> Carried:
+        if self.encoder is not None:
+            x, src_valid, tgt_in = carried  # (B, S, d_model), (B, S), (B, T)
+            carried = (self.encoder(x, src_valid, torch.arange(x.shape[1], device=x.device)), src_valid, tgt_in)
+        if self.remembers:
+            memory, src_valid, tgt_in = carried
+            y = self.tgt_embed(tgt_in, torch.arange(tgt_in.shape[1], device=tgt_in.device))
+            carried = (y, tgt_in != self.pad_id, memory, src_valid)
+        if self.decoder is not None:
+            y, tgt_valid, memory, src_valid = carried  # (B, T, d_model), (B, T), (B, S, d_model), (B, S)
+            y = self.decoder(y, tgt_valid, torch.arange(y.shape[1], device=y.device), memory, src_valid)
+            carried = (y, tgt_valid, memory, src_valid)
+        return carried
+
+    def leave(self, y: Tensor, tgt_valid: Tensor, memory: Tensor, src_valid: Tensor) -> Tensor:
+        return self.generator(y)  # (B, T, d_model) -> (B, T, V)

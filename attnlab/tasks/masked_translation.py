@@ -87,6 +87,7 @@ class MaskedTranslation(Translation):
     name = "masked_translation"
     config = MaskedTranslationConfig
     formats = ()
+    pipeline_head = None  # its loss adds the target lengths' (a head beside the decoder): not pipelined
     needs = {"encoder": True, "decoder": True, "inputs": MASKED_TOKENS}
     metrics = {"valid_loss": True, "valid_ppl": True, "length_accuracy": False, "exact_match": False}
     commands = ("translate", "evaluate")

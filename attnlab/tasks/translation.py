@@ -30,7 +30,7 @@ from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
+from attnlab.tasks.task import Amp, NextTokenTask, Piped, TaskConfig, register_task
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,11 @@ class Translation(NextTokenTask):
     tokenizers = ("src", "tgt")
     layout: typing.ClassVar[type[Seq2SeqData]] = Seq2SeqData  # how the pairs are batched
     with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
+    pipeline_head = "forward"
+
+    @classmethod
+    def piped(cls, batch: Batch) -> Piped:
+        return Piped((batch.src, batch.tgt_in), batch.tgt_out, PAD)
 
     @classmethod
     def prepare(cls, cfg: TranslationConfig, batching: Batching, tokenizers: Tokenizers | None = None,

@@ -1,7 +1,8 @@
 """Pipeline parallelism with PyTorch's own engine, ``torch.distributed.pipelining``: rank s of N
 holds stage s, a run of consecutive layers of a model whose family declares its ``staging``
-(models/family.py: decoder-only, encoder-only), the first stage also the embeddings, the last the
-final norm and the head that the task's loss reads (nn/stages.py), and each batch flows through
+(models/family.py: decoder-only, encoder-only, encoder-decoder: the encoder's layers, then the
+decoder's, the memory carried from stage to stage), the first stage also the embeddings, the last
+the final norm and the head that the task's loss reads (nn/stages.py), and each batch flows through
 the stages cut into ``train.micro_batches`` micro-batches, as ``train.pipeline_schedule`` orders them:
 
     gpipe  every micro-batch's forward, then every backward (Huang et al. 2019)
