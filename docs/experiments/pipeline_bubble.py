@@ -22,6 +22,7 @@ import torch.distributed as dist
 from attnlab import build_model, model_config
 from attnlab.data.batching import Batch
 from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.language_model import LanguageModel
 from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import exit_worker, joined_world
 from attnlab.train.pipeline import Pipeline
@@ -37,12 +38,12 @@ def busy_seconds(pipeline: Pipeline, batch: Batch, m: int) -> float:
     stage = pipeline.stage
     started = time.perf_counter()
     for ids, targets in zip(batch.tgt_in.chunk(m), batch.tgt_out.chunk(m)):
-        x = ids if stage.embed is not None else torch.randn(ids.shape[0], LENGTH, WIDTH, requires_grad=True)
+        x = ids if stage.first else torch.randn(ids.shape[0], LENGTH, WIDTH, requires_grad=True)
         out = stage(x)
-        if stage.generator is not None:
+        if stage.last:
             label_smoothed_nll(out, targets, 0.0, 0)[0].backward()
         else:
-            out.backward(torch.randn_like(out))
+            out[0].backward(torch.randn_like(out[0]))  # the states, the one tensor an LMStage carries
     return time.perf_counter() - started
 
 
@@ -56,7 +57,7 @@ def main() -> None:
                 torch.manual_seed(0)
                 model = build_model(model_config(arch="decoder_lm", vocab_size=VOCAB, d_model=WIDTH, n_heads=4,
                                                  n_layers=4, d_ff=4 * WIDTH, dropout=0.0, tie_embeddings="none"))
-                pipeline = Pipeline(model, world, schedule, m, torch.device("cpu"))
+                pipeline = Pipeline(model, world, LanguageModel, schedule, m, torch.device("cpu"))
                 steps, busy = [], []
                 for repeat in range(REPEATS + 1):  # the first builds the schedule: not timed
                     world.barrier()
