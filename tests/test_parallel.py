@@ -230,8 +230,9 @@ COUNTING = "".join(" ".join(WORDS[i % 6:i % 6 + 2 + i % 7]) + "\n" for i in rang
                          ids=["decoder-only", "encoder-only masked LM", "encoder-decoder"])
 def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path, template, text):
     """Every rank reads the same batches; the stages (3 layers over 2 ranks: 2 and 1; an
-    encoder-decoder's encoder layers count first) split each into 2 micro-batches. Resumed from step 2 to 4 under pp, the weights are those of a run that went to
-    4 straight, to the bit. The merged optimizer state is one process's, so one process resumes it."""
+    encoder-decoder's encoder layers count first) split each into 2 micro-batches. Resumed from
+    step 2 to 4 under pp, the weights are those of a run that went to 4 straight, to the bit. The
+    merged optimizer state is one process's, so one process resumes it."""
     (tmp_path / "text.txt").write_text(text)
     config = tmp_path / "run.yaml"
     config.write_text(template.format(text=tmp_path / "text.txt"))
