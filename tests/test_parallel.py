@@ -271,7 +271,7 @@ def two_ranks() -> World:
 ])
 def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(field, fields):
     cfg = model_config(vocab_size=30, **fields)
-    with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.{field} \(\d+\) must be divisible by the "
+    with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.stack.{field} \(\d+\) must be divisible by the "
                                           r"tensor-parallel size \(2 ranks\)$"):
         check_strategy("tp", cfg, two_ranks())
 
@@ -333,7 +333,7 @@ def test_fsdp_tp_refuses_a_tensor_parallel_size_that_does_not_divide_the_ranks_o
     with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: train.tensor_parallel \(4\) must divide the "
                                           r"torchrun ranks \(6\)$"):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=4)
-    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: model.n_heads \(6\) must be divisible by the "
+    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: model.stack.n_heads \(6\) must be divisible by the "
                                           r"tensor-parallel size \(4 ranks\)$"):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=8), tensor_parallel=4)
     check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=3)  # dp 2 x tp 3
