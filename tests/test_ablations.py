@@ -12,10 +12,9 @@ import torch
 from attnlab import ConfigError, model_config
 from attnlab.nn import SelfAttention, ResidualConnection
 from attnlab.nn.attention import LearnedScale, NoScale
-from attnlab.nn.layers import EncoderLayer
+from attnlab.nn.layers import EncoderLayer, NoNorm, NoResidual
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.registry import ATTENTION_BACKENDS
-from attnlab.nn.residual import NoNorm, NoResidual
 from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 D, H = 16, 4

@@ -11,7 +11,7 @@ import torch
 
 from attnlab import ConfigError, build_model, model_config
 from attnlab.analysis.capture import capture_attention
-from attnlab.nn.residual import ResidualConnection, TokenBatchNorm
+from attnlab.nn.layers import ResidualConnection, TokenBatchNorm
 from attnlab.nn.series import ChannelLinear, LastValue, Patching, RevIN, SeriesDecomposition
 
 PAPER = dict(n_channels=7, input_length=336, horizon=96)  # ETTh1, the paper's input and shortest horizon

@@ -356,7 +356,7 @@ def test_padding_to_a_multiple_of_8_changes_shapes_not_numbers(tmp_path):
 
 def test_activation_checkpointing_gives_the_same_gradients():
     from attnlab import build_model, model_config
-    from attnlab.nn.stacks import LayerStack
+    from attnlab.nn.layers import LayerStack
 
     torch.manual_seed(0)
     model = build_model(model_config(vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0)))

@@ -14,7 +14,7 @@ from attnlab.nn.decoder_lm import DecoderLM
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.heads import MultiTokenHead
 from attnlab.nn.registry import ACTIVATIONS
-from attnlab.nn.residual import ResidualConnection
+from attnlab.nn.layers import ResidualConnection
 
 OUTPUT_VOCABULARIES = ("all", "text")
 NOT_TEXT = (0, 1, 3)  # <pad>, <bos>, <unk> of data/tokenizers.py (a layer this one does not import)

@@ -14,7 +14,7 @@ from attnlab.models.family import Capabilities, ModelFamily, Staging, TwoSidedSi
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
-from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
+from attnlab.nn.layers import Encoder, Seq2SeqDecoder
 
 
 NEVER = {"all": (), "no_bos": (1,)}  # output_vocabulary -> ids never predicted (<bos> of data/tokenizers.py)

@@ -20,11 +20,18 @@ from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.heads import VocabularyProjection
-from attnlab.nn.layers import DecoderLayer, EncoderLayer, Seq2SeqDecoderLayer
+from attnlab.nn.layers import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    NoResidual,
+    ResidualConnection,
+    Seq2SeqDecoder,
+    Seq2SeqDecoderLayer,
+)
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS, ATTENTION_SCALES, NORMALISATIONS
-from attnlab.nn.residual import NoResidual, ResidualConnection
-from attnlab.nn.stacks import Decoder, Encoder, Seq2SeqDecoder
 
 # The config, importable from here as before the split (the families' modules read it from here too)
 __all__ = ["EMBEDDINGS", "SINGLE_STACK_TIES", "AttentionStack", "TransformerConfig"]

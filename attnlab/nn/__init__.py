@@ -8,11 +8,17 @@ from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
 from attnlab.nn.encoder_only import EncoderOnly
 from attnlab.nn.feedforward import PositionWiseFeedForward
-from attnlab.nn.layers import DecoderLayer, EncoderLayer, Seq2SeqDecoderLayer
+from attnlab.nn.layers import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    ResidualConnection,
+    Seq2SeqDecoder,
+    Seq2SeqDecoderLayer,
+)
 from attnlab.nn.masks import causal_mask, padding_mask
 from attnlab.nn.positional import PositionalEncoding, sinusoid
-from attnlab.nn.residual import ResidualConnection
-from attnlab.nn.stacks import Decoder, Encoder, Seq2SeqDecoder
 
 __all__ = [
     "attention", "MultiHeadAttention", "SelfAttention", "CrossAttention", "KVCache", "DecoderCache",

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import TransformerTargetSide
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
+from attnlab.nn.layers import Encoder, Seq2SeqDecoder
 from attnlab.nn.vision import PatchEmbedding, PatchEncoding, PatchMean
 
 

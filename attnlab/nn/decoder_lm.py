@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.heads import MultiTokenHead
-from attnlab.nn.stacks import Decoder
+from attnlab.nn.layers import Decoder
 from attnlab.nn.stages import Carried, Stage, layer_ranges
 
 

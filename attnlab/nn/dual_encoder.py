@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.embeddings import Embeddings
-from attnlab.nn.stacks import Encoder
+from attnlab.nn.layers import Encoder
 from attnlab.nn.vision import ClassToken, PatchEmbedding, PatchEncoding, PatchMean
 
 

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
-from attnlab.nn.stacks import Encoder, Seq2SeqDecoder
+from attnlab.nn.layers import Encoder, Seq2SeqDecoder
 from attnlab.nn.stages import Carried, Stage, layer_ranges
 
 

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.heads import ClassificationHead, MaskedLMHead
-from attnlab.nn.stacks import Encoder
+from attnlab.nn.layers import Encoder
 from attnlab.nn.stages import Carried, Stage, layer_ranges
 
 

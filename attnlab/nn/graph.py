@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.stacks import Encoder
+from attnlab.nn.layers import Encoder
 
 
 def normalized_laplacian(adjacency: Tensor) -> Tensor:

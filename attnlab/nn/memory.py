@@ -34,9 +34,8 @@ from torch import Tensor, nn
 
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
-from attnlab.nn.layers import DecoderLayer
+from attnlab.nn.layers import DecoderLayer, LayerStack
 from attnlab.nn.masks import AttentionMask
-from attnlab.nn.stacks import LayerStack
 
 
 class SegmentMemory:

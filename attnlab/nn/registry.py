@@ -17,7 +17,7 @@ from attnlab.nn.positional import (
     RotaryPositional,
     SinusoidalPositional,
 )
-from attnlab.nn.residual import NoNorm, TokenBatchNorm
+from attnlab.nn.layers import NoNorm, TokenBatchNorm
 from attnlab.nn.scores import (
     AdditiveScore,
     AlignmentScore,

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.stacks import Encoder
+from attnlab.nn.layers import Encoder
 
 Statistics = tuple[Tensor, Tensor]  # (B, 1, C) mean and (B, 1, C) standard deviation of each instance
 

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.embeddings import Embeddings
-from attnlab.nn.stacks import Encoder
+from attnlab.nn.layers import Encoder
 from attnlab.nn.vision import PatchEmbedding
 
 TEXT, IMAGE = 0, 1  # rows of the modality table

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.nn.positional import AbsolutePositional, PositionalEncoding, sinusoid
-from attnlab.nn.stacks import Encoder
+from attnlab.nn.layers import Encoder
 
 
 def patches(images: Tensor, size: int) -> Tensor:

@@ -14,7 +14,7 @@ from attnlab.config import differences
 from attnlab.errors import ConfigError, UsageError
 from attnlab.files import atomic_write_text
 from attnlab.models import FamilyConfig, stack_of
-from attnlab.nn.stacks import LayerStack
+from attnlab.nn.layers import LayerStack
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
 from attnlab.tasks.batching import BucketedData, Tokenizers
 from attnlab.tasks.task import with_vocabulary
