@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnlab import ConfigError, model_config
-from attnlab.models import read_model_config
+from attnlab.models import StackConfig, read_model_config
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -57,6 +57,19 @@ def test_invalid_configs_name_the_field(overrides, message):
         fields["stack"] = {"d_model": 64, "n_heads": 4, **overrides.get("stack", {})}
     with pytest.raises(ConfigError, match=message):
         model_config(**fields)
+
+
+def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
+    vit = model_config(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patch_size=2,
+                       stack={"n_layers": 4})
+    assert vit.stack == StackConfig(d_model=192, n_heads=3, n_layers=4, d_ff=768, activation="gelu", norm="pre",
+                                    layer_norm_eps=1e-6)  # ViT's defaults, 4 layers
+    assert model_config(vit.to_dict()) == vit and vit.to_dict()["stack"]["d_model"] == 192
+    assert model_config(arch="decoder_lm", vocab_size=10).stack == StackConfig()  # the paper's base model
+    # a run directory written before the stack had its own config lists its fields flat
+    written = {"arch": "decoder_lm", "vocab_size": 10, "d_model": 64, "n_heads": 4, "positional": "rotary"}
+    old = model_config(written, from_0_1=True)
+    assert old.stack == StackConfig(d_model=64, n_heads=4) and old.positional == "rotary"
 
 
 def test_a_recurrent_model_shares_no_embedding_between_source_and_target():
