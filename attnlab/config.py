@@ -168,10 +168,10 @@ class RegisteredConfig(TypedConfig):
     def from_dict(cls, data: Any) -> "RegisteredConfig":
         if not isinstance(data, dict):
             raise ConfigError(f"section '{cls.section}' must be a mapping of field: value (got {type(data).__name__})")
-        names, hints = cls.field_names(), typing.get_type_hints(cls)
-        written = {name: name for name in names} | {  # and the fields of a config inside this one (a family's stack)
-            inner.name: f"{name}.{inner.name}" for name in names if _is_config(hints[name])
-            for inner in dataclasses.fields(hints[name])}
+        names = cls.field_names()
+        # each field by how it is written, a config's inside this one too (a family's stack: d_model -> stack.d_model)
+        written = {name: name for name in names} | {
+            path.rpartition(".")[2]: path for path in field_paths(cls) if "." in path}
         for key in data:
             if key == cls.selector or key in names:
                 continue
