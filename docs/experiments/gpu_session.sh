@@ -19,7 +19,7 @@
 # back 8 files), so a run cut short keeps what it measured. Run from the repository root with a Python
 # that has torch with CUDA, the data of recipes/gpu/ in data/ (the device call carries it):
 #   bash docs/experiments/gpu_session.sh "$OUT"
-# PHASES="name ..." runs only the phases named; DEVICE=cpu BUDGET=60 runs them on the CPU: a check of
+# PHASES="name ..." runs only the phases named, LIMIT_name=SECONDS changes one phase's limit; DEVICE=cpu BUDGET=60 runs them on the CPU: a check of
 # the script, not a measurement.
 set -u
 OUT=${1:-gpu-out}
@@ -37,6 +37,7 @@ say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 # stdout (the JSON records) to WORK/NAME.jsonl, its stderr to WORK/NAME.log; then pack WORK.
 phase() {
   local name=$1 limit=$2; shift 2
+  local own="LIMIT_$name"; limit=${!own:-$limit}  # LIMIT_NAME=SECONDS overrides a phase's limit
   [ -n "${PHASES:-}" ] && [[ " $PHASES " != *" $name "* ]] && return
   ((limit > $(left) - 10)) && limit=$(($(left) - 10))
   ((limit < 5)) && { say "$name: skipped, no time left"; return; }
@@ -59,6 +60,8 @@ if $PY -c 'import transformers; print("transformers", transformers.__version__)'
 else NO_HF="--no-hf"; say "no transformers: the Hugging Face references are left out (--no-hf)"; fi
 PYTEST=yes
 $PY -c 'import pytest' 2>/dev/null || { PYTEST=""; say "no pytest: pytest -m cuda is skipped"; }
+XDIST=""  # pytest-xdist, where installed, spreads the CUDA tests over 4 processes on the one GPU
+[ -n "$PYTEST" ] && $PY -c 'import xdist' 2>/dev/null && XDIST="-n 4"
 IGNORE=""  # the device machine's Python may lack starlette (attnlab serve): its test module stops the collection
 $PY -c 'import starlette' 2>/dev/null || IGNORE="--ignore=tests/test_serve.py"
 
@@ -75,7 +78,7 @@ phase train_gpt2_small_eager 40 $SHAPE gpt2-small
 phase decode_b32 50 $A bench decode --device "$DEVICE" --weights fp32 bf16 --json $NO_HF
 phase decode_b1 40 $A bench decode --device "$DEVICE" --weights fp32 bf16 --batch 1 --json $NO_HF
 phase encoder 30 $A bench encoder --device "$DEVICE" --json $NO_HF
-[ -n "$PYTEST" ] && phase pytest_cuda 150 $PY -m pytest -q -m cuda -p no:cacheprovider $IGNORE -rfE
+[ -n "$PYTEST" ] && phase pytest_cuda 150 $PY -m pytest -q -m cuda -p no:cacheprovider $XDIST $IGNORE -rfE
 
 # -- 3. recipes with the time left ---------------------------------------------------------------------
 # recipe NAME LIMIT CONFIG SETS...: train CONFIG into RUNS/NAME (outside WORK: its checkpoints stay on the
