@@ -38,11 +38,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # Every test runs on the CPU ('auto' finds no GPU), in this process and in the subprocesses it starts,
 # except those marked `cuda`, which see the GPUs (and are skipped where there is none). The CUDA
 # runtime of this process starts before CUDA_VISIBLE_DEVICES is emptied, so it keeps seeing the GPUs
-# that subprocesses no longer do.
+# that subprocesses no longer do. pytest-xdist's workers are subprocesses too: the first process
+# leaves the GPUs it saw in SUITE_GPUS, and a worker's conftest puts them back before it counts them.
+SUITE_GPUS, UNSET = "ATTNLAB_SUITE_CUDA_VISIBLE_DEVICES", "<unset>"
+if os.environ.get(SUITE_GPUS) == UNSET:
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+elif SUITE_GPUS in os.environ:
+    os.environ["CUDA_VISIBLE_DEVICES"] = os.environ[SUITE_GPUS]
 GPUS = torch.cuda.device_count()
 if GPUS:
     torch.cuda.init()  # the runtime reads CUDA_VISIBLE_DEVICES once, here
 VISIBLE_GPUS = os.environ.get("CUDA_VISIBLE_DEVICES")
+os.environ[SUITE_GPUS] = UNSET if VISIBLE_GPUS is None else VISIBLE_GPUS
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
