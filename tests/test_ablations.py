@@ -11,7 +11,7 @@ import torch
 
 from attnlab import ConfigError, model_config
 from attnlab.nn import SelfAttention, ResidualConnection
-from attnlab.nn.attention import LearnedScale, NoScale
+from attnlab.nn.scores import LearnedScale, NoScale
 from attnlab.nn.layers import EncoderLayer, NoNorm, NoResidual
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.registry import ATTENTION_BACKENDS

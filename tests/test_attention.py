@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.nn import CrossAttention, KVCache, MultiHeadAttention, SelfAttention, attention, causal_mask, padding_mask
+from attnlab.nn import CrossAttention, KVCache, MultiHeadAttention, SelfAttention, causal_mask, padding_mask
+from attnlab.nn.scores import attention
 
 
 def qkv(B=2, H=3, Tq=5, Tk=5, D=8, seed=0):

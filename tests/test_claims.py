@@ -19,7 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attnlab import model_config
 from attnlab.analysis.budget import budget_report
 from attnlab.nn import PositionWiseFeedForward, SelfAttention, sinusoid
-from attnlab.nn.backends.base import attend
+from attnlab.nn.scores import attend
 
 ROOT = Path(__file__).resolve().parents[1]
 

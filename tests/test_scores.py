@@ -7,10 +7,9 @@ import math
 import pytest
 import torch
 
-from attnlab.nn.backends import attend
 from attnlab.nn.masks import padding_mask
 from attnlab.nn.registry import SCORES
-from attnlab.nn.scores import AdditiveScore, CosineScore, DotScore, GeneralScore, LocationScore, ScaledDotScore
+from attnlab.nn.scores import AdditiveScore, CosineScore, DotScore, GeneralScore, LocationScore, ScaledDotScore, attend
 
 Q = torch.tensor([[[1.0, 2.0]]])  # (B=1, Tq=1, 2): the decoder state s_t
 K = torch.tensor([[[3.0, 4.0], [1.0, 0.0], [0.0, -1.0]]])  # (1, S=3, 2): encoder states h_i

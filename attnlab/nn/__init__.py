@@ -1,7 +1,6 @@
 """attnlab.nn: model math only (no files, optimisers, logging or command line)."""
 
 from attnlab.nn.attention import CrossAttention, MultiHeadAttention, SelfAttention
-from attnlab.nn.backends import attention
 from attnlab.nn.cache import DecoderCache, KVCache
 from attnlab.nn.decoder_lm import DecoderLM
 from attnlab.nn.embeddings import Embeddings
@@ -21,7 +20,7 @@ from attnlab.nn.masks import causal_mask, padding_mask
 from attnlab.nn.positional import PositionalEncoding, sinusoid
 
 __all__ = [
-    "attention", "MultiHeadAttention", "SelfAttention", "CrossAttention", "KVCache", "DecoderCache",
+    "MultiHeadAttention", "SelfAttention", "CrossAttention", "KVCache", "DecoderCache",
     "PositionWiseFeedForward", "ResidualConnection", "EncoderLayer", "DecoderLayer", "Seq2SeqDecoderLayer",
     "causal_mask", "padding_mask", "PositionalEncoding", "sinusoid",
     "Embeddings", "Encoder", "Decoder", "Seq2SeqDecoder", "EncoderDecoder", "DecoderLM", "EncoderOnly",

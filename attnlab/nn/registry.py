@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from attnlab.nn.attention import LearnedScale, NoScale, PaperScale
 from attnlab.nn.backends import BACKENDS, AttentionBackend
 from attnlab.nn.positional import (
     ALiBiPositional,
@@ -20,6 +19,9 @@ from attnlab.nn.positional import (
 from attnlab.nn.layers import NoNorm, TokenBatchNorm
 from attnlab.nn.scores import (
     AdditiveScore,
+    LearnedScale,
+    NoScale,
+    PaperScale,
     AlignmentScore,
     CosineScore,
     DotScore,

@@ -23,10 +23,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnlab.nn.backends import attend
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.encoder_decoder import Seq2Seq
-from attnlab.nn.scores import AlignmentScore
+from attnlab.nn.scores import AlignmentScore, attend
 
 
 class RNNCache:

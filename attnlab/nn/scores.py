@@ -1,5 +1,6 @@
 """Alignment score functions: how well a query (a decoder state s_t) matches each key (an encoder
-state h_i). Every attention in attnlab takes its scores from here.
+state h_i); the scale of the Transformer's scores; and the masked softmax and weighted sum that
+turn scores into an attention output. Every attention in attnlab takes its scores from here.
 
 ==============  =================================================  ============================
 name            score(s_t, h_i)                                    source
@@ -13,7 +14,7 @@ location        (W_a s_t)_i: depends on the target state only      Luong et al. 
 ==============  =================================================  ============================
 
 Each module maps queries (B, Tq, Dq) and keys (B, S, Dk) to scores (B, Tq, S); the softmax and the
-weighted sum are ``attend`` in nn/backends/base.py. A score is ``compare(q, keys(k))``: ``keys`` is the
+weighted sum are ``attend`` below. A score is ``compare(q, keys(k))``: ``keys`` is the
 part that depends on the source alone (W_h h_i for additive, W_a h_i for general, unit vectors for
 cosine), which a recurrent decoder computes once per sentence instead of once per step, as
 Bahdanau et al. (2015, appendix A.1.2) do with U_a h_j.
@@ -27,11 +28,84 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.nn.dropout import dropout
+
 
 def scaled_dot(q: Tensor, k: Tensor, temperature: float | None = None) -> Tensor:
     """q k^T / temperature, temperature = sqrt(Dk) by default: (..., Tq, D), (..., Tk, D) -> (..., Tq, Tk)."""
     temperature = math.sqrt(q.shape[-1]) if temperature is None else temperature
     return q @ k.transpose(-2, -1) / temperature
+
+
+def attend(scores: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+    """softmax over the keys of ``scores`` (..., Tq, Tk), masked keys excluded, then the weighted sum
+    of ``v`` (..., Tk, Dv). Returns the output (..., Tq, Dv) and the weights as applied (after dropout).
+    A query whose keys are all masked gets zero weights and a zero output, never NaN."""
+    if mask is not None:
+        # The most negative finite value, not -inf: a fully masked row stays finite through the
+        # softmax (uniform), and is then zeroed by the second fill, in the forward and the backward.
+        masked = ~mask
+        scores = scores.masked_fill(masked, torch.finfo(scores.dtype).min)
+    probs = scores.softmax(dim=-1)
+    if mask is not None:
+        probs = probs.masked_fill(masked, 0.0)
+    if dropout_p > 0.0:
+        probs = dropout(probs, dropout_p)
+    return probs @ v, probs
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    temperature: float | None = None,
+    bias: Tensor | None = None,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(q k^T / temperature + bias) v, with masked keys excluded.
+
+    q: (..., Tq, Dk), k: (..., Tk, Dk), v: (..., Tk, Dv); mask: bool, True = may attend,
+    broadcastable to (..., Tq, Tk); bias: additive, broadcastable likewise; temperature defaults
+    to sqrt(Dk). Returns the output (..., Tq, Dv) and, when ``need_weights``, the weights
+    (..., Tq, Tk) as applied to v (after dropout; in eval mode exactly the softmax).
+    """
+    scores = scaled_dot(q, k, temperature)  # (..., Tq, Tk)
+    if bias is not None:
+        scores = scores + bias
+    out, probs = attend(scores, v, mask, dropout_p)
+    return out, (probs if need_weights else None)
+
+
+class PaperScale(nn.Identity):
+    """Scores q . k / sqrt(d_k), the paper's (the backends divide by sqrt(d_k)): queries unchanged."""
+
+    def __init__(self, d_head: int) -> None:
+        super().__init__()
+
+
+class NoScale(nn.Module):
+    """Scores q . k, unscaled (the ablation): queries times sqrt(d_k), which the backends divide away."""
+
+    def __init__(self, d_head: int) -> None:
+        super().__init__()
+        self.factor = d_head ** 0.5
+
+    def forward(self, q: Tensor) -> Tensor:
+        return q * self.factor
+
+
+class LearnedScale(nn.Module):
+    """Scores s q . k with a learned s per attention module, from s = 1 / sqrt(d_k)."""
+
+    def __init__(self, d_head: int) -> None:
+        super().__init__()
+        self.sqrt_d = d_head ** 0.5
+        self.scale = nn.Parameter(torch.tensor(1 / self.sqrt_d))
+
+    def forward(self, q: Tensor) -> Tensor:
+        return q * (self.scale * self.sqrt_d).to(q.dtype)
 
 
 class AlignmentScore(nn.Module):

@@ -5,7 +5,7 @@ components, q . k has variance d_k, so for large d_k the softmax is pushed to re
 gradients. This measures that on random inputs, with attnlab's own pieces: the queries go through
 ``PaperScale`` (scores q . k / sqrt(d_k)) or ``NoScale`` (scores q . k) from nn/attention.py, the scores
 are ``scaled_dot`` (nn/scores.py, the backends' division by sqrt(d_k)), and the softmax and weighted
-sum are ``attend`` from nn/backends/base.py, the reference backend's.
+sum are ``attend`` from nn/scores.py, the reference backend's.
 
 Per d_k: B = 32 sequences of T = 64 queries and 64 keys, q, k, v entries i.i.d. N(0, 1), float32,
 generator seeded with d_k. Reported, over all B x T query rows:
@@ -27,9 +27,7 @@ import math
 import torch
 from torch import nn
 
-from attnlab.nn.attention import NoScale, PaperScale
-from attnlab.nn.backends.base import attend
-from attnlab.nn.scores import scaled_dot
+from attnlab.nn.scores import NoScale, PaperScale, attend, scaled_dot
 
 SEQ_LEN = 64
 BATCH = 32

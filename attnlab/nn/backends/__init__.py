@@ -19,30 +19,23 @@ linear      phi(Q) (phi(K)^T V), phi = elu + 1 or positive random       O(T m d)
             an O(1)-per-step recurrent state when decoding
 ==========  ==========================================================  =====================
 
-Every backend takes queries (B, H, Tq, D), keys and values (B, H, Tk, D), an :class:`AttentionMask`
-(padding and causality as structure, so that no backend has to build a (Tq, Tk) matrix), the
-queries' and keys' positions (Tq,), (Tk,), the attention-dropout probability and an optional
-``bias(q, q_pos, k_pos)`` of additive scores (relative / ALiBi positions). With a self-attention
-cache, the backend decides what the cache keeps: all keys and values, or linear attention's state.
-``local`` and ``sparse`` give exactly what ``math`` gives under the same pattern as an explicit
-mask (:meth:`SparsePattern.allowed`); ``linear`` is a different model of attention, exact only
-with respect to its own kernel formula.
+The interface every backend implements is :class:`AttentionBackend` in nn/attention.py, beside the
+exact kernels (``math``, ``sdpa``, ``auto``) of the default path and the multi-head attention that
+calls them; this package holds the others, one module each. ``local`` and ``sparse`` give exactly
+what ``math`` gives under the same pattern as an explicit mask (:meth:`SparsePattern.allowed`);
+``linear`` is a different model of attention, exact only with respect to its own kernel formula.
 
-Each backend is one module of this package (``auto``, which takes ``sdpa`` or ``math`` per call,
-sits in sdpa.py with the kernel it prefers) and declares what it supports (``AttentionBackend``'s
-class attributes: weights, explicit masks, exactness, score bias, attention dropout, its own config
-fields, what cross-attention uses instead, devices); it registers itself in ``BACKENDS`` by naming
-itself. Every module here is imported below, so a new backend is one new file.
+Each backend declares what it supports (``AttentionBackend``'s class attributes: weights, explicit
+masks, exactness, score bias, attention dropout, its own config fields, what cross-attention uses
+instead, devices); it registers itself in ``BACKENDS`` by naming itself. Every module here is imported below, so a new backend is one new file here.
 """
 
 import importlib
 import pkgutil
 
-from attnlab.nn.backends.base import BACKENDS, AttentionBackend, BiasFn, attend, attention
-
 # isort: off
 # Imported in the order the docs list them, which is BACKENDS' order (and that of error messages).
-from attnlab.nn.backends.sdpa import AutoBackend, SDPABackend
+from attnlab.nn.attention import BACKENDS, AttentionBackend, AutoBackend, BiasFn, SDPABackend
 from attnlab.nn.backends.chunked import ChunkedBackend
 from attnlab.nn.backends.sparse import LocalBackend, SparseBackend, SparsePattern
 from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearState
@@ -51,5 +44,5 @@ from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearState
 for _module in pkgutil.iter_modules(__path__):  # a backend not named above registers itself too
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["BACKENDS", "AttentionBackend", "AutoBackend", "BiasFn", "attend", "attention", "ChunkedBackend", "FeatureMap",
+__all__ = ["BACKENDS", "AttentionBackend", "AutoBackend", "BiasFn", "ChunkedBackend", "FeatureMap",
            "LinearBackend", "LinearState", "SDPABackend", "LocalBackend", "SparseBackend", "SparsePattern"]

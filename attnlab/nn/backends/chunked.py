@@ -8,8 +8,7 @@ import math
 import torch
 from torch import Tensor
 
-from attnlab.nn.backends.base import AttentionBackend, BiasFn
-from attnlab.nn.backends.sdpa import SDPABackend
+from attnlab.nn.attention import AttentionBackend, BiasFn, SDPABackend
 from attnlab.nn.dropout import dropout
 from attnlab.nn.masks import AttentionMask
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.nn.backends.base import AttentionBackend
+from attnlab.nn.attention import AttentionBackend
 
 
 class FeatureMap:

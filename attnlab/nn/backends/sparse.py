@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnlab.nn.backends.base import AttentionBackend, attention
+from attnlab.nn.attention import AttentionBackend
+from attnlab.nn.scores import attention
 
 
 @dataclass(frozen=True)
