@@ -234,6 +234,32 @@ def test_sampling_is_refused_for_a_task_that_batches_its_own_way(tmp_path):
         RunConfig.from_sections({"train": {"sampling": "shuffled"}})
 
 
+def test_oracle_length_evaluation_decodes_every_output_at_its_references_length(tmp_path, capsys):
+    """`attnlab evaluate --oracle-length` (Lake & Baroni's length experiment): every hypothesis has
+    as many tokens as its reference, greedy and beam alike, and the record says so (a mask-predict
+    run refuses it: tests/test_mask_predict.py)."""
+    from attnlab.cli import main
+    from attnlab.eval.evaluate import evaluate
+    from attnlab.train.checkpoint import load_run
+    from attnlab.train.run import read_run_data
+
+    run = tmp_path / "run"
+    train_run(scan_run(), run, log=lambda s: None)
+    model, tokenizers, _ = load_run(run, "last")
+    test = read_run_data(RunDir(run), "test").splits["test"]
+    sources, references = [e.src for e in test], [e.tgt for e in test]
+    plain = evaluate(model, tokenizers, sources, references, beam=1)["hypotheses"]
+    assert [len(h.split()) for h in plain] != [len(r.split()) for r in references]  # 12 updates: lengths still off
+    for beam in (1, 3):
+        result = evaluate(model, tokenizers, sources, references, beam=beam, oracle_length=True)
+        assert [len(h.split()) for h in result["hypotheses"]] == [len(r.split()) for r in references]
+        assert result["oracle_length"] is True
+    capsys.readouterr()  # what training printed
+    assert main(["evaluate", str(run), "--split", "test", "--beam", "1", "--oracle-length", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["oracle_length"] is True and record["sentences"] == 10
+
+
 def test_loss_reduction_sum_is_the_sequences_summed_loss():
     """'sum' backpropagates the loss summed over the update's target tokens (the PyTorch tutorial's
     loss += criterion(...) at every step): the gradients of 'mean' times the number of targets."""

@@ -274,6 +274,8 @@ def test_train_translate_and_evaluate_a_cmlm_run_from_the_command_line(tmp_path)
 @pytest.mark.parametrize("run,args,message", [
     ("cmlm", ["--iterations", "0"], "--iterations must be between 1 and 1000 (got 0)"),
     ("cmlm", ["--beam", "2"], "--beam is for left-to-right search; RUN holds arch 'cmlm', decoded by mask-predict: give --iterations and --length-beam"),
+    ("cmlm", ["--oracle-length"], "--oracle-length is for left-to-right search; RUN holds arch 'cmlm', decoded by "
+                                  "mask-predict: give --iterations and --length-beam"),
     ("scan", ["--iterations", "2"], "--iterations is mask-predict's, for runs of arch 'cmlm'; RUN holds arch "
                                     "'encoder_decoder', decoded left to right (--beam)"),
 ])
@@ -287,7 +289,7 @@ def test_decoding_options_that_do_not_fit_the_run_are_one_line(tmp_path, run, ar
                                           "format: parallel, train: x, src_lang: de, tgt_lang: en}\n")
     else:
         path = SCAN_RUN
-    for command in ("translate", "evaluate"):
+    for command in ("translate", "evaluate") if "--oracle-length" not in args else ("evaluate",):
         done = run_cli(command, str(path), *args, stdin="eins\n")
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.strip().splitlines() == [f"error: {message.replace('RUN', str(path))}"]

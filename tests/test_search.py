@@ -137,6 +137,27 @@ def test_beam_search_keeps_finished_hypotheses_and_respects_min_len():
     assert one[0].tokens == [A] and one[0].score == pytest.approx(SCORE_A)  # 'a', then EOS forced
 
 
+def test_per_row_lengths_give_each_sentence_its_own_oracle_length():
+    """min_len = max_len = a row's own length (Lake & Baroni's oracle length): EOS barred before it
+    and forced at it, each row as if decoded alone with that one number. Worked from the table:
+    greedy with src 'b' (A and B swapped) and length 3 picks 'a' three times in the table's terms
+    (EOS barred: 0.5, then 0.2, then 0.012 over 0.008); beam 2 with length 2 for src 'a' ends with
+    'b b' (0.4 x 0.9, then EOS 0.9) over 'a a' (0.5 x 0.2 x 0.98), and with length 1 for src 'b' on
+    the swapped 'a' then EOS (0.5 x 0.7)."""
+    src = torch.tensor([[A], [B]])
+    lengths = torch.tensor([1, 3])
+    assert greedy(Oracle(), src, lengths, lengths) == [[A], [B, B, B]]
+    for row, length in enumerate(lengths.tolist()):
+        assert greedy(Oracle(), src[row:row + 1], max_len=length, min_len=length)[0] == [[A], [B, B, B]][row]
+    lengths = torch.tensor([2, 1])
+    ab, b = beam_search(Oracle(), src, beam=2, lenpen=0.0, max_len=lengths, min_len=lengths)
+    assert (ab[0].tokens, b[0].tokens) == ([B, B], [B])
+    assert (ab[0].score, b[0].score) == pytest.approx((SCORE_BB, SCORE_A))
+    for row, length in enumerate(lengths.tolist()):
+        (alone,) = beam_search(Oracle(), src[row:row + 1], beam=2, lenpen=0.0, max_len=length, min_len=length)
+        assert (alone[0].tokens, alone[0].score) == ([ab, b][row][0].tokens, [ab, b][row][0].score)
+
+
 def test_beam_one_equals_greedy_and_batch_equals_one_by_one():
     src = torch.tensor([[A, PAD, PAD], [B, PAD, PAD], [A, A, A]])  # the third finishes two steps later
     assert greedy(Oracle(), src) == [[A], [B], [A, A, A]]

@@ -35,6 +35,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if args.test_set is not None:
         _use_test_set(args)
     if task.evaluate_file is not None:
+        if args.oracle_length:
+            raise UsageError(f"--oracle-length is for translation runs (--src/--ref or --split); data.task "
+                             f"'{task.name}' decodes no output sequence to measure")
         _evaluate_own_format(args, task)
         return
     parallel = parallel_search(args)
@@ -56,7 +59,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     if len(sources) != len(references):
         raise UsageError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
     result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache, progress=True,
-                      kv_cache=args.kv_cache, parallel=parallel)
+                      kv_cache=args.kv_cache, parallel=parallel, oracle_length=args.oracle_length)
     result.pop("hypotheses")
     if args.json:
         print(json.dumps(result))
@@ -70,7 +73,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     else:
         print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
         search = f"beam {result['beam']}, lenpen {result['lenpen']}" if result["beam"] > 1 else "greedy (beam 1)"
-        print(f"({result['sentences']} sentences, {search})")
+        oracle = ", each output at its reference's length (oracle)" if args.oracle_length else ""
+        print(f"({result['sentences']} sentences, {search}{oracle})")
 
 
 def _use_test_set(args: argparse.Namespace) -> None:
@@ -233,6 +237,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--ref", help="reference translations, one per line")
     evaluate.add_argument("--split", help="instead of files: a split of the run's own data (valid, test); with --data "
                                           "of a forecasting run, that file's split (default test)")
+    evaluate.add_argument("--oracle-length", action="store_true",
+                          help="decode each output at its reference's length in tokens: end of sentence barred "
+                               "before it and forced at it (Lake & Baroni 2018's oracle-length evaluation)")
     evaluate.add_argument("--test-set", metavar="DATASET:NAME",
                           help="a standard test set that `attnlab data get` wrote under data/: "
                                "multi30k:test_2016_flickr (also test_2017_flickr, test_2017_mscoco, "

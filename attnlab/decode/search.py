@@ -23,14 +23,17 @@ from attnlab.decode.session import DecodingSession, length_limits
 
 
 @torch.no_grad()
-def greedy(model: nn.Module, src: Tensor | None = None, max_len: int | None = None, min_len: int = 0,
-           use_cache: bool = True, kv_cache: str = "auto", prompt: Tensor | None = None) -> list[list[int]]:
+def greedy(model: nn.Module, src: Tensor | None = None, max_len: int | Tensor | None = None,
+           min_len: int | Tensor = 0, use_cache: bool = True, kv_cache: str = "auto",
+           prompt: Tensor | None = None) -> list[list[int]]:
     """The argmax token at every step until EOS. src: (B, S) padded ids (EncoderDecoder), or
-    ``prompt``: (B, P) ids to continue (DecoderLM, not padded) -> B id lists (no BOS/EOS, no prompt)."""
+    ``prompt``: (B, P) ids to continue (DecoderLM, not padded) -> B id lists (no BOS/EOS, no prompt).
+    ``max_len`` and ``min_len``: one number, or (B,) one per row; both at a row's reference length
+    give Lake & Baroni's oracle-length decoding (EOS barred before it, forced at it)."""
     session = DecodingSession(model, src=src, prompt=prompt, use_cache=use_cache, kv_cache=kv_cache)
     limits = length_limits(session, src, max_len, feeds_last=False)  # (B,)
     session.reserve(int(limits.max()) - 1)  # the last token is not fed back
-    min_lens = limits.clamp(max=min_len)
+    min_lens = limits.clamp(max=torch.as_tensor(min_len, device=limits.device))
     B = session.start.shape[0]
     tokens, out = session.start, []
     finished = limits == 0
@@ -84,7 +87,7 @@ def best_reachable(scores: Tensor, length: int, limits: Tensor, alpha: float) ->
 
 @torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenpen: float = 0.6, nbest: int = 1,
-                max_len: int | None = None, min_len: int = 0, use_cache: bool = True,
+                max_len: int | Tensor | None = None, min_len: int | Tensor = 0, use_cache: bool = True,
                 kv_cache: str = "auto", prompt: Tensor | None = None) -> list[list[Hypothesis]]:
     """Beam search for a whole batch at once: B sentences x ``beam`` rows in one tensor: of ``src``
     (EncoderDecoder, (B, S) padded ids), or continuing ``prompt`` (DecoderLM, (B, P) ids, not padded;
@@ -100,7 +103,8 @@ def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenp
     (:func:`best_reachable`) is no higher than the worst of them. Stopping as soon as ``beam``
     have finished (fairseq's rule) is faster but can end the search before its best hypothesis
     does: on a confident model, short EOS candidates fill the slots while the likeliest output is
-    still live. Returns for each sentence its ``nbest`` hypotheses, best first.
+    still live. Returns for each sentence its ``nbest`` hypotheses, best first. ``max_len`` and
+    ``min_len``: one number, or (B,) one per sentence (both at its reference length: oracle length).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
@@ -109,9 +113,10 @@ def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenp
     repeated = {"src" if src is not None else "prompt": given.repeat_interleave(K, dim=0)}
     session = DecodingSession(model, **repeated, use_cache=use_cache, kv_cache=kv_cache)
     device = given.device
-    limits = length_limits(session, repeated.get("src"), max_len, feeds_last=True)[::K]  # (B,)
+    per_row = max_len.repeat_interleave(K) if isinstance(max_len, Tensor) else max_len  # (B K,) or one number
+    limits = length_limits(session, repeated.get("src"), per_row, feeds_last=True)[::K]  # (B,)
     session.reserve(int(limits.max()))  # the last token is fed back, to score EOS after it
-    min_lens = limits.clamp(max=min_len)
+    min_lens = limits.clamp(max=torch.as_tensor(min_len, device=limits.device))
     worst_kept = torch.full((B,), -torch.inf, device=device)  # each sentence's K-th best finished; -inf below K
     scores = torch.full((B, K), -torch.inf, device=device)
     scores[:, 0] = 0.0  # all beams start as BOS: keep one, or the first step would fill the beam with copies

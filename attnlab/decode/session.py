@@ -196,13 +196,16 @@ def static_refusal(model: nn.Module, kv_cache: str, device: torch.device) -> str
     return None
 
 
-def length_limits(session: DecodingSession, src: Tensor | None, max_len: int | None, feeds_last: bool) -> Tensor:
-    """(N,) the most tokens each row may generate: ``max_len``, or its own source length + 50,
+def length_limits(session: DecodingSession, src: Tensor | None, max_len: int | Tensor | None,
+                  feeds_last: bool) -> Tensor:
+    """(N,) the most tokens each row may generate: ``max_len`` (one number, or (N,) one per row), or its own source length + 50,
     within the positions the model can encode. ``feeds_last``: the last token is fed back in (beam
     search scores EOS after it), so it needs a position too. Each row's own limit keeps a sentence's
     output the same alone or in any batch."""
     n = session.start.shape[0]
-    if max_len is not None:
+    if isinstance(max_len, Tensor):
+        limits = max_len.to("cpu", torch.long)
+    elif max_len is not None:
         limits = torch.full((n,), max_len, dtype=torch.long)
     elif src is not None:
         limits = (src != PAD).sum(1).cpu() + 50

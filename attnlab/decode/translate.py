@@ -22,8 +22,8 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
               max_len: int | None = None, min_len: int = 0, max_source_len: int | None = None,
               truncate: bool = False, progress: bool = False, kv_cache: str = "auto",
               draft: nn.Module | None = None, speculate: int = 4,
-              speculation: SpeculationStats | None = None, parallel: MaskPredict | None = None
-              ) -> list[list[tuple[str, float | None]]]:
+              speculation: SpeculationStats | None = None, parallel: MaskPredict | None = None,
+              lengths: list[int] | None = None) -> list[list[tuple[str, float | None]]]:
     """For each line, its ``nbest`` translations as (text, score): log P / length penalty for beam
     search, None for greedy (``beam`` 1). Sentences of similar length are decoded together. A line
     of more than ``max_source_len`` tokens is refused (DataError naming it), or cut with ``truncate``.
@@ -34,9 +34,14 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
     sentence is decoded by speculative decoding, ``speculate`` proposals a pass: the same output,
     what speculation did added to ``speculation``. With ``parallel``, a conditional masked language
     model's translations by mask-predict (decode/mask_predict.py), scored by their mean log-probability;
-    the options of left-to-right search do not apply."""
-    if draft is not None and not (beam == 1 and nbest == 1 and min_len == 0):
-        raise ValueError("speculative decoding with a draft is greedy: beam 1, nbest 1, no min_len")
+    the options of left-to-right search do not apply. ``lengths``: each line's output length in
+    target tokens, exactly (Lake & Baroni's oracle-length decoding, greedy or beam search), in place
+    of ``max_len`` and ``min_len``."""
+    if draft is not None and not (beam == 1 and nbest == 1 and min_len == 0 and lengths is None):
+        raise ValueError("speculative decoding with a draft is greedy: beam 1, nbest 1, no min_len or lengths")
+    if lengths is not None and (parallel is not None or len(lengths) != len(lines)):
+        raise ValueError(f"oracle lengths are for left-to-right search, one per line ({len(lengths)} for "
+                         f"{len(lines)} lines)")
     model.eval()
     device = next(model.parameters()).device
     src_ids = tokenizers["src"].encode_batch(lines)
@@ -56,6 +61,7 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             src = source_batch([src_ids[i] for i in chunk]).to(device)
+            most, least = (max_len, min_len) if lengths is None else (torch.tensor([lengths[i] for i in chunk]),) * 2
             if draft is not None:
                 for i, row in zip(chunk, src):
                     ids, stats = speculative_decode(model, draft, src=row[None, row != PAD], k=speculate,
@@ -67,10 +73,10 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
                 for i, (ids, score) in zip(chunk, mask_predict(model, src, parallel.iterations, parallel.length_beam)):
                     results[i] = [(decode_text(ids), score)]
             elif greedy_search:
-                for i, ids in zip(chunk, greedy(model, src, max_len, min_len, use_cache, kv_cache)):
+                for i, ids in zip(chunk, greedy(model, src, most, least, use_cache, kv_cache)):
                     results[i] = [(decode_text(ids), None)]
             else:
-                for i, hyps in zip(chunk, beam_search(model, src, beam, lenpen, nbest, max_len, min_len, use_cache,
+                for i, hyps in zip(chunk, beam_search(model, src, beam, lenpen, nbest, most, least, use_cache,
                                                              kv_cache)):
                     results[i] = [(decode_text(h.tokens), h.normalized) for h in hyps]
             bar.update(len(chunk))

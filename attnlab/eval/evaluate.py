@@ -17,15 +17,21 @@ from attnlab.eval.metrics import corpus_bleu, corpus_chrf, exact_match
 
 def evaluate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], sources: list[str], references: list[str],
              beam: int = 4, lenpen: float = 0.6, use_cache: bool = True, batch_size: int = 64,
-             progress: bool = False, kv_cache: str = "auto", parallel: MaskPredict | None = None) -> dict[str, Any]:
+             progress: bool = False, kv_cache: str = "auto", parallel: MaskPredict | None = None,
+             oracle_length: bool = False) -> dict[str, Any]:
     """Decode ``sources`` and score the output against ``references`` (detokenised text); with
     ``progress``, decoding shows :func:`~attnlab.decode.translate.translate`'s progress bar. With
     ``parallel`` (a conditional masked language model), decoding is mask-predict's, and the record
-    has its settings and no perplexity: such a model gives no left-to-right likelihood of a reference."""
+    has its settings and no perplexity: such a model gives no left-to-right likelihood of a reference.
+    With ``oracle_length``, each output has its reference's length in tokens (Lake & Baroni 2018's
+    oracle-length evaluation: EOS barred before it and forced at it)."""
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources for {len(references)} references")
+    tgt_ids = tokenizers["tgt"].encode_batch(references)
+    lengths = [len(ids) for ids in tgt_ids] if oracle_length else None
     hypotheses = [nbest[0][0] for nbest in translate(model, tokenizers, sources, beam, lenpen, 1, use_cache, batch_size,
-                                                     progress=progress, kv_cache=kv_cache, parallel=parallel)]
+                                                     progress=progress, kv_cache=kv_cache, parallel=parallel,
+                                                     lengths=lengths)]
     bleu, bleu_signature = corpus_bleu(hypotheses, references)
     chrf, chrf_signature = corpus_chrf(hypotheses, references)
     scores = {"bleu": bleu, "bleu_signature": bleu_signature, "chrf": chrf, "chrf_signature": chrf_signature,
@@ -34,10 +40,9 @@ def evaluate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], sources:
         return scores | {"iterations": parallel.iterations, "length_beam": parallel.length_beam,
                          "hypotheses": hypotheses}
     src_ids = tokenizers["src"].encode_batch(sources)
-    tgt_ids = tokenizers["tgt"].encode_batch(references)
     pairs = list(zip(src_ids, tgt_ids))
     batches = [collate_pairs(pairs[i:i + batch_size]) for i in range(0, len(pairs), batch_size)]
     likelihood = teacher_forced(model, batches, next(model.parameters()).device)
     return scores | {"ppl": likelihood["ppl"], "nll": likelihood["loss"], "beam": beam,
                      "lenpen": lenpen if beam > 1 else None,  # beam 1 is greedy: no length penalty
-                     "hypotheses": hypotheses}
+                     "oracle_length": oracle_length, "hypotheses": hypotheses}
