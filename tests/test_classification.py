@@ -190,6 +190,10 @@ def test_evaluate_scores_a_labelled_file_with_its_confusion_matrix(classifier, t
         f"error: {unseen}:2: label 'meh' is not one the model was trained on (neg, pos)\n")
     done = run_cli("evaluate", str(root / "run"), "--src", str(test), "--ref", str(test))
     assert done.returncode == 2 and "is evaluated on a file of its own format: give --data FILE" in done.stderr
+    done = run_cli("evaluate", str(root / "run"), "--data", str(test), "--oracle-length")
+    assert done.returncode == 2 and done.stderr == (
+        "error: --oracle-length is for translation runs (--src/--ref or --split); data.task 'classification' "
+        "decodes no output sequence to measure\n")
 
 
 def test_sentence_pairs_train_a_segment_table(tmp_path):

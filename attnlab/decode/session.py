@@ -198,8 +198,8 @@ def static_refusal(model: nn.Module, kv_cache: str, device: torch.device) -> str
 
 def length_limits(session: DecodingSession, src: Tensor | None, max_len: int | Tensor | None,
                   feeds_last: bool) -> Tensor:
-    """(N,) the most tokens each row may generate: ``max_len`` (one number, or (N,) one per row), or its own source length + 50,
-    within the positions the model can encode. ``feeds_last``: the last token is fed back in (beam
+    """(N,) the most tokens each row may generate: ``max_len`` (one number, or (N,) one per row), or
+    its own source length + 50, within the positions the model can encode. ``feeds_last``: the last token is fed back in (beam
     search scores EOS after it), so it needs a position too. Each row's own limit keeps a sentence's
     output the same alone or in any batch."""
     n = session.start.shape[0]
