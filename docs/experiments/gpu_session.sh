@@ -92,7 +92,9 @@ recipe() {
     grep -q init_from "$config" || sets+=(--set model.stack.n_layers=1 --set model.stack.d_model=64 --set model.stack.n_heads=2 \
       --set model.stack.d_ff=64)
   fi
-  phase "$name" "$limit" $A train "$config" --out "$RUNS/$name" "${sets[@]}" "$@"
+  # TORCH_LOGS=recompiles: each recompilation and the guard behind it, in WORK/NAME.log (how the H200's
+  # Multi30k run was found to compile three graphs)
+  phase "$name" "$limit" env TORCH_LOGS=recompiles $A train "$config" --out "$RUNS/$name" "${sets[@]}" "$@"
   [ -f "$RUNS/$name/metrics.jsonl" ] && cp "$RUNS/$name/metrics.jsonl" "$WORK/$name.metrics.jsonl"
 }
 recipe shakespeare 150 recipes/gpu/shakespeare_char.yaml
