@@ -90,12 +90,15 @@ def test_a_cuda_tensor_goes_through_torchs_fused_dropout(monkeypatch):
     assert calls == [(0.25, True)] and set(out.unique().tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
 
 
+@pytest.mark.parametrize("varied_shapes", [False, True])
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "encoder_only"])
-def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, monkeypatch):
+def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, varied_shapes, monkeypatch):
     """What `attnlab train` compiles (train/step.py's ``compiled``: the task's loss with the model's
     forward inside, under bf16 autocast) is one graph for each family with dropout on, no break
     (``random_`` broke it at every dropout site: 38 breaks in this encoder-decoder), and is traced at
-    most twice over 30 batches of lengths 3 to 32: static, then once with dynamic shapes."""
+    most twice over 30 batches of 2 or 3 rows of lengths 3 to 32: static, then once with dynamic
+    shapes; once, where the data says its batches vary (``varied_shapes``: sizes dynamic from the
+    first batch, whose 3 rows of 3 tokens would otherwise become one size)."""
     import torch._dynamo as dynamo
     from helpers import random_ids, tiny_model
 
@@ -108,27 +111,48 @@ def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, mon
     model = tiny_model(arch=arch, dropout=0.1).train()
     src, tgt = random_ids(3, 41, generator_seed=1), random_ids(3, 41, generator_seed=2)
     src[1, 20:] = 0
+    own = lambda ids: ids.clone()  # a collated batch's tensors are its own, not views of a larger one
     if arch == "encoder_only":
-        objective, batch = MaskedLM.loss, lambda T: MLMBatch(inputs=tgt[:, :T], targets=tgt[:, 1:T + 1])
+        objective = MaskedLM.loss
+        batch = lambda B, T: MLMBatch(inputs=own(tgt[:B, :T]), targets=own(tgt[:B, 1:T + 1]))
     else:
         objective = teacher_forced_loss
-        batch = lambda T: Batch(src=src[:, :T + 2] if arch == "encoder_decoder" else None, tgt_in=tgt[:, :T],
-                                tgt_out=tgt[:, 1:T + 1])
+        batch = lambda B, T: Batch(src=own(src[:B, :T + 2]) if arch == "encoder_decoder" else None,
+                                   tgt_in=own(tgt[:B, :T]), tgt_out=own(tgt[:B, 1:T + 1]))
     amp = autocast("bf16", torch.device("cpu"))
-    step = lambda fn, T: fn(model, batch(T), 0.1, amp)[0].backward()
+    step = lambda fn, B, T: fn(model, batch(B, T), 0.1, amp)[0].backward()
     dynamo.reset()
-    explained = dynamo.explain(objective)(model, batch(6), 0.1, amp)
+    explained = dynamo.explain(objective)(model, batch(3, 6), 0.1, amp)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
     graphs = []
 
-    def counting_backend(graph, example_inputs):
+    def counting_backend(graph, example_inputs, **inductor_options):
         graphs.append(graph)
         return graph.forward
 
     dynamo.reset()
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=counting_backend))
-    compiled_objective = compiled(objective)
+    compiled_objective = compiled(objective, varied_shapes=varied_shapes)
     for T in range(3, 33):
-        step(compiled_objective, T)
-    assert 1 <= len(graphs) <= 2
+        step(compiled_objective, 2 + T % 2, T)
+    assert len(graphs) == 1 if varied_shapes else 1 <= len(graphs) <= 2
+
+
+def test_varied_shapes_compile_without_size_guards_where_inductor_has_the_switch(monkeypatch):
+    """Dynamic sizes go to torch.compile with Inductor's non-strict mixed-order reduction, which
+    adds no guard on them (PyTorch 2.11's ``512*B*T < 5242880`` cost the Multi30k recipe a third
+    graph); a PyTorch without the switch gets no option it would refuse."""
+    import torch._inductor.config as inductor
+
+    from attnlab.train.step import compiled
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append(kwargs) or fn)
+    compiled(print, varied_shapes=True)
+    compiled(print)
+    assert calls == [{"dynamic": True, "options": {"triton.mix_order_reduction_non_strict_mode": True}}, {}]
+    assert inductor.triton.mix_order_reduction_non_strict_mode is False  # set for that compile alone
+    monkeypatch.delattr(inductor.triton, "mix_order_reduction_non_strict_mode")
+    compiled(print, varied_shapes=True)
+    assert calls[-1] == {"dynamic": True, "options": {}}
 

@@ -305,10 +305,10 @@ def test_compiled_training_follows_the_eager_run_with_few_compilations(tmp_path)
     training to rounding, checkpoints with the model's own parameter names, and a bounded number
     of compilations however many batch shapes the token budget makes (issue 18: one compilation
     per new shape made compiled training 60x slower than eager on a GPU). Lengths are padded to a
-    multiple of 8; the first graph is compiled for the first batch's sizes (the fastest kernels,
-    and the only graph of a run whose batches all have one shape, as a language model's), the
-    second for dynamic sizes when another shape comes, and one more for a batch of a single
-    example (torch specialises sizes 0 and 1)."""
+    multiple of 8. Batches of varied lengths compile with dynamic sizes from the first batch (a
+    language model's windows, all of one shape, compile static: tests/test_dropout.py), and one
+    more graph for a batch of a single example (torch specialises sizes 0 and 1): 3 graphs before
+    the data said its shapes vary (the first for the first batch's sizes)."""
     from torch._dynamo.utils import counters
 
     train = {"max_steps": 30, "max_tokens": 300, "eval_every": 30, "eval_exact_match": 0,
@@ -324,7 +324,7 @@ def test_compiled_training_follows_the_eager_run_with_few_compilations(tmp_path)
         runs[compiled] = train_run(run_config(data=data, train=train | {"compile": compiled}), tmp_path / str(compiled),
                                    log=lambda s: None)
     assert any(s[0] == 1 for s in shapes)
-    assert counters["stats"]["unique_graphs"] <= 3 and not counters["graph_break"]
+    assert counters["stats"]["unique_graphs"] <= 2 and not counters["graph_break"]
     eager, compiled = train_losses(tmp_path / "False"), train_losses(tmp_path / "True")
     assert eager[30] < eager[1] - 0.5
     assert list(compiled.values()) == pytest.approx(list(eager.values()), rel=1e-4)

@@ -17,7 +17,7 @@ from torch import nn
 
 from attnlab.errors import CheckpointError
 from attnlab.tasks import Task, TaskData
-from attnlab.tasks.batching import Batch
+from attnlab.tasks.batching import Batch, BucketedData
 from attnlab.train.weights_file import load_weights
 from attnlab.train.config import GRAPHS, TrainConfig
 from attnlab.train.device import resolve_device, use_device
@@ -156,7 +156,8 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     data_world = strategy.data_world  # the ranks that train different batches
     # the forward and the loss through TorchInductor; evaluation and checkpoints use the model itself
     cfg.check_runs_on(device, world.size if world else 1)
-    objective = compiled(task.loss, graphs=cfg.compile == GRAPHS) if cfg.compiles_on(device) else task.loss
+    objective = (compiled(task.loss, graphs=cfg.compile == GRAPHS, varied_shapes=isinstance(data, BucketedData))
+                 if cfg.compiles_on(device) else task.loss)
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, schedule)
     scaler = torch.amp.GradScaler("cuda") if precision.precision == "fp16" else None

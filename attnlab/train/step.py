@@ -6,6 +6,7 @@ per update."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from typing import Any, Callable, ContextManager
@@ -26,19 +27,52 @@ Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothi
 LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 
 
-def compiled(objective: Objective, graphs: bool = False) -> Objective:
+def compiled(objective: Objective, graphs: bool = False, varied_shapes: bool = False) -> Objective:
     """A task's loss through torch.compile, the model's forward inside it: TorchInductor fuses the
     layers' elementwise work and the loss's cast, log-sum-exp and gather into a few kernels, so no
-    float32 logits of the whole vocabulary exist (nn/losses.py). The shapes start static; a second
-    shape recompiles once with dynamic ones (TorchDynamo's default), so a run of varied batch
-    lengths costs at most two graphs (tests/test_dropout.py).
+    float32 logits of the whole vocabulary exist (nn/losses.py).
+
+    Batches of one shape (a language model's windows) compile static graphs, the fastest kernels;
+    a batch of another shape recompiles once with dynamic sizes (TorchDynamo's default). With
+    ``varied_shapes`` (examples of varied lengths under a token budget: translation, text
+    classification), the sizes are dynamic from the first batch, so the run compiles one graph
+    instead of two. Two sizes equal in the first batch (a source and a target both padded to 24)
+    stay two symbols (no duck sizing), so a later batch where they differ does not recompile; and
+    Inductor's mixed-order-reduction fusion is told not to guard on them, a guard
+    (``512*B*T < 5242880``) that made PyTorch 2.11 compile the Multi30k recipe a third time on an
+    H200 (docs/performance.md). tests/test_dropout.py counts the graphs.
 
     With ``graphs`` (``train.compile: graphs``, CUDA only), Inductor's "reduce-overhead" mode also
     records the compiled forward and backward as CUDA graphs and replays them: a step costs a few
     launches instead of one per kernel, which is what a small model's step is bound by. Each batch
     shape records its own graphs (and keeps their memory), so it suits fixed shapes: a language
     model's blocks, or batches padded to a few lengths (train.pad_multiple)."""
-    return torch.compile(objective, mode="reduce-overhead" if graphs else None)
+    if graphs:
+        return torch.compile(objective, mode="reduce-overhead")
+    if varied_shapes:
+        return distinct_sizes(torch.compile(objective, dynamic=True, options=no_size_guards()))
+    return torch.compile(objective)
+
+
+def distinct_sizes(objective: Objective) -> Objective:
+    """``objective`` traced without duck sizing: each size of a batch its own symbol, even where two
+    happen to be equal."""
+
+    @functools.wraps(objective)
+    def call(*args: Any) -> tuple[Tensor, Tensor]:
+        with torch.fx.experimental._config.patch(use_duck_shape=False):
+            return objective(*args)
+
+    return call
+
+
+def no_size_guards() -> dict[str, bool]:
+    """Inductor's options that keep its mixed-order-reduction fusion from guarding on dynamic sizes,
+    where this PyTorch has the switch."""
+    import torch._inductor.config as inductor  # two seconds to import: only where a run compiles
+
+    switch = "mix_order_reduction_non_strict_mode"
+    return {f"triton.{switch}": True} if hasattr(inductor.triton, switch) else {}
 
 
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:
