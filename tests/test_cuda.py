@@ -29,10 +29,15 @@ CUDA = torch.device("cuda", 0)
 @pytest.fixture(autouse=True)
 def full_fp32():
     """fp32 as on the CPU: no TF32 in matrix products or cuDNN (the recurrent layers)."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    # one API for the products: fit's allow_tf32 sets the float32 matmul precision, and restoring
+    # through matmul.allow_tf32 after it leaves a mix that torch.get_float32_matmul_precision()
+    # (which Inductor reads) refuses
+    saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
     yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cudnn.allow_tf32 = saved[1]
 
 
 FAMILIES = {
@@ -95,20 +100,21 @@ def test_every_preset_trains_on_cuda_as_on_the_cpu(preset, data_overrides, tmp_p
     the two devices draw their masks from different generators: on an H100 (2026-11-26) every preset
     with dropout drifted 6-15% from the CPU's recorded losses within 20 steps, those without stayed
     within 1%."""
-    no_dropout = ["model.stack.dropout=0.0", "train.compile=false"]  # eager on both: compiled training has its own test
     monkeypatch.setattr("attnlab.train.loop.allow_tf32", lambda device: None)  # fp32 products, not fit's TF32
-    losses = {device: golden.train_losses(preset, data_overrides, tmp_path / device, device, no_dropout)
+    losses = {device: golden.train_losses(preset, data_overrides, tmp_path / device, device,
+                                          golden.without_dropout(preset))  # eager: compiled training has its own test
               for device in ("cpu", "cuda")}
     assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-2)
 
 
-def test_a_recurrent_run_trains_checkpoints_resumes_and_decodes_on_cuda(data_overrides, tmp_path):
-    """cuDNN keeps the GRU weights in one flat buffer: checkpoints are written from copies, loaded in place."""
-    preset = golden.ROOT / "configs" / "rnn_bahdanau.yaml"
-    sets = [*data_overrides["parallel"], "model.stack.d_model=64", "train.max_steps=6", "train.eval_every=3",
-            "train.max_tokens=200", "train.device=cuda", "train.progress=false"]
+def test_a_recurrent_run_trains_checkpoints_resumes_and_decodes_on_cuda(data_overrides, tmp_path, monkeypatch):
+    """cuDNN keeps the GRU weights in one flat buffer: checkpoints are written from copies, loaded in
+    place. fp32 products throughout (not fit's TF32), so the GPU's beam outputs equal the CPU's."""
+    monkeypatch.setattr("attnlab.train.loop.allow_tf32", lambda device: None)
+    sets = [*data_overrides["parallel"], *golden.RECURRENT_SETS]
     run = tmp_path / "rnn"
-    assert run_cli("train", str(preset), "--out", str(run), *(a for s in sets for a in ("--set", s))).returncode == 0
+    trained = run_cli("train", str(golden.RECURRENT_PRESET), "--out", str(run), *(a for s in sets for a in ("--set", s)))
+    assert trained.returncode == 0, trained.stderr
     resumed = run_cli("train", "--out", str(run), "--resume", "--allow-changes", "--set", "train.max_steps=9")
     assert resumed.returncode == 0, resumed.stderr
     valid = data_overrides["parallel"][1].partition("=")[2]  # data.valid=FOLDER/val
