@@ -467,6 +467,34 @@ def test_fused_loss_equals_the_textbook_form_in_value_and_gradient(dtype, epsilo
         rtol=1e-5, atol=1e-4)
 
 
+def test_target_logits_traced_equal_the_eager_gather_and_scatter_nothing():
+    """``target_logits`` is a gather eager and a masked sum over each row where torch.compile traces
+    it: the same values and gradients, exactly; and the traced backward has no scatter_add (the
+    gather's, into a zeroed float32 (N, V) buffer: twice the loss backward's memory traffic on a
+    GPU, measured with Inductor's byte counts on the CPU at 2 x 128 tokens, 50,304 columns)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from attnlab.nn.losses import target_logits
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 11, generator=g).requires_grad_()
+    target, weights = torch.tensor([0, 10, 3, 3, 7, 1]), torch.randn(6, generator=g)
+    graphs = []
+
+    def keep(graph, example_inputs):
+        graphs.append(graph.code)
+        return graph.forward
+
+    torch._dynamo.reset()
+    traced = torch.compile(target_logits, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
+    eager, compiled = target_logits(x, target), traced(x, target)
+    assert torch.equal(compiled, eager) and torch.equal(eager, x.detach()[torch.arange(6), target])
+    (eager_grad,) = torch.autograd.grad(eager @ weights, x)
+    (compiled_grad,) = torch.autograd.grad(compiled @ weights, x)
+    assert torch.equal(compiled_grad, eager_grad)
+    assert len(graphs) == 2 and not any("scatter" in code or "gather" in code for code in graphs)
+
+
 TOY_PAIRS = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleeps"), ("der mann isst", "the man eats"),
              ("die frau liest", "the woman reads"), ("ein kind spielt", "a child plays"),
              ("der hund schläft", "the dog sleeps"), ("eine frau läuft", "a woman runs"),

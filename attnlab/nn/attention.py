@@ -56,9 +56,10 @@ class MultiHeadAttention(nn.Module):
         self.head_gate: Tensor | None = None  # (H,) multiplies each head's output (head importance, masking)
 
     def split_heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
-        """(B, T, n * d_model) -> n tensors (B, H, T, Dh)."""
+        """(B, T, n * d_model) -> n tensors (B, H, T, Dh), views of ``x`` (their gradients are
+        written into one (B, T, n * d_model) tensor, with no stack and copy)."""
         B, T, _ = x.shape
-        return x.view(B, T, n, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
+        return tuple(part.transpose(1, 2) for part in x.view(B, T, n, self.n_heads, self.d_head).unbind(2))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
                cache: KVCache | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
