@@ -24,10 +24,11 @@ vocabulary gets long chunks, so that the rows do not cost a Python loop each.
 That is the CPU's loss, in eager mode. On a GPU, and wherever torch.compile traces it, the loss is
 the same formula written as tensor expressions (:func:`smoothed_nll_expression`): TorchInductor
 fuses the cast, the log-sum-exp, the target's logit (a masked sum: :func:`target_logits`) and the
-mean into one pass over the bf16 logits, and their backward into another, so no float32 (N, V) tensor exists there either. On an H100 the
-chunked function took 14.96 ms (forward + backward, 8,192 x 50,304 bf16 logits) against 7.86 ms
-for F.cross_entropy(logits.float()) and 2.02 ms for the same compiled (docs/performance.md); in
-eager mode on a GPU the expression costs what F.cross_entropy does.
+mean into one pass over the bf16 logits, and their backward into another, so no float32 (N, V)
+tensor exists there either. On an H100 the chunked function took 14.96 ms (forward + backward,
+8,192 x 50,304 bf16 logits) against 7.86 ms for F.cross_entropy(logits.float()) and 2.02 ms for the
+same compiled (docs/performance.md; before the masked sum); in eager mode on a GPU the expression
+costs what F.cross_entropy does.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import re
 from typing import Any, Callable, ContextManager
 
 import torch
+import torch.fx.experimental._config as fx_config
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -29,7 +30,7 @@ LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.
 
 def compiled(objective: Objective, graphs: bool = False, varied_shapes: bool = False) -> Objective:
     """A task's loss through torch.compile, the model's forward inside it: TorchInductor fuses the
-    layers' elementwise work and the loss's cast, log-sum-exp and gather into a few kernels, so no
+    layers' elementwise work and the loss's cast, log-sum-exp and target logit into a few kernels, so no
     float32 logits of the whole vocabulary exist (nn/losses.py).
 
     Batches of one shape (a language model's windows) compile static graphs, the fastest kernels;
@@ -60,7 +61,7 @@ def distinct_sizes(objective: Objective) -> Objective:
 
     @functools.wraps(objective)
     def call(*args: Any) -> tuple[Tensor, Tensor]:
-        with torch.fx.experimental._config.patch(use_duck_shape=False):
+        with fx_config.patch(use_duck_shape=False):
             return objective(*args)
 
     return call
