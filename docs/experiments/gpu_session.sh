@@ -102,8 +102,9 @@ recipe() {
 recipe shakespeare 150 recipes/gpu/shakespeare_char.yaml
 # the same, its steps replayed as CUDA graphs (train.compile: graphs): tokens/s against the line above's
 recipe shakespeare_graphs 90 recipes/gpu/shakespeare_char.yaml --set train.compile=graphs --set train.max_steps=1000
-# its varied batch shapes compile three graphs before they run at speed (about 2.5 minutes on an H200
-# with torch 2.11: docs/performance.md), then 4,000 steps
+# its varied batch shapes compiled three graphs before they ran at speed (about 2.5 minutes on an H200
+# with torch 2.11: docs/performance.md); since, they compile with dynamic sizes from the first batch
+# (one graph, and one for a batch of a single example, on the CPU); then 4,000 steps
 recipe multi30k 480 recipes/gpu/multi30k_de_en.yaml
 [ -d "$RUNS/multi30k" ] && phase multi30k_bleu 40 $A evaluate "$RUNS/multi30k" --device "$DEVICE" \
   --src data/multi30k/val.de --ref data/multi30k/val.en --json
