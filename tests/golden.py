@@ -75,23 +75,6 @@ def train_losses(preset: Path, data_sets: dict[str, list[str]], out: Path, devic
     return [r["loss"] for r in records if r["split"] == "train"]
 
 
-def without_dropout(preset: Path) -> list[str]:
-    """The --set overrides that turn ``preset``'s dropout off and train it eagerly: a Transformer's
-    dropout is a field of its stack, a recurrent model's its own (tests/test_cuda.py compares the
-    CPU's losses with the GPU's under these; tests/test_golden.py checks them on the CPU)."""
-    import yaml
-
-    stacked = yaml.safe_load(preset.read_text())["model"].get("arch") != "rnn"
-    return [f"model.{'stack.' if stacked else ''}dropout=0.0", "train.compile=false"]
-
-
-# the recurrent run that tests/test_cuda.py trains, resumes and decodes on a GPU (eager: its
-# subject is cuDNN's flat weights, not compilation), besides its data
-RECURRENT_PRESET = ROOT / "configs" / "rnn_bahdanau.yaml"
-RECURRENT_SETS = ["model.d_model=64", "train.compile=false", "train.max_steps=6", "train.eval_every=3",
-                  "train.max_tokens=200", "train.device=cuda", "train.progress=false"]
-
-
 def preset_losses(folder: Path) -> dict[str, list[float]]:
     data_sets = synthetic_data(folder / "data")
     return {preset.name: train_losses(preset, data_sets, folder / "runs" / preset.stem)

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -140,3 +141,24 @@ def fixed_medians(seconds: dict[str, float] | None = None, default: float | None
         return {name: seconds.get(name, default) for name in fns}
 
     return medians
+
+
+# -- the settings of tests/test_cuda.py, which runs only on a GPU: tests/test_config.py reads them
+# against the presets on the CPU, so that a renamed field does not go stale there unseen
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def without_dropout(preset: Path) -> list[str]:
+    """The --set overrides that turn ``preset``'s dropout off and train it eagerly: a Transformer's
+    dropout is a field of its stack, a recurrent model's its own."""
+    import yaml
+
+    stacked = yaml.safe_load(preset.read_text())["model"].get("arch") != "rnn"
+    return [f"model.{'stack.' if stacked else ''}dropout=0.0", "train.compile=false"]
+
+
+# the recurrent run that tests/test_cuda.py trains, resumes and decodes on a GPU (eager: its
+# subject is cuDNN's flat weights, not compilation), besides its data
+RECURRENT_PRESET = CONFIGS / "rnn_bahdanau.yaml"
+RECURRENT_SETS = ["model.d_model=64", "train.compile=false", "train.max_steps=6", "train.eval_every=3",
+                  "train.max_tokens=200", "train.device=cuda", "train.progress=false"]

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import golden
 from attnlab import ConfigError, model_config
 from attnlab.models import StackConfig, read_model_config
+from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -301,3 +303,21 @@ def test_train_refuses_cuda_graphs_on_the_cpu_before_making_the_run(tmp_path):
     assert done.returncode == 3 and done.stderr.strip().splitlines() == [
         "error: train.compile 'graphs' replays CUDA graphs: it needs a GPU (the run is on cpu); use true or auto"]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("preset", golden.training_presets(), ids=lambda p: p.stem)
+def test_the_overrides_of_the_cuda_tests_are_fields_of_their_presets(preset):
+    """tests/test_cuda.py runs only on a GPU, so a renamed field would go stale there unseen: its
+    overrides of every preset are read here on the CPU (c9f718c moved the Transformer's fields into
+    model.stack, and the recurrent presets' GPU tests then exited 3 on an H200)."""
+    from attnlab.train.config import RunConfig
+
+    cfg = RunConfig.from_file(preset, without_dropout(preset))
+    assert cfg.model.get("stack", cfg.model)["dropout"] == 0.0 and cfg.train.compile is False
+
+
+def test_the_recurrent_run_of_the_cuda_tests_reads():
+    from attnlab.train.config import RunConfig
+
+    recurrent = RunConfig.from_file(RECURRENT_PRESET, RECURRENT_SETS)
+    assert recurrent.model["d_model"] == 64 and recurrent.train.device == "cuda"

@@ -20,7 +20,8 @@ from attnlab.train.config import TrainConfig
 from attnlab.train.precision import autocast
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import make_optimizer, train_step
-from helpers import ATTNLAB, TORCHRUN, assert_only_torchruns_traceback, random_ids, run_cli, tiny_model
+from helpers import (ATTNLAB, RECURRENT_PRESET, RECURRENT_SETS, TORCHRUN, assert_only_torchruns_traceback, random_ids,
+                     run_cli, tiny_model, without_dropout)
 
 pytestmark = pytest.mark.cuda
 CUDA = torch.device("cuda", 0)
@@ -102,7 +103,7 @@ def test_every_preset_trains_on_cuda_as_on_the_cpu(preset, data_overrides, tmp_p
     within 1%."""
     monkeypatch.setattr("attnlab.train.loop.allow_tf32", lambda device: None)  # fp32 products, not fit's TF32
     losses = {device: golden.train_losses(preset, data_overrides, tmp_path / device, device,
-                                          golden.without_dropout(preset))  # eager: compiled training has its own test
+                                          without_dropout(preset))  # eager: compiled training has its own test
               for device in ("cpu", "cuda")}
     assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-2)
 
@@ -111,9 +112,9 @@ def test_a_recurrent_run_trains_checkpoints_resumes_and_decodes_on_cuda(data_ove
     """cuDNN keeps the GRU weights in one flat buffer: checkpoints are written from copies, loaded in
     place. fp32 products throughout (not fit's TF32), so the GPU's beam outputs equal the CPU's."""
     monkeypatch.setattr("attnlab.train.loop.allow_tf32", lambda device: None)
-    sets = [*data_overrides["parallel"], *golden.RECURRENT_SETS]
+    sets = [*data_overrides["parallel"], *RECURRENT_SETS]
     run = tmp_path / "rnn"
-    trained = run_cli("train", str(golden.RECURRENT_PRESET), "--out", str(run), *(a for s in sets for a in ("--set", s)))
+    trained = run_cli("train", str(RECURRENT_PRESET), "--out", str(run), *(a for s in sets for a in ("--set", s)))
     assert trained.returncode == 0, trained.stderr
     resumed = run_cli("train", "--out", str(run), "--resume", "--allow-changes", "--set", "train.max_steps=9")
     assert resumed.returncode == 0, resumed.stderr

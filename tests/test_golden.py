@@ -47,19 +47,6 @@ def test_first_training_losses_of_each_preset_are_unchanged(preset, data_overrid
         f"recorded {recorded}")
 
 
-@pytest.mark.parametrize("preset", golden.training_presets(), ids=lambda p: p.stem)
-def test_the_overrides_of_the_cuda_tests_are_fields_of_their_presets(preset):
-    """tests/test_cuda.py runs only on a GPU, so a renamed field would go stale there unseen: its
-    overrides of every preset, and of its recurrent run, are read here on the CPU (c9f718c moved the
-    Transformer's fields into model.stack, and the recurrent ones failed on an H200 with exit 3)."""
-    from attnlab.train.config import RunConfig
-
-    cfg = RunConfig.from_file(preset, golden.without_dropout(preset))
-    assert cfg.model.get("stack", cfg.model)["dropout"] == 0.0 and cfg.train.compile is False
-    recurrent = RunConfig.from_file(golden.RECURRENT_PRESET, golden.RECURRENT_SETS)
-    assert recurrent.model["d_model"] == 64 and recurrent.train.device == "cuda"
-
-
 def test_greedy_and_beam_outputs_of_a_run_written_before_the_refactoring_are_unchanged():
     assert golden.decodes() == RECORDED["decodes"]
 
