@@ -26,6 +26,7 @@ from attnlab.models.encoder_decoder import EncoderDecoderConfig
 from attnlab.models.decoder_lm import DecoderLMConfig
 from attnlab.models.encoder_only import EncoderOnlyConfig
 from attnlab.models.rnn import RNNConfig
+from attnlab.models.convs2s import ConvS2SConfig
 from attnlab.models.transformer_xl import TransformerXLConfig
 from attnlab.models.cmlm import CMLMConfig
 from attnlab.models.graph import GraphConfig

@@ -27,6 +27,7 @@ from attnlab.train.distributed import PIPELINE_SCHEDULES, STRATEGIES
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
 AUTO = "auto"
+OPTIMIZERS = ("adam", "adamw", "nag")  # nag: SGD with Nesterov momentum (fairseq's, for ConvS2S)
 GRAPHS = "graphs"  # train.compile: compiled, each step's forward, loss and backward replayed as CUDA graphs
 
 
@@ -46,7 +47,8 @@ class TrainConfig(TypedConfig):
     Baroni 2018: one SCAN command an update), for tasks that batch examples by length (translation,
     classification, masked LM). ``loss_reduction``: the loss an update's gradient comes from, the
     mean over its target tokens, or their sum (Lake & Baroni's, from PyTorch's seq2seq tutorial: with
-    one sequence an update, clipping then sees the whole sequence's gradient)."""
+    one sequence an update, clipping then sees the whole sequence's gradient). ``optimizer``: Adam,
+    AdamW, or 'nag', SGD with Nesterov ``momentum`` (fairseq's NAG, Gehring et al.'s optimizer)."""
 
     section: typing.ClassVar[str] = "train"
 
@@ -66,6 +68,7 @@ class TrainConfig(TypedConfig):
     min_lr: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.98
+    momentum: float = 0.99  # nag's (fairseq's default)
     eps: float = 1e-9
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
@@ -95,7 +98,7 @@ class TrainConfig(TypedConfig):
 
     def __post_init__(self) -> None:
         self._check_types()
-        one_of("optimizer", self.optimizer, ("adam", "adamw"))
+        one_of("optimizer", self.optimizer, OPTIMIZERS)
         one_of("sampling", self.sampling, SAMPLINGS)
         one_of("loss_reduction", self.loss_reduction, ("mean", "sum"))
         one_of("lr_schedule", self.lr_schedule, ("noam", "cosine", "constant"))
@@ -122,7 +125,7 @@ class TrainConfig(TypedConfig):
             raise ConfigError(f"need 0 <= min_lr ({self.min_lr}) <= lr ({self.lr}) and lr > 0")
         if self.lr_schedule == "noam" and self.warmup_steps == 0:
             raise ConfigError("lr_schedule 'noam' needs warmup_steps >= 1")
-        for name in ("beta1", "beta2", "label_smoothing"):
+        for name in ("beta1", "beta2", "momentum", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1) (got {getattr(self, name)})")
         if self.eps <= 0 or self.weight_decay < 0:

@@ -88,7 +88,8 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam(beta1, beta2, eps) (the paper: 0.9, 0.98, 1e-9) or AdamW over the parameters that are not
+    """Adam(beta1, beta2, eps) (the paper: 0.9, 0.98, 1e-9), AdamW, or SGD with Nesterov momentum
+    ('nag': fairseq's NAG, the same update at a constant learning rate) over the parameters that are not
     frozen; weight decay, if any, only on matrices, never on biases, LayerNorm gains or the like;
     with ``layer_lr_decay``, one group per depth, its ``lr_scale`` applied by the schedule
     (:func:`layer_lr_scales`). The update is PyTorch's fused kernel (one pass over each parameter
@@ -102,10 +103,12 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     # by depth, matrices first; nothing to learn: an optimizer of nothing, for the usual checkpoints
     ordered = sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1], item[0][2]))
     ordered = ordered or [((1.0, True, False), [])]
+    param_groups = [{"params": params, "weight_decay": cfg.weight_decay if matrices else 0.0, "lr_scale": scale}
+                    for (scale, matrices, _), params in ordered]
+    if cfg.optimizer == "nag":
+        return torch.optim.SGD(param_groups, lr=1.0, momentum=cfg.momentum, nesterov=True)
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    return cls([{"params": params, "weight_decay": cfg.weight_decay if matrices else 0.0, "lr_scale": scale}
-                for (scale, matrices, _), params in ordered], lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-               fused=True)
+    return cls(param_groups, lr=1.0, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
 
 
 def layer_depths(model: nn.Module) -> tuple[dict[str, int], int]:

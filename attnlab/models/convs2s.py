@@ -1,0 +1,65 @@
+"""The convolutional encoder-decoder of Gehring et al. (2017), ConvS2S (fairseq's ``fconv``): gated
+convolutions on both sides and an attention over the encoder at every decoder layer (nn/convs2s.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from attnlab.config import at_least
+from attnlab.errors import ConfigError
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
+from attnlab.nn.convs2s import ConvDecoder, ConvEmbedding, ConvEncoder, ConvSeq2Seq
+
+
+@dataclass(frozen=True)
+class ConvS2SConfig(TwoSidedSizes, FamilyConfig):
+    """``d_embed``: the embeddings and the attention's size (fairseq's embed and out-embed dims);
+    ``d_model``: the convolutions' channels; ``kernel_width``: each convolution's k (the decoder's
+    see positions t - k + 1 .. t); ``max_len``: the learnt positions. Dessì & Baroni (2019) set
+    d_embed = d_model."""
+
+    vocab_size: int
+    src_vocab_size: Optional[int] = None
+    d_embed: int = 512
+    d_model: int = 512
+    n_layers: int = 6
+    n_encoder_layers: Optional[int] = None
+    n_decoder_layers: Optional[int] = None
+    kernel_width: int = 3
+    dropout: float = 0.1
+    max_len: int = 1024
+    pad_id: int = 0
+
+    def check(self) -> None:
+        for name in ("vocab_size", "d_embed", "d_model", "n_layers", "max_len"):
+            at_least(name, getattr(self, name), 1)
+        at_least("kernel_width", self.kernel_width, 2)
+        self.check_sizes()
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
+        if not 0 <= self.pad_id < min(self.vocab_size, self.src_vocab):
+            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
+                              f"({min(self.vocab_size, self.src_vocab)})")
+
+    @property
+    def max_positions(self) -> int:
+        return self.max_len
+
+
+@register_family
+class ConvS2SFamily(ModelFamily):
+    name = "convs2s"
+    config = ConvS2SConfig
+    capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=False)
+
+    @staticmethod
+    def build(cfg: ConvS2SConfig) -> ConvSeq2Seq:
+        def embedding(vocab_size: int) -> ConvEmbedding:
+            return ConvEmbedding(vocab_size, cfg.d_embed, cfg.max_len, cfg.pad_id, cfg.dropout)
+
+        encoder = ConvEncoder(embedding(cfg.src_vocab), cfg.d_model, cfg.encoder_layers, cfg.kernel_width, cfg.dropout,
+                              grad_scale=1.0 / (2 * cfg.decoder_layers))
+        decoder = ConvDecoder(embedding(cfg.vocab_size), cfg.d_model, cfg.decoder_layers, cfg.kernel_width,
+                              cfg.dropout, cfg.vocab_size)
+        return ConvSeq2Seq(encoder, decoder, cfg.pad_id)
