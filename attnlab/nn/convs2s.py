@@ -88,16 +88,26 @@ class ConvEmbedding(nn.Module):
         return self.dropout(self.tokens(ids) + self.positions(positions))
 
 
-class ConvEncoder(nn.Module):
+class ConvSide(nn.Module):
+    """What the encoder and the decoder share: the embedding, the projection of its D features to the
+    C channels of the k-wide convolutions, those, and a projection back to D."""
+
+    def __init__(self, embed: ConvEmbedding, d_model: int, n_layers: int, kernel_width: int, dropout: float) -> None:
+        super().__init__()
+        self.embed, self.dropout, self.kernel_width = embed, Dropout(dropout), kernel_width
+        d = embed.tokens.embedding_dim
+        self.fc_in = normed_linear(d, d_model, dropout)
+        self.convs = nn.ModuleList(normed_conv(d_model, kernel_width, dropout) for _ in range(n_layers))
+        self.fc_out = normed_linear(d_model, d)
+
+
+class ConvEncoder(ConvSide):
     """(B, S) ids -> keys z (B, S, D) and values (z + e) sqrt(1/2) (B, S, D), zero at padding."""
 
     def __init__(self, embed: ConvEmbedding, d_model: int, n_layers: int, kernel_width: int, dropout: float,
                  grad_scale: float) -> None:
-        super().__init__()
-        self.embed, self.dropout, self.grad_scale = embed, Dropout(dropout), grad_scale
-        d = embed.tokens.embedding_dim
-        self.fc_in, self.fc_out = normed_linear(d, d_model, dropout), normed_linear(d_model, d)
-        self.convs = nn.ModuleList(normed_conv(d_model, kernel_width, dropout) for _ in range(n_layers))
+        super().__init__(embed, d_model, n_layers, kernel_width, dropout)
+        self.grad_scale = grad_scale
         self.padding = ((kernel_width - 1) // 2, kernel_width // 2)  # the output at i is centred on i
 
     def forward(self, src: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
@@ -148,18 +158,14 @@ class DecoderAttention(nn.Module):
         return (self.out(c) + g) * HALF
 
 
-class ConvDecoder(nn.Module):
+class ConvDecoder(ConvSide):
     """(B, T) target ids y_{<t} (the new ones only, with a cache) -> (B, T, V) logits."""
 
     def __init__(self, embed: ConvEmbedding, d_model: int, n_layers: int, kernel_width: int, dropout: float,
                  vocab_size: int) -> None:
-        super().__init__()
-        self.embed, self.dropout, self.kernel_width = embed, Dropout(dropout), kernel_width
+        super().__init__(embed, d_model, n_layers, kernel_width, dropout)
         d = embed.tokens.embedding_dim
-        self.fc_in = normed_linear(d, d_model, dropout)
-        self.convs = nn.ModuleList(normed_conv(d_model, kernel_width, dropout) for _ in range(n_layers))
         self.attention = nn.ModuleList(DecoderAttention(d_model, d) for _ in range(n_layers))
-        self.fc_out = normed_linear(d_model, d)
         self.generator = normed_linear(d, vocab_size, dropout)
 
     def forward(self, tgt_in: Tensor, keys: Tensor, values: Tensor, src_valid: Tensor,
