@@ -89,7 +89,8 @@ def layer_grad_norms(model: nn.Module) -> dict[str, float]:
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam(beta1, beta2, eps) (the paper: 0.9, 0.98, 1e-9), AdamW, or SGD with Nesterov momentum
-    ('nag': fairseq's NAG, the same update at a constant learning rate) over the parameters that are not
+    ('nag': fairseq's NAG, the same update at a constant learning rate; its weight decay, if any, is
+    SGD's L2 term in the gradient, where fairseq's shrinks the weights) over the parameters that are not
     frozen; weight decay, if any, only on matrices, never on biases, LayerNorm gains or the like;
     with ``layer_lr_decay``, one group per depth, its ``lr_scale`` applied by the schedule
     (:func:`layer_lr_scales`). The update is PyTorch's fused kernel (one pass over each parameter
