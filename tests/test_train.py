@@ -384,7 +384,8 @@ def test_early_stopping_after_patience_evaluations(tmp_path):
 
 @pytest.mark.parametrize("sections,message", [
     ({"data": {"format": "text", "train": "x.txt"}}, "model.arch must be 'decoder_lm' for data.task 'language_model'"),
-    ({"model": {"arch": "decoder_lm"}}, "model.arch must be 'encoder_decoder' or 'rnn' for data.task 'translation'"),
+    ({"model": {"arch": "decoder_lm"}}, "model.arch must be 'encoder_decoder', 'rnn' or 'convs2s' for data.task "
+                                        "'translation'"),
     ({"model": {"arch": "decoder_lm"}, "data": {"format": "text", "train": "x.txt"}, "train": {"eval_exact_match": 5}},
      "train.eval_exact_match needs a task that predicts sequences to compare; data.task 'language_model' has no "
      "exact match"),

@@ -283,8 +283,9 @@ def _over_initialising_model(model: dict[str, Any], init_from: str,
 def _check_fits(family: type[ModelFamily], task: type[Task]) -> None:
     """The family has the capabilities the task needs."""
     if not task.fits(family.capabilities):
-        fits = [name for name, f in FAMILIES.items() if task.fits(f.capabilities)]
-        raise ConfigError(f"model.arch must be {' or '.join(repr(w) for w in fits)} for data.task '{task.name}'; "
+        fits = [repr(name) for name, f in FAMILIES.items() if task.fits(f.capabilities)]
+        listed = " or ".join([", ".join(fits[:-1]), fits[-1]] if len(fits) > 1 else fits)
+        raise ConfigError(f"model.arch must be {listed} for data.task '{task.name}'; "
                           f"got '{family.name}'")
 
 
