@@ -28,6 +28,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.encoder_decoder import Seq2Seq
+from attnlab.nn.positional import LearnedPositional
 
 HALF = math.sqrt(0.5)
 
@@ -77,15 +78,16 @@ class ConvEmbedding(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, max_len: int, pad_id: int, dropout: float) -> None:
         super().__init__()
         self.tokens = token_embedding(vocab_size, d_model, pad_id)
-        self.positions = token_embedding(max_len, d_model, None)
+        self.positions = LearnedPositional(d_model, max_len)
+        nn.init.normal_(self.positions.table.weight, std=0.1)
         self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        if offset + ids.shape[1] > self.positions.num_embeddings:
+        if offset + ids.shape[1] > self.positions.max_positions:
             raise ValueError(f"position {offset + ids.shape[1] - 1} is beyond the model's max_len "
-                             f"({self.positions.num_embeddings})")
+                             f"({self.positions.max_positions})")
         positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)
-        return self.dropout(self.tokens(ids) + self.positions(positions))
+        return self.dropout(self.positions.embed(self.tokens(ids), positions))
 
 
 class ConvSide(nn.Module):
