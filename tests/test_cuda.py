@@ -190,7 +190,25 @@ def test_a_step_replayed_as_cuda_graphs_equals_the_compiled_step():
         objective = compiled(teacher_forced_loss, graphs=graphs)
         losses = [float(train_step(model, [batch], optimizer, scheduler, cfg, objective=objective)["loss"])
                   for _ in range(5)]
-        runs[graphs] = losses, torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
+        runs[graphs] = losses, weights_but_key_biases(model)
         assert counters["inductor"]["cudagraph_skips"] == 0
     assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-5)
     torch.testing.assert_close(runs[True][1], runs[False][1], rtol=1e-5, atol=1e-6)
+
+
+def weights_but_key_biases(model: torch.nn.Module) -> torch.Tensor:
+    """Every weight of ``model`` in one flat CPU tensor, less the keys' biases. Adding one number to
+    every score of a row leaves its softmax unchanged, so a key bias's gradient is zero but for
+    rounding (1e-8 here), and Adam, which divides by the gradient's own size, turns that rounding
+    into steps of +-lr: on an H200 (2026-11-27) the two runs differed by up to 0.004 in exactly the
+    96 key biases of the tiny model (6 attentions x d_model 16) and nowhere else."""
+    kept = []
+    for name, p in model.named_parameters():
+        w = p.detach().flatten()
+        if name.endswith("qkv_proj.bias"):  # [q | k | v]
+            d = w.numel() // 3
+            w = torch.cat([w[:d], w[2 * d:]])
+        elif name.endswith("kv_proj.bias"):  # [k | v]
+            w = w[w.numel() // 2:]
+        kept.append(w)
+    return torch.cat(kept).cpu()
