@@ -71,6 +71,10 @@ SIZE=""  # the shapes' own batches; on the CPU (a check of the script) one seque
 [ "$DEVICE" = cpu ] && SIZE="--batch 1 --seq-len 16"
 SHAPE="$A bench train --device $DEVICE --precision bf16 --repeats 5 --json $NO_HF $SIZE --shape"
 phase train_gpt2_small 150 $SHAPE gpt2-small --compile
+# the same with the loss's target logit picked by a gather (the form before 72dc8f7): what the masked sum
+# costs or gains on this GPU, beside the line above
+phase train_gpt2_small_gather 150 $PY docs/experiments/gather_pick_bench.py bench train --device $DEVICE \
+  --precision bf16 --repeats 5 --json $NO_HF $SIZE --shape gpt2-small --compile
 phase train_transformer_base 80 $SHAPE transformer-base --compile
 phase train_bert_base_128 110 $SHAPE bert-base --compile
 phase train_bert_base_512 110 $SHAPE bert-base --seq-len 512 --compile
