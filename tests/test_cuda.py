@@ -199,9 +199,10 @@ def test_a_step_replayed_as_cuda_graphs_equals_the_compiled_step():
 def weights_but_key_biases(model: torch.nn.Module) -> torch.Tensor:
     """Every weight of ``model`` in one flat CPU tensor, less the keys' biases. Adding one number to
     every score of a row leaves its softmax unchanged, so a key bias's gradient is zero but for
-    rounding (1e-8 here), and Adam, which divides by the gradient's own size, turns that rounding
-    into steps of +-lr: on an H200 (2026-11-27) the two runs differed by up to 0.004 in exactly the
-    96 key biases of the tiny model (6 attentions x d_model 16) and nowhere else."""
+    rounding (1e-9 here, Adam's eps), and Adam, which divides by the gradient's own size, turns that
+    rounding into steps of a sizeable fraction of lr: on an H200 (2026-11-27) the two runs differed
+    by up to 0.004 in 96 elements, as many as the tiny model's key biases (6 attentions x d_model 16),
+    the two the failure named among them."""
     kept = []
     for name, p in model.named_parameters():
         w = p.detach().flatten()

@@ -3,8 +3,9 @@
 #   1. prerequisites, in the first seconds: a CUDA torch (else nothing runs), transformers (else the
 #      Hugging Face references are left out with --no-hf), pytest; one line each in summary.txt;
 #   2. the speed figures of docs/performance.md: `bench train --shape` at gpt2-small, transformer-base
-#      and bert-base (T 128 and 512), bf16, both sides compiled (their best mode), then gpt2-small
-#      eager; `bench decode` at batch 32 and 1; `bench encoder`; then `pytest -m cuda` (correctness
+#      and bert-base (T 128 and 512), bf16, both sides compiled (their best mode), gpt2-small again
+#      with the loss's target logit picked by a gather (docs/experiments/gather_pick_bench.py), then
+#      gpt2-small eager; `bench decode` at batch 32 and 1; `bench encoder`; then `pytest -m cuda` (correctness
 #      only: nothing timed there). Not 6 minutes: compiling both sides of a shape takes most of its
 #      phase (transformer-base 71 s in all on an H100; gpt2-small 93 s, bert-base 98 s at T 128 and
 #      106 s at T 512 on an H200, 2026-11-27), so a 15-minute loan runs this in two calls, PHASES
@@ -106,9 +107,9 @@ recipe() {
 recipe shakespeare 150 recipes/gpu/shakespeare_char.yaml
 # the same, its steps replayed as CUDA graphs (train.compile: graphs): tokens/s against the line above's
 recipe shakespeare_graphs 90 recipes/gpu/shakespeare_char.yaml --set train.compile=graphs --set train.max_steps=1000
-# its varied batch shapes compiled three graphs before they ran at speed (about 2.5 minutes on an H200
-# with torch 2.11: docs/performance.md); since, they compile with dynamic sizes from the first batch
-# (one graph, and one for a batch of a single example, on the CPU); then 4,000 steps
+# Multi30k's Transformer-Tiny, 8,000 steps; its varied batch shapes compile with dynamic sizes from the
+# first batch (the base model the recipe first held recompiled nothing on an H200 that way, where it
+# had compiled three graphs before: docs/performance.md)
 recipe multi30k 480 recipes/gpu/multi30k_de_en.yaml
 [ -d "$RUNS/multi30k" ] && phase multi30k_bleu 40 $A evaluate "$RUNS/multi30k" --device "$DEVICE" \
   --src data/multi30k/val.de --ref data/multi30k/val.en --json
