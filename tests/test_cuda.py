@@ -203,13 +203,17 @@ def weights_but_key_biases(model: torch.nn.Module) -> torch.Tensor:
     rounding into steps of a sizeable fraction of lr: on an H200 (2026-11-27) the two runs differed
     by up to 0.004 in 96 elements, as many as the tiny model's key biases (6 attentions x d_model 16),
     the two the failure named among them."""
+    from attnlab.nn.attention import MultiHeadAttention
+
+    keys = {}  # bias -> the slice of W^K's rows in its fused projection ([W^Q |] W^K | W^V)
+    for m in model.modules():
+        if isinstance(m, MultiHeadAttention) and m.fused_projection.bias is not None:
+            n, width = m.fused_projection.bias.numel(), m.n_heads * m.d_head
+            keys[m.fused_projection.bias] = slice(n - 2 * width, n - width)
     kept = []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         w = p.detach().flatten()
-        if name.endswith("qkv_proj.bias"):  # [q | k | v]
-            d = w.numel() // 3
-            w = torch.cat([w[:d], w[2 * d:]])
-        elif name.endswith("kv_proj.bias"):  # [k | v]
-            w = w[w.numel() // 2:]
+        if p in keys:
+            w = torch.cat([w[:keys[p].start], w[keys[p].stop:]])
         kept.append(w)
     return torch.cat(kept).cpu()
