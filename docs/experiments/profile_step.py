@@ -1,6 +1,9 @@
-"""Where a training step's time goes on a GPU: the step of `attnlab bench train --shape NAME` under
+"""Where a training step's time goes on a GPU: the step of `attnlab bench train --shape NAME` (with
+--compile, its forward and loss compiled together, as the bench and `attnlab train` do) under
 torch.profiler, its kernels grouped (matrix products, attention, the loss, the optimiser, the rest),
-and the loss alone against the reference's F.cross_entropy on the same logits.
+and the loss alone against the reference's F.cross_entropy on the same logits, eager and compiled.
+(Its first GPU run, on an H200 on 2026-11-27, compiled the model alone with the loss eager: that
+profile, in docs/performance.md, is of a slower step than the bench's.)
 
     python docs/experiments/profile_step.py --shape gpt2-small [--compile] [--out DIR]
 
@@ -20,6 +23,7 @@ import torch.nn.functional as F
 from attnlab.bench.shapes import SHAPES, shape_train_config
 from attnlab.bench.train import attnlab_step
 from attnlab.nn.losses import label_smoothed_nll
+from attnlab.train.step import compiled
 
 GROUPS = {  # a kernel's group: the first whose words its name contains
     "attention": ("flash", "fmha", "attention", "sdpa", "efficient"),
@@ -55,8 +59,8 @@ def profile_step(shape_name: str, compile: bool, out: pathlib.Path | None, batch
     shape = SHAPES[shape_name]
     model = shape.attnlab_model().to(device)
     data = shape.make_batch(batch, seq_len, torch.Generator().manual_seed(0)).to(device)
-    step = attnlab_step(torch.compile(model) if compile else model, data, shape_train_config(shape, "bf16"),
-                        shape.objective)
+    objective = compiled(shape.objective) if compile else shape.objective  # the forward and loss, as bench_shape
+    step = attnlab_step(model, data, shape_train_config(shape, "bf16"), objective)
     per_step = seconds(step)
     activity = torch.profiler.ProfilerActivity.CUDA if device.type == "cuda" else torch.profiler.ProfilerActivity.CPU
     with torch.profiler.profile(activities=[activity]) as prof:
@@ -76,26 +80,16 @@ def profile_step(shape_name: str, compile: bool, out: pathlib.Path | None, batch
 
 
 def profile_loss(rows: int, vocab: int, device: torch.device) -> None:
-    """Forward + backward of the loss alone on (rows, vocab) bf16 logits: attnlab's fused loss, the
-    reference's F.cross_entropy(logits.float()), and the same formula compiled."""
+    """Forward + backward of the loss alone on (rows, vocab) bf16 logits, eager and compiled: attnlab's
+    (the chunked function eager on a CPU, the expression elsewhere; compiled, as a training step runs
+    it) and the reference's F.cross_entropy(logits.float())."""
     x = torch.randn(rows, vocab, device=device, dtype=torch.bfloat16, requires_grad=True)
     y = torch.randint(0, vocab, (rows,), device=device)
-
-    def ours():
-        loss, _ = label_smoothed_nll(x, y, 0.0, -100)
-        loss.backward()
-
-    def reference():
-        F.cross_entropy(x.float(), y, reduction="sum").backward()
-
-    compiled = torch.compile(lambda x, y: F.cross_entropy(x.float(), y, reduction="sum"))
-
-    def compiled_reference():
-        compiled(x, y).backward()
-
+    losses = {"attnlab": lambda x, y: label_smoothed_nll(x, y, 0.0, -100)[0],
+              "F.cross_entropy": lambda x, y: F.cross_entropy(x.float(), y, reduction="sum")}
+    losses |= {f"compiled {name}": torch.compile(fn) for name, fn in list(losses.items())}
     print(f"loss fwd+bwd on ({rows}, {vocab}) bf16:",
-          {name: f"{seconds(fn) * 1e3:.2f} ms" for name, fn in
-           [("attnlab", ours), ("F.cross_entropy", reference), ("compiled F.cross_entropy", compiled_reference)]})
+          {name: f"{seconds(lambda fn=fn: fn(x, y).backward()) * 1e3:.2f} ms" for name, fn in losses.items()})
 
 
 def main() -> None:
