@@ -46,7 +46,7 @@ def fairseq_fconv(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     layout, on ``model``'s weights: (B, T, V) logits."""
     enc, dec = model.encoder, model.decoder
     mask = src.eq(0).t()  # (S, B)
-    e = enc.embed.tokens(src) + enc.embed.positions.table(torch.arange(src.shape[1]))  # (B, S, D)
+    e = enc.embed.tokens(src) + enc.embed.positional.table(torch.arange(src.shape[1]))  # (B, S, D)
     x = F.linear(e, weight(enc.fc_in), enc.fc_in.bias).transpose(0, 1)  # (S, B, C)
     for conv in enc.convs:
         residual = x
@@ -58,7 +58,7 @@ def fairseq_fconv(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     x = F.linear(x.transpose(1, 0), weight(enc.fc_out), enc.fc_out.bias).masked_fill(mask.t().unsqueeze(-1), 0)
     encoder_a, encoder_b = x.transpose(1, 2), (x + e) * math.sqrt(0.5)  # (B, D, S), (B, S, D)
 
-    target_embedding = dec.embed.tokens(tgt) + dec.embed.positions.table(torch.arange(tgt.shape[1]))  # (B, T, D)
+    target_embedding = dec.embed.tokens(tgt) + dec.embed.positional.table(torch.arange(tgt.shape[1]))  # (B, T, D)
     x = F.linear(target_embedding, weight(dec.fc_in), dec.fc_in.bias).transpose(0, 1)  # (T, B, C)
     for conv, attention in zip(dec.convs, dec.attention):
         residual = x

@@ -9,7 +9,8 @@ from typing import Optional
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
-from attnlab.nn.convs2s import ConvDecoder, ConvEmbedding, ConvEncoder, ConvSeq2Seq
+from attnlab.nn.convs2s import ConvDecoder, ConvEncoder, ConvSeq2Seq, conv_embedding
+from attnlab.nn.embeddings import Embeddings
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class ConvS2SFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: ConvS2SConfig) -> ConvSeq2Seq:
-        def embedding(vocab_size: int) -> ConvEmbedding:
-            return ConvEmbedding(vocab_size, cfg.d_embed, cfg.max_len, cfg.pad_id, cfg.dropout)
+        def embedding(vocab_size: int) -> Embeddings:
+            return conv_embedding(vocab_size, cfg.d_embed, cfg.max_len, cfg.pad_id, cfg.dropout)
 
         encoder = ConvEncoder(embedding(cfg.src_vocab), cfg.d_model, cfg.encoder_layers, cfg.kernel_width, cfg.dropout,
                               grad_scale=1.0 / (2 * cfg.decoder_layers))

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch.nn.utils.parametrizations import weight_norm
 
 from attnlab.nn.dropout import Dropout
+from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import Seq2Seq
 from attnlab.nn.positional import LearnedPositional
 
@@ -72,29 +73,20 @@ class GradMultiply(torch.autograd.Function):
         return grad * ctx.scale, None
 
 
-class ConvEmbedding(nn.Module):
-    """Token plus learnt position embeddings (positions from 0), then dropout: (B, T) ids -> (B, T, D)."""
-
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, pad_id: int, dropout: float) -> None:
-        super().__init__()
-        self.tokens = token_embedding(vocab_size, d_model, pad_id)
-        self.positions = LearnedPositional(d_model, max_len)
-        nn.init.normal_(self.positions.table.weight, std=0.1)
-        self.dropout = Dropout(dropout)
-
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        if offset + ids.shape[1] > self.positions.max_positions:
-            raise ValueError(f"position {offset + ids.shape[1] - 1} is beyond the model's max_len "
-                             f"({self.positions.max_positions})")
-        positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)
-        return self.dropout(self.positions.embed(self.tokens(ids), positions))
+def conv_embedding(vocab_size: int, d: int, max_len: int, pad_id: int, dropout: float) -> Embeddings:
+    """fconv's embedding: token plus learned position vectors (positions from 0), unscaled, then
+    dropout; both tables N(0, 0.1), the padding row zero. (B, T) ids -> (B, T, D)."""
+    tokens = token_embedding(vocab_size, d, pad_id)
+    positional = LearnedPositional(d, max_len)
+    nn.init.normal_(positional.table.weight, std=0.1)
+    return Embeddings(vocab_size, d, positional, dropout, scale=1.0, tokens=tokens)
 
 
 class ConvSide(nn.Module):
     """What the encoder and the decoder share: the embedding, the projection of its D features to the
     C channels of the k-wide convolutions, those, and a projection back to D."""
 
-    def __init__(self, embed: ConvEmbedding, d_model: int, n_layers: int, kernel_width: int, dropout: float) -> None:
+    def __init__(self, embed: Embeddings, d_model: int, n_layers: int, kernel_width: int, dropout: float) -> None:
         super().__init__()
         self.embed, self.dropout, self.kernel_width = embed, Dropout(dropout), kernel_width
         d = embed.tokens.embedding_dim
@@ -106,14 +98,14 @@ class ConvSide(nn.Module):
 class ConvEncoder(ConvSide):
     """(B, S) ids -> keys z (B, S, D) and values (z + e) sqrt(1/2) (B, S, D), zero at padding."""
 
-    def __init__(self, embed: ConvEmbedding, d_model: int, n_layers: int, kernel_width: int, dropout: float,
+    def __init__(self, embed: Embeddings, d_model: int, n_layers: int, kernel_width: int, dropout: float,
                  grad_scale: float) -> None:
         super().__init__(embed, d_model, n_layers, kernel_width, dropout)
         self.grad_scale = grad_scale
         self.padding = ((kernel_width - 1) // 2, kernel_width // 2)  # the output at i is centred on i
 
     def forward(self, src: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
-        e = self.embed(src)  # (B, S, D)
+        e = self.embed(src, self.embed.positions(0, src.shape[1], src.device))  # (B, S, D)
         pad = ~valid[..., None]  # (B, S, 1)
         h = self.fc_in(e).transpose(1, 2)  # (B, C, S)
         for conv in self.convs:
@@ -163,7 +155,7 @@ class DecoderAttention(nn.Module):
 class ConvDecoder(ConvSide):
     """(B, T) target ids y_{<t} (the new ones only, with a cache) -> (B, T, V) logits."""
 
-    def __init__(self, embed: ConvEmbedding, d_model: int, n_layers: int, kernel_width: int, dropout: float,
+    def __init__(self, embed: Embeddings, d_model: int, n_layers: int, kernel_width: int, dropout: float,
                  vocab_size: int) -> None:
         super().__init__(embed, d_model, n_layers, kernel_width, dropout)
         d = embed.tokens.embedding_dim
@@ -173,7 +165,7 @@ class ConvDecoder(ConvSide):
     def forward(self, tgt_in: Tensor, keys: Tensor, values: Tensor, src_valid: Tensor,
                 cache: ConvCache | None = None) -> Tensor:
         state = cache if cache is not None else ConvCache()
-        e = self.embed(tgt_in, state.length)  # (B, T, D)
+        e = self.embed(tgt_in, self.embed.positions(state.length, tgt_in.shape[1], tgt_in.device))  # (B, T, D)
         h = self.fc_in(e)  # (B, T, C)
         for i, (conv, attention) in enumerate(zip(self.convs, self.attention)):
             x = self.past_and(state, i, self.dropout(h))  # (B, k - 1 + T, C)

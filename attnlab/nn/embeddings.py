@@ -19,9 +19,10 @@ class Embeddings(nn.Module):
 
     def __init__(self, vocab_size: int, width: int, positional: PositionalEncoding, dropout: float,
                  segments: nn.Embedding | None = None, scale: float | None = None,
-                 norm: nn.Module | None = None) -> None:
+                 norm: nn.Module | None = None, tokens: nn.Embedding | None = None) -> None:
         super().__init__()
-        self.tokens = nn.Embedding(vocab_size, width)
+        # E: (vocab_size, width), N(0, 1) unless a table initialised otherwise is given (fairseq's fconv)
+        self.tokens = tokens if tokens is not None else nn.Embedding(vocab_size, width)
         self.scale = math.sqrt(width) if scale is None else scale
         self.positional = positional
         self.segments = segments  # (n_segments, d_model), or None
