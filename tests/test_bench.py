@@ -185,7 +185,9 @@ def test_bench_train_shape_on_the_command_line():
                           (["--batch", "2"], "--batch, --seq-len and --compile size a named shape: give --shape too"),
                           (["--shape", "bert-base", "--seq-len", "513"],
                            "--seq-len must be between 2 and bert-base's 512 positions (got 513)"),
-                          (["--shape", "gpt2-small", "--batch", "0"], "--batch must be at least 1 (got 0)")]:
+                          (["--shape", "gpt2-small", "--batch", "0"], "--batch must be at least 1 (got 0)"),
+                          (["--shape", "gpt2-small", "--compile", "graphs", "--device", "cpu"],
+                           "--compile graphs replays CUDA graphs: it needs a GPU (the bench is on cpu)")]:
         refused = run_cli("bench", "train", *args)
         assert refused.returncode == 2 and refused.stderr == f"error: {message}\n"
 

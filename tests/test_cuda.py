@@ -196,6 +196,20 @@ def test_a_step_replayed_as_cuda_graphs_equals_the_compiled_step():
     torch.testing.assert_close(runs[True][1], runs[False][1], rtol=1e-5, atol=1e-6)
 
 
+def test_the_shape_bench_replays_both_sides_as_cuda_graphs():
+    """`bench train --shape NAME --compile graphs`: attnlab's step and the reference's, each compiled
+    in Inductor's reduce-overhead mode, run and are timed with no graph skipped (the record says)."""
+    from attnlab.bench.shapes import SHAPES, bench_shape
+
+    torch._dynamo.reset()
+    records = {r["name"]: r for r in bench_shape(SHAPES["transformer-base"], batch=2, seq_len=8, precision="bf16",
+                                                 compile="graphs", repeats=1, device=CUDA)}
+    train = records["train_transformer-base"]
+    assert train["compiled"] == "graphs" and train["reference"] == "torch.nn.Transformer"
+    assert train["value"] > 0 and train["reference_value"] > 0 and train["peak_memory_mib"] > 0
+    assert train["cudagraph_skips"] == 0
+
+
 def weights_but_key_biases(model: torch.nn.Module) -> torch.Tensor:
     """Every weight of ``model`` in one flat CPU tensor, less the keys' biases. Adding one number to
     every score of a row leaves its softmax unchanged, so a key bias's gradient is zero but for

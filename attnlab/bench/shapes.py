@@ -16,7 +16,9 @@ the same batches, steps interleaved (the median of each):
 One step is what `attnlab train` runs (train/step.py: forward, the task's loss, backward, clipping at
 1.0, the fused AdamW update); the reference's is the same with F.cross_entropy in float32. Both run
 under the same autocast (``--precision``) with the same dropout; with ``--compile`` each side's
-forward and loss go through torch.compile together (attnlab's as `attnlab train` compiles them). Each shape's records give tokens/s (the tokens a step trains on: every target
+forward and loss go through torch.compile together (attnlab's as `attnlab train` compiles them);
+with ``--compile graphs`` (CUDA) in Inductor's reduce-overhead mode, each side's forward, loss and
+backward replayed as CUDA graphs. Each shape's records give tokens/s (the tokens a step trains on: every target
 position), the ratio, the peak memory of a step on CUDA, and the model-FLOPs utilisation (the
 budget's matrix-product FLOPs of a step, analysis/budget.py) against the dense GEMM peak measured in
 the same run and against the device's published bf16 dense peak where it is known.
@@ -38,7 +40,7 @@ from attnlab.data.batching import Batch
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig, MLMBatch, mask_tokens
-from attnlab.train.config import TrainConfig
+from attnlab.train.config import GRAPHS, TrainConfig
 from attnlab.train.step import Objective, compiled
 
 AnyBatch = Batch | MLMBatch
@@ -160,7 +162,7 @@ def peak_memory(step: Callable[[], None], device: torch.device) -> float | None:
 
 
 def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = None, precision: str = "bf16",
-                compile: bool = False, repeats: int = 10, with_hf: bool = True, seed: int = 0,
+                compile: bool | str = False, repeats: int = 10, with_hf: bool = True, seed: int = 0,
                 device: torch.device = CPU) -> Iterator[dict]:
     """The GEMM peak of ``precision`` on ``device``, then attnlab's tokens/s at ``shape`` against its
     reference (ratio, both MFUs, both peak memories), then attnlab's MFU against the measured and
@@ -174,8 +176,11 @@ def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = No
     reference = shape.reference() if with_hf or not shape.hf_reference else None
     if reference is not None:
         models[shape.reference_name] = reference.to(device)
-    objective = compiled(shape.objective) if compile else shape.objective  # as `attnlab train` compiles
-    reference_loss = torch.compile(shape.reference_loss) if compile else shape.reference_loss  # its loss too
+    graphs = compile == GRAPHS  # both sides in Inductor's reduce-overhead mode, as train.compile: graphs
+    skipped = inductor_counters()["cudagraph_skips"] if graphs else 0
+    objective = compiled(shape.objective, graphs) if compile else shape.objective  # as `attnlab train` compiles
+    reference_loss = (torch.compile(shape.reference_loss, mode="reduce-overhead" if graphs else "default")
+                      if compile else shape.reference_loss)  # its loss too
     steps = {name: attnlab_step(model, data, cfg, objective) if name == "attnlab"
              else reference_step(model, cfg, lambda m=model: reference_loss(m, data))
              for name, model in models.items()}
@@ -201,12 +206,21 @@ def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = No
         record |= {"reference": shape.reference_name,
                    "skipped_reference": "--no-hf" if not with_hf else
                    "transformers is not installed (pip install 'attnlab[bench]')"}
+    if graphs:  # where Inductor could not record a graph it ran the compiled kernels instead: this counts those
+        record["cudagraph_skips"] = inductor_counters()["cudagraph_skips"] - skipped
     yield record | where
     yield {"name": f"train_{shape.name}_mfu", "value": record["mfu"], "unit": f"fraction of the {precision} GEMM peak",
            "achieved_gflops": round(flops / seconds["attnlab"] / 1e9, 1), "peak_gflops": round(peak / 1e9, 1),
            "published_bf16_peak_gflops": None if published is None else round(published / 1e9, 1),
            "mfu_of_published_bf16_peak": None if published is None else round(flops / seconds["attnlab"] / published, 4),
            "flops_per_step": flops, "tokens_per_step": tokens} | where
+
+
+def inductor_counters() -> dict[str, int]:
+    """TorchInductor's event counts in this process (``cudagraph_skips``: graphs it could not record)."""
+    from torch._dynamo.utils import counters  # imports TorchDynamo: only where a bench compiles
+
+    return counters["inductor"]
 
 
 def check_shape_sizes(shape: Shape, batch: int | None, seq_len: int | None) -> str | None:

@@ -74,15 +74,19 @@ def cmd_bench_train(args: argparse.Namespace, device: torch.device) -> None:
 def cmd_bench_shape(args: argparse.Namespace, device: torch.device) -> None:
     """`bench train --shape NAME`: a model at a real size against its reference."""
     from attnlab.bench.shapes import SHAPES, bench_shape, check_shape_sizes
+    from attnlab.train.config import GRAPHS
 
     shape = SHAPES.get(args.shape)
     if shape is None:
         raise UsageError(f"--shape {args.shape!r} is not one of {', '.join(SHAPES)}")
     if (refusal := check_shape_sizes(shape, args.batch, args.seq_len)) is not None:
         raise UsageError(refusal)
+    if args.compile == GRAPHS and device.type != "cuda":
+        raise UsageError(f"--compile graphs replays CUDA graphs: it needs a GPU (the bench is on {device})")
     batch, seq_len = args.batch or shape.batch, args.seq_len or shape.seq_len
+    mode = {False: "", True: ", compiled", GRAPHS: ", compiled and replayed as CUDA graphs"}[args.compile]
     header(device, f"training step of {shape.name} (forward, loss, backward, clip, AdamW) against "
-                   f"{shape.reference_name}: batch {batch} x {seq_len} tokens{', compiled' if args.compile else ''}; "
+                   f"{shape.reference_name}: batch {batch} x {seq_len} tokens{mode}; "
                    f"interleaved, median of {args.repeats}")
     for precision in args.precision:
         for r in bench_shape(shape, args.batch, args.seq_len, precision, args.compile, args.repeats,
@@ -228,8 +232,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                             "transformer-base (torch.nn.Transformer) or bert-base (BertForMaskedLM)")
     train.add_argument("--batch", type=int, help="with --shape: sequences per step (default the shape's)")
     train.add_argument("--seq-len", type=int, help="with --shape: tokens per sequence (default the shape's)")
-    train.add_argument("--compile", action="store_true",
-                       help="with --shape: both sides through torch.compile (the first steps compile, untimed)")
+    train.add_argument("--compile", nargs="?", const=True, default=False, choices=["graphs"],
+                       help="with --shape: both sides through torch.compile (the first steps compile, untimed); "
+                            "--compile graphs (CUDA): their forward, loss and backward also replayed as CUDA graphs, "
+                            "as train.compile: graphs runs attnlab's step")
     decode = suite("decode", "greedy / beam / uncached decoding against Hugging Face generate", cmd_bench_decode, 3,
                    hf=True)
     decode.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sequence (default 64)")

@@ -3,10 +3,11 @@
 #   1. prerequisites, in the first seconds: a CUDA torch (else nothing runs), transformers (else the
 #      Hugging Face references are left out with --no-hf), pytest; one line each in summary.txt;
 #   2. the speed figures of docs/performance.md: `bench train --shape` at gpt2-small, transformer-base
-#      and bert-base (T 128 and 512), bf16, both sides compiled (their best mode), gpt2-small again
-#      with the loss's target logit picked by a gather (docs/experiments/gather_pick_bench.py), then
-#      gpt2-small's and transformer-base's compiled steps under the profiler (docs/experiments/profile_step.py),
-#      gpt2-small eager; `bench decode` at batch 32 and 1; `bench encoder`; then `pytest -m cuda` (correctness
+#      and bert-base (T 128 and 512), bf16, both sides compiled (their best mode); gpt2-small and
+#      transformer-base also replayed as CUDA graphs (--compile graphs) and their compiled steps under
+#      the profiler (docs/experiments/profile_step.py); gpt2-small eager, and with the loss's target
+#      logit picked by a gather (docs/experiments/gather_pick_bench.py); `bench decode` at batch 32
+#      and 1; `bench encoder`; then `pytest -m cuda` (correctness
 #      only: nothing timed there). Not 6 minutes: compiling both sides of a shape takes most of its
 #      phase (transformer-base 71 s in all on an H100; gpt2-small 93 s, bert-base 98 s at T 128 and
 #      106 s at T 512 on an H200, 2026-11-27), so a 15-minute loan runs this in two calls, PHASES
@@ -77,10 +78,9 @@ SIZE=""  # the shapes' own batches; on the CPU (a check of the script) one seque
 [ "$DEVICE" = cpu ] && SIZE="--batch 1 --seq-len 16"
 SHAPE="$A bench train --device $DEVICE --precision bf16 --repeats 5 --json $NO_HF $SIZE --shape"
 phase train_gpt2_small 150 $SHAPE gpt2-small --compile
-# the same with the loss's target logit picked by a gather (the form before 72dc8f7): what the masked sum
-# costs or gains on this GPU, beside the line above
-phase train_gpt2_small_gather 150 $PY docs/experiments/gather_pick_bench.py bench train --device $DEVICE \
-  --precision bf16 --repeats 5 --json $NO_HF $SIZE --shape gpt2-small --compile
+# the same, each side's forward, loss and backward replayed as CUDA graphs (--compile graphs, as
+# train.compile: graphs runs a step): what removing the step's launch gaps gains (CUDA only)
+[ "$DEVICE" = cuda ] && phase train_gpt2_small_graphs 150 $SHAPE gpt2-small --compile graphs
 # where the compiled gpt2-small step's GPU time goes (matrix products, attention, loss, optimiser, the
 # rest; the full kernel table to WORK/profile_gpt2-small_compiled.txt), then the same for transformer-base
 phase profile_gpt2_small 100 $PY docs/experiments/profile_step.py --device $DEVICE --shape gpt2-small --compile \
@@ -88,9 +88,14 @@ phase profile_gpt2_small 100 $PY docs/experiments/profile_step.py --device $DEVI
 phase profile_transformer_base 80 $PY docs/experiments/profile_step.py --device $DEVICE --shape transformer-base \
   --compile --out "$WORK" $SIZE
 phase train_transformer_base 80 $SHAPE transformer-base --compile
+[ "$DEVICE" = cuda ] && phase train_transformer_base_graphs 80 $SHAPE transformer-base --compile graphs
 phase train_bert_base_128 110 $SHAPE bert-base --compile
 phase train_bert_base_512 110 $SHAPE bert-base --seq-len 512 --compile
 phase train_gpt2_small_eager 40 $SHAPE gpt2-small
+# the same with the loss's target logit picked by a gather (the form before 72dc8f7): what the masked sum
+# costs or gains on this GPU, beside train_gpt2_small's (within 0.3% on an H200, 2026-11-27)
+phase train_gpt2_small_gather 150 $PY docs/experiments/gather_pick_bench.py bench train --device $DEVICE \
+  --precision bf16 --repeats 5 --json $NO_HF $SIZE --shape gpt2-small --compile
 phase decode_b32 50 $A bench decode --device "$DEVICE" --weights fp32 bf16 --json $NO_HF
 phase decode_b1 40 $A bench decode --device "$DEVICE" --weights fp32 bf16 --batch 1 --json $NO_HF
 phase encoder 30 $A bench encoder --device "$DEVICE" --json $NO_HF
