@@ -9,9 +9,9 @@
 #      logit picked by a gather (docs/experiments/gather_pick_bench.py); `bench decode` at batch 32
 #      and 1; `bench encoder`; then `pytest -m cuda` (correctness
 #      only: nothing timed there). Not 6 minutes: compiling both sides of a shape takes most of its
-#      phase (transformer-base 71 s in all on an H100; gpt2-small 93 s, bert-base 98 s at T 128 and
-#      106 s at T 512 on an H200, 2026-11-27), so a 15-minute loan runs this in two calls, PHASES
-#      naming the second's (the machine's start took about 30 s of device time there);
+#      phase (transformer-base 71 s in all on an H100; gpt2-small 85-93 s, bert-base 98 s at T 128 and
+#      106 s at T 512 on an H200, 2026-11-27), so a 15-minute loan (about 850 s of commands once the
+#      machine has started) measures a chosen part of this section: name it in PHASES, over two calls;
 #   3. the recipes of recipes/gpu/ with the time left (Tiny Shakespeare; Multi30k and its BLEU; SST-2's
 #      pre-training and fine-tuning; Transformer-XL with and without memory; Mask-Predict distilled
 #      from the Multi30k run), each stopped by train.max_seconds so that it evaluates and checkpoints
@@ -39,20 +39,28 @@ START=$SECONDS
 left() { echo $((BUDGET - (SECONDS - START))); }
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 
-# phase NAME LIMIT CMD...: run CMD for at most LIMIT seconds (less if the budget is shorter); its
-# stdout (the JSON records) to WORK/NAME.jsonl, its stderr to WORK/NAME.log; then pack WORK.
-phase() {
-  local name=$1 limit=$2; shift 2
-  local own="LIMIT_$name"; limit=${!own:-$limit}  # LIMIT_NAME=SECONDS overrides a phase's limit
-  [ -n "${PHASES:-}" ] && [[ " $PHASES " != *" $name "* ]] && return
+# limit_of NAME LIMIT: the seconds phase NAME may take: LIMIT, or LIMIT_NAME where set (LIMIT_NAME=SECONDS
+# overrides a phase's limit), at most the budget left less 10 s
+limit_of() {
+  local own="LIMIT_$1" limit=$2; limit=${!own:-$limit}
   ((limit > $(left) - 10)) && limit=$(($(left) - 10))
-  ((limit < 5)) && { say "$name: skipped, no time left"; return; }
+  echo "$limit"
+}
+named() { [ -z "${PHASES:-}" ] || [[ " $PHASES " == *" $1 "* ]]; }  # is phase $1 to run?
+
+# phase NAME LIMIT CMD...: run CMD for at most limit_of NAME LIMIT seconds; its stdout (the JSON records)
+# to WORK/NAME.jsonl, its stderr to WORK/NAME.log; then pack WORK. Fails (status 1) if it did not run.
+phase() {
+  local name=$1 limit; limit=$(limit_of "$1" "$2"); shift 2
+  named "$name" || return 1
+  ((limit < 5)) && { say "$name: skipped, no time left"; return 1; }
   local t0=$SECONDS
   # SIGINT, not TERM: pytest then prints its summary, a training checkpoints what it did (then KILL)
   timeout --signal=INT --kill-after=20 "$limit" "$@" >"$WORK/$name.jsonl" 2>"$WORK/$name.log"
   say "$name: exit $? after $((SECONDS - t0)) s (limit $limit)"
   tail -n 2 "$WORK/$name.jsonl" | cut -c1-600
   tar -czf "$OUT/records.tgz" -C "$WORK" .
+  return 0
 }
 
 # -- 1. prerequisites ---------------------------------------------------------------------------------
@@ -108,10 +116,9 @@ phase encoder 30 $A bench encoder --device "$DEVICE" --json $NO_HF
 # machine), stopped by train.max_seconds 40 s before LIMIT; its metrics.jsonl joins the records.
 RUNS=${RUNS:-/tmp/gpu-runs}
 recipe() {
-  local name=$1 limit=$2 config=$3; shift 3
-  [ -n "${PHASES:-}" ] && [[ " $PHASES " != *" $name "* ]] && return
-  local own="LIMIT_$name"; limit=${!own:-$limit}  # LIMIT_NAME and the budget left also bound max_seconds
-  ((limit > $(left) - 10)) && limit=$(($(left) - 10))
+  local name=$1 limit config=$3; limit=$(limit_of "$1" "$2"); shift 3
+  named "$name" || return 1
+  ((limit < 45)) && { say "$name: skipped, no time left"; return 1; }  # max_seconds would be under 5 s
   local sets=(--set "train.device=$DEVICE" --set "train.max_seconds=$((limit - 40))")
   if [ "$DEVICE" = cpu ]; then  # a check of the chain: two steps of a one-layer model (a fine-tuning keeps its own)
     sets+=(--set train.max_steps=2 --set train.eval_every=2)
@@ -120,8 +127,8 @@ recipe() {
   fi
   # TORCH_LOGS=recompiles: each recompilation and the guard behind it, in WORK/NAME.log (how the H200's
   # Multi30k run was found to compile three graphs)
-  phase "$name" "$limit" env TORCH_LOGS=recompiles $A train "$config" --out "$RUNS/$name" "$@" "${sets[@]}"
-  [ -f "$RUNS/$name/metrics.jsonl" ] && cp "$RUNS/$name/metrics.jsonl" "$WORK/$name.metrics.jsonl"
+  phase "$name" "$limit" env TORCH_LOGS=recompiles $A train "$config" --out "$RUNS/$name" "$@" "${sets[@]}" &&
+    [ -f "$RUNS/$name/metrics.jsonl" ] && cp "$RUNS/$name/metrics.jsonl" "$WORK/$name.metrics.jsonl"
 }
 recipe shakespeare 150 recipes/gpu/shakespeare_char.yaml
 # the same, its steps replayed as CUDA graphs (train.compile: graphs): tokens/s against the line above's
@@ -146,7 +153,7 @@ if [ -d "$RUNS/multi30k" ]; then
   [ "$DEVICE" = cpu ] && head -n 20 data/multi30k/train.de >"$RUNS/distil/train.de"  # a check of the chain
   phase distil 120 $A translate "$RUNS/multi30k" --device "$DEVICE" --beam 4 --input "$RUNS/distil/train.de" \
     --output "$RUNS/distil/train.en" --force
-  [ -s "$RUNS/distil/train.en" ] && recipe cmlm 300 recipes/gpu/multi30k_cmlm.yaml --set "data.train=$RUNS/distil/train"
+  [ -s "$RUNS/distil/train.en" ] && recipe cmlm 340 recipes/gpu/multi30k_cmlm.yaml --set "data.train=$RUNS/distil/train"
   for T in 1 10; do
     [ -d "$RUNS/cmlm" ] && phase "cmlm_bleu_$T" 40 $A evaluate "$RUNS/cmlm" --device "$DEVICE" --iterations "$T" \
       --length-beam 5 --src data/multi30k/val.de --ref data/multi30k/val.en --json
