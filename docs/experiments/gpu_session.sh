@@ -89,6 +89,10 @@ phase train_gpt2_small 150 $SHAPE gpt2-small --compile
 # the same, each side's forward, loss and backward replayed as CUDA graphs (--compile graphs, as
 # train.compile: graphs runs a step): what removing the step's launch gaps gains (CUDA only)
 [ "$DEVICE" = cuda ] && phase train_gpt2_small_graphs 150 $SHAPE gpt2-small --compile graphs
+# the same at 32 sequences a step, not 8: how much of the MFU gap is the step's fixed costs (the optimiser,
+# clipping, launches), which a larger batch spreads over 4 times the tokens (CUDA only: on the CPU the
+# check's one sequence stands)
+[ "$DEVICE" = cuda ] && phase train_gpt2_small_b32 150 $SHAPE gpt2-small --batch 32 --compile
 # where the compiled gpt2-small step's GPU time goes (matrix products, attention, loss, optimiser, the
 # rest; the full kernel table to WORK/profile_gpt2-small_compiled.txt), then the same for transformer-base
 phase profile_gpt2_small 100 $PY docs/experiments/profile_step.py --device $DEVICE --shape gpt2-small --compile \
