@@ -5,19 +5,27 @@ step (nn/rnn.py, RNNSeq2Seq.free_running), where a teacher-forced one calls it o
 sequence. This times, forward and backward, one thread, the overall-best model's 2 x 200 LSTM over
 30 steps of batch 1: one call over the sequence, 30 one-step calls (with oneDNN, PyTorch's default
 on a CPU, and without), and the same 30 steps as explicit gates (addmm, sigmoid, tanh; no dropout
-between the layers, so a timing, not the model):
+between the layers, so a timing, not the model). With ``--updates N``, it also trains the overall-best
+recipe (simple split) for N updates twice and prints each training's CPU time: as it is, and with
+oneDNN left out of the free-running loop alone (the teacher-forced calls keep it):
 
-    OMP_NUM_THREADS=1 .venv/bin/python docs/experiments/lstm_step_cost.py
+    OMP_NUM_THREADS=1 .venv/bin/python docs/experiments/lstm_step_cost.py [--updates 1000]
 
 A measurement aid; nothing imports it.
 """
 
 from __future__ import annotations
 
+import argparse
+import tempfile
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import torch
+
+from attnlab.cli.main import main as attnlab
+from attnlab.nn.rnn import RNNSeq2Seq
 
 STEPS, WIDTH, LAYERS = 30, 200, 2
 
@@ -31,7 +39,36 @@ def milliseconds(fn: Callable[[], None], repeats: int = 20) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
+@contextmanager
+def native_free_running() -> Iterator[None]:
+    """RNNSeq2Seq.free_running with oneDNN off for its one-step calls (and their backward)."""
+    free_running = RNNSeq2Seq.free_running
+
+    def without_onednn(self: RNNSeq2Seq, *args: torch.Tensor) -> torch.Tensor:
+        with torch.backends.mkldnn.flags(enabled=False):
+            return free_running(self, *args)
+
+    RNNSeq2Seq.free_running = without_onednn
+    try:
+        yield
+    finally:
+        RNNSeq2Seq.free_running = free_running
+
+
+def training_cpu_seconds(updates: int) -> float:
+    """CPU seconds of `attnlab train` on the overall-best recipe for ``updates`` updates (the data's
+    generation, the model's construction and the final validation included)."""
+    start = time.process_time()
+    with tempfile.TemporaryDirectory() as out:
+        attnlab(["train", "recipes/scan/lake_baroni_overall.yaml", "--out", f"{out}/run", "--set",
+                 f"train.max_steps={updates}", "--set", "train.progress=false"])
+    return time.process_time() - start
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, help="also time this many updates of the recipe, both ways")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(WIDTH, WIDTH, LAYERS, batch_first=True, dropout=0.5)
@@ -70,6 +107,13 @@ def main() -> None:
         print(f"  one call over the sequence (native)  {milliseconds(whole):7.2f}")
         print(f"  {STEPS} one-step calls (native)          {milliseconds(one_step_calls):7.2f}")
     print(f"  {STEPS} steps as explicit gates           {milliseconds(explicit_gates):7.2f}")
+    if args.updates:
+        as_is = training_cpu_seconds(args.updates)
+        with native_free_running():
+            native = training_cpu_seconds(args.updates)
+        print(f"{args.updates:,} updates of recipes/scan/lake_baroni_overall.yaml, CPU seconds:")
+        print(f"  as it is                                  {as_is:7.2f}")
+        print(f"  oneDNN off in the free-running loop       {native:7.2f}  (x{as_is / native:.2f})")
 
 
 if __name__ == "__main__":
