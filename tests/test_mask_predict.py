@@ -4,6 +4,7 @@ and loss, and mask-predict decoding against oracles worked out by hand."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 
 import pytest
@@ -251,20 +252,28 @@ train: {{max_steps: 200, max_tokens: 300, lr_schedule: constant, lr: 0.003, warm
 
 
 def test_train_translate_and_evaluate_a_cmlm_run_from_the_command_line(tmp_path):
-    """The translations are the numbers' English words, word for word, as worked out by hand (seen:
-    the likeliest length has probability 0.73-0.96, each chosen word 0.82-0.91 on average), and each
-    is what the plain reference above decodes with the run's model; a blank line stays blank."""
+    """Each translation is what the plain reference above decodes with the run's model, in English
+    number words, and a blank line stays blank. Which words a 200-step model of this size writes
+    depends on the CPU's rounding: one machine wrote "nine nine eight" for "neun neun acht", another
+    (an AVX-512 EPYC) "nine eight eight", and seeds 1-4 on that machine missed a length on one or
+    two of the lines. So the words are checked against the reference on the same weights, and the
+    learning by the validation loss: 0.10-0.60 over 14 runs of this config and of variants of it
+    (more steps, a wider model, a heavier length loss, more data), where
+    a uniform guess over the ten words alone costs ln 10 = 2.30."""
     out = tmp_path / "run"
     done = run_cli("train", str(tiny_cmlm_config(tmp_path)), "--out", str(out))
     assert done.returncode == 0, done.stderr
+    assert json.loads((out / "summary.json").read_text())["last_eval"]["valid_loss"] < 1.0
     lines = "drei eins\nnull\n\nneun neun acht\n"
     translated = run_cli("translate", str(out), "--iterations", "2", "--length-beam", "2", stdin=lines)
     assert translated.returncode == 0, translated.stderr
-    assert translated.stdout == "three one\nzero\n\nnine nine eight\n"
+    written = translated.stdout.splitlines()
+    assert len(written) == 4 and written[2] == ""
+    assert set(" ".join(written).split()) <= set("zero one two three four five six seven eight nine".split())
     model, tokenizers, _ = load_run(out)
     for line in ("drei eins", "null", "neun neun acht"):
         ids, _ = reference_mask_predict(model, torch.tensor([tokenizers["src"].encode(line) + [EOS]]), 2, 2)
-        assert tokenizers["tgt"].decode(ids) == translated.stdout.splitlines()[lines.splitlines().index(line)]
+        assert tokenizers["tgt"].decode(ids) == written[lines.splitlines().index(line)]
     evaluated = run_cli("evaluate", str(out), "--src", str(tmp_path / "val.de"), "--ref", str(tmp_path / "val.en"),
                         "--iterations", "1", "--length-beam", "1")
     assert evaluated.returncode == 0, evaluated.stderr
