@@ -231,10 +231,13 @@ def test_the_family_and_task_find_each_other_and_refuse_the_others():
         model_config(arch="cmlm", vocab_size=10, positional="learned", max_len=64, max_target_length=300)
 
 
+NUMBERS_DE = "null eins zwei drei vier fünf sechs sieben acht neun".split()
+NUMBERS_EN = "zero one two three four five six seven eight nine".split()
+
+
 def tiny_cmlm_config(tmp_path):
     """Numbers as German and English words, and a cmlm config that learns them in 200 steps."""
-    de = "null eins zwei drei vier fünf sechs sieben acht neun".split()
-    en = "zero one two three four five six seven eight nine".split()
+    de, en = NUMBERS_DE, NUMBERS_EN
     g = torch.Generator().manual_seed(0)
     rows = [torch.randint(10, (int(torch.randint(1, 4, (1,), generator=g)),), generator=g).tolist() for _ in range(200)]
     for split, chunk in (("train", rows[:180]), ("val", rows[180:])):
@@ -269,7 +272,7 @@ def test_train_translate_and_evaluate_a_cmlm_run_from_the_command_line(tmp_path)
     assert translated.returncode == 0, translated.stderr
     written = translated.stdout.splitlines()
     assert len(written) == 4 and written[2] == ""
-    assert set(" ".join(written).split()) <= set("zero one two three four five six seven eight nine".split())
+    assert set(" ".join(written).split()) <= set(NUMBERS_EN)
     model, tokenizers, _ = load_run(out)
     for line in ("drei eins", "null", "neun neun acht"):
         ids, _ = reference_mask_predict(model, torch.tensor([tokenizers["src"].encode(line) + [EOS]]), 2, 2)
