@@ -171,7 +171,7 @@ def test_each_shape_is_its_references_size_and_trains_at_a_tiny_batch(name, monk
     assert train["reference_mfu"] == round(mfu["flops_per_step"] / 6.0 / peak_flops, 4)
     assert mfu["published_bf16_peak_gflops"] is None and mfu["mfu_of_published_bf16_peak"] is None  # a CPU
     assert all(r["shape"] == name and r["batch"] == 2 and r["seq_len"] == 8 and r["device"] == "cpu"
-               for r in records.values())
+               and r["steps_per_sample"] == 1 for r in records.values())  # a CPU does not queue ahead
 
 
 def test_bench_train_shape_on_the_command_line():
@@ -396,6 +396,63 @@ def test_interleaved_medians_are_synchronised_medians(monkeypatch):
     medians = timing.interleaved_medians({"a": step("a"), "b": step("b")}, repeats=3, warmup=1, device=CUDA)
     assert medians == {"a": 2.0, "b": 5.0}
     assert events == [("sync", CUDA)] * (3 * 2 * 2)
+
+
+def test_a_sample_of_several_calls_times_them_in_a_row_between_two_synchronisations(monkeypatch):
+    """calls=3: each timed sample is three calls with no synchronisation between them, and its
+    seconds are divided by three."""
+    import attnlab.bench.timing as timing
+
+    now, events = [0.0], []
+    fake_cuda(monkeypatch, events)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+    durations = iter([1.0, 2.0, 6.0, 1.0, 1.0, 1.0, 9.0, 9.0, 9.0])  # samples of 9, 3 and 27 s
+
+    def call():
+        events.append("call")
+        now[0] += next(durations)
+
+    assert timing.interleaved_medians({"a": call}, repeats=3, warmup=0, device=CUDA, calls=3) == {"a": 3.0}
+    assert events == [("sync", CUDA), "call", "call", "call", ("sync", CUDA)] * 3
+
+
+def test_a_training_steps_state_is_its_weights_buffers_and_moments_each_storage_once():
+    """After one step, a step's state is its model's weights and buffers (the tied table once) and
+    Adam's two moments and step count per weight, counted here from the tensors themselves."""
+    from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config
+
+    model = attnlab_model()
+    step = attnlab_step(model, random_batch(), train_config("fp32"))
+    weights = {p.data_ptr(): p.nbytes for p in model.parameters()}
+    assert len(weights) < len(list(model.named_parameters(remove_duplicate=False)))  # a tied table
+    step()
+    moments = sum(t.nbytes for state in step.optimizer.state.values() for t in state.values())
+    assert moments >= 2 * sum(weights.values())  # exp_avg, exp_avg_sq (and a step count) per weight
+    buffers = sum(b.nbytes for b in model.buffers())
+    assert step.state_bytes() == sum(weights.values()) + buffers + moments
+
+
+def test_a_shapes_peak_memory_is_its_own_state_and_its_steps_allocations(monkeypatch):
+    """On CUDA (faked) the peak of a side is what its step allocates above the memory allocated
+    before it (which holds the other side's and the GEMM's too), plus the side's own state."""
+    from attnlab.bench.shapes import peak_memory
+
+    events = []
+    fake_cuda(monkeypatch, events)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: events.append("reset"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 50 * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 80 * 2**20)
+
+    class Step:
+        def __call__(self):
+            events.append("step")
+
+        def state_bytes(self):
+            return 12 * 2**20
+
+    assert peak_memory(Step(), CUDA) == 30 + 12
+    assert events == [("sync", CUDA), "reset", "step", ("sync", CUDA)]
+    assert peak_memory(Step(), torch.device("cpu")) is None
 
 
 def test_peak_memory_on_cuda_is_the_allocators_peak_above_the_baseline(monkeypatch):

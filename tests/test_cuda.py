@@ -206,8 +206,25 @@ def test_the_shape_bench_replays_both_sides_as_cuda_graphs():
                                                  compile="graphs", repeats=1, device=CUDA)}
     train = records["train_transformer-base"]
     assert train["compiled"] == "graphs" and train["reference"] == "torch.nn.Transformer"
-    assert train["value"] > 0 and train["reference_value"] > 0 and train["peak_memory_mib"] > 0
-    assert train["cudagraph_skips"] == 0
+    assert train["value"] > 0 and train["reference_value"] > 0 and train["cudagraph_skips"] == 0
+    assert train["peak_memory_mib"] is None and train["reference_peak_memory_mib"] is None  # one pool for both
+
+
+def test_a_shapes_peak_memory_leaves_out_what_others_hold_on_the_gpu():
+    """A side's peak memory is the same whether or not 256 MiB of someone else's tensor sits beside
+    it, and at least its own weights and optimizer state."""
+    from attnlab.bench.shapes import SHAPES, peak_memory, shape_train_config
+    from attnlab.bench.train import attnlab_step
+
+    shape = SHAPES["transformer-base"]
+    model = shape.attnlab_model().to(CUDA)
+    data = shape.make_batch(2, 8, torch.Generator().manual_seed(0)).to(CUDA)
+    step = attnlab_step(model, data, shape_train_config(shape, "bf16"), shape.objective)
+    step()  # the optimizer's moments exist from here on
+    alone = peak_memory(step, CUDA)
+    beside = torch.empty(256 * 2**20, dtype=torch.uint8, device=CUDA)
+    assert peak_memory(step, CUDA) == pytest.approx(alone, abs=1.0) and beside.numel() > 0
+    assert alone >= step.state_bytes() / 2**20
 
 
 def weights_but_key_biases(model: torch.nn.Module) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 Each shape is one model size and the implementation a user of that size compares attnlab with,
 both built at the same size and trained the same way in the same process, on the same device and
-the same batches, steps interleaved (the median of each):
+the same batches, steps interleaved (the median of each; on CUDA each timed sample is 10 steps in a row,
+as a training loop runs them, the host queueing a step while the device runs the one before):
 
 - ``gpt2-small``: decoder-only, d 768, 12 layers, 12 heads, T 1,024, V 50,257 (its table padded to
   50,304: ``vocab_multiple`` 64, as nanoGPT pads it), GELU, pre-norm, learned positions, tied output;
@@ -18,15 +19,17 @@ One step is what `attnlab train` runs (train/step.py: forward, the task's loss, 
 under the same autocast (``--precision``) with the same dropout; with ``--compile`` each side's
 forward and loss go through torch.compile together (attnlab's as `attnlab train` compiles them);
 with ``--compile graphs`` (CUDA) in Inductor's reduce-overhead mode, each side's forward, loss and
-backward replayed as CUDA graphs. Each shape's records give tokens/s (the tokens a step trains on: every target
-position), the ratio, the peak memory of a step on CUDA, and the model-FLOPs utilisation (the
-budget's matrix-product FLOPs of a step, analysis/budget.py) against the dense GEMM peak measured in
-the same run and against the device's published bf16 dense peak where it is known.
+backward replayed as CUDA graphs. Each shape's records give tokens/s (the tokens a step trains on:
+every target position), the ratio, the peak memory of a step on CUDA (the side's own weights and
+optimizer state and what its step allocates; none with ``--compile graphs``, whose pool both sides
+share), and the model-FLOPs utilisation (the budget's matrix-product FLOPs of a step,
+analysis/budget.py) against the dense GEMM peak measured in the same run and against the device's
+published bf16 dense peak where it is known.
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Iterator
+from typing import ClassVar, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -35,7 +38,7 @@ from attnlab.analysis.budget import budget_report
 from attnlab.bench.device import device_fields, published_bf16_peak
 from attnlab.bench.reference import TorchTransformer, transformers_or_none
 from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
-from attnlab.bench.train import attnlab_step, cross_entropy, gemm, mfu, reference_step
+from attnlab.bench.train import TrainingStep, attnlab_step, cross_entropy, gemm, mfu, reference_step
 from attnlab.data.batching import Batch
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
@@ -140,6 +143,8 @@ class BertBase(Shape):
     objective = staticmethod(MaskedLM.loss)
 
 
+CALLS_PER_SAMPLE = {"cuda": 10}  # steps in a row in each timed sample, by device type (elsewhere 1)
+
 SHAPES: dict[str, Shape] = {shape.name: shape() for shape in (GPT2Small, TransformerBase, BertBase)}
 
 
@@ -150,15 +155,18 @@ def shape_train_config(shape: Shape, precision: str) -> TrainConfig:
                        label_smoothing=shape.label_smoothing, clip_norm=1.0, precision=precision)
 
 
-def peak_memory(step: Callable[[], None], device: torch.device) -> float | None:
-    """The most memory (MiB) allocated during one call of ``step`` on a CUDA device; None elsewhere."""
+def peak_memory(step: TrainingStep, device: torch.device) -> float | None:
+    """The most memory (MiB) one call of ``step`` holds on a CUDA device: its own state (weights,
+    buffers, optimizer moments) and the most the call allocates above what was allocated before it.
+    What the other side and the GEMM keep on the device is not counted. None off CUDA."""
     if device.type != "cuda":
         return None
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
     step()
     torch.cuda.synchronize(device)
-    return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return round((torch.cuda.max_memory_allocated(device) - before + step.state_bytes()) / 2**20, 1)
 
 
 def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = None, precision: str = "bf16",
@@ -184,15 +192,17 @@ def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = No
     steps = {name: attnlab_step(model, data, cfg, objective) if name == "attnlab"
              else reference_step(model, cfg, lambda m=model: reference_loss(m, data))
              for name, model in models.items()}
-    steps["gemm"], gemm_flops = gemm(precision, device)
-    seconds = interleaved_medians(steps, repeats, device=device)
+    gemm_call, gemm_flops = gemm(precision, device)
+    calls = CALLS_PER_SAMPLE.get(device.type, 1)
+    seconds = interleaved_medians(steps | {"gemm": gemm_call}, repeats, device=device, calls=calls)
     peak = gemm_flops / seconds.pop("gemm")
     published = published_bf16_peak(device)
     flops = shape.flops(batch, seq_len)
     where = device_fields(device) | {"shape": shape.name, "batch": batch, "seq_len": seq_len, "precision": precision,
-                                     "compiled": compile}
+                                     "compiled": compile, "steps_per_sample": calls}
     yield {"name": f"gemm_peak_{precision}", "value": round(peak / 1e9, 1), "unit": "GFLOP/s"} | where
-    memory = {name: peak_memory(step, device) for name, step in steps.items()}
+    # replayed graphs keep their activations in one pool that both sides' graphs share: not a side's own
+    memory = {name: None if graphs else peak_memory(step, device) for name, step in steps.items()}
     ours = tokens / seconds["attnlab"]
     record = {"name": f"train_{shape.name}", "value": round(ours, 1), "unit": "tokens/s",
               "mfu": round(mfu(flops, seconds["attnlab"], peak), 4), "peak_memory_mib": memory["attnlab"]}

@@ -42,16 +42,19 @@ def timed(fn: Callable[[], object], device: torch.device = CPU) -> tuple[float, 
 
 
 def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 2,
-                        device: torch.device = CPU) -> dict[str, float]:
+                        device: torch.device = CPU, calls: int = 1) -> dict[str, float]:
     """Median seconds per call of each function, calling them in turn ``repeats`` times (after
-    ``warmup`` untimed calls each), on ``device``."""
+    ``warmup`` untimed calls each), on ``device``. Each timed sample is ``calls`` calls in a row
+    between two synchronisations, as a training loop runs its steps: on a GPU the host queues call
+    n + 1 while the device runs call n, which a sample of one call (the device idle while the host
+    queues its first kernels, the host idle while the device ends) does not see."""
     for fn in steps.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
         for name, fn in steps.items():
-            times[name].append(timed(fn, device)[0])
+            times[name].append(timed(lambda fn=fn: [fn() for _ in range(calls)], device)[0] / calls)
     return {name: statistics.median(t) for name, t in times.items()}
 
 

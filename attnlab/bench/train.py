@@ -84,15 +84,35 @@ def train_config(precision: str) -> TrainConfig:
                        precision=precision)
 
 
+class TrainingStep:
+    """One call = one training step of ``model`` with ``optimizer`` (``run`` does it). What the step
+    keeps on its device between calls is its state: the model's weights and buffers and the
+    optimizer's moments (the gradients are freed at the end of each step)."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, run: Callable[[], object]):
+        self.model, self.optimizer, self.run = model, optimizer, run
+
+    def __call__(self) -> None:
+        self.run()
+
+    def state_bytes(self) -> int:
+        """Bytes of the weights, buffers and optimizer state, each storage once (a tied table is one)."""
+        moments = (t for state in self.optimizer.state.values() for t in state.values() if torch.is_tensor(t))
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for t in (*self.model.parameters(), *self.model.buffers(), *moments)}
+        return sum(storages.values())
+
+
 def attnlab_step(model: nn.Module, batch, cfg: TrainConfig, objective: Objective = teacher_forced_loss
-                 ) -> Callable[[], None]:
+                 ) -> TrainingStep:
     """One call = one step of attnlab's own train_step (what `attnlab train` runs) under ``cfg``, with
     the task's ``objective`` and autocast on the device the model is on (the batch must be there too)."""
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
                                                         cfg.min_lr, 1))
     amp = autocast(cfg.precision, next(model.parameters()).device)
-    return lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp, objective=objective)
+    return TrainingStep(model, optimizer,
+                        lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp, objective=objective))
 
 
 def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
@@ -102,7 +122,7 @@ def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0)
                            label_smoothing=label_smoothing)
 
 
-def reference_step(model: nn.Module, cfg: TrainConfig, loss: Callable[[], Tensor]) -> Callable[[], None]:
+def reference_step(model: nn.Module, cfg: TrainConfig, loss: Callable[[], Tensor]) -> TrainingStep:
     """The same step for a reference model: its ``loss`` (of its batch) under autocast on the model's
     device, backward, clipping at ``cfg.clip_norm`` and attnlab's optimiser (the same fused update)."""
     optimizer = make_optimizer(model, cfg)
@@ -117,7 +137,7 @@ def reference_step(model: nn.Module, cfg: TrainConfig, loss: Callable[[], Tensor
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return step
+    return TrainingStep(model, optimizer, step)
 
 
 def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 10, with_hf: bool = True,

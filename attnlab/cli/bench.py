@@ -73,7 +73,7 @@ def cmd_bench_train(args: argparse.Namespace, device: torch.device) -> None:
 
 def cmd_bench_shape(args: argparse.Namespace, device: torch.device) -> None:
     """`bench train --shape NAME`: a model at a real size against its reference."""
-    from attnlab.bench.shapes import SHAPES, bench_shape, check_shape_sizes
+    from attnlab.bench.shapes import CALLS_PER_SAMPLE, SHAPES, bench_shape, check_shape_sizes
     from attnlab.train.config import GRAPHS
 
     shape = SHAPES.get(args.shape)
@@ -85,9 +85,11 @@ def cmd_bench_shape(args: argparse.Namespace, device: torch.device) -> None:
         raise UsageError(f"--compile graphs replays CUDA graphs: it needs a GPU (the bench is on {device})")
     batch, seq_len = args.batch or shape.batch, args.seq_len or shape.seq_len
     mode = {False: "", True: ", compiled", GRAPHS: ", compiled and replayed as CUDA graphs"}[args.compile]
+    calls = CALLS_PER_SAMPLE.get(device.type, 1)
+    runs = f" runs of {calls} steps" if calls > 1 else ""
     header(device, f"training step of {shape.name} (forward, loss, backward, clip, AdamW) against "
                    f"{shape.reference_name}: batch {batch} x {seq_len} tokens{mode}; "
-                   f"interleaved, median of {args.repeats}")
+                   f"interleaved, median of {args.repeats}{runs}")
     for precision in args.precision:
         for r in bench_shape(shape, args.batch, args.seq_len, precision, args.compile, args.repeats,
                              not args.no_hf, device=device):
