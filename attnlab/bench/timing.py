@@ -51,10 +51,14 @@ def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warm
     for fn in steps.values():
         for _ in range(warmup):
             fn()
+    def in_a_row(fn: Callable[[], None]) -> None:
+        for _ in range(calls):
+            fn()
+
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
         for name, fn in steps.items():
-            times[name].append(timed(lambda fn=fn: [fn() for _ in range(calls)], device)[0] / calls)
+            times[name].append(timed(lambda fn=fn: in_a_row(fn), device)[0] / calls)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
