@@ -51,6 +51,7 @@ def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warm
     for fn in steps.values():
         for _ in range(warmup):
             fn()
+
     def in_a_row(fn: Callable[[], None]) -> None:
         for _ in range(calls):
             fn()
