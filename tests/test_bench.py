@@ -451,7 +451,7 @@ def test_a_shapes_peak_memory_is_its_own_state_and_its_steps_allocations(monkeyp
             return 12 * 2**20
 
     assert peak_memory(Step(), CUDA) == 30 + 12
-    assert events == [("sync", CUDA), "reset", "step", ("sync", CUDA)]
+    assert events == [("sync", CUDA), "reset", ("sync", CUDA), "step", ("sync", CUDA)]
     assert peak_memory(Step(), torch.device("cpu")) is None
 
 

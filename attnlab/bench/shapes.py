@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.analysis.budget import budget_report
+from attnlab.bench.attention import measure_peak
 from attnlab.bench.device import device_fields, published_bf16_peak
 from attnlab.bench.reference import TorchTransformer, transformers_or_none
 from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
@@ -161,12 +162,8 @@ def peak_memory(step: TrainingStep, device: torch.device) -> float | None:
     What the other side and the GEMM keep on the device is not counted. None off CUDA."""
     if device.type != "cuda":
         return None
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    step()
-    torch.cuda.synchronize(device)
-    return round((torch.cuda.max_memory_allocated(device) - before + step.state_bytes()) / 2**20, 1)
+    allocated = measure_peak(step, device)[1]
+    return round((allocated + step.state_bytes()) / 2**20, 1)
 
 
 def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = None, precision: str = "bf16",
