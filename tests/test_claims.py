@@ -264,8 +264,9 @@ def test_worked_numbers_that_are_right():
 
 # -- Dividing scores by sqrt(d_k) -----------------------------------------------------------------------
 
-def _scale_saturation():
-    spec = importlib.util.spec_from_file_location("scale_saturation", ROOT / "docs/experiments/scale_saturation.py")
+def experiment(name: str):
+    """docs/experiments/NAME.py, imported as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"docs/experiments/{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -274,10 +275,28 @@ def _scale_saturation():
 def test_unscaled_scores_saturate_the_softmax():
     """d_k = 1024, 8 x 64 query rows over 64 keys, seed 0: without the division the scores' variance is
     ~d_k, the rows are nearly one-hot and a typical row's gradient is tiny; with it, none of that."""
-    m = _scale_saturation().measure(1024, batch=8, seed=0)
+    m = experiment("scale_saturation").measure(1024, batch=8, seed=0)
     scaled, unscaled = m["scaled"], m["unscaled"]
     assert unscaled["var"] == pytest.approx(1024, rel=0.1) and scaled["var"] == pytest.approx(1.0, rel=0.1)
     assert unscaled["max_p"] > 0.9 and scaled["max_p"] < 0.2
     assert unscaled["entropy"] < 0.3 and scaled["entropy"] > 3.5  # uniform: log 64 = 4.16
     assert unscaled["grad_median"] < scaled["grad_median"] / 10
     assert unscaled["grad"] < scaled["grad"]  # the mean: rows with two near-equal top scores keep gradients
+
+
+# -- SCAN: the kinds of error docs/claims.md counts ----------------------------------------------------
+
+def test_scan_errors_tell_a_repeated_unit_too_many_or_too_few_from_other_errors():
+    """Worked by hand: "run around left twice" is (L RUN) x 8; one unit more at the end is late and one
+    unit off; one unit fewer is early and one unit off; a changed action is neither; six turns read as
+    four is one unit off inside the output; a right output is no error."""
+    errors = experiment("scan_errors")
+    unit = ["I_TURN_LEFT", "I_RUN"]
+    ref = unit * 8
+    turns = ["I_TURN_LEFT"] * 6 + ["I_WALK"]
+    pairs = [(ref, ref + unit), (ref, ref[:-2]), (ref, ref[:-1] + ["I_WALK"]), (turns, turns[2:]), (ref, ref)]
+    assert [errors.one_unit_off(r, h) for r, h in pairs] == [True, True, False, True, False]
+    assert errors.error_kinds(pairs) == {"commands": 5, "errors": 4, "late": 1, "early": 1,
+                                         "one unit too many or too few": 3, "long (>= 24 actions)": 0}
+    assert errors.error_kinds([(ref * 2, ref * 2 + unit)])["long (>= 24 actions)"] == 1
+
