@@ -20,6 +20,9 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+from attnlab.data.corpora import read_lines, read_scan
+from attnlab.errors import DataError
+
 LONG = 24  # actions
 
 
@@ -51,8 +54,11 @@ def main() -> None:
     parser.add_argument("tasks", type=Path, help="the split's tasks_test.txt")
     parser.add_argument("outputs", type=Path, help="the model's outputs, one line per command")
     args = parser.parse_args()
-    refs = [line.split(" OUT: ", 1)[1].split() for line in args.tasks.read_text().splitlines()]
-    hyps = [line.split() for line in args.outputs.read_text().splitlines()]
+    try:
+        refs = [actions.split() for _, actions in read_scan(args.tasks)]
+        hyps = [line.split() for line in read_lines(args.outputs, allow_empty=True)]
+    except DataError as err:
+        raise SystemExit(str(err)) from None
     if len(refs) != len(hyps):
         raise SystemExit(f"{args.outputs}: {len(hyps)} lines, {args.tasks} has {len(refs)} commands")
     for kind, n in error_kinds(list(zip(refs, hyps))).items():
