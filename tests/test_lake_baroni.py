@@ -93,6 +93,30 @@ def test_lake_baroni_decoder_checks():
         model_config(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="plain")
 
 
+@pytest.mark.parametrize("attention", ["none", "bahdanau"])
+def test_embedding_dropout_acts_on_the_embeddings_and_dropout_between_layers(attention):
+    """``embedding_dropout`` (default: ``dropout``) drops both sides' embeddings, ``dropout`` the
+    states between layers: one layer and embedding_dropout 0 leave nothing to drop, so a training
+    forward equals the evaluation's; the default draws what embedding_dropout = dropout draws."""
+    src, tgt = random_ids(2, 6, generator_seed=3), random_ids(2, 5, generator_seed=4)
+
+    def logits(n_layers, train, seed=0, **kw):
+        model = tiny_model(arch="rnn", rnn_attention=attention, rnn_cell="lstm", rnn_decoder="lake_baroni",
+                           bidirectional=False, score="additive", tie_embeddings="none", n_layers=n_layers,
+                           dropout=0.5, **kw).train(train)
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            return model(src, tgt)
+
+    torch.testing.assert_close(logits(1, True, embedding_dropout=0.0), logits(1, False, embedding_dropout=0.0),
+                               atol=0, rtol=0)
+    assert not torch.allclose(logits(1, True), logits(1, False))  # the default drops embeddings at 0.5
+    torch.testing.assert_close(logits(1, True), logits(1, True, embedding_dropout=0.5), atol=0, rtol=0)
+    assert not torch.allclose(logits(2, True, embedding_dropout=0.0), logits(2, False, embedding_dropout=0.0))
+    with pytest.raises(ConfigError, match=r"embedding_dropout must be in \[0, 1\) \(got 1.0\)"):
+        model_config(vocab_size=10, d_model=16, arch="rnn", embedding_dropout=1.0)
+
+
 @pytest.mark.parametrize("attention", KINDS)
 def test_teacher_forcing_0_decodes_what_greedy_decoding_does(attention):
     """Free-running training steps read the model's own argmax: on a fixed model (no dropout) the

@@ -27,8 +27,11 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     positions of the ``location`` score; ``teacher_forcing``: the probability that a training
     sequence reads the true prefix (the rest are decoded free-running, nn/rnn.py); ``rnn_decoder``:
     ``deep_output`` (a learnt initial state, the context at every step, o_t = tanh(W_o [s_t; c_t; E y]))
-    or ``lake_baroni`` (Lake & Baroni 2018: the encoder's final states start it, p from s_t alone). Embeddings may tie the output projection only
-    (``all`` = ``output``): source and target tables stay separate."""
+    or ``lake_baroni`` (Lake & Baroni 2018: the encoder's final states start it, p from s_t alone);
+    ``dropout`` acts between layers and on the decoder's outputs, ``embedding_dropout`` (default: the
+    same) on both sides' embeddings, as fairseq's LSTM separates its dropout-in from its dropout-out.
+    Embeddings may tie the output projection only (``all`` = ``output``): source and target tables
+    stay separate."""
 
     vocab_size: int
     src_vocab_size: Optional[int] = None
@@ -37,6 +40,7 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     n_encoder_layers: Optional[int] = None
     n_decoder_layers: Optional[int] = None
     dropout: float = 0.1
+    embedding_dropout: Optional[float] = None
     max_len: int = 1024
     tie_embeddings: str = "all"
     pad_id: int = 0
@@ -68,14 +72,20 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
         for name in ("vocab_size", "d_model", "n_layers", "max_len"):
             at_least(name, getattr(self, name), 1)
         self.check_sizes()
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
+        for name in ("dropout", "embedding_dropout"):
+            p = getattr(self, name)
+            if p is not None and not 0.0 <= p < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1) (got {p})")
         if not 0.0 <= self.teacher_forcing <= 1.0:
             raise ConfigError(f"teacher_forcing is the probability that a training sequence reads the true "
                               f"prefix: it must be in [0, 1] (got {self.teacher_forcing})")
         if not 0 <= self.pad_id < min(self.vocab_size, self.src_vocab):
             raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
                               f"({min(self.vocab_size, self.src_vocab)})")
+
+    @property
+    def embed_dropout(self) -> float:
+        return self.dropout if self.embedding_dropout is None else self.embedding_dropout
 
     @property
     def tied(self) -> tuple[str, ...]:
@@ -94,15 +104,16 @@ class RNNFamily(ModelFamily):
         src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model)
         tgt_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         carries = cfg.rnn_decoder == "lake_baroni"
-        encoder = RNNEncoder(src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout, carries)
+        encoder = RNNEncoder(src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout,
+                             cfg.embed_dropout, carries)
         score = None
         if cfg.rnn_attention != "none":
             score = SCORES[cfg.score](cfg.d_model, encoder.out_dim, d_attn=cfg.d_model, max_len=cfg.max_len)
         if carries:
-            decoder = LakeBaroniDecoder(tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout)
+            decoder = LakeBaroniDecoder(tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout, cfg.embed_dropout)
         else:
             decoder = RNNDecoder(tgt_embed, cell, cfg.d_model, encoder.out_dim, cfg.decoder_layers, cfg.rnn_attention,
-                                 score, cfg.input_feeding, cfg.dropout)
+                                 score, cfg.input_feeding, cfg.dropout, cfg.embed_dropout)
         generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if "output" in cfg.tied:
             generator.weight = tgt_embed.weight

@@ -69,9 +69,9 @@ class RNNEncoder(nn.Module):
     through the encode / decode interface (and beam search's reordering) with the memory."""
 
     def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, n_layers: int,
-                 bidirectional: bool, dropout: float, carries_final: bool = False) -> None:
+                 bidirectional: bool, dropout: float, embedding_dropout: float, carries_final: bool = False) -> None:
         super().__init__()
-        self.embed, self.dropout = embed, Dropout(dropout)
+        self.embed, self.embed_dropout = embed, Dropout(embedding_dropout)
         self.rnn = cell(d_model, d_model, n_layers, batch_first=True, bidirectional=bidirectional,
                         dropout=dropout if n_layers > 1 else 0.0)
         self.d_model, self.bidirectional, self.carries_final = d_model, bidirectional, carries_final
@@ -81,7 +81,7 @@ class RNNEncoder(nn.Module):
         """(B, S) ids, (B, S) validity -> (B, S, out_dim) states h_i (zeros at padding), and with
         ``carries_final`` the final states after them: (B, S, out_dim + k L D), k = 2 for an LSTM."""
         lengths = valid.sum(1).clamp(min=1).cpu()  # an all-padding row still gets one step
-        packed = pack_padded_sequence(self.dropout(self.embed(src)), lengths, batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(self.embed_dropout(self.embed(src)), lengths, batch_first=True, enforce_sorted=False)
         states, final = self.rnn(packed)
         memory = pad_packed_sequence(states, batch_first=True, total_length=src.shape[1])[0]
         if not self.carries_final:
@@ -99,9 +99,10 @@ class RNNEncoder(nn.Module):
 
 class RNNDecoder(nn.Module):
     def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, d_memory: int, n_layers: int,
-                 attention: str, score: AlignmentScore | None, input_feeding: bool, dropout: float) -> None:
+                 attention: str, score: AlignmentScore | None, input_feeding: bool, dropout: float,
+                 embedding_dropout: float) -> None:
         super().__init__()
-        self.embed, self.dropout = embed, Dropout(dropout)
+        self.embed, self.embed_dropout, self.dropout = embed, Dropout(embedding_dropout), Dropout(dropout)
         self.attention, self.score = attention, score
         self.input_feeding = attention == "luong" and input_feeding
         self.lstm = cell is nn.LSTM
@@ -137,7 +138,7 @@ class RNNDecoder(nn.Module):
         state = cache if cache is not None else RNNCache()
         if state.hidden is None:
             self.start(state, summary, memory)
-        e = self.dropout(self.embed(tokens))  # (B, T, D): E y_{t-1}
+        e = self.embed_dropout(self.embed(tokens))  # (B, T, D): E y_{t-1}
         mask = memory_valid[:, None, :]  # (B, 1, S)
         if self.attention == "luong":
             h_tilde, self.last_attention = self._luong(e, state, memory, mask)
@@ -182,12 +183,12 @@ class LakeBaroniDecoder(nn.Module):
         s_t = RNN(s_{t-1}, E y_{t-1})  or  RNN(s_{t-1}, [E y_{t-1}; c_t]),   p(y_t) = softmax(W_out s_t)
 
     with no learnt initial state, no context outside attention, and no deep output layer. Dropout on
-    the embeddings and between layers."""
+    the embeddings (``embedding_dropout``) and between layers (``dropout``)."""
 
     def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, n_layers: int,
-                 score: AlignmentScore | None, dropout: float) -> None:
+                 score: AlignmentScore | None, dropout: float, embedding_dropout: float) -> None:
         super().__init__()
-        self.embed, self.dropout, self.score = embed, Dropout(dropout), score
+        self.embed, self.embed_dropout, self.score = embed, Dropout(embedding_dropout), score
         self.lstm, self.n_layers, self.d_model = cell is nn.LSTM, n_layers, d_model
         d_in = d_model * (2 if score is not None else 1)
         self.rnn = cell(d_in, d_model, n_layers, batch_first=True, dropout=dropout if n_layers > 1 else 0.0)
@@ -205,7 +206,7 @@ class LakeBaroniDecoder(nn.Module):
         state = cache if cache is not None else RNNCache()
         if state.hidden is None:
             self.start(state, memory)
-        e = self.dropout(self.embed(tokens))  # (B, T, D): E y_{t-1}
+        e = self.embed_dropout(self.embed(tokens))  # (B, T, D): E y_{t-1}
         if self.score is None:
             return recur(self.rnn, e, state)
         h, mask = memory[..., : self.d_model], memory_valid[:, None, :]  # (B, S, D) h_i, (B, 1, S)
