@@ -34,9 +34,10 @@ def rnn_model(attention="bahdanau", **kw):
                       score=kw.pop("score", "general"), **kw)
 
 
-def lake_baroni(attention, cell, **kw):
+def lake_baroni(attention, cell, n_layers=2, dropout=0.0, **kw):
     return tiny_model(arch="rnn", rnn_attention=attention, rnn_cell=cell, rnn_decoder="lake_baroni",
-                      bidirectional=False, score="additive", tie_embeddings="none", n_layers=2, dropout=0.0, **kw)
+                      bidirectional=False, score="additive", tie_embeddings="none", n_layers=n_layers,
+                      dropout=dropout, **kw)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -101,9 +102,7 @@ def test_embedding_dropout_acts_on_the_embeddings_and_dropout_between_layers(att
     src, tgt = random_ids(2, 6, generator_seed=3), random_ids(2, 5, generator_seed=4)
 
     def logits(n_layers, train, seed=0, **kw):
-        model = tiny_model(arch="rnn", rnn_attention=attention, rnn_cell="lstm", rnn_decoder="lake_baroni",
-                           bidirectional=False, score="additive", tie_embeddings="none", n_layers=n_layers,
-                           dropout=0.5, **kw).train(train)
+        model = lake_baroni(attention, "lstm", n_layers=n_layers, dropout=0.5, **kw).train(train)
         torch.manual_seed(seed)
         with torch.no_grad():
             return model(src, tgt)

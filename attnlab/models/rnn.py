@@ -110,7 +110,8 @@ class RNNFamily(ModelFamily):
         if cfg.rnn_attention != "none":
             score = SCORES[cfg.score](cfg.d_model, encoder.out_dim, d_attn=cfg.d_model, max_len=cfg.max_len)
         if carries:
-            decoder = LakeBaroniDecoder(tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout, cfg.embed_dropout)
+            decoder = LakeBaroniDecoder(tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout,
+                                        cfg.embed_dropout)
         else:
             decoder = RNNDecoder(tgt_embed, cell, cfg.d_model, encoder.out_dim, cfg.decoder_layers, cfg.rnn_attention,
                                  score, cfg.input_feeding, cfg.dropout, cfg.embed_dropout)
