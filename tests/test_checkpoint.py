@@ -7,6 +7,7 @@ and the run resumes from it."""
 from __future__ import annotations
 
 import errno
+import json
 import re
 import resource
 import signal
@@ -135,3 +136,55 @@ def test_a_process_whose_writes_fail_ends_in_one_line_without_a_traceback(tmp_pa
                                                 f"(trainer_state.pt: unexpected pos ")
     assert not list(RunDir(out).checkpoints.iterdir())
     assert run_cli("train", "--out", str(out), "--resume").returncode == 0 and RunDir(out).steps() == [2, 4]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damaged", ["model.safetensors", "trainer_state.pt"])
+def test_a_refused_resume_changes_no_byte_of_the_run_and_names_the_intact_checkpoint(tmp_path, damaged):
+    """Issue 64, item 1: resuming with --allow-changes from a damaged newest checkpoint rewrote
+    config.yaml and appended to config_changes.jsonl before the checksum refused it. Now the refusal
+    comes first, names the newest intact checkpoint and the command that resumes from it; that
+    command sets the newer checkpoints aside (kept), points best.json at a checkpoint it keeps,
+    records the changes at the step it resumed from, and logs each step once."""
+    out = tmp_path / "run"
+    assert run_cli("train", str(write_config(tmp_path)), "--out", str(out)).returncode == 0
+    run = RunDir(out)
+    assert run.steps() == [2, 4] and run.best_step() in (2, 4)
+    file = run.step_dir(4) / damaged
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    file.write_bytes(bytes(data))
+    before = snapshot(out)
+
+    refused = run_cli("train", "--out", str(out), "--resume", "--allow-changes", "--set", "train.max_steps=6")
+    assert refused.returncode == CheckpointError.exit_code, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith(f"error: {file}: sha256 ")
+    assert refused.stderr.strip().endswith(
+        f"; the newest intact checkpoint before it is step 2 ({run.step_dir(2)}): resume from it with `attnlab "
+        f"train --out {out} --resume-from 2` (the newer checkpoints are set aside, not deleted)")
+    assert snapshot(out) == before  # config.yaml, config_changes.jsonl, metrics.jsonl, TensorBoard: untouched
+
+    resumed = run_cli("train", "--out", str(out), "--resume-from", "2", "--allow-changes", "--set", "train.max_steps=6")
+    assert resumed.returncode == 0, resumed.stderr
+    aside = [p for p in run.checkpoints.iterdir() if p.name.startswith("set-aside-")]
+    assert len(aside) == 1 and (aside[0] / "step-000004" / damaged).read_bytes() == before[f"checkpoints/step-000004/{damaged}"]
+    assert run.steps() == [2, 4, 6] and run.intact(4) and run.best_step() in run.steps()
+    changes = [json.loads(line) for line in run.config_changes.read_text().splitlines()]
+    assert [(c["step"], c["changes"]) for c in changes] == [(2, ["train.max_steps: 4 -> 6"])]
+    logged = [(r["step"], r["split"]) for r in map(json.loads, run.metrics.read_text().splitlines())]
+    assert logged == sorted(set(logged), key=logged.index)  # no step logged twice
+    assert [s for s, split in logged if split == "valid"] == [2, 4, 6]
+
+
+def test_resume_from_a_step_the_run_does_not_have_is_refused_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("train", str(write_config(tmp_path)), "--out", str(out)).returncode == 0
+    before = snapshot(out)
+    refused = run_cli("train", "--out", str(out), "--resume-from", "3")
+    assert refused.returncode == CheckpointError.exit_code and refused.stderr.count("\n") == 1
+    assert refused.stderr == f"error: --resume-from: {out} has no checkpoint of step 3 (it has 2, 4)\n"
+    assert snapshot(out) == before

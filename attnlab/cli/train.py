@@ -59,9 +59,10 @@ def cmd_train(args: argparse.Namespace) -> None:
     from attnlab.train.device import resolve_device
     from attnlab.train.run import train_run
 
+    resume = args.resume or args.resume_from is not None
     if args.config is not None:
         cfg = RunConfig.from_file(args.config, args.set or [])
-    elif args.resume and args.out:  # the run's own config, and any --set changes to it
+    elif resume and args.out:  # the run's own config, and any --set changes to it
         cfg = RunConfig.from_file(_run_config_file(args.out), args.set or [], of_a_run=True)
     else:
         raise UsageError("train needs a CONFIG file (or --out RUN --resume, to continue a run with its own config)")
@@ -70,11 +71,12 @@ def cmd_train(args: argparse.Namespace) -> None:
     with joined_world(device) as world:  # under torchrun: this rank's place
         cfg.train.check_runs_on(device, world.size if world else 1)
         out = new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem,
-                           args.resume)
+                           resume)
         if world:
             world.barrier()  # every rank has checked the directory before rank 0 writes into it
         try:
-            summary = train_run(cfg, out, resume=args.resume, world=world, allow_changes=args.allow_changes)
+            summary = train_run(cfg, out, resume=resume, world=world, allow_changes=args.allow_changes,
+                                resume_from=args.resume_from)
         except KeyboardInterrupt:
             raise Interrupted(_saved_so_far(out)) from None
     if world is None or world.is_main:
@@ -150,6 +152,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="override one config field, e.g. --set train.max_steps=200 (repeatable)")
     train.add_argument("--resume", action="store_true",
                        help="continue the run in --out from its newest checkpoint, with the run's own config")
+    train.add_argument("--resume-from", type=int, metavar="STEP",
+                       help="as --resume, from the checkpoint of STEP rather than the newest (one that is damaged): "
+                            "the newer checkpoints are moved into RUN/checkpoints/set-aside-TIME/, not deleted")
     train.add_argument("--allow-changes", action="store_true",
                        help="with --resume: train on with train settings that differ from the run's (from CONFIG "
                             "or --set); they are recorded in RUN/config_changes.jsonl. Model and data never change")

@@ -15,16 +15,15 @@ from typing import Any, Callable, ContextManager, Iterator
 import torch
 from torch import nn
 
-from attnlab.errors import CheckpointError
 from attnlab.tasks import Task, TaskData
 from attnlab.tasks.batching import Batch, BucketedData
-from attnlab.train.weights_file import load_weights
+from attnlab.train.weights_file import load_weights, put_weights
 from attnlab.train.config import GRAPHS, TrainConfig
 from attnlab.train.device import resolve_device, use_device
 from attnlab.train.distributed import World
 from attnlab.train.precision import allow_tf32, autocast, choose_precision
 from attnlab.train.progress import Health, Progress, TrainLog
-from attnlab.train.run_dir import MODEL_FILE, RunDir
+from attnlab.train.run_dir import MODEL_FILE, Checkpoint, RunDir
 from attnlab.train.schedules import Schedule, make_scheduler
 from attnlab.train.step import compiled, make_optimizer, train_step
 from attnlab.train.strategy import Strategy, strategy_for
@@ -128,14 +127,16 @@ class Limits:
 
 
 def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, run: RunDir, schedule: Schedule,
-        resume: bool = False, log: Callable[[str], None] = print, world: World | None = None) -> dict[str, Any]:
+        resume: Checkpoint | None = None, log: Callable[[str], None] = print, world: World | None = None,
+        on_restored: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Train ``model`` on ``task``'s prepared ``data`` until max_steps, max_epochs, max_seconds or
     early stopping, with the task's loss, validated by its metrics, the learning rate of update k
     ``schedule(k)`` (train/schedules.py's ``run_schedule``).
 
     Evaluates and checkpoints every ``eval_every`` steps and at the end; logs every ``log_every``
-    steps to metrics.jsonl and TensorBoard; with ``resume``, continues from the newest checkpoint
-    in ``run`` (weights, optimizer, schedule, data position and RNG states). Returns a summary.
+    steps to metrics.jsonl and TensorBoard; with ``resume`` (a checkpoint of ``run``, read and verified),
+    continues from it (weights, optimizer, schedule, data position and RNG states), and calls
+    ``on_restored`` once all of it is in place, before anything is written. Returns a summary.
     With ``world`` (torchrun), this rank trains as ``strategy`` says (its share of each global
     batch under DDP or FSDP, its share of each layer under tensor parallelism, its stage of the
     layers under pipeline parallelism: train/strategy.py), and only rank 0 writes. A model with no
@@ -162,15 +163,16 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
     scheduler = make_scheduler(optimizer, schedule)
     scaler = torch.amp.GradScaler("cuda") if precision.precision == "fp16" else None
     progress = Progress()
-    if resume:
-        progress = _restore(run, model, optimizer, scheduler, scaler, device, strategy)
+    if resume is not None:
+        progress = _restore(resume, str(run.path), model, optimizer, scheduler, scaler, device, strategy)
+        on_restored()
         log(f"resuming {run.path} from step {progress.step}")
     train_log, limits = TrainLog(run, cfg, progress, main, task.counts), Limits(cfg, learnable)
     health = Health(cfg, precision.precision, run, log, progress)
     evaluations = Evaluations(task, data, cfg, device, amp, train_log, run, strategy,
                               functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device,
                                                 strategy),
-                              resumed_at=progress.step if resume else None)
+                              resumed_at=progress.step if resume is not None else None)
 
     def evaluate_or_stop(due: bool) -> str | None:
         """The one place that decides: evaluate and checkpoint when ``due`` or when a limit is
@@ -280,17 +282,13 @@ def _trainer_state(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler
     return state
 
 
-def _restore(run: RunDir, model: nn.Module, optimizer: torch.optim.Optimizer,
+def _restore(checkpoint: Checkpoint, run_path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
              scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None,
              device: torch.device, strategy: Strategy) -> Progress:
-    steps = run.steps()
-    if not steps:
-        raise CheckpointError(f"{run.path}: nothing to resume (no checkpoint in {run.checkpoints})")
-    step = steps[-1]
-    load_weights(model, run.step_dir(step) / MODEL_FILE)
+    put_weights(model, checkpoint.path, checkpoint.weights, checkpoint.metadata)
     model.to(device)
-    state = run.load_trainer_state(step)
-    strategy.check_resumable(str(run.path), state.get("sharded"))
+    state = checkpoint.state
+    strategy.check_resumable(run_path, state.get("sharded"))
     strategy.load_optimizer_state(model, optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     if scaler is not None and "scaler" in state:

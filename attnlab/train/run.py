@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 
 from attnlab.config import differences
-from attnlab.errors import ConfigError, UsageError
+from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_text
 from attnlab.models import FamilyConfig, stack_of
 from attnlab.nn.layers import LayerStack
@@ -24,7 +24,7 @@ from attnlab.train.distributed import World
 from attnlab.train.strategy import check_strategy
 from attnlab.train.init import grouped, initialise_from, untrained_of
 from attnlab.train.loop import fit
-from attnlab.train.run_dir import RunDir
+from attnlab.train.run_dir import Checkpoint, RunDir
 from attnlab.train.schedules import run_schedule
 from attnlab.train.step import freeze
 
@@ -93,44 +93,62 @@ def read_run_data(run: RunDir, split: str | None = None, text: str | None = None
 DISPLAY_ONLY = ("train.progress", "train.log_every")  # change what is shown, not what is trained: never refused
 
 
-def _check_train_changes(run: RunDir, step: int, saved: TrainConfig, given: TrainConfig, allow: bool,
-                        log: Callable[[str], None] | None) -> None:
-    """Refuse a resumed run's train settings that differ from its own unless ``allow``; with it,
-    record them (``log`` is None on the ranks that do not write)."""
+def _train_changes(run: RunDir, saved: TrainConfig, given: TrainConfig, allow: bool) -> list[str]:
+    """A resumed run's train settings that differ from its own, refused unless ``allow``."""
     changes = [c for c in differences(saved, given) if c.split(":")[0] not in DISPLAY_ONLY]
-    if not changes:
-        return
-    if not allow:
+    if changes and not allow:
         raise ConfigError(f"{run.config}: resuming with train settings that differ from the run's: "
                           f"{'; '.join(changes)}. Resume without a config or --set to keep the run's own (`attnlab train "
                           f"--out {run.path} --resume`), or pass --allow-changes to train on with these")
-    if log is not None:
-        run.record_config_changes(step, changes)
-        log(f"train settings changed at step {step}: {'; '.join(changes)} (recorded in {run.config_changes})")
+    return changes
+
+
+def _remove_leftovers(run: RunDir, log: Callable[[str], None]) -> None:
+    for stale in run.remove_partial_checkpoints():
+        log(f"removed {stale.name}, a checkpoint that an interrupted run left half-written")
+
+
+def _resume_point(run: RunDir, step: int | None) -> Checkpoint:
+    """The checkpoint to resume from (``step``, or the newest), read whole and verified; a damaged one is
+    refused in one line that names the newest intact one before it and the command that resumes from it."""
+    steps = run.steps()
+    if step is not None and step not in steps:
+        raise CheckpointError(f"--resume-from: {run.path} has no checkpoint of step {step} (it has "
+                              f"{', '.join(map(str, steps))})")
+    step = steps[-1] if step is None else step
+    try:
+        return run.read_checkpoint(step)
+    except CheckpointError as err:
+        intact = next((s for s in reversed(steps) if s < step and run.intact(s)), None)
+        if intact is None:
+            raise CheckpointError(f"{err}; no older checkpoint of {run.path} is intact either") from None
+        raise CheckpointError(f"{err}; the newest intact checkpoint before it is step {intact} "
+                              f"({run.step_dir(intact)}): resume from it with `attnlab train --out {run.path} "
+                              f"--resume-from {intact}` (the newer checkpoints are set aside, not deleted)") from None
 
 
 def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callable[[str], None] = print,
-              world: World | None = None, allow_changes: bool = False) -> dict[str, Any]:
-    """Train as ``cfg`` says into the run directory ``out`` (or continue it with ``resume``) and
-    return the summary written to ``out/summary.json``. With ``world`` (torchrun), every rank
-    calls this; rank 0 alone writes and logs.
+              world: World | None = None, allow_changes: bool = False, resume_from: int | None = None) -> dict[str, Any]:
+    """Train as ``cfg`` says into the run directory ``out`` (or continue it with ``resume``, from its
+    newest checkpoint or from step ``resume_from``) and return the summary written to
+    ``out/summary.json``. With ``world`` (torchrun), every rank calls this; rank 0 alone writes and logs.
 
     A resumed run keeps its model and data; a train section that differs from the run's is refused,
     listing the differences, unless ``allow_changes``: then the run goes on with it and the changes
-    are recorded in config_changes.jsonl."""
+    are recorded in config_changes.jsonl. Nothing of a resumed run changes until its checkpoint is
+    read, verified and loaded: a refused resume leaves every byte as it was."""
     main = world is None or world.is_main
     log = log if main else (lambda line: None)
     run = RunDir(out)
-    if resume:
-        for stale in (run.remove_partial_checkpoints() if main else []):
-            log(f"removed {stale.name}, a checkpoint that an interrupted run left half-written")
-        if world:
-            world.barrier()
-        if not run.steps():
-            run.read_config()  # it must be a run directory, if one killed before its first checkpoint
-            log(f"{run.path}: no complete checkpoint yet; starting from step 0")
-            resume = False
-    if resume:
+    resume = resume or resume_from is not None
+    point: Checkpoint | None = None
+    changes: list[str] = []
+    if resume and not run.steps() and resume_from is None:
+        run.read_config()  # it must be a run directory, if one killed before its first checkpoint
+        if main:
+            _remove_leftovers(run, log)
+        log(f"{run.path}: no complete checkpoint yet; starting from step 0")
+    elif resume:
         model_cfg, data_cfg, train_cfg = run.read_config()
         if data_cfg != cfg.data:
             raise ConfigError(f"{run.config}: a resumed run keeps its data, but the given config differs "
@@ -139,10 +157,9 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
         if _model_config(cfg, data) != model_cfg:
             raise ConfigError(f"{run.config}: a resumed run keeps its model, but the given config differs "
                               f"({'; '.join(differences(model_cfg, _model_config(cfg, data)))})")
-        step = run.steps()[-1]
-        run.load_trainer_state(step)  # refuse a damaged state before touching config.yaml
-        _check_train_changes(run, step, train_cfg, cfg.train, allow_changes, log if main else None)
-    else:
+        point = _resume_point(run, resume_from)
+        changes = _train_changes(run, train_cfg, cfg.train, allow_changes)
+    if point is None:
         data = prepare(cfg.data, cfg.train)
         model_cfg = _model_config(cfg, data)
     check_strategy(cfg.train.strategy, model_cfg, world, cfg.train.tensor_parallel, cfg.data.task)
@@ -150,15 +167,14 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     log(task.describe(data))
     torch.manual_seed(cfg.train.seed)
     model = build_run_model(run, model_cfg)
-    report = initialise_from(model, cfg.train.init_from, task) if cfg.train.init_from and not resume else None
+    report = initialise_from(model, cfg.train.init_from, task) if cfg.train.init_from and point is None else None
     frozen = freeze(model, cfg.train.freeze_embeddings, cfg.train.freeze_layers)
     # config.yaml once the model is whole: it marks the directory as a run, so that a run killed
     # before its first checkpoint can be resumed (from step 0) rather than refused as someone else's
-    if main:
+    if main and point is None:
         run.write_config(model_cfg, cfg.data, cfg.train)
-        if not resume:
-            run.write_tokenizers({role: data.tokenizers[role] for role in cfg.data.task.tokenizers})
-            run.write_task_state(cfg.data.task.saved_state(data))
+        run.write_tokenizers({role: data.tokenizers[role] for role in cfg.data.task.tokenizers})
+        run.write_task_state(cfg.data.task.saved_state(data))
         if report is not None:
             run.write_init(report.to_dict())
     for line in report.lines() if report is not None else []:
@@ -180,7 +196,21 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     schedule, note = run_schedule(cfg.train, stack.d_model if stack else None)
     if note:
         log(note)
-    summary = fit(model, task, data, cfg.train, run, schedule, resume=resume, log=log, world=world)
+
+    def restored() -> None:  # the resume is known to succeed: now the run may change
+        if not main or point is None:
+            return
+        _remove_leftovers(run, log)
+        aside = run.set_aside_after(point.step, cfg.train.early_stop_metric, task.metrics[cfg.train.early_stop_metric])
+        if aside is not None:
+            log(f"resuming from step {point.step}: the newer checkpoints are set aside in {aside}")
+        if changes:
+            run.write_config(model_cfg, cfg.data, cfg.train)
+            run.record_config_changes(point.step, changes)
+            log(f"train settings changed at step {point.step}: {'; '.join(changes)} (recorded in {run.config_changes})")
+
+    summary = fit(model, task, data, cfg.train, run, schedule, resume=point, log=log, world=world,
+                  on_restored=restored)
     summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
     if main:
         atomic_write_text(run.summary, json.dumps(summary, indent=2))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,14 +53,29 @@ from attnlab.train.weights_file import (
     CHECKSUM_FILE,
     WriteError,
     exported_weights,
+    read_weights,
     save_weights,
     verify_checksum,
+    verify_checksums,
     weights_kind,
     write_checksums,
     write_failure,
 )
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint read whole and verified: its step, its weights as stored (with the file's path and
+    metadata, which name tied tensors and the kind of weights) and the trainer's state. A resume reads
+    it before anything of the run changes."""
+
+    step: int
+    path: Path
+    weights: dict[str, torch.Tensor]
+    metadata: dict[str, str]
+    state: dict[str, Any]
 
 
 class RunDir:
@@ -248,6 +264,40 @@ class RunDir:
             return bool(json.loads((self.step_dir(step) / META_FILE).read_text()).get("interrupted", False))
         except (OSError, ValueError):
             return False
+
+    def intact(self, step: int) -> bool:
+        """Whether every file of the checkpoint at ``step`` still has the checksum it was written with."""
+        try:
+            verify_checksums(self.step_dir(step))
+        except CheckpointError:
+            return False
+        return True
+
+    def read_checkpoint(self, step: int) -> Checkpoint:
+        """The checkpoint at ``step``, every file verified and read (a damaged one: one line naming it)."""
+        state = self.load_trainer_state(step)  # first: an export has weights but no state, and says so
+        path = self.step_dir(step) / MODEL_FILE
+        weights, metadata = read_weights(path)
+        return Checkpoint(step, path, weights, metadata, state)
+
+    def set_aside_after(self, step: int, metric: str, lower_is_better: bool) -> Path | None:
+        """Move the checkpoints newer than ``step`` into checkpoints/set-aside-TIME/ (kept, no longer the
+        run's: a resume from ``step`` writes its own) and point best.json at the best that remain by
+        ``metric`` (``step`` itself when none was evaluated); the folder, or None when none was newer."""
+        newer = [s for s in self.steps() if s > step]
+        if not newer:
+            return None
+        folder = self.checkpoints / f"set-aside-{time.strftime('%Y%m%d-%H%M%S')}"
+        folder.mkdir()
+        for s in newer:
+            self.step_dir(s).rename(folder / self.step_dir(s).name)
+        if self.best_step() is not None and self.best_step() not in self.steps():
+            if self.best_pointer.exists():
+                self.best_pointer.rename(folder / self.best_pointer.name)
+            scored = [(s, self.metrics_at(s)[metric]) for s in self.steps() if metric in self.metrics_at(s)]
+            best, value = (min if lower_is_better else max)(scored, key=lambda sv: sv[1]) if scored else (step, None)
+            atomic_write_text(self.best_pointer, json.dumps({"step": best, "metric": metric, "value": value}))
+        return folder
 
     def load_trainer_state(self, step: int) -> dict[str, Any]:
         path = self.step_dir(step) / STATE_FILE

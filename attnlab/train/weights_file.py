@@ -82,6 +82,17 @@ def verify_checksum(path: Path) -> None:
                               f"the file was changed or damaged after it was written; refusing to load it")
 
 
+def verify_checksums(directory: Path) -> None:
+    """:func:`verify_checksum` of every file that ``directory``'s record lists."""
+    record = directory / CHECKSUM_FILE
+    try:
+        names = list(json.loads(record.read_text())) if record.exists() else []
+    except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
+        raise CheckpointError(f"{record}: damaged") from None
+    for name in names:
+        verify_checksum(directory / name)
+
+
 def stored_weights(weights: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """A model's state dict as safetensors stores it: each a contiguous CPU copy of its own, whatever
     its storage (cuDNN keeps a recurrent layer's weights as views of one flat buffer; a GPU tensor
