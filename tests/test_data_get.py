@@ -18,7 +18,7 @@ from attnlab import DataError
 from attnlab.cli import main
 from attnlab.data import sources
 from attnlab.data.fetch import NOTE, fetch
-from attnlab.data.sources import DATASETS, Dataset, SourceFile
+from attnlab.data.sources import DATASETS, ETT_ROWS, Dataset, SourceFile
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PLAIN = b"jump twice\nwalk left\n"
@@ -252,7 +252,7 @@ def test_a_local_copy_missing_a_file_names_what_it_needs(tiny_registered, tmp_pa
     assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(tmp_path / "out")]) == 4
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: {copy / 'sub/text.de'}: no such file (--from takes a folder holding plain.txt, sub/text.de, rows.csv, "
-        f"all_rows.csv, test.de.gz)")
+        f"all_rows.csv, test.de.gz, or a clone of https://github.com/someone/tiny)")
     assert not (tmp_path / "out").exists()
 
 
@@ -331,3 +331,53 @@ train: {{max_steps: 4, eval_every: 4, eval_exact_match: 0, early_stop_metric: va
         "error: --test-set multi30k:test2016: the test sets of multi30k are multi30k:test_2016_flickr, ")
     both = run_cli("evaluate", str(run), "--test-set", "multi30k:test_2016_flickr", "--split", "valid")
     assert both.returncode == 2 and "give --test-set alone" in both.stderr
+
+
+def miniature(dataset: Dataset) -> tuple[Dataset, dict[str, bytes]]:
+    """``dataset`` with its real repository paths and transforms, pinned to miniature contents, and
+    the repository's files (path -> bytes) of a clone at its commit: a few lines per file, gzipped
+    where the repository stores a .gz, each derived file cut to its first 3 lines."""
+    repository = {}
+    for f in dataset.files:
+        text = "".join(f"{dataset.name} {Path(f.path).stem} line {i}\n" for i in range(5)).encode()
+        repository.setdefault(f.path, gzip.compress(text, mtime=0) if f.gunzip else text)
+    files = []
+    for f in dataset.files:
+        f = dataclasses.replace(f, first_lines=3 if f.first_lines else None)
+        raw = repository[f.path]
+        pinned = raw if f.stored else f.derive(raw, f.path)
+        files.append(dataclasses.replace(f, size=len(pinned), sha256=sha(pinned)))
+    return dataclasses.replace(dataset, files=tuple(files)), repository
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_a_clone_of_the_upstream_repository_is_a_local_copy(name, tmp_path, monkeypatch, capsys):
+    """`data get NAME --from CLONE` on a clone laid out as the upstream repository (ETT-small/ETTh1.csv,
+    data/task1/raw/train.de.gz, ...): the derived files (gunzipped, cut to the first lines) are made
+    from the repository's files and verified, test files included."""
+    dataset, repository = miniature(DATASETS[name])
+    monkeypatch.setattr(sources, "DATASETS", {name: dataset})
+    expected = {f.name: f.derive(repository[f.path], f.path) for f in dataset.files}
+    clone = local_copy(tmp_path / dataset.repo.replace("/", "-"), repository)
+    out = tmp_path / "data" / name
+    assert main(["data", "get", name, "--from", str(clone), "--out", str(out)]) == 0, capsys.readouterr().err
+    assert {k: v for k, v in written(out).items() if k != NOTE} == expected
+    assert "Every file of the data set is here" in written(out)[NOTE].decode()
+
+
+def test_ett_from_a_clone_makes_the_training_months_from_the_whole_file(tmp_path, monkeypatch):
+    """The one data set whose development files exist only as derived: ETTh1_train_val.csv is the
+    header and the first 11,520 hours of the clone's ETT-small/ETTh1.csv (a changed byte is refused)."""
+    rows = b"date,HUFL\n" + b"".join(b"2016-07-01 00:00:00,%d\n" % i for i in range(ETT_ROWS + 5))
+    kept = b"\n".join(rows.split(b"\n")[:1 + ETT_ROWS]) + b"\n"
+    files = tuple(dataclasses.replace(f, size=len(data), sha256=sha(data)) for f in DATASETS["ett"].files
+                  for data in [rows if f.first_lines is None else kept])
+    ett = dataclasses.replace(DATASETS["ett"], files=files)
+    clone = local_copy(tmp_path / "ETDataset", {"ETT-small/ETTh1.csv": rows, "ETT-small/ETTh2.csv": rows})
+    fetch(ett, tmp_path / "out", local=clone)
+    assert (tmp_path / "out" / "ETTh1_train_val.csv").read_bytes() == kept
+    assert len(kept.splitlines()) == 1 + ETT_ROWS and (tmp_path / "out" / "ETTh2.csv").read_bytes() == rows
+    local_copy(clone, {"ETT-small/ETTh2.csv": rows.replace(b",7\n", b",8\n")})
+    with pytest.raises(DataError, match=r"ETT-small/ETTh2.csv: sha256 \w+ is not the pinned"):
+        fetch(ett, tmp_path / "again", local=clone)
+    assert not (tmp_path / "again").exists()

@@ -75,9 +75,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     data_get.add_argument("--force", action="store_true",
                           help="write into an existing, non-empty --out, replacing the files of the same names")
     data_get.add_argument("--from", dest="from_dir", metavar="DIR",
-                          help="take the files from a local copy (a folder with the same file names; a Multi30k "
-                               "test file as the repository's .gz) instead of downloading; the checksums are "
-                               "verified all the same, and test files the copy lacks are named and left out")
+                          help="take the files from a local copy instead of downloading: a folder with the same file names "
+                               "(a Multi30k test file as the repository's .gz), or a clone of the upstream "
+                               "repository, from which the derived files are made; the checksums are verified all "
+                               "the same, and test files the copy lacks are named and left out")
     data_get.add_argument("--dev-only", action="store_true",
                           help="only the training and validation files, not the test sets")
     data_get.add_argument("--base-url", metavar="URL",

@@ -1,5 +1,6 @@
 """`attnlab data get`'s writing: :func:`fetch` downloads a data set's files (data/sources.py says
-where each comes from and its checksum), or takes them from a local copy (``--from``), verifies
+where each comes from and its checksum), or takes them from a local copy (``--from``: this project's
+own copy, or a clone of the upstream repository, from which the derived files are made), verifies
 every checksum in a staging folder before anything is written, and publishes the folder at once,
 with a README.md saying where it came from (:func:`note`): a failed or mismatched download leaves
 nothing behind. A local copy that lacks a test file is not an error: the files it has are written
@@ -31,8 +32,9 @@ def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, loca
     the folder ``out``; returns the files written.
 
     The files are downloaded from ``base_url`` (laid out as BASE/OWNER/REPO/COMMIT/PATH), or read
-    from the folder ``local``, which holds the final files under their output names (a file pinned
-    as stored: the repository's own .gz). A test file that ``local`` lacks is left out and named in
+    from the folder ``local`` (see :func:`find_local`): a copy of the final files under their
+    output names, or a clone of the repository, from whose files the derived ones are made
+    (gunzipped, cut to their first lines) and verified. A test file that ``local`` lacks is left out and named in
     the log and the note; a missing development file is an error. Every sha256 is verified in a
     staging folder before ``out`` is published. An existing, non-empty ``out`` is refused unless
     ``force``; then only the files of the same names are replaced in it.
@@ -48,7 +50,8 @@ def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, loca
         if not local.is_dir():
             raise UsageError(f"--from {local} is not a folder")
         origin = str(local)
-        absent = [f for f in files if f.test and not (local / f.local_name).is_file()]
+        found = {f: find_local(local, f) for f in files}
+        absent = [f for f in files if f.test and found[f] is None]
         if absent:
             log(f"not in {local}, left out: {', '.join(f.local_name for f in absent)} (test splits; a download "
                 f"fetches them)")
@@ -62,15 +65,16 @@ def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, loca
     try:
         for file in files:
             if local is not None:
-                source = str(local / file.local_name)
-                raw = _read(local / file.local_name, dataset)
+                path, as_stored = found[file] or (local / file.local_name, file.stored)
+                source, raw = str(path), _read(path, dataset)
             else:
                 source = dataset.url(file, base_url)
                 if source not in downloaded:
                     log(f"downloading {source}")
                     downloaded[source] = _download(source, timeout)
                 raw = downloaded[source]
-            data = file.verified(raw, source, dataset.name, as_stored=local is None or file.stored)
+                as_stored = True
+            data = file.verified(raw, source, dataset.name, as_stored=as_stored)
             atomic_write_bytes(staged / file.name, data)
             log(f"{file.name}: {len(data):,} bytes, sha256 verified")
         atomic_write_text(staged / NOTE, note(dataset, origin, files, absent))
@@ -78,6 +82,14 @@ def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, loca
     finally:
         shutil.rmtree(staged, ignore_errors=True)  # gone already once published
     return list(files)
+
+
+def find_local(local: Path, file: SourceFile) -> tuple[Path, bool] | None:
+    """Where the folder ``local`` holds ``file``, and whether as the repository stores it: under its
+    output name (the final content; a file pinned as stored: the repository's .gz), else at its path
+    in the repository (a clone at the pinned commit); None when in neither."""
+    candidates = ((local / file.local_name, file.stored), (local / file.path, True))
+    return next(((path, stored) for path, stored in candidates if path.is_file()), None)
 
 
 def note(dataset: Dataset, origin: str, files: tuple[SourceFile, ...], absent: list[SourceFile]) -> str:
@@ -117,7 +129,8 @@ def _read(path: Path, dataset: Dataset) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         names = ", ".join(f.local_name for f in dataset.files)
-        raise DataError(f"{path}: no such file (--from takes a folder holding {names})") from None
+        raise DataError(f"{path}: no such file (--from takes a folder holding {names}, or a clone of "
+                        f"https://github.com/{dataset.repo})") from None
     except OSError as err:
         raise DataError(f"{path}: cannot read ({err.strerror})") from None
 
