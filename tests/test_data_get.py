@@ -381,3 +381,22 @@ def test_ett_from_a_clone_makes_the_training_months_from_the_whole_file(tmp_path
     with pytest.raises(DataError, match=r"ETT-small/ETTh2.csv: sha256 \w+ is not the pinned"):
         fetch(ett, tmp_path / "again", local=clone)
     assert not (tmp_path / "again").exists()
+
+
+def test_a_missing_data_file_under_data_name_names_the_command_that_writes_it(tmp_path, monkeypatch):
+    """A preset reads data/tiny_shakespeare/input.txt: when it is missing, the error says `attnlab data
+    get tiny_shakespeare`; a file elsewhere (or of no registered data set) is just missing."""
+    from attnlab.data.corpora import read_text
+    from attnlab.data.images import read_image
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as err:
+        read_text("data/tiny_shakespeare/input.txt")
+    assert str(err.value) == ("data/tiny_shakespeare/input.txt: no such file; `attnlab data get tiny_shakespeare` "
+                              "writes it (run from the folder that holds data/)")
+    for path in ("data/mine/input.txt", "corpus/tiny_shakespeare/input.txt", "data/scan"):
+        with pytest.raises(DataError) as err:
+            read_text(path)
+        assert str(err.value) == f"{path}: no such file"
+    with pytest.raises(DataError, match=r"^data/multi30k/a.png: no such file; `attnlab data get multi30k`"):
+        read_image("data/multi30k/a.png", "rgb", None)

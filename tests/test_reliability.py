@@ -168,6 +168,8 @@ CASES = [
      "--set 'train.max_step=3': unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
     ("--set value out of range", TRAIN + ["--set", "train.max_steps=-1"], config_with(), CONFIG,
      "bad.yaml --set train.max_steps=-1: max_steps must be >= 1 (got -1)"),
+    ("--set max_steps mistyped by an exponent", TRAIN + ["--set", "train.max_steps=100000000000000000000000"], config_with(), CONFIG,
+     "max_steps must be at most 1,000,000,000 (got 100,000,000,000,000,000,000,000)"),
     ("--set unknown field of a resumed run", ["train", "--out", "{root}/run", "--resume", "--set", "train.lr_schedul=noam"],
      nothing, CONFIG, "unknown field 'lr_schedul' in section 'train' (did you mean 'lr_schedule'?)"),
     ("--set bad value of a resumed run", ["train", "--out", "{root}/run", "--resume", "--set", "train.lr=fast"],
@@ -284,7 +286,13 @@ CASES = [
     ("info with a zero source length", ["info", "{root}/model.yaml", "--flops", "--src-len", "0"], nothing, USAGE,
      "--src-len"),
     ("bench with zero repeats", ["bench", "decode", "--repeats", "0"], nothing, USAGE, "--repeats"),
-    ("unknown command", ["trian"], nothing, USAGE, "invalid choice"),
+    ("unknown command", ["trian"], nothing, USAGE, "invalid choice: 'trian' (choose from"),
+    ("mistyped command", ["captions"], nothing, USAGE, "'bench', 'data', 'demo') (did you mean 'caption'?)"),
+    ("mistyped bench suite", ["bench", "decod"], nothing, USAGE, "(did you mean 'decode'?)"),
+    ("absurd --max-new-tokens", ["generate", "{root}/run", "--max-new-tokens", "1000000"], nothing, USAGE,
+     "--max-new-tokens must be between 0 and 100,000 (got 1,000,000)"),
+    ("absurd --num-samples", ["generate", "{root}/run", "--num-samples", "0"], nothing, USAGE,
+     "--num-samples must be between 1 and 1024 (got 0)"),
     # -- devices (this machine, and the suite everywhere, has no GPU: tests/conftest.py) ------------------
     *((f"{argv[0]} on a GPU that is not there", argv, nothing, CONFIG, "--device is 'cuda' but no CUDA device")
       for argv in (TRANSLATE + ["--device", "cuda"], ["evaluate", "{root}/run", "--split", "valid", "--device", "cuda"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -176,8 +177,12 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports usage errors through the one error path (exit code 2, one line)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        from attnlab.config import did_you_mean
         from attnlab.errors import UsageError
 
+        choice = re.fullmatch(r"argument .*: invalid choice: '(.*)' \(choose from (.*)\)", message)
+        if choice:  # a mistyped command or choice: name the closest one
+            message += did_you_mean(choice[1], re.findall(r"'([^']*)'", choice[2]))
         raise UsageError(f"{self.prog}: {message}")
 
 

@@ -124,9 +124,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise UsageError(f"--speculate must be at least 1 (got {args.speculate})")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1] (got {args.top_p})")
-    if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS or not 1 <= args.num_samples <= MAX_BATCH:
-        raise UsageError(f"--max-new-tokens must be between 0 and {MAX_NEW_TOKENS:,} and --num-samples between 1 "
-                         f"and {MAX_BATCH}")
+    if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS:
+        raise UsageError(f"--max-new-tokens must be between 0 and {MAX_NEW_TOKENS:,} (got {args.max_new_tokens:,})")
+    if not 1 <= args.num_samples <= MAX_BATCH:
+        raise UsageError(f"--num-samples must be between 1 and {MAX_BATCH} (got {args.num_samples:,})")
     model, tokenizers, _ = load_run_for(args, GENERATES)
     check_kv_cache(args, model)
     tok = tokenizers["tgt"]

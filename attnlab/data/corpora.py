@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab.data.scan import scan_commands, scan_split
+from attnlab.data.sources import no_such_file
 from attnlab.errors import DataError
 
 Pair = tuple[str, str]
@@ -60,7 +61,7 @@ def read_text(path: str | Path) -> str:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
+        raise no_such_file(Path(path)) from None
     except OSError as err:
         raise DataError(f"{path}: cannot read ({err.strerror})") from None
     return decode_utf8(data, str(path))

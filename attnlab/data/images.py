@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.data.sources import no_such_file
 from attnlab.errors import DataError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
@@ -46,7 +47,7 @@ def read_image(path: str | Path, colour: str, resize: int | tuple[int, int] | No
                 image = image.resize((width, height), Image.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.float32)
     except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
+        raise no_such_file(Path(path)) from None
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
         raise DataError(f"{path}: not an image that Pillow can decode") from None
     return pixels[..., None] if pixels.ndim == 2 else pixels

@@ -233,8 +233,16 @@ def test_set_files(spec: str, root: Path = Path("data")) -> list[Path]:
     files = [root / dataset.name / f for f in dataset.test_sets[set_name]]
     for file in files:
         if not file.is_file():
-            raise DataError(f"{file}: no such file; `attnlab data get {dataset.name}` writes it (run from the folder "
-                            f"that holds data/)")
+            raise no_such_file(file)
     return files
+
+
+def no_such_file(path: Path) -> DataError:
+    """The one-line error for a missing data file; under data/NAME/ of a registered data set it names
+    the command that writes it."""
+    parts = path.parts
+    names = [name for folder, name in zip(parts, parts[1:-1]) if folder == "data" and name in DATASETS]
+    hint = (f"; `attnlab data get {names[-1]}` writes it (run from the folder that holds data/)" if names else "")
+    return DataError(f"{path}: no such file{hint}")
 
 

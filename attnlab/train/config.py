@@ -29,6 +29,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware h
 AUTO = "auto"
 OPTIMIZERS = ("adam", "adamw", "nag")  # nag: SGD with Nesterov momentum (fairseq's, for ConvS2S)
 GRAPHS = "graphs"  # train.compile: compiled, each step's forward, loss and backward replayed as CUDA graphs
+MAX_STEPS = 10**9  # train.max_steps: a ceiling that catches a mistyped exponent before an absurd ETA
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,9 @@ class TrainConfig(TypedConfig):
         for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "micro_batches", "tensor_parallel",
                      "eval_every", "keep_last", "log_every", "max_bad_steps"):
             at_least(name, getattr(self, name), 1)
+        if self.max_steps > MAX_STEPS:
+            raise ConfigError(f"max_steps must be at most {MAX_STEPS:,} (got {self.max_steps:,}): more than a billion "
+                              f"updates is a mistyped value, not a run")
         for name in ("warmup_steps", "eval_exact_match"):
             at_least(name, getattr(self, name), 0)
         for name in ("max_epochs", "patience", "pad_multiple"):
