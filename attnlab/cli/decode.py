@@ -95,7 +95,8 @@ def parallel_search(args: argparse.Namespace):
         args.beam = 4 if args.beam is None else args.beam
         return None
     left_to_right = {"--beam": args.beam is not None, "--nbest": getattr(args, "nbest", 1) != 1,
-                     "--draft": getattr(args, "draft", None) is not None, "--min-len": bool(getattr(args, "min_len", 0)),
+                     "--draft": getattr(args, "draft", None) is not None,
+                     "--min-len": bool(getattr(args, "min_len", 0)),
                      "--max-len": getattr(args, "max_len", None) is not None, "--no-cache": args.no_cache,
                      "--kv-cache": args.kv_cache != "auto", "--oracle-length": getattr(args, "oracle_length", False)}
     given = [option for option, is_given in left_to_right.items() if is_given]

@@ -10,8 +10,17 @@ before the run is served or inspected."""
 import importlib
 import pkgutil
 
-from attnlab.views.view import (VIEWS, Explorable, Inspectable, Inspection, Page, inspect_run, register_view,
-                                tasks_with, view_of)
+from attnlab.views.view import (
+    VIEWS,
+    Explorable,
+    Inspectable,
+    Inspection,
+    Page,
+    inspect_run,
+    register_view,
+    tasks_with,
+    view_of,
+)
 
 for _module in pkgutil.iter_modules(__path__):  # each task's view registers itself
     importlib.import_module(f"{__name__}.{_module.name}")

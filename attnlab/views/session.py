@@ -10,8 +10,9 @@ import base64
 import binascii
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn

@@ -34,7 +34,8 @@ class VisualQAView:
         tokenizer, longest = session.tokenizers["src"], session.data_cfg.max_question_len
         session.encode(question, "src", longest)  # refused: nothing known, or more tokens than the model reads
         images, picture = session.image(self.page.image, text, image)
-        ids = torch.tensor(question_ids(tokenizer, [question], longest, "the question"), device=session.device)  # (1, T)
+        ids = question_ids(tokenizer, [question], longest, "the question")
+        ids = torch.tensor(ids, device=session.device)  # (1, T)
         logits, records, modality = cross_modal_pass(session.model, images.to(session.device), ids)
         words = ["[CLS]", *tokenizer.id_tokens(ids[0, 1:].tolist())]  # <bos> is read as [CLS]
         patches = session.cfg.patch_labels[:int((modality == IMAGE).sum())]  # none: the text-only baseline

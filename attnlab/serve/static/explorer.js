@@ -180,7 +180,8 @@ function outputs(panel) {
 function stepRow(panel, map) {
   const steps = panel.run.steps;
   if (steps === "decoder") return map.stack === "decoder" ? panel.step : -1;
-  if (steps === "continuation") return panel.result.prompt_tokens.length - 1 + panel.step;  // this position predicts the step's token
+  // a continuation: the prompt's last position predicts the first step's token
+  if (steps === "continuation") return panel.result.prompt_tokens.length - 1 + panel.step;
   if (steps === "question") return panel.step;  // the chosen word: the question comes first in the joint sequence
   return -1;
 }
