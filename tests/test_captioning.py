@@ -241,6 +241,7 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     from attnlab.analysis import inspect
     from attnlab.analysis.capture import capture_attention
     from attnlab.data.tokenizers import BOS
+    from attnlab.views import inspect_run
 
     root, _ = captioning_run
     drawn = generate("test", 1, seed=3, max_objects=1)[0]
@@ -249,7 +250,7 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     real_plot = inspect.patch_attention_plot
     monkeypatch.setattr(inspect, "patch_attention_plot",
                         lambda picture, maps, *rest: plotted.append((picture, maps)) or real_plot(picture, maps, *rest))
-    done = inspect.inspect_run(root / "run", str(path), None, tmp_path / "figures", beam=1)
+    done = inspect_run(root / "run", str(path), None, tmp_path / "figures", beam=1)
     model, tokenizers, cfg = load_run(root / "run")
     state = json.loads((root / "run" / "task_state.json").read_text())
     x = torch.tensor(drawn.pixels).permute(2, 0, 1).float()[None]
@@ -274,7 +275,7 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     files = sorted(Path(f).name for f in done["files"])
     assert files == ["decoder-0-cross-head0.png", "decoder-0-cross-head1.png", "decoder-0-cross-mean.png",
                      "decoder-0-self.png", "encoder-0-self.png", "entropy.png"]
-    given = inspect.inspect_run(root / "run", str(path), "a large red circle", tmp_path / "given")
+    given = inspect_run(root / "run", str(path), "a large red circle", tmp_path / "given")
     assert given["target_tokens"] == ["a", "large", "red", "circle", "<eos>"] and given["target_given"]
     over_split = run_cli("inspect", str(root / "run"), "--split", "valid")  # mean entropies over the 50 images
     assert over_split.returncode == 0 and over_split.stdout.startswith("encoder.layers.0.self_attn")

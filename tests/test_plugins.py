@@ -1,6 +1,8 @@
 """Model families and tasks as plug-ins: the registries, capabilities, and, registered from outside
 the package, a bigram language model (a new family on a built-in task) and a bag-of-embeddings
-sentiment classifier (a new family and a new task) that train through the normal command line; and
+sentiment classifier (a new family and a new task) that train through the normal command line; a
+keyword classifier (a new task on a built-in family) whose explorer page and inspect view are its
+own, in this module; and
 docs/extending.md's walk-through run as written (its code blocks are the modules and configs these
 tests use, its commands are run and its numbers checked): a task without a vocabulary, which
 declares no tokenizer and counts series, a linear family and a family with an attention stack."""
@@ -23,6 +25,7 @@ from typing import Optional
 import pytest
 import torch
 import torch.nn.functional as F
+from starlette.testclient import TestClient
 from torch import nn
 
 from attnlab import FAMILIES, ConfigError, build_model, model_config, register_family
@@ -31,8 +34,15 @@ from attnlab.data.corpora import read_tsv
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.models import Capabilities, FamilyConfig, ModelFamily
 from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
+from attnlab.analysis.capture import capture_attention
+from attnlab.analysis.heads import head_entropy
+from attnlab.analysis.inspect import module_entry
+from attnlab.serve.app import create_app
+from attnlab.serve.explorer import Explorer
 from attnlab.train.checkpoint import load_run
 from attnlab.train.config import TrainConfig
+from attnlab.views import VIEWS, Explorable, Inspectable, Page, register_view, tasks_with
+from attnlab.views.session import attention_maps
 from helpers import run_cli
 
 
@@ -180,9 +190,14 @@ class Sentiment(Task):
                 "pad_id": PAD}
 
     @classmethod
+    def logits(cls, model, ids):
+        """(B, T) ids -> (B, n_classes) logits."""
+        return model(ids)
+
+    @classmethod
     def loss(cls, model, batch, label_smoothing, amp):
         with amp():
-            logits = model(batch.ids).float()
+            logits = cls.logits(model, batch.ids).float()
         return (F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=label_smoothing),
                 F.cross_entropy(logits, batch.labels, reduction="sum"))
 
@@ -193,7 +208,7 @@ class Sentiment(Task):
         nll = right = 0.0
         for batch in data.eval_batches("valid"):
             batch = batch.to(device)
-            logits = model(batch.ids)
+            logits = cls.logits(model, batch.ids)
             nll += F.cross_entropy(logits, batch.labels, reduction="sum").item()
             right += (logits.argmax(-1) == batch.labels).sum().item()
         n = len(data.splits["valid"])
@@ -212,8 +227,10 @@ def plugins_registered():
     register_family(BigramFamily)
     register_family(BagFamily)
     register_task(Sentiment)
+    register_task(Keyword)
     yield
-    del FAMILIES[BigramFamily.name], FAMILIES[BagFamily.name], TASKS[Sentiment.name]
+    del FAMILIES[BigramFamily.name], FAMILIES[BagFamily.name], TASKS[Sentiment.name], TASKS[Keyword.name]
+    del VIEWS[Keyword]
 
 
 def test_the_built_in_families_and_their_capabilities():
@@ -312,7 +329,8 @@ def test_a_task_and_a_family_from_outside_the_package_train_through_the_command_
     assert model(ids).argmax(-1).tolist() == [1, 0]  # pos, neg (labels sorted: neg = 0)
     for command, needs in (("translate", "'translation' or 'masked_translation'"),
                            ("inspect", "'translation' or 'language_model' or 'classification' or 'masked_lm' or "
-                                       "'image_classification' or 'captioning' or 'visual_qa' or 'encoder' or 'image_encoder'")):
+                                       "'image_classification' or 'captioning' or 'visual_qa' or 'encoder' or 'image_encoder' or "
+                                       "'test_keyword'")):  # this module's keyword task has an inspect view
         refused = run_cli(command, str(tmp_path / "run"), *(["--split", "valid"] if command == "inspect" else []),
                           stdin="good\n")
         assert refused.returncode == 2 and refused.stderr == (
@@ -335,6 +353,134 @@ def test_a_task_refuses_what_it_cannot_train_and_fields_it_does_not_have(tmp_pat
         f"error: {config}: data.task 'test_sentiment' has no field 'n_vaild' (did you mean 'n_valid'?); its fields: "
         f"train, n_valid, vocab_size\n")
     assert not (tmp_path / "r").exists()
+
+
+# -- a new task with its own explorer page and inspect view, in this one module -------------------
+
+@dataclass(frozen=True)
+class KeywordConfig(SentimentConfig):
+    """The sentiment task's fields (a config class belongs to one task)."""
+
+
+class Keyword(Sentiment):
+    """The sentiment texts, classified by an attention model (arch encoder_only) from its first
+    position; its runs are explored and inspected through :class:`KeywordView`."""
+
+    name = "test_keyword"
+    config = KeywordConfig
+    commands = ("inspect",)
+
+    @classmethod
+    def saved_state(cls, data):
+        return {"labels": data.labels}  # the names of the page's classes
+
+    @classmethod
+    def logits(cls, model, ids):
+        return model.classify(ids)
+
+
+@register_view(Keyword)
+class KeywordView:
+    """A keyword classifier's page: the ``top`` classes, every map, and the ``focus``, the word the
+    first position attends to most in the last layer (heads averaged); `inspect` writes the focus
+    and each module's entropies."""
+
+    page = Page(fields={"top": 1}, output="classes")
+
+    def example(self, run, tokenizers):
+        return "the plot was good"
+
+    def read(self, model, tokenizer, text):
+        """The ids of ``text``, the logits of (1, n_classes), the captured maps and the focus."""
+        ids = tokenizer.encode(text)
+        with capture_attention(model) as captured:
+            logits = model.classify(torch.tensor([ids], device=next(model.parameters()).device))
+        records = captured.last()
+        last = max(records.values(), key=lambda r: r.layer).probs[0].mean(0)  # (T, T), heads averaged
+        return ids, logits, records, tokenizer.id_tokens(ids)[int(last[0].argmax())]
+
+    def answer(self, session, text, top):
+        ids, logits, records, focus = self.read(session.model, session.tokenizers["src"], text)
+        labels = session.tokenizers["src"].id_tokens(ids)
+        ranked = session.probabilities(logits[0])
+        return {"source_tokens": labels, "attention": attention_maps(records, lambda r: (labels, labels)),
+                "outputs": ranked["outputs"][:top], "chosen": 0, "focus": focus}
+
+    def inspect(self, inspection):
+        inspection.refuse_question()
+        inspection.refuse_target("a keyword classifier reads --src alone")
+        _, _, records, focus = self.read(inspection.model, inspection.tokenizers["src"], inspection.text)
+        out = inspection.figures()
+        modules = {name: module_entry(r, head_entropy(r.probs)) for name, r in records.items()}
+        summary = {"focus": focus, "modules": modules, "out": str(out), "files": []}
+        (out / "summary.json").write_text(json.dumps(summary))
+        return summary
+
+
+KEYWORD = """\
+model: {{arch: encoder_only, stack: {{d_model: 8, n_heads: 2, n_layers: 1, d_ff: 16, dropout: 0.0}}, max_len: 16}}
+data: {{task: test_keyword, train: {train}, n_valid: 20}}
+train: {{max_steps: 10, batch_size: 16, lr_schedule: constant, lr: 0.01, warmup_steps: 1, eval_every: 10,
+        log_every: 5, label_smoothing: 0.0, progress: false, early_stop_metric: accuracy}}
+"""
+
+
+@pytest.fixture(scope="module")
+def keyword_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("keyword")
+    config = root / "keyword.yaml"
+    config.write_text(KEYWORD.format(train=sentiment_file(root)))
+    done = run_cli("train", str(config), "--out", str(root / "run"))
+    assert done.returncode == 0, done.stderr
+    return root / "run"
+
+
+def test_a_task_from_outside_the_package_brings_its_own_explorer_page(keyword_run):
+    """Its view's fields are the page's, its example the first input, and its answer the API's,
+    with the maps of the classifier's own forward."""
+    api = TestClient(create_app([Explorer(keyword_run)]), base_url="http://127.0.0.1")
+    [info] = api.get("/api/info").json()["runs"]
+    assert (info["task"], info["options"], info["input"], info["output"], info["steps"], info["example"]) == (
+        "test_keyword", {"top": 1}, "text", "classes", "none", "the plot was good")
+    reply = api.post("/api/run", json={"text": "the plot was good", "top": 2}).json()
+    model, tokenizers, _ = load_run(keyword_run)
+    ids = tokenizers["src"].encode("the plot was good")
+    with capture_attention(model) as captured:
+        p = model.classify(torch.tensor([ids]))[0].softmax(-1)
+    [record] = captured.last().values()
+    assert reply["task"] == "test_keyword" and reply["source_tokens"] == ["the", "plot", "was", "good"]
+    assert [o["label"] for o in reply["outputs"]] == [["neg", "pos"][i] for i in p.argsort(descending=True)]
+    assert [o["probability"] for o in reply["outputs"]] == pytest.approx(sorted(p.tolist(), reverse=True))
+    torch.testing.assert_close(torch.tensor(reply["attention"][0]["probs"]), record.probs[0])
+    assert reply["focus"] == reply["source_tokens"][int(record.probs[0].mean(0)[0].argmax())]
+    assert len(api.post("/api/run", json={"text": "the plot was good"}).json()["outputs"]) == 1  # top's default
+    refused = api.post("/api/run", json={"text": "good", "beam": 2})
+    assert refused.status_code == 400 and refused.json() == {
+        "error": "unknown field 'beam'; a test_keyword run reads run, text, heads_off, top"}
+
+
+def test_a_task_from_outside_the_package_brings_its_own_inspect_view(keyword_run, tmp_path):
+    done = run_cli("inspect", str(keyword_run), "--src", "the plot was good", "--out", str(tmp_path / "fig"))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "fig" / "summary.json").read_text())
+    model, tokenizers, _ = load_run(keyword_run)
+    with capture_attention(model) as captured:
+        model.classify(torch.tensor([tokenizers["src"].encode("the plot was good")]))
+    [(name, record)] = captured.last().items()
+    assert summary["modules"][name]["entropy"] == [round(float(e), 4) for e in head_entropy(record.probs)]
+    assert summary["focus"] == ["the", "plot", "was", "good"][int(record.probs[0].mean(0)[0].argmax())]
+    assert done.stdout.startswith(f"{name:<34} entropy per head") and done.stdout.endswith(f"in {tmp_path / 'fig'}\n")
+    tgt = run_cli("inspect", str(keyword_run), "--src", "good", "--tgt", "x", "--out", str(tmp_path / "t"))
+    assert tgt.returncode == 2 and tgt.stderr == "error: --tgt is for models with a decoder; a keyword classifier " \
+                                                 "reads --src alone\n"
+
+
+def test_every_task_that_inspect_serves_has_an_inspect_view_and_serve_finds_its_page():
+    """`inspect` serves the tasks whose ``commands`` name it; each has an Inspectable view, and the
+    built-in explorable tasks are those serve explored before the views."""
+    assert tasks_with(Inspectable) == [name for name, task in TASKS.items() if "inspect" in task.commands]
+    assert tasks_with(Explorable)[:8] == ["translation", "language_model", "classification", "masked_lm",
+                                          "image_classification", "captioning", "visual_qa", "encoder"]
 
 
 def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer(tmp_path):

@@ -1,19 +1,21 @@
-"""``attnlab inspect``: one sentence through a trained model, every attention map drawn.
+"""The figures of ``attnlab inspect``: one input through a trained model, every attention map drawn.
 
-For an encoder-decoder (Transformer or recurrent) the target is the given reference or, without
-one, the model's own beam-search output; the maps are those of one teacher-forced pass over it
-(:func:`attnlab.analysis.capture.attention_of`). A language model or encoder reads the text alone.
-Writes one heatmap PNG per attention module, an alignment plot per cross-attention layer (heads
-averaged), an entropy plot, and summary.json with each head's entropy and mean distance. An
-encoder-only model (classifier or masked LM) reads the text as its task does (``a TAB b``: a pair),
-and adds the attention of the first token, [CLS], per layer and head, and a classifier's prediction.
-An image model (``inputs: images``) reads an image file, as `predict` does: per layer, what the
-class token (or, with mean pooling, the mean of the patches) attends to over the patch grid, drawn
-on the image per head, and the attention rollout across the layers (Abnar & Zuidema 2020). A
-captioner reads an image file and captions it (or takes --tgt): for each word, its cross-attention
-over the patch grid drawn on the image, per decoder layer and head and averaged over the heads
-(the figure of Xu et al. 2015, "Show, Attend and Tell"). A
-single-stream model reads an image file and a question (analysis/cross_modal.py).
+Each function here draws one kind of model; a task's view (attnlab/views/) chooses the one its
+runs are drawn with. :func:`inspect_sequence`: for an encoder-decoder (Transformer or recurrent)
+the target is the given reference or, without one, the model's own beam-search output; the maps
+are those of one teacher-forced pass over it (:func:`attnlab.analysis.capture.attention_of`); a
+language model reads the text alone. It writes one heatmap PNG per attention module, an alignment
+plot per cross-attention layer (heads averaged), an entropy plot, and summary.json with each
+head's entropy and mean distance. :func:`inspect_encoder`: an encoder-only model reads the text as
+its task does (``a TAB b``: a pair), and adds the attention of the first token, [CLS], per layer
+and head, and a classifier's prediction. :func:`inspect_image`: an image model reads an image
+file, as `predict` does: per layer, what the class token (or, with mean pooling, the mean of the
+patches) attends to over the patch grid, drawn on the image per head, and the attention rollout
+across the layers (Abnar & Zuidema 2020). :func:`inspect_caption`: a captioner reads an image file
+and captions it (or takes --tgt): for each word, its cross-attention over the patch grid drawn on
+the image, per decoder layer and head and averaged over the heads (the figure of Xu et al. 2015,
+"Show, Attend and Tell"). A single-stream model reads an image file and a question
+(analysis/cross_modal.py).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import torch
 from torch import nn
 
 from attnlab.analysis.capture import AttentionRecord, attention_of, capture_attention
-from attnlab.analysis.cross_modal import inspect_single_stream
 from attnlab.analysis.heads import attention_rollout, head_entropy, mean_distance
 from attnlab.analysis.plots import (alignment_plot, attention_heatmaps, entropy_plot, first_token_plot,
                                     patch_attention_plot)
@@ -37,7 +38,6 @@ from attnlab.data.images import colour_of, read_image
 from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
-from attnlab.models.family import Inputs
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.image_classification import read_inputs
@@ -115,11 +115,11 @@ def module_entry(record: AttentionRecord, entropy: torch.Tensor) -> dict[str, An
 
 
 @torch.no_grad()
-def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: str, figures: FigureDir
-                    ) -> dict[str, Any]:
+def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: str, figures: FigureDir,
+                    with_prediction: bool) -> dict[str, Any]:
     """An encoder-only model on ``text`` (``a TAB b``: a sentence pair), encoded as its task reads
-    input: every layer's maps, the attention of [CLS] per layer and head, and for a classifier its
-    prediction."""
+    input: every layer's maps, the attention of [CLS] per layer and head, and ``with_prediction``
+    a classifier's prediction."""
     _, data_cfg, _ = run.read_config()
     a, _, b = text.partition("\t")
     inputs, _ = encode_inputs(tokenizer, [a], [b if "\t" in text else None], data_cfg.max_len)
@@ -134,7 +134,7 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
     labels = tokenizer.id_tokens(ids)
     summary: dict[str, Any] = {"run": str(run.path), "source": text, "source_tokens": labels, "modules": {},
                                "out": str(out), "files": []}
-    if data_cfg.task.name == "classification":
+    if with_prediction:
         p = logits[0].softmax(-1)
         names = run.read_task_state()["labels"]
         summary["prediction"] = {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))}
@@ -237,35 +237,13 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
     return summary
 
 
-def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path | None = None, beam: int = 4,
-                checkpoint: str = "best", device: torch.device | str = "cpu", force: bool = False,
-                question: str | None = None) -> dict[str, Any]:
-    """Draw every attention map of ``text`` (an image file, for an image model or a captioner; with ``question``,
-    for a single-stream model: analysis/cross_modal.py) into ``out`` (see :func:`figure_dir`: by
-    default a new folder in RUN_DIR/inspect), which is only made once the input has been read;
-    summary.json's ``out`` names it."""
-    model, tokenizers, cfg = load_run(run_dir, checkpoint, device)
-
-    def figures() -> Path:
-        return figure_dir(out, run_dir, text, force)
-
-    if cfg.capabilities.inputs == Inputs.IMAGE_TEXT and cfg.capabilities.encoder:
-        if target is not None:
-            raise UsageError("--tgt is for models with a decoder; a single-stream model reads --src IMAGE --question")
-        return inspect_single_stream(RunDir(run_dir), model, cfg, text, question, figures)
-    if question is not None:
-        raise UsageError(f"--question is for single-stream runs (arch 'single_stream'); {run_dir} holds arch "
-                         f"'{cfg.arch}'")
-    if cfg.capabilities.inputs == Inputs.IMAGES and cfg.capabilities.decoder:
-        return inspect_caption(RunDir(run_dir), model, cfg, tokenizers["tgt"], text, target, beam, figures)
-    if cfg.capabilities.inputs == Inputs.IMAGES:
-        if target is not None:
-            raise UsageError("--tgt is for models with a decoder; an image model reads --src IMAGE alone")
-        return inspect_image(RunDir(run_dir), model, cfg, text, figures)
-    if not cfg.capabilities.decoder:
-        if target is not None:
-            raise UsageError("--tgt is for models with a decoder; an encoder reads --src alone")
-        return inspect_encoder(RunDir(run_dir), model, tokenizers["src"], text, figures)
+@torch.no_grad()
+def inspect_sequence(run_dir: str | Path, model: nn.Module, tokenizers: dict[str, Tokenizer], cfg: Any, text: str,
+                     target: str | None, beam: int, figures: FigureDir) -> dict[str, Any]:
+    """A model that predicts tokens on ``text``: an encoder-decoder's source, translated by beam search
+    (or read against ``target``), or a language model's text, read alone; the figures and
+    summary.json of the module docstring."""
+    device = next(model.parameters()).device
     seq2seq = cfg.capabilities.encoder
     tok_in = tokenizers["src"] if seq2seq else tokenizers["tgt"]
     ids = tok_in.encode(text)

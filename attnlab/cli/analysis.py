@@ -13,7 +13,8 @@ from attnlab.errors import UsageError
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    from attnlab.analysis.inspect import entropy_over_split, inspect_run
+    from attnlab.analysis.inspect import entropy_over_split
+    from attnlab.views import inspect_run
 
     check_beam(args)
     device = device_of(args)

@@ -66,37 +66,42 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 
 def add_mask_predict_args(p: argparse.ArgumentParser) -> None:
-    """Mask-predict's options (runs of arch cmlm); --beam's default then depends on the run."""
+    """Mask-predict's options (runs whose model reads masked targets); --beam's default then depends on the run."""
     p.add_argument("--iterations", type=int, metavar="T",
-                   help="cmlm runs: mask-predict's passes, re-masking the least sure tokens (default 10, as the paper)")
+                   help="mask-predict runs (arch cmlm): its passes, re-masking the least sure tokens (default 10, as "
+                        "the paper)")
     p.add_argument("--length-beam", type=int, metavar="L",
-                   help="cmlm runs: the L most likely target lengths decoded per sentence (default 5, as the paper)")
-    p.set_defaults(beam=None)  # None: not given (4 for a left-to-right run; refused for a cmlm run)
+                   help="mask-predict runs (arch cmlm): the L most likely target lengths decoded per sentence "
+                        "(default 5, as the paper)")
+    p.set_defaults(beam=None)  # None: not given (4 for a left-to-right run; refused for a mask-predict run)
 
 
 def parallel_search(args: argparse.Namespace):
-    """Mask-predict's settings (decode/mask_predict.py MaskPredict) for a run of arch cmlm, whose
-    left-to-right options are refused; None for any other run, whose --iterations and --length-beam
-    are refused (and --beam, not given, is 4). One line for each refusal."""
+    """Mask-predict's settings (decode/mask_predict.py MaskPredict) for a run whose model reads a
+    target with masked tokens (its family's ``inputs``), whose left-to-right options are refused;
+    None for any other run, whose --iterations and --length-beam are refused (and --beam, not given,
+    is 4). One line for each refusal."""
     from attnlab.decode.mask_predict import MAX_ITERATIONS, MaskPredict
-    from attnlab.models.cmlm import MASKED_TOKENS
+    from attnlab.models import FAMILIES, Inputs
     from attnlab.train.checkpoint import RunDir
 
     cfg = RunDir(args.run_dir).read_config()[0]
-    if cfg.capabilities.inputs != MASKED_TOKENS:
+    if cfg.capabilities.inputs is not Inputs.MASKED_TOKENS:
+        masked = [name for name, family in FAMILIES.items() if family.capabilities.inputs is Inputs.MASKED_TOKENS]
         for option, value in (("--iterations", args.iterations), ("--length-beam", args.length_beam)):
             if value is not None:
-                raise UsageError(f"{option} is mask-predict's, for runs of arch 'cmlm'; {args.run_dir} holds arch "
-                                 f"'{cfg.arch}', decoded left to right (--beam)")
+                raise UsageError(f"{option} is mask-predict's, for runs of arch {' or '.join(map(repr, masked))}; "
+                                 f"{args.run_dir} holds arch '{cfg.arch}', decoded left to right (--beam)")
         args.beam = 4 if args.beam is None else args.beam
         return None
     left_to_right = {"--beam": args.beam is not None, "--nbest": getattr(args, "nbest", 1) != 1,
-                     "--draft": getattr(args, "draft", None) is not None, "--min-len": bool(getattr(args, "min_len", 0)),
+                     "--draft": getattr(args, "draft", None) is not None,
+                     "--min-len": bool(getattr(args, "min_len", 0)),
                      "--max-len": getattr(args, "max_len", None) is not None, "--no-cache": args.no_cache,
                      "--kv-cache": args.kv_cache != "auto", "--oracle-length": getattr(args, "oracle_length", False)}
     given = [option for option, is_given in left_to_right.items() if is_given]
     if given:
-        raise UsageError(f"{given[0]} is for left-to-right search; {args.run_dir} holds arch 'cmlm', decoded by "
+        raise UsageError(f"{given[0]} is for left-to-right search; {args.run_dir} holds arch '{cfg.arch}', decoded by "
                          f"mask-predict: give --iterations and --length-beam")
     iterations = 10 if args.iterations is None else args.iterations
     length_beam = 5 if args.length_beam is None else args.length_beam

@@ -32,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from attnlab.errors import AttnlabError, UsageError
 from attnlab.serve.explorer import Explorer
-from attnlab.serve.limits import LIMITS, Refused
+from attnlab.views.limits import LIMITS, Refused
 
 STATIC = Path(__file__).parent / "static"
 # the page loads only its own script and style, and runs no inline code

@@ -1,35 +1,12 @@
-"""What `attnlab serve` says of a run besides its answers: the page's first input, taken from the
-run's validation data, and what `attnlab prune --out` recorded in a pruned run."""
+"""What `attnlab serve` says of a run besides its answers: what `attnlab prune --out` recorded in
+a pruned run. (The page's first input is the run's task's: its view's ``example``.)"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from attnlab.errors import AttnlabError
 from attnlab.train.run_dir import META_FILE, RunDir
-from attnlab.train.run import read_run_data
-
-EXAMPLE_TOKENS = 48  # of a language model's validation text: the page's first input
-
-
-def example_input(run: RunDir, task: str, tokenizers: dict[str, Any]) -> str | None:
-    """The page's first input: the first source sentence of the run's validation data (a
-    translation), its first text (a classifier), or the start of its first line (a language
-    model); None where the run has no data here (an import, files since moved) or its input is not
-    a sentence."""
-    if task not in ("translation", "classification", "language_model"):
-        return None
-    try:
-        first = read_run_data(run, "valid").splits["valid"][0:EXAMPLE_TOKENS]
-    except AttnlabError:
-        return None
-    if task == "translation":
-        return first[0].src
-    if task == "classification":
-        return tokenizers["src"].decode(first[0].ids)
-    lines = tokenizers["tgt"].decode(first.tolist()).splitlines()  # a character LM's text runs across lines
-    return next((line.strip() for line in lines if line.strip()), None)
 
 
 def pruning_report(run: RunDir) -> dict[str, Any] | None:

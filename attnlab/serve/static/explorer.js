@@ -84,7 +84,7 @@ function addOptions(runs) {
     const input = typeof value === "boolean"
       ? el("input", {type: "checkbox", name})
       : el("input", {type: "number", name, value, step: Number.isInteger(value) ? 1 : 0.1});
-    $("#options").append(el("label", {}, `${LABELS[name]} `, input));
+    $("#options").append(el("label", {}, `${LABELS[name] ?? name.replaceAll("_", " ")} `, input));
   }
 }
 
@@ -152,9 +152,10 @@ function render(panel) {
   panel.root.replaceChildren(...parts);
 }
 
+// how the outputs are drawn is the run's page's (its task's view on the server: /api/info's "output")
 function outputs(panel) {
-  const {task, outputs: outs} = panel.result;
-  if (task === "translation" || task === "captioning") {
+  const outs = panel.result.outputs, kind = panel.run.output;
+  if (kind === "nbest") {
     return el("ol", {class: "nbest", start: 0}, ...outs.map((o, i) => el("li",
       {class: i === panel.choice ? "chosen" : "", "data-index": i,
        onclick: () => { panel.choice = i; panel.step = 0; ask(panel); }},
@@ -162,7 +163,7 @@ function outputs(panel) {
       el("span", {class: "score"}, `score ${fixed(o.score)}`),
       el("span", {class: "logprob"}, `log P ${fixed(o.logprob)}`))));
   }
-  if (task === "language_model") {
+  if (kind === "continuation") {
     const o = outs[0];
     return el("p", {class: "continuation"}, el("span", {class: "prompt"}, $("#text").value),
               el("span", {class: "generated"}, o.text),
@@ -175,11 +176,13 @@ function outputs(panel) {
 }
 
 // -- stepping through a decoded output: its tokens, each one's log P, and what it attended to ------
+// the row of ``map`` that the current step reads (/api/info's "steps"); -1: none
 function stepRow(panel, map) {
-  const {task, prompt_tokens: prompt} = panel.result;
-  if (task === "translation" || task === "captioning") return map.stack === "decoder" ? panel.step : -1;
-  if (task === "language_model") return prompt.length - 1 + panel.step;  // this position predicts the step's token
-  if (task === "visual_qa") return panel.step;  // the chosen word: the question comes first in the joint sequence
+  const steps = panel.run.steps;
+  if (steps === "decoder") return map.stack === "decoder" ? panel.step : -1;
+  // a continuation: the prompt's last position predicts the first step's token
+  if (steps === "continuation") return panel.result.prompt_tokens.length - 1 + panel.step;
+  if (steps === "question") return panel.step;  // the chosen word: the question comes first in the joint sequence
   return -1;
 }
 

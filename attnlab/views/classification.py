@@ -1,0 +1,28 @@
+"""A text classifier's views: an encoder-only run's (views/encoder.py), with the classes' probabilities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from attnlab.tasks.classification import Classification
+from attnlab.train.checkpoint import RunDir
+from attnlab.views.encoder import EncoderView
+from attnlab.views.session import Session
+from attnlab.views.view import register_view, validation_start
+
+
+@register_view(Classification)
+class ClassificationView(EncoderView):
+    predicts = True
+
+    def example(self, run: RunDir, tokenizers: dict[str, Any]) -> str | None:
+        first = validation_start(run)
+        return None if first is None else tokenizers["src"].decode(first[0].ids)
+
+    def read(self, session: Session, ids: Tensor, segments: Tensor) -> Tensor:
+        return session.model.classify(ids, segments)
+
+    def outputs(self, session: Session, logits: Tensor) -> dict[str, Any]:
+        return session.probabilities(logits[0])
