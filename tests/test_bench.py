@@ -554,7 +554,7 @@ def test_bench_decode_times_ctranslate2_at_each_compute_type_on_the_same_sources
         assert f"decode_{search}_bf16_vs_ct2" not in records  # CTranslate2 has no bf16 on this CPU: no column
 
     model, src = decode_bench.decode_inputs(batch=3, src_len=5, seed=0)
-    translations = decode_bench.translations(decode_bench.marian(0.0).hf.eval(), src, 4, 2, ("fp32",), torch.device("cpu"))
+    translations = decode_bench.translations(decode_bench.marian(0.0).hf.eval(), src, 4, 2, ("fp32",))
     ours = decode_bench.greedy(model, src, max_len=4, min_len=4)
     for run in translations.values():
         assert [len(row) for row in run()] == [len(row) for row in ours] == [4] * 3
@@ -562,7 +562,8 @@ def test_bench_decode_times_ctranslate2_at_each_compute_type_on_the_same_sources
 
 def test_ctranslate2_columns_say_when_the_extra_is_missing(monkeypatch, capsys):
     """Without ctranslate2 (its import fails), each CTranslate2 column of bench decode and bench lm
-    says so in its line, as transformers' columns do; --no-ct2 leaves them out."""
+    says so in its line, as transformers' columns do, and so does a bench on a GPU; --no-ct2 leaves
+    them out."""
     import sys
 
     from attnlab.cli import main
@@ -582,6 +583,9 @@ def test_ctranslate2_columns_say_when_the_extra_is_missing(monkeypatch, capsys):
     assert "reference" not in next(iter(lm_bench.bench_lm(repeats=1, with_ct2=False)))  # lm_train: none
     assert "_vs_ct2" not in str(list(decode_bench.bench_decode(batch=1, new_tokens=2, src_len=3, beam=2, repeats=1,
                                                                 with_hf=False, with_ct2=False)))
+    from attnlab.bench.ct2 import unavailable
+
+    assert unavailable(CUDA) == "timed on the CPU only; this bench runs on cuda:1"  # a GPU bench: no CPU engine in it
 
 
 def test_bench_lm_samples_with_ctranslate2s_generator_as_many_tokens(monkeypatch):
@@ -597,7 +601,7 @@ def test_bench_lm_samples_with_ctranslate2s_generator_as_many_tokens(monkeypatch
         assert (r["reference"], r["reference_value"], r["ratio"]) == ("ctranslate2.Generator (fp32)", b * 63 / 0.5, 1.0)
         assert r["intra_threads"] == torch.get_num_threads()
     vocabulary = numbered(lm_bench.VOCAB, bos=1, eos=2, unk=3)
-    generator = engines("Generator", lm_bench.lm_gpt2(), vocabulary, ("fp32",), torch.device("cpu"))["fp32"]
+    generator = engines("Generator", lm_bench.lm_gpt2(), vocabulary, ("fp32",))["fp32"]
     rows = lm_bench.generated(generator, vocabulary.names([[5], [9]]), 63)
     assert [len(row) for row in rows] == [63, 63] and rows[0] != rows[1]  # sampled, each row its own draw
 
@@ -623,7 +627,7 @@ def test_ctranslate2s_greedy_tokens_are_transformers_on_a_marian_model_in_marian
     src = torch.randint(2, v - 1, (4, 6), generator=torch.Generator().manual_seed(0))
     src = torch.cat([src, torch.zeros(4, 1, dtype=torch.long)], 1)  # (4, 7): + </s>
     theirs = hf.generate(input_ids=src, max_new_tokens=10, min_new_tokens=10, do_sample=False, num_beams=1)[:, 1:]
-    translator = engines("Translator", hf, vocabulary, ("fp32",), torch.device("cpu"))["fp32"]
+    translator = engines("Translator", hf, vocabulary, ("fp32",))["fp32"]
     ours = translated(translator, vocabulary.names(src.tolist()), 10, 1)
     assert [[vocabulary.tokens.index(t) for t in row] for row in ours] == theirs.tolist()
     assert len({tuple(row) for row in theirs.tolist()}) > 1  # the rows differ: the comparison can fail
@@ -639,7 +643,7 @@ def test_ctranslate2s_greedy_tokens_are_attnlabs_on_an_imported_gpt2():
     hf, ours, order = gpt2_pair("tiny")
     vocabulary = Vocabulary([f"<{i}>" for i in range(50256)] + ["<|endoftext|>"], bos_token="<|endoftext|>",
                             eos_token="<|endoftext|>", unk_token="<|endoftext|>")
-    generator = engines("Generator", hf, vocabulary, ("fp32",), torch.device("cpu"))["fp32"]
+    generator = engines("Generator", hf, vocabulary, ("fp32",))["fp32"]
     prompts = torch.randint(0, 50256, (2, 4), generator=torch.Generator().manual_seed(0))  # GPT-2's ids
     to_ours = {old: new for new, old in enumerate(order) if old is not None}
     mine = decode_greedy(ours, prompt=torch.tensor([[to_ours[i] for i in row] for row in prompts.tolist()]), max_len=8,

@@ -7,6 +7,7 @@ weights are the very tensors transformers' column runs) and a :class:`Vocabulary
 a tokenizer the converter reads (the benches' random-weight models have no tokenizer files). The
 converted model is loaded once per compute type (attnlab's fp32 and int8: CTranslate2's 'float32'
 and 'int8', quantised on loading) with ``intra_threads`` = torch's threads, the records say how many.
+It is timed on the CPU only, the deployment these columns stand for; on a GPU they say so.
 
 Marian's layout is not attnlab's, and CTranslate2's Marian loader assumes Marian's: its decoder
 starts from a zero embedding (Marian's ``<pad>``) and it drops the vocabulary's last row (that
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from attnlab.bench.reference import missing
 
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}  # attnlab's weights -> CTranslate2's compute type
 
@@ -76,18 +79,24 @@ def converted(model: torch.nn.Module, vocabulary: Vocabulary, out: Path) -> Path
     return Path(InMemory(str(out / "transformers")).convert(str(out / "ctranslate2")))
 
 
-def engines(kind: str, model: torch.nn.Module, vocabulary: Vocabulary, weights: tuple[str, ...],
-            device: torch.device) -> dict[str, Any]:
-    """CTranslate2's ``kind`` ('Translator' or 'Generator') of ``model`` for each of ``weights``
-    (fp32, int8) on ``device``, with torch's thread count."""
+def unavailable(device: torch.device) -> str | None:
+    """Why CTranslate2's columns stay empty in a bench on ``device``, in one line (its extra is not
+    installed, or the bench is not on the CPU); None where they run."""
+    if device.type != "cpu":
+        return f"timed on the CPU only; this bench runs on {device}"
+    return missing("ct2", "ctranslate2", "transformers")
+
+
+def engines(kind: str, model: torch.nn.Module, vocabulary: Vocabulary, weights: tuple[str, ...]) -> dict[str, Any]:
+    """CTranslate2's ``kind`` ('Translator' or 'Generator') of ``model`` (on the CPU) for each of
+    ``weights`` (fp32, int8), on the CPU with torch's thread count."""
     import ctranslate2
 
     ctranslate2.set_random_seed(0)  # the Generator's sampling, like torch's seeded generator
     with tempfile.TemporaryDirectory() as tmp:
         path = str(converted(model, vocabulary, Path(tmp)))
-        return {w: getattr(ctranslate2, kind)(path, device=device.type, device_index=device.index or 0,
-                                              compute_type=COMPUTE_TYPES[w], intra_threads=torch.get_num_threads(),
-                                              inter_threads=1)
+        return {w: getattr(ctranslate2, kind)(path, device="cpu", compute_type=COMPUTE_TYPES[w],
+                                              intra_threads=torch.get_num_threads(), inter_threads=1)
                 for w in weights}
 
 

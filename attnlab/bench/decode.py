@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from attnlab.bench.ct2 import COMPUTE_TYPES, engines, numbered, reference_name, threads
-from attnlab.bench.reference import SHAPE, TRANSFORMERS_MISSING, marian, missing
+from attnlab.bench.ct2 import COMPUTE_TYPES, engines, numbered, reference_name, threads, unavailable
+from attnlab.bench.reference import SHAPE, TRANSFORMERS_MISSING, marian
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, checked_length, interleaved_medians
 from attnlab.bench.train import attnlab_model
@@ -74,9 +74,9 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
         runs |= {"hf_greedy": generate(num_beams=1), f"hf_beam{beam}": generate(num_beams=beam, length_penalty=0.6),
                  "hf_greedy_nocache": generate(num_beams=1, use_cache=False)}
     ct2_weights = ("fp32", *(w for w in weights if w in COMPUTE_TYPES))
-    ct2_missing = missing("ct2", "ctranslate2") if hf is not None else TRANSFORMERS_MISSING
+    ct2_missing = unavailable(device) or (TRANSFORMERS_MISSING if hf is None else None)
     if with_ct2 and ct2_missing is None:
-        runs |= translations(hf, src, n, beam, ct2_weights, device)
+        runs |= translations(hf, src, n, beam, ct2_weights)
     with torch.no_grad():
         seconds = interleaved_medians(runs, repeats, warmup=1, device=device)
     where = device_fields(device)
@@ -116,15 +116,15 @@ def weights_suffix(weights: str) -> str:
     return "" if weights == "fp32" else f"_{weights}"
 
 
-def translations(hf: torch.nn.Module, src: torch.Tensor, n: int, beam: int, weights: tuple[str, ...],
-                 device: torch.device) -> dict[str, Callable[[], list[list[str]]]]:
+def translations(hf: torch.nn.Module, src: torch.Tensor, n: int, beam: int,
+                 weights: tuple[str, ...]) -> dict[str, Callable[[], list[list[str]]]]:
     """CTranslate2's greedy and beam search of exactly ``n`` new tokens on ``hf``'s weights, with
     each of ``weights``: ct2_greedy``suffix``, ct2_beam``beam````suffix``. The vocabulary ends with
     the ``<pad>`` its Marian loader drops (Marian's layout; bench/ct2.py)."""
     vocabulary = numbered(SHAPE["vocab_size"], eos=EOS, unk=UNK, pad=SHAPE["vocab_size"] - 1)
     sources = vocabulary.names(src.tolist(), leave_out=PAD)  # the same sources, EOS included
     runs = {}
-    for w, translator in engines("Translator", hf, vocabulary, weights, device).items():
+    for w, translator in engines("Translator", hf, vocabulary, weights).items():
         runs |= {f"ct2_greedy{weights_suffix(w)}": partial(translated, translator, sources, n, 1),
                  f"ct2_beam{beam}{weights_suffix(w)}": partial(translated, translator, sources, n, beam)}
     return runs

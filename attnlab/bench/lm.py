@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from attnlab.bench.ct2 import engines, numbered, reference_name, threads
+from attnlab.bench.ct2 import engines, numbered, reference_name, threads, unavailable
 from attnlab.bench.device import device_fields
-from attnlab.bench.reference import TRANSFORMERS_MISSING, missing, transformers_or_none
+from attnlab.bench.reference import TRANSFORMERS_MISSING, transformers_or_none
 from attnlab.bench.timing import CPU, checked_length, interleaved_medians
 from attnlab.bench.train import attnlab_step
 from attnlab.data.batching import Batch
@@ -82,9 +82,8 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_
     new = BLOCK - 1
     vocabulary = numbered(VOCAB, bos=BOS, eos=EOS, unk=UNK)
     gpt2 = lm_gpt2() if with_ct2 else None
-    ct2_missing = missing("ct2", "ctranslate2") if gpt2 is not None else TRANSFORMERS_MISSING
-    generator = engines("Generator", gpt2.to(device), vocabulary, ("fp32",), device)["fp32"] \
-        if with_ct2 and ct2_missing is None else None
+    ct2_missing = unavailable(device) or (TRANSFORMERS_MISSING if gpt2 is None else None)
+    generator = engines("Generator", gpt2, vocabulary, ("fp32",))["fp32"] if with_ct2 and ct2_missing is None else None
     label = reference_name("Generator", "fp32")
     for b in (1, 32):
         prompt = torch.randint(4, VOCAB, (b, 1), generator=g).to(device)  # (b, 1)
