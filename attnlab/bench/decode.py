@@ -98,11 +98,14 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
         if reference in seconds:
             yield record(name) | against(label, reference, name) | where
         else:
-            yield record(name) | ({"reference": HF, "skipped_reference": TRANSFORMERS_MISSING} if with_hf else {}) | where
+            skipped = {"reference": HF, "skipped_reference": TRANSFORMERS_MISSING} if with_hf else {}
+            yield record(name) | skipped | where
     for w in ct2_weights if with_ct2 else ():  # each against CTranslate2's search at the same compute type
-        for search in ("greedy", f"beam{beam}"):
-            name, key, label = f"decode_{search}{weights_suffix(w)}", f"ct2_{search}{weights_suffix(w)}", reference_name("Translator", w)
-            compared = against(label, key, name) if key in seconds else {"reference": label, "skipped_reference": ct2_missing}
+        label = reference_name("Translator", w)
+        for search in (f"greedy{weights_suffix(w)}", f"beam{beam}{weights_suffix(w)}"):
+            name, key = f"decode_{search}", f"ct2_{search}"
+            compared = against(label, key, name) if key in seconds else {"reference": label,
+                                                                         "skipped_reference": ct2_missing}
             yield record(name) | {"name": f"{name}_vs_ct2"} | compared | threads() | where
     yield {"name": "decode_cache_speedup", "value": round(seconds["decode_greedy_nocache"] / seconds["decode_greedy"], 2),
            "unit": "x", "reference": "decode_greedy_nocache"} | where
