@@ -210,7 +210,7 @@ def test_bench_decode_records(monkeypatch):
     seconds = {"decode_greedy": 0.3, "decode_greedy_nocache": 2.2}
     monkeypatch.setattr(decode_bench, "interleaved_medians", fixed_medians(seconds, default=0.5))
     decode = {r["name"]: r for r in decode_bench.bench_decode(batch=2, new_tokens=5, src_len=6, beam=2, repeats=1,
-                                                              with_hf=False, weights=("int8", "bf16"))}
+                                                              with_hf=False, weights=("int8", "bf16"), with_ct2=False)}
     searches = ["decode_greedy", "decode_beam2", "decode_greedy_int8", "decode_beam2_int8", "decode_greedy_bf16",
                 "decode_beam2_bf16"]
     assert {*searches, "decode_greedy_nocache", "decode_cache_speedup"} == decode.keys()
@@ -528,3 +528,126 @@ def test_benches_run_on_cuda():
 
     decode = {r["name"]: r for r in bench_decode(batch=2, new_tokens=4, repeats=1, with_hf=False, device=cuda)}
     assert decode["decode_graph_speedup"]["value"] >= 0  # greedy with the CUDA graph, against the growable cache
+
+
+# -- CTranslate2: the deployed engine's columns, on the same weights ----------------------------------------------
+
+CT2_MISSING = "ctranslate2 is not installed (pip install 'attnlab[ct2]')"
+
+
+def test_bench_decode_times_ctranslate2_at_each_compute_type_on_the_same_sources(monkeypatch):
+    """With set medians (attnlab 0.5 s, CTranslate2 0.25 s), each attnlab search has a record against
+    CTranslate2's at the same compute type (ratio 0.5) naming the threads both ran on; the
+    CTranslate2 runs are real and give each row exactly as many tokens as attnlab's."""
+    import attnlab.bench.decode as decode_bench
+
+    seconds = {f"ct2_{search}{w}": 0.25 for search in ("greedy", "beam2") for w in ("", "_int8")}
+    monkeypatch.setattr(decode_bench, "interleaved_medians", fixed_medians(seconds, default=0.5))
+    records = {r["name"]: r for r in decode_bench.bench_decode(batch=2, new_tokens=3, src_len=5, beam=2, repeats=1,
+                                                               with_hf=False, weights=("int8", "bf16"))}
+    for search in ("greedy", "beam2"):
+        for w, compute_type in (("", "fp32"), ("_int8", "int8")):
+            r = records[f"decode_{search}{w}_vs_ct2"]
+            assert r["reference"] == f"ctranslate2.Translator ({compute_type})"
+            assert (r["value"], r["reference_value"], r["ratio"]) == (12.0, 24.0, 0.5)
+            assert r["intra_threads"] == torch.get_num_threads()
+        assert f"decode_{search}_bf16_vs_ct2" not in records  # CTranslate2 has no bf16 on this CPU: no column
+
+    model, src = decode_bench.decode_inputs(batch=3, src_len=5, seed=0)
+    translations = decode_bench.translations(decode_bench.marian(0.0).hf.eval(), src, 4, 2, ("fp32",))
+    ours = decode_bench.greedy(model, src, max_len=4, min_len=4)
+    for run in translations.values():
+        assert [len(row) for row in run()] == [len(row) for row in ours] == [4] * 3
+
+
+def test_ctranslate2_columns_say_when_the_extra_is_missing(monkeypatch, capsys):
+    """Without ctranslate2 (its import fails), each CTranslate2 column of bench decode and bench lm
+    says so in its line, as transformers' columns do, and so does a bench on a GPU; --no-ct2 leaves
+    them out."""
+    import sys
+
+    from attnlab.cli import main
+    import attnlab.bench.decode as decode_bench
+    import attnlab.bench.lm as lm_bench
+
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` raises ImportError
+    monkeypatch.setattr(decode_bench, "interleaved_medians", fixed_medians(default=0.5))
+    assert main(["bench", "decode", "--new-tokens", "2", "--batch", "1", "--repeats", "1", "--no-hf"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "_vs_ct2" in line]
+    compute_types = ["fp32", "fp32", "int8", "int8"]
+    assert [line.split(" tokens/s")[1] for line in lines] == [
+        f"   ctranslate2.Translator ({w}): skipped ({CT2_MISSING})" for w in compute_types]
+    monkeypatch.setattr(lm_bench, "interleaved_medians", half_a_second)
+    lm = {r["name"]: r for r in lm_bench.bench_lm(repeats=1)}
+    assert lm["lm_sample_b32"]["skipped_reference"] == CT2_MISSING
+    assert "reference" not in next(iter(lm_bench.bench_lm(repeats=1, with_ct2=False)))  # lm_train: none
+    assert "_vs_ct2" not in str(list(decode_bench.bench_decode(batch=1, new_tokens=2, src_len=3, beam=2, repeats=1,
+                                                                with_hf=False, with_ct2=False)))
+    from attnlab.bench.ct2 import unavailable
+
+    assert unavailable(CUDA) == "timed on the CPU only; this bench runs on cuda:1"  # a GPU bench: no CPU engine in it
+
+
+def test_bench_lm_samples_with_ctranslate2s_generator_as_many_tokens(monkeypatch):
+    """Sampling at batch 1 and 32 is against CTranslate2's Generator on a GPT-2 of the LM's shape:
+    with every median at 0.5 s the ratio is 1, and its rows have the 63 tokens attnlab's have."""
+    import attnlab.bench.lm as lm_bench
+    from attnlab.bench.ct2 import engines, numbered
+
+    monkeypatch.setattr(lm_bench, "interleaved_medians", half_a_second)
+    lm = {r["name"]: r for r in lm_bench.bench_lm(repeats=1)}
+    for b in (1, 32):
+        r = lm[f"lm_sample_b{b}"]
+        assert (r["reference"], r["reference_value"], r["ratio"]) == ("ctranslate2.Generator (fp32)", b * 63 / 0.5, 1.0)
+        assert r["intra_threads"] == torch.get_num_threads()
+    vocabulary = numbered(lm_bench.VOCAB, bos=1, eos=2, unk=3)
+    generator = engines("Generator", lm_bench.lm_gpt2(), vocabulary, ("fp32",))["fp32"]
+    rows = lm_bench.generated(generator, vocabulary.names([[5], [9]]), 63)
+    assert [len(row) for row in rows] == [63, 63] and rows[0] != rows[1]  # sampled, each row its own draw
+
+
+def test_ctranslate2s_greedy_tokens_are_transformers_on_a_marian_model_in_marians_layout():
+    """On a MarianMTModel laid out as Marian lays it (<pad> the last row, zero, and the decoder's
+    start; CTranslate2's Marian loader assumes it), CTranslate2's fp32 greedy search gives
+    transformers' tokens, row by row: the converter took the weights as they are."""
+    import transformers
+
+    from attnlab.bench.ct2 import engines, numbered
+    from attnlab.bench.decode import translated
+
+    v = 40
+    config = transformers.MarianConfig(
+        vocab_size=v, decoder_vocab_size=v, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, activation_function="relu", dropout=0.0,
+        attention_dropout=0.0, max_position_embeddings=64, scale_embedding=True, pad_token_id=v - 1, eos_token_id=0,
+        decoder_start_token_id=v - 1, forced_eos_token_id=None, init_std=0.5)
+    torch.manual_seed(0)
+    hf = transformers.MarianMTModel(config).eval()
+    vocabulary = numbered(v, eos=0, unk=1, pad=v - 1)
+    src = torch.randint(2, v - 1, (4, 6), generator=torch.Generator().manual_seed(0))
+    src = torch.cat([src, torch.zeros(4, 1, dtype=torch.long)], 1)  # (4, 7): + </s>
+    theirs = hf.generate(input_ids=src, max_new_tokens=10, min_new_tokens=10, do_sample=False, num_beams=1)[:, 1:]
+    translator = engines("Translator", hf, vocabulary, ("fp32",))["fp32"]
+    ours = translated(translator, vocabulary.names(src.tolist()), 10, 1)
+    assert [[vocabulary.tokens.index(t) for t in row] for row in ours] == theirs.tolist()
+    assert len({tuple(row) for row in theirs.tolist()}) > 1  # the rows differ: the comparison can fail
+
+
+def test_ctranslate2s_greedy_tokens_are_attnlabs_on_an_imported_gpt2():
+    """CTranslate2's Generator on a GPT-2 converted by its converter, and attnlab's decoder_lm with the
+    same weights (bench gpt2's pair): greedy, they write the same tokens."""
+    from attnlab.bench.ct2 import Vocabulary, engines
+    from attnlab.bench.generate import gpt2_pair
+    from attnlab.decode.search import greedy as decode_greedy
+
+    hf, ours, order = gpt2_pair("tiny")
+    vocabulary = Vocabulary([f"<{i}>" for i in range(50256)] + ["<|endoftext|>"], bos_token="<|endoftext|>",
+                            eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    generator = engines("Generator", hf, vocabulary, ("fp32",))["fp32"]
+    prompts = torch.randint(0, 50256, (2, 4), generator=torch.Generator().manual_seed(0))  # GPT-2's ids
+    to_ours = {old: new for new, old in enumerate(order) if old is not None}
+    mine = decode_greedy(ours, prompt=torch.tensor([[to_ours[i] for i in row] for row in prompts.tolist()]), max_len=8,
+                  min_len=8)
+    results = generator.generate_batch(vocabulary.names(prompts.tolist()), max_length=8, min_length=8,
+                                       include_prompt_in_result=False)
+    assert [r.sequences_ids[0] for r in results] == [[order[i] for i in row] for row in mine]

@@ -273,7 +273,7 @@ def test_bench_decode_reports_greedy_beam_and_the_cache_speedup(monkeypatch):
     seconds = {"decode_greedy": 0.3, "decode_greedy_nocache": 2.2}
     monkeypatch.setattr("attnlab.bench.decode.interleaved_medians", fixed_medians(seconds, default=0.5))
     done = run_cli("bench", "decode", "--new-tokens", "4", "--batch", "2", "--repeats", "1",
-                           "--no-hf", "--json")
+                           "--no-hf", "--no-ct2", "--json")
     assert done.returncode == 0, done.stderr
     records = {r["name"]: r for r in map(json.loads, done.stdout.splitlines())}
     # the default weights are fp32 and int8: each decodes greedily and with beam 5

@@ -8,20 +8,30 @@ models and the sources on one device. On a GPU, where the searches decode with a
 a CUDA graph of the step (``kv_cache`` 'auto'), greedy with the growable cache is timed too: what
 the graph gains. ``weights`` adds greedy and beam search with the model's weights in bf16 or int8
 (decode/weights.py), each against Hugging Face's fp32 generate: what fewer bytes of weights gain.
+
+CTranslate2 (``with_ct2``, the ``ct2`` extra; bench/ct2.py) runs the same searches on the same
+weights, Hugging Face's MarianMTModel converted by its own converter, in fp32 and, where ``weights``
+has it, int8: each attnlab search against CTranslate2's at the same compute type
+(``decode_greedy_int8_vs_ct2``: attnlab's int8 greedy against CTranslate2's int8 greedy), timed in
+the same interleaved turns, on the same thread count. Every CTranslate2 row must have the fixed
+number of tokens too.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterator
+from functools import partial
+from typing import Any, Callable, Iterator
 
 import torch
 
-from attnlab.bench.reference import SHAPE, marian
+from attnlab.bench.ct2 import COMPUTE_TYPES, engines, numbered, reference_name, threads, unavailable
+from attnlab.bench.reference import SHAPE, TRANSFORMERS_MISSING, marian
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, checked_length, interleaved_medians
 from attnlab.bench.train import attnlab_model
 from attnlab.data.batching import source_batch
+from attnlab.data.tokenizers import EOS, PAD, UNK
 from attnlab.decode.search import beam_search, greedy
 from attnlab.decode.weights import with_weights
 
@@ -41,7 +51,7 @@ def decode_inputs(batch: int, src_len: int, seed: int,
 
 def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,
                  with_hf: bool = True, seed: int = 0, device: torch.device = CPU,
-                 weights: tuple[str, ...] = ()) -> Iterator[dict]:
+                 weights: tuple[str, ...] = (), with_ct2: bool = True) -> Iterator[dict]:
     model, src = decode_inputs(batch, src_len, seed, device)
     n = new_tokens
     runs: dict[str, Callable[[], None]] = {"decode_greedy_nocache": lambda: checked_length(
@@ -51,9 +61,10 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
     if device.type == "cuda":
         runs["decode_greedy_dynamic"] = lambda: checked_length(greedy(model, src, max_len=n, min_len=n,
                                                                       kv_cache="dynamic"), n)
-    hf = marian(0.0) if with_hf else None
+    hf = marian(0.0) if with_hf or with_ct2 else None  # generate's model, and CTranslate2's weights
     if hf is not None:
         hf = hf.hf.eval().to(device)
+    if hf is not None and with_hf:
         mask = src != 0
 
         def generate(**kw) -> Callable[[], None]:
@@ -62,28 +73,74 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
 
         runs |= {"hf_greedy": generate(num_beams=1), f"hf_beam{beam}": generate(num_beams=beam, length_penalty=0.6),
                  "hf_greedy_nocache": generate(num_beams=1, use_cache=False)}
+    ct2_weights = ("fp32", *(w for w in weights if w in COMPUTE_TYPES))
+    ct2_missing = unavailable(device) or (TRANSFORMERS_MISSING if hf is None else None)
+    if with_ct2 and ct2_missing is None:
+        runs |= translations(hf, src, n, beam, ct2_weights)
     with torch.no_grad():
         seconds = interleaved_medians(runs, repeats, warmup=1, device=device)
     where = device_fields(device)
+
+    def record(name: str) -> dict[str, Any]:
+        return {"name": name, "value": round(batch * n / seconds[name], 1), "unit": "tokens/s", "batch": batch,
+                "new_tokens": n}
+
+    def against(reference: str, key: str, name: str) -> dict[str, Any]:
+        return {"reference": reference, "reference_value": round(batch * n / seconds[key], 1),
+                "ratio": round(seconds[key] / seconds[name], 3)}
+
     searched = [("greedy", ""), (f"beam{beam}", ""), ("greedy", "_nocache")]
     searched += [(search, f"_{w}") for w in weights for search in ("greedy", f"beam{beam}")]
     for search, variant in searched:  # each against Hugging Face's fp32 search
         name = f"decode_{search}{variant}"
-        record = {"name": name, "value": round(batch * n / seconds[name], 1), "unit": "tokens/s", "batch": batch,
-                  "new_tokens": n}
         reference = f"hf_{search}" + ("_nocache" if variant == "_nocache" else "")
+        label = HF + (" (use_cache=False)" if variant == "_nocache" else "")
         if reference in seconds:
-            theirs = batch * n / seconds[reference]
-            record |= {"reference": HF + (" (use_cache=False)" if "nocache" in name else ""),
-                       "reference_value": round(theirs, 1), "ratio": round(seconds[reference] / seconds[name], 3)}
-        elif with_hf:
-            record |= {"reference": HF, "skipped_reference": "transformers is not installed (pip install 'attnlab[bench]')"}
-        yield record | where
+            yield record(name) | against(label, reference, name) | where
+        else:
+            skipped = {"reference": HF, "skipped_reference": TRANSFORMERS_MISSING} if with_hf else {}
+            yield record(name) | skipped | where
+    for w in ct2_weights if with_ct2 else ():  # each against CTranslate2's search at the same compute type
+        label = reference_name("Translator", w)
+        for search in (f"greedy{weights_suffix(w)}", f"beam{beam}{weights_suffix(w)}"):
+            name, key = f"decode_{search}", f"ct2_{search}"
+            compared = against(label, key, name) if key in seconds else {"reference": label,
+                                                                         "skipped_reference": ct2_missing}
+            yield record(name) | {"name": f"{name}_vs_ct2"} | compared | threads() | where
     yield {"name": "decode_cache_speedup", "value": round(seconds["decode_greedy_nocache"] / seconds["decode_greedy"], 2),
            "unit": "x", "reference": "decode_greedy_nocache"} | where
     if "decode_greedy_dynamic" in seconds:
         yield {"name": "decode_graph_speedup", "value": round(seconds["decode_greedy_dynamic"] / seconds["decode_greedy"], 2),
                "unit": "x", "reference": "decode_greedy with kv_cache='dynamic'"} | where
+
+
+def weights_suffix(weights: str) -> str:
+    """The records' suffix for a search with ``weights``: none for fp32, '_int8' for int8."""
+    return "" if weights == "fp32" else f"_{weights}"
+
+
+def translations(hf: torch.nn.Module, src: torch.Tensor, n: int, beam: int,
+                 weights: tuple[str, ...]) -> dict[str, Callable[[], list[list[str]]]]:
+    """CTranslate2's greedy and beam search of exactly ``n`` new tokens on ``hf``'s weights, with
+    each of ``weights``: ct2_greedy``suffix``, ct2_beam``beam````suffix``. The vocabulary ends with
+    the ``<pad>`` its Marian loader drops (Marian's layout; bench/ct2.py)."""
+    vocabulary = numbered(SHAPE["vocab_size"], eos=EOS, unk=UNK, pad=SHAPE["vocab_size"] - 1)
+    sources = vocabulary.names(src.tolist(), leave_out=PAD)  # the same sources, EOS included
+    runs = {}
+    for w, translator in engines("Translator", hf, vocabulary, weights).items():
+        runs |= {f"ct2_greedy{weights_suffix(w)}": partial(translated, translator, sources, n, 1),
+                 f"ct2_beam{beam}{weights_suffix(w)}": partial(translated, translator, sources, n, beam)}
+    return runs
+
+
+def translated(translator: Any, sources: list[list[str]], n: int, beam: int) -> list[list[str]]:
+    """One batch translated by CTranslate2: the best hypothesis of each row, ``n`` tokens (its
+    minimum and maximum decoding lengths), with the length penalty of the beam searches here."""
+    results = translator.translate_batch(sources, beam_size=beam, length_penalty=0.6, max_decoding_length=n,
+                                         min_decoding_length=n)
+    best = [r.hypotheses[0] for r in results]
+    checked_length(best, n)
+    return best
 
 
 def searches(model: torch.nn.Module, src: torch.Tensor, n: int, beam: int, suffix: str) -> dict[str, Callable[[], None]]:

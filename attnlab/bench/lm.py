@@ -1,6 +1,10 @@
 """The character language model of configs/shakespeare_char.yaml (4 layers, 4 heads, d_model 128,
 block 64, batch 12, AdamW): training tokens/s on random characters, and sampling tokens/s with the
-cache at batch 1 and batch 32 (63 new tokens: the model has 64 positions), on one device.
+cache at batch 1 and batch 32 (63 new tokens: the model has 64 positions), on one device. Each
+sampling figure is against CTranslate2's Generator (``with_ct2``, the ``ct2`` extra; bench/ct2.py)
+sampling as many tokens from the same prompts, in the same interleaved turns, on the same threads:
+transformers' GPT2LMHeadModel of the same shape (random weights, GPT-2's layout: its token
+embedding is not scaled by sqrt(d)) converted by CTranslate2's own converter.
 
 With a trained run (:func:`bench_lm_run`), the ways to decode it greedily at batch 1, each against
 plain greedy decoding with the cache in the same run: its weights in bf16 or int8, and speculative
@@ -10,15 +14,19 @@ with the acceptance rate. Random weights would make acceptance meaningless, so t
 from __future__ import annotations
 
 import copy
+from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
+from attnlab.bench.ct2 import engines, numbered, reference_name, threads, unavailable
 from attnlab.bench.device import device_fields
-from attnlab.bench.timing import CPU, interleaved_medians
+from attnlab.bench.reference import TRANSFORMERS_MISSING, transformers_or_none
+from attnlab.bench.timing import CPU, checked_length, interleaved_medians
 from attnlab.bench.train import attnlab_step
 from attnlab.data.batching import Batch
+from attnlab.data.tokenizers import BOS, EOS, UNK
 from attnlab.decode.search import sample
 from attnlab.decode.speculative import OWN_HEADS, SpeculationStats, speculative_decode
 from attnlab.decode.weights import weights_of, with_weights
@@ -49,7 +57,19 @@ def lm_train_config(precision: str = "fp32") -> TrainConfig:
                        weight_decay=0.1, beta2=0.99, precision=precision)
 
 
-def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU) -> Iterator[dict]:
+def lm_gpt2() -> torch.nn.Module | None:
+    """transformers' GPT2LMHeadModel of the character LM's shape (random weights), or None without
+    ``transformers``: what CTranslate2's Generator converts."""
+    if (hf := transformers_or_none()) is None:
+        return None
+    stack = MODEL["stack"]
+    config = hf.GPT2Config(vocab_size=VOCAB, n_positions=MODEL["max_len"], n_embd=stack["d_model"],
+                           n_layer=stack["n_layers"], n_head=stack["n_heads"], n_inner=stack["d_ff"],
+                           activation_function=stack["activation"], bos_token_id=BOS, eos_token_id=EOS)
+    return hf.GPT2LMHeadModel(config).eval()
+
+
+def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_ct2: bool = True) -> Iterator[dict]:
     torch.manual_seed(seed)
     model = lm_model().to(device)
     g = torch.Generator().manual_seed(seed)
@@ -60,13 +80,36 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU) -> It
            "batch": BATCH, "block": BLOCK} | where
     model.eval()
     new = BLOCK - 1
+    vocabulary = numbered(VOCAB, bos=BOS, eos=EOS, unk=UNK)
+    gpt2 = lm_gpt2() if with_ct2 else None
+    ct2_missing = unavailable(device) or (TRANSFORMERS_MISSING if gpt2 is None else None)
+    generator = engines("Generator", gpt2, vocabulary, ("fp32",))["fp32"] if with_ct2 and ct2_missing is None else None
+    label = reference_name("Generator", "fp32")
     for b in (1, 32):
         prompt = torch.randint(4, VOCAB, (b, 1), generator=g).to(device)  # (b, 1)
-        t = interleaved_medians({"s": lambda: sample(model, prompt=prompt, max_new_tokens=new, stop_at_eos=False,
-                                                     generator=torch.Generator().manual_seed(0))},
-                                max(1, repeats // 2), device=device)["s"]
-        yield {"name": f"lm_sample_b{b}", "value": round(b * new / t, 1), "unit": "tokens/s", "batch": b,
-               "new_tokens": new} | where
+        runs = {"s": lambda: checked_length(sample(model, prompt=prompt, max_new_tokens=new, stop_at_eos=False,
+                                                   generator=torch.Generator().manual_seed(0)), new)}
+        if generator is not None:
+            runs["ct2"] = partial(generated, generator, vocabulary.names(prompt.tolist()), new)
+        t = interleaved_medians(runs, max(1, repeats // 2), device=device)
+        record = {"name": f"lm_sample_b{b}", "value": round(b * new / t["s"], 1), "unit": "tokens/s", "batch": b,
+                  "new_tokens": new}
+        if generator is not None:
+            record |= {"reference": label, "reference_value": round(b * new / t["ct2"], 1),
+                       "ratio": round(t["ct2"] / t["s"], 3)} | threads()
+        elif with_ct2:
+            record |= {"reference": label, "skipped_reference": ct2_missing}
+        yield record | where
+
+
+def generated(generator: Any, prompts: list[list[str]], n: int) -> list[list[int]]:
+    """``n`` token ids a prompt sampled by CTranslate2's Generator from the whole distribution
+    (top-k = the vocabulary), temperature 1, as attnlab's sampler draws them."""
+    results = generator.generate_batch(prompts, max_length=n, min_length=n, sampling_topk=VOCAB,
+                                       include_prompt_in_result=False)
+    ids = [r.sequences_ids[0] for r in results]
+    checked_length(ids, n)
+    return ids
 
 
 def _converted(model: torch.nn.Module, weights: str) -> torch.nn.Module:

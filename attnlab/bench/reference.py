@@ -6,13 +6,18 @@
   sinusoidal positions, tied embeddings), when ``transformers`` is installed (``pip install
   attnlab[bench]``); None otherwise.
 
+A reference from an optional extra that is not installed leaves its column empty, saying why in one
+line (:func:`not_installed`: the records' ``skipped_reference`` or ``skipped``, which the CLI prints).
+
 Both take (src, tgt_in) token ids and return (B, T, V) logits; the benchmarks give them the same
 batches, the same loss (label-smoothed cross-entropy) and the same optimiser as attnlab.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -50,13 +55,31 @@ def torch_transformer(dropout: float) -> TorchTransformer:
     return TorchTransformer(**SHAPE, dropout=dropout)
 
 
-def transformers_or_none():
-    """The ``transformers`` module (the Hugging Face references), or None where it is not installed."""
+def installed(module: str) -> ModuleType | None:
+    """``module`` imported, or None where it is not installed (an optional extra's)."""
     try:
-        import transformers
+        return importlib.import_module(module)
     except ImportError:
         return None
-    return transformers
+
+
+def not_installed(module: str, extra: str) -> str:
+    """Why a reference's column is empty: ``module`` is missing, and the extra that installs it."""
+    return f"{module} is not installed (pip install 'attnlab[{extra}]')"
+
+
+def missing(extra: str, *modules: str) -> str | None:
+    """:func:`not_installed` for the first of ``modules`` (those of ``extra``) that does not import;
+    None where they all do."""
+    return next((not_installed(m, extra) for m in modules if installed(m) is None), None)
+
+
+TRANSFORMERS_MISSING = not_installed("transformers", "bench")
+
+
+def transformers_or_none() -> ModuleType | None:
+    """The ``transformers`` module (the Hugging Face references), or None where it is not installed."""
+    return installed("transformers")
 
 
 def marian(dropout: float) -> nn.Module | None:

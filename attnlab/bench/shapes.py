@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from attnlab.analysis.budget import budget_report
 from attnlab.bench.attention import measure_peak
 from attnlab.bench.device import device_fields, published_bf16_peak
-from attnlab.bench.reference import TorchTransformer, transformers_or_none
+from attnlab.bench.reference import TRANSFORMERS_MISSING, TorchTransformer, transformers_or_none
 from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
 from attnlab.bench.train import TrainingStep, attnlab_step, cross_entropy, gemm, mfu, reference_step
 from attnlab.data.batching import Batch
@@ -211,8 +211,7 @@ def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = No
                    "reference_peak_memory_mib": memory[shape.reference_name]}
     else:
         record |= {"reference": shape.reference_name,
-                   "skipped_reference": "--no-hf" if not with_hf else
-                   "transformers is not installed (pip install 'attnlab[bench]')"}
+                   "skipped_reference": "--no-hf" if not with_hf else TRANSFORMERS_MISSING}
     if graphs:  # where Inductor could not record a graph it ran the compiled kernels instead: this counts those
         record["cudagraph_skips"] = inductor_counters()["cudagraph_skips"] - skipped
     yield record | where

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.analysis.budget import budget_report
-from attnlab.bench.reference import SHAPE, marian, torch_transformer
+from attnlab.bench.reference import SHAPE, TRANSFORMERS_MISSING, marian, torch_transformer
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
 from attnlab.data.batching import Batch
@@ -179,4 +179,4 @@ def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 1
                "flops_per_step": flops, "tokens_per_step": tokens} | where
         if hf is None and with_hf:
             yield {"name": name, "reference": "transformers.MarianMTModel",
-                   "skipped": "transformers is not installed (pip install 'attnlab[bench]')"} | where
+                   "skipped": TRANSFORMERS_MISSING} | where

@@ -48,6 +48,13 @@ def resolved_device(args: argparse.Namespace) -> torch.device:
     return use_device(device_of(args))
 
 
+def torch_threads() -> int:
+    """The threads torch computes with on the CPU (CTranslate2's intra_threads too, where it runs)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 def header(device: torch.device, what: str) -> None:
     """What a bench measures, and where: a log of figures must say which device they were taken on."""
     from attnlab.bench.device import device_name
@@ -105,9 +112,10 @@ def cmd_bench_decode(args: argparse.Namespace, device: torch.device) -> None:
     if "int8" in variants and device.type != "cpu":
         raise UsageError(f"--weights int8 runs on the CPU's kernels; on {device} give bf16")
     header(device, f"decoding {args.batch} sources of 24 tokens, exactly {args.new_tokens} new tokens each, "
-                   f"d_model 256, 3+3 layers, vocabulary 8000; interleaved, median of {args.repeats}")
+                   f"d_model 256, 3+3 layers, vocabulary 8000; interleaved, median of {args.repeats}; "
+                   f"{torch_threads()} threads")
     for r in bench_decode(args.batch, args.new_tokens, repeats=args.repeats, with_hf=not args.no_hf, device=device,
-                          weights=variants):
+                          weights=variants, with_ct2=not args.no_ct2):
         emit_comparison(r, args.json)
 
 
@@ -118,12 +126,14 @@ def cmd_bench_lm(args: argparse.Namespace, device: torch.device) -> None:
 
     if args.repeats < 1 or args.speculate < 1:
         raise UsageError("--repeats and --speculate must be at least 1")
+    if args.run is not None and args.no_ct2:
+        raise UsageError("--no-ct2 leaves out the reference of the random-weight sampling; with --run there is none")
     if args.run is None:
         if args.draft or args.weights or args.compiled:
             raise UsageError("--draft, --weights and --compiled measure a trained run: give --run RUN")
-        header(device, "character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with "
-                       "the cache")
-        for r in bench_lm(args.repeats, device=device):
+        header(device, f"character LM of configs/shakespeare_char.yaml: training (batch 12 x 64) and sampling with "
+                       f"the cache; {torch_threads()} threads")
+        for r in bench_lm(args.repeats, device=device, with_ct2=not args.no_ct2):
             emit_comparison(r, args.json)
         return
     records = bench_lm_run(args.run, tuple(args.draft), tuple(args.weights), args.speculate, args.prompt,
@@ -213,7 +223,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks (timings as ratios against a reference in the same run)")
     bench_sub = bench.add_subparsers(dest="suite", required=True, parser_class=Parser)
 
-    def suite(name: str, help: str, func: Callable, repeats: int, hf: bool = False) -> argparse.ArgumentParser:
+    def suite(name: str, help: str, func: Callable, repeats: int, hf: bool = False,
+              ct2: bool = False) -> argparse.ArgumentParser:
         """A benchmark command with the options they all share; ``func(args, device)`` runs it on the
         resolved --device."""
         parser = bench_sub.add_parser(name, help=help)
@@ -223,6 +234,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         add_device_option(parser)  # every model of the suite, the references too
         if hf:
             parser.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
+        if ct2:
+            parser.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 reference")
         parser.set_defaults(func=lambda args: func(args, resolved_device(args)))
         return parser
 
@@ -238,15 +251,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="with --shape: both sides through torch.compile (the first steps compile, untimed); "
                             "--compile graphs (CUDA): their forward, loss and backward also replayed as CUDA graphs, "
                             "as train.compile: graphs runs attnlab's step")
-    decode = suite("decode", "greedy / beam / uncached decoding against Hugging Face generate", cmd_bench_decode, 3,
-                   hf=True)
+    decode = suite("decode", "greedy / beam / uncached decoding against Hugging Face generate and CTranslate2",
+                   cmd_bench_decode, 3, hf=True, ct2=True)
     decode.add_argument("--new-tokens", type=int, default=64, help="tokens generated per sequence (default 64)")
     decode.add_argument("--batch", type=int, default=32, help="sequences decoded together (default 32)")
     decode.add_argument("--weights", nargs="+", choices=["fp32", "bf16", "int8"], default=["fp32", "int8"],
                         help="the weights to decode with, each against Hugging Face's fp32 (default fp32 int8; int8 "
                              "on the CPU only)")
     lm = suite("lm", "the character LM: training and sampling tokens/s; with --run, a trained run's greedy "
-                     "decoding: plain, bf16/int8 weights, speculative", cmd_bench_lm, 10)
+                     "decoding: plain, bf16/int8 weights, speculative", cmd_bench_lm, 10, ct2=True)
     lm.add_argument("--run", help="a trained language-model run: time its greedy decoding at batch 1")
     lm.add_argument("--draft", action="append", default=[], metavar="RUN|heads",
                     help="with --run: time speculative decoding with this draft (a run with the same tokenizer, or "
