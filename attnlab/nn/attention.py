@@ -141,9 +141,10 @@ class SelfAttention(MultiHeadAttention):
         q, k, v = self.split_heads(self.qkv_proj(x), 3)  # (B, H, T, Dh) each
         # the new keys sit at the new queries' positions; cached keys were rotated when they were new
         q, k = self.positional.rotate(q, q_pos), self.positional.rotate(k, q_pos)
-        # softmax(s q k^T + bias) v over the cached keys and these (the backend keeps them in the cache)
-        heads, probs = self.kernel(q, mask).compute(self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout,
-                                                    self.score_bias, cache)  # (B, H, T, Dh)
+        kernel = self.kernel(q, mask)  # the backend that computes this call ('auto': 'sdpa' or 'math')
+        # softmax(s q k^T + bias) v over the cached keys and these (the backend keeps these in the cache)
+        heads, probs = kernel.compute(self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout, self.score_bias,
+                                      cache)  # (B, H, T, Dh)
         return self.merge_heads(heads, probs, q_pos, k_pos)  # (B, T, d_model)
 
     @staticmethod
@@ -187,8 +188,9 @@ class CrossAttention(MultiHeadAttention):
         mask = as_mask(mask)
         (q,) = self.split_heads(self.q_proj(y), 1)  # (B, H, T, Dh)
         k, v = self.memory_keys_values(memory, cache)  # (B, H, S, Dh) each
-        heads, probs = self.kernel(q, mask).compute(self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout,
-                                                    self.score_bias, None)  # (B, H, T, Dh)
+        kernel = self.kernel(q, mask)  # the backend that computes this call ('auto': 'sdpa' or 'math')
+        heads, probs = kernel.compute(self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout, self.score_bias,
+                                      None)  # softmax(s q k^T) v: (B, H, T, Dh)
         return self.merge_heads(heads, probs, q_pos, k_pos)  # (B, T, d_model)
 
     def memory_keys_values(self, memory: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:

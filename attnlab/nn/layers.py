@@ -123,8 +123,9 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: AttentionMask | Tensor, positions: Positions) -> Tensor:
         """x: (B, T, d_model); mask: an AttentionMask (or bool, broadcastable to (B, H, T, T))."""
+        # pre-norm: x = x + SelfAttention(Norm(x)); x = x + FFN(Norm(x))   (post-norm: Norm(x + ...))
         x = self.self_attn_residual(x, self.self_attn, mask, positions)  # (B, T, d_model)
-        return self.position_wise(x)
+        return self.position_wise(x)  # (B, T, d_model)
 
     def position_wise(self, x: Tensor) -> Tensor:
         """x + FFN(x) in its residual block; x itself without a feed-forward sublayer."""
@@ -139,8 +140,9 @@ class DecoderLayer(EncoderLayer):
                 cache: KVCache | None = None) -> Tensor:
         """y: (B, T, d_model) (only the new steps with a cache); mask: causal and padding, over the
         (Tk,) cached and new keys of ``positions`` -> (B, T, d_model)."""
+        # pre-norm: y = y + SelfAttention(Norm(y)); y = y + FFN(Norm(y))   (post-norm: Norm(y + ...))
         y = self.self_attn_residual(y, self.self_attn, mask, positions, cache)  # (B, T, d_model)
-        return self.position_wise(y)
+        return self.position_wise(y)  # (B, T, d_model)
 
     def memory_keys_values(self, states: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Transformer-XL's memory (nn/memory.py): the self-attention keys and values, (B, H, M, Dh) each,
