@@ -1,6 +1,7 @@
 """How far PyTorch's fused kernel is from a GPT block: at most 4 Python frames of attnlab's code
 from ``DecoderLayer.forward`` (the first) to the call of ``F.scaled_dot_product_attention``, for
-every positional scheme, cache mode and attention backend (issue 61). nanoGPT takes 1, litgpt 2,
+every positional scheme, cache mode (none, growing, static; Transformer-XL's memory and its
+decoding cache), norm placement and attention backend (issue 61). nanoGPT takes 1, litgpt 2,
 torchtune 3; attnlab took 8 (block, residual, lambda, SelfAttention, attend, auto, backend, sdpa's
 compute). ``nn.Module.__call__`` and the other frames of torch's own code do not count."""
 
@@ -60,6 +61,16 @@ def kernel_calls(monkeypatch) -> list[list[str]]:
     return calls
 
 
+def assert_near(kernel_calls: list[list[str]], model: torch.nn.Module, backend: str, device: str) -> None:
+    """The kernel was called where the backend's kernel is PyTorch's, each time at most MOST_FRAMES
+    frames from the block."""
+    shaws = any(m.positional.needs_probs for m in model.modules() if hasattr(m, "positional"))
+    assert bool(kernel_calls) == (backend in CALL_SDPA[device] and not shaws)
+    for frames in kernel_calls:
+        assert frames and frames[0].endswith("DecoderLayer.forward"), frames
+        assert len(frames) <= MOST_FRAMES, "\n".join(frames)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("norm", NORM_PLACEMENTS)
 @pytest.mark.parametrize("cache", CACHES)
@@ -80,8 +91,27 @@ def test_a_gpt_block_is_at_most_four_frames_from_sdpa(kernel_calls, backend, pos
         else:
             model(ids[:, :5], cache=kv)  # the prompt, then one step after it
             model(ids[:, 5:], cache=kv)
-    shaws = any(m.positional.needs_probs for m in model.modules() if hasattr(m, "positional"))
-    assert bool(kernel_calls) == (backend in CALL_SDPA[device] and not shaws)
-    for frames in kernel_calls:
-        assert frames and frames[0].endswith("DecoderLayer.forward"), frames
-        assert len(frames) <= MOST_FRAMES, "\n".join(frames)
+    assert_near(kernel_calls, model, backend, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reading", ["segments", "cache"])
+@pytest.mark.parametrize("positional", POSITIONAL)
+@pytest.mark.parametrize("backend", ATTENTION_BACKENDS)
+def test_transformer_xls_blocks_are_as_near_over_their_memory(kernel_calls, backend, positional, reading, device):
+    """The same blocks attend over a segment's memory (nn/memory.py: MemoryKV where the cache goes)
+    and decode with a cache that forgets what leaves every window."""
+    try:
+        model = tiny_model(arch="transformer_xl", positional=positional, attention_backend=backend,
+                           segment_length=3, memory_length=2).to(device)
+    except ConfigError as error:
+        pytest.skip(f"not a model attnlab builds: {error}")
+    ids = random_ids(2, 7).to(device)
+    with torch.no_grad():
+        if reading == "segments":
+            model(ids)  # three segments, the second and third after a memory
+        else:
+            cache = model.new_cache()
+            for t in range(ids.shape[1]):
+                model(ids[:, t:t + 1], cache=cache)
+    assert_near(kernel_calls, model, backend, device)
