@@ -103,6 +103,16 @@ def random_ids(batch: int, length: int, vocab: int = 23, generator_seed: int = 0
     return torch.randint(1, vocab, (batch, length), generator=g)
 
 
+def with_weights(attention: nn.Module, *args, **kwargs) -> tuple[Tensor, Tensor]:
+    """An attention module's output for these arguments and the weights (B, H, Tq, Tk) that formed it,
+    as attnlab.analysis.capture records them."""
+    from attnlab.analysis.capture import capture_attention
+
+    with capture_attention(attention) as captured:
+        out = attention(*args, **kwargs)
+    return out, captured.records[-1].probs
+
+
 def assert_cached_matches_uncached(model: torch.nn.Module, tgt: Tensor, src: Tensor | None = None,
                                    chunks: list[int] | None = None, atol: float = 1e-5) -> None:
     """Feed ``tgt`` to the model in pieces (``chunks`` sizes, default one token at a time) with a

@@ -38,7 +38,7 @@ def test_the_attention_scale_multiplies_q_dot_k(backend, scale, factor):
         assert mha.scale.scale.item() == pytest.approx(1 / math.sqrt(D // H))  # starts at the paper's
         mha.scale.scale.data.fill_(factor)
     x = torch.randn(2, 5, D)
-    torch.testing.assert_close(mha(x)[0], by_hand(mha, x, factor), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mha(x), by_hand(mha, x, factor), rtol=1e-5, atol=1e-5)
 
 
 def test_the_learned_scale_gets_the_gradient_of_the_loss():
@@ -49,7 +49,7 @@ def test_the_learned_scale_gets_the_gradient_of_the_loss():
     x = torch.randn(2, 5, D, dtype=torch.float64)
 
     def loss() -> torch.Tensor:
-        return mha(x)[0].square().sum()
+        return mha(x).square().sum()
 
     loss().backward()
     scale, eps = mha.scale.scale.item(), 1e-6
@@ -87,7 +87,7 @@ def test_a_layer_without_ffn_stops_after_attention():
     x = torch.randn(2, 5, D)
     valid = torch.ones(2, 5, dtype=torch.bool)
     out = layer(x, AttentionMask(key_valid=valid), (torch.arange(5), torch.arange(5)))
-    torch.testing.assert_close(out, res.norm(x + mha(x)[0]))
+    torch.testing.assert_close(out, res.norm(x + mha(x)))
 
 
 @pytest.mark.parametrize("fields, counted", [

@@ -63,11 +63,11 @@ def test_capture_equals_softmax_of_the_models_own_q_and_k():
     records = attention_of(model, src, tgt)
     H, Dh = 4, 4
     for name in ("encoder.layers.0.self_attn", "decoder.layers.1.self_attn", "decoder.layers.0.cross_attn"):
-        module, (args, kwargs) = attention_modules(model)[name], inputs[name]
+        module, (args, _) = attention_modules(model)[name], inputs[name]
         x = args[0]
         if isinstance(module, CrossAttention):
             q = module.q_proj(x).view(2, -1, H, Dh).transpose(1, 2)
-            k = module.kv_proj(kwargs["memory"]).view(2, -1, 2, H, Dh)[:, :, 0].transpose(1, 2)
+            k = module.kv_proj(args[1]).view(2, -1, 2, H, Dh)[:, :, 0].transpose(1, 2)  # the memory
             allowed = (src != 0)[:, None, None, :]
         else:
             q, k, _ = module.qkv_proj(x).view(2, -1, 3, H, Dh).permute(2, 0, 3, 1, 4)
@@ -94,7 +94,7 @@ def test_capture_changes_no_number_and_cleans_up():
     plain = model(src, tgt)
     with capture_attention(model) as captured:
         captured_out = model(src, tgt)
-        assert all(type(m.backend).__name__ == "AttentionBackend" for m in attention_modules(model).values())
+        assert all(type(m.backend).__name__ == "WeightsRecorder" for m in attention_modules(model).values())
     torch.testing.assert_close(captured_out, plain, atol=1e-5, rtol=0)
     assert all(m.backend.name == "sdpa" and not m._forward_hooks for m in attention_modules(model).values())
     assert torch.equal(model(src, tgt), plain)

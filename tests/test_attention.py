@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from attnlab.nn import CrossAttention, KVCache, MultiHeadAttention, SelfAttention, causal_mask, padding_mask
 from attnlab.nn.scores import attention
+from helpers import with_weights
 
 
 def qkv(B=2, H=3, Tq=5, Tk=5, D=8, seed=0):
@@ -126,7 +127,7 @@ def test_multihead_matches_torch(kind, masks):
         mask = padding_mask(valid)
     if use_causal:
         mask = causal if mask is None else mask & causal
-    out, probs = ours(x, mask=mask, need_weights=True) if kind == "self" else ours(x, kv, mask=mask, need_weights=True)
+    out, probs = with_weights(ours, x, mask=mask) if kind == "self" else with_weights(ours, x, kv, mask=mask)
     ref_out, ref_probs = ref(x, kv, kv, key_padding_mask=~valid if use_pad else None,
                              attn_mask=~causal if use_causal else None, average_attn_weights=False)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
@@ -138,10 +139,10 @@ def test_self_attention_cache_appends_one_step_at_a_time():
     mha = SelfAttention(16, 4).eval()
     x = torch.randn(2, 6, 16)
     pos = torch.arange(6)
-    full, _ = mha(x, mask=causal_mask(pos, pos), positions=(pos, pos))
+    full = mha(x, mask=causal_mask(pos, pos), positions=(pos, pos))
     cache = KVCache()
     for t in range(6):
-        step, _ = mha(x[:, t:t + 1], positions=(pos[t:t + 1], pos[:t + 1]), cache=cache)
+        step = mha(x[:, t:t + 1], positions=(pos[t:t + 1], pos[:t + 1]), cache=cache)
         assert len(cache) == t + 1 and cache.k.shape == (2, 4, t + 1, 4)
         torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-6, rtol=0)
 
@@ -150,11 +151,11 @@ def test_cross_attention_cache_projects_memory_once():
     torch.manual_seed(0)
     mha = CrossAttention(16, 4).eval()
     y, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
-    full, _ = mha(y, memory=memory)
+    full = mha(y, memory=memory)
     cache = KVCache()
     calls = []
     mha.kv_proj.register_forward_hook(lambda *args: calls.append(1))
-    steps = [mha(y[:, t:t + 1], memory=memory, cache=cache)[0] for t in range(3)]
+    steps = [mha(y[:, t:t + 1], memory=memory, cache=cache) for t in range(3)]
     assert len(calls) == 1
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=0)
 

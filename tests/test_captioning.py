@@ -81,7 +81,7 @@ def test_cross_attention_over_the_patches_is_multihead_attention_with_the_same_w
     assert memory.shape == (2, 12, 16) and valid.all()  # a grid of 4 x 3 patches, each a key
     cross = model.decoder.layers[1].cross_attn
     seen = {}
-    cross.register_forward_hook(lambda m, args, kwargs, out: seen.update(query=args[0], out=out[0]), with_kwargs=True)
+    cross.register_forward_hook(lambda m, args, kwargs, out: seen.update(query=args[0], out=out), with_kwargs=True)
     model(images, tgt)
     reference = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
     with torch.no_grad():

@@ -21,7 +21,7 @@ from attnlab.tasks.node_classification import (
 )
 from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.train.run import read_run_data
-from helpers import run_cli
+from helpers import run_cli, with_weights
 
 
 def adjacency(n: int, edges: list[tuple[int, int]]) -> torch.Tensor:
@@ -62,7 +62,7 @@ def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend
     attn = model.encoder.layers[0].self_attn
     x = torch.randn(5, 8)
     with torch.no_grad():
-        out, _ = attn(x[None], mask=AttentionMask(explicit=neighbourhoods(SMALL)))
+        out = attn(x[None], mask=AttentionMask(explicit=neighbourhoods(SMALL)))
         assert torch.allclose(out[0], by_hand(attn, x, SMALL), atol=1e-5)
 
 
@@ -71,7 +71,7 @@ def test_non_edges_get_zero_weight_and_an_isolated_node_attends_to_itself_alone(
     model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend="math"))).eval()
     attn = model.encoder.layers[0].self_attn
     with torch.no_grad():
-        _, weights = attn(torch.randn(1, 5, 8), mask=AttentionMask(explicit=neighbourhoods(SMALL)), need_weights=True)
+        _, weights = with_weights(attn, torch.randn(1, 5, 8), mask=AttentionMask(explicit=neighbourhoods(SMALL)))
     allowed = SMALL | torch.eye(5, dtype=torch.bool)
     assert torch.all(weights[0][:, ~allowed] == 0)  # (H, N, N): nothing off the neighbourhoods
     assert torch.allclose(weights[0].sum(-1), torch.ones(2, 5))

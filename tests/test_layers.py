@@ -155,6 +155,17 @@ def test_pre_norm_normalises_the_sublayer_input_only():
     torch.testing.assert_close(out, x + 2 * nn.functional.layer_norm(x, (4,)))
 
 
+@pytest.mark.parametrize("placement", ["post", "pre"])
+def test_a_residual_block_hands_its_sublayer_the_arguments_after_the_input(placement):
+    """As a layer calls its attention: block(x, self_attn, mask, positions, cache), no closure between."""
+    block = ResidualConnection(4, dropout=0.0, placement=placement)
+    x, factor, shift = torch.tensor([[0.5, 1.6, 0.9, 2.4]]), torch.tensor(3.0), torch.tensor(-1.0)
+    out = block(x, lambda h, a, b: a * h + b, factor, shift)
+    norm = lambda h: nn.functional.layer_norm(h, (4,))
+    expected = x + 3 * norm(x) - 1 if placement == "pre" else norm(x + 3 * x - 1)
+    torch.testing.assert_close(out, expected)
+
+
 def test_feed_forward_by_hand():
     ffn = PositionWiseFeedForward(2, 3, nn.ReLU())
     with torch.no_grad():

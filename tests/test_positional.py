@@ -19,6 +19,7 @@ from attnlab.nn.positional import (
     alibi_slopes,
 )
 from attnlab.nn.registry import POSITIONAL
+from helpers import with_weights
 
 
 def test_sinusoid_table_of_the_notes():
@@ -175,13 +176,13 @@ def test_relative_schemes_are_invariant_to_a_shift_of_all_positions(scheme):
     mha = SelfAttention(16, 4, positional=positional).eval()
     x = torch.randn(2, 6, 16)
     pos = torch.arange(6)
-    out, probs = mha(x, positions=(pos, pos), need_weights=True)
+    out, probs = with_weights(mha, x, positions=(pos, pos))
     for shift in (1, 17, 1000):
-        out_s, probs_s = mha(x, positions=(pos + shift, pos + shift), need_weights=True)
+        out_s, probs_s = with_weights(mha, x, positions=(pos + shift, pos + shift))
         torch.testing.assert_close(probs_s, probs, atol=1e-5, rtol=0)
         torch.testing.assert_close(out_s, out, atol=1e-5, rtol=0)
     # ... but stretching the distances changes the weights: the positions do matter
-    _, probs_stretched = mha(x, positions=(2 * pos, 2 * pos), need_weights=True)
+    _, probs_stretched = with_weights(mha, x, positions=(2 * pos, 2 * pos))
     assert not torch.allclose(probs_stretched, probs, atol=1e-3)
 
 
@@ -190,4 +191,4 @@ def test_attention_defaults_positions_to_the_order_of_the_steps():
     mha = SelfAttention(16, 4, positional=RotaryPositional(4)).eval()
     x = torch.randn(2, 5, 16)
     pos = torch.arange(5)
-    torch.testing.assert_close(mha(x)[0], mha(x, positions=(pos, pos))[0])
+    torch.testing.assert_close(mha(x), mha(x, positions=(pos, pos)))

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from attnlab import build_model, model_config
 from attnlab.nn import EncoderDecoder, EncoderLayer, sinusoid
 from attnlab.nn.registry import POSITIONAL
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model, with_weights
 
 VARIANTS = sorted(POSITIONAL)
 NORMS = ["post", "pre"]
@@ -206,7 +206,7 @@ def test_dropout_sits_where_the_paper_puts_it(site):
         for m in attns:
             m.dropout_p = 0.5
         x = torch.randn(2, 6, 16)
-        _, weights = attns[0](x, need_weights=True)  # (B, H, T, T) as applied: some dropped, the rest x2
+        _, weights = with_weights(attns[0], x)  # (B, H, T, T) as applied: some dropped, the rest x2
         assert (weights == 0).any() and not torch.allclose(weights.sum(-1), torch.ones(2, 4, 6))
     else:
         for m in modules[site]:

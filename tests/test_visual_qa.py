@@ -84,7 +84,7 @@ def test_the_joint_attention_is_multihead_attention_with_the_same_weights_and_th
     images, ids = torch.randn(2, 3, 8, 4), torch.tensor([[BOS, 5, 7, EOS, PAD], [BOS, 9, EOS, PAD, PAD]])
     attention = model.encoder.layers[1].self_attn
     seen = {}
-    attention.register_forward_hook(lambda m, args, kwargs, out: seen.update(x=args[0], out=out[0]), with_kwargs=True)
+    attention.register_forward_hook(lambda m, args, kwargs, out: seen.update(x=args[0], out=out), with_kwargs=True)
     states, valid = model.encode(images, ids)
     reference = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
     with torch.no_grad():

@@ -4,11 +4,10 @@
         logits = model(src, tgt_in)
     captured.records  # one AttentionRecord per attention call: which module, (B, H, Tq, Tk) weights
 
-Every MultiHeadAttention is asked for its weights through a forward pre-hook (``need_weights``
-changes nothing in the output), and a forward hook keeps them; a recurrent decoder's alignment
-(``last_attention``) is kept the same way, as one head. Models built with an exact fused backend
-('sdpa', 'chunked') are switched to 'math' for the duration (the same numbers to rounding), since
-only 'math' forms the weights; 'local', 'sparse' and 'linear' are refused.
+Every MultiHeadAttention computes with a :class:`WeightsRecorder` for the duration: 'math', which
+forms the weights, handing them over at each call. A model built with another exact backend
+('sdpa', 'auto', 'chunked') gives the same numbers to rounding; 'local', 'sparse' and 'linear' are
+refused. A recurrent decoder's alignment (``last_attention``) is kept by a forward hook, as one head.
 
 During decoding the hooks record every step, (B, H, 1, Tk) per call. For the hypothesis a search
 chose, :func:`attention_of` runs one teacher-forced pass over it instead: cached and uncached
@@ -21,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -66,8 +65,16 @@ def _describe(name: str) -> tuple[str, int, str]:
     return match["stack"], int(match["layer"]), match["kind"]
 
 
-def _ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    return args, {**kwargs, "need_weights": True}
+class WeightsRecorder(AttentionBackend):
+    """'math' that hands the weights (B, H, Tq, Tk) of each call to ``keep``."""
+
+    def __init__(self, keep: Callable[[Tensor], None]) -> None:
+        self.keep = keep
+
+    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+        out, probs = super().compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache)
+        self.keep(probs)
+        return out, probs
 
 
 @contextlib.contextmanager
@@ -86,11 +93,8 @@ def capture_attention(model: nn.Module) -> Iterator[AttentionCapture]:
                 exact = ", ".join(repr(n) for n, backend in ATTENTION_BACKENDS.items() if backend.exact)
                 raise ValueError(f"{name}: attention backend '{module.backend.name}' does not form softmax weights "
                                  f"over all keys; capture needs an exact backend ({exact})")
-            if not module.backend.returns_weights:  # the same numbers from 'math', which forms the weights
-                swapped.append((module, module.backend))
-                module.backend = AttentionBackend()
-            handles.append(module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True))
-            handles.append(module.register_forward_hook(lambda m, a, out, name=name: keep(name, out[1])))
+            swapped.append((module, module.backend))
+            module.backend = WeightsRecorder(lambda probs, name=name: keep(name, probs))
         elif isinstance(module, (RNNDecoder, LakeBaroniDecoder)) and module.score is not None:
             # the decoder's alignment (B, T, S), as one head: stack 'decoder', layer 0, kind 'cross'
             handles.append(module.register_forward_hook(

@@ -10,12 +10,15 @@ blockwise, sparse and linear backends are nn/backends/. The scale of the scores 
 unless an ablation replaces it (nn/scores.py: ``NoScale``, ``LearnedScale``), by rescaling the
 queries before the backend divides by sqrt(d_k).
 
-Every backend takes queries (B, H, Tq, D), keys and values (B, H, Tk, D), an :class:`AttentionMask`
-(padding and causality as structure, so that no backend has to build a (Tq, Tk) matrix), the
-queries' and keys' positions (Tq,), (Tk,), the attention-dropout probability and an optional
-``bias(q, q_pos, k_pos)`` of additive scores (relative / ALiBi positions). With a self-attention
-cache, the backend decides what the cache keeps: all keys and values (in a growable or a static
-cache, nn/cache.py), or linear attention's state.
+Every backend's ``compute`` takes queries (B, H, Tq, D), keys and values (B, H, Tk, D), an
+:class:`AttentionMask` (padding and causality as structure, so that no backend has to build a
+(Tq, Tk) matrix), the queries' and keys' positions (Tq,), (Tk,), the attention-dropout probability,
+an optional ``bias(q, q_pos, k_pos)`` of additive scores (relative / ALiBi positions) and the
+self-attention cache, if any: the backend decides what the cache keeps, all keys and values (in a
+growable or a static cache, nn/cache.py) or linear attention's state. Before that, its
+``for_call`` says which backend computes the call (itself, or the one ``auto`` chooses) and refuses
+what it cannot compute. The attention modules call both themselves, so that a GPT block is three
+calls from PyTorch's kernel: DecoderLayer -> ResidualConnection -> SelfAttention -> SDPABackend.compute.
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ BiasFn = Callable[[Tensor, Tensor, Tensor], "Tensor | None"]  # (q, q_pos, k_pos
 
 
 class MultiHeadAttention(nn.Module):
-    """What self- and cross-attention share, MultiHead(Q, K, V) with d_model = n_heads * d_head. A subclass projects its inputs to per-head queries, keys and values (:class:`SelfAttention` with
-    one fused W^Q|W^K|W^V, :class:`CrossAttention` with W^Q and a fused W^K|W^V) and hands them to
-    :meth:`attend`, which scores them through the backend and merges the heads through W^O. Code that
-    treats every attention module alike (capture, head gates and pruning, initialisation) asks for
-    this class."""
+    """What self- and cross-attention share, MultiHead(Q, K, V) with d_model = n_heads * d_head. A
+    subclass's forward projects its inputs to per-head queries, keys and values (:class:`SelfAttention`
+    with one fused W^Q|W^K|W^V, :class:`CrossAttention` with W^Q and a fused W^K|W^V), has its
+    backend's :meth:`~AttentionBackend.compute` attend with them (the backend this call takes:
+    :meth:`kernel`) and merges the heads through W^O (:meth:`merge_heads`). The forward calls the
+    kernel itself, so that PyTorch's fused attention is one call away from it. Code that treats
+    every attention module alike (capture, head gates and pruning, initialisation) asks for this class."""
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, positional: PositionalEncoding | None,
                  backend: AttentionBackend | None, scale: nn.Module | None, **projections: nn.Linear) -> None:
@@ -61,27 +66,31 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return tuple(part.transpose(1, 2) for part in x.view(B, T, n, self.n_heads, self.d_head).unbind(2))
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
-               cache: KVCache | None, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Concat_i(softmax(s q_i k_i^T + bias) v_i (+ Shaw's value term)) W^O for q (B, H, Tq, Dh) and
-        k, v (B, H, Tk, Dh) at (Tq,) and (Tk,) positions -> (B, Tq, d_model) and, with
-        ``need_weights``, the weights (B, H, Tq, Tk). A self-attention ``cache`` goes to the backend,
-        which appends k and v to it (or updates its own state) and attends over all it holds."""
-        heads, probs = self.backend(
-            self.scale(q), k, v, mask, q_pos, k_pos,
-            dropout_p=self.dropout_p if self.training else 0.0,
-            bias=self.positional.score_bias if self.positional.biases_scores else None,
-            need_weights=need_weights or self.positional.needs_probs,
-            cache=cache,
-        )  # (B, H, Tq, Dh)
+    def kernel(self, q: Tensor, mask: AttentionMask) -> AttentionBackend:
+        """The backend that attends with queries ``q`` under ``mask`` (``auto``: 'math' or 'sdpa'),
+        asked for the weights where Shaw's value term needs them."""
+        return self.backend.for_call(q, mask, self.attention_dropout, self.positional.needs_probs)
+
+    @property
+    def attention_dropout(self) -> float:
+        """The probability of dropping an attention weight: the configured one in training, 0 in evaluation."""
+        return self.dropout_p if self.training else 0.0
+
+    @property
+    def score_bias(self) -> BiasFn | None:
+        """The positions' additive scores (relative, ALiBi) for the backend to add, or None."""
+        return self.positional.score_bias if self.positional.biases_scores else None
+
+    def merge_heads(self, heads: Tensor, probs: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Concat_i(head_i (+ Shaw's value term)) W^O: heads (B, H, Tq, Dh) with the weights (B, H, Tq, Tk)
+        that formed them (None from a backend that does not form them) -> (B, Tq, d_model)."""
         value_term = self.positional.value_term(probs, q_pos, k_pos)  # sum_j a_ij r^V_ij (Shaw et al.), or None
         if value_term is not None:
             heads = heads + value_term
         if self.head_gate is not None:
             heads = heads * self.head_gate.to(heads.dtype)[None, :, None, None]
         B, H, Tq, Dh = heads.shape
-        out = self.out_proj(heads.transpose(1, 2).reshape(B, Tq, H * Dh))  # Concat(heads) W^O: (B, Tq, d_model)
-        return out, (probs if need_weights else None)
+        return self.out_proj(heads.transpose(1, 2).reshape(B, Tq, H * Dh))  # Concat(heads) W^O: (B, Tq, d_model)
 
     def prune_heads(self, heads: list[int]) -> None:
         """Remove these heads from the weights (Michel et al. 2019): their rows of the Q, K and V
@@ -122,17 +131,21 @@ class SelfAttention(MultiHeadAttention):
                          qkv_proj=nn.Linear(d_model, 3 * d_model, bias=bias))  # W^Q | W^K | W^V
 
     def forward(self, x: Tensor, mask: AttentionMask | Tensor | None = None,
-                positions: tuple[Tensor, Tensor] | None = None, cache: KVCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                positions: tuple[Tensor, Tensor] | None = None, cache: KVCache | None = None) -> Tensor:
         """x: (B, T, d_model) (only the new steps with a cache); mask: an AttentionMask over all keys
         (cached ones included) or a boolean tensor broadcastable to (B, H, T, Tk), True = may attend;
         positions: (T,) query and (Tk,) key positions (default: the queries follow the cached steps,
-        from 0). -> (B, T, d_model) and, with ``need_weights``, the weights (B, H, T, Tk)."""
+        from 0). -> (B, T, d_model)."""
         q_pos, k_pos = positions if positions is not None else self.default_positions(x, cache)
+        mask = as_mask(mask)
         q, k, v = self.split_heads(self.qkv_proj(x), 3)  # (B, H, T, Dh) each
         # the new keys sit at the new queries' positions; cached keys were rotated when they were new
         q, k = self.positional.rotate(q, q_pos), self.positional.rotate(k, q_pos)
-        return self.attend(q, k, v, as_mask(mask), q_pos, k_pos, cache, need_weights)
+        kernel = self.kernel(q, mask)  # the backend that computes this call ('auto': 'sdpa' or 'math')
+        # softmax(s q k^T + bias) v over the cached keys and these (the backend keeps these in the cache)
+        heads, probs = kernel.compute(self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout, self.score_bias,
+                                      cache)  # (B, H, T, Dh)
+        return self.merge_heads(heads, probs, q_pos, k_pos)  # (B, T, d_model)
 
     @staticmethod
     def default_positions(x: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:
@@ -166,16 +179,19 @@ class CrossAttention(MultiHeadAttention):
                          kv_proj=nn.Linear(d_model, 2 * d_model, bias=bias))  # W^K | W^V
 
     def forward(self, y: Tensor, memory: Tensor, mask: AttentionMask | Tensor | None = None,
-                positions: tuple[Tensor, Tensor] | None = None, cache: KVCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                positions: tuple[Tensor, Tensor] | None = None, cache: KVCache | None = None) -> Tensor:
         """y: (B, T, d_model) queries; memory: (B, S, d_model) keys and values; mask: the memory's
         padding, an AttentionMask or a boolean tensor broadcastable to (B, H, T, S); positions: (T,)
-        and (S,) (default: each from 0). -> (B, T, d_model) and, with ``need_weights``, (B, H, T, S)."""
+        and (S,) (default: each from 0). -> (B, T, d_model)."""
+        q_pos, k_pos = positions if positions is not None else (torch.arange(y.shape[1], device=y.device),
+                                                                 torch.arange(memory.shape[1], device=y.device))
+        mask = as_mask(mask)
         (q,) = self.split_heads(self.q_proj(y), 1)  # (B, H, T, Dh)
         k, v = self.memory_keys_values(memory, cache)  # (B, H, S, Dh) each
-        if positions is None:
-            positions = torch.arange(y.shape[1], device=y.device), torch.arange(memory.shape[1], device=y.device)
-        return self.attend(q, k, v, as_mask(mask), *positions, None, need_weights)
+        kernel = self.kernel(q, mask)  # the backend that computes this call ('auto': 'sdpa' or 'math')
+        heads, probs = kernel.compute(self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout, self.score_bias,
+                                      None)  # softmax(s q k^T) v: (B, H, T, Dh)
+        return self.merge_heads(heads, probs, q_pos, k_pos)  # (B, T, d_model)
 
     def memory_keys_values(self, memory: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:
         """(B, S, d_model) -> keys and values (B, H, S, Dh) each: projected once per decode (the
@@ -234,27 +250,38 @@ class AttentionBackend:
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
                  dropout_p: float = 0.0, bias: BiasFn | None = None, need_weights: bool = False,
                  cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
-        """-> output (B, H, Tq, Dv) and, with ``need_weights``, the weights (B, H, Tq, Tk)."""
+        """Attention in one call, for code that holds a backend (an attention module asks :meth:`for_call`
+        and calls :meth:`compute` itself, a frame nearer the kernel): -> output (B, H, Tq, Dv) and,
+        with ``need_weights``, the weights (B, H, Tq, Tk)."""
+        return self.for_call(q, mask, dropout_p, need_weights).compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias,
+                                                                       cache)
+
+    def for_call(self, q: Tensor, mask: AttentionMask, dropout_p: float, need_weights: bool) -> "AttentionBackend":
+        """The backend that computes a call with queries ``q`` (B, H, Tq, D) under ``mask``, with this
+        attention dropout, asked for the weights or not: this one, once it has checked that it can
+        (``auto`` chooses 'math' or 'sdpa' here)."""
         if need_weights and not self.returns_weights:
             raise ValueError(f"attention backend '{self.name}' does not form the weights; use 'math' to get them")
         if mask.explicit is not None and not self.takes_explicit_mask:
             raise ValueError(f"attention backend '{self.name}' takes padding and causality, not an explicit mask")
-        if cache is None:
-            return self.compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias)
-        return self.compute_cached(q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache)
-
-    def compute_cached(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
-                       dropout_p: float, bias: BiasFn | None, cache: KVCache) -> tuple[Tensor, Tensor | None]:
-        """Self-attention of new steps after cached ones: by default, over all keys and values so far
-        (with a static cache, over its whole capacity; the positions not yet written are in the
-        queries' future, so the causal mask hides them)."""
-        k, v = cache.append(k, v, q_pos)
-        return self.compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias)
+        return self
 
     def compute(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
-                dropout_p: float, bias: BiasFn | None) -> tuple[Tensor, Tensor | None]:
+                dropout_p: float, bias: BiasFn | None, cache: KVCache | None) -> tuple[Tensor, Tensor | None]:
+        """softmax(q k^T / sqrt(D) + bias) v for q (B, H, Tq, D) and k, v (B, H, Tk', D) at (Tq,) and (Tk,)
+        positions -> output (B, H, Tq, Dv) and the weights (B, H, Tq, Tk), or None from a backend that
+        does not form them. A self-attention ``cache`` takes k and v (:func:`keys_so_far`)."""
+        k, v = keys_so_far(k, v, q_pos, cache)
         b = bias(q, q_pos, k_pos) if bias is not None else None
         return attention(q, k, v, mask.dense(q_pos, k_pos), dropout_p, bias=b, need_weights=True)
+
+
+def keys_so_far(k: Tensor, v: Tensor, positions: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:
+    """The keys and values (B, H, Tk, D) that the queries attend over: the new ones (B, H, T, D) at
+    (T,) ``positions``, or with a cache all that it holds once they have joined it (a static cache:
+    its whole capacity, whose positions not yet written are in the queries' future, hidden by the
+    causal mask)."""
+    return (k, v) if cache is None else cache.append(k, v, positions)
 
 
 BACKENDS[AttentionBackend.name] = AttentionBackend
@@ -275,7 +302,8 @@ class SDPABackend(AttentionBackend):
         nothing (Tq, Tk) to build, and the flash kernel's O(T) memory."""
         return mask.key_valid is None and mask.explicit is None and (not mask.causal or q.shape[2] == k.shape[2])
 
-    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
+    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+        k, v = keys_so_far(k, v, q_pos, cache)
         b = bias(q, q_pos, k_pos) if bias is not None else None
         if b is None and mask.causal and self.takes_no_mask_matrix(mask, q, k):  # no (Tq, Tk) mask to build
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), None
@@ -304,10 +332,9 @@ class AutoBackend(AttentionBackend):
     def __init__(self) -> None:
         self.fused, self.reference = SDPABackend(), AttentionBackend()
 
-    def __call__(self, q, k, v, mask, q_pos, k_pos, dropout_p=0.0, bias=None, need_weights=False, cache=None):
+    def for_call(self, q, mask, dropout_p, need_weights):
         by_math = need_weights or (dropout_p > 0.0 and q.device.type == "cpu")
-        chosen = self.reference if by_math else self.fused
-        return chosen(q, k, v, mask, q_pos, k_pos, dropout_p, bias, need_weights, cache)
+        return (self.reference if by_math else self.fused).for_call(q, mask, dropout_p, need_weights)
 
 
 def as_mask(mask: AttentionMask | Tensor | None) -> AttentionMask:

@@ -34,7 +34,7 @@ A decoder accepts a :class:`DecoderCache`: with one, it takes only the new steps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -80,21 +80,21 @@ class ResidualConnection(nn.Module):
         self.dropout = Dropout(dropout)
         self.pre_norm = {"pre": True, "post": False}[placement]
 
-    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
-        """(B, T, d_model) -> (B, T, d_model)."""
+    def forward(self, x: Tensor, sublayer: Callable[..., Tensor], *args: Any) -> Tensor:
+        """(B, T, d_model) -> (B, T, d_model); the sublayer is called with ``args`` after its input."""
         if self.pre_norm:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            return x + self.dropout(sublayer(self.norm(x), *args))
+        return self.norm(x + self.dropout(sublayer(x, *args)))
 
 
 class NoResidual(ResidualConnection):
     """The ablation without the residual sum: the sublayer's output replaces its input."""
 
-    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+    def forward(self, x: Tensor, sublayer: Callable[..., Tensor], *args: Any) -> Tensor:
         """(B, T, d_model) -> (B, T, d_model)."""
         if self.pre_norm:
-            return self.dropout(sublayer(self.norm(x)))
-        return self.norm(self.dropout(sublayer(x)))
+            return self.dropout(sublayer(self.norm(x), *args))
+        return self.norm(self.dropout(sublayer(x, *args)))
 
 
 # -- layers ---------------------------------------------------------------------------------------
@@ -123,8 +123,9 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: AttentionMask | Tensor, positions: Positions) -> Tensor:
         """x: (B, T, d_model); mask: an AttentionMask (or bool, broadcastable to (B, H, T, T))."""
-        x = self.self_attn_residual(x, lambda h: self.self_attn(h, mask=mask, positions=positions)[0])
-        return self.position_wise(x)
+        # pre-norm: x = x + SelfAttention(Norm(x)); x = x + FFN(Norm(x))   (post-norm: Norm(x + ...))
+        x = self.self_attn_residual(x, self.self_attn, mask, positions)  # (B, T, d_model)
+        return self.position_wise(x)  # (B, T, d_model)
 
     def position_wise(self, x: Tensor) -> Tensor:
         """x + FFN(x) in its residual block; x itself without a feed-forward sublayer."""
@@ -139,8 +140,9 @@ class DecoderLayer(EncoderLayer):
                 cache: KVCache | None = None) -> Tensor:
         """y: (B, T, d_model) (only the new steps with a cache); mask: causal and padding, over the
         (Tk,) cached and new keys of ``positions`` -> (B, T, d_model)."""
-        y = self.self_attn_residual(y, lambda h: self.self_attn(h, mask=mask, positions=positions, cache=cache)[0])
-        return self.position_wise(y)
+        # pre-norm: y = y + SelfAttention(Norm(y)); y = y + FFN(Norm(y))   (post-norm: Norm(y + ...))
+        y = self.self_attn_residual(y, self.self_attn, mask, positions, cache)  # (B, T, d_model)
+        return self.position_wise(y)  # (B, T, d_model)
 
     def memory_keys_values(self, states: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Transformer-XL's memory (nn/memory.py): the self-attention keys and values, (B, H, M, Dh) each,
@@ -168,10 +170,9 @@ class Seq2SeqDecoderLayer(DecoderLayer):
         """y: (B, T, d_model) target vectors (only the new steps with a cache); mask: causal and
         padding; source: the encoder's output (keys and values of the cross-attention, which
         ``source_cache`` keeps once projected) -> (B, T, d_model)."""
-        y = self.self_attn_residual(y, lambda h: self.self_attn(h, mask=mask, positions=positions, cache=cache)[0])
-        y = self.cross_attn_residual(y, lambda h: self.cross_attn(
-            h, memory=source.states, mask=source.mask, positions=(positions[0], source.positions),
-            cache=source_cache)[0])
+        y = self.self_attn_residual(y, self.self_attn, mask, positions, cache)  # (B, T, d_model)
+        y = self.cross_attn_residual(y, self.cross_attn, source.states, source.mask, (positions[0], source.positions),
+                                     source_cache)  # (B, T, d_model)
         return self.position_wise(y)
 
 

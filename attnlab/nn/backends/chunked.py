@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.nn.attention import AttentionBackend, BiasFn, SDPABackend
+from attnlab.nn.attention import AttentionBackend, BiasFn, SDPABackend, keys_so_far
 from attnlab.nn.dropout import dropout
 from attnlab.nn.masks import AttentionMask
 
@@ -32,17 +33,17 @@ class ChunkedBackend(AttentionBackend):
 
     def __init__(self, q_block: int = 128, k_block: int = 1024) -> None:
         self.q_block, self.k_block = q_block, k_block
-        self.fused = SDPABackend()  # on CUDA, for attention that needs no mask matrix
 
     @classmethod
     def from_config(cls, cfg) -> "ChunkedBackend":
         return cls(cfg.attention_block, cfg.attention_key_block)
 
-    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
+    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+        k, v = keys_so_far(k, v, q_pos, cache)
         if q.is_cuda and bias is None and SDPABackend.takes_no_mask_matrix(mask, q, k):
             # PyTorch's flash kernel is this same recurrence, fused: as exact, O(T) memory (the loop over
             # blocks here took 67x sdpa's time at T = 16k on an H100, issue 18)
-            return self.fused.compute(q, k, v, mask, q_pos, k_pos, dropout_p, None)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=mask.causal), None
         params = _bias_parameters(bias)
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *params)):
             return _ChunkedAttention.apply(self, mask, q_pos, k_pos, dropout_p, bias, q, k, v, *params), None

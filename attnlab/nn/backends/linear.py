@@ -75,11 +75,9 @@ class LinearBackend(AttentionBackend):
     def from_config(cls, cfg) -> "LinearBackend":
         return cls(FeatureMap(cfg.linear_features, cfg.stack.d_head, cfg.linear_n_features), cfg.attention_block)
 
-    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
-        return self._kernelised(q, k, v, mask, dropout_p, bias, cache=None, key_valid=mask.key_valid), None
-
-    def compute_cached(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
-        """Only the running sums are kept: the new keys update them (the last Tk' keys of the mask)."""
+    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+        """With a cache, only the running sums are kept: the new keys update them, and their padding
+        is the mask's last Tk' columns (without one, those are all of them)."""
         key_valid = None if mask.key_valid is None else mask.key_valid[:, -k.shape[2]:]
         return self._kernelised(q, k, v, mask, dropout_p, bias, cache, key_valid), None
 

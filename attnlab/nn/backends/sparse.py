@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnlab.nn.attention import AttentionBackend
+from attnlab.nn.attention import AttentionBackend, keys_so_far
 from attnlab.nn.scores import attention
 
 
@@ -93,7 +93,8 @@ class SparseBackend(AttentionBackend):
     def __init__(self, pattern: SparsePattern) -> None:
         self.pattern = pattern
 
-    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias):
+    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+        k, v = keys_so_far(k, v, q_pos, cache)
         block = self.pattern.block
         if block <= 0:
             raise ValueError("sparse attention needs a block size of at least 1")
