@@ -22,7 +22,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -79,13 +79,15 @@ def _is_config(hint: Any) -> bool:
     return isinstance(hint, type) and issubclass(hint, TypedConfig)
 
 
-def _nested(f: dataclasses.Field, value: Any, hint: type["TypedConfig"]) -> "TypedConfig":
+def _nested(f: dataclasses.Field[Any], value: Any, hint: type["TypedConfig"]) -> "TypedConfig":
     """A config inside a config (a family's ``stack``): a mapping overrides the field's default
     (the family's) field by field; a config of the field's class is taken as it is."""
     if isinstance(value, hint):
         return value
     if not isinstance(value, dict):
         raise ConfigError(f"{hint.section} must be a mapping of field: value (got {value!r})")
+    if not isinstance(f.default, TypedConfig):
+        raise TypeError(f"field '{f.name}' holds a {hint.__name__}: its default must be one, which a mapping overrides")
     return hint.from_dict({**dataclasses.asdict(f.default), **value})
 
 
@@ -93,6 +95,7 @@ class TypedConfig:
     """Mixin for config dataclasses: type checks, dict/YAML/JSON round trip, did-you-mean on keys."""
 
     section: typing.ClassVar[str]
+    __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field[Any]]]  # set by @dataclass on each subclass
 
     def _check_types(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -105,7 +108,7 @@ class TypedConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "TypedConfig":
+    def from_dict(cls, data: Any) -> Self:
         if not isinstance(data, dict):
             raise ConfigError(f"section '{cls.section}' must be a mapping of field: value (got {type(data).__name__})")
         names = [f.name for f in dataclasses.fields(cls)]
@@ -126,7 +129,7 @@ class TypedConfig:
         return json.dumps({self.section: self.to_dict()}, indent=2)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "TypedConfig":
+    def from_file(cls, path: str | Path) -> Self:
         """Read this class's section from a YAML or JSON config file."""
         sections = read_config_file(path)
         if cls.section not in sections:
@@ -155,7 +158,8 @@ class RegisteredConfig(TypedConfig):
     @classmethod
     def chosen_name(cls) -> str:
         """The registered name that selects this class."""
-        return getattr(cls, cls.link).name
+        name: str = getattr(cls, cls.link).name  # the plug-in that register() linked
+        return name
 
     def to_dict(self) -> dict[str, Any]:
         return {self.selector: self.chosen_name(), **dataclasses.asdict(self)}
@@ -165,7 +169,7 @@ class RegisteredConfig(TypedConfig):
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls, data: Any) -> "RegisteredConfig":
+    def from_dict(cls, data: Any) -> Self:
         if not isinstance(data, dict):
             raise ConfigError(f"section '{cls.section}' must be a mapping of field: value (got {type(data).__name__})")
         names = cls.field_names()
@@ -317,7 +321,7 @@ def differences(old: TypedConfig, new: TypedConfig) -> list[str]:
 
 def _flat(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{'stack': {'d_model': 8}} -> {'stack.d_model': 8}."""
-    flat = {}
+    flat: dict[str, Any] = {}
     for name, value in fields.items():
         flat |= _flat(value, f"{prefix}{name}.") if isinstance(value, dict) else {f"{prefix}{name}": value}
     return flat

@@ -289,30 +289,43 @@ def test_bench_decode_reports_greedy_beam_and_the_cache_speedup(monkeypatch):
     assert bad.returncode == 2 and "--repeats" in bad.stderr
 
 
-# The parameters of every preset: the count with its vocabulary, and that vocabulary (docs/results.md and
-# docs/rnn_vs_transformer.md report these counts from the runs' own logs).
+# The parameters of every preset: the count with its vocabulary V, and that V. The first six are the counts
+# that docs/results.md and docs/rnn_vs_transformer.md report from the runs' own logs; the other four are
+# worked out by hand from the configs (d = d_model, a layer norm has 2d, a linear layer in x out + out):
+# - rnn_luong, V = 8000 (data.vocab_size), d = 512: bidirectional GRU encoder 2 x 3(d.d + d.d + 2d),
+#   W_init 2d.d + d, decoder GRU over [E y; h~] 3(2d.d + d.d + 2d), W_c 3d.d + d, general score W_a 2d.d
+#   (no bias) = 28d^2 + 20d = 7,350,272; source and target tables 2Vd, W_out tied: 15,542,272.
+# - scan, scan_simple, V = 23 (<pad> <bos> <eos> <unk>, SCAN's 13 command words and 6 actions), d = 128,
+#   2 pre-norm layers, 4 heads, d_ff 256, rotary positions, one tied table: attention 4(d.d + d) = 66,048,
+#   feed-forward 2 x 128 x 256 + 256 + 128 = 65,920; encoder 2(66,048 + 65,920 + 2 x 256) + 256 = 265,216,
+#   decoder 2(2 x 66,048 + 65,920 + 3 x 256) + 256 = 397,824, table 23 x 128 = 2,944: 665,984.
+# - scan_simple_rnn, V = 23, d = 128, Bahdanau's additive score: encoder 12d^2 + 12d, W_init 2d^2 + d, decoder
+#   GRU over [E y; c] 3(3d.d + d.d + 2d), W_o 4d.d + d, score W_s d.d + W_h 2d.d + v_a d = 33d^2 + 21d
+#   = 543,360; tables 2Vd = 5,888: 549,248.
 PRESET_PARAMETERS = {"multi30k_de_en": (7_577_600, 8000), "rnn_bahdanau": (16_853_504, 8000),
                      "rnn_fixed_context": (16_066_560, 8000), "shakespeare_char": (810_368, 69),
-                     "transformer_base": (63_082_496, 37000), "transformer_big": (214_245_376, 37000)}
+                     "transformer_base": (63_082_496, 37000), "transformer_big": (214_245_376, 37000),
+                     "rnn_luong": (15_542_272, 8000), "scan": (665_984, 23), "scan_simple": (665_984, 23),
+                     "scan_simple_rnn": (549_248, 23)}
 
 
 @pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
 def test_info_counts_every_preset(config, capsys):
     """Model configs have their vocabulary; training configs get theirs from the data, which info
     does not read: it reports parameters = fixed + per_entry x V, exact for every V."""
+    name = config.removesuffix(".yaml")
+    assert name in PRESET_PARAMETERS, f"configs/{config} needs its expected parameter count in PRESET_PARAMETERS"
+    expected, vocab = PRESET_PARAMETERS[name]
     assert main(["info", str(ROOT / "configs" / config), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    name = config.removesuffix(".yaml")
     if "params_total" in report:
-        total, vocab = report["params_total"], None
+        total = report["params_total"]
     else:
         assert report["vocab_size"] is None and report["params_per_vocab_entry"] > 0
-        vocab = PRESET_PARAMETERS.get(name, (0, 1000))[1]
         total = report["params_without_vocab"] + report["params_per_vocab_entry"] * vocab
         assert main(["info", str(ROOT / "configs" / config), "--vocab-size", str(vocab), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["params_total"] == total  # the formula is the count
-    if name in PRESET_PARAMETERS:
-        assert total == PRESET_PARAMETERS[name][0]
+    assert total == expected
 
 
 def test_info_counts_models_of_images_and_graphs_and_refuses_their_token_budgets():

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 import golden
 from attnlab import ConfigError, model_config
+from attnlab.config import TypedConfig
 from attnlab.models import StackConfig, read_model_config
 from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
 
@@ -321,3 +324,25 @@ def test_the_recurrent_run_of_the_cuda_tests_reads():
 
     recurrent = RunConfig.from_file(RECURRENT_PRESET, RECURRENT_SETS)
     assert recurrent.model["d_model"] == 64 and recurrent.train.device == "cuda"
+
+
+@dataclasses.dataclass(frozen=True)
+class Part(TypedConfig):
+    section: ClassVar[str] = "part"
+    size: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Whole(TypedConfig):
+    section: ClassVar[str] = "whole"
+    part: Part = Part(size=3)
+    unset: Part = dataclasses.field(default_factory=Part)
+
+    def __post_init__(self) -> None:
+        self._check_types()
+
+
+def test_a_mapping_overrides_a_config_inside_a_config_field_by_field_from_its_default():
+    assert Whole(part={}).part == Part(size=3) and Whole(part={"size": 5}).part == Part(size=5)
+    with pytest.raises(TypeError, match=r"^field 'unset' holds a Part: its default must be one, which a mapping"):
+        Whole(unset={"size": 5})  # a default_factory leaves nothing to override: a bug of the config class

@@ -117,7 +117,8 @@ def test_bad_initialisation_is_one_line(pretrained, init_from, extra, model, sta
     done = finetune(pretrained, "bad", init_from=init_from, extra=extra, model=model, stack=stack)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert message in done.stderr.replace(f"{pretrained}/", "")
-    assert not (pretrained / "bad").exists()  # refused before anything was written and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (pretrained / "bad").exists()  # refused before anything was written
 
 
 @pytest.mark.parametrize("task,what", [("classification", "a TSV file"), ("masked_lm", "a text file")])

@@ -1,4 +1,4 @@
-"""SIGKILL at random moments, checkpoint writes included: every time, the newest complete
+"""SIGKILL at random moments and inside checkpoint writes: every time, the newest complete
 checkpoint loads and --resume continues from it; the final weights equal those of a run that was
 never interrupted (same seed). The TensorBoard events of every checkpointed step survive a kill."""
 
@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,20 +33,46 @@ train: {{max_steps: {STEPS}, max_tokens: 300, lr_schedule: constant, lr: 0.001, 
     return config
 
 
-def train(config: Path, out: Path, resume: bool) -> subprocess.Popen:
-    args = [*ATTNLAB, "train", str(config), "--out", str(out)] + (["--resume"] if resume else [])
-    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+# `attnlab train ARGS` that pauses inside its N-th checkpoint write, after the weights and the training
+# state and before meta.json and the checksums, says so on stdout and waits there for the test's SIGKILL.
+PAUSING_IN_A_WRITE = """\
+import sys, threading
+from pathlib import Path
+import torch
+from attnlab.cli import main
+from attnlab.files import is_leftover
+
+pause_at, writes, save = int(sys.argv[1]), 0, torch.save
+
+def save_then_pause(obj, path, *args, **kwargs):
+    global writes
+    save(obj, path, *args, **kwargs)
+    if is_leftover(Path(path).parent):  # into a checkpoint's staging directory
+        writes += 1
+        if writes == pause_at:
+            print("paused in a checkpoint write", flush=True)
+            threading.Event().wait()
+
+torch.save = save_then_pause
+sys.exit(main(sys.argv[2:]))
+"""
 
 
-def kill_in_a_write(process: subprocess.Popen, run: RunDir, timeout: float) -> None:
-    """SIGKILL the moment a checkpoint is being written (its staging directory exists)."""
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline and process.poll() is None:
-        if run.checkpoints.exists() and any(run.checkpoints.glob(".*.tmp")):
-            break
-        time.sleep(0.001)
-    process.kill()
+def train(config: Path, out: Path, resume: bool, pause_in_write: int | None = None) -> subprocess.Popen:
+    """`attnlab train`; with ``pause_in_write`` = N, paused inside its N-th checkpoint write (stdout says when)."""
+    args = ["train", str(config), "--out", str(out)] + (["--resume"] if resume else [])
+    command = [*ATTNLAB, *args] if pause_in_write is None else [sys.executable, "-c", PAUSING_IN_A_WRITE,
+                                                                str(pause_in_write), *args]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL if pause_in_write is None else subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def paused_in_a_write(process: subprocess.Popen) -> bool:
+    """Whether ``process`` (started with ``pause_in_write``) paused in its write; False: it ended first."""
+    if any(line == "paused in a checkpoint write\n" for line in process.stdout):
+        return True
+    process.wait()
+    return False
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -62,32 +89,36 @@ def test_sigkill_at_six_moments_then_resume_gives_the_uninterrupted_weights(tmp_
     expected = final_weights(reference)
     run = RunDir(tmp_path / "killed-0")
     rng = random.Random(0)
-    kills, mid_write, finished = 0, 0, []
+    kills, finished = 0, []
     while kills < 6:  # three at random moments, three inside a checkpoint write
-        process = train(config, run.path, resume=run.config.exists())
-        if kills % 2:  # every other kill waits for a checkpoint write and lands inside it
-            kill_in_a_write(process, run, duration)
-        else:  # the others at a random moment
+        in_write = kills % 2 == 1
+        if in_write:  # paused in one of the checkpoint writes still to come, and killed there
+            remaining = STEPS - (run.steps() or [0])[-1]  # writes to come, a checkpoint at every step (none: it ends)
+            pause_at = rng.randint(1, max(1, remaining))
+            process = train(config, run.path, resume=run.config.exists(), pause_in_write=pause_at)
+            assert paused_in_a_write(process) or remaining == 0, "no checkpoint write went through torch.save"
+        else:
+            process = train(config, run.path, resume=run.config.exists())
             time.sleep(rng.uniform(0.1, duration))
         code = process.poll()
         if code is not None and code != -signal.SIGKILL:  # it ended before the kill: check it, start another run
-            assert code == 0, process.stderr.read().decode()
+            assert code == 0, process.stderr.read()
             finished.append(run.path)
             run = RunDir(tmp_path / f"killed-{len(finished)}")
             continue
         process.kill()  # SIGKILL: no handler, no cleanup
         process.wait()
         kills += 1
-        mid_write += any(run.checkpoints.glob(".*.tmp")) if run.checkpoints.exists() else 0
+        if in_write:  # the checkpoint being written is half there, unpublished
+            assert sorted(p.name for p in run.checkpoints.glob(".*.tmp/*")) == ["model.safetensors", "trainer_state.pt"]
         if run.steps():
             load_run(run.path, "last")  # the newest complete checkpoint always loads
     done = train(config, run.path, resume=run.config.exists())
-    assert done.wait() == 0, done.stderr.read().decode()
+    assert done.wait() == 0, done.stderr.read()
     assert not list(run.checkpoints.glob(".*.tmp"))  # half-written checkpoints were cleaned up
     for path in [*finished, run.path]:
         for name, tensor in final_weights(path).items():
             assert torch.equal(tensor, expected[name]), f"{path.name}: {name}"
-    assert mid_write >= 1, "no kill landed in a checkpoint write; the test did not test that"
 
 
 def test_a_killed_run_keeps_the_tensorboard_events_of_its_checkpoints(tmp_path):
@@ -107,7 +138,7 @@ train: {max_steps: 100000, max_tokens: 200, eval_every: 1, keep_last: 100000, lo
     process.kill()
     process.wait()
     saved = run.steps()
-    assert len(saved) >= 3, process.stderr.read().decode()
+    assert len(saved) >= 3, process.stderr.read()
     events = EventAccumulator(str(run.tensorboard))
     events.Reload()
     logged = {e.step for e in events.Scalars("valid/valid_loss")}

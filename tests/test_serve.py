@@ -502,6 +502,26 @@ def browser():
         browser.close()
 
 
+def test_the_form_takes_input_once_the_page_has_its_runs(server, browser, runs):
+    """The page writes the first run's example into the text field when /api/info answers, and only
+    then enables the field and Run. Enabled from the start, the field took a fill in two steps that
+    could straddle that write (select the empty field; the example written; the text inserted after
+    it), and the page asked for 'f c t x3 1 4 1 5': the page-score test's failures in full runs."""
+    page = browser.new_page()
+    page.route("**/api/info", lambda route: route.abort())  # the page never learns its runs
+    page.goto(server)
+    page.wait_for_selector("#error", state="visible")
+    assert page.inner_text("#error").startswith("cannot start")
+    assert page.is_disabled("#text") and page.is_disabled("#ask button[type=submit]")
+    example = client(runs["translation"]).get("/api/info").json()["runs"][0]["example"]
+    page = browser.new_page()
+    page.goto(server)
+    page.wait_for_selector("#text:enabled")
+    assert page.input_value("#text") == example != SENTENCE  # written before the field takes input
+    page.fill("#text", SENTENCE)
+    assert page.input_value("#text") == SENTENCE
+
+
 def test_the_page_draws_every_head_and_switching_one_off_changes_the_score(server, browser, runs, tmp_path):
     api = client(runs["translation"], runs["pruned"])
     page = browser.new_page(viewport={"width": 1500, "height": 1000})

@@ -27,7 +27,10 @@ def evaluate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], sources:
     oracle-length evaluation: EOS barred before it and forced at it)."""
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources for {len(references)} references")
-    tgt_ids = tokenizers["tgt"].encode_batch(references)
+    src_tokenizer, tgt_tokenizer = tokenizers["src"], tokenizers["tgt"]
+    if src_tokenizer is None or tgt_tokenizer is None:
+        raise ValueError("evaluate scores a translation model, which has a source and a target tokenizer")
+    tgt_ids = tgt_tokenizer.encode_batch(references)
     lengths = [len(ids) for ids in tgt_ids] if oracle_length else None
     hypotheses = [nbest[0][0] for nbest in translate(model, tokenizers, sources, beam, lenpen, 1, use_cache, batch_size,
                                                      progress=progress, kv_cache=kv_cache, parallel=parallel,
@@ -39,7 +42,7 @@ def evaluate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], sources:
     if parallel is not None:
         return scores | {"iterations": parallel.iterations, "length_beam": parallel.length_beam,
                          "hypotheses": hypotheses}
-    src_ids = tokenizers["src"].encode_batch(sources)
+    src_ids = src_tokenizer.encode_batch(sources)
     pairs = list(zip(src_ids, tgt_ids))
     batches = [collate_pairs(pairs[i:i + batch_size]) for i in range(0, len(pairs), batch_size)]
     likelihood = teacher_forced(model, batches, next(model.parameters()).device)

@@ -16,14 +16,17 @@ from attnlab.eval.metrics import perplexity
 from attnlab.models.family import unwrapped
 from attnlab.nn.losses import label_smoothed_nll
 
+Amp = Callable[[], ContextManager[object]]  # the context a forward runs in: torch.autocast's, or none
+
 
 def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Teacher-forced logits (B, T, V) of an EncoderDecoder (with src) or a DecoderLM (without)."""
-    return model(batch.src, batch.tgt_in) if batch.src is not None else model(batch.tgt_in)
+    logits: torch.Tensor = model(batch.src, batch.tgt_in) if batch.src is not None else model(batch.tgt_in)
+    return logits
 
 
 def teacher_forced_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0,
-                        amp: Callable[[], ContextManager] = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
+                        amp: Amp = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
     """(label-smoothed loss, NLL), each summed over the target tokens; the forward under ``amp``,
     the loss in float32."""
     with amp():
@@ -32,7 +35,7 @@ def teacher_forced_loss(model: nn.Module, batch: Batch, label_smoothing: float =
 
 
 def multi_token_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0,
-                     amp: Callable[[], ContextManager] = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
+                     amp: Amp = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
     """Multi-token prediction's loss (Gloeckle et al. 2024) for a DecoderLM: the next-token loss plus,
     for each extra head j, its weight times its loss on token t + 1 + j (summed over the target
     tokens, as :func:`teacher_forced_loss`, which it is for a model without extra heads, a plug-in
@@ -52,7 +55,7 @@ def multi_token_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str | None = None,
-             amp: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, float]:
+             amp: Amp = contextlib.nullcontext) -> dict[str, float]:
     """Teacher-forced NLL per target token and its perplexity (no label smoothing), on ``device``
     (default: the model's)."""
     device = device or next(model.parameters()).device

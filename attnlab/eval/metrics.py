@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu import BLEU, CHRF
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:

@@ -40,7 +40,7 @@ async function start() {
   $("#upload").addEventListener("change", () => { uploading = readUpload(); });
   $("#text").addEventListener("input", () => { if ($("#text").value) { $("#upload").value = ""; upload = ""; } });
   const example = info.runs.map((r) => r.example).find((e) => e);  // from the first run's validation data
-  if (example && !$("#text").value) $("#text").value = example;  // never over what was typed meanwhile
+  if (example) $("#text").value = example;  // the field is still disabled: nothing typed is overwritten
   addOptions(info.runs);
   $("#panels").style.gridTemplateColumns = `repeat(${info.runs.length}, minmax(0, 1fr))`;
   info.runs.forEach((run, index) => {
@@ -55,6 +55,10 @@ async function start() {
     for (const panel of panels) Object.assign(panel, {choice: 0, step: 0});
     panels.forEach(ask);
   });
+  // Only now, with the example written and the handler above in place, does the form take input
+  // (index.html disables it): text typed earlier could meet the example (a fill that selected the
+  // empty field, then inserted its text after the example, sent both), and Run would submit natively.
+  $("#text").disabled = $("#ask button[type=submit]").disabled = false;
 }
 
 async function readUpload() {  // the file as base64 (a data URL's payload); the path field then empty
