@@ -205,8 +205,10 @@ def test_caption_decodes_image_files_greedy_and_by_beam(captioning_run, tmp_path
         assert done.stdout.splitlines() == [f"{p}\t{c}" for p, c in zip(paths, expected)]
     beam = run_cli("caption", str(root / "run"), paths[0], "--beam", "3", "--nbest", "2")
     lines = beam.stdout.splitlines()
-    assert beam.returncode == 0 and len(lines) == 2 and all(line.startswith(f"{paths[0]} ||| ") for line in lines)
-    scores = [float(line.rsplit(" ||| ", 1)[1]) for line in lines]
+    # the 1-best's TAB-separated lines, with the score as a third field (not translate's Moses ' ||| ')
+    assert beam.returncode == 0 and len(lines) == 2 and all(len(line.split("\t")) == 3 for line in lines)
+    assert all(line.startswith(f"{paths[0]}\t") for line in lines)
+    scores = [float(line.split("\t")[2]) for line in lines]
     assert scores == sorted(scores, reverse=True)
 
 

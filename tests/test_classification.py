@@ -13,7 +13,7 @@ import torch
 from attnlab import DataError, build_model, model_config
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
-from attnlab.eval.metrics import classification_scores, confusion_matrix
+from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.tasks.classification import encode_inputs
 from attnlab.train.checkpoint import RunDir, load_run
@@ -47,6 +47,18 @@ def test_a_bad_labelled_line_is_named(tmp_path, text, header, message):
     with pytest.raises(DataError) as err:
         read_labelled(write(tmp_path / "b.tsv", text), header)
     assert str(err.value) == f"{tmp_path}/{message}"
+
+
+def test_the_confusion_table_keeps_wide_counts_apart():
+    """SST-2's dev set: 797 and 115 under one-character labels printed as '0  797115' (issue 64)."""
+    assert confusion_table(["0", "1"], [[797, 115], [84, 1_004]]) == [
+        "         0      1",
+        "0      797    115",
+        "1       84  1,004"]
+    assert confusion_table(["negative", "pos"], [[1, 0], [2, 3]]) == [
+        "            negative       pos",
+        "negative           1         0",
+        "pos                2         3"]
 
 
 def test_accuracy_macro_f1_and_the_confusion_matrix_by_hand():

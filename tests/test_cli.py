@@ -122,6 +122,11 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     assert avg.returncode == 0 and "averaged steps 250, 260" in avg.stdout
     again = run_cli("average", str(out), "--last", "1", "--force")
     assert again.returncode == 0 and "averaged steps 260" in again.stdout
+    kept = len(list((out / "checkpoints").glob("step-*")))
+    every = run_cli("average", str(out), "--last", "100", "--force")  # more than the run keeps: said, not silent
+    assert every.returncode == 0 and every.stderr == (
+        f"note: --last 100 asked for more checkpoints than the run keeps; averaged all {kept} (train.keep_last sets "
+        f"how many a run keeps)\n") and every.stdout.startswith("averaged steps ") and kept >= 2
     bad = run_cli("average", str(out), "--last", "0")
     assert bad.returncode == 2 and "--last must be at least 1" in bad.stderr
     # bad decoding input: one line, an exit code, nothing overwritten

@@ -133,9 +133,19 @@ def test_test_lengths_are_refused_where_they_cannot_apply():
     with pytest.raises(ConfigError, match=r"test_min_len / test_max_len set the test lengths of a sequence generator"):
         task_config({"task": "translation", "generator": "scan", "test_max_len": 40})
     with pytest.raises(ConfigError, match=r"test_max_len \(15\) must be >= test_min_len \(21\)"):
-        task_config({"task": "translation", "generator": "reverse", "test_min_len": 21, "test_max_len": 15})
-    assert task_config({"task": "translation", "generator": "reverse", "max_len": 20,
+        task_config({"task": "translation", "generator": "reverse", "n_train": 10, "test_min_len": 21,
+                     "test_max_len": 15})
+    assert task_config({"task": "translation", "generator": "reverse", "max_len": 20, "n_train": 10,
                         "test_max_len": 40}).test_lengths == (3, 40)  # test_min_len defaults to min_len
+
+
+@pytest.mark.parametrize("generator", ["copy", "reverse", "sort", "addition"])
+def test_a_drawing_generator_without_n_train_is_refused_when_the_config_is_read(generator):
+    """Without n_train a sequence generator drew no training pairs, and training failed later with
+    "no training pairs left after length filtering (kept all 0 pairs)" (issue 64)."""
+    with pytest.raises(ConfigError, match=rf"^generator '{generator}' draws its pairs: set n_train, how many"):
+        task_config({"task": "translation", "generator": generator})
+    assert task_config({"task": "translation", "generator": "scan"}).n_train is None  # SCAN's grammar gives its pairs
 
 
 def test_the_translation_task_reads_its_test_split_at_the_test_lengths():

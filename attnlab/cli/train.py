@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from attnlab.cli.common import add_checkpoint_args
+from attnlab.cli.common import add_checkpoint_args, stderr_line
 from attnlab.errors import CheckpointError, Interrupted, UsageError
 
 
@@ -108,6 +108,9 @@ def cmd_average(args: argparse.Namespace) -> None:
     from attnlab.train.derived import write_average
 
     path, steps = write_average(args.run_dir, args.last, args.force)
+    if len(steps) < args.last:
+        stderr_line(f"note: --last {args.last} asked for more checkpoints than the run keeps; averaged all "
+                    f"{len(steps)} (train.keep_last sets how many a run keeps)")
     print(f"averaged steps {', '.join(map(str, steps))} into {path}")
 
 

@@ -45,6 +45,15 @@ def confusion_matrix(predicted: list[int], gold: list[int], n_classes: int) -> l
     return counts
 
 
+def confusion_table(labels: list[str], counts: list[list[int]]) -> list[str]:
+    """The confusion matrix as text: a header row of predicted labels, then one row per true label;
+    the columns of counts as wide as the widest label or count, every column two spaces apart."""
+    first = max(len(label) for label in labels) + 2
+    width = max(len(cell) for cell in [*labels, *(f"{count:,}" for row in counts for count in row)]) + 2
+    return [" " * first + "".join(f"{label:>{width}}" for label in labels),
+            *(f"{label:<{first}}" + "".join(f"{count:>{width},}" for count in row) for label, row in zip(labels, counts))]
+
+
 def classification_scores(predicted: list[int], gold: list[int], n_classes: int) -> dict[str, float]:
     """Accuracy and macro-F1: the unweighted mean over classes of F1 = 2 TP / (2 TP + FP + FN), a
     class with no examples and no predictions counting 0 (scikit-learn's zero_division=0)."""

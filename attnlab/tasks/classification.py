@@ -21,7 +21,7 @@ from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
-from attnlab.eval.metrics import classification_scores, confusion_matrix
+from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.task import Amp, Piped, Prediction, Task, TaskConfig, register_task
@@ -186,13 +186,10 @@ class ClassifierTask(Task):
     @classmethod
     def report(cls, result: dict[str, typing.Any], source: str) -> list[str]:
         """Accuracy, macro-F1 and loss, and the confusion matrix as text."""
-        width = max(len(label) for label in result["labels"]) + 2
         return [f"accuracy  {result['accuracy']:.2%}   macro-F1  {result['macro_f1']:.4f}   loss  {result['loss']:.4f}   "
                 f"({result['examples']} examples, {source})",
                 "confusion matrix (rows: true label, columns: predicted)",
-                " " * width + "".join(f"{label:>{width}}" for label in result["labels"]),
-                *(f"{label:<{width}}" + "".join(f"{count:>{width}}" for count in row)
-                  for label, row in zip(result["labels"], result["confusion"]))]
+                *confusion_table(result["labels"], result["confusion"])]
 
 
 @register_task

@@ -85,6 +85,9 @@ class TranslationConfig(TaskConfig):
                 raise ConfigError(f"split is one of SCAN's splits: it needs format 'builtin' with generator 'scan' (got "
                                   f"format '{self.format}', generator '{self.generator}')")
             one_of("split", self.split, SCAN_SPLITS)
+        if self.format == "builtin" and self.generator != "scan" and self.n_train is None:  # SCAN's grammar has its pairs
+            raise ConfigError(f"generator '{self.generator}' draws its pairs: set n_train, how many training pairs to "
+                              f"draw")
         if self.format == "parallel" and (self.src_lang is None or self.tgt_lang is None):
             raise ConfigError("format 'parallel' needs src_lang and tgt_lang (file suffixes, e.g. 'de' and 'en')")
         for name in ("vocab_size", "max_src_len", "max_tgt_len", "n_valid", "n_test", "min_len"):
