@@ -96,3 +96,66 @@ def test_the_two_image_and_text_tasks_fit_only_their_own_family():
             for task in ("contrastive", "visual_qa") for family in ("dual_encoder", "single_stream")}
     assert fits == {("contrastive", "dual_encoder"): True, ("contrastive", "single_stream"): False,
                     ("visual_qa", "dual_encoder"): False, ("visual_qa", "single_stream"): True}
+
+
+# -- model interfaces: the protocols of nn/interfaces.py, checked when a family registers -------------
+
+def test_every_built_in_familys_model_has_the_interfaces_its_capabilities_promise():
+    from attnlab.nn.interfaces import CausalLM, Classifier, EncodingModel, IncrementalDecoder, Seq2SeqModel, StagedModel
+
+    def kinds(name: str) -> list[str]:
+        model = FAMILIES[name].model
+        return [p.__name__ for p in (EncodingModel, Seq2SeqModel, CausalLM, IncrementalDecoder, Classifier, StagedModel)
+                if issubclass(model, p)]
+
+    assert FAMILIES["encoder_decoder"].model.__name__ == "EncoderDecoder"
+    assert kinds("encoder_decoder") == ["EncodingModel", "Seq2SeqModel", "CausalLM", "IncrementalDecoder",
+                                        "StagedModel"]  # CausalLM: every module has a forward
+    assert kinds("rnn") == ["EncodingModel", "Seq2SeqModel", "CausalLM", "IncrementalDecoder"]
+    assert kinds("encoder_only") == ["EncodingModel", "CausalLM", "Classifier", "StagedModel"]
+    assert kinds("cnn") == ["CausalLM", "Classifier"]
+
+
+def _family(name: str, capabilities: Capabilities, model: type, staged: bool = False) -> type:
+    from attnlab.models.family import FamilyConfig, ModelFamily, Staging
+
+    config = type(f"{name}Config", (FamilyConfig,), {"__annotations__": {}})
+    return type(name, (ModelFamily,), {"name": name, "config": config, "capabilities": capabilities,
+                                       "build": staticmethod(model),
+                                       "staging": Staging(lambda cfg: 1) if staged else None})
+
+
+def test_a_family_whose_model_lacks_a_promised_interface_is_refused_when_it_registers():
+    from torch import nn
+
+    from attnlab.models import register_family
+
+    class OnlyDecode(nn.Module):
+        def decode(self, tgt_in, memory, src_valid, cache=None): ...
+
+    class OnlyForward(nn.Module):
+        def forward(self, ids): ...
+
+    seq2seq = Capabilities(encoder=True, decoder=True, incremental_decoding=False, attention_weights=False)
+    with pytest.raises(TypeError, match=r"^model family 'toy_seq2seq' declares encoder and decoder, so its model must "
+                                        r"implement Seq2SeqModel \(nn/interfaces.py\); OnlyDecode lacks encode$"):
+        register_family(_family("toy_seq2seq", seq2seq, OnlyDecode))
+    incremental = Capabilities(encoder=False, decoder=True, incremental_decoding=True, attention_weights=False)
+    with pytest.raises(TypeError, match=r"^model family 'toy_lm' declares incremental_decoding, so its model must "
+                                        r"implement IncrementalDecoder \(nn/interfaces.py\); OnlyForward lacks "
+                                        r"new_cache$"):
+        register_family(_family("toy_lm", incremental, OnlyForward))
+    plain = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=False)
+    with pytest.raises(TypeError, match=r"^model family 'toy_staged' declares staging, so its model must implement "
+                                        r"StagedModel \(nn/interfaces.py\); OnlyForward lacks stages$"):
+        register_family(_family("toy_staged", plain, OnlyForward, staged=True))
+
+    def build(cfg):  # no annotation: the model's class is unknown
+        return OnlyForward()
+
+    unknown = _family("toy_unknown", plain, OnlyForward)
+    unknown.build = staticmethod(build)
+    with pytest.raises(TypeError, match=r"^model family 'toy_unknown': build must be its model's class, or name that "
+                                        r"class as its return annotation$"):
+        register_family(unknown)
+    assert not {"toy_seq2seq", "toy_lm", "toy_staged", "toy_unknown"} & set(FAMILIES)

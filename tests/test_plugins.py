@@ -660,3 +660,161 @@ def test_the_walkthrough_adds_a_family_with_an_attention_stack(tmp_path):
         assert len(valid) == 2 and valid[-1] < valid[0] < math.log(2)
         model, _, cfg = load_run(run)
         assert isinstance(model, family.series_attention.SeriesAttention) and cfg.stack.n_heads == 4
+
+
+# -- a family with a tensor-parallel plan: train.strategy tp splits it as its model declares ----------
+
+from attnlab.models import AttentionStack, StackConfig
+from attnlab.models import transformer as parts
+from attnlab.nn.tensor_plan import COLUMNS, ROWS, TensorPlan, megatron
+
+TAGGER_VOCAB = 20
+
+
+@dataclass(frozen=True)
+class TaggerConfig(FamilyConfig, AttentionStack):
+    """A token tagger: an attention stack, then a two-layer MLP of width ``d_hidden`` at each position."""
+
+    vocab_size: int
+    d_hidden: int = 32
+    stack: StackConfig = StackConfig(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, norm="pre")
+
+    def check(self) -> None:
+        self.check_stack()
+
+
+class Tagger(nn.Module):
+    def __init__(self, cfg: TaggerConfig) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.stack.d_model)
+        self.encoder = parts.plain_encoder(cfg, cfg.stack.n_layers)
+        self.w_in = nn.Linear(cfg.stack.d_model, cfg.d_hidden)
+        self.w_out = nn.Linear(cfg.d_hidden, cfg.vocab_size)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, V) tag logits."""
+        h = self.encoder(self.embed(ids), ids != PAD, torch.arange(ids.shape[1]))  # (B, T, d_model)
+        return self.w_out(F.gelu(self.w_in(h)))  # (B, T, d_hidden) -> (B, T, V)
+
+
+class ShardedTagger(Tagger):
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the encoder's layers, and the MLP's: W_in by columns, W_out by rows."""
+        return megatron(self, "encoder") | TensorPlan({"w_in": COLUMNS, "w_out": ROWS})
+
+
+class ShardedTaggerFamily(ModelFamily):
+    name = "test_tagger"
+    config = TaggerConfig
+    capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=True)
+    build = staticmethod(ShardedTagger)
+
+
+@dataclass(frozen=True)
+class UnplannedTaggerConfig(TaggerConfig):
+    pass
+
+
+class UnplannedTaggerFamily(ModelFamily):
+    name = "test_tagger_without_plan"
+    config = UnplannedTaggerConfig
+    capabilities = ShardedTaggerFamily.capabilities
+    build = staticmethod(Tagger)
+
+
+@contextlib.contextmanager
+def registered(*families: type[ModelFamily]):
+    for family in families:
+        register_family(family)
+    try:
+        yield
+    finally:
+        for family in families:
+            del FAMILIES[family.name]
+
+
+def tagger() -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(model_config(arch="test_tagger", vocab_size=TAGGER_VOCAB))
+
+
+def tagger_gradients(model: nn.Module) -> dict:
+    """The loss of one fixed batch and the gradients of every parameter, whole."""
+    from attnlab.train.distributed import whole
+
+    g = torch.Generator().manual_seed(1)
+    ids, tags = torch.randint(1, TAGGER_VOCAB, (3, 7), generator=g), torch.randint(0, TAGGER_VOCAB, (3, 7), generator=g)
+    loss = F.cross_entropy(model(ids).flatten(0, 1), tags.flatten())
+    loss.backward()
+    return {"loss": loss.detach(), "grads": {n: whole(p.grad).clone() for n, p in model.named_parameters()}}
+
+
+def tagger_under_tp(out: str) -> None:
+    """Run by torchrun, 2 CPU processes: the tagger as train.strategy tp prepares it, its parameters'
+    shapes on this rank, its attention modules' heads, its loss and gradients; rank 0 saves them
+    with the loss and gradients of the whole model in one process."""
+    from attnlab.train.config import TrainConfig
+    from attnlab.train.distributed import exit_worker, is_dtensor, joined_world
+    from attnlab.train.strategy import strategy_for
+
+    register_family(ShardedTaggerFamily)
+    with joined_world() as world:
+        split = strategy_for(TrainConfig(strategy="tp"), world).prepare(tagger(), torch.device("cpu"))
+        local = {n: p.to_local() if is_dtensor(p) else p for n, p in split.named_parameters()}
+        result = {"shapes": {n: tuple(p.shape) for n, p in local.items()},
+                  "heads": [split.get_submodule(path).n_heads for path in split.tensor_plan().heads],
+                  "tp": tagger_gradients(split)}
+        if world.is_main:
+            torch.save(result | {"one": tagger_gradients(tagger())}, out)
+    exit_worker(0)
+
+
+def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(tmp_path):
+    import os
+    import subprocess
+
+    from helpers import TORCHRUN
+
+    from attnlab.train.distributed import World
+    from attnlab.train.strategy import check_strategy
+
+    with registered(ShardedTaggerFamily):
+        check_strategy("tp", model_config(arch="test_tagger", vocab_size=TAGGER_VOCAB), World(rank=0, size=2))
+        whole_shapes = {n: tuple(p.shape) for n, p in tagger().named_parameters()}
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_plugins; " \
+           f"test_plugins.tagger_under_tp({str(tmp_path / 'tp.pt')!r})"
+    launch = [*TORCHRUN, "--standalone", "--nproc_per_node", "2", "--no-python", sys.executable, "-c", code]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(launch, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = torch.load(tmp_path / "tp.pt")
+    d, heads, d_ff, hidden, V = 16, 4, 32, 32, TAGGER_VOCAB
+    attention, feed_forward = "encoder.layers.0.self_attn", "encoder.layers.0.feed_forward"
+    halved = {  # the plan's linears, half of each on a rank; a row split keeps its bias whole
+        f"{attention}.qkv_proj.weight": (3 * d // 2, d), f"{attention}.qkv_proj.bias": (3 * d // 2,),
+        f"{attention}.out_proj.weight": (d, d // 2), f"{attention}.out_proj.bias": (d,),
+        f"{feed_forward}.w_1.weight": (d_ff // 2, d), f"{feed_forward}.w_1.bias": (d_ff // 2,),
+        f"{feed_forward}.w_2.weight": (d, d_ff // 2), f"{feed_forward}.w_2.bias": (d,),
+        "w_in.weight": (hidden // 2, d), "w_in.bias": (hidden // 2,),
+        "w_out.weight": (V, hidden // 2), "w_out.bias": (V,)}
+    layer_1 = {n.replace("layers.0", "layers.1"): shape for n, shape in halved.items() if "layers.0" in n}
+    assert result["shapes"] == whole_shapes | halved | layer_1
+    assert result["heads"] == [heads // 2] * 2
+    torch.testing.assert_close(result["tp"]["loss"], result["one"]["loss"], atol=0, rtol=1e-5)
+    for name, g in result["one"]["grads"].items():  # the reordered sums of tests/test_parallel.py's tp test
+        torch.testing.assert_close(result["tp"]["grads"][name], g, atol=1e-6, rtol=1e-5,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("strategy", ["tp", "fsdp+tp"])
+def test_a_family_with_an_attention_stack_and_no_tensor_parallel_plan_is_refused_in_one_line(strategy):
+    from attnlab.train.distributed import World
+    from attnlab.train.strategy import check_strategy
+
+    with registered(UnplannedTaggerFamily):
+        cfg = model_config(arch="test_tagger_without_plan", vocab_size=TAGGER_VOCAB)
+        with pytest.raises(ConfigError, match=rf"^train.strategy {re.escape(strategy)}: model.arch "
+                                              r"'test_tagger_without_plan' has an attention stack but its model "
+                                              r"\(Tagger\) declares no tensor-parallel plan \(a tensor_plan method, "
+                                              r"nn/tensor_plan.py\)$"):
+            check_strategy(strategy, cfg, World(rank=0, size=2))

@@ -20,7 +20,7 @@ from attnlab.train.config import TrainConfig
 from attnlab.train.distributed import World, exit_worker, joined_world, whole
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
-from attnlab.train.tensor_parallel import BLOCKS, tensor_parallel
+from attnlab.train.tensor_parallel import tensor_parallel
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
 SIZES = dict(vocab_size=30, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0))
@@ -49,10 +49,12 @@ def model(arch: str) -> nn.Module:
 
 
 def own_blocks(net: nn.Module, whole_weights: dict[str, torch.Tensor], rank: int, size: int) -> bool:
-    """Whether this rank's rows of every fused projection are block r of each stacked matrix."""
+    """Whether this rank's rows of every fused projection (a linear its plan splits block by block)
+    are block r of each stacked matrix."""
+    fused = {path: how.blocks for path, how in net.tensor_plan().linears.items() if how.blocks > 1}
     for name, p in net.named_parameters():
-        if name.rsplit(".", 2)[-2] in BLOCKS:
-            blocks = whole_weights[name].chunk(BLOCKS[name.rsplit(".", 2)[-2]])  # W^Q, W^K, W^V (or W^K, W^V)
+        if (module := name.rpartition(".")[0]) in fused:
+            blocks = whole_weights[name].chunk(fused[module])  # W^Q, W^K, W^V (or W^K, W^V)
             if not torch.equal(p.to_local(), torch.cat([b.chunk(size)[rank] for b in blocks])):
                 return False
     return True

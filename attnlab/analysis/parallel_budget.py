@@ -29,29 +29,28 @@ import torch
 
 from attnlab.analysis.budget import _inputs
 from attnlab.errors import ConfigError
+from attnlab.nn.interfaces import TensorParallelModel
+from attnlab.nn.tensor_plan import ROWS, Split, TensorPlan
 from attnlab.train.pipeline import check_pipeline
-from attnlab.train.tensor_parallel import BLOCKS, COLUMNS, ROWS, IN_LAYER
 
 LAYER_INDEX = re.compile(r"(^|\.)layers\.(\d+)(\.|$)")
-INSIDE_SPLIT = re.compile(r"\.(self_attn|cross_attn|feed_forward)(\.|$)")
 
 
-def _split_parameter(name: str) -> bool:
-    """Whether Megatron's plan (train/tensor_parallel.py) splits this parameter: the weights of the
-    projections it names and their biases, except a row-split projection's (added once, whole)."""
+def _split_parameter(name: str, plan: TensorPlan) -> bool:
+    """Whether the model's tensor-parallel plan (nn/tensor_plan.py) splits this parameter: the weights
+    of the projections it names and their biases, except a row-split projection's (added once, whole)."""
     module, _, kind = name.rpartition(".")
-    if not IN_LAYER.search(module + "."):
-        return False
-    return module.rpartition(".")[2] in BLOCKS or module.endswith(COLUMNS) or \
-        (module.endswith(ROWS) and kind != "bias")
+    how = plan.linears.get(module)
+    return how is not None and (how.split is Split.COLUMNS or kind != "bias")
 
 
-def _split_activation(path: str) -> bool:
-    """Whether tensor parallelism splits what the module at ``path`` saves: anything inside a layer's
-    attention or feed-forward module, except the input of a column-split projection (the replicated x)."""
-    if not IN_LAYER.search(path + ".") or path.rpartition(".")[2] in BLOCKS or path.endswith(COLUMNS):
+def _split_activation(path: str, plan: TensorPlan) -> bool:
+    """Whether tensor parallelism splits what the module at ``path`` saves: anything inside an
+    attention or feed-forward module that the plan divides, except the input of a column-split
+    projection (the replicated x)."""
+    if plan.linears.get(path, ROWS).split is Split.COLUMNS:
         return False
-    return INSIDE_SPLIT.search(path) is not None
+    return any(path == region or path.startswith(region + ".") for region in plan.regions)
 
 
 def stage_of_modules(cfg: Any, stages: int) -> dict[str, int]:
@@ -82,9 +81,10 @@ def _stage_of(path: str, stage_of: dict[str, int]) -> int:
     return stage_of[path] if path in stage_of else stage_of[path.rpartition(".")[0]]
 
 
-def measure(cfg: Any, seq_len: int, batch: int, src_len: int | None) -> tuple[list, list]:
+def measure(cfg: Any, seq_len: int, batch: int, src_len: int | None) -> tuple[list, list, TensorPlan]:
     """[(parameter path, numel)] and [(path of the innermost module that saved it, numel)] for every
-    tensor autograd saves in a training forward, each storage once (the meta device: no memory)."""
+    tensor autograd saves in a training forward, each storage once (the meta device: no memory), and
+    the model's tensor-parallel plan (an empty one where it declares none: all replicated)."""
     from attnlab.models import build_model
 
     with torch.device("meta"):
@@ -109,13 +109,14 @@ def measure(cfg: Any, seq_len: int, batch: int, src_len: int | None) -> tuple[li
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(*inputs)
-    return params, list(saved.values())
+    plan = model.tensor_plan() if isinstance(model, TensorParallelModel) else TensorPlan()
+    return params, list(saved.values()), plan
 
 
-def _fsdp_unbiased(name: str) -> bool:
+def _fsdp_unbiased(name: str, plan: TensorPlan) -> bool:
     """Whether FSDP leaves the parameter out of its shards under fsdp+tp: a fused projection's bias."""
     module, _, kind = name.rpartition(".")
-    return kind == "bias" and module.rpartition(".")[2] in BLOCKS and IN_LAYER.search(module + ".") is not None
+    return kind == "bias" and plan.linears.get(module, ROWS).blocks > 1
 
 
 def _largest_unit(sizes: dict[str, float]) -> float:
@@ -136,7 +137,7 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
     apply to the model: pp where train.strategy pp refuses it, as for a family not cut into stages,
     fewer layers than ranks or tied embeddings; fsdp+tp where ``tensor_parallel`` does not divide
     the ranks)."""
-    params, saved = measure(cfg, seq_len, batch, src_len)
+    params, saved, plan = measure(cfg, seq_len, batch, src_len)
     b = bytes_per_value
     W = sum(n for _, n in params) * b
     A = sum(n for _, n in saved) * b
@@ -145,8 +146,8 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
         return {"weights": int(weights), "gradients": int(state), "adam_moments": int(2 * state),
                 "activations": int(activations), "total": int(weights + 3 * state + activations)}
 
-    W_split = sum(n for name, n in params if _split_parameter(name)) * b
-    A_split = sum(n for path, n in saved if _split_activation(path)) * b
+    W_split = sum(n for name, n in params if _split_parameter(name, plan)) * b
+    A_split = sum(n for path, n in saved if _split_activation(path, plan)) * b
     report = {
         "one process": row(W, W, A),
         "ddp": row(W, W, A / ranks),
@@ -165,21 +166,22 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
         for path, n in saved:
             stage_a[_stage_of(path, stage_of)] += n * b
         report[f"pp {schedule}"] = row(W, max(stage_w), max(stage_a) * in_flight / micro_batches)
-    report["fsdp+tp"] = _fsdp_tp(params, A, A_split, b, ranks, tensor_parallel, row)
+    report["fsdp+tp"] = _fsdp_tp(params, plan, A, A_split, b, ranks, tensor_parallel, row)
     return report
 
 
 NUMBERS = ("weights", "gradients", "adam_moments", "activations", "total")
 
 
-def _fsdp_tp(params: list, A: float, A_split: float, b: int, ranks: int, tp: int, row: Any) -> dict[str, int | None]:
+def _fsdp_tp(params: list, plan: TensorPlan, A: float, A_split: float, b: int, ranks: int, tp: int,
+             row: Any) -> dict[str, int | None]:
     """The fsdp+tp row (the module's docstring), or Nones where ``tp`` does not divide the ranks."""
     if ranks % tp:
         return dict.fromkeys(NUMBERS)
     dp = ranks // tp
-    share = {name: n * b / tp if _split_parameter(name) else n * b for name, n in params}  # W_t, by parameter
-    whole = sum(n for name, n in share.items() if _fsdp_unbiased(name))  # B_t
-    sharded = {name: n for name, n in share.items() if not _fsdp_unbiased(name)}
+    share = {name: n * b / tp if _split_parameter(name, plan) else n * b for name, n in params}  # W_t, each
+    whole = sum(n for name, n in share.items() if _fsdp_unbiased(name, plan))  # B_t
+    sharded = {name: n for name, n in share.items() if not _fsdp_unbiased(name, plan)}
     state = sum(sharded.values()) / dp + whole
     return row(state + _largest_unit(sharded), state, (A - A_split + A_split / tp) / dp)
 

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from attnlab.data.tokenizers import BOS, PAD
 from attnlab.decode.captured import CapturedStep, CompiledStep
 from attnlab.nn.attention import attention_modules
+from attnlab.nn.interfaces import Seq2SeqModel
 
 KV_CACHES = {
     "auto": "'graph' on a CUDA device where the model's attention allows it, else 'dynamic'",
@@ -47,7 +48,7 @@ class DecodingSession:
         (N, P) ids (not padded), decoding continues it. ``kv_cache``: one of KV_CACHES (unused
         without ``use_cache``)."""
         self.model = model
-        self.seq2seq = hasattr(model, "encode")  # EncoderDecoder, or anything with its interface
+        self.seq2seq = isinstance(model, Seq2SeqModel)  # EncoderDecoder, or anything with its interface
         if self.seq2seq:
             self.memory, self.src_valid = model.encode(src)
             self.start = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, get_type_hints
 
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from attnlab.config import RegisteredConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
 from attnlab.models.stack import AttentionStack, StackConfig
+from attnlab.nn.interfaces import CausalLM, IncrementalDecoder, Seq2SeqModel, StagedModel
 
 
 class Inputs(StrEnum):
@@ -154,12 +155,16 @@ class Staging:
 class ModelFamily:
     """One kind of model: ``name`` (the value of model.arch), ``config`` (its dataclass),
     ``capabilities``, ``build(config)`` -> a freshly initialised module, and ``staging``, how its
-    models cut into pipeline stages (None: they are not)."""
+    models cut into pipeline stages (None: they are not). ``model``, the class that ``build``
+    returns (``build`` itself, or its return annotation), is set at registration, which checks it
+    against the interfaces (nn/interfaces.py) that the capabilities and staging promise. A model
+    that declares a ``tensor_plan()`` (nn/tensor_plan.py) may be split by train.strategy tp."""
 
     name: ClassVar[str]
     config: ClassVar[type[FamilyConfig]]
     capabilities: ClassVar[Capabilities]
     staging: ClassVar[Staging | None] = None
+    model: ClassVar[type[nn.Module]]  # set by @register_family
 
     @staticmethod
     def build(cfg: Any) -> nn.Module:
@@ -182,10 +187,46 @@ RELEASE_0_1_FIELDS = (
 
 
 def register_family(family: type[ModelFamily]) -> type[ModelFamily]:
-    """Class decorator: make ``family`` selectable as ``model.arch: <family.name>``."""
+    """Class decorator: make ``family`` selectable as ``model.arch: <family.name>``; refused in one
+    line where its model class lacks an interface that its capabilities promise."""
     if not isinstance(family.capabilities, Capabilities):
         raise TypeError(f"model family '{family.name}' must declare its capabilities as a Capabilities")
+    family.model = model_class(family)
+    for interface, promise in promised_interfaces(family):
+        if not issubclass(family.model, interface):
+            missing = ", ".join(m for m in dir(interface) if not m.startswith("_") and not hasattr(family.model, m))
+            raise TypeError(f"model family '{family.name}' declares {promise}, so its model must implement "
+                            f"{interface.__name__} (nn/interfaces.py); {family.model.__name__} lacks {missing}")
     return register(FAMILIES, family, "model family")
+
+
+def model_class(family: type[ModelFamily]) -> type[nn.Module]:
+    """The class of ``family``'s models: ``build`` itself, or the class its return annotation names."""
+    if isinstance(family.build, type):
+        return family.build
+    try:
+        built = get_type_hints(family.build).get("return")
+    except NameError:
+        built = None
+    if not (isinstance(built, type) and issubclass(built, nn.Module)):
+        raise TypeError(f"model family '{family.name}': build must be its model's class, or name that class as its "
+                        f"return annotation")
+    return built
+
+
+def promised_interfaces(family: type[ModelFamily]) -> list[tuple[type, str]]:
+    """(protocol, the declaration that promises it) for each interface ``family``'s model must have."""
+    can = family.capabilities
+    promised: list[tuple[type, str]] = []
+    if can.encoder and can.decoder:
+        promised.append((Seq2SeqModel, "encoder and decoder"))
+    elif can.decoder:
+        promised.append((CausalLM, "decoder"))
+    if can.incremental_decoding:
+        promised.append((IncrementalDecoder, "incremental_decoding"))
+    if family.staging is not None:
+        promised.append((StagedModel, "staging"))
+    return promised
 
 
 def family_named(arch: Any) -> type[ModelFamily]:

@@ -20,6 +20,7 @@ from attnlab.nn.encoder_decoder import TransformerTargetSide
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.layers import Encoder, Seq2SeqDecoder
 from attnlab.nn.vision import PatchEmbedding, PatchEncoding, PatchMean
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
 class ImageCaptioner(PatchEncoding, TransformerTargetSide):
@@ -38,3 +39,7 @@ class ImageCaptioner(PatchEncoding, TransformerTargetSide):
         True, an image has no padding."""
         memory = self.encode_patches(images)
         return memory, torch.ones(memory.shape[:2], dtype=torch.bool, device=memory.device)
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the image encoder's and the decoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder", "decoder")

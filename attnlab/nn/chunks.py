@@ -17,6 +17,8 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
+from attnlab.nn.interfaces import Seq2SeqModel
+
 
 @dataclass(frozen=True)
 class Chunking:
@@ -65,7 +67,7 @@ def chunked_encoding(model: nn.Module, chunking: Chunking) -> Iterator[nn.Module
     (the decoder attends over the assembled memory) or an encoder-only model's text (its heads
     read the assembled vectors)."""
     whole = model.encode
-    if hasattr(model, "decode"):  # encode(src) -> (memory, valid)
+    if isinstance(model, Seq2SeqModel):  # encode(src) -> (memory, valid)
         def encode(src: Tensor) -> tuple[Tensor, Tensor]:
             memory = chunked_states(lambda window: whole(src[:, window])[0], src.shape[1], chunking)
             return memory, src != model.pad_id

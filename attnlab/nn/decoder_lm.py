@@ -18,6 +18,7 @@ from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.heads import MultiTokenHead
 from attnlab.nn.layers import Decoder
 from attnlab.nn.stages import Carried, Stage, layer_ranges
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
 class DecoderLM(nn.Module):
@@ -56,6 +57,10 @@ class DecoderLM(nn.Module):
         if capacity is not None:
             self.embed.check_positions(capacity)
         return self.decoder.new_cache(capacity)
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the decoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "decoder")
 
     def stages(self, n: int, head: str = "forward") -> list[LMStage]:
         """The model cut into ``n`` pipeline stages of consecutive layers (nn/stages.py)."""

@@ -26,6 +26,7 @@ from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.layers import Encoder
 from attnlab.nn.vision import ClassToken, PatchEmbedding, PatchEncoding, PatchMean
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
 class ImageTower(PatchEncoding):
@@ -77,6 +78,10 @@ class DualEncoder(nn.Module):
     def encode_text(self, ids: Tensor) -> Tensor:
         """(B, T) ids -> (B, d_embed), each of unit length."""
         return F.normalize(self.text_projection(self.text(ids)), dim=-1)
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of both towers' layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "image.encoder", "text.encoder")
 
     @property
     def logit_scale(self) -> Tensor:

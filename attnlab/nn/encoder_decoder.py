@@ -15,6 +15,7 @@ from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.layers import Encoder, Seq2SeqDecoder
 from attnlab.nn.stages import Carried, Stage, layer_ranges
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
 class Seq2Seq(nn.Module):
@@ -69,6 +70,10 @@ class EncoderDecoder(TransformerTargetSide):
         valid = src != self.pad_id
         positions = self.src_embed.positions(0, src.shape[1], src.device)
         return self.encoder(self.src_embed(src, positions), valid, positions), valid
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of both stacks' layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder", "decoder")
 
     def stages(self, n: int, head: str = "forward") -> list[Seq2SeqStage]:
         """The model cut into ``n`` pipeline stages of consecutive layers, the encoder's first

@@ -9,6 +9,7 @@ from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.heads import ClassificationHead, MaskedLMHead
 from attnlab.nn.layers import Encoder
 from attnlab.nn.stages import Carried, Stage, layer_ranges
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
 class EncoderOnly(nn.Module):
@@ -33,6 +34,10 @@ class EncoderOnly(nn.Module):
 
     def classify(self, ids: Tensor, segments: Tensor | None = None) -> Tensor:
         return self.classifier(self.encode(ids, segments), ids != self.pad_id)
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder")
 
     def stages(self, n: int, head: str = "forward") -> list[EncoderStage]:
         """The model cut into ``n`` pipeline stages of consecutive layers (nn/stages.py), the last

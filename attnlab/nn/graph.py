@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import Encoder
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
 def normalized_laplacian(adjacency: Tensor) -> Tensor:
@@ -93,6 +94,10 @@ class GraphTransformer(nn.Module):
         nodes = torch.arange(n, device=h.device)  # (N,): the encoder's positions; no positional scheme reads them
         h = self.encoder(self.dropout(h)[None], every_node, nodes, neighbourhoods(adjacency))  # (1, N, d_model)
         return h[0]
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder")
 
     def forward(self, features: Tensor, adjacency: Tensor, eigenvectors: Tensor) -> Tensor:
         return self.classifier(self.encode(features, adjacency, eigenvectors))  # (N, n_classes)

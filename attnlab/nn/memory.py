@@ -36,6 +36,7 @@ from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.layers import DecoderLayer, LayerStack
 from attnlab.nn.masks import AttentionMask
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
 class SegmentMemory:
@@ -194,6 +195,10 @@ class TransformerXL(nn.Module):
         """(B, T) ids of one segment -> (B, T, d_model); ``memory`` moves on past it."""
         positions = self.embed.positions(memory.length, ids.shape[1], ids.device)
         return self.decoder.segment(self.embed(ids, positions), ids != self.pad_id, positions, memory)
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the decoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "decoder")
 
     def new_cache(self, capacity: int | None = None) -> MemoryCache:
         """A cache for incremental decoding; there is no static one (``capacity``): the window slides."""

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import Encoder
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 Statistics = tuple[Tensor, Tensor]  # (B, 1, C) mean and (B, 1, C) standard deviation of each instance
 
@@ -132,6 +133,10 @@ class PatchTST(nn.Module):
     def encode(self, x: Tensor) -> Tensor:
         """(B, L, C) -> (B C, N, d_model): what attention analysis runs (series b's channel c is row b C + c)."""
         return self.encode_normalised(self.revin.normalise(x)[0])
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder")
 
     def forecast(self, x: Tensor) -> Tensor:
         """(B, L, C) -> (B, H, C)."""

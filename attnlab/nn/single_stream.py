@@ -22,6 +22,7 @@ from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.layers import Encoder
 from attnlab.nn.vision import PatchEmbedding
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 TEXT, IMAGE = 0, 1  # rows of the modality table
 
@@ -78,6 +79,10 @@ class SingleStreamTransformer(nn.Module):
         x, valid, _ = self.sequence(images, ids)
         positions = torch.arange(x.shape[1], device=x.device)  # no scheme inside attention reads them
         return self.encoder(x, valid, positions), valid
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder")
 
     def classify(self, images: Tensor, ids: Tensor) -> Tensor:
         """-> (B, n_classes): the head on the [CLS] state."""

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.nn.positional import AbsolutePositional, PositionalEncoding, sinusoid
 from attnlab.nn.layers import Encoder
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
 def patches(images: Tensor, size: int) -> Tensor:
@@ -166,6 +167,10 @@ class PatchEncoding(nn.Module):
     positional: PositionalEncoding
     summary: ClassToken | PatchMean
     encoder: Encoder
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder")
 
     def encode_patches(self, images: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, T, d_model) final states, T = N (+ 1 with a class token)."""

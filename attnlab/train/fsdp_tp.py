@@ -22,8 +22,11 @@ import torch.distributed as dist
 from torch import nn
 
 from attnlab.errors import ConfigError
+from attnlab.nn.interfaces import Classifier, EncodingModel, Seq2SeqModel
 from attnlab.train.distributed import World
 from attnlab.train.tensor_parallel import check_tensor_parallel, tensor_parallel
+
+FORWARD_METHODS = {EncodingModel: "encode", Seq2SeqModel: "decode", Classifier: "classify"}  # validation calls them
 
 
 def check_fsdp_tp(model_cfg: Any, size: int, tp: int) -> None:
@@ -43,8 +46,8 @@ def fully_sharded(model: nn.Module, **options: Any) -> nn.Module:
             for layer in module:
                 fully_shard(layer, **options)
     fully_shard(model, **options)
-    for method in ("encode", "decode", "classify"):  # what validation calls besides forward
-        if hasattr(model, method):
+    for interface, method in FORWARD_METHODS.items():
+        if isinstance(model, interface):
             register_fsdp_forward_method(model, method)
     return model
 

@@ -15,35 +15,40 @@ split, so that a rank's rows are [Q_r; K_r; V_r]: DTensor's ``_StridedShard(0, s
 the placement FSDP2 itself uses for a shard of a shard (private in PyTorch 2.13). A gathered
 weight (``full_tensor``) is in the model's own order, so checkpoints are the usual file.
 
-The plan is keyed on the parameters' names inside a stack's layers (``layers.<i>.``), not on module
-classes: ``qkv_proj``, ``kv_proj`` (blocks split), ``q_proj`` (columns), ``out_proj`` (rows),
-``feed_forward.w_1`` (columns), ``feed_forward.w_2`` (rows); the module owning the projections
-keeps ``n_heads / N`` heads.
+The plan is the model's own (its ``tensor_plan()``, nn/tensor_plan.py: which linears are split by
+columns, by rows or block by block, and which attention modules keep ``n_heads / N`` heads); a
+family whose model declares none is refused in one line before any process work.
 """
 
 from __future__ import annotations
 
 import functools
-import re
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
 from attnlab.errors import ConfigError
 from attnlab.models import stack_of
+from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.interfaces import TensorParallelModel
+from attnlab.nn.tensor_plan import LinearSplit, Split, TensorPlan
 
-IN_LAYER = re.compile(r"(^|\.)layers\.\d+\.")
-BLOCKS = {"qkv_proj": 3, "kv_proj": 2}  # stacked matrices of a fused projection
-COLUMNS = ("q_proj", "feed_forward.w_1")
-ROWS = ("out_proj", "feed_forward.w_2")
 PER_HEAD_POSITIONAL = ("relative", "relative_bias", "alibi")  # state per head, or parameters used inside attention
 
 
 def check_tensor_parallel(model_cfg: Any, size: int, strategy: str = "tp") -> None:
-    """Refuse in one line a model that ``size`` ranks cannot split head by head."""
-    if (stack := stack_of(model_cfg)) is None:
-        raise ConfigError(f"train.strategy {strategy} splits attention heads and feed-forward widths; model.arch "
-                          f"'{model_cfg.arch}' has none")
+    """Refuse in one line a model that declares no tensor-parallel plan, or that ``size`` ranks cannot
+    split head by head."""
+    stack, model = stack_of(model_cfg), model_cfg.family.model
+    if not issubclass(model, TensorParallelModel):
+        if stack is None:
+            raise ConfigError(f"train.strategy {strategy} splits attention heads and feed-forward widths; model.arch "
+                              f"'{model_cfg.arch}' has none")
+        raise ConfigError(f"train.strategy {strategy}: model.arch '{model_cfg.arch}' has an attention stack but its "
+                          f"model ({model.__name__}) declares no tensor-parallel plan (a tensor_plan method, "
+                          f"nn/tensor_plan.py)")
+    if stack is None:  # the model's own plan, with no stack's heads and widths to check
+        return
     for name in ("n_heads", "d_ff"):  # d_model = n_heads * d_head divides when n_heads does
         if getattr(stack, name) % size:
             raise ConfigError(f"train.strategy {strategy}: model.stack.{name} ({getattr(stack, name)}) must be "
@@ -56,39 +61,30 @@ def check_tensor_parallel(model_cfg: Any, size: int, strategy: str = "tp") -> No
                           f"head's scores use; use sqrt_dk or none")
 
 
-def megatron_plan(model: nn.Module) -> dict[str, Any]:
-    """{module path: ParallelStyle} for every projection of every layer of ``model``'s stacks."""
+def parallel_styles(plan: TensorPlan) -> dict[str, Any]:
+    """{module path: ParallelStyle} for each linear that ``plan`` divides."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    plan: dict[str, Any] = {}
-    for path, module in model.named_modules():
-        if not IN_LAYER.search(path) or not isinstance(module, nn.Linear):
-            continue
-        leaf = path.rpartition(".")[2]
-        if leaf in BLOCKS:
-            plan[path] = blockwise_colwise_parallel()(BLOCKS[leaf])
-        elif path.endswith(COLUMNS):
-            plan[path] = ColwiseParallel()
-        elif path.endswith(ROWS):
-            plan[path] = RowwiseParallel()
-    return plan
+    def style(how: LinearSplit) -> Any:
+        if how.blocks > 1:
+            return blockwise_colwise_parallel()(how.blocks)
+        return ColwiseParallel() if how.split is Split.COLUMNS else RowwiseParallel()
+
+    return {path: style(how) for path, how in plan.linears.items()}
 
 
 def tensor_parallel(model: nn.Module, size: int, device_type: str, mesh: Any = None) -> nn.Module:
     """``model`` split in place over a 1-D mesh of ``size`` ranks (all of them, or ``mesh``: one
-    dimension of a larger one): Megatron's plan, and each attention module left with its share of
-    the heads."""
+    dimension of a larger one) as its ``tensor_plan()`` says, each attention module it names left
+    with its share of the heads."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = init_device_mesh(device_type, (size,)) if mesh is None else mesh
-    plan = megatron_plan(model)
-    parallelize_module(model, mesh, plan)
-    modules = dict(model.named_modules())
-    for path in plan:
-        owner = modules[path.rpartition(".")[0]]
-        if path.endswith(("qkv_proj", "q_proj")):  # the attention module: (B, T, H/N * Dh) per rank
-            owner.n_heads //= size
+    plan = cast(TensorParallelModel, model).tensor_plan()  # check_tensor_parallel refused a model without one
+    parallelize_module(model, mesh, parallel_styles(plan))
+    for path in plan.heads:  # (B, T, H/N * Dh) per rank
+        cast(MultiHeadAttention, model.get_submodule(path)).n_heads //= size
     return model
 
 
