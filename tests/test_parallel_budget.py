@@ -8,7 +8,7 @@ import json
 import pytest
 
 from attnlab.analysis.budget import budget_report
-from attnlab.analysis.parallel_budget import parallel_memory
+from attnlab.analysis.parallel_budget import NUMBERS, parallel_memory
 from attnlab.models import build_model, model_config
 from helpers import run_cli
 
@@ -81,8 +81,9 @@ def test_fsdp_tp_holds_its_tp_share_sharded_over_dp_counted_by_hand():
     tp_on_2 = parallel_memory(tiny(), T, B, ranks=2, micro_batches=4)["tp"]
     assert r["activations"] == tp_on_2["activations"] // 2
     assert r["total"] == r["weights"] + 3 * r["gradients"] + r["activations"]
-    assert set(parallel_memory(tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=3)["fsdp+tp"].values()) \
-        == {None}  # 3 does not divide 4
+    assert parallel_memory(tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=3)["fsdp+tp"] == {
+        **dict.fromkeys(NUMBERS), "refused": "train.strategy fsdp+tp: train.tensor_parallel (3) must divide the "
+                                             "torchrun ranks (4)"}
 
 
 def test_fsdp_tp_row_needs_a_tensor_parallel_size_dividing_the_ranks_on_the_cli(tmp_path):
@@ -112,3 +113,28 @@ def test_pp_row_holds_the_heavier_stage_of_each_family_cut(arch, first_stage):
     first = sum(n for name, n in sizes.items() if name.startswith(first_stage))
     last = sum(sizes.values()) - first
     assert parallel_memory(cfg, T, B, 2, 2)["pp gpipe"]["gradients"] == 4 * max(first, last)
+
+
+def test_a_layout_training_refuses_is_n_a_with_the_strategy_s_own_reason(tmp_path):
+    """3 ranks of a 4-head model (issue 64): tp is n/a (training refuses n_heads 4 on 3 ranks), not a
+    memory figure for a layout that cannot train; pp says why it is n/a; --parallel 3 alone works,
+    fsdp+tp n/a at the default tensor-parallel size 2."""
+    report = parallel_memory(tiny(), T, B, ranks=3, micro_batches=3)
+    assert report["tp"] == {**dict.fromkeys(NUMBERS), "refused": f"train.strategy tp: model.stack.n_heads ({H}) must "
+                                                                 f"be divisible by the tensor-parallel size (3 ranks)"}
+    assert report["ddp"]["total"] is not None and "refused" not in report["ddp"]
+    config = tmp_path / "m.yaml"
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "stack": {
+        "d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "all"}}))
+    done = run_cli("info", str(config), "--parallel", "3", "--seq-len", str(T), "--batch", str(B))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"  n/a (tp): train.strategy tp: model.stack.n_heads ({H}) must be divisible by the tensor-parallel size " \
+           f"(3 ranks)" in lines
+    assert "  n/a (pp gpipe, pp 1f1b): train.strategy pp: model.tie_embeddings 'all' shares the first stage's " \
+           "embedding with the last stage's output projection; set it to none" in lines
+    assert "  n/a (fsdp+tp): train.strategy fsdp+tp: train.tensor_parallel (2) must divide the torchrun ranks (3)" \
+        in lines
+    assert any(line.endswith("fsdp+tp: tp 2; meta device)") for line in lines)
+    as_json = json.loads(run_cli("info", str(config), "--parallel", "3", "--json").stdout)
+    assert as_json["parallel_memory"]["tp"]["refused"].startswith("train.strategy tp: model.stack.n_heads")

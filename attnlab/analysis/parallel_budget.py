@@ -23,7 +23,7 @@ counted once each): weights, gradients, Adam's two moments and saved activations
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -31,7 +31,9 @@ from attnlab.analysis.budget import _inputs
 from attnlab.errors import ConfigError
 from attnlab.nn.interfaces import TensorParallelModel
 from attnlab.nn.tensor_plan import ROWS, Split, TensorPlan
+from attnlab.train.fsdp_tp import check_fsdp_tp
 from attnlab.train.pipeline import check_pipeline
+from attnlab.train.tensor_parallel import check_tensor_parallel
 
 LAYER_INDEX = re.compile(r"(^|\.)layers\.(\d+)(\.|$)")
 
@@ -67,13 +69,14 @@ def stage_of_modules(cfg: Any, stages: int) -> dict[str, int]:
     return {path: held.get(path, stages - 1) for path in path_of.values()}
 
 
-def _pipelined(cfg: Any, stages: int) -> bool:
-    """Whether train.strategy pp would cut ``cfg``'s model into ``stages`` (train/pipeline.py's check)."""
+def refusal(check: Callable[..., None], *args: Any) -> str | None:
+    """Why train.strategy would refuse this layout (the one line of the strategy's own ``check``), or
+    None where it trains it."""
     try:
-        check_pipeline(cfg, stages)
-    except ConfigError:
-        return False
-    return True
+        check(*args)
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 def _stage_of(path: str, stage_of: dict[str, int]) -> int:
@@ -133,10 +136,10 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
                     src_len: int | None = None, bytes_per_value: int = 4,
                     tensor_parallel: int = 2) -> dict[str, dict[str, int | None]]:
     """{strategy: {'weights', 'gradients', 'adam_moments', 'activations', 'total'}} in bytes per rank
-    for a global batch of ``batch`` sequences on ``ranks`` ranks (None where a strategy does not
-    apply to the model: pp where train.strategy pp refuses it, as for a family not cut into stages,
-    fewer layers than ranks or tied embeddings; fsdp+tp where ``tensor_parallel`` does not divide
-    the ranks)."""
+    for a global batch of ``batch`` sequences on ``ranks`` ranks. Where train.strategy refuses the
+    layout (tp and fsdp+tp: heads or widths the tensor-parallel size does not divide, a size that
+    does not divide the ranks; pp: a family not cut into stages, fewer layers than ranks, tied
+    embeddings), the numbers are None and 'refused' holds the strategy's own one-line reason."""
     params, saved, plan = measure(cfg, seq_len, batch, src_len)
     b = bytes_per_value
     W = sum(n for _, n in params) * b
@@ -152,12 +155,14 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
         "one process": row(W, W, A),
         "ddp": row(W, W, A / ranks),
         "fsdp": row(W / ranks + _largest_unit({name: n * b for name, n in params}), W / ranks, A / ranks),
-        "tp": row(W - W_split + W_split / ranks, W - W_split + W_split / ranks, A - A_split + A_split / ranks),
+        "tp": refused(refusal(check_tensor_parallel, cfg, ranks, "tp"))
+        or row(W - W_split + W_split / ranks, W - W_split + W_split / ranks, A - A_split + A_split / ranks),
     }
-    stage_of = stage_of_modules(cfg, ranks) if _pipelined(cfg, ranks) else None
+    cut = refusal(check_pipeline, cfg, ranks)
+    stage_of = stage_of_modules(cfg, ranks) if cut is None else None
     for schedule, in_flight in (("gpipe", micro_batches), ("1f1b", min(ranks, micro_batches))):
         if stage_of is None:
-            report[f"pp {schedule}"] = dict.fromkeys(NUMBERS)
+            report[f"pp {schedule}"] = refused(cut)
             continue
         stage_w = [0] * ranks
         stage_a = [0] * ranks
@@ -166,18 +171,22 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
         for path, n in saved:
             stage_a[_stage_of(path, stage_of)] += n * b
         report[f"pp {schedule}"] = row(W, max(stage_w), max(stage_a) * in_flight / micro_batches)
-    report["fsdp+tp"] = _fsdp_tp(params, plan, A, A_split, b, ranks, tensor_parallel, row)
+    report["fsdp+tp"] = (refused(refusal(check_fsdp_tp, cfg, ranks, tensor_parallel))
+                         or _fsdp_tp(params, plan, A, A_split, b, ranks, tensor_parallel, row))
     return report
 
 
 NUMBERS = ("weights", "gradients", "adam_moments", "activations", "total")
 
 
+def refused(reason: str | None) -> dict[str, Any] | None:
+    """A row of a layout the strategy refuses: no numbers, and the reason; None where it is trained."""
+    return None if reason is None else {**dict.fromkeys(NUMBERS), "refused": reason}
+
+
 def _fsdp_tp(params: list, plan: TensorPlan, A: float, A_split: float, b: int, ranks: int, tp: int,
              row: Any) -> dict[str, int | None]:
-    """The fsdp+tp row (the module's docstring), or Nones where ``tp`` does not divide the ranks."""
-    if ranks % tp:
-        return dict.fromkeys(NUMBERS)
+    """The fsdp+tp row (the module's docstring) of a layout train.strategy fsdp+tp trains."""
     dp = ranks // tp
     share = {name: n * b / tp if _split_parameter(name, plan) else n * b for name, n in params}  # W_t, each
     whole = sum(n for name, n in share.items() if _fsdp_unbiased(name, plan))  # B_t
@@ -189,10 +198,17 @@ def _fsdp_tp(params: list, plan: TensorPlan, A: float, A_split: float, b: int, r
 def format_parallel_memory(report: dict[str, dict[str, int | None]], ranks: int, micro_batches: int,
                            tensor_parallel: int = 2) -> str:
     gib = lambda n: "n/a" if n is None else f"{n / 2**30:.3f}"  # noqa: E731
+    groups = f"tp {tensor_parallel} x dp {ranks // tensor_parallel}" if ranks % tensor_parallel == 0 else \
+        f"tp {tensor_parallel}"
     lines = [f"training memory per rank, GiB, on {ranks} ranks (pp: {micro_batches} micro-batches; fsdp+tp: "
-             f"tp {tensor_parallel} x dp {ranks // tensor_parallel}; meta device)",
+             f"{groups}; meta device)",
              f"  {'strategy':<14}{'weights':>10}{'gradients':>11}{'adam':>10}{'activations':>13}{'total':>10}"]
     for name, r in report.items():
         lines.append(f"  {name:<14}{gib(r['weights']):>10}{gib(r['gradients']):>11}{gib(r['adam_moments']):>10}"
                      f"{gib(r['activations']):>13}{gib(r['total']):>10}")
+    reasons: dict[str, list[str]] = {}  # reason -> the rows it empties (pp's two schedules share one)
+    for name, r in report.items():
+        if r.get("refused"):
+            reasons.setdefault(str(r["refused"]), []).append(name)
+    lines += [f"  n/a ({', '.join(names)}): {reason}" for reason, names in reasons.items()]
     return "\n".join(lines)

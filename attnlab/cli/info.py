@@ -140,11 +140,14 @@ def cmd_info(args: argparse.Namespace) -> None:
 def _parallel_memory(cfg, args: argparse.Namespace) -> dict:
     """Per-rank training memory of each train.strategy on --parallel N ranks (meta device)."""
     from attnlab.analysis.parallel_budget import parallel_memory
+    from attnlab.train.config import TrainConfig
 
     if args.parallel < 2 or args.micro_batches < 1:
         raise UsageError(f"--parallel needs at least 2 ranks and --micro-batches at least 1 (got {args.parallel}, "
                          f"{args.micro_batches})")
-    if args.tensor_parallel < 1 or args.parallel % args.tensor_parallel:
+    if args.tensor_parallel is None:  # train.tensor_parallel's default; a row says so where it cannot apply
+        args.tensor_parallel = TrainConfig.tensor_parallel
+    elif args.tensor_parallel < 1 or args.parallel % args.tensor_parallel:
         raise UsageError(f"--tensor-parallel ({args.tensor_parallel}) must divide --parallel ({args.parallel})")
     if not cfg.capabilities.attention_weights or cfg.capabilities.inputs != "tokens":
         raise UsageError(f"--parallel measures Transformer models of token sequences, not arch '{cfg.arch}'")
@@ -170,6 +173,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--parallel", type=int, metavar="N",
                       help="training memory per rank of each train.strategy on N ranks (--batch: the global batch)")
     info.add_argument("--micro-batches", type=int, default=4, help="pipeline micro-batches for --parallel")
-    info.add_argument("--tensor-parallel", type=int, default=2, metavar="T",
-                      help="fsdp+tp's tensor-parallel group size for --parallel (dp = N / T)")
+    info.add_argument("--tensor-parallel", type=int, metavar="T",
+                      help="fsdp+tp's tensor-parallel group size for --parallel (dp = N / T; default: "
+                           "train.tensor_parallel's, 2)")
     info.set_defaults(func=cmd_info)
