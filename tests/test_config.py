@@ -111,9 +111,10 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
     assert lm == LanguageModelConfig(train="input.txt", tokenizer="char", block_size=64)
     assert lm.to_dict() == {"task": "language_model", "format": "text", "train": "input.txt", "valid": None,
                             "tokenizer": "char", "vocab_size": 8000, "block_size": 64, "valid_fraction": 0.1}
-    pairs = task_config({**RELEASE_0_1_DATA, "format": "builtin", "task": "reverse", "tokenizer": "word", "train": None},
-                        from_0_1=True)
-    assert pairs == TranslationConfig(generator="reverse")
+    # (n_train: a drawing generator without it drew no training pairs, in 0.1 as now: no such run exists)
+    pairs = task_config({**RELEASE_0_1_DATA, "format": "builtin", "task": "reverse", "tokenizer": "word", "train": None,
+                         "n_train": 100}, from_0_1=True)
+    assert pairs == TranslationConfig(generator="reverse", n_train=100)
     assert task_config(pairs.to_dict(), from_0_1=True) == pairs  # a newer section is read as it is
     with pytest.raises(ConfigError, match="data.task 'language_model' has no field 'colour'"):
         task_config({**RELEASE_0_1_DATA, "colour": "blue"}, from_0_1=True)
