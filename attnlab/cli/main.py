@@ -13,12 +13,13 @@ import argparse
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from attnlab import __version__
 from attnlab.cli import analysis, bench, data, decode, demo, evaluate, images, info, serve, train
 from attnlab.cli.common import Parser
-from attnlab.errors import AttnlabError, Interrupted
+from attnlab.errors import RANK_ERRORS, AttnlabError, Interrupted
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -57,6 +58,9 @@ def _run(argv: list[str]) -> int:
     except AttnlabError as err:
         if "--debug" in argv:
             raise
+        if RANK_ERRORS in os.environ:  # a rank of `train --nproc-per-node`: its launcher reports it, once
+            Path(os.environ[RANK_ERRORS], f"rank-{os.environ.get('RANK', '0')}").write_text(f"{err.exit_code}\n{err}")
+            return err.exit_code
         # Ctrl-C is no error: after the terminal's ^C and any progress bar, what was saved and how to go on
         print(f"\n{err}" if isinstance(err, Interrupted) else f"error: {err}", file=sys.stderr)
         return err.exit_code

@@ -68,6 +68,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise UsageError("train needs a CONFIG file (or --out RUN --resume, to continue a run with its own config)")
     stem = Path(args.config or args.out).stem
     device = resolve_device(cfg.train.device)
+    if args.nproc_per_node is not None:
+        _launch(args, cfg, device, stem, resume)
+        return
     with joined_world(device) as world:  # under torchrun: this rank's place
         cfg.train.check_runs_on(device, world.size if world else 1)
         out = new_run_dir(world.broadcast(args.out or _default_run_dir(stem)) if world else args.out, stem,
@@ -82,6 +85,30 @@ def cmd_train(args: argparse.Namespace) -> None:
     if world is None or world.is_main:
         print(json.dumps({k: v for k, v in summary.items() if k != "last_eval"} | summary["last_eval"]))
         print(f"run directory: {out}")
+
+
+def _launch(args: argparse.Namespace, cfg, device, stem: str, resume: bool) -> None:
+    """`train --nproc-per-node N`: what one process can check of the run is checked here, before any
+    process starts (the config, the device, the run directory, the strategy against the model with
+    N ranks); then N ranks train it, each told the same run directory."""
+    from attnlab.train.distributed import World
+    from attnlab.train.launch import launch
+    from attnlab.train.run import planned_model_config
+    from attnlab.train.strategy import check_strategy
+
+    ranks = args.nproc_per_node
+    if ranks < 1:
+        raise UsageError(f"--nproc-per-node must be at least 1 (got {ranks})")
+    cfg.train.check_runs_on(device, ranks)
+    out = new_run_dir(args.out or _default_run_dir(stem), stem, resume)
+    # the strategy against the model's layers, heads and stages: no vocabulary size changes what it accepts
+    model_cfg = planned_model_config(cfg)(cfg.data.vocab_size if cfg.data.task.tokenizers else 0)
+    check_strategy(cfg.train.strategy, model_cfg, World(rank=0, size=ranks) if ranks > 1 else None,
+                   cfg.train.tensor_parallel, cfg.data.task)
+    launch(["train", *([args.config] if args.config else []), "--out", str(out),
+            *(f"--set={change}" for change in args.set or []), *(["--resume"] if resume else []),
+            *(["--allow-changes"] if args.allow_changes else []),
+            *(["--resume-from", str(args.resume_from)] if args.resume_from is not None else [])], args.nproc_per_node)
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
@@ -158,6 +185,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--resume-from", type=int, metavar="STEP",
                        help="as --resume, from the checkpoint of STEP rather than the newest (one that is damaged): "
                             "the newer checkpoints are moved into RUN/checkpoints/set-aside-TIME/, not deleted")
+    train.add_argument("--nproc-per-node", type=int, metavar="N",
+                       help="train in N processes on this machine (DDP, or train.strategy fsdp/tp/pp/fsdp+tp), started "
+                            "as torchrun starts them once the config is checked; a process's failure is one line and "
+                            "its exit code")
     train.add_argument("--allow-changes", action="store_true",
                        help="with --resume: train on with train settings that differ from the run's (from CONFIG "
                             "or --set); they are recorded in RUN/config_changes.jsonl. Model and data never change")
