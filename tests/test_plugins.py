@@ -31,8 +31,8 @@ from attnlab.data.corpora import read_tsv
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.models import Capabilities, FamilyConfig, ModelFamily
 from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
-from attnlab.train.checkpoint import load_run
-from attnlab.train.config import TrainConfig
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.config import TrainConfig
 from helpers import run_cli
 
 

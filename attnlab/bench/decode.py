@@ -20,7 +20,7 @@ import torch
 from attnlab.bench.reference import SHAPE, marian
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, checked_length, interleaved_medians
-from attnlab.bench.train import attnlab_model
+from attnlab.bench.reference import attnlab_model
 from attnlab.data.batching import source_batch
 from attnlab.decode.search import beam_search, greedy
 from attnlab.decode.weights import with_weights

@@ -44,7 +44,7 @@ from attnlab.data.batching import Batch
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig, MLMBatch, mask_tokens
-from attnlab.train.config import GRAPHS, TrainConfig
+from attnlab.runs.config import GRAPHS, TrainConfig
 from attnlab.train.step import Objective, compiled
 
 AnyBatch = Batch | MLMBatch

@@ -40,9 +40,9 @@ def _info_model_config(args: argparse.Namespace):
     from attnlab.config import apply_overrides, read_config_file
     from attnlab.errors import ConfigError
     from attnlab.models import model_config
-    from attnlab.train.checkpoint import RunDir
-    from attnlab.train.config import RunConfig, override_fields
-    from attnlab.train.run import planned_model_config
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.config import RunConfig, override_fields
+    from attnlab.runs.data import planned_model_config
 
     path = Path(args.config)
     of_a_run = path.is_dir()

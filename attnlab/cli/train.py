@@ -32,7 +32,7 @@ def new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
 
 def _saved_so_far(out: Path) -> str:
     """What an interrupted training left in ``out``, and how to go on."""
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     run = RunDir(out)
     steps = run.steps() if out.is_dir() else []
@@ -45,7 +45,7 @@ def _saved_so_far(out: Path) -> str:
 
 
 def _run_config_file(run_dir: str) -> Path:
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     config = RunDir(run_dir).config
     if not config.is_file():
@@ -54,9 +54,9 @@ def _run_config_file(run_dir: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from attnlab.train.config import RunConfig
-    from attnlab.train.distributed import joined_world
-    from attnlab.train.device import resolve_device
+    from attnlab.runs.config import RunConfig
+    from attnlab.parallel.distributed import joined_world
+    from attnlab.device import resolve_device
     from attnlab.train.run import train_run
 
     resume = args.resume or args.resume_from is not None
@@ -105,14 +105,14 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from attnlab.train.derived import write_average
+    from attnlab.runs.derived import write_average
 
     path, steps = write_average(args.run_dir, args.last, args.force)
     print(f"averaged steps {', '.join(map(str, steps))} into {path}")
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from attnlab.train.derived import export_run
+    from attnlab.runs.derived import export_run
 
     exported, source = export_run(args.run_dir, args.out, args.weights, args.checkpoint, args.force)
     size, original = exported.stat().st_size, source.stat().st_size
@@ -122,7 +122,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_import_hf(args: argparse.Namespace) -> None:
-    from attnlab.train.hf import import_hf
+    from attnlab.interop import import_hf
 
     imported = import_hf(args.folder, args.out)
     for line in imported.report.lines("import-hf"):
@@ -134,7 +134,7 @@ def cmd_import_hf(args: argparse.Namespace) -> None:
 
 
 def cmd_export_hf(args: argparse.Namespace) -> None:
-    from attnlab.train.hf import export_hf
+    from attnlab.interop import export_hf
 
     converter, out = export_hf(args.run_dir, args.out, args.checkpoint)
     files = ", ".join(sorted(path.name for path in out.iterdir()))

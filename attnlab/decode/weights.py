@@ -18,7 +18,7 @@ measured 2026-11-23 on the 2-core machine of docs/results.md, with other jobs ru
 marks torch.ao.quantization and its quantized tensors deprecated (torch 2.13 still ships and runs
 them); the warnings are silenced here, and the choice is to revisit when torchao gains CPU kernels.
 
-A model with such weights is also stored (``attnlab export``, train/derived.py): :func:`stored_state`
+A model with such weights is also stored (``attnlab export``, runs/derived.py): :func:`stored_state`
 gives its tensors as a safetensors file holds them, :func:`load_stored_state` puts them back into a
 model that :func:`with_weights` has converted the same way, so the loaded model computes exactly
 what the converted one did.

@@ -47,7 +47,8 @@ from attnlab.serve.limits import LIMITS, Refused
 from attnlab.serve.runinfo import example_input, pruning_report
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.visual_qa import question_ids
-from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
 
 
 # The fields each kind of run reads from a request, with their defaults; "run" picks the explorer.

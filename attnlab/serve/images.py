@@ -15,7 +15,7 @@ from torch import Tensor
 from attnlab.serve.limits import Refused
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.image_classification import read_inputs
-from attnlab.train.checkpoint import RunDir
+from attnlab.runs.run_dir import RunDir
 
 IMAGE_READERS = {"image_classification": read_inputs, "captioning": read_input_images,  # (paths, run) -> (N, C, H, W)
                  "visual_qa": read_input_images}

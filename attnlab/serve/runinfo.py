@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from attnlab.errors import AttnlabError
-from attnlab.train.run_dir import META_FILE, RunDir
-from attnlab.train.run import read_run_data
+from attnlab.runs.run_dir import META_FILE, RunDir
+from attnlab.runs.data import read_run_data
 
 EXAMPLE_TOKENS = 48  # of a language model's validation text: the page's first input
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import re
 from typing import Any, Callable, ContextManager
 
 import torch
@@ -20,12 +19,12 @@ from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models.family import uncompiled, unwrapped
 from attnlab.nn.embeddings import Embeddings
+from attnlab.runs.init import LAYER
 from attnlab.tasks.batching import Batch
-from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import World, is_dtensor, whole
+from attnlab.runs.config import TrainConfig
+from attnlab.parallel.distributed import World, is_dtensor, whole
 
 Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
-LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 
 
 def compiled(objective: Objective, graphs: bool = False, varied_shapes: bool = False) -> Objective:
@@ -199,7 +198,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     skips (read on the host: fp16 runs on CUDA only, under the scaler's own checks).
 
     ``accumulate`` and ``clip`` replace :func:`accumulate_gradients` and :func:`clip_gradients`
-    where a strategy computes them its own way (a pipeline: train/pipeline.py)."""
+    where a strategy computes them its own way (a pipeline: parallel/pipeline.py)."""
     lr = max(group["lr"] for group in optimizer.param_groups)  # the heads' (layer_lr_decay gives the rest less)
     sums = (accumulate or accumulate_gradients)(model, batches, cfg, amp, scaler, world, global_targets, objective)
     if scaler is not None:

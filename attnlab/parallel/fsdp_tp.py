@@ -1,6 +1,6 @@
 """FSDP2 composed with tensor parallelism (``train.strategy fsdp+tp``), PyTorch's 2-D recipe: the
 ranks form a (dp, tp) mesh, tp = ``train.tensor_parallel`` consecutive ranks; within each tp group
-Megatron's plan splits every layer (train/tensor_parallel.py), and ``fully_shard`` then splits each
+Megatron's plan splits every layer (parallel/tensor_parallel.py), and ``fully_shard`` then splits each
 rank's share again over the dp dimension, whose ranks train different batches (gradients
 reduce-scattered over dp, as fsdp's are over all ranks). ``fully_sharded`` makes FSDP2's units, one
 per layer of a stack and one more, for fsdp too.
@@ -22,8 +22,8 @@ import torch.distributed as dist
 from torch import nn
 
 from attnlab.errors import ConfigError
-from attnlab.train.distributed import World
-from attnlab.train.tensor_parallel import check_tensor_parallel, tensor_parallel
+from attnlab.parallel.distributed import World
+from attnlab.parallel.tensor_parallel import check_tensor_parallel, tensor_parallel
 
 
 def check_fsdp_tp(model_cfg: Any, size: int, tp: int) -> None:
