@@ -24,6 +24,7 @@ from torch import nn
 from attnlab.errors import ConfigError
 from attnlab.parallel.distributed import World
 from attnlab.parallel.tensor_parallel import check_tensor_parallel, tensor_parallel
+from attnlab.torch_private import is_strided_shard
 
 
 def check_fsdp_tp(model_cfg: Any, size: int, tp: int) -> None:
@@ -58,9 +59,7 @@ def two_d_mesh(world: World, tp: int) -> Any:
 
 def _block_split(p: nn.Parameter) -> bool:
     """Whether tp split ``p`` block by block (a fused projection's)."""
-    from torch.distributed.tensor.placement_types import _StridedShard
-
-    return isinstance(getattr(p, "placements", (None,))[0], _StridedShard)
+    return is_strided_shard(getattr(p, "placements", (None,))[0])
 
 
 def fully_sharded_tensor_parallel(model: nn.Module, mesh: Any) -> nn.Module:

@@ -23,7 +23,6 @@ keeps ``n_heads / N`` heads.
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
@@ -31,6 +30,7 @@ from torch import nn
 
 from attnlab.errors import ConfigError
 from attnlab.models import stack_of
+from attnlab.torch_private import blockwise_colwise_parallel
 
 IN_LAYER = re.compile(r"(^|\.)layers\.\d+\.")
 BLOCKS = {"qkv_proj": 3, "kv_proj": 2}  # stacked matrices of a fused projection
@@ -90,28 +90,3 @@ def tensor_parallel(model: nn.Module, size: int, device_type: str, mesh: Any = N
         if path.endswith(("qkv_proj", "q_proj")):  # the attention module: (B, T, H/N * Dh) per rank
             owner.n_heads //= size
     return model
-
-
-@functools.cache
-def blockwise_colwise_parallel() -> type:
-    """The class, made on first use (torch.distributed.tensor costs a process ~0.8 s at import)."""
-    from torch.distributed.tensor import distribute_tensor
-    from torch.distributed.tensor.parallel import ColwiseParallel
-    from torch.distributed.tensor.placement_types import _StridedShard
-
-    class BlockwiseColwiseParallel(ColwiseParallel):
-        """ColwiseParallel for ``blocks`` matrices stacked by output rows ([W^Q; W^K; W^V]): each block
-        split across the ranks, so that rank r holds [W^Q_r; W^K_r; W^V_r] and its output
-        (B, T, blocks * d / N) is its own heads' queries, keys and values, in the module's order."""
-
-        def __init__(self, blocks: int) -> None:
-            # the output stays as the rank computed it: (B, T, blocks * d / N), strided on the last dim
-            super().__init__(output_layouts=_StridedShard(2, split_factor=blocks))
-            self.blocks = blocks
-
-        def _partition_linear_fn(self, name: str, module: nn.Module, device_mesh: Any) -> None:
-            for param_name, param in list(module.named_parameters()):
-                placed = distribute_tensor(param, device_mesh, [_StridedShard(0, split_factor=self.blocks)])
-                module.register_parameter(param_name, nn.Parameter(placed, requires_grad=param.requires_grad))
-
-    return BlockwiseColwiseParallel
