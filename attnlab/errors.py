@@ -7,7 +7,7 @@ README.md's "When something is wrong" is the table of these codes that every com
 
 from __future__ import annotations
 
-# Set by `attnlab train --nproc-per-node` (train/launch.py) for the processes it starts: a folder where a
+# Set by `attnlab train --nproc-per-node` (parallel/launch.py) for the processes it starts: a folder where a
 # failing rank writes its exit code and one line (cli/main.py) for the launcher to report once.
 RANK_ERRORS = "ATTNLAB_RANK_ERRORS"
 

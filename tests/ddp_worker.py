@@ -12,8 +12,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab import build_model, model_config
 from attnlab.data.batching import collate_pairs
-from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import exit_worker, joined_world
+from attnlab.runs.config import TrainConfig
+from attnlab.parallel.distributed import exit_worker, joined_world
 from attnlab.train.step import accumulate_gradients, train_step
 from attnlab.train.schedules import make_schedule, make_scheduler
 

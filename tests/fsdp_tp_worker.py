@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 from tp_worker import CFG, model, update
 
-from attnlab.train.distributed import exit_worker, joined_world
+from attnlab.parallel.distributed import exit_worker, joined_world
 from attnlab.train.strategy import FullyShardedTensorParallel
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ and one clipped plain-SGD update of a tiny model of the task's family (decoder-o
 language_model, encoder-only for masked_lm and classification, encoder-decoder for translation: 1
 encoder layer and 4 decoder layers, so that on 2 ranks the decoder starts inside the first stage
 and on 4 the memory passes through two middle stages) cut into one pipeline stage per rank
-(train/pipeline.py) under that schedule and micro-batch count, and the same in rank 0 alone
+(parallel/pipeline.py) under that schedule and micro-batch count, and the same in rank 0 alone
 accumulating the same micro-batches with the task's own loss; rank 0 saves them by case."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from attnlab.tasks.classification import ClassBatch, Classification
 from attnlab.tasks.language_model import LanguageModel
 from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
 from attnlab.tasks.translation import Translation
-from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import exit_worker, joined_world
-from attnlab.train.pipeline import Pipeline
+from attnlab.runs.config import TrainConfig
+from attnlab.parallel.distributed import exit_worker, joined_world
+from attnlab.parallel.pipeline import Pipeline
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
 

@@ -41,7 +41,7 @@ from attnlab.decode import translate as translate_module
 from attnlab.decode.search import greedy
 from attnlab.nn.attention import CrossAttention, attention_modules, remove_heads
 from attnlab.nn.masks import causal_mask
-from attnlab.train.config import RunConfig
+from attnlab.runs.config import RunConfig
 from attnlab.train.step import layer_grad_norms
 from attnlab.train.run import train_run
 from helpers import random_ids, run_cli, tiny_model

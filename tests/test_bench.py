@@ -419,7 +419,8 @@ def test_a_sample_of_several_calls_times_them_in_a_row_between_two_synchronisati
 def test_a_training_steps_state_is_its_weights_buffers_and_moments_each_storage_once():
     """After one step, a step's state is its model's weights and buffers (the tied table once) and
     Adam's two moments and step count per weight, counted here from the tensors themselves."""
-    from attnlab.bench.train import attnlab_model, attnlab_step, random_batch, train_config
+    from attnlab.bench.reference import attnlab_model
+    from attnlab.bench.train import attnlab_step, random_batch, train_config
 
     model = attnlab_model()
     step = attnlab_step(model, random_batch(), train_config("fp32"))

@@ -18,7 +18,7 @@ from attnlab.data.scenes import generate
 from attnlab.decode.search import beam_search, greedy
 from attnlab.tasks import Batching
 from attnlab.tasks.captioning import Captioning
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import assert_cached_matches_uncached, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def test_a_bad_config_fails_early_naming_the_field():
 
 
 def run_config(model: dict):
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
     return RunConfig.from_sections({"model": model, "data": {"task": "captioning", "dataset": "scenes"}, "train": {}})
 
@@ -168,8 +168,8 @@ def test_evaluate_decodes_by_beam_and_lenpen_as_caption_does(captioning_run):
     """`evaluate --beam K --lenpen A` scores the captions of beam_search(K, A) run by hand on the
     split's standardised images; --beam 1 those of greedy search."""
     from attnlab.eval.metrics import exact_match
-    from attnlab.train.checkpoint import RunDir
-    from attnlab.train.run import read_run_data
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.data import read_run_data
 
     root, _ = captioning_run
     model, tokenizers, _ = load_run(root / "run")
@@ -285,9 +285,9 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
 
 
 def test_the_captioning_recipe_is_a_valid_config():
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
-    from attnlab.train.run import planned_model_config
+    from attnlab.runs.data import planned_model_config
 
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "captioning.yaml")
     assert cfg.data.task is Captioning and cfg.data.held_combinations == ("red triangle",)

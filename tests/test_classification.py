@@ -16,7 +16,8 @@ from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.tasks.classification import encode_inputs
-from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
 from helpers import run_cli
 
 

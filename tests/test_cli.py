@@ -17,7 +17,7 @@ import torch
 import attnlab
 from attnlab.cli import main, make_parser
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.train.checkpoint import RunDir
+from attnlab.runs.run_dir import RunDir
 from helpers import ATTNLAB, fixed_medians, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     assert oct(written.stat().st_mode & 0o777) != oct(0o600)  # a normal file, not a private temp file
     # the run directory is all that decoding needs
     from attnlab.decode.search import greedy
-    from attnlab.train.checkpoint import load_run
+    from attnlab.runs.checkpoint import load_run
 
     for checkpoint in ("best", "last", "average", "250"):
         model, toks, _ = load_run(out, checkpoint)
@@ -177,7 +177,7 @@ def test_demo_with_a_small_budget(tmp_path):
     assert sum(line.strip().startswith("source:") for line in lines) == 5
     summary = json.loads((out / "summary.json").read_text())
     assert 0.0 <= summary["exact_match"] <= 1.0 and summary["train_seconds"] >= 0 and summary["n_params"] > 0
-    from attnlab.train.checkpoint import load_run
+    from attnlab.runs.checkpoint import load_run
 
     model, tokenizers, cfg = load_run(out)  # the run directory loads again for decoding
     assert cfg.arch == "encoder_decoder" and tokenizers["src"] is tokenizers["tgt"]

@@ -191,7 +191,7 @@ def test_configs_are_frozen_so_they_stay_valid():
 def test_yaml_reads_exponent_floats_as_numbers(text, value):
     """YAML 1.1 (PyYAML's default) reads 3e-3 as a string; configs and --set read it as YAML 1.2 does."""
     from attnlab.config import apply_overrides, parse_yaml
-    from attnlab.train.config import override_fields
+    from attnlab.runs.config import override_fields
 
     assert parse_yaml(text) == value and type(parse_yaml(text)) is type(value)
     sections: dict = {}
@@ -200,7 +200,7 @@ def test_yaml_reads_exponent_floats_as_numbers(text, value):
 
 
 def test_config_file_with_exponent_lr(tmp_path):
-    from attnlab.train.config import TrainConfig
+    from attnlab.runs.config import TrainConfig
 
     path = tmp_path / "c.yaml"
     path.write_text("train:\n  lr: 3e-4\n  min_lr: 1E-5\n")
@@ -260,7 +260,7 @@ def test_every_shipped_training_config_is_valid(path, tmp_path, monkeypatch):
     import yaml
 
     from attnlab.tasks.task import set_by_data
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
     data = yaml.safe_load(path.read_text())["data"]
     paths = [v for v in data.values() if isinstance(v, str) and "/" in v]  # a built-in generator reads none
@@ -279,7 +279,7 @@ def test_cuda_graph_training_is_refused_where_it_would_be_wrong(tmp_path):
     import torch
 
     from attnlab.errors import ConfigError
-    from attnlab.train.config import TrainConfig
+    from attnlab.runs.config import TrainConfig
 
     with pytest.raises(ConfigError, match="needs accumulate 1"):
         TrainConfig(compile="graphs", accumulate=2)
@@ -314,14 +314,14 @@ def test_the_overrides_of_the_cuda_tests_are_fields_of_their_presets(preset):
     """tests/test_cuda.py runs only on a GPU, so a renamed field would go stale there unseen: its
     overrides of every preset are read here on the CPU (c9f718c moved the Transformer's fields into
     model.stack, and the recurrent presets' GPU tests then exited 3 on an H200)."""
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
     cfg = RunConfig.from_file(preset, without_dropout(preset))
     assert cfg.model.get("stack", cfg.model)["dropout"] == 0.0 and cfg.train.compile is False
 
 
 def test_the_recurrent_run_of_the_cuda_tests_reads():
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
     recurrent = RunConfig.from_file(RECURRENT_PRESET, RECURRENT_SETS)
     assert recurrent.model["d_model"] == 64 and recurrent.train.device == "cuda"

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from attnlab.decode.search import beam_search, greedy
 from attnlab.errors import ConfigError
 from attnlab.models import build_model, model_config
-from attnlab.train.config import TrainConfig
-from attnlab.train.config import RunConfig
+from attnlab.runs.config import TrainConfig
+from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
 from attnlab.train.step import make_optimizer
 from helpers import assert_cached_matches_uncached

@@ -16,8 +16,8 @@ import torch
 import golden
 from attnlab.data.batching import collate_pairs
 from attnlab.decode.search import beam_search, greedy
-from attnlab.train.config import TrainConfig
-from attnlab.train.precision import autocast
+from attnlab.runs.config import TrainConfig
+from attnlab.precision import autocast
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import make_optimizer, train_step
 from helpers import (ATTNLAB, RECURRENT_PRESET, RECURRENT_SETS, TORCHRUN, assert_only_torchruns_traceback, random_ids,

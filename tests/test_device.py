@@ -15,8 +15,8 @@ from torch import nn
 
 from attnlab.cli import main
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.train.weights_file import load_weights, save_weights, write_checksums
-from attnlab.train.device import resolve_device
+from attnlab.runs.weights_file import load_weights, save_weights, write_checksums
+from attnlab.device import resolve_device
 from helpers import TORCHRUN, assert_only_torchruns_traceback, tiny_model
 from test_reliability import workspace  # noqa: F401 (a fixture: a trained translation run)
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from ddp_worker import CFG, setup, update
 
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close
 
 TESTS = Path(__file__).resolve().parent
@@ -124,7 +124,7 @@ train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_s
 
 def test_exit_worker_flushes_its_output_keeps_the_status_and_skips_the_shutdown():
     script = ("import atexit, sys\n"
-              "from attnlab.train.distributed import exit_worker\n"
+              "from attnlab.parallel.distributed import exit_worker\n"
               "atexit.register(print, 'shutdown ran')\n"
               "print('report')\n"  # block-buffered: stdout is a pipe
               "print('note', file=sys.stderr)\n"

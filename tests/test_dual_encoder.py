@@ -25,7 +25,7 @@ from attnlab.tasks.contrastive import Contrastive, PairBatch
 from attnlab.tasks.retrieval import (
     class_embeddings, labelled_by_prompt, recall_at_k, retrieval_scores, text_ids, zero_shot_probabilities,
 )
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,7 +167,7 @@ def test_recall_at_k_on_a_hand_made_similarity_matrix():
 
 
 def test_a_bad_config_fails_early_naming_the_field():
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
     def run_config(model: dict, data: dict | None = None):
         data = {"task": "contrastive", "dataset": "scenes", **(data or {})}
@@ -308,8 +308,8 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
 
 
 def test_the_dual_encoder_recipe_is_a_valid_config():
-    from attnlab.train.config import RunConfig
-    from attnlab.train.run import planned_model_config
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.data import planned_model_config
 
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "dual_encoder.yaml")
     assert cfg.data.task is Contrastive and cfg.data.held_combinations == ("red triangle",)

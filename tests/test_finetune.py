@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from attnlab.errors import ConfigError
 from attnlab.models import build_model, model_config
-from attnlab.train.config import TrainConfig
-from attnlab.train.init import grouped
+from attnlab.runs.config import TrainConfig
+from attnlab.runs.init import grouped
 from attnlab.train.schedules import make_scheduler
 from attnlab.train.step import freeze, layer_lr_scales, make_optimizer
 from helpers import run_cli
@@ -124,7 +124,7 @@ def test_bad_initialisation_is_one_line(pretrained, init_from, extra, model, sta
 @pytest.mark.parametrize("task,what", [("classification", "a TSV file"), ("masked_lm", "a text file")])
 def test_a_training_config_needs_training_data(task, what):
     """A run's own config may lack it (an imported run); a config to train from may not."""
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
     with pytest.raises(ConfigError, match=rf"^data.task '{task}' needs 'train' \({what}\)$"):
         RunConfig.from_sections({"model": {"arch": "encoder_only"}, "data": {"task": task}})

@@ -18,8 +18,9 @@ from attnlab.cli.forecast import origin_row
 from attnlab.data.series import Scaler, future_dates, read_series, split_bounds, split_rows, window_starts
 from attnlab.tasks.forecasting import Forecasting
 from attnlab.tasks.batching import Batching
-from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.run import read_run_data
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.data import read_run_data
 from helpers import run_cli
 
 COLUMNS = ("load", "price", "temp")

@@ -19,8 +19,9 @@ from attnlab.nn.masks import AttentionMask
 from attnlab.tasks.node_classification import (
     UNLABELLED, NodeClassification, NodeClassificationConfig, split_nodes,
 )
-from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.run import read_run_data
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.data import read_run_data
+from attnlab.runs.run_dir import RunDir
 from helpers import run_cli, with_weights
 
 

@@ -19,7 +19,7 @@ from attnlab.data.tokenizers import BOS, EOS, PAD, UNK
 from attnlab.decode.search import beam_search, greedy
 from attnlab.models.decoder_lm import NOT_TEXT
 from attnlab.serve.explorer import Explorer
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import run_cli
 
 LINES = ["the film was great and the plot was long", "a very long movie, it was not good!",

@@ -15,7 +15,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from attnlab.serve.explorer import Explorer
 from attnlab.tasks.classification import collate, encode_inputs, Encoded
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import run_cli
 
 WORDS = "the a film movie was is great awful plot long very not ##s ##ly ##ing and it good bad".split()

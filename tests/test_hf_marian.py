@@ -19,7 +19,7 @@ import transformers
 from attnlab.data.tokenizers import PAD
 from attnlab.decode.search import beam_search, greedy
 from attnlab.serve.explorer import Explorer
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import run_cli
 
 SOURCE = ["the cat sat on the mat", "a dog runs in the park", "the weather is nice today", "I like green tea",

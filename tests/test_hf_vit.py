@@ -18,7 +18,8 @@ from PIL import Image
 
 from attnlab.data.images import read_image
 from attnlab.tasks.image_classification import read_inputs
-from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
 from helpers import run_cli
 
 LABELS = {0: "cat", 1: "dog", 2: "bird", 3: "fish"}

@@ -20,7 +20,8 @@ from PIL import Image
 from attnlab.config import overlaid
 from attnlab.data.images import digits
 from attnlab.tasks.image_classification import read_inputs
-from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
 from helpers import run_cli
 from test_hf_vit import tiny_folder
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from attnlab.train.checkpoint import RunDir, load_run
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
 from helpers import ATTNLAB
 
 STEPS = 40

@@ -18,9 +18,10 @@ from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.data.batching import collate_pairs
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.transformer import Seq2Seq
-from attnlab.train.checkpoint import MODEL_FILE, RunDir
-from attnlab.train.config import RunConfig
-from attnlab.train.run import prepare, train_run
+from attnlab.runs.run_dir import MODEL_FILE, RunDir
+from attnlab.runs.config import RunConfig
+from attnlab.runs.data import prepare
+from attnlab.train.run import train_run
 from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 KINDS = ["none", "bahdanau", "luong", "lake_baroni"]  # the last: Lake & Baroni's decoder with Bahdanau's attention
@@ -263,8 +264,8 @@ def test_oracle_length_evaluation_decodes_every_output_at_its_references_length(
     run refuses it: tests/test_mask_predict.py)."""
     from attnlab.cli import main
     from attnlab.eval.evaluate import evaluate
-    from attnlab.train.checkpoint import load_run
-    from attnlab.train.run import read_run_data
+    from attnlab.runs.checkpoint import load_run
+    from attnlab.runs.data import read_run_data
 
     run = tmp_path / "run"
     train_run(scan_run(), run, log=lambda s: None)

@@ -1,4 +1,4 @@
-"""`attnlab train --nproc-per-node N` (train/launch.py): the config checked before any process starts,
+"""`attnlab train --nproc-per-node N` (parallel/launch.py): the config checked before any process starts,
 N ranks started as torchrun starts them, and a rank's failure reported once, in one line, with its
 exit code (torchrun itself adds a ChildFailedError traceback and exits 1: issue 64)."""
 

@@ -18,7 +18,7 @@ from attnlab.decode.mask_predict import NEVER_OUTPUT, mask_predict, masks_at
 from attnlab.errors import ConfigError
 from attnlab.tasks import Batching, Translation
 from attnlab.tasks.masked_translation import MaskedBatch, MaskedTranslation, MaskedTranslationConfig, mask_targets
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import run_cli, tiny_model
 
 W5, W6, V = 5, 6, 7  # two words after the five specials (pad bos eos unk mask)

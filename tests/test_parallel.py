@@ -23,8 +23,8 @@ from attnlab.tasks.language_model import LanguageModel
 from attnlab.tasks.masked_lm import MaskedLM
 from attnlab.tasks.segment_language_model import SegmentLanguageModel
 from attnlab.tasks.translation import Translation
-from attnlab.train.checkpoint import load_run
-from attnlab.train.distributed import World
+from attnlab.runs.checkpoint import load_run
+from attnlab.parallel.distributed import World
 from attnlab.train.strategy import check_strategy
 from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli
 
@@ -320,7 +320,7 @@ def test_pp_refuses_a_family_or_a_task_it_does_not_cut_in_one_line():
 
 
 def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
-    from attnlab.train.pipeline import Pipeline
+    from attnlab.parallel.pipeline import Pipeline
 
     model = build_model(model_config(arch="decoder_lm", vocab_size=30, stack=dict(n_layers=2), tie_embeddings="none"))
     with pytest.raises(ConfigError, match=r"^train.pipeline_schedule 1f1b needs train.micro_batches \(1\) of at "

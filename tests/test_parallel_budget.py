@@ -62,10 +62,10 @@ def test_fsdp_holds_a_share_of_everything_and_one_unit_whole(ranks):
 
 
 def test_fsdp_tp_holds_its_tp_share_sharded_over_dp_counted_by_hand():
-    """4 ranks, tp 2 x dp 2. A layer's tp share (train/tensor_parallel.py's plan, as the tp test above
+    """4 ranks, tp 2 x dp 2. A layer's tp share (parallel/tensor_parallel.py's plan, as the tp test above
     counts it) is half its split parameters and all the rest; FSDP then shards it over dp 2, except
     the fused W_qkv bias's share, 3d / 2, which every rank of a dp group holds whole
-    (train/fsdp_tp.py); the weights add the largest unit gathered (a layer's share less that bias,
+    (parallel/fsdp_tp.py); the weights add the largest unit gathered (a layer's share less that bias,
     or the embeddings, final norm and output projection); activations are tp's on 2 ranks for half
     the batch."""
     r = parallel_memory(tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=2)["fsdp+tp"]

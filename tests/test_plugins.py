@@ -39,8 +39,8 @@ from attnlab.analysis.heads import head_entropy
 from attnlab.analysis.inspect import module_entry
 from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
-from attnlab.train.checkpoint import load_run
-from attnlab.train.config import TrainConfig
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.config import TrainConfig
 from attnlab.views import VIEWS, Explorable, Inspectable, Page, register_view, tasks_with
 from attnlab.views.session import attention_maps
 from helpers import run_cli
@@ -740,7 +740,7 @@ def tagger() -> nn.Module:
 
 def tagger_gradients(model: nn.Module) -> dict:
     """The loss of one fixed batch and the gradients of every parameter, whole."""
-    from attnlab.train.distributed import whole
+    from attnlab.parallel.distributed import whole
 
     g = torch.Generator().manual_seed(1)
     ids, tags = torch.randint(1, TAGGER_VOCAB, (3, 7), generator=g), torch.randint(0, TAGGER_VOCAB, (3, 7), generator=g)
@@ -753,8 +753,8 @@ def tagger_under_tp(out: str) -> None:
     """Run by torchrun, 2 CPU processes: the tagger as train.strategy tp prepares it, its parameters'
     shapes on this rank, its attention modules' heads, its loss and gradients; rank 0 saves them
     with the loss and gradients of the whole model in one process."""
-    from attnlab.train.config import TrainConfig
-    from attnlab.train.distributed import exit_worker, is_dtensor, joined_world
+    from attnlab.runs.config import TrainConfig
+    from attnlab.parallel.distributed import exit_worker, is_dtensor, joined_world
     from attnlab.train.strategy import strategy_for
 
     register_family(ShardedTaggerFamily)
@@ -775,7 +775,7 @@ def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(t
 
     from helpers import TORCHRUN
 
-    from attnlab.train.distributed import World
+    from attnlab.parallel.distributed import World
     from attnlab.train.strategy import check_strategy
 
     with registered(ShardedTaggerFamily):
@@ -808,7 +808,7 @@ def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(t
 
 @pytest.mark.parametrize("strategy", ["tp", "fsdp+tp"])
 def test_a_family_with_an_attention_stack_and_no_tensor_parallel_plan_is_refused_in_one_line(strategy):
-    from attnlab.train.distributed import World
+    from attnlab.parallel.distributed import World
     from attnlab.train.strategy import check_strategy
 
     with registered(UnplannedTaggerFamily):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
-from attnlab.train import precision
-from attnlab.train.precision import autocast, choose_precision, cpu_flags
+from attnlab import precision
+from attnlab.precision import autocast, choose_precision, cpu_flags
 
 CPU = torch.device("cpu")
 
@@ -71,7 +71,7 @@ def test_autocast_contexts():
 def test_unset_precision_and_compile_follow_the_device():
     """Unset, train.precision is auto on a GPU and fp32 on a CPU (whose figures were measured so);
     train.compile auto compiles on CUDA only; explicit values are kept on both."""
-    from attnlab.train.config import TrainConfig
+    from attnlab.runs.config import TrainConfig
 
     cuda = torch.device("cuda")
     default = TrainConfig()
@@ -87,7 +87,7 @@ def test_unset_precision_and_compile_follow_the_device():
 
 
 def test_tf32_is_allowed_for_float32_products_on_cuda_only():
-    from attnlab.train.precision import allow_tf32
+    from attnlab.precision import allow_tf32
 
     before = torch.get_float32_matmul_precision()
     try:

@@ -20,9 +20,10 @@ from attnlab.cli import main
 from attnlab.cli.main import make_parser
 from attnlab.errors import AttnlabError, CheckpointError, ConfigError, DataError, NumericalError, UsageError
 from attnlab.eval import likelihood
-from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.derived import write_average
-from attnlab.train.config import RunConfig
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.derived import write_average
+from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
 from helpers import ATTNLAB
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from attnlab import ConfigError, model_config
 from attnlab.decode.search import beam_search, greedy
-from attnlab.train.config import RunConfig
+from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
 from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 

@@ -40,8 +40,9 @@ from attnlab.nn.attention import remove_heads
 from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
 from attnlab.tasks.visual_qa import ask
-from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.config import RunConfig
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
 from helpers import ATTNLAB, run_cli
 
@@ -377,8 +378,8 @@ def test_the_page_opens_on_an_example_from_each_runs_validation_data(runs):
     """The first validation source of a translation run, the first validation text of a classifier,
     the start of a language model's validation text; none where the input is no sentence (an image)
     or the run's data is not there any more."""
-    from attnlab.train.checkpoint import RunDir
-    from attnlab.train.run import read_run_data
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.data import read_run_data
 
     examples = {name: r["example"] for name, r in zip(("translation", "lm", "classifier", "mlm", "vit"), client(
         runs["translation"], runs["lm"], runs["classifier"], runs["mlm"], runs["vit"]).get("/api/info").json()["runs"])}

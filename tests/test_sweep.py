@@ -20,7 +20,7 @@ from attnlab import ConfigError
 from attnlab.analysis.sweep import plan
 from attnlab.analysis.sweep_table import Table
 from attnlab.analysis.sweep_spec import CONFIG_AXIS, SweepSpec
-from attnlab.train.config import RunConfig
+from attnlab.runs.config import RunConfig
 from helpers import ATTNLAB, run_cli
 from test_forecasting import series_rows, write_series
 

@@ -21,12 +21,13 @@ from attnlab.data.batching import Batch
 from attnlab.errors import ConfigError
 from attnlab.models import build_model
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.train.checkpoint import load_run
-from attnlab.train.derived import average_checkpoints
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.derived import average_checkpoints
 from attnlab.train.progress import Progress
-from attnlab.train.config import RunConfig
-from attnlab.train.run import prepare, train_run
-from attnlab.train.run_dir import MODEL_FILE, STATE_FILE, RunDir
+from attnlab.runs.config import RunConfig
+from attnlab.runs.data import prepare
+from attnlab.train.run import train_run
+from attnlab.runs.run_dir import MODEL_FILE, STATE_FILE, RunDir
 from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam
 from attnlab.train.step import make_optimizer, train_step
 
@@ -91,7 +92,7 @@ def test_scheduler_gives_update_k_the_rate_of_step_k():
 def test_fused_optimizer_equals_the_textbook_update(optimizer):
     """make_optimizer's fused kernel takes the same steps as the per-tensor (foreach) Adam/AdamW,
     with weight decay only on matrices."""
-    from attnlab.train.config import TrainConfig
+    from attnlab.runs.config import TrainConfig
     from attnlab.train.step import make_optimizer
 
     torch.manual_seed(0)
@@ -122,7 +123,7 @@ def test_fused_optimizer_equals_the_textbook_update(optimizer):
 def test_resuming_an_older_checkpoint_keeps_the_fused_update():
     """A checkpoint written before the fused optimiser (fused=None in its param groups) restores the
     moments and hyperparameters, and the update stays fused."""
-    from attnlab.train.config import TrainConfig
+    from attnlab.runs.config import TrainConfig
     from attnlab.train.step import load_optimizer_state, make_optimizer
 
     model = torch.nn.Linear(4, 3)

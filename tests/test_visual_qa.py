@@ -23,7 +23,7 @@ from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.nn.vision import patches
 from attnlab.tasks import Batching
 from attnlab.tasks.visual_qa import VisualQA, kind_of
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ MODEL = dict(arch="single_stream", vocab_size=12, n_classes=5, image_height=8, i
 
 
 def run_config(model: dict):
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
     return RunConfig.from_sections({"model": model, "data": {"task": "visual_qa"}, "train": {}})
 
@@ -284,8 +284,8 @@ def test_inspect_draws_the_cross_modal_blocks(qa_run, tmp_path):
 
 @pytest.mark.parametrize("recipe, image_tokens", [("visual_qa.yaml", "patches"), ("visual_qa_text_only.yaml", "none")])
 def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
-    from attnlab.train.config import RunConfig
-    from attnlab.train.run import planned_model_config
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.data import planned_model_config
 
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / recipe)
     assert cfg.data.task is VisualQA and cfg.data.held_combinations == ("red triangle",)

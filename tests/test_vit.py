@@ -22,7 +22,7 @@ from attnlab.nn.vision import (
     patches,
 )
 from attnlab.data.images import digits, read_folder, read_npz, write_example_digits
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -282,7 +282,7 @@ def test_the_cnn_baseline_trains_and_has_no_attention_to_inspect(tmp_path):
 
 @pytest.mark.parametrize("recipe,arch", [("vit.yaml", "vit"), ("cnn.yaml", "cnn")])
 def test_the_digits_recipes_are_valid_configs(recipe, arch):
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.config import RunConfig
 
     cfg = RunConfig.from_file(Path(__file__).resolve().parents[1] / "recipes" / "digits" / recipe)
     assert cfg.model["arch"] == arch and cfg.data.dataset == "digits" and cfg.data.flip == "none"

@@ -3,7 +3,7 @@ the symmetric per-channel scale max|w| / 127.5 and compute what the float layer 
 that rounding; bf16 converts every floating tensor; the searches run on both and their
 log-probabilities stay close to fp32's; int8 is refused off the CPU.
 
-Exported runs (`attnlab export`, train/derived.py export_run): the file holds int8 values and
+Exported runs (`attnlab export`, runs/derived.py export_run): the file holds int8 values and
 float32 scales (or bf16 tensors), tied weights come out right, the loaded run computes exactly what
 its source run computes with those weights (logits, beam search, greedy), the checksums cover it,
 and bad input is one line."""
@@ -25,9 +25,9 @@ from attnlab.decode.session import DecodingSession
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import CheckpointError, UsageError
 from attnlab.nn.heads import VocabularyProjection
-from attnlab.train.checkpoint import load_run
-from attnlab.train.derived import export_run, write_average
-from attnlab.train.weights_file import WEIGHTS_KEY
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.derived import export_run, write_average
+from attnlab.runs.weights_file import WEIGHTS_KEY
 from helpers import random_ids, run_cli, tiny_model
 from test_bench import lm_run
 from test_reliability import CHECKPOINT, USAGE, flip_byte, snapshot

@@ -1,6 +1,6 @@
 """Run under torchrun by tests/test_parallel.py: the gradients and one clipped plain-SGD update of a
 tiny model of each Transformer family named, split across the ranks by tensor parallelism
-(train/tensor_parallel.py), and the same computed whole in rank 0 alone; rank 0 saves both, and
+(parallel/tensor_parallel.py), and the same computed whole in rank 0 alone; rank 0 saves both, and
 whether every rank's rows of each fused projection were its own heads' [Q_r; K_r; V_r]."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from attnlab.data.batching import collate_pairs
 from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
-from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import World, exit_worker, joined_world, whole
+from attnlab.runs.config import TrainConfig
+from attnlab.parallel.distributed import World, exit_worker, joined_world, whole
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
-from attnlab.train.tensor_parallel import tensor_parallel
+from attnlab.parallel.tensor_parallel import tensor_parallel
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
 SIZES = dict(vocab_size=30, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0))

@@ -30,7 +30,7 @@ from attnlab.files import atomic_write_text
 from attnlab.nn.single_stream import IMAGE, TEXT
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.visual_qa import question_ids
-from attnlab.train.checkpoint import RunDir
+from attnlab.runs.run_dir import RunDir
 
 
 def blocks(probs: Tensor, modality: Tensor) -> dict[str, Tensor]:

@@ -42,8 +42,9 @@ from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.image_classification import read_inputs
 from attnlab.files import atomic_write_text
-from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.run import read_run_data
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.data import read_run_data
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")

@@ -11,12 +11,12 @@ counted once each): weights, gradients, Adam's two moments and saved activations
     pp           the most any stage holds, column by column: its W_k (and its gradients and
                  moments), its activations for the micro-batches in flight: all m under GPipe,
                  min(N, m) under 1F1B. attnlab keeps the
-                 whole model object on every rank besides (train/pipeline.py), so its weights cost W.
+                 whole model object on every rank besides (parallel/pipeline.py), so its weights cost W.
     fsdp+tp      tp's share over the tp = ``tensor_parallel`` ranks of a group, W_t = W_r + W_s / tp,
                  sharded again over the dp = N / tp groups as fsdp shards: W_t / dp + U_t (U_t: the
                  largest unit's tp share, gathered), gradients W_t / dp, moments 2 W_t / dp, and
                  tp's activations for a dp group's share of the batch, (A_r + A_s / tp) / dp. The
-                 fused projections' biases B_t, which FSDP leaves whole (train/fsdp_tp.py), are
+                 fused projections' biases B_t, which FSDP leaves whole (parallel/fsdp_tp.py), are
                  held whole by every rank of a dp group: W_t - B_t is what dp divides.
 """
 
@@ -31,9 +31,9 @@ from attnlab.analysis.budget import _inputs
 from attnlab.errors import ConfigError
 from attnlab.nn.interfaces import TensorParallelModel
 from attnlab.nn.tensor_plan import ROWS, Split, TensorPlan
-from attnlab.train.fsdp_tp import check_fsdp_tp
-from attnlab.train.pipeline import check_pipeline
-from attnlab.train.tensor_parallel import check_tensor_parallel
+from attnlab.parallel.fsdp_tp import check_fsdp_tp
+from attnlab.parallel.pipeline import check_pipeline
+from attnlab.parallel.tensor_parallel import check_tensor_parallel
 
 LAYER_INDEX = re.compile(r"(^|\.)layers\.(\d+)(\.|$)")
 
@@ -58,7 +58,7 @@ def _split_activation(path: str, plan: TensorPlan) -> bool:
 def stage_of_modules(cfg: Any, stages: int) -> dict[str, int]:
     """The pipeline stage of each module of ``cfg``'s model (by its path in the model) as the model
     cuts itself (its ``stages``, nn/stages.py; the meta device): a module that no stage holds (the
-    model itself, a head its task does not read) is the last stage's, as train/pipeline.py keeps it."""
+    model itself, a head its task does not read) is the last stage's, as parallel/pipeline.py keeps it."""
     from attnlab.models import build_model
 
     with torch.device("meta"):
@@ -123,7 +123,7 @@ def _fsdp_unbiased(name: str, plan: TensorPlan) -> bool:
 
 
 def _largest_unit(sizes: dict[str, float]) -> float:
-    """The bytes of FSDP's largest unit (a layer, or the rest: train/fsdp_tp.py) of these parameters."""
+    """The bytes of FSDP's largest unit (a layer, or the rest: parallel/fsdp_tp.py) of these parameters."""
     units: dict[str, float] = {}
     for name, n in sizes.items():
         match = LAYER_INDEX.search(name)

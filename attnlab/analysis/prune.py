@@ -29,10 +29,10 @@ from attnlab.files import publish_dir, staging_dir
 from attnlab.nn.attention import remove_heads
 from attnlab.tasks import Task
 from attnlab.tasks.translation import Seq2SeqData
-from attnlab.train.checkpoint import load_run
-from attnlab.train.run_dir import RunDir, write_checkpoint
-from attnlab.train.weights_file import exported_weights
-from attnlab.train.run import read_run_data
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir, write_checkpoint
+from attnlab.runs.weights_file import exported_weights
+from attnlab.runs.data import read_run_data
 
 
 def mean_loss(task: type[Task]) -> Callable[[nn.Module, Any], torch.Tensor]:

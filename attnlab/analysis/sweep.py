@@ -70,8 +70,8 @@ def plan(spec: SweepSpec, out: Path) -> list[PlannedRun]:
 def _check_config(run: PlannedRun) -> None:
     """Refuse a config that does not build, and a run directory trained with another config."""
     from attnlab.tasks.task import set_by_data
-    from attnlab.train.checkpoint import RunDir
-    from attnlab.train.config import RunConfig
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.config import RunConfig
 
     try:
         planned = RunConfig.from_file(run.config, run.sets)

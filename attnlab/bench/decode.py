@@ -29,7 +29,7 @@ from attnlab.bench.ct2 import COMPUTE_TYPES, engines, numbered, reference_name, 
 from attnlab.bench.reference import SHAPE, TRANSFORMERS_MISSING, marian
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, checked_length, interleaved_medians
-from attnlab.bench.train import attnlab_model
+from attnlab.bench.reference import attnlab_model
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import EOS, PAD, UNK
 from attnlab.decode.search import beam_search, greedy

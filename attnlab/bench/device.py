@@ -5,7 +5,7 @@ laptop CPU differ by orders of magnitude, and so may the ratios against a refere
 be tuned for one and not the other). Every record of `attnlab bench` therefore carries the device
 (``cpu``, ``cuda:0``) and its model name, so that two figures are never compared across machines by
 mistake. Moving models and batches there is ``.to(device)``; autocast on it is
-:func:`attnlab.train.precision.autocast`; waiting for it is :mod:`attnlab.bench.timing`'s.
+:func:`attnlab.precision.autocast`; waiting for it is :mod:`attnlab.bench.timing`'s.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import torch
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians
 from attnlab.models import build_model, model_config
-from attnlab.train.hf import bert_model_fields, load_bert
-from attnlab.train.precision import autocast
+from attnlab.interop import bert_model_fields, load_bert
+from attnlab.precision import autocast
 
 HF = "transformers.BertModel"
 MINILM = {"model_type": "bert", "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,

@@ -1,7 +1,7 @@
 """Greedy generation speed of an imported GPT-2 against Hugging Face ``transformers``' generate on the
 same weights: a random GPT2LMHeadModel (no real GPT-2 weights are shipped with attnlab or reachable
 offline; the speed depends on the shape only) copied into attnlab's decoder_lm as `attnlab
-import-hf` copies it (train/hf/gpt2.py: the same tensors, the token rows renumbered), ``batch``
+import-hf` copies it (interop/gpt2.py: the same tensors, the token rows renumbered), ``batch``
 prompts of ``prompt_len`` random tokens, ``new_tokens`` tokens each (the end of text ruled out until
 then, on both sides: ``min_len`` / ``min_new_tokens``), both with their key-value caches, inference,
 fp32. Medians of ``repeats`` calls, interleaved; whether the two produced the same tokens is
@@ -17,8 +17,8 @@ from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians
 from attnlab.decode.search import greedy
 from attnlab.models import build_model, model_config
-from attnlab.train.hf.gpt2 import gpt2_model_fields, gpt2_tensors
-from attnlab.train.init import copy_tensors, named_tensors
+from attnlab.interop.gpt2 import gpt2_model_fields, gpt2_tensors
+from attnlab.runs.init import copy_tensors, named_tensors
 
 HF = "transformers.GPT2LMHeadModel.generate"
 SHAPES = {"small": {"n_embd": 768, "n_layer": 12, "n_head": 12},  # GPT-2 small (124M parameters)

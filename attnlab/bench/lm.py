@@ -32,8 +32,8 @@ from attnlab.decode.speculative import OWN_HEADS, SpeculationStats, speculative_
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import UsageError
 from attnlab.models import build_model, model_config
-from attnlab.train.checkpoint import load_draft, load_run
-from attnlab.train.config import TrainConfig
+from attnlab.runs.checkpoint import load_draft, load_run
+from attnlab.runs.config import TrainConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
 MODEL = dict(arch="decoder_lm", stack=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu",

@@ -28,7 +28,7 @@ from attnlab.bench.timing import CPU, checked_length, interleaved_medians, rando
 from attnlab.bench.train import attnlab_step, train_config
 from attnlab.decode.search import greedy
 from attnlab.models import build_model, model_config
-from attnlab.train.precision import autocast
+from attnlab.precision import autocast
 
 VOCAB = 8000  # the presets' shared BPE vocabulary
 # The model sections of the presets (tests/test_bench.py checks that they agree).

@@ -44,7 +44,8 @@ from attnlab.data.batching import Batch
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig, MLMBatch, mask_tokens
-from attnlab.train.config import GRAPHS, TrainConfig
+from attnlab.runs.config import GRAPHS, TrainConfig
+from attnlab.torch_private import inductor_counters
 from attnlab.train.step import Objective, compiled
 
 AnyBatch = Batch | MLMBatch
@@ -220,13 +221,6 @@ def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = No
            "published_bf16_peak_gflops": None if published is None else round(published / 1e9, 1),
            "mfu_of_published_bf16_peak": None if published is None else round(flops / seconds["attnlab"] / published, 4),
            "flops_per_step": flops, "tokens_per_step": tokens} | where
-
-
-def inductor_counters() -> dict[str, int]:
-    """TorchInductor's event counts in this process (``cudagraph_skips``: graphs it could not record)."""
-    from torch._dynamo.utils import counters  # imports TorchDynamo: only where a bench compiles
-
-    return counters["inductor"]
 
 
 def check_shape_sizes(shape: Shape, batch: int | None, seq_len: int | None) -> str | None:

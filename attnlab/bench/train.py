@@ -23,20 +23,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.analysis.budget import budget_report
-from attnlab.bench.reference import SHAPE, TRANSFORMERS_MISSING, marian, torch_transformer
+from attnlab.bench.reference import DROPOUT, SHAPE, TRANSFORMERS_MISSING, attnlab_model, marian, model_config, torch_transformer
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
 from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
-from attnlab.models import EncoderDecoderConfig, build_model
-from attnlab.models.stack import StackConfig
-from attnlab.train.config import TrainConfig
+from attnlab.runs.config import TrainConfig
 from attnlab.train.step import Objective, make_optimizer, train_step
-from attnlab.train.precision import autocast
+from attnlab.precision import autocast
 from attnlab.train.schedules import make_schedule, make_scheduler
 
-BATCH, LENGTH, DROPOUT = 64, 24, 0.1
+BATCH, LENGTH = 64, 24
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -66,16 +64,6 @@ def mfu(flops: float, seconds: float, peak: float) -> float:
 def random_batch(seed: int = 0, device: torch.device = CPU) -> Batch:
     """The benchmark's batch on ``device``: sources + EOS, BOS + targets, 24 + 24 tokens."""
     return random_pairs(BATCH, LENGTH - 1, SHAPE["vocab_size"], torch.Generator().manual_seed(seed), device)
-
-
-def model_config(dropout: float = DROPOUT) -> EncoderDecoderConfig:
-    """The benchmark's model: sinusoidal positions and tied embeddings are the config's defaults."""
-    sizes = {name: SHAPE[name] for name in ("d_model", "n_heads", "n_layers", "d_ff")}
-    return EncoderDecoderConfig(vocab_size=SHAPE["vocab_size"], stack=StackConfig(**sizes, dropout=dropout))
-
-
-def attnlab_model(dropout: float = DROPOUT) -> nn.Module:
-    return build_model(model_config(dropout))
 
 
 def train_config(precision: str) -> TrainConfig:

@@ -43,7 +43,7 @@ def emit_comparison(r: dict, as_json: bool) -> None:
 def resolved_device(args: argparse.Namespace) -> torch.device:
     """``--device`` on this machine, made the current CUDA device; a device that is not here is
     refused in one line naming --device (a ConfigError: exit code 3)."""
-    from attnlab.train.device import use_device
+    from attnlab.device import use_device
 
     return use_device(device_of(args))
 
@@ -81,7 +81,7 @@ def cmd_bench_train(args: argparse.Namespace, device: torch.device) -> None:
 def cmd_bench_shape(args: argparse.Namespace, device: torch.device) -> None:
     """`bench train --shape NAME`: a model at a real size against its reference."""
     from attnlab.bench.shapes import CALLS_PER_SAMPLE, SHAPES, bench_shape, check_shape_sizes
-    from attnlab.train.config import GRAPHS
+    from attnlab.runs.config import GRAPHS
 
     shape = SHAPES.get(args.shape)
     if shape is None:

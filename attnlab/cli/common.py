@@ -55,7 +55,7 @@ MAX_BATCH, MAX_BEAM, MAX_NEW_TOKENS = 1024, 64, 100_000
 def check_task_serves(args: argparse.Namespace):
     """The run's task; refused, in one line, when it does not serve ``args.command`` (its ``commands``)."""
     from attnlab.tasks import TASKS
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     task = RunDir(args.run_dir).read_config()[1].task
     if args.command not in task.commands:
@@ -108,7 +108,7 @@ def add_search_args(p: argparse.ArgumentParser, weights: bool = True) -> None:
 
 def device_of(args: argparse.Namespace):
     """The torch.device of ``--device``, refused in one line when it is not on this machine."""
-    from attnlab.train.device import resolve_device
+    from attnlab.device import resolve_device
 
     return resolve_device(args.device, "--device")
 
@@ -118,7 +118,7 @@ def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
     task serves the command, that its family has the capabilities ``needs``, and the decoding
     options against it."""
     from attnlab.models import FAMILIES
-    from attnlab.train.checkpoint import load_run
+    from attnlab.runs.checkpoint import load_run
 
     device = device_of(args)  # the command line first: a GPU that is not there is refused before any reading
     check_task_serves(args)

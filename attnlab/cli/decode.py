@@ -33,7 +33,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     from attnlab.decode.translate import translate
 
     from attnlab.decode.speculative import OWN_HEADS, SpeculationStats
-    from attnlab.train.checkpoint import load_draft
+    from attnlab.runs.checkpoint import load_draft
 
     parallel = parallel_search(args)
     check_beam(args)
@@ -83,7 +83,7 @@ def parallel_search(args: argparse.Namespace):
     is 4). One line for each refusal."""
     from attnlab.decode.mask_predict import MAX_ITERATIONS, MaskPredict
     from attnlab.models import FAMILIES, Inputs
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     cfg = RunDir(args.run_dir).read_config()[0]
     if cfg.capabilities.inputs is not Inputs.MASKED_TOKENS:
@@ -186,7 +186,7 @@ def _speculative_rows(args: argparse.Namespace, model, tokenizers, prompt, gener
     """``generate --draft``: each sample drawn by speculative decoding with the draft run; what
     speculation did goes to stderr."""
     from attnlab.decode.speculative import OWN_HEADS, Sampler, SpeculationStats, speculative_decode
-    from attnlab.train.checkpoint import load_draft
+    from attnlab.runs.checkpoint import load_draft
 
     draft = load_draft(args.draft, model, tokenizers, GENERATES) if args.draft != OWN_HEADS else _check_heads(args, model)
     limits = [p for p in (m.embed.positional.max_positions for m in (model, draft) if m is not None) if p is not None]
@@ -208,7 +208,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     """The run's task reads the inputs (lines of text, image files) and gives each one's class
     probabilities; one line per input: [its name TAB] the best label TAB its probability."""
     from attnlab.tasks import TASKS
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     if not 1 <= args.batch_size <= MAX_BATCH:
         raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH} (got {args.batch_size})")
@@ -237,8 +237,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 def cmd_fill_mask(args: argparse.Namespace) -> None:
     from attnlab.tasks.masked_lm import fill_mask
-    from attnlab.train.checkpoint import RunDir
-    from attnlab.train.init import untrained_of
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.init import untrained_of
 
     if not 1 <= args.top_k <= 1000:
         raise UsageError(f"--top-k must be between 1 and 1000 (got {args.top_k})")

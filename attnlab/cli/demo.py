@@ -13,9 +13,11 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from attnlab.eval.metrics import exact_match
     from attnlab.files import atomic_write_text
     from attnlab.tasks.translation import decode_split
-    from attnlab.train.checkpoint import RunDir, load_run
-    from attnlab.train.config import RunConfig
-    from attnlab.train.run import read_run_data, train_run
+    from attnlab.runs.checkpoint import load_run
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.data import read_run_data
+    from attnlab.train.run import train_run
 
     device = device_of(args)  # before training: a GPU that is not there is refused at once
     cfg = RunConfig.from_file(CONFIGS / "scan.yaml", [f"train.device={args.device}", *(args.set or [])])

@@ -102,8 +102,9 @@ def _evaluate_own_format(args: argparse.Namespace, task) -> None:
     """`evaluate --data FILE` or `--split NAME` (both, where the task's files hold splits) for a
     task that reads its own format (classifiers, forecasting): the task's report, and with --plot
     its figure."""
-    from attnlab.train.checkpoint import RunDir, load_run
-    from attnlab.train.run import read_run_data
+    from attnlab.runs.checkpoint import load_run
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.data import read_run_data
 
     splits = task.evaluate_split is not None
     both = task.file_splits and args.data is not None
@@ -153,8 +154,8 @@ def _plot_record(result: dict, path: Path) -> None:
 
 def _run_split(run_dir: str, split: str) -> tuple[list[str], list[str]]:
     """Sources and references of a split of the data a run was trained with."""
-    from attnlab.train.checkpoint import RunDir
-    from attnlab.train.run import read_run_data
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.data import read_run_data
 
     data = read_run_data(RunDir(run_dir), split)
     return [e.src for e in data.splits[split]], [e.tgt for e in data.splits[split]]
@@ -193,7 +194,7 @@ def cmd_forecast(args: argparse.Namespace) -> None:
     (date, then the columns); its MSE and MAE on stderr where the file has the truth."""
     from attnlab.cli.forecast import forecast_from, origin_row
     from attnlab.tasks.forecasting import Forecasting
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     check_new_file(args.output, args.force, "--output")
     check_new_file(args.plot, args.force, "--plot")

@@ -24,7 +24,7 @@ def cmd_caption(args: argparse.Namespace) -> None:
     caption TAB score` per image), by greedy (--beam 1) or beam search with the KV cache."""
     from attnlab.tasks.captioning import caption_images
     from attnlab.tasks.captions import read_input_images
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     check_beam(args)
     check_new_file(args.output, args.force, "--output")
@@ -47,7 +47,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
     """An answer to --question about each image file: `image TAB answer TAB probability` lines (--json:
     one object per image, with every answer's probability)."""
     from attnlab.tasks.visual_qa import ask
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     check_new_file(args.output, args.force, "--output")
     model, _, _ = load_run_for(args, {})  # a run of another task (captioning, ...): one line

@@ -40,9 +40,9 @@ def _info_model_config(args: argparse.Namespace):
     from attnlab.config import apply_overrides, read_config_file
     from attnlab.errors import ConfigError
     from attnlab.models import model_config
-    from attnlab.train.checkpoint import RunDir
-    from attnlab.train.config import RunConfig, override_fields
-    from attnlab.train.run import planned_model_config
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.runs.config import RunConfig, override_fields
+    from attnlab.runs.data import planned_model_config
 
     path = Path(args.config)
     of_a_run = path.is_dir()
@@ -140,7 +140,7 @@ def cmd_info(args: argparse.Namespace) -> None:
 def _parallel_memory(cfg, args: argparse.Namespace) -> dict:
     """Per-rank training memory of each train.strategy on --parallel N ranks (meta device)."""
     from attnlab.analysis.parallel_budget import parallel_memory
-    from attnlab.train.config import TrainConfig
+    from attnlab.runs.config import TrainConfig
 
     if args.parallel < 2 or args.micro_batches < 1:
         raise UsageError(f"--parallel needs at least 2 ranks and --micro-batches at least 1 (got {args.parallel}, "

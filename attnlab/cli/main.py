@@ -34,9 +34,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     code = _run(list(sys.argv[1:] if argv is None else argv))
-    # Only a command that imported train/distributed.py (train, through joined_world) can have joined a
+    # Only a command that imported parallel/distributed.py (train, through joined_world) can have joined a
     # process group; the others, `--version` or `data list` among them, never import it, nor torch.
-    distributed = sys.modules.get("attnlab.train.distributed")
+    distributed = sys.modules.get("attnlab.parallel.distributed")
     if distributed is not None and distributed.under_torchrun():
         distributed.exit_worker(code)  # the interpreter's shutdown can abort a worker whose gloo threads live on
     return code

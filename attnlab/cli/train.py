@@ -32,7 +32,7 @@ def new_run_dir(out: str | None, stem: str, resume: bool = False) -> Path:
 
 def _saved_so_far(out: Path) -> str:
     """What an interrupted training left in ``out``, and how to go on."""
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     run = RunDir(out)
     steps = run.steps() if out.is_dir() else []
@@ -45,7 +45,7 @@ def _saved_so_far(out: Path) -> str:
 
 
 def _run_config_file(run_dir: str) -> Path:
-    from attnlab.train.checkpoint import RunDir
+    from attnlab.runs.run_dir import RunDir
 
     config = RunDir(run_dir).config
     if not config.is_file():
@@ -54,9 +54,9 @@ def _run_config_file(run_dir: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from attnlab.train.config import RunConfig
-    from attnlab.train.distributed import joined_world
-    from attnlab.train.device import resolve_device
+    from attnlab.runs.config import RunConfig
+    from attnlab.parallel.distributed import joined_world
+    from attnlab.device import resolve_device
     from attnlab.train.run import train_run
 
     resume = args.resume or args.resume_from is not None
@@ -91,9 +91,9 @@ def _launch(args: argparse.Namespace, cfg, device, stem: str, resume: bool) -> N
     """`train --nproc-per-node N`: what one process can check of the run is checked here, before any
     process starts (the config, the device, the run directory, the strategy against the model with
     N ranks); then N ranks train it, each told the same run directory."""
-    from attnlab.train.distributed import World
-    from attnlab.train.launch import launch
-    from attnlab.train.run import planned_model_config
+    from attnlab.parallel.distributed import World
+    from attnlab.parallel.launch import launch
+    from attnlab.runs.data import planned_model_config
     from attnlab.train.strategy import check_strategy
 
     ranks = args.nproc_per_node
@@ -132,7 +132,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from attnlab.train.derived import write_average
+    from attnlab.runs.derived import write_average
 
     path, steps = write_average(args.run_dir, args.last, args.force)
     if len(steps) < args.last:
@@ -142,7 +142,7 @@ def cmd_average(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from attnlab.train.derived import export_run
+    from attnlab.runs.derived import export_run
 
     exported, source = export_run(args.run_dir, args.out, args.weights, args.checkpoint, args.force)
     size, original = exported.stat().st_size, source.stat().st_size
@@ -152,7 +152,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_import_hf(args: argparse.Namespace) -> None:
-    from attnlab.train.hf import import_hf
+    from attnlab.interop import import_hf
 
     imported = import_hf(args.folder, args.out)
     for line in imported.report.lines("import-hf"):
@@ -164,7 +164,7 @@ def cmd_import_hf(args: argparse.Namespace) -> None:
 
 
 def cmd_export_hf(args: argparse.Namespace) -> None:
-    from attnlab.train.hf import export_hf
+    from attnlab.interop import export_hf
 
     converter, out = export_hf(args.run_dir, args.out, args.checkpoint)
     files = ", ".join(sorted(path.name for path in out.iterdir()))

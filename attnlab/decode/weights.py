@@ -18,7 +18,7 @@ measured 2026-11-23 on the 2-core machine of docs/results.md, with other jobs ru
 marks torch.ao.quantization and its quantized tensors deprecated (torch 2.13 still ships and runs
 them); the warnings are silenced here, and the choice is to revisit when torchao gains CPU kernels.
 
-A model with such weights is also stored (``attnlab export``, train/derived.py): :func:`stored_state`
+A model with such weights is also stored (``attnlab export``, runs/derived.py): :func:`stored_state`
 gives its tensors as a safetensors file holds them, :func:`load_stored_state` puts them back into a
 model that :func:`with_weights` has converted the same way, so the loaded model computes exactly
 what the converted one did.
@@ -32,6 +32,8 @@ from typing import Iterator
 
 import torch
 from torch import nn
+
+from attnlab.torch_private import per_channel_quantized
 
 WEIGHTS = ("fp32", "bf16", "int8")
 OUTPUT_PROJECTION = "generator"  # every family's name for its vocabulary projection, kept float32 in int8
@@ -108,8 +110,7 @@ def load_stored_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     with _quiet():
         for name, linear in linears.items():
             scales = rest.pop(f"{name}.weight_scale").double()  # (out,)
-            weight = torch._make_per_channel_quantized_tensor(rest.pop(f"{name}.weight"), scales,
-                                                              torch.zeros_like(scales, dtype=torch.long), 0)
+            weight = per_channel_quantized(rest.pop(f"{name}.weight"), scales)
             linear.set_weight_bias(weight, rest.pop(f"{name}.bias", None))
     own = model.state_dict()  # the int8 layers' entries as just set, with torch's metadata (their version)
     own.update(rest)

@@ -27,7 +27,7 @@ class DecoderLMConfig(TransformerConfig):
     self-speculative decoding); ``multi_token_weight``: each one's weight in the training loss,
     beside the next-token loss's 1. ``output_vocabulary``: ``all``, every token id may be predicted;
     ``text``, the control tokens <pad>, <bos> and <unk> never are (their logits are -inf): a
-    pretrained model imported from a vocabulary without them (GPT-2's, train/hf/gpt2.py), whose
+    pretrained model imported from a vocabulary without them (GPT-2's, interop/gpt2.py), whose
     distribution over its own tokens and <eos> stays exactly the original's."""
 
     multi_token_heads: int = 0

@@ -28,7 +28,7 @@ class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
     ``output_bias``: a bias per target token on the logits (Marian's final_logits_bias; the paper has none).
     ``output_vocabulary``: ``all``, every token id may be predicted; ``no_bos``, <bos>, which only
     starts the decoder, never is (its logit is -inf): an imported Marian model's added start token
-    (train/hf/marian.py), so that the distribution over Marian's own tokens stays the original's."""
+    (interop/marian.py), so that the distribution over Marian's own tokens stays the original's."""
 
     src_vocab_size: Optional[int] = None
     n_encoder_layers: Optional[int] = None

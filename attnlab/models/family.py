@@ -142,7 +142,7 @@ class SeriesSizes:
 
 @dataclass(frozen=True)
 class Staging:
-    """That pipeline parallelism (train.strategy pp, train/pipeline.py) may cut a family's models
+    """That pipeline parallelism (train.strategy pp, parallel/pipeline.py) may cut a family's models
     into stages at layer boundaries (the model's ``stages(n, head)``, nn/stages.py): ``layers(cfg)``,
     how many layers the stages share; ``heads``, the model's methods a last stage may end with (a
     task's ``pipeline_head``); ``check(cfg)`` refuses in one line what else cannot be cut."""

@@ -1,6 +1,6 @@
 """How tensor parallelism (Megatron-LM, Shoeybi et al. 2019) divides a model across N ranks, as
 plain data that a model declares (its ``tensor_plan()``, nn/interfaces.py) and train.strategy tp
-applies (train/tensor_parallel.py).
+applies (parallel/tensor_parallel.py).
 
 A linear map y = x W^T + b is divided either by its output features, **columns** (rank r holds
 W's rows of its share of y: y_r = x W_r^T + b_r, no communication), or by its input features,

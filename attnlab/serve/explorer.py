@@ -26,9 +26,10 @@ from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.heads import mask_heads
 from attnlab.errors import UsageError
 from attnlab.nn.attention import HeadSet, attention_modules
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
 from attnlab.serve.runinfo import pruning_report
 from attnlab.tasks import TASKS
-from attnlab.train.checkpoint import RunDir, load_run
 from attnlab.views import Explorable, tasks_with, view_of
 from attnlab.views.limits import LIMITS, Refused
 from attnlab.views.session import Session

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from attnlab.train.run_dir import META_FILE, RunDir
+from attnlab.runs.run_dir import META_FILE, RunDir
 
 
 def pruning_report(run: RunDir) -> dict[str, Any] | None:

@@ -42,7 +42,7 @@ class LanguageModelConfig(TaskConfig):
             raise ConfigError(f"valid_fraction must be in (0, 1) (got {self.valid_fraction})")
 
     def check_trainable(self) -> None:
-        """A run imported from Hugging Face (train/hf/) has no training text; training needs one."""
+        """A run imported from Hugging Face (interop/) has no training text; training needs one."""
         if self.train is None:
             raise ConfigError(f"format '{self.format}' needs 'train' (a file)")
 

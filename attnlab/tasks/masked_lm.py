@@ -54,7 +54,7 @@ class MaskedLMConfig(TaskConfig):
                               f"({self.random_token_prob}) must be >= 0 and sum to at most 1 (the rest is kept)")
 
     def check_trainable(self) -> None:
-        """A run imported from Hugging Face (train/hf.py) has no training text; training needs one."""
+        """A run imported from Hugging Face (interop/) has no training text; training needs one."""
         if self.train is None:
             raise ConfigError("data.task 'masked_lm' needs 'train' (a text file)")
 

@@ -27,7 +27,7 @@ Prediction = tuple[str | None, list[float] | None]  # an input's name (None: lin
 
 
 class Piped(NamedTuple):
-    """A batch as pipeline parallelism feeds it (train/pipeline.py): ``inputs``, the first stage's
+    """A batch as pipeline parallelism feeds it (parallel/pipeline.py): ``inputs``, the first stage's
     arguments, and ``targets``, those of the loss after the last stage (each cut along its rows into
     micro-batches), which skips the targets equal to ``ignore_index``."""
 
@@ -69,7 +69,7 @@ class Task:
     of the tokenizers it saves with a run, its data's ``tokenizers`` by role (a task without tokens
     declares none, and its data has none); ``untrained`` the modules of the model its loss never
     reaches (a masked-LM run's classifier), by name prefix, which a run started from it does not
-    take as trained (train/init.py); ``counts`` what its targets are, which its batches' ``n_targets``
+    take as trained (runs/init.py); ``counts`` what its targets are, which its batches' ``n_targets``
     count (tokens; a classifier's examples; a forecaster's values), naming the training log's
     throughput (``<counts>_per_s``) and the summary's ``train_<counts>``; ``evaluate_file``,
     where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`;

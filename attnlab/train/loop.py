@@ -17,13 +17,13 @@ from torch import nn
 
 from attnlab.tasks import Task, TaskData
 from attnlab.tasks.batching import Batch, BucketedData
-from attnlab.train.weights_file import load_weights, put_weights
-from attnlab.train.config import GRAPHS, TrainConfig
-from attnlab.train.device import resolve_device, use_device
-from attnlab.train.distributed import World
-from attnlab.train.precision import allow_tf32, autocast, choose_precision
+from attnlab.runs.weights_file import load_weights, put_weights
+from attnlab.runs.config import GRAPHS, TrainConfig
+from attnlab.device import resolve_device, use_device
+from attnlab.parallel.distributed import World
+from attnlab.precision import allow_tf32, autocast, choose_precision
 from attnlab.train.progress import Health, Progress, TrainLog
-from attnlab.train.run_dir import MODEL_FILE, Checkpoint, RunDir
+from attnlab.runs.run_dir import MODEL_FILE, Checkpoint, RunDir
 from attnlab.train.schedules import Schedule, make_scheduler
 from attnlab.train.step import compiled, make_optimizer, train_step
 from attnlab.train.strategy import Strategy, strategy_for

@@ -16,8 +16,8 @@ from tqdm import tqdm
 
 from attnlab.errors import NumericalError
 from attnlab.files import atomic_write_text
-from attnlab.train.run_dir import RunDir
-from attnlab.train.config import TrainConfig
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.config import TrainConfig
 
 
 @dataclass

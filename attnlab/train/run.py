@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -11,84 +9,20 @@ from typing import Any, Callable
 import torch
 
 from attnlab.config import differences
-from attnlab.errors import CheckpointError, ConfigError, UsageError
+from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text
-from attnlab.models import FamilyConfig, stack_of
+from attnlab.models import stack_of
 from attnlab.nn.layers import LayerStack
-from attnlab.tasks import Batching, Task, TaskConfig, TaskData
-from attnlab.tasks.batching import BucketedData, Tokenizers
-from attnlab.tasks.task import with_vocabulary
-from attnlab.train.checkpoint import build_run_model
-from attnlab.train.config import RunConfig, TrainConfig, init_source
-from attnlab.train.distributed import World
-from attnlab.train.strategy import check_strategy
-from attnlab.train.init import grouped, initialise_from, untrained_of
+from attnlab.parallel.distributed import World
+from attnlab.runs.checkpoint import build_run_model
+from attnlab.runs.config import RunConfig, TrainConfig
+from attnlab.runs.data import model_config_of, prepare
+from attnlab.runs.init import grouped, initialise_from, untrained_of
+from attnlab.runs.run_dir import Checkpoint, RunDir
 from attnlab.train.loop import fit
-from attnlab.train.run_dir import Checkpoint, RunDir
 from attnlab.train.schedules import run_schedule
 from attnlab.train.step import freeze
-
-
-def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None) -> TaskData:
-    """The task's data, batched as ``train`` says; with a ``run``, read with its tokenizers and state;
-    under ``train.init_from``, with the initialising run's tokenizers (its weights index their ids)."""
-    batching = Batching(train.max_tokens, train.batch_size, train.seed, train.padding_multiple, train.sampling)
-    if run is not None:
-        data = data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
-    elif train.init_from is not None:
-        data = data_cfg.task.prepare(data_cfg, batching, _initialising_tokenizers(train.init_from, data_cfg.task))
-    else:
-        data = data_cfg.task.prepare(data_cfg, batching)
-    if train.sampling != "epochs" and not isinstance(data, BucketedData):
-        raise ConfigError(f"train.sampling '{train.sampling}' draws examples of a task that batches them by length "
-                          f"(translation, classification, masked_lm); data.task '{data_cfg.task.name}' batches its own "
-                          f"way: use sampling 'epochs'")
-    return data
-
-
-def _initialising_tokenizers(init_from: str, task: type[Task]) -> Tokenizers:
-    source = RunDir(init_source(init_from)[0])
-    tokenizers = source.read_tokenizers()
-    missing = [role for role in task.tokenizers if tokenizers.get(role) is None]
-    if missing:
-        raise ConfigError(f"train.init_from: {source.path} has no {' or '.join(missing)} tokenizer, which data.task "
-                          f"'{task.name}' reads with")
-    return tokenizers
-
-
-def _model_config(cfg: RunConfig, data: TaskData) -> FamilyConfig:
-    """The model section completed with the fields the task's data sets (vocabulary sizes, ...)."""
-    return cfg.model_config(cfg.data.task.model_fields(cfg.data, data))
-
-
-def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[int], FamilyConfig]:
-    """The model config ``cfg`` trains, as a function of the vocabulary size (source and target the
-    same size when they are not shared); ``from_data``: prepare the data and take the tokenizers'
-    sizes, whatever the argument."""
-    if from_data:
-        data = prepare(cfg.data, cfg.train)
-        return lambda _: _model_config(cfg, data)
-    return lambda vocab: cfg.model_config(with_vocabulary(cfg.data.task.model_fields(cfg.data), vocab))
-
-
-def read_run_data(run: RunDir, split: str | None = None, text: str | None = None) -> TaskData:
-    """The data ``run`` was trained on, read with its own tokenizers; ``split``, if given, must exist.
-    ``text``: a file read instead as both the training and the validation text (a run imported from
-    Hugging Face has no data of its own), for tasks whose data section names them."""
-    _, data_cfg, train_cfg = run.read_config()
-    if text is not None:
-        if not {"train", "valid"} <= set(data_cfg.field_names()):
-            raise UsageError(f"--data: data.task '{data_cfg.task.name}' reads no text file of train and valid")
-        data_cfg = dataclasses.replace(data_cfg, train=text, valid=text)
-    try:
-        data_cfg.check_trainable()
-    except ConfigError as err:  # an imported run: trained elsewhere, on data it does not have
-        raise UsageError(f"{run.path} has no data of its own to read ({err})") from None
-    data = prepare(data_cfg, train_cfg, run)
-    if split is not None and split not in data.splits:
-        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
-    return data
-
+from attnlab.train.strategy import check_strategy
 
 DISPLAY_ONLY = ("train.progress", "train.log_every")  # change what is shown, not what is trained: never refused
 
@@ -154,14 +88,14 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
             raise ConfigError(f"{run.config}: a resumed run keeps its data, but the given config differs "
                               f"({'; '.join(differences(data_cfg, cfg.data))})")
         data = prepare(data_cfg, cfg.train, run)
-        if _model_config(cfg, data) != model_cfg:
+        if model_config_of(cfg, data) != model_cfg:
             raise ConfigError(f"{run.config}: a resumed run keeps its model, but the given config differs "
-                              f"({'; '.join(differences(model_cfg, _model_config(cfg, data)))})")
+                              f"({'; '.join(differences(model_cfg, model_config_of(cfg, data)))})")
         point = _resume_point(run, resume_from)
         changes = _train_changes(run, train_cfg, cfg.train, allow_changes)
     if point is None:
         data = prepare(cfg.data, cfg.train)
-        model_cfg = _model_config(cfg, data)
+        model_cfg = model_config_of(cfg, data)
     check_strategy(cfg.train.strategy, model_cfg, world, cfg.train.tensor_parallel, cfg.data.task)
     task = cfg.data.task
     log(task.describe(data))

@@ -8,11 +8,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import re
 from typing import Any, Callable, ContextManager
 
 import torch
-import torch.fx.experimental._config as fx_config
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -20,12 +18,13 @@ from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models.family import uncompiled, unwrapped
 from attnlab.nn.embeddings import Embeddings
+from attnlab.runs.init import LAYER
 from attnlab.tasks.batching import Batch
-from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import World, is_dtensor, whole
+from attnlab.torch_private import inductor_config, skips_on_device, step_unless, without_duck_sizing
+from attnlab.runs.config import TrainConfig
+from attnlab.parallel.distributed import World, is_dtensor, whole
 
 Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
-LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 
 
 def compiled(objective: Objective, graphs: bool = False, varied_shapes: bool = False) -> Objective:
@@ -61,7 +60,7 @@ def distinct_sizes(objective: Objective) -> Objective:
 
     @functools.wraps(objective)
     def call(*args: Any) -> tuple[Tensor, Tensor]:
-        with fx_config.patch(use_duck_shape=False):
+        with without_duck_sizing():
             return objective(*args)
 
     return call
@@ -70,10 +69,8 @@ def distinct_sizes(objective: Objective) -> Objective:
 def no_size_guards() -> dict[str, bool]:
     """Inductor's options that keep its mixed-order-reduction fusion from guarding on dynamic sizes,
     where this PyTorch has the switch."""
-    import torch._inductor.config as inductor  # two seconds to import: only where a run compiles
-
     switch = "mix_order_reduction_non_strict_mode"
-    return {f"triton.{switch}": True} if hasattr(inductor.triton, switch) else {}
+    return {f"triton.{switch}": True} if hasattr(inductor_config().triton, switch) else {}
 
 
 def layer_grad_norms(model: nn.Module) -> dict[str, float]:
@@ -194,12 +191,12 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     The step never waits for the device: 'loss', 'nll', 'grad_norm' and 'finite' are device
     tensors, read when the loop logs. A non-finite loss or gradient norm skips the update on the
     device, as a GradScaler does: the fused optimizer leaves the weights and moments as they were
-    (``found_inf``), and 'finite' is False; the schedule moves on. With fp16 the GradScaler's own
+    (torch_private.py's step_unless), and 'finite' is False; the schedule moves on. With fp16 the GradScaler's own
     skips of overflowing scaled gradients are part of its calibration, and only a non-finite loss
     skips (read on the host: fp16 runs on CUDA only, under the scaler's own checks).
 
     ``accumulate`` and ``clip`` replace :func:`accumulate_gradients` and :func:`clip_gradients`
-    where a strategy computes them its own way (a pipeline: train/pipeline.py)."""
+    where a strategy computes them its own way (a pipeline: parallel/pipeline.py)."""
     lr = max(group["lr"] for group in optimizer.param_groups)  # the heads' (layer_lr_decay gives the rest less)
     sums = (accumulate or accumulate_gradients)(model, batches, cfg, amp, scaler, world, global_targets, objective)
     if scaler is not None:
@@ -213,9 +210,8 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
             scaler.update()
     else:
         finite = finite & torch.isfinite(grad_norm)
-        if getattr(optimizer, "_step_supports_amp_scaling", False):  # a fused update: it skips itself where 1
-            optimizer.found_inf = (~finite).float()
-            optimizer.step()
+        if skips_on_device(optimizer):  # a fused update: it skips itself where not finite
+            step_unless(optimizer, ~finite)
         elif finite:  # another optimizer (a test's SGD) has no such flag: the host decides
             optimizer.step()
     scheduler.step()

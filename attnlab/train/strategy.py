@@ -7,9 +7,9 @@ weights and optimizer state whole (every rank calls; rank 0 receives them).
     fsdp  as ddp, but each layer's weights, gradients and Adam moments are 1/N per rank (FSDP2's
           fully_shard), gathered for the layer's forward and backward only
     tp    every rank trains the same batches; each layer's matrices are 1/N per rank, the heads
-          divided among them (Megatron's plan, train/tensor_parallel.py)
+          divided among them (Megatron's plan, parallel/tensor_parallel.py)
     pp    every rank trains the same batches, cut into micro-batches; each holds 1/N of the layers
-          (a pipeline stage, train/pipeline.py)
+          (a pipeline stage, parallel/pipeline.py)
     fsdp+tp  PyTorch's 2-D recipe on a (dp, tp) mesh: tp within each group of ``train.tensor_parallel``
           ranks, whose batches are the same, then fsdp over the dp = N / tp groups, whose batches differ
 
@@ -29,8 +29,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.train.distributed import World
-from attnlab.train.config import TrainConfig
+from attnlab.parallel.distributed import World
+from attnlab.runs.config import TrainConfig
 from attnlab.train.step import accumulate_gradients, clip_gradients, load_optimizer_state
 
 
@@ -110,31 +110,31 @@ class FullyShardedDataParallel(ShardedStrategy):
     name = layout = "fsdp"
 
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
-        from attnlab.train.fsdp_tp import fully_sharded
+        from attnlab.parallel.fsdp_tp import fully_sharded
 
         return fully_sharded(model)
 
 
 class TensorParallel(ShardedStrategy):
-    """Megatron-style tensor parallelism over all the ranks (train/tensor_parallel.py)."""
+    """Megatron-style tensor parallelism over all the ranks (parallel/tensor_parallel.py)."""
 
     name = layout = "tp"
     splits_batches = False
 
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
-        from attnlab.train.tensor_parallel import tensor_parallel
+        from attnlab.parallel.tensor_parallel import tensor_parallel
 
         return tensor_parallel(model, self.world.size, device.type)
 
     @staticmethod
     def check(model_cfg: Any, size: int) -> None:
-        from attnlab.train.tensor_parallel import check_tensor_parallel
+        from attnlab.parallel.tensor_parallel import check_tensor_parallel
 
         check_tensor_parallel(model_cfg, size)
 
 
 class PipelineParallel(Strategy):
-    """Pipeline stages of a model, one per rank, under GPipe or 1F1B (train/pipeline.py).
+    """Pipeline stages of a model, one per rank, under GPipe or 1F1B (parallel/pipeline.py).
     The optimizer state is merged into one process's, so it resumes under ddp or one process too."""
 
     name = "pp"
@@ -142,7 +142,7 @@ class PipelineParallel(Strategy):
     pipeline = None  # made by prepare (not for a model with nothing to learn, trained by no one)
 
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
-        from attnlab.train.pipeline import Pipeline
+        from attnlab.parallel.pipeline import Pipeline
 
         self.pipeline = Pipeline(model, self.world, self.task, self.cfg.pipeline_schedule, self.cfg.micro_batches,
                                  device)
@@ -161,18 +161,18 @@ class PipelineParallel(Strategy):
 
     @staticmethod
     def check(model_cfg: Any, size: int, task: Any = None) -> None:
-        from attnlab.train.pipeline import check_pipeline
+        from attnlab.parallel.pipeline import check_pipeline
 
         check_pipeline(model_cfg, size, task)
 
 
 class FullyShardedTensorParallel(ShardedStrategy):
-    """fsdp over the dp dimension of a (dp, tp) mesh, each dp rank a tp group (train/fsdp_tp.py)."""
+    """fsdp over the dp dimension of a (dp, tp) mesh, each dp rank a tp group (parallel/fsdp_tp.py)."""
 
     name = layout = "fsdp+tp"
 
     def __init__(self, cfg: TrainConfig, world: World | None, task: Any = None) -> None:
-        from attnlab.train.fsdp_tp import two_d_mesh
+        from attnlab.parallel.fsdp_tp import two_d_mesh
 
         super().__init__(cfg, world, task)
         self.mesh = two_d_mesh(world, cfg.tensor_parallel)
@@ -183,13 +183,13 @@ class FullyShardedTensorParallel(ShardedStrategy):
         return World(dp.get_local_rank(), dp.size(), self.world.device, dp.get_group())
 
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
-        from attnlab.train.fsdp_tp import fully_sharded_tensor_parallel
+        from attnlab.parallel.fsdp_tp import fully_sharded_tensor_parallel
 
         return fully_sharded_tensor_parallel(model, self.mesh)
 
     @staticmethod
     def check(model_cfg: Any, size: int, tensor_parallel: int = 2) -> None:
-        from attnlab.train.fsdp_tp import check_fsdp_tp
+        from attnlab.parallel.fsdp_tp import check_fsdp_tp
 
         check_fsdp_tp(model_cfg, size, tensor_parallel)
 

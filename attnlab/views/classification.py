@@ -7,7 +7,7 @@ from typing import Any
 from torch import Tensor
 
 from attnlab.tasks.classification import Classification
-from attnlab.train.checkpoint import RunDir
+from attnlab.runs.run_dir import RunDir
 from attnlab.views.encoder import EncoderView
 from attnlab.views.session import Session
 from attnlab.views.view import register_view, validation_start

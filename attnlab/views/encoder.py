@@ -14,7 +14,7 @@ from attnlab.analysis.inspect import inspect_encoder
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.encoder import Encoder
 from attnlab.tasks.masked_lm import MaskedLM
-from attnlab.train.checkpoint import RunDir
+from attnlab.runs.run_dir import RunDir
 from attnlab.views.limits import Refused
 from attnlab.views.session import Session, attention_maps
 from attnlab.views.view import Inspection, Page, register_view

@@ -21,7 +21,7 @@ from attnlab.analysis.capture import AttentionRecord, capture_attention
 from attnlab.analysis.heads import head_entropy
 from attnlab.data.tokenizers import BOS, EOS
 from attnlab.decode.search import beam_search, sample
-from attnlab.train.checkpoint import RunDir
+from attnlab.runs.run_dir import RunDir
 from attnlab.views.limits import LIMITS, Refused
 
 SEARCH = {"beam": 4, "lenpen": 0.6, "hypothesis": 0}  # the fields of a page whose outputs a beam search finds

@@ -25,8 +25,9 @@ from torch import nn
 from attnlab.analysis.inspect import figure_dir
 from attnlab.errors import AttnlabError, UsageError
 from attnlab.tasks.task import TASKS, Task
-from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.run import read_run_data
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.data import read_run_data
 from attnlab.views.session import ImageReader, Session
 
 

@@ -13,7 +13,7 @@ from attnlab.analysis.cross_modal import blocks, cross_modal_pass, inspect_singl
 from attnlab.nn.single_stream import IMAGE
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.visual_qa import VisualQA, question_ids
-from attnlab.train.checkpoint import RunDir
+from attnlab.runs.run_dir import RunDir
 from attnlab.views.limits import Refused
 from attnlab.views.session import Session, attention_maps
 from attnlab.views.view import Inspection, Page, register_view

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from attnlab.nn.chunks import Chunking, chunked_encoding
 from attnlab.tasks.translation import decode_split
-from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.run import read_run_data
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.data import read_run_data
 
 SETTINGS = [(None, 0), (16, 0), (16, 4), (16, 8), (8, 0), (8, 2), (8, 4), (4, 0), (4, 2)]
 

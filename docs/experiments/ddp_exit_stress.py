@@ -1,4 +1,4 @@
-"""Why and how often a finished torchrun worker aborted on its way out (attnlab/train/distributed.py).
+"""Why and how often a finished torchrun worker aborted on its way out (attnlab/parallel/distributed.py).
 
 1. Does ``destroy_process_group`` stop gloo's threads? Under torchrun (2 processes), each rank
    joins a gloo group, runs one all-reduce (and, in the second case, builds a DDP model, which it

@@ -22,7 +22,7 @@ from attnlab.data.corpora import read_lines
 from attnlab.decode.search import greedy
 from attnlab.decode.weights import _quiet
 from attnlab.eval.evaluate import evaluate
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 
 
 def int8(model: nn.Module, keep: tuple[str, ...]) -> nn.Module:

@@ -17,7 +17,7 @@ from attnlab.data.corpora import read_lines
 from attnlab.decode.mask_predict import MaskPredict
 from attnlab.decode.translate import translate
 from attnlab.eval.metrics import corpus_bleu
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 
 
 def row(name: str, model, tokenizers, sources: list[str], references: list[str], **search) -> str:

@@ -1,5 +1,5 @@
 """The bubble of a pipeline schedule, measured (issue 42): under torchrun with N ranks, a decoder-only
-model of 4 equal layers cut into N stages (train/pipeline.py) trains one fixed batch of 16 rows of
+model of 4 equal layers cut into N stages (parallel/pipeline.py) trains one fixed batch of 16 rows of
 64 tokens in m micro-batches; for each m and schedule, the median time of a pipelined step
 against the time a stage is busy (its forward and backward over the same m micro-batches alone,
 no communication, on its own rank). The idle fraction 1 - busy / step is compared with the
@@ -23,9 +23,9 @@ from attnlab import build_model, model_config
 from attnlab.data.batching import Batch
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.language_model import LanguageModel
-from attnlab.train.config import TrainConfig
-from attnlab.train.distributed import exit_worker, joined_world
-from attnlab.train.pipeline import Pipeline
+from attnlab.runs.config import TrainConfig
+from attnlab.parallel.distributed import exit_worker, joined_world
+from attnlab.parallel.pipeline import Pipeline
 
 ROWS, LENGTH, VOCAB, WIDTH = 16, 64, 64, 128
 CFG = TrainConfig(label_smoothing=0.0)

@@ -5,7 +5,7 @@ attnlab's train.strategy pp and tp work around (issue 42).
 
 1. A new PipelineStage's first step calls the schedule's loss_fn once more than there are
    micro-batches, on placeholder outputs (backward metadata inference), whose value may be NaN:
-   a loss that records its values must count only the last m calls (train/pipeline.py).
+   a loss that records its values must count only the last m calls (parallel/pipeline.py).
 2. A stage's buffers are sized by the first step: a later step whose micro-batches have another
    shape fails in the backward (attnlab builds one schedule per batch shape).
 3. A fused Adam step or clip_grad_norm_ over a mix of DTensor and plain parameters (tensor

@@ -15,7 +15,7 @@ import sys
 import torch
 
 from attnlab.decode.speculative import SpeculationStats, speculative_decode
-from attnlab.train.checkpoint import load_run
+from attnlab.runs.checkpoint import load_run
 
 TEXT = "data/tiny_shakespeare/input.txt"
 POSITIONS = 64

@@ -16,8 +16,9 @@ import torch
 from attnlab.data.batching import lm_segments
 from attnlab.models import build_model
 from attnlab.tasks.segment_language_model import SegmentLanguageModel
-from attnlab.train.checkpoint import RunDir, load_run
-from attnlab.train.run import read_run_data
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.data import read_run_data
 
 
 def main(xl_run: str, cells: list[str]) -> None:

@@ -3,8 +3,8 @@ what every architecture shares and the converters by ``model_type``; each archit
 that registers its converter (bert.py: BERT <-> encoder_only; gpt2.py: GPT-2 <-> decoder_lm;
 marian.py: Marian <-> encoder_decoder; vit.py: ViT <-> vit)."""
 
-from attnlab.train.hf import bert, gpt2, marian, vit  # noqa: F401  (each registers its converter)
-from attnlab.train.hf.bert import bert_model_fields, load_bert
-from attnlab.train.hf.folder import CONVERTERS, EXPORTERS, export_hf, import_hf
+from attnlab.interop import bert, gpt2, marian, vit  # noqa: F401  (each registers its converter)
+from attnlab.interop.bert import bert_model_fields, load_bert
+from attnlab.interop.folder import CONVERTERS, EXPORTERS, export_hf, import_hf
 
 __all__ = ["CONVERTERS", "EXPORTERS", "bert_model_fields", "export_hf", "import_hf", "load_bert"]

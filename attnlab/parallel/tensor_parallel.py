@@ -22,7 +22,6 @@ family whose model declares none is refused in one line before any process work.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, cast
 
 from torch import nn
@@ -32,6 +31,7 @@ from attnlab.models import stack_of
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.interfaces import TensorParallelModel
 from attnlab.nn.tensor_plan import LinearSplit, Split, TensorPlan
+from attnlab.torch_private import blockwise_colwise_parallel
 
 PER_HEAD_POSITIONAL = ("relative", "relative_bias", "alibi")  # state per head, or parameters used inside attention
 
@@ -86,28 +86,3 @@ def tensor_parallel(model: nn.Module, size: int, device_type: str, mesh: Any = N
     for path in plan.heads:  # (B, T, H/N * Dh) per rank
         cast(MultiHeadAttention, model.get_submodule(path)).n_heads //= size
     return model
-
-
-@functools.cache
-def blockwise_colwise_parallel() -> type:
-    """The class, made on first use (torch.distributed.tensor costs a process ~0.8 s at import)."""
-    from torch.distributed.tensor import distribute_tensor
-    from torch.distributed.tensor.parallel import ColwiseParallel
-    from torch.distributed.tensor.placement_types import _StridedShard
-
-    class BlockwiseColwiseParallel(ColwiseParallel):
-        """ColwiseParallel for ``blocks`` matrices stacked by output rows ([W^Q; W^K; W^V]): each block
-        split across the ranks, so that rank r holds [W^Q_r; W^K_r; W^V_r] and its output
-        (B, T, blocks * d / N) is its own heads' queries, keys and values, in the module's order."""
-
-        def __init__(self, blocks: int) -> None:
-            # the output stays as the rank computed it: (B, T, blocks * d / N), strided on the last dim
-            super().__init__(output_layouts=_StridedShard(2, split_factor=blocks))
-            self.blocks = blocks
-
-        def _partition_linear_fn(self, name: str, module: nn.Module, device_mesh: Any) -> None:
-            for param_name, param in list(module.named_parameters()):
-                placed = distribute_tensor(param, device_mesh, [_StridedShard(0, split_factor=self.blocks)])
-                module.register_parameter(param_name, nn.Parameter(placed, requires_grad=param.requires_grad))
-
-    return BlockwiseColwiseParallel

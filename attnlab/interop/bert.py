@@ -53,8 +53,8 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS
 from attnlab.tasks import task_config
-from attnlab.train.checkpoint import RunDir
-from attnlab.train.hf.folder import (
+from attnlab.runs.run_dir import RunDir
+from attnlab.interop.folder import (
     HIDDEN_ACTS,
     Exported,
     HFConverter,
@@ -64,7 +64,7 @@ from attnlab.train.hf.folder import (
     register_converter,
     renumbered_spec,
 )
-from attnlab.train.init import InitReport, copy_tensors, named_tensors
+from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")  # -> <pad> <bos> <eos> <unk> <mask>, ids 0-4
 

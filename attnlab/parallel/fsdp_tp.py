@@ -1,6 +1,6 @@
 """FSDP2 composed with tensor parallelism (``train.strategy fsdp+tp``), PyTorch's 2-D recipe: the
 ranks form a (dp, tp) mesh, tp = ``train.tensor_parallel`` consecutive ranks; within each tp group
-Megatron's plan splits every layer (train/tensor_parallel.py), and ``fully_shard`` then splits each
+Megatron's plan splits every layer (parallel/tensor_parallel.py), and ``fully_shard`` then splits each
 rank's share again over the dp dimension, whose ranks train different batches (gradients
 reduce-scattered over dp, as fsdp's are over all ranks). ``fully_sharded`` makes FSDP2's units, one
 per layer of a stack and one more, for fsdp too.
@@ -23,8 +23,9 @@ from torch import nn
 
 from attnlab.errors import ConfigError
 from attnlab.nn.interfaces import Classifier, EncodingModel, Seq2SeqModel
-from attnlab.train.distributed import World
-from attnlab.train.tensor_parallel import check_tensor_parallel, tensor_parallel
+from attnlab.parallel.distributed import World
+from attnlab.parallel.tensor_parallel import check_tensor_parallel, tensor_parallel
+from attnlab.torch_private import is_strided_shard
 
 FORWARD_METHODS = {EncodingModel: "encode", Seq2SeqModel: "decode", Classifier: "classify"}  # validation calls them
 
@@ -61,9 +62,7 @@ def two_d_mesh(world: World, tp: int) -> Any:
 
 def _block_split(p: nn.Parameter) -> bool:
     """Whether tp split ``p`` block by block (a fused projection's)."""
-    from torch.distributed.tensor.placement_types import _StridedShard
-
-    return isinstance(getattr(p, "placements", (None,))[0], _StridedShard)
+    return is_strided_shard(getattr(p, "placements", (None,))[0])
 
 
 def fully_sharded_tensor_parallel(model: nn.Module, mesh: Any) -> nn.Module:

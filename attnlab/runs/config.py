@@ -22,10 +22,10 @@ from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.batching import SAMPLINGS
 from attnlab.tasks.task import set_by_data, task_of, with_vocabulary
-from attnlab.train.device import check_device_name, on_gpu
-from attnlab.train.distributed import PIPELINE_SCHEDULES, STRATEGIES
+from attnlab.device import check_device_name, on_gpu
+from attnlab.parallel.distributed import PIPELINE_SCHEDULES, STRATEGIES
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (train/precision.py)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (attnlab/precision.py)
 AUTO = "auto"
 OPTIMIZERS = ("adam", "adamw", "nag")  # nag: SGD with Nesterov momentum (fairseq's, for ConvS2S)
 GRAPHS = "graphs"  # train.compile: compiled, each step's forward, loss and backward replayed as CUDA graphs
@@ -38,7 +38,7 @@ class TrainConfig(TypedConfig):
     warm-up schedule, label smoothing 0.1), with budgets in steps, epochs or seconds.
 
     Fine-tuning (BERT's recipe): ``init_from`` a run directory (its best checkpoint) or one of its
-    checkpoint directories, whose trained weights start this run (train/init.py); ``freeze_embeddings``
+    checkpoint directories, whose trained weights start this run (runs/init.py); ``freeze_embeddings``
     and ``freeze_layers`` (the first k layers of every stack) keep those fixed; ``layer_lr_decay``
     xi < 1 gives layer l of L the learning rate lr * xi^(L - l) (the embeddings xi^L, the heads 1);
     ``warmup_ratio`` sets the warm-up as a fraction of max_steps instead of ``warmup_steps``.
@@ -81,7 +81,7 @@ class TrainConfig(TypedConfig):
     device: str = "auto"
     strategy: str = "ddp"  # under torchrun: ddp, fsdp, tp, pp or fsdp+tp (train/strategy.py)
     tensor_parallel: int = 2  # fsdp+tp: ranks per tensor-parallel group (world / this: the data-parallel size)
-    pipeline_schedule: str = "1f1b"  # pp: gpipe or 1f1b (train/pipeline.py)
+    pipeline_schedule: str = "1f1b"  # pp: gpipe or 1f1b (parallel/pipeline.py)
     micro_batches: int = 4  # pp: each batch cut into this many, flowing through the stages
     eval_every: int = 500
     eval_exact_match: int = 0

@@ -57,8 +57,8 @@ from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.tasks import task_config
-from attnlab.train.checkpoint import RunDir
-from attnlab.train.hf.folder import (
+from attnlab.runs.run_dir import RunDir
+from attnlab.interop.folder import (
     HIDDEN_ACTS,
     Exported,
     HFConverter,
@@ -67,7 +67,7 @@ from attnlab.train.hf.folder import (
     read_weights,
     register_converter,
 )
-from attnlab.train.init import InitReport, copy_tensors, named_tensors
+from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 
 PREPROCESSOR = "preprocessor_config.json"
 DEFAULT_MEAN = DEFAULT_STD = 0.5  # ViTImageProcessor's defaults (IMAGENET_STANDARD_MEAN / _STD)

@@ -1,4 +1,4 @@
-"""A run's model from its run directory (train/run_dir.py): build_run_model (its family's model,
+"""A run's model from its run directory (runs/run_dir.py): build_run_model (its family's model,
 through the family registry, less the heads `attnlab prune` cut out), checkpoint_file (best, last,
 average or a step), load_run (all that decoding needs; an export's bf16 or int8 weights are loaded
 into a model converted as they were) and load_draft (another run as a draft for speculative
@@ -17,8 +17,8 @@ from attnlab.decode.weights import with_weights
 from attnlab.errors import CheckpointError, UsageError
 from attnlab.models import FamilyConfig, build_model
 from attnlab.nn.attention import remove_heads
-from attnlab.train.run_dir import MODEL_FILE, RunDir
-from attnlab.train.weights_file import WEIGHTS_KEY, put_weights, read_weights
+from attnlab.runs.run_dir import MODEL_FILE, RunDir
+from attnlab.runs.weights_file import WEIGHTS_KEY, put_weights, read_weights
 
 
 def build_run_model(run: RunDir, model_cfg: FamilyConfig) -> nn.Module:
@@ -34,7 +34,7 @@ def build_run_model(run: RunDir, model_cfg: FamilyConfig) -> nn.Module:
 
 def checkpoint_file(run: RunDir, checkpoint: str = "best") -> Path:
     """The weights file of ``checkpoint``: 'best' (falling back to the newest), 'last', 'average'
-    (written by train/derived.py's ``write_average``) or a step number."""
+    (written by runs/derived.py's ``write_average``) or a step number."""
     steps = run.steps()
     if checkpoint == "average":
         path = run.checkpoints / "average" / MODEL_FILE

@@ -3,7 +3,7 @@ the metadata), written from CPU copies whatever the tensors' storage; for an exp
 weights (decode/weights.py's stored_state) with their kind and layout in the metadata; and the
 sha256 checksums of a checkpoint directory, checked before any of its files is loaded. Every
 failure is one line (CheckpointError). Run directories, which hold these files, are
-train/run_dir.py's."""
+runs/run_dir.py's."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from torch import nn
 
 from attnlab.decode.weights import LAYOUTS, load_stored_state, stored_state, weights_of
 from attnlab.errors import CheckpointError
-from attnlab.train.distributed import placed_like
+from attnlab.parallel.distributed import placed_like
 
 CHECKSUM_FILE = "checksums.json"
 WEIGHTS_KEY = "attnlab.weights"  # the metadata naming a weights file's kind, where it is not fp32 (an export)
@@ -29,7 +29,7 @@ LAYOUT_KEY = "attnlab.layout"  # and saying how such a file holds them (decode/w
 
 class WriteError(CheckpointError):
     """A file that could not be written (a full disk, a read-only folder): its path, what it holds and
-    why, so that a caller can say which checkpoint was lost (train/run_dir.py RunDir.save)."""
+    why, so that a caller can say which checkpoint was lost (runs/run_dir.py RunDir.save)."""
 
     def __init__(self, path: str | Path, what: str, reason: str) -> None:
         super().__init__(f"{path}: cannot save {what} ({reason})")
@@ -127,7 +127,7 @@ def save_weights(weights: dict[str, torch.Tensor], path: str | Path, kind: str =
 def load_weights(model: nn.Module, path: str | Path) -> None:
     """Load safetensors weights into ``model`` (on any device, in place, whatever its storage layout),
     refusing a file that fails its checksum, holds another kind of weights than the model (an
-    export's bf16 or int8: see train/checkpoint.py load_run), or missing, extra or mis-shaped tensors."""
+    export's bf16 or int8: see runs/checkpoint.py load_run), or missing, extra or mis-shaped tensors."""
     put_weights(model, path, *read_weights(path))
 
 

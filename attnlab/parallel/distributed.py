@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 STRATEGIES = ("ddp", "fsdp", "tp", "pp", "fsdp+tp")  # train/strategy.py: how the ranks share a run
-PIPELINE_SCHEDULES = ("gpipe", "1f1b")  # train/pipeline.py
+PIPELINE_SCHEDULES = ("gpipe", "1f1b")  # parallel/pipeline.py
 # torch.distributed's checkpoint, FSDP and DTensor modules are imported where they are used: at
 # import they cost every `attnlab` process about 0.8 s (of ~2 s), and only a sharded run needs them.
 # A tensor can only be a DTensor once that module is imported, which is what is_dtensor checks.
@@ -88,7 +88,7 @@ def under_torchrun() -> bool:
 @contextmanager
 def joined_world(device: torch.device = torch.device("cpu")) -> Iterator[World | None]:
     """This rank's place in the process group that torchrun set up, or None for one process: over
-    NCCL when ``device`` is this rank's GPU (train/device.py's ``resolve_device`` maps LOCAL_RANK to
+    NCCL when ``device`` is this rank's GPU (attnlab/device.py's ``resolve_device`` maps LOCAL_RANK to
     it), gloo on the CPU. A group joined here is destroyed on the way out, whether the body ends or
     raises; one that the caller had already initialised is left to the caller."""
     if not under_torchrun():

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.train.distributed import World
+from attnlab.parallel.distributed import World
 
 
 def check_pipeline(model_cfg: Any, stages: int, task: Any = None) -> None:

@@ -1,7 +1,7 @@
 """Checkpoints made from a run's own: the average of its last checkpoints (`attnlab average`,
 checkpoints/average/) and a run exported for decoding with bf16 or int8 weights (`attnlab export`:
 the run's model files and one checkpoint, step-N, without a training state). Both are written
-atomically (a staging folder, then one rename) with train/run_dir.py's write_checkpoint."""
+atomically (a staging folder, then one rename) with runs/run_dir.py's write_checkpoint."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from torch import nn
 from attnlab.decode.weights import stored_state, with_weights
 from attnlab.errors import CheckpointError, UsageError
 from attnlab.files import publish_dir, staging_dir
-from attnlab.train.checkpoint import build_run_model, checkpoint_file
-from attnlab.train.run_dir import META_FILE, MODEL_FILE, RunDir, write_checkpoint
-from attnlab.train.weights_file import load_weights, verify_checksum
+from attnlab.runs.checkpoint import build_run_model, checkpoint_file
+from attnlab.runs.run_dir import META_FILE, MODEL_FILE, RunDir, write_checkpoint
+from attnlab.runs.weights_file import load_weights, verify_checksum
 
 
 def average_checkpoints(model: nn.Module, paths: list[Path]) -> nn.Module:

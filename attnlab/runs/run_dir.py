@@ -1,4 +1,4 @@
-"""A run directory's layout: a RunDir only reads and writes its files (train/checkpoint.py builds and
+"""A run directory's layout: a RunDir only reads and writes its files (runs/checkpoint.py builds and
 loads a run's model from them); write_checkpoint writes one checkpoint's files. Nothing here
 unpickles arbitrary objects.
 
@@ -7,7 +7,7 @@ unpickles arbitrary objects.
       tokenizer-src.json            tokenizers, the library's own files, one per role the task
       tokenizer-tgt.json            saves (a language model has no src)
       task_state.json               what else the task keeps of its data (a classifier's labels)
-      init.json                     only if it started from another run's weights (train/init.py)
+      init.json                     only if it started from another run's weights (runs/init.py)
       checkpoints/step-000500/      one per save, the last `keep_last` kept (and the best)
         model.safetensors           weights (tied tensors stored once)
         trainer_state.pt            optimizer, schedule, step, data position, RNG states:
@@ -21,12 +21,12 @@ unpickles arbitrary objects.
       pruned_heads.json             only after `attnlab prune`: the heads cut out of the weights
 
 The weights files themselves (safetensors, tied tensors stored once, the kind of weights they hold,
-the checksums of a checkpoint directory) are train/weights_file.py's.
+the checksums of a checkpoint directory) are runs/weights_file.py's.
 
-A run exported for decoding (train/derived.py's export_run) holds the files above that make its
+A run exported for decoding (runs/derived.py's export_run) holds the files above that make its
 model and tokenizers, and one checkpoint, checkpoints/step-N/ without trainer_state.pt, whose
 model.safetensors holds bf16 or int8 weights (its metadata names the kind under "attnlab.weights"
-and the layout under "attnlab.layout"). train/checkpoint.py's load_run converts the freshly built
+and the layout under "attnlab.layout"). runs/checkpoint.py's load_run converts the freshly built
 model to that kind before loading, so every command that reads runs reads it; training from it,
 resuming it or averaging it is refused.
 """
@@ -48,8 +48,8 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
 from attnlab.models import FamilyConfig, model_config
 from attnlab.tasks import TaskConfig, task_config
-from attnlab.train.config import TrainConfig
-from attnlab.train.weights_file import (
+from attnlab.runs.config import TrainConfig
+from attnlab.runs.weights_file import (
     CHECKSUM_FILE,
     WriteError,
     exported_weights,
@@ -92,7 +92,7 @@ class RunDir:
         self.pruned_heads = self.path / "pruned_heads.json"
         self.config_changes = self.path / "config_changes.jsonl"  # train settings changed on resume
         self.task_state = self.path / "task_state.json"  # what else the task keeps of its data (labels)
-        self.init = self.path / "init.json"  # what train.init_from (or import-hf) loaded: train/init.py
+        self.init = self.path / "init.json"  # what train.init_from (or import-hf) loaded: runs/init.py
 
     def tokenizer_file(self, role: str) -> Path:
         return self.path / f"tokenizer-{role}.json"
@@ -163,7 +163,7 @@ class RunDir:
         atomic_write_text(self.init, json.dumps(report, indent=2))
 
     def read_init(self) -> dict[str, Any]:
-        """init.json: what the run's first weights came from (see train/init.py)."""
+        """init.json: what the run's first weights came from (see runs/init.py)."""
         try:
             report = json.loads(self.init.read_text(encoding="utf-8"))
             if not isinstance(report, dict) or not isinstance(report.get("untrained"), list):

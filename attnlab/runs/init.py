@@ -12,6 +12,7 @@ those, so that random weights are never reported as loaded.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,11 +21,12 @@ from torch import nn
 
 from attnlab.errors import CheckpointError
 from attnlab.tasks import Task
-from attnlab.train.checkpoint import build_run_model, checkpoint_file
-from attnlab.train.run_dir import MODEL_FILE, RunDir
-from attnlab.train.weights_file import load_weights
-from attnlab.train.config import init_source
-from attnlab.train.step import LAYER
+from attnlab.runs.checkpoint import build_run_model, checkpoint_file
+from attnlab.runs.run_dir import MODEL_FILE, RunDir
+from attnlab.runs.weights_file import load_weights
+from attnlab.runs.config import init_source
+
+LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,9 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.tasks import task_config
-from attnlab.train.checkpoint import RunDir
-from attnlab.train.config import TrainConfig
-from attnlab.train.hf.folder import (
+from attnlab.runs.run_dir import RunDir
+from attnlab.runs.config import TrainConfig
+from attnlab.interop.folder import (
     Exported,
     HFConverter,
     Imported,
@@ -59,7 +59,7 @@ from attnlab.train.hf.folder import (
     register_converter,
     renumbered_spec,
 )
-from attnlab.train.init import InitReport, copy_tensors, named_tensors
+from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 
 END_OF_TEXT = "<|endoftext|>"
 ADDED = (PAD, BOS, UNK)  # control ids GPT-2's vocabulary has no token for

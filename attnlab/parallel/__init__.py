@@ -1,0 +1,3 @@
+"""The ways a torchrun job splits a model or its batches: the process group (distributed.py),
+tensor parallelism (tensor_parallel.py), FSDP over tensor parallelism (fsdp_tp.py) and pipeline
+stages (pipeline.py). train/strategy.py chooses among them for the loop."""

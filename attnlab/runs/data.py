@@ -1,0 +1,77 @@
+"""A run's data and the model it makes: the task's data batched as the train section says, read
+with the run's own tokenizers (read_run_data, for every command that uses a trained run), or with
+those of the run it starts from (train.init_from); and the model section completed by the data."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from attnlab.errors import ConfigError, UsageError
+from attnlab.models import FamilyConfig
+from attnlab.runs.config import RunConfig, TrainConfig, init_source
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks import Batching, Task, TaskConfig, TaskData
+from attnlab.tasks.batching import BucketedData, Tokenizers
+from attnlab.tasks.task import with_vocabulary
+
+
+def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None) -> TaskData:
+    """The task's data, batched as ``train`` says; with a ``run``, read with its tokenizers and state;
+    under ``train.init_from``, with the initialising run's tokenizers (its weights index their ids)."""
+    batching = Batching(train.max_tokens, train.batch_size, train.seed, train.padding_multiple, train.sampling)
+    if run is not None:
+        data = data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
+    elif train.init_from is not None:
+        data = data_cfg.task.prepare(data_cfg, batching, _initialising_tokenizers(train.init_from, data_cfg.task))
+    else:
+        data = data_cfg.task.prepare(data_cfg, batching)
+    if train.sampling != "epochs" and not isinstance(data, BucketedData):
+        raise ConfigError(f"train.sampling '{train.sampling}' draws examples of a task that batches them by length "
+                          f"(translation, classification, masked_lm); data.task '{data_cfg.task.name}' batches its own "
+                          f"way: use sampling 'epochs'")
+    return data
+
+
+def _initialising_tokenizers(init_from: str, task: type[Task]) -> Tokenizers:
+    source = RunDir(init_source(init_from)[0])
+    tokenizers = source.read_tokenizers()
+    missing = [role for role in task.tokenizers if tokenizers.get(role) is None]
+    if missing:
+        raise ConfigError(f"train.init_from: {source.path} has no {' or '.join(missing)} tokenizer, which data.task "
+                          f"'{task.name}' reads with")
+    return tokenizers
+
+
+def model_config_of(cfg: RunConfig, data: TaskData) -> FamilyConfig:
+    """The model section completed with the fields the task's data sets (vocabulary sizes, ...)."""
+    return cfg.model_config(cfg.data.task.model_fields(cfg.data, data))
+
+
+def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[int], FamilyConfig]:
+    """The model config ``cfg`` trains, as a function of the vocabulary size (source and target the
+    same size when they are not shared); ``from_data``: prepare the data and take the tokenizers'
+    sizes, whatever the argument."""
+    if from_data:
+        data = prepare(cfg.data, cfg.train)
+        return lambda _: model_config_of(cfg, data)
+    return lambda vocab: cfg.model_config(with_vocabulary(cfg.data.task.model_fields(cfg.data), vocab))
+
+
+def read_run_data(run: RunDir, split: str | None = None, text: str | None = None) -> TaskData:
+    """The data ``run`` was trained on, read with its own tokenizers; ``split``, if given, must exist.
+    ``text``: a file read instead as both the training and the validation text (a run imported from
+    Hugging Face has no data of its own), for tasks whose data section names them."""
+    _, data_cfg, train_cfg = run.read_config()
+    if text is not None:
+        if not {"train", "valid"} <= set(data_cfg.field_names()):
+            raise UsageError(f"--data: data.task '{data_cfg.task.name}' reads no text file of train and valid")
+        data_cfg = dataclasses.replace(data_cfg, train=text, valid=text)
+    try:
+        data_cfg.check_trainable()
+    except ConfigError as err:  # an imported run: trained elsewhere, on data it does not have
+        raise UsageError(f"{run.path} has no data of its own to read ({err})") from None
+    data = prepare(data_cfg, train_cfg, run)
+    if split is not None and split not in data.splits:
+        raise UsageError(f"the run's data has no split '{split}' (it has {', '.join(data.splits)})")
+    return data
