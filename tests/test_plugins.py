@@ -32,7 +32,7 @@ from attnlab import FAMILIES, ConfigError, build_model, model_config, register_f
 from attnlab.config import at_least
 from attnlab.data.corpora import read_tsv
 from attnlab.data.tokenizers import PAD, Tokenizer
-from attnlab.models import Capabilities, FamilyConfig, ModelFamily
+from attnlab.models import INPUT_KINDS, Capabilities, FamilyConfig, ModelFamily
 from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
 from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.heads import head_entropy
@@ -552,7 +552,7 @@ def walkthrough(section: str, language: str) -> list[Block]:
 def modules_of(section: str):
     """The section's Python blocks run as the modules they name, each line numbered as in the
     markdown (a traceback points into the doc); what they register is removed afterwards."""
-    families, tasks, modules = set(FAMILIES), set(TASKS), {}
+    families, tasks, kinds, modules = set(FAMILIES), set(TASKS), set(INPUT_KINDS), {}
     try:
         for block in walkthrough(section, "python"):
             name = "extending_" + Path(block.name).stem
@@ -565,6 +565,8 @@ def modules_of(section: str):
             del FAMILIES[name]
         for name in set(TASKS) - tasks:
             del TASKS[name]
+        for name in set(INPUT_KINDS) - kinds:
+            del INPUT_KINDS[name]
         for name in modules:
             del sys.modules[name]
 
@@ -660,6 +662,37 @@ def test_the_walkthrough_adds_a_family_with_an_attention_stack(tmp_path):
         assert len(valid) == 2 and valid[-1] < valid[0] < math.log(2)
         model, _, cfg = load_run(run)
         assert isinstance(model, family.series_attention.SeriesAttention) and cfg.stack.n_heads == 4
+
+
+def test_the_walkthrough_adds_an_input_type(tmp_path):
+    """A kind of input registered by the module that brings it, a family reading it (an encoder
+    without positions: a set function) and a task needing it, trained through the command line."""
+    with modules_of("Add an input type") as new:
+        points = new.point_set.POINTS
+        assert INPUT_KINDS["points"] is points and points == "points" and "in no order" in points.about
+        follow("Add an input type", tmp_path)
+        d, ff = 16, 32
+        by_hand = (2 * d + d) + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d) + 3 * 2 * d + (d * 2 + 2)
+        info = json.loads(run_cli("info", str(tmp_path / "centroid.yaml"), "--json").stdout)
+        assert info["params_total"] == by_hand == 2_338
+        run = tmp_path / "runs" / "centroid"
+        valid = [r["valid_loss"] for r in train_records(run, "valid")]
+        assert len(valid) == 2 and valid[-1] < valid[0] < math.log(2)
+        model, _, _ = load_run(run)
+        sets = torch.randn(5, 8, 2, generator=torch.Generator().manual_seed(1))
+        order = torch.randperm(8, generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():  # the same scores for the points in any order (float32 sums in another order)
+            torch.testing.assert_close(model(sets[:, order]), model(sets), rtol=0, atol=1e-6)
+        other = tmp_path / "other.yaml"
+        other.write_text((tmp_path / "centroid.yaml").read_text().replace("arch: point_set", "arch: encoder_only"))
+        refused = run_cli("train", str(other), "--out", str(tmp_path / "other"))
+        assert refused.returncode == 3 and "model.arch must be 'point_set' for data.task 'centroid'" in refused.stderr
+        with pytest.raises(TypeError, match=r"capability inputs must be one of tokens, .*, points \(got 'voxels'\)"):
+            Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=False,
+                         inputs="voxels")
+        with pytest.raises(ValueError, match="an input kind named 'points' is already registered"):
+            new.point_set.input_kind("points", "again")
+    assert "points" not in INPUT_KINDS  # what the walk-through registered is gone with it
 
 
 # -- a family with a tensor-parallel plan: train.strategy tp splits it as its model declares ----------

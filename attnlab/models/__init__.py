@@ -8,12 +8,15 @@ import pkgutil
 
 from attnlab.models.family import (
     FAMILIES,
+    INPUT_KINDS,
     Capabilities,
+    InputKind,
     Inputs,
     FamilyConfig,
     ModelFamily,
     build_model,
     family_named,
+    input_kind,
     model_config,
     read_model_config,
     register_family,
@@ -43,7 +46,7 @@ from attnlab.models.last_value import LastValueConfig
 for _module in pkgutil.iter_modules(__path__):  # a family not named above registers itself too
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["FAMILIES", "Capabilities", "Inputs", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
+__all__ = ["FAMILIES", "INPUT_KINDS", "Capabilities", "InputKind", "Inputs", "input_kind", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "AttentionStack", "StackConfig", "stack_of", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
            "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

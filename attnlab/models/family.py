@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, ClassVar, get_type_hints
 
@@ -22,28 +21,56 @@ from attnlab.models.stack import AttentionStack, StackConfig
 from attnlab.nn.interfaces import CausalLM, IncrementalDecoder, Seq2SeqModel, StagedModel
 
 
-class Inputs(StrEnum):
-    """What a family's models read (a str, so that ``inputs == "images"`` reads as it says)."""
+class InputKind(str):
+    """What a family's models read and a task's examples are (``Capabilities.inputs``, a task's
+    ``needs``): a name registered once, with what a model is given (``about``). The built-in kinds
+    are :class:`Inputs`'; a new one is made by :func:`input_kind` in the module that brings it. A str,
+    so that ``inputs == "images"`` reads as it says."""
 
-    TOKENS = "tokens"  # token ids
-    MASKED_TOKENS = "masked_tokens"  # a source, and a target with some tokens masked (models/cmlm.py)
-    TOKEN_SEGMENTS = "token_segments"  # consecutive segments of one text, carried over (models/transformer_xl.py)
-    IMAGES = "images"  # pixels (B, C, H, W)
-    SERIES = "series"  # a multivariate time series (B, L, C)
-    GRAPH = "graph"  # a graph's node features and adjacency
-    IMAGE_TEXT = "image_text"  # an image and a text at once: apart (dual_encoder) or as one sequence (single_stream)
+    about: str
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:  # unpickled as the registered kind itself
+        return inputs_named, (str(self),)
+
+
+INPUT_KINDS: dict[str, InputKind] = {}
+
+
+def input_kind(name: str, about: str) -> InputKind:
+    """Register the kind of input ``name``; ``about``: what a model is given, with its shape."""
+    if name in INPUT_KINDS:
+        raise ValueError(f"an input kind named {name!r} is already registered ({INPUT_KINDS[name].about})")
+    kind = InputKind(name)
+    kind.about = about
+    INPUT_KINDS[name] = kind
+    return kind
+
+
+class Inputs:
+    """The kinds of input of attnlab's own families."""
+
+    TOKENS = input_kind("tokens", "token ids (B, T)")
+    MASKED_TOKENS = input_kind("masked_tokens", "a source, and a target with some tokens masked (models/cmlm.py)")
+    TOKEN_SEGMENTS = input_kind("token_segments", "consecutive segments of one text, carried over "
+                                                  "(models/transformer_xl.py)")
+    IMAGES = input_kind("images", "pixels (B, C, H, W)")
+    SERIES = input_kind("series", "a multivariate time series (B, L, C)")
+    GRAPH = input_kind("graph", "a graph's node features and adjacency")
+    IMAGE_TEXT = input_kind("image_text", "an image and a text at once: apart (dual_encoder) or as one sequence "
+                                          "(single_stream)")
 
 
 @dataclass(frozen=True)
 class Capabilities:
     """What a family's models can do; commands and checks ask these, not the family's name. Made
-    when the family's module is imported (its registration): ``inputs`` must name an :class:`Inputs`."""
+    when the family's module is imported (its registration): ``inputs`` must name a registered
+    :class:`InputKind`."""
 
     encoder: bool  # reads a source sequence (translation, classification)
     decoder: bool  # predicts tokens left to right (translation, generation)
     incremental_decoding: bool  # a cache makes each new token one step (decode/search.py)
     attention_weights: bool  # multi-head attention probabilities that capture_attention reads
-    inputs: Inputs = Inputs.TOKENS
+    inputs: InputKind = Inputs.TOKENS
 
     def __post_init__(self) -> None:
         for name in ("encoder", "decoder", "incremental_decoding", "attention_weights"):
@@ -63,11 +90,12 @@ class Capabilities:
         return needs | ({"inputs": inputs_named(needs["inputs"])} if "inputs" in needs else {})
 
 
-def inputs_named(value: Any) -> Inputs:
-    try:
-        return Inputs(value)
-    except ValueError:
-        raise TypeError(f"capability inputs must be one of {', '.join(i.value for i in Inputs)} (got {value!r})") from None
+def inputs_named(value: Any) -> InputKind:
+    """The registered kind of input named ``value``; an unknown one is refused, listing them."""
+    if not isinstance(value, str) or value not in INPUT_KINDS:
+        raise TypeError(f"capability inputs must be one of {', '.join(INPUT_KINDS)} (got {value!r}); a new kind is "
+                        f"registered with input_kind(name, about)")
+    return INPUT_KINDS[value]
 
 
 class FamilyConfig(RegisteredConfig):
