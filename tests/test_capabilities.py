@@ -1,17 +1,19 @@
 """Capabilities are checked when a family or task registers (models/family.py): what a model reads
-is one of ``Inputs``, the flags are booleans, and a task can only need capabilities that exist."""
+is a registered kind of input (``INPUT_KINDS``), the flags are booleans, and a task can only need capabilities that exist."""
 
 from __future__ import annotations
 
 import pytest
 
-from attnlab.models import FAMILIES, Capabilities, Inputs
+from attnlab.models import FAMILIES, INPUT_KINDS, Capabilities, InputKind, Inputs
 from attnlab.tasks import TASKS
 
 
 def test_every_registered_family_and_task_speaks_in_known_capabilities():
-    assert {f.capabilities.inputs for f in FAMILIES.values()} <= set(Inputs)
-    assert all(isinstance(t.needs.get("inputs", Inputs.TOKENS), Inputs) for t in TASKS.values())
+    kinds = set(INPUT_KINDS.values())
+    assert {f.capabilities.inputs for f in FAMILIES.values()} <= kinds
+    assert all(t.needs.get("inputs", Inputs.TOKENS) in kinds for t in TASKS.values())
+    assert all(isinstance(kind, InputKind) and INPUT_KINDS[kind] is kind for kind in kinds)
     assert Capabilities(True, False, False, True, inputs="images").inputs is Inputs.IMAGES
     assert f"{Inputs.IMAGES}" == "images"  # messages name the value
 
