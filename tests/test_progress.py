@@ -1,14 +1,18 @@
 """A long run is never silent and never loses more than a few minutes: a progress line at least every
 minute whatever train.progress and log_every say, and a checkpoint (not evaluated) once
-train.checkpoint_minutes pass without one. Both run on a fake wall clock, read once an update."""
+train.checkpoint_minutes pass without one. Both run on a fake wall clock, read once an update.
+Every recipe says in its header how long it takes on 2 cores, and none stretches the checkpoints
+beyond the default's 10 minutes."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 import attnlab.train.loop as loop
 from attnlab.errors import ConfigError
@@ -18,6 +22,7 @@ from attnlab.train.run import train_run
 from attnlab.train.run_dir import RunDir
 from test_train import run_config, train_losses
 
+ROOT = Path(__file__).resolve().parent.parent
 LINE = re.compile(r"step (\d+)/(\d+): loss (\S+), (\S+) tokens/s, ETA (.+)")
 
 
@@ -132,3 +137,14 @@ def test_a_crash_after_a_periodic_checkpoint_resumes_from_it_as_if_never_stopped
 def test_checkpoint_minutes_must_be_positive(minutes):
     with pytest.raises(ConfigError, match=r"^checkpoint_minutes must be > 0 \(got -?[\d.]+\)"):
         TrainConfig(checkpoint_minutes=minutes)
+
+
+RECIPES = sorted([*Path(ROOT, "recipes").glob("**/*.yaml"), *Path(ROOT, "configs").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_recipe_says_its_time_on_2_cores_and_keeps_the_periodic_checkpoints(recipe):
+    header = list(itertools.takewhile(lambda line: line.startswith("#"), recipe.read_text().splitlines()))
+    assert any(line.startswith("# Time on 2 cores: ") for line in header)
+    train = (yaml.safe_load(recipe.read_text()) or {}).get("train") or {}
+    assert train.get("checkpoint_minutes", TrainConfig.checkpoint_minutes) <= TrainConfig.checkpoint_minutes
