@@ -82,7 +82,8 @@ def test_a_checkpoint_every_half_minute_of_updates_however_rare_the_evaluations(
     best, and keep_last prunes them like any other (never the best)."""
     train = {"max_steps": 100, "eval_every": 40, "checkpoint_minutes": 0.5, "eval_exact_match": 0,
              "early_stop_metric": "valid_loss"}
-    train_run(run_config(train={**train, "keep_last": 10}), tmp_path / "run", log=lambda s: None, clock=seconds_per_update(1.0))
+    train_run(run_config(train={**train, "keep_last": 10}), tmp_path / "run", log=lambda s: None,
+              clock=seconds_per_update(1.0))
     run = RunDir(tmp_path / "run")
     assert run.steps() == [30, 40, 70, 80, 100]
     for step in (30, 70):
