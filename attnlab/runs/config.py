@@ -88,6 +88,7 @@ class TrainConfig(TypedConfig):
     early_stop_metric: str = "valid_loss"
     patience: Optional[int] = None
     keep_last: int = 3
+    checkpoint_minutes: float = 10.0  # a checkpoint (not evaluated) once this long passes without one
     log_every: int = 50
     progress: bool = True
     max_bad_steps: int = 5
@@ -138,6 +139,9 @@ class TrainConfig(TypedConfig):
             raise ConfigError(f"clip_norm must be > 0, or null for no clipping (got {self.clip_norm})")
         if self.max_seconds is not None and self.max_seconds <= 0:
             raise ConfigError(f"max_seconds must be > 0 (got {self.max_seconds})")
+        if self.checkpoint_minutes <= 0:
+            raise ConfigError(f"checkpoint_minutes must be > 0 (got {self.checkpoint_minutes:g}): the longest a run "
+                              f"goes without a checkpoint to resume from")
         at_least("freeze_layers", self.freeze_layers, 0)
         if not 0.0 < self.layer_lr_decay <= 1.0:
             raise ConfigError(f"layer_lr_decay must be in (0, 1] (got {self.layer_lr_decay}; 1 = no decay)")

@@ -22,7 +22,7 @@ from attnlab.runs.config import GRAPHS, TrainConfig
 from attnlab.device import resolve_device, use_device
 from attnlab.parallel.distributed import World
 from attnlab.precision import allow_tf32, autocast, choose_precision
-from attnlab.train.progress import Health, Progress, TrainLog
+from attnlab.train.progress import Health, Heartbeat, Progress, TrainLog
 from attnlab.runs.run_dir import MODEL_FILE, Checkpoint, RunDir
 from attnlab.train.schedules import Schedule, make_scheduler
 from attnlab.train.step import compiled, make_optimizer, train_step
@@ -60,13 +60,13 @@ class Evaluations:
             progress.bad_evals += 1
         self._save(progress, model, {"metrics": self.scores}, best=(self.metric, value) if improved else None)
 
-    def checkpoint_only(self, progress: Progress, model: nn.Module) -> None:
-        """A checkpoint of this step with no scores ("interrupted" in its meta.json; Ctrl-C), unless
-        it has one: it resumes like any other and is never marked best; early stopping does not
-        count it."""
+    def checkpoint_only(self, progress: Progress, model: nn.Module, why: str) -> None:
+        """A checkpoint of this step with no scores, unless it has one; ``why`` (interrupted: Ctrl-C;
+        periodic: :class:`Autosave`) is true in its meta.json. It resumes like any other and is never
+        marked best; early stopping does not count it."""
         if self.step != progress.step:
             self.strategy.assemble(model)
-            self._save(progress, model, {"metrics": {}, "interrupted": True})
+            self._save(progress, model, {"metrics": {}, why: True})
 
     def _save(self, progress: Progress, model: nn.Module, meta: dict[str, Any],
               best: tuple[str, float] | None = None) -> None:
@@ -74,6 +74,26 @@ class Evaluations:
         if self.main:
             self.run.save(progress.step, weights, state, meta, self.cfg.keep_last, best=best)
         self.step = progress.step
+
+
+class Autosave:
+    """A checkpoint once train.checkpoint_minutes of the wall clock pass without one (evaluated or
+    not), so that a kill, a crash or a SIGTERM loses at most that much however rare evaluations are.
+    Under torchrun every rank writes its share together: the time that decides is the longest any
+    rank has seen."""
+
+    def __init__(self, cfg: TrainConfig, evaluations: Evaluations, now: float, world: World | None) -> None:
+        self.every, self.evaluations, self.world = cfg.checkpoint_minutes * 60, evaluations, world
+        self.since, self.at = now, evaluations.step
+
+    def __call__(self, progress: Progress, model: nn.Module, health: Health, now: float) -> None:
+        if self.evaluations.step != self.at:  # an evaluation wrote one: the time counts from it
+            self.since, self.at = now, self.evaluations.step
+        waited = now - self.since
+        if (self.world.all_max(waited) if self.world else waited) >= self.every:
+            health.look(progress)  # a checkpoint keeps numbers
+            self.evaluations.checkpoint_only(progress, model, "periodic")
+            self.since, self.at = now, self.evaluations.step
 
 
 class CtrlC:
@@ -128,14 +148,17 @@ class Limits:
 
 def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, run: RunDir, schedule: Schedule,
         resume: Checkpoint | None = None, log: Callable[[str], None] = print, world: World | None = None,
-        on_restored: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        on_restored: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """Train ``model`` on ``task``'s prepared ``data`` until max_steps, max_epochs, max_seconds or
     early stopping, with the task's loss, validated by its metrics, the learning rate of update k
     ``schedule(k)`` (train/schedules.py's ``run_schedule``).
 
-    Evaluates and checkpoints every ``eval_every`` steps and at the end; logs every ``log_every``
-    steps to metrics.jsonl and TensorBoard; with ``resume`` (a checkpoint of ``run``, read and verified),
-    continues from it (weights, optimizer, schedule, data position and RNG states), and calls
+    Evaluates and checkpoints every ``eval_every`` steps and at the end, and checkpoints without
+    evaluating once ``checkpoint_minutes`` pass without a checkpoint; logs every ``log_every`` steps
+    to metrics.jsonl and TensorBoard, and a progress line at least every minute; ``clock`` (seconds,
+    read once an update) is the wall clock of those two. With ``resume`` (a checkpoint of ``run``,
+    read and verified), continues from it (weights, optimizer, schedule, data position and RNG states), and calls
     ``on_restored`` once all of it is in place, before anything is written. Returns a summary.
     With ``world`` (torchrun), this rank trains as ``strategy`` says (its share of each global
     batch under DDP or FSDP, its share of each layer under tensor parallelism, its stage of the
@@ -173,6 +196,9 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                               functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device,
                                                 strategy),
                               resumed_at=progress.step if resume is not None else None)
+    now = clock()
+    heartbeat = Heartbeat(cfg, progress, now, functools.partial(train_log.say, log=log), task.counts)
+    autosave = Autosave(cfg, evaluations, now, world)
 
     def evaluate_or_stop(due: bool) -> str | None:
         """The one place that decides: evaluate and checkpoint when ``due`` or when a limit is
@@ -201,6 +227,9 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                 limits.session_seconds += seconds
                 _count_step(progress, out, seconds)
                 train_log.stepped()
+                now = clock()
+                if main:
+                    heartbeat(progress, now)
                 if progress.step % cfg.log_every == 0:
                     health.look(progress)
                     train_log.train(progress, out)
@@ -208,8 +237,9 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                     break
                 if ctrl_c.requested:  # the update is done: keep it, then stop
                     health.look(progress)
-                    evaluations.checkpoint_only(progress, model)
+                    evaluations.checkpoint_only(progress, model, "interrupted")
                     raise KeyboardInterrupt
+                autosave(progress, model, health, now)
             if progress.batch >= end:  # the epoch's batches are used up
                 progress.epoch, progress.batch = progress.epoch + 1, 0
                 stop = stop or evaluate_or_stop(due=False)

@@ -1,7 +1,8 @@
 """Where training stands and what a run reports of it: ``Progress`` (saved in every checkpoint, so
 that a resumed run continues exactly), ``TrainLog`` (metrics.jsonl, TensorBoard, the progress
-bar) and ``Health`` (the updates skipped for non-finite numbers, looked at where the loop reads the
-device anyway). train/loop.py's ``fit`` drives them."""
+bar), ``Heartbeat`` (a line at least every minute, whatever the settings) and ``Health`` (the
+updates skipped for non-finite numbers, looked at where the loop reads the device anyway).
+train/loop.py's ``fit`` drives them."""
 
 from __future__ import annotations
 
@@ -95,6 +96,11 @@ class TrainLog:
     def stepped(self) -> None:
         self.bar.update(1)
 
+    def say(self, line: str, log: Callable[[str], None]) -> None:
+        """``line`` through ``log``, the progress bar (if shown) cleared around it."""
+        with self.bar.external_write_mode():
+            log(line)
+
     def valid(self, step: int, scores: dict[str, float]) -> None:
         for name, value in scores.items():
             self.writer.add_scalar(f"valid/{name}", value, step)
@@ -105,6 +111,40 @@ class TrainLog:
     def close(self) -> None:
         self.bar.close()
         self.writer.close()
+
+
+class Heartbeat:
+    """A progress line at least every ``every`` seconds of the wall ``clock`` (read once per update by
+    the loop), whatever train.progress and log_every say, so that a long run is never silent:
+    step/max_steps, the loss since the last train log line, the rate since the last heartbeat and
+    the ETA at this session's pace. Rank 0 only; it reads the device, once a minute at most."""
+
+    def __init__(self, cfg: TrainConfig, progress: Progress, now: float, write: Callable[[str], None],
+                 counts: str = "tokens", every: float = 60.0) -> None:
+        self.max_steps, self.write, self.counts, self.every = cfg.max_steps, write, counts, every
+        self.started, self.first_step = now, progress.step  # this session's pace
+        self.last, self.last_targets = now, progress.targets
+
+    def __call__(self, progress: Progress, now: float) -> None:
+        if now - self.last < self.every:
+            return
+        progress.settle()
+        loss = progress.window_loss / (progress.window_targets or math.nan)
+        rate = (progress.targets - self.last_targets) / (now - self.last)
+        pace = (now - self.started) / max(progress.step - self.first_step, 1)  # seconds per update
+        self.write(f"step {progress.step:,}/{self.max_steps:,}: loss {loss:.4g}, {rate:,.0f} {self.counts}/s, "
+                   f"ETA {duration(pace * (self.max_steps - progress.step))}")
+        self.last, self.last_targets = now, progress.targets
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a person reads it: 45s, 12m 30s, 3h 05m."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
 class _NoWriter:

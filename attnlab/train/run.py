@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -62,7 +63,8 @@ def _resume_point(run: RunDir, step: int | None) -> Checkpoint:
 
 
 def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callable[[str], None] = print,
-              world: World | None = None, allow_changes: bool = False, resume_from: int | None = None) -> dict[str, Any]:
+              world: World | None = None, allow_changes: bool = False, resume_from: int | None = None,
+              clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """Train as ``cfg`` says into the run directory ``out`` (or continue it with ``resume``, from its
     newest checkpoint or from step ``resume_from``) and return the summary written to
     ``out/summary.json``. With ``world`` (torchrun), every rank calls this; rank 0 alone writes and logs.
@@ -70,7 +72,8 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
     A resumed run keeps its model and data; a train section that differs from the run's is refused,
     listing the differences, unless ``allow_changes``: then the run goes on with it and the changes
     are recorded in config_changes.jsonl. Nothing of a resumed run changes until its checkpoint is
-    read, verified and loaded: a refused resume leaves every byte as it was."""
+    read, verified and loaded: a refused resume leaves every byte as it was. ``clock``: the wall
+    clock of the progress lines and periodic checkpoints (train/loop.py's ``fit``)."""
     main = world is None or world.is_main
     log = log if main else (lambda line: None)
     run = RunDir(out)
@@ -144,7 +147,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
             log(f"train settings changed at step {point.step}: {'; '.join(changes)} (recorded in {run.config_changes})")
 
     summary = fit(model, task, data, cfg.train, run, schedule, resume=point, log=log, world=world,
-                  on_restored=restored)
+                  on_restored=restored, clock=clock)
     summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
     if main:
         atomic_write_text(run.summary, json.dumps(summary, indent=2))
