@@ -45,9 +45,12 @@ def test_two_ranks_train_and_a_rank_s_failure_is_its_one_line_and_exit_code(tmp_
     done = train(str(config), "--out", str(tmp_path / "run"), "--nproc-per-node", "2")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("run directory: ") == 1 and (tmp_path / "run" / "summary.json").is_file()
-    # micro-batches of 3 rows cannot divide a batch of 4: found by the ranks at their first step
+    # 3 micro-batches cannot divide a batch of 4 rows: found by the ranks once their data is ready, before
+    # the run directory is written (a retry with another value is not refused as an existing run)
     failed = train(str(config), "--out", str(tmp_path / "pp"), "--nproc-per-node", "2",
                    "--set", "train.strategy=pp", "--set", "train.micro_batches=3")
     assert failed.returncode == 3
     errors = [line for line in failed.stderr.splitlines() if line.strip()]
-    assert errors == ["error: train.micro_batches (3) must divide every batch's rows (got a batch of 4)"], failed.stderr
+    assert errors == ["error: train.strategy pp cuts every batch into train.micro_batches equal micro-batches: "
+                      "train.micro_batches (3) must divide train.batch_size (4)"], failed.stderr
+    assert not (tmp_path / "pp").exists()

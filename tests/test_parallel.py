@@ -319,6 +319,27 @@ def test_pp_refuses_a_family_or_a_task_it_does_not_cut_in_one_line():
     check_strategy("pp", model_config(vocab_size=30, tie_embeddings="none"), two_ranks(), task=Translation)
 
 
+def test_pp_refuses_batches_its_micro_batches_cannot_divide_every_problem_at_once():
+    """Issue 64: a token budget's batches (their rows vary) were refused at step 1, after the run
+    directory existed, without naming train.sampling; now every problem in one line, before it."""
+    from attnlab.data.tokenizers import Tokenizer
+    from attnlab.parallel.pipeline import check_batch_rows
+    from attnlab.tasks.translation import Seq2SeqData
+
+    tokenizers = {"src": Tokenizer.train("word", ["a b"], 10), "tgt": Tokenizer.train("word", ["a b"], 10)}
+    budget = Seq2SeqData(tokenizers=tokenizers, splits={"train": []}, batch_size=6)
+    with pytest.raises(ConfigError, match=r"^train.strategy pp cuts every batch into train.micro_batches equal "
+                                          r"micro-batches: the task's batches are made by a token budget "
+                                          r"\(train.max_tokens\), so their rows vary: set train.sampling: "
+                                          r"with_replacement, for batches of train.batch_size rows; "
+                                          r"train.micro_batches \(4\) must divide train.batch_size \(6\)$"):
+        check_batch_rows(budget, 4)
+    drawn = Seq2SeqData(tokenizers=tokenizers, splits={"train": []}, batch_size=8, sampling="with_replacement")
+    check_batch_rows(drawn, 4)
+    with pytest.raises(ConfigError, match=r"must divide train.batch_size \(8\)$"):
+        check_batch_rows(drawn, 3)
+
+
 def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
     from attnlab.parallel.pipeline import Pipeline
 

@@ -33,6 +33,7 @@ from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.parallel.distributed import World
+from attnlab.tasks.batching import BucketedData
 
 
 def check_pipeline(model_cfg: Any, stages: int, task: Any = None) -> None:
@@ -52,6 +53,21 @@ def check_pipeline(model_cfg: Any, stages: int, task: Any = None) -> None:
     if task is not None and task.pipeline_head not in staging.heads:
         raise ConfigError(f"train.strategy pp: data.task {task.name} is not trained through pipeline stages of "
                           f"model.arch {model_cfg.arch}")
+
+
+def check_batch_rows(data: Any, micro_batches: int) -> None:
+    """Refuse in one line, every problem at once and before a run directory is written, training
+    batches that ``micro_batches`` cannot cut into equal micro-batches: a token budget's (their rows
+    vary), or a fixed number of rows it does not divide."""
+    problems = []
+    if isinstance(data, BucketedData) and data.sampling != "with_replacement":
+        problems.append("the task's batches are made by a token budget (train.max_tokens), so their rows vary: set "
+                        "train.sampling: with_replacement, for batches of train.batch_size rows")
+    if data.batch_size % micro_batches:
+        problems.append(f"train.micro_batches ({micro_batches}) must divide train.batch_size ({data.batch_size})")
+    if problems:
+        raise ConfigError(f"train.strategy pp cuts every batch into train.micro_batches equal micro-batches: "
+                          f"{'; '.join(problems)}")
 
 
 class Pipeline:

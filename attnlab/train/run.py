@@ -23,7 +23,7 @@ from attnlab.runs.run_dir import Checkpoint, RunDir
 from attnlab.train.loop import fit
 from attnlab.train.schedules import run_schedule
 from attnlab.train.step import freeze
-from attnlab.train.strategy import check_strategy
+from attnlab.train.strategy import check_batches, check_strategy
 
 DISPLAY_ONLY = ("train.progress", "train.log_every")  # change what is shown, not what is trained: never refused
 
@@ -100,6 +100,7 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
         data = prepare(cfg.data, cfg.train)
         model_cfg = model_config_of(cfg, data)
     check_strategy(cfg.train.strategy, model_cfg, world, cfg.train.tensor_parallel, cfg.data.task)
+    check_batches(cfg.train, data, world)
     task = cfg.data.task
     log(task.describe(data))
     torch.manual_seed(cfg.train.seed)

@@ -204,6 +204,15 @@ def strategy_for(cfg: TrainConfig, world: World | None, task: Any = None) -> Str
     return Strategy(cfg, None) if world is None else STRATEGY_CLASSES[cfg.strategy](cfg, world, task)
 
 
+def check_batches(cfg: TrainConfig, data: Any, world: World | None) -> None:
+    """Refuse in one line the training batches this job's strategy cannot run (pp: batches its
+    micro-batches do not divide), once the data is prepared and before the run directory is written."""
+    if world is not None and STRATEGY_CLASSES[cfg.strategy] is PipelineParallel:
+        from attnlab.parallel.pipeline import check_batch_rows
+
+        check_batch_rows(data, cfg.micro_batches)
+
+
 def check_strategy(name: str, model_cfg: Any, world: World | None, tensor_parallel: int = 2, task: Any = None) -> None:
     """Refuse in one line a strategy that this job or this model cannot run: tensor and pipeline
     parallelism need torchrun with two or more ranks, and a model they can split that many ways
