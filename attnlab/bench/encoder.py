@@ -7,7 +7,7 @@ BertModel with its default attention (PyTorch's scaled_dot_product_attention). M
 ``repeats`` calls, interleaved; the largest difference of the two outputs is reported with them.
 
 ONNX Runtime (``with_ort``, the ``ort`` extra; bench/ort.py) runs the same BertModel, exported for
-the same inputs, in fp32 on the CPU, timed in the same interleaved turns: ``encoder_fp32_sdpa_vs_ort``
+the same inputs, in fp32 on the CPU, timed in the same interleaved turns: ``encoder_fp32_{backend}_vs_ort``
 holds attnlab's fp32 forward against it, with the threads both ran on.
 """
 
@@ -53,9 +53,10 @@ def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ..
     hf, ours = encoders(backends, seed, device)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, MINILM["vocab_size"], (batch, seq_len), generator=g).to(device)  # (B, T)
-    inputs = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}
+    segments = torch.zeros_like(ids)
+    inputs = {"input_ids": ids, "token_type_ids": segments, "attention_mask": torch.ones_like(ids)}
     tokens = batch * seq_len
-    ort_missing = ort.unavailable(device)
+    ort_missing = ort.unavailable(device) if with_ort else None
     for precision in precisions:
         amp = autocast(precision, device)
 
@@ -66,7 +67,7 @@ def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ..
             return call
 
         calls = {"hf": inference(lambda: hf(**inputs).last_hidden_state)}
-        calls |= {backend: inference(lambda m=m: m.encode(ids, inputs["token_type_ids"])) for backend, m in ours.items()}
+        calls |= {backend: inference(lambda m=m: m.encode(ids, segments)) for backend, m in ours.items()}
         ort_columns = with_ort and precision == "fp32"  # ONNX Runtime runs the model in its own type
         if ort_columns and ort_missing is None:
             calls["ort"] = ort.last_hidden_state(hf, inputs)
