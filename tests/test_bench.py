@@ -310,7 +310,7 @@ def test_bench_encoder_times_one_set_of_weights_in_both_implementations(monkeypa
 
     monkeypatch.setattr(encoder_bench, "interleaved_medians", half_a_second)
     records = list(encoder_bench.bench_encoder(batch=2, seq_len=16, precisions=("fp32",), backends=("math", "sdpa"),
-                                               repeats=1))
+                                               repeats=1, with_ort=False))
     assert [r["name"] for r in records] == ["encoder_fp32_math", "encoder_fp32_sdpa"]
     for r in records:
         assert (r["value"], r["reference_value"], r["ratio"]) == (64.0, 64.0, 1.0)
@@ -652,3 +652,81 @@ def test_ctranslate2s_greedy_tokens_are_attnlabs_on_an_imported_gpt2():
     results = generator.generate_batch(vocabulary.names(prompts.tolist()), max_length=8, min_length=8,
                                        include_prompt_in_result=False)
     assert [r.sequences_ids[0] for r in results] == [[order[i] for i in row] for row in mine]
+
+
+# -- ONNX Runtime: the deployed engine of exported encoders, on the same BertModel ---------------------------------
+
+ORT_MISSING = "onnxruntime is not installed (pip install 'attnlab[ort]')"
+
+
+def tiny_bert_config() -> dict:
+    """The bench's BERT (all-MiniLM-L6-v2's config), tiny."""
+    from attnlab.bench.encoder import MINILM
+
+    return MINILM | {"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+                     "intermediate_size": 32}
+
+
+def test_onnx_runtime_runs_bertmodels_export_to_its_outputs_and_leaves_no_file(tmp_path, monkeypatch):
+    """BertModel exported by torch.onnx and run by ONNX Runtime gives BertModel's last hidden state
+    within 1e-5 on the same inputs; the export lives in a temporary folder, gone once it is loaded."""
+    import tempfile
+
+    import transformers
+
+    from attnlab.bench.ort import last_hidden_state
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the temporary folders' parent
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = transformers.BertModel(transformers.BertConfig(**tiny_bert_config())).eval()
+    ids = torch.randint(5, 50, (3, 7))  # (B, T), as the bench draws them
+    inputs = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}
+    run = last_hidden_state(model, inputs)
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state  # (3, 7, 16)
+    assert run().shape == expected.shape and (run() - expected).abs().max() < 1e-5
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_encoder_times_onnx_runtime_on_the_same_inputs(monkeypatch, capsys):
+    """With set medians (attnlab 0.5 s, ONNX Runtime 0.25 s), each fp32 backend has a record against
+    ONNX Runtime (ratio 0.5) naming the threads both ran on; ONNX Runtime runs for real, on
+    BertModel's export, and its output is attnlab's; bf16 has no such column. The export prints
+    nothing on stdout, where the records go."""
+    import attnlab.bench.encoder as encoder_bench
+
+    monkeypatch.setattr(encoder_bench, "MINILM", tiny_bert_config())
+    monkeypatch.setattr(encoder_bench, "interleaved_medians", fixed_medians({"ort": 0.25}, default=0.5))
+    records = {r["name"]: r for r in encoder_bench.bench_encoder(batch=2, seq_len=16, precisions=("fp32", "bf16"),
+                                                                 backends=("math", "sdpa"), repeats=1)}
+    assert list(records) == ["encoder_fp32_math", "encoder_fp32_sdpa", "encoder_fp32_math_vs_ort",
+                             "encoder_fp32_sdpa_vs_ort", "encoder_bf16_math", "encoder_bf16_sdpa"]
+    for backend in ("math", "sdpa"):
+        r = records[f"encoder_fp32_{backend}_vs_ort"]
+        assert r["reference"] == "onnxruntime.InferenceSession (fp32)"
+        assert (r["value"], r["reference_value"], r["ratio"]) == (64.0, 128.0, 0.5)
+        assert r["max_abs_difference"] < 1e-5 and r["intra_op_num_threads"] == torch.get_num_threads()
+    assert capsys.readouterr().out == ""
+
+
+def test_onnx_runtime_columns_say_when_the_extra_is_missing(monkeypatch, capsys):
+    """Without onnxruntime (its import fails), each ONNX Runtime column of bench encoder says so in
+    its line, as transformers' columns do, and so does a bench on a GPU; --no-ort leaves them out."""
+    import sys
+
+    from attnlab.cli import main
+    import attnlab.bench.encoder as encoder_bench
+    from attnlab.bench.ort import unavailable
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
+    monkeypatch.setattr(encoder_bench, "MINILM", tiny_bert_config())
+    monkeypatch.setattr(encoder_bench, "interleaved_medians", fixed_medians(default=0.5))
+    command = ["bench", "encoder", "--batch", "1", "--seq-len", "4", "--repeats", "1", "--precision", "fp32"]
+    assert main(command) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "_vs_ort" in line]
+    assert [line.split(" tokens/s")[1] for line in lines] == [
+        f"   onnxruntime.InferenceSession (fp32): skipped ({ORT_MISSING})"] * 2
+    assert main([*command, "--no-ort"]) == 0
+    assert "_vs_ort" not in capsys.readouterr().out
+    assert unavailable(CUDA) == "timed on the CPU only; this bench runs on cuda:1"

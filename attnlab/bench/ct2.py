@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from attnlab.bench.reference import missing
+from attnlab.bench.reference import cpu_engine_missing
 
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}  # attnlab's weights -> CTranslate2's compute type
 
@@ -82,9 +82,7 @@ def converted(model: torch.nn.Module, vocabulary: Vocabulary, out: Path) -> Path
 def unavailable(device: torch.device) -> str | None:
     """Why CTranslate2's columns stay empty in a bench on ``device``, in one line (its extra is not
     installed, or the bench is not on the CPU); None where they run."""
-    if device.type != "cpu":
-        return f"timed on the CPU only; this bench runs on {device}"
-    return missing("ct2", "ctranslate2", "transformers")
+    return cpu_engine_missing(device, "ct2", "ctranslate2", "transformers")
 
 
 def engines(kind: str, model: torch.nn.Module, vocabulary: Vocabulary, weights: tuple[str, ...]) -> dict[str, Any]:

@@ -5,6 +5,10 @@ sequences of ``seq_len`` random tokens, inference (no gradients), fp32 and bf16 
 device, for both), both models on one device. attnlab runs with each attention backend asked for;
 BertModel with its default attention (PyTorch's scaled_dot_product_attention). Medians of
 ``repeats`` calls, interleaved; the largest difference of the two outputs is reported with them.
+
+ONNX Runtime (``with_ort``, the ``ort`` extra; bench/ort.py) runs the same BertModel, exported for
+the same inputs, in fp32 on the CPU, timed in the same interleaved turns: ``encoder_fp32_{backend}_vs_ort``
+holds attnlab's fp32 forward against it, with the threads both ran on.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from attnlab.bench import ort
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians
 from attnlab.models import build_model, model_config
@@ -44,12 +49,14 @@ def encoders(backends: tuple[str, ...], seed: int = 0,
 
 def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ...] = ("fp32", "bf16"),
                   backends: tuple[str, ...] = ("math", "sdpa"), repeats: int = 5, seed: int = 0,
-                  device: torch.device = CPU) -> Iterator[dict]:
+                  device: torch.device = CPU, with_ort: bool = True) -> Iterator[dict]:
     hf, ours = encoders(backends, seed, device)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, MINILM["vocab_size"], (batch, seq_len), generator=g).to(device)  # (B, T)
-    segments, mask = torch.zeros_like(ids), torch.ones_like(ids)
+    segments = torch.zeros_like(ids)
+    inputs = {"input_ids": ids, "token_type_ids": segments, "attention_mask": torch.ones_like(ids)}
     tokens = batch * seq_len
+    ort_missing = ort.unavailable(device) if with_ort else None
     for precision in precisions:
         amp = autocast(precision, device)
 
@@ -59,13 +66,28 @@ def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ..
                     return forward()
             return call
 
-        calls = {"hf": inference(lambda: hf(input_ids=ids, token_type_ids=segments, attention_mask=mask).last_hidden_state)}
+        calls = {"hf": inference(lambda: hf(**inputs).last_hidden_state)}
         calls |= {backend: inference(lambda m=m: m.encode(ids, segments)) for backend, m in ours.items()}
+        ort_columns = with_ort and precision == "fp32"  # ONNX Runtime runs the model in its own type
+        if ort_columns and ort_missing is None:
+            calls["ort"] = ort.last_hidden_state(hf, inputs)
         seconds = interleaved_medians(calls, repeats, warmup=1, device=device)
-        reference = calls["hf"]().float()
+        outputs = {name: call().float() for name, call in calls.items()}
+
+        def record(name: str, backend: str, reference: str, label: str) -> dict:
+            """``backend``'s figure against ``reference``'s (their names in ``calls``), named ``name``."""
+            return {"name": name, "value": round(tokens / seconds[backend], 1), "unit": "tokens/s",
+                    "reference": label, "reference_value": round(tokens / seconds[reference], 1),
+                    "ratio": round(seconds[reference] / seconds[backend], 3),
+                    "max_abs_difference": (outputs[backend] - outputs[reference]).abs().max().item()}
+
+        shape = {"batch": batch, "seq_len": seq_len} | device_fields(device)
         for backend in backends:
-            difference = (calls[backend]().float() - reference).abs().max().item()
-            yield {"name": f"encoder_{precision}_{backend}", "value": round(tokens / seconds[backend], 1),
-                   "unit": "tokens/s", "reference": HF, "reference_value": round(tokens / seconds["hf"], 1),
-                   "ratio": round(seconds["hf"] / seconds[backend], 3), "max_abs_difference": difference,
-                   "batch": batch, "seq_len": seq_len} | device_fields(device)
+            yield record(f"encoder_{precision}_{backend}", backend, "hf", HF) | shape
+        for backend in backends if ort_columns else ():
+            name = f"encoder_fp32_{backend}_vs_ort"
+            if "ort" in calls:
+                yield record(name, backend, "ort", ort.REFERENCE) | ort.threads() | shape
+            else:
+                yield {"name": name, "unit": "tokens/s", "value": round(tokens / seconds[backend], 1),
+                       "reference": ort.REFERENCE, "skipped_reference": ort_missing} | shape

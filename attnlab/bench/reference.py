@@ -87,6 +87,15 @@ def missing(extra: str, *modules: str) -> str | None:
     return next((not_installed(m, extra) for m in modules if installed(m) is None), None)
 
 
+def cpu_engine_missing(device: torch.device, extra: str, *modules: str) -> str | None:
+    """Why the column of a deployment engine timed on the CPU only (CTranslate2, ONNX Runtime) stays
+    empty in a bench on ``device``, in one line: the bench is not on the CPU, or :func:`missing`;
+    None where it runs."""
+    if device.type != "cpu":
+        return f"timed on the CPU only; this bench runs on {device}"
+    return missing(extra, *modules)
+
+
 TRANSFORMERS_MISSING = not_installed("transformers", "bench")
 
 

@@ -49,7 +49,8 @@ def resolved_device(args: argparse.Namespace) -> torch.device:
 
 
 def torch_threads() -> int:
-    """The threads torch computes with on the CPU (CTranslate2's intra_threads too, where it runs)."""
+    """The threads torch computes with on the CPU (CTranslate2's intra_threads and ONNX Runtime's
+    intra_op_num_threads too, where they run)."""
     import torch
 
     return torch.get_num_threads()
@@ -169,9 +170,9 @@ def cmd_bench_encoder(args: argparse.Namespace, device: torch.device) -> None:
         raise UsageError("--repeats and --batch must be at least 1, --seq-len between 1 and 512")
     header(device, f"encoder forward (no gradients): all-MiniLM-L6-v2's shape (d 384, 6 layers, 12 heads), random "
                    f"weights shared with transformers' BertModel, {args.batch} x {args.seq_len} tokens; interleaved, "
-                   f"median of {args.repeats}")
+                   f"median of {args.repeats}; {torch_threads()} threads")
     for r in bench_encoder(args.batch, args.seq_len, tuple(args.precision), tuple(args.backends), args.repeats,
-                           device=device):
+                           device=device, with_ort=not args.no_ort):
         emit_comparison(r, args.json)
 
 
@@ -224,7 +225,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench_sub = bench.add_subparsers(dest="suite", required=True, parser_class=Parser)
 
     def suite(name: str, help: str, func: Callable, repeats: int, hf: bool = False,
-              ct2: bool = False) -> argparse.ArgumentParser:
+              ct2: bool = False, ort: bool = False) -> argparse.ArgumentParser:
         """A benchmark command with the options they all share; ``func(args, device)`` runs it on the
         resolved --device."""
         parser = bench_sub.add_parser(name, help=help)
@@ -236,6 +237,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             parser.add_argument("--no-hf", action="store_true", help="leave out the Hugging Face reference")
         if ct2:
             parser.add_argument("--no-ct2", action="store_true", help="leave out the CTranslate2 reference")
+        if ort:
+            parser.add_argument("--no-ort", action="store_true", help="leave out the ONNX Runtime reference")
         parser.set_defaults(func=lambda args: func(args, resolved_device(args)))
         return parser
 
@@ -271,8 +274,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="with --run: time greedy decoding with the step compiled too (--kv-cache compiled; the "
                          "compilation is not timed)")
     lm.add_argument("--prompt", default="\n", help="with --run: the text to continue (default a newline)")
-    encoder = suite("encoder", "encoder forward tokens/s against transformers' BertModel, same weights",
-                    cmd_bench_encoder, 5)
+    encoder = suite("encoder", "encoder forward tokens/s against transformers' BertModel and ONNX Runtime, same "
+                               "weights", cmd_bench_encoder, 5, ort=True)
     encoder.add_argument("--batch", type=int, default=32, help="sequences per forward (default 32)")
     encoder.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
     encoder.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
