@@ -225,6 +225,10 @@ def test_caption_refuses_in_one_line(captioning_run, tmp_path):
     assert inspected.returncode == 4 and inspected.stderr.strip() == (
         f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode")
     assert not (tmp_path / "f").exists()  # the figures' folder is made only once the input has been read
+    words = run_cli("inspect", str(root / "run"), "--src", "a red square", "--out", str(tmp_path / "f"))
+    assert words.returncode == 4 and words.stderr == ("error: --src a red square: no such file; a run of data.task "
+                                                      "'captioning' reads an image, so --src names an image file\n")
+    assert not (tmp_path / "f").exists()
     captions = tmp_path / "captions.tsv"
     for line, message in [("broken.png a red circle", "1: expected 'image TAB caption', found no tab"),
                           ("gone.png\ta red circle", f"1: no image 'gone.png' in {tmp_path}")]:

@@ -15,6 +15,9 @@ its own.
 
 from __future__ import annotations
 
+import logging
+import re
+import warnings
 from typing import Any
 
 import torch
@@ -30,6 +33,22 @@ from attnlab.torch_private import is_strided_shard
 FORWARD_METHODS = {EncodingModel: "encode", Seq2SeqModel: "decode", Classifier: "classify"}  # validation calls them
 
 
+# PyTorch's notes that a user cannot act on, filtered by their text alone (every other warning shows):
+# FSDP2 warns that a wrapped model returns a view, on which an in-place op would skip its all-gather
+# (attnlab's losses read the outputs out of place: tests/test_parallel.py's fsdp and fsdp+tp runs give
+# one process's gradients), and DTensor logs that making a tensor split over (tp, dp) whole takes two
+# collectives (done for checkpoints and the gradient norm, not in the step's forward and backward).
+VIEW_OUTPUT = r"FSDP2-wrapped module \(.*\) returned a view tensor"
+SEQUENTIAL_COLLECTIVES = re.compile(r"2 sequential all_(gather|reduce) operations will be performed")
+
+
+def quiet_sharding_notes() -> None:
+    """Filter the two notes above, in this process."""
+    warnings.filterwarnings("ignore", message=VIEW_OUTPUT, category=UserWarning)
+    logging.getLogger("torch.distributed.tensor._redistribute").addFilter(
+        lambda record: not SEQUENTIAL_COLLECTIVES.search(record.getMessage()))
+
+
 def check_fsdp_tp(model_cfg: Any, size: int, tp: int) -> None:
     """Refuse in one line a tensor-parallel size that does not divide the ranks, or the model."""
     if size % tp:
@@ -41,6 +60,8 @@ def check_fsdp_tp(model_cfg: Any, size: int, tp: int) -> None:
 def fully_sharded(model: nn.Module, **options: Any) -> nn.Module:
     """``model`` under fully_shard (``options``: its keyword arguments), a unit per layer and one more."""
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    quiet_sharding_notes()
 
     for name, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] == "layers":

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from attnlab.analysis.inspect import figure_dir
-from attnlab.errors import AttnlabError, UsageError
+from attnlab.errors import AttnlabError, DataError, UsageError
 from attnlab.tasks.task import TASKS, Task
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
@@ -129,6 +129,9 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
     if not isinstance(view, Inspectable):
         raise UsageError(f"{run_dir} is a run of data.task '{task.name}'; `attnlab inspect` draws runs of data.task "
                          f"{' or '.join(map(repr, tasks_with(Inspectable)))}")
+    if isinstance(view, Explorable) and view.page.image is not None and not Path(text).is_file():
+        raise DataError(f"--src {text}: no such file; a run of data.task '{task.name}' reads an image, so --src "
+                        f"names an image file")
     model, tokenizers, cfg = load_run(run_dir, checkpoint, device)
     return view.inspect(Inspection(run, model, tokenizers, cfg, text, target, question, beam,
                                    lambda: figure_dir(out, run_dir, text, force)))
