@@ -233,6 +233,19 @@ def test_figures_are_pngs_that_carry_their_labels(tmp_path):
     assert png_labels(curve)[1]["bases"] == [100.0, 10000.0] and png_labels(table)[0][0] >= 400
 
 
+def test_a_heatmap_of_many_positions_stays_readable(tmp_path):
+    """A captioner's encoder self-attention over 64 patches, 4 heads: 6,192 x 1,528 px with 64
+    overlapping labels per axis before (issue 64); panels at most 6 inches, every 2nd label."""
+    patches = [f"p{i}" for i in range(64)]
+    probs = torch.softmax(torch.randn(4, 64, 64, generator=torch.Generator().manual_seed(0)), -1)
+    size, labels = png_labels(attention_heatmaps(probs, patches, patches, "encoder", tmp_path / "h.png"))
+    assert size[0] <= 100 * (4 * 6.0 + 0.8) and size[1] <= 100 * 6.5 and labels["cols"] == patches  # dpi 100
+    ax = attention_figure(probs, patches, patches, "encoder").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == patches[::2] == [t.get_text() for t in ax.get_yticklabels()]
+    few = attention_figure(probs[:, :5, :5], patches[:5], patches[:5], "t").axes[0]
+    assert [t.get_text() for t in few.get_xticklabels()] == patches[:5]  # few positions: every label
+
+
 def luma(colour) -> float:
     r, g, b = to_rgb(colour)
     return 0.299 * r + 0.587 * g + 0.114 * b

@@ -48,10 +48,21 @@ def _save(fig, path: Path, labels: dict) -> Path:
     return path
 
 
+MAX_TICKS = 32  # labels on an axis of a heatmap: every k-th beyond this (a ViT's 196 patches would overlap)
+MAX_PANEL = 6.0  # inches: a heatmap of many positions stays this size, its labels thinned
+
+
+def _ticks(labels: Sequence[str]) -> tuple[range, list[str]]:
+    """Where an axis's labels go, and which: all of them, or every k-th where there are many."""
+    every = math.ceil(len(labels) / MAX_TICKS)
+    at = range(0, len(labels), every)
+    return at, [labels[i] for i in at]
+
+
 def _heatmap(ax, matrix: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, vmax: float = 1.0) -> AxesImage:
     image = ax.imshow(matrix.float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_xticks(*_ticks(cols), rotation=90, fontsize=7)
+    ax.set_yticks(*_ticks(rows), fontsize=7)
     ax.set_title(title, fontsize=9)
     return image
 
@@ -62,7 +73,7 @@ def attention_figure(probs: Tensor, rows: Sequence[str], cols: Sequence[str], ti
     H = probs.shape[0]
     n_cols = min(H, 4)
     n_rows = math.ceil(H / n_cols)
-    size = max(2.5, 0.22 * max(len(rows), len(cols)) + 1.2)
+    size = min(MAX_PANEL, max(2.5, 0.22 * max(len(rows), len(cols)) + 1.2))
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(size * n_cols + 0.8, size * n_rows), squeeze=False,
                              layout="constrained")
     for h, ax in enumerate(axes.flat):
