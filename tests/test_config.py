@@ -347,3 +347,14 @@ def test_a_mapping_overrides_a_config_inside_a_config_field_by_field_from_its_de
     assert Whole(part={}).part == Part(size=3) and Whole(part={"size": 5}).part == Part(size=5)
     with pytest.raises(TypeError, match=r"^field 'unset' holds a Part: its default must be one, which a mapping"):
         Whole(unset={"size": 5})  # a default_factory leaves nothing to override: a bug of the config class
+
+
+def test_model_config_s_docstring_example_runs():
+    """Its example named d_model at the top level after the stack's fields moved into ``stack`` (issue 64)."""
+    import re
+
+    from attnlab.models import family
+
+    (example,) = re.findall(r"``(model_config\(.*?\))``", family.model_config.__doc__)
+    cfg = eval(example, {"model_config": model_config})  # noqa: S307 (the docstring's own text)
+    assert (cfg.arch, cfg.vocab_size, cfg.stack.d_model) == ("decoder_lm", 100, 64)

@@ -264,7 +264,7 @@ def family_named(arch: Any) -> type[ModelFamily]:
 
 def model_config(data: dict[str, Any] | None = None, /, from_0_1: bool = False, **fields: Any) -> FamilyConfig:
     """The config of the family that ``arch`` names (default encoder_decoder), from a model section
-    (``data``) or keywords: ``model_config(arch="decoder_lm", vocab_size=100, d_model=64)``.
+    (``data``) or keywords: ``model_config(arch="decoder_lm", vocab_size=100, stack={"d_model": 64})``.
     ``from_0_1``: a run directory's config.yaml, which release 0.1 wrote with every family's fields
     (see :func:`written_by_0_1`)."""
     if data is not None and not isinstance(data, dict):
