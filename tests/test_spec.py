@@ -10,7 +10,7 @@ import torch
 from helpers import eos_biased, random_ids, tiny_model
 from torch import Tensor, nn
 
-from attnlab.decode.search import beam_search, greedy, sample
+from attnlab.decode.search import beam_search, greedy
 from attnlab.decode.spec import (
     Beam,
     Greedy,
@@ -65,9 +65,10 @@ def test_each_search_decodes_as_the_function_it_names():
     beams = beam_search(model, src, 3, 1.0, 2, 9, 2)
     assert Beam(width=3, lenpen=1.0, nbest=2, max_len=9, min_len=2).decode(model, src) == \
         [[(h.tokens, h.normalized) for h in hyps] for hyps in beams]
-    drawn = sample(model, src=src, max_new_tokens=6, temperature=0.7, top_k=5,
-                   generator=torch.Generator().manual_seed(4))
-    assert Sample(max_len=6, temperature=0.7, top_k=5, seed=4).decode(model, src) == [[(ids, None)] for ids in drawn]
+    drawn = Sample(max_len=6, temperature=0.7, top_k=5, seed=4).decode(model, src)
+    assert drawn == Sample(max_len=6, temperature=0.7, top_k=5, seed=4).decode(model, src) != \
+        Sample(max_len=6, temperature=0.7, top_k=5, seed=5).decode(model, src)  # seeded
+    assert Sample(max_len=6, top_k=1, seed=4).decode(model, src) == [[(ids, None)] for ids in greedy(model, src, 6)]
     speculating = Speculative(draft=model, k=3, max_len=9)
     one_by_one = [speculative_decode(model, model, src=row[None], k=3, max_new_tokens=9)[0] for row in src]
     assert speculating.decode(model, src) == [[(ids, None)] for ids in one_by_one]

@@ -20,11 +20,17 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnlab.data.tokenizers import PAD
+from attnlab.data.tokenizers import EOS, PAD
 from attnlab.decode.limits import MAX_BATCH, MAX_BEAM, MAX_NEW_TOKENS
 from attnlab.decode.mask_predict import MAX_ITERATIONS, mask_predict
-from attnlab.decode.search import Hypothesis, beam_search, greedy, sample
-from attnlab.decode.session import KV_CACHES
+from attnlab.decode.search import (
+    Hypothesis,
+    beam_search,
+    filter_logits,
+    greedy,
+    until_eos,
+)
+from attnlab.decode.session import KV_CACHES, DecodingSession, length_limits
 from attnlab.decode.speculative import Sampler, SpeculationStats, speculative_decode
 from attnlab.errors import UsageError
 
@@ -168,19 +174,58 @@ class Sample(Search):
 
     def continue_prompt(self, model: nn.Module, prompt: Tensor) -> list[list[int]]:
         """(B, P) prompt ids (a decoder-only model) -> each row's drawn continuation."""
-        return self.draw(model, prompt=prompt)
+        return sample(model, self, prompt=prompt)
 
     def decode(self, model: nn.Module, src: Tensor, lengths: Tensor | None = None) -> NBest:
         self._no_lengths(lengths)
-        return [[(ids, None)] for ids in self.draw(model, src=src)]
-
-    def draw(self, model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None) -> list[list[int]]:
-        return sample(model, src=src, prompt=prompt, max_new_tokens=self.max_len, temperature=self.temperature,
-                      top_k=self.top_k, top_p=self.top_p, generator=self.generator(), stop_at_eos=self.stop_at_eos,
-                      use_cache=self.use_cache, kv_cache=self.kv_cache)
+        return [[(ids, None)] for ids in sample(model, self, src=src)]
 
     def record(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
+
+
+@torch.no_grad()
+def sample(model: nn.Module, search: Sample, src: Tensor | None = None, prompt: Tensor | None = None
+           ) -> list[list[int]]:
+    """Draw a continuation for each row: of ``src`` (EncoderDecoder) or of ``prompt`` (DecoderLM), by
+    ``search`` (:class:`Sample`: ``max_len`` new tokens, each drawn from the logits over ``temperature``, within ``top_k`` and ``top_p``, with a generator
+    seeded with ``seed``; to EOS where ``stop_at_eos``). Returns the new token ids of each row
+    (without the prompt, BOS or EOS).
+
+    An encoder-decoder stops at the positions its decoder can encode. A decoder-only model with a
+    position limit (learned positions, ``max_len``) goes on past it with a sliding context, as
+    nanoGPT's sampler does: each further token is drawn given the last ``max_len`` tokens, which
+    sit at positions 0 .. max_len - 1, so they are recomputed in one pass (no cache can carry over
+    when every position shifts)."""
+    max_new_tokens, generator = search.max_len, search.generator()
+    session = DecodingSession(model, src=src, prompt=prompt, use_cache=search.use_cache, kv_cache=search.kv_cache)
+    window = session.max_positions if not session.seq2seq else None  # the context slides past this
+    if window is None:
+        max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
+        session.reserve(max_new_tokens - 1)  # the last token is not fed back
+    else:  # this session serves until the context fills the window
+        session.reserve(min(max_new_tokens - 1, window - prompt.shape[1]))
+    tokens = session.start
+    finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    out = []
+    for _ in range(max_new_tokens):
+        if window is not None and prompt.shape[1] + len(out) > window:  # no position left: slide
+            context = torch.cat([prompt, *(t[:, None] for t in out[-window:])], dim=1)[:, -window:]  # the last tokens
+            # one pass over the window; a cache would be filled and never read
+            session = DecodingSession(model, prompt=context, use_cache=False)
+            tokens = session.start
+        logits = filter_logits(session.step(tokens), search.temperature, search.top_k, search.top_p)
+        probs = logits.softmax(-1)
+        next_token = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(tokens.device)
+        next_token = next_token.masked_fill(finished, PAD)
+        out.append(next_token)
+        if search.stop_at_eos:
+            finished |= next_token == EOS
+            if finished.all():
+                break
+        tokens = next_token[:, None]
+    rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in range(tokens.shape[0])]
+    return [until_eos(row) if search.stop_at_eos else row for row in rows]
 
 
 @dataclass(frozen=True, kw_only=True)
