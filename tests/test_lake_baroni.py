@@ -263,6 +263,7 @@ def test_oracle_length_evaluation_decodes_every_output_at_its_references_length(
     as many tokens as its reference, greedy and beam alike, and the record says so (a mask-predict
     run refuses it: tests/test_mask_predict.py)."""
     from attnlab.cli import main
+    from attnlab.decode.spec import Beam, Greedy
     from attnlab.eval.evaluate import evaluate
     from attnlab.runs.checkpoint import load_run
     from attnlab.runs.data import read_run_data
@@ -272,10 +273,10 @@ def test_oracle_length_evaluation_decodes_every_output_at_its_references_length(
     model, tokenizers, _ = load_run(run, "last")
     test = read_run_data(RunDir(run), "test").splits["test"]
     sources, references = [e.src for e in test], [e.tgt for e in test]
-    plain = evaluate(model, tokenizers, sources, references, beam=1)["hypotheses"]
+    plain = evaluate(model, tokenizers, sources, references, Greedy())["hypotheses"]
     assert [len(h.split()) for h in plain] != [len(r.split()) for r in references]  # 12 updates: lengths still off
-    for beam in (1, 3):
-        result = evaluate(model, tokenizers, sources, references, beam=beam, oracle_length=True)
+    for search in (Greedy(), Beam(width=3)):
+        result = evaluate(model, tokenizers, sources, references, search, oracle_length=True)
         assert [len(h.split()) for h in result["hypotheses"]] == [len(r.split()) for r in references]
         assert result["oracle_length"] is True
     capsys.readouterr()  # what training printed

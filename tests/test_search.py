@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from attnlab.decode.search import Hypothesis, beam_search, filter_logits, greedy, length_penalty, sample
+from attnlab.decode.search import Hypothesis, beam_search, filter_logits, greedy, length_penalty
 from attnlab.decode.session import token_logprobs
+from attnlab.decode.spec import Sample, sample
 from attnlab.nn.registry import POSITIONAL
 from helpers import eos_biased, random_ids, tiny_model
 
@@ -374,15 +375,13 @@ def test_filter_logits_top_k_top_p_temperature():
 def test_sampling_is_seeded_and_top_k_one_is_greedy():
     lm = tiny_model(arch="decoder_lm", positional="rotary")
     prompt = random_ids(2, 3)
-    draw = lambda seed, **kw: sample(lm, prompt=prompt, max_new_tokens=10, stop_at_eos=False,
-                                     generator=torch.Generator().manual_seed(seed), **kw)
+    draw = lambda seed, **kw: sample(lm, Sample(max_len=10, stop_at_eos=False, seed=seed, **kw), prompt=prompt)
     assert draw(1) == draw(1) and draw(1) != draw(2)
     assert draw(1, use_cache=False) == draw(1)
     assert draw(3, top_k=1) == draw(4, top_k=1) == draw(5, temperature=1e-4)  # all the argmax path
     model = tiny_model()
     src = random_ids(2, 5)
-    assert sample(model, src=src, max_new_tokens=6, top_k=1, generator=torch.Generator().manual_seed(0)) == \
-        greedy(model, src, max_len=6)
+    assert sample(model, Sample(max_len=6, top_k=1), src=src) == greedy(model, src, max_len=6)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -391,7 +390,7 @@ def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_
     (nanoGPT's sampler): each token equals the argmax of a full pass over that window."""
     lm = tiny_model(arch="decoder_lm", positional="learned", max_len=8)
     prompt = random_ids(2, 3)
-    rows = sample(lm, prompt=prompt, max_new_tokens=20, top_k=1, stop_at_eos=False, use_cache=use_cache)
+    rows = sample(lm, Sample(max_len=20, top_k=1, stop_at_eos=False, use_cache=use_cache), prompt=prompt)
     assert [len(r) for r in rows] == [20, 20]
     context = prompt
     for step in range(20):
@@ -400,12 +399,11 @@ def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_
         expected = logits.argmax(-1)
         assert [r[step] for r in rows] == expected.tolist(), step
         context = torch.cat([context, expected[:, None]], dim=1)
-    draw = lambda: sample(lm, prompt=prompt, max_new_tokens=30, stop_at_eos=False, use_cache=use_cache,
-                          generator=torch.Generator().manual_seed(4))
+    draw = lambda: sample(lm, Sample(max_len=30, stop_at_eos=False, use_cache=use_cache, seed=4), prompt=prompt)
     drawn = draw()
     assert [len(r) for r in drawn] == [30, 30] and drawn == draw()  # seeded, past the window too
     assert min(min(r) for r in drawn) >= 2  # PAD and BOS are never drawn
     long_prompt = random_ids(2, 11)  # longer than the window: the model sees its last 8 tokens
-    assert sample(lm, prompt=long_prompt, max_new_tokens=3, top_k=1, stop_at_eos=False, use_cache=use_cache) == \
-        sample(lm, prompt=long_prompt[:, -8:], max_new_tokens=3, top_k=1, stop_at_eos=False, use_cache=use_cache)
+    argmax = Sample(max_len=3, top_k=1, stop_at_eos=False, use_cache=use_cache)
+    assert sample(lm, argmax, prompt=long_prompt) == sample(lm, argmax, prompt=long_prompt[:, -8:])
 

@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from attnlab.decode.captured import CapturedStep
-from attnlab.decode.search import beam_search, greedy, sample
+from attnlab.decode.search import beam_search, greedy
 from attnlab.decode.session import DecodingSession, static_refusal
+from attnlab.decode.spec import Sample, sample
 from attnlab.errors import DataError
 from attnlab.nn.cache import StaticDecoderCache
 from helpers import eos_biased, random_ids, tiny_model
@@ -75,7 +76,7 @@ def test_greedy_beam_search_and_sampling_of_an_encoder_decoder():
     src = sources()
     results = [(greedy(model, src, max_len=12, **c),
                 beam_search(model, src, beam=4, lenpen=0.6, nbest=4, max_len=12, **c),
-                sample(model, src=src, max_new_tokens=12, generator=torch.Generator().manual_seed(3), **c))
+                sample(model, Sample(max_len=12, seed=3, **c), src=src))
                for c in CACHES]
     (greedy_static, beams_static, sampled_static), *others = results
     assert sorted({len(row) for row in greedy_static}) == [4, 12]  # some stop at EOS, some at the limit
@@ -92,8 +93,7 @@ def test_greedy_beam_search_and_sampling_of_an_encoder_decoder():
 def test_sampling_of_a_decoder_only_model_with_finished_rows_and_a_sliding_context():
     lm = eos_biased(tiny_model(arch="decoder_lm", positional="learned", max_len=10), 5.0)
     prompt = random_ids(4, 3, generator_seed=2)
-    draw = lambda prompt, **kw: [sample(lm, prompt=prompt, max_new_tokens=12, **c, **kw,
-                                        generator=torch.Generator().manual_seed(seed))
+    draw = lambda prompt, **kw: [sample(lm, Sample(max_len=12, seed=seed, **c, **kw), prompt=prompt)
                                  for c in CACHES for seed in (0, 1)]
     stopped = draw(prompt)
     assert [[len(row) for row in rows] for rows in stopped[:2]] == [[10, 8, 1, 12], [12, 0, 1, 11]]  # some end early
@@ -189,13 +189,11 @@ def test_a_replayed_cuda_graph_decodes_exactly_as_the_eager_static_cache(backend
     run = lambda kind: (greedy(model, src, max_len=12, kv_cache=kind),
                         [[(h.tokens, h.score) for h in hyps]
                          for hyps in beam_search(model, src, beam=4, nbest=4, max_len=12, kv_cache=kind)],
-                        sample(model, src=src, max_new_tokens=12, generator=torch.Generator().manual_seed(3),
-                               kv_cache=kind))
+                        sample(model, Sample(max_len=12, seed=3, kv_cache=kind), src=src))
     assert run("graph") == run("static")  # exactly: the same kernels on the same shapes
     lm = eos_biased(tiny_model(arch="decoder_lm", positional="learned", attention_backend=backend).cuda(), 5.0)
     prompt = random_ids(4, 3, generator_seed=2).cuda()
-    draw = lambda kind: sample(lm, prompt=prompt, max_new_tokens=12, generator=torch.Generator().manual_seed(0),
-                               kv_cache=kind)
+    draw = lambda kind: sample(lm, Sample(max_len=12, seed=0, kv_cache=kind), prompt=prompt)
     assert draw("graph") == draw("static") == draw("auto")
 
 

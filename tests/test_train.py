@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from attnlab import CheckpointError
 from attnlab.config import overlaid
 from attnlab.decode.search import greedy
+from attnlab.decode.spec import Greedy
 from attnlab.decode.translate import translate
 from attnlab.data.batching import Batch
 from attnlab.errors import ConfigError
@@ -520,7 +521,7 @@ def test_short_run_with_the_default_training_learns_a_toy_tsv(tmp_path):
                                "warming up over 10 steps") for line in lines)
     assert summary["last_eval"]["valid_loss"] < 0.3  # measured: 0.119; 2.75 with the 4,000-step warm-up, 0 of 12 right
     model, tokenizers, *_ = load_run(tmp_path / "run", "best")
-    got = [best[0][0] for best in translate(model, tokenizers, [de for de, _ in TOY_PAIRS], beam=1)]
+    got = [best[0][0] for best in translate(model, tokenizers, [de for de, _ in TOY_PAIRS], Greedy())]
     assert got == [en for _, en in TOY_PAIRS]
 
 

@@ -15,7 +15,7 @@ from torch.testing import assert_close
 
 from attnlab.data.batching import ContextSegmentBatch, lm_context_windows, lm_segments
 from attnlab.data.tokenizers import BOS, PAD
-from attnlab.decode.search import sample
+from attnlab.decode.spec import Sample, sample
 from attnlab.decode.speculative import speculative_decode
 from attnlab.errors import ConfigError
 from attnlab.models import model_config
@@ -147,8 +147,7 @@ def test_generation_carries_the_memory():
     prompt = random_ids(3, 6)
 
     def drawn(use_cache: bool) -> list[list[int]]:
-        return sample(model, prompt=prompt, max_new_tokens=30, generator=torch.Generator().manual_seed(7),
-                      stop_at_eos=False, use_cache=use_cache)
+        return sample(model, Sample(max_len=30, seed=7, stop_at_eos=False, use_cache=use_cache), prompt=prompt)
 
     assert drawn(True) == drawn(False)
 

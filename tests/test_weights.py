@@ -20,8 +20,9 @@ from safetensors import safe_open
 from torch import nn
 
 from attnlab.cli import main
-from attnlab.decode.search import beam_search, greedy, sample
+from attnlab.decode.search import beam_search, greedy
 from attnlab.decode.session import DecodingSession
+from attnlab.decode.spec import Sample, sample
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import CheckpointError, UsageError
 from attnlab.nn.heads import VocabularyProjection
@@ -143,8 +144,8 @@ def test_an_exported_run_computes_exactly_what_its_run_computes_with_those_weigh
             assert greedy(exported, src, min_len=4) == greedy(converted, src, min_len=4)
         else:
             assert torch.equal(exported(ids), converted(ids))
-            greedily = dict(prompt=ids[:, :3], max_new_tokens=12, top_k=1, stop_at_eos=False)
-            assert sample(exported, **greedily) == sample(converted, **greedily)
+            greedily = Sample(max_len=12, top_k=1, stop_at_eos=False)
+            assert sample(exported, greedily, prompt=ids[:, :3]) == sample(converted, greedily, prompt=ids[:, :3])
     if weights == "bf16":
         assert {p.dtype for p in exported.parameters()} == {torch.bfloat16}
 

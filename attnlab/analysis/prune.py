@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from attnlab.analysis.heads import head_importance, heads_to_prune, mask_heads
+from attnlab.decode.spec import Greedy
 from attnlab.decode.weights import weights_of
 from attnlab.errors import UsageError
 from attnlab.eval.evaluate import evaluate as evaluate_text
@@ -45,7 +46,7 @@ def _metrics(model: nn.Module, task: type[Task], data, split: str, limit: int | 
     result = task.validate(model, data, next(model.parameters()).device, contextlib.nullcontext, 0, split)
     if isinstance(data, Seq2SeqData):
         examples = data.splits[split][:limit]
-        text = evaluate_text(model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], beam=1,
+        text = evaluate_text(model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], Greedy(),
                              progress=progress)
         result |= {"bleu": text["bleu"], "exact_match": text["exact_match"], "sentences": len(examples)}
     return result

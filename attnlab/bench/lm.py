@@ -27,7 +27,7 @@ from attnlab.bench.timing import CPU, checked_length, interleaved_medians
 from attnlab.bench.train import attnlab_step
 from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import BOS, EOS, UNK
-from attnlab.decode.search import sample
+from attnlab.decode.spec import Sample, sample
 from attnlab.decode.speculative import OWN_HEADS, SpeculationStats, speculative_decode
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import UsageError
@@ -87,8 +87,7 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_
     label = reference_name("Generator", "fp32")
     for b in (1, 32):
         prompt = torch.randint(4, VOCAB, (b, 1), generator=g).to(device)  # (b, 1)
-        runs = {"s": lambda: checked_length(sample(model, prompt=prompt, max_new_tokens=new, stop_at_eos=False,
-                                                   generator=torch.Generator().manual_seed(0)), new)}
+        runs = {"s": lambda: checked_length(sample(model, Sample(max_len=new, stop_at_eos=False), prompt=prompt), new)}
         if generator is not None:
             runs["ct2"] = partial(generated, generator, vocabulary.names(prompt.tolist()), new)
         t = interleaved_medians(runs, max(1, repeats // 2), device=device)
@@ -142,7 +141,8 @@ def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[s
     n = new_tokens or (model.embed.positional.max_positions or ids.shape[1] + 256) - ids.shape[1]
 
     def plain(m: torch.nn.Module, kv_cache: str = "auto") -> Callable[[], list[int]]:
-        return lambda: sample(m, prompt=ids, max_new_tokens=n, top_k=1, stop_at_eos=False, kv_cache=kv_cache)[0]
+        argmax = Sample(max_len=n, top_k=1, stop_at_eos=False, kv_cache=kv_cache)
+        return lambda: sample(m, argmax, prompt=ids)[0]
 
     expected = plain(model)()
     runs = {"lm_greedy": plain(model)} | {f"lm_greedy_{w}": plain(_converted(model, w)) for w in weights}

@@ -48,10 +48,6 @@ GENERATES = {"encoder": False, "decoder": True, "incremental_decoding": True}
 CAPTIONS = {"encoder": True, "decoder": True, "inputs": "images"}  # an image in, a sentence out
 
 
-# Decoding limits: beyond these a request is a mistake, not a workload (docs/reliability.md).
-MAX_BATCH, MAX_BEAM, MAX_NEW_TOKENS = 1024, 64, 100_000
-
-
 def check_task_serves(args: argparse.Namespace):
     """The run's task; refused, in one line, when it does not serve ``args.command`` (its ``commands``)."""
     from attnlab.tasks import TASKS
@@ -148,29 +144,112 @@ def with_weights_of(args: argparse.Namespace, model):
 
 
 def check_kv_cache(args: argparse.Namespace, model) -> None:
-    """--kv-cache: one of the searches' caches, and one that ``model`` can use on its device; else one line."""
-    from attnlab.decode.session import KV_CACHES, cache_kind
+    """--kv-cache (one of the searches' caches, as the search spec checks): one that ``model`` can use on its
+    device; else one line."""
+    from attnlab.decode.session import cache_kind
 
-    if args.kv_cache not in KV_CACHES:
-        raise UsageError(f"--kv-cache must be one of {', '.join(KV_CACHES)} (got {args.kv_cache!r})")
     try:
         cache_kind(args.kv_cache, model, next(model.parameters()).device)
     except ValueError as err:
         raise UsageError(f"--kv-cache {args.kv_cache}: {err}") from None
 
 
+def add_mask_predict_args(p: argparse.ArgumentParser) -> None:
+    """Mask-predict's options (runs whose model reads masked targets); --beam's default then depends on the run."""
+    p.add_argument("--iterations", type=int, metavar="T",
+                   help="mask-predict runs (arch cmlm): its passes, re-masking the least sure tokens (default 10, as "
+                        "the paper)")
+    p.add_argument("--length-beam", type=int, metavar="L",
+                   help="mask-predict runs (arch cmlm): the L most likely target lengths decoded per sentence "
+                        "(default 5, as the paper)")
+    p.set_defaults(beam=None)  # None: not given (4 for a left-to-right run; refused for a mask-predict run)
+
+
+def search_of(args: argparse.Namespace):
+    """The search (decode/spec.py) that the decoding options of ``args`` ask for, checked: for
+    `generate` (--temperature, ...) sampling; else greedy (--beam 1 and one output each) or beam
+    search, or, for a command with mask-predict's options (:func:`add_mask_predict_args`) and a run
+    whose model reads masked targets, mask-predict. With --draft, speculative decoding of greedy's or
+    sampling's output, its draft (``draft``) left for the command to load. One line for each refusal."""
+    from attnlab.decode.spec import Speculative
+
+    if "temperature" in vars(args):
+        search = _sample_of(args)
+        return search if args.draft is None else Speculative(k=args.speculate, max_len=search.max_len, sampling=search)
+    shared = {"batch_size": getattr(args, "batch_size", 64), "use_cache": not args.no_cache, "kv_cache": args.kv_cache}
+    masked_arch = _masked_arch(args) if "iterations" in vars(args) else None
+    if masked_arch is not None:
+        return _mask_predict_of(args, masked_arch, shared)
+    search = _left_to_right_of(args, shared)
+    if getattr(args, "draft", None) is None:
+        return search
+    if args.beam != 1 or args.nbest != 1 or args.min_len or args.speculate < 1:
+        raise UsageError("--draft decodes greedily: give --beam 1, no --nbest or --min-len, and --speculate >= 1")
+    return Speculative(k=args.speculate, max_len=search.max_len, batch_size=search.batch_size)
+
+
+def _left_to_right_of(args: argparse.Namespace, shared: dict):
+    """Greedy search for --beam 1 and one output each, else beam search."""
+    from attnlab.decode.spec import Beam, Greedy
+
+    beam, nbest = 4 if args.beam is None else args.beam, getattr(args, "nbest", 1)
+    limits = {"max_len": getattr(args, "max_len", None), "min_len": getattr(args, "min_len", 0)}
+    if beam == 1 and nbest == 1:
+        return Greedy(**limits, **shared)
+    return Beam(width=beam, lenpen=args.lenpen, nbest=nbest, **limits, **shared)
+
+
+def _sample_of(args: argparse.Namespace):
+    """`generate`'s sampling: --temperature, --top-k (0: no limit), --top-p, --max-new-tokens, and
+    --seed (default: a new one, which the command prints)."""
+    import secrets
+
+    from attnlab.decode.spec import Sample
+
+    seed = args.seed if args.seed is not None else secrets.randbelow(2 ** 31)
+    return Sample(max_len=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                  seed=seed, stop_at_eos=False, kv_cache=args.kv_cache)
+
+
+def _masked_arch(args: argparse.Namespace) -> str | None:
+    """The run's arch where its model reads a target with masked tokens (its family's ``inputs``);
+    None for any other run, whose --iterations and --length-beam are refused in one line."""
+    from attnlab.models import FAMILIES, Inputs
+    from attnlab.runs.run_dir import RunDir
+
+    cfg = RunDir(args.run_dir).read_config()[0]
+    if cfg.capabilities.inputs is Inputs.MASKED_TOKENS:
+        return cfg.arch
+    masked = [name for name, family in FAMILIES.items() if family.capabilities.inputs is Inputs.MASKED_TOKENS]
+    for option, value in (("--iterations", args.iterations), ("--length-beam", args.length_beam)):
+        if value is not None:
+            raise UsageError(f"{option} is mask-predict's, for runs of arch {' or '.join(map(repr, masked))}; "
+                             f"{args.run_dir} holds arch '{cfg.arch}', decoded left to right (--beam)")
+    return None
+
+
+def _mask_predict_of(args: argparse.Namespace, arch: str, shared: dict):
+    """Mask-predict's settings from --iterations and --length-beam; left-to-right options refused in one line."""
+    from attnlab.decode.spec import MaskPredict
+
+    left_to_right = {"--beam": args.beam is not None, "--nbest": getattr(args, "nbest", 1) != 1,
+                     "--draft": getattr(args, "draft", None) is not None,
+                     "--min-len": bool(getattr(args, "min_len", 0)),
+                     "--max-len": getattr(args, "max_len", None) is not None, "--no-cache": args.no_cache,
+                     "--kv-cache": args.kv_cache != "auto", "--oracle-length": getattr(args, "oracle_length", False)}
+    given = [option for option, is_given in left_to_right.items() if is_given]
+    if given:
+        raise UsageError(f"{given[0]} is for left-to-right search; {args.run_dir} holds arch '{arch}', decoded by "
+                         f"mask-predict: give --iterations and --length-beam")
+    return MaskPredict(iterations=10 if args.iterations is None else args.iterations,
+                       length_beam=5 if args.length_beam is None else args.length_beam, **shared)
+
+
 def check_beam(args: argparse.Namespace) -> None:
-    if not 1 <= args.beam <= MAX_BEAM:
-        raise UsageError(f"--beam must be between 1 and {MAX_BEAM} (got {args.beam})")
-    if not 1 <= getattr(args, "batch_size", 1) <= MAX_BATCH:
-        raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH} (got {args.batch_size})")
-    for name in ("max_len", "min_len"):
-        if (getattr(args, name, None) or 0) < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
-    if getattr(args, "max_len", None) is not None and getattr(args, "min_len", 0) > args.max_len:
-        raise UsageError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
-    if not 1 <= getattr(args, "nbest", 1) <= args.beam:
-        raise UsageError(f"--nbest must be between 1 and --beam ({args.beam})")
+    """--beam of a command that takes no other search option (inspect's), checked as beam search checks it."""
+    from attnlab.decode.spec import Beam
+
+    Beam(width=args.beam)
 
 
 class Parser(argparse.ArgumentParser):

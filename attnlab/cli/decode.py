@@ -5,55 +5,49 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
 
 from attnlab.cli.common import (
     GENERATES,
-    MAX_BATCH,
-    MAX_BEAM,
-    MAX_NEW_TOKENS,
     TRANSLATES,
     add_kv_cache_option,
+    add_mask_predict_args,
     add_run_dir_args,
     add_search_args,
     add_weights_option,
-    check_beam,
     check_kv_cache,
     check_new_file,
     load_run_for,
+    search_of,
     write_output,
 )
+from attnlab.decode.limits import MAX_BATCH
 from attnlab.errors import UsageError
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
+    from dataclasses import replace
+
     from attnlab.data.corpora import read_input_lines
     from attnlab.data.tokenizers import UNK
+    from attnlab.decode.spec import Speculative
+    from attnlab.decode.speculative import OWN_HEADS
     from attnlab.decode.translate import translate
-
-    from attnlab.decode.speculative import OWN_HEADS, SpeculationStats
     from attnlab.runs.checkpoint import load_draft
 
-    parallel = parallel_search(args)
-    check_beam(args)
-    if args.draft is not None and (args.beam != 1 or args.nbest != 1 or args.min_len or args.speculate < 1):
-        raise UsageError("--draft decodes greedily: give --beam 1, no --nbest or --min-len, and --speculate >= 1")
+    search = search_of(args)
     check_new_file(args.output, args.force, "--output")  # now, not after the decoding
     model, tokenizers, cfg = load_run_for(args, TRANSLATES)
-    if parallel is None:
+    if search.incremental:
         check_kv_cache(args, model)
     if args.draft == OWN_HEADS:
         raise UsageError("--draft heads: a translation model has no multi-token heads; give a draft run")
-    draft = load_draft(args.draft, model, tokenizers, TRANSLATES) if args.draft is not None else None
+    if isinstance(search, Speculative):
+        search = replace(search, draft=load_draft(args.draft, model, tokenizers, TRANSLATES))
     lines = read_input_lines(args.input)
-    speculation = SpeculationStats()
-    results = translate(model, tokenizers, lines, args.beam, args.lenpen, args.nbest, not args.no_cache,
-                        args.batch_size, args.max_len, args.min_len, cfg.max_len - 1, args.truncate,  # -1: EOS
-                        progress=True, kv_cache=args.kv_cache, draft=draft, speculate=args.speculate,
-                        speculation=speculation, parallel=parallel)
-    if draft is not None:
-        print(_speculation_line(args.speculate, speculation), file=sys.stderr)
+    results = translate(model, tokenizers, lines, search, cfg.max_len - 1, args.truncate, progress=True)  # -1: EOS
+    if isinstance(search, Speculative):
+        print(_speculation_line(search), file=sys.stderr)
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
     if sum(unknown):
         print(f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as "
@@ -65,72 +59,12 @@ def cmd_translate(args: argparse.Namespace) -> None:
     write_output(args.output, text, args.force)
 
 
-def add_mask_predict_args(p: argparse.ArgumentParser) -> None:
-    """Mask-predict's options (runs whose model reads masked targets); --beam's default then depends on the run."""
-    p.add_argument("--iterations", type=int, metavar="T",
-                   help="mask-predict runs (arch cmlm): its passes, re-masking the least sure tokens (default 10, as "
-                        "the paper)")
-    p.add_argument("--length-beam", type=int, metavar="L",
-                   help="mask-predict runs (arch cmlm): the L most likely target lengths decoded per sentence "
-                        "(default 5, as the paper)")
-    p.set_defaults(beam=None)  # None: not given (4 for a left-to-right run; refused for a mask-predict run)
-
-
-def parallel_search(args: argparse.Namespace):
-    """Mask-predict's settings (decode/mask_predict.py MaskPredict) for a run whose model reads a
-    target with masked tokens (its family's ``inputs``), whose left-to-right options are refused;
-    None for any other run, whose --iterations and --length-beam are refused (and --beam, not given,
-    is 4). One line for each refusal."""
-    from attnlab.decode.mask_predict import MAX_ITERATIONS, MaskPredict
-    from attnlab.models import FAMILIES, Inputs
-    from attnlab.runs.run_dir import RunDir
-
-    cfg = RunDir(args.run_dir).read_config()[0]
-    if cfg.capabilities.inputs is not Inputs.MASKED_TOKENS:
-        masked = [name for name, family in FAMILIES.items() if family.capabilities.inputs is Inputs.MASKED_TOKENS]
-        for option, value in (("--iterations", args.iterations), ("--length-beam", args.length_beam)):
-            if value is not None:
-                raise UsageError(f"{option} is mask-predict's, for runs of arch {' or '.join(map(repr, masked))}; "
-                                 f"{args.run_dir} holds arch '{cfg.arch}', decoded left to right (--beam)")
-        args.beam = 4 if args.beam is None else args.beam
-        return None
-    left_to_right = {"--beam": args.beam is not None, "--nbest": getattr(args, "nbest", 1) != 1,
-                     "--draft": getattr(args, "draft", None) is not None,
-                     "--min-len": bool(getattr(args, "min_len", 0)),
-                     "--max-len": getattr(args, "max_len", None) is not None, "--no-cache": args.no_cache,
-                     "--kv-cache": args.kv_cache != "auto", "--oracle-length": getattr(args, "oracle_length", False)}
-    given = [option for option, is_given in left_to_right.items() if is_given]
-    if given:
-        raise UsageError(f"{given[0]} is for left-to-right search; {args.run_dir} holds arch '{cfg.arch}', decoded by "
-                         f"mask-predict: give --iterations and --length-beam")
-    iterations = 10 if args.iterations is None else args.iterations
-    length_beam = 5 if args.length_beam is None else args.length_beam
-    if not 1 <= iterations <= MAX_ITERATIONS:
-        raise UsageError(f"--iterations must be between 1 and {MAX_ITERATIONS} (got {iterations})")
-    if not 1 <= length_beam <= MAX_BEAM:
-        raise UsageError(f"--length-beam must be between 1 and {MAX_BEAM} (got {length_beam})")
-    args.beam = 1  # what the shared checks of the batch size read
-    return MaskPredict(iterations, length_beam)
-
-
 def cmd_generate(args: argparse.Namespace) -> None:
     import torch
 
     from attnlab.data.tokenizers import UNK
-    from attnlab.decode.search import sample
 
-    if args.temperature <= 0:
-        raise UsageError(f"--temperature must be > 0 (got {args.temperature}); use --top-k 1 for greedy")
-    if args.top_k is not None and args.top_k < 0:
-        raise UsageError(f"--top-k must be at least 0, 0 for no limit (got {args.top_k})")
-    if args.top_k == 0:  # Hugging Face's top_k=0: every token may be drawn
-        args.top_k = None
-    if args.speculate < 1:
-        raise UsageError(f"--speculate must be at least 1 (got {args.speculate})")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise UsageError(f"--top-p must be in (0, 1] (got {args.top_p})")
-    if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS:
-        raise UsageError(f"--max-new-tokens must be between 0 and {MAX_NEW_TOKENS:,} (got {args.max_new_tokens:,})")
+    search = search_of(args)
     if not 1 <= args.num_samples <= MAX_BATCH:
         raise UsageError(f"--num-samples must be between 1 and {MAX_BATCH} (got {args.num_samples:,})")
     model, tokenizers, _ = load_run_for(args, GENERATES)
@@ -147,17 +81,14 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} "
               f"(its max_len)", file=sys.stderr)
     prompt = torch.tensor([prompt_ids] * args.num_samples, device=next(model.parameters()).device)
-    seed = args.seed
-    if seed is None:
-        seed = secrets.randbelow(2 ** 31)
+    if args.seed is None:
+        seed = (search.sampling if args.draft is not None else search).seed
         print(f"seed {seed} (--seed {seed} gives this text again)", file=sys.stderr)
-    generator = torch.Generator().manual_seed(seed)
     if args.draft is not None:
-        rows = _speculative_rows(args, model, tokenizers, prompt, generator)
-    else:
-        rows = sample(model, prompt=prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                      top_k=args.top_k, top_p=args.top_p, generator=generator, stop_at_eos=False,
-                      kv_cache=args.kv_cache)
+        search = _with_draft(args, search, model, tokenizers, prompt)
+    rows = search.continue_prompt(model, prompt)
+    if args.draft is not None:
+        print(_speculation_line(search), file=sys.stderr)
     for i, row in enumerate(rows):
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
@@ -177,15 +108,18 @@ def _check_heads(args: argparse.Namespace, model) -> None:
     return None
 
 
-def _speculation_line(k: int, stats) -> str:
-    return (f"speculative decoding, k {k}: {stats.accepted} of {stats.proposed} draft tokens accepted "
+def _speculation_line(search) -> str:
+    stats = search.stats
+    return (f"speculative decoding, k {search.k}: {stats.accepted} of {stats.proposed} draft tokens accepted "
             f"({stats.acceptance_rate:.1%}), {stats.tokens_per_pass:.2f} tokens per pass of the target")
 
 
-def _speculative_rows(args: argparse.Namespace, model, tokenizers, prompt, generator) -> list[list[int]]:
-    """``generate --draft``: each sample drawn by speculative decoding with the draft run; what
-    speculation did goes to stderr."""
-    from attnlab.decode.speculative import OWN_HEADS, Sampler, SpeculationStats, speculative_decode
+def _with_draft(args: argparse.Namespace, search, model, tokenizers, prompt):
+    """``generate --draft``: the speculative search with its draft, the run (or None: the model's own
+    heads), refused in one line where the prompt and the new tokens pass the models' positions."""
+    from dataclasses import replace
+
+    from attnlab.decode.speculative import OWN_HEADS
     from attnlab.runs.checkpoint import load_draft
 
     draft = load_draft(args.draft, model, tokenizers, GENERATES) if args.draft != OWN_HEADS else _check_heads(args, model)
@@ -193,15 +127,7 @@ def _speculative_rows(args: argparse.Namespace, model, tokenizers, prompt, gener
     if limits and prompt.shape[1] + args.max_new_tokens > min(limits):
         raise UsageError(f"--draft: speculative decoding stops at the models' positions ({min(limits)}); with this "
                          f"prompt ask for at most {max(0, min(limits) - prompt.shape[1])} new tokens")
-    sampler = Sampler(args.temperature, args.top_k, args.top_p, generator)
-    rows, total = [], SpeculationStats()
-    for row in prompt:
-        tokens, stats = speculative_decode(model, draft, prompt=row[None], k=args.speculate,
-                                           max_new_tokens=args.max_new_tokens, sampler=sampler, stop_at_eos=False)
-        rows.append(tokens)
-        total.add(stats)
-    print(_speculation_line(args.speculate, total), file=sys.stderr)
-    return rows
+    return replace(search, draft=draft)
 
 
 def cmd_predict(args: argparse.Namespace) -> None:

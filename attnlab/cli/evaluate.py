@@ -10,19 +10,19 @@ from pathlib import Path
 
 from attnlab.cli.common import (
     TRANSLATES,
+    add_mask_predict_args,
     add_run_dir_args,
     add_search_args,
-    check_beam,
     check_kv_cache,
     check_new_file,
     check_task_serves,
     device_of,
     emit,
     load_run_for,
+    search_of,
     stderr_line,
     write_output,
 )
-from attnlab.cli.decode import add_mask_predict_args, parallel_search
 from attnlab.errors import UsageError
 
 
@@ -40,13 +40,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                              f"'{task.name}' decodes no output sequence to measure")
         _evaluate_own_format(args, task)
         return
-    parallel = parallel_search(args)
-    check_beam(args)
+    search = search_of(args)
     if args.data is not None:
         raise UsageError(f"--data is for tasks that score a file in their own format; data.task '{task.name}' "
                          f"takes --src and --ref, or --split")
     model, tokenizers, _ = load_run_for(args, TRANSLATES)
-    if parallel is None:
+    if search.incremental:
         check_kv_cache(args, model)
     if args.split is not None:
         if args.src or args.ref:
@@ -58,23 +57,22 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise UsageError("give --src and --ref files, or --split (a split of the run's own data)")
     if len(sources) != len(references):
         raise UsageError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    result = evaluate(model, tokenizers, sources, references, args.beam, args.lenpen, not args.no_cache, progress=True,
-                      kv_cache=args.kv_cache, parallel=parallel, oracle_length=args.oracle_length)
+    result = evaluate(model, tokenizers, sources, references, search, progress=True, oracle_length=args.oracle_length)
     result.pop("hypotheses")
     if args.json:
         print(json.dumps(result))
         return
     print(f"BLEU  {result['bleu']:.2f}  {result['bleu_signature']}")
     print(f"chrF  {result['chrf']:.2f}  {result['chrf_signature']}")
-    if parallel is not None:
+    if not search.scores_references:
         print(f"exact match  {result['exact_match']:.2%}")
         print(f"({result['sentences']} sentences, mask-predict: {result['iterations']} iterations, length beam "
               f"{result['length_beam']})")
     else:
         print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
-        search = f"beam {result['beam']}, lenpen {result['lenpen']}" if result["beam"] > 1 else "greedy (beam 1)"
+        how = f"beam {result['beam']}, lenpen {result['lenpen']}" if result["beam"] > 1 else "greedy (beam 1)"
         oracle = ", each output at its reference's length (oracle)" if args.oracle_length else ""
-        print(f"({result['sentences']} sentences, {search}{oracle})")
+        print(f"({result['sentences']} sentences, {how}{oracle})")
 
 
 def _use_test_set(args: argparse.Namespace) -> None:
@@ -117,15 +115,11 @@ def _evaluate_own_format(args: argparse.Namespace, task) -> None:
         raise UsageError(f"--weights is for decoding (translation); a run of data.task '{task.name}' is evaluated "
                          f"with the weights it holds")
     check_new_file(args.plot, args.force, "--plot")
-    if task.searched:
-        parallel_search(args)  # --beam's default (4), and mask-predict's options refused
-        check_beam(args)
+    search = {"search": search_of(args)} if task.searched else {}  # decoded as `translate` and `caption` decode
     run = RunDir(args.run_dir)
     model, tokenizers, _ = load_run(args.run_dir, args.checkpoint, device_of(args))
-    search = {}
-    if task.searched:  # decoded as `translate` and `caption` decode: --beam, --lenpen, the cache
+    if task.searched:
         check_kv_cache(args, model)
-        search = {"beam": args.beam, "lenpen": args.lenpen, "use_cache": not args.no_cache, "kv_cache": args.kv_cache}
     if args.data is None:
         result = task.evaluate_split(model, read_run_data(run, args.split), args.split, **search)
     elif task.file_splits:

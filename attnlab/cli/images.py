@@ -10,11 +10,11 @@ from attnlab.cli.common import (
     CAPTIONS,
     add_run_dir_args,
     add_search_args,
-    check_beam,
     check_kv_cache,
     check_new_file,
     check_task_serves,
     load_run_for,
+    search_of,
     write_output,
 )
 
@@ -22,19 +22,21 @@ from attnlab.cli.common import (
 def cmd_caption(args: argparse.Namespace) -> None:
     """A caption for each image file: `image TAB caption` lines (with --nbest K, K lines `image TAB
     caption TAB score` per image), by greedy (--beam 1) or beam search with the KV cache."""
+    from dataclasses import replace
+
     from attnlab.tasks.captioning import caption_images
     from attnlab.tasks.captions import read_input_images
     from attnlab.runs.run_dir import RunDir
 
-    check_beam(args)
+    search = search_of(args)
     check_new_file(args.output, args.force, "--output")
     check_task_serves(args)
     images = read_input_images(args.images, RunDir(args.run_dir))  # no image, or one that does not decode: one line
     model, tokenizers, cfg = load_run_for(args, CAPTIONS)
     check_kv_cache(args, model)
-    max_len = args.max_len if args.max_len is not None else cfg.max_len - 1  # - 1: BOS
-    results = caption_images(model, tokenizers["tgt"], images, max_len, args.beam, args.lenpen, args.nbest,
-                             not args.no_cache, args.kv_cache, args.batch_size)
+    if search.max_len is None:
+        search = replace(search, max_len=cfg.max_len - 1)  # - 1: BOS
+    results = caption_images(model, tokenizers["tgt"], images, search)
     if args.nbest == 1:
         text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.images, results))
     else:

@@ -18,8 +18,6 @@ Ties between equal probabilities re-mask the earlier position first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
@@ -27,20 +25,6 @@ from attnlab.data.tokenizers import BOS, EOS, MASK, PAD
 
 NEVER_OUTPUT = (PAD, BOS, EOS, MASK)
 MAX_ITERATIONS = 1000  # beyond this a request is a mistake (every N <= T is fully re-predicted long before)
-
-
-@dataclass(frozen=True)
-class MaskPredict:
-    """The search's settings: ``iterations`` T (the paper's 10) and ``length_beam`` L (its 5)."""
-
-    iterations: int = 10
-    length_beam: int = 5
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.iterations <= MAX_ITERATIONS:
-            raise ValueError(f"iterations must be between 1 and {MAX_ITERATIONS} (got {self.iterations})")
-        if self.length_beam < 1:
-            raise ValueError(f"length_beam must be at least 1 (got {self.length_beam})")
 
 
 def masks_at(lengths: Tensor, t: int, iterations: int) -> Tensor:
@@ -70,19 +54,19 @@ def predict(model: nn.Module, tokens: Tensor, logp: Tensor, masked: Tensor, memo
 def mask_predict(model: nn.Module, src: Tensor, iterations: int = 10, length_beam: int = 5
                  ) -> list[tuple[list[int], float]]:
     """(B, S) source ids (+ EOS, PAD-padded) -> for each source, the chosen target ids and their
-    mean log-probability. ``model`` offers ``encode``, ``decode`` (non-causal) and a ``length_predictor``."""
-    settings = MaskPredict(iterations, length_beam)
+    mean log-probability. ``model`` offers ``encode``, ``decode`` (non-causal) and a ``length_predictor``;
+    ``iterations`` T and ``length_beam`` L as decode/spec.py's :class:`~attnlab.decode.spec.MaskPredict` checks them."""
     memory, src_valid = model.encode(src)  # (B, S, d_model), (B, S)
     length_logits = model.length_predictor(memory, src_valid)  # (B, max_length)
-    beam = min(settings.length_beam, length_logits.shape[1])
+    beam = min(length_beam, length_logits.shape[1])
     lengths = (length_logits.topk(beam, dim=1).indices + 1).reshape(-1)  # (B L,): sentence b's candidates together
     memory, src_valid = memory.repeat_interleave(beam, 0), src_valid.repeat_interleave(beam, 0)  # (B L, S, ...)
     real = torch.arange(int(lengths.max()), device=src.device)[None, :] < lengths[:, None]  # (B L, T)
     tokens = torch.full(real.shape, MASK, device=src.device).masked_fill(~real, PAD)  # (B L, T)
     logp = torch.zeros(real.shape, device=src.device)
     tokens, logp = predict(model, tokens, logp, real, memory, src_valid)  # t = 0: every position masked
-    for t in range(1, settings.iterations):
-        masked = least_probable(logp, real, masks_at(lengths, t, settings.iterations))
+    for t in range(1, iterations):
+        masked = least_probable(logp, real, masks_at(lengths, t, iterations))
         tokens, logp = predict(model, tokens.masked_fill(masked, MASK), logp, masked, memory, src_valid)
     mean_logp = (logp * real).sum(1) / lengths  # (B L,)
     best = mean_logp.view(-1, beam).argmax(1) + torch.arange(src.shape[0], device=src.device) * beam  # (B,) rows

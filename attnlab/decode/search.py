@@ -4,7 +4,8 @@
 
 - :func:`greedy`: the argmax at every step;
 - :func:`beam_search`: batch x beam rows in one tensor, GNMT length penalty, n-best lists;
-- :func:`sample`: temperature, top-k and top-p (nucleus) sampling from a seeded generator.
+- :func:`filter_logits`: the temperature, top-k and top-p (nucleus) filter that sampling draws through
+  (decode/spec.py's :func:`~attnlab.decode.spec.sample`).
 
 ``max_len`` is the most tokens generated before EOS (default: each sentence's own source length
 + 50, the paper's rule, within the positions the model can encode); a sentence decodes the same
@@ -47,10 +48,10 @@ def greedy(model: nn.Module, src: Tensor | None = None, max_len: int | Tensor | 
         finished |= (next_token == EOS) | (t + 1 >= limits)
         tokens = next_token[:, None]
     rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in range(B)]
-    return [_until_eos(row) for row in rows]
+    return [until_eos(row) for row in rows]
 
 
-def _until_eos(row: list[int]) -> list[int]:
+def until_eos(row: list[int]) -> list[int]:
     """A row's tokens before its end: EOS, or the PAD fillers of a row stopped at its length limit
     (search never emits PAD itself)."""
     for i, token in enumerate(row):
@@ -178,48 +179,3 @@ def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = 
         outside = cumulative - sorted_logits.softmax(-1) >= top_p  # the mass before this token already reaches p
         logits = logits.masked_fill(outside.scatter(-1, order, outside), -torch.inf)
     return logits
-
-
-@torch.no_grad()
-def sample(model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None, max_new_tokens: int = 100,
-           temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-           generator: torch.Generator | None = None, stop_at_eos: bool = True,
-           use_cache: bool = True, kv_cache: str = "auto") -> list[list[int]]:
-    """Draw a continuation for each row: of ``src`` (EncoderDecoder) or of ``prompt`` (DecoderLM).
-    Returns the new token ids of each row (without the prompt, BOS or EOS).
-
-    An encoder-decoder stops at the positions its decoder can encode. A decoder-only model with a
-    position limit (learned positions, ``max_len``) goes on past it with a sliding context, as
-    nanoGPT's sampler does: each further token is drawn given the last ``max_len`` tokens, which
-    sit at positions 0 .. max_len - 1, so they are recomputed in one pass (no cache can carry over
-    when every position shifts)."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (got {temperature})")
-    session = DecodingSession(model, src=src, prompt=prompt, use_cache=use_cache, kv_cache=kv_cache)
-    window = session.max_positions if not session.seq2seq else None  # the context slides past this
-    if window is None:
-        max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
-        session.reserve(max_new_tokens - 1)  # the last token is not fed back
-    else:  # this session serves until the context fills the window
-        session.reserve(min(max_new_tokens - 1, window - prompt.shape[1]))
-    tokens = session.start
-    finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-    out = []
-    for _ in range(max_new_tokens):
-        if window is not None and prompt.shape[1] + len(out) > window:  # no position left: slide
-            context = torch.cat([prompt, *(t[:, None] for t in out[-window:])], dim=1)[:, -window:]  # the last tokens
-            # one pass over the window; a cache would be filled and never read
-            session = DecodingSession(model, prompt=context, use_cache=False)
-            tokens = session.start
-        logits = filter_logits(session.step(tokens), temperature, top_k, top_p)
-        probs = logits.softmax(-1)
-        next_token = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(tokens.device)
-        next_token = next_token.masked_fill(finished, PAD)
-        out.append(next_token)
-        if stop_at_eos:
-            finished |= next_token == EOS
-            if finished.all():
-                break
-        tokens = next_token[:, None]
-    rows = torch.stack(out, dim=1).tolist() if out else [[] for _ in range(tokens.shape[0])]
-    return [_until_eos(row) if stop_at_eos else row for row in rows]

@@ -8,6 +8,7 @@ decodes by greedy or beam search with the KV cache.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 
 from attnlab.data.images import Standardise, as_tensor, colour_of
 from attnlab.data.tokenizers import PAD, Tokenizer
-from attnlab.decode.search import beam_search, greedy
+from attnlab.decode.spec import Greedy, Search
 from attnlab.eval.likelihood import evaluate as teacher_forced
 from attnlab.eval.metrics import corpus_bleu, exact_match
 from attnlab.tasks.captions import (
@@ -27,38 +28,28 @@ from attnlab.tasks.task import Amp, NextTokenTask, register_task
 # -- decoding and scoring -------------------------------------------------------------------------------
 
 @torch.no_grad()
-def caption_images(model: nn.Module, tokenizer: Tokenizer, images: Tensor, max_len: int, beam: int = 1,
-                   lenpen: float = 0.6, nbest: int = 1, use_cache: bool = True, kv_cache: str = "auto",
-                   batch_size: int = 64) -> list[list[tuple[str, float | None]]]:
-    """(N, C, H, W) standardised images -> each one's ``nbest`` captions as (text, score): log P /
-    length penalty for beam search, None for greedy (``beam`` 1); at most ``max_len`` tokens."""
+def caption_images(model: nn.Module, tokenizer: Tokenizer, images: Tensor, search: Search
+                   ) -> list[list[tuple[str, float | None]]]:
+    """(N, C, H, W) standardised images -> each one's captions by ``search`` (decode/spec.py: greedy's
+    unscored, beam search's ``nbest`` scored log P / length penalty), ``search.batch_size`` at a time."""
     model.eval()
     device = next(model.parameters()).device
-    out: list[list[tuple[str, float | None]]] = []
-    for chunk in images.split(batch_size):
-        chunk = chunk.to(device)
-        if beam == 1 and nbest == 1:
-            out += [[(tokenizer.decode(ids), None)] for ids in greedy(model, chunk, max_len, 0, use_cache, kv_cache)]
-        else:
-            out += [[(tokenizer.decode(h.tokens), h.normalized) for h in hyps]
-                    for hyps in beam_search(model, chunk, beam, lenpen, nbest, max_len, 0, use_cache, kv_cache)]
-    return out
+    return [[(tokenizer.decode(ids), score) for ids, score in outputs]
+            for chunk in images.split(search.batch_size) for outputs in search.decode(model, chunk.to(device))]
 
 
-def caption_record(model: nn.Module, tokenizer: Tokenizer, images: Tensor, references: list[str], max_len: int,
-                   beam: int = 1, lenpen: float = 0.6, use_cache: bool = True, kv_cache: str = "auto") -> dict[str, Any]:
+def caption_record(model: nn.Module, tokenizer: Tokenizer, images: Tensor, references: list[str], search: Search
+                   ) -> dict[str, Any]:
     """Exact match and BLEU (sacrebleu, with its signature) of the captions of ``images`` (standardised)
-    against ``references``, by greedy (``beam`` 1) or beam search, and the references'
-    teacher-forced perplexity."""
-    hypotheses = [nbest[0][0] for nbest in caption_images(model, tokenizer, images, max_len, beam, lenpen,
-                                                          use_cache=use_cache, kv_cache=kv_cache)]
+    by ``search`` against ``references``, and the references' teacher-forced perplexity."""
+    hypotheses = [nbest[0][0] for nbest in caption_images(model, tokenizer, images, search)]
     bleu, signature = corpus_bleu(hypotheses, references)
     ids = tokenizer.encode_batch(references)
     batches = [caption_batch(images[i:i + 64], ids[i:i + 64]) for i in range(0, len(ids), 64)]
     likelihood = teacher_forced(model, batches)
     return {"exact_match": exact_match(hypotheses, references), "bleu": bleu, "bleu_signature": signature,
-            "ppl": likelihood["ppl"], "nll": likelihood["loss"], "images": len(references), "beam": beam,
-            "lenpen": lenpen, "examples": [{"reference": r, "caption": h} for r, h in list(zip(references, hypotheses))[:5]]}
+            "ppl": likelihood["ppl"], "nll": likelihood["loss"], "images": len(references), **search.record(),
+            "examples": [{"reference": r, "caption": h} for r, h in list(zip(references, hypotheses))[:5]]}
 
 
 @register_task
@@ -102,7 +93,8 @@ class Captioning(NextTokenTask):
         if n_decoded:
             part = data.splits[split]
             images = data.standardise(part.images[:n_decoded])
-            hypotheses = [c[0][0] for c in caption_images(model, data.tokenizers["tgt"], images, data.max_caption_len)]
+            hypotheses = [c[0][0] for c in caption_images(model, data.tokenizers["tgt"], images,
+                                                          Greedy(max_len=data.max_caption_len))]
             result["exact_match"] = exact_match(hypotheses, part.captions[:n_decoded])
         return result
 
@@ -113,21 +105,21 @@ class Captioning(NextTokenTask):
         return {"encoder": valid, "decoder": batch.tgt_in != PAD}
 
     @classmethod
-    def evaluate_split(cls, model: nn.Module, data: CaptionData, split: str, **search: Any) -> dict[str, Any]:
-        """Captions of a split of the run's data by ``search`` (:func:`caption_record`'s beam, lenpen,
-        use_cache, kv_cache; default greedy), scored."""
+    def evaluate_split(cls, model: nn.Module, data: CaptionData, split: str, search: Search) -> dict[str, Any]:
+        """Captions of a split of the run's data by ``search``, at most the run's
+        max_caption_len tokens each, scored."""
         part = data.splits[split]
         return caption_record(model, data.tokenizers["tgt"], data.standardise(part.images), part.captions,
-                              data.max_caption_len, **search)
+                              replace(search, max_len=data.max_caption_len))
 
     @classmethod
     def evaluate_file(cls, model: nn.Module, cfg: CaptioningConfig, tokenizers: Tokenizers, state: dict[str, Any],
-                      path: str, **search: Any) -> dict[str, Any]:
+                      path: str, search: Search) -> dict[str, Any]:
         """Captions of a captions file's images, read as the run's training images were, by ``search``, scored."""
         shape = tuple(state["shape"])
         pixels, captions = read_captioned(path, colour_of(shape), cfg.resize or shape[:2])
         images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
-        return caption_record(model, tokenizers["tgt"], images, captions, cfg.max_caption_len, **search)
+        return caption_record(model, tokenizers["tgt"], images, captions, replace(search, max_len=cfg.max_caption_len))
 
     @classmethod
     def report(cls, result: dict[str, Any], source: str) -> list[str]:

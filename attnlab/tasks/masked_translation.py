@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from attnlab.data.batching import moved, pad_sequences, source_batch
 from attnlab.data.tokenizers import MASK, PAD
-from attnlab.decode.mask_predict import MaskPredict
+from attnlab.decode.spec import MaskPredict
 from attnlab.eval.metrics import exact_match, perplexity
 from attnlab.models.cmlm import MASKED_TOKENS
 from attnlab.models.family import unwrapped
@@ -118,7 +118,7 @@ class MaskedTranslation(Translation):
         loss = nll / max(n_tokens, 1)
         result = {"valid_loss": loss, "valid_ppl": perplexity(loss), "length_accuracy": right_lengths / n_sentences}
         if n_decoded:
-            triples = decode_split(model, data, split, n_decoded, parallel=MaskPredict())
+            triples = decode_split(model, data, split, n_decoded, MaskPredict(batch_size=128))
             result["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
         return result
 

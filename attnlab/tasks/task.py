@@ -92,7 +92,7 @@ class Task:
     evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
     evaluate_split: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, data, split)
     file_splits: ClassVar[bool] = False  # evaluate_file takes (..., path, split)
-    searched: ClassVar[bool] = False  # evaluate_file / evaluate_split decode: they take beam, lenpen, use_cache, kv_cache
+    searched: ClassVar[bool] = False  # evaluate_file / evaluate_split decode: they take search= (decode/spec.py)
     predict: ClassVar[Callable[..., list[Prediction]] | None] = None  # (model, run, inputs, input_file, batch_size)
     predict_options: ClassVar[tuple[str, ...]] = ()  # `attnlab predict` options its predict takes by keyword
     # train.strategy pp: the model's method whose logits its loss reads ('forward', 'classify'),

@@ -25,7 +25,7 @@ from attnlab.data.corpora import (
 )
 from attnlab.data.scan import SCAN_SPLITS
 from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
-from attnlab.decode.mask_predict import MaskPredict
+from attnlab.decode.spec import Greedy, Search
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
@@ -168,15 +168,16 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
     return splits
 
 
+VALIDATION_SEARCH = Greedy(batch_size=128)  # what validation decodes a split with
+
+
 def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
-                 batch_size: int = 128, progress: bool = False, parallel: MaskPredict | None = None
-                 ) -> list[tuple[str, str, str]]:
-    """Greedy translations of the first ``limit`` examples of a split (with ``parallel``, a conditional
-    masked language model's, by mask-predict): (source, reference, output); ``progress`` shows
-    translate's progress bar."""
+                 search: Search = VALIDATION_SEARCH, progress: bool = False) -> list[tuple[str, str, str]]:
+    """Translations by ``search`` (default greedy; a conditional masked language model's by
+    mask-predict) of the first ``limit`` examples of a split: (source, reference, output);
+    ``progress`` shows translate's progress bar."""
     examples = data.splits[split][:limit]
-    outputs = translate(model, data.tokenizers, [e.src for e in examples], beam=1, batch_size=batch_size,
-                        progress=progress, parallel=parallel)
+    outputs = translate(model, data.tokenizers, [e.src for e in examples], search, progress=progress)
     return [(e.src, e.tgt, hyps[0][0]) for e, hyps in zip(examples, outputs)]
 
 

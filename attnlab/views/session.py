@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from attnlab.analysis.capture import AttentionRecord, capture_attention
 from attnlab.analysis.heads import head_entropy
 from attnlab.data.tokenizers import BOS, EOS
-from attnlab.decode.search import beam_search, sample
+from attnlab.decode.spec import Beam, Sample
 from attnlab.runs.run_dir import RunDir
 from attnlab.views.limits import LIMITS, Refused
 
@@ -90,7 +90,7 @@ class Session:
             raise Refused(f"beam must be between 1 and {LIMITS.max_beam} (got {beam})")
         if not 0 <= hypothesis < beam:
             raise Refused(f"hypothesis must be between 0 and beam - 1 ({beam - 1}) (got {hypothesis})")
-        hyps = beam_search(self.model, src, beam=beam, lenpen=lenpen, nbest=beam, max_len=max_len)[0]
+        hyps = Beam(width=beam, lenpen=lenpen, nbest=beam, max_len=max_len).hypotheses(self.model, src)[0]
         index = min(hypothesis, len(hyps) - 1)  # a search may finish fewer than beam hypotheses
         chosen = hyps[index]
         tgt = self.tokenizers["tgt"]
@@ -112,9 +112,9 @@ class Session:
         """The continuation of ``prompt``: the argmax at each step, or drawn from a generator seeded with ``seed``."""
         if max_new_tokens == 0:
             return []
-        return sample(self.model, prompt=torch.tensor([prompt], device=self.device), max_new_tokens=max_new_tokens,
-                      temperature=temperature if sampled else 1.0, top_k=None if sampled else 1,
-                      generator=torch.Generator().manual_seed(seed))[0]
+        search = Sample(max_len=max_new_tokens, temperature=temperature if sampled else 1.0,
+                        top_k=None if sampled else 1, seed=seed)
+        return search.continue_prompt(self.model, torch.tensor([prompt], device=self.device))[0]
 
     def teacher_forced(self, src: Tensor | None, inputs: Tensor) -> tuple[dict[str, AttentionRecord], Tensor]:
         """One pass over ``inputs`` (1, T) (and ``src``): every module's weights, and the (T, V)

@@ -21,6 +21,7 @@ from attnlab.bench.timing import interleaved_medians
 from attnlab.data.corpora import read_lines
 from attnlab.decode.search import greedy
 from attnlab.decode.weights import _quiet
+from attnlab.decode.spec import Beam, Greedy
 from attnlab.eval.evaluate import evaluate
 from attnlab.runs.checkpoint import load_run
 
@@ -52,7 +53,8 @@ def main() -> None:
     model, tokenizers, _ = load_run(args.run)
     with torch.no_grad():
         for name, variant in variants(model).items():
-            bleu = {beam: evaluate(variant, tokenizers, sources, references, beam=beam)["bleu"] for beam in (4, 1)}
+            bleu = {beam: evaluate(variant, tokenizers, sources, references, search)["bleu"]
+                    for beam, search in ((4, Beam()), (1, Greedy()))}
             print(f"{name}: BLEU beam 4 {bleu[4]:.2f}, greedy {bleu[1]:.2f}", flush=True)
         bench, src = decode_inputs(32, 24, 0)
         runs = {name: (lambda m: lambda: greedy(m, src, max_len=64, min_len=64))(m)

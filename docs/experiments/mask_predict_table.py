@@ -14,16 +14,16 @@ import time
 import torch
 
 from attnlab.data.corpora import read_lines
-from attnlab.decode.mask_predict import MaskPredict
+from attnlab.decode.spec import Beam, Greedy, MaskPredict, Search
 from attnlab.decode.translate import translate
 from attnlab.eval.metrics import corpus_bleu
 from attnlab.runs.checkpoint import load_run
 
 
-def row(name: str, model, tokenizers, sources: list[str], references: list[str], **search) -> str:
+def row(name: str, model, tokenizers, sources: list[str], references: list[str], search: Search) -> str:
     """One line of the table: BLEU, and the sentences per second of the decoding alone."""
     started = time.perf_counter()
-    hypotheses = [nbest[0][0] for nbest in translate(model, tokenizers, sources, **search)]
+    hypotheses = [nbest[0][0] for nbest in translate(model, tokenizers, sources, search)]
     seconds = time.perf_counter() - started
     return f"| {name} | {corpus_bleu(hypotheses, references)[0]:.2f} | {len(sources) / seconds:.1f} |"
 
@@ -43,14 +43,15 @@ def main() -> None:
     print("| model and search | BLEU | sentences/s |\n|---|---|---|")
     with torch.no_grad():
         model, tokenizers, _ = load_run(args.autoregressive)
-        for beam in (1, 4):
-            print(row(f"{args.autoregressive}, {'greedy' if beam == 1 else f'beam {beam}'}", model, tokenizers,
-                      sources, references, beam=beam, batch_size=args.batch_size), flush=True)
+        searches = {"greedy": Greedy(batch_size=args.batch_size), "beam 4": Beam(batch_size=args.batch_size)}
+        for name, search in searches.items():
+            print(row(f"{args.autoregressive}, {name}", model, tokenizers, sources, references, search), flush=True)
         for run in args.cmlm:
             model, tokenizers, _ = load_run(run)
             for t in args.iterations:
                 print(row(f"{run}, T = {t}, length beam {args.length_beam}", model, tokenizers, sources, references,
-                          parallel=MaskPredict(t, args.length_beam), batch_size=args.batch_size), flush=True)
+                          MaskPredict(iterations=t, length_beam=args.length_beam, batch_size=args.batch_size)),
+                      flush=True)
 
 
 if __name__ == "__main__":
