@@ -28,9 +28,10 @@ new id the original's (null for the three added), and the export puts every toke
 
 The export takes any decoder_lm run whose options GPT-2 has; a run trained by attnlab exports with
 its whole vocabulary, control tokens included (its <pad>, <bos>, <eos> are GPT-2's pad, bos and eos
-ids), and its own tokenizer.json (byte-level BPE, BPE, WordPiece or a character / word WordLevel, as
-transformers' PreTrainedTokenizerFast reads it). Such a folder imports back as it was: its control
-tokens already at attnlab's ids, every id is kept and predicted (``output_vocabulary: all``).
+ids), and its own tokenizer.json (byte-level BPE, BPE, WordPiece, Unigram or a character / word
+WordLevel, as transformers' PreTrainedTokenizerFast reads it). Such a folder imports back as it was:
+its control tokens already at attnlab's ids, every id is kept and predicted (``output_vocabulary:
+all``).
 """
 
 from __future__ import annotations
@@ -171,7 +172,6 @@ def byte_level_spec(folder: Path) -> dict[str, Any]:
     return json.loads(tok.to_str())
 
 
-VOCABULARY_MODELS = ("BPE", "WordLevel", "WordPiece")  # tokenizer.json models with a token -> id vocabulary
 
 
 class Vocabulary(NamedTuple):
@@ -185,11 +185,21 @@ class Vocabulary(NamedTuple):
     kind: str
 
 
+def token_ids(model: dict[str, Any]) -> dict[str, int]:
+    """A tokenizer.json model's token -> id (a Unigram's vocab: [token, log-probability] pairs by id)."""
+    vocab = model["vocab"]
+    return {entry[0]: i for i, entry in enumerate(vocab)} if isinstance(vocab, list) else dict(vocab)
+
+
+KINDS = {"BPE": "bpe", "WordLevel": "word", "WordPiece": "wordpiece", "Unigram": "unigram"}  # -> data.tokenizer
+PRE_TOKENIZED_KINDS = {("BPE", "ByteLevel"): "byte_bpe", ("WordLevel", "Split"): "char"}  # (model, pre-tokenizer)
+
+
 def tokenizer_kind(spec: dict[str, Any]) -> str:
-    """The ``data.tokenizer`` whose pipeline (data/tokenizers.py) a tokenizer.json's model and pre-tokenizer are."""
-    pre = (spec.get("pre_tokenizer") or {}).get("type")
-    return {("BPE", "ByteLevel"): "byte_bpe", ("WordLevel", "Split"): "char"}.get(
-        (spec["model"]["type"], pre), {"BPE": "bpe", "WordLevel": "word", "WordPiece": "wordpiece"}[spec["model"]["type"]])
+    """The ``data.tokenizer`` whose pipeline (data/tokenizers.py) a tokenizer.json's model and
+    pre-tokenizer are."""
+    model, pre = spec["model"]["type"], (spec.get("pre_tokenizer") or {}).get("type")
+    return PRE_TOKENIZED_KINDS.get((model, pre), KINDS[model])
 
 
 def keeps_attnlab_controls(vocab: dict[str, int], config: dict[str, Any]) -> bool:
@@ -207,10 +217,10 @@ def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> Vocabulary:
     spec = byte_level_spec(folder)
     where = folder / ("tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.json")
     model = spec.get("model") or {}
-    if model.get("type") not in VOCABULARY_MODELS or not isinstance(model.get("vocab"), dict):
+    if model.get("type") not in KINDS or not isinstance(model.get("vocab"), (dict, list)):
         raise CheckpointError(f"{where}: a {model.get('type')!r} tokenizer; attnlab's GPT-2 reads "
-                              f"{', '.join(map(repr, VOCABULARY_MODELS))}")
-    vocab: dict[str, int] = dict(model["vocab"])
+                              f"{', '.join(map(repr, KINDS))}")
+    vocab = token_ids(model)
     for entry in spec.get("added_tokens", []):  # the end of text may be an added token only
         vocab.setdefault(entry["content"], entry["id"])
     if len(vocab) != config["vocab_size"]:
@@ -219,6 +229,9 @@ def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> Vocabulary:
     byte_level = kind == "byte_bpe"
     if keeps_attnlab_controls(vocab, config):
         return Vocabulary(library_tokenizer(spec, where), list(range(len(vocab))), SPECIAL_TOKENS[EOS], "all", kind)
+    if model["type"] == "Unigram":
+        raise CheckpointError(f"{where}: a 'Unigram' tokenizer without attnlab's {' '.join(SPECIAL_TOKENS)} at ids "
+                              f"0-3; attnlab reads GPT-2's own tokenizer as 'BPE', 'WordLevel' or 'WordPiece'")
     eos_id = config.get("eos_token_id", 50256)
     names = {i: token for token, i in vocab.items()}
     if eos_id not in names:
