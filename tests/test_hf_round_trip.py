@@ -1,15 +1,17 @@
 """Every `attnlab export-hf` imports back: a tiny run of each family with a Hugging Face counterpart
-(decoder_lm and encoder_decoder trained here by attnlab, as GPT-2 and Marian; encoder_only and vit
-imported from tiny random BERT and ViT folders) is exported, everything but the exported folder is
-deleted, and `attnlab import-hf` of that folder gives a run whose outputs equal the original's
-(max abs difference <= 1e-6). transformers' outputs on the folder equal attnlab's (<= 1e-5 of the logits' scale), and
-its decode of what the folder's model generates shows no control token."""
+(decoder_lm, with three kinds of tokenizer, and encoder_decoder trained here by attnlab, as GPT-2
+and Marian; encoder_only and vit imported from tiny random BERT and ViT folders) is exported,
+everything but the exported folder is deleted, and `attnlab import-hf` of that folder gives a run
+whose outputs equal the original's (max abs difference <= 1e-6). transformers' outputs on the
+folder equal attnlab's (<= 1e-5 of the logits' scale), and its decode of what the folder's model
+generates shows no control token."""
 
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -43,9 +45,11 @@ def imported(folder: Path, out: Path) -> Path:
 
 
 class Family:
-    """One exporter's round trip: the run it starts from, the outputs attnlab's model and
-    transformers' give on the same inputs (``order``: the exported folder's id of each run id), and
-    transformers' decode of what the folder's model generates ([] for a model of images)."""
+    """One exporter's (``model_type``'s) round trip: the run it starts from, the outputs attnlab's
+    model and transformers' give on the same inputs (``order``: the exported folder's id of each run
+    id), and transformers' decode of what the folder's model generates ([] for a model of images)."""
+
+    model_type: ClassVar[str]
 
     def run(self, work: Path) -> Path:
         raise NotImplementedError
@@ -64,7 +68,13 @@ class Family:
 
 
 class GPT2(Family):
-    """decoder_lm trained by attnlab with GPT-2's options and a character tokenizer (WordLevel)."""
+    """decoder_lm trained by attnlab with GPT-2's options and a tokenizer of kind ``tokenizer`` (char:
+    a WordLevel tokenizer.json; byte_bpe: GPT-2's own kind; unigram: a Unigram)."""
+
+    model_type = "gpt2"
+
+    def __init__(self, tokenizer: str) -> None:
+        self.tokenizer = tokenizer
 
     def run(self, work: Path) -> Path:
         (work / "text.txt").write_text("".join(f"{line}\n" for line in test_hf_gpt2.LINES * 20))
@@ -72,8 +82,10 @@ class GPT2(Family):
             "model: {arch: decoder_lm, stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, "
             "activation: gelu_tanh, dropout: 0.0}, positional: learned, max_len: 32, embedding: plain, "
             "tie_embeddings: output}\n"
-            f"data: {{task: language_model, train: {work / 'text.txt'}, tokenizer: char, block_size: 16}}\n"
-            "train: {max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}\n")
+            f"data: {{task: language_model, train: {work / 'text.txt'}, tokenizer: {self.tokenizer}, vocab_size: 120, "
+            "block_size: 16}\n"
+            "train: {max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, "
+            "progress: false}\n")
         done = run_cli("train", str(work / "lm.yaml"), "--out", str(work / "run"))
         assert done.returncode == 0, done.stderr
         return work / "run"
@@ -96,6 +108,8 @@ class GPT2(Family):
 
 class Marian(Family):
     """encoder_decoder trained by attnlab with Marian's options and a unigram tokenizer."""
+
+    model_type = "marian"
 
     def run(self, work: Path) -> Path:
         return test_hf_marian.trained(work)
@@ -123,6 +137,8 @@ class Marian(Family):
 
 class BERT(Family):
     """encoder_only with a masked-LM head, imported from a tiny random BertForMaskedLM."""
+
+    model_type = "bert"
 
     def run(self, work: Path) -> Path:
         return imported(test_hf_import.tiny_folder(work / "hf", masked_lm=True), work / "run")
@@ -152,6 +168,8 @@ class BERT(Family):
 class ViT(Family):
     """vit with a classifier, imported from a tiny random ViTForImageClassification."""
 
+    model_type = "vit"
+
     def run(self, work: Path) -> Path:
         return imported(test_hf_vit.tiny_folder(work / "hf"), work / "run")
 
@@ -166,11 +184,12 @@ class ViT(Family):
         return hf(pixel_values=inputs[0]).logits
 
 
-FAMILIES = {"gpt2": GPT2(), "marian": Marian(), "bert": BERT(), "vit": ViT()}
+FAMILIES = {"gpt2-char": GPT2("char"), "gpt2-byte_bpe": GPT2("byte_bpe"), "gpt2-unigram": GPT2("unigram"),
+            "marian": Marian(), "bert": BERT(), "vit": ViT()}
 
 
 def test_every_exporter_has_a_round_trip():
-    assert sorted(converter.model_type for converter in EXPORTERS.values()) == sorted(FAMILIES)
+    assert {converter.model_type for converter in EXPORTERS.values()} == {f.model_type for f in FAMILIES.values()}
 
 
 @pytest.mark.parametrize("name", FAMILIES)
