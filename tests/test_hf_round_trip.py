@@ -218,3 +218,18 @@ def test_an_export_imports_back_from_its_files_alone(tmp_path, name):
     assert (theirs - original).abs().max().item() <= 1e-5 * scale
     for text in family.decoded(tmp_path / "exported"):
         assert not any(token in text for token in CONTROL_TOKENS), text
+
+
+def test_a_gpt2_folder_whose_unigram_does_not_number_controls_as_attnlab_is_refused_in_one_line(tmp_path):
+    """GPT-2's own layout (an end of text, <pad> <bos> <unk> added) is renumbered only from a token -> id vocabulary."""
+    (tmp_path / "work").mkdir()
+    run = GPT2("unigram").run(tmp_path / "work")
+    assert run_cli("export-hf", str(run), "--out", str(tmp_path / "exported")).returncode == 0
+    config = tmp_path / "exported" / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"bos_token_id": 5}))
+    done = run_cli("import-hf", str(tmp_path / "exported"), "--out", str(tmp_path / "back"))
+    assert done.returncode == 5 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr == (f"error: {tmp_path / 'exported' / 'tokenizer.json'}: a 'Unigram' tokenizer without "
+                           f"attnlab's <pad> <bos> <eos> <unk> at ids 0-3; attnlab reads GPT-2's own tokenizer as "
+                           f"'BPE', 'WordLevel' or 'WordPiece'\n")
+    assert not (tmp_path / "back").exists()
