@@ -128,7 +128,11 @@ def renumbered_spec(tokenizer: Tokenizer, ids: list[int], rename: dict[str, str]
     spec = json.loads(tokenizer.to_str())
     new_id = {ours: theirs for theirs, ours in enumerate(ids)}
     model = spec["model"]
-    model["vocab"] = {rename.get(token, token): new_id[i] for token, i in model["vocab"].items() if i in new_id}
+    if model["type"] == "Unigram":  # its vocab: [token, log-probability] pairs, by id
+        model["vocab"] = [[rename.get(token, token), score] for token, score in (model["vocab"][i] for i in ids)]
+        model["unk_id"] = new_id.get(model["unk_id"]) if model.get("unk_id") is not None else None
+    else:
+        model["vocab"] = {rename.get(token, token): new_id[i] for token, i in model["vocab"].items() if i in new_id}
     if model.get("unk_token") is not None:
         model["unk_token"] = rename.get(model["unk_token"], model["unk_token"])
     spec["added_tokens"] = [entry | {"id": new_id[entry["id"]], "content": rename.get(entry["content"], entry["content"])}

@@ -28,7 +28,10 @@ new id the original's (null for the three added), and the export puts every toke
 
 The export takes any decoder_lm run whose options GPT-2 has; a run trained by attnlab exports with
 its whole vocabulary, control tokens included (its <pad>, <bos>, <eos> are GPT-2's pad, bos and eos
-ids), and its own tokenizer.json.
+ids), and its own tokenizer.json (byte-level BPE, BPE, WordPiece, Unigram or a character / word
+WordLevel, as transformers' PreTrainedTokenizerFast reads it). Such a folder imports back as it was:
+its control tokens already at attnlab's ids, every id is kept and predicted (``output_vocabulary:
+all``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from __future__ import annotations
 import json
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import tokenizers
 import torch
@@ -69,9 +72,9 @@ EXPORTED_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu",
 CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # stored (in, out): transposed
 
 
-def gpt2_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
+def gpt2_model_fields(config: dict[str, Any], where: Path, output_vocabulary: str = "text") -> dict[str, Any]:
     """attnlab's decoder_lm model section for a GPT-2 config.json (vocab_size: GPT-2's, plus the three
-    added control tokens). Options attnlab cannot represent are refused in one line naming them."""
+    added control tokens where ``output_vocabulary`` is ``text``). Options attnlab cannot represent are refused in one line naming them."""
     unsupported = [f"{name} {config[name]!r}" for name, fine in
                    (("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False),
                     ("tie_word_embeddings", True)) if name in config and config[name] != fine]
@@ -89,9 +92,10 @@ def gpt2_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
                  "attention_dropout": config.get("attn_pdrop", 0.1),
                  "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")], "norm": "pre",
                  "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "attention_backend": "sdpa"}
-        return {"arch": "decoder_lm", "vocab_size": config["vocab_size"] + len(ADDED), "stack": stack,
+        added = len(ADDED) if output_vocabulary == "text" else 0
+        return {"arch": "decoder_lm", "vocab_size": config["vocab_size"] + added, "stack": stack,
                 "positional": "learned", "max_len": config["n_positions"], "tie_embeddings": "output", "pad_id": PAD,
-                "embedding": "plain", "output_vocabulary": "text",
+                "embedding": "plain", "output_vocabulary": output_vocabulary,
                 "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"}
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a GPT-2 config.json has") from None
@@ -168,18 +172,66 @@ def byte_level_spec(folder: Path) -> dict[str, Any]:
     return json.loads(tok.to_str())
 
 
-def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> tuple[Tokenizer, list[int | None], str]:
-    """GPT-2's tokenizer with its end of text as <eos> (id 2), <pad> <bos> <unk> added at 0, 1, 3 and
-    the other tokens in order from 4; ``order``, the original id of each new id (None for the three
-    added); and the end of text's name."""
+
+
+class Vocabulary(NamedTuple):
+    """The run's tokenizer, ``order`` (the original id of each run id; None for a token added), the
+    end of text's name, the run's ``output_vocabulary`` and ``data.tokenizer``."""
+
+    tokenizer: Tokenizer
+    order: list[int | None]
+    end_of_text: str
+    output_vocabulary: str
+    kind: str
+
+
+def token_ids(model: dict[str, Any]) -> dict[str, int]:
+    """A tokenizer.json model's token -> id (a Unigram's vocab: [token, log-probability] pairs by id)."""
+    vocab = model["vocab"]
+    return {entry[0]: i for i, entry in enumerate(vocab)} if isinstance(vocab, list) else dict(vocab)
+
+
+KINDS = {"BPE": "bpe", "WordLevel": "word", "WordPiece": "wordpiece", "Unigram": "unigram"}  # -> data.tokenizer
+PRE_TOKENIZED_KINDS = {("BPE", "ByteLevel"): "byte_bpe", ("WordLevel", "Split"): "char"}  # (model, pre-tokenizer)
+
+
+def tokenizer_kind(spec: dict[str, Any]) -> str:
+    """The ``data.tokenizer`` whose pipeline (data/tokenizers.py) a tokenizer.json's model and
+    pre-tokenizer are."""
+    model, pre = spec["model"]["type"], (spec.get("pre_tokenizer") or {}).get("type")
+    return PRE_TOKENIZED_KINDS.get((model, pre), KINDS[model])
+
+
+def keeps_attnlab_controls(vocab: dict[str, int], config: dict[str, Any]) -> bool:
+    """Whether a folder numbers its tokens as attnlab does (<pad> 0, <bos> 1, <eos> 2, <unk> 3, as
+    config.json's pad, bos and eos ids): the export of a run attnlab trained."""
+    roles = {"pad_token_id": PAD, "bos_token_id": BOS, "eos_token_id": EOS}
+    return (all(vocab.get(token) == i for i, token in enumerate(SPECIAL_TOKENS))
+            and all(config.get(role, i) == i for role, i in roles.items()))
+
+
+def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> Vocabulary:
+    """The folder's tokenizer as a run's. A folder that keeps attnlab's control tokens at their ids
+    (:func:`keeps_attnlab_controls`) keeps every id and predicts every token; GPT-2's own gets its end
+    of text as <eos> (id 2), <pad> <bos> <unk> added at 0, 1, 3 and the other tokens in order from 4."""
     spec = byte_level_spec(folder)
     where = folder / ("tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.json")
     model = spec.get("model") or {}
-    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
-        raise CheckpointError(f"{where}: a {model.get('type')!r} tokenizer; GPT-2's is 'BPE'")
-    vocab: dict[str, int] = dict(model["vocab"])
+    if model.get("type") not in KINDS or not isinstance(model.get("vocab"), (dict, list)):
+        raise CheckpointError(f"{where}: a {model.get('type')!r} tokenizer; attnlab's GPT-2 reads "
+                              f"{', '.join(map(repr, KINDS))}")
+    vocab = token_ids(model)
     for entry in spec.get("added_tokens", []):  # the end of text may be an added token only
         vocab.setdefault(entry["content"], entry["id"])
+    if len(vocab) != config["vocab_size"]:
+        raise CheckpointError(f"{where}: {len(vocab)} tokens, config.json's vocab_size is {config['vocab_size']}")
+    kind = tokenizer_kind(spec)
+    byte_level = kind == "byte_bpe"
+    if keeps_attnlab_controls(vocab, config):
+        return Vocabulary(library_tokenizer(spec, where), list(range(len(vocab))), SPECIAL_TOKENS[EOS], "all", kind)
+    if model["type"] == "Unigram":
+        raise CheckpointError(f"{where}: a 'Unigram' tokenizer without attnlab's {' '.join(SPECIAL_TOKENS)} at ids "
+                              f"0-3; attnlab reads GPT-2's own tokenizer as 'BPE', 'WordLevel' or 'WordPiece'")
     eos_id = config.get("eos_token_id", 50256)
     names = {i: token for token, i in vocab.items()}
     if eos_id not in names:
@@ -187,19 +239,22 @@ def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> tuple[Tokenize
     clashes = [token for token in SPECIAL_TOKENS if token in vocab and vocab[token] != eos_id]
     if clashes:
         raise CheckpointError(f"{where}: the vocabulary has {', '.join(clashes)} as text, which attnlab keeps for control")
-    if len(vocab) != config["vocab_size"]:
-        raise CheckpointError(f"{where}: {len(vocab)} tokens, config.json's vocab_size is {config['vocab_size']}")
     eos = names[eos_id]
     order: list[int | None] = [None, None, eos_id, None] + sorted(set(vocab.values()) - {eos_id})
     new_id = {old: new for new, old in enumerate(order) if old is not None}
     model["vocab"] = {("<eos>" if token == eos else token): new_id[old] for token, old in vocab.items()}
     model["vocab"] |= {SPECIAL_TOKENS[i]: i for i in ADDED}
-    model["unk_token"] = None  # byte-level: every text is bytes it knows
+    model["unk_token"] = None if byte_level else SPECIAL_TOKENS[UNK]  # byte-level: every text is bytes it knows
     spec["added_tokens"] = [{"id": i, "content": SPECIAL_TOKENS[i], "single_word": False, "lstrip": False,
                              "rstrip": False, "normalized": False, "special": True} for i in range(len(SPECIAL_TOKENS))]
+    return Vocabulary(library_tokenizer(spec, where), order, eos, "text", kind)
+
+
+def library_tokenizer(spec: dict[str, Any], where: Path) -> Tokenizer:
+    """The tokenizer of a tokenizer.json (as a dict), without padding or truncation."""
     spec["truncation"] = spec["padding"] = None
     try:
-        return Tokenizer(tokenizers.Tokenizer.from_str(json.dumps(spec))), order, eos
+        return Tokenizer(tokenizers.Tokenizer.from_str(json.dumps(spec)))
     except Exception as err:  # the library raises a plain Exception for a malformed file
         raise CheckpointError(f"{where}: not a tokenizer file the library reads ({err})") from None
 
@@ -247,8 +302,9 @@ class GPT2Converter(HFConverter):
 
     @classmethod
     def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
-        fields = gpt2_model_fields(config, folder / "config.json")
-        tokenizer, order, eos = renumbered_tokenizer(folder, config)
+        vocabulary = renumbered_tokenizer(folder, config)
+        fields = gpt2_model_fields(config, folder / "config.json", vocabulary.output_vocabulary)
+        tokenizer, order, eos = vocabulary.tokenizer, vocabulary.order, vocabulary.end_of_text
         try:
             cfg = model_config(fields)
         except ConfigError as err:
@@ -258,7 +314,7 @@ class GPT2Converter(HFConverter):
         model = build_model(cfg)
         target = named_tensors(model)
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
-        data = task_config({"task": "language_model", "tokenizer": "byte_bpe", "vocab_size": cfg.vocab_size,
+        data = task_config({"task": "language_model", "tokenizer": vocabulary.kind, "vocab_size": cfg.vocab_size,
                             "block_size": min(cfg.max_len, 256)})
         report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
         return Imported(model, cfg, data, tokenizer, report, {"order": order, "end_of_text": eos},

@@ -31,6 +31,10 @@ which starts from <bos>, starts as Marian's does. The added <bos> is never predi
 exactly the original's. init.json's
 ``order`` gives each id the original's (null for <bos>). The text is cut into pieces by the
 model's own source.spm and target.spm (spm.py), which vocab.json numbers.
+
+A run trained by attnlab exports with every id, its <bos> (id 1) the decoder's start and a special
+token of tokenizer_config.json (transformers' decode leaves it out); such a folder imports back as
+it was, its <bos> kept rather than added (``output_vocabulary: all``).
 """
 
 from __future__ import annotations
@@ -60,9 +64,10 @@ ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "gelu_new": "gel
 LANGUAGE_CODE = re.compile(r">>.+<<")  # a multilingual model's target language, typed before the text
 
 
-def marian_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
+def marian_model_fields(config: dict[str, Any], where: Path, output_vocabulary: str = "no_bos") -> dict[str, Any]:
     """attnlab's encoder_decoder model section for a Marian config.json (vocab_size: Marian's plus the
-    added <bos>). Options attnlab cannot represent are refused in one line naming them."""
+    added <bos> where ``output_vocabulary`` is ``no_bos``; a folder that has attnlab's <bos> keeps its
+    ids: ``all``). Options attnlab cannot represent are refused in one line naming them."""
     must = {"share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "activation_dropout": 0.0,
             "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "normalize_before": False,
             "add_final_layer_norm": False, "normalize_embedding": False}
@@ -82,10 +87,11 @@ def marian_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
                  "dropout": config.get("dropout", 0.1), "attention_dropout": config.get("attention_dropout", 0.0),
                  "activation": ACTIVATIONS[config.get("activation_function", "gelu")], "norm": "post",
                  "layer_norm_eps": 1e-5, "attention_backend": "sdpa"}
-        return {"arch": "encoder_decoder", "vocab_size": config["vocab_size"] + 1, "stack": stack,
+        added = 1 if output_vocabulary == "no_bos" else 0
+        return {"arch": "encoder_decoder", "vocab_size": config["vocab_size"] + added, "stack": stack,
                 "n_encoder_layers": config["encoder_layers"], "n_decoder_layers": config["decoder_layers"],
                 "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
-                "tie_embeddings": "all", "pad_id": PAD, "output_bias": True, "output_vocabulary": "no_bos",
+                "tie_embeddings": "all", "pad_id": PAD, "output_bias": True, "output_vocabulary": output_vocabulary,
                 "embedding": "scaled" if config.get("scale_embedding", False) else "plain"}
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a Marian config.json has") from None
@@ -144,13 +150,14 @@ def marian_tensors(weights: dict[str, torch.Tensor], cfg: FamilyConfig, shapes: 
     the original that have no place here. A missing tensor or a shape unlike config.json's is
     refused in one line."""
     plain = dict(weights) | {"model.shared.weight": shared_embedding(weights, where)}
-    plain.setdefault("final_logits_bias", torch.zeros(1, len(order) - 1))  # MarianModel: no output bias
+    vocab = sum(old is not None for old in order)  # Marian's tokens, without an added <bos>
+    plain.setdefault("final_logits_bias", torch.zeros(1, vocab))  # MarianModel: no output bias
     out, used = {}, set()
     for ours, theirs in tensor_pairs(cfg).items():
         missing = [name for name in theirs if name not in plain]
         if missing:
             raise CheckpointError(f"{where}: no tensor {missing[0]}, which config.json's Marian has")
-        shape = expected_shape(ours, shapes[ours], len(theirs), len(order) - 1)
+        shape = expected_shape(ours, shapes[ours], len(theirs), vocab)
         for name in theirs:
             if tuple(plain[name].shape) != shape:
                 raise CheckpointError(f"{where}: {name} has shape {tuple(plain[name].shape)}; config.json gives {shape}")
@@ -167,7 +174,8 @@ def marian_tensors(weights: dict[str, torch.Tensor], cfg: FamilyConfig, shapes: 
 def renumbered_vocabulary(folder: Path, config: dict[str, Any]) -> tuple[list[str], list[int | None], list[str]]:
     """vocab.json's tokens by attnlab id (Marian's pad, end and unknown at 0, 2, 3 under attnlab's
     names, <bos> added at 1, the others in their order from 4), ``order`` (each id's original, None
-    for <bos>) and the language codes."""
+    for an added <bos>) and the language codes. A folder attnlab exported has its <bos> already,
+    as the decoder's start: that token is the <bos>, nothing is added."""
     vocab = read_json(folder / "vocab.json")
     if not all(isinstance(i, int) for i in vocab.values()) or sorted(vocab.values()) != list(range(len(vocab))):
         raise CheckpointError(f"{folder / 'vocab.json'}: the ids are not 0 .. {len(vocab) - 1}, each once")
@@ -179,10 +187,12 @@ def renumbered_vocabulary(folder: Path, config: dict[str, Any]) -> tuple[list[st
     absent = [f"{role} ({i})" for role, i in roles.items() if i not in names]
     if absent:
         raise CheckpointError(f"{folder}: no token in vocab.json for {', '.join(absent)}")
-    clashes = [t for t in SPECIAL_TOKENS if t in vocab and vocab[t] not in roles.values()]
+    start = config.get("decoder_start_token_id", config.get("pad_token_id"))
+    bos = vocab.get(SPECIAL_TOKENS[BOS]) if vocab.get(SPECIAL_TOKENS[BOS]) == start else None  # attnlab's export
+    clashes = [t for t in SPECIAL_TOKENS if t in vocab and vocab[t] not in (*roles.values(), bos)]
     if clashes:
         raise CheckpointError(f"{folder / 'vocab.json'}: has {', '.join(clashes)} as text, which attnlab keeps for control")
-    order: list[int | None] = [roles["pad"], None, roles["eos"], roles["unk"]]
+    order: list[int | None] = [roles["pad"], bos, roles["eos"], roles["unk"]]
     order += sorted(set(names) - set(order))
     tokens = [SPECIAL_TOKENS[new] if new <= UNK else names[old] for new, old in enumerate(order)]
     return tokens, order, [t for t in tokens if LANGUAGE_CODE.fullmatch(t)]
@@ -253,11 +263,13 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
               "scale_embedding": cfg.embedding == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
               "decoder_start_token_id": start, "forced_eos_token_id": ids.index(EOS),
               "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "torch_dtype": "float32"}
+    tokenizer_config = {"tokenizer_class": "MarianTokenizer", "model_max_length": cfg.max_len, "eos_token": "</s>",
+                        "unk_token": "<unk>", "pad_token": "<pad>"}
+    kept_bos = {"bos_token": SPECIAL_TOKENS[BOS]} if BOS in ids else {}  # the decoder's start: special, never decoded
     control = {token: MARIAN_NAMES[token] for token in (SPECIAL_TOKENS[EOS], SPECIAL_TOKENS[PAD])}
     files = {"vocab.json": json.dumps({tokens[i]: new for new, i in enumerate(ids)}, ensure_ascii=False),
              "source.spm": spm_model(tokenizers["src"], control), "target.spm": spm_model(tokenizers["tgt"], control),
-             "tokenizer_config.json": json.dumps({"tokenizer_class": "MarianTokenizer", "model_max_length": cfg.max_len,
-                                                  "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}) + "\n"}
+             "tokenizer_config.json": json.dumps(tokenizer_config | kept_bos) + "\n"}
     return Exported(config, tensors, files)
 
 
@@ -272,11 +284,11 @@ class MarianConverter(HFConverter):
 
     @classmethod
     def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
-        fields = marian_model_fields(config, folder / "config.json")
         if (folder / "target_vocab.json").is_file():
             raise CheckpointError(f"{folder}: separate source and target vocabularies (target_vocab.json) are not "
                                   f"imported; attnlab's Marian shares one table")
         tokens, order, codes = renumbered_vocabulary(folder, config)
+        fields = marian_model_fields(config, folder / "config.json", "no_bos" if order[BOS] is None else "all")
         tokenizers = {role: spm_tokenizer(folder / f"{side}.spm", tokens, codes)
                       for role, side in (("src", "source"), ("tgt", "target"))}
         try:
