@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import run_cli
+from test_hf_marian import SOURCE, tiny_folder
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.decode.search import greedy
@@ -79,9 +80,29 @@ def test_the_translators_greedy_tokens_are_attnlabs(runs, tmp_path):
     batch = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in sources], batch_first=True, padding_value=PAD)
     ours = greedy(model.eval(), batch, max_len=24)
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
-    results = translator.translate_batch([[tokens[i] for i in s] for s in sources], beam_size=1, max_decoding_length=24)
+    results = translator.translate_batch([[tokens[i] for i in s] for s in sources], beam_size=1, max_decoding_length=24,
+                                         min_decoding_length=0)  # CTranslate2's default is 1; attnlab's, 0
     theirs = [[tokens.index(t) for t in result.hypotheses[0]] for result in results]
     assert theirs == ours and len({len(row) for row in ours}) > 1  # rows that end at different steps
+
+
+def test_a_run_imported_from_marian_deploys_in_marians_ids(tmp_path):
+    """export-hf puts Marian's tokens back at their ids (<pad> last, the decoder's start): CTranslate2
+    starts from that row, as transformers and attnlab do, and keeps it."""
+    folder = tiny_folder(tmp_path / "hf", eos_bias=1.0)
+    assert run_cli("import-hf", str(folder), "--out", str(tmp_path / "run")).returncode == 0
+    tokens = exported(tmp_path / "run", tmp_path / "ct2")
+    assert tokens == list(json.loads((folder / "vocab.json").read_text()))
+    model, tokenizers, _ = load_run(tmp_path / "run")
+    order = json.loads((tmp_path / "run" / "init.json").read_text())["order"]  # attnlab id -> Marian's
+    sources = [tokenizers["src"].encode(s) + [EOS] for s in SOURCE]
+    batch = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in sources], batch_first=True, padding_value=PAD)
+    ours = [[order[i] for i in row] for row in greedy(model.eval(), batch, max_len=12)]
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
+    results = translator.translate_batch([[tokens[order[i]] for i in s] for s in sources], beam_size=1,
+                                         max_decoding_length=12, min_decoding_length=0)
+    assert [[tokens.index(t) for t in result.hypotheses[0]] for result in results] == ours
+    assert len({len(row) for row in ours}) > 1
 
 
 def test_the_generators_greedy_tokens_are_attnlabs(runs, tmp_path):
