@@ -11,6 +11,7 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 from helpers import run_cli
@@ -114,6 +115,22 @@ def test_the_generators_greedy_tokens_are_attnlabs(runs, tmp_path):
     results = generator.generate_batch([[tokens[i] for i in p] for p in prompts], max_length=12, sampling_topk=1,
                                        include_prompt_in_result=False)
     assert [[tokens.index(t) for t in result.sequences[0]] for result in results] == ours
+
+
+@pytest.mark.parametrize("kind", ["mt", "lm"])
+def test_pad_and_bos_are_never_output_as_in_attnlabs_decoding(runs, tmp_path, kind):
+    """attnlab's decoding gives <pad> and <bos> log-probability -inf; the exported projection's bias does."""
+    tokens = exported(runs[kind], tmp_path / "ct2", *(("--quantization", "int8") if kind == "lm" else ()))
+    if kind == "mt":
+        engine = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
+        result = engine.translate_batch([[tokens[5], "</s>"]], beam_size=1, max_decoding_length=3,
+                                        min_decoding_length=0, return_logits_vocab=True)[0]
+    else:
+        engine = ctranslate2.Generator(str(tmp_path / "ct2"), device="cpu")
+        result = engine.generate_batch([[tokens[5]]], max_length=3, return_logits_vocab=True)[0]
+    logits = torch.from_numpy(numpy.array(result.logits[0][0]))  # (V,): the first step's
+    barred = [tokens.index("<pad>"), tokens.index("<bos>")]
+    assert torch.isneginf(logits[barred]).all() and logits.isfinite().sum() == len(tokens) - 2
 
 
 def test_int8_weights_are_stored_smaller_and_translate(runs, tmp_path):

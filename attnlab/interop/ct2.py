@@ -18,8 +18,12 @@ the embedding and the output projection. attnlab's Marian export keeps every row
 and starts from the embedding of ``decoder_start_token_id`` (``<bos>`` for a run trained by
 attnlab), as transformers' MarianMTModel does. :class:`RunLayoutMarianLoader` is CTranslate2's
 loader with those two assumptions turned off: the decoder starts from the start token's row and
-every row is kept. The result decodes as the run does: CTranslate2's greedy tokens are attnlab's
-(tests/test_ct2_export.py).
+every row is kept (a run imported from Marian, exported at Marian's ids, starts from its <pad> row,
+as transformers does). attnlab's decoding never outputs <pad> or <bos> (their log-probability is
+-inf); the converted output projection gets a bias of -inf at those rows (:func:`never_predicted`),
+so CTranslate2 never outputs them either. The result decodes as the run does: given the run's source tokens (ending
+with ``</s>``), ``translate_batch(..., beam_size=1, min_decoding_length=0)`` gives attnlab's greedy
+tokens (CTranslate2's default minimum, 1, never gives an empty translation; tests/test_ct2_export.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from attnlab.errors import ConfigError, UsageError
 from attnlab.files import publish_dir, staging_dir
 from attnlab.interop.folder import EXPORTERS, export_hf
@@ -39,6 +45,7 @@ from attnlab.models import FamilyConfig
 from attnlab.runs.run_dir import RunDir
 
 ENGINES = {"decoder_lm": "Generator", "encoder_decoder": "Translator"}  # arch -> the ctranslate2 class running it
+NEVER_PREDICTED = ("<pad>", "<bos>")  # attnlab's tokens its decoding rules out (decode/session.py: token_logprobs)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")  # CTranslate2's stored types
 
 
@@ -86,6 +93,14 @@ def export_ct2(run_dir: str | Path, out: str | Path, checkpoint: str = "best",
         run_converter(folder).convert(str(staged), quantization=quantization, force=True)
     publish_dir(staged, out)
     return ENGINES[cfg.arch], out
+
+
+def never_predicted(projection: Any, tokens: list[str]) -> None:
+    """Give the output projection (CTranslate2's LinearSpec; ``tokens``: its rows' names) a bias of
+    -inf at :data:`NEVER_PREDICTED`, so that CTranslate2, like attnlab, never outputs them."""
+    bias = projection.bias.detach().clone() if projection.has_bias() else torch.zeros(len(tokens))
+    bias[[i for i, token in enumerate(tokens) if token in NEVER_PREDICTED]] = -torch.inf
+    projection.bias = bias
 
 
 @contextmanager
@@ -137,6 +152,8 @@ def run_converter(folder: Path) -> Any:
             with quiet(transformers):
                 model = getattr(transformers, loader.architecture_name).from_pretrained(path).eval()
                 tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-            return loader(model, tokenizer)
+            spec = loader(model, tokenizer)
+            never_predicted(spec.decoder.projection, loader.get_vocabulary(model, tokenizer))
+            return spec
 
     return Converter(str(folder))
