@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from attnlab.data.tokenizers import BOS, PAD, SPECIAL_TOKENS
 from attnlab.errors import ConfigError, UsageError
 from attnlab.files import publish_dir, staging_dir
 from attnlab.interop.folder import EXPORTERS, export_hf
@@ -45,7 +46,7 @@ from attnlab.models import FamilyConfig
 from attnlab.runs.run_dir import RunDir
 
 ENGINES = {"decoder_lm": "Generator", "encoder_decoder": "Translator"}  # arch -> the ctranslate2 class running it
-NEVER_PREDICTED = ("<pad>", "<bos>")  # attnlab's tokens its decoding rules out (decode/session.py: token_logprobs)
+NEVER_PREDICTED = (SPECIAL_TOKENS[PAD], SPECIAL_TOKENS[BOS])  # decoding rules them out (decode/session.py)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")  # CTranslate2's stored types
 
 
