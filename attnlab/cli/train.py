@@ -171,8 +171,16 @@ def cmd_export_hf(args: argparse.Namespace) -> None:
     print(f"exported {args.run_dir} as a Hugging Face {converter.model_type} folder ({files}): {out}")
 
 
+def cmd_export_ct2(args: argparse.Namespace) -> None:
+    from attnlab.interop.ct2 import export_ct2
+
+    engine, out = export_ct2(args.run_dir, args.out, args.checkpoint, args.quantization)
+    print(f"exported {args.run_dir} as a CTranslate2 model ({args.quantization or 'weights as trained'}): {out}")
+    print(f"load it with ctranslate2.{engine}({str(out)!r})")
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add `train, sweep, average, export and import-hf` to the command line."""
+    """Add `train, sweep, average, export, import-hf, export-hf and export-ct2` to the command line."""
     train = sub.add_parser("train", help="train a model from a config file")
     train.add_argument("config", nargs="?",
                        help="YAML or JSON config with model, data and train sections (with --resume: the run's own "
@@ -254,3 +262,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_checkpoint_args(export_hf)
     export_hf.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")
     export_hf.set_defaults(func=cmd_export_hf)
+
+    ct2 = sub.add_parser("export-ct2", help="write a run as a CTranslate2 model (decoder_lm -> Generator, "
+                                            "encoder_decoder -> Translator)",
+                         description="Write a CTranslate2 model folder (config.json, model.bin, the vocabulary) of a "
+                                     "run's checkpoint, through export-hf's Hugging Face folder and CTranslate2's own "
+                                     "converter: decoder_lm runs whose options GPT-2 has (ctranslate2.Generator), "
+                                     "encoder_decoder runs whose options Marian has (ctranslate2.Translator: its "
+                                     "source tokens end with '</s>', as the run's do); other runs and options are "
+                                     "refused, named in one line. Needs the ct2 extra (pip install 'attnlab[ct2]').")
+    add_checkpoint_args(ct2)
+    ct2.add_argument("--out", required=True, help="the folder to write (must not exist, or be empty)")
+    ct2.add_argument("--quantization", metavar="TYPE",
+                     help="store the weights as CTranslate2's TYPE: float32, int8, int8_float32, int16, float16 or "
+                          "bfloat16 (default: as trained); CTranslate2 can also quantise when loading (compute_type)")
+    ct2.set_defaults(func=cmd_export_ct2)
