@@ -33,6 +33,8 @@ $(STAMP): $(RUNTIME)
 
 test: $(STAMP) $(BROWSER)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check attnlab tests docs/experiments
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 clean:

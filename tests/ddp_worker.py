@@ -12,10 +12,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab import build_model, model_config
 from attnlab.data.batching import collate_pairs
-from attnlab.runs.config import TrainConfig
 from attnlab.parallel.distributed import exit_worker, joined_world
-from attnlab.train.step import accumulate_gradients, train_step
+from attnlab.runs.config import TrainConfig
 from attnlab.train.schedules import make_schedule, make_scheduler
+from attnlab.train.step import accumulate_gradients, train_step
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=None)
 

@@ -17,13 +17,13 @@ import torch.distributed as dist
 from attnlab import build_model, model_config
 from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import MASK, PAD
+from attnlab.parallel.distributed import exit_worker, joined_world
+from attnlab.parallel.pipeline import Pipeline
+from attnlab.runs.config import TrainConfig
 from attnlab.tasks.classification import ClassBatch, Classification
 from attnlab.tasks.language_model import LanguageModel
 from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
 from attnlab.tasks.translation import Translation
-from attnlab.runs.config import TrainConfig
-from attnlab.parallel.distributed import exit_worker, joined_world
-from attnlab.parallel.pipeline import Pipeline
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
 

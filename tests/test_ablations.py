@@ -8,14 +8,14 @@ import math
 
 import pytest
 import torch
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 from attnlab import ConfigError, model_config
-from attnlab.nn import SelfAttention, ResidualConnection
-from attnlab.nn.scores import LearnedScale, NoScale
+from attnlab.nn import ResidualConnection, SelfAttention
 from attnlab.nn.layers import EncoderLayer, NoNorm, NoResidual
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.registry import ATTENTION_BACKENDS
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
+from attnlab.nn.scores import LearnedScale, NoScale
 
 D, H = 16, 4
 

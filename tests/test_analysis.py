@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import random_ids, run_cli, tiny_model
 from matplotlib.colors import to_rgb
 from PIL import Image
 
@@ -42,9 +43,8 @@ from attnlab.decode.search import greedy
 from attnlab.nn.attention import CrossAttention, attention_modules, remove_heads
 from attnlab.nn.masks import causal_mask
 from attnlab.runs.config import RunConfig
-from attnlab.train.step import layer_grad_norms
 from attnlab.train.run import train_run
-from helpers import random_ids, run_cli, tiny_model
+from attnlab.train.step import layer_grad_norms
 
 
 def encoder_decoder(**overrides):

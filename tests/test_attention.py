@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import with_weights
 
 from attnlab.nn import CrossAttention, KVCache, MultiHeadAttention, SelfAttention, causal_mask, padding_mask
 from attnlab.nn.scores import attention
-from helpers import with_weights
 
 
 def qkv(B=2, H=3, Tq=5, Tk=5, D=8, seed=0):
@@ -98,11 +98,15 @@ def copy_from_torch(ours: MultiHeadAttention, ref: torch.nn.MultiheadAttention) 
     D = ref.embed_dim
     with torch.no_grad():
         if isinstance(ours, CrossAttention):
-            ours.q_proj.weight.copy_(ref.in_proj_weight[:D]); ours.q_proj.bias.copy_(ref.in_proj_bias[:D])
-            ours.kv_proj.weight.copy_(ref.in_proj_weight[D:]); ours.kv_proj.bias.copy_(ref.in_proj_bias[D:])
+            ours.q_proj.weight.copy_(ref.in_proj_weight[:D])
+            ours.q_proj.bias.copy_(ref.in_proj_bias[:D])
+            ours.kv_proj.weight.copy_(ref.in_proj_weight[D:])
+            ours.kv_proj.bias.copy_(ref.in_proj_bias[D:])
         else:
-            ours.qkv_proj.weight.copy_(ref.in_proj_weight); ours.qkv_proj.bias.copy_(ref.in_proj_bias)
-        ours.out_proj.weight.copy_(ref.out_proj.weight); ours.out_proj.bias.copy_(ref.out_proj.bias)
+            ours.qkv_proj.weight.copy_(ref.in_proj_weight)
+            ours.qkv_proj.bias.copy_(ref.in_proj_bias)
+        ours.out_proj.weight.copy_(ref.out_proj.weight)
+        ours.out_proj.bias.copy_(ref.out_proj.bias)
 
 
 @pytest.mark.parametrize("kind", ["self", "cross"])
@@ -111,7 +115,8 @@ def test_multihead_matches_torch(kind, masks):
     torch.manual_seed(0)
     D, H, B, T, S = 16, 4, 3, 5, 7
     ref = torch.nn.MultiheadAttention(D, H, batch_first=True).eval()
-    torch.nn.init.normal_(ref.in_proj_bias); torch.nn.init.normal_(ref.out_proj.bias)  # non-zero biases
+    torch.nn.init.normal_(ref.in_proj_bias)  # non-zero biases
+    torch.nn.init.normal_(ref.out_proj.bias)
     ours = (SelfAttention if kind == "self" else CrossAttention)(D, H).eval()
     copy_from_torch(ours, ref)
     x = torch.randn(B, T, D)

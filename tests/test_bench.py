@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import ATTNLAB, fixed_medians, run_cli
 
 from attnlab.bench.models import MODELS, REFERENCE, bench_models
-from helpers import ATTNLAB, fixed_medians, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = {"transformer": "multi30k_de_en", "gru_bahdanau": "rnn_bahdanau", "gru_fixed_context": "rnn_fixed_context"}
@@ -567,9 +567,9 @@ def test_ctranslate2_columns_say_when_the_extra_is_missing(monkeypatch, capsys):
     them out."""
     import sys
 
-    from attnlab.cli import main
     import attnlab.bench.decode as decode_bench
     import attnlab.bench.lm as lm_bench
+    from attnlab.cli import main
 
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` raises ImportError
     monkeypatch.setattr(decode_bench, "interleaved_medians", fixed_medians(default=0.5))
@@ -715,9 +715,9 @@ def test_onnx_runtime_columns_say_when_the_extra_is_missing(monkeypatch, capsys)
     its line, as transformers' columns do, and so does a bench on a GPU; --no-ort leaves them out."""
     import sys
 
-    from attnlab.cli import main
     import attnlab.bench.encoder as encoder_bench
     from attnlab.bench.ort import unavailable
+    from attnlab.cli import main
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` raises ImportError
     monkeypatch.setattr(encoder_bench, "MINILM", tiny_bert_config())

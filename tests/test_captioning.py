@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import assert_cached_matches_uncached, run_cli
 from PIL import Image
 
 from attnlab import ConfigError, DataError, build_model, model_config, task_config
 from attnlab.data.scenes import generate
 from attnlab.decode.search import beam_search, greedy
+from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching
 from attnlab.tasks.captioning import Captioning
-from attnlab.runs.checkpoint import load_run
-from helpers import assert_cached_matches_uncached, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,8 +168,8 @@ def test_evaluate_decodes_by_beam_and_lenpen_as_caption_does(captioning_run):
     """`evaluate --beam K --lenpen A` scores the captions of beam_search(K, A) run by hand on the
     split's standardised images; --beam 1 those of greedy search."""
     from attnlab.eval.metrics import exact_match
-    from attnlab.runs.run_dir import RunDir
     from attnlab.runs.data import read_run_data
+    from attnlab.runs.run_dir import RunDir
 
     root, _ = captioning_run
     model, tokenizers, _ = load_run(root / "run")
@@ -290,7 +290,6 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
 
 def test_the_captioning_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
-
     from attnlab.runs.data import planned_model_config
 
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "captioning.yaml")

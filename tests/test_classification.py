@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_cli
 
 from attnlab import DataError, build_model, model_config
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
-from attnlab.tasks.classification import encode_inputs
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
-from helpers import run_cli
+from attnlab.tasks.classification import encode_inputs
 
 
 def write(path, text: str):
@@ -257,7 +257,7 @@ def test_inspect_draws_what_cls_attends_to_and_gives_the_prediction(classifier, 
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "fig" / "summary.json").read_text())
     assert summary["source_tokens"] == ["<bos>", "the", "film", "was", "great", "<eos>"]
-    assert summary["prediction"]["label"] == "pos" and f"prediction: pos (" in done.stdout
+    assert summary["prediction"]["label"] == "pos" and "prediction: pos (" in done.stdout
     model, _, _ = load_run(root / "run")
     p = model.classify(torch.tensor([[BOS, *RunDir(root / "run").read_tokenizers()["src"].encode(
         "the film was great"), EOS]])).softmax(-1)[0]

@@ -8,13 +8,13 @@ import math
 from pathlib import Path
 from typing import ClassVar
 
-import pytest
-
 import golden
+import pytest
+from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
+
 from attnlab import ConfigError, model_config
 from attnlab.config import TypedConfig
 from attnlab.models import StackConfig, read_model_config
-from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -259,8 +259,8 @@ def test_every_shipped_training_config_is_valid(path, tmp_path, monkeypatch):
     gets a stand-in with ETT's columns."""
     import yaml
 
-    from attnlab.tasks.task import set_by_data
     from attnlab.runs.config import RunConfig
+    from attnlab.tasks.task import set_by_data
 
     data = yaml.safe_load(path.read_text())["data"]
     paths = [v for v in data.values() if isinstance(v, str) and "/" in v]  # a built-in generator reads none

@@ -10,18 +10,27 @@ import os
 import subprocess
 from pathlib import Path
 
+import golden
 import pytest
 import torch
+from helpers import (
+    ATTNLAB,
+    RECURRENT_PRESET,
+    RECURRENT_SETS,
+    TORCHRUN,
+    assert_only_torchruns_traceback,
+    random_ids,
+    run_cli,
+    tiny_model,
+    without_dropout,
+)
 
-import golden
 from attnlab.data.batching import collate_pairs
 from attnlab.decode.search import beam_search, greedy
-from attnlab.runs.config import TrainConfig
 from attnlab.precision import autocast
+from attnlab.runs.config import TrainConfig
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import make_optimizer, train_step
-from helpers import (ATTNLAB, RECURRENT_PRESET, RECURRENT_SETS, TORCHRUN, assert_only_torchruns_traceback, random_ids,
-                     run_cli, tiny_model, without_dropout)
 
 pytestmark = pytest.mark.cuda
 CUDA = torch.device("cuda", 0)

@@ -10,7 +10,7 @@ import torch
 
 from attnlab import ConfigError, DataError, task_config
 from attnlab.data.batching import collate_pairs, lm_blocks, lm_eval_blocks, token_budget_batches
-from attnlab.data.corpora import FilterReport, generated_pairs, filter_by_length, read_parallel, read_scan, read_tsv
+from attnlab.data.corpora import FilterReport, filter_by_length, generated_pairs, read_parallel, read_scan, read_tsv
 from attnlab.data.scan import scan_commands
 from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
 

@@ -104,8 +104,8 @@ def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, var
 
     from attnlab.data.batching import Batch
     from attnlab.eval.likelihood import teacher_forced_loss
-    from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
     from attnlab.precision import autocast
+    from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
     from attnlab.train.step import compiled
 
     model = tiny_model(arch=arch, dropout=0.1).train()

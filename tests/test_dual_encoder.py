@@ -14,19 +14,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import run_cli
 from PIL import Image
 
 from attnlab import ConfigError, build_model, model_config, task_config
 from attnlab.data.scenes import generate
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.nn.dual_encoder import symmetric_info_nce
+from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching
 from attnlab.tasks.contrastive import Contrastive, PairBatch
 from attnlab.tasks.retrieval import (
-    class_embeddings, labelled_by_prompt, recall_at_k, retrieval_scores, text_ids, zero_shot_probabilities,
+    class_embeddings,
+    labelled_by_prompt,
+    recall_at_k,
+    retrieval_scores,
+    text_ids,
+    zero_shot_probabilities,
 )
-from attnlab.runs.checkpoint import load_run
-from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import run_cli
 
 from attnlab import ConfigError, DataError, UsageError, task_config
 from attnlab.cli.forecast import origin_row
 from attnlab.data.series import Scaler, future_dates, read_series, split_bounds, split_rows, window_starts
-from attnlab.tasks.forecasting import Forecasting
-from attnlab.tasks.batching import Batching
 from attnlab.runs.checkpoint import load_run
-from attnlab.runs.run_dir import RunDir
 from attnlab.runs.data import read_run_data
-from helpers import run_cli
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.batching import Batching
+from attnlab.tasks.forecasting import Forecasting
 
 COLUMNS = ("load", "price", "temp")
 

@@ -18,9 +18,8 @@ import json
 import math
 import os
 
-import pytest
-
 import golden
+import pytest
 
 RECORDED = json.loads(golden.FIGURES.read_text())
 RTOL = 0.0 if os.environ.get("ATTNLAB_GOLDEN_EXACT") == "1" else 2e-3

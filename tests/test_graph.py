@@ -11,18 +11,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_cli, with_weights
 
 from attnlab import ConfigError, DataError, build_model, model_config, task_config
 from attnlab.data.graphs import karate_club, read_edges, read_graph, read_nodes
 from attnlab.nn.graph import LaplacianPositionalEncoding, laplacian_eigenvectors, neighbourhoods, normalized_laplacian
 from attnlab.nn.masks import AttentionMask
-from attnlab.tasks.node_classification import (
-    UNLABELLED, NodeClassification, NodeClassificationConfig, split_nodes,
-)
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.data import read_run_data
 from attnlab.runs.run_dir import RunDir
-from helpers import run_cli, with_weights
+from attnlab.tasks.node_classification import (
+    UNLABELLED,
+    NodeClassification,
+    NodeClassificationConfig,
+    split_nodes,
+)
 
 
 def adjacency(n: int, edges: list[tuple[int, int]]) -> torch.Tensor:

@@ -11,7 +11,6 @@ import pytest
 import tokenizers
 import torch
 import transformers
-
 from helpers import run_cli
 from test_hf_import import tiny_folder
 

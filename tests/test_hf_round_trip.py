@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+import test_hf_gpt2
+import test_hf_import
+import test_hf_marian
+import test_hf_vit
 import torch
 import transformers
+from helpers import run_cli
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS
 from attnlab.interop.folder import EXPORTERS
 from attnlab.runs.checkpoint import load_run
 from attnlab.tasks.classification import Encoded, collate, encode_inputs
-from helpers import run_cli
-import test_hf_gpt2
-import test_hf_import
-import test_hf_marian
-import test_hf_vit
 
 CONTROL_TOKENS = (*SPECIAL_TOKENS, "</s>", "[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 

@@ -9,20 +9,20 @@ from collections import Counter
 
 import pytest
 import torch
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 from safetensors.torch import load_file
 
 from attnlab import ConfigError, model_config
+from attnlab.data.batching import collate_pairs
 from attnlab.data.tokenizers import BOS, EOS
 from attnlab.decode.search import beam_search, greedy
 from attnlab.eval.likelihood import teacher_forced_loss
-from attnlab.data.batching import collate_pairs
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.transformer import Seq2Seq
-from attnlab.runs.run_dir import MODEL_FILE, RunDir
 from attnlab.runs.config import RunConfig
 from attnlab.runs.data import prepare
+from attnlab.runs.run_dir import MODEL_FILE, RunDir
 from attnlab.train.run import train_run
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 KINDS = ["none", "bahdanau", "luong", "lake_baroni"]  # the last: Lake & Baroni's decoder with Bahdanau's attention
 

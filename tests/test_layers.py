@@ -33,11 +33,13 @@ def residual(norm):
 
 
 def copy_linear(ours: nn.Linear, ref: nn.Linear) -> None:
-    ours.weight.data.copy_(ref.weight); ours.bias.data.copy_(ref.bias)
+    ours.weight.data.copy_(ref.weight)
+    ours.bias.data.copy_(ref.bias)
 
 
 def copy_norm(ours: ResidualConnection, ref: nn.LayerNorm) -> None:
-    ours.norm.weight.data.copy_(ref.weight); ours.norm.bias.data.copy_(ref.bias)
+    ours.norm.weight.data.copy_(ref.weight)
+    ours.norm.bias.data.copy_(ref.bias)
 
 
 def randomise(module: nn.Module) -> None:
@@ -61,8 +63,10 @@ def test_encoder_layer_matches_torch(norm_first, activation):
     ours = EncoderLayer(SelfAttention(D, H), PositionWiseFeedForward(D, F_DIM, ACTIVATIONS[activation]()),
                         residual(norm), residual(norm)).eval()
     copy_from_torch(ours.self_attn, ref.self_attn)
-    copy_linear(ours.feed_forward.w_1, ref.linear1); copy_linear(ours.feed_forward.w_2, ref.linear2)
-    copy_norm(ours.self_attn_residual, ref.norm1); copy_norm(ours.feed_forward_residual, ref.norm2)
+    copy_linear(ours.feed_forward.w_1, ref.linear1)
+    copy_linear(ours.feed_forward.w_2, ref.linear2)
+    copy_norm(ours.self_attn_residual, ref.norm1)
+    copy_norm(ours.feed_forward_residual, ref.norm2)
 
     x = torch.randn(3, 7, D)
     valid = torch.ones(3, 7, dtype=torch.bool)
@@ -85,8 +89,10 @@ def test_decoder_only_layer_matches_torch_causal_encoder_layer_and_its_cache(nor
     ours = DecoderLayer(SelfAttention(D, H), PositionWiseFeedForward(D, F_DIM, nn.ReLU()), residual(norm),
                         residual(norm)).eval()
     copy_from_torch(ours.self_attn, ref.self_attn)
-    copy_linear(ours.feed_forward.w_1, ref.linear1); copy_linear(ours.feed_forward.w_2, ref.linear2)
-    copy_norm(ours.self_attn_residual, ref.norm1); copy_norm(ours.feed_forward_residual, ref.norm2)
+    copy_linear(ours.feed_forward.w_1, ref.linear1)
+    copy_linear(ours.feed_forward.w_2, ref.linear2)
+    copy_norm(ours.self_attn_residual, ref.norm1)
+    copy_norm(ours.feed_forward_residual, ref.norm2)
 
     y, pos = torch.randn(2, 5, D), torch.arange(5)
     out = ours(y, AttentionMask(causal=True), (pos, pos))
@@ -107,8 +113,10 @@ def test_seq2seq_decoder_layer_matches_torch(norm_first):
                                residual(norm), residual(norm), residual(norm)).eval()
     copy_from_torch(ours.self_attn, ref.self_attn)
     copy_from_torch(ours.cross_attn, ref.multihead_attn)
-    copy_linear(ours.feed_forward.w_1, ref.linear1); copy_linear(ours.feed_forward.w_2, ref.linear2)
-    copy_norm(ours.self_attn_residual, ref.norm1); copy_norm(ours.cross_attn_residual, ref.norm2)
+    copy_linear(ours.feed_forward.w_1, ref.linear1)
+    copy_linear(ours.feed_forward.w_2, ref.linear2)
+    copy_norm(ours.self_attn_residual, ref.norm1)
+    copy_norm(ours.cross_attn_residual, ref.norm2)
     copy_norm(ours.feed_forward_residual, ref.norm3)
 
     y, memory = torch.randn(3, 6, D), torch.randn(3, 8, D)
@@ -169,7 +177,9 @@ def test_a_residual_block_hands_its_sublayer_the_arguments_after_the_input(place
 def test_feed_forward_by_hand():
     ffn = PositionWiseFeedForward(2, 3, nn.ReLU())
     with torch.no_grad():
-        ffn.w_1.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, -1.0]])); ffn.w_1.bias.zero_()
-        ffn.w_2.weight.copy_(torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 2.0]])); ffn.w_2.bias.copy_(torch.tensor([0.5, 0.0]))
+        ffn.w_1.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, -1.0]]))
+        ffn.w_1.bias.zero_()
+        ffn.w_2.weight.copy_(torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 2.0]]))
+        ffn.w_2.bias.copy_(torch.tensor([0.5, 0.0]))
     # x = [1, 3]: W1 x = [1, 3, -2] -> ReLU [1, 3, 0] -> W2 h + b = [4.5, 0]
     torch.testing.assert_close(ffn(torch.tensor([[[1.0, 3.0]]])), torch.tensor([[[4.5, 0.0]]]))

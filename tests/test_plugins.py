@@ -25,25 +25,27 @@ from typing import Optional
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import run_cli
 from starlette.testclient import TestClient
 from torch import nn
 
 from attnlab import FAMILIES, ConfigError, build_model, model_config, register_family
-from attnlab.config import at_least
-from attnlab.data.corpora import read_tsv
-from attnlab.data.tokenizers import PAD, Tokenizer
-from attnlab.models import INPUT_KINDS, Capabilities, FamilyConfig, ModelFamily
-from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
 from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.heads import head_entropy
 from attnlab.analysis.inspect import module_entry
-from attnlab.serve.app import create_app
-from attnlab.serve.explorer import Explorer
+from attnlab.config import at_least
+from attnlab.data.corpora import read_tsv
+from attnlab.data.tokenizers import PAD, Tokenizer
+from attnlab.models import INPUT_KINDS, AttentionStack, Capabilities, FamilyConfig, ModelFamily, StackConfig
+from attnlab.models import transformer as parts
+from attnlab.nn.tensor_plan import COLUMNS, ROWS, TensorPlan, megatron
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.config import TrainConfig
+from attnlab.serve.app import create_app
+from attnlab.serve.explorer import Explorer
+from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
 from attnlab.views import VIEWS, Explorable, Inspectable, Page, register_view, tasks_with
 from attnlab.views.session import attention_maps
-from helpers import run_cli
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ class Sentiment(Task):
         labels = sorted({label for _, label in pairs})
         if tokenizers is None:
             tokenizers = {"src": Tokenizer.train("word", [text for text, _ in pairs], cfg.vocab_size), "tgt": None}
-        examples = list(zip(tokenizers["src"].encode_batch([t for t, _ in pairs]), [labels.index(l) for _, l in pairs]))
+        examples = list(zip(tokenizers["src"].encode_batch([t for t, _ in pairs]), [labels.index(label) for _, label in pairs]))
         data = LabelledData(tokenizers, {"train": examples[:-cfg.n_valid], "valid": examples[-cfg.n_valid:]},
                             batching.seed, batching.batch_size)
         data.labels = labels
@@ -697,10 +699,6 @@ def test_the_walkthrough_adds_an_input_type(tmp_path):
 
 # -- a family with a tensor-parallel plan: train.strategy tp splits it as its model declares ----------
 
-from attnlab.models import AttentionStack, StackConfig
-from attnlab.models import transformer as parts
-from attnlab.nn.tensor_plan import COLUMNS, ROWS, TensorPlan, megatron
-
 TAGGER_VOCAB = 20
 
 
@@ -786,8 +784,8 @@ def tagger_under_tp(out: str) -> None:
     """Run by torchrun, 2 CPU processes: the tagger as train.strategy tp prepares it, its parameters'
     shapes on this rank, its attention modules' heads, its loss and gradients; rank 0 saves them
     with the loss and gradients of the whole model in one process."""
-    from attnlab.runs.config import TrainConfig
     from attnlab.parallel.distributed import exit_worker, is_dtensor, joined_world
+    from attnlab.runs.config import TrainConfig
     from attnlab.train.strategy import strategy_for
 
     register_family(ShardedTaggerFamily)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.errors import ConfigError
 from attnlab import precision
+from attnlab.errors import ConfigError
 from attnlab.precision import autocast, choose_precision, cpu_flags
 
 CPU = torch.device("cpu")

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_train import run_config, train_losses
 
 import attnlab.train.loop as loop
 from attnlab.errors import ConfigError
 from attnlab.runs.config import TrainConfig
+from attnlab.runs.run_dir import RunDir
 from attnlab.train.progress import duration
 from attnlab.train.run import train_run
-from attnlab.runs.run_dir import RunDir
-from test_train import run_config, train_losses
 
 ROOT = Path(__file__).resolve().parent.parent
 LINE = re.compile(r"step (\d+)/(\d+): loss (\S+), (\S+) tokens/s, ETA (.+)")

@@ -4,8 +4,6 @@ compositional split, seeded noise, and the captions-file reader's one-line refus
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from PIL import Image
@@ -13,7 +11,6 @@ from PIL import Image
 from attnlab import DataError
 from attnlab.data import scenes
 from attnlab.data.scenes import PALETTE, SceneObject, cell_centre, digest, generate, read_captions_file
-
 
 # sha256 of the first 100 training scenes of seed 0 (pixels and captions), with Pillow 13.0.0
 # (constraints.txt): a change here means the data set changed

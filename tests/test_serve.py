@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import ATTNLAB, run_cli
 from PIL import Image
 from starlette.testclient import TestClient
 
@@ -37,14 +38,13 @@ from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.decode.search import beam_search
 from attnlab.nn.attention import remove_heads
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.config import RunConfig
+from attnlab.runs.run_dir import RunDir
 from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
 from attnlab.tasks.visual_qa import ask
-from attnlab.runs.checkpoint import load_run
-from attnlab.runs.run_dir import RunDir
-from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
-from helpers import ATTNLAB, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -378,8 +378,8 @@ def test_the_page_opens_on_an_example_from_each_runs_validation_data(runs):
     """The first validation source of a translation run, the first validation text of a classifier,
     the start of a language model's validation text; none where the input is no sentence (an image)
     or the run's data is not there any more."""
-    from attnlab.runs.run_dir import RunDir
     from attnlab.runs.data import read_run_data
+    from attnlab.runs.run_dir import RunDir
 
     examples = {name: r["example"] for name, r in zip(("translation", "lm", "classifier", "mlm", "vit"), client(
         runs["translation"], runs["lm"], runs["classifier"], runs["mlm"], runs["vit"]).get("/api/info").json()["runs"])}

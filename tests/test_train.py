@@ -15,20 +15,20 @@ from safetensors.torch import load_file
 
 from attnlab import CheckpointError
 from attnlab.config import overlaid
+from attnlab.data.batching import Batch
 from attnlab.decode.search import greedy
 from attnlab.decode.spec import Greedy
 from attnlab.decode.translate import translate
-from attnlab.data.batching import Batch
 from attnlab.errors import ConfigError
 from attnlab.models import build_model
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.runs.checkpoint import load_run
-from attnlab.runs.derived import average_checkpoints
-from attnlab.train.progress import Progress
 from attnlab.runs.config import RunConfig
 from attnlab.runs.data import prepare
-from attnlab.train.run import train_run
+from attnlab.runs.derived import average_checkpoints
 from attnlab.runs.run_dir import MODEL_FILE, STATE_FILE, RunDir
+from attnlab.train.progress import Progress
+from attnlab.train.run import train_run
 from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam
 from attnlab.train.step import make_optimizer, train_step
 

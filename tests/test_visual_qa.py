@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import run_cli
 from PIL import Image
 
 from attnlab import ConfigError, build_model, model_config, task_config
 from attnlab.data.scenes import generate
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.nn.vision import patches
+from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching
 from attnlab.tasks.visual_qa import VisualQA, kind_of
-from attnlab.runs.checkpoint import load_run
-from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

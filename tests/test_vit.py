@@ -13,17 +13,22 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import run_cli
 from PIL import Image
 
 from attnlab import ConfigError, DataError, build_model, model_config, task_config
 from attnlab.analysis.heads import attention_rollout
+from attnlab.data.images import digits, read_folder, read_npz, write_example_digits
 from attnlab.nn.vision import (
-    ClassToken, LearnedPatchPositional, LearnedRowColumnPositional, PatchEmbedding, PatchMean, SinCos2DPositional,
+    ClassToken,
+    LearnedPatchPositional,
+    LearnedRowColumnPositional,
+    PatchEmbedding,
+    PatchMean,
+    SinCos2DPositional,
     patches,
 )
-from attnlab.data.images import digits, read_folder, read_npz, write_example_digits
 from attnlab.runs.checkpoint import load_run
-from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,12 @@ import json
 import re
 
 import pytest
+import test_reliability
 import torch
+from helpers import random_ids, run_cli, tiny_model
 from safetensors import safe_open
+from test_bench import lm_run
+from test_reliability import CHECKPOINT, USAGE, flip_byte, snapshot
 from torch import nn
 
 from attnlab.cli import main
@@ -29,10 +33,6 @@ from attnlab.nn.heads import VocabularyProjection
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.derived import export_run, write_average
 from attnlab.runs.weights_file import WEIGHTS_KEY
-from helpers import random_ids, run_cli, tiny_model
-from test_bench import lm_run
-from test_reliability import CHECKPOINT, USAGE, flip_byte, snapshot
-import test_reliability
 
 workspace = test_reliability.workspace  # a fixture: a corpus, its config and a trained translation run
 

@@ -15,12 +15,12 @@ from attnlab.config import overlaid
 from attnlab.data.batching import collate_pairs
 from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
-from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
-from attnlab.runs.config import TrainConfig
 from attnlab.parallel.distributed import World, exit_worker, joined_world, whole
+from attnlab.parallel.tensor_parallel import tensor_parallel
+from attnlab.runs.config import TrainConfig
+from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
-from attnlab.parallel.tensor_parallel import tensor_parallel
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
 SIZES = dict(vocab_size=30, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0))

@@ -28,9 +28,9 @@ from attnlab.data.images import colour_of, read_image
 from attnlab.errors import UsageError
 from attnlab.files import atomic_write_text
 from attnlab.nn.single_stream import IMAGE, TEXT
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.visual_qa import question_ids
-from attnlab.runs.run_dir import RunDir
 
 
 def blocks(probs: Tensor, modality: Tensor) -> dict[str, Tensor]:

@@ -31,21 +31,25 @@ from torch import nn
 
 from attnlab.analysis.capture import AttentionRecord, attention_of, capture_attention
 from attnlab.analysis.heads import attention_rollout, head_entropy, mean_distance
-from attnlab.analysis.plots import (alignment_plot, attention_heatmaps, entropy_plot, first_token_plot,
-                                    patch_attention_plot)
+from attnlab.analysis.plots import (
+    alignment_plot,
+    attention_heatmaps,
+    entropy_plot,
+    first_token_plot,
+    patch_attention_plot,
+)
 from attnlab.data.batching import source_batch
 from attnlab.data.images import colour_of, read_image
 from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
+from attnlab.files import atomic_write_text
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.data import read_run_data
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.image_classification import read_inputs
-from attnlab.files import atomic_write_text
-from attnlab.runs.checkpoint import load_run
-from attnlab.runs.run_dir import RunDir
-from attnlab.runs.data import read_run_data
-
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 FigureDir = Callable[[], Path]  # called once the input has been read: the folder the figures go to

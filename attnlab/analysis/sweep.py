@@ -50,7 +50,6 @@ from attnlab.config import differences, dump_yaml
 from attnlab.errors import AttnlabError, ConfigError, Interrupted, UsageError
 from attnlab.files import atomic_write_text
 
-
 # -- the plan ----------------------------------------------------------------------------------------
 
 def plan(spec: SweepSpec, out: Path) -> list[PlannedRun]:
@@ -69,9 +68,9 @@ def plan(spec: SweepSpec, out: Path) -> list[PlannedRun]:
 
 def _check_config(run: PlannedRun) -> None:
     """Refuse a config that does not build, and a run directory trained with another config."""
-    from attnlab.tasks.task import set_by_data
-    from attnlab.runs.run_dir import RunDir
     from attnlab.runs.config import RunConfig
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks.task import set_by_data
 
     try:
         planned = RunConfig.from_file(run.config, run.sets)

@@ -15,6 +15,7 @@ from typing import Any
 from attnlab.analysis.sweep_spec import Cell, Evaluation, PlannedRun, SweepSpec
 from attnlab.files import atomic_write_text
 
+
 @dataclass(frozen=True)
 class Spread:
     """A metric over a cell's seeds."""

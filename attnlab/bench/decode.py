@@ -26,10 +26,9 @@ from typing import Any, Callable, Iterator
 import torch
 
 from attnlab.bench.ct2 import COMPUTE_TYPES, engines, numbered, reference_name, threads, unavailable
-from attnlab.bench.reference import SHAPE, TRANSFORMERS_MISSING, marian
 from attnlab.bench.device import device_fields
+from attnlab.bench.reference import SHAPE, TRANSFORMERS_MISSING, attnlab_model, marian
 from attnlab.bench.timing import CPU, checked_length, interleaved_medians
-from attnlab.bench.reference import attnlab_model
 from attnlab.data.batching import source_batch
 from attnlab.data.tokenizers import EOS, PAD, UNK
 from attnlab.decode.search import beam_search, greedy

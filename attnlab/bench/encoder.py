@@ -20,8 +20,8 @@ import torch
 from attnlab.bench import ort
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians
-from attnlab.models import build_model, model_config
 from attnlab.interop import bert_model_fields, load_bert
+from attnlab.models import build_model, model_config
 from attnlab.precision import autocast
 
 HF = "transformers.BertModel"

@@ -16,8 +16,8 @@ import torch
 from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians
 from attnlab.decode.search import greedy
-from attnlab.models import build_model, model_config
 from attnlab.interop.gpt2 import gpt2_model_fields, gpt2_tensors
+from attnlab.models import build_model, model_config
 from attnlab.runs.init import copy_tensors, named_tensors
 
 HF = "transformers.GPT2LMHeadModel.generate"

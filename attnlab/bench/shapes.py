@@ -43,8 +43,8 @@ from attnlab.bench.train import TrainingStep, attnlab_step, cross_entropy, gemm,
 from attnlab.data.batching import Batch
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
-from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig, MLMBatch, mask_tokens
 from attnlab.runs.config import GRAPHS, TrainConfig
+from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig, MLMBatch, mask_tokens
 from attnlab.torch_private import inductor_counters
 from attnlab.train.step import Objective, compiled
 

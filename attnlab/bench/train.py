@@ -23,16 +23,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.analysis.budget import budget_report
-from attnlab.bench.reference import DROPOUT, SHAPE, TRANSFORMERS_MISSING, attnlab_model, marian, model_config, torch_transformer
 from attnlab.bench.device import device_fields
+from attnlab.bench.reference import (
+    DROPOUT,
+    SHAPE,
+    TRANSFORMERS_MISSING,
+    attnlab_model,
+    marian,
+    model_config,
+    torch_transformer,
+)
 from attnlab.bench.timing import CPU, interleaved_medians, random_pairs
 from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
-from attnlab.runs.config import TrainConfig
-from attnlab.train.step import Objective, make_optimizer, train_step
 from attnlab.precision import autocast
+from attnlab.runs.config import TrainConfig
 from attnlab.train.schedules import make_schedule, make_scheduler
+from attnlab.train.step import Objective, make_optimizer, train_step
 
 BATCH, LENGTH = 64, 24
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -7,8 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-from attnlab.cli.common import (add_device_option, add_run_dir_args, check_beam, check_new_file, check_task_serves,
-                                device_of, stderr_line)
+from attnlab.cli.common import (
+    add_device_option,
+    add_run_dir_args,
+    check_beam,
+    check_new_file,
+    check_task_serves,
+    device_of,
+    stderr_line,
+)
 from attnlab.errors import UsageError
 
 

@@ -121,9 +121,7 @@ def cmd_bench_decode(args: argparse.Namespace, device: torch.device) -> None:
 
 
 def cmd_bench_lm(args: argparse.Namespace, device: torch.device) -> None:
-    from attnlab.bench.lm import bench_lm
-
-    from attnlab.bench.lm import bench_lm_run
+    from attnlab.bench.lm import bench_lm, bench_lm_run
 
     if args.repeats < 1 or args.speculate < 1:
         raise UsageError("--repeats and --speculate must be at least 1")

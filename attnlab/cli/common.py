@@ -50,8 +50,8 @@ CAPTIONS = {"encoder": True, "decoder": True, "inputs": "images"}  # an image in
 
 def check_task_serves(args: argparse.Namespace):
     """The run's task; refused, in one line, when it does not serve ``args.command`` (its ``commands``)."""
-    from attnlab.tasks import TASKS
     from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks import TASKS
 
     task = RunDir(args.run_dir).read_config()[1].task
     if args.command not in task.commands:

@@ -133,8 +133,8 @@ def _with_draft(args: argparse.Namespace, search, model, tokenizers, prompt):
 def cmd_predict(args: argparse.Namespace) -> None:
     """The run's task reads the inputs (lines of text, image files) and gives each one's class
     probabilities; one line per input: [its name TAB] the best label TAB its probability."""
-    from attnlab.tasks import TASKS
     from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks import TASKS
 
     if not 1 <= args.batch_size <= MAX_BATCH:
         raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH} (got {args.batch_size})")
@@ -162,9 +162,9 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 
 def cmd_fill_mask(args: argparse.Namespace) -> None:
-    from attnlab.tasks.masked_lm import fill_mask
-    from attnlab.runs.run_dir import RunDir
     from attnlab.runs.init import untrained_of
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks.masked_lm import fill_mask
 
     if not 1 <= args.top_k <= 1000:
         raise UsageError(f"--top-k must be between 1 and 1000 (got {args.top_k})")

@@ -12,11 +12,11 @@ from attnlab.cli.train import new_run_dir
 def cmd_demo(args: argparse.Namespace) -> None:
     from attnlab.eval.metrics import exact_match
     from attnlab.files import atomic_write_text
-    from attnlab.tasks.translation import decode_split
     from attnlab.runs.checkpoint import load_run
-    from attnlab.runs.run_dir import RunDir
     from attnlab.runs.config import RunConfig
     from attnlab.runs.data import read_run_data
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks.translation import decode_split
     from attnlab.train.run import train_run
 
     device = device_of(args)  # before training: a GPU that is not there is refused at once

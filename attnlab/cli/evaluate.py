@@ -101,8 +101,8 @@ def _evaluate_own_format(args: argparse.Namespace, task) -> None:
     task that reads its own format (classifiers, forecasting): the task's report, and with --plot
     its figure."""
     from attnlab.runs.checkpoint import load_run
-    from attnlab.runs.run_dir import RunDir
     from attnlab.runs.data import read_run_data
+    from attnlab.runs.run_dir import RunDir
 
     splits = task.evaluate_split is not None
     both = task.file_splits and args.data is not None
@@ -148,8 +148,8 @@ def _plot_record(result: dict, path: Path) -> None:
 
 def _run_split(run_dir: str, split: str) -> tuple[list[str], list[str]]:
     """Sources and references of a split of the data a run was trained with."""
-    from attnlab.runs.run_dir import RunDir
     from attnlab.runs.data import read_run_data
+    from attnlab.runs.run_dir import RunDir
 
     data = read_run_data(RunDir(run_dir), split)
     return [e.src for e in data.splits[split]], [e.tgt for e in data.splits[split]]
@@ -187,8 +187,8 @@ def cmd_forecast(args: argparse.Namespace) -> None:
     """The run's forecast of the ``horizon`` rows from --origin on, in the file's units, as CSV
     (date, then the columns); its MSE and MAE on stderr where the file has the truth."""
     from attnlab.cli.forecast import forecast_from, origin_row
-    from attnlab.tasks.forecasting import Forecasting
     from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks.forecasting import Forecasting
 
     check_new_file(args.output, args.force, "--output")
     check_new_file(args.plot, args.force, "--plot")

@@ -16,6 +16,7 @@ from attnlab.data.series import Series, future_dates
 from attnlab.errors import UsageError
 from attnlab.tasks.forecasting import SeriesData, device_of
 
+
 @dataclass(frozen=True)
 class Forecast:
     """One forecast, in the file's units: from row ``origin`` on, ``horizon`` rows (``dates``,

@@ -24,9 +24,9 @@ def cmd_caption(args: argparse.Namespace) -> None:
     caption TAB score` per image), by greedy (--beam 1) or beam search with the KV cache."""
     from dataclasses import replace
 
+    from attnlab.runs.run_dir import RunDir
     from attnlab.tasks.captioning import caption_images
     from attnlab.tasks.captions import read_input_images
-    from attnlab.runs.run_dir import RunDir
 
     search = search_of(args)
     check_new_file(args.output, args.force, "--output")
@@ -48,8 +48,8 @@ def cmd_caption(args: argparse.Namespace) -> None:
 def cmd_ask(args: argparse.Namespace) -> None:
     """An answer to --question about each image file: `image TAB answer TAB probability` lines (--json:
     one object per image, with every answer's probability)."""
-    from attnlab.tasks.visual_qa import ask
     from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks.visual_qa import ask
 
     check_new_file(args.output, args.force, "--output")
     model, _, _ = load_run_for(args, {})  # a run of another task (captioning, ...): one line

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from attnlab.errors import CheckpointError, UsageError
 
-
 SERIES_SIZES = (("channels", "n_channels"), ("input", "input_length"), ("horizon", "horizon"))  # forecasters
 
 
@@ -40,9 +39,9 @@ def _info_model_config(args: argparse.Namespace):
     from attnlab.config import apply_overrides, read_config_file
     from attnlab.errors import ConfigError
     from attnlab.models import model_config
-    from attnlab.runs.run_dir import RunDir
     from attnlab.runs.config import RunConfig, override_fields
     from attnlab.runs.data import planned_model_config
+    from attnlab.runs.run_dir import RunDir
 
     path = Path(args.config)
     of_a_run = path.is_dir()

@@ -54,9 +54,9 @@ def _run_config_file(run_dir: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from attnlab.runs.config import RunConfig
-    from attnlab.parallel.distributed import joined_world
     from attnlab.device import resolve_device
+    from attnlab.parallel.distributed import joined_world
+    from attnlab.runs.config import RunConfig
     from attnlab.train.run import train_run
 
     resume = args.resume or args.resume_from is not None
@@ -112,9 +112,9 @@ def _launch(args: argparse.Namespace, cfg, device, stem: str, resume: bool) -> N
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
-    from attnlab.errors import AttnlabError
     from attnlab.analysis.sweep import run_sweep
     from attnlab.analysis.sweep_spec import SweepSpec
+    from attnlab.errors import AttnlabError
 
     spec = SweepSpec.from_file(args.spec)
     if args.jobs is not None and args.jobs < 1:

@@ -10,10 +10,10 @@ other splits, ETT's whole files with their test months); ``--dev-only`` leaves t
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import zlib
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -50,10 +50,6 @@ from torch import nn
 
 from attnlab.data.tokenizers import MASK_TOKEN, PAD, SPECIAL_TOKENS, Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.models import FamilyConfig, build_model, model_config
-from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS
-from attnlab.tasks import task_config
-from attnlab.runs.run_dir import RunDir
 from attnlab.interop.folder import (
     HIDDEN_ACTS,
     Exported,
@@ -64,7 +60,11 @@ from attnlab.interop.folder import (
     register_converter,
     renumbered_spec,
 )
+from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks import task_config
 
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")  # -> <pad> <bos> <eos> <unk> <mask>, ids 0-4
 

@@ -26,11 +26,11 @@ from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_bytes, atomic_write_text, publish_dir, staging_dir
 from attnlab.models import FamilyConfig
-from attnlab.tasks import TaskConfig
 from attnlab.runs.checkpoint import load_run
-from attnlab.runs.run_dir import RunDir, write_checkpoint
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport
+from attnlab.runs.run_dir import RunDir, write_checkpoint
+from attnlab.tasks import TaskConfig
 
 WEIGHTS, PICKLED, CONFIG = "model.safetensors", "pytorch_model.bin", "config.json"
 HIDDEN_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}  # -> BERT's and ViT's hidden_act

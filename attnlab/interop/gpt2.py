@@ -48,11 +48,6 @@ from torch import nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.models import FamilyConfig, build_model, model_config
-from attnlab.nn.registry import ATTENTION_BACKENDS
-from attnlab.tasks import task_config
-from attnlab.runs.run_dir import RunDir
-from attnlab.runs.config import TrainConfig
 from attnlab.interop.folder import (
     Exported,
     HFConverter,
@@ -62,7 +57,12 @@ from attnlab.interop.folder import (
     register_converter,
     renumbered_spec,
 )
+from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.nn.registry import ATTENTION_BACKENDS
+from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks import task_config
 
 END_OF_TEXT = "<|endoftext|>"
 ADDED = (PAD, BOS, UNK)  # control ids GPT-2's vocabulary has no token for

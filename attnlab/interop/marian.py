@@ -50,14 +50,14 @@ from torch import nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.models import FamilyConfig, build_model, model_config
-from attnlab.nn.registry import ATTENTION_BACKENDS
-from attnlab.tasks import task_config
-from attnlab.runs.run_dir import RunDir
-from attnlab.runs.config import TrainConfig
 from attnlab.interop.folder import Exported, HFConverter, Imported, read_json, read_weights, register_converter
 from attnlab.interop.spm import FOREIGN, spm_model, spm_tokenizer
+from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.nn.registry import ATTENTION_BACKENDS
+from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks import task_config
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
                "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}  # Marian's activation_function -> attnlab's

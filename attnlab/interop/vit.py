@@ -55,9 +55,6 @@ from torch import nn
 
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.models import FamilyConfig, build_model, model_config
-from attnlab.tasks import task_config
-from attnlab.runs.run_dir import RunDir
 from attnlab.interop.folder import (
     HIDDEN_ACTS,
     Exported,
@@ -67,7 +64,10 @@ from attnlab.interop.folder import (
     read_weights,
     register_converter,
 )
+from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks import task_config
 
 PREPROCESSOR = "preprocessor_config.json"
 DEFAULT_MEAN = DEFAULT_STD = 0.5  # ViTImageProcessor's defaults (IMAGENET_STANDARD_MEAN / _STD)

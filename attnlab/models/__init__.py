@@ -10,9 +10,9 @@ from attnlab.models.family import (
     FAMILIES,
     INPUT_KINDS,
     Capabilities,
+    FamilyConfig,
     InputKind,
     Inputs,
-    FamilyConfig,
     ModelFamily,
     build_model,
     family_named,
@@ -48,5 +48,5 @@ for _module in pkgutil.iter_modules(__path__):  # a family not named above regis
 
 __all__ = ["FAMILIES", "INPUT_KINDS", "Capabilities", "InputKind", "Inputs", "input_kind", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
            "read_model_config", "register_family", "AttentionStack", "StackConfig", "stack_of", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
-           "RNNConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "CNNConfig", "PatchTSTConfig",
+           "RNNConfig", "ConvS2SConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

@@ -13,8 +13,8 @@ from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.decoder_lm import DecoderLM
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.heads import MultiTokenHead
-from attnlab.nn.registry import ACTIVATIONS
 from attnlab.nn.layers import ResidualConnection
+from attnlab.nn.registry import ACTIVATIONS
 
 OUTPUT_VOCABULARIES = ("all", "text")
 NOT_TEXT = (0, 1, 3)  # <pad>, <bos>, <unk> of data/tokenizers.py (a layer this one does not import)

@@ -28,6 +28,7 @@ from attnlab.nn.dual_encoder import DualEncoder, ImageTower, TextTower
 from attnlab.nn.registry import POOLINGS
 from attnlab.nn.vision import PatchEmbedding
 
+
 @dataclass(frozen=True)
 class DualEncoderConfig(PatchGrid, TransformerConfig):
     """The image's size and channels and the text vocabulary (set by the data), the patch size P,

@@ -16,7 +16,6 @@ from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
 from attnlab.nn.layers import Encoder, Seq2SeqDecoder
 
-
 NEVER = {"all": (), "no_bos": (1,)}  # output_vocabulary -> ids never predicted (<bos> of data/tokenizers.py)
 OUTPUT_VOCABULARIES = tuple(NEVER)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from torch import nn
 
 from attnlab.config import at_least
@@ -28,7 +27,6 @@ from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, SeriesSizes, register_family
 from attnlab.models.stack import AttentionStack, StackConfig, fields_free_exact
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
-
 
 
 @dataclass(frozen=True)

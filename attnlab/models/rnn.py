@@ -16,7 +16,6 @@ from attnlab.models.transformer import SINGLE_STACK_TIES, init_weights
 from attnlab.nn.registry import RNN_ATTENTION, RNN_CELLS, SCORES
 from attnlab.nn.rnn import LakeBaroniDecoder, RNNDecoder, RNNEncoder, RNNSeq2Seq
 
-
 RNN_DECODERS = ("deep_output", "lake_baroni")  # nn/rnn.py's RNNDecoder and LakeBaroniDecoder
 
 

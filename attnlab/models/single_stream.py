@@ -24,8 +24,8 @@ from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_fa
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
 from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, PatchGrid, init_patch_positions
-from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
 from attnlab.nn.pooling import FirstTokenPooling
+from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
 from attnlab.nn.vision import PatchEmbedding
 
 # positional: where the words sit, added at the embeddings (no scheme inside the joint stream's attention)

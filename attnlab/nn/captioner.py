@@ -17,10 +17,10 @@ from torch import Tensor, nn
 
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import TransformerTargetSide
-from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.layers import Encoder, Seq2SeqDecoder
-from attnlab.nn.vision import PatchEmbedding, PatchEncoding, PatchMean
+from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.tensor_plan import TensorPlan, megatron
+from attnlab.nn.vision import PatchEmbedding, PatchEncoding, PatchMean
 
 
 class ImageCaptioner(PatchEncoding, TransformerTargetSide):

@@ -18,8 +18,8 @@ from torch import Tensor, nn
 
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
-from attnlab.nn.pooling import MeanPooling
 from attnlab.nn.layers import Encoder, Seq2SeqDecoder
+from attnlab.nn.pooling import MeanPooling
 
 
 class LengthPredictor(nn.Module):

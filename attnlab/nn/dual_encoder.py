@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.layers import Encoder
-from attnlab.nn.vision import ClassToken, PatchEmbedding, PatchEncoding, PatchMean
+from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.tensor_plan import TensorPlan, megatron
+from attnlab.nn.vision import ClassToken, PatchEmbedding, PatchEncoding, PatchMean
 
 
 class ImageTower(PatchEncoding):

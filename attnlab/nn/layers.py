@@ -46,7 +46,6 @@ from attnlab.nn.dropout import Dropout
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.masks import AttentionMask
 
-
 # -- residual blocks ------------------------------------------------------------------------------
 
 class TokenBatchNorm(nn.BatchNorm1d):

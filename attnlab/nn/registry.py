@@ -6,6 +6,8 @@ from __future__ import annotations
 from torch import nn
 
 from attnlab.nn.backends import BACKENDS, AttentionBackend
+from attnlab.nn.layers import NoNorm, TokenBatchNorm
+from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.nn.positional import (
     ALiBiPositional,
     HalvesSinusoidalPositional,
@@ -16,20 +18,18 @@ from attnlab.nn.positional import (
     RotaryPositional,
     SinusoidalPositional,
 )
-from attnlab.nn.layers import NoNorm, TokenBatchNorm
 from attnlab.nn.scores import (
     AdditiveScore,
-    LearnedScale,
-    NoScale,
-    PaperScale,
     AlignmentScore,
     CosineScore,
     DotScore,
     GeneralScore,
+    LearnedScale,
     LocationScore,
+    NoScale,
+    PaperScale,
     ScaledDotScore,
 )
-from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 
 ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = BACKENDS  # each backend registers itself (nn/backends/)
 

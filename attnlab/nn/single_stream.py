@@ -18,11 +18,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.layers import Encoder
-from attnlab.nn.vision import PatchEmbedding
+from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.tensor_plan import TensorPlan, megatron
+from attnlab.nn.vision import PatchEmbedding
 
 TEXT, IMAGE = 0, 1  # rows of the modality table
 

@@ -10,8 +10,8 @@ from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder, Seq2Seq, TransformerTargetSide
 from attnlab.nn.encoder_only import EncoderOnly
 from attnlab.nn.heads import ClassificationHead, MaskedLMHead, MultiTokenHead, VocabularyProjection
-from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.nn.layers import Decoder, Encoder, LayerStack, Seq2SeqDecoder
+from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 
 __all__ = ["ClassificationHead", "Decoder", "DecoderLM", "Embeddings", "Encoder", "EncoderDecoder", "EncoderOnly",
            "FirstTokenPooling", "LayerStack", "MaskedLMHead", "MeanPooling", "MultiTokenHead", "Seq2Seq",

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnlab.nn.layers import Encoder
 from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.nn.positional import AbsolutePositional, PositionalEncoding, sinusoid
-from attnlab.nn.layers import Encoder
 from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 

@@ -16,14 +16,14 @@ from typing import Any, Optional
 import torch
 
 from attnlab.config import TypedConfig, apply_overrides, at_least, field_paths, one_of, overlaid, read_config_file
+from attnlab.device import check_device_name, on_gpu
 from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config, stack_of
 from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
+from attnlab.parallel.distributed import PIPELINE_SCHEDULES, STRATEGIES
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.batching import SAMPLINGS
 from attnlab.tasks.task import set_by_data, task_of, with_vocabulary
-from attnlab.device import check_device_name, on_gpu
-from attnlab.parallel.distributed import PIPELINE_SCHEDULES, STRATEGIES
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (attnlab/precision.py)
 AUTO = "auto"

@@ -20,11 +20,11 @@ import torch
 from torch import nn
 
 from attnlab.errors import CheckpointError
-from attnlab.tasks import Task
 from attnlab.runs.checkpoint import build_run_model, checkpoint_file
+from attnlab.runs.config import init_source
 from attnlab.runs.run_dir import MODEL_FILE, RunDir
 from attnlab.runs.weights_file import load_weights
-from attnlab.runs.config import init_source
+from attnlab.tasks import Task
 
 LAYER = re.compile(r"^(.*?\.layers\.(\d+))\.")  # a parameter's layer: 'encoder.layers.3.' -> ('encoder.layers.3', '3')
 

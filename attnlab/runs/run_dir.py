@@ -47,7 +47,6 @@ from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
 from attnlab.models import FamilyConfig, model_config
-from attnlab.tasks import TaskConfig, task_config
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.weights_file import (
     CHECKSUM_FILE,
@@ -61,6 +60,7 @@ from attnlab.runs.weights_file import (
     write_checksums,
     write_failure,
 )
+from attnlab.tasks import TaskConfig, task_config
 
 MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
 

@@ -19,10 +19,16 @@ from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.spec import Greedy, Search
 from attnlab.eval.likelihood import evaluate as teacher_forced
 from attnlab.eval.metrics import corpus_bleu, exact_match
-from attnlab.tasks.captions import (
-    CaptionBatch, CaptionData, CaptioningConfig, caption_batch, captioned_splits, planned_shape, read_captioned,
-)
 from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.captions import (
+    CaptionBatch,
+    CaptionData,
+    CaptioningConfig,
+    caption_batch,
+    captioned_splits,
+    planned_shape,
+    read_captioned,
+)
 from attnlab.tasks.task import Amp, NextTokenTask, register_task
 
 # -- decoding and scoring -------------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from attnlab.data.batching import Batch, pad_sequences
 from attnlab.data.images import COLOURS, Standardise, as_tensor, channels, colour_of, read_image, same_size
 from attnlab.data.tokenizers import BOS, EOS, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
-from attnlab.tasks.scene_splits import SceneSplits
 from attnlab.tasks.batching import Tokenizers, batch_seed
+from attnlab.tasks.scene_splits import SceneSplits
 from attnlab.tasks.task import TaskConfig
 
 BUILT_IN = ("scenes",)

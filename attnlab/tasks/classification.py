@@ -26,7 +26,6 @@ from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.task import Amp, Piped, Prediction, Task, TaskConfig, register_task
 
-
 NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
 
 

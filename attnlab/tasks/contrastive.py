@@ -37,13 +37,17 @@ from attnlab.data.tokenizers import UNK
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.nn.dual_encoder import symmetric_info_nce
+from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captioning import Captioning
 from attnlab.tasks.captions import CaptionData, CaptioningConfig, CaptionSplit, captioned_splits, read_captioned
 from attnlab.tasks.image_classification import read_inputs
 from attnlab.tasks.retrieval import (
-    class_embeddings, embed_images, retrieval_record, text_ids, zero_shot_probabilities,
+    class_embeddings,
+    embed_images,
+    retrieval_record,
+    text_ids,
+    zero_shot_probabilities,
 )
-from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.task import Amp, Prediction, Task, register_task
 
 SCENE_TEMPLATES = ("a small {label}", "a large {label}")  # every one-object scene's caption is one of these

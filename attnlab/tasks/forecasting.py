@@ -39,8 +39,8 @@ from attnlab.data.series import (
 )
 from attnlab.errors import ConfigError, DataError
 from attnlab.models.family import Inputs
-from attnlab.tasks.classification import ExampleBatch
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
+from attnlab.tasks.classification import ExampleBatch
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 EVAL_BATCH = 256  # windows per batch in evaluation

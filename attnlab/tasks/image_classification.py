@@ -23,13 +23,25 @@ from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
 from attnlab.data.images import (
-    COLOURS, FLIPS, IMAGE_SUFFIXES, Images, Standardise, as_tensor, channels, colour_of, digits, random_crop,
-    read_image, read_images, read_npz, stratified_split,
+    COLOURS,
+    FLIPS,
+    IMAGE_SUFFIXES,
+    Images,
+    Standardise,
+    as_tensor,
+    channels,
+    colour_of,
+    digits,
+    random_crop,
+    read_image,
+    read_images,
+    read_npz,
+    stratified_split,
 )
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
-from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
+from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.task import Prediction, TaskConfig, register_task
 
 

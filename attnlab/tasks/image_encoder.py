@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.errors import ConfigError
-from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
 from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
 from attnlab.tasks.task import register_task
 
 

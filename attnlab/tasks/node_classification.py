@@ -18,8 +18,8 @@ from attnlab.data.graphs import BUILTIN_GRAPHS, Graph, karate_club, read_answers
 from attnlab.errors import ConfigError, DataError
 from attnlab.models.family import Inputs
 from attnlab.nn.graph import laplacian_eigenvectors
-from attnlab.tasks.classification import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.classification import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.task import TaskConfig, register_task
 
 UNLABELLED = NO_LABEL  # the class id of an unlabelled node; no split holds one

@@ -20,8 +20,8 @@ from attnlab.eval.metrics import perplexity
 from attnlab.models.family import unwrapped
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.memory import SegmentMemory
-from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig, LMData, RandomWindows
 from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig, LMData, RandomWindows
 from attnlab.tasks.task import Amp, register_task
 
 

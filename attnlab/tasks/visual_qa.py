@@ -32,11 +32,11 @@ from attnlab.data.scenes import Scene
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, UNK, Tokenizer
 from attnlab.errors import DataError, UsageError
 from attnlab.models.family import Inputs
+from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import ImageRows, read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.scene_splits import SceneSplits
-from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.task import TaskConfig, register_task
 
 BUILT_IN = ("scenes",)

@@ -15,18 +15,19 @@ from typing import Any, Callable, ContextManager, Iterator
 import torch
 from torch import nn
 
-from attnlab.tasks import Task, TaskData
-from attnlab.tasks.batching import Batch, BucketedData
-from attnlab.runs.weights_file import load_weights, put_weights
-from attnlab.runs.config import GRAPHS, TrainConfig
 from attnlab.device import resolve_device, use_device
 from attnlab.parallel.distributed import World
 from attnlab.precision import allow_tf32, autocast, choose_precision
-from attnlab.train.progress import Health, Heartbeat, Progress, TrainLog
+from attnlab.runs.config import GRAPHS, TrainConfig
 from attnlab.runs.run_dir import MODEL_FILE, Checkpoint, RunDir
+from attnlab.runs.weights_file import load_weights, put_weights
+from attnlab.tasks import Task, TaskData
+from attnlab.tasks.batching import Batch, BucketedData
+from attnlab.train.progress import Health, Heartbeat, Progress, TrainLog
 from attnlab.train.schedules import Schedule, make_scheduler
 from attnlab.train.step import compiled, make_optimizer, train_step
 from attnlab.train.strategy import Strategy, strategy_for
+
 
 class Evaluations:
     """An evaluation: the task's scores on the validation split (train.eval_exact_match: how many

@@ -18,11 +18,11 @@ from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models.family import uncompiled, unwrapped
 from attnlab.nn.embeddings import Embeddings
+from attnlab.parallel.distributed import World, is_dtensor, whole
+from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import LAYER
 from attnlab.tasks.batching import Batch
 from attnlab.torch_private import inductor_config, skips_on_device, step_unless, without_duck_sizing
-from attnlab.runs.config import TrainConfig
-from attnlab.parallel.distributed import World, is_dtensor, whole
 
 Objective = Callable[..., tuple[Tensor, Tensor]]  # (model, batch, label_smoothing, amp) -> (loss, nll) sums
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from attnlab.analysis.inspect import inspect_caption
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.captioning import Captioning
 from attnlab.tasks.captions import read_input_images
-from attnlab.runs.run_dir import RunDir
 from attnlab.views.session import SEARCH, Session
 from attnlab.views.view import Inspection, Page, register_view
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from torch import Tensor
 
-from attnlab.tasks.classification import Classification
 from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.classification import Classification
 from attnlab.views.encoder import EncoderView
 from attnlab.views.session import Session
 from attnlab.views.view import register_view, validation_start

@@ -11,10 +11,10 @@ from torch import Tensor
 
 from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.inspect import inspect_encoder
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.encoder import Encoder
 from attnlab.tasks.masked_lm import MaskedLM
-from attnlab.runs.run_dir import RunDir
 from attnlab.views.limits import Refused
 from attnlab.views.session import Session, attention_maps
 from attnlab.views.view import Inspection, Page, register_view

@@ -8,9 +8,9 @@ from typing import Any
 
 from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.inspect import inspect_image
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.image_classification import ImageClassification, read_inputs
 from attnlab.tasks.image_encoder import ImageEncoder
-from attnlab.runs.run_dir import RunDir
 from attnlab.views.session import Session, attention_maps
 from attnlab.views.view import Inspection, Page, register_view
 

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from attnlab.analysis.inspect import inspect_sequence
-from attnlab.tasks.language_model import LanguageModel
 from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.language_model import LanguageModel
 from attnlab.views.limits import LIMITS, Refused
 from attnlab.views.session import Session, attention_maps, picked
 from attnlab.views.view import Inspection, Page, register_view, validation_start

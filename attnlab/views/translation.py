@@ -7,8 +7,8 @@ from typing import Any
 
 from attnlab.analysis.inspect import inspect_sequence
 from attnlab.data.batching import source_batch
-from attnlab.tasks.translation import Translation
 from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.translation import Translation
 from attnlab.views.session import SEARCH, Session
 from attnlab.views.view import Inspection, Page, register_view, validation_start
 

@@ -24,10 +24,10 @@ from torch import nn
 
 from attnlab.analysis.inspect import figure_dir
 from attnlab.errors import AttnlabError, DataError, UsageError
-from attnlab.tasks.task import TASKS, Task
 from attnlab.runs.checkpoint import load_run
-from attnlab.runs.run_dir import RunDir
 from attnlab.runs.data import read_run_data
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.task import TASKS, Task
 from attnlab.views.session import ImageReader, Session
 
 

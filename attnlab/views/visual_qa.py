@@ -11,9 +11,9 @@ import torch
 
 from attnlab.analysis.cross_modal import blocks, cross_modal_pass, inspect_single_stream
 from attnlab.nn.single_stream import IMAGE
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.visual_qa import VisualQA, question_ids
-from attnlab.runs.run_dir import RunDir
 from attnlab.views.limits import Refused
 from attnlab.views.session import Session, attention_maps
 from attnlab.views.view import Inspection, Page, register_view

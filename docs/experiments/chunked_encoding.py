@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from attnlab.nn.chunks import Chunking, chunked_encoding
-from attnlab.tasks.translation import decode_split
 from attnlab.runs.checkpoint import load_run
-from attnlab.runs.run_dir import RunDir
 from attnlab.runs.data import read_run_data
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.translation import decode_split
 
 SETTINGS = [(None, 0), (16, 0), (16, 4), (16, 8), (8, 0), (8, 2), (8, 4), (4, 0), (4, 2)]
 

@@ -14,8 +14,8 @@ import time
 import torch
 
 from attnlab.bench.lm import lm_batch, lm_model, lm_train_config
-from attnlab.bench.timing import interleaved_medians
 from attnlab.bench.reference import attnlab_model
+from attnlab.bench.timing import interleaved_medians
 from attnlab.bench.train import attnlab_step, random_batch, train_config
 
 

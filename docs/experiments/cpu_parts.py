@@ -18,8 +18,8 @@ from torch.profiler import profile
 
 import attnlab.nn.losses as losses
 from attnlab.bench.lm import lm_model, lm_train_config
-from attnlab.bench.timing import interleaved_medians
 from attnlab.bench.reference import attnlab_model
+from attnlab.bench.timing import interleaved_medians
 from attnlab.bench.train import attnlab_step, random_batch, train_config
 from attnlab.train.step import make_optimizer
 

@@ -12,10 +12,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from attnlab.tasks.translation import decode_split
 from attnlab.runs.checkpoint import load_run
-from attnlab.runs.run_dir import RunDir
 from attnlab.runs.data import read_run_data
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.translation import decode_split
 
 BANDS = ((1, 20), (21, 25), (26, 30), (31, 40), (41, 60), (61, 80))
 

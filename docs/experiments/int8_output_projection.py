@@ -20,8 +20,8 @@ from attnlab.bench.decode import decode_inputs
 from attnlab.bench.timing import interleaved_medians
 from attnlab.data.corpora import read_lines
 from attnlab.decode.search import greedy
-from attnlab.decode.weights import _quiet
 from attnlab.decode.spec import Beam, Greedy
+from attnlab.decode.weights import _quiet
 from attnlab.eval.evaluate import evaluate
 from attnlab.runs.checkpoint import load_run
 

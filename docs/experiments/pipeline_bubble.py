@@ -22,10 +22,10 @@ import torch.distributed as dist
 from attnlab import build_model, model_config
 from attnlab.data.batching import Batch
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.tasks.language_model import LanguageModel
-from attnlab.runs.config import TrainConfig
 from attnlab.parallel.distributed import exit_worker, joined_world
 from attnlab.parallel.pipeline import Pipeline
+from attnlab.runs.config import TrainConfig
+from attnlab.tasks.language_model import LanguageModel
 
 ROWS, LENGTH, VOCAB, WIDTH = 16, 64, 64, 128
 CFG = TrainConfig(label_smoothing=0.0)

@@ -15,10 +15,10 @@ import torch
 
 from attnlab.data.batching import lm_segments
 from attnlab.models import build_model
-from attnlab.tasks.segment_language_model import SegmentLanguageModel
 from attnlab.runs.checkpoint import load_run
-from attnlab.runs.run_dir import RunDir
 from attnlab.runs.data import read_run_data
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.segment_language_model import SegmentLanguageModel
 
 
 def main(xl_run: str, cells: list[str]) -> None:

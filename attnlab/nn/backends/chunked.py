@@ -62,7 +62,7 @@ class ChunkedBackend(AttentionBackend):
         """(B, H, bq, D) queries over all keys, one key block at a time -> (B, H, bq, Dv)."""
         lowest = torch.finfo(q.dtype).min
         m = q.new_full((*q.shape[:3], 1), lowest)  # running row maximum
-        l = q.new_zeros((*q.shape[:3], 1))  # running normaliser sum_j e^(s_j - m)
+        row_sum = q.new_zeros((*q.shape[:3], 1))  # running normaliser l = sum_j e^(s_j - m)
         acc = q.new_zeros((*q.shape[:3], v.shape[-1]))  # running sum_j e^(s_j - m) v_j
         scale = 1.0 / math.sqrt(q.shape[-1])
         last_query = q_pos.max()
@@ -82,10 +82,10 @@ class ChunkedBackend(AttentionBackend):
             if allowed is not None:
                 p = p.masked_fill(~allowed, 0.0)
             rescale = torch.exp(m - m_new)
-            l = l * rescale + p.sum(-1, keepdim=True)
+            row_sum = row_sum * rescale + p.sum(-1, keepdim=True)
             acc = acc * rescale + dropout(p, dropout_p) @ v[:, :, cols]
             m = m_new
-        return torch.where(l > 0, acc / l.clamp_min(torch.finfo(l.dtype).tiny), 0.0)
+        return torch.where(row_sum > 0, acc / row_sum.clamp_min(torch.finfo(row_sum.dtype).tiny), 0.0)
 
 
 def _bias_parameters(bias: BiasFn | None) -> list[Tensor]:
