@@ -228,7 +228,7 @@ CASES = [
                    ["inspect", folder, "--src", "eins"], ["prune", folder, "--fraction", "0.5"], ["average", folder],
                    ["export", folder, "--weights", "bf16", "--out", "{root}/new_run"], ["serve", folder, "--port", "0"],
                    ["caption", folder, "{root}/image.png"], ["ask", folder, "{root}/image.png", "--question", "what?"],
-                   ["export-hf", folder, "--out", "{root}/new_run"],
+                   ["export-hf", folder, "--out", "{root}/new_run"], ["export-ct2", folder, "--out", "{root}/new_run"],
                    *([["info", folder]] if folder.endswith("bad") else []))),  # info reads a missing path as a file
     ("sweep spec missing", ["sweep", "{root}/none.yaml"], nothing, CONFIG, "none.yaml: no such sweep spec"),
     ("data get of an unknown data set", ["data", "get", "multi31k", "--out", "{root}/new_run"], nothing, USAGE,
