@@ -18,8 +18,9 @@ import json
 import math
 import os
 
-import golden
 import pytest
+
+import golden
 
 RECORDED = json.loads(golden.FIGURES.read_text())
 RTOL = 0.0 if os.environ.get("ATTNLAB_GOLDEN_EXACT") == "1" else 2e-3

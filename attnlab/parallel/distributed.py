@@ -65,10 +65,11 @@ class World:
         dist.all_reduce(values, group=self.group)
         return values
 
-    def all_max(self, value: float) -> float:
-        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+    def all_max(self, *values: float) -> list[float]:
+        """Each value's maximum over the ranks, in one all-reduce."""
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        return float(t.item())
+        return t.tolist()
 
     def broadcast(self, value: Any) -> Any:
         """Rank 0's ``value``, on every rank."""

@@ -81,17 +81,21 @@ class Autosave:
     """A checkpoint once train.checkpoint_minutes of the wall clock pass without one (evaluated or
     not), so that a kill, a crash or a SIGTERM loses at most that much however rare evaluations are.
     Under torchrun every rank writes its share together: the time that decides is the longest any
-    rank has seen."""
+    rank has seen (agreed in the step's one all-reduce, with its seconds)."""
 
-    def __init__(self, cfg: TrainConfig, evaluations: Evaluations, now: float, world: World | None) -> None:
-        self.every, self.evaluations, self.world = cfg.checkpoint_minutes * 60, evaluations, world
+    def __init__(self, cfg: TrainConfig, evaluations: Evaluations, now: float) -> None:
+        self.every, self.evaluations = cfg.checkpoint_minutes * 60, evaluations
         self.since, self.at = now, evaluations.step
 
-    def __call__(self, progress: Progress, model: nn.Module, health: Health, now: float) -> None:
+    def waited(self, now: float) -> float:
+        """Seconds since the last checkpoint, on this rank's clock."""
+        return now - self.since
+
+    def __call__(self, progress: Progress, model: nn.Module, health: Health, now: float, waited: float) -> None:
+        """After an update: ``waited``, the longest :meth:`waited` of the ranks when the update ended."""
         if self.evaluations.step != self.at:  # an evaluation wrote one: the time counts from it
             self.since, self.at = now, self.evaluations.step
-        waited = now - self.since
-        if (self.world.all_max(waited) if self.world else waited) >= self.every:
+        elif waited >= self.every:
             health.look(progress)  # a checkpoint keeps numbers
             self.evaluations.checkpoint_only(progress, model, "periodic")
             self.since, self.at = now, self.evaluations.step
@@ -199,7 +203,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                               resumed_at=progress.step if resume is not None else None)
     now = clock()
     heartbeat = Heartbeat(cfg, progress, now, functools.partial(train_log.say, log=log), task.counts)
-    autosave = Autosave(cfg, evaluations, now, world)
+    autosave = Autosave(cfg, evaluations, now)
 
     def evaluate_or_stop(due: bool) -> str | None:
         """The one place that decides: evaluate and checkpoint when ``due`` or when a limit is
@@ -222,13 +226,15 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                                  global_targets=global_targets, objective=objective,
                                  accumulate=strategy.accumulate_gradients, clip=strategy.clip_gradients)
                 seconds = time.perf_counter() - started
-                seconds = world.all_max(seconds) if world else seconds  # one clock for every rank's limits
+                now = clock()
+                # one clock for every rank's limits and periodic checkpoints: one all-reduce a step
+                seconds, waited = world.all_max(seconds, autosave.waited(now)) if world else \
+                    (seconds, autosave.waited(now))
                 progress.batch += consumed
                 progress.train_seconds += seconds
                 limits.session_seconds += seconds
                 _count_step(progress, out, seconds)
                 train_log.stepped()
-                now = clock()
                 if main:
                     heartbeat(progress, now)
                 if progress.step % cfg.log_every == 0:
@@ -240,7 +246,7 @@ def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, ru
                     health.look(progress)
                     evaluations.checkpoint_only(progress, model, "interrupted")
                     raise KeyboardInterrupt
-                autosave(progress, model, health, now)
+                autosave(progress, model, health, now, waited)
             if progress.batch >= end:  # the epoch's batches are used up
                 progress.epoch, progress.batch = progress.epoch + 1, 0
                 stop = stop or evaluate_or_stop(due=False)
