@@ -8,10 +8,11 @@ import sys
 from dataclasses import replace
 
 import torch
-from tp_worker import CFG, model, update
 
 from attnlab.parallel.distributed import exit_worker, joined_world
 from attnlab.train.strategy import FullyShardedTensorParallel
+
+from tp_worker import CFG, model, update
 
 if __name__ == "__main__":
     out, families = sys.argv[1], sys.argv[2:]

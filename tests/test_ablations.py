@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 from attnlab import ConfigError, model_config
 from attnlab.nn import ResidualConnection, SelfAttention
@@ -16,6 +15,8 @@ from attnlab.nn.layers import EncoderLayer, NoNorm, NoResidual
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.nn.scores import LearnedScale, NoScale
+
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 D, H = 16, 4
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import random_ids, run_cli, tiny_model
 from matplotlib.colors import to_rgb
 from PIL import Image
 
@@ -45,6 +44,8 @@ from attnlab.nn.masks import causal_mask
 from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
 from attnlab.train.step import layer_grad_norms
+
+from helpers import random_ids, run_cli, tiny_model
 
 
 def encoder_decoder(**overrides):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import with_weights
 
 from attnlab.nn import CrossAttention, KVCache, MultiHeadAttention, SelfAttention, causal_mask, padding_mask
 from attnlab.nn.scores import attention
+
+from helpers import with_weights
 
 
 def qkv(B=2, H=3, Tq=5, Tk=5, D=8, seed=0):

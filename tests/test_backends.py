@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 from attnlab import model_config
 from attnlab.errors import ConfigError
@@ -26,6 +25,8 @@ from attnlab.nn.backends import (
 from attnlab.nn.cache import KVCache
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import ALiBiPositional
+
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 MATH = AttentionBackend()
 

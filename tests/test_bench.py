@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import ATTNLAB, fixed_medians, run_cli
 
 from attnlab.bench.models import MODELS, REFERENCE, bench_models
+
+from helpers import ATTNLAB, fixed_medians, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = {"transformer": "multi30k_de_en", "gru_bahdanau": "rnn_bahdanau", "gru_fixed_context": "rnn_fixed_context"}

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import assert_cached_matches_uncached, run_cli
 from PIL import Image
 
 from attnlab import ConfigError, DataError, build_model, model_config, task_config
@@ -20,6 +19,8 @@ from attnlab.decode.search import beam_search, greedy
 from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching
 from attnlab.tasks.captioning import Captioning
+
+from helpers import assert_cached_matches_uncached, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

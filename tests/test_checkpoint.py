@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ATTNLAB, run_cli
 
 import attnlab.runs.weights_file as weights_file
 from attnlab.errors import CheckpointError
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
+
+from helpers import ATTNLAB, run_cli
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
 # what torch.save's zip writer raised on the full 3 MB tmpfs

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import random_ids, tiny_model
 
 from attnlab.decode.search import greedy
 from attnlab.nn.chunks import Chunking, chunked_encoding
+
+from helpers import random_ids, tiny_model
 
 
 def test_windows_step_by_size_less_overlap_and_the_last_ends_at_the_end():

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_cli
 
 from attnlab import DataError, build_model, model_config
 from attnlab.data.corpora import Labelled, read_labelled
@@ -19,6 +18,8 @@ from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.classification import encode_inputs
+
+from helpers import run_cli
 
 
 def write(path, text: str):

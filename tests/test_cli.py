@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ATTNLAB, fixed_medians, run_cli
 
 import attnlab
 from attnlab.cli import main, make_parser
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.runs.run_dir import RunDir
+
+from helpers import ATTNLAB, fixed_medians, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

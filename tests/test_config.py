@@ -8,13 +8,14 @@ import math
 from pathlib import Path
 from typing import ClassVar
 
-import golden
 import pytest
-from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
 
 from attnlab import ConfigError, model_config
 from attnlab.config import TypedConfig
 from attnlab.models import StackConfig, read_model_config
+
+import golden
+from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
 
 
 @pytest.mark.parametrize("overrides,message", [

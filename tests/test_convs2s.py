@@ -11,7 +11,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_cached_matches_uncached
 
 from attnlab.decode.search import beam_search, greedy
 from attnlab.errors import ConfigError
@@ -19,6 +18,8 @@ from attnlab.models import build_model, model_config
 from attnlab.runs.config import RunConfig, TrainConfig
 from attnlab.train.run import train_run
 from attnlab.train.step import make_optimizer
+
+from helpers import assert_cached_matches_uncached
 
 
 def conv_model(kernel_width: int = 3, seed: int = 0, dropout: float = 0.0, **fields):

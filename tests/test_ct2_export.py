@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
-from helpers import run_cli
 from test_hf_marian import SOURCE, tiny_folder
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.decode.search import greedy
 from attnlab.runs.checkpoint import load_run
+
+from helpers import run_cli
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 pytest.importorskip("transformers")

@@ -10,9 +10,17 @@ import os
 import subprocess
 from pathlib import Path
 
-import golden
 import pytest
 import torch
+
+from attnlab.data.batching import collate_pairs
+from attnlab.decode.search import beam_search, greedy
+from attnlab.precision import autocast
+from attnlab.runs.config import TrainConfig
+from attnlab.train.schedules import make_schedule, make_scheduler
+from attnlab.train.step import make_optimizer, train_step
+
+import golden
 from helpers import (
     ATTNLAB,
     RECURRENT_PRESET,
@@ -24,13 +32,6 @@ from helpers import (
     tiny_model,
     without_dropout,
 )
-
-from attnlab.data.batching import collate_pairs
-from attnlab.decode.search import beam_search, greedy
-from attnlab.precision import autocast
-from attnlab.runs.config import TrainConfig
-from attnlab.train.schedules import make_schedule, make_scheduler
-from attnlab.train.step import make_optimizer, train_step
 
 pytestmark = pytest.mark.cuda
 CUDA = torch.device("cuda", 0)

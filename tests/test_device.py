@@ -10,7 +10,6 @@ import subprocess
 
 import pytest
 import torch
-from helpers import TORCHRUN, assert_only_torchruns_traceback, tiny_model
 from safetensors import safe_open
 from test_reliability import workspace  # noqa: F401 (a fixture: a trained translation run)
 from torch import nn
@@ -19,6 +18,8 @@ from attnlab.cli import main
 from attnlab.device import resolve_device
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.runs.weights_file import load_weights, save_weights, write_checksums
+
+from helpers import TORCHRUN, assert_only_torchruns_traceback, tiny_model
 
 TORCHRUN_2 = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
 

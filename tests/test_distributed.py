@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from ddp_worker import CFG, setup, update
-from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close
 
 from attnlab.runs.checkpoint import load_run
+
+from ddp_worker import CFG, setup, update
+from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close
 
 TESTS = Path(__file__).resolve().parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # PYTHONPATH (this checkout first): tests/conftest.py

@@ -100,13 +100,14 @@ def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, var
     shapes; once, where the data says its batches vary (``varied_shapes``: sizes dynamic from the
     first batch, whose 3 rows of 3 tokens would otherwise become one size)."""
     import torch._dynamo as dynamo
-    from helpers import random_ids, tiny_model
 
     from attnlab.data.batching import Batch
     from attnlab.eval.likelihood import teacher_forced_loss
     from attnlab.precision import autocast
     from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
     from attnlab.train.step import compiled
+
+    from helpers import random_ids, tiny_model
 
     model = tiny_model(arch=arch, dropout=0.1).train()
     src, tgt = random_ids(3, 41, generator_seed=1), random_ids(3, 41, generator_seed=2)

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import run_cli
 from PIL import Image
 
 from attnlab import ConfigError, build_model, model_config, task_config
@@ -32,6 +31,8 @@ from attnlab.tasks.retrieval import (
     text_ids,
     zero_shot_probabilities,
 )
+
+from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

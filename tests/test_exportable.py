@@ -11,9 +11,10 @@ import pytest
 import torch
 import transformers
 import yaml
-from helpers import run_cli
 
 from attnlab.interop.folder import EXPORTERS
+
+from helpers import run_cli
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "export"
 WORDS = "a little dog runs over the green grass while two men watch it".split()

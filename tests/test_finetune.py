@@ -8,7 +8,6 @@ import random
 
 import pytest
 import torch
-from helpers import run_cli
 from safetensors.torch import load_file
 
 from attnlab.errors import ConfigError
@@ -17,6 +16,8 @@ from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import grouped
 from attnlab.train.schedules import make_scheduler
 from attnlab.train.step import freeze, layer_lr_scales, make_optimizer
+
+from helpers import run_cli
 
 WORDS = "zero one two three four five six seven eight nine ten eleven".split()
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import run_cli
 
 from attnlab import ConfigError, DataError, UsageError, task_config
 from attnlab.cli.forecast import origin_row
@@ -22,6 +21,8 @@ from attnlab.runs.data import read_run_data
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.batching import Batching
 from attnlab.tasks.forecasting import Forecasting
+
+from helpers import run_cli
 
 COLUMNS = ("load", "price", "temp")
 

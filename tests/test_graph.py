@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_cli, with_weights
 
 from attnlab import ConfigError, DataError, build_model, model_config, task_config
 from attnlab.data.graphs import karate_club, read_edges, read_graph, read_nodes
@@ -26,6 +25,8 @@ from attnlab.tasks.node_classification import (
     NodeClassificationConfig,
     split_nodes,
 )
+
+from helpers import run_cli, with_weights
 
 
 def adjacency(n: int, edges: list[tuple[int, int]]) -> torch.Tensor:

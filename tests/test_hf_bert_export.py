@@ -11,8 +11,9 @@ import pytest
 import tokenizers
 import torch
 import transformers
-from helpers import run_cli
 from test_hf_import import tiny_folder
+
+from helpers import run_cli
 
 TEXTS = ["the film was great", "a very long plot", "it was not good", "awful", "the movies were good",
          "The Film Was GREAT", "long long long plot", "", "a", "unknownword here", "goodly", "it's not bad!",

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from helpers import run_cli
 from tokenizers import ByteLevelBPETokenizer
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, UNK
@@ -21,6 +20,8 @@ from attnlab.decode.search import beam_search, greedy
 from attnlab.models.decoder_lm import NOT_TEXT
 from attnlab.runs.checkpoint import load_run
 from attnlab.serve.explorer import Explorer
+
+from helpers import run_cli
 
 LINES = ["the film was great and the plot was long", "a very long movie, it was not good!",
          "Attention is all you need.", "GPT-2 reads bytes: café, naïve, 日本語 ok", "  spaces  and\ttabs\n"]

@@ -11,12 +11,13 @@ import pytest
 import tokenizers
 import torch
 import transformers
-from helpers import run_cli
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from attnlab.runs.checkpoint import load_run
 from attnlab.serve.explorer import Explorer
 from attnlab.tasks.classification import Encoded, collate, encode_inputs
+
+from helpers import run_cli
 
 WORDS = "the a film movie was is great awful plot long very not ##s ##ly ##ing and it good bad".split()
 SENTENCES = [("the film was great", None), ("a very long plot", "it was not good"), ("awful", "the movies")]

@@ -15,12 +15,13 @@ import pytest
 import sentencepiece
 import torch
 import transformers
-from helpers import run_cli
 
 from attnlab.data.tokenizers import PAD
 from attnlab.decode.search import beam_search, greedy
 from attnlab.runs.checkpoint import load_run
 from attnlab.serve.explorer import Explorer
+
+from helpers import run_cli
 
 SOURCE = ["the cat sat on the mat", "a dog runs in the park", "the weather is nice today", "I like green tea",
           "attention is all you need", "we read the paper twice", "the model translates short sentences",

@@ -20,12 +20,13 @@ import test_hf_marian
 import test_hf_vit
 import torch
 import transformers
-from helpers import run_cli
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS
 from attnlab.interop.folder import EXPORTERS
 from attnlab.runs.checkpoint import load_run
 from attnlab.tasks.classification import Encoded, collate, encode_inputs
+
+from helpers import run_cli
 
 CONTROL_TOKENS = (*SPECIAL_TOKENS, "</s>", "[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from helpers import run_cli
 from PIL import Image
 
 from attnlab.data.images import read_image
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.image_classification import read_inputs
+
+from helpers import run_cli
 
 LABELS = {0: "cat", 1: "dog", 2: "bird", 3: "fish"}
 MEAN, STD = [0.45, 0.5, 0.55], [0.2, 0.25, 0.3]

@@ -15,7 +15,6 @@ import pytest
 import torch
 import transformers
 import yaml
-from helpers import run_cli
 from PIL import Image
 from test_hf_vit import tiny_folder
 
@@ -24,6 +23,8 @@ from attnlab.data.images import digits
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.image_classification import read_inputs
+
+from helpers import run_cli
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "vit.yaml"
 SHRUNK = ("model.positional=learned", "model.head=linear", "model.stack.d_model=16", "model.stack.n_heads=2", "model.stack.n_layers=2",

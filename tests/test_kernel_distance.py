@@ -13,12 +13,13 @@ from types import FrameType
 
 import pytest
 import torch
-from helpers import random_ids, tiny_model
 
 import attnlab
 from attnlab.errors import ConfigError
 from attnlab.nn.layers import DecoderLayer
 from attnlab.nn.registry import ATTENTION_BACKENDS, NORM_PLACEMENTS, POSITIONAL
+
+from helpers import random_ids, tiny_model
 
 MOST_FRAMES = 4
 PACKAGE = Path(attnlab.__file__).parent

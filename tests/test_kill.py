@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import torch
-from helpers import ATTNLAB
 
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
+
+from helpers import ATTNLAB
 
 STEPS = 40
 

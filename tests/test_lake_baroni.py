@@ -9,7 +9,6 @@ from collections import Counter
 
 import pytest
 import torch
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 from safetensors.torch import load_file
 
 from attnlab import ConfigError, model_config
@@ -23,6 +22,8 @@ from attnlab.runs.config import RunConfig
 from attnlab.runs.data import prepare
 from attnlab.runs.run_dir import MODEL_FILE, RunDir
 from attnlab.train.run import train_run
+
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 KINDS = ["none", "bahdanau", "luong", "lake_baroni"]  # the last: Lake & Baroni's decoder with Bahdanau's attention
 

@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_cli, tiny_model
 from torch import nn
 
 from attnlab import FAMILIES, model_config
@@ -20,6 +19,8 @@ from attnlab.errors import ConfigError
 from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching, Translation
 from attnlab.tasks.masked_translation import MaskedBatch, MaskedTranslation, MaskedTranslationConfig, mask_targets
+
+from helpers import run_cli, tiny_model
 
 W5, W6, V = 5, 6, 7  # two words after the five specials (pad bos eos unk mask)
 

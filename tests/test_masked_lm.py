@@ -8,11 +8,12 @@ import random
 
 import pytest
 import torch
-from helpers import run_cli
 
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, UNK, Tokenizer
 from attnlab.tasks import Batching
 from attnlab.tasks.masked_lm import N_SPECIALS, MaskedLM, MaskedLMConfig, mask_tokens
+
+from helpers import run_cli
 
 
 def sample(rows: int = 400, length: int = 250, seed: int = 0):

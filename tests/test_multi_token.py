@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import random_ids, tiny_model
 from scipy.stats import chisquare
 from test_speculative import first_tokens, plain_greedy_lm, target_distribution
 
@@ -19,6 +18,8 @@ from attnlab.data.tokenizers import PAD
 from attnlab.decode.speculative import Sampler, speculative_decode
 from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import multi_token_loss, teacher_forced_loss
+
+from helpers import random_ids, tiny_model
 
 V = 23
 

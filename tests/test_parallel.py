@@ -13,9 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli
-from test_distributed import ENV, TESTS, torchrun
-from tp_worker import CFG
 
 from attnlab.errors import ConfigError
 from attnlab.models import build_model, model_config
@@ -27,6 +24,10 @@ from attnlab.tasks.masked_lm import MaskedLM
 from attnlab.tasks.segment_language_model import SegmentLanguageModel
 from attnlab.tasks.translation import Translation
 from attnlab.train.strategy import check_strategy
+
+from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli
+from test_distributed import ENV, TESTS, torchrun
+from tp_worker import CFG
 
 TINY = """\
 model: {stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, dropout: 0.0}}

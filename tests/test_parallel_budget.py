@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run_cli
 
 from attnlab.analysis.budget import budget_report
 from attnlab.analysis.parallel_budget import NUMBERS, parallel_memory
 from attnlab.models import build_model, model_config
+
+from helpers import run_cli
 
 D, H, FF, L, V, T, B = 16, 4, 32, 4, 30, 8, 4
 

@@ -25,7 +25,6 @@ from typing import Optional
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_cli
 from starlette.testclient import TestClient
 from torch import nn
 
@@ -46,6 +45,8 @@ from attnlab.serve.explorer import Explorer
 from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
 from attnlab.views import VIEWS, Explorable, Inspectable, Page, register_view, tasks_with
 from attnlab.views.session import attention_maps
+
+from helpers import run_cli
 
 
 @dataclass(frozen=True)
@@ -804,10 +805,10 @@ def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(t
     import os
     import subprocess
 
-    from helpers import TORCHRUN
-
     from attnlab.parallel.distributed import World
     from attnlab.train.strategy import check_strategy
+
+    from helpers import TORCHRUN
 
     with registered(ShardedTaggerFamily):
         check_strategy("tp", model_config(arch="test_tagger", vocab_size=TAGGER_VOCAB), World(rank=0, size=2))

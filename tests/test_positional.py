@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from helpers import with_weights
 
 from attnlab import DataError, model_config
 from attnlab.nn import SelfAttention, sinusoid
@@ -20,6 +19,8 @@ from attnlab.nn.positional import (
     alibi_slopes,
 )
 from attnlab.nn.registry import POSITIONAL
+
+from helpers import with_weights
 
 
 def test_sinusoid_table_of_the_notes():

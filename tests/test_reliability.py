@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ATTNLAB
 
 from attnlab.cli import main
 from attnlab.cli.main import make_parser
@@ -26,6 +25,8 @@ from attnlab.runs.config import RunConfig
 from attnlab.runs.derived import write_average
 from attnlab.runs.run_dir import RunDir
 from attnlab.train.run import train_run
+
+from helpers import ATTNLAB
 
 # The exit codes of README's table ("When something is wrong"), as attnlab/errors.py defines them.
 USAGE, CONFIG, DATA, CHECKPOINT, NUMERICAL = (UsageError.exit_code, ConfigError.exit_code, DataError.exit_code,

@@ -8,12 +8,13 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 from attnlab import ConfigError, model_config
 from attnlab.decode.search import beam_search, greedy
 from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
+
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model
 
 KINDS = ["none", "bahdanau", "luong"]
 

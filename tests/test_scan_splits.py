@@ -8,12 +8,13 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
 
 from attnlab import ConfigError, task_config
 from attnlab.data.corpora import read_scan
 from attnlab.data.scan import SCAN_SPLITS, scan_commands, scan_lines, scan_split
 from attnlab.tasks.translation import read_pairs
+
+from helpers import run_cli
 
 # (train, test): Lake & Baroni (2018) and Loula et al. (2018) as published (issue 41: compared line by
 # line, the published template files leave out the 1,209 commands that apply the template to 'turn')

@@ -9,7 +9,6 @@ import zlib
 
 import pytest
 import torch
-from helpers import eos_biased, random_ids, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
@@ -18,6 +17,8 @@ from attnlab.decode.search import Hypothesis, beam_search, filter_logits, greedy
 from attnlab.decode.session import token_logprobs
 from attnlab.decode.spec import Sample, sample
 from attnlab.nn.registry import POSITIONAL
+
+from helpers import eos_biased, random_ids, tiny_model
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
 TABLE = {  # next-token probabilities given the tokens after BOS

@@ -16,11 +16,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import random_ids
 from torch import nn
 from transformers import BartConfig, BartForConditionalGeneration
 
 from attnlab.decode.search import beam_search
+
+from helpers import random_ids
 
 PAD, BOS, EOS = 0, 1, 2
 V = 23

@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ATTNLAB, run_cli
 from PIL import Image
 from starlette.testclient import TestClient
 
@@ -45,6 +44,8 @@ from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
 from attnlab.tasks.visual_qa import ask
 from attnlab.train.run import train_run
+
+from helpers import ATTNLAB, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -7,7 +7,6 @@ from dataclasses import FrozenInstanceError, dataclass
 
 import pytest
 import torch
-from helpers import eos_biased, random_ids, tiny_model
 from torch import Tensor, nn
 
 from attnlab.decode.search import beam_search, greedy
@@ -23,6 +22,8 @@ from attnlab.decode.spec import (
 from attnlab.decode.speculative import speculative_decode
 from attnlab.decode.translate import translate
 from attnlab.errors import UsageError
+
+from helpers import eos_biased, random_ids, tiny_model
 
 
 @pytest.mark.parametrize("build, message", [

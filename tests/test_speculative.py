@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import random_ids, tiny_model
 from scipy.stats import chisquare
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.decode.search import greedy
 from attnlab.decode.session import DecodingSession
 from attnlab.decode.speculative import Sampler, _verify, speculative_decode
+
+from helpers import random_ids, tiny_model
 
 V = 23
 

@@ -11,7 +11,6 @@ import weakref
 
 import pytest
 import torch
-from helpers import eos_biased, random_ids, tiny_model
 from torch import nn
 
 from attnlab.decode.captured import CapturedStep
@@ -20,6 +19,8 @@ from attnlab.decode.session import DecodingSession, static_refusal
 from attnlab.decode.spec import Sample, sample
 from attnlab.errors import DataError
 from attnlab.nn.cache import StaticDecoderCache
+
+from helpers import eos_biased, random_ids, tiny_model
 
 PAD, EOS = 0, 2
 CACHES = [dict(kv_cache="static"), dict(kv_cache="dynamic"), dict(use_cache=False)]

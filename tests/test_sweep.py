@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import ATTNLAB, run_cli
 from test_forecasting import series_rows, write_series
 
 from attnlab import ConfigError
@@ -23,6 +22,8 @@ from attnlab.analysis.sweep import plan
 from attnlab.analysis.sweep_spec import CONFIG_AXIS, SweepSpec
 from attnlab.analysis.sweep_table import Table
 from attnlab.runs.config import RunConfig
+
+from helpers import ATTNLAB, run_cli
 
 BASE = """model: {arch: dlinear, kernel_size: 5}
 data: {task: forecasting, path: series.csv, input_length: 24, horizon: 8, train_rows: 100, valid_rows: 40, test_rows: 20}

@@ -8,11 +8,12 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model, with_weights
 
 from attnlab import build_model, model_config
 from attnlab.nn import EncoderDecoder, EncoderLayer, sinusoid
 from attnlab.nn.registry import POSITIONAL
+
+from helpers import assert_cached_matches_uncached, random_ids, tiny_model, with_weights
 
 VARIANTS = sorted(POSITIONAL)
 NORMS = ["post", "pre"]

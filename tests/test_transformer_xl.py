@@ -11,7 +11,6 @@ import json
 
 import pytest
 import torch
-from helpers import assert_cached_matches_uncached, random_ids, run_cli, tiny_model
 from torch.testing import assert_close
 
 from attnlab.data.batching import ContextSegmentBatch, lm_context_windows, lm_segments
@@ -24,6 +23,8 @@ from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.memory import MemoryKV, SegmentMemory
 from attnlab.tasks.segment_language_model import SegmentLanguageModel
+
+from helpers import assert_cached_matches_uncached, random_ids, run_cli, tiny_model
 
 RELATIVE = ["rotary", "relative", "relative_bias", "alibi", "none"]
 SHAPES = [(4, 4), (4, 2), (3, 7), (5, 0)]  # (segment_length T, memory_length M): M = T, M < T, M > T, none

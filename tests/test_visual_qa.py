@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import run_cli
 from PIL import Image
 
 from attnlab import ConfigError, build_model, model_config, task_config
@@ -25,6 +24,8 @@ from attnlab.nn.vision import patches
 from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching
 from attnlab.tasks.visual_qa import VisualQA, kind_of
+
+from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import run_cli
 from PIL import Image
 
 from attnlab import ConfigError, DataError, build_model, model_config, task_config
@@ -29,6 +28,8 @@ from attnlab.nn.vision import (
     patches,
 )
 from attnlab.runs.checkpoint import load_run
+
+from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

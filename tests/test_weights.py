@@ -17,7 +17,6 @@ import re
 import pytest
 import test_reliability
 import torch
-from helpers import random_ids, run_cli, tiny_model
 from safetensors import safe_open
 from test_bench import lm_run
 from test_reliability import CHECKPOINT, USAGE, flip_byte, snapshot
@@ -33,6 +32,8 @@ from attnlab.nn.heads import VocabularyProjection
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.derived import export_run, write_average
 from attnlab.runs.weights_file import WEIGHTS_KEY
+
+from helpers import random_ids, run_cli, tiny_model
 
 workspace = test_reliability.workspace  # a fixture: a corpus, its config and a trained translation run
 
