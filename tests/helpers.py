@@ -37,6 +37,14 @@ def assert_sgd_step_close(weights: dict[str, Tensor], expected: dict[str, Tensor
         assert excess <= 0, f"{name}: the weights after the step differ by {excess:.3g} more than float32 allows"
 
 
+def why(done: subprocess.CompletedProcess) -> str:
+    """What a failed command's stderr says, for an assertion's message: its end, or, where a process
+    crashed (the tests' torchrun jobs run with PYTHONFAULTHANDLER), the crash's Python stacks, which
+    torchrun's own report of the failure would push out of the end."""
+    crash = done.stderr.find("Fatal Python error")
+    return done.stderr[crash:crash + 6000] if crash >= 0 else done.stderr[-3000:]
+
+
 def assert_only_torchruns_traceback(stderr: str) -> None:
     """A failed torchrun job: its launcher reports the failed workers with a traceback of its own,
     ending in ChildFailedError; the workers, attnlab's processes, print none."""

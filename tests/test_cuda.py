@@ -30,6 +30,7 @@ from helpers import (
     random_ids,
     run_cli,
     tiny_model,
+    why,
     without_dropout,
 )
 
@@ -147,7 +148,7 @@ train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
                            "--out", str(tmp_path / "run")], capture_output=True, text=True, env=dict(os.environ),
                           timeout=300)
     if torch.cuda.device_count() >= 2:  # NCCL, one GPU each
-        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.returncode == 0, why(done)
         assert done.stdout.count("run directory:") == 1
     else:
         assert done.returncode != 0
@@ -159,7 +160,7 @@ def test_the_command_line_runs_on_cuda(tmp_path):
     """`attnlab demo --device cuda` trains on the GPU and decodes there."""
     done = subprocess.run([*ATTNLAB, "demo", "--device", "cuda", "--out", str(tmp_path / "demo"), "--set",
                            "train.max_steps=30"], capture_output=True, text=True, env=dict(os.environ), timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, why(done)
     assert "exact match on" in done.stdout
 
 

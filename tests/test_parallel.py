@@ -25,7 +25,7 @@ from attnlab.tasks.segment_language_model import SegmentLanguageModel
 from attnlab.tasks.translation import Translation
 from attnlab.train.strategy import check_strategy
 
-from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli
+from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli, why
 from test_distributed import ENV, TESTS, torchrun
 from tp_worker import CFG
 
@@ -47,7 +47,7 @@ def launched(ranks: int, *args: str) -> subprocess.CompletedProcess:
 def test_tensor_parallel_gives_one_processs_gradients_and_update(tmp_path, ranks, families):
     out = tmp_path / "tp.pt"
     done = launched(ranks, str(TESTS / "tp_worker.py"), str(out), *families)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, why(done)
     for arch, result in torch.load(out).items():
         assert result["blocks_ok"], f"{arch}: a rank's rows of a fused projection are not its heads' Q, K, V"
         assert_one_processs_update(arch, result["tp"], result["one"])
@@ -77,7 +77,7 @@ def test_fsdp_tp_on_2_by_2_ranks_gives_one_processs_gradients_and_update(tmp_pat
     sums, another reordering within the same tolerance."""
     out = tmp_path / "fsdp_tp.pt"
     done = launched(4, str(TESTS / "fsdp_tp_worker.py"), str(out), "encoder_decoder", "decoder_lm", "encoder_only")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, why(done)
     for arch, result in torch.load(out).items():
         assert_one_processs_update(arch, result["tp"], result["one"])
 
@@ -96,16 +96,16 @@ def test_attnlab_train_under_tp_matches_one_process_and_resumes_exactly_under_tp
     config.write_text(TINY)
     tp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "tp"),
                   "--set", "train.strategy=tp", "--set", "train.max_steps=2")
-    assert tp.returncode == 0, tp.stderr[-3000:]
+    assert tp.returncode == 0, why(tp)
     resumed = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "tp"), "--resume", "--allow-changes",
                        "--set", "train.max_steps=4")
-    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-3000:]
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, why(resumed)
     straight = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "straight"),
                         "--set", "train.strategy=tp")
-    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert straight.returncode == 0, why(straight)
     single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single")],
                             capture_output=True, text=True, env=ENV)
-    assert single.returncode == 0, single.stderr[-3000:]
+    assert single.returncode == 0, why(single)
 
     split, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
     assert [r[:2] for r in split] == [r[:2] for r in one] and len(split) == 6  # 4 train lines, 2 valid
@@ -144,16 +144,16 @@ def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_und
                         "--set", "train.tensor_parallel=2")
 
     first = fsdp_tp(str(config), "--out", str(tmp_path / "split"), "--set", "train.max_steps=2")
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.returncode == 0, why(first)
     resumed = fsdp_tp("--out", str(tmp_path / "split"), "--resume", "--allow-changes", "--set", "train.max_steps=4")
-    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-3000:]
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, why(resumed)
     straight = fsdp_tp(str(config), "--out", str(tmp_path / "straight"))
-    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert straight.returncode == 0, why(straight)
     # PyTorch's notes a user cannot act on (FSDP2's view output, DTensor's two collectives) are filtered
     assert not [line for line in straight.stderr.splitlines() if "Warning" in line or "sequential all_" in line]
     single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"),
                              "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
-    assert single.returncode == 0, single.stderr[-3000:]
+    assert single.returncode == 0, why(single)
 
     split, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
     assert [r[:2] for r in split] == [r[:2] for r in one] and len(split) == 6
@@ -177,7 +177,7 @@ def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_und
 def test_pipeline_gives_one_process_accumulating_the_micro_batches_gradients(tmp_path, ranks, cases):
     out = tmp_path / "pp.pt"
     done = launched(ranks, str(TESTS / "pp_worker.py"), str(out), *cases)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, why(done)
     results = torch.load(out)
     assert list(results) == cases
     for case, result in results.items():
@@ -241,16 +241,16 @@ def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path
     config.write_text(template.format(text=tmp_path / "text.txt"))
     first = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "pp"),
                      "--set", "train.strategy=pp", "--set", "train.max_steps=2")
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.returncode == 0, why(first)
     resumed = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "pp"), "--resume", "--allow-changes",
                        "--set", "train.max_steps=4", "--set", "train.pipeline_schedule=gpipe")
-    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr[-3000:]
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, why(resumed)
     straight = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "straight"),
                         "--set", "train.strategy=pp")
-    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert straight.returncode == 0, why(straight)
     single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single")],
                             capture_output=True, text=True, env=ENV)
-    assert single.returncode == 0, single.stderr[-3000:]
+    assert single.returncode == 0, why(single)
 
     piped, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
     assert [r[:2] for r in piped] == [r[:2] for r in one] and len(piped) == 6
@@ -261,7 +261,7 @@ def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path
     alone = subprocess.run([*ATTNLAB, "train", "--out", str(tmp_path / "pp"), "--resume", "--allow-changes",
                             "--set", "train.max_steps=5", "--set", "train.strategy=ddp"],
                            capture_output=True, text=True, env=ENV)
-    assert alone.returncode == 0 and "resuming" in alone.stdout, alone.stderr[-3000:]
+    assert alone.returncode == 0 and "resuming" in alone.stdout, why(alone)
 
 
 def two_ranks() -> World:

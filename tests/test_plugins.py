@@ -808,7 +808,7 @@ def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(t
     from attnlab.parallel.distributed import World
     from attnlab.train.strategy import check_strategy
 
-    from helpers import TORCHRUN
+    from helpers import TORCHRUN, why
 
     with registered(ShardedTaggerFamily):
         check_strategy("tp", model_config(arch="test_tagger", vocab_size=TAGGER_VOCAB), World(rank=0, size=2))
@@ -816,9 +816,9 @@ def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(t
     code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_plugins; " \
            f"test_plugins.tagger_under_tp({str(tmp_path / 'tp.pt')!r})"
     launch = [*TORCHRUN, "--standalone", "--nproc_per_node", "2", "--no-python", sys.executable, "-c", code]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a crash shows its stack (helpers.why)
     done = subprocess.run(launch, capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, why(done)
     result = torch.load(tmp_path / "tp.pt")
     d, heads, d_ff, hidden, V = 16, 4, 32, 32, TAGGER_VOCAB
     attention, feed_forward = "encoder.layers.0.self_attn", "encoder.layers.0.feed_forward"
