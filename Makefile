@@ -35,7 +35,7 @@ test: $(STAMP) $(BROWSER)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check attnlab tests docs/experiments docs/conf.py docs/_ext
 	$(PY) -m mypy
-	$(MAKE) --no-print-directory docs SPHINXFLAGS="$(SPHINXFLAGS) -E"
+	$(SPHINX_BUILD) -E
 	$(PY) -m pytest -q
 
 clean:
@@ -52,9 +52,9 @@ demo: $(RUNTIME)
 # every page read again, so that a warning of an unchanged page still fails). The reference pages are
 # generated into docs/_generated/ by docs/_ext/attnlab_docs.py on each build.
 DOCS_OUT := build/docs
-SPHINXFLAGS ?=
+SPHINX_BUILD = $(PY) -m sphinx -W --keep-going -q -b html -d $(DOCS_OUT)/doctrees docs $(DOCS_OUT)/html
 docs: $(STAMP)
-	$(PY) -m sphinx -W --keep-going -q $(SPHINXFLAGS) -b html -d $(DOCS_OUT)/doctrees docs $(DOCS_OUT)/html
+	$(SPHINX_BUILD)
 	@echo "docs: $(DOCS_OUT)/html/index.html"
 
 # `make serve-docs`: the built site on http://127.0.0.1:8000 (loopback only; PORT=... for another port)
