@@ -250,11 +250,20 @@ def escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("*", "\\*").replace("`", "\\`").replace("|", "\\|").replace("_ ", "\\_ ")
 
 
+def public_path(obj: Any) -> str:
+    """Where the API reference documents ``obj``: the first package whose ``__all__`` exports it (else its module)."""
+    for package in packages():
+        module = importlib.import_module(package)
+        if any(getattr(module, name, None) is obj for name in public_names(package)):
+            return f"{package}.{obj.__name__}"
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
 def config_page(section: str, selector: str | None, choice: str, cls: type) -> str:
     title = f"{section}.{selector}: {choice}" if selector else f"The {section} section"
     lines = [title, "=" * len(title), ""]
     if selector:
-        lines += [f"``{section}: {{{selector}: {choice}}}`` reads :class:`{cls.__module__}.{cls.__name__}`.", ""]
+        lines += [f"``{section}: {{{selector}: {choice}}}`` reads :class:`{public_path(cls)}`.", ""]
     doc = cls.__dict__.get("__doc__")
     if doc and own_docstring(cls):
         lines += [inspect.cleandoc(doc), ""]
