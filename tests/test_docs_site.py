@@ -107,6 +107,33 @@ def test_every_field_of_every_section_is_on_its_page_with_its_default(generated)
     assert vit["stack.n_layers"][1] == "12" and vit["stack.norm"][1] == "'pre'" and vit["n_classes"][1] == "required"
 
 
+def test_families_and_tasks_link_where_a_training_config_accepts_the_pair(generated):
+    """Each family page lists the tasks, each task page the families, for which a run config's own check
+    (runs/config.py's _check_fits) accepts the pair, and no other."""
+    from attnlab.models import FAMILIES
+    from attnlab.runs.config import _check_fits
+    from attnlab.tasks import TASKS
+
+    def accepted(family, task) -> bool:
+        try:
+            _check_fits(family, task)
+        except ConfigError:
+            return False
+        return True
+
+    def linked(page: str, kind: str) -> list[str]:
+        return re.findall(rf":doc:`(\w+) <\.\./{kind}/\1>`", page)
+
+    pairs = {(f, t) for f, family in FAMILIES.items() for t, task in TASKS.items() if accepted(family, task)}
+    assert ("decoder_lm", "language_model") in pairs and ("vit", "translation") not in pairs
+    for f in FAMILIES:
+        page = generated[f"_generated/config/families/{f}.rst"]
+        assert linked(page, "tasks") == [t for t in TASKS if (f, t) in pairs], f
+    for t in TASKS:
+        page = generated[f"_generated/config/tasks/{t}.rst"]
+        assert linked(page, "families") == [f for f in FAMILIES if (f, t) in pairs], t
+
+
 def test_the_allowed_values_are_those_the_config_checks_accept(generated):
     """Each allowed list on the train page is exactly what the ConfigError of a wrong value lists."""
     from attnlab.runs.config import TrainConfig

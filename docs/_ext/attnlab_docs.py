@@ -236,6 +236,28 @@ def sections() -> list[tuple[str, str | None, dict[str, type]]]:
     return found
 
 
+def pairings() -> dict[tuple[str, str], list[str]]:
+    """(section, choice) -> lines that link a family to the tasks it fits (``Task.fits`` its capabilities, the
+    check of a training config) and a task to the families that fit it."""
+    from attnlab.models import FAMILIES
+    from attnlab.tasks import TASKS
+
+    lines: dict[tuple[str, str], list[str]] = {}
+    for name, family in FAMILIES.items():
+        caps = family.capabilities
+        have = [f.name.replace("_", " ") for f in dataclasses.fields(caps) if getattr(caps, f.name) is True]
+        tasks = [t for t, task in TASKS.items() if task.fits(caps)]
+        lines[("model", name)] = [
+            f"Capabilities: {', '.join(have) or 'none of the optional ones'}; inputs: ``{caps.inputs}``.", "",
+            "Tasks it fits (``data.task``): " + (", ".join(f":doc:`{t} <../tasks/{t}>`" for t in tasks) or "none") + ".", ""]
+    for name, task in TASKS.items():
+        families = [f for f, family in FAMILIES.items() if task.fits(family.capabilities)]
+        lines[("data", name)] = [
+            "Families that fit it (``model.arch``): "
+            + (", ".join(f":doc:`{f} <../families/{f}>`" for f in families) or "none") + ".", ""]
+    return lines
+
+
 def table(rows: list[Field]) -> list[str]:
     lines = [".. list-table::", "   :header-rows: 1", "   :widths: 22 12 14 30 40", "",
              "   * - field", "     - type", "     - default", "     - allowed", "     - about"]
@@ -259,7 +281,7 @@ def public_path(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def config_page(section: str, selector: str | None, choice: str, cls: type) -> str:
+def config_page(section: str, selector: str | None, choice: str, cls: type, related: list[str] | None = None) -> str:
     title = f"{section}.{selector}: {choice}" if selector else f"The {section} section"
     lines = [title, "=" * len(title), ""]
     if selector:
@@ -267,6 +289,7 @@ def config_page(section: str, selector: str | None, choice: str, cls: type) -> s
     doc = cls.__dict__.get("__doc__")
     if doc and own_docstring(cls):
         lines += [inspect.cleandoc(doc), ""]
+    lines += related or []
     lines += [f"Set a field in a config file's ``{section}:`` section or with "
               f"``--set {section}.FIELD=VALUE``.", ""]
     return "\n".join(lines + table(config_fields(cls)) + [""])
@@ -281,11 +304,12 @@ def pages() -> tuple[dict[str, str], list[str]]:
     for package in packages():
         out[f"{GENERATED}/api/{package}.rst"], missing = api_page(package)
         undocumented += missing
+    related = pairings()
     for section, selector, configs in sections():
         folder = {"model": "families", "data": "tasks"}.get(section, section)
         for choice, cls in configs.items():
             name = choice if selector else section
-            out[f"{GENERATED}/config/{folder}/{name}.rst"] = config_page(section, selector, choice, cls)
+            out[f"{GENERATED}/config/{folder}/{name}.rst"] = config_page(section, selector, choice, cls, related.get((section, choice), []))
     out[f"{GENERATED}/cli.rst"] = "\n".join([
         "Commands", "========", "",
         "Every command and option of ``attnlab``, read from its parser (``attnlab.cli.main.make_parser``).", "",
