@@ -12,6 +12,7 @@ import re
 import sys
 import types
 from pathlib import Path
+from typing import Literal, Optional
 
 import pytest
 
@@ -21,7 +22,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 import attnlab_docs  # noqa: E402  (docs/_ext is no package)
 
 from attnlab.cli.main import make_parser  # noqa: E402
-from attnlab.config import field_paths  # noqa: E402
+from attnlab.config import TypedConfig, at_least, field_paths, one_of  # noqa: E402
 from attnlab.errors import ConfigError  # noqa: E402
 
 
@@ -105,6 +106,45 @@ def test_every_field_of_every_section_is_on_its_page_with_its_default(generated)
                     assert table[f"{f.name}.{inner.name}"][1] == repr(getattr(f.default, inner.name)), (path, inner)
     vit = rows(generated["_generated/config/families/vit.rst"])
     assert vit["stack.n_layers"][1] == "12" and vit["stack.norm"][1] == "'pre'" and vit["n_classes"][1] == "required"
+
+
+CHOICES = ("fast", "exact")
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner(TypedConfig):
+    mode: str = "fast"  # how it runs
+    size: int = 4
+
+    def __post_init__(self) -> None:
+        one_of("mode", self.mode, CHOICES)
+        for name in ("size",):
+            at_least(name, getattr(self, name), 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Middle(TypedConfig):
+    inner: Inner = Inner(size=8)
+    depth: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer(TypedConfig):
+    middle: Middle = Middle(inner=Inner(mode="exact", size=16))
+    name: Literal["a", "b"] = "a"
+
+
+def test_composed_configs_at_any_depth_with_the_outer_configs_defaults():
+    """The generator walks dataclass fields, not class names: a config composed of configs composed of
+    configs lists every field once, with the defaults the outermost config gives its parts."""
+    table = {r.path: r for r in attnlab_docs.config_fields(Outer)}
+    assert list(table) == field_paths(Outer) == ["middle", "middle.inner", "middle.inner.mode", "middle.inner.size",
+                                                  "middle.depth", "name"]
+    assert table["middle.inner.mode"].default == "'exact'" and table["middle.inner.size"].default == "16"
+    assert table["middle.depth"].type == "int or None" and table["middle.depth"].default == "None"
+    assert table["middle.inner.mode"].allowed == "``fast``, ``exact``" and table["middle.inner.size"].allowed == ">= 2"
+    assert table["middle.inner.mode"].about == "how it runs" and table["name"].allowed == "``a``, ``b``"
+    assert {r.path: r.default for r in attnlab_docs.config_fields(Middle)}["inner.size"] == "8"
 
 
 def test_families_and_tasks_link_where_a_training_config_accepts_the_pair(generated):

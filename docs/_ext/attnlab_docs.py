@@ -194,22 +194,23 @@ def checks(cls: type) -> dict[str, str]:
     return found
 
 
-def config_fields(cls: type, prefix: str = "") -> list[Field]:
-    """Every field of a config dataclass, a nested config's fields after its own row as ``outer.inner``."""
+def config_fields(cls: type, prefix: str = "", defaults: Any = None) -> list[Field]:
+    """Every field of a config dataclass, a nested config's fields after its own row as ``outer.inner``, at any
+    depth; ``defaults``: the instance whose values are the defaults (a family's own ``stack``), else the class's."""
     hints = typing.get_type_hints(cls)
     comments, allowed = line_comments(cls), checks(cls)
     rows: list[Field] = []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         literal = [a for a in typing.get_args(hint)] if typing.get_origin(hint) is typing.Literal else []
-        rows.append(Field(prefix + f.name, type_name(hint), default_text(f),
+        value = getattr(defaults, f.name) if defaults is not None else f.default
+        nested = inspect.isclass(hint) and dataclasses.is_dataclass(hint)
+        default = default_text(f) if defaults is None or nested else repr(value)
+        rows.append(Field(prefix + f.name, type_name(hint), default,
                           ", ".join(f"``{v}``" for v in literal) or allowed.get(f.name, ""), comments.get(f.name, "")))
-        if inspect.isclass(hint) and dataclasses.is_dataclass(hint):
-            nested = {r.path: r for r in config_fields(hint, prefix + f.name + ".")}
-            if dataclasses.is_dataclass(f.default):  # the family's own defaults for the nested config
-                for g in dataclasses.fields(hint):
-                    nested[prefix + f.name + "." + g.name].default = repr(getattr(f.default, g.name))
-            rows += nested.values()
+        if nested:
+            inner = value if dataclasses.is_dataclass(value) else None  # the outer config's own defaults for it
+            rows += config_fields(hint, prefix + f.name + ".", inner)
     return rows
 
 
