@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 BROWSER := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test install clean
+.PHONY: test install clean docs serve-docs
 
 install: $(STAMP) $(BROWSER)
 
@@ -33,8 +33,9 @@ $(STAMP): $(RUNTIME)
 
 test: $(STAMP) $(BROWSER)
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff check attnlab tests docs/experiments
+	$(VENV)/bin/ruff check attnlab tests docs/experiments docs/conf.py docs/_ext
 	$(PY) -m mypy
+	$(SPHINX_BUILD) -E
 	$(PY) -m pytest -q
 
 clean:
@@ -45,3 +46,18 @@ clean:
 .PHONY: demo
 demo: $(RUNTIME)
 	$(VENV)/bin/attnlab demo
+
+# `make docs`: the docs site (docs/conf.py) in build/docs/html, strict: a warning (a broken link or heading
+# anchor, a page in no toctree, a public name without a docstring) fails it. `make test` builds it afresh (-E:
+# every page read again, so that a warning of an unchanged page still fails). The reference pages are
+# generated into docs/_generated/ by docs/_ext/attnlab_docs.py on each build.
+DOCS_OUT := build/docs
+SPHINX_BUILD = $(PY) -m sphinx -W --keep-going -q -b html -d $(DOCS_OUT)/doctrees docs $(DOCS_OUT)/html
+docs: $(STAMP)
+	$(SPHINX_BUILD)
+	@echo "docs: $(DOCS_OUT)/html/index.html"
+
+# `make serve-docs`: the built site on http://127.0.0.1:8000 (loopback only; PORT=... for another port)
+PORT ?= 8000
+serve-docs: docs
+	$(PY) -m http.server --bind 127.0.0.1 --directory $(DOCS_OUT)/html $(PORT)

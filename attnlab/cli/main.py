@@ -23,6 +23,8 @@ from attnlab.errors import RANK_ERRORS, AttnlabError, Interrupted
 
 
 def make_parser() -> argparse.ArgumentParser:
+    """The parser of every ``attnlab`` command, each group adding its own (the command reference is made
+    from it)."""
     parser = Parser(prog="attnlab", description="The Transformer family end to end.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors")
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
@@ -33,6 +35,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names (default: the process's arguments) and return its exit status."""
     code = _run(list(sys.argv[1:] if argv is None else argv))
     # Only a command that imported parallel/distributed.py (train, through joined_world) can have joined a
     # process group; the others, `--version` or `data list` among them, never import it, nor torch.

@@ -258,6 +258,7 @@ def promised_interfaces(family: type[ModelFamily]) -> list[tuple[type, str]]:
 
 
 def family_named(arch: Any) -> type[ModelFamily]:
+    """The registered family that ``model.arch`` names; an unknown name is a ConfigError listing them."""
     one_of("arch", arch, FAMILIES)
     return FAMILIES[arch]
 

@@ -3,3 +3,6 @@ and checksums (weights_file.py), its model loaded for use (checkpoint.py), its d
 own tokenizers (data.py), a model started from its trained weights (init.py) and the checkpoints
 made from its own (derived.py: averages and exports). Whoever reads or loads a run imports this,
 never training."""
+
+# Nothing is imported from the package itself: its modules serve the commands (the command reference).
+__all__: list[str] = []

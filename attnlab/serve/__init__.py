@@ -7,3 +7,6 @@
 - static/: the page itself, hand-written HTML, CSS and JavaScript (canvas heatmaps), no CDN, drawn
   from each run's page as ``/api/info`` describes it.
 """
+
+# Nothing is imported from the package itself: its modules serve the commands (the command reference).
+__all__: list[str] = []

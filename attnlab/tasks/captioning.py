@@ -60,6 +60,9 @@ def caption_record(model: nn.Module, tokenizer: Tokenizer, images: Tensor, refer
 
 @register_task
 class Captioning(NextTokenTask):
+    """A caption generated for each image (data.task: captioning), scored by loss, perplexity and exact
+    match."""
+
     name = "captioning"
     config = CaptioningConfig
     needs = {"inputs": "images", "encoder": True, "decoder": True}

@@ -193,6 +193,9 @@ class ClassifierTask(Task):
 
 @register_task
 class Classification(ClassifierTask):
+    """A label for each text, read by an encoder (data.task: classification), scored by
+    loss, accuracy and macro F1."""
+
     name = "classification"
     config = ClassificationConfig
     needs = {"encoder": True, "decoder": False}

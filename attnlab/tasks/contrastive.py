@@ -140,6 +140,9 @@ class PairData(CaptionData):
 
 @register_task
 class Contrastive(Task):
+    """CLIP-style image-text matching by two towers (data.task: contrastive), scored by loss, recall@1
+    and zero-shot accuracy."""
+
     name = "contrastive"
     config = ContrastiveConfig
     needs = {"inputs": Inputs.IMAGE_TEXT, "encoder": False}  # two towers, no joint reading

@@ -45,6 +45,9 @@ class EncoderConfig(TaskConfig):
 
 @register_task
 class Encoder(Task):
+    """An encoder's states of a text, for inspection (data.task: encoder): an imported model that has no
+    training task of its own here."""
+
     name = "encoder"
     config = EncoderConfig
     needs = {"encoder": True, "decoder": False}

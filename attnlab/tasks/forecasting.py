@@ -225,6 +225,9 @@ def forecast_report(model: nn.Module, data: SeriesData, split: str, amp: Amp = c
 
 @register_task
 class Forecasting(Task):
+    """The next values of a time series from a window of its past (data.task: forecasting); every
+    forecast value is a target."""
+
     name = "forecasting"
     config = ForecastingConfig
     counts = "values"  # every forecast value of a window is a target

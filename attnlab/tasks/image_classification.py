@@ -195,6 +195,8 @@ def tensors(read: dict[str, Images], classes: list[str], cfg: ImageClassificatio
 
 @register_task
 class ImageClassification(ClassifierTask):
+    """A label for each image (data.task: image_classification), scored by loss and accuracy."""
+
     name = "image_classification"
     config = ImageClassificationConfig
     needs = {"inputs": Inputs.IMAGES}

@@ -31,6 +31,9 @@ class ImageEncoderConfig(ImageClassificationConfig):
 
 @register_task
 class ImageEncoder(ImageClassification):
+    """An image encoder's states, for inspection (data.task: image_encoder): an imported ViT without an
+    output layer."""
+
     name = "image_encoder"
     config = ImageEncoderConfig
     commands = ("inspect",)

@@ -92,6 +92,9 @@ class LMData:
 
 @register_task
 class LanguageModel(NextTokenTask):
+    """Next-token prediction over running text (data.task: language_model), scored by loss and perplexity;
+    generates continuations."""
+
     name = "language_model"
     config = LanguageModelConfig
     formats = ("text",)

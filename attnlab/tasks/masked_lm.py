@@ -140,6 +140,9 @@ def text_lines(path: str) -> list[str]:
 
 @register_task
 class MaskedLM(Task):
+    """BERT's masked language model (data.task: masked_lm): some tokens hidden, the encoder predicts them;
+    scored by loss, perplexity and masked-token accuracy."""
+
     name = "masked_lm"
     config = MaskedLMConfig
     needs = {"encoder": True, "decoder": False}

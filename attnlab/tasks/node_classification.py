@@ -143,6 +143,9 @@ def known_labels(graph: Graph, labels: list[str]) -> None:
 
 @register_task
 class NodeClassification(ClassifierTask):
+    """A label for each node of a graph (data.task: node_classification); the loss and metrics
+    count only the nodes of the split at hand."""
+
     name = "node_classification"
     config = NodeClassificationConfig
     needs = {"inputs": Inputs.GRAPH}

@@ -236,6 +236,7 @@ def register_task(task: type[Task]) -> type[Task]:
 
 
 def task_named(name: Any) -> type[Task]:
+    """The registered task that ``data.task`` names; an unknown name is a ConfigError listing them."""
     if name in GENERATORS:  # release 0.1 named the generator data.task
         raise ConfigError(f"data.task names the task ({', '.join(map(repr, TASKS))}); '{name}' is a built-in "
                           f"generator: write `generator: {name}` (with format: builtin)")

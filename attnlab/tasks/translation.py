@@ -183,6 +183,9 @@ def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | N
 
 @register_task
 class Translation(NextTokenTask):
+    """Sequence to sequence: a source line in, its target line out (data.task: translation), scored by
+    loss, perplexity and exact match (BLEU: `attnlab evaluate`); decoded by greedy, beam or sampling search."""
+
     name = "translation"
     config = TranslationConfig
     formats = ("builtin", "parallel", "tsv", "scan")

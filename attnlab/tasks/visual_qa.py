@@ -159,6 +159,8 @@ def answer(model: nn.Module, tokenizer: Tokenizer, images: Tensor, question: str
 
 @register_task
 class VisualQA(ClassifierTask):
+    """An answer chosen for a question about an image, both read as one sequence (data.task: visual_qa)."""
+
     name = "visual_qa"
     config = VisualQAConfig
     needs = {"inputs": Inputs.IMAGE_TEXT, "encoder": True}  # one sequence of both, classified

@@ -1,1 +1,4 @@
 """Training: losses, schedules, checkpoints and the loop."""
+
+# Nothing is imported from the package itself: its modules serve the commands (the command reference).
+__all__: list[str] = []

@@ -11,9 +11,10 @@ chunked     exact, block by block with an online softmax; backward      O(T^2) t
             recomputes each query block (never the T x T matrix); on
             a GPU, PyTorch's fused kernel where no mask or bias needs
             a (Tq, Tk) matrix
-local       a sliding window |i - j| <= w, blockwise                    O(T w)
+local       a sliding window ``|i - j| <= w``, blockwise                O(T w)
 sparse      window + "fixed" strided summaries + global tokens +        O(T (w + T/s + g + r b))
-            random key blocks (Sparse Transformer / Longformer / BigBird)
+            random key blocks (Sparse Transformer / Longformer /
+            BigBird)
 linear      phi(Q) (phi(K)^T V), phi = elu + 1 or positive random       O(T m d)
             features (Performer); causal by chunked prefix sums, and
             an O(1)-per-step recurrent state when decoding

@@ -14,7 +14,7 @@ from attnlab.nn.attention import AttentionBackend
 class FeatureMap:
     """phi for linear attention: ``elu`` (Katharopoulos et al. 2020: elu(x) + 1), or ``favor``
     (Performer, Choromanski et al. 2021: positive orthogonal random features
-    exp(w^T x - |x|^2 / 2) / sqrt(m) of x = q / d^(1/4), whose dot products estimate exp(q.k / sqrt(d)))."""
+    ``exp(w^T x - |x|^2 / 2) / sqrt(m)`` of x = q / d^(1/4), whose dot products estimate exp(q.k / sqrt(d)))."""
 
     def __init__(self, kind: str, d_head: int, n_features: int = 64, seed: int = 0) -> None:
         self.kind = kind

@@ -16,7 +16,7 @@ from attnlab.nn.scores import attention
 class SparsePattern:
     """Which keys a query may see, as a union of patterns (a causal mask and padding come on top):
 
-    - window:  |i - j| <= window (Longformer's sliding window; ``local`` is this alone);
+    - window:  ``|i - j| <= window`` (Longformer's sliding window; ``local`` is this alone);
     - stride:  the last position of every ``stride`` keys, j mod stride = stride - 1 (the "fixed"
                summaries of Child et al. 2019); 0 turns it off;
     - n_global: the first ``n_global`` positions see all keys and are seen by all queries;
