@@ -13,6 +13,7 @@ import pytest
 from attnlab import ConfigError, model_config
 from attnlab.config import TypedConfig
 from attnlab.models import StackConfig, read_model_config
+from attnlab.runs.migration import migrated_model
 
 import golden
 from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
@@ -74,7 +75,7 @@ def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
     assert model_config(arch="decoder_lm", vocab_size=10).stack == StackConfig()  # the paper's base model
     # a run directory written before the stack had its own config lists its fields flat
     written = {"arch": "decoder_lm", "vocab_size": 10, "d_model": 64, "n_heads": 4, "positional": "rotary"}
-    old = model_config(written, from_0_1=True)
+    old = model_config(migrated_model(written))
     assert old.stack == StackConfig(d_model=64, n_heads=4) and old.positional == "rotary"
 
 
@@ -88,12 +89,12 @@ def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
     family owns never reached the builder, so they are dropped; any other unknown field is refused."""
     written = {"vocab_size": 30, "arch": "rnn", "n_heads": 1, "d_ff": 2048, "positional": "sinusoidal",
                "n_classes": 2, "attention_backend": "math", "d_model": 32, "rnn_cell": "lstm"}
-    cfg = model_config(written, from_0_1=True)
+    cfg = model_config(migrated_model(written))
     assert (cfg.arch, cfg.d_model, cfg.rnn_cell) == ("rnn", 32, "lstm")
     with pytest.raises(ConfigError, match="has no field 'n_heads'"):
         model_config(written)
     with pytest.raises(ConfigError, match="model.arch 'rnn' has no field 'colour'"):
-        model_config({**written, "colour": "blue"}, from_0_1=True)
+        model_config(migrated_model({**written, "colour": "blue"}))
 
 
 RELEASE_0_1_DATA = {"format": "text", "task": "scan", "train": "input.txt", "valid": None, "test": None,

@@ -13,7 +13,10 @@ import pytest
 import torch
 import yaml
 
+from attnlab import ConfigError, model_config
 from attnlab.runs.checkpoint import load_run
+from attnlab.runs.config import RunConfig
+from attnlab.runs.migration import MOVED_TO_BACKENDS, migrated_model
 
 from helpers import run_cli
 
@@ -67,3 +70,45 @@ def test_the_fixtures_config_is_the_flat_schema_of_its_day(name):
     model = yaml.safe_load((FIXTURES / name / "config.yaml").read_text())["model"]
     assert model["arch"] == name and "stack" in model
     assert ("vocab_size" in model) if name == "encoder_decoder" else ({"image_height", "n_classes"} <= set(model))
+
+
+def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run():
+    """The encoder_decoder fixture's model section (today's layout at the time) through runs/migration.py:
+    the backends' options land in ``backends``, each at its new path, and the rest is unchanged."""
+    written = yaml.safe_load((FIXTURES / "encoder_decoder" / "config.yaml").read_text())["model"]
+    written = {**written, "attention_window": 7, "sparse_random": 2, "linear_features": "favor", "attention_block": 9}
+    migrated = migrated_model(written)
+    assert migrated["backends"] == {"block": 9, "chunked": {"key_block": 1024},
+                                    "pattern": {"window": 7, "stride": 0, "n_global": 0, "n_random": 2},
+                                    "linear": {"feature_map": "favor", "random_features": 64}}
+    assert {k: v for k, v in migrated.items() if k != "backends"} == {
+        k: v for k, v in written.items() if k not in MOVED_TO_BACKENDS}
+    cfg = model_config(migrated_model({**written, "stack": {**written["stack"], "attention_backend": "sparse"},
+                                       "linear_features": "elu"}))
+    assert cfg.backends.pattern.window == 7 and cfg.backends.block == 9 and migrated_model(cfg.to_dict()) == cfg.to_dict()
+    # the flat stack fields of the layout before the stack had its config move into ``stack``
+    assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "d_model": 8, "attention_key_block": 4}) == {
+        "arch": "decoder_lm", "vocab_size": 5, "stack": {"d_model": 8}, "backends": {"chunked": {"key_block": 4}}}
+    # a family without backends (release 0.1 wrote the fields for every family): dropped
+    assert migrated_model({"arch": "rnn", "vocab_size": 5, "attention_window": 128}) == {"arch": "rnn", "vocab_size": 5}
+
+
+def test_a_new_config_with_an_old_flat_backend_field_is_refused_naming_the_new_spelling(tmp_path):
+    """New config files and --set follow the new layout; an old spelling is one line naming the new one."""
+    config = tmp_path / "old.yaml"
+    config.write_text("model: {arch: decoder_lm, attention_window: 16, stack: {attention_backend: local}}\n"
+                      "data: {task: language_model, train: text.txt}\n")
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_file(config)
+    assert str(refused.value) == (
+        f"{config}: model.attention_window is now model.backends.pattern.window, an option of the attention backends "
+        f"(write backends: {{pattern: {{window: ...}}}}; --set model.backends.pattern.window=...)")
+    config.write_text("model: {arch: decoder_lm, stack: {attention_backend: local}}\ndata: {task: language_model, "
+                      "train: text.txt}\n")
+    with pytest.raises(ConfigError, match=r"^--set 'model.sparse_stride=4': model.sparse_stride is now "
+                                          r"model.backends.pattern.stride, an option"):
+        RunConfig.from_file(config, ["model.sparse_stride=4"])
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", "model.attention_block=8")
+    assert done.returncode != 0 and done.stderr.count("\n") == 1 and "model.backends.block" in done.stderr
+    cfg = RunConfig.from_file(config, ["model.backends.pattern.window=16", "model.backends.block=8"])
+    assert cfg.model["backends"] == {"pattern": {"window": 16}, "block": 8}

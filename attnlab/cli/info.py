@@ -41,6 +41,7 @@ def _info_model_config(args: argparse.Namespace):
     from attnlab.models import model_config
     from attnlab.runs.config import RunConfig, override_fields
     from attnlab.runs.data import planned_model_config
+    from attnlab.runs.migration import migrated_model, refuse_moved
     from attnlab.runs.run_dir import RunDir
 
     path = Path(args.config)
@@ -57,7 +58,9 @@ def _info_model_config(args: argparse.Namespace):
         if args.vocab_size is not None:
             model = {**model, "vocab_size": args.vocab_size}
         try:
-            return model_config(model, from_0_1=of_a_run), None
+            if not of_a_run:
+                refuse_moved(model)
+            return model_config(migrated_model(model) if of_a_run else model), None
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}") from None
     if "data" not in sections:
