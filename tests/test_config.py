@@ -67,7 +67,7 @@ def test_invalid_configs_name_the_field(overrides, message):
 
 
 def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
-    vit = model_config(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patch_size=2,
+    vit = model_config(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patches=dict(size=2),
                        stack={"n_layers": 4})
     assert vit.stack == StackConfig(d_model=192, n_heads=3, n_layers=4, d_ff=768, activation="gelu", norm="pre",
                                     layer_norm_eps=1e-6)  # ViT's defaults, 4 layers

@@ -74,8 +74,9 @@ def bases_with_fields(cls: type) -> int:
     return sum(1 for klass in cls.__mro__[1:] if fields & set(klass.__dict__.get("__annotations__", {})))
 
 
-# The names still declared in several config classes after the backends' options were composed
-# (nn/backends/: BackendOptions); the rest of issue 61's stage (c) and the data-shape object (b) take them away.
+# The names still declared in several config classes after the backends' options (nn/backends/:
+# BackendOptions) and the patches (models/vit.py: Patches) were composed; the rest of issue 61's
+# stage (c) and the data-shape object of stage (b) take them away.
 REPEATED = {
     "vocab_size": {"CaptioningConfig", "ClassificationConfig", "ConvS2SConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "RNNConfig", "TransformerConfig", "TranslationConfig", "TwoSidedSizes", "VisualQAConfig"},
     "max_len": {"CaptionerConfig", "ClassificationConfig", "ConvS2SConfig", "DualEncoderConfig", "EncoderConfig", "MaskedLMConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig", "TranslationConfig"},
@@ -95,15 +96,13 @@ REPEATED = {
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "n_channels": {"DLinearConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
-    "patch_size": {"CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "ViTConfig"},
-    "positional": {"SingleStreamConfig", "TransformerConfig", "TransformerXLConfig", "ViTConfig"},
+    "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},
     "seed": {"NodeClassificationConfig", "SceneSplits", "TrainConfig", "TranslationConfig"},
     "src_vocab_size": {"ConvS2SConfig", "EncoderDecoderConfig", "RNNConfig", "TwoSidedSizes"},
     "test": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "TranslationConfig"},
     "dataset": {"CaptioningConfig", "ImageClassificationConfig", "VisualQAConfig"},
     "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
     "pad_id": {"ConvS2SConfig", "RNNConfig", "TransformerConfig"},
-    "patch_positional": {"CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig"},
     "valid_fraction": {"ForecastingConfig", "LanguageModelConfig", "NodeClassificationConfig"},
     "colour": {"CaptioningConfig", "ImageClassificationConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
@@ -127,6 +126,7 @@ def test_the_backends_options_are_composed_parts_with_names_of_their_own():
         for f in dataclasses.fields(classes[part]):
             composed = dataclasses.is_dataclass(typing.get_type_hints(classes[part])[f.name])
             assert declared.get(f.name, set()) == (set() if composed else {part}), (f.name, declared.get(f.name))
+    assert declared["size"] == {"Patches"} and "patch_size" not in declared and "patch_positional" not in declared
     transformer = {f.name for f in dataclasses.fields(FAMILIES["decoder_lm"].config)}
     assert "backends" in transformer and not transformer & {"attention_window", "attention_block", "sparse_stride",
                                                             "linear_features", "attention_key_block"}

@@ -89,6 +89,15 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
     # the flat stack fields of the layout before the stack had its config move into ``stack``
     assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "d_model": 8, "attention_key_block": 4}) == {
         "arch": "decoder_lm", "vocab_size": 5, "stack": {"d_model": 8}, "backends": {"chunked": {"key_block": 4}}}
+    # the vit fixture's patch size and (ViT's own) positional scheme land in ``patches``; a captioner's
+    # positional places its tokens and stays where it is
+    vit = yaml.safe_load((FIXTURES / "vit" / "config.yaml").read_text())["model"]
+    assert (vit["patch_size"], vit["positional"]) == (4, "learned")
+    assert migrated_model(vit) == {**{k: v for k, v in vit.items() if k not in ("patch_size", "positional")},
+                                   "patches": {"size": 4, "positional": "learned"}}
+    captioner = {"arch": "captioner", "vocab_size": 9, "patch_size": 8, "patch_positional": "none", "positional": "rotary"}
+    assert migrated_model(captioner) == {"arch": "captioner", "vocab_size": 9, "positional": "rotary",
+                                         "patches": {"size": 8, "positional": "none"}}
     # a family without backends (release 0.1 wrote the fields for every family): dropped
     assert migrated_model({"arch": "rnn", "vocab_size": 5, "attention_window": 128}) == {"arch": "rnn", "vocab_size": 5}
 
@@ -101,14 +110,28 @@ def test_a_new_config_with_an_old_flat_backend_field_is_refused_naming_the_new_s
     with pytest.raises(ConfigError) as refused:
         RunConfig.from_file(config)
     assert str(refused.value) == (
-        f"{config}: model.attention_window is now model.backends.pattern.window, an option of the attention backends "
+        f"{config}: model.attention_window is now model.backends.pattern.window, in a part of its own "
         f"(write backends: {{pattern: {{window: ...}}}}; --set model.backends.pattern.window=...)")
     config.write_text("model: {arch: decoder_lm, stack: {attention_backend: local}}\ndata: {task: language_model, "
                       "train: text.txt}\n")
     with pytest.raises(ConfigError, match=r"^--set 'model.sparse_stride=4': model.sparse_stride is now "
-                                          r"model.backends.pattern.stride, an option"):
+                                          r"model.backends.pattern.stride, in a part of its own"):
         RunConfig.from_file(config, ["model.sparse_stride=4"])
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", "model.attention_block=8")
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "model.backends.block" in done.stderr
     cfg = RunConfig.from_file(config, ["model.backends.pattern.window=16", "model.backends.block=8"])
     assert cfg.model["backends"] == {"pattern": {"window": 16}, "block": 8}
+
+
+def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(tmp_path):
+    config = tmp_path / "vit.yaml"
+    config.write_text("model: {arch: vit, patch_size: 2}\ndata: {task: image_classification, dataset: digits}\n")
+    with pytest.raises(ConfigError, match=r"model.patch_size is now model.patches.size, in a part of its own \(write "
+                                          r"patches: \{size: ...\}; --set model.patches.size=...\)$"):
+        RunConfig.from_file(config)
+    config.write_text("model: {arch: vit}\ndata: {task: image_classification, dataset: digits}\n")
+    with pytest.raises(ConfigError, match=r"^--set 'model.positional=none': model.positional is now "
+                                          r"model.patches.positional"):
+        RunConfig.from_file(config, ["model.positional=none"])
+    assert RunConfig.from_file(config, ["model.patches.positional=none", "model.patches.size=2"]).model == {
+        "arch": "vit", "patches": {"positional": "none", "size": 2}}

@@ -39,6 +39,7 @@ def _info_model_config(args: argparse.Namespace):
     from attnlab.config import apply_overrides, read_config_file
     from attnlab.errors import ConfigError
     from attnlab.models import model_config
+    from attnlab.models.family import DEFAULT_ARCH
     from attnlab.runs.config import RunConfig, override_fields
     from attnlab.runs.data import planned_model_config
     from attnlab.runs.migration import migrated_model, refuse_moved
@@ -59,7 +60,7 @@ def _info_model_config(args: argparse.Namespace):
             model = {**model, "vocab_size": args.vocab_size}
         try:
             if not of_a_run:
-                refuse_moved(model)
+                refuse_moved(model.get("arch", DEFAULT_ARCH), model)
             return model_config(migrated_model(model) if of_a_run else model), None
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}") from None

@@ -6,14 +6,13 @@ ablation switches). The builders that turn them into modules are in models/trans
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import FamilyConfig
 from attnlab.models.stack import AttentionStack, StackConfig
 from attnlab.nn.backends import BackendOptions
-from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.registry import (
     ATTENTION_BACKENDS,
     POSITIONAL,
@@ -63,7 +62,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     vocab_multiple: int = 1
 
     ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
-    positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = POSITIONAL  # what ``positional`` may name
 
     def check(self) -> None:
         one_of("positional", self.positional, POSITIONAL)

@@ -212,7 +212,7 @@ class RunConfig:
             if not isinstance(model, dict):
                 raise ConfigError("section 'model' must be a mapping of field: value")
             if not complete:
-                refuse_moved(model)
+                refuse_moved(model.get("arch", DEFAULT_ARCH), model)
             data = task_config(sections.get("data") or {})
             data.check_trainable()
             planned = data.task.model_fields(data)  # the fields the data sets, as the config alone tells them
@@ -237,10 +237,12 @@ class RunConfig:
         config.yaml, whose model section also holds the fields its data set (and, written by
         release 0.1, the fields of every family, and the data fields of every format)."""
         sections = read_config_file(path)
+        model = sections.get("model")
+        arch = model.get("arch", DEFAULT_ARCH) if isinstance(model, dict) else DEFAULT_ARCH
         for expr in overrides:
             key = expr.partition("=")[0].strip()
             if key.startswith("model."):
-                refuse_moved([key.removeprefix("model.")], f"--set {expr!r}: ")
+                refuse_moved(arch, [key.removeprefix("model.")], f"--set {expr!r}: ")
         if of_a_run:
             sections = _run_sections(sections, path)
         apply_overrides(sections, overrides, override_fields)

@@ -8,8 +8,10 @@ Layouts read:
   only its own, so the others are dropped;
 - before the attention stack had its config: d_model, n_heads, ... beside the other fields, moved
   into ``stack``;
-- before the attention backends owned their options (issue 61): attention_window, sparse_stride,
-  ... beside the other fields, moved into ``backends`` (nn/backends/: BackendOptions).
+- before configs composed their parts (issue 61): the attention backends' options (attention_window,
+  sparse_stride, ...) beside the other fields, moved into ``backends`` (nn/backends/: BackendOptions),
+  and the patches' size and scheme (patch_size, patch_positional; ViT's positional) into ``patches``
+  (models/vit.py: Patches).
 """
 
 from __future__ import annotations
@@ -44,6 +46,24 @@ MOVED_TO_BACKENDS = {
 }
 
 
+# A flat field of a family that reads images as patches -> where it is now, in the composed ``patches``;
+# ViT's own ``positional`` placed its patches (the other families' places their tokens and stays)
+MOVED_TO_PATCHES = {"patch_size": "size", "patch_positional": "positional"}
+VIT_MOVED_TO_PATCHES = {**MOVED_TO_PATCHES, "positional": "positional"}
+
+
+def moved(arch: str, own: list[str]) -> dict[str, str]:
+    """The flat fields that the family ``arch`` (whose fields are ``own``) now keeps in a composed
+    part: old name -> its path ('backends.pattern.window')."""
+    paths = {}
+    if "backends" in own:
+        paths |= {name: f"backends.{path}" for name, path in MOVED_TO_BACKENDS.items()}
+    if "patches" in own:
+        paths |= {name: f"patches.{path}"
+                  for name, path in (VIT_MOVED_TO_PATCHES if arch == "vit" else MOVED_TO_PATCHES).items()}
+    return paths
+
+
 def migrated_model(data: Any) -> Any:
     """A run directory's model section as this release reads it: the attention stack's fields moved
     into ``stack`` and the backends' into ``backends`` where the family has them, less the fields
@@ -56,28 +76,32 @@ def migrated_model(data: Any) -> Any:
         stack_fields = [f.name for f in dataclasses.fields(StackConfig)]
         flat = {k: v for k, v in data.items() if k in stack_fields}
         data = {k: v for k, v in data.items() if k not in flat} | ({"stack": data.get("stack", {}) | flat} if flat else {})
-    if "backends" in own:
-        moved = {k: v for k, v in data.items() if k in MOVED_TO_BACKENDS}
-        data = {k: v for k, v in data.items() if k not in moved}
-        if moved:
-            backends = dict(data.get("backends") or {})
-            for name, value in moved.items():
-                part, _, field = MOVED_TO_BACKENDS[name].rpartition(".")
-                if part:
-                    backends[part] = {**backends.get(part, {}), field: value}
-                else:
-                    backends[field] = value
-            data["backends"] = backends
+    paths = moved(data.get("arch", DEFAULT_ARCH), own)
+    flat = {k: v for k, v in data.items() if k in paths}
+    data = {k: v for k, v in data.items() if k not in flat}
+    for name, value in flat.items():
+        *parts, field = paths[name].split(".")
+        mapping = data
+        for part in parts:  # a copy of each mapping on the way: the section read is left as it was
+            mapping[part] = dict(mapping.get(part) or {})
+            mapping = mapping[part]
+        mapping[field] = value
     return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
 
 
-def refuse_moved(names: Any, how: str = "") -> None:
+def refuse_moved(arch: Any, names: Any, how: str = "") -> None:
     """A new config's model field (``names``: its keys, or the fields ``--set`` names) that is in an
-    old place is refused in one line naming its new one; ``how``: what wrote it ('--set ...')."""
+    old place for the family ``arch`` is refused in one line naming its new one; ``how``: what
+    wrote it ('--set ...'). An unknown arch is left to the config, which lists the families."""
+    try:
+        own = family_named(arch).config.field_names()
+    except ConfigError:
+        return
+    paths = moved(arch, own)
     for name in names:
-        if name in MOVED_TO_BACKENDS:
-            path = f"backends.{MOVED_TO_BACKENDS[name]}"
+        if name in paths and name not in own:
+            path = paths[name]
             inside = "".join(f"{part}: {{" for part in path.split(".")[:-1])
-            raise ConfigError(f"{how}model.{name} is now model.{path}, an option of the attention backends "
+            raise ConfigError(f"{how}model.{name} is now model.{path}, in a part of its own "
                               f"(write {inside}{path.rpartition('.')[2]}: ...{'}' * path.count('.')}; "
                               f"--set model.{path}=...)")

@@ -12,6 +12,10 @@ the sum of its weights then. Only what later code needs to read is kept: config.
 the task's state, summary.json and the checkpoints (tensorboard logs are left out).
 
     .venv/bin/python docs/experiments/runs_f01_fixture.py tests/fixtures/runs_f01
+
+The fixture was made at commit b183763, whose model section was flat; CONFIGS are in that layout
+(patch_size, not patches: {size: ...}), so this script makes the fixture again only at that commit.
+Later code reads the fixture through runs/migration.py; tests/test_runs_f01.py imports ``decoded``.
 """
 
 from __future__ import annotations
