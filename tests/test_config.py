@@ -30,7 +30,7 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
     (dict(stack=dict(dropout=1.5)), r"dropout must be in \[0, 1\) \(got 1.5\)"),
     (dict(stack=dict(attention_dropout=-0.1)), r"attention_dropout must be in \[0, 1\)"),
     (dict(stack=dict(d_model=0)), r"d_model must be >= 1 \(got 0\)"),
-    (dict(n_encoder_layers=0), r"n_encoder_layers must be >= 1"),
+    (dict(depths=dict(encoder=0)), r"^depths.encoder must be >= 1 \(got 0\)$"),
     (dict(stack=dict(d_model="512")), r"d_model must be an integer \(got '512'\)"),
     (dict(stack=dict(d_model=True)), r"d_model must be an integer \(got True\)"),
     (dict(stack=dict(dropout="0.1")), r"dropout must be a number"),
@@ -134,7 +134,7 @@ def test_unknown_and_missing_keys():
 
 
 def test_derived_fields():
-    cfg = model_config(vocab_size=100, stack=dict(d_model=64, n_heads=4, n_layers=3, dropout=0.2), n_decoder_layers=2)
+    cfg = model_config(vocab_size=100, stack=dict(d_model=64, n_heads=4, n_layers=3, dropout=0.2), depths=dict(decoder=2))
     assert (cfg.stack.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.stack.attn_dropout, cfg.src_vocab) == (16, 3, 2, 0.2, 100)
     assert model_config(vocab_size=10, positional_base=100).positional_base == 100.0  # ints accepted as floats
 
@@ -142,7 +142,7 @@ def test_derived_fields():
 @pytest.mark.parametrize("cfg", [
     model_config(vocab_size=37000),
     model_config(vocab_size=100, arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)),
-    model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="output", n_encoder_layers=2),
+    model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="output", depths=dict(encoder=2)),
     model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="none", positional_combine="concat", positional_dim=16,
                 stack=dict(d_model=64, n_heads=4)),
 ])

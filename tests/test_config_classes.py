@@ -75,11 +75,12 @@ def bases_with_fields(cls: type) -> int:
 
 
 # The names still declared in several config classes after the backends' options (nn/backends/:
-# BackendOptions) and the patches (models/vit.py: Patches) were composed; the rest of issue 61's
-# stage (c) and the data-shape object of stage (b) take them away.
+# BackendOptions), the patches (models/vit.py: Patches) and the two sides' depths (models/family.py:
+# Depths) were composed; the rest of issue 61's stage (c) and the data-shape object of stage (b) take
+# them away.
 REPEATED = {
-    "vocab_size": {"CaptioningConfig", "ClassificationConfig", "ConvS2SConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "RNNConfig", "TransformerConfig", "TranslationConfig", "TwoSidedSizes", "VisualQAConfig"},
     "max_len": {"CaptionerConfig", "ClassificationConfig", "ConvS2SConfig", "DualEncoderConfig", "EncoderConfig", "MaskedLMConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig", "TranslationConfig"},
+    "vocab_size": {"CaptioningConfig", "ClassificationConfig", "ConvS2SConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "RNNConfig", "TransformerConfig", "TranslationConfig", "VisualQAConfig"},
     "tokenizer": {"CaptioningConfig", "ClassificationConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig", "VisualQAConfig"},
     "train": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
     "valid": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
@@ -89,8 +90,6 @@ REPEATED = {
     "image_width": {"CNNConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "ViTConfig"},
     "input_length": {"DLinearConfig", "ForecastingConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
     "n_classes": {"CNNConfig", "EncoderOnlyConfig", "GraphConfig", "SingleStreamConfig", "ViTConfig"},
-    "n_decoder_layers": {"CaptionerConfig", "ConvS2SConfig", "EncoderDecoderConfig", "RNNConfig", "TwoSidedSizes"},
-    "n_encoder_layers": {"CaptionerConfig", "ConvS2SConfig", "EncoderDecoderConfig", "RNNConfig", "TwoSidedSizes"},
     "n_valid": {"ClassificationConfig", "ImageClassificationConfig", "MaskedLMConfig", "SceneSplits", "TranslationConfig"},
     "tie_embeddings": {"CaptionerConfig", "DualEncoderConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig"},
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
@@ -98,11 +97,11 @@ REPEATED = {
     "n_channels": {"DLinearConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
     "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},
     "seed": {"NodeClassificationConfig", "SceneSplits", "TrainConfig", "TranslationConfig"},
-    "src_vocab_size": {"ConvS2SConfig", "EncoderDecoderConfig", "RNNConfig", "TwoSidedSizes"},
     "test": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "TranslationConfig"},
     "dataset": {"CaptioningConfig", "ImageClassificationConfig", "VisualQAConfig"},
     "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
     "pad_id": {"ConvS2SConfig", "RNNConfig", "TransformerConfig"},
+    "src_vocab_size": {"ConvS2SConfig", "EncoderDecoderConfig", "RNNConfig"},
     "valid_fraction": {"ForecastingConfig", "LanguageModelConfig", "NodeClassificationConfig"},
     "colour": {"CaptioningConfig", "ImageClassificationConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
@@ -126,6 +125,7 @@ def test_the_backends_options_are_composed_parts_with_names_of_their_own():
         for f in dataclasses.fields(classes[part]):
             composed = dataclasses.is_dataclass(typing.get_type_hints(classes[part])[f.name])
             assert declared.get(f.name, set()) == (set() if composed else {part}), (f.name, declared.get(f.name))
+    assert declared["encoder"] == declared["decoder"] == {"Depths"} and "n_encoder_layers" not in declared
     assert declared["size"] == {"Patches"} and "patch_size" not in declared and "patch_positional" not in declared
     transformer = {f.name for f in dataclasses.fields(FAMILIES["decoder_lm"].config)}
     assert "backends" in transformer and not transformer & {"attention_window", "attention_block", "sparse_stride",

@@ -81,8 +81,9 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
     assert migrated["backends"] == {"block": 9, "chunked": {"key_block": 1024},
                                     "pattern": {"window": 7, "stride": 0, "n_global": 0, "n_random": 2},
                                     "linear": {"feature_map": "favor", "random_features": 64}}
-    assert {k: v for k, v in migrated.items() if k != "backends"} == {
-        k: v for k, v in written.items() if k not in MOVED_TO_BACKENDS}
+    assert migrated["depths"] == {"encoder": None, "decoder": None}  # n_encoder_layers, n_decoder_layers
+    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths")} == {
+        k: v for k, v in written.items() if k not in {*MOVED_TO_BACKENDS, "n_encoder_layers", "n_decoder_layers"}}
     cfg = model_config(migrated_model({**written, "stack": {**written["stack"], "attention_backend": "sparse"},
                                        "linear_features": "elu"}))
     assert cfg.backends.pattern.window == 7 and cfg.backends.block == 9 and migrated_model(cfg.to_dict()) == cfg.to_dict()

@@ -92,7 +92,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     out["mlm"] = trained(root, "mlm", encoder, {"task": "masked_lm", "train": str(root / "text.txt"), "n_valid": 8,
                                                 "max_len": 16}, max_tokens=256)
     out["vit"] = trained(root, "vit", {"arch": "vit", "patches": {"size": 2}, "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}}, {"task": "image_classification", "dataset": "digits"}, batch_size=32)
-    out["captioner"] = trained(root, "captioner", {"arch": "captioner", "patches": {"size": 8}, "stack": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "n_encoder_layers": 1, "n_decoder_layers": 1},
+    out["captioner"] = trained(root, "captioner", {"arch": "captioner", "patches": {"size": 8}, "stack": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "depths": {"encoder": 1, "decoder": 1}},
                                {"task": "captioning", "dataset": "scenes", "max_objects": 1, "n_train": 256, "n_valid": 8,
                                 "n_test": 8}, steps=40, batch_size=32, lr=0.01)
     out["qa"] = trained(root, "qa", {"arch": "single_stream", "patches": {"size": 8}, **small},

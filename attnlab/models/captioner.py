@@ -4,7 +4,7 @@ patch state is a key) and the Transformer's decoder, whose cross-attention reads
 
 One config for both sides: the encoder and the decoder share d_model, n_heads, d_ff, the dropouts,
 activation, norm placement and backend (ViT's exact ones), each with its own depth
-(``n_encoder_layers``, ``n_decoder_layers``; default ``n_layers``). ``patches`` (size and positional scheme) place
+(``depths``: ``encoder``, ``decoder``; default ``n_layers``). ``patches`` (size and positional scheme) place
 the patches (ViT's schemes, models/vit.py); ``positional`` places the caption's tokens (the
 Transformer's schemes). Initialisation: the Transformer's (models/transformer.py), the patch
 position tables as ViT's.
@@ -13,10 +13,9 @@ position tables as ViT's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Inputs, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Depths, Inputs, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
 from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, Patches, PatchGrid, init_patch_positions
@@ -34,8 +33,7 @@ class CaptionerConfig(PatchGrid, TwoSidedSizes, TransformerConfig):
     image_width: int = 32
     channels: int = 3
     patches: Patches = Patches(size=4, positional="learned_2d")
-    n_encoder_layers: Optional[int] = None
-    n_decoder_layers: Optional[int] = None
+    depths: Depths = Depths()
     stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
     tie_embeddings: str = "output"
     max_len: int = 64

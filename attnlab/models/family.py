@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar, get_type_hints
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from attnlab.config import RegisteredConfig, at_least, one_of, read_config_file, register
+from attnlab.config import RegisteredConfig, TypedConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
 from attnlab.models.stack import AttentionStack
 from attnlab.nn.interfaces import CausalLM, IncrementalDecoder, Seq2SeqModel, StagedModel
@@ -120,38 +120,54 @@ class FamilyConfig(RegisteredConfig):
         return None
 
 
+@dataclass(frozen=True)
+class Depths(TypedConfig):
+    """Each side's layers in a family with a source and a target side (``model.depths``): the
+    ``encoder``'s and the ``decoder``'s; None: the family's depth (its stack's n_layers, or a
+    recurrent or convolutional model's own n_layers)."""
+
+    section: ClassVar[str] = "model.depths"
+
+    encoder: int | None = None
+    decoder: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        for name in ("encoder", "decoder"):
+            if getattr(self, name) is not None:
+                at_least(f"depths.{name}", getattr(self, name), 1)
+
+
 class TwoSidedSizes:
     """For the config of a family with a source and a target side (mixed into its dataclass, which
-    declares the fields): ``src_vocab_size`` (None: the target's ``vocab_size``) and the depths
-    ``n_encoder_layers`` and ``n_decoder_layers`` (None: :attr:`depth`)."""
+    declares ``vocab_size`` and ``src_vocab_size``, set by the data, and composes ``depths: Depths``):
+    the source vocabulary (None: the target's) and each side's depth (None: :attr:`depth`)."""
 
-    vocab_size: int
-    src_vocab_size: int | None
-    n_encoder_layers: int | None
-    n_decoder_layers: int | None
+    depths: Depths
 
     def check_sizes(self) -> None:
-        for name in ("src_vocab_size", "n_encoder_layers", "n_decoder_layers"):
-            if getattr(self, name) is not None:
-                at_least(name, getattr(self, name), 1)
+        src_vocab_size = getattr(self, "src_vocab_size")
+        if src_vocab_size is not None:
+            at_least("src_vocab_size", src_vocab_size, 1)
 
     @property
     def src_vocab(self) -> int:
-        return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
+        src_vocab_size: int | None = getattr(self, "src_vocab_size")
+        return src_vocab_size if src_vocab_size is not None else int(getattr(self, "vocab_size"))
 
     @property
     def depth(self) -> int:
-        """Each side's layers unless n_encoder_layers / n_decoder_layers say otherwise: the attention
-        stack's n_layers, or the family's own (a recurrent model's)."""
-        return self.stack.n_layers if isinstance(self, AttentionStack) else self.n_layers
+        """Each side's layers unless ``depths`` says otherwise: the attention stack's n_layers, or the
+        family's own (a recurrent model's)."""
+        return self.stack.n_layers if isinstance(self, AttentionStack) else int(getattr(self, "n_layers"))
 
     @property
     def encoder_layers(self) -> int:
-        return self.n_encoder_layers if self.n_encoder_layers is not None else self.depth
+        return self.depths.encoder if self.depths.encoder is not None else self.depth
 
     @property
     def decoder_layers(self) -> int:
-        return self.n_decoder_layers if self.n_decoder_layers is not None else self.depth
+        return self.depths.decoder if self.depths.decoder is not None else self.depth
 
 
 class SeriesSizes:

@@ -10,8 +10,9 @@ Layouts read:
   into ``stack``;
 - before configs composed their parts (issue 61): the attention backends' options (attention_window,
   sparse_stride, ...) beside the other fields, moved into ``backends`` (nn/backends/: BackendOptions),
-  and the patches' size and scheme (patch_size, patch_positional; ViT's positional) into ``patches``
-  (models/vit.py: Patches).
+  the patches' size and scheme (patch_size, patch_positional; ViT's positional) into ``patches``
+  (models/vit.py: Patches), and a two-sided model's n_encoder_layers / n_decoder_layers into
+  ``depths`` (models/family.py: Depths).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ MOVED_TO_BACKENDS = {
 # ViT's own ``positional`` placed its patches (the other families' places their tokens and stays)
 MOVED_TO_PATCHES = {"patch_size": "size", "patch_positional": "positional"}
 VIT_MOVED_TO_PATCHES = {**MOVED_TO_PATCHES, "positional": "positional"}
+# A flat field of a family with two sides -> where it is now, in the composed ``depths``
+MOVED_TO_DEPTHS = {"n_encoder_layers": "encoder", "n_decoder_layers": "decoder"}
 
 
 def moved(arch: str, own: list[str]) -> dict[str, str]:
@@ -61,6 +64,8 @@ def moved(arch: str, own: list[str]) -> dict[str, str]:
     if "patches" in own:
         paths |= {name: f"patches.{path}"
                   for name, path in (VIT_MOVED_TO_PATCHES if arch == "vit" else MOVED_TO_PATCHES).items()}
+    if "depths" in own:
+        paths |= {name: f"depths.{path}" for name, path in MOVED_TO_DEPTHS.items()}
     return paths
 
 
