@@ -99,6 +99,9 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
     captioner = {"arch": "captioner", "vocab_size": 9, "patch_size": 8, "patch_positional": "none", "positional": "rotary"}
     assert migrated_model(captioner) == {"arch": "captioner", "vocab_size": 9, "positional": "rotary",
                                          "patches": {"size": 8, "positional": "none"}}
+    # a value already in the new place (an old run's info with --set model.backends...) wins over the flat one
+    assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "attention_window": 128, "sparse_stride": 2,
+                           "backends": {"pattern": {"window": 3}}})["backends"] == {"pattern": {"window": 3, "stride": 2}}
     # a family without backends (release 0.1 wrote the fields for every family): dropped
     assert migrated_model({"arch": "rnn", "vocab_size": 5, "attention_window": 128}) == {"arch": "rnn", "vocab_size": 5}
 
@@ -120,6 +123,12 @@ def test_a_new_config_with_an_old_flat_backend_field_is_refused_naming_the_new_s
         RunConfig.from_file(config, ["model.sparse_stride=4"])
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", "model.attention_block=8")
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "model.backends.block" in done.stderr
+    done = run_cli("info", str(FIXTURES / "encoder_decoder"), "--set", "model.n_encoder_layers=2")
+    assert done.returncode != 0 and done.stderr == (
+        "error: --set 'model.n_encoder_layers=2': model.n_encoder_layers is now model.depths.encoder, in a part of "
+        "its own (write depths: {encoder: ...}; --set model.depths.encoder=...)\n")
+    done = run_cli("info", str(FIXTURES / "encoder_decoder"), "--set", "model.depths.encoder=2", "--json")
+    assert done.returncode == 0 and "encoder.layers.1" in json.loads(done.stdout)["layers"]
     cfg = RunConfig.from_file(config, ["model.backends.pattern.window=16", "model.backends.block=8"])
     assert cfg.model["backends"] == {"pattern": {"window": 16}, "block": 8}
 

@@ -52,6 +52,12 @@ def _info_model_config(args: argparse.Namespace):
         if not path.is_file():
             raise CheckpointError(f"{args.config} is a directory but not a run directory (no config.yaml)")
     sections = read_config_file(path)
+    model = sections.get("model")
+    for expr in args.set or []:  # an old flat spelling: the one line that names the new one
+        key = expr.partition("=")[0].strip()
+        if key.startswith("model."):
+            arch = model.get("arch", DEFAULT_ARCH) if isinstance(model, dict) else DEFAULT_ARCH
+            refuse_moved(arch, [key.removeprefix("model.")], f"--set {expr!r}: ")
     apply_overrides(sections, args.set or [], override_fields)
     where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])
     model = sections.get("model")

@@ -90,7 +90,7 @@ def migrated_model(data: Any) -> Any:
         for part in parts:  # a copy of each mapping on the way: the section read is left as it was
             mapping[part] = dict(mapping.get(part) or {})
             mapping = mapping[part]
-        mapping[field] = value
+        mapping.setdefault(field, value)  # a value given in the new place (--set) wins over the flat one
     return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
 
 
