@@ -76,19 +76,42 @@ def _coerce(field: str, value: Any, hint: Any) -> Any:
 
 
 def _is_config(hint: Any) -> bool:
-    return isinstance(hint, type) and issubclass(hint, TypedConfig)
+    """A config part: a TypedConfig, or a plain dataclass (a part that a module below this one owns,
+    such as an attention backend's options, nn/backends/), whose fields are checked here."""
+    return isinstance(hint, type) and (issubclass(hint, TypedConfig) or dataclasses.is_dataclass(hint))
 
 
-def _nested(f: dataclasses.Field[Any], value: Any, hint: type["TypedConfig"]) -> "TypedConfig":
-    """A config inside a config (a family's ``stack``): a mapping overrides the field's default
-    (the family's) field by field; a config of the field's class is taken as it is."""
+def _nested(f: dataclasses.Field[Any], value: Any, hint: type, where: str = "") -> Any:
+    """A config inside a config (a family's ``stack``, its ``backends``): a mapping overrides the
+    field's default (the family's) field by field; a config of the field's class is taken as it is.
+    ``where``: the path of the config that holds it ('model.backends')."""
     if isinstance(value, hint):
         return value
+    section = getattr(hint, "section", f"{where}{f.name}")
     if not isinstance(value, dict):
-        raise ConfigError(f"{hint.section} must be a mapping of field: value (got {value!r})")
-    if not isinstance(f.default, TypedConfig):
+        raise ConfigError(f"{section} must be a mapping of field: value (got {value!r})")
+    if not isinstance(f.default, hint) or not dataclasses.is_dataclass(f.default):
         raise TypeError(f"field '{f.name}' holds a {hint.__name__}: its default must be one, which a mapping overrides")
-    return hint.from_dict({**dataclasses.asdict(f.default), **value})
+    merged = {**{g.name: getattr(f.default, g.name) for g in dataclasses.fields(f.default)}, **value}
+    if issubclass(hint, TypedConfig):
+        return hint.from_dict(merged)
+    return _part(hint, merged, section)
+
+
+def _part(cls: type, data: dict[str, Any], section: str) -> Any:
+    """A plain dataclass part from ``data``: known fields only, each checked against its type."""
+    hints, names = typing.get_type_hints(cls), [g.name for g in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"unknown field '{key}' in {section}{did_you_mean(str(key), names)}; its fields: "
+                              f"{', '.join(names)}")
+    checked = {g.name: _nested(g, data[g.name], hints[g.name], f"{section}.") if _is_config(hints[g.name])
+               else _coerce(f"{section}.{g.name}", data[g.name], hints[g.name])
+               for g in dataclasses.fields(cls) if g.name in data}
+    try:
+        return cls(**checked)
+    except ConfigError as err:
+        raise ConfigError(f"{section}.{err}") from None
 
 
 class TypedConfig:
@@ -180,9 +203,10 @@ class RegisteredConfig(TypedConfig):
             if key == cls.selector or key in names:
                 continue
             if key in written:
-                nested = written[key].partition(".")[0]
+                nested = written[key].rpartition(".")[0]
+                inside = "".join(f"{part}: {{" for part in nested.split("."))
                 raise ConfigError(f"{cls.section}.{key} is a field of {cls.section}.{nested}: write it inside {nested} "
-                                  f"({nested}: {{{key}: ...}}; --set {cls.section}.{written[key]}=...)")
+                                  f"({inside}{key}: ...{'}' * (nested.count('.') + 1)}; --set {cls.section}.{written[key]}=...)")
             raise ConfigError(f"{cls.section}.{cls.selector} '{cls.chosen_name()}' has no field '{key}'"
                               f"{did_you_mean(str(key), written, written)}; its fields: {', '.join(names)}")
         return super().from_dict({k: v for k, v in data.items() if k != cls.selector})

@@ -38,7 +38,7 @@ def model(task: type) -> torch.nn.Module:
     if task is LanguageModel:
         return build_model(model_config(arch="decoder_lm", stack=dict(STACK, n_layers=N_LAYERS), **SIZES))
     if task is Translation:
-        return build_model(model_config(arch="encoder_decoder", stack=STACK, n_encoder_layers=1, n_decoder_layers=4,
+        return build_model(model_config(arch="encoder_decoder", stack=STACK, depths=dict(encoder=1, decoder=4),
                                         **SIZES))
     # 3 layers over 2 ranks: stages of 2 and 1; segments and mean pooling read the real tokens
     return build_model(model_config(arch="encoder_only", stack=dict(STACK, n_layers=3), n_classes=3, n_segments=2, pooling="mean",

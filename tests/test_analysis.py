@@ -100,7 +100,7 @@ def test_capture_changes_no_number_and_cleans_up():
     assert all(m.backend.name == "sdpa" and not m._forward_hooks for m in attention_modules(model).values())
     assert torch.equal(model(src, tgt), plain)
     with pytest.raises(ValueError, match=r"'local' does not form .* an exact backend \('math', 'sdpa', 'auto', 'chunked'\)"):
-        with capture_attention(tiny_model(attention_backend="local", attention_window=2)):
+        with capture_attention(tiny_model(attention_backend="local", backends={"pattern": {"window": 2}})):
             pass
 
 

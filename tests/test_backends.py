@@ -216,11 +216,11 @@ def test_favor_features_estimate_softmax_attention():
 BACKEND_CONFIGS = {
     "sdpa": dict(attention_backend="sdpa"),
     "auto": dict(attention_backend="auto"),
-    "chunked": dict(attention_backend="chunked", attention_block=3, attention_key_block=4),
-    "local": dict(attention_backend="local", attention_window=3, attention_block=4),
-    "sparse": dict(attention_backend="sparse", attention_window=2, sparse_stride=4, sparse_global=1,
-                   sparse_random=1, attention_block=4),
-    "linear": dict(stack=dict(attention_backend="linear", attention_dropout=0.0), attention_block=4),
+    "chunked": dict(attention_backend="chunked", backends=dict(block=3, chunked=dict(key_block=4))),
+    "local": dict(attention_backend="local", backends=dict(block=4, pattern=dict(window=3))),
+    "sparse": dict(attention_backend="sparse", backends=dict(block=4, pattern=dict(window=2, stride=4, n_global=1,
+                                                                                   n_random=1))),
+    "linear": dict(stack=dict(attention_backend="linear", attention_dropout=0.0), backends=dict(block=4)),
 }
 
 
@@ -295,8 +295,17 @@ def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_pos
     (dict(stack=dict(attention_backend="linear", attention_dropout=0.0), positional="alibi"), "never forms scores"),
     (dict(stack=dict(attention_backend="linear", attention_dropout=0.1)), "no attention probabilities to drop"),
     (dict(stack=dict(attention_backend="chunked"), positional="relative"), "only attention_backend 'math'"),
-    (dict(stack=dict(attention_backend="sdpa"), sparse_stride=4), "sparse_stride is only used with attention_backend 'sparse'"),
-    (dict(stack=dict(attention_backend="local"), attention_window=-1), "attention_window"),
+    (dict(stack=dict(attention_backend="sdpa"), backends=dict(pattern=dict(stride=4))),
+     r"^backends.pattern.stride is only used with attention_backend 'sparse' \(attention_backend is 'sdpa'\)$"),
+    (dict(stack=dict(attention_backend="local"), backends=dict(pattern=dict(window=-1))),
+     r"^backends.pattern.window must be >= 0 \(got -1\)$"),
+    (dict(stack=dict(attention_backend="linear", attention_dropout=0.0), backends=dict(linear=dict(feature_map="relu"))),
+     r"^backends.linear.feature_map must be one of 'elu', 'favor' \(got 'relu'\)$"),
+    (dict(backends=dict(chunked=dict(key_block="8"))), r"^backends.chunked.key_block must be an integer \(got '8'\)$"),
+    (dict(backends=dict(pattern=dict(size=3))),
+     r"^unknown field 'size' in backends.pattern \(did you mean 'stride'\?\); its fields: window, stride, n_global, n_random$"),
+    (dict(window=3), r"^model.window is a field of model.backends.pattern: write it inside backends.pattern "
+                     r"\(backends: \{pattern: \{window: ...\}\}; --set model.backends.pattern.window=...\)$"),
     (dict(stack=dict(attention_backend="chunked"), arch="rnn"), "model.arch 'rnn' has no field 'stack'"),
 ])
 def test_impossible_combinations_are_rejected_with_the_reason(fields, says):

@@ -32,8 +32,8 @@ def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"dataset 'scenes' brings its own splits and images; drop train"):
         task_config({"task": "captioning", "dataset": "scenes", "train": "captions.tsv"})
     with pytest.raises(ConfigError, match=r"model.arch must be 'captioner' for data.task 'captioning'"):
-        run_config({"arch": "vit", "patch_size": 4})
-    with pytest.raises(ConfigError, match=r"image_height \(30\) must be divisible by patch_size \(4\)"):
+        run_config({"arch": "vit", "patches": {"size": 4}})
+    with pytest.raises(ConfigError, match=r"image_height \(30\) must be divisible by patches.size \(4\)"):
         model_config(arch="captioner", vocab_size=10, image_height=30)
     with pytest.raises(ConfigError, match=r"attention_backend 'local' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"):
         model_config(arch="captioner", vocab_size=10, stack=dict(attention_backend="local"))
@@ -70,8 +70,8 @@ def test_captions_files_are_the_training_data_and_an_image_that_does_not_decode_
 
 # -- the model ---------------------------------------------------------------------------------------
 
-CAPTIONER = dict(arch="captioner", vocab_size=19, image_height=16, image_width=12, channels=3, patch_size=4,
-                 stack=dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0), n_encoder_layers=2, n_decoder_layers=2)
+CAPTIONER = dict(arch="captioner", vocab_size=19, image_height=16, image_width=12, channels=3, patches=dict(size=4),
+                 stack=dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0), depths=dict(encoder=2, decoder=2))
 
 
 def test_cross_attention_over_the_patches_is_multihead_attention_with_the_same_weights():
@@ -128,7 +128,7 @@ def test_beam_1_is_greedy():
 # -- a tiny run through the command line -------------------------------------------------------------
 
 RECIPE = """\
-model: {arch: captioner, patch_size: 8, stack: {d_model: 32, n_heads: 2, d_ff: 64, dropout: 0.0}, n_encoder_layers: 1, n_decoder_layers: 1}
+model: {arch: captioner, patches: {size: 8}, stack: {d_model: 32, n_heads: 2, d_ff: 64, dropout: 0.0}, depths: {encoder: 1, decoder: 1}}
 data: {task: captioning, dataset: scenes, max_objects: 1, n_train: 600, n_valid: 50, n_test: 50}
 train: {max_steps: 150, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 5.0e-3, warmup_steps: 1,
         eval_every: 150, eval_exact_match: 50, early_stop_metric: exact_match, label_smoothing: 0.0,

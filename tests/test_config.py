@@ -13,6 +13,7 @@ import pytest
 from attnlab import ConfigError, model_config
 from attnlab.config import TypedConfig
 from attnlab.models import StackConfig, read_model_config
+from attnlab.runs.migration import migrated_model
 
 import golden
 from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
@@ -29,7 +30,7 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
     (dict(stack=dict(dropout=1.5)), r"dropout must be in \[0, 1\) \(got 1.5\)"),
     (dict(stack=dict(attention_dropout=-0.1)), r"attention_dropout must be in \[0, 1\)"),
     (dict(stack=dict(d_model=0)), r"d_model must be >= 1 \(got 0\)"),
-    (dict(n_encoder_layers=0), r"n_encoder_layers must be >= 1"),
+    (dict(depths=dict(encoder=0)), r"^depths.encoder must be >= 1 \(got 0\)$"),
     (dict(stack=dict(d_model="512")), r"d_model must be an integer \(got '512'\)"),
     (dict(stack=dict(d_model=True)), r"d_model must be an integer \(got True\)"),
     (dict(stack=dict(dropout="0.1")), r"dropout must be a number"),
@@ -66,7 +67,7 @@ def test_invalid_configs_name_the_field(overrides, message):
 
 
 def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
-    vit = model_config(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patch_size=2,
+    vit = model_config(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patches=dict(size=2),
                        stack={"n_layers": 4})
     assert vit.stack == StackConfig(d_model=192, n_heads=3, n_layers=4, d_ff=768, activation="gelu", norm="pre",
                                     layer_norm_eps=1e-6)  # ViT's defaults, 4 layers
@@ -74,7 +75,7 @@ def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
     assert model_config(arch="decoder_lm", vocab_size=10).stack == StackConfig()  # the paper's base model
     # a run directory written before the stack had its own config lists its fields flat
     written = {"arch": "decoder_lm", "vocab_size": 10, "d_model": 64, "n_heads": 4, "positional": "rotary"}
-    old = model_config(written, from_0_1=True)
+    old = model_config(migrated_model(written))
     assert old.stack == StackConfig(d_model=64, n_heads=4) and old.positional == "rotary"
 
 
@@ -88,12 +89,12 @@ def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
     family owns never reached the builder, so they are dropped; any other unknown field is refused."""
     written = {"vocab_size": 30, "arch": "rnn", "n_heads": 1, "d_ff": 2048, "positional": "sinusoidal",
                "n_classes": 2, "attention_backend": "math", "d_model": 32, "rnn_cell": "lstm"}
-    cfg = model_config(written, from_0_1=True)
+    cfg = model_config(migrated_model(written))
     assert (cfg.arch, cfg.d_model, cfg.rnn_cell) == ("rnn", 32, "lstm")
     with pytest.raises(ConfigError, match="has no field 'n_heads'"):
         model_config(written)
     with pytest.raises(ConfigError, match="model.arch 'rnn' has no field 'colour'"):
-        model_config({**written, "colour": "blue"}, from_0_1=True)
+        model_config(migrated_model({**written, "colour": "blue"}))
 
 
 RELEASE_0_1_DATA = {"format": "text", "task": "scan", "train": "input.txt", "valid": None, "test": None,
@@ -133,7 +134,7 @@ def test_unknown_and_missing_keys():
 
 
 def test_derived_fields():
-    cfg = model_config(vocab_size=100, stack=dict(d_model=64, n_heads=4, n_layers=3, dropout=0.2), n_decoder_layers=2)
+    cfg = model_config(vocab_size=100, stack=dict(d_model=64, n_heads=4, n_layers=3, dropout=0.2), depths=dict(decoder=2))
     assert (cfg.stack.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.stack.attn_dropout, cfg.src_vocab) == (16, 3, 2, 0.2, 100)
     assert model_config(vocab_size=10, positional_base=100).positional_base == 100.0  # ints accepted as floats
 
@@ -141,7 +142,7 @@ def test_derived_fields():
 @pytest.mark.parametrize("cfg", [
     model_config(vocab_size=37000),
     model_config(vocab_size=100, arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)),
-    model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="output", n_encoder_layers=2),
+    model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="output", depths=dict(encoder=2)),
     model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="none", positional_combine="concat", positional_dim=16,
                 stack=dict(d_model=64, n_heads=4)),
 ])

@@ -36,7 +36,7 @@ from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DUAL = dict(arch="dual_encoder", vocab_size=20, image_height=16, image_width=12, channels=3, patch_size=4,
+DUAL = dict(arch="dual_encoder", vocab_size=20, image_height=16, image_width=12, channels=3, patches=dict(size=4),
             stack=dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0), n_image_layers=2, n_text_layers=1, d_embed=8)
 
 # three images and three texts, unit vectors of a 3-wide joint space
@@ -118,8 +118,8 @@ def test_a_batchs_positives_are_the_texts_with_the_same_tokens():
 def test_the_towers_are_the_vit_and_the_text_encoder_with_the_same_weights():
     torch.manual_seed(0)
     model = build_model(model_config(**{**DUAL, "n_image_layers": 1})).eval()
-    vit = build_model(model_config(arch="vit", image_height=16, image_width=12, channels=3, n_classes=2, patch_size=4,
-                                   stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, layer_norm_eps=1e-5), positional="learned_2d",
+    vit = build_model(model_config(arch="vit", image_height=16, image_width=12, channels=3, n_classes=2, patches=dict(size=4, positional="learned_2d"),
+                                   stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, layer_norm_eps=1e-5),
                                    pooling="cls", )).eval()
     text = build_model(model_config(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, activation="gelu", norm="pre"))).eval()
     missing = model.image.load_state_dict(vit.state_dict(), strict=False).missing_keys
@@ -211,7 +211,7 @@ def test_a_bad_config_fails_early_naming_the_field():
 # -- a tiny run through the command line -------------------------------------------------------------
 
 RECIPE = """\
-model: {arch: dual_encoder, patch_size: 8, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}, d_embed: 32, image_pooling: mean, text_pooling: mean}
+model: {arch: dual_encoder, patches: {size: 8}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}, d_embed: 32, image_pooling: mean, text_pooling: mean}
 data: {task: contrastive, dataset: scenes, max_objects: 1, n_train: 600, n_valid: 100, n_test: 100}
 train: {max_steps: 150, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1,
         eval_every: 75, early_stop_metric: recall_at_1, label_smoothing: 0.0, progress: false}
@@ -331,7 +331,7 @@ def test_a_run_on_captions_files_has_no_classes_of_its_own(tmp_path):
         lines.append(f"{i}.png\t{scene.caption}\n")
     (tmp_path / "captions.tsv").write_text("".join(lines))
     (tmp_path / "dual.yaml").write_text(
-        "model: {arch: dual_encoder, patch_size: 8, stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}, d_embed: 8}\n"
+        "model: {arch: dual_encoder, patches: {size: 8}, stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}, d_embed: 8}\n"
         f"data: {{task: contrastive, train: {tmp_path / 'captions.tsv'}, valid: {tmp_path / 'captions.tsv'}}}\n"
         "train: {max_steps: 2, batch_size: 4, eval_every: 2, label_smoothing: 0.0, progress: false}\n")
     assert train_tiny(tmp_path, "run").returncode == 0

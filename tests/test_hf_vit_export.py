@@ -27,7 +27,7 @@ from attnlab.tasks.image_classification import read_inputs
 from helpers import run_cli
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "vit.yaml"
-SHRUNK = ("model.positional=learned", "model.head=linear", "model.stack.d_model=16", "model.stack.n_heads=2", "model.stack.n_layers=2",
+SHRUNK = ("model.patches.positional=learned", "model.head=linear", "model.stack.d_model=16", "model.stack.n_heads=2", "model.stack.n_layers=2",
           "model.stack.d_ff=32", "model.stack.activation=gelu_tanh", "train.max_steps=20", "train.eval_every=20")
 
 
@@ -101,10 +101,11 @@ def test_a_trained_vit_exports_and_transformers_gives_its_logits_on_image_files(
 
 
 @pytest.mark.parametrize("changes, named", [
-    ({"positional": "learned_2d", "head": "pooled"},
-     "positional 'learned_2d' (ViT's is 'learned'); head 'pooled' (ViTForImageClassification's is 'linear')"),
-    ({"positional": "sinusoidal_2d"}, "positional 'sinusoidal_2d' (ViT's is 'learned')"),
-    ({"positional": "none", "pooling": "mean"}, "positional 'none' (ViT's is 'learned'); pooling 'mean' (ViT's is 'cls')"),
+    ({"patches": {"positional": "learned_2d"}, "head": "pooled"},
+     "patches.positional 'learned_2d' (ViT's is 'learned'); head 'pooled' (ViTForImageClassification's is 'linear')"),
+    ({"patches": {"positional": "sinusoidal_2d"}}, "patches.positional 'sinusoidal_2d' (ViT's is 'learned')"),
+    ({"patches": {"positional": "none"}, "pooling": "mean"},
+     "patches.positional 'none' (ViT's is 'learned'); pooling 'mean' (ViT's is 'cls')"),
     ({"stack": {"norm": "post"}}, "stack.norm 'post' (ViT's is 'pre')"),
     ({}, "pruned heads (ViT has num_attention_heads in every layer)"),
 ])

@@ -218,7 +218,7 @@ train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 
 """
 # translation: 1 encoder and 2 decoder layers, so that the decoder starts inside the first stage
 SEQ2SEQ = """\
-model: {{stack: {{d_model: 32, n_heads: 4, d_ff: 64, dropout: 0.0}}, n_encoder_layers: 1, n_decoder_layers: 2,
+model: {{stack: {{d_model: 32, n_heads: 4, d_ff: 64, dropout: 0.0}}, depths: {{encoder: 1, decoder: 2}},
         tie_embeddings: none}}
 data: {{format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}}
 train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,

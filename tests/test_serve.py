@@ -91,11 +91,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                                                                "n_valid": 8, "max_len": 16}, max_tokens=256)
     out["mlm"] = trained(root, "mlm", encoder, {"task": "masked_lm", "train": str(root / "text.txt"), "n_valid": 8,
                                                 "max_len": 16}, max_tokens=256)
-    out["vit"] = trained(root, "vit", {"arch": "vit", "patch_size": 2, "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}}, {"task": "image_classification", "dataset": "digits"}, batch_size=32)
-    out["captioner"] = trained(root, "captioner", {"arch": "captioner", "patch_size": 8, "stack": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "n_encoder_layers": 1, "n_decoder_layers": 1},
+    out["vit"] = trained(root, "vit", {"arch": "vit", "patches": {"size": 2}, "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}}, {"task": "image_classification", "dataset": "digits"}, batch_size=32)
+    out["captioner"] = trained(root, "captioner", {"arch": "captioner", "patches": {"size": 8}, "stack": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "depths": {"encoder": 1, "decoder": 1}},
                                {"task": "captioning", "dataset": "scenes", "max_objects": 1, "n_train": 256, "n_valid": 8,
                                 "n_test": 8}, steps=40, batch_size=32, lr=0.01)
-    out["qa"] = trained(root, "qa", {"arch": "single_stream", "patch_size": 8, **small},
+    out["qa"] = trained(root, "qa", {"arch": "single_stream", "patches": {"size": 8}, **small},
                         {"task": "visual_qa", "max_objects": 1, "n_train": 64, "n_valid": 8, "n_test": 8},
                         steps=20, batch_size=32, lr=0.01)
     return out
@@ -351,7 +351,7 @@ def test_a_bad_question_or_image_is_refused_in_one_line(runs, run, request_, sta
 def test_the_text_only_baseline_answers_with_no_patches_to_draw(runs, tmp_path):
     """image_tokens: none reads the question alone: its maps are the question's, its text-to-image
     blocks empty, and its answers `ask`'s."""
-    run = trained(tmp_path, "text-only", {"arch": "single_stream", "patch_size": 8, "image_tokens": "none", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
+    run = trained(tmp_path, "text-only", {"arch": "single_stream", "patches": {"size": 8}, "image_tokens": "none", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
                   {"task": "visual_qa", "max_objects": 1, "n_train": 32, "n_valid": 8, "n_test": 8}, batch_size=32)
     path, _, _ = scene_png(tmp_path / "scene.png")
     got = answer(client(run), image=base64.b64encode(path.read_bytes()).decode(), question=QUESTION)

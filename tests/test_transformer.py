@@ -145,7 +145,7 @@ def test_concatenated_positions_fill_the_rest_of_d_model():
 
 
 def test_layer_counts_and_final_norm():
-    model = tiny_model(n_encoder_layers=3, n_decoder_layers=1, norm="pre")
+    model = tiny_model(depths=dict(encoder=3, decoder=1), norm="pre")
     assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 1
     assert isinstance(model.encoder.norm, torch.nn.LayerNorm)
     assert isinstance(tiny_model(norm="post").encoder.norm, torch.nn.Identity)

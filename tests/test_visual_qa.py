@@ -30,7 +30,7 @@ from helpers import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = dict(arch="single_stream", vocab_size=12, n_classes=5, image_height=8, image_width=4, channels=3,
-             patch_size=4, stack=dict(d_model=8, n_heads=2, n_layers=2, d_ff=16, dropout=0.0), max_len=6)
+             patches=dict(size=4), stack=dict(d_model=8, n_heads=2, n_layers=2, d_ff=16, dropout=0.0), max_len=6)
 
 
 def run_config(model: dict):
@@ -50,7 +50,7 @@ def test_a_bad_config_fails_early_naming_the_field():
         model_config(**MODEL | {"positional": "rotary"})
     with pytest.raises(ConfigError, match=r"image_tokens must be one of 'patches', 'none' \(got 'pixels'\)"):
         model_config(**MODEL | {"image_tokens": "pixels"})
-    with pytest.raises(ConfigError, match=r"image_width \(6\) must be divisible by patch_size \(4\)"):
+    with pytest.raises(ConfigError, match=r"image_width \(6\) must be divisible by patches.size \(4\)"):
         model_config(**MODEL | {"image_width": 6})
     with pytest.raises(ConfigError, match=r"model.max_len \(8\) must cover the longest sequence \(18\)"):
         run_config({"arch": "single_stream", "max_len": 8})
@@ -139,7 +139,7 @@ def test_each_question_is_asked_of_its_own_scene():
 # -- a tiny run through the command line -------------------------------------------------------------
 
 RECIPE = """\
-model: {arch: single_stream, patch_size: 4, stack: {d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}
+model: {arch: single_stream, patches: {size: 4}, stack: {d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}
 data: {task: visual_qa, max_objects: 1, n_train: 400, n_valid: 40, n_test: 40}
 train: {max_steps: 300, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1,
         eval_every: 300, early_stop_metric: accuracy, label_smoothing: 0.0, progress: false}

@@ -33,7 +33,7 @@ from helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
-VIT = dict(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patch_size=2, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0))
+VIT = dict(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patches=dict(size=2), stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0))
 
 
 def test_an_image_is_the_sequence_of_its_patches_in_row_major_order():
@@ -84,7 +84,7 @@ def test_the_class_token_goes_first_and_summarises_mean_pooling_averages_the_pat
 
 def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positions():
     torch.manual_seed(0)
-    model = build_model(model_config(**VIT, positional="learned_2d")).eval()
+    model = build_model(model_config(**{**VIT, "patches": dict(size=2, positional="learned_2d")})).eval()
     images = torch.randn(2, 1, 8, 8)
     seen = []
     model.encoder.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
@@ -98,15 +98,17 @@ def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positi
 
 
 @pytest.mark.parametrize("fields,message", [
-    (dict(image_width=10), r"image_width \(10\) must be divisible by patch_size \(4\)"),
-    (dict(positional="rotary"), r"positional must be one of 'learned', 'learned_2d', 'sinusoidal_2d', 'none'"),
-    (dict(positional="sinusoidal_2d", stack=dict(d_model=18, n_heads=3)), r"needs d_model divisible by 4 .*got 18"),
+    (dict(image_width=10), r"image_width \(10\) must be divisible by patches.size \(4\)"),
+    (dict(patches=dict(size=4, positional="rotary")),
+     r"^patches.positional must be one of 'learned', 'learned_2d', 'sinusoidal_2d', 'none'"),
+    (dict(patches=dict(size=4, positional="sinusoidal_2d"), stack=dict(d_model=18, n_heads=3)),
+     r"^patches.positional 'sinusoidal_2d' needs d_model divisible by 4 .*got 18"),
     (dict(stack=dict(attention_backend="linear")), r"attention_backend 'linear' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"),
     (dict(pooling="max"), r"pooling must be one of 'cls', 'mean'"),
 ])
 def test_the_config_refuses_early_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
-        model_config(**{**VIT, "patch_size": 4, **fields})
+        model_config(**{**VIT, "patches": dict(size=4), **fields})
 
 
 def test_attention_rollout_by_hand():
@@ -196,7 +198,7 @@ train: {{max_steps: 60, batch_size: 64, optimizer: adamw, lr_schedule: constant,
 def vit_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("vit")
     config = root / "vit.yaml"
-    config.write_text(RECIPE.format(arch="vit", model="patch_size: 2, stack: {d_model: 16, n_heads: 2, "
+    config.write_text(RECIPE.format(arch="vit", model="patches: {size: 2}, stack: {d_model: 16, n_heads: 2, "
                                                        "n_layers: 1, d_ff: 32, dropout: 0.0}"))
     done = run_cli("train", str(config), "--out", str(root / "run"))
     assert done.returncode == 0, done.stderr

@@ -39,8 +39,10 @@ def _info_model_config(args: argparse.Namespace):
     from attnlab.config import apply_overrides, read_config_file
     from attnlab.errors import ConfigError
     from attnlab.models import model_config
+    from attnlab.models.family import DEFAULT_ARCH
     from attnlab.runs.config import RunConfig, override_fields
     from attnlab.runs.data import planned_model_config
+    from attnlab.runs.migration import migrated_model, refuse_moved
     from attnlab.runs.run_dir import RunDir
 
     path = Path(args.config)
@@ -50,6 +52,12 @@ def _info_model_config(args: argparse.Namespace):
         if not path.is_file():
             raise CheckpointError(f"{args.config} is a directory but not a run directory (no config.yaml)")
     sections = read_config_file(path)
+    model = sections.get("model")
+    for expr in args.set or []:  # an old flat spelling: the one line that names the new one
+        key = expr.partition("=")[0].strip()
+        if key.startswith("model."):
+            arch = model.get("arch", DEFAULT_ARCH) if isinstance(model, dict) else DEFAULT_ARCH
+            refuse_moved(arch, [key.removeprefix("model.")], f"--set {expr!r}: ")
     apply_overrides(sections, args.set or [], override_fields)
     where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])
     model = sections.get("model")
@@ -57,7 +65,9 @@ def _info_model_config(args: argparse.Namespace):
         if args.vocab_size is not None:
             model = {**model, "vocab_size": args.vocab_size}
         try:
-            return model_config(model, from_0_1=of_a_run), None
+            if not of_a_run:
+                refuse_moved(model.get("arch", DEFAULT_ARCH), model)
+            return model_config(migrated_model(model) if of_a_run else model), None
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}") from None
     if "data" not in sections:

@@ -89,7 +89,7 @@ def marian_model_fields(config: dict[str, Any], where: Path, output_vocabulary: 
                  "layer_norm_eps": 1e-5, "attention_backend": "sdpa"}
         added = 1 if output_vocabulary == "no_bos" else 0
         return {"arch": "encoder_decoder", "vocab_size": config["vocab_size"] + added, "stack": stack,
-                "n_encoder_layers": config["encoder_layers"], "n_decoder_layers": config["decoder_layers"],
+                "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
                 "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
                 "tie_embeddings": "all", "pad_id": PAD, "output_bias": True, "output_vocabulary": output_vocabulary,
                 "embedding": "scaled" if config.get("scale_embedding", False) else "plain"}

@@ -115,7 +115,7 @@ def vit_model_fields(config: dict[str, Any], with_classifier: bool, where: Path)
     try:
         return {"arch": "vit", "image_height": height, "image_width": width,
                 "channels": config.get("num_channels", 3), "n_classes": len(labels_of(config, where)),
-                "patch_size": patch_h, "positional": "learned", "pooling": "cls",
+                "patches": {"size": patch_h, "positional": "learned"}, "pooling": "cls",
                 "head": "linear" if with_classifier else "pooled",
                 "stack": {"d_model": config["hidden_size"], "n_heads": config["num_attention_heads"],
                           "n_layers": config["num_hidden_layers"], "d_ff": config["intermediate_size"],
@@ -208,7 +208,7 @@ ARCHITECTURES = {"image_classification": ("linear", "ViTForImageClassification")
 def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
     """The run's options that ViT has no counterpart for, each 'field value (ViT's)'."""
     head, architecture = ARCHITECTURES[run.read_config()[1].task.name]  # a vit run's tasks
-    needs = {"positional": ("learned", "ViT"), "pooling": ("cls", "ViT"), "stack.norm": ("pre", "ViT"),
+    needs = {"patches.positional": ("learned", "ViT"), "pooling": ("cls", "ViT"), "stack.norm": ("pre", "ViT"),
              "head": (head, architecture)}
     refused = [f"{name} {attrgetter(name)(cfg)!r} ({whose}'s is {value!r})" for name, (value, whose) in needs.items()
                if attrgetter(name)(cfg) != value]
@@ -229,7 +229,7 @@ def export_vit(model: nn.Module, cfg: FamilyConfig, run: RunDir) -> Exported:
     for ours, theirs in vit_pairs(cfg.stack.n_layers).items():
         if ours in state and not ours.startswith(task.untrained):  # ViTModel: no output layer
             tensors |= dict(zip(theirs, state[ours].chunk(len(theirs))))
-    d, P = cfg.stack.d_model, cfg.patch_size
+    d, P = cfg.stack.d_model, cfg.patches.size
     tensors[CONV] = state["patch_embed.projection.weight"].view(d, cfg.channels, P, P)
     tensors[POSITIONS] = torch.cat([torch.zeros(1, d), state["positional.table.weight"]])[None]  # the class token's: 0
     tensors[CLS] = state["summary.token"]  # which holds its position already

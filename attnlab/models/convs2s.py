@@ -8,7 +8,7 @@ from typing import Optional
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
 from attnlab.nn.convs2s import ConvDecoder, ConvEncoder, ConvSeq2Seq, conv_embedding
 from attnlab.nn.embeddings import Embeddings
 
@@ -25,8 +25,7 @@ class ConvS2SConfig(TwoSidedSizes, FamilyConfig):
     d_embed: int = 512
     d_model: int = 512
     n_layers: int = 6
-    n_encoder_layers: Optional[int] = None
-    n_decoder_layers: Optional[int] = None
+    depths: Depths = Depths()
     kernel_width: int = 3
     dropout: float = 0.1
     max_len: int = 1024

@@ -5,7 +5,7 @@ projected without bias to ``d_embed`` and normalised (nn/dual_encoder.py).
 
 One config for both towers: they share d_model, n_heads, d_ff, the dropouts, activation, norm
 placement and backend (ViT's exact ones), each with its own depth (``n_image_layers``,
-``n_text_layers``; default ``n_layers``). ``patch_positional`` places the patches (ViT's
+``n_text_layers``; default ``n_layers``). ``patches`` (size and positional scheme) place the patches (ViT's
 schemes), ``positional`` the text's tokens (the Transformer's). ``init_temperature``: CLIP's tau
 = 0.07, learned as log(1 / tau); ``max_logit_scale``: CLIP's bound 100 on 1 / tau.
 Initialisation: the Transformer's (models/transformer.py: the projections Xavier-uniform), the
@@ -23,7 +23,14 @@ from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, SUMMARIES, PatchGrid, init_patch_positions
+from attnlab.models.vit import (
+    IMAGE_BACKENDS_REFUSAL,
+    PATCH_POSITIONAL,
+    SUMMARIES,
+    Patches,
+    PatchGrid,
+    init_patch_positions,
+)
 from attnlab.nn.dual_encoder import DualEncoder, ImageTower, TextTower
 from attnlab.nn.registry import POOLINGS
 from attnlab.nn.vision import PatchEmbedding
@@ -32,7 +39,7 @@ from attnlab.nn.vision import PatchEmbedding
 @dataclass(frozen=True)
 class DualEncoderConfig(PatchGrid, TransformerConfig):
     """The image's size and channels and the text vocabulary (set by the data), the patch size P,
-    where the patches sit (``patch_positional``), each tower's summary (``image_pooling``: ``cls``,
+    where the patches sit (``patches.positional``), each tower's summary (``image_pooling``: ``cls``,
     ViT's class token, or ``mean`` of the patches; ``text_pooling``: ``cls``, the first token, a
     BOS, or ``mean`` of the tokens), the joint space's width ``d_embed``, the temperature's start
     and bound, and the Transformer's fields for the two stacks: small, pre-norm and GELU by
@@ -41,8 +48,7 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
     image_height: int = 32
     image_width: int = 32
     channels: int = 3
-    patch_size: int = 4
-    patch_positional: str = "learned_2d"
+    patches: Patches = Patches(size=4, positional="learned_2d")
     n_image_layers: Optional[int] = None
     n_text_layers: Optional[int] = None
     image_pooling: str = "cls"
@@ -59,7 +65,6 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
-        one_of("patch_positional", self.patch_positional, PATCH_POSITIONAL)
         one_of("image_pooling", self.image_pooling, SUMMARIES)
         one_of("text_pooling", self.text_pooling, POOLINGS)
         for name in ("n_image_layers", "n_text_layers"):
@@ -72,7 +77,7 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
             raise ConfigError(f"max_logit_scale ({self.max_logit_scale}) must be at least 1 / init_temperature "
                               f"({1 / self.init_temperature:.4g})")
         super().check()
-        self.check_patches("patch_positional", self.patch_positional)
+        self.check_patches()
 
     @property
     def image_layers(self) -> int:
@@ -93,8 +98,8 @@ class DualEncoderFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: DualEncoderConfig) -> DualEncoder:
-        image = ImageTower(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.stack.d_model),
-                           PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg),
+        image = ImageTower(PatchEmbedding(cfg.channels, cfg.patches.size, cfg.stack.d_model),
+                           PATCH_POSITIONAL[cfg.patches.positional].from_config(cfg),
                            SUMMARIES[cfg.image_pooling](cfg.stack.d_model), parts.plain_encoder(cfg, cfg.image_layers))
         text = TextTower(parts.embeddings(cfg, cfg.vocab_size), parts.encoder(cfg, cfg.text_layers),
                          POOLINGS[cfg.text_pooling](), cfg.pad_id)

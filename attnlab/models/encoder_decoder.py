@@ -10,7 +10,7 @@ from torch import nn
 from attnlab.config import one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, Staging, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Depths, ModelFamily, Staging, TwoSidedSizes, register_family
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
@@ -23,15 +23,14 @@ OUTPUT_VOCABULARIES = tuple(NEVER)
 @dataclass(frozen=True)
 class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
     """The Transformer fields, plus a source vocabulary (``src_vocab_size``, default: the target's)
-    and separate stack depths (``n_encoder_layers``, ``n_decoder_layers``, default: ``n_layers``).
+    and separate stack depths (``depths``: ``encoder``, ``decoder``, default: ``n_layers``).
     ``output_bias``: a bias per target token on the logits (Marian's final_logits_bias; the paper has none).
     ``output_vocabulary``: ``all``, every token id may be predicted; ``no_bos``, <bos>, which only
     starts the decoder, never is (its logit is -inf): an imported Marian model's added start token
     (interop/marian.py), so that the distribution over Marian's own tokens stays the original's."""
 
     src_vocab_size: Optional[int] = None
-    n_encoder_layers: Optional[int] = None
-    n_decoder_layers: Optional[int] = None
+    depths: Depths = Depths()
     output_bias: bool = False
     output_vocabulary: str = "all"
 

@@ -15,9 +15,9 @@ from typing import Any, Callable, ClassVar, get_type_hints
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from attnlab.config import RegisteredConfig, at_least, one_of, read_config_file, register
+from attnlab.config import RegisteredConfig, TypedConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
-from attnlab.models.stack import AttentionStack, StackConfig
+from attnlab.models.stack import AttentionStack
 from attnlab.nn.interfaces import CausalLM, IncrementalDecoder, Seq2SeqModel, StagedModel
 
 
@@ -120,38 +120,54 @@ class FamilyConfig(RegisteredConfig):
         return None
 
 
+@dataclass(frozen=True)
+class Depths(TypedConfig):
+    """Each side's layers in a family with a source and a target side (``model.depths``): the
+    ``encoder``'s and the ``decoder``'s; None: the family's depth (its stack's n_layers, or a
+    recurrent or convolutional model's own n_layers)."""
+
+    section: ClassVar[str] = "model.depths"
+
+    encoder: int | None = None
+    decoder: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        for name in ("encoder", "decoder"):
+            if getattr(self, name) is not None:
+                at_least(f"depths.{name}", getattr(self, name), 1)
+
+
 class TwoSidedSizes:
     """For the config of a family with a source and a target side (mixed into its dataclass, which
-    declares the fields): ``src_vocab_size`` (None: the target's ``vocab_size``) and the depths
-    ``n_encoder_layers`` and ``n_decoder_layers`` (None: :attr:`depth`)."""
+    declares ``vocab_size`` and ``src_vocab_size``, set by the data, and composes ``depths: Depths``):
+    the source vocabulary (None: the target's) and each side's depth (None: :attr:`depth`)."""
 
-    vocab_size: int
-    src_vocab_size: int | None
-    n_encoder_layers: int | None
-    n_decoder_layers: int | None
+    depths: Depths
 
     def check_sizes(self) -> None:
-        for name in ("src_vocab_size", "n_encoder_layers", "n_decoder_layers"):
-            if getattr(self, name) is not None:
-                at_least(name, getattr(self, name), 1)
+        src_vocab_size = getattr(self, "src_vocab_size")
+        if src_vocab_size is not None:
+            at_least("src_vocab_size", src_vocab_size, 1)
 
     @property
     def src_vocab(self) -> int:
-        return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
+        src_vocab_size: int | None = getattr(self, "src_vocab_size")
+        return src_vocab_size if src_vocab_size is not None else int(getattr(self, "vocab_size"))
 
     @property
     def depth(self) -> int:
-        """Each side's layers unless n_encoder_layers / n_decoder_layers say otherwise: the attention
-        stack's n_layers, or the family's own (a recurrent model's)."""
-        return self.stack.n_layers if isinstance(self, AttentionStack) else self.n_layers
+        """Each side's layers unless ``depths`` says otherwise: the attention stack's n_layers, or the
+        family's own (a recurrent model's)."""
+        return self.stack.n_layers if isinstance(self, AttentionStack) else int(getattr(self, "n_layers"))
 
     @property
     def encoder_layers(self) -> int:
-        return self.n_encoder_layers if self.n_encoder_layers is not None else self.depth
+        return self.depths.encoder if self.depths.encoder is not None else self.depth
 
     @property
     def decoder_layers(self) -> int:
-        return self.n_decoder_layers if self.n_decoder_layers is not None else self.depth
+        return self.depths.decoder if self.depths.decoder is not None else self.depth
 
 
 class SeriesSizes:
@@ -202,18 +218,6 @@ class ModelFamily:
 FAMILIES: dict[str, type[ModelFamily]] = {}
 DEFAULT_ARCH = "encoder_decoder"
 
-# The fields of the one flat ModelConfig of releases before the families (0.1.0): a run directory
-# written then lists all of them for every arch. Each family's builder used only its own, so reading
-# such a file drops the others (they never changed the model).
-RELEASE_0_1_FIELDS = (
-    "vocab_size", "arch", "src_vocab_size", "d_model", "n_heads", "n_layers", "n_encoder_layers", "n_decoder_layers",
-    "d_ff", "dropout", "attention_dropout", "activation", "norm", "layer_norm_eps", "positional", "positional_combine",
-    "positional_dim", "positional_base", "max_relative_distance", "max_len", "tie_embeddings", "pad_id", "n_classes",
-    "rnn_cell", "rnn_attention", "score", "bidirectional", "input_feeding", "attention_backend", "attention_window",
-    "attention_block", "attention_key_block", "sparse_stride", "sparse_global", "sparse_random", "linear_features",
-    "linear_n_features")
-
-
 def register_family(family: type[ModelFamily]) -> type[ModelFamily]:
     """Class decorator: make ``family`` selectable as ``model.arch: <family.name>``; refused in one
     line where its model class lacks an interface that its capabilities promise."""
@@ -263,16 +267,15 @@ def family_named(arch: Any) -> type[ModelFamily]:
     return FAMILIES[arch]
 
 
-def model_config(data: dict[str, Any] | None = None, /, from_0_1: bool = False, **fields: Any) -> FamilyConfig:
+def model_config(data: dict[str, Any] | None = None, /, **fields: Any) -> FamilyConfig:
     """The config of the family that ``arch`` names (default encoder_decoder), from a model section
     (``data``) or keywords: ``model_config(arch="decoder_lm", vocab_size=100, stack={"d_model": 64})``.
-    ``from_0_1``: a run directory's config.yaml, which release 0.1 wrote with every family's fields
-    (see :func:`written_by_0_1`)."""
+    A run directory's section, written by an earlier release, goes through runs/migration.py first."""
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"section 'model' must be a mapping of field: value (got {type(data).__name__})")
     data = fields if data is None else {**data, **fields}
     family = family_named(data.get("arch", DEFAULT_ARCH))
-    return family.config.from_dict(written_by_0_1(data) if from_0_1 else data)
+    return family.config.from_dict(data)
 
 
 def read_model_config(path: str | Path) -> FamilyConfig:
@@ -284,18 +287,6 @@ def read_model_config(path: str | Path) -> FamilyConfig:
         return model_config(sections["model"])
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
-
-
-def written_by_0_1(data: dict[str, Any]) -> dict[str, Any]:
-    """A run directory's model section as this release reads it: less the fields that release 0.1
-    wrote for every family and this one does not have (its builder never read them), and with the
-    attention stack's fields, which run directories written before the stack had its own config list
-    beside the others, moved into ``stack``; a new run's section is unchanged."""
-    own = family_named(data.get("arch", DEFAULT_ARCH)).config.field_names()
-    if "stack" in own:
-        flat = {k: v for k, v in data.items() if k in [f.name for f in dataclasses.fields(StackConfig)]}
-        data = {k: v for k, v in data.items() if k not in flat} | ({"stack": data.get("stack", {}) | flat} if flat else {})
-    return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
 
 
 def uncompiled(model: nn.Module) -> nn.Module:

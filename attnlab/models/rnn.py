@@ -11,7 +11,7 @@ from torch import nn
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
 from attnlab.models.transformer import SINGLE_STACK_TIES, init_weights
 from attnlab.nn.registry import RNN_ATTENTION, RNN_CELLS, SCORES
 from attnlab.nn.rnn import LakeBaroniDecoder, RNNDecoder, RNNEncoder, RNNSeq2Seq
@@ -36,8 +36,7 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     src_vocab_size: Optional[int] = None
     d_model: int = 512
     n_layers: int = 6
-    n_encoder_layers: Optional[int] = None
-    n_decoder_layers: Optional[int] = None
+    depths: Depths = Depths()
     dropout: float = 0.1
     embedding_dropout: Optional[float] = None
     max_len: int = 1024
@@ -58,7 +57,7 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
         one_of("rnn_decoder", self.rnn_decoder, RNN_DECODERS)
         if self.rnn_decoder == "lake_baroni":
             if self.rnn_attention == "luong" or self.bidirectional \
-                    or (self.n_encoder_layers or self.n_layers) != (self.n_decoder_layers or self.n_layers):
+                    or self.encoder_layers != self.decoder_layers:
                 raise ConfigError("rnn_decoder 'lake_baroni' starts from the encoder's final states and attends as "
                                   "Bahdanau: it needs rnn_attention 'none' or 'bahdanau', bidirectional: false and "
                                   "as many encoder as decoder layers")

@@ -5,7 +5,7 @@ Transformer encoder, a [CLS] head over the answers.
 One config for both modalities: the text side is the Transformer's (``embedding``, ``positional``:
 an absolute scheme, added at the embeddings, since the self-attention of the joint stream has no
 positional hooks: a relative distance between a word and a patch would mean nothing), the image
-side the ViT's (``patch_size``, ``patch_positional`` over the grid). ``image_tokens``: ``patches``,
+side the ViT's (``patches``: their size and positional scheme over the grid). ``image_tokens``: ``patches``,
 or ``none``, the text-only baseline, which has no patch embedding at all. ``head``: ViT's ``pooled``
 (a tanh layer, BERT's and ViLT's pooler) or ``linear``. Initialisation: the Transformer's
 (models/transformer.py), the patch position tables as ViT's, the modality table N(0, 0.02^2).
@@ -23,7 +23,7 @@ from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, PatchGrid, init_patch_positions
+from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, Patches, PatchGrid, init_patch_positions
 from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
 from attnlab.nn.vision import PatchEmbedding
@@ -33,8 +33,8 @@ TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 # image_tokens: what the image contributes to the stream
 IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig"], nn.Module]] = {
-    "patches": lambda cfg: ImagePatches(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.stack.d_model),
-                                        PATCH_POSITIONAL[cfg.patch_positional].from_config(cfg)),
+    "patches": lambda cfg: ImagePatches(PatchEmbedding(cfg.channels, cfg.patches.size, cfg.stack.d_model),
+                                        PATCH_POSITIONAL[cfg.patches.positional].from_config(cfg)),
     "none": lambda cfg: NoImage(cfg.stack.d_model),  # the text-only baseline
 }
 
@@ -42,7 +42,7 @@ IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig"], nn.Module]] = {
 @dataclass(frozen=True)
 class SingleStreamConfig(PatchGrid, TransformerConfig):
     """The image's size and channels, the question vocabulary and the number of answers (set by
-    the data), the patch size P (dividing both sides), ``patch_positional``, ``image_tokens`` and
+    the data), the ``patches`` (size P, dividing both sides, and positional scheme), ``image_tokens`` and
     ``head``, and the Transformer's fields for the one encoder: small, pre-norm and GELU by default,
     as ViT and ViLT."""
 
@@ -50,8 +50,7 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
     image_width: int = 32
     channels: int = 3
     n_classes: int = 2
-    patch_size: int = 4
-    patch_positional: str = "learned_2d"
+    patches: Patches = Patches(size=4, positional="learned_2d")
     image_tokens: str = "patches"
     head: str = "pooled"
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, activation="gelu", norm="pre")
@@ -64,12 +63,11 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
-        one_of("patch_positional", self.patch_positional, PATCH_POSITIONAL)
         one_of("image_tokens", self.image_tokens, IMAGE_TOKENS)
         one_of("head", self.head, HEADS)
         one_of("positional", self.positional, TEXT_POSITIONAL)
         super().check()
-        self.check_patches("patch_positional", self.patch_positional)
+        self.check_patches()
         at_least("n_classes", self.n_classes, 2)
 
     @property

@@ -31,7 +31,7 @@ from attnlab.nn.layers import (
     Seq2SeqDecoderLayer,
 )
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS, ATTENTION_SCALES, NORMALISATIONS
+from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS, ATTENTION_SCALES, NORMALISATIONS, POSITIONAL
 
 # The config, importable from here as before the split (the families' modules read it from here too)
 __all__ = ["EMBEDDINGS", "SINGLE_STACK_TIES", "AttentionStack", "TransformerConfig"]
@@ -41,9 +41,8 @@ __all__ = ["EMBEDDINGS", "SINGLE_STACK_TIES", "AttentionStack", "TransformerConf
 
 def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
     """The configured scheme where it belongs ('embeddings' or 'self_attention'); identity elsewhere.
-    A family whose positions are not a sequence's (ViT's patch grid) names its own schemes in
-    ``positional_schemes``."""
-    cls = cfg.positional_schemes[cfg.positional]
+    (Patches are placed by their own part, ``patches.positional``: models/vit.py.)"""
+    cls = POSITIONAL[cfg.positional]
     belongs = "embeddings" if cls.absolute else "self_attention"
     return cls.from_config(cfg) if where == belongs else PositionalEncoding()
 

@@ -1,19 +1,18 @@
 """The Transformer families' config: their attention stack (models/stack.py) and the fields around
-it that the Transformer families share (positions, embeddings, ties, the backends' own fields, the
+it that the Transformer families share (positions, embeddings, ties, the backends' options, composed as ``backends``, the
 ablation switches). The builders that turn them into modules are in models/transformer.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import FamilyConfig
 from attnlab.models.stack import AttentionStack, StackConfig
-from attnlab.nn.positional import PositionalEncoding
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.registry import (
     ATTENTION_BACKENDS,
     POSITIONAL,
@@ -55,14 +54,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     tie_embeddings: str = "all"
     pad_id: int = 0
     embedding: str = "scaled"
-    attention_window: int = 128
-    attention_block: int = 128
-    attention_key_block: int = 1024
-    sparse_stride: int = 0
-    sparse_global: int = 0
-    sparse_random: int = 0
-    linear_features: str = "elu"
-    linear_n_features: int = 64
+    backends: BackendOptions = BackendOptions()  # the attention backends' own options (nn/backends/)
     normalisation: str = "layer"
     residual: bool = True
     ffn: bool = True
@@ -70,7 +62,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     vocab_multiple: int = 1
 
     ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
-    positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = POSITIONAL  # what ``positional`` may name
 
     def check(self) -> None:
         one_of("positional", self.positional, POSITIONAL)
@@ -119,19 +110,14 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     def _check_backend(self) -> None:
         """What the chosen backend supports, as it declares it (nn/backends/)."""
         self.check_stack()
-        one_of("linear_features", self.linear_features, ("elu", "favor"))
-        for name in ("attention_block", "attention_key_block", "linear_n_features"):
-            at_least(name, getattr(self, name), 1)
-        for name in ("attention_window", "sparse_stride", "sparse_global", "sparse_random"):
-            at_least(name, getattr(self, name), 0)
         backend = ATTENTION_BACKENDS[self.stack.attention_backend]
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        defaults = BackendOptions()
         for other in ATTENTION_BACKENDS.values():
-            for name in other.fields:
-                if name not in backend.fields and getattr(self, name) != defaults[name]:
-                    users = [b.name for b in ATTENTION_BACKENDS.values() if name in b.fields]
-                    raise ConfigError(f"{name} is only used with attention_backend {' or '.join(map(repr, users))} "
-                                      f"(attention_backend is '{backend.name}')")
+            for path in other.fields:
+                if path not in backend.fields and self.backends.option(path) != defaults.option(path):
+                    users = [b.name for b in ATTENTION_BACKENDS.values() if path in b.fields]
+                    raise ConfigError(f"backends.{path} is only used with attention_backend "
+                                      f"{' or '.join(map(repr, users))} (attention_backend is '{backend.name}')")
         if self.positional == "relative" and not backend.returns_weights:
             forming = [b.name for b in ATTENTION_BACKENDS.values() if b.returns_weights]
             raise ConfigError(f"positional 'relative' (Shaw et al.) weights a value term by the attention "

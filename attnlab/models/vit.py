@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from torch import nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
@@ -51,27 +51,49 @@ HEADS: dict[str, type[nn.Module]] = {"pooled": ClassificationHead, "linear": Lin
 IMAGE_BACKENDS_REFUSAL = "is blockwise or approximate, which an image's few patches do not need"
 
 
+@dataclass(frozen=True)
+class Patches(TypedConfig):
+    """How an image is cut into patches (``model.patches`` of every family that reads images as
+    patches): squares of ``size`` pixels, placed on the grid by ``positional``, a scheme of
+    PATCH_POSITIONAL. Each family gives its defaults (ViT's 16 and 'learned')."""
+
+    section: ClassVar[str] = "model.patches"
+
+    size: int = 16
+    positional: str = "learned"
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        at_least("patches.size", self.size, 1)
+        one_of("patches.positional", self.positional, PATCH_POSITIONAL)
+
+
 class PatchGrid:
     """What a config of an image cut into patches checks and derives (its dataclass declares
-    image_height, image_width, channels, patch_size and d_model): ViT's and the captioner's."""
+    image_height, image_width and channels, set by the data, and composes ``patches: Patches``):
+    ViT's, the captioner's, the dual encoder's and the single stream's."""
 
-    def check_patches(self, field: str, positional: str) -> None:
-        """Positive sizes, sides that the patch size divides, and a d_model that the ``positional``
-        scheme (the config's ``field``) can split."""
-        for name in ("image_height", "image_width", "channels", "patch_size"):
+    patches: Patches
+
+    def check_patches(self) -> None:
+        """Positive sizes, sides that the patch size divides, and a d_model that the patches'
+        positional scheme can split."""
+        for name in ("image_height", "image_width", "channels"):
             at_least(name, getattr(self, name), 1)
         for side in ("image_height", "image_width"):
-            if getattr(self, side) % self.patch_size:
-                raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patch_size "
-                                  f"({self.patch_size})")
-        if positional == "sinusoidal_2d" and self.stack.d_model % 4:
-            raise ConfigError(f"{field} 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a cosine "
-                              f"per frequency, for rows and for columns); got {self.stack.d_model}")
+            if getattr(self, side) % self.patches.size:
+                raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patches.size "
+                                  f"({self.patches.size})")
+        d_model = self.stack.d_model  # type: ignore[attr-defined]  # every patch family composes a stack
+        if self.patches.positional == "sinusoidal_2d" and d_model % 4:
+            raise ConfigError(f"patches.positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a "
+                              f"cosine per frequency, for rows and for columns); got {d_model}")
 
     @property
     def grid(self) -> tuple[int, int]:
         """(h, w): patches down and across."""
-        return self.image_height // self.patch_size, self.image_width // self.patch_size
+        h, w = getattr(self, "image_height"), getattr(self, "image_width")
+        return h // self.patches.size, w // self.patches.size
 
     @property
     def patch_labels(self) -> list[str]:
@@ -81,32 +103,28 @@ class PatchGrid:
 
 @dataclass(frozen=True)
 class ViTConfig(PatchGrid, FamilyConfig, AttentionStack):
-    """The image's size and channels and the number of classes (set by the data), the patch size
-    P (dividing both sides), and the encoder's fields, as the Transformer's: pre-norm and GELU by
-    default, as ViT. ``head``: ``pooled``, a tanh layer before the output (ViT's pre-training
+    """The image's size and channels and the number of classes (set by the data), the ``patches``
+    (size P, dividing both sides, and their positional scheme), and the encoder's fields, as the
+    Transformer's: pre-norm and GELU by default, as ViT. ``head``: ``pooled``, a tanh layer before the output (ViT's pre-training
     head), or ``linear``, the output alone (ViT fine-tuned; an imported ViTForImageClassification)."""
 
     image_height: int
     image_width: int
     channels: int
     n_classes: int
-    patch_size: int = 16
+    patches: Patches = Patches()
     stack: StackConfig = StackConfig(d_model=192, n_heads=3, n_layers=12, d_ff=768, activation="gelu", norm="pre", layer_norm_eps=1e-6)
-    positional: str = "learned"
     pooling: str = "cls"
     head: str = "pooled"
 
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
-    positional_schemes: ClassVar[dict[str, type[PositionalEncoding]]] = PATCH_POSITIONAL
-
     def check(self) -> None:
-        one_of("positional", self.positional, PATCH_POSITIONAL)
         one_of("pooling", self.pooling, SUMMARIES)
         one_of("head", self.head, HEADS)
         self.check_stack()
-        self.check_patches("positional", self.positional)
+        self.check_patches()
         at_least("n_classes", self.n_classes, 2)
 
 
@@ -121,8 +139,8 @@ class ViTFamily(ModelFamily):
     @staticmethod
     def build(cfg: ViTConfig) -> VisionTransformer:
         summary = SUMMARIES[cfg.pooling](cfg.stack.d_model)
-        model = VisionTransformer(PatchEmbedding(cfg.channels, cfg.patch_size, cfg.stack.d_model),
-                                  parts.positional(cfg, "embeddings"), summary, parts.encoder(cfg, cfg.stack.n_layers),
+        model = VisionTransformer(PatchEmbedding(cfg.channels, cfg.patches.size, cfg.stack.d_model),
+                                  PATCH_POSITIONAL[cfg.patches.positional].from_config(cfg), summary, parts.plain_encoder(cfg, cfg.stack.n_layers),
                                   HEADS[cfg.head](cfg.stack.d_model, cfg.n_classes, cfg.stack.dropout, summary.pooling()))
         parts.init_weights(model)
         init_patch_positions(model.positional)

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.errors import ConfigError
 from attnlab.nn.cache import KVCache
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import PositionalEncoding
@@ -212,6 +213,12 @@ class CrossAttention(MultiHeadAttention):
 
 # -- the exact kernels: the reference ``math``, PyTorch's fused ``sdpa``, and ``auto`` between them -----------
 
+def option_at_least(name: str, value: int, low: int) -> None:
+    """A backend option's range check (nn imports no config helpers): one line naming the option."""
+    if value < low:
+        raise ConfigError(f"{name} must be >= {low} (got {value})")
+
+
 BACKENDS: dict[str, type["AttentionBackend"]] = {}  # name -> class, filled as each backend is defined
 
 
@@ -225,7 +232,9 @@ class AttentionBackend:
     exact = True  # computes softmax attention over every allowed key (what 'math' computes)
     score_bias = True  # adds a positional bias to the scores (relative_bias, ALiBi)
     attention_dropout = True  # can drop attention probabilities
-    fields: tuple[str, ...] = ()  # the model-config fields it alone reads (attention_block is shared)
+    # its own options that it alone reads, as paths in a model config's ``backends`` (BackendOptions,
+    # nn/backends/__init__.py): 'pattern.window', ...; the query block ``backends.block`` is shared
+    fields: tuple[str, ...] = ()
     cross_attention: str | None = None  # the backend cross-attention takes instead (None: this one)
     devices = ("cpu", "cuda")
     static_cache = True  # decodes over a StaticKVCache: keys of a fixed capacity, the unwritten ones masked
@@ -244,7 +253,7 @@ class AttentionBackend:
 
     @classmethod
     def from_config(cls, cfg) -> "AttentionBackend":
-        """The backend with its own fields of a Transformer family's config (attention_block, attention_window, ...)."""
+        """The backend with its own options, from a Transformer family's config (``cfg.backends``)."""
         return cls()
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,

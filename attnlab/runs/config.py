@@ -19,8 +19,9 @@ from attnlab.config import TypedConfig, apply_overrides, at_least, field_paths, 
 from attnlab.device import check_device_name, on_gpu
 from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config, stack_of
-from attnlab.models.family import DEFAULT_ARCH, written_by_0_1
+from attnlab.models.family import DEFAULT_ARCH
 from attnlab.parallel.distributed import PIPELINE_SCHEDULES, STRATEGIES
+from attnlab.runs.migration import migrated_model, refuse_moved
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.batching import SAMPLINGS
 from attnlab.tasks.task import set_by_data, task_of, with_vocabulary
@@ -210,6 +211,8 @@ class RunConfig:
             model = sections.get("model") or {}
             if not isinstance(model, dict):
                 raise ConfigError("section 'model' must be a mapping of field: value")
+            if not complete:
+                refuse_moved(model.get("arch", DEFAULT_ARCH), model)
             data = task_config(sections.get("data") or {})
             data.check_trainable()
             planned = data.task.model_fields(data)  # the fields the data sets, as the config alone tells them
@@ -234,6 +237,12 @@ class RunConfig:
         config.yaml, whose model section also holds the fields its data set (and, written by
         release 0.1, the fields of every family, and the data fields of every format)."""
         sections = read_config_file(path)
+        model = sections.get("model")
+        arch = model.get("arch", DEFAULT_ARCH) if isinstance(model, dict) else DEFAULT_ARCH
+        for expr in overrides:
+            key = expr.partition("=")[0].strip()
+            if key.startswith("model."):
+                refuse_moved(arch, [key.removeprefix("model.")], f"--set {expr!r}: ")
         if of_a_run:
             sections = _run_sections(sections, path)
         apply_overrides(sections, overrides, override_fields)
@@ -270,7 +279,7 @@ def _run_sections(sections: dict[str, Any], path: str | Path) -> dict[str, Any]:
     sections = {**sections, "data": data.to_dict()}
     if isinstance(sections.get("model"), dict):
         from_data = set_by_data(data)
-        sections["model"] = {k: v for k, v in written_by_0_1(sections["model"]).items() if k not in from_data}
+        sections["model"] = {k: v for k, v in migrated_model(sections["model"]).items() if k not in from_data}
     return sections
 
 

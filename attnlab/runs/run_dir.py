@@ -48,6 +48,7 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
 from attnlab.models import FamilyConfig, model_config
 from attnlab.runs.config import TrainConfig
+from attnlab.runs.migration import migrated_model
 from attnlab.runs.weights_file import (
     CHECKSUM_FILE,
     WriteError,
@@ -118,7 +119,7 @@ class RunDir:
             raise CheckpointError(f"{self.path}: not a run directory (no config.yaml)")
         sections = read_config_file(self.config)
         try:
-            return (model_config(sections.get("model"), from_0_1=True), task_config(sections.get("data") or {}, from_0_1=True),
+            return (model_config(migrated_model(sections.get("model"))), task_config(sections.get("data") or {}, from_0_1=True),
                     TrainConfig.from_dict(sections.get("train") or {}))
         except ConfigError as err:
             raise CheckpointError(f"{self.config}: {err}") from None

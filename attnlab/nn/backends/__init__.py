@@ -27,23 +27,53 @@ what ``math`` gives under the same pattern as an explicit mask (:meth:`SparsePat
 ``linear`` is a different model of attention, exact only with respect to its own kernel formula.
 
 Each backend declares what it supports (``AttentionBackend``'s class attributes: weights, explicit
-masks, exactness, score bias, attention dropout, its own config fields, what cross-attention uses
+masks, exactness, score bias, attention dropout, its own options, what cross-attention uses
 instead, devices); it registers itself in ``BACKENDS`` by naming itself. Every module here is imported below, so a new backend is one new file here.
+
+A backend's options are a small frozen dataclass in its own module (``ChunkedOptions``,
+``PatternOptions``, ``LinearOptions``); :class:`BackendOptions` composes them, and a Transformer
+family's config holds one as ``backends`` (``model.backends.pattern.window``, ...). A backend with
+options of its own adds its part here too.
 """
 
 import importlib
 import pkgutil
+from dataclasses import dataclass
 
 # isort: off
 # Imported in the order the docs list them, which is BACKENDS' order (and that of error messages).
 from attnlab.nn.attention import BACKENDS, AttentionBackend, AutoBackend, BiasFn, SDPABackend
-from attnlab.nn.backends.chunked import ChunkedBackend
-from attnlab.nn.backends.sparse import LocalBackend, SparseBackend, SparsePattern
-from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearState
+from attnlab.nn.backends.chunked import ChunkedBackend, ChunkedOptions
+from attnlab.nn.backends.sparse import LocalBackend, PatternOptions, SparseBackend, SparsePattern
+from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearOptions, LinearState
 # isort: on
+from attnlab.nn.attention import option_at_least
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """The backends' options, a Transformer family's ``model.backends``: ``block``, the queries a
+    blockwise backend (chunked, local, sparse; linear's causal chunks) takes at a time, and each
+    backend's own part. Only the chosen backend's part may differ from its defaults (the family's
+    config checks it against each backend's ``fields``)."""
+
+    block: int = 128
+    chunked: ChunkedOptions = ChunkedOptions()
+    pattern: PatternOptions = PatternOptions()
+    linear: LinearOptions = LinearOptions()
+
+    def __post_init__(self) -> None:
+        option_at_least("block", self.block, 1)
+
+    def option(self, path: str) -> object:
+        """The option at ``path`` ('pattern.window')."""
+        part, _, name = path.partition(".")
+        return getattr(getattr(self, part), name)
+
 
 for _module in pkgutil.iter_modules(__path__):  # a backend not named above registers itself too
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["BACKENDS", "AttentionBackend", "AutoBackend", "BiasFn", "ChunkedBackend", "FeatureMap",
-           "LinearBackend", "LinearState", "SDPABackend", "LocalBackend", "SparseBackend", "SparsePattern"]
+__all__ = ["BACKENDS", "AttentionBackend", "AutoBackend", "BackendOptions", "BiasFn", "ChunkedBackend", "ChunkedOptions",
+           "FeatureMap", "LinearBackend", "LinearOptions", "LinearState", "PatternOptions", "SDPABackend", "LocalBackend",
+           "SparseBackend", "SparsePattern"]

@@ -4,14 +4,25 @@ recomputes one query block at a time (memory O(T), never the T x T matrix)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.nn.attention import AttentionBackend, BiasFn, SDPABackend, keys_so_far
+from attnlab.nn.attention import AttentionBackend, BiasFn, SDPABackend, keys_so_far, option_at_least
 from attnlab.nn.dropout import dropout
 from attnlab.nn.masks import AttentionMask
+
+
+@dataclass(frozen=True)
+class ChunkedOptions:
+    """``chunked``'s own option (``model.backends.chunked``): ``key_block``, the keys visited at a time."""
+
+    key_block: int = 1024
+
+    def __post_init__(self) -> None:
+        option_at_least("key_block", self.key_block, 1)
 
 
 class ChunkedBackend(AttentionBackend):
@@ -29,14 +40,14 @@ class ChunkedBackend(AttentionBackend):
     name = "chunked"
     returns_weights = False
     takes_explicit_mask = False
-    fields = ("attention_key_block",)
+    fields = ("chunked.key_block",)
 
     def __init__(self, q_block: int = 128, k_block: int = 1024) -> None:
         self.q_block, self.k_block = q_block, k_block
 
     @classmethod
     def from_config(cls, cfg) -> "ChunkedBackend":
-        return cls(cfg.attention_block, cfg.attention_key_block)
+        return cls(cfg.backends.block, cfg.backends.chunked.key_block)
 
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
         k, v = keys_so_far(k, v, q_pos, cache)

@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.nn.attention import AttentionBackend
+from attnlab.errors import ConfigError
+from attnlab.nn.attention import AttentionBackend, option_at_least
+
+FEATURE_MAPS = ("elu", "favor")  # elu + 1 (Katharopoulos et al.), positive random features (Performer's FAVOR+)
+
+
+@dataclass(frozen=True)
+class LinearOptions:
+    """``linear``'s own options (``model.backends.linear``): the ``feature_map`` phi and, for favor,
+    its number of ``random_features`` m."""
+
+    feature_map: str = "elu"
+    random_features: int = 64
+
+    def __post_init__(self) -> None:
+        if self.feature_map not in FEATURE_MAPS:
+            raise ConfigError(f"feature_map must be one of {', '.join(map(repr, FEATURE_MAPS))} (got {self.feature_map!r})")
+        option_at_least("random_features", self.random_features, 1)
 
 
 class FeatureMap:
@@ -66,14 +84,15 @@ class LinearBackend(AttentionBackend):
     score_bias = False  # it never forms scores
     attention_dropout = False  # nor probabilities to drop
     static_cache = False  # its cache holds the running sums S, z, not keys at positions
-    fields = ("linear_features", "linear_n_features")
+    fields = ("linear.feature_map", "linear.random_features")
 
     def __init__(self, feature_map: FeatureMap, chunk: int = 128) -> None:
         self.phi, self.chunk = feature_map, chunk
 
     @classmethod
     def from_config(cls, cfg) -> "LinearBackend":
-        return cls(FeatureMap(cfg.linear_features, cfg.stack.d_head, cfg.linear_n_features), cfg.attention_block)
+        options = cfg.backends.linear
+        return cls(FeatureMap(options.feature_map, cfg.stack.d_head, options.random_features), cfg.backends.block)
 
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
         """With a cache, only the running sums are kept: the new keys update them, and their padding

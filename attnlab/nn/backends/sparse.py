@@ -8,8 +8,24 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnlab.nn.attention import AttentionBackend, keys_so_far
+from attnlab.nn.attention import AttentionBackend, keys_so_far, option_at_least
 from attnlab.nn.scores import attention
+
+
+@dataclass(frozen=True)
+class PatternOptions:
+    """``sparse``'s and ``local``'s options (``model.backends.pattern``), a :class:`SparsePattern`'s sizes:
+    the ``window`` (local reads only it), the ``stride`` of the "fixed" summaries (0: none), the
+    ``n_global`` tokens and the ``n_random`` key blocks per query block."""
+
+    window: int = 128
+    stride: int = 0
+    n_global: int = 0
+    n_random: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("window", "stride", "n_global", "n_random"):
+            option_at_least(name, getattr(self, name), 0)
 
 
 @dataclass(frozen=True)
@@ -82,13 +98,14 @@ class SparseBackend(AttentionBackend):
     returns_weights = False
     takes_explicit_mask = False
     exact = False  # attends to the pattern's keys only
-    fields = ("attention_window", "sparse_stride", "sparse_global", "sparse_random")
+    fields = ("pattern.window", "pattern.stride", "pattern.n_global", "pattern.n_random")
     cross_attention = "chunked"  # a pattern over positions of one sequence; target over source is exact
 
     @classmethod
     def from_config(cls, cfg) -> "SparseBackend":
-        return cls(SparsePattern(cfg.attention_window, cfg.sparse_stride, cfg.sparse_global, cfg.sparse_random,
-                                 cfg.attention_block))
+        pattern = cfg.backends.pattern
+        return cls(SparsePattern(pattern.window, pattern.stride, pattern.n_global, pattern.n_random,
+                                 cfg.backends.block))
 
     def __init__(self, pattern: SparsePattern) -> None:
         self.pattern = pattern
@@ -119,11 +136,11 @@ class LocalBackend(SparseBackend):
     query itself): the sparse pattern with nothing but the window, in blocks of ``block`` queries."""
 
     name = "local"
-    fields = ("attention_window",)
+    fields = ("pattern.window",)
 
     def __init__(self, window: int, block: int = 64) -> None:
         super().__init__(SparsePattern(window=window, block=block))
 
     @classmethod
     def from_config(cls, cfg) -> "LocalBackend":
-        return cls(cfg.attention_window, cfg.attention_block)
+        return cls(cfg.backends.pattern.window, cfg.backends.block)

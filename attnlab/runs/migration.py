@@ -1,0 +1,112 @@
+"""The one migration of a model section written by an earlier release: a run directory's config.yaml
+is read through :func:`migrated_model` (runs/run_dir.py, runs/config.py, `attnlab info RUN`), so
+that no other code keeps an old layout alive. A new config file with a field in its old place is
+refused in one line naming the new spelling (:func:`refuse_moved`).
+
+Layouts read:
+- release 0.1 (one flat ModelConfig): every family's fields in every run; a family's builder read
+  only its own, so the others are dropped;
+- before the attention stack had its config: d_model, n_heads, ... beside the other fields, moved
+  into ``stack``;
+- before configs composed their parts (issue 61): the attention backends' options (attention_window,
+  sparse_stride, ...) beside the other fields, moved into ``backends`` (nn/backends/: BackendOptions),
+  the patches' size and scheme (patch_size, patch_positional; ViT's positional) into ``patches``
+  (models/vit.py: Patches), and a two-sided model's n_encoder_layers / n_decoder_layers into
+  ``depths`` (models/family.py: Depths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from attnlab.errors import ConfigError
+from attnlab.models import StackConfig, family_named
+from attnlab.models.family import DEFAULT_ARCH
+
+# The fields of the one flat ModelConfig of release 0.1.0: a run directory written then lists all of
+# them for every arch.
+RELEASE_0_1_FIELDS = (
+    "vocab_size", "arch", "src_vocab_size", "d_model", "n_heads", "n_layers", "n_encoder_layers", "n_decoder_layers",
+    "d_ff", "dropout", "attention_dropout", "activation", "norm", "layer_norm_eps", "positional", "positional_combine",
+    "positional_dim", "positional_base", "max_relative_distance", "max_len", "tie_embeddings", "pad_id", "n_classes",
+    "rnn_cell", "rnn_attention", "score", "bidirectional", "input_feeding", "attention_backend", "attention_window",
+    "attention_block", "attention_key_block", "sparse_stride", "sparse_global", "sparse_random", "linear_features",
+    "linear_n_features")
+
+# A flat field of the Transformer families' config -> where it is now, in the composed ``backends``
+MOVED_TO_BACKENDS = {
+    "attention_block": "block",
+    "attention_key_block": "chunked.key_block",
+    "attention_window": "pattern.window",
+    "sparse_stride": "pattern.stride",
+    "sparse_global": "pattern.n_global",
+    "sparse_random": "pattern.n_random",
+    "linear_features": "linear.feature_map",
+    "linear_n_features": "linear.random_features",
+}
+
+
+# A flat field of a family that reads images as patches -> where it is now, in the composed ``patches``;
+# ViT's own ``positional`` placed its patches (the other families' places their tokens and stays)
+MOVED_TO_PATCHES = {"patch_size": "size", "patch_positional": "positional"}
+VIT_MOVED_TO_PATCHES = {**MOVED_TO_PATCHES, "positional": "positional"}
+# A flat field of a family with two sides -> where it is now, in the composed ``depths``
+MOVED_TO_DEPTHS = {"n_encoder_layers": "encoder", "n_decoder_layers": "decoder"}
+
+
+def moved(arch: str, own: list[str]) -> dict[str, str]:
+    """The flat fields that the family ``arch`` (whose fields are ``own``) now keeps in a composed
+    part: old name -> its path ('backends.pattern.window')."""
+    paths = {}
+    if "backends" in own:
+        paths |= {name: f"backends.{path}" for name, path in MOVED_TO_BACKENDS.items()}
+    if "patches" in own:
+        paths |= {name: f"patches.{path}"
+                  for name, path in (VIT_MOVED_TO_PATCHES if arch == "vit" else MOVED_TO_PATCHES).items()}
+    if "depths" in own:
+        paths |= {name: f"depths.{path}" for name, path in MOVED_TO_DEPTHS.items()}
+    return paths
+
+
+def migrated_model(data: Any) -> Any:
+    """A run directory's model section as this release reads it: the attention stack's fields moved
+    into ``stack`` and the backends' into ``backends`` where the family has them, less the fields
+    release 0.1 wrote for every family and this one does not have; a section in the current layout
+    is returned unchanged (a value that is not a mapping too: the family's config refuses it)."""
+    if not isinstance(data, dict):
+        return data
+    own = family_named(data.get("arch", DEFAULT_ARCH)).config.field_names()
+    if "stack" in own:
+        stack_fields = [f.name for f in dataclasses.fields(StackConfig)]
+        flat = {k: v for k, v in data.items() if k in stack_fields}
+        data = {k: v for k, v in data.items() if k not in flat} | ({"stack": data.get("stack", {}) | flat} if flat else {})
+    paths = moved(data.get("arch", DEFAULT_ARCH), own)
+    flat = {k: v for k, v in data.items() if k in paths}
+    data = {k: v for k, v in data.items() if k not in flat}
+    for name, value in flat.items():
+        *parts, field = paths[name].split(".")
+        mapping = data
+        for part in parts:  # a copy of each mapping on the way: the section read is left as it was
+            mapping[part] = dict(mapping.get(part) or {})
+            mapping = mapping[part]
+        mapping.setdefault(field, value)  # a value given in the new place (--set) wins over the flat one
+    return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
+
+
+def refuse_moved(arch: Any, names: Any, how: str = "") -> None:
+    """A new config's model field (``names``: its keys, or the fields ``--set`` names) that is in an
+    old place for the family ``arch`` is refused in one line naming its new one; ``how``: what
+    wrote it ('--set ...'). An unknown arch is left to the config, which lists the families."""
+    try:
+        own = family_named(arch).config.field_names()
+    except ConfigError:
+        return
+    paths = moved(arch, own)
+    for name in names:
+        if name in paths and name not in own:
+            path = paths[name]
+            inside = "".join(f"{part}: {{" for part in path.split(".")[:-1])
+            raise ConfigError(f"{how}model.{name} is now model.{path}, in a part of its own "
+                              f"(write {inside}{path.rpartition('.')[2]}: ...{'}' * path.count('.')}; "
+                              f"--set model.{path}=...)")

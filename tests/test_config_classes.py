@@ -1,0 +1,157 @@
+"""Configs compose, they do not inherit fields (issue 61): the config classes counted.
+
+A config class is any class a config file's section is parsed into: every registered family's
+config (model), every registered task's config (data), TrainConfig (train), and the parts composed
+inside them (a family's ``stack``, ``backends`` and its parts, ...). A field is declared by the class
+whose own body annotates it, a mixin's or a base's included. A field that holds a composed part
+(``stack: StackConfig``) names the part, whose own fields are the declarations: it is not counted,
+or every family composing a stack would repeat 'stack'.
+
+Where the code stands (`python tests/test_config_classes.py` prints it): the field names still
+declared in more than one class are listed in REPEATED, each with the classes that declare it, so
+that a new repeat fails here and each one composed away must be taken off the list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections import defaultdict
+
+from attnlab.config import TypedConfig
+from attnlab.models import FAMILIES
+from attnlab.runs.config import TrainConfig
+from attnlab.tasks.task import TASKS
+
+
+def section_classes() -> list[type]:
+    """The classes that whole sections are parsed into."""
+    return sorted({*(f.config for f in FAMILIES.values()), *(t.config for t in TASKS.values()), TrainConfig},
+                  key=lambda c: (c.__module__, c.__name__))
+
+
+def config_classes() -> list[type]:
+    """The section classes and every config part composed inside them, recursively."""
+    found: list[type] = []
+    todo = section_classes()
+    while todo:
+        cls = todo.pop()
+        if cls in found:
+            continue
+        found.append(cls)
+        hints = typing.get_type_hints(cls)
+        todo += [hints[f.name] for f in dataclasses.fields(cls)
+                 if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name])]
+    return sorted(found, key=lambda c: (c.__module__, c.__name__))
+
+
+def declarations() -> dict[str, set[str]]:
+    """Field name -> the classes (config classes and the mixins and bases they inherit) declaring it."""
+    declared: dict[str, set[str]] = defaultdict(set)
+    for cls in config_classes():
+        hints = typing.get_type_hints(cls)
+        fields = {f.name for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(hints[f.name])}
+        for klass in cls.__mro__:
+            for name in klass.__dict__.get("__annotations__", {}):
+                if name in fields:
+                    declared[name].add(klass.__qualname__)
+    return declared
+
+
+def repeated() -> dict[str, set[str]]:
+    return {name: classes for name, classes in declarations().items() if len(classes) > 1}
+
+
+def inheritance_depth(cls: type) -> int:
+    """The longest chain of classes from ``cls`` up to, not counting, object (DecoderLMConfig ->
+    TransformerConfig -> FamilyConfig -> RegisteredConfig -> TypedConfig: 5)."""
+    return 1 + max((inheritance_depth(base) for base in cls.__bases__ if base is not object), default=0)
+
+
+def bases_with_fields(cls: type) -> int:
+    """The classes above ``cls`` in its MRO that declare fields of it (a mixin or base with fields is a level)."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return sum(1 for klass in cls.__mro__[1:] if fields & set(klass.__dict__.get("__annotations__", {})))
+
+
+# The names still declared in several config classes after the backends' options (nn/backends/:
+# BackendOptions), the patches (models/vit.py: Patches) and the two sides' depths (models/family.py:
+# Depths) were composed; the rest of issue 61's stage (c) and the data-shape object of stage (b) take
+# them away.
+REPEATED = {
+    "max_len": {"CaptionerConfig", "ClassificationConfig", "ConvS2SConfig", "DualEncoderConfig", "EncoderConfig", "MaskedLMConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig", "TranslationConfig"},
+    "vocab_size": {"CaptioningConfig", "ClassificationConfig", "ConvS2SConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "RNNConfig", "TransformerConfig", "TranslationConfig", "VisualQAConfig"},
+    "tokenizer": {"CaptioningConfig", "ClassificationConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig", "VisualQAConfig"},
+    "train": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
+    "valid": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
+    "channels": {"CNNConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "ViTConfig"},
+    "horizon": {"DLinearConfig", "ForecastingConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
+    "image_height": {"CNNConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "ViTConfig"},
+    "image_width": {"CNNConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "ViTConfig"},
+    "input_length": {"DLinearConfig", "ForecastingConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
+    "n_classes": {"CNNConfig", "EncoderOnlyConfig", "GraphConfig", "SingleStreamConfig", "ViTConfig"},
+    "n_valid": {"ClassificationConfig", "ImageClassificationConfig", "MaskedLMConfig", "SceneSplits", "TranslationConfig"},
+    "tie_embeddings": {"CaptionerConfig", "DualEncoderConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig"},
+    "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
+    "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
+    "n_channels": {"DLinearConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
+    "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},
+    "seed": {"NodeClassificationConfig", "SceneSplits", "TrainConfig", "TranslationConfig"},
+    "test": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "TranslationConfig"},
+    "dataset": {"CaptioningConfig", "ImageClassificationConfig", "VisualQAConfig"},
+    "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
+    "pad_id": {"ConvS2SConfig", "RNNConfig", "TransformerConfig"},
+    "src_vocab_size": {"ConvS2SConfig", "EncoderDecoderConfig", "RNNConfig"},
+    "valid_fraction": {"ForecastingConfig", "LanguageModelConfig", "NodeClassificationConfig"},
+    "colour": {"CaptioningConfig", "ImageClassificationConfig"},
+    "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
+    "format": {"LanguageModelConfig", "TranslationConfig"},
+    "head": {"SingleStreamConfig", "ViTConfig"},
+    "n_test": {"SceneSplits", "TranslationConfig"},
+    "n_train": {"SceneSplits", "TranslationConfig"},
+    "normalisation": {"PatchTSTConfig", "TransformerConfig"},
+    "output_vocabulary": {"DecoderLMConfig", "EncoderDecoderConfig"},
+    "pooling": {"EncoderOnlyConfig", "ViTConfig"},
+    "resize": {"CaptioningConfig", "ImageClassificationConfig"},
+    "test_fraction": {"ForecastingConfig", "NodeClassificationConfig"},
+}
+
+
+def test_the_backends_options_are_composed_parts_with_names_of_their_own():
+    classes = {c.__name__: c for c in config_classes()}
+    assert {"BackendOptions", "ChunkedOptions", "PatternOptions", "LinearOptions", "StackConfig"} <= set(classes)
+    declared = declarations()
+    for part in ("BackendOptions", "ChunkedOptions", "PatternOptions", "LinearOptions"):
+        for f in dataclasses.fields(classes[part]):
+            composed = dataclasses.is_dataclass(typing.get_type_hints(classes[part])[f.name])
+            assert declared.get(f.name, set()) == (set() if composed else {part}), (f.name, declared.get(f.name))
+    assert declared["encoder"] == declared["decoder"] == {"Depths"} and "n_encoder_layers" not in declared
+    assert declared["size"] == {"Patches"} and "patch_size" not in declared and "patch_positional" not in declared
+    transformer = {f.name for f in dataclasses.fields(FAMILIES["decoder_lm"].config)}
+    assert "backends" in transformer and not transformer & {"attention_window", "attention_block", "sparse_stride",
+                                                            "linear_features", "attention_key_block"}
+
+
+def test_no_field_name_is_declared_in_two_config_classes_beyond_the_listed_ones():
+    found = repeated()
+    for name, classes in REPEATED.items():
+        assert found.get(name, set()) == classes, f"{name}: now declared by {found.get(name)}; update REPEATED"
+    new = {name: classes for name, classes in found.items() if name not in REPEATED}
+    assert not new, f"field names declared in several config classes: {new}"
+
+
+def test_every_section_class_is_a_typed_config():
+    assert all(issubclass(cls, TypedConfig) for cls in section_classes())
+    assert inheritance_depth(FAMILIES["decoder_lm"].config) == 5  # DecoderLMConfig .. TypedConfig, as today
+
+
+if __name__ == "__main__":
+    classes = config_classes()
+    print(f"{len(section_classes())} section classes, {len(classes)} config classes in all")
+    print(f"deepest inheritance: {max(inheritance_depth(c) for c in classes)} "
+          f"({max(classes, key=inheritance_depth).__name__}); most bases with fields: "
+          f"{max(bases_with_fields(c) for c in classes)}")
+    found = repeated()
+    print(f"{len(found)} field names declared in more than one config class:")
+    for name, where in sorted(found.items(), key=lambda item: -len(item[1])):
+        print(f"  {name}: {len(where)} ({', '.join(sorted(where))})")

@@ -1,0 +1,147 @@
+"""Run directories written before configs were composed (tests/fixtures/runs_f01/, made by
+docs/experiments/runs_f01_fixture.py with that day's code: a flat model section) load, decode and
+resume as they did then."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from attnlab import ConfigError, model_config
+from attnlab.runs.checkpoint import load_run
+from attnlab.runs.config import RunConfig
+from attnlab.runs.migration import MOVED_TO_BACKENDS, migrated_model
+
+from helpers import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "runs_f01"
+RUNS = ("encoder_decoder", "vit")
+
+
+def fixture_script():
+    spec = importlib.util.spec_from_file_location("runs_f01_fixture", ROOT / "docs/experiments/runs_f01_fixture.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def expected(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.expected.json").read_text())
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_an_old_run_decodes_the_fixed_inputs_as_it_did_when_written(name):
+    recorded = expected(name)["decoded"]
+    now = fixture_script().decoded(FIXTURES / name)
+    assert now["logits_sum"] == pytest.approx(recorded["logits_sum"], abs=1e-5)
+    if name == "vit":
+        torch.testing.assert_close(torch.tensor(now["probabilities"]), torch.tensor(recorded["probabilities"]),
+                                   atol=1e-6, rtol=0)
+    else:
+        torch.testing.assert_close(torch.tensor(now["logits_first"]), torch.tensor(recorded["logits_first"]),
+                                   atol=1e-5, rtol=0)
+        assert now["translations"] == recorded["translations"] == "w w w\nk k k\n"
+
+
+def test_an_old_run_resumes_one_step_as_it_did_when_written(tmp_path):
+    run = tmp_path / "encoder_decoder"
+    shutil.copytree(FIXTURES / "encoder_decoder", run)
+    done = run_cli("train", "--out", str(run), "--resume", "--allow-changes", "--set", "train.max_steps=3")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if r.get("split") == "train"]
+    recorded = expected("encoder_decoder")["resumed"]
+    assert len(losses) == 3 and losses[2] == pytest.approx(recorded["step3_loss"], abs=1e-6)
+    model, _, _ = load_run(run, "last")
+    assert sum(p.double().sum().item() for p in model.parameters()) == pytest.approx(
+        recorded["weights_sum_after"], abs=1e-5)
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_the_fixtures_config_is_the_flat_schema_of_its_day(name):
+    """The fixture keeps what it is meant to test: a model section with the data's sizes in it."""
+    model = yaml.safe_load((FIXTURES / name / "config.yaml").read_text())["model"]
+    assert model["arch"] == name and "stack" in model
+    assert ("vocab_size" in model) if name == "encoder_decoder" else ({"image_height", "n_classes"} <= set(model))
+
+
+def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run():
+    """The encoder_decoder fixture's model section (today's layout at the time) through runs/migration.py:
+    the backends' options land in ``backends``, each at its new path, and the rest is unchanged."""
+    written = yaml.safe_load((FIXTURES / "encoder_decoder" / "config.yaml").read_text())["model"]
+    written = {**written, "attention_window": 7, "sparse_random": 2, "linear_features": "favor", "attention_block": 9}
+    migrated = migrated_model(written)
+    assert migrated["backends"] == {"block": 9, "chunked": {"key_block": 1024},
+                                    "pattern": {"window": 7, "stride": 0, "n_global": 0, "n_random": 2},
+                                    "linear": {"feature_map": "favor", "random_features": 64}}
+    assert migrated["depths"] == {"encoder": None, "decoder": None}  # n_encoder_layers, n_decoder_layers
+    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths")} == {
+        k: v for k, v in written.items() if k not in {*MOVED_TO_BACKENDS, "n_encoder_layers", "n_decoder_layers"}}
+    cfg = model_config(migrated_model({**written, "stack": {**written["stack"], "attention_backend": "sparse"},
+                                       "linear_features": "elu"}))
+    assert cfg.backends.pattern.window == 7 and cfg.backends.block == 9 and migrated_model(cfg.to_dict()) == cfg.to_dict()
+    # the flat stack fields of the layout before the stack had its config move into ``stack``
+    assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "d_model": 8, "attention_key_block": 4}) == {
+        "arch": "decoder_lm", "vocab_size": 5, "stack": {"d_model": 8}, "backends": {"chunked": {"key_block": 4}}}
+    # the vit fixture's patch size and (ViT's own) positional scheme land in ``patches``; a captioner's
+    # positional places its tokens and stays where it is
+    vit = yaml.safe_load((FIXTURES / "vit" / "config.yaml").read_text())["model"]
+    assert (vit["patch_size"], vit["positional"]) == (4, "learned")
+    assert migrated_model(vit) == {**{k: v for k, v in vit.items() if k not in ("patch_size", "positional")},
+                                   "patches": {"size": 4, "positional": "learned"}}
+    captioner = {"arch": "captioner", "vocab_size": 9, "patch_size": 8, "patch_positional": "none", "positional": "rotary"}
+    assert migrated_model(captioner) == {"arch": "captioner", "vocab_size": 9, "positional": "rotary",
+                                         "patches": {"size": 8, "positional": "none"}}
+    # a value already in the new place (an old run's info with --set model.backends...) wins over the flat one
+    assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "attention_window": 128, "sparse_stride": 2,
+                           "backends": {"pattern": {"window": 3}}})["backends"] == {"pattern": {"window": 3, "stride": 2}}
+    # a family without backends (release 0.1 wrote the fields for every family): dropped
+    assert migrated_model({"arch": "rnn", "vocab_size": 5, "attention_window": 128}) == {"arch": "rnn", "vocab_size": 5}
+
+
+def test_a_new_config_with_an_old_flat_backend_field_is_refused_naming_the_new_spelling(tmp_path):
+    """New config files and --set follow the new layout; an old spelling is one line naming the new one."""
+    config = tmp_path / "old.yaml"
+    config.write_text("model: {arch: decoder_lm, attention_window: 16, stack: {attention_backend: local}}\n"
+                      "data: {task: language_model, train: text.txt}\n")
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_file(config)
+    assert str(refused.value) == (
+        f"{config}: model.attention_window is now model.backends.pattern.window, in a part of its own "
+        f"(write backends: {{pattern: {{window: ...}}}}; --set model.backends.pattern.window=...)")
+    config.write_text("model: {arch: decoder_lm, stack: {attention_backend: local}}\ndata: {task: language_model, "
+                      "train: text.txt}\n")
+    with pytest.raises(ConfigError, match=r"^--set 'model.sparse_stride=4': model.sparse_stride is now "
+                                          r"model.backends.pattern.stride, in a part of its own"):
+        RunConfig.from_file(config, ["model.sparse_stride=4"])
+    done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", "model.attention_block=8")
+    assert done.returncode != 0 and done.stderr.count("\n") == 1 and "model.backends.block" in done.stderr
+    done = run_cli("info", str(FIXTURES / "encoder_decoder"), "--set", "model.n_encoder_layers=2")
+    assert done.returncode != 0 and done.stderr == (
+        "error: --set 'model.n_encoder_layers=2': model.n_encoder_layers is now model.depths.encoder, in a part of "
+        "its own (write depths: {encoder: ...}; --set model.depths.encoder=...)\n")
+    done = run_cli("info", str(FIXTURES / "encoder_decoder"), "--set", "model.depths.encoder=2", "--json")
+    assert done.returncode == 0 and "encoder.layers.1" in json.loads(done.stdout)["layers"]
+    cfg = RunConfig.from_file(config, ["model.backends.pattern.window=16", "model.backends.block=8"])
+    assert cfg.model["backends"] == {"pattern": {"window": 16}, "block": 8}
+
+
+def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(tmp_path):
+    config = tmp_path / "vit.yaml"
+    config.write_text("model: {arch: vit, patch_size: 2}\ndata: {task: image_classification, dataset: digits}\n")
+    with pytest.raises(ConfigError, match=r"model.patch_size is now model.patches.size, in a part of its own \(write "
+                                          r"patches: \{size: ...\}; --set model.patches.size=...\)$"):
+        RunConfig.from_file(config)
+    config.write_text("model: {arch: vit}\ndata: {task: image_classification, dataset: digits}\n")
+    with pytest.raises(ConfigError, match=r"^--set 'model.positional=none': model.positional is now "
+                                          r"model.patches.positional"):
+        RunConfig.from_file(config, ["model.positional=none"])
+    assert RunConfig.from_file(config, ["model.patches.positional=none", "model.patches.size=2"]).model == {
+        "arch": "vit", "patches": {"positional": "none", "size": 2}}
