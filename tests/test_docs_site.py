@@ -86,6 +86,19 @@ def test_a_public_name_without_a_docstring_is_reported(monkeypatch):
     assert "Its items: ``1``, ``2``." in page
 
 
+def defaults(cls: type, prefix: str = "", given: object = None) -> list[tuple[str, str]]:
+    """Each field's path and its default as the page must print it: a part's fields (a family's
+    stack, its backends' options, at any depth) with the defaults the outer config gives that part."""
+    found = []
+    for f in dataclasses.fields(cls):
+        value = getattr(given, f.name) if given is not None else f.default
+        if dataclasses.is_dataclass(value):
+            found += [(f"{prefix}{f.name}", "(its fields below)"), *defaults(type(value), f"{prefix}{f.name}.", value)]
+        elif value is not dataclasses.MISSING:
+            found.append((f"{prefix}{f.name}", repr(value)))
+    return found
+
+
 def test_every_field_of_every_section_is_on_its_page_with_its_default(generated):
     from attnlab.models import FAMILIES
     from attnlab.runs.config import TrainConfig
@@ -98,12 +111,8 @@ def test_every_field_of_every_section_is_on_its_page_with_its_default(generated)
     for path, cls in expected.items():
         table = rows(generated[path])
         assert list(table) == field_paths(cls), path
-        for f in dataclasses.fields(cls):
-            if f.default is not dataclasses.MISSING and not dataclasses.is_dataclass(f.default):
-                assert table[f.name][1] == repr(f.default), (path, f.name)
-            if dataclasses.is_dataclass(f.default):  # a family's own stack defaults, not the stack class's
-                for inner in dataclasses.fields(f.default):
-                    assert table[f"{f.name}.{inner.name}"][1] == repr(getattr(f.default, inner.name)), (path, inner)
+        for name, default in defaults(cls):
+            assert table[name][1] == default, (path, name)
     vit = rows(generated["_generated/config/families/vit.rst"])
     assert vit["stack.n_layers"][1] == "12" and vit["stack.norm"][1] == "'pre'" and vit["n_classes"][1] == "required"
 
