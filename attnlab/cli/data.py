@@ -15,12 +15,13 @@ def cmd_data_list(args: argparse.Namespace) -> None:
 
     for d in DATASETS.values():
         files = f"{len(d.files)} file{'s' if len(d.files) > 1 else ''}"
-        print(f"{d.name:<18}{files:<8}{d.size / 1e6:>5.1f} MB   {d.licence}")
+        size = f"{d.size / 1e6:>5.1f} MB" if d.size is not None else "    ? MB"  # pinned by checksums alone
+        print(f"{d.name:<18}{files:<11}{size}   {d.licence}")
 
 
 def cmd_data_get(args: argparse.Namespace) -> None:
     from attnlab.data.fetch import fetch
-    from attnlab.data.sources import GITHUB_RAW, lookup
+    from attnlab.data.sources import GITHUB_RAW, listing, lookup
 
     if args.name is None:
         cmd_data_list(args)
@@ -32,8 +33,8 @@ def cmd_data_get(args: argparse.Namespace) -> None:
     written = fetch(dataset, out, base_url=args.base_url or GITHUB_RAW, local=args.from_dir, force=args.force,
                     dev_only=args.dev_only, log=stderr_line)
     left = [f.name for f in dataset.files if f not in written]
-    print(f"{out}: {', '.join(f.name for f in written)}, sha256 verified (source and licence: {out}/README.md)"
-          + (f"; not written: {', '.join(left)}" if left else ""))
+    print(f"{out}: {listing([f.name for f in written])}, sha256 verified (source and licence: {out}/README.md)"
+          + (f"; not written: {listing(left)}" if left else ""))
 
 
 def cmd_data_scan(args: argparse.Namespace) -> None:

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from attnlab.data.sources import GITHUB_RAW, Dataset, SourceFile
+from attnlab.data.sources import GITHUB_RAW, Dataset, SourceFile, listing
 from attnlab.errors import DataError, UsageError
 from attnlab.files import atomic_write_bytes, atomic_write_text, is_leftover, publish_dir, staging_dir
 
@@ -50,10 +50,10 @@ def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, loca
         if not local.is_dir():
             raise UsageError(f"--from {local} is not a folder")
         origin = str(local)
-        found = {f: find_local(local, f) for f in files}
+        found = {f: find_local(local, f, dataset.flat_copy) for f in files}
         absent = [f for f in files if f.test and found[f] is None]
         if absent:
-            log(f"not in {local}, left out: {', '.join(f.local_name for f in absent)} (test splits; a download "
+            log(f"not in {local}, left out: {listing([f.local_name for f in absent])} (test splits; a download "
                 f"fetches them)")
         files = tuple(f for f in files if f not in absent)
     else:
@@ -62,6 +62,7 @@ def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, loca
         origin, absent = base_url, []
     staged = staging_dir(out)
     downloaded: dict[str, bytes] = {}  # url -> body: ETT's whole file and its first months are one download
+    sizes: dict[str, int] = {}  # name -> bytes written: the note's column where the pin has no size (FSDD)
     try:
         for file in files:
             if local is not None:
@@ -76,29 +77,37 @@ def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, loca
                 as_stored = True
             data = file.verified(raw, source, dataset.name, as_stored=as_stored)
             atomic_write_bytes(staged / file.name, data)
+            sizes[file.name] = len(data)
             log(f"{file.name}: {len(data):,} bytes, sha256 verified")
-        atomic_write_text(staged / NOTE, note(dataset, origin, files, absent))
+        atomic_write_text(staged / NOTE, note(dataset, origin, files, absent, sizes))
         _publish(staged, out)
     finally:
         shutil.rmtree(staged, ignore_errors=True)  # gone already once published
     return list(files)
 
 
-def find_local(local: Path, file: SourceFile) -> tuple[Path, bool] | None:
+def find_local(local: Path, file: SourceFile, flat: bool = False) -> tuple[Path, bool] | None:
     """Where the folder ``local`` holds ``file``, and whether as the repository stores it: under its
     output name (the final content; a file pinned as stored: the repository's .gz), else at its path
-    in the repository (a clone at the pinned commit); None when in neither."""
-    candidates = ((local / file.local_name, file.stored), (local / file.path, True))
+    in the repository (a clone at the pinned commit), else, for a data set whose files the folder may
+    hold flat (``flat_copy``: FSDD's recordings), under the repository's file name at its top; None
+    when in none of them."""
+    candidates = ((local / file.local_name, file.stored), (local / file.path, True),
+                  *(((local / Path(file.path).name, True),) if flat else ()))
     return next(((path, stored) for path, stored in candidates if path.is_file()), None)
 
 
-def note(dataset: Dataset, origin: str, files: tuple[SourceFile, ...], absent: list[SourceFile]) -> str:
+def note(dataset: Dataset, origin: str, files: tuple[SourceFile, ...], absent: list[SourceFile],
+         sizes: dict[str, int] | None = None) -> str:
     """The README.md written beside the ``files``: source, commit, licence, citation, checksums, and
-    which of the data set's files are not there (left out by --dev-only, or ``absent`` from --from)."""
-    rows = "".join(f"| {f.name} | `{f.path}` ({f.how}) | {f.size:,} | {f.sha256} |\n" for f in files)
+    which of the data set's files are not there (left out by --dev-only, or ``absent`` from --from).
+    A file pinned by its checksum alone (no size) shows the bytes written, from ``sizes``."""
+    sizes = sizes or {}
+    rows = "".join(f"| {f.name} | `{f.path}` ({f.how}) | {f.size if f.size is not None else sizes.get(f.name, 0):,} | {f.sha256} |\n"
+                   for f in files)
     left = [f for f in dataset.files if f not in files]
     missing = ("Every file of the data set is here, test splits included." if not left else
-               f"Not here: {', '.join(f.name for f in left)} ("
+               f"Not here: {listing([f.name for f in left])} ("
                + (f"not in {origin}" if absent else "left out by --dev-only")
                + f"; `attnlab data get {dataset.name} --force` downloads them).")
     return (f"# {dataset.name}\n\n"
@@ -128,7 +137,7 @@ def _read(path: Path, dataset: Dataset) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        names = ", ".join(f.local_name for f in dataset.files)
+        names = listing([f.local_name for f in dataset.files])
         raise DataError(f"{path}: no such file (--from takes a folder holding {names}, or a clone of "
                         f"https://github.com/{dataset.repo})") from None
     except OSError as err:

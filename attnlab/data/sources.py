@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ class SourceFile:
 
     path: str                       # in the repository, at the data set's commit
     name: str                       # in the output folder
-    size: int                       # bytes of the final content (stored: of the repository's bytes)
+    size: int | None                # bytes of the final content (stored: of the repository's bytes);
+                                    # None: a manifest of checksums alone pins the file (FSDD)
     sha256: str                     # of the final content (stored: of the repository's bytes)
     gunzip: bool = False            # the repository holds it gzipped
     first_lines: int | None = None  # keep only the first N lines ('\n'-terminated) of the file
@@ -85,10 +87,13 @@ class Dataset:
     citation: str
     files: tuple[SourceFile, ...]
     test_sets: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # name -> its files' names
+    flat_copy: bool = False         # a --from folder may hold its files by their bare names (a folder of recordings)
 
     @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
+    def size(self) -> int | None:
+        """The bytes of all its files, or None when a manifest pins them by checksum alone."""
+        sizes = [f.size for f in self.files]
+        return None if None in sizes else sum(s for s in sizes if s is not None)
 
     def chosen(self, dev_only: bool) -> tuple[SourceFile, ...]:
         """The files ``data get`` writes: all, or with ``dev_only`` those that are not test splits."""
@@ -149,6 +154,37 @@ SCAN_FILES = (  # path, bytes, sha256, test split; the simple and length splits'
     ("template_split/tasks_test_template_right.txt", 729_823,
      "506bed814f8a6ec1eef9c226eb9b2055bc984925902a94d020a23a41080993bb", True),
 )
+
+
+def manifest_files(manifest: str, test_below: int = 5) -> tuple[SourceFile, ...]:
+    """The files of a ``sha256sum``-style manifest of recordings (``SHA256  recordings/D_SPEAKER_I.wav``
+    per line), each written to train/ or, when its index I is below ``test_below``, test/: FSDD's
+    official split ("recordings numbered 0-4 are in the test and 5-49 are in the training set")."""
+    files = []
+    for number, line in enumerate(manifest.splitlines(), 1):
+        match = re.fullmatch(r"([0-9a-f]{64})  (recordings/\d+_[a-z]+_(\d+)\.wav)", line)
+        if match is None:  # the manifest ships inside the package: a bad line is a defect, not user input
+            raise ValueError(f"manifest line {number} is not 'SHA256  recordings/DIGIT_SPEAKER_INDEX.wav': {line!r}")
+        sha256, path, index = match.groups()
+        test = int(index) < test_below
+        files.append(SourceFile(path, f"{'test' if test else 'train'}/{Path(path).name}", None, sha256, test=test))
+    return tuple(sorted(files, key=lambda f: (f.test, f.name)))  # the training files first
+
+
+FSDD_MANIFEST = Path(__file__).parent / "manifests" / "fsdd.SHA256SUMS"  # all 3,000 files of tag v1.0.10
+FSDD_FILES = manifest_files(FSDD_MANIFEST.read_text())
+
+
+def listing(names: list[str], most: int = 8) -> str:
+    """``names`` joined by commas, or, past ``most`` of them, counted by folder ('test/ (300 files)'):
+    a data set of thousands of files still says what it wrote or lacks in one line."""
+    if len(names) <= most:
+        return ", ".join(names)
+    folders: dict[str, int] = {}
+    for name in names:
+        folder = name.split("/", 1)[0] + "/" if "/" in name else "."
+        folders[folder] = folders.get(folder, 0) + 1
+    return ", ".join(f"{folder} ({n:,} file{'s' if n > 1 else ''})" for folder, n in folders.items())
 
 
 ETT_ROWS = 11_520  # the training (8,640) and validation (2,880) hours of the standard split
@@ -212,6 +248,14 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
             SourceFile(f"ETT-small/{series}.csv", f"{series}_train_val.csv", *development, first_lines=1 + ETT_ROWS),
         )),
         test_sets={"ETTh1": ("ETTh1.csv",), "ETTh2": ("ETTh2.csv",)}),  # scored on their test months
+    Dataset(
+        name="fsdd", repo="Jakobovski/free-spoken-digit-dataset",
+        commit="d6938f9bf1545aa66d8489fc9f1385a7abd64282",  # tag v1.0.10
+        licence="CC BY-SA 4.0: share with attribution, under the same licence",
+        citation="Jackson et al. (2018). Free Spoken Digit Dataset (Jakobovski/free-spoken-digit-dataset), "
+                 "v1.0.10. Zenodo. doi:10.5281/zenodo.1342401",
+        files=FSDD_FILES, test_sets={"test": tuple(f.name for f in FSDD_FILES if f.test)},  # the recordings 0-4
+        flat_copy=True),
 )}
 
 
