@@ -14,7 +14,6 @@ alone or in any batch. The length in the length penalty counts EOS.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -119,12 +118,11 @@ def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenp
     limits = length_limits(session, repeated.get("src"), per_row, feeds_last=True)[::K]  # (B,)
     session.reserve(int(limits.max()))  # the last token is fed back, to score EOS after it
     min_lens = limits.clamp(max=torch.as_tensor(min_len, device=limits.device))
-    longest = int(limits.max()) + 1  # the most tokens a hypothesis holds before its EOS, and then some
-    kept = FinishedBeams(B, K, longest, device)
+    worst_kept = torch.full((B,), -torch.inf, device=device)  # each sentence's K-th best finished; -inf below K
     scores = torch.full((B, K), -torch.inf, device=device)
     scores[:, 0] = 0.0  # all beams start as BOS: keep one, or the first step would fill the beam with copies
-    tokens = torch.zeros(B, K, longest, dtype=torch.long, device=device)  # (B, K, longest) generated so far
-    spare = torch.empty_like(tokens)  # what the next step's reordered tokens are written into
+    tokens = torch.empty(B, K, 0, dtype=torch.long, device=device)  # (B, K, t) generated so far
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     active = torch.arange(B, device=device)  # sentence ids still in the batch
     step_input = session.start
     for t in range(int(limits.max()) + 1):
@@ -140,70 +138,31 @@ def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenp
         top_beam, top_token = top_index // V, top_index % V
         is_eos = top_token == EOS
         # finish the EOS candidates among the first K of each sentence; each keeps its K best
-        ends = is_eos[:, :K] & (top_scores[:, :K] > -torch.inf)  # (b, K)
-        kept.add(active, top_scores[:, :K].masked_fill(~ends, -torch.inf), tokens, top_beam[:, :K], t, lenpen)
+        for i, j in (is_eos[:, :K] & (top_scores[:, :K] > -torch.inf)).nonzero().tolist():
+            sentence = int(active[i])
+            score = float(top_scores[i, j])
+            hyps = finished[sentence]
+            hyps.append(Hypothesis(tokens[i, top_beam[i, j]].tolist(), score, score / length_penalty(t + 1, lenpen)))
+            hyps.sort(key=lambda h: -h.normalized)
+            del hyps[K:]
+            if len(hyps) == K:
+                worst_kept[sentence] = hyps[-1].normalized
         # the best K non-EOS candidates continue (at most K of the 2K end in EOS, one per beam)
         keep = ~is_eos & (torch.cumsum(~is_eos, dim=1) <= K)  # exactly K per sentence
         scores = top_scores[keep].view(-1, K)  # (b, K), best first
         beams, next_tokens = top_beam[keep].view(-1, K), top_token[keep].view(-1, K)
         rows = (torch.arange(b, device=device)[:, None] * K + beams).view(-1)  # (b K,) old rows
-        torch.index_select(tokens.view(b * K, longest), 0, rows, out=spare.view(b * K, longest))
-        tokens, spare = spare, tokens
-        tokens[:, :, t] = next_tokens
+        tokens = torch.cat([tokens.reshape(b * K, t)[rows].reshape(b, K, t), next_tokens[..., None]], dim=2)
         session.reorder(rows, same_sources=True)
-        done = at_limit | (best_reachable(scores[:, 0], t + 2, limits[active], lenpen) <= kept.worst()[active])
+        done = at_limit | (best_reachable(scores[:, 0], t + 2, limits[active], lenpen) <= worst_kept[active])
         if done.all():
             break
         if done.any():  # drop finished sentences from the batch
             alive = (~done).nonzero().squeeze(1)
             active, scores, tokens, next_tokens = active[alive], scores[alive], tokens[alive], next_tokens[alive]
-            spare = torch.empty_like(tokens)
             session.reorder((alive[:, None] * K + torch.arange(K, device=device)).view(-1))
         step_input = next_tokens.view(-1, 1)
-    return [hyps[:nbest] for hyps in kept.hypotheses()]
-
-
-class FinishedBeams:
-    """Each sentence's ``beam`` best finished hypotheses, best first by log P / lp(length), kept on
-    the device: no step reads them on the host (:meth:`hypotheses` does, once, at the end). A slot
-    whose normalised score is -inf is empty. Ties keep the hypothesis finished first (and, within a
-    step, the better candidate): a stable sort of the kept ones followed by the new ones. The
-    normalised scores are float64, as Python's floats were when the lists were kept on the host,
-    so the rankings and the scores are the same to the bit."""
-
-    def __init__(self, sentences: int, beam: int, longest: int, device: torch.device) -> None:
-        self.beam = beam
-        self.normalized = torch.full((sentences, beam), -torch.inf, dtype=torch.float64, device=device)  # (B, K)
-        self.score = torch.full((sentences, beam), -torch.inf, dtype=torch.float64, device=device)  # (B, K)
-        self.length = torch.zeros(sentences, beam, dtype=torch.long, device=device)  # (B, K) tokens before EOS
-        self.tokens = torch.zeros(sentences, beam, longest, dtype=torch.long, device=device)  # (B, K, longest)
-
-    def add(self, active: Tensor, scores: Tensor, tokens: Tensor, beams: Tensor, length: int, lenpen: float) -> None:
-        """Offer (b, K) log P of hypotheses ending now (-inf: none) of the ``active`` (b,) sentences,
-        each the tokens of its beam ``beams`` (b, K) in ``tokens`` (b, K, longest), ``length`` of them
-        before its EOS; each sentence keeps its K best."""
-        b, K = scores.shape
-        score = scores.double()  # (b, K) as a Python float holds a float32 score
-        normalized = torch.cat([self.normalized[active], score / length_penalty(length + 1, lenpen)], 1)  # (b, 2K)
-        order = normalized.sort(dim=1, descending=True, stable=True).indices[:, :K]  # (b, K) the K best
-        offered = tokens.gather(1, beams[..., None].expand(b, K, tokens.shape[2]))  # (b, K, longest)
-        lengths = torch.full_like(beams, length)  # (b, K)
-        self.normalized[active] = normalized.gather(1, order)
-        self.score[active] = torch.cat([self.score[active], score], 1).gather(1, order)
-        self.length[active] = torch.cat([self.length[active], lengths], 1).gather(1, order)
-        both = torch.cat([self.tokens[active], offered], 1)  # (b, 2K, longest)
-        self.tokens[active] = both.gather(1, order[..., None].expand(b, K, tokens.shape[2]))
-
-    def worst(self) -> Tensor:
-        """(B,) each sentence's K-th best normalised score (float32; -inf while fewer than K have finished)."""
-        return self.normalized[:, -1].float()
-
-    def hypotheses(self) -> list[list[Hypothesis]]:
-        """Each sentence's finished hypotheses, best first: the one read on the host."""
-        normalized, score, length = self.normalized.tolist(), self.score.tolist(), self.length.tolist()
-        tokens = self.tokens.tolist()
-        return [[Hypothesis(tokens[s][k][:length[s][k]], score[s][k], normalized[s][k])
-                 for k in range(self.beam) if normalized[s][k] > -math.inf] for s in range(len(normalized))]
+    return [hyps[:nbest] for hyps in finished]
 
 
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
