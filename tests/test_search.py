@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from attnlab.decode.search import FinishedBeams, Hypothesis, beam_search, filter_logits, greedy, length_penalty
+from attnlab.decode.search import Hypothesis, beam_search, filter_logits, greedy, length_penalty
 from attnlab.decode.session import token_logprobs
 from attnlab.decode.spec import Sample, sample
 from attnlab.nn.registry import POSITIONAL
@@ -409,18 +409,3 @@ def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_
     assert sample(lm, argmax, prompt=long_prompt) == sample(lm, argmax, prompt=long_prompt[:, -8:])
 
 
-
-def test_finished_beams_keep_the_best_first_the_earlier_of_equals_and_their_tokens():
-    kept = FinishedBeams(sentences=2, beam=2, longest=4, device=torch.device("cpu"))
-    tokens = torch.tensor([[[5, 6, 0, 0], [7, 8, 0, 0]], [[9, 9, 0, 0], [3, 4, 0, 0]]])  # (b, K, longest)
-    both = torch.arange(2)
-    assert kept.worst().tolist() == [-math.inf, -math.inf]
-    # step t = 2 (two tokens before EOS), alpha 0: sentence 0 finishes beam 1 only; sentence 1 both
-    kept.add(both, torch.tensor([[-math.inf, -1.0], [-2.0, -0.5]]), tokens, torch.tensor([[0, 1], [0, 1]]), 2, 0.0)
-    assert kept.worst().tolist() == [-math.inf, -2.0]  # sentence 0 has one of its two
-    # sentence 1 is offered -0.5 again (a tie: the one kept first stays first) and -3 (not kept)
-    kept.add(both[1:], torch.tensor([[-0.5, -3.0]]), tokens[1:], torch.tensor([[0, 0]]), 2, 0.0)
-    hyps = kept.hypotheses()
-    assert [(h.tokens, h.score) for h in hyps[0]] == [([7, 8], -1.0)]
-    assert [(h.tokens, h.score) for h in hyps[1]] == [([3, 4], -0.5), ([9, 9], -0.5)]
-    assert kept.worst().tolist() == [-math.inf, -0.5]
