@@ -13,7 +13,6 @@ import yaml
 from attnlab.interop import EXPORTERS, ct2
 
 from helpers import run_cli
-from test_exportable import miniature
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT2_RECIPE = ROOT / "recipes/export/gpt2_shakespeare.yaml"
@@ -90,7 +89,11 @@ def test_a_runs_answer_is_the_line_export_hf_refuses_with_and_reads_the_runs_fil
     """A run of the char preset: info's gpt2 reason is export-hf's error, less the run's path. A run of
     the GPT-2 recipe exports, until heads are pruned out of it (what only the run's files say)."""
     small = ["--set", "model.stack.n_layers=1", "--set", "model.stack.d_model=32", "--set", "model.stack.d_ff=64"]
-    sets = miniature(GPT2_RECIPE, tmp_path)  # a text file, 2 steps
+    words = "a little dog runs over the green grass while two men watch it".split()
+    (tmp_path / "input.txt").write_text("".join(" ".join(words[(i + j) % len(words)] for j in range(3 + i % 5)) + "\n"
+                                                for i in range(200)))
+    sets = [item for line in ("train.max_steps=2", "train.eval_every=2", "train.warmup_steps=1", "train.warmup_ratio=null",
+                              f"data.train={tmp_path / 'input.txt'}", "data.vocab_size=300") for item in ("--set", line)]
     char, gpt2 = tmp_path / "char", tmp_path / "gpt2"
     for config, out in ((CHAR, char), (GPT2_RECIPE, gpt2)):
         done = run_cli("train", str(config), "--out", str(out), *sets, *small)
