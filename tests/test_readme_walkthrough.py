@@ -190,6 +190,9 @@ def upstream_clone(dataset: Dataset) -> dict[str, bytes]:
             header = "date,HUFL,HULL,MUFL,MULL,LUFL,LULL,OT\n"
             rows = ett_rows(17_420, seed=len(f.path))
             text = header + "".join(rows)
+        elif dataset.name == "fsdd":  # recordings: one short tone, the same bytes in every file
+            files[f.path] = tone_wav()
+            continue
         elif dataset.name == "scan":
             text = "".join(f"IN: {c} OUT: {a}\n" for c, a in (("jump twice", "I_JUMP I_JUMP"), ("walk left", "I_TURN_LEFT I_WALK"),
                                                               ("run", "I_RUN"), ("look twice", "I_LOOK I_LOOK")) * 5)
@@ -204,6 +207,19 @@ def upstream_clone(dataset: Dataset) -> dict[str, bytes]:
         data = text.encode()
         files.setdefault(f.path, gzip.compress(data, mtime=0) if f.gunzip else data)
     return files
+
+
+def tone_wav() -> bytes:
+    """50 ms of a 440 Hz tone, 8 kHz mono 16-bit PCM WAV (FSDD's format), written by soundfile."""
+    import io
+
+    import numpy as np
+    import soundfile
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, 0.5 * np.sin(2 * np.pi * 440 * np.arange(400) / 8000), 8000, subtype="PCM_16",
+                    format="WAV")
+    return buffer.getvalue()
 
 
 def ett_rows(n: int, seed: int) -> list[str]:
@@ -236,6 +252,7 @@ for _name, _pins in json.loads(open(os.environ["ATTNLAB_WALK_PINS"]).read()).ite
         dataclasses.replace(f, size=size, sha256=sha) for f, (size, sha) in zip(_dataset.files, _pins)))
 '''
 
+USER_CLONES = {"ett": "ETDataset", "fsdd": "free-spoken-digit-dataset"}  # the clones README's --from names
 IGNORED = shutil.ignore_patterns(".git", ".venv", "runs", "data", "__pycache__", ".pytest_cache", ".mypy_cache",
                                  ".ruff_cache", "*.egg-info", "hf", "build", "dist")
 
@@ -254,7 +271,8 @@ def world(tmp_path_factory) -> dict[str, Path | dict[str, str]]:
             (clones / name / path).parent.mkdir(parents=True, exist_ok=True)
             (clones / name / path).write_bytes(data)
         table[name] = pins(dataset, repository)
-    shutil.copytree(clones / "ett", copy / "ETDataset")  # README's `data get ett --from ETDataset`: the user's clone
+    for name, folder in USER_CLONES.items():  # README's `data get ett --from ETDataset`: the user's clone
+        shutil.copytree(clones / name, copy / folder)
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (site / "pins.json").write_text(json.dumps(table))

@@ -244,7 +244,7 @@ CASES = [
      "cannot load weights"),
     ("config of another architecture", BAD_RUN,
      damage_run(lambda run: edit_config(run, "arch: encoder_decoder", "arch: decoder_lm")), CHECKPOINT,
-     "model.arch 'decoder_lm' has no field 'output_bias'"),
+     "model.arch 'decoder_lm' has no field 'depths'"),
     ("damaged config in a run", BAD_RUN, damage_run(lambda run: run.config.write_text("model: [")), CONFIG,
      "YAML does not parse"),
     ("damaged checksum record", BAD_RUN,
