@@ -7,9 +7,8 @@ The registries and their functions (``model_config``, ``build_model``, ``FAMILIE
 
 from __future__ import annotations
 
-import importlib
-
 from attnlab.errors import AttnlabError, CheckpointError, ConfigError, DataError, UsageError
+from attnlab.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -20,15 +19,4 @@ _LAZY = {"model_config": "attnlab.models", "build_model": "attnlab.models", "reg
 __all__ = ["model_config", "build_model", "register_family", "FAMILIES", "task_config", "register_task", "TASKS",
            "AttnlabError", "ConfigError", "DataError", "CheckpointError", "UsageError"]
 
-
-def __getattr__(name: str):
-    """``attnlab.model_config`` and the like: the registries' names, from their packages on first use."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value  # later look-ups find it without coming here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

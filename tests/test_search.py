@@ -408,3 +408,4 @@ def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_
     argmax = Sample(max_len=3, top_k=1, stop_at_eos=False, use_cache=use_cache)
     assert sample(lm, argmax, prompt=long_prompt) == sample(lm, argmax, prompt=long_prompt[:, -8:])
 
+

@@ -35,7 +35,8 @@ def _info_model_config(args: argparse.Namespace):
     """The model ``info`` counts: (a family's config, None) when its vocabulary is known, else (None,
     a function from vocabulary size to that config). The config is a model config, a training config
     (its model section; the vocabulary from --vocab-size, or from a built-in task's tokenizer) or a
-    run directory (its config.yaml), with --set overrides."""
+    run directory (its config.yaml), with --set overrides. Also returned: the data section (None for
+    a model config without one) and the run directory (None for a config), which the exporters ask."""
     from attnlab.config import apply_overrides, read_config_file
     from attnlab.errors import ConfigError
     from attnlab.models import model_config
@@ -44,6 +45,7 @@ def _info_model_config(args: argparse.Namespace):
     from attnlab.runs.data import planned_model_config
     from attnlab.runs.migration import migrated_model, refuse_moved
     from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks import task_config
 
     path = Path(args.config)
     of_a_run = path.is_dir()
@@ -67,7 +69,9 @@ def _info_model_config(args: argparse.Namespace):
         try:
             if not of_a_run:
                 refuse_moved(model.get("arch", DEFAULT_ARCH), model)
-            return model_config(migrated_model(model) if of_a_run else model), None
+            data = task_config(sections["data"], from_0_1=of_a_run) if "data" in sections else None
+            return (model_config(migrated_model(model) if of_a_run else model), None, data,
+                    RunDir(args.config) if of_a_run else None)
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}") from None
     if "data" not in sections:
@@ -76,12 +80,37 @@ def _info_model_config(args: argparse.Namespace):
     cfg = RunConfig.from_sections(sections, where)
     with_vocab = planned_model_config(cfg)
     if args.vocab_size is not None:
-        return with_vocab(args.vocab_size), None
+        return with_vocab(args.vocab_size), None, cfg.data, None
     if cfg.data.in_memory or cfg.train.init_from is not None:  # generated, or the tokenizer is the source run's:
-        return planned_model_config(cfg, from_data=True)(0), None  # no tokenizer to fit
+        return planned_model_config(cfg, from_data=True)(0), None, cfg.data, None  # no tokenizer to fit
     if not cfg.data.task.tokenizers:  # images, graphs, series: no vocabulary
-        return with_vocab(0), None
-    return None, with_vocab
+        return with_vocab(0), None, cfg.data, None
+    return None, with_vocab, cfg.data, None
+
+
+def _exportability(cfg, data, run) -> dict[str, str | None] | None:
+    """Each exporter's answer for the run (or, for a config, the run it trains): export-hf's
+    architectures by model_type, then export-ct2; None where it exports, else the exporter's own
+    one-line reason. None for a model config without a data section (the tokenizer and the task
+    decide too)."""
+    if data is None:
+        return None
+    from attnlab.interop import EXPORTERS, ct2
+
+    answers = {f"export-hf {converter.model_type}": converter.refusal(cfg, data, run) for converter in EXPORTERS.values()}
+    refused = ct2.export_refusals(cfg, data, run)
+    answers["export-ct2"] = "; ".join(refused) if refused else ct2.missing_extra()
+    return answers
+
+
+def format_exportability(answers: dict[str, str | None] | None) -> str:
+    """The table of :func:`_exportability`'s answers (one line where the data section is missing)."""
+    if answers is None:
+        return ("exportable: the data section decides too (tokenizer, task); give a training config or a run "
+                "to see what export-hf and export-ct2 say")
+    width = max(map(len, answers))
+    return "\n".join(["exportable:"] + [f"  {name:<{width}}  {'yes' if why is None else 'no: ' + why}"
+                                         for name, why in answers.items()])
 
 
 def cmd_info(args: argparse.Namespace) -> None:
@@ -94,7 +123,7 @@ def cmd_info(args: argparse.Namespace) -> None:
         raise UsageError("--seq-len, --src-len and --batch must be at least 1")
     if args.vocab_size is not None and args.vocab_size < 1:
         raise UsageError(f"--vocab-size must be at least 1 (got {args.vocab_size})")
-    cfg, with_vocab = _info_model_config(args)
+    cfg, with_vocab, data, run = _info_model_config(args)
 
     def count(model_cfg) -> dict:
         with torch.device("meta"):  # shapes only: no memory for the weights, no time to initialise them
@@ -108,15 +137,22 @@ def cmd_info(args: argparse.Namespace) -> None:
         per_entry = (large - small) // 1000
         fixed = small - 1000 * per_entry
         shape = with_vocab(1000)
+        export = _exportability(shape, data, run)  # the exporters' rules do not depend on the vocabulary's size
         if args.json:
             print(json.dumps({"config": str(args.config), "arch": shape.arch, "vocab_size": None,
-                              "params_without_vocab": fixed, "params_per_vocab_entry": per_entry}))
+                              "params_without_vocab": fixed, "params_per_vocab_entry": per_entry,
+                              **({"export": export} if export is not None else {})}))
             return
         print(f"{args.config}: {_describe_model(shape, 'V')}")
         print(f"parameters: {fixed:,} + {per_entry:,} x V, V the vocabulary size, which the tokenizer sets from "
               f"the data (--vocab-size V counts it exactly)")
+        print()
+        print(format_exportability(export))
         return
     report = {"config": str(args.config), "arch": cfg.arch, **count(cfg)}
+    export = _exportability(cfg, data, run)
+    if export is not None:  # (a model config's report stays what it was: tests/golden/ pins it)
+        report["export"] = export
     budget = None
     if (args.memory or args.flops) and cfg.capabilities.inputs != Inputs.TOKENS:
         raise UsageError(f"--memory and --flops measure models of token sequences; arch '{cfg.arch}' reads "
@@ -135,6 +171,8 @@ def cmd_info(args: argparse.Namespace) -> None:
         return
     print(f"{args.config}: {_describe_model(cfg, f'{cfg.vocab_size:,}' if hasattr(cfg, 'vocab_size') else None)}")
     print(format_parameter_report(report))
+    print()
+    print(format_exportability(export))
     if budget is not None:
         print()
         print(format_budget_report(report["budget"]))

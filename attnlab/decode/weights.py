@@ -2,14 +2,17 @@
 in bfloat16), or ``int8``: dynamic quantisation of the linear layers, PyTorch's own
 (``torch.ao.quantization.quantize_dynamic``): each weight matrix stored as int8 with one scale per
 output channel, each input quantised on the fly, the products in int8 on the CPU's fbgemm kernels.
-Embeddings, norms, the attention arithmetic and the output projection (``generator``) stay in
-float32.
+Every linear map is int8, the output projection (``generator``, a :class:`VocabularyProjection`)
+included, as :class:`Int8VocabularyProjection` (the same per-row scales, its padding rows cut off
+and its never-output tokens at -inf as before). Embeddings, norms and the attention arithmetic
+stay in float32; in the tied models the embedding table stays float32 and the projection gets an
+int8 copy of it.
 
-Why the output projection stays: on Multi30k (docs/results.md) quantising it too cost 0.38 BLEU
-with beam 4, against 0.20 without it, and the issue's bar is 0.3; it also is, in the tied models,
-the embedding table, which stays float32 anyway, so an int8 copy would be extra bytes. The price
-is speed: that projection is a decoding step's largest product, and greedy decoding at batch 32
-ran 1.33x fp32 instead of 1.86x (docs/experiments/int8_output_projection.py).
+Why the output projection too (issue 63): it is a decoding step's largest product (V x d_model, 8 MB
+in float32 at the bench's shape, read once a step), and CTranslate2's int8, the bar, quantises it.
+Left in float32 it held greedy at batch 32 to 1.33x fp32 instead of 1.86x
+(docs/experiments/int8_output_projection.py). Its price: on Multi30k (docs/results.md) int8 with it
+cost 0.38 BLEU with beam 4 (0.20 without it) against the issue's bar of 0.3.
 
 Why this tool: torchao (0.18), the library PyTorch points to, has on this CPU no fast int8 kernel:
 its weight-only int8 linear ran at fp32's speed and its dynamic int8 one 20 times slower, while
@@ -33,16 +36,16 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from attnlab.nn.heads import VocabularyProjection
 from attnlab.torch_private import per_channel_quantized
 
 WEIGHTS = ("fp32", "bf16", "int8")
-OUTPUT_PROJECTION = "generator"  # every family's name for its vocabulary projection, kept float32 in int8
 
 # How a file holds each kind of weights (the metadata of an exported file says it; fp32 is a model's
 # own state dict).
 LAYOUTS = {
     "bf16": "every floating tensor in bfloat16",
-    "int8": "each linear layer NAME but the output projection (generator) quantised per output channel, "
+    "int8": "each linear layer NAME, the output projection (generator) included, quantised per output channel, "
             "symmetrically (zero points 0): NAME.weight int8 (out, in), NAME.weight_scale float32 (out,), weight = "
             "int8 value x scale; NAME.bias float32; inputs quantised on the fly (torch.ao dynamic quantisation); "
             "every other tensor float32",
@@ -68,14 +71,32 @@ def with_weights(model: nn.Module, weights: str) -> nn.Module:
     with _quiet():
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+        projections = _vocabulary_projections(model)  # quantize_dynamic swaps plain nn.Linear only
         layers = {name: per_channel_dynamic_qconfig for name in quantised_layers(model)}
-        return quantize_dynamic(model, layers, dtype=torch.qint8, inplace=True)
+        model = quantize_dynamic(model, layers, dtype=torch.qint8, inplace=True)
+        for (parent, attr), projection in projections.items():
+            setattr(parent, attr, projection)
+        return model
 
 
 def quantised_layers(model: nn.Module) -> list[str]:
-    """The names of the linear layers that int8 weights quantise: all but the output projection."""
-    return [name for name, m in model.named_modules()
-            if isinstance(m, nn.Linear) and name.rsplit(".", 1)[-1] != OUTPUT_PROJECTION]
+    """The names of the plain linear layers that quantize_dynamic swaps for int8 ones (the
+    vocabulary projections, a subclass, are :func:`_vocabulary_projections`'s)."""
+    return [name for name, m in model.named_modules() if type(m) is nn.Linear]
+
+
+def _vocabulary_projections(model: nn.Module) -> dict[tuple[nn.Module, str], nn.Module]:
+    """(parent, attribute) -> the int8 copy of each VocabularyProjection that ``model`` holds; one
+    copy per projection, wherever it is held (a multi-token model's heads share its generator)."""
+    copies: dict[int, nn.Module] = {}
+    places = {}
+    for parent in model.modules():
+        for attr, child in parent.named_children():
+            if isinstance(child, VocabularyProjection):
+                if id(child) not in copies:
+                    copies[id(child)] = Int8VocabularyProjection.of(child)
+                places[(parent, attr)] = copies[id(child)]
+    return places
 
 
 def weights_of(model: nn.Module) -> str:
@@ -117,11 +138,53 @@ def load_stored_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     model.load_state_dict(own)
 
 
+def _dynamic_linear() -> type:
+    """torch.ao's int8 linear layer (imported on first use, silenced)."""
+    with _quiet():
+        from torch.ao.nn.quantized.dynamic import Linear
+    return Linear
+
+
+class Int8VocabularyProjection(nn.Module):
+    """A :class:`VocabularyProjection` (d_model -> V over ``rows`` >= V rows) with int8 weights: the
+    rows quantised symmetrically with one scale per row (per output channel, the scheme of every
+    other int8 layer here), each input quantised on the fly, the product in int8 (fbgemm); then,
+    as in float32, the padding rows cut off and the never-output tokens at -inf. ``linear`` holds
+    the int8 layer, so an export stores it as ``generator.linear.weight`` and ``.weight_scale``."""
+
+    def __init__(self, linear: nn.Module, vocab_size: int, excluded: torch.Tensor | None) -> None:
+        super().__init__()
+        self.linear = linear
+        self.vocab_size = vocab_size
+        self.register_buffer("excluded", excluded, persistent=False)  # (V,) or None
+
+    @classmethod
+    def of(cls, projection: VocabularyProjection) -> "Int8VocabularyProjection":
+        """The int8 copy of ``projection``: its weight quantised as quantize_dynamic quantises every
+        other linear layer (torch.ao's per-channel observer: symmetric, scale = max |row| / 127.5)."""
+        from torch.ao.quantization import per_channel_dynamic_qconfig
+
+        with _quiet():
+            observer = per_channel_dynamic_qconfig.weight()
+            weight = projection.weight.detach().float()
+            observer(weight)
+            scales, zero_points = observer.calculate_qparams()
+            int8 = torch.quantize_per_channel(weight, scales.double(), zero_points.long(), 0, torch.qint8)
+            linear = _dynamic_linear()(projection.in_features, projection.out_features, dtype=torch.qint8)
+            bias = None if projection.bias is None else projection.bias.detach().float()
+            linear.set_weight_bias(int8, bias)
+        return cls(linear, projection.vocab_size, projection.excluded)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., d_model) -> (..., V) logits."""
+        logits = self.linear(h)[..., :self.vocab_size]  # (..., rows) -> (..., V)
+        return logits if self.excluded is None else logits.masked_fill(self.excluded, -torch.inf)
+
+
 def _int8_linears(model: nn.Module) -> dict[str, nn.Module]:
     """The int8 linear layers of ``model``, by name."""
-    from torch.ao.nn.quantized.dynamic import Linear
-
-    return {name: m for name, m in model.named_modules() if isinstance(m, Linear)}
+    linear = _dynamic_linear()
+    return {name: m for name, m in model.named_modules() if isinstance(m, linear)}
 
 
 @contextlib.contextmanager

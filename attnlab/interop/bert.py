@@ -64,7 +64,7 @@ from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
-from attnlab.tasks import task_config
+from attnlab.tasks import TaskConfig, task_config
 
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")  # -> <pad> <bos> <eos> <unk> <mask>, ids 0-4
 
@@ -177,7 +177,7 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
     return loaded, [name for name in target if name not in tensors], unused
 
 
-def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
+def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
     needs = {"embedding": "normed", "positional": "learned", "positional_combine": "add", "stack.norm": "post",
              "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
@@ -188,7 +188,7 @@ def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
         refused.append(f"activation {cfg.stack.activation!r} (BERT has {', '.join(map(repr, HIDDEN_ACTS))})")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
         refused.append(f"attention_backend {cfg.stack.attention_backend!r} (BERT attends to every token)")
-    if run.read_pruned_heads():
+    if run is not None and run.read_pruned_heads():
         refused.append("pruned heads (BERT has num_attention_heads in every layer)")
     return refused
 
@@ -274,8 +274,8 @@ class BertConverter(HFConverter):
         return Imported(model, cfg, data, tokenizer, report, {"order": order})  # new token id i is the original's order[i]
 
     @classmethod
-    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
-        return export_refusals(cfg, run)
+    def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        return export_refusals(cfg, data, run)
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:

@@ -44,6 +44,7 @@ from attnlab.files import publish_dir, staging_dir
 from attnlab.interop.folder import EXPORTERS, export_hf
 from attnlab.models import FamilyConfig
 from attnlab.runs.run_dir import RunDir
+from attnlab.tasks import TaskConfig
 
 ENGINES = {"decoder_lm": "Generator", "encoder_decoder": "Translator"}  # arch -> the ctranslate2 class running it
 NEVER_PREDICTED = (SPECIAL_TOKENS[PAD], SPECIAL_TOKENS[BOS])  # decoding rules them out (decode/session.py)
@@ -56,14 +57,15 @@ def missing_extra() -> str | None:
     return f"the ct2 extra is not installed (no {', '.join(absent)}): pip install 'attnlab[ct2]'" if absent else None
 
 
-def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
-    """Why CTranslate2 cannot deploy the run, each part one phrase ([] when it can)."""
+def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None = None) -> list[str]:
+    """Why CTranslate2 cannot deploy the run (``run`` None: a config's run, once trained), each part
+    one phrase ([] when it can)."""
     if cfg.arch not in ENGINES:
         have = ", ".join(f"'{arch}' (as {EXPORTERS[arch].described}, ctranslate2.{engine})"
                          for arch, engine in ENGINES.items())
         return [f"arch '{cfg.arch}' has no CTranslate2 export (it deploys arch {have})"]
     converter = EXPORTERS[cfg.arch]
-    refused = converter.export_refusals(cfg, run)
+    refused = converter.export_refusals(cfg, data, run)
     if not refused:
         return []
     return [f"CTranslate2 deploys it as {converter.described}, which has no counterpart for {'; '.join(refused)}"]
@@ -80,8 +82,8 @@ def export_ct2(run_dir: str | Path, out: str | Path, checkpoint: str = "best",
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"{out} already exists and is not empty; choose another --out")
     run = RunDir(run_dir)
-    cfg = run.read_config()[0]
-    refused = export_refusals(cfg, run)
+    cfg, data, _ = run.read_config()
+    refused = export_refusals(cfg, data, run)
     if refused:
         raise ConfigError(f"{run.path}: {'; '.join(refused)}")
     missing = missing_extra()

@@ -70,9 +70,20 @@ class HFConverter:
         raise NotImplementedError
 
     @classmethod
-    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
-        """The run's options that the architecture has no counterpart for ([] when it can be exported)."""
+    def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        """The run's options that the architecture has no counterpart for ([] when it can be exported):
+        of its model and data sections, and of ``run``'s files (pruned heads, the tokenizers; None for
+        a config not trained yet: nothing pruned, each side's tokenizer as its data section says)."""
         return []
+
+    @classmethod
+    def refusal(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None = None) -> str | None:
+        """Why export-hf does not write the run (``run`` None: a config's run, once trained) as this
+        architecture, in one line; None where it does. `attnlab info` asks every exporter this."""
+        if cfg.arch != cls.arch:
+            return f"arch '{cfg.arch}': {cls.model_type} folders are written from arch '{cls.arch}' runs"
+        refused = cls.export_refusals(cfg, data, run)
+        return f"{cls.described} has no counterpart for {'; '.join(refused)}" if refused else None
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer],
@@ -197,9 +208,9 @@ def export_hf(run_dir: str | Path, out: str | Path, checkpoint: str = "best") ->
         have = ", ".join(f"'{arch}' (as '{c.model_type}')" for arch, c in EXPORTERS.items())
         raise UsageError(f"{run.path}: arch '{cfg.arch}' has no Hugging Face counterpart that attnlab exports "
                          f"(it exports arch {have})")
-    refused = converter.export_refusals(cfg, run)
+    refused = converter.refusal(cfg, data, run)
     if refused:
-        raise ConfigError(f"{run.path}: {converter.described} has no counterpart for {'; '.join(refused)}")
+        raise ConfigError(f"{run.path}: {refused}")
     model, tokenizers, _ = load_run(run.path, checkpoint)
     exported = converter.export_run(model, cfg, {role: tokenizers[role] for role in data.task.tokenizers}, run)
     staged = staging_dir(out)

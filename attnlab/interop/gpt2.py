@@ -62,7 +62,7 @@ from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
-from attnlab.tasks import task_config
+from attnlab.tasks import TaskConfig, task_config
 
 END_OF_TEXT = "<|endoftext|>"
 ADDED = (PAD, BOS, UNK)  # control ids GPT-2's vocabulary has no token for
@@ -259,7 +259,7 @@ def library_tokenizer(spec: dict[str, Any], where: Path) -> Tokenizer:
         raise CheckpointError(f"{where}: not a tokenizer file the library reads ({err})") from None
 
 
-def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
+def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
     needs = {"embedding": "plain", "positional": "learned", "positional_combine": "add", "stack.norm": "pre",
              "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
@@ -272,7 +272,7 @@ def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
         refused.append("attention_scale 'learned' (GPT-2 scales by 1 / sqrt(d_k) or not at all)")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
         refused.append(f"attention_backend {cfg.stack.attention_backend!r} (GPT-2 attends to every earlier token)")
-    if run.read_pruned_heads():
+    if run is not None and run.read_pruned_heads():
         refused.append("pruned heads (GPT-2 has n_head in every layer)")
     return refused
 
@@ -321,8 +321,8 @@ class GPT2Converter(HFConverter):
                         TrainConfig(progress=False, label_smoothing=0.0))
 
     @classmethod
-    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
-        return export_refusals(cfg, run)
+    def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        return export_refusals(cfg, data, run)
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:

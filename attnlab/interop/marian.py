@@ -57,7 +57,7 @@ from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
-from attnlab.tasks import task_config
+from attnlab.tasks import TaskConfig, task_config
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
                "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}  # Marian's activation_function -> attnlab's
@@ -202,7 +202,7 @@ EXPORTED_ACTIVATIONS = {"silu": "swish", "gelu": "gelu", "gelu_tanh": "gelu_new"
 MARIAN_NAMES = {"<pad>": "<pad>", "<eos>": "</s>", "<unk>": "<unk>"}  # attnlab's control tokens in vocab.json
 
 
-def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
+def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
     needs = {"positional": "sinusoidal_halves", "positional_combine": "add", "positional_base": 10000.0,
              "stack.norm": "post", "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "all",
@@ -215,12 +215,13 @@ def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
         refused.append(f"activation {cfg.stack.activation!r} (Marian has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
         refused.append(f"attention_backend {cfg.stack.attention_backend!r} (Marian attends to every token)")
-    if run.read_pruned_heads():
+    if run is not None and run.read_pruned_heads():
         refused.append("pruned heads (Marian has the same heads in every layer)")
-    tokenizer = run.read_config()[1].tokenizer
+    tokenizer = data.tokenizer
     if tokenizer != "unigram":
         refused.append(f"data.tokenizer {tokenizer!r} (Marian reads SentencePiece unigram models: 'unigram')")
-    elif len({tuple(vocabulary(tok, cfg.vocab_size)) for tok in run.read_tokenizers().values() if tok}) > 1:
+    elif (not getattr(data, "shared_vocab", True) if run is None  # a config: its sides get their own vocabularies
+          else len({tuple(vocabulary(tok, cfg.vocab_size)) for tok in run.read_tokenizers().values() if tok}) > 1):
         refused.append("separate source and target vocabularies (Marian's one vocab.json numbers both sides)")
     return refused
 
@@ -309,8 +310,8 @@ class MarianConverter(HFConverter):
                         TrainConfig(progress=False, label_smoothing=0.0))
 
     @classmethod
-    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
-        return export_refusals(cfg, run)
+    def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        return export_refusals(cfg, data, run)
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:

@@ -67,7 +67,7 @@ from attnlab.interop.folder import (
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
-from attnlab.tasks import task_config
+from attnlab.tasks import TaskConfig, task_config
 
 PREPROCESSOR = "preprocessor_config.json"
 DEFAULT_MEAN = DEFAULT_STD = 0.5  # ViTImageProcessor's defaults (IMAGENET_STANDARD_MEAN / _STD)
@@ -205,16 +205,16 @@ def vit_tensors(weights: dict[str, torch.Tensor], n_layers: int) -> tuple[dict[s
 ARCHITECTURES = {"image_classification": ("linear", "ViTForImageClassification"), "image_encoder": ("pooled", "ViTModel")}
 
 
-def export_refusals(cfg: FamilyConfig, run: RunDir) -> list[str]:
+def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that ViT has no counterpart for, each 'field value (ViT's)'."""
-    head, architecture = ARCHITECTURES[run.read_config()[1].task.name]  # a vit run's tasks
+    head, architecture = ARCHITECTURES[data.task.name]  # a vit run's tasks
     needs = {"patches.positional": ("learned", "ViT"), "pooling": ("cls", "ViT"), "stack.norm": ("pre", "ViT"),
              "head": (head, architecture)}
     refused = [f"{name} {attrgetter(name)(cfg)!r} ({whose}'s is {value!r})" for name, (value, whose) in needs.items()
                if attrgetter(name)(cfg) != value]
     if cfg.stack.activation not in HIDDEN_ACTS:
         refused.append(f"activation {cfg.stack.activation!r} (ViT has {', '.join(map(repr, HIDDEN_ACTS))})")
-    if run.read_pruned_heads():
+    if run is not None and run.read_pruned_heads():
         refused.append("pruned heads (ViT has num_attention_heads in every layer)")
     return refused
 
@@ -288,8 +288,8 @@ class ViTConverter(HFConverter):
         return Imported(model, cfg, data, None, report, task_state=state)
 
     @classmethod
-    def export_refusals(cls, cfg: FamilyConfig, run: RunDir) -> list[str]:
-        return export_refusals(cfg, run)
+    def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        return export_refusals(cfg, data, run)
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
