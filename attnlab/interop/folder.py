@@ -187,10 +187,8 @@ def import_hf(folder: str | Path, out: str | Path) -> Imported:
     imported = converter.import_folder(folder, read_json(folder / CONFIG))
     staged = staging_dir(out)
     run = RunDir(staged)
-    run.write_config(imported.model_cfg, imported.data, imported.train)
-    run.write_tokenizers(imported.tokenizers())
-    run.write_task_state(imported.task_state)
-    run.write_init(imported.report.to_dict() | imported.init)
+    run.write_start(imported.model_cfg, imported.data, imported.train, imported.tokenizers(), imported.task_state,
+                    imported.report.to_dict() | imported.init)
     run.step_dir(0).mkdir(parents=True)
     write_checkpoint(run.step_dir(0), imported.model.state_dict(), {"step": 0, "imported_from": str(folder.resolve())})
     publish_dir(staged, out)

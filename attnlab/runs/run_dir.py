@@ -79,6 +79,11 @@ class Checkpoint:
     state: dict[str, Any]
 
 
+def _config_text(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> str:
+    """config.yaml's text: the model, data and train sections."""
+    return dump_yaml({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()})
+
+
 class RunDir:
     """Paths of a run directory, and reading/writing its parts."""
 
@@ -105,9 +110,21 @@ class RunDir:
         return [p for p in (self.config, *tokenizers, self.task_state, self.pruned_heads) if p.is_file()]
 
     # -- config and tokenizers ----------------------------------------------------------------
+    def write_start(self, model: FamilyConfig, data: TaskConfig, train: TrainConfig,
+                    tokenizers: dict[str, Tokenizer | None], task_state: dict[str, Any],
+                    init: dict[str, Any] | None) -> None:
+        """A new run's files, in this order, each written atomically: config.yaml (it marks the
+        directory as a run), the tokenizers, task_state.json (when the task keeps any) and init.json
+        (when its weights start from another run's)."""
+        files = [(self.config, _config_text(model, data, train))]
+        files += [(self.tokenizer_file(role), tok.to_str()) for role, tok in tokenizers.items() if tok is not None]
+        files += [(self.task_state, json.dumps(task_state, indent=2))] if task_state else []
+        files += [(self.init, json.dumps(init, indent=2))] if init is not None else []
+        for path, text in files:
+            atomic_write_text(path, text)
+
     def write_config(self, model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> None:
-        text = dump_yaml({"model": model.to_dict(), "data": data.to_dict(), "train": train.to_dict()})
-        atomic_write_text(self.config, text)
+        atomic_write_text(self.config, _config_text(model, data, train))
 
     def record_config_changes(self, step: int, changes: list[str]) -> None:
         """Append the train settings changed when resuming at ``step`` to config_changes.jsonl."""
@@ -124,11 +141,6 @@ class RunDir:
         except ConfigError as err:
             raise CheckpointError(f"{self.config}: {err}") from None
 
-    def write_tokenizers(self, tokenizers: dict[str, Tokenizer | None]) -> None:
-        for role, tok in tokenizers.items():
-            if tok is not None:
-                atomic_write_text(self.tokenizer_file(role), tok.to_str())
-
     def read_tokenizers(self) -> dict[str, Tokenizer | None]:
         """The tokenizers of the roles the run's task saves (tasks/task.py), by role: one object
         for roles saved as the same file (a shared vocabulary); 'src' and 'tgt' are None where a
@@ -144,10 +156,6 @@ class RunDir:
             tokenizers[role] = by_text[text]
         return tokenizers
 
-    def write_task_state(self, state: dict[str, Any]) -> None:
-        if state:
-            atomic_write_text(self.task_state, json.dumps(state, indent=2))
-
     def read_task_state(self) -> dict[str, Any]:
         """What the task saved of its data ({} when nothing)."""
         if not self.task_state.exists():
@@ -159,9 +167,6 @@ class RunDir:
         if not isinstance(state, dict):
             raise CheckpointError(f"{self.task_state}: expected a JSON object")
         return state
-
-    def write_init(self, report: dict[str, Any]) -> None:
-        atomic_write_text(self.init, json.dumps(report, indent=2))
 
     def read_init(self) -> dict[str, Any]:
         """init.json: what the run's first weights came from (see runs/init.py)."""
