@@ -22,7 +22,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import yaml
 
@@ -30,6 +30,8 @@ from attnlab.errors import ConfigError
 
 # The sections a config file may hold, each parsed by its own dataclass.
 SECTIONS = ("model", "data", "train")
+
+P = TypeVar("P")  # a registered plugin: a model family or a task class
 
 
 def did_you_mean(word: str, choices: typing.Iterable[str], written: dict[str, str] | None = None) -> str:
@@ -212,13 +214,14 @@ class RegisteredConfig(TypedConfig):
         return super().from_dict({k: v for k, v in data.items() if k != cls.selector})
 
 
-def register(registry: dict[str, Any], plugin: Any, what: str) -> Any:
+def register(registry: dict[str, P], plugin: P, what: str) -> P:
     """Add ``plugin`` (a class with ``name`` and a RegisteredConfig ``config``) to ``registry`` under
     its name, and link its config class back to it; another plugin under a taken name is refused."""
-    if plugin.name in registry and registry[plugin.name] is not plugin:
-        raise ValueError(f"a {what} named '{plugin.name}' is already registered ({registry[plugin.name]})")
-    setattr(plugin.config, plugin.config.link, plugin)
-    registry[plugin.name] = plugin
+    name, config = getattr(plugin, "name"), getattr(plugin, "config")
+    if name in registry and registry[name] is not plugin:
+        raise ValueError(f"a {what} named '{name}' is already registered ({registry[name]})")
+    setattr(config, config.link, plugin)
+    registry[name] = plugin
     return plugin
 
 

@@ -14,7 +14,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -38,7 +38,7 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes in bf16 at full speed."""
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
     return bool(cpu_flags() & set(NATIVE_BF16_FLAGS))
 
 
@@ -86,7 +86,7 @@ def choose_precision(requested: str, device: torch.device) -> PrecisionChoice:
     return PrecisionChoice(requested)
 
 
-def autocast(precision: str, device: torch.device) -> Callable[[], ContextManager]:
+def autocast(precision: str, device: torch.device) -> Callable[[], ContextManager[Any]]:
     """A factory of autocast contexts for a resolved precision: bf16 on the CPU or CUDA, fp16 on
     CUDA only, fp32 = none."""
     if precision == "fp32":

@@ -82,7 +82,7 @@ def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
 def step_unless(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
     """One step of an optimizer that :func:`skips_on_device`, which leaves the weights and moments as
     they were where ``skip`` (a bool tensor on the device) is True; the host never reads it."""
-    optimizer.found_inf = skip.float()
+    setattr(optimizer, "found_inf", skip.float())  # read by the fused step; no public way to set it
     optimizer.step()
 
 
@@ -91,7 +91,7 @@ def without_duck_sizing() -> Iterator[None]:
     """Tracing in which each size is its own symbol, even where two sizes happen to be equal."""
     import torch.fx.experimental._config as fx_config
 
-    with fx_config.patch(use_duck_shape=False):
+    with getattr(fx_config, "patch")(use_duck_shape=False):  # made when torch installs the config module
         yield
 
 

@@ -84,7 +84,8 @@ def resample(samples: np.ndarray, source_rate: int, rate: int) -> np.ndarray:
         raise ValueError(f"sample rates must be positive (got {source_rate} -> {rate})")
     if source_rate == rate:
         return samples
-    return soxr.resample(np.asarray(samples, dtype=np.float32), source_rate, rate, quality="HQ")
+    resampled: np.ndarray = soxr.resample(np.asarray(samples, dtype=np.float32), source_rate, rate, quality="HQ")
+    return resampled
 
 
 def audio_files(folder: str | Path) -> list[Path]:

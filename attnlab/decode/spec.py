@@ -207,7 +207,7 @@ def sample(model: nn.Module, search: Sample, src: Tensor | None = None, prompt: 
         session.reserve(min(max_new_tokens - 1, window - prompt.shape[1]))
     tokens = session.start
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-    out = []
+    out: list[Tensor] = []
     for _ in range(max_new_tokens):
         if window is not None and prompt.shape[1] + len(out) > window:  # no position left: slide
             context = torch.cat([prompt, *(t[:, None] for t in out[-window:])], dim=1)[:, -window:]  # the last tokens

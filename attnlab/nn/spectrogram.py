@@ -79,6 +79,9 @@ class LogMel(nn.Module):
     power, at least 1e-10. Defaults: Whisper's 80 bands at 16 kHz (25 ms windows, 10 ms hop).
     """
 
+    window: Tensor  # (n_fft,), a buffer
+    bank: Tensor  # (n_fft // 2 + 1, n_mels), a buffer
+
     def __init__(self, rate: int = 16_000, n_fft: int = 400, hop: int = 160, n_mels: int = 80, f_min: float = 0.0,
                  f_max: float | None = None, norm: str | None = "slaney", scale: MelScale = "slaney",
                  triangles: str = "hertz", scaling: str = "whisper"):
@@ -166,6 +169,6 @@ def _covered(spans: Tensor, size: int) -> Tensor:
     return ((pos >= start) & (pos < start + width)).any(dim=1)
 
 
-def _check(name: str, value: object, valid: tuple) -> None:
+def _check(name: str, value: object, valid: tuple[object, ...]) -> None:
     if value not in valid:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(map(repr, valid))}")

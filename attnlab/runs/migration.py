@@ -58,7 +58,7 @@ MOVED_TO_DEPTHS = {"n_encoder_layers": "encoder", "n_decoder_layers": "decoder"}
 def moved(arch: str, own: list[str]) -> dict[str, str]:
     """The flat fields that the family ``arch`` (whose fields are ``own``) now keeps in a composed
     part: old name -> its path ('backends.pattern.window')."""
-    paths = {}
+    paths: dict[str, str] = {}
     if "backends" in own:
         paths |= {name: f"backends.{path}" for name, path in MOVED_TO_BACKENDS.items()}
     if "patches" in own:

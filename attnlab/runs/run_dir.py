@@ -260,7 +260,8 @@ class RunDir:
     def metrics_at(self, step: int) -> dict[str, float]:
         """The validation metrics of the checkpoint at ``step`` ({} where it has none)."""
         try:
-            return json.loads((self.step_dir(step) / META_FILE).read_text()).get("metrics", {})
+            metrics: dict[str, float] = json.loads((self.step_dir(step) / META_FILE).read_text()).get("metrics", {})
+            return metrics
         except (OSError, ValueError):
             return {}
 
@@ -312,7 +313,8 @@ class RunDir:
             raise exported_weights(model_file, kind)  # an export keeps no training state
         verify_checksum(path)
         try:
-            return torch.load(path, weights_only=True)
+            state: dict[str, Any] = torch.load(path, weights_only=True)
+            return state
         except Exception as err:  # torch raises several types for damaged or unsafe files
             raise CheckpointError(f"{path}: cannot load training state ({str(err).splitlines()[0]})") from None
 

@@ -101,7 +101,7 @@ def stored_weights(weights: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Te
     in the file's metadata, as safetensors' own ``save_model`` does, so files of either kind load."""
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
-    first: dict[tuple, str] = {}
+    first: dict[tuple[object, ...], str] = {}
     for name, t in weights.items():
         where = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         if where in first:
@@ -168,7 +168,7 @@ def weights_kind(path: str | Path) -> str:
     metadata alone."""
     try:
         with safe_open(str(path), "pt") as f:
-            return (f.metadata() or {}).get(WEIGHTS_KEY, "fp32")
+            return str((f.metadata() or {}).get(WEIGHTS_KEY, "fp32"))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
 
