@@ -36,7 +36,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from attnlab.nn.heads import VocabularyProjection
+from attnlab.nn.heads import VocabularyProjection, vocabulary_logits
 from attnlab.torch_private import per_channel_quantized
 
 WEIGHTS = ("fp32", "bf16", "int8")
@@ -177,8 +177,7 @@ class Int8VocabularyProjection(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """(..., d_model) -> (..., V) logits."""
-        logits = self.linear(h)[..., :self.vocab_size]  # (..., rows) -> (..., V)
-        return logits if self.excluded is None else logits.masked_fill(self.excluded, -torch.inf)
+        return vocabulary_logits(self.linear(h), self.vocab_size, self.excluded)
 
 
 def _int8_linears(model: nn.Module) -> dict[str, nn.Module]:

@@ -26,8 +26,15 @@ class VocabularyProjection(nn.Linear):
 
     def forward(self, h: Tensor) -> Tensor:
         """(..., d_model) -> (..., V) logits."""
-        logits = super().forward(h)[..., :self.vocab_size]  # (..., rows) -> (..., V)
-        return logits if self.excluded is None else logits.masked_fill(self.excluded, -torch.inf)
+        return vocabulary_logits(super().forward(h), self.vocab_size, self.excluded)
+
+
+def vocabulary_logits(products: Tensor, vocab_size: int, excluded: Tensor | None) -> Tensor:
+    """A vocabulary projection's (..., rows) products -> (..., V) logits: the padding rows cut off,
+    the never-output tokens (``excluded``, (V,) bool, or None) at -inf. Shared by every weights
+    kind of the projection (decode/weights.py's int8 one)."""
+    logits = products[..., :vocab_size]  # (..., rows) -> (..., V)
+    return logits if excluded is None else logits.masked_fill(excluded, -torch.inf)
 
 
 class MaskedLMHead(nn.Module):
