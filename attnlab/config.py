@@ -28,8 +28,9 @@ import yaml
 
 from attnlab.errors import ConfigError
 
-# The sections a config file may hold, each parsed by its own dataclass.
-SECTIONS = ("model", "data", "train")
+# The sections a config file may hold, each parsed by its own dataclass; 'shape' (models/shape.py), the
+# data's sizes, only in a model config without data (`attnlab info`): a run's come from its data.
+SECTIONS = ("model", "data", "train", "shape")
 
 P = TypeVar("P")  # a registered plugin: a model family or a task class
 

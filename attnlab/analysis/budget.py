@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from attnlab.models.shape import DataShape
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.feedforward import PositionWiseFeedForward
@@ -114,19 +115,20 @@ def _flop_kind(module: str) -> str | None:
     return None
 
 
-def budget_report(cfg: Any, seq_len: int, batch: int, src_len: int | None = None,
+def budget_report(cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len: int | None = None,
                   bytes_per_value: int = 4) -> dict[str, Any]:
     """FLOPs (forward by kind, and forward + backward in all), training memory (weights, gradients,
     Adam's two moments, activations saved for the backward, of which attention matrices) and
     inference memory with a KV cache, for a batch of ``batch`` sequences of ``seq_len`` tokens
-    (and sources of ``src_len``, default ``seq_len``)."""
+    (and sources of ``src_len``, default ``seq_len``) through the model of ``cfg`` and the data's
+    sizes ``shape``."""
     from attnlab.models import build_model
 
     if not cfg.capabilities.attention_weights:
         raise ValueError(f"the compute and memory budget covers the Transformer architectures, not arch '{cfg.arch}'")
     src_len = src_len or seq_len
     with torch.device("meta"):
-        model = build_model(cfg).train()
+        model = build_model(cfg, shape).train()
         inputs = _inputs(cfg, batch, seq_len, src_len)
     n_params = sum(p.numel() for p in model.parameters())
     params = {id(p) for p in model.parameters()}

@@ -66,7 +66,7 @@ def inspect_single_stream(run: RunDir, model: nn.Module, cfg: Any, path: str, qu
     if question is None:
         raise UsageError("a single-stream run answers a question about the image: give --src IMAGE and "
                          "--question \"...\"")
-    state, data_cfg = run.read_task_state(), run.read_config()[1]
+    state, data_cfg, grid = run.read_task_state(), run.read_config()[1], cfg.grid(run.read_shape())
     tokenizer = run.read_tokenizers()["src"]
     device = next(model.parameters()).device
     images = read_input_images([path], run).to(device)  # (1, C, H, W), standardised
@@ -78,7 +78,7 @@ def inspect_single_stream(run: RunDir, model: nn.Module, cfg: Any, path: str, qu
     picture = read_image(path, colour_of(state["shape"]), tuple(state["shape"][:2])) / 255.0  # (H, W, C)
     answers = state["labels"]
     summary: dict[str, Any] = {"run": str(run.path), "source": path, "question": question, "question_tokens": words,
-                               "grid": list(cfg.grid), "image_tokens": int((modality == IMAGE).sum()),
+                               "grid": list(grid), "image_tokens": int((modality == IMAGE).sum()),
                                "prediction": {"label": answers[int(p.argmax())],
                                               "probabilities": dict(zip(answers, p.tolist()))},
                                "modules": {}, "out": str(out), "files": []}
@@ -96,11 +96,11 @@ def inspect_single_stream(run: RunDir, model: nn.Module, cfg: Any, path: str, qu
         summary["files"].append(str(attention_heatmaps(layer["text_to_text"], words, words,
                                                        f"{name}: the question's words", out / f"{stem}-text.png")))
         if summary["image_tokens"]:
-            summary["files"] += draw_cross_modal(picture, layer, words, cfg.grid, f"layer {record.layer}", out / stem)
+            summary["files"] += draw_cross_modal(picture, layer, words, grid, f"layer {record.layer}", out / stem)
     if summary["image_tokens"]:
         mean = {kind: torch.stack([layer[kind] for layer in per_layer]).mean((0, 1))[None]
                 for kind in ("text_to_image", "image_to_text")}  # (1, ., .): layers and heads averaged
-        summary["files"] += draw_cross_modal(picture, mean, words, cfg.grid, f"{len(per_layer)} layers averaged",
+        summary["files"] += draw_cross_modal(picture, mean, words, grid, f"{len(per_layer)} layers averaged",
                                              out / "averaged")
     summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")

@@ -175,18 +175,19 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
     picture = read_image(path, colour_of(state["shape"]), tuple(state["shape"][:2])) / 255.0  # (H, W, C), as read
     over_patches = model.summary.attention_over_patches  # (..., T, T) -> (..., N)
     names = state["labels"]
-    summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(cfg.grid), "modules": {},
+    grid = cfg.grid(run.read_shape())  # (h, w) patches
+    summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(grid), "modules": {},
                                "prediction": {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))},
                                "out": str(out), "files": []}
     entropies = {}
     for name, record in records.items():
-        maps = over_patches(record.probs[0]).unflatten(-1, cfg.grid)  # (H, h, w)
+        maps = over_patches(record.probs[0]).unflatten(-1, grid)  # (H, h, w)
         entropies[name] = head_entropy(record.probs)
         summary["modules"][name] = module_entry(record, entropies[name]) | {"patch_attention": maps.tolist()}
         summary["files"].append(str(patch_attention_plot(
             picture, maps, [f"head {h}" for h in range(len(maps))], f"{name}: attention over the patches",
             out / f"{record.stack}-{record.layer}-patches.png")))
-    rollout = over_patches(attention_rollout(r.probs for r in records.values())[0]).unflatten(-1, cfg.grid)  # (h, w)
+    rollout = over_patches(attention_rollout(r.probs for r in records.values())[0]).unflatten(-1, grid)  # (h, w)
     summary["rollout"] = rollout.tolist()
     summary["files"].append(str(patch_attention_plot(picture, rollout[None], ["rollout"],
                                                      f"attention rollout over {len(records)} layers", out / "rollout.png")))
@@ -216,8 +217,9 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
     shape = run.read_task_state()["shape"]  # (H, W, C)
     picture = read_image(path, colour_of(shape), tuple(shape[:2])) / 255.0  # (H, W, C), as read
     words = tokenizer.id_tokens(ids + [EOS])  # what each decoder position predicts
-    patches, inputs = cfg.patch_labels, tokenizer.id_tokens(tgt_in[0].tolist())
-    summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(cfg.grid),
+    shape = run.read_shape()
+    grid, patches, inputs = cfg.grid(shape), cfg.patch_labels(shape), tokenizer.id_tokens(tgt_in[0].tolist())
+    summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(grid),
                                "target": tokenizer.decode(ids), "target_tokens": words,
                                "target_given": target is not None, "modules": {}, "out": str(out), "files": []}
     entropies = {}
@@ -229,7 +231,7 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
             labels = patches if record.stack == "encoder" else inputs
             summary["files"].append(str(attention_heatmaps(record.probs[0], labels, labels, name, out / f"{stem}.png")))
             continue
-        maps = record.probs[0].unflatten(-1, cfg.grid)  # (H, T, h, w): each word's weights over the patches
+        maps = record.probs[0].unflatten(-1, grid)  # (H, T, h, w): each word's weights over the patches
         summary["modules"][name]["word_attention"] = maps.tolist()
         panels = {f"head{h}": (maps[h], f"head {h}") for h in range(len(maps))}
         panels["mean"] = (maps.mean(0), "mean over the heads")

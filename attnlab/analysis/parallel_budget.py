@@ -29,6 +29,7 @@ import torch
 
 from attnlab.analysis.budget import _inputs
 from attnlab.errors import ConfigError
+from attnlab.models.shape import DataShape
 from attnlab.nn.interfaces import TensorParallelModel
 from attnlab.nn.tensor_plan import ROWS, Split, TensorPlan
 from attnlab.parallel.fsdp_tp import check_fsdp_tp
@@ -55,14 +56,14 @@ def _split_activation(path: str, plan: TensorPlan) -> bool:
     return any(path == region or path.startswith(region + ".") for region in plan.regions)
 
 
-def stage_of_modules(cfg: Any, stages: int) -> dict[str, int]:
+def stage_of_modules(cfg: Any, shape: DataShape, stages: int) -> dict[str, int]:
     """The pipeline stage of each module of ``cfg``'s model (by its path in the model) as the model
     cuts itself (its ``stages``, nn/stages.py; the meta device): a module that no stage holds (the
     model itself, a head its task does not read) is the last stage's, as parallel/pipeline.py keeps it."""
     from attnlab.models import build_model
 
     with torch.device("meta"):
-        model = build_model(cfg)
+        model = build_model(cfg, shape)
     path_of = {id(m): path for path, m in model.named_modules()}
     held = {path_of[id(m)]: s for s, stage in enumerate(model.stages(stages)) for m in stage.modules()
             if id(m) in path_of}
@@ -84,14 +85,14 @@ def _stage_of(path: str, stage_of: dict[str, int]) -> int:
     return stage_of[path] if path in stage_of else stage_of[path.rpartition(".")[0]]
 
 
-def measure(cfg: Any, seq_len: int, batch: int, src_len: int | None) -> tuple[list, list, TensorPlan]:
+def measure(cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len: int | None) -> tuple[list, list, TensorPlan]:
     """[(parameter path, numel)] and [(path of the innermost module that saved it, numel)] for every
     tensor autograd saves in a training forward, each storage once (the meta device: no memory), and
     the model's tensor-parallel plan (an empty one where it declares none: all replicated)."""
     from attnlab.models import build_model
 
     with torch.device("meta"):
-        model = build_model(cfg).train()
+        model = build_model(cfg, shape).train()
         inputs = _inputs(cfg, batch, seq_len, src_len or seq_len)
     params = [(name, p.numel()) for name, p in model.named_parameters()]
     own = {id(p) for p in model.parameters()}
@@ -132,15 +133,16 @@ def _largest_unit(sizes: dict[str, float]) -> float:
     return max(units.values())
 
 
-def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batches: int,
+def parallel_memory(cfg: Any, shape: DataShape, seq_len: int, batch: int, ranks: int, micro_batches: int,
                     src_len: int | None = None, bytes_per_value: int = 4,
                     tensor_parallel: int = 2) -> dict[str, dict[str, int | None]]:
     """{strategy: {'weights', 'gradients', 'adam_moments', 'activations', 'total'}} in bytes per rank
-    for a global batch of ``batch`` sequences on ``ranks`` ranks. Where train.strategy refuses the
+    for a global batch of ``batch`` sequences on ``ranks`` ranks, the model of ``cfg`` and the data's
+    sizes ``shape``. Where train.strategy refuses the
     layout (tp and fsdp+tp: heads or widths the tensor-parallel size does not divide, a size that
     does not divide the ranks; pp: a family not cut into stages, fewer layers than ranks, tied
     embeddings), the numbers are None and 'refused' holds the strategy's own one-line reason."""
-    params, saved, plan = measure(cfg, seq_len, batch, src_len)
+    params, saved, plan = measure(cfg, shape, seq_len, batch, src_len)
     b = bytes_per_value
     W = sum(n for _, n in params) * b
     A = sum(n for _, n in saved) * b
@@ -159,7 +161,7 @@ def parallel_memory(cfg: Any, seq_len: int, batch: int, ranks: int, micro_batche
         or row(W - W_split + W_split / ranks, W - W_split + W_split / ranks, A - A_split + A_split / ranks),
     }
     cut = refusal(check_pipeline, cfg, ranks)
-    stage_of = stage_of_modules(cfg, ranks) if cut is None else None
+    stage_of = stage_of_modules(cfg, shape, ranks) if cut is None else None
     for schedule, in_flight in (("gpipe", micro_batches), ("1f1b", min(ranks, micro_batches))):
         if stage_of is None:
             report[f"pp {schedule}"] = refused(cut)

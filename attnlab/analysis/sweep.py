@@ -70,7 +70,6 @@ def _check_config(run: PlannedRun) -> None:
     """Refuse a config that does not build, and a run directory trained with another config."""
     from attnlab.runs.config import RunConfig
     from attnlab.runs.run_dir import RunDir
-    from attnlab.tasks.task import set_by_data
 
     try:
         planned = RunConfig.from_file(run.config, run.sets)
@@ -82,10 +81,7 @@ def _check_config(run: PlannedRun) -> None:
                              f"another --out")
         return
     model, data, train = RunDir(run.path).read_config()
-    changed = differences(data, planned.data) + differences(train, planned.train)
-    if not changed:
-        from_data = {k: getattr(model, k) for k in set_by_data(planned.data) if hasattr(model, k)}
-        changed = differences(model, planned.model_config(from_data))
+    changed = differences(data, planned.data) + differences(train, planned.train) + differences(model, planned.model)
     if changed:
         raise UsageError(f"{run.path} was trained with another config than the sweep's ({'; '.join(changed)}); "
                          f"remove it, or give the sweep another --out")

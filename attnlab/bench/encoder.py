@@ -40,8 +40,8 @@ def encoders(backends: tuple[str, ...], seed: int = 0,
     hf = transformers.BertModel(transformers.BertConfig(**MINILM)).eval()
     ours = {}
     for backend in backends:
-        fields = bert_model_fields(MINILM, "MiniLM shape")
-        model = build_model(model_config(fields, stack=fields["stack"] | {"attention_backend": backend}))
+        fields, shape = bert_model_fields(MINILM, "MiniLM shape")
+        model = build_model(model_config(fields, stack=fields["stack"] | {"attention_backend": backend}), shape)
         load_bert(model, hf.state_dict(), list(range(MINILM["vocab_size"])), HF)
         ours[backend] = model.eval().to(device)
     return hf.to(device), ours

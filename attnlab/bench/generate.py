@@ -37,7 +37,8 @@ def gpt2_pair(shape: str, seed: int = 0, device: torch.device = CPU) -> tuple[to
     eos = config["eos_token_id"]
     order = [None, None, eos, None] + [i for i in range(config["vocab_size"]) if i != eos]
     tensors, _ = gpt2_tensors(hf.state_dict(), config, [eos if old is None else old for old in order], HF)
-    ours = build_model(model_config(gpt2_model_fields(config, shape)))
+    fields, sizes = gpt2_model_fields(config, shape)
+    ours = build_model(model_config(fields), sizes)
     copy_tensors(named_tensors(ours), tensors, HF)
     return hf.to(device), ours.eval().to(device), order
 

@@ -32,6 +32,7 @@ from attnlab.decode.speculative import OWN_HEADS, SpeculationStats, speculative_
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import UsageError
 from attnlab.models import build_model, model_config
+from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import load_draft, load_run
 from attnlab.runs.config import TrainConfig
 
@@ -42,7 +43,7 @@ BLOCK, BATCH = 64, 12
 
 
 def lm_model() -> torch.nn.Module:
-    return build_model(model_config({**MODEL, "vocab_size": VOCAB}))
+    return build_model(model_config(MODEL), DataShape(vocab_size=VOCAB))
 
 
 def lm_batch(generator: torch.Generator) -> Batch:

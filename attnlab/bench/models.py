@@ -28,6 +28,7 @@ from attnlab.bench.timing import CPU, checked_length, interleaved_medians, rando
 from attnlab.bench.train import attnlab_step, train_config
 from attnlab.decode.search import greedy
 from attnlab.models import build_model, model_config
+from attnlab.models.shape import DataShape
 from attnlab.precision import autocast
 
 VOCAB = 8000  # the presets' shared BPE vocabulary
@@ -44,7 +45,7 @@ REFERENCE = "transformer"
 
 
 def build(name: str, max_len: int) -> torch.nn.Module:
-    return build_model(model_config({**MODELS[name], "vocab_size": VOCAB, "max_len": max_len}))
+    return build_model(model_config({**MODELS[name], "max_len": max_len}), DataShape(vocab_size=VOCAB))
 
 
 def greedy_run(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, precision: str) -> Callable[[], None]:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.models import EncoderDecoderConfig, build_model
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig
 from attnlab.nn.positional import sinusoid
 
@@ -31,14 +32,17 @@ SHAPE = dict(vocab_size=8000, d_model=256, n_heads=4, n_layers=3, d_ff=1024)  # 
 DROPOUT = 0.1
 
 
+DATA = DataShape(vocab_size=SHAPE["vocab_size"])  # the benchmark's data: one shared vocabulary
+
+
 def model_config(dropout: float = DROPOUT) -> EncoderDecoderConfig:
     """The benchmark's model: sinusoidal positions and tied embeddings are the config's defaults."""
     sizes = {name: SHAPE[name] for name in ("d_model", "n_heads", "n_layers", "d_ff")}
-    return EncoderDecoderConfig(vocab_size=SHAPE["vocab_size"], stack=StackConfig(**sizes, dropout=dropout))
+    return EncoderDecoderConfig(stack=StackConfig(**sizes, dropout=dropout))
 
 
 def attnlab_model(dropout: float = DROPOUT) -> nn.Module:
-    return build_model(model_config(dropout))
+    return build_model(model_config(dropout), DATA)
 
 
 class TorchTransformer(nn.Module):

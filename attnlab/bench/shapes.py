@@ -43,6 +43,7 @@ from attnlab.bench.train import TrainingStep, attnlab_step, cross_entropy, gemm,
 from attnlab.data.batching import Batch
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
+from attnlab.models.shape import DataShape
 from attnlab.runs.config import GRAPHS, TrainConfig
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig, MLMBatch, mask_tokens
 from attnlab.torch_private import inductor_counters
@@ -57,6 +58,7 @@ class Shape:
     name: ClassVar[str]
     reference_name: ClassVar[str]
     model: ClassVar[dict]  # attnlab's model section
+    vocab_size: ClassVar[int]  # the data's vocabulary (models/shape.py)
     batch: ClassVar[int]
     seq_len: ClassVar[int]
     label_smoothing: ClassVar[float] = 0.0
@@ -64,7 +66,7 @@ class Shape:
     objective: ClassVar[Objective] = staticmethod(teacher_forced_loss)  # attnlab's loss: its task's
 
     def attnlab_model(self) -> nn.Module:
-        return build_model(model_config(self.model))
+        return build_model(model_config(self.model), DataShape(vocab_size=self.vocab_size))
 
     def reference(self) -> nn.Module | None:
         """The reference model at this size (random weights), or None where its library is missing."""
@@ -80,12 +82,14 @@ class Shape:
 
     def flops(self, batch: int, seq_len: int) -> float:
         """Matrix-product FLOPs of one forward and backward (analysis/budget.py)."""
-        return budget_report(model_config(self.model), seq_len, batch)["flops"]["forward_backward"]
+        return budget_report(model_config(self.model), DataShape(vocab_size=self.vocab_size), seq_len,
+                             batch)["flops"]["forward_backward"]
 
 
 class GPT2Small(Shape):
     name, reference_name = "gpt2-small", "transformers.GPT2LMHeadModel"
-    model = dict(arch="decoder_lm", vocab_size=50257, stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+    vocab_size = 50257
+    model = dict(arch="decoder_lm", stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
                  dropout=0.1, activation="gelu", norm="pre", layer_norm_eps=1e-5), positional="learned", max_len=1024,
                  tie_embeddings="all", vocab_multiple=64)
     batch, seq_len = 8, 1024
@@ -98,7 +102,7 @@ class GPT2Small(Shape):
         return hf.GPT2LMHeadModel(config)
 
     def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> Batch:
-        window = torch.randint(4, self.model["vocab_size"], (batch, seq_len + 1), generator=generator)
+        window = torch.randint(4, self.vocab_size, (batch, seq_len + 1), generator=generator)
         return Batch(src=None, tgt_in=window[:, :-1], tgt_out=window[:, 1:])
 
     def reference_loss(self, model: nn.Module, batch: Batch) -> Tensor:
@@ -107,16 +111,17 @@ class GPT2Small(Shape):
 
 class TransformerBase(Shape):
     name, reference_name = "transformer-base", "torch.nn.Transformer"
-    model = dict(arch="encoder_decoder", vocab_size=32000, stack=dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+    vocab_size = 32000
+    model = dict(arch="encoder_decoder", stack=dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048,
                  dropout=0.1, norm="post"), positional="sinusoidal", tie_embeddings="all", max_len=512)
     batch, seq_len, label_smoothing, hf_reference = 384, 64, 0.1, False
 
     def reference(self) -> nn.Module:
         s = self.model["stack"]
-        return TorchTransformer(self.model["vocab_size"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"], s["dropout"])
+        return TorchTransformer(self.vocab_size, s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"], s["dropout"])
 
     def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> Batch:
-        return random_pairs(batch, seq_len - 1, self.model["vocab_size"], generator)  # + EOS, BOS +: seq_len each
+        return random_pairs(batch, seq_len - 1, self.vocab_size, generator)  # + EOS, BOS +: seq_len each
 
     def reference_loss(self, model: nn.Module, batch: Batch) -> Tensor:
         return cross_entropy(model(batch.src, batch.tgt_in), batch.tgt_out, self.label_smoothing)
@@ -124,7 +129,8 @@ class TransformerBase(Shape):
 
 class BertBase(Shape):
     name, reference_name = "bert-base", "transformers.BertForMaskedLM"
-    model = dict(arch="encoder_only", vocab_size=30522, stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+    vocab_size = 30522
+    model = dict(arch="encoder_only", stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
                  dropout=0.1, activation="gelu", norm="post", layer_norm_eps=1e-12), positional="learned", max_len=512,
                  tie_embeddings="output", embedding="normed", n_segments=2, vocab_multiple=64)
     batch, seq_len = 64, 128
@@ -135,9 +141,9 @@ class BertBase(Shape):
         return hf.BertForMaskedLM(hf.BertConfig(attn_implementation="sdpa"))
 
     def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> MLMBatch:
-        ids = torch.randint(5, self.model["vocab_size"], (batch, seq_len), generator=generator)
+        ids = torch.randint(5, self.vocab_size, (batch, seq_len), generator=generator)
         return mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), MaskedLMConfig(train="-"),
-                           self.model["vocab_size"], generator)
+                           self.vocab_size, generator)
 
     def reference_loss(self, model: nn.Module, batch: MLMBatch) -> Tensor:
         return cross_entropy(model(input_ids=batch.inputs).logits, batch.targets)

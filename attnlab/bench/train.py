@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from attnlab.analysis.budget import budget_report
 from attnlab.bench.device import device_fields
 from attnlab.bench.reference import (
+    DATA,
     DROPOUT,
     SHAPE,
     TRANSFORMERS_MISSING,
@@ -143,7 +144,7 @@ def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 1
     torch.manual_seed(seed)
     batch = random_batch(seed, device)
     tokens = batch.n_targets
-    flops = budget_report(model_config(), LENGTH, BATCH)["flops"]["forward_backward"]
+    flops = budget_report(model_config(), DATA, LENGTH, BATCH)["flops"]["forward_backward"]
     where = device_fields(device)
     for precision in precisions:
         models = {"attnlab": attnlab_model(), "torch.nn.Transformer": torch_transformer(DROPOUT)}

@@ -11,7 +11,7 @@ from attnlab.errors import CheckpointError, UsageError
 SERIES_SIZES = (("channels", "n_channels"), ("input", "input_length"), ("horizon", "horizon"))  # forecasters
 
 
-def _describe_model(cfg, vocab: str | None) -> str:
+def _describe_model(cfg, shape, vocab: str | None) -> str:
     """One line: the architecture and the sizes that matter for it (the vocabulary for a model of tokens)."""
     from attnlab.models import stack_of
 
@@ -26,23 +26,26 @@ def _describe_model(cfg, vocab: str | None) -> str:
     else:  # a recurrent or convolutional model
         sizes = [("hidden size", getattr(cfg, "d_model", None)), ("layers", "+".join(stacks) or getattr(cfg, "n_layers", None))]
     sizes.append(("vocab", vocab))
-    sizes += [(name, getattr(cfg, field)) for name, field in SERIES_SIZES if hasattr(cfg, field)]
+    sizes += [(name, getattr(shape, field)) for name, field in SERIES_SIZES]
     return ", ".join([cfg.arch] + [f"{value} {name}" if name in ("heads", "layers") else f"{name} {value}"
                                    for name, value in sizes if value is not None])
 
 
 def _info_model_config(args: argparse.Namespace):
-    """The model ``info`` counts: (a family's config, None) when its vocabulary is known, else (None,
-    a function from vocabulary size to that config). The config is a model config, a training config
-    (its model section; the vocabulary from --vocab-size, or from a built-in task's tokenizer) or a
-    run directory (its config.yaml), with --set overrides. Also returned: the data section (None for
-    a model config without one) and the run directory (None for a config), which the exporters ask."""
+    """The model ``info`` counts: (its family's config, the data's sizes, None) when its vocabulary is
+    known, else (its config, None, a function from vocabulary size to the sizes). The config is a
+    model config (its model section and the sizes of its ``shape`` section), a training config (its
+    model section; the sizes its task plans, the vocabulary from --vocab-size or from a built-in
+    task's tokenizer) or a run directory (its config.yaml and shape.json), with --set overrides. Also
+    returned: the data section (None for a model config without one) and the run directory (None for
+    a config), which the exporters ask."""
     from attnlab.config import apply_overrides, read_config_file
     from attnlab.errors import ConfigError
-    from attnlab.models import model_config
+    from attnlab.models import Inputs, model_config
     from attnlab.models.family import DEFAULT_ARCH
+    from attnlab.models.shape import DataShape
     from attnlab.runs.config import RunConfig, override_fields
-    from attnlab.runs.data import planned_model_config
+    from attnlab.runs.data import prepared_shape
     from attnlab.runs.migration import migrated_model, refuse_moved
     from attnlab.runs.run_dir import RunDir
     from attnlab.tasks import task_config
@@ -63,29 +66,34 @@ def _info_model_config(args: argparse.Namespace):
     apply_overrides(sections, args.set or [], override_fields)
     where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])
     model = sections.get("model")
-    if isinstance(model, dict) and (of_a_run or "vocab_size" in model):  # a run's complete one, or a model config
-        if args.vocab_size is not None:
-            model = {**model, "vocab_size": args.vocab_size}
+    vocab = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
+    if isinstance(model, dict) and (of_a_run or "data" not in sections):  # a run's complete one, or a model config
         try:
-            if not of_a_run:
-                refuse_moved(model.get("arch", DEFAULT_ARCH), model)
-            data = task_config(sections["data"], from_0_1=of_a_run) if "data" in sections else None
-            return (model_config(migrated_model(model) if of_a_run else model), None, data,
-                    RunDir(args.config) if of_a_run else None)
+            if of_a_run:
+                shape = RunDir(args.config).read_shape()
+                return (model_config(migrated_model(model)), DataShape.from_dict(shape.to_dict() | vocab), None,
+                        task_config(sections["data"], from_0_1=True), RunDir(args.config))
+            refuse_moved(model.get("arch", DEFAULT_ARCH), model)
+            shape = DataShape.from_dict((sections.get("shape") or {}) | vocab, "shape")
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}") from None
-    if "data" not in sections:
-        raise ConfigError(f"{where}: section 'model' needs the field 'vocab_size' (or give --vocab-size), or the "
-                          f"file needs a data section whose tokenizer sets it")
+        try:
+            cfg = model_config(model)
+            cfg.check_shape(shape)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
+        if shape.vocab_size is None and cfg.capabilities.inputs == Inputs.TOKENS:
+            raise ConfigError(f"{where}: a model config without a data section gives its data's sizes as a 'shape' "
+                              f"section (shape: {{vocab_size: V}}), or --vocab-size V")
+        return cfg, shape, None, None, None
     cfg = RunConfig.from_sections(sections, where)
-    with_vocab = planned_model_config(cfg)
     if args.vocab_size is not None:
-        return with_vocab(args.vocab_size), None, cfg.data, None
+        return cfg.model, cfg.planned_shape(args.vocab_size), None, cfg.data, None
     if cfg.data.in_memory or cfg.train.init_from is not None:  # generated, or the tokenizer is the source run's:
-        return planned_model_config(cfg, from_data=True)(0), None, cfg.data, None  # no tokenizer to fit
+        return cfg.model, prepared_shape(cfg), None, cfg.data, None  # no tokenizer to fit
     if not cfg.data.task.tokenizers:  # images, graphs, series: no vocabulary
-        return with_vocab(0), None, cfg.data, None
-    return None, with_vocab, cfg.data, None
+        return cfg.model, cfg.planned_shape(), None, cfg.data, None
+    return cfg.model, None, cfg.planned_shape, cfg.data, None
 
 
 def _exportability(cfg, data, run) -> dict[str, str | None] | None:
@@ -123,33 +131,32 @@ def cmd_info(args: argparse.Namespace) -> None:
         raise UsageError("--seq-len, --src-len and --batch must be at least 1")
     if args.vocab_size is not None and args.vocab_size < 1:
         raise UsageError(f"--vocab-size must be at least 1 (got {args.vocab_size})")
-    cfg, with_vocab, data, run = _info_model_config(args)
+    cfg, shape, with_vocab, data, run = _info_model_config(args)
 
-    def count(model_cfg) -> dict:
+    def count(sizes) -> dict:
         with torch.device("meta"):  # shapes only: no memory for the weights, no time to initialise them
-            return parameter_report(build_model(model_cfg))
+            return parameter_report(build_model(cfg, sizes))
 
-    if cfg is None:  # a training config whose vocabulary comes from its data files: parameters = a + b V
+    if shape is None:  # a training config whose vocabulary comes from its data files: parameters = a + b V
         if args.memory or args.flops:
             raise UsageError(f"{args.config}: the vocabulary comes from the data; give --vocab-size V for "
                              f"--memory and --flops")
         small, large = (count(with_vocab(v))["params_total"] for v in (1000, 2000))
         per_entry = (large - small) // 1000
         fixed = small - 1000 * per_entry
-        shape = with_vocab(1000)
-        export = _exportability(shape, data, run)  # the exporters' rules do not depend on the vocabulary's size
+        export = _exportability(cfg, data, run)  # the exporters' rules do not depend on the vocabulary's size
         if args.json:
-            print(json.dumps({"config": str(args.config), "arch": shape.arch, "vocab_size": None,
+            print(json.dumps({"config": str(args.config), "arch": cfg.arch, "vocab_size": None,
                               "params_without_vocab": fixed, "params_per_vocab_entry": per_entry,
                               **({"export": export} if export is not None else {})}))
             return
-        print(f"{args.config}: {_describe_model(shape, 'V')}")
+        print(f"{args.config}: {_describe_model(cfg, with_vocab(1000), 'V')}")
         print(f"parameters: {fixed:,} + {per_entry:,} x V, V the vocabulary size, which the tokenizer sets from "
               f"the data (--vocab-size V counts it exactly)")
         print()
         print(format_exportability(export))
         return
-    report = {"config": str(args.config), "arch": cfg.arch, **count(cfg)}
+    report = {"config": str(args.config), "arch": cfg.arch, **count(shape)}
     export = _exportability(cfg, data, run)
     if export is not None:  # (a model config's report stays what it was: tests/golden/ pins it)
         report["export"] = export
@@ -159,17 +166,18 @@ def cmd_info(args: argparse.Namespace) -> None:
                          f"{cfg.capabilities.inputs}; without them, info counts its parameters")
     if args.memory or args.flops:  # measured on the meta device
         try:
-            budget = budget_report(cfg, args.seq_len, args.batch, args.src_len)
+            budget = budget_report(cfg, shape, args.seq_len, args.batch, args.src_len)
         except ValueError as err:
             raise UsageError(str(err)) from None
         report["budget"] = {k: v for k, v in budget.items()
                             if (args.flops or k != "flops") and (args.memory or not k.endswith("_memory"))}
     if args.parallel is not None:
-        report["parallel_memory"] = _parallel_memory(cfg, args)
+        report["parallel_memory"] = _parallel_memory(cfg, shape, args)
     if args.json:
         print(json.dumps(report))
         return
-    print(f"{args.config}: {_describe_model(cfg, f'{cfg.vocab_size:,}' if hasattr(cfg, 'vocab_size') else None)}")
+    vocab = f"{shape.vocab_size:,}" if shape.vocab_size is not None else None
+    print(f"{args.config}: {_describe_model(cfg, shape, vocab)}")
     print(format_parameter_report(report))
     print()
     print(format_exportability(export))
@@ -184,7 +192,7 @@ def cmd_info(args: argparse.Namespace) -> None:
                                      args.tensor_parallel))
 
 
-def _parallel_memory(cfg, args: argparse.Namespace) -> dict:
+def _parallel_memory(cfg, shape, args: argparse.Namespace) -> dict:
     """Per-rank training memory of each train.strategy on --parallel N ranks (meta device)."""
     from attnlab.analysis.parallel_budget import parallel_memory
     from attnlab.runs.config import TrainConfig
@@ -198,7 +206,7 @@ def _parallel_memory(cfg, args: argparse.Namespace) -> dict:
         raise UsageError(f"--tensor-parallel ({args.tensor_parallel}) must divide --parallel ({args.parallel})")
     if not cfg.capabilities.attention_weights or cfg.capabilities.inputs != "tokens":
         raise UsageError(f"--parallel measures Transformer models of token sequences, not arch '{cfg.arch}'")
-    return parallel_memory(cfg, args.seq_len, args.batch, args.parallel, args.micro_batches, args.src_len,
+    return parallel_memory(cfg, shape, args.seq_len, args.batch, args.parallel, args.micro_batches, args.src_len,
                            tensor_parallel=args.tensor_parallel)
 
 

@@ -93,7 +93,6 @@ def _launch(args: argparse.Namespace, cfg, device, stem: str, resume: bool) -> N
     N ranks); then N ranks train it, each told the same run directory."""
     from attnlab.parallel.distributed import World
     from attnlab.parallel.launch import launch
-    from attnlab.runs.data import planned_model_config
     from attnlab.train.strategy import check_strategy
 
     ranks = args.nproc_per_node
@@ -101,9 +100,8 @@ def _launch(args: argparse.Namespace, cfg, device, stem: str, resume: bool) -> N
         raise UsageError(f"--nproc-per-node must be at least 1 (got {ranks})")
     cfg.train.check_runs_on(device, ranks)
     out = new_run_dir(args.out or _default_run_dir(stem), stem, resume)
-    # the strategy against the model's layers, heads and stages: no vocabulary size changes what it accepts
-    model_cfg = planned_model_config(cfg)(cfg.data.vocab_size if cfg.data.task.tokenizers else 0)
-    check_strategy(cfg.train.strategy, model_cfg, World(rank=0, size=ranks) if ranks > 1 else None,
+    # the strategy against the model's layers, heads and stages: no size of the data changes what it accepts
+    check_strategy(cfg.train.strategy, cfg.model, World(rank=0, size=ranks) if ranks > 1 else None,
                    cfg.train.tensor_parallel, cfg.data.task)
     launch(["train", *([args.config] if args.config else []), "--out", str(out),
             *(f"--set={change}" for change in args.set or []), *(["--resume"] if resume else []),

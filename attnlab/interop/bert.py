@@ -61,6 +61,7 @@ from attnlab.interop.folder import (
     renumbered_spec,
 )
 from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models.shape import DataShape
 from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
@@ -69,8 +70,9 @@ from attnlab.tasks import TaskConfig, task_config
 BERT_SPECIALS = ("[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]")  # -> <pad> <bos> <eos> <unk> <mask>, ids 0-4
 
 
-def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
-    """attnlab's encoder_only model section for a Hugging Face BERT config.json."""
+def bert_model_fields(config: dict[str, Any], where: Path | str) -> tuple[dict[str, Any], DataShape]:
+    """attnlab's encoder_only model section for a Hugging Face BERT config.json, and the data's
+    sizes it was trained on (its vocabulary)."""
     kind = config.get("model_type")
     if kind != "bert":
         raise CheckpointError(f"{where}: model_type is {kind!r}; attnlab imports BERT-family folders "
@@ -87,9 +89,10 @@ def bert_model_fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
                  "dropout": config.get("hidden_dropout_prob", 0.1),
                  "attention_dropout": config.get("attention_probs_dropout_prob", 0.1), "activation": act,
                  "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12), "attention_backend": "sdpa"}
-        return {"arch": "encoder_only", "vocab_size": config["vocab_size"], "stack": stack, "positional": "learned",
-                "max_len": config["max_position_embeddings"], "tie_embeddings": "output", "pad_id": 0,
-                "embedding": "normed", "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"}
+        return ({"arch": "encoder_only", "stack": stack, "positional": "learned",
+                 "max_len": config["max_position_embeddings"], "tie_embeddings": "output", "embedding": "normed",
+                 "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"},
+                DataShape(vocab_size=config["vocab_size"], pad_id=PAD))
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a BERT config.json has") from None
 
@@ -193,15 +196,15 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
     return refused
 
 
-def exported_ids(cfg: FamilyConfig, run: RunDir) -> tuple[list[int], dict[str, str]]:
+def exported_ids(vocab_size: int, run: RunDir) -> tuple[list[int], dict[str, str]]:
     """For each BERT id of the export, the run's token id, and the control tokens' names there: a
     run imported from BERT puts its tokens back at their original ids under BERT's names; another
     keeps its ids and names."""
     order = run.read_init().get("order") if run.init.is_file() else None
-    if isinstance(order, list) and sorted(order) == list(range(cfg.vocab_size)):
+    if isinstance(order, list) and sorted(order) == list(range(vocab_size)):
         names = dict(zip(SPECIAL_TOKENS + [MASK_TOKEN], BERT_SPECIALS))
-        return [order.index(old) for old in range(cfg.vocab_size)], names
-    return list(range(cfg.vocab_size)), {}
+        return [order.index(old) for old in range(vocab_size)], names
+    return list(range(vocab_size)), {}
 
 
 def exported_tokenizer(tokenizer: Tokenizer, ids: list[int], rename: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -220,7 +223,9 @@ def exported_tokenizer(tokenizer: Tokenizer, ids: list[int], rename: dict[str, s
 def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> Exported:
     """BertForMaskedLM (a masked-LM run) or BertModel (any other encoder_only run: its pooler is the
     classifier's) of a run that passed :func:`export_refusals`."""
-    ids, rename = exported_ids(cfg, run)
+    shape = run.read_shape()
+    vocab_size = shape.need("vocab_size", "a BERT export")
+    ids, rename = exported_ids(vocab_size, run)
     with_head = run.read_config()[1].task.name == "masked_lm"
     state = {name: t.float() for name, t in model.state_dict().items()}
     state.setdefault("embed.segments.weight", torch.zeros(1, cfg.stack.d_model))  # no segments: one zero row
@@ -228,16 +233,16 @@ def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: 
     for ours, theirs in bert_pairs(cfg.stack.n_layers).items():
         if ours.startswith("mlm_head.") and not with_head:
             continue
-        tensor = state[ours][:cfg.vocab_size][ids] if ours in VOCABULARY_ROWS else state[ours]
+        tensor = state[ours][:vocab_size][ids] if ours in VOCABULARY_ROWS else state[ours]
         for name, part in zip(theirs, tensor.chunk(len(theirs))):
             tensors[("bert." if with_head and not name.startswith("cls.") else "") + name] = part
     text, names = exported_tokenizer(tokenizer, ids, rename)
     config = {"model_type": "bert", "architectures": ["BertForMaskedLM" if with_head else "BertModel"],
-              "vocab_size": cfg.vocab_size, "hidden_size": cfg.stack.d_model, "num_hidden_layers": cfg.stack.n_layers,
+              "vocab_size": vocab_size, "hidden_size": cfg.stack.d_model, "num_hidden_layers": cfg.stack.n_layers,
               "num_attention_heads": cfg.stack.n_heads, "intermediate_size": cfg.stack.d_ff,
               "hidden_act": HIDDEN_ACTS[cfg.stack.activation], "hidden_dropout_prob": cfg.stack.dropout,
               "attention_probs_dropout_prob": cfg.stack.attn_dropout, "max_position_embeddings": cfg.max_len,
-              "type_vocab_size": max(cfg.n_segments, 1), "layer_norm_eps": cfg.stack.layer_norm_eps,
+              "type_vocab_size": max(cfg.segment_rows(shape), 1), "layer_norm_eps": cfg.stack.layer_norm_eps,
               "pad_token_id": ids.index(PAD), "position_embedding_type": "absolute", "torch_dtype": "float32"}
     wordpiece = json.loads(text)["model"]["type"] == "WordPiece"
     tokenizer_config = {"tokenizer_class": "BertTokenizerFast" if wordpiece else "PreTrainedTokenizerFast",
@@ -256,22 +261,22 @@ class BertConverter(HFConverter):
 
     @classmethod
     def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
-        fields = bert_model_fields(config, folder / "config.json")
+        fields, shape = bert_model_fields(config, folder / "config.json")
         tokenizer, order = renumbered_tokenizer(folder / "tokenizer.json")
-        if tokenizer.vocab_size != fields["vocab_size"]:
+        if tokenizer.vocab_size != shape.vocab_size:
             raise CheckpointError(f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, config.json's "
-                                  f"vocab_size is {fields['vocab_size']}")
+                                  f"vocab_size is {shape.vocab_size}")
         try:
             cfg = model_config(fields)
+            model = build_model(cfg, shape)
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
-        model = build_model(cfg)
         loaded, new, unused = load_bert(model, read_weights(folder), order, folder / "model.safetensors")
         with_head = not any(name.startswith("mlm_head.") for name in new)
         data = task_config({"task": "masked_lm" if with_head else "encoder", "tokenizer": "wordpiece",
-                            "vocab_size": cfg.vocab_size, "max_len": cfg.max_len})
+                            "vocab_size": shape.vocab_size, "max_len": cfg.max_len})
         report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
-        return Imported(model, cfg, data, tokenizer, report, {"order": order})  # new token id i is the original's order[i]
+        return Imported(model, cfg, shape, data, tokenizer, report, {"order": order})  # new token id i is the original's order[i]
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:

@@ -26,6 +26,7 @@ from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_bytes, atomic_write_text, publish_dir, staging_dir
 from attnlab.models import FamilyConfig
+from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport
@@ -104,16 +105,17 @@ def register_converter(cls: type[HFConverter]) -> type[HFConverter]:
 
 
 class Imported:
-    """What an import writes: the model and its config sections, the tokenizer (None for a model of
+    """What an import writes: the model, its config sections and the data's sizes it was built with,
+    the tokenizer (None for a model of
     images; by role, ``{"src": ..., "tgt": ...}``, where the sides differ), the report of what was
     loaded (with ``init``: what else init.json keeps, such as the token order) and ``task_state``,
     what the task keeps of its data (an image model's classes and pixel statistics)."""
 
-    def __init__(self, model: nn.Module, model_cfg: FamilyConfig, data: TaskConfig,
+    def __init__(self, model: nn.Module, model_cfg: FamilyConfig, shape: DataShape, data: TaskConfig,
                  tokenizer: Tokenizer | dict[str, Tokenizer] | None,
                  report: InitReport, init: dict[str, Any] | None = None, train: TrainConfig | None = None,
                  task_state: dict[str, Any] | None = None) -> None:
-        self.model, self.model_cfg, self.data, self.tokenizer = model, model_cfg, data, tokenizer
+        self.model, self.model_cfg, self.shape, self.data, self.tokenizer = model, model_cfg, shape, data, tokenizer
         self.report, self.init = report, init or {}
         self.train = train or TrainConfig(progress=False)
         self.task_state = task_state or {}
@@ -187,7 +189,7 @@ def import_hf(folder: str | Path, out: str | Path) -> Imported:
     imported = converter.import_folder(folder, read_json(folder / CONFIG))
     staged = staging_dir(out)
     run = RunDir(staged)
-    run.write_start(imported.model_cfg, imported.data, imported.train, imported.tokenizers(), imported.task_state,
+    run.write_start(imported.model_cfg, imported.shape, imported.data, imported.train, imported.tokenizers(), imported.task_state,
                     imported.report.to_dict() | imported.init)
     run.step_dir(0).mkdir(parents=True)
     write_checkpoint(run.step_dir(0), imported.model.state_dict(), {"step": 0, "imported_from": str(folder.resolve())})

@@ -58,6 +58,7 @@ from attnlab.interop.folder import (
     renumbered_spec,
 )
 from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models.shape import DataShape
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
@@ -72,9 +73,11 @@ EXPORTED_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu",
 CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # stored (in, out): transposed
 
 
-def gpt2_model_fields(config: dict[str, Any], where: Path, output_vocabulary: str = "text") -> dict[str, Any]:
-    """attnlab's decoder_lm model section for a GPT-2 config.json (vocab_size: GPT-2's, plus the three
-    added control tokens where ``output_vocabulary`` is ``text``). Options attnlab cannot represent are refused in one line naming them."""
+def gpt2_model_fields(config: dict[str, Any], where: Path | str,
+                      output_vocabulary: str = "text") -> tuple[dict[str, Any], DataShape]:
+    """attnlab's decoder_lm model section for a GPT-2 config.json, and the data's sizes (vocab_size:
+    GPT-2's, plus the three added control tokens where ``output_vocabulary`` is ``text``). Options
+    attnlab cannot represent are refused in one line naming them."""
     unsupported = [f"{name} {config[name]!r}" for name, fine in
                    (("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False),
                     ("tie_word_embeddings", True)) if name in config and config[name] != fine]
@@ -93,10 +96,10 @@ def gpt2_model_fields(config: dict[str, Any], where: Path, output_vocabulary: st
                  "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")], "norm": "pre",
                  "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "attention_backend": "sdpa"}
         added = len(ADDED) if output_vocabulary == "text" else 0
-        return {"arch": "decoder_lm", "vocab_size": config["vocab_size"] + added, "stack": stack,
-                "positional": "learned", "max_len": config["n_positions"], "tie_embeddings": "output", "pad_id": PAD,
-                "embedding": "plain", "output_vocabulary": output_vocabulary,
-                "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"}
+        return ({"arch": "decoder_lm", "stack": stack, "positional": "learned", "max_len": config["n_positions"],
+                 "tie_embeddings": "output", "embedding": "plain", "output_vocabulary": output_vocabulary,
+                 "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"},
+                DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a GPT-2 config.json has") from None
 
@@ -281,9 +284,10 @@ def exported_vocabulary(cfg: FamilyConfig, run: RunDir) -> list[int]:
     """For each GPT-2 id of the export, the run's token id: a run imported from GPT-2 puts its tokens
     back at their original ids (init.json's order); the others keep their ids, less the control
     tokens that ``output_vocabulary: text`` never predicts."""
-    kept = [i for i in range(cfg.vocab_size) if cfg.output_vocabulary == "all" or i not in ADDED]
+    vocab_size = run.read_shape().need("vocab_size", "a GPT-2 export")
+    kept = [i for i in range(vocab_size) if cfg.output_vocabulary == "all" or i not in ADDED]
     order = run.read_init().get("order") if run.init.is_file() else None
-    if isinstance(order, list) and len(order) == cfg.vocab_size and cfg.output_vocabulary == "text":
+    if isinstance(order, list) and len(order) == vocab_size and cfg.output_vocabulary == "text":
         original = {old: new for new, old in enumerate(order) if old is not None}
         if sorted(original) == list(range(len(kept))):
             return [original[old] for old in range(len(kept))]
@@ -303,21 +307,22 @@ class GPT2Converter(HFConverter):
     @classmethod
     def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
         vocabulary = renumbered_tokenizer(folder, config)
-        fields = gpt2_model_fields(config, folder / "config.json", vocabulary.output_vocabulary)
+        fields, shape = gpt2_model_fields(config, folder / "config.json", vocabulary.output_vocabulary)
         tokenizer, order, eos = vocabulary.tokenizer, vocabulary.order, vocabulary.end_of_text
         try:
             cfg = model_config(fields)
+            cfg.check_shape(shape)
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
         rows = [config.get("eos_token_id", 50256) if old is None else old for old in order]  # added: the end of text's row
         tensors, unused = gpt2_tensors(read_weights(folder), config, rows, folder / "model.safetensors")
-        model = build_model(cfg)
+        model = build_model(cfg, shape)
         target = named_tensors(model)
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
-        data = task_config({"task": "language_model", "tokenizer": vocabulary.kind, "vocab_size": cfg.vocab_size,
+        data = task_config({"task": "language_model", "tokenizer": vocabulary.kind, "vocab_size": shape.vocab_size,
                             "block_size": min(cfg.max_len, 256)})
         report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
-        return Imported(model, cfg, data, tokenizer, report, {"order": order, "end_of_text": eos},
+        return Imported(model, cfg, shape, data, tokenizer, report, {"order": order, "end_of_text": eos},
                         TrainConfig(progress=False, label_smoothing=0.0))
 
     @classmethod

@@ -53,6 +53,7 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.interop.folder import Exported, HFConverter, Imported, read_json, read_weights, register_converter
 from attnlab.interop.spm import FOREIGN, spm_model, spm_tokenizer
 from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models.shape import DataShape
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
@@ -64,10 +65,12 @@ ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "gelu_new": "gel
 LANGUAGE_CODE = re.compile(r">>.+<<")  # a multilingual model's target language, typed before the text
 
 
-def marian_model_fields(config: dict[str, Any], where: Path, output_vocabulary: str = "no_bos") -> dict[str, Any]:
-    """attnlab's encoder_decoder model section for a Marian config.json (vocab_size: Marian's plus the
-    added <bos> where ``output_vocabulary`` is ``no_bos``; a folder that has attnlab's <bos> keeps its
-    ids: ``all``). Options attnlab cannot represent are refused in one line naming them."""
+def marian_model_fields(config: dict[str, Any], where: Path,
+                        output_vocabulary: str = "no_bos") -> tuple[dict[str, Any], DataShape]:
+    """attnlab's encoder_decoder model section for a Marian config.json, and the data's sizes
+    (vocab_size: Marian's plus the added <bos> where ``output_vocabulary`` is ``no_bos``; a folder that
+    has attnlab's <bos> keeps its ids: ``all``). Options attnlab cannot represent are refused in one
+    line naming them."""
     must = {"share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "activation_dropout": 0.0,
             "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "normalize_before": False,
             "add_final_layer_norm": False, "normalize_embedding": False}
@@ -88,11 +91,12 @@ def marian_model_fields(config: dict[str, Any], where: Path, output_vocabulary: 
                  "activation": ACTIVATIONS[config.get("activation_function", "gelu")], "norm": "post",
                  "layer_norm_eps": 1e-5, "attention_backend": "sdpa"}
         added = 1 if output_vocabulary == "no_bos" else 0
-        return {"arch": "encoder_decoder", "vocab_size": config["vocab_size"] + added, "stack": stack,
-                "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
-                "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
-                "tie_embeddings": "all", "pad_id": PAD, "output_bias": True, "output_vocabulary": output_vocabulary,
-                "embedding": "scaled" if config.get("scale_embedding", False) else "plain"}
+        return ({"arch": "encoder_decoder", "stack": stack,
+                 "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
+                 "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
+                 "tie_embeddings": "all", "output_bias": True, "output_vocabulary": output_vocabulary,
+                 "embedding": "scaled" if config.get("scale_embedding", False) else "plain"},
+                DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a Marian config.json has") from None
 
@@ -221,7 +225,8 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
     if tokenizer != "unigram":
         refused.append(f"data.tokenizer {tokenizer!r} (Marian reads SentencePiece unigram models: 'unigram')")
     elif (not getattr(data, "shared_vocab", True) if run is None  # a config: its sides get their own vocabularies
-          else len({tuple(vocabulary(tok, cfg.vocab_size)) for tok in run.read_tokenizers().values() if tok}) > 1):
+          else len({tuple(vocabulary(tok, run.read_shape().need("vocab_size"))) for tok in run.read_tokenizers().values()
+                    if tok}) > 1):
         refused.append("separate source and target vocabularies (Marian's one vocab.json numbers both sides)")
     return refused
 
@@ -231,30 +236,31 @@ def vocabulary(tokenizer: Tokenizer, size: int) -> list[str]:
     return [MARIAN_NAMES.get(token, token).removeprefix(FOREIGN) for token in tokenizer.id_tokens(range(size))]
 
 
-def exported_ids(cfg: FamilyConfig, run: RunDir) -> tuple[list[int], int]:
+def exported_ids(vocab_size: int, run: RunDir) -> tuple[list[int], int]:
     """For each Marian id of the export, the run's token id, and the export's id of the decoder's
     start: a run imported from Marian puts its tokens back at their ids (init.json's order) and
     drops the added <bos>, starting from the original start; another keeps every id and starts
     from <bos>."""
     init = run.read_init() if run.init.is_file() else {}
     order = init.get("order")
-    if isinstance(order, list) and len(order) == cfg.vocab_size and order[BOS] is None:
-        return [order.index(old) for old in range(cfg.vocab_size - 1)], init.get("start", order[PAD])
-    return list(range(cfg.vocab_size)), BOS
+    if isinstance(order, list) and len(order) == vocab_size and order[BOS] is None:
+        return [order.index(old) for old in range(vocab_size - 1)], init.get("start", order[PAD])
+    return list(range(vocab_size)), BOS
 
 
 def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
     """MarianMTModel of a run that passed :func:`export_refusals`."""
-    ids, start = exported_ids(cfg, run)
+    vocab_size = run.read_shape().need("vocab_size", "a Marian export")
+    ids, start = exported_ids(vocab_size, run)
     state = {name: t.float() for name, t in model.state_dict().items()}
-    state.setdefault("generator.bias", torch.zeros(cfg.vocab_size))  # output_bias false: Marian's zero bias
+    state.setdefault("generator.bias", torch.zeros(vocab_size))  # output_bias false: Marian's zero bias
     tensors = {}
     for ours, theirs in tensor_pairs(cfg).items():
-        tensor = state[ours][:cfg.vocab_size][ids] if ours in ("src_embed.tokens.weight", "generator.bias") else state[ours]
+        tensor = state[ours][:vocab_size][ids] if ours in ("src_embed.tokens.weight", "generator.bias") else state[ours]
         for name, part in zip(theirs, tensor.chunk(len(theirs))):
             tensors[name] = part
     tensors["final_logits_bias"] = tensors["final_logits_bias"][None]  # (1, V)
-    tokens = vocabulary(tokenizers["tgt"], cfg.vocab_size)
+    tokens = vocabulary(tokenizers["tgt"], vocab_size)
     config = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": len(ids),
               "decoder_vocab_size": len(ids), "d_model": cfg.stack.d_model, "encoder_layers": cfg.encoder_layers,
               "decoder_layers": cfg.decoder_layers, "encoder_attention_heads": cfg.stack.n_heads,
@@ -289,24 +295,25 @@ class MarianConverter(HFConverter):
             raise CheckpointError(f"{folder}: separate source and target vocabularies (target_vocab.json) are not "
                                   f"imported; attnlab's Marian shares one table")
         tokens, order, codes = renumbered_vocabulary(folder, config)
-        fields = marian_model_fields(config, folder / "config.json", "no_bos" if order[BOS] is None else "all")
+        fields, shape = marian_model_fields(config, folder / "config.json", "no_bos" if order[BOS] is None else "all")
         tokenizers = {role: spm_tokenizer(folder / f"{side}.spm", tokens, codes)
                       for role, side in (("src", "source"), ("tgt", "target"))}
         try:
             cfg = model_config(fields)
+            cfg.check_shape(shape)
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
         start = config.get("decoder_start_token_id", config["pad_token_id"])
-        model = build_model(cfg)
+        model = build_model(cfg, shape)
         target = named_tensors(model)
         shapes = {name: tuple(t.shape) for name, t in target.items()}
         tensors, unused = marian_tensors(read_weights(folder), cfg, shapes, order, start, folder / "model.safetensors")
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
         longest = min(cfg.max_len - 1, 512)  # + EOS (source) or BOS (target input)
-        data = task_config({"task": "translation", "format": "tsv", "tokenizer": "unigram", "vocab_size": cfg.vocab_size,
+        data = task_config({"task": "translation", "format": "tsv", "tokenizer": "unigram", "vocab_size": shape.vocab_size,
                             "shared_vocab": False, "max_src_len": longest, "max_tgt_len": longest})
         report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
-        return Imported(model, cfg, data, tokenizers, report, {"order": order, "start": start},
+        return Imported(model, cfg, shape, data, tokenizers, report, {"order": order, "start": start},
                         TrainConfig(progress=False, label_smoothing=0.0))
 
     @classmethod

@@ -65,6 +65,7 @@ from attnlab.interop.folder import (
     register_converter,
 )
 from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models.shape import DataShape
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks import TaskConfig, task_config
@@ -102,9 +103,9 @@ def vit_refusals(config: dict[str, Any]) -> list[str]:
     return refused
 
 
-def vit_model_fields(config: dict[str, Any], with_classifier: bool, where: Path) -> dict[str, Any]:
+def vit_model_fields(config: dict[str, Any], with_classifier: bool, where: Path) -> tuple[dict[str, Any], DataShape]:
     """attnlab's vit model section for a Hugging Face ViT config.json (encoder_stride, for masked
-    image modelling's decoder, has no part in it)."""
+    image modelling's decoder, has no part in it), and the data's sizes: the image's, the classes."""
     refused = vit_refusals(config)
     (height, width), (patch_h, patch_w) = (pair(config.get(name, default), name, where)
                                            for name, default in (("image_size", 224), ("patch_size", 16)))
@@ -113,16 +114,16 @@ def vit_model_fields(config: dict[str, Any], with_classifier: bool, where: Path)
     if refused:
         raise CheckpointError(f"{where}: {'; '.join(refused)}: not representable in attnlab's vit")
     try:
-        return {"arch": "vit", "image_height": height, "image_width": width,
-                "channels": config.get("num_channels", 3), "n_classes": len(labels_of(config, where)),
-                "patches": {"size": patch_h, "positional": "learned"}, "pooling": "cls",
+        shape = DataShape(image_height=height, image_width=width, channels=config.get("num_channels", 3),
+                          n_classes=len(labels_of(config, where)))
+        return {"arch": "vit", "patches": {"size": patch_h, "positional": "learned"}, "pooling": "cls",
                 "head": "linear" if with_classifier else "pooled",
                 "stack": {"d_model": config["hidden_size"], "n_heads": config["num_attention_heads"],
                           "n_layers": config["num_hidden_layers"], "d_ff": config["intermediate_size"],
                           "dropout": config.get("hidden_dropout_prob", 0.0),
                           "attention_dropout": config.get("attention_probs_dropout_prob", 0.0), "activation": "gelu",
                           "norm": "pre", "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
-                          "attention_backend": "sdpa"}}
+                          "attention_backend": "sdpa"}}, shape
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a ViT config.json has") from None
 
@@ -223,14 +224,15 @@ def export_vit(model: nn.Module, cfg: FamilyConfig, run: RunDir) -> Exported:
     """ViTForImageClassification (an image_classification run) or ViTModel with its pooler (an
     image_encoder run) of a run that passed :func:`export_refusals`, and its ViTImageProcessor: the
     run's size (bilinear resize, as `predict`), its pixel statistics rescaled to 0-1 pixels."""
-    task = run.read_config()[1].task
+    task, shape = run.read_config()[1].task, run.read_shape()
+    channels, height, width = (shape.need(name, "a ViT export") for name in ("channels", "image_height", "image_width"))
     state = {name: t.float() for name, t in model.state_dict().items()}
     tensors = {}
     for ours, theirs in vit_pairs(cfg.stack.n_layers).items():
         if ours in state and not ours.startswith(task.untrained):  # ViTModel: no output layer
             tensors |= dict(zip(theirs, state[ours].chunk(len(theirs))))
     d, P = cfg.stack.d_model, cfg.patches.size
-    tensors[CONV] = state["patch_embed.projection.weight"].view(d, cfg.channels, P, P)
+    tensors[CONV] = state["patch_embed.projection.weight"].view(d, channels, P, P)
     tensors[POSITIONS] = torch.cat([torch.zeros(1, d), state["positional.table.weight"]])[None]  # the class token's: 0
     tensors[CLS] = state["summary.token"]  # which holds its position already
     architecture = ARCHITECTURES[task.name][1]
@@ -238,16 +240,16 @@ def export_vit(model: nn.Module, cfg: FamilyConfig, run: RunDir) -> Exported:
         tensors = {(name if name.startswith("classifier.") else f"vit.{name}"): t for name, t in tensors.items()}
     pixels = run.read_task_state()
     labels = dict(enumerate(pixels["labels"]))
-    size = cfg.image_height if cfg.image_height == cfg.image_width else [cfg.image_height, cfg.image_width]
+    size = height if height == width else [height, width]
     config = {"model_type": "vit", "architectures": [architecture], "hidden_size": d,
               "num_hidden_layers": cfg.stack.n_layers, "num_attention_heads": cfg.stack.n_heads, "intermediate_size": cfg.stack.d_ff,
               "hidden_act": HIDDEN_ACTS[cfg.stack.activation], "hidden_dropout_prob": cfg.stack.dropout,
               "attention_probs_dropout_prob": cfg.stack.attn_dropout, "layer_norm_eps": cfg.stack.layer_norm_eps,
-              "image_size": size, "patch_size": P, "num_channels": cfg.channels, "qkv_bias": True,
+              "image_size": size, "patch_size": P, "num_channels": channels, "qkv_bias": True,
               "id2label": {str(i): name for i, name in labels.items()}, "label2id": {name: i for i, name in labels.items()},
               "torch_dtype": "float32"}
     processor = {"image_processor_type": "ViTImageProcessor", "do_resize": True,
-                 "size": {"height": cfg.image_height, "width": cfg.image_width}, "resample": BILINEAR,
+                 "size": {"height": height, "width": width}, "resample": BILINEAR,
                  "do_rescale": True, "rescale_factor": RESCALE, "do_normalize": True,
                  "image_mean": [m * RESCALE for m in pixels["mean"]], "image_std": [s * RESCALE for s in pixels["std"]]}
     return Exported(config, tensors, {PREPROCESSOR: json.dumps(processor, indent=2) + "\n"})
@@ -267,25 +269,26 @@ class ViTConverter(HFConverter):
     def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
         weights = read_weights(folder)
         with_classifier = "classifier.weight" in weights
-        fields = vit_model_fields(config, with_classifier, folder / "config.json")
+        fields, shape = vit_model_fields(config, with_classifier, folder / "config.json")
         try:
             cfg = model_config(fields)
+            cfg.check_shape(shape)
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
-        model = build_model(cfg)
+        model = build_model(cfg, shape)
         tensors, unused = vit_tensors(weights, cfg.stack.n_layers)
         target = named_tensors(model)
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
         new = [name for name in target if name not in tensors]
-        square = cfg.image_height == cfg.image_width
+        square = shape.image_height == shape.image_width
         data = task_config({"task": "image_classification" if with_classifier else "image_encoder",
-                            "resize": cfg.image_height if square else None,
-                            "colour": "rgb" if cfg.channels == 3 else "grey"})
-        mean, std = pixel_statistics(folder, cfg.channels)
+                            "resize": shape.image_height if square else None,
+                            "colour": "rgb" if shape.channels == 3 else "grey"})
+        mean, std = pixel_statistics(folder, shape.need("channels"))
         state = {"labels": labels_of(config, folder / "config.json"),
-                 "shape": [cfg.image_height, cfg.image_width, cfg.channels], "mean": mean, "std": std}
+                 "shape": [shape.image_height, shape.image_width, shape.channels], "mean": mean, "std": std}
         report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
-        return Imported(model, cfg, data, None, report, task_state=state)
+        return Imported(model, cfg, shape, data, None, report, task_state=state)
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:

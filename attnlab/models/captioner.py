@@ -16,22 +16,19 @@ from dataclasses import dataclass
 
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Depths, Inputs, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, Patches, PatchGrid, init_patch_positions
+from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, Patches, PatchGrid, init_patch_positions
 from attnlab.nn.captioner import ImageCaptioner
-from attnlab.nn.vision import PatchEmbedding
 
 
 @dataclass(frozen=True)
 class CaptionerConfig(PatchGrid, TwoSidedSizes, TransformerConfig):
-    """The image's size and channels and the caption vocabulary (set by the data), the patch size
-    P (dividing both sides), where the patches sit (``patches.positional``), and the Transformer's
-    fields for the two stacks: small, pre-norm and GELU by default, as ViT."""
+    """The patch size P (dividing both sides of the data's images), where the patches sit
+    (``patches.positional``), and the Transformer's fields for the two stacks: small, pre-norm and
+    GELU by default, as ViT."""
 
-    image_height: int = 32
-    image_width: int = 32
-    channels: int = 3
     patches: Patches = Patches(size=4, positional="learned_2d")
     depths: Depths = Depths()
     stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
@@ -42,14 +39,12 @@ class CaptionerConfig(PatchGrid, TwoSidedSizes, TransformerConfig):
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
-        self.check_sizes()
         super().check()
         self.check_patches()
 
-    @property
-    def src_vocab_size(self) -> None:
-        """The source is an image: no vocabulary of its own."""
-        return None
+    def check_shape(self, shape: DataShape) -> None:
+        super().check_shape(shape)
+        self.check_image(shape)
 
 
 @register_family
@@ -60,13 +55,13 @@ class CaptionerFamily(ModelFamily):
                                 inputs=Inputs.IMAGES)
 
     @staticmethod
-    def build(cfg: CaptionerConfig) -> ImageCaptioner:
-        tgt_embed = parts.embeddings(cfg, cfg.vocab_size)
-        model = ImageCaptioner(PatchEmbedding(cfg.channels, cfg.patches.size, cfg.stack.d_model),
-                               PATCH_POSITIONAL[cfg.patches.positional].from_config(cfg),
+    def build(cfg: CaptionerConfig, shape: DataShape) -> ImageCaptioner:
+        vocab_size = shape.need("vocab_size", "arch 'captioner'")
+        tgt_embed = parts.embeddings(cfg, vocab_size)
+        model = ImageCaptioner(cfg.patch_embedding(shape), cfg.patch_positional(shape),
                                parts.plain_encoder(cfg, cfg.encoder_layers), tgt_embed,
                                parts.decoder(cfg, cfg.decoder_layers, cross=True),
-                               parts.output_projection(cfg, tgt_embed), cfg.pad_id)
+                               parts.output_projection(cfg, tgt_embed, vocab_size), shape.pad_id)
         parts.init_weights(model)
         init_patch_positions(model.positional)
         return model

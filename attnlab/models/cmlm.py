@@ -12,6 +12,7 @@ from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.encoder_decoder import EncoderDecoderConfig, seq2seq_parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.nn.cmlm import ConditionalMaskedLM, LengthPredictor
 
 MASKED_TOKENS = Inputs.MASKED_TOKENS  # what the model reads: a source, and a target with some tokens masked
@@ -44,8 +45,9 @@ class CMLMFamily(ModelFamily):
                                 inputs=MASKED_TOKENS)
 
     @staticmethod
-    def build(cfg: CMLMConfig) -> ConditionalMaskedLM:
-        model = ConditionalMaskedLM(*seq2seq_parts(cfg, causal=False), LengthPredictor(cfg.stack.d_model, cfg.max_target_length),
-                                    cfg.pad_id, cfg.length_loss_weight)
+    def build(cfg: CMLMConfig, shape: DataShape) -> ConditionalMaskedLM:
+        model = ConditionalMaskedLM(*seq2seq_parts(cfg, shape, causal=False),
+                                    LengthPredictor(cfg.stack.d_model, cfg.max_target_length), shape.pad_id,
+                                    cfg.length_loss_weight)
         parts.init_weights(model)
         return model

@@ -7,29 +7,29 @@ from dataclasses import dataclass
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.nn.cnn import SmallConvNet
 
 
 @dataclass(frozen=True)
 class CNNConfig(FamilyConfig):
-    """The image's size and channels and the number of classes (set by the data); ``d_model``, the
-    channels of the first convolutions (the last has twice as many)."""
+    """``d_model``, the channels of the first convolutions (the last has twice as many); the image's
+    size and channels and the classes are the data's (DataShape)."""
 
-    image_height: int
-    image_width: int
-    channels: int
-    n_classes: int
     d_model: int = 32
     dropout: float = 0.1
 
     def check(self) -> None:
-        for name in ("image_height", "image_width", "channels", "d_model"):
-            at_least(name, getattr(self, name), 1)
-        at_least("n_classes", self.n_classes, 2)
-        if min(self.image_height, self.image_width) < 2:
-            raise ConfigError(f"a {self.image_height}x{self.image_width} image is too small for 2x2 max-pooling")
+        at_least("d_model", self.d_model, 1)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
+
+    def check_shape(self, shape: DataShape) -> None:
+        if shape.n_classes is not None:
+            at_least("n_classes", shape.n_classes, 2)
+        height, width = shape.image_height, shape.image_width
+        if height is not None and width is not None and min(height, width) < 2:
+            raise ConfigError(f"a {height}x{width} image is too small for 2x2 max-pooling")
 
 
 @register_family
@@ -41,5 +41,6 @@ class CNNFamily(ModelFamily):
                                 inputs=Inputs.IMAGES)
 
     @staticmethod
-    def build(cfg: CNNConfig) -> SmallConvNet:
-        return SmallConvNet(cfg.channels, cfg.d_model, cfg.n_classes, cfg.dropout)
+    def build(cfg: CNNConfig, shape: DataShape) -> SmallConvNet:
+        return SmallConvNet(shape.need("channels", "arch 'cnn'"), cfg.d_model, shape.need("n_classes", "arch 'cnn'"),
+                            cfg.dropout)

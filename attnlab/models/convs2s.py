@@ -4,11 +4,11 @@ convolutions on both sides and an attention over the encoder at every decoder la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.shape import DataShape
 from attnlab.nn.convs2s import ConvDecoder, ConvEncoder, ConvSeq2Seq, conv_embedding
 from attnlab.nn.embeddings import Embeddings
 
@@ -20,8 +20,6 @@ class ConvS2SConfig(TwoSidedSizes, FamilyConfig):
     see positions t - k + 1 .. t); ``max_len``: the learnt positions. Dessì & Baroni (2019) set
     d_embed = d_model."""
 
-    vocab_size: int
-    src_vocab_size: Optional[int] = None
     d_embed: int = 512
     d_model: int = 512
     n_layers: int = 6
@@ -29,18 +27,13 @@ class ConvS2SConfig(TwoSidedSizes, FamilyConfig):
     kernel_width: int = 3
     dropout: float = 0.1
     max_len: int = 1024
-    pad_id: int = 0
 
     def check(self) -> None:
-        for name in ("vocab_size", "d_embed", "d_model", "n_layers", "max_len"):
+        for name in ("d_embed", "d_model", "n_layers", "max_len"):
             at_least(name, getattr(self, name), 1)
         at_least("kernel_width", self.kernel_width, 2)
-        self.check_sizes()
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
-        if not 0 <= self.pad_id < min(self.vocab_size, self.src_vocab):
-            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
-                              f"({min(self.vocab_size, self.src_vocab)})")
 
     @property
     def max_positions(self) -> int:
@@ -54,12 +47,14 @@ class ConvS2SFamily(ModelFamily):
     capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=False)
 
     @staticmethod
-    def build(cfg: ConvS2SConfig) -> ConvSeq2Seq:
-        def embedding(vocab_size: int) -> Embeddings:
-            return conv_embedding(vocab_size, cfg.d_embed, cfg.max_len, cfg.pad_id, cfg.dropout)
+    def build(cfg: ConvS2SConfig, shape: DataShape) -> ConvSeq2Seq:
+        vocab_size = shape.need("vocab_size", "arch 'convs2s'")
 
-        encoder = ConvEncoder(embedding(cfg.src_vocab), cfg.d_model, cfg.encoder_layers, cfg.kernel_width, cfg.dropout,
-                              grad_scale=1.0 / (2 * cfg.decoder_layers))
-        decoder = ConvDecoder(embedding(cfg.vocab_size), cfg.d_model, cfg.decoder_layers, cfg.kernel_width,
-                              cfg.dropout, cfg.vocab_size)
-        return ConvSeq2Seq(encoder, decoder, cfg.pad_id)
+        def embedding(rows: int) -> Embeddings:
+            return conv_embedding(rows, cfg.d_embed, cfg.max_len, shape.pad_id, cfg.dropout)
+
+        encoder = ConvEncoder(embedding(shape.src_vocab or vocab_size), cfg.d_model, cfg.encoder_layers,
+                              cfg.kernel_width, cfg.dropout, grad_scale=1.0 / (2 * cfg.decoder_layers))
+        decoder = ConvDecoder(embedding(vocab_size), cfg.d_model, cfg.decoder_layers, cfg.kernel_width,
+                              cfg.dropout, vocab_size)
+        return ConvSeq2Seq(encoder, decoder, shape.pad_id)

@@ -9,6 +9,7 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, Staging, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.decoder_lm import DecoderLM
 from attnlab.nn.feedforward import PositionWiseFeedForward
@@ -37,12 +38,15 @@ class DecoderLMConfig(TransformerConfig):
     def check(self) -> None:
         super().check()
         one_of("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
-        if self.output_vocabulary == "text" and self.vocab_size <= max(NOT_TEXT):
-            raise ConfigError(f"output_vocabulary 'text' leaves out token ids {', '.join(map(str, NOT_TEXT))}; "
-                              f"vocab_size ({self.vocab_size}) must be larger")
         at_least("multi_token_heads", self.multi_token_heads, 0)
         if not self.multi_token_weight > 0:
             raise ConfigError(f"multi_token_weight must be > 0 (got {self.multi_token_weight})")
+
+    def check_shape(self, shape: DataShape) -> None:
+        super().check_shape(shape)
+        if self.output_vocabulary == "text" and shape.vocab_size is not None and shape.vocab_size <= max(NOT_TEXT):
+            raise ConfigError(f"output_vocabulary 'text' leaves out token ids {', '.join(map(str, NOT_TEXT))}; "
+                              f"vocab_size ({shape.vocab_size}) must be larger")
 
     @property
     def decoder_layers(self) -> int:
@@ -69,10 +73,12 @@ class DecoderLMFamily(ModelFamily):
     staging = Staging(lambda cfg: cfg.decoder_layers, check=check_one_head)
 
     @staticmethod
-    def build(cfg: DecoderLMConfig) -> DecoderLM:
-        embed = parts.embeddings(cfg, cfg.vocab_size)
+    def build(cfg: DecoderLMConfig, shape: DataShape) -> DecoderLM:
+        vocab_size = shape.need("vocab_size", "arch 'decoder_lm'")
+        embed = parts.embeddings(cfg, vocab_size)
         heads = [multi_token_head(cfg) for _ in range(cfg.multi_token_heads)]
-        model = DecoderLM(embed, parts.decoder(cfg, cfg.stack.n_layers, cross=False), parts.output_projection(cfg, embed, NOT_TEXT if cfg.output_vocabulary == "text" else ()),
-                          cfg.pad_id, heads, cfg.multi_token_weight)
+        never = NOT_TEXT if cfg.output_vocabulary == "text" else ()
+        model = DecoderLM(embed, parts.decoder(cfg, cfg.stack.n_layers, cross=False),
+                          parts.output_projection(cfg, embed, vocab_size, never), shape.pad_id, heads, cfg.multi_token_weight)
         parts.init_weights(model)
         return model

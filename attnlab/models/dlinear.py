@@ -17,29 +17,28 @@ from torch import nn
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, SeriesSizes, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.nn.series import ChannelLinear, DLinear, SeriesDecomposition
 
 
 @dataclass(frozen=True)
-class DLinearConfig(FamilyConfig, SeriesSizes):
-    """The channels, input length and horizon (set by the data); ``kernel_size``: the moving
+class DLinearConfig(FamilyConfig):
+    """The channels, input length and horizon are the data's (DataShape); ``kernel_size``: the moving
     average's width, odd (a centred window) and at most input_length; ``individual``: one pair of
     maps per channel instead of one pair shared by all."""
 
-    n_channels: int
-    input_length: int
-    horizon: int
     kernel_size: int = 25
     individual: bool = False
 
     def check(self) -> None:
-        self.check_series()
         at_least("kernel_size", self.kernel_size, 1)
         if self.kernel_size % 2 == 0:
             raise ConfigError(f"kernel_size must be odd, a window centred on each step (got {self.kernel_size})")
-        if self.kernel_size > self.input_length:
-            raise ConfigError(f"kernel_size ({self.kernel_size}) must be at most input_length ({self.input_length})")
+
+    def check_shape(self, shape: DataShape) -> None:
+        if shape.input_length is not None and self.kernel_size > shape.input_length:
+            raise ConfigError(f"kernel_size ({self.kernel_size}) must be at most input_length ({shape.input_length})")
 
 
 @register_family
@@ -51,13 +50,15 @@ class DLinearFamily(ModelFamily):
                                 inputs=Inputs.SERIES)
 
     @staticmethod
-    def build(cfg: DLinearConfig) -> DLinear:
+    def build(cfg: DLinearConfig, shape: DataShape) -> DLinear:
+        length, horizon = shape.need("input_length", "arch 'dlinear'"), shape.need("horizon", "arch 'dlinear'")
+
         def over_time() -> nn.Module:
             if cfg.individual:
-                return ChannelLinear(cfg.n_channels, cfg.input_length, cfg.horizon)
-            return nn.Linear(cfg.input_length, cfg.horizon)
+                return ChannelLinear(shape.need("n_channels", "arch 'dlinear'"), length, horizon)
+            return nn.Linear(length, horizon)
 
         model = DLinear(SeriesDecomposition(cfg.kernel_size), over_time(), over_time())
         for part in (model.seasonal, model.trend):
-            nn.init.constant_(part.weight, 1 / cfg.input_length)
+            nn.init.constant_(part.weight, 1 / length)
         return model

@@ -21,11 +21,11 @@ from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
 from attnlab.models.vit import (
     IMAGE_BACKENDS_REFUSAL,
-    PATCH_POSITIONAL,
     SUMMARIES,
     Patches,
     PatchGrid,
@@ -33,21 +33,16 @@ from attnlab.models.vit import (
 )
 from attnlab.nn.dual_encoder import DualEncoder, ImageTower, TextTower
 from attnlab.nn.registry import POOLINGS
-from attnlab.nn.vision import PatchEmbedding
 
 
 @dataclass(frozen=True)
 class DualEncoderConfig(PatchGrid, TransformerConfig):
-    """The image's size and channels and the text vocabulary (set by the data), the patch size P,
-    where the patches sit (``patches.positional``), each tower's summary (``image_pooling``: ``cls``,
+    """The patch size P, where the patches sit (``patches.positional``), each tower's summary (``image_pooling``: ``cls``,
     ViT's class token, or ``mean`` of the patches; ``text_pooling``: ``cls``, the first token, a
     BOS, or ``mean`` of the tokens), the joint space's width ``d_embed``, the temperature's start
     and bound, and the Transformer's fields for the two stacks: small, pre-norm and GELU by
     default, as ViT. There is no output layer to tie the token table to (``tie_embeddings: none``)."""
 
-    image_height: int = 32
-    image_width: int = 32
-    channels: int = 3
     patches: Patches = Patches(size=4, positional="learned_2d")
     n_image_layers: Optional[int] = None
     n_text_layers: Optional[int] = None
@@ -79,6 +74,10 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
         super().check()
         self.check_patches()
 
+    def check_shape(self, shape: DataShape) -> None:
+        super().check_shape(shape)
+        self.check_image(shape)
+
     @property
     def image_layers(self) -> int:
         return self.n_image_layers if self.n_image_layers is not None else self.stack.n_layers
@@ -97,12 +96,11 @@ class DualEncoderFamily(ModelFamily):
                                 inputs=Inputs.IMAGE_TEXT)
 
     @staticmethod
-    def build(cfg: DualEncoderConfig) -> DualEncoder:
-        image = ImageTower(PatchEmbedding(cfg.channels, cfg.patches.size, cfg.stack.d_model),
-                           PATCH_POSITIONAL[cfg.patches.positional].from_config(cfg),
+    def build(cfg: DualEncoderConfig, shape: DataShape) -> DualEncoder:
+        image = ImageTower(cfg.patch_embedding(shape), cfg.patch_positional(shape),
                            SUMMARIES[cfg.image_pooling](cfg.stack.d_model), parts.plain_encoder(cfg, cfg.image_layers))
-        text = TextTower(parts.embeddings(cfg, cfg.vocab_size), parts.encoder(cfg, cfg.text_layers),
-                         POOLINGS[cfg.text_pooling](), cfg.pad_id)
+        text = TextTower(parts.embeddings(cfg, shape.need("vocab_size", "arch 'dual_encoder'")),
+                         parts.encoder(cfg, cfg.text_layers), POOLINGS[cfg.text_pooling](), shape.pad_id)
         model = DualEncoder(image, text, cfg.stack.d_model, cfg.d_embed, cfg.init_temperature, cfg.max_logit_scale)
         parts.init_weights(model)
         init_patch_positions(model.image.positional)

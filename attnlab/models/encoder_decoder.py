@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from torch import nn
 
@@ -11,6 +10,7 @@ from attnlab.config import one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Depths, ModelFamily, Staging, TwoSidedSizes, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
@@ -22,14 +22,12 @@ OUTPUT_VOCABULARIES = tuple(NEVER)
 
 @dataclass(frozen=True)
 class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
-    """The Transformer fields, plus a source vocabulary (``src_vocab_size``, default: the target's)
-    and separate stack depths (``depths``: ``encoder``, ``decoder``, default: ``n_layers``).
+    """The Transformer fields, plus separate stack depths (``depths``: ``encoder``, ``decoder``, default: ``n_layers``).
     ``output_bias``: a bias per target token on the logits (Marian's final_logits_bias; the paper has none).
     ``output_vocabulary``: ``all``, every token id may be predicted; ``no_bos``, <bos>, which only
     starts the decoder, never is (its logit is -inf): an imported Marian model's added start token
     (interop/marian.py), so that the distribution over Marian's own tokens stays the original's."""
 
-    src_vocab_size: Optional[int] = None
     depths: Depths = Depths()
     output_bias: bool = False
     output_vocabulary: str = "all"
@@ -37,17 +35,15 @@ class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
     ties = ("none", "output", "src_tgt", "all")
 
     def check(self) -> None:
-        self.check_sizes()
         super().check()
         one_of("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
-        if "src_tgt" in self.tied and self.src_vocab != self.vocab_size:
-            raise ConfigError(f"tie_embeddings '{self.tie_embeddings}' shares source and target embeddings, so "
-                              f"src_vocab_size ({self.src_vocab_size}) must equal vocab_size ({self.vocab_size}); "
-                              f"use tie_embeddings 'output' or 'none' for separate vocabularies")
 
-    @property
-    def vocab_sizes(self) -> tuple[int, ...]:
-        return (self.vocab_size, self.src_vocab)
+    def check_shape(self, shape: DataShape) -> None:
+        super().check_shape(shape)
+        if "src_tgt" in self.tied and shape.src_vocab_size not in (None, shape.vocab_size):
+            raise ConfigError(f"tie_embeddings '{self.tie_embeddings}' shares source and target embeddings, so "
+                              f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "
+                              f"use tie_embeddings 'output' or 'none' for separate vocabularies")
 
     @property
     def tied(self) -> tuple[str, ...]:
@@ -71,20 +67,21 @@ class EncoderDecoderFamily(ModelFamily):
     staging = Staging(lambda cfg: cfg.encoder_layers + cfg.decoder_layers, check=check_untied)
 
     @staticmethod
-    def build(cfg: EncoderDecoderConfig) -> EncoderDecoder:
-        model = EncoderDecoder(*seq2seq_parts(cfg), cfg.pad_id)
+    def build(cfg: EncoderDecoderConfig, shape: DataShape) -> EncoderDecoder:
+        model = EncoderDecoder(*seq2seq_parts(cfg, shape), shape.pad_id)
         parts.init_weights(model)
         return model
 
 
-def seq2seq_parts(cfg: EncoderDecoderConfig, causal: bool = True
+def seq2seq_parts(cfg: EncoderDecoderConfig, shape: DataShape, causal: bool = True
                   ) -> tuple[Embeddings, Embeddings, Encoder, Seq2SeqDecoder, nn.Linear]:
     """Source and target embeddings (tied as configured), encoder, decoder (``causal``: masked
     self-attention; else every target position sees every other) and output projection."""
-    src_embed = parts.embeddings(cfg, cfg.src_vocab)
-    tgt_embed = parts.embeddings(cfg, cfg.vocab_size)
+    vocab_size = shape.need("vocab_size", f"arch '{cfg.arch}'")
+    src_embed = parts.embeddings(cfg, shape.src_vocab or vocab_size)
+    tgt_embed = parts.embeddings(cfg, vocab_size)
     if "src_tgt" in cfg.tied:
         tgt_embed.tokens = src_embed.tokens
     return (src_embed, tgt_embed, parts.encoder(cfg, cfg.encoder_layers),
             parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal),
-            parts.output_projection(cfg, tgt_embed, NEVER[cfg.output_vocabulary], bias=cfg.output_bias))
+            parts.output_projection(cfg, tgt_embed, vocab_size, NEVER[cfg.output_vocabulary], bias=cfg.output_bias))

@@ -7,27 +7,39 @@ from dataclasses import dataclass
 from attnlab.config import at_least, one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, Staging, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.encoder_only import EncoderOnly
 from attnlab.nn.heads import ClassificationHead, MaskedLMHead
 from attnlab.nn.registry import ACTIVATIONS, POOLINGS
 
+PRETRAINING_CLASSES = 2  # the head of data with no classes (a masked LM's): BERT's next-sentence head's
+
 
 @dataclass(frozen=True)
 class EncoderOnlyConfig(TransformerConfig):
-    """The Transformer fields, plus the classification head's ``n_classes`` and ``pooling`` (``cls``:
-    the first position, BERT; ``mean``: the mean over real tokens), and ``n_segments``, the rows of
-    the segment table (BERT's token types; 2 for sentence pairs, 0 for none)."""
+    """The Transformer fields, plus the classification head's ``pooling`` (``cls``: the first
+    position, BERT; ``mean``: the mean over real tokens), and ``n_segments``, the rows of the segment
+    table (BERT's token types; 2 for sentence pairs, 0 for none; data of sentence pairs sets 2:
+    DataShape.segments). The head's classes are the data's (DataShape.n_classes); a masked LM's data
+    has none, and its untrained head, which fine-tuning replaces, has BERT's next-sentence two."""
 
-    n_classes: int = 2
     pooling: str = "cls"
     n_segments: int = 0
 
     def check(self) -> None:
         super().check()
-        at_least("n_classes", self.n_classes, 2)
         one_of("pooling", self.pooling, POOLINGS)
         at_least("n_segments", self.n_segments, 0)
+
+    def check_shape(self, shape: DataShape) -> None:
+        super().check_shape(shape)
+        if shape.n_classes is not None:
+            at_least("n_classes", shape.n_classes, 2)
+
+    def segment_rows(self, shape: DataShape) -> int:
+        """The rows of the segment table: the data's segments (2 for pairs), else ``n_segments``."""
+        return shape.segments if shape.segments is not None else self.n_segments
 
     @property
     def encoder_layers(self) -> int:
@@ -42,11 +54,13 @@ class EncoderOnlyFamily(ModelFamily):
     staging = Staging(lambda cfg: cfg.encoder_layers, heads=("forward", "classify"))
 
     @staticmethod
-    def build(cfg: EncoderOnlyConfig) -> EncoderOnly:
-        embed = parts.embeddings(cfg, cfg.vocab_size, cfg.n_segments)
+    def build(cfg: EncoderOnlyConfig, shape: DataShape) -> EncoderOnly:
+        vocab_size = shape.need("vocab_size", "arch 'encoder_only'")
+        embed = parts.embeddings(cfg, vocab_size, cfg.segment_rows(shape))
         mlm_head = MaskedLMHead(cfg.stack.d_model, ACTIVATIONS[cfg.stack.activation](), cfg.stack.layer_norm_eps,
-                                parts.output_projection(cfg, embed))
-        classifier = ClassificationHead(cfg.stack.d_model, cfg.n_classes, cfg.stack.dropout, POOLINGS[cfg.pooling]())
-        model = EncoderOnly(embed, parts.encoder(cfg, cfg.stack.n_layers), mlm_head, classifier, cfg.pad_id)
+                                parts.output_projection(cfg, embed, vocab_size))
+        n_classes = shape.n_classes if shape.n_classes is not None else PRETRAINING_CLASSES
+        classifier = ClassificationHead(cfg.stack.d_model, n_classes, cfg.stack.dropout, POOLINGS[cfg.pooling]())
+        model = EncoderOnly(embed, parts.encoder(cfg, cfg.stack.n_layers), mlm_head, classifier, shape.pad_id)
         parts.init_weights(model)
         return model

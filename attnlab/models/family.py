@@ -2,7 +2,9 @@
 
 A family is one module that declares a :class:`ModelFamily`: its config dataclass (only its own
 fields), its builder and its capabilities, registered with ``@register_family``. Everything that
-depends on the kind of model asks the registry or the capabilities, never the family's name.
+depends on the kind of model asks the registry or the capabilities, never the family's name. The
+sizes the data decides (vocabularies, image and series sizes, classes) are not config fields: they
+come as one :class:`~attnlab.models.shape.DataShape`, ``build(cfg, shape)``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab.config import RegisteredConfig, TypedConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
+from attnlab.models.shape import SIZES, DataShape
 from attnlab.models.stack import AttentionStack
 from attnlab.nn.interfaces import CausalLM, IncrementalDecoder, Seq2SeqModel, StagedModel
 
@@ -119,6 +122,12 @@ class FamilyConfig(RegisteredConfig):
         """The longest sequence the model can encode positions for; None: no limit."""
         return None
 
+    def check_shape(self, shape: DataShape) -> None:
+        """Refuse, in one line, the data's sizes this config cannot be built with (a patch that does not
+        divide the image); a size the data has not given yet (None) is checked when it has. The
+        default: a padding id inside every vocabulary."""
+        shape.check_pad_id()
+
 
 @dataclass(frozen=True)
 class Depths(TypedConfig):
@@ -140,20 +149,9 @@ class Depths(TypedConfig):
 
 class TwoSidedSizes:
     """For the config of a family with a source and a target side (mixed into its dataclass, which
-    declares ``vocab_size`` and ``src_vocab_size``, set by the data, and composes ``depths: Depths``):
-    the source vocabulary (None: the target's) and each side's depth (None: :attr:`depth`)."""
+    composes ``depths: Depths``): each side's depth (None: :attr:`depth`)."""
 
     depths: Depths
-
-    def check_sizes(self) -> None:
-        src_vocab_size = getattr(self, "src_vocab_size")
-        if src_vocab_size is not None:
-            at_least("src_vocab_size", src_vocab_size, 1)
-
-    @property
-    def src_vocab(self) -> int:
-        src_vocab_size: int | None = getattr(self, "src_vocab_size")
-        return src_vocab_size if src_vocab_size is not None else int(getattr(self, "vocab_size"))
 
     @property
     def depth(self) -> int:
@@ -170,20 +168,6 @@ class TwoSidedSizes:
         return self.depths.decoder if self.depths.decoder is not None else self.depth
 
 
-class SeriesSizes:
-    """For the config of a forecasting family (mixed into its dataclass, which declares the fields
-    first, with no defaults: the data sets them): ``n_channels``, the series' columns, ``input_length``,
-    the steps it reads, and ``horizon``, the steps it forecasts."""
-
-    n_channels: int
-    input_length: int
-    horizon: int
-
-    def check_series(self) -> None:
-        for name in ("n_channels", "input_length", "horizon"):
-            at_least(name, getattr(self, name), 1)
-
-
 @dataclass(frozen=True)
 class Staging:
     """That pipeline parallelism (train.strategy pp, parallel/pipeline.py) may cut a family's models
@@ -198,7 +182,7 @@ class Staging:
 
 class ModelFamily:
     """One kind of model: ``name`` (the value of model.arch), ``config`` (its dataclass),
-    ``capabilities``, ``build(config)`` -> a freshly initialised module, and ``staging``, how its
+    ``capabilities``, ``build(config, shape)`` -> a freshly initialised module of the data's sizes, and ``staging``, how its
     models cut into pipeline stages (None: they are not). ``model``, the class that ``build``
     returns (``build`` itself, or its return annotation), is set at registration, which checks it
     against the interfaces (nn/interfaces.py) that the capabilities and staging promise. A model
@@ -211,7 +195,7 @@ class ModelFamily:
     model: ClassVar[type[nn.Module]]  # set by @register_family
 
     @staticmethod
-    def build(cfg: Any) -> nn.Module:
+    def build(cfg: Any, shape: DataShape) -> nn.Module:
         raise NotImplementedError
 
 
@@ -269,11 +253,15 @@ def family_named(arch: Any) -> type[ModelFamily]:
 
 def model_config(data: dict[str, Any] | None = None, /, **fields: Any) -> FamilyConfig:
     """The config of the family that ``arch`` names (default encoder_decoder), from a model section
-    (``data``) or keywords: ``model_config(arch="decoder_lm", vocab_size=100, stack={"d_model": 64})``.
-    A run directory's section, written by an earlier release, goes through runs/migration.py first."""
+    (``data``) or keywords: ``model_config(arch="decoder_lm", stack={"d_model": 64})``. A size the
+    data decides (``vocab_size``, ...) is refused: it is the DataShape's. A run directory's section,
+    written by an earlier release, goes through runs/migration.py first."""
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"section 'model' must be a mapping of field: value (got {type(data).__name__})")
     data = fields if data is None else {**data, **fields}
+    sized = sorted(SIZES & set(data))
+    if sized:
+        raise ConfigError(f"model.{sized[0]} is set by the data, not the model section: remove it")
     family = family_named(data.get("arch", DEFAULT_ARCH))
     return family.config.from_dict(data)
 
@@ -300,6 +288,7 @@ def unwrapped(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, DDP) else model
 
 
-def build_model(cfg: FamilyConfig) -> nn.Module:
-    """A freshly initialised model of ``cfg``'s family."""
-    return cfg.family.build(cfg)
+def build_model(cfg: FamilyConfig, shape: DataShape) -> nn.Module:
+    """A freshly initialised model of ``cfg``'s family, of the data's sizes ``shape``."""
+    cfg.check_shape(shape)
+    return cfg.family.build(cfg, shape)

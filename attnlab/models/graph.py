@@ -10,18 +10,17 @@ from torch import nn
 from attnlab.config import at_least
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import AttentionStack, StackConfig, explicit_masks
 from attnlab.nn.graph import GraphTransformer, LaplacianPositionalEncoding
 
 
 @dataclass(frozen=True)
 class GraphConfig(FamilyConfig, AttentionStack):
-    """``n_features`` and ``n_classes`` are set by the data; ``laplacian_k``: how many Laplacian
+    """The node features and classes are the data's (DataShape: ``n_features``, ``n_classes``); ``laplacian_k``: how many Laplacian
     eigenvectors are a node's position (0: none). The encoder fields mean what they mean for the
     Transformer families; ``attention_backend`` must take an explicit mask (the neighbourhoods)."""
 
-    n_features: int
-    n_classes: int = 2
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=128, norm="pre")
     laplacian_k: int = 8
 
@@ -30,9 +29,11 @@ class GraphConfig(FamilyConfig, AttentionStack):
 
     def check(self) -> None:
         self.check_stack()
-        at_least("n_features", self.n_features, 1)
-        at_least("n_classes", self.n_classes, 2)
         at_least("laplacian_k", self.laplacian_k, 0)
+
+    def check_shape(self, shape: DataShape) -> None:
+        if shape.n_classes is not None:
+            at_least("n_classes", shape.n_classes, 2)
 
 
 @register_family
@@ -44,10 +45,10 @@ class GraphFamily(ModelFamily):
                                 inputs=Inputs.GRAPH)
 
     @staticmethod
-    def build(cfg: GraphConfig) -> GraphTransformer:
+    def build(cfg: GraphConfig, shape: DataShape) -> GraphTransformer:
         positions = LaplacianPositionalEncoding(cfg.laplacian_k, cfg.stack.d_model) if cfg.laplacian_k else None
-        model = GraphTransformer(nn.Linear(cfg.n_features, cfg.stack.d_model), positions, cfg.stack.dropout,
-                                 parts.plain_encoder(cfg, cfg.stack.n_layers),
-                                 nn.Linear(cfg.stack.d_model, cfg.n_classes))
+        model = GraphTransformer(nn.Linear(shape.need("n_features", "arch 'graph'"), cfg.stack.d_model), positions,
+                                 cfg.stack.dropout, parts.plain_encoder(cfg, cfg.stack.n_layers),
+                                 nn.Linear(cfg.stack.d_model, shape.need("n_classes", "arch 'graph'")))
         parts.init_weights(model)
         return model

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, SeriesSizes, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.nn.series import LastValue
 
 
 @dataclass(frozen=True)
-class LastValueConfig(FamilyConfig, SeriesSizes):
-    """The channels, input length and horizon (set by the data); nothing else to choose."""
-
-    n_channels: int
-    input_length: int
-    horizon: int
-
-    def check(self) -> None:
-        self.check_series()
+class LastValueConfig(FamilyConfig):
+    """Nothing to choose: the horizon is the data's (DataShape)."""
 
 
 @register_family
@@ -30,5 +24,5 @@ class LastValueFamily(ModelFamily):
                                 inputs=Inputs.SERIES)
 
     @staticmethod
-    def build(cfg: LastValueConfig) -> LastValue:
-        return LastValue(cfg.horizon)
+    def build(cfg: LastValueConfig, shape: DataShape) -> LastValue:
+        return LastValue(shape.need("horizon", "arch 'last_value'"))

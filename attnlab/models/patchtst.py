@@ -24,14 +24,15 @@ from torch import nn
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, SeriesSizes, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import AttentionStack, StackConfig, fields_free_exact
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
 
 
 @dataclass(frozen=True)
-class PatchTSTConfig(FamilyConfig, SeriesSizes, AttentionStack):
-    """The channels, input length and horizon (set by the data); patches of ``patch_length``
+class PatchTSTConfig(FamilyConfig, AttentionStack):
+    """The channels, input length and horizon are the data's (DataShape); patches of ``patch_length``
     steps every ``patch_stride`` steps; the encoder's fields as the Transformer's; ``head_dropout``
     on the forecast; ``normalisation``: ``batch`` (TokenBatchNorm, the paper's) or ``layer``
     (LayerNorm) in the residual blocks; ``revin``: RevIN around the network, with a learned per-channel affine map
@@ -41,9 +42,6 @@ class PatchTSTConfig(FamilyConfig, SeriesSizes, AttentionStack):
     patches that no patch reads. ``attention_dropout`` is 0, as in the reference (only the
     residual and embedding dropouts are 0.3)."""
 
-    n_channels: int
-    input_length: int
-    horizon: int
     patch_length: int = 16
     patch_stride: int = 8
     stack: StackConfig = StackConfig(d_model=16, n_heads=4, n_layers=3, d_ff=128, dropout=0.3, attention_dropout=0.0, activation="gelu")
@@ -56,12 +54,9 @@ class PatchTSTConfig(FamilyConfig, SeriesSizes, AttentionStack):
     backends_refusal = "is blockwise or approximate, which a series' few patches (42 in the paper) do not need"
 
     def check(self) -> None:
-        self.check_series()
         for name in ("patch_length", "patch_stride"):
             at_least(name, getattr(self, name), 1)
         self.check_stack()
-        if self.patch_length > self.input_length:
-            raise ConfigError(f"patch_length ({self.patch_length}) must be at most input_length ({self.input_length})")
         if self.patch_stride > self.patch_length:
             raise ConfigError(f"patch_stride ({self.patch_stride}) must be at most patch_length ({self.patch_length}): "
                               f"a longer stride leaves steps between patches that no patch reads")
@@ -70,10 +65,13 @@ class PatchTSTConfig(FamilyConfig, SeriesSizes, AttentionStack):
         if self.revin_affine and not self.revin:
             raise ConfigError("revin_affine is only used with revin: true")
 
-    @property
-    def n_patches(self) -> int:
+    def check_shape(self, shape: DataShape) -> None:
+        if shape.input_length is not None and self.patch_length > shape.input_length:
+            raise ConfigError(f"patch_length ({self.patch_length}) must be at most input_length ({shape.input_length})")
+
+    def n_patches(self, shape: DataShape) -> int:
         """N = (L - patch_length) // patch_stride + 2 (the last value repeated patch_stride times)."""
-        return Patching(self.patch_length, self.patch_stride).n_patches(self.input_length)
+        return Patching(self.patch_length, self.patch_stride).n_patches(shape.need("input_length", "arch 'patchtst'"))
 
 
 @register_family
@@ -85,11 +83,12 @@ class PatchTSTFamily(ModelFamily):
                                 inputs=Inputs.SERIES)
 
     @staticmethod
-    def build(cfg: PatchTSTConfig) -> PatchTST:
-        revin = RevIN(cfg.n_channels, cfg.revin_affine) if cfg.revin else NoNormalisation()
+    def build(cfg: PatchTSTConfig, shape: DataShape) -> PatchTST:
+        revin = RevIN(shape.need("n_channels", "arch 'patchtst'"), cfg.revin_affine) if cfg.revin else NoNormalisation()
+        n_patches = cfg.n_patches(shape)
         model = PatchTST(revin, Patching(cfg.patch_length, cfg.patch_stride), nn.Linear(cfg.patch_length, cfg.stack.d_model),
-                         cfg.n_patches, cfg.stack.dropout, parts.plain_encoder(cfg, cfg.stack.n_layers),
-                         FlattenHead(cfg.n_patches, cfg.stack.d_model, cfg.horizon, cfg.head_dropout))
+                         n_patches, cfg.stack.dropout, parts.plain_encoder(cfg, cfg.stack.n_layers),
+                         FlattenHead(n_patches, cfg.stack.d_model, shape.need("horizon", "arch 'patchtst'"), cfg.head_dropout))
         parts.init_weights(model)
         nn.init.uniform_(model.positions, -0.02, 0.02)
         return model

@@ -12,6 +12,7 @@ from torch import nn
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.transformer import SINGLE_STACK_TIES, init_weights
 from attnlab.nn.registry import RNN_ATTENTION, RNN_CELLS, SCORES
 from attnlab.nn.rnn import LakeBaroniDecoder, RNNDecoder, RNNEncoder, RNNSeq2Seq
@@ -32,8 +33,6 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     Embeddings may tie the output projection only (``all`` = ``output``): source and target tables
     stay separate."""
 
-    vocab_size: int
-    src_vocab_size: Optional[int] = None
     d_model: int = 512
     n_layers: int = 6
     depths: Depths = Depths()
@@ -41,7 +40,6 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     embedding_dropout: Optional[float] = None
     max_len: int = 1024
     tie_embeddings: str = "all"
-    pad_id: int = 0
     rnn_cell: str = "gru"
     rnn_attention: str = "bahdanau"
     score: str = "additive"
@@ -67,9 +65,8 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
         if self.tie_embeddings == "src_tgt":
             raise ConfigError("tie_embeddings 'src_tgt' needs arch 'encoder_decoder' (arch is 'rnn')")
         one_of("tie_embeddings", self.tie_embeddings, SINGLE_STACK_TIES)
-        for name in ("vocab_size", "d_model", "n_layers", "max_len"):
+        for name in ("d_model", "n_layers", "max_len"):
             at_least(name, getattr(self, name), 1)
-        self.check_sizes()
         for name in ("dropout", "embedding_dropout"):
             p = getattr(self, name)
             if p is not None and not 0.0 <= p < 1.0:
@@ -77,9 +74,6 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
         if not 0.0 <= self.teacher_forcing <= 1.0:
             raise ConfigError(f"teacher_forcing is the probability that a training sequence reads the true "
                               f"prefix: it must be in [0, 1] (got {self.teacher_forcing})")
-        if not 0 <= self.pad_id < min(self.vocab_size, self.src_vocab):
-            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
-                              f"({min(self.vocab_size, self.src_vocab)})")
 
     @property
     def embed_dropout(self) -> float:
@@ -97,10 +91,11 @@ class RNNFamily(ModelFamily):
     capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=False)
 
     @staticmethod
-    def build(cfg: RNNConfig) -> RNNSeq2Seq:
+    def build(cfg: RNNConfig, shape: DataShape) -> RNNSeq2Seq:
         cell = RNN_CELLS[cfg.rnn_cell]
-        src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model)
-        tgt_embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        vocab_size = shape.need("vocab_size", "arch 'rnn'")
+        src_embed = nn.Embedding(shape.src_vocab or vocab_size, cfg.d_model)
+        tgt_embed = nn.Embedding(vocab_size, cfg.d_model)
         carries = cfg.rnn_decoder == "lake_baroni"
         encoder = RNNEncoder(src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout,
                              cfg.embed_dropout, carries)
@@ -113,9 +108,9 @@ class RNNFamily(ModelFamily):
         else:
             decoder = RNNDecoder(tgt_embed, cell, cfg.d_model, encoder.out_dim, cfg.decoder_layers, cfg.rnn_attention,
                                  score, cfg.input_feeding, cfg.dropout, cfg.embed_dropout)
-        generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        generator = nn.Linear(cfg.d_model, vocab_size, bias=False)
         if "output" in cfg.tied:
             generator.weight = tgt_embed.weight
-        model = RNNSeq2Seq(encoder, decoder, generator, cfg.pad_id, cfg.teacher_forcing)
+        model = RNNSeq2Seq(encoder, decoder, generator, shape.pad_id, cfg.teacher_forcing)
         init_weights(model)
         return model

@@ -21,35 +21,30 @@ from torch import nn
 from attnlab.config import at_least, one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, PATCH_POSITIONAL, Patches, PatchGrid, init_patch_positions
+from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, PatchGrid, init_patch_positions
 from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
-from attnlab.nn.vision import PatchEmbedding
 
 # positional: where the words sit, added at the embeddings (no scheme inside the joint stream's attention)
 TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 # image_tokens: what the image contributes to the stream
-IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig"], nn.Module]] = {
-    "patches": lambda cfg: ImagePatches(PatchEmbedding(cfg.channels, cfg.patches.size, cfg.stack.d_model),
-                                        PATCH_POSITIONAL[cfg.patches.positional].from_config(cfg)),
-    "none": lambda cfg: NoImage(cfg.stack.d_model),  # the text-only baseline
+IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], nn.Module]] = {
+    "patches": lambda cfg, shape: ImagePatches(cfg.patch_embedding(shape), cfg.patch_positional(shape)),
+    "none": lambda cfg, shape: NoImage(cfg.stack.d_model),  # the text-only baseline
 }
 
 
 @dataclass(frozen=True)
 class SingleStreamConfig(PatchGrid, TransformerConfig):
-    """The image's size and channels, the question vocabulary and the number of answers (set by
-    the data), the ``patches`` (size P, dividing both sides, and positional scheme), ``image_tokens`` and
+    """The ``patches`` (size P, dividing both sides of the data's images, and positional scheme),
+    ``image_tokens`` and
     ``head``, and the Transformer's fields for the one encoder: small, pre-norm and GELU by default,
     as ViT and ViLT."""
 
-    image_height: int = 32
-    image_width: int = 32
-    channels: int = 3
-    n_classes: int = 2
     patches: Patches = Patches(size=4, positional="learned_2d")
     image_tokens: str = "patches"
     head: str = "pooled"
@@ -68,7 +63,12 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
         one_of("positional", self.positional, TEXT_POSITIONAL)
         super().check()
         self.check_patches()
-        at_least("n_classes", self.n_classes, 2)
+
+    def check_shape(self, shape: DataShape) -> None:
+        super().check_shape(shape)
+        self.check_image(shape)
+        if shape.n_classes is not None:
+            at_least("n_classes", shape.n_classes, 2)
 
     @property
     def encoder_layers(self) -> int:
@@ -83,11 +83,12 @@ class SingleStreamFamily(ModelFamily):
                                 inputs=Inputs.IMAGE_TEXT)
 
     @staticmethod
-    def build(cfg: SingleStreamConfig) -> SingleStreamTransformer:
-        model = SingleStreamTransformer(parts.embeddings(cfg, cfg.vocab_size), IMAGE_TOKENS[cfg.image_tokens](cfg),
-                                        nn.Embedding(2, cfg.stack.d_model), parts.plain_encoder(cfg, cfg.stack.n_layers),
-                                        HEADS[cfg.head](cfg.stack.d_model, cfg.n_classes, cfg.stack.dropout, FirstTokenPooling()),
-                                        cfg.pad_id)
+    def build(cfg: SingleStreamConfig, shape: DataShape) -> SingleStreamTransformer:
+        of = "arch 'single_stream'"
+        head = HEADS[cfg.head](cfg.stack.d_model, shape.need("n_classes", of), cfg.stack.dropout, FirstTokenPooling())
+        model = SingleStreamTransformer(parts.embeddings(cfg, shape.need("vocab_size", of)),
+                                        IMAGE_TOKENS[cfg.image_tokens](cfg, shape), nn.Embedding(2, cfg.stack.d_model),
+                                        parts.plain_encoder(cfg, cfg.stack.n_layers), head, shape.pad_id)
         parts.init_weights(model)
         init_patch_positions(model.image_tokens)
         nn.init.normal_(model.modality.weight, std=0.02)

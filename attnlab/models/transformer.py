@@ -138,12 +138,12 @@ def padded_vocabulary(cfg: TransformerConfig, vocab_size: int) -> int:
     return -(-vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
 
 
-def output_projection(cfg: TransformerConfig, embed: Embeddings, never: tuple[int, ...] = (),
+def output_projection(cfg: TransformerConfig, embed: Embeddings, vocab_size: int, never: tuple[int, ...] = (),
                       bias: bool = False) -> VocabularyProjection:
     """Pre-softmax linear map d_model -> V (the target vocabulary, ``vocab_size``), with a bias per
     token only if asked, over the token table's rows (padded: :func:`padded_vocabulary`); tied to the
     token embedding when configured. ``never``: token ids whose logits are -inf."""
-    projection = VocabularyProjection(cfg.stack.d_model, embed.tokens.num_embeddings, cfg.vocab_size, never, bias)
+    projection = VocabularyProjection(cfg.stack.d_model, embed.tokens.num_embeddings, vocab_size, never, bias)
     if "output" in cfg.tied:
         projection.weight = embed.tokens.weight
     return projection

@@ -43,7 +43,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     ``n_heads`` at a fixed d_model are the other two.
     """
 
-    vocab_size: int
     stack: StackConfig = StackConfig()  # the paper's base model: 6 layers of 512, 8 heads, d_ff 2048, post-norm, ReLU
     positional: str = "sinusoidal"
     positional_combine: str = "add"
@@ -52,7 +51,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     max_relative_distance: int = 16
     max_len: int = 1024
     tie_embeddings: str = "all"
-    pad_id: int = 0
     embedding: str = "scaled"
     backends: BackendOptions = BackendOptions()  # the attention backends' own options (nn/backends/)
     normalisation: str = "layer"
@@ -71,7 +69,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
         if self.normalisation == "batch":
             raise ConfigError("normalisation 'batch' standardises each feature over every token of a batch, which "
                               "would count the padding of sequences of tokens; use 'layer' or 'none'")
-        for name in ("vocab_size", "max_len", "max_relative_distance", "vocab_multiple"):
+        for name in ("max_len", "max_relative_distance", "vocab_multiple"):
             at_least(name, getattr(self, name), 1)
         if self.positional_dim is not None:
             at_least("positional_dim", self.positional_dim, 1)
@@ -79,9 +77,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
             raise ConfigError(f"positional_base must be > 1 (got {self.positional_base})")
         self._check_positional()
         self._check_backend()
-        if not 0 <= self.pad_id < min(self.vocab_sizes):
-            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
-                              f"({min(self.vocab_sizes)})")
 
     def _check_ties(self) -> None:
         if self.tie_embeddings == "src_tgt" and "src_tgt" not in self.ties:
@@ -138,11 +133,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     @property
     def max_positions(self) -> int | None:
         return self.max_len if self.positional == "learned" else None
-
-    @property
-    def vocab_sizes(self) -> tuple[int, ...]:
-        """Every embedding table's size (the pad id must be a token of each)."""
-        return (self.vocab_size,)
 
     @property
     def positional_width(self) -> int:

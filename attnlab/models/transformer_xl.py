@@ -11,6 +11,7 @@ from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import explicit_masks
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.memory import MemoryDecoder, TransformerXL
@@ -20,11 +21,10 @@ from attnlab.nn.registry import POSITIONAL
 @dataclass(frozen=True)
 class TransformerXLConfig(TransformerConfig):
     """The Transformer fields, and Transformer-XL's own: ``memory_length`` M, the positions before a
-    segment whose states each layer remembers (0: none, every segment read alone), and
-    ``segment_length`` T, the segments a text is read in (a training config has it from the data:
-    data.block_size). Positions are relative, 'rotary' by default."""
+    segment whose states each layer remembers (0: none, every segment read alone). The segments a
+    text is read in, T, are the data's (DataShape.segment_length: data.block_size). Positions are
+    relative, 'rotary' by default."""
 
-    segment_length: int = 64
     memory_length: int = 64
     positional: str = "rotary"
 
@@ -33,7 +33,6 @@ class TransformerXLConfig(TransformerConfig):
 
     def check(self) -> None:
         super().check()
-        at_least("segment_length", self.segment_length, 1)
         at_least("memory_length", self.memory_length, 0)
         if POSITIONAL[self.positional].absolute:
             relative = [name for name, cls in POSITIONAL.items() if not cls.absolute]
@@ -56,10 +55,12 @@ class TransformerXLFamily(ModelFamily):
                                 inputs=Inputs.TOKEN_SEGMENTS)
 
     @staticmethod
-    def build(cfg: TransformerXLConfig) -> TransformerXL:
-        embed = parts.embeddings(cfg, cfg.vocab_size)
+    def build(cfg: TransformerXLConfig, shape: DataShape) -> TransformerXL:
+        vocab_size = shape.need("vocab_size", "arch 'transformer_xl'")
+        embed = parts.embeddings(cfg, vocab_size)
         decoder = MemoryDecoder([parts.decoder_layer(cfg, cross=False) for _ in range(cfg.stack.n_layers)],
                                 parts.final_norm(cfg), cfg.memory_length)
-        model = TransformerXL(embed, decoder, parts.output_projection(cfg, embed), cfg.pad_id, cfg.segment_length)
+        model = TransformerXL(embed, decoder, parts.output_projection(cfg, embed, vocab_size), shape.pad_id,
+                              shape.need("segment_length", "arch 'transformer_xl'"))
         parts.init_weights(model)
         return model

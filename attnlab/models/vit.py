@@ -17,6 +17,7 @@ from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import AttentionStack, StackConfig, fields_free_exact
 from attnlab.nn.heads import ClassificationHead
 from attnlab.nn.positional import PositionalEncoding
@@ -69,49 +70,54 @@ class Patches(TypedConfig):
 
 
 class PatchGrid:
-    """What a config of an image cut into patches checks and derives (its dataclass declares
-    image_height, image_width and channels, set by the data, and composes ``patches: Patches``):
-    ViT's, the captioner's, the dual encoder's and the single stream's."""
+    """What a config of an image cut into patches checks and derives (its dataclass composes
+    ``patches: Patches`` and a ``stack``; the image's sizes are the data's, DataShape's): ViT's, the
+    captioner's, the dual encoder's and the single stream's."""
 
     patches: Patches
+    stack: StackConfig
 
     def check_patches(self) -> None:
-        """Positive sizes, sides that the patch size divides, and a d_model that the patches'
-        positional scheme can split."""
-        for name in ("image_height", "image_width", "channels"):
-            at_least(name, getattr(self, name), 1)
-        for side in ("image_height", "image_width"):
-            if getattr(self, side) % self.patches.size:
-                raise ConfigError(f"{side} ({getattr(self, side)}) must be divisible by patches.size "
-                                  f"({self.patches.size})")
-        d_model = self.stack.d_model  # type: ignore[attr-defined]  # every patch family composes a stack
-        if self.patches.positional == "sinusoidal_2d" and d_model % 4:
+        """A d_model that the patches' positional scheme can split."""
+        if self.patches.positional == "sinusoidal_2d" and self.stack.d_model % 4:
             raise ConfigError(f"patches.positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a "
-                              f"cosine per frequency, for rows and for columns); got {d_model}")
+                              f"cosine per frequency, for rows and for columns); got {self.stack.d_model}")
 
-    @property
-    def grid(self) -> tuple[int, int]:
-        """(h, w): patches down and across."""
-        h, w = getattr(self, "image_height"), getattr(self, "image_width")
-        return h // self.patches.size, w // self.patches.size
+    def check_image(self, shape: DataShape) -> None:
+        """Sides of the data's images that the patch size divides."""
+        for side in ("image_height", "image_width"):
+            size = getattr(shape, side)
+            if size is not None and size % self.patches.size:
+                raise ConfigError(f"{side} ({size}) must be divisible by patches.size ({self.patches.size})")
 
-    @property
-    def patch_labels(self) -> list[str]:
+    def grid(self, shape: DataShape) -> tuple[int, int]:
+        """(h, w): patches down and across the data's images."""
+        of = f"arch '{getattr(self, 'arch')}'"
+        return (shape.need("image_height", of) // self.patches.size, shape.need("image_width", of) // self.patches.size)
+
+    def patch_labels(self, shape: DataShape) -> list[str]:
         """'(row,col)' of each patch, row-major as nn/vision.py cuts them: the labels of attention plots."""
-        return [f"({i},{j})" for i in range(self.grid[0]) for j in range(self.grid[1])]
+        h, w = self.grid(shape)
+        return [f"({i},{j})" for i in range(h) for j in range(w)]
+
+    def patch_embedding(self, shape: DataShape) -> PatchEmbedding:
+        """The linear map of each patch of the data's images (channels x P x P) to d_model."""
+        return PatchEmbedding(shape.need("channels", f"arch '{getattr(self, 'arch')}'"), self.patches.size,
+                              self.stack.d_model)
+
+    def patch_positional(self, shape: DataShape) -> PositionalEncoding:
+        """The ``patches.positional`` scheme over the data's grid."""
+        scheme = PATCH_POSITIONAL[self.patches.positional]
+        return scheme() if scheme is PositionalEncoding else scheme(self.stack.d_model, self.grid(shape))
 
 
 @dataclass(frozen=True)
 class ViTConfig(PatchGrid, FamilyConfig, AttentionStack):
-    """The image's size and channels and the number of classes (set by the data), the ``patches``
-    (size P, dividing both sides, and their positional scheme), and the encoder's fields, as the
+    """The ``patches`` (size P, dividing both sides of the data's images, and their positional
+    scheme), and the encoder's fields, as the
     Transformer's: pre-norm and GELU by default, as ViT. ``head``: ``pooled``, a tanh layer before the output (ViT's pre-training
     head), or ``linear``, the output alone (ViT fine-tuned; an imported ViTForImageClassification)."""
 
-    image_height: int
-    image_width: int
-    channels: int
-    n_classes: int
     patches: Patches = Patches()
     stack: StackConfig = StackConfig(d_model=192, n_heads=3, n_layers=12, d_ff=768, activation="gelu", norm="pre", layer_norm_eps=1e-6)
     pooling: str = "cls"
@@ -125,7 +131,11 @@ class ViTConfig(PatchGrid, FamilyConfig, AttentionStack):
         one_of("head", self.head, HEADS)
         self.check_stack()
         self.check_patches()
-        at_least("n_classes", self.n_classes, 2)
+
+    def check_shape(self, shape: DataShape) -> None:
+        self.check_image(shape)
+        if shape.n_classes is not None:
+            at_least("n_classes", shape.n_classes, 2)
 
 
 @register_family
@@ -137,11 +147,12 @@ class ViTFamily(ModelFamily):
                                 inputs=Inputs.IMAGES)
 
     @staticmethod
-    def build(cfg: ViTConfig) -> VisionTransformer:
+    def build(cfg: ViTConfig, shape: DataShape) -> VisionTransformer:
         summary = SUMMARIES[cfg.pooling](cfg.stack.d_model)
-        model = VisionTransformer(PatchEmbedding(cfg.channels, cfg.patches.size, cfg.stack.d_model),
-                                  PATCH_POSITIONAL[cfg.patches.positional].from_config(cfg), summary, parts.plain_encoder(cfg, cfg.stack.n_layers),
-                                  HEADS[cfg.head](cfg.stack.d_model, cfg.n_classes, cfg.stack.dropout, summary.pooling()))
+        head = HEADS[cfg.head](cfg.stack.d_model, shape.need("n_classes", "arch 'vit'"), cfg.stack.dropout,
+                               summary.pooling())
+        model = VisionTransformer(cfg.patch_embedding(shape), cfg.patch_positional(shape), summary,
+                                  parts.plain_encoder(cfg, cfg.stack.n_layers), head)
         parts.init_weights(model)
         init_patch_positions(model.positional)
         return model

@@ -14,8 +14,6 @@ token is a learned vector, so a position of its own would add nothing learnable.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
@@ -56,10 +54,6 @@ class PatchPositional(AbsolutePositional):
     def __init__(self, d_model: int, grid: tuple[int, int]) -> None:
         super().__init__("add")
         self.d_model, self.grid = d_model, grid
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> "PatchPositional":
-        return cls(cfg.stack.d_model, cfg.grid)
 
     def rows_and_columns(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """(N,) patch indices -> their (N,) rows and (N,) columns."""

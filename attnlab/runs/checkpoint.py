@@ -16,15 +16,16 @@ from attnlab.data.tokenizers import Tokenizer
 from attnlab.decode.weights import with_weights
 from attnlab.errors import CheckpointError, UsageError
 from attnlab.models import FamilyConfig, build_model
+from attnlab.models.shape import DataShape
 from attnlab.nn.attention import remove_heads
 from attnlab.runs.run_dir import MODEL_FILE, RunDir
 from attnlab.runs.weights_file import WEIGHTS_KEY, put_weights, read_weights
 
 
-def build_run_model(run: RunDir, model_cfg: FamilyConfig) -> nn.Module:
-    """The run's architecture, freshly initialised: its family's model, less the heads `attnlab
-    prune` removed."""
-    model = build_model(model_cfg)
+def build_run_model(run: RunDir, model_cfg: FamilyConfig, shape: DataShape) -> nn.Module:
+    """The run's architecture, freshly initialised: its family's model of the data's sizes ``shape``,
+    less the heads `attnlab prune` removed."""
+    model = build_model(model_cfg, shape)
     try:
         remove_heads(model, run.read_pruned_heads())
     except (ValueError, TypeError, AttributeError) as err:
@@ -64,7 +65,7 @@ def load_run(path: str | Path, checkpoint: str = "best",
     model_cfg, _, _ = run.read_config()
     file = checkpoint_file(run, checkpoint)
     stored, metadata = read_weights(file)
-    model = build_run_model(run, model_cfg).to(device).eval()
+    model = build_run_model(run, model_cfg, run.read_shape()).to(device).eval()
     kind = metadata.get(WEIGHTS_KEY, "fp32")
     try:
         with_weights(model, kind)  # an export's bf16 or int8 weights load into a model converted as they were

@@ -1,8 +1,9 @@
 """The train section of a config, and a whole training run's config (model, data and train).
 
-The model section is the family's own (attnlab/models), the data section the task's (attnlab/tasks):
-a training config leaves out the model fields the task's data sets (vocabulary sizes, the pad id),
-and :meth:`RunConfig.model_config` completes them.
+The model section is the family's own (attnlab/models), typed when the file is read; the data
+section the task's (attnlab/tasks). The sizes the data decides (vocabularies, the pad id, image
+sizes, classes) are in neither: the task gives them as a DataShape (models/shape.py), which the
+family's builder takes beside the model config.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from attnlab.device import check_device_name, on_gpu
 from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config, stack_of
 from attnlab.models.family import DEFAULT_ARCH
+from attnlab.models.shape import SIZES, DataShape
 from attnlab.parallel.distributed import PIPELINE_SCHEDULES, STRATEGIES
 from attnlab.runs.migration import migrated_model, refuse_moved
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.batching import SAMPLINGS
-from attnlab.tasks.task import set_by_data, task_of, with_vocabulary
+from attnlab.tasks.task import task_of
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # auto: bf16 where the hardware has it natively (attnlab/precision.py)
 AUTO = "auto"
@@ -195,10 +197,11 @@ class TrainConfig(TypedConfig):
 
 @dataclass
 class RunConfig:
-    """A whole training run: the model section is kept as a mapping until the task's data has set
-    vocab_size, pad_id and the like (see :meth:`model_config`)."""
+    """A whole training run: the model's config, the task's data section and the train section, each
+    typed; the sizes the data decides are the task's :meth:`planned_shape` (before the data is read)
+    or the prepared data's (runs/data.py: ``shape_of``)."""
 
-    model: dict[str, Any]
+    model: FamilyConfig
     data: TaskConfig
     train: TrainConfig
 
@@ -213,21 +216,22 @@ class RunConfig:
                 raise ConfigError("section 'model' must be a mapping of field: value")
             if not complete:
                 refuse_moved(model.get("arch", DEFAULT_ARCH), model)
+            if "shape" in sections:
+                raise ConfigError("section 'shape' gives the sizes of a model config without data; a training "
+                                  "config's come from its data: remove it")
             data = task_config(sections.get("data") or {})
             data.check_trainable()
-            planned = data.task.model_fields(data)  # the fields the data sets, as the config alone tells them
-            for fixed in planned:
-                if fixed in model:
-                    raise ConfigError(f"model.{fixed} is set from the data in a training config; remove it")
+            for size in sorted(SIZES & set(model)):
+                raise ConfigError(f"model.{size} is set from the data in a training config; remove it")
             train_section = sections.get("train")
             if isinstance(train_section, dict) and train_section.get("init_from") and not complete:
-                model = _over_initialising_model(model, str(train_section["init_from"]), planned)
+                model = _over_initialising_model(model, str(train_section["init_from"]))
             _check_fits(family_named(model.get("arch", DEFAULT_ARCH)), data.task)
-            # check the other fields before the data is read
-            model_cfg = model_config({**model, **with_vocabulary(planned, 8)})
+            model_cfg = model_config(model)
+            model_cfg.check_shape(data.task.data_shape(data))  # the sizes the config alone tells
             train = TrainConfig.from_dict(sections.get("train") or {})
             _check_run(model_cfg, data, train)
-            return cls(model, data, train)
+            return cls(model_cfg, data, train)
         except ConfigError as err:
             raise ConfigError(f"{prefix}{err}") from None
 
@@ -249,9 +253,11 @@ class RunConfig:
         where = " ".join([str(path), *(f"--set {expr}" for expr in overrides)])  # the error may be in either
         return cls.from_sections(sections, where, complete=of_a_run)
 
-    def model_config(self, from_data: dict[str, Any]) -> FamilyConfig:
-        """The model section completed by the fields the task's data sets."""
-        return model_config({**self.model, **from_data})
+    def planned_shape(self, vocab_size: int | None = None) -> DataShape:
+        """The sizes the data will give, as the config alone tells them; ``vocab_size``: the
+        vocabulary its tokenizers are not fitted to yet (the data section's, in a plan)."""
+        shape = self.data.task.data_shape(self.data)
+        return shape.with_vocabulary(vocab_size) if vocab_size is not None and self.data.task.tokenizers else shape
 
 
 def init_source(init_from: str) -> tuple[Path, Path | None]:
@@ -268,8 +274,8 @@ def init_source(init_from: str) -> tuple[Path, Path | None]:
 
 def _run_sections(sections: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The sections of a run's config.yaml (``path``) as a training config: its data section as this
-    release reads it (release 0.1's too), its model section (0.1's read as it was) less the fields
-    that data set."""
+    release reads it (release 0.1's too), its model section as this release reads it (the sizes an
+    earlier release kept there left out: runs/migration.py)."""
     if not isinstance(sections.get("data"), dict):
         return sections  # not a run's: RunConfig refuses it
     try:
@@ -278,18 +284,14 @@ def _run_sections(sections: dict[str, Any], path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {err}") from None
     sections = {**sections, "data": data.to_dict()}
     if isinstance(sections.get("model"), dict):
-        from_data = set_by_data(data)
-        sections["model"] = {k: v for k, v in migrated_model(sections["model"]).items() if k not in from_data}
+        sections["model"] = migrated_model(sections["model"])
     return sections
 
 
-def _over_initialising_model(model: dict[str, Any], init_from: str,
-                             planned: typing.Collection[str]) -> dict[str, Any]:
-    """The initialising run's model section updated with ``model``, less the fields that its data
-    or this run's (``planned``) set; the two must be of one family."""
+def _over_initialising_model(model: dict[str, Any], init_from: str) -> dict[str, Any]:
+    """The initialising run's model section updated with ``model``; the two must be of one family."""
     run, _ = init_source(init_from)
-    own = _run_sections(read_config_file(run / "config.yaml"), run / "config.yaml").get("model") or {}
-    base = {k: v for k, v in own.items() if k not in planned}
+    base = _run_sections(read_config_file(run / "config.yaml"), run / "config.yaml").get("model") or {}
     arch = model.get("arch", base.get("arch", DEFAULT_ARCH))
     if arch != base.get("arch", DEFAULT_ARCH):
         raise ConfigError(f"train.init_from: {run} is a run of model.arch '{base.get('arch', DEFAULT_ARCH)}'; this "
@@ -339,4 +341,6 @@ def override_fields(section: str, sections: dict[str, Any]) -> list[str] | None:
             return ["task", *task_of(sections.get("data") or {}).config.field_names()]
         except ConfigError:
             return None
+    if section == "shape":
+        return sorted(SIZES)
     return [f.name for f in dataclasses.fields(TrainConfig)]

@@ -1,19 +1,17 @@
 """A run's data and the model it makes: the task's data batched as the train section says, read
 with the run's own tokenizers (read_run_data, for every command that uses a trained run), or with
-those of the run it starts from (train.init_from); and the model section completed by the data."""
+those of the run it starts from (train.init_from); and the sizes the data gives the model."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
 
 from attnlab.errors import ConfigError, UsageError
-from attnlab.models import FamilyConfig
+from attnlab.models.shape import DataShape
 from attnlab.runs.config import RunConfig, TrainConfig, init_source
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
 from attnlab.tasks.batching import BucketedData, Tokenizers
-from attnlab.tasks.task import with_vocabulary
 
 
 def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None) -> TaskData:
@@ -43,19 +41,14 @@ def _initialising_tokenizers(init_from: str, task: type[Task]) -> Tokenizers:
     return tokenizers
 
 
-def model_config_of(cfg: RunConfig, data: TaskData) -> FamilyConfig:
-    """The model section completed with the fields the task's data sets (vocabulary sizes, ...)."""
-    return cfg.model_config(cfg.data.task.model_fields(cfg.data, data))
+def shape_of(cfg: RunConfig, data: TaskData) -> DataShape:
+    """The sizes the prepared ``data`` gives the model (vocabulary sizes, ...)."""
+    return cfg.data.task.data_shape(cfg.data, data)
 
 
-def planned_model_config(cfg: RunConfig, from_data: bool = False) -> Callable[[int], FamilyConfig]:
-    """The model config ``cfg`` trains, as a function of the vocabulary size (source and target the
-    same size when they are not shared); ``from_data``: prepare the data and take the tokenizers'
-    sizes, whatever the argument."""
-    if from_data:
-        data = prepare(cfg.data, cfg.train)
-        return lambda _: model_config_of(cfg, data)
-    return lambda vocab: cfg.model_config(with_vocabulary(cfg.data.task.model_fields(cfg.data), vocab))
+def prepared_shape(cfg: RunConfig) -> DataShape:
+    """The sizes ``cfg``'s data gives, the data prepared (its tokenizers fitted) to know them."""
+    return shape_of(cfg, prepare(cfg.data, cfg.train))
 
 
 def read_run_data(run: RunDir, split: str | None = None, text: str | None = None) -> TaskData:

@@ -47,7 +47,7 @@ def write_average(path: str | Path, last: int, force: bool = False) -> tuple[Pat
     steps = run.steps()[-last:]
     if not steps:
         raise CheckpointError(f"{run.path}: no checkpoint to average")
-    model = average_checkpoints(build_run_model(run, model_cfg), [run.step_dir(s) / MODEL_FILE for s in steps])
+    model = average_checkpoints(build_run_model(run, model_cfg, run.read_shape()), [run.step_dir(s) / MODEL_FILE for s in steps])
     staged = staging_dir(final)
     write_checkpoint(staged, model.state_dict(), {"averaged_steps": steps})
     publish_dir(staged, final)
@@ -67,7 +67,7 @@ def export_run(path: str | Path, out: str | Path, weights: str, checkpoint: str 
         raise UsageError(f"--out {final} holds the run {run.path} itself; choose another")
     model_cfg, _, _ = run.read_config()
     source = checkpoint_file(run, checkpoint)
-    model = build_run_model(run, model_cfg).eval()
+    model = build_run_model(run, model_cfg, run.read_shape()).eval()
     load_weights(model, source)
     try:
         with_weights(model, weights)

@@ -93,7 +93,7 @@ def initialise_from(model: nn.Module, init_from: str, task: type[Task]) -> InitR
     """Copy into ``model`` the trained tensors of the run (or checkpoint) ``init_from`` that it has."""
     run_path, checkpoint = init_source(init_from)
     run = RunDir(run_path)
-    source = build_run_model(run, run.read_config()[0])
+    source = build_run_model(run, run.read_config()[0], run.read_shape())
     load_weights(source, checkpoint / MODEL_FILE if checkpoint is not None else checkpoint_file(run))
     trained, target = trained_tensors(run, source), named_tensors(model)
     loaded = copy_tensors(target, trained, f"train.init_from {init_from}")

@@ -12,7 +12,10 @@ Layouts read:
   sparse_stride, ...) beside the other fields, moved into ``backends`` (nn/backends/: BackendOptions),
   the patches' size and scheme (patch_size, patch_positional; ViT's positional) into ``patches``
   (models/vit.py: Patches), and a two-sided model's n_encoder_layers / n_decoder_layers into
-  ``depths`` (models/family.py: Depths).
+  ``depths`` (models/family.py: Depths);
+- before the data's sizes had their own object (issue 61): vocab_size, pad_id, the image's sizes,
+  n_classes, ... in the model section, and no shape.json; :func:`written_sizes` reads them as the
+  run's DataShape (models/shape.py), and the model section is read without them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 from attnlab.errors import ConfigError
 from attnlab.models import StackConfig, family_named
 from attnlab.models.family import DEFAULT_ARCH
+from attnlab.models.shape import SIZES, DataShape
 
 # The fields of the one flat ModelConfig of release 0.1.0: a run directory written then lists all of
 # them for every arch.
@@ -72,10 +76,12 @@ def moved(arch: str, own: list[str]) -> dict[str, str]:
 def migrated_model(data: Any) -> Any:
     """A run directory's model section as this release reads it: the attention stack's fields moved
     into ``stack`` and the backends' into ``backends`` where the family has them, less the fields
-    release 0.1 wrote for every family and this one does not have; a section in the current layout
-    is returned unchanged (a value that is not a mapping too: the family's config refuses it)."""
+    release 0.1 wrote for every family and this one does not have, and less the data's sizes
+    (:func:`written_sizes`); a section in the current layout is returned unchanged (a value that is
+    not a mapping too: the family's config refuses it)."""
     if not isinstance(data, dict):
         return data
+    data = {k: v for k, v in data.items() if k not in SIZES}
     own = family_named(data.get("arch", DEFAULT_ARCH)).config.field_names()
     if "stack" in own:
         stack_fields = [f.name for f in dataclasses.fields(StackConfig)]
@@ -92,6 +98,14 @@ def migrated_model(data: Any) -> Any:
             mapping = mapping[part]
         mapping.setdefault(field, value)  # a value given in the new place (--set) wins over the flat one
     return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
+
+
+def written_sizes(data: Any) -> DataShape:
+    """The data's sizes that a run written before shape.json kept in its model section ``data``,
+    as its DataShape (a size its family did not have, written by release 0.1 for every family, is
+    kept too: no builder reads it)."""
+    return DataShape.from_dict({k: v for k, v in data.items() if k in SIZES} if isinstance(data, dict) else {},
+                               "model section")
 
 
 def refuse_moved(arch: Any, names: Any, how: str = "") -> None:

@@ -19,9 +19,10 @@ from torch import nn
 from attnlab.config import differences
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.models import FamilyConfig
+from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import build_run_model
 from attnlab.runs.config import RunConfig, TrainConfig
-from attnlab.runs.data import model_config_of, prepare
+from attnlab.runs.data import prepare, shape_of
 from attnlab.runs.init import InitReport, initialise_from, untrained_of
 from attnlab.runs.run_dir import Checkpoint, RunDir
 from attnlab.tasks import TaskConfig, TaskData
@@ -32,7 +33,8 @@ DISPLAY_ONLY = ("train.progress", "train.log_every")  # change what is shown, no
 @dataclass
 class OpenRun:
     """A run ready to train: its directory, the checkpoint it resumes from (None: from step 0), its
-    data and model (built, initialised, not yet loaded from ``point``), the model config, what
+    data and model (built, initialised, not yet loaded from ``point``), the model config and the data's
+    sizes it is built with, what
     ``train.init_from`` loaded (``report``), the names of the tensors that hold no trained values and
     the train settings changed on resume."""
 
@@ -41,6 +43,7 @@ class OpenRun:
     point: Checkpoint | None
     data: TaskData
     model_cfg: FamilyConfig
+    shape: DataShape
     model: nn.Module
     report: InitReport | None
     untrained: set[str]
@@ -57,8 +60,9 @@ class OpenRun:
         aside = run.set_aside_after(step, train.early_stop_metric, self.cfg.data.task.metrics[train.early_stop_metric])
         if aside is not None:
             log(f"resuming from step {step}: the newer checkpoints are set aside in {aside}")
+        if self.changes or not run.shape.is_file():  # a run written before shape.json gets one
+            run.write_config(self.model_cfg, self.shape, self.cfg.data, train)
         if self.changes:
-            run.write_config(self.model_cfg, self.cfg.data, train)
             run.record_config_changes(step, self.changes)
             log(f"train settings changed at step {step}: {'; '.join(self.changes)} (recorded in {run.config_changes})")
 
@@ -90,20 +94,23 @@ def open_run(cfg: RunConfig, out: str | Path, resume: bool, resume_from: int | N
                               f"({'; '.join(differences(saved[1], cfg.data))})")
     # a resumed run's data is read with its own tokenizers and task state
     data = prepare(cfg.data, cfg.train, run if saved is not None else None)
-    model_cfg = model_config_of(cfg, data)
+    model_cfg, shape = cfg.model, shape_of(cfg, data)
     point: Checkpoint | None = None
     changes: list[str] = []
     if saved is not None:
         if model_cfg != saved[0]:
             raise ConfigError(f"{run.config}: a resumed run keeps its model, but the given config differs "
                               f"({'; '.join(differences(saved[0], model_cfg))})")
+        if shape != run.read_shape():
+            raise ConfigError(f"{run.shape}: a resumed run keeps its data's sizes, but its data now gives "
+                              f"{shape.to_dict()} (the run's: {run.read_shape().to_dict()})")
         point = _resume_point(run, resume_from)
         changes = _train_changes(run, saved[2], cfg.train, allow_changes)
     check(model_cfg, data)
     task = cfg.data.task
     log(task.describe(data))
     torch.manual_seed(cfg.train.seed)
-    model = build_run_model(run, model_cfg)
+    model = build_run_model(run, model_cfg, shape)
     report = initialise_from(model, cfg.train.init_from, task) if cfg.train.init_from and point is None else None
     adapt(model)
     # the parameters that hold trained values or that this run trains; a head that neither the source
@@ -112,11 +119,11 @@ def open_run(cfg: RunConfig, out: str | Path, resume: bool, resume_from: int | N
     # config.yaml once the model is whole: it marks the directory as a run, so that a run killed
     # before its first checkpoint can be resumed (from step 0) rather than refused as someone else's
     if main and point is None:
-        run.write_start(model_cfg, cfg.data, cfg.train, {role: data.tokenizers[role] for role in task.tokenizers},
+        run.write_start(model_cfg, shape, cfg.data, cfg.train, {role: data.tokenizers[role] for role in task.tokenizers},
                         task.saved_state(data), report.to_dict() if report is not None else None)
     for line in report.lines() if report is not None else []:
         log(line)
-    return OpenRun(cfg, run, point, data, model_cfg, model, report, untrained, changes, main)
+    return OpenRun(cfg, run, point, data, model_cfg, shape, model, report, untrained, changes, main)
 
 
 def _train_changes(run: RunDir, saved: TrainConfig, given: TrainConfig, allow: bool) -> list[str]:

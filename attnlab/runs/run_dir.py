@@ -47,8 +47,9 @@ from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
 from attnlab.models import FamilyConfig, model_config
+from attnlab.models.shape import DataShape
 from attnlab.runs.config import TrainConfig
-from attnlab.runs.migration import migrated_model
+from attnlab.runs.migration import migrated_model, written_sizes
 from attnlab.runs.weights_file import (
     CHECKSUM_FILE,
     WriteError,
@@ -99,31 +100,35 @@ class RunDir:
         self.config_changes = self.path / "config_changes.jsonl"  # train settings changed on resume
         self.task_state = self.path / "task_state.json"  # what else the task keeps of its data (labels)
         self.init = self.path / "init.json"  # what train.init_from (or import-hf) loaded: runs/init.py
+        self.shape = self.path / "shape.json"  # the data's sizes the model was built with: models/shape.py
 
     def tokenizer_file(self, role: str) -> Path:
         return self.path / f"tokenizer-{role}.json"
 
     def model_files(self) -> list[Path]:
-        """The files that make the run's model and tokenizers, those it has: config.yaml, the
-        tokenizers, task_state.json and pruned_heads.json."""
+        """The files that make the run's model and tokenizers, those it has: config.yaml, shape.json,
+        the tokenizers, task_state.json and pruned_heads.json."""
         tokenizers = [self.tokenizer_file(role) for role in self.read_config()[1].task.tokenizers]
-        return [p for p in (self.config, *tokenizers, self.task_state, self.pruned_heads) if p.is_file()]
+        return [p for p in (self.config, self.shape, *tokenizers, self.task_state, self.pruned_heads) if p.is_file()]
 
     # -- config and tokenizers ----------------------------------------------------------------
-    def write_start(self, model: FamilyConfig, data: TaskConfig, train: TrainConfig,
+    def write_start(self, model: FamilyConfig, shape: DataShape, data: TaskConfig, train: TrainConfig,
                     tokenizers: dict[str, Tokenizer | None], task_state: dict[str, Any],
                     init: dict[str, Any] | None) -> None:
         """A new run's files, in this order, each written atomically: config.yaml (it marks the
-        directory as a run), the tokenizers, task_state.json (when the task keeps any) and init.json
-        (when its weights start from another run's)."""
-        files = [(self.config, _config_text(model, data, train))]
+        directory as a run), shape.json, the tokenizers, task_state.json (when the task keeps any)
+        and init.json (when its weights start from another run's)."""
+        files = [(self.config, _config_text(model, data, train)), (self.shape, shape.to_json())]
         files += [(self.tokenizer_file(role), tok.to_str()) for role, tok in tokenizers.items() if tok is not None]
         files += [(self.task_state, json.dumps(task_state, indent=2))] if task_state else []
         files += [(self.init, json.dumps(init, indent=2))] if init is not None else []
         for path, text in files:
             atomic_write_text(path, text)
 
-    def write_config(self, model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> None:
+    def write_config(self, model: FamilyConfig, shape: DataShape, data: TaskConfig, train: TrainConfig) -> None:
+        """shape.json, then config.yaml (a resumed run's, whose train settings changed, or written before
+        shape.json, whose model section held the data's sizes: both are written, shape.json first)."""
+        atomic_write_text(self.shape, shape.to_json())
         atomic_write_text(self.config, _config_text(model, data, train))
 
     def record_config_changes(self, step: int, changes: list[str]) -> None:
@@ -140,6 +145,18 @@ class RunDir:
                     TrainConfig.from_dict(sections.get("train") or {}))
         except ConfigError as err:
             raise CheckpointError(f"{self.config}: {err}") from None
+
+    def read_shape(self) -> DataShape:
+        """The data's sizes the run's model was built with: shape.json, or in a run written before it,
+        those its config.yaml's model section kept (runs/migration.py)."""
+        try:
+            if self.shape.is_file():
+                return DataShape.read(self.shape)
+            if not self.config.exists():
+                raise CheckpointError(f"{self.path}: not a run directory (no config.yaml)")
+            return written_sizes(read_config_file(self.config).get("model"))
+        except ConfigError as err:
+            raise CheckpointError(str(err) if str(self.shape) in str(err) else f"{self.config}: {err}") from None
 
     def read_tokenizers(self) -> dict[str, Tokenizer | None]:
         """The tokenizers of the roles the run's task saves (tasks/task.py), by role: one object

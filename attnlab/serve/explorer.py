@@ -60,8 +60,8 @@ class Explorer:
         except ValueError as err:
             raise UsageError(f"{run_dir}: {err}") from None
         self.model = model
-        self.session = Session(self.run_dir, model, tokenizers, self.cfg, data_cfg, next(model.parameters()).device,
-                               allow_files)
+        self.session = Session(self.run_dir, model, tokenizers, self.cfg, self.run_dir.read_shape(), data_cfg,
+                               next(model.parameters()).device, allow_files)
         self.lock = threading.Lock()
         self.example = view.example(self.run_dir, tokenizers)
 

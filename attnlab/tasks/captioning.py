@@ -19,6 +19,7 @@ from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.spec import Greedy, Search
 from attnlab.eval.likelihood import evaluate as teacher_forced
 from attnlab.eval.metrics import corpus_bleu, exact_match
+from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import (
     CaptionBatch,
@@ -85,14 +86,14 @@ class Captioning(NextTokenTask):
         return {"shape": [height, width, channels_], "mean": data.standardise.mean, "std": data.standardise.std}
 
     @classmethod
-    def model_fields(cls, cfg: CaptioningConfig, data: CaptionData | None = None) -> dict[str, Any]:
+    def data_shape(cls, cfg: CaptioningConfig, data: CaptionData | None = None) -> DataShape:
         """Before the data is read, the image size it will give (planned_shape)."""
         if data is None:
             height, width, channels_ = planned_shape(cfg)
         else:
             channels_, height, width = data.image_shape
-        return {"image_height": height, "image_width": width, "channels": channels_,
-                "vocab_size": cls.vocabulary(data, "tgt"), "pad_id": PAD}
+        return DataShape(image_height=height, image_width=width, channels=channels_,
+                         vocab_size=cls.vocabulary(data, "tgt"), pad_id=PAD)
 
     @classmethod
     def validate(cls, model: nn.Module, data: CaptionData, device: torch.device, amp: Amp, n_decoded: int,

@@ -22,6 +22,7 @@ from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
+from attnlab.models.shape import DataShape
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.task import Amp, Piped, Prediction, Task, TaskConfig, register_task
@@ -237,13 +238,13 @@ class Classification(ClassifierTask):
         return {"labels": data.labels, "pairs": any(1 in e.segments for e in data.splits["train"])}
 
     @classmethod
-    def model_fields(cls, cfg: ClassificationConfig, data: ClassificationData | None = None) -> dict[str, typing.Any]:
-        """Two classes before the data is read. Sentence pairs set n_segments to 2; single texts leave
-        it to the model section (0 by default; a pre-trained model keeps its segment table, whose
+    def data_shape(cls, cfg: ClassificationConfig, data: ClassificationData | None = None) -> DataShape:
+        """Two classes before the data is read. Sentence pairs have 2 segments; single texts leave the
+        segment table to the model section (0 by default; a pre-trained model keeps its table, whose
         first row it adds everywhere)."""
         pairs = data is not None and any(1 in e.segments for e in data.splits["train"])
-        return {"vocab_size": cls.vocabulary(data, "src"), "n_classes": len(data.labels) if data is not None else 2,
-                "pad_id": PAD} | ({"n_segments": 2} if pairs else {})
+        return DataShape(vocab_size=cls.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
+                         pad_id=PAD, segments=2 if pairs else None)
 
     @classmethod
     def analysis_pass(cls, model: nn.Module, batch: ClassBatch) -> dict[str, Tensor]:
@@ -274,7 +275,7 @@ class Classification(ClassifierTask):
             raise UsageError("a text classifier reads one text per line from --input FILE or stdin, not arguments")
         lines = read_input_lines(input_file, "classify")
         state = run.read_task_state()
-        pairs = state.get("pairs", run.read_config()[0].n_segments > 0)  # runs of before 'pairs': pairs had segments
+        pairs = state.get("pairs", run.read_config()[0].segment_rows(run.read_shape()) > 0)  # runs of before 'pairs': pairs had segments
         probabilities = classify(model, run.read_tokenizers()["src"], lines, run.read_config()[1].max_len, pairs,
                                  batch_size, input_file or "<stdin>")
         return [(None, p if line.strip() else None) for line, p in zip(lines, probabilities)]

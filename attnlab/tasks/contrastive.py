@@ -36,6 +36,7 @@ from attnlab.data.images import Standardise, as_tensor, colour_of
 from attnlab.data.tokenizers import UNK
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.family import Inputs
+from attnlab.models.shape import DataShape
 from attnlab.nn.dual_encoder import symmetric_info_nce
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captioning import Captioning
@@ -168,8 +169,8 @@ class Contrastive(Task):
         return Captioning.saved_state(data) | {"labels": data.labels, "prompts": data.templates}
 
     @classmethod
-    def model_fields(cls, cfg: ContrastiveConfig, data: PairData | None = None) -> dict[str, Any]:
-        return Captioning.model_fields(cfg, data)
+    def data_shape(cls, cfg: ContrastiveConfig, data: PairData | None = None) -> DataShape:
+        return Captioning.data_shape(cfg, data)
 
     @classmethod
     def loss(cls, model: nn.Module, batch: PairBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:

@@ -39,6 +39,7 @@ from attnlab.data.series import (
 )
 from attnlab.errors import ConfigError, DataError
 from attnlab.models.family import Inputs
+from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classification import ExampleBatch
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
@@ -255,13 +256,13 @@ class Forecasting(Task):
                 "std": data.scaler.std}
 
     @classmethod
-    def model_fields(cls, cfg: ForecastingConfig, data: SeriesData | None = None) -> dict[str, Any]:
+    def data_shape(cls, cfg: ForecastingConfig, data: SeriesData | None = None) -> DataShape:
         """Before the data is prepared: the columns named, or those of the file."""
         if data is not None:
             columns = data.series.columns
         else:
             columns = cfg.column_list or read_series(cfg.path, cfg.date_column).columns
-        return {"n_channels": len(columns), "input_length": cfg.input_length, "horizon": cfg.horizon}
+        return DataShape(n_channels=len(columns), input_length=cfg.input_length, horizon=cfg.horizon)
 
     @classmethod
     def loss(cls, model: nn.Module, batch: SeriesBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:

@@ -40,6 +40,7 @@ from attnlab.data.images import (
 )
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
+from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.task import Prediction, TaskConfig, register_task
@@ -222,15 +223,15 @@ class ImageClassification(ClassifierTask):
                 "std": data.standardise.std}
 
     @classmethod
-    def model_fields(cls, cfg: ImageClassificationConfig, data: ImageData | None = None) -> dict[str, Any]:
+    def data_shape(cls, cfg: ImageClassificationConfig, data: ImageData | None = None) -> DataShape:
         """Before the data is read: the image size it will give (the resize, the built-in's 8x8x1, or
         the first training image's), two classes."""
         if data is None:
             height, width, channels = planned_shape(cfg)
         else:
             channels, height, width = data.image_shape
-        return {"image_height": height, "image_width": width, "channels": channels,
-                "n_classes": len(data.labels) if data is not None else 2}
+        return DataShape(image_height=height, image_width=width, channels=channels,
+                         n_classes=len(data.labels) if data is not None else 2)
 
     @classmethod
     def analysis_pass(cls, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:

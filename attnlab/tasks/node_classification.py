@@ -17,6 +17,7 @@ from attnlab.config import one_of
 from attnlab.data.graphs import BUILTIN_GRAPHS, Graph, karate_club, read_answers, read_graph
 from attnlab.errors import ConfigError, DataError
 from attnlab.models.family import Inputs
+from attnlab.models.shape import DataShape
 from attnlab.nn.graph import laplacian_eigenvectors
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.classification import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
@@ -175,13 +176,13 @@ class NodeClassification(ClassifierTask):
         return {"labels": data.labels}
 
     @classmethod
-    def model_fields(cls, cfg: NodeClassificationConfig, data: NodeData | None = None) -> dict[str, Any]:
+    def data_shape(cls, cfg: NodeClassificationConfig, data: NodeData | None = None) -> DataShape:
         """Without ``data``: the graph's sizes where it is built in, else one feature, two classes."""
         if data is None and cfg.in_memory:
             data = cls.prepare(cfg, None)
         if data is None:
-            return {"n_features": 1, "n_classes": 2}
-        return {"n_features": len(data.graph.features[0]), "n_classes": len(data.labels)}
+            return DataShape(n_features=1, n_classes=2)
+        return DataShape(n_features=len(data.graph.features[0]), n_classes=len(data.labels))
 
     @classmethod
     def evaluate_file(cls, model: nn.Module, cfg: NodeClassificationConfig, tokenizers: Tokenizers,

@@ -5,6 +5,7 @@ training by default; or trained on random windows, each segment after a context 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import typing
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from attnlab.data.tokenizers import PAD
 from attnlab.errors import DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.models.family import unwrapped
+from attnlab.models.shape import DataShape
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.memory import SegmentMemory
 from attnlab.tasks.batching import Batching, Tokenizers
@@ -90,8 +92,8 @@ class SegmentLanguageModel(LanguageModel):
         return data
 
     @classmethod
-    def model_fields(cls, cfg: SegmentLanguageModelConfig, data: SegmentData | None = None) -> dict[str, typing.Any]:
-        return super().model_fields(cfg, data) | {"segment_length": cfg.block_size}
+    def data_shape(cls, cfg: SegmentLanguageModelConfig, data: SegmentData | None = None) -> DataShape:
+        return dataclasses.replace(super().data_shape(cfg, data), segment_length=cfg.block_size)
 
     @classmethod
     def loss(cls, model: torch.nn.Module, batch: SegmentBatch | ContextSegmentBatch, label_smoothing: float,

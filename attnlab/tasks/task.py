@@ -20,6 +20,7 @@ from attnlab.data.tokenizers import PAD
 from attnlab.errors import ConfigError
 from attnlab.eval.likelihood import evaluate, logits_of, teacher_forced_loss
 from attnlab.models import Capabilities, Inputs
+from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, TaskData, Tokenizers
 
 Amp = Callable[[], ContextManager]
@@ -64,8 +65,8 @@ class Task:
     ``formats`` the values of data.format that imply it when data.task is not given; ``needs`` the
     capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
     whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
-    commands that use its runs; :meth:`model_fields` the model fields its data sets, which a training
-    config leaves out (:func:`set_by_data`), and their values; ``tokenizers`` the roles ('src', 'tgt')
+    commands that use its runs; :meth:`data_shape` the sizes its data gives a model (vocabularies,
+    image sizes, classes: models/shape.py); ``tokenizers`` the roles ('src', 'tgt')
     of the tokenizers it saves with a run, its data's ``tokenizers`` by role (a task without tokens
     declares none, and its data has none); ``untrained`` the modules of the model its loss never
     reaches (a masked-LM run's classifier), by name prefix, which a run started from it does not
@@ -128,13 +129,13 @@ class Task:
         return {}
 
     @classmethod
-    def model_fields(cls, cfg: Any, data: Any = None) -> dict[str, Any]:
-        """The model fields the task's data sets, the one declaration of them: without ``data``,
-        their names (:func:`set_by_data`) with the values the config ``cfg`` alone tells (`attnlab
-        info`, a sweep's planning, the run config's checks), a vocabulary size as None (only the
-        fitted tokenizer knows it: see :func:`with_vocabulary`); with the prepared ``data``, the
-        values it sets. By default one vocabulary's, the tokenizer of the first role the task saves."""
-        return {"vocab_size": cls.vocabulary(data, cls.tokenizers[0]), "pad_id": PAD}
+    def data_shape(cls, cfg: Any, data: Any = None) -> DataShape:
+        """The sizes the task's data gives a model, the one declaration of them: without ``data``,
+        what the config ``cfg`` alone tells (`attnlab info`, a sweep's planning, the run config's
+        checks), a vocabulary as None (only the fitted tokenizer knows it:
+        :meth:`DataShape.with_vocabulary`); with the prepared ``data``, every size. By default one
+        vocabulary's, the tokenizer of the first role the task saves."""
+        return DataShape(vocab_size=cls.vocabulary(data, cls.tokenizers[0]), pad_id=PAD)
 
     @classmethod
     def vocabulary(cls, data: Any, role: str) -> int | None:
@@ -176,17 +177,6 @@ class Task:
         raise NotImplementedError
 
 
-def set_by_data(cfg: TaskConfig) -> frozenset[str]:
-    """The model fields the data of ``cfg`` sets, which a training config leaves out and a run's
-    config.yaml lists beside its own: the names :meth:`Task.model_fields` plans."""
-    return frozenset(cfg.task.model_fields(cfg))
-
-
-def with_vocabulary(fields: dict[str, Any], size: int) -> dict[str, Any]:
-    """:meth:`Task.model_fields` planned without data, each vocabulary size (None) taken as ``size``."""
-    return {name: size if value is None else value for name, value in fields.items()}
-
-
 class NextTokenTask(Task):
     """A task whose targets are tokens, each predicted from the true prefix (teacher forcing):
     translation, language modelling. Trained with the label-smoothed cross-entropy, validated by
@@ -224,13 +214,13 @@ RELEASE_0_1_FIELDS = (
 def register_task(task: type[Task]) -> type[Task]:
     """Class decorator: make ``task`` selectable as ``data.task: <task.name>``; what it ``needs`` of a
     family is checked against :class:`Capabilities` here, and that a task declaring no tokenizer
-    says which model fields its data sets (the default :meth:`Task.model_fields` is the vocabulary
-    of its first tokenizer); a vocabulary size taken from a tokenizer it does not declare is
+    says which sizes its data gives (the default :meth:`Task.data_shape` is the vocabulary of its
+    first tokenizer); a vocabulary size taken from a tokenizer it does not declare is
     refused where the fields are first planned (:meth:`Task.vocabulary`)."""
     task.needs = Capabilities.check_needs(task.needs)
-    if not task.tokenizers and task.model_fields.__func__ is Task.model_fields.__func__:
+    if not task.tokenizers and task.data_shape.__func__ is Task.data_shape.__func__:
         raise TypeError(f"task {task.name!r} declares no tokenizer, so its data sets no vocabulary: define its "
-                        f"model_fields(cfg, data=None), or declare the roles of the tokenizers it saves "
+                        f"data_shape(cfg, data=None), or declare the roles of the tokenizers it saves "
                         f"(tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
     return register(TASKS, task, "task")
 

@@ -29,6 +29,7 @@ from attnlab.decode.spec import Greedy, Search
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
+from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.task import Amp, NextTokenTask, Piped, TaskConfig, register_task
 
@@ -229,11 +230,11 @@ class Translation(NextTokenTask):
         return cls.layout(tokenizers=tokenizers, splits=encoded, reports=reports, **batching.bucketing())
 
     @classmethod
-    def model_fields(cls, cfg: TranslationConfig, data: Seq2SeqData | None = None) -> dict[str, typing.Any]:
+    def data_shape(cls, cfg: TranslationConfig, data: Seq2SeqData | None = None) -> DataShape:
         """The target's vocabulary size; the source's as src_vocab_size, None when shared (the model
         reads it as the target's)."""
-        return {"vocab_size": cls.vocabulary(data, "tgt"), "pad_id": PAD,
-                "src_vocab_size": None if cfg.shared_vocab else cls.vocabulary(data, "src")}
+        return DataShape(vocab_size=cls.vocabulary(data, "tgt"), pad_id=PAD,
+                         src_vocab_size=None if cfg.shared_vocab else cls.vocabulary(data, "src"))
 
     @classmethod
     def validate(cls, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp,

@@ -32,6 +32,7 @@ from attnlab.data.scenes import Scene
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, UNK, Tokenizer
 from attnlab.errors import DataError, UsageError
 from attnlab.models.family import Inputs
+from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import ImageRows, read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
@@ -190,12 +191,12 @@ class VisualQA(ClassifierTask):
                 "std": data.standardise.std}
 
     @classmethod
-    def model_fields(cls, cfg: VisualQAConfig, data: QAData | None = None) -> dict[str, Any]:
+    def data_shape(cls, cfg: VisualQAConfig, data: QAData | None = None) -> DataShape:
         """Before the scenes are drawn: RGB images of data.image_size, two answers."""
         channels, height, width = data.image_shape if data is not None else (3, cfg.image_size, cfg.image_size)
-        return {"image_height": height, "image_width": width, "channels": channels,
-                "vocab_size": cls.vocabulary(data, "src"), "n_classes": len(data.labels) if data is not None else 2,
-                "pad_id": PAD}
+        return DataShape(image_height=height, image_width=width, channels=channels,
+                         vocab_size=cls.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
+                         pad_id=PAD)
 
     @classmethod
     def analysis_pass(cls, model: nn.Module, batch: QABatch) -> dict[str, Tensor]:

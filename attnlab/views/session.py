@@ -21,6 +21,7 @@ from attnlab.analysis.capture import AttentionRecord, capture_attention
 from attnlab.analysis.heads import head_entropy
 from attnlab.data.tokenizers import BOS, EOS
 from attnlab.decode.spec import Beam, Sample
+from attnlab.models.shape import DataShape
 from attnlab.runs.run_dir import RunDir
 from attnlab.views.limits import LIMITS, Refused
 
@@ -39,12 +40,14 @@ class Upload(io.BytesIO):
 @dataclass
 class Session:
     """One run loaded for the explorer: its model on ``device``, tokenizers by role, model section
-    ``cfg`` and data section ``data_cfg``; ``allow_files``: whether a request may name a file."""
+    ``cfg``, the data's sizes it was built with ``shape`` and data section ``data_cfg``;
+    ``allow_files``: whether a request may name a file."""
 
     run_dir: RunDir
     model: nn.Module
     tokenizers: dict[str, Any]
     cfg: Any
+    shape: DataShape
     data_cfg: Any
     device: torch.device
     allow_files: bool
