@@ -14,7 +14,8 @@ from torch import Tensor, nn
 
 from attnlab import FAMILIES, build_model, model_config
 from attnlab.data.tokenizers import EOS
-from attnlab.models import StackConfig
+from attnlab.models import FamilyConfig, StackConfig
+from attnlab.models.shape import SIZES, DataShape
 
 # The command-line program and torchrun, as commands (argv prefixes) of this interpreter: they work
 # in a plain checkout where no console script is installed (tests/conftest.py puts the repository
@@ -75,13 +76,24 @@ TINY_STACK = dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
 STACK_FIELDS = [f.name for f in dataclasses.fields(StackConfig)]
 
 
+def sized(data: dict | None = None, /, **fields) -> tuple[FamilyConfig, DataShape]:
+    """A model config and the data's sizes from one set of fields, as tests write them
+    (``build_model(*sized(arch="decoder_lm", vocab_size=50, stack=...))``): the sizes (models/shape.py)
+    go to the DataShape, the rest to the model config, and the config's checks of the sizes run."""
+    fields = {**(data or {}), **fields}
+    cfg = model_config({k: v for k, v in fields.items() if k not in SIZES})
+    shape = DataShape(**{k: v for k, v in fields.items() if k in SIZES})
+    cfg.check_shape(shape)
+    return cfg, shape
+
+
 def tiny_model(seed: int = 0, **overrides) -> torch.nn.Module:
     """A small model of any family (``arch``), built with a fixed seed, in eval mode: TINY's
-    fields where the family has them, TINY_STACK's in its attention stack (or as its own fields: a
-    recurrent model's d_model, n_layers and dropout), and ``overrides``, where a field of the stack
-    may be given by name (``tiny_model(attention_backend="math")``)."""
+    fields where the family has them (its vocabulary a size of the data), TINY_STACK's in its
+    attention stack (or as its own fields: a recurrent model's d_model, n_layers and dropout), and
+    ``overrides``, where a field of the stack may be given by name (``tiny_model(attention_backend="math")``)."""
     family = FAMILIES[overrides.get("arch", "encoder_decoder")]
-    own = family.config.field_names()
+    own = family.config.field_names() + sorted(SIZES)
     fields = {k: v for k, v in TINY.items() if k in own}
     if "stack" in own:
         by_name = {k: overrides.pop(k) for k in list(overrides) if k in STACK_FIELDS}
@@ -89,7 +101,7 @@ def tiny_model(seed: int = 0, **overrides) -> torch.nn.Module:
     else:
         fields |= {k: v for k, v in TINY_STACK.items() if k in own}
     torch.manual_seed(seed)
-    return build_model(model_config(**{**fields, **overrides})).eval()
+    return build_model(*sized(**{**fields, **overrides})).eval()
 
 
 def eos_biased(model: nn.Module, eos_bias: float) -> nn.Module:
