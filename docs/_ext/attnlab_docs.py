@@ -226,8 +226,11 @@ def sections() -> list[tuple[str, str | None, dict[str, type]]]:
         configs = {name: plugin.config for name, plugin in registry.items()}
         base = next(c for c in inspect.getmro(next(iter(configs.values()))) if RegisteredConfig in c.__bases__)
         registries[base.section] = (base.selector, configs)
+    from attnlab.models.shape import DataShape
+
     plain = {c.section: c for c in vars(run_config).values()
              if inspect.isclass(c) and issubclass(c, TypedConfig) and c.__dict__.get("section") in SECTIONS}
+    plain["shape"] = DataShape  # a model config's data sizes (a run's come from its data: shape.json)
     found = []
     for section in SECTIONS:
         if section in registries:
