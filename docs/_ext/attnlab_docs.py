@@ -296,7 +296,10 @@ def config_page(section: str, selector: str | None, choice: str, cls: type, rela
     lines += related or []
     lines += [f"Set a field in a config file's ``{section}:`` section or with "
               f"``--set {section}.FIELD=VALUE``.", ""]
-    return "\n".join(lines + table(config_fields(cls)) + [""])
+    fields = config_fields(cls)
+    if not fields:  # a family with nothing to choose (the naive forecast)
+        return "\n".join(lines[:-2] + ["It has no fields: nothing to choose.", ""])
+    return "\n".join(lines + table(fields) + [""])
 
 
 # ----------------------------------------------------------------------------------------------- the pages
