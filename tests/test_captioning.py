@@ -76,7 +76,7 @@ CAPTIONER = dict(arch="captioner", vocab_size=19, image_height=16, image_width=1
 
 def test_cross_attention_over_the_patches_is_multihead_attention_with_the_same_weights():
     torch.manual_seed(0)
-    model = build_model(model_config(**CAPTIONER)).eval()
+    model = build_model(*sized(**CAPTIONER)).eval()
     images, tgt = torch.randn(2, 3, 16, 12), torch.randint(5, 19, (2, 6))
     memory, valid = model.encode(images)
     assert memory.shape == (2, 12, 16) and valid.all()  # a grid of 4 x 3 patches, each a key
@@ -97,7 +97,7 @@ def test_cross_attention_over_the_patches_is_multihead_attention_with_the_same_w
 
 def test_the_captioners_encoder_is_the_vits():
     torch.manual_seed(0)
-    model = build_model(model_config(**CAPTIONER))
+    model = build_model(*sized(**CAPTIONER))
     images = torch.randn(1, 3, 16, 12)
     x = model.patch_embed(images) + model.positional.encode(torch.arange(12))  # x_p E + E_pos, no class token
     expected = model.encoder(x, torch.ones(1, 12, dtype=torch.bool), torch.arange(12))
@@ -107,7 +107,7 @@ def test_the_captioners_encoder_is_the_vits():
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "alibi"])
 def test_cached_decoding_equals_uncached(positional):
     torch.manual_seed(0)
-    model = build_model(model_config(**CAPTIONER, positional=positional)).eval()
+    model = build_model(*sized(**CAPTIONER, positional=positional)).eval()
     images, tgt = torch.randn(3, 3, 16, 12), torch.randint(5, 19, (3, 7))
     assert_cached_matches_uncached(model, tgt, src=images)
     assert_cached_matches_uncached(model, tgt, src=images, chunks=[3, 1, 3])
@@ -120,7 +120,7 @@ def test_cached_decoding_equals_uncached(positional):
 
 def test_beam_1_is_greedy():
     torch.manual_seed(1)
-    model = build_model(model_config(**CAPTIONER)).eval()
+    model = build_model(*sized(**CAPTIONER)).eval()
     images = torch.randn(4, 3, 16, 12)
     assert [hyps[0].tokens for hyps in beam_search(model, images, 1, max_len=9)] == greedy(model, images, 9)
 

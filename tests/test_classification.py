@@ -97,7 +97,7 @@ def test_pooling_ignores_padding():
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_a_classifier_gives_the_same_logits_with_or_without_padding(pooling):
     torch.manual_seed(0)
-    model = build_model(model_config(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0), n_classes=3, pooling=pooling, n_segments=2)).eval()
+    model = build_model(*sized(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0), n_classes=3, pooling=pooling, n_segments=2)).eval()
     ids = torch.tensor([[BOS, 5, 6, EOS, 7, EOS]])
     segments = torch.tensor([[0, 0, 0, 0, 1, 1]])
     padded = torch.cat([ids, torch.full((1, 3), PAD)], 1)

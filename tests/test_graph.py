@@ -63,7 +63,7 @@ def by_hand(attn, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("backend", ["math", "sdpa", "auto"])
 def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend):
     torch.manual_seed(0)
-    model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend=backend))).eval()
+    model = build_model(*sized(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend=backend))).eval()
     attn = model.encoder.layers[0].self_attn
     x = torch.randn(5, 8)
     with torch.no_grad():
@@ -73,7 +73,7 @@ def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend
 
 def test_non_edges_get_zero_weight_and_an_isolated_node_attends_to_itself_alone():
     torch.manual_seed(0)
-    model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend="math"))).eval()
+    model = build_model(*sized(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend="math"))).eval()
     attn = model.encoder.layers[0].self_attn
     with torch.no_grad():
         _, weights = with_weights(attn, torch.randn(1, 5, 8), mask=AttentionMask(explicit=neighbourhoods(SMALL)))
@@ -92,7 +92,7 @@ def test_a_node_sees_only_its_neighbourhood_per_layer():
     changed[3:] += 1.0
     eigenvectors = laplacian_eigenvectors(SMALL)
     for n_layers, reached in ((1, False), (2, True)):
-        model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=n_layers), laplacian_k=0)).eval()
+        model = build_model(*sized(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=n_layers), laplacian_k=0)).eval()
         with torch.no_grad():
             before, after = model(features, SMALL, eigenvectors), model(changed, SMALL, eigenvectors)
         assert torch.equal(before[:2], after[:2]) != reached
@@ -272,7 +272,7 @@ def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_p
     assert batch.features.shape == (21, 1) and batch.adjacency.shape == (21, 21) and batch.n_targets == 12
     assert batch.eigenvectors.shape == (21, 20) and batch.classes[20] == UNLABELLED
     torch.manual_seed(0)
-    model = build_model(model_config(arch="graph", **NodeClassification.model_fields(None, data))).eval()
+    model = build_model(*sized(arch="graph", **NodeClassification.model_fields(None, data))).eval()
     loss, nll = NodeClassification.loss(model, batch, 0.0, contextlib.nullcontext)
     with torch.no_grad():
         logits = model(batch.features, batch.adjacency, batch.eigenvectors)  # (21, 2)

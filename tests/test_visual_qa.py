@@ -62,7 +62,7 @@ def test_the_joint_sequence_by_hand():
     """Two words and <bos>/<eos>, one padding, then a 2 x 1 grid of patches: each token's vector is
     its embedding, its position (1-D for words, row + column for patches) and its modality's row."""
     torch.manual_seed(0)
-    model = build_model(model_config(**MODEL)).eval()
+    model = build_model(*sized(**MODEL)).eval()
     images, ids = torch.randn(1, 3, 8, 4), torch.tensor([[BOS, 5, 7, EOS, PAD]])
     x, valid, modality = model.sequence(images, ids)
     text, image = model.text_embed, model.image_tokens
@@ -81,7 +81,7 @@ def test_the_joint_sequence_by_hand():
 
 def test_the_joint_attention_is_multihead_attention_with_the_same_weights_and_the_head_reads_cls():
     torch.manual_seed(0)
-    model = build_model(model_config(**MODEL)).eval()
+    model = build_model(*sized(**MODEL)).eval()
     images, ids = torch.randn(2, 3, 8, 4), torch.tensor([[BOS, 5, 7, EOS, PAD], [BOS, 9, EOS, PAD, PAD]])
     attention = model.encoder.layers[1].self_attn
     seen = {}
@@ -104,8 +104,8 @@ def test_the_joint_attention_is_multihead_attention_with_the_same_weights_and_th
 
 def test_the_text_only_baseline_never_reads_the_pixels():
     torch.manual_seed(0)
-    baseline = build_model(model_config(**MODEL | {"image_tokens": "none"})).eval()
-    with_image = build_model(model_config(**MODEL)).eval()
+    baseline = build_model(*sized(**MODEL | {"image_tokens": "none"})).eval()
+    with_image = build_model(*sized(**MODEL)).eval()
     ids = torch.tensor([[BOS, 5, 7, EOS], [BOS, 9, 4, EOS]])
     a, b = torch.randn(2, 3, 8, 4), torch.randn(2, 3, 8, 4) * 10
     torch.testing.assert_close(baseline.classify(a, ids), baseline.classify(b, ids), rtol=0, atol=0)

@@ -84,7 +84,7 @@ def test_the_class_token_goes_first_and_summarises_mean_pooling_averages_the_pat
 
 def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positions():
     torch.manual_seed(0)
-    model = build_model(model_config(**{**VIT, "patches": dict(size=2, positional="learned_2d")})).eval()
+    model = build_model(*sized(**{**VIT, "patches": dict(size=2, positional="learned_2d")})).eval()
     images = torch.randn(2, 1, 8, 8)
     seen = []
     model.encoder.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
