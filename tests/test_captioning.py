@@ -13,14 +13,15 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab import ConfigError, DataError, build_model, model_config, task_config
+from attnlab import ConfigError, DataError, build_model, task_config
 from attnlab.data.scenes import generate
 from attnlab.decode.search import beam_search, greedy
 from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks import Batching
 from attnlab.tasks.captioning import Captioning
 
-from helpers import assert_cached_matches_uncached, run_cli
+from helpers import assert_cached_matches_uncached, run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,9 +35,9 @@ def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"model.arch must be 'captioner' for data.task 'captioning'"):
         run_config({"arch": "vit", "patches": {"size": 4}})
     with pytest.raises(ConfigError, match=r"image_height \(30\) must be divisible by patches.size \(4\)"):
-        model_config(arch="captioner", vocab_size=10, image_height=30)
+        sized(arch="captioner", vocab_size=10, image_height=30)
     with pytest.raises(ConfigError, match=r"attention_backend 'local' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"):
-        model_config(arch="captioner", vocab_size=10, stack=dict(attention_backend="local"))
+        sized(arch="captioner", vocab_size=10, stack=dict(attention_backend="local"))
 
 
 def run_config(model: dict):
@@ -267,7 +268,7 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     with capture_attention(model) as captured:
         model(x, torch.tensor([[BOS] + ids]))
     cross = [r.probs[0].reshape(2, len(ids) + 1, 4, 4) for r in captured.last().values() if r.kind == "cross"]
-    assert len(cross) == 1 and cfg.grid == (4, 4)
+    assert len(cross) == 1 and cfg.grid(RunDir(root / "run").read_shape()) == (4, 4)
     assert len(plotted) == 3  # head 0, head 1, the mean
     for maps, (picture, drawn_maps) in zip([cross[0][0], cross[0][1], cross[0].mean(0)], plotted):
         torch.testing.assert_close(drawn_maps, maps, atol=1e-6, rtol=0)
@@ -291,9 +292,8 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
 
 def test_the_captioning_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
-    from attnlab.runs.data import planned_model_config
-
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "captioning.yaml")
     assert cfg.data.task is Captioning and cfg.data.held_combinations == ("red triangle",)
-    model = planned_model_config(cfg)(17)
-    assert (model.arch, model.image_height, model.channels, model.grid) == ("captioner", 32, 3, (8, 8))
+    shape = cfg.planned_shape(vocab_size=17)
+    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.grid(shape)) == ("captioner", 32, 3, (8, 8))
+    assert shape.vocab_size == 17
