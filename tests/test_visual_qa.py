@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab import ConfigError, build_model, model_config, task_config
+from attnlab import ConfigError, build_model, task_config
 from attnlab.data.scenes import generate
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.nn.vision import patches
@@ -25,7 +25,7 @@ from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching
 from attnlab.tasks.visual_qa import VisualQA, kind_of
 
-from helpers import run_cli
+from helpers import run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,11 +47,11 @@ def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"model.arch must be 'single_stream' for data.task 'visual_qa'; got 'vit'"):
         run_config({"arch": "vit"})
     with pytest.raises(ConfigError, match=r"positional must be one of 'learned', 'sinusoidal', 'none' \(got 'rotary'\)"):
-        model_config(**MODEL | {"positional": "rotary"})
+        sized(**MODEL | {"positional": "rotary"})
     with pytest.raises(ConfigError, match=r"image_tokens must be one of 'patches', 'none' \(got 'pixels'\)"):
-        model_config(**MODEL | {"image_tokens": "pixels"})
+        sized(**MODEL | {"image_tokens": "pixels"})
     with pytest.raises(ConfigError, match=r"image_width \(6\) must be divisible by patches.size \(4\)"):
-        model_config(**MODEL | {"image_width": 6})
+        sized(**MODEL | {"image_width": 6})
     with pytest.raises(ConfigError, match=r"model.max_len \(8\) must cover the longest sequence \(18\)"):
         run_config({"arch": "single_stream", "max_len": 8})
 
@@ -286,12 +286,11 @@ def test_inspect_draws_the_cross_modal_blocks(qa_run, tmp_path):
 @pytest.mark.parametrize("recipe, image_tokens", [("visual_qa.yaml", "patches"), ("visual_qa_text_only.yaml", "none")])
 def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
     from attnlab.runs.config import RunConfig
-    from attnlab.runs.data import planned_model_config
-
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / recipe)
     assert cfg.data.task is VisualQA and cfg.data.held_combinations == ("red triangle",)
-    model = planned_model_config(cfg)(22)
-    assert (model.arch, model.image_tokens, model.grid) == ("single_stream", image_tokens, (8, 8))
+    shape = cfg.planned_shape(vocab_size=22)
+    assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.grid(shape)) == ("single_stream", image_tokens, (8, 8))
+    assert shape.vocab_size == 22
     if image_tokens == "patches":  # `info` reads the data, so it counts the 11 answers' head
         described = run_cli("info", str(ROOT / "recipes" / "multimodal" / recipe))
         assert described.returncode == 0, described.stderr
