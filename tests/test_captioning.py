@@ -13,14 +13,15 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab import ConfigError, DataError, build_model, model_config, task_config
+from attnlab import ConfigError, DataError, build_model, task_config
 from attnlab.data.scenes import generate
 from attnlab.decode.search import beam_search, greedy
 from attnlab.runs.checkpoint import load_run
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks import Batching
 from attnlab.tasks.captioning import Captioning
 
-from helpers import assert_cached_matches_uncached, run_cli
+from helpers import assert_cached_matches_uncached, run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,9 +35,9 @@ def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"model.arch must be 'captioner' for data.task 'captioning'"):
         run_config({"arch": "vit", "patches": {"size": 4}})
     with pytest.raises(ConfigError, match=r"image_height \(30\) must be divisible by patches.size \(4\)"):
-        model_config(arch="captioner", vocab_size=10, image_height=30)
+        sized(arch="captioner", vocab_size=10, image_height=30)
     with pytest.raises(ConfigError, match=r"attention_backend 'local' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"):
-        model_config(arch="captioner", vocab_size=10, stack=dict(attention_backend="local"))
+        sized(arch="captioner", vocab_size=10, stack=dict(attention_backend="local"))
 
 
 def run_config(model: dict):
@@ -76,7 +77,7 @@ CAPTIONER = dict(arch="captioner", vocab_size=19, image_height=16, image_width=1
 
 def test_cross_attention_over_the_patches_is_multihead_attention_with_the_same_weights():
     torch.manual_seed(0)
-    model = build_model(model_config(**CAPTIONER)).eval()
+    model = build_model(*sized(**CAPTIONER)).eval()
     images, tgt = torch.randn(2, 3, 16, 12), torch.randint(5, 19, (2, 6))
     memory, valid = model.encode(images)
     assert memory.shape == (2, 12, 16) and valid.all()  # a grid of 4 x 3 patches, each a key
@@ -97,7 +98,7 @@ def test_cross_attention_over_the_patches_is_multihead_attention_with_the_same_w
 
 def test_the_captioners_encoder_is_the_vits():
     torch.manual_seed(0)
-    model = build_model(model_config(**CAPTIONER))
+    model = build_model(*sized(**CAPTIONER))
     images = torch.randn(1, 3, 16, 12)
     x = model.patch_embed(images) + model.positional.encode(torch.arange(12))  # x_p E + E_pos, no class token
     expected = model.encoder(x, torch.ones(1, 12, dtype=torch.bool), torch.arange(12))
@@ -107,7 +108,7 @@ def test_the_captioners_encoder_is_the_vits():
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "alibi"])
 def test_cached_decoding_equals_uncached(positional):
     torch.manual_seed(0)
-    model = build_model(model_config(**CAPTIONER, positional=positional)).eval()
+    model = build_model(*sized(**CAPTIONER, positional=positional)).eval()
     images, tgt = torch.randn(3, 3, 16, 12), torch.randint(5, 19, (3, 7))
     assert_cached_matches_uncached(model, tgt, src=images)
     assert_cached_matches_uncached(model, tgt, src=images, chunks=[3, 1, 3])
@@ -120,7 +121,7 @@ def test_cached_decoding_equals_uncached(positional):
 
 def test_beam_1_is_greedy():
     torch.manual_seed(1)
-    model = build_model(model_config(**CAPTIONER)).eval()
+    model = build_model(*sized(**CAPTIONER)).eval()
     images = torch.randn(4, 3, 16, 12)
     assert [hyps[0].tokens for hyps in beam_search(model, images, 1, max_len=9)] == greedy(model, images, 9)
 
@@ -267,7 +268,7 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     with capture_attention(model) as captured:
         model(x, torch.tensor([[BOS] + ids]))
     cross = [r.probs[0].reshape(2, len(ids) + 1, 4, 4) for r in captured.last().values() if r.kind == "cross"]
-    assert len(cross) == 1 and cfg.grid == (4, 4)
+    assert len(cross) == 1 and cfg.grid(RunDir(root / "run").read_shape()) == (4, 4)
     assert len(plotted) == 3  # head 0, head 1, the mean
     for maps, (picture, drawn_maps) in zip([cross[0][0], cross[0][1], cross[0].mean(0)], plotted):
         torch.testing.assert_close(drawn_maps, maps, atol=1e-6, rtol=0)
@@ -291,9 +292,8 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
 
 def test_the_captioning_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
-    from attnlab.runs.data import planned_model_config
-
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "captioning.yaml")
     assert cfg.data.task is Captioning and cfg.data.held_combinations == ("red triangle",)
-    model = planned_model_config(cfg)(17)
-    assert (model.arch, model.image_height, model.channels, model.grid) == ("captioner", 32, 3, (8, 8))
+    shape = cfg.planned_shape(vocab_size=17)
+    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.grid(shape)) == ("captioner", 32, 3, (8, 8))
+    assert shape.vocab_size == 17

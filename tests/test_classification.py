@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab import DataError, build_model, model_config
+from attnlab import DataError, build_model
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
@@ -19,7 +19,7 @@ from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.classification import encode_inputs
 
-from helpers import run_cli
+from helpers import run_cli, sized
 
 
 def write(path, text: str):
@@ -97,7 +97,7 @@ def test_pooling_ignores_padding():
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_a_classifier_gives_the_same_logits_with_or_without_padding(pooling):
     torch.manual_seed(0)
-    model = build_model(model_config(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0), n_classes=3, pooling=pooling, n_segments=2)).eval()
+    model = build_model(*sized(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0), n_classes=3, pooling=pooling, n_segments=2)).eval()
     ids = torch.tensor([[BOS, 5, 6, EOS, 7, EOS]])
     segments = torch.tensor([[0, 0, 0, 0, 1, 1]])
     padded = torch.cat([ids, torch.full((1, 3), PAD)], 1)
@@ -156,7 +156,9 @@ def test_an_encoder_learns_to_classify_through_the_command_line(classifier):
     assert valid[-1]["accuracy"] == 1.0 and valid[-1]["macro_f1"] == 1.0 and valid[-1]["valid_loss"] < 0.1
     assert json.loads((root / "run" / "task_state.json").read_text()) == {"labels": ["neg", "pos"], "pairs": False}
     _, _, cfg = load_run(root / "run")
-    assert (cfg.n_classes, cfg.n_segments, cfg.pooling) == (2, 0, "cls")
+    shape = RunDir(root / "run").read_shape()  # the data's sizes, kept in shape.json
+    assert (shape.vocab_size, shape.n_classes, shape.segments) == (16, 2, None)
+    assert (cfg.n_segments, cfg.segment_rows(shape), cfg.pooling) == (0, 0, "cls")
     assert RunDir(root / "run").read_tokenizers()["tgt"] is None
 
 
@@ -224,7 +226,9 @@ def test_sentence_pairs_train_a_segment_table(tmp_path):
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     model, tokenizers, cfg = load_run(tmp_path / "run")
-    assert cfg.n_segments == 2 and model.embed.segments.weight.shape == (2, 32)
+    shape = RunDir(tmp_path / "run").read_shape()  # pairs: the data gives 2 segments, the model section none
+    assert (shape.segments, cfg.n_segments, cfg.segment_rows(shape)) == (2, 0, 2)
+    assert model.embed.segments.weight.shape == (2, 32)
     done = run_cli("predict", str(tmp_path / "run"), "--json", stdin="red cat\tred dog\nblue\n")
     assert done.returncode == 0, done.stderr
     # the same numbers as the model's own forward on BERT's pair input: <bos> a <eos> b <eos>, segments 0 then 1

@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab import ConfigError, build_model, model_config, task_config
+from attnlab import ConfigError, build_model, task_config
 from attnlab.data.scenes import generate
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.nn.dual_encoder import symmetric_info_nce
@@ -32,7 +32,7 @@ from attnlab.tasks.retrieval import (
     zero_shot_probabilities,
 )
 
-from helpers import run_cli
+from helpers import run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,7 @@ def loss_and_gradient(model, positives: list[list[int]], smoothing: float = 0.0)
                                        [[1, 1, 0], [1, 1, 0], [0, 0, 1]]],  # texts 0 and 1 the same caption
                          ids=["distinct", "repeated"])
 def test_info_nce_on_a_3x3_batch_equals_a_hand_computation(positives):
-    model = build_model(model_config(**DUAL))
+    model = build_model(*sized(**DUAL))
     assert model.logit_scale.item() == pytest.approx(1 / 0.07, rel=1e-7)  # CLIP's initial temperature
     loss, grad = loss_and_gradient(model, positives)
     expected_loss, expected_grad = hand_loss_and_gradient(1 / 0.07, positives)
@@ -99,7 +99,7 @@ def test_info_nce_on_a_3x3_batch_equals_a_hand_computation(positives):
 
 
 def test_the_temperature_is_clamped_at_100_and_gets_no_gradient_there():
-    model = build_model(model_config(**DUAL))
+    model = build_model(*sized(**DUAL))
     with torch.no_grad():
         model.log_logit_scale.fill_(math.log(200.0))
     assert model.logit_scale.item() == 100.0
@@ -117,11 +117,11 @@ def test_a_batchs_positives_are_the_texts_with_the_same_tokens():
 
 def test_the_towers_are_the_vit_and_the_text_encoder_with_the_same_weights():
     torch.manual_seed(0)
-    model = build_model(model_config(**{**DUAL, "n_image_layers": 1})).eval()
-    vit = build_model(model_config(arch="vit", image_height=16, image_width=12, channels=3, n_classes=2, patches=dict(size=4, positional="learned_2d"),
-                                   stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, layer_norm_eps=1e-5),
-                                   pooling="cls", )).eval()
-    text = build_model(model_config(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, activation="gelu", norm="pre"))).eval()
+    model = build_model(*sized(**{**DUAL, "n_image_layers": 1})).eval()
+    vit = build_model(*sized(arch="vit", image_height=16, image_width=12, channels=3, n_classes=2, patches=dict(size=4, positional="learned_2d"),
+                              stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, layer_norm_eps=1e-5),
+                              pooling="cls", )).eval()
+    text = build_model(*sized(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, activation="gelu", norm="pre"))).eval()
     missing = model.image.load_state_dict(vit.state_dict(), strict=False).missing_keys
     assert missing == [] and model.text.load_state_dict(text.state_dict(), strict=False).missing_keys == []
     images, ids = torch.randn(2, 3, 16, 12), torch.tensor([[1, 5, 6, 2], [1, 7, 2, 0]])
@@ -136,7 +136,7 @@ def test_zero_shot_classification_is_the_argmax_of_the_prompt_similarities():
     torch.manual_seed(0)
     labels, templates = ["red circle", "blue square", "green triangle"], ["a small {label}", "a large {label}"]
     tokenizer = Tokenizer.train("word", [t.format(label=label) for label in labels for t in templates], 100)
-    model = build_model(model_config(**{**DUAL, "vocab_size": tokenizer.vocab_size})).eval()
+    model = build_model(*sized(**{**DUAL, "vocab_size": tokenizer.vocab_size})).eval()
     images = torch.randn(5, 3, 16, 12)
     with torch.no_grad():
         image_vectors = [model.encode_image(image[None])[0] for image in images]  # one at a time
@@ -182,12 +182,12 @@ def test_a_bad_config_fails_early_naming_the_field():
     refusals = [
         (lambda: run_config({"arch": "captioner"}), "model.arch must be 'dual_encoder' for data.task 'contrastive'; "
                                                     "got 'captioner'"),
-        (lambda: model_config(**DUAL, init_temperature=0.0), "init_temperature must be > 0 (got 0.0)"),
-        (lambda: model_config(**DUAL, max_logit_scale=10.0),
+        (lambda: sized(**DUAL, init_temperature=0.0), "init_temperature must be > 0 (got 0.0)"),
+        (lambda: sized(**DUAL, max_logit_scale=10.0),
          "max_logit_scale (10.0) must be at least 1 / init_temperature (14.29)"),
-        (lambda: model_config(**{**DUAL, "d_embed": 0}), "d_embed must be >= 1 (got 0)"),
-        (lambda: model_config(**DUAL, text_pooling="eos"), "text_pooling must be one of 'cls', 'mean' (got 'eos')"),
-        (lambda: model_config(**DUAL, tie_embeddings="output"), "tie_embeddings must be one of 'none' (got 'output')"),
+        (lambda: sized(**{**DUAL, "d_embed": 0}), "d_embed must be >= 1 (got 0)"),
+        (lambda: sized(**DUAL, text_pooling="eos"), "text_pooling must be one of 'cls', 'mean' (got 'eos')"),
+        (lambda: sized(**DUAL, tie_embeddings="output"), "tie_embeddings must be one of 'none' (got 'output')"),
         (lambda: task_config({"task": "contrastive", "dataset": "scenes", "prompts": "a {colour} thing"}),
          "prompts: 'a {colour} thing' must name the class as {label} and hold no other braces (e.g. 'a picture of a "
          "{label}')"),
@@ -315,13 +315,12 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
 
 def test_the_dual_encoder_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
-    from attnlab.runs.data import planned_model_config
-
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "dual_encoder.yaml")
     assert cfg.data.task is Contrastive and cfg.data.held_combinations == ("red triangle",)
     assert len(cfg.data.class_names) == 12 and cfg.data.templates == ["a small {label}", "a large {label}"]
-    model = planned_model_config(cfg)(17)
-    assert (model.arch, model.image_height, model.channels, model.grid) == ("dual_encoder", 32, 3, (8, 8))
+    shape = cfg.planned_shape(vocab_size=17)
+    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.grid(shape)) == ("dual_encoder", 32, 3, (8, 8))
+    assert shape.vocab_size == 17
 
 
 def test_a_run_on_captions_files_has_no_classes_of_its_own(tmp_path):

@@ -11,8 +11,11 @@ import torch
 
 from attnlab import ConfigError, build_model, model_config
 from attnlab.analysis.capture import capture_attention
+from attnlab.models.shape import DataShape
 from attnlab.nn.layers import ResidualConnection, TokenBatchNorm
 from attnlab.nn.series import ChannelLinear, LastValue, Patching, RevIN, SeriesDecomposition
+
+from helpers import sized
 
 PAPER = dict(n_channels=7, input_length=336, horizon=96)  # ETTh1, the paper's input and shortest horizon
 SMALL = dict(n_channels=3, input_length=40, horizon=12, patch_length=8, patch_stride=4, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32))
@@ -27,7 +30,7 @@ def series(*shape: int, seed: int = 0) -> torch.Tensor:
 
 def patchtst(seed: int = 0, **fields) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return build_model(model_config(arch="patchtst", **{**SMALL, **fields})).eval()
+    return build_model(*sized(arch="patchtst", **{**SMALL, **fields})).eval()
 
 
 # -- RevIN -----------------------------------------------------------------------------------------
@@ -101,8 +104,7 @@ def test_the_trend_is_a_moving_average_with_the_ends_repeated_and_seasonal_is_th
 
 @pytest.mark.parametrize("individual", [False, True])
 def test_dlinear_forecasts_the_two_linear_maps_of_seasonal_and_trend(individual):
-    cfg = model_config(arch="dlinear", n_channels=3, input_length=30, horizon=7, kernel_size=5, individual=individual)
-    model = build_model(cfg)
+    model = build_model(*sized(arch="dlinear", n_channels=3, input_length=30, horizon=7, kernel_size=5, individual=individual))
     maps = (model.seasonal, model.trend)
     assert all(torch.all(m.weight == 1 / 30) for m in maps)  # each starts as the mean of the inputs
     g = torch.Generator().manual_seed(0)
@@ -130,7 +132,7 @@ def test_dlinear_forecasts_the_two_linear_maps_of_seasonal_and_trend(individual)
 # -- the last value ----------------------------------------------------------------------------------
 
 def test_the_last_value_repeated_exactly_with_no_parameters():
-    model = build_model(model_config(arch="last_value", **PAPER))
+    model = build_model(*sized(arch="last_value", **PAPER))
     assert isinstance(model, LastValue) and list(model.parameters()) == []
     x = series(2, 336, 7)
     y = model.forecast(x)
@@ -207,17 +209,17 @@ def test_token_batch_norm_standardises_each_feature_over_every_token_of_the_batc
 
 @pytest.mark.parametrize("normalisation, kind", [("batch", TokenBatchNorm), ("layer", torch.nn.LayerNorm)])
 def test_patchtst_normalises_its_residual_blocks_as_chosen(normalisation, kind):
-    model = build_model(model_config(arch="patchtst", **PAPER, normalisation=normalisation))
+    model = build_model(*sized(arch="patchtst", **PAPER, normalisation=normalisation))
     norms = [m.norm for m in model.modules() if isinstance(m, ResidualConnection)]
     assert len(norms) == 6 and all(type(norm) is kind for norm in norms)
 
 
 @pytest.mark.parametrize("revin_affine", [False, True])
 def test_patchtst_parameters_of_the_papers_etth1_model(revin_affine):
-    cfg = model_config(arch="patchtst", **PAPER, revin_affine=revin_affine)
-    model = build_model(cfg)
+    cfg, shape = sized(arch="patchtst", **PAPER, revin_affine=revin_affine)
+    model = build_model(cfg, shape)
     C, H, P, N, D, F, n_layers = 7, 96, 16, 42, 16, 128, 3
-    assert cfg.n_patches == N
+    assert cfg.n_patches(shape) == N
     per_layer = (3 * D * D + 3 * D) + (D * D + D) + (D * F + F + F * D + D) + 2 * 2 * D  # attention, FFN, 2 norms
     expected = (P * D + D) + N * D + n_layers * per_layer + (N * D * H + H) + (2 * C if revin_affine else 0)
     assert sum(p.numel() for p in model.parameters()) == expected == 81_728 + (14 if revin_affine else 0)
@@ -227,18 +229,23 @@ def test_patchtst_parameters_of_the_papers_etth1_model(revin_affine):
 # -- configs -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["patchtst", "dlinear", "last_value"])
-def test_each_family_builds_from_the_datas_fields_and_round_trips(arch):
-    cfg = model_config(arch=arch, **PAPER)
+def test_each_family_builds_from_the_datas_sizes_and_round_trips(arch):
+    cfg, shape = sized(arch=arch, **PAPER)
+    assert shape == DataShape(n_channels=7, input_length=336, horizon=96)
     assert cfg.capabilities.inputs == "series" and not cfg.capabilities.encoder and not cfg.capabilities.decoder
     assert cfg.capabilities.attention_weights == (arch == "patchtst")
-    assert cfg.field_names()[:3] == ["n_channels", "input_length", "horizon"]
+    assert not {"n_channels", "input_length", "horizon"} & set(cfg.field_names())  # the data's, not the model's
     assert model_config(cfg.to_dict()) == cfg
     torch.manual_seed(0)
-    model = build_model(cfg).eval()
+    model = build_model(cfg, shape).eval()
     assert model.forecast(series(2, 336, 7)).shape == (2, 96, 7)
     for name in ("n_channels", "input_length", "horizon"):
-        with pytest.raises(ConfigError, match=f"^{name} must be >= 1"):
-            model_config(arch=arch, **{**PAPER, name: 0})
+        with pytest.raises(ConfigError, match=f"^shape.{name} must be at least 1 \\(got 0\\)$"):
+            sized(arch=arch, **{**PAPER, name: 0})
+        with pytest.raises(ConfigError, match=f"^model.{name} is set by the data, not the model section"):
+            model_config(arch=arch, **{name: PAPER[name]})
+    with pytest.raises(ConfigError, match=f"^arch '{arch}' needs horizon from its data, which gives none$"):
+        build_model(cfg, DataShape(n_channels=7, input_length=336))
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -257,4 +264,4 @@ def test_each_family_builds_from_the_datas_fields_and_round_trips(arch):
 ])
 def test_bad_configs_are_refused_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
-        model_config(**PAPER, **fields)
+        sized(**PAPER, **fields)

@@ -14,6 +14,7 @@ import torch
 
 from attnlab import ConfigError, DataError, build_model, model_config, task_config
 from attnlab.data.graphs import karate_club, read_edges, read_graph, read_nodes
+from attnlab.models.shape import DataShape
 from attnlab.nn.graph import LaplacianPositionalEncoding, laplacian_eigenvectors, neighbourhoods, normalized_laplacian
 from attnlab.nn.masks import AttentionMask
 from attnlab.runs.checkpoint import load_run
@@ -26,7 +27,7 @@ from attnlab.tasks.node_classification import (
     split_nodes,
 )
 
-from helpers import run_cli, with_weights
+from helpers import run_cli, sized, with_weights
 
 
 def adjacency(n: int, edges: list[tuple[int, int]]) -> torch.Tensor:
@@ -63,7 +64,7 @@ def by_hand(attn, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("backend", ["math", "sdpa", "auto"])
 def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend):
     torch.manual_seed(0)
-    model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend=backend))).eval()
+    model = build_model(*sized(arch="graph", n_features=3, n_classes=2, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend=backend))).eval()
     attn = model.encoder.layers[0].self_attn
     x = torch.randn(5, 8)
     with torch.no_grad():
@@ -73,7 +74,7 @@ def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend
 
 def test_non_edges_get_zero_weight_and_an_isolated_node_attends_to_itself_alone():
     torch.manual_seed(0)
-    model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend="math"))).eval()
+    model = build_model(*sized(arch="graph", n_features=3, n_classes=2, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend="math"))).eval()
     attn = model.encoder.layers[0].self_attn
     with torch.no_grad():
         _, weights = with_weights(attn, torch.randn(1, 5, 8), mask=AttentionMask(explicit=neighbourhoods(SMALL)))
@@ -92,7 +93,7 @@ def test_a_node_sees_only_its_neighbourhood_per_layer():
     changed[3:] += 1.0
     eigenvectors = laplacian_eigenvectors(SMALL)
     for n_layers, reached in ((1, False), (2, True)):
-        model = build_model(model_config(arch="graph", n_features=3, stack=dict(d_model=8, n_heads=2, n_layers=n_layers), laplacian_k=0)).eval()
+        model = build_model(*sized(arch="graph", n_features=3, n_classes=2, stack=dict(d_model=8, n_heads=2, n_layers=n_layers), laplacian_k=0)).eval()
         with torch.no_grad():
             before, after = model(features, SMALL, eigenvectors), model(changed, SMALL, eigenvectors)
         assert torch.equal(before[:2], after[:2]) != reached
@@ -185,7 +186,7 @@ def test_training_flips_each_eigenvectors_sign_at_random():
 ])
 def test_the_config_refuses_early_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
-        model_config(arch="graph", n_features=4, **fields)
+        sized(arch="graph", n_features=4, **fields)
 
 
 # -- the node-classification task -----------------------------------------------------------------
@@ -264,7 +265,8 @@ def small_task(tmp_path, **fields) -> NodeClassificationConfig:
 
 
 def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_path):
-    data = NodeClassification.prepare(small_task(tmp_path), None)
+    task = small_task(tmp_path)
+    data = NodeClassification.prepare(task, None)
     assert NodeClassification.describe(data) == (
         f"graph {tmp_path}/nodes.csv: 21 nodes, 19 edges, 1 features; labelled nodes: train 12, valid 4, test 4; "
         f"labels a, b")
@@ -272,7 +274,9 @@ def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_p
     assert batch.features.shape == (21, 1) and batch.adjacency.shape == (21, 21) and batch.n_targets == 12
     assert batch.eigenvectors.shape == (21, 20) and batch.classes[20] == UNLABELLED
     torch.manual_seed(0)
-    model = build_model(model_config(arch="graph", **NodeClassification.model_fields(None, data))).eval()
+    shape = NodeClassification.data_shape(task, data)
+    assert shape == DataShape(n_features=1, n_classes=2)
+    model = build_model(model_config(arch="graph"), shape).eval()
     loss, nll = NodeClassification.loss(model, batch, 0.0, contextlib.nullcontext)
     with torch.no_grad():
         logits = model(batch.features, batch.adjacency, batch.eigenvectors)  # (21, 2)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab import ConfigError, build_model, model_config, task_config
+from attnlab import ConfigError, build_model, task_config
 from attnlab.data.scenes import generate
 from attnlab.data.tokenizers import BOS, EOS, PAD
 from attnlab.nn.vision import patches
@@ -25,7 +25,7 @@ from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching
 from attnlab.tasks.visual_qa import VisualQA, kind_of
 
-from helpers import run_cli
+from helpers import run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,11 +47,11 @@ def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"model.arch must be 'single_stream' for data.task 'visual_qa'; got 'vit'"):
         run_config({"arch": "vit"})
     with pytest.raises(ConfigError, match=r"positional must be one of 'learned', 'sinusoidal', 'none' \(got 'rotary'\)"):
-        model_config(**MODEL | {"positional": "rotary"})
+        sized(**MODEL | {"positional": "rotary"})
     with pytest.raises(ConfigError, match=r"image_tokens must be one of 'patches', 'none' \(got 'pixels'\)"):
-        model_config(**MODEL | {"image_tokens": "pixels"})
+        sized(**MODEL | {"image_tokens": "pixels"})
     with pytest.raises(ConfigError, match=r"image_width \(6\) must be divisible by patches.size \(4\)"):
-        model_config(**MODEL | {"image_width": 6})
+        sized(**MODEL | {"image_width": 6})
     with pytest.raises(ConfigError, match=r"model.max_len \(8\) must cover the longest sequence \(18\)"):
         run_config({"arch": "single_stream", "max_len": 8})
 
@@ -62,7 +62,7 @@ def test_the_joint_sequence_by_hand():
     """Two words and <bos>/<eos>, one padding, then a 2 x 1 grid of patches: each token's vector is
     its embedding, its position (1-D for words, row + column for patches) and its modality's row."""
     torch.manual_seed(0)
-    model = build_model(model_config(**MODEL)).eval()
+    model = build_model(*sized(**MODEL)).eval()
     images, ids = torch.randn(1, 3, 8, 4), torch.tensor([[BOS, 5, 7, EOS, PAD]])
     x, valid, modality = model.sequence(images, ids)
     text, image = model.text_embed, model.image_tokens
@@ -81,7 +81,7 @@ def test_the_joint_sequence_by_hand():
 
 def test_the_joint_attention_is_multihead_attention_with_the_same_weights_and_the_head_reads_cls():
     torch.manual_seed(0)
-    model = build_model(model_config(**MODEL)).eval()
+    model = build_model(*sized(**MODEL)).eval()
     images, ids = torch.randn(2, 3, 8, 4), torch.tensor([[BOS, 5, 7, EOS, PAD], [BOS, 9, EOS, PAD, PAD]])
     attention = model.encoder.layers[1].self_attn
     seen = {}
@@ -104,8 +104,8 @@ def test_the_joint_attention_is_multihead_attention_with_the_same_weights_and_th
 
 def test_the_text_only_baseline_never_reads_the_pixels():
     torch.manual_seed(0)
-    baseline = build_model(model_config(**MODEL | {"image_tokens": "none"})).eval()
-    with_image = build_model(model_config(**MODEL)).eval()
+    baseline = build_model(*sized(**MODEL | {"image_tokens": "none"})).eval()
+    with_image = build_model(*sized(**MODEL)).eval()
     ids = torch.tensor([[BOS, 5, 7, EOS], [BOS, 9, 4, EOS]])
     a, b = torch.randn(2, 3, 8, 4), torch.randn(2, 3, 8, 4) * 10
     torch.testing.assert_close(baseline.classify(a, ids), baseline.classify(b, ids), rtol=0, atol=0)
@@ -286,12 +286,11 @@ def test_inspect_draws_the_cross_modal_blocks(qa_run, tmp_path):
 @pytest.mark.parametrize("recipe, image_tokens", [("visual_qa.yaml", "patches"), ("visual_qa_text_only.yaml", "none")])
 def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
     from attnlab.runs.config import RunConfig
-    from attnlab.runs.data import planned_model_config
-
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / recipe)
     assert cfg.data.task is VisualQA and cfg.data.held_combinations == ("red triangle",)
-    model = planned_model_config(cfg)(22)
-    assert (model.arch, model.image_tokens, model.grid) == ("single_stream", image_tokens, (8, 8))
+    shape = cfg.planned_shape(vocab_size=22)
+    assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.grid(shape)) == ("single_stream", image_tokens, (8, 8))
+    assert shape.vocab_size == 22
     if image_tokens == "patches":  # `info` reads the data, so it counts the 11 answers' head
         described = run_cli("info", str(ROOT / "recipes" / "multimodal" / recipe))
         assert described.returncode == 0, described.stderr

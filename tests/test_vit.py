@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from attnlab import ConfigError, DataError, build_model, model_config, task_config
+from attnlab import ConfigError, DataError, build_model, task_config
 from attnlab.analysis.heads import attention_rollout
 from attnlab.data.images import digits, read_folder, read_npz, write_example_digits
 from attnlab.nn.vision import (
@@ -29,7 +29,7 @@ from attnlab.nn.vision import (
 )
 from attnlab.runs.checkpoint import load_run
 
-from helpers import run_cli
+from helpers import run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ def test_the_class_token_goes_first_and_summarises_mean_pooling_averages_the_pat
 
 def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positions():
     torch.manual_seed(0)
-    model = build_model(model_config(**{**VIT, "patches": dict(size=2, positional="learned_2d")})).eval()
+    model = build_model(*sized(**{**VIT, "patches": dict(size=2, positional="learned_2d")})).eval()
     images = torch.randn(2, 1, 8, 8)
     seen = []
     model.encoder.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
@@ -108,7 +108,7 @@ def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positi
 ])
 def test_the_config_refuses_early_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
-        model_config(**{**VIT, "patches": dict(size=4), **fields})
+        sized(**{**VIT, "patches": dict(size=4), **fields})
 
 
 def test_attention_rollout_by_hand():
@@ -293,4 +293,4 @@ def test_the_digits_recipes_are_valid_configs(recipe, arch):
     from attnlab.runs.config import RunConfig
 
     cfg = RunConfig.from_file(Path(__file__).resolve().parents[1] / "recipes" / "digits" / recipe)
-    assert cfg.model["arch"] == arch and cfg.data.dataset == "digits" and cfg.data.flip == "none"
+    assert cfg.model.arch == arch and cfg.data.dataset == "digits" and cfg.data.flip == "none"
