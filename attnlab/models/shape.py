@@ -79,9 +79,9 @@ class DataShape:
                               f"({min(self.vocab_sizes)})")
 
     def with_vocabulary(self, size: int) -> "DataShape":
-        """The shape with the vocabulary the data has not sized yet (None) taken as ``size``, the
-        source's too where it has its own: a plan made before the tokenizers are fitted (`attnlab
-        info --vocab-size`, a sweep's budget)."""
+        """The shape with the vocabulary the data has not sized yet (None) taken as ``size``: a plan
+        made before the tokenizers are fitted (`attnlab info --vocab-size`, a sweep's budget); a
+        source vocabulary of its own, unknown too, is then read as the same size (``src_vocab``)."""
         return dataclasses.replace(self, vocab_size=self.vocab_size if self.vocab_size is not None else size)
 
     def to_dict(self) -> dict[str, int]:
