@@ -18,20 +18,20 @@ from attnlab.data.tokenizers import BOS, PAD
 from attnlab.decode.spec import Sample, sample
 from attnlab.decode.speculative import speculative_decode
 from attnlab.errors import ConfigError
-from attnlab.models import model_config
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.memory import MemoryKV, SegmentMemory
 from attnlab.tasks.segment_language_model import SegmentLanguageModel
 
-from helpers import assert_cached_matches_uncached, random_ids, run_cli, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, run_cli, sized, tiny_model
 
 RELATIVE = ["rotary", "relative", "relative_bias", "alibi", "none"]
 SHAPES = [(4, 4), (4, 2), (3, 7), (5, 0)]  # (segment_length T, memory_length M): M = T, M < T, M > T, none
 
 
 def xl(**fields) -> torch.nn.Module:
-    return tiny_model(arch="transformer_xl", **fields)
+    """A tiny Transformer-XL; its segment length, a size of the data, 64 unless given."""
+    return tiny_model(arch="transformer_xl", **{"segment_length": 64, **fields})
 
 
 @pytest.mark.parametrize("positional", RELATIVE)
@@ -238,13 +238,13 @@ def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leave
                                         r"or 'auto'"),
     (dict(stack=dict(attention_backend="linear", dropout=0.0)), r"attention_backend 'linear' takes padding and causality only"),
     (dict(memory_length=-1), r"memory_length must be >= 0 \(got -1\)"),
-    (dict(segment_length=0), r"segment_length must be >= 1 \(got 0\)"),
+    (dict(segment_length=0), r"^shape.segment_length must be at least 1 \(got 0\)$"),  # a size of the data
     (dict(multi_token_heads=2), r"model.arch 'transformer_xl' has no field 'multi_token_heads'"),
 ])
 def test_a_bad_model_section_fails_when_built_in_one_line(fields, message):
     with pytest.raises(ConfigError, match=message) as err:
         stack = dict(d_model=16, n_heads=2, **fields.get("stack", {}))
-        model_config(**{"arch": "transformer_xl", "vocab_size": 10, **fields, "stack": stack})
+        sized(**{"arch": "transformer_xl", "vocab_size": 10, "segment_length": 4, **fields, "stack": stack})
     assert "\n" not in str(err.value)
 
 
