@@ -298,8 +298,9 @@ def test_decoding_options_that_do_not_fit_the_run_are_one_line(tmp_path, run, ar
     if run == "cmlm":  # a run directory whose weights are never read: the options are refused first
         path = tmp_path / "run"
         path.mkdir()
-        (path / "config.yaml").write_text("model: {arch: cmlm, vocab_size: 20}\ndata: {task: masked_translation, "
+        (path / "config.yaml").write_text("model: {arch: cmlm}\ndata: {task: masked_translation, "
                                           "format: parallel, train: x, src_lang: de, tgt_lang: en}\n")
+        (path / "shape.json").write_text('{"vocab_size": 20}\n')  # the data's sizes, as a run keeps them
     else:
         path = SCAN_RUN
     for command in ("translate", "evaluate") if "--oracle-length" not in args else ("evaluate",):

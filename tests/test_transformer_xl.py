@@ -18,6 +18,7 @@ from attnlab.data.tokenizers import BOS, PAD
 from attnlab.decode.spec import Sample, sample
 from attnlab.decode.speculative import speculative_decode
 from attnlab.errors import ConfigError
+from attnlab.models import build_model, model_config
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.memory import MemoryKV, SegmentMemory
@@ -246,6 +247,16 @@ def test_a_bad_model_section_fails_when_built_in_one_line(fields, message):
         stack = dict(d_model=16, n_heads=2, **fields.get("stack", {}))
         sized(**{"arch": "transformer_xl", "vocab_size": 10, "segment_length": 4, **fields, "stack": stack})
     assert "\n" not in str(err.value)
+
+
+def test_the_segment_length_is_the_datas_never_the_model_sections():
+    """Issue 61: T comes with the data's shape (data.block_size in a run), and the model reads it there."""
+    assert xl(segment_length=5, memory_length=3).segment_length == 5
+    with pytest.raises(ConfigError, match=r"^model.segment_length is set by the data, not the model section: remove it$"):
+        model_config(arch="transformer_xl", segment_length=5)
+    cfg, shape = sized(arch="transformer_xl", vocab_size=10)
+    with pytest.raises(ConfigError, match=r"^arch 'transformer_xl' needs segment_length from its data, which gives none$"):
+        build_model(cfg, shape)
 
 
 TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 40
