@@ -47,7 +47,7 @@ def test_info_table_runs_as_a_console_script():
 
 @pytest.mark.parametrize("text,code,message", [
     (None, 3, "no such config file"),
-    ("model:\n  vocab_size: 10\n  stack: {n_heads: 3}\n", 3, "d_model (512) must be divisible by n_heads (3)"),
+    ("model:\n  stack: {n_heads: 3}\nshape: {vocab_size: 10}\n", 3, "d_model (512) must be divisible by n_heads (3)"),
     ("model: [1\n", 3, "YAML does not parse"),
 ])
 def test_bad_config_is_one_line_and_an_exit_code(tmp_path, text, code, message):
@@ -158,7 +158,7 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     (["--set", "trian.max_steps=3"], "unknown section 'trian' (did you mean 'train'?)"),
     (["--set", "train.max_step=3"], "unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
     (["--set", "train.max_steps=[1"], "the value does not parse"),
-    (["--set", "model.vocab_size=10"], "model.vocab_size is set from the data"),
+    (["--set", "model.vocab_size=10"], "model.vocab_size is set by the data, not the model section: remove it"),
 ])
 def test_train_rejects_bad_overrides(tmp_path, args, message):
     config = tiny_parallel_corpus(tmp_path)

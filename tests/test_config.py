@@ -13,10 +13,11 @@ import pytest
 from attnlab import ConfigError, model_config
 from attnlab.config import TypedConfig
 from attnlab.models import StackConfig, read_model_config
-from attnlab.runs.migration import migrated_model
+from attnlab.models.shape import DataShape
+from attnlab.runs.migration import migrated_model, written_sizes
 
 import golden
-from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
+from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -42,14 +43,13 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
     (dict(positional_dim=8), r"positional_dim is only used with positional_combine 'concat'"),
     (dict(positional_combine="concat", positional_dim=7, tie_embeddings="none"), r"sinusoidal positions need an even width \(got 7\)"),
     (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
-    (dict(arch="decoder_lm", src_vocab_size=100), r"model.arch 'decoder_lm' has no field 'src_vocab_size' \(did you mean 'vocab_size'\?\); its fields: "
-                                                  r"vocab_size, stack, positional"),
+    (dict(arch="decoder_lm", output_bias=True), r"model.arch 'decoder_lm' has no field 'output_bias'; its fields: "
+                                                r"stack, positional"),
     (dict(arch="decoder_lm", tie_embeddings="src_tgt"), r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder'"),
     (dict(positional_base=1.0), r"positional_base must be > 1"),
     (dict(arch="encoder_only", n_classes=1), r"n_classes must be >= 2"),
-    (dict(n_classes=3), r"model.arch 'encoder_decoder' has no field 'n_classes'"),
     (dict(rnn_cell="lstm"), r"model.arch 'encoder_decoder' has no field 'rnn_cell'"),
-    (dict(arch="rnn", n_heads=4), r"model.arch 'rnn' has no field 'n_heads'; its fields: vocab_size, src_vocab_size, d_model"),
+    (dict(arch="rnn", n_heads=4), r"model.arch 'rnn' has no field 'n_heads'; its fields: d_model, n_layers"),
     (dict(norm="pre"), r"model.norm is a field of model.stack: write it inside stack \(stack: \{norm: ...\}; --set "
                        r"model.stack.norm=...\)"),
     (dict(stack=dict(layer_norm_eps=float("nan"))), r"layer_norm_eps must be a finite number"),
@@ -59,20 +59,45 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, without_dropout
     (dict(arch="encoder_only", n_decoder_layers=2), r"model.arch 'encoder_only' has no field 'n_decoder_layers'"),
 ])
 def test_invalid_configs_name_the_field(overrides, message):
+    """A model config's own fields, and its checks of the data's sizes (vocab_size 100 unless overridden)."""
     fields = {"vocab_size": 100, **overrides}
     if overrides.get("arch") != "rnn":  # a family with an attention stack: d_model 64, 4 heads unless overridden
         fields["stack"] = {"d_model": 64, "n_heads": 4, **overrides.get("stack", {})}
     with pytest.raises(ConfigError, match=message):
-        model_config(**fields)
+        sized(**fields)
+
+
+@pytest.mark.parametrize("size", ["vocab_size", "pad_id", "n_classes", "image_height", "horizon", "segment_length"])
+def test_a_size_the_data_decides_is_refused_in_a_model_section(size):
+    """The sizes are the DataShape's (models/shape.py), handed to the builder: one line says so."""
+    with pytest.raises(ConfigError, match=rf"^model.{size} is set by the data, not the model section: remove it$"):
+        model_config(arch="decoder_lm", **{size: 8})
+
+
+def test_the_data_shape_checks_its_sizes_and_reads_and_writes_shape_json(tmp_path):
+    shape = DataShape(vocab_size=100, src_vocab_size=80, n_classes=3)
+    assert (shape.src_vocab, shape.vocab_sizes, DataShape(vocab_size=7).src_vocab) == (80, (100, 80), 7)
+    (tmp_path / "shape.json").write_text(shape.to_json())
+    assert DataShape.read(tmp_path / "shape.json") == shape
+    assert shape.to_dict() == {"vocab_size": 100, "src_vocab_size": 80, "pad_id": 0, "n_classes": 3}
+    assert DataShape(n_classes=2).with_vocabulary(9) == DataShape(vocab_size=9, n_classes=2)
+    with pytest.raises(ConfigError, match=r"^shape.vocab_size must be at least 1 \(got 0\)$"):
+        DataShape(vocab_size=0)
+    with pytest.raises(ConfigError, match=r"^shape.channels must be an integer \(got '3'\)$"):
+        DataShape(channels="3")
+    with pytest.raises(ConfigError, match=r"^shape: unknown size 'vocab' \(one of channels, horizon, "):
+        DataShape.from_dict({"vocab": 3})
+    with pytest.raises(ConfigError, match=r"^arch 'vit' needs n_classes from its data, which gives none$"):
+        DataShape(vocab_size=3).need("n_classes", "arch 'vit'")
 
 
 def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
-    vit = model_config(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patches=dict(size=2),
-                       stack={"n_layers": 4})
+    vit, _ = sized(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patches=dict(size=2),
+                   stack={"n_layers": 4})
     assert vit.stack == StackConfig(d_model=192, n_heads=3, n_layers=4, d_ff=768, activation="gelu", norm="pre",
                                     layer_norm_eps=1e-6)  # ViT's defaults, 4 layers
     assert model_config(vit.to_dict()) == vit and vit.to_dict()["stack"]["d_model"] == 192
-    assert model_config(arch="decoder_lm", vocab_size=10).stack == StackConfig()  # the paper's base model
+    assert model_config(arch="decoder_lm").stack == StackConfig()  # the paper's base model
     # a run directory written before the stack had its own config lists its fields flat
     written = {"arch": "decoder_lm", "vocab_size": 10, "d_model": 64, "n_heads": 4, "positional": "rotary"}
     old = model_config(migrated_model(written))
@@ -81,7 +106,7 @@ def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
 
 def test_a_recurrent_model_shares_no_embedding_between_source_and_target():
     with pytest.raises(ConfigError, match=r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder' \(arch is 'rnn'\)"):
-        model_config(arch="rnn", vocab_size=100, tie_embeddings="src_tgt")
+        model_config(arch="rnn", tie_embeddings="src_tgt")
 
 
 def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
@@ -91,8 +116,9 @@ def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
                "n_classes": 2, "attention_backend": "math", "d_model": 32, "rnn_cell": "lstm"}
     cfg = model_config(migrated_model(written))
     assert (cfg.arch, cfg.d_model, cfg.rnn_cell) == ("rnn", 32, "lstm")
+    assert written_sizes(written) == DataShape(vocab_size=30, n_classes=2)  # the data's sizes: its DataShape
     with pytest.raises(ConfigError, match="has no field 'n_heads'"):
-        model_config(written)
+        model_config({k: v for k, v in written.items() if k not in ("vocab_size", "n_classes")})
     with pytest.raises(ConfigError, match="model.arch 'rnn' has no field 'colour'"):
         model_config(migrated_model({**written, "colour": "blue"}))
 
@@ -126,51 +152,50 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
 
 def test_unknown_and_missing_keys():
     with pytest.raises(ConfigError, match=r"model.arch 'encoder_decoder' has no field 'd_modle' \(did you mean 'stack.d_model'\?\)"):
-        model_config({"vocab_size": 10, "d_modle": 64})
-    with pytest.raises(ConfigError, match=r"section 'model' needs the field 'vocab_size'"):
-        model_config({"stack": {"d_model": 64}})
+        model_config({"d_modle": 64})
+    with pytest.raises(ConfigError, match=r"model.vocab_size is set by the data, not the model section"):
+        model_config({"vocab_size": 10, "stack": {"d_model": 64}})
     with pytest.raises(ConfigError, match=r"section 'model' must be a mapping"):
         model_config([1, 2])
 
 
 def test_derived_fields():
-    cfg = model_config(vocab_size=100, stack=dict(d_model=64, n_heads=4, n_layers=3, dropout=0.2), depths=dict(decoder=2))
-    assert (cfg.stack.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.stack.attn_dropout, cfg.src_vocab) == (16, 3, 2, 0.2, 100)
-    assert model_config(vocab_size=10, positional_base=100).positional_base == 100.0  # ints accepted as floats
+    cfg = model_config(stack=dict(d_model=64, n_heads=4, n_layers=3, dropout=0.2), depths=dict(decoder=2))
+    assert (cfg.stack.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.stack.attn_dropout) == (16, 3, 2, 0.2)
+    assert model_config(positional_base=100).positional_base == 100.0  # ints accepted as floats
 
 
 @pytest.mark.parametrize("cfg", [
-    model_config(vocab_size=37000),
-    model_config(vocab_size=100, arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)),
-    model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="output", depths=dict(encoder=2)),
-    model_config(vocab_size=100, src_vocab_size=80, tie_embeddings="none", positional_combine="concat", positional_dim=16,
-                stack=dict(d_model=64, n_heads=4)),
+    model_config(),
+    model_config(arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)),
+    model_config(tie_embeddings="output", depths=dict(encoder=2)),
+    model_config(tie_embeddings="none", positional_combine="concat", positional_dim=16, stack=dict(d_model=64, n_heads=4)),
 ])
 def test_yaml_and_json_round_trip(tmp_path, cfg):
     (tmp_path / "c.yaml").write_text(cfg.to_yaml())
     (tmp_path / "c.json").write_text(cfg.to_json())
     assert read_model_config(tmp_path / "c.yaml") == cfg
     assert read_model_config(tmp_path / "c.json") == cfg
-    assert json.loads(cfg.to_json())["model"]["vocab_size"] == cfg.vocab_size
+    assert json.loads(cfg.to_json())["model"] == json.loads(json.dumps(cfg.to_dict()))
 
 
 def test_file_errors_name_the_file_and_line(tmp_path):
     bad_yaml = tmp_path / "bad.yaml"
-    bad_yaml.write_text("model:\n  vocab_size: 10\n  d_model: [64\n")
+    bad_yaml.write_text("model:\n  arch: decoder_lm\n  d_model: [64\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:\d+: YAML does not parse"):
         read_model_config(bad_yaml)
     typo = tmp_path / "typo.yaml"
-    typo.write_text("modle:\n  vocab_size: 10\n")
+    typo.write_text("modle:\n  arch: decoder_lm\n")
     with pytest.raises(ConfigError, match=r"typo.yaml: unknown section 'modle' \(did you mean 'model'\?\)"):
         read_model_config(typo)
     field = tmp_path / "field.yaml"
-    field.write_text("model:\n  vocab_size: 10\n  stack: {norm: middle}\n")
+    field.write_text("model:\n  arch: decoder_lm\n  stack: {norm: middle}\n")
     with pytest.raises(ConfigError, match=r"field.yaml: norm must be one of 'post', 'pre' \(got 'middle'\)"):
         read_model_config(field)
     with pytest.raises(ConfigError, match=r"missing.yaml: no such config file"):
         read_model_config(tmp_path / "missing.yaml")
     bad_json = tmp_path / "bad.json"
-    bad_json.write_text('{"model": {"vocab_size": 10,}}')
+    bad_json.write_text('{"model": {"arch": "decoder_lm",}}')
     with pytest.raises(ConfigError, match=r"bad.json:1: JSON does not parse"):
         read_model_config(bad_json)
 
@@ -178,7 +203,7 @@ def test_file_errors_name_the_file_and_line(tmp_path):
 def test_configs_are_frozen_so_they_stay_valid():
     import dataclasses
 
-    cfg = model_config(vocab_size=100, stack=dict(d_model=64, n_heads=4))
+    cfg = model_config(stack=dict(d_model=64, n_heads=4))
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.stack.d_model = 15
     assert dataclasses.replace(cfg, stack=dataclasses.replace(cfg.stack, n_heads=8)).stack.d_head == 8
@@ -233,8 +258,9 @@ def shipped_training_configs() -> list[Path]:
             and "init_from" not in (sections.get("train") or {})]
 
 
-# The model fields each task's data sets (Task.model_fields' names), as each task declared them in
-# its `sets` before model_fields became the one declaration
+# The sizes each task's data gives (Task.data_shape's, before the data is read), as each task declared
+# them in its `sets` before model_fields (and then data_shape) became the one declaration; pad_id is
+# every shape's, 0 unless a vocabulary says otherwise
 SET_BY_DATA = {
     "translation": {"vocab_size", "src_vocab_size", "pad_id"}, "masked_translation": {"vocab_size", "src_vocab_size", "pad_id"},
     "language_model": {"vocab_size", "pad_id"}, "masked_lm": {"vocab_size", "pad_id"}, "encoder": {"vocab_size", "pad_id"},
@@ -256,13 +282,12 @@ ETT_HEADER = "date,HUFL,HULL,MUFL,MULL,LUFL,LULL,OT\n2016-07-01 00:00:00,5.8,2.0
 def test_every_shipped_training_config_is_valid(path, tmp_path, monkeypatch):
     """Each reads its data from data/NAME, where `attnlab data get NAME` writes, or from runs/, where
     a step documented before it writes (a distilled corpus, a prepared text); and reads into a
-    RunConfig, every field known and checked, whose data sets the model fields of SET_BY_DATA. The
+    RunConfig, every field known and checked, whose data gives the sizes of SET_BY_DATA. The
     data is not read, except a series' header (its columns): a fresh clone has no data/, so a CSV
     gets a stand-in with ETT's columns."""
     import yaml
 
     from attnlab.runs.config import RunConfig
-    from attnlab.tasks.task import set_by_data
 
     data = yaml.safe_load(path.read_text())["data"]
     paths = [v for v in data.values() if isinstance(v, str) and "/" in v]  # a built-in generator reads none
@@ -272,7 +297,8 @@ def test_every_shipped_training_config_is_valid(path, tmp_path, monkeypatch):
         csv.parent.mkdir(parents=True, exist_ok=True)
         csv.write_text(ETT_HEADER)
     cfg = RunConfig.from_file(path)
-    assert set_by_data(cfg.data) == SET_BY_DATA[cfg.data.task.name]
+    given = set(cfg.planned_shape(vocab_size=8).to_dict())
+    assert given - {"pad_id"} == SET_BY_DATA[cfg.data.task.name] - {"pad_id", "src_vocab_size"}
 
 
 def test_cuda_graph_training_is_refused_where_it_would_be_wrong(tmp_path):
@@ -319,14 +345,14 @@ def test_the_overrides_of_the_cuda_tests_are_fields_of_their_presets(preset):
     from attnlab.runs.config import RunConfig
 
     cfg = RunConfig.from_file(preset, without_dropout(preset))
-    assert cfg.model.get("stack", cfg.model)["dropout"] == 0.0 and cfg.train.compile is False
+    assert getattr(cfg.model, "stack", cfg.model).dropout == 0.0 and cfg.train.compile is False
 
 
 def test_the_recurrent_run_of_the_cuda_tests_reads():
     from attnlab.runs.config import RunConfig
 
     recurrent = RunConfig.from_file(RECURRENT_PRESET, RECURRENT_SETS)
-    assert recurrent.model["d_model"] == 64 and recurrent.train.device == "cuda"
+    assert recurrent.model.d_model == 64 and recurrent.train.device == "cuda"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,4 +385,4 @@ def test_model_config_s_docstring_example_runs():
 
     (example,) = re.findall(r"``(model_config\(.*?\))``", family.model_config.__doc__)
     cfg = eval(example, {"model_config": model_config})  # noqa: S307 (the docstring's own text)
-    assert (cfg.arch, cfg.vocab_size, cfg.stack.d_model) == ("decoder_lm", 100, 64)
+    assert (cfg.arch, cfg.stack.d_model) == ("decoder_lm", 64)

@@ -76,32 +76,24 @@ def bases_with_fields(cls: type) -> int:
 
 # The names still declared in several config classes after the backends' options (nn/backends/:
 # BackendOptions), the patches (models/vit.py: Patches) and the two sides' depths (models/family.py:
-# Depths) were composed; the rest of issue 61's stage (c) and the data-shape object of stage (b) take
-# them away.
+# Depths) were composed and the data's sizes left the model sections for the DataShape
+# (models/shape.py: vocab_size, pad_id, image and series sizes, n_classes); the rest of issue 61's
+# stage (c) takes them away.
 REPEATED = {
     "max_len": {"CaptionerConfig", "ClassificationConfig", "ConvS2SConfig", "DualEncoderConfig", "EncoderConfig", "MaskedLMConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig", "TranslationConfig"},
-    "vocab_size": {"CaptioningConfig", "ClassificationConfig", "ConvS2SConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "RNNConfig", "TransformerConfig", "TranslationConfig", "VisualQAConfig"},
     "tokenizer": {"CaptioningConfig", "ClassificationConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig", "VisualQAConfig"},
+    "vocab_size": {"CaptioningConfig", "ClassificationConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig", "VisualQAConfig"},
     "train": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
     "valid": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
-    "channels": {"CNNConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "ViTConfig"},
-    "horizon": {"DLinearConfig", "ForecastingConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
-    "image_height": {"CNNConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "ViTConfig"},
-    "image_width": {"CNNConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "ViTConfig"},
-    "input_length": {"DLinearConfig", "ForecastingConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
-    "n_classes": {"CNNConfig", "EncoderOnlyConfig", "GraphConfig", "SingleStreamConfig", "ViTConfig"},
     "n_valid": {"ClassificationConfig", "ImageClassificationConfig", "MaskedLMConfig", "SceneSplits", "TranslationConfig"},
     "tie_embeddings": {"CaptionerConfig", "DualEncoderConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig"},
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "n_channels": {"DLinearConfig", "LastValueConfig", "PatchTSTConfig", "SeriesSizes"},
     "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},
     "seed": {"NodeClassificationConfig", "SceneSplits", "TrainConfig", "TranslationConfig"},
     "test": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "TranslationConfig"},
     "dataset": {"CaptioningConfig", "ImageClassificationConfig", "VisualQAConfig"},
     "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "pad_id": {"ConvS2SConfig", "RNNConfig", "TransformerConfig"},
-    "src_vocab_size": {"ConvS2SConfig", "EncoderDecoderConfig", "RNNConfig"},
     "valid_fraction": {"ForecastingConfig", "LanguageModelConfig", "NodeClassificationConfig"},
     "colour": {"CaptioningConfig", "ImageClassificationConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
@@ -130,6 +122,16 @@ def test_the_backends_options_are_composed_parts_with_names_of_their_own():
     transformer = {f.name for f in dataclasses.fields(FAMILIES["decoder_lm"].config)}
     assert "backends" in transformer and not transformer & {"attention_window", "attention_block", "sparse_stride",
                                                             "linear_features", "attention_key_block"}
+
+
+def test_no_family_config_declares_a_size_that_the_data_decides():
+    """vocab_size, pad_id, the image's and the series' sizes, n_classes, ... are the DataShape's
+    (models/shape.py), handed to the builder: no model section has them, at any depth."""
+    from attnlab.config import field_paths
+    from attnlab.models.shape import SIZES
+
+    for family in FAMILIES.values():
+        assert not SIZES & {path.rpartition(".")[2] for path in field_paths(family.config)}, family.name
 
 
 def test_no_field_name_is_declared_in_two_config_classes_beyond_the_listed_ones():

@@ -100,13 +100,14 @@ def defaults(cls: type, prefix: str = "", given: object = None) -> list[tuple[st
 
 
 def test_every_field_of_every_section_is_on_its_page_with_its_default(generated):
-    from attnlab.models import FAMILIES
+    from attnlab.models import FAMILIES, DataShape
     from attnlab.runs.config import TrainConfig
     from attnlab.tasks import TASKS
 
     expected = {f"_generated/config/families/{n}.rst": f.config for n, f in FAMILIES.items()}
     expected |= {f"_generated/config/tasks/{n}.rst": t.config for n, t in TASKS.items()}
     expected["_generated/config/train/train.rst"] = TrainConfig
+    expected["_generated/config/shape/shape.rst"] = DataShape  # a model config's sizes (a run's: shape.json)
     assert {p for p in generated if "/config/" in p} == set(expected)
     for path, cls in expected.items():
         table = rows(generated[path])
@@ -114,7 +115,9 @@ def test_every_field_of_every_section_is_on_its_page_with_its_default(generated)
         for name, default in defaults(cls):
             assert table[name][1] == default, (path, name)
     vit = rows(generated["_generated/config/families/vit.rst"])
-    assert vit["stack.n_layers"][1] == "12" and vit["stack.norm"][1] == "'pre'" and vit["n_classes"][1] == "required"
+    assert vit["stack.n_layers"][1] == "12" and vit["stack.norm"][1] == "'pre'" and vit["patches.size"][1] == "16"
+    shape = rows(generated["_generated/config/shape/shape.rst"])
+    assert shape["vocab_size"][1] == "None" and shape["pad_id"][1] == "0" and "n_classes" not in vit
 
 
 CHOICES = ("fast", "exact")

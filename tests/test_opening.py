@@ -8,6 +8,7 @@ import torch
 from test_train import run_config
 
 from attnlab.errors import ConfigError
+from attnlab.models.shape import DataShape
 from attnlab.runs.opening import open_run
 from attnlab.runs.run_dir import RunDir
 from attnlab.train.run import train_run
@@ -40,11 +41,12 @@ def test_a_new_run_is_written_whole_and_read_back_the_same(tmp_path):
     assert model_cfg == opened.model_cfg == seen["cfg"] and data_cfg == run_config().data
     assert train_cfg == run_config().train
     # the copy task's shared word vocabulary (36 words and 4 control tokens), as the tokenizer files
-    # hold it, sizes the model's embeddings
+    # hold it, sizes the model's embeddings: one vocabulary for both sides, kept in shape.json
     tokenizers = RunDir(tmp_path / "run").read_tokenizers()
     assert {role: tok.vocab_size for role, tok in tokenizers.items()} == {"src": 40, "tgt": 40}
-    assert opened.model_cfg.vocab_sizes == (40, 40)
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.yaml", "tokenizer-src.json",
+    assert opened.shape == RunDir(tmp_path / "run").read_shape() == DataShape(vocab_size=40)
+    assert opened.model.src_embed.tokens.num_embeddings == opened.model.tgt_embed.tokens.num_embeddings == 40
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.yaml", "shape.json", "tokenizer-src.json",
                                                                     "tokenizer-tgt.json"]
     assert opened.untrained == set()
     assert sum(p.numel() for p in opened.model.parameters()) > 0

@@ -14,9 +14,11 @@ import torch
 import yaml
 
 from attnlab import ConfigError, model_config
+from attnlab.models.shape import SIZES, DataShape
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.config import RunConfig
-from attnlab.runs.migration import MOVED_TO_BACKENDS, migrated_model
+from attnlab.runs.migration import MOVED_TO_BACKENDS, migrated_model, written_sizes
+from attnlab.runs.run_dir import RunDir
 
 from helpers import run_cli
 
@@ -74,7 +76,8 @@ def test_the_fixtures_config_is_the_flat_schema_of_its_day(name):
 
 def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run():
     """The encoder_decoder fixture's model section (today's layout at the time) through runs/migration.py:
-    the backends' options land in ``backends``, each at its new path, and the rest is unchanged."""
+    the backends' options land in ``backends``, each at its new path, the data's sizes leave it for the
+    run's DataShape, and the rest is unchanged."""
     written = yaml.safe_load((FIXTURES / "encoder_decoder" / "config.yaml").read_text())["model"]
     written = {**written, "attention_window": 7, "sparse_random": 2, "linear_features": "favor", "attention_block": 9}
     migrated = migrated_model(written)
@@ -83,27 +86,30 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
                                     "linear": {"feature_map": "favor", "random_features": 64}}
     assert migrated["depths"] == {"encoder": None, "decoder": None}  # n_encoder_layers, n_decoder_layers
     assert {k: v for k, v in migrated.items() if k not in ("backends", "depths")} == {
-        k: v for k, v in written.items() if k not in {*MOVED_TO_BACKENDS, "n_encoder_layers", "n_decoder_layers"}}
+        k: v for k, v in written.items() if k not in {*MOVED_TO_BACKENDS, *SIZES, "n_encoder_layers", "n_decoder_layers"}}
+    assert written_sizes(written) == DataShape(vocab_size=written["vocab_size"], pad_id=0)
+    assert RunDir(FIXTURES / "encoder_decoder").read_shape() == written_sizes(written)  # no shape.json: its config.yaml's
     cfg = model_config(migrated_model({**written, "stack": {**written["stack"], "attention_backend": "sparse"},
                                        "linear_features": "elu"}))
     assert cfg.backends.pattern.window == 7 and cfg.backends.block == 9 and migrated_model(cfg.to_dict()) == cfg.to_dict()
     # the flat stack fields of the layout before the stack had its config move into ``stack``
     assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "d_model": 8, "attention_key_block": 4}) == {
-        "arch": "decoder_lm", "vocab_size": 5, "stack": {"d_model": 8}, "backends": {"chunked": {"key_block": 4}}}
+        "arch": "decoder_lm", "stack": {"d_model": 8}, "backends": {"chunked": {"key_block": 4}}}
     # the vit fixture's patch size and (ViT's own) positional scheme land in ``patches``; a captioner's
     # positional places its tokens and stays where it is
     vit = yaml.safe_load((FIXTURES / "vit" / "config.yaml").read_text())["model"]
     assert (vit["patch_size"], vit["positional"]) == (4, "learned")
-    assert migrated_model(vit) == {**{k: v for k, v in vit.items() if k not in ("patch_size", "positional")},
+    assert migrated_model(vit) == {**{k: v for k, v in vit.items() if k not in ("patch_size", "positional", *SIZES)},
                                    "patches": {"size": 4, "positional": "learned"}}
+    assert written_sizes(vit) == DataShape(channels=1, image_height=8, image_width=8, n_classes=10)
     captioner = {"arch": "captioner", "vocab_size": 9, "patch_size": 8, "patch_positional": "none", "positional": "rotary"}
-    assert migrated_model(captioner) == {"arch": "captioner", "vocab_size": 9, "positional": "rotary",
+    assert migrated_model(captioner) == {"arch": "captioner", "positional": "rotary",
                                          "patches": {"size": 8, "positional": "none"}}
     # a value already in the new place (an old run's info with --set model.backends...) wins over the flat one
     assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "attention_window": 128, "sparse_stride": 2,
                            "backends": {"pattern": {"window": 3}}})["backends"] == {"pattern": {"window": 3, "stride": 2}}
     # a family without backends (release 0.1 wrote the fields for every family): dropped
-    assert migrated_model({"arch": "rnn", "vocab_size": 5, "attention_window": 128}) == {"arch": "rnn", "vocab_size": 5}
+    assert migrated_model({"arch": "rnn", "vocab_size": 5, "attention_window": 128}) == {"arch": "rnn"}
 
 
 def test_a_new_config_with_an_old_flat_backend_field_is_refused_naming_the_new_spelling(tmp_path):
@@ -130,7 +136,7 @@ def test_a_new_config_with_an_old_flat_backend_field_is_refused_naming_the_new_s
     done = run_cli("info", str(FIXTURES / "encoder_decoder"), "--set", "model.depths.encoder=2", "--json")
     assert done.returncode == 0 and "encoder.layers.1" in json.loads(done.stdout)["layers"]
     cfg = RunConfig.from_file(config, ["model.backends.pattern.window=16", "model.backends.block=8"])
-    assert cfg.model["backends"] == {"pattern": {"window": 16}, "block": 8}
+    assert (cfg.model.backends.pattern.window, cfg.model.backends.block) == (16, 8)
 
 
 def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(tmp_path):
@@ -143,5 +149,5 @@ def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(t
     with pytest.raises(ConfigError, match=r"^--set 'model.positional=none': model.positional is now "
                                           r"model.patches.positional"):
         RunConfig.from_file(config, ["model.positional=none"])
-    assert RunConfig.from_file(config, ["model.patches.positional=none", "model.patches.size=2"]).model == {
-        "arch": "vit", "patches": {"positional": "none", "size": 2}}
+    assert RunConfig.from_file(config, ["model.patches.positional=none", "model.patches.size=2"]).model == \
+        model_config({"arch": "vit", "patches": {"positional": "none", "size": 2}})

@@ -102,9 +102,8 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
 def _write_pruned_run(run: RunDir, model: nn.Module, result: dict[str, Any], out: Path) -> None:
     """A run directory holding the pruned weights as its only (and best) checkpoint."""
     staged = staging_dir(out)
-    shutil.copy2(run.config, staged / run.config.name)
-    for path in (run.tokenizer_file("src"), run.tokenizer_file("tgt"), run.task_state, run.init):
-        if path.exists():
+    for path in (*run.model_files(), run.init):  # config.yaml, shape.json, the tokenizers, the task's state
+        if path.exists() and path != run.pruned_heads:  # the heads pruned now are written below
             shutil.copy2(path, staged / path.name)
     new = RunDir(staged)
     new.pruned_heads.write_text(json.dumps(result["pruned"], indent=2))

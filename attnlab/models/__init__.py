@@ -21,6 +21,7 @@ from attnlab.models.family import (
     read_model_config,
     register_family,
 )
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import AttentionStack, StackConfig, stack_of
 
 # isort: off
@@ -46,7 +47,7 @@ from attnlab.models.last_value import LastValueConfig
 for _module in pkgutil.iter_modules(__path__):  # a family not named above registers itself too
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["FAMILIES", "INPUT_KINDS", "Capabilities", "InputKind", "Inputs", "input_kind", "FamilyConfig", "ModelFamily", "build_model", "family_named", "model_config",
+__all__ = ["FAMILIES", "INPUT_KINDS", "Capabilities", "InputKind", "Inputs", "input_kind", "FamilyConfig", "ModelFamily", "build_model", "DataShape", "family_named", "model_config",
            "read_model_config", "register_family", "AttentionStack", "StackConfig", "stack_of", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
            "RNNConfig", "ConvS2SConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

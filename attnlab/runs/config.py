@@ -221,8 +221,6 @@ class RunConfig:
                                   "config's come from its data: remove it")
             data = task_config(sections.get("data") or {})
             data.check_trainable()
-            for size in sorted(SIZES & set(model)):
-                raise ConfigError(f"model.{size} is set from the data in a training config; remove it")
             train_section = sections.get("train")
             if isinstance(train_section, dict) and train_section.get("init_from") and not complete:
                 model = _over_initialising_model(model, str(train_section["init_from"]))

@@ -110,14 +110,17 @@ def written_sizes(data: Any) -> DataShape:
 
 def refuse_moved(arch: Any, names: Any, how: str = "") -> None:
     """A new config's model field (``names``: its keys, or the fields ``--set`` names) that is in an
-    old place for the family ``arch`` is refused in one line naming its new one; ``how``: what
-    wrote it ('--set ...'). An unknown arch is left to the config, which lists the families."""
+    old place for the family ``arch`` is refused in one line naming its new one (a size the data
+    decides: that it is the data's); ``how``: what wrote it ('--set ...'). An unknown arch is left to
+    the config, which lists the families."""
     try:
         own = family_named(arch).config.field_names()
     except ConfigError:
         return
     paths = moved(arch, own)
     for name in names:
+        if name in SIZES:
+            raise ConfigError(f"{how}model.{name} is set by the data, not the model section: remove it")
         if name in paths and name not in own:
             path = paths[name]
             inside = "".join(f"{part}: {{" for part in path.split(".")[:-1])

@@ -226,8 +226,11 @@ def sections() -> list[tuple[str, str | None, dict[str, type]]]:
         configs = {name: plugin.config for name, plugin in registry.items()}
         base = next(c for c in inspect.getmro(next(iter(configs.values()))) if RegisteredConfig in c.__bases__)
         registries[base.section] = (base.selector, configs)
+    from attnlab.models.shape import DataShape
+
     plain = {c.section: c for c in vars(run_config).values()
              if inspect.isclass(c) and issubclass(c, TypedConfig) and c.__dict__.get("section") in SECTIONS}
+    plain["shape"] = DataShape  # a model config's data sizes (a run's come from its data: shape.json)
     found = []
     for section in SECTIONS:
         if section in registries:
@@ -293,7 +296,10 @@ def config_page(section: str, selector: str | None, choice: str, cls: type, rela
     lines += related or []
     lines += [f"Set a field in a config file's ``{section}:`` section or with "
               f"``--set {section}.FIELD=VALUE``.", ""]
-    return "\n".join(lines + table(config_fields(cls)) + [""])
+    fields = config_fields(cls)
+    if not fields:  # a family with nothing to choose (the naive forecast)
+        return "\n".join(lines[:-2] + ["It has no fields: nothing to choose.", ""])
+    return "\n".join(lines + table(fields) + [""])
 
 
 # ----------------------------------------------------------------------------------------------- the pages
