@@ -283,7 +283,7 @@ def tiny_config(tmp_path, model: dict | None = None, data: dict | None = None) -
      "model.arch must be 'transformer_xl' for data.task 'segment_language_model'; got 'decoder_lm'"),
     ({}, {"task": "language_model"}, "model.arch must be 'decoder_lm' for data.task 'language_model'; got "
                                      "'transformer_xl'"),
-    ({"segment_length": 8}, {}, "model.segment_length is set from the data in a training config; remove it"),
+    ({"segment_length": 8}, {}, "model.segment_length is set by the data, not the model section: remove it"),
 ])
 def test_a_run_config_that_mixes_the_layouts_is_refused_in_one_line(tmp_path, model, data, message):
     done = run_cli("train", tiny_config(tmp_path, model, data), "--out", str(tmp_path / "run"))
