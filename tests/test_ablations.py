@@ -9,14 +9,14 @@ import math
 import pytest
 import torch
 
-from attnlab import ConfigError, model_config
+from attnlab import ConfigError
 from attnlab.nn import ResidualConnection, SelfAttention
 from attnlab.nn.layers import EncoderLayer, NoNorm, NoResidual
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.nn.scores import LearnedScale, NoScale
 
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, sized, tiny_model
 
 D, H = 16, 4
 
@@ -114,14 +114,14 @@ def test_cached_decoding_equals_uncached_under_each_switch(arch, fields):
 
 
 def test_the_paper_is_the_default_and_switches_are_refused_where_they_cannot_apply():
-    cfg = model_config(arch="decoder_lm", vocab_size=10)
+    cfg, _ = sized(arch="decoder_lm", vocab_size=10)
     assert (cfg.normalisation, cfg.residual, cfg.ffn, cfg.attention_scale) == ("layer", True, True, "sqrt_dk")
     with pytest.raises(ConfigError, match="normalisation 'batch' standardises each feature over every token"):
-        model_config(arch="decoder_lm", vocab_size=10, normalisation="batch")
+        sized(arch="decoder_lm", vocab_size=10, normalisation="batch")
     with pytest.raises(ConfigError, match="attention_backend 'linear' never forms scores, so attention_scale"):
-        model_config(arch="decoder_lm", vocab_size=10, stack=dict(attention_backend="linear", attention_dropout=0.0), attention_scale="none",
+        sized(arch="decoder_lm", vocab_size=10, stack=dict(attention_backend="linear", attention_dropout=0.0), attention_scale="none",
                      )
     with pytest.raises(ConfigError, match="attention_scale must be one of 'sqrt_dk', 'none', 'learned'"):
-        model_config(arch="decoder_lm", vocab_size=10, attention_scale="sqrt")
+        sized(arch="decoder_lm", vocab_size=10, attention_scale="sqrt")
     with pytest.raises(ConfigError, match="has no field 'ffn'"):
-        model_config(arch="rnn", vocab_size=10, ffn=False)
+        sized(arch="rnn", vocab_size=10, ffn=False)

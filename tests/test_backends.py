@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 
-from attnlab import model_config
 from attnlab.errors import ConfigError
 from attnlab.nn.backends import (
     AttentionBackend,
@@ -26,7 +25,7 @@ from attnlab.nn.cache import KVCache
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.positional import ALiBiPositional
 
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, sized, tiny_model
 
 MATH = AttentionBackend()
 
@@ -283,7 +282,7 @@ def test_auto_keeps_attnlabs_dropout_draws_on_the_cpu():
 
 def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_positions():
     """Shaw's value term needs the probabilities, so auto computes them as math does: equal logits."""
-    assert model_config(vocab_size=10).stack.attention_backend == "auto"
+    assert sized(vocab_size=10)[0].stack.attention_backend == "auto"
     math_model = tiny_model(arch="decoder_lm", positional="relative", attention_backend="math")
     auto_model = tiny_model(arch="decoder_lm", positional="relative")
     ids = random_ids(2, 9)
@@ -311,7 +310,7 @@ def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_pos
 def test_impossible_combinations_are_rejected_with_the_reason(fields, says):
     with pytest.raises(ConfigError, match=says):
         stack = dict(d_model=16, n_heads=4, **fields.get("stack", {}))
-        model_config(**{**fields, "vocab_size": 10, "stack": stack})  # the first field refused is one of ``fields``
+        sized(**{**fields, "vocab_size": 10, "stack": stack})  # the first field refused is one of ``fields``
 
 
 def test_chunked_memory_does_not_grow_with_the_square_of_t():

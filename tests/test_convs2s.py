@@ -14,19 +14,19 @@ import torch.nn.functional as F
 
 from attnlab.decode.search import beam_search, greedy
 from attnlab.errors import ConfigError
-from attnlab.models import build_model, model_config
+from attnlab.models import build_model
 from attnlab.runs.config import RunConfig, TrainConfig
 from attnlab.train.run import train_run
 from attnlab.train.step import make_optimizer
 
-from helpers import assert_cached_matches_uncached
+from helpers import assert_cached_matches_uncached, sized
 
 
 def conv_model(kernel_width: int = 3, seed: int = 0, dropout: float = 0.0, **fields):
     torch.manual_seed(seed)
-    cfg = model_config(arch="convs2s", vocab_size=11, src_vocab_size=13, d_embed=6, d_model=8, n_layers=3,
+    cfg, shape = sized(arch="convs2s", vocab_size=11, src_vocab_size=13, d_embed=6, d_model=8, n_layers=3,
                        kernel_width=kernel_width, dropout=dropout, max_len=32, **fields)
-    return build_model(cfg).eval()
+    return build_model(cfg, shape).eval()
 
 
 def source_and_target(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,7 +118,7 @@ def test_the_initialisation_keeps_the_variance_it_is_designed_for():
     """Gehring et al. section 3.5: Linear weights N(0, (1 - p) / n_in), convolutions N(0, 4 (1 - p) / (k n_in)),
     embeddings N(0, 0.1^2) with a zero padding row."""
     torch.manual_seed(0)
-    model = build_model(model_config(arch="convs2s", vocab_size=400, d_embed=200, d_model=300, n_layers=1,
+    model = build_model(*sized(arch="convs2s", vocab_size=400, d_embed=200, d_model=300, n_layers=1,
                                      kernel_width=5, dropout=0.25))
     enc = model.encoder
     assert weight(enc.fc_in).std().item() == pytest.approx(math.sqrt(0.75 / 200), rel=0.02)
@@ -165,9 +165,9 @@ def test_nag_is_fairseqs_nag_at_a_constant_learning_rate():
 
 def test_the_config_fails_early():
     with pytest.raises(ConfigError, match="kernel_width"):
-        model_config(arch="convs2s", vocab_size=11, kernel_width=1)
+        sized(arch="convs2s", vocab_size=11, kernel_width=1)
     with pytest.raises(ConfigError, match="dropout"):
-        model_config(arch="convs2s", vocab_size=11, dropout=1.0)
+        sized(arch="convs2s", vocab_size=11, dropout=1.0)
     with pytest.raises(ConfigError, match="momentum"):
         TrainConfig(optimizer="nag", momentum=1.0)
 

@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file
 
 from attnlab.errors import ConfigError
-from attnlab.models import build_model, model_config
+from attnlab.models import build_model
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import grouped
 from attnlab.train.schedules import make_scheduler
 from attnlab.train.step import freeze, layer_lr_scales, make_optimizer
 
-from helpers import run_cli
+from helpers import run_cli, sized
 
 WORDS = "zero one two three four five six seven eight nine ten eleven".split()
 
@@ -142,7 +142,7 @@ def test_freezing_needs_init_from_and_the_warmup_ratio_replaces_warmup_steps():
 
 def test_layer_wise_learning_rate_decay_and_frozen_layers():
     torch.manual_seed(0)
-    model = build_model(model_config({"arch": "encoder_only", "vocab_size": 20, "stack": {"d_model": 8, "n_heads": 2, "n_layers": 3, "d_ff": 16}, "positional": "learned", "max_len": 8}))
+    model = build_model(*sized({"arch": "encoder_only", "vocab_size": 20, "stack": {"d_model": 8, "n_heads": 2, "n_layers": 3, "d_ff": 16}, "positional": "learned", "max_len": 8}))
     scales = layer_lr_scales(model, 0.5)
     assert scales["embed.tokens.weight"] == scales["embed.positional.table.weight"] == 0.5 ** 4
     assert [scales[f"encoder.layers.{i}.feed_forward.w_1.weight"] for i in range(3)] == [0.5 ** 3, 0.5 ** 2, 0.5]

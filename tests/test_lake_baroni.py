@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnlab import ConfigError, model_config
+from attnlab import ConfigError
 from attnlab.data.batching import collate_pairs
 from attnlab.data.tokenizers import BOS, EOS
 from attnlab.decode.search import beam_search, greedy
@@ -23,7 +23,7 @@ from attnlab.runs.data import prepare
 from attnlab.runs.run_dir import MODEL_FILE, RunDir
 from attnlab.train.run import train_run
 
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, sized, tiny_model
 
 KINDS = ["none", "bahdanau", "luong", "lake_baroni"]  # the last: Lake & Baroni's decoder with Bahdanau's attention
 
@@ -88,12 +88,12 @@ def test_lake_baroni_decoder_cached_uncached_padded_and_beam(attention):
 
 def test_lake_baroni_decoder_checks():
     with pytest.raises(ConfigError, match="rnn_decoder 'lake_baroni' starts from the encoder's final states"):
-        model_config(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="lake_baroni")  # bidirectional by default
+        sized(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="lake_baroni")  # bidirectional by default
     with pytest.raises(ConfigError, match="rnn_decoder 'lake_baroni' .* needs rnn_attention 'none' or 'bahdanau'"):
-        model_config(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="lake_baroni", bidirectional=False,
+        sized(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="lake_baroni", bidirectional=False,
                      rnn_attention="luong", score="general")
     with pytest.raises(ConfigError, match="rnn_decoder must be one of 'deep_output', 'lake_baroni'"):
-        model_config(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="plain")
+        sized(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="plain")
 
 
 @pytest.mark.parametrize("attention", ["none", "bahdanau"])
@@ -115,7 +115,7 @@ def test_embedding_dropout_acts_on_the_embeddings_and_dropout_between_layers(att
     torch.testing.assert_close(logits(1, True), logits(1, True, embedding_dropout=0.5), atol=0, rtol=0)
     assert not torch.allclose(logits(2, True, embedding_dropout=0.0), logits(2, False, embedding_dropout=0.0))
     with pytest.raises(ConfigError, match=r"embedding_dropout must be in \[0, 1\) \(got 1.0\)"):
-        model_config(vocab_size=10, d_model=16, arch="rnn", embedding_dropout=1.0)
+        sized(vocab_size=10, d_model=16, arch="rnn", embedding_dropout=1.0)
 
 
 @pytest.mark.parametrize("attention", KINDS)
@@ -196,7 +196,7 @@ def test_teacher_forcing_draws_one_coin_per_sequence_from_the_seed():
 
 def test_teacher_forcing_is_a_probability():
     with pytest.raises(ConfigError, match=r"teacher_forcing is the probability .* \(got 1.5\)"):
-        model_config(vocab_size=10, d_model=16, arch="rnn", teacher_forcing=1.5)
+        sized(vocab_size=10, d_model=16, arch="rnn", teacher_forcing=1.5)
 
 
 def scan_run(**train):

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab import FAMILIES, model_config
+from attnlab import FAMILIES
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD
 from attnlab.decode.mask_predict import NEVER_OUTPUT, mask_predict, masks_at
 from attnlab.errors import ConfigError
@@ -20,7 +20,7 @@ from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching, Translation
 from attnlab.tasks.masked_translation import MaskedBatch, MaskedTranslation, MaskedTranslationConfig, mask_targets
 
-from helpers import run_cli, tiny_model
+from helpers import run_cli, sized, tiny_model
 
 W5, W6, V = 5, 6, 7  # two words after the five specials (pad bos eos unk mask)
 
@@ -227,9 +227,9 @@ def test_the_family_and_task_find_each_other_and_refuse_the_others():
     assert MaskedTranslation.fits(cmlm) and not Translation.fits(cmlm)
     assert not MaskedTranslation.fits(FAMILIES["encoder_decoder"].capabilities)
     with pytest.raises(ConfigError, match=r"max_target_length must be >= 1 \(got 0\)"):
-        model_config(arch="cmlm", vocab_size=10, max_target_length=0)
+        sized(arch="cmlm", vocab_size=10, max_target_length=0)
     with pytest.raises(ConfigError, match=r"max_target_length \(300\) must be within max_len \(64\)"):
-        model_config(arch="cmlm", vocab_size=10, positional="learned", max_len=64, max_target_length=300)
+        sized(arch="cmlm", vocab_size=10, positional="learned", max_len=64, max_target_length=300)
 
 
 NUMBERS_DE = "null eins zwei drei vier fünf sechs sieben acht neun".split()
@@ -298,8 +298,9 @@ def test_decoding_options_that_do_not_fit_the_run_are_one_line(tmp_path, run, ar
     if run == "cmlm":  # a run directory whose weights are never read: the options are refused first
         path = tmp_path / "run"
         path.mkdir()
-        (path / "config.yaml").write_text("model: {arch: cmlm, vocab_size: 20}\ndata: {task: masked_translation, "
+        (path / "config.yaml").write_text("model: {arch: cmlm}\ndata: {task: masked_translation, "
                                           "format: parallel, train: x, src_lang: de, tgt_lang: en}\n")
+        (path / "shape.json").write_text('{"vocab_size": 20}\n')  # the data's sizes, as a run keeps them
     else:
         path = SCAN_RUN
     for command in ("translate", "evaluate") if "--oracle-length" not in args else ("evaluate",):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnlab import DataError, model_config
+from attnlab import DataError
 from attnlab.nn import SelfAttention, sinusoid
 from attnlab.nn.positional import (
     ALiBiPositional,
@@ -20,7 +20,7 @@ from attnlab.nn.positional import (
 )
 from attnlab.nn.registry import POSITIONAL
 
-from helpers import with_weights
+from helpers import sized, with_weights
 
 
 def test_sinusoid_table_of_the_notes():
@@ -80,10 +80,9 @@ def test_learned_positions_are_a_table_with_a_limit():
 
 
 def test_models_refuse_positions_beyond_the_learned_table():
-    from attnlab import model_config
     from attnlab.models import build_model
 
-    lm = build_model(model_config(arch="decoder_lm", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32), positional="learned", max_len=8))
+    lm = build_model(*sized(arch="decoder_lm", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32), positional="learned", max_len=8))
     assert lm(torch.ones(1, 8, dtype=torch.long)).shape == (1, 8, 20)
     with pytest.raises(DataError, match=r"position 8 is beyond max_len \(8\)"):
         lm(torch.ones(1, 9, dtype=torch.long))
@@ -172,7 +171,7 @@ def test_rotary_angles_stay_float32_in_a_bfloat16_model():
 @pytest.mark.parametrize("scheme", IN_ATTENTION)
 def test_relative_schemes_are_invariant_to_a_shift_of_all_positions(scheme):
     torch.manual_seed(0)
-    cfg = model_config(vocab_size=10, stack=dict(d_model=16, n_heads=4), positional=scheme, max_relative_distance=3)
+    cfg, _ = sized(vocab_size=10, stack=dict(d_model=16, n_heads=4), positional=scheme, max_relative_distance=3)
     positional = POSITIONAL[scheme].from_config(cfg)
     mha = SelfAttention(16, 4, positional=positional).eval()
     x = torch.randn(2, 6, 16)

@@ -61,7 +61,7 @@ def workspace(tmp_path_factory):
     assert main(["train", str(root / "good.yaml"), "--out", str(root / "run")]) == 0
     (root / "out.txt").write_text("precious\n")
     (root / "input.de").write_text("eins zwei\ndrei\n")
-    (root / "model.yaml").write_text("model: {vocab_size: 50, stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n")
+    (root / "model.yaml").write_text("model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\nshape: {vocab_size: 50}\n")
     return root
 
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab import ConfigError, model_config
+from attnlab import ConfigError
 from attnlab.decode.search import beam_search, greedy
 from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
 
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, sized, tiny_model
 
 KINDS = ["none", "bahdanau", "luong"]
 
@@ -84,11 +84,11 @@ def test_every_parameter_learns():
 
 def test_rnn_config_checks():
     with pytest.raises(ConfigError, match="score 'dot' compares the decoder state"):
-        model_config(vocab_size=10, d_model=16, arch="rnn", score="dot")
+        sized(vocab_size=10, d_model=16, arch="rnn", score="dot")
     with pytest.raises(ConfigError, match="model.arch 'encoder_decoder' has no field 'rnn_cell'"):
-        model_config(vocab_size=10, stack=dict(d_model=16, n_heads=2), rnn_cell="lstm")
+        sized(vocab_size=10, stack=dict(d_model=16, n_heads=2), rnn_cell="lstm")
     with pytest.raises(ConfigError, match=r"rnn_attention must be one of 'none', 'bahdanau', 'luong'"):
-        model_config(vocab_size=10, d_model=16, arch="rnn", rnn_attention="monotonic")
+        sized(vocab_size=10, d_model=16, arch="rnn", rnn_attention="monotonic")
 
 
 def test_attention_rnn_learns_to_reverse(tmp_path):

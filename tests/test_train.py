@@ -24,13 +24,15 @@ from attnlab.models import build_model
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.config import RunConfig
-from attnlab.runs.data import prepare
+from attnlab.runs.data import prepare, shape_of
 from attnlab.runs.derived import average_checkpoints
 from attnlab.runs.run_dir import MODEL_FILE, STATE_FILE, RunDir
 from attnlab.train.progress import Progress
 from attnlab.train.run import train_run
 from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam
 from attnlab.train.step import make_optimizer, train_step
+
+from helpers import sized
 
 
 def run_config(model=None, data=None, train=None) -> RunConfig:
@@ -281,7 +283,7 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tmp_path):
                     warmup_steps=0, label_smoothing=0.1)
     data = prepare(cfg.data, cfg.train)
     torch.manual_seed(0)
-    accumulating = build_model(cfg.model_config(cfg.data.task.model_fields(cfg.data, data)))
+    accumulating = build_model(cfg.model, shape_of(cfg, data))
     one_batch = copy.deepcopy(accumulating)
     logged = {}
     for name, model in (("accumulating", accumulating), ("one batch", one_batch)):
@@ -357,11 +359,10 @@ def test_padding_to_a_multiple_of_8_changes_shapes_not_numbers(tmp_path):
 
 
 def test_activation_checkpointing_gives_the_same_gradients():
-    from attnlab import build_model, model_config
     from attnlab.nn.layers import LayerStack
 
     torch.manual_seed(0)
-    model = build_model(model_config(vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0)))
+    model = build_model(*sized(vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0)))
     src, tgt = torch.randint(1, 30, (3, 7)), torch.randint(1, 30, (3, 5))
     grads = []
     for checkpointing in (False, True):

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab import build_model, model_config
+from attnlab import build_model
 from attnlab.nn import EncoderDecoder, EncoderLayer, sinusoid
 from attnlab.nn.registry import POSITIONAL
 
-from helpers import assert_cached_matches_uncached, random_ids, tiny_model, with_weights
+from helpers import assert_cached_matches_uncached, random_ids, sized, tiny_model, with_weights
 
 VARIANTS = sorted(POSITIONAL)
 NORMS = ["post", "pre"]
@@ -153,7 +153,7 @@ def test_layer_counts_and_final_norm():
 
 def test_initialisation_is_xavier_uniform_and_scaled_normal_embeddings():
     torch.manual_seed(0)
-    model = build_model(model_config(vocab_size=1000, stack=dict(d_model=256, n_heads=4, n_layers=1, d_ff=1024)))
+    model = build_model(*sized(vocab_size=1000, stack=dict(d_model=256, n_heads=4, n_layers=1, d_ff=1024)))
     w1 = model.encoder.layers[0].feed_forward.w_1.weight  # (1024, 256)
     bound = (6 / (256 + 1024)) ** 0.5
     assert w1.abs().max() <= bound and w1.abs().max() > 0.99 * bound
@@ -173,7 +173,7 @@ def test_encoder_only_heads():
     assert model.classify(ids).shape == (2, 3)
 
 
-def test_models_read_pad_id_from_the_config():
+def test_models_read_pad_id_from_the_data_shape():
     model = tiny_model(pad_id=5)
     assert isinstance(model, EncoderDecoder) and model.pad_id == 5
     src = torch.tensor([[1, 2, 3]])
@@ -220,7 +220,7 @@ def test_dropout_sits_where_the_paper_puts_it(site):
 
 def test_fused_projections_are_initialised_block_by_block():
     torch.manual_seed(0)
-    model = build_model(model_config(vocab_size=100, stack=dict(d_model=512, n_heads=8, n_layers=1, d_ff=64)))
+    model = build_model(*sized(vocab_size=100, stack=dict(d_model=512, n_heads=8, n_layers=1, d_ff=64)))
     bound = (6 / (512 + 512)) ** 0.5  # Xavier for one d_model x d_model matrix
     for fused in (model.encoder.layers[0].self_attn.qkv_proj, model.decoder.layers[0].cross_attn.kv_proj):
         for block in fused.weight.split(512):

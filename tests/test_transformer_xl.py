@@ -18,20 +18,21 @@ from attnlab.data.tokenizers import BOS, PAD
 from attnlab.decode.spec import Sample, sample
 from attnlab.decode.speculative import speculative_decode
 from attnlab.errors import ConfigError
-from attnlab.models import model_config
+from attnlab.models import build_model, model_config
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.memory import MemoryKV, SegmentMemory
 from attnlab.tasks.segment_language_model import SegmentLanguageModel
 
-from helpers import assert_cached_matches_uncached, random_ids, run_cli, tiny_model
+from helpers import assert_cached_matches_uncached, random_ids, run_cli, sized, tiny_model
 
 RELATIVE = ["rotary", "relative", "relative_bias", "alibi", "none"]
 SHAPES = [(4, 4), (4, 2), (3, 7), (5, 0)]  # (segment_length T, memory_length M): M = T, M < T, M > T, none
 
 
 def xl(**fields) -> torch.nn.Module:
-    return tiny_model(arch="transformer_xl", **fields)
+    """A tiny Transformer-XL; its segment length, a size of the data, 64 unless given."""
+    return tiny_model(arch="transformer_xl", **{"segment_length": 64, **fields})
 
 
 @pytest.mark.parametrize("positional", RELATIVE)
@@ -238,14 +239,24 @@ def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leave
                                         r"or 'auto'"),
     (dict(stack=dict(attention_backend="linear", dropout=0.0)), r"attention_backend 'linear' takes padding and causality only"),
     (dict(memory_length=-1), r"memory_length must be >= 0 \(got -1\)"),
-    (dict(segment_length=0), r"segment_length must be >= 1 \(got 0\)"),
+    (dict(segment_length=0), r"^shape.segment_length must be at least 1 \(got 0\)$"),  # a size of the data
     (dict(multi_token_heads=2), r"model.arch 'transformer_xl' has no field 'multi_token_heads'"),
 ])
 def test_a_bad_model_section_fails_when_built_in_one_line(fields, message):
     with pytest.raises(ConfigError, match=message) as err:
         stack = dict(d_model=16, n_heads=2, **fields.get("stack", {}))
-        model_config(**{"arch": "transformer_xl", "vocab_size": 10, **fields, "stack": stack})
+        sized(**{"arch": "transformer_xl", "vocab_size": 10, "segment_length": 4, **fields, "stack": stack})
     assert "\n" not in str(err.value)
+
+
+def test_the_segment_length_is_the_datas_never_the_model_sections():
+    """Issue 61: T comes with the data's shape (data.block_size in a run), and the model reads it there."""
+    assert xl(segment_length=5, memory_length=3).segment_length == 5
+    with pytest.raises(ConfigError, match=r"^model.segment_length is set by the data, not the model section: remove it$"):
+        model_config(arch="transformer_xl", segment_length=5)
+    cfg, shape = sized(arch="transformer_xl", vocab_size=10)
+    with pytest.raises(ConfigError, match=r"^arch 'transformer_xl' needs segment_length from its data, which gives none$"):
+        build_model(cfg, shape)
 
 
 TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 40
@@ -272,7 +283,7 @@ def tiny_config(tmp_path, model: dict | None = None, data: dict | None = None) -
      "model.arch must be 'transformer_xl' for data.task 'segment_language_model'; got 'decoder_lm'"),
     ({}, {"task": "language_model"}, "model.arch must be 'decoder_lm' for data.task 'language_model'; got "
                                      "'transformer_xl'"),
-    ({"segment_length": 8}, {}, "model.segment_length is set from the data in a training config; remove it"),
+    ({"segment_length": 8}, {}, "model.segment_length is set by the data, not the model section: remove it"),
 ])
 def test_a_run_config_that_mixes_the_layouts_is_refused_in_one_line(tmp_path, model, data, message):
     done = run_cli("train", tiny_config(tmp_path, model, data), "--out", str(tmp_path / "run"))
