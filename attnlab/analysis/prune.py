@@ -103,7 +103,8 @@ def _write_pruned_run(run: RunDir, model: nn.Module, result: dict[str, Any], out
     """A run directory holding the pruned weights as its only (and best) checkpoint."""
     staged = staging_dir(out)
     shutil.copy2(run.config, staged / run.config.name)
-    for path in (run.tokenizer_file("src"), run.tokenizer_file("tgt"), run.task_state, run.init):
+    # shape.json: the data's sizes the model is rebuilt with (a run written before it keeps them in config.yaml)
+    for path in (run.shape, run.tokenizer_file("src"), run.tokenizer_file("tgt"), run.task_state, run.init):
         if path.exists():
             shutil.copy2(path, staged / path.name)
     new = RunDir(staged)
