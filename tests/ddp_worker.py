@@ -10,12 +10,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from attnlab import build_model, model_config
+from attnlab import build_model
 from attnlab.data.batching import collate_pairs
 from attnlab.parallel.distributed import exit_worker, joined_world
 from attnlab.runs.config import TrainConfig
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
+
+from helpers import sized
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=None)
 
@@ -23,7 +25,7 @@ CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothin
 def setup():
     """The model and the 4 batches of the global batch (lengths differ, so token counts differ)."""
     torch.manual_seed(0)
-    model = build_model(model_config(vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0)))
+    model = build_model(*sized(vocab_size=30, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0)))
     g = torch.Generator().manual_seed(1)
     batches = []
     for b in range(4):

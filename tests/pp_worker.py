@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from attnlab import build_model, model_config
+from attnlab import build_model
 from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import MASK, PAD
 from attnlab.parallel.distributed import exit_worker, joined_world
@@ -27,6 +27,8 @@ from attnlab.tasks.translation import Translation
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
 
+from helpers import sized
+
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
 N_LAYERS = 4
 SIZES = dict(vocab_size=30, tie_embeddings="none")
@@ -36,12 +38,12 @@ STACK = dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0, norm="pre")
 def model(task: type) -> torch.nn.Module:
     torch.manual_seed(0)
     if task is LanguageModel:
-        return build_model(model_config(arch="decoder_lm", stack=dict(STACK, n_layers=N_LAYERS), **SIZES))
+        return build_model(*sized(arch="decoder_lm", stack=dict(STACK, n_layers=N_LAYERS), **SIZES))
     if task is Translation:
-        return build_model(model_config(arch="encoder_decoder", stack=STACK, depths=dict(encoder=1, decoder=4),
+        return build_model(*sized(arch="encoder_decoder", stack=STACK, depths=dict(encoder=1, decoder=4),
                                         **SIZES))
     # 3 layers over 2 ranks: stages of 2 and 1; segments and mean pooling read the real tokens
-    return build_model(model_config(arch="encoder_only", stack=dict(STACK, n_layers=3), n_classes=3, n_segments=2, pooling="mean",
+    return build_model(*sized(arch="encoder_only", stack=dict(STACK, n_layers=3), n_classes=3, n_segments=2, pooling="mean",
                                     **SIZES))
 
 

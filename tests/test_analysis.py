@@ -15,7 +15,6 @@ import torch
 from matplotlib.colors import to_rgb
 from PIL import Image
 
-from attnlab import model_config
 from attnlab.analysis.budget import budget_report
 from attnlab.analysis.capture import attention_of, capture_attention
 from attnlab.analysis.heads import (
@@ -45,7 +44,7 @@ from attnlab.runs.config import RunConfig
 from attnlab.train.run import train_run
 from attnlab.train.step import layer_grad_norms
 
-from helpers import random_ids, run_cli, tiny_model
+from helpers import random_ids, run_cli, sized, tiny_model
 
 
 def encoder_decoder(**overrides):
@@ -299,9 +298,9 @@ def test_alignment_title_lies_within_the_figure(source, target):
 def test_budget_flops_match_the_formulas():
     """Per attention module 2 x 2 B Tq Tk d for Q K^T and the weighted sum; per FFN 2 x 2 B T d d_ff;
     the output layer 2 B T d V. Projections: 3 (self) or 1 + 2 (cross, over S) times 2 B T d^2, plus W^O."""
-    cfg = model_config(vocab_size=50, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1, attention_backend="math"))  # the formulas of explicit scores
+    cfg, shape = sized(vocab_size=50, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1, attention_backend="math"))  # the formulas of explicit scores
     B, T, S, d = 3, 10, 7, 16
-    report = budget_report(cfg, T, B, src_len=S)
+    report = budget_report(cfg, shape, T, B, src_len=S)
     kinds = report["flops"]["forward_by_kind"]
     assert kinds["attention_scores"] == 4 * B * d * (2 * S * S + 2 * T * T + 2 * T * S)
     assert kinds["feed_forward"] == 4 * B * d * 48 * (2 * S + 2 * T)

@@ -16,10 +16,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnlab import model_config
 from attnlab.analysis.budget import budget_report
 from attnlab.nn import PositionWiseFeedForward, SelfAttention, sinusoid
 from attnlab.nn.scores import attend
+
+from helpers import sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,8 +134,8 @@ def test_two_n_rule_on_a_scaled_down_model():
     weighted sum over the full T x T matrix); 2 N T is within 3 % when T / d = 1/6, as for GPT-3."""
     L, d, T = 4, 768, 128
     stack = {**GPT3["stack"], "d_model": d, "n_heads": 12, "d_ff": 4 * d, "n_layers": L}
-    cfg = model_config(**{**GPT3, "vocab_size": 8192, "stack": stack, "max_len": T})
-    report = budget_report(cfg, T, 1)
+    cfg, shape = sized(**{**GPT3, "vocab_size": 8192, "stack": stack, "max_len": T})
+    report = budget_report(cfg, shape, T, 1)
     n, forward = report["params"], report["flops"]["forward"]
     matmul_weights = L * 12 * d * d + 8192 * d  # Q, K, V, O, FFN per layer; the tied output projection
     assert forward == 2 * matmul_weights * T + 4 * L * T * T * d
@@ -148,7 +149,7 @@ def test_gpt3_forward_flops():
     (96 identical layers: measured with 1 and 2 layers on the meta device, extrapolated linearly)."""
     measured = {}
     for n_layers in (1, 2):
-        report = budget_report(model_config(**{**GPT3, "stack": {**GPT3["stack"], "n_layers": n_layers}}), 2048, 1)
+        report = budget_report(*sized(**{**GPT3, "stack": {**GPT3["stack"], "n_layers": n_layers}}), 2048, 1)
         measured[n_layers] = report["params"], report["flops"]["forward"]
     per_layer = [b - a for a, b in zip(measured[1], measured[2])]
     params, forward = (one + 95 * layer for one, layer in zip(measured[1], per_layer))
@@ -172,8 +173,8 @@ def test_ffn_against_attention_flops_per_layer():
     """Per encoder layer at T = 100, d = 512, d_ff = 2048: projections 4 T d^2 multiply-adds, scores
     and weighted sum 2 T^2 d, FFN 2 T d d_ff; measured by attnlab's budget (2 FLOPs per multiply-add)."""
     N, T, d, d_ff = 6, 100, 512, 2048
-    cfg = model_config(arch="encoder_only", vocab_size=100, stack=dict(d_model=d, n_heads=8, n_layers=N, d_ff=d_ff, dropout=0.0, attention_backend="math"))
-    kinds = budget_report(cfg, T, 1)["flops"]["forward_by_kind"]
+    cfg, shape = sized(arch="encoder_only", vocab_size=100, stack=dict(d_model=d, n_heads=8, n_layers=N, d_ff=d_ff, dropout=0.0, attention_backend="math"))
+    kinds = budget_report(cfg, shape, T, 1)["flops"]["forward_by_kind"]
     projections, scores, ffn = (kinds[k] // N for k in ("attention_projections", "attention_scores", "feed_forward"))
     assert (projections, scores, ffn) == (2 * 4 * T * d * d, 2 * 2 * T * T * d, 2 * 2 * T * d * d_ff)
     assert (projections, scores, ffn) == (209_715_200, 20_480_000, 419_430_400)

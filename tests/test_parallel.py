@@ -25,7 +25,7 @@ from attnlab.tasks.segment_language_model import SegmentLanguageModel
 from attnlab.tasks.translation import Translation
 from attnlab.train.strategy import check_strategy
 
-from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli, why
+from helpers import ATTNLAB, TORCHRUN, assert_sgd_step_close, run_cli, sized, why
 from test_distributed import ENV, TESTS, torchrun
 from tp_worker import CFG
 
@@ -273,7 +273,7 @@ def two_ranks() -> World:
     ("d_ff", dict(stack=dict(d_model=32, n_heads=4, d_ff=63), )),
 ])
 def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(field, fields):
-    cfg = model_config(vocab_size=30, **fields)
+    cfg = model_config(**fields)
     with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.stack.{field} \(\d+\) must be divisible by the "
                                           r"tensor-parallel size \(2 ranks\)$"):
         check_strategy("tp", cfg, two_ranks())
@@ -285,7 +285,7 @@ def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(fiel
 ])
 def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
     with pytest.raises(ConfigError, match=f"^train.strategy tp: {says}"):
-        check_strategy("tp", model_config(arch="decoder_lm", vocab_size=30, **fields), two_ranks())
+        check_strategy("tp", model_config(arch="decoder_lm", **fields), two_ranks())
 
 
 @pytest.mark.parametrize("arch, fields, says", [
@@ -299,10 +299,10 @@ def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
                                                         r"\(first stage\) with the target embedding"),
 ])
 def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(arch, fields, says):
-    cfg = model_config(arch=arch, vocab_size=30, **{"tie_embeddings": "none", **fields})
+    cfg = model_config(arch=arch, **{"tie_embeddings": "none", **fields})
     with pytest.raises(ConfigError, match=f"^train.strategy pp: {says}"):
         check_strategy("pp", cfg, two_ranks())
-    encoder_decoder = model_config(vocab_size=30, stack=dict(n_layers=1), tie_embeddings="none")  # 1 + 1 layers on 4 ranks
+    encoder_decoder = model_config(stack=dict(n_layers=1), tie_embeddings="none")  # 1 + 1 layers on 4 ranks
     with pytest.raises(ConfigError, match=r"^train.strategy pp: the model's 2 layers .* \(4 ranks\)$"):
         check_strategy("pp", encoder_decoder, World(rank=0, size=4))
 
@@ -310,16 +310,16 @@ def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(arch, fields
 def test_pp_refuses_a_family_or_a_task_it_does_not_cut_in_one_line():
     with pytest.raises(ConfigError, match="^train.strategy pp cuts models of model.arch encoder_decoder, decoder_lm, "
                                           "encoder_only into stages; model.arch is 'rnn'$"):
-        check_strategy("pp", model_config(arch="rnn", vocab_size=30), two_ranks())
-    lm = model_config(arch="decoder_lm", vocab_size=30, tie_embeddings="none")
+        check_strategy("pp", model_config(arch="rnn"), two_ranks())
+    lm = model_config(arch="decoder_lm", tie_embeddings="none")
     with pytest.raises(ConfigError, match="^train.strategy pp: data.task segment_language_model is not trained "
                                           "through pipeline stages of model.arch decoder_lm$"):
         check_strategy("pp", lm, two_ranks(), task=SegmentLanguageModel)
     check_strategy("pp", lm, two_ranks(), task=LanguageModel)
-    encoder = model_config(arch="encoder_only", vocab_size=30, tie_embeddings="none")
+    encoder = model_config(arch="encoder_only", tie_embeddings="none")
     for task in (MaskedLM, Classification):
         check_strategy("pp", encoder, two_ranks(), task=task)
-    check_strategy("pp", model_config(vocab_size=30, tie_embeddings="none"), two_ranks(), task=Translation)
+    check_strategy("pp", model_config(tie_embeddings="none"), two_ranks(), task=Translation)
 
 
 def test_pp_refuses_batches_its_micro_batches_cannot_divide_every_problem_at_once():
@@ -346,14 +346,14 @@ def test_pp_refuses_batches_its_micro_batches_cannot_divide_every_problem_at_onc
 def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
     from attnlab.parallel.pipeline import Pipeline
 
-    model = build_model(model_config(arch="decoder_lm", vocab_size=30, stack=dict(n_layers=2), tie_embeddings="none"))
+    model = build_model(*sized(arch="decoder_lm", vocab_size=30, stack=dict(n_layers=2), tie_embeddings="none"))
     with pytest.raises(ConfigError, match=r"^train.pipeline_schedule 1f1b needs train.micro_batches \(1\) of at "
                                           r"least the pipeline stages \(2 ranks\)$"):
         Pipeline(model, two_ranks(), LanguageModel, "1f1b", 1, torch.device("cpu"))
 
 
 def test_fsdp_tp_refuses_a_tensor_parallel_size_that_does_not_divide_the_ranks_or_the_heads():
-    cfg = model_config(vocab_size=30, stack=dict(d_model=48, n_heads=6, d_ff=96), )
+    cfg = model_config(stack=dict(d_model=48, n_heads=6, d_ff=96), )
     with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: train.tensor_parallel \(4\) must divide the "
                                           r"torchrun ranks \(6\)$"):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=4)

@@ -9,21 +9,21 @@ import pytest
 
 from attnlab.analysis.budget import budget_report
 from attnlab.analysis.parallel_budget import NUMBERS, parallel_memory
-from attnlab.models import build_model, model_config
+from attnlab.models import build_model
 
-from helpers import run_cli
+from helpers import run_cli, sized
 
 D, H, FF, L, V, T, B = 16, 4, 32, 4, 30, 8, 4
 
 
 def tiny():
-    return model_config(arch="decoder_lm", vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=L, d_ff=FF, dropout=0.0, norm="pre"), tie_embeddings="none", positional="sinusoidal")
+    return sized(arch="decoder_lm", vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=L, d_ff=FF, dropout=0.0, norm="pre"), tie_embeddings="none", positional="sinusoidal")
 
 
 def test_per_rank_weights_are_counted_by_hand_and_activations_are_the_budgets():
     n = 2
-    report = parallel_memory(tiny(), T, B, ranks=n, micro_batches=4)
-    budget = budget_report(tiny(), T, B)["training_memory"]
+    report = parallel_memory(*tiny(), T, B, ranks=n, micro_batches=4)
+    budget = budget_report(*tiny(), T, B)["training_memory"]
     W = budget["weights"] // 4  # values
     assert report["one process"]["weights"] == budget["weights"]
     assert report["one process"]["activations"] == budget["activations"]
@@ -41,10 +41,11 @@ def test_per_rank_weights_are_counted_by_hand_and_activations_are_the_budgets():
 
 
 def test_pp_does_not_apply_to_fewer_layers_than_ranks_and_the_cli_prints_the_table(tmp_path):
-    cfg = model_config(vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=1, d_ff=FF))  # 1 + 1 layers on 4 ranks
-    assert parallel_memory(cfg, T, B, 4, 4)["pp gpipe"]["total"] is None
+    cfg, shape = sized(vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=1, d_ff=FF))  # 1 + 1 layers on 4 ranks
+    assert parallel_memory(cfg, shape, T, B, 4, 4)["pp gpipe"]["total"] is None
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"}}))
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"},
+                                     "shape": {"vocab_size": V}}))
     done = run_cli("info", str(config), "--parallel", "2", "--seq-len", str(T), "--batch", str(B), "--json")
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)["parallel_memory"]) == {"one process", "ddp", "fsdp", "tp", "pp gpipe",
@@ -56,7 +57,7 @@ def test_pp_does_not_apply_to_fewer_layers_than_ranks_and_the_cli_prints_the_tab
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_fsdp_holds_a_share_of_everything_and_one_unit_whole(ranks):
-    r = parallel_memory(tiny(), T, B, ranks, 4)
+    r = parallel_memory(*tiny(), T, B, ranks, 4)
     W = r["one process"]["weights"]
     assert r["fsdp"]["gradients"] == W // ranks and r["fsdp"]["adam_moments"] == 2 * (W // ranks)
     assert r["fsdp"]["weights"] > W // ranks
@@ -69,7 +70,7 @@ def test_fsdp_tp_holds_its_tp_share_sharded_over_dp_counted_by_hand():
     (parallel/fsdp_tp.py); the weights add the largest unit gathered (a layer's share less that bias,
     or the embeddings, final norm and output projection); activations are tp's on 2 ranks for half
     the batch."""
-    r = parallel_memory(tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=2)["fsdp+tp"]
+    r = parallel_memory(*tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=2)["fsdp+tp"]
     split = 3 * D * D + 3 * D + D * D + FF * D + FF + D * FF
     share = split // 2 + D + D + 2 * 2 * D  # b_O, b_2 and two norms of 2d whole
     bias = 3 * D // 2
@@ -79,17 +80,18 @@ def test_fsdp_tp_holds_its_tp_share_sharded_over_dp_counted_by_hand():
     assert (state, share - bias, rest) == (2864, 1136, 992)  # the sums above, once in numbers
     assert r["gradients"] == 4 * state and r["adam_moments"] == 2 * 4 * state
     assert r["weights"] == 4 * (state + max(share - bias, rest))
-    tp_on_2 = parallel_memory(tiny(), T, B, ranks=2, micro_batches=4)["tp"]
+    tp_on_2 = parallel_memory(*tiny(), T, B, ranks=2, micro_batches=4)["tp"]
     assert r["activations"] == tp_on_2["activations"] // 2
     assert r["total"] == r["weights"] + 3 * r["gradients"] + r["activations"]
-    assert parallel_memory(tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=3)["fsdp+tp"] == {
+    assert parallel_memory(*tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=3)["fsdp+tp"] == {
         **dict.fromkeys(NUMBERS), "refused": "train.strategy fsdp+tp: train.tensor_parallel (3) must divide the "
                                              "torchrun ranks (4)"}
 
 
 def test_fsdp_tp_row_needs_a_tensor_parallel_size_dividing_the_ranks_on_the_cli(tmp_path):
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"}}))
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"},
+                                     "shape": {"vocab_size": V}}))
     done = run_cli("info", str(config), "--parallel", "4", "--tensor-parallel", "2", "--seq-len", str(T),
                    "--batch", str(B))
     assert done.returncode == 0, done.stderr
@@ -109,24 +111,24 @@ def test_pp_row_holds_the_heavier_stage_of_each_family_cut(arch, first_stage):
     a task reads). Encoder-decoder (1 + 1 layers): the first the source embedding, the encoder and,
     where the memory is made, the target embedding; the last the decoder layer, its norm and the
     output projection."""
-    cfg = model_config(arch=arch, vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=2 if arch == "encoder_only" else 1, d_ff=FF), tie_embeddings="none")
-    sizes = {name: p.numel() for name, p in build_model(cfg).named_parameters()}
+    cfg, shape = sized(arch=arch, vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=2 if arch == "encoder_only" else 1, d_ff=FF), tie_embeddings="none")
+    sizes = {name: p.numel() for name, p in build_model(cfg, shape).named_parameters()}
     first = sum(n for name, n in sizes.items() if name.startswith(first_stage))
     last = sum(sizes.values()) - first
-    assert parallel_memory(cfg, T, B, 2, 2)["pp gpipe"]["gradients"] == 4 * max(first, last)
+    assert parallel_memory(cfg, shape, T, B, 2, 2)["pp gpipe"]["gradients"] == 4 * max(first, last)
 
 
 def test_a_layout_training_refuses_is_n_a_with_the_strategy_s_own_reason(tmp_path):
     """3 ranks of a 4-head model (issue 64): tp is n/a (training refuses n_heads 4 on 3 ranks), not a
     memory figure for a layout that cannot train; pp says why it is n/a; --parallel 3 alone works,
     fsdp+tp n/a at the default tensor-parallel size 2."""
-    report = parallel_memory(tiny(), T, B, ranks=3, micro_batches=3)
+    report = parallel_memory(*tiny(), T, B, ranks=3, micro_batches=3)
     assert report["tp"] == {**dict.fromkeys(NUMBERS), "refused": f"train.strategy tp: model.stack.n_heads ({H}) must "
                                                                  f"be divisible by the tensor-parallel size (3 ranks)"}
     assert report["ddp"]["total"] is not None and "refused" not in report["ddp"]
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "vocab_size": V, "stack": {
-        "d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "all"}}))
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {
+        "d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "all"}, "shape": {"vocab_size": V}}))
     done = run_cli("info", str(config), "--parallel", "3", "--seq-len", str(T), "--batch", str(B))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

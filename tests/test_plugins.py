@@ -37,9 +37,11 @@ from attnlab.data.corpora import read_tsv
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.models import INPUT_KINDS, AttentionStack, Capabilities, FamilyConfig, ModelFamily, StackConfig
 from attnlab.models import transformer as parts
+from attnlab.models.shape import DataShape
 from attnlab.nn.tensor_plan import COLUMNS, ROWS, TensorPlan, megatron
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.config import TrainConfig
+from attnlab.runs.run_dir import RunDir
 from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
 from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
@@ -53,20 +55,19 @@ from helpers import run_cli
 class BigramConfig(FamilyConfig):
     """A bigram language model: each token's embedding predicts the next token."""
 
-    vocab_size: int
     d_model: int = 16
-    pad_id: int = 0
 
     def check(self) -> None:
         at_least("d_model", self.d_model, 1)
 
 
 class BigramLM(nn.Module):
-    def __init__(self, cfg: BigramConfig) -> None:
+    def __init__(self, cfg: BigramConfig, shape: DataShape) -> None:
         super().__init__()
-        self.pad_id = cfg.pad_id
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size)
+        vocab_size = shape.need("vocab_size", "test_bigram")
+        self.pad_id = shape.pad_id
+        self.embed = nn.Embedding(vocab_size, cfg.d_model)
+        self.generator = nn.Linear(cfg.d_model, vocab_size)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, T, V) logits of the next token."""
@@ -79,8 +80,8 @@ class BigramFamily(ModelFamily):
     capabilities = Capabilities(encoder=False, decoder=True, incremental_decoding=False, attention_weights=False)
 
     @staticmethod
-    def build(cfg: BigramConfig) -> BigramLM:
-        return BigramLM(cfg)
+    def build(cfg: BigramConfig, shape: DataShape) -> BigramLM:
+        return BigramLM(cfg, shape)
 
 
 # -- a new family and a new task: a bag-of-embeddings sentiment classifier ------------------------
@@ -89,18 +90,15 @@ class BigramFamily(ModelFamily):
 class BagConfig(FamilyConfig):
     """The mean of a text's word embeddings, then a linear map to the classes."""
 
-    vocab_size: int
-    n_classes: int
     d_model: int = 8
-    pad_id: int = 0
 
 
 class BagOfEmbeddings(nn.Module):
-    def __init__(self, cfg: BagConfig) -> None:
+    def __init__(self, cfg: BagConfig, shape: DataShape) -> None:
         super().__init__()
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.classify = nn.Linear(cfg.d_model, cfg.n_classes)
-        self.pad_id = cfg.pad_id
+        self.embed = nn.Embedding(shape.need("vocab_size", "test_bag"), cfg.d_model, padding_idx=shape.pad_id)
+        self.classify = nn.Linear(cfg.d_model, shape.need("n_classes", "test_bag"))
+        self.pad_id = shape.pad_id
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, n_classes) logits."""
@@ -115,8 +113,8 @@ class BagFamily(ModelFamily):
     capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=False)
 
     @staticmethod
-    def build(cfg: BagConfig) -> BagOfEmbeddings:
-        return BagOfEmbeddings(cfg)
+    def build(cfg: BagConfig, shape: DataShape) -> BagOfEmbeddings:
+        return BagOfEmbeddings(cfg, shape)
 
 
 @dataclass(frozen=True)
@@ -188,9 +186,9 @@ class Sentiment(Task):
         return data
 
     @classmethod
-    def model_fields(cls, cfg, data=None):
-        return {"vocab_size": cls.vocabulary(data, "src"), "n_classes": len(data.labels) if data is not None else 2,
-                "pad_id": PAD}
+    def data_shape(cls, cfg, data=None):
+        return DataShape(vocab_size=cls.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
+                         pad_id=PAD)
 
     @classmethod
     def logits(cls, model, ids):
@@ -241,17 +239,21 @@ def test_the_built_in_families_and_their_capabilities():
     can = {name: FAMILIES[name].capabilities for name in ("encoder_decoder", "decoder_lm", "encoder_only", "rnn")}
     assert [(c.encoder, c.decoder, c.incremental_decoding, c.attention_weights) for c in can.values()] == [
         (True, True, True, True), (False, True, True, True), (True, False, False, True), (True, True, True, False)]
-    assert model_config(arch="rnn", vocab_size=9).capabilities is can["rnn"]
+    assert model_config(arch="rnn").capabilities is can["rnn"]
 
 
 def test_a_family_owns_its_fields_and_round_trips():
-    cfg = model_config(arch="test_bigram", vocab_size=11, d_model=4)
-    assert cfg.to_dict() == {"arch": "test_bigram", "vocab_size": 11, "d_model": 4, "pad_id": 0}
+    cfg = model_config(arch="test_bigram", d_model=4)
+    assert cfg.to_dict() == {"arch": "test_bigram", "d_model": 4}
     assert model_config(cfg.to_dict()) == cfg
-    assert sum(p.numel() for p in build_model(cfg).parameters()) == 11 * 4 + 4 * 11 + 11
-    with pytest.raises(ConfigError, match=r"model.arch 'test_bigram' has no field 'n_heads'; its fields: "
-                                          r"vocab_size, d_model, pad_id"):
-        model_config(arch="test_bigram", vocab_size=11, n_heads=2)
+    assert sum(p.numel() for p in build_model(cfg, DataShape(vocab_size=11)).parameters()) == 11 * 4 + 4 * 11 + 11
+    with pytest.raises(ConfigError, match=r"model.arch 'test_bigram' has no field 'n_heads'; its fields: d_model$"):
+        model_config(arch="test_bigram", n_heads=2)
+    # the vocabulary is the data's (models/shape.py): not a field of the family, refused in its section
+    with pytest.raises(ConfigError, match=r"^model.vocab_size is set by the data, not the model section: remove it$"):
+        model_config(arch="test_bigram", vocab_size=11, d_model=4)
+    with pytest.raises(ConfigError, match=r"^test_bigram needs vocab_size from its data, which gives none$"):
+        build_model(cfg, DataShape())
 
 
 def test_registering_a_second_family_under_a_taken_name_is_refused():
@@ -327,7 +329,10 @@ def test_a_task_and_a_family_from_outside_the_package_train_through_the_command_
     best = json.loads((tmp_path / "run" / "checkpoints" / "best.json").read_text())
     assert best["metric"] == "accuracy" and best["value"] == 1.0
     model, tokenizers, cfg = load_run(tmp_path / "run")
-    assert isinstance(model, BagOfEmbeddings) and cfg.n_classes == 2 and tokenizers["tgt"] is None
+    assert isinstance(model, BagOfEmbeddings) and cfg.arch == "test_bag" and tokenizers["tgt"] is None
+    # the data's sizes are kept beside the config (shape.json), which the model was built from
+    assert RunDir(tmp_path / "run").read_shape() == DataShape(vocab_size=15, n_classes=2, pad_id=PAD)
+    assert model.classify.out_features == 2 and model.embed.num_embeddings == 15
     ids = torch.tensor([tokenizers["src"].encode("the plot was good"), tokenizers["src"].encode("the plot was bad")])
     assert model(ids).argmax(-1).tolist() == [1, 0]  # pos, neg (labels sorted: neg = 0)
     for command, needs in (("translate", "'translation' or 'masked_translation'"),
@@ -487,15 +492,15 @@ def test_every_task_that_inspect_serves_has_an_inspect_view_and_serve_finds_its_
 
 
 def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer(tmp_path):
-    """Registering a task with no tokenizer and the default model_fields (a tokenizer's vocabulary) is
-    refused; a model_fields that reads the vocabulary of a tokenizer the task does not declare (it
+    """Registering a task with no tokenizer and the default data_shape (a tokenizer's vocabulary) is
+    refused; a data_shape that reads the vocabulary of a tokenizer the task does not declare (it
     would not be saved with a run) is refused where the fields are first planned, before any run."""
     class Forgetful(Task):
         name = "test_forgetful"
         needs = {"encoder": True}
 
     with pytest.raises(TypeError, match=r"task 'test_forgetful' declares no tokenizer, so its data sets no "
-                                        r"vocabulary: define its model_fields\(cfg, data=None\)"):
+                                        r"vocabulary: define its data_shape\(cfg, data=None\)"):
         register_task(Forgetful)
     assert "test_forgetful" not in TASKS
 
@@ -601,11 +606,11 @@ def trend_data(trend):
     return trend.Trend.prepare(trend.TrendConfig(), Batching(max_tokens=0, batch_size=20, seed=TrainConfig().seed))
 
 
-def first_loss_by_hand(model_cfg, data) -> float:
+def first_loss_by_hand(model_cfg, shape, data) -> float:
     """The mean cross-entropy of the initial model (built after torch.manual_seed(train.seed), as
     `attnlab train` builds it) on the first training batch of series."""
     torch.manual_seed(TrainConfig().seed)
-    model = build_model(model_cfg)
+    model = build_model(model_cfg, shape)
     batch = data.epoch_batches(0)[0]
     return F.cross_entropy(model(batch.series), batch.labels).item()
 
@@ -624,7 +629,9 @@ def test_the_walkthrough_adds_a_task_without_a_vocabulary(tmp_path):
         assert info["params_total"] == 4 * 2 + 2  # 4 x 2 weights, 2 biases
         data = trend_data(new.trend)
         losses = [r["loss"] for r in train_records(run, "train")]
-        by_hand = first_loss_by_hand(model_config(arch="series_linear", length=4, n_classes=2), data)
+        shape = DataShape(input_length=4, n_channels=1, n_classes=2)
+        assert new.trend.Trend.data_shape(new.trend.TrendConfig()) == shape  # the same before the data and after
+        by_hand = first_loss_by_hand(model_config(arch="series_linear"), shape, data)
         assert len(losses) == 20 and losses[0] == pytest.approx(by_hand, rel=1e-6)
         summary = json.loads((run / "summary.json").read_text())
         assert summary["train_series"] == 20 * 20 and "train_tokens" not in summary  # 20 updates of 20 series
@@ -634,13 +641,18 @@ def test_the_walkthrough_adds_a_task_without_a_vocabulary(tmp_path):
         assert sorted(p.name for p in run.glob("tokenizer*")) == []
         model, tokenizers, cfg = load_run(run)
         assert tokenizers == {} and isinstance(model, new.series_linear.SeriesLinear)
-        assert (cfg.length, cfg.n_classes) == (4, 2)
+        assert cfg.to_dict() == {"arch": "series_linear"} and RunDir(run).read_shape() == shape
+        assert model.classify.weight.shape == (2, 4)
         held_out = data.splits["valid"]
         assert F.cross_entropy(model(held_out.series), held_out.labels).item() == pytest.approx(min(valid), rel=1e-6)
         up = model.classify.weight[1] - model.classify.weight[0]  # the sum's sign: the direction (1, 1, 1, 1)
         assert F.cosine_similarity(up, torch.ones(4), dim=0) > 0.9
-        refused = run_cli("train", str(tmp_path / "trend.yaml"), "--set", "model.length=1", "--out", str(tmp_path / "r"))
-        assert refused.returncode == 3 and "model.length is set from the data in a training config" in refused.stderr
+        sized = tmp_path / "sized.yaml"  # the series' length is the data's, never the model section's
+        sized.write_text((tmp_path / "trend.yaml").read_text().replace("{arch: series_linear}",
+                                                                       "{arch: series_linear, input_length: 1}"))
+        refused = run_cli("train", str(sized), "--out", str(tmp_path / "r"))
+        assert refused.returncode == 3 and refused.stderr == (
+            f"error: {sized}: model.input_length is set from the data in a training config; remove it\n")
         assert not (tmp_path / "r").exists()
 
 
@@ -649,7 +661,7 @@ def test_the_walkthrough_adds_a_family_with_an_attention_stack(tmp_path):
     assert len([line for line in block.text.splitlines() if line.strip()]) <= 40  # the whole family, imports included
     with modules_of("Add a task") as new, modules_of("Add a family") as family:
         config = family.series_attention.SeriesAttentionConfig
-        assert [f.name for f in dataclasses.fields(config)] == ["length", "n_classes", "stack"]  # no field of the stack
+        assert [f.name for f in dataclasses.fields(config)] == ["stack"]  # no field of the stack, no size of the data
         follow("Add a family", tmp_path)
         d, ff, length, classes = 8, 16, 4, 2
         by_hand = (d + d) + length * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff + ff * d + d) + 2 * 2 * d \
@@ -658,8 +670,9 @@ def test_the_walkthrough_adds_a_family_with_an_attention_stack(tmp_path):
         assert info["params_total"] == by_hand == 682
         run = tmp_path / "runs" / "trend_attention"
         losses = [r["loss"] for r in train_records(run, "train")]
-        model_cfg = model_config(arch="series_attention", length=4, n_classes=2, stack={"n_heads": 4})  # trend_attention.yaml
-        initial = first_loss_by_hand(model_cfg, trend_data(new.trend))
+        model_cfg = model_config(arch="series_attention", stack={"n_heads": 4})  # trend_attention.yaml
+        shape = DataShape(input_length=4, n_channels=1, n_classes=2)  # the trend task's data
+        initial = first_loss_by_hand(model_cfg, shape, trend_data(new.trend))
         assert len(losses) == 40 and losses[0] == pytest.approx(initial, rel=1e-5)
         valid = [r["valid_loss"] for r in train_records(run, "valid")]
         assert len(valid) == 2 and valid[-1] < valid[0] < math.log(2)
@@ -705,9 +718,9 @@ TAGGER_VOCAB = 20
 
 @dataclass(frozen=True)
 class TaggerConfig(FamilyConfig, AttentionStack):
-    """A token tagger: an attention stack, then a two-layer MLP of width ``d_hidden`` at each position."""
+    """A token tagger: an attention stack, then a two-layer MLP of width ``d_hidden`` at each position;
+    its vocabulary (of tokens and of tags) is the data's."""
 
-    vocab_size: int
     d_hidden: int = 32
     stack: StackConfig = StackConfig(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, norm="pre")
 
@@ -716,12 +729,13 @@ class TaggerConfig(FamilyConfig, AttentionStack):
 
 
 class Tagger(nn.Module):
-    def __init__(self, cfg: TaggerConfig) -> None:
+    def __init__(self, cfg: TaggerConfig, shape: DataShape) -> None:
         super().__init__()
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.stack.d_model)
+        vocab_size = shape.need("vocab_size", "test_tagger")
+        self.embed = nn.Embedding(vocab_size, cfg.stack.d_model)
         self.encoder = parts.plain_encoder(cfg, cfg.stack.n_layers)
         self.w_in = nn.Linear(cfg.stack.d_model, cfg.d_hidden)
-        self.w_out = nn.Linear(cfg.d_hidden, cfg.vocab_size)
+        self.w_out = nn.Linear(cfg.d_hidden, vocab_size)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, T, V) tag logits."""
@@ -767,7 +781,7 @@ def registered(*families: type[ModelFamily]):
 
 def tagger() -> nn.Module:
     torch.manual_seed(0)
-    return build_model(model_config(arch="test_tagger", vocab_size=TAGGER_VOCAB))
+    return build_model(model_config(arch="test_tagger"), DataShape(vocab_size=TAGGER_VOCAB))
 
 
 def tagger_gradients(model: nn.Module) -> dict:
@@ -811,7 +825,7 @@ def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(t
     from helpers import TORCHRUN, why
 
     with registered(ShardedTaggerFamily):
-        check_strategy("tp", model_config(arch="test_tagger", vocab_size=TAGGER_VOCAB), World(rank=0, size=2))
+        check_strategy("tp", model_config(arch="test_tagger"), World(rank=0, size=2))
         whole_shapes = {n: tuple(p.shape) for n, p in tagger().named_parameters()}
     code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_plugins; " \
            f"test_plugins.tagger_under_tp({str(tmp_path / 'tp.pt')!r})"
@@ -844,7 +858,7 @@ def test_a_family_with_an_attention_stack_and_no_tensor_parallel_plan_is_refused
     from attnlab.train.strategy import check_strategy
 
     with registered(UnplannedTaggerFamily):
-        cfg = model_config(arch="test_tagger_without_plan", vocab_size=TAGGER_VOCAB)
+        cfg = model_config(arch="test_tagger_without_plan")
         with pytest.raises(ConfigError, match=rf"^train.strategy {re.escape(strategy)}: model.arch "
                                               r"'test_tagger_without_plan' has an attention stack but its model "
                                               r"\(Tagger\) declares no tensor-parallel plan \(a tensor_plan method, "

@@ -3,13 +3,15 @@ of its attention stacks, by the components' own structure, and the plan's union 
 
 from __future__ import annotations
 
-from attnlab.models import FAMILIES, build_model, model_config
+from attnlab.models import FAMILIES, build_model
 from attnlab.nn.interfaces import TensorParallelModel
 from attnlab.nn.tensor_plan import COLUMNS, ROWS, LinearSplit, Split, TensorPlan
 
+from helpers import sized
+
 
 def test_an_encoder_decoders_plan_splits_each_layers_projections_and_divides_its_attention_heads():
-    plan = build_model(model_config(vocab_size=30, stack={"n_layers": 1})).tensor_plan()
+    plan = build_model(*sized(vocab_size=30, stack={"n_layers": 1})).tensor_plan()
     encoder, decoder = "encoder.layers.0", "decoder.layers.0"
     assert plan.linears == {
         f"{encoder}.self_attn.qkv_proj": LinearSplit(Split.COLUMNS, blocks=3), f"{encoder}.self_attn.out_proj": ROWS,
@@ -24,7 +26,7 @@ def test_an_encoder_decoders_plan_splits_each_layers_projections_and_divides_its
 
 
 def test_a_plan_covers_every_layer_of_each_stack_it_names():
-    model = build_model(model_config(arch="decoder_lm", vocab_size=30, stack={"n_layers": 3}))
+    model = build_model(*sized(arch="decoder_lm", vocab_size=30, stack={"n_layers": 3}))
     plan = model.tensor_plan()
     assert len(plan.linears) == 3 * 4 and len(plan.heads) == 3
     assert {path.split(".")[2] for path in plan.linears} == {"0", "1", "2"}

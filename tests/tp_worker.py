@@ -10,7 +10,7 @@ import sys
 import torch
 from torch import nn
 
-from attnlab import build_model, model_config
+from attnlab import build_model
 from attnlab.config import overlaid
 from attnlab.data.batching import collate_pairs
 from attnlab.data.tokenizers import PAD
@@ -21,6 +21,8 @@ from attnlab.runs.config import TrainConfig
 from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
+
+from helpers import sized
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
 SIZES = dict(vocab_size=30, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0))
@@ -45,7 +47,7 @@ def batches(arch: str) -> tuple[list, object]:
 
 def model(arch: str) -> nn.Module:
     torch.manual_seed(0)
-    return build_model(model_config(arch=arch, **overlaid(SIZES, FAMILIES[arch])))
+    return build_model(*sized(arch=arch, **overlaid(SIZES, FAMILIES[arch])))
 
 
 def own_blocks(net: nn.Module, whole_weights: dict[str, torch.Tensor], rank: int, size: int) -> bool:
