@@ -652,7 +652,7 @@ def test_the_walkthrough_adds_a_task_without_a_vocabulary(tmp_path):
                                                                        "{arch: series_linear, input_length: 1}"))
         refused = run_cli("train", str(sized), "--out", str(tmp_path / "r"))
         assert refused.returncode == 3 and refused.stderr == (
-            f"error: {sized}: model.input_length is set from the data in a training config; remove it\n")
+            f"error: {sized}: model.input_length is set by the data, not the model section: remove it\n")
         assert not (tmp_path / "r").exists()
 
 
