@@ -96,3 +96,16 @@ def test_the_minilm_import_finds_the_package_folder_on_any_python():
                           cwd=root, capture_output=True, text=True, timeout=60)
     folder = Path(done.stdout.strip())
     assert done.returncode == 0 and (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+
+
+def test_the_readme_is_a_landing_page_whose_test_command_is_the_ci_one():
+    """Issue 65: README.md at most 250 lines; its set-up block gives the command `.ci/run` runs, as it is;
+    every tutorial it links exists, and every tutorial is linked from it (the families and tasks table)."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    ci = [line for line in (README.parent / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    assert ci == ["make test"]
+    assert any(line.split(" #")[0].strip() == ci[0] for line in text.splitlines())
+    linked = set(re.findall(r"\]\(docs/tutorials/(\w+)\.md\)", text))
+    assert linked == {p.stem for p in TUTORIALS.glob("*.md")}
