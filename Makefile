@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 BROWSER := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test install clean docs serve-docs
+.PHONY: test install clean docs serve-docs screenshots
 
 install: $(STAMP) $(BROWSER)
 
@@ -61,3 +61,9 @@ docs: $(STAMP)
 PORT ?= 8000
 serve-docs: docs
 	$(PY) -m http.server --bind 127.0.0.1 --directory $(DOCS_OUT)/html $(PORT)
+
+# `make screenshots`: the built site's home page and one tutorial page (docs/_ext/screenshots.py), taken with the
+# suite's Chromium (Playwright drives /usr/bin/chromium, as in tests/test_serve.py) into docs/images/site-home.png
+# and site-tutorial.png, which are committed. Not run by the tests, which write nothing into the tree.
+screenshots: docs $(BROWSER)
+	$(PY) docs/_ext/screenshots.py $(DOCS_OUT)/html docs/images

@@ -2,7 +2,7 @@
 
 Each class has its own exit code so that scripts can tell a bad config from a bad file; the CLI
 prints ``error: <message>`` on one line and exits with that code (``--debug`` shows the traceback).
-README.md's "When something is wrong" is the table of these codes that every command follows.
+docs/reliability.md's "When something is wrong" is the table of these codes that every command follows.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The README's Python example runs and does what it says."""
+"""The Python examples of README.md and the tutorials run and do what they say; the commands of README.md and
+docs/ read their data where `attnlab data get` writes it."""
 
 from __future__ import annotations
 
@@ -7,23 +8,26 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+TUTORIALS = README.parent / "docs" / "tutorials"
 
 
-def test_readme_python_example_runs():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert blocks, "README has no python example"
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), {})
+def test_the_python_examples_run():
+    """README's and the tutorials' ``python`` blocks (the model in Python: docs/tutorials/translation.md)."""
+    pages = [README, *sorted(TUTORIALS.glob("*.md"))]
+    blocks = [(page, block) for page in pages for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)]
+    assert any(page.name == "translation.md" for page, _ in blocks), "the translation tutorial has no python example"
+    for page, block in blocks:
+        exec(compile(block, str(page), "exec"), {})
 
 
 COMMAND = re.compile(r"^\s*(?:\.venv/bin/|python3? -m |bash |torchrun |attnlab )")
 
 
 def documented_commands() -> list[tuple[str, int, str]]:
-    """(file, line, command) of every command in README.md and docs/*.md: the lines of a fenced block
+    """(file, line, command) of every command in README.md and docs/**/*.md: the lines of a fenced block
     and the inline code spans that run attnlab, a script or torchrun."""
     found = []
-    for path in [README, *sorted((README.parent / "docs").glob("*.md"))]:
+    for path in [README, *sorted((README.parent / "docs").glob("**/*.md"))]:
         fenced = False
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if line.startswith("```"):
@@ -80,15 +84,28 @@ def test_make_demo_installs_the_runtime_alone_and_make_test_everything_it_needs(
 
 
 def test_the_minilm_import_finds_the_package_folder_on_any_python():
-    """README and docs give the command that finds the MiniLM package's folder (issue 64: a hard-coded
+    """The encoder-only tutorial gives the command that finds the MiniLM package's folder (issue 64: a hard-coded
     .venv/lib/python3.11/... path breaks on another Python); it runs and names the folder import-hf reads."""
     import subprocess
 
     root = README.parent
     texts = {f: f.read_text() for f in [README, *root.glob("docs/**/*.md"), *root.glob("recipes/**/*.yaml")]}
     assert [str(f.relative_to(root)) for f, text in texts.items() if "site-packages/gt_all" in text] == []
-    line = next(line for line in README.read_text().splitlines() if line.startswith("MINILM=$("))
+    line = next(line for line in (TUTORIALS / "encoder_only.md").read_text().splitlines() if line.startswith("MINILM=$("))
     done = subprocess.run(["bash", "-c", f'{line.replace(".venv/bin/python", sys.executable)}; echo "$MINILM"'],
                           cwd=root, capture_output=True, text=True, timeout=60)
     folder = Path(done.stdout.strip())
     assert done.returncode == 0 and (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+
+
+def test_the_readme_is_a_landing_page_whose_test_command_is_the_ci_one():
+    """Issue 65: README.md at most 250 lines; its set-up block gives the command `.ci/run` runs, as it is;
+    every tutorial it links exists, and every tutorial is linked from it (the families and tasks table)."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    ci = [line for line in (README.parent / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    assert ci == ["make test"]
+    assert any(line.split(" #")[0].strip() == ci[0] for line in text.splitlines())
+    linked = set(re.findall(r"\]\(docs/tutorials/(\w+)\.md\)", text))
+    assert linked == {p.stem for p in TUTORIALS.glob("*.md")}

@@ -1,13 +1,16 @@
-"""README's commands, walked as a user on a fresh clone types them (issue 64's acceptance): offline,
-after `attnlab data get NAME --from CLONE` of each data set's upstream repository layout, with long
-trainings shortened by --set.
+"""The commands of README.md and of every tutorial (docs/tutorials/, in the order of its index), walked as
+a user on a fresh clone types them (issues 64 and 65): offline, after `attnlab data get NAME --from
+CLONE` of each data set's upstream repository layout, with long trainings shortened by --set.
 
-What is walked: every command of every fenced ``bash`` block, in a temporary copy of the repository
-(its own data/ and runs/; .venv a link to this one), each block one `bash -e` script, and every
-``$ command`` of a ``text`` block, whose other lines are what README says it prints. The first block
-(the quick start, which fetches data) runs first; the others run in two lanes side by side, one
-per core, each lane in README's order, the blocks that name the same run or file in the same lane. New README commands are walked by default. A block is left out, or some of its commands,
-only by an HTML comment on the lines just above its fence, with the reason:
+What is walked: every command of every fenced ``bash`` block, in one temporary copy of the repository
+shared by all the pages (its own data/ and runs/; .venv a link to this one), each block one `bash -e`
+script, and every ``$ command`` of a ``text`` block, whose other lines are what the page says it
+prints. The blocks that fetch data (`attnlab data ...`) run first, one after another in the pages'
+order; the others, of every page together, run in two lanes side by side, one per core, each lane
+in the pages' order, the blocks that name the same run or file in the same lane. The walk runs once
+per session, and each page's test reports that page's failures. New commands are walked by default.
+A block is left out, or some of its commands, only by an HTML comment on the lines just above its
+fence, with the reason:
 
     <!-- walk: skip: REASON -->                  the whole block
     <!-- walk: skip `COMMAND PREFIX`: REASON --> the block's commands that start so
@@ -16,7 +19,7 @@ What the walk changes in a command, and nothing else:
 - `attnlab train CONFIG ...` gets SHORT (2 steps) and, for a few commands, EXTRA's --set lines;
   `--resume` gets none: it continues the run with the run's own config;
 - `attnlab data get NAME` without --from gets `--from CLONE`: nothing is downloaded;
-- the words that README uses for "your run" and "your files" (RUN, src.txt, ...) are runs that an
+- the words that the pages use for "your run" and "your files" (RUN, src.txt, ...) are runs that an
   earlier command wrote and small files that the walk writes (PLACEHOLDERS, USER_FILES).
 
 The clones are miniature upstream layouts (data/task1/raw/train.de.gz, ETT-small/ETTh1.csv, ...)
@@ -25,9 +28,10 @@ sitecustomize.py on the commands' PYTHONPATH pins them), since the real files ca
 
 Checked: each block's script exits 0; each `# -> PATH` comment's PATH, and each --out and --plot
 of a walked command, exists afterwards; each text block's command exits 0 (non-zero where what
-README shows is an `error:` line) and prints README's lines, in that order (lines README leaves out
-may come between). Timings are not asserted; the file is meant to stay within 3 minutes on 2 cores
-(the commit that changes the walk says what it measured)."""
+the page shows is an `error:` line) and prints the page's lines, in that order (lines the page leaves
+out may come between). Timings are not asserted; the file is meant to stay within 3 minutes on 2 cores
+(the commit that changes the walk says what it measured). A command moved from one page to another
+is walked once, where it now is: the time follows the commands, not the pages."""
 
 from __future__ import annotations
 
@@ -48,17 +52,28 @@ from attnlab.data.sources import DATASETS, Dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+TUTORIALS = ROOT / "docs" / "tutorials"
+
+
+def pages() -> list[Path]:
+    """README.md, then each tutorial in the order of docs/tutorials/index.md's list."""
+    listed = re.findall(r"^- \[[^]]+\]\((\w+)\.md\)", (TUTORIALS / "index.md").read_text(), flags=re.M)
+    return [README, *(TUTORIALS / f"{name}.md" for name in listed)]
+
+
+def where(page: Path) -> str:
+    return str(page.relative_to(ROOT))
 DIRECTIVE = re.compile(r"^<!-- walk: skip(?: `([^`]+)`)?: (\S.*?) -->$")
 FENCE = re.compile(r"^```(\w*)$")
 
 # 2 steps, evaluated once at the end; every train command of the walk gets these
 SHORT = ("train.max_steps=2", "train.eval_every=2", "train.warmup_steps=1", "train.warmup_ratio=null")
 EXTRA = {  # words of a train command -> further --set lines for it
-    "--out runs/de-en": ("train.max_steps=5", "train.eval_every=1"),  # 5 checkpoints: README averages the last 5
+    "--out runs/de-en": ("train.max_steps=5", "train.eval_every=1"),  # 5 checkpoints: translation.md averages the last 5
     "configs/scan.yaml": ("train.eval_exact_match=8",),  # greedy decoding of 8 examples, not 200, per evaluation
     "recipes/multimodal/": ("data.n_train=64", "data.n_valid=16", "data.n_test=16"),  # scenes drawn: 96, not 4,700
 }
-PLACEHOLDERS = {  # README's word for a run or a file of the user's -> what the walk gives in its place
+PLACEHOLDERS = {  # the pages' word for a run or a file of the user's -> what the walk gives in its place
     "RUN": "runs/de-en",
 }
 WORDS = ("a man in a red shirt walks his little dog over the green grass while two women watch "
@@ -71,7 +86,7 @@ def sentences(words: list[str], n: int, shift: int = 0) -> list[str]:
     return [" ".join(words[(i * 7 + shift + j) % len(words)] for j in range(4 + i % 6)) for i in range(n)]
 
 
-USER_FILES = {  # the files README's commands read as the user's own
+USER_FILES = {  # the files the pages' commands read as the user's own
     "my/train.de": "\n".join(sentences(GERMAN, 60)) + "\n", "my/train.en": "\n".join(sentences(WORDS, 60)) + "\n",
     "my/val.de": "\n".join(sentences(GERMAN, 8, 3)) + "\n", "my/val.en": "\n".join(sentences(WORDS, 8, 3)) + "\n",
     "src.txt": "\n".join(sentences(GERMAN, 3, 5)) + "\n",
@@ -88,7 +103,7 @@ USER_FILES = {  # the files README's commands read as the user's own
 }
 
 
-# -- README's blocks ------------------------------------------------------------------------------
+# -- the pages' blocks -----------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class Block:
@@ -96,6 +111,7 @@ class Block:
     lang: str
     lines: list[tuple[int, str]]       # (line number, text) inside the fence
     skips: list[tuple[str | None, str]]  # (command prefix or None: all, reason)
+    page: str = "README.md"            # where the block is, relative to the repository
 
     def commands(self) -> list[tuple[int, str]]:
         """(line, command) of a bash block: continuation lines joined, comment lines left out."""
@@ -118,8 +134,8 @@ class Block:
         return next((reason for prefix, reason in self.skips if prefix is None or command.startswith(prefix)), None)
 
 
-def readme_blocks(text: str) -> list[Block]:
-    """Every fenced block, with the walk directives on the comment lines just above it."""
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
+    """Every fenced block of a page, with the walk directives on the comment lines just above it."""
     lines = text.splitlines()
     blocks, i = [], 0
     while i < len(lines):
@@ -130,11 +146,11 @@ def readme_blocks(text: str) -> list[Block]:
         skips, j = [], i - 1
         while j >= 0 and lines[j].startswith("<!--"):
             directive = DIRECTIVE.match(lines[j])
-            assert directive, f"README.md:{j + 1}: not a walk directive: {lines[j]!r}"
+            assert directive, f"{page}:{j + 1}: not a walk directive: {lines[j]!r}"
             skips.insert(0, (directive.group(1), directive.group(2)))
             j -= 1
         end = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("```"))
-        blocks.append(Block(i + 1, fence.group(1), [(k + 1, lines[k]) for k in range(i + 1, end)], skips))
+        blocks.append(Block(i + 1, fence.group(1), [(k + 1, lines[k]) for k in range(i + 1, end)], skips, page))
         i = end + 1
     return blocks
 
@@ -252,7 +268,7 @@ for _name, _pins in json.loads(open(os.environ["ATTNLAB_WALK_PINS"]).read()).ite
         dataclasses.replace(f, size=size, sha256=sha) for f, (size, sha) in zip(_dataset.files, _pins)))
 '''
 
-USER_CLONES = {"ett": "ETDataset", "fsdd": "free-spoken-digit-dataset"}  # the clones README's --from names
+USER_CLONES = {"ett": "ETDataset", "fsdd": "free-spoken-digit-dataset"}  # the clones the pages' --from names
 IGNORED = shutil.ignore_patterns(".git", ".venv", "runs", "data", "__pycache__", ".pytest_cache", ".mypy_cache",
                                  ".ruff_cache", "*.egg-info", "hf", "build", "dist")
 
@@ -271,7 +287,7 @@ def world(tmp_path_factory) -> dict[str, Path | dict[str, str]]:
             (clones / name / path).parent.mkdir(parents=True, exist_ok=True)
             (clones / name / path).write_bytes(data)
         table[name] = pins(dataset, repository)
-    for name, folder in USER_CLONES.items():  # README's `data get ett --from ETDataset`: the user's clone
+    for name, folder in USER_CLONES.items():  # `data get ett --from ETDataset`: the user's clone
         shutil.copytree(clones / name, copy / folder)
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -282,10 +298,10 @@ def world(tmp_path_factory) -> dict[str, Path | dict[str, str]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(copy)]), "ATTNLAB_WALK_PINS": str(site / "pins.json"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_COLOR": "1"}
-    fetched_by_readme = {get.group(1) for block in readme_blocks(README.read_text()) if block.lang == "bash"
-                         for _, command in block.commands() if block.skipped(command) is None
-                         for get in [re.search(r"attnlab data get (\w+)", command)] if get}
-    for name in sorted(set(DATASETS) - fetched_by_readme):  # the others, as their recipes' headers say
+    fetched_by_pages = {get.group(1) for block in all_blocks() if block.lang == "bash"
+                        for _, command in block.commands() if block.skipped(command) is None
+                        for get in [re.search(r"attnlab data get (\w+)", command)] if get}
+    for name in sorted(set(DATASETS) - fetched_by_pages):  # the others, as their recipes' headers say
         done = subprocess.run([str(Path(sys.executable).parent / "attnlab"), "data", "get", name, "--from",
                                str(clones / name)], cwd=copy, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -299,20 +315,39 @@ def run(script: str, world) -> subprocess.CompletedProcess:
 
 # -- the tests ----------------------------------------------------------------------------------------
 
-def test_every_skip_names_a_reason_and_commands_of_its_block():
-    """An exclusion that no longer matches a command (README changed) fails here, so it cannot hide
-    a new command; and the walk covers more than it leaves out."""
-    walked = left = 0
-    for block in readme_blocks(README.read_text()):
-        assert block.lang in ("bash", "text") or not block.skips, f"README.md:{block.line}: walk directive on a {block.lang} block"
+def all_blocks() -> list[Block]:
+    """Every fenced block of every walked page, in the pages' order."""
+    return [block for page in pages() for block in readme_blocks(page.read_text(), where(page))]
+
+
+def test_the_walk_reads_readme_and_every_tutorial():
+    """A tutorial missing from docs/tutorials/index.md's list would not be walked (nor be in the site's
+    navigation): every page of the folder is listed, each once."""
+    walked = [where(page) for page in pages()]
+    assert walked[0] == "README.md" and len(walked) == len(set(walked))
+    assert sorted(walked[1:]) == sorted(where(p) for p in TUTORIALS.glob("*.md") if p.name != "index.md")
+
+
+@pytest.mark.parametrize("page", pages(), ids=where)
+def test_every_skip_names_a_reason_and_commands_of_its_block(page):
+    """An exclusion that no longer matches a command (the page changed) fails here, so it cannot hide
+    a new command."""
+    for block in readme_blocks(page.read_text(), where(page)):
+        at = f"{block.page}:{block.line}"
+        assert block.lang in ("bash", "text") or not block.skips, f"{at}: walk directive on a {block.lang} block"
         commands = [c for _, c in block.commands()] if block.lang == "bash" else []
         for prefix, reason in block.skips:
-            assert len(reason) > 10, f"README.md:{block.line}: say why {prefix or 'the block'} is not walked"
+            assert len(reason) > 10, f"{at}: say why {prefix or 'the block'} is not walked"
             assert prefix is None or any(c.startswith(prefix) for c in commands), (
-                f"README.md:{block.line}: no command starts with {prefix!r}")
-        walked += sum(block.skipped(c) is None for c in commands)
-        left += sum(block.skipped(c) is not None for c in commands)
-    assert walked > left
+                f"{at}: no command starts with {prefix!r}")
+
+
+def test_the_walk_covers_more_than_it_leaves_out():
+    """Over README and the tutorials together (README's tour is a summary of the tutorials' commands,
+    left out there, walked where the tutorials run them)."""
+    commands = [(block, c) for block in all_blocks() if block.lang == "bash" for _, c in block.commands()]
+    walked = sum(block.skipped(c) is None for block, c in commands)
+    assert walked > len(commands) - walked
 
 
 def test_a_new_command_is_walked_unless_a_directive_says_why_not():
@@ -337,7 +372,8 @@ def test_a_new_command_is_walked_unless_a_directive_says_why_not():
 
 
 def walk_block(block: Block, world) -> list[str]:
-    """What went wrong in one block ([] when it walked as README says)."""
+    """What went wrong in one block ([] when it walked as its page says)."""
+    at = block.page
     failures = []
     if block.lang == "bash":
         commands = [(n, c) for n, c in block.commands() if block.skipped(c) is None]
@@ -345,31 +381,43 @@ def walk_block(block: Block, world) -> list[str]:
                             *(walked_command(c, world["clones"]) for _, c in commands)])
         done = run(script, world)
         if done.returncode != 0:
-            return [f"README.md:{block.line}: exit {done.returncode}\n{done.stderr[-2000:]}"]
+            return [f"{at}:{block.line}: exit {done.returncode}\n{done.stderr[-2000:]}"]
         missing = [f"{n}: {p}" for n, c in commands for p in outputs(c) if not (world["copy"] / p).exists()]
         if missing:
-            failures.append(f"README.md:{block.line}: not written: {missing}")
+            failures.append(f"{at}:{block.line}: not written: {missing}")
     for n, command, shown in transcript(block) if block.lang == "text" else []:
         done = run(walked_command(command, world["clones"]), world)
         printed = [line.rstrip() for line in (done.stdout + done.stderr).splitlines()]
         fails = shown[:1] and shown[0].startswith("error:")
         if (done.returncode != 0) != bool(fails) or not in_order(shown, printed):
-            failures.append(f"README.md:{n}: {command!r} exit {done.returncode}, printed:\n" + "\n".join(printed[-30:]))
+            failures.append(f"{at}:{n}: {command!r} exit {done.returncode}, printed:\n" + "\n".join(printed[-30:]))
     return failures
 
 
 def walked_blocks() -> list[Block]:
-    return [block for block in readme_blocks(README.read_text())
+    return [block for block in all_blocks()
             if (block.lang == "bash" and any(block.skipped(c) is None for _, c in block.commands()))
             or (block.lang == "text" and transcript(block))]
 
 
+def block_commands(block: Block) -> list[str]:
+    """A walked block's commands (a text block's `$` lines)."""
+    if block.lang == "bash":
+        return [c for _, c in block.commands() if block.skipped(c) is None]
+    return [c for _, c, _ in transcript(block)]
+
+
+def fetches(block: Block) -> bool:
+    """Whether the block fetches or writes data (`attnlab data ...`), which the others read."""
+    return any(re.search(r"attnlab data \w", c) for c in block_commands(block))
+
+
 def lanes(blocks: list[Block], n: int = 2) -> tuple[list[Block], list[list[Block]]]:
-    """The first block (the quick start: it fetches the data the others read), then ``n`` lanes that
-    may run side by side: blocks that name the same run or file (runs/NAME, RUN, scene.png, ...) stay
-    in one lane, in README's order; lanes balanced by their number of commands."""
-    first, rest = blocks[0], blocks[1:]
-    names = [{name for _, command in (b.commands() if b.lang == "bash" else [(n, c) for n, c, _ in transcript(b)])
+    """The blocks that fetch data (the others read it), then ``n`` lanes that may run side by side:
+    blocks that name the same run or file (runs/NAME, RUN, scene.png, ...) stay in one lane, in the
+    pages' order; lanes balanced by their number of commands."""
+    first, rest = [b for b in blocks if fetches(b)], [b for b in blocks if not fetches(b)]
+    names = [{name for command in block_commands(b)
               for name in re.findall(r"runs/[\w-]+|\b[\w-]+\.png\b", walked_command(command, Path("/")))}
              for b in rest]
     group = list(range(len(rest)))  # union-find over blocks sharing a name
@@ -385,35 +433,55 @@ def lanes(blocks: list[Block], n: int = 2) -> tuple[list[Block], list[list[Block
     groups: dict[int, list[int]] = {}
     for i in range(len(rest)):
         groups.setdefault(root(i), []).append(i)
-    size = lambda members: sum(len(rest[i].commands() or transcript(rest[i])) for i in members)  # noqa: E731
+    size = lambda members: sum(len(block_commands(rest[i])) for i in members)  # noqa: E731
     split: list[list[int]] = [[] for _ in range(n)]
     for members in sorted(groups.values(), key=size, reverse=True):
         min(split, key=size).extend(members)
     return first, [[rest[i] for i in sorted(lane)] for lane in split]
 
 
-def test_readme_walkthrough(world):
-    """Every walked block, the quick start first, then two lanes side by side (the 2 cores; each
-    process computes on one thread); all failures reported together."""
+@pytest.fixture(scope="module")
+def walk(world) -> dict[str, list[str]]:
+    """Every walked block of every page, once: the data first, then two lanes side by side (the 2
+    cores; each process computes on one thread); page -> what went wrong there."""
     from concurrent.futures import ThreadPoolExecutor
 
     first, side_by_side = lanes(walked_blocks())
-    failures = walk_block(first, world)
+    failures: dict[str, list[str]] = {where(page): [] for page in pages()}
+    for block in first:
+        failures[block.page] += walk_block(block, world)
+
+    def walk_lane(lane: list[Block]) -> list[tuple[str, list[str]]]:
+        return [(block.page, walk_block(block, world)) for block in lane]
     with ThreadPoolExecutor(len(side_by_side)) as pool:
-        for found in pool.map(lambda lane: [f for block in lane for f in walk_block(block, world)], side_by_side):
-            failures += found
-    assert not failures, "\n\n".join(failures)
+        for found in pool.map(walk_lane, side_by_side):
+            for page, failed in found:
+                failures[page] += failed
+    return failures
+
+
+@pytest.mark.parametrize("page", pages(), ids=where)
+def test_readme_walkthrough(walk, page):
+    """The page's commands walked as it says (all the pages are walked together, once: see ``walk``);
+    all its failures reported together."""
+    assert not walk[where(page)], "\n\n".join(walk[where(page)])
 
 
 def test_the_lanes_keep_each_run_with_the_blocks_that_use_it():
     first, (a, b) = lanes(walked_blocks())
-    assert "attnlab data get tiny_shakespeare" in " ".join(c for _, c in first.commands())
+    fetched = " ".join(c for block in first for c in block_commands(block))
+    assert "attnlab data get tiny_shakespeare" in fetched and "attnlab data get multi30k" in fetched
+    assert not any(re.search(r"attnlab (train|translate|evaluate)", c) for block in first for c in block_commands(block))
+
     def lane_of(text: str) -> int:
-        (which,) = {k for k, lane in enumerate((a, b)) for block in lane for _, c in block.commands() if text in c}
+        (which,) = {k for k, lane in enumerate((a, b)) for block in lane for c in block_commands(block) if text in c}
         return which
     assert lane_of("--out runs/de-en") == lane_of("translate RUN") == lane_of("prune RUN --fraction 0.4 --out")
     assert lane_of("--out runs/captioning") == lane_of("predict runs/dual_encoder scene.png") == lane_of("ask runs/visual_qa")
-    assert sorted(b.line for b in [first, *a, *b]) == [b.line for b in walked_blocks()]
+    key = {(bl.page, bl.line): k for k, bl in enumerate(walked_blocks())}  # the pages' order
+    assert sorted(key[bl.page, bl.line] for bl in [*first, *a, *b]) == list(range(len(key)))  # each once
+    for lane in (first, a, b):
+        assert [key[bl.page, bl.line] for bl in lane] == sorted(key[bl.page, bl.line] for bl in lane)
 
 
 def transcript(block: Block) -> list[tuple[int, str, list[str]]]:

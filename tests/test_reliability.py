@@ -28,7 +28,7 @@ from attnlab.train.run import train_run
 
 from helpers import ATTNLAB
 
-# The exit codes of README's table ("When something is wrong"), as attnlab/errors.py defines them.
+# The exit codes of docs/reliability.md's table ("When something is wrong"), as attnlab/errors.py defines them.
 USAGE, CONFIG, DATA, CHECKPOINT, NUMERICAL = (UsageError.exit_code, ConfigError.exit_code, DataError.exit_code,
                                               CheckpointError.exit_code, NumericalError.exit_code)
 
@@ -337,7 +337,7 @@ def test_bad_input_is_one_line_an_exit_code_and_no_lost_file(workspace, capsys, 
 
 def test_the_corpus_reaches_every_command_and_gives_every_verdict():
     """Every command of `attnlab` refuses some bad input in the corpus above, and the corpus's verdicts
-    are the exit codes of the errors bad input can cause (README's table: usage, config, data,
+    are the exit codes of the errors bad input can cause (docs/reliability.md's table: usage, config, data,
     checkpoint), each of them given and no other (numerical errors and Ctrl-C are tested below and
     in test_cli.py)."""
     commands = next(a for a in make_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
@@ -346,11 +346,11 @@ def test_the_corpus_reaches_every_command_and_gives_every_verdict():
     assert {code for *_, code, _ in CASES} == {USAGE, CONFIG, DATA, CHECKPOINT}
 
 
-def test_readme_has_the_one_table_of_exit_codes_and_it_is_errors_py():
-    """README's "When something is wrong" table names each error class with its code, and every code
-    of attnlab/errors.py is in it: the table the corpus above holds every command to."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## When something is wrong", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_have_the_one_table_of_exit_codes_and_it_is_errors_py():
+    """docs/reliability.md's "When something is wrong" table names each error class with its code, and
+    every code of attnlab/errors.py is in it: the table the corpus above holds every command to."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    section = page.split("## When something is wrong", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\d+) \| [^|]*\(`(\w+)`\) \|", section, flags=re.MULTILINE)
     classes = [AttnlabError, *AttnlabError.__subclasses__()]
     assert {name: int(code) for code, name in rows} == {cls.__name__: cls.exit_code for cls in classes}

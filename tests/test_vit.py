@@ -150,8 +150,8 @@ def test_the_readmes_example_digits_are_two_test_digits_as_written_by_the_functi
         assert pixels.shape == (8, 8) and np.array_equal(pixels, np.asarray(Image.open(path)))
         i = next(i for i in range(len(test_labels)) if np.allclose(test_images[i, :, :, 0], pixels, atol=0.5))
         assert test_labels[i] == label
-    readme = (ROOT / "README.md").read_text()
-    assert "predict runs/digits-vit examples/digits/seven.png examples/digits/three.png" in readme
+    tutorial = (ROOT / "docs" / "tutorials" / "images.md").read_text()
+    assert "predict runs/digits-vit examples/digits/seven.png examples/digits/three.png" in tutorial
 
 
 def test_the_folder_and_npz_readers(tmp_path):

@@ -1,6 +1,6 @@
 """Looking inside models: parameter, memory and compute budgets; attention analysis.
 
-Its public names (the README's Python example and docs/analysis.md import them) are imported on first use,
+Its public names (the translation tutorial's Python example and docs/analysis.md import them) are imported on first use,
 not here: plots.py brings in matplotlib, which the commands that only read a budget never need.
 """
 

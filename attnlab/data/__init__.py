@@ -1,6 +1,6 @@
 """Data: tokenizers, corpora, batching.
 
-Its public names (the README's commands import them) are imported on first use, not here: `attnlab data
+Its public names (the tutorials' commands import them) are imported on first use, not here: `attnlab data
 list` and `--help` start without torch or numpy.
 """
 

@@ -130,12 +130,12 @@ def digits(seed: int) -> dict[str, Images]:
             (("train", train), ("valid", valid), ("test", test))}
 
 
-EXAMPLE_DIGITS = {"seven": "7", "three": "3"}  # the README's examples/digits/seven.png and three.png
+EXAMPLE_DIGITS = {"seven": "7", "three": "3"}  # docs/tutorials/images.md's examples/digits/seven.png and three.png
 
 
 def write_example_digits(folder: str | Path) -> list[Path]:
     """The first 7 and the first 3 of the digits' test split (split_seed 0) as 8x8 greyscale PNG
-    files in ``folder`` (the README's examples/digits), pixels rounded to 0-255; the paths."""
+    files in ``folder`` (docs/tutorials/images.md's examples/digits), pixels rounded to 0-255; the paths."""
     from PIL import Image
 
     images, labels = digits(0)["test"]
