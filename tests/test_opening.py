@@ -69,3 +69,18 @@ def test_a_resume_reads_the_checkpoint_and_changes_nothing_until_restored(tmp_pa
     saved = opened.point.weights
     assert set(saved) <= {name for name, _ in opened.model.named_parameters()} | set(opened.model.state_dict())
     assert any(not torch.equal(saved[name], t) for name, t in opened.model.state_dict().items() if name in saved)
+
+
+def test_a_resume_whose_data_gives_other_sizes_is_refused_and_writes_nothing(tmp_path):
+    """The run's shape.json is the data's sizes its model was built with: data that now gives others (a
+    shape.json edited by hand stands in for a changed tokenizer) is refused in one line naming both."""
+    out = tmp_path / "run"
+    cfg = run_config(train={"max_steps": 2, "eval_every": 2, "eval_exact_match": 0, "early_stop_metric": "valid_loss"})
+    train_run(cfg, out, log=lambda s: None)
+    assert RunDir(out).read_shape() == DataShape(vocab_size=40)
+    (out / "shape.json").write_text(DataShape(vocab_size=41).to_json())
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"shape.json: a resumed run keeps its data's sizes, but its data now gives "
+                                          r"\{'vocab_size': 40, 'pad_id': 0\} \(the run's: \{'vocab_size': 41, 'pad_id': 0\}\)$"):
+        _open(cfg, out, resume=True)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

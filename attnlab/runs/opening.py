@@ -101,9 +101,10 @@ def open_run(cfg: RunConfig, out: str | Path, resume: bool, resume_from: int | N
         if model_cfg != saved[0]:
             raise ConfigError(f"{run.config}: a resumed run keeps its model, but the given config differs "
                               f"({'; '.join(differences(saved[0], model_cfg))})")
-        if shape != run.read_shape():
+        kept = run.read_shape()
+        if shape != kept:
             raise ConfigError(f"{run.shape}: a resumed run keeps its data's sizes, but its data now gives "
-                              f"{shape.to_dict()} (the run's: {run.read_shape().to_dict()})")
+                              f"{shape.to_dict()} (the run's: {kept.to_dict()})")
         point = _resume_point(run, resume_from)
         changes = _train_changes(run, saved[2], cfg.train, allow_changes)
     check(model_cfg, data)
