@@ -19,7 +19,7 @@ from attnlab.cli import main, make_parser
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.runs.run_dir import RunDir
 
-from helpers import ATTNLAB, fixed_medians, run_cli
+from helpers import ATTNLAB, fixed_medians, run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +49,13 @@ def test_info_table_runs_as_a_console_script():
     (None, 3, "no such config file"),
     ("model:\n  stack: {n_heads: 3}\nshape: {vocab_size: 10}\n", 3, "d_model (512) must be divisible by n_heads (3)"),
     ("model: [1\n", 3, "YAML does not parse"),
+    ("model: {arch: decoder_lm}\n", 3, "a model config without a data section gives its data's sizes as a 'shape' "
+                                       "section (shape: {vocab_size: V}), or --vocab-size V"),
+    ("model: {arch: decoder_lm}\nshape: {vocab: 10}\n", 3, "shape: unknown size 'vocab' (one of channels, "),
+    ("model: {arch: vit, patches: {size: 5}}\nshape: {channels: 1, image_height: 8, image_width: 8, n_classes: 3}\n", 3,
+     "image_height (8) must be divisible by patches.size (5)"),
+    ("model: {arch: decoder_lm}\ndata: {format: text, train: t.txt}\nshape: {vocab_size: 10}\n", 3,
+     "section 'shape' gives the sizes of a model config without data; a training config's come from its data"),
 ])
 def test_bad_config_is_one_line_and_an_exit_code(tmp_path, text, code, message):
     path = tmp_path / "c.yaml"
@@ -506,3 +513,23 @@ def test_blank_lines_stay_blank_and_empty_input_is_empty_output(tmp_path):
     assert from_stdin.returncode == from_file.returncode == 0 and from_stdin.stdout == from_file.stdout == ""
     assert from_stdin.stderr == "note: <stdin> is empty: nothing to translate\n"
     assert from_file.stderr == f"note: {empty} is empty: nothing to translate\n"
+
+
+def test_info_counts_a_model_config_of_any_family_from_its_shape_section(tmp_path):
+    """A model config without data gives the data's sizes in its 'shape' section (an image's, here):
+    info counts the model those sizes build, and --vocab-size sets a vocabulary in it."""
+    from attnlab import build_model
+
+    path = tmp_path / "vit.yaml"
+    path.write_text("model: {arch: vit, patches: {size: 4}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64}}\n"
+                    "shape: {channels: 1, image_height: 8, image_width: 12, n_classes: 3}\n")
+    done = run_cli("info", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    model = build_model(*sized(arch="vit", patches={"size": 4}, stack=dict(d_model=32, n_heads=2, n_layers=1, d_ff=64),
+                               channels=1, image_height=8, image_width=12, n_classes=3))
+    assert json.loads(done.stdout)["params_total"] == sum(p.numel() for p in model.parameters())
+    (tmp_path / "lm.yaml").write_text("model: {arch: decoder_lm, stack: {d_model: 16, n_heads: 2, n_layers: 1, "
+                                      "d_ff: 32}}\n")
+    counts = [json.loads(run_cli("info", str(tmp_path / "lm.yaml"), "--vocab-size", str(v), "--json").stdout)
+              ["params_total"] for v in (100, 101)]
+    assert counts[1] - counts[0] == 16  # one more row of the tied token table
