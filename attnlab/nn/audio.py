@@ -1,0 +1,83 @@
+"""Classifiers of sound that compute their own log-mel features on the waveform's device.
+
+    X      = LogMel(waveform)                          (frames, n_mels); SpecAugment's masks in training
+    image  = X^T as one channel                        (1, n_mels, frames): frequency down, time across
+    AST    = ViT over the image's P x P patches        (Gong et al. 2021, "AST: Audio Spectrogram Transformer")
+    CNN    = SmallConvNet over the same image          (the non-Transformer baseline)
+
+Clips are zero-padded to one length; a clip's own length (in samples) says which frames are its, so
+SpecAugment draws its time masks inside the clip and the AST's attention skips patches that lie
+wholly in the padding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.nn.cnn import SmallConvNet
+from attnlab.nn.spectrogram import LogMel, SpecAugment
+from attnlab.nn.vision import PatchEncoding
+
+
+class Spectrogram(nn.Module):
+    """Waveforms (B, S) and their lengths (B,) in samples -> log-mel images (B, 1, n_mels, frames) and
+    each clip's frames (B,), at least 1; only the first ``frames`` frames are kept (a patch grid's)."""
+
+    def __init__(self, log_mel: LogMel, augment: SpecAugment, frames: int) -> None:
+        super().__init__()
+        self.log_mel, self.augment, self.frames = log_mel, augment, frames
+
+    def features(self, waveforms: Tensor) -> Tensor:
+        """(B, S) -> (B, frames, n_mels): the log-mel spectrogram, before augmentation and cropping."""
+        return self.log_mel(waveforms)
+
+    def forward(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        frames = (lengths // self.log_mel.hop).clamp(1, self.frames)  # (B,): a clip's own frames
+        x = self.augment(self.features(waveforms)[:, : self.frames], frames)  # (B, frames, n_mels)
+        return x.transpose(1, 2).unsqueeze(1), frames  # (B, 1, n_mels, frames)
+
+
+class AudioSpectrogramTransformer(PatchEncoding):
+    """The AST: the log-mel image's patches (row-major over (n_mels / P, frames / P)), their 2-D
+    positions, a class token, the ViT's encoder stack and a linear head on the class token.
+    ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
+
+    def __init__(self, spectrogram: Spectrogram, patch_embed: nn.Module, positional: nn.Module, summary: nn.Module,
+                 encoder: nn.Module, classifier: nn.Module) -> None:
+        super().__init__()
+        self.spectrogram, self.patch_embed, self.positional = spectrogram, patch_embed, positional
+        self.summary, self.encoder, self.classifier = summary, encoder, classifier
+
+    def patches_in_clip(self, frames: Tensor, grid: tuple[int, int]) -> Tensor:
+        """(B,) frames of each clip -> (B, N) True where a patch starts inside the clip."""
+        size = self.patch_embed.patch_size
+        column = torch.arange(grid[0] * grid[1], device=frames.device) % grid[1]  # (N,): patch k's column
+        return column[None, :] * size < frames[:, None]  # (B, N)
+
+    def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S), (B,) -> final states (B, 1 + N, d_model) and (B, 1 + N) True at the class token and
+        at the patches inside each clip."""
+        image, frames = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, F), (B,)
+        size = self.patch_embed.patch_size
+        valid = self.patches_in_clip(frames, (image.shape[2] // size, image.shape[3] // size))
+        return self.encode_some_patches(image, valid)
+
+    def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
+        """(B, S), (B,) -> (B, n_classes)."""
+        z, valid = self.encode(waveforms, lengths)
+        return self.classifier(z, valid)
+
+
+class SpectrogramCNN(nn.Module):
+    """nn/cnn.py's SmallConvNet over the same log-mel image as the AST's.
+    ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
+
+    def __init__(self, spectrogram: Spectrogram, net: SmallConvNet) -> None:
+        super().__init__()
+        self.spectrogram, self.net = spectrogram, net
+
+    def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
+        """(B, S), (B,) -> (B, n_classes)."""
+        image, _ = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, frames)
+        return self.net.classify(image)
