@@ -203,3 +203,16 @@ def test_bad_inputs_are_one_line_each_naming_the_file(tmp_path):
         cfg = task_config({"task": "audio_classification", "recordings": str(rec), "valid_first": 30,
                            "valid_last": 40})
         cfg.task.prepare(cfg, Batching(max_tokens=0, batch_size=8, seed=0))
+
+
+def test_info_plans_an_audio_config_without_reading_its_data(tmp_path):
+    """`attnlab info` builds the model on the meta device: the mel bank is made on the CPU all the same;
+    before the data is read, two classes (as image_classification plans)."""
+    config = tmp_path / "ast.yaml"
+    config.write_text(RECIPE.format(arch="ast", model=AST_MODEL, recordings=tmp_path / "absent", steps=1))
+    done = run_cli("info", str(config))
+    assert done.returncode == 0, done.stderr
+    cfg, shape = sized(**TINY_AST, sample_rate=RATE, samples=4000, n_classes=2)
+    n = sum(p.numel() for p in build_model(cfg, shape).parameters())
+    line = next(line for line in done.stdout.splitlines() if line.startswith("parameters "))
+    assert line.split() == ["parameters", f"{n:,}"]
