@@ -1,6 +1,7 @@
 """A small convolutional network on log-mels (``arch: audio_cnn``): the non-Transformer baseline of
-sound classification. The same front end as the AST's (models/audio.py: ``features``, ``augment``)
-and images' SmallConvNet (nn/cnn.py) over the (1, n_mels, frames) log-mel image."""
+sound classification. The same front end as the AST's (models/audio.py: ``features``, ``augment``),
+the images' SmallConvNet convolutions (nn/cnn.py) over the (1, n_mels, frames) log-mel image, and the
+maximum over time per channel and band (nn/audio.py's SpectrogramCNN)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, sp
 from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
 from attnlab.models.shape import DataShape
 from attnlab.nn.audio import SpectrogramCNN
-from attnlab.nn.cnn import SmallConvNet
 
 OF = "arch 'audio_cnn'"
 DROPOUT = 0.1  # before the classifier, as the images' cnn's default; SpecAugment is the tunable regulariser
@@ -28,6 +28,7 @@ class AudioCNNConfig(FamilyConfig):
 
     def check(self) -> None:
         at_least("width", self.width, 1)
+        at_least("features.n_mels", self.features.n_mels, 2)  # 2x2 max-pooling
 
     def check_shape(self, shape: DataShape) -> None:
         self.features.check_shape(shape)
@@ -44,5 +45,5 @@ class AudioCNNFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: AudioCNNConfig, shape: DataShape) -> SpectrogramCNN:
-        net = SmallConvNet(1, cfg.width, shape.need("n_classes", OF), DROPOUT)
-        return SpectrogramCNN(spectrogram(cfg.features, cfg.augment, shape, OF), net)
+        return SpectrogramCNN(spectrogram(cfg.features, cfg.augment, shape, OF), cfg.width, cfg.features.n_mels,
+                              shape.need("n_classes", OF), DROPOUT)

@@ -3,7 +3,7 @@
     X      = LogMel(waveform)                          (frames, n_mels); SpecAugment's masks in training
     image  = X^T as one channel                        (1, n_mels, frames): frequency down, time across
     AST    = ViT over the image's P x P patches        (Gong et al. 2021, "AST: Audio Spectrogram Transformer")
-    CNN    = SmallConvNet over the same image          (the non-Transformer baseline)
+    CNN    = SmallConvNet's convolutions, max over time (the non-Transformer baseline)
 
 Clips are zero-padded to one length; a clip's own length (in samples) says which frames are its, so
 SpecAugment draws its time masks inside the clip and the AST's attention skips patches that lie
@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.cnn import SmallConvNet
+from attnlab.nn.cnn import conv_features
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.spectrogram import LogMel, SpecAugment
 from attnlab.nn.vision import PatchEncoding
 
@@ -70,14 +71,20 @@ class AudioSpectrogramTransformer(PatchEncoding):
 
 
 class SpectrogramCNN(nn.Module):
-    """nn/cnn.py's SmallConvNet over the same log-mel image as the AST's.
+    """nn/cnn.py's SmallConvNet convolutions over the same log-mel image as the AST's, then, unlike the
+    images' net (a mean over every position, which forgets which band a pattern is in: at chance on
+    spoken digits), the maximum over time of each channel and band, dropout and a linear classifier.
     ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
 
-    def __init__(self, spectrogram: Spectrogram, net: SmallConvNet) -> None:
+    def __init__(self, spectrogram: Spectrogram, width: int, n_mels: int, n_classes: int, dropout: float) -> None:
         super().__init__()
-        self.spectrogram, self.net = spectrogram, net
+        self.spectrogram = spectrogram
+        self.features = conv_features(1, width)
+        self.dropout = Dropout(dropout)
+        self.out = nn.Linear(2 * width * (n_mels // 2), n_classes)
 
     def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
         """(B, S), (B,) -> (B, n_classes)."""
         image, _ = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, frames)
-        return self.net.classify(image)
+        x = self.features(image).amax(3)  # (B, 2 width, n_mels / 2, frames / 2) -> (B, 2 width, n_mels / 2)
+        return self.out(self.dropout(x.flatten(1)))  # (B, 2 width n_mels / 2) -> (B, n_classes)
