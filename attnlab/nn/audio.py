@@ -17,8 +17,10 @@ from torch import Tensor, nn
 
 from attnlab.nn.cnn import conv_features
 from attnlab.nn.dropout import Dropout
+from attnlab.nn.layers import Encoder
+from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.spectrogram import LogMel, SpecAugment
-from attnlab.nn.vision import PatchEncoding
+from attnlab.nn.vision import ClassToken, PatchEmbedding, PatchEncoding, PatchMean
 
 
 class Spectrogram(nn.Module):
@@ -31,7 +33,8 @@ class Spectrogram(nn.Module):
 
     def features(self, waveforms: Tensor) -> Tensor:
         """(B, S) -> (B, frames, n_mels): the log-mel spectrogram, before augmentation and cropping."""
-        return self.log_mel(waveforms)
+        features: Tensor = self.log_mel(waveforms)
+        return features
 
     def forward(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         frames = (lengths // self.log_mel.hop).clamp(1, self.frames)  # (B,): a clip's own frames
@@ -44,8 +47,8 @@ class AudioSpectrogramTransformer(PatchEncoding):
     positions, a class token, the ViT's encoder stack and a linear head on the class token.
     ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
 
-    def __init__(self, spectrogram: Spectrogram, patch_embed: nn.Module, positional: nn.Module, summary: nn.Module,
-                 encoder: nn.Module, classifier: nn.Module) -> None:
+    def __init__(self, spectrogram: Spectrogram, patch_embed: PatchEmbedding, positional: PositionalEncoding,
+                 summary: ClassToken | PatchMean, encoder: Encoder, classifier: nn.Module) -> None:
         super().__init__()
         self.spectrogram, self.patch_embed, self.positional = spectrogram, patch_embed, positional
         self.summary, self.encoder, self.classifier = summary, encoder, classifier
@@ -67,7 +70,8 @@ class AudioSpectrogramTransformer(PatchEncoding):
     def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
         """(B, S), (B,) -> (B, n_classes)."""
         z, valid = self.encode(waveforms, lengths)
-        return self.classifier(z, valid)
+        logits: Tensor = self.classifier(z, valid)  # (B, n_classes)
+        return logits
 
 
 class SpectrogramCNN(nn.Module):
@@ -87,4 +91,5 @@ class SpectrogramCNN(nn.Module):
         """(B, S), (B,) -> (B, n_classes)."""
         image, _ = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, frames)
         x = self.features(image).amax(3)  # (B, 2 width, n_mels / 2, frames / 2) -> (B, 2 width, n_mels / 2)
-        return self.out(self.dropout(x.flatten(1)))  # (B, 2 width n_mels / 2) -> (B, n_classes)
+        logits: Tensor = self.out(self.dropout(x.flatten(1)))  # (B, 2 width n_mels / 2) -> (B, n_classes)
+        return logits
