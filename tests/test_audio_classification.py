@@ -146,6 +146,10 @@ def test_a_two_step_run_predicts_probabilities_and_evaluate_counts_as_by_hand(tm
         (only_valid / p.name).write_bytes(p.read_bytes())
     folder = json.loads(run_cli("evaluate", str(tmp_path / "run"), "--data", str(only_valid), "--json").stdout)
     assert folder["accuracy"] == right / 20 and folder["confusion"] == split["confusion"]
+    long = tmp_path / "long.wav"
+    sf.write(long, np.zeros(RATE, dtype=np.float32), RATE)  # 1 s, the model reads 0.5 s
+    cut = run_cli("predict", str(tmp_path / "run"), str(long))
+    assert cut.returncode == 0 and cut.stderr == f"note: {long}: longer than the model's 0.5 s; its first 0.5 s classified\n"
     # the model in the run gives what predict printed
     model, _, _ = load_run(tmp_path / "run")
     x = torch.zeros(1, 4000)
