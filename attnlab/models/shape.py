@@ -32,7 +32,9 @@ class DataShape:
     ``image_height``, ``image_width``. Series: ``n_channels`` (columns), ``input_length`` (steps read),
     ``horizon`` (steps forecast). ``n_classes``: a classifier's classes; ``n_features``: a graph node's
     features; ``segment_length``: the segments a text is read in (Transformer-XL); ``segments``: the
-    segments of an input (2 for sentence pairs; None: as the model section's ``n_segments`` says)."""
+    segments of an input (2 for sentence pairs; None: as the model section's ``n_segments`` says).
+    Sound (models/audio.py): ``sample_rate``, the waveforms' rate in Hz; ``samples``, the longest
+    clip in samples (every clip is padded or cut to it)."""
 
     vocab_size: int | None = None
     src_vocab_size: int | None = None
@@ -47,6 +49,8 @@ class DataShape:
     n_features: int | None = None
     segment_length: int | None = None
     segments: int | None = None
+    sample_rate: int | None = None
+    samples: int | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -14,11 +14,7 @@ class SmallConvNet(nn.Module):
 
     def __init__(self, channels: int, width: int, n_classes: int, dropout: float) -> None:
         super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU())
+        self.features = conv_features(channels, width)
         self.dropout = Dropout(dropout)
         self.out = nn.Linear(2 * width, n_classes)
 
@@ -26,3 +22,12 @@ class SmallConvNet(nn.Module):
         """(B, C, H, W) -> (B, n_classes)."""
         features = self.features(images).mean((2, 3))  # (B, 2 width, H / 2, W / 2) -> (B, 2 width)
         return self.out(self.dropout(features))
+
+
+def conv_features(channels: int, width: int) -> nn.Sequential:
+    """SmallConvNet's convolutions: (B, C, H, W) -> (B, 2 width, H / 2, W / 2), ReLU after each."""
+    return nn.Sequential(
+        nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU())

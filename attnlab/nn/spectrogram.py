@@ -52,14 +52,16 @@ def mel_filter_bank(n_freqs: int, n_mels: int, f_min: float, f_max: float, rate:
     _check("norm", norm, NORMS)
     _check("mel scale", scale, MEL_SCALES)
     _check("triangles", triangles, ("hertz", "mel"))
-    mels = torch.linspace(hertz_to_mel(torch.tensor(f_min, dtype=torch.float64), scale).item(),
-                          hertz_to_mel(torch.tensor(f_max, dtype=torch.float64), scale).item(), n_mels + 2,
-                          dtype=torch.float64)                                      # band edges and centres
+    cpu = torch.device("cpu")  # a constant, made on the CPU even where a model is built on the meta device (`info`)
+    mels = torch.linspace(hertz_to_mel(torch.tensor(f_min, dtype=torch.float64, device=cpu), scale).item(),
+                          hertz_to_mel(torch.tensor(f_max, dtype=torch.float64, device=cpu), scale).item(), n_mels + 2,
+                          dtype=torch.float64, device=cpu)                          # band edges and centres
     edges = mel_to_hertz(mels, scale)
     if triangles == "mel":  # the bins' frequencies in mels, against the centres in mels
-        bins, points = hertz_to_mel(torch.arange(n_freqs, dtype=torch.float64) * rate / (2 * (n_freqs - 1)), scale), mels
+        bins, points = hertz_to_mel(torch.arange(n_freqs, dtype=torch.float64, device=cpu) * rate / (2 * (n_freqs - 1)),
+                                    scale), mels
     else:
-        bins, points = torch.linspace(0, rate // 2, n_freqs, dtype=torch.float64), edges
+        bins, points = torch.linspace(0, rate // 2, n_freqs, dtype=torch.float64, device=cpu), edges
     slopes = points[None, :] - bins[:, None]                                        # (n_freqs, n_mels + 2)
     widths = points.diff()                                                          # (n_mels + 1,)
     rising, falling = -slopes[:, :-2] / widths[:-1], slopes[:, 2:] / widths[1:]

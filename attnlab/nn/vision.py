@@ -168,11 +168,20 @@ class PatchEncoding(nn.Module):
 
     def encode_patches(self, images: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, T, d_model) final states, T = N (+ 1 with a class token)."""
+        return self.encode_some_patches(images, None)[0]
+
+    def encode_some_patches(self, images: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor]:
+        """(B, C, H, W), (B, N) True at the patches to read (None: all) -> (B, T, d_model) final
+        states and (B, T) the tokens attended to (the class token always): a spectrogram's patches
+        past the end of a short clip are skipped (nn/audio.py)."""
         x = self.patch_embed(images)  # (B, N, d_model): x_p^k E
         x = self.positional.embed(x, torch.arange(x.shape[1], device=x.device))  # + E_pos
         z = self.summary(x)  # (B, T, d_model): [x_class; ...] or the patches alone
         positions = torch.arange(z.shape[1], device=z.device)  # (T,): no scheme inside attention reads them
-        return self.encoder(z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device), positions)
+        every = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)  # (B, T)
+        if valid is not None:
+            every[:, z.shape[1] - valid.shape[1]:] = valid  # the patches are the last N tokens
+        return self.encoder(z, every, positions), every
 
 
 class VisionTransformer(PatchEncoding):

@@ -1,0 +1,113 @@
+"""Audio as a kind of input (``inputs: waveforms``), and the parts every family that reads it composes.
+
+A batch of sound is its mono waveforms (B, S) at the data's ``sample_rate``, zero-padded to the data's
+``samples`` (the longest clip, in samples: DataShape), with each clip's length (B,) in samples. The
+model computes its own features on its device: ``model.features`` (:class:`LogMelFeatures`) says which
+log-mel spectrogram (nn/spectrogram.py's LogMel, windows and hop in milliseconds of the data's rate),
+``model.augment`` (:class:`SpecAugmentation`) the SpecAugment masks drawn in training mode only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnlab.config import TypedConfig, at_least, one_of
+from attnlab.errors import ConfigError
+from attnlab.models.family import input_kind
+from attnlab.models.shape import DataShape
+from attnlab.nn.audio import Spectrogram
+from attnlab.nn.spectrogram import SCALINGS, LogMel, SpecAugment
+
+WAVEFORMS = input_kind("waveforms", "mono waveforms (B, S) at the data's sample_rate, zero-padded to its samples, "
+                                    "with each clip's length (B,) in samples (models/audio.py)")
+
+
+@dataclass(frozen=True)
+class LogMelFeatures(TypedConfig):
+    """The log-mel spectrogram a model computes from the waveforms (``model.features``): ``n_mels``
+    bands (Slaney's scale and area norm, 0 Hz to half the rate), a periodic Hann window of
+    ``window_ms`` and one frame every ``hop_ms`` milliseconds, ``scaling`` 'whisper' (log10, floored
+    80 dB below each clip's peak, (x + 4) / 4) or 'log' (the natural log)."""
+
+    section: ClassVar[str] = "model.features"
+
+    n_mels: int = 32
+    window_ms: float = 25.0
+    hop_ms: float = 10.0
+    scaling: str = "whisper"
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        at_least("features.n_mels", self.n_mels, 1)
+        for name in ("window_ms", "hop_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"features.{name} must be a positive number of milliseconds (got {value})")
+        if self.hop_ms > self.window_ms:
+            raise ConfigError(f"features.hop_ms ({self.hop_ms}) must be at most window_ms ({self.window_ms}): "
+                              f"frames would skip samples")
+        one_of("features.scaling", self.scaling, SCALINGS)
+
+    def window(self, rate: int) -> int:
+        """The window (n_fft) in samples at ``rate`` Hz."""
+        return max(1, round(self.window_ms * rate / 1000))
+
+    def hop(self, rate: int) -> int:
+        """The hop in samples at ``rate`` Hz."""
+        return max(1, round(self.hop_ms * rate / 1000))
+
+    def frames(self, shape: DataShape, of: str = "the model") -> int:
+        """The frames of the data's longest clip (LogMel: one per hop)."""
+        rate = shape.need("sample_rate", of)
+        return shape.need("samples", of) // self.hop(rate)
+
+    def check_shape(self, shape: DataShape) -> None:
+        """A window of at least 2 samples at the data's rate, fewer bands than its frequency bins, and
+        at least one frame per clip; sizes the data has not given yet are checked when it has."""
+        if shape.sample_rate is None:
+            return
+        n_fft = self.window(shape.sample_rate)
+        if n_fft < 2 or self.n_mels > n_fft // 2 + 1:
+            raise ConfigError(f"features.n_mels ({self.n_mels}) must be at most the {n_fft // 2 + 1} frequency bins "
+                              f"of a {self.window_ms:g} ms window at {shape.sample_rate:,} Hz ({n_fft} samples)")
+        if shape.samples is not None and self.frames(shape) < 1:
+            raise ConfigError(f"a clip of {shape.samples:,} samples is shorter than one hop of features.hop_ms "
+                              f"({self.hop_ms:g} ms at {shape.sample_rate:,} Hz)")
+
+    def log_mel(self, shape: DataShape, of: str = "the model") -> LogMel:
+        """nn/spectrogram.py's LogMel at the data's rate."""
+        rate = shape.need("sample_rate", of)
+        return LogMel(rate=rate, n_fft=self.window(rate), hop=self.hop(rate), n_mels=self.n_mels, scaling=self.scaling)
+
+
+@dataclass(frozen=True)
+class SpecAugmentation(TypedConfig):
+    """SpecAugment in training (``model.augment``): ``freq_masks`` bands of up to ``freq_width`` mel
+    channels and ``time_masks`` spans of up to ``time_width`` frames set to zero, drawn per clip within
+    its own length (nn/spectrogram.py); 0 masks: none."""
+
+    section: ClassVar[str] = "model.augment"
+
+    freq_masks: int = 2
+    freq_width: int = 4
+    time_masks: int = 2
+    time_width: int = 10
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        for name in ("freq_masks", "freq_width", "time_masks", "time_width"):
+            at_least(f"augment.{name}", getattr(self, name), 0)
+
+    def spec_augment(self) -> SpecAugment:
+        return SpecAugment(freq_masks=self.freq_masks, freq_width=self.freq_width, time_masks=self.time_masks,
+                           time_width=self.time_width)
+
+
+def spectrogram(features: LogMelFeatures, augment: SpecAugmentation, shape: DataShape, of: str,
+                frames: int | None = None) -> Spectrogram:
+    """The model's front end: waveforms -> (B, 1, n_mels, frames) log-mels, augmented in training;
+    ``frames``: the first so many kept (a patch grid's), else every frame of the longest clip."""
+    return Spectrogram(features.log_mel(shape, of), augment.spec_augment(),
+                       features.frames(shape, of) if frames is None else frames)

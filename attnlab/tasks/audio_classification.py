@@ -1,0 +1,265 @@
+"""Audio classification: a recording to one of a set of classes (``data.task: audio_classification``).
+
+The data is a folder of recordings named as the Free Spoken Digit Dataset's, ``{digit}_{speaker}_{index}.wav``
+(`attnlab data get fsdd` writes its training recordings to data/fsdd/train/); ``label`` chooses what is
+learnt: the ``digit`` spoken or the ``speaker``. Validation: the recordings whose index is
+``valid_first`` .. ``valid_last`` (5-9 by default: FSDD's official test recordings, 0-4, are never in
+the training folder), so the split depends on the names alone. Each recording is read by
+data/audio.py (soundfile), mixed to mono and resampled to ``sample_rate`` (soxr), then cut to
+``clip_seconds`` or zero-padded to it; a batch is the waveforms (B, S) and their lengths (B,) in samples
+(models/audio.py's kind ``waveforms``): the model computes its own features.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from attnlab.config import at_least, one_of
+from attnlab.data.audio import audio_files, read_audio
+from attnlab.errors import ConfigError, DataError, UsageError
+from attnlab.models.audio import WAVEFORMS
+from attnlab.models.shape import DataShape
+from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
+from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
+from attnlab.tasks.image_classification import class_ids, class_names
+from attnlab.tasks.task import Prediction, TaskConfig, register_task
+
+NAME = re.compile(r"^(?P<digit>\d+)_(?P<speaker>[^_]+)_(?P<index>\d+)$")  # FSDD: 7_jackson_32.wav
+LABELS = ("digit", "speaker")
+
+
+@dataclass(frozen=True)
+class AudioClassificationConfig(TaskConfig):
+    """``recordings``: a folder of ``{digit}_{speaker}_{index}`` audio files; ``label``: digit or speaker;
+    the recordings of index ``valid_first`` .. ``valid_last`` are the validation split; every clip
+    resampled to ``sample_rate`` Hz and cut or zero-padded to ``clip_seconds``."""
+
+    recordings: Optional[str] = None
+    label: str = "digit"
+    valid_first: int = 5
+    valid_last: int = 9
+    sample_rate: int = 8000
+    clip_seconds: float = 1.0
+
+    def check(self) -> None:
+        one_of("label", self.label, LABELS)
+        at_least("valid_first", self.valid_first, 0)
+        at_least("valid_last", self.valid_last, self.valid_first)
+        at_least("sample_rate", self.sample_rate, 1)
+        if not (math.isfinite(self.clip_seconds) and self.clip_seconds > 0):
+            raise ConfigError(f"clip_seconds must be a positive number of seconds (got {self.clip_seconds})")
+        if self.samples < 1:
+            raise ConfigError(f"clip_seconds ({self.clip_seconds}) is less than one sample at {self.sample_rate} Hz")
+
+    def check_trainable(self) -> None:
+        if self.recordings is None:
+            raise ConfigError("data.task 'audio_classification' needs 'recordings' (a folder of "
+                              "{digit}_{speaker}_{index}.wav files, e.g. data/fsdd/train)")
+
+    @property
+    def samples(self) -> int:
+        """The clips' length in samples."""
+        return round(self.clip_seconds * self.sample_rate)
+
+
+# -- reading -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Recording:
+    path: Path
+    digit: str
+    speaker: str
+    index: int
+
+    def label(self, field_name: str) -> str:
+        return self.digit if field_name == "digit" else self.speaker
+
+
+def recordings_in(folder: str | Path) -> list[Recording]:
+    """The folder's audio files, each named ``{digit}_{speaker}_{index}``; another name is refused, naming it."""
+    found = []
+    for path in audio_files(folder):
+        match = NAME.match(path.stem)
+        if match is None:
+            raise DataError(f"{path}: not named {{digit}}_{{speaker}}_{{index}} (as FSDD's 7_jackson_32.wav), so "
+                            f"its label is unknown")
+        found.append(Recording(path, str(int(match["digit"])), match["speaker"], int(match["index"])))
+    return found
+
+
+@dataclass
+class Clips:
+    """Waveforms (N, S) float32, zero-padded; their lengths (N,) in samples; (N,) True where a file was
+    longer and cut."""
+
+    waveforms: np.ndarray
+    lengths: np.ndarray
+    cut: np.ndarray
+
+
+def read_clips(paths: list[Path], rate: int, samples: int, note: Callable[[str], None]) -> Clips:
+    """Each file at ``rate`` Hz, cut or zero-padded to ``samples``."""
+    waveforms = np.zeros((len(paths), samples), dtype=np.float32)
+    lengths = np.zeros(len(paths), dtype=np.int64)
+    cut = np.zeros(len(paths), dtype=bool)
+    for row, path in enumerate(paths):
+        sound = read_audio(path, rate, note).samples
+        cut[row] = len(sound) > samples
+        lengths[row] = min(len(sound), samples)
+        waveforms[row, : lengths[row]] = sound[:samples]
+    return Clips(waveforms, lengths, cut)
+
+
+class Notes:
+    """read_audio's one-line notes, the first said and the rest counted (a resampled folder)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, line: str) -> None:
+        if self.count == 0:
+            print(f"note: {line}", file=sys.stderr)
+        self.count += 1
+
+    def close(self) -> None:
+        if self.count > 1:
+            print(f"note: and {self.count - 1:,} more such notes", file=sys.stderr)
+
+
+# -- batches --------------------------------------------------------------------------------------------
+
+@dataclass
+class AudioBatch(ExampleBatch):
+    """waveforms: (B, S) zero-padded; lengths: (B,) samples; labels: (B,) class ids."""
+
+    waveforms: Tensor
+    lengths: Tensor
+    labels: Tensor
+
+    def logits(self, model: nn.Module) -> Tensor:
+        """(B, n_classes)."""
+        return model.classify(self.waveforms, self.lengths)
+
+
+def batches_of(waveforms: Tensor, lengths: Tensor, labels: Tensor, size: int) -> list[AudioBatch]:
+    return [AudioBatch(waveforms[rows], lengths[rows], labels[rows]) for rows in torch.arange(len(labels)).split(size)]
+
+
+@dataclass(kw_only=True)
+class AudioData:
+    """Per split, waveforms (N, S), lengths (N,) and class ids (N,); the class names; an epoch's
+    order drawn from (seed, epoch) alone, so a resumed run goes on exactly."""
+
+    splits: dict[str, tuple[Tensor, Tensor, Tensor]]
+    labels: list[str]
+    batch_size: int
+    seed: int = 0
+    cut: int = 0
+    _eval: dict[str, list[AudioBatch]] = field(default_factory=dict, repr=False)
+
+    def epoch_batches(self, epoch: int) -> list[AudioBatch]:
+        waveforms, lengths, labels = self.splits["train"]
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
+        return [AudioBatch(waveforms[rows], lengths[rows], labels[rows]) for rows in order.split(self.batch_size)]
+
+    def eval_batches(self, split: str) -> list[AudioBatch]:
+        if split not in self._eval:
+            self._eval[split] = batches_of(*self.splits[split], self.batch_size)
+        return self._eval[split]
+
+
+def tensors(recordings: list[Recording], cfg: AudioClassificationConfig, classes: list[str], where: str,
+            note: Callable[[str], None]) -> tuple[tuple[Tensor, Tensor, Tensor], int]:
+    clips = read_clips([r.path for r in recordings], cfg.sample_rate, cfg.samples, note)
+    ids = class_ids([r.label(cfg.label) for r in recordings], classes, where)
+    return (torch.from_numpy(clips.waveforms), torch.from_numpy(clips.lengths), ids), int(clips.cut.sum())
+
+
+@register_task
+class AudioClassification(ClassifierTask):
+    """A label for each recording (data.task: audio_classification), scored by loss, accuracy and macro-F1."""
+
+    name = "audio_classification"
+    config = AudioClassificationConfig
+    needs = {"inputs": WAVEFORMS}
+    commands = ("predict", "evaluate")
+
+    @classmethod
+    def prepare(cls, cfg: AudioClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, Any] | None = None) -> AudioData:
+        if cfg.recordings is None:
+            raise ConfigError("data.task 'audio_classification' needs 'recordings' (a folder of audio files)")
+        found = recordings_in(cfg.recordings)
+        held = [r for r in found if cfg.valid_first <= r.index <= cfg.valid_last]
+        kept = [r for r in found if not cfg.valid_first <= r.index <= cfg.valid_last]
+        for split, rows in (("training", kept), ("validation", held)):
+            if not rows:
+                raise DataError(f"{cfg.recordings}: no {split} recordings (validation: indices {cfg.valid_first}-"
+                                f"{cfg.valid_last})")
+        classes = state["labels"] if state else class_names([r.label(cfg.label) for r in kept])
+        if len(classes) < 2:
+            raise DataError(f"{cfg.recordings}: one {cfg.label} ('{classes[0]}'); a classifier needs at least two")
+        note = Notes()
+        train, cut = tensors(kept, cfg, classes, cfg.recordings, note)
+        valid, cut_valid = tensors(held, cfg, classes, cfg.recordings, note)
+        note.close()
+        return AudioData(splits={"train": train, "valid": valid}, labels=classes, batch_size=batching.batch_size,
+                         seed=batching.seed, cut=cut + cut_valid)
+
+    @classmethod
+    def saved_state(cls, data: AudioData) -> dict[str, Any]:
+        """The class names in id order."""
+        return {"labels": data.labels}
+
+    @classmethod
+    def data_shape(cls, cfg: AudioClassificationConfig, data: AudioData | None = None) -> DataShape:
+        """The rate and clip length are the config's; the classes the data's (two before it is read)."""
+        return DataShape(sample_rate=cfg.sample_rate, samples=cfg.samples,
+                         n_classes=len(data.labels) if data is not None else 2)
+
+    @classmethod
+    def evaluate_file(cls, model: nn.Module, cfg: AudioClassificationConfig, tokenizers: Tokenizers,
+                      state: dict[str, Any], path: str) -> dict[str, Any]:
+        """Loss, accuracy, macro-F1 and the confusion matrix on a folder of recordings named as the
+        training ones, read as they were."""
+        note = Notes()
+        split, _ = tensors(recordings_in(path), cfg, state["labels"], path, note)
+        note.close()
+        return evaluation_report(model, batches_of(*split, 64), state["labels"])
+
+    @classmethod
+    @torch.no_grad()
+    def predict(cls, model: nn.Module, run: Any, inputs: list[str], input_file: str | None,
+                batch_size: int) -> list[Prediction]:
+        """Each audio file named, read as in training (a longer one cut, with a note)."""
+        if input_file is not None or not inputs:
+            raise UsageError("give the recordings to classify as arguments: attnlab predict RUN a.wav [more.wav ...]")
+        _, cfg, _ = run.read_config()
+        clips = read_clips([Path(p) for p in inputs], cfg.sample_rate, cfg.samples,
+                           lambda line: print(f"note: {line}", file=sys.stderr))
+        for path, cut in zip(inputs, clips.cut):
+            if cut:
+                print(f"note: {path}: longer than the model's {cfg.clip_seconds:g} s; its first {cfg.clip_seconds:g} s "
+                      f"classified", file=sys.stderr)
+        model.eval()
+        device = next(model.parameters()).device
+        waveforms, lengths = torch.from_numpy(clips.waveforms), torch.from_numpy(clips.lengths)
+        probabilities = torch.cat([model.classify(w.to(device), n.to(device)).float().softmax(-1).cpu()
+                                   for w, n in zip(waveforms.split(batch_size), lengths.split(batch_size))])
+        return list(zip(inputs, probabilities.tolist()))
+
+    @classmethod
+    def describe(cls, data: AudioData) -> str:
+        sizes = ", ".join(f"{name} {len(labels):,}" for name, (_, _, labels) in data.splits.items())
+        samples = data.splits["train"][0].shape[1]
+        return (f"recordings: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; clips of {samples:,} "
+                f"samples ({data.cut:,} cut)")
