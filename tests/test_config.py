@@ -47,7 +47,7 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
                                                 r"stack, positional"),
     (dict(arch="decoder_lm", tie_embeddings="src_tgt"), r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder'"),
     (dict(positional_base=1.0), r"positional_base must be > 1"),
-    (dict(arch="encoder_only", n_classes=1), r"n_classes must be >= 2"),
+    (dict(arch="encoder_only", n_classes=1), r"^shape.n_classes must be at least 2 \(got 1\)$"),
     (dict(rnn_cell="lstm"), r"model.arch 'encoder_decoder' has no field 'rnn_cell'"),
     (dict(arch="rnn", n_heads=4), r"model.arch 'rnn' has no field 'n_heads'; its fields: d_model, n_layers"),
     (dict(norm="pre"), r"model.norm is a field of model.stack: write it inside stack \(stack: \{norm: ...\}; --set "
@@ -85,6 +85,11 @@ def test_the_data_shape_checks_its_sizes_and_reads_and_writes_shape_json(tmp_pat
         DataShape(vocab_size=0)
     with pytest.raises(ConfigError, match=r"^shape.channels must be an integer \(got '3'\)$"):
         DataShape(channels="3")
+    # what holds whatever family reads the shape is the shape's own check, not each family's
+    with pytest.raises(ConfigError, match=r"^shape.n_classes must be at least 2 \(got 1\)$"):
+        DataShape(n_classes=1)
+    with pytest.raises(ConfigError, match=r"^pad_id \(7\) must be a token id below the vocabulary size \(5\)$"):
+        DataShape(vocab_size=9, src_vocab_size=5, pad_id=7)
     with pytest.raises(ConfigError, match=r"^shape: unknown size 'vocab' \(one of channels, horizon, "):
         DataShape.from_dict({"vocab": 3})
     with pytest.raises(ConfigError, match=r"^arch 'vit' needs n_classes from its data, which gives none$"):

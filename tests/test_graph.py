@@ -180,7 +180,7 @@ def test_training_flips_each_eigenvectors_sign_at_random():
     (dict(stack=dict(attention_backend="local")), "attention_backend 'local' takes no explicit mask"),
     (dict(stack=dict(d_model=30, n_heads=4)), r"d_model \(30\) must be divisible by n_heads \(4\)"),
     (dict(laplacian_k=-1), r"laplacian_k must be >= 0 \(got -1\)"),
-    (dict(n_classes=1), r"n_classes must be >= 2 \(got 1\)"),
+    (dict(n_classes=1), r"shape.n_classes must be at least 2 \(got 1\)"),
     (dict(stack=dict(norm="sandwich")), "norm must be one of"),
     (dict(positional="rotary"), "model.arch 'graph' has no field 'positional'"),
 ])

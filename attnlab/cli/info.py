@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def _info_model_config(args: argparse.Namespace):
         try:
             if of_a_run:
                 shape = RunDir(args.config).read_shape()
-                return (model_config(migrated_model(model)), DataShape.from_dict(shape.to_dict() | vocab), None,
+                return (model_config(migrated_model(model)), dataclasses.replace(shape, **vocab), None,
                         task_config(sections["data"], from_0_1=True), RunDir(args.config))
             refuse_moved(model.get("arch", DEFAULT_ARCH), model)
             shape = DataShape.from_dict((sections.get("shape") or {}) | vocab, "shape")

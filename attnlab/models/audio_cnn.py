@@ -32,8 +32,6 @@ class AudioCNNConfig(FamilyConfig):
 
     def check_shape(self, shape: DataShape) -> None:
         self.features.check_shape(shape)
-        if shape.n_classes is not None:
-            at_least("n_classes", shape.n_classes, 2)
 
 
 @register_family

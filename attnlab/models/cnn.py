@@ -25,8 +25,6 @@ class CNNConfig(FamilyConfig):
             raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
 
     def check_shape(self, shape: DataShape) -> None:
-        if shape.n_classes is not None:
-            at_least("n_classes", shape.n_classes, 2)
         height, width = shape.image_height, shape.image_width
         if height is not None and width is not None and min(height, width) < 2:
             raise ConfigError(f"a {height}x{width} image is too small for 2x2 max-pooling")

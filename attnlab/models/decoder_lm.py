@@ -43,7 +43,6 @@ class DecoderLMConfig(TransformerConfig):
             raise ConfigError(f"multi_token_weight must be > 0 (got {self.multi_token_weight})")
 
     def check_shape(self, shape: DataShape) -> None:
-        super().check_shape(shape)
         if self.output_vocabulary == "text" and shape.vocab_size is not None and shape.vocab_size <= max(NOT_TEXT):
             raise ConfigError(f"output_vocabulary 'text' leaves out token ids {', '.join(map(str, NOT_TEXT))}; "
                               f"vocab_size ({shape.vocab_size}) must be larger")

@@ -75,7 +75,6 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
         self.check_patches()
 
     def check_shape(self, shape: DataShape) -> None:
-        super().check_shape(shape)
         self.check_image(shape)
 
     @property

@@ -39,7 +39,6 @@ class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
         one_of("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
 
     def check_shape(self, shape: DataShape) -> None:
-        super().check_shape(shape)
         if "src_tgt" in self.tied and shape.src_vocab_size not in (None, shape.vocab_size):
             raise ConfigError(f"tie_embeddings '{self.tie_embeddings}' shares source and target embeddings, so "
                               f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "

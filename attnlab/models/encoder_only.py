@@ -32,11 +32,6 @@ class EncoderOnlyConfig(TransformerConfig):
         one_of("pooling", self.pooling, POOLINGS)
         at_least("n_segments", self.n_segments, 0)
 
-    def check_shape(self, shape: DataShape) -> None:
-        super().check_shape(shape)
-        if shape.n_classes is not None:
-            at_least("n_classes", shape.n_classes, 2)
-
     def segment_rows(self, shape: DataShape) -> int:
         """The rows of the segment table: the data's segments (2 for pairs), else ``n_segments``."""
         return shape.segments if shape.segments is not None else self.n_segments

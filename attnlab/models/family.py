@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab.config import RegisteredConfig, TypedConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
-from attnlab.models.shape import SIZES, DataShape
+from attnlab.models.shape import DataShape, refuse_sizes
 from attnlab.models.stack import AttentionStack
 from attnlab.nn.interfaces import CausalLM, IncrementalDecoder, Seq2SeqModel, StagedModel
 
@@ -124,9 +124,9 @@ class FamilyConfig(RegisteredConfig):
 
     def check_shape(self, shape: DataShape) -> None:
         """Refuse, in one line, the data's sizes this config cannot be built with (a patch that does not
-        divide the image); a size the data has not given yet (None) is checked when it has. The
-        default: a padding id inside every vocabulary."""
-        shape.check_pad_id()
+        divide the image); a size the data has not given yet (None) is checked when it has. What holds
+        whatever the family (classes from 2, a padding id inside every vocabulary) DataShape checks
+        itself. The default: nothing more."""
 
 
 @dataclass(frozen=True)
@@ -259,9 +259,7 @@ def model_config(data: dict[str, Any] | None = None, /, **fields: Any) -> Family
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"section 'model' must be a mapping of field: value (got {type(data).__name__})")
     data = fields if data is None else {**data, **fields}
-    sized = sorted(SIZES & set(data))
-    if sized:
-        raise ConfigError(f"model.{sized[0]} is set by the data, not the model section: remove it")
+    refuse_sizes(data)
     family = family_named(data.get("arch", DEFAULT_ARCH))
     return family.config.from_dict(data)
 

@@ -31,10 +31,6 @@ class GraphConfig(FamilyConfig, AttentionStack):
         self.check_stack()
         at_least("laplacian_k", self.laplacian_k, 0)
 
-    def check_shape(self, shape: DataShape) -> None:
-        if shape.n_classes is not None:
-            at_least("n_classes", shape.n_classes, 2)
-
 
 @register_family
 class GraphFamily(ModelFamily):

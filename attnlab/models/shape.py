@@ -16,11 +16,12 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from attnlab.errors import ConfigError
 
 PAD_ID = 0  # <pad> of data/tokenizers.py (a layer this one does not import)
+LEAST = {"pad_id": 0, "n_classes": 2}  # the least value of a size; the others' is 1
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,18 @@ class DataShape:
     samples: int | None = None
 
     def __post_init__(self) -> None:
+        """Whole sizes of at least their least (a padding id from 0, a classifier's classes from 2, the rest
+        from 1), and a padding id that is a token of every vocabulary: whatever family reads them."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ConfigError(f"shape.{f.name} must be an integer (got {value!r})")
-            if value is not None and value < (0 if f.name == "pad_id" else 1):
-                raise ConfigError(f"shape.{f.name} must be at least {0 if f.name == 'pad_id' else 1} (got {value})")
+            least = LEAST.get(f.name, 1)
+            if value is not None and value < least:
+                raise ConfigError(f"shape.{f.name} must be at least {least} (got {value})")
+        if self.vocab_sizes and not self.pad_id < min(self.vocab_sizes):
+            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
+                              f"({min(self.vocab_sizes)})")
 
     def need(self, name: str, of: str = "the model") -> int:
         """The size ``name``; refused in one line where the data gives none."""
@@ -76,11 +83,6 @@ class DataShape:
     def vocab_sizes(self) -> tuple[int, ...]:
         """Every embedding table's size that the data gives (the pad id must be a token of each)."""
         return tuple(v for v in (self.vocab_size, self.src_vocab_size) if v is not None)
-
-    def check_pad_id(self) -> None:
-        if self.vocab_sizes and not self.pad_id < min(self.vocab_sizes):
-            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
-                              f"({min(self.vocab_sizes)})")
 
     def with_vocabulary(self, size: int) -> "DataShape":
         """The shape with the vocabulary the data has not sized yet (None) taken as ``size``: a plan
@@ -119,3 +121,11 @@ class DataShape:
 
 
 SIZES = frozenset(f.name for f in dataclasses.fields(DataShape))  # the names a model section may not set
+
+
+def refuse_sizes(names: Iterable[str], how: str = "") -> None:
+    """A model section's field (``names``: its keys, or the fields ``--set`` names) that is a size the
+    data decides is refused in one line; ``how``: what wrote it ('--set ...')."""
+    sized = sorted(SIZES & set(names))
+    if sized:
+        raise ConfigError(f"{how}model.{sized[0]} is set by the data, not the model section: remove it")

@@ -18,7 +18,7 @@ from typing import Callable
 
 from torch import nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import one_of
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
 from attnlab.models.shape import DataShape
@@ -65,10 +65,7 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
         self.check_patches()
 
     def check_shape(self, shape: DataShape) -> None:
-        super().check_shape(shape)
         self.check_image(shape)
-        if shape.n_classes is not None:
-            at_least("n_classes", shape.n_classes, 2)
 
     @property
     def encoder_layers(self) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, spectrogram
@@ -58,8 +57,6 @@ class ASTConfig(PatchGrid, FamilyConfig, AttentionStack):
                 self.features.frames(shape) < self.patches.size:
             raise ConfigError(f"the longest clip's {self.features.frames(shape)} frames are fewer than patches.size "
                               f"({self.patches.size}): no whole patch")
-        if shape.n_classes is not None:
-            at_least("n_classes", shape.n_classes, 2)
 
     def spectrogram_shape(self, shape: DataShape) -> DataShape:
         """The spectrogram as the image PatchGrid cuts: one channel, n_mels x the frames whole patches cover."""

@@ -134,8 +134,6 @@ class ViTConfig(PatchGrid, FamilyConfig, AttentionStack):
 
     def check_shape(self, shape: DataShape) -> None:
         self.check_image(shape)
-        if shape.n_classes is not None:
-            at_least("n_classes", shape.n_classes, 2)
 
 
 @register_family

@@ -26,7 +26,7 @@ from typing import Any
 from attnlab.errors import ConfigError
 from attnlab.models import StackConfig, family_named
 from attnlab.models.family import DEFAULT_ARCH
-from attnlab.models.shape import SIZES, DataShape
+from attnlab.models.shape import SIZES, DataShape, refuse_sizes
 
 # The fields of the one flat ModelConfig of release 0.1.0: a run directory written then lists all of
 # them for every arch.
@@ -117,10 +117,9 @@ def refuse_moved(arch: Any, names: Any, how: str = "") -> None:
         own = family_named(arch).config.field_names()
     except ConfigError:
         return
+    refuse_sizes(names, how)
     paths = moved(arch, own)
     for name in names:
-        if name in SIZES:
-            raise ConfigError(f"{how}model.{name} is set by the data, not the model section: remove it")
         if name in paths and name not in own:
             path = paths[name]
             inside = "".join(f"{part}: {{" for part in path.split(".")[:-1])

@@ -167,9 +167,9 @@ class AudioData:
     _eval: dict[str, list[AudioBatch]] = field(default_factory=dict, repr=False)
 
     def epoch_batches(self, epoch: int) -> list[AudioBatch]:
-        waveforms, lengths, labels = self.splits["train"]
-        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
-        return [AudioBatch(waveforms[rows], lengths[rows], labels[rows]) for rows in order.split(self.batch_size)]
+        train = self.splits["train"]
+        order = torch.randperm(len(train[2]), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
+        return batches_of(*(t[order] for t in train), self.batch_size)
 
     def eval_batches(self, split: str) -> list[AudioBatch]:
         if split not in self._eval:
@@ -196,8 +196,7 @@ class AudioClassification(ClassifierTask):
     @classmethod
     def prepare(cls, cfg: AudioClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> AudioData:
-        if cfg.recordings is None:
-            raise ConfigError("data.task 'audio_classification' needs 'recordings' (a folder of audio files)")
+        cfg.check_trainable()
         found = recordings_in(cfg.recordings)
         held = [r for r in found if cfg.valid_first <= r.index <= cfg.valid_last]
         kept = [r for r in found if not cfg.valid_first <= r.index <= cfg.valid_last]
