@@ -240,7 +240,7 @@ class PlannedRun:
 
     def evaluated_with(self, evaluate: Evaluation) -> bool:
         try:
-            return json.loads(self.evaluation_file.read_text())["argv"] == evaluate.argv(self.path)
+            return bool(json.loads(self.evaluation_file.read_text())["argv"] == evaluate.argv(self.path))
         except (OSError, ValueError, KeyError, TypeError):
             return False
 

@@ -67,7 +67,7 @@ class Table:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow([*self.axes, *(f"{m}_{s}" for m in self.metrics for s in ("mean", "std", "min", "max", "n"))])
         for cell, spreads, _ in self.rows:
-            cols = []
+            cols: list[object] = []
             for m in self.metrics:
                 s = spreads.get(m)
                 cols += ["", "", "", "", 0] if s is None else [s.mean, "" if s.std is None else s.std, min(s.values),

@@ -8,6 +8,7 @@ and before stopping it (so that this call's work is)."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from typing import Callable
@@ -59,7 +60,7 @@ def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warm
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
         for name, fn in steps.items():
-            times[name].append(timed(lambda fn=fn: in_a_row(fn), device)[0] / calls)
+            times[name].append(timed(functools.partial(in_a_row, fn), device)[0] / calls)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -72,7 +73,7 @@ def random_pairs(n_pairs: int, length: int, vocab: int, generator: torch.Generat
     return collate_pairs(list(zip(ids[0], ids[1]))).to(device)
 
 
-def checked_length(out: list, n: int) -> None:
+def checked_length(out: list[list[int]], n: int) -> None:
     """Every row has exactly ``n`` tokens (min_len = max_len must hold, or the timing is not comparable)."""
     if any(len(row) != n for row in out):
         raise RuntimeError(f"decoding stopped before {n} tokens")

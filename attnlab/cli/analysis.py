@@ -71,7 +71,7 @@ def cmd_prune(args: argparse.Namespace) -> None:
         print(f"pruned model: {args.out}")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `inspect and prune` to the command line."""
     inspect = sub.add_parser("inspect", help="attention heatmaps, alignments and head entropies for one sentence")
     add_run_dir_args(inspect)

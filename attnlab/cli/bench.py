@@ -217,7 +217,7 @@ def cmd_bench_attention(args: argparse.Namespace, device: torch.device) -> None:
         print(f"plot: {args.plot}", file=sys.stderr)
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `bench and its suites` to the command line."""
     bench = sub.add_parser("bench", help="benchmarks (timings as ratios against a reference in the same run)")
     bench_sub = bench.add_subparsers(dest="suite", required=True, parser_class=Parser)

@@ -60,7 +60,7 @@ def cmd_data_scan(args: argparse.Namespace) -> None:
     print(f"{out}: tasks_train.txt ({len(train):,} pairs), tasks_test.txt ({len(test):,} pairs), split {args.split}")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `data list, data get and data scan` to the command line."""
     data = sub.add_parser("data", help="the standard data sets: fetch them at pinned commits, checksums verified")
     data_sub = data.add_subparsers(dest="action", required=True, parser_class=Parser)

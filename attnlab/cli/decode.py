@@ -180,7 +180,7 @@ def cmd_fill_mask(args: argparse.Namespace) -> None:
         print(f"[MASK] {n}: " + ", ".join(f"{token} ({p:.3f})" for token, p in row))
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `translate, generate, predict, caption and fill-mask` to the command line."""
     def draft_options(p: argparse.ArgumentParser, keeps: str) -> None:
         p.add_argument("--draft", metavar="RUN|heads",

@@ -219,7 +219,7 @@ def plotted_channels(names: str | None, columns: list[str]) -> list[str]:
     return chosen
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `evaluate, forecast and score` to the command line."""
     evaluate = sub.add_parser("evaluate", help="score a run on a test set: BLEU, chrF, exact match and perplexity "
                                                "(translation); accuracy, macro-F1, confusion matrix (classification); "

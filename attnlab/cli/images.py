@@ -64,7 +64,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
     write_output(args.output, "".join(out), args.force)
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `caption` and `ask` to the command line."""
     caption = sub.add_parser("caption", help="caption image files (captioning runs): image TAB caption per image")
     add_run_dir_args(caption)

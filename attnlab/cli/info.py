@@ -211,7 +211,7 @@ def _parallel_memory(cfg, shape, args: argparse.Namespace) -> dict:
                            tensor_parallel=args.tensor_parallel)
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `info` to the command line."""
     info = sub.add_parser("info", help="parameter counts of a model config")
     info.add_argument("config", help="a model or training config (YAML or JSON), or a run directory")

@@ -24,7 +24,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         serve(create_app(explorers, host=args.host), sock)
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `serve` to the command line."""
     serve = sub.add_parser("serve", help="a web page to explore a run's attention: outputs, every head's maps, "
                                          "heads switched off live; a second run side by side")

@@ -177,7 +177,7 @@ def cmd_export_ct2(args: argparse.Namespace) -> None:
     print(f"load it with ctranslate2.{engine}({str(out)!r})")
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `train, sweep, average, export, import-hf, export-hf and export-ct2` to the command line."""
     train = sub.add_parser("train", help="train a model from a config file")
     train.add_argument("config", nargs="?",

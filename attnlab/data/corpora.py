@@ -169,7 +169,8 @@ SEQUENCE_TASKS = {
 def _drawn_pairs(generator: str, rng: random.Random, count: int, lengths: tuple[int, int], seen: set[str]) -> list[Pair]:
     """``count`` pairs of a sequence task, each of a length drawn from ``lengths`` (inclusive), no
     source twice (nor one in ``seen``, which they join)."""
-    pairs, repeats = [], 0
+    pairs: list[Pair] = []
+    repeats = 0
     while len(pairs) < count:
         src, tgt = SEQUENCE_TASKS[generator](rng, rng.randint(*lengths))
         if src in seen:
@@ -218,7 +219,7 @@ class FilterReport:
     """How many pairs a filter kept, and how many it dropped for each reason."""
 
     kept: int = 0
-    dropped: Counter = field(default_factory=Counter)
+    dropped: Counter[str] = field(default_factory=Counter)
 
     def __str__(self) -> str:
         if not self.dropped:

@@ -124,7 +124,8 @@ def _download(url: str, timeout: float) -> bytes:
     hint = "(no network? --from DIR takes the files from a local copy)"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.read()
+            body: bytes = response.read()
+            return body
     except urllib.error.HTTPError as err:
         raise DataError(f"cannot download {url}: HTTP {err.code} {err.reason}") from None
     except urllib.error.URLError as err:

@@ -83,7 +83,8 @@ def read_nodes(path: str | Path) -> tuple[list[str], list[list[float]], list[str
     feature_cols = [c for c in range(len(header)) if c not in (id_col, label_col)]
     if not feature_cols:
         raise DataError(f"{path}:1: no feature columns (the header names only {', '.join(header)})")
-    ids, features, labels, seen = [], [], [], {}
+    ids, features, labels = [], [], []
+    seen: dict[str, int] = {}  # node id -> the line that gave it
     for n, row in rows:
         node = row[id_col].strip()
         if not node:

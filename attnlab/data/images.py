@@ -40,8 +40,8 @@ def read_image(path: str | Path, colour: str, resize: int | tuple[int, int] | No
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            image = image.convert(COLOURS[colour])
+        with Image.open(path) as opened:
+            image = opened.convert(COLOURS[colour])
             if resize is not None:
                 height, width = (resize, resize) if isinstance(resize, int) else resize
                 image = image.resize((width, height), Image.Resampling.BILINEAR)

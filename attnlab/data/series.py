@@ -115,7 +115,8 @@ class Scaler:
         return cls(values.mean(axis=0).tolist(), np.where(std > 0, std, 1.0).tolist())
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
-        return (values - np.array(self.mean)) / np.array(self.std)
+        scaled: np.ndarray = (values - np.array(self.mean)) / np.array(self.std)
+        return scaled
 
     def inverse(self, scaled: Tensor) -> Tensor:
         """(..., C) standardised -> the file's units."""

@@ -148,7 +148,7 @@ class Tokenizer:
 
     def id_tokens(self, ids: Iterable[int]) -> list[str]:
         """The token string of each id, special tokens included (labels for attention plots)."""
-        return [self.hf.id_to_token(int(i)) for i in ids]
+        return [self.hf.id_to_token(int(i)) or "" for i in ids]
 
     def to_str(self) -> str:
         return self.hf.to_str()

@@ -33,7 +33,10 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
                          f"{len(lines)} lines)")
     model.eval()
     device = next(model.parameters()).device
-    src_ids = tokenizers["src"].encode_batch(lines)
+    src_tokenizer, tgt_tokenizer = tokenizers["src"], tokenizers["tgt"]
+    if src_tokenizer is None or tgt_tokenizer is None:
+        raise ValueError("translate reads a source tokenizer and writes with a target one: give both")
+    src_ids = src_tokenizer.encode_batch(lines)
     if max_source_len is not None:
         for i, ids in enumerate(src_ids):
             if len(ids) > max_source_len and not truncate:
@@ -43,7 +46,7 @@ def translate(model: nn.Module, tokenizers: dict[str, Tokenizer | None], lines: 
     blank = [("", search.blank_score)]
     results: list[list[tuple[str, float | None]]] = [blank if not line.strip() else [] for line in lines]
     order = sorted((i for i, line in enumerate(lines) if line.strip()), key=lambda i: len(src_ids[i]))
-    decode_text = tokenizers["tgt"].decode
+    decode_text = tgt_tokenizer.decode
     with tqdm(total=len(order), disable=not progress, unit="sentence", delay=PROGRESS_DELAY, dynamic_ncols=True,
               leave=False) as bar:
         for start in range(0, len(order), search.batch_size):

@@ -83,6 +83,6 @@ def megatron(model: nn.Module, *stacks: str) -> TensorPlan:
     feed-forward blocks split as the module's docstring says."""
     plan = TensorPlan()
     for stack in stacks:
-        for path, module in model.get_submodule(stack).layers.named_modules(prefix=f"{stack}.layers"):
+        for path, module in model.get_submodule(f"{stack}.layers").named_modules(prefix=f"{stack}.layers"):
             plan |= component_plan(module, path)
     return plan

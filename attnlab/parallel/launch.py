@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from attnlab.errors import RANK_ERRORS, AttnlabError
 
@@ -44,7 +44,7 @@ def launch(argv: list[str], nproc: int) -> None:
             raise _first_failure(Path(errors), failed.failures) from None
 
 
-def _first_failure(errors: Path, failures: dict) -> RankFailed:
+def _first_failure(errors: Path, failures: dict[int, Any]) -> RankFailed:
     """The lowest rank's own line where one wrote it; else how the first failed process ended."""
     written = sorted(errors.glob("rank-*"), key=lambda f: int(f.name.removeprefix("rank-")))
     if written:

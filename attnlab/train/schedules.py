@@ -55,8 +55,9 @@ def fitted_warmup(name: str, lr: float, warmup: int, total: int) -> tuple[float,
                         f"train.warmup_steps below max_steps to choose")
 
 
-def make_schedule(name: str, lr: float, warmup: int, total: int, min_lr: float, d_model: int) -> Schedule:
+def make_schedule(name: str, lr: float, warmup: int, total: int, min_lr: float, d_model: int | None) -> Schedule:
     if name == "noam":
+        assert d_model is not None, "the run config refuses noam for a family without a stack (runs/config.py)"
         return noam(lr, d_model, warmup)
     if name == "cosine":
         return cosine(lr, warmup, total, min_lr)
@@ -77,4 +78,11 @@ def make_scheduler(optimizer: torch.optim.Optimizer, schedule: Schedule) -> torc
     for group in optimizer.param_groups:
         group["lr"] = 1.0
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, [lambda done, s=group.get("lr_scale", 1.0): s * schedule(done + 1) for group in optimizer.param_groups])
+        optimizer, [_scaled(schedule, group.get("lr_scale", 1.0)) for group in optimizer.param_groups])
+
+
+def _scaled(schedule: Schedule, scale: float) -> Callable[[int], float]:
+    """LambdaLR's factor of update ``done`` (from 0): the schedule's lr of update ``done`` + 1, times a
+    parameter group's ``scale``. A function, which LambdaLR leaves out of its state dict (as the lambda
+    it replaces), so that checkpoints are unchanged."""
+    return lambda done: scale * schedule(done + 1)
