@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.models.shape import DataShape
@@ -94,8 +94,10 @@ def _fold_layers(layers: dict[str, dict[str, int]]) -> list[tuple[list[str], dic
 # that ran them in the forward pass; the activation memory is what autograd saves for the backward
 # (saved_tensors_hooks), the figures of *this* implementation, not a formula.
 
-def _inputs(cfg: Any, batch: int, seq_len: int, src_len: int) -> tuple:
-    ids = lambda n: torch.ones(batch, n, dtype=torch.long)  # noqa: E731  (no padding: id 1)
+def _inputs(cfg: Any, batch: int, seq_len: int, src_len: int) -> tuple[Tensor, ...]:
+    def ids(n: int) -> Tensor:  # (batch, n) of id 1: no padding
+        return torch.ones(batch, n, dtype=torch.long)
+
     seq2seq = cfg.capabilities.encoder and cfg.capabilities.decoder
     return (ids(src_len), ids(seq_len)) if seq2seq else (ids(seq_len),)
 
@@ -174,7 +176,9 @@ def budget_report(cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len:
 
 
 def format_budget_report(report: dict[str, Any]) -> str:
-    gib = lambda n: f"{n / 2**30:,.3f} GiB"  # noqa: E731
+    def gib(n: float) -> str:
+        return f"{n / 2**30:,.3f} GiB"
+
     src = f", sources of {report['src_len']}" if report["src_len"] else ""
     lines = [f"budget for a batch of {report['batch']} x {report['seq_len']} tokens{src}, "
              f"{report['bytes_per_value']} bytes per value (measured on the meta device)", "",

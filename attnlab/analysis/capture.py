@@ -18,6 +18,7 @@ decoder had when it produced each token, and a beam's reorders need no bookkeepi
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -25,8 +26,10 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.attention import MultiHeadAttention
+from attnlab.nn.attention import BiasFn, MultiHeadAttention
 from attnlab.nn.backends import AttentionBackend
+from attnlab.nn.cache import KVCache
+from attnlab.nn.masks import AttentionMask
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.nn.rnn import LakeBaroniDecoder, RNNDecoder
 
@@ -71,8 +74,10 @@ class WeightsRecorder(AttentionBackend):
     def __init__(self, keep: Callable[[Tensor], None]) -> None:
         self.keep = keep
 
-    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+    def compute(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
+                dropout_p: float, bias: BiasFn | None, cache: KVCache | None) -> tuple[Tensor, Tensor | None]:
         out, probs = super().compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache)
+        assert probs is not None, "'math' forms the weights"
         self.keep(probs)
         return out, probs
 
@@ -94,7 +99,7 @@ def capture_attention(model: nn.Module) -> Iterator[AttentionCapture]:
                 raise ValueError(f"{name}: attention backend '{module.backend.name}' does not form softmax weights "
                                  f"over all keys; capture needs an exact backend ({exact})")
             swapped.append((module, module.backend))
-            module.backend = WeightsRecorder(lambda probs, name=name: keep(name, probs))
+            module.backend = WeightsRecorder(functools.partial(keep, name))
         elif isinstance(module, (RNNDecoder, LakeBaroniDecoder)) and module.score is not None:
             # the decoder's alignment (B, T, S), as one head: stack 'decoder', layer 0, kind 'cross'
             handles.append(module.register_forward_hook(

@@ -42,7 +42,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from attnlab.analysis.sweep_spec import CONFIG_AXIS, Evaluation, PlannedRun, SweepSpec
 from attnlab.analysis.sweep_table import Table, write_results
@@ -101,7 +101,7 @@ class Launcher:
         self.env = dict(os.environ)
         if jobs > 1 and "OMP_NUM_THREADS" not in self.env:
             self.env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
-        self.live: set[subprocess.Popen] = set()
+        self.live: set[subprocess.Popen[bytes]] = set()
         self.lock = threading.Lock()
         self.stopped = False
 
@@ -209,10 +209,10 @@ def run_sweep(spec: SweepSpec, out: Path, jobs: int | None = None, dry_run: bool
 
 
 @contextlib.contextmanager
-def _terminate_as_interrupt():
+def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (kill, a job scheduler) stops the sweep as Ctrl-C does, with its runs, instead of
     leaving them to train on without it."""
-    def interrupt(signum, frame):
+    def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     if threading.current_thread() is not threading.main_thread():
