@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -20,14 +21,18 @@ CORPUS = ["Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.
           "Crème brûlée, naïve café — 日本語 text.\tTabs and  double  spaces."] * 20
 
 
-@pytest.mark.parametrize("kind", ["char", "word", "bpe", "unigram"])
+WORD_LEVEL = {"word": str.split, "word_punct": re.compile(r"\w+|[^\w\s]+").findall}  # what each splits text into
+
+
+@pytest.mark.parametrize("kind", ["char", "word", "word_punct", "bpe", "unigram"])
 def test_tokenizers_round_trip_and_keep_special_ids(kind, tmp_path):
     tok = Tokenizer.train(kind, CORPUS, vocab_size=120)
     assert [tok.hf.token_to_id(t) for t in ("<pad>", "<bos>", "<eos>", "<unk>")] == [PAD, BOS, EOS, UNK]
     for text in CORPUS[:4]:
         ids = tok.encode(text)
         assert UNK not in ids
-        expected = " ".join(text.split()) if kind == "word" else text  # word: whitespace is a separator
+        # the word-level kinds: whitespace separates, and word_punct's punctuation is a token of its own
+        expected = " ".join(WORD_LEVEL[kind](text)) if kind in WORD_LEVEL else text
         assert tok.decode(ids) == expected
         assert tok.decode([BOS] + ids + [EOS, PAD, 7, 8]) == expected  # BOS, and all after EOS, dropped
     path = tmp_path / "tok.json"
@@ -183,6 +188,19 @@ def test_lines_split_at_newlines_only(tmp_path):
     (tmp_path / "p.de").write_bytes("\ufeffeins\u2028a\r\nzwei\x85b\n".encode())
     (tmp_path / "p.en").write_text("one\ntwo\x0cc\n")
     assert read_parallel(tmp_path / "p.de", tmp_path / "p.en") == [("eins\u2028a", "one"), ("zwei\x85b", "two\x0cc")]
+
+
+def test_word_punct_keeps_a_word_the_same_whatever_punctuation_follows_it():
+    """Issue 64: with ``word``, 'triangle?' is a word of its own, so a question asked without its
+    question mark reads an unknown word; ``word_punct`` reads 'triangle' either way."""
+    questions = ["what colour is the triangle?", "how many circles?", "what shape is the red object?"] * 3
+    word, punct = Tokenizer.train("word", questions), Tokenizer.train("word_punct", questions)
+    assert word.tokens("what colour is the triangle") == ["what", "colour", "is", "the", "<unk>"]  # only 'triangle?'
+    assert word.encode("what colour is the triangle")[-1] == UNK
+    assert punct.tokens("what colour is the triangle?") == ["what", "colour", "is", "the", "triangle", "?"]
+    assert punct.encode("what colour is the triangle?") == punct.encode("what colour is the triangle") + \
+        [punct.hf.token_to_id("?")] and UNK not in punct.encode("what colour is the triangle")
+    assert punct.tokens("circles?!") == ["circles", "<unk>"]  # a run of punctuation is one token, unseen here
 
 
 TYPED_SPECIALS = "walk <pad> left <bos> jump <eos> twice <unk>"
