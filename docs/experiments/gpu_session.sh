@@ -2,7 +2,7 @@
 # One lent GPU session in one call (the device tool: at most 10 minutes a command, 15 of device time).
 #   1. prerequisites, in the first seconds: a CUDA torch (else nothing runs), transformers (else the
 #      Hugging Face references are left out with --no-hf), pytest; one line each in summary.txt;
-#   2. the speed figures of docs/performance.md: `bench train --shape` at gpt2-small, transformer-base
+#   2. the speed figures of docs/performance/gpu_training.md: `bench train --shape` at gpt2-small, transformer-base
 #      and bert-base (T 128 and 512), bf16, both sides compiled (their best mode); gpt2-small and
 #      transformer-base also replayed as CUDA graphs (--compile graphs) and their compiled steps under
 #      the profiler (docs/experiments/profile_step.py); gpt2-small eager, and with the loss's target
