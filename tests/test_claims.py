@@ -1,4 +1,4 @@
-"""The lecture notes' numbers that are wrong, and the saturation of unscaled attention (docs/claims.md).
+"""The lecture notes' numbers that are wrong, and the saturation of unscaled attention (docs/claims/errors.md and docs/claims/sqrt_dk.md).
 
 Each test computes the correct value with attnlab's own code where attnlab has the piece (the
 softmax of the reference backend, the sinusoid table, the FLOP and parameter counts on the meta
@@ -192,7 +192,7 @@ def test_ffn_against_attention_flops_per_layer():
 def test_attention_parameters_and_flops_do_not_depend_on_head_count(d_model):
     """At fixed d_model the attention sublayer has 4 d^2 + 4 d parameters and the same FLOPs for every
     head count (seed 000 lines 149 and 189 say so, rightly); what Table 3 (A) of the paper varies is
-    only how d_model is split, not the size of the model. The BLEU comparison is in docs/claims.md."""
+    only how d_model is split, not the size of the model. The BLEU comparison is in docs/claims/heads.md."""
     T, counts, flops = 10, {}, {}
     for h in (1, 2, 4, 8, 16, 32):
         mha = SelfAttention(d_model, h)
@@ -231,7 +231,7 @@ def test_memory_table_of_seed_000():
 
 
 def test_worked_numbers_that_are_right():
-    """What else was checked and found right (docs/claims.md, item 7)."""
+    """What else was checked and found right (docs/claims/errors.md, item 7)."""
     # seed 002 lines 305-309 and 378-379: row softmaxes
     assert softmax([1.2, 0.8]).tolist() == pytest.approx([0.5987, 0.4013], abs=1e-4)  # [0.60, 0.40]
     assert softmax([0.9, 1.5]).tolist() == pytest.approx([0.3543, 0.6457], abs=1e-4)  # [0.35, 0.65]
@@ -285,7 +285,7 @@ def test_unscaled_scores_saturate_the_softmax():
     assert unscaled["grad"] < scaled["grad"]  # the mean: rows with two near-equal top scores keep gradients
 
 
-# -- SCAN: the kinds of error docs/claims.md counts ----------------------------------------------------
+# -- SCAN: the kinds of error docs/claims/scan_lake_baroni.md counts ----------------------------------------------------
 
 def test_scan_errors_tell_a_repeated_unit_too_many_or_too_few_from_other_errors():
     """Worked by hand: "run around left twice" is (L RUN) x 8; one unit more at the end is late and one

@@ -303,7 +303,7 @@ def test_bench_decode_reports_greedy_beam_and_the_cache_speedup(monkeypatch):
 
 
 # The parameters of every preset: the count with its vocabulary V, and that V. The first six are the counts
-# that docs/results.md and docs/rnn_vs_transformer.md report from the runs' own logs; the other four are
+# that docs/results/ (scan.md, translation.md, character_lm.md) and docs/rnn_vs_transformer.md report from the runs' own logs; the other four are
 # worked out by hand from the configs (d = d_model, a layer norm has 2d, a linear layer in x out + out):
 # - rnn_luong, V = 8000 (data.vocab_size), d = 512: bidirectional GRU encoder 2 x 3(d.d + d.d + 2d),
 #   W_init 2d.d + d, decoder GRU over [E y; h~] 3(2d.d + d.d + 2d), W_c 3d.d + d, general score W_a 2d.d

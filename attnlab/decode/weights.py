@@ -11,13 +11,13 @@ int8 copy of it.
 Why the output projection too (issue 63): it is a decoding step's largest product (V x d_model, 8 MB
 in float32 at the bench's shape, read once a step), and CTranslate2's int8, the bar, quantises it.
 Left in float32 it held greedy at batch 32 to 1.33x fp32 instead of 1.86x
-(docs/experiments/int8_output_projection.py). Its price: on Multi30k (docs/results.md) int8 with it
+(docs/experiments/int8_output_projection.py). Its price: on Multi30k (docs/results/decoding.md) int8 with it
 cost 0.38 BLEU with beam 4 (0.20 without it) against the issue's bar of 0.3.
 
 Why this tool: torchao (0.18), the library PyTorch points to, has on this CPU no fast int8 kernel:
 its weight-only int8 linear ran at fp32's speed and its dynamic int8 one 20 times slower, while
 quantize_dynamic ran 2-3 times faster than fp32 (a 512 -> 2048 -> 512 MLP, batch 32, one thread,
-measured 2026-11-23 on the 2-core machine of docs/results.md, with other jobs running). PyTorch
+measured 2026-11-23 on the 2-core machine of docs/results/index.md, with other jobs running). PyTorch
 marks torch.ao.quantization and its quantized tensors deprecated (torch 2.13 still ships and runs
 them); the warnings are silenced here, and the choice is to revisit when torchao gains CPU kernels.
 

@@ -87,7 +87,7 @@ class KVCache:
         """Keep row ``index[i]`` as row i. Only the filled part is copied, into a second pair of
         buffers kept for the purpose (the pairs swap at every reorder): beam search reorders at
         every step, and selecting into new memory each time cost ten times as much (page faults
-        on fresh memory; docs/performance.md)."""
+        on fresh memory; docs/performance/decoding.md)."""
         if self._k is not None:
             shape = (len(index), *self._k.shape[1:])
             if self._spare is None or self._spare[0].shape != shape:

@@ -2,12 +2,12 @@
 
 ``torch.nn.functional.dropout`` on the CPU draws one random number per element through a
 Bernoulli sampler; on this machine that costs as much as a matrix product of the same size
-(docs/performance.md). Here one 64-bit draw gives four 16-bit random integers, and an element is
+(docs/performance/cpu.md). Here one 64-bit draw gives four 16-bit random integers, and an element is
 kept when its integer is at least round(p * 65536): the drop rate is p to within 1/65536, the
 kept values are scaled by 65536 / (65536 - threshold) so that the expectation is unchanged, and
 the mask is kept as booleans (one byte per element) for the backward. Dropped elements are zeroed
 with ``masked_fill``: multiplying a float32 tensor by a boolean one first converts the booleans,
-which made that product 3.4x slower (docs/performance.md). The draws come from the
+which made that product 3.4x slower (docs/performance/cpu.md). The draws come from the
 default generator, so ``torch.manual_seed``, checkpointed RNG states and activation
 checkpointing's RNG replay all work as with ``F.dropout``.
 

@@ -18,7 +18,7 @@ never exist. tests/test_train.py checks it against that form.
 
 A chunk is about 2 MB of float32 values (65 rows of an 8,000-word vocabulary), which stay in the
 core's cache between the passes over them: on 1,536 x 8,000 bf16 logits, forward + backward takes
-32.6 ms with 64-row chunks against 60.2 ms with 1,024-row ones (docs/performance.md). A small
+32.6 ms with 64-row chunks against 60.2 ms with 1,024-row ones (docs/performance/cpu.md). A small
 vocabulary gets long chunks, so that the rows do not cost a Python loop each.
 
 That is the CPU's loss, in eager mode. On a GPU, and wherever torch.compile traces it, the loss is
@@ -27,7 +27,7 @@ fuses the cast, the log-sum-exp, the target's logit (a masked sum: :func:`target
 mean into one pass over the bf16 logits, and their backward into another, so no float32 (N, V)
 tensor exists there either. On an H100 the chunked function took 14.96 ms (forward + backward,
 8,192 x 50,304 bf16 logits) against 7.86 ms for F.cross_entropy(logits.float()) and 2.02 ms for the
-same compiled (docs/performance.md; before the masked sum); in eager mode on a GPU the expression
+same compiled (docs/performance/gpu_training.md; before the masked sum); in eager mode on a GPU the expression
 costs what F.cross_entropy does.
 """
 

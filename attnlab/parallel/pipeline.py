@@ -10,7 +10,7 @@ the stages cut into ``train.micro_batches`` micro-batches, as ``train.pipeline_s
            micro-batches' activations instead of m (PipeDream-Flush, Narayanan et al. 2021)
 
 Either way a stage waits (N - 1) of the (m + N - 1) micro-batch slots of a step: the bubble,
-(N - 1) / (m + N - 1) (docs/performance.md measures it). Each micro-batch's loss is its sum over
+(N - 1) / (m + N - 1) (docs/performance/parallel.md measures it). Each micro-batch's loss is its sum over
 targets divided by the targets of the whole update, so the gradients are one process's over the
 same micro-batches accumulated. What a batch feeds the stages is the task's to say (``piped``).
 

@@ -40,7 +40,7 @@ def compiled(objective: Objective, graphs: bool = False, varied_shapes: bool = F
     stay two symbols (no duck sizing), so a later batch where they differ does not recompile; and
     Inductor's mixed-order-reduction fusion is told not to guard on them, a guard
     (``512*B*T < 5242880``) that made PyTorch 2.11 compile the Multi30k recipe a third time on an
-    H200 (docs/performance.md). tests/test_dropout.py counts the graphs.
+    H200 (docs/performance/gpu_training.md). tests/test_dropout.py counts the graphs.
 
     With ``graphs`` (``train.compile: graphs``, CUDA only), Inductor's "reduce-overhead" mode also
     records the compiled forward and backward as CUDA graphs and replays them: a step costs a few
@@ -92,7 +92,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     with ``layer_lr_decay``, one group per depth, its ``lr_scale`` applied by the schedule
     (:func:`layer_lr_scales`). The update is PyTorch's fused kernel (one pass over each parameter
     instead of a dozen elementwise ops): 3.8x faster on the CPU here for the benchmark model
-    (docs/performance.md), the same update to rounding (tests/test_train.py)."""
+    (docs/performance/cpu.md), the same update to rounding (tests/test_train.py)."""
     scales = layer_lr_scales(model, cfg.layer_lr_decay)
     groups: dict[tuple[float, bool, bool], list[nn.Parameter]] = {}
     for name, p in model.named_parameters():

@@ -1,4 +1,4 @@
-"""How encoding the source in overlapping chunks changes a model's output (docs/claims.md).
+"""How encoding the source in overlapping chunks changes a model's output (docs/results/decoding.md ("Encoding the source in overlapping chunks")).
 
 The run of ``recipes/extrapolation/reverse.yaml`` (sinusoidal positions; reversing 1-20 symbols,
 a task where every output token depends on a far input position) decodes its validation split

@@ -1,4 +1,4 @@
-"""Does ``train.compile`` (torch.compile of the training forward) help on this CPU? (docs/performance.md)
+"""Does ``train.compile`` (torch.compile of the training forward) help on this CPU? (docs/performance/cpu.md)
 
 Times attnlab's own training step (bench.train.attnlab_step: forward, loss, backward, clipping,
 the optimiser) eagerly and on ``torch.compile(model)``, which is what ``train.compile: true``

@@ -1,4 +1,4 @@
-"""Three parts of a training step on this CPU, each against the form it replaced (docs/performance.md).
+"""Three parts of a training step on this CPU, each against the form it replaced (docs/performance/cpu.md).
 
 1. The optimiser update: PyTorch's fused kernel, as attnlab's make_optimizer builds it, against
    the per-tensor ``foreach`` one (PyTorch's default) over the same parameter groups, on the

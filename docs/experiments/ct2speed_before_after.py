@@ -1,11 +1,11 @@
 """Each change of issue 63's deliverable 2 against the code before it, on `attnlab bench decode`'s
 model and sources (batch 32, 24-token sources, exactly 64 new tokens; beam 5, lenpen 0.6),
-interleaved medians of 3 after a warm-up (docs/performance.md):
+interleaved medians of 3 after a warm-up (docs/performance/decoding.md):
 
 - int8 with the output projection quantised (decode/weights.py now) against int8 with it in
   float32 (every other linear layer quantised: the weights before), greedy and beam 5;
 - beam search with its finished hypotheses on the device (decode/search.py at commit 877a0a3,
-  read with `git show`; reverted after this measurement, docs/performance.md) against the search
+  read with `git show`; reverted after this measurement, docs/performance/decoding.md) against the search
   as it is (that of 50cae28), fp32; both must give the same hypotheses, tokens and scores to the
   bit, here and at natural lengths (no minimum length, 40 at most).
 

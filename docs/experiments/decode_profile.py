@@ -1,4 +1,4 @@
-"""Where a decoding step of `attnlab bench decode` goes (docs/performance.md), per family of work.
+"""Where a decoding step of `attnlab bench decode` goes (docs/performance/decoding.md), per family of work.
 
 Times the benchmark's greedy (batch 32) or 5-beam search (160 rows) for 64 new tokens (median of
 3 runs after a warm-up, as `bench decode` times them), with fp32 or int8 weights, then runs it once

@@ -1,4 +1,4 @@
-"""How the intra-op threads wait decides a decoding step's time on a shared CPU (docs/performance.md).
+"""How the intra-op threads wait decides a decoding step's time on a shared CPU (docs/performance/decoding.md).
 
 Greedy decoding of `attnlab bench decode`'s model and sources (batch 32, 24-token sources), 16 new
 tokens after a 4-token warm-up, twice, in ms a step, with torch's threads as the environment sets

@@ -1,4 +1,4 @@
-"""Exact match by sequence length for the runs of a length-generalisation sweep (docs/claims.md).
+"""Exact match by sequence length for the runs of a length-generalisation sweep (docs/claims/positions.md).
 
 For every run OUT/CELL/seedK of ``attnlab sweep recipes/extrapolation/sweep.yaml --out OUT``, the
 best checkpoint decodes (greedy) its validation split (the training lengths) and its test split

@@ -2,7 +2,7 @@
 # One lent GPU session in one call (the device tool: at most 10 minutes a command, 15 of device time).
 #   1. prerequisites, in the first seconds: a CUDA torch (else nothing runs), transformers (else the
 #      Hugging Face references are left out with --no-hf), pytest; one line each in summary.txt;
-#   2. the speed figures of docs/performance.md: `bench train --shape` at gpt2-small, transformer-base
+#   2. the speed figures of docs/performance/gpu_training.md: `bench train --shape` at gpt2-small, transformer-base
 #      and bert-base (T 128 and 512), bf16, both sides compiled (their best mode); gpt2-small and
 #      transformer-base also replayed as CUDA graphs (--compile graphs) and their compiled steps under
 #      the profiler (docs/experiments/profile_step.py); gpt2-small eager, and with the loss's target
@@ -138,7 +138,7 @@ recipe shakespeare 150 recipes/gpu/shakespeare_char.yaml
 # the same, its steps replayed as CUDA graphs (train.compile: graphs): tokens/s against the line above's
 recipe shakespeare_graphs 90 recipes/gpu/shakespeare_char.yaml --set train.compile=graphs --set train.max_steps=1000
 # Multi30k with the model of configs/multi30k_de_en.yaml, 3,000 steps (its best validation loss came at
-# 2,500 on an H200, where the base and Transformer-Tiny models it replaced did worse: docs/results.md)
+# 2,500 on an H200, where the base and Transformer-Tiny models it replaced did worse: docs/results/translation.md)
 recipe multi30k 240 recipes/gpu/multi30k_de_en.yaml
 [ -d "$RUNS/multi30k" ] && phase multi30k_bleu 40 $A evaluate "$RUNS/multi30k" --device "$DEVICE" \
   --src data/multi30k/val.de --ref data/multi30k/val.en --json

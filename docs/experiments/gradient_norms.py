@@ -1,4 +1,4 @@
-"""Gradient norms over the first steps of each run of a sweep (docs/claims.md, post-norm, pre-norm and
+"""Gradient norms over the first steps of each run of a sweep (docs/claims/norm_warmup.md, post-norm, pre-norm and
 warm-up).
 
 Reads every run OUT/CELL/seedK of ``attnlab sweep recipes/claims/norm_warmup_sweep.yaml --out OUT``:

@@ -1,4 +1,4 @@
-"""int8 weights with and without the output projection (docs/results.md, "Multi30k with int8 and
+"""int8 weights with and without the output projection (docs/results/decoding.md, "Multi30k with int8 and
 bf16 weights"): validation BLEU of a trained run, and greedy decoding speed on the model of
 `attnlab bench decode` (batch 32, 64 new tokens), for fp32, int8 on every linear layer (what
 `--weights int8` did at first) and int8 on every linear layer but the generator (what it does now,

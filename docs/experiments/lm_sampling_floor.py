@@ -1,4 +1,4 @@
-"""How fast can PyTorch sample from the character model on this CPU at all? (docs/performance.md)
+"""How fast can PyTorch sample from the character model on this CPU at all? (docs/performance/character_lm.md)
 
 The smallest possible sampler of the model in configs/shakespeare_char.yaml (4 layers, 4 heads,
 d_model 128, 65 characters, 64 positions), written nanoGPT-style for batch 1 with a static KV cache

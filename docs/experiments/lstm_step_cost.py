@@ -1,4 +1,4 @@
-"""What a free-running sequence costs Lake & Baroni's LSTM on a CPU (docs/claims.md, issue 41).
+"""What a free-running sequence costs Lake & Baroni's LSTM on a CPU (docs/claims/scan_lake_baroni.md, issue 41).
 
 With batch 1 and teacher forcing on half the sequences, a free-running sequence calls nn.LSTM once a
 step (nn/rnn.py, RNNSeq2Seq.free_running), where a teacher-forced one calls it once for the whole

@@ -1,4 +1,4 @@
-"""docs/results.md's Mask-Predict table: validation BLEU and sentences/s of an autoregressive run
+"""docs/results/decoding.md's Mask-Predict table: validation BLEU and sentences/s of an autoregressive run
 (greedy and beam 4) and of conditional masked LMs (mask-predict at T = 1, 2, 4, 10 iterations,
 length beam 5), each timed over the whole set in this process, one after another.
 

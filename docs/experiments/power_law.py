@@ -1,4 +1,4 @@
-"""A power law L = a X^-alpha fitted to a sweep's validation losses (docs/claims.md, "A scaling
+"""A power law L = a X^-alpha fitted to a sweep's validation losses (docs/claims/scaling_law.md, "A scaling
 law on the character LM"): X is the runs' parameter count or their training tokens, whichever
 differs between the cells; each cell's mean over its seeds is one point, and the fit is least
 squares on log L against log X.

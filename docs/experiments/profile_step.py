@@ -3,12 +3,12 @@
 torch.profiler, its kernels grouped (matrix products, attention, the loss, the optimiser, the rest),
 and the loss alone against the reference's F.cross_entropy on the same logits, eager and compiled.
 (Its first GPU run, on an H200 on 2026-11-27, compiled the model alone with the loss eager: that
-profile, in docs/performance.md, is of a slower step than the bench's.)
+profile, in docs/performance/gpu_training.md, is of a slower step than the bench's.)
 
     python docs/experiments/profile_step.py --shape gpt2-small [--compile] [--out DIR]
 
 Prints a short table; with --out, writes the profiler's full kernel table there. A measurement aid
-for docs/performance.md, run by gpu_session.sh; nothing imports it.
+for docs/performance/gpu_training.md, run by gpu_session.sh; nothing imports it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dividing the scores by sqrt(d_k): what happens to softmax attention without it (docs/claims.md).
+"""Dividing the scores by sqrt(d_k): what happens to softmax attention without it (docs/claims/sqrt_dk.md).
 
 The paper (section 3.2.1 and its footnote 4) argues that for q, k with independent unit-variance
 components, q . k has variance d_k, so for large d_k the softmax is pushed to regions with tiny

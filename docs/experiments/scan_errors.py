@@ -1,4 +1,4 @@
-"""What kind of errors a SCAN model makes: docs/claims.md's error counts of Lake & Baroni's
+"""What kind of errors a SCAN model makes: docs/claims/scan_lake_baroni.md's error counts of Lake & Baroni's
 overall-best model on the simple split. Reads a split's test file (the published 'IN: ... OUT: ...'
 format, as `attnlab data scan` writes it) and the model's greedy outputs, one line each, and counts:
 

@@ -1,4 +1,4 @@
-"""How many draft tokens the character LMs accept (docs/performance.md, issue 21).
+"""How many draft tokens the character LMs accept (docs/performance/targets.md, issue 21).
 
 Greedy speculative decoding of 10 prompts from the validation tenth of Tiny Shakespeare (8
 characters every 5,000, continued to the models' 64 positions), for each target run, each draft (a

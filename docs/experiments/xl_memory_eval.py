@@ -1,4 +1,4 @@
-"""The validation loss of trained weights read as Transformer-XL reads (docs/results.md): the
+"""The validation loss of trained weights read as Transformer-XL reads (docs/results/transformer_xl.md): the
 validation text of the Tiny Shakespeare XL run cut into 12 rows of consecutive 64-token segments,
 each read after a memory of M positions, for the weights of several runs. The decoder-only runs'
 weights load into a Transformer-XL of the same sizes (same parameter names), so the plain model

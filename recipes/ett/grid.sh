@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The validation table of docs/results.md: the three recipes of this folder (last_value, dlinear,
+# The validation table of docs/results/time_series.md: the three recipes of this folder (last_value, dlinear,
 # patchtst) at horizons 96, 192, 336 and 720, on ETTh1 and ETTh2 (the whole files in data/ett, from
 # `attnlab data get ett`), each trained with `attnlab train` and scored on its validation months by
 # `attnlab evaluate --split valid` (the best checkpoint). Run from the repository root:
