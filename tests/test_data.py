@@ -21,17 +21,17 @@ CORPUS = ["Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.
           "Crème brûlée, naïve café — 日本語 text.\tTabs and  double  spaces."] * 20
 
 
-WORD_LEVEL = {"word": str.split, "word_punct": re.compile(r"\w+|[^\w\s]+").findall}  # what each splits text into
+WORD_LEVEL = {"word": str.split, "word_nopunct": lambda text: re.sub(r"[^\w\s]+", " ", text).split()}  # their words
 
 
-@pytest.mark.parametrize("kind", ["char", "word", "word_punct", "bpe", "unigram"])
+@pytest.mark.parametrize("kind", ["char", "word", "word_nopunct", "bpe", "unigram"])
 def test_tokenizers_round_trip_and_keep_special_ids(kind, tmp_path):
     tok = Tokenizer.train(kind, CORPUS, vocab_size=120)
     assert [tok.hf.token_to_id(t) for t in ("<pad>", "<bos>", "<eos>", "<unk>")] == [PAD, BOS, EOS, UNK]
     for text in CORPUS[:4]:
         ids = tok.encode(text)
         assert UNK not in ids
-        # the word-level kinds: whitespace separates, and word_punct's punctuation is a token of its own
+        # the word-level kinds: whitespace separates words, and word_nopunct reads punctuation as a space
         expected = " ".join(WORD_LEVEL[kind](text)) if kind in WORD_LEVEL else text
         assert tok.decode(ids) == expected
         assert tok.decode([BOS] + ids + [EOS, PAD, 7, 8]) == expected  # BOS, and all after EOS, dropped
@@ -190,17 +190,19 @@ def test_lines_split_at_newlines_only(tmp_path):
     assert read_parallel(tmp_path / "p.de", tmp_path / "p.en") == [("eins\u2028a", "one"), ("zwei\x85b", "two\x0cc")]
 
 
-def test_word_punct_keeps_a_word_the_same_whatever_punctuation_follows_it():
+def test_word_nopunct_reads_the_same_words_whatever_punctuation_follows_them():
     """Issue 64: with ``word``, 'triangle?' is a word of its own, so a question asked without its
-    question mark reads an unknown word; ``word_punct`` reads 'triangle' either way."""
+    question mark reads an unknown word; ``word_nopunct`` reads 'triangle' either way, the same ids."""
     questions = ["what colour is the triangle?", "how many circles?", "what shape is the red object?"] * 3
-    word, punct = Tokenizer.train("word", questions), Tokenizer.train("word_punct", questions)
+    word, bare = Tokenizer.train("word", questions), Tokenizer.train("word_nopunct", questions)
     assert word.tokens("what colour is the triangle") == ["what", "colour", "is", "the", "<unk>"]  # only 'triangle?'
     assert word.encode("what colour is the triangle")[-1] == UNK
-    assert punct.tokens("what colour is the triangle?") == ["what", "colour", "is", "the", "triangle", "?"]
-    assert punct.encode("what colour is the triangle?") == punct.encode("what colour is the triangle") + \
-        [punct.hf.token_to_id("?")] and UNK not in punct.encode("what colour is the triangle")
-    assert punct.tokens("circles?!") == ["circles", "<unk>"]  # a run of punctuation is one token, unseen here
+    assert bare.tokens("what colour is the triangle?") == ["what", "colour", "is", "the", "triangle"]
+    ids = bare.encode("what colour is the triangle")
+    assert UNK not in ids and all(bare.encode(q) == ids for q in ("what colour is the triangle?", "what colour, is "
+                                                                   "the triangle ?!", "what colour is the triangle."))
+    assert sorted(bare.hf.get_vocab()) == sorted(["<pad>", "<bos>", "<eos>", "<unk>", "what", "colour", "is", "the",
+                                                  "triangle", "how", "many", "circles", "shape", "red", "object"])
 
 
 TYPED_SPECIALS = "walk <pad> left <bos> jump <eos> twice <unk>"

@@ -129,8 +129,8 @@ def test_each_question_is_asked_of_its_own_scene():
     batch = data.eval_batches("compositional")[0]
     image = torch.tensor(drawn[pairs[3][0]].pixels).permute(2, 0, 1).float()
     torch.testing.assert_close(batch.images[3], data.standardise(image[None])[0])
-    # word_punct: the question's words and its '?' as tokens, joined by spaces
-    assert data.tokenizers["src"].decode(batch.ids[3][1:].tolist()) == pairs[3][1].replace("?", " ?")
+    # word_nopunct: the question's words, without its '?'
+    assert data.tokenizers["src"].decode(batch.ids[3][1:].tolist()) == pairs[3][1].rstrip("?")
     assert batch.ids[3][0] == BOS and EOS in batch.ids[3].tolist()
     assert set(data.labels) == {"0", "1", "2", "3", "red", "green", "blue", "yellow", "circle", "square", "triangle"}
     assert [kind_of(q) for q in ("how many circles?", "what colour is the square?", "what shape is the red object?")] \
@@ -212,6 +212,8 @@ def test_ask_answers_as_the_model_does(qa_run, tmp_path):
     as_json = json.loads(run_cli("ask", str(root / "run"), paths[0], "--question", question, "--json").stdout)
     assert as_json["question"] == question and as_json["probabilities"] == pytest.approx(
         dict(zip(state["labels"], p[0].tolist())), abs=1e-6)
+    unmarked = run_cli("ask", str(root / "run"), *paths, "--question", "how many circles")  # issue 64: the same words
+    assert unmarked.returncode == 0 and unmarked.stdout == done.stdout
 
 
 def test_evaluate_reads_a_questions_file_as_the_split_it_holds(qa_run, tmp_path):
@@ -270,12 +272,12 @@ def test_inspect_draws_the_cross_modal_blocks(qa_run, tmp_path):
                    "--out", str(tmp_path / "fig"))
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "fig" / "summary.json").read_text())
-    assert summary["question_tokens"] == ["<bos>", "what", "colour", "is", "the", "circle", "?", "<eos>"]
+    assert summary["question_tokens"] == ["<bos>", "what", "colour", "is", "the", "circle", "<eos>"]
     assert summary["image_tokens"] == 64 and summary["grid"] == [8, 8]
     for entry in summary["modules"].values():
         to_text, to_image = torch.tensor(entry["text_to_text"]), torch.tensor(entry["text_to_image"])
-        assert to_image.shape == (2, 8, 64) and torch.tensor(entry["image_to_text"]).shape == (2, 64, 8)
-        torch.testing.assert_close(to_text.sum(-1) + to_image.sum(-1), torch.ones(2, 8))  # the rows of the map
+        assert to_image.shape == (2, 7, 64) and torch.tensor(entry["image_to_text"]).shape == (2, 64, 7)
+        torch.testing.assert_close(to_text.sum(-1) + to_image.sum(-1), torch.ones(2, 7))  # the rows of the map
         assert entry["text_to_image_share"] == pytest.approx(to_image.sum(-1).mean(-1).tolist(), abs=1e-4)
     names = {Path(f).name for f in summary["files"]}
     assert {"encoder-0-text.png", "encoder-1-text-to-image.png", "encoder-1-text-to-image-heads.png",
@@ -290,11 +292,11 @@ def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
     from attnlab.runs.config import RunConfig
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / recipe)
     assert cfg.data.task is VisualQA and cfg.data.held_combinations == ("red triangle",)
-    shape = cfg.planned_shape(vocab_size=23)  # the words and "?" (word_punct)
+    shape = cfg.planned_shape(vocab_size=22)
     assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.grid(shape)) == ("single_stream", image_tokens, (8, 8))
-    assert shape.vocab_size == 23
+    assert shape.vocab_size == 22
     if image_tokens == "patches":  # `info` reads the data, so it counts the 11 answers' head
         described = run_cli("info", str(ROOT / "recipes" / "multimodal" / recipe))
         assert described.returncode == 0, described.stderr
         assert described.stdout.startswith(f"{ROOT / 'recipes' / 'multimodal' / recipe}: single_stream, d_model 64, "
-                                           f"4 heads, 3 layers, d_ff 128, vocab 23\nparameters{' ' * 25}113,227\n")
+                                           f"4 heads, 3 layers, d_ff 128, vocab 22\nparameters{' ' * 25}113,163\n")

@@ -4,9 +4,9 @@ Seven kinds behind one interface, each saved as the library's own ``tokenizer.js
 
 - ``char``: every Unicode character is a token (NFC-normalised), spaces and newlines included;
 - ``word``: whitespace-separated words; decoding joins them with single spaces;
-- ``word_punct``: words and runs of punctuation as tokens of their own (the library's ``Whitespace``
-  pre-tokenizer, ``\w+|[^\w\s]+``), so "triangle?" is "triangle" and "?"; decoding joins them with
-  single spaces;
+- ``word_nopunct``: the words alone, every run of punctuation read as a space (as VQA's question
+  preprocessing drops it, Antol et al. 2015), so "triangle?" and "triangle" are the same word; decoding
+  joins them with single spaces;
 - ``bpe``: byte-pair encoding (Sennrich et al. 2016) over SentencePiece-style ``▁`` word starts,
   with byte fallback, so that any text round-trips, unseen characters included;
 - ``byte_bpe``: GPT-2's byte-level BPE (Radford et al. 2019): the text's UTF-8 bytes as 256 base
@@ -39,8 +39,9 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 CONTROL_IDS = frozenset((PAD, BOS, EOS))  # ids that steer decoding; text never encodes to them
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 MASK_TOKEN, MASK = "<mask>", 4  # only in tokenizers trained with_mask (the masked-LM task)
-TOKENIZER_KINDS = ("char", "word", "word_punct", "bpe", "byte_bpe", "unigram", "wordpiece")
-WORD_SPLITS = {"word": pre_tokenizers.WhitespaceSplit, "word_punct": pre_tokenizers.Whitespace}  # word-level kinds
+TOKENIZER_KINDS = ("char", "word", "word_nopunct", "bpe", "byte_bpe", "unigram", "wordpiece")
+WORD_LEVEL = {"word": normalizers.NFC(),  # the word-level kinds: what each reads before splitting at whitespace
+              "word_nopunct": normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"[^\w\s]+"), " ")])}
 _BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
 
 
@@ -52,10 +53,10 @@ def _pipeline(kind: str, vocab_size: int, specials: list[str]) -> tuple[tokenize
         tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one piece per character
         tok.decoder = decoders.Fuse()
         return tok, trainers.WordLevelTrainer(special_tokens=specials, min_frequency=1)
-    if kind in WORD_SPLITS:
+    if kind in WORD_LEVEL:
         tok = tokenizers.Tokenizer(models.WordLevel(unk_token="<unk>"))
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = WORD_SPLITS[kind]()
+        tok.normalizer = WORD_LEVEL[kind]
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         return tok, trainers.WordLevelTrainer(special_tokens=specials, min_frequency=1)
     if kind == "bpe":
         tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
@@ -125,7 +126,7 @@ class Tokenizer:
 
     def word_starts(self, text: str) -> list[bool]:
         """For each token of ``text``, whether it begins a word (whole-word masking): where the
-        pre-tokenizer's word changes, so every token of ``char``, ``word`` and ``word_punct``, and the first piece of
+        pre-tokenizer's word changes, so every token of ``char``, ``word`` and ``word_nopunct``, and the first piece of
         each space-separated word for ``bpe`` and ``unigram``."""
         encoding = self.hf.encode(text, add_special_tokens=False)
         words = encoding.word_ids

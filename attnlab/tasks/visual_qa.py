@@ -52,12 +52,12 @@ def kind_of(question: str) -> str:
 @dataclass(frozen=True)
 class VisualQAConfig(SceneSplits, TaskConfig):
     """``dataset: scenes`` and the fields that draw its splits (tasks/scene_splits.py); the
-    questions' ``tokenizer`` (``word_punct`` by default: "triangle?" is "triangle" and "?", so a question
-    asked without its question mark reads the same words) and ``vocab_size``; ``max_question_len``,
+    questions' ``tokenizer`` (``word_nopunct`` by default: punctuation dropped, as VQA's own preprocessing
+    drops it, so a question asked with or without its question mark is the same words) and ``vocab_size``; ``max_question_len``,
     the most tokens of a question (a longer one is refused)."""
 
     dataset: str = "scenes"
-    tokenizer: str = "word_punct"
+    tokenizer: str = "word_nopunct"
     vocab_size: int = 8000
     max_question_len: int = 16
 
