@@ -319,7 +319,7 @@ def test_the_dual_encoder_recipe_is_a_valid_config():
     assert cfg.data.task is Contrastive and cfg.data.held_combinations == ("red triangle",)
     assert len(cfg.data.class_names) == 12 and cfg.data.templates == ["a small {label}", "a large {label}"]
     shape = cfg.planned_shape(vocab_size=17)
-    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.grid(shape)) == ("dual_encoder", 32, 3, (8, 8))
+    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == ("dual_encoder", 32, 3, (8, 8))
     assert shape.vocab_size == 17
 
 

@@ -281,7 +281,7 @@ def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(fiel
 
 @pytest.mark.parametrize("fields, says", [
     (dict(positional="alibi"), "model.positional 'alibi'"),
-    (dict(attention_scale="learned"), "model.attention_scale 'learned'"),
+    (dict(stack=dict(attention_scale="learned")), "model.stack.attention_scale 'learned'"),
 ])
 def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
     with pytest.raises(ConfigError, match=f"^train.strategy tp: {says}"):

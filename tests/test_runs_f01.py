@@ -85,8 +85,12 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
                                     "pattern": {"window": 7, "stride": 0, "n_global": 0, "n_random": 2},
                                     "linear": {"feature_map": "favor", "random_features": 64}}
     assert migrated["depths"] == {"encoder": None, "decoder": None}  # n_encoder_layers, n_decoder_layers
-    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths")} == {
-        k: v for k, v in written.items() if k not in {*MOVED_TO_BACKENDS, *SIZES, "n_encoder_layers", "n_decoder_layers"}}
+    switches = ("normalisation", "residual", "ffn", "attention_scale")  # the ablation switches: the stack's now
+    assert migrated["stack"] == {**written["stack"], "normalisation": "layer", "residual": True, "ffn": True,
+                                 "attention_scale": "sqrt_dk"}
+    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths", "stack")} == {
+        k: v for k, v in written.items()
+        if k not in {*MOVED_TO_BACKENDS, *SIZES, *switches, "stack", "n_encoder_layers", "n_decoder_layers"}}
     assert written_sizes(written) == DataShape(vocab_size=written["vocab_size"], pad_id=0)
     assert RunDir(FIXTURES / "encoder_decoder").read_shape() == written_sizes(written)  # no shape.json: its config.yaml's
     cfg = model_config(migrated_model({**written, "stack": {**written["stack"], "attention_backend": "sparse"},

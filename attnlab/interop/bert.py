@@ -183,8 +183,8 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
     needs = {"embedding": "normed", "positional": "learned", "positional_combine": "add", "stack.norm": "post",
-             "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
-             "attention_scale": "sqrt_dk", "pooling": "cls"}
+             "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True, "tie_embeddings": "output",
+             "stack.attention_scale": "sqrt_dk", "pooling": "cls"}
     refused = [f"{name} {attrgetter(name)(cfg)!r} (BERT's is {value!r})" for name, value in needs.items()
                if attrgetter(name)(cfg) != value]
     if cfg.stack.activation not in HIDDEN_ACTS:

@@ -94,11 +94,11 @@ def gpt2_model_fields(config: dict[str, Any], where: Path | str,
                  "d_ff": config.get("n_inner") or 4 * d, "dropout": config.get("resid_pdrop", 0.1),
                  "attention_dropout": config.get("attn_pdrop", 0.1),
                  "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")], "norm": "pre",
-                 "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "attention_backend": "sdpa"}
+                 "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "attention_backend": "sdpa",
+                 "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"}
         added = len(ADDED) if output_vocabulary == "text" else 0
         return ({"arch": "decoder_lm", "stack": stack, "positional": "learned", "max_len": config["n_positions"],
-                 "tie_embeddings": "output", "embedding": "plain", "output_vocabulary": output_vocabulary,
-                 "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"},
+                 "tie_embeddings": "output", "embedding": "plain", "output_vocabulary": output_vocabulary},
                 DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a GPT-2 config.json has") from None
@@ -265,14 +265,14 @@ def library_tokenizer(spec: dict[str, Any], where: Path) -> Tokenizer:
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
     needs = {"embedding": "plain", "positional": "learned", "positional_combine": "add", "stack.norm": "pre",
-             "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
+             "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True, "tie_embeddings": "output",
              "multi_token_heads": 0}
     refused = [f"{name} {attrgetter(name)(cfg)!r} (GPT-2's is {value!r})" for name, value in needs.items()
                if attrgetter(name)(cfg) != value]
     if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
         refused.append(f"activation {cfg.stack.activation!r} (GPT-2 has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
-    if cfg.attention_scale == "learned":
-        refused.append("attention_scale 'learned' (GPT-2 scales by 1 / sqrt(d_k) or not at all)")
+    if cfg.stack.attention_scale == "learned":
+        refused.append("stack.attention_scale 'learned' (GPT-2 scales by 1 / sqrt(d_k) or not at all)")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
         refused.append(f"attention_backend {cfg.stack.attention_backend!r} (GPT-2 attends to every earlier token)")
     if run is not None and run.read_pruned_heads():
@@ -349,7 +349,7 @@ class GPT2Converter(HFConverter):
                   "n_positions": cfg.max_len, "n_embd": cfg.stack.d_model, "n_layer": cfg.stack.n_layers, "n_head": cfg.stack.n_heads,
                   "n_inner": cfg.stack.d_ff, "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation],
                   "resid_pdrop": cfg.stack.dropout, "embd_pdrop": cfg.stack.dropout, "attn_pdrop": cfg.stack.attn_dropout,
-                  "layer_norm_epsilon": cfg.stack.layer_norm_eps, "scale_attn_weights": cfg.attention_scale == "sqrt_dk",
+                  "layer_norm_epsilon": cfg.stack.layer_norm_eps, "scale_attn_weights": cfg.stack.attention_scale == "sqrt_dk",
                   "tie_word_embeddings": True, "torch_dtype": "float32"} | controls
         names = {"bos_token": eos, "eos_token": eos} if cfg.output_vocabulary == "text" else \
             {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}

@@ -209,8 +209,8 @@ MARIAN_NAMES = {"<pad>": "<pad>", "<eos>": "</s>", "<unk>": "<unk>"}  # attnlab'
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
     needs = {"positional": "sinusoidal_halves", "positional_combine": "add", "positional_base": 10000.0,
-             "stack.norm": "post", "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "all",
-             "attention_scale": "sqrt_dk", "stack.layer_norm_eps": 1e-5}
+             "stack.norm": "post", "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True,
+             "tie_embeddings": "all", "stack.attention_scale": "sqrt_dk", "stack.layer_norm_eps": 1e-5}
     refused = [f"{name} {attrgetter(name)(cfg)!r} (Marian's is {value!r})" for name, value in needs.items()
                if attrgetter(name)(cfg) != value]
     if cfg.embedding not in ("scaled", "plain"):

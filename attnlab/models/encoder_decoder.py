@@ -9,7 +9,7 @@ from torch import nn
 from attnlab.config import one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Depths, ModelFamily, Staging, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Depths, ModelFamily, Staging, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.transformer import TransformerConfig
 from attnlab.nn.embeddings import Embeddings
@@ -21,7 +21,7 @@ OUTPUT_VOCABULARIES = tuple(NEVER)
 
 
 @dataclass(frozen=True)
-class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
+class EncoderDecoderConfig(TransformerConfig):
     """The Transformer fields, plus separate stack depths (``depths``: ``encoder``, ``decoder``, default: ``n_layers``).
     ``output_bias``: a bias per target token on the logits (Marian's final_logits_bias; the paper has none).
     ``output_vocabulary``: ``all``, every token id may be predicted; ``no_bos``, <bos>, which only
@@ -48,6 +48,14 @@ class EncoderDecoderConfig(TwoSidedSizes, TransformerConfig):
     def tied(self) -> tuple[str, ...]:
         return {"none": (), "output": ("output",), "src_tgt": ("src_tgt",),
                 "all": ("output", "src_tgt")}[self.tie_embeddings]
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.depths.encoder_layers(self.stack.n_layers)
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.depths.decoder_layers(self.stack.n_layers)
 
 
 def check_untied(cfg: EncoderDecoderConfig) -> None:

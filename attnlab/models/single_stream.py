@@ -24,22 +24,25 @@ from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_fa
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, PatchGrid, init_patch_positions
+from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
 from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
+
+OF = "arch 'single_stream'"  # who needs a size the data has not given
 
 # positional: where the words sit, added at the embeddings (no scheme inside the joint stream's attention)
 TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 # image_tokens: what the image contributes to the stream
 IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], nn.Module]] = {
-    "patches": lambda cfg, shape: ImagePatches(cfg.patch_embedding(shape), cfg.patch_positional(shape)),
+    "patches": lambda cfg, shape: ImagePatches(cfg.patches.embedding(shape, cfg.stack.d_model, OF),
+                                               cfg.patches.positions(shape, cfg.stack.d_model, OF)),
     "none": lambda cfg, shape: NoImage(cfg.stack.d_model),  # the text-only baseline
 }
 
 
 @dataclass(frozen=True)
-class SingleStreamConfig(PatchGrid, TransformerConfig):
+class SingleStreamConfig(TransformerConfig):
     """The ``patches`` (size P, dividing both sides of the data's images, and positional scheme),
     ``image_tokens`` and
     ``head``, and the Transformer's fields for the one encoder: small, pre-norm and GELU by default,
@@ -54,18 +57,16 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
     max_len: int = 32
 
     ties = ("none",)  # no output projection over the vocabulary to tie
-    backends_fit = staticmethod(fields_free_exact)
-    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
         one_of("image_tokens", self.image_tokens, IMAGE_TOKENS)
         one_of("head", self.head, HEADS)
         one_of("positional", self.positional, TEXT_POSITIONAL)
         super().check()
-        self.check_patches()
+        self.patches.check_width(self.stack.d_model)
 
     def check_shape(self, shape: DataShape) -> None:
-        self.check_image(shape)
+        self.patches.check_image(shape)
 
     @property
     def encoder_layers(self) -> int:
@@ -78,10 +79,12 @@ class SingleStreamFamily(ModelFamily):
     config = SingleStreamConfig
     capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=True,
                                 inputs=Inputs.IMAGE_TEXT)
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
     def build(cfg: SingleStreamConfig, shape: DataShape) -> SingleStreamTransformer:
-        of = "arch 'single_stream'"
+        of = OF
         head = HEADS[cfg.head](cfg.stack.d_model, shape.need("n_classes", of), cfg.stack.dropout, FirstTokenPooling())
         model = SingleStreamTransformer(parts.embeddings(cfg, shape.need("vocab_size", of)),
                                         IMAGE_TOKENS[cfg.image_tokens](cfg, shape), nn.Embedding(2, cfg.stack.d_model),

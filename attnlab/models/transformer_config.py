@@ -1,6 +1,6 @@
 """The Transformer families' config: their attention stack (models/stack.py) and the fields around
-it that the Transformer families share (positions, embeddings, ties, the backends' options, composed as ``backends``, the
-ablation switches). The builders that turn them into modules are in models/transformer.py.
+it that the Transformer families share (positions, embeddings, ties, the backends' options, composed as
+``backends``); the ablation switches are the stack's. The builders that turn them into modules are in models/transformer.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Optional
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import FamilyConfig
-from attnlab.models.stack import AttentionStack, StackConfig
+from attnlab.models.stack import StackConfig
 from attnlab.nn.backends import BackendOptions
 from attnlab.nn.registry import (
     ATTENTION_BACKENDS,
@@ -24,7 +24,7 @@ SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is
 
 
 @dataclass(frozen=True)
-class TransformerConfig(FamilyConfig, AttentionStack):
+class TransformerConfig(FamilyConfig):
     """The fields of every Transformer family, one per axis of variation.
 
     ``positional`` is applied where the method puts it: absolute encodings (``sinusoidal``,
@@ -36,10 +36,8 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     the encoder-decoder adds ``src_tgt`` (shared source and target embeddings) and ``all`` (both,
     the paper's choice).
 
-    The ablation switches (the paper's architecture by default): ``normalisation`` ``layer`` or
-    ``none``; ``residual: false``, no residual sums; ``ffn: false``, no feed-forward sublayers;
-    ``attention_scale``, what multiplies q . k: ``sqrt_dk`` (1 / sqrt(d_k)), ``none`` (1) or
-    ``learned`` (one scalar per attention module, from 1 / sqrt(d_k)). ``positional: none`` and
+    The ablation switches are the stack's (models/stack.py: ``stack.normalisation`` ``layer`` or
+    ``none``, ``stack.residual``, ``stack.ffn``, ``stack.attention_scale``); ``positional: none`` and
     ``n_heads`` at a fixed d_model are the other two.
     """
 
@@ -53,10 +51,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     tie_embeddings: str = "all"
     embedding: str = "scaled"
     backends: BackendOptions = BackendOptions()  # the attention backends' own options (nn/backends/)
-    normalisation: str = "layer"
-    residual: bool = True
-    ffn: bool = True
-    attention_scale: str = "sqrt_dk"
     vocab_multiple: int = 1
 
     ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
@@ -66,7 +60,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
         one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
         one_of("embedding", self.embedding, EMBEDDINGS)
         self._check_ties()
-        if self.normalisation == "batch":
+        if self.stack.normalisation == "batch":
             raise ConfigError("normalisation 'batch' standardises each feature over every token of a batch, which "
                               "would count the padding of sequences of tokens; use 'layer' or 'none'")
         for name in ("max_len", "max_relative_distance", "vocab_multiple"):
@@ -104,7 +98,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
 
     def _check_backend(self) -> None:
         """What the chosen backend supports, as it declares it (nn/backends/)."""
-        self.check_stack()
+        self.family.check_stack(self.stack)
         backend = ATTENTION_BACKENDS[self.stack.attention_backend]
         defaults = BackendOptions()
         for other in ATTENTION_BACKENDS.values():
@@ -122,12 +116,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
             raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so positional "
                               f"'{self.positional}' has nothing to add its bias to; use 'rotary', 'sinusoidal' or "
                               f"'learned'")
-        if self.attention_scale != "sqrt_dk" and not backend.score_bias:
-            raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so attention_scale "
-                              f"'{self.attention_scale}' has nothing to scale; use 'sqrt_dk'")
-        if self.stack.attn_dropout > 0 and not backend.attention_dropout:
-            raise ConfigError(f"attention_backend '{backend.name}' has no attention probabilities to drop; set "
-                              f"attention_dropout: 0 (the residual dropout stays at {self.stack.dropout})")
 
     # -- derived quantities, so that no module recomputes them ------------------------------------
     @property

@@ -7,7 +7,8 @@ Layouts read:
 - release 0.1 (one flat ModelConfig): every family's fields in every run; a family's builder read
   only its own, so the others are dropped;
 - before the attention stack had its config: d_model, n_heads, ... beside the other fields, moved
-  into ``stack``;
+  into ``stack``; so are the ablation switches (normalisation, residual, ffn, attention_scale: the
+  Transformer families' and PatchTST's own fields before issue 61 made them the stack's);
 - before configs composed their parts (issue 61): the attention backends' options (attention_window,
   sparse_stride, ...) beside the other fields, moved into ``backends`` (nn/backends/: BackendOptions),
   the patches' size and scheme (patch_size, patch_positional; ViT's positional) into ``patches``
