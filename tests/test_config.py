@@ -43,8 +43,11 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
     (dict(positional_dim=8), r"positional_dim is only used with positional_combine 'concat'"),
     (dict(positional_combine="concat", positional_dim=7, tie_embeddings="none"), r"sinusoidal positions need an even width \(got 7\)"),
     (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
-    (dict(arch="decoder_lm", output_bias=True), r"model.arch 'decoder_lm' has no field 'output_bias'; its fields: "
-                                                r"stack, positional"),
+    (dict(arch="decoder_lm", output_bias=True), r"model.arch 'decoder_lm' has no field 'output_bias' \(did you mean "
+                                                r"'output'\?\); its fields: stack, positional"),
+    (dict(arch="decoder_lm", output={"vocabulary": "no_bos"}), r"^output.vocabulary must be one of 'all', 'text' "
+                                                               r"\(got 'no_bos'\)$"),
+    (dict(arch="vit", output_bias=True), r"model.arch 'vit' has no field 'output_bias'; its fields: patches, stack"),
     (dict(arch="decoder_lm", tie_embeddings="src_tgt"), r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder'"),
     (dict(positional_base=1.0), r"positional_base must be > 1"),
     (dict(arch="encoder_only", n_classes=1), r"^shape.n_classes must be at least 2 \(got 1\)$"),

@@ -17,7 +17,7 @@ from tokenizers import ByteLevelBPETokenizer
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, UNK
 from attnlab.decode.search import beam_search, greedy
-from attnlab.models.decoder_lm import NOT_TEXT
+from attnlab.models.transformer_config import Output
 from attnlab.runs.checkpoint import load_run
 from attnlab.serve.explorer import Explorer
 
@@ -85,8 +85,8 @@ def test_states_and_logits_equal_transformers_on_a_padded_batch(tmp_path):
         logits = model(ids)
         diff = (logits[..., text_ids] - theirs.logits[..., [order[i] for i in text_ids]])[valid].abs().max().item()
     assert hidden <= 1e-5 and diff <= 1e-5, (hidden, diff)
-    assert logits[..., list(NOT_TEXT)].eq(-torch.inf).all()  # <pad> <bos> <unk>: never predicted
-    assert NOT_TEXT == (PAD, BOS, UNK)
+    assert logits[..., list(Output.NEVER["text"])].eq(-torch.inf).all()  # <pad> <bos> <unk>: never predicted
+    assert Output.NEVER["text"] == (PAD, BOS, UNK) and Output.NEVER["no_bos"] == (BOS,)
 
 
 def test_the_tokenizer_gives_gpt2_tokenizer_fasts_ids(tmp_path):

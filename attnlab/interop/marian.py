@@ -6,7 +6,7 @@ layers, sinusoidal positions laid out as Marian lays them (``positional: sinusoi
 sine, then every cosine, no dimension shuffled), the token embedding scaled by sqrt(d) or not
 (``scale_embedding``: ``embedding: scaled`` or ``plain``), one embedding table shared by source,
 target and output projection (``tie_embeddings: all``), and a bias per token on the logits, its
-``final_logits_bias`` (``output_bias: true``). Its separate query, key and value projections are
+``final_logits_bias`` (``output.bias: true``). Its separate query, key and value projections are
 concatenated into attnlab's fused ones:
 
     model.shared                              src_embed.tokens (= tgt_embed.tokens = generator; rows renumbered)
@@ -27,14 +27,14 @@ from ``<pad>`` (``decoder_start_token_id``); attnlab's tokenizers keep <pad> 0, 
 <unk> 3. Marian's pad, end and unknown take ids 0, 2 and 3, every other token keeps its order from
 id 4, and <bos> is added at 1 with the decoder start's embedding row, so that attnlab's decoding,
 which starts from <bos>, starts as Marian's does. The added <bos> is never predicted
-(``output_vocabulary: no_bos``: its logit is -inf), so the distribution over Marian's own tokens is
+(``output.vocabulary: no_bos``: its logit is -inf), so the distribution over Marian's own tokens is
 exactly the original's. init.json's
 ``order`` gives each id the original's (null for <bos>). The text is cut into pieces by the
 model's own source.spm and target.spm (spm.py), which vocab.json numbers.
 
 A run trained by attnlab exports with every id, its <bos> (id 1) the decoder's start and a special
 token of tokenizer_config.json (transformers' decode leaves it out); such a folder imports back as
-it was, its <bos> kept rather than added (``output_vocabulary: all``).
+it was, its <bos> kept rather than added (``output.vocabulary: all``).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ LANGUAGE_CODE = re.compile(r">>.+<<")  # a multilingual model's target language,
 def marian_model_fields(config: dict[str, Any], where: Path,
                         output_vocabulary: str = "no_bos") -> tuple[dict[str, Any], DataShape]:
     """attnlab's encoder_decoder model section for a Marian config.json, and the data's sizes
-    (vocab_size: Marian's plus the added <bos> where ``output_vocabulary`` is ``no_bos``; a folder that
+    (vocab_size: Marian's plus the added <bos> where ``output.vocabulary`` is ``no_bos``; a folder that
     has attnlab's <bos> keeps its ids: ``all``). Options attnlab cannot represent are refused in one
     line naming them."""
     must = {"share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "activation_dropout": 0.0,
@@ -94,7 +94,7 @@ def marian_model_fields(config: dict[str, Any], where: Path,
         return ({"arch": "encoder_decoder", "stack": stack,
                  "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
                  "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
-                 "tie_embeddings": "all", "output_bias": True, "output_vocabulary": output_vocabulary,
+                 "tie_embeddings": "all", "output": {"bias": True, "vocabulary": output_vocabulary},
                  "embedding": "scaled" if config.get("scale_embedding", False) else "plain"},
                 DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
     except KeyError as err:
@@ -253,7 +253,7 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
     vocab_size = run.read_shape().need("vocab_size", "a Marian export")
     ids, start = exported_ids(vocab_size, run)
     state = {name: t.float() for name, t in model.state_dict().items()}
-    state.setdefault("generator.bias", torch.zeros(vocab_size))  # output_bias false: Marian's zero bias
+    state.setdefault("generator.bias", torch.zeros(vocab_size))  # output.bias false: Marian's zero bias
     tensors = {}
     for ours, theirs in tensor_pairs(cfg).items():
         tensor = state[ours][:vocab_size][ids] if ours in ("src_embed.tokens.weight", "generator.bias") else state[ours]

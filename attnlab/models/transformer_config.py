@@ -6,11 +6,12 @@ it that the Transformer families share (positions, embeddings, ties, the backend
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
-from attnlab.config import at_least, one_of
+from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import FamilyConfig
+from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig
 from attnlab.nn.backends import BackendOptions
 from attnlab.nn.registry import (
@@ -21,6 +22,47 @@ from attnlab.nn.registry import (
 
 EMBEDDINGS = ("scaled", "normed", "plain")  # E sqrt(D) + PE (Vaswani et al.), LayerNorm(E + PE + S) (BERT), E + PE (GPT-2)
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
+TWO_TABLE_TIES = ("none", "output", "src_tgt", "all")  # a source and a target table: 'all' = both ties
+TIED = {"none": (), "output": ("output",), "src_tgt": ("src_tgt",), "all": ("output", "src_tgt")}
+
+
+@dataclass(frozen=True)
+class Output(TypedConfig):
+    """The output projection over the target vocabulary (``model.output``) of a family that predicts
+    tokens: ``bias``, a bias per token on the logits (Marian's final_logits_bias; the paper has none);
+    ``vocabulary``, the token ids it never predicts (their logits -inf): ``all``, none; ``no_bos``,
+    <bos>, which only starts a decoder (an imported Marian model's added start token, interop/marian.py);
+    ``text``, the control tokens <pad>, <bos> and <unk> (a model imported from a vocabulary without
+    them: GPT-2's, interop/gpt2.py), so that the distribution over the original's tokens stays the
+    original's. A family says which vocabularies it has (``vocabularies``)."""
+
+    section: ClassVar[str] = "model.output"
+
+    bias: bool = False
+    vocabulary: str = "all"
+
+    # vocabulary -> the ids never predicted (data/tokenizers.py's <pad> 0, <bos> 1, <unk> 3: a layer this
+    # one does not import)
+    NEVER: ClassVar[dict[str, tuple[int, ...]]] = {"all": (), "no_bos": (1,), "text": (0, 1, 3)}
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("output.vocabulary", self.vocabulary, self.NEVER)
+
+    @property
+    def never(self) -> tuple[int, ...]:
+        """The token ids whose logits are -inf."""
+        return self.NEVER[self.vocabulary]
+
+    def check_vocabulary(self, vocabularies: tuple[str, ...]) -> None:
+        """A ``vocabulary`` that the family has (``vocabularies``)."""
+        one_of("output.vocabulary", self.vocabulary, vocabularies)
+
+    def check_shape(self, shape: DataShape) -> None:
+        """A vocabulary of the data's larger than the ids never predicted."""
+        if self.never and shape.vocab_size is not None and shape.vocab_size <= max(self.never):
+            raise ConfigError(f"output.vocabulary '{self.vocabulary}' leaves out token ids "
+                              f"{', '.join(map(str, self.never))}; vocab_size ({shape.vocab_size}) must be larger")
 
 
 @dataclass(frozen=True)
@@ -71,6 +113,12 @@ class TransformerConfig(FamilyConfig):
             raise ConfigError(f"positional_base must be > 1 (got {self.positional_base})")
         self._check_positional()
         self._check_backend()
+
+    def check_shape(self, shape: DataShape) -> None:
+        if "src_tgt" in self.tied and shape.src_vocab_size not in (None, shape.vocab_size):
+            raise ConfigError(f"tie_embeddings '{self.tie_embeddings}' shares source and target embeddings, so "
+                              f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "
+                              f"use tie_embeddings 'output' or 'none' for separate vocabularies")
 
     def _check_ties(self) -> None:
         if self.tie_embeddings == "src_tgt" and "src_tgt" not in self.ties:
@@ -136,5 +184,6 @@ class TransformerConfig(FamilyConfig):
 
     @property
     def tied(self) -> tuple[str, ...]:
-        """The ties in force: a subset of ('output', 'src_tgt')."""
-        return () if self.tie_embeddings == "none" else ("output",)
+        """The ties in force: a subset of ('output', 'src_tgt'), the ones the family has (``ties``:
+        'all' is both where there are a source and a target table, 'output' where there is one)."""
+        return tuple(tie for tie in TIED[self.tie_embeddings] if tie in self.ties)
