@@ -86,7 +86,6 @@ REPEATED = {
     "train": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
     "valid": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
     "n_valid": {"ClassificationConfig", "ImageClassificationConfig", "MaskedLMConfig", "SceneSplits", "TranslationConfig"},
-    "tie_embeddings": {"CaptionerConfig", "DualEncoderConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig"},
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},

@@ -59,7 +59,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                         "max_steps: 200, max_tokens: 96, eval_every: 200")
     language_model = train(tmp, "lm",
                            f"arch: decoder_lm, stack: {{{stack}, norm: pre, activation: gelu_tanh}}, positional: learned, "
-                           f"max_len: 32, embedding: plain, tie_embeddings: output",
+                           f"max_len: 32, embeddings: {{kind: plain, tie: output}}",
                            f"task: language_model, train: {tmp / 'text.txt'}, valid: {tmp / 'text.txt'}, "
                            f"tokenizer: byte_bpe, vocab_size: 270, block_size: 16",
                            "max_steps: 200, batch_size: 4, eval_every: 200")

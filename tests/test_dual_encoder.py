@@ -187,7 +187,7 @@ def test_a_bad_config_fails_early_naming_the_field():
          "max_logit_scale (10.0) must be at least 1 / init_temperature (14.29)"),
         (lambda: sized(**{**DUAL, "d_embed": 0}), "d_embed must be >= 1 (got 0)"),
         (lambda: sized(**DUAL, text_pooling="eos"), "text_pooling must be one of 'cls', 'mean' (got 'eos')"),
-        (lambda: sized(**DUAL, tie_embeddings="output"), "tie_embeddings must be one of 'none' (got 'output')"),
+        (lambda: sized(**DUAL, embeddings={"tie": "output"}), "embeddings.tie must be one of 'none' (got 'output')"),
         (lambda: task_config({"task": "contrastive", "dataset": "scenes", "prompts": "a {colour} thing"}),
          "prompts: 'a {colour} thing' must name the class as {label} and hold no other braces (e.g. 'a picture of a "
          "{label}')"),

@@ -89,10 +89,12 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
     assert migrated["stack"] == {**written["stack"], "normalisation": "layer", "residual": True, "ffn": True,
                                  "attention_scale": "sqrt_dk"}
     assert migrated["output"] == {"bias": False, "vocabulary": "all"}  # output_bias, output_vocabulary
-    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths", "stack", "output")} == {
+    assert migrated["embeddings"] == {"kind": written["embedding"], "tie": written["tie_embeddings"],
+                                      "vocab_multiple": written["vocab_multiple"]}
+    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths", "stack", "output", "embeddings")} == {
         k: v for k, v in written.items()
         if k not in {*MOVED_TO_BACKENDS, *SIZES, *switches, "stack", "n_encoder_layers", "n_decoder_layers",
-                     "output_bias", "output_vocabulary"}}
+                     "output_bias", "output_vocabulary", "embedding", "tie_embeddings", "vocab_multiple"}}
     assert written_sizes(written) == DataShape(vocab_size=written["vocab_size"], pad_id=0)
     assert RunDir(FIXTURES / "encoder_decoder").read_shape() == written_sizes(written)  # no shape.json: its config.yaml's
     cfg = model_config(migrated_model({**written, "stack": {**written["stack"], "attention_backend": "sparse"},
@@ -175,6 +177,26 @@ def test_a_new_config_with_the_flat_output_fields_is_refused_naming_output(tmp_p
         projection.bias.copy_(torch.arange(11.0))
         h = torch.randn(2, 8)
         torch.testing.assert_close(projection(h), h @ projection.weight.T + torch.arange(11.0))
+
+
+def test_a_new_config_with_the_flat_embedding_fields_is_refused_naming_embeddings(tmp_path):
+    """embedding, tie_embeddings and vocab_multiple of the Transformer families are the composed
+    ``embeddings`` (models/transformer_config.py: TokenEmbeddings: kind, tie, vocab_multiple); the
+    recurrent family keeps its own tie_embeddings."""
+    config = tmp_path / "mt.yaml"
+    config.write_text("model: {tie_embeddings: none}\ndata: {task: translation, train: t.tsv}\n")
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_file(config)
+    assert str(refused.value) == (f"{config}: model.tie_embeddings is now model.embeddings.tie, in a part of its own "
+                                  f"(write embeddings: {{tie: ...}}; --set model.embeddings.tie=...)")
+    config.write_text("model: {arch: decoder_lm}\ndata: {task: language_model, train: t.txt}\n")
+    with pytest.raises(ConfigError, match=r"^--set 'model.embedding=plain': model.embedding is now "
+                                          r"model.embeddings.kind, in a part of its own"):
+        RunConfig.from_file(config, ["model.embedding=plain"])
+    assert migrated_model({"arch": "captioner", "embedding": "plain", "vocab_multiple": 8}) == {
+        "arch": "captioner", "embeddings": {"kind": "plain", "vocab_multiple": 8}}
+    assert model_config(arch="captioner", embeddings={"kind": "plain"}).embeddings.tie == "output"  # its default kept
+    assert model_config(arch="rnn", tie_embeddings="none").tied == ()
 
 
 def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(tmp_path):

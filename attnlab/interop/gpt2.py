@@ -1,6 +1,6 @@
 """GPT-2 (``model_type: gpt2``: GPT2LMHeadModel, GPT2Model) <-> attnlab's ``decoder_lm`` family.
 
-GPT-2 is attnlab's decoder-only LM with ``embedding: plain`` (E[w] + P[pos], no sqrt(d) scale),
+GPT-2 is attnlab's decoder-only LM with ``embeddings.kind: plain`` (E[w] + P[pos], no sqrt(d) scale),
 learned positions, pre-norm layers and the final LayerNorm that pre-norm stacks end with, GELU's
 tanh approximation (``gelu_tanh``, GPT-2's ``gelu_new``), and the output projection tied to the
 token embedding. Its Conv1D layers store their weight as (in, out), the transpose of a Linear's,
@@ -98,7 +98,7 @@ def gpt2_model_fields(config: dict[str, Any], where: Path | str,
                  "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"}
         added = len(ADDED) if output_vocabulary == "text" else 0
         return ({"arch": "decoder_lm", "stack": stack, "positional": "learned", "max_len": config["n_positions"],
-                 "tie_embeddings": "output", "embedding": "plain", "output": {"vocabulary": output_vocabulary}},
+                 "embeddings": {"kind": "plain", "tie": "output"}, "output": {"vocabulary": output_vocabulary}},
                 DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a GPT-2 config.json has") from None
@@ -264,8 +264,8 @@ def library_tokenizer(spec: dict[str, Any], where: Path) -> Tokenizer:
 
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
-    needs = {"embedding": "plain", "positional": "learned", "positional_combine": "add", "stack.norm": "pre",
-             "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True, "tie_embeddings": "output",
+    needs = {"embeddings.kind": "plain", "positional": "learned", "positional_combine": "add", "stack.norm": "pre",
+             "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True, "embeddings.tie": "output",
              "multi_token_heads": 0, "output.bias": False}
     refused = [f"{name} {attrgetter(name)(cfg)!r} (GPT-2's is {value!r})" for name, value in needs.items()
                if attrgetter(name)(cfg) != value]

@@ -4,8 +4,8 @@
 A Marian model is the paper's Transformer with a few settings of attnlab's options: post-norm
 layers, sinusoidal positions laid out as Marian lays them (``positional: sinusoidal_halves``: every
 sine, then every cosine, no dimension shuffled), the token embedding scaled by sqrt(d) or not
-(``scale_embedding``: ``embedding: scaled`` or ``plain``), one embedding table shared by source,
-target and output projection (``tie_embeddings: all``), and a bias per token on the logits, its
+(``scale_embedding``: ``embeddings.kind: scaled`` or ``plain``), one embedding table shared by source,
+target and output projection (``embeddings.tie: all``), and a bias per token on the logits, its
 ``final_logits_bias`` (``output.bias: true``). Its separate query, key and value projections are
 concatenated into attnlab's fused ones:
 
@@ -94,8 +94,8 @@ def marian_model_fields(config: dict[str, Any], where: Path,
         return ({"arch": "encoder_decoder", "stack": stack,
                  "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
                  "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
-                 "tie_embeddings": "all", "output": {"bias": True, "vocabulary": output_vocabulary},
-                 "embedding": "scaled" if config.get("scale_embedding", False) else "plain"},
+                 "output": {"bias": True, "vocabulary": output_vocabulary},
+                 "embeddings": {"kind": "scaled" if config.get("scale_embedding", False) else "plain", "tie": "all"}},
                 DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a Marian config.json has") from None
@@ -210,11 +210,11 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
     """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
     needs = {"positional": "sinusoidal_halves", "positional_combine": "add", "positional_base": 10000.0,
              "stack.norm": "post", "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True,
-             "tie_embeddings": "all", "stack.attention_scale": "sqrt_dk", "stack.layer_norm_eps": 1e-5}
+             "embeddings.tie": "all", "stack.attention_scale": "sqrt_dk", "stack.layer_norm_eps": 1e-5}
     refused = [f"{name} {attrgetter(name)(cfg)!r} (Marian's is {value!r})" for name, value in needs.items()
                if attrgetter(name)(cfg) != value]
-    if cfg.embedding not in ("scaled", "plain"):
-        refused.append(f"embedding {cfg.embedding!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')")
+    if cfg.embeddings.kind not in ("scaled", "plain"):
+        refused.append(f"embeddings.kind {cfg.embeddings.kind!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')")
     if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
         refused.append(f"activation {cfg.stack.activation!r} (Marian has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
@@ -267,7 +267,7 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
               "decoder_attention_heads": cfg.stack.n_heads, "encoder_ffn_dim": cfg.stack.d_ff, "decoder_ffn_dim": cfg.stack.d_ff,
               "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation], "dropout": cfg.stack.dropout,
               "attention_dropout": cfg.stack.attn_dropout, "activation_dropout": 0.0, "max_position_embeddings": cfg.max_len,
-              "scale_embedding": cfg.embedding == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
+              "scale_embedding": cfg.embeddings.kind == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
               "decoder_start_token_id": start, "forced_eos_token_id": ids.index(EOS),
               "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "torch_dtype": "float32"}
     tokenizer_config = {"tokenizer_class": "MarianTokenizer", "model_max_length": cfg.max_len, "eos_token": "</s>",

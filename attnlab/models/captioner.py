@@ -19,6 +19,7 @@ from attnlab.models.family import Capabilities, Depths, Inputs, ModelFamily, reg
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
+from attnlab.models.transformer_config import TokenEmbeddings
 from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
 from attnlab.nn.captioner import ImageCaptioner
 
@@ -32,7 +33,7 @@ class CaptionerConfig(TransformerConfig):
     patches: Patches = Patches(size=4, positional="learned_2d")
     depths: Depths = Depths()
     stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
-    tie_embeddings: str = "output"
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="output")
     max_len: int = 64
 
     def check(self) -> None:

@@ -24,6 +24,7 @@ from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_fa
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
+from attnlab.models.transformer_config import TokenEmbeddings
 from attnlab.models.vit import (
     IMAGE_BACKENDS_REFUSAL,
     SUMMARIES,
@@ -40,7 +41,7 @@ class DualEncoderConfig(TransformerConfig):
     ViT's class token, or ``mean`` of the patches; ``text_pooling``: ``cls``, the first token, a
     BOS, or ``mean`` of the tokens), the joint space's width ``d_embed``, the temperature's start
     and bound, and the Transformer's fields for the two stacks: small, pre-norm and GELU by
-    default, as ViT. There is no output layer to tie the token table to (``tie_embeddings: none``)."""
+    default, as ViT. There is no output layer to tie the token table to (``embeddings.tie: none``)."""
 
     patches: Patches = Patches(size=4, positional="learned_2d")
     n_image_layers: Optional[int] = None
@@ -51,7 +52,7 @@ class DualEncoderConfig(TransformerConfig):
     init_temperature: float = 0.07
     max_logit_scale: float = 100.0
     stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
-    tie_embeddings: str = "none"
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
     max_len: int = 64
 
     ties = ("none",)

@@ -62,7 +62,7 @@ class TwoSided(Protocol):
 def check_untied(cfg: EncoderDecoderConfig) -> None:
     """A pipeline's first stage holds the source embedding, the stage with the encoder's last layer the target's."""
     if "src_tgt" in cfg.tied:
-        raise ConfigError(f"train.strategy pp: model.tie_embeddings '{cfg.tie_embeddings}' shares the source "
+        raise ConfigError(f"train.strategy pp: model.embeddings.tie '{cfg.embeddings.tie}' shares the source "
                           f"embedding (first stage) with the target embedding (the stage where the decoder "
                           f"starts); set it to none")
 

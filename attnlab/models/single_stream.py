@@ -2,7 +2,7 @@
 question's tokens and an image's patches in one sequence with modality embeddings, through one
 Transformer encoder, a [CLS] head over the answers.
 
-One config for both modalities: the text side is the Transformer's (``embedding``, ``positional``:
+One config for both modalities: the text side is the Transformer's (``embeddings``, ``positional``:
 an absolute scheme, added at the embeddings, since the self-attention of the joint stream has no
 positional hooks: a relative distance between a word and a patch would mean nothing), the image
 side the ViT's (``patches``: their size and positional scheme over the grid). ``image_tokens``: ``patches``,
@@ -24,6 +24,7 @@ from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_fa
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
+from attnlab.models.transformer_config import TokenEmbeddings
 from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
 from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
@@ -53,7 +54,7 @@ class SingleStreamConfig(TransformerConfig):
     head: str = "pooled"
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, activation="gelu", norm="pre")
     positional: str = "learned"
-    tie_embeddings: str = "none"
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
     max_len: int = 32
 
     ties = ("none",)  # no output projection over the vocabulary to tie

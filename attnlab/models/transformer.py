@@ -61,10 +61,10 @@ def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> 
     """Token embeddings with the absolute positions, and a segment table of ``n_segments`` rows."""
     segments = nn.Embedding(n_segments, cfg.stack.d_model) if n_segments else None
     rows = padded_vocabulary(cfg, vocab_size)
-    if cfg.embedding == "normed":
+    if cfg.embeddings.kind == "normed":
         return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments,
                           scale=1.0, norm=nn.LayerNorm(cfg.stack.d_model, eps=cfg.stack.layer_norm_eps))
-    scale = 1.0 if cfg.embedding == "plain" else None  # None: the paper's sqrt(D_tok)
+    scale = 1.0 if cfg.embeddings.kind == "plain" else None  # None: the paper's sqrt(D_tok)
     return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments, scale=scale)
 
 
@@ -144,8 +144,8 @@ def decoder(cfg: TransformerConfig, n_layers: int, cross: bool, causal: bool = T
 
 def padded_vocabulary(cfg: TransformerConfig, vocab_size: int) -> int:
     """The rows of a token table and of the output projection: ``vocab_size`` rounded up to a
-    multiple of ``vocab_multiple`` (64 suits a GPU's matrix products; 1, the default, pads nothing)."""
-    return -(-vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
+    multiple of ``embeddings.vocab_multiple`` (64 suits a GPU's matrix products; 1, the default, pads nothing)."""
+    return cfg.embeddings.rows(vocab_size)
 
 
 def output_projection(cfg: TransformerConfig, embed: Embeddings, vocab_size: int, never: tuple[int, ...] = (),

@@ -66,6 +66,39 @@ class Output(TypedConfig):
 
 
 @dataclass(frozen=True)
+class TokenEmbeddings(TypedConfig):
+    """The token tables of a Transformer family (``model.embeddings``): ``kind``, how a token's vector
+    and its absolute position make the input (``scaled``, the paper's E[w] sqrt(D) + PE; ``normed``,
+    BERT's LayerNorm(E[w] + PE + segment), unscaled; ``plain``, GPT-2's E[w] + PE); ``tie``, the tables
+    that share weights (``output``: the (decoder) input table and the output projection; ``src_tgt``:
+    the source and target tables; ``all``: every tie the family has; ``none``); ``vocab_multiple``,
+    the rows of a table and of the output projection rounded up to a multiple of it (64 suits a GPU's
+    matrix products; 1 pads nothing). A family says which ties it has (its config's ``ties``)."""
+
+    section: ClassVar[str] = "model.embeddings"
+
+    kind: str = "scaled"
+    tie: str = "all"
+    vocab_multiple: int = 1
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("embeddings.kind", self.kind, EMBEDDINGS)
+        one_of("embeddings.tie", self.tie, TIED)
+        at_least("embeddings.vocab_multiple", self.vocab_multiple, 1)
+
+    def tied(self, ties: tuple[str, ...]) -> tuple[str, ...]:
+        """The ties in force where the family has ``ties``: a subset of ('output', 'src_tgt') ('all' is
+        both where there are a source and a target table, 'output' where there is one)."""
+        return tuple(tie for tie in TIED[self.tie] if tie in ties)
+
+    def rows(self, vocab_size: int) -> int:
+        """The rows of a token table and of the output projection: ``vocab_size`` rounded up to a
+        multiple of ``vocab_multiple``."""
+        return -(-vocab_size // self.vocab_multiple) * self.vocab_multiple
+
+
+@dataclass(frozen=True)
 class TransformerConfig(FamilyConfig):
     """The fields of every Transformer family, one per axis of variation.
 
@@ -73,10 +106,9 @@ class TransformerConfig(FamilyConfig):
     ``sinusoidal_halves``: Marian's layout of the same table, ``learned``) at the embeddings, added or
     concatenated (``positional_combine``); relative ones
     (``relative``, ``relative_bias``, ``rotary``, ``alibi``) inside every self-attention.
-    ``embedding``: ``scaled``, the paper's E[w] sqrt(D) + PE; ``normed``, BERT's LayerNorm(E[w] + PE
-    + segment), unscaled; or ``plain``, GPT-2's E[w] + PE. ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
-    the encoder-decoder adds ``src_tgt`` (shared source and target embeddings) and ``all`` (both,
-    the paper's choice).
+    ``embeddings`` (TokenEmbeddings): how tokens and positions make the input, the ties between the
+    tables (``embeddings.tie``: ``output``; the encoder-decoder and CMLM add ``src_tgt``, and ``all``
+    is both, the paper's choice), and the tables' row multiple.
 
     The ablation switches are the stack's (models/stack.py: ``stack.normalisation`` ``layer`` or
     ``none``, ``stack.residual``, ``stack.ffn``, ``stack.attention_scale``); ``positional: none`` and
@@ -90,22 +122,19 @@ class TransformerConfig(FamilyConfig):
     positional_base: float = 10000.0
     max_relative_distance: int = 16
     max_len: int = 1024
-    tie_embeddings: str = "all"
-    embedding: str = "scaled"
+    embeddings: TokenEmbeddings = TokenEmbeddings()
     backends: BackendOptions = BackendOptions()  # the attention backends' own options (nn/backends/)
-    vocab_multiple: int = 1
 
-    ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
+    ties = SINGLE_STACK_TIES  # the values embeddings.tie may take in this family
 
     def check(self) -> None:
         one_of("positional", self.positional, POSITIONAL)
         one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
-        one_of("embedding", self.embedding, EMBEDDINGS)
         self._check_ties()
         if self.stack.normalisation == "batch":
             raise ConfigError("normalisation 'batch' standardises each feature over every token of a batch, which "
                               "would count the padding of sequences of tokens; use 'layer' or 'none'")
-        for name in ("max_len", "max_relative_distance", "vocab_multiple"):
+        for name in ("max_len", "max_relative_distance"):
             at_least(name, getattr(self, name), 1)
         if self.positional_dim is not None:
             at_least("positional_dim", self.positional_dim, 1)
@@ -116,14 +145,14 @@ class TransformerConfig(FamilyConfig):
 
     def check_shape(self, shape: DataShape) -> None:
         if "src_tgt" in self.tied and shape.src_vocab_size not in (None, shape.vocab_size):
-            raise ConfigError(f"tie_embeddings '{self.tie_embeddings}' shares source and target embeddings, so "
+            raise ConfigError(f"embeddings.tie '{self.embeddings.tie}' shares source and target embeddings, so "
                               f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "
-                              f"use tie_embeddings 'output' or 'none' for separate vocabularies")
+                              f"use embeddings.tie 'output' or 'none' for separate vocabularies")
 
     def _check_ties(self) -> None:
-        if self.tie_embeddings == "src_tgt" and "src_tgt" not in self.ties:
-            raise ConfigError(f"tie_embeddings 'src_tgt' needs arch 'encoder_decoder' (arch is '{self.arch}')")
-        one_of("tie_embeddings", self.tie_embeddings, self.ties)
+        if self.embeddings.tie == "src_tgt" and "src_tgt" not in self.ties:
+            raise ConfigError(f"embeddings.tie 'src_tgt' needs arch 'encoder_decoder' (arch is '{self.arch}')")
+        one_of("embeddings.tie", self.embeddings.tie, self.ties)
 
     def _check_positional(self) -> None:
         absolute = POSITIONAL[self.positional].absolute
@@ -135,8 +164,8 @@ class TransformerConfig(FamilyConfig):
                 raise ConfigError(f"positional_dim ({self.positional_width}) must be between 1 and "
                                   f"d_model - 1 ({self.stack.d_model - 1}) when positional_combine is 'concat'")
             if "output" in self.tied:
-                raise ConfigError("tie_embeddings 'output'/'all' needs token embeddings of width d_model; with "
-                                  "positional_combine 'concat' use tie_embeddings 'none' or 'src_tgt'")
+                raise ConfigError("embeddings.tie 'output'/'all' needs token embeddings of width d_model; with "
+                                  "positional_combine 'concat' use embeddings.tie 'none' or 'src_tgt'")
         elif self.positional_dim is not None:
             raise ConfigError("positional_dim is only used with positional_combine 'concat'")
         if self.positional.startswith("sinusoidal") and self.positional_width % 2:
@@ -184,6 +213,5 @@ class TransformerConfig(FamilyConfig):
 
     @property
     def tied(self) -> tuple[str, ...]:
-        """The ties in force: a subset of ('output', 'src_tgt'), the ones the family has (``ties``:
-        'all' is both where there are a source and a target table, 'output' where there is one)."""
-        return tuple(tie for tie in TIED[self.tie_embeddings] if tie in self.ties)
+        """The ties in force: a subset of ('output', 'src_tgt'), the ones the family has (``ties``)."""
+        return self.embeddings.tied(self.ties)
