@@ -1,6 +1,8 @@
-"""The Transformer families' config: their attention stack (models/stack.py) and the fields around
-it that the Transformer families share (positions, embeddings, ties, the backends' options, composed as
-``backends``); the ablation switches are the stack's. The builders that turn them into modules are in models/transformer.py.
+"""The Transformer families' config: their attention stack (models/stack.py) and what the Transformer
+families share around it: the positions' fields, and the composed parts ``embeddings``
+(TokenEmbeddings) and ``backends`` (the backends' options, nn/backends/); ``output`` (Output), the
+output projection of the families that predict tokens. The ablation switches are the stack's. The
+builders that turn them into modules are in models/transformer.py.
 """
 
 from __future__ import annotations
