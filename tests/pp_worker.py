@@ -31,7 +31,7 @@ from helpers import sized
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
 N_LAYERS = 4
-SIZES = dict(vocab_size=30, tie_embeddings="none")
+SIZES = dict(vocab_size=30, embeddings=dict(tie="none"))
 STACK = dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0, norm="pre")
 
 

@@ -1,4 +1,4 @@
-"""The ablation switches of the Transformer families (no normalisation, no residual sums, no FFN,
+"""The ablation switches of the attention stack (``stack``: no normalisation, no residual sums, no FFN,
 the attention scale), each against its explicit formula, refused where it cannot apply, and cached
 decoding equal to uncached under each."""
 
@@ -115,13 +115,17 @@ def test_cached_decoding_equals_uncached_under_each_switch(arch, fields):
 
 def test_the_paper_is_the_default_and_switches_are_refused_where_they_cannot_apply():
     cfg, _ = sized(arch="decoder_lm", vocab_size=10)
-    assert (cfg.normalisation, cfg.residual, cfg.ffn, cfg.attention_scale) == ("layer", True, True, "sqrt_dk")
+    stack = cfg.stack
+    assert (stack.normalisation, stack.residual, stack.ffn, stack.attention_scale) == ("layer", True, True, "sqrt_dk")
     with pytest.raises(ConfigError, match="normalisation 'batch' standardises each feature over every token"):
-        sized(arch="decoder_lm", vocab_size=10, normalisation="batch")
+        sized(arch="decoder_lm", vocab_size=10, stack=dict(normalisation="batch"))
     with pytest.raises(ConfigError, match="attention_backend 'linear' never forms scores, so attention_scale"):
-        sized(arch="decoder_lm", vocab_size=10, stack=dict(attention_backend="linear", attention_dropout=0.0), attention_scale="none",
-                     )
+        sized(arch="decoder_lm", vocab_size=10,
+              stack=dict(attention_backend="linear", attention_dropout=0.0, attention_scale="none"))
     with pytest.raises(ConfigError, match="attention_scale must be one of 'sqrt_dk', 'none', 'learned'"):
-        sized(arch="decoder_lm", vocab_size=10, attention_scale="sqrt")
+        sized(arch="decoder_lm", vocab_size=10, stack=dict(attention_scale="sqrt"))
     with pytest.raises(ConfigError, match="has no field 'ffn'"):
         sized(arch="rnn", vocab_size=10, ffn=False)
+    with pytest.raises(ConfigError, match=r"^model.ffn is a field of model.stack: write it inside stack \(stack: "
+                                          r"\{ffn: ...\}; --set model.stack.ffn=...\)$"):
+        sized(arch="decoder_lm", vocab_size=10, ffn=False)

@@ -76,19 +76,26 @@ def test_a_new_module_in_the_package_registers_its_family_and_task_with_no_other
 
 def test_a_family_restricts_its_attention_backends_one_way():
     """A family with an attention stack says which backends fit it by one predicate
-    (``backends_fit``) and why others do not (``backends_refusal``); the check and its message come
-    from AttentionStack.check_backend, the same for every family."""
-    from attnlab.models.stack import AttentionStack
+    (``backends_fit``, on the family) and why others do not (``backends_refusal``); the check and its
+    message come from StackConfig.check_backend, the same for every family."""
+    from attnlab.errors import ConfigError
+    from attnlab.models import model_config
+    from attnlab.models.stack import StackConfig
     from attnlab.nn.registry import ATTENTION_BACKENDS
 
-    stacks = {name: f.config for name, f in FAMILIES.items() if issubclass(f.config, AttentionStack)}
-    fitting = {name: [b for b, backend in ATTENTION_BACKENDS.items() if config.backends_fit(backend)]
-               for name, config in stacks.items()}
+    stacks = {name: f for name, f in FAMILIES.items() if "stack" in f.config.field_names()}
+    assert all(isinstance(f.config().stack, StackConfig) for f in stacks.values())
+    fitting = {name: [b for b, backend in ATTENTION_BACKENDS.items() if family.backends_fit(backend)]
+               for name, family in stacks.items()}
     assert fitting["encoder_decoder"] == fitting["decoder_lm"] == list(ATTENTION_BACKENDS)
     for name in ("vit", "captioner", "dual_encoder", "single_stream", "patchtst", "graph", "transformer_xl"):
         assert fitting[name] == ["math", "sdpa", "auto"], name
         assert stacks[name].backends_refusal
-    assert not any("_BACKENDS" in name for config in stacks.values() for name in vars(config))
+        with pytest.raises(ConfigError) as refused:
+            model_config(arch=name, stack={"attention_backend": "chunked"})
+        assert str(refused.value) == (f"attention_backend 'chunked' {stacks[name].backends_refusal}; use 'math' or "
+                                      f"'sdpa' or 'auto'")
+    assert not any("_BACKENDS" in name for family in stacks.values() for name in vars(family.config))
 
 
 def test_the_two_image_and_text_tasks_fit_only_their_own_family():

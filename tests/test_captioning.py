@@ -268,7 +268,7 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     with capture_attention(model) as captured:
         model(x, torch.tensor([[BOS] + ids]))
     cross = [r.probs[0].reshape(2, len(ids) + 1, 4, 4) for r in captured.last().values() if r.kind == "cross"]
-    assert len(cross) == 1 and cfg.grid(RunDir(root / "run").read_shape()) == (4, 4)
+    assert len(cross) == 1 and cfg.patches.grid(RunDir(root / "run").read_shape()) == (4, 4)
     assert len(plotted) == 3  # head 0, head 1, the mean
     for maps, (picture, drawn_maps) in zip([cross[0][0], cross[0][1], cross[0].mean(0)], plotted):
         torch.testing.assert_close(drawn_maps, maps, atol=1e-6, rtol=0)
@@ -295,5 +295,5 @@ def test_the_captioning_recipe_is_a_valid_config():
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "captioning.yaml")
     assert cfg.data.task is Captioning and cfg.data.held_combinations == ("red triangle",)
     shape = cfg.planned_shape(vocab_size=17)
-    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.grid(shape)) == ("captioner", 32, 3, (8, 8))
+    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == ("captioner", 32, 3, (8, 8))
     assert shape.vocab_size == 17

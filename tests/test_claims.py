@@ -124,7 +124,7 @@ def test_sinusoid_shift_is_a_rotation(k):
 
 # -- 4. seed 004, line 2690: ~700 GFLOPs for one GPT-3 forward pass over 2,048 tokens ------------------
 
-GPT3 = dict(arch="decoder_lm", vocab_size=50257, positional="learned", max_len=2048, tie_embeddings="output",
+GPT3 = dict(arch="decoder_lm", vocab_size=50257, positional="learned", max_len=2048, embeddings=dict(tie="output"),
             stack=dict(d_model=12288, n_heads=96, d_ff=4 * 12288, dropout=0.0, norm="pre", activation="gelu",
                        attention_backend="math"))
 

@@ -27,7 +27,9 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
     (dict(arch="gpt"), r"arch must be one of 'encoder_decoder', 'decoder_lm', 'encoder_only'"),
     (dict(stack=dict(activation="tanh")), r"activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'"),
     (dict(positional_combine="mul"), r"positional_combine must be one of 'add', 'concat'"),
-    (dict(tie_embeddings="yes"), r"tie_embeddings must be one of 'none', 'output', 'src_tgt', 'all'"),
+    (dict(embeddings={"tie": "yes"}), r"embeddings.tie must be one of 'none', 'output', 'src_tgt', 'all'"),
+    (dict(embeddings={"kind": "big"}), r"^embeddings.kind must be one of 'scaled', 'normed', 'plain' \(got 'big'\)$"),
+    (dict(embeddings={"vocab_multiple": 0}), r"^embeddings.vocab_multiple must be >= 1 \(got 0\)$"),
     (dict(stack=dict(dropout=1.5)), r"dropout must be in \[0, 1\) \(got 1.5\)"),
     (dict(stack=dict(attention_dropout=-0.1)), r"attention_dropout must be in \[0, 1\)"),
     (dict(stack=dict(d_model=0)), r"d_model must be >= 1 \(got 0\)"),
@@ -38,14 +40,17 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
     (dict(src_vocab_size=50), r"src_vocab_size \(50\) must equal vocab_size \(100\)"),
     (dict(positional="rotary", stack=dict(d_model=24, n_heads=8)), r"rotary positions need an even head size"),
     (dict(positional="rotary", positional_combine="concat"), r"'concat' needs an absolute encoding"),
-    (dict(positional_combine="concat", positional_dim=32), r"tie_embeddings 'output'/'all' needs token embeddings"),
-    (dict(positional_combine="concat", positional_dim=64, tie_embeddings="src_tgt"), r"positional_dim \(64\) must be between 1 and d_model - 1"),
+    (dict(positional_combine="concat", positional_dim=32), r"embeddings.tie 'output'/'all' needs token embeddings"),
+    (dict(positional_combine="concat", positional_dim=64, embeddings={"tie": "src_tgt"}), r"positional_dim \(64\) must be between 1 and d_model - 1"),
     (dict(positional_dim=8), r"positional_dim is only used with positional_combine 'concat'"),
-    (dict(positional_combine="concat", positional_dim=7, tie_embeddings="none"), r"sinusoidal positions need an even width \(got 7\)"),
+    (dict(positional_combine="concat", positional_dim=7, embeddings={"tie": "none"}), r"sinusoidal positions need an even width \(got 7\)"),
     (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
-    (dict(arch="decoder_lm", output_bias=True), r"model.arch 'decoder_lm' has no field 'output_bias'; its fields: "
-                                                r"stack, positional"),
-    (dict(arch="decoder_lm", tie_embeddings="src_tgt"), r"tie_embeddings 'src_tgt' needs arch 'encoder_decoder'"),
+    (dict(arch="decoder_lm", output_bias=True), r"model.arch 'decoder_lm' has no field 'output_bias' \(did you mean "
+                                                r"'output'\?\); its fields: stack, positional"),
+    (dict(arch="decoder_lm", output={"vocabulary": "no_bos"}), r"^output.vocabulary must be one of 'all', 'text' "
+                                                               r"\(got 'no_bos'\)$"),
+    (dict(arch="vit", output_bias=True), r"model.arch 'vit' has no field 'output_bias'; its fields: patches, stack"),
+    (dict(arch="decoder_lm", embeddings={"tie": "src_tgt"}), r"embeddings.tie 'src_tgt' needs arch 'encoder_decoder'"),
     (dict(positional_base=1.0), r"positional_base must be > 1"),
     (dict(arch="encoder_only", n_classes=1), r"^shape.n_classes must be at least 2 \(got 1\)$"),
     (dict(rnn_cell="lstm"), r"model.arch 'encoder_decoder' has no field 'rnn_cell'"),
@@ -173,8 +178,8 @@ def test_derived_fields():
 @pytest.mark.parametrize("cfg", [
     model_config(),
     model_config(arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)),
-    model_config(tie_embeddings="output", depths=dict(encoder=2)),
-    model_config(tie_embeddings="none", positional_combine="concat", positional_dim=16, stack=dict(d_model=64, n_heads=4)),
+    model_config(embeddings=dict(tie="output"), depths=dict(encoder=2)),
+    model_config(embeddings=dict(tie="none"), positional_combine="concat", positional_dim=16, stack=dict(d_model=64, n_heads=4)),
 ])
 def test_yaml_and_json_round_trip(tmp_path, cfg):
     (tmp_path / "c.yaml").write_text(cfg.to_yaml())

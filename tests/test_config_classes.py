@@ -86,7 +86,6 @@ REPEATED = {
     "train": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
     "valid": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
     "n_valid": {"ClassificationConfig", "ImageClassificationConfig", "MaskedLMConfig", "SceneSplits", "TranslationConfig"},
-    "tie_embeddings": {"CaptionerConfig", "DualEncoderConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig"},
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},
@@ -101,8 +100,6 @@ REPEATED = {
     "head": {"SingleStreamConfig", "ViTConfig"},
     "n_test": {"SceneSplits", "TranslationConfig"},
     "n_train": {"SceneSplits", "TranslationConfig"},
-    "normalisation": {"PatchTSTConfig", "TransformerConfig"},
-    "output_vocabulary": {"DecoderLMConfig", "EncoderDecoderConfig"},
     "pooling": {"EncoderOnlyConfig", "ViTConfig"},
     "resize": {"CaptioningConfig", "ImageClassificationConfig"},
     "test_fraction": {"ForecastingConfig", "NodeClassificationConfig"},
@@ -145,6 +142,21 @@ def test_no_field_name_is_declared_in_two_config_classes_beyond_the_listed_ones(
 def test_every_section_class_is_a_typed_config():
     assert all(issubclass(cls, TypedConfig) for cls in section_classes())
     assert inheritance_depth(FAMILIES["decoder_lm"].config) == 5  # DecoderLMConfig .. TypedConfig, as today
+
+
+def test_no_model_config_mixes_in_a_class_beside_its_base():
+    """The mixins with fields (PatchGrid, TwoSidedSizes, AttentionStack) became parts: what they
+    checked and derived is the part's own (Patches.grid, Depths.encoder_layers, StackConfig.check_backend)
+    or the family's (ModelFamily.backends_fit); each model config has one base, and no base of it but
+    itself declares a field, but TransformerConfig (the Transformer families' shared fields) and
+    which the rest of stage (c) composes away."""
+    transformers = {"encoder_decoder", "cmlm", "decoder_lm", "encoder_only", "transformer_xl", "captioner",
+                    "dual_encoder", "single_stream"}
+    for family in FAMILIES.values():
+        for cls in family.config.__mro__:
+            assert len([base for base in cls.__bases__ if base is not object]) <= 1, (family.name, cls.__name__)
+    assert {name: bases_with_fields(family.config) for name, family in FAMILIES.items()} == {
+        name: 1 if name in transformers else 0 for name in FAMILIES}
 
 
 if __name__ == "__main__":

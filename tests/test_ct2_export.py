@@ -59,7 +59,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                         "max_steps: 200, max_tokens: 96, eval_every: 200")
     language_model = train(tmp, "lm",
                            f"arch: decoder_lm, stack: {{{stack}, norm: pre, activation: gelu_tanh}}, positional: learned, "
-                           f"max_len: 32, embedding: plain, tie_embeddings: output",
+                           f"max_len: 32, embeddings: {{kind: plain, tie: output}}",
                            f"task: language_model, train: {tmp / 'text.txt'}, valid: {tmp / 'text.txt'}, "
                            f"tokenizer: byte_bpe, vocab_size: 270, block_size: 16",
                            "max_steps: 200, batch_size: 4, eval_every: 200")
@@ -170,7 +170,7 @@ def test_options_ctranslate2_cannot_take_are_named_in_one_line(runs, tmp_path):
 
 def test_a_run_of_another_family_is_refused_in_one_line(runs, tmp_path):
     run = edited(runs["lm"], tmp_path, ("arch: decoder_lm", "arch: encoder_only"), ("  multi_token_heads: 0\n", ""),
-                 ("  multi_token_weight: 1.0\n", ""), ("  output_vocabulary: all\n", ""))
+                 ("  multi_token_weight: 1.0\n", ""), ("  output:\n    bias: false\n    vocabulary: all\n", ""))
     assert refused(run, tmp_path / "out") == (
         f"error: {run}: arch 'encoder_only' has no CTranslate2 export (it deploys arch 'decoder_lm' (as GPT-2, "
         f"ctranslate2.Generator), 'encoder_decoder' (as Marian, opus-mt, ctranslate2.Translator))\n")

@@ -148,10 +148,10 @@ def test_weights_that_are_views_of_one_flat_buffer_save_and_reload(tmp_path):
 def test_a_file_saved_by_safetensors_save_model_still_loads(tmp_path):
     from safetensors.torch import save_model
 
-    model = tiny_model(arch="decoder_lm", tie_embeddings="output")
+    model = tiny_model(arch="decoder_lm", embeddings=dict(tie="output"))
     save_model(model, str(tmp_path / "model.safetensors"))  # how checkpoints were written before
     write_checksums(tmp_path)
-    again = tiny_model(arch="decoder_lm", tie_embeddings="output")
+    again = tiny_model(arch="decoder_lm", embeddings=dict(tie="output"))
     with torch.no_grad():
         for p in again.parameters():
             p.add_(1.0)  # other values, to be overwritten

@@ -187,7 +187,7 @@ def test_a_bad_config_fails_early_naming_the_field():
          "max_logit_scale (10.0) must be at least 1 / init_temperature (14.29)"),
         (lambda: sized(**{**DUAL, "d_embed": 0}), "d_embed must be >= 1 (got 0)"),
         (lambda: sized(**DUAL, text_pooling="eos"), "text_pooling must be one of 'cls', 'mean' (got 'eos')"),
-        (lambda: sized(**DUAL, tie_embeddings="output"), "tie_embeddings must be one of 'none' (got 'output')"),
+        (lambda: sized(**DUAL, embeddings={"tie": "output"}), "embeddings.tie must be one of 'none' (got 'output')"),
         (lambda: task_config({"task": "contrastive", "dataset": "scenes", "prompts": "a {colour} thing"}),
          "prompts: 'a {colour} thing' must name the class as {label} and hold no other braces (e.g. 'a picture of a "
          "{label}')"),
@@ -319,7 +319,7 @@ def test_the_dual_encoder_recipe_is_a_valid_config():
     assert cfg.data.task is Contrastive and cfg.data.held_combinations == ("red triangle",)
     assert len(cfg.data.class_names) == 12 and cfg.data.templates == ["a small {label}", "a large {label}"]
     shape = cfg.planned_shape(vocab_size=17)
-    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.grid(shape)) == ("dual_encoder", 32, 3, (8, 8))
+    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == ("dual_encoder", 32, 3, (8, 8))
     assert shape.vocab_size == 17
 
 

@@ -209,7 +209,7 @@ def test_token_batch_norm_standardises_each_feature_over_every_token_of_the_batc
 
 @pytest.mark.parametrize("normalisation, kind", [("batch", TokenBatchNorm), ("layer", torch.nn.LayerNorm)])
 def test_patchtst_normalises_its_residual_blocks_as_chosen(normalisation, kind):
-    model = build_model(*sized(arch="patchtst", **PAPER, normalisation=normalisation))
+    model = build_model(*sized(arch="patchtst", **PAPER, stack=dict(normalisation=normalisation)))
     norms = [m.norm for m in model.modules() if isinstance(m, ResidualConnection)]
     assert len(norms) == 6 and all(type(norm) is kind for norm in norms)
 

@@ -17,7 +17,7 @@ from tokenizers import ByteLevelBPETokenizer
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, UNK
 from attnlab.decode.search import beam_search, greedy
-from attnlab.models.decoder_lm import NOT_TEXT
+from attnlab.models.transformer_config import Output
 from attnlab.runs.checkpoint import load_run
 from attnlab.serve.explorer import Explorer
 
@@ -85,8 +85,8 @@ def test_states_and_logits_equal_transformers_on_a_padded_batch(tmp_path):
         logits = model(ids)
         diff = (logits[..., text_ids] - theirs.logits[..., [order[i] for i in text_ids]])[valid].abs().max().item()
     assert hidden <= 1e-5 and diff <= 1e-5, (hidden, diff)
-    assert logits[..., list(NOT_TEXT)].eq(-torch.inf).all()  # <pad> <bos> <unk>: never predicted
-    assert NOT_TEXT == (PAD, BOS, UNK)
+    assert logits[..., list(Output.NEVER["text"])].eq(-torch.inf).all()  # <pad> <bos> <unk>: never predicted
+    assert Output.NEVER["text"] == (PAD, BOS, UNK) and Output.NEVER["no_bos"] == (BOS,)
 
 
 def test_the_tokenizer_gives_gpt2_tokenizer_fasts_ids(tmp_path):
@@ -185,8 +185,8 @@ def test_a_run_trained_by_attnlab_with_gpt2s_options_exports_with_its_whole_voca
     (tmp_path / "text.txt").write_text("".join(f"{line}\n" for line in LINES * 20))
     (tmp_path / "lm.yaml").write_text(
         f"model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, "
-        f"activation: gelu_tanh, dropout: 0.0}}, positional: learned, max_len: 32, embedding: plain, "
-        f"tie_embeddings: output}}\n"
+        f"activation: gelu_tanh, dropout: 0.0}}, positional: learned, max_len: 32, "
+        f"embeddings: {{kind: plain, tie: output}}}}\n"
         f"data: {{task: language_model, train: {tmp_path / 'text.txt'}, tokenizer: byte_bpe, vocab_size: 290, "
         f"block_size: 16}}\n"
         f"train: {{max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}}\n")
@@ -262,12 +262,12 @@ def test_an_export_of_options_gpt2_lacks_names_them_all_in_one_line(tmp_path):
     config = tmp_path / "run" / "config.yaml"
     text = config.read_text()
     for old, new in (("positional: learned", "positional: rotary"), ("norm: pre", "norm: post"),
-                     ("tie_embeddings: output", "tie_embeddings: none")):
+                     ("    tie: output", "    tie: none")):
         assert old in text
         text = text.replace(old, new)
     config.write_text(text)
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"))
     assert done.returncode == 3 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr == (f"error: {tmp_path / 'run'}: GPT-2 has no counterpart for positional 'rotary' (GPT-2's is "
-                           f"'learned'); stack.norm 'post' (GPT-2's is 'pre'); tie_embeddings 'none' (GPT-2's is 'output')\n")
+                           f"'learned'); stack.norm 'post' (GPT-2's is 'pre'); embeddings.tie 'none' (GPT-2's is 'output')\n")
     assert not (tmp_path / "back").exists()

@@ -248,7 +248,7 @@ def trained(tmp_path: Path) -> Path:
     (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(SOURCE, TARGET)) * 10)
     (tmp_path / "mt.yaml").write_text(
         "model: {arch: encoder_decoder, stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, activation: silu, "
-        "dropout: 0.0}, positional: sinusoidal_halves, output_bias: true, max_len: 64}\n"
+        "dropout: 0.0}, positional: sinusoidal_halves, output: {bias: true}, max_len: 64}\n"
         f"data: {{task: translation, format: tsv, train: {tmp_path / 'pairs.tsv'}, valid: {tmp_path / 'pairs.tsv'}, "
         "tokenizer: unigram, vocab_size: 80}\n"
         "train: {max_steps: 3, max_tokens: 256, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}\n")
@@ -277,7 +277,7 @@ def test_a_run_trained_by_attnlab_with_marians_options_exports(tmp_path):
 
 
 def test_fine_tuning_the_imported_run_asks_for_no_label_smoothing_then_trains(tmp_path, folder):
-    """Its <bos> has logit -inf (output_vocabulary: no_bos): label smoothing would give it probability."""
+    """Its <bos> has logit -inf (output.vocabulary: no_bos): label smoothing would give it probability."""
     imported(tmp_path, folder)
     (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(SOURCE, TARGET)))
     data = f"data: {{task: translation, format: tsv, train: {tmp_path / 'pairs.tsv'}, valid: {tmp_path / 'pairs.tsv'}}}\n"
@@ -285,7 +285,7 @@ def test_fine_tuning_the_imported_run_asks_for_no_label_smoothing_then_trains(tm
     (tmp_path / "smoothed.yaml").write_text(data + f"train: {{{train}}}\n")
     done = run_cli("train", str(tmp_path / "smoothed.yaml"), "--out", str(tmp_path / "tuned"))
     assert done.returncode != 0 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert "model.output_vocabulary 'no_bos' gives some tokens logit -inf" in done.stderr
+    assert "model.output.vocabulary 'no_bos' gives some tokens logit -inf" in done.stderr
     (tmp_path / "plain.yaml").write_text(data + f"train: {{{train}, label_smoothing: 0.0, warmup_steps: 1}}\n")
     done = run_cli("train", str(tmp_path / "plain.yaml"), "--out", str(tmp_path / "tuned"))
     assert done.returncode == 0, done.stderr

@@ -81,8 +81,8 @@ class GPT2(Family):
         (work / "text.txt").write_text("".join(f"{line}\n" for line in test_hf_gpt2.LINES * 20))
         (work / "lm.yaml").write_text(
             "model: {arch: decoder_lm, stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, "
-            "activation: gelu_tanh, dropout: 0.0}, positional: learned, max_len: 32, embedding: plain, "
-            "tie_embeddings: output}\n"
+            "activation: gelu_tanh, dropout: 0.0}, positional: learned, max_len: 32, "
+            "embeddings: {kind: plain, tie: output}}\n"
             f"data: {{task: language_model, train: {work / 'text.txt'}, tokenizer: {self.tokenizer}, vocab_size: 120, "
             "block_size: 16}\n"
             "train: {max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, "

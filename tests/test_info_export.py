@@ -20,8 +20,8 @@ CHAR = ROOT / "configs/shakespeare_char.yaml"
 OTHER_ARCH = {"export-hf bert": "arch 'decoder_lm': bert folders are written from arch 'encoder_only' runs",
               "export-hf marian": "arch 'decoder_lm': marian folders are written from arch 'encoder_decoder' runs",
               "export-hf vit": "arch 'decoder_lm': vit folders are written from arch 'vit' runs"}
-GPT2_REFUSES_CHAR = ("GPT-2 has no counterpart for embedding 'scaled' (GPT-2's is 'plain'); "
-                     "tie_embeddings 'all' (GPT-2's is 'output')")
+GPT2_REFUSES_CHAR = ("GPT-2 has no counterpart for embeddings.kind 'scaled' (GPT-2's is 'plain'); "
+                     "embeddings.tie 'all' (GPT-2's is 'output')")
 
 
 def export_report(*args: str) -> dict:
@@ -47,14 +47,14 @@ def test_the_table_prints_one_row_per_exporter():
         "  export-hf gpt2    no: " + GPT2_REFUSES_CHAR,
         "  export-hf marian  no: " + OTHER_ARCH["export-hf marian"],
         "  export-hf vit     no: " + OTHER_ARCH["export-hf vit"],
-        "  export-ct2        no: CTranslate2 deploys it as GPT-2, which has no counterpart for embedding 'scaled' "
-        "(GPT-2's is 'plain'); tie_embeddings 'all' (GPT-2's is 'output')"]
+        "  export-ct2        no: CTranslate2 deploys it as GPT-2, which has no counterpart for embeddings.kind 'scaled' "
+        "(GPT-2's is 'plain'); embeddings.tie 'all' (GPT-2's is 'output')"]
     assert len(table) == len(EXPORTERS) + 1
 
 
 def test_overrides_change_the_answer():
     """The two settings GPT-2 names are all that stands between the char preset and an export."""
-    report = export_report(str(CHAR), "--set", "model.embedding=plain", "--set", "model.tie_embeddings=output")
+    report = export_report(str(CHAR), "--set", "model.embeddings.kind=plain", "--set", "model.embeddings.tie=output")
     assert report["export-hf gpt2"] is None
     report = export_report(str(GPT2_RECIPE), "--set", "model.stack.norm=post")
     assert report["export-hf gpt2"] == "GPT-2 has no counterpart for stack.norm 'post' (GPT-2's is 'pre')"

@@ -203,14 +203,14 @@ def assert_one_processs_accumulation(case: str, pp: dict, one: dict) -> None:
 
 
 LM = """\
-model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, tie_embeddings: none}}
+model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, embeddings: {{tie: none}}}}
 data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
 train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
         log_every: 1, progress: false, micro_batches: 2}}
 """
 # masked LM: batches of 4 lines drawn with replacement, all padded to 16 tokens (one batch shape)
 MLM = """\
-model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, tie_embeddings: none,
+model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, embeddings: {{tie: none}},
         positional: learned, max_len: 16}}
 data: {{task: masked_lm, train: {text}, tokenizer: word, max_len: 16, n_valid: 20}}
 train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
@@ -219,7 +219,7 @@ train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 
 # translation: 1 encoder and 2 decoder layers, so that the decoder starts inside the first stage
 SEQ2SEQ = """\
 model: {{stack: {{d_model: 32, n_heads: 4, d_ff: 64, dropout: 0.0}}, depths: {{encoder: 1, decoder: 2}},
-        tie_embeddings: none}}
+        embeddings: {{tie: none}}}}
 data: {{format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}}
 train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
         lr: 0.002, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
@@ -281,7 +281,7 @@ def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(fiel
 
 @pytest.mark.parametrize("fields, says", [
     (dict(positional="alibi"), "model.positional 'alibi'"),
-    (dict(attention_scale="learned"), "model.attention_scale 'learned'"),
+    (dict(stack=dict(attention_scale="learned")), "model.stack.attention_scale 'learned'"),
 ])
 def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
     with pytest.raises(ConfigError, match=f"^train.strategy tp: {says}"):
@@ -291,18 +291,18 @@ def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
 @pytest.mark.parametrize("arch, fields, says", [
     ("decoder_lm", dict(stack=dict(n_layers=1)), r"the model's 1 layers are fewer than the pipeline stages \(2 ranks\)"),
     ("encoder_only", dict(stack=dict(n_layers=1)), r"the model's 1 layers are fewer than the pipeline stages \(2 ranks\)"),
-    ("decoder_lm", dict(tie_embeddings="output"), "model.tie_embeddings 'output' shares the first stage's embedding"),
-    ("encoder_only", dict(tie_embeddings="all"), "model.tie_embeddings 'all' shares the first stage's embedding"),
+    ("decoder_lm", dict(embeddings=dict(tie="output")), "model.embeddings.tie 'output' shares the first stage's embedding"),
+    ("encoder_only", dict(embeddings=dict(tie="all")), "model.embeddings.tie 'all' shares the first stage's embedding"),
     ("decoder_lm", dict(multi_token_heads=2), "model.multi_token_heads are not cut into stages"),
-    ("encoder_decoder", dict(tie_embeddings="output"), "model.tie_embeddings 'output' shares the first stage's"),
-    ("encoder_decoder", dict(tie_embeddings="src_tgt"), "model.tie_embeddings 'src_tgt' shares the source embedding "
+    ("encoder_decoder", dict(embeddings=dict(tie="output")), "model.embeddings.tie 'output' shares the first stage's"),
+    ("encoder_decoder", dict(embeddings=dict(tie="src_tgt")), "model.embeddings.tie 'src_tgt' shares the source embedding "
                                                         r"\(first stage\) with the target embedding"),
 ])
 def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(arch, fields, says):
-    cfg = model_config(arch=arch, **{"tie_embeddings": "none", **fields})
+    cfg = model_config(arch=arch, **{"embeddings": {"tie": "none"}, **fields})
     with pytest.raises(ConfigError, match=f"^train.strategy pp: {says}"):
         check_strategy("pp", cfg, two_ranks())
-    encoder_decoder = model_config(stack=dict(n_layers=1), tie_embeddings="none")  # 1 + 1 layers on 4 ranks
+    encoder_decoder = model_config(stack=dict(n_layers=1), embeddings=dict(tie="none"))  # 1 + 1 layers on 4 ranks
     with pytest.raises(ConfigError, match=r"^train.strategy pp: the model's 2 layers .* \(4 ranks\)$"):
         check_strategy("pp", encoder_decoder, World(rank=0, size=4))
 
@@ -311,15 +311,15 @@ def test_pp_refuses_a_family_or_a_task_it_does_not_cut_in_one_line():
     with pytest.raises(ConfigError, match="^train.strategy pp cuts models of model.arch encoder_decoder, decoder_lm, "
                                           "encoder_only into stages; model.arch is 'rnn'$"):
         check_strategy("pp", model_config(arch="rnn"), two_ranks())
-    lm = model_config(arch="decoder_lm", tie_embeddings="none")
+    lm = model_config(arch="decoder_lm", embeddings=dict(tie="none"))
     with pytest.raises(ConfigError, match="^train.strategy pp: data.task segment_language_model is not trained "
                                           "through pipeline stages of model.arch decoder_lm$"):
         check_strategy("pp", lm, two_ranks(), task=SegmentLanguageModel)
     check_strategy("pp", lm, two_ranks(), task=LanguageModel)
-    encoder = model_config(arch="encoder_only", tie_embeddings="none")
+    encoder = model_config(arch="encoder_only", embeddings=dict(tie="none"))
     for task in (MaskedLM, Classification):
         check_strategy("pp", encoder, two_ranks(), task=task)
-    check_strategy("pp", model_config(tie_embeddings="none"), two_ranks(), task=Translation)
+    check_strategy("pp", model_config(embeddings=dict(tie="none")), two_ranks(), task=Translation)
 
 
 def test_pp_refuses_batches_its_micro_batches_cannot_divide_every_problem_at_once():
@@ -346,7 +346,7 @@ def test_pp_refuses_batches_its_micro_batches_cannot_divide_every_problem_at_onc
 def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
     from attnlab.parallel.pipeline import Pipeline
 
-    model = build_model(*sized(arch="decoder_lm", vocab_size=30, stack=dict(n_layers=2), tie_embeddings="none"))
+    model = build_model(*sized(arch="decoder_lm", vocab_size=30, stack=dict(n_layers=2), embeddings=dict(tie="none")))
     with pytest.raises(ConfigError, match=r"^train.pipeline_schedule 1f1b needs train.micro_batches \(1\) of at "
                                           r"least the pipeline stages \(2 ranks\)$"):
         Pipeline(model, two_ranks(), LanguageModel, "1f1b", 1, torch.device("cpu"))

@@ -17,7 +17,7 @@ D, H, FF, L, V, T, B = 16, 4, 32, 4, 30, 8, 4
 
 
 def tiny():
-    return sized(arch="decoder_lm", vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=L, d_ff=FF, dropout=0.0, norm="pre"), tie_embeddings="none", positional="sinusoidal")
+    return sized(arch="decoder_lm", vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=L, d_ff=FF, dropout=0.0, norm="pre"), embeddings=dict(tie="none"), positional="sinusoidal")
 
 
 def test_per_rank_weights_are_counted_by_hand_and_activations_are_the_budgets():
@@ -44,7 +44,7 @@ def test_pp_does_not_apply_to_fewer_layers_than_ranks_and_the_cli_prints_the_tab
     cfg, shape = sized(vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=1, d_ff=FF))  # 1 + 1 layers on 4 ranks
     assert parallel_memory(cfg, shape, T, B, 4, 4)["pp gpipe"]["total"] is None
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"},
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "embeddings": {"tie": "none"}},
                                      "shape": {"vocab_size": V}}))
     done = run_cli("info", str(config), "--parallel", "2", "--seq-len", str(T), "--batch", str(B), "--json")
     assert done.returncode == 0, done.stderr
@@ -90,7 +90,7 @@ def test_fsdp_tp_holds_its_tp_share_sharded_over_dp_counted_by_hand():
 
 def test_fsdp_tp_row_needs_a_tensor_parallel_size_dividing_the_ranks_on_the_cli(tmp_path):
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "none"},
+    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "embeddings": {"tie": "none"}},
                                      "shape": {"vocab_size": V}}))
     done = run_cli("info", str(config), "--parallel", "4", "--tensor-parallel", "2", "--seq-len", str(T),
                    "--batch", str(B))
@@ -111,7 +111,7 @@ def test_pp_row_holds_the_heavier_stage_of_each_family_cut(arch, first_stage):
     a task reads). Encoder-decoder (1 + 1 layers): the first the source embedding, the encoder and,
     where the memory is made, the target embedding; the last the decoder layer, its norm and the
     output projection."""
-    cfg, shape = sized(arch=arch, vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=2 if arch == "encoder_only" else 1, d_ff=FF), tie_embeddings="none")
+    cfg, shape = sized(arch=arch, vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=2 if arch == "encoder_only" else 1, d_ff=FF), embeddings=dict(tie="none"))
     sizes = {name: p.numel() for name, p in build_model(cfg, shape).named_parameters()}
     first = sum(n for name, n in sizes.items() if name.startswith(first_stage))
     last = sum(sizes.values()) - first
@@ -128,13 +128,13 @@ def test_a_layout_training_refuses_is_n_a_with_the_strategy_s_own_reason(tmp_pat
     assert report["ddp"]["total"] is not None and "refused" not in report["ddp"]
     config = tmp_path / "m.yaml"
     config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {
-        "d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "tie_embeddings": "all"}, "shape": {"vocab_size": V}}))
+        "d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "embeddings": {"tie": "all"}}, "shape": {"vocab_size": V}}))
     done = run_cli("info", str(config), "--parallel", "3", "--seq-len", str(T), "--batch", str(B))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert f"  n/a (tp): train.strategy tp: model.stack.n_heads ({H}) must be divisible by the tensor-parallel size " \
            f"(3 ranks)" in lines
-    assert "  n/a (pp gpipe, pp 1f1b): train.strategy pp: model.tie_embeddings 'all' shares the first stage's " \
+    assert "  n/a (pp gpipe, pp 1f1b): train.strategy pp: model.embeddings.tie 'all' shares the first stage's " \
            "embedding with the last stage's output projection; set it to none" in lines
     assert "  n/a (fsdp+tp): train.strategy fsdp+tp: train.tensor_parallel (2) must divide the torchrun ranks (3)" \
         in lines

@@ -35,7 +35,7 @@ from attnlab.analysis.inspect import module_entry
 from attnlab.config import at_least
 from attnlab.data.corpora import read_tsv
 from attnlab.data.tokenizers import PAD, Tokenizer
-from attnlab.models import INPUT_KINDS, AttentionStack, Capabilities, FamilyConfig, ModelFamily, StackConfig
+from attnlab.models import INPUT_KINDS, Capabilities, FamilyConfig, ModelFamily, StackConfig
 from attnlab.models import transformer as parts
 from attnlab.models.shape import DataShape
 from attnlab.nn.tensor_plan import COLUMNS, ROWS, TensorPlan, megatron
@@ -717,7 +717,7 @@ TAGGER_VOCAB = 20
 
 
 @dataclass(frozen=True)
-class TaggerConfig(FamilyConfig, AttentionStack):
+class TaggerConfig(FamilyConfig):
     """A token tagger: an attention stack, then a two-layer MLP of width ``d_hidden`` at each position;
     its vocabulary (of tokens and of tags) is the data's."""
 
@@ -725,7 +725,7 @@ class TaggerConfig(FamilyConfig, AttentionStack):
     stack: StackConfig = StackConfig(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, norm="pre")
 
     def check(self) -> None:
-        self.check_stack()
+        self.family.check_stack(self.stack)
 
 
 class Tagger(nn.Module):

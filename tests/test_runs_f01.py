@@ -85,8 +85,16 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
                                     "pattern": {"window": 7, "stride": 0, "n_global": 0, "n_random": 2},
                                     "linear": {"feature_map": "favor", "random_features": 64}}
     assert migrated["depths"] == {"encoder": None, "decoder": None}  # n_encoder_layers, n_decoder_layers
-    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths")} == {
-        k: v for k, v in written.items() if k not in {*MOVED_TO_BACKENDS, *SIZES, "n_encoder_layers", "n_decoder_layers"}}
+    switches = ("normalisation", "residual", "ffn", "attention_scale")  # the ablation switches: the stack's now
+    assert migrated["stack"] == {**written["stack"], "normalisation": "layer", "residual": True, "ffn": True,
+                                 "attention_scale": "sqrt_dk"}
+    assert migrated["output"] == {"bias": False, "vocabulary": "all"}  # output_bias, output_vocabulary
+    assert migrated["embeddings"] == {"kind": written["embedding"], "tie": written["tie_embeddings"],
+                                      "vocab_multiple": written["vocab_multiple"]}
+    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths", "stack", "output", "embeddings")} == {
+        k: v for k, v in written.items()
+        if k not in {*MOVED_TO_BACKENDS, *SIZES, *switches, "stack", "n_encoder_layers", "n_decoder_layers",
+                     "output_bias", "output_vocabulary", "embedding", "tie_embeddings", "vocab_multiple"}}
     assert written_sizes(written) == DataShape(vocab_size=written["vocab_size"], pad_id=0)
     assert RunDir(FIXTURES / "encoder_decoder").read_shape() == written_sizes(written)  # no shape.json: its config.yaml's
     cfg = model_config(migrated_model({**written, "stack": {**written["stack"], "attention_backend": "sparse"},
@@ -137,6 +145,58 @@ def test_a_new_config_with_an_old_flat_backend_field_is_refused_naming_the_new_s
     assert done.returncode == 0 and "encoder.layers.1" in json.loads(done.stdout)["layers"]
     cfg = RunConfig.from_file(config, ["model.backends.pattern.window=16", "model.backends.block=8"])
     assert (cfg.model.backends.pattern.window, cfg.model.backends.block) == (16, 8)
+
+
+def test_a_new_config_with_the_flat_output_fields_is_refused_naming_output(tmp_path):
+    """output_bias and output_vocabulary, the encoder-decoder's and the LM's, are the composed
+    ``output`` (models/transformer_config.py: Output) of both and of CMLM."""
+    config = tmp_path / "lm.yaml"
+    config.write_text("model: {arch: decoder_lm, output_vocabulary: text}\ndata: {task: language_model, train: t.txt}\n")
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_file(config)
+    assert str(refused.value) == (f"{config}: model.output_vocabulary is now model.output.vocabulary, in a part of its "
+                                  f"own (write output: {{vocabulary: ...}}; --set model.output.vocabulary=...)")
+    config.write_text("model: {arch: cmlm}\ndata: {task: masked_translation, train: t.tsv}\n")
+    with pytest.raises(ConfigError, match=r"^--set 'model.output_bias=true': model.output_bias is now "
+                                          r"model.output.bias, in a part of its own"):
+        RunConfig.from_file(config, ["model.output_bias=true"])
+    assert migrated_model({"arch": "cmlm", "output_bias": True, "output_vocabulary": "no_bos"}) == {
+        "arch": "cmlm", "output": {"bias": True, "vocabulary": "no_bos"}}
+    for arch in ("encoder_decoder", "cmlm", "decoder_lm"):
+        cfg = model_config(arch=arch, output={"bias": True})
+        assert (cfg.output.bias, cfg.output.vocabulary) == (True, "all")
+    # the language model's projection takes the bias too: one per token, added to every logit
+    from attnlab.models import build_model
+    from attnlab.nn.heads import VocabularyProjection
+    small = {"arch": "decoder_lm", "stack": {"d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 16}}
+    plain, biased = (build_model(model_config({**small, "output": {"bias": bias}}), DataShape(vocab_size=11, pad_id=0))
+                     for bias in (False, True))
+    projection = next(m for m in biased.modules() if isinstance(m, VocabularyProjection))
+    assert sum(p.numel() for p in biased.parameters()) - sum(p.numel() for p in plain.parameters()) == 11
+    with torch.no_grad():
+        projection.bias.copy_(torch.arange(11.0))
+        h = torch.randn(2, 8)
+        torch.testing.assert_close(projection(h), h @ projection.weight.T + torch.arange(11.0))
+
+
+def test_a_new_config_with_the_flat_embedding_fields_is_refused_naming_embeddings(tmp_path):
+    """embedding, tie_embeddings and vocab_multiple of the Transformer families are the composed
+    ``embeddings`` (models/transformer_config.py: TokenEmbeddings: kind, tie, vocab_multiple); the
+    recurrent family keeps its own tie_embeddings."""
+    config = tmp_path / "mt.yaml"
+    config.write_text("model: {tie_embeddings: none}\ndata: {task: translation, train: t.tsv}\n")
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_file(config)
+    assert str(refused.value) == (f"{config}: model.tie_embeddings is now model.embeddings.tie, in a part of its own "
+                                  f"(write embeddings: {{tie: ...}}; --set model.embeddings.tie=...)")
+    config.write_text("model: {arch: decoder_lm}\ndata: {task: language_model, train: t.txt}\n")
+    with pytest.raises(ConfigError, match=r"^--set 'model.embedding=plain': model.embedding is now "
+                                          r"model.embeddings.kind, in a part of its own"):
+        RunConfig.from_file(config, ["model.embedding=plain"])
+    assert migrated_model({"arch": "captioner", "embedding": "plain", "vocab_multiple": 8}) == {
+        "arch": "captioner", "embeddings": {"kind": "plain", "vocab_multiple": 8}}
+    assert model_config(arch="captioner", embeddings={"kind": "plain"}).embeddings.tie == "output"  # its default kept
+    assert model_config(arch="rnn", tie_embeddings="none").tied == ()
 
 
 def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(tmp_path):

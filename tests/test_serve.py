@@ -324,7 +324,7 @@ def test_a_question_answerer_answers_as_ask_does_with_each_words_attention_over_
     words = ["[CLS]", *tokenizers["src"].id_tokens(ids[0, 1:].tolist())]
     assert got["question_tokens"] == words and got["grid"] == [4, 4] and len(got["text_to_image"]) == cfg.stack.n_layers
     for block in got["text_to_image"]:
-        assert block["rows"] == words and block["cols"] == cfg.patch_labels(RunDir(runs["qa"]).read_shape())
+        assert block["rows"] == words and block["cols"] == cfg.patches.labels(RunDir(runs["qa"]).read_shape())
         torch.testing.assert_close(torch.tensor(block["probs"], dtype=torch.float64),
                                    blocks(records[block["module"]].probs[0], modality)["text_to_image"].double(),
                                    atol=1e-6, rtol=0)

@@ -83,7 +83,7 @@ def test_padding_changes_nothing_and_fully_padded_rows_stay_finite(positional):
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "encoder_only"])
 @pytest.mark.parametrize("positional", VARIANTS)
 def test_every_parameter_receives_a_gradient(arch, positional):
-    model = tiny_model(arch=arch, positional=positional, tie_embeddings="none", dropout=0.1).train()
+    model = tiny_model(arch=arch, positional=positional, embeddings=dict(tie="none"), dropout=0.1).train()
     ids = random_ids(2, 6)
     targets = random_ids(2, 6, generator_seed=7)
     if arch == "encoder_decoder":
@@ -121,14 +121,14 @@ def test_embeddings_are_scaled_tokens_plus_positions():
 
 
 def test_tying_options():
-    shared = tiny_model(tie_embeddings="all")
+    shared = tiny_model(embeddings=dict(tie="all"))
     assert shared.src_embed.tokens.weight is shared.tgt_embed.tokens.weight is shared.generator.weight
-    out_only = tiny_model(tie_embeddings="output", src_vocab_size=31)
+    out_only = tiny_model(embeddings=dict(tie="output"), src_vocab_size=31)
     assert out_only.tgt_embed.tokens.weight is out_only.generator.weight
     assert out_only.src_embed.tokens.weight.shape == (31, 16)
-    untied = tiny_model(tie_embeddings="none")
+    untied = tiny_model(embeddings=dict(tie="none"))
     assert len({id(untied.src_embed.tokens.weight), id(untied.tgt_embed.tokens.weight), id(untied.generator.weight)}) == 3
-    lm = tiny_model(arch="decoder_lm", tie_embeddings="all")
+    lm = tiny_model(arch="decoder_lm", embeddings=dict(tie="all"))
     assert lm.embed.tokens.weight is lm.generator.weight
     bert = tiny_model(arch="encoder_only")
     assert bert.mlm_head.projection.weight is bert.embed.tokens.weight
@@ -137,7 +137,7 @@ def test_tying_options():
 
 
 def test_concatenated_positions_fill_the_rest_of_d_model():
-    model = tiny_model(arch="decoder_lm", positional_combine="concat", positional_dim=6, tie_embeddings="none")
+    model = tiny_model(arch="decoder_lm", positional_combine="concat", positional_dim=6, embeddings=dict(tie="none"))
     assert model.embed.tokens.embedding_dim == 10
     x = model.embed(random_ids(1, 4), torch.arange(4))
     torch.testing.assert_close(x[0, :, 10:], sinusoid(torch.arange(4), 6))
@@ -304,11 +304,11 @@ def test_an_encoder_decoder_builds_its_padding_masks_once_per_stack(monkeypatch)
 
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "encoder_only"])
 def test_a_vocabulary_padded_to_64_changes_no_logit_loss_or_gradient(arch):
-    """vocab_multiple 64: the token table and the tied output projection get rows up to 64 (23 -> 64),
+    """embeddings.vocab_multiple 64: the token table and the tied output projection get rows up to 64 (23 -> 64),
     whatever they hold; the logits keep V columns, and the loss and every gradient equal the
     unpadded model's, the padding rows' gradient zero."""
     plain = tiny_model(arch=arch).train()
-    padded = tiny_model(arch=arch, vocab_multiple=64).train()
+    padded = tiny_model(arch=arch, embeddings=dict(vocab_multiple=64)).train()
     with torch.no_grad():
         for name, p in padded.named_parameters():
             p.normal_()  # padding rows: anything

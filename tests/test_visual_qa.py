@@ -293,7 +293,7 @@ def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / recipe)
     assert cfg.data.task is VisualQA and cfg.data.held_combinations == ("red triangle",)
     shape = cfg.planned_shape(vocab_size=22)
-    assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.grid(shape)) == ("single_stream", image_tokens, (8, 8))
+    assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.patches.grid(shape)) == ("single_stream", image_tokens, (8, 8))
     assert shape.vocab_size == 22
     if image_tokens == "patches":  # `info` reads the data, so it counts the 11 answers' head
         described = run_cli("info", str(ROOT / "recipes" / "multimodal" / recipe))

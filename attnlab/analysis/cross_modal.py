@@ -66,7 +66,7 @@ def inspect_single_stream(run: RunDir, model: nn.Module, cfg: Any, path: str, qu
     if question is None:
         raise UsageError("a single-stream run answers a question about the image: give --src IMAGE and "
                          "--question \"...\"")
-    state, data_cfg, grid = run.read_task_state(), run.read_config()[1], cfg.grid(run.read_shape())
+    state, data_cfg, grid = run.read_task_state(), run.read_config()[1], cfg.patches.grid(run.read_shape())
     tokenizer = run.read_tokenizers()["src"]
     device = next(model.parameters()).device
     images = read_input_images([path], run).to(device)  # (1, C, H, W), standardised

@@ -175,7 +175,7 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
     picture = read_image(path, colour_of(state["shape"]), tuple(state["shape"][:2])) / 255.0  # (H, W, C), as read
     over_patches = model.summary.attention_over_patches  # (..., T, T) -> (..., N)
     names = state["labels"]
-    grid = cfg.grid(run.read_shape())  # (h, w) patches
+    grid = cfg.patches.grid(run.read_shape())  # (h, w) patches
     summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(grid), "modules": {},
                                "prediction": {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))},
                                "out": str(out), "files": []}
@@ -218,7 +218,7 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
     picture = read_image(path, colour_of(shape), tuple(shape[:2])) / 255.0  # (H, W, C), as read
     words = tokenizer.id_tokens(ids + [EOS])  # what each decoder position predicts
     shape = run.read_shape()
-    grid, patches, inputs = cfg.grid(shape), cfg.patch_labels(shape), tokenizer.id_tokens(tgt_in[0].tolist())
+    grid, patches, inputs = cfg.patches.grid(shape), cfg.patches.labels(shape), tokenizer.id_tokens(tgt_in[0].tolist())
     summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(grid),
                                "target": tokenizer.decode(ids), "target_tokens": words,
                                "target_given": target is not None, "modules": {}, "out": str(out), "files": []}

@@ -38,7 +38,7 @@ from attnlab.runs.config import TrainConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
 MODEL = dict(arch="decoder_lm", stack=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu",
-                                           norm="pre"), positional="learned", max_len=64, tie_embeddings="all")  # the preset's model section
+                                           norm="pre"), positional="learned", max_len=64, embeddings=dict(tie="all"))  # the preset's model section
 BLOCK, BATCH = 64, 12
 
 

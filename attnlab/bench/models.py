@@ -35,7 +35,7 @@ VOCAB = 8000  # the presets' shared BPE vocabulary
 # The model sections of the presets (tests/test_bench.py checks that they agree).
 MODELS: dict[str, dict] = {
     "transformer": dict(arch="encoder_decoder", stack=dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.1,
-                                                           norm="post"), positional="sinusoidal", tie_embeddings="all"),
+                                                           norm="post"), positional="sinusoidal", embeddings=dict(tie="all")),
     "gru_bahdanau": dict(arch="rnn", rnn_cell="gru", rnn_attention="bahdanau", score="additive",
                          bidirectional=True, d_model=512, n_layers=1, dropout=0.3, tie_embeddings="all"),
     "gru_fixed_context": dict(arch="rnn", rnn_cell="gru", rnn_attention="none", bidirectional=True, d_model=512,

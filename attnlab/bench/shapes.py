@@ -6,7 +6,7 @@ the same batches, steps interleaved (the median of each; on CUDA each timed samp
 as a training loop runs them, the host queueing a step while the device runs the one before):
 
 - ``gpt2-small``: decoder-only, d 768, 12 layers, 12 heads, T 1,024, V 50,257 (its table padded to
-  50,304: ``vocab_multiple`` 64, as nanoGPT pads it), GELU, pre-norm, learned positions, tied output;
+  50,304: ``embeddings.vocab_multiple`` 64, as nanoGPT pads it), GELU, pre-norm, learned positions, tied output;
   against transformers' ``GPT2LMHeadModel`` (its sdpa attention);
 - ``transformer-base``: the paper's encoder-decoder, d 512, 6+6 layers, 8 heads, d_ff 2,048,
   V 32,000 shared and tied, 384 pairs of 64 + 64 tokens (24,576 of each: the paper's "about 25,000"),
@@ -91,7 +91,7 @@ class GPT2Small(Shape):
     vocab_size = 50257
     model = dict(arch="decoder_lm", stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
                  dropout=0.1, activation="gelu", norm="pre", layer_norm_eps=1e-5), positional="learned", max_len=1024,
-                 tie_embeddings="all", vocab_multiple=64)
+                 embeddings=dict(tie="all", vocab_multiple=64))
     batch, seq_len = 8, 1024
 
     def reference(self) -> nn.Module | None:
@@ -113,7 +113,7 @@ class TransformerBase(Shape):
     name, reference_name = "transformer-base", "torch.nn.Transformer"
     vocab_size = 32000
     model = dict(arch="encoder_decoder", stack=dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048,
-                 dropout=0.1, norm="post"), positional="sinusoidal", tie_embeddings="all", max_len=512)
+                 dropout=0.1, norm="post"), positional="sinusoidal", embeddings=dict(tie="all"), max_len=512)
     batch, seq_len, label_smoothing, hf_reference = 384, 64, 0.1, False
 
     def reference(self) -> nn.Module:
@@ -132,7 +132,7 @@ class BertBase(Shape):
     vocab_size = 30522
     model = dict(arch="encoder_only", stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
                  dropout=0.1, activation="gelu", norm="post", layer_norm_eps=1e-12), positional="learned", max_len=512,
-                 tie_embeddings="output", embedding="normed", n_segments=2, vocab_multiple=64)
+                 embeddings=dict(kind="normed", tie="output", vocab_multiple=64), n_segments=2)
     batch, seq_len = 64, 128
 
     def reference(self) -> nn.Module | None:

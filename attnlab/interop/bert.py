@@ -8,7 +8,7 @@ data.task ``masked_lm`` (which ``fill-mask`` serves) when the folder has BERT's 
 (``BertForMaskedLM``), else of data.task ``encoder`` (tasks/encoder.py: ``BertModel``, an encoder and
 its pooler, no head), whose head and classifier a fine-tuned run takes as untrained.
 
-BERT's encoder is attnlab's with ``embedding: normed`` (LayerNorm(E[w] + P[pos] + S[type]), no
+BERT's encoder is attnlab's with ``embeddings.kind: normed`` (LayerNorm(E[w] + P[pos] + S[type]), no
 sqrt(d) scale), post-norm layers, exact GELU, learned positions and a segment table of
 ``type_vocab_size`` rows; attention runs through PyTorch's fused ``sdpa`` backend (`inspect` swaps
 in the explicit one to draw the weights). The weights map one to one, the separate query, key and value
@@ -90,7 +90,7 @@ def bert_model_fields(config: dict[str, Any], where: Path | str) -> tuple[dict[s
                  "attention_dropout": config.get("attention_probs_dropout_prob", 0.1), "activation": act,
                  "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12), "attention_backend": "sdpa"}
         return ({"arch": "encoder_only", "stack": stack, "positional": "learned",
-                 "max_len": config["max_position_embeddings"], "tie_embeddings": "output", "embedding": "normed",
+                 "max_len": config["max_position_embeddings"], "embeddings": {"kind": "normed", "tie": "output"},
                  "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"},
                 DataShape(vocab_size=config["vocab_size"], pad_id=PAD))
     except KeyError as err:
@@ -182,9 +182,9 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
 
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
-    needs = {"embedding": "normed", "positional": "learned", "positional_combine": "add", "stack.norm": "post",
-             "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
-             "attention_scale": "sqrt_dk", "pooling": "cls"}
+    needs = {"embeddings.kind": "normed", "positional": "learned", "positional_combine": "add", "stack.norm": "post",
+             "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True, "embeddings.tie": "output",
+             "stack.attention_scale": "sqrt_dk", "pooling": "cls"}
     refused = [f"{name} {attrgetter(name)(cfg)!r} (BERT's is {value!r})" for name, value in needs.items()
                if attrgetter(name)(cfg) != value]
     if cfg.stack.activation not in HIDDEN_ACTS:

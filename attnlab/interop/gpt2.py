@@ -1,6 +1,6 @@
 """GPT-2 (``model_type: gpt2``: GPT2LMHeadModel, GPT2Model) <-> attnlab's ``decoder_lm`` family.
 
-GPT-2 is attnlab's decoder-only LM with ``embedding: plain`` (E[w] + P[pos], no sqrt(d) scale),
+GPT-2 is attnlab's decoder-only LM with ``embeddings.kind: plain`` (E[w] + P[pos], no sqrt(d) scale),
 learned positions, pre-norm layers and the final LayerNorm that pre-norm stacks end with, GELU's
 tanh approximation (``gelu_tanh``, GPT-2's ``gelu_new``), and the output projection tied to the
 token embedding. Its Conv1D layers store their weight as (in, out), the transpose of a Linear's,
@@ -22,7 +22,7 @@ The vocabulary: GPT-2's byte-level BPE has one special token, ``<|endoftext|>``,
 starts) its documents; attnlab's tokenizers keep <pad> 0, <bos> 1, <eos> 2, <unk> 3. The end of text
 becomes <eos> at id 2, every other token keeps its order from id 4, and <pad>, <bos> and <unk> are
 added at 0, 1 and 3 with the end of text's embedding row (GPT-2 starts a text after it). They are
-never predicted: the run has ``output_vocabulary: text``, their logits -inf, so that the
+never predicted: the run has ``output: {vocabulary: text}``, their logits -inf, so that the
 distribution over GPT-2's own tokens is exactly the original's. init.json's ``order`` gives each
 new id the original's (null for the three added), and the export puts every token back there.
 
@@ -30,7 +30,7 @@ The export takes any decoder_lm run whose options GPT-2 has; a run trained by at
 its whole vocabulary, control tokens included (its <pad>, <bos>, <eos> are GPT-2's pad, bos and eos
 ids), and its own tokenizer.json (byte-level BPE, BPE, WordPiece, Unigram or a character / word
 WordLevel, as transformers' PreTrainedTokenizerFast reads it). Such a folder imports back as it was:
-its control tokens already at attnlab's ids, every id is kept and predicted (``output_vocabulary:
+its control tokens already at attnlab's ids, every id is kept and predicted (``output.vocabulary:
 all``).
 """
 
@@ -94,11 +94,11 @@ def gpt2_model_fields(config: dict[str, Any], where: Path | str,
                  "d_ff": config.get("n_inner") or 4 * d, "dropout": config.get("resid_pdrop", 0.1),
                  "attention_dropout": config.get("attn_pdrop", 0.1),
                  "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")], "norm": "pre",
-                 "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "attention_backend": "sdpa"}
+                 "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "attention_backend": "sdpa",
+                 "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"}
         added = len(ADDED) if output_vocabulary == "text" else 0
         return ({"arch": "decoder_lm", "stack": stack, "positional": "learned", "max_len": config["n_positions"],
-                 "tie_embeddings": "output", "embedding": "plain", "output_vocabulary": output_vocabulary,
-                 "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"},
+                 "embeddings": {"kind": "plain", "tie": "output"}, "output": {"vocabulary": output_vocabulary}},
                 DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a GPT-2 config.json has") from None
@@ -179,7 +179,7 @@ def byte_level_spec(folder: Path) -> dict[str, Any]:
 
 class Vocabulary(NamedTuple):
     """The run's tokenizer, ``order`` (the original id of each run id; None for a token added), the
-    end of text's name, the run's ``output_vocabulary`` and ``data.tokenizer``."""
+    end of text's name, the run's ``output.vocabulary`` and ``data.tokenizer``."""
 
     tokenizer: Tokenizer
     order: list[int | None]
@@ -264,15 +264,15 @@ def library_tokenizer(spec: dict[str, Any], where: Path) -> Tokenizer:
 
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
-    needs = {"embedding": "plain", "positional": "learned", "positional_combine": "add", "stack.norm": "pre",
-             "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "output",
-             "multi_token_heads": 0}
+    needs = {"embeddings.kind": "plain", "positional": "learned", "positional_combine": "add", "stack.norm": "pre",
+             "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True, "embeddings.tie": "output",
+             "multi_token_heads": 0, "output.bias": False}
     refused = [f"{name} {attrgetter(name)(cfg)!r} (GPT-2's is {value!r})" for name, value in needs.items()
                if attrgetter(name)(cfg) != value]
     if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
         refused.append(f"activation {cfg.stack.activation!r} (GPT-2 has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
-    if cfg.attention_scale == "learned":
-        refused.append("attention_scale 'learned' (GPT-2 scales by 1 / sqrt(d_k) or not at all)")
+    if cfg.stack.attention_scale == "learned":
+        refused.append("stack.attention_scale 'learned' (GPT-2 scales by 1 / sqrt(d_k) or not at all)")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
         refused.append(f"attention_backend {cfg.stack.attention_backend!r} (GPT-2 attends to every earlier token)")
     if run is not None and run.read_pruned_heads():
@@ -283,11 +283,11 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
 def exported_vocabulary(cfg: FamilyConfig, run: RunDir) -> list[int]:
     """For each GPT-2 id of the export, the run's token id: a run imported from GPT-2 puts its tokens
     back at their original ids (init.json's order); the others keep their ids, less the control
-    tokens that ``output_vocabulary: text`` never predicts."""
+    tokens that ``output.vocabulary: text`` never predicts."""
     vocab_size = run.read_shape().need("vocab_size", "a GPT-2 export")
-    kept = [i for i in range(vocab_size) if cfg.output_vocabulary == "all" or i not in ADDED]
+    kept = [i for i in range(vocab_size) if cfg.output.vocabulary == "all" or i not in ADDED]
     order = run.read_init().get("order") if run.init.is_file() else None
-    if isinstance(order, list) and len(order) == vocab_size and cfg.output_vocabulary == "text":
+    if isinstance(order, list) and len(order) == vocab_size and cfg.output.vocabulary == "text":
         original = {old: new for new, old in enumerate(order) if old is not None}
         if sorted(original) == list(range(len(kept))):
             return [original[old] for old in range(len(kept))]
@@ -333,7 +333,7 @@ class GPT2Converter(HFConverter):
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
         tokenizer, ids = tokenizers["tgt"], exported_vocabulary(cfg, run)
         init = run.read_init() if run.init.is_file() else {}
-        eos = init.get("end_of_text", "<eos>") if cfg.output_vocabulary == "text" else "<eos>"
+        eos = init.get("end_of_text", "<eos>") if cfg.output.vocabulary == "text" else "<eos>"
         state = {name: t.float() for name, t in model.state_dict().items()}
         tensors = {"wte.weight": state["embed.tokens.weight"][ids], "wpe.weight": state["embed.positional.table.weight"]}
         for name in gpt2_shapes({"n_embd": cfg.stack.d_model, "n_inner": cfg.stack.d_ff, "vocab_size": len(ids),
@@ -344,14 +344,14 @@ class GPT2Converter(HFConverter):
                 tensors[name] = tensor.t() if conv else tensor
         tensors = {f"transformer.{name}": t for name, t in tensors.items()}
         controls = {"all": {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
-                    "text": {"bos_token_id": ids.index(EOS), "eos_token_id": ids.index(EOS)}}[cfg.output_vocabulary]
+                    "text": {"bos_token_id": ids.index(EOS), "eos_token_id": ids.index(EOS)}}[cfg.output.vocabulary]
         config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": len(ids),
                   "n_positions": cfg.max_len, "n_embd": cfg.stack.d_model, "n_layer": cfg.stack.n_layers, "n_head": cfg.stack.n_heads,
                   "n_inner": cfg.stack.d_ff, "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation],
                   "resid_pdrop": cfg.stack.dropout, "embd_pdrop": cfg.stack.dropout, "attn_pdrop": cfg.stack.attn_dropout,
-                  "layer_norm_epsilon": cfg.stack.layer_norm_eps, "scale_attn_weights": cfg.attention_scale == "sqrt_dk",
+                  "layer_norm_epsilon": cfg.stack.layer_norm_eps, "scale_attn_weights": cfg.stack.attention_scale == "sqrt_dk",
                   "tie_word_embeddings": True, "torch_dtype": "float32"} | controls
-        names = {"bos_token": eos, "eos_token": eos} if cfg.output_vocabulary == "text" else \
+        names = {"bos_token": eos, "eos_token": eos} if cfg.output.vocabulary == "text" else \
             {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}
         byte_level = (json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}).get("type") == "ByteLevel"
         tokenizer_config = {"tokenizer_class": "GPT2TokenizerFast" if byte_level else "PreTrainedTokenizerFast",

@@ -4,9 +4,9 @@
 A Marian model is the paper's Transformer with a few settings of attnlab's options: post-norm
 layers, sinusoidal positions laid out as Marian lays them (``positional: sinusoidal_halves``: every
 sine, then every cosine, no dimension shuffled), the token embedding scaled by sqrt(d) or not
-(``scale_embedding``: ``embedding: scaled`` or ``plain``), one embedding table shared by source,
-target and output projection (``tie_embeddings: all``), and a bias per token on the logits, its
-``final_logits_bias`` (``output_bias: true``). Its separate query, key and value projections are
+(``scale_embedding``: ``embeddings.kind: scaled`` or ``plain``), one embedding table shared by source,
+target and output projection (``embeddings.tie: all``), and a bias per token on the logits, its
+``final_logits_bias`` (``output.bias: true``). Its separate query, key and value projections are
 concatenated into attnlab's fused ones:
 
     model.shared                              src_embed.tokens (= tgt_embed.tokens = generator; rows renumbered)
@@ -27,14 +27,14 @@ from ``<pad>`` (``decoder_start_token_id``); attnlab's tokenizers keep <pad> 0, 
 <unk> 3. Marian's pad, end and unknown take ids 0, 2 and 3, every other token keeps its order from
 id 4, and <bos> is added at 1 with the decoder start's embedding row, so that attnlab's decoding,
 which starts from <bos>, starts as Marian's does. The added <bos> is never predicted
-(``output_vocabulary: no_bos``: its logit is -inf), so the distribution over Marian's own tokens is
+(``output.vocabulary: no_bos``: its logit is -inf), so the distribution over Marian's own tokens is
 exactly the original's. init.json's
 ``order`` gives each id the original's (null for <bos>). The text is cut into pieces by the
 model's own source.spm and target.spm (spm.py), which vocab.json numbers.
 
 A run trained by attnlab exports with every id, its <bos> (id 1) the decoder's start and a special
 token of tokenizer_config.json (transformers' decode leaves it out); such a folder imports back as
-it was, its <bos> kept rather than added (``output_vocabulary: all``).
+it was, its <bos> kept rather than added (``output.vocabulary: all``).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ LANGUAGE_CODE = re.compile(r">>.+<<")  # a multilingual model's target language,
 def marian_model_fields(config: dict[str, Any], where: Path,
                         output_vocabulary: str = "no_bos") -> tuple[dict[str, Any], DataShape]:
     """attnlab's encoder_decoder model section for a Marian config.json, and the data's sizes
-    (vocab_size: Marian's plus the added <bos> where ``output_vocabulary`` is ``no_bos``; a folder that
+    (vocab_size: Marian's plus the added <bos> where ``output.vocabulary`` is ``no_bos``; a folder that
     has attnlab's <bos> keeps its ids: ``all``). Options attnlab cannot represent are refused in one
     line naming them."""
     must = {"share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "activation_dropout": 0.0,
@@ -94,8 +94,8 @@ def marian_model_fields(config: dict[str, Any], where: Path,
         return ({"arch": "encoder_decoder", "stack": stack,
                  "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
                  "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
-                 "tie_embeddings": "all", "output_bias": True, "output_vocabulary": output_vocabulary,
-                 "embedding": "scaled" if config.get("scale_embedding", False) else "plain"},
+                 "output": {"bias": True, "vocabulary": output_vocabulary},
+                 "embeddings": {"kind": "scaled" if config.get("scale_embedding", False) else "plain", "tie": "all"}},
                 DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a Marian config.json has") from None
@@ -209,12 +209,12 @@ MARIAN_NAMES = {"<pad>": "<pad>", "<eos>": "</s>", "<unk>": "<unk>"}  # attnlab'
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
     needs = {"positional": "sinusoidal_halves", "positional_combine": "add", "positional_base": 10000.0,
-             "stack.norm": "post", "normalisation": "layer", "residual": True, "ffn": True, "tie_embeddings": "all",
-             "attention_scale": "sqrt_dk", "stack.layer_norm_eps": 1e-5}
+             "stack.norm": "post", "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True,
+             "embeddings.tie": "all", "stack.attention_scale": "sqrt_dk", "stack.layer_norm_eps": 1e-5}
     refused = [f"{name} {attrgetter(name)(cfg)!r} (Marian's is {value!r})" for name, value in needs.items()
                if attrgetter(name)(cfg) != value]
-    if cfg.embedding not in ("scaled", "plain"):
-        refused.append(f"embedding {cfg.embedding!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')")
+    if cfg.embeddings.kind not in ("scaled", "plain"):
+        refused.append(f"embeddings.kind {cfg.embeddings.kind!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')")
     if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
         refused.append(f"activation {cfg.stack.activation!r} (Marian has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
@@ -253,7 +253,7 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
     vocab_size = run.read_shape().need("vocab_size", "a Marian export")
     ids, start = exported_ids(vocab_size, run)
     state = {name: t.float() for name, t in model.state_dict().items()}
-    state.setdefault("generator.bias", torch.zeros(vocab_size))  # output_bias false: Marian's zero bias
+    state.setdefault("generator.bias", torch.zeros(vocab_size))  # output.bias false: Marian's zero bias
     tensors = {}
     for ours, theirs in tensor_pairs(cfg).items():
         tensor = state[ours][:vocab_size][ids] if ours in ("src_embed.tokens.weight", "generator.bias") else state[ours]
@@ -267,7 +267,7 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
               "decoder_attention_heads": cfg.stack.n_heads, "encoder_ffn_dim": cfg.stack.d_ff, "decoder_ffn_dim": cfg.stack.d_ff,
               "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation], "dropout": cfg.stack.dropout,
               "attention_dropout": cfg.stack.attn_dropout, "activation_dropout": 0.0, "max_position_embeddings": cfg.max_len,
-              "scale_embedding": cfg.embedding == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
+              "scale_embedding": cfg.embeddings.kind == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
               "decoder_start_token_id": start, "forced_eos_token_id": ids.index(EOS),
               "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "torch_dtype": "float32"}
     tokenizer_config = {"tokenizer_class": "MarianTokenizer", "model_max_length": cfg.max_len, "eos_token": "</s>",

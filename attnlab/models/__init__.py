@@ -22,7 +22,7 @@ from attnlab.models.family import (
     register_family,
 )
 from attnlab.models.shape import DataShape
-from attnlab.models.stack import AttentionStack, StackConfig, stack_of
+from attnlab.models.stack import StackConfig, stack_of
 
 # isort: off
 # The built-in families register themselves on import, in the order error messages list them.
@@ -48,6 +48,6 @@ for _module in pkgutil.iter_modules(__path__):  # a family not named above regis
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["FAMILIES", "INPUT_KINDS", "Capabilities", "InputKind", "Inputs", "input_kind", "FamilyConfig", "ModelFamily", "build_model", "DataShape", "family_named", "model_config",
-           "read_model_config", "register_family", "AttentionStack", "StackConfig", "stack_of", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
+           "read_model_config", "register_family", "StackConfig", "stack_of", "EncoderDecoderConfig", "CMLMConfig", "DecoderLMConfig", "EncoderOnlyConfig",
            "RNNConfig", "ConvS2SConfig", "TransformerXLConfig", "GraphConfig", "ViTConfig", "CaptionerConfig", "DualEncoderConfig", "SingleStreamConfig", "CNNConfig", "PatchTSTConfig",
            "DLinearConfig", "LastValueConfig"]

@@ -15,16 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Depths, Inputs, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Depths, Inputs, ModelFamily, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, Patches, PatchGrid, init_patch_positions
+from attnlab.models.transformer_config import TokenEmbeddings
+from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
 from attnlab.nn.captioner import ImageCaptioner
 
 
 @dataclass(frozen=True)
-class CaptionerConfig(PatchGrid, TwoSidedSizes, TransformerConfig):
+class CaptionerConfig(TransformerConfig):
     """The patch size P (dividing both sides of the data's images), where the patches sit
     (``patches.positional``), and the Transformer's fields for the two stacks: small, pre-norm and
     GELU by default, as ViT."""
@@ -32,18 +33,23 @@ class CaptionerConfig(PatchGrid, TwoSidedSizes, TransformerConfig):
     patches: Patches = Patches(size=4, positional="learned_2d")
     depths: Depths = Depths()
     stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
-    tie_embeddings: str = "output"
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="output")
     max_len: int = 64
-
-    backends_fit = staticmethod(fields_free_exact)
-    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
         super().check()
-        self.check_patches()
+        self.patches.check_width(self.stack.d_model)
 
     def check_shape(self, shape: DataShape) -> None:
-        self.check_image(shape)
+        self.patches.check_image(shape)
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.depths.encoder_layers(self.stack.n_layers)
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.depths.decoder_layers(self.stack.n_layers)
 
 
 @register_family
@@ -52,12 +58,15 @@ class CaptionerFamily(ModelFamily):
     config = CaptionerConfig
     capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=True,
                                 inputs=Inputs.IMAGES)
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
     def build(cfg: CaptionerConfig, shape: DataShape) -> ImageCaptioner:
         vocab_size = shape.need("vocab_size", "arch 'captioner'")
         tgt_embed = parts.embeddings(cfg, vocab_size)
-        model = ImageCaptioner(cfg.patch_embedding(shape), cfg.patch_positional(shape),
+        d_model, of = cfg.stack.d_model, "arch 'captioner'"
+        model = ImageCaptioner(cfg.patches.embedding(shape, d_model, of), cfg.patches.positions(shape, d_model, of),
                                parts.plain_encoder(cfg, cfg.encoder_layers), tgt_embed,
                                parts.decoder(cfg, cfg.decoder_layers, cross=True),
                                parts.output_projection(cfg, tgt_embed, vocab_size), shape.pad_id)

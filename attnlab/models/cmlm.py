@@ -10,31 +10,46 @@ from dataclasses import dataclass
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.encoder_decoder import EncoderDecoderConfig, seq2seq_parts
-from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.encoder_decoder import SEQ2SEQ_VOCABULARIES, seq2seq_parts
+from attnlab.models.family import Capabilities, Depths, Inputs, ModelFamily, register_family
 from attnlab.models.shape import DataShape
+from attnlab.models.transformer_config import TWO_TABLE_TIES, Output, TransformerConfig
 from attnlab.nn.cmlm import ConditionalMaskedLM, LengthPredictor
 
 MASKED_TOKENS = Inputs.MASKED_TOKENS  # what the model reads: a source, and a target with some tokens masked
 
 
 @dataclass(frozen=True)
-class CMLMConfig(EncoderDecoderConfig):
-    """The encoder-decoder's fields, plus ``max_target_length``, the lengths 1 .. max_target_length
-    the length predictor chooses among (a longer training target counts as the longest), and
-    ``length_loss_weight``, the length loss's weight in training (the paper's 0.1)."""
+class CMLMConfig(TransformerConfig):
+    """The encoder-decoder's parts (the Transformer fields, ``depths``, ``output``: models/encoder_decoder.py),
+    plus ``max_target_length``, the lengths 1 .. max_target_length the length predictor chooses among
+    (a longer training target counts as the longest), and ``length_loss_weight``, the length loss's
+    weight in training (the paper's 0.1)."""
 
+    depths: Depths = Depths()
+    output: Output = Output()
     max_target_length: int = 256
     length_loss_weight: float = 0.1
 
+    ties = TWO_TABLE_TIES
+
     def check(self) -> None:
         super().check()
+        self.output.check_vocabulary(SEQ2SEQ_VOCABULARIES)
         at_least("max_target_length", self.max_target_length, 1)
         if self.length_loss_weight < 0:
             raise ConfigError(f"length_loss_weight must be >= 0 (got {self.length_loss_weight})")
         if self.max_positions is not None and self.max_target_length > self.max_positions:
             raise ConfigError(f"max_target_length ({self.max_target_length}) must be within max_len "
                               f"({self.max_positions}) of the learned positional table")
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.depths.encoder_layers(self.stack.n_layers)
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.depths.decoder_layers(self.stack.n_layers)
 
 
 @register_family

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, register_family
 from attnlab.models.shape import DataShape
 from attnlab.nn.convs2s import ConvDecoder, ConvEncoder, ConvSeq2Seq, conv_embedding
 from attnlab.nn.embeddings import Embeddings
 
 
 @dataclass(frozen=True)
-class ConvS2SConfig(TwoSidedSizes, FamilyConfig):
+class ConvS2SConfig(FamilyConfig):
     """``d_embed``: the embeddings and the attention's size (fairseq's embed and out-embed dims);
     ``d_model``: the convolutions' channels; ``kernel_width``: each convolution's k (the decoder's
     see positions t - k + 1 .. t); ``max_len``: the learnt positions. Dessì & Baroni (2019) set
@@ -38,6 +38,14 @@ class ConvS2SConfig(TwoSidedSizes, FamilyConfig):
     @property
     def max_positions(self) -> int:
         return self.max_len
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.depths.encoder_layers(self.n_layers)
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.depths.decoder_layers(self.n_layers)
 
 
 @register_family

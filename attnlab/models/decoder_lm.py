@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, ModelFamily, Staging, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.transformer import TransformerConfig
+from attnlab.models.transformer_config import Output
 from attnlab.nn.decoder_lm import DecoderLM
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.heads import MultiTokenHead
 from attnlab.nn.layers import ResidualConnection
 from attnlab.nn.registry import ACTIVATIONS
 
-OUTPUT_VOCABULARIES = ("all", "text")
-NOT_TEXT = (0, 1, 3)  # <pad>, <bos>, <unk> of data/tokenizers.py (a layer this one does not import)
+LM_VOCABULARIES = ("all", "text")  # output.vocabulary of a language model
 
 
 @dataclass(frozen=True)
@@ -26,26 +26,26 @@ class DecoderLMConfig(TransformerConfig):
     """The Transformer fields; one stack of ``n_layers`` decoder layers, one embedding table.
     ``multi_token_heads``: k extra heads that predict tokens t + 2 ... t + k + 1 (a draft for
     self-speculative decoding); ``multi_token_weight``: each one's weight in the training loss,
-    beside the next-token loss's 1. ``output_vocabulary``: ``all``, every token id may be predicted;
-    ``text``, the control tokens <pad>, <bos> and <unk> never are (their logits are -inf): a
-    pretrained model imported from a vocabulary without them (GPT-2's, interop/gpt2.py), whose
-    distribution over its own tokens and <eos> stays exactly the original's."""
+    beside the next-token loss's 1. ``output``: the output projection (models/transformer_config.py:
+    Output; ``output.vocabulary`` ``all``, every token id may be predicted, or ``text``, the control
+    tokens <pad>, <bos> and <unk> never are: a pretrained model imported from a vocabulary without
+    them, GPT-2's, interop/gpt2.py, whose distribution over its own tokens and <eos> stays exactly
+    the original's)."""
 
     multi_token_heads: int = 0
     multi_token_weight: float = 1.0
-    output_vocabulary: str = "all"
+    output: Output = Output()
 
     def check(self) -> None:
         super().check()
-        one_of("output_vocabulary", self.output_vocabulary, OUTPUT_VOCABULARIES)
+        self.output.check_vocabulary(LM_VOCABULARIES)
         at_least("multi_token_heads", self.multi_token_heads, 0)
         if not self.multi_token_weight > 0:
             raise ConfigError(f"multi_token_weight must be > 0 (got {self.multi_token_weight})")
 
     def check_shape(self, shape: DataShape) -> None:
-        if self.output_vocabulary == "text" and shape.vocab_size is not None and shape.vocab_size <= max(NOT_TEXT):
-            raise ConfigError(f"output_vocabulary 'text' leaves out token ids {', '.join(map(str, NOT_TEXT))}; "
-                              f"vocab_size ({shape.vocab_size}) must be larger")
+        super().check_shape(shape)
+        self.output.check_shape(shape)
 
     @property
     def decoder_layers(self) -> int:
@@ -76,8 +76,8 @@ class DecoderLMFamily(ModelFamily):
         vocab_size = shape.need("vocab_size", "arch 'decoder_lm'")
         embed = parts.embeddings(cfg, vocab_size)
         heads = [multi_token_head(cfg) for _ in range(cfg.multi_token_heads)]
-        never = NOT_TEXT if cfg.output_vocabulary == "text" else ()
         model = DecoderLM(embed, parts.decoder(cfg, cfg.stack.n_layers, cross=False),
-                          parts.output_projection(cfg, embed, vocab_size, never), shape.pad_id, heads, cfg.multi_token_weight)
+                          parts.output_projection(cfg, embed, vocab_size, cfg.output.never, bias=cfg.output.bias),
+                          shape.pad_id, heads, cfg.multi_token_weight)
         parts.init_weights(model)
         return model

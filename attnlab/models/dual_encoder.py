@@ -24,11 +24,11 @@ from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_fa
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
+from attnlab.models.transformer_config import TokenEmbeddings
 from attnlab.models.vit import (
     IMAGE_BACKENDS_REFUSAL,
     SUMMARIES,
     Patches,
-    PatchGrid,
     init_patch_positions,
 )
 from attnlab.nn.dual_encoder import DualEncoder, ImageTower, TextTower
@@ -36,12 +36,12 @@ from attnlab.nn.registry import POOLINGS
 
 
 @dataclass(frozen=True)
-class DualEncoderConfig(PatchGrid, TransformerConfig):
+class DualEncoderConfig(TransformerConfig):
     """The patch size P, where the patches sit (``patches.positional``), each tower's summary (``image_pooling``: ``cls``,
     ViT's class token, or ``mean`` of the patches; ``text_pooling``: ``cls``, the first token, a
     BOS, or ``mean`` of the tokens), the joint space's width ``d_embed``, the temperature's start
     and bound, and the Transformer's fields for the two stacks: small, pre-norm and GELU by
-    default, as ViT. There is no output layer to tie the token table to (``tie_embeddings: none``)."""
+    default, as ViT. There is no output layer to tie the token table to (``embeddings.tie: none``)."""
 
     patches: Patches = Patches(size=4, positional="learned_2d")
     n_image_layers: Optional[int] = None
@@ -52,12 +52,10 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
     init_temperature: float = 0.07
     max_logit_scale: float = 100.0
     stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
-    tie_embeddings: str = "none"
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
     max_len: int = 64
 
     ties = ("none",)
-    backends_fit = staticmethod(fields_free_exact)
-    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
         one_of("image_pooling", self.image_pooling, SUMMARIES)
@@ -72,10 +70,10 @@ class DualEncoderConfig(PatchGrid, TransformerConfig):
             raise ConfigError(f"max_logit_scale ({self.max_logit_scale}) must be at least 1 / init_temperature "
                               f"({1 / self.init_temperature:.4g})")
         super().check()
-        self.check_patches()
+        self.patches.check_width(self.stack.d_model)
 
     def check_shape(self, shape: DataShape) -> None:
-        self.check_image(shape)
+        self.patches.check_image(shape)
 
     @property
     def image_layers(self) -> int:
@@ -93,10 +91,13 @@ class DualEncoderFamily(ModelFamily):
     # encoder/decoder mean a source sequence read for a decoder, and tokens written: neither here
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
                                 inputs=Inputs.IMAGE_TEXT)
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
     def build(cfg: DualEncoderConfig, shape: DataShape) -> DualEncoder:
-        image = ImageTower(cfg.patch_embedding(shape), cfg.patch_positional(shape),
+        d_model, of = cfg.stack.d_model, "arch 'dual_encoder'"
+        image = ImageTower(cfg.patches.embedding(shape, d_model, of), cfg.patches.positions(shape, d_model, of),
                            SUMMARIES[cfg.image_pooling](cfg.stack.d_model), parts.plain_encoder(cfg, cfg.image_layers))
         text = TextTower(parts.embeddings(cfg, shape.need("vocab_size", "arch 'dual_encoder'")),
                          parts.encoder(cfg, cfg.text_layers), POOLINGS[cfg.text_pooling](), shape.pad_id)

@@ -20,7 +20,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from attnlab.config import RegisteredConfig, TypedConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
 from attnlab.models.shape import DataShape, refuse_sizes
-from attnlab.models.stack import AttentionStack
+from attnlab.models.stack import StackConfig
+from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.interfaces import CausalLM, IncrementalDecoder, Seq2SeqModel, StagedModel
 
 
@@ -146,26 +147,13 @@ class Depths(TypedConfig):
             if getattr(self, name) is not None:
                 at_least(f"depths.{name}", getattr(self, name), 1)
 
+    def encoder_layers(self, depth: int) -> int:
+        """The encoder's layers: ``encoder``, else the family's ``depth``."""
+        return self.encoder if self.encoder is not None else depth
 
-class TwoSidedSizes:
-    """For the config of a family with a source and a target side (mixed into its dataclass, which
-    composes ``depths: Depths``): each side's depth (None: :attr:`depth`)."""
-
-    depths: Depths
-
-    @property
-    def depth(self) -> int:
-        """Each side's layers unless ``depths`` says otherwise: the attention stack's n_layers, or the
-        family's own (a recurrent model's)."""
-        return self.stack.n_layers if isinstance(self, AttentionStack) else int(getattr(self, "n_layers"))
-
-    @property
-    def encoder_layers(self) -> int:
-        return self.depths.encoder if self.depths.encoder is not None else self.depth
-
-    @property
-    def decoder_layers(self) -> int:
-        return self.depths.decoder if self.depths.decoder is not None else self.depth
+    def decoder_layers(self, depth: int) -> int:
+        """The decoder's layers: ``decoder``, else the family's ``depth``."""
+        return self.decoder if self.decoder is not None else depth
 
 
 @dataclass(frozen=True)
@@ -193,6 +181,17 @@ class ModelFamily:
     capabilities: ClassVar[Capabilities]
     staging: ClassVar[Staging | None] = None
     model: ClassVar[type[nn.Module]]  # set by @register_family
+
+    # What a family with an attention stack needs of its backend, as the backends declare what they
+    # have (nn/backends/): a predicate, and why another backend does not fit. Any backend by default; a
+    # family restricts them by setting these two (e.g. ``backends_fit = staticmethod(fields_free_exact)``).
+    backends_fit: ClassVar[Callable[[type[AttentionBackend]], bool]] = staticmethod(lambda backend: True)
+    backends_refusal: ClassVar[str] = ""
+
+    @classmethod
+    def check_stack(cls, stack: StackConfig) -> None:
+        """The ``stack``'s attention_backend is one that fits this family (StackConfig.check_backend)."""
+        stack.check_backend(cls.backends_fit, cls.backends_refusal)
 
     @staticmethod
     def build(cfg: Any, shape: DataShape) -> nn.Module:

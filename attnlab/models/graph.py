@@ -11,12 +11,12 @@ from attnlab.config import at_least
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.stack import AttentionStack, StackConfig, explicit_masks
+from attnlab.models.stack import StackConfig, explicit_masks
 from attnlab.nn.graph import GraphTransformer, LaplacianPositionalEncoding
 
 
 @dataclass(frozen=True)
-class GraphConfig(FamilyConfig, AttentionStack):
+class GraphConfig(FamilyConfig):
     """The node features and classes are the data's (DataShape: ``n_features``, ``n_classes``); ``laplacian_k``: how many Laplacian
     eigenvectors are a node's position (0: none). The encoder fields mean what they mean for the
     Transformer families; ``attention_backend`` must take an explicit mask (the neighbourhoods)."""
@@ -24,11 +24,8 @@ class GraphConfig(FamilyConfig, AttentionStack):
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=128, norm="pre")
     laplacian_k: int = 8
 
-    backends_fit = staticmethod(explicit_masks)
-    backends_refusal = "takes no explicit mask, which arch 'graph' attends through (each node's neighbourhood)"
-
     def check(self) -> None:
-        self.check_stack()
+        self.family.check_stack(self.stack)
         at_least("laplacian_k", self.laplacian_k, 0)
 
 
@@ -39,6 +36,8 @@ class GraphFamily(ModelFamily):
     # encoder/decoder mean reading and writing token sequences: a graph model does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
                                 inputs=Inputs.GRAPH)
+    backends_fit = staticmethod(explicit_masks)
+    backends_refusal = "takes no explicit mask, which arch 'graph' attends through (each node's neighbourhood)"
 
     @staticmethod
     def build(cfg: GraphConfig, shape: DataShape) -> GraphTransformer:

@@ -4,8 +4,8 @@ head (nn/series.py). The defaults are the paper's ETTh1/ETTh2 settings (input 33
 every 8: 42 patches; d_model 16, 4 heads, 3 layers, d_ff 128, dropout 0.3).
 
 The encoder layers are attnlab's, post-norm as the reference places its norms, normalising with
-BatchNorm over the tokens by default, as the reference and the paper (``normalisation: layer`` for
-LayerNorm). Deliberate differences from the reference code (yuqinie98/PatchTST,
+BatchNorm over the tokens by default, as the reference and the paper (``stack.normalisation: layer``
+for LayerNorm). Deliberate differences from the reference code (yuqinie98/PatchTST,
 PatchTST_supervised): plain attention where it has "residual attention" (each layer's scores added
 to the next's), and no dropout inside the feed-forward network; the head flattens patch by patch
 (the reference: d_model by d_model, the same map with its columns in another order).
@@ -26,16 +26,16 @@ from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.stack import AttentionStack, StackConfig, fields_free_exact
+from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.nn.series import FlattenHead, NoNormalisation, Patching, PatchTST, RevIN
 
 
 @dataclass(frozen=True)
-class PatchTSTConfig(FamilyConfig, AttentionStack):
+class PatchTSTConfig(FamilyConfig):
     """The channels, input length and horizon are the data's (DataShape); patches of ``patch_length``
     steps every ``patch_stride`` steps; the encoder's fields as the Transformer's; ``head_dropout``
-    on the forecast; ``normalisation``: ``batch`` (TokenBatchNorm, the paper's) or ``layer``
-    (LayerNorm) in the residual blocks; ``revin``: RevIN around the network, with a learned per-channel affine map
+    on the forecast; the stack's ``normalisation``: ``batch`` (TokenBatchNorm, the paper's) or
+    ``layer`` (LayerNorm) in the residual blocks; ``revin``: RevIN around the network, with a learned per-channel affine map
     when ``revin_affine`` (off in the paper's runs, the reference's --affine 0).
 
     ``patch_stride`` may not exceed ``patch_length``: a longer stride would leave steps between
@@ -44,19 +44,16 @@ class PatchTSTConfig(FamilyConfig, AttentionStack):
 
     patch_length: int = 16
     patch_stride: int = 8
-    stack: StackConfig = StackConfig(d_model=16, n_heads=4, n_layers=3, d_ff=128, dropout=0.3, attention_dropout=0.0, activation="gelu")
+    stack: StackConfig = StackConfig(d_model=16, n_heads=4, n_layers=3, d_ff=128, dropout=0.3, attention_dropout=0.0,
+                                     activation="gelu", normalisation="batch")
     head_dropout: float = 0.0
-    normalisation: str = "batch"
     revin: bool = True
     revin_affine: bool = False
-
-    backends_fit = staticmethod(fields_free_exact)
-    backends_refusal = "is blockwise or approximate, which a series' few patches (42 in the paper) do not need"
 
     def check(self) -> None:
         for name in ("patch_length", "patch_stride"):
             at_least(name, getattr(self, name), 1)
-        self.check_stack()
+        self.family.check_stack(self.stack)
         if self.patch_stride > self.patch_length:
             raise ConfigError(f"patch_stride ({self.patch_stride}) must be at most patch_length ({self.patch_length}): "
                               f"a longer stride leaves steps between patches that no patch reads")
@@ -81,6 +78,8 @@ class PatchTSTFamily(ModelFamily):
     # encoder/decoder mean reading and writing token sequences: a forecaster does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
                                 inputs=Inputs.SERIES)
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = "is blockwise or approximate, which a series' few patches (42 in the paper) do not need"
 
     @staticmethod
     def build(cfg: PatchTSTConfig, shape: DataShape) -> PatchTST:

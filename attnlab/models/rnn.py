@@ -11,7 +11,7 @@ from torch import nn
 
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
-from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, TwoSidedSizes, register_family
+from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.transformer import SINGLE_STACK_TIES, init_weights
 from attnlab.nn.registry import RNN_ATTENTION, RNN_CELLS, SCORES
@@ -21,7 +21,7 @@ RNN_DECODERS = ("deep_output", "lake_baroni")  # nn/rnn.py's RNNDecoder and Lake
 
 
 @dataclass(frozen=True)
-class RNNConfig(TwoSidedSizes, FamilyConfig):
+class RNNConfig(FamilyConfig):
     """``d_model`` is the embedding and hidden size of every cell; ``rnn_attention: none`` is a
     fixed context; ``score`` is the alignment score of the attention; ``max_len`` bounds the
     positions of the ``location`` score; ``teacher_forcing``: the probability that a training
@@ -82,6 +82,14 @@ class RNNConfig(TwoSidedSizes, FamilyConfig):
     @property
     def tied(self) -> tuple[str, ...]:
         return () if self.tie_embeddings == "none" else ("output",)
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.depths.encoder_layers(self.n_layers)
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.depths.decoder_layers(self.n_layers)
 
 
 @register_family

@@ -2,7 +2,7 @@
 question's tokens and an image's patches in one sequence with modality embeddings, through one
 Transformer encoder, a [CLS] head over the answers.
 
-One config for both modalities: the text side is the Transformer's (``embedding``, ``positional``:
+One config for both modalities: the text side is the Transformer's (``embeddings``, ``positional``:
 an absolute scheme, added at the embeddings, since the self-attention of the joint stream has no
 positional hooks: a relative distance between a word and a patch would mean nothing), the image
 side the ViT's (``patches``: their size and positional scheme over the grid). ``image_tokens``: ``patches``,
@@ -24,22 +24,26 @@ from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_fa
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, PatchGrid, init_patch_positions
+from attnlab.models.transformer_config import TokenEmbeddings
+from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
 from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
+
+OF = "arch 'single_stream'"  # who needs a size the data has not given
 
 # positional: where the words sit, added at the embeddings (no scheme inside the joint stream's attention)
 TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 # image_tokens: what the image contributes to the stream
 IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], nn.Module]] = {
-    "patches": lambda cfg, shape: ImagePatches(cfg.patch_embedding(shape), cfg.patch_positional(shape)),
+    "patches": lambda cfg, shape: ImagePatches(cfg.patches.embedding(shape, cfg.stack.d_model, OF),
+                                               cfg.patches.positions(shape, cfg.stack.d_model, OF)),
     "none": lambda cfg, shape: NoImage(cfg.stack.d_model),  # the text-only baseline
 }
 
 
 @dataclass(frozen=True)
-class SingleStreamConfig(PatchGrid, TransformerConfig):
+class SingleStreamConfig(TransformerConfig):
     """The ``patches`` (size P, dividing both sides of the data's images, and positional scheme),
     ``image_tokens`` and
     ``head``, and the Transformer's fields for the one encoder: small, pre-norm and GELU by default,
@@ -50,22 +54,20 @@ class SingleStreamConfig(PatchGrid, TransformerConfig):
     head: str = "pooled"
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, activation="gelu", norm="pre")
     positional: str = "learned"
-    tie_embeddings: str = "none"
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
     max_len: int = 32
 
     ties = ("none",)  # no output projection over the vocabulary to tie
-    backends_fit = staticmethod(fields_free_exact)
-    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     def check(self) -> None:
         one_of("image_tokens", self.image_tokens, IMAGE_TOKENS)
         one_of("head", self.head, HEADS)
         one_of("positional", self.positional, TEXT_POSITIONAL)
         super().check()
-        self.check_patches()
+        self.patches.check_width(self.stack.d_model)
 
     def check_shape(self, shape: DataShape) -> None:
-        self.check_image(shape)
+        self.patches.check_image(shape)
 
     @property
     def encoder_layers(self) -> int:
@@ -78,10 +80,12 @@ class SingleStreamFamily(ModelFamily):
     config = SingleStreamConfig
     capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=True,
                                 inputs=Inputs.IMAGE_TEXT)
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
     def build(cfg: SingleStreamConfig, shape: DataShape) -> SingleStreamTransformer:
-        of = "arch 'single_stream'"
+        of = OF
         head = HEADS[cfg.head](cfg.stack.d_model, shape.need("n_classes", of), cfg.stack.dropout, FirstTokenPooling())
         model = SingleStreamTransformer(parts.embeddings(cfg, shape.need("vocab_size", of)),
                                         IMAGE_TOKENS[cfg.image_tokens](cfg, shape), nn.Embedding(2, cfg.stack.d_model),

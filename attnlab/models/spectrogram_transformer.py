@@ -5,7 +5,7 @@ log-mel spectrogram. The model computes the log-mels from the waveforms on its o
 a learned row (frequency) vector + a learned column (time) vector), puts a class token before them and
 reads them with the ViT's pre-norm encoder stack; a linear head on the class token's final state.
 
-What it takes from models/vit.py: Patches and PatchGrid (the patch embedding and positions of the
+What it takes from models/vit.py: Patches (the patch embedding and positions of the
 grid, here of the spectrogram image: one channel, n_mels high, the frames that whole patches cover
 wide), the backends an image's few patches fit, and ViT's initialisation. The frames past the last
 whole patch are dropped (at most P - 1 of the longest clip's).
@@ -21,8 +21,8 @@ from attnlab.models import transformer as parts
 from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, spectrogram
 from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.stack import AttentionStack, StackConfig, fields_free_exact
-from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, Patches, PatchGrid, init_patch_positions
+from attnlab.models.stack import StackConfig, fields_free_exact
+from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
 from attnlab.nn.audio import AudioSpectrogramTransformer
 from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.vision import ClassToken, LinearClassifier
@@ -31,7 +31,7 @@ OF = "arch 'ast'"
 
 
 @dataclass(frozen=True)
-class ASTConfig(PatchGrid, FamilyConfig, AttentionStack):
+class ASTConfig(FamilyConfig):
     """``features`` (the log-mels), ``augment`` (SpecAugment), ``patches`` (size P, dividing n_mels;
     positional scheme) and the encoder's ``stack``: pre-norm and GELU, as ViT and AST."""
 
@@ -41,12 +41,9 @@ class ASTConfig(PatchGrid, FamilyConfig, AttentionStack):
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=4, d_ff=128, activation="gelu", norm="pre",
                                      layer_norm_eps=1e-6)
 
-    backends_fit = staticmethod(fields_free_exact)
-    backends_refusal = IMAGE_BACKENDS_REFUSAL
-
     def check(self) -> None:
-        self.check_stack()
-        self.check_patches()
+        self.family.check_stack(self.stack)
+        self.patches.check_width(self.stack.d_model)
         if self.features.n_mels % self.patches.size:
             raise ConfigError(f"features.n_mels ({self.features.n_mels}) must be divisible by patches.size "
                               f"({self.patches.size})")
@@ -59,7 +56,7 @@ class ASTConfig(PatchGrid, FamilyConfig, AttentionStack):
                               f"({self.patches.size}): no whole patch")
 
     def spectrogram_shape(self, shape: DataShape) -> DataShape:
-        """The spectrogram as the image PatchGrid cuts: one channel, n_mels x the frames whole patches cover."""
+        """The spectrogram as the image the patches cut: one channel, n_mels x the frames whole patches cover."""
         frames = self.features.frames(shape, OF) // self.patches.size * self.patches.size
         return dataclasses.replace(shape, channels=1, image_height=self.features.n_mels, image_width=frames)
 
@@ -71,6 +68,8 @@ class ASTFamily(ModelFamily):
     # encoder/decoder mean reading and writing token sequences: a sound classifier does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
                                 inputs=WAVEFORMS)
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
     def build(cfg: ASTConfig, shape: DataShape) -> AudioSpectrogramTransformer:
@@ -79,7 +78,7 @@ class ASTFamily(ModelFamily):
         head = LinearClassifier(d_model, shape.need("n_classes", OF), cfg.stack.dropout, FirstTokenPooling())
         model = AudioSpectrogramTransformer(
             spectrogram(cfg.features, cfg.augment, shape, OF, frames=image.need("image_width")),
-            cfg.patch_embedding(image), cfg.patch_positional(image), ClassToken(d_model),
+            cfg.patches.embedding(image, d_model, OF), cfg.patches.positions(image, d_model, OF), ClassToken(d_model),
             parts.plain_encoder(cfg, cfg.stack.n_layers), head)
         parts.init_weights(model)
         init_patch_positions(model.positional)

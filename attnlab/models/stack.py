@@ -1,7 +1,7 @@
 """The attention stack's config: the fields of N identical layers of attention and feed-forward
 that every family built on them shares (``StackConfig``: layers, heads, widths, norm placement,
-activation, dropout, backend), and what a family adds around it (``AttentionStack``: which backends
-fit it, the ablation switches it does not vary).
+activation, dropout, backend, the ablation switches of its blocks). Which backends fit a family is
+the family's (models/family.py: ``ModelFamily.backends_fit``).
 
 A family's config holds one ``stack`` with its own defaults, and declares none of its fields:
 
@@ -29,7 +29,13 @@ class StackConfig(TypedConfig):
     ``activation``, residual ``dropout`` (``attention_dropout`` on the attention probabilities; None:
     ``dropout``), the norm ``pre`` or ``post`` its sublayer with ``layer_norm_eps``, and the
     ``attention_backend`` that computes the attention (nn/backends/). The defaults are the paper's
-    base model; a family gives its own."""
+    base model; a family gives its own.
+
+    The ablation switches change the blocks of the stack (the paper's architecture by default):
+    ``normalisation``, what the residual blocks normalise with (``layer``, ``batch``: a BatchNorm
+    over the tokens, or ``none``); ``residual: false``, no residual sums; ``ffn: false``, no
+    feed-forward sublayers; ``attention_scale``, what multiplies q . k: ``sqrt_dk`` (1 / sqrt(d_k)),
+    ``none`` (1) or ``learned`` (one scalar per attention module, from 1 / sqrt(d_k))."""
 
     section: ClassVar[str] = "model.stack"
 
@@ -43,12 +49,18 @@ class StackConfig(TypedConfig):
     norm: str = "post"
     layer_norm_eps: float = 1e-5
     attention_backend: str = "auto"
+    normalisation: str = "layer"
+    residual: bool = True
+    ffn: bool = True
+    attention_scale: str = "sqrt_dk"
 
     def __post_init__(self) -> None:
         self._check_types()
         one_of("activation", self.activation, ACTIVATIONS)
         one_of("norm", self.norm, NORM_PLACEMENTS)
         one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        one_of("normalisation", self.normalisation, NORMALISATIONS)
+        one_of("attention_scale", self.attention_scale, ATTENTION_SCALES)
         for name in ("d_model", "n_heads", "n_layers", "d_ff"):
             at_least(name, getattr(self, name), 1)
         for name in ("dropout", "attention_dropout"):
@@ -68,10 +80,27 @@ class StackConfig(TypedConfig):
     def attn_dropout(self) -> float:
         return self.dropout if self.attention_dropout is None else self.attention_dropout
 
+    def check_backend(self, fits: Callable[[type[AttentionBackend]], bool], refusal: str) -> None:
+        """That ``attention_backend`` is one that ``fits`` the family (its ``backends_fit``,
+        models/family.py), else refused with ``refusal`` listing those that fit; and that it forms
+        the scores that ``attention_scale`` scales and the probabilities that attention dropout drops."""
+        backend = ATTENTION_BACKENDS[self.attention_backend]
+        if not fits(backend):
+            fitting = [name for name, other in ATTENTION_BACKENDS.items() if fits(other)]
+            raise ConfigError(f"attention_backend '{self.attention_backend}' {refusal}; use "
+                              f"{' or '.join(map(repr, fitting))}")
+        if self.attention_scale != "sqrt_dk" and not backend.score_bias:
+            raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so attention_scale "
+                              f"'{self.attention_scale}' has nothing to scale; use 'sqrt_dk'")
+        if self.attn_dropout > 0 and not backend.attention_dropout:
+            raise ConfigError(f"attention_backend '{backend.name}' has no attention probabilities to drop; set "
+                              f"attention_dropout: 0 (the residual dropout stays at {self.dropout})")
+
 
 def stack_of(cfg: Any) -> StackConfig | None:
     """A family config's attention stack; None for a family without one (recurrent, convolutional)."""
-    return cfg.stack if isinstance(cfg, AttentionStack) else None
+    stack = getattr(cfg, "stack", None)
+    return stack if isinstance(stack, StackConfig) else None
 
 
 def fields_free_exact(backend: type[AttentionBackend]) -> bool:
@@ -83,49 +112,3 @@ def fields_free_exact(backend: type[AttentionBackend]) -> bool:
 def explicit_masks(backend: type[AttentionBackend]) -> bool:
     """The backends that take an explicit (Tq, Tk) mask besides padding and causality."""
     return backend.takes_explicit_mask
-
-
-class AttentionStack:
-    """Mixed into the config of every family with an attention stack (its dataclass declares
-    ``stack: StackConfig``): which backends fit the family, and the ablation switches, which only
-    the Transformer families make fields of."""
-
-    stack: StackConfig
-
-    # What the family needs of its attention backend, as the backends declare what they have
-    # (nn/backends/): a predicate, and why another backend does not fit. Any backend by default; a
-    # family restricts them by setting these two (e.g. ``backends_fit = fields_free_exact``).
-    backends_fit: ClassVar[Callable[[type[AttentionBackend]], bool]] = staticmethod(lambda backend: True)
-    backends_refusal: ClassVar[str] = ""
-
-    def check_stack(self) -> None:
-        """The ablation switches name what they may, and the stack's ``attention_backend`` is one that
-        fits the family (``backends_fit``)."""
-        one_of("normalisation", self.normalisation, NORMALISATIONS)
-        one_of("attention_scale", self.attention_scale, ATTENTION_SCALES)
-        if not self.backends_fit(ATTENTION_BACKENDS[self.stack.attention_backend]):
-            fitting = [name for name, backend in ATTENTION_BACKENDS.items() if self.backends_fit(backend)]
-            raise ConfigError(f"attention_backend '{self.stack.attention_backend}' {self.backends_refusal}; use "
-                              f"{' or '.join(map(repr, fitting))}")
-
-    # The ablation switches (Transformer families: fields; other families: the paper's architecture)
-    @property
-    def normalisation(self) -> str:
-        """What the residual blocks normalise with (nn/registry.py NORMALISATIONS): LayerNorm, unless
-        a family declares a field of this name."""
-        return "layer"
-
-    @property
-    def residual(self) -> bool:
-        """Residual sums around the sublayers."""
-        return True
-
-    @property
-    def ffn(self) -> bool:
-        """A position-wise feed-forward sublayer in every layer."""
-        return True
-
-    @property
-    def attention_scale(self) -> str:
-        """What multiplies q . k (nn/registry.py ATTENTION_SCALES): 1 / sqrt(d_k)."""
-        return "sqrt_dk"

@@ -11,9 +11,11 @@ starts at gain 1 and bias 0. A tied output projection shares the token embedding
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from torch import nn
 
-from attnlab.models.stack import AttentionStack
+from attnlab.models.stack import StackConfig
 from attnlab.models.transformer_config import EMBEDDINGS, SINGLE_STACK_TIES, TransformerConfig
 from attnlab.nn.attention import CrossAttention, MultiHeadAttention, SelfAttention
 from attnlab.nn.backends import AttentionBackend
@@ -34,7 +36,15 @@ from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS, ATTENTION_SCALES, NORMALISATIONS, POSITIONAL
 
 # The config, importable from here as before the split (the families' modules read it from here too)
-__all__ = ["EMBEDDINGS", "SINGLE_STACK_TIES", "AttentionStack", "TransformerConfig"]
+__all__ = ["EMBEDDINGS", "SINGLE_STACK_TIES", "TransformerConfig"]
+
+
+class Stacked(Protocol):
+    """What the builders of blocks read of a family's config: its attention stack (the config of any
+    family with one, a Transformer family's or ViT's, graph's, PatchTST's, ...)."""
+
+    @property
+    def stack(self) -> StackConfig: ...
 
 
 # -- the parts, built from a TransformerConfig ---------------------------------------------------
@@ -51,14 +61,14 @@ def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> 
     """Token embeddings with the absolute positions, and a segment table of ``n_segments`` rows."""
     segments = nn.Embedding(n_segments, cfg.stack.d_model) if n_segments else None
     rows = padded_vocabulary(cfg, vocab_size)
-    if cfg.embedding == "normed":
+    if cfg.embeddings.kind == "normed":
         return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments,
                           scale=1.0, norm=nn.LayerNorm(cfg.stack.d_model, eps=cfg.stack.layer_norm_eps))
-    scale = 1.0 if cfg.embedding == "plain" else None  # None: the paper's sqrt(D_tok)
+    scale = 1.0 if cfg.embeddings.kind == "plain" else None  # None: the paper's sqrt(D_tok)
     return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments, scale=scale)
 
 
-def backend(cfg: TransformerConfig, cross: bool) -> AttentionBackend:
+def backend(cfg: Stacked, cross: bool) -> AttentionBackend:
     """The ``attention_backend`` with its own fields; cross-attention takes the backend it declares
     for it (a window over positions of one sequence means nothing from target to source)."""
     chosen = ATTENTION_BACKENDS[cfg.stack.attention_backend]
@@ -71,31 +81,31 @@ def attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention
     """Self-attention with the configured positions inside it, or (``cross``) cross-attention."""
     if cross:
         return CrossAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, backend=backend(cfg, cross=True),
-                              scale=ATTENTION_SCALES[cfg.attention_scale](cfg.stack.d_head))
+                              scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head))
     scheme = positional(cfg, "self_attention")
     return SelfAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, positional=scheme,
-                         backend=backend(cfg, cross=False), scale=ATTENTION_SCALES[cfg.attention_scale](cfg.stack.d_head))
+                         backend=backend(cfg, cross=False), scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head))
 
 
-def feed_forward(cfg: TransformerConfig) -> tuple[PositionWiseFeedForward | None, ResidualConnection | None]:
+def feed_forward(cfg: Stacked) -> tuple[PositionWiseFeedForward | None, ResidualConnection | None]:
     """A layer's FFN sublayer and its residual block; (None, None) in the ablation without FFNs."""
-    if not cfg.ffn:
+    if not cfg.stack.ffn:
         return None, None
     return PositionWiseFeedForward(cfg.stack.d_model, cfg.stack.d_ff, ACTIVATIONS[cfg.stack.activation]()), residual(cfg)
 
 
-def residual(cfg: TransformerConfig) -> ResidualConnection:
+def residual(cfg: Stacked) -> ResidualConnection:
     """A residual block, or the ablation without the residual sum (``residual: false``)."""
-    block = ResidualConnection if cfg.residual else NoResidual
-    return block(cfg.stack.d_model, cfg.stack.dropout, cfg.stack.norm, cfg.stack.layer_norm_eps, NORMALISATIONS[cfg.normalisation])
+    block = ResidualConnection if cfg.stack.residual else NoResidual
+    return block(cfg.stack.d_model, cfg.stack.dropout, cfg.stack.norm, cfg.stack.layer_norm_eps, NORMALISATIONS[cfg.stack.normalisation])
 
 
-def final_norm(cfg: TransformerConfig) -> nn.Module:
+def final_norm(cfg: Stacked) -> nn.Module:
     """Pre-norm stacks leave their output unnormalised, so they end with a norm."""
-    return NORMALISATIONS[cfg.normalisation](cfg.stack.d_model, eps=cfg.stack.layer_norm_eps) if cfg.stack.norm == "pre" else nn.Identity()
+    return NORMALISATIONS[cfg.stack.normalisation](cfg.stack.d_model, eps=cfg.stack.layer_norm_eps) if cfg.stack.norm == "pre" else nn.Identity()
 
 
-def encoder_layer(cfg: TransformerConfig, self_attn: SelfAttention) -> EncoderLayer:
+def encoder_layer(cfg: Stacked, self_attn: SelfAttention) -> EncoderLayer:
     feed_forward_sublayer, feed_forward_residual = feed_forward(cfg)
     return EncoderLayer(self_attn, feed_forward_sublayer, residual(cfg), feed_forward_residual)
 
@@ -104,14 +114,14 @@ def encoder(cfg: TransformerConfig, n_layers: int) -> Encoder:
     return Encoder([encoder_layer(cfg, attention(cfg)) for _ in range(n_layers)], final_norm(cfg))
 
 
-def plain_encoder(cfg: AttentionStack, n_layers: int) -> Encoder:
+def plain_encoder(cfg: Stacked, n_layers: int) -> Encoder:
     """The Transformer's encoder layers (feed-forward, residual blocks and norms from the same part
     builders) whose self-attention has no positional hooks, for a family with no ``positional``
     field: its inputs have no sequence positions (a graph's nodes, placed by their Laplacian
     eigenvectors), or theirs enter with them at the input (PatchTST's learned patch positions)."""
     def self_attention() -> SelfAttention:
         return SelfAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, backend=backend(cfg, cross=False),
-                             scale=ATTENTION_SCALES[cfg.attention_scale](cfg.stack.d_head))
+                             scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head))
 
     return Encoder([encoder_layer(cfg, self_attention()) for _ in range(n_layers)], final_norm(cfg))
 
@@ -134,8 +144,8 @@ def decoder(cfg: TransformerConfig, n_layers: int, cross: bool, causal: bool = T
 
 def padded_vocabulary(cfg: TransformerConfig, vocab_size: int) -> int:
     """The rows of a token table and of the output projection: ``vocab_size`` rounded up to a
-    multiple of ``vocab_multiple`` (64 suits a GPU's matrix products; 1, the default, pads nothing)."""
-    return -(-vocab_size // cfg.vocab_multiple) * cfg.vocab_multiple
+    multiple of ``embeddings.vocab_multiple`` (64 suits a GPU's matrix products; 1, the default, pads nothing)."""
+    return cfg.embeddings.rows(vocab_size)
 
 
 def output_projection(cfg: TransformerConfig, embed: Embeddings, vocab_size: int, never: tuple[int, ...] = (),

@@ -1,17 +1,20 @@
-"""The Transformer families' config: their attention stack (models/stack.py) and the fields around
-it that the Transformer families share (positions, embeddings, ties, the backends' options, composed as ``backends``, the
-ablation switches). The builders that turn them into modules are in models/transformer.py.
+"""The Transformer families' config: their attention stack (models/stack.py) and what the Transformer
+families share around it: the positions' fields, and the composed parts ``embeddings``
+(TokenEmbeddings) and ``backends`` (the backends' options, nn/backends/); ``output`` (Output), the
+output projection of the families that predict tokens. The ablation switches are the stack's. The
+builders that turn them into modules are in models/transformer.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
-from attnlab.config import at_least, one_of
+from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import FamilyConfig
-from attnlab.models.stack import AttentionStack, StackConfig
+from attnlab.models.shape import DataShape
+from attnlab.models.stack import StackConfig
 from attnlab.nn.backends import BackendOptions
 from attnlab.nn.registry import (
     ATTENTION_BACKENDS,
@@ -21,25 +24,96 @@ from attnlab.nn.registry import (
 
 EMBEDDINGS = ("scaled", "normed", "plain")  # E sqrt(D) + PE (Vaswani et al.), LayerNorm(E + PE + S) (BERT), E + PE (GPT-2)
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
+TWO_TABLE_TIES = ("none", "output", "src_tgt", "all")  # a source and a target table: 'all' = both ties
+TIED = {"none": (), "output": ("output",), "src_tgt": ("src_tgt",), "all": ("output", "src_tgt")}
 
 
 @dataclass(frozen=True)
-class TransformerConfig(FamilyConfig, AttentionStack):
+class Output(TypedConfig):
+    """The output projection over the target vocabulary (``model.output``) of a family that predicts
+    tokens: ``bias``, a bias per token on the logits (Marian's final_logits_bias; the paper has none);
+    ``vocabulary``, the token ids it never predicts (their logits -inf): ``all``, none; ``no_bos``,
+    <bos>, which only starts a decoder (an imported Marian model's added start token, interop/marian.py);
+    ``text``, the control tokens <pad>, <bos> and <unk> (a model imported from a vocabulary without
+    them: GPT-2's, interop/gpt2.py), so that the distribution over the original's tokens stays the
+    original's. A family says which vocabularies it has (``vocabularies``)."""
+
+    section: ClassVar[str] = "model.output"
+
+    bias: bool = False
+    vocabulary: str = "all"
+
+    # vocabulary -> the ids never predicted (data/tokenizers.py's <pad> 0, <bos> 1, <unk> 3: a layer this
+    # one does not import)
+    NEVER: ClassVar[dict[str, tuple[int, ...]]] = {"all": (), "no_bos": (1,), "text": (0, 1, 3)}
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("output.vocabulary", self.vocabulary, self.NEVER)
+
+    @property
+    def never(self) -> tuple[int, ...]:
+        """The token ids whose logits are -inf."""
+        return self.NEVER[self.vocabulary]
+
+    def check_vocabulary(self, vocabularies: tuple[str, ...]) -> None:
+        """A ``vocabulary`` that the family has (``vocabularies``)."""
+        one_of("output.vocabulary", self.vocabulary, vocabularies)
+
+    def check_shape(self, shape: DataShape) -> None:
+        """A vocabulary of the data's larger than the ids never predicted."""
+        if self.never and shape.vocab_size is not None and shape.vocab_size <= max(self.never):
+            raise ConfigError(f"output.vocabulary '{self.vocabulary}' leaves out token ids "
+                              f"{', '.join(map(str, self.never))}; vocab_size ({shape.vocab_size}) must be larger")
+
+
+@dataclass(frozen=True)
+class TokenEmbeddings(TypedConfig):
+    """The token tables of a Transformer family (``model.embeddings``): ``kind``, how a token's vector
+    and its absolute position make the input (``scaled``, the paper's E[w] sqrt(D) + PE; ``normed``,
+    BERT's LayerNorm(E[w] + PE + segment), unscaled; ``plain``, GPT-2's E[w] + PE); ``tie``, the tables
+    that share weights (``output``: the (decoder) input table and the output projection; ``src_tgt``:
+    the source and target tables; ``all``: every tie the family has; ``none``); ``vocab_multiple``,
+    the rows of a table and of the output projection rounded up to a multiple of it (64 suits a GPU's
+    matrix products; 1 pads nothing). A family says which ties it has (its config's ``ties``)."""
+
+    section: ClassVar[str] = "model.embeddings"
+
+    kind: str = "scaled"
+    tie: str = "all"
+    vocab_multiple: int = 1
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("embeddings.kind", self.kind, EMBEDDINGS)
+        one_of("embeddings.tie", self.tie, TIED)
+        at_least("embeddings.vocab_multiple", self.vocab_multiple, 1)
+
+    def tied(self, ties: tuple[str, ...]) -> tuple[str, ...]:
+        """The ties in force where the family has ``ties``: a subset of ('output', 'src_tgt') ('all' is
+        both where there are a source and a target table, 'output' where there is one)."""
+        return tuple(tie for tie in TIED[self.tie] if tie in ties)
+
+    def rows(self, vocab_size: int) -> int:
+        """The rows of a token table and of the output projection: ``vocab_size`` rounded up to a
+        multiple of ``vocab_multiple``."""
+        return -(-vocab_size // self.vocab_multiple) * self.vocab_multiple
+
+
+@dataclass(frozen=True)
+class TransformerConfig(FamilyConfig):
     """The fields of every Transformer family, one per axis of variation.
 
     ``positional`` is applied where the method puts it: absolute encodings (``sinusoidal``,
     ``sinusoidal_halves``: Marian's layout of the same table, ``learned``) at the embeddings, added or
     concatenated (``positional_combine``); relative ones
     (``relative``, ``relative_bias``, ``rotary``, ``alibi``) inside every self-attention.
-    ``embedding``: ``scaled``, the paper's E[w] sqrt(D) + PE; ``normed``, BERT's LayerNorm(E[w] + PE
-    + segment), unscaled; or ``plain``, GPT-2's E[w] + PE. ``tie_embeddings``: ``output`` ties the (decoder) input embedding to the output projection;
-    the encoder-decoder adds ``src_tgt`` (shared source and target embeddings) and ``all`` (both,
-    the paper's choice).
+    ``embeddings`` (TokenEmbeddings): how tokens and positions make the input, the ties between the
+    tables (``embeddings.tie``: ``output``; the encoder-decoder and CMLM add ``src_tgt``, and ``all``
+    is both, the paper's choice), and the tables' row multiple.
 
-    The ablation switches (the paper's architecture by default): ``normalisation`` ``layer`` or
-    ``none``; ``residual: false``, no residual sums; ``ffn: false``, no feed-forward sublayers;
-    ``attention_scale``, what multiplies q . k: ``sqrt_dk`` (1 / sqrt(d_k)), ``none`` (1) or
-    ``learned`` (one scalar per attention module, from 1 / sqrt(d_k)). ``positional: none`` and
+    The ablation switches are the stack's (models/stack.py: ``stack.normalisation`` ``layer`` or
+    ``none``, ``stack.residual``, ``stack.ffn``, ``stack.attention_scale``); ``positional: none`` and
     ``n_heads`` at a fixed d_model are the other two.
     """
 
@@ -50,26 +124,19 @@ class TransformerConfig(FamilyConfig, AttentionStack):
     positional_base: float = 10000.0
     max_relative_distance: int = 16
     max_len: int = 1024
-    tie_embeddings: str = "all"
-    embedding: str = "scaled"
+    embeddings: TokenEmbeddings = TokenEmbeddings()
     backends: BackendOptions = BackendOptions()  # the attention backends' own options (nn/backends/)
-    normalisation: str = "layer"
-    residual: bool = True
-    ffn: bool = True
-    attention_scale: str = "sqrt_dk"
-    vocab_multiple: int = 1
 
-    ties = SINGLE_STACK_TIES  # the values tie_embeddings may take in this family
+    ties = SINGLE_STACK_TIES  # the values embeddings.tie may take in this family
 
     def check(self) -> None:
         one_of("positional", self.positional, POSITIONAL)
         one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
-        one_of("embedding", self.embedding, EMBEDDINGS)
         self._check_ties()
-        if self.normalisation == "batch":
+        if self.stack.normalisation == "batch":
             raise ConfigError("normalisation 'batch' standardises each feature over every token of a batch, which "
                               "would count the padding of sequences of tokens; use 'layer' or 'none'")
-        for name in ("max_len", "max_relative_distance", "vocab_multiple"):
+        for name in ("max_len", "max_relative_distance"):
             at_least(name, getattr(self, name), 1)
         if self.positional_dim is not None:
             at_least("positional_dim", self.positional_dim, 1)
@@ -78,10 +145,16 @@ class TransformerConfig(FamilyConfig, AttentionStack):
         self._check_positional()
         self._check_backend()
 
+    def check_shape(self, shape: DataShape) -> None:
+        if "src_tgt" in self.tied and shape.src_vocab_size not in (None, shape.vocab_size):
+            raise ConfigError(f"embeddings.tie '{self.embeddings.tie}' shares source and target embeddings, so "
+                              f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "
+                              f"use embeddings.tie 'output' or 'none' for separate vocabularies")
+
     def _check_ties(self) -> None:
-        if self.tie_embeddings == "src_tgt" and "src_tgt" not in self.ties:
-            raise ConfigError(f"tie_embeddings 'src_tgt' needs arch 'encoder_decoder' (arch is '{self.arch}')")
-        one_of("tie_embeddings", self.tie_embeddings, self.ties)
+        if self.embeddings.tie == "src_tgt" and "src_tgt" not in self.ties:
+            raise ConfigError(f"embeddings.tie 'src_tgt' needs arch 'encoder_decoder' (arch is '{self.arch}')")
+        one_of("embeddings.tie", self.embeddings.tie, self.ties)
 
     def _check_positional(self) -> None:
         absolute = POSITIONAL[self.positional].absolute
@@ -93,8 +166,8 @@ class TransformerConfig(FamilyConfig, AttentionStack):
                 raise ConfigError(f"positional_dim ({self.positional_width}) must be between 1 and "
                                   f"d_model - 1 ({self.stack.d_model - 1}) when positional_combine is 'concat'")
             if "output" in self.tied:
-                raise ConfigError("tie_embeddings 'output'/'all' needs token embeddings of width d_model; with "
-                                  "positional_combine 'concat' use tie_embeddings 'none' or 'src_tgt'")
+                raise ConfigError("embeddings.tie 'output'/'all' needs token embeddings of width d_model; with "
+                                  "positional_combine 'concat' use embeddings.tie 'none' or 'src_tgt'")
         elif self.positional_dim is not None:
             raise ConfigError("positional_dim is only used with positional_combine 'concat'")
         if self.positional.startswith("sinusoidal") and self.positional_width % 2:
@@ -104,7 +177,7 @@ class TransformerConfig(FamilyConfig, AttentionStack):
 
     def _check_backend(self) -> None:
         """What the chosen backend supports, as it declares it (nn/backends/)."""
-        self.check_stack()
+        self.family.check_stack(self.stack)
         backend = ATTENTION_BACKENDS[self.stack.attention_backend]
         defaults = BackendOptions()
         for other in ATTENTION_BACKENDS.values():
@@ -122,12 +195,6 @@ class TransformerConfig(FamilyConfig, AttentionStack):
             raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so positional "
                               f"'{self.positional}' has nothing to add its bias to; use 'rotary', 'sinusoidal' or "
                               f"'learned'")
-        if self.attention_scale != "sqrt_dk" and not backend.score_bias:
-            raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so attention_scale "
-                              f"'{self.attention_scale}' has nothing to scale; use 'sqrt_dk'")
-        if self.stack.attn_dropout > 0 and not backend.attention_dropout:
-            raise ConfigError(f"attention_backend '{backend.name}' has no attention probabilities to drop; set "
-                              f"attention_dropout: 0 (the residual dropout stays at {self.stack.dropout})")
 
     # -- derived quantities, so that no module recomputes them ------------------------------------
     @property
@@ -148,5 +215,5 @@ class TransformerConfig(FamilyConfig, AttentionStack):
 
     @property
     def tied(self) -> tuple[str, ...]:
-        """The ties in force: a subset of ('output', 'src_tgt')."""
-        return () if self.tie_embeddings == "none" else ("output",)
+        """The ties in force: a subset of ('output', 'src_tgt'), the ones the family has (``ties``)."""
+        return self.embeddings.tied(self.ties)

@@ -28,9 +28,6 @@ class TransformerXLConfig(TransformerConfig):
     memory_length: int = 64
     positional: str = "rotary"
 
-    backends_fit = staticmethod(explicit_masks)
-    backends_refusal = "takes padding and causality only; Transformer-XL's decoding window is an explicit mask"
-
     def check(self) -> None:
         super().check()
         at_least("memory_length", self.memory_length, 0)
@@ -53,6 +50,8 @@ class TransformerXLFamily(ModelFamily):
     # last, so that the memory it carries is context (data.task 'segment_language_model')
     capabilities = Capabilities(encoder=False, decoder=True, incremental_decoding=True, attention_weights=True,
                                 inputs=Inputs.TOKEN_SEGMENTS)
+    backends_fit = staticmethod(explicit_masks)
+    backends_refusal = "takes padding and causality only; Transformer-XL's decoding window is an explicit mask"
 
     @staticmethod
     def build(cfg: TransformerXLConfig, shape: DataShape) -> TransformerXL:

@@ -18,7 +18,7 @@ from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.stack import AttentionStack, StackConfig, fields_free_exact
+from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.nn.heads import ClassificationHead
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.vision import (
@@ -68,51 +68,41 @@ class Patches(TypedConfig):
         at_least("patches.size", self.size, 1)
         one_of("patches.positional", self.positional, PATCH_POSITIONAL)
 
-
-class PatchGrid:
-    """What a config of an image cut into patches checks and derives (its dataclass composes
-    ``patches: Patches`` and a ``stack``; the image's sizes are the data's, DataShape's): ViT's, the
-    captioner's, the dual encoder's and the single stream's."""
-
-    patches: Patches
-    stack: StackConfig
-
-    def check_patches(self) -> None:
-        """A d_model that the patches' positional scheme can split."""
-        if self.patches.positional == "sinusoidal_2d" and self.stack.d_model % 4:
+    def check_width(self, d_model: int) -> None:
+        """A width ``d_model`` (the stack's) that the positional scheme can split."""
+        if self.positional == "sinusoidal_2d" and d_model % 4:
             raise ConfigError(f"patches.positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a "
-                              f"cosine per frequency, for rows and for columns); got {self.stack.d_model}")
+                              f"cosine per frequency, for rows and for columns); got {d_model}")
 
     def check_image(self, shape: DataShape) -> None:
         """Sides of the data's images that the patch size divides."""
         for side in ("image_height", "image_width"):
             size = getattr(shape, side)
-            if size is not None and size % self.patches.size:
-                raise ConfigError(f"{side} ({size}) must be divisible by patches.size ({self.patches.size})")
+            if size is not None and size % self.size:
+                raise ConfigError(f"{side} ({size}) must be divisible by patches.size ({self.size})")
 
-    def grid(self, shape: DataShape) -> tuple[int, int]:
-        """(h, w): patches down and across the data's images."""
-        of = f"arch '{getattr(self, 'arch')}'"
-        return (shape.need("image_height", of) // self.patches.size, shape.need("image_width", of) // self.patches.size)
+    def grid(self, shape: DataShape, of: str = "model.patches") -> tuple[int, int]:
+        """(h, w): patches down and across the data's images; ``of``: who needs them, in the message
+        of a size the data has not given ("arch 'vit'")."""
+        return shape.need("image_height", of) // self.size, shape.need("image_width", of) // self.size
 
-    def patch_labels(self, shape: DataShape) -> list[str]:
+    def labels(self, shape: DataShape) -> list[str]:
         """'(row,col)' of each patch, row-major as nn/vision.py cuts them: the labels of attention plots."""
         h, w = self.grid(shape)
         return [f"({i},{j})" for i in range(h) for j in range(w)]
 
-    def patch_embedding(self, shape: DataShape) -> PatchEmbedding:
-        """The linear map of each patch of the data's images (channels x P x P) to d_model."""
-        return PatchEmbedding(shape.need("channels", f"arch '{getattr(self, 'arch')}'"), self.patches.size,
-                              self.stack.d_model)
+    def embedding(self, shape: DataShape, d_model: int, of: str = "model.patches") -> PatchEmbedding:
+        """The linear map of each patch of the data's images (channels x P x P) to ``d_model``."""
+        return PatchEmbedding(shape.need("channels", of), self.size, d_model)
 
-    def patch_positional(self, shape: DataShape) -> PositionalEncoding:
-        """The ``patches.positional`` scheme over the data's grid."""
-        scheme = PATCH_POSITIONAL[self.patches.positional]
-        return scheme() if scheme is PositionalEncoding else scheme(self.stack.d_model, self.grid(shape))
+    def positions(self, shape: DataShape, d_model: int, of: str = "model.patches") -> PositionalEncoding:
+        """The ``positional`` scheme over the data's grid, of width ``d_model``."""
+        scheme = PATCH_POSITIONAL[self.positional]
+        return scheme() if scheme is PositionalEncoding else scheme(d_model, self.grid(shape, of))
 
 
 @dataclass(frozen=True)
-class ViTConfig(PatchGrid, FamilyConfig, AttentionStack):
+class ViTConfig(FamilyConfig):
     """The ``patches`` (size P, dividing both sides of the data's images, and their positional
     scheme), and the encoder's fields, as the
     Transformer's: pre-norm and GELU by default, as ViT. ``head``: ``pooled``, a tanh layer before the output (ViT's pre-training
@@ -123,17 +113,14 @@ class ViTConfig(PatchGrid, FamilyConfig, AttentionStack):
     pooling: str = "cls"
     head: str = "pooled"
 
-    backends_fit = staticmethod(fields_free_exact)
-    backends_refusal = IMAGE_BACKENDS_REFUSAL
-
     def check(self) -> None:
         one_of("pooling", self.pooling, SUMMARIES)
         one_of("head", self.head, HEADS)
-        self.check_stack()
-        self.check_patches()
+        self.family.check_stack(self.stack)
+        self.patches.check_width(self.stack.d_model)
 
     def check_shape(self, shape: DataShape) -> None:
-        self.check_image(shape)
+        self.patches.check_image(shape)
 
 
 @register_family
@@ -143,13 +130,16 @@ class ViTFamily(ModelFamily):
     # encoder/decoder mean reading and writing token sequences: an image model does neither
     capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
                                 inputs=Inputs.IMAGES)
+    backends_fit = staticmethod(fields_free_exact)
+    backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
     def build(cfg: ViTConfig, shape: DataShape) -> VisionTransformer:
         summary = SUMMARIES[cfg.pooling](cfg.stack.d_model)
         head = HEADS[cfg.head](cfg.stack.d_model, shape.need("n_classes", "arch 'vit'"), cfg.stack.dropout,
                                summary.pooling())
-        model = VisionTransformer(cfg.patch_embedding(shape), cfg.patch_positional(shape), summary,
+        d_model, of = cfg.stack.d_model, "arch 'vit'"
+        model = VisionTransformer(cfg.patches.embedding(shape, d_model, of), cfg.patches.positions(shape, d_model, of), summary,
                                   parts.plain_encoder(cfg, cfg.stack.n_layers), head)
         parts.init_weights(model)
         init_patch_positions(model.positional)

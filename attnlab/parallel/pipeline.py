@@ -47,7 +47,7 @@ def check_pipeline(model_cfg: Any, stages: int, task: Any = None) -> None:
         raise ConfigError(f"train.strategy pp: the model's {staging.layers(model_cfg)} layers are fewer than the "
                           f"pipeline stages ({stages} ranks)")
     if "output" in model_cfg.tied:
-        raise ConfigError(f"train.strategy pp: model.tie_embeddings '{model_cfg.tie_embeddings}' shares the first "
+        raise ConfigError(f"train.strategy pp: model.embeddings.tie '{model_cfg.embeddings.tie}' shares the first "
                           f"stage's embedding with the last stage's output projection; set it to none")
     staging.check(model_cfg)
     if task is not None and task.pipeline_head not in staging.heads:

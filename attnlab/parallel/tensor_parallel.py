@@ -56,8 +56,8 @@ def check_tensor_parallel(model_cfg: Any, size: int, strategy: str = "tp") -> No
     if getattr(model_cfg, "positional", None) in PER_HEAD_POSITIONAL:
         raise ConfigError(f"train.strategy {strategy}: model.positional '{model_cfg.positional}' keeps state shared "
                           f"by or per head inside attention; use sinusoidal, learned, rotary or none")
-    if getattr(model_cfg, "attention_scale", None) == "learned":
-        raise ConfigError(f"train.strategy {strategy}: model.attention_scale 'learned' is one parameter that every "
+    if stack.attention_scale == "learned":
+        raise ConfigError(f"train.strategy {strategy}: model.stack.attention_scale 'learned' is one parameter that every "
                           f"head's scores use; use sqrt_dk or none")
 
 

@@ -22,6 +22,7 @@ from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES, FamilyConfig, ModelFamily, family_named, model_config, stack_of
 from attnlab.models.family import DEFAULT_ARCH
 from attnlab.models.shape import SIZES, DataShape
+from attnlab.models.transformer_config import Output
 from attnlab.parallel.distributed import PIPELINE_SCHEDULES, STRATEGIES
 from attnlab.runs.migration import migrated_model, refuse_moved
 from attnlab.tasks import Task, TaskConfig, task_config
@@ -317,8 +318,9 @@ def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> Non
     if train.lr_schedule == "noam" and stack_of(model) is None:
         raise ConfigError(f"train.lr_schedule 'noam' scales the rate by d_model^-0.5, which arch '{model.arch}' does not "
                           f"have; use 'cosine' or 'constant'")
-    if getattr(model, "output_vocabulary", "all") != "all" and train.label_smoothing > 0:
-        raise ConfigError(f"model.output_vocabulary '{model.output_vocabulary}' gives some tokens logit -inf, and "
+    output = getattr(model, "output", None)  # the output projection of a family that predicts tokens
+    if isinstance(output, Output) and output.never and train.label_smoothing > 0:
+        raise ConfigError(f"model.output.vocabulary '{output.vocabulary}' gives some tokens logit -inf, and "
                           f"label smoothing would give them probability; set train.label_smoothing: 0")
     longest = data.longest_sequence
     if model.max_positions is not None and longest is not None:

@@ -7,12 +7,16 @@ Layouts read:
 - release 0.1 (one flat ModelConfig): every family's fields in every run; a family's builder read
   only its own, so the others are dropped;
 - before the attention stack had its config: d_model, n_heads, ... beside the other fields, moved
-  into ``stack``;
+  into ``stack``; so are the ablation switches (normalisation, residual, ffn, attention_scale: the
+  Transformer families' and PatchTST's own fields before issue 61 made them the stack's);
 - before configs composed their parts (issue 61): the attention backends' options (attention_window,
   sparse_stride, ...) beside the other fields, moved into ``backends`` (nn/backends/: BackendOptions),
   the patches' size and scheme (patch_size, patch_positional; ViT's positional) into ``patches``
-  (models/vit.py: Patches), and a two-sided model's n_encoder_layers / n_decoder_layers into
-  ``depths`` (models/family.py: Depths);
+  (models/vit.py: Patches), a two-sided model's n_encoder_layers / n_decoder_layers into
+  ``depths`` (models/family.py: Depths), and the output projection's output_bias and
+  output_vocabulary into ``output`` (models/transformer_config.py: Output), and a Transformer
+  family's embedding, tie_embeddings and vocab_multiple into ``embeddings`` (TokenEmbeddings: kind,
+  tie, vocab_multiple);
 - before the data's sizes had their own object (issue 61): vocab_size, pad_id, the image's sizes,
   n_classes, ... in the model section, and no shape.json; :func:`written_sizes` reads them as the
   run's DataShape (models/shape.py), and the model section is read without them.
@@ -57,6 +61,10 @@ MOVED_TO_PATCHES = {"patch_size": "size", "patch_positional": "positional"}
 VIT_MOVED_TO_PATCHES = {**MOVED_TO_PATCHES, "positional": "positional"}
 # A flat field of a family with two sides -> where it is now, in the composed ``depths``
 MOVED_TO_DEPTHS = {"n_encoder_layers": "encoder", "n_decoder_layers": "decoder"}
+# A flat field of a Transformer family's token tables -> where it is now, in the composed ``embeddings``
+MOVED_TO_EMBEDDINGS = {"embedding": "kind", "tie_embeddings": "tie", "vocab_multiple": "vocab_multiple"}
+# A flat field of a family that predicts tokens -> where it is now, in the composed ``output``
+MOVED_TO_OUTPUT = {"output_bias": "bias", "output_vocabulary": "vocabulary"}
 
 
 def moved(arch: str, own: list[str]) -> dict[str, str]:
@@ -70,6 +78,10 @@ def moved(arch: str, own: list[str]) -> dict[str, str]:
                   for name, path in (VIT_MOVED_TO_PATCHES if arch == "vit" else MOVED_TO_PATCHES).items()}
     if "depths" in own:
         paths |= {name: f"depths.{path}" for name, path in MOVED_TO_DEPTHS.items()}
+    if "output" in own:
+        paths |= {name: f"output.{path}" for name, path in MOVED_TO_OUTPUT.items()}
+    if "embeddings" in own:
+        paths |= {name: f"embeddings.{path}" for name, path in MOVED_TO_EMBEDDINGS.items()}
     return paths
 
 

@@ -24,9 +24,9 @@ class CaptioningView:
     def answer(self, session: Session, text: str, image: str, beam: int, lenpen: float,
                hypothesis: int) -> dict[str, Any]:
         images, picture = session.image(self.page.image, text, image)
-        searched = session.searched(images.to(session.device), session.cfg.patch_labels(session.shape), beam, lenpen, hypothesis,
+        searched = session.searched(images.to(session.device), session.cfg.patches.labels(session.shape), beam, lenpen, hypothesis,
                                     session.cfg.max_len - 1)
-        return {**searched, "grid": list(session.cfg.grid(session.shape)), "picture": picture}
+        return {**searched, "grid": list(session.cfg.patches.grid(session.shape)), "picture": picture}
 
     def inspect(self, inspection: Inspection) -> dict[str, Any]:
         i = inspection

@@ -36,7 +36,7 @@ class ImageClassificationView(ImageInspection):
         with capture_attention(session.model) as captured:
             logits = session.model.classify(images.to(session.device))
         records = captured.last()
-        patches = session.cfg.patch_labels(session.shape)
+        patches = session.cfg.patches.labels(session.shape)
         T = next(iter(records.values())).probs.shape[-1]
         labels = ["<cls>"] * (T - len(patches)) + patches  # a class token, where the model has one, comes first
         return {"source_tokens": labels, "attention": attention_maps(records, lambda r: (labels, labels)),

@@ -56,7 +56,7 @@ def main() -> None:
             for m in (1, 2, 4, 8, 16) if schedule == "gpipe" else (2, 4, 8, 16):  # 1f1b: m >= N
                 torch.manual_seed(0)
                 model = build_model(model_config(arch="decoder_lm", vocab_size=VOCAB, d_model=WIDTH, n_heads=4,
-                                                 n_layers=4, d_ff=4 * WIDTH, dropout=0.0, tie_embeddings="none"))
+                                                 n_layers=4, d_ff=4 * WIDTH, dropout=0.0, embeddings=dict(tie="none")))
                 pipeline = Pipeline(model, world, LanguageModel, schedule, m, torch.device("cpu"))
                 steps, busy = [], []
                 for repeat in range(REPEATS + 1):  # the first builds the schedule: not timed
