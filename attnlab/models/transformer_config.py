@@ -127,7 +127,7 @@ class TransformerConfig(FamilyConfig):
     embeddings: TokenEmbeddings = TokenEmbeddings()
     backends: BackendOptions = BackendOptions()  # the attention backends' own options (nn/backends/)
 
-    ties = SINGLE_STACK_TIES  # the values embeddings.tie may take in this family
+    ties: ClassVar[tuple[str, ...]] = SINGLE_STACK_TIES  # the values embeddings.tie may take in this family
 
     def check(self) -> None:
         one_of("positional", self.positional, POSITIONAL)
