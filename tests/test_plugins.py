@@ -46,7 +46,7 @@ from attnlab.runs.run_dir import RunDir
 from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
 from attnlab.tasks import TASKS, Batching, EvaluatesFiles, EvaluatesSplits, Predicts, Task, TaskConfig, register_task
-from attnlab.tasks.task import PredictsLabels
+from attnlab.tasks.abilities import PredictsLabels
 from attnlab.views import VIEWS, Explorable, Inspectable, Page, register_view, tasks_with
 from attnlab.views.session import attention_maps
 
@@ -376,7 +376,7 @@ class KeywordConfig(SentimentConfig):
 class Keyword(PredictsLabels, Sentiment):
     """The sentiment texts, classified by an attention model (arch encoder_only) from its first
     position; its runs are explored and inspected through :class:`KeywordView`. Of the optional
-    abilities (tasks/task.py) it has one, :class:`Predicts`: `attnlab predict` reads a text a line
+    abilities (tasks/abilities.py) it has one, :class:`Predicts`: `attnlab predict` reads a text a line
     (its class names and the options it takes, none, from :class:`PredictsLabels`); it scores no
     file of its own format (no :class:`EvaluatesFiles`), so `attnlab evaluate` refuses its runs."""
 

@@ -1,5 +1,6 @@
-"""Tasks as instances (tasks/task.py): a task is made from its data section (``cfg.task``), what
-only some tasks do is an ability found with ``isinstance``, and no task behaviour is a class method.
+"""Tasks as instances (tasks/task.py, tasks/abilities.py): a task is made from its data section
+(``cfg.task``), what only some tasks do is an ability found with ``isinstance``, and no task
+behaviour is a class method.
 The commands' refusals of a run whose task lacks an ability are in tests/test_plugins.py (a task
 from outside the package, with one ability and without another)."""
 

@@ -8,21 +8,9 @@ module that calls ``register_task`` before the config is read."""
 import importlib
 import pkgutil
 
+from attnlab.tasks.abilities import Analysed, EvaluatesFiles, EvaluatesSplits, Pipelined, Predicts, Searched
 from attnlab.tasks.batching import Batching, TaskData
-from attnlab.tasks.task import (
-    TASKS,
-    Analysed,
-    EvaluatesFiles,
-    EvaluatesSplits,
-    Pipelined,
-    Predicts,
-    Searched,
-    Task,
-    TaskConfig,
-    register_task,
-    task_config,
-    task_named,
-)
+from attnlab.tasks.task import TASKS, Task, TaskConfig, register_task, task_config, task_named
 
 # isort: off
 # The built-in tasks register themselves on import, in the order error messages list them.

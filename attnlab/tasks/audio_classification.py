@@ -28,10 +28,11 @@ from attnlab.data.audio import audio_files, read_audio
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.audio import WAVEFORMS
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.image_classification import class_ids, class_names
-from attnlab.tasks.task import Prediction, PredictsLabels, RunState, TaskConfig, register_task
+from attnlab.tasks.task import TaskConfig, register_task
 
 NAME = re.compile(r"^(?P<digit>\d+)_(?P<speaker>[^_]+)_(?P<index>\d+)$")  # FSDD: 7_jackson_32.wav
 LABELS = ("digit", "speaker")

@@ -26,9 +26,10 @@ from attnlab.data.images import COLOURS, Standardise, as_tensor, channels, colou
 from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Tokenizers, batch_seed
 from attnlab.tasks.scene_splits import SceneSplits
-from attnlab.tasks.task import RunState, Task, TaskConfig
+from attnlab.tasks.task import Task, TaskConfig
 
 BUILT_IN = ("scenes",)
 

@@ -24,8 +24,9 @@ from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.models.shape import DataShape
 from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.abilities import Piped, Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, Piped, Prediction, PredictsLabels, RunState, Task, TaskConfig, register_task
+from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
 

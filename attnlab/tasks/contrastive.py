@@ -37,6 +37,7 @@ from attnlab.data.tokenizers import UNK
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.nn.dual_encoder import symmetric_info_nce
+from attnlab.tasks.abilities import Prediction, RunState
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import (
     CaptionData,
@@ -54,7 +55,7 @@ from attnlab.tasks.retrieval import (
     text_ids,
     zero_shot_probabilities,
 )
-from attnlab.tasks.task import Amp, Prediction, RunState, register_task
+from attnlab.tasks.task import Amp, register_task
 
 SCENE_TEMPLATES = ("a small {label}", "a large {label}")  # every one-object scene's caption is one of these
 FILE_TEMPLATES = ("a {label}",)

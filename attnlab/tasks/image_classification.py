@@ -41,9 +41,10 @@ from attnlab.data.images import (
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
-from attnlab.tasks.task import Prediction, PredictsLabels, RunState, TaskConfig, register_task
+from attnlab.tasks.task import TaskConfig, register_task
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import multi_token_loss
+from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.task import Amp, NextTokenTask, Piped, TaskConfig, register_task
+from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
 
 
 @dataclass(frozen=True)

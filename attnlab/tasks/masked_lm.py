@@ -19,8 +19,9 @@ from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, TOKENIZER_KINDS, Tokeni
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, Piped, Task, TaskConfig, register_task
+from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
 

@@ -6,12 +6,11 @@ tokenizers, which model fields the data sets (vocabulary sizes, ...), the traini
 validation metrics, the families it can train and the commands that use its runs. It registers
 with ``@register_task``. A run's task is an instance made from its data section (``cfg.task``);
 what only some tasks can do (evaluate a file, predict, be pipelined, ...) is a protocol of its own
-here, which training and the commands ask with ``isinstance``, never the task's name.
+(tasks/abilities.py), which training and the commands ask with ``isinstance``, never the task's name.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import (
     Any,
     Callable,
@@ -19,13 +18,10 @@ from typing import (
     ContextManager,
     Generic,
     Mapping,
-    NamedTuple,
     Protocol,
-    Self,
     Sequence,
     TypeVar,
     cast,
-    runtime_checkable,
 )
 
 import torch
@@ -35,30 +31,15 @@ from attnlab.config import RegisteredConfig, one_of, register
 from attnlab.data.batching import Batch as TokenBatch
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD
-from attnlab.decode.spec import Search
 from attnlab.errors import ConfigError, UsageError
 from attnlab.eval.likelihood import evaluate, logits_of, teacher_forced_loss
 from attnlab.models import Capabilities, Inputs
-from attnlab.models.family import FamilyConfig
 from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, TaskData, Tokenizers
 
 Amp = Callable[[], ContextManager[Any]]
 D = TypeVar("D")  # a task's prepared data (batching.TaskData)
 B = TypeVar("B")  # one of its batches (batching.Batch)
-DC = TypeVar("DC", contravariant=True)  # the data an ability's method reads
-BC = TypeVar("BC", contravariant=True)  # the batch an ability's method reads
-Prediction = tuple[str | None, list[float] | None]  # an input's name (None: line by line) and class probabilities
-
-
-class Piped(NamedTuple):
-    """A batch as pipeline parallelism feeds it (parallel/pipeline.py): ``inputs``, the first stage's
-    arguments, and ``targets``, those of the loss after the last stage (each cut along its rows into
-    micro-batches), which skips the targets equal to ``ignore_index``."""
-
-    inputs: tuple[torch.Tensor, ...]
-    targets: torch.Tensor
-    ignore_index: int
 
 
 class TaskConfig(RegisteredConfig):
@@ -108,8 +89,8 @@ class Task(Generic[D, B]):
     The methods here are what every task does; ``D`` is its prepared data (a
     :class:`~attnlab.tasks.batching.TaskData`), ``B`` one of its batches (a
     :class:`~attnlab.tasks.batching.Batch`). What only some tasks do is an ability, a protocol
-    of its own found with ``isinstance``: :class:`EvaluatesFiles`, :class:`EvaluatesSplits`,
-    :class:`Searched`, :class:`Predicts`, :class:`Pipelined` and :class:`Analysed`."""
+    of its own (tasks/abilities.py) found with ``isinstance``: ``EvaluatesFiles``,
+    ``EvaluatesSplits``, ``Searched``, ``Predicts``, ``Pipelined`` and ``Analysed``."""
 
     name: ClassVar[str]
     config: ClassVar[type[TaskConfig]]
@@ -175,117 +156,10 @@ class Task(Generic[D, B]):
         raise NotImplementedError
 
     def refuse_split(self, split: str | None) -> None:
-        """For :meth:`EvaluatesFiles.evaluate_file` of a task whose files hold no splits: refuse a ``split``."""
+        """For ``EvaluatesFiles.evaluate_file`` of a task whose files hold no splits: refuse a ``split``."""
         if split is not None:
             raise UsageError(f"--split with --data is for files that hold splits; a file of data.task '{self.name}' "
                              f"holds none: give --data FILE, or --split NAME alone")
-
-
-@runtime_checkable
-class Reports(Protocol):
-    """What `attnlab evaluate` prints of an evaluation's record."""
-
-    def report(self, result: dict[str, Any], source: str) -> list[str]:
-        """The lines for a record of ``source`` (the file, or 'split NAME')."""
-        ...
-
-
-@runtime_checkable
-class EvaluatesFiles(Reports, Protocol):
-    """A task that scores a run on a file in its own format (`attnlab evaluate --data FILE`)."""
-
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
-        """The record of the file ``path``, read with the run's ``tokenizers`` and task ``state``;
-        ``split``: a split of that file (--split), which a task whose files hold none refuses."""
-        ...
-
-
-@runtime_checkable
-class EvaluatesSplits(Reports, Protocol[DC]):
-    """A task that scores a run on a split of the run's own data (`attnlab evaluate --split NAME`)."""
-
-    def evaluate_split(self, model: nn.Module, data: DC, split: str) -> dict[str, Any]:
-        """The record of ``split`` of the prepared ``data``."""
-        ...
-
-
-@runtime_checkable
-class Searched(Protocol):
-    """A task whose evaluations decode (captions): by the search `attnlab evaluate` builds from its
-    options (--beam, --lenpen, ...)."""
-
-    def searching(self, search: Search) -> Self:
-        """The task, its evaluations decoding by ``search``."""
-        ...
-
-
-@runtime_checkable
-class Predicts(Protocol):
-    """A task that reads the inputs of `attnlab predict` its own way (lines of text, image files) and
-    gives each one's class probabilities. ``predict_options``: the `predict` options it takes (a
-    zero-shot classifier's --labels, --prompts)."""
-
-    @property
-    def predict_options(self) -> tuple[str, ...]: ...
-
-    def class_names(self, run: RunState, **options: str) -> list[str]:
-        """The names of the classes :meth:`predict` gives probabilities of, in order."""
-        ...
-
-    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None, batch_size: int,
-                **options: str) -> list[Prediction]:
-        """Each input's name (None: read line by line) and class probabilities."""
-        ...
-
-
-@runtime_checkable
-class Pipelined(Protocol[BC]):
-    """A task trained through pipeline stages (train.strategy pp): ``pipeline_head``, the model's
-    method whose logits its loss reads ('forward', 'classify'), which the last stage ends with."""
-
-    @property
-    def pipeline_head(self) -> str: ...
-
-    def piped(self, batch: BC) -> Piped:
-        """``batch`` as the pipeline's stages read it."""
-        ...
-
-
-@runtime_checkable
-class Analysed(Protocol[BC]):
-    """A task whose runs `inspect` and `prune` read, capturing the attention of a validation pass."""
-
-    def analysis_pass(self, model: nn.Module, batch: BC) -> dict[str, torch.Tensor]:
-        """Run ``model`` on ``batch`` as validation does; the real (non-padding) queries of each
-        stack, (B, T) by 'encoder' / 'decoder'."""
-        ...
-
-
-class RunState(Protocol):
-    """What a task reads of a run directory (runs/run_dir.py: RunDir) to predict."""
-
-    @property
-    def path(self) -> Path: ...
-
-    def read_config(self) -> tuple[FamilyConfig, TaskConfig, Any]: ...  # the model, data and train sections
-
-    def read_shape(self) -> DataShape: ...
-
-    def read_tokenizers(self) -> Tokenizers: ...
-
-    def read_task_state(self) -> dict[str, Any]: ...
-
-
-class PredictsLabels:
-    """For a :class:`Predicts` task whose classes are its run's labels (its task state's, in id
-    order), with no option of its own."""
-
-    predict_options: ClassVar[tuple[str, ...]] = ()
-
-    def class_names(self, run: RunState, **options: str) -> list[str]:
-        labels: list[str] = run.read_task_state()["labels"]
-        return labels
 
 
 class TokenData(Protocol):

@@ -30,8 +30,9 @@ from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, NextTokenTask, Piped, Task, TaskConfig, register_task
+from attnlab.tasks.task import Amp, NextTokenTask, Task, TaskConfig, register_task
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,13 @@ from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, UNK, Tokeniz
 from attnlab.errors import DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import ImageRows, read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.scene_splits import SceneSplits
-from attnlab.tasks.task import RunState, TaskConfig, register_task
+from attnlab.tasks.task import TaskConfig, register_task
 
 BUILT_IN = ("scenes",)
 KINDS = {"how many": "count", "what colour": "colour", "what shape": "shape"}  # a question's first two words
