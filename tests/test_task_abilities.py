@@ -18,6 +18,7 @@ from attnlab.tasks import (
     Analysed,
     ClassificationConfig,
     EvaluatesFiles,
+    EvaluatesFileSplits,
     EvaluatesSplits,
     ForecastingConfig,
     Pipelined,
@@ -29,7 +30,7 @@ from attnlab.tasks.captions import CaptioningConfig
 from attnlab.tasks.node_classification import NodeClassificationConfig
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "attnlab" / "tasks"
-ABILITIES = (EvaluatesFiles, EvaluatesSplits, Searched, Predicts, Pipelined, Analysed)
+ABILITIES = (EvaluatesFiles, EvaluatesFileSplits, EvaluatesSplits, Searched, Predicts, Pipelined, Analysed)
 
 # Each built-in task's abilities: what `evaluate --data` / `--split`, evaluate's search, `predict`,
 # train.strategy pp and `inspect --split` / `prune` find by isinstance.
@@ -43,7 +44,7 @@ EXPECTED = {
     "contrastive": {"EvaluatesFiles", "EvaluatesSplits", "Predicts"},
     "visual_qa": {"EvaluatesFiles", "EvaluatesSplits", "Analysed"},
     "node_classification": {"EvaluatesFiles", "EvaluatesSplits"},
-    "forecasting": {"EvaluatesFiles", "EvaluatesSplits"},
+    "forecasting": {"EvaluatesFiles", "EvaluatesFileSplits", "EvaluatesSplits"},
     "segment_language_model": {"EvaluatesFiles", "EvaluatesSplits", "Analysed"},
     "masked_translation": set(),
     "encoder": set(),
@@ -84,7 +85,9 @@ def test_each_task_has_the_abilities_isinstance_finds():
 
 def test_a_task_whose_files_hold_no_splits_refuses_a_split_itself():
     """One signature for every evaluate_file: a split given to a task whose files hold none is
-    refused in one line before the file is read; forecasting's files hold splits."""
+    refused in one line before the file is read (`evaluate` asks EvaluatesFileSplits first);
+    forecasting's files hold splits, the last scored by default."""
+    assert ForecastingConfig(path="unread.csv").task.file_splits == ("train", "valid", "test")
     with pytest.raises(UsageError) as refused:
         ClassificationConfig().task.evaluate_file(None, {}, {}, "no-such-file.tsv", "test")
     assert str(refused.value) == ("--split with --data is for files that hold splits; a file of data.task "

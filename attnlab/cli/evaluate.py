@@ -108,12 +108,15 @@ def _evaluate_own_format(args: argparse.Namespace, task: EvaluatesFiles) -> None
     from attnlab.runs.checkpoint import load_run
     from attnlab.runs.data import read_run_data
     from attnlab.runs.run_dir import RunDir
-    from attnlab.tasks import EvaluatesSplits, Searched
+    from attnlab.tasks import EvaluatesFileSplits, EvaluatesSplits, Searched
 
-    splits = isinstance(task, EvaluatesSplits)
-    if (args.data is None and (args.split is None or not splits)) or args.src or args.ref:
-        raise UsageError(f"a run of data.task '{task.name}' is evaluated on a file of its own format: give --data FILE "
-                         f"(and --split NAME, a split of that file, where its files hold splits)"
+    splits, file_splits = isinstance(task, EvaluatesSplits), isinstance(task, EvaluatesFileSplits)
+    both = file_splits and args.data is not None
+    if (args.data is None and args.split is None) or (args.data and args.split and not both) or args.src or args.ref \
+            or (args.split and not splits and not both):
+        raise UsageError(f"a run of data.task '{task.name}' is evaluated on a file of its own format: give --data FILE"
+                         + (f" (and --split NAME, a split of that file: {', '.join(task.file_splits)}; default "
+                            f"{task.file_splits[-1]})" if file_splits else "")
                          + (", or --split NAME (a split of the run's own data)" if splits else ""))
     if args.weights is not None:  # their inputs are float32 features, which bf16 weights would not take
         raise UsageError(f"--weights is for decoding (translation); a run of data.task '{task.name}' is evaluated "

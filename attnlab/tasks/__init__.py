@@ -8,7 +8,15 @@ module that calls ``register_task`` before the config is read."""
 import importlib
 import pkgutil
 
-from attnlab.tasks.abilities import Analysed, EvaluatesFiles, EvaluatesSplits, Pipelined, Predicts, Searched
+from attnlab.tasks.abilities import (
+    Analysed,
+    EvaluatesFiles,
+    EvaluatesFileSplits,
+    EvaluatesSplits,
+    Pipelined,
+    Predicts,
+    Searched,
+)
 from attnlab.tasks.batching import Batching, TaskData
 from attnlab.tasks.task import TASKS, Task, TaskConfig, register_task, task_config, task_named
 
@@ -33,7 +41,7 @@ from attnlab.tasks.image_encoder import ImageEncoder, ImageEncoderConfig
 for _module in pkgutil.iter_modules(__path__):  # a task not named above registers itself too
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "Analysed", "EvaluatesFiles", "EvaluatesSplits",
+__all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "Analysed", "EvaluatesFiles", "EvaluatesFileSplits", "EvaluatesSplits",
            "Pipelined", "Predicts", "Searched", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "MaskedTranslation", "MaskedTranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",

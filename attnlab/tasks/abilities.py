@@ -1,6 +1,6 @@
 """What only some tasks can do, each a protocol of its own that the commands and training ask with
 ``isinstance`` (a task never says what it does by a flag, and no flag changes a call's signature):
-evaluating a file of its own format, a split of the run's data, decoding its evaluations by a
+evaluating a file of its own format (one that holds splits), a split of the run's data, decoding its evaluations by a
 search, predicting classes, being trained through pipeline stages, and a validation pass whose
 attention `inspect` captures. What every task has is :class:`attnlab.tasks.task.Task`."""
 
@@ -50,6 +50,17 @@ class EvaluatesFiles(Reports, Protocol):
                       split: str | None) -> dict[str, Any]:
         """The record of the file ``path``, read with the run's ``tokenizers`` and task ``state``;
         ``split``: a split of that file (--split), which a task whose files hold none refuses."""
+        ...
+
+
+@runtime_checkable
+class EvaluatesFileSplits(EvaluatesFiles, Protocol):
+    """An :class:`EvaluatesFiles` whose files hold splits (a forecaster's series: rows for training,
+    validation and test), one of which `evaluate --data FILE --split NAME` scores."""
+
+    @property
+    def file_splits(self) -> tuple[str, ...]:
+        """The splits a file holds, in order; evaluate_file scores the last without a split."""
         ...
 
 

@@ -235,6 +235,7 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
     needs = {"inputs": Inputs.SERIES}
     metrics = {"valid_loss": True, "mae": True}  # valid_loss: the MSE
     commands = ("forecast", "evaluate")
+    file_splits = SPLITS  # a series file holds its train, valid and test rows (EvaluatesFileSplits)
     cfg: ForecastingConfig
 
     def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
@@ -279,7 +280,7 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
     def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
                       split: str | None) -> dict[str, Any]:
         """``split`` (default test) of the series in ``path``, read, split and scaled as the run's own."""
-        split = split or "test"
+        split = split or self.file_splits[-1]
         data = self.evaluate_data(state, path)
         if split not in data.splits:
             raise DataError(data.missing(split))
