@@ -138,7 +138,8 @@ def encode_inputs(tokenizer: Tokenizer, texts_a: list[str], texts_b: list[str | 
 class Classified(typing.Protocol):
     """A classifier's batch: ``labels`` (B,) class ids and the model's ``logits`` (B, n_classes)."""
 
-    labels: Tensor
+    @property
+    def labels(self) -> Tensor: ...
 
     def logits(self, model: nn.Module) -> Tensor: ...
 
@@ -175,7 +176,8 @@ def evaluation_report(model: nn.Module, batches: typing.Iterable[Classified], la
 class LabelledData(typing.Protocol):
     """A classifier's data: ``labels``, the class names in class-id order, and its evaluation batches."""
 
-    labels: list[str]
+    @property
+    def labels(self) -> list[str]: ...
 
     def eval_batches(self, split: str) -> typing.Sequence[Classified]: ...
 
