@@ -98,7 +98,7 @@ class Encoded:
 
 
 @dataclass(kw_only=True)
-class ClassificationData(BucketedData):
+class ClassificationData(BucketedData[Encoded, ClassBatch]):
     """Encoded examples per split, the labels (class id -> label), and how many training inputs
     were cut to max_len."""
 

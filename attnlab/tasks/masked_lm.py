@@ -104,7 +104,7 @@ Line = tuple[list[int], list[bool]]  # ids with <bos>/<eos>, and which of them b
 
 
 @dataclass(kw_only=True)
-class MLMData(BucketedData):
+class MLMData(BucketedData[Line, MLMBatch]):
     """Encoded lines per split; each batch masked from its own seed, so the evaluation batches,
     made once, keep their masks."""
 

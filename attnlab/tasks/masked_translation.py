@@ -18,7 +18,7 @@ from attnlab.models.cmlm import MASKED_TOKENS
 from attnlab.models.family import unwrapped
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.task import Amp, register_task
-from attnlab.tasks.translation import Example, ParallelText, Seq2SeqData, TranslationConfig, decode_split
+from attnlab.tasks.translation import Example, ParallelText, SentencePairs, TranslationConfig, decode_split
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def mask_targets(tgt: Tensor, generator: torch.Generator) -> tuple[Tensor, Tenso
 
 
 @dataclass(kw_only=True)
-class MaskedPairs(Seq2SeqData):
+class MaskedPairs(SentencePairs[MaskedBatch]):
     """Translation's pairs; each batch's masks drawn from its own seed (tasks/task.py batch_seed),
     so a resumed run draws what an uninterrupted one would, and the evaluation batches, made once,
     keep theirs."""

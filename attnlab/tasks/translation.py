@@ -31,6 +31,7 @@ from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
 from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import Piped
+from attnlab.tasks.batching import Batch as TaskBatch
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.task import Amp, NextTokenTask, Task, TaskConfig, register_task
 
@@ -135,15 +136,24 @@ class Example:
     tgt_ids: list[int]
 
 
+PairsBatch = typing.TypeVar("PairsBatch", bound=TaskBatch)
+
+
 @dataclass(kw_only=True)
-class Seq2SeqData(BucketedData):
-    """Sentence pairs per split, and the length filter's report of the training split."""
+class SentencePairs(BucketedData[Example, PairsBatch]):
+    """Sentence pairs per split, and the length filter's report of the training split; how a group
+    of them becomes a batch is the layout's (:class:`Seq2SeqData`, masked_translation's MaskedPairs)."""
 
     splits: dict[str, list[Example]]
     reports: dict[str, FilterReport] = field(default_factory=dict)
 
     def length(self, example: Example) -> int:
         return max(len(example.src_ids), len(example.tgt_ids)) + 1  # + EOS or BOS
+
+
+@dataclass(kw_only=True)
+class Seq2SeqData(SentencePairs[Batch]):
+    """Sentence pairs batched for teacher forcing: source, and the target shifted in and out."""
 
     def collate(self, examples: list[Example], seed: int) -> Batch:
         return collate_pairs([(e.src_ids, e.tgt_ids) for e in examples])
@@ -173,7 +183,7 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
 VALIDATION_SEARCH = Greedy(batch_size=128)  # what validation decodes a split with
 
 
-def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
+def decode_split(model: nn.Module, data: SentencePairs[typing.Any], split: str, limit: int | None = None,
                  search: Search = VALIDATION_SEARCH, progress: bool = False) -> list[tuple[str, str, str]]:
     """Translations by ``search`` (default greedy; a conditional masked language model's by
     mask-predict) of the first ``limit`` examples of a split: (source, reference, output);
@@ -183,8 +193,7 @@ def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | N
     return [(e.src, e.tgt, hyps[0][0]) for e, hyps in zip(examples, outputs)]
 
 
-PairsData = typing.TypeVar("PairsData", bound="Seq2SeqData")
-PairsBatch = typing.TypeVar("PairsBatch")
+PairsData = typing.TypeVar("PairsData", bound=SentencePairs[typing.Any])
 
 
 class ParallelText(Task[PairsData, PairsBatch]):
@@ -194,7 +203,7 @@ class ParallelText(Task[PairsData, PairsBatch]):
     cfg: TranslationConfig
     needs = {"encoder": True, "decoder": True}
     tokenizers = ("src", "tgt")
-    layout: typing.ClassVar[type[Seq2SeqData]] = Seq2SeqData  # how the pairs are batched
+    layout: typing.ClassVar[type[SentencePairs[typing.Any]]] = Seq2SeqData  # how the pairs are batched
     with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
 
     def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
