@@ -95,7 +95,8 @@ def grad(p: torch.nn.Parameter) -> torch.Tensor:
 
 def case(world, task: type, schedule: str, m: int) -> dict | None:
     whole = model(task)
-    pipeline = Pipeline(whole, world, task, schedule, m, torch.device("cpu"))
+    made = task.config().task  # the task, made from its data section's defaults
+    pipeline = Pipeline(whole, world, made, schedule, m, torch.device("cpu"))
     sums = pipeline.accumulate_gradients(pipeline.stage, batches(task), CFG)
     grads = {}
     for (name, p), (_, owner) in zip(whole.named_parameters(), pipeline.owners):
@@ -110,11 +111,11 @@ def case(world, task: type, schedule: str, m: int) -> dict | None:
     if not world.is_main:
         return None
     reference = model(task)
-    one = accumulate_gradients(reference, micro(batches(task), m), CFG, objective=task.loss)
+    one = accumulate_gradients(reference, micro(batches(task), m), CFG, objective=made.loss)
     one_grads = {n: grad(p) for n, p in reference.named_parameters()}
     optimizer, scheduler = sgd(reference.parameters())
     optimizer.zero_grad(set_to_none=True)
-    one_step = train_step(reference, micro(batches(task), m), optimizer, scheduler, CFG, objective=task.loss)
+    one_step = train_step(reference, micro(batches(task), m), optimizer, scheduler, CFG, objective=made.loss)
     return {"pp": {"loss": sums["loss_sum"], "grads": grads, "grad_norm": step["grad_norm"],
                    "weights": {n: p.detach().clone() for n, p in whole.named_parameters()}},
             "one": {"loss": one["loss_sum"], "grads": one_grads, "grad_norm": one_step["grad_norm"],

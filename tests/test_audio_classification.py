@@ -104,12 +104,12 @@ def test_the_validation_split_is_the_indices_5_to_9_and_the_label_a_field(tmp_pa
     from attnlab.tasks.batching import Batching
 
     cfg = task_config({"task": "audio_classification", "recordings": str(tmp_path / "rec"), "clip_seconds": 0.3})
-    data = cfg.task.prepare(cfg, Batching(max_tokens=0, batch_size=8, seed=0))
+    data = cfg.task.prepare(Batching(max_tokens=0, batch_size=8, seed=0))
     assert [len(data.splits[s][2]) for s in ("train", "valid")] == [28, 20]  # 2 x 2 x 5 held out
     assert data.labels == ["0", "1"] and data.splits["train"][0].shape == (28, 2400)
     assert data.cut == sum(sf.info(r.path).frames > 2400 for r in found)
     cfg = task_config({"task": "audio_classification", "recordings": str(tmp_path / "rec"), "label": "speaker"})
-    assert cfg.task.prepare(cfg, Batching(max_tokens=0, batch_size=8, seed=0)).labels == ["ann", "bob"]
+    assert cfg.task.prepare(Batching(max_tokens=0, batch_size=8, seed=0)).labels == ["ann", "bob"]
 
 
 RECIPE = """\
@@ -207,7 +207,7 @@ def test_bad_inputs_are_one_line_each_naming_the_file(tmp_path):
 
         cfg = task_config({"task": "audio_classification", "recordings": str(rec), "valid_first": 30,
                            "valid_last": 40})
-        cfg.task.prepare(cfg, Batching(max_tokens=0, batch_size=8, seed=0))
+        cfg.task.prepare(Batching(max_tokens=0, batch_size=8, seed=0))
 
 
 def test_info_plans_an_audio_config_without_reading_its_data(tmp_path):

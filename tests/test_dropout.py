@@ -104,7 +104,7 @@ def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, var
     from attnlab.data.batching import Batch
     from attnlab.eval.likelihood import teacher_forced_loss
     from attnlab.precision import autocast
-    from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
+    from attnlab.tasks.masked_lm import MaskedLMConfig, MLMBatch
     from attnlab.train.step import compiled
 
     from helpers import random_ids, tiny_model
@@ -114,7 +114,7 @@ def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, var
     src[1, 20:] = 0
     own = lambda ids: ids.clone()  # a collated batch's tensors are its own, not views of a larger one
     if arch == "encoder_only":
-        objective = MaskedLM.loss
+        objective = MaskedLMConfig().task.loss
         batch = lambda B, T: MLMBatch(inputs=own(tgt[:B, :T]), targets=own(tgt[:B, 1:T + 1]))
     else:
         objective = teacher_forced_loss

@@ -197,8 +197,8 @@ def test_a_bad_config_fails_early_naming_the_field():
          "labels names 0 classes; zero-shot classification needs at least two (comma-separated)"),
         (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle, red circle"}),
          "labels names 'red circle' twice"),
-        (lambda: Contrastive.prepare(task_config({"task": "contrastive", "dataset": "scenes", "n_train": 10}),
-                                     Batching(4096, 1, 0)),
+        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "n_train": 10}).task.prepare(
+            Batching(4096, 1, 0)),
          "train.batch_size (1) must be at least 2 for data.task 'contrastive': an image's negatives are the batch's "
          "other captions"),
     ]
@@ -316,7 +316,7 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
 def test_the_dual_encoder_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "dual_encoder.yaml")
-    assert cfg.data.task is Contrastive and cfg.data.held_combinations == ("red triangle",)
+    assert type(cfg.data.task) is Contrastive and cfg.data.held_combinations == ("red triangle",)
     assert len(cfg.data.class_names) == 12 and cfg.data.templates == ["a small {label}", "a large {label}"]
     shape = cfg.planned_shape(vocab_size=17)
     assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == ("dual_encoder", 32, 3, (8, 8))

@@ -20,7 +20,6 @@ from attnlab.runs.checkpoint import load_run
 from attnlab.runs.data import read_run_data
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.batching import Batching
-from attnlab.tasks.forecasting import Forecasting
 
 from helpers import run_cli
 
@@ -50,7 +49,7 @@ def config(path: Path, **fields) -> object:
 
 
 def prepare(cfg, state=None):
-    return Forecasting.prepare(cfg, Batching(0, 16, 0), state=state)
+    return cfg.task.prepare(Batching(0, 16, 0), state=state)
 
 
 # -- reading -----------------------------------------------------------------------------------------
@@ -143,9 +142,9 @@ def test_a_file_that_stops_before_the_test_rows_has_no_test_split(tmp_path):
     cfg = config(write_series(tmp_path / "dev.csv", series_rows(140)))
     data = prepare(cfg)
     assert list(data.splits) == ["train", "valid"]
-    assert "test: not in the file" in Forecasting.describe(data)
+    assert "test: not in the file" in cfg.task.describe(data)
     with pytest.raises(DataError, match=r"dev.csv has 140 rows; split 'test' is rows 140-179"):
-        Forecasting.evaluate_file(None, cfg, {}, Forecasting.saved_state(data), str(tmp_path / "dev.csv"), "test")
+        cfg.task.evaluate_file(None, {}, cfg.task.saved_state(data), str(tmp_path / "dev.csv"), "test")
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -276,8 +275,9 @@ def test_dlinear_learns_the_cycles_better_than_repeating_the_last_value(tmp_path
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["steps"] == 40 and summary["best_valid_loss"] < 0.5 * last_value_mse(values, 100, 140)[0]
     model, _, _ = load_run(tmp_path / "run")
-    data = read_run_data(RunDir(tmp_path / "run"), "valid")
-    scores = Forecasting.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0)
+    run = RunDir(tmp_path / "run")
+    data = read_run_data(run, "valid")
+    scores = run.read_config()[1].task.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0)
     assert scores["valid_loss"] == pytest.approx(summary["best_valid_loss"])
 
 

@@ -22,7 +22,6 @@ from attnlab.runs.data import read_run_data
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.node_classification import (
     UNLABELLED,
-    NodeClassification,
     NodeClassificationConfig,
     split_nodes,
 )
@@ -265,25 +264,25 @@ def small_task(tmp_path, **fields) -> NodeClassificationConfig:
 
 
 def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_path):
-    task = small_task(tmp_path)
-    data = NodeClassification.prepare(task, None)
-    assert NodeClassification.describe(data) == (
+    cfg = small_task(tmp_path)
+    data = cfg.task.prepare(None)
+    assert cfg.task.describe(data) == (
         f"graph {tmp_path}/nodes.csv: 21 nodes, 19 edges, 1 features; labelled nodes: train 12, valid 4, test 4; "
         f"labels a, b")
     (batch,) = data.epoch_batches(0)
     assert batch.features.shape == (21, 1) and batch.adjacency.shape == (21, 21) and batch.n_targets == 12
     assert batch.eigenvectors.shape == (21, 20) and batch.classes[20] == UNLABELLED
     torch.manual_seed(0)
-    shape = NodeClassification.data_shape(task, data)
+    shape = cfg.task.data_shape(data)
     assert shape == DataShape(n_features=1, n_classes=2)
     model = build_model(model_config(arch="graph"), shape).eval()
-    loss, nll = NodeClassification.loss(model, batch, 0.0, contextlib.nullcontext)
+    loss, nll = cfg.task.loss(model, batch, 0.0, contextlib.nullcontext)
     with torch.no_grad():
         logits = model(batch.features, batch.adjacency, batch.eigenvectors)  # (21, 2)
     by_hand = -sum(logits[i].log_softmax(-1)[batch.classes[i]] for i in data.splits["train"])
     assert loss.item() == pytest.approx(by_hand.item(), rel=1e-5)
     assert nll.item() == pytest.approx(by_hand.item(), rel=1e-5)
-    scores = NodeClassification.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0, split="test")
+    scores = cfg.task.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0, split="test")
     predicted = logits[data.splits["test"]].argmax(-1)
     assert scores["accuracy"] == (predicted == batch.classes[data.splits["test"]]).float().mean().item()
 
@@ -302,7 +301,7 @@ def test_the_data_section_refuses_early(tmp_path, fields, message):
 
 def test_too_few_labelled_nodes_for_a_split_are_refused(tmp_path):
     with pytest.raises(DataError, match=r"nodes.csv: 20 labelled nodes leave no valid nodes at valid_fraction 0.01"):
-        NodeClassification.prepare(small_task(tmp_path, valid_fraction=0.01), None)
+        small_task(tmp_path, valid_fraction=0.01).task.prepare(None)
 
 
 def test_a_graph_family_and_a_token_task_refuse_each_other(tmp_path):
@@ -348,7 +347,8 @@ def test_karate_trains_in_seconds_and_classifies_held_out_members(tmp_path):
     assert result["examples"] == 14 and result["labels"] == ["Mr. Hi", "Officer"]
     assert result["accuracy"] >= 12 / 14 and result["macro_f1"] >= 0.85
     model, _, _ = load_run(tmp_path / "run")
-    same = NodeClassification.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0, split="test")
+    task = RunDir(tmp_path / "run").read_config()[1].task
+    same = task.validate(model, data, torch.device("cpu"), contextlib.nullcontext, 0, split="test")
     assert same["accuracy"] == result["accuracy"]  # the command scores what the split's metrics score
     done = run_cli("evaluate", str(tmp_path / "run"), "--split", "test", "--json")
     assert done.returncode == 0, done.stderr

@@ -129,7 +129,7 @@ def briefly_trained_cmlm() -> nn.Module:
         tgt = torch.randint(5, 23, (16, 5), generator=g)
         inputs, targets = mask_targets(tgt, g)
         batch = MaskedBatch(F.pad(tgt, (0, 1), value=EOS), inputs, targets, torch.full((16,), 5))
-        loss, _ = MaskedTranslation.loss(model, batch, 0.0, contextlib.nullcontext)
+        loss, _ = MaskedTranslationConfig().task.loss(model, batch, 0.0, contextlib.nullcontext)
         optimizer.zero_grad()
         (loss / batch.n_targets).backward()
         optimizer.step()
@@ -195,7 +195,7 @@ def test_training_masks_draw_n_uniformly_from_one_to_n_and_follow_the_seed():
 
 def test_the_task_batches_copy_pairs_with_masks_from_the_batch_seed():
     cfg = MaskedTranslationConfig(format="builtin", generator="copy", n_train=60, n_valid=10, n_test=10)
-    data = MaskedTranslation.prepare(cfg, Batching(max_tokens=120, batch_size=8, seed=3))
+    data = cfg.task.prepare(Batching(max_tokens=120, batch_size=8, seed=3))
     assert data.tokenizers["tgt"].has_mask and data.tokenizers["src"].has_mask
     first, again, other = data.epoch_batches(0), data.epoch_batches(0), data.epoch_batches(1)
     assert all(torch.equal(a.inputs, b.inputs) for a, b in zip(first, again))
@@ -212,7 +212,7 @@ def test_the_loss_is_the_masked_tokens_cross_entropy_plus_the_weighted_length_lo
     inputs, targets = mask_targets(tgt, torch.Generator().manual_seed(0))
     batch = MaskedBatch(src, inputs, targets, torch.tensor([4, 2]))
     torch.manual_seed(1)  # dropout 0 in tiny models: the two forwards agree
-    loss, nll = MaskedTranslation.loss(model, batch, 0.1, contextlib.nullcontext)
+    loss, nll = MaskedTranslationConfig().task.loss(model, batch, 0.1, contextlib.nullcontext)
     logits, length_logits = model(src, inputs)
     masked = targets != PAD
     tokens = F.cross_entropy(logits[masked], targets[masked], label_smoothing=0.1, reduction="sum")

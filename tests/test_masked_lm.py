@@ -11,7 +11,7 @@ import torch
 
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, UNK, Tokenizer
 from attnlab.tasks import Batching
-from attnlab.tasks.masked_lm import N_SPECIALS, MaskedLM, MaskedLMConfig, mask_tokens
+from attnlab.tasks.masked_lm import N_SPECIALS, MaskedLMConfig, mask_tokens
 
 from helpers import run_cli
 
@@ -81,8 +81,8 @@ def test_a_masked_lm_tokenizer_has_mask_at_id_4_and_text_never_encodes_to_it():
 def test_training_batches_are_masked_the_same_for_the_same_epoch(tmp_path):
     (tmp_path / "t.txt").write_text("".join(f"line {i} of some text\n" for i in range(40)))
     cfg = MaskedLMConfig(train=str(tmp_path / "t.txt"), n_valid=5, whole_word=True)
-    data = MaskedLM.prepare(cfg, Batching(max_tokens=64, batch_size=8, seed=5))
-    again = MaskedLM.prepare(cfg, Batching(max_tokens=64, batch_size=8, seed=5))
+    data = cfg.task.prepare(Batching(max_tokens=64, batch_size=8, seed=5))
+    again = cfg.task.prepare(Batching(max_tokens=64, batch_size=8, seed=5))
     for a, b in zip(data.epoch_batches(3), again.epoch_batches(3)):
         assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
     assert any(not torch.equal(a.targets, b.targets) for a, b in zip(data.epoch_batches(0), data.epoch_batches(1)))
@@ -147,6 +147,6 @@ def test_without_a_valid_file_the_last_training_lines_are_held_out(tmp_path):
     assert hold_out_valid({"train": [1, 2], "valid": [3]}, 5, "t.txt", "lines") == {"train": [1, 2], "valid": [3]}
     (tmp_path / "t.txt").write_text("one two\nthree four\n")
     with pytest.raises(DataError) as err:
-        MaskedLM.prepare(MaskedLMConfig(train=str(tmp_path / "t.txt"), n_valid=2), Batching(64, 8, 0))
+        MaskedLMConfig(train=str(tmp_path / "t.txt"), n_valid=2).task.prepare(Batching(64, 8, 0))
     assert str(err.value) == (f"{tmp_path / 't.txt'}: 2 lines are too few to hold out n_valid (2) for validation; "
                               f"give a 'valid' file")

@@ -16,6 +16,7 @@ import math
 import random
 import re
 import shlex
+import shutil
 import sys
 import types
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.heads import head_entropy
 from attnlab.analysis.inspect import module_entry
 from attnlab.config import at_least
-from attnlab.data.corpora import read_tsv
+from attnlab.data.corpora import read_input_lines, read_tsv
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.models import INPUT_KINDS, Capabilities, FamilyConfig, ModelFamily, StackConfig
 from attnlab.models import transformer as parts
@@ -44,7 +45,8 @@ from attnlab.runs.config import TrainConfig
 from attnlab.runs.run_dir import RunDir
 from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
-from attnlab.tasks import TASKS, Batching, Task, TaskConfig, register_task
+from attnlab.tasks import TASKS, Batching, EvaluatesFiles, EvaluatesSplits, Predicts, Task, TaskConfig, register_task
+from attnlab.tasks.abilities import PredictsLabels
 from attnlab.views import VIEWS, Explorable, Inspectable, Page, register_view, tasks_with
 from attnlab.views.session import attention_maps
 
@@ -165,16 +167,20 @@ class LabelledData:
         return out
 
 
-class Sentiment(Task):
+class Sentiment(Task[LabelledData, LabelledBatch]):
+    """A task made from its data section (``Sentiment(cfg)``, or ``cfg.task``): what it does reads
+    ``self.cfg``; what the registry reads (name, needs, ...) is declared on the class."""
+
     name = "test_sentiment"
     config = SentimentConfig
     needs = {"encoder": True, "decoder": False}
     metrics = {"valid_loss": True, "accuracy": False}
     commands = ()
     tokenizers = ("src",)
+    cfg: SentimentConfig
 
-    @classmethod
-    def prepare(cls, cfg, batching, tokenizers=None, state=None):
+    def prepare(self, batching, tokenizers=None, state=None):
+        cfg = self.cfg
         pairs = read_tsv(cfg.train)
         labels = sorted({label for _, label in pairs})
         if tokenizers is None:
@@ -185,38 +191,33 @@ class Sentiment(Task):
         data.labels = labels
         return data
 
-    @classmethod
-    def data_shape(cls, cfg, data=None):
-        return DataShape(vocab_size=cls.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
+    def data_shape(self, data=None):
+        return DataShape(vocab_size=self.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
                          pad_id=PAD)
 
-    @classmethod
-    def logits(cls, model, ids):
+    def logits(self, model, ids):
         """(B, T) ids -> (B, n_classes) logits."""
         return model(ids)
 
-    @classmethod
-    def loss(cls, model, batch, label_smoothing, amp):
+    def loss(self, model, batch, label_smoothing, amp):
         with amp():
-            logits = cls.logits(model, batch.ids).float()
+            logits = self.logits(model, batch.ids).float()
         return (F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=label_smoothing),
                 F.cross_entropy(logits, batch.labels, reduction="sum"))
 
-    @classmethod
     @torch.no_grad()
-    def validate(cls, model, data, device, amp, n_decoded):
+    def validate(self, model, data, device, amp, n_decoded):
         model.eval()
         nll = right = 0.0
         for batch in data.eval_batches("valid"):
             batch = batch.to(device)
-            logits = cls.logits(model, batch.ids)
+            logits = self.logits(model, batch.ids)
             nll += F.cross_entropy(logits, batch.labels, reduction="sum").item()
             right += (logits.argmax(-1) == batch.labels).sum().item()
         n = len(data.splits["valid"])
         return {"valid_loss": nll / n, "accuracy": right / n}
 
-    @classmethod
-    def describe(cls, data):
+    def describe(self, data):
         return f"labelled texts: train {len(data.splits['train'])}, valid {len(data.splits['valid'])}; " \
                f"labels {', '.join(data.labels)}"
 
@@ -229,8 +230,10 @@ def plugins_registered():
     register_family(BagFamily)
     register_task(Sentiment)
     register_task(Keyword)
+    register_task(Mute)
     yield
     del FAMILIES[BigramFamily.name], FAMILIES[BagFamily.name], TASKS[Sentiment.name], TASKS[Keyword.name]
+    del TASKS[Mute.name]
     del VIEWS[Keyword]
 
 
@@ -370,21 +373,45 @@ class KeywordConfig(SentimentConfig):
     """The sentiment task's fields (a config class belongs to one task)."""
 
 
-class Keyword(Sentiment):
+class Keyword(PredictsLabels, Sentiment):
     """The sentiment texts, classified by an attention model (arch encoder_only) from its first
-    position; its runs are explored and inspected through :class:`KeywordView`."""
+    position; its runs are explored and inspected through :class:`KeywordView`. Of the optional
+    abilities (tasks/abilities.py) it has one, :class:`Predicts`: `attnlab predict` reads a text a line
+    (its class names and the options it takes, none, from :class:`PredictsLabels`); it scores no
+    file of its own format (no :class:`EvaluatesFiles`), so `attnlab evaluate` refuses its runs."""
 
     name = "test_keyword"
     config = KeywordConfig
-    commands = ("inspect",)
+    commands = ("inspect", "predict", "evaluate")
 
-    @classmethod
-    def saved_state(cls, data):
-        return {"labels": data.labels}  # the names of the page's classes
+    def saved_state(self, data):
+        return {"labels": data.labels}  # the names of the page's classes, and of predict's
 
-    @classmethod
-    def logits(cls, model, ids):
+    def logits(self, model, ids):
         return model.classify(ids)
+
+    @torch.no_grad()
+    def predict(self, model, run, inputs, input_file, batch_size, **options):
+        """Each line of ``input_file`` (or stdin): its class probabilities."""
+        tokenizer = run.read_tokenizers()["src"]
+        lines = read_input_lines(input_file, "classify")
+        model.eval()
+        return [(None, self.logits(model, torch.tensor([tokenizer.encode(line)]))[0].softmax(-1).tolist())
+                for line in lines]
+
+
+@dataclass(frozen=True)
+class MuteConfig(SentimentConfig):
+    """The sentiment task's fields again (a config class belongs to one task)."""
+
+
+class Mute(Sentiment):
+    """A task whose commands name `predict` and `evaluate` but that has neither ability: the
+    commands refuse its runs in one line, by asking the abilities."""
+
+    name = "test_mute"
+    config = MuteConfig
+    commands = ("predict", "evaluate")
 
 
 @register_view(Keyword)
@@ -483,6 +510,46 @@ def test_a_task_from_outside_the_package_brings_its_own_inspect_view(keyword_run
                                                  "reads --src alone\n"
 
 
+def test_a_task_from_outside_the_package_predicts_by_its_ability_and_evaluate_refuses_what_it_lacks(keyword_run):
+    """The keyword task is a Predicts (found by isinstance), so `attnlab predict` gives each line's
+    best class and its probability, as the model's own softmax; it is no EvaluatesFiles, so
+    `attnlab evaluate --data` refuses its run in one line naming the task."""
+    task = RunDir(keyword_run).read_config()[1].task
+    assert isinstance(task, Predicts) and not isinstance(task, (EvaluatesFiles, EvaluatesSplits))
+    assert task.class_names(RunDir(keyword_run)) == ["neg", "pos"] and task.predict_options == ()
+    done = run_cli("predict", str(keyword_run), stdin="the plot was good\nthe plot was bad\n")
+    assert done.returncode == 0, done.stderr
+    model, tokenizers, _ = load_run(keyword_run)
+    expected = []
+    for text in ("the plot was good", "the plot was bad"):
+        p = model.classify(torch.tensor([tokenizers["src"].encode(text)]))[0].softmax(-1)
+        expected.append(f"{['neg', 'pos'][int(p.argmax())]}\t{p.max().item():.4f}")
+    assert done.stdout.splitlines() == expected
+    refused = run_cli("evaluate", str(keyword_run), "--data", "labelled.tsv")
+    assert refused.returncode == 2 and refused.stderr == (
+        "error: --data is for tasks that score a file in their own format; data.task 'test_keyword' reads none: "
+        "give --src and --ref, or --split\n")
+
+
+def test_a_task_whose_commands_outrun_its_abilities_is_refused_in_one_line(keyword_run, tmp_path):
+    """The mute task's commands name predict, but it is no Predicts: `attnlab predict` asks the
+    ability and refuses its run in one line (exit 2) before loading the model."""
+    run = tmp_path / "run"
+    shutil.copytree(keyword_run, run)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("task: test_keyword", "task: test_mute"))
+    task = RunDir(run).read_config()[1].task
+    assert type(task) is Mute and not any(isinstance(task, a) for a in (Predicts, EvaluatesFiles, EvaluatesSplits))
+    refused = run_cli("predict", str(run), stdin="good\n")
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: {run} is a run of data.task 'test_mute', which lists `predict` among its commands but predicts no "
+        f"classes (it has no predict, class_names and predict_options)\n")
+    refused = run_cli("evaluate", str(run), "--data", "labelled.tsv")
+    assert refused.returncode == 2 and refused.stderr == (
+        "error: --data is for tasks that score a file in their own format; data.task 'test_mute' reads none: "
+        "give --src and --ref, or --split\n")
+
+
 def test_every_task_that_inspect_serves_has_an_inspect_view_and_serve_finds_its_page():
     """`inspect` serves the tasks whose ``commands`` name it; each has an Inspectable view, and the
     built-in explorable tasks are those serve explored before the views."""
@@ -500,7 +567,7 @@ def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer(tmp
         needs = {"encoder": True}
 
     with pytest.raises(TypeError, match=r"task 'test_forgetful' declares no tokenizer, so its data sets no "
-                                        r"vocabulary: define its data_shape\(cfg, data=None\)"):
+                                        r"vocabulary: define its data_shape\(self, data=None\)"):
         register_task(Forgetful)
     assert "test_forgetful" not in TASKS
 
@@ -603,7 +670,7 @@ def is_shown(expected: str, printed: str) -> bool:
 
 def trend_data(trend):
     """The walk-through's series, prepared as `attnlab train` prepares them with its trend.yaml."""
-    return trend.Trend.prepare(trend.TrendConfig(), Batching(max_tokens=0, batch_size=20, seed=TrainConfig().seed))
+    return trend.TrendConfig().task.prepare(Batching(max_tokens=0, batch_size=20, seed=TrainConfig().seed))
 
 
 def first_loss_by_hand(model_cfg, shape, data) -> float:
@@ -630,7 +697,7 @@ def test_the_walkthrough_adds_a_task_without_a_vocabulary(tmp_path):
         data = trend_data(new.trend)
         losses = [r["loss"] for r in train_records(run, "train")]
         shape = DataShape(input_length=4, n_channels=1, n_classes=2)
-        assert new.trend.Trend.data_shape(new.trend.TrendConfig()) == shape  # the same before the data and after
+        assert new.trend.TrendConfig().task.data_shape() == shape  # the same before the data and after
         by_hand = first_loss_by_hand(model_config(arch="series_linear"), shape, data)
         assert len(losses) == 20 and losses[0] == pytest.approx(by_hand, rel=1e-6)
         summary = json.loads((run / "summary.json").read_text())

@@ -22,7 +22,7 @@ from attnlab.models import build_model, model_config
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.memory import MemoryKV, SegmentMemory
-from attnlab.tasks.segment_language_model import SegmentLanguageModel
+from attnlab.tasks.segment_language_model import SegmentLanguageModelConfig
 
 from helpers import assert_cached_matches_uncached, random_ids, run_cli, sized, tiny_model
 
@@ -185,7 +185,7 @@ def test_the_task_carries_the_memory_from_one_batch_to_the_next():
     model = xl(segment_length=4, memory_length=4)
     stream = random_ids(1, 41)[0]
     batches = lm_segments(stream, 4, rows=2)  # rows stream[0:20] and stream[20:40]
-    loss = SegmentLanguageModel.loss
+    loss = SegmentLanguageModelConfig().task.loss
     with torch.no_grad():
         in_order = sum(loss(model, b, 0.0, contextlib.nullcontext)[1] for b in batches)
         rows, targets = stream[:40].view(2, 20), stream[1:41].view(2, 20)
@@ -213,7 +213,7 @@ def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leave
     segment alone. The loss and every gradient are the same: no gradient reaches the context."""
     model = xl(segment_length=4, memory_length=4)
     batch = lm_context_windows(random_ids(1, 60)[0], 4, 3, torch.Generator().manual_seed(1), context_segments)
-    loss, nll = SegmentLanguageModel.loss(model, batch, 0.0, contextlib.nullcontext)
+    loss, nll = SegmentLanguageModelConfig().task.loss(model, batch, 0.0, contextlib.nullcontext)
     loss.backward()
     got = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -223,8 +223,9 @@ def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leave
     assert_close(nll, ref_nll, atol=1e-5, rtol=1e-6)
     for g, p in zip(got, model.parameters()):
         assert_close(g, p.grad, atol=1e-6, rtol=1e-5)
-    empty = SegmentLanguageModel.loss(model, ContextSegmentBatch(None, batch.tgt_in, batch.tgt_out,
-                                                                 batch.context[:, :0]), 0.0, contextlib.nullcontext)
+    empty = SegmentLanguageModelConfig().task.loss(model, ContextSegmentBatch(None, batch.tgt_in, batch.tgt_out,
+                                                                              batch.context[:, :0]),
+                                                   0.0, contextlib.nullcontext)
     alone = label_smoothed_nll(model(batch.tgt_in), batch.tgt_out, 0.0, PAD)
     assert_close(empty[1], alone[1], atol=1e-5, rtol=1e-6)  # no context: an empty memory
 

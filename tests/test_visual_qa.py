@@ -120,7 +120,7 @@ def test_the_text_only_baseline_never_reads_the_pixels():
 
 def test_each_question_is_asked_of_its_own_scene():
     cfg = task_config({"task": "visual_qa", "n_train": 300, "n_valid": 5, "n_test": 5})
-    data = VisualQA.prepare(cfg, Batching(4096, 8, 0))
+    data = cfg.task.prepare(Batching(4096, 8, 0))
     drawn = generate("compositional", 5, seed=0)
     pairs = [(i, q, a) for i, scene in enumerate(drawn) for q, a in scene.questions]
     part = data.splits["compositional"]
@@ -291,7 +291,7 @@ def test_inspect_draws_the_cross_modal_blocks(qa_run, tmp_path):
 def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
     from attnlab.runs.config import RunConfig
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / recipe)
-    assert cfg.data.task is VisualQA and cfg.data.held_combinations == ("red triangle",)
+    assert type(cfg.data.task) is VisualQA and cfg.data.held_combinations == ("red triangle",)
     shape = cfg.planned_shape(vocab_size=22)
     assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.patches.grid(shape)) == ("single_stream", image_tokens, (8, 8))
     assert shape.vocab_size == 22

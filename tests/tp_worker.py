@@ -18,7 +18,7 @@ from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.parallel.distributed import World, exit_worker, joined_world, whole
 from attnlab.parallel.tensor_parallel import tensor_parallel
 from attnlab.runs.config import TrainConfig
-from attnlab.tasks.masked_lm import MaskedLM, MLMBatch
+from attnlab.tasks.masked_lm import MaskedLMConfig, MLMBatch
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
 
@@ -41,7 +41,7 @@ def batches(arch: str) -> tuple[list, object]:
     if arch == "decoder_lm":
         return [type(x)(None, x.tgt_in, x.tgt_out) for x in out], teacher_forced_loss
     if arch == "encoder_only":
-        return [MLMBatch(x.src, torch.where(x.src % 3 == 0, x.src, PAD)) for x in out], MaskedLM.loss
+        return [MLMBatch(x.src, torch.where(x.src % 3 == 0, x.src, PAD)) for x in out], MaskedLMConfig().task.loss
     return out, teacher_forced_loss
 
 

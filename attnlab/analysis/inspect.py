@@ -47,6 +47,7 @@ from attnlab.files import atomic_write_text
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.data import read_run_data
 from attnlab.runs.run_dir import RunDir
+from attnlab.tasks import Analysed
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.classification import encode_inputs
 from attnlab.tasks.image_classification import read_inputs
@@ -91,6 +92,9 @@ def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: st
     model, _, _ = load_run(run_dir, checkpoint, device)
     run = RunDir(run_dir)
     task = run.read_config()[1].task
+    if not isinstance(task, Analysed):
+        raise UsageError(f"{run_dir} is a run of data.task '{task.name}', which has no validation pass whose attention "
+                         f"`inspect --split` reads")
     data = read_run_data(run, split)
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, float] = {}

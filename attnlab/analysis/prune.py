@@ -36,12 +36,12 @@ from attnlab.tasks import Task
 from attnlab.tasks.translation import Seq2SeqData
 
 
-def mean_loss(task: type[Task]) -> Callable[[nn.Module, Any], torch.Tensor]:
+def mean_loss(task: Task[Any, Any]) -> Callable[[nn.Module, Any], torch.Tensor]:
     """The task's loss per target of a batch, without label smoothing: what importance differentiates."""
     return lambda model, batch: task.loss(model, batch, 0.0, contextlib.nullcontext)[1] / batch.n_targets
 
 
-def _metrics(model: nn.Module, task: type[Task], data, split: str, limit: int | None,
+def _metrics(model: nn.Module, task: Task[Any, Any], data, split: str, limit: int | None,
              progress: bool) -> dict[str, float]:
     result = task.validate(model, data, next(model.parameters()).device, contextlib.nullcontext, 0, split)
     if isinstance(data, Seq2SeqData):

@@ -45,7 +45,7 @@ from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
 from attnlab.models.shape import DataShape
 from attnlab.runs.config import GRAPHS, TrainConfig
-from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig, MLMBatch, mask_tokens
+from attnlab.tasks.masked_lm import MaskedLMConfig, MLMBatch, mask_tokens
 from attnlab.torch_private import inductor_counters
 from attnlab.train.step import Objective, compiled
 
@@ -148,7 +148,7 @@ class BertBase(Shape):
     def reference_loss(self, model: nn.Module, batch: MLMBatch) -> Tensor:
         return cross_entropy(model(input_ids=batch.inputs).logits, batch.targets)
 
-    objective = staticmethod(MaskedLM.loss)
+    objective = staticmethod(MaskedLMConfig(train="-").task.loss)
 
 
 CALLS_PER_SAMPLE = {"cuda": 10}  # steps in a row in each timed sample, by device type (elsewhere 1)

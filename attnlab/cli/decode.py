@@ -17,6 +17,8 @@ from attnlab.cli.common import (
     add_weights_option,
     check_kv_cache,
     check_new_file,
+    check_task_serves,
+    device_of,
     load_run_for,
     search_of,
     write_output,
@@ -134,18 +136,22 @@ def cmd_predict(args: argparse.Namespace) -> None:
     """The run's task reads the inputs (lines of text, image files) and gives each one's class
     probabilities; one line per input: [its name TAB] the best label TAB its probability."""
     from attnlab.runs.run_dir import RunDir
-    from attnlab.tasks import TASKS
+    from attnlab.tasks import TASKS, Predicts
 
     if not 1 <= args.batch_size <= MAX_BATCH:
         raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH} (got {args.batch_size})")
     check_new_file(args.output, args.force, "--output")
+    device_of(args)  # refused before any reading
+    task = check_task_serves(args)
+    if not isinstance(task, Predicts):
+        raise UsageError(f"{args.run_dir} is a run of data.task '{task.name}', which lists `predict` among its "
+                         f"commands but predicts no classes (it has no predict, class_names and predict_options)")
     model, _, _ = load_run_for(args, {})
     run = RunDir(args.run_dir)
-    task = run.read_config()[1].task
     options = {name: getattr(args, name) for name in ("labels", "prompts") if getattr(args, name) is not None}
     for name in options:
         if name not in task.predict_options:
-            takers = [t.name for t in TASKS.values() if name in t.predict_options]
+            takers = [t.name for t in TASKS.values() if name in getattr(t, "predict_options", ())]
             raise UsageError(f"--{name} is for runs of data.task {' or '.join(map(repr, takers))}; {args.run_dir} is a "
                              f"run of data.task '{task.name}'")
     labels = task.class_names(run, **options)

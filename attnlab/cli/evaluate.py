@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnlab.cli.common import (
     TRANSLATES,
@@ -25,16 +26,20 @@ from attnlab.cli.common import (
 )
 from attnlab.errors import UsageError
 
+if TYPE_CHECKING:
+    from attnlab.tasks import EvaluatesFiles
+
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from attnlab.data.corpora import read_lines
     from attnlab.eval.evaluate import evaluate
+    from attnlab.tasks import EvaluatesFiles
 
     device_of(args)  # refused before any reading
     task = check_task_serves(args)
     if args.test_set is not None:
         _use_test_set(args)
-    if task.evaluate_file is not None:
+    if isinstance(task, EvaluatesFiles):
         if args.oracle_length:
             raise UsageError(f"--oracle-length is for translation runs (--src/--ref or --split); data.task "
                              f"'{task.name}' decodes no output sequence to measure")
@@ -43,7 +48,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     search = search_of(args)
     if args.data is not None:
         raise UsageError(f"--data is for tasks that score a file in their own format; data.task '{task.name}' "
-                         f"takes --src and --ref, or --split")
+                         f"reads none: give --src and --ref, or --split")
     model, tokenizers, _ = load_run_for(args, TRANSLATES)
     if search.incremental:
         check_kv_cache(args, model)
@@ -96,37 +101,37 @@ def _use_test_set(args: argparse.Namespace) -> None:
     args.src, args.ref = str(by_lang[src]), str(by_lang[tgt])
 
 
-def _evaluate_own_format(args: argparse.Namespace, task) -> None:
-    """`evaluate --data FILE` or `--split NAME` (both, where the task's files hold splits) for a
-    task that reads its own format (classifiers, forecasting): the task's report, and with --plot
-    its figure."""
+def _evaluate_own_format(args: argparse.Namespace, task: EvaluatesFiles) -> None:
+    """`evaluate --data FILE` (with --split, a split of that file, where the task's files hold
+    splits) or `--split NAME` for a task that reads its own format (classifiers, forecasting): the
+    task's report, and with --plot its figure."""
     from attnlab.runs.checkpoint import load_run
     from attnlab.runs.data import read_run_data
     from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks import EvaluatesFileSplits, EvaluatesSplits, Searched
 
-    splits = task.evaluate_split is not None
-    both = task.file_splits and args.data is not None
+    splits, file_splits = isinstance(task, EvaluatesSplits), isinstance(task, EvaluatesFileSplits)
+    both = file_splits and args.data is not None
     if (args.data is None and args.split is None) or (args.data and args.split and not both) or args.src or args.ref \
-            or (args.split and not splits):
+            or (args.split and not splits and not both):
         raise UsageError(f"a run of data.task '{task.name}' is evaluated on a file of its own format: give --data FILE"
-                         + (" (and --split NAME, a split of that file; default test)" if task.file_splits else "")
+                         + (f" (and --split NAME, a split of that file: {', '.join(task.file_splits)}; default "
+                            f"{task.file_splits[-1]})" if file_splits else "")
                          + (", or --split NAME (a split of the run's own data)" if splits else ""))
     if args.weights is not None:  # their inputs are float32 features, which bf16 weights would not take
         raise UsageError(f"--weights is for decoding (translation); a run of data.task '{task.name}' is evaluated "
                          f"with the weights it holds")
     check_new_file(args.plot, args.force, "--plot")
-    search = {"search": search_of(args)} if task.searched else {}  # decoded as `translate` and `caption` decode
+    if isinstance(task, Searched):  # decoded as `translate` and `caption` decode
+        task = task.searching(search_of(args))
     run = RunDir(args.run_dir)
     model, tokenizers, _ = load_run(args.run_dir, args.checkpoint, device_of(args))
-    if task.searched:
+    if isinstance(task, Searched):
         check_kv_cache(args, model)
-    if args.data is None:
-        result = task.evaluate_split(model, read_run_data(run, args.split), args.split, **search)
-    elif task.file_splits:
-        result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data,
-                                    args.split, **search)
+    if args.data is None and isinstance(task, EvaluatesSplits):
+        result = task.evaluate_split(model, read_run_data(run, args.split), args.split)
     else:
-        result = task.evaluate_file(model, run.read_config()[1], tokenizers, run.read_task_state(), args.data, **search)
+        result = task.evaluate_file(model, tokenizers, run.read_task_state(), args.data, args.split)
     if args.plot:
         _plot_record(result, Path(args.plot))
         print(f"plot: {args.plot}", file=sys.stderr)
@@ -188,13 +193,13 @@ def cmd_forecast(args: argparse.Namespace) -> None:
     (date, then the columns); its MSE and MAE on stderr where the file has the truth."""
     from attnlab.cli.forecast import forecast_from, origin_row
     from attnlab.runs.run_dir import RunDir
-    from attnlab.tasks.forecasting import Forecasting
 
     check_new_file(args.output, args.force, "--output")
     check_new_file(args.plot, args.force, "--plot")
     model, _, _ = load_run_for(args, {})
     run = RunDir(args.run_dir)
-    data = Forecasting.evaluate_data(run.read_config()[1], run.read_task_state(), args.data)
+    task = run.read_config()[1].task  # forecasting's: the one task whose commands name `forecast`
+    data = task.evaluate_data(run.read_task_state(), args.data)
     channels = plotted_channels(args.channels, data.series.columns)
     forecast = forecast_from(model, data, origin_row(args.origin, data.series))
     lines = [",".join(["date", *forecast.columns])]

@@ -33,10 +33,11 @@ from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.parallel.distributed import World
+from attnlab.tasks import Pipelined, Task
 from attnlab.tasks.batching import BucketedData
 
 
-def check_pipeline(model_cfg: Any, stages: int, task: Any = None) -> None:
+def check_pipeline(model_cfg: Any, stages: int, task: Task[Any, Any] | None = None) -> None:
     """Refuse in one line a model (or a task) that cannot be cut into ``stages`` pipeline stages here."""
     staging = model_cfg.family.staging
     if staging is None:
@@ -50,7 +51,7 @@ def check_pipeline(model_cfg: Any, stages: int, task: Any = None) -> None:
         raise ConfigError(f"train.strategy pp: model.embeddings.tie '{model_cfg.embeddings.tie}' shares the first "
                           f"stage's embedding with the last stage's output projection; set it to none")
     staging.check(model_cfg)
-    if task is not None and task.pipeline_head not in staging.heads:
+    if task is not None and not (isinstance(task, Pipelined) and task.pipeline_head in staging.heads):
         raise ConfigError(f"train.strategy pp: data.task {task.name} is not trained through pipeline stages of "
                           f"model.arch {model_cfg.arch}")
 
@@ -74,7 +75,7 @@ class Pipeline:
     """This rank's stage of ``model`` and the schedules that run micro-batches through all stages
     (one per batch shape: a stage's buffers are sized by the first micro-batch it sees)."""
 
-    def __init__(self, model: nn.Module, world: World, task: Any, schedule: str, micro_batches: int,
+    def __init__(self, model: nn.Module, world: World, task: Pipelined, schedule: str, micro_batches: int,
                  device: torch.device) -> None:
         if schedule == "1f1b" and micro_batches < world.size:  # PyTorch's Schedule1F1B refuses it
             raise ConfigError(f"train.pipeline_schedule 1f1b needs train.micro_batches ({micro_batches}) of at least "

@@ -227,7 +227,7 @@ class RunConfig:
                 model = _over_initialising_model(model, str(train_section["init_from"]))
             _check_fits(family_named(model.get("arch", DEFAULT_ARCH)), data.task)
             model_cfg = model_config(model)
-            model_cfg.check_shape(data.task.data_shape(data))  # the sizes the config alone tells
+            model_cfg.check_shape(data.task.data_shape())  # the sizes the config alone tells
             train = TrainConfig.from_dict(sections.get("train") or {})
             _check_run(model_cfg, data, train)
             return cls(model_cfg, data, train)
@@ -255,7 +255,7 @@ class RunConfig:
     def planned_shape(self, vocab_size: int | None = None) -> DataShape:
         """The sizes the data will give, as the config alone tells them; ``vocab_size``: the
         vocabulary its tokenizers are not fitted to yet (the data section's, in a plan)."""
-        shape = self.data.task.data_shape(self.data)
+        shape = self.data.task.data_shape()
         return shape.with_vocabulary(vocab_size) if vocab_size is not None and self.data.task.tokenizers else shape
 
 
@@ -298,7 +298,7 @@ def _over_initialising_model(model: dict[str, Any], init_from: str) -> dict[str,
     return overlaid(base, model)
 
 
-def _check_fits(family: type[ModelFamily], task: type[Task]) -> None:
+def _check_fits(family: type[ModelFamily], task: Task[Any, Any]) -> None:
     """The family has the capabilities the task needs."""
     if not task.fits(family.capabilities):
         fits = [repr(name) for name, f in FAMILIES.items() if task.fits(f.capabilities)]

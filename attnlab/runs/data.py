@@ -5,6 +5,7 @@ those of the run it starts from (train.init_from); and the sizes the data gives 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.shape import DataShape
@@ -19,11 +20,11 @@ def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None)
     under ``train.init_from``, with the initialising run's tokenizers (its weights index their ids)."""
     batching = Batching(train.max_tokens, train.batch_size, train.seed, train.padding_multiple, train.sampling)
     if run is not None:
-        data = data_cfg.task.prepare(data_cfg, batching, run.read_tokenizers(), run.read_task_state())
+        data = data_cfg.task.prepare(batching, run.read_tokenizers(), run.read_task_state())
     elif train.init_from is not None:
-        data = data_cfg.task.prepare(data_cfg, batching, _initialising_tokenizers(train.init_from, data_cfg.task))
+        data = data_cfg.task.prepare(batching, _initialising_tokenizers(train.init_from, data_cfg.task))
     else:
-        data = data_cfg.task.prepare(data_cfg, batching)
+        data = data_cfg.task.prepare(batching)
     if train.sampling != "epochs" and not isinstance(data, BucketedData):
         raise ConfigError(f"train.sampling '{train.sampling}' draws examples of a task that batches them by length "
                           f"(translation, classification, masked_lm); data.task '{data_cfg.task.name}' batches its own "
@@ -31,7 +32,7 @@ def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None)
     return data
 
 
-def _initialising_tokenizers(init_from: str, task: type[Task]) -> Tokenizers:
+def _initialising_tokenizers(init_from: str, task: Task[Any, Any]) -> Tokenizers:
     source = RunDir(init_source(init_from)[0])
     tokenizers = source.read_tokenizers()
     missing = [role for role in task.tokenizers if tokenizers.get(role) is None]
@@ -43,7 +44,7 @@ def _initialising_tokenizers(init_from: str, task: type[Task]) -> Tokenizers:
 
 def shape_of(cfg: RunConfig, data: TaskData) -> DataShape:
     """The sizes the prepared ``data`` gives the model (vocabulary sizes, ...)."""
-    return cfg.data.task.data_shape(cfg.data, data)
+    return cfg.data.task.data_shape(data)
 
 
 def prepared_shape(cfg: RunConfig) -> DataShape:

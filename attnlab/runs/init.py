@@ -68,12 +68,12 @@ def copy_tensors(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor
     return shared
 
 
-def untrained_by(task: type[Task], names: list[str]) -> list[str]:
+def untrained_by(task: Task[Any, Any], names: list[str]) -> list[str]:
     """The names of tensors in modules ``task``'s loss never reaches."""
     return [name for name in names if any(name.startswith(prefix) for prefix in task.untrained)]
 
 
-def untrained_of(run: RunDir, model: nn.Module, task: type[Task] | None = None) -> set[str]:
+def untrained_of(run: RunDir, model: nn.Module, task: Task[Any, Any] | None = None) -> set[str]:
     """The names of ``run``'s ``model``'s tensors that hold no trained values: as init.json lists
     them, or, for a run started from scratch, those its ``task`` (by default the one its config.yaml
     names: a run being started passes its own, which ranks other than 0 have not read from disk)
@@ -89,7 +89,7 @@ def trained_tensors(run: RunDir, model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: t for name, t in named_tensors(model).items() if name not in untrained}
 
 
-def initialise_from(model: nn.Module, init_from: str, task: type[Task]) -> InitReport:
+def initialise_from(model: nn.Module, init_from: str, task: Task[Any, Any]) -> InitReport:
     """Copy into ``model`` the trained tensors of the run (or checkpoint) ``init_from`` that it has."""
     run_path, checkpoint = init_source(init_from)
     run = RunDir(run_path)

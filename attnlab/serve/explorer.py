@@ -30,7 +30,7 @@ from attnlab.runs.checkpoint import load_run
 from attnlab.runs.run_dir import RunDir
 from attnlab.serve.runinfo import pruning_report
 from attnlab.tasks import TASKS
-from attnlab.views import Explorable, tasks_with, view_of
+from attnlab.views import VIEWS, Explorable, tasks_with, view_of
 from attnlab.views.limits import LIMITS, Refused
 from attnlab.views.session import Session
 
@@ -88,7 +88,7 @@ class Explorer:
         fields = COMMON | self.view.page.fields
         if "question" in request and "question" not in fields:
             asking = [name for name, task in TASKS.items()
-                      if isinstance(view := view_of(task), Explorable) and "question" in view.page.fields]
+                      if isinstance(view := VIEWS.get(task), Explorable) and "question" in view.page.fields]
             raise Refused(f"{self.name} is a {self.task} run, which answers no question; ask a "
                           f"{' or '.join(asking)} run")
         unknown = sorted(set(request) - set(fields))

@@ -8,6 +8,15 @@ module that calls ``register_task`` before the config is read."""
 import importlib
 import pkgutil
 
+from attnlab.tasks.abilities import (
+    Analysed,
+    EvaluatesFiles,
+    EvaluatesFileSplits,
+    EvaluatesSplits,
+    Pipelined,
+    Predicts,
+    Searched,
+)
 from attnlab.tasks.batching import Batching, TaskData
 from attnlab.tasks.task import TASKS, Task, TaskConfig, register_task, task_config, task_named
 
@@ -25,16 +34,17 @@ from attnlab.tasks.node_classification import NodeClassification, NodeClassifica
 from attnlab.tasks.forecasting import Forecasting, ForecastingConfig
 from attnlab.tasks.segment_language_model import SegmentLanguageModel, SegmentLanguageModelConfig
 from attnlab.tasks.masked_translation import MaskedTranslation, MaskedTranslationConfig
-from attnlab.tasks.encoder import Encoder, EncoderConfig
+from attnlab.tasks.encoder import EncoderConfig, TextEncoder
 from attnlab.tasks.image_encoder import ImageEncoder, ImageEncoderConfig
 # isort: on
 
 for _module in pkgutil.iter_modules(__path__):  # a task not named above registers itself too
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "register_task", "task_config", "task_named",
+__all__ = ["TASKS", "Batching", "Task", "TaskConfig", "TaskData", "Analysed", "EvaluatesFiles", "EvaluatesFileSplits", "EvaluatesSplits",
+           "Pipelined", "Predicts", "Searched", "register_task", "task_config", "task_named",
            "Translation", "TranslationConfig", "MaskedTranslation", "MaskedTranslationConfig", "LanguageModel", "LanguageModelConfig", "Classification",
            "ClassificationConfig", "MaskedLM", "MaskedLMConfig", "ImageClassification",
            "ImageClassificationConfig", "Captioning", "CaptioningConfig", "Contrastive", "ContrastiveConfig", "VisualQA", "VisualQAConfig", "NodeClassification", "NodeClassificationConfig",
            "Forecasting", "ForecastingConfig", "SegmentLanguageModel", "SegmentLanguageModelConfig",
-           "Encoder", "EncoderConfig", "ImageEncoder", "ImageEncoderConfig"]
+           "TextEncoder", "EncoderConfig", "ImageEncoder", "ImageEncoderConfig"]

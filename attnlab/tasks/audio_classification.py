@@ -28,10 +28,11 @@ from attnlab.data.audio import audio_files, read_audio
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.audio import WAVEFORMS
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.image_classification import class_ids, class_names
-from attnlab.tasks.task import Prediction, TaskConfig, register_task
+from attnlab.tasks.task import TaskConfig, register_task
 
 NAME = re.compile(r"^(?P<digit>\d+)_(?P<speaker>[^_]+)_(?P<index>\d+)$")  # FSDD: 7_jackson_32.wav
 LABELS = ("digit", "speaker")
@@ -185,17 +186,18 @@ def tensors(recordings: list[Recording], cfg: AudioClassificationConfig, classes
 
 
 @register_task
-class AudioClassification(ClassifierTask):
+class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch]):
     """A label for each recording (data.task: audio_classification), scored by loss, accuracy and macro-F1."""
 
     name = "audio_classification"
     config = AudioClassificationConfig
     needs = {"inputs": WAVEFORMS}
     commands = ("predict", "evaluate")
+    cfg: AudioClassificationConfig
 
-    @classmethod
-    def prepare(cls, cfg: AudioClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> AudioData:
+        cfg = self.cfg
         cfg.check_trainable()
         found = recordings_in(cfg.recordings)
         held = [r for r in found if cfg.valid_first <= r.index <= cfg.valid_last]
@@ -214,35 +216,32 @@ class AudioClassification(ClassifierTask):
         return AudioData(splits={"train": train, "valid": valid}, labels=classes, batch_size=batching.batch_size,
                          seed=batching.seed, cut=cut + cut_valid)
 
-    @classmethod
-    def saved_state(cls, data: AudioData) -> dict[str, Any]:
+    def saved_state(self, data: AudioData) -> dict[str, Any]:
         """The class names in id order."""
         return {"labels": data.labels}
 
-    @classmethod
-    def data_shape(cls, cfg: AudioClassificationConfig, data: AudioData | None = None) -> DataShape:
+    def data_shape(self, data: AudioData | None = None) -> DataShape:
         """The rate and clip length are the config's; the classes the data's (two before it is read)."""
-        return DataShape(sample_rate=cfg.sample_rate, samples=cfg.samples,
+        return DataShape(sample_rate=self.cfg.sample_rate, samples=self.cfg.samples,
                          n_classes=len(data.labels) if data is not None else 2)
 
-    @classmethod
-    def evaluate_file(cls, model: nn.Module, cfg: AudioClassificationConfig, tokenizers: Tokenizers,
-                      state: dict[str, Any], path: str) -> dict[str, Any]:
+    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
+                      split: str | None) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on a folder of recordings named as the
         training ones, read as they were."""
+        self.refuse_split(split)
         note = Notes()
-        split, _ = tensors(recordings_in(path), cfg, state["labels"], path, note)
+        split, _ = tensors(recordings_in(path), self.cfg, state["labels"], path, note)
         note.close()
         return evaluation_report(model, batches_of(*split, 64), state["labels"])
 
-    @classmethod
     @torch.no_grad()
-    def predict(cls, model: nn.Module, run: Any, inputs: list[str], input_file: str | None,
-                batch_size: int) -> list[Prediction]:
+    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None,
+                batch_size: int, **options: str) -> list[Prediction]:
         """Each audio file named, read as in training (a longer one cut, with a note)."""
         if input_file is not None or not inputs:
             raise UsageError("give the recordings to classify as arguments: attnlab predict RUN a.wav [more.wav ...]")
-        _, cfg, _ = run.read_config()
+        cfg = self.cfg
         clips = read_clips([Path(p) for p in inputs], cfg.sample_rate, cfg.samples,
                            lambda line: print(f"note: {line}", file=sys.stderr))
         for path, cut in zip(inputs, clips.cut):
@@ -256,8 +255,7 @@ class AudioClassification(ClassifierTask):
                                    for w, n in zip(waveforms.split(batch_size), lengths.split(batch_size))])
         return list(zip(inputs, probabilities.tolist()))
 
-    @classmethod
-    def describe(cls, data: AudioData) -> str:
+    def describe(self, data: AudioData) -> str:
         sizes = ", ".join(f"{name} {len(labels):,}" for name, (_, _, labels) in data.splits.items())
         samples = data.splits["train"][0].shape[1]
         return (f"recordings: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; clips of {samples:,} "

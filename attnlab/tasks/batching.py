@@ -6,7 +6,7 @@ batch and data protocols every task speaks are here too."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -49,21 +49,25 @@ def batch_seed(seed: int, epoch: int, k: int) -> int:
 SAMPLINGS = ("epochs", "with_replacement")  # how training draws its examples (train.sampling)
 
 
-class SampledBatches(Sequence[Batch]):
+E = TypeVar("E")  # one example of a task's data
+BatchT = TypeVar("BatchT", bound=Batch)  # one of its batches
+
+
+class SampledBatches(Sequence[BatchT]):
     """A virtual epoch of ceil(N / batch_size) batches of ``batch_size`` training examples drawn
     with replacement: batch k of epoch e depends only on (seed, e, k), so the sampler's whole state
     is the (epoch, batch) position that every checkpoint keeps, and a resumed run draws exactly what
     an uninterrupted one would. ``make`` turns a list of examples and a seed into a batch."""
 
-    def __init__(self, examples: list[Any], batch_size: int, seed: int, epoch: int,
-                 make: Callable[[list[Any], int], Batch]) -> None:
+    def __init__(self, examples: list[E], batch_size: int, seed: int, epoch: int,
+                 make: Callable[[list[E], int], BatchT]) -> None:
         self.examples, self.batch_size, self.seed, self.epoch, self.make = examples, batch_size, seed, epoch, make
         self.n = -(-len(examples) // batch_size)
 
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, k: int) -> Batch:  # type: ignore[override]
+    def __getitem__(self, k: int) -> BatchT:  # type: ignore[override]
         if not 0 <= k < self.n:
             raise IndexError(k)
         seed = batch_seed(self.seed, self.epoch, k)
@@ -71,7 +75,7 @@ class SampledBatches(Sequence[Batch]):
 
 
 @dataclass(kw_only=True)
-class BucketedData:
+class BucketedData(Generic[E, BatchT]):
     """Examples of varied lengths, batched under a token budget (batching.token_budget_batches,
     fairseq's --max-tokens), each training example once an epoch; or, with ``sampling``
     'with_replacement', training batches of ``batch_size`` examples drawn with replacement
@@ -80,37 +84,37 @@ class BucketedData:
     A task's data says how long an example is and how a group of them becomes a batch."""
 
     tokenizers: Tokenizers
-    splits: dict[str, list[Any]]
+    splits: dict[str, list[E]]
     seed: int = 0
     max_tokens: int = 4096
     pad_multiple: int = 1  # every (B, T) tensor of a batch padded to T a multiple of this
     sampling: str = "epochs"
     batch_size: int = 32  # examples a batch, where sampling is 'with_replacement'
-    _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
+    _eval: dict[str, list[BatchT]] = field(default_factory=dict, repr=False)
 
-    def length(self, example: Any) -> int:
+    def length(self, example: E) -> int:
         """Its padded length in the batch: what the token budget counts."""
         raise NotImplementedError
 
-    def collate(self, examples: list[Any], seed: int) -> Batch:
+    def collate(self, examples: list[E], seed: int) -> BatchT:
         """One batch; ``seed`` (:func:`batch_seed`) for any random draw it makes."""
         raise NotImplementedError
 
-    def epoch_batches(self, epoch: int) -> Sequence[Batch]:
+    def epoch_batches(self, epoch: int) -> Sequence[BatchT]:
         if self.sampling == "with_replacement":
             return SampledBatches(self.splits["train"], self.batch_size, self.seed, epoch, self._padded)
         return self._batches(self.splits["train"], self.seed, epoch)
 
-    def eval_batches(self, split: str) -> list[Batch]:
+    def eval_batches(self, split: str) -> list[BatchT]:
         if split not in self._eval:
             self._eval[split] = self._batches(self.splits[split], seed=0, epoch=0)
         return self._eval[split]
 
-    def _batches(self, examples: list[Any], seed: int, epoch: int) -> list[Batch]:
+    def _batches(self, examples: list[E], seed: int, epoch: int) -> list[BatchT]:
         groups = token_budget_batches([self.length(e) for e in examples], self.max_tokens, seed, epoch)
         return [self._padded([examples[i] for i in group], batch_seed(seed, epoch, k)) for k, group in enumerate(groups)]
 
-    def _padded(self, examples: list[Any], seed: int) -> Batch:
+    def _padded(self, examples: list[E], seed: int) -> BatchT:
         return padded_to_multiple(self.collate(examples, seed), self.pad_multiple)
 
 

@@ -9,7 +9,7 @@ decodes by greedy or beam search with the KV cache.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import Tensor, nn
@@ -19,15 +19,14 @@ from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.spec import Greedy, Search
 from attnlab.eval.likelihood import evaluate as teacher_forced
 from attnlab.eval.metrics import corpus_bleu, exact_match
-from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import (
     CaptionBatch,
     CaptionData,
+    CaptionedImages,
     CaptioningConfig,
     caption_batch,
     captioned_splits,
-    planned_shape,
     read_captioned,
 )
 from attnlab.tasks.task import Amp, NextTokenTask, register_task
@@ -60,7 +59,7 @@ def caption_record(model: nn.Module, tokenizer: Tokenizer, images: Tensor, refer
 
 
 @register_task
-class Captioning(NextTokenTask):
+class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[CaptionData, CaptionBatch]):
     """A caption generated for each image (data.task: captioning), scored by loss, perplexity and exact
     match."""
 
@@ -69,34 +68,20 @@ class Captioning(NextTokenTask):
     needs = {"inputs": "images", "encoder": True, "decoder": True}
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("caption", "evaluate", "inspect")
-    searched = True
-    tokenizers = ("tgt",)
+    search: Search = Greedy()  # what its evaluations decode by (`evaluate` gives its own: searching)
 
-    @classmethod
-    def prepare(cls, cfg: CaptioningConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def searching(self, search: Search) -> Self:
+        task = type(self)(self.cfg)
+        task.search = search
+        return task
+
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> CaptionData:
-        splits, tokenizers, standardise = captioned_splits(cfg, tokenizers, state)
+        splits, tokenizers, standardise = captioned_splits(self.cfg, tokenizers, state)
         return CaptionData(splits=splits, tokenizers=tokenizers, standardise=standardise,
-                           batch_size=batching.batch_size, max_caption_len=cfg.max_caption_len, seed=batching.seed)
+                           batch_size=batching.batch_size, max_caption_len=self.cfg.max_caption_len, seed=batching.seed)
 
-    @classmethod
-    def saved_state(cls, data: CaptionData) -> dict[str, Any]:
-        """The images' (H, W, C) and the training split's pixel statistics."""
-        channels_, height, width = data.image_shape
-        return {"shape": [height, width, channels_], "mean": data.standardise.mean, "std": data.standardise.std}
-
-    @classmethod
-    def data_shape(cls, cfg: CaptioningConfig, data: CaptionData | None = None) -> DataShape:
-        """Before the data is read, the image size it will give (planned_shape)."""
-        if data is None:
-            height, width, channels_ = planned_shape(cfg)
-        else:
-            channels_, height, width = data.image_shape
-        return DataShape(image_height=height, image_width=width, channels=channels_,
-                         vocab_size=cls.vocabulary(data, "tgt"), pad_id=PAD)
-
-    @classmethod
-    def validate(cls, model: nn.Module, data: CaptionData, device: torch.device, amp: Amp, n_decoded: int,
+    def validate(self, model: nn.Module, data: CaptionData, device: torch.device, amp: Amp, n_decoded: int,
                  split: str = "valid") -> dict[str, float]:
         """Loss and perplexity, and the exact match of ``n_decoded`` greedy captions."""
         result = super().validate(model, data, device, amp, n_decoded, split)
@@ -108,39 +93,32 @@ class Captioning(NextTokenTask):
             result["exact_match"] = exact_match(hypotheses, part.captions[:n_decoded])
         return result
 
-    @classmethod
-    def analysis_pass(cls, model: nn.Module, batch: CaptionBatch) -> dict[str, Tensor]:
+    def analysis_pass(self, model: nn.Module, batch: CaptionBatch) -> dict[str, Tensor]:
         memory, valid = model.encode(batch.src)
         model.decode(batch.tgt_in, memory, valid)
         return {"encoder": valid, "decoder": batch.tgt_in != PAD}
 
-    @classmethod
-    def evaluate_split(cls, model: nn.Module, data: CaptionData, split: str, search: Search) -> dict[str, Any]:
-        """Captions of a split of the run's data by ``search``, at most the run's
+    def evaluate_split(self, model: nn.Module, data: CaptionData, split: str) -> dict[str, Any]:
+        """Captions of a split of the run's data by the task's search, at most the run's
         max_caption_len tokens each, scored."""
         part = data.splits[split]
         return caption_record(model, data.tokenizers["tgt"], data.standardise(part.images), part.captions,
-                              replace(search, max_len=data.max_caption_len))
+                              replace(self.search, max_len=data.max_caption_len))
 
-    @classmethod
-    def evaluate_file(cls, model: nn.Module, cfg: CaptioningConfig, tokenizers: Tokenizers, state: dict[str, Any],
-                      path: str, search: Search) -> dict[str, Any]:
-        """Captions of a captions file's images, read as the run's training images were, by ``search``, scored."""
+    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
+                      split: str | None) -> dict[str, Any]:
+        """Captions of a captions file's images, read as the run's training images were, by the task's search,
+        scored."""
+        self.refuse_split(split)
         shape = tuple(state["shape"])
-        pixels, captions = read_captioned(path, colour_of(shape), cfg.resize or shape[:2])
+        pixels, captions = read_captioned(path, colour_of(shape), self.cfg.resize or shape[:2])
         images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
-        return caption_record(model, tokenizers["tgt"], images, captions, replace(search, max_len=cfg.max_caption_len))
+        search = replace(self.search, max_len=self.cfg.max_caption_len)
+        return caption_record(model, tokenizers["tgt"], images, captions, search)
 
-    @classmethod
-    def report(cls, result: dict[str, Any], source: str) -> list[str]:
+    def report(self, result: dict[str, Any], source: str) -> list[str]:
         search = "greedy" if result["beam"] == 1 else f"beam {result['beam']}, lenpen {result['lenpen']}"
         lines = [f"exact match  {result['exact_match']:.2%}   BLEU  {result['bleu']:.2f}   perplexity of the references  "
                  f"{result['ppl']:.3f}   ({result['images']} images, {source}, {search})",
                  f"BLEU signature  {result['bleu_signature']}"]
         return lines + [f"  {e['caption']}   (reference: {e['reference']})" for e in result["examples"]]
-
-    @classmethod
-    def describe(cls, data: CaptionData) -> str:
-        sizes = ", ".join(f"{name} {len(split):,}" for name, split in data.splits.items())
-        channels_, height, width = data.image_shape
-        return f"captioned images {width}x{height}x{channels_}: {sizes}; vocabulary {data.tokenizers['tgt'].vocab_size}"

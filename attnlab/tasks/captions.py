@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -23,11 +23,13 @@ from attnlab.config import at_least, one_of
 from attnlab.data import scenes
 from attnlab.data.batching import Batch, pad_sequences
 from attnlab.data.images import COLOURS, Standardise, as_tensor, channels, colour_of, read_image, same_size
-from attnlab.data.tokenizers import BOS, EOS, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
+from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Tokenizers, batch_seed
 from attnlab.tasks.scene_splits import SceneSplits
-from attnlab.tasks.task import TaskConfig
+from attnlab.tasks.task import Task, TaskConfig
 
 BUILT_IN = ("scenes",)
 
@@ -229,7 +231,39 @@ def planned_shape(cfg: CaptioningConfig) -> tuple[int, int, int]:
     return read_image(first, cfg.colour, None).shape
 
 
-def read_input_images(paths: list[str], run: Any) -> Tensor:
+CD = TypeVar("CD", bound=CaptionData)
+CB = TypeVar("CB")
+
+
+class CaptionedImages(Task[CD, CB]):
+    """What every task of captioned images does (captioning, contrastive): its data's images and
+    their sizes, and the captions' tokenizer."""
+
+    cfg: CaptioningConfig
+    tokenizers = ("tgt",)
+
+    def saved_state(self, data: CD) -> dict[str, Any]:
+        """The images' (H, W, C) and the training split's pixel statistics."""
+        channels_, height, width = data.image_shape
+        return {"shape": [height, width, channels_], "mean": data.standardise.mean, "std": data.standardise.std}
+
+    def data_shape(self, data: CD | None = None) -> DataShape:
+        """Before the data is read, the image size it will give (planned_shape)."""
+        if data is None:
+            height, width, channels_ = planned_shape(self.cfg)
+        else:
+            channels_, height, width = data.image_shape
+        return DataShape(image_height=height, image_width=width, channels=channels_,
+                         vocab_size=self.vocabulary(data, "tgt"), pad_id=PAD)
+
+    def describe(self, data: CD) -> str:
+        sizes = ", ".join(f"{name} {len(split):,}" for name, split in data.splits.items())
+        channels_, height, width = data.image_shape
+        vocabulary = data.tokenizers["tgt"].vocab_size
+        return f"captioned images {width}x{height}x{channels_}: {sizes}; vocabulary {vocabulary}"
+
+
+def read_input_images(paths: list[str], run: RunState) -> Tensor:
     """`attnlab caption`'s image files -> (N, C, H, W), read and standardised as the run's training
     images, each resized (bilinear) to the model's size where it has another, with a note."""
     if not paths:

@@ -24,8 +24,9 @@ from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.models.shape import DataShape
 from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.abilities import Piped, Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, Piped, Prediction, Task, TaskConfig, register_task
+from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
 
@@ -97,7 +98,7 @@ class Encoded:
 
 
 @dataclass(kw_only=True)
-class ClassificationData(BucketedData):
+class ClassificationData(BucketedData[Encoded, ClassBatch]):
     """Encoded examples per split, the labels (class id -> label), and how many training inputs
     were cut to max_len."""
 
@@ -134,8 +135,19 @@ def encode_inputs(tokenizer: Tokenizer, texts_a: list[str], texts_b: list[str | 
     return out, cut
 
 
+class Classified(typing.Protocol):
+    """A classifier's batch: ``labels`` (B,) class ids and the model's ``logits`` (B, n_classes)."""
+
+    @property
+    def labels(self) -> Tensor: ...
+
+    def logits(self, model: nn.Module) -> Tensor: ...
+
+    def to(self, device: torch.device | str) -> Classified: ...
+
+
 @torch.no_grad()
-def scores_of(model: nn.Module, batches: typing.Iterable[typing.Any], n_classes: int, device: torch.device,
+def scores_of(model: nn.Module, batches: typing.Iterable[Classified], n_classes: int, device: torch.device,
               amp: Amp = contextlib.nullcontext) -> tuple[dict[str, float], list[int], list[int]]:
     """Loss, accuracy and macro-F1 over ``batches`` (each with ``labels`` and ``logits(model)``); the
     predicted and the true class of each example, in the order of the batches."""
@@ -152,7 +164,8 @@ def scores_of(model: nn.Module, batches: typing.Iterable[typing.Any], n_classes:
     return scores, predicted, gold
 
 
-def evaluation_report(model: nn.Module, batches: typing.Iterable[typing.Any], labels: list[str]) -> dict[str, typing.Any]:
+def evaluation_report(model: nn.Module, batches: typing.Iterable[Classified], labels: list[str]
+                      ) -> dict[str, typing.Any]:
     """`attnlab evaluate`'s record: loss, accuracy, macro-F1, the number of examples, the labels and
     the confusion matrix (rows: true class, columns: predicted)."""
     scores, predicted, gold = scores_of(model, batches, len(labels), next(model.parameters()).device)
@@ -160,31 +173,40 @@ def evaluation_report(model: nn.Module, batches: typing.Iterable[typing.Any], la
             "examples": len(gold), "labels": labels, "confusion": confusion_matrix(predicted, gold, len(labels))}
 
 
-class ClassifierTask(Task):
-    counts = "examples"  # sentences, images or nodes: one target each
-    """A task whose target is one class per example: the cross-entropy over examples, accuracy and
-    macro-F1, and `evaluate --split`. Its batches have ``labels`` (B,) and ``logits(model)``; its
-    data, ``labels``, the class names in class-id order."""
+class LabelledData(typing.Protocol):
+    """A classifier's data: ``labels``, the class names in class-id order, and its evaluation batches."""
 
+    @property
+    def labels(self) -> list[str]: ...
+
+    def eval_batches(self, split: str) -> typing.Sequence[Classified]: ...
+
+
+LD = typing.TypeVar("LD", bound=LabelledData)
+CB = typing.TypeVar("CB", bound=Classified)
+
+
+class ClassifierTask(Task[LD, CB]):
+    """A task whose target is one class per example: the cross-entropy over examples, accuracy and
+    macro-F1, and `evaluate --split`. Its batches are :class:`Classified`; its data,
+    :class:`LabelledData`."""
+
+    counts = "examples"  # sentences, images or nodes: one target each
     metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
 
-    @classmethod
-    def loss(cls, model: nn.Module, batch: typing.Any, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+    def loss(self, model: nn.Module, batch: CB, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
         with amp():
             logits = batch.logits(model)
         return label_smoothed_nll(logits, batch.labels, label_smoothing, NO_LABEL)
 
-    @classmethod
-    def validate(cls, model: nn.Module, data: typing.Any, device: torch.device, amp: Amp,
-                 n_decoded: int, split: str = "valid") -> dict[str, float]:
+    def validate(self, model: nn.Module, data: LD, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
         return scores_of(model, data.eval_batches(split), len(data.labels), device, amp)[0]
 
-    @classmethod
-    def evaluate_split(cls, model: nn.Module, data: typing.Any, split: str) -> dict[str, typing.Any]:
+    def evaluate_split(self, model: nn.Module, data: LD, split: str) -> dict[str, typing.Any]:
         return evaluation_report(model, data.eval_batches(split), data.labels)
 
-    @classmethod
-    def report(cls, result: dict[str, typing.Any], source: str) -> list[str]:
+    def report(self, result: dict[str, typing.Any], source: str) -> list[str]:
         """Accuracy, macro-F1 and loss, and the confusion matrix as text."""
         return [f"accuracy  {result['accuracy']:.2%}   macro-F1  {result['macro_f1']:.4f}   loss  {result['loss']:.4f}   "
                 f"({result['examples']} examples, {source})",
@@ -193,7 +215,7 @@ class ClassifierTask(Task):
 
 
 @register_task
-class Classification(ClassifierTask):
+class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBatch]):
     """A label for each text, read by an encoder (data.task: classification), scored by
     loss, accuracy and macro F1."""
 
@@ -204,69 +226,65 @@ class Classification(ClassifierTask):
     tokenizers = ("src",)
     untrained = ("mlm_head.",)
     pipeline_head = "classify"
+    cfg: ClassificationConfig
 
-    @classmethod
-    def piped(cls, batch: ClassBatch) -> Piped:
+    def piped(self, batch: ClassBatch) -> Piped:
         return Piped((batch.ids, batch.segments), batch.labels, NO_LABEL)
 
-    @classmethod
-    def prepare(cls, cfg: ClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, typing.Any] | None = None) -> ClassificationData:
+        cfg = self.cfg
         files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
                  if path is not None}
-        read = hold_out_valid({name: read_labelled(path, cfg.header) for name, path in files.items()},
-                              cfg.n_valid, cfg.train, "examples")
+        read = hold_out_valid({name: read_labelled(path, self.cfg.header) for name, path in files.items()},
+                              self.cfg.n_valid, self.cfg.train, "examples")
         labels = state["labels"] if state else sorted({e.label for e in read["train"]})
         if len(labels) < 2:
-            raise DataError(f"{cfg.train}: one label ('{labels[0]}'); a classifier needs at least two")
+            raise DataError(f"{self.cfg.train}: one label ('{labels[0]}'); a classifier needs at least two")
         if tokenizers is None:
             texts = [t for e in read["train"] for t in (e.text_a, e.text_b) if t is not None]
-            tokenizers = {"src": Tokenizer.train(cfg.tokenizer, texts, cfg.vocab_size), "tgt": None}
+            tokenizers = {"src": Tokenizer.train(self.cfg.tokenizer, texts, self.cfg.vocab_size), "tgt": None}
         splits, truncated = {}, 0
         for name, examples in read.items():
-            ids = label_ids(examples, labels, files.get(name, cfg.train))
+            ids = label_ids(examples, labels, files.get(name, self.cfg.train))
             inputs, cut = encode_inputs(tokenizers["src"], [e.text_a for e in examples],
-                                        [e.text_b for e in examples], cfg.max_len)
+                                        [e.text_b for e in examples], self.cfg.max_len)
             splits[name] = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
             truncated += cut if name == "train" else 0
         return ClassificationData(tokenizers=tokenizers, splits=splits, labels=labels, truncated=truncated,
                                   **batching.bucketing())
 
-    @classmethod
-    def saved_state(cls, data: ClassificationData) -> dict[str, typing.Any]:
+    def saved_state(self, data: ClassificationData) -> dict[str, typing.Any]:
         """The labels, in class-id order, and whether the inputs are sentence pairs."""
         return {"labels": data.labels, "pairs": any(1 in e.segments for e in data.splits["train"])}
 
-    @classmethod
-    def data_shape(cls, cfg: ClassificationConfig, data: ClassificationData | None = None) -> DataShape:
+    def data_shape(self, data: ClassificationData | None = None) -> DataShape:
         """Two classes before the data is read. Sentence pairs have 2 segments; single texts leave the
         segment table to the model section (0 by default; a pre-trained model keeps its table, whose
         first row it adds everywhere)."""
         pairs = data is not None and any(1 in e.segments for e in data.splits["train"])
-        return DataShape(vocab_size=cls.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
+        return DataShape(vocab_size=self.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
                          pad_id=PAD, segments=2 if pairs else None)
 
-    @classmethod
-    def analysis_pass(cls, model: nn.Module, batch: ClassBatch) -> dict[str, Tensor]:
+    def analysis_pass(self, model: nn.Module, batch: ClassBatch) -> dict[str, Tensor]:
         model.classify(batch.ids, batch.segments)
         return {"encoder": batch.ids != PAD}
 
-    @classmethod
-    def evaluate_file(cls, model: nn.Module, cfg: ClassificationConfig, tokenizers: Tokenizers,
-                      state: dict[str, typing.Any], path: str) -> dict[str, typing.Any]:
+    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, typing.Any], path: str,
+                      split: str | None) -> dict[str, typing.Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on a labelled file, read and encoded as
-        the run's training data was (``cfg``, ``tokenizers`` and ``state``: the run's)."""
-        examples = read_labelled(path, cfg.header)
+        the run's training data was (``self.cfg``, ``tokenizers`` and ``state``: the run's)."""
+        self.refuse_split(split)
+        examples = read_labelled(path, self.cfg.header)
         ids = label_ids(examples, state["labels"], path)
         inputs, _ = encode_inputs(tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples],
-                                  cfg.max_len)
+                                  self.cfg.max_len)
         encoded = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
         test = ClassificationData(tokenizers=tokenizers, splits={"test": encoded}, labels=state["labels"])
         return evaluation_report(model, test.eval_batches("test"), state["labels"])
 
-    @classmethod
-    def predict(cls, model: nn.Module, run: typing.Any, inputs: list[str], input_file: str | None,
-                batch_size: int) -> list[Prediction]:
+    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None,
+                batch_size: int, **options: str) -> list[Prediction]:
         """One text per line of ``input_file`` (or stdin), or ``text_a TAB text_b``; a blank line
         gives no prediction."""
         from attnlab.data.corpora import read_input_lines
@@ -275,13 +293,13 @@ class Classification(ClassifierTask):
             raise UsageError("a text classifier reads one text per line from --input FILE or stdin, not arguments")
         lines = read_input_lines(input_file, "classify")
         state = run.read_task_state()
-        pairs = state.get("pairs", run.read_config()[0].segment_rows(run.read_shape()) > 0)  # runs of before 'pairs': pairs had segments
-        probabilities = classify(model, run.read_tokenizers()["src"], lines, run.read_config()[1].max_len, pairs,
-                                 batch_size, input_file or "<stdin>")
+        # runs of before 'pairs': pairs had segments
+        pairs = state.get("pairs", run.read_config()[0].segment_rows(run.read_shape()) > 0)
+        probabilities = classify(model, run.read_tokenizers()["src"], lines, self.cfg.max_len, pairs, batch_size,
+                                 input_file or "<stdin>")
         return [(None, p if line.strip() else None) for line, p in zip(lines, probabilities)]
 
-    @classmethod
-    def describe(cls, data: ClassificationData) -> str:
+    def describe(self, data: ClassificationData) -> str:
         sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
         cut = f"; {data.truncated} training inputs cut to max_len" if data.truncated else ""
         return (f"labelled examples: {sizes}; labels {', '.join(data.labels)}; vocabulary "

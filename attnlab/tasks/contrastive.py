@@ -36,11 +36,17 @@ from attnlab.data.images import Standardise, as_tensor, colour_of
 from attnlab.data.tokenizers import UNK
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.family import Inputs
-from attnlab.models.shape import DataShape
 from attnlab.nn.dual_encoder import symmetric_info_nce
+from attnlab.tasks.abilities import Prediction, RunState
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.captioning import Captioning
-from attnlab.tasks.captions import CaptionData, CaptioningConfig, CaptionSplit, captioned_splits, read_captioned
+from attnlab.tasks.captions import (
+    CaptionData,
+    CaptionedImages,
+    CaptioningConfig,
+    CaptionSplit,
+    captioned_splits,
+    read_captioned,
+)
 from attnlab.tasks.image_classification import read_inputs
 from attnlab.tasks.retrieval import (
     class_embeddings,
@@ -49,7 +55,7 @@ from attnlab.tasks.retrieval import (
     text_ids,
     zero_shot_probabilities,
 )
-from attnlab.tasks.task import Amp, Prediction, Task, register_task
+from attnlab.tasks.task import Amp, register_task
 
 SCENE_TEMPLATES = ("a small {label}", "a large {label}")  # every one-object scene's caption is one of these
 FILE_TEMPLATES = ("a {label}",)
@@ -140,7 +146,7 @@ class PairData(CaptionData):
 
 
 @register_task
-class Contrastive(Task):
+class Contrastive(CaptionedImages[PairData, PairBatch]):
     """CLIP-style image-text matching by two towers (data.task: contrastive), scored by loss, recall@1
     and zero-shot accuracy."""
 
@@ -149,31 +155,24 @@ class Contrastive(Task):
     needs = {"inputs": Inputs.IMAGE_TEXT, "encoder": False}  # two towers, no joint reading
     metrics = {"valid_loss": True, "recall_at_1": False, "zero_shot_accuracy": False}
     commands = ("predict", "evaluate")
-    tokenizers = ("tgt",)
     counts = "pairs"
+    cfg: ContrastiveConfig
 
-    @classmethod
-    def prepare(cls, cfg: ContrastiveConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> PairData:
         if batching.batch_size < 2:
             raise ConfigError(f"train.batch_size ({batching.batch_size}) must be at least 2 for data.task "
                               f"'contrastive': an image's negatives are the batch's other captions")
-        splits, tokenizers, standardise = captioned_splits(cfg, tokenizers, state)
+        splits, tokenizers, standardise = captioned_splits(self.cfg, tokenizers, state)
         return PairData(splits=splits, tokenizers=tokenizers, standardise=standardise, batch_size=batching.batch_size,
-                        max_caption_len=cfg.max_caption_len, seed=batching.seed, labels=cfg.class_names,
-                        templates=cfg.templates)
+                        max_caption_len=self.cfg.max_caption_len, seed=batching.seed, labels=self.cfg.class_names,
+                        templates=self.cfg.templates)
 
-    @classmethod
-    def saved_state(cls, data: PairData) -> dict[str, Any]:
+    def saved_state(self, data: PairData) -> dict[str, Any]:
         """Captioning's (the images' shape and pixel statistics), and the zero-shot classes and prompts."""
-        return Captioning.saved_state(data) | {"labels": data.labels, "prompts": data.templates}
+        return super().saved_state(data) | {"labels": data.labels, "prompts": data.templates}
 
-    @classmethod
-    def data_shape(cls, cfg: ContrastiveConfig, data: PairData | None = None) -> DataShape:
-        return Captioning.data_shape(cfg, data)
-
-    @classmethod
-    def loss(cls, model: nn.Module, batch: PairBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+    def loss(self, model: nn.Module, batch: PairBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
         """The symmetric InfoNCE of each pair, summed over the batch (the trainer divides by B)."""
         with amp():
             logits = model(batch.images, batch.text).float()  # (B, B)
@@ -181,38 +180,35 @@ class Contrastive(Task):
         loss = symmetric_info_nce(logits, positives, label_smoothing).sum()
         return loss, symmetric_info_nce(logits.detach(), positives).sum() if label_smoothing else loss.detach()
 
-    @classmethod
     @torch.no_grad()
-    def validate(cls, model: nn.Module, data: PairData, device: torch.device, amp: Amp, n_decoded: int,
+    def validate(self, model: nn.Module, data: PairData, device: torch.device, amp: Amp, n_decoded: int,
                  split: str = "valid") -> dict[str, float]:
         """The loss over the split's fixed batches, the mean recall@1 of the two directions and,
         where a prompt captions some images, the zero-shot accuracy."""
         model.eval()
         total = sum(symmetric_info_nce(model(b.images, b.text).float(), b.positives()).sum().item()
                     for b in (b.to(device) for b in data.eval_batches(split)))
-        record = cls.evaluate_split(model, data, split)
+        record = self.evaluate_split(model, data, split)
         scores = {"valid_loss": total / len(data.splits[split]),
                   "recall_at_1": (record["image_to_text_r1"] + record["text_to_image_r1"]) / 2}
         return scores | ({"zero_shot_accuracy": record["zero_shot_accuracy"]} if "zero_shot_accuracy" in record else {})
 
-    @classmethod
-    def evaluate_split(cls, model: nn.Module, data: PairData, split: str) -> dict[str, Any]:
+    def evaluate_split(self, model: nn.Module, data: PairData, split: str) -> dict[str, Any]:
         """Retrieval and zero-shot scores of a split of the run's data (tasks/retrieval.py)."""
         part = data.splits[split]
         return retrieval_record(model, data.tokenizers["tgt"], data.standardise(part.images), part.captions,
                                 data.labels, data.templates)
 
-    @classmethod
-    def evaluate_file(cls, model: nn.Module, cfg: ContrastiveConfig, tokenizers: Tokenizers, state: dict[str, Any],
-                      path: str) -> dict[str, Any]:
+    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
+                      split: str | None) -> dict[str, Any]:
         """The same on a captions file's images, read as the run's training images were."""
+        self.refuse_split(split)
         shape = tuple(state["shape"])
-        pixels, captions = read_captioned(path, colour_of(shape), cfg.resize or shape[:2])
+        pixels, captions = read_captioned(path, colour_of(shape), self.cfg.resize or shape[:2])
         images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
-        return retrieval_record(model, tokenizers["tgt"], images, captions, cfg.class_names, cfg.templates)
+        return retrieval_record(model, tokenizers["tgt"], images, captions, self.cfg.class_names, self.cfg.templates)
 
-    @classmethod
-    def report(cls, result: dict[str, Any], source: str) -> list[str]:
+    def report(self, result: dict[str, Any], source: str) -> list[str]:
         lines = [f"image -> text  recall@1 {result['image_to_text_r1']:.2%}  recall@5 "
                  f"{result['image_to_text_r5']:.2%}   ({result['images']} images, {result['captions']} distinct "
                  f"captions, {source})",
@@ -228,9 +224,8 @@ class Contrastive(Task):
 
     predict_options = ("labels", "prompts")
 
-    @classmethod
-    def zero_shot_classes(cls, run: Any, labels: str | None = None, prompts: str | None = None
-                          ) -> tuple[list[str], list[str]]:
+    def zero_shot_classes(self, run: RunState, labels: str | None = None,
+                          prompts: str | None = None) -> tuple[list[str], list[str]]:
         """The class names and prompt templates: ``labels`` and ``prompts`` as the data section
         reads them (checked alike), each by default the run's."""
         cfg = run.read_config()[1]
@@ -241,19 +236,17 @@ class Contrastive(Task):
             raise UsageError(f"--{' / --'.join(given)}: {err}") from None
         return cfg.class_names, cfg.templates
 
-    @classmethod
-    def class_names(cls, run: Any, **options: str) -> list[str]:
-        return cls.zero_shot_classes(run, **options)[0]
+    def class_names(self, run: RunState, **options: str) -> list[str]:
+        return self.zero_shot_classes(run, **options)[0]
 
-    @classmethod
     @torch.no_grad()
-    def predict(cls, model: nn.Module, run: Any, inputs: list[str], input_file: str | None, batch_size: int,
+    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None, batch_size: int,
                 labels: str | None = None, prompts: str | None = None) -> list[Prediction]:
         """Each image file classified zero-shot among the classes (the run's, or ``labels``), each
         named by its prompts (the run's templates, or ``prompts``)."""
         if input_file is not None or not inputs:
             raise UsageError("give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
-        names, templates = cls.zero_shot_classes(run, labels, prompts)
+        names, templates = self.zero_shot_classes(run, labels, prompts)
         if not names:
             raise UsageError(f"{run.path} has no zero-shot classes of its own (data.labels): give --labels")
         tokenizer = run.read_tokenizers()["tgt"]
@@ -265,6 +258,5 @@ class Contrastive(Task):
         classes = class_embeddings(model, tokenizer, names, templates)
         return list(zip(inputs, zero_shot_probabilities(model, images, classes).tolist()))
 
-    @classmethod
-    def describe(cls, data: PairData) -> str:
-        return Captioning.describe(data).replace("captioned images", "image-caption pairs", 1)
+    def describe(self, data: PairData) -> str:
+        return super().describe(data).replace("captioned images", "image-caption pairs", 1)

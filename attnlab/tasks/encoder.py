@@ -44,7 +44,7 @@ class EncoderConfig(TaskConfig):
 
 
 @register_task
-class Encoder(Task):
+class TextEncoder(Task[None, None]):
     """An encoder's states of a text, for inspection (data.task: encoder): an imported model that has no
     training task of its own here."""
 
@@ -56,7 +56,6 @@ class Encoder(Task):
     tokenizers = ("src",)
     untrained = ("mlm_head.", "classifier.out.")  # BertModel has the pooler (classifier.pool), no head
 
-    @classmethod
-    def prepare(cls, cfg: EncoderConfig, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> typing.Any:
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, typing.Any] | None = None) -> typing.NoReturn:
         raise _untrainable()

@@ -225,7 +225,7 @@ def forecast_report(model: nn.Module, data: SeriesData, split: str, amp: Amp = c
 
 
 @register_task
-class Forecasting(Task):
+class Forecasting(Task[SeriesData, SeriesBatch]):
     """The next values of a time series from a window of its past (data.task: forecasting); every
     forecast value is a target."""
 
@@ -235,70 +235,64 @@ class Forecasting(Task):
     needs = {"inputs": Inputs.SERIES}
     metrics = {"valid_loss": True, "mae": True}  # valid_loss: the MSE
     commands = ("forecast", "evaluate")
-    file_splits = True
+    file_splits = SPLITS  # a series file holds its train, valid and test rows (EvaluatesFileSplits)
+    cfg: ForecastingConfig
 
-    @classmethod
-    def prepare(cls, cfg: ForecastingConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> SeriesData:
         """Read and split the series; a new run fits the scaler to the training rows and needs the
         training and validation splits; a run's own ``state`` brings its columns, rows and scaler."""
         if state is not None:
-            series = read_series(cfg.path, cfg.date_column, state["columns"])
-            return prepared(series, Scaler(state["mean"], state["std"]), tuple(state["rows"]), cfg, batching, ())
-        series = read_series(cfg.path, cfg.date_column, cfg.column_list)
-        rows = split_rows(len(series), cfg.rows, cfg.valid_fraction, cfg.test_fraction)
-        return prepared(series, None, rows, cfg, batching, ("train", "valid"))
+            series = read_series(self.cfg.path, self.cfg.date_column, state["columns"])
+            scaler = Scaler(state["mean"], state["std"])
+            return prepared(series, scaler, tuple(state["rows"]), self.cfg, batching, ())
+        series = read_series(self.cfg.path, self.cfg.date_column, self.cfg.column_list)
+        rows = split_rows(len(series), self.cfg.rows, self.cfg.valid_fraction, self.cfg.test_fraction)
+        return prepared(series, None, rows, self.cfg, batching, ("train", "valid"))
 
-    @classmethod
-    def saved_state(cls, data: SeriesData) -> dict[str, Any]:
+    def saved_state(self, data: SeriesData) -> dict[str, Any]:
         """The columns, the splits' row counts and the training rows' mean and standard deviation."""
         return {"columns": data.series.columns, "rows": list(data.rows), "mean": data.scaler.mean,
                 "std": data.scaler.std}
 
-    @classmethod
-    def data_shape(cls, cfg: ForecastingConfig, data: SeriesData | None = None) -> DataShape:
+    def data_shape(self, data: SeriesData | None = None) -> DataShape:
         """Before the data is prepared: the columns named, or those of the file."""
         if data is not None:
             columns = data.series.columns
         else:
-            columns = cfg.column_list or read_series(cfg.path, cfg.date_column).columns
-        return DataShape(n_channels=len(columns), input_length=cfg.input_length, horizon=cfg.horizon)
+            columns = self.cfg.column_list or read_series(self.cfg.path, self.cfg.date_column).columns
+        return DataShape(n_channels=len(columns), input_length=self.cfg.input_length, horizon=self.cfg.horizon)
 
-    @classmethod
-    def loss(cls, model: nn.Module, batch: SeriesBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+    def loss(self, model: nn.Module, batch: SeriesBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
         """The sum of squared errors (the trainer divides by the number of values: the MSE), twice."""
         with amp():
             squared = batch.errors(model).square().sum()
         return squared, squared.detach()
 
-    @classmethod
-    def validate(cls, model: nn.Module, data: SeriesData, device: torch.device, amp: Amp, n_decoded: int,
+    def validate(self, model: nn.Module, data: SeriesData, device: torch.device, amp: Amp, n_decoded: int,
                  split: str = "valid") -> dict[str, float]:
         report = forecast_report(model, data, split, amp)
         return {"valid_loss": report["mse"], "mae": report["mae"]}
 
-    @classmethod
-    def evaluate_split(cls, model: nn.Module, data: SeriesData, split: str) -> dict[str, Any]:
+    def evaluate_split(self, model: nn.Module, data: SeriesData, split: str) -> dict[str, Any]:
         return forecast_report(model, data, split)
 
-    @classmethod
-    def evaluate_file(cls, model: nn.Module, cfg: ForecastingConfig, tokenizers: Tokenizers, state: dict[str, Any],
-                      path: str, split: str | None = None) -> dict[str, Any]:
+    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
+                      split: str | None) -> dict[str, Any]:
         """``split`` (default test) of the series in ``path``, read, split and scaled as the run's own."""
-        split = split or "test"
-        data = cls.evaluate_data(cfg, state, path)
+        split = split or self.file_splits[-1]
+        data = self.evaluate_data(state, path)
         if split not in data.splits:
             raise DataError(data.missing(split))
         return forecast_report(model, data, split)
 
-    @classmethod
-    def evaluate_data(cls, cfg: ForecastingConfig, state: dict[str, Any], path: str) -> SeriesData:
-        """The series in ``path`` with the run's columns, split and scaled as the run's own data (``cfg``,
-        ``state``); it may be shorter or longer than the run's file."""
-        return cls.prepare(dataclasses.replace(cfg, path=path), Batching(0, EVAL_BATCH, 0), state=state)
+    def evaluate_data(self, state: dict[str, Any], path: str) -> SeriesData:
+        """The series in ``path`` with the run's columns, split and scaled as the run's own data (its data
+        section and ``state``); it may be shorter or longer than the run's file."""
+        task = Forecasting(dataclasses.replace(self.cfg, path=path))
+        return task.prepare(Batching(0, EVAL_BATCH, 0), state=state)
 
-    @classmethod
-    def report(cls, result: dict[str, Any], source: str) -> list[str]:
+    def report(self, result: dict[str, Any], source: str) -> list[str]:
         """MSE and MAE over the split, and per channel (``source``: the record names its file and split)."""
         first, end = result["rows"]
         lines = [f"MSE  {result['mse']:.4f}   MAE  {result['mae']:.4f}   ({result['windows']:,} windows of split "
@@ -310,8 +304,7 @@ class Forecasting(Task):
                   in zip(result["channels"], result["mse_by_channel"], result["mae_by_channel"])]
         return lines
 
-    @classmethod
-    def describe(cls, data: SeriesData) -> str:
+    def describe(self, data: SeriesData) -> str:
         bounds = split_bounds(data.rows)
         sizes = ", ".join(f"{name} {len(data.splits[name]):,} (rows {bounds[name][0]:,}-{bounds[name][1] - 1:,})"
                           if name in data.splits else f"{name}: not in the file" for name in SPLITS)

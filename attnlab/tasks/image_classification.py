@@ -41,9 +41,10 @@ from attnlab.data.images import (
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
-from attnlab.tasks.task import Prediction, TaskConfig, register_task
+from attnlab.tasks.task import TaskConfig, register_task
 
 
 @dataclass(frozen=True)
@@ -195,66 +196,53 @@ def tensors(read: dict[str, Images], classes: list[str], cfg: ImageClassificatio
 
 
 @register_task
-class ImageClassification(ClassifierTask):
+class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch]):
     """A label for each image (data.task: image_classification), scored by loss and accuracy."""
 
     name = "image_classification"
     config = ImageClassificationConfig
     needs = {"inputs": Inputs.IMAGES}
     commands = ("predict", "evaluate", "inspect")
+    cfg: ImageClassificationConfig
 
-    @classmethod
-    def prepare(cls, cfg: ImageClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> ImageData:
-        read = read_splits(cfg)
+        read = read_splits(self.cfg)
         classes = state["labels"] if state else class_names(read["train"][1])
         if len(classes) < 2:
-            raise DataError(f"{cfg.train}: one class ('{classes[0]}'); a classifier needs at least two")
+            raise DataError(f"{self.cfg.train}: one class ('{classes[0]}'); a classifier needs at least two")
         standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(read["train"][0])
-        return ImageData(splits=tensors(read, classes, cfg), labels=classes, standardise=standardise,
-                         batch_size=batching.batch_size, seed=batching.seed, crop_padding=cfg.crop_padding,
-                         flip=cfg.flip)
+        return ImageData(splits=tensors(read, classes, self.cfg), labels=classes, standardise=standardise,
+                         batch_size=batching.batch_size, seed=batching.seed, crop_padding=self.cfg.crop_padding,
+                         flip=self.cfg.flip)
 
-    @classmethod
-    def saved_state(cls, data: ImageData) -> dict[str, Any]:
+    def saved_state(self, data: ImageData) -> dict[str, Any]:
         """The class names in id order, the images' (H, W, C) and the training split's pixel statistics."""
         channels, height, width = data.image_shape
         return {"labels": data.labels, "shape": [height, width, channels], "mean": data.standardise.mean,
                 "std": data.standardise.std}
 
-    @classmethod
-    def data_shape(cls, cfg: ImageClassificationConfig, data: ImageData | None = None) -> DataShape:
-        """Before the data is read: the image size it will give (the resize, the built-in's 8x8x1, or
-        the first training image's), two classes."""
-        if data is None:
-            height, width, channels = planned_shape(cfg)
-        else:
-            channels, height, width = data.image_shape
-        return DataShape(image_height=height, image_width=width, channels=channels,
-                         n_classes=len(data.labels) if data is not None else 2)
+    def data_shape(self, data: ImageData | None = None) -> DataShape:
+        return image_shape(self.cfg, data)
 
-    @classmethod
-    def analysis_pass(cls, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
-        states = model.encode(batch.images)  # (B, T, d_model)
-        every = torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
-        model.classifier(states, every)
-        return {"encoder": every}
+    def analysis_pass(self, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
+        return image_analysis_pass(model, batch)
 
-    @classmethod
-    def evaluate_file(cls, model: nn.Module, cfg: ImageClassificationConfig, tokenizers: Tokenizers,
-                      state: dict[str, Any], path: str) -> dict[str, Any]:
+    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
+                      split: str | None) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on an image folder or .npz file, read
         and standardised as the run's training data was."""
-        pixels, labels = read_images(path, colour_of(state["shape"]), cfg.resize)
-        images, ids = tensors({"test": (pixels, labels)}, state["labels"], cfg, tuple(state["shape"]), path)["test"]
+        self.refuse_split(split)
+        pixels, labels = read_images(path, colour_of(state["shape"]), self.cfg.resize)
+        shape = tuple(state["shape"])
+        images, ids = tensors({"test": (pixels, labels)}, state["labels"], self.cfg, shape, path)["test"]
         standardise = Standardise(state["mean"], state["std"])
         batches = [ImageBatch(standardise(images[rows]), ids[rows]) for rows in torch.arange(len(ids)).split(256)]
         return evaluation_report(model, batches, state["labels"])
 
-    @classmethod
     @torch.no_grad()
-    def predict(cls, model: nn.Module, run: Any, inputs: list[str], input_file: str | None,
-                batch_size: int) -> list[Prediction]:
+    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None,
+                batch_size: int, **options: str) -> list[Prediction]:
         """Each image file named, read as in training."""
         if input_file is not None or not inputs:
             raise UsageError("give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
@@ -265,14 +253,32 @@ class ImageClassification(ClassifierTask):
                                    for chunk in images.split(batch_size)])
         return list(zip(inputs, probabilities.tolist()))
 
-    @classmethod
-    def describe(cls, data: ImageData) -> str:
+    def describe(self, data: ImageData) -> str:
         sizes = ", ".join(f"{name} {len(labels):,}" for name, (_, labels) in data.splits.items())
         channels, height, width = data.image_shape
         augmentation = [f"random crop (padding {data.crop_padding})"] * bool(data.crop_padding) + \
             [f"{data.flip} flip"] * (data.flip != "none")
         return (f"images {width}x{height}x{channels}: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; "
                 f"augmentation {', '.join(augmentation) or 'none'}")
+
+
+def image_shape(cfg: ImageClassificationConfig, data: ImageData | None) -> DataShape:
+    """The sizes of an image classifier's data: before it is read, the image size it will give (the
+    resize, the built-in's 8x8x1, or the first training image's), two classes."""
+    if data is None:
+        height, width, channels = planned_shape(cfg)
+    else:
+        channels, height, width = data.image_shape
+    return DataShape(image_height=height, image_width=width, channels=channels,
+                     n_classes=len(data.labels) if data is not None else 2)
+
+
+def image_analysis_pass(model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
+    """An image classifier's validation pass (Task.analysis_pass): every patch a real query."""
+    states = model.encode(batch.images)  # (B, T, d_model)
+    every = torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
+    model.classifier(states, every)
+    return {"encoder": every}
 
 
 def planned_shape(cfg: ImageClassificationConfig) -> tuple[int, int, int]:
@@ -291,7 +297,7 @@ def planned_shape(cfg: ImageClassificationConfig) -> tuple[int, int, int]:
     return read_image(first, cfg.colour, None).shape
 
 
-def read_input_image(path: str, run: Any) -> np.ndarray:
+def read_input_image(path: str, run: RunState) -> np.ndarray:
     """One image file as the run's model reads it: (H, W, C) pixels in its colours, read as its
     training images were (data.resize), and resized (bilinear) to its size if it has another one,
     with a note on stderr saying so (a 64x64 drawing for the 8x8 digits model)."""
@@ -305,7 +311,7 @@ def read_input_image(path: str, run: Any) -> np.ndarray:
     return image
 
 
-def read_inputs(paths: list[str], run: Any) -> Tensor:
+def read_inputs(paths: list[str], run: RunState) -> Tensor:
     """Image files -> (N, C, H, W) standardised as the run's training data, each of the model's
     size (:func:`read_input_image`)."""
     state = run.read_task_state()

@@ -10,10 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from torch import Tensor, nn
+
 from attnlab.errors import ConfigError
+from attnlab.models.family import Inputs
+from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
-from attnlab.tasks.task import register_task
+from attnlab.tasks.image_classification import (
+    ImageBatch,
+    ImageClassificationConfig,
+    ImageData,
+    image_analysis_pass,
+    image_shape,
+)
+from attnlab.tasks.task import Task, register_task
 
 
 def _untrainable() -> ConfigError:
@@ -30,17 +40,25 @@ class ImageEncoderConfig(ImageClassificationConfig):
 
 
 @register_task
-class ImageEncoder(ImageClassification):
+class ImageEncoder(Task[ImageData, ImageBatch]):
     """An image encoder's states, for inspection (data.task: image_encoder): an imported ViT without an
-    output layer."""
+    output layer. It reads images as image_classification does."""
 
     name = "image_encoder"
     config = ImageEncoderConfig
+    needs = {"inputs": Inputs.IMAGES}
+    metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
     commands = ("inspect",)
+    counts = "examples"
     untrained = ("classifier.out.",)  # ViTModel has the pooler (classifier.pool), no output layer
-    predict = None
+    cfg: ImageEncoderConfig
 
-    @classmethod
-    def prepare(cls, cfg: ImageEncoderConfig, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> Any:
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, Any] | None = None) -> ImageData:
         raise _untrainable()
+
+    def data_shape(self, data: ImageData | None = None) -> DataShape:
+        return image_shape(self.cfg, data)
+
+    def analysis_pass(self, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
+        return image_analysis_pass(model, batch)

@@ -16,8 +16,9 @@ from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import multi_token_loss
+from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.task import Amp, NextTokenTask, Piped, TaskConfig, register_task
+from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
 
 
 @dataclass(frozen=True)
@@ -90,53 +91,62 @@ class LMData:
         return self._eval[split]
 
 
+TextData = typing.TypeVar("TextData", bound=LMData)
+TextBatch = typing.TypeVar("TextBatch", bound=Batch)
+
+
+class RunningText(NextTokenTask[TextData, TextBatch]):
+    """What every language model of a plain text does (language_model, segment_language_model):
+    read the text, fit its tokenizer, and lay the token stream out as its ``layout`` batches it."""
+
+    cfg: LanguageModelConfig
+    needs = {"encoder": False, "decoder": True}
+    metrics = {"valid_loss": True, "valid_ppl": True}
+    tokenizers = ("tgt",)
+    layout: ClassVar[type[LMData]] = LMData  # how the splits become batches
+
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, typing.Any] | None = None) -> TextData:
+        text = read_text(self.cfg.train)
+        if self.cfg.valid is not None:
+            train_text, valid_text = text, read_text(self.cfg.valid)
+        else:
+            cut = math.floor(len(text) * (1.0 - self.cfg.valid_fraction))
+            train_text, valid_text = text[:cut], text[cut:]
+        if tokenizers is None:
+            lines = train_text.splitlines(keepends=True)
+            tokenizers = {"src": None, "tgt": Tokenizer.train(self.cfg.tokenizer, lines, self.cfg.vocab_size)}
+        tok = tokenizers["tgt"]
+        splits = {name: torch.tensor(tok.encode(t), dtype=torch.long)
+                  for name, t in (("train", train_text), ("valid", valid_text))}
+        for name, stream in splits.items():
+            if len(stream) <= self.cfg.block_size:
+                where = self.cfg.valid if name == "valid" and self.cfg.valid is not None else self.cfg.train
+                raise DataError(f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
+                                f"({self.cfg.block_size + 1})")
+        return typing.cast(TextData, self.layout(tokenizers, splits, self.cfg.block_size, batching.batch_size,
+                                                 batching.seed))
+
+    def loss(self, model: torch.nn.Module, batch: TextBatch, label_smoothing: float,
+             amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next-token loss, plus the multi-token heads' where the model has them."""
+        return multi_token_loss(model, batch, label_smoothing, amp)
+
+    def describe(self, data: TextData) -> str:
+        sizes = ", ".join(f"{name} {len(s):,} tokens" for name, s in data.splits.items())
+        return f"language-model text: {sizes}; vocabulary {data.tokenizers['tgt'].vocab_size}"
+
+
 @register_task
-class LanguageModel(NextTokenTask):
+class LanguageModel(RunningText[LMData, Batch]):
     """Next-token prediction over running text (data.task: language_model), scored by loss and perplexity;
     generates continuations."""
 
     name = "language_model"
     config = LanguageModelConfig
     formats = ("text",)
-    needs = {"encoder": False, "decoder": True}
-    metrics = {"valid_loss": True, "valid_ppl": True}
     commands = ("generate", "score", "inspect", "prune")
-    tokenizers = ("tgt",)
-    layout: ClassVar[type[LMData]] = LMData  # how the splits become batches
     pipeline_head = "forward"
 
-    @classmethod
-    def piped(cls, batch: Batch) -> Piped:
+    def piped(self, batch: Batch) -> Piped:
         return Piped((batch.tgt_in,), batch.tgt_out, PAD)
-
-    @classmethod
-    def prepare(cls, cfg: LanguageModelConfig, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> LMData:
-        text = read_text(cfg.train)
-        if cfg.valid is not None:
-            train_text, valid_text = text, read_text(cfg.valid)
-        else:
-            cut = math.floor(len(text) * (1.0 - cfg.valid_fraction))
-            train_text, valid_text = text[:cut], text[cut:]
-        if tokenizers is None:
-            tokenizers = {"src": None,
-                          "tgt": Tokenizer.train(cfg.tokenizer, train_text.splitlines(keepends=True), cfg.vocab_size)}
-        tok = tokenizers["tgt"]
-        splits = {name: torch.tensor(tok.encode(t), dtype=torch.long)
-                  for name, t in (("train", train_text), ("valid", valid_text))}
-        for name, stream in splits.items():
-            if len(stream) <= cfg.block_size:
-                where = cfg.valid if name == "valid" and cfg.valid is not None else cfg.train
-                raise DataError(f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
-                                f"({cfg.block_size + 1})")
-        return cls.layout(tokenizers, splits, cfg.block_size, batching.batch_size, batching.seed)
-
-    @classmethod
-    def loss(cls, model: torch.nn.Module, batch: Batch, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next-token loss, plus the multi-token heads' where the model has them."""
-        return multi_token_loss(model, batch, label_smoothing, amp)
-
-    @classmethod
-    def describe(cls, data: LMData) -> str:
-        sizes = ", ".join(f"{name} {len(s):,} tokens" for name, s in data.splits.items())
-        return f"language-model text: {sizes}; vocabulary {data.tokenizers['tgt'].vocab_size}"

@@ -19,8 +19,9 @@ from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, TOKENIZER_KINDS, Tokeni
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, Piped, Task, TaskConfig, register_task
+from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
 
@@ -103,7 +104,7 @@ Line = tuple[list[int], list[bool]]  # ids with <bos>/<eos>, and which of them b
 
 
 @dataclass(kw_only=True)
-class MLMData(BucketedData):
+class MLMData(BucketedData[Line, MLMBatch]):
     """Encoded lines per split; each batch masked from its own seed, so the evaluation batches,
     made once, keep their masks."""
 
@@ -139,7 +140,7 @@ def text_lines(path: str) -> list[str]:
 
 
 @register_task
-class MaskedLM(Task):
+class MaskedLM(Task[MLMData, MLMBatch]):
     """BERT's masked language model (data.task: masked_lm): some tokens hidden, the encoder predicts them;
     scored by loss, perplexity and masked-token accuracy."""
 
@@ -151,14 +152,14 @@ class MaskedLM(Task):
     tokenizers = ("src",)
     untrained = ("classifier.",)
     pipeline_head = "forward"
+    cfg: MaskedLMConfig
 
-    @classmethod
-    def piped(cls, batch: MLMBatch) -> Piped:
+    def piped(self, batch: MLMBatch) -> Piped:
         return Piped((batch.inputs,), batch.targets, PAD)
 
-    @classmethod
-    def prepare(cls, cfg: MaskedLMConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, typing.Any] | None = None) -> MLMData:
+        cfg = self.cfg
         files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid)) if path is not None}
         lines = hold_out_valid({name: text_lines(path) for name, path in files.items()}, cfg.n_valid, cfg.train, "lines")
         if tokenizers is None:
@@ -167,16 +168,14 @@ class MaskedLM(Task):
         splits = {name: encode_lines(tokenizers["src"], text, cfg.max_len) for name, text in lines.items()}
         return MLMData(tokenizers=tokenizers, splits=splits, cfg=cfg, **batching.bucketing())
 
-    @classmethod
-    def loss(cls, model: nn.Module, batch: MLMBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+    def loss(self, model: nn.Module, batch: MLMBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
         with amp():
             logits = model(batch.inputs)
         return label_smoothed_nll(logits, batch.targets, label_smoothing, PAD)
 
-    @classmethod
     @torch.no_grad()
-    def validate(cls, model: nn.Module, data: MLMData, device: torch.device, amp: Amp,
-                 n_decoded: int, split: str = "valid") -> dict[str, float]:
+    def validate(self, model: nn.Module, data: MLMData, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
         model.eval()
         nll, right, n = 0.0, 0, 0
         for batch in data.eval_batches(split):
@@ -190,13 +189,11 @@ class MaskedLM(Task):
         loss = nll / max(n, 1)
         return {"valid_loss": loss, "valid_ppl": perplexity(loss), "masked_accuracy": right / max(n, 1)}
 
-    @classmethod
-    def analysis_pass(cls, model: nn.Module, batch: MLMBatch) -> dict[str, Tensor]:
+    def analysis_pass(self, model: nn.Module, batch: MLMBatch) -> dict[str, Tensor]:
         model(batch.inputs)
         return {"encoder": batch.inputs != PAD}
 
-    @classmethod
-    def describe(cls, data: MLMData) -> str:
+    def describe(self, data: MLMData) -> str:
         sizes = ", ".join(f"{name} {len(e):,} lines" for name, e in data.splits.items())
         masked = sum(b.n_targets for b in data.eval_batches("valid"))
         return f"masked-LM text: {sizes}; vocabulary {data.tokenizers['src'].vocab_size}; {masked:,} valid tokens masked"

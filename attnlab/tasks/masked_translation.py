@@ -18,7 +18,7 @@ from attnlab.models.cmlm import MASKED_TOKENS
 from attnlab.models.family import unwrapped
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.task import Amp, register_task
-from attnlab.tasks.translation import Example, Seq2SeqData, Translation, TranslationConfig, decode_split
+from attnlab.tasks.translation import Example, ParallelText, SentencePairs, TranslationConfig, decode_split
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def mask_targets(tgt: Tensor, generator: torch.Generator) -> tuple[Tensor, Tenso
 
 
 @dataclass(kw_only=True)
-class MaskedPairs(Seq2SeqData):
+class MaskedPairs(SentencePairs[MaskedBatch]):
     """Translation's pairs; each batch's masks drawn from its own seed (tasks/task.py batch_seed),
     so a resumed run draws what an uninterrupted one would, and the evaluation batches, made once,
     keep theirs."""
@@ -76,7 +76,7 @@ def length_nll(model: nn.Module, length_logits: Tensor, lengths: Tensor) -> Tens
 
 
 @register_task
-class MaskedTranslation(Translation):
+class MaskedTranslation(ParallelText[MaskedPairs, MaskedBatch]):
     """Translation's data, learnt by a conditional masked language model (Ghazvininejad et al.
     2019). The loss of a batch is the label-smoothed cross-entropy of its masked tokens (the others
     count for nothing) plus length_loss_weight times the cross-entropy of its target lengths, both
@@ -86,24 +86,20 @@ class MaskedTranslation(Translation):
 
     name = "masked_translation"
     config = MaskedTranslationConfig
-    formats = ()
-    pipeline_head = None  # its loss adds the target lengths' (a head beside the decoder): not pipelined
     needs = {"encoder": True, "decoder": True, "inputs": MASKED_TOKENS}
     metrics = {"valid_loss": True, "valid_ppl": True, "length_accuracy": False, "exact_match": False}
     commands = ("translate", "evaluate")
     layout = MaskedPairs
     with_mask = True
 
-    @classmethod
-    def loss(cls, model: nn.Module, batch: MaskedBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+    def loss(self, model: nn.Module, batch: MaskedBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
         with amp():
             logits, length_logits = model(batch.src, batch.inputs)  # (B, T, V), (B, max_length)
         loss, nll = label_smoothed_nll(logits, batch.targets, label_smoothing, PAD)
         return loss + unwrapped(model).length_loss_weight * length_nll(model, length_logits, batch.lengths), nll
 
-    @classmethod
     @torch.no_grad()
-    def validate(cls, model: nn.Module, data: MaskedPairs, device: torch.device, amp: Amp, n_decoded: int,
+    def validate(self, model: nn.Module, data: MaskedPairs, device: torch.device, amp: Amp, n_decoded: int,
                  split: str = "valid") -> dict[str, float]:
         model.eval()
         nll, n_tokens, right_lengths, n_sentences = 0.0, 0, 0, 0
@@ -122,6 +118,5 @@ class MaskedTranslation(Translation):
             result["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
         return result
 
-    @classmethod
-    def describe(cls, data: MaskedPairs) -> str:
+    def describe(self, data: MaskedPairs) -> str:
         return f"{super().describe(data)}; targets masked n ~ U{{1..N}} of N tokens"

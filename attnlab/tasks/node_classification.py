@@ -143,7 +143,7 @@ def known_labels(graph: Graph, labels: list[str]) -> None:
 
 
 @register_task
-class NodeClassification(ClassifierTask):
+class NodeClassification(ClassifierTask[NodeData, GraphBatch]):
     """A label for each node of a graph (data.task: node_classification); the loss and metrics
     count only the nodes of the split at hand."""
 
@@ -151,18 +151,19 @@ class NodeClassification(ClassifierTask):
     config = NodeClassificationConfig
     needs = {"inputs": Inputs.GRAPH}
     commands = ("evaluate",)
+    cfg: NodeClassificationConfig
 
-    @classmethod
-    def prepare(cls, cfg: NodeClassificationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching | None, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> NodeData:
         """The graph and its split (``batching`` is not used: the graph is one batch)."""
-        graph = cfg.read()
+        graph = self.cfg.read()
         labels = state["labels"] if state else sorted({label for label in graph.labels if label is not None})
         if len(labels) < 2:
             raise DataError(f"{graph.name}: {len(labels)} distinct labels; node classification needs at least two")
         known_labels(graph, labels)
         index = {label: c for c, label in enumerate(labels)}
         classes = [UNLABELLED if label is None else index[label] for label in graph.labels]
+        cfg = self.cfg
         splits = split_nodes(classes, len(labels), cfg.valid_fraction, cfg.test_fraction, cfg.seed)
         empty = [name for name in SPLITS if not splits[name]]
         if empty:
@@ -171,26 +172,24 @@ class NodeClassification(ClassifierTask):
                             f"{cfg.test_fraction}")
         return NodeData(graph, labels, splits)
 
-    @classmethod
-    def saved_state(cls, data: NodeData) -> dict[str, Any]:
+    def saved_state(self, data: NodeData) -> dict[str, Any]:
         return {"labels": data.labels}
 
-    @classmethod
-    def data_shape(cls, cfg: NodeClassificationConfig, data: NodeData | None = None) -> DataShape:
+    def data_shape(self, data: NodeData | None = None) -> DataShape:
         """Without ``data``: the graph's sizes where it is built in, else one feature, two classes."""
-        if data is None and cfg.in_memory:
-            data = cls.prepare(cfg, None)
+        if data is None and self.cfg.in_memory:
+            data = self.prepare(None)
         if data is None:
             return DataShape(n_features=1, n_classes=2)
         return DataShape(n_features=len(data.graph.features[0]), n_classes=len(data.labels))
 
-    @classmethod
-    def evaluate_file(cls, model: nn.Module, cfg: NodeClassificationConfig, tokenizers: Tokenizers,
-                      state: dict[str, Any], path: str) -> dict[str, Any]:
+    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
+                      split: str | None) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on the nodes of ``path`` (a CSV with
         ``id`` and ``label`` columns, others ignored: the true labels of nodes of the run's graph),
         the run's whole graph encoded as in training."""
-        data = cls.prepare(cfg, None, state=state)
+        self.refuse_split(split)
+        data = self.prepare(None, state=state)
         answers = read_answers(path, data.graph.ids, data.graph.name)
         classes = data.classes.clone()
         for node, label, n in answers:
@@ -200,8 +199,7 @@ class NodeClassification(ClassifierTask):
             classes[node] = data.labels.index(label)
         return evaluation_report(model, [data.batch([node for node, _, _ in answers], classes)], data.labels)
 
-    @classmethod
-    def describe(cls, data: NodeData) -> str:
+    def describe(self, data: NodeData) -> str:
         g = data.graph
         sizes = ", ".join(f"{name} {len(nodes)}" for name, nodes in data.splits.items())
         return (f"graph {g.name}: {len(g.ids)} nodes, {len(g.edges)} edges, {len(g.features[0])} features; "

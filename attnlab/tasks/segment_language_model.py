@@ -23,7 +23,7 @@ from attnlab.models.shape import DataShape
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.memory import SegmentMemory
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig, LMData, RandomWindows
+from attnlab.tasks.language_model import LanguageModelConfig, LMData, RandomWindows, RunningText
 from attnlab.tasks.task import Amp, register_task
 
 
@@ -65,7 +65,7 @@ class SegmentLanguageModelConfig(LanguageModelConfig):
 
 
 @register_task
-class SegmentLanguageModel(LanguageModel):
+class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmentBatch]):
     """Transformer-XL's language modelling (Dai et al. 2019): the text read by batch_size rows in
     consecutive segments, row i of batch k + 1 continuing row i of batch k, so that the memory the
     model leaves after one batch is the context of the next, in training as in evaluation (the
@@ -74,29 +74,25 @@ class SegmentLanguageModel(LanguageModel):
 
     name = "segment_language_model"
     config = SegmentLanguageModelConfig
-    formats = ()
-    pipeline_head = None  # a segment's batch carries the memory of the one before: not cut into micro-batches
+    cfg: SegmentLanguageModelConfig
     needs = {"encoder": False, "decoder": True, "inputs": "token_segments"}
     commands = ("generate", "evaluate")
     layout = SegmentData
 
-    @classmethod
-    def prepare(cls, cfg: SegmentLanguageModelConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, typing.Any] | None = None) -> SegmentData:
-        data = super().prepare(cfg, batching, tokenizers, state)
-        window = (cfg.context_segments + 1) * cfg.block_size
-        if cfg.context_segments and len(data.splits["train"]) <= window:
-            raise DataError(f"{cfg.train}: the train text has {len(data.splits['train'])} tokens, fewer than a window "
-                            f"of (data.context_segments + 1) x data.block_size + 1 ({window + 1})")
-        data.context_segments = cfg.context_segments
+        data = super().prepare(batching, tokenizers, state)
+        window = (self.cfg.context_segments + 1) * self.cfg.block_size
+        if self.cfg.context_segments and len(data.splits["train"]) <= window:
+            raise DataError(f"{self.cfg.train}: the train text has {len(data.splits['train'])} tokens, fewer than a "
+                            f"window of (data.context_segments + 1) x data.block_size + 1 ({window + 1})")
+        data.context_segments = self.cfg.context_segments
         return data
 
-    @classmethod
-    def data_shape(cls, cfg: SegmentLanguageModelConfig, data: SegmentData | None = None) -> DataShape:
-        return dataclasses.replace(super().data_shape(cfg, data), segment_length=cfg.block_size)
+    def data_shape(self, data: SegmentData | None = None) -> DataShape:
+        return dataclasses.replace(super().data_shape(data), segment_length=self.cfg.block_size)
 
-    @classmethod
-    def loss(cls, model: torch.nn.Module, batch: SegmentBatch | ContextSegmentBatch, label_smoothing: float,
+    def loss(self, model: torch.nn.Module, batch: SegmentBatch | ContextSegmentBatch, label_smoothing: float,
              amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
         """The next-token loss of a segment read after its memory: the one its rows' previous segment
         left (an empty one when that was not the batch before), which moves on past it; or, for
@@ -114,15 +110,13 @@ class SegmentLanguageModel(LanguageModel):
             batch.rows.keep(batch.index, memory)
         return label_smoothed_nll(logits, batch.tgt_out, label_smoothing, PAD)
 
-    @classmethod
-    def validate(cls, model: torch.nn.Module, data: SegmentData, device: torch.device, amp: Amp,
-                 n_decoded: int, split: str = "valid") -> dict[str, float]:
-        scores = cls.segments_nll(model, data.eval_batches(split), device, amp)
+    def validate(self, model: torch.nn.Module, data: SegmentData, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
+        scores = self.segments_nll(model, data.eval_batches(split), device, amp)
         return {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
 
-    @classmethod
     @torch.no_grad()
-    def segments_nll(cls, model: torch.nn.Module, batches: list[SegmentBatch], device: torch.device,
+    def segments_nll(self, model: torch.nn.Module, batches: list[SegmentBatch], device: torch.device,
                      amp: Amp = contextlib.nullcontext) -> dict[str, typing.Any]:
         """NLL per token and perplexity of consecutive segments, each read after the memory of those
         before it, as in training."""
@@ -130,36 +124,33 @@ class SegmentLanguageModel(LanguageModel):
         nll_sum, n_tokens = 0.0, 0
         for batch in batches:
             batch = batch.to(device)
-            nll_sum += cls.loss(model, batch, 0.0, amp)[1].item()
+            nll_sum += self.loss(model, batch, 0.0, amp)[1].item()
             n_tokens += batch.n_targets
         loss = nll_sum / max(n_tokens, 1)
         xl = unwrapped(model)
         return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens, "rows": batches[0].tgt_in.shape[0],
                 "segment_length": xl.segment_length, "memory_length": xl.memory_length}
 
-    @classmethod
-    def evaluate_split(cls, model: torch.nn.Module, data: SegmentData, split: str) -> dict[str, typing.Any]:
-        return cls.segments_nll(model, data.eval_batches(split), next(model.parameters()).device)
+    def evaluate_split(self, model: torch.nn.Module, data: SegmentData, split: str) -> dict[str, typing.Any]:
+        return self.segments_nll(model, data.eval_batches(split), next(model.parameters()).device)
 
-    @classmethod
-    def evaluate_file(cls, model: torch.nn.Module, cfg: SegmentLanguageModelConfig, tokenizers: Tokenizers,
-                      state: dict[str, typing.Any], path: str) -> dict[str, typing.Any]:
+    def evaluate_file(self, model: torch.nn.Module, tokenizers: Tokenizers, state: dict[str, typing.Any], path: str,
+                      split: str | None) -> dict[str, typing.Any]:
         """The text of ``path`` read in one row of consecutive segments: every segment after the first
         has its memory."""
+        self.refuse_split(split)
         stream = torch.tensor(tokenizers["tgt"].encode(read_text(path)), dtype=torch.long)
         if len(stream) < 2:
             raise DataError(f"{path}: {len(stream)} tokens; scoring needs at least two (a token and the next)")
         batches = lm_segments(stream, unwrapped(model).segment_length, rows=1)
-        return cls.segments_nll(model, batches, next(model.parameters()).device)
+        return self.segments_nll(model, batches, next(model.parameters()).device)
 
-    @classmethod
-    def report(cls, result: dict[str, typing.Any], source: str) -> list[str]:
+    def report(self, result: dict[str, typing.Any], source: str) -> list[str]:
         return [f"perplexity {result['ppl']:.4g}: {result['loss']:.4f} nats per token over {result['tokens']:,} "
                 f"tokens ({source}; {result['rows']} row{'s' * (result['rows'] != 1)} of segments of "
                 f"{result['segment_length']} tokens, memory {result['memory_length']})"]
 
-    @classmethod
-    def describe(cls, data: SegmentData) -> str:
+    def describe(self, data: SegmentData) -> str:
         if data.context_segments:
             return (f"{super().describe(data)}; trained on random windows of {data.context_segments} context "
                     f"segment(s) and one segment of {data.block_size} tokens, validated on {data.batch_size} rows "

@@ -4,37 +4,42 @@ A task is one module that declares a :class:`Task`: its data section (a :class:`
 dataclass with only its own fields), how it prepares that data into batches and fits the
 tokenizers, which model fields the data sets (vocabulary sizes, ...), the training loss, the
 validation metrics, the families it can train and the commands that use its runs. It registers
-with ``@register_task``. Training and the commands ask the task, never its name.
+with ``@register_task``. A run's task is an instance made from its data section (``cfg.task``);
+what only some tasks can do (evaluate a file, predict, be pipelined, ...) is a protocol of its own
+(tasks/abilities.py), which training and the commands ask with ``isinstance``, never the task's name.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, ContextManager, Mapping, NamedTuple
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    ContextManager,
+    Generic,
+    Mapping,
+    Protocol,
+    Sequence,
+    TypeVar,
+    cast,
+)
 
 import torch
 from torch import nn
 
 from attnlab.config import RegisteredConfig, one_of, register
+from attnlab.data.batching import Batch as TokenBatch
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD
-from attnlab.errors import ConfigError
+from attnlab.errors import ConfigError, UsageError
 from attnlab.eval.likelihood import evaluate, logits_of, teacher_forced_loss
 from attnlab.models import Capabilities, Inputs
 from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, TaskData, Tokenizers
 
-Amp = Callable[[], ContextManager]
-Prediction = tuple[str | None, list[float] | None]  # an input's name (None: line by line) and class probabilities
-
-
-class Piped(NamedTuple):
-    """A batch as pipeline parallelism feeds it (parallel/pipeline.py): ``inputs``, the first stage's
-    arguments, and ``targets``, those of the loss after the last stage (each cut along its rows into
-    micro-batches), which skips the targets equal to ``ignore_index``."""
-
-    inputs: tuple[torch.Tensor, ...]
-    targets: torch.Tensor
-    ignore_index: int
+Amp = Callable[[], ContextManager[Any]]
+D = TypeVar("D")  # a task's prepared data (batching.TaskData)
+B = TypeVar("B")  # one of its batches (batching.Batch)
 
 
 class TaskConfig(RegisteredConfig):
@@ -42,8 +47,13 @@ class TaskConfig(RegisteredConfig):
 
     section: ClassVar[str] = "data"
     selector: ClassVar[str] = "task"
-    link: ClassVar[str] = "task"
-    task: ClassVar[type["Task"]]  # set by @register_task
+    link: ClassVar[str] = "task_class"
+    task_class: ClassVar[type["Task[Any, Any]"]]  # set by @register_task
+
+    @property
+    def task(self) -> "Task[Any, Any]":
+        """The task this section describes, made from it: the one way to a run's task."""
+        return self.task_class(self)
 
     def check_trainable(self) -> None:
         """Refuse, with a ConfigError, a section that describes a run but could not train one (a
@@ -60,26 +70,27 @@ class TaskConfig(RegisteredConfig):
         return False
 
 
-class Task:
-    """One kind of learning problem. ``name`` is the value of data.task; ``config`` its data section;
-    ``formats`` the values of data.format that imply it when data.task is not given; ``needs`` the
-    capabilities a model family must have to learn it; ``metrics`` the validation scores, each with
-    whether lower is better (early_stop_metric chooses among them); ``commands`` the `attnlab`
-    commands that use its runs; :meth:`data_shape` the sizes its data gives a model (vocabularies,
-    image sizes, classes: models/shape.py); ``tokenizers`` the roles ('src', 'tgt')
-    of the tokenizers it saves with a run, its data's ``tokenizers`` by role (a task without tokens
-    declares none, and its data has none); ``untrained`` the modules of the model its loss never
+class Task(Generic[D, B]):
+    """One kind of learning problem, made from its data section: ``task = TaskClass(cfg)``, or
+    ``cfg.task`` (:attr:`TaskConfig.task`). Every behaviour reads ``self.cfg``; the declarations a
+    registry reads before any run are class attributes: ``name``, the value of data.task;
+    ``config``, its data section's class; ``formats``, the values of data.format that imply it when
+    data.task is not given; ``needs``, the capabilities a model family must have to learn it (a
+    task reads tokens unless its ``needs`` name other ``inputs``); ``metrics``, the validation
+    scores, each with whether lower is better (early_stop_metric chooses among them); ``commands``,
+    the `attnlab` commands that use its runs; ``tokenizers``, the roles ('src', 'tgt') of the
+    tokenizers it saves with a run, its data's ``tokenizers`` by role (a task without tokens
+    declares none, and its data has none); ``untrained``, the modules of the model its loss never
     reaches (a masked-LM run's classifier), by name prefix, which a run started from it does not
-    take as trained (runs/init.py); ``counts`` what its targets are, which its batches' ``n_targets``
-    count (tokens; a classifier's examples; a forecaster's values), naming the training log's
-    throughput (``<counts>_per_s``) and the summary's ``train_<counts>``; ``evaluate_file``,
-    where the task has it, scores a run on a file in the task's own format (`attnlab evaluate --data`;
-    ``file_splits``: the file holds splits, and --split chooses one), and ``evaluate_split`` on a split
-    of the run's own data (`--split`), both giving a record that ``report`` turns into lines (``searched``: both
-    decode, by evaluate's --beam and --lenpen); ``predict``, where the task
-    has it, reads the inputs of `attnlab predict` its own way (lines of text, image files) and gives
-    each one's class probabilities (of ``class_names``), with the ``predict_options`` given. A task
-    reads tokens unless its ``needs`` name other ``inputs``."""
+    take as trained (runs/init.py); ``counts``, what its targets are, which its batches'
+    ``n_targets`` count (tokens; a classifier's examples; a forecaster's values), naming the
+    training log's throughput (``<counts>_per_s``) and the summary's ``train_<counts>``.
+
+    The methods here are what every task does; ``D`` is its prepared data (a
+    :class:`~attnlab.tasks.batching.TaskData`), ``B`` one of its batches (a
+    :class:`~attnlab.tasks.batching.Batch`). What only some tasks do is an ability, a protocol
+    of its own (tasks/abilities.py) found with ``isinstance``: ``EvaluatesFiles``,
+    ``EvaluatesSplits``, ``Searched``, ``Predicts``, ``Pipelined`` and ``Analysed``."""
 
     name: ClassVar[str]
     config: ClassVar[type[TaskConfig]]
@@ -90,116 +101,97 @@ class Task:
     tokenizers: ClassVar[tuple[str, ...]] = ()
     untrained: ClassVar[tuple[str, ...]] = ()
     counts: ClassVar[str] = "tokens"  # what a batch's n_targets counts: the summary's train_<counts>, <counts>_per_s
-    evaluate_file: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, cfg, tokenizers, state, path)
-    evaluate_split: ClassVar[Callable[..., dict[str, Any]] | None] = None  # (model, data, split)
-    file_splits: ClassVar[bool] = False  # evaluate_file takes (..., path, split)
-    searched: ClassVar[bool] = False  # evaluate_file / evaluate_split decode: they take search= (decode/spec.py)
-    predict: ClassVar[Callable[..., list[Prediction]] | None] = None  # (model, run, inputs, input_file, batch_size)
-    predict_options: ClassVar[tuple[str, ...]] = ()  # `attnlab predict` options its predict takes by keyword
-    # train.strategy pp: the model's method whose logits its loss reads ('forward', 'classify'),
-    # which the last pipeline stage ends with, and ``piped`` its batches; None: not pipelined
-    pipeline_head: ClassVar[str | None] = None
 
-    @classmethod
-    def piped(cls, batch: Any) -> Piped:
-        """``batch`` as the pipeline's stages read it (where ``pipeline_head`` is set)."""
-        raise NotImplementedError
-
-    @classmethod
-    def class_names(cls, run: Any, **options: str) -> list[str]:
-        """The names of the classes ``predict`` gives probabilities of, in order: the run's labels;
-        ``options``: those of ``predict_options`` given (a zero-shot classifier's own classes)."""
-        return run.read_task_state()["labels"]
+    def __init__(self, cfg: TaskConfig) -> None:
+        self.cfg = cfg
 
     @classmethod
     def fits(cls, capabilities: Capabilities) -> bool:
+        """Whether a family of ``capabilities`` can learn the task (a registry's question, asked before any run)."""
         needs = {"inputs": Inputs.TOKENS} | cls.needs
         return all(getattr(capabilities, k) == v for k, v in needs.items())
 
-    @classmethod
-    def prepare(cls, cfg: Any, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> TaskData:
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, Any] | None = None) -> D:
         """Read the data; fit the tokenizers on the training split, or use the run's ``tokenizers``
         and ``state`` (what :meth:`saved_state` gave when the run was made)."""
         raise NotImplementedError
 
-    @classmethod
-    def saved_state(cls, data: Any) -> dict[str, Any]:
+    def saved_state(self, data: D) -> dict[str, Any]:
         """What else a run keeps of its data, as JSON values (a classifier's labels); {} for none."""
         return {}
 
-    @classmethod
-    def data_shape(cls, cfg: Any, data: Any = None) -> DataShape:
+    def data_shape(self, data: D | None = None) -> DataShape:
         """The sizes the task's data gives a model, the one declaration of them: without ``data``,
-        what the config ``cfg`` alone tells (`attnlab info`, a sweep's planning, the run config's
+        what the config alone tells (`attnlab info`, a sweep's planning, the run config's
         checks), a vocabulary as None (only the fitted tokenizer knows it:
         :meth:`DataShape.with_vocabulary`); with the prepared ``data``, every size. By default one
         vocabulary's, the tokenizer of the first role the task saves."""
-        return DataShape(vocab_size=cls.vocabulary(data, cls.tokenizers[0]), pad_id=PAD)
+        return DataShape(vocab_size=self.vocabulary(data, self.tokenizers[0]), pad_id=PAD)
 
-    @classmethod
-    def vocabulary(cls, data: Any, role: str) -> int | None:
+    def vocabulary(self, data: D | None, role: str) -> int | None:
         """The vocabulary size of the prepared ``data``'s tokenizer of ``role``, one the task declares
         in ``tokenizers`` (it saves that tokenizer with a run); None without data."""
-        if role not in cls.tokenizers:
-            raise TypeError(f"task {cls.name!r} sets a vocabulary size from its {role!r} tokenizer: declare the "
+        if role not in self.tokenizers:
+            raise TypeError(f"task {self.name!r} sets a vocabulary size from its {role!r} tokenizer: declare the "
                             f"roles of the tokenizers it saves (tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
-        return None if data is None else data.tokenizers[role].vocab_size
+        if data is None:
+            return None
+        tokenizer = cast(TaskData, data).tokenizers[role]
+        return None if tokenizer is None else tokenizer.vocab_size
 
-    @classmethod
-    def loss(cls, model: nn.Module, batch: Any, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(self, model: nn.Module, batch: B, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
         """(training loss, plain NLL), each summed over the batch's n_targets targets; the forward
         runs under ``amp``."""
         raise NotImplementedError
 
-    @classmethod
-    def validate(cls, model: nn.Module, data: Any, device: torch.device, amp: Amp, n_decoded: int,
+    def validate(self, model: nn.Module, data: D, device: torch.device, amp: Amp, n_decoded: int,
                  split: str = "valid") -> dict[str, float]:
         """The metrics on ``split`` (``valid_loss`` always); ``n_decoded``: how many examples to
         predict for metrics that need predictions (train.eval_exact_match)."""
         raise NotImplementedError
 
-    @classmethod
-    def analysis_pass(cls, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
-        """Run ``model`` on ``batch`` as validation does (for `inspect` and `prune`, which capture its
-        attention); the real (non-padding) queries of each stack, (B, T) by 'encoder' / 'decoder'."""
-        raise NotImplementedError
-
-    @classmethod
-    def report(cls, result: dict[str, Any], source: str) -> list[str]:
-        """The lines `attnlab evaluate` prints for a record of ``evaluate_file`` or ``evaluate_split``
-        of ``source`` (the file, or 'split NAME')."""
-        raise NotImplementedError
-
-    @classmethod
-    def describe(cls, data: Any) -> str:
+    def describe(self, data: D) -> str:
         """One line on the prepared data, for the training log."""
         raise NotImplementedError
 
+    def refuse_split(self, split: str | None) -> None:
+        """For ``EvaluatesFiles.evaluate_file`` of a task whose files hold no splits: refuse a ``split``."""
+        if split is not None:
+            raise UsageError(f"--split with --data is for files that hold splits; a file of data.task '{self.name}' "
+                             f"holds none: give --data FILE, or --split NAME alone")
 
-class NextTokenTask(Task):
+
+class TokenData(Protocol):
+    """The data of a :class:`NextTokenTask`: its evaluation batches are token batches."""
+
+    def eval_batches(self, split: str) -> Sequence[TokenBatch]: ...
+
+
+TD = TypeVar("TD", bound=TokenData)
+TB = TypeVar("TB", bound=TokenBatch)
+
+
+class NextTokenTask(Task[TD, TB]):
     """A task whose targets are tokens, each predicted from the true prefix (teacher forcing):
     translation, language modelling. Trained with the label-smoothed cross-entropy, validated by
     the NLL per target token and its perplexity."""
 
-    @classmethod
-    def loss(cls, model: nn.Module, batch: Any, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(self, model: nn.Module, batch: TB, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
         return teacher_forced_loss(model, batch, label_smoothing, amp)
 
-    @classmethod
-    def validate(cls, model: nn.Module, data: Any, device: torch.device, amp: Amp, n_decoded: int,
+    def validate(self, model: nn.Module, data: TD, device: torch.device, amp: Amp, n_decoded: int,
                  split: str = "valid") -> dict[str, float]:
-        scores = evaluate(model, data.eval_batches(split), device, amp)
+        scores = evaluate(model, list(data.eval_batches(split)), device, amp)
         return {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
 
-    @classmethod
-    def analysis_pass(cls, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
+    def analysis_pass(self, model: nn.Module, batch: TB) -> dict[str, torch.Tensor]:
         logits_of(model, batch)
         return {"encoder": batch.src != PAD if batch.src is not None else batch.tgt_in != PAD,
                 "decoder": batch.tgt_in != PAD}
 
 
-TASKS: dict[str, type[Task]] = {}
+TASKS: dict[str, type[Task[Any, Any]]] = {}
 DEFAULT_TASK = "translation"
 
 # The fields of the one flat DataConfig of release 0.1: a run directory written then lists all of
@@ -211,21 +203,25 @@ RELEASE_0_1_FIELDS = (
     "valid_fraction")
 
 
-def register_task(task: type[Task]) -> type[Task]:
+T = TypeVar("T", bound=type[Task[Any, Any]])
+
+
+def register_task(task: T) -> T:
     """Class decorator: make ``task`` selectable as ``data.task: <task.name>``; what it ``needs`` of a
     family is checked against :class:`Capabilities` here, and that a task declaring no tokenizer
     says which sizes its data gives (the default :meth:`Task.data_shape` is the vocabulary of its
     first tokenizer); a vocabulary size taken from a tokenizer it does not declare is
     refused where the fields are first planned (:meth:`Task.vocabulary`)."""
     task.needs = Capabilities.check_needs(task.needs)
-    if not task.tokenizers and task.data_shape.__func__ is Task.data_shape.__func__:
+    if not task.tokenizers and task.data_shape is Task.data_shape:
         raise TypeError(f"task {task.name!r} declares no tokenizer, so its data sets no vocabulary: define its "
-                        f"data_shape(cfg, data=None), or declare the roles of the tokenizers it saves "
+                        f"data_shape(self, data=None), or declare the roles of the tokenizers it saves "
                         f"(tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
-    return register(TASKS, task, "task")
+    register(TASKS, cast(type[Task[Any, Any]], task), "task")
+    return task
 
 
-def task_named(name: Any) -> type[Task]:
+def task_named(name: Any) -> type[Task[Any, Any]]:
     """The registered task that ``data.task`` names; an unknown name is a ConfigError listing them."""
     if name in GENERATORS:  # release 0.1 named the generator data.task
         raise ConfigError(f"data.task names the task ({', '.join(map(repr, TASKS))}); '{name}' is a built-in "
@@ -234,7 +230,7 @@ def task_named(name: Any) -> type[Task]:
     return TASKS[name]
 
 
-def task_of(data: Mapping[str, Any]) -> type[Task]:
+def task_of(data: Mapping[str, Any]) -> type[Task[Any, Any]]:
     """The task a data section names, or, without data.task, the first whose formats include its
     data.format (the default task without either)."""
     if "task" in data:

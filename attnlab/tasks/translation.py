@@ -30,8 +30,10 @@ from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import exact_match
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import Piped
+from attnlab.tasks.batching import Batch as TaskBatch
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.task import Amp, NextTokenTask, Piped, TaskConfig, register_task
+from attnlab.tasks.task import Amp, NextTokenTask, Task, TaskConfig, register_task
 
 
 @dataclass(frozen=True)
@@ -134,15 +136,24 @@ class Example:
     tgt_ids: list[int]
 
 
+PairsBatch = typing.TypeVar("PairsBatch", bound=TaskBatch)
+
+
 @dataclass(kw_only=True)
-class Seq2SeqData(BucketedData):
-    """Sentence pairs per split, and the length filter's report of the training split."""
+class SentencePairs(BucketedData[Example, PairsBatch]):
+    """Sentence pairs per split, and the length filter's report of the training split; how a group
+    of them becomes a batch is the layout's (:class:`Seq2SeqData`, masked_translation's MaskedPairs)."""
 
     splits: dict[str, list[Example]]
     reports: dict[str, FilterReport] = field(default_factory=dict)
 
     def length(self, example: Example) -> int:
         return max(len(example.src_ids), len(example.tgt_ids)) + 1  # + EOS or BOS
+
+
+@dataclass(kw_only=True)
+class Seq2SeqData(SentencePairs[Batch]):
+    """Sentence pairs batched for teacher forcing: source, and the target shifted in and out."""
 
     def collate(self, examples: list[Example], seed: int) -> Batch:
         return collate_pairs([(e.src_ids, e.tgt_ids) for e in examples])
@@ -172,7 +183,7 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
 VALIDATION_SEARCH = Greedy(batch_size=128)  # what validation decodes a split with
 
 
-def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | None = None,
+def decode_split(model: nn.Module, data: SentencePairs[typing.Any], split: str, limit: int | None = None,
                  search: Search = VALIDATION_SEARCH, progress: bool = False) -> list[tuple[str, str, str]]:
     """Translations by ``search`` (default greedy; a conditional masked language model's by
     mask-predict) of the first ``limit`` examples of a split: (source, reference, output);
@@ -182,39 +193,30 @@ def decode_split(model: nn.Module, data: Seq2SeqData, split: str, limit: int | N
     return [(e.src, e.tgt, hyps[0][0]) for e, hyps in zip(examples, outputs)]
 
 
-@register_task
-class Translation(NextTokenTask):
-    """Sequence to sequence: a source line in, its target line out (data.task: translation), scored by
-    loss, perplexity and exact match (BLEU: `attnlab evaluate`); decoded by greedy, beam or sampling search."""
+PairsData = typing.TypeVar("PairsData", bound=SentencePairs[typing.Any])
 
-    name = "translation"
-    config = TranslationConfig
-    formats = ("builtin", "parallel", "tsv", "scan")
+
+class ParallelText(Task[PairsData, PairsBatch]):
+    """What every task of sentence pairs does (translation, masked translation): read them with
+    their tokenizers into the task's ``layout``, one vocabulary per side or one shared."""
+
+    cfg: TranslationConfig
     needs = {"encoder": True, "decoder": True}
-    metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
-    commands = ("translate", "evaluate", "score", "inspect", "prune")
     tokenizers = ("src", "tgt")
-    layout: typing.ClassVar[type[Seq2SeqData]] = Seq2SeqData  # how the pairs are batched
+    layout: typing.ClassVar[type[SentencePairs[typing.Any]]] = Seq2SeqData  # how the pairs are batched
     with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
-    pipeline_head = "forward"
 
-    @classmethod
-    def piped(cls, batch: Batch) -> Piped:
-        return Piped((batch.src, batch.tgt_in), batch.tgt_out, PAD)
-
-    @classmethod
-    def prepare(cls, cfg: TranslationConfig, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> Seq2SeqData:
-        splits = read_pairs(cfg)
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
+                state: dict[str, typing.Any] | None = None) -> PairsData:
+        splits = read_pairs(self.cfg)
         if tokenizers is None:
             train = splits["train"]
-            if cfg.shared_vocab:
-                shared = Tokenizer.train(cfg.tokenizer, [s for s, _ in train] + [t for _, t in train], cfg.vocab_size,
-                                         cls.with_mask)
+            if self.cfg.shared_vocab:
+                shared = self.tokenizer([s for s, _ in train] + [t for _, t in train])
                 tokenizers = {"src": shared, "tgt": shared}
             else:
-                tokenizers = {"src": Tokenizer.train(cfg.tokenizer, [s for s, _ in train], cfg.vocab_size, cls.with_mask),
-                              "tgt": Tokenizer.train(cfg.tokenizer, [t for _, t in train], cfg.vocab_size, cls.with_mask)}
+                tokenizers = {"src": self.tokenizer([s for s, _ in train]),
+                              "tgt": self.tokenizer([t for _, t in train])}
         encoded: dict[str, list[Example]] = {}
         reports: dict[str, FilterReport] = {}
         for name, pairs in splits.items():
@@ -222,35 +224,54 @@ class Translation(NextTokenTask):
             tgt_ids = tokenizers["tgt"].encode_batch([t for _, t in pairs])
             examples = [Example(s, t, si, ti) for (s, t), si, ti in zip(pairs, src_ids, tgt_ids)]
             if name == "train":  # evaluation sets are never filtered: scores must cover every sentence
-                keep, reports[name] = filter_by_length(list(zip(src_ids, tgt_ids)), cfg.max_src_len, cfg.max_tgt_len)
+                keep, reports[name] = filter_by_length(list(zip(src_ids, tgt_ids)), self.cfg.max_src_len,
+                                                       self.cfg.max_tgt_len)
                 examples = [examples[i] for i in keep]
                 if not examples:
                     raise DataError(f"no training pairs left after length filtering ({reports[name]})")
             encoded[name] = examples
-        return cls.layout(tokenizers=tokenizers, splits=encoded, reports=reports, **batching.bucketing())
+        return typing.cast(PairsData, self.layout(tokenizers=tokenizers, splits=encoded, reports=reports,
+                                                  **batching.bucketing()))
 
-    @classmethod
-    def data_shape(cls, cfg: TranslationConfig, data: Seq2SeqData | None = None) -> DataShape:
+    def tokenizer(self, lines: list[str]) -> Tokenizer:
+        """A tokenizer of data.tokenizer, data.vocab_size, fitted on ``lines``."""
+        return Tokenizer.train(self.cfg.tokenizer, lines, self.cfg.vocab_size, self.with_mask)
+
+    def data_shape(self, data: PairsData | None = None) -> DataShape:
         """The target's vocabulary size; the source's as src_vocab_size, None when shared (the model
         reads it as the target's)."""
-        return DataShape(vocab_size=cls.vocabulary(data, "tgt"), pad_id=PAD,
-                         src_vocab_size=None if cfg.shared_vocab else cls.vocabulary(data, "src"))
+        return DataShape(vocab_size=self.vocabulary(data, "tgt"), pad_id=PAD,
+                         src_vocab_size=None if self.cfg.shared_vocab else self.vocabulary(data, "src"))
 
-    @classmethod
-    def validate(cls, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp,
-                 n_decoded: int, split: str = "valid") -> dict[str, float]:
-        """Loss and perplexity, and the exact match of ``n_decoded`` greedy translations."""
-        result = super().validate(model, data, device, amp, n_decoded, split)
-        if n_decoded:
-            triples = decode_split(model, data, split, n_decoded)
-            result["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
-        return result
-
-    @classmethod
-    def describe(cls, data: Seq2SeqData) -> str:
+    def describe(self, data: PairsData) -> str:
         sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
         src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
         vocab = (f"shared vocabulary {tgt.vocab_size}" if src is tgt
                  else f"vocabularies {src.vocab_size} / {tgt.vocab_size}")
         report = f"; train filter: {data.reports['train']}" if "train" in data.reports else ""
         return f"pairs: {sizes}; {vocab}{report}"
+
+
+@register_task
+class Translation(NextTokenTask[Seq2SeqData, Batch], ParallelText[Seq2SeqData, Batch]):
+    """Sequence to sequence: a source line in, its target line out (data.task: translation), scored by
+    loss, perplexity and exact match (BLEU: `attnlab evaluate`); decoded by greedy, beam or sampling search."""
+
+    name = "translation"
+    config = TranslationConfig
+    formats = ("builtin", "parallel", "tsv", "scan")
+    metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
+    commands = ("translate", "evaluate", "score", "inspect", "prune")
+    pipeline_head = "forward"
+
+    def piped(self, batch: Batch) -> Piped:
+        return Piped((typing.cast(torch.Tensor, batch.src), batch.tgt_in), batch.tgt_out, PAD)
+
+    def validate(self, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp, n_decoded: int,
+                 split: str = "valid") -> dict[str, float]:
+        """Loss and perplexity, and the exact match of ``n_decoded`` greedy translations."""
+        result = super().validate(model, data, device, amp, n_decoded, split)
+        if n_decoded:
+            triples = decode_split(model, data, split, n_decoded)
+            result["exact_match"] = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
+        return result

@@ -33,6 +33,7 @@ from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, UNK, Tokeniz
 from attnlab.errors import DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
+from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import ImageRows, read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
@@ -160,7 +161,7 @@ def answer(model: nn.Module, tokenizer: Tokenizer, images: Tensor, question: str
 
 
 @register_task
-class VisualQA(ClassifierTask):
+class VisualQA(ClassifierTask[QAData, QABatch]):
     """An answer chosen for a question about an image, both read as one sequence (data.task: visual_qa)."""
 
     name = "visual_qa"
@@ -168,45 +169,42 @@ class VisualQA(ClassifierTask):
     needs = {"inputs": Inputs.IMAGE_TEXT, "encoder": True}  # one sequence of both, classified
     commands = ("ask", "evaluate", "inspect")
     tokenizers = ("src",)
+    cfg: VisualQAConfig
 
-    @classmethod
-    def prepare(cls, cfg: VisualQAConfig, batching: Batching, tokenizers: Tokenizers | None = None,
+    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
                 state: dict[str, Any] | None = None) -> QAData:
-        drawn = cfg.drawn_scenes()
+        drawn = self.cfg.drawn_scenes()
         if tokenizers is None:
             questions = [q for scene in drawn["train"] for q, _ in scene.questions]
-            tokenizers = {"src": Tokenizer.train(cfg.tokenizer, questions, cfg.vocab_size), "tgt": None}
+            tokenizers = {"src": Tokenizer.train(self.cfg.tokenizer, questions, self.cfg.vocab_size), "tgt": None}
         answers = state["labels"] if state else class_names([a for scene in drawn["train"] for _, a in scene.questions])
-        splits = {name: qa_split(scenes, tokenizers["src"], answers, cfg.max_question_len, f"scenes {name}")
+        splits = {name: qa_split(scenes, tokenizers["src"], answers, self.cfg.max_question_len, f"scenes {name}")
                   for name, scenes in drawn.items()}
         pixels = splits["train"].images.permute(0, 2, 3, 1).numpy()  # (S, H, W, C)
         standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(pixels)
         return QAData(splits=splits, tokenizers=tokenizers, labels=answers, standardise=standardise,
                       batch_size=batching.batch_size, seed=batching.seed)
 
-    @classmethod
-    def saved_state(cls, data: QAData) -> dict[str, Any]:
+    def saved_state(self, data: QAData) -> dict[str, Any]:
         """The answers in class-id order, the images' (H, W, C) and the training split's pixel statistics."""
         channels, height, width = data.image_shape
         return {"labels": data.labels, "shape": [height, width, channels], "mean": data.standardise.mean,
                 "std": data.standardise.std}
 
-    @classmethod
-    def data_shape(cls, cfg: VisualQAConfig, data: QAData | None = None) -> DataShape:
+    def data_shape(self, data: QAData | None = None) -> DataShape:
         """Before the scenes are drawn: RGB images of data.image_size, two answers."""
-        channels, height, width = data.image_shape if data is not None else (3, cfg.image_size, cfg.image_size)
+        size = self.cfg.image_size
+        channels, height, width = data.image_shape if data is not None else (3, size, size)
         return DataShape(image_height=height, image_width=width, channels=channels,
-                         vocab_size=cls.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
+                         vocab_size=self.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
                          pad_id=PAD)
 
-    @classmethod
-    def analysis_pass(cls, model: nn.Module, batch: QABatch) -> dict[str, Tensor]:
+    def analysis_pass(self, model: nn.Module, batch: QABatch) -> dict[str, Tensor]:
         states, valid = model.encode(batch.images, batch.ids)
         model.classifier(states, valid)
         return {"encoder": valid}
 
-    @classmethod
-    def evaluate_split(cls, model: nn.Module, data: QAData, split: str) -> dict[str, Any]:
+    def evaluate_split(self, model: nn.Module, data: QAData, split: str) -> dict[str, Any]:
         """Every classifier's record (ClassifierTask), and the accuracy of each kind of question."""
         record = evaluation_report(model, data.eval_batches(split), data.labels)
         part, device = data.splits[split], next(model.parameters()).device
@@ -218,37 +216,35 @@ class VisualQA(ClassifierTask):
             record["by_kind"][kind] = {"accuracy": scores["accuracy"], "questions": len(rows)}
         return record
 
-    @classmethod
-    def evaluate_file(cls, model: nn.Module, cfg: VisualQAConfig, tokenizers: Tokenizers, state: dict[str, Any],
-                      path: str) -> dict[str, Any]:
+    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
+                      split: str | None) -> dict[str, Any]:
         """:meth:`evaluate_split`'s record on a questions file (:func:`read_questions_file`), each
         image read and standardised as the run's training images were (resized to their size)."""
+        self.refuse_split(split)
         shape = tuple(state["shape"])  # (H, W, C)
         rows = read_questions_file(path, state["labels"])
         pixels = np.stack([read_image(image, colour_of(shape), shape[:2]) for image, _, _ in rows])
         questions = [question for _, question, _ in rows]
         part = QASplit(as_tensor(pixels), torch.arange(len(rows)), questions,
-                       question_ids(tokenizers["src"], questions, cfg.max_question_len, path),
+                       question_ids(tokenizers["src"], questions, self.cfg.max_question_len, path),
                        torch.tensor([state["labels"].index(a) for _, _, a in rows]))
         data = QAData(splits={"file": part}, tokenizers=tokenizers, labels=state["labels"],
                       standardise=Standardise(state["mean"], state["std"]), batch_size=64)
-        return cls.evaluate_split(model, data, "file")
+        return self.evaluate_split(model, data, "file")
 
-    @classmethod
-    def report(cls, result: dict[str, Any], source: str) -> list[str]:
+    def report(self, result: dict[str, Any], source: str) -> list[str]:
         kinds = "   ".join(f"{kind} {r['accuracy']:.2%} ({r['questions']})" for kind, r in result["by_kind"].items())
         first, *confusion = super().report(result, source)
         return [first, f"accuracy by kind of question: {kinds}", *confusion]
 
-    @classmethod
-    def describe(cls, data: QAData) -> str:
+    def describe(self, data: QAData) -> str:
         sizes = ", ".join(f"{name} {len(split):,} ({len(split.images):,} scenes)" for name, split in data.splits.items())
         channels, height, width = data.image_shape
         return (f"questions on images {width}x{height}x{channels}: {sizes}; {len(data.labels)} answers "
                 f"{', '.join(data.labels)}; vocabulary {data.tokenizers['src'].vocab_size}")
 
 
-def ask(model: nn.Module, run: Any, paths: list[str], question: str) -> list[list[float]]:
+def ask(model: nn.Module, run: RunState, paths: list[str], question: str) -> list[list[float]]:
     """`attnlab ask`: each image file, read as the run's training images, with ``question`` -> its
     answer probabilities (in the order of the run's answers)."""
     if not question.strip():

@@ -37,7 +37,7 @@ class Evaluations:
     counts the evaluations without a gain. ``scores``: the newest; ``step``: the step of the newest
     checkpoint, written or resumed from (None before the first)."""
 
-    def __init__(self, task: type[Task], data: TaskData, cfg: TrainConfig, device: torch.device,
+    def __init__(self, task: Task[Any, Any], data: TaskData, cfg: TrainConfig, device: torch.device,
                  amp: Callable[[], ContextManager], train_log: TrainLog, run: RunDir, strategy: Strategy,
                  trainer_state: Callable[[], dict[str, Any]], resumed_at: int | None) -> None:
         self.task, self.data, self.cfg, self.device, self.amp = task, data, cfg, device, amp
@@ -151,7 +151,7 @@ class Limits:
         return None
 
 
-def fit(model: nn.Module, task: type[Task], data: TaskData, cfg: TrainConfig, run: RunDir, schedule: Schedule,
+def fit(model: nn.Module, task: Task[Any, Any], data: TaskData, cfg: TrainConfig, run: RunDir, schedule: Schedule,
         resume: Checkpoint | None = None, log: Callable[[str], None] = print, world: World | None = None,
         on_restored: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:

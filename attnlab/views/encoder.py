@@ -13,14 +13,14 @@ from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.inspect import inspect_encoder
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.classification import encode_inputs
-from attnlab.tasks.encoder import Encoder
+from attnlab.tasks.encoder import TextEncoder
 from attnlab.tasks.masked_lm import MaskedLM
 from attnlab.views.limits import Refused
 from attnlab.views.session import Session, attention_maps
 from attnlab.views.view import Inspection, Page, register_view
 
 
-@register_view(MaskedLM, Encoder)
+@register_view(MaskedLM, TextEncoder)
 class EncoderView:
     page = Page()
     predicts = False  # a classifier's view (views/classification.py) adds its class probabilities

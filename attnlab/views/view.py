@@ -101,11 +101,11 @@ class Inspectable(Protocol):
         """Write the figures and summary.json of one input; the summary."""
 
 
-VIEWS: dict[type[Task], object] = {}
+VIEWS: dict[type[Task[Any, Any]], object] = {}
 View = TypeVar("View")
 
 
-def register_view(*tasks: type[Task]) -> Callable[[type[View]], type[View]]:
+def register_view(*tasks: type[Task[Any, Any]]) -> Callable[[type[View]], type[View]]:
     """Class decorator: an instance of the view shows the runs of each of ``tasks``."""
 
     def register(view: type[View]) -> type[View]:
@@ -137,9 +137,9 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
                                    lambda: figure_dir(out, run_dir, text, force)))
 
 
-def view_of(task: type[Task]) -> object | None:
-    """The view registered with ``task``; None: the task shows nothing beyond the commands."""
-    return VIEWS.get(task)
+def view_of(task: Task[Any, Any]) -> object | None:
+    """The view registered with ``task``'s class; None: the task shows nothing beyond the commands."""
+    return VIEWS.get(type(task))
 
 
 def tasks_with(ability: type) -> list[str]:

@@ -18,7 +18,6 @@ from attnlab.models import build_model
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.data import read_run_data
 from attnlab.runs.run_dir import RunDir
-from attnlab.tasks.segment_language_model import SegmentLanguageModel
 
 
 def main(xl_run: str, cells: list[str]) -> None:
@@ -33,7 +32,7 @@ def main(xl_run: str, cells: list[str]) -> None:
         for memory in map(int, memories.split(",")):
             model = build_model(dataclasses.replace(config, memory_length=memory)).eval()
             model.load_state_dict(trained.state_dict())
-            nll = SegmentLanguageModel.segments_nll(model, batches, torch.device("cpu"))
+            nll = data_config.task.segments_nll(model, batches, torch.device("cpu"))
             print(f"| {weights} | {memory} | {nll['loss']:.4f} |", flush=True)
 
 
