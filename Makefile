@@ -34,6 +34,7 @@ $(STAMP): $(RUNTIME)
 test: $(STAMP) $(BROWSER)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check attnlab tests docs/experiments docs/conf.py docs/_ext
+	$(VENV)/bin/ruff format --check attnlab tests docs/experiments docs/conf.py docs/_ext
 	$(PY) -m mypy
 	$(SPHINX_BUILD) -E
 	$(PY) -m pytest -q

@@ -12,11 +12,29 @@ from attnlab.lazy import lazy_names
 
 __version__ = "0.1.0"
 
-_LAZY = {"model_config": "attnlab.models", "build_model": "attnlab.models", "register_family": "attnlab.models",
-         "FAMILIES": "attnlab.models", "task_config": "attnlab.tasks", "register_task": "attnlab.tasks",
-         "TASKS": "attnlab.tasks"}
+_LAZY = {
+    "model_config": "attnlab.models",
+    "build_model": "attnlab.models",
+    "register_family": "attnlab.models",
+    "FAMILIES": "attnlab.models",
+    "task_config": "attnlab.tasks",
+    "register_task": "attnlab.tasks",
+    "TASKS": "attnlab.tasks",
+}
 
-__all__ = ["model_config", "build_model", "register_family", "FAMILIES", "task_config", "register_task", "TASKS",
-           "AttnlabError", "ConfigError", "DataError", "CheckpointError", "UsageError"]
+__all__ = [
+    "model_config",
+    "build_model",
+    "register_family",
+    "FAMILIES",
+    "task_config",
+    "register_task",
+    "TASKS",
+    "AttnlabError",
+    "ConfigError",
+    "DataError",
+    "CheckpointError",
+    "UsageError",
+]
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -106,11 +106,16 @@ def _part(cls: type, data: dict[str, Any], section: str) -> Any:
     hints, names = typing.get_type_hints(cls), [g.name for g in dataclasses.fields(cls)]
     for key in data:
         if key not in names:
-            raise ConfigError(f"unknown field '{key}' in {section}{did_you_mean(str(key), names)}; its fields: "
-                              f"{', '.join(names)}")
-    checked = {g.name: _nested(g, data[g.name], hints[g.name], f"{section}.") if _is_config(hints[g.name])
-               else _coerce(f"{section}.{g.name}", data[g.name], hints[g.name])
-               for g in dataclasses.fields(cls) if g.name in data}
+            raise ConfigError(
+                f"unknown field '{key}' in {section}{did_you_mean(str(key), names)}; its fields: {', '.join(names)}"
+            )
+    checked = {
+        g.name: _nested(g, data[g.name], hints[g.name], f"{section}.")
+        if _is_config(hints[g.name])
+        else _coerce(f"{section}.{g.name}", data[g.name], hints[g.name])
+        for g in dataclasses.fields(cls)
+        if g.name in data
+    }
     try:
         return cls(**checked)
     except ConfigError as err:
@@ -141,8 +146,11 @@ class TypedConfig:
         for key in data:
             if key not in names:
                 raise ConfigError(f"unknown field '{key}' in section '{cls.section}'{did_you_mean(str(key), names)}")
-        required = [f.name for f in dataclasses.fields(cls)
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         for name in required:
             if name not in data:
                 raise ConfigError(f"section '{cls.section}' needs the field '{name}'")
@@ -201,17 +209,22 @@ class RegisteredConfig(TypedConfig):
         names = cls.field_names()
         # each field by how it is written, a config's inside this one too (a family's stack: d_model -> stack.d_model)
         written = {name: name for name in names} | {
-            path.rpartition(".")[2]: path for path in field_paths(cls) if "." in path}
+            path.rpartition(".")[2]: path for path in field_paths(cls) if "." in path
+        }
         for key in data:
             if key == cls.selector or key in names:
                 continue
             if key in written:
                 nested = written[key].rpartition(".")[0]
                 inside = "".join(f"{part}: {{" for part in nested.split("."))
-                raise ConfigError(f"{cls.section}.{key} is a field of {cls.section}.{nested}: write it inside {nested} "
-                                  f"({inside}{key}: ...{'}' * (nested.count('.') + 1)}; --set {cls.section}.{written[key]}=...)")
-            raise ConfigError(f"{cls.section}.{cls.selector} '{cls.chosen_name()}' has no field '{key}'"
-                              f"{did_you_mean(str(key), written, written)}; its fields: {', '.join(names)}")
+                raise ConfigError(
+                    f"{cls.section}.{key} is a field of {cls.section}.{nested}: write it inside {nested} "
+                    f"({inside}{key}: ...{'}' * (nested.count('.') + 1)}; --set {cls.section}.{written[key]}=...)"
+                )
+            raise ConfigError(
+                f"{cls.section}.{cls.selector} '{cls.chosen_name()}' has no field '{key}'"
+                f"{did_you_mean(str(key), written, written)}; its fields: {', '.join(names)}"
+            )
         return super().from_dict({k: v for k, v in data.items() if k != cls.selector})
 
 
@@ -226,8 +239,10 @@ def register(registry: dict[str, P], plugin: P, what: str) -> P:
     return plugin
 
 
-YAML12_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?"
-                          r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF|nan|NaN|NAN))$")
+YAML12_FLOAT = re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?"
+    r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF|nan|NaN|NAN))$"
+)
 
 
 class ConfigLoader(yaml.SafeLoader):
@@ -285,8 +300,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 def overlaid(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``over``'s fields, a mapping in both (a family's stack) overlaid field by field."""
-    return base | {k: overlaid(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-                   for k, v in over.items()}
+    return base | {
+        k: overlaid(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v for k, v in over.items()
+    }
 
 
 def field_paths(cls: type) -> list[str]:
@@ -304,8 +320,11 @@ def at_least(field: str, value: int, low: int) -> None:
         raise ConfigError(f"{field} must be >= {low} (got {value})")
 
 
-def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str],
-                    fields_of: typing.Callable[[str, dict[str, Any]], list[str] | None]) -> None:
+def apply_overrides(
+    sections: dict[str, Any],
+    overrides: typing.Sequence[str],
+    fields_of: typing.Callable[[str, dict[str, Any]], list[str] | None],
+) -> None:
     """Apply ``--set section.field=value`` expressions in place (``model.stack.n_layers=4``: a field of
     a config inside the section); values are parsed as YAML scalars.
     A ``--set`` is a line of config given on the command line: whatever is wrong with it (no ``=``, an
@@ -336,15 +355,18 @@ def apply_overrides(sections: dict[str, Any], overrides: typing.Sequence[str],
     for expr, section, name in applied:
         fields = fields_of(section, sections)
         if fields is not None and name not in fields:
-            raise ConfigError(f"--set {expr!r}: unknown field '{name}' in section '{section}'"
-                              f"{did_you_mean(name, fields)}")
+            raise ConfigError(
+                f"--set {expr!r}: unknown field '{name}' in section '{section}'{did_you_mean(name, fields)}"
+            )
 
 
 def differences(old: TypedConfig, new: TypedConfig) -> list[str]:
     """The fields of one section that differ, as 'section.field: old -> new' (a nested config's as
     'section.nested.field')."""
     a, b = _flat(old.to_dict()), _flat(new.to_dict())
-    return [f"{old.section}.{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    return [
+        f"{old.section}.{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)
+    ]
 
 
 def _flat(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:

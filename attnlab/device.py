@@ -38,8 +38,9 @@ def local_rank(env: Mapping[str, str] = os.environ) -> int | None:
     return int(env.get("LOCAL_RANK", "0"))
 
 
-def resolve_device(name: str, option: str = "train.device", env: Mapping[str, str] = os.environ,
-                   n_gpus: int | None = None) -> torch.device:
+def resolve_device(
+    name: str, option: str = "train.device", env: Mapping[str, str] = os.environ, n_gpus: int | None = None
+) -> torch.device:
     """The torch.device that ``name`` stands for on this host (``n_gpus``: how many CUDA devices it
     has; by default, torch's count). Refused in one line naming ``option``: a GPU that is not there,
     an explicit cuda:N under torchrun, or fewer GPUs than torchrun's local ranks."""
@@ -48,18 +49,24 @@ def resolve_device(name: str, option: str = "train.device", env: Mapping[str, st
     if name == "cpu" or (name == "auto" and n_gpus == 0):
         return torch.device("cpu")
     if n_gpus == 0:
-        raise ConfigError(f"{option} is '{name}' but no CUDA device is available (torch {torch.__version__}, "
-                          f"CUDA {torch.version.cuda or 'not built in'}); use {option} cpu or auto")
+        raise ConfigError(
+            f"{option} is '{name}' but no CUDA device is available (torch {torch.__version__}, "
+            f"CUDA {torch.version.cuda or 'not built in'}); use {option} cpu or auto"
+        )
     rank = local_rank(env)
     if rank is not None:
         if name.startswith("cuda:"):
-            raise ConfigError(f"{option} '{name}' under torchrun would put every rank on one GPU; use cuda or "
-                              f"auto, and each rank takes the GPU of its LOCAL_RANK")
+            raise ConfigError(
+                f"{option} '{name}' under torchrun would put every rank on one GPU; use cuda or "
+                f"auto, and each rank takes the GPU of its LOCAL_RANK"
+            )
         if rank >= n_gpus:
             ranks = env.get("LOCAL_WORLD_SIZE", str(rank + 1))
-            raise ConfigError(f"torchrun started {ranks} processes on this host, which has {n_gpus} GPU(s): one GPU "
-                              f"per process is needed (LOCAL_RANK {rank}); use --nproc_per_node {n_gpus}, or "
-                              f"{option} cpu")
+            raise ConfigError(
+                f"torchrun started {ranks} processes on this host, which has {n_gpus} GPU(s): one GPU "
+                f"per process is needed (LOCAL_RANK {rank}); use --nproc_per_node {n_gpus}, or "
+                f"{option} cpu"
+            )
         return torch.device("cuda", rank)
     index = int(name.partition(":")[2] or 0)
     if index >= n_gpus:

@@ -9,8 +9,9 @@ import importlib
 from typing import Any, Callable
 
 
-def lazy_names(package: str, where: dict[str, str],
-               namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_names(
+    package: str, where: dict[str, str], namespace: dict[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package``: ``where`` maps each lazy name to the module
     that defines it; a name found is kept in ``namespace`` (the package's globals), so that later
     look-ups do not come back here."""

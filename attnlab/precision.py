@@ -55,7 +55,7 @@ def matmul_gflops(dtype: torch.dtype, device: torch.device, n: int = 256, repeat
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
-    return 2 * n ** 3 / best / 1e9
+    return 2 * n**3 / best / 1e9
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,11 @@ def choose_precision(requested: str, device: torch.device) -> PrecisionChoice:
             return PrecisionChoice("bf16", f"precision auto: bf16 ({where} computes in bf16 natively)")
         return PrecisionChoice("fp32", f"precision auto: fp32 ({where} has no native bf16; {_measured(device)})")
     if requested == "bf16" and not native:
-        return PrecisionChoice("bf16", f"warning: train.precision is bf16 but {where} has no native bf16: "
-                                       f"{_measured(device)}; use precision auto or fp32")
+        return PrecisionChoice(
+            "bf16",
+            f"warning: train.precision is bf16 but {where} has no native bf16: "
+            f"{_measured(device)}; use precision auto or fp32",
+        )
     return PrecisionChoice(requested)
 
 

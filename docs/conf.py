@@ -27,8 +27,12 @@ exclude_patterns = ["experiments", "figures", "images", "_build"]
 
 html_theme = "alabaster"
 html_math_renderer = "mathml"  # _ext/attnlab_docs.py: MathML at build time, no script and no CDN
-html_theme_options = {"description": "The Transformer family end to end", "fixed_sidebar": True,
-                      "page_width": "1200px", "sidebar_width": "260px"}
+html_theme_options = {
+    "description": "The Transformer family end to end",
+    "fixed_sidebar": True,
+    "page_width": "1200px",
+    "sidebar_width": "260px",
+}
 html_sidebars = {"**": ["about.html", "searchbox.html", "navigation.html", "relations.html"]}
 html_show_sourcelink = False
 html_copy_source = False  # the Markdown sources stay in the repository; the site is HTML and its search index

@@ -29,8 +29,13 @@ def setup():
     g = torch.Generator().manual_seed(1)
     batches = []
     for b in range(4):
-        pairs = [(torch.randint(4, 30, (3 + b + i,), generator=g).tolist(),
-                  torch.randint(4, 30, (2 + 2 * b + i,), generator=g).tolist()) for i in range(3)]
+        pairs = [
+            (
+                torch.randint(4, 30, (3 + b + i,), generator=g).tolist(),
+                torch.randint(4, 30, (2 + 2 * b + i,), generator=g).tolist(),
+            )
+            for i in range(3)
+        ]
         batches.append(collate_pairs(pairs))
     return model, batches
 
@@ -60,7 +65,7 @@ if __name__ == "__main__":
     out, per_rank = sys.argv[1], int(sys.argv[2])
     with joined_world() as world:
         model, batches = setup()
-        mine = batches[world.rank * per_rank:(world.rank + 1) * per_rank]
+        mine = batches[world.rank * per_rank : (world.rank + 1) * per_rank]
         grads, weights = update(model, mine, world)
     if world.is_main:
         torch.save({"grads": grads, "weights": weights, "left_group": not dist.is_initialized()}, out)

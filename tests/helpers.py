@@ -24,8 +24,14 @@ ATTNLAB = (sys.executable, "-m", "attnlab.cli")
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 
 
-def assert_sgd_step_close(weights: dict[str, Tensor], expected: dict[str, Tensor], grads: dict[str, Tensor],
-                          lr: float, atol: float, rtol: float) -> None:
+def assert_sgd_step_close(
+    weights: dict[str, Tensor],
+    expected: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    lr: float,
+    atol: float,
+    rtol: float,
+) -> None:
     """Weights after the SGD step w - lr * g from the same w, against ``expected``, where the two
     gradients may differ by ``atol + rtol * |g|``: that times lr, plus the rounding of lr * g and of
     the difference, at most one float32 eps relative each on either side (eps is twice the unit
@@ -43,7 +49,7 @@ def why(done: subprocess.CompletedProcess) -> str:
     crashed (the tests' torchrun jobs run with PYTHONFAULTHANDLER), the crash's Python stacks, which
     torchrun's own report of the failure would push out of the end."""
     crash = done.stderr.find("Fatal Python error")
-    return done.stderr[crash:crash + 6000] if crash >= 0 else done.stderr[-3000:]
+    return done.stderr[crash : crash + 6000] if crash >= 0 else done.stderr[-3000:]
 
 
 def assert_only_torchruns_traceback(stderr: str) -> None:
@@ -133,8 +139,9 @@ def with_weights(attention: nn.Module, *args, **kwargs) -> tuple[Tensor, Tensor]
     return out, captured.records[-1].probs
 
 
-def assert_cached_matches_uncached(model: torch.nn.Module, tgt: Tensor, src: Tensor | None = None,
-                                   chunks: list[int] | None = None, atol: float = 1e-5) -> None:
+def assert_cached_matches_uncached(
+    model: torch.nn.Module, tgt: Tensor, src: Tensor | None = None, chunks: list[int] | None = None, atol: float = 1e-5
+) -> None:
     """Feed ``tgt`` to the model in pieces (``chunks`` sizes, default one token at a time) with a
     DecoderCache; the logits of every piece must equal the full, uncached pass at those positions.
     ``src`` makes it an EncoderDecoder check, otherwise a DecoderLM one."""
@@ -150,10 +157,15 @@ def assert_cached_matches_uncached(model: torch.nn.Module, tgt: Tensor, src: Ten
         cache = model.new_cache()
         start = 0
         for size in chunks:
-            piece = tgt[:, start:start + size]
+            piece = tgt[:, start : start + size]
             step = model.decode(piece, memory, src_valid, cache) if src is not None else model(piece, cache=cache)
-            torch.testing.assert_close(step, full[:, start:start + size], atol=atol, rtol=0,
-                                       msg=lambda m: f"positions {start}..{start + size - 1}: {m}")
+            torch.testing.assert_close(
+                step,
+                full[:, start : start + size],
+                atol=atol,
+                rtol=0,
+                msg=lambda m: f"positions {start}..{start + size - 1}: {m}",
+            )
             start += size
         assert cache.length == T
 
@@ -190,5 +202,12 @@ def without_dropout(preset: Path) -> list[str]:
 # the recurrent run that tests/test_cuda.py trains, resumes and decodes on a GPU (eager: its
 # subject is cuDNN's flat weights, not compilation), besides its data
 RECURRENT_PRESET = CONFIGS / "rnn_bahdanau.yaml"
-RECURRENT_SETS = ["model.d_model=64", "train.compile=false", "train.max_steps=6", "train.eval_every=3",
-                  "train.max_tokens=200", "train.device=cuda", "train.progress=false"]
+RECURRENT_SETS = [
+    "model.d_model=64",
+    "train.compile=false",
+    "train.max_steps=6",
+    "train.eval_every=3",
+    "train.max_tokens=200",
+    "train.device=cuda",
+    "train.progress=false",
+]

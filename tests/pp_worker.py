@@ -40,11 +40,11 @@ def model(task: type) -> torch.nn.Module:
     if task is LanguageModel:
         return build_model(*sized(arch="decoder_lm", stack=dict(STACK, n_layers=N_LAYERS), **SIZES))
     if task is Translation:
-        return build_model(*sized(arch="encoder_decoder", stack=STACK, depths=dict(encoder=1, decoder=4),
-                                        **SIZES))
+        return build_model(*sized(arch="encoder_decoder", stack=STACK, depths=dict(encoder=1, decoder=4), **SIZES))
     # 3 layers over 2 ranks: stages of 2 and 1; segments and mean pooling read the real tokens
-    return build_model(*sized(arch="encoder_only", stack=dict(STACK, n_layers=3), n_classes=3, n_segments=2, pooling="mean",
-                                    **SIZES))
+    return build_model(
+        *sized(arch="encoder_only", stack=dict(STACK, n_layers=3), n_classes=3, n_segments=2, pooling="mean", **SIZES)
+    )
 
 
 def padded(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,9 +78,16 @@ def batches(task: type) -> list:
 
 def micro(data: list, m: int) -> list:
     """Each batch's rows cut into m consecutive micro-batches, as the pipeline's schedule cuts them."""
-    return [type(b)(*parts) for b in data
-            for parts in zip(*(getattr(b, f.name).chunk(m) if getattr(b, f.name) is not None else [None] * m
-                               for f in dataclasses.fields(b)))]
+    return [
+        type(b)(*parts)
+        for b in data
+        for parts in zip(
+            *(
+                getattr(b, f.name).chunk(m) if getattr(b, f.name) is not None else [None] * m
+                for f in dataclasses.fields(b)
+            )
+        )
+    ]
 
 
 def sgd(params):
@@ -105,8 +112,15 @@ def case(world, task: type, schedule: str, m: int) -> dict | None:
         grads[name] = g
     optimizer, scheduler = sgd(pipeline.stage.parameters())
     optimizer.zero_grad(set_to_none=True)
-    step = train_step(pipeline.stage, batches(task), optimizer, scheduler, CFG,
-                      accumulate=pipeline.accumulate_gradients, clip=pipeline.clip_gradients)
+    step = train_step(
+        pipeline.stage,
+        batches(task),
+        optimizer,
+        scheduler,
+        CFG,
+        accumulate=pipeline.accumulate_gradients,
+        clip=pipeline.clip_gradients,
+    )
     pipeline.assemble()
     if not world.is_main:
         return None
@@ -116,10 +130,20 @@ def case(world, task: type, schedule: str, m: int) -> dict | None:
     optimizer, scheduler = sgd(reference.parameters())
     optimizer.zero_grad(set_to_none=True)
     one_step = train_step(reference, micro(batches(task), m), optimizer, scheduler, CFG, objective=made.loss)
-    return {"pp": {"loss": sums["loss_sum"], "grads": grads, "grad_norm": step["grad_norm"],
-                   "weights": {n: p.detach().clone() for n, p in whole.named_parameters()}},
-            "one": {"loss": one["loss_sum"], "grads": one_grads, "grad_norm": one_step["grad_norm"],
-                    "weights": {n: p.detach().clone() for n, p in reference.named_parameters()}}}
+    return {
+        "pp": {
+            "loss": sums["loss_sum"],
+            "grads": grads,
+            "grad_norm": step["grad_norm"],
+            "weights": {n: p.detach().clone() for n, p in whole.named_parameters()},
+        },
+        "one": {
+            "loss": one["loss_sum"],
+            "grads": one_grads,
+            "grad_norm": one_step["grad_norm"],
+            "weights": {n: p.detach().clone() for n, p in reference.named_parameters()},
+        },
+    }
 
 
 if __name__ == "__main__":

@@ -91,21 +91,32 @@ def test_a_layer_without_ffn_stops_after_attention():
     torch.testing.assert_close(out, res.norm(x + mha(x)))
 
 
-@pytest.mark.parametrize("fields, counted", [
-    ({"ffn": False}, lambda d, f, n: -n * (2 * d * f + f + d + 2 * d)),  # each layer's FFN and its norm
-    ({"normalisation": "none"}, lambda d, f, n: -n * 2 * 2 * d),  # every norm's gain and bias
-    ({"residual": False}, lambda d, f, n: 0),
-    ({"attention_scale": "learned"}, lambda d, f, n: n),  # one scalar per attention module
-])
+@pytest.mark.parametrize(
+    "fields, counted",
+    [
+        ({"ffn": False}, lambda d, f, n: -n * (2 * d * f + f + d + 2 * d)),  # each layer's FFN and its norm
+        ({"normalisation": "none"}, lambda d, f, n: -n * 2 * 2 * d),  # every norm's gain and bias
+        ({"residual": False}, lambda d, f, n: 0),
+        ({"attention_scale": "learned"}, lambda d, f, n: n),  # one scalar per attention module
+    ],
+)
 def test_the_switches_change_exactly_the_parameters_they_name(fields, counted):
     base = sum(p.numel() for p in tiny_model(arch="decoder_lm").parameters())
     model = tiny_model(arch="decoder_lm", **fields)
     assert sum(p.numel() for p in model.parameters()) == base + counted(16, 32, 2)
 
 
-@pytest.mark.parametrize("fields", [{"ffn": False}, {"residual": False}, {"normalisation": "none"},
-                                    {"attention_scale": "none"}, {"attention_scale": "learned"},
-                                    {"positional": "none"}])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"ffn": False},
+        {"residual": False},
+        {"normalisation": "none"},
+        {"attention_scale": "none"},
+        {"attention_scale": "learned"},
+        {"positional": "none"},
+    ],
+)
 @pytest.mark.parametrize("arch", ["decoder_lm", "encoder_decoder"])
 def test_cached_decoding_equals_uncached_under_each_switch(arch, fields):
     model = tiny_model(arch=arch, **{"positional": "rotary", "norm": "pre", **fields})
@@ -120,12 +131,18 @@ def test_the_paper_is_the_default_and_switches_are_refused_where_they_cannot_app
     with pytest.raises(ConfigError, match="normalisation 'batch' standardises each feature over every token"):
         sized(arch="decoder_lm", vocab_size=10, stack=dict(normalisation="batch"))
     with pytest.raises(ConfigError, match="attention_backend 'linear' never forms scores, so attention_scale"):
-        sized(arch="decoder_lm", vocab_size=10,
-              stack=dict(attention_backend="linear", attention_dropout=0.0, attention_scale="none"))
+        sized(
+            arch="decoder_lm",
+            vocab_size=10,
+            stack=dict(attention_backend="linear", attention_dropout=0.0, attention_scale="none"),
+        )
     with pytest.raises(ConfigError, match="attention_scale must be one of 'sqrt_dk', 'none', 'learned'"):
         sized(arch="decoder_lm", vocab_size=10, stack=dict(attention_scale="sqrt"))
     with pytest.raises(ConfigError, match="has no field 'ffn'"):
         sized(arch="rnn", vocab_size=10, ffn=False)
-    with pytest.raises(ConfigError, match=r"^model.ffn is a field of model.stack: write it inside stack \(stack: "
-                                          r"\{ffn: ...\}; --set model.stack.ffn=...\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.ffn is a field of model.stack: write it inside stack \(stack: "
+        r"\{ffn: ...\}; --set model.stack.ffn=...\)$",
+    ):
         sized(arch="decoder_lm", vocab_size=10, ffn=False)

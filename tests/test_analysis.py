@@ -58,8 +58,7 @@ def test_capture_equals_softmax_of_the_models_own_q_and_k():
     model, src, tgt = encoder_decoder(positional="rotary")
     inputs = {}
     for name, module in attention_modules(model).items():
-        module.register_forward_pre_hook(lambda m, a, kw, name=name: inputs.setdefault(name, (a, kw)),
-                                         with_kwargs=True)
+        module.register_forward_pre_hook(lambda m, a, kw, name=name: inputs.setdefault(name, (a, kw)), with_kwargs=True)
     records = attention_of(model, src, tgt)
     H, Dh = 4, 4
     for name in ("encoder.layers.0.self_attn", "decoder.layers.1.self_attn", "decoder.layers.0.cross_attn"):
@@ -98,7 +97,9 @@ def test_capture_changes_no_number_and_cleans_up():
     torch.testing.assert_close(captured_out, plain, atol=1e-5, rtol=0)
     assert all(m.backend.name == "sdpa" and not m._forward_hooks for m in attention_modules(model).values())
     assert torch.equal(model(src, tgt), plain)
-    with pytest.raises(ValueError, match=r"'local' does not form .* an exact backend \('math', 'sdpa', 'auto', 'chunked'\)"):
+    with pytest.raises(
+        ValueError, match=r"'local' does not form .* an exact backend \('math', 'sdpa', 'auto', 'chunked'\)"
+    ):
         with capture_attention(tiny_model(attention_backend="local", backends={"pattern": {"window": 2}})):
             pass
 
@@ -179,8 +180,11 @@ def test_head_importance_is_the_gate_gradient():
 @pytest.mark.parametrize("positional", ["rotary", "alibi", "relative_bias"])
 def test_pruning_by_masking_equals_removing_the_weights(positional):
     model, src, tgt = encoder_decoder(positional=positional)
-    heads = {"encoder.layers.0.self_attn": [1, 3], "decoder.layers.1.self_attn": [0],
-             "decoder.layers.0.cross_attn": [0, 1, 2]}
+    heads = {
+        "encoder.layers.0.self_attn": [1, 3],
+        "decoder.layers.1.self_attn": [0],
+        "decoder.layers.0.cross_attn": [0, 1, 2],
+    }
     mask_heads(model, heads)
     masked = model(src, tgt)
     mask_heads(model, {})
@@ -209,8 +213,9 @@ def test_layer_grad_norms_are_the_norms_of_each_layers_gradients():
     model(src, tgt).square().mean().backward()
     norms = layer_grad_norms(model)
     assert set(norms) == {"encoder.layers.0", "encoder.layers.1", "decoder.layers.0", "decoder.layers.1"}
-    expected = torch.cat([p.grad.flatten() for n, p in model.named_parameters()
-                          if n.startswith("decoder.layers.1.")]).norm()
+    expected = torch.cat(
+        [p.grad.flatten() for n, p in model.named_parameters() if n.startswith("decoder.layers.1.")]
+    ).norm()
     assert norms["decoder.layers.1"] == pytest.approx(float(expected), rel=1e-6)
 
 
@@ -222,10 +227,14 @@ def png_labels(path):
 def test_figures_are_pngs_that_carry_their_labels(tmp_path):
     probs = torch.softmax(torch.randn(3, 4, 5), -1)
     size, labels = png_labels(attention_heatmaps(probs, list("abcd"), list("vwxyz"), "t", tmp_path / "h.png"))
-    assert size[0] >= 400 and labels["rows"] == list("abcd") and labels["cols"] == list("vwxyz") and labels["heads"] == 3
+    assert (
+        size[0] >= 400 and labels["rows"] == list("abcd") and labels["cols"] == list("vwxyz") and labels["heads"] == 3
+    )
     size, labels = png_labels(alignment_plot(probs[0], list("vwxyz"), list("abcd"), "a", tmp_path / "a.png"))
     assert labels == {"title": "a", "rows": list("abcd"), "cols": list("vwxyz")}
-    _, labels = png_labels(entropy_plot({"m1": torch.tensor([1.0, 2.0]), "m2": torch.tensor([0.5])}, tmp_path / "e.png"))
+    _, labels = png_labels(
+        entropy_plot({"m1": torch.tensor([1.0, 2.0]), "m2": torch.tensor([0.5])}, tmp_path / "e.png")
+    )
     assert labels["rows"] == ["m1", "m2"] and labels["cols"] == ["head 0", "head 1"]
     _, labels = png_labels(pruning_plot([0, 0.5], [30.0, 29.0], "bleu", tmp_path / "p.png"))
     assert labels["values"] == [30.0, 29.0]
@@ -282,8 +291,12 @@ def test_entropy_numbers_are_large_and_contrast_with_their_cell():
 @pytest.mark.parametrize("source, target", [(3, 3), (9, 18), (1, 1)])
 def test_alignment_title_lies_within_the_figure(source, target):
     title = "decoder.layers.1.cross_attn: alignment, heads averaged, a title longer than the figure is wide"
-    fig = alignment_figure(torch.softmax(torch.randn(target, source), -1), [f"s{i}" for i in range(source)],
-                           [f"I_TURN_LEFT{i}" for i in range(target)], title)
+    fig = alignment_figure(
+        torch.softmax(torch.randn(target, source), -1),
+        [f"s{i}" for i in range(source)],
+        [f"I_TURN_LEFT{i}" for i in range(target)],
+        title,
+    )
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     [drawn] = [t for t in fig.texts if t.get_text() == title]
@@ -298,7 +311,9 @@ def test_alignment_title_lies_within_the_figure(source, target):
 def test_budget_flops_match_the_formulas():
     """Per attention module 2 x 2 B Tq Tk d for Q K^T and the weighted sum; per FFN 2 x 2 B T d d_ff;
     the output layer 2 B T d V. Projections: 3 (self) or 1 + 2 (cross, over S) times 2 B T d^2, plus W^O."""
-    cfg, shape = sized(vocab_size=50, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1, attention_backend="math"))  # the formulas of explicit scores
+    cfg, shape = sized(
+        vocab_size=50, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=48, dropout=0.1, attention_backend="math")
+    )  # the formulas of explicit scores
     B, T, S, d = 3, 10, 7, 16
     report = budget_report(cfg, shape, T, B, src_len=S)
     kinds = report["flops"]["forward_by_kind"]
@@ -319,13 +334,35 @@ def test_budget_flops_match_the_formulas():
 def demo_like_run(tmp_path_factory):
     """A tiny Transformer trained for a few seconds on the built-in reverse task."""
     out = tmp_path_factory.mktemp("runs") / "reverse"
-    cfg = RunConfig.from_sections({
-        "model": {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre"}, "positional": "rotary"},
-        "data": {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 600, "n_valid": 40,
-                 "n_test": 40, "min_len": 3, "max_len": 6},
-        "train": {"max_steps": 120, "max_tokens": 600, "lr_schedule": "constant", "lr": 0.005, "warmup_steps": 10,
-                  "eval_every": 120, "eval_exact_match": 40, "progress": False, "early_stop_metric": "exact_match"},
-    })
+    cfg = RunConfig.from_sections(
+        {
+            "model": {
+                "stack": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre"},
+                "positional": "rotary",
+            },
+            "data": {
+                "format": "builtin",
+                "generator": "reverse",
+                "tokenizer": "word",
+                "n_train": 600,
+                "n_valid": 40,
+                "n_test": 40,
+                "min_len": 3,
+                "max_len": 6,
+            },
+            "train": {
+                "max_steps": 120,
+                "max_tokens": 600,
+                "lr_schedule": "constant",
+                "lr": 0.005,
+                "warmup_steps": 10,
+                "eval_every": 120,
+                "eval_exact_match": 40,
+                "progress": False,
+                "early_stop_metric": "exact_match",
+            },
+        }
+    )
     train_run(cfg, out, log=lambda s: None)
     return out
 
@@ -336,8 +373,11 @@ def test_inspect_writes_labelled_heatmaps_and_entropies(demo_like_run, tmp_path)
     assert done.returncode == 0, done.stderr
     summary = json.loads((figures / "summary.json").read_text())
     assert summary["source_tokens"] == ["3", "1", "4", "1", "<eos>"]
-    assert set(summary["modules"]) == {"encoder.layers.0.self_attn", "decoder.layers.0.self_attn",
-                                       "decoder.layers.0.cross_attn"}
+    assert set(summary["modules"]) == {
+        "encoder.layers.0.self_attn",
+        "decoder.layers.0.self_attn",
+        "decoder.layers.0.cross_attn",
+    }
     for entry in summary["modules"].values():
         assert len(entry["entropy"]) == 4 and all(0 <= e <= entry["uniform_entropy"] + 1e-4 for e in entry["entropy"])
     size, labels = png_labels(figures / "decoder-0-cross.png")
@@ -348,8 +388,10 @@ def test_inspect_writes_labelled_heatmaps_and_entropies(demo_like_run, tmp_path)
     again = run_cli("inspect", str(demo_like_run), "--src", "3 1", "--out", str(figures))
     assert again.returncode == 2 and "--force" in again.stderr
     unknown = run_cli("inspect", str(demo_like_run), "--src", " ", "--out", str(figures))  # the input first
-    assert unknown.returncode == 2 and unknown.stderr == "error: --src is empty after tokenisation; give at least " \
-                                                         "one known token\n"
+    assert (
+        unknown.returncode == 2
+        and unknown.stderr == "error: --src is empty after tokenisation; give at least one known token\n"
+    )
 
 
 def test_inspect_without_out_writes_a_new_folder_each_time_and_names_it(demo_like_run):
@@ -358,8 +400,11 @@ def test_inspect_without_out_writes_a_new_folder_each_time_and_names_it(demo_lik
         done = run_cli("inspect", str(demo_like_run), "--src", text)
         assert done.returncode == 0, done.stderr
         made.append(Path(done.stdout.splitlines()[-1].split(" in ", 1)[1]))
-    assert [p.relative_to(demo_like_run / "inspect") for p in made] == [Path("1-3-1-4-1"), Path("2-3-1-4-1"),
-                                                                        Path("3-5-9")]
+    assert [p.relative_to(demo_like_run / "inspect") for p in made] == [
+        Path("1-3-1-4-1"),
+        Path("2-3-1-4-1"),
+        Path("3-5-9"),
+    ]
     assert all(json.loads((p / "summary.json").read_text())["out"] == str(p) for p in made)
     assert json.loads((made[2] / "summary.json").read_text())["source"] == "5 9"
     refused = run_cli("inspect", str(demo_like_run), "--src", " ")
@@ -390,8 +435,17 @@ def test_prune_reports_each_measurement_on_stderr_and_where_the_plot_went(demo_l
     out, err = capsys.readouterr()
     lines = [line for line in re.split(r"[\r\n]", err) if line.strip()]  # a slow decoding's bar may be among them
     assert re.fullmatch(r"ranked 12 heads by importance on valid in \d+\.\d s", lines[0])
-    measured = [m.groups() for m in map(re.compile(r"\[(\d)/3\] measured valid with (\d+)/12 heads pruned "
-                                                   r"\((\d+)%\) in \d+\.\d s").fullmatch, lines) if m]
+    measured = [
+        m.groups()
+        for m in map(
+            re.compile(
+                r"\[(\d)/3\] measured valid with (\d+)/12 heads pruned "
+                r"\((\d+)%\) in \d+\.\d s"
+            ).fullmatch,
+            lines,
+        )
+        if m
+    ]
     assert measured == [("1", "0", "0"), ("2", "3", "25"), ("3", "6", "50")]  # as each one ends, in order
     assert lines[-1] == f"plot: {plot}" and png_labels(plot)[1]["fractions"] == [0.0, 0.25, 0.5]
     assert len(out.splitlines()) == 3 and "plot" not in out  # stdout: the results alone
@@ -399,8 +453,9 @@ def test_prune_reports_each_measurement_on_stderr_and_where_the_plot_went(demo_l
     assert "is a directory" in capsys.readouterr().err
 
 
-def test_evaluate_and_translate_show_a_progress_bar_once_decoding_takes_a_while(demo_like_run, tmp_path, capsys,
-                                                                                monkeypatch):
+def test_evaluate_and_translate_show_a_progress_bar_once_decoding_takes_a_while(
+    demo_like_run, tmp_path, capsys, monkeypatch
+):
     args = ["evaluate", str(demo_like_run), "--split", "valid", "--beam", "1", "--json"]
     monkeypatch.setattr(translate_module, "PROGRESS_DELAY", 600.0)
     assert main(args) == 0  # done before the bar's delay: no bar

@@ -18,7 +18,7 @@ FILE = re.compile(r"[\w./]+\.(?:py|html|css|js)\b")
 
 def tree(text: str) -> list[str]:
     """The lines of the map: the first code block after the heading 'Layers of the package'."""
-    after = text[text.index("## Layers of the package"):]
+    after = text[text.index("## Layers of the package") :]
     return after.split("```\n", 2)[1].splitlines()
 
 
@@ -60,8 +60,11 @@ def named(blocks: dict[Path, str]) -> set[Path]:
 
 def existing() -> set[Path]:
     """Every module of the package and every file of serve/static, relative to the repository."""
-    files = [p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".html", ".css", ".js")
-             and "__pycache__" not in p.parts and p.name != "__init__.py"]
+    files = [
+        p
+        for p in PACKAGE.rglob("*")
+        if p.suffix in (".py", ".html", ".css", ".js") and "__pycache__" not in p.parts and p.name != "__init__.py"
+    ]
     return {p.relative_to(ROOT) for p in files}
 
 
@@ -88,8 +91,20 @@ def test_every_folder_the_map_names_exists(blocks):
 def test_the_map_reader_finds_a_file_in_a_list_and_a_stale_name():
     """The reader itself: names in a list and in a folder's description count for that folder; a
     name under the wrong folder does not."""
-    lines = ["attnlab/", "  nn/", "    a.py, b.py   two modules", "  cli/             one per group: c.py (c),",
-             "                   d.py", "  e.py           beside nn/memory.py"]
+    lines = [
+        "attnlab/",
+        "  nn/",
+        "    a.py, b.py   two modules",
+        "  cli/             one per group: c.py (c),",
+        "                   d.py",
+        "  e.py           beside nn/memory.py",
+    ]
     found = named(folders(lines))
-    assert found == {Path("attnlab/nn/a.py"), Path("attnlab/nn/b.py"), Path("attnlab/cli/c.py"),
-                     Path("attnlab/cli/d.py"), Path("attnlab/e.py"), Path("attnlab/nn/memory.py")}
+    assert found == {
+        Path("attnlab/nn/a.py"),
+        Path("attnlab/nn/b.py"),
+        Path("attnlab/cli/c.py"),
+        Path("attnlab/cli/d.py"),
+        Path("attnlab/e.py"),
+        Path("attnlab/nn/memory.py"),
+    }

@@ -14,8 +14,11 @@ from helpers import with_weights
 
 def qkv(B=2, H=3, Tq=5, Tk=5, D=8, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, H, Tq, D, generator=g), torch.randn(B, H, Tk, D, generator=g),
-            torch.randn(B, H, Tk, D, generator=g))
+    return (
+        torch.randn(B, H, Tq, D, generator=g),
+        torch.randn(B, H, Tk, D, generator=g),
+        torch.randn(B, H, Tk, D, generator=g),
+    )
 
 
 def test_softmax_worked_example():
@@ -34,10 +37,26 @@ def test_cat_query_worked_example():
     The notes compute the output [0.223, 0.135, 0.237, 0.574] from weights rounded to two places;
     with exact weights it is [0.2213, 0.1333, 0.2334, 0.5756]."""
     q = torch.tensor([[0.9, 0.1, 0.2, 0.3]])
-    k = torch.tensor([[0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.3, 0.0], [0.0, 1.0, 0.0, 0.0],
-                      [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
-    v = torch.tensor([[0.1, 0.0, 0.0, 0.8], [0.9, 0.0, 0.1, 0.7], [0.0, 0.9, 0.0, 0.3],
-                      [0.0, 0.0, 0.5, 0.0], [0.0, 0.0, 0.0, 0.9], [0.0, 0.0, 0.9, 0.6]])
+    k = torch.tensor(
+        [
+            [0.0, 0.0, 0.0, 1.0],
+            [1.0, 0.0, 0.3, 0.0],
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 1.0],
+            [0.0, 0.0, 1.0, 0.0],
+        ]
+    )
+    v = torch.tensor(
+        [
+            [0.1, 0.0, 0.0, 0.8],
+            [0.9, 0.0, 0.1, 0.7],
+            [0.0, 0.9, 0.0, 0.3],
+            [0.0, 0.0, 0.5, 0.0],
+            [0.0, 0.0, 0.0, 0.9],
+            [0.0, 0.0, 0.9, 0.6],
+        ]
+    )
     scaled = torch.tensor([[0.15, 0.48, 0.05, 0.00, 0.15, 0.10]])
     out, probs = attention(q, k, v, need_weights=True)  # temperature defaults to sqrt(4) = 2
     torch.testing.assert_close(probs, scaled.softmax(-1))
@@ -53,8 +72,12 @@ def test_attention_matches_sdpa(masking):
     q, k, v = qkv()
     valid = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
     pos = torch.arange(5)
-    mask = {"none": None, "padding": padding_mask(valid), "causal": causal_mask(pos, pos),
-            "padding+causal": padding_mask(valid) & causal_mask(pos, pos)}[masking]
+    mask = {
+        "none": None,
+        "padding": padding_mask(valid),
+        "causal": causal_mask(pos, pos),
+        "padding+causal": padding_mask(valid) & causal_mask(pos, pos),
+    }[masking]
     out, probs = attention(q, k, v, mask, need_weights=True)
     if masking == "causal":
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -124,8 +147,8 @@ def test_multihead_matches_torch(kind, masks):
     kv = x if kind == "self" else torch.randn(B, S, D)
     Tk = kv.shape[1]
     valid = torch.ones(B, Tk, dtype=torch.bool)
-    valid[1, Tk - 2:] = False
-    valid[2, Tk - 1:] = False
+    valid[1, Tk - 2 :] = False
+    valid[2, Tk - 1 :] = False
     causal = causal_mask(torch.arange(T), torch.arange(Tk))
     use_pad, use_causal = masks in ("key_padding", "both"), masks in ("causal", "both")
     mask = None
@@ -134,8 +157,14 @@ def test_multihead_matches_torch(kind, masks):
     if use_causal:
         mask = causal if mask is None else mask & causal
     out, probs = with_weights(ours, x, mask=mask) if kind == "self" else with_weights(ours, x, kv, mask=mask)
-    ref_out, ref_probs = ref(x, kv, kv, key_padding_mask=~valid if use_pad else None,
-                             attn_mask=~causal if use_causal else None, average_attn_weights=False)
+    ref_out, ref_probs = ref(
+        x,
+        kv,
+        kv,
+        key_padding_mask=~valid if use_pad else None,
+        attn_mask=~causal if use_causal else None,
+        average_attn_weights=False,
+    )
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
     torch.testing.assert_close(probs, ref_probs, atol=1e-5, rtol=0)  # per head, (B, H, T, Tk)
 
@@ -148,7 +177,7 @@ def test_self_attention_cache_appends_one_step_at_a_time():
     full = mha(x, mask=causal_mask(pos, pos), positions=(pos, pos))
     cache = KVCache()
     for t in range(6):
-        step = mha(x[:, t:t + 1], positions=(pos[t:t + 1], pos[:t + 1]), cache=cache)
+        step = mha(x[:, t : t + 1], positions=(pos[t : t + 1], pos[: t + 1]), cache=cache)
         assert len(cache) == t + 1 and cache.k.shape == (2, 4, t + 1, 4)
         torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-6, rtol=0)
 
@@ -161,7 +190,7 @@ def test_cross_attention_cache_projects_memory_once():
     cache = KVCache()
     calls = []
     mha.kv_proj.register_forward_hook(lambda *args: calls.append(1))
-    steps = [mha(y[:, t:t + 1], memory=memory, cache=cache) for t in range(3)]
+    steps = [mha(y[:, t : t + 1], memory=memory, cache=cache) for t in range(3)]
     assert len(calls) == 1
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=0)
 
@@ -201,6 +230,12 @@ def test_self_and_cross_attention_keep_their_parameters_names_and_order():
     their registration order (input projections, then W^O). Both are MultiHeadAttention."""
     self_attn, cross_attn = SelfAttention(16, 4), CrossAttention(16, 4)
     assert list(self_attn.state_dict()) == ["qkv_proj.weight", "qkv_proj.bias", "out_proj.weight", "out_proj.bias"]
-    assert list(cross_attn.state_dict()) == ["q_proj.weight", "q_proj.bias", "kv_proj.weight", "kv_proj.bias",
-                                             "out_proj.weight", "out_proj.bias"]
+    assert list(cross_attn.state_dict()) == [
+        "q_proj.weight",
+        "q_proj.bias",
+        "kv_proj.weight",
+        "kv_proj.bias",
+        "out_proj.weight",
+        "out_proj.bias",
+    ]
     assert isinstance(self_attn, MultiHeadAttention) and isinstance(cross_attn, MultiHeadAttention)

@@ -23,8 +23,12 @@ from helpers import run_cli, sized
 RATE = 8000
 PITCHES = {"0": 400.0, "1": 1500.0}  # digit -> the tone's pitch in Hz
 SHAPE = dict(sample_rate=RATE, samples=4000, n_classes=2)
-TINY_AST = dict(arch="ast", features=dict(n_mels=16), patches=dict(size=4),
-                stack=dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0))
+TINY_AST = dict(
+    arch="ast",
+    features=dict(n_mels=16),
+    patches=dict(size=4),
+    stack=dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0),
+)
 
 
 def write_tones(folder, indices=range(12), speakers=("ann", "bob"), seed=0, rate=RATE):
@@ -69,20 +73,27 @@ def test_the_ast_skips_patches_past_the_end_of_a_clip():
     clip = torch.randn(1, 4000)
     clip[:, 1200:] = 0  # 1,200 samples: 15 frames, patches of columns 0-3 (frames 0-15)
     noisy = clip.clone()
-    noisy[:, 16 * 80 + 100:] = torch.randn(1, 4000 - 16 * 80 - 100)  # past frame 15's window
+    noisy[:, 16 * 80 + 100 :] = torch.randn(1, 4000 - 16 * 80 - 100)  # past frame 15's window
     lengths = torch.tensor([1200])
     with torch.no_grad():
         assert torch.allclose(model.classify(clip, lengths), model.classify(noisy, lengths), atol=1e-6)
-        assert not torch.allclose(model.classify(clip, torch.tensor([4000])), model.classify(noisy, torch.tensor([4000])),
-                                  atol=1e-4)
+        assert not torch.allclose(
+            model.classify(clip, torch.tensor([4000])), model.classify(noisy, torch.tensor([4000])), atol=1e-4
+        )
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(features=dict(n_mels=18)), r"^features.n_mels \(18\) must be divisible by patches.size \(4\)$"),
-    (dict(features=dict(n_mels=16, hop_ms=30.0)), r"^features.hop_ms \(30.0\) must be at most window_ms \(25.0\)"),
-    (dict(features=dict(n_mels=128)), r"^features.n_mels \(128\) must be at most the 101 frequency bins of a 25 ms window"),
-    (dict(augment=dict(time_masks=-1)), r"^augment.time_masks must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(features=dict(n_mels=18)), r"^features.n_mels \(18\) must be divisible by patches.size \(4\)$"),
+        (dict(features=dict(n_mels=16, hop_ms=30.0)), r"^features.hop_ms \(30.0\) must be at most window_ms \(25.0\)"),
+        (
+            dict(features=dict(n_mels=128)),
+            r"^features.n_mels \(128\) must be at most the 101 frequency bins of a 25 ms window",
+        ),
+        (dict(augment=dict(time_masks=-1)), r"^augment.time_masks must be >= 0"),
+    ],
+)
 def test_the_configs_refuse_in_one_line_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
         sized(**{**TINY_AST, **fields}, **SHAPE)
@@ -128,16 +139,21 @@ def test_a_two_step_run_predicts_probabilities_and_evaluate_counts_as_by_hand(tm
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     assert "recordings: train 28, valid 20; 2 classes 0, 1; clips of 4,000 samples (0 cut)" in done.stdout
-    assert json.loads((tmp_path / "run" / "shape.json").read_text()) == {"pad_id": 0, "n_classes": 2,
-                                                                         "sample_rate": 8000, "samples": 4000}
+    assert json.loads((tmp_path / "run" / "shape.json").read_text()) == {
+        "pad_id": 0,
+        "n_classes": 2,
+        "sample_rate": 8000,
+        "samples": 4000,
+    }
     valid = sorted(p for p in rec.iterdir() if 5 <= int(p.stem.split("_")[2]) <= 9)
     predicted = run_cli("predict", str(tmp_path / "run"), *map(str, valid), "--json")
     assert predicted.returncode == 0, predicted.stderr
     records = [json.loads(line) for line in predicted.stdout.splitlines()]
     assert [r["input"] for r in records] == list(map(str, valid))
     assert all(sum(r["probabilities"].values()) == pytest.approx(1.0, abs=1e-6) for r in records)
-    right = sum(max(r["probabilities"], key=r["probabilities"].get) == p.stem.split("_")[0]
-                for r, p in zip(records, valid))
+    right = sum(
+        max(r["probabilities"], key=r["probabilities"].get) == p.stem.split("_")[0] for r, p in zip(records, valid)
+    )
     split = json.loads(run_cli("evaluate", str(tmp_path / "run"), "--split", "valid", "--json").stdout)
     assert split["examples"] == 20 and split["accuracy"] == right / 20
     only_valid = tmp_path / "valid"
@@ -149,7 +165,10 @@ def test_a_two_step_run_predicts_probabilities_and_evaluate_counts_as_by_hand(tm
     long = tmp_path / "long.wav"
     sf.write(long, np.zeros(RATE, dtype=np.float32), RATE)  # 1 s, the model reads 0.5 s
     cut = run_cli("predict", str(tmp_path / "run"), str(long))
-    assert cut.returncode == 0 and cut.stderr == f"note: {long}: longer than the model's 0.5 s; its first 0.5 s classified\n"
+    assert (
+        cut.returncode == 0
+        and cut.stderr == f"note: {long}: longer than the model's 0.5 s; its first 0.5 s classified\n"
+    )
     # the model in the run gives what predict printed
     model, _, _ = load_run(tmp_path / "run")
     x = torch.zeros(1, 4000)
@@ -188,15 +207,23 @@ def test_bad_inputs_are_one_line_each_naming_the_file(tmp_path):
     (tmp_path / "text.wav").write_text("not a sound\n")
     (tmp_path / "empty.wav").write_bytes(b"")
     (tmp_path / "nothing").mkdir()
-    one_line(run_cli("predict", str(tmp_path / "run"), str(tmp_path / "text.wav")),
-             f"{tmp_path / 'text.wav'}: not an audio file that soundfile reads")
-    one_line(run_cli("predict", str(tmp_path / "run"), str(tmp_path / "empty.wav")),
-             f"{tmp_path / 'empty.wav'}: empty file (0 bytes), not audio")
-    one_line(run_cli("evaluate", str(tmp_path / "run"), "--data", str(tmp_path / "nothing")),
-             f"{tmp_path / 'nothing'}: no audio files")
+    one_line(
+        run_cli("predict", str(tmp_path / "run"), str(tmp_path / "text.wav")),
+        f"{tmp_path / 'text.wav'}: not an audio file that soundfile reads",
+    )
+    one_line(
+        run_cli("predict", str(tmp_path / "run"), str(tmp_path / "empty.wav")),
+        f"{tmp_path / 'empty.wav'}: empty file (0 bytes), not audio",
+    )
+    one_line(
+        run_cli("evaluate", str(tmp_path / "run"), "--data", str(tmp_path / "nothing")),
+        f"{tmp_path / 'nothing'}: no audio files",
+    )
     sf.write(rec / "tone.wav", np.zeros(100, dtype=np.float32), RATE)
-    one_line(run_cli("train", str(config), "--out", str(tmp_path / "run2")),
-             f"{rec / 'tone.wav'}: not named {{digit}}_{{speaker}}_{{index}}")
+    one_line(
+        run_cli("train", str(config), "--out", str(tmp_path / "run2")),
+        f"{rec / 'tone.wav'}: not named {{digit}}_{{speaker}}_{{index}}",
+    )
     (rec / "tone.wav").unlink()
     (rec / "1_ann_3.wav").write_bytes(b"RIFF\x00\x00")
     one_line(run_cli("train", str(config), "--out", str(tmp_path / "run3")), f"{rec / '1_ann_3.wav'}:")
@@ -205,8 +232,7 @@ def test_bad_inputs_are_one_line_each_naming_the_file(tmp_path):
         from attnlab.tasks import task_config
         from attnlab.tasks.batching import Batching
 
-        cfg = task_config({"task": "audio_classification", "recordings": str(rec), "valid_first": 30,
-                           "valid_last": 40})
+        cfg = task_config({"task": "audio_classification", "recordings": str(rec), "valid_first": 30, "valid_last": 40})
         cfg.task.prepare(Batching(max_tokens=0, batch_size=8, seed=0))
 
 

@@ -32,8 +32,7 @@ MATH = AttentionBackend()
 
 def qkv(B=2, H=3, Tq=37, Tk=37, D=8, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=torch.float64).float().requires_grad_()
-            for T in (Tq, Tk, Tk)]
+    return [torch.randn(B, H, T, D, generator=g, dtype=torch.float64).float().requires_grad_() for T in (Tq, Tk, Tk)]
 
 
 def padded(B, Tk, lengths):
@@ -110,8 +109,13 @@ def test_chunked_dropout_is_replayed_exactly_in_the_backward():
     pos = torch.arange(16)
 
     def direct():  # the same blocks, autograd keeping everything
-        return torch.cat([chunked._query_block(q[:, :, i:i + 4], k, v, m, pos[i:i + 4], pos, 0.3, None)
-                          for i in range(0, 16, 4)], dim=2)
+        return torch.cat(
+            [
+                chunked._query_block(q[:, :, i : i + 4], k, v, m, pos[i : i + 4], pos, 0.3, None)
+                for i in range(0, 16, 4)
+            ],
+            dim=2,
+        )
 
     torch.manual_seed(7)
     out_ckpt, _ = chunked(q, k, v, m, pos, pos, dropout_p=0.3)
@@ -148,8 +152,14 @@ def test_sparse_equals_math_under_the_pattern_as_an_explicit_mask(pattern, mask)
 
 def test_local_is_a_band_of_width_two_w_plus_one():
     window = SparsePattern(window=2).allowed(torch.arange(6), torch.arange(6), n_keys=6)
-    assert window.int().tolist() == [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0],
-                                     [0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
+    assert window.int().tolist() == [
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 1, 0],
+        [0, 1, 1, 1, 1, 1],
+        [0, 0, 1, 1, 1, 1],
+        [0, 0, 0, 1, 1, 1],
+    ]
     q, k, v = qkv(Tq=23, Tk=23)
     band = AttentionMask(explicit=SparsePattern(window=4).allowed(torch.arange(23), torch.arange(23), n_keys=23))
     assert_same(run(LocalBackend(window=4, block=5), q, k, v, AttentionMask()), run(MATH, q, k, v, band))
@@ -179,8 +189,9 @@ def test_linear_equals_its_kernel_formula(kind, causal):
     q, k, v = qkv(Tq=21, Tk=21)
     phi = FeatureMap(kind, d_head=8, n_features=16)
     valid = padded(2, 21, [21, 15])
-    out, _ = LinearBackend(phi, chunk=4)(q, k, v, AttentionMask(key_valid=valid, causal=causal),
-                                          torch.arange(21), torch.arange(21))
+    out, _ = LinearBackend(phi, chunk=4)(
+        q, k, v, AttentionMask(key_valid=valid, causal=causal), torch.arange(21), torch.arange(21)
+    )
     torch.testing.assert_close(out, explicit_linear(q, k, v, phi, causal, valid), atol=1e-5, rtol=1e-4)
 
 
@@ -192,8 +203,15 @@ def test_linear_recurrent_state_equals_the_parallel_form():
     cache, steps, start = KVCache(), [], 0
     for size in (4, 1, 1, 7, 1, 5):
         rows = slice(start, start + size)
-        out, _ = backend(q[:, :, rows], k[:, :, rows], v[:, :, rows], mask, torch.arange(start, start + size),
-                         torch.arange(start + size), cache=cache)
+        out, _ = backend(
+            q[:, :, rows],
+            k[:, :, rows],
+            v[:, :, rows],
+            mask,
+            torch.arange(start, start + size),
+            torch.arange(start + size),
+            cache=cache,
+        )
         steps.append(out)
         start += size
     torch.testing.assert_close(torch.cat(steps, 2), full, atol=1e-5, rtol=1e-5)
@@ -206,8 +224,9 @@ def test_favor_features_estimate_softmax_attention():
     exact, _ = MATH(q, k, v, AttentionMask(), torch.arange(16), torch.arange(16))
     errors = []
     for m in (16, 1024):
-        out, _ = LinearBackend(FeatureMap("favor", 16, m, seed=0))(q, k, v, AttentionMask(), torch.arange(16),
-                                                                   torch.arange(16))
+        out, _ = LinearBackend(FeatureMap("favor", 16, m, seed=0))(
+            q, k, v, AttentionMask(), torch.arange(16), torch.arange(16)
+        )
         errors.append((out - exact).abs().mean().item())
     assert errors[1] < errors[0] / 2 and errors[1] < 0.05
 
@@ -217,8 +236,9 @@ BACKEND_CONFIGS = {
     "auto": dict(attention_backend="auto"),
     "chunked": dict(attention_backend="chunked", backends=dict(block=3, chunked=dict(key_block=4))),
     "local": dict(attention_backend="local", backends=dict(block=4, pattern=dict(window=3))),
-    "sparse": dict(attention_backend="sparse", backends=dict(block=4, pattern=dict(window=2, stride=4, n_global=1,
-                                                                                   n_random=1))),
+    "sparse": dict(
+        attention_backend="sparse", backends=dict(block=4, pattern=dict(window=2, stride=4, n_global=1, n_random=1))
+    ),
     "linear": dict(stack=dict(attention_backend="linear", attention_dropout=0.0), backends=dict(block=4)),
 }
 
@@ -289,24 +309,44 @@ def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_pos
     assert torch.equal(auto_model(ids), math_model(ids))
 
 
-@pytest.mark.parametrize("fields, says", [
-    (dict(stack=dict(attention_backend="flash")), "attention_backend"),
-    (dict(stack=dict(attention_backend="linear", attention_dropout=0.0), positional="alibi"), "never forms scores"),
-    (dict(stack=dict(attention_backend="linear", attention_dropout=0.1)), "no attention probabilities to drop"),
-    (dict(stack=dict(attention_backend="chunked"), positional="relative"), "only attention_backend 'math'"),
-    (dict(stack=dict(attention_backend="sdpa"), backends=dict(pattern=dict(stride=4))),
-     r"^backends.pattern.stride is only used with attention_backend 'sparse' \(attention_backend is 'sdpa'\)$"),
-    (dict(stack=dict(attention_backend="local"), backends=dict(pattern=dict(window=-1))),
-     r"^backends.pattern.window must be >= 0 \(got -1\)$"),
-    (dict(stack=dict(attention_backend="linear", attention_dropout=0.0), backends=dict(linear=dict(feature_map="relu"))),
-     r"^backends.linear.feature_map must be one of 'elu', 'favor' \(got 'relu'\)$"),
-    (dict(backends=dict(chunked=dict(key_block="8"))), r"^backends.chunked.key_block must be an integer \(got '8'\)$"),
-    (dict(backends=dict(pattern=dict(size=3))),
-     r"^unknown field 'size' in backends.pattern \(did you mean 'stride'\?\); its fields: window, stride, n_global, n_random$"),
-    (dict(window=3), r"^model.window is a field of model.backends.pattern: write it inside backends.pattern "
-                     r"\(backends: \{pattern: \{window: ...\}\}; --set model.backends.pattern.window=...\)$"),
-    (dict(stack=dict(attention_backend="chunked"), arch="rnn"), "model.arch 'rnn' has no field 'stack'"),
-])
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        (dict(stack=dict(attention_backend="flash")), "attention_backend"),
+        (dict(stack=dict(attention_backend="linear", attention_dropout=0.0), positional="alibi"), "never forms scores"),
+        (dict(stack=dict(attention_backend="linear", attention_dropout=0.1)), "no attention probabilities to drop"),
+        (dict(stack=dict(attention_backend="chunked"), positional="relative"), "only attention_backend 'math'"),
+        (
+            dict(stack=dict(attention_backend="sdpa"), backends=dict(pattern=dict(stride=4))),
+            r"^backends.pattern.stride is only used with attention_backend 'sparse' \(attention_backend is 'sdpa'\)$",
+        ),
+        (
+            dict(stack=dict(attention_backend="local"), backends=dict(pattern=dict(window=-1))),
+            r"^backends.pattern.window must be >= 0 \(got -1\)$",
+        ),
+        (
+            dict(
+                stack=dict(attention_backend="linear", attention_dropout=0.0),
+                backends=dict(linear=dict(feature_map="relu")),
+            ),
+            r"^backends.linear.feature_map must be one of 'elu', 'favor' \(got 'relu'\)$",
+        ),
+        (
+            dict(backends=dict(chunked=dict(key_block="8"))),
+            r"^backends.chunked.key_block must be an integer \(got '8'\)$",
+        ),
+        (
+            dict(backends=dict(pattern=dict(size=3))),
+            r"^unknown field 'size' in backends.pattern \(did you mean 'stride'\?\); its fields: window, stride, n_global, n_random$",
+        ),
+        (
+            dict(window=3),
+            r"^model.window is a field of model.backends.pattern: write it inside backends.pattern "
+            r"\(backends: \{pattern: \{window: ...\}\}; --set model.backends.pattern.window=...\)$",
+        ),
+        (dict(stack=dict(attention_backend="chunked"), arch="rnn"), "model.arch 'rnn' has no field 'stack'"),
+    ],
+)
 def test_impossible_combinations_are_rejected_with_the_reason(fields, says):
     with pytest.raises(ConfigError, match=says):
         stack = dict(d_model=16, n_heads=4, **fields.get("stack", {}))
@@ -324,8 +364,9 @@ def test_chunked_memory_does_not_grow_with_the_square_of_t():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out, _ = ChunkedBackend(q_block=128, k_block=2048)(q, k, v, AttentionMask(causal=True), torch.arange(2048),
-                                                           torch.arange(2048))
+        out, _ = ChunkedBackend(q_block=128, k_block=2048)(
+            q, k, v, AttentionMask(causal=True), torch.arange(2048), torch.arange(2048)
+        )
     assert max(sizes) <= 2048 * 4  # the forward saves only the inputs of each checkpointed block
     sizes.clear()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

@@ -36,7 +36,8 @@ def test_records_carry_the_transformer_as_reference(monkeypatch):
     monkeypatch.setattr(models_bench, "interleaved_medians", fixed_medians(seconds))
     records = list(bench_models(lengths=(3, 5), batch_tokens=12, decode_batch=2, repeats=1))
     assert [(r["name"], r["model"], r["seq_len"]) for r in records] == [
-        (kind, model, T) for T in (3, 5) for model in MODELS for kind in ("train", "decode")]
+        (kind, model, T) for T in (3, 5) for model in MODELS for kind in ("train", "decode")
+    ]
     for r in records:
         assert r["unit"] == "tokens/s" and r["precision"] == "fp32"
         assert r["batch"] == (12 // r["seq_len"] if r["name"] == "train" else 2)
@@ -51,13 +52,31 @@ def test_records_carry_the_transformer_as_reference(monkeypatch):
 
 
 def test_cli_bench_models_json_and_bad_arguments():
-    done = run_cli("bench", "models", "--lengths", "4", "--models", "transformer",
-                           "gru_bahdanau", "--batch-tokens", "8", "--decode-batch", "1", "--repeats", "1",
-                           "--precision", "bf16", "--json", "--device", "cpu")
+    done = run_cli(
+        "bench",
+        "models",
+        "--lengths",
+        "4",
+        "--models",
+        "transformer",
+        "gru_bahdanau",
+        "--batch-tokens",
+        "8",
+        "--decode-batch",
+        "1",
+        "--repeats",
+        "1",
+        "--precision",
+        "bf16",
+        "--json",
+        "--device",
+        "cpu",
+    )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert {(r["name"], r["model"]) for r in records} == {
-        (k, m) for k in ("train", "decode") for m in ("transformer", "gru_bahdanau")}
+        (k, m) for k in ("train", "decode") for m in ("transformer", "gru_bahdanau")
+    }
     assert all(r["precision"] == "bf16" and r["device"] == "cpu" for r in records)
     for bad, says in ((["--models", "lstm"], "unknown model 'lstm'"), (["--lengths", "0"], "at least 1")):
         refused = run_cli("bench", "models", *bad)
@@ -80,10 +99,14 @@ def test_bench_attention_records_and_skips(monkeypatch):
     from attnlab.bench.attention import GiB, bench_attention
 
     monkeypatch.setattr(attention_bench, "timed", lambda fn, device: (0.5, fn()))
-    records = list(bench_attention(lengths=(32, 64), names=("math", "chunked", "linear"), heads=2, head_dim=8,
-                                   repeats=1, memory_budget=40_000))  # 2 x the scores: 16 kB at T=32, 64 kB at 64
+    records = list(
+        bench_attention(
+            lengths=(32, 64), names=("math", "chunked", "linear"), heads=2, head_dim=8, repeats=1, memory_budget=40_000
+        )
+    )  # 2 x the scores: 16 kB at T=32, 64 kB at 64
     assert [(r["backend"], r["seq_len"], r["pass"]) for r in records] == [
-        (b, T, p) for T in (32, 64) for b in ("math", "chunked", "linear") for p in ("forward", "forward_backward")]
+        (b, T, p) for T in (32, 64) for b in ("math", "chunked", "linear") for p in ("forward", "forward_backward")
+    ]
     for r in records:
         assert r["scores_bytes"] == 1 * 2 * r["seq_len"] ** 2 * 4
         if r["backend"] == "math" and r["seq_len"] == 64:
@@ -91,17 +114,42 @@ def test_bench_attention_records_and_skips(monkeypatch):
         else:
             assert r["seconds"] == 0.5 and r["peak_bytes"] >= 0 and "skipped" not in r
     # chunked grows as T^2: 0.5 s at T=16 -> 8 s at T=64 (under the 60 s limit) -> 2048 s at T=4096 (skipped)
-    slow = list(bench_attention(lengths=(16, 64, 4096), names=("chunked",), heads=1, head_dim=4, repeats=1,
-                                memory_budget=GiB, time_limit=60))
+    slow = list(
+        bench_attention(
+            lengths=(16, 64, 4096), names=("chunked",), heads=1, head_dim=4, repeats=1, memory_budget=GiB, time_limit=60
+        )
+    )
     assert [r.get("skipped") for r in slow] == [None] * 4 + [
-        "would take about 2048 s (from 0.5 s at T=64), over the 60 s limit"] * 2
+        "would take about 2048 s (from 0.5 s at T=64), over the 60 s limit"
+    ] * 2
 
 
 def test_cli_bench_attention_json_and_plot(tmp_path):
     plot = tmp_path / "attention.png"
-    done = subprocess.run([*ATTNLAB, "bench", "attention", "--lengths", "16", "32", "--backends", "math", "local",
-                           "--heads", "2", "--head-dim", "8", "--repeats", "1", "--json", "--plot", str(plot)],
-                          capture_output=True, text=True)  # a process of its own: its peak memory is the bench's
+    done = subprocess.run(
+        [
+            *ATTNLAB,
+            "bench",
+            "attention",
+            "--lengths",
+            "16",
+            "32",
+            "--backends",
+            "math",
+            "local",
+            "--heads",
+            "2",
+            "--head-dim",
+            "8",
+            "--repeats",
+            "1",
+            "--json",
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+    )  # a process of its own: its peak memory is the bench's
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(records) == 2 * 2 * 2
@@ -171,24 +219,50 @@ def test_each_shape_is_its_references_size_and_trains_at_a_tiny_batch(name, monk
     assert peak["value"] == 171.8 and mfu["value"] == train["mfu"] == round(mfu["flops_per_step"] / 5.0 / peak_flops, 4)
     assert train["reference_mfu"] == round(mfu["flops_per_step"] / 6.0 / peak_flops, 4)
     assert mfu["published_bf16_peak_gflops"] is None and mfu["mfu_of_published_bf16_peak"] is None  # a CPU
-    assert all(r["shape"] == name and r["batch"] == 2 and r["seq_len"] == 8 and r["device"] == "cpu"
-               and r["steps_per_sample"] == 1 for r in records.values())  # a CPU does not queue ahead
+    assert all(
+        r["shape"] == name
+        and r["batch"] == 2
+        and r["seq_len"] == 8
+        and r["device"] == "cpu"
+        and r["steps_per_sample"] == 1
+        for r in records.values()
+    )  # a CPU does not queue ahead
 
 
 def test_bench_train_shape_on_the_command_line():
-    done = run_cli("bench", "train", "--shape", "transformer-base", "--batch", "2", "--seq-len", "4",
-                   "--precision", "fp32", "--repeats", "1", "--no-hf", "--json")
+    done = run_cli(
+        "bench",
+        "train",
+        "--shape",
+        "transformer-base",
+        "--batch",
+        "2",
+        "--seq-len",
+        "4",
+        "--precision",
+        "fp32",
+        "--repeats",
+        "1",
+        "--no-hf",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["name"] for r in records] == ["gemm_peak_fp32", "train_transformer-base", "train_transformer-base_mfu"]
     assert records[1]["reference"] == "torch.nn.Transformer" and isinstance(records[1]["ratio"], float)  # not HF
-    for args, message in [(["--shape", "gpt3"], "--shape 'gpt3' is not one of gpt2-small, transformer-base, bert-base"),
-                          (["--batch", "2"], "--batch, --seq-len and --compile size a named shape: give --shape too"),
-                          (["--shape", "bert-base", "--seq-len", "513"],
-                           "--seq-len must be between 2 and bert-base's 512 positions (got 513)"),
-                          (["--shape", "gpt2-small", "--batch", "0"], "--batch must be at least 1 (got 0)"),
-                          (["--shape", "gpt2-small", "--compile", "graphs", "--device", "cpu"],
-                           "--compile graphs replays CUDA graphs: it needs a GPU (the bench is on cpu)")]:
+    for args, message in [
+        (["--shape", "gpt3"], "--shape 'gpt3' is not one of gpt2-small, transformer-base, bert-base"),
+        (["--batch", "2"], "--batch, --seq-len and --compile size a named shape: give --shape too"),
+        (
+            ["--shape", "bert-base", "--seq-len", "513"],
+            "--seq-len must be between 2 and bert-base's 512 positions (got 513)",
+        ),
+        (["--shape", "gpt2-small", "--batch", "0"], "--batch must be at least 1 (got 0)"),
+        (
+            ["--shape", "gpt2-small", "--compile", "graphs", "--device", "cpu"],
+            "--compile graphs replays CUDA graphs: it needs a GPU (the bench is on cpu)",
+        ),
+    ]:
         refused = run_cli("bench", "train", *args)
         assert refused.returncode == 2 and refused.stderr == f"error: {message}\n"
 
@@ -196,8 +270,13 @@ def test_bench_train_shape_on_the_command_line():
 def test_published_peaks_by_device_name(monkeypatch):
     import attnlab.bench.device as device
 
-    for name, peak in [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
-                       ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce RTX 4090", None)]:
+    for name, peak in [
+        ("NVIDIA H100 80GB HBM3", 989e12),
+        ("NVIDIA H100 PCIe", 756e12),
+        ("NVIDIA H200", 989e12),
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA GeForce RTX 4090", None),
+    ]:
         monkeypatch.setattr(device, "device_name", lambda _, name=name: name)
         assert device.published_bf16_peak(torch.device("cuda", 0)) == peak
     assert device.published_bf16_peak(torch.device("cpu")) is None
@@ -210,13 +289,25 @@ def test_bench_decode_records(monkeypatch):
 
     seconds = {"decode_greedy": 0.3, "decode_greedy_nocache": 2.2}
     monkeypatch.setattr(decode_bench, "interleaved_medians", fixed_medians(seconds, default=0.5))
-    decode = {r["name"]: r for r in decode_bench.bench_decode(batch=2, new_tokens=5, src_len=6, beam=2, repeats=1,
-                                                              with_hf=False, weights=("int8", "bf16"), with_ct2=False)}
-    searches = ["decode_greedy", "decode_beam2", "decode_greedy_int8", "decode_beam2_int8", "decode_greedy_bf16",
-                "decode_beam2_bf16"]
+    decode = {
+        r["name"]: r
+        for r in decode_bench.bench_decode(
+            batch=2, new_tokens=5, src_len=6, beam=2, repeats=1, with_hf=False, weights=("int8", "bf16"), with_ct2=False
+        )
+    }
+    searches = [
+        "decode_greedy",
+        "decode_beam2",
+        "decode_greedy_int8",
+        "decode_beam2_int8",
+        "decode_greedy_bf16",
+        "decode_beam2_bf16",
+    ]
     assert {*searches, "decode_greedy_nocache", "decode_cache_speedup"} == decode.keys()
-    assert all(decode[n]["unit"] == "tokens/s" and decode[n]["value"] == round(10 / seconds.get(n, 0.5), 1)
-               for n in [*searches, "decode_greedy_nocache"])
+    assert all(
+        decode[n]["unit"] == "tokens/s" and decode[n]["value"] == round(10 / seconds.get(n, 0.5), 1)
+        for n in [*searches, "decode_greedy_nocache"]
+    )
     assert (decode["decode_greedy"]["value"], decode["decode_greedy_nocache"]["value"]) == (33.3, 4.5)
     assert decode["decode_cache_speedup"]["value"] == 7.33  # 2.2 / 0.3; 33.3 / 4.5 would be 7.4
 
@@ -232,8 +323,10 @@ def test_bench_decode_compares_each_weights_variant_with_hf_fp32(monkeypatch):
         return {name: 1.0 if name.startswith("hf_") else 0.25 if name.endswith("_int8") else 0.5 for name in fns}
 
     monkeypatch.setattr(decode_bench, "interleaved_medians", medians)
-    decode = {r["name"]: r for r in decode_bench.bench_decode(batch=2, new_tokens=3, src_len=5, beam=2, repeats=1,
-                                                              weights=("int8",))}
+    decode = {
+        r["name"]: r
+        for r in decode_bench.bench_decode(batch=2, new_tokens=3, src_len=5, beam=2, repeats=1, weights=("int8",))
+    }
     for search in ("greedy", "beam2"):
         assert decode[f"decode_{search}"]["ratio"] == 2.0 and decode[f"decode_{search}_int8"]["ratio"] == 4.0
         assert decode[f"decode_{search}_int8"]["reference"] == "transformers.MarianMTModel"
@@ -245,12 +338,30 @@ def lm_run(tmp_path: Path, name: str, letters: str = "abcdefgh", **model) -> Pat
     """A character LM trained for 40 steps on repeated ``letters``, with ``model`` fields."""
     text = tmp_path / f"{name}.txt"
     text.write_text(letters * 50)
-    fields = {"arch": "decoder_lm", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0}, "max_len": 24, "positional": "learned"} | model
+    fields = {
+        "arch": "decoder_lm",
+        "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0},
+        "max_len": 24,
+        "positional": "learned",
+    } | model
     config = tmp_path / f"{name}.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": fields, "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 16},
-        "train": {"max_steps": 40, "batch_size": 8, "lr_schedule": "constant", "lr": 0.01, "warmup_steps": 5,
-                  "eval_every": 40, "progress": False}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": fields,
+                "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 16},
+                "train": {
+                    "max_steps": 40,
+                    "batch_size": 8,
+                    "lr_schedule": "constant",
+                    "lr": 0.01,
+                    "warmup_steps": 5,
+                    "eval_every": 40,
+                    "progress": False,
+                },
+            }
+        )
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / name))
     assert done.returncode == 0, done.stderr
     return tmp_path / name
@@ -267,10 +378,17 @@ def test_bench_lm_run_times_each_way_to_decode_a_trained_run(tmp_path, monkeypat
 
     run = lm_run(tmp_path, "lm", multi_token_heads=2)
     monkeypatch.setattr(lm_bench, "interleaved_medians", half_a_second)
-    records = {r["name"]: r for r in lm_bench.bench_lm_run(run, (str(run), "heads"), ("int8",), k=2, prompt="ab",
-                                                           compiled=True)}
-    assert list(records) == ["lm_greedy", "lm_greedy_int8", "lm_greedy_compiled", "lm_speculative_lm",
-                             "lm_speculative_heads"]
+    records = {
+        r["name"]: r
+        for r in lm_bench.bench_lm_run(run, (str(run), "heads"), ("int8",), k=2, prompt="ab", compiled=True)
+    }
+    assert list(records) == [
+        "lm_greedy",
+        "lm_greedy_int8",
+        "lm_greedy_compiled",
+        "lm_speculative_lm",
+        "lm_speculative_heads",
+    ]
     for r in records.values():
         assert (r["value"], r["batch"], r["new_tokens"]) == (22 / 0.5, 1, 22)
         assert r.get("ratio", 1.0) == 1.0
@@ -283,8 +401,9 @@ def test_bench_lm_run_times_each_way_to_decode_a_trained_run(tmp_path, monkeypat
     with pytest.raises(UsageError, match="has another tgt vocabulary than the model; a draft must share"):
         next(lm_bench.bench_lm_run(run, (str(other),)))
     done = run_cli("bench", "lm", "--draft", "heads")
-    assert done.returncode == 2 and done.stderr == ("error: --draft, --weights and --compiled measure a trained run: "
-                                                    "give --run RUN\n")
+    assert done.returncode == 2 and done.stderr == (
+        "error: --draft, --weights and --compiled measure a trained run: give --run RUN\n"
+    )
 
 
 def half_a_second(fns, repeats, **kwargs):
@@ -301,8 +420,10 @@ def test_bench_lm_turns_its_timings_into_tokens_per_second(monkeypatch):
     monkeypatch.setattr(lm_bench, "interleaved_medians", half_a_second)
     lm = {r["name"]: r for r in lm_bench.bench_lm(repeats=1)}
     assert {name: (r["value"], r["unit"]) for name, r in lm.items()} == {
-        "lm_train": (12 * 64 / 0.5, "tokens/s"), "lm_sample_b1": (1 * 63 / 0.5, "tokens/s"),
-        "lm_sample_b32": (32 * 63 / 0.5, "tokens/s")}
+        "lm_train": (12 * 64 / 0.5, "tokens/s"),
+        "lm_sample_b1": (1 * 63 / 0.5, "tokens/s"),
+        "lm_sample_b32": (32 * 63 / 0.5, "tokens/s"),
+    }
 
 
 def test_bench_encoder_times_one_set_of_weights_in_both_implementations(monkeypatch):
@@ -310,8 +431,11 @@ def test_bench_encoder_times_one_set_of_weights_in_both_implementations(monkeypa
     import attnlab.bench.encoder as encoder_bench
 
     monkeypatch.setattr(encoder_bench, "interleaved_medians", half_a_second)
-    records = list(encoder_bench.bench_encoder(batch=2, seq_len=16, precisions=("fp32",), backends=("math", "sdpa"),
-                                               repeats=1, with_ort=False))
+    records = list(
+        encoder_bench.bench_encoder(
+            batch=2, seq_len=16, precisions=("fp32",), backends=("math", "sdpa"), repeats=1, with_ort=False
+        )
+    )
     assert [r["name"] for r in records] == ["encoder_fp32_math", "encoder_fp32_sdpa"]
     for r in records:
         assert (r["value"], r["reference_value"], r["ratio"]) == (64.0, 64.0, 1.0)
@@ -335,9 +459,15 @@ def test_bench_gpt2_generates_the_same_tokens_as_transformers_on_the_same_weight
 
 # -- devices: --device on every suite, synchronised timings, MFU, records that name the device -----------------
 
-SUITES = {"train": ("train", "bench_train"), "decode": ("decode", "bench_decode"), "lm": ("lm", "bench_lm"),
-          "encoder": ("encoder", "bench_encoder"), "gpt2": ("generate", "bench_generate"), "models": ("models", "bench_models"),
-          "attention": ("attention", "bench_attention")}
+SUITES = {
+    "train": ("train", "bench_train"),
+    "decode": ("decode", "bench_decode"),
+    "lm": ("lm", "bench_lm"),
+    "encoder": ("encoder", "bench_encoder"),
+    "gpt2": ("generate", "bench_generate"),
+    "models": ("models", "bench_models"),
+    "attention": ("attention", "bench_attention"),
+}
 CUDA = torch.device("cuda", 1)
 
 
@@ -349,8 +479,11 @@ def test_every_suite_runs_on_the_resolved_device(suite, monkeypatch):
 
     module, function = SUITES[suite]
     seen = []
-    monkeypatch.setattr(importlib.import_module(f"attnlab.bench.{module}"), function,
-                        lambda *args, device, **kwargs: seen.append(device) or iter(()))
+    monkeypatch.setattr(
+        importlib.import_module(f"attnlab.bench.{module}"),
+        function,
+        lambda *args, device, **kwargs: seen.append(device) or iter(()),
+    )
     for name in ("cpu", "auto"):
         done = run_cli("bench", suite, "--device", name)
         assert done.returncode == 0, done.stderr
@@ -392,6 +525,7 @@ def test_interleaved_medians_are_synchronised_medians(monkeypatch):
     def step(name):
         def call():
             now[0] += next(durations[name])
+
         return call
 
     medians = timing.interleaved_medians({"a": step("a"), "b": step("b")}, repeats=3, warmup=1, device=CUDA)
@@ -482,10 +616,23 @@ def test_mfu_and_the_gemm_flops():
 def test_train_lines_show_both_mfus_as_percentages(capsys):
     from attnlab.cli.bench import emit_comparison
 
-    train = {"name": "train_fp32", "value": 3048.8, "unit": "tokens/s", "reference": "torch.nn.Transformer",
-             "reference_value": 2856.8, "ratio": 1.067, "mfu": 0.779, "reference_mfu": 0.71}
-    mfu = {"name": "train_fp32_mfu", "value": 0.779, "unit": "fraction of the fp32 GEMM peak",
-           "achieved_gflops": 148.2, "peak_gflops": 190.3}
+    train = {
+        "name": "train_fp32",
+        "value": 3048.8,
+        "unit": "tokens/s",
+        "reference": "torch.nn.Transformer",
+        "reference_value": 2856.8,
+        "ratio": 1.067,
+        "mfu": 0.779,
+        "reference_mfu": 0.71,
+    }
+    mfu = {
+        "name": "train_fp32_mfu",
+        "value": 0.779,
+        "unit": "fraction of the fp32 GEMM peak",
+        "achieved_gflops": 148.2,
+        "peak_gflops": 190.3,
+    }
     for record in (train, mfu, mfu | {"value": 1.364}):
         emit_comparison(record, as_json=False)
     lines = capsys.readouterr().out.splitlines()
@@ -519,8 +666,17 @@ def test_benches_run_on_cuda():
     assert all(r.items() >= where.items() for r in train.values())
     # the figures themselves are timings: their fields are checked, never their sizes (no GPU's load fails this)
     assert train["gemm_peak_bf16"]["gemm_size"] == 8192 and train["train_bf16_mfu"]["value"] >= 0
-    models = list(bench_models(lengths=(3,), models=("transformer",), batch_tokens=12, decode_batch=2, repeats=1,
-                               precision="bf16", device=cuda))
+    models = list(
+        bench_models(
+            lengths=(3,),
+            models=("transformer",),
+            batch_tokens=12,
+            decode_batch=2,
+            repeats=1,
+            precision="bf16",
+            device=cuda,
+        )
+    )
     assert len(models) == 2 and all(r["value"] >= 0 and r.items() >= where.items() for r in models)
     attention = list(bench_attention(lengths=(64,), names=("math",), heads=2, head_dim=8, repeats=1, device=cuda))
     math_forward = attention[0]
@@ -545,8 +701,12 @@ def test_bench_decode_times_ctranslate2_at_each_compute_type_on_the_same_sources
 
     seconds = {f"ct2_{search}{w}": 0.25 for search in ("greedy", "beam2") for w in ("", "_int8")}
     monkeypatch.setattr(decode_bench, "interleaved_medians", fixed_medians(seconds, default=0.5))
-    records = {r["name"]: r for r in decode_bench.bench_decode(batch=2, new_tokens=3, src_len=5, beam=2, repeats=1,
-                                                               with_hf=False, weights=("int8", "bf16"))}
+    records = {
+        r["name"]: r
+        for r in decode_bench.bench_decode(
+            batch=2, new_tokens=3, src_len=5, beam=2, repeats=1, with_hf=False, weights=("int8", "bf16")
+        )
+    }
     for search in ("greedy", "beam2"):
         for w, compute_type in (("", "fp32"), ("_int8", "int8")):
             r = records[f"decode_{search}{w}_vs_ct2"]
@@ -578,13 +738,19 @@ def test_ctranslate2_columns_say_when_the_extra_is_missing(monkeypatch, capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if "_vs_ct2" in line]
     compute_types = ["fp32", "fp32", "int8", "int8"]
     assert [line.split(" tokens/s")[1] for line in lines] == [
-        f"   ctranslate2.Translator ({w}): skipped ({CT2_MISSING})" for w in compute_types]
+        f"   ctranslate2.Translator ({w}): skipped ({CT2_MISSING})" for w in compute_types
+    ]
     monkeypatch.setattr(lm_bench, "interleaved_medians", half_a_second)
     lm = {r["name"]: r for r in lm_bench.bench_lm(repeats=1)}
     assert lm["lm_sample_b32"]["skipped_reference"] == CT2_MISSING
     assert "reference" not in next(iter(lm_bench.bench_lm(repeats=1, with_ct2=False)))  # lm_train: none
-    assert "_vs_ct2" not in str(list(decode_bench.bench_decode(batch=1, new_tokens=2, src_len=3, beam=2, repeats=1,
-                                                                with_hf=False, with_ct2=False)))
+    assert "_vs_ct2" not in str(
+        list(
+            decode_bench.bench_decode(
+                batch=1, new_tokens=2, src_len=3, beam=2, repeats=1, with_hf=False, with_ct2=False
+            )
+        )
+    )
     from attnlab.bench.ct2 import unavailable
 
     assert unavailable(CUDA) == "timed on the CPU only; this bench runs on cuda:1"  # a GPU bench: no CPU engine in it
@@ -619,10 +785,26 @@ def test_ctranslate2s_greedy_tokens_are_transformers_on_a_marian_model_in_marian
 
     v = 40
     config = transformers.MarianConfig(
-        vocab_size=v, decoder_vocab_size=v, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, activation_function="relu", dropout=0.0,
-        attention_dropout=0.0, max_position_embeddings=64, scale_embedding=True, pad_token_id=v - 1, eos_token_id=0,
-        decoder_start_token_id=v - 1, forced_eos_token_id=None, init_std=0.5)
+        vocab_size=v,
+        decoder_vocab_size=v,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        activation_function="relu",
+        dropout=0.0,
+        attention_dropout=0.0,
+        max_position_embeddings=64,
+        scale_embedding=True,
+        pad_token_id=v - 1,
+        eos_token_id=0,
+        decoder_start_token_id=v - 1,
+        forced_eos_token_id=None,
+        init_std=0.5,
+    )
     torch.manual_seed(0)
     hf = transformers.MarianMTModel(config).eval()
     vocabulary = numbered(v, eos=0, unk=1, pad=v - 1)
@@ -643,15 +825,21 @@ def test_ctranslate2s_greedy_tokens_are_attnlabs_on_an_imported_gpt2():
     from attnlab.decode.search import greedy as decode_greedy
 
     hf, ours, order = gpt2_pair("tiny")
-    vocabulary = Vocabulary([f"<{i}>" for i in range(50256)] + ["<|endoftext|>"], bos_token="<|endoftext|>",
-                            eos_token="<|endoftext|>", unk_token="<|endoftext|>")
+    vocabulary = Vocabulary(
+        [f"<{i}>" for i in range(50256)] + ["<|endoftext|>"],
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
     generator = engines("Generator", hf, vocabulary, ("fp32",))["fp32"]
     prompts = torch.randint(0, 50256, (2, 4), generator=torch.Generator().manual_seed(0))  # GPT-2's ids
     to_ours = {old: new for new, old in enumerate(order) if old is not None}
-    mine = decode_greedy(ours, prompt=torch.tensor([[to_ours[i] for i in row] for row in prompts.tolist()]), max_len=8,
-                  min_len=8)
-    results = generator.generate_batch(vocabulary.names(prompts.tolist()), max_length=8, min_length=8,
-                                       include_prompt_in_result=False)
+    mine = decode_greedy(
+        ours, prompt=torch.tensor([[to_ours[i] for i in row] for row in prompts.tolist()]), max_len=8, min_len=8
+    )
+    results = generator.generate_batch(
+        vocabulary.names(prompts.tolist()), max_length=8, min_length=8, include_prompt_in_result=False
+    )
     assert [r.sequences_ids[0] for r in results] == [[order[i] for i in row] for row in mine]
 
 
@@ -664,8 +852,13 @@ def tiny_bert_config() -> dict:
     """The bench's BERT (all-MiniLM-L6-v2's config), tiny."""
     from attnlab.bench.encoder import MINILM
 
-    return MINILM | {"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-                     "intermediate_size": 32}
+    return MINILM | {
+        "vocab_size": 50,
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+    }
 
 
 def test_onnx_runtime_runs_bertmodels_export_to_its_outputs_and_leaves_no_file(tmp_path, monkeypatch):
@@ -699,10 +892,20 @@ def test_bench_encoder_times_onnx_runtime_on_the_same_inputs(monkeypatch, capsys
 
     monkeypatch.setattr(encoder_bench, "MINILM", tiny_bert_config())
     monkeypatch.setattr(encoder_bench, "interleaved_medians", fixed_medians({"ort": 0.25}, default=0.5))
-    records = {r["name"]: r for r in encoder_bench.bench_encoder(batch=2, seq_len=16, precisions=("fp32", "bf16"),
-                                                                 backends=("math", "sdpa"), repeats=1)}
-    assert list(records) == ["encoder_fp32_math", "encoder_fp32_sdpa", "encoder_fp32_math_vs_ort",
-                             "encoder_fp32_sdpa_vs_ort", "encoder_bf16_math", "encoder_bf16_sdpa"]
+    records = {
+        r["name"]: r
+        for r in encoder_bench.bench_encoder(
+            batch=2, seq_len=16, precisions=("fp32", "bf16"), backends=("math", "sdpa"), repeats=1
+        )
+    }
+    assert list(records) == [
+        "encoder_fp32_math",
+        "encoder_fp32_sdpa",
+        "encoder_fp32_math_vs_ort",
+        "encoder_fp32_sdpa_vs_ort",
+        "encoder_bf16_math",
+        "encoder_bf16_sdpa",
+    ]
     for backend in ("math", "sdpa"):
         r = records[f"encoder_fp32_{backend}_vs_ort"]
         assert r["reference"] == "onnxruntime.InferenceSession (fp32)"
@@ -727,7 +930,8 @@ def test_onnx_runtime_columns_say_when_the_extra_is_missing(monkeypatch, capsys)
     assert main(command) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "_vs_ort" in line]
     assert [line.split(" tokens/s")[1] for line in lines] == [
-        f"   onnxruntime.InferenceSession (fp32): skipped ({ORT_MISSING})"] * 2
+        f"   onnxruntime.InferenceSession (fp32): skipped ({ORT_MISSING})"
+    ] * 2
     assert main([*command, "--no-ort"]) == 0
     assert "_vs_ort" not in capsys.readouterr().out
     assert unavailable(CUDA) == "timed on the CPU only; this bench runs on cuda:1"

@@ -25,6 +25,7 @@ from helpers import assert_cached_matches_uncached, run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"held_out: 'purple triangle' is not a 'COLOUR SHAPE' \(colours red, green"):
         task_config({"task": "captioning", "dataset": "scenes", "held_out": "red triangle, purple triangle"})
@@ -36,7 +37,10 @@ def test_a_bad_config_fails_early_naming_the_field():
         run_config({"arch": "vit", "patches": {"size": 4}})
     with pytest.raises(ConfigError, match=r"image_height \(30\) must be divisible by patches.size \(4\)"):
         sized(arch="captioner", vocab_size=10, image_height=30)
-    with pytest.raises(ConfigError, match=r"attention_backend 'local' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"attention_backend 'local' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$",
+    ):
         sized(arch="captioner", vocab_size=10, stack=dict(attention_backend="local"))
 
 
@@ -60,8 +64,9 @@ def test_captions_files_are_the_training_data_and_an_image_that_does_not_decode_
     cfg = task_config({"task": "captioning", "train": str(captions), "valid": str(captions)})
     data = cfg.task.prepare(Batching(4096, 2, 0))
     assert data.splits["train"].images.shape == (2, 3, 32, 32) and data.splits["valid"].captions[1] == "two squares"
-    torch.testing.assert_close(data.splits["train"].images[0], torch.tensor(generate("train", 1)[0].pixels)
-                               .permute(2, 0, 1).float())
+    torch.testing.assert_close(
+        data.splits["train"].images[0], torch.tensor(generate("train", 1)[0].pixels).permute(2, 0, 1).float()
+    )
     (tmp_path / "img" / "2.png").write_bytes(b"\x89PNG but not really")
     captions.write_text("img/0.png\ta red circle\nimg/2.png\ta broken image\n")
     with pytest.raises(DataError) as broken:
@@ -71,8 +76,16 @@ def test_captions_files_are_the_training_data_and_an_image_that_does_not_decode_
 
 # -- the model ---------------------------------------------------------------------------------------
 
-CAPTIONER = dict(arch="captioner", vocab_size=19, image_height=16, image_width=12, channels=3, patches=dict(size=4),
-                 stack=dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0), depths=dict(encoder=2, decoder=2))
+CAPTIONER = dict(
+    arch="captioner",
+    vocab_size=19,
+    image_height=16,
+    image_width=12,
+    channels=3,
+    patches=dict(size=4),
+    stack=dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0),
+    depths=dict(encoder=2, decoder=2),
+)
 
 
 def test_cross_attention_over_the_patches_is_multihead_attention_with_the_same_weights():
@@ -154,8 +167,11 @@ def captioning_run(tmp_path_factory):
 def test_a_tiny_captioner_learns_to_caption_one_object_scenes(captioning_run):
     root, done = captioning_run
     assert "captioned images 32x32x3: train 600, valid 50, test 50, compositional 50; vocabulary" in done.stdout
-    valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["split"] == "valid"]
+    valid = [
+        json.loads(line)
+        for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "valid"
+    ]
     assert valid[-1]["exact_match"] >= 0.5  # chance: 1 in 44 (2 sizes x 22 colour-shape pairs)
     result = run_cli("evaluate", str(root / "run"), "--split", "test", "--json")
     assert result.returncode == 0, result.stderr
@@ -179,8 +195,11 @@ def test_evaluate_decodes_by_beam_and_lenpen_as_caption_does(captioning_run):
     images, references = data.standardise(data.splits["test"].images), data.splits["test"].captions
     by_hand = {
         ("1", "0.6"): [tokenizers["tgt"].decode(ids) for ids in greedy(model.eval(), images, data.max_caption_len)],
-        ("3", "1.5"): [tokenizers["tgt"].decode(hyps[0].tokens)
-                       for hyps in beam_search(model, images, 3, 1.5, max_len=data.max_caption_len)]}
+        ("3", "1.5"): [
+            tokenizers["tgt"].decode(hyps[0].tokens)
+            for hyps in beam_search(model, images, 3, 1.5, max_len=data.max_caption_len)
+        ],
+    }
     for (beam, lenpen), captions in by_hand.items():
         done = run_cli("evaluate", str(root / "run"), "--split", "test", "--beam", beam, "--lenpen", lenpen, "--json")
         assert done.returncode == 0, done.stderr
@@ -218,22 +237,31 @@ def test_caption_refuses_in_one_line(captioning_run, tmp_path):
     root, _ = captioning_run
     none = run_cli("caption", str(root / "run"))
     assert none.returncode == 2 and none.stderr.strip() == (
-        "error: give the images to caption as arguments: attnlab caption RUN image.png [more.png ...]")
+        "error: give the images to caption as arguments: attnlab caption RUN image.png [more.png ...]"
+    )
     (tmp_path / "broken.png").write_bytes(b"not a png")
     broken = run_cli("caption", str(root / "run"), str(tmp_path / "broken.png"))
     assert broken.returncode == 4 and broken.stderr.strip() == (
-        f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode")
-    inspected = run_cli("inspect", str(root / "run"), "--src", str(tmp_path / "broken.png"), "--out", str(tmp_path / "f"))
+        f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode"
+    )
+    inspected = run_cli(
+        "inspect", str(root / "run"), "--src", str(tmp_path / "broken.png"), "--out", str(tmp_path / "f")
+    )
     assert inspected.returncode == 4 and inspected.stderr.strip() == (
-        f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode")
+        f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode"
+    )
     assert not (tmp_path / "f").exists()  # the figures' folder is made only once the input has been read
     words = run_cli("inspect", str(root / "run"), "--src", "a red square", "--out", str(tmp_path / "f"))
-    assert words.returncode == 4 and words.stderr == ("error: --src a red square: no such file; a run of data.task "
-                                                      "'captioning' reads an image, so --src names an image file\n")
+    assert words.returncode == 4 and words.stderr == (
+        "error: --src a red square: no such file; a run of data.task "
+        "'captioning' reads an image, so --src names an image file\n"
+    )
     assert not (tmp_path / "f").exists()
     captions = tmp_path / "captions.tsv"
-    for line, message in [("broken.png a red circle", "1: expected 'image TAB caption', found no tab"),
-                          ("gone.png\ta red circle", f"1: no image 'gone.png' in {tmp_path}")]:
+    for line, message in [
+        ("broken.png a red circle", "1: expected 'image TAB caption', found no tab"),
+        ("gone.png\ta red circle", f"1: no image 'gone.png' in {tmp_path}"),
+    ]:
         captions.write_text(line + "\n")
         refused = run_cli("evaluate", str(root / "run"), "--data", str(captions))
         assert refused.returncode == 4 and refused.stderr.strip() == f"error: {captions}:{message}"
@@ -256,8 +284,11 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     path = write_png(tmp_path / "scene.png", drawn.pixels)
     plotted = []
     real_plot = inspect.patch_attention_plot
-    monkeypatch.setattr(inspect, "patch_attention_plot",
-                        lambda picture, maps, *rest: plotted.append((picture, maps)) or real_plot(picture, maps, *rest))
+    monkeypatch.setattr(
+        inspect,
+        "patch_attention_plot",
+        lambda picture, maps, *rest: plotted.append((picture, maps)) or real_plot(picture, maps, *rest),
+    )
     done = inspect_run(root / "run", str(path), None, tmp_path / "figures", beam=1)
     model, tokenizers, cfg = load_run(root / "run")
     state = json.loads((root / "run" / "task_state.json").read_text())
@@ -281,8 +312,14 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     steps = torch.cat([r.probs[0] for r in stepped.records if r.kind == "cross"], dim=1)  # (H, T, N)
     torch.testing.assert_close(steps, cross[0].flatten(2), atol=1e-5, rtol=0)
     files = sorted(Path(f).name for f in done["files"])
-    assert files == ["decoder-0-cross-head0.png", "decoder-0-cross-head1.png", "decoder-0-cross-mean.png",
-                     "decoder-0-self.png", "encoder-0-self.png", "entropy.png"]
+    assert files == [
+        "decoder-0-cross-head0.png",
+        "decoder-0-cross-head1.png",
+        "decoder-0-cross-mean.png",
+        "decoder-0-self.png",
+        "encoder-0-self.png",
+        "entropy.png",
+    ]
     given = inspect_run(root / "run", str(path), "a large red circle", tmp_path / "given")
     assert given["target_tokens"] == ["a", "large", "red", "circle", "<eos>"] and given["target_given"]
     over_split = run_cli("inspect", str(root / "run"), "--split", "valid")  # mean entropies over the 50 images
@@ -292,8 +329,14 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
 
 def test_the_captioning_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
+
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "captioning.yaml")
     assert type(cfg.data.task) is Captioning and cfg.data.held_combinations == ("red triangle",)
     shape = cfg.planned_shape(vocab_size=17)
-    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == ("captioner", 32, 3, (8, 8))
+    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == (
+        "captioner",
+        32,
+        3,
+        (8, 8),
+    )
     assert shape.vocab_size == 17

@@ -58,14 +58,18 @@ def fails_the_second_time(write, error: BaseException):
 WRITE_TEXT = Path.write_text
 
 
-@pytest.mark.parametrize("writer,error,reason", [
-    ("model.safetensors", FULL, "model.safetensors: No space left on device"),
-    ("trainer_state.pt", FULL, "trainer_state.pt: No space left on device"),
-    ("trainer_state.pt", TORCH_FULL, "trainer_state.pt: unexpected pos 291584 vs 291476"),
-    ("meta.json", FULL, "meta.json: No space left on device"),
-])
+@pytest.mark.parametrize(
+    "writer,error,reason",
+    [
+        ("model.safetensors", FULL, "model.safetensors: No space left on device"),
+        ("trainer_state.pt", FULL, "trainer_state.pt: No space left on device"),
+        ("trainer_state.pt", TORCH_FULL, "trainer_state.pt: unexpected pos 291584 vs 291476"),
+        ("meta.json", FULL, "meta.json: No space left on device"),
+    ],
+)
 def test_a_full_disk_at_the_second_checkpoint_ends_in_one_line_and_the_first_resumes(
-        tmp_path, monkeypatch, writer, error, reason):
+    tmp_path, monkeypatch, writer, error, reason
+):
     out = tmp_path / "run"
     if writer == "model.safetensors":
         monkeypatch.setattr(weights_file, "save_file", fails_the_second_time(weights_file.save_file, error))
@@ -73,8 +77,13 @@ def test_a_full_disk_at_the_second_checkpoint_ends_in_one_line_and_the_first_res
         monkeypatch.setattr(torch, "save", fails_the_second_time(torch.save, error))
     else:  # Path.write_text, as (path, text): the second meta.json
         failing = fails_the_second_time(lambda text, path: WRITE_TEXT(path, text), error)
-        monkeypatch.setattr(Path, "write_text", lambda path, text, **kwargs: (
-            failing(text, path) if path.name == "meta.json" else WRITE_TEXT(path, text, **kwargs)))
+        monkeypatch.setattr(
+            Path,
+            "write_text",
+            lambda path, text, **kwargs: (
+                failing(text, path) if path.name == "meta.json" else WRITE_TEXT(path, text, **kwargs)
+            ),
+        )
     done = run_cli("train", str(write_config(tmp_path)), "--out", str(out))
     monkeypatch.undo()
 
@@ -82,9 +91,11 @@ def test_a_full_disk_at_the_second_checkpoint_ends_in_one_line_and_the_first_res
     assert done.returncode == CheckpointError.exit_code == 5
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     line = done.stderr.strip()
-    pattern = (rf"error: could not write checkpoint {re.escape(str(run.step_dir(4)))} \({re.escape(reason)}; it needs "
-               rf"about [\d.]+ kB, [\d.]+ [kMG]B free\); the last good checkpoint is step 2: free some space, then "
-               rf"continue with `attnlab train --out {re.escape(str(out))} --resume`")
+    pattern = (
+        rf"error: could not write checkpoint {re.escape(str(run.step_dir(4)))} \({re.escape(reason)}; it needs "
+        rf"about [\d.]+ kB, [\d.]+ [kMG]B free\); the last good checkpoint is step 2: free some space, then "
+        rf"continue with `attnlab train --out {re.escape(str(out))} --resume`"
+    )
     assert re.fullmatch(pattern, line), line
     assert sorted(p.name for p in run.checkpoints.iterdir()) == ["best.json", "step-000002"]  # no .step-000004.*.tmp
     assert run.steps() == [2] and run.best_step() == 2
@@ -115,8 +126,10 @@ def test_a_full_disk_before_the_first_checkpoint_says_training_starts_again(tmp_
     done = run_cli("train", str(write_config(tmp_path)), "--out", str(out))
     monkeypatch.undo()
     assert done.returncode == 5 and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.strip().endswith(f"no checkpoint was written before it: free some space, then `attnlab train "
-                                        f"--out {out} --resume` starts it again from step 0")
+    assert done.stderr.strip().endswith(
+        f"no checkpoint was written before it: free some space, then `attnlab train "
+        f"--out {out} --resume` starts it again from step 0"
+    )
     assert not list(RunDir(out).checkpoints.iterdir())  # not even the staging folder
     assert run_cli("train", "--out", str(out), "--resume").returncode == 0
 
@@ -125,17 +138,23 @@ def test_a_process_whose_writes_fail_ends_in_one_line_without_a_traceback(tmp_pa
     """A real process on a file-size limit of 40 kB (the OS refuses writes beyond it, as a full disk
     does): torch.save's writer fails in the first checkpoint's trainer_state.pt with the very error
     the full tmpfs gave; the process prints one line, no traceback, and leaves no partial folder."""
+
     def limited():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails (EFBIG) instead of killing the process
         resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
 
     out = tmp_path / "run"
-    done = subprocess.run([*ATTNLAB, "train", str(write_config(tmp_path)), "--out", str(out)], capture_output=True,
-                          text=True, preexec_fn=limited)
+    done = subprocess.run(
+        [*ATTNLAB, "train", str(write_config(tmp_path)), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limited,
+    )
     assert done.returncode == 5 and "Traceback" not in done.stderr, done.stderr
     line = done.stderr.strip()
-    assert "\n" not in line and line.startswith(f"error: could not write checkpoint {RunDir(out).step_dir(2)} "
-                                                f"(trainer_state.pt: unexpected pos ")
+    assert "\n" not in line and line.startswith(
+        f"error: could not write checkpoint {RunDir(out).step_dir(2)} (trainer_state.pt: unexpected pos "
+    )
     assert not list(RunDir(out).checkpoints.iterdir())
     assert run_cli("train", "--out", str(out), "--resume").returncode == 0 and RunDir(out).steps() == [2, 4]
 
@@ -167,13 +186,17 @@ def test_a_refused_resume_changes_no_byte_of_the_run_and_names_the_intact_checkp
     assert refused.stderr.startswith(f"error: {file}: sha256 ")
     assert refused.stderr.strip().endswith(
         f"; the newest intact checkpoint before it is step 2 ({run.step_dir(2)}): resume from it with `attnlab "
-        f"train --out {out} --resume-from 2` (the newer checkpoints are set aside, not deleted)")
+        f"train --out {out} --resume-from 2` (the newer checkpoints are set aside, not deleted)"
+    )
     assert snapshot(out) == before  # config.yaml, config_changes.jsonl, metrics.jsonl, TensorBoard: untouched
 
     resumed = run_cli("train", "--out", str(out), "--resume-from", "2", "--allow-changes", "--set", "train.max_steps=6")
     assert resumed.returncode == 0, resumed.stderr
     aside = [p for p in run.checkpoints.iterdir() if p.name.startswith("set-aside-")]
-    assert len(aside) == 1 and (aside[0] / "step-000004" / damaged).read_bytes() == before[f"checkpoints/step-000004/{damaged}"]
+    assert (
+        len(aside) == 1
+        and (aside[0] / "step-000004" / damaged).read_bytes() == before[f"checkpoints/step-000004/{damaged}"]
+    )
     assert run.steps() == [2, 4, 6] and run.intact(4) and run.best_step() in run.steps()
     changes = [json.loads(line) for line in run.config_changes.read_text().splitlines()]
     assert [(c["step"], c["changes"]) for c in changes] == [(2, ["train.max_steps: 4 -> 6"])]

@@ -39,6 +39,7 @@ def off_by_more_than_rounding(stated: list[float], exact: torch.Tensor, places: 
 
 # -- 1. seed 004, line 533: softmax([2.1, 0.3, -0.5, 1.8]) --------------------------------------------
 
+
 def test_softmax_of_seed_004_scores():
     """Seed 004 line 531-533: softmax([2.1, 0.3, -0.5, 1.8]) printed as [0.58, 0.10, 0.04, 0.28]."""
     probs = softmax([2.1, 0.3, -0.5, 1.8])
@@ -48,8 +49,9 @@ def test_softmax_of_seed_004_scores():
     stated = [0.58, 0.10, 0.04, 0.28]
     # the first and last weights are wrong by far more than rounding, 0.10 by a little; 0.04 is right
     assert off_by_more_than_rounding(stated, probs, 2).tolist() == [True, True, False, True]
-    assert (torch.tensor(stated, dtype=torch.float64) - probs).tolist() == pytest.approx([0.075, 0.0165, 0.0025, -0.094],
-                                                                                         abs=5e-4)
+    assert (torch.tensor(stated, dtype=torch.float64) - probs).tolist() == pytest.approx(
+        [0.075, 0.0165, 0.0025, -0.094], abs=5e-4
+    )
     # no temperature tau in softmax(s / tau) gives the stated weights, even allowing for their rounding
     # (each within +-0.005): weights 1 and 4 ask for tau = 0.3 / ln(p1 / p4) in [0.397, 0.428], weights
     # 1 and 2 for tau = 1.8 / ln(p1 / p2) in [0.990, 1.059]
@@ -60,6 +62,7 @@ def test_softmax_of_seed_004_scores():
 
 
 # -- 2. seed 002, line 274: PE_1 for d_model = 4 -------------------------------------------------------
+
 
 def test_pe_1_for_d_model_4():
     """Seed 002 line 274: PE_1 = [sin(1/100), cos(1/100), sin(1/10000), cos(1/10000)] ~ [0.01, 1.0, 0.0001, 1.0].
@@ -85,6 +88,7 @@ def test_pe_1_for_d_model_4():
 
 
 # -- 3. seed 003, line 1119: sin(x + k) = sin x cos k - cos x sin k -----------------------------------
+
 
 def test_angle_addition_identity_of_seed_003():
     """Seed 003 line 1119 states sin(x + k) = sin(x) cos(k) - cos(x) sin(k); that right side is sin(x - k)."""
@@ -124,9 +128,16 @@ def test_sinusoid_shift_is_a_rotation(k):
 
 # -- 4. seed 004, line 2690: ~700 GFLOPs for one GPT-3 forward pass over 2,048 tokens ------------------
 
-GPT3 = dict(arch="decoder_lm", vocab_size=50257, positional="learned", max_len=2048, embeddings=dict(tie="output"),
-            stack=dict(d_model=12288, n_heads=96, d_ff=4 * 12288, dropout=0.0, norm="pre", activation="gelu",
-                       attention_backend="math"))
+GPT3 = dict(
+    arch="decoder_lm",
+    vocab_size=50257,
+    positional="learned",
+    max_len=2048,
+    embeddings=dict(tie="output"),
+    stack=dict(
+        d_model=12288, n_heads=96, d_ff=4 * 12288, dropout=0.0, norm="pre", activation="gelu", attention_backend="math"
+    ),
+)
 
 
 def test_two_n_rule_on_a_scaled_down_model():
@@ -169,11 +180,16 @@ def test_gpt3_forward_flops():
 
 # -- 5. seed 000, line 538: "FFN uses 5x more computation than attention" (N = 6, d = 512, T = 100) -----
 
+
 def test_ffn_against_attention_flops_per_layer():
     """Per encoder layer at T = 100, d = 512, d_ff = 2048: projections 4 T d^2 multiply-adds, scores
     and weighted sum 2 T^2 d, FFN 2 T d d_ff; measured by attnlab's budget (2 FLOPs per multiply-add)."""
     N, T, d, d_ff = 6, 100, 512, 2048
-    cfg, shape = sized(arch="encoder_only", vocab_size=100, stack=dict(d_model=d, n_heads=8, n_layers=N, d_ff=d_ff, dropout=0.0, attention_backend="math"))
+    cfg, shape = sized(
+        arch="encoder_only",
+        vocab_size=100,
+        stack=dict(d_model=d, n_heads=8, n_layers=N, d_ff=d_ff, dropout=0.0, attention_backend="math"),
+    )
     kinds = budget_report(cfg, shape, T, 1)["flops"]["forward_by_kind"]
     projections, scores, ffn = (kinds[k] // N for k in ("attention_projections", "attention_scores", "feed_forward"))
     assert (projections, scores, ffn) == (2 * 4 * T * d * d, 2 * 2 * T * T * d, 2 * 2 * T * d * d_ff)
@@ -187,6 +203,7 @@ def test_ffn_against_attention_flops_per_layer():
 
 
 # -- 6. seed 000, lines 196-204: the head-count table -------------------------------------------------
+
 
 @pytest.mark.parametrize("d_model", [512])
 def test_attention_parameters_and_flops_do_not_depend_on_head_count(d_model):
@@ -207,6 +224,7 @@ def test_attention_parameters_and_flops_do_not_depend_on_head_count(d_model):
 
 
 # -- 7. other worked numbers -------------------------------------------------------------------------
+
 
 def test_memory_table_of_seed_000():
     """Seed 000 lines 596-608, batch 32, N = 6, h = 8, T = 512, float32, by the note's own formulas:
@@ -253,8 +271,9 @@ def test_worked_numbers_that_are_right():
     # seed 004 line 2702: seq_len squared
     assert [n * n for n in (128, 256, 512, 1024, 2048, 4096)] == [16384, 65536, 262144, 1048576, 4194304, 16777216]
     # seed 003 line 230: cosine similarity of [0, 1] and [1, 1]
-    assert torch.nn.functional.cosine_similarity(torch.tensor([0.0, 1.0]), torch.tensor([1.0, 1.0]), dim=0).item() \
-        == pytest.approx(0.7071, abs=1e-4)
+    assert torch.nn.functional.cosine_similarity(
+        torch.tensor([0.0, 1.0]), torch.tensor([1.0, 1.0]), dim=0
+    ).item() == pytest.approx(0.7071, abs=1e-4)
     # seed 004 lines 654-681: the "cat" query; weights right to their rounding (the output's rounding
     # is in docs/architecture.md, "Where the lecture notes' numbers are rounded or mislabelled")
     scores = [0.30, 0.96, 0.10, 0.00, 0.30, 0.20]
@@ -264,6 +283,7 @@ def test_worked_numbers_that_are_right():
 
 
 # -- Dividing scores by sqrt(d_k) -----------------------------------------------------------------------
+
 
 def experiment(name: str):
     """docs/experiments/NAME.py, imported as a module."""
@@ -287,6 +307,7 @@ def test_unscaled_scores_saturate_the_softmax():
 
 # -- SCAN: the kinds of error docs/claims/scan_lake_baroni.md counts ----------------------------------------------------
 
+
 def test_scan_errors_tell_a_repeated_unit_too_many_or_too_few_from_other_errors():
     """Worked by hand: "run around left twice" is (L RUN) x 8; one unit more at the end is late and one
     unit off; one unit fewer is early and one unit off; a changed action is neither; six turns read as
@@ -297,7 +318,12 @@ def test_scan_errors_tell_a_repeated_unit_too_many_or_too_few_from_other_errors(
     turns = ["I_TURN_LEFT"] * 6 + ["I_WALK"]
     pairs = [(ref, ref + unit), (ref, ref[:-2]), (ref, ref[:-1] + ["I_WALK"]), (turns, turns[2:]), (ref, ref)]
     assert [errors.one_unit_off(r, h) for r, h in pairs] == [True, True, False, True, False]
-    assert errors.error_kinds(pairs) == {"commands": 5, "errors": 4, "late": 1, "early": 1,
-                                         "one unit too many or too few": 3, "long (>= 24 actions)": 0}
+    assert errors.error_kinds(pairs) == {
+        "commands": 5,
+        "errors": 4,
+        "late": 1,
+        "early": 1,
+        "one unit too many or too few": 3,
+        "long (>= 24 actions)": 0,
+    }
     assert errors.error_kinds([(ref * 2, ref * 2 + unit)])["long (>= 24 actions)"] == 1
-

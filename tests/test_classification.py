@@ -30,21 +30,31 @@ def write(path, text: str):
 def test_labelled_files_of_single_texts_and_of_pairs_with_an_optional_header(tmp_path):
     single = read_labelled(write(tmp_path / "a.tsv", "a fine film\tpos\nno\tneg \n"))
     assert single == [Labelled("a fine film", None, "pos", 1), Labelled("no", None, "neg", 2)]
-    pairs = read_labelled(write(tmp_path / "b.tsv", "premise\thypothesis\tlabel\nA man\tA person\tentail\n"),
-                          header=True)
+    pairs = read_labelled(
+        write(tmp_path / "b.tsv", "premise\thypothesis\tlabel\nA man\tA person\tentail\n"), header=True
+    )
     assert pairs == [Labelled("A man", "A person", "entail", 2)]
 
 
-@pytest.mark.parametrize("text,header,message", [
-    ("a\tpos\nb\n", False, "b.tsv:2: found 1 tab-separated fields; expected 2 (text, label), as on line 1"),
-    ("x\ty\tz\nb\tpos\n", False, "b.tsv:2: found 2 tab-separated fields; expected 3 (text_a, text_b, label), as "
-                                 "on line 1"),
-    ("h\tl\na\tb\tc\td\n", True, "b.tsv:2: found 4 tab-separated fields; expected 2 (text, label) or 3 (text_a, "
-                                 "text_b, label)"),
-    ("a\tpos\nb\t \n", False, "b.tsv:2: empty label"),
-    ("a\tpos\n \tneg\n", False, "b.tsv:2: empty text"),
-    ("text\tlabel\n", True, "b.tsv: no examples after the header line"),
-])
+@pytest.mark.parametrize(
+    "text,header,message",
+    [
+        ("a\tpos\nb\n", False, "b.tsv:2: found 1 tab-separated fields; expected 2 (text, label), as on line 1"),
+        (
+            "x\ty\tz\nb\tpos\n",
+            False,
+            "b.tsv:2: found 2 tab-separated fields; expected 3 (text_a, text_b, label), as on line 1",
+        ),
+        (
+            "h\tl\na\tb\tc\td\n",
+            True,
+            "b.tsv:2: found 4 tab-separated fields; expected 2 (text, label) or 3 (text_a, text_b, label)",
+        ),
+        ("a\tpos\nb\t \n", False, "b.tsv:2: empty label"),
+        ("a\tpos\n \tneg\n", False, "b.tsv:2: empty text"),
+        ("text\tlabel\n", True, "b.tsv: no examples after the header line"),
+    ],
+)
 def test_a_bad_labelled_line_is_named(tmp_path, text, header, message):
     with pytest.raises(DataError) as err:
         read_labelled(write(tmp_path / "b.tsv", text), header)
@@ -56,11 +66,13 @@ def test_the_confusion_table_keeps_wide_counts_apart():
     assert confusion_table(["0", "1"], [[797, 115], [84, 1_004]]) == [
         "         0      1",
         "0      797    115",
-        "1       84  1,004"]
+        "1       84  1,004",
+    ]
     assert confusion_table(["negative", "pos"], [[1, 0], [2, 3]]) == [
         "            negative       pos",
         "negative           1         0",
-        "pos                2         3"]
+        "pos                2         3",
+    ]
 
 
 def test_accuracy_macro_f1_and_the_confusion_matrix_by_hand():
@@ -77,7 +89,7 @@ def test_accuracy_macro_f1_and_the_confusion_matrix_by_hand():
 
 def test_inputs_are_bert_shaped_and_the_longer_text_is_cut_first():
     tok = Tokenizer.train("word", ["a b c d e f g h"], 100)
-    (ids, segments), = encode_inputs(tok, ["a b"], [None], max_len=10)[0]
+    ((ids, segments),) = encode_inputs(tok, ["a b"], [None], max_len=10)[0]
     assert ids == [BOS, *tok.encode("a b"), EOS] and segments == [0, 0, 0, 0]
     inputs, cut = encode_inputs(tok, ["a b c d e f", "a"], ["g h", "b"], max_len=8)
     (ids, segments), (short_ids, short_segments) = inputs
@@ -97,13 +109,23 @@ def test_pooling_ignores_padding():
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_a_classifier_gives_the_same_logits_with_or_without_padding(pooling):
     torch.manual_seed(0)
-    model = build_model(*sized(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0), n_classes=3, pooling=pooling, n_segments=2)).eval()
+    model = build_model(
+        *sized(
+            arch="encoder_only",
+            vocab_size=20,
+            stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0),
+            n_classes=3,
+            pooling=pooling,
+            n_segments=2,
+        )
+    ).eval()
     ids = torch.tensor([[BOS, 5, 6, EOS, 7, EOS]])
     segments = torch.tensor([[0, 0, 0, 0, 1, 1]])
     padded = torch.cat([ids, torch.full((1, 3), PAD)], 1)
     alone = model.classify(ids, segments)
-    assert torch.allclose(model.classify(padded, torch.cat([segments, torch.zeros(1, 3, dtype=torch.long)], 1)),
-                          alone, atol=1e-6)
+    assert torch.allclose(
+        model.classify(padded, torch.cat([segments, torch.zeros(1, 3, dtype=torch.long)], 1)), alone, atol=1e-6
+    )
     assert not torch.allclose(model.classify(ids, torch.zeros_like(ids)), alone, atol=1e-3)  # segments count
 
 
@@ -133,8 +155,14 @@ train: {{max_steps: 60, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warm
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
     root = tmp_path_factory.mktemp("classifier")
-    config = write(root / "c.yaml", CONFIG.format(pooling="cls", train=sentiment_tsv(root / "train.tsv", 200, 1),
-                                                  valid=sentiment_tsv(root / "valid.tsv", 40, 2)))
+    config = write(
+        root / "c.yaml",
+        CONFIG.format(
+            pooling="cls",
+            train=sentiment_tsv(root / "train.tsv", 200, 1),
+            valid=sentiment_tsv(root / "valid.tsv", 40, 2),
+        ),
+    )
     done = run_cli("train", str(config), "--out", str(root / "run"))
     assert done.returncode == 0, done.stderr
     return root, done
@@ -143,12 +171,18 @@ def classifier(tmp_path_factory):
 def test_an_encoder_learns_to_classify_through_the_command_line(classifier):
     root, done = classifier
     assert "labelled examples: train 200, valid 40; labels neg, pos; vocabulary 16" in done.stdout
-    valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["split"] == "valid"]
+    valid = [
+        json.loads(line)
+        for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "valid"
+    ]
     assert [v["step"] for v in valid] == [30, 60]
     # throughput in what a classifier's loss counts: examples, not tokens
-    train = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["split"] == "train"]
+    train = [
+        json.loads(line)
+        for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "train"
+    ]
     assert train and all("examples_per_s" in t and "tokens_per_s" not in t for t in train)
     summary = json.loads((root / "run" / "summary.json").read_text())
     assert summary["train_examples"] > 0 and summary["examples_per_s"] > 0
@@ -170,13 +204,16 @@ def test_predict_writes_a_label_and_its_probability_per_line(classifier):
     assert [line.split("\t")[0] for line in lines] == ["pos", "", "neg"]
     assert all(float(lines[i].split("\t")[1]) > 0.9 for i in (0, 2))
     empty = run_cli("predict", str(root / "run"), stdin="")
-    assert empty.returncode == 0 and empty.stdout == "" and empty.stderr == "note: <stdin> is empty: nothing to classify\n"
+    assert (
+        empty.returncode == 0 and empty.stdout == "" and empty.stderr == "note: <stdin> is empty: nothing to classify\n"
+    )
     record = json.loads(run_cli("predict", str(root / "run"), "--json", stdin="great\n").stdout)
     assert record["label"] == "pos" and sum(record["probabilities"].values()) == pytest.approx(1.0)
     assert list(record["probabilities"]) == ["neg", "pos"]
     refused = run_cli("predict", str(root / "run"), stdin="great\tawful\n")
     assert refused.returncode == 4 and refused.stderr == (
-        "error: <stdin>:1: expected one text (the model was trained on single texts), found 2 tab-separated fields\n")
+        "error: <stdin>:1: expected one text (the model was trained on single texts), found 2 tab-separated fields\n"
+    )
     refused = run_cli("translate", str(root / "run"), stdin="great\n")
     assert refused.returncode == 2 and "`attnlab translate` needs data.task 'translation'" in refused.stderr
 
@@ -195,7 +232,8 @@ def test_evaluate_scores_a_labelled_file_with_its_confusion_matrix(classifier, t
         "confusion matrix (rows: true label, columns: predicted)",
         "       neg  pos",
         "neg      1    0",
-        "pos      1    1"]
+        "pos      1    1",
+    ]
     from PIL import Image
 
     with Image.open(tmp_path / "cm.png") as image:
@@ -203,13 +241,15 @@ def test_evaluate_scores_a_labelled_file_with_its_confusion_matrix(classifier, t
     unseen = write(tmp_path / "unseen.tsv", "great\tpos\nfine\tmeh\n")
     done = run_cli("evaluate", str(root / "run"), "--data", str(unseen))
     assert done.returncode == 4 and done.stderr == (
-        f"error: {unseen}:2: label 'meh' is not one the model was trained on (neg, pos)\n")
+        f"error: {unseen}:2: label 'meh' is not one the model was trained on (neg, pos)\n"
+    )
     done = run_cli("evaluate", str(root / "run"), "--src", str(test), "--ref", str(test))
     assert done.returncode == 2 and "is evaluated on a file of its own format: give --data FILE" in done.stderr
     done = run_cli("evaluate", str(root / "run"), "--data", str(test), "--oracle-length")
     assert done.returncode == 2 and done.stderr == (
         "error: --oracle-length is for translation runs (--src/--ref or --split); data.task 'classification' "
-        "decodes no output sequence to measure\n")
+        "decodes no output sequence to measure\n"
+    )
 
 
 def test_sentence_pairs_train_a_segment_table(tmp_path):
@@ -221,8 +261,12 @@ def test_sentence_pairs_train_a_segment_table(tmp_path):
         b[0] = a[0] if i % 2 else next(w for w in words if w != a[0])
         lines.append(f"{' '.join(a)}\t{' '.join(b)}\t{'same' if i % 2 else 'other'}\n")
     train = write(tmp_path / "pairs.tsv", "".join(lines))
-    config = write(tmp_path / "c.yaml", CONFIG.format(pooling="mean", train=train, valid="null")
-                   .replace("valid: null, max_len: 16}", "max_len: 16, n_valid: 20}").replace("max_steps: 60", "max_steps: 4"))
+    config = write(
+        tmp_path / "c.yaml",
+        CONFIG.format(pooling="mean", train=train, valid="null")
+        .replace("valid: null, max_len: 16}", "max_len: 16, n_valid: 20}")
+        .replace("max_steps: 60", "max_steps: 4"),
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     model, tokenizers, cfg = load_run(tmp_path / "run")
@@ -248,12 +292,18 @@ def test_a_label_training_never_saw_is_named_with_its_line(tmp_path):
     config = write(tmp_path / "c.yaml", CONFIG.format(pooling="cls", train=train, valid=valid))
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 4 and done.stderr == (
-        f"error: {valid}:3: label 'meh' is not one the model was trained on (neg, pos)\n")
-    config.write_text(CONFIG.format(pooling="cls", train=train, valid=valid).replace("encoder_only", "decoder_lm")
-                      .replace(", pooling: cls", ""))
+        f"error: {valid}:3: label 'meh' is not one the model was trained on (neg, pos)\n"
+    )
+    config.write_text(
+        CONFIG.format(pooling="cls", train=train, valid=valid)
+        .replace("encoder_only", "decoder_lm")
+        .replace(", pooling: cls", "")
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
-    assert done.returncode == 3 and "model.arch must be 'encoder_only' for data.task 'classification'; got " \
-                                    "'decoder_lm'" in done.stderr
+    assert (
+        done.returncode == 3
+        and "model.arch must be 'encoder_only' for data.task 'classification'; got 'decoder_lm'" in done.stderr
+    )
 
 
 def test_inspect_draws_what_cls_attends_to_and_gives_the_prediction(classifier, tmp_path):
@@ -264,8 +314,9 @@ def test_inspect_draws_what_cls_attends_to_and_gives_the_prediction(classifier, 
     assert summary["source_tokens"] == ["<bos>", "the", "film", "was", "great", "<eos>"]
     assert summary["prediction"]["label"] == "pos" and "prediction: pos (" in done.stdout
     model, _, _ = load_run(root / "run")
-    p = model.classify(torch.tensor([[BOS, *RunDir(root / "run").read_tokenizers()["src"].encode(
-        "the film was great"), EOS]])).softmax(-1)[0]
+    p = model.classify(
+        torch.tensor([[BOS, *RunDir(root / "run").read_tokenizers()["src"].encode("the film was great"), EOS]])
+    ).softmax(-1)[0]
     assert summary["prediction"]["probabilities"]["pos"] == pytest.approx(p[1].item(), abs=1e-6)
     first = summary["modules"]["encoder.layers.0.self_attn"]["first_token"]  # (H, T) rows of [CLS]
     assert len(first) == 2 and all(sum(row) == pytest.approx(1.0, abs=1e-3) for row in first)
@@ -282,14 +333,22 @@ def test_prune_ranks_a_classifiers_heads_by_accuracy(classifier, tmp_path):
     assert full["accuracy"] == 1.0 and "accuracy 100.00%" in done.stdout.splitlines()[0]
     assert set(half) >= {"valid_loss", "accuracy", "macro_f1"}
     # the pruned run, its heads cut out of the weights, scores what the gated model scored
-    pruned = json.loads(run_cli("evaluate", str(tmp_path / "pruned"), "--data", str(root / "valid.tsv"), "--json").stdout)
+    pruned = json.loads(
+        run_cli("evaluate", str(tmp_path / "pruned"), "--data", str(root / "valid.tsv"), "--json").stdout
+    )
     assert pruned["accuracy"] == half["accuracy"] and pruned["loss"] == pytest.approx(half["valid_loss"], rel=1e-5)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("great film\tpos\nawful film\n", "bad.tsv:2: found 1 tab-separated fields; expected 2 (text, label), as on line 1"),
-    ("great film\tpos\nawful film\t\n", "bad.tsv:2: empty label"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            "great film\tpos\nawful film\n",
+            "bad.tsv:2: found 1 tab-separated fields; expected 2 (text, label), as on line 1",
+        ),
+        ("great film\tpos\nawful film\t\n", "bad.tsv:2: empty label"),
+    ],
+)
 def test_a_bad_labelled_file_at_the_command_line_is_one_line(classifier, tmp_path, text, message):
     root, _ = classifier
     done = run_cli("evaluate", str(root / "run"), "--data", str(write(tmp_path / "bad.tsv", text)))

@@ -29,7 +29,11 @@ def test_info_base_preset_has_the_papers_parameter_count(capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["params_total"] == 63_082_496
     assert report["components"] == {"src_embed": 18_944_000, "encoder": 18_914_304, "decoder": 25_224_192}
-    assert report["layers"]["encoder.layers.0"] == {"self_attention": 1_050_624, "norm": 2_048, "feed_forward": 2_099_712}
+    assert report["layers"]["encoder.layers.0"] == {
+        "self_attention": 1_050_624,
+        "norm": 2_048,
+        "feed_forward": 2_099_712,
+    }
     assert report["layers"]["decoder.layers.5"]["cross_attention"] == 1_050_624
 
 
@@ -39,24 +43,42 @@ def test_info_big_preset(capsys):
 
 
 def test_info_table_runs_as_a_console_script():
-    done = subprocess.run([*ATTNLAB, "info", str(ROOT / "configs/transformer_base.yaml")],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [*ATTNLAB, "info", str(ROOT / "configs/transformer_base.yaml")], capture_output=True, text=True, check=True
+    )
     assert "63,082,496" in done.stdout
     assert "encoder.layers.0-5" in done.stdout and "3,152,384 each" in done.stdout
 
 
-@pytest.mark.parametrize("text,code,message", [
-    (None, 3, "no such config file"),
-    ("model:\n  stack: {n_heads: 3}\nshape: {vocab_size: 10}\n", 3, "d_model (512) must be divisible by n_heads (3)"),
-    ("model: [1\n", 3, "YAML does not parse"),
-    ("model: {arch: decoder_lm}\n", 3, "a model config without a data section gives its data's sizes as a 'shape' "
-                                       "section (shape: {vocab_size: V}), or --vocab-size V"),
-    ("model: {arch: decoder_lm}\nshape: {vocab: 10}\n", 3, "shape: unknown size 'vocab' (one of channels, "),
-    ("model: {arch: vit, patches: {size: 5}}\nshape: {channels: 1, image_height: 8, image_width: 8, n_classes: 3}\n", 3,
-     "image_height (8) must be divisible by patches.size (5)"),
-    ("model: {arch: decoder_lm}\ndata: {format: text, train: t.txt}\nshape: {vocab_size: 10}\n", 3,
-     "section 'shape' gives the sizes of a model config without data; a training config's come from its data"),
-])
+@pytest.mark.parametrize(
+    "text,code,message",
+    [
+        (None, 3, "no such config file"),
+        (
+            "model:\n  stack: {n_heads: 3}\nshape: {vocab_size: 10}\n",
+            3,
+            "d_model (512) must be divisible by n_heads (3)",
+        ),
+        ("model: [1\n", 3, "YAML does not parse"),
+        (
+            "model: {arch: decoder_lm}\n",
+            3,
+            "a model config without a data section gives its data's sizes as a 'shape' "
+            "section (shape: {vocab_size: V}), or --vocab-size V",
+        ),
+        ("model: {arch: decoder_lm}\nshape: {vocab: 10}\n", 3, "shape: unknown size 'vocab' (one of channels, "),
+        (
+            "model: {arch: vit, patches: {size: 5}}\nshape: {channels: 1, image_height: 8, image_width: 8, n_classes: 3}\n",
+            3,
+            "image_height (8) must be divisible by patches.size (5)",
+        ),
+        (
+            "model: {arch: decoder_lm}\ndata: {format: text, train: t.txt}\nshape: {vocab_size: 10}\n",
+            3,
+            "section 'shape' gives the sizes of a model config without data; a training config's come from its data",
+        ),
+    ],
+)
 def test_bad_config_is_one_line_and_an_exit_code(tmp_path, text, code, message):
     path = tmp_path / "c.yaml"
     if text is not None:
@@ -118,13 +140,27 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     again = run_cli("train", str(config), "--out", str(out))
     assert again.returncode == 2 and "already exists" in again.stderr and (out / "summary.json").read_bytes() == before
     # --resume continues the run with its own config; changed train settings need --allow-changes, and are recorded
-    more = run_cli("train", "--out", str(out), "--resume", "--allow-changes",
-                   "--set", "train.max_steps=260", "--set", "train.eval_every=130")
+    more = run_cli(
+        "train",
+        "--out",
+        str(out),
+        "--resume",
+        "--allow-changes",
+        "--set",
+        "train.max_steps=260",
+        "--set",
+        "train.eval_every=130",
+    )
     assert more.returncode == 0, more.stderr
-    assert "train settings changed at step 250: train.eval_every: 125 -> 130; train.max_steps: 250 -> 260" in more.stdout
+    assert (
+        "train settings changed at step 250: train.eval_every: 125 -> 130; train.max_steps: 250 -> 260" in more.stdout
+    )
     assert json.loads((out / "summary.json").read_text())["steps"] == 260
     record = json.loads((out / "config_changes.jsonl").read_text())
-    assert record["step"] == 250 and record["changes"] == ["train.eval_every: 125 -> 130", "train.max_steps: 250 -> 260"]
+    assert record["step"] == 250 and record["changes"] == [
+        "train.eval_every: 125 -> 130",
+        "train.max_steps: 250 -> 260",
+    ]
     assert "max_steps: 260" in (out / "config.yaml").read_text()
     avg = run_cli("average", str(out), "--last", "2")
     assert avg.returncode == 0 and "averaged steps 250, 260" in avg.stdout
@@ -132,9 +168,16 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
     assert again.returncode == 0 and "averaged steps 260" in again.stdout
     kept = len(list((out / "checkpoints").glob("step-*")))
     every = run_cli("average", str(out), "--last", "100", "--force")  # more than the run keeps: said, not silent
-    assert every.returncode == 0 and every.stderr == (
-        f"note: --last 100 asked for more checkpoints than the run keeps; averaged all {kept} (train.keep_last sets "
-        f"how many a run keeps)\n") and every.stdout.startswith("averaged steps ") and kept >= 2
+    assert (
+        every.returncode == 0
+        and every.stderr
+        == (
+            f"note: --last 100 asked for more checkpoints than the run keeps; averaged all {kept} (train.keep_last sets "
+            f"how many a run keeps)\n"
+        )
+        and every.stdout.startswith("averaged steps ")
+        and kept >= 2
+    )
     bad = run_cli("average", str(out), "--last", "0")
     assert bad.returncode == 2 and "--last must be at least 1" in bad.stderr
     # bad decoding input: one line, an exit code, nothing overwritten
@@ -160,13 +203,16 @@ def test_train_end_to_end_on_a_tiny_parallel_corpus(tmp_path):
         assert toks["tgt"].decode(greedy(model, src)[0]) == "three one four", checkpoint
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--set", "train.max_steps"], "expected section.field=value"),
-    (["--set", "trian.max_steps=3"], "unknown section 'trian' (did you mean 'train'?)"),
-    (["--set", "train.max_step=3"], "unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
-    (["--set", "train.max_steps=[1"], "the value does not parse"),
-    (["--set", "model.vocab_size=10"], "model.vocab_size is set by the data, not the model section: remove it"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--set", "train.max_steps"], "expected section.field=value"),
+        (["--set", "trian.max_steps=3"], "unknown section 'trian' (did you mean 'train'?)"),
+        (["--set", "train.max_step=3"], "unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
+        (["--set", "train.max_steps=[1"], "the value does not parse"),
+        (["--set", "model.vocab_size=10"], "model.vocab_size is set by the data, not the model section: remove it"),
+    ],
+)
 def test_train_rejects_bad_overrides(tmp_path, args, message):
     config = tiny_parallel_corpus(tmp_path)
     done = run_cli("train", str(config), "--out", str(tmp_path / "r"), *args)
@@ -176,8 +222,19 @@ def test_train_rejects_bad_overrides(tmp_path, args, message):
 
 def test_demo_with_a_small_budget(tmp_path):
     out = tmp_path / "demo"
-    done = run_cli("demo", "--out", str(out), "--set", "train.max_steps=20", "--set", "train.eval_every=10",
-                   "--set", "data.n_test=30", "--set", "train.progress=false")
+    done = run_cli(
+        "demo",
+        "--out",
+        str(out),
+        "--set",
+        "train.max_steps=20",
+        "--set",
+        "train.eval_every=10",
+        "--set",
+        "data.n_test=30",
+        "--set",
+        "train.progress=false",
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert lines[-1] == f"run directory: {out}"
@@ -201,7 +258,9 @@ def test_demo_with_a_small_budget(tmp_path):
         assert done.returncode == 0, done.stderr
         outputs[tuple(flags)] = done.stdout
     assert len(outputs[()].splitlines()) == 3
-    assert outputs[()] == outputs[("--no-cache",)] and outputs[("--beam", "1")] == outputs[("--beam", "1", "--no-cache")]
+    assert (
+        outputs[()] == outputs[("--no-cache",)] and outputs[("--beam", "1")] == outputs[("--beam", "1", "--no-cache")]
+    )
     piped = run_cli("translate", str(out), stdin=commands.read_text())
     assert piped.stdout == outputs[()]
     # speculative decoding with the run itself as draft: greedy's output, every proposal accepted
@@ -209,7 +268,8 @@ def test_demo_with_a_small_budget(tmp_path):
     assert drafted.stdout == outputs[("--beam", "1")] and "accepted (100.0%)" in drafted.stderr
     refused = run_cli("translate", str(out), "--input", str(commands), "--draft", str(out))
     assert refused.returncode == 2 and refused.stderr == (
-        "error: --draft decodes greedily: give --beam 1, no --nbest or --min-len, and --speculate >= 1\n")
+        "error: --draft decodes greedily: give --beam 1, no --nbest or --min-len, and --speculate >= 1\n"
+    )
     nbest = run_cli("translate", str(out), "--input", str(commands), "--beam", "3", "--nbest", "2").stdout.splitlines()
     assert [line.split(" ||| ")[0] for line in nbest] == ["0", "0", "1", "1", "2", "2"]
     assert float(nbest[0].split(" ||| ")[2]) >= float(nbest[1].split(" ||| ")[2])
@@ -229,12 +289,15 @@ def test_demo_with_a_small_budget(tmp_path):
     record = json.loads(scored.stdout)
     assert record["ppl"] == pytest.approx(result["ppl"], rel=1e-4)
     readable = run_cli("score", str(out), "--src", str(commands), "--tgt", str(actions)).stdout
-    assert readable == (f"perplexity {record['ppl']:.4g}: {record['nll_per_token']:.4f} nats per token over "
-                        f"{record['tokens']:,} tokens ({actions})\n")
+    assert readable == (
+        f"perplexity {record['ppl']:.4g}: {record['nll_per_token']:.4f} nats per token over "
+        f"{record['tokens']:,} tokens ({actions})\n"
+    )
     wrong = run_cli("generate", str(out))
     assert wrong.returncode == 2 and wrong.stderr == (
         f"error: {out} is a run of data.task 'translation'; `attnlab generate` needs data.task 'language_model' "
-        f"or 'segment_language_model' (this run's commands: translate, evaluate, score, inspect, prune)\n")
+        f"or 'segment_language_model' (this run's commands: translate, evaluate, score, inspect, prune)\n"
+    )
 
 
 def test_generate_and_score_a_language_model(tmp_path):
@@ -257,11 +320,24 @@ train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_
     greedy = run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "1").stdout
     assert greedy == run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "2").stdout
     # speculative decoding with a draft (here the run itself: every proposal is accepted) keeps greedy's text
-    fast = run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "1", "--draft", str(out),
-               "--speculate", "3")
+    fast = run(
+        "--prompt",
+        "to be",
+        "--max-new-tokens",
+        "20",
+        "--top-k",
+        "1",
+        "--seed",
+        "1",
+        "--draft",
+        str(out),
+        "--speculate",
+        "3",
+    )
     assert fast.returncode == 0 and fast.stdout == greedy
-    assert fast.stderr == ("speculative decoding, k 3: 15 of 15 draft tokens accepted (100.0%), 4.00 tokens per pass "
-                           "of the target\n")
+    assert fast.stderr == (
+        "speculative decoding, k 3: 15 of 15 draft tokens accepted (100.0%), 4.00 tokens per pass of the target\n"
+    )
     assert run("--draft", str(out), "--speculate", "0").stderr == "error: --speculate must be at least 1 (got 0)\n"
     for weights in ("bf16", "int8"):  # the weights' effect on the numbers: tests/test_weights.py
         lower = run("--prompt", "to be", "--max-new-tokens", "20", "--top-k", "1", "--seed", "1", "--weights", weights)
@@ -285,13 +361,20 @@ def test_bench_decode_reports_greedy_beam_and_the_cache_speedup(monkeypatch):
     # set medians (each search still runs once): the figures are exact, whatever the machine's load
     seconds = {"decode_greedy": 0.3, "decode_greedy_nocache": 2.2}
     monkeypatch.setattr("attnlab.bench.decode.interleaved_medians", fixed_medians(seconds, default=0.5))
-    done = run_cli("bench", "decode", "--new-tokens", "4", "--batch", "2", "--repeats", "1",
-                           "--no-hf", "--no-ct2", "--json")
+    done = run_cli(
+        "bench", "decode", "--new-tokens", "4", "--batch", "2", "--repeats", "1", "--no-hf", "--no-ct2", "--json"
+    )
     assert done.returncode == 0, done.stderr
     records = {r["name"]: r for r in map(json.loads, done.stdout.splitlines())}
     # the default weights are fp32 and int8: each decodes greedily and with beam 5
-    assert set(records) == {"decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_cache_speedup",
-                            "decode_greedy_int8", "decode_beam5_int8"}
+    assert set(records) == {
+        "decode_greedy",
+        "decode_beam5",
+        "decode_greedy_nocache",
+        "decode_cache_speedup",
+        "decode_greedy_int8",
+        "decode_beam5_int8",
+    }
     for name in ("decode_greedy", "decode_beam5", "decode_greedy_nocache", "decode_greedy_int8", "decode_beam5_int8"):
         assert records[name]["unit"] == "tokens/s" and records[name]["new_tokens"] == 4
         assert records[name]["value"] == round(2 * 4 / seconds.get(name, 0.5), 1)
@@ -315,11 +398,18 @@ def test_bench_decode_reports_greedy_beam_and_the_cache_speedup(monkeypatch):
 # - scan_simple_rnn, V = 23, d = 128, Bahdanau's additive score: encoder 12d^2 + 12d, W_init 2d^2 + d, decoder
 #   GRU over [E y; c] 3(3d.d + d.d + 2d), W_o 4d.d + d, score W_s d.d + W_h 2d.d + v_a d = 33d^2 + 21d
 #   = 543,360; tables 2Vd = 5,888: 549,248.
-PRESET_PARAMETERS = {"multi30k_de_en": (7_577_600, 8000), "rnn_bahdanau": (16_853_504, 8000),
-                     "rnn_fixed_context": (16_066_560, 8000), "shakespeare_char": (810_368, 69),
-                     "transformer_base": (63_082_496, 37000), "transformer_big": (214_245_376, 37000),
-                     "rnn_luong": (15_542_272, 8000), "scan": (665_984, 23), "scan_simple": (665_984, 23),
-                     "scan_simple_rnn": (549_248, 23)}
+PRESET_PARAMETERS = {
+    "multi30k_de_en": (7_577_600, 8000),
+    "rnn_bahdanau": (16_853_504, 8000),
+    "rnn_fixed_context": (16_066_560, 8000),
+    "shakespeare_char": (810_368, 69),
+    "transformer_base": (63_082_496, 37000),
+    "transformer_big": (214_245_376, 37000),
+    "rnn_luong": (15_542_272, 8000),
+    "scan": (665_984, 23),
+    "scan_simple": (665_984, 23),
+    "scan_simple_rnn": (549_248, 23),
+}
 
 
 @pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
@@ -343,13 +433,16 @@ def test_info_counts_every_preset(config, capsys):
 
 def test_info_counts_models_of_images_and_graphs_and_refuses_their_token_budgets():
     vit = run_cli("info", str(ROOT / "recipes/digits/vit.yaml"))
-    assert vit.returncode == 0 and vit.stdout.startswith(f"{ROOT / 'recipes/digits/vit.yaml'}: vit, d_model 64, 4 heads")
+    assert vit.returncode == 0 and vit.stdout.startswith(
+        f"{ROOT / 'recipes/digits/vit.yaml'}: vit, d_model 64, 4 heads"
+    )
     graph = run_cli("info", str(ROOT / "recipes/karate/graph.yaml"), "--json")
     assert graph.returncode == 0 and json.loads(graph.stdout)["arch"] == "graph"
     refused = run_cli("info", str(ROOT / "recipes/digits/vit.yaml"), "--flops")
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
         "error: --memory and --flops measure models of token sequences; arch 'vit' reads images; without them, "
-        "info counts its parameters"]
+        "info counts its parameters"
+    ]
 
 
 def test_info_takes_overrides_and_a_run_directory(tmp_path, capsys):
@@ -403,13 +496,15 @@ sys.exit(code)
 """
 
 
-@pytest.mark.parametrize("args,prints", [(["--version"], "attnlab "), (["--help"], "usage: attnlab"),
-                                         (["data", "list"], "multi30k")])
+@pytest.mark.parametrize(
+    "args,prints", [(["--version"], "attnlab "), (["--help"], "usage: attnlab"), (["data", "list"], "multi30k")]
+)
 def test_version_help_and_data_list_start_without_torch(args, prints):
     """Deterministic, not timed: the command runs and exits 0, and none of the heavy modules is in
     sys.modules afterwards (each command imports those it needs when it runs)."""
-    done = subprocess.run([sys.executable, "-c", IMPORTED_AFTER, json.dumps(HEAVY_MODULES), *args],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTED_AFTER, json.dumps(HEAVY_MODULES), *args], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert prints in done.stdout
     assert done.stderr.splitlines()[-1] == "imported: []"
@@ -420,9 +515,11 @@ def tiny_lm_run(tmp_path) -> Path:
     text = tmp_path / "text.txt"
     text.write_text("abcdefgh\n" * 50)  # the newline: generate's default prompt is a known token
     config = tmp_path / "lm.yaml"
-    config.write_text(f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
-                      f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"
-                      f"train: {{max_steps: 2, batch_size: 4, eval_every: 2, progress: false}}\n")
+    config.write_text(
+        f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
+        f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"
+        f"train: {{max_steps: 2, batch_size: 4, eval_every: 2, progress: false}}\n"
+    )
     assert main(["train", str(config), "--out", str(tmp_path / "lm")]) == 0
     return tmp_path / "lm"
 
@@ -441,8 +538,11 @@ def test_generate_without_a_seed_draws_one_and_says_which(tmp_path, monkeypatch,
 
 def test_a_closed_pipe_ends_quietly(tmp_path):
     run = tiny_lm_run(tmp_path)
-    process = subprocess.Popen([*ATTNLAB, "generate", str(run), "--max-new-tokens", "20", "--seed", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [*ATTNLAB, "generate", str(run), "--max-new-tokens", "20", "--seed", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     process.stdout.close()  # the reader has gone before the first line, as with `| head -0`: every write fails
     err = process.stderr.read().decode()
     assert process.wait(timeout=120) == 128 + signal.SIGPIPE
@@ -461,14 +561,34 @@ def test_ctrl_c_saves_the_step_it_reached_says_so_and_resumes_from_it(tmp_path):
     it saved in one line that is not an error; --resume continues from that step."""
     config = tiny_parallel_corpus(tmp_path)
     out = tmp_path / "run"
-    process = subprocess.Popen([*ATTNLAB, "train", str(config), "--out", str(out), "--set",
-                                "train.max_steps=100000", "--set", "train.eval_every=1000", "--set",
-                                "train.log_every=1", "--set", "train.progress=false"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    process = subprocess.Popen(
+        [
+            *ATTNLAB,
+            "train",
+            str(config),
+            "--out",
+            str(out),
+            "--set",
+            "train.max_steps=100000",
+            "--set",
+            "train.eval_every=1000",
+            "--set",
+            "train.log_every=1",
+            "--set",
+            "train.progress=false",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 120
-    while (not metrics.exists() or len(metrics.read_text().splitlines()) < 3) and time.monotonic() < deadline \
-            and process.poll() is None:
+    while (
+        (not metrics.exists() or len(metrics.read_text().splitlines()) < 3)
+        and time.monotonic() < deadline
+        and process.poll() is None
+    ):
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
@@ -478,13 +598,15 @@ def test_ctrl_c_saves_the_step_it_reached_says_so_and_resumes_from_it(tmp_path):
     assert steps == [step] and 3 <= step < 1000 and RunDir(out).was_interrupted(step)  # no evaluation came first
     assert err.strip().splitlines()[-1] == (
         f"interrupted: {out} is saved up to step {step} (a checkpoint of the step it had reached, not evaluated); "
-        f"continue with `attnlab train --out {out} --resume`")
+        f"continue with `attnlab train --out {out} --resume`"
+    )
     assert "Traceback" not in err and "KeyboardInterrupt" not in err and "error" not in err
     resumed = run_cli("train", "--out", str(out), "--resume", "--allow-changes", "--set", f"train.max_steps={step + 2}")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "summary.json").read_text())["steps"] == step + 2
-    logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()
-              if json.loads(line)["split"] == "train"]
+    logged = [
+        json.loads(line)["step"] for line in metrics.read_text().splitlines() if json.loads(line)["split"] == "train"
+    ]
     assert logged == list(range(1, step + 3))  # every step once: none lost, none twice
 
 
@@ -521,15 +643,29 @@ def test_info_counts_a_model_config_of_any_family_from_its_shape_section(tmp_pat
     from attnlab import build_model
 
     path = tmp_path / "vit.yaml"
-    path.write_text("model: {arch: vit, patches: {size: 4}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64}}\n"
-                    "shape: {channels: 1, image_height: 8, image_width: 12, n_classes: 3}\n")
+    path.write_text(
+        "model: {arch: vit, patches: {size: 4}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64}}\n"
+        "shape: {channels: 1, image_height: 8, image_width: 12, n_classes: 3}\n"
+    )
     done = run_cli("info", str(path), "--json")
     assert done.returncode == 0, done.stderr
-    model = build_model(*sized(arch="vit", patches={"size": 4}, stack=dict(d_model=32, n_heads=2, n_layers=1, d_ff=64),
-                               channels=1, image_height=8, image_width=12, n_classes=3))
+    model = build_model(
+        *sized(
+            arch="vit",
+            patches={"size": 4},
+            stack=dict(d_model=32, n_heads=2, n_layers=1, d_ff=64),
+            channels=1,
+            image_height=8,
+            image_width=12,
+            n_classes=3,
+        )
+    )
     assert json.loads(done.stdout)["params_total"] == sum(p.numel() for p in model.parameters())
-    (tmp_path / "lm.yaml").write_text("model: {arch: decoder_lm, stack: {d_model: 16, n_heads: 2, n_layers: 1, "
-                                      "d_ff: 32}}\n")
-    counts = [json.loads(run_cli("info", str(tmp_path / "lm.yaml"), "--vocab-size", str(v), "--json").stdout)
-              ["params_total"] for v in (100, 101)]
+    (tmp_path / "lm.yaml").write_text(
+        "model: {arch: decoder_lm, stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
+    )
+    counts = [
+        json.loads(run_cli("info", str(tmp_path / "lm.yaml"), "--vocab-size", str(v), "--json").stdout)["params_total"]
+        for v in (100, 101)
+    ]
     assert counts[1] - counts[0] == 16  # one more row of the tied token table

@@ -20,49 +20,82 @@ import golden
 from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (dict(stack=dict(d_model=510, n_heads=8)), r"d_model \(510\) must be divisible by n_heads \(8\)"),
-    (dict(stack=dict(norm="mid")), r"norm must be one of 'post', 'pre' \(got 'mid'\)"),
-    (dict(positional="rotery"), r"positional must be one of .*'rotary'.* \(got 'rotery'\) \(did you mean 'rotary'\?\)"),
-    (dict(arch="gpt"), r"arch must be one of 'encoder_decoder', 'decoder_lm', 'encoder_only'"),
-    (dict(stack=dict(activation="tanh")), r"activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'"),
-    (dict(positional_combine="mul"), r"positional_combine must be one of 'add', 'concat'"),
-    (dict(embeddings={"tie": "yes"}), r"embeddings.tie must be one of 'none', 'output', 'src_tgt', 'all'"),
-    (dict(embeddings={"kind": "big"}), r"^embeddings.kind must be one of 'scaled', 'normed', 'plain' \(got 'big'\)$"),
-    (dict(embeddings={"vocab_multiple": 0}), r"^embeddings.vocab_multiple must be >= 1 \(got 0\)$"),
-    (dict(stack=dict(dropout=1.5)), r"dropout must be in \[0, 1\) \(got 1.5\)"),
-    (dict(stack=dict(attention_dropout=-0.1)), r"attention_dropout must be in \[0, 1\)"),
-    (dict(stack=dict(d_model=0)), r"d_model must be >= 1 \(got 0\)"),
-    (dict(depths=dict(encoder=0)), r"^depths.encoder must be >= 1 \(got 0\)$"),
-    (dict(stack=dict(d_model="512")), r"d_model must be an integer \(got '512'\)"),
-    (dict(stack=dict(d_model=True)), r"d_model must be an integer \(got True\)"),
-    (dict(stack=dict(dropout="0.1")), r"dropout must be a number"),
-    (dict(src_vocab_size=50), r"src_vocab_size \(50\) must equal vocab_size \(100\)"),
-    (dict(positional="rotary", stack=dict(d_model=24, n_heads=8)), r"rotary positions need an even head size"),
-    (dict(positional="rotary", positional_combine="concat"), r"'concat' needs an absolute encoding"),
-    (dict(positional_combine="concat", positional_dim=32), r"embeddings.tie 'output'/'all' needs token embeddings"),
-    (dict(positional_combine="concat", positional_dim=64, embeddings={"tie": "src_tgt"}), r"positional_dim \(64\) must be between 1 and d_model - 1"),
-    (dict(positional_dim=8), r"positional_dim is only used with positional_combine 'concat'"),
-    (dict(positional_combine="concat", positional_dim=7, embeddings={"tie": "none"}), r"sinusoidal positions need an even width \(got 7\)"),
-    (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
-    (dict(arch="decoder_lm", output_bias=True), r"model.arch 'decoder_lm' has no field 'output_bias' \(did you mean "
-                                                r"'output'\?\); its fields: stack, positional"),
-    (dict(arch="decoder_lm", output={"vocabulary": "no_bos"}), r"^output.vocabulary must be one of 'all', 'text' "
-                                                               r"\(got 'no_bos'\)$"),
-    (dict(arch="vit", output_bias=True), r"model.arch 'vit' has no field 'output_bias'; its fields: patches, stack"),
-    (dict(arch="decoder_lm", embeddings={"tie": "src_tgt"}), r"embeddings.tie 'src_tgt' needs arch 'encoder_decoder'"),
-    (dict(positional_base=1.0), r"positional_base must be > 1"),
-    (dict(arch="encoder_only", n_classes=1), r"^shape.n_classes must be at least 2 \(got 1\)$"),
-    (dict(rnn_cell="lstm"), r"model.arch 'encoder_decoder' has no field 'rnn_cell'"),
-    (dict(arch="rnn", n_heads=4), r"model.arch 'rnn' has no field 'n_heads'; its fields: d_model, n_layers"),
-    (dict(norm="pre"), r"model.norm is a field of model.stack: write it inside stack \(stack: \{norm: ...\}; --set "
-                       r"model.stack.norm=...\)"),
-    (dict(stack=dict(layer_norm_eps=float("nan"))), r"layer_norm_eps must be a finite number"),
-    (dict(positional_base=float("inf")), r"positional_base must be a finite number"),
-    (dict(arch="decoder_lm", n_encoder_layers=2), r"model.arch 'decoder_lm' has no field 'n_encoder_layers' \(did you "
-                                                  r"mean 'stack.n_layers'\?\)"),
-    (dict(arch="encoder_only", n_decoder_layers=2), r"model.arch 'encoder_only' has no field 'n_decoder_layers'"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(stack=dict(d_model=510, n_heads=8)), r"d_model \(510\) must be divisible by n_heads \(8\)"),
+        (dict(stack=dict(norm="mid")), r"norm must be one of 'post', 'pre' \(got 'mid'\)"),
+        (
+            dict(positional="rotery"),
+            r"positional must be one of .*'rotary'.* \(got 'rotery'\) \(did you mean 'rotary'\?\)",
+        ),
+        (dict(arch="gpt"), r"arch must be one of 'encoder_decoder', 'decoder_lm', 'encoder_only'"),
+        (dict(stack=dict(activation="tanh")), r"activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'"),
+        (dict(positional_combine="mul"), r"positional_combine must be one of 'add', 'concat'"),
+        (dict(embeddings={"tie": "yes"}), r"embeddings.tie must be one of 'none', 'output', 'src_tgt', 'all'"),
+        (
+            dict(embeddings={"kind": "big"}),
+            r"^embeddings.kind must be one of 'scaled', 'normed', 'plain' \(got 'big'\)$",
+        ),
+        (dict(embeddings={"vocab_multiple": 0}), r"^embeddings.vocab_multiple must be >= 1 \(got 0\)$"),
+        (dict(stack=dict(dropout=1.5)), r"dropout must be in \[0, 1\) \(got 1.5\)"),
+        (dict(stack=dict(attention_dropout=-0.1)), r"attention_dropout must be in \[0, 1\)"),
+        (dict(stack=dict(d_model=0)), r"d_model must be >= 1 \(got 0\)"),
+        (dict(depths=dict(encoder=0)), r"^depths.encoder must be >= 1 \(got 0\)$"),
+        (dict(stack=dict(d_model="512")), r"d_model must be an integer \(got '512'\)"),
+        (dict(stack=dict(d_model=True)), r"d_model must be an integer \(got True\)"),
+        (dict(stack=dict(dropout="0.1")), r"dropout must be a number"),
+        (dict(src_vocab_size=50), r"src_vocab_size \(50\) must equal vocab_size \(100\)"),
+        (dict(positional="rotary", stack=dict(d_model=24, n_heads=8)), r"rotary positions need an even head size"),
+        (dict(positional="rotary", positional_combine="concat"), r"'concat' needs an absolute encoding"),
+        (dict(positional_combine="concat", positional_dim=32), r"embeddings.tie 'output'/'all' needs token embeddings"),
+        (
+            dict(positional_combine="concat", positional_dim=64, embeddings={"tie": "src_tgt"}),
+            r"positional_dim \(64\) must be between 1 and d_model - 1",
+        ),
+        (dict(positional_dim=8), r"positional_dim is only used with positional_combine 'concat'"),
+        (
+            dict(positional_combine="concat", positional_dim=7, embeddings={"tie": "none"}),
+            r"sinusoidal positions need an even width \(got 7\)",
+        ),
+        (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
+        (
+            dict(arch="decoder_lm", output_bias=True),
+            r"model.arch 'decoder_lm' has no field 'output_bias' \(did you mean "
+            r"'output'\?\); its fields: stack, positional",
+        ),
+        (
+            dict(arch="decoder_lm", output={"vocabulary": "no_bos"}),
+            r"^output.vocabulary must be one of 'all', 'text' "
+            r"\(got 'no_bos'\)$",
+        ),
+        (
+            dict(arch="vit", output_bias=True),
+            r"model.arch 'vit' has no field 'output_bias'; its fields: patches, stack",
+        ),
+        (
+            dict(arch="decoder_lm", embeddings={"tie": "src_tgt"}),
+            r"embeddings.tie 'src_tgt' needs arch 'encoder_decoder'",
+        ),
+        (dict(positional_base=1.0), r"positional_base must be > 1"),
+        (dict(arch="encoder_only", n_classes=1), r"^shape.n_classes must be at least 2 \(got 1\)$"),
+        (dict(rnn_cell="lstm"), r"model.arch 'encoder_decoder' has no field 'rnn_cell'"),
+        (dict(arch="rnn", n_heads=4), r"model.arch 'rnn' has no field 'n_heads'; its fields: d_model, n_layers"),
+        (
+            dict(norm="pre"),
+            r"model.norm is a field of model.stack: write it inside stack \(stack: \{norm: ...\}; --set "
+            r"model.stack.norm=...\)",
+        ),
+        (dict(stack=dict(layer_norm_eps=float("nan"))), r"layer_norm_eps must be a finite number"),
+        (dict(positional_base=float("inf")), r"positional_base must be a finite number"),
+        (
+            dict(arch="decoder_lm", n_encoder_layers=2),
+            r"model.arch 'decoder_lm' has no field 'n_encoder_layers' \(did you "
+            r"mean 'stack.n_layers'\?\)",
+        ),
+        (dict(arch="encoder_only", n_decoder_layers=2), r"model.arch 'encoder_only' has no field 'n_decoder_layers'"),
+    ],
+)
 def test_invalid_configs_name_the_field(overrides, message):
     """A model config's own fields, and its checks of the data's sizes (vocab_size 100 unless overridden)."""
     fields = {"vocab_size": 100, **overrides}
@@ -102,10 +135,12 @@ def test_the_data_shape_checks_its_sizes_and_reads_and_writes_shape_json(tmp_pat
 
 
 def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
-    vit, _ = sized(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patches=dict(size=2),
-                   stack={"n_layers": 4})
-    assert vit.stack == StackConfig(d_model=192, n_heads=3, n_layers=4, d_ff=768, activation="gelu", norm="pre",
-                                    layer_norm_eps=1e-6)  # ViT's defaults, 4 layers
+    vit, _ = sized(
+        arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patches=dict(size=2), stack={"n_layers": 4}
+    )
+    assert vit.stack == StackConfig(
+        d_model=192, n_heads=3, n_layers=4, d_ff=768, activation="gelu", norm="pre", layer_norm_eps=1e-6
+    )  # ViT's defaults, 4 layers
     assert model_config(vit.to_dict()) == vit and vit.to_dict()["stack"]["d_model"] == 192
     assert model_config(arch="decoder_lm").stack == StackConfig()  # the paper's base model
     # a run directory written before the stack had its own config lists its fields flat
@@ -122,8 +157,17 @@ def test_a_recurrent_model_shares_no_embedding_between_source_and_target():
 def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
     """Release 0.1 wrote all 37 fields of its one ModelConfig for every arch; the fields another
     family owns never reached the builder, so they are dropped; any other unknown field is refused."""
-    written = {"vocab_size": 30, "arch": "rnn", "n_heads": 1, "d_ff": 2048, "positional": "sinusoidal",
-               "n_classes": 2, "attention_backend": "math", "d_model": 32, "rnn_cell": "lstm"}
+    written = {
+        "vocab_size": 30,
+        "arch": "rnn",
+        "n_heads": 1,
+        "d_ff": 2048,
+        "positional": "sinusoidal",
+        "n_classes": 2,
+        "attention_backend": "math",
+        "d_model": 32,
+        "rnn_cell": "lstm",
+    }
     cfg = model_config(migrated_model(written))
     assert (cfg.arch, cfg.d_model, cfg.rnn_cell) == ("rnn", 32, "lstm")
     assert written_sizes(written) == DataShape(vocab_size=30, n_classes=2)  # the data's sizes: its DataShape
@@ -133,10 +177,28 @@ def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
         model_config(migrated_model({**written, "colour": "blue"}))
 
 
-RELEASE_0_1_DATA = {"format": "text", "task": "scan", "train": "input.txt", "valid": None, "test": None,
-                    "src_lang": None, "tgt_lang": None, "tokenizer": "char", "vocab_size": 8000, "shared_vocab": True,
-                    "max_src_len": 256, "max_tgt_len": 256, "seed": 1234, "n_train": None, "n_valid": 500,
-                    "n_test": 1000, "min_len": 3, "max_len": 12, "block_size": 64, "valid_fraction": 0.1}
+RELEASE_0_1_DATA = {
+    "format": "text",
+    "task": "scan",
+    "train": "input.txt",
+    "valid": None,
+    "test": None,
+    "src_lang": None,
+    "tgt_lang": None,
+    "tokenizer": "char",
+    "vocab_size": 8000,
+    "shared_vocab": True,
+    "max_src_len": 256,
+    "max_tgt_len": 256,
+    "seed": 1234,
+    "n_train": None,
+    "n_valid": 500,
+    "n_test": 1000,
+    "min_len": 3,
+    "max_len": 12,
+    "block_size": 64,
+    "valid_fraction": 0.1,
+}
 
 
 def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
@@ -147,11 +209,28 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
 
     lm = task_config(RELEASE_0_1_DATA, from_0_1=True)
     assert lm == LanguageModelConfig(train="input.txt", tokenizer="char", block_size=64)
-    assert lm.to_dict() == {"task": "language_model", "format": "text", "train": "input.txt", "valid": None,
-                            "tokenizer": "char", "vocab_size": 8000, "block_size": 64, "valid_fraction": 0.1}
+    assert lm.to_dict() == {
+        "task": "language_model",
+        "format": "text",
+        "train": "input.txt",
+        "valid": None,
+        "tokenizer": "char",
+        "vocab_size": 8000,
+        "block_size": 64,
+        "valid_fraction": 0.1,
+    }
     # (n_train: a drawing generator without it drew no training pairs, in 0.1 as now: no such run exists)
-    pairs = task_config({**RELEASE_0_1_DATA, "format": "builtin", "task": "reverse", "tokenizer": "word", "train": None,
-                         "n_train": 100}, from_0_1=True)
+    pairs = task_config(
+        {
+            **RELEASE_0_1_DATA,
+            "format": "builtin",
+            "task": "reverse",
+            "tokenizer": "word",
+            "train": None,
+            "n_train": 100,
+        },
+        from_0_1=True,
+    )
     assert pairs == TranslationConfig(generator="reverse", n_train=100)
     assert task_config(pairs.to_dict(), from_0_1=True) == pairs  # a newer section is read as it is
     with pytest.raises(ConfigError, match="data.task 'language_model' has no field 'colour'"):
@@ -161,7 +240,9 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
 
 
 def test_unknown_and_missing_keys():
-    with pytest.raises(ConfigError, match=r"model.arch 'encoder_decoder' has no field 'd_modle' \(did you mean 'stack.d_model'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"model.arch 'encoder_decoder' has no field 'd_modle' \(did you mean 'stack.d_model'\?\)"
+    ):
         model_config({"d_modle": 64})
     with pytest.raises(ConfigError, match=r"model.vocab_size is set by the data, not the model section"):
         model_config({"vocab_size": 10, "stack": {"d_model": 64}})
@@ -175,12 +256,22 @@ def test_derived_fields():
     assert model_config(positional_base=100).positional_base == 100.0  # ints accepted as floats
 
 
-@pytest.mark.parametrize("cfg", [
-    model_config(),
-    model_config(arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)),
-    model_config(embeddings=dict(tie="output"), depths=dict(encoder=2)),
-    model_config(embeddings=dict(tie="none"), positional_combine="concat", positional_dim=16, stack=dict(d_model=64, n_heads=4)),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        model_config(),
+        model_config(
+            arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)
+        ),
+        model_config(embeddings=dict(tie="output"), depths=dict(encoder=2)),
+        model_config(
+            embeddings=dict(tie="none"),
+            positional_combine="concat",
+            positional_dim=16,
+            stack=dict(d_model=64, n_heads=4),
+        ),
+    ],
+)
 def test_yaml_and_json_round_trip(tmp_path, cfg):
     (tmp_path / "c.yaml").write_text(cfg.to_yaml())
     (tmp_path / "c.json").write_text(cfg.to_json())
@@ -221,10 +312,26 @@ def test_configs_are_frozen_so_they_stay_valid():
         dataclasses.replace(cfg.stack, d_model=15)
 
 
-@pytest.mark.parametrize("text,value", [("3e-3", 0.003), ("1E5", 100000.0), ("-2e+3", -2000.0), ("1.0e-8", 1e-8),
-                                        (".5", 0.5), ("12", 12), ("1e", "1e"), ("e3", "e3"), ("inf", "inf"),
-                                        ("-.inf", -math.inf), ("1_000.5", 1000.5), ("--.inf", "--.inf"),
-                                        ("+-.inf", "+-.inf"), ("+._", "+._"), ("._", "._")])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("3e-3", 0.003),
+        ("1E5", 100000.0),
+        ("-2e+3", -2000.0),
+        ("1.0e-8", 1e-8),
+        (".5", 0.5),
+        ("12", 12),
+        ("1e", "1e"),
+        ("e3", "e3"),
+        ("inf", "inf"),
+        ("-.inf", -math.inf),
+        ("1_000.5", 1000.5),
+        ("--.inf", "--.inf"),
+        ("+-.inf", "+-.inf"),
+        ("+._", "+._"),
+        ("._", "._"),
+    ],
+)
 def test_yaml_reads_exponent_floats_as_numbers(text, value):
     """YAML 1.1 (PyYAML's default) reads 3e-3 as a string; configs and --set read it as YAML 1.2 does."""
     from attnlab.config import apply_overrides, parse_yaml
@@ -253,7 +360,6 @@ def test_strings_that_look_like_floats_survive_the_round_trip():
     assert parse_yaml(dump_yaml(data)) == data
 
 
-
 SHIPPED = Path(__file__).resolve().parent.parent
 
 
@@ -264,16 +370,22 @@ def shipped_training_configs() -> list[Path]:
     import yaml
 
     paths = sorted([*SHIPPED.glob("configs/*.yaml"), *SHIPPED.glob("recipes/**/*.yaml")])
-    return [p for p in paths if "data" in (sections := yaml.safe_load(p.read_text()))
-            and "init_from" not in (sections.get("train") or {})]
+    return [
+        p
+        for p in paths
+        if "data" in (sections := yaml.safe_load(p.read_text())) and "init_from" not in (sections.get("train") or {})
+    ]
 
 
 # The sizes each task's data gives (Task.data_shape's, before the data is read), as each task declared
 # them in its `sets` before model_fields (and then data_shape) became the one declaration; pad_id is
 # every shape's, 0 unless a vocabulary says otherwise
 SET_BY_DATA = {
-    "translation": {"vocab_size", "src_vocab_size", "pad_id"}, "masked_translation": {"vocab_size", "src_vocab_size", "pad_id"},
-    "language_model": {"vocab_size", "pad_id"}, "masked_lm": {"vocab_size", "pad_id"}, "encoder": {"vocab_size", "pad_id"},
+    "translation": {"vocab_size", "src_vocab_size", "pad_id"},
+    "masked_translation": {"vocab_size", "src_vocab_size", "pad_id"},
+    "language_model": {"vocab_size", "pad_id"},
+    "masked_lm": {"vocab_size", "pad_id"},
+    "encoder": {"vocab_size", "pad_id"},
     "classification": {"vocab_size", "n_classes", "pad_id"},
     "segment_language_model": {"vocab_size", "pad_id", "segment_length"},
     "image_classification": {"image_height", "image_width", "channels", "n_classes"},
@@ -339,12 +451,15 @@ def test_train_refuses_cuda_graphs_on_the_cpu_before_making_the_run(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("to be or not to be\n" * 50)
     config = tmp_path / "lm.yaml"
-    config.write_text(f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 16}}}}\n"
-                      f"data: {{format: text, train: {text}, tokenizer: char, block_size: 8}}\n"
-                      f"train: {{device: cpu, compile: graphs}}\n")
+    config.write_text(
+        f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 16}}}}\n"
+        f"data: {{format: text, train: {text}, tokenizer: char, block_size: 8}}\n"
+        f"train: {{device: cpu, compile: graphs}}\n"
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 3 and done.stderr.strip().splitlines() == [
-        "error: train.compile 'graphs' replays CUDA graphs: it needs a GPU (the run is on cpu); use true or auto"]
+        "error: train.compile 'graphs' replays CUDA graphs: it needs a GPU (the run is on cpu); use true or auto"
+    ]
     assert not (tmp_path / "run").exists()
 
 

@@ -26,8 +26,10 @@ from attnlab.tasks.task import TASKS
 
 def section_classes() -> list[type]:
     """The classes that whole sections are parsed into."""
-    return sorted({*(f.config for f in FAMILIES.values()), *(t.config for t in TASKS.values()), TrainConfig},
-                  key=lambda c: (c.__module__, c.__name__))
+    return sorted(
+        {*(f.config for f in FAMILIES.values()), *(t.config for t in TASKS.values()), TrainConfig},
+        key=lambda c: (c.__module__, c.__name__),
+    )
 
 
 def config_classes() -> list[type]:
@@ -40,8 +42,11 @@ def config_classes() -> list[type]:
             continue
         found.append(cls)
         hints = typing.get_type_hints(cls)
-        todo += [hints[f.name] for f in dataclasses.fields(cls)
-                 if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name])]
+        todo += [
+            hints[f.name]
+            for f in dataclasses.fields(cls)
+            if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name])
+        ]
     return sorted(found, key=lambda c: (c.__module__, c.__name__))
 
 
@@ -80,12 +85,59 @@ def bases_with_fields(cls: type) -> int:
 # (models/shape.py: vocab_size, pad_id, image and series sizes, n_classes); the rest of issue 61's
 # stage (c) takes them away.
 REPEATED = {
-    "max_len": {"CaptionerConfig", "ClassificationConfig", "ConvS2SConfig", "DualEncoderConfig", "EncoderConfig", "MaskedLMConfig", "RNNConfig", "SingleStreamConfig", "TransformerConfig", "TranslationConfig"},
-    "tokenizer": {"CaptioningConfig", "ClassificationConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig", "VisualQAConfig"},
-    "vocab_size": {"CaptioningConfig", "ClassificationConfig", "EncoderConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig", "VisualQAConfig"},
-    "train": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
-    "valid": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "LanguageModelConfig", "MaskedLMConfig", "TranslationConfig"},
-    "n_valid": {"ClassificationConfig", "ImageClassificationConfig", "MaskedLMConfig", "SceneSplits", "TranslationConfig"},
+    "max_len": {
+        "CaptionerConfig",
+        "ClassificationConfig",
+        "ConvS2SConfig",
+        "DualEncoderConfig",
+        "EncoderConfig",
+        "MaskedLMConfig",
+        "RNNConfig",
+        "SingleStreamConfig",
+        "TransformerConfig",
+        "TranslationConfig",
+    },
+    "tokenizer": {
+        "CaptioningConfig",
+        "ClassificationConfig",
+        "EncoderConfig",
+        "LanguageModelConfig",
+        "MaskedLMConfig",
+        "TranslationConfig",
+        "VisualQAConfig",
+    },
+    "vocab_size": {
+        "CaptioningConfig",
+        "ClassificationConfig",
+        "EncoderConfig",
+        "LanguageModelConfig",
+        "MaskedLMConfig",
+        "TranslationConfig",
+        "VisualQAConfig",
+    },
+    "train": {
+        "CaptioningConfig",
+        "ClassificationConfig",
+        "ImageClassificationConfig",
+        "LanguageModelConfig",
+        "MaskedLMConfig",
+        "TranslationConfig",
+    },
+    "valid": {
+        "CaptioningConfig",
+        "ClassificationConfig",
+        "ImageClassificationConfig",
+        "LanguageModelConfig",
+        "MaskedLMConfig",
+        "TranslationConfig",
+    },
+    "n_valid": {
+        "ClassificationConfig",
+        "ImageClassificationConfig",
+        "MaskedLMConfig",
+        "SceneSplits",
+        "TranslationConfig",
+    },
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},
@@ -117,8 +169,13 @@ def test_the_backends_options_are_composed_parts_with_names_of_their_own():
     assert declared["encoder"] == declared["decoder"] == {"Depths"} and "n_encoder_layers" not in declared
     assert declared["size"] == {"Patches"} and "patch_size" not in declared and "patch_positional" not in declared
     transformer = {f.name for f in dataclasses.fields(FAMILIES["decoder_lm"].config)}
-    assert "backends" in transformer and not transformer & {"attention_window", "attention_block", "sparse_stride",
-                                                            "linear_features", "attention_key_block"}
+    assert "backends" in transformer and not transformer & {
+        "attention_window",
+        "attention_block",
+        "sparse_stride",
+        "linear_features",
+        "attention_key_block",
+    }
 
 
 def test_no_family_config_declares_a_size_that_the_data_decides():
@@ -150,21 +207,32 @@ def test_no_model_config_mixes_in_a_class_beside_its_base():
     or the family's (ModelFamily.backends_fit); each model config has one base, and no base of it but
     itself declares a field, but TransformerConfig (the Transformer families' shared fields) and
     which the rest of stage (c) composes away."""
-    transformers = {"encoder_decoder", "cmlm", "decoder_lm", "encoder_only", "transformer_xl", "captioner",
-                    "dual_encoder", "single_stream"}
+    transformers = {
+        "encoder_decoder",
+        "cmlm",
+        "decoder_lm",
+        "encoder_only",
+        "transformer_xl",
+        "captioner",
+        "dual_encoder",
+        "single_stream",
+    }
     for family in FAMILIES.values():
         for cls in family.config.__mro__:
             assert len([base for base in cls.__bases__ if base is not object]) <= 1, (family.name, cls.__name__)
     assert {name: bases_with_fields(family.config) for name, family in FAMILIES.items()} == {
-        name: 1 if name in transformers else 0 for name in FAMILIES}
+        name: 1 if name in transformers else 0 for name in FAMILIES
+    }
 
 
 if __name__ == "__main__":
     classes = config_classes()
     print(f"{len(section_classes())} section classes, {len(classes)} config classes in all")
-    print(f"deepest inheritance: {max(inheritance_depth(c) for c in classes)} "
-          f"({max(classes, key=inheritance_depth).__name__}); most bases with fields: "
-          f"{max(bases_with_fields(c) for c in classes)}")
+    print(
+        f"deepest inheritance: {max(inheritance_depth(c) for c in classes)} "
+        f"({max(classes, key=inheritance_depth).__name__}); most bases with fields: "
+        f"{max(bases_with_fields(c) for c in classes)}"
+    )
     found = repeated()
     print(f"{len(found)} field names declared in more than one config class:")
     for name, where in sorted(found.items(), key=lambda item: -len(item[1])):

@@ -24,8 +24,18 @@ from helpers import assert_cached_matches_uncached, sized
 
 def conv_model(kernel_width: int = 3, seed: int = 0, dropout: float = 0.0, **fields):
     torch.manual_seed(seed)
-    cfg, shape = sized(arch="convs2s", vocab_size=11, src_vocab_size=13, d_embed=6, d_model=8, n_layers=3,
-                       kernel_width=kernel_width, dropout=dropout, max_len=32, **fields)
+    cfg, shape = sized(
+        arch="convs2s",
+        vocab_size=11,
+        src_vocab_size=13,
+        d_embed=6,
+        d_model=8,
+        n_layers=3,
+        kernel_width=kernel_width,
+        dropout=dropout,
+        max_len=32,
+        **fields,
+    )
     return build_model(cfg, shape).eval()
 
 
@@ -63,7 +73,9 @@ def fairseq_fconv(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     for conv, attention in zip(dec.convs, dec.attention):
         residual = x
         k = conv.kernel_size[0]
-        x = torch.conv_tbc(x.contiguous(), weight(conv).permute(2, 1, 0).contiguous(), conv.bias, k - 1)[: -(k - 1)]  # LinearizedConv
+        x = torch.conv_tbc(x.contiguous(), weight(conv).permute(2, 1, 0).contiguous(), conv.bias, k - 1)[
+            : -(k - 1)
+        ]  # LinearizedConv
         x = F.glu(x, dim=2).transpose(0, 1)  # (B, T, C)
         att_residual = x
         x = (F.linear(x, weight(attention.query), attention.query.bias) + target_embedding) * math.sqrt(0.5)
@@ -118,8 +130,9 @@ def test_the_initialisation_keeps_the_variance_it_is_designed_for():
     """Gehring et al. section 3.5: Linear weights N(0, (1 - p) / n_in), convolutions N(0, 4 (1 - p) / (k n_in)),
     embeddings N(0, 0.1^2) with a zero padding row."""
     torch.manual_seed(0)
-    model = build_model(*sized(arch="convs2s", vocab_size=400, d_embed=200, d_model=300, n_layers=1,
-                                     kernel_width=5, dropout=0.25))
+    model = build_model(
+        *sized(arch="convs2s", vocab_size=400, d_embed=200, d_model=300, n_layers=1, kernel_width=5, dropout=0.25)
+    )
     enc = model.encoder
     assert weight(enc.fc_in).std().item() == pytest.approx(math.sqrt(0.75 / 200), rel=0.02)
     assert weight(enc.convs[0]).std().item() == pytest.approx(math.sqrt(4 * 0.75 / (5 * 300)), rel=0.02)
@@ -177,16 +190,47 @@ def test_a_run_trains_with_nag_and_evaluates_from_the_command_line(tmp_path, cap
     evaluate` decodes the run's test split."""
     from attnlab.cli import main
 
-    cfg = RunConfig.from_sections({
-        "model": {"arch": "convs2s", "d_embed": 16, "d_model": 16, "n_layers": 2, "kernel_width": 3, "dropout": 0.1},
-        "data": {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 200, "n_valid": 20,
-                 "n_test": 10, "min_len": 3, "max_len": 5},
-        "train": {"max_steps": 60, "max_tokens": 60, "optimizer": "nag", "lr_schedule": "constant", "lr": 0.1,
-                  "warmup_steps": 0, "clip_norm": 0.1, "label_smoothing": 0.0, "eval_every": 60, "log_every": 10,
-                  "progress": False}})
+    cfg = RunConfig.from_sections(
+        {
+            "model": {
+                "arch": "convs2s",
+                "d_embed": 16,
+                "d_model": 16,
+                "n_layers": 2,
+                "kernel_width": 3,
+                "dropout": 0.1,
+            },
+            "data": {
+                "format": "builtin",
+                "generator": "reverse",
+                "tokenizer": "word",
+                "n_train": 200,
+                "n_valid": 20,
+                "n_test": 10,
+                "min_len": 3,
+                "max_len": 5,
+            },
+            "train": {
+                "max_steps": 60,
+                "max_tokens": 60,
+                "optimizer": "nag",
+                "lr_schedule": "constant",
+                "lr": 0.1,
+                "warmup_steps": 0,
+                "clip_norm": 0.1,
+                "label_smoothing": 0.0,
+                "eval_every": 60,
+                "log_every": 10,
+                "progress": False,
+            },
+        }
+    )
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-              if json.loads(line).get("split") == "train"]
+    losses = [
+        json.loads(line)["loss"]
+        for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line).get("split") == "train"
+    ]
     assert losses[-1] < losses[0] - 0.3, losses  # the run is seeded: 3.66 -> 3.13
     assert summary["steps"] == 60
     capsys.readouterr()

@@ -34,9 +34,11 @@ def sentences(n: int, seed: int) -> list[list[str]]:
 
 
 def train(tmp: Path, name: str, model: str, data: str, train: str) -> Path:
-    (tmp / f"{name}.yaml").write_text(f"model: {{{model}}}\ndata: {{{data}}}\n"
-                                      f"train: {{{train}, lr: 0.003, lr_schedule: constant, warmup_steps: 1, "
-                                      f"progress: false}}\n")
+    (tmp / f"{name}.yaml").write_text(
+        f"model: {{{model}}}\ndata: {{{data}}}\n"
+        f"train: {{{train}, lr: 0.003, lr_schedule: constant, warmup_steps: 1, "
+        f"progress: false}}\n"
+    )
     done = run_cli("train", str(tmp / f"{name}.yaml"), "--out", str(tmp / name))
     assert done.returncode == 0, done.stderr
     return tmp / name
@@ -51,18 +53,23 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     (tmp / "pairs.tsv").write_text("".join(f"{' '.join(s)}\t{' '.join(reversed(s))}\n" for s in pairs))
     (tmp / "text.txt").write_text("".join(f"{' '.join(s)}\n" for s in pairs))
     stack = "d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, dropout: 0.0"
-    translation = train(tmp, "mt",
-                        f"arch: encoder_decoder, stack: {{{stack}, activation: relu}}, positional: sinusoidal_halves, "
-                        f"max_len: 64",
-                        f"task: translation, format: tsv, train: {tmp / 'pairs.tsv'}, valid: {tmp / 'pairs.tsv'}, "
-                        f"tokenizer: unigram, vocab_size: 30",
-                        "max_steps: 200, max_tokens: 96, eval_every: 200")
-    language_model = train(tmp, "lm",
-                           f"arch: decoder_lm, stack: {{{stack}, norm: pre, activation: gelu_tanh}}, positional: learned, "
-                           f"max_len: 32, embeddings: {{kind: plain, tie: output}}",
-                           f"task: language_model, train: {tmp / 'text.txt'}, valid: {tmp / 'text.txt'}, "
-                           f"tokenizer: byte_bpe, vocab_size: 270, block_size: 16",
-                           "max_steps: 200, batch_size: 4, eval_every: 200")
+    translation = train(
+        tmp,
+        "mt",
+        f"arch: encoder_decoder, stack: {{{stack}, activation: relu}}, positional: sinusoidal_halves, max_len: 64",
+        f"task: translation, format: tsv, train: {tmp / 'pairs.tsv'}, valid: {tmp / 'pairs.tsv'}, "
+        f"tokenizer: unigram, vocab_size: 30",
+        "max_steps: 200, max_tokens: 96, eval_every: 200",
+    )
+    language_model = train(
+        tmp,
+        "lm",
+        f"arch: decoder_lm, stack: {{{stack}, norm: pre, activation: gelu_tanh}}, positional: learned, "
+        f"max_len: 32, embeddings: {{kind: plain, tie: output}}",
+        f"task: language_model, train: {tmp / 'text.txt'}, valid: {tmp / 'text.txt'}, "
+        f"tokenizer: byte_bpe, vocab_size: 270, block_size: 16",
+        "max_steps: 200, batch_size: 4, eval_every: 200",
+    )
     return {"mt": translation, "lm": language_model}
 
 
@@ -82,8 +89,9 @@ def test_the_translators_greedy_tokens_are_attnlabs(runs, tmp_path):
     batch = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in sources], batch_first=True, padding_value=PAD)
     ours = greedy(model.eval(), batch, max_len=24)
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
-    results = translator.translate_batch([[tokens[i] for i in s] for s in sources], beam_size=1, max_decoding_length=24,
-                                         min_decoding_length=0)  # CTranslate2's default is 1; attnlab's, 0
+    results = translator.translate_batch(
+        [[tokens[i] for i in s] for s in sources], beam_size=1, max_decoding_length=24, min_decoding_length=0
+    )  # CTranslate2's default is 1; attnlab's, 0
     theirs = [[tokens.index(t) for t in result.hypotheses[0]] for result in results]
     assert theirs == ours and len({len(row) for row in ours}) > 1  # rows that end at different steps
 
@@ -101,8 +109,9 @@ def test_a_run_imported_from_marian_deploys_in_marians_ids(tmp_path):
     batch = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in sources], batch_first=True, padding_value=PAD)
     ours = [[order[i] for i in row] for row in greedy(model.eval(), batch, max_len=12)]
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
-    results = translator.translate_batch([[tokens[order[i]] for i in s] for s in sources], beam_size=1,
-                                         max_decoding_length=12, min_decoding_length=0)
+    results = translator.translate_batch(
+        [[tokens[order[i]] for i in s] for s in sources], beam_size=1, max_decoding_length=12, min_decoding_length=0
+    )
     assert [[tokens.index(t) for t in result.hypotheses[0]] for result in results] == ours
     assert len({len(row) for row in ours}) > 1
 
@@ -113,8 +122,9 @@ def test_the_generators_greedy_tokens_are_attnlabs(runs, tmp_path):
     prompts = [[BOS] + tokenizers["tgt"].encode(" ".join(s)) for s in sentences(6, seed=2)]
     ours = [greedy(model.eval(), prompt=torch.tensor([p]), max_len=12)[0] for p in prompts]
     generator = ctranslate2.Generator(str(tmp_path / "ct2"), device="cpu")
-    results = generator.generate_batch([[tokens[i] for i in p] for p in prompts], max_length=12, sampling_topk=1,
-                                       include_prompt_in_result=False)
+    results = generator.generate_batch(
+        [[tokens[i] for i in p] for p in prompts], max_length=12, sampling_topk=1, include_prompt_in_result=False
+    )
     assert [[tokens.index(t) for t in result.sequences[0]] for result in results] == ours
 
 
@@ -124,8 +134,9 @@ def test_pad_and_bos_are_never_output_as_in_attnlabs_decoding(runs, tmp_path, ki
     tokens = exported(runs[kind], tmp_path / "ct2", *(("--quantization", "int8") if kind == "lm" else ()))
     if kind == "mt":
         engine = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu")
-        result = engine.translate_batch([[tokens[5], "</s>"]], beam_size=1, max_decoding_length=3,
-                                        min_decoding_length=0, return_logits_vocab=True)[0]
+        result = engine.translate_batch(
+            [[tokens[5], "</s>"]], beam_size=1, max_decoding_length=3, min_decoding_length=0, return_logits_vocab=True
+        )[0]
     else:
         engine = ctranslate2.Generator(str(tmp_path / "ct2"), device="cpu")
         result = engine.generate_batch([[tokens[5]]], max_length=3, return_logits_vocab=True)[0]
@@ -165,21 +176,33 @@ def test_options_ctranslate2_cannot_take_are_named_in_one_line(runs, tmp_path):
     run = edited(runs["lm"], tmp_path, ("positional: learned", "positional: rotary"), ("norm: pre", "norm: post"))
     assert refused(run, tmp_path / "out") == (
         f"error: {run}: CTranslate2 deploys it as GPT-2, which has no counterpart for positional 'rotary' (GPT-2's is "
-        f"'learned'); stack.norm 'post' (GPT-2's is 'pre')\n")
+        f"'learned'); stack.norm 'post' (GPT-2's is 'pre')\n"
+    )
 
 
 def test_a_run_of_another_family_is_refused_in_one_line(runs, tmp_path):
-    run = edited(runs["lm"], tmp_path, ("arch: decoder_lm", "arch: encoder_only"), ("  multi_token_heads: 0\n", ""),
-                 ("  multi_token_weight: 1.0\n", ""), ("  output:\n    bias: false\n    vocabulary: all\n", ""))
+    run = edited(
+        runs["lm"],
+        tmp_path,
+        ("arch: decoder_lm", "arch: encoder_only"),
+        ("  multi_token_heads: 0\n", ""),
+        ("  multi_token_weight: 1.0\n", ""),
+        ("  output:\n    bias: false\n    vocabulary: all\n", ""),
+    )
     assert refused(run, tmp_path / "out") == (
         f"error: {run}: arch 'encoder_only' has no CTranslate2 export (it deploys arch 'decoder_lm' (as GPT-2, "
-        f"ctranslate2.Generator), 'encoder_decoder' (as Marian, opus-mt, ctranslate2.Translator))\n")
+        f"ctranslate2.Generator), 'encoder_decoder' (as Marian, opus-mt, ctranslate2.Translator))\n"
+    )
 
 
 def test_an_unknown_weight_type_and_a_missing_extra_are_refused_in_one_line(runs, tmp_path, monkeypatch):
-    assert "--quantization 'int4': CTranslate2 stores float32, int8," in refused(runs["lm"], tmp_path / "out",
-                                                                               "--quantization", "int4")
+    assert "--quantization 'int4': CTranslate2 stores float32, int8," in refused(
+        runs["lm"], tmp_path / "out", "--quantization", "int4"
+    )
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ctranslate2" else find_spec(name, *a))
-    assert refused(runs["lm"], tmp_path / "out") == ("error: export-ct2: the ct2 extra is not installed (no ctranslate2): "
-                                                     "pip install 'attnlab[ct2]'\n")
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ctranslate2" else find_spec(name, *a)
+    )
+    assert refused(runs["lm"], tmp_path / "out") == (
+        "error: export-ct2: the ct2 extra is not installed (no ctranslate2): pip install 'attnlab[ct2]'\n"
+    )

@@ -78,10 +78,15 @@ def test_cuda_greedy_and_beam_outputs_equal_the_cpus(fields):
     model = tiny_model(**fields)
     src = random_ids(3, 8)
     src[2, 5:] = 0
-    cpu = greedy(model, src, max_len=10), [[h.tokens for h in n] for n in beam_search(model, src, 4, nbest=2, max_len=10)]
+    cpu = (
+        greedy(model, src, max_len=10),
+        [[h.tokens for h in n] for n in beam_search(model, src, 4, nbest=2, max_len=10)],
+    )
     model.to(CUDA)
-    cuda = greedy(model, src.to(CUDA), max_len=10), \
-        [[h.tokens for h in n] for n in beam_search(model, src.to(CUDA), 4, nbest=2, max_len=10)]
+    cuda = (
+        greedy(model, src.to(CUDA), max_len=10),
+        [[h.tokens for h in n] for n in beam_search(model, src.to(CUDA), 4, nbest=2, max_len=10)],
+    )
     assert cuda == cpu
 
 
@@ -93,11 +98,15 @@ def test_mixed_precision_steps_on_cuda_learn(precision):
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, make_schedule("constant", 3e-3, 1, 10, 0.0, 16))
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
-    pairs = [(random_ids(1, 6, generator_seed=i)[0].tolist(), random_ids(1, 5, generator_seed=i + 9)[0].tolist())
-             for i in range(8)]
+    pairs = [
+        (random_ids(1, 6, generator_seed=i)[0].tolist(), random_ids(1, 5, generator_seed=i + 9)[0].tolist())
+        for i in range(8)
+    ]
     batch = collate_pairs(pairs).to(CUDA)
-    losses = [train_step(model, [batch], optimizer, scheduler, cfg, autocast(precision, CUDA), scaler)["loss"]
-              for _ in range(10)]
+    losses = [
+        train_step(model, [batch], optimizer, scheduler, cfg, autocast(precision, CUDA), scaler)["loss"]
+        for _ in range(10)
+    ]
     assert all(map(math.isfinite, losses)) and losses[-1] < losses[0] - 0.5, losses
 
 
@@ -114,9 +123,12 @@ def test_every_preset_trains_on_cuda_as_on_the_cpu(preset, data_overrides, tmp_p
     with dropout drifted 6-15% from the CPU's recorded losses within 20 steps, those without stayed
     within 1%."""
     monkeypatch.setattr("attnlab.train.loop.allow_tf32", lambda device: None)  # fp32 products, not fit's TF32
-    losses = {device: golden.train_losses(preset, data_overrides, tmp_path / device, device,
-                                          without_dropout(preset))  # eager: compiled training has its own test
-              for device in ("cpu", "cuda")}
+    losses = {
+        device: golden.train_losses(
+            preset, data_overrides, tmp_path / device, device, without_dropout(preset)
+        )  # eager: compiled training has its own test
+        for device in ("cpu", "cuda")
+    }
     assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-2)
 
 
@@ -132,7 +144,9 @@ def test_a_recurrent_run_trains_checkpoints_resumes_and_decodes_on_cuda(data_ove
     assert resumed.returncode == 0, resumed.stderr
     valid = data_overrides["parallel"][1].partition("=")[2]  # data.valid=FOLDER/val
     sources = "".join(Path(valid + ".de").read_text().splitlines(keepends=True)[:10])
-    outputs = [run_cli("translate", str(run), "--beam", "4", "--device", device, stdin=sources) for device in ("cuda", "cpu")]
+    outputs = [
+        run_cli("translate", str(run), "--beam", "4", "--device", device, stdin=sources) for device in ("cuda", "cpu")
+    ]
     assert outputs[0].returncode == 0 and outputs[0].stdout == outputs[1].stdout
 
 
@@ -144,9 +158,24 @@ data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_val
 train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 4,
         log_every: 1, progress: false, device: cuda}
 """)
-    done = subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "attnlab.cli", "train", str(config),
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, env=dict(os.environ),
-                          timeout=300)
+    done = subprocess.run(
+        [
+            *TORCHRUN,
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "attnlab.cli",
+            "train",
+            str(config),
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+    )
     if torch.cuda.device_count() >= 2:  # NCCL, one GPU each
         assert done.returncode == 0, why(done)
         assert done.stdout.count("run directory:") == 1
@@ -158,8 +187,13 @@ train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
 
 def test_the_command_line_runs_on_cuda(tmp_path):
     """`attnlab demo --device cuda` trains on the GPU and decodes there."""
-    done = subprocess.run([*ATTNLAB, "demo", "--device", "cuda", "--out", str(tmp_path / "demo"), "--set",
-                           "train.max_steps=30"], capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    done = subprocess.run(
+        [*ATTNLAB, "demo", "--device", "cuda", "--out", str(tmp_path / "demo"), "--set", "train.max_steps=30"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=600,
+    )
     assert done.returncode == 0, why(done)
     assert "exact match on" in done.stdout
 
@@ -187,8 +221,10 @@ def test_a_step_replayed_as_cuda_graphs_equals_the_compiled_step():
     from attnlab.eval.likelihood import teacher_forced_loss
     from attnlab.train.step import compiled
 
-    pairs = [(random_ids(1, 6, generator_seed=i)[0].tolist(), random_ids(1, 6, generator_seed=i + 9)[0].tolist())
-             for i in range(8)]
+    pairs = [
+        (random_ids(1, 6, generator_seed=i)[0].tolist(), random_ids(1, 6, generator_seed=i + 9)[0].tolist())
+        for i in range(8)
+    ]
     batch = collate_pairs(pairs).to(CUDA)
     cfg = TrainConfig(lr_schedule="constant", lr=3e-3, warmup_steps=1, device="cuda", compile=True)
     runs = {}
@@ -199,8 +235,9 @@ def test_a_step_replayed_as_cuda_graphs_equals_the_compiled_step():
         optimizer = make_optimizer(model, cfg)
         scheduler = make_scheduler(optimizer, make_schedule("constant", 3e-3, 1, 10, 0.0, 16))
         objective = compiled(teacher_forced_loss, graphs=graphs)
-        losses = [float(train_step(model, [batch], optimizer, scheduler, cfg, objective=objective)["loss"])
-                  for _ in range(5)]
+        losses = [
+            float(train_step(model, [batch], optimizer, scheduler, cfg, objective=objective)["loss"]) for _ in range(5)
+        ]
         runs[graphs] = losses, weights_but_key_biases(model)
         assert counters["inductor"]["cudagraph_skips"] == 0
     assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-5)
@@ -213,8 +250,12 @@ def test_the_shape_bench_replays_both_sides_as_cuda_graphs():
     from attnlab.bench.shapes import SHAPES, bench_shape
 
     torch._dynamo.reset()
-    records = {r["name"]: r for r in bench_shape(SHAPES["transformer-base"], batch=2, seq_len=8, precision="bf16",
-                                                 compile="graphs", repeats=1, device=CUDA)}
+    records = {
+        r["name"]: r
+        for r in bench_shape(
+            SHAPES["transformer-base"], batch=2, seq_len=8, precision="bf16", compile="graphs", repeats=1, device=CUDA
+        )
+    }
     train = records["train_transformer-base"]
     assert train["compiled"] == "graphs" and train["reference"] == "torch.nn.Transformer"
     assert train["value"] > 0 and train["reference_value"] > 0 and train["cudagraph_skips"] == 0
@@ -256,6 +297,6 @@ def weights_but_key_biases(model: torch.nn.Module) -> torch.Tensor:
     for p in model.parameters():
         w = p.detach().flatten()
         if p in keys:
-            w = torch.cat([w[:keys[p].start], w[keys[p].stop:]])
+            w = torch.cat([w[: keys[p].start], w[keys[p].stop :]])
         kept.append(w)
     return torch.cat(kept).cpu()

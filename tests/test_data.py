@@ -15,10 +15,12 @@ from attnlab.data.corpora import FilterReport, filter_by_length, generated_pairs
 from attnlab.data.scan import scan_commands
 from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
 
-CORPUS = ["Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
-          "A little girl climbing into a wooden playhouse.",
-          "Ein Mann schläft in einem grünen Raum auf einem Sofa.",
-          "Crème brûlée, naïve café — 日本語 text.\tTabs and  double  spaces."] * 20
+CORPUS = [
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "A little girl climbing into a wooden playhouse.",
+    "Ein Mann schläft in einem grünen Raum auf einem Sofa.",
+    "Crème brûlée, naïve café — 日本語 text.\tTabs and  double  spaces.",
+] * 20
 
 
 WORD_LEVEL = {"word": str.split, "word_nopunct": lambda text: re.sub(r"[^\w\s]+", " ", text).split()}  # their words
@@ -101,8 +103,10 @@ def test_generated_pairss_are_seeded_and_disjoint():
 def test_generated_pairs_are_those_of_release_0_2():
     """The draw of the sequence tasks is pinned: runs and golden files made before stay reproducible."""
     assert generated_pairs("copy", 1, 2, 1, 1, 3, 4) == {
-        "train": [("v 1 o", "v 1 o"), ("0 s h e", "0 s h e")], "valid": [("s u o d", "s u o d")],
-        "test": [("4 g 7", "4 g 7")]}
+        "train": [("v 1 o", "v 1 o"), ("0 s h e", "0 s h e")],
+        "valid": [("s u o d", "s u o d")],
+        "test": [("4 g 7", "4 g 7")],
+    }
 
 
 def test_addition_pairs_are_sums_of_numbers_of_the_drawn_length():
@@ -118,8 +122,9 @@ def test_addition_pairs_are_sums_of_numbers_of_the_drawn_length():
 
 @pytest.mark.parametrize("generator", ["copy", "reverse", "sort", "addition"])
 def test_the_test_split_can_be_longer_than_training(generator):
-    pairs = generated_pairs(generator, seed=5, n_train=200, n_valid=30, n_test=100, min_len=1, max_len=20,
-                            test_lengths=(21, 80))
+    pairs = generated_pairs(
+        generator, seed=5, n_train=200, n_valid=30, n_test=100, min_len=1, max_len=20, test_lengths=(21, 80)
+    )
 
     def length(src: str) -> int:
         return len(src.split(" + ")[0].split())
@@ -138,10 +143,12 @@ def test_test_lengths_are_refused_where_they_cannot_apply():
     with pytest.raises(ConfigError, match=r"test_min_len / test_max_len set the test lengths of a sequence generator"):
         task_config({"task": "translation", "generator": "scan", "test_max_len": 40})
     with pytest.raises(ConfigError, match=r"test_max_len \(15\) must be >= test_min_len \(21\)"):
-        task_config({"task": "translation", "generator": "reverse", "n_train": 10, "test_min_len": 21,
-                     "test_max_len": 15})
-    assert task_config({"task": "translation", "generator": "reverse", "max_len": 20, "n_train": 10,
-                        "test_max_len": 40}).test_lengths == (3, 40)  # test_min_len defaults to min_len
+        task_config(
+            {"task": "translation", "generator": "reverse", "n_train": 10, "test_min_len": 21, "test_max_len": 15}
+        )
+    assert task_config(
+        {"task": "translation", "generator": "reverse", "max_len": 20, "n_train": 10, "test_max_len": 40}
+    ).test_lengths == (3, 40)  # test_min_len defaults to min_len
 
 
 @pytest.mark.parametrize("generator", ["copy", "reverse", "sort", "addition"])
@@ -156,8 +163,19 @@ def test_a_drawing_generator_without_n_train_is_refused_when_the_config_is_read(
 def test_the_translation_task_reads_its_test_split_at_the_test_lengths():
     from attnlab.tasks.translation import read_pairs
 
-    cfg = task_config({"task": "translation", "generator": "copy", "min_len": 1, "max_len": 5, "test_min_len": 30,
-                       "test_max_len": 30, "n_train": 10, "n_valid": 2, "n_test": 3})
+    cfg = task_config(
+        {
+            "task": "translation",
+            "generator": "copy",
+            "min_len": 1,
+            "max_len": 5,
+            "test_min_len": 30,
+            "test_max_len": 30,
+            "n_train": 10,
+            "n_valid": 2,
+            "n_test": 3,
+        }
+    )
     pairs = read_pairs(cfg)
     assert [len(s.split()) for s, _ in pairs["test"]] == [30, 30, 30]
     assert all(len(s.split()) <= 5 for s, _ in pairs["train"] + pairs["valid"])
@@ -199,10 +217,29 @@ def test_word_nopunct_reads_the_same_words_whatever_punctuation_follows_them():
     assert word.encode("what colour is the triangle")[-1] == UNK
     assert bare.tokens("what colour is the triangle?") == ["what", "colour", "is", "the", "triangle"]
     ids = bare.encode("what colour is the triangle")
-    assert UNK not in ids and all(bare.encode(q) == ids for q in ("what colour is the triangle?", "what colour, is "
-                                                                   "the triangle ?!", "what colour is the triangle."))
-    assert sorted(bare.hf.get_vocab()) == sorted(["<pad>", "<bos>", "<eos>", "<unk>", "what", "colour", "is", "the",
-                                                  "triangle", "how", "many", "circles", "shape", "red", "object"])
+    assert UNK not in ids and all(
+        bare.encode(q) == ids
+        for q in ("what colour is the triangle?", "what colour, is the triangle ?!", "what colour is the triangle.")
+    )
+    assert sorted(bare.hf.get_vocab()) == sorted(
+        [
+            "<pad>",
+            "<bos>",
+            "<eos>",
+            "<unk>",
+            "what",
+            "colour",
+            "is",
+            "the",
+            "triangle",
+            "how",
+            "many",
+            "circles",
+            "shape",
+            "red",
+            "object",
+        ]
+    )
 
 
 TYPED_SPECIALS = "walk <pad> left <bos> jump <eos> twice <unk>"
@@ -245,13 +282,19 @@ def test_length_filter_reports_why():
     pairs = [([1, 2], [3]), ([], [3]), ([1] * 9, [3]), ([1], [3] * 7), ([1], [2])]
     keep, report = filter_by_length(pairs, max_src_len=8, max_tgt_len=6)
     assert keep == [0, 4]
-    assert dict(report.dropped) == {"with an empty side": 1, "with source over 8 tokens": 1,
-                                    "with target over 6 tokens": 1}
-    assert str(report) == ("kept 2 pairs, dropped 3 (1 with an empty side, 1 with source over 8 tokens, "
-                           "1 with target over 6 tokens)")
+    assert dict(report.dropped) == {
+        "with an empty side": 1,
+        "with source over 8 tokens": 1,
+        "with target over 6 tokens": 1,
+    }
+    assert str(report) == (
+        "kept 2 pairs, dropped 3 (1 with an empty side, 1 with source over 8 tokens, 1 with target over 6 tokens)"
+    )
     assert str(FilterReport(kept=18410)) == "kept all 18,410 pairs"  # as the split sizes beside it: train 18,410
-    assert str(FilterReport(28_999, Counter({"with source over 100 tokens": 1_203}))) == \
-        "kept 28,999 pairs, dropped 1,203 (1,203 with source over 100 tokens)"
+    assert (
+        str(FilterReport(28_999, Counter({"with source over 100 tokens": 1_203})))
+        == "kept 28,999 pairs, dropped 1,203 (1,203 with source over 100 tokens)"
+    )
 
 
 def test_collate_shifts_targets_for_teacher_forcing():
@@ -290,8 +333,9 @@ def test_n_train_keeps_the_first_training_pairs_of_a_file(tmp_path):
     from attnlab.tasks.translation import read_pairs
 
     (tmp_path / "train.tsv").write_text("".join(f"a{i}\tb{i}\n" for i in range(10)))
-    cfg = task_config({"task": "translation", "format": "tsv", "train": str(tmp_path / "train.tsv"),
-                       "n_valid": 3, "n_train": 4})
+    cfg = task_config(
+        {"task": "translation", "format": "tsv", "train": str(tmp_path / "train.tsv"), "n_valid": 3, "n_train": 4}
+    )
     pairs = read_pairs(cfg)
     assert pairs["valid"] == [(f"a{i}", f"b{i}") for i in (7, 8, 9)]  # held out first, from the end
     assert pairs["train"] == [(f"a{i}", f"b{i}") for i in range(4)]

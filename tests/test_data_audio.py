@@ -23,9 +23,14 @@ def tone(freq: float = 440.0, seconds: float = 0.25, rate: int = RATE, amplitude
 
 # (format, subtype, suffix, the largest error of a sample read back): PCM's quantisation step, float's rounding
 FORMATS = [
-    ("WAV", "PCM_U8", "wav", 2 ** -7), ("WAV", "PCM_16", "wav", 2 ** -15), ("WAV", "PCM_24", "wav", 2 ** -23),
-    ("WAV", "PCM_32", "wav", 2 ** -24), ("WAV", "FLOAT", "wav", 2 ** -24), ("WAV", "DOUBLE", "wav", 2 ** -24),
-    ("FLAC", "PCM_16", "flac", 2 ** -15), ("FLAC", "PCM_24", "flac", 2 ** -23),
+    ("WAV", "PCM_U8", "wav", 2**-7),
+    ("WAV", "PCM_16", "wav", 2**-15),
+    ("WAV", "PCM_24", "wav", 2**-23),
+    ("WAV", "PCM_32", "wav", 2**-24),
+    ("WAV", "FLOAT", "wav", 2**-24),
+    ("WAV", "DOUBLE", "wav", 2**-24),
+    ("FLAC", "PCM_16", "flac", 2**-15),
+    ("FLAC", "PCM_24", "flac", 2**-23),
 ]
 
 
@@ -48,7 +53,7 @@ def test_ogg_vorbis_reads_back_the_tone(tmp_path):
     sf.write(tmp_path / "a.ogg", x, RATE, format="OGG", subtype="VORBIS")
     y = read_audio(tmp_path / "a.ogg").samples.astype(np.float64)
     assert y.shape == x.shape
-    assert np.sum((y - x) ** 2) / np.sum(x ** 2) < 0.02
+    assert np.sum((y - x) ** 2) / np.sum(x**2) < 0.02
     assert np.argmax(np.abs(np.fft.rfft(y))) == 440  # 1 Hz bins over one second
 
 
@@ -112,11 +117,15 @@ def test_bad_inputs_are_one_line_each(tmp_path):
     sf.write(tmp_path / "inf.wav", inf, RATE, subtype="DOUBLE")
     sf.write(tmp_path / "zero.wav", np.zeros((0, 1)), RATE, subtype="PCM_16")
     cases = {
-        _bytes_of(tmp_path, "text.wav", b"this is not audio\n" * 20):
-            "not an audio file that soundfile reads (WAV, FLAC, OGG, AIFF, ...): format not recognised",
-        _bytes_of(tmp_path, "header.wav", good[:20]): "damaged audio header (Error in WAV/W64/RF64 file. Malformed 'fmt ' chunk)",
-        _bytes_of(tmp_path, "nodata.wav", good[:4] + b"XXXX" + good[8:12] + bytes(10) + good[22:]):
-            "damaged audio header (Error in WAV file. No 'data' chunk marker)",
+        _bytes_of(
+            tmp_path, "text.wav", b"this is not audio\n" * 20
+        ): "not an audio file that soundfile reads (WAV, FLAC, OGG, AIFF, ...): format not recognised",
+        _bytes_of(
+            tmp_path, "header.wav", good[:20]
+        ): "damaged audio header (Error in WAV/W64/RF64 file. Malformed 'fmt ' chunk)",
+        _bytes_of(
+            tmp_path, "nodata.wav", good[:4] + b"XXXX" + good[8:12] + bytes(10) + good[22:]
+        ): "damaged audio header (Error in WAV file. No 'data' chunk marker)",
         _bytes_of(tmp_path, "empty.wav", b""): "empty file (0 bytes), not audio",
         tmp_path / "zero.wav": "no samples (a 8000 Hz file of 0 frames)",
         tmp_path / "nan.wav": "NaN samples (1 frames, the first at frame 1,000, 0.125 s)",
@@ -135,7 +144,10 @@ def test_a_folder_lists_its_audio_and_one_with_none_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("not audio")
     with pytest.raises(DataError) as err:
         audio_files(tmp_path)
-    assert str(err.value) == f"{tmp_path}: no audio files (.wav, .flac, .ogg, .oga, .opus, .aiff, .aif) in it or its subfolders"
+    assert (
+        str(err.value)
+        == f"{tmp_path}: no audio files (.wav, .flac, .ogg, .oga, .opus, .aiff, .aif) in it or its subfolders"
+    )
     sf.write(tmp_path / "sub" / "b.FLAC", tone(), RATE, format="FLAC")
     sf.write(tmp_path / "a.wav", tone(), RATE)
     assert audio_files(tmp_path) == [tmp_path / "a.wav", tmp_path / "sub" / "b.FLAC"]

@@ -37,9 +37,11 @@ def wav(digit: int, index: int) -> bytes:
 
 REPOSITORY = {f"recordings/{d}_{s}_{i}.wav": wav(d, i) for d, s, i in RECORDINGS}
 MANIFEST = "".join(f"{hashlib.sha256(data).hexdigest()}  {path}\n" for path, data in REPOSITORY.items())
-MINI = dataclasses.replace(DATASETS["fsdd"], files=manifest_files(MANIFEST),
-                           test_sets={"test": tuple(f"test/{Path(p).name}" for p in REPOSITORY
-                                                    if int(Path(p).stem.split("_")[2]) < 5)})
+MINI = dataclasses.replace(
+    DATASETS["fsdd"],
+    files=manifest_files(MANIFEST),
+    test_sets={"test": tuple(f"test/{Path(p).name}" for p in REPOSITORY if int(Path(p).stem.split("_")[2]) < 5)},
+)
 TRAIN = {f"train/{Path(p).name}": data for p, data in REPOSITORY.items() if int(Path(p).stem.split("_")[2]) >= 5}
 TEST = {f"test/{Path(p).name}": data for p, data in REPOSITORY.items() if int(Path(p).stem.split("_")[2]) < 5}
 
@@ -88,9 +90,15 @@ def test_a_clone_gives_the_official_train_and_test_split(mini, tmp_path, capsys)
     for path, data in REPOSITORY.items():  # the bytes written stand where the manifest has no size
         name = ("test/" if int(Path(path).stem.split("_")[2]) < 5 else "train/") + Path(path).name
         assert f"| {name} | `{path}` (bytes unchanged) | {len(data):,} | {hashlib.sha256(data).hexdigest()} |" in note
-    assert capsys.readouterr().out.startswith(f"{out}: train/0_george_7.wav, train/3_theo_5.wav, train/7_jackson_12.wav, ")
+    assert capsys.readouterr().out.startswith(
+        f"{out}: train/0_george_7.wav, train/3_theo_5.wav, train/7_jackson_12.wav, "
+    )
     read, rate = sf.read(out / "train" / "3_theo_5.wav")
-    assert rate == 8000 and read.shape == (40,) and np.isclose(read[1], 0.3 * np.sin(2 * np.pi * 600 / 8000 + 5), atol=1e-4)
+    assert (
+        rate == 8000
+        and read.shape == (40,)
+        and np.isclose(read[1], 0.3 * np.sin(2 * np.pi * 600 / 8000 + 5), atol=1e-4)
+    )
 
 
 def test_the_training_recordings_alone_write_train_and_say_the_test_ones_are_missing(mini, tmp_path, capsys):
@@ -101,8 +109,9 @@ def test_the_training_recordings_alone_write_train_and_say_the_test_ones_are_mis
     assert main(["data", "get", "fsdd", "--from", str(copy), "--out", str(out)]) == 0
     captured = capsys.readouterr()
     missing = [line for line in captured.err.splitlines() if "sha256 verified" not in line]
-    assert missing == [f"not in {copy}, left out: test/0_george_0.wav, test/3_theo_4.wav (test splits; a download "
-                       f"fetches them)"]
+    assert missing == [
+        f"not in {copy}, left out: test/0_george_0.wav, test/3_theo_4.wav (test splits; a download fetches them)"
+    ]
     assert captured.out.endswith("; not written: test/0_george_0.wav, test/3_theo_4.wav\n")
     files = written(out)
     assert "Not here: test/0_george_0.wav, test/3_theo_4.wav (not in" in files.pop(NOTE).decode()
@@ -121,7 +130,10 @@ def test_a_changed_recording_is_refused_and_nothing_is_written(mini, tmp_path, c
     clone = put(tmp_path / "clone", changed)
     assert main(["data", "get", "fsdd", "--from", str(clone), "--out", str(tmp_path / "out")]) == 4
     err = capsys.readouterr().err.splitlines()[-1]
-    assert err.startswith(f"error: {clone / 'recordings/9_lucas_49.wav'}: sha256 ") and "of fsdd/train/9_lucas_49.wav" in err
+    assert (
+        err.startswith(f"error: {clone / 'recordings/9_lucas_49.wav'}: sha256 ")
+        and "of fsdd/train/9_lucas_49.wav" in err
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clone"]
 
 
@@ -145,7 +157,9 @@ def test_a_download_from_upstream_layout_checks_every_file(tmp_path, monkeypatch
         assert {k: v for k, v in written(tmp_path / "out").items() if k != NOTE} == TRAIN | TEST
         assert f"downloading {base}/{MINI.repo}/{MINI.commit}/recordings/0_george_0.wav" in log
         (root / MINI.repo / MINI.commit / "recordings/0_george_0.wav").write_bytes(wav(0, 1))
-        with pytest.raises(DataError, match=r"0_george_0\.wav: sha256 \w+ is not the pinned \w+ of fsdd/test/0_george_0\.wav"):
+        with pytest.raises(
+            DataError, match=r"0_george_0\.wav: sha256 \w+ is not the pinned \w+ of fsdd/test/0_george_0\.wav"
+        ):
             fetch(MINI, tmp_path / "again", base_url=base, timeout=5)
         assert not (tmp_path / "again").exists()
     finally:

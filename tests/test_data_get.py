@@ -22,7 +22,7 @@ from attnlab.data.sources import DATASETS, ETT_ROWS, Dataset, SourceFile
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PLAIN = b"jump twice\nwalk left\n"
-TEXT = "Zwei Männer.\nEin Hund läuft.\n".encode()            # served gzipped
+TEXT = "Zwei Männer.\nEin Hund läuft.\n".encode()  # served gzipped
 ROWS = b"date,x\n2016-07-01,1.5\n2016-07-02,2.5\n2016-07-03,3.5\n"  # the first 3 lines are kept
 KEPT = b"date,x\n2016-07-01,1.5\n2016-07-02,2.5\n"
 
@@ -31,22 +31,33 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-TEST_TEXT = "Drei Katzen.\n".encode()                    # a test file, served gzipped and pinned as stored
+TEST_TEXT = "Drei Katzen.\n".encode()  # a test file, served gzipped and pinned as stored
 TEST_GZ = gzip.compress(TEST_TEXT, mtime=0)
 # The final content of each development file: what `data get --dev-only` must write.
 FINAL = {"plain.txt": PLAIN, "sub/text.de": TEXT, "rows.csv": KEPT}
 # ... and of each test file: the whole csv (whose first lines are rows.csv) and the gunzipped test text.
 TESTS = {"all_rows.csv": ROWS, "test.de": TEST_TEXT}
 TINY = Dataset(
-    name="tiny", repo="someone/tiny", commit=COMMIT, licence="MIT", citation="Someone (2024). Tiny.",
-    files=(SourceFile("plain.txt", "plain.txt", len(PLAIN), sha(PLAIN)),
-           SourceFile("raw/text.de.gz", "sub/text.de", len(TEXT), sha(TEXT), gunzip=True),
-           SourceFile("csv/rows.csv", "rows.csv", len(KEPT), sha(KEPT), first_lines=3),
-           SourceFile("csv/rows.csv", "all_rows.csv", len(ROWS), sha(ROWS), test=True),
-           SourceFile("raw/test.de.gz", "test.de", len(TEST_GZ), sha(TEST_GZ), gunzip=True, test=True, stored=True)))
+    name="tiny",
+    repo="someone/tiny",
+    commit=COMMIT,
+    licence="MIT",
+    citation="Someone (2024). Tiny.",
+    files=(
+        SourceFile("plain.txt", "plain.txt", len(PLAIN), sha(PLAIN)),
+        SourceFile("raw/text.de.gz", "sub/text.de", len(TEXT), sha(TEXT), gunzip=True),
+        SourceFile("csv/rows.csv", "rows.csv", len(KEPT), sha(KEPT), first_lines=3),
+        SourceFile("csv/rows.csv", "all_rows.csv", len(ROWS), sha(ROWS), test=True),
+        SourceFile("raw/test.de.gz", "test.de", len(TEST_GZ), sha(TEST_GZ), gunzip=True, test=True, stored=True),
+    ),
+)
 # The repository's files at the commit, as the server holds them (gzip with mtime 0: the same bytes every run).
-SERVED = {"plain.txt": PLAIN, "raw/text.de.gz": gzip.compress(TEXT, mtime=0), "csv/rows.csv": ROWS,
-          "raw/test.de.gz": TEST_GZ}
+SERVED = {
+    "plain.txt": PLAIN,
+    "raw/text.de.gz": gzip.compress(TEXT, mtime=0),
+    "csv/rows.csv": ROWS,
+    "raw/test.de.gz": TEST_GZ,
+}
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -109,11 +120,17 @@ def test_download_over_loopback_writes_the_verified_files_and_a_note(server, tmp
     assert "(gunzipped)" in note and "(first 3 lines)" in note and "(bytes unchanged)" in note
     assert "(gunzipped, size and sha256 of the stored file)" in note
     url = f"{base_url}/someone/tiny/{COMMIT}/"
-    assert log == [f"downloading {url}plain.txt", f"plain.txt: {len(PLAIN):,} bytes, sha256 verified",
-                   f"downloading {url}raw/text.de.gz", f"sub/text.de: {len(TEXT):,} bytes, sha256 verified",
-                   f"downloading {url}csv/rows.csv", f"rows.csv: {len(KEPT):,} bytes, sha256 verified",
-                   f"all_rows.csv: {len(ROWS):,} bytes, sha256 verified",  # the same download
-                   f"downloading {url}raw/test.de.gz", f"test.de: {len(TEST_TEXT):,} bytes, sha256 verified"]
+    assert log == [
+        f"downloading {url}plain.txt",
+        f"plain.txt: {len(PLAIN):,} bytes, sha256 verified",
+        f"downloading {url}raw/text.de.gz",
+        f"sub/text.de: {len(TEXT):,} bytes, sha256 verified",
+        f"downloading {url}csv/rows.csv",
+        f"rows.csv: {len(KEPT):,} bytes, sha256 verified",
+        f"all_rows.csv: {len(ROWS):,} bytes, sha256 verified",  # the same download
+        f"downloading {url}raw/test.de.gz",
+        f"test.de: {len(TEST_TEXT):,} bytes, sha256 verified",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror", "out"]  # no staging folder left beside it
 
 
@@ -122,8 +139,9 @@ def test_dev_only_leaves_the_test_files_out_and_says_so(server, tmp_path):
     assert fetch(TINY, tmp_path / "out", base_url=base_url, timeout=5, dev_only=True) == list(TINY.files[:3])
     files = written(tmp_path / "out")
     assert files.keys() == {*FINAL, NOTE}
-    assert ("Not here: all_rows.csv, test.de (left out by --dev-only; `attnlab data get tiny --force` downloads "
-            "them).") in files[NOTE].decode()
+    assert (
+        "Not here: all_rows.csv, test.de (left out by --dev-only; `attnlab data get tiny --force` downloads them)."
+    ) in files[NOTE].decode()
 
 
 def test_a_changed_stored_test_file_is_refused(server, tmp_path):
@@ -140,8 +158,9 @@ def test_a_local_copy_without_the_test_files_writes_the_rest_and_names_them(tiny
     out = tmp_path / "out"
     assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(out)]) == 0
     captured = capsys.readouterr()
-    assert captured.err.splitlines()[0] == (f"not in {copy}, left out: all_rows.csv, test.de.gz (test splits; a "
-                                            f"download fetches them)")
+    assert captured.err.splitlines()[0] == (
+        f"not in {copy}, left out: all_rows.csv, test.de.gz (test splits; a download fetches them)"
+    )
     assert captured.out.endswith("; not written: all_rows.csv, test.de\n")
     assert written(out).keys() == {*FINAL, NOTE}
     assert f"Not here: all_rows.csv, test.de (not in {copy};" in written(out)[NOTE].decode()
@@ -160,8 +179,10 @@ def test_cli_downloads_from_base_url(server, tiny_registered, tmp_path, capsys):
     assert main(["data", "get", "tiny", "--base-url", base_url, "--out", str(out)]) == 0
     assert written(out).keys() == {*FINAL, *TESTS, NOTE} and written(out)["sub/text.de"] == TEXT
     captured = capsys.readouterr()
-    assert captured.out == (f"{out}: plain.txt, sub/text.de, rows.csv, all_rows.csv, test.de, sha256 verified (source "
-                            f"and licence: {out}/README.md)\n")
+    assert captured.out == (
+        f"{out}: plain.txt, sub/text.de, rows.csv, all_rows.csv, test.de, sha256 verified (source "
+        f"and licence: {out}/README.md)\n"
+    )
     assert captured.err.count("sha256 verified") == 5
 
 
@@ -172,7 +193,9 @@ def test_cli_from_a_local_folder(tiny_registered, tmp_path, capsys, monkeypatch)
     files = written(tmp_path / "data" / "tiny")
     assert {k: v for k, v in files.items() if k != NOTE} == FINAL
     assert f"from {copy}." in files[NOTE].decode()
-    assert capsys.readouterr().out.startswith(f"{Path('data') / 'tiny'}: plain.txt, sub/text.de, rows.csv, sha256 verified")
+    assert capsys.readouterr().out.startswith(
+        f"{Path('data') / 'tiny'}: plain.txt, sub/text.de, rows.csv, sha256 verified"
+    )
 
 
 def test_a_changed_download_is_refused_naming_the_file_and_nothing_is_written(server, tmp_path):
@@ -181,8 +204,10 @@ def test_a_changed_download_is_refused_naming_the_file_and_nothing_is_written(se
     with pytest.raises(DataError) as err:
         fetch(TINY, tmp_path / "out", base_url=base_url, timeout=5)
     changed = sha(KEPT.replace(b"2.5", b"2.6"))
-    assert str(err.value) == (f"{base_url}/someone/tiny/{COMMIT}/csv/rows.csv: sha256 {changed} is not the pinned "
-                              f"{sha(KEPT)} of tiny/rows.csv; nothing was written")
+    assert str(err.value) == (
+        f"{base_url}/someone/tiny/{COMMIT}/csv/rows.csv: sha256 {changed} is not the pinned "
+        f"{sha(KEPT)} of tiny/rows.csv; nothing was written"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror"]  # no out, no staging folder
 
 
@@ -191,7 +216,10 @@ def test_a_changed_local_copy_is_refused_with_one_line_and_nothing_written(tiny_
     out = tmp_path / "out"
     assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(out)]) == 4
     err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith(f"error: {copy / 'plain.txt'}: sha256 ") and "of tiny/plain.txt; nothing was written" in err[-1]
+    assert (
+        err[-1].startswith(f"error: {copy / 'plain.txt'}: sha256 ")
+        and "of tiny/plain.txt; nothing was written" in err[-1]
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
 
 
@@ -217,7 +245,10 @@ def test_a_non_empty_out_needs_force_which_replaces_only_the_same_names(tiny_reg
     out = tmp_path / "out"
     local_copy(out, {"plain.txt": b"old\n", "mine.txt": b"keep me\n"})
     assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == f"error: {out} already exists and is not empty; pass --force to replace its tiny files\n"
+    assert (
+        capsys.readouterr().err
+        == f"error: {out} already exists and is not empty; pass --force to replace its tiny files\n"
+    )
     assert written(out) == {"mine.txt": b"keep me\n", "plain.txt": b"old\n"}
     assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(out), "--force"]) == 0
     files = written(out)
@@ -232,14 +263,24 @@ def test_an_empty_out_folder_is_filled_without_force(tmp_path):
     assert written(tmp_path / "out").keys() == {*FINAL, NOTE}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["data", "get", "tin", "--from", "."], "error: unknown data set 'tin'; choose from tiny (did you mean 'tiny'?)"),
-    (["data", "get", "tiny", "--from", "missing"], "error: --from missing is not a folder"),
-    (["data", "get", "tiny", "--from", ".", "--base-url", "http://127.0.0.1:1"],
-     "error: give --from or --base-url, not both"),
-    (["data", "get", "tiny", "--base-url", "ftp://127.0.0.1"],
-     "error: --base-url must start with http:// or https:// (got 'ftp://127.0.0.1')"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["data", "get", "tin", "--from", "."],
+            "error: unknown data set 'tin'; choose from tiny (did you mean 'tiny'?)",
+        ),
+        (["data", "get", "tiny", "--from", "missing"], "error: --from missing is not a folder"),
+        (
+            ["data", "get", "tiny", "--from", ".", "--base-url", "http://127.0.0.1:1"],
+            "error: give --from or --base-url, not both",
+        ),
+        (
+            ["data", "get", "tiny", "--base-url", "ftp://127.0.0.1"],
+            "error: --base-url must start with http:// or https:// (got 'ftp://127.0.0.1')",
+        ),
+    ],
+)
 def test_usage_errors_are_one_line(args, message, tiny_registered, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(args) == 2
@@ -252,7 +293,8 @@ def test_a_local_copy_missing_a_file_names_what_it_needs(tiny_registered, tmp_pa
     assert main(["data", "get", "tiny", "--from", str(copy), "--out", str(tmp_path / "out")]) == 4
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: {copy / 'sub/text.de'}: no such file (--from takes a folder holding plain.txt, sub/text.de, rows.csv, "
-        f"all_rows.csv, test.de.gz, or a clone of https://github.com/someone/tiny)")
+        f"all_rows.csv, test.de.gz, or a clone of https://github.com/someone/tiny)"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -317,18 +359,24 @@ train: {{max_steps: 4, eval_every: 4, eval_exact_match: 0, early_stop_metric: va
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data" / "multi30k").mkdir(parents=True)
     for lang in ("de", "en"):  # reversed in the folder's order: the run's languages choose
-        (tmp_path / "data" / "multi30k" / f"test_2016_flickr.{lang}").write_bytes((tmp_path / f"train.{lang}").read_bytes())
+        (tmp_path / "data" / "multi30k" / f"test_2016_flickr.{lang}").write_bytes(
+            (tmp_path / f"train.{lang}").read_bytes()
+        )
     by_name = run_cli("evaluate", str(run), "--test-set", "multi30k:test_2016_flickr", "--beam", "1", "--json")
     by_files = run_cli("evaluate", str(run), "--src", "train.de", "--ref", "train.en", "--beam", "1", "--json")
     assert by_name.returncode == 0, by_name.stderr
     assert json.loads(by_name.stdout) == json.loads(by_files.stdout)
     missing = run_cli("evaluate", str(run), "--test-set", "multi30k:test_2017_flickr")
-    assert (missing.returncode, missing.stderr) == (4, f"error: {Path('data/multi30k/test_2017_flickr.de')}: no such "
-                                                       f"file; `attnlab data get multi30k` writes it (run from the "
-                                                       f"folder that holds data/)\n")
+    assert (missing.returncode, missing.stderr) == (
+        4,
+        f"error: {Path('data/multi30k/test_2017_flickr.de')}: no such "
+        f"file; `attnlab data get multi30k` writes it (run from the "
+        f"folder that holds data/)\n",
+    )
     unknown = run_cli("evaluate", str(run), "--test-set", "multi30k:test2016")
     assert unknown.returncode == 2 and unknown.stderr.startswith(
-        "error: --test-set multi30k:test2016: the test sets of multi30k are multi30k:test_2016_flickr, ")
+        "error: --test-set multi30k:test2016: the test sets of multi30k are multi30k:test_2016_flickr, "
+    )
     both = run_cli("evaluate", str(run), "--test-set", "multi30k:test_2016_flickr", "--split", "valid")
     assert both.returncode == 2 and "give --test-set alone" in both.stderr
 
@@ -339,8 +387,10 @@ def miniature(dataset: Dataset) -> tuple[Dataset, dict[str, bytes]]:
     where the repository stores a .gz, each derived file cut to its first 3 lines. A data set of
     thousands of files (FSDD's recordings) keeps its first 5 development and 5 test files."""
     if len(dataset.files) > 40:
-        dataset = dataclasses.replace(dataset, files=tuple([f for f in dataset.files if not f.test][:5]
-                                                           + [f for f in dataset.files if f.test][:5]))
+        dataset = dataclasses.replace(
+            dataset,
+            files=tuple([f for f in dataset.files if not f.test][:5] + [f for f in dataset.files if f.test][:5]),
+        )
     repository = {}
     for f in dataset.files:
         text = "".join(f"{dataset.name} {Path(f.path).stem} line {i}\n" for i in range(5)).encode()
@@ -373,9 +423,12 @@ def test_ett_from_a_clone_makes_the_training_months_from_the_whole_file(tmp_path
     """The one data set whose development files exist only as derived: ETTh1_train_val.csv is the
     header and the first 11,520 hours of the clone's ETT-small/ETTh1.csv (a changed byte is refused)."""
     rows = b"date,HUFL\n" + b"".join(b"2016-07-01 00:00:00,%d\n" % i for i in range(ETT_ROWS + 5))
-    kept = b"\n".join(rows.split(b"\n")[:1 + ETT_ROWS]) + b"\n"
-    files = tuple(dataclasses.replace(f, size=len(data), sha256=sha(data)) for f in DATASETS["ett"].files
-                  for data in [rows if f.first_lines is None else kept])
+    kept = b"\n".join(rows.split(b"\n")[: 1 + ETT_ROWS]) + b"\n"
+    files = tuple(
+        dataclasses.replace(f, size=len(data), sha256=sha(data))
+        for f in DATASETS["ett"].files
+        for data in [rows if f.first_lines is None else kept]
+    )
     ett = dataclasses.replace(DATASETS["ett"], files=files)
     clone = local_copy(tmp_path / "ETDataset", {"ETT-small/ETTh1.csv": rows, "ETT-small/ETTh2.csv": rows})
     fetch(ett, tmp_path / "out", local=clone)
@@ -396,8 +449,10 @@ def test_a_missing_data_file_under_data_name_names_the_command_that_writes_it(tm
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError) as err:
         read_text("data/tiny_shakespeare/input.txt")
-    assert str(err.value) == ("data/tiny_shakespeare/input.txt: no such file; `attnlab data get tiny_shakespeare` "
-                              "writes it (run from the folder that holds data/)")
+    assert str(err.value) == (
+        "data/tiny_shakespeare/input.txt: no such file; `attnlab data get tiny_shakespeare` "
+        "writes it (run from the folder that holds data/)"
+    )
     for path in ("data/mine/input.txt", "corpus/tiny_shakespeare/input.txt", "data/scan"):
         with pytest.raises(DataError) as err:
             read_text(path)

@@ -24,32 +24,42 @@ from helpers import TORCHRUN, assert_only_torchruns_traceback, tiny_model
 TORCHRUN_2 = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
 
 
-@pytest.mark.parametrize("name, env, gpus, device", [
-    ("auto", {}, 0, "cpu"),
-    ("auto", {}, 2, "cuda:0"),
-    ("cpu", {}, 2, "cpu"),
-    ("cuda", {}, 1, "cuda:0"),
-    ("cuda:1", {}, 2, "cuda:1"),
-    ("auto", TORCHRUN_2 | {"LOCAL_RANK": "1"}, 2, "cuda:1"),  # one GPU per local rank
-    ("cuda", TORCHRUN_2 | {"LOCAL_RANK": "0"}, 2, "cuda:0"),
-    ("auto", TORCHRUN_2 | {"LOCAL_RANK": "1"}, 0, "cpu"),  # gloo on the CPU
-    ("cpu", TORCHRUN_2 | {"LOCAL_RANK": "1"}, 2, "cpu"),
-    ("cuda", {"WORLD_SIZE": "1", "LOCAL_RANK": "0"}, 1, "cuda:0"),  # one process: no torchrun mapping
-])
+@pytest.mark.parametrize(
+    "name, env, gpus, device",
+    [
+        ("auto", {}, 0, "cpu"),
+        ("auto", {}, 2, "cuda:0"),
+        ("cpu", {}, 2, "cpu"),
+        ("cuda", {}, 1, "cuda:0"),
+        ("cuda:1", {}, 2, "cuda:1"),
+        ("auto", TORCHRUN_2 | {"LOCAL_RANK": "1"}, 2, "cuda:1"),  # one GPU per local rank
+        ("cuda", TORCHRUN_2 | {"LOCAL_RANK": "0"}, 2, "cuda:0"),
+        ("auto", TORCHRUN_2 | {"LOCAL_RANK": "1"}, 0, "cpu"),  # gloo on the CPU
+        ("cpu", TORCHRUN_2 | {"LOCAL_RANK": "1"}, 2, "cpu"),
+        ("cuda", {"WORLD_SIZE": "1", "LOCAL_RANK": "0"}, 1, "cuda:0"),  # one process: no torchrun mapping
+    ],
+)
 def test_a_device_name_and_the_local_rank_give_the_device(name, env, gpus, device):
     assert resolve_device(name, env=env, n_gpus=gpus) == torch.device(device)
 
 
-@pytest.mark.parametrize("name, env, gpus, message", [
-    ("cuda", {}, 0, "train.device is 'cuda' but no CUDA device is available"),
-    ("cuda:2", {}, 2, "train.device is 'cuda:2' but this host has 2 GPU(s) (cuda:0 .. cuda:1)"),
-    ("gpu", {}, 1, "train.device must be auto, cpu, cuda or cuda:N (got 'gpu')"),
-    ("cuda:-1", {}, 1, "must be auto, cpu, cuda or cuda:N"),
-    ("auto", TORCHRUN_2 | {"LOCAL_RANK": "1"}, 1,
-     "torchrun started 2 processes on this host, which has 1 GPU(s): one GPU per process is needed (LOCAL_RANK 1); "
-     "use --nproc_per_node 1"),
-    ("cuda:0", TORCHRUN_2 | {"LOCAL_RANK": "0"}, 2, "would put every rank on one GPU"),
-])
+@pytest.mark.parametrize(
+    "name, env, gpus, message",
+    [
+        ("cuda", {}, 0, "train.device is 'cuda' but no CUDA device is available"),
+        ("cuda:2", {}, 2, "train.device is 'cuda:2' but this host has 2 GPU(s) (cuda:0 .. cuda:1)"),
+        ("gpu", {}, 1, "train.device must be auto, cpu, cuda or cuda:N (got 'gpu')"),
+        ("cuda:-1", {}, 1, "must be auto, cpu, cuda or cuda:N"),
+        (
+            "auto",
+            TORCHRUN_2 | {"LOCAL_RANK": "1"},
+            1,
+            "torchrun started 2 processes on this host, which has 1 GPU(s): one GPU per process is needed (LOCAL_RANK 1); "
+            "use --nproc_per_node 1",
+        ),
+        ("cuda:0", TORCHRUN_2 | {"LOCAL_RANK": "0"}, 2, "would put every rank on one GPU"),
+    ],
+)
 def test_a_device_that_cannot_be_had_is_refused_in_one_line(name, env, gpus, message):
     with pytest.raises(ConfigError) as refused:
         resolve_device(name, env=env, n_gpus=gpus)
@@ -60,24 +70,45 @@ def test_torchrun_workers_refuse_a_device_they_cannot_have_in_one_line_each(tmp_
     """A worker prints the one-line refusal and exits; the only traceback is torchrun's own report of
     the failed workers. (tests/test_cuda.py runs the same with one GPU.)"""
     config = tmp_path / "tiny.yaml"
-    config.write_text("model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
-                      "data: {format: builtin, generator: reverse, n_train: 50, n_valid: 10, n_test: 10}\n"
-                      "train: {max_steps: 2, device: cuda, progress: false}\n")
-    done = subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "attnlab.cli", "train", str(config),
-                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    config.write_text(
+        "model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
+        "data: {format: builtin, generator: reverse, n_train: 50, n_valid: 10, n_test: 10}\n"
+        "train: {max_steps: 2, device: cuda, progress: false}\n"
+    )
+    done = subprocess.run(
+        [
+            *TORCHRUN,
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "attnlab.cli",
+            "train",
+            str(config),
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0 and not (tmp_path / "run").exists()
     # the first worker to fail ends the job: torchrun stops the other, which may not have got as far
     assert done.stderr.count("error: train.device is 'cuda' but no CUDA device is available") in (1, 2)
     assert_only_torchruns_traceback(done.stderr)
 
 
-@pytest.mark.parametrize("argv", [
-    ["translate", "{run}", "--input", "{root}/input.de", "--beam", "2"],
-    ["evaluate", "{run}", "--split", "valid", "--json"],
-    ["score", "{run}", "--src", "{root}/input.de", "--tgt", "{root}/input.de", "--json"],
-    ["inspect", "{run}", "--split", "valid"],
-    ["prune", "{run}", "--fraction", "0.5", "--json"],
-], ids=lambda argv: argv[0])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["translate", "{run}", "--input", "{root}/input.de", "--beam", "2"],
+        ["evaluate", "{run}", "--split", "valid", "--json"],
+        ["score", "{run}", "--src", "{root}/input.de", "--tgt", "{root}/input.de", "--json"],
+        ["inspect", "{run}", "--split", "valid"],
+        ["prune", "{run}", "--fraction", "0.5", "--json"],
+    ],
+    ids=lambda argv: argv[0],
+)
 def test_device_cpu_gives_what_the_default_gives(workspace, capsys, argv):  # noqa: F811
     """On a machine without a GPU, `--device auto` (the default) is the CPU: the same output."""
     outputs = []
@@ -89,10 +120,14 @@ def test_device_cpu_gives_what_the_default_gives(workspace, capsys, argv):  # no
         assert json.loads(outputs[0])["tokens"] == 5  # "eins zwei" and "drei", each with EOS
 
 
-@pytest.mark.parametrize("argv", [
-    ["translate", "{run}", "--input", "{root}/input.de", "--beam", "2", "--nbest", "2", "--min-len", "6"],
-    ["translate", "{run}", "--input", "{root}/input.de", "--beam", "1", "--min-len", "6"],
-], ids=["beam", "greedy"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["translate", "{run}", "--input", "{root}/input.de", "--beam", "2", "--nbest", "2", "--min-len", "6"],
+        ["translate", "{run}", "--input", "{root}/input.de", "--beam", "1", "--min-len", "6"],
+    ],
+    ids=["beam", "greedy"],
+)
 def test_every_kv_cache_gives_what_the_default_gives(workspace, capsys, argv):  # noqa: F811
     """--kv-cache static (preallocated buffers), dynamic and none (--no-cache): the same outputs and
     beam scores as auto, over at least 6 steps each (--min-len: the barely trained model would
@@ -118,7 +153,7 @@ class FlatRNN(nn.Module):
         flat = torch.cat([p.detach().reshape(-1) for p in self.rnn.parameters()])
         offset = 0
         for p in self.rnn.parameters():
-            p.data = flat[offset: offset + p.numel()].view_as(p)
+            p.data = flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
 
 
@@ -141,8 +176,9 @@ def test_weights_that_are_views_of_one_flat_buffer_save_and_reload(tmp_path):
     assert again.out.weight is again.embed
     x = torch.randn(2, 6, 4)
     assert torch.equal(model.out(model.rnn(x)[0]), again.out(again.rnn(x)[0]))
-    assert {p.untyped_storage().data_ptr() for p in again.rnn.parameters()} == \
-        {again.rnn.weight_ih_l0.untyped_storage().data_ptr()}  # still one buffer
+    assert {p.untyped_storage().data_ptr() for p in again.rnn.parameters()} == {
+        again.rnn.weight_ih_l0.untyped_storage().data_ptr()
+    }  # still one buffer
 
 
 def test_a_file_saved_by_safetensors_save_model_still_loads(tmp_path):

@@ -27,8 +27,13 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
 
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", *args],
-                          capture_output=True, text=True, env=ENV, timeout=180)
+    return subprocess.run(
+        [*TORCHRUN, "--standalone", "--nproc_per_node", "2", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=180,
+    )
 
 
 def assert_same_weights(run_a: Path, run_b: Path) -> None:
@@ -49,8 +54,12 @@ def train_under_torchrun_and_accumulating(config: Path, tmp_path: Path) -> subpr
     (tmp_path/single) end with the same weights; returns the torchrun run."""
     ddp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "ddp"))
     assert ddp.returncode == 0, why(ddp)
-    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"),
-                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
+    single = subprocess.run(
+        [*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"), "--set", "train.accumulate=2"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert single.returncode == 0, why(single)
     assert_same_weights(tmp_path / "ddp", tmp_path / "single")
     return ddp
@@ -85,12 +94,35 @@ train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
     lines = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines if r["split"] == "train"] == [1, 2, 3, 4, 5, 6]  # written once, by rank 0
     # resumed under torchrun to step 9, it equals one process that ran 9 steps straight
-    resumed = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "ddp"), "--resume",
-                       "--allow-changes", "--set", "train.max_steps=9")
+    resumed = torchrun(
+        "-m",
+        "attnlab.cli",
+        "train",
+        str(config),
+        "--out",
+        str(tmp_path / "ddp"),
+        "--resume",
+        "--allow-changes",
+        "--set",
+        "train.max_steps=9",
+    )
     assert resumed.returncode == 0 and "resuming" in resumed.stdout, why(resumed)
-    straight = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "straight"),
-                               "--set", "train.accumulate=2", "--set", "train.max_steps=9"],
-                              capture_output=True, text=True, env=ENV)
+    straight = subprocess.run(
+        [
+            *ATTNLAB,
+            "train",
+            str(config),
+            "--out",
+            str(tmp_path / "straight"),
+            "--set",
+            "train.accumulate=2",
+            "--set",
+            "train.max_steps=9",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert straight.returncode == 0, why(straight)
     assert_same_weights(tmp_path / "ddp", tmp_path / "straight")
 
@@ -127,12 +159,14 @@ train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_s
 
 
 def test_exit_worker_flushes_its_output_keeps_the_status_and_skips_the_shutdown():
-    script = ("import atexit, sys\n"
-              "from attnlab.parallel.distributed import exit_worker\n"
-              "atexit.register(print, 'shutdown ran')\n"
-              "print('report')\n"  # block-buffered: stdout is a pipe
-              "print('note', file=sys.stderr)\n"
-              "exit_worker(3)\n")
+    script = (
+        "import atexit, sys\n"
+        "from attnlab.parallel.distributed import exit_worker\n"
+        "atexit.register(print, 'shutdown ran')\n"
+        "print('report')\n"  # block-buffered: stdout is a pipe
+        "print('note', file=sys.stderr)\n"
+        "exit_worker(3)\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV)
     assert (done.returncode, done.stdout, done.stderr) == (3, "report\n", "note\n")
 
@@ -142,12 +176,18 @@ def test_the_cli_ends_a_torchrun_worker_with_the_errors_status_and_its_one_line(
     """Under torchrun (WORLD_SIZE > 1) main ends the process itself, so the interpreter's shutdown
     (here, an atexit handler) does not run; a single process shuts down as usual."""
     missing = tmp_path / "missing.yaml"
-    script = ("import atexit, sys\n"
-              "from attnlab.cli import main\n"
-              "atexit.register(print, 'shutdown ran')\n"
-              f"sys.exit(main(['train', {str(missing)!r}]))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env={**ENV, "WORLD_SIZE": world_size, "RANK": "0"})
+    script = (
+        "import atexit, sys\n"
+        "from attnlab.cli import main\n"
+        "atexit.register(print, 'shutdown ran')\n"
+        f"sys.exit(main(['train', {str(missing)!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**ENV, "WORLD_SIZE": world_size, "RANK": "0"},
+    )
     shutdown = "shutdown ran\n" if world_size == "1" else ""
     assert (done.returncode, done.stdout, done.stderr) == (3, shutdown, f"error: {missing}: no such config file\n")
 
@@ -164,11 +204,16 @@ data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_val
 train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 3,
         log_every: 1, progress: false, eval_exact_match: 5}
 """)
-    fsdp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "fsdp"),
-                    "--set", "train.strategy=fsdp")
+    fsdp = torchrun(
+        "-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "fsdp"), "--set", "train.strategy=fsdp"
+    )
     assert fsdp.returncode == 0, why(fsdp)
-    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"),
-                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
+    single = subprocess.run(
+        [*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"), "--set", "train.accumulate=2"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert single.returncode == 0, why(single)
 
     def logged(run: Path) -> list[tuple[int, str, float]]:
@@ -178,14 +223,39 @@ train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
     sharded, one = logged(tmp_path / "fsdp"), logged(tmp_path / "single")
     assert [r[:2] for r in sharded] == [r[:2] for r in one] and len(sharded) == 8  # 6 train lines, 2 valid
     assert [r[2] for r in sharded] == pytest.approx([r[2] for r in one], rel=1e-5)
-    assert load_run(tmp_path / "fsdp", "last")[0].state_dict().keys() == \
-        load_run(tmp_path / "single", "last")[0].state_dict().keys()
-    resumed = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "fsdp"), "--resume", "--allow-changes",
-                       "--set", "train.max_steps=8")
+    assert (
+        load_run(tmp_path / "fsdp", "last")[0].state_dict().keys()
+        == load_run(tmp_path / "single", "last")[0].state_dict().keys()
+    )
+    resumed = torchrun(
+        "-m",
+        "attnlab.cli",
+        "train",
+        "--out",
+        str(tmp_path / "fsdp"),
+        "--resume",
+        "--allow-changes",
+        "--set",
+        "train.max_steps=8",
+    )
     assert resumed.returncode == 0 and "resuming" in resumed.stdout, why(resumed)
     assert [r[0] for r in logged(tmp_path / "fsdp") if r[1] == "train"] == list(range(1, 9))
-    alone = subprocess.run([*ATTNLAB, "train", "--out", str(tmp_path / "fsdp"), "--resume", "--allow-changes",
-                            "--set", "train.max_steps=10", "--set", "train.strategy=ddp"],
-                           capture_output=True, text=True, env=ENV)
+    alone = subprocess.run(
+        [
+            *ATTNLAB,
+            "train",
+            "--out",
+            str(tmp_path / "fsdp"),
+            "--resume",
+            "--allow-changes",
+            "--set",
+            "train.max_steps=10",
+            "--set",
+            "train.strategy=ddp",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert alone.returncode == 5 and alone.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "trained with train.strategy fsdp under torchrun" in alone.stderr

@@ -49,8 +49,9 @@ def test_every_package_declares_its_public_names_and_each_has_its_page(generated
         assert isinstance(getattr(module, "__all__", None), list), f"{package} has no __all__"
         page = generated[f"_generated/api/{package}.rst"]
         for name in module.__all__:
-            assert re.search(rf"^\.\. (autoclass|autofunction|py:data):: {re.escape(package)}\.{name}$", page, re.M), \
+            assert re.search(rf"^\.\. (autoclass|autofunction|py:data):: {re.escape(package)}\.{name}$", page, re.M), (
                 f"{package}.{name} is not on its API page"
+            )
     assert len(generated["_generated/api/attnlab.rst"].split(".. auto")) - 1 >= 9  # 5 errors, 4 functions
 
 
@@ -150,8 +151,11 @@ def test_composed_configs_at_any_depth_with_the_outer_configs_defaults():
     """The generator walks dataclass fields, not class names: a config composed of configs composed of
     configs lists every field once, with the defaults the outermost config gives its parts."""
     table = {r.path: r for r in attnlab_docs.config_fields(Outer)}
-    assert list(table) == field_paths(Outer) == ["middle", "middle.inner", "middle.inner.mode", "middle.inner.size",
-                                                  "middle.depth", "name"]
+    assert (
+        list(table)
+        == field_paths(Outer)
+        == ["middle", "middle.inner", "middle.inner.mode", "middle.inner.size", "middle.depth", "name"]
+    )
     assert table["middle.inner.mode"].default == "'exact'" and table["middle.inner.size"].default == "16"
     assert table["middle.depth"].type == "int or None" and table["middle.depth"].default == "None"
     assert table["middle.inner.mode"].allowed == "``fast``, ``exact``" and table["middle.inner.size"].allowed == ">= 2"
@@ -226,15 +230,25 @@ def test_the_command_reference_lists_every_command_and_option(generated, tmp_pat
 
     (tmp_path / "conf.py").write_text("extensions = ['sphinxarg.ext']\n")
     (tmp_path / "index.rst").write_text(generated["_generated/cli.rst"])
-    app = Sphinx(str(tmp_path), str(tmp_path), str(tmp_path / "out"), str(tmp_path / "doctrees"), "text",
-                 status=None, warning=None, freshenv=True)
+    app = Sphinx(
+        str(tmp_path),
+        str(tmp_path),
+        str(tmp_path / "out"),
+        str(tmp_path / "doctrees"),
+        "text",
+        status=None,
+        warning=None,
+        freshenv=True,
+    )
     app.build()
     text = (tmp_path / "out" / "index.txt").read_text()
     wanted = options(make_parser())
     assert len(wanted) > 200 and ((), "train", True) in wanted and (("train",), "--set", False) in wanted
     # each command's part of the page starts at its usage line, `attnlab train [-h] ...`
-    parts = {tuple(m.group(1).split()): m.group(0) for m in
-             re.finditer(r"^   (?:usage: )?attnlab ((?:[\w-]+ )*?)\[-h\].*?(?=^   attnlab |\Z)", text, re.M | re.S)}
+    parts = {
+        tuple(m.group(1).split()): m.group(0)
+        for m in re.finditer(r"^   (?:usage: )?attnlab ((?:[\w-]+ )*?)\[-h\].*?(?=^   attnlab |\Z)", text, re.M | re.S)
+    }
     missing = []
     for path, name, command in wanted:
         if command:
@@ -245,8 +259,12 @@ def test_the_command_reference_lists_every_command_and_option(generated, tmp_pat
             missing.append((" ".join(path), name))
     assert missing == []
     # the parts are the commands' own: an option of `info` that `train` lacks is in one part, not the other
-    only_info = next(n for p, n, _ in wanted if p == ("info",) and n.startswith("--") and (("train",), n, False) not in wanted)
-    assert re.search(rf"^{only_info}$", parts[("info",)], re.M) and not re.search(rf"^{only_info}$", parts[("train",)], re.M)
+    only_info = next(
+        n for p, n, _ in wanted if p == ("info",) and n.startswith("--") and (("train",), n, False) not in wanted
+    )
+    assert re.search(rf"^{only_info}$", parts[("info",)], re.M) and not re.search(
+        rf"^{only_info}$", parts[("train",)], re.M
+    )
 
 
 def test_math_is_mathml_written_at_build_time():

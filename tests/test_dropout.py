@@ -75,7 +75,6 @@ def test_equals_the_product_with_the_textbook_mask():
     assert torch.equal(g, keep * scale)
 
 
-
 def test_a_cuda_tensor_goes_through_torchs_fused_dropout(monkeypatch):
     """The cheap masks are the CPU's remedy; a CUDA tensor gets F.dropout with the same p (here a CPU
     tensor that says it is on CUDA: there is no GPU), any other tensor never does."""
@@ -115,11 +114,14 @@ def test_a_training_step_with_dropout_compiles_whole_and_at_most_twice(arch, var
     own = lambda ids: ids.clone()  # a collated batch's tensors are its own, not views of a larger one
     if arch == "encoder_only":
         objective = MaskedLMConfig().task.loss
-        batch = lambda B, T: MLMBatch(inputs=own(tgt[:B, :T]), targets=own(tgt[:B, 1:T + 1]))
+        batch = lambda B, T: MLMBatch(inputs=own(tgt[:B, :T]), targets=own(tgt[:B, 1 : T + 1]))
     else:
         objective = teacher_forced_loss
-        batch = lambda B, T: Batch(src=own(src[:B, :T + 2]) if arch == "encoder_decoder" else None,
-                                   tgt_in=own(tgt[:B, :T]), tgt_out=own(tgt[:B, 1:T + 1]))
+        batch = lambda B, T: Batch(
+            src=own(src[:B, : T + 2]) if arch == "encoder_decoder" else None,
+            tgt_in=own(tgt[:B, :T]),
+            tgt_out=own(tgt[:B, 1 : T + 1]),
+        )
     amp = autocast("bf16", torch.device("cpu"))
     step = lambda fn, B, T: fn(model, batch(B, T), 0.1, amp)[0].backward()
     dynamo.reset()
@@ -156,4 +158,3 @@ def test_varied_shapes_compile_without_size_guards_where_inductor_has_the_switch
     monkeypatch.delattr(inductor.triton, "mix_order_reduction_non_strict_mode")
     compiled(print, varied_shapes=True)
     assert calls[-1] == {"dynamic": True, "options": {}}
-

@@ -36,8 +36,18 @@ from helpers import run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DUAL = dict(arch="dual_encoder", vocab_size=20, image_height=16, image_width=12, channels=3, patches=dict(size=4),
-            stack=dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0), n_image_layers=2, n_text_layers=1, d_embed=8)
+DUAL = dict(
+    arch="dual_encoder",
+    vocab_size=20,
+    image_height=16,
+    image_width=12,
+    channels=3,
+    patches=dict(size=4),
+    stack=dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0),
+    n_image_layers=2,
+    n_text_layers=1,
+    d_embed=8,
+)
 
 # three images and three texts, unit vectors of a 3-wide joint space
 IMAGES = [[1.0, 0.0, 0.0], [0.6, 0.8, 0.0], [0.0, 0.6, 0.8]]
@@ -79,9 +89,14 @@ def loss_and_gradient(model, positives: list[list[int]], smoothing: float = 0.0)
     return loss.item(), model.log_logit_scale.grad.item()
 
 
-@pytest.mark.parametrize("positives", [[[1, 0, 0], [0, 1, 0], [0, 0, 1]],   # three distinct captions
-                                       [[1, 1, 0], [1, 1, 0], [0, 0, 1]]],  # texts 0 and 1 the same caption
-                         ids=["distinct", "repeated"])
+@pytest.mark.parametrize(
+    "positives",
+    [
+        [[1, 0, 0], [0, 1, 0], [0, 0, 1]],  # three distinct captions
+        [[1, 1, 0], [1, 1, 0], [0, 0, 1]],
+    ],  # texts 0 and 1 the same caption
+    ids=["distinct", "repeated"],
+)
 def test_info_nce_on_a_3x3_batch_equals_a_hand_computation(positives):
     model = build_model(*sized(**DUAL))
     assert model.logit_scale.item() == pytest.approx(1 / 0.07, rel=1e-7)  # CLIP's initial temperature
@@ -118,10 +133,25 @@ def test_a_batchs_positives_are_the_texts_with_the_same_tokens():
 def test_the_towers_are_the_vit_and_the_text_encoder_with_the_same_weights():
     torch.manual_seed(0)
     model = build_model(*sized(**{**DUAL, "n_image_layers": 1})).eval()
-    vit = build_model(*sized(arch="vit", image_height=16, image_width=12, channels=3, n_classes=2, patches=dict(size=4, positional="learned_2d"),
-                              stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, layer_norm_eps=1e-5),
-                              pooling="cls", )).eval()
-    text = build_model(*sized(arch="encoder_only", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, activation="gelu", norm="pre"))).eval()
+    vit = build_model(
+        *sized(
+            arch="vit",
+            image_height=16,
+            image_width=12,
+            channels=3,
+            n_classes=2,
+            patches=dict(size=4, positional="learned_2d"),
+            stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, layer_norm_eps=1e-5),
+            pooling="cls",
+        )
+    ).eval()
+    text = build_model(
+        *sized(
+            arch="encoder_only",
+            vocab_size=20,
+            stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, activation="gelu", norm="pre"),
+        )
+    ).eval()
     missing = model.image.load_state_dict(vit.state_dict(), strict=False).missing_keys
     assert missing == [] and model.text.load_state_dict(text.state_dict(), strict=False).missing_keys == []
     images, ids = torch.randn(2, 3, 16, 12), torch.tensor([[1, 5, 6, 2], [1, 7, 2, 0]])
@@ -155,12 +185,14 @@ def test_zero_shot_classification_is_the_argmax_of_the_prompt_similarities():
 
 
 def test_recall_at_k_on_a_hand_made_similarity_matrix():
-    similarity = torch.tensor([[0.9, 0.1, 0.5, 0.3],
-                               [0.2, 0.8, 0.7, 0.1],
-                               [0.4, 0.3, 0.2, 0.6]])
-    relevant = torch.tensor([[1, 0, 0, 0],    # found first
-                             [0, 0, 1, 0],    # second
-                             [0, 1, 0, 0]]).bool()  # third
+    similarity = torch.tensor([[0.9, 0.1, 0.5, 0.3], [0.2, 0.8, 0.7, 0.1], [0.4, 0.3, 0.2, 0.6]])
+    relevant = torch.tensor(
+        [
+            [1, 0, 0, 0],  # found first
+            [0, 0, 1, 0],  # second
+            [0, 1, 0, 0],
+        ]
+    ).bool()  # third
     assert recall_at_k(similarity, relevant, 1) == pytest.approx(1 / 3)
     assert recall_at_k(similarity, relevant, 2) == pytest.approx(2 / 3)
     assert recall_at_k(similarity, relevant, 3) == 1.0 and recall_at_k(similarity, relevant, 5) == 1.0
@@ -180,27 +212,42 @@ def test_a_bad_config_fails_early_naming_the_field():
         return RunConfig.from_sections({"model": model, "data": data, "train": {}})
 
     refusals = [
-        (lambda: run_config({"arch": "captioner"}), "model.arch must be 'dual_encoder' for data.task 'contrastive'; "
-                                                    "got 'captioner'"),
+        (
+            lambda: run_config({"arch": "captioner"}),
+            "model.arch must be 'dual_encoder' for data.task 'contrastive'; got 'captioner'",
+        ),
         (lambda: sized(**DUAL, init_temperature=0.0), "init_temperature must be > 0 (got 0.0)"),
-        (lambda: sized(**DUAL, max_logit_scale=10.0),
-         "max_logit_scale (10.0) must be at least 1 / init_temperature (14.29)"),
+        (
+            lambda: sized(**DUAL, max_logit_scale=10.0),
+            "max_logit_scale (10.0) must be at least 1 / init_temperature (14.29)",
+        ),
         (lambda: sized(**{**DUAL, "d_embed": 0}), "d_embed must be >= 1 (got 0)"),
         (lambda: sized(**DUAL, text_pooling="eos"), "text_pooling must be one of 'cls', 'mean' (got 'eos')"),
         (lambda: sized(**DUAL, embeddings={"tie": "output"}), "embeddings.tie must be one of 'none' (got 'output')"),
-        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "prompts": "a {colour} thing"}),
-         "prompts: 'a {colour} thing' must name the class as {label} and hold no other braces (e.g. 'a picture of a "
-         "{label}')"),
-        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle"}),
-         "labels names 1 class; zero-shot classification needs at least two (comma-separated)"),
-        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": " , "}),
-         "labels names 0 classes; zero-shot classification needs at least two (comma-separated)"),
-        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle, red circle"}),
-         "labels names 'red circle' twice"),
-        (lambda: task_config({"task": "contrastive", "dataset": "scenes", "n_train": 10}).task.prepare(
-            Batching(4096, 1, 0)),
-         "train.batch_size (1) must be at least 2 for data.task 'contrastive': an image's negatives are the batch's "
-         "other captions"),
+        (
+            lambda: task_config({"task": "contrastive", "dataset": "scenes", "prompts": "a {colour} thing"}),
+            "prompts: 'a {colour} thing' must name the class as {label} and hold no other braces (e.g. 'a picture of a "
+            "{label}')",
+        ),
+        (
+            lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle"}),
+            "labels names 1 class; zero-shot classification needs at least two (comma-separated)",
+        ),
+        (
+            lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": " , "}),
+            "labels names 0 classes; zero-shot classification needs at least two (comma-separated)",
+        ),
+        (
+            lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle, red circle"}),
+            "labels names 'red circle' twice",
+        ),
+        (
+            lambda: task_config({"task": "contrastive", "dataset": "scenes", "n_train": 10}).task.prepare(
+                Batching(4096, 1, 0)
+            ),
+            "train.batch_size (1) must be at least 2 for data.task 'contrastive': an image's negatives are the batch's "
+            "other captions",
+        ),
     ]
     for make, message in refusals:
         with pytest.raises(ConfigError) as refused:
@@ -239,8 +286,11 @@ def contrastive_run(tmp_path_factory):
 def test_a_tiny_dual_encoder_learns_to_match_one_object_scenes(contrastive_run):
     root, done = contrastive_run
     assert "image-caption pairs 32x32x3: train 600, valid 100, test 100, compositional 100; vocabulary" in done.stdout
-    valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["split"] == "valid"]
+    valid = [
+        json.loads(line)
+        for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "valid"
+    ]
     # chance: recall@1 about 1 in 22 (the distinct captions of one object, 2 sizes x 11 seen colour-shape pairs),
     # zero-shot 1 in 12
     assert valid[-1]["recall_at_1"] > 0.4 and valid[-1]["zero_shot_accuracy"] > 0.3
@@ -252,8 +302,11 @@ def test_a_tiny_dual_encoder_learns_to_match_one_object_scenes(contrastive_run):
     assert record["zero_shot_accuracy"] == pytest.approx(valid[-1]["zero_shot_accuracy"])
     assert record["images"] == 100 and record["zero_shot_images"] == 100 and record["zero_shot_classes"] == 12
     train_tiny(root, "again")  # the same seed, the same numbers
-    assert [json.loads(line) for line in (root / "again" / "metrics.jsonl").read_text().splitlines()
-            if json.loads(line)["split"] == "valid"] == valid
+    assert [
+        json.loads(line)
+        for line in (root / "again" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "valid"
+    ] == valid
     text = run_cli("evaluate", str(root / "run"), "--split", "compositional")
     assert text.returncode == 0 and "(100 images, 2 distinct captions, split compositional)" in text.stdout
     assert "zero-shot accuracy" in text.stdout
@@ -273,41 +326,58 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
     x = torch.stack([torch.tensor(s.pixels).permute(2, 0, 1).float() for s in drawn])
     x = (x - torch.tensor(state["mean"])[:, None, None]) / torch.tensor(state["std"])[:, None, None]
     with torch.no_grad():
-        similarity = model.eval().encode_image(x) @ class_embeddings(model, tokenizers["tgt"], state["labels"],
-                                                                       state["prompts"]).T
+        similarity = (
+            model.eval().encode_image(x)
+            @ class_embeddings(model, tokenizers["tgt"], state["labels"], state["prompts"]).T
+        )
     expected = [state["labels"][c] for c in similarity.argmax(-1).tolist()]
     done = run_cli("predict", str(root / "run"), *paths)
     assert done.returncode == 0, done.stderr
     assert [line.split("\t")[:2] for line in done.stdout.splitlines()] == [[p, e] for p, e in zip(paths, expected)]
-    chosen = run_cli("predict", str(root / "run"), *paths, "--labels", "blue triangle, yellow square",
-                     "--prompts", "a large {label}", "--json")
+    chosen = run_cli(
+        "predict",
+        str(root / "run"),
+        *paths,
+        "--labels",
+        "blue triangle, yellow square",
+        "--prompts",
+        "a large {label}",
+        "--json",
+    )
     assert chosen.returncode == 0, chosen.stderr
     records = [json.loads(line) for line in chosen.stdout.splitlines()]
     assert [sorted(r["probabilities"]) for r in records] == [["blue triangle", "yellow square"]] * 4
     with torch.no_grad():
-        two = model.encode_image(x) @ class_embeddings(model, tokenizers["tgt"], ["blue triangle", "yellow square"],
-                                                       ["a large {label}"]).T
+        two = (
+            model.encode_image(x)
+            @ class_embeddings(model, tokenizers["tgt"], ["blue triangle", "yellow square"], ["a large {label}"]).T
+        )
     assert [r["label"] for r in records] == [["blue triangle", "yellow square"][c] for c in two.argmax(-1).tolist()]
     unseen = run_cli("predict", str(root / "run"), paths[0], "--labels", "red dog,blue cat")
     assert unseen.returncode == 0
     assert unseen.stderr.startswith("note: 4 prompts hold words the run's captions never had")
     one = run_cli("predict", str(root / "run"), paths[0], "--labels", "red circle")
     assert one.returncode == 2 and one.stderr.strip() == (
-        "error: --labels: labels names 1 class; zero-shot classification needs at least two (comma-separated)")
+        "error: --labels: labels names 1 class; zero-shot classification needs at least two (comma-separated)"
+    )
     none = run_cli("predict", str(root / "run"))
     assert none.returncode == 2 and none.stderr.strip() == (
-        "error: give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
+        "error: give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]"
+    )
     (tmp_path / "captions.tsv").write_text("".join(f"{i}.png\t{s.caption}\n" for i, s in enumerate(drawn)))
     on_file = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "captions.tsv"), "--json")
     assert on_file.returncode == 0, on_file.stderr
     record = json.loads(on_file.stdout)
     assert (record["images"], record["zero_shot_images"], record["captions"]) == (4, 4, len({s.caption for s in drawn}))
-    assert record["zero_shot_accuracy"] == sum(e == f"{o.colour} {o.shape}" for e, o in
-                                               zip(expected, (s.objects[0] for s in drawn))) / 4
+    assert (
+        record["zero_shot_accuracy"]
+        == sum(e == f"{o.colour} {o.shape}" for e, o in zip(expected, (s.objects[0] for s in drawn))) / 4
+    )
     (tmp_path / "scene.tsv").write_text("0.png\ta small red circle left of a large blue square\n")
     unlabelled = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "scene.tsv"))
     assert unlabelled.returncode == 0 and unlabelled.stdout.splitlines()[2] == (
-        "zero-shot: no image is captioned by a prompt of the 12 classes")
+        "zero-shot: no image is captioned by a prompt of the 12 classes"
+    )
     caption = run_cli("caption", str(root / "run"), paths[0])
     assert caption.returncode == 2 and "`attnlab caption` needs data.task" in caption.stderr
     assert caption.stderr.count("\n") == 1
@@ -315,11 +385,17 @@ def test_predict_classifies_image_files_zero_shot(contrastive_run, tmp_path):
 
 def test_the_dual_encoder_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
+
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "dual_encoder.yaml")
     assert type(cfg.data.task) is Contrastive and cfg.data.held_combinations == ("red triangle",)
     assert len(cfg.data.class_names) == 12 and cfg.data.templates == ["a small {label}", "a large {label}"]
     shape = cfg.planned_shape(vocab_size=17)
-    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == ("dual_encoder", 32, 3, (8, 8))
+    assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == (
+        "dual_encoder",
+        32,
+        3,
+        (8, 8),
+    )
     assert shape.vocab_size == 17
 
 
@@ -332,7 +408,8 @@ def test_a_run_on_captions_files_has_no_classes_of_its_own(tmp_path):
     (tmp_path / "dual.yaml").write_text(
         "model: {arch: dual_encoder, patches: {size: 8}, stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}, d_embed: 8}\n"
         f"data: {{task: contrastive, train: {tmp_path / 'captions.tsv'}, valid: {tmp_path / 'captions.tsv'}}}\n"
-        "train: {max_steps: 2, batch_size: 4, eval_every: 2, label_smoothing: 0.0, progress: false}\n")
+        "train: {max_steps: 2, batch_size: 4, eval_every: 2, label_smoothing: 0.0, progress: false}\n"
+    )
     assert train_tiny(tmp_path, "run").returncode == 0
     run = str(tmp_path / "run")
     on_file = run_cli("evaluate", run, "--data", str(tmp_path / "captions.tsv"))

@@ -18,7 +18,14 @@ from attnlab.nn.series import ChannelLinear, LastValue, Patching, RevIN, SeriesD
 from helpers import sized
 
 PAPER = dict(n_channels=7, input_length=336, horizon=96)  # ETTh1, the paper's input and shortest horizon
-SMALL = dict(n_channels=3, input_length=40, horizon=12, patch_length=8, patch_stride=4, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32))
+SMALL = dict(
+    n_channels=3,
+    input_length=40,
+    horizon=12,
+    patch_length=8,
+    patch_stride=4,
+    stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32),
+)
 
 
 def series(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -34,6 +41,7 @@ def patchtst(seed: int = 0, **fields) -> torch.nn.Module:
 
 
 # -- RevIN -----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("affine", [False, True])
 def test_revin_standardises_each_instance_and_channel_over_time_and_inverts(affine):
@@ -63,12 +71,13 @@ def test_revin_standardises_each_instance_and_channel_over_time_and_inverts(affi
 
 # -- patching --------------------------------------------------------------------------------------
 
+
 def test_336_steps_make_42_patches_of_16_every_8_the_last_padded_with_the_last_value():
     x = torch.arange(336.0)
     patches = Patching(16, 8)(x)
     assert patches.shape == (42, 16) and Patching(16, 8).n_patches(336) == 42
     for k in range(41):
-        assert torch.equal(patches[k], x[8 * k:8 * k + 16])
+        assert torch.equal(patches[k], x[8 * k : 8 * k + 16])
     assert patches[41].tolist() == list(range(328, 336)) + [335] * 8
 
 
@@ -78,11 +87,14 @@ def test_patching_of_short_series_and_leading_dimensions():
     assert Patching(8, 5)(torch.arange(20.0))[-1].tolist() == [15, 16, 17, 18, 19, 19, 19, 19]
     assert Patching(8, 5).n_patches(20) == 4
     batch = torch.stack([torch.arange(7.0), 100 + torch.arange(7.0)])  # (2, 7)
-    assert Patching(3, 3)(batch).tolist() == [[[0, 1, 2], [3, 4, 5], [6, 6, 6]],
-                                              [[100, 101, 102], [103, 104, 105], [106, 106, 106]]]
+    assert Patching(3, 3)(batch).tolist() == [
+        [[0, 1, 2], [3, 4, 5], [6, 6, 6]],
+        [[100, 101, 102], [103, 104, 105], [106, 106, 106]],
+    ]
 
 
 # -- DLinear ---------------------------------------------------------------------------------------
+
 
 def moving_average_by_loop(x: np.ndarray, k: int) -> np.ndarray:
     """(B, L, C): the mean of x[t - (k-1)/2 ... t + (k-1)/2], steps beyond the ends taken as the end values."""
@@ -104,7 +116,9 @@ def test_the_trend_is_a_moving_average_with_the_ends_repeated_and_seasonal_is_th
 
 @pytest.mark.parametrize("individual", [False, True])
 def test_dlinear_forecasts_the_two_linear_maps_of_seasonal_and_trend(individual):
-    model = build_model(*sized(arch="dlinear", n_channels=3, input_length=30, horizon=7, kernel_size=5, individual=individual))
+    model = build_model(
+        *sized(arch="dlinear", n_channels=3, input_length=30, horizon=7, kernel_size=5, individual=individual)
+    )
     maps = (model.seasonal, model.trend)
     assert all(torch.all(m.weight == 1 / 30) for m in maps)  # each starts as the mean of the inputs
     g = torch.Generator().manual_seed(0)
@@ -116,8 +130,10 @@ def test_dlinear_forecasts_the_two_linear_maps_of_seasonal_and_trend(individual)
     xs = x.double().numpy()
     trend = moving_average_by_loop(xs, 5)
     seasonal = xs - trend
-    W_s, b_s, W_t, b_t = (p.detach().double().numpy() for p in (model.seasonal.weight, model.seasonal.bias,
-                                                               model.trend.weight, model.trend.bias))
+    W_s, b_s, W_t, b_t = (
+        p.detach().double().numpy()
+        for p in (model.seasonal.weight, model.seasonal.bias, model.trend.weight, model.trend.bias)
+    )
     expected = np.zeros((2, 7, 3))
     for b in range(2):
         for c in range(3):
@@ -131,6 +147,7 @@ def test_dlinear_forecasts_the_two_linear_maps_of_seasonal_and_trend(individual)
 
 # -- the last value ----------------------------------------------------------------------------------
 
+
 def test_the_last_value_repeated_exactly_with_no_parameters():
     model = build_model(*sized(arch="last_value", **PAPER))
     assert isinstance(model, LastValue) and list(model.parameters()) == []
@@ -143,6 +160,7 @@ def test_the_last_value_repeated_exactly_with_no_parameters():
 
 # -- PatchTST --------------------------------------------------------------------------------------
 
+
 def test_patchtst_channels_are_independent_and_so_are_the_instances_of_a_batch():
     model = patchtst()
     x = series(3, 40, 3)
@@ -153,7 +171,7 @@ def test_patchtst_channels_are_independent_and_so_are_the_instances_of_a_batch()
     torch.testing.assert_close(y_changed[..., [0, 2]], y[..., [0, 2]])  # the other channels: the same numbers
     assert not torch.allclose(y_changed[..., 1], y[..., 1])
     for b in range(3):
-        torch.testing.assert_close(model.forecast(x[b:b + 1]), y[b:b + 1], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(model.forecast(x[b : b + 1]), y[b : b + 1], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("revin_affine", [False, True])
@@ -174,7 +192,7 @@ def test_patchtst_embeds_each_patch_linearly_plus_its_position_and_forecasts_fro
     model.encoder.register_forward_pre_hook(lambda m, args: inputs.append(args[0]))
     states = model.encode(x)  # (B C, N, d_model)
     padded = torch.cat([x, x[:, -1:].expand(2, 4, 3)], dim=1)  # (B, 44, C): the last value 4 (the stride) more times
-    patches = torch.stack([padded[b, 4 * k:4 * k + 8, c] for b in range(2) for c in range(3) for k in range(10)])
+    patches = torch.stack([padded[b, 4 * k : 4 * k + 8, c] for b in range(2) for c in range(3) for k in range(10)])
     W, bias = model.patch_embed.weight, model.patch_embed.bias
     torch.testing.assert_close(inputs[0], patches.view(6, 10, 8) @ W.T + bias + model.positions)  # z_0, series b C + c
     head = model.head.linear
@@ -228,6 +246,7 @@ def test_patchtst_parameters_of_the_papers_etth1_model(revin_affine):
 
 # -- configs -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("arch", ["patchtst", "dlinear", "last_value"])
 def test_each_family_builds_from_the_datas_sizes_and_round_trips(arch):
     cfg, shape = sized(arch=arch, **PAPER)
@@ -248,20 +267,26 @@ def test_each_family_builds_from_the_datas_sizes_and_round_trips(arch):
         build_model(cfg, DataShape(n_channels=7, input_length=336))
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(arch="patchtst", patch_length=400), r"patch_length \(400\) must be at most input_length \(336\)"),
-    (dict(arch="patchtst", patch_stride=0), r"patch_stride must be >= 1"),
-    (dict(arch="patchtst", patch_stride=17), r"patch_stride \(17\) must be at most patch_length \(16\)"),
-    (dict(arch="patchtst", head_dropout=1.0), r"head_dropout must be in \[0, 1\)"),
-    (dict(arch="patchtst", stack=dict(d_model=18)), r"d_model \(18\) must be divisible by n_heads \(4\)"),
-    (dict(arch="patchtst", stack=dict(attention_backend="local")), r"attention_backend 'local' is blockwise or approximate, which a series' few patches \(42 in the paper\) do not need; use 'math' or 'sdpa' or 'auto'$"),
-    (dict(arch="patchtst", revin=False, revin_affine=True), r"revin_affine is only used with revin: true"),
-    (dict(arch="dlinear", kernel_size=24), r"kernel_size must be odd"),
-    (dict(arch="dlinear", kernel_size=0), r"kernel_size must be >= 1"),
-    (dict(arch="dlinear", kernel_size=337), r"kernel_size \(337\) must be at most input_length \(336\)"),
-    (dict(arch="dlinear", d_model=16), r"model.arch 'dlinear' has no field 'd_model'"),
-    (dict(arch="last_value", d_model=16), r"model.arch 'last_value' has no field 'd_model'"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(arch="patchtst", patch_length=400), r"patch_length \(400\) must be at most input_length \(336\)"),
+        (dict(arch="patchtst", patch_stride=0), r"patch_stride must be >= 1"),
+        (dict(arch="patchtst", patch_stride=17), r"patch_stride \(17\) must be at most patch_length \(16\)"),
+        (dict(arch="patchtst", head_dropout=1.0), r"head_dropout must be in \[0, 1\)"),
+        (dict(arch="patchtst", stack=dict(d_model=18)), r"d_model \(18\) must be divisible by n_heads \(4\)"),
+        (
+            dict(arch="patchtst", stack=dict(attention_backend="local")),
+            r"attention_backend 'local' is blockwise or approximate, which a series' few patches \(42 in the paper\) do not need; use 'math' or 'sdpa' or 'auto'$",
+        ),
+        (dict(arch="patchtst", revin=False, revin_affine=True), r"revin_affine is only used with revin: true"),
+        (dict(arch="dlinear", kernel_size=24), r"kernel_size must be odd"),
+        (dict(arch="dlinear", kernel_size=0), r"kernel_size must be >= 1"),
+        (dict(arch="dlinear", kernel_size=337), r"kernel_size \(337\) must be at most input_length \(336\)"),
+        (dict(arch="dlinear", d_model=16), r"model.arch 'dlinear' has no field 'd_model'"),
+        (dict(arch="last_value", d_model=16), r"model.arch 'last_value' has no field 'd_model'"),
+    ],
+)
 def test_bad_configs_are_refused_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
         sized(**PAPER, **fields)

@@ -30,22 +30,40 @@ def series_rows(n: int, seed: int = 0) -> np.ndarray:
     """(n, 3): a daily cycle with noise, a 12-hour cycle around 5, and a slow trend with noise."""
     t = np.arange(n)
     noise = np.random.default_rng(seed).normal(size=(n, 3))
-    return np.stack([np.sin(2 * np.pi * t / 24) + 0.1 * noise[:, 0], 5 + 2 * np.cos(2 * np.pi * t / 12),
-                     0.01 * t + 0.2 * noise[:, 2]], axis=1)
+    return np.stack(
+        [
+            np.sin(2 * np.pi * t / 24) + 0.1 * noise[:, 0],
+            5 + 2 * np.cos(2 * np.pi * t / 12),
+            0.01 * t + 0.2 * noise[:, 2],
+        ],
+        axis=1,
+    )
 
 
 def write_series(path: Path, values: np.ndarray, columns=COLUMNS, date_column: str = "date") -> Path:
     start = datetime(2020, 1, 1)
     lines = [",".join([date_column, *columns])]
-    lines += [",".join([(start + timedelta(hours=i)).strftime("%Y-%m-%d %H:%M:%S"), *(f"{v:.6f}" for v in row)])
-              for i, row in enumerate(values)]
+    lines += [
+        ",".join([(start + timedelta(hours=i)).strftime("%Y-%m-%d %H:%M:%S"), *(f"{v:.6f}" for v in row)])
+        for i, row in enumerate(values)
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def config(path: Path, **fields) -> object:
-    return task_config({"task": "forecasting", "path": str(path), "input_length": 24, "horizon": 8,
-                        "train_rows": 100, "valid_rows": 40, "test_rows": 40} | fields)
+    return task_config(
+        {
+            "task": "forecasting",
+            "path": str(path),
+            "input_length": 24,
+            "horizon": 8,
+            "train_rows": 100,
+            "valid_rows": 40,
+            "test_rows": 40,
+        }
+        | fields
+    )
 
 
 def prepare(cfg, state=None):
@@ -54,26 +72,33 @@ def prepare(cfg, state=None):
 
 # -- reading -----------------------------------------------------------------------------------------
 
+
 def test_the_reader_takes_the_date_and_every_other_column(tmp_path):
     values = series_rows(5)
     series = read_series(write_series(tmp_path / "s.csv", values))
     assert series.columns == list(COLUMNS) and series.dates[1] == "2020-01-01 01:00:00"
     np.testing.assert_allclose(series.values, values, atol=5e-7)
-    assert read_series(tmp_path / "s.csv", columns=["temp", "load"]).values[0].tolist() == \
-        pytest.approx([values[0, 2], values[0, 0]], abs=5e-7)
+    assert read_series(tmp_path / "s.csv", columns=["temp", "load"]).values[0].tolist() == pytest.approx(
+        [values[0, 2], values[0, 0]], abs=5e-7
+    )
 
 
-@pytest.mark.parametrize("text, message", [
-    ("date,a,b\n2020-01-01,1,2\n2020-01-02,3,x\n", "s.csv:3:3: 'x' in column 'b' is not a number"),
-    ("date,a,b\n2020-01-01,1,\n", "s.csv:2:3: an empty cell in column 'b' is not a number"),
-    ("date,a,b\n2020-01-01,1,nan\n", "s.csv:2:3: 'nan' in column 'b' is not a finite number"),
-    ("time,a,b\n2020-01-01,1,2\n", "s.csv:1: no date column 'date' in the header (time, a, b); name it with "
-                                   "data.date_column"),
-    ("date,a,b\n2020-01-01,1\n", "s.csv:2: 2 fields, but the header has 3"),
-    ("date,a,b\n", "s.csv: a header and no rows"),
-    ("", "s.csv: empty file (expected a header line, e.g. date,value)"),
-    ("date\n2020-01-01\n", "s.csv:1: no value columns beside 'date'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("date,a,b\n2020-01-01,1,2\n2020-01-02,3,x\n", "s.csv:3:3: 'x' in column 'b' is not a number"),
+        ("date,a,b\n2020-01-01,1,\n", "s.csv:2:3: an empty cell in column 'b' is not a number"),
+        ("date,a,b\n2020-01-01,1,nan\n", "s.csv:2:3: 'nan' in column 'b' is not a finite number"),
+        (
+            "time,a,b\n2020-01-01,1,2\n",
+            "s.csv:1: no date column 'date' in the header (time, a, b); name it with data.date_column",
+        ),
+        ("date,a,b\n2020-01-01,1\n", "s.csv:2: 2 fields, but the header has 3"),
+        ("date,a,b\n", "s.csv: a header and no rows"),
+        ("", "s.csv: empty file (expected a header line, e.g. date,value)"),
+        ("date\n2020-01-01\n", "s.csv:1: no value columns beside 'date'"),
+    ],
+)
 def test_bad_csv_is_named_by_file_line_and_column(tmp_path, text, message):
     (tmp_path / "s.csv").write_text(text)
     with pytest.raises(DataError) as err:
@@ -82,6 +107,7 @@ def test_bad_csv_is_named_by_file_line_and_column(tmp_path, text, message):
 
 
 # -- the protocol ------------------------------------------------------------------------------------
+
 
 def test_the_scaler_uses_the_training_rows_only(tmp_path):
     """Changing a validation or test value leaves the scaler, and every training window, unchanged;
@@ -133,8 +159,14 @@ def test_epochs_draw_their_order_from_the_seed_and_cover_every_window(tmp_path):
 def test_the_fractions_split_as_autoformer(tmp_path):
     assert split_rows(1000, None, 0.1, 0.2) == (700, 100, 200)
     assert split_rows(1001, None, 0.1, 0.2) == (701, 100, 200)
-    cfg = task_config({"task": "forecasting", "path": str(write_series(tmp_path / "s.csv", series_rows(300))),
-                       "input_length": 24, "horizon": 8})
+    cfg = task_config(
+        {
+            "task": "forecasting",
+            "path": str(write_series(tmp_path / "s.csv", series_rows(300))),
+            "input_length": 24,
+            "horizon": 8,
+        }
+    )
     assert prepare(cfg).rows == (210, 30, 60)
 
 
@@ -147,24 +179,38 @@ def test_a_file_that_stops_before_the_test_rows_has_no_test_split(tmp_path):
         cfg.task.evaluate_file(None, {}, cfg.task.saved_state(data), str(tmp_path / "dev.csv"), "test")
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"train_rows": 30}, "split 'train' (rows 0-29) is 30 rows, too short for one window: it needs input_length + "
-                         "horizon (24 + 8 = 32)"),
-    ({"valid_rows": 5}, "split 'valid' (rows 100-104) is 5 rows, too short for one window: it needs horizon (8)"),
-    ({"train_rows": 500}, "s.csv: 180 rows, fewer than the 500 training rows (data.train_rows)"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            {"train_rows": 30},
+            "split 'train' (rows 0-29) is 30 rows, too short for one window: it needs input_length + "
+            "horizon (24 + 8 = 32)",
+        ),
+        ({"valid_rows": 5}, "split 'valid' (rows 100-104) is 5 rows, too short for one window: it needs horizon (8)"),
+        ({"train_rows": 500}, "s.csv: 180 rows, fewer than the 500 training rows (data.train_rows)"),
+    ],
+)
 def test_a_series_too_short_for_a_window_is_refused(tmp_path, fields, message):
     with pytest.raises(DataError, match=message.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
         prepare(config(write_series(tmp_path / "s.csv", series_rows(180)), **fields))
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"train_rows": 100, "valid_rows": None, "test_rows": None}, "give all of train_rows, valid_rows and test_rows"),
-    ({"horizon": 0}, "horizon"),
-    ({"valid_fraction": 0.5, "test_fraction": 0.5, "train_rows": None, "valid_rows": None, "test_rows": None},
-     "valid_fraction \\+ test_fraction must leave training rows"),
-    ({"columns": " , "}, "columns must name at least one column"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            {"train_rows": 100, "valid_rows": None, "test_rows": None},
+            "give all of train_rows, valid_rows and test_rows",
+        ),
+        ({"horizon": 0}, "horizon"),
+        (
+            {"valid_fraction": 0.5, "test_fraction": 0.5, "train_rows": None, "valid_rows": None, "test_rows": None},
+            "valid_fraction \\+ test_fraction must leave training rows",
+        ),
+        ({"columns": " , "}, "columns must name at least one column"),
+    ],
+)
 def test_the_data_section_refuses_early(tmp_path, fields, message):
     with pytest.raises(ConfigError, match=message):
         config(tmp_path / "s.csv", **fields)
@@ -181,9 +227,11 @@ def test_origins_and_future_dates():
     assert origin_row("2017-10-20T05:00", hourly) == origin_row("2017-10-20 05:00:00", hourly) == 29
     with pytest.raises(UsageError) as refused:
         origin_row("2017-10-20 05:30", hourly)
-    assert str(refused.value) == ("--origin '2017-10-20 05:30' is no date of s.csv; the nearest rows are 28 "
-                                  "(2017-10-20 04:00:00), 29 (2017-10-20 05:00:00), 30 (2017-10-20 06:00:00) (give a "
-                                  "row number or one of its dates)")
+    assert str(refused.value) == (
+        "--origin '2017-10-20 05:30' is no date of s.csv; the nearest rows are 28 "
+        "(2017-10-20 04:00:00), 29 (2017-10-20 05:00:00), 30 (2017-10-20 06:00:00) (give a "
+        "row number or one of its dates)"
+    )
     twice = read_series_of(["2020-01-01 00:00:00", "2020-01-01"])
     with pytest.raises(UsageError, match="is the date of 2 rows of s.csv"):
         origin_row("2020-01-01T00:00", twice)
@@ -206,21 +254,44 @@ def test_the_inverse_of_the_scaler():
 
 # -- end to end ----------------------------------------------------------------------------------------
 
+
 def recipe(tmp_path: Path, arch: str, csv: Path, **model) -> Path:
     path = tmp_path / f"{arch}.yaml"
-    path.write_text(json.dumps({
-        "model": {"arch": arch, **model},
-        "data": {"task": "forecasting", "path": str(csv), "input_length": 24, "horizon": 8, "train_rows": 100,
-                 "valid_rows": 40, "test_rows": 40},
-        "train": {"max_steps": 40, "batch_size": 16, "lr_schedule": "constant", "lr": 0.01, "warmup_steps": 1,
-                  "eval_every": 20, "progress": False, "seed": 0}}))
+    path.write_text(
+        json.dumps(
+            {
+                "model": {"arch": arch, **model},
+                "data": {
+                    "task": "forecasting",
+                    "path": str(csv),
+                    "input_length": 24,
+                    "horizon": 8,
+                    "train_rows": 100,
+                    "valid_rows": 40,
+                    "test_rows": 40,
+                },
+                "train": {
+                    "max_steps": 40,
+                    "batch_size": 16,
+                    "lr_schedule": "constant",
+                    "lr": 0.01,
+                    "warmup_steps": 1,
+                    "eval_every": 20,
+                    "progress": False,
+                    "seed": 0,
+                },
+            }
+        )
+    )
     return path
 
 
 def last_value_mse(values: np.ndarray, first: int, end: int, L: int = 24, H: int = 8) -> tuple[float, float]:
     """MSE and MAE of repeating the last input row, over the windows of rows [first, end), by numpy."""
     scaled = (values - values[:100].mean(0)) / values[:100].std(0)
-    errors = np.stack([scaled[s + L:s + L + H] - scaled[s + L - 1] for s in range(max(first - L, 0), end - L - H + 1)])
+    errors = np.stack(
+        [scaled[s + L : s + L + H] - scaled[s + L - 1] for s in range(max(first - L, 0), end - L - H + 1)]
+    )
     return float(np.square(errors).mean()), float(np.abs(errors).mean())
 
 
@@ -246,7 +317,8 @@ def test_the_last_value_baseline_end_to_end(tmp_path):
     mse, mae = last_value_mse(values, 140, 180)
     assert (result["mse"], result["mae"], result["windows"]) == (pytest.approx(mse), pytest.approx(mae), 33)
     assert result["mse_by_channel"] == pytest.approx(
-        [last_value_mse(values[:, [c]], 140, 180)[0] for c in range(3)], rel=1e-6)
+        [last_value_mse(values[:, [c]], 140, 180)[0] for c in range(3)], rel=1e-6
+    )
     assert np.mean(result["mse_by_step"]) == pytest.approx(mse)
     done = run_cli("evaluate", str(tmp_path / "run"), "--data", str(full), "--plot", str(tmp_path / "lead.png"))
     assert done.returncode == 0, done.stderr
@@ -255,8 +327,18 @@ def test_the_last_value_baseline_end_to_end(tmp_path):
     done = run_cli("evaluate", str(tmp_path / "run"), "--data", str(dev), "--split", "test")
     assert done.returncode == 4 and "dev.csv has 140 rows; split 'test' is rows 140-179" in done.stderr
 
-    done = run_cli("forecast", str(tmp_path / "run"), "--data", str(full), "--origin", "150", "--plot",
-                   str(tmp_path / "f.png"), "--channels", "load,temp")
+    done = run_cli(
+        "forecast",
+        str(tmp_path / "run"),
+        "--data",
+        str(full),
+        "--origin",
+        "150",
+        "--plot",
+        str(tmp_path / "f.png"),
+        "--channels",
+        "load,temp",
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "date,load,price,temp" and len(lines) == 9
@@ -290,10 +372,16 @@ def test_the_commands_refuse_bad_input_in_one_line(tmp_path):
     bad.write_text(csv.read_text().replace("\n2020-01-01 05:00:00,", "\n2020-01-01 05:00:00,oops", 1))
     for args, code, message in (
         (("forecast", "--data", str(bad)), 4, f"{bad}:7:2: 'oops"),
-        (("forecast", "--data", str(write_series(tmp_path / "t.csv", values, date_column="time"))), 4,
-         "no date column 'date'"),
-        (("forecast", "--data", str(write_series(tmp_path / "o.csv", values, columns=("load", "cost", "temp")))), 4,
-         "no column 'price'"),
+        (
+            ("forecast", "--data", str(write_series(tmp_path / "t.csv", values, date_column="time"))),
+            4,
+            "no date column 'date'",
+        ),
+        (
+            ("forecast", "--data", str(write_series(tmp_path / "o.csv", values, columns=("load", "cost", "temp")))),
+            4,
+            "no column 'price'",
+        ),
         (("forecast", "--data", str(csv), "--origin", "10"), 2, "--origin must leave input_length (24) rows"),
         (("forecast", "--data", str(csv), "--channels", "wind"), 2, "--channels must name columns of the run"),
         (("evaluate", "--src", "x"), 2, "give --data FILE (and --split NAME"),
@@ -311,14 +399,28 @@ def test_a_run_on_the_development_copy_scores_the_full_files_test_months(tmp_pat
     scaled with the training rows' statistics, as numpy computes them."""
     columns = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
     values = np.concatenate([series_rows(17_420, 0), series_rows(17_420, 1), series_rows(17_420, 2)], axis=1)[:, :7]
-    dev, full = (write_series(tmp_path / name, rows, columns) for name, rows in
-                 (("dev.csv", values[:11_520]), ("full.csv", values)))
+    dev, full = (
+        write_series(tmp_path / name, rows, columns)
+        for name, rows in (("dev.csv", values[:11_520]), ("full.csv", values))
+    )
     path = tmp_path / "last_value.yaml"
-    path.write_text(json.dumps({
-        "model": {"arch": "last_value"},
-        "data": {"task": "forecasting", "path": str(dev), "input_length": 336, "horizon": 96, "train_rows": 8640,
-                 "valid_rows": 2880, "test_rows": 2880},
-        "train": {"lr_schedule": "constant", "progress": False}}))
+    path.write_text(
+        json.dumps(
+            {
+                "model": {"arch": "last_value"},
+                "data": {
+                    "task": "forecasting",
+                    "path": str(dev),
+                    "input_length": 336,
+                    "horizon": 96,
+                    "train_rows": 8640,
+                    "valid_rows": 2880,
+                    "test_rows": 2880,
+                },
+                "train": {"lr_schedule": "constant", "progress": False},
+            }
+        )
+    )
     done = run_cli("train", str(path), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     assert "train 8,209 (rows 0-8,639), valid 2,785 (rows 8,640-11,519), test: not in the file" in done.stdout
@@ -326,7 +428,7 @@ def test_a_run_on_the_development_copy_scores_the_full_files_test_months(tmp_pat
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     scaled = (values - values[:8640].mean(0)) / values[:8640].std(0)
-    errors = np.stack([scaled[s + 336:s + 432] - scaled[s + 335] for s in range(11_520 - 336, 14_400 - 432 + 1)])
+    errors = np.stack([scaled[s + 336 : s + 432] - scaled[s + 335] for s in range(11_520 - 336, 14_400 - 432 + 1)])
     assert (result["windows"], result["rows"]) == (2785, [11_520, 14_400])
     assert result["mse"] == pytest.approx(float(np.square(errors).mean()))
     assert result["mae"] == pytest.approx(float(np.abs(errors).mean()))

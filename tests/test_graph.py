@@ -63,7 +63,14 @@ def by_hand(attn, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("backend", ["math", "sdpa", "auto"])
 def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend):
     torch.manual_seed(0)
-    model = build_model(*sized(arch="graph", n_features=3, n_classes=2, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend=backend))).eval()
+    model = build_model(
+        *sized(
+            arch="graph",
+            n_features=3,
+            n_classes=2,
+            stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend=backend),
+        )
+    ).eval()
     attn = model.encoder.layers[0].self_attn
     x = torch.randn(5, 8)
     with torch.no_grad():
@@ -73,7 +80,14 @@ def test_neighbourhood_attention_is_the_softmax_over_neighbours_and_self(backend
 
 def test_non_edges_get_zero_weight_and_an_isolated_node_attends_to_itself_alone():
     torch.manual_seed(0)
-    model = build_model(*sized(arch="graph", n_features=3, n_classes=2, stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend="math"))).eval()
+    model = build_model(
+        *sized(
+            arch="graph",
+            n_features=3,
+            n_classes=2,
+            stack=dict(d_model=8, n_heads=2, n_layers=1, attention_backend="math"),
+        )
+    ).eval()
     attn = model.encoder.layers[0].self_attn
     with torch.no_grad():
         _, weights = with_weights(attn, torch.randn(1, 5, 8), mask=AttentionMask(explicit=neighbourhoods(SMALL)))
@@ -92,7 +106,15 @@ def test_a_node_sees_only_its_neighbourhood_per_layer():
     changed[3:] += 1.0
     eigenvectors = laplacian_eigenvectors(SMALL)
     for n_layers, reached in ((1, False), (2, True)):
-        model = build_model(*sized(arch="graph", n_features=3, n_classes=2, stack=dict(d_model=8, n_heads=2, n_layers=n_layers), laplacian_k=0)).eval()
+        model = build_model(
+            *sized(
+                arch="graph",
+                n_features=3,
+                n_classes=2,
+                stack=dict(d_model=8, n_heads=2, n_layers=n_layers),
+                laplacian_k=0,
+            )
+        ).eval()
         with torch.no_grad():
             before, after = model(features, SMALL, eigenvectors), model(changed, SMALL, eigenvectors)
         assert torch.equal(before[:2], after[:2]) != reached
@@ -171,18 +193,24 @@ def test_training_flips_each_eigenvectors_sign_at_random():
     assert torch.equal(pe.eval()(eigenvectors), eigenvectors)  # evaluation: as computed
 
 
-@pytest.mark.parametrize("fields,message", [
-    (dict(stack=dict(attention_backend="chunked")), r"attention_backend 'chunked' takes no explicit mask, which arch 'graph' "
-                                        r"attends through \(each node's neighbourhood\); use 'math' or 'sdpa' or "
-                                        r"'auto'"),
-    (dict(stack=dict(attention_backend="linear")), "attention_backend 'linear' takes no explicit mask"),
-    (dict(stack=dict(attention_backend="local")), "attention_backend 'local' takes no explicit mask"),
-    (dict(stack=dict(d_model=30, n_heads=4)), r"d_model \(30\) must be divisible by n_heads \(4\)"),
-    (dict(laplacian_k=-1), r"laplacian_k must be >= 0 \(got -1\)"),
-    (dict(n_classes=1), r"shape.n_classes must be at least 2 \(got 1\)"),
-    (dict(stack=dict(norm="sandwich")), "norm must be one of"),
-    (dict(positional="rotary"), "model.arch 'graph' has no field 'positional'"),
-])
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (
+            dict(stack=dict(attention_backend="chunked")),
+            r"attention_backend 'chunked' takes no explicit mask, which arch 'graph' "
+            r"attends through \(each node's neighbourhood\); use 'math' or 'sdpa' or "
+            r"'auto'",
+        ),
+        (dict(stack=dict(attention_backend="linear")), "attention_backend 'linear' takes no explicit mask"),
+        (dict(stack=dict(attention_backend="local")), "attention_backend 'local' takes no explicit mask"),
+        (dict(stack=dict(d_model=30, n_heads=4)), r"d_model \(30\) must be divisible by n_heads \(4\)"),
+        (dict(laplacian_k=-1), r"laplacian_k must be >= 0 \(got -1\)"),
+        (dict(n_classes=1), r"shape.n_classes must be at least 2 \(got 1\)"),
+        (dict(stack=dict(norm="sandwich")), "norm must be one of"),
+        (dict(positional="rotary"), "model.arch 'graph' has no field 'positional'"),
+    ],
+)
 def test_the_config_refuses_early_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
         sized(arch="graph", n_features=4, **fields)
@@ -221,21 +249,27 @@ def test_the_readers_on_small_csvs(tmp_path):
     assert torch.equal(graph.adjacency(), adjacency(4, [(0, 1), (1, 2)]))
 
 
-@pytest.mark.parametrize("nodes,edges,message", [
-    (NODES, EDGES.replace("c,b", "c,z"), "edges.csv:3: target 'z' is not a node of {tmp}/nodes.csv"),
-    (NODES, EDGES.replace("b,a", "q,a"), "edges.csv:4: source 'q' is not a node of {tmp}/nodes.csv"),
-    (NODES.replace("-2,", "-2x,"), EDGES, "nodes.csv:4:2: feature 'x1' is not a finite number ('-2x')"),
-    (NODES.replace("0,red,1", "0,red,"), EDGES, "nodes.csv:5:4: feature 'x2' is not a finite number ('')"),
-    (NODES.replace("0.5", "nan"), EDGES, "nodes.csv:3:2: feature 'x1' is not a finite number ('nan')"),
-    (NODES.replace(",label,", ",tag,"), EDGES, "nodes.csv:1: no 'label' column (the header names id, x1, tag, x2)"),
-    (NODES.replace("id,", "node,"), EDGES, "nodes.csv:1: no 'id' column (the header names node, x1, label, x2)"),
-    ("id,label\na,red\n", EDGES, "nodes.csv:1: no feature columns (the header names only id, label)"),
-    (NODES, EDGES.replace("target", "to"), "edges.csv:1: no 'target' column (the header names source, to, weight)"),
-    (NODES.replace("c,-2,blue,2.5", "c,-2,blue"), EDGES,
-     "nodes.csv:4: 3 comma-separated fields; the header has 4 (id, x1, label, x2)"),
-    (NODES.replace("d,0", "a,0"), EDGES, "nodes.csv:5: node 'a' is already on line 2"),
-    ("id,x1,label\n", EDGES, "nodes.csv: no rows after the header line"),
-])
+@pytest.mark.parametrize(
+    "nodes,edges,message",
+    [
+        (NODES, EDGES.replace("c,b", "c,z"), "edges.csv:3: target 'z' is not a node of {tmp}/nodes.csv"),
+        (NODES, EDGES.replace("b,a", "q,a"), "edges.csv:4: source 'q' is not a node of {tmp}/nodes.csv"),
+        (NODES.replace("-2,", "-2x,"), EDGES, "nodes.csv:4:2: feature 'x1' is not a finite number ('-2x')"),
+        (NODES.replace("0,red,1", "0,red,"), EDGES, "nodes.csv:5:4: feature 'x2' is not a finite number ('')"),
+        (NODES.replace("0.5", "nan"), EDGES, "nodes.csv:3:2: feature 'x1' is not a finite number ('nan')"),
+        (NODES.replace(",label,", ",tag,"), EDGES, "nodes.csv:1: no 'label' column (the header names id, x1, tag, x2)"),
+        (NODES.replace("id,", "node,"), EDGES, "nodes.csv:1: no 'id' column (the header names node, x1, label, x2)"),
+        ("id,label\na,red\n", EDGES, "nodes.csv:1: no feature columns (the header names only id, label)"),
+        (NODES, EDGES.replace("target", "to"), "edges.csv:1: no 'target' column (the header names source, to, weight)"),
+        (
+            NODES.replace("c,-2,blue,2.5", "c,-2,blue"),
+            EDGES,
+            "nodes.csv:4: 3 comma-separated fields; the header has 4 (id, x1, label, x2)",
+        ),
+        (NODES.replace("d,0", "a,0"), EDGES, "nodes.csv:5: node 'a' is already on line 2"),
+        ("id,x1,label\n", EDGES, "nodes.csv: no rows after the header line"),
+    ],
+)
 def test_bad_input_is_named_by_file_line_and_column(tmp_path, nodes, edges, message):
     write(tmp_path / "nodes.csv", nodes)
     write(tmp_path / "edges.csv", edges)
@@ -256,11 +290,16 @@ def test_the_split_is_per_class_seeded_and_leaves_unlabelled_nodes_out():
 
 
 def small_task(tmp_path, **fields) -> NodeClassificationConfig:
-    write(tmp_path / "nodes.csv", "id,x,label\n" + "".join(f"n{i},{i},{'ab'[i % 2]}\n" for i in range(20))
-          + "u,0,\n")
+    write(tmp_path / "nodes.csv", "id,x,label\n" + "".join(f"n{i},{i},{'ab'[i % 2]}\n" for i in range(20)) + "u,0,\n")
     write(tmp_path / "edges.csv", "source,target\n" + "".join(f"n{i},n{i + 2}\n" for i in range(18)) + "u,n0\n")
-    return task_config({"task": "node_classification", "nodes": str(tmp_path / "nodes.csv"),
-                        "edges": str(tmp_path / "edges.csv"), **fields})
+    return task_config(
+        {
+            "task": "node_classification",
+            "nodes": str(tmp_path / "nodes.csv"),
+            "edges": str(tmp_path / "edges.csv"),
+            **fields,
+        }
+    )
 
 
 def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_path):
@@ -268,7 +307,8 @@ def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_p
     data = cfg.task.prepare(None)
     assert cfg.task.describe(data) == (
         f"graph {tmp_path}/nodes.csv: 21 nodes, 19 edges, 1 features; labelled nodes: train 12, valid 4, test 4; "
-        f"labels a, b")
+        f"labels a, b"
+    )
     (batch,) = data.epoch_batches(0)
     assert batch.features.shape == (21, 1) and batch.adjacency.shape == (21, 21) and batch.n_targets == 12
     assert batch.eigenvectors.shape == (21, 20) and batch.classes[20] == UNLABELLED
@@ -287,13 +327,18 @@ def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_p
     assert scores["accuracy"] == (predicted == batch.classes[data.splits["test"]]).float().mean().item()
 
 
-@pytest.mark.parametrize("fields,message", [
-    (dict(builtin="karate"), "give either builtin or nodes and edges, not both"),
-    (dict(nodes=None), "data.task 'node_classification' needs 'nodes' and 'edges' \\(CSV files\\), or builtin "
-                       "\\('karate'\\)"),
-    (dict(test_fraction=0.5, valid_fraction=0.5), r"valid_fraction \+ test_fraction must be < 1"),
-    (dict(valid_fraction=0.0), r"valid_fraction must be in \(0, 1\) \(got 0.0\)"),
-])
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(builtin="karate"), "give either builtin or nodes and edges, not both"),
+        (
+            dict(nodes=None),
+            "data.task 'node_classification' needs 'nodes' and 'edges' \\(CSV files\\), or builtin \\('karate'\\)",
+        ),
+        (dict(test_fraction=0.5, valid_fraction=0.5), r"valid_fraction \+ test_fraction must be < 1"),
+        (dict(valid_fraction=0.0), r"valid_fraction must be in \(0, 1\) \(got 0.0\)"),
+    ],
+)
 def test_the_data_section_refuses_early(tmp_path, fields, message):
     with pytest.raises(ConfigError, match=message):
         small_task(tmp_path, **fields)
@@ -305,15 +350,19 @@ def test_too_few_labelled_nodes_for_a_split_are_refused(tmp_path):
 
 
 def test_a_graph_family_and_a_token_task_refuse_each_other(tmp_path):
-    config = write(tmp_path / "c.yaml", "model: {arch: encoder_only}\ndata: {task: node_classification, "
-                                         "builtin: karate}\n")
+    config = write(
+        tmp_path / "c.yaml", "model: {arch: encoder_only}\ndata: {task: node_classification, builtin: karate}\n"
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 3 and done.stderr == (
-        f"error: {config}: model.arch must be 'graph' for data.task 'node_classification'; got 'encoder_only'\n")
+        f"error: {config}: model.arch must be 'graph' for data.task 'node_classification'; got 'encoder_only'\n"
+    )
     config.write_text("model: {arch: graph}\ndata: {task: classification, train: x.tsv}\n")
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
-    assert done.returncode == 3 and "model.arch must be 'encoder_only' for data.task 'classification'; got 'graph'" \
-        in done.stderr
+    assert (
+        done.returncode == 3
+        and "model.arch must be 'encoder_only' for data.task 'classification'; got 'graph'" in done.stderr
+    )
 
 
 # -- Zachary's karate club, end to end ------------------------------------------------------------
@@ -339,8 +388,9 @@ def test_karate_trains_in_seconds_and_classifies_held_out_members(tmp_path):
     assert summary["steps"] == 100 and summary["arch"] == "graph"
     data = read_run_data(RunDir(tmp_path / "run"))
     test = [data.graph.ids[i] for i in data.splits["test"]]
-    answers = write(tmp_path / "answers.csv", "id,label\n" + "".join(
-        f"{node},{data.graph.labels[int(node)]}\n" for node in test))
+    answers = write(
+        tmp_path / "answers.csv", "id,label\n" + "".join(f"{node},{data.graph.labels[int(node)]}\n" for node in test)
+    )
     done = run_cli("evaluate", str(tmp_path / "run"), "--data", str(answers), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -358,10 +408,14 @@ def test_karate_trains_in_seconds_and_classifies_held_out_members(tmp_path):
 def test_evaluate_names_a_bad_answer_by_its_line(tmp_path):
     done = run_cli("train", str(KARATE), "--out", str(tmp_path / "run"), "--set", "train.max_steps=1")
     assert done.returncode == 0, done.stderr
-    for text, message in (("id,label\n0,Mr. Hi\n99,Officer\n", "answers.csv:3: node '99' is not a node of karate"),
-                          ("id,label\n0,Referee\n", "answers.csv:2: label 'Referee' is not one the model was trained "
-                                                    "on (Mr. Hi, Officer)"),
-                          ("id,club\n0,Officer\n", "answers.csv:1: no 'label' column (the header names id, club)")):
+    for text, message in (
+        ("id,label\n0,Mr. Hi\n99,Officer\n", "answers.csv:3: node '99' is not a node of karate"),
+        (
+            "id,label\n0,Referee\n",
+            "answers.csv:2: label 'Referee' is not one the model was trained on (Mr. Hi, Officer)",
+        ),
+        ("id,club\n0,Officer\n", "answers.csv:1: no 'label' column (the header names id, club)"),
+    ):
         write(tmp_path / "answers.csv", text)
         done = run_cli("evaluate", str(tmp_path / "run"), "--data", str(tmp_path / "answers.csv"))
         assert done.returncode == 4 and done.stderr == f"error: {tmp_path}/{message}\n"

@@ -15,15 +15,36 @@ from test_hf_import import tiny_folder
 
 from helpers import run_cli
 
-TEXTS = ["the film was great", "a very long plot", "it was not good", "awful", "the movies were good",
-         "The Film Was GREAT", "long long long plot", "", "a", "unknownword here", "goodly", "it's not bad!",
-         "the   plot", "very\tgood", "film film film", "was is was", "the films", "great awful", "not", "and it"]
+TEXTS = [
+    "the film was great",
+    "a very long plot",
+    "it was not good",
+    "awful",
+    "the movies were good",
+    "The Film Was GREAT",
+    "long long long plot",
+    "",
+    "a",
+    "unknownword here",
+    "goodly",
+    "it's not bad!",
+    "the   plot",
+    "very\tgood",
+    "film film film",
+    "was is was",
+    "the films",
+    "great awful",
+    "not",
+    "and it",
+]
 PAIRS = [("the film was great", "it was not good"), ("a very long plot", "awful")]
 
 
 def round_trip(tmp_path: Path, folder: Path) -> Path:
-    for command in (("import-hf", str(folder), "--out", str(tmp_path / "run")),
-                    ("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "exported"))):
+    for command in (
+        ("import-hf", str(folder), "--out", str(tmp_path / "run")),
+        ("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "exported")),
+    ):
         done = run_cli(*command)
         assert done.returncode == 0, done.stderr
     return tmp_path / "exported"
@@ -32,9 +53,14 @@ def round_trip(tmp_path: Path, folder: Path) -> Path:
 def max_differences(original: Path, exported: Path, auto) -> dict[str, float]:
     """The two folders' outputs on a padded pair batch, tokenized by each folder's own tokenizer."""
     ours_tok = transformers.AutoTokenizer.from_pretrained(exported)
-    theirs_tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(original / "tokenizer.json"), pad_token="[PAD]")
+    theirs_tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(original / "tokenizer.json"), pad_token="[PAD]"
+    )
     batch = ours_tok([a for a, _ in PAIRS], [b for _, b in PAIRS], padding=True, return_tensors="pt")
-    assert batch["input_ids"].tolist() == theirs_tok([a for a, _ in PAIRS], [b for _, b in PAIRS], padding=True)["input_ids"]
+    assert (
+        batch["input_ids"].tolist()
+        == theirs_tok([a for a, _ in PAIRS], [b for _, b in PAIRS], padding=True)["input_ids"]
+    )
     theirs = auto.from_pretrained(original, attn_implementation="eager").eval()
     ours = auto.from_pretrained(exported, attn_implementation="eager").eval()
     with torch.no_grad():
@@ -62,7 +88,8 @@ def test_a_bert_imported_then_exported_is_the_same_model_and_tokenizer(tmp_path,
     exported = round_trip(tmp_path, original)
     auto = transformers.AutoModelForMaskedLM if masked_lm else transformers.AutoModel
     assert transformers.AutoConfig.from_pretrained(exported).architectures == [
-        "BertForMaskedLM" if masked_lm else "BertModel"]
+        "BertForMaskedLM" if masked_lm else "BertModel"
+    ]
     diff = max_differences(original, exported, auto)
     assert max(diff.values()) <= 1e-5, diff
     ours = transformers.AutoTokenizer.from_pretrained(exported)
@@ -91,6 +118,8 @@ def test_an_export_of_options_bert_lacks_names_them_all_in_one_line(tmp_path):
     config.write_text(config.read_text().replace("norm: post", "norm: pre").replace("pooling: cls", "pooling: mean"))
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "exported"))
     assert done.returncode != 0 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr == (f"error: {tmp_path / 'run'}: BERT, MiniLM, all-MiniLM-L6-v2 has no counterpart for stack.norm 'pre' "
-                           f"(BERT's is 'post'); pooling 'mean' (BERT's is 'cls')\n")
+    assert done.stderr == (
+        f"error: {tmp_path / 'run'}: BERT, MiniLM, all-MiniLM-L6-v2 has no counterpart for stack.norm 'pre' "
+        f"(BERT's is 'post'); pooling 'mean' (BERT's is 'cls')\n"
+    )
     assert not (tmp_path / "exported").exists()

@@ -23,13 +23,34 @@ from attnlab.serve.explorer import Explorer
 
 from helpers import run_cli
 
-LINES = ["the film was great and the plot was long", "a very long movie, it was not good!",
-         "Attention is all you need.", "GPT-2 reads bytes: café, naïve, 日本語 ok", "  spaces  and\ttabs\n"]
+LINES = [
+    "the film was great and the plot was long",
+    "a very long movie, it was not good!",
+    "Attention is all you need.",
+    "GPT-2 reads bytes: café, naïve, 日本語 ok",
+    "  spaces  and\ttabs\n",
+]
 SENTENCES = [
-    "the film was great", "a very long plot", "it was not good", "awful!", "The Movies were GOOD",
-    "Hello, world.", "attention is all you need", "  leading spaces", "trailing spaces   ", "tabs\tand\nnewlines",
-    "café naïve résumé", "日本語のテキスト", "numbers 12345 and 3.14", "emoji 🙂 too", "MiXeD CaSe WoRdS",
-    "punctuation?! ... ;:", "a", "", "don't won't can't", "<|endoftext|> typed as text",
+    "the film was great",
+    "a very long plot",
+    "it was not good",
+    "awful!",
+    "The Movies were GOOD",
+    "Hello, world.",
+    "attention is all you need",
+    "  leading spaces",
+    "trailing spaces   ",
+    "tabs\tand\nnewlines",
+    "café naïve résumé",
+    "日本語のテキスト",
+    "numbers 12345 and 3.14",
+    "emoji 🙂 too",
+    "MiXeD CaSe WoRdS",
+    "punctuation?! ... ;:",
+    "a",
+    "",
+    "don't won't can't",
+    "<|endoftext|> typed as text",
 ]
 
 
@@ -38,13 +59,23 @@ def tiny_folder(path: Path, seed: int = 0, eos_boost: float = 1.0) -> Path:
     trained on LINES (its <|endoftext|> first, id 0: the import must not assume GPT-2's 50256)."""
     path.mkdir(parents=True)
     tok = ByteLevelBPETokenizer()
-    tok.train_from_iterator(LINES * 3, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"],
-                            show_progress=False)
+    tok.train_from_iterator(
+        LINES * 3, vocab_size=300, min_frequency=1, special_tokens=["<|endoftext|>"], show_progress=False
+    )
     tok.save(str(path / "tokenizer.json"))
     eot = tok.token_to_id("<|endoftext|>")
-    config = transformers.GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                                     bos_token_id=eot, eos_token_id=eot, resid_pdrop=0.0, embd_pdrop=0.0,
-                                     attn_pdrop=0.0)
+    config = transformers.GPT2Config(
+        vocab_size=tok.get_vocab_size(),
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(seed)
     model = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():  # the initial LayerNorms and biases are 1 and 0: make every tensor count
@@ -62,8 +93,10 @@ def reference(folder: Path) -> transformers.GPT2LMHeadModel:
 def imported(tmp_path: Path, folder: Path, name: str = "run") -> tuple[torch.nn.Module, object, list]:
     done = run_cli("import-hf", str(folder), "--out", str(tmp_path / name))
     assert done.returncode == 0, done.stderr
-    assert ("a run of data.task 'language_model'; its commands: generate, score, inspect, prune, and "
-            "train.init_from to fine-tune it") in done.stdout.splitlines()
+    assert (
+        "a run of data.task 'language_model'; its commands: generate, score, inspect, prune, and "
+        "train.init_from to fine-tune it"
+    ) in done.stdout.splitlines()
     model, toks, _ = load_run(tmp_path / name)
     return model, toks["tgt"], json.loads((tmp_path / name / "init.json").read_text())["order"]
 
@@ -75,7 +108,7 @@ def test_states_and_logits_equal_transformers_on_a_padded_batch(tmp_path):
     rows = [tok.encode(t) for t in texts]
     ids = torch.full((len(rows), max(map(len, rows))), PAD)
     for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row)
+        ids[i, : len(row)] = torch.tensor(row)
     valid = ids != PAD
     text_ids = [i for i in range(len(order)) if order[i] is not None]
     theirs_ids = torch.tensor([o if o is not None else order[EOS] for o in order])[ids]
@@ -108,8 +141,9 @@ def test_the_vocab_json_and_merges_txt_of_older_folders_give_the_same_run(tmp_pa
     spec = json.loads((folder / "tokenizer.json").read_text())
     (folder / "vocab.json").write_text(json.dumps(spec["model"]["vocab"]))
     merges = spec["model"]["merges"]
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(
-        (" ".join(m) if isinstance(m, list) else m) + "\n" for m in merges))
+    (folder / "merges.txt").write_text(
+        "#version: 0.2\n" + "".join((" ".join(m) if isinstance(m, list) else m) + "\n" for m in merges)
+    )
     _, from_json, _ = imported(tmp_path, folder, "a")
     (folder / "tokenizer.json").unlink()
     _, from_files, _ = imported(tmp_path, folder, "b")
@@ -118,16 +152,27 @@ def test_the_vocab_json_and_merges_txt_of_older_folders_give_the_same_run(tmp_pa
 
 def generate(hf, prompt: torch.Tensor, beam: int, limit: int, eot: int, min_len: int = 0):
     with torch.no_grad():
-        out = hf.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), num_beams=beam, min_new_tokens=min_len,
-                          num_return_sequences=beam, length_penalty=0.0, early_stopping=False, do_sample=False,
-                          max_new_tokens=limit + 1, eos_token_id=eot, pad_token_id=eot, output_scores=True,
-                          return_dict_in_generate=True)
-    rows = out.sequences[:, prompt.shape[1]:].view(len(prompt), beam, -1).tolist()
+        out = hf.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            num_beams=beam,
+            min_new_tokens=min_len,
+            num_return_sequences=beam,
+            length_penalty=0.0,
+            early_stopping=False,
+            do_sample=False,
+            max_new_tokens=limit + 1,
+            eos_token_id=eot,
+            pad_token_id=eot,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+    rows = out.sequences[:, prompt.shape[1] :].view(len(prompt), beam, -1).tolist()
     return rows, (out.sequences_scores.view(len(prompt), beam).tolist() if beam > 1 else None)
 
 
 def until_eos(rows: list[list[int]], eot: int) -> list[list[int]] | None:
-    return [seq[:seq.index(eot)] for seq in rows] if all(eot in seq for seq in rows) else None
+    return [seq[: seq.index(eot)] for seq in rows] if all(eot in seq for seq in rows) else None
 
 
 @pytest.mark.parametrize("seed,eos_boost", [(1, 3.0), (3, 3.0)])
@@ -146,7 +191,7 @@ def test_greedy_and_beam_search_equal_transformers_generate(tmp_path, seed, eos_
     theirs, _ = generate(hf, theirs_prompt, 1, limit - 1, eot, min_len=8)
     for mine, row in zip(ours, theirs):
         row = row[0]
-        assert to_theirs(mine) == (row[:row.index(eot)] if eot in row else row)
+        assert to_theirs(mine) == (row[: row.index(eot)] if eot in row else row)
     assert max(map(len, ours)) >= 8, ours
     compared = 0
     for beam in (2, 4):
@@ -189,7 +234,8 @@ def test_a_run_trained_by_attnlab_with_gpt2s_options_exports_with_its_whole_voca
         f"embeddings: {{kind: plain, tie: output}}}}\n"
         f"data: {{task: language_model, train: {tmp_path / 'text.txt'}, tokenizer: byte_bpe, vocab_size: 290, "
         f"block_size: 16}}\n"
-        f"train: {{max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}}\n")
+        f"train: {{max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}}\n"
+    )
     assert run_cli("train", str(tmp_path / "lm.yaml"), "--out", str(tmp_path / "run")).returncode == 0
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "hf"))
     assert done.returncode == 0, done.stderr
@@ -215,26 +261,39 @@ def test_the_imported_run_generates_scores_inspects_prunes_and_serves(tmp_path):
     assert json.loads(done.stdout)["tokens"] > 5
     done = run_cli("inspect", run, "--src", "the film was great", "--out", str(tmp_path / "maps"))
     assert done.returncode == 0, done.stderr
-    done = run_cli("prune", run, "--fraction", "0.25", "--data", str(tmp_path / "text.txt"), "--out", str(tmp_path / "pruned"))
+    done = run_cli(
+        "prune", run, "--fraction", "0.25", "--data", str(tmp_path / "text.txt"), "--out", str(tmp_path / "pruned")
+    )
     assert done.returncode == 0, done.stderr
     served = Explorer(tmp_path / "run").run({"text": "the film was"})
     assert served["task"] == "language_model" and len(served["attention"]) == 2
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda f: (f / "config.json").unlink(), "{f}: no config.json, so nothing says what model the folder holds"),
-    (lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"),
-     "{f}: the weights are a pickled pytorch_model.bin, which can run code when loaded"),
-    (lambda f: edit_config(f, model_type="llama"),
-     "{f}/config.json: model_type is 'llama'; attnlab imports model_type 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), "
-     "'gpt2' (GPT-2)"),
-    (lambda f: edit_config(f, embd_pdrop=0.3, scale_attn_by_inverse_layer_idx=True),
-     "{f}/config.json: scale_attn_by_inverse_layer_idx True; embd_pdrop 0.3 unlike resid_pdrop 0.0 (attnlab has one "
-     "dropout): not representable in attnlab's decoder_lm"),
-    (lambda f: edit_config(f, n_inner=48),
-     "{f}/model.safetensors: h.0.mlp.c_fc.weight has shape (32, 128); config.json gives (32, 48)"),
-    (lambda f: (f / "tokenizer.json").unlink(), "{f}: missing tokenizer.json or vocab.json + merges.txt"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda f: (f / "config.json").unlink(), "{f}: no config.json, so nothing says what model the folder holds"),
+        (
+            lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"),
+            "{f}: the weights are a pickled pytorch_model.bin, which can run code when loaded",
+        ),
+        (
+            lambda f: edit_config(f, model_type="llama"),
+            "{f}/config.json: model_type is 'llama'; attnlab imports model_type 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), "
+            "'gpt2' (GPT-2)",
+        ),
+        (
+            lambda f: edit_config(f, embd_pdrop=0.3, scale_attn_by_inverse_layer_idx=True),
+            "{f}/config.json: scale_attn_by_inverse_layer_idx True; embd_pdrop 0.3 unlike resid_pdrop 0.0 (attnlab has one "
+            "dropout): not representable in attnlab's decoder_lm",
+        ),
+        (
+            lambda f: edit_config(f, n_inner=48),
+            "{f}/model.safetensors: h.0.mlp.c_fc.weight has shape (32, 128); config.json gives (32, 48)",
+        ),
+        (lambda f: (f / "tokenizer.json").unlink(), "{f}: missing tokenizer.json or vocab.json + merges.txt"),
+    ],
+)
 def test_a_folder_attnlab_cannot_import_is_refused_in_one_line(tmp_path, change, message):
     folder = tiny_folder(tmp_path / "hf")
     change(folder)
@@ -261,13 +320,18 @@ def test_an_export_of_options_gpt2_lacks_names_them_all_in_one_line(tmp_path):
     imported(tmp_path, tiny_folder(tmp_path / "hf"))
     config = tmp_path / "run" / "config.yaml"
     text = config.read_text()
-    for old, new in (("positional: learned", "positional: rotary"), ("norm: pre", "norm: post"),
-                     ("    tie: output", "    tie: none")):
+    for old, new in (
+        ("positional: learned", "positional: rotary"),
+        ("norm: pre", "norm: post"),
+        ("    tie: output", "    tie: none"),
+    ):
         assert old in text
         text = text.replace(old, new)
     config.write_text(text)
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"))
     assert done.returncode == 3 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr == (f"error: {tmp_path / 'run'}: GPT-2 has no counterpart for positional 'rotary' (GPT-2's is "
-                           f"'learned'); stack.norm 'post' (GPT-2's is 'pre'); embeddings.tie 'none' (GPT-2's is 'output')\n")
+    assert done.stderr == (
+        f"error: {tmp_path / 'run'}: GPT-2 has no counterpart for positional 'rotary' (GPT-2's is "
+        f"'learned'); stack.norm 'post' (GPT-2's is 'pre'); embeddings.tie 'none' (GPT-2's is 'output')\n"
+    )
     assert not (tmp_path / "back").exists()

@@ -33,8 +33,15 @@ def tiny_folder(path: Path, masked_lm: bool, seed: int = 0) -> Path:
     tok.post_processor = processors.BertProcessing(("[SEP]", 5), ("[CLS]", 4))
     tok.decoder = decoders.WordPiece()
     tok.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=64, max_position_embeddings=32, type_vocab_size=2)
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        type_vocab_size=2,
+    )
     torch.manual_seed(seed)
     cls = transformers.BertForMaskedLM if masked_lm else transformers.BertModel
     model = cls(config).eval()
@@ -62,8 +69,9 @@ def compare(folder: Path, out: Path, hf_model) -> dict[str, float]:
     batch, hf_ids = inputs(toks["src"], order)
     valid = batch.ids != 0
     with torch.no_grad():
-        theirs = hf_model(input_ids=hf_ids, token_type_ids=batch.segments, attention_mask=valid.long(),
-                          output_hidden_states=True)
+        theirs = hf_model(
+            input_ids=hf_ids, token_type_ids=batch.segments, attention_mask=valid.long(), output_hidden_states=True
+        )
         hidden = model.encode(batch.ids, batch.segments)
         diff = {"hidden": (hidden - theirs.hidden_states[-1])[valid].abs().max().item()}
         if isinstance(hf_model, transformers.BertModel):
@@ -110,41 +118,63 @@ def test_the_real_minilm_matches_transformers(tmp_path):
 def test_an_import_without_a_head_is_an_encoder_run_without_fill_mask_and_analyses_without_data(tmp_path):
     imported = run_cli("import-hf", str(tiny_folder(tmp_path / "hf", masked_lm=False)), "--out", str(tmp_path / "run"))
     assert imported.returncode == 0, imported.stderr
-    assert "a run of data.task 'encoder'; its commands: inspect, and train.init_from to fine-tune it" in \
-        imported.stdout.splitlines()
+    assert (
+        "a run of data.task 'encoder'; its commands: inspect, and train.init_from to fine-tune it"
+        in imported.stdout.splitlines()
+    )
     assert "task: encoder" in (tmp_path / "run" / "config.yaml").read_text()
     done = run_cli("fill-mask", str(tmp_path / "run"), "the film was [MASK]")
     assert done.returncode == 2 and done.stderr == (
         f"error: {tmp_path / 'run'} is a run of data.task 'encoder'; `attnlab fill-mask` needs data.task 'masked_lm' "
-        f"(this run's commands: inspect)\n")
+        f"(this run's commands: inspect)\n"
+    )
     assert run_cli("inspect", str(tmp_path / "run"), "--src", "the film was great").returncode == 0
     served = Explorer(tmp_path / "run").run({"text": "the film was great"})  # `attnlab serve`: its maps alone
     assert served["task"] == "encoder" and served["outputs"] == [] and len(served["attention"]) == 2
     trained = run_cli("train", str(tmp_path / "run" / "config.yaml"), "--out", str(tmp_path / "again"))
-    assert trained.returncode == 3 and "data.task 'encoder' is a pre-trained encoder with no head to train; " \
-                                      "fine-tune it" in trained.stderr
-    imported = run_cli("import-hf", str(tiny_folder(tmp_path / "mlm", masked_lm=True)), "--out", str(tmp_path / "mlm-run"))
-    assert "a run of data.task 'masked_lm'; its commands: fill-mask, inspect, prune, and train.init_from to " \
-           "fine-tune it" in imported.stdout.splitlines()
+    assert (
+        trained.returncode == 3
+        and "data.task 'encoder' is a pre-trained encoder with no head to train; fine-tune it" in trained.stderr
+    )
+    imported = run_cli(
+        "import-hf", str(tiny_folder(tmp_path / "mlm", masked_lm=True)), "--out", str(tmp_path / "mlm-run")
+    )
+    assert (
+        "a run of data.task 'masked_lm'; its commands: fill-mask, inspect, prune, and train.init_from to "
+        "fine-tune it" in imported.stdout.splitlines()
+    )
     done = run_cli("fill-mask", str(tmp_path / "mlm-run"), "the film was [MASK]", "--json")
     assert done.returncode == 0 and len(json.loads(done.stdout)[0]) == 5
     for command in (("prune", "--fraction", "0.5"), ("inspect", "--split", "valid")):  # no data of its own
         done = run_cli(command[0], str(tmp_path / "mlm-run"), *command[1:])
-        assert done.returncode == 2 and done.stderr == (f"error: {tmp_path / 'mlm-run'} has no data of its own to read "
-                                                        f"(data.task 'masked_lm' needs 'train' (a text file))\n")
+        assert done.returncode == 2 and done.stderr == (
+            f"error: {tmp_path / 'mlm-run'} has no data of its own to read "
+            f"(data.task 'masked_lm' needs 'train' (a text file))\n"
+        )
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda f: (f / "tokenizer.json").unlink(), "{f}: missing tokenizer.json (found config.json, model.safetensors)"),
-    (lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"),
-     "{f}: the weights are a pickled pytorch_model.bin, which can run code when loaded; attnlab reads "
-     "model.safetensors only"),
-    (lambda f: (f / "config.json").write_text(json.dumps(json.loads((f / "config.json").read_text())
-                                                         | {"model_type": "roberta"})),
-     "{f}/config.json: model_type is 'roberta'; attnlab imports model_type 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), "
-     "'gpt2' (GPT-2)"),
-    (lambda f: (f / "config.json").write_text("{"), "{f}/config.json: cannot read"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            lambda f: (f / "tokenizer.json").unlink(),
+            "{f}: missing tokenizer.json (found config.json, model.safetensors)",
+        ),
+        (
+            lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"),
+            "{f}: the weights are a pickled pytorch_model.bin, which can run code when loaded; attnlab reads "
+            "model.safetensors only",
+        ),
+        (
+            lambda f: (f / "config.json").write_text(
+                json.dumps(json.loads((f / "config.json").read_text()) | {"model_type": "roberta"})
+            ),
+            "{f}/config.json: model_type is 'roberta'; attnlab imports model_type 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), "
+            "'gpt2' (GPT-2)",
+        ),
+        (lambda f: (f / "config.json").write_text("{"), "{f}/config.json: cannot read"),
+    ],
+)
 def test_a_folder_that_is_not_a_bert_is_refused_in_one_line(tmp_path, change, message):
     folder = tiny_folder(tmp_path / "hf", masked_lm=False)
     change(folder)
@@ -155,12 +185,14 @@ def test_a_folder_that_is_not_a_bert_is_refused_in_one_line(tmp_path, change, me
 
 def test_a_classifier_fine_tuned_from_an_import_without_a_head_does_not_count_it(tmp_path):
     run_cli("import-hf", str(tiny_folder(tmp_path / "hf", masked_lm=False)), "--out", str(tmp_path / "minilm"))
-    (tmp_path / "sst.tsv").write_text("".join(f"{a} {b}\t{'pos' if b == 'good' else 'neg'}\n" for a in WORDS[:10]
-                                              for b in ("good", "bad")))
+    (tmp_path / "sst.tsv").write_text(
+        "".join(f"{a} {b}\t{'pos' if b == 'good' else 'neg'}\n" for a in WORDS[:10] for b in ("good", "bad"))
+    )
     (tmp_path / "ft.yaml").write_text(
         f"data: {{task: classification, train: {tmp_path / 'sst.tsv'}, max_len: 16, n_valid: 4}}\n"
         f"train: {{init_from: {tmp_path / 'minilm'}, max_steps: 2, max_tokens: 256, lr_schedule: constant, "
-        f"warmup_steps: 1, eval_every: 2, progress: false, early_stop_metric: accuracy}}\n")
+        f"warmup_steps: 1, eval_every: 2, progress: false, early_stop_metric: accuracy}}\n"
+    )
     done = run_cli("train", str(tmp_path / "ft.yaml"), "--out", str(tmp_path / "ft"))
     assert done.returncode == 0, done.stderr
     model, _, _ = load_run(tmp_path / "ft")
@@ -169,8 +201,10 @@ def test_a_classifier_fine_tuned_from_an_import_without_a_head_does_not_count_it
     assert head > 0
     n_params = sum(p.numel() for p in every.values()) - head
     assert json.loads((tmp_path / "ft" / "summary.json").read_text())["n_params"] == n_params
-    assert (f"model: encoder_only, {n_params:,} parameters (and {head:,} in mlm_head.bias, mlm_head.transform, "
-            f"mlm_head.norm, never trained); run directory {tmp_path / 'ft'}") in done.stdout.splitlines()
+    assert (
+        f"model: encoder_only, {n_params:,} parameters (and {head:,} in mlm_head.bias, mlm_head.transform, "
+        f"mlm_head.norm, never trained); run directory {tmp_path / 'ft'}"
+    ) in done.stdout.splitlines()
 
 
 def test_an_imported_masked_lm_prunes_on_a_text_file_and_an_encoder_run_is_refused_in_one_line(tmp_path):
@@ -179,8 +213,16 @@ def test_an_imported_masked_lm_prunes_on_a_text_file_and_an_encoder_run_is_refus
     for masked_lm, name in ((True, "mlm"), (False, "encoder")):
         folder = tiny_folder(tmp_path / f"hf-{name}", masked_lm=masked_lm)
         assert run_cli("import-hf", str(folder), "--out", str(tmp_path / name)).returncode == 0
-    done = run_cli("prune", str(tmp_path / "mlm"), "--fraction", "0.5", "--data", str(tmp_path / "text.txt"),
-                   "--out", str(tmp_path / "pruned"))
+    done = run_cli(
+        "prune",
+        str(tmp_path / "mlm"),
+        "--fraction",
+        "0.5",
+        "--data",
+        str(tmp_path / "text.txt"),
+        "--out",
+        str(tmp_path / "pruned"),
+    )
     assert done.returncode == 0 and "4/8 heads pruned (50%)" in done.stdout, done.stderr
     done = run_cli("prune", str(tmp_path / "encoder"), "--fraction", "0.5", "--data", str(tmp_path / "text.txt"))
     assert done.returncode != 0 and len(done.stderr.splitlines()) == 1

@@ -35,7 +35,7 @@ def padded(rows: list[list[int]]) -> torch.Tensor:
     """(B, T) ids, PAD after each row."""
     ids = torch.full((len(rows), max(map(len, rows))), PAD)
     for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row)
+        ids[i, : len(row)] = torch.tensor(row)
     return ids
 
 
@@ -86,7 +86,8 @@ class GPT2(Family):
             f"data: {{task: language_model, train: {work / 'text.txt'}, tokenizer: {self.tokenizer}, vocab_size: 120, "
             "block_size: 16}\n"
             "train: {max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, "
-            "progress: false}\n")
+            "progress: false}\n"
+        )
         done = run_cli("train", str(work / "lm.yaml"), "--out", str(work / "run"))
         assert done.returncode == 0, done.stderr
         return work / "run"
@@ -185,8 +186,14 @@ class ViT(Family):
         return hf(pixel_values=inputs[0]).logits
 
 
-FAMILIES = {"gpt2-char": GPT2("char"), "gpt2-byte_bpe": GPT2("byte_bpe"), "gpt2-unigram": GPT2("unigram"),
-            "marian": Marian(), "bert": BERT(), "vit": ViT()}
+FAMILIES = {
+    "gpt2-char": GPT2("char"),
+    "gpt2-byte_bpe": GPT2("byte_bpe"),
+    "gpt2-unigram": GPT2("unigram"),
+    "marian": Marian(),
+    "bert": BERT(),
+    "vit": ViT(),
+}
 
 
 def test_every_exporter_has_a_round_trip():
@@ -230,7 +237,9 @@ def test_a_gpt2_folder_whose_unigram_does_not_number_controls_as_attnlab_is_refu
     config.write_text(json.dumps(json.loads(config.read_text()) | {"bos_token_id": 5}))
     done = run_cli("import-hf", str(tmp_path / "exported"), "--out", str(tmp_path / "back"))
     assert done.returncode == 5 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr == (f"error: {tmp_path / 'exported' / 'tokenizer.json'}: a 'Unigram' tokenizer without "
-                           f"attnlab's <pad> <bos> <eos> <unk> at ids 0-3; attnlab reads GPT-2's own tokenizer as "
-                           f"'BPE', 'WordLevel' or 'WordPiece'\n")
+    assert done.stderr == (
+        f"error: {tmp_path / 'exported' / 'tokenizer.json'}: a 'Unigram' tokenizer without "
+        f"attnlab's <pad> <bos> <eos> <unk> at ids 0-3; attnlab reads GPT-2's own tokenizer as "
+        f"'BPE', 'WordLevel' or 'WordPiece'\n"
+    )
     assert not (tmp_path / "back").exists()

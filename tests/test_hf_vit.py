@@ -30,16 +30,29 @@ MEAN, STD = [0.45, 0.5, 0.55], [0.2, 0.25, 0.3]
 def tiny_folder(path: Path, head: bool = True, seed: int = 0, **overrides) -> Path:
     """A random ViTForImageClassification (or, ``head=False``, ViTModel with its pooler) saved as
     transformers saves it, with a preprocessor_config.json of its own mean and std."""
-    config = transformers.ViTConfig(**{"image_size": 16, "patch_size": 4, "num_channels": 3, "hidden_size": 32,
-                                       "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
-                                       "id2label": LABELS, "label2id": {v: k for k, v in LABELS.items()}} | overrides)
+    config = transformers.ViTConfig(
+        **{
+            "image_size": 16,
+            "patch_size": 4,
+            "num_channels": 3,
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 64,
+            "id2label": LABELS,
+            "label2id": {v: k for k, v in LABELS.items()},
+        }
+        | overrides
+    )
     torch.manual_seed(seed)
     model = (transformers.ViTForImageClassification(config) if head else transformers.ViTModel(config)).eval()
     with torch.no_grad():  # the initial LayerNorms and biases are 1 and 0: make every tensor count
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(path, safe_serialization=True)
-    transformers.ViTImageProcessor(image_mean=MEAN, image_std=STD, size={"height": 16, "width": 16}).save_pretrained(path)
+    transformers.ViTImageProcessor(image_mean=MEAN, image_std=STD, size={"height": 16, "width": 16}).save_pretrained(
+        path
+    )
     return path
 
 
@@ -51,8 +64,10 @@ def reference(folder: Path, head: bool = True):
 def imported(tmp_path: Path, folder: Path, task: str, commands: str):
     done = run_cli("import-hf", str(folder), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
-    assert (f"a run of data.task '{task}'; its commands: {commands}, and train.init_from to fine-tune it"
-            in done.stdout.splitlines()), done.stdout
+    assert (
+        f"a run of data.task '{task}'; its commands: {commands}, and train.init_from to fine-tune it"
+        in done.stdout.splitlines()
+    ), done.stdout
     model, _, cfg = load_run(tmp_path / "run")
     return model.eval(), cfg
 
@@ -60,11 +75,18 @@ def imported(tmp_path: Path, folder: Path, task: str, commands: str):
 def test_states_and_logits_equal_transformers(tmp_path):
     folder = tiny_folder(tmp_path / "hf")
     model, cfg = imported(tmp_path, folder, "image_classification", "predict, evaluate, inspect")
-    assert (cfg.head, cfg.stack.layer_norm_eps, cfg.stack.activation, cfg.stack.norm) == ("linear", 1e-12, "gelu", "pre")
+    assert (cfg.head, cfg.stack.layer_norm_eps, cfg.stack.activation, cfg.stack.norm) == (
+        "linear",
+        1e-12,
+        "gelu",
+        "pre",
+    )
     images = torch.randn(5, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         theirs = reference(folder)(pixel_values=images, output_hidden_states=True)
-        hidden = (model.encode(images) - reference(folder).vit(pixel_values=images).last_hidden_state).abs().max().item()
+        hidden = (
+            (model.encode(images) - reference(folder).vit(pixel_values=images).last_hidden_state).abs().max().item()
+        )
         logits = (model.classify(images) - theirs.logits).abs().max().item()
     assert hidden <= 1e-5 and logits <= 1e-5, (hidden, logits)
     init = json.loads((tmp_path / "run" / "init.json").read_text())
@@ -127,12 +149,15 @@ def test_a_vit_model_is_an_image_encoder_run_that_inspect_reads_and_predict_refu
     assert (tmp_path / "fig" / "rollout.png").is_file()
 
 
-@pytest.mark.parametrize("overrides, named", [
-    ({"hidden_act": "relu"}, "hidden_act 'relu' (attnlab's ViT has 'gelu', the exact one)"),
-    ({"qkv_bias": False}, "qkv_bias false"),
-    ({"patch_size": [4, 8]}, "patch_size [4, 8] (attnlab's patches are square)"),
-    ({"pooler_act": "relu"}, "pooler_act 'relu'"),
-])
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        ({"hidden_act": "relu"}, "hidden_act 'relu' (attnlab's ViT has 'gelu', the exact one)"),
+        ({"qkv_bias": False}, "qkv_bias false"),
+        ({"patch_size": [4, 8]}, "patch_size [4, 8] (attnlab's patches are square)"),
+        ({"pooler_act": "relu"}, "pooler_act 'relu'"),
+    ],
+)
 def test_options_attnlab_cannot_represent_are_refused_in_one_line(tmp_path, overrides, named):
     folder = tiny_folder(tmp_path / "hf", **overrides)
     done = run_cli("import-hf", str(folder), "--out", str(tmp_path / "run"))

@@ -27,8 +27,17 @@ from attnlab.tasks.image_classification import read_inputs
 from helpers import run_cli
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "vit.yaml"
-SHRUNK = ("model.patches.positional=learned", "model.head=linear", "model.stack.d_model=16", "model.stack.n_heads=2", "model.stack.n_layers=2",
-          "model.stack.d_ff=32", "model.stack.activation=gelu_tanh", "train.max_steps=20", "train.eval_every=20")
+SHRUNK = (
+    "model.patches.positional=learned",
+    "model.head=linear",
+    "model.stack.d_model=16",
+    "model.stack.n_heads=2",
+    "model.stack.n_layers=2",
+    "model.stack.d_ff=32",
+    "model.stack.activation=gelu_tanh",
+    "train.max_steps=20",
+    "train.eval_every=20",
+)
 
 
 def export(run: Path, out: Path):
@@ -45,17 +54,22 @@ def test_a_vit_imported_then_exported_is_the_same_model(tmp_path, head, size):
     assert "(config.json, model.safetensors, preprocessor_config.json)" in done.stdout
     auto = transformers.AutoModelForImageClassification if head else transformers.AutoModel
     assert transformers.AutoConfig.from_pretrained(tmp_path / "exported").architectures == [
-        "ViTForImageClassification" if head else "ViTModel"]
-    theirs, ours = (auto.from_pretrained(folder, attn_implementation="eager").eval()
-                    for folder in (original, tmp_path / "exported"))
+        "ViTForImageClassification" if head else "ViTModel"
+    ]
+    theirs, ours = (
+        auto.from_pretrained(folder, attn_implementation="eager").eval() for folder in (original, tmp_path / "exported")
+    )
     assert json.loads((tmp_path / "exported" / "config.json").read_text())["image_size"] == size
     height, width = (size, size) if isinstance(size, int) else size
     images = torch.randn(4, 3, height, width, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         a, b = (m(pixel_values=images, output_hidden_states=True) for m in (theirs, ours))
     diff = {"hidden": (a.hidden_states[-1] - b.hidden_states[-1]).abs().max().item()}
-    diff |= {"logits": (a.logits - b.logits).abs().max().item()} if head else \
-        {"pooled": (a.pooler_output - b.pooler_output).abs().max().item()}
+    diff |= (
+        {"logits": (a.logits - b.logits).abs().max().item()}
+        if head
+        else {"pooled": (a.pooler_output - b.pooler_output).abs().max().item()}
+    )
     assert max(diff.values()) <= 1e-5, diff
     processors = [transformers.ViTImageProcessor.from_pretrained(f) for f in (original, tmp_path / "exported")]
     assert np.allclose(processors[0].image_mean, processors[1].image_mean, atol=1e-7)
@@ -79,7 +93,11 @@ def test_a_trained_vit_exports_and_transformers_gives_its_logits_on_image_files(
     assert done.returncode == 0, done.stderr
     config = json.loads((tmp_path / "exported" / "config.json").read_text())
     assert (config["hidden_act"], config["num_channels"], config["image_size"], config["patch_size"]) == (
-        "gelu_new", 1, 8, 2)
+        "gelu_new",
+        1,
+        8,
+        2,
+    )
     images, _ = digits(0)["test"]
     paths = []
     for i in range(4):  # four test digits as 8x8 greyscale PNGs, and one 12x10 image that both resize to 8x8
@@ -92,23 +110,31 @@ def test_a_trained_vit_exports_and_transformers_gives_its_logits_on_image_files(
     theirs_pixels = processor([Image.open(p) for p in paths], return_tensors="pt")["pixel_values"]
     assert (pixels - theirs_pixels).abs().max().item() <= 1e-5
     model, _, _ = load_run(digits_run)
-    hf = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "exported",
-                                                                      attn_implementation="eager").eval()
+    hf = transformers.AutoModelForImageClassification.from_pretrained(
+        tmp_path / "exported", attn_implementation="eager"
+    ).eval()
     with torch.no_grad():
         ours, theirs = model.eval().classify(pixels), hf(pixel_values=theirs_pixels).logits
     assert (ours - theirs).abs().max().item() <= 1e-5
     assert hf.config.id2label == {i: str(i) for i in range(10)}
 
 
-@pytest.mark.parametrize("changes, named", [
-    ({"patches": {"positional": "learned_2d"}, "head": "pooled"},
-     "patches.positional 'learned_2d' (ViT's is 'learned'); head 'pooled' (ViTForImageClassification's is 'linear')"),
-    ({"patches": {"positional": "sinusoidal_2d"}}, "patches.positional 'sinusoidal_2d' (ViT's is 'learned')"),
-    ({"patches": {"positional": "none"}, "pooling": "mean"},
-     "patches.positional 'none' (ViT's is 'learned'); pooling 'mean' (ViT's is 'cls')"),
-    ({"stack": {"norm": "post"}}, "stack.norm 'post' (ViT's is 'pre')"),
-    ({}, "pruned heads (ViT has num_attention_heads in every layer)"),
-])
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        (
+            {"patches": {"positional": "learned_2d"}, "head": "pooled"},
+            "patches.positional 'learned_2d' (ViT's is 'learned'); head 'pooled' (ViTForImageClassification's is 'linear')",
+        ),
+        ({"patches": {"positional": "sinusoidal_2d"}}, "patches.positional 'sinusoidal_2d' (ViT's is 'learned')"),
+        (
+            {"patches": {"positional": "none"}, "pooling": "mean"},
+            "patches.positional 'none' (ViT's is 'learned'); pooling 'mean' (ViT's is 'cls')",
+        ),
+        ({"stack": {"norm": "post"}}, "stack.norm 'post' (ViT's is 'pre')"),
+        ({}, "pruned heads (ViT has num_attention_heads in every layer)"),
+    ],
+)
 def test_an_export_of_options_vit_lacks_names_them_in_one_line(digits_run, tmp_path, changes, named):
     run = tmp_path / "run"
     run.mkdir()

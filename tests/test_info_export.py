@@ -17,11 +17,15 @@ from helpers import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 GPT2_RECIPE = ROOT / "recipes/export/gpt2_shakespeare.yaml"
 CHAR = ROOT / "configs/shakespeare_char.yaml"
-OTHER_ARCH = {"export-hf bert": "arch 'decoder_lm': bert folders are written from arch 'encoder_only' runs",
-              "export-hf marian": "arch 'decoder_lm': marian folders are written from arch 'encoder_decoder' runs",
-              "export-hf vit": "arch 'decoder_lm': vit folders are written from arch 'vit' runs"}
-GPT2_REFUSES_CHAR = ("GPT-2 has no counterpart for embeddings.kind 'scaled' (GPT-2's is 'plain'); "
-                     "embeddings.tie 'all' (GPT-2's is 'output')")
+OTHER_ARCH = {
+    "export-hf bert": "arch 'decoder_lm': bert folders are written from arch 'encoder_only' runs",
+    "export-hf marian": "arch 'decoder_lm': marian folders are written from arch 'encoder_decoder' runs",
+    "export-hf vit": "arch 'decoder_lm': vit folders are written from arch 'vit' runs",
+}
+GPT2_REFUSES_CHAR = (
+    "GPT-2 has no counterpart for embeddings.kind 'scaled' (GPT-2's is 'plain'); "
+    "embeddings.tie 'all' (GPT-2's is 'output')"
+)
 
 
 def export_report(*args: str) -> dict:
@@ -31,11 +35,13 @@ def export_report(*args: str) -> dict:
 
 
 def test_the_gpt2_recipe_exports_and_the_char_preset_does_not_with_gpt2s_reasons():
-    assert export_report(str(GPT2_RECIPE)) == {**OTHER_ARCH, "export-hf gpt2": None,
-                                               "export-ct2": ct2.missing_extra()}
-    assert export_report(str(CHAR)) == {**OTHER_ARCH, "export-hf gpt2": GPT2_REFUSES_CHAR,
-                                        "export-ct2": f"CTranslate2 deploys it as GPT-2, which has no counterpart "
-                                                      f"for {GPT2_REFUSES_CHAR.removeprefix('GPT-2 has no counterpart for ')}"}
+    assert export_report(str(GPT2_RECIPE)) == {**OTHER_ARCH, "export-hf gpt2": None, "export-ct2": ct2.missing_extra()}
+    assert export_report(str(CHAR)) == {
+        **OTHER_ARCH,
+        "export-hf gpt2": GPT2_REFUSES_CHAR,
+        "export-ct2": f"CTranslate2 deploys it as GPT-2, which has no counterpart "
+        f"for {GPT2_REFUSES_CHAR.removeprefix('GPT-2 has no counterpart for ')}",
+    }
 
 
 def test_the_table_prints_one_row_per_exporter():
@@ -48,7 +54,8 @@ def test_the_table_prints_one_row_per_exporter():
         "  export-hf marian  no: " + OTHER_ARCH["export-hf marian"],
         "  export-hf vit     no: " + OTHER_ARCH["export-hf vit"],
         "  export-ct2        no: CTranslate2 deploys it as GPT-2, which has no counterpart for embeddings.kind 'scaled' "
-        "(GPT-2's is 'plain'); embeddings.tie 'all' (GPT-2's is 'output')"]
+        "(GPT-2's is 'plain'); embeddings.tie 'all' (GPT-2's is 'output')",
+    ]
     assert len(table) == len(EXPORTERS) + 1
 
 
@@ -66,7 +73,9 @@ def test_each_export_recipe_is_exportable_by_its_familys_exporter_only(recipe):
     yes = {name for name, why in report.items() if why is None}
     arch = yaml.safe_load(recipe.read_text())["model"]["arch"]
     assert yes - {"export-ct2"} == {f"export-hf {EXPORTERS[arch].model_type}"}
-    assert all(why.startswith(f"arch '{arch}': ") for name, why in report.items() if name.startswith("export-hf") and why)
+    assert all(
+        why.startswith(f"arch '{arch}': ") for name, why in report.items() if name.startswith("export-hf") and why
+    )
 
 
 def test_marian_refuses_a_config_whose_sides_get_their_own_vocabularies():
@@ -74,14 +83,16 @@ def test_marian_refuses_a_config_whose_sides_get_their_own_vocabularies():
     assert export_report(recipe)["export-hf marian"] is None
     assert export_report(recipe, "--set", "data.shared_vocab=false")["export-hf marian"] == (
         "Marian, opus-mt has no counterpart for separate source and target vocabularies (Marian's one vocab.json "
-        "numbers both sides)")
+        "numbers both sides)"
+    )
 
 
 def test_a_model_config_without_data_says_what_decides(capsys):
     done = run_cli("info", str(ROOT / "configs/transformer_base.yaml"))
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == (
         "exportable: the data section decides too (tokenizer, task); give a training config or a run to see what "
-        "export-hf and export-ct2 say")
+        "export-hf and export-ct2 say"
+    )
     assert "export" not in json.loads(run_cli("info", str(ROOT / "configs/transformer_base.yaml"), "--json").stdout)
 
 
@@ -90,10 +101,21 @@ def test_a_runs_answer_is_the_line_export_hf_refuses_with_and_reads_the_runs_fil
     the GPT-2 recipe exports, until heads are pruned out of it (what only the run's files say)."""
     small = ["--set", "model.stack.n_layers=1", "--set", "model.stack.d_model=32", "--set", "model.stack.d_ff=64"]
     words = "a little dog runs over the green grass while two men watch it".split()
-    (tmp_path / "input.txt").write_text("".join(" ".join(words[(i + j) % len(words)] for j in range(3 + i % 5)) + "\n"
-                                                for i in range(200)))
-    sets = [item for line in ("train.max_steps=2", "train.eval_every=2", "train.warmup_steps=1", "train.warmup_ratio=null",
-                              f"data.train={tmp_path / 'input.txt'}", "data.vocab_size=300") for item in ("--set", line)]
+    (tmp_path / "input.txt").write_text(
+        "".join(" ".join(words[(i + j) % len(words)] for j in range(3 + i % 5)) + "\n" for i in range(200))
+    )
+    sets = [
+        item
+        for line in (
+            "train.max_steps=2",
+            "train.eval_every=2",
+            "train.warmup_steps=1",
+            "train.warmup_ratio=null",
+            f"data.train={tmp_path / 'input.txt'}",
+            "data.vocab_size=300",
+        )
+        for item in ("--set", line)
+    ]
     char, gpt2 = tmp_path / "char", tmp_path / "gpt2"
     for config, out in ((CHAR, char), (GPT2_RECIPE, gpt2)):
         done = run_cli("train", str(config), "--out", str(out), *sets, *small)
@@ -106,7 +128,9 @@ def test_a_runs_answer_is_the_line_export_hf_refuses_with_and_reads_the_runs_fil
     pruned = run_cli("prune", str(gpt2), "--fraction", "0.25", "--out", str(tmp_path / "pruned"))
     assert pruned.returncode == 0, pruned.stderr
     assert export_report(str(tmp_path / "pruned"))["export-hf gpt2"] == (
-        "GPT-2 has no counterpart for pruned heads (GPT-2 has n_head in every layer)")
+        "GPT-2 has no counterpart for pruned heads (GPT-2 has n_head in every layer)"
+    )
     refused = run_cli("export-hf", str(tmp_path / "pruned"), "--out", str(tmp_path / "hf"))
-    assert refused.stderr.strip() == (f"error: {tmp_path / 'pruned'}: GPT-2 has no counterpart for pruned heads "
-                                      f"(GPT-2 has n_head in every layer)")
+    assert refused.stderr.strip() == (
+        f"error: {tmp_path / 'pruned'}: GPT-2 has no counterpart for pruned heads (GPT-2 has n_head in every layer)"
+    )

@@ -103,8 +103,9 @@ def test_transformer_xls_blocks_are_as_near_over_their_memory(kernel_calls, back
     """The same blocks attend over a segment's memory (nn/memory.py: MemoryKV where the cache goes)
     and decode with a cache that forgets what leaves every window."""
     try:
-        model = tiny_model(arch="transformer_xl", positional=positional, attention_backend=backend,
-                           segment_length=3, memory_length=2).to(device)
+        model = tiny_model(
+            arch="transformer_xl", positional=positional, attention_backend=backend, segment_length=3, memory_length=2
+        ).to(device)
     except ConfigError as error:
         pytest.skip(f"not a model attnlab builds: {error}")
     ids = random_ids(2, 7).to(device)
@@ -114,5 +115,5 @@ def test_transformer_xls_blocks_are_as_near_over_their_memory(kernel_calls, back
         else:
             cache = model.new_cache()
             for t in range(ids.shape[1]):
-                model(ids[:, t:t + 1], cache=cache)
+                model(ids[:, t : t + 1], cache=cache)
     assert_near(kernel_calls, model, backend, device)

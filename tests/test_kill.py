@@ -63,10 +63,18 @@ sys.exit(main(sys.argv[2:]))
 def train(config: Path, out: Path, resume: bool, pause_in_write: int | None = None) -> subprocess.Popen:
     """`attnlab train`; with ``pause_in_write`` = N, paused inside its N-th checkpoint write (stdout says when)."""
     args = ["train", str(config), "--out", str(out)] + (["--resume"] if resume else [])
-    command = [*ATTNLAB, *args] if pause_in_write is None else [sys.executable, "-c", PAUSING_IN_A_WRITE,
-                                                                str(pause_in_write), *args]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL if pause_in_write is None else subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    command = (
+        [*ATTNLAB, *args]
+        if pause_in_write is None
+        else [sys.executable, "-c", PAUSING_IN_A_WRITE, str(pause_in_write), *args]
+    )
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL if pause_in_write is None else subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def paused_in_a_write(process: subprocess.Popen) -> bool:

@@ -32,14 +32,24 @@ def rnn_model(attention="bahdanau", **kw):
     if attention == "lake_baroni":
         kw |= dict(rnn_decoder="lake_baroni", bidirectional=False, score="additive", tie_embeddings="none")
         attention = "bahdanau"
-    return tiny_model(arch="rnn", rnn_attention=attention, rnn_cell=kw.pop("cell", "lstm"),
-                      score=kw.pop("score", "general"), **kw)
+    return tiny_model(
+        arch="rnn", rnn_attention=attention, rnn_cell=kw.pop("cell", "lstm"), score=kw.pop("score", "general"), **kw
+    )
 
 
 def lake_baroni(attention, cell, n_layers=2, dropout=0.0, **kw):
-    return tiny_model(arch="rnn", rnn_attention=attention, rnn_cell=cell, rnn_decoder="lake_baroni",
-                      bidirectional=False, score="additive", tie_embeddings="none", n_layers=n_layers,
-                      dropout=dropout, **kw)
+    return tiny_model(
+        arch="rnn",
+        rnn_attention=attention,
+        rnn_cell=cell,
+        rnn_decoder="lake_baroni",
+        bidirectional=False,
+        score="additive",
+        tie_embeddings="none",
+        n_layers=n_layers,
+        dropout=dropout,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -53,9 +63,9 @@ def test_lake_baroni_decoder_without_attention_is_two_pytorch_rnns(cell):
     with torch.no_grad():
         got = model(src, tgt)
         for b, length in enumerate([6, 4]):
-            _, final = model.encoder.rnn(model.encoder.embed(src[b: b + 1, :length]))
-            states, _ = model.decoder.rnn(model.decoder.embed(tgt[b: b + 1]), final)
-            torch.testing.assert_close(got[b: b + 1], model.generator(states), atol=1e-5, rtol=0)
+            _, final = model.encoder.rnn(model.encoder.embed(src[b : b + 1, :length]))
+            states, _ = model.decoder.rnn(model.decoder.embed(tgt[b : b + 1]), final)
+            torch.testing.assert_close(got[b : b + 1], model.generator(states), atol=1e-5, rtol=0)
 
 
 def test_lake_baroni_decoder_attends_from_the_previous_state():
@@ -83,15 +93,24 @@ def test_lake_baroni_decoder_cached_uncached_padded_and_beam(attention):
     assert_cached_matches_uncached(model, tgt, src=src)
     with torch.no_grad():
         torch.testing.assert_close(model(src[1:2, :4], tgt[1:2]), model(src, tgt)[1:2], atol=1e-5, rtol=0)
-    assert [h[0].tokens for h in beam_search(model, src, beam=1, lenpen=0.0, max_len=8)] == greedy(model, src, max_len=8)
+    assert [h[0].tokens for h in beam_search(model, src, beam=1, lenpen=0.0, max_len=8)] == greedy(
+        model, src, max_len=8
+    )
 
 
 def test_lake_baroni_decoder_checks():
     with pytest.raises(ConfigError, match="rnn_decoder 'lake_baroni' starts from the encoder's final states"):
         sized(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="lake_baroni")  # bidirectional by default
     with pytest.raises(ConfigError, match="rnn_decoder 'lake_baroni' .* needs rnn_attention 'none' or 'bahdanau'"):
-        sized(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="lake_baroni", bidirectional=False,
-                     rnn_attention="luong", score="general")
+        sized(
+            vocab_size=10,
+            d_model=16,
+            arch="rnn",
+            rnn_decoder="lake_baroni",
+            bidirectional=False,
+            rnn_attention="luong",
+            score="general",
+        )
     with pytest.raises(ConfigError, match="rnn_decoder must be one of 'deep_output', 'lake_baroni'"):
         sized(vocab_size=10, d_model=16, arch="rnn", rnn_decoder="plain")
 
@@ -109,8 +128,9 @@ def test_embedding_dropout_acts_on_the_embeddings_and_dropout_between_layers(att
         with torch.no_grad():
             return model(src, tgt)
 
-    torch.testing.assert_close(logits(1, True, embedding_dropout=0.0), logits(1, False, embedding_dropout=0.0),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        logits(1, True, embedding_dropout=0.0), logits(1, False, embedding_dropout=0.0), atol=0, rtol=0
+    )
     assert not torch.allclose(logits(1, True), logits(1, False))  # the default drops embeddings at 0.5
     torch.testing.assert_close(logits(1, True), logits(1, True, embedding_dropout=0.5), atol=0, rtol=0)
     assert not torch.allclose(logits(2, True, embedding_dropout=0.0), logits(2, False, embedding_dropout=0.0))
@@ -202,16 +222,47 @@ def test_teacher_forcing_is_a_probability():
 def scan_run(**train):
     """Lake & Baroni's regime on a tiny reversal task: a 2-layer LSTM, teacher forcing 0.5, dropout
     0.5, one example an update drawn with replacement, Adam at PyTorch's defaults, clipping at 5."""
-    return RunConfig.from_sections({
-        "model": {"arch": "rnn", "rnn_cell": "lstm", "rnn_attention": "none", "bidirectional": False,
-                  "d_model": 16, "n_layers": 2, "dropout": 0.5, "teacher_forcing": 0.5},
-        "data": {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 40, "n_valid": 10,
-                 "n_test": 10, "min_len": 3, "max_len": 5},
-        "train": {"max_steps": 12, "batch_size": 1, "sampling": "with_replacement", "optimizer": "adam",
-                  "lr_schedule": "constant", "lr": 0.001, "warmup_steps": 0, "beta2": 0.999, "eps": 1e-8,
-                  "label_smoothing": 0.0, "clip_norm": 5.0, "eval_every": 4, "log_every": 1, "progress": False,
-                  **train},
-    })
+    return RunConfig.from_sections(
+        {
+            "model": {
+                "arch": "rnn",
+                "rnn_cell": "lstm",
+                "rnn_attention": "none",
+                "bidirectional": False,
+                "d_model": 16,
+                "n_layers": 2,
+                "dropout": 0.5,
+                "teacher_forcing": 0.5,
+            },
+            "data": {
+                "format": "builtin",
+                "generator": "reverse",
+                "tokenizer": "word",
+                "n_train": 40,
+                "n_valid": 10,
+                "n_test": 10,
+                "min_len": 3,
+                "max_len": 5,
+            },
+            "train": {
+                "max_steps": 12,
+                "batch_size": 1,
+                "sampling": "with_replacement",
+                "optimizer": "adam",
+                "lr_schedule": "constant",
+                "lr": 0.001,
+                "warmup_steps": 0,
+                "beta2": 0.999,
+                "eps": 1e-8,
+                "label_smoothing": 0.0,
+                "clip_norm": 5.0,
+                "eval_every": 4,
+                "log_every": 1,
+                "progress": False,
+                **train,
+            },
+        }
+    )
 
 
 def test_sampling_with_replacement_draws_single_examples_from_the_seed():
@@ -219,8 +270,9 @@ def test_sampling_with_replacement_draws_single_examples_from_the_seed():
     data = prepare(cfg.data, cfg.train)
     epoch = data.epoch_batches(0)
     assert len(epoch) == 40  # a virtual epoch: as many draws as examples
-    assert all(epoch[k].src.shape[0] == 1 and epoch[k].n_targets == int((epoch[k].tgt_out != 0).sum())
-               for k in range(40))
+    assert all(
+        epoch[k].src.shape[0] == 1 and epoch[k].n_targets == int((epoch[k].tgt_out != 0).sum()) for k in range(40)
+    )
     sources = [tuple(epoch[k].src[0].tolist()) for k in range(40)]
     assert sources == [tuple(data.epoch_batches(0)[k].src[0].tolist()) for k in range(40)]  # the same draws again
     assert max(Counter(sources).values()) > 1  # with replacement: some example twice in one epoch
@@ -238,8 +290,14 @@ def test_sampling_with_replacement_resumes_exactly(tmp_path):
     parts = tmp_path / "parts"
     train_run(scan_run(max_steps=8), parts, log=lambda s: None)
     train_run(scan_run(), parts, resume=True, log=lambda s: None, allow_changes=True)
-    losses = [{r["step"]: r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
-               if r["split"] == "train"} for run in (whole, parts)]
+    losses = [
+        {
+            r["step"]: r["loss"]
+            for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if r["split"] == "train"
+        }
+        for run in (whole, parts)
+    ]
     assert sorted(losses[1]) == list(range(1, 13)) and losses[1] == losses[0]
     a, b = (load_file(RunDir(run).step_dir(12) / MODEL_FILE) for run in (whole, parts))
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -248,11 +306,13 @@ def test_sampling_with_replacement_resumes_exactly(tmp_path):
 def test_sampling_is_refused_for_a_task_that_batches_its_own_way(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("a b c d e f g h i j k l m n o p\n" * 20)
-    cfg = RunConfig.from_sections({"model": {"arch": "decoder_lm", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
-                                   "data": {"task": "language_model", "format": "text", "train": str(text),
-                                            "block_size": 8},
-                                   "train": {"sampling": "with_replacement", "lr_schedule": "constant", "lr": 0.001,
-                                             "warmup_steps": 0}})
+    cfg = RunConfig.from_sections(
+        {
+            "model": {"arch": "decoder_lm", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
+            "data": {"task": "language_model", "format": "text", "train": str(text), "block_size": 8},
+            "train": {"sampling": "with_replacement", "lr_schedule": "constant", "lr": 0.001, "warmup_steps": 0},
+        }
+    )
     with pytest.raises(ConfigError, match="train.sampling 'with_replacement' draws examples of a task that batches"):
         prepare(cfg.data, cfg.train)
     with pytest.raises(ConfigError, match="sampling must be one of 'epochs', 'with_replacement'"):

@@ -56,12 +56,17 @@ def randomise(module: nn.Module) -> None:
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_layer_matches_torch(norm_first, activation):
     torch.manual_seed(0)
-    ref = nn.TransformerEncoderLayer(D, H, F_DIM, dropout=0.0, activation=activation, batch_first=True,
-                                     norm_first=norm_first).eval()
+    ref = nn.TransformerEncoderLayer(
+        D, H, F_DIM, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    ).eval()
     randomise(ref)
     norm = "pre" if norm_first else "post"
-    ours = EncoderLayer(SelfAttention(D, H), PositionWiseFeedForward(D, F_DIM, ACTIVATIONS[activation]()),
-                        residual(norm), residual(norm)).eval()
+    ours = EncoderLayer(
+        SelfAttention(D, H),
+        PositionWiseFeedForward(D, F_DIM, ACTIVATIONS[activation]()),
+        residual(norm),
+        residual(norm),
+    ).eval()
     copy_from_torch(ours.self_attn, ref.self_attn)
     copy_linear(ours.feed_forward.w_1, ref.linear1)
     copy_linear(ours.feed_forward.w_2, ref.linear2)
@@ -86,8 +91,9 @@ def test_decoder_only_layer_matches_torch_causal_encoder_layer_and_its_cache(nor
     ref = nn.TransformerEncoderLayer(D, H, F_DIM, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     randomise(ref)
     norm = "pre" if norm_first else "post"
-    ours = DecoderLayer(SelfAttention(D, H), PositionWiseFeedForward(D, F_DIM, nn.ReLU()), residual(norm),
-                        residual(norm)).eval()
+    ours = DecoderLayer(
+        SelfAttention(D, H), PositionWiseFeedForward(D, F_DIM, nn.ReLU()), residual(norm), residual(norm)
+    ).eval()
     copy_from_torch(ours.self_attn, ref.self_attn)
     copy_linear(ours.feed_forward.w_1, ref.linear1)
     copy_linear(ours.feed_forward.w_2, ref.linear2)
@@ -99,7 +105,7 @@ def test_decoder_only_layer_matches_torch_causal_encoder_layer_and_its_cache(nor
     ref_out = ref(y, src_mask=nn.Transformer.generate_square_subsequent_mask(5), is_causal=True)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=0)
     cache = KVCache()
-    steps = [ours(y[:, t:t + 1], AttentionMask(causal=True), (pos[t:t + 1], pos[:t + 1]), cache) for t in range(5)]
+    steps = [ours(y[:, t : t + 1], AttentionMask(causal=True), (pos[t : t + 1], pos[: t + 1]), cache) for t in range(5)]
     torch.testing.assert_close(torch.cat(steps, 1), out, atol=1e-5, rtol=0)
 
 
@@ -109,8 +115,14 @@ def test_seq2seq_decoder_layer_matches_torch(norm_first):
     ref = nn.TransformerDecoderLayer(D, H, F_DIM, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     randomise(ref)
     norm = "pre" if norm_first else "post"
-    ours = Seq2SeqDecoderLayer(SelfAttention(D, H), CrossAttention(D, H), PositionWiseFeedForward(D, F_DIM, nn.ReLU()),
-                               residual(norm), residual(norm), residual(norm)).eval()
+    ours = Seq2SeqDecoderLayer(
+        SelfAttention(D, H),
+        CrossAttention(D, H),
+        PositionWiseFeedForward(D, F_DIM, nn.ReLU()),
+        residual(norm),
+        residual(norm),
+        residual(norm),
+    ).eval()
     copy_from_torch(ours.self_attn, ref.self_attn)
     copy_from_torch(ours.cross_attn, ref.multihead_attn)
     copy_linear(ours.feed_forward.w_1, ref.linear1)
@@ -133,10 +145,22 @@ def test_seq2seq_decoder_layer_matches_torch(norm_first):
 
 def test_seq2seq_decoder_layer_registers_its_sublayers_in_the_order_they_compute():
     """Self-attention, cross-attention, FFN: the order of a checkpoint's keys and of init_weights' draws."""
-    layer = Seq2SeqDecoderLayer(SelfAttention(D, H), CrossAttention(D, H), PositionWiseFeedForward(D, F_DIM, nn.ReLU()),
-                                residual("post"), residual("post"), residual("post"))
+    layer = Seq2SeqDecoderLayer(
+        SelfAttention(D, H),
+        CrossAttention(D, H),
+        PositionWiseFeedForward(D, F_DIM, nn.ReLU()),
+        residual("post"),
+        residual("post"),
+        residual("post"),
+    )
     assert [name for name, _ in layer.named_children()] == [
-        "self_attn", "self_attn_residual", "cross_attn", "cross_attn_residual", "feed_forward", "feed_forward_residual"]
+        "self_attn",
+        "self_attn_residual",
+        "cross_attn",
+        "cross_attn_residual",
+        "feed_forward",
+        "feed_forward_residual",
+    ]
 
 
 def test_residual_layer_norm_worked_example():

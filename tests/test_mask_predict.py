@@ -54,9 +54,11 @@ def distribution(p: dict[int, float]) -> list[float]:
 
 # The worked example: N = 3. With every position masked the model says 5 (.9), 6 (.5), 5 (.6);
 # with two masks, position 1 is 5 (.7) and position 2 is 6 (.8); with one, position 1 is 6 (.95).
-TABLES = {3: [{W5: .9}, {W6: .5, W5: .4}, {W5: .6}],
-          2: [{W5: .9}, {W5: .7}, {W6: .8}],
-          1: [{W5: .9}, {W6: .95}, {W6: .8}]}
+TABLES = {
+    3: [{W5: 0.9}, {W6: 0.5, W5: 0.4}, {W5: 0.6}],
+    2: [{W5: 0.9}, {W5: 0.7}, {W6: 0.8}],
+    1: [{W5: 0.9}, {W6: 0.95}, {W6: 0.8}],
+}
 
 
 def test_the_masking_schedule_is_n_equals_n_times_t_minus_t_over_t():
@@ -65,35 +67,38 @@ def test_the_masking_schedule_is_n_equals_n_times_t_minus_t_over_t():
     assert masks_at(torch.tensor([7]), 1, 10).tolist() == [6]  # floor(7 * 9 / 10)
 
 
-@pytest.mark.parametrize("iterations,tokens,probs", [
-    # t = 0: 5 6 5 (.9 .5 .6). t = 1 of 3: n = 2, positions 1 and 2 re-masked -> 5 (.7), 6 (.8);
-    # t = 2: n = 1, position 1 (.7) -> 6 (.95)
-    (3, [W5, W6, W6], [.9, .95, .8]),
-    # t = 1 of 2: n = floor(3 / 2) = 1, position 1 (.5) re-masked -> 6 (.95); position 2 keeps 5 (.6)
-    (2, [W5, W6, W5], [.9, .95, .6]),
-    (1, [W5, W6, W5], [.9, .5, .6]),
-])
+@pytest.mark.parametrize(
+    "iterations,tokens,probs",
+    [
+        # t = 0: 5 6 5 (.9 .5 .6). t = 1 of 3: n = 2, positions 1 and 2 re-masked -> 5 (.7), 6 (.8);
+        # t = 2: n = 1, position 1 (.7) -> 6 (.95)
+        (3, [W5, W6, W6], [0.9, 0.95, 0.8]),
+        # t = 1 of 2: n = floor(3 / 2) = 1, position 1 (.5) re-masked -> 6 (.95); position 2 keeps 5 (.6)
+        (2, [W5, W6, W5], [0.9, 0.95, 0.6]),
+        (1, [W5, W6, W5], [0.9, 0.5, 0.6]),
+    ],
+)
 def test_mask_predict_against_a_hand_worked_oracle(iterations, tokens, probs):
-    model = StubCMLM(TABLES, [.1, .2, .7])
+    model = StubCMLM(TABLES, [0.1, 0.2, 0.7])
     [(ids, score)] = mask_predict(model, torch.tensor([[8, EOS]]), iterations, length_beam=1)
     assert ids == tokens
     assert score == pytest.approx(sum(map(math.log, probs)) / 3, abs=1e-6)
 
 
 def test_pad_bos_eos_and_mask_are_never_output():
-    specials = {PAD: .2, BOS: .2, EOS: .2, MASK: .2}
-    model = StubCMLM({2: [specials | {W6: .15}, specials | {W5: .15}]}, [.1, .9])
+    specials = {PAD: 0.2, BOS: 0.2, EOS: 0.2, MASK: 0.2}
+    model = StubCMLM({2: [specials | {W6: 0.15}, specials | {W5: 0.15}]}, [0.1, 0.9])
     [(ids, score)] = mask_predict(model, torch.tensor([[8, EOS]]), 1, length_beam=1)
     assert ids == [W6, W5] and set(NEVER_OUTPUT) == {PAD, BOS, EOS, MASK}
-    assert score == pytest.approx(math.log(.15), abs=1e-6)  # the model's own probability of the word
+    assert score == pytest.approx(math.log(0.15), abs=1e-6)  # the model's own probability of the word
 
 
 def test_the_length_beam_keeps_the_candidate_of_highest_mean_log_probability():
     # length 2 is the likelier length, but its tokens are less sure (.4, .4) than length 3's (.9, .9, .9)
-    model = StubCMLM({2: [{W5: .4}, {W6: .4}], 3: [{W6: .9}, {W6: .9}, {W5: .9}]}, [.1, .5, .4])
+    model = StubCMLM({2: [{W5: 0.4}, {W6: 0.4}], 3: [{W6: 0.9}, {W6: 0.9}, {W5: 0.9}]}, [0.1, 0.5, 0.4])
     assert mask_predict(model, torch.tensor([[8, EOS]]), 1, length_beam=1)[0][0] == [W5, W6]
     [(ids, score)] = mask_predict(model, torch.tensor([[8, EOS]]), 1, length_beam=2)
-    assert ids == [W6, W6, W5] and score == pytest.approx(math.log(.9), abs=1e-6)
+    assert ids == [W6, W6, W5] and score == pytest.approx(math.log(0.9), abs=1e-6)
     # a beam wider than the lengths there are takes them all
     assert mask_predict(model, torch.tensor([[8, EOS]]), 1, length_beam=9)[0][0] == [W6, W6, W5]
 
@@ -174,7 +179,9 @@ def test_the_decoder_sees_later_positions_and_never_padding():
     torch.testing.assert_close(padded[:, :4], logits, atol=1e-5, rtol=0)
     causal = tiny_model(arch="encoder_decoder")  # the same parts, causal: position 0 does not read position 3
     m, v = causal.encode(src)
-    torch.testing.assert_close(causal.decode(tgt, m, v)[0, 0], causal.decode(torch.tensor([[8, MASK, 9, 11]]), m, v)[0, 0])
+    torch.testing.assert_close(
+        causal.decode(tgt, m, v)[0, 0], causal.decode(torch.tensor([[8, MASK, 9, 11]]), m, v)[0, 0]
+    )
 
 
 def test_training_masks_draw_n_uniformly_from_one_to_n_and_follow_the_seed():
@@ -199,9 +206,11 @@ def test_the_task_batches_copy_pairs_with_masks_from_the_batch_seed():
     assert data.tokenizers["tgt"].has_mask and data.tokenizers["src"].has_mask
     first, again, other = data.epoch_batches(0), data.epoch_batches(0), data.epoch_batches(1)
     assert all(torch.equal(a.inputs, b.inputs) for a, b in zip(first, again))
-    assert any(not torch.equal(a.targets, b.targets) for a, b in zip(first, other) if a.targets.shape == b.targets.shape)
+    assert any(
+        not torch.equal(a.targets, b.targets) for a, b in zip(first, other) if a.targets.shape == b.targets.shape
+    )
     batch = first[0]
-    assert torch.equal(batch.lengths, ((batch.inputs != PAD)).sum(1)) and (batch.src[:, 0] != PAD).all()
+    assert torch.equal(batch.lengths, (batch.inputs != PAD).sum(1)) and (batch.src[:, 0] != PAD).all()
     assert batch.n_targets == int((batch.inputs == MASK).sum())
 
 
@@ -218,7 +227,9 @@ def test_the_loss_is_the_masked_tokens_cross_entropy_plus_the_weighted_length_lo
     tokens = F.cross_entropy(logits[masked], targets[masked], label_smoothing=0.1, reduction="sum")
     lengths = -(length_logits.log_softmax(-1)[0, 2] + length_logits.log_softmax(-1)[1, 1])  # lengths 3 (4 clamped), 2
     assert loss.item() == pytest.approx((tokens + 0.25 * lengths).item(), rel=1e-5)
-    assert nll.item() == pytest.approx(F.cross_entropy(logits[masked], targets[masked], reduction="sum").item(), rel=1e-5)
+    assert nll.item() == pytest.approx(
+        F.cross_entropy(logits[masked], targets[masked], reduction="sum").item(), rel=1e-5
+    )
     assert batch.n_targets == int(masked.sum())
 
 
@@ -278,28 +289,58 @@ def test_train_translate_and_evaluate_a_cmlm_run_from_the_command_line(tmp_path)
     for line in ("drei eins", "null", "neun neun acht"):
         ids, _ = reference_mask_predict(model, torch.tensor([tokenizers["src"].encode(line) + [EOS]]), 2, 2)
         assert tokenizers["tgt"].decode(ids) == written[lines.splitlines().index(line)]
-    evaluated = run_cli("evaluate", str(out), "--src", str(tmp_path / "val.de"), "--ref", str(tmp_path / "val.en"),
-                        "--iterations", "1", "--length-beam", "1")
+    evaluated = run_cli(
+        "evaluate",
+        str(out),
+        "--src",
+        str(tmp_path / "val.de"),
+        "--ref",
+        str(tmp_path / "val.en"),
+        "--iterations",
+        "1",
+        "--length-beam",
+        "1",
+    )
     assert evaluated.returncode == 0, evaluated.stderr
-    assert evaluated.stdout.startswith("BLEU ") and "(20 sentences, mask-predict: 1 iterations, length beam 1)" in evaluated.stdout
+    assert (
+        evaluated.stdout.startswith("BLEU ")
+        and "(20 sentences, mask-predict: 1 iterations, length beam 1)" in evaluated.stdout
+    )
 
 
-@pytest.mark.parametrize("run,args,message", [
-    ("cmlm", ["--iterations", "0"], "--iterations must be between 1 and 1000 (got 0)"),
-    ("cmlm", ["--beam", "2"], "--beam is for left-to-right search; RUN holds arch 'cmlm', decoded by mask-predict: give --iterations and --length-beam"),
-    ("cmlm", ["--oracle-length"], "--oracle-length is for left-to-right search; RUN holds arch 'cmlm', decoded by "
-                                  "mask-predict: give --iterations and --length-beam"),
-    ("scan", ["--iterations", "2"], "--iterations is mask-predict's, for runs of arch 'cmlm'; RUN holds arch "
-                                    "'encoder_decoder', decoded left to right (--beam)"),
-])
+@pytest.mark.parametrize(
+    "run,args,message",
+    [
+        ("cmlm", ["--iterations", "0"], "--iterations must be between 1 and 1000 (got 0)"),
+        (
+            "cmlm",
+            ["--beam", "2"],
+            "--beam is for left-to-right search; RUN holds arch 'cmlm', decoded by mask-predict: give --iterations and --length-beam",
+        ),
+        (
+            "cmlm",
+            ["--oracle-length"],
+            "--oracle-length is for left-to-right search; RUN holds arch 'cmlm', decoded by "
+            "mask-predict: give --iterations and --length-beam",
+        ),
+        (
+            "scan",
+            ["--iterations", "2"],
+            "--iterations is mask-predict's, for runs of arch 'cmlm'; RUN holds arch "
+            "'encoder_decoder', decoded left to right (--beam)",
+        ),
+    ],
+)
 def test_decoding_options_that_do_not_fit_the_run_are_one_line(tmp_path, run, args, message):
     from golden import SCAN_RUN
 
     if run == "cmlm":  # a run directory whose weights are never read: the options are refused first
         path = tmp_path / "run"
         path.mkdir()
-        (path / "config.yaml").write_text("model: {arch: cmlm}\ndata: {task: masked_translation, "
-                                          "format: parallel, train: x, src_lang: de, tgt_lang: en}\n")
+        (path / "config.yaml").write_text(
+            "model: {arch: cmlm}\ndata: {task: masked_translation, "
+            "format: parallel, train: x, src_lang: de, tgt_lang: en}\n"
+        )
         (path / "shape.json").write_text('{"vocab_size": 20}\n')  # the data's sizes, as a run keeps them
     else:
         path = SCAN_RUN

@@ -24,7 +24,7 @@ def sample(rows: int = 400, length: int = 250, seed: int = 0):
     ends = torch.randint(length // 2, length, (rows,), generator=g)
     for r, end in enumerate(ends.tolist()):
         ids[r, end] = EOS
-        ids[r, end + 1:] = PAD
+        ids[r, end + 1 :] = PAD
     return ids
 
 
@@ -118,8 +118,11 @@ def pretrained(tmp_path_factory):
 def test_an_encoder_learns_masked_words_through_the_command_line(pretrained):
     root, done = pretrained
     assert "masked-LM text: train 500 lines, valid 100 lines; vocabulary 17;" in done.stdout
-    valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["split"] == "valid"]
+    valid = [
+        json.loads(line)
+        for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "valid"
+    ]
     assert [v["step"] for v in valid] == [150, 300]
     assert valid[-1]["masked_accuracy"] > 0.8 and valid[-1]["valid_ppl"] < 1.5  # a guess among 12 words: 1/12, ppl 12
 
@@ -148,5 +151,6 @@ def test_without_a_valid_file_the_last_training_lines_are_held_out(tmp_path):
     (tmp_path / "t.txt").write_text("one two\nthree four\n")
     with pytest.raises(DataError) as err:
         MaskedLMConfig(train=str(tmp_path / "t.txt"), n_valid=2).task.prepare(Batching(64, 8, 0))
-    assert str(err.value) == (f"{tmp_path / 't.txt'}: 2 lines are too few to hold out n_valid (2) for validation; "
-                              f"give a 'valid' file")
+    assert str(err.value) == (
+        f"{tmp_path / 't.txt'}: 2 lines are too few to hold out n_valid (2) for validation; give a 'valid' file"
+    )

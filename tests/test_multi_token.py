@@ -64,8 +64,12 @@ def test_the_loss_adds_each_heads_weighted_cross_entropy_on_the_token_it_predict
     loss, nll = multi_token_loss(model, batch)
     with torch.no_grad():
         logits = model(batch.tgt_in, ahead=True)
-    ce = [F.cross_entropy(logits[:, : 9 - j, j].reshape(-1, V), batch.tgt_out[:, j:].reshape(-1), ignore_index=PAD,
-                          reduction="sum") for j in range(3)]  # head j at t predicts x_{t+1+j} = tgt_out[t + j]
+    ce = [
+        F.cross_entropy(
+            logits[:, : 9 - j, j].reshape(-1, V), batch.tgt_out[:, j:].reshape(-1), ignore_index=PAD, reduction="sum"
+        )
+        for j in range(3)
+    ]  # head j at t predicts x_{t+1+j} = tgt_out[t + j]
     torch.testing.assert_close(nll, ce[0])
     torch.testing.assert_close(loss, ce[0] + 0.3 * (ce[1] + ce[2]))
 
@@ -123,8 +127,11 @@ def test_self_speculative_sampling_keeps_the_target_distribution():
     counts = torch.bincount(tokens[:, 0], minlength=vocab).float()
     assert counts[p == 0].sum() == 0
     assert pooled_chisquare(counts, draws * p) > 1e-3
-    second = sum(p[x] * target_distribution(model, torch.cat([prompt, torch.tensor([[x]])], dim=1), sampler)
-                 for x in range(vocab) if p[x] > 0)
+    second = sum(
+        p[x] * target_distribution(model, torch.cat([prompt, torch.tensor([[x]])], dim=1), sampler)
+        for x in range(vocab)
+        if p[x] > 0
+    )
     with torch.no_grad():
         head = sampler.probs(model(prompt, ahead=True)[0, -1, 1].float().log_softmax(-1))  # q of the second token
     counts = torch.bincount(tokens[:, 1], minlength=vocab).float()
@@ -142,7 +149,7 @@ def test_heads_trained_on_a_predictable_text_draft_most_tokens():
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for step in range(150):
         starts = torch.randint(0, len(cycle) - 17, (8,))
-        batch = lm_batch(torch.stack([cycle[s:s + 17] for s in starts.tolist()]))
+        batch = lm_batch(torch.stack([cycle[s : s + 17] for s in starts.tolist()]))
         loss, nll = multi_token_loss(model, batch)
         optimizer.zero_grad()
         loss.backward()
@@ -160,22 +167,37 @@ def test_generate_drafts_with_the_runs_own_heads(tmp_path, capsys):
     text = tmp_path / "text.txt"
     text.write_text("abcdefgh" * 50)
     config = tmp_path / "lm.yaml"
-    config.write_text(f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, "
-                      f"dropout: 0.0}}, multi_token_heads: 2}}\n"
-                      f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"
-                      f"train: {{max_steps: 60, batch_size: 8, lr_schedule: constant, lr: 0.01, warmup_steps: 5, "
-                      f"label_smoothing: 0.0, eval_every: 60, progress: false}}\n")
+    config.write_text(
+        f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, "
+        f"dropout: 0.0}}, multi_token_heads: 2}}\n"
+        f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"
+        f"train: {{max_steps: 60, batch_size: 8, lr_schedule: constant, lr: 0.01, warmup_steps: 5, "
+        f"label_smoothing: 0.0, eval_every: 60, progress: false}}\n"
+    )
     assert main(["train", str(config), "--out", str(tmp_path / "lm")]) == 0
     capsys.readouterr()
-    common = ["generate", str(tmp_path / "lm"), "--prompt", "abc", "--max-new-tokens", "24", "--top-k", "1",
-              "--seed", "0"]
+    common = [
+        "generate",
+        str(tmp_path / "lm"),
+        "--prompt",
+        "abc",
+        "--max-new-tokens",
+        "24",
+        "--top-k",
+        "1",
+        "--seed",
+        "0",
+    ]
     assert main(common) == 0
     plain = capsys.readouterr().out
     assert main([*common, "--draft", "heads", "--speculate", "2"]) == 0
     drafted = capsys.readouterr()
     assert drafted.out == plain == "abc" + "defghabc" * 3 + "\n"
     # 24 tokens: the first pass proposes nothing, then 7 of 3 tokens, and 2 at the end
-    assert drafted.err == ("speculative decoding, k 2: 15 of 15 draft tokens accepted (100.0%), 2.67 tokens per "
-                           "pass of the target\n")
+    assert drafted.err == (
+        "speculative decoding, k 2: 15 of 15 draft tokens accepted (100.0%), 2.67 tokens per pass of the target\n"
+    )
     assert main([*common, "--draft", "heads", "--speculate", "3"]) == 2
-    assert capsys.readouterr().err.endswith("has 2 multi-token heads, so its own draft proposes at most 2 tokens a pass\n")
+    assert capsys.readouterr().err.endswith(
+        "has 2 multi-token heads, so its own draft proposes at most 2 tokens a pass\n"
+    )

@@ -53,8 +53,10 @@ def registered_names() -> frozenset[str]:
 
 def mentions(node: ast.AST, words: frozenset[str]) -> bool:
     """Whether ``node`` reads a variable or attribute named one of ``words``."""
-    return any(isinstance(n, ast.Name) and n.id in words or isinstance(n, ast.Attribute) and n.attr in words
-               for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Name) and n.id in words or isinstance(n, ast.Attribute) and n.attr in words
+        for n in ast.walk(node)
+    )
 
 
 def selecting_uses(source: str, names: frozenset[str]) -> list[tuple[int, str]]:
@@ -63,9 +65,14 @@ def selecting_uses(source: str, names: frozenset[str]) -> list[tuple[int, str]]:
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_CALLS \
-                and len(node.args) > 1 and isinstance(node.args[1], ast.JoinedStr) \
-                and any(mentions(part, NAMING) for part in node.args[1].values if isinstance(part, ast.FormattedValue)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ATTRIBUTE_CALLS
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.JoinedStr)
+            and any(mentions(part, NAMING) for part in node.args[1].values if isinstance(part, ast.FormattedValue))
+        ):
             found.append((node.lineno, f"{node.func.id} of an attribute named after a task or family"))
         if isinstance(node, ast.Constant) and node.value in names:
             use = selection(node, parents)
@@ -90,8 +97,13 @@ def selection(constant: ast.Constant, parents: dict[ast.AST, ast.AST]) -> str | 
         return "as an index"
     if isinstance(parent, ast.MatchValue):
         return "as a match case"
-    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ATTRIBUTE_CALLS \
-            and len(parent.args) > 1 and parent.args[1] is node:
+    if (
+        isinstance(parent, ast.Call)
+        and isinstance(parent.func, ast.Name)
+        and parent.func.id in ATTRIBUTE_CALLS
+        and len(parent.args) > 1
+        and parent.args[1] is node
+    ):
         return f"named in {parent.func.id}"
     return None
 
@@ -125,7 +137,7 @@ def selecting_js(source: str, names: frozenset[str]) -> list[tuple[int, str]]:
     found = []
     for match in JS_STRING.finditer(source):
         if match[2] in names:
-            before = source[:match.start()]
+            before = source[: match.start()]
             if not JS_STACK_COMPARISON.search(before.rsplit("\n", 1)[-1]):
                 found.append((before.count("\n") + 1, match[0]))
     return found
@@ -147,32 +159,37 @@ def test_serve_analysis_bench_and_cli_select_no_task_or_family_by_name():
 NAMES = frozenset({"translation", "encoder", "decoder_lm"})
 
 
-@pytest.mark.parametrize("source, expected", [
-    ('if task == "translation":\n    pass', [(1, "'translation' compared")]),
-    ('ok = name in ("translation", "other")', [(1, "'translation' compared")]),
-    ('FIELDS = {"translation": {}, "x": 1}', [(1, "'translation' as a dict key")]),
-    ('axes = {("encoder", "self"): 0}\nfor k in axes: pass', [(1, "'encoder' as a dict key")]),
-    ('axes = {("encoder", "self"): 0}\nrow = axes[r.stack, r.kind]\nn = axes.get((r.stack, r.kind), 3)', []),
-    ('x = FIELDS["translation"]', [(1, "'translation' as an index")]),
-    ('match task:\n    case "translation":\n        pass', [(2, "'translation' as a match case")]),
-    ('f = getattr(self, "encoder")', [(1, "'encoder' named in getattr")]),
-    ('f = getattr(self, f"_{self.task}")', [(1, "getattr of an attribute named after a task or family")]),
-    ('f = getattr(cfg, f"{stack}_layers")', []),  # a stack's attribute
-    ('if record.stack == "encoder":\n    pass', []),  # a stack, not the task 'encoder'
-    ('same = (r.stack, r.kind) == ("encoder", "self")', []),
-    ('NEEDS = {"encoder": True, "decoder": True}', []),  # capabilities, not the task
-    ('MODEL = dict(arch="decoder_lm", d_model=8)', []),  # a config being built: a value
-    ('model = {"arch": "decoder_lm"}', []),
-    ('suite("encoder", "forward tokens/s")', []),  # an argument: a suite's own name
-    ('raise UsageError("a translation run")', []),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ('if task == "translation":\n    pass', [(1, "'translation' compared")]),
+        ('ok = name in ("translation", "other")', [(1, "'translation' compared")]),
+        ('FIELDS = {"translation": {}, "x": 1}', [(1, "'translation' as a dict key")]),
+        ('axes = {("encoder", "self"): 0}\nfor k in axes: pass', [(1, "'encoder' as a dict key")]),
+        ('axes = {("encoder", "self"): 0}\nrow = axes[r.stack, r.kind]\nn = axes.get((r.stack, r.kind), 3)', []),
+        ('x = FIELDS["translation"]', [(1, "'translation' as an index")]),
+        ('match task:\n    case "translation":\n        pass', [(2, "'translation' as a match case")]),
+        ('f = getattr(self, "encoder")', [(1, "'encoder' named in getattr")]),
+        ('f = getattr(self, f"_{self.task}")', [(1, "getattr of an attribute named after a task or family")]),
+        ('f = getattr(cfg, f"{stack}_layers")', []),  # a stack's attribute
+        ('if record.stack == "encoder":\n    pass', []),  # a stack, not the task 'encoder'
+        ('same = (r.stack, r.kind) == ("encoder", "self")', []),
+        ('NEEDS = {"encoder": True, "decoder": True}', []),  # capabilities, not the task
+        ('MODEL = dict(arch="decoder_lm", d_model=8)', []),  # a config being built: a value
+        ('model = {"arch": "decoder_lm"}', []),
+        ('suite("encoder", "forward tokens/s")', []),  # an argument: a suite's own name
+        ('raise UsageError("a translation run")', []),
+    ],
+)
 def test_the_scan_finds_a_name_where_it_selects_and_only_there(source, expected):
     assert selecting_uses(source, NAMES) == expected
 
 
 def test_the_scan_of_the_script_spares_a_stack_alone():
-    script = ('if (task === "translation") draw();\n'
-              'const row = map.stack === "encoder" ? 0 : -1;\n'
-              'const kinds = ["encoder", "x"];\n'
-              'const label = `encoder`;\n')
+    script = (
+        'if (task === "translation") draw();\n'
+        'const row = map.stack === "encoder" ? 0 : -1;\n'
+        'const kinds = ["encoder", "x"];\n'
+        "const label = `encoder`;\n"
+    )
     assert selecting_js(script, NAMES) == [(1, '"translation"'), (3, '"encoder"'), (4, "`encoder`")]

@@ -16,8 +16,9 @@ from attnlab.train.run import train_run
 
 def _open(cfg, out, resume=False, check=lambda model_cfg, data: None, adapt=lambda model: None, **kw):
     lines: list[str] = []
-    opened = open_run(cfg, out, resume, kw.get("resume_from"), kw.get("allow_changes", False), True, lines.append,
-                      check, adapt)
+    opened = open_run(
+        cfg, out, resume, kw.get("resume_from"), kw.get("allow_changes", False), True, lines.append, check, adapt
+    )
     return opened, lines
 
 
@@ -34,8 +35,12 @@ def test_a_refused_check_or_adapt_writes_nothing(tmp_path):
 
 def test_a_new_run_is_written_whole_and_read_back_the_same(tmp_path):
     seen = {}
-    opened, _ = _open(run_config(), tmp_path / "run", check=lambda model_cfg, data: seen.update(cfg=model_cfg),
-                      adapt=lambda model: seen.update(model=model))
+    opened, _ = _open(
+        run_config(),
+        tmp_path / "run",
+        check=lambda model_cfg, data: seen.update(cfg=model_cfg),
+        adapt=lambda model: seen.update(model=model),
+    )
     assert opened.point is None and opened.changes == [] and seen["model"] is opened.model
     model_cfg, data_cfg, train_cfg = RunDir(tmp_path / "run").read_config()
     assert model_cfg == opened.model_cfg == seen["cfg"] and data_cfg == run_config().data
@@ -46,16 +51,23 @@ def test_a_new_run_is_written_whole_and_read_back_the_same(tmp_path):
     assert {role: tok.vocab_size for role, tok in tokenizers.items()} == {"src": 40, "tgt": 40}
     assert opened.shape == RunDir(tmp_path / "run").read_shape() == DataShape(vocab_size=40)
     assert opened.model.src_embed.tokens.num_embeddings == opened.model.tgt_embed.tokens.num_embeddings == 40
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.yaml", "shape.json", "tokenizer-src.json",
-                                                                    "tokenizer-tgt.json"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        "config.yaml",
+        "shape.json",
+        "tokenizer-src.json",
+        "tokenizer-tgt.json",
+    ]
     assert opened.untrained == set()
     assert sum(p.numel() for p in opened.model.parameters()) > 0
 
 
 def test_a_resume_reads_the_checkpoint_and_changes_nothing_until_restored(tmp_path):
     out = tmp_path / "run"
-    train_run(run_config(train={"max_steps": 4, "eval_every": 2, "eval_exact_match": 0,
-                                "early_stop_metric": "valid_loss"}), out, log=lambda s: None)
+    train_run(
+        run_config(train={"max_steps": 4, "eval_every": 2, "eval_exact_match": 0, "early_stop_metric": "valid_loss"}),
+        out,
+        log=lambda s: None,
+    )
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     cfg = run_config(train={"max_steps": 6, "eval_every": 2, "eval_exact_match": 0, "early_stop_metric": "valid_loss"})
     with pytest.raises(ConfigError, match=r"train.max_steps: 4 -> 6"):
@@ -80,7 +92,10 @@ def test_a_resume_whose_data_gives_other_sizes_is_refused_and_writes_nothing(tmp
     assert RunDir(out).read_shape() == DataShape(vocab_size=40)
     (out / "shape.json").write_text(DataShape(vocab_size=41).to_json())
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    with pytest.raises(ConfigError, match=r"shape.json: a resumed run keeps its data's sizes, but its data now gives "
-                                          r"\{'vocab_size': 40, 'pad_id': 0\} \(the run's: \{'vocab_size': 41, 'pad_id': 0\}\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"shape.json: a resumed run keeps its data's sizes, but its data now gives "
+        r"\{'vocab_size': 40, 'pad_id': 0\} \(the run's: \{'vocab_size': 41, 'pad_id': 0\}\)$",
+    ):
         _open(cfg, out, resume=True)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -38,12 +38,20 @@ train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_
 
 
 def launched(ranks: int, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*TORCHRUN, "--standalone", "--nproc_per_node", str(ranks), *args],
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    return subprocess.run(
+        [*TORCHRUN, "--standalone", "--nproc_per_node", str(ranks), *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
 
 
-@pytest.mark.parametrize("ranks, families", [(2, ["encoder_decoder", "decoder_lm", "encoder_only"]),
-                                             (4, ["encoder_decoder"])], ids=["2 ranks", "4 ranks"])
+@pytest.mark.parametrize(
+    "ranks, families",
+    [(2, ["encoder_decoder", "decoder_lm", "encoder_only"]), (4, ["encoder_decoder"])],
+    ids=["2 ranks", "4 ranks"],
+)
 def test_tensor_parallel_gives_one_processs_gradients_and_update(tmp_path, ranks, families):
     out = tmp_path / "tp.pt"
     done = launched(ranks, str(TESTS / "tp_worker.py"), str(out), *families)
@@ -94,24 +102,47 @@ def test_attnlab_train_under_tp_matches_one_process_and_resumes_exactly_under_tp
     likewise, and the same operations follow."""
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY)
-    tp = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "tp"),
-                  "--set", "train.strategy=tp", "--set", "train.max_steps=2")
+    tp = torchrun(
+        "-m",
+        "attnlab.cli",
+        "train",
+        str(config),
+        "--out",
+        str(tmp_path / "tp"),
+        "--set",
+        "train.strategy=tp",
+        "--set",
+        "train.max_steps=2",
+    )
     assert tp.returncode == 0, why(tp)
-    resumed = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "tp"), "--resume", "--allow-changes",
-                       "--set", "train.max_steps=4")
+    resumed = torchrun(
+        "-m",
+        "attnlab.cli",
+        "train",
+        "--out",
+        str(tmp_path / "tp"),
+        "--resume",
+        "--allow-changes",
+        "--set",
+        "train.max_steps=4",
+    )
     assert resumed.returncode == 0 and "resuming" in resumed.stdout, why(resumed)
-    straight = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "straight"),
-                        "--set", "train.strategy=tp")
+    straight = torchrun(
+        "-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "straight"), "--set", "train.strategy=tp"
+    )
     assert straight.returncode == 0, why(straight)
-    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single")],
-                            capture_output=True, text=True, env=ENV)
+    single = subprocess.run(
+        [*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single")], capture_output=True, text=True, env=ENV
+    )
     assert single.returncode == 0, why(single)
 
     split, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
     assert [r[:2] for r in split] == [r[:2] for r in one] and len(split) == 6  # 4 train lines, 2 valid
     assert [r[2] for r in split] == pytest.approx([r[2] for r in one], rel=1e-5)
-    decoded = [json.loads((tmp_path / run / "summary.json").read_text())["last_eval"]["exact_match"]
-               for run in ("straight", "single")]
+    decoded = [
+        json.loads((tmp_path / run / "summary.json").read_text())["last_eval"]["exact_match"]
+        for run in ("straight", "single")
+    ]
     assert decoded[0] == decoded[1]  # greedy decoding through the split model (its caches hold its own heads)
     resumed_weights = load_run(tmp_path / "tp", "last")[0].state_dict()  # the usual file, read by one process
     straight_weights = load_run(tmp_path / "straight", "last")[0].state_dict()
@@ -119,17 +150,45 @@ def test_attnlab_train_under_tp_matches_one_process_and_resumes_exactly_under_tp
     for name, w in straight_weights.items():
         torch.testing.assert_close(resumed_weights[name], w, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
 
-    alone = subprocess.run([*ATTNLAB, "train", "--out", str(tmp_path / "tp"), "--resume", "--allow-changes",
-                            "--set", "train.max_steps=6", "--set", "train.strategy=ddp"],
-                           capture_output=True, text=True, env=ENV)
+    alone = subprocess.run(
+        [
+            *ATTNLAB,
+            "train",
+            "--out",
+            str(tmp_path / "tp"),
+            "--resume",
+            "--allow-changes",
+            "--set",
+            "train.max_steps=6",
+            "--set",
+            "train.strategy=ddp",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert alone.returncode == 5 and alone.stderr.count("\n") == 1
-    assert "trained with train.strategy tp under torchrun, whose optimizer state resumes only the same way" \
-        in alone.stderr
-    under_tp = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "single"), "--resume",
-                        "--allow-changes", "--set", "train.max_steps=6", "--set", "train.strategy=tp")
+    assert (
+        "trained with train.strategy tp under torchrun, whose optimizer state resumes only the same way" in alone.stderr
+    )
+    under_tp = torchrun(
+        "-m",
+        "attnlab.cli",
+        "train",
+        "--out",
+        str(tmp_path / "single"),
+        "--resume",
+        "--allow-changes",
+        "--set",
+        "train.max_steps=6",
+        "--set",
+        "train.strategy=tp",
+    )
     assert under_tp.returncode != 0
-    assert "trained with one process or train.strategy ddp, whose optimizer state resumes only the same way" \
+    assert (
+        "trained with one process or train.strategy ddp, whose optimizer state resumes only the same way"
         in under_tp.stderr
+    )
 
 
 def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_under_it_only(tmp_path):
@@ -140,8 +199,17 @@ def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_und
     config.write_text(TINY)
 
     def fsdp_tp(*args: str) -> subprocess.CompletedProcess:
-        return launched(4, "-m", "attnlab.cli", "train", *args, "--set", "train.strategy=fsdp+tp",
-                        "--set", "train.tensor_parallel=2")
+        return launched(
+            4,
+            "-m",
+            "attnlab.cli",
+            "train",
+            *args,
+            "--set",
+            "train.strategy=fsdp+tp",
+            "--set",
+            "train.tensor_parallel=2",
+        )
 
     first = fsdp_tp(str(config), "--out", str(tmp_path / "split"), "--set", "train.max_steps=2")
     assert first.returncode == 0, why(first)
@@ -151,8 +219,12 @@ def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_und
     assert straight.returncode == 0, why(straight)
     # PyTorch's notes a user cannot act on (FSDP2's view output, DTensor's two collectives) are filtered
     assert not [line for line in straight.stderr.splitlines() if "Warning" in line or "sequential all_" in line]
-    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"),
-                             "--set", "train.accumulate=2"], capture_output=True, text=True, env=ENV)
+    single = subprocess.run(
+        [*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single"), "--set", "train.accumulate=2"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert single.returncode == 0, why(single)
 
     split, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
@@ -161,19 +233,49 @@ def test_attnlab_train_under_fsdp_tp_matches_one_process_and_resumes_exactly_und
     resumed_weights = load_run(tmp_path / "split", "last")[0].state_dict()  # the usual file, read by one process
     for name, w in load_run(tmp_path / "straight", "last")[0].state_dict().items():
         torch.testing.assert_close(resumed_weights[name], w, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
-    under_tp = launched(4, "-m", "attnlab.cli", "train", "--out", str(tmp_path / "split"), "--resume",
-                        "--allow-changes", "--set", "train.max_steps=6", "--set", "train.strategy=tp")
+    under_tp = launched(
+        4,
+        "-m",
+        "attnlab.cli",
+        "train",
+        "--out",
+        str(tmp_path / "split"),
+        "--resume",
+        "--allow-changes",
+        "--set",
+        "train.max_steps=6",
+        "--set",
+        "train.strategy=tp",
+    )
     assert under_tp.returncode != 0
-    assert "trained with train.strategy fsdp+tp under torchrun, whose optimizer state resumes only the same way" \
+    assert (
+        "trained with train.strategy fsdp+tp under torchrun, whose optimizer state resumes only the same way"
         in under_tp.stderr
+    )
 
 
-@pytest.mark.parametrize("ranks, cases", [
-    (2, ["language_model/gpipe/2", "language_model/1f1b/4"]),
-    (4, ["language_model/gpipe/2", "language_model/1f1b/4", "translation/1f1b/4"]),
-    (2, ["masked_lm/gpipe/2", "masked_lm/1f1b/2", "classification/gpipe/2", "classification/1f1b/4",
-         "translation/gpipe/2"]),
-], ids=["decoder-only 2 ranks", "decoder-only and encoder-decoder 4 ranks", "encoder-only and encoder-decoder 2 ranks"])
+@pytest.mark.parametrize(
+    "ranks, cases",
+    [
+        (2, ["language_model/gpipe/2", "language_model/1f1b/4"]),
+        (4, ["language_model/gpipe/2", "language_model/1f1b/4", "translation/1f1b/4"]),
+        (
+            2,
+            [
+                "masked_lm/gpipe/2",
+                "masked_lm/1f1b/2",
+                "classification/gpipe/2",
+                "classification/1f1b/4",
+                "translation/gpipe/2",
+            ],
+        ),
+    ],
+    ids=[
+        "decoder-only 2 ranks",
+        "decoder-only and encoder-decoder 4 ranks",
+        "encoder-only and encoder-decoder 2 ranks",
+    ],
+)
 def test_pipeline_gives_one_process_accumulating_the_micro_batches_gradients(tmp_path, ranks, cases):
     out = tmp_path / "pp.pt"
     done = launched(ranks, str(TESTS / "pp_worker.py"), str(out), *cases)
@@ -225,12 +327,14 @@ train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 
         lr: 0.002, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
 """
 WORDS = "zero one two three four five six seven eight nine ten eleven".split()
-COUNTING = "".join(" ".join(WORDS[i % 6:i % 6 + 2 + i % 7]) + "\n" for i in range(200))
+COUNTING = "".join(" ".join(WORDS[i % 6 : i % 6 + 2 + i % 7]) + "\n" for i in range(200))
 
 
-@pytest.mark.parametrize("template, text", [(LM, "to be or not to be, that is the question. " * 40),
-                                            (MLM, COUNTING), (SEQ2SEQ, "")],
-                         ids=["decoder-only", "encoder-only masked LM", "encoder-decoder"])
+@pytest.mark.parametrize(
+    "template, text",
+    [(LM, "to be or not to be, that is the question. " * 40), (MLM, COUNTING), (SEQ2SEQ, "")],
+    ids=["decoder-only", "encoder-only masked LM", "encoder-decoder"],
+)
 def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path, template, text):
     """Every rank reads the same batches; the stages (3 layers over 2 ranks: 2 and 1; an
     encoder-decoder's encoder layers count first) split each into 2 micro-batches. Resumed from
@@ -239,17 +343,40 @@ def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path
     (tmp_path / "text.txt").write_text(text)
     config = tmp_path / "run.yaml"
     config.write_text(template.format(text=tmp_path / "text.txt"))
-    first = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "pp"),
-                     "--set", "train.strategy=pp", "--set", "train.max_steps=2")
+    first = torchrun(
+        "-m",
+        "attnlab.cli",
+        "train",
+        str(config),
+        "--out",
+        str(tmp_path / "pp"),
+        "--set",
+        "train.strategy=pp",
+        "--set",
+        "train.max_steps=2",
+    )
     assert first.returncode == 0, why(first)
-    resumed = torchrun("-m", "attnlab.cli", "train", "--out", str(tmp_path / "pp"), "--resume", "--allow-changes",
-                       "--set", "train.max_steps=4", "--set", "train.pipeline_schedule=gpipe")
+    resumed = torchrun(
+        "-m",
+        "attnlab.cli",
+        "train",
+        "--out",
+        str(tmp_path / "pp"),
+        "--resume",
+        "--allow-changes",
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "train.pipeline_schedule=gpipe",
+    )
     assert resumed.returncode == 0 and "resuming" in resumed.stdout, why(resumed)
-    straight = torchrun("-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "straight"),
-                        "--set", "train.strategy=pp")
+    straight = torchrun(
+        "-m", "attnlab.cli", "train", str(config), "--out", str(tmp_path / "straight"), "--set", "train.strategy=pp"
+    )
     assert straight.returncode == 0, why(straight)
-    single = subprocess.run([*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single")],
-                            capture_output=True, text=True, env=ENV)
+    single = subprocess.run(
+        [*ATTNLAB, "train", str(config), "--out", str(tmp_path / "single")], capture_output=True, text=True, env=ENV
+    )
     assert single.returncode == 0, why(single)
 
     piped, one = logged(tmp_path / "straight"), logged(tmp_path / "single")
@@ -258,9 +385,23 @@ def test_attnlab_train_under_pp_matches_one_process_and_resumes_exactly(tmp_path
     resumed_weights = load_run(tmp_path / "pp", "last")[0].state_dict()
     for name, w in load_run(tmp_path / "straight", "last")[0].state_dict().items():
         torch.testing.assert_close(resumed_weights[name], w, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
-    alone = subprocess.run([*ATTNLAB, "train", "--out", str(tmp_path / "pp"), "--resume", "--allow-changes",
-                            "--set", "train.max_steps=5", "--set", "train.strategy=ddp"],
-                           capture_output=True, text=True, env=ENV)
+    alone = subprocess.run(
+        [
+            *ATTNLAB,
+            "train",
+            "--out",
+            str(tmp_path / "pp"),
+            "--resume",
+            "--allow-changes",
+            "--set",
+            "train.max_steps=5",
+            "--set",
+            "train.strategy=ddp",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
     assert alone.returncode == 0 and "resuming" in alone.stdout, why(alone)
 
 
@@ -268,36 +409,82 @@ def two_ranks() -> World:
     return World(rank=0, size=2)
 
 
-@pytest.mark.parametrize("field, fields", [
-    ("n_heads", dict(stack=dict(d_model=48, n_heads=3, d_ff=64), )),
-    ("d_ff", dict(stack=dict(d_model=32, n_heads=4, d_ff=63), )),
-])
+@pytest.mark.parametrize(
+    "field, fields",
+    [
+        (
+            "n_heads",
+            dict(
+                stack=dict(d_model=48, n_heads=3, d_ff=64),
+            ),
+        ),
+        (
+            "d_ff",
+            dict(
+                stack=dict(d_model=32, n_heads=4, d_ff=63),
+            ),
+        ),
+    ],
+)
 def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(field, fields):
     cfg = model_config(**fields)
-    with pytest.raises(ConfigError, match=rf"^train.strategy tp: model.stack.{field} \(\d+\) must be divisible by the "
-                                          r"tensor-parallel size \(2 ranks\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^train.strategy tp: model.stack.{field} \(\d+\) must be divisible by the "
+        r"tensor-parallel size \(2 ranks\)$",
+    ):
         check_strategy("tp", cfg, two_ranks())
 
 
-@pytest.mark.parametrize("fields, says", [
-    (dict(positional="alibi"), "model.positional 'alibi'"),
-    (dict(stack=dict(attention_scale="learned")), "model.stack.attention_scale 'learned'"),
-])
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        (dict(positional="alibi"), "model.positional 'alibi'"),
+        (dict(stack=dict(attention_scale="learned")), "model.stack.attention_scale 'learned'"),
+    ],
+)
 def test_tp_refuses_parameters_or_state_that_every_head_shares(fields, says):
     with pytest.raises(ConfigError, match=f"^train.strategy tp: {says}"):
         check_strategy("tp", model_config(arch="decoder_lm", **fields), two_ranks())
 
 
-@pytest.mark.parametrize("arch, fields, says", [
-    ("decoder_lm", dict(stack=dict(n_layers=1)), r"the model's 1 layers are fewer than the pipeline stages \(2 ranks\)"),
-    ("encoder_only", dict(stack=dict(n_layers=1)), r"the model's 1 layers are fewer than the pipeline stages \(2 ranks\)"),
-    ("decoder_lm", dict(embeddings=dict(tie="output")), "model.embeddings.tie 'output' shares the first stage's embedding"),
-    ("encoder_only", dict(embeddings=dict(tie="all")), "model.embeddings.tie 'all' shares the first stage's embedding"),
-    ("decoder_lm", dict(multi_token_heads=2), "model.multi_token_heads are not cut into stages"),
-    ("encoder_decoder", dict(embeddings=dict(tie="output")), "model.embeddings.tie 'output' shares the first stage's"),
-    ("encoder_decoder", dict(embeddings=dict(tie="src_tgt")), "model.embeddings.tie 'src_tgt' shares the source embedding "
-                                                        r"\(first stage\) with the target embedding"),
-])
+@pytest.mark.parametrize(
+    "arch, fields, says",
+    [
+        (
+            "decoder_lm",
+            dict(stack=dict(n_layers=1)),
+            r"the model's 1 layers are fewer than the pipeline stages \(2 ranks\)",
+        ),
+        (
+            "encoder_only",
+            dict(stack=dict(n_layers=1)),
+            r"the model's 1 layers are fewer than the pipeline stages \(2 ranks\)",
+        ),
+        (
+            "decoder_lm",
+            dict(embeddings=dict(tie="output")),
+            "model.embeddings.tie 'output' shares the first stage's embedding",
+        ),
+        (
+            "encoder_only",
+            dict(embeddings=dict(tie="all")),
+            "model.embeddings.tie 'all' shares the first stage's embedding",
+        ),
+        ("decoder_lm", dict(multi_token_heads=2), "model.multi_token_heads are not cut into stages"),
+        (
+            "encoder_decoder",
+            dict(embeddings=dict(tie="output")),
+            "model.embeddings.tie 'output' shares the first stage's",
+        ),
+        (
+            "encoder_decoder",
+            dict(embeddings=dict(tie="src_tgt")),
+            "model.embeddings.tie 'src_tgt' shares the source embedding "
+            r"\(first stage\) with the target embedding",
+        ),
+    ],
+)
 def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(arch, fields, says):
     cfg = model_config(arch=arch, **{"embeddings": {"tie": "none"}, **fields})
     with pytest.raises(ConfigError, match=f"^train.strategy pp: {says}"):
@@ -308,12 +495,18 @@ def test_pp_refuses_fewer_layers_than_stages_and_what_it_cannot_cut(arch, fields
 
 
 def test_pp_refuses_a_family_or_a_task_it_does_not_cut_in_one_line():
-    with pytest.raises(ConfigError, match="^train.strategy pp cuts models of model.arch encoder_decoder, decoder_lm, "
-                                          "encoder_only into stages; model.arch is 'rnn'$"):
+    with pytest.raises(
+        ConfigError,
+        match="^train.strategy pp cuts models of model.arch encoder_decoder, decoder_lm, "
+        "encoder_only into stages; model.arch is 'rnn'$",
+    ):
         check_strategy("pp", model_config(arch="rnn"), two_ranks())
     lm = model_config(arch="decoder_lm", embeddings=dict(tie="none"))
-    with pytest.raises(ConfigError, match="^train.strategy pp: data.task segment_language_model is not trained "
-                                          "through pipeline stages of model.arch decoder_lm$"):
+    with pytest.raises(
+        ConfigError,
+        match="^train.strategy pp: data.task segment_language_model is not trained "
+        "through pipeline stages of model.arch decoder_lm$",
+    ):
         check_strategy("pp", lm, two_ranks(), task=SegmentLanguageModel)
     check_strategy("pp", lm, two_ranks(), task=LanguageModel)
     encoder = model_config(arch="encoder_only", embeddings=dict(tie="none"))
@@ -331,11 +524,14 @@ def test_pp_refuses_batches_its_micro_batches_cannot_divide_every_problem_at_onc
 
     tokenizers = {"src": Tokenizer.train("word", ["a b"], 10), "tgt": Tokenizer.train("word", ["a b"], 10)}
     budget = Seq2SeqData(tokenizers=tokenizers, splits={"train": []}, batch_size=6)
-    with pytest.raises(ConfigError, match=r"^train.strategy pp cuts every batch into train.micro_batches equal "
-                                          r"micro-batches: the task's batches are made by a token budget "
-                                          r"\(train.max_tokens\), so their rows vary: set train.sampling: "
-                                          r"with_replacement, for batches of train.batch_size rows; "
-                                          r"train.micro_batches \(4\) must divide train.batch_size \(6\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^train.strategy pp cuts every batch into train.micro_batches equal "
+        r"micro-batches: the task's batches are made by a token budget "
+        r"\(train.max_tokens\), so their rows vary: set train.sampling: "
+        r"with_replacement, for batches of train.batch_size rows; "
+        r"train.micro_batches \(4\) must divide train.batch_size \(6\)$",
+    ):
         check_batch_rows(budget, 4)
     drawn = Seq2SeqData(tokenizers=tokenizers, splits={"train": []}, batch_size=8, sampling="with_replacement")
     check_batch_rows(drawn, 4)
@@ -347,18 +543,29 @@ def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_in_one_line():
     from attnlab.parallel.pipeline import Pipeline
 
     model = build_model(*sized(arch="decoder_lm", vocab_size=30, stack=dict(n_layers=2), embeddings=dict(tie="none")))
-    with pytest.raises(ConfigError, match=r"^train.pipeline_schedule 1f1b needs train.micro_batches \(1\) of at "
-                                          r"least the pipeline stages \(2 ranks\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^train.pipeline_schedule 1f1b needs train.micro_batches \(1\) of at "
+        r"least the pipeline stages \(2 ranks\)$",
+    ):
         Pipeline(model, two_ranks(), LanguageModel, "1f1b", 1, torch.device("cpu"))
 
 
 def test_fsdp_tp_refuses_a_tensor_parallel_size_that_does_not_divide_the_ranks_or_the_heads():
-    cfg = model_config(stack=dict(d_model=48, n_heads=6, d_ff=96), )
-    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: train.tensor_parallel \(4\) must divide the "
-                                          r"torchrun ranks \(6\)$"):
+    cfg = model_config(
+        stack=dict(d_model=48, n_heads=6, d_ff=96),
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^train.strategy fsdp\+tp: train.tensor_parallel \(4\) must divide the "
+        r"torchrun ranks \(6\)$",
+    ):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=4)
-    with pytest.raises(ConfigError, match=r"^train.strategy fsdp\+tp: model.stack.n_heads \(6\) must be divisible by the "
-                                          r"tensor-parallel size \(4 ranks\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^train.strategy fsdp\+tp: model.stack.n_heads \(6\) must be divisible by the "
+        r"tensor-parallel size \(4 ranks\)$",
+    ):
         check_strategy("fsdp+tp", cfg, World(rank=0, size=8), tensor_parallel=4)
     check_strategy("fsdp+tp", cfg, World(rank=0, size=6), tensor_parallel=3)  # dp 2 x tp 3
 
@@ -369,5 +576,7 @@ def test_tp_or_pp_without_torchrun_is_refused_in_one_line(tmp_path, strategy):
     config.write_text(TINY)
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", f"train.strategy={strategy}")
     assert done.returncode == 3 and done.stdout == ""
-    assert done.stderr == (f"error: train.strategy {strategy} splits the model across processes: start it with "
-                           f"torchrun --nproc_per_node N (N >= 2), or use train.strategy ddp\n")
+    assert done.stderr == (
+        f"error: train.strategy {strategy} splits the model across processes: start it with "
+        f"torchrun --nproc_per_node N (N >= 2), or use train.strategy ddp\n"
+    )

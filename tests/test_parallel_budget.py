@@ -17,7 +17,13 @@ D, H, FF, L, V, T, B = 16, 4, 32, 4, 30, 8, 4
 
 
 def tiny():
-    return sized(arch="decoder_lm", vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=L, d_ff=FF, dropout=0.0, norm="pre"), embeddings=dict(tie="none"), positional="sinusoidal")
+    return sized(
+        arch="decoder_lm",
+        vocab_size=V,
+        stack=dict(d_model=D, n_heads=H, n_layers=L, d_ff=FF, dropout=0.0, norm="pre"),
+        embeddings=dict(tie="none"),
+        positional="sinusoidal",
+    )
 
 
 def test_per_rank_weights_are_counted_by_hand_and_activations_are_the_budgets():
@@ -44,12 +50,29 @@ def test_pp_does_not_apply_to_fewer_layers_than_ranks_and_the_cli_prints_the_tab
     cfg, shape = sized(vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=1, d_ff=FF))  # 1 + 1 layers on 4 ranks
     assert parallel_memory(cfg, shape, T, B, 4, 4)["pp gpipe"]["total"] is None
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "embeddings": {"tie": "none"}},
-                                     "shape": {"vocab_size": V}}))
+    config.write_text(
+        json.dumps(
+            {
+                "model": {
+                    "arch": "decoder_lm",
+                    "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF},
+                    "embeddings": {"tie": "none"},
+                },
+                "shape": {"vocab_size": V},
+            }
+        )
+    )
     done = run_cli("info", str(config), "--parallel", "2", "--seq-len", str(T), "--batch", str(B), "--json")
     assert done.returncode == 0, done.stderr
-    assert set(json.loads(done.stdout)["parallel_memory"]) == {"one process", "ddp", "fsdp", "tp", "pp gpipe",
-                                                               "pp 1f1b", "fsdp+tp"}
+    assert set(json.loads(done.stdout)["parallel_memory"]) == {
+        "one process",
+        "ddp",
+        "fsdp",
+        "tp",
+        "pp gpipe",
+        "pp 1f1b",
+        "fsdp+tp",
+    }
     refused = run_cli("info", str(config), "--parallel", "1")
     assert refused.returncode != 0 and refused.stderr.count("\n") == 1
     assert "--parallel needs at least 2" in refused.stderr
@@ -84,16 +107,28 @@ def test_fsdp_tp_holds_its_tp_share_sharded_over_dp_counted_by_hand():
     assert r["activations"] == tp_on_2["activations"] // 2
     assert r["total"] == r["weights"] + 3 * r["gradients"] + r["activations"]
     assert parallel_memory(*tiny(), T, B, ranks=4, micro_batches=4, tensor_parallel=3)["fsdp+tp"] == {
-        **dict.fromkeys(NUMBERS), "refused": "train.strategy fsdp+tp: train.tensor_parallel (3) must divide the "
-                                             "torchrun ranks (4)"}
+        **dict.fromkeys(NUMBERS),
+        "refused": "train.strategy fsdp+tp: train.tensor_parallel (3) must divide the torchrun ranks (4)",
+    }
 
 
 def test_fsdp_tp_row_needs_a_tensor_parallel_size_dividing_the_ranks_on_the_cli(tmp_path):
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "embeddings": {"tie": "none"}},
-                                     "shape": {"vocab_size": V}}))
-    done = run_cli("info", str(config), "--parallel", "4", "--tensor-parallel", "2", "--seq-len", str(T),
-                   "--batch", str(B))
+    config.write_text(
+        json.dumps(
+            {
+                "model": {
+                    "arch": "decoder_lm",
+                    "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF},
+                    "embeddings": {"tie": "none"},
+                },
+                "shape": {"vocab_size": V},
+            }
+        )
+    )
+    done = run_cli(
+        "info", str(config), "--parallel", "4", "--tensor-parallel", "2", "--seq-len", str(T), "--batch", str(B)
+    )
     assert done.returncode == 0, done.stderr
     assert "fsdp+tp: tp 2 x dp 2" in done.stdout and "\n  fsdp+tp " in done.stdout
     refused = run_cli("info", str(config), "--parallel", "4", "--tensor-parallel", "3")
@@ -101,17 +136,25 @@ def test_fsdp_tp_row_needs_a_tensor_parallel_size_dividing_the_ranks_on_the_cli(
     assert "--tensor-parallel (3) must divide --parallel (4)" in refused.stderr
 
 
-@pytest.mark.parametrize("arch, first_stage", [
-    ("encoder_only", ("embed.", "encoder.layers.0.")),
-    ("encoder_decoder", ("src_embed.", "encoder.", "tgt_embed.")),
-])
+@pytest.mark.parametrize(
+    "arch, first_stage",
+    [
+        ("encoder_only", ("embed.", "encoder.layers.0.")),
+        ("encoder_decoder", ("src_embed.", "encoder.", "tgt_embed.")),
+    ],
+)
 def test_pp_row_holds_the_heavier_stage_of_each_family_cut(arch, first_stage):
     """2 layers on 2 stages. Encoder-only: the first holds the embeddings and layer 0, the last
     layer 1 and both heads (the masked-LM head and the classifier, which the model keeps whichever
     a task reads). Encoder-decoder (1 + 1 layers): the first the source embedding, the encoder and,
     where the memory is made, the target embedding; the last the decoder layer, its norm and the
     output projection."""
-    cfg, shape = sized(arch=arch, vocab_size=V, stack=dict(d_model=D, n_heads=H, n_layers=2 if arch == "encoder_only" else 1, d_ff=FF), embeddings=dict(tie="none"))
+    cfg, shape = sized(
+        arch=arch,
+        vocab_size=V,
+        stack=dict(d_model=D, n_heads=H, n_layers=2 if arch == "encoder_only" else 1, d_ff=FF),
+        embeddings=dict(tie="none"),
+    )
     sizes = {name: p.numel() for name, p in build_model(cfg, shape).named_parameters()}
     first = sum(n for name, n in sizes.items() if name.startswith(first_stage))
     last = sum(sizes.values()) - first
@@ -123,21 +166,39 @@ def test_a_layout_training_refuses_is_n_a_with_the_strategy_s_own_reason(tmp_pat
     memory figure for a layout that cannot train; pp says why it is n/a; --parallel 3 alone works,
     fsdp+tp n/a at the default tensor-parallel size 2."""
     report = parallel_memory(*tiny(), T, B, ranks=3, micro_batches=3)
-    assert report["tp"] == {**dict.fromkeys(NUMBERS), "refused": f"train.strategy tp: model.stack.n_heads ({H}) must "
-                                                                 f"be divisible by the tensor-parallel size (3 ranks)"}
+    assert report["tp"] == {
+        **dict.fromkeys(NUMBERS),
+        "refused": f"train.strategy tp: model.stack.n_heads ({H}) must "
+        f"be divisible by the tensor-parallel size (3 ranks)",
+    }
     assert report["ddp"]["total"] is not None and "refused" not in report["ddp"]
     config = tmp_path / "m.yaml"
-    config.write_text(json.dumps({"model": {"arch": "decoder_lm", "stack": {
-        "d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF}, "embeddings": {"tie": "all"}}, "shape": {"vocab_size": V}}))
+    config.write_text(
+        json.dumps(
+            {
+                "model": {
+                    "arch": "decoder_lm",
+                    "stack": {"d_model": D, "n_heads": H, "n_layers": L, "d_ff": FF},
+                    "embeddings": {"tie": "all"},
+                },
+                "shape": {"vocab_size": V},
+            }
+        )
+    )
     done = run_cli("info", str(config), "--parallel", "3", "--seq-len", str(T), "--batch", str(B))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert f"  n/a (tp): train.strategy tp: model.stack.n_heads ({H}) must be divisible by the tensor-parallel size " \
-           f"(3 ranks)" in lines
-    assert "  n/a (pp gpipe, pp 1f1b): train.strategy pp: model.embeddings.tie 'all' shares the first stage's " \
-           "embedding with the last stage's output projection; set it to none" in lines
-    assert "  n/a (fsdp+tp): train.strategy fsdp+tp: train.tensor_parallel (2) must divide the torchrun ranks (3)" \
-        in lines
+    assert (
+        f"  n/a (tp): train.strategy tp: model.stack.n_heads ({H}) must be divisible by the tensor-parallel size "
+        f"(3 ranks)" in lines
+    )
+    assert (
+        "  n/a (pp gpipe, pp 1f1b): train.strategy pp: model.embeddings.tie 'all' shares the first stage's "
+        "embedding with the last stage's output projection; set it to none" in lines
+    )
+    assert (
+        "  n/a (fsdp+tp): train.strategy fsdp+tp: train.tensor_parallel (2) must divide the torchrun ranks (3)" in lines
+    )
     assert any(line.endswith("fsdp+tp: tp 2; meta device)") for line in lines)
     as_json = json.loads(run_cli("info", str(config), "--parallel", "3", "--json").stdout)
     assert as_json["parallel_memory"]["tp"]["refused"].startswith("train.strategy tp: model.stack.n_heads")

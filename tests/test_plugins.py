@@ -88,6 +88,7 @@ class BigramFamily(ModelFamily):
 
 # -- a new family and a new task: a bag-of-embeddings sentiment classifier ------------------------
 
+
 @dataclass(frozen=True)
 class BagConfig(FamilyConfig):
     """The mean of a text's word embeddings, then a linear map to the classes."""
@@ -159,10 +160,10 @@ class LabelledData:
     def _batches(self, examples) -> list[LabelledBatch]:
         out = []
         for start in range(0, len(examples), self.batch_size):
-            chunk = examples[start:start + self.batch_size]
+            chunk = examples[start : start + self.batch_size]
             ids = torch.full((len(chunk), max(len(i) for i, _ in chunk)), PAD)
             for row, (i, _) in enumerate(chunk):
-                ids[row, :len(i)] = torch.tensor(i)
+                ids[row, : len(i)] = torch.tensor(i)
             out.append(LabelledBatch(ids, torch.tensor([label for _, label in chunk])))
         return out
 
@@ -185,15 +186,22 @@ class Sentiment(Task[LabelledData, LabelledBatch]):
         labels = sorted({label for _, label in pairs})
         if tokenizers is None:
             tokenizers = {"src": Tokenizer.train("word", [text for text, _ in pairs], cfg.vocab_size), "tgt": None}
-        examples = list(zip(tokenizers["src"].encode_batch([t for t, _ in pairs]), [labels.index(label) for _, label in pairs]))
-        data = LabelledData(tokenizers, {"train": examples[:-cfg.n_valid], "valid": examples[-cfg.n_valid:]},
-                            batching.seed, batching.batch_size)
+        examples = list(
+            zip(tokenizers["src"].encode_batch([t for t, _ in pairs]), [labels.index(label) for _, label in pairs])
+        )
+        data = LabelledData(
+            tokenizers,
+            {"train": examples[: -cfg.n_valid], "valid": examples[-cfg.n_valid :]},
+            batching.seed,
+            batching.batch_size,
+        )
         data.labels = labels
         return data
 
     def data_shape(self, data=None):
-        return DataShape(vocab_size=self.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
-                         pad_id=PAD)
+        return DataShape(
+            vocab_size=self.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2, pad_id=PAD
+        )
 
     def logits(self, model, ids):
         """(B, T) ids -> (B, n_classes) logits."""
@@ -202,8 +210,10 @@ class Sentiment(Task[LabelledData, LabelledBatch]):
     def loss(self, model, batch, label_smoothing, amp):
         with amp():
             logits = self.logits(model, batch.ids).float()
-        return (F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=label_smoothing),
-                F.cross_entropy(logits, batch.labels, reduction="sum"))
+        return (
+            F.cross_entropy(logits, batch.labels, reduction="sum", label_smoothing=label_smoothing),
+            F.cross_entropy(logits, batch.labels, reduction="sum"),
+        )
 
     @torch.no_grad()
     def validate(self, model, data, device, amp, n_decoded):
@@ -218,8 +228,10 @@ class Sentiment(Task[LabelledData, LabelledBatch]):
         return {"valid_loss": nll / n, "accuracy": right / n}
 
     def describe(self, data):
-        return f"labelled texts: train {len(data.splits['train'])}, valid {len(data.splits['valid'])}; " \
-               f"labels {', '.join(data.labels)}"
+        return (
+            f"labelled texts: train {len(data.splits['train'])}, valid {len(data.splits['valid'])}; "
+            f"labels {', '.join(data.labels)}"
+        )
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -241,7 +253,11 @@ def test_the_built_in_families_and_their_capabilities():
     assert list(FAMILIES)[:4] == ["encoder_decoder", "decoder_lm", "encoder_only", "rnn"]
     can = {name: FAMILIES[name].capabilities for name in ("encoder_decoder", "decoder_lm", "encoder_only", "rnn")}
     assert [(c.encoder, c.decoder, c.incremental_decoding, c.attention_weights) for c in can.values()] == [
-        (True, True, True, True), (False, True, True, True), (True, False, False, True), (True, True, True, False)]
+        (True, True, True, True),
+        (False, True, True, True),
+        (True, False, False, True),
+        (True, True, True, False),
+    ]
     assert model_config(arch="rnn").capabilities is can["rnn"]
 
 
@@ -279,18 +295,23 @@ train: {{max_steps: 30, batch_size: 8, lr_schedule: constant, lr: 0.05, warmup_s
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     assert "model: test_bigram, 136 parameters" in done.stdout  # V = 4 specials + a, b, space, newline: 2 x 8 x 8 + 8
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-              if json.loads(line)["split"] == "train"]
+    losses = [
+        json.loads(line)["loss"]
+        for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "train"
+    ]
     assert len(losses) == 30 and losses[-1] < 0.5 * losses[0]  # from ln 8 towards what a bigram can know of "abab abab"
     model, _, cfg = load_run(tmp_path / "run")
     assert isinstance(model, BigramLM) and cfg.arch == "test_bigram"
     refused = run_cli("translate", str(tmp_path / "run"), stdin="a b\n")  # the task does not translate
     assert refused.returncode == 2 and refused.stderr == (
         f"error: {tmp_path / 'run'} is a run of data.task 'language_model'; `attnlab translate` needs data.task "
-        f"'translation' or 'masked_translation' (this run's commands: generate, score, inspect, prune)\n")
+        f"'translation' or 'masked_translation' (this run's commands: generate, score, inspect, prune)\n"
+    )
     refused = run_cli("generate", str(tmp_path / "run"), "--seed", "1")  # the task generates; the family has no cache
     assert refused.returncode == 2 and refused.stderr == (
-        f"error: {tmp_path / 'run'} holds a model of arch 'test_bigram'; `attnlab generate` needs 'decoder_lm' or 'transformer_xl'\n")
+        f"error: {tmp_path / 'run'} holds a model of arch 'test_bigram'; `attnlab generate` needs 'decoder_lm' or 'transformer_xl'\n"
+    )
 
 
 SENTIMENT = """\
@@ -338,15 +359,22 @@ def test_a_task_and_a_family_from_outside_the_package_train_through_the_command_
     assert model.classify.out_features == 2 and model.embed.num_embeddings == 15
     ids = torch.tensor([tokenizers["src"].encode("the plot was good"), tokenizers["src"].encode("the plot was bad")])
     assert model(ids).argmax(-1).tolist() == [1, 0]  # pos, neg (labels sorted: neg = 0)
-    for command, needs in (("translate", "'translation' or 'masked_translation'"),
-                           ("inspect", "'translation' or 'language_model' or 'classification' or 'masked_lm' or "
-                                       "'image_classification' or 'captioning' or 'visual_qa' or 'encoder' or 'image_encoder' or "
-                                       "'test_keyword'")):  # this module's keyword task has an inspect view
-        refused = run_cli(command, str(tmp_path / "run"), *(["--split", "valid"] if command == "inspect" else []),
-                          stdin="good\n")
+    for command, needs in (
+        ("translate", "'translation' or 'masked_translation'"),
+        (
+            "inspect",
+            "'translation' or 'language_model' or 'classification' or 'masked_lm' or "
+            "'image_classification' or 'captioning' or 'visual_qa' or 'encoder' or 'image_encoder' or "
+            "'test_keyword'",
+        ),
+    ):  # this module's keyword task has an inspect view
+        refused = run_cli(
+            command, str(tmp_path / "run"), *(["--split", "valid"] if command == "inspect" else []), stdin="good\n"
+        )
         assert refused.returncode == 2 and refused.stderr == (
             f"error: {tmp_path / 'run'} is a run of data.task 'test_sentiment'; `attnlab {command}` needs data.task "
-            f"{needs} (this run's commands: )\n")
+            f"{needs} (this run's commands: )\n"
+        )
 
 
 def test_a_task_refuses_what_it_cannot_train_and_fields_it_does_not_have(tmp_path):
@@ -355,18 +383,24 @@ def test_a_task_refuses_what_it_cannot_train_and_fields_it_does_not_have(tmp_pat
     config.write_text(SENTIMENT.format(train=train).replace("test_bag", "rnn"))
     done = run_cli("train", str(config), "--out", str(tmp_path / "r"))
     assert done.returncode == 3 and done.stderr == (
-        f"error: {config}: model.arch must be 'encoder_only' or 'test_bag' for data.task 'test_sentiment'; got 'rnn'\n")
+        f"error: {config}: model.arch must be 'encoder_only' or 'test_bag' for data.task 'test_sentiment'; got 'rnn'\n"
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / "r"), "--set", "data.block_size=4")
-    assert done.returncode == 3 and "--set 'data.block_size=4': unknown field 'block_size' in section 'data'" in done.stderr
+    assert (
+        done.returncode == 3
+        and "--set 'data.block_size=4': unknown field 'block_size' in section 'data'" in done.stderr
+    )
     config.write_text(SENTIMENT.format(train=train).replace("n_valid: 20", "n_vaild: 20"))
     done = run_cli("train", str(config), "--out", str(tmp_path / "r"))
     assert done.returncode == 3 and done.stderr == (
         f"error: {config}: data.task 'test_sentiment' has no field 'n_vaild' (did you mean 'n_valid'?); its fields: "
-        f"train, n_valid, vocab_size\n")
+        f"train, n_valid, vocab_size\n"
+    )
     assert not (tmp_path / "r").exists()
 
 
 # -- a new task with its own explorer page and inspect view, in this one module -------------------
+
 
 @dataclass(frozen=True)
 class KeywordConfig(SentimentConfig):
@@ -396,8 +430,9 @@ class Keyword(PredictsLabels, Sentiment):
         tokenizer = run.read_tokenizers()["src"]
         lines = read_input_lines(input_file, "classify")
         model.eval()
-        return [(None, self.logits(model, torch.tensor([tokenizer.encode(line)]))[0].softmax(-1).tolist())
-                for line in lines]
+        return [
+            (None, self.logits(model, torch.tensor([tokenizer.encode(line)]))[0].softmax(-1).tolist()) for line in lines
+        ]
 
 
 @dataclass(frozen=True)
@@ -438,8 +473,13 @@ class KeywordView:
         ids, logits, records, focus = self.read(session.model, session.tokenizers["src"], text)
         labels = session.tokenizers["src"].id_tokens(ids)
         ranked = session.probabilities(logits[0])
-        return {"source_tokens": labels, "attention": attention_maps(records, lambda r: (labels, labels)),
-                "outputs": ranked["outputs"][:top], "chosen": 0, "focus": focus}
+        return {
+            "source_tokens": labels,
+            "attention": attention_maps(records, lambda r: (labels, labels)),
+            "outputs": ranked["outputs"][:top],
+            "chosen": 0,
+            "focus": focus,
+        }
 
     def inspect(self, inspection):
         inspection.refuse_question()
@@ -476,7 +516,13 @@ def test_a_task_from_outside_the_package_brings_its_own_explorer_page(keyword_ru
     api = TestClient(create_app([Explorer(keyword_run)]), base_url="http://127.0.0.1")
     [info] = api.get("/api/info").json()["runs"]
     assert (info["task"], info["options"], info["input"], info["output"], info["steps"], info["example"]) == (
-        "test_keyword", {"top": 1}, "text", "classes", "none", "the plot was good")
+        "test_keyword",
+        {"top": 1},
+        "text",
+        "classes",
+        "none",
+        "the plot was good",
+    )
     reply = api.post("/api/run", json={"text": "the plot was good", "top": 2}).json()
     model, tokenizers, _ = load_run(keyword_run)
     ids = tokenizers["src"].encode("the plot was good")
@@ -491,7 +537,8 @@ def test_a_task_from_outside_the_package_brings_its_own_explorer_page(keyword_ru
     assert len(api.post("/api/run", json={"text": "the plot was good"}).json()["outputs"]) == 1  # top's default
     refused = api.post("/api/run", json={"text": "good", "beam": 2})
     assert refused.status_code == 400 and refused.json() == {
-        "error": "unknown field 'beam'; a test_keyword run reads run, text, heads_off, top"}
+        "error": "unknown field 'beam'; a test_keyword run reads run, text, heads_off, top"
+    }
 
 
 def test_a_task_from_outside_the_package_brings_its_own_inspect_view(keyword_run, tmp_path):
@@ -506,8 +553,10 @@ def test_a_task_from_outside_the_package_brings_its_own_inspect_view(keyword_run
     assert summary["focus"] == ["the", "plot", "was", "good"][int(record.probs[0].mean(0)[0].argmax())]
     assert done.stdout.startswith(f"{name:<34} entropy per head") and done.stdout.endswith(f"in {tmp_path / 'fig'}\n")
     tgt = run_cli("inspect", str(keyword_run), "--src", "good", "--tgt", "x", "--out", str(tmp_path / "t"))
-    assert tgt.returncode == 2 and tgt.stderr == "error: --tgt is for models with a decoder; a keyword classifier " \
-                                                 "reads --src alone\n"
+    assert (
+        tgt.returncode == 2
+        and tgt.stderr == "error: --tgt is for models with a decoder; a keyword classifier reads --src alone\n"
+    )
 
 
 def test_a_task_from_outside_the_package_predicts_by_its_ability_and_evaluate_refuses_what_it_lacks(keyword_run):
@@ -528,7 +577,8 @@ def test_a_task_from_outside_the_package_predicts_by_its_ability_and_evaluate_re
     refused = run_cli("evaluate", str(keyword_run), "--data", "labelled.tsv")
     assert refused.returncode == 2 and refused.stderr == (
         "error: --data is for tasks that score a file in their own format; data.task 'test_keyword' reads none: "
-        "give --src and --ref, or --split\n")
+        "give --src and --ref, or --split\n"
+    )
 
 
 def test_a_task_whose_commands_outrun_its_abilities_is_refused_in_one_line(keyword_run, tmp_path):
@@ -543,31 +593,45 @@ def test_a_task_whose_commands_outrun_its_abilities_is_refused_in_one_line(keywo
     refused = run_cli("predict", str(run), stdin="good\n")
     assert refused.returncode == 2 and refused.stderr == (
         f"error: {run} is a run of data.task 'test_mute', which lists `predict` among its commands but predicts no "
-        f"classes (it has no predict, class_names and predict_options)\n")
+        f"classes (it has no predict, class_names and predict_options)\n"
+    )
     refused = run_cli("evaluate", str(run), "--data", "labelled.tsv")
     assert refused.returncode == 2 and refused.stderr == (
         "error: --data is for tasks that score a file in their own format; data.task 'test_mute' reads none: "
-        "give --src and --ref, or --split\n")
+        "give --src and --ref, or --split\n"
+    )
 
 
 def test_every_task_that_inspect_serves_has_an_inspect_view_and_serve_finds_its_page():
     """`inspect` serves the tasks whose ``commands`` name it; each has an Inspectable view, and the
     built-in explorable tasks are those serve explored before the views."""
     assert tasks_with(Inspectable) == [name for name, task in TASKS.items() if "inspect" in task.commands]
-    assert tasks_with(Explorable)[:8] == ["translation", "language_model", "classification", "masked_lm",
-                                          "image_classification", "captioning", "visual_qa", "encoder"]
+    assert tasks_with(Explorable)[:8] == [
+        "translation",
+        "language_model",
+        "classification",
+        "masked_lm",
+        "image_classification",
+        "captioning",
+        "visual_qa",
+        "encoder",
+    ]
 
 
 def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer(tmp_path):
     """Registering a task with no tokenizer and the default data_shape (a tokenizer's vocabulary) is
     refused; a data_shape that reads the vocabulary of a tokenizer the task does not declare (it
     would not be saved with a run) is refused where the fields are first planned, before any run."""
+
     class Forgetful(Task):
         name = "test_forgetful"
         needs = {"encoder": True}
 
-    with pytest.raises(TypeError, match=r"task 'test_forgetful' declares no tokenizer, so its data sets no "
-                                        r"vocabulary: define its data_shape\(self, data=None\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"task 'test_forgetful' declares no tokenizer, so its data sets no "
+        r"vocabulary: define its data_shape\(self, data=None\)",
+    ):
         register_task(Forgetful)
     assert "test_forgetful" not in TASKS
 
@@ -579,8 +643,11 @@ def test_a_task_whose_data_sets_a_vocabulary_size_must_declare_its_tokenizer(tmp
     try:
         config = tmp_path / "c.yaml"
         config.write_text(SENTIMENT.format(train=sentiment_file(tmp_path)).replace("test_sentiment", "test_undeclared"))
-        with pytest.raises(TypeError, match=r"task 'test_undeclared' sets a vocabulary size from its 'src' tokenizer: "
-                                            r"declare the roles of the tokenizers it saves"):
+        with pytest.raises(
+            TypeError,
+            match=r"task 'test_undeclared' sets a vocabulary size from its 'src' tokenizer: "
+            r"declare the roles of the tokenizers it saves",
+        ):
             run_cli("train", str(config), "--out", str(tmp_path / "run"))
         assert not (tmp_path / "run").exists()
     finally:
@@ -715,11 +782,15 @@ def test_the_walkthrough_adds_a_task_without_a_vocabulary(tmp_path):
         up = model.classify.weight[1] - model.classify.weight[0]  # the sum's sign: the direction (1, 1, 1, 1)
         assert F.cosine_similarity(up, torch.ones(4), dim=0) > 0.9
         sized = tmp_path / "sized.yaml"  # the series' length is the data's, never the model section's
-        sized.write_text((tmp_path / "trend.yaml").read_text().replace("{arch: series_linear}",
-                                                                       "{arch: series_linear, input_length: 1}"))
+        sized.write_text(
+            (tmp_path / "trend.yaml")
+            .read_text()
+            .replace("{arch: series_linear}", "{arch: series_linear, input_length: 1}")
+        )
         refused = run_cli("train", str(sized), "--out", str(tmp_path / "r"))
         assert refused.returncode == 3 and refused.stderr == (
-            f"error: {sized}: model.input_length is set by the data, not the model section: remove it\n")
+            f"error: {sized}: model.input_length is set by the data, not the model section: remove it\n"
+        )
         assert not (tmp_path / "r").exists()
 
 
@@ -731,8 +802,16 @@ def test_the_walkthrough_adds_a_family_with_an_attention_stack(tmp_path):
         assert [f.name for f in dataclasses.fields(config)] == ["stack"]  # no field of the stack, no size of the data
         follow("Add a family", tmp_path)
         d, ff, length, classes = 8, 16, 4, 2
-        by_hand = (d + d) + length * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff + ff * d + d) + 2 * 2 * d \
-            + 2 * d + (d * classes + classes)
+        by_hand = (
+            (d + d)
+            + length * d
+            + (d * 3 * d + 3 * d)
+            + (d * d + d)
+            + (d * ff + ff + ff * d + d)
+            + 2 * 2 * d
+            + 2 * d
+            + (d * classes + classes)
+        )
         info = json.loads(run_cli("info", str(tmp_path / "trend_attention.yaml"), "--json").stdout)
         assert info["params_total"] == by_hand == 682
         run = tmp_path / "runs" / "trend_attention"
@@ -755,7 +834,9 @@ def test_the_walkthrough_adds_an_input_type(tmp_path):
         assert INPUT_KINDS["points"] is points and points == "points" and "in no order" in points.about
         follow("Add an input type", tmp_path)
         d, ff = 16, 32
-        by_hand = (2 * d + d) + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d) + 3 * 2 * d + (d * 2 + 2)
+        by_hand = (
+            (2 * d + d) + (d * 3 * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d) + 3 * 2 * d + (d * 2 + 2)
+        )
         info = json.loads(run_cli("info", str(tmp_path / "centroid.yaml"), "--json").stdout)
         assert info["params_total"] == by_hand == 2_338
         run = tmp_path / "runs" / "centroid"
@@ -771,8 +852,9 @@ def test_the_walkthrough_adds_an_input_type(tmp_path):
         refused = run_cli("train", str(other), "--out", str(tmp_path / "other"))
         assert refused.returncode == 3 and "model.arch must be 'point_set' for data.task 'centroid'" in refused.stderr
         with pytest.raises(TypeError, match=r"capability inputs must be one of tokens, .*, points \(got 'voxels'\)"):
-            Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=False,
-                         inputs="voxels")
+            Capabilities(
+                encoder=True, decoder=False, incremental_decoding=False, attention_weights=False, inputs="voxels"
+            )
         with pytest.raises(ValueError, match="an input kind named 'points' is already registered"):
             new.point_set.input_kind("points", "again")
     assert "points" not in INPUT_KINDS  # what the walk-through registered is gone with it
@@ -874,9 +956,11 @@ def tagger_under_tp(out: str) -> None:
     with joined_world() as world:
         split = strategy_for(TrainConfig(strategy="tp"), world).prepare(tagger(), torch.device("cpu"))
         local = {n: p.to_local() if is_dtensor(p) else p for n, p in split.named_parameters()}
-        result = {"shapes": {n: tuple(p.shape) for n, p in local.items()},
-                  "heads": [split.get_submodule(path).n_heads for path in split.tensor_plan().heads],
-                  "tp": tagger_gradients(split)}
+        result = {
+            "shapes": {n: tuple(p.shape) for n, p in local.items()},
+            "heads": [split.get_submodule(path).n_heads for path in split.tensor_plan().heads],
+            "tp": tagger_gradients(split),
+        }
         if world.is_main:
             torch.save(result | {"one": tagger_gradients(tagger())}, out)
     exit_worker(0)
@@ -894,8 +978,10 @@ def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(t
     with registered(ShardedTaggerFamily):
         check_strategy("tp", model_config(arch="test_tagger"), World(rank=0, size=2))
         whole_shapes = {n: tuple(p.shape) for n, p in tagger().named_parameters()}
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_plugins; " \
-           f"test_plugins.tagger_under_tp({str(tmp_path / 'tp.pt')!r})"
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_plugins; "
+        f"test_plugins.tagger_under_tp({str(tmp_path / 'tp.pt')!r})"
+    )
     launch = [*TORCHRUN, "--standalone", "--nproc_per_node", "2", "--no-python", sys.executable, "-c", code]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a crash shows its stack (helpers.why)
     done = subprocess.run(launch, capture_output=True, text=True, env=env, timeout=300, check=False)
@@ -904,19 +990,27 @@ def test_a_family_with_a_tensor_parallel_plan_is_split_as_it_declares_under_tp(t
     d, heads, d_ff, hidden, V = 16, 4, 32, 32, TAGGER_VOCAB
     attention, feed_forward = "encoder.layers.0.self_attn", "encoder.layers.0.feed_forward"
     halved = {  # the plan's linears, half of each on a rank; a row split keeps its bias whole
-        f"{attention}.qkv_proj.weight": (3 * d // 2, d), f"{attention}.qkv_proj.bias": (3 * d // 2,),
-        f"{attention}.out_proj.weight": (d, d // 2), f"{attention}.out_proj.bias": (d,),
-        f"{feed_forward}.w_1.weight": (d_ff // 2, d), f"{feed_forward}.w_1.bias": (d_ff // 2,),
-        f"{feed_forward}.w_2.weight": (d, d_ff // 2), f"{feed_forward}.w_2.bias": (d,),
-        "w_in.weight": (hidden // 2, d), "w_in.bias": (hidden // 2,),
-        "w_out.weight": (V, hidden // 2), "w_out.bias": (V,)}
+        f"{attention}.qkv_proj.weight": (3 * d // 2, d),
+        f"{attention}.qkv_proj.bias": (3 * d // 2,),
+        f"{attention}.out_proj.weight": (d, d // 2),
+        f"{attention}.out_proj.bias": (d,),
+        f"{feed_forward}.w_1.weight": (d_ff // 2, d),
+        f"{feed_forward}.w_1.bias": (d_ff // 2,),
+        f"{feed_forward}.w_2.weight": (d, d_ff // 2),
+        f"{feed_forward}.w_2.bias": (d,),
+        "w_in.weight": (hidden // 2, d),
+        "w_in.bias": (hidden // 2,),
+        "w_out.weight": (V, hidden // 2),
+        "w_out.bias": (V,),
+    }
     layer_1 = {n.replace("layers.0", "layers.1"): shape for n, shape in halved.items() if "layers.0" in n}
     assert result["shapes"] == whole_shapes | halved | layer_1
     assert result["heads"] == [heads // 2] * 2
     torch.testing.assert_close(result["tp"]["loss"], result["one"]["loss"], atol=0, rtol=1e-5)
     for name, g in result["one"]["grads"].items():  # the reordered sums of tests/test_parallel.py's tp test
-        torch.testing.assert_close(result["tp"]["grads"][name], g, atol=1e-6, rtol=1e-5,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            result["tp"]["grads"][name], g, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 @pytest.mark.parametrize("strategy", ["tp", "fsdp+tp"])
@@ -926,8 +1020,11 @@ def test_a_family_with_an_attention_stack_and_no_tensor_parallel_plan_is_refused
 
     with registered(UnplannedTaggerFamily):
         cfg = model_config(arch="test_tagger_without_plan")
-        with pytest.raises(ConfigError, match=rf"^train.strategy {re.escape(strategy)}: model.arch "
-                                              r"'test_tagger_without_plan' has an attention stack but its model "
-                                              r"\(Tagger\) declares no tensor-parallel plan \(a tensor_plan method, "
-                                              r"nn/tensor_plan.py\)$"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^train.strategy {re.escape(strategy)}: model.arch "
+            r"'test_tagger_without_plan' has an attention stack but its model "
+            r"\(Tagger\) declares no tensor-parallel plan \(a tensor_plan method, "
+            r"nn/tensor_plan.py\)$",
+        ):
             check_strategy(strategy, cfg, World(rank=0, size=2))

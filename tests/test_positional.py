@@ -25,14 +25,16 @@ from helpers import sized, with_weights
 
 def test_sinusoid_table_of_the_notes():
     """Seed 003: D = 4, n = 100, 'The cat sat on the mat' at positions 0..5."""
-    expected = torch.tensor([
-        [0.00, 1.00, 0.00, 1.00],
-        [0.84, 0.54, 0.10, 1.00],
-        [0.91, -0.42, 0.20, 0.98],
-        [0.14, -0.99, 0.30, 0.96],
-        [-0.76, -0.65, 0.39, 0.92],
-        [-0.96, 0.28, 0.48, 0.88],
-    ])
+    expected = torch.tensor(
+        [
+            [0.00, 1.00, 0.00, 1.00],
+            [0.84, 0.54, 0.10, 1.00],
+            [0.91, -0.42, 0.20, 0.98],
+            [0.14, -0.99, 0.30, 0.96],
+            [-0.76, -0.65, 0.39, 0.92],
+            [-0.96, 0.28, 0.48, 0.88],
+        ]
+    )
     torch.testing.assert_close(sinusoid(torch.arange(6), dim=4, base=100.0), expected, atol=5e-3, rtol=0)
 
 
@@ -56,7 +58,7 @@ def test_pe_at_pos_plus_k_is_a_fixed_rotation_of_pe_at_pos(k):
     T_k = torch.zeros(D, D, dtype=torch.float64)
     for i, w in enumerate(omega):
         c, s = math.cos(k * w), math.sin(k * w)
-        T_k[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+        T_k[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
     # the seed's matrix acts on column vectors: PE(pos+k) = T_k PE(pos), i.e. rows: PE(pos) T_k^T
     torch.testing.assert_close(pe @ T_k.T, shifted, atol=1e-4, rtol=0)
 
@@ -82,7 +84,15 @@ def test_learned_positions_are_a_table_with_a_limit():
 def test_models_refuse_positions_beyond_the_learned_table():
     from attnlab.models import build_model
 
-    lm = build_model(*sized(arch="decoder_lm", vocab_size=20, stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32), positional="learned", max_len=8))
+    lm = build_model(
+        *sized(
+            arch="decoder_lm",
+            vocab_size=20,
+            stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32),
+            positional="learned",
+            max_len=8,
+        )
+    )
     assert lm(torch.ones(1, 8, dtype=torch.long)).shape == (1, 8, 20)
     with pytest.raises(DataError, match=r"position 8 is beyond max_len \(8\)"):
         lm(torch.ones(1, 9, dtype=torch.long))
@@ -93,9 +103,9 @@ def test_models_refuse_positions_beyond_the_learned_table():
 
 
 def test_alibi_slopes():
-    assert alibi_slopes(8).tolist() == [2.0 ** -i for i in range(1, 9)]
+    assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
     # 12 heads: the 8-head slopes, then every other slope of the 16-head sequence (Press et al. 2022)
-    expected = [2.0 ** -i for i in range(1, 9)] + [2.0 ** -(i + 0.5) for i in range(0, 4)]
+    expected = [2.0**-i for i in range(1, 9)] + [2.0 ** -(i + 0.5) for i in range(0, 4)]
     torch.testing.assert_close(alibi_slopes(12), torch.tensor(expected))
 
 
@@ -133,8 +143,10 @@ def test_rotary_rotates_pairs_and_keeps_norms():
     torch.testing.assert_close(r.norm(dim=-1), x.norm(dim=-1))
     angle = 5 * 10000.0 ** (-2 / 4)  # second pair, position 5
     x2, x3 = x[0, 0, 2, 2], x[0, 0, 2, 3]
-    torch.testing.assert_close(r[0, 0, 2, 2:], torch.stack([x2 * math.cos(angle) - x3 * math.sin(angle),
-                                                           x2 * math.sin(angle) + x3 * math.cos(angle)]))
+    torch.testing.assert_close(
+        r[0, 0, 2, 2:],
+        torch.stack([x2 * math.cos(angle) - x3 * math.sin(angle), x2 * math.sin(angle) + x3 * math.cos(angle)]),
+    )
 
 
 IN_ATTENTION = [name for name, cls in POSITIONAL.items() if not cls.absolute and name != "none"]

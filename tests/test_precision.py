@@ -16,15 +16,19 @@ CPU = torch.device("cpu")
 @pytest.fixture
 def flags(monkeypatch):
     """Set the CPU flags choose_precision sees: flags({'avx2', ...})."""
+
     def set_flags(names: set[str]) -> None:
         monkeypatch.setattr(precision, "cpu_flags", lambda: set(names))
+
     return set_flags
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16 amx_tile\n\n"
-                       "processor\t: 1\nflags\t\t: fpu\n")
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16 amx_tile\n\n"
+        "processor\t: 1\nflags\t\t: fpu\n"
+    )
     assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16", "amx_tile"}  # the first processor's
     assert cpu_flags(tmp_path / "absent") == set()
 
@@ -33,7 +37,8 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
 def test_auto_is_bf16_on_a_cpu_with_native_bf16(flags, names):
     flags(names)
     assert choose_precision("auto", CPU) == precision.PrecisionChoice(
-        "bf16", "precision auto: bf16 (this CPU computes in bf16 natively)")
+        "bf16", "precision auto: bf16 (this CPU computes in bf16 natively)"
+    )
 
 
 def test_auto_is_fp32_without_native_bf16_and_says_why_with_measured_speeds(flags, monkeypatch):
@@ -41,12 +46,16 @@ def test_auto_is_fp32_without_native_bf16_and_says_why_with_measured_speeds(flag
     speeds = {torch.bfloat16: 1.04, torch.float32: 57.7}
     monkeypatch.setattr(precision, "matmul_gflops", lambda dtype, device: speeds[dtype])
     assert choose_precision("auto", CPU) == precision.PrecisionChoice(
-        "fp32", "precision auto: fp32 (this CPU has no native bf16; a bf16 matrix product ran at 1.0 GFLOP/s "
-                "against 57.7 in fp32 here)")
+        "fp32",
+        "precision auto: fp32 (this CPU has no native bf16; a bf16 matrix product ran at 1.0 GFLOP/s "
+        "against 57.7 in fp32 here)",
+    )
     forced = choose_precision("bf16", CPU)
     assert forced.precision == "bf16"
-    assert forced.note == ("warning: train.precision is bf16 but this CPU has no native bf16: a bf16 matrix "
-                           "product ran at 1.0 GFLOP/s against 57.7 in fp32 here; use precision auto or fp32")
+    assert forced.note == (
+        "warning: train.precision is bf16 but this CPU has no native bf16: a bf16 matrix "
+        "product ran at 1.0 GFLOP/s against 57.7 in fp32 here; use precision auto or fp32"
+    )
 
 
 def test_explicit_precisions_are_kept_without_a_note(flags):

@@ -61,13 +61,18 @@ def test_a_line_every_update_at_61_seconds_each(tmp_path):
 
 def test_no_line_before_a_minute_has_passed(tmp_path):
     lines: list[str] = []
-    train_run(run_config(train={"max_steps": 59, "eval_every": 1000}), tmp_path / "run", log=lines.append,
-              clock=seconds_per_update(1.0))
+    train_run(
+        run_config(train={"max_steps": 59, "eval_every": 1000}),
+        tmp_path / "run",
+        log=lines.append,
+        clock=seconds_per_update(1.0),
+    )
     assert progress_lines(lines) == []
 
 
-@pytest.mark.parametrize("seconds, said", [(0.4, "0s"), (45, "45s"), (59.6, "1m 00s"), (750, "12m 30s"),
-                                           (3 * 3600 + 5 * 60 + 20, "3h 05m")])
+@pytest.mark.parametrize(
+    "seconds, said", [(0.4, "0s"), (45, "45s"), (59.6, "1m 00s"), (750, "12m 30s"), (3 * 3600 + 5 * 60 + 20, "3h 05m")]
+)
 def test_durations_read_as_a_person_says_them(seconds, said):
     assert duration(seconds) == said
 
@@ -80,10 +85,19 @@ def test_a_checkpoint_every_half_minute_of_updates_however_rare_the_evaluations(
     """At 1 s an update and checkpoint_minutes 0.5: a checkpoint 30 s after the last one, evaluated
     (every 40 steps) or not; those not evaluated say 'periodic', have no metrics and never become
     best, and keep_last prunes them like any other (never the best)."""
-    train = {"max_steps": 100, "eval_every": 40, "checkpoint_minutes": 0.5, "eval_exact_match": 0,
-             "early_stop_metric": "valid_loss"}
-    train_run(run_config(train={**train, "keep_last": 10}), tmp_path / "run", log=lambda s: None,
-              clock=seconds_per_update(1.0))
+    train = {
+        "max_steps": 100,
+        "eval_every": 40,
+        "checkpoint_minutes": 0.5,
+        "eval_exact_match": 0,
+        "early_stop_metric": "valid_loss",
+    }
+    train_run(
+        run_config(train={**train, "keep_last": 10}),
+        tmp_path / "run",
+        log=lambda s: None,
+        clock=seconds_per_update(1.0),
+    )
     run = RunDir(tmp_path / "run")
     assert run.steps() == [30, 40, 70, 80, 100]
     for step in (30, 70):
@@ -92,8 +106,7 @@ def test_a_checkpoint_every_half_minute_of_updates_however_rare_the_evaluations(
         assert "periodic" not in checkpoint_meta(run, step) and "valid_loss" in run.metrics_at(step)
     best = json.loads(run.best_pointer.read_text())
     evaluated = {step: run.metrics_at(step)["valid_loss"] for step in (40, 80, 100)}
-    assert best == {"step": min(evaluated, key=evaluated.get), "metric": "valid_loss",
-                    "value": min(evaluated.values())}
+    assert best == {"step": min(evaluated, key=evaluated.get), "metric": "valid_loss", "value": min(evaluated.values())}
 
     pruned = tmp_path / "pruned"
     train_run(run_config(train={**train, "keep_last": 1}), pruned, log=lambda s: None, clock=seconds_per_update(1.0))
@@ -104,12 +117,22 @@ def test_a_crash_after_a_periodic_checkpoint_resumes_from_it_as_if_never_stopped
     """eval_every far beyond the run: only the periodic checkpoint (step 30) survives a crash at
     update 45; the resumed run logs the losses of a run that never stopped and had no periodic
     checkpoint (dropout on: the RNG state comes back too), so writing one changes no number."""
-    train = {"max_steps": 60, "eval_every": 100_000, "log_every": 5, "eval_exact_match": 0,
-             "early_stop_metric": "valid_loss", "checkpoint_minutes": 0.5}
+    train = {
+        "max_steps": 60,
+        "eval_every": 100_000,
+        "log_every": 5,
+        "eval_exact_match": 0,
+        "early_stop_metric": "valid_loss",
+        "checkpoint_minutes": 0.5,
+    }
     model = {"stack": {"dropout": 0.1}}
     whole = tmp_path / "whole"
-    train_run(run_config(model, None, {**train, "checkpoint_minutes": 10_000}), whole, log=lambda s: None,
-              clock=seconds_per_update(1.0))
+    train_run(
+        run_config(model, None, {**train, "checkpoint_minutes": 10_000}),
+        whole,
+        log=lambda s: None,
+        clock=seconds_per_update(1.0),
+    )
     assert RunDir(whole).steps() == [60]
 
     real_step, updates = loop.train_step, itertools.count(1)

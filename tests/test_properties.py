@@ -15,8 +15,13 @@ from attnlab.data.corpora import decode_utf8, read_lines, read_parallel, read_sc
 from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
 from attnlab.errors import DataError
 
-CORPUS = ["the cat sat on the mat", "ein Hund läuft über die Straße", "naïve café, 東京 and emoji 🙂",
-          "numbers 0 1 2 3 and\ttabs", "x = a + b; y = a * b"]
+CORPUS = [
+    "the cat sat on the mat",
+    "ein Hund läuft über die Straße",
+    "naïve café, 東京 and emoji 🙂",
+    "numbers 0 1 2 3 and\ttabs",
+    "x = a + b; y = a * b",
+]
 TOKENIZERS = {kind: Tokenizer.train(kind, CORPUS, vocab_size=300) for kind in ("char", "word", "bpe", "unigram")}
 ALPHABET = sorted({c for line in CORPUS for c in unicodedata.normalize("NFC", line)})
 WORDS = sorted({w for line in CORPUS for w in line.split()})
@@ -28,10 +33,12 @@ SPECIAL_TOKENS_TYPED = ["<pad>", "<bos>", "<eos>", "<unk>", "walk <pad> left", "
 
 def with_examples(name: str, values: list):
     """@example(name=value) for each value: pinned cases every run tries first."""
+
     def decorate(test):
         for value in reversed(values):
             test = example(**{name: value})(test)
         return test
+
     return decorate
 
 
@@ -91,8 +98,13 @@ def test_readers_never_crash_on_arbitrary_bytes(tmp_path_factory, first, second)
     a, b = Path(root / "a.txt"), Path(root / "b.txt")
     a.write_bytes(first)
     b.write_bytes(second)
-    for read in (lambda: read_lines(a), lambda: read_lines(a, allow_empty=True), lambda: read_parallel(a, b),
-                 lambda: read_tsv(a), lambda: read_scan(a)):
+    for read in (
+        lambda: read_lines(a),
+        lambda: read_lines(a, allow_empty=True),
+        lambda: read_parallel(a, b),
+        lambda: read_tsv(a),
+        lambda: read_scan(a),
+    ):
         try:
             result = read()
         except DataError as err:
@@ -102,9 +114,15 @@ def test_readers_never_crash_on_arbitrary_bytes(tmp_path_factory, first, second)
 
 
 @SETTINGS
-@given(lines=st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"), min_size=1)
-                      .filter(str.strip), min_size=1, max_size=20)
-       .filter(lambda lines: lines[0].removeprefix("\ufeff").strip()))
+@given(
+    lines=st.lists(
+        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"), min_size=1).filter(
+            str.strip
+        ),
+        min_size=1,
+        max_size=20,
+    ).filter(lambda lines: lines[0].removeprefix("\ufeff").strip())
+)
 @example(lines=["\ufeffx", "y"])  # a byte-order mark opening the file is not text
 @example(lines=["x", "\ufeff"])  # a later line that is only a mark is kept (a fresh draw found it)
 def test_text_written_as_lines_reads_back_as_those_lines(tmp_path_factory, lines):

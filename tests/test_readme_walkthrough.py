@@ -63,23 +63,32 @@ def pages() -> list[Path]:
 
 def where(page: Path) -> str:
     return str(page.relative_to(ROOT))
+
+
 DIRECTIVE = re.compile(r"^<!-- walk: skip(?: `([^`]+)`)?: (\S.*?) -->$")
 FENCE = re.compile(r"^```(\w*)$")
 
 # 2 steps, evaluated once at the end; every train command of the walk gets these
 SHORT = ("train.max_steps=2", "train.eval_every=2", "train.warmup_steps=1", "train.warmup_ratio=null")
 EXTRA = {  # words of a train command -> further --set lines for it
-    "--out runs/de-en": ("train.max_steps=5", "train.eval_every=1"),  # 5 checkpoints: translation.md averages the last 5
+    "--out runs/de-en": (
+        "train.max_steps=5",
+        "train.eval_every=1",
+    ),  # 5 checkpoints: translation.md averages the last 5
     "configs/scan.yaml": ("train.eval_exact_match=8",),  # greedy decoding of 8 examples, not 200, per evaluation
     "recipes/multimodal/": ("data.n_train=64", "data.n_valid=16", "data.n_test=16"),  # scenes drawn: 96, not 4,700
 }
 PLACEHOLDERS = {  # the pages' word for a run or a file of the user's -> what the walk gives in its place
     "RUN": "runs/de-en",
 }
-WORDS = ("a man in a red shirt walks his little dog over the green grass while two women watch "
-         "the children play near the old blue house").split()
-GERMAN = ("ein mann in einem roten hemd geht mit seinem kleinen hund über das grüne gras während zwei "
-          "frauen den kindern beim spielen am alten blauen haus zusehen").split()
+WORDS = (
+    "a man in a red shirt walks his little dog over the green grass while two women watch "
+    "the children play near the old blue house"
+).split()
+GERMAN = (
+    "ein mann in einem roten hemd geht mit seinem kleinen hund über das grüne gras während zwei "
+    "frauen den kindern beim spielen am alten blauen haus zusehen"
+).split()
 
 
 def sentences(words: list[str], n: int, shift: int = 0) -> list[str]:
@@ -87,15 +96,20 @@ def sentences(words: list[str], n: int, shift: int = 0) -> list[str]:
 
 
 USER_FILES = {  # the files the pages' commands read as the user's own
-    "my/train.de": "\n".join(sentences(GERMAN, 60)) + "\n", "my/train.en": "\n".join(sentences(WORDS, 60)) + "\n",
-    "my/val.de": "\n".join(sentences(GERMAN, 8, 3)) + "\n", "my/val.en": "\n".join(sentences(WORDS, 8, 3)) + "\n",
+    "my/train.de": "\n".join(sentences(GERMAN, 60)) + "\n",
+    "my/train.en": "\n".join(sentences(WORDS, 60)) + "\n",
+    "my/val.de": "\n".join(sentences(GERMAN, 8, 3)) + "\n",
+    "my/val.en": "\n".join(sentences(WORDS, 8, 3)) + "\n",
     "src.txt": "\n".join(sentences(GERMAN, 3, 5)) + "\n",
-    "val.de": "\n".join(sentences(GERMAN, 4, 1)) + "\n", "val.en": "\n".join(sentences(WORDS, 4, 1)) + "\n",
+    "val.de": "\n".join(sentences(GERMAN, 4, 1)) + "\n",
+    "val.en": "\n".join(sentences(WORDS, 4, 1)) + "\n",
     "train.tsv": "".join(f"{s}\t{'pos' if i % 2 else 'neg'}\n" for i, s in enumerate(sentences(WORDS, 60))),
     "dev.tsv": "".join(f"{s}\t{'pos' if i % 2 else 'neg'}\n" for i, s in enumerate(sentences(WORDS, 10, 2))),
     "test.tsv": "".join(f"{s}\t{'pos' if i % 2 else 'neg'}\n" for i, s in enumerate(sentences(WORDS, 10, 4))),
-    "my_classifier.yaml": ("model: {arch: encoder_only, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64}}\n"
-                           "data: {task: classification, train: train.tsv, valid: dev.tsv, tokenizer: word}\n"),
+    "my_classifier.yaml": (
+        "model: {arch: encoder_only, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64}}\n"
+        "data: {task: classification, train: train.tsv, valid: dev.tsv, tokenizer: word}\n"
+    ),
     "some_text.txt": "\n".join(sentences(WORDS, 20, 6)) + "\n",
     "captions.tsv": "scene.png\ta small red circle\n",
     "answers.csv": "id,label\n0,Mr. Hi\n33,Officer\n",
@@ -105,13 +119,14 @@ USER_FILES = {  # the files the pages' commands read as the user's own
 
 # -- the pages' blocks -----------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class Block:
-    line: int                          # the opening fence's line
+    line: int  # the opening fence's line
     lang: str
-    lines: list[tuple[int, str]]       # (line number, text) inside the fence
+    lines: list[tuple[int, str]]  # (line number, text) inside the fence
     skips: list[tuple[str | None, str]]  # (command prefix or None: all, reason)
-    page: str = "README.md"            # where the block is, relative to the repository
+    page: str = "README.md"  # where the block is, relative to the repository
 
     def commands(self) -> list[tuple[int, str]]:
         """(line, command) of a bash block: continuation lines joined, comment lines left out."""
@@ -163,8 +178,8 @@ def without_comment(command: str) -> tuple[str, str]:
             quote = None if char == quote else quote
         elif char in "'\"":
             quote = char
-        elif char == "#" and command[k - 1:k] == " " and command[k + 1:k + 2] in (" ", ""):
-            return command[:k].rstrip(), command[k + 1:].strip()
+        elif char == "#" and command[k - 1 : k] == " " and command[k + 1 : k + 2] in (" ", ""):
+            return command[:k].rstrip(), command[k + 1 :].strip()
     return command, ""
 
 
@@ -198,6 +213,7 @@ def outputs(command: str) -> list[str]:
 
 # -- the walk's world: clones, pins, a copy of the repository ---------------------------------------
 
+
 def upstream_clone(dataset: Dataset) -> dict[str, bytes]:
     """A miniature clone of ``dataset``'s repository at its pinned commit: path -> bytes."""
     files: dict[str, bytes] = {}
@@ -210,16 +226,28 @@ def upstream_clone(dataset: Dataset) -> dict[str, bytes]:
             files[f.path] = tone_wav()
             continue
         elif dataset.name == "scan":
-            text = "".join(f"IN: {c} OUT: {a}\n" for c, a in (("jump twice", "I_JUMP I_JUMP"), ("walk left", "I_TURN_LEFT I_WALK"),
-                                                              ("run", "I_RUN"), ("look twice", "I_LOOK I_LOOK")) * 5)
+            text = "".join(
+                f"IN: {c} OUT: {a}\n"
+                for c, a in (
+                    ("jump twice", "I_JUMP I_JUMP"),
+                    ("walk left", "I_TURN_LEFT I_WALK"),
+                    ("run", "I_RUN"),
+                    ("look twice", "I_LOOK I_LOOK"),
+                )
+                * 5
+            )
         elif dataset.name == "sst2":
-            text = "".join(f"{s}\t{i % 2}\n" for i, s in enumerate(sentences(WORDS, 80 if "train" in f.path else 12, n)))
+            text = "".join(
+                f"{s}\t{i % 2}\n" for i, s in enumerate(sentences(WORDS, 80 if "train" in f.path else 12, n))
+            )
         elif dataset.name == "multi30k":
             size = 120 if "train" in f.path else 12
             text = "\n".join(sentences(GERMAN if f.path.endswith(".de.gz") else WORDS, size, n // 2)) + "\n"
         else:  # tiny_shakespeare
-            text = "".join(f"{speaker}:\n{line}\n\n" for speaker, line in
-                           zip(["ROMEO", "JULIET", "NURSE"] * 40, sentences(WORDS, 120)))
+            text = "".join(
+                f"{speaker}:\n{line}\n\n"
+                for speaker, line in zip(["ROMEO", "JULIET", "NURSE"] * 40, sentences(WORDS, 120))
+            )
         data = text.encode()
         files.setdefault(f.path, gzip.compress(data, mtime=0) if f.gunzip else data)
     return files
@@ -233,8 +261,7 @@ def tone_wav() -> bytes:
     import soundfile
 
     buffer = io.BytesIO()
-    soundfile.write(buffer, 0.5 * np.sin(2 * np.pi * 440 * np.arange(400) / 8000), 8000, subtype="PCM_16",
-                    format="WAV")
+    soundfile.write(buffer, 0.5 * np.sin(2 * np.pi * 440 * np.arange(400) / 8000), 8000, subtype="PCM_16", format="WAV")
     return buffer.getvalue()
 
 
@@ -244,17 +271,23 @@ def ett_rows(n: int, seed: int) -> list[str]:
     from datetime import datetime, timedelta
 
     start = datetime(2016, 7, 1)
-    return [f"{start + timedelta(hours=h):%Y-%m-%d %H:%M:%S},"
-            + ",".join(f"{10 + c + math.sin((h + seed) / (6 + c)) * 3:.3f}" for c in range(7)) + "\n"
-            for h in range(n)]
+    return [
+        f"{start + timedelta(hours=h):%Y-%m-%d %H:%M:%S},"
+        + ",".join(f"{10 + c + math.sin((h + seed) / (6 + c)) * 3:.3f}" for c in range(7))
+        + "\n"
+        for h in range(n)
+    ]
 
 
 def pins(dataset: Dataset, repository: dict[str, bytes]) -> list[tuple[int, str]]:
     """(size, sha256) of each of the data set's files as `data get --from` the clone writes them."""
     import hashlib
 
-    return [(len(data), hashlib.sha256(data).hexdigest())
-            for f in dataset.files for data in [repository[f.path] if f.stored else f.derive(repository[f.path], f.path)]]
+    return [
+        (len(data), hashlib.sha256(data).hexdigest())
+        for f in dataset.files
+        for data in [repository[f.path] if f.stored else f.derive(repository[f.path], f.path)]
+    ]
 
 
 SITECUSTOMIZE = '''"""The walk's pins: each data set's files pinned to its miniature clone's (tests/test_readme_walkthrough.py)."""
@@ -269,8 +302,20 @@ for _name, _pins in json.loads(open(os.environ["ATTNLAB_WALK_PINS"]).read()).ite
 '''
 
 USER_CLONES = {"ett": "ETDataset", "fsdd": "free-spoken-digit-dataset"}  # the clones the pages' --from names
-IGNORED = shutil.ignore_patterns(".git", ".venv", "runs", "data", "__pycache__", ".pytest_cache", ".mypy_cache",
-                                 ".ruff_cache", "*.egg-info", "hf", "build", "dist")
+IGNORED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "runs",
+    "data",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
+    "hf",
+    "build",
+    "dist",
+)
 
 
 @pytest.fixture(scope="module")
@@ -295,25 +340,46 @@ def world(tmp_path_factory) -> dict[str, Path | dict[str, str]]:
     for name, text in USER_FILES.items():
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         (copy / name).write_text(text)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(copy)]), "ATTNLAB_WALK_PINS": str(site / "pins.json"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_COLOR": "1"}
-    fetched_by_pages = {get.group(1) for block in all_blocks() if block.lang == "bash"
-                        for _, command in block.commands() if block.skipped(command) is None
-                        for get in [re.search(r"attnlab data get (\w+)", command)] if get}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(copy)]),
+        "ATTNLAB_WALK_PINS": str(site / "pins.json"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MPLBACKEND": "Agg",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "NO_COLOR": "1",
+    }
+    fetched_by_pages = {
+        get.group(1)
+        for block in all_blocks()
+        if block.lang == "bash"
+        for _, command in block.commands()
+        if block.skipped(command) is None
+        for get in [re.search(r"attnlab data get (\w+)", command)]
+        if get
+    }
     for name in sorted(set(DATASETS) - fetched_by_pages):  # the others, as their recipes' headers say
-        done = subprocess.run([str(Path(sys.executable).parent / "attnlab"), "data", "get", name, "--from",
-                               str(clones / name)], cwd=copy, env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "attnlab"), "data", "get", name, "--from", str(clones / name)],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
     return {"copy": copy, "clones": clones, "env": env}
 
 
 def run(script: str, world) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", script], cwd=world["copy"], env=world["env"], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        ["bash", "-c", script], cwd=world["copy"], env=world["env"], capture_output=True, text=True, timeout=300
+    )
 
 
 # -- the tests ----------------------------------------------------------------------------------------
+
 
 def all_blocks() -> list[Block]:
     """Every fenced block of every walked page, in the pages' order."""
@@ -339,7 +405,8 @@ def test_every_skip_names_a_reason_and_commands_of_its_block(page):
         for prefix, reason in block.skips:
             assert len(reason) > 10, f"{at}: say why {prefix or 'the block'} is not walked"
             assert prefix is None or any(c.startswith(prefix) for c in commands), (
-                f"{at}: no command starts with {prefix!r}")
+                f"{at}: no command starts with {prefix!r}"
+            )
 
 
 def test_the_walk_covers_more_than_it_leaves_out():
@@ -351,22 +418,30 @@ def test_the_walk_covers_more_than_it_leaves_out():
 
 
 def test_a_new_command_is_walked_unless_a_directive_says_why_not():
-    blocks = readme_blocks("text\n<!-- walk: skip `make demo`: builds a venv -->\n```bash\nmake demo   # x\n"
-                           "attnlab train c.yaml \\\n    --out runs/x   # new\n```\n")
+    blocks = readme_blocks(
+        "text\n<!-- walk: skip `make demo`: builds a venv -->\n```bash\nmake demo   # x\n"
+        "attnlab train c.yaml \\\n    --out runs/x   # new\n```\n"
+    )
     (block,) = blocks
     assert block.commands() == [(4, "make demo   # x"), (5, "attnlab train c.yaml --out runs/x   # new")]
     assert [block.skipped(c) for _, c in block.commands()] == ["builds a venv", None]
     assert walked_command("attnlab train configs/scan.yaml --out runs/x   # new", Path("/c")) == (
-        "attnlab train configs/scan.yaml --out runs/x" + "".join(f" --set {s}" for s in SHORT)
-        + " --set train.eval_exact_match=8")
+        "attnlab train configs/scan.yaml --out runs/x"
+        + "".join(f" --set {s}" for s in SHORT)
+        + " --set train.eval_exact_match=8"
+    )
     assert walked_command("attnlab train c.yaml --out runs/x   # new", Path("/c")) == (
-        "attnlab train c.yaml --out runs/x" + "".join(f" --set {s}" for s in SHORT))
+        "attnlab train c.yaml --out runs/x" + "".join(f" --set {s}" for s in SHORT)
+    )
     assert walked_command("attnlab data get sst2  # -> data/sst2", Path("/c")) == "attnlab data get sst2 --from /c/sst2"
     assert walked_command('echo "a # b" | attnlab translate RUN --beam 5 # RUN: yours', Path("/c")) == (
-        'echo "a # b" | attnlab translate runs/de-en --beam 5')
+        'echo "a # b" | attnlab translate runs/de-en --beam 5'
+    )
     assert outputs("attnlab data get sst2  # -> data/sst2/train.tsv") == ["data/sst2/train.tsv"]
     assert outputs("attnlab prune RUN --fraction 0.4 --out RUN-pruned --plot p.png  # x") == [
-        "runs/de-en-pruned", "p.png"]
+        "runs/de-en-pruned",
+        "p.png",
+    ]
     with pytest.raises(AssertionError, match="not a walk directive"):
         readme_blocks("<!-- walk: skip -->\n```bash\nls\n```\n")
 
@@ -377,8 +452,13 @@ def walk_block(block: Block, world) -> list[str]:
     failures = []
     if block.lang == "bash":
         commands = [(n, c) for n, c in block.commands() if block.skipped(c) is None]
-        script = "\n".join(["set -eo pipefail", "trap 'echo \"walk: failed: $BASH_COMMAND\" >&2' ERR",
-                            *(walked_command(c, world["clones"]) for _, c in commands)])
+        script = "\n".join(
+            [
+                "set -eo pipefail",
+                "trap 'echo \"walk: failed: $BASH_COMMAND\" >&2' ERR",
+                *(walked_command(c, world["clones"]) for _, c in commands),
+            ]
+        )
         done = run(script, world)
         if done.returncode != 0:
             return [f"{at}:{block.line}: exit {done.returncode}\n{done.stderr[-2000:]}"]
@@ -395,9 +475,12 @@ def walk_block(block: Block, world) -> list[str]:
 
 
 def walked_blocks() -> list[Block]:
-    return [block for block in all_blocks()
-            if (block.lang == "bash" and any(block.skipped(c) is None for _, c in block.commands()))
-            or (block.lang == "text" and transcript(block))]
+    return [
+        block
+        for block in all_blocks()
+        if (block.lang == "bash" and any(block.skipped(c) is None for _, c in block.commands()))
+        or (block.lang == "text" and transcript(block))
+    ]
 
 
 def block_commands(block: Block) -> list[str]:
@@ -417,15 +500,21 @@ def lanes(blocks: list[Block], n: int = 2) -> tuple[list[Block], list[list[Block
     blocks that name the same run or file (runs/NAME, RUN, scene.png, ...) stay in one lane, in the
     pages' order; lanes balanced by their number of commands."""
     first, rest = [b for b in blocks if fetches(b)], [b for b in blocks if not fetches(b)]
-    names = [{name for command in block_commands(b)
-              for name in re.findall(r"runs/[\w-]+|\b[\w-]+\.png\b", walked_command(command, Path("/")))}
-             for b in rest]
+    names = [
+        {
+            name
+            for command in block_commands(b)
+            for name in re.findall(r"runs/[\w-]+|\b[\w-]+\.png\b", walked_command(command, Path("/")))
+        }
+        for b in rest
+    ]
     group = list(range(len(rest)))  # union-find over blocks sharing a name
 
     def root(i: int) -> int:
         while group[i] != i:
             i = group[i]
         return i
+
     for i in range(len(rest)):
         for j in range(i):
             if names[i] & names[j]:
@@ -453,6 +542,7 @@ def walk(world) -> dict[str, list[str]]:
 
     def walk_lane(lane: list[Block]) -> list[tuple[str, list[str]]]:
         return [(block.page, walk_block(block, world)) for block in lane]
+
     with ThreadPoolExecutor(len(side_by_side)) as pool:
         for found in pool.map(walk_lane, side_by_side):
             for page, failed in found:
@@ -471,13 +561,20 @@ def test_the_lanes_keep_each_run_with_the_blocks_that_use_it():
     first, (a, b) = lanes(walked_blocks())
     fetched = " ".join(c for block in first for c in block_commands(block))
     assert "attnlab data get tiny_shakespeare" in fetched and "attnlab data get multi30k" in fetched
-    assert not any(re.search(r"attnlab (train|translate|evaluate)", c) for block in first for c in block_commands(block))
+    assert not any(
+        re.search(r"attnlab (train|translate|evaluate)", c) for block in first for c in block_commands(block)
+    )
 
     def lane_of(text: str) -> int:
         (which,) = {k for k, lane in enumerate((a, b)) for block in lane for c in block_commands(block) if text in c}
         return which
+
     assert lane_of("--out runs/de-en") == lane_of("translate RUN") == lane_of("prune RUN --fraction 0.4 --out")
-    assert lane_of("--out runs/captioning") == lane_of("predict runs/dual_encoder scene.png") == lane_of("ask runs/visual_qa")
+    assert (
+        lane_of("--out runs/captioning")
+        == lane_of("predict runs/dual_encoder scene.png")
+        == lane_of("ask runs/visual_qa")
+    )
     key = {(bl.page, bl.line): k for k, bl in enumerate(walked_blocks())}  # the pages' order
     assert sorted(key[bl.page, bl.line] for bl in [*first, *a, *b]) == list(range(len(key)))  # each once
     for lane in (first, a, b):

@@ -29,8 +29,13 @@ from attnlab.train.run import train_run
 from helpers import ATTNLAB
 
 # The exit codes of docs/reliability.md's table ("When something is wrong"), as attnlab/errors.py defines them.
-USAGE, CONFIG, DATA, CHECKPOINT, NUMERICAL = (UsageError.exit_code, ConfigError.exit_code, DataError.exit_code,
-                                              CheckpointError.exit_code, NumericalError.exit_code)
+USAGE, CONFIG, DATA, CHECKPOINT, NUMERICAL = (
+    UsageError.exit_code,
+    ConfigError.exit_code,
+    DataError.exit_code,
+    CheckpointError.exit_code,
+    NumericalError.exit_code,
+)
 
 DIGITS_DE = "null eins zwei drei vier fünf sechs sieben acht neun".split()
 DIGITS_EN = "zero one two three four five six seven eight nine".split()
@@ -61,13 +66,16 @@ def workspace(tmp_path_factory):
     assert main(["train", str(root / "good.yaml"), "--out", str(root / "run")]) == 0
     (root / "out.txt").write_text("precious\n")
     (root / "input.de").write_text("eins zwei\ndrei\n")
-    (root / "model.yaml").write_text("model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\nshape: {vocab_size: 50}\n")
+    (root / "model.yaml").write_text(
+        "model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\nshape: {vocab_size: 50}\n"
+    )
     return root
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in root.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
+    }
 
 
 def empty_dir(root: Path) -> None:
@@ -77,6 +85,7 @@ def empty_dir(root: Path) -> None:
 def bad_file(name: str, data: bytes):
     def setup(root: Path) -> None:
         (root / name).write_bytes(data)
+
     return setup
 
 
@@ -90,6 +99,7 @@ def config_with(**replace):
         for old, new in replace.items():
             text = text.replace(old.replace("__", "."), new)
         (root / "bad.yaml").write_text(text)
+
     return setup
 
 
@@ -101,15 +111,19 @@ def corrupt_corpus(split: str, lang: str, data: bytes):
                 (root / "bad" / f"{s}.{lang_}").write_bytes((root / f"{s}.{lang_}").read_bytes())
         (root / "bad" / f"{split}.{lang}").write_bytes(data)
         (root / "bad.yaml").write_text(CONFIG_TEXT.format(root=root / "bad"))
+
     return setup
 
 
 def damage_run(change):
     """Copy the trained run to bad_run/ and damage the copy."""
+
     def setup(root: Path) -> None:
         import shutil
+
         shutil.copytree(root / "run", root / "bad_run", dirs_exist_ok=True)
         change(RunDir(root / "bad_run"))
+
     return setup
 
 
@@ -133,14 +147,18 @@ def edit_config(run: RunDir, old: str, new: str) -> None:
 
 def tsv_config(root: Path, text: str) -> None:
     (root / "bad.tsv").write_text(text)
-    (root / "bad.yaml").write_text(f"model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
-                                   f"data: {{format: tsv, train: {root}/bad.tsv, tokenizer: word}}\n")
+    (root / "bad.yaml").write_text(
+        f"model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
+        f"data: {{format: tsv, train: {root}/bad.tsv, tokenizer: word}}\n"
+    )
 
 
 def scan_config(root: Path, text: str) -> None:
     (root / "bad.scan").write_text(text)
-    (root / "bad.yaml").write_text(f"model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
-                                   f"data: {{format: scan, train: {root}/bad.scan, tokenizer: word}}\n")
+    (root / "bad.yaml").write_text(
+        f"model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
+        f"data: {{format: scan, train: {root}/bad.scan, tokenizer: word}}\n"
+    )
 
 
 nothing = None
@@ -157,162 +175,444 @@ CASES = [
     ("mistyped value", TRAIN, config_with(**{"d_model: 16": "d_model: big"}), CONFIG, "d_model"),
     ("value out of range", TRAIN, config_with(**{"dropout: 0.0": "dropout: 1.5"}), CONFIG, "dropout must be in [0, 1)"),
     ("heads do not divide", TRAIN, config_with(**{"n_heads: 2": "n_heads: 3"}), CONFIG, "divisible by n_heads"),
-    ("unknown choice", TRAIN, config_with(**{"positional: learned": "positional: rotery"}), CONFIG, "did you mean 'rotary'"),
+    (
+        "unknown choice",
+        TRAIN,
+        config_with(**{"positional: learned": "positional: rotery"}),
+        CONFIG,
+        "did you mean 'rotary'",
+    ),
     ("negative steps", TRAIN, config_with(**{"max_steps: 4": "max_steps: -4"}), CONFIG, "max_steps"),
     ("config is a list", TRAIN, bad_config("- 1\n- 2\n"), CONFIG, "mapping"),
     # a --set is a line of config: whatever is wrong with it is a config error, as in the file
     ("--set without =", TRAIN + ["--set", "train.max_steps"], config_with(), CONFIG, "expected section.field=value"),
     ("--set unknown section", TRAIN + ["--set", "trian.lr=1"], config_with(), CONFIG, "did you mean 'train'"),
     ("--set value does not parse", TRAIN + ["--set", "train.lr=[1"], config_with(), CONFIG, "does not parse"),
-    ("--set value only looks like a float", TRAIN + ["--set", "train.lr=--.inf"], config_with(), CONFIG,
-     "lr must be a number (got '--.inf')"),
-    ("--set unknown field", TRAIN + ["--set", "train.max_step=3"], config_with(), CONFIG,
-     "--set 'train.max_step=3': unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)"),
-    ("--set value out of range", TRAIN + ["--set", "train.max_steps=-1"], config_with(), CONFIG,
-     "bad.yaml --set train.max_steps=-1: max_steps must be >= 1 (got -1)"),
-    ("--set max_steps mistyped by an exponent", TRAIN + ["--set", "train.max_steps=100000000000000000000000"], config_with(), CONFIG,
-     "max_steps must be at most 1,000,000,000 (got 100,000,000,000,000,000,000,000)"),
-    ("--set unknown field of a resumed run", ["train", "--out", "{root}/run", "--resume", "--set", "train.lr_schedul=noam"],
-     nothing, CONFIG, "unknown field 'lr_schedul' in section 'train' (did you mean 'lr_schedule'?)"),
-    ("--set bad value of a resumed run", ["train", "--out", "{root}/run", "--resume", "--set", "train.lr=fast"],
-     nothing, CONFIG, "lr must be a number (got 'fast')"),
-    ("info --set unknown field", ["info", "{root}/model.yaml", "--set", "model.n_layer=3"], nothing, CONFIG,
-     "unknown field 'n_layer' in section 'model' (did you mean 'stack.n_layers'?)"),
-    ("info --set bad value", ["info", "{root}/model.yaml", "--set", "model.stack.n_layers=0"], nothing, CONFIG, "n_layers"),
+    (
+        "--set value only looks like a float",
+        TRAIN + ["--set", "train.lr=--.inf"],
+        config_with(),
+        CONFIG,
+        "lr must be a number (got '--.inf')",
+    ),
+    (
+        "--set unknown field",
+        TRAIN + ["--set", "train.max_step=3"],
+        config_with(),
+        CONFIG,
+        "--set 'train.max_step=3': unknown field 'max_step' in section 'train' (did you mean 'max_steps'?)",
+    ),
+    (
+        "--set value out of range",
+        TRAIN + ["--set", "train.max_steps=-1"],
+        config_with(),
+        CONFIG,
+        "bad.yaml --set train.max_steps=-1: max_steps must be >= 1 (got -1)",
+    ),
+    (
+        "--set max_steps mistyped by an exponent",
+        TRAIN + ["--set", "train.max_steps=100000000000000000000000"],
+        config_with(),
+        CONFIG,
+        "max_steps must be at most 1,000,000,000 (got 100,000,000,000,000,000,000,000)",
+    ),
+    (
+        "--set unknown field of a resumed run",
+        ["train", "--out", "{root}/run", "--resume", "--set", "train.lr_schedul=noam"],
+        nothing,
+        CONFIG,
+        "unknown field 'lr_schedul' in section 'train' (did you mean 'lr_schedule'?)",
+    ),
+    (
+        "--set bad value of a resumed run",
+        ["train", "--out", "{root}/run", "--resume", "--set", "train.lr=fast"],
+        nothing,
+        CONFIG,
+        "lr must be a number (got 'fast')",
+    ),
+    (
+        "info --set unknown field",
+        ["info", "{root}/model.yaml", "--set", "model.n_layer=3"],
+        nothing,
+        CONFIG,
+        "unknown field 'n_layer' in section 'model' (did you mean 'stack.n_layers'?)",
+    ),
+    (
+        "info --set bad value",
+        ["info", "{root}/model.yaml", "--set", "model.stack.n_layers=0"],
+        nothing,
+        CONFIG,
+        "n_layers",
+    ),
     # -- data --------------------------------------------------------------------------------------
     ("training file missing", TRAIN, config_with(**{"/train,": "/nowhere,"}), DATA, "no such file"),
-    ("parallel line counts differ", TRAIN, corrupt_corpus("train", "en", b"one\ntwo\n"), DATA, "parallel files must align"),
+    (
+        "parallel line counts differ",
+        TRAIN,
+        corrupt_corpus("train", "en", b"one\ntwo\n"),
+        DATA,
+        "parallel files must align",
+    ),
     ("empty training file", TRAIN, corrupt_corpus("train", "de", b""), DATA, "file is empty"),
     ("invalid UTF-8", TRAIN, corrupt_corpus("val", "de", b"eins\n\xff\xfe zwei\n"), DATA, "val.de:2: not valid UTF-8"),
     ("NUL bytes", TRAIN, corrupt_corpus("train", "de", b"eins\x00zwei\n" * 100), DATA, "NUL byte"),
-    ("empty line in a corpus", TRAIN, corrupt_corpus("train", "en", b"one\n\n" + b"two\n" * 98), DATA,
-     "train.en:2: empty line"),
-    ("a line far over the limit", TRAIN, corrupt_corpus("train", "de", b"eins " * 20000 + b"\n" + b"zwei\n" * 99),
-     DATA, "train.de:1: a line of 100,000 characters"),
-    ("TSV row with one field", ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
-     lambda root: tsv_config(root, "eins\tone\nzwei\n"), DATA, "bad.tsv:2: expected 2 tab-separated fields"),
-    ("TSV row with three fields", ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
-     lambda root: tsv_config(root, "a\tb\tc\n"), DATA, "bad.tsv:1: expected 2 tab-separated fields (source, "),
-    ("SCAN line without OUT:", ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
-     lambda root: scan_config(root, "IN: jump OUT: I_JUMP\nIN: walk I_WALK\n"), DATA, "bad.scan:2: expected 'IN:"),
-    ("SCAN line without IN:", ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
-     lambda root: scan_config(root, "jump OUT: I_JUMP\n"), DATA, "bad.scan:1: expected 'IN:"),
+    (
+        "empty line in a corpus",
+        TRAIN,
+        corrupt_corpus("train", "en", b"one\n\n" + b"two\n" * 98),
+        DATA,
+        "train.en:2: empty line",
+    ),
+    (
+        "a line far over the limit",
+        TRAIN,
+        corrupt_corpus("train", "de", b"eins " * 20000 + b"\n" + b"zwei\n" * 99),
+        DATA,
+        "train.de:1: a line of 100,000 characters",
+    ),
+    (
+        "TSV row with one field",
+        ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
+        lambda root: tsv_config(root, "eins\tone\nzwei\n"),
+        DATA,
+        "bad.tsv:2: expected 2 tab-separated fields",
+    ),
+    (
+        "TSV row with three fields",
+        ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
+        lambda root: tsv_config(root, "a\tb\tc\n"),
+        DATA,
+        "bad.tsv:1: expected 2 tab-separated fields (source, ",
+    ),
+    (
+        "SCAN line without OUT:",
+        ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
+        lambda root: scan_config(root, "IN: jump OUT: I_JUMP\nIN: walk I_WALK\n"),
+        DATA,
+        "bad.scan:2: expected 'IN:",
+    ),
+    (
+        "SCAN line without IN:",
+        ["train", "{root}/bad.yaml", "--out", "{root}/new_run"],
+        lambda root: scan_config(root, "jump OUT: I_JUMP\n"),
+        DATA,
+        "bad.scan:1: expected 'IN:",
+    ),
     # -- run directories: nothing overwritten, nothing half-resumed -------------------------------
     ("--out exists", ["train", "{root}/good.yaml", "--out", "{root}/run"], nothing, USAGE, "already exists"),
-    ("--resume of no run", ["train", "{root}/good.yaml", "--out", "{root}/nowhere", "--resume"], nothing, CHECKPOINT,
-     "not a run directory"),
-    ("--resume with another model", ["train", "{root}/bad.yaml", "--out", "{root}/run", "--resume"],
-     config_with(**{"d_ff: 32": "d_ff: 48"}), CONFIG, "a resumed run keeps its model, but the given config differs "
-                                                      "(model.stack.d_ff: 32 -> 48)"),
-    ("--resume with other data", ["train", "--out", "{root}/run", "--resume", "--set",
-                                  "data.max_src_len=20"], nothing, CONFIG,
-     "keeps its data, but the given config differs (data.max_src_len: 30 -> 20)"),
-    ("--resume with another train setting", ["train", "{root}/good.yaml", "--out", "{root}/run", "--resume", "--set",
-                                             "train.lr=0.01", "--set", "train.progress=true"], nothing, CONFIG,
-     "resuming with train settings that differ from the run's: train.lr: 0.003 -> 0.01. Resume without a config"),
-    ("--resume without a config of no run", ["train", "--out", "{root}/nowhere", "--resume"], nothing, CHECKPOINT,
-     "--resume: {root}/nowhere is not a run directory (no config.yaml)"),
+    (
+        "--resume of no run",
+        ["train", "{root}/good.yaml", "--out", "{root}/nowhere", "--resume"],
+        nothing,
+        CHECKPOINT,
+        "not a run directory",
+    ),
+    (
+        "--resume with another model",
+        ["train", "{root}/bad.yaml", "--out", "{root}/run", "--resume"],
+        config_with(**{"d_ff: 32": "d_ff: 48"}),
+        CONFIG,
+        "a resumed run keeps its model, but the given config differs (model.stack.d_ff: 32 -> 48)",
+    ),
+    (
+        "--resume with other data",
+        ["train", "--out", "{root}/run", "--resume", "--set", "data.max_src_len=20"],
+        nothing,
+        CONFIG,
+        "keeps its data, but the given config differs (data.max_src_len: 30 -> 20)",
+    ),
+    (
+        "--resume with another train setting",
+        [
+            "train",
+            "{root}/good.yaml",
+            "--out",
+            "{root}/run",
+            "--resume",
+            "--set",
+            "train.lr=0.01",
+            "--set",
+            "train.progress=true",
+        ],
+        nothing,
+        CONFIG,
+        "resuming with train settings that differ from the run's: train.lr: 0.003 -> 0.01. Resume without a config",
+    ),
+    (
+        "--resume without a config of no run",
+        ["train", "--out", "{root}/nowhere", "--resume"],
+        nothing,
+        CHECKPOINT,
+        "--resume: {root}/nowhere is not a run directory (no config.yaml)",
+    ),
     ("train without a config", ["train"], nothing, USAGE, "train needs a CONFIG file (or --out RUN --resume"),
-    ("average over an existing average", ["average", "{root}/run", "--last", "1"],
-     lambda root: write_average(root / "run", 2, force=True), USAGE, "average already exists; pass --force"),
+    (
+        "average over an existing average",
+        ["average", "{root}/run", "--last", "1"],
+        lambda root: write_average(root / "run", 2, force=True),
+        USAGE,
+        "average already exists; pass --force",
+    ),
     # -- checkpoints from elsewhere ---------------------------------------------------------------
-    ("run directory missing", ["translate", "{root}/nowhere", "--input", "{root}/input.de"], nothing, CHECKPOINT,
-     "not a run directory"),
+    (
+        "run directory missing",
+        ["translate", "{root}/nowhere", "--input", "{root}/input.de"],
+        nothing,
+        CHECKPOINT,
+        "not a run directory",
+    ),
     # "not a run directory" is the same code in every command, for a folder that is not there or not a run
-    *((f"{argv[0]}{' CONFIG' if argv[1].endswith('.yaml') else ''} of {what} that is not a run", argv, setup,
-       CHECKPOINT, "not a run directory")
-      for what, folder, setup in (("a folder", "{root}/nowhere", nothing), ("an empty folder", "{root}/bad", empty_dir))
-      for argv in (["train", "--out", folder, "--resume"], ["train", "{root}/good.yaml", "--out", folder, "--resume"],
-                   ["translate", folder, "--input", "{root}/input.de"], ["evaluate", folder, "--split", "valid"],
-                   ["generate", folder], ["score", folder, "--tgt", "{root}/input.de"], ["predict", folder],
-                   ["fill-mask", folder, "[MASK]"], ["forecast", folder, "--data", "{root}/series.csv"],
-                   ["inspect", folder, "--src", "eins"], ["prune", folder, "--fraction", "0.5"], ["average", folder],
-                   ["export", folder, "--weights", "bf16", "--out", "{root}/new_run"], ["serve", folder, "--port", "0"],
-                   ["caption", folder, "{root}/image.png"], ["ask", folder, "{root}/image.png", "--question", "what?"],
-                   ["export-hf", folder, "--out", "{root}/new_run"], ["export-ct2", folder, "--out", "{root}/new_run"],
-                   *([["info", folder]] if folder.endswith("bad") else []))),  # info reads a missing path as a file
+    *(
+        (
+            f"{argv[0]}{' CONFIG' if argv[1].endswith('.yaml') else ''} of {what} that is not a run",
+            argv,
+            setup,
+            CHECKPOINT,
+            "not a run directory",
+        )
+        for what, folder, setup in (
+            ("a folder", "{root}/nowhere", nothing),
+            ("an empty folder", "{root}/bad", empty_dir),
+        )
+        for argv in (
+            ["train", "--out", folder, "--resume"],
+            ["train", "{root}/good.yaml", "--out", folder, "--resume"],
+            ["translate", folder, "--input", "{root}/input.de"],
+            ["evaluate", folder, "--split", "valid"],
+            ["generate", folder],
+            ["score", folder, "--tgt", "{root}/input.de"],
+            ["predict", folder],
+            ["fill-mask", folder, "[MASK]"],
+            ["forecast", folder, "--data", "{root}/series.csv"],
+            ["inspect", folder, "--src", "eins"],
+            ["prune", folder, "--fraction", "0.5"],
+            ["average", folder],
+            ["export", folder, "--weights", "bf16", "--out", "{root}/new_run"],
+            ["serve", folder, "--port", "0"],
+            ["caption", folder, "{root}/image.png"],
+            ["ask", folder, "{root}/image.png", "--question", "what?"],
+            ["export-hf", folder, "--out", "{root}/new_run"],
+            ["export-ct2", folder, "--out", "{root}/new_run"],
+            *([["info", folder]] if folder.endswith("bad") else []),
+        )
+    ),  # info reads a missing path as a file
     ("sweep spec missing", ["sweep", "{root}/none.yaml"], nothing, CONFIG, "none.yaml: no such sweep spec"),
-    ("data get of an unknown data set", ["data", "get", "multi31k", "--out", "{root}/new_run"], nothing, USAGE,
-     "unknown data set 'multi31k'; choose from multi30k, scan"),
-    ("import-hf of a folder that is not there", ["import-hf", "{root}/nowhere", "--out", "{root}/new_run"], nothing,
-     CHECKPOINT, "no such folder"),
-    ("truncated weights", BAD_RUN, damage_run(lambda run: truncate(newest_weights(run))), CHECKPOINT,
-     "differs from the recorded"),
-    ("a flipped byte in the weights", BAD_RUN, damage_run(lambda run: flip_byte(newest_weights(run))), CHECKPOINT,
-     "differs from the recorded"),
-    ("weights of another shape", BAD_RUN, damage_run(lambda run: edit_config(run, "d_ff: 32", "d_ff: 48")), CHECKPOINT,
-     "cannot load weights"),
-    ("config of another architecture", BAD_RUN,
-     damage_run(lambda run: edit_config(run, "arch: encoder_decoder", "arch: decoder_lm")), CHECKPOINT,
-     "model.arch 'decoder_lm' has no field 'depths'"),
-    ("damaged config in a run", BAD_RUN, damage_run(lambda run: run.config.write_text("model: [")), CONFIG,
-     "YAML does not parse"),
-    ("damaged checksum record", BAD_RUN,
-     damage_run(lambda run: (newest_weights(run).parent / "checksums.json").write_text("{")), CHECKPOINT,
-     "checksums.json: damaged"),
+    (
+        "data get of an unknown data set",
+        ["data", "get", "multi31k", "--out", "{root}/new_run"],
+        nothing,
+        USAGE,
+        "unknown data set 'multi31k'; choose from multi30k, scan",
+    ),
+    (
+        "import-hf of a folder that is not there",
+        ["import-hf", "{root}/nowhere", "--out", "{root}/new_run"],
+        nothing,
+        CHECKPOINT,
+        "no such folder",
+    ),
+    (
+        "truncated weights",
+        BAD_RUN,
+        damage_run(lambda run: truncate(newest_weights(run))),
+        CHECKPOINT,
+        "differs from the recorded",
+    ),
+    (
+        "a flipped byte in the weights",
+        BAD_RUN,
+        damage_run(lambda run: flip_byte(newest_weights(run))),
+        CHECKPOINT,
+        "differs from the recorded",
+    ),
+    (
+        "weights of another shape",
+        BAD_RUN,
+        damage_run(lambda run: edit_config(run, "d_ff: 32", "d_ff: 48")),
+        CHECKPOINT,
+        "cannot load weights",
+    ),
+    (
+        "config of another architecture",
+        BAD_RUN,
+        damage_run(lambda run: edit_config(run, "arch: encoder_decoder", "arch: decoder_lm")),
+        CHECKPOINT,
+        "model.arch 'decoder_lm' has no field 'depths'",
+    ),
+    (
+        "damaged config in a run",
+        BAD_RUN,
+        damage_run(lambda run: run.config.write_text("model: [")),
+        CONFIG,
+        "YAML does not parse",
+    ),
+    (
+        "damaged checksum record",
+        BAD_RUN,
+        damage_run(lambda run: (newest_weights(run).parent / "checksums.json").write_text("{")),
+        CHECKPOINT,
+        "checksums.json: damaged",
+    ),
     # -- translate / evaluate / generate / score ----------------------------------------------------
     ("--output exists", TRANSLATE + ["--output", "{root}/out.txt"], nothing, USAGE, "pass --force"),
     ("--output is a directory", TRANSLATE + ["--output", "{root}/run"], nothing, USAGE, "is a directory"),
     ("input missing", ["translate", "{root}/run", "--input", "{root}/none.de"], nothing, DATA, "no such file"),
-    ("input not UTF-8", ["translate", "{root}/run", "--input", "{root}/bad.de"], bad_file("bad.de", b"\xc3\x28\n"),
-     DATA, "bad.de:1: not valid UTF-8"),
-    ("input is binary", ["translate", "{root}/run", "--input", "{root}/bad.de"], bad_file("bad.de", b"\x00\x01\x02"),
-     DATA, "NUL byte"),
-    ("a source line over the model's length", ["translate", "{root}/run", "--input", "{root}/bad.de"],
-     bad_file("bad.de", b"eins\n" + b"zwei " * 40 + b"\n"), DATA, "input line 2: 40 tokens"),
+    (
+        "input not UTF-8",
+        ["translate", "{root}/run", "--input", "{root}/bad.de"],
+        bad_file("bad.de", b"\xc3\x28\n"),
+        DATA,
+        "bad.de:1: not valid UTF-8",
+    ),
+    (
+        "input is binary",
+        ["translate", "{root}/run", "--input", "{root}/bad.de"],
+        bad_file("bad.de", b"\x00\x01\x02"),
+        DATA,
+        "NUL byte",
+    ),
+    (
+        "a source line over the model's length",
+        ["translate", "{root}/run", "--input", "{root}/bad.de"],
+        bad_file("bad.de", b"eins\n" + b"zwei " * 40 + b"\n"),
+        DATA,
+        "input line 2: 40 tokens",
+    ),
     ("beam 0", TRANSLATE + ["--beam", "0"], nothing, USAGE, "--beam must be between 1 and 64"),
     ("absurd beam", TRANSLATE + ["--beam", "100000"], nothing, USAGE, "--beam must be between 1 and 64"),
     ("absurd batch", TRANSLATE + ["--batch-size", "10000000"], nothing, USAGE, "--batch-size must be between"),
     ("absurd length", TRANSLATE + ["--max-len", "1000000000"], nothing, USAGE, "beyond the model's max_len"),
     ("nbest over beam", TRANSLATE + ["--beam", "2", "--nbest", "3"], nothing, USAGE, "--nbest must be between"),
     ("beam not a number", TRANSLATE + ["--beam", "four"], nothing, USAGE, "invalid int value"),
-    ("evaluate with line counts that differ", ["evaluate", "{root}/run", "--src", "{root}/input.de", "--ref",
-     "{root}/one.en"], bad_file("one.en", b"one\n"), USAGE, "has 2 lines but"),
+    (
+        "evaluate with line counts that differ",
+        ["evaluate", "{root}/run", "--src", "{root}/input.de", "--ref", "{root}/one.en"],
+        bad_file("one.en", b"one\n"),
+        USAGE,
+        "has 2 lines but",
+    ),
     ("evaluate an unknown split", ["evaluate", "{root}/run", "--split", "dev"], nothing, USAGE, "no split 'dev'"),
     ("evaluate without references", ["evaluate", "{root}/run"], nothing, USAGE, "give --src and --ref"),
-    ("generate from a translation model", ["generate", "{root}/run"], nothing, USAGE,
-     "`attnlab generate` needs data.task 'language_model'"),
-    ("score a missing file", ["score", "{root}/run", "--src", "{root}/input.de", "--tgt", "{root}/none.en"], nothing,
-     DATA, "no such file"),
-    ("evaluate a missing file", ["evaluate", "{root}/run", "--src", "{root}/none.de", "--ref", "{root}/input.de"], nothing,
-     DATA, "none.de: no such file"),
+    (
+        "generate from a translation model",
+        ["generate", "{root}/run"],
+        nothing,
+        USAGE,
+        "`attnlab generate` needs data.task 'language_model'",
+    ),
+    (
+        "score a missing file",
+        ["score", "{root}/run", "--src", "{root}/input.de", "--tgt", "{root}/none.en"],
+        nothing,
+        DATA,
+        "no such file",
+    ),
+    (
+        "evaluate a missing file",
+        ["evaluate", "{root}/run", "--src", "{root}/none.de", "--ref", "{root}/input.de"],
+        nothing,
+        DATA,
+        "none.de: no such file",
+    ),
     ("average zero checkpoints", ["average", "{root}/run", "--last", "0"], nothing, USAGE, "--last must be at least 1"),
     ("prune everything", ["prune", "{root}/run", "--fraction", "1.5"], nothing, USAGE, "--fraction must be in [0, 1)"),
-    ("prune --plot over an existing file", ["prune", "{root}/run", "--fraction", "0.5", "--plot", "{root}/out.txt"],
-     nothing, USAGE, "out.txt already exists; pass --force to overwrite it"),
-    ("prune into an existing run", ["prune", "{root}/run", "--fraction", "0.5", "--out", "{root}/run"], nothing, USAGE,
-     "already exists"),
+    (
+        "prune --plot over an existing file",
+        ["prune", "{root}/run", "--fraction", "0.5", "--plot", "{root}/out.txt"],
+        nothing,
+        USAGE,
+        "out.txt already exists; pass --force to overwrite it",
+    ),
+    (
+        "prune into an existing run",
+        ["prune", "{root}/run", "--fraction", "0.5", "--out", "{root}/run"],
+        nothing,
+        USAGE,
+        "already exists",
+    ),
     ("inspect with empty text", ["inspect", "{root}/run", "--src", " "], nothing, USAGE, "empty after tokenisation"),
-    ("info with a bad memory shape", ["info", "{root}/model.yaml", "--memory", "--seq-len", "0"], nothing, USAGE,
-     "--seq-len"),
-    ("info with a zero source length", ["info", "{root}/model.yaml", "--flops", "--src-len", "0"], nothing, USAGE,
-     "--src-len"),
+    (
+        "info with a bad memory shape",
+        ["info", "{root}/model.yaml", "--memory", "--seq-len", "0"],
+        nothing,
+        USAGE,
+        "--seq-len",
+    ),
+    (
+        "info with a zero source length",
+        ["info", "{root}/model.yaml", "--flops", "--src-len", "0"],
+        nothing,
+        USAGE,
+        "--src-len",
+    ),
     ("bench with zero repeats", ["bench", "decode", "--repeats", "0"], nothing, USAGE, "--repeats"),
     ("unknown command", ["trian"], nothing, USAGE, "invalid choice: 'trian' (choose from"),
     ("mistyped command", ["captions"], nothing, USAGE, "'bench', 'data', 'demo') (did you mean 'caption'?)"),
     ("mistyped bench suite", ["bench", "decod"], nothing, USAGE, "(did you mean 'decode'?)"),
-    ("absurd --max-new-tokens", ["generate", "{root}/run", "--max-new-tokens", "1000000"], nothing, USAGE,
-     "--max-new-tokens must be between 0 and 100,000 (got 1,000,000)"),
-    ("absurd --num-samples", ["generate", "{root}/run", "--num-samples", "0"], nothing, USAGE,
-     "--num-samples must be between 1 and 1024 (got 0)"),
+    (
+        "absurd --max-new-tokens",
+        ["generate", "{root}/run", "--max-new-tokens", "1000000"],
+        nothing,
+        USAGE,
+        "--max-new-tokens must be between 0 and 100,000 (got 1,000,000)",
+    ),
+    (
+        "absurd --num-samples",
+        ["generate", "{root}/run", "--num-samples", "0"],
+        nothing,
+        USAGE,
+        "--num-samples must be between 1 and 1024 (got 0)",
+    ),
     # -- devices (this machine, and the suite everywhere, has no GPU: tests/conftest.py) ------------------
-    *((f"{argv[0]} on a GPU that is not there", argv, nothing, CONFIG, "--device is 'cuda' but no CUDA device")
-      for argv in (TRANSLATE + ["--device", "cuda"], ["evaluate", "{root}/run", "--split", "valid", "--device", "cuda"],
-                   ["score", "{root}/run", "--tgt", "{root}/input.de", "--device", "cuda"],
-                   ["generate", "{root}/run", "--device", "cuda"], ["predict", "{root}/run", "--device", "cuda"],
-                   ["fill-mask", "{root}/run", "[MASK]", "--device", "cuda"],
-                   ["inspect", "{root}/run", "--src", "eins", "--device", "cuda"],
-                   ["prune", "{root}/run", "--fraction", "0.5", "--device", "cuda"], ["demo", "--device", "cuda"])),
-    ("a GPU index that is not there", TRANSLATE + ["--device", "cuda:1"], nothing, CONFIG,
-     "--device is 'cuda:1' but no CUDA device"),
-    ("a CUDA graph on the CPU", TRANSLATE + ["--kv-cache", "graph"], nothing, USAGE,
-     "--kv-cache graph: kv_cache 'graph' records CUDA graphs, and this decode runs on 'cpu'"),
-    ("a cache that is no cache", ["evaluate", "{root}/run", "--split", "valid", "--kv-cache", "paged"], nothing, USAGE,
-     "--kv-cache must be one of auto, dynamic, static, graph, compiled (got 'paged')"),
-    ("a device that is no device", TRANSLATE + ["--device", "gpu"], nothing, CONFIG,
-     "--device must be auto, cpu, cuda or cuda:N (got 'gpu')"),
-    ("train.device that is no device", TRAIN, config_with(**{"progress: false": "progress: false, device: tpu"}), CONFIG,
-     "device must be auto, cpu, cuda or cuda:N (got 'tpu')"),
+    *(
+        (f"{argv[0]} on a GPU that is not there", argv, nothing, CONFIG, "--device is 'cuda' but no CUDA device")
+        for argv in (
+            TRANSLATE + ["--device", "cuda"],
+            ["evaluate", "{root}/run", "--split", "valid", "--device", "cuda"],
+            ["score", "{root}/run", "--tgt", "{root}/input.de", "--device", "cuda"],
+            ["generate", "{root}/run", "--device", "cuda"],
+            ["predict", "{root}/run", "--device", "cuda"],
+            ["fill-mask", "{root}/run", "[MASK]", "--device", "cuda"],
+            ["inspect", "{root}/run", "--src", "eins", "--device", "cuda"],
+            ["prune", "{root}/run", "--fraction", "0.5", "--device", "cuda"],
+            ["demo", "--device", "cuda"],
+        )
+    ),
+    (
+        "a GPU index that is not there",
+        TRANSLATE + ["--device", "cuda:1"],
+        nothing,
+        CONFIG,
+        "--device is 'cuda:1' but no CUDA device",
+    ),
+    (
+        "a CUDA graph on the CPU",
+        TRANSLATE + ["--kv-cache", "graph"],
+        nothing,
+        USAGE,
+        "--kv-cache graph: kv_cache 'graph' records CUDA graphs, and this decode runs on 'cpu'",
+    ),
+    (
+        "a cache that is no cache",
+        ["evaluate", "{root}/run", "--split", "valid", "--kv-cache", "paged"],
+        nothing,
+        USAGE,
+        "--kv-cache must be one of auto, dynamic, static, graph, compiled (got 'paged')",
+    ),
+    (
+        "a device that is no device",
+        TRANSLATE + ["--device", "gpu"],
+        nothing,
+        CONFIG,
+        "--device must be auto, cpu, cuda or cuda:N (got 'gpu')",
+    ),
+    (
+        "train.device that is no device",
+        TRAIN,
+        config_with(**{"progress: false": "progress: false, device: tpu"}),
+        CONFIG,
+        "device must be auto, cpu, cuda or cuda:N (got 'tpu')",
+    ),
 ]
 
 
@@ -320,6 +620,7 @@ CASES = [
 def test_bad_input_is_one_line_an_exit_code_and_no_lost_file(workspace, capsys, name, argv, setup, code, message):
     for leftover in ("bad", "bad_run", "new_run"):
         import shutil
+
         shutil.rmtree(workspace / leftover, ignore_errors=True)
     if setup is not None:
         setup(workspace)
@@ -357,13 +658,15 @@ def test_the_docs_have_the_one_table_of_exit_codes_and_it_is_errors_py():
     assert len({cls.exit_code for cls in classes}) == len(classes)  # one code per kind
 
 
-@pytest.mark.parametrize("argv, code", [(["translate", "{root}/run", "--beam", "0"], USAGE),
-                                        (["train", "{root}/none.yaml"], CONFIG)])
+@pytest.mark.parametrize(
+    "argv, code", [(["translate", "{root}/run", "--beam", "0"], USAGE), (["train", "{root}/none.yaml"], CONFIG)]
+)
 def test_the_console_script_prints_no_traceback(workspace, argv, code):
     done = subprocess.run([*ATTNLAB, *[a.format(root=workspace) for a in argv]], capture_output=True, text=True)
     assert done.returncode == code and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
-    debug = subprocess.run([*ATTNLAB, "--debug", *[a.format(root=workspace) for a in argv]],
-                           capture_output=True, text=True)
+    debug = subprocess.run(
+        [*ATTNLAB, "--debug", *[a.format(root=workspace) for a in argv]], capture_output=True, text=True
+    )
     assert "Traceback" in debug.stderr
 
 
@@ -415,8 +718,10 @@ def test_a_training_state_carrying_code_is_refused_and_the_code_never_runs(works
 def test_a_checkpoint_records_the_sha256_of_each_of_its_files(workspace):
     step_dir = RunDir(workspace / "run").step_dir(4)
     sums = json.loads((step_dir / "checksums.json").read_text())
-    assert sums == {name: hashlib.sha256((step_dir / name).read_bytes()).hexdigest()
-                    for name in ("model.safetensors", "trainer_state.pt", "meta.json")}
+    assert sums == {
+        name: hashlib.sha256((step_dir / name).read_bytes()).hexdigest()
+        for name in ("model.safetensors", "trainer_state.pt", "meta.json")
+    }
     load_run(workspace / "run")  # and it passes its own check
 
 
@@ -434,17 +739,26 @@ def test_non_finite_losses_are_skipped_counted_and_stop_training(workspace, tmp_
     logged = []
     summary = train_run(cfg, tmp_path / "run", log=logged.append)
     assert summary["skipped_steps"] == 2 and summary["steps"] == 5  # every update tried is a step
-    said = [re.match(r"step (\d+): (\d+) of the updates since step (\d+) had a non-finite loss or gradient and were "
-                     r"skipped \((\d+) in a row now, (\d+) in all\)", line) for line in logged]
+    said = [
+        re.match(
+            r"step (\d+): (\d+) of the updates since step (\d+) had a non-finite loss or gradient and were "
+            r"skipped \((\d+) in a row now, (\d+) in all\)",
+            line,
+        )
+        for line in logged
+    ]
     # seen where the host reads the device anyway: here the evaluations of steps 2 and 4 (log_every is 50)
     assert [tuple(map(int, m.groups())) for m in said if m] == [(2, 1, 0, 1, 1), (4, 1, 2, 0, 2)]
     weights = {k: v.clone() for k, v in load_run(tmp_path / "run")[0].state_dict().items()}
     assert all(torch.isfinite(v).all() for v in weights.values())
 
     monkeypatch.setattr(likelihood, "logits_of", lambda model, batch: real(model, batch) * float("inf"))
-    cfg = RunConfig.from_file(workspace / "good.yaml", ["train.max_steps=5", "train.max_bad_steps=3",
-                                                        "train.precision=bf16"])
+    cfg = RunConfig.from_file(
+        workspace / "good.yaml", ["train.max_steps=5", "train.max_bad_steps=3", "train.precision=bf16"]
+    )
     # seen at the evaluation of step 4: 4 in a row by then, over train.max_bad_steps (3)
-    with pytest.raises(NumericalError, match="at step 4: the last 4 updates in a row had a non-finite loss .* the bf16 "
-                                             "forward pass overflowed"):
+    with pytest.raises(
+        NumericalError,
+        match="at step 4: the last 4 updates in a row had a non-finite loss .* the bf16 forward pass overflowed",
+    ):
         train_run(cfg, tmp_path / "run2", log=lambda s: None)

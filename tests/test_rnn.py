@@ -40,7 +40,9 @@ def test_beam_one_equals_greedy_and_batch_equals_single(attention):
     model = rnn_model(attention, input_feeding=True)
     src = random_ids(3, 6, generator_seed=4)
     src[2, 3:] = 0
-    assert [h[0].tokens for h in beam_search(model, src, beam=1, lenpen=0.0, max_len=8)] == greedy(model, src, max_len=8)
+    assert [h[0].tokens for h in beam_search(model, src, beam=1, lenpen=0.0, max_len=8)] == greedy(
+        model, src, max_len=8
+    )
     beams = beam_search(model, src, beam=3, nbest=2, max_len=8)
     single = beam_search(model, src[2:, :3], beam=3, nbest=2, max_len=8)[0]
     assert [h.tokens for h in single] == [h.tokens for h in beams[2]]
@@ -49,8 +51,10 @@ def test_beam_one_equals_greedy_and_batch_equals_single(attention):
     assert [[h.tokens for h in b] for b in uncached] == [[h.tokens for h in b] for b in beams]
 
 
-@pytest.mark.parametrize("attention,score", [("bahdanau", "additive"), ("bahdanau", "general"), ("luong", "general"),
-                                             ("luong", "location"), ("luong", "dot")])
+@pytest.mark.parametrize(
+    "attention,score",
+    [("bahdanau", "additive"), ("bahdanau", "general"), ("luong", "general"), ("luong", "location"), ("luong", "dot")],
+)
 def test_attention_weights_sum_to_one_and_skip_padding(attention, score):
     model = rnn_model(attention, score=score, bidirectional=score != "dot")
     src, tgt = random_ids(2, 6), random_ids(2, 5)
@@ -92,14 +96,39 @@ def test_rnn_config_checks():
 
 
 def test_attention_rnn_learns_to_reverse(tmp_path):
-    cfg = RunConfig.from_sections({
-        "model": {"arch": "rnn", "d_model": 48, "n_layers": 1, "dropout": 0.0,
-                  "rnn_attention": "bahdanau", "score": "additive"},
-        "data": {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 1500, "n_valid": 50,
-                 "n_test": 50, "min_len": 3, "max_len": 6},
-        "train": {"max_steps": 250, "max_tokens": 800, "lr_schedule": "constant", "lr": 0.005, "warmup_steps": 10,
-                  "label_smoothing": 0.0, "eval_every": 250, "eval_exact_match": 50, "progress": False,
-                  "early_stop_metric": "exact_match"},
-    })
+    cfg = RunConfig.from_sections(
+        {
+            "model": {
+                "arch": "rnn",
+                "d_model": 48,
+                "n_layers": 1,
+                "dropout": 0.0,
+                "rnn_attention": "bahdanau",
+                "score": "additive",
+            },
+            "data": {
+                "format": "builtin",
+                "generator": "reverse",
+                "tokenizer": "word",
+                "n_train": 1500,
+                "n_valid": 50,
+                "n_test": 50,
+                "min_len": 3,
+                "max_len": 6,
+            },
+            "train": {
+                "max_steps": 250,
+                "max_tokens": 800,
+                "lr_schedule": "constant",
+                "lr": 0.005,
+                "warmup_steps": 10,
+                "label_smoothing": 0.0,
+                "eval_every": 250,
+                "eval_exact_match": 50,
+                "progress": False,
+                "early_stop_metric": "exact_match",
+            },
+        }
+    )
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
     assert summary["last_eval"]["exact_match"] >= 0.8

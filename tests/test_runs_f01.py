@@ -44,11 +44,13 @@ def test_an_old_run_decodes_the_fixed_inputs_as_it_did_when_written(name):
     now = fixture_script().decoded(FIXTURES / name)
     assert now["logits_sum"] == pytest.approx(recorded["logits_sum"], abs=1e-5)
     if name == "vit":
-        torch.testing.assert_close(torch.tensor(now["probabilities"]), torch.tensor(recorded["probabilities"]),
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(now["probabilities"]), torch.tensor(recorded["probabilities"]), atol=1e-6, rtol=0
+        )
     else:
-        torch.testing.assert_close(torch.tensor(now["logits_first"]), torch.tensor(recorded["logits_first"]),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(now["logits_first"]), torch.tensor(recorded["logits_first"]), atol=1e-5, rtol=0
+        )
         assert now["translations"] == recorded["translations"] == "w w w\nk k k\n"
 
 
@@ -63,7 +65,8 @@ def test_an_old_run_resumes_one_step_as_it_did_when_written(tmp_path):
     assert len(losses) == 3 and losses[2] == pytest.approx(recorded["step3_loss"], abs=1e-6)
     model, _, _ = load_run(run, "last")
     assert sum(p.double().sum().item() for p in model.parameters()) == pytest.approx(
-        recorded["weights_sum_after"], abs=1e-5)
+        recorded["weights_sum_after"], abs=1e-5
+    )
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -81,41 +84,94 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
     written = yaml.safe_load((FIXTURES / "encoder_decoder" / "config.yaml").read_text())["model"]
     written = {**written, "attention_window": 7, "sparse_random": 2, "linear_features": "favor", "attention_block": 9}
     migrated = migrated_model(written)
-    assert migrated["backends"] == {"block": 9, "chunked": {"key_block": 1024},
-                                    "pattern": {"window": 7, "stride": 0, "n_global": 0, "n_random": 2},
-                                    "linear": {"feature_map": "favor", "random_features": 64}}
+    assert migrated["backends"] == {
+        "block": 9,
+        "chunked": {"key_block": 1024},
+        "pattern": {"window": 7, "stride": 0, "n_global": 0, "n_random": 2},
+        "linear": {"feature_map": "favor", "random_features": 64},
+    }
     assert migrated["depths"] == {"encoder": None, "decoder": None}  # n_encoder_layers, n_decoder_layers
     switches = ("normalisation", "residual", "ffn", "attention_scale")  # the ablation switches: the stack's now
-    assert migrated["stack"] == {**written["stack"], "normalisation": "layer", "residual": True, "ffn": True,
-                                 "attention_scale": "sqrt_dk"}
+    assert migrated["stack"] == {
+        **written["stack"],
+        "normalisation": "layer",
+        "residual": True,
+        "ffn": True,
+        "attention_scale": "sqrt_dk",
+    }
     assert migrated["output"] == {"bias": False, "vocabulary": "all"}  # output_bias, output_vocabulary
-    assert migrated["embeddings"] == {"kind": written["embedding"], "tie": written["tie_embeddings"],
-                                      "vocab_multiple": written["vocab_multiple"]}
+    assert migrated["embeddings"] == {
+        "kind": written["embedding"],
+        "tie": written["tie_embeddings"],
+        "vocab_multiple": written["vocab_multiple"],
+    }
     assert {k: v for k, v in migrated.items() if k not in ("backends", "depths", "stack", "output", "embeddings")} == {
-        k: v for k, v in written.items()
-        if k not in {*MOVED_TO_BACKENDS, *SIZES, *switches, "stack", "n_encoder_layers", "n_decoder_layers",
-                     "output_bias", "output_vocabulary", "embedding", "tie_embeddings", "vocab_multiple"}}
+        k: v
+        for k, v in written.items()
+        if k
+        not in {
+            *MOVED_TO_BACKENDS,
+            *SIZES,
+            *switches,
+            "stack",
+            "n_encoder_layers",
+            "n_decoder_layers",
+            "output_bias",
+            "output_vocabulary",
+            "embedding",
+            "tie_embeddings",
+            "vocab_multiple",
+        }
+    }
     assert written_sizes(written) == DataShape(vocab_size=written["vocab_size"], pad_id=0)
-    assert RunDir(FIXTURES / "encoder_decoder").read_shape() == written_sizes(written)  # no shape.json: its config.yaml's
-    cfg = model_config(migrated_model({**written, "stack": {**written["stack"], "attention_backend": "sparse"},
-                                       "linear_features": "elu"}))
-    assert cfg.backends.pattern.window == 7 and cfg.backends.block == 9 and migrated_model(cfg.to_dict()) == cfg.to_dict()
+    assert RunDir(FIXTURES / "encoder_decoder").read_shape() == written_sizes(
+        written
+    )  # no shape.json: its config.yaml's
+    cfg = model_config(
+        migrated_model(
+            {**written, "stack": {**written["stack"], "attention_backend": "sparse"}, "linear_features": "elu"}
+        )
+    )
+    assert (
+        cfg.backends.pattern.window == 7 and cfg.backends.block == 9 and migrated_model(cfg.to_dict()) == cfg.to_dict()
+    )
     # the flat stack fields of the layout before the stack had its config move into ``stack``
     assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "d_model": 8, "attention_key_block": 4}) == {
-        "arch": "decoder_lm", "stack": {"d_model": 8}, "backends": {"chunked": {"key_block": 4}}}
+        "arch": "decoder_lm",
+        "stack": {"d_model": 8},
+        "backends": {"chunked": {"key_block": 4}},
+    }
     # the vit fixture's patch size and (ViT's own) positional scheme land in ``patches``; a captioner's
     # positional places its tokens and stays where it is
     vit = yaml.safe_load((FIXTURES / "vit" / "config.yaml").read_text())["model"]
     assert (vit["patch_size"], vit["positional"]) == (4, "learned")
-    assert migrated_model(vit) == {**{k: v for k, v in vit.items() if k not in ("patch_size", "positional", *SIZES)},
-                                   "patches": {"size": 4, "positional": "learned"}}
+    assert migrated_model(vit) == {
+        **{k: v for k, v in vit.items() if k not in ("patch_size", "positional", *SIZES)},
+        "patches": {"size": 4, "positional": "learned"},
+    }
     assert written_sizes(vit) == DataShape(channels=1, image_height=8, image_width=8, n_classes=10)
-    captioner = {"arch": "captioner", "vocab_size": 9, "patch_size": 8, "patch_positional": "none", "positional": "rotary"}
-    assert migrated_model(captioner) == {"arch": "captioner", "positional": "rotary",
-                                         "patches": {"size": 8, "positional": "none"}}
+    captioner = {
+        "arch": "captioner",
+        "vocab_size": 9,
+        "patch_size": 8,
+        "patch_positional": "none",
+        "positional": "rotary",
+    }
+    assert migrated_model(captioner) == {
+        "arch": "captioner",
+        "positional": "rotary",
+        "patches": {"size": 8, "positional": "none"},
+    }
     # a value already in the new place (an old run's info with --set model.backends...) wins over the flat one
-    assert migrated_model({"arch": "decoder_lm", "vocab_size": 5, "attention_window": 128, "sparse_stride": 2,
-                           "backends": {"pattern": {"window": 3}}})["backends"] == {"pattern": {"window": 3, "stride": 2}}
+    assert migrated_model(
+        {
+            "arch": "decoder_lm",
+            "vocab_size": 5,
+            "attention_window": 128,
+            "sparse_stride": 2,
+            "backends": {"pattern": {"window": 3}},
+        }
+    )["backends"] == {"pattern": {"window": 3, "stride": 2}}
     # a family without backends (release 0.1 wrote the fields for every family): dropped
     assert migrated_model({"arch": "rnn", "vocab_size": 5, "attention_window": 128}) == {"arch": "rnn"}
 
@@ -123,24 +179,32 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
 def test_a_new_config_with_an_old_flat_backend_field_is_refused_naming_the_new_spelling(tmp_path):
     """New config files and --set follow the new layout; an old spelling is one line naming the new one."""
     config = tmp_path / "old.yaml"
-    config.write_text("model: {arch: decoder_lm, attention_window: 16, stack: {attention_backend: local}}\n"
-                      "data: {task: language_model, train: text.txt}\n")
+    config.write_text(
+        "model: {arch: decoder_lm, attention_window: 16, stack: {attention_backend: local}}\n"
+        "data: {task: language_model, train: text.txt}\n"
+    )
     with pytest.raises(ConfigError) as refused:
         RunConfig.from_file(config)
     assert str(refused.value) == (
         f"{config}: model.attention_window is now model.backends.pattern.window, in a part of its own "
-        f"(write backends: {{pattern: {{window: ...}}}}; --set model.backends.pattern.window=...)")
-    config.write_text("model: {arch: decoder_lm, stack: {attention_backend: local}}\ndata: {task: language_model, "
-                      "train: text.txt}\n")
-    with pytest.raises(ConfigError, match=r"^--set 'model.sparse_stride=4': model.sparse_stride is now "
-                                          r"model.backends.pattern.stride, in a part of its own"):
+        f"(write backends: {{pattern: {{window: ...}}}}; --set model.backends.pattern.window=...)"
+    )
+    config.write_text(
+        "model: {arch: decoder_lm, stack: {attention_backend: local}}\ndata: {task: language_model, train: text.txt}\n"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set 'model.sparse_stride=4': model.sparse_stride is now "
+        r"model.backends.pattern.stride, in a part of its own",
+    ):
         RunConfig.from_file(config, ["model.sparse_stride=4"])
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"), "--set", "model.attention_block=8")
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "model.backends.block" in done.stderr
     done = run_cli("info", str(FIXTURES / "encoder_decoder"), "--set", "model.n_encoder_layers=2")
     assert done.returncode != 0 and done.stderr == (
         "error: --set 'model.n_encoder_layers=2': model.n_encoder_layers is now model.depths.encoder, in a part of "
-        "its own (write depths: {encoder: ...}; --set model.depths.encoder=...)\n")
+        "its own (write depths: {encoder: ...}; --set model.depths.encoder=...)\n"
+    )
     done = run_cli("info", str(FIXTURES / "encoder_decoder"), "--set", "model.depths.encoder=2", "--json")
     assert done.returncode == 0 and "encoder.layers.1" in json.loads(done.stdout)["layers"]
     cfg = RunConfig.from_file(config, ["model.backends.pattern.window=16", "model.backends.block=8"])
@@ -151,26 +215,38 @@ def test_a_new_config_with_the_flat_output_fields_is_refused_naming_output(tmp_p
     """output_bias and output_vocabulary, the encoder-decoder's and the LM's, are the composed
     ``output`` (models/transformer_config.py: Output) of both and of CMLM."""
     config = tmp_path / "lm.yaml"
-    config.write_text("model: {arch: decoder_lm, output_vocabulary: text}\ndata: {task: language_model, train: t.txt}\n")
+    config.write_text(
+        "model: {arch: decoder_lm, output_vocabulary: text}\ndata: {task: language_model, train: t.txt}\n"
+    )
     with pytest.raises(ConfigError) as refused:
         RunConfig.from_file(config)
-    assert str(refused.value) == (f"{config}: model.output_vocabulary is now model.output.vocabulary, in a part of its "
-                                  f"own (write output: {{vocabulary: ...}}; --set model.output.vocabulary=...)")
+    assert str(refused.value) == (
+        f"{config}: model.output_vocabulary is now model.output.vocabulary, in a part of its "
+        f"own (write output: {{vocabulary: ...}}; --set model.output.vocabulary=...)"
+    )
     config.write_text("model: {arch: cmlm}\ndata: {task: masked_translation, train: t.tsv}\n")
-    with pytest.raises(ConfigError, match=r"^--set 'model.output_bias=true': model.output_bias is now "
-                                          r"model.output.bias, in a part of its own"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set 'model.output_bias=true': model.output_bias is now "
+        r"model.output.bias, in a part of its own",
+    ):
         RunConfig.from_file(config, ["model.output_bias=true"])
     assert migrated_model({"arch": "cmlm", "output_bias": True, "output_vocabulary": "no_bos"}) == {
-        "arch": "cmlm", "output": {"bias": True, "vocabulary": "no_bos"}}
+        "arch": "cmlm",
+        "output": {"bias": True, "vocabulary": "no_bos"},
+    }
     for arch in ("encoder_decoder", "cmlm", "decoder_lm"):
         cfg = model_config(arch=arch, output={"bias": True})
         assert (cfg.output.bias, cfg.output.vocabulary) == (True, "all")
     # the language model's projection takes the bias too: one per token, added to every logit
     from attnlab.models import build_model
     from attnlab.nn.heads import VocabularyProjection
+
     small = {"arch": "decoder_lm", "stack": {"d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 16}}
-    plain, biased = (build_model(model_config({**small, "output": {"bias": bias}}), DataShape(vocab_size=11, pad_id=0))
-                     for bias in (False, True))
+    plain, biased = (
+        build_model(model_config({**small, "output": {"bias": bias}}), DataShape(vocab_size=11, pad_id=0))
+        for bias in (False, True)
+    )
     projection = next(m for m in biased.modules() if isinstance(m, VocabularyProjection))
     assert sum(p.numel() for p in biased.parameters()) - sum(p.numel() for p in plain.parameters()) == 11
     with torch.no_grad():
@@ -187,14 +263,21 @@ def test_a_new_config_with_the_flat_embedding_fields_is_refused_naming_embedding
     config.write_text("model: {tie_embeddings: none}\ndata: {task: translation, train: t.tsv}\n")
     with pytest.raises(ConfigError) as refused:
         RunConfig.from_file(config)
-    assert str(refused.value) == (f"{config}: model.tie_embeddings is now model.embeddings.tie, in a part of its own "
-                                  f"(write embeddings: {{tie: ...}}; --set model.embeddings.tie=...)")
+    assert str(refused.value) == (
+        f"{config}: model.tie_embeddings is now model.embeddings.tie, in a part of its own "
+        f"(write embeddings: {{tie: ...}}; --set model.embeddings.tie=...)"
+    )
     config.write_text("model: {arch: decoder_lm}\ndata: {task: language_model, train: t.txt}\n")
-    with pytest.raises(ConfigError, match=r"^--set 'model.embedding=plain': model.embedding is now "
-                                          r"model.embeddings.kind, in a part of its own"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set 'model.embedding=plain': model.embedding is now "
+        r"model.embeddings.kind, in a part of its own",
+    ):
         RunConfig.from_file(config, ["model.embedding=plain"])
     assert migrated_model({"arch": "captioner", "embedding": "plain", "vocab_multiple": 8}) == {
-        "arch": "captioner", "embeddings": {"kind": "plain", "vocab_multiple": 8}}
+        "arch": "captioner",
+        "embeddings": {"kind": "plain", "vocab_multiple": 8},
+    }
     assert model_config(arch="captioner", embeddings={"kind": "plain"}).embeddings.tie == "output"  # its default kept
     assert model_config(arch="rnn", tie_embeddings="none").tied == ()
 
@@ -202,12 +285,19 @@ def test_a_new_config_with_the_flat_embedding_fields_is_refused_naming_embedding
 def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(tmp_path):
     config = tmp_path / "vit.yaml"
     config.write_text("model: {arch: vit, patch_size: 2}\ndata: {task: image_classification, dataset: digits}\n")
-    with pytest.raises(ConfigError, match=r"model.patch_size is now model.patches.size, in a part of its own \(write "
-                                          r"patches: \{size: ...\}; --set model.patches.size=...\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model.patch_size is now model.patches.size, in a part of its own \(write "
+        r"patches: \{size: ...\}; --set model.patches.size=...\)$",
+    ):
         RunConfig.from_file(config)
     config.write_text("model: {arch: vit}\ndata: {task: image_classification, dataset: digits}\n")
-    with pytest.raises(ConfigError, match=r"^--set 'model.positional=none': model.positional is now "
-                                          r"model.patches.positional"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set 'model.positional=none': model.positional is now "
+        r"model.patches.positional",
+    ):
         RunConfig.from_file(config, ["model.positional=none"])
-    assert RunConfig.from_file(config, ["model.patches.positional=none", "model.patches.size=2"]).model == \
-        model_config({"arch": "vit", "patches": {"positional": "none", "size": 2}})
+    assert RunConfig.from_file(config, ["model.patches.positional=none", "model.patches.size=2"]).model == model_config(
+        {"arch": "vit", "patches": {"positional": "none", "size": 2}}
+    )

@@ -18,12 +18,22 @@ from helpers import run_cli
 
 # (train, test): Lake & Baroni (2018) and Loula et al. (2018) as published (issue 41: compared line by
 # line, the published template files leave out the 1,209 commands that apply the template to 'turn')
-SIZES = {"simple": (16_728, 4_182), "length": (16_990, 3_920), "add_prim_jump": (14_670, 7_706),
-         "add_prim_turn_left": (21_890, 1_208), "template_jump_around_right": (18_528, 1_173),
-         "template_around_right": (15_225, 4_476), "template_opposite_right": (15_225, 4_476),
-         "template_right": (15_225, 4_476)}
-LEFT_OUT = {"template_jump_around_right": "turn around right", "template_around_right": "turn around right",
-            "template_opposite_right": "turn opposite right", "template_right": "turn right"}
+SIZES = {
+    "simple": (16_728, 4_182),
+    "length": (16_990, 3_920),
+    "add_prim_jump": (14_670, 7_706),
+    "add_prim_turn_left": (21_890, 1_208),
+    "template_jump_around_right": (18_528, 1_173),
+    "template_around_right": (15_225, 4_476),
+    "template_opposite_right": (15_225, 4_476),
+    "template_right": (15_225, 4_476),
+}
+LEFT_OUT = {
+    "template_jump_around_right": "turn around right",
+    "template_around_right": "turn around right",
+    "template_opposite_right": "turn opposite right",
+    "template_right": "turn right",
+}
 
 # sha256 of the sorted, distinct lines of the published length_split/tasks_train_length.txt
 # (brendenlake/SCAN at c4b756c, as in ../shared/data/scan), joined by newlines
@@ -61,8 +71,9 @@ def test_the_length_rule_reproduces_the_published_training_set(splits):
     assert max(len(a.split()) for _, a in train) == 22 and min(len(a.split()) for _, a in test) == 24
 
 
-@pytest.mark.parametrize("name, primitive, copies", [("add_prim_jump", "jump", 1_467),
-                                                     ("add_prim_turn_left", "turn left", 2_189)])
+@pytest.mark.parametrize(
+    "name, primitive, copies", [("add_prim_jump", "jump", 1_467), ("add_prim_turn_left", "turn left", 2_189)]
+)
 def test_an_added_primitive_is_seen_alone_and_tested_in_every_composition(splits, name, primitive, copies):
     train, test = splits[name]
     assert sum(command == primitive for command, _ in train) == copies
@@ -87,8 +98,10 @@ def test_the_simple_split_is_drawn_from_its_seed(splits):
 def test_data_scan_writes_the_published_format(tmp_path):
     done = run_cli("data", "scan", "--split", "add_prim_jump", "--out", str(tmp_path / "jump"))
     assert done.returncode == 0, done.stderr
-    assert done.stdout == f"{tmp_path / 'jump'}: tasks_train.txt (14,670 pairs), tasks_test.txt (7,706 pairs), " \
-                          f"split add_prim_jump\n"
+    assert (
+        done.stdout == f"{tmp_path / 'jump'}: tasks_train.txt (14,670 pairs), tasks_test.txt (7,706 pairs), "
+        f"split add_prim_jump\n"
+    )
     assert read_scan(tmp_path / "jump" / "tasks_test.txt") == scan_split("add_prim_jump")[1]
     assert (tmp_path / "jump" / "tasks_train.txt").read_text().startswith("IN: walk OUT: I_WALK\n")
     again = run_cli("data", "scan", "--split", "length", "--out", str(tmp_path / "jump"))
@@ -99,8 +112,9 @@ def test_data_scan_writes_the_published_format(tmp_path):
 
 
 def test_the_builtin_task_takes_a_split():
-    pairs = read_pairs(task_config({"format": "builtin", "generator": "scan", "split": "length", "n_valid": 100,
-                                    "seed": 3}))
+    pairs = read_pairs(
+        task_config({"format": "builtin", "generator": "scan", "split": "length", "n_valid": 100, "seed": 3})
+    )
     train, test = scan_split("length")
     assert pairs["test"] == test and len(pairs["valid"]) == 100 and len(pairs["train"]) == 16_890
     assert sorted(pairs["train"] + pairs["valid"]) == sorted(train)

@@ -27,15 +27,22 @@ def test_the_scenes_are_the_same_for_a_seed():
 
 
 def test_a_scene_is_drawn_where_its_caption_and_questions_say():
-    objects = (SceneObject("circle", "red", "small", 2, 0), SceneObject("square", "blue", "large", 0, 1),
-               SceneObject("circle", "green", "small", 2, 1))
+    objects = (
+        SceneObject("circle", "red", "small", 2, 0),
+        SceneObject("square", "blue", "large", 0, 1),
+        SceneObject("circle", "green", "small", 2, 1),
+    )
     scene = scenes.Scene(objects, scenes.draw(objects, 32))
     assert scene.caption == "a small red circle left of a large blue square above a small green circle"
     assert scene.questions == [
-        ("how many circles?", "2"), ("how many squares?", "1"), ("how many triangles?", "0"),
+        ("how many circles?", "2"),
+        ("how many squares?", "1"),
+        ("how many triangles?", "0"),
         ("what colour is the square?", "blue"),
-        ("what shape is the red object?", "circle"), ("what shape is the blue object?", "square"),
-        ("what shape is the green object?", "circle")]
+        ("what shape is the red object?", "circle"),
+        ("what shape is the blue object?", "square"),
+        ("what shape is the green object?", "circle"),
+    ]
     for o in objects:  # the centre of each object's cell has its colour; a corner of the image is background
         assert tuple(scene.pixels[cell_centre(o.row, 32), cell_centre(o.column, 32)]) == PALETTE[o.colour]
     assert scene.pixels[0, 0].tolist() == [0, 0, 0]
@@ -78,9 +85,11 @@ def test_a_captions_file_is_read_and_its_bad_lines_refused_in_one_line(tmp_path)
     captions = tmp_path / "captions.tsv"
     captions.write_text("0.png\ta red circle\n1.png\t two squares \n")
     assert read_captions_file(captions) == [(tmp_path / "0.png", "a red circle"), (tmp_path / "1.png", "two squares")]
-    bad = {"0.png a red circle\n": f"{captions}:1: expected 'image TAB caption', found no tab",
-           "0.png\tok\nimg/9.png\ta blue square\n": f"{captions}:2: no image 'img/9.png' in {tmp_path}",
-           "0.png\t \n": f"{captions}:1: expected 'image TAB caption', found an empty caption"}
+    bad = {
+        "0.png a red circle\n": f"{captions}:1: expected 'image TAB caption', found no tab",
+        "0.png\tok\nimg/9.png\ta blue square\n": f"{captions}:2: no image 'img/9.png' in {tmp_path}",
+        "0.png\t \n": f"{captions}:1: expected 'image TAB caption', found an empty caption",
+    }
     for text, message in bad.items():
         captions.write_text(text)
         with pytest.raises(DataError) as err:

@@ -61,7 +61,9 @@ def test_location_depends_on_the_query_only():
 @pytest.mark.parametrize("name", sorted(SCORES))
 def test_weights_sum_to_one_and_respect_padding(name):
     torch.manual_seed(0)
-    score = SCORES[name](8, 6, d_attn=5, max_len=10) if name not in ("dot", "scaled_dot", "cosine") else SCORES[name](6, 6)
+    score = (
+        SCORES[name](8, 6, d_attn=5, max_len=10) if name not in ("dot", "scaled_dot", "cosine") else SCORES[name](6, 6)
+    )
     d_q = 8 if name in ("general", "additive", "location") else 6
     q, k = torch.randn(2, 4, d_q), torch.randn(2, 7, 6)
     valid = torch.ones(2, 7, dtype=torch.bool)

@@ -150,13 +150,13 @@ def test_per_row_lengths_give_each_sentence_its_own_oracle_length():
     lengths = torch.tensor([1, 3])
     assert greedy(Oracle(), src, lengths, lengths) == [[A], [B, B, B]]
     for row, length in enumerate(lengths.tolist()):
-        assert greedy(Oracle(), src[row:row + 1], max_len=length, min_len=length)[0] == [[A], [B, B, B]][row]
+        assert greedy(Oracle(), src[row : row + 1], max_len=length, min_len=length)[0] == [[A], [B, B, B]][row]
     lengths = torch.tensor([2, 1])
     ab, b = beam_search(Oracle(), src, beam=2, lenpen=0.0, max_len=lengths, min_len=lengths)
     assert (ab[0].tokens, b[0].tokens) == ([B, B], [B])
     assert (ab[0].score, b[0].score) == pytest.approx((SCORE_BB, SCORE_A))
     for row, length in enumerate(lengths.tolist()):
-        (alone,) = beam_search(Oracle(), src[row:row + 1], beam=2, lenpen=0.0, max_len=length, min_len=length)
+        (alone,) = beam_search(Oracle(), src[row : row + 1], beam=2, lenpen=0.0, max_len=length, min_len=length)
         assert (alone[0].tokens, alone[0].score) == ([ab, b][row][0].tokens, [ab, b][row][0].score)
 
 
@@ -167,7 +167,7 @@ def test_beam_one_equals_greedy_and_batch_equals_one_by_one():
     for use_cache in (True, False):
         batched = beam_search(Oracle(), src, beam=2, lenpen=1.0, nbest=2, use_cache=use_cache)
         for i in range(3):
-            alone = beam_search(Oracle(), src[i:i + 1, : 1 + 2 * (i == 2)], beam=2, lenpen=1.0, nbest=2)[0]
+            alone = beam_search(Oracle(), src[i : i + 1, : 1 + 2 * (i == 2)], beam=2, lenpen=1.0, nbest=2)[0]
             assert [(h.tokens, h.score) for h in batched[i]] == [(h.tokens, h.score) for h in alone]
         assert [h.tokens for h in batched[1]] == [[A, A], [B]]  # the swapped sentence
         # two forced steps (a .97, EOS .02), then the table: 'EOS' and 'a EOS' finish first, and
@@ -175,7 +175,8 @@ def test_beam_one_equals_greedy_and_batch_equals_one_by_one():
         # here); 'a a b b' and 'a a a' end two and three steps later and replace them
         assert [h.tokens for h in batched[2]] == [[A, A, B, B], [A, A, A]]
         assert [h.normalized for h in batched[2]] == pytest.approx(
-            [(2 * math.log(0.97) + SCORE_BB) / lp(5, 1.0), (2 * math.log(0.97) + SCORE_A) / lp(4, 1.0)])
+            [(2 * math.log(0.97) + SCORE_BB) / lp(5, 1.0), (2 * math.log(0.97) + SCORE_A) / lp(4, 1.0)]
+        )
 
 
 class Confident(TableModel):
@@ -272,8 +273,13 @@ def beam_to_the_limit(model: nn.Module, src: Tensor, beam: int, alpha: float, ma
 
 
 @settings(max_examples=60)
-@given(seed=st.integers(0, 10_000), beam=st.integers(1, 5), alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
-       eos_bias=st.floats(0.0, 8.0), positional=st.sampled_from(["sinusoidal", "rotary"]))
+@given(
+    seed=st.integers(0, 10_000),
+    beam=st.integers(1, 5),
+    alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
+    eos_bias=st.floats(0.0, 8.0),
+    positional=st.sampled_from(["sinusoidal", "rotary"]),
+)
 def test_stopping_early_never_changes_the_outcome_and_never_loses_to_greedy(seed, beam, alpha, eos_bias, positional):
     """Over random small models: (1) the batched search, which drops a sentence once no live
     hypothesis can beat its K kept ones, returns what the plain search run to the length limit does
@@ -285,7 +291,7 @@ def test_stopping_early_never_changes_the_outcome_and_never_loses_to_greedy(seed
     src[1, 2:] = PAD
     beams = beam_search(model, src, beam=beam, lenpen=alpha, nbest=beam, max_len=8)
     for i, (hyps, tokens) in enumerate(zip(beams, greedy(model, src, max_len=8))):
-        one = src[i:i + 1, : int((src[i] != PAD).sum())]
+        one = src[i : i + 1, : int((src[i] != PAD).sum())]
         reference = beam_to_the_limit(model, one, beam, alpha, max_len=8)
         assert [h.tokens for h in hyps] == [h.tokens for h in reference]
         assert [h.normalized for h in hyps] == pytest.approx([h.normalized for h in reference], abs=1e-4)
@@ -365,7 +371,10 @@ def test_cached_equals_uncached_and_batch_equals_single_on_real_models(positiona
 
 def test_filter_logits_top_k_top_p_temperature():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    assert torch.isinf(filter_logits(logits, top_k=2)[0, 2:]).all() and torch.isfinite(filter_logits(logits, top_k=2)[0, :2]).all()
+    assert (
+        torch.isinf(filter_logits(logits, top_k=2)[0, 2:]).all()
+        and torch.isfinite(filter_logits(logits, top_k=2)[0, :2]).all()
+    )
     kept = torch.isfinite(filter_logits(logits, top_p=0.75))[0].tolist()
     assert kept == [True, True, False, False]  # 0.5 + 0.3 = 0.8 >= 0.75: the smallest such set
     assert torch.isfinite(filter_logits(logits, top_p=0.5))[0].tolist() == [True, False, False, False]
@@ -407,5 +416,3 @@ def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_
     long_prompt = random_ids(2, 11)  # longer than the window: the model sees its last 8 tokens
     argmax = Sample(max_len=3, top_k=1, stop_at_eos=False, use_cache=use_cache)
     assert sample(lm, argmax, prompt=long_prompt) == sample(lm, argmax, prompt=long_prompt[:, -8:])
-
-

@@ -55,9 +55,20 @@ SENTENCE = "3 1 4 1 5"
 def trained(root: Path, name: str, model: dict, data: dict, steps: int = 2, **train) -> Path:
     """A run directory of ``steps`` updates: enough weights to read, in a second or two. On one
     thread: models this small gain nothing from more, and lose much to them on a busy machine."""
-    cfg = RunConfig.from_sections({"model": overlaid({"stack": {"dropout": 0.0}}, model), "data": data,
-                                   "train": {"max_steps": steps, "eval_every": steps, "lr_schedule": "constant",
-                                             "warmup_steps": 1, "progress": False, **train}})
+    cfg = RunConfig.from_sections(
+        {
+            "model": overlaid({"stack": {"dropout": 0.0}}, model),
+            "data": data,
+            "train": {
+                "max_steps": steps,
+                "eval_every": steps,
+                "lr_schedule": "constant",
+                "warmup_steps": 1,
+                "progress": False,
+                **train,
+            },
+        }
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -74,30 +85,88 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     captioner and a single-stream question answerer on the scenes."""
     root = tmp_path_factory.mktemp("serve")
     (root / "text.txt").write_text("the cat sat on the mat.\n" * 40)
-    (root / "labelled.tsv").write_text("".join(f"{w} film\t{label}\n" for w, label in
-                                               [("great", "pos"), ("awful", "neg"), ("fine", "pos"), ("dull", "neg")] * 10))
+    (root / "labelled.tsv").write_text(
+        "".join(
+            f"{w} film\t{label}\n"
+            for w, label in [("great", "pos"), ("awful", "neg"), ("fine", "pos"), ("dull", "neg")] * 10
+        )
+    )
     small = {"stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}}
-    out = {"translation": trained(
-        root, "reverse", {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "norm": "pre"}, "max_len": 32},
-        {"format": "builtin", "generator": "reverse", "tokenizer": "word", "n_train": 1000, "n_valid": 8, "n_test": 8,
-         "min_len": 3, "max_len": 5}, steps=200, max_tokens=400, lr=0.01, eval_exact_match=8)}  # reverses SENTENCE
+    out = {
+        "translation": trained(
+            root,
+            "reverse",
+            {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "norm": "pre"}, "max_len": 32},
+            {
+                "format": "builtin",
+                "generator": "reverse",
+                "tokenizer": "word",
+                "n_train": 1000,
+                "n_valid": 8,
+                "n_test": 8,
+                "min_len": 3,
+                "max_len": 5,
+            },
+            steps=200,
+            max_tokens=400,
+            lr=0.01,
+            eval_exact_match=8,
+        )
+    }  # reverses SENTENCE
     prune_run(out["translation"], [0.25], out=root / "reverse-pruned")
     out["pruned"] = root / "reverse-pruned"
-    out["lm"] = trained(root, "lm", {"arch": "decoder_lm", "positional": "learned", "max_len": 32, **small},
-                        {"format": "text", "train": str(root / "text.txt"), "tokenizer": "char", "block_size": 16},
-                        batch_size=4)
+    out["lm"] = trained(
+        root,
+        "lm",
+        {"arch": "decoder_lm", "positional": "learned", "max_len": 32, **small},
+        {"format": "text", "train": str(root / "text.txt"), "tokenizer": "char", "block_size": 16},
+        batch_size=4,
+    )
     encoder = {"arch": "encoder_only", "positional": "learned", "max_len": 16, **small}
-    out["classifier"] = trained(root, "classifier", encoder, {"task": "classification", "train": str(root / "labelled.tsv"),
-                                                               "n_valid": 8, "max_len": 16}, max_tokens=256)
-    out["mlm"] = trained(root, "mlm", encoder, {"task": "masked_lm", "train": str(root / "text.txt"), "n_valid": 8,
-                                                "max_len": 16}, max_tokens=256)
-    out["vit"] = trained(root, "vit", {"arch": "vit", "patches": {"size": 2}, "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}}, {"task": "image_classification", "dataset": "digits"}, batch_size=32)
-    out["captioner"] = trained(root, "captioner", {"arch": "captioner", "patches": {"size": 8}, "stack": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "depths": {"encoder": 1, "decoder": 1}},
-                               {"task": "captioning", "dataset": "scenes", "max_objects": 1, "n_train": 256, "n_valid": 8,
-                                "n_test": 8}, steps=40, batch_size=32, lr=0.01)
-    out["qa"] = trained(root, "qa", {"arch": "single_stream", "patches": {"size": 8}, **small},
-                        {"task": "visual_qa", "max_objects": 1, "n_train": 64, "n_valid": 8, "n_test": 8},
-                        steps=20, batch_size=32, lr=0.01)
+    out["classifier"] = trained(
+        root,
+        "classifier",
+        encoder,
+        {"task": "classification", "train": str(root / "labelled.tsv"), "n_valid": 8, "max_len": 16},
+        max_tokens=256,
+    )
+    out["mlm"] = trained(
+        root,
+        "mlm",
+        encoder,
+        {"task": "masked_lm", "train": str(root / "text.txt"), "n_valid": 8, "max_len": 16},
+        max_tokens=256,
+    )
+    out["vit"] = trained(
+        root,
+        "vit",
+        {"arch": "vit", "patches": {"size": 2}, "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}},
+        {"task": "image_classification", "dataset": "digits"},
+        batch_size=32,
+    )
+    out["captioner"] = trained(
+        root,
+        "captioner",
+        {
+            "arch": "captioner",
+            "patches": {"size": 8},
+            "stack": {"d_model": 16, "n_heads": 2, "d_ff": 32},
+            "depths": {"encoder": 1, "decoder": 1},
+        },
+        {"task": "captioning", "dataset": "scenes", "max_objects": 1, "n_train": 256, "n_valid": 8, "n_test": 8},
+        steps=40,
+        batch_size=32,
+        lr=0.01,
+    )
+    out["qa"] = trained(
+        root,
+        "qa",
+        {"arch": "single_stream", "patches": {"size": 8}, **small},
+        {"task": "visual_qa", "max_objects": 1, "n_train": 64, "n_valid": 8, "n_test": 8},
+        steps=20,
+        batch_size=32,
+        lr=0.01,
+    )
     return out
 
 
@@ -132,6 +201,7 @@ def cut(run: Path, heads: dict[str, list[int]]):
 
 # -- the JSON API, family by family ------------------------------------------------------------------
 
+
 def test_translation_gives_the_beams_n_best_and_the_maps_of_the_chosen_hypothesis(runs):
     api = client(runs["translation"])
     model, tokenizers, _ = load_run(runs["translation"])
@@ -152,8 +222,13 @@ def test_translation_gives_the_beams_n_best_and_the_maps_of_the_chosen_hypothesi
     cross = next(m for m in got["attention"] if m["kind"] == "cross")
     assert (cross["rows"], cross["cols"]) == (got["target_tokens"], got["source_tokens"])
     assert [m["module"] for m in got["attention"]] == [
-        "encoder.layers.0.self_attn", "encoder.layers.1.self_attn", "decoder.layers.0.self_attn",
-        "decoder.layers.1.self_attn", "decoder.layers.0.cross_attn", "decoder.layers.1.cross_attn"]
+        "encoder.layers.0.self_attn",
+        "encoder.layers.1.self_attn",
+        "decoder.layers.0.self_attn",
+        "decoder.layers.1.self_attn",
+        "decoder.layers.0.cross_attn",
+        "decoder.layers.1.cross_attn",
+    ]
 
 
 def test_heads_switched_off_give_what_the_model_with_those_heads_cut_out_gives(runs):
@@ -191,10 +266,13 @@ def test_a_language_model_continues_greedily_and_by_seeded_sampling(runs):
         assert got["outputs"][0]["text"] == tokenizers["tgt"].decode(new)
         assert got["outputs"][0]["logprob"] == pytest.approx(logprob, abs=1e-5)
         assert [s["logprob"] for s in got["steps"]] == pytest.approx(
-            [float(lp) for lp in _step_logprobs(model, ids, new)], abs=1e-5)
+            [float(lp) for lp in _step_logprobs(model, ids, new)], abs=1e-5
+        )
         assert_maps_equal(got["attention"], attention_of(model, None, torch.tensor([ids + new])), heads_off)
-    drawn = [answer(api, text="the cat", max_new_tokens=8, sample=True, temperature=1.5, seed=seed)["outputs"][0]["text"]
-             for seed in (1, 1, 2)]
+    drawn = [
+        answer(api, text="the cat", max_new_tokens=8, sample=True, temperature=1.5, seed=seed)["outputs"][0]["text"]
+        for seed in (1, 1, 2)
+    ]
     assert drawn[0] == drawn[1]  # a seed draws the same text again
     positions = 32  # the model's max_len: the maps cover prompt + continuation, so the continuation stops there
     assert len(answer(api, text="a" * 30, max_new_tokens=8)["attention"][0]["rows"]) <= positions
@@ -216,8 +294,9 @@ def test_a_classifier_gives_its_class_probabilities_and_its_encoders_maps(runs):
         with capture_attention(model) as captured:
             p = model.classify(ids, torch.zeros_like(ids))[0].softmax(-1)
         labels = json.loads((runs["classifier"] / "task_state.json").read_text())["labels"]
-        assert {o["label"]: o["probability"] for o in got["outputs"]} == pytest.approx(dict(zip(labels, p.tolist())),
-                                                                                      abs=1e-6)
+        assert {o["label"]: o["probability"] for o in got["outputs"]} == pytest.approx(
+            dict(zip(labels, p.tolist())), abs=1e-6
+        )
         assert [o["probability"] for o in got["outputs"]] == sorted(p.tolist(), reverse=True)
         assert got["source_tokens"] == ["<bos>", "great", "film", "<eos>"]
         assert_maps_equal(got["attention"], captured.last(), heads_off)
@@ -249,8 +328,9 @@ def test_an_image_model_reads_an_image_file_only_when_files_are_allowed(runs, tm
     x = (torch.tensor(pixels, dtype=torch.float32)[None, None] - state["mean"][0]) / state["std"][0]
     with capture_attention(model) as captured:
         p = model.classify(x)[0].softmax(-1)
-    assert {o["label"]: o["probability"] for o in got["outputs"]} == pytest.approx(dict(zip(state["labels"], p.tolist())),
-                                                                                  abs=1e-5)
+    assert {o["label"]: o["probability"] for o in got["outputs"]} == pytest.approx(
+        dict(zip(state["labels"], p.tolist())), abs=1e-5
+    )
     assert got["source_tokens"][:3] == ["<cls>", "(0,0)", "(0,1)"] and len(got["source_tokens"]) == 1 + 16
     assert_maps_equal(got["attention"], captured.last())
 
@@ -289,12 +369,15 @@ def test_a_captioner_captions_an_uploaded_image_with_each_words_attention_over_t
     assert answer(client(runs["captioner"], allow_files=True), text=str(path), beam=3, hypothesis=1) == got
 
 
-@pytest.mark.parametrize("request_, message", [
-    ({"image": "not base64!"}, "image must be an image file's bytes in base64"),
-    ({"image": base64.b64encode(b"not a png").decode()}, "the uploaded image: not an image that Pillow can decode"),
-    ({"image": "", "text": ""}, "the input is empty; upload an image, or give an image file's path on the server"),
-    ({"image": base64.b64encode(b"x").decode(), "text": "scene.png"}, "an image file's path, not both"),
-])
+@pytest.mark.parametrize(
+    "request_, message",
+    [
+        ({"image": "not base64!"}, "image must be an image file's bytes in base64"),
+        ({"image": base64.b64encode(b"not a png").decode()}, "the uploaded image: not an image that Pillow can decode"),
+        ({"image": "", "text": ""}, "the input is empty; upload an image, or give an image file's path on the server"),
+        ({"image": base64.b64encode(b"x").decode(), "text": "scene.png"}, "an image file's path, not both"),
+    ],
+)
 def test_a_bad_image_is_refused_in_one_line(runs, request_, message):
     reply = client(runs["captioner"], allow_files=True).post("/api/run", json=request_)
     assert reply.status_code == 400 and reply.json()["error"].endswith(message) and "\n" not in reply.json()["error"]
@@ -313,7 +396,8 @@ def test_a_question_answerer_answers_as_ask_does_with_each_words_attention_over_
     [expected] = ask(model, RunDir(runs["qa"]), [str(path)], QUESTION)
     got = answer(client(runs["qa"]), image=base64.b64encode(path.read_bytes()).decode(), question=QUESTION)
     assert {o["label"]: o["probability"] for o in got["outputs"]} == pytest.approx(
-        dict(zip(state["labels"], expected)), abs=1e-6)
+        dict(zip(state["labels"], expected)), abs=1e-6
+    )
     assert [o["probability"] for o in got["outputs"]] == pytest.approx(sorted(expected, reverse=True), abs=1e-6)
     x = (x - torch.tensor(state["mean"])[:, None, None]) / torch.tensor(state["std"])[:, None, None]
     ids = torch.tensor([[BOS, *tokenizers["src"].encode(QUESTION), EOS]])
@@ -325,23 +409,45 @@ def test_a_question_answerer_answers_as_ask_does_with_each_words_attention_over_
     assert got["question_tokens"] == words and got["grid"] == [4, 4] and len(got["text_to_image"]) == cfg.stack.n_layers
     for block in got["text_to_image"]:
         assert block["rows"] == words and block["cols"] == cfg.patches.labels(RunDir(runs["qa"]).read_shape())
-        torch.testing.assert_close(torch.tensor(block["probs"], dtype=torch.float64),
-                                   blocks(records[block["module"]].probs[0], modality)["text_to_image"].double(),
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(block["probs"], dtype=torch.float64),
+            blocks(records[block["module"]].probs[0], modality)["text_to_image"].double(),
+            atol=1e-6,
+            rtol=0,
+        )
     np.testing.assert_allclose(np.array(got["picture"]), pixels / 255.0, atol=1e-5)
     assert answer(client(runs["qa"], allow_files=True), text=str(path), question=QUESTION) == got
 
 
-@pytest.mark.parametrize("run, request_, status, message", [
-    ("qa", {"image": base64.b64encode(b"not a png").decode(), "question": QUESTION}, 400,
-     "the uploaded image: not an image that Pillow can decode"),
-    ("qa", {"image": base64.b64encode(b"x").decode(), "question": "  "}, 400,
-     'the question is empty; ask something about the image, e.g. "how many circles?"'),
-    ("qa", {"image": base64.b64encode(b"x").decode(), "question": "what " * 17}, 413,
-     "the input has 17 tokens; this model reads at most 16"),
-    ("captioner", {"image": base64.b64encode(b"x").decode(), "question": QUESTION}, 400,
-     "captioner is a captioning run, which answers no question; ask a visual_qa run"),
-])
+@pytest.mark.parametrize(
+    "run, request_, status, message",
+    [
+        (
+            "qa",
+            {"image": base64.b64encode(b"not a png").decode(), "question": QUESTION},
+            400,
+            "the uploaded image: not an image that Pillow can decode",
+        ),
+        (
+            "qa",
+            {"image": base64.b64encode(b"x").decode(), "question": "  "},
+            400,
+            'the question is empty; ask something about the image, e.g. "how many circles?"',
+        ),
+        (
+            "qa",
+            {"image": base64.b64encode(b"x").decode(), "question": "what " * 17},
+            413,
+            "the input has 17 tokens; this model reads at most 16",
+        ),
+        (
+            "captioner",
+            {"image": base64.b64encode(b"x").decode(), "question": QUESTION},
+            400,
+            "captioner is a captioning run, which answers no question; ask a visual_qa run",
+        ),
+    ],
+)
 def test_a_bad_question_or_image_is_refused_in_one_line(runs, run, request_, status, message):
     reply = client(runs[run]).post("/api/run", json=request_)
     assert reply.status_code == status and reply.json()["error"].endswith(message)
@@ -351,14 +457,25 @@ def test_a_bad_question_or_image_is_refused_in_one_line(runs, run, request_, sta
 def test_the_text_only_baseline_answers_with_no_patches_to_draw(runs, tmp_path):
     """image_tokens: none reads the question alone: its maps are the question's, its text-to-image
     blocks empty, and its answers `ask`'s."""
-    run = trained(tmp_path, "text-only", {"arch": "single_stream", "patches": {"size": 8}, "image_tokens": "none", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}},
-                  {"task": "visual_qa", "max_objects": 1, "n_train": 32, "n_valid": 8, "n_test": 8}, batch_size=32)
+    run = trained(
+        tmp_path,
+        "text-only",
+        {
+            "arch": "single_stream",
+            "patches": {"size": 8},
+            "image_tokens": "none",
+            "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
+        },
+        {"task": "visual_qa", "max_objects": 1, "n_train": 32, "n_valid": 8, "n_test": 8},
+        batch_size=32,
+    )
     path, _, _ = scene_png(tmp_path / "scene.png")
     got = answer(client(run), image=base64.b64encode(path.read_bytes()).decode(), question=QUESTION)
     [expected] = ask(load_run(run)[0], RunDir(run), [str(path)], QUESTION)
     state = json.loads((run / "task_state.json").read_text())
     assert {o["label"]: o["probability"] for o in got["outputs"]} == pytest.approx(
-        dict(zip(state["labels"], expected)), abs=1e-6)
+        dict(zip(state["labels"], expected)), abs=1e-6
+    )
     [block] = got["text_to_image"]
     assert got["source_tokens"] == got["question_tokens"] and block["cols"] == []
     assert np.array(block["probs"]).shape == (2, len(got["question_tokens"]), 0)
@@ -382,8 +499,15 @@ def test_the_page_opens_on_an_example_from_each_runs_validation_data(runs):
     from attnlab.runs.data import read_run_data
     from attnlab.runs.run_dir import RunDir
 
-    examples = {name: r["example"] for name, r in zip(("translation", "lm", "classifier", "mlm", "vit"), client(
-        runs["translation"], runs["lm"], runs["classifier"], runs["mlm"], runs["vit"]).get("/api/info").json()["runs"])}
+    examples = {
+        name: r["example"]
+        for name, r in zip(
+            ("translation", "lm", "classifier", "mlm", "vit"),
+            client(runs["translation"], runs["lm"], runs["classifier"], runs["mlm"], runs["vit"])
+            .get("/api/info")
+            .json()["runs"],
+        )
+    }
     valid = read_run_data(RunDir(runs["translation"]), "valid").splits["valid"]
     assert examples["translation"] == valid[0].src and len(examples["translation"].split()) >= 3
     assert examples["lm"] == "the cat sat on the mat."  # the text's lines, one whole line first
@@ -398,17 +522,25 @@ def test_the_page_opens_on_an_example_from_each_runs_validation_data(runs):
 
 # -- bad input: one line each, and the server goes on --------------------------------------------------
 
-@pytest.mark.parametrize("request_, status, message", [
-    ({"text": "1 " * 501}, 413, "the input has 1,002 characters; the explorer takes at most 1,000"),
-    ({"text": " ".join(["1"] * 70)}, 413, "the input has 70 tokens; this model reads at most 31"),
-    ({"text": "   "}, 400, "the input is empty; type a sentence"),
-    ({"text": SENTENCE, "beam": 99}, 400, "beam must be between 1 and 16 (got 99)"),
-    ({"text": SENTENCE, "beam": "4"}, 400, 'beam must be int (got "4")'),
-    ({"text": SENTENCE, "colour": 1}, 400, "unknown field 'colour'; a translation run reads run, text, heads_off"),
-    ({"text": SENTENCE, "heads_off": {"encoder.layers.9.self_attn": [0]}}, 400, "heads_off: no attention module"),
-    ({"text": SENTENCE, "heads_off": {"encoder.layers.0.self_attn": [4]}}, 400, "list of head indices 0..3 (got [4])"),
-    ({"text": SENTENCE, "run": 1}, 400, "run must be the index of a served run, 0..0 (got 1)"),
-])
+
+@pytest.mark.parametrize(
+    "request_, status, message",
+    [
+        ({"text": "1 " * 501}, 413, "the input has 1,002 characters; the explorer takes at most 1,000"),
+        ({"text": " ".join(["1"] * 70)}, 413, "the input has 70 tokens; this model reads at most 31"),
+        ({"text": "   "}, 400, "the input is empty; type a sentence"),
+        ({"text": SENTENCE, "beam": 99}, 400, "beam must be between 1 and 16 (got 99)"),
+        ({"text": SENTENCE, "beam": "4"}, 400, 'beam must be int (got "4")'),
+        ({"text": SENTENCE, "colour": 1}, 400, "unknown field 'colour'; a translation run reads run, text, heads_off"),
+        ({"text": SENTENCE, "heads_off": {"encoder.layers.9.self_attn": [0]}}, 400, "heads_off: no attention module"),
+        (
+            {"text": SENTENCE, "heads_off": {"encoder.layers.0.self_attn": [4]}},
+            400,
+            "list of head indices 0..3 (got [4])",
+        ),
+        ({"text": SENTENCE, "run": 1}, 400, "run must be the index of a served run, 0..0 (got 1)"),
+    ],
+)
 def test_a_bad_request_is_refused_in_one_line_and_the_server_goes_on(runs, request_, status, message):
     api = client(runs["translation"])
     reply = api.post("/api/run", json=request_)
@@ -419,7 +551,9 @@ def test_a_bad_request_is_refused_in_one_line_and_the_server_goes_on(runs, reque
 
 def test_bodies_over_the_limit_or_not_json_and_foreign_hosts_are_refused(runs):
     api = client(runs["translation"])
-    big = api.post("/api/run", content=b'{"text": "' + b"1" * 70_000 + b'"}', headers={"Content-Type": "application/json"})
+    big = api.post(
+        "/api/run", content=b'{"text": "' + b"1" * 70_000 + b'"}', headers={"Content-Type": "application/json"}
+    )
     assert big.status_code == 413 and big.json() == {"error": "the request body is over the limit of 65,536 bytes"}
     form = api.post("/api/run", data={"text": SENTENCE})  # what a form on another site can send
     assert form.status_code == 415 and "Content-Type: application/json" in form.json()["error"]
@@ -437,7 +571,10 @@ def test_a_directory_that_is_not_a_run_is_one_line(tmp_path):
 
 
 def test_a_run_without_attention_weights_is_one_line(runs, tmp_path):
-    model = {"arch": "decoder_lm", "stack": {"attention_backend": "linear", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}}
+    model = {
+        "arch": "decoder_lm",
+        "stack": {"attention_backend": "linear", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
+    }
     data = {"format": "text", "train": str(runs["lm"].parent / "text.txt"), "tokenizer": "char", "block_size": 16}
     run = trained(tmp_path, "linear", model, data, batch_size=4)
     done = run_cli("serve", str(run), "--port", "0")
@@ -452,17 +589,24 @@ def test_a_port_in_use_is_one_line(runs):
         port = busy.getsockname()[1]
         done = run_cli("serve", str(runs["translation"]), "--port", str(port))
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == f"error: port {port} on 127.0.0.1 is in use; stop what listens there, or choose another --port\n"
+    assert (
+        done.stderr == f"error: port {port} on 127.0.0.1 is in use; stop what listens there, or choose another --port\n"
+    )
 
 
 # -- the real server, and the page in a real browser -----------------------------------------------------
+
 
 @contextlib.contextmanager
 def serving(*run_dirs: Path):
     """`attnlab serve RUN ... --port 0` as a process: its URL; stopped with Ctrl-C (SIGINT), which
     it reports as every command does (exit status 130, no traceback)."""
-    process = subprocess.Popen([*ATTNLAB, "serve", *map(str, run_dirs), "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*ATTNLAB, "serve", *map(str, run_dirs), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = process.stdout.readline()  # "attnlab explorer on http://127.0.0.1:PORT/ (...); Ctrl-C stops it"
     assert line.startswith("attnlab explorer on http://127.0.0.1:"), line + process.stderr.read()
     yield line.split()[3]
@@ -479,8 +623,11 @@ def server(runs):
 
 
 def test_the_server_answers_413_to_an_over_long_body_and_stays_up(server):
-    request = urllib.request.Request(server + "api/run", data=json.dumps({"text": "1 " * 40_000}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        server + "api/run",
+        data=json.dumps({"text": "1 " * 40_000}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 413 and "over the limit" in json.loads(refused.value.read())["error"]
@@ -497,9 +644,18 @@ def browser():
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"])
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         yield browser
         browser.close()
 
@@ -539,7 +695,8 @@ def test_the_page_draws_every_head_and_switching_one_off_changes_the_score(serve
         assert page.locator(f"{panel} canvas.heatmap").count() == sum(len(m["probs"]) for m in got["attention"])
         assert page.locator(f"{panel} button.head").count() == sum(len(m["probs"]) for m in got["attention"])
         assert page.locator(f"{panel} .nbest li .score").all_inner_texts() == [
-            f"score {o['score']:.4f}" for o in got["outputs"]]
+            f"score {o['score']:.4f}" for o in got["outputs"]
+        ]
     assert page.locator(".panel[data-run='0'] canvas.heatmap").count() == 24
     assert page.locator(".panel[data-run='1'] canvas.heatmap").count() == 18
     assert "pruned: 6 of 24 heads cut out" in page.inner_text(".panel[data-run='1'] details.pruning")
@@ -593,7 +750,9 @@ def test_the_page_captions_an_uploaded_image_and_draws_each_words_attention_on_i
         page.set_input_files("#upload", str(path))
         page.click("button[type=submit]")
         page.wait_for_selector(".panel[data-run='0'][data-state=ready]")
-        assert page.locator(".nbest li .text").all_inner_texts() == [o["text"] or "(empty)" for o in expected["outputs"]]
+        assert page.locator(".nbest li .text").all_inner_texts() == [
+            o["text"] or "(empty)" for o in expected["outputs"]
+        ]
         # the first word's cross-attention on the image: the heads' mean, then each head (1 layer, 2 heads)
         assert page.locator("canvas.patches").count() == 3
         last = len(expected["steps"]) - 1

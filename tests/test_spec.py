@@ -26,25 +26,30 @@ from attnlab.errors import UsageError
 from helpers import eos_biased, random_ids, tiny_model
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: Beam(width=0), "--beam must be between 1 and 64 (got 0)"),
-    (lambda: Beam(width=65), "--beam must be between 1 and 64 (got 65)"),
-    (lambda: Beam(width=2, nbest=3), "--nbest must be between 1 and --beam (2)"),
-    (lambda: Greedy(batch_size=0), "--batch-size must be between 1 and 1024 (got 0)"),
-    (lambda: Beam(batch_size=1025), "--batch-size must be between 1 and 1024 (got 1025)"),
-    (lambda: Greedy(max_len=-1), "--max-len must be >= 0"),
-    (lambda: Greedy(min_len=-1), "--min-len must be >= 0"),
-    (lambda: Beam(max_len=3, min_len=4), "--min-len (4) must not exceed --max-len (3)"),
-    (lambda: Greedy(kv_cache="paged"),
-     "--kv-cache must be one of auto, dynamic, static, graph, compiled (got 'paged')"),
-    (lambda: Sample(temperature=0.0), "--temperature must be > 0 (got 0.0); use --top-k 1 for greedy"),
-    (lambda: Sample(top_k=-1), "--top-k must be at least 0, 0 for no limit (got -1)"),
-    (lambda: Sample(top_p=1.5), "--top-p must be in (0, 1] (got 1.5)"),
-    (lambda: Sample(max_len=100_001), "--max-new-tokens must be between 0 and 100,000 (got 100,001)"),
-    (lambda: Speculative(k=0), "--speculate must be at least 1 (got 0)"),
-    (lambda: MaskPredict(iterations=0), "--iterations must be between 1 and 1000 (got 0)"),
-    (lambda: MaskPredict(length_beam=65), "--length-beam must be between 1 and 64 (got 65)"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: Beam(width=0), "--beam must be between 1 and 64 (got 0)"),
+        (lambda: Beam(width=65), "--beam must be between 1 and 64 (got 65)"),
+        (lambda: Beam(width=2, nbest=3), "--nbest must be between 1 and --beam (2)"),
+        (lambda: Greedy(batch_size=0), "--batch-size must be between 1 and 1024 (got 0)"),
+        (lambda: Beam(batch_size=1025), "--batch-size must be between 1 and 1024 (got 1025)"),
+        (lambda: Greedy(max_len=-1), "--max-len must be >= 0"),
+        (lambda: Greedy(min_len=-1), "--min-len must be >= 0"),
+        (lambda: Beam(max_len=3, min_len=4), "--min-len (4) must not exceed --max-len (3)"),
+        (
+            lambda: Greedy(kv_cache="paged"),
+            "--kv-cache must be one of auto, dynamic, static, graph, compiled (got 'paged')",
+        ),
+        (lambda: Sample(temperature=0.0), "--temperature must be > 0 (got 0.0); use --top-k 1 for greedy"),
+        (lambda: Sample(top_k=-1), "--top-k must be at least 0, 0 for no limit (got -1)"),
+        (lambda: Sample(top_p=1.5), "--top-p must be in (0, 1] (got 1.5)"),
+        (lambda: Sample(max_len=100_001), "--max-new-tokens must be between 0 and 100,000 (got 100,001)"),
+        (lambda: Speculative(k=0), "--speculate must be at least 1 (got 0)"),
+        (lambda: MaskPredict(iterations=0), "--iterations must be between 1 and 1000 (got 0)"),
+        (lambda: MaskPredict(length_beam=65), "--length-beam must be between 1 and 64 (got 65)"),
+    ],
+)
 def test_each_search_refuses_bad_settings_in_the_clis_one_line(build, message):
     with pytest.raises(UsageError) as refused:
         build()
@@ -64,11 +69,15 @@ def test_each_search_decodes_as_the_function_it_names():
     src = random_ids(3, 7, generator_seed=1)
     assert Greedy(max_len=9, min_len=2).decode(model, src) == [[(ids, None)] for ids in greedy(model, src, 9, 2)]
     beams = beam_search(model, src, 3, 1.0, 2, 9, 2)
-    assert Beam(width=3, lenpen=1.0, nbest=2, max_len=9, min_len=2).decode(model, src) == \
-        [[(h.tokens, h.normalized) for h in hyps] for hyps in beams]
+    assert Beam(width=3, lenpen=1.0, nbest=2, max_len=9, min_len=2).decode(model, src) == [
+        [(h.tokens, h.normalized) for h in hyps] for hyps in beams
+    ]
     drawn = Sample(max_len=6, temperature=0.7, top_k=5, seed=4).decode(model, src)
-    assert drawn == Sample(max_len=6, temperature=0.7, top_k=5, seed=4).decode(model, src) != \
-        Sample(max_len=6, temperature=0.7, top_k=5, seed=5).decode(model, src)  # seeded
+    assert (
+        drawn
+        == Sample(max_len=6, temperature=0.7, top_k=5, seed=4).decode(model, src)
+        != Sample(max_len=6, temperature=0.7, top_k=5, seed=5).decode(model, src)
+    )  # seeded
     assert Sample(max_len=6, top_k=1, seed=4).decode(model, src) == [[(ids, None)] for ids in greedy(model, src, 6)]
     speculating = Speculative(draft=model, k=3, max_len=9)
     one_by_one = [speculative_decode(model, model, src=row[None], k=3, max_new_tokens=9)[0] for row in src]

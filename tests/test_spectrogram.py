@@ -15,19 +15,23 @@ audio_utils = pytest.importorskip("transformers.audio_utils")
 
 
 @pytest.mark.filterwarnings("ignore:At least one mel filter has all zero values")  # AST's 128 bands, as AST has them
-@pytest.mark.parametrize("n_freqs, n_mels, f_min, f_max, rate, norm, scale, triangles", [
-    (201, 80, 0.0, 8000.0, 16000, "slaney", "slaney", "hertz"),    # Whisper
-    (201, 128, 0.0, 8000.0, 16000, "slaney", "slaney", "hertz"),   # Whisper large-v3
-    (257, 128, 20.0, 8000.0, 16000, None, "kaldi", "mel"),         # AST
-    (201, 40, 0.0, 4000.0, 8000, None, "htk", "hertz"),            # torchaudio's default, at FSDD's rate
-    (201, 40, 0.0, 4000.0, 8000, "slaney", "htk", "hertz"),
-    (257, 64, 125.0, 7500.0, 16000, None, "slaney", "hertz"),
-    (129, 23, 30.0, 4000.0, 8000, "slaney", "kaldi", "mel"),
-])
+@pytest.mark.parametrize(
+    "n_freqs, n_mels, f_min, f_max, rate, norm, scale, triangles",
+    [
+        (201, 80, 0.0, 8000.0, 16000, "slaney", "slaney", "hertz"),  # Whisper
+        (201, 128, 0.0, 8000.0, 16000, "slaney", "slaney", "hertz"),  # Whisper large-v3
+        (257, 128, 20.0, 8000.0, 16000, None, "kaldi", "mel"),  # AST
+        (201, 40, 0.0, 4000.0, 8000, None, "htk", "hertz"),  # torchaudio's default, at FSDD's rate
+        (201, 40, 0.0, 4000.0, 8000, "slaney", "htk", "hertz"),
+        (257, 64, 125.0, 7500.0, 16000, None, "slaney", "hertz"),
+        (129, 23, 30.0, 4000.0, 8000, "slaney", "kaldi", "mel"),
+    ],
+)
 def test_mel_bank_equals_transformers(n_freqs, n_mels, f_min, f_max, rate, norm, scale, triangles):
     ours = mel_filter_bank(n_freqs, n_mels, f_min, f_max, rate, norm, scale, triangles)
-    theirs = audio_utils.mel_filter_bank(n_freqs, n_mels, f_min, f_max, rate, norm=norm, mel_scale=scale,
-                                         triangularize_in_mel_space=triangles == "mel")
+    theirs = audio_utils.mel_filter_bank(
+        n_freqs, n_mels, f_min, f_max, rate, norm=norm, mel_scale=scale, triangularize_in_mel_space=triangles == "mel"
+    )
     assert ours.shape == theirs.shape == (n_freqs, n_mels)
     np.testing.assert_allclose(ours.numpy(), theirs, rtol=0, atol=1e-6)
     assert ours.max() > 0.01 and (ours >= 0).all()
@@ -56,10 +60,10 @@ def test_log_mel_equals_whisper_feature_extractor():
 
     extractor = WhisperFeatureExtractor()  # 80 bands, n_fft 400, hop 160, 16 kHz, 30 s chunks
     x = speech_like(2.3)
-    theirs = extractor(x, sampling_rate=16000, return_tensors="np").input_features[0]     # (80, 3000)
+    theirs = extractor(x, sampling_rate=16000, return_tensors="np").input_features[0]  # (80, 3000)
     padded = torch.zeros(30 * 16000)
-    padded[:len(x)] = torch.from_numpy(x)
-    ours = LogMel()(padded)                                                               # (3000, 80)
+    padded[: len(x)] = torch.from_numpy(x)
+    ours = LogMel()(padded)  # (3000, 80)
     assert ours.shape == (3000, 80) and theirs.shape == (80, 3000)
     np.testing.assert_allclose(ours.T.numpy(), theirs, rtol=0, atol=1e-4)
     assert theirs.max() - theirs.min() > 1.5  # the 80 dB floor and the signal both present
@@ -120,9 +124,9 @@ def test_spec_augment_masks_follow_the_parameters():
     expected = np.zeros((b, t, f), dtype=bool)
     for i in range(b):
         for start, width in time[i].tolist():
-            expected[i, start:start + width, :] = True
+            expected[i, start : start + width, :] = True
         for start, width in freq[i].tolist():
-            expected[i, :, start:start + width] = True
+            expected[i, :, start : start + width] = True
     masked = torch.from_numpy(expected)
     assert torch.equal(y[masked], torch.full((int(masked.sum()),), -1.0)) and torch.equal(y[~masked], x[~masked])
     assert 0 < masked.float().mean() < 0.5

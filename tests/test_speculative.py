@@ -70,10 +70,12 @@ def test_greedy_speculation_is_plain_greedy_for_a_language_model(positional, k):
 def test_a_poor_draft_is_mostly_rejected_and_changes_nothing():
     target, candidates = drafts("decoder_lm")
     prompt = random_ids(1, 4, V, generator_seed=1)
-    good, good_stats = speculative_decode(target, candidates["itself"], prompt=prompt, k=4, max_new_tokens=40,
-                                          stop_at_eos=False)
-    poor, poor_stats = speculative_decode(target, candidates["smaller"], prompt=prompt, k=4, max_new_tokens=40,
-                                          stop_at_eos=False)
+    good, good_stats = speculative_decode(
+        target, candidates["itself"], prompt=prompt, k=4, max_new_tokens=40, stop_at_eos=False
+    )
+    poor, poor_stats = speculative_decode(
+        target, candidates["smaller"], prompt=prompt, k=4, max_new_tokens=40, stop_at_eos=False
+    )
     assert good == poor and len(good) == 40
     assert good_stats.acceptance_rate == 1.0 and good_stats.target_passes == 8  # 5 tokens a pass
     assert poor_stats.acceptance_rate < 0.3 and poor_stats.target_passes > 20
@@ -116,8 +118,15 @@ def first_tokens(target, draft, prompt, draws: int, **sampling) -> torch.Tensor:
     generator = torch.Generator().manual_seed(0)
     rows = []
     for _ in range(draws):
-        out, _ = speculative_decode(target, draft, prompt=prompt, k=3, max_new_tokens=4, stop_at_eos=False,
-                                    sampler=Sampler(generator=generator, **sampling))
+        out, _ = speculative_decode(
+            target,
+            draft,
+            prompt=prompt,
+            k=3,
+            max_new_tokens=4,
+            stop_at_eos=False,
+            sampler=Sampler(generator=generator, **sampling),
+        )
         rows.append(out[:2])
     return torch.tensor(rows)
 
@@ -166,7 +175,10 @@ def test_speculative_sampling_keeps_the_target_distribution():
     assert counts[p == 0].sum() == 0  # nothing outside the target's (filtered) support
     assert chisquare(counts[p > 0], draws * p[p > 0]).pvalue > 1e-3
     assert chisquare(counts[p > 0], draws * (q[p > 0] / q[p > 0].sum()).clamp_min(1e-9)).pvalue < 1e-6
-    second = sum(p[x] * target_distribution(target, torch.cat([prompt, torch.tensor([[x]])], dim=1), sampler)
-                 for x in range(vocab) if p[x] > 0)
+    second = sum(
+        p[x] * target_distribution(target, torch.cat([prompt, torch.tensor([[x]])], dim=1), sampler)
+        for x in range(vocab)
+        if p[x] > 0
+    )
     counts = torch.bincount(tokens[:, 1], minlength=vocab).float()
     assert chisquare(counts[second > 0], draws * second[second > 0]).pvalue > 1e-3

@@ -58,11 +58,18 @@ def run_steps(model: nn.Module, start: torch.Tensor, seq2seq: bool, **cache) -> 
     return out
 
 
-@pytest.mark.parametrize("arch,positional,backend", [
-    ("encoder_decoder", "sinusoidal", "math"), ("encoder_decoder", "relative", "math"),
-    ("encoder_decoder", "rotary", "sdpa"), ("encoder_decoder", "alibi", "chunked"),
-    ("decoder_lm", "learned", "math"), ("decoder_lm", "rotary", "sdpa"), ("decoder_lm", "alibi", "local"),
-])
+@pytest.mark.parametrize(
+    "arch,positional,backend",
+    [
+        ("encoder_decoder", "sinusoidal", "math"),
+        ("encoder_decoder", "relative", "math"),
+        ("encoder_decoder", "rotary", "sdpa"),
+        ("encoder_decoder", "alibi", "chunked"),
+        ("decoder_lm", "learned", "math"),
+        ("decoder_lm", "rotary", "sdpa"),
+        ("decoder_lm", "alibi", "local"),
+    ],
+)
 def test_every_step_gives_the_same_logprobs_with_a_static_cache(arch, positional, backend):
     model = tiny_model(arch=arch, positional=positional, attention_backend=backend)
     start = sources()[[0, 0, 1, 1]] if arch == "encoder_decoder" else random_ids(4, 3, generator_seed=2)  # 2 x 2 beams
@@ -75,10 +82,14 @@ def test_every_step_gives_the_same_logprobs_with_a_static_cache(arch, positional
 def test_greedy_beam_search_and_sampling_of_an_encoder_decoder():
     model = eos_biased(tiny_model(positional="rotary"), 6.0)
     src = sources()
-    results = [(greedy(model, src, max_len=12, **c),
-                beam_search(model, src, beam=4, lenpen=0.6, nbest=4, max_len=12, **c),
-                sample(model, Sample(max_len=12, seed=3, **c), src=src))
-               for c in CACHES]
+    results = [
+        (
+            greedy(model, src, max_len=12, **c),
+            beam_search(model, src, beam=4, lenpen=0.6, nbest=4, max_len=12, **c),
+            sample(model, Sample(max_len=12, seed=3, **c), src=src),
+        )
+        for c in CACHES
+    ]
     (greedy_static, beams_static, sampled_static), *others = results
     assert sorted({len(row) for row in greedy_static}) == [4, 12]  # some stop at EOS, some at the limit
     ends = [sorted(len(h.tokens) for h in hyps) for hyps in beams_static]
@@ -94,8 +105,9 @@ def test_greedy_beam_search_and_sampling_of_an_encoder_decoder():
 def test_sampling_of_a_decoder_only_model_with_finished_rows_and_a_sliding_context():
     lm = eos_biased(tiny_model(arch="decoder_lm", positional="learned", max_len=10), 5.0)
     prompt = random_ids(4, 3, generator_seed=2)
-    draw = lambda prompt, **kw: [sample(lm, Sample(max_len=12, seed=seed, **c, **kw), prompt=prompt)
-                                 for c in CACHES for seed in (0, 1)]
+    draw = lambda prompt, **kw: [
+        sample(lm, Sample(max_len=12, seed=seed, **c, **kw), prompt=prompt) for c in CACHES for seed in (0, 1)
+    ]
     stopped = draw(prompt)
     assert [[len(row) for row in rows] for rows in stopped[:2]] == [[10, 8, 1, 12], [12, 0, 1, 11]]  # some end early
     assert stopped[:2] == stopped[2:4] == stopped[4:]
@@ -124,8 +136,9 @@ def test_a_compiled_step_decodes_as_the_eager_static_cache():
         torch.testing.assert_close(compiled.step(tokens), expected, rtol=1e-5, atol=1e-5)
         tokens = expected.argmax(-1, keepdim=True)
     model = eos_biased(tiny_model(positional="sinusoidal"), 6.0)
-    assert greedy(model, sources(), max_len=12, kv_cache="compiled") == greedy(model, sources(), max_len=12,
-                                                                               kv_cache="static")
+    assert greedy(model, sources(), max_len=12, kv_cache="compiled") == greedy(
+        model, sources(), max_len=12, kv_cache="static"
+    )
 
 
 @torch.no_grad()
@@ -137,8 +150,12 @@ def test_the_static_buffers_stay_where_they_are():
     cache = session.cache
     assert isinstance(cache, StaticDecoderCache) and cache.capacity == 6  # BOS and 5 fed tokens
     session.step(session.start)
-    buffers = lambda: [cache.valid, cache.memory_valid, cache.filled,
-                       *(t for kv in cache.self_attn + cache.cross_attn for t in (kv.k, kv.v))]
+    buffers = lambda: [
+        cache.valid,
+        cache.memory_valid,
+        cache.filled,
+        *(t for kv in cache.self_attn + cache.cross_attn for t in (kv.k, kv.v)),
+    ]
     first = buffers()
     assert cache.self_attn[0].k.shape == (4, 4, 6, 4)  # (B, H, capacity, Dh)
     for step in range(4):
@@ -166,7 +183,8 @@ def test_which_cache_a_decode_gets_and_what_is_refused():
     assert static_refusal(tiny_model(attention_backend="sdpa"), "graph", cuda) is None
     assert "training mode" in static_refusal(tiny_model().train(), "graph", cuda)
     assert "backend 'local' reads tensors on the host" in static_refusal(
-        tiny_model(attention_backend="local"), "graph", cuda)
+        tiny_model(attention_backend="local"), "graph", cuda
+    )
     with pytest.raises(DataError, match="beyond max_len"):
         tiny_model(positional="learned", max_len=8).new_cache(capacity=9)
     session = DecodingSession(model, src=sources(), kv_cache="static")
@@ -187,10 +205,14 @@ def test_a_replayed_cuda_graph_decodes_exactly_as_the_eager_static_cache(backend
     assert isinstance(session.next_logits, CapturedStep) and session.next_logits.graph is not None  # replayed
     for kind in ("graph", "static"):
         assert DecodingSession(model, src=src, kv_cache=kind).kv_cache == kind
-    run = lambda kind: (greedy(model, src, max_len=12, kv_cache=kind),
-                        [[(h.tokens, h.score) for h in hyps]
-                         for hyps in beam_search(model, src, beam=4, nbest=4, max_len=12, kv_cache=kind)],
-                        sample(model, Sample(max_len=12, seed=3, kv_cache=kind), src=src))
+    run = lambda kind: (
+        greedy(model, src, max_len=12, kv_cache=kind),
+        [
+            [(h.tokens, h.score) for h in hyps]
+            for hyps in beam_search(model, src, beam=4, nbest=4, max_len=12, kv_cache=kind)
+        ],
+        sample(model, Sample(max_len=12, seed=3, kv_cache=kind), src=src),
+    )
     assert run("graph") == run("static")  # exactly: the same kernels on the same shapes
     lm = eos_biased(tiny_model(arch="decoder_lm", positional="learned", attention_backend=backend).cuda(), 5.0)
     prompt = random_ids(4, 3, generator_seed=2).cuda()

@@ -90,8 +90,10 @@ def test_a_task_whose_files_hold_no_splits_refuses_a_split_itself():
     assert ForecastingConfig(path="unread.csv").task.file_splits == ("train", "valid", "test")
     with pytest.raises(UsageError) as refused:
         ClassificationConfig().task.evaluate_file(None, {}, {}, "no-such-file.tsv", "test")
-    assert str(refused.value) == ("--split with --data is for files that hold splits; a file of data.task "
-                                  "'classification' holds none: give --data FILE, or --split NAME alone")
+    assert str(refused.value) == (
+        "--split with --data is for files that hold splits; a file of data.task "
+        "'classification' holds none: give --data FILE, or --split NAME alone"
+    )
 
 
 def test_a_searched_task_decodes_its_evaluations_by_the_search_it_is_given():
@@ -104,8 +106,12 @@ def test_a_searched_task_decodes_its_evaluations_by_the_search_it_is_given():
 
 def test_pipelined_tasks_name_the_head_their_loss_reads():
     heads = {name: cfg.task.pipeline_head for name, cfg in built_in_configs() if isinstance(cfg.task, Pipelined)}
-    assert heads == {"translation": "forward", "language_model": "forward", "classification": "classify",
-                     "masked_lm": "forward"}
+    assert heads == {
+        "translation": "forward",
+        "language_model": "forward",
+        "classification": "classify",
+        "masked_lm": "forward",
+    }
 
 
 def test_no_class_method_is_left_in_the_tasks_but_those_a_registry_reads():
@@ -115,7 +121,8 @@ def test_no_class_method_is_left_in_the_tasks_but_those_a_registry_reads():
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if isinstance(item, ast.FunctionDef) and any(
-                            isinstance(d, ast.Name) and d.id == "classmethod" for d in item.decorator_list):
+                        isinstance(d, ast.Name) and d.id == "classmethod" for d in item.decorator_list
+                    ):
                         found.add((path.name, node.name, item.name))
     assert found == JUSTIFIED_CLASSMETHODS
 

@@ -14,12 +14,17 @@ def test_an_encoder_decoders_plan_splits_each_layers_projections_and_divides_its
     plan = build_model(*sized(vocab_size=30, stack={"n_layers": 1})).tensor_plan()
     encoder, decoder = "encoder.layers.0", "decoder.layers.0"
     assert plan.linears == {
-        f"{encoder}.self_attn.qkv_proj": LinearSplit(Split.COLUMNS, blocks=3), f"{encoder}.self_attn.out_proj": ROWS,
-        f"{encoder}.feed_forward.w_1": COLUMNS, f"{encoder}.feed_forward.w_2": ROWS,
-        f"{decoder}.self_attn.qkv_proj": LinearSplit(Split.COLUMNS, blocks=3), f"{decoder}.self_attn.out_proj": ROWS,
-        f"{decoder}.cross_attn.q_proj": COLUMNS, f"{decoder}.cross_attn.kv_proj": LinearSplit(Split.COLUMNS, blocks=2),
+        f"{encoder}.self_attn.qkv_proj": LinearSplit(Split.COLUMNS, blocks=3),
+        f"{encoder}.self_attn.out_proj": ROWS,
+        f"{encoder}.feed_forward.w_1": COLUMNS,
+        f"{encoder}.feed_forward.w_2": ROWS,
+        f"{decoder}.self_attn.qkv_proj": LinearSplit(Split.COLUMNS, blocks=3),
+        f"{decoder}.self_attn.out_proj": ROWS,
+        f"{decoder}.cross_attn.q_proj": COLUMNS,
+        f"{decoder}.cross_attn.kv_proj": LinearSplit(Split.COLUMNS, blocks=2),
         f"{decoder}.cross_attn.out_proj": ROWS,
-        f"{decoder}.feed_forward.w_1": COLUMNS, f"{decoder}.feed_forward.w_2": ROWS,
+        f"{decoder}.feed_forward.w_1": COLUMNS,
+        f"{decoder}.feed_forward.w_2": ROWS,
     }
     assert sorted(plan.heads) == [f"{decoder}.cross_attn", f"{decoder}.self_attn", f"{encoder}.self_attn"]
     assert sorted(plan.regions) == sorted([*plan.heads, f"{encoder}.feed_forward", f"{decoder}.feed_forward"])

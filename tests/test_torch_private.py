@@ -24,14 +24,20 @@ from attnlab.torch_private import (
 
 PACKAGE = Path(torch_private.__file__).parent
 # private names of torch objects that attnlab reaches as attributes, strings or overrides
-PRIVATE_NAMES = {"found_inf", "_step_supports_amp_scaling", "_partition_linear_fn", "_StridedShard",
-                 "_make_per_channel_quantized_tensor"}
+PRIVATE_NAMES = {
+    "found_inf",
+    "_step_supports_amp_scaling",
+    "_partition_linear_fn",
+    "_StridedShard",
+    "_make_per_channel_quantized_tensor",
+}
 
 
 def test_torch_is_a_tested_version():
     """An upgrade fails here first: check each private name below on the new version, then add it."""
     assert ".".join(torch.__version__.split(".")[:2]) in TESTED, (
-        f"torch {torch.__version__} is not among the versions attnlab/torch_private.py was checked on ({TESTED})")
+        f"torch {torch.__version__} is not among the versions attnlab/torch_private.py was checked on ({TESTED})"
+    )
 
 
 def test_every_private_name_resolves():
@@ -118,26 +124,54 @@ def private_uses(source: str) -> list[str]:
                 root = root.value
             if isinstance(root, ast.Name) and root.id in torch_names and private(node.attr):
                 found.append(f"line {node.lineno}: {root.id}...{node.attr}")
-        name = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
-                else node.value if isinstance(node, ast.Constant) and isinstance(node.value, str)
-                else node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else None)
+        name = (
+            node.attr
+            if isinstance(node, ast.Attribute)
+            else node.id
+            if isinstance(node, ast.Name)
+            else node.value
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            else node.name
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+            else None
+        )
         if name in PRIVATE_NAMES:
             found.append(f"line {node.lineno}: {name}")
     return found
 
 
 def test_no_other_module_names_a_private_torch_attribute():
-    uses = {str(path.relative_to(PACKAGE.parent)): private_uses(path.read_text(encoding="utf-8"))
-            for path in sorted(PACKAGE.rglob("*.py")) if path.name != "torch_private.py"}
+    uses = {
+        str(path.relative_to(PACKAGE.parent)): private_uses(path.read_text(encoding="utf-8"))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "torch_private.py"
+    }
     assert {path: found for path, found in uses.items() if found} == {}
 
 
 def test_the_scan_finds_each_kind_of_private_use():
-    source = "\n".join([
-        "import torch", "import torch._inductor.config as inductor", "from torch.fx.experimental import _config",
-        "from torch.distributed.tensor.placement_types import _StridedShard", "import torch.nn.functional as F",
-        "x = torch._make_per_channel_quantized_tensor", "y = F._canonical_mask", "opt.found_inf = 1",
-        "getattr(opt, '_step_supports_amp_scaling', False)", "z = torch.__version__", "w = other._private",
-    ])
+    source = "\n".join(
+        [
+            "import torch",
+            "import torch._inductor.config as inductor",
+            "from torch.fx.experimental import _config",
+            "from torch.distributed.tensor.placement_types import _StridedShard",
+            "import torch.nn.functional as F",
+            "x = torch._make_per_channel_quantized_tensor",
+            "y = F._canonical_mask",
+            "opt.found_inf = 1",
+            "getattr(opt, '_step_supports_amp_scaling', False)",
+            "z = torch.__version__",
+            "w = other._private",
+        ]
+    )
     assert [use.split(":")[0] for use in private_uses(source)] == [
-        "line 2", "line 3", "line 4", "line 6", "line 6", "line 7", "line 8", "line 9"]
+        "line 2",
+        "line 3",
+        "line 4",
+        "line 6",
+        "line 6",
+        "line 7",
+        "line 8",
+        "line 9",
+    ]

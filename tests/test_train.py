@@ -37,15 +37,40 @@ from helpers import sized
 
 def run_config(model=None, data=None, train=None) -> RunConfig:
     """A tiny copy-task run that trains in a few seconds."""
-    return RunConfig.from_sections({
-        "model": overlaid({"stack": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre"}},
-                          model or {}),
-        "data": {"format": "builtin", "generator": "copy", "tokenizer": "word", "n_train": 600, "n_valid": 50,
-                 "n_test": 50, "min_len": 3, "max_len": 6, "seed": 7, **(data or {})},
-        "train": {"max_steps": 300, "max_tokens": 512, "lr_schedule": "constant", "lr": 3e-3, "warmup_steps": 20,
-                  "label_smoothing": 0.0, "eval_every": 100, "eval_exact_match": 50, "log_every": 1,
-                  "progress": False, "early_stop_metric": "exact_match", **(train or {})},
-    })
+    return RunConfig.from_sections(
+        {
+            "model": overlaid(
+                {"stack": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre"}},
+                model or {},
+            ),
+            "data": {
+                "format": "builtin",
+                "generator": "copy",
+                "tokenizer": "word",
+                "n_train": 600,
+                "n_valid": 50,
+                "n_test": 50,
+                "min_len": 3,
+                "max_len": 6,
+                "seed": 7,
+                **(data or {}),
+            },
+            "train": {
+                "max_steps": 300,
+                "max_tokens": 512,
+                "lr_schedule": "constant",
+                "lr": 3e-3,
+                "warmup_steps": 20,
+                "label_smoothing": 0.0,
+                "eval_every": 100,
+                "eval_exact_match": 50,
+                "log_every": 1,
+                "progress": False,
+                "early_stop_metric": "exact_match",
+                **(train or {}),
+            },
+        }
+    )
 
 
 def train_losses(run_dir) -> dict[int, float]:
@@ -70,12 +95,16 @@ def test_label_smoothing_by_hand():
 def test_schedules_follow_their_formulas():
     lr = noam(2.0, 512, 4000)
     for k in (1, 100, 4000, 4001, 20000):
-        assert lr(k) == pytest.approx(2.0 * 512 ** -0.5 * min(k ** -0.5, k * 4000 ** -1.5))
+        assert lr(k) == pytest.approx(2.0 * 512**-0.5 * min(k**-0.5, k * 4000**-1.5))
     assert max(range(1, 20000), key=lr) == 4000  # the peak is at the end of warm-up
     assert lr(4000) == pytest.approx(2.0 / math.sqrt(512 * 4000))
     cos = cosine(1e-3, warmup=10, total=110, floor=1e-4)
     assert cos(5) == pytest.approx(5e-4) and cos(10) == pytest.approx(1e-3)
-    assert cos(60) == pytest.approx(1e-4 + 0.5 * 9e-4) and cos(110) == pytest.approx(1e-4) and cos(500) == pytest.approx(1e-4)
+    assert (
+        cos(60) == pytest.approx(1e-4 + 0.5 * 9e-4)
+        and cos(110) == pytest.approx(1e-4)
+        and cos(500) == pytest.approx(1e-4)
+    )
     assert constant(1e-3, 4)(2) == pytest.approx(5e-4) and constant(1e-3, 4)(9) == 1e-3
 
 
@@ -105,9 +134,16 @@ def test_fused_optimizer_equals_the_textbook_update(optimizer):
     cfg = TrainConfig(optimizer=optimizer, weight_decay=0.1, beta2=0.98, eps=1e-9)
     fused = make_optimizer(model, cfg)
     cls = torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam
-    textbook = cls([{"params": [p for p in reference if p.dim() >= 2], "weight_decay": 0.1},
-                    {"params": [p for p in reference if p.dim() < 2], "weight_decay": 0.0}],
-                   lr=1.0, betas=(0.9, 0.98), eps=1e-9, foreach=True)
+    textbook = cls(
+        [
+            {"params": [p for p in reference if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in reference if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=1.0,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        foreach=True,
+    )
     for opt in (fused, textbook):
         for group in opt.param_groups:
             group["lr"] = 1e-2
@@ -130,8 +166,12 @@ def test_resuming_an_older_checkpoint_keeps_the_fused_update():
     from attnlab.train.step import load_optimizer_state, make_optimizer
 
     model = torch.nn.Linear(4, 3)
-    old = torch.optim.Adam([{"params": [model.weight], "weight_decay": 0.0}, {"params": [model.bias], "weight_decay": 0.0}],
-                           lr=0.5, betas=(0.9, 0.98), eps=1e-9)
+    old = torch.optim.Adam(
+        [{"params": [model.weight], "weight_decay": 0.0}, {"params": [model.bias], "weight_decay": 0.0}],
+        lr=0.5,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+    )
     model.weight.grad, model.bias.grad = torch.ones(3, 4), torch.ones(3)
     old.step()
     optimizer = make_optimizer(model, TrainConfig())
@@ -145,8 +185,11 @@ def test_copy_task_is_learnt_in_seconds(tmp_path):
     settles the weights (at a constant lr the last evaluation swung between 0.92 and 1.0 exact match
     with the thread count). Seen (train seeds 1-5 with 1 thread, 1-3 with 2): exact match 0.98-1.0 at
     steps 300 and 400, valid loss 0.005-0.010, mean train loss of the last 10 steps 0.005-0.007."""
-    cfg = run_config(model={"stack": {"n_layers": 2}}, data={"n_train": 2000},
-                     train={"max_steps": 400, "lr_schedule": "cosine", "lr": 6e-3})
+    cfg = run_config(
+        model={"stack": {"n_layers": 2}},
+        data={"n_train": 2000},
+        train={"max_steps": 400, "lr_schedule": "cosine", "lr": 6e-3},
+    )
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
     losses = train_losses(tmp_path / "run")
     assert losses[1] > 2.5  # about ln(vocabulary) at the start
@@ -158,8 +201,16 @@ def test_copy_task_is_learnt_in_seconds(tmp_path):
 def test_resume_continues_exactly(tmp_path):
     """An interrupted run resumed from its checkpoint logs the same losses as one that never stopped
     (dropout on, so the RNG state must come back too)."""
-    overrides = {"model": {"stack": {"dropout": 0.1}}, "train": {"max_steps": 12, "eval_every": 3, "log_every": 2,
-                                                      "eval_exact_match": 0, "early_stop_metric": "valid_loss"}}
+    overrides = {
+        "model": {"stack": {"dropout": 0.1}},
+        "train": {
+            "max_steps": 12,
+            "eval_every": 3,
+            "log_every": 2,
+            "eval_exact_match": 0,
+            "early_stop_metric": "valid_loss",
+        },
+    }
     whole = tmp_path / "whole"
     train_run(run_config(**overrides), whole, log=lambda s: None)
     parts = tmp_path / "parts"
@@ -197,8 +248,19 @@ def test_leftovers_of_a_killed_write_are_removed_and_published_checkpoints_kept(
 
 
 def test_checkpoints_hold_no_pickled_objects(tmp_path):
-    train_run(run_config(train={"max_steps": 4, "eval_every": 2, "keep_last": 1, "eval_exact_match": 0,
-                                "early_stop_metric": "valid_loss"}), tmp_path / "run", log=lambda s: None)
+    train_run(
+        run_config(
+            train={
+                "max_steps": 4,
+                "eval_every": 2,
+                "keep_last": 1,
+                "eval_exact_match": 0,
+                "early_stop_metric": "valid_loss",
+            }
+        ),
+        tmp_path / "run",
+        log=lambda s: None,
+    )
     run = RunDir(tmp_path / "run")
     assert run.steps() == [4] or run.steps() == [run.best_step(), 4]
     state_file = run.step_dir(4) / STATE_FILE
@@ -234,8 +296,11 @@ def test_greedy_decoding_with_cache_equals_recomputation(tmp_path):
 
 
 def test_average_of_checkpoints(tmp_path):
-    train_run(run_config(train={"max_steps": 6, "eval_every": 2, "eval_exact_match": 0,
-                                "early_stop_metric": "valid_loss"}), tmp_path / "run", log=lambda s: None)
+    train_run(
+        run_config(train={"max_steps": 6, "eval_every": 2, "eval_exact_match": 0, "early_stop_metric": "valid_loss"}),
+        tmp_path / "run",
+        log=lambda s: None,
+    )
     run = RunDir(tmp_path / "run")
     paths = [run.step_dir(s) / MODEL_FILE for s in run.steps()[-2:]]
     model, _, _ = load_run(tmp_path / "run")
@@ -250,20 +315,39 @@ def test_average_of_checkpoints(tmp_path):
 def lm_config(text, **train) -> RunConfig:
     """A character language model of 32-token windows over ``text``."""
     text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
-    return RunConfig.from_sections({
-        "model": {"arch": "decoder_lm", "stack": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0}, "positional": "rotary", "max_len": 32},
-        "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 32},
-        "train": train,
-    })
+    return RunConfig.from_sections(
+        {
+            "model": {
+                "arch": "decoder_lm",
+                "stack": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0},
+                "positional": "rotary",
+                "max_len": 32,
+            },
+            "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 32},
+            "train": train,
+        }
+    )
 
 
 def test_language_model_training(tmp_path):
     """Learnt end to end, accumulating 2 batches in bf16 with activation checkpointing (the next
     test checks accumulation's numbers)."""
     text = tmp_path / "text.txt"
-    cfg = lm_config(text, max_steps=60, batch_size=8, accumulate=2, lr_schedule="cosine", lr=3e-3, warmup_steps=5,
-                    label_smoothing=0.0, eval_every=30, log_every=1, progress=False, activation_checkpointing=True,
-                    precision="bf16")
+    cfg = lm_config(
+        text,
+        max_steps=60,
+        batch_size=8,
+        accumulate=2,
+        lr_schedule="cosine",
+        lr=3e-3,
+        warmup_steps=5,
+        label_smoothing=0.0,
+        eval_every=30,
+        log_every=1,
+        progress=False,
+        activation_checkpointing=True,
+        precision="bf16",
+    )
     summary = train_run(cfg, tmp_path / "lm", log=lambda s: None)
     losses = train_losses(tmp_path / "lm")
     assert losses[60] < 0.5 * losses[1]
@@ -279,8 +363,15 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tmp_path):
     losses within 1e-7, parameters within 2.3e-7 after the fused Adam's updates): the loss is summed
     over the targets of every batch and divided by the targets of the whole update (352, where a
     mean of the two batches' means would weigh the 96 targets of the small one as much as 256)."""
-    cfg = lm_config(tmp_path / "text.txt", batch_size=8, accumulate=2, lr_schedule="constant", lr=3e-3,
-                    warmup_steps=0, label_smoothing=0.1)
+    cfg = lm_config(
+        tmp_path / "text.txt",
+        batch_size=8,
+        accumulate=2,
+        lr_schedule="constant",
+        lr=3e-3,
+        warmup_steps=0,
+        label_smoothing=0.1,
+    )
     data = prepare(cfg.data, cfg.train)
     torch.manual_seed(0)
     accumulating = build_model(cfg.model, shape_of(cfg, data))
@@ -293,8 +384,11 @@ def test_accumulating_two_batches_equals_one_batch_of_both(tmp_path):
         for epoch in range(3):
             windows = data.epoch_batches(epoch)
             big, small = windows[0], Batch(None, windows[1].tgt_in[:3], windows[1].tgt_out[:3])
-            batches = [big, small] if name == "accumulating" else [
-                Batch(None, torch.cat([big.tgt_in, small.tgt_in]), torch.cat([big.tgt_out, small.tgt_out]))]
+            batches = (
+                [big, small]
+                if name == "accumulating"
+                else [Batch(None, torch.cat([big.tgt_in, small.tgt_in]), torch.cat([big.tgt_out, small.tgt_out]))]
+            )
             out = train_step(model, batches, optimizer, scheduler, cfg.train, objective=cfg.data.task.loss)
             logged[name].append((out["targets"], out["loss"].item(), out["grad_norm"].item()))
     for (tokens, loss, norm), (one_tokens, one_loss, one_norm) in zip(logged["accumulating"], logged["one batch"]):
@@ -315,8 +409,13 @@ def test_compiled_training_follows_the_eager_run_with_few_compilations(tmp_path)
     the data said its shapes vary (the first for the first batch's sizes)."""
     from torch._dynamo.utils import counters
 
-    train = {"max_steps": 30, "max_tokens": 300, "eval_every": 30, "eval_exact_match": 0,
-             "early_stop_metric": "valid_loss"}
+    train = {
+        "max_steps": 30,
+        "max_tokens": 300,
+        "eval_every": 30,
+        "eval_exact_match": 0,
+        "early_stop_metric": "valid_loss",
+    }
     data = {"min_len": 2, "max_len": 20, "n_train": 400}
     compiled_run = run_config(data=data, train=train | {"compile": True})  # padded to 8 by default
     prepared = prepare(compiled_run.data, compiled_run.train)
@@ -325,14 +424,18 @@ def test_compiled_training_follows_the_eager_run_with_few_compilations(tmp_path)
     runs = {}
     for compiled in (False, True):
         counters.clear()
-        runs[compiled] = train_run(run_config(data=data, train=train | {"compile": compiled}), tmp_path / str(compiled),
-                                   log=lambda s: None)
+        runs[compiled] = train_run(
+            run_config(data=data, train=train | {"compile": compiled}), tmp_path / str(compiled), log=lambda s: None
+        )
     assert any(s[0] == 1 for s in shapes)
     assert counters["stats"]["unique_graphs"] <= 2 and not counters["graph_break"]
     eager, compiled = train_losses(tmp_path / "False"), train_losses(tmp_path / "True")
     assert eager[30] < eager[1] - 0.5
     assert list(compiled.values()) == pytest.approx(list(eager.values()), rel=1e-4)
-    norms = [json.loads(line).get("layer_grad_norms") for line in (tmp_path / "True" / "metrics.jsonl").read_text().splitlines()]
+    norms = [
+        json.loads(line).get("layer_grad_norms")
+        for line in (tmp_path / "True" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert list(next(n for n in norms if n)) == ["encoder.layers.0", "decoder.layers.0"]  # the model's own names
     weights = load_file(tmp_path / "True" / "checkpoints" / "step-000030" / MODEL_FILE)
     eager_weights = load_file(tmp_path / "False" / "checkpoints" / "step-000030" / MODEL_FILE)
@@ -346,10 +449,14 @@ def test_padding_to_a_multiple_of_8_changes_shapes_not_numbers(tmp_path):
     data = {"min_len": 2, "max_len": 13}
     train = {"max_steps": 10, "eval_every": 10, "eval_exact_match": 0, "early_stop_metric": "valid_loss"}
     for multiple in (1, 8):
-        train_run(run_config(data=data, train=train | {"pad_multiple": multiple}), tmp_path / str(multiple),
-                  log=lambda s: None)
-    assert list(train_losses(tmp_path / "8").values()) == pytest.approx(list(train_losses(tmp_path / "1").values()),
-                                                                       rel=1e-5)
+        train_run(
+            run_config(data=data, train=train | {"pad_multiple": multiple}),
+            tmp_path / str(multiple),
+            log=lambda s: None,
+        )
+    assert list(train_losses(tmp_path / "8").values()) == pytest.approx(
+        list(train_losses(tmp_path / "1").values()), rel=1e-5
+    )
     padded = run_config(data=data, train=train | {"pad_multiple": 8})
     batch = prepare(padded.data, padded.train).epoch_batches(0)[0]
     assert batch.src.shape[1] % 8 == 0 and batch.tgt_in.shape[1] % 8 == 0
@@ -377,31 +484,59 @@ def test_activation_checkpointing_gives_the_same_gradients():
 
 
 def test_early_stopping_after_patience_evaluations(tmp_path):
-    cfg = run_config(train={"max_steps": 100, "eval_every": 5, "patience": 2, "lr": 1e-9, "warmup_steps": 0,
-                            "eval_exact_match": 20})
+    cfg = run_config(
+        train={"max_steps": 100, "eval_every": 5, "patience": 2, "lr": 1e-9, "warmup_steps": 0, "eval_exact_match": 20}
+    )
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
     # exact match stays 0 at lr 1e-9: the best is the first evaluation, then two without improvement
     assert summary["steps"] == 15 and summary["stop_reason"].startswith("early stopping")
     assert summary["best_step"] == 5
 
 
-@pytest.mark.parametrize("sections,message", [
-    ({"data": {"format": "text", "train": "x.txt"}}, "model.arch must be 'decoder_lm' for data.task 'language_model'"),
-    ({"model": {"arch": "decoder_lm"}}, "model.arch must be 'encoder_decoder', 'rnn' or 'convs2s' for data.task "
-                                        "'translation'"),
-    ({"model": {"arch": "decoder_lm"}, "data": {"format": "text", "train": "x.txt"}, "train": {"eval_exact_match": 5}},
-     "train.eval_exact_match needs a task that predicts sequences to compare; data.task 'language_model' has no "
-     "exact match"),
-    ({"model": {"arch": "decoder_lm"}, "data": {"task": "language_model", "train": "x.txt"},
-      "train": {"early_stop_metric": "accuracy"}},
-     r"train.early_stop_metric must be one of 'valid_loss', 'valid_ppl' \(got 'accuracy'\)"),
-    ({"data": {"task": "scan"}}, r"data.task names the task \('translation', 'language_model', 'classification', "
-                                 r"'masked_lm'[^)]*\); 'scan' is a built-in generator: write `generator: scan`"),
-    ({"data": {"task": "translation", "block_size": 8}}, r"data.task 'translation' has no field 'block_size' \(did "
-                                                         r"you mean 'vocab_size'\?\); its fields: format, generator, train"),
-    ({"model": {"positional": "learned", "max_len": 64}, "data": {"max_src_len": 100}},
-     r"model.max_len \(64\) must cover the longest sequence \(257\)"),
-])
+@pytest.mark.parametrize(
+    "sections,message",
+    [
+        (
+            {"data": {"format": "text", "train": "x.txt"}},
+            "model.arch must be 'decoder_lm' for data.task 'language_model'",
+        ),
+        (
+            {"model": {"arch": "decoder_lm"}},
+            "model.arch must be 'encoder_decoder', 'rnn' or 'convs2s' for data.task 'translation'",
+        ),
+        (
+            {
+                "model": {"arch": "decoder_lm"},
+                "data": {"format": "text", "train": "x.txt"},
+                "train": {"eval_exact_match": 5},
+            },
+            "train.eval_exact_match needs a task that predicts sequences to compare; data.task 'language_model' has no "
+            "exact match",
+        ),
+        (
+            {
+                "model": {"arch": "decoder_lm"},
+                "data": {"task": "language_model", "train": "x.txt"},
+                "train": {"early_stop_metric": "accuracy"},
+            },
+            r"train.early_stop_metric must be one of 'valid_loss', 'valid_ppl' \(got 'accuracy'\)",
+        ),
+        (
+            {"data": {"task": "scan"}},
+            r"data.task names the task \('translation', 'language_model', 'classification', "
+            r"'masked_lm'[^)]*\); 'scan' is a built-in generator: write `generator: scan`",
+        ),
+        (
+            {"data": {"task": "translation", "block_size": 8}},
+            r"data.task 'translation' has no field 'block_size' \(did "
+            r"you mean 'vocab_size'\?\); its fields: format, generator, train",
+        ),
+        (
+            {"model": {"positional": "learned", "max_len": 64}, "data": {"max_src_len": 100}},
+            r"model.max_len \(64\) must cover the longest sequence \(257\)",
+        ),
+    ],
+)
 def test_run_config_checks_across_sections(sections, message):
     from attnlab import ConfigError
 
@@ -423,7 +558,7 @@ def test_loss_chunks_are_cache_sized():
     from attnlab.nn.losses import chunk_rows
 
     assert chunk_rows(torch.empty(2, 8000)) == 65  # 2**19 float32 values
-    assert chunk_rows(torch.empty(2, 2 ** 20)) == 1  # a row longer than a chunk is a chunk
+    assert chunk_rows(torch.empty(2, 2**20)) == 1  # a row longer than a chunk is a chunk
 
 
 def expression_loss(logits, target, epsilon, ignore_index):
@@ -439,10 +574,18 @@ def compiled_loss(logits, target, epsilon, ignore_index):
     return torch.compile(label_smoothed_nll, fullgraph=True)(logits, target, epsilon, ignore_index)
 
 
-@pytest.mark.parametrize("dtype,epsilon,form", [
-    *((dtype, epsilon, form) for dtype in (torch.float32, torch.bfloat16) for epsilon in (0.0, 0.1)
-      for form in ("chunked", "expression")),
-    (torch.bfloat16, 0.1, "compiled")])  # one compiled case: a compilation takes seconds
+@pytest.mark.parametrize(
+    "dtype,epsilon,form",
+    [
+        *(
+            (dtype, epsilon, form)
+            for dtype in (torch.float32, torch.bfloat16)
+            for epsilon in (0.0, 0.1)
+            for form in ("chunked", "expression")
+        ),
+        (torch.bfloat16, 0.1, "compiled"),
+    ],
+)  # one compiled case: a compilation takes seconds
 def test_fused_loss_equals_the_textbook_form_in_value_and_gradient(dtype, epsilon, form, monkeypatch):
     """The CPU's chunked function (chunks of 7 rows: several, the last one short), the expression a
     GPU runs, and the expression compiled (one case: TorchInductor's fused kernels) against the
@@ -466,9 +609,14 @@ def test_fused_loss_equals_the_textbook_form_in_value_and_gradient(dtype, epsilo
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(grad, ref_grad, **tol)
     assert torch.equal(grad[1, 5:], torch.zeros_like(grad[1, 5:]))
-    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(
-        logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=epsilon, reduction="sum"),
-        rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(
+        loss,
+        torch.nn.functional.cross_entropy(
+            logits.float().flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=epsilon, reduction="sum"
+        ),
+        rtol=1e-5,
+        atol=1e-4,
+    )
 
 
 def test_target_logits_traced_equal_the_eager_gather_and_scatter_nothing():
@@ -499,12 +647,20 @@ def test_target_logits_traced_equal_the_eager_gather_and_scatter_nothing():
     assert len(graphs) == 2 and not any("scatter" in code or "gather" in code for code in graphs)
 
 
-TOY_PAIRS = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleeps"), ("der mann isst", "the man eats"),
-             ("die frau liest", "the woman reads"), ("ein kind spielt", "a child plays"),
-             ("der hund schläft", "the dog sleeps"), ("eine frau läuft", "a woman runs"),
-             ("ein mann liest", "a man reads"), ("die katze isst", "the cat eats"),
-             ("das kind schläft", "the child sleeps"), ("ein hund isst", "a dog eats"),
-             ("die frau spielt", "the woman plays")]
+TOY_PAIRS = [
+    ("ein hund läuft", "a dog runs"),
+    ("eine katze schläft", "a cat sleeps"),
+    ("der mann isst", "the man eats"),
+    ("die frau liest", "the woman reads"),
+    ("ein kind spielt", "a child plays"),
+    ("der hund schläft", "the dog sleeps"),
+    ("eine frau läuft", "a woman runs"),
+    ("ein mann liest", "a man reads"),
+    ("die katze isst", "the cat eats"),
+    ("das kind schläft", "the child sleeps"),
+    ("ein hund isst", "a dog eats"),
+    ("die frau spielt", "the woman plays"),
+]
 
 
 def test_short_run_with_the_default_training_learns_a_toy_tsv(tmp_path):
@@ -513,13 +669,21 @@ def test_short_run_with_the_default_training_learns_a_toy_tsv(tmp_path):
     warm-up is fitted to the run, which then learns every pair."""
     tsv = tmp_path / "toy.tsv"
     tsv.write_text("".join(f"{de}\t{en}\n" for de, en in TOY_PAIRS))
-    cfg = RunConfig.from_sections({"model": {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 128}},
-                                   "data": {"format": "tsv", "train": str(tsv), "valid": str(tsv)},
-                                   "train": {"max_steps": 100, "progress": False}})
+    cfg = RunConfig.from_sections(
+        {
+            "model": {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 128}},
+            "data": {"format": "tsv", "train": str(tsv), "valid": str(tsv)},
+            "train": {"max_steps": 100, "progress": False},
+        }
+    )
     lines = []
     summary = train_run(cfg, tmp_path / "run", log=lines.append)
-    assert any(line.startswith("note: train.warmup_steps (4000) is not shorter than the run (max_steps 100): "
-                               "warming up over 10 steps") for line in lines)
+    assert any(
+        line.startswith(
+            "note: train.warmup_steps (4000) is not shorter than the run (max_steps 100): warming up over 10 steps"
+        )
+        for line in lines
+    )
     assert summary["last_eval"]["valid_loss"] < 0.3  # measured: 0.119; 2.75 with the 4,000-step warm-up, 0 of 12 right
     model, tokenizers, *_ = load_run(tmp_path / "run", "best")
     got = [best[0][0] for best in translate(model, tokenizers, [de for de, _ in TOY_PAIRS], Greedy())]
@@ -540,8 +704,10 @@ def test_a_time_capped_run_says_so_and_resume_continues_it(tmp_path):
     lines = []
     first = train_run(cfg, tmp_path / "run", log=lines.append)
     assert first["steps"] == 1 and first["stop_reason"].startswith("max_seconds")
-    assert (f"not finished: step 1 of 50 when train.max_seconds (1e-09 s) ran out; continue with `attnlab train "
-            f"--out {tmp_path / 'run'} --resume`, or raise or remove train.max_seconds") in lines
+    assert (
+        f"not finished: step 1 of 50 when train.max_seconds (1e-09 s) ran out; continue with `attnlab train "
+        f"--out {tmp_path / 'run'} --resume`, or raise or remove train.max_seconds"
+    ) in lines
     again = train_run(cfg, tmp_path / "run", resume=True, log=lambda s: None)  # the cap is per command
     assert again["steps"] == 2 and sorted(train_losses(tmp_path / "run")) == [1, 2]
 
@@ -568,14 +734,24 @@ def test_no_host_synchronisation_between_log_steps(tmp_path, monkeypatch, accumu
 
     monkeypatch.setattr(loop, "train_step", counted_step)
     for name in HOST_READS:
+
         def read(self, *args, _real=getattr(torch.Tensor, name), _name=name, **kwargs):
             if step["now"]:  # the data and the model are made before the first step
                 reads.append((step["now"], _name))
             return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, read)
-    cfg = run_config(train={"max_steps": 16, "log_every": 4, "eval_every": 1000, "eval_exact_match": 0,
-                            "early_stop_metric": "valid_loss", "accumulate": accumulate, "max_tokens": 64})
+    cfg = run_config(
+        train={
+            "max_steps": 16,
+            "log_every": 4,
+            "eval_every": 1000,
+            "eval_exact_match": 0,
+            "early_stop_metric": "valid_loss",
+            "accumulate": accumulate,
+            "max_tokens": 64,
+        }
+    )
     summary = train_run(cfg, tmp_path / "run", log=lambda s: None)
     assert summary["steps"] == 16 and summary["epochs"] == 0  # one epoch's batches, made before step 1
     assert {s for s, _ in reads} == {4, 8, 12, 16}, sorted(set(reads))

@@ -57,7 +57,9 @@ def test_encoder_layer_without_positions_is_permutation_equivariant():
     perm = torch.randperm(7)
     pos = torch.arange(7)
     mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
-    torch.testing.assert_close(layer(x[:, perm], mask, (pos, pos)), layer(x, mask, (pos, pos))[:, perm], atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        layer(x[:, perm], mask, (pos, pos)), layer(x, mask, (pos, pos))[:, perm], atol=1e-6, rtol=0
+    )
     # and with positions it is not
     ids = random_ids(2, 7)
     positioned = tiny_model(arch="encoder_only", positional="sinusoidal")
@@ -91,7 +93,9 @@ def test_every_parameter_receives_a_gradient(arch, positional):
     elif arch == "decoder_lm":
         loss = F.cross_entropy(model(ids).flatten(0, 1), targets.flatten())
     else:
-        loss = F.cross_entropy(model(ids).flatten(0, 1), targets.flatten()) + F.cross_entropy(model.classify(ids), targets[:, 0] % 2)
+        loss = F.cross_entropy(model(ids).flatten(0, 1), targets.flatten()) + F.cross_entropy(
+            model.classify(ids), targets[:, 0] % 2
+        )
     loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert not missing, f"no gradient for {missing}"
@@ -117,7 +121,7 @@ def test_embeddings_are_scaled_tokens_plus_positions():
     model = tiny_model(arch="decoder_lm")
     ids = random_ids(2, 5)
     x = model.embed(ids, torch.arange(5))
-    torch.testing.assert_close(x, model.embed.tokens.weight[ids] * 16 ** 0.5 + sinusoid(torch.arange(5), 16))
+    torch.testing.assert_close(x, model.embed.tokens.weight[ids] * 16**0.5 + sinusoid(torch.arange(5), 16))
 
 
 def test_tying_options():
@@ -127,7 +131,9 @@ def test_tying_options():
     assert out_only.tgt_embed.tokens.weight is out_only.generator.weight
     assert out_only.src_embed.tokens.weight.shape == (31, 16)
     untied = tiny_model(embeddings=dict(tie="none"))
-    assert len({id(untied.src_embed.tokens.weight), id(untied.tgt_embed.tokens.weight), id(untied.generator.weight)}) == 3
+    assert (
+        len({id(untied.src_embed.tokens.weight), id(untied.tgt_embed.tokens.weight), id(untied.generator.weight)}) == 3
+    )
     lm = tiny_model(arch="decoder_lm", embeddings=dict(tie="all"))
     assert lm.embed.tokens.weight is lm.generator.weight
     bert = tiny_model(arch="encoder_only")
@@ -157,10 +163,10 @@ def test_initialisation_is_xavier_uniform_and_scaled_normal_embeddings():
     w1 = model.encoder.layers[0].feed_forward.w_1.weight  # (1024, 256)
     bound = (6 / (256 + 1024)) ** 0.5
     assert w1.abs().max() <= bound and w1.abs().max() > 0.99 * bound
-    torch.testing.assert_close(w1.std(), torch.tensor(bound / 3 ** 0.5), rtol=0.02, atol=0)
+    torch.testing.assert_close(w1.std(), torch.tensor(bound / 3**0.5), rtol=0.02, atol=0)
     assert torch.count_nonzero(model.encoder.layers[0].feed_forward.w_1.bias) == 0
     emb = model.src_embed.tokens.weight
-    torch.testing.assert_close(emb.std(), torch.tensor(256 ** -0.5), rtol=0.02, atol=0)
+    torch.testing.assert_close(emb.std(), torch.tensor(256**-0.5), rtol=0.02, atol=0)
 
 
 def test_encoder_only_heads():
@@ -200,8 +206,10 @@ def test_dropout_sits_where_the_paper_puts_it(site):
     ids = random_ids(2, 6)
     torch.manual_seed(3)
     clean = model(ids)
-    modules = {"embeddings": [model.embed.dropout],
-               "residual": [m.dropout for m in model.modules() if type(m).__name__ == "ResidualConnection"]}
+    modules = {
+        "embeddings": [model.embed.dropout],
+        "residual": [m.dropout for m in model.modules() if type(m).__name__ == "ResidualConnection"],
+    }
     if site == "attention":
         attns = [m for m in model.modules() if type(m).__name__ == "SelfAttention"]
         for m in attns:
@@ -224,7 +232,7 @@ def test_fused_projections_are_initialised_block_by_block():
     bound = (6 / (512 + 512)) ** 0.5  # Xavier for one d_model x d_model matrix
     for fused in (model.encoder.layers[0].self_attn.qkv_proj, model.decoder.layers[0].cross_attn.kv_proj):
         for block in fused.weight.split(512):
-            torch.testing.assert_close(block.std(), torch.tensor(bound / 3 ** 0.5), rtol=0.02, atol=0)
+            torch.testing.assert_close(block.std(), torch.tensor(bound / 3**0.5), rtol=0.02, atol=0)
 
 
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "rnn"])
@@ -248,8 +256,12 @@ def test_a_decoder_given_memory_without_its_validity_attends_to_all_of_it():
     positions = model.tgt_embed.positions(0, tgt.shape[1], tgt.device)
     y = model.tgt_embed(tgt, positions)
     assert src_valid.all()
-    torch.testing.assert_close(model.decoder(y, tgt != 0, positions, memory, None),
-                               model.decoder(y, tgt != 0, positions, memory, src_valid), atol=0, rtol=0)
+    torch.testing.assert_close(
+        model.decoder(y, tgt != 0, positions, memory, None),
+        model.decoder(y, tgt != 0, positions, memory, src_valid),
+        atol=0,
+        rtol=0,
+    )
 
 
 class SDPACalls:
@@ -312,7 +324,9 @@ def test_a_vocabulary_padded_to_64_changes_no_logit_loss_or_gradient(arch):
     with torch.no_grad():
         for name, p in padded.named_parameters():
             p.normal_()  # padding rows: anything
-            p[tuple(slice(0, n) for n in dict(plain.named_parameters())[name].shape)] = dict(plain.named_parameters())[name]
+            p[tuple(slice(0, n) for n in dict(plain.named_parameters())[name].shape)] = dict(plain.named_parameters())[
+                name
+            ]
     src, tgt = random_ids(3, 7, generator_seed=2), random_ids(3, 6, generator_seed=3)
     src[1, 4:] = 0
     outputs = [model(src, tgt) if arch == "encoder_decoder" else model(tgt) for model in (plain, padded)]

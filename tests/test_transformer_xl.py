@@ -126,7 +126,7 @@ def test_cached_decoding_with_memory_equals_reading_the_stored_segments_again(po
     cache = model.new_cache()
     with torch.no_grad():
         for t in range(17):
-            model(ids[:, t:t + 1], cache=cache)
+            model(ids[:, t : t + 1], cache=cache)
             assert len(cache.self_attn[0]) <= M + T  # the positions before the window are forgotten
 
 
@@ -197,8 +197,9 @@ def test_the_task_carries_the_memory_from_one_batch_to_the_next():
 
 def test_a_context_window_is_consecutive_text_ending_in_the_segment_trained_on():
     stream = torch.arange(1, 201)
-    batch = lm_context_windows(stream, segment_length=8, batch_size=5, generator=torch.Generator().manual_seed(0),
-                               context_segments=2)
+    batch = lm_context_windows(
+        stream, segment_length=8, batch_size=5, generator=torch.Generator().manual_seed(0), context_segments=2
+    )
     assert (batch.context.shape, batch.tgt_in.shape, batch.tgt_out.shape) == ((5, 16), (5, 8), (5, 8))
     whole = torch.cat([batch.context, batch.tgt_in, batch.tgt_out[:, -1:]], dim=1)  # (5, 25)
     assert torch.equal(whole - whole[:, :1], torch.arange(25).expand(5, 25))  # 25 consecutive tokens a row
@@ -223,26 +224,38 @@ def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leave
     assert_close(nll, ref_nll, atol=1e-5, rtol=1e-6)
     for g, p in zip(got, model.parameters()):
         assert_close(g, p.grad, atol=1e-6, rtol=1e-5)
-    empty = SegmentLanguageModelConfig().task.loss(model, ContextSegmentBatch(None, batch.tgt_in, batch.tgt_out,
-                                                                              batch.context[:, :0]),
-                                                   0.0, contextlib.nullcontext)
+    empty = SegmentLanguageModelConfig().task.loss(
+        model, ContextSegmentBatch(None, batch.tgt_in, batch.tgt_out, batch.context[:, :0]), 0.0, contextlib.nullcontext
+    )
     alone = label_smoothed_nll(model(batch.tgt_in), batch.tgt_out, 0.0, PAD)
     assert_close(empty[1], alone[1], atol=1e-5, rtol=1e-6)  # no context: an empty memory
 
 
-@pytest.mark.parametrize("fields,message", [
-    (dict(positional="learned"), r"positional 'learned' numbers positions from the start of the input, and "
-                                 r"Transformer-XL moves states from the segment into the memory: use one of "
-                                 r"'relative', 'relative_bias', 'rotary', 'alibi', 'none'"),
-    (dict(positional="sinusoidal"), r"positional 'sinusoidal' numbers positions"),
-    (dict(stack=dict(attention_backend="chunked")), r"attention_backend 'chunked' takes padding and causality only; "
-                                        r"Transformer-XL's decoding window is an explicit mask; use 'math' or 'sdpa' "
-                                        r"or 'auto'"),
-    (dict(stack=dict(attention_backend="linear", dropout=0.0)), r"attention_backend 'linear' takes padding and causality only"),
-    (dict(memory_length=-1), r"memory_length must be >= 0 \(got -1\)"),
-    (dict(segment_length=0), r"^shape.segment_length must be at least 1 \(got 0\)$"),  # a size of the data
-    (dict(multi_token_heads=2), r"model.arch 'transformer_xl' has no field 'multi_token_heads'"),
-])
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (
+            dict(positional="learned"),
+            r"positional 'learned' numbers positions from the start of the input, and "
+            r"Transformer-XL moves states from the segment into the memory: use one of "
+            r"'relative', 'relative_bias', 'rotary', 'alibi', 'none'",
+        ),
+        (dict(positional="sinusoidal"), r"positional 'sinusoidal' numbers positions"),
+        (
+            dict(stack=dict(attention_backend="chunked")),
+            r"attention_backend 'chunked' takes padding and causality only; "
+            r"Transformer-XL's decoding window is an explicit mask; use 'math' or 'sdpa' "
+            r"or 'auto'",
+        ),
+        (
+            dict(stack=dict(attention_backend="linear", dropout=0.0)),
+            r"attention_backend 'linear' takes padding and causality only",
+        ),
+        (dict(memory_length=-1), r"memory_length must be >= 0 \(got -1\)"),
+        (dict(segment_length=0), r"^shape.segment_length must be at least 1 \(got 0\)$"),  # a size of the data
+        (dict(multi_token_heads=2), r"model.arch 'transformer_xl' has no field 'multi_token_heads'"),
+    ],
+)
 def test_a_bad_model_section_fails_when_built_in_one_line(fields, message):
     with pytest.raises(ConfigError, match=message) as err:
         stack = dict(d_model=16, n_heads=2, **fields.get("stack", {}))
@@ -253,10 +266,14 @@ def test_a_bad_model_section_fails_when_built_in_one_line(fields, message):
 def test_the_segment_length_is_the_datas_never_the_model_sections():
     """Issue 61: T comes with the data's shape (data.block_size in a run), and the model reads it there."""
     assert xl(segment_length=5, memory_length=3).segment_length == 5
-    with pytest.raises(ConfigError, match=r"^model.segment_length is set by the data, not the model section: remove it$"):
+    with pytest.raises(
+        ConfigError, match=r"^model.segment_length is set by the data, not the model section: remove it$"
+    ):
         model_config(arch="transformer_xl", segment_length=5)
     cfg, shape = sized(arch="transformer_xl", vocab_size=10)
-    with pytest.raises(ConfigError, match=r"^arch 'transformer_xl' needs segment_length from its data, which gives none$"):
+    with pytest.raises(
+        ConfigError, match=r"^arch 'transformer_xl' needs segment_length from its data, which gives none$"
+    ):
         build_model(cfg, shape)
 
 
@@ -266,26 +283,51 @@ TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the m
 def tiny_config(tmp_path, model: dict | None = None, data: dict | None = None) -> str:
     """A tiny training config; a model field given as None is left out."""
     (tmp_path / "text.txt").write_text(TEXT)
-    model = {"arch": "transformer_xl", "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "dropout": 0.0, "norm": "pre"}, "memory_length": 8, **(model or {})}
+    model = {
+        "arch": "transformer_xl",
+        "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "dropout": 0.0, "norm": "pre"},
+        "memory_length": 8,
+        **(model or {}),
+    }
     sections = {
         "model": {k: v for k, v in model.items() if v is not None},
-        "data": {"task": "segment_language_model", "train": str(tmp_path / "text.txt"), "tokenizer": "char",
-                 "block_size": 8, **(data or {})},
-        "train": {"max_steps": 20, "batch_size": 4, "lr": 0.01, "lr_schedule": "constant", "eval_every": 10,
-                  "progress": False},
+        "data": {
+            "task": "segment_language_model",
+            "train": str(tmp_path / "text.txt"),
+            "tokenizer": "char",
+            "block_size": 8,
+            **(data or {}),
+        },
+        "train": {
+            "max_steps": 20,
+            "batch_size": 4,
+            "lr": 0.01,
+            "lr_schedule": "constant",
+            "eval_every": 10,
+            "progress": False,
+        },
     }
     path = tmp_path / "xl.yaml"
     path.write_text(json.dumps(sections))
     return str(path)
 
 
-@pytest.mark.parametrize("model,data,message", [
-    ({"arch": "decoder_lm", "memory_length": None}, {},
-     "model.arch must be 'transformer_xl' for data.task 'segment_language_model'; got 'decoder_lm'"),
-    ({}, {"task": "language_model"}, "model.arch must be 'decoder_lm' for data.task 'language_model'; got "
-                                     "'transformer_xl'"),
-    ({"segment_length": 8}, {}, "model.segment_length is set by the data, not the model section: remove it"),
-])
+@pytest.mark.parametrize(
+    "model,data,message",
+    [
+        (
+            {"arch": "decoder_lm", "memory_length": None},
+            {},
+            "model.arch must be 'transformer_xl' for data.task 'segment_language_model'; got 'decoder_lm'",
+        ),
+        (
+            {},
+            {"task": "language_model"},
+            "model.arch must be 'decoder_lm' for data.task 'language_model'; got 'transformer_xl'",
+        ),
+        ({"segment_length": 8}, {}, "model.segment_length is set by the data, not the model section: remove it"),
+    ],
+)
 def test_a_run_config_that_mixes_the_layouts_is_refused_in_one_line(tmp_path, model, data, message):
     done = run_cli("train", tiny_config(tmp_path, model, data), "--out", str(tmp_path / "run"))
     lines = done.stderr.strip().splitlines()
@@ -296,15 +338,22 @@ def test_training_on_context_windows_from_the_command_line(tmp_path):
     run = str(tmp_path / "run")
     done = run_cli("train", tiny_config(tmp_path, data={"context_segments": 1}), "--out", run)
     assert done.returncode == 0, done.stderr
-    assert ("trained on random windows of 1 context segment(s) and one segment of 8 tokens, validated on 4 rows "
-            "of consecutive segments") in done.stdout + done.stderr
+    assert (
+        "trained on random windows of 1 context segment(s) and one segment of 8 tokens, validated on 4 rows "
+        "of consecutive segments"
+    ) in done.stdout + done.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     scored = json.loads(run_cli("evaluate", run, "--split", "valid", "--json").stdout)
     assert scored["loss"] == pytest.approx(summary["best_valid_loss"], abs=1e-6) and summary["steps"] == 20
-    for data, message in [({"context_segments": -1}, "xl.yaml: context_segments must be >= 0 (got -1)"),
-                          ({"context_segments": 400}, "text.txt: the train text has 3060 tokens, fewer than a "
-                                                      "window of (data.context_segments + 1) x data.block_size + 1 "
-                                                      "(3209)")]:
+    for data, message in [
+        ({"context_segments": -1}, "xl.yaml: context_segments must be >= 0 (got -1)"),
+        (
+            {"context_segments": 400},
+            "text.txt: the train text has 3060 tokens, fewer than a "
+            "window of (data.context_segments + 1) x data.block_size + 1 "
+            "(3209)",
+        ),
+    ]:
         refused = run_cli("train", tiny_config(tmp_path, data=data), "--out", str(tmp_path / "refused"))
         lines = refused.stderr.strip().splitlines()
         assert refused.returncode != 0 and len(lines) == 1 and message in lines[0], refused.stderr

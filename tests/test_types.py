@@ -40,8 +40,12 @@ def test_the_exempt_modules_exist_are_sorted_and_only_shrink():
 
 
 def test_type_ignores_are_few_and_name_their_error_code():
-    ignores = [(path, line) for path in sorted((ROOT / "attnlab").rglob("*.py"))
-               for line in path.read_text().splitlines() if "type: ignore" in line]
+    ignores = [
+        (path, line)
+        for path in sorted((ROOT / "attnlab").rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if "type: ignore" in line
+    ]
     assert len(ignores) <= IGNORES_AT_MOST, ignores
     for path, line in ignores:
         assert re.search(r"type: ignore\[[a-z-]+(, [a-z-]+)*\]", line), f"{path}: {line.strip()}"

@@ -29,8 +29,17 @@ from helpers import run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MODEL = dict(arch="single_stream", vocab_size=12, n_classes=5, image_height=8, image_width=4, channels=3,
-             patches=dict(size=4), stack=dict(d_model=8, n_heads=2, n_layers=2, d_ff=16, dropout=0.0), max_len=6)
+MODEL = dict(
+    arch="single_stream",
+    vocab_size=12,
+    n_classes=5,
+    image_height=8,
+    image_width=4,
+    channels=3,
+    patches=dict(size=4),
+    stack=dict(d_model=8, n_heads=2, n_layers=2, d_ff=16, dropout=0.0),
+    max_len=6,
+)
 
 
 def run_config(model: dict):
@@ -46,7 +55,9 @@ def test_a_bad_config_fails_early_naming_the_field():
         task_config({"task": "visual_qa", "held_out": ""})
     with pytest.raises(ConfigError, match=r"model.arch must be 'single_stream' for data.task 'visual_qa'; got 'vit'"):
         run_config({"arch": "vit"})
-    with pytest.raises(ConfigError, match=r"positional must be one of 'learned', 'sinusoidal', 'none' \(got 'rotary'\)"):
+    with pytest.raises(
+        ConfigError, match=r"positional must be one of 'learned', 'sinusoidal', 'none' \(got 'rotary'\)"
+    ):
         sized(**MODEL | {"positional": "rotary"})
     with pytest.raises(ConfigError, match=r"image_tokens must be one of 'patches', 'none' \(got 'pixels'\)"):
         sized(**MODEL | {"image_tokens": "pixels"})
@@ -58,6 +69,7 @@ def test_a_bad_config_fails_early_naming_the_field():
 
 # -- the model ---------------------------------------------------------------------------------------
 
+
 def test_the_joint_sequence_by_hand():
     """Two words and <bos>/<eos>, one padding, then a 2 x 1 grid of patches: each token's vector is
     its embedding, its position (1-D for words, row + column for patches) and its modality's row."""
@@ -67,13 +79,20 @@ def test_the_joint_sequence_by_hand():
     x, valid, modality = model.sequence(images, ids)
     text, image = model.text_embed, model.image_tokens
     m_text, m_image = model.modality.weight
-    expected = [text.tokens.weight[int(w)] * math.sqrt(8) + text.positional.table.weight[t] + m_text
-                for t, w in enumerate(ids[0])]
+    expected = [
+        text.tokens.weight[int(w)] * math.sqrt(8) + text.positional.table.weight[t] + m_text
+        for t, w in enumerate(ids[0])
+    ]
     flat = images[0].reshape(3, 2, 4, 4).permute(1, 0, 2, 3).reshape(2, 48)  # patch k = rows 4k..4k+3, (c, row, col)
     torch.testing.assert_close(flat, patches(images, 4)[0])
     for k, (row, column) in enumerate([(0, 0), (1, 0)]):
-        expected.append(flat[k] @ image.patch_embed.projection.weight.T + image.patch_embed.projection.bias
-                        + image.positional.rows.weight[row] + image.positional.columns.weight[column] + m_image)
+        expected.append(
+            flat[k] @ image.patch_embed.projection.weight.T
+            + image.patch_embed.projection.bias
+            + image.positional.rows.weight[row]
+            + image.positional.columns.weight[column]
+            + m_image
+        )
     torch.testing.assert_close(x[0], torch.stack(expected))
     assert modality.tolist() == [0, 0, 0, 0, 0, 1, 1]
     assert valid.tolist() == [[True, True, True, True, False, True, True]]
@@ -118,6 +137,7 @@ def test_the_text_only_baseline_never_reads_the_pixels():
 
 # -- the data ----------------------------------------------------------------------------------------
 
+
 def test_each_question_is_asked_of_its_own_scene():
     cfg = task_config({"task": "visual_qa", "n_train": 300, "n_valid": 5, "n_test": 5})
     data = cfg.task.prepare(Batching(4096, 8, 0))
@@ -133,8 +153,9 @@ def test_each_question_is_asked_of_its_own_scene():
     assert data.tokenizers["src"].decode(batch.ids[3][1:].tolist()) == pairs[3][1].rstrip("?")
     assert batch.ids[3][0] == BOS and EOS in batch.ids[3].tolist()
     assert set(data.labels) == {"0", "1", "2", "3", "red", "green", "blue", "yellow", "circle", "square", "triangle"}
-    assert [kind_of(q) for q in ("how many circles?", "what colour is the square?", "what shape is the red object?")] \
-        == ["count", "colour", "shape"]
+    assert [
+        kind_of(q) for q in ("how many circles?", "what colour is the square?", "what shape is the red object?")
+    ] == ["count", "colour", "shape"]
 
 
 # -- a tiny run through the command line -------------------------------------------------------------
@@ -180,8 +201,11 @@ def best_without_the_image(split: str, n_train: int, n: int) -> float:
 def test_a_tiny_single_stream_model_learns_to_answer(qa_run):
     root, done = qa_run
     assert "questions on images 32x32x3: train 2,000 (400 scenes)" in done.stdout
-    valid = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["split"] == "valid"]
+    valid = [
+        json.loads(line)
+        for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["split"] == "valid"
+    ]
     assert best_without_the_image("valid", 400, 40) == pytest.approx(0.535)
     assert valid[-1]["accuracy"] >= 0.535 + 0.15
     result = run_cli("evaluate", str(root / "run"), "--split", "test", "--json")
@@ -207,11 +231,13 @@ def test_ask_answers_as_the_model_does(qa_run, tmp_path):
     p = model.eval().classify(x, ids).softmax(-1).detach()
     done = run_cli("ask", str(root / "run"), *paths, "--question", question)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"{path}\t{state['labels'][int(row.argmax())]}\t{float(row.max()):.4f}"
-                                        for path, row in zip(paths, p)]
+    assert done.stdout.splitlines() == [
+        f"{path}\t{state['labels'][int(row.argmax())]}\t{float(row.max()):.4f}" for path, row in zip(paths, p)
+    ]
     as_json = json.loads(run_cli("ask", str(root / "run"), paths[0], "--question", question, "--json").stdout)
     assert as_json["question"] == question and as_json["probabilities"] == pytest.approx(
-        dict(zip(state["labels"], p[0].tolist())), abs=1e-6)
+        dict(zip(state["labels"], p[0].tolist())), abs=1e-6
+    )
     unmarked = run_cli("ask", str(root / "run"), *paths, "--question", "how many circles")  # issue 64: the same words
     assert unmarked.returncode == 0 and unmarked.stdout == done.stdout
 
@@ -231,12 +257,14 @@ def test_evaluate_reads_a_questions_file_as_the_split_it_holds(qa_run, tmp_path)
     assert file_record["confusion"] == split_record["confusion"] and file_record["by_kind"] == split_record["by_kind"]
     (tmp_path / "questions.tsv").write_text(lines[0] + "img/0.png\thow many circles?\n")
     short = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "questions.tsv"))
-    assert short.returncode == 4 and short.stderr == (f"error: {tmp_path / 'questions.tsv'}:2: expected 'image TAB "
-                                                      f"question TAB answer', found 2 field(s)\n")
+    assert short.returncode == 4 and short.stderr == (
+        f"error: {tmp_path / 'questions.tsv'}:2: expected 'image TAB question TAB answer', found 2 field(s)\n"
+    )
     (tmp_path / "questions.tsv").write_text("img/0.png\thow many circles?\tmany\n")
     unknown = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "questions.tsv"))
     assert unknown.returncode == 4 and unknown.stderr.startswith(
-        f"error: {tmp_path / 'questions.tsv'}:1: answer 'many' is not one the model was trained on (0, 1, ")
+        f"error: {tmp_path / 'questions.tsv'}:1: answer 'many' is not one the model was trained on (0, 1, "
+    )
 
 
 def test_refusals_in_one_line(qa_run, tmp_path):
@@ -244,21 +272,30 @@ def test_refusals_in_one_line(qa_run, tmp_path):
     image = write_png(tmp_path / "scene.png", generate("test", 1, seed=0)[0].pixels)
     (tmp_path / "broken.png").write_bytes(b"not a png")
     broken = run_cli("ask", str(root / "run"), str(tmp_path / "broken.png"), "--question", "how many circles?")
-    assert (broken.returncode, broken.stderr) == (4, f"error: {tmp_path / 'broken.png'}: not an image that Pillow "
-                                                     f"can decode\n")
+    assert (broken.returncode, broken.stderr) == (
+        4,
+        f"error: {tmp_path / 'broken.png'}: not an image that Pillow can decode\n",
+    )
     empty = run_cli("ask", str(root / "run"), image, "--question", " ")
-    assert empty.returncode == 2 and empty.stderr.startswith("error: --question is empty") and empty.stderr.count("\n") == 1
+    assert (
+        empty.returncode == 2
+        and empty.stderr.startswith("error: --question is empty")
+        and empty.stderr.count("\n") == 1
+    )
     caption = run_cli("caption", str(root / "run"), image)
     assert caption.returncode == 2 and caption.stderr == (
         f"error: {root / 'run'} is a run of data.task 'visual_qa'; `attnlab caption` needs data.task 'captioning' "
-        f"(this run's commands: ask, evaluate, inspect)\n")
+        f"(this run's commands: ask, evaluate, inspect)\n"
+    )
     captioner = tmp_path / "captioner"
     captioner.mkdir()
-    (captioner / "config.yaml").write_text("model: {arch: captioner, vocab_size: 10}\n"
-                                           "data: {task: captioning, dataset: scenes}\ntrain: {}\n")
+    (captioner / "config.yaml").write_text(
+        "model: {arch: captioner, vocab_size: 10}\ndata: {task: captioning, dataset: scenes}\ntrain: {}\n"
+    )
     question = run_cli("ask", str(captioner), image, "--question", "how many circles?")
     assert question.returncode == 2 and question.stderr.startswith(
-        f"error: {captioner} is a run of data.task 'captioning'; `attnlab ask` needs data.task 'visual_qa'")
+        f"error: {captioner} is a run of data.task 'captioning'; `attnlab ask` needs data.task 'visual_qa'"
+    )
     assert question.stderr.count("\n") == 1
     without = run_cli("inspect", str(root / "run"), "--src", image, "--out", str(tmp_path / "fig"))
     assert without.returncode == 2 and without.stderr.startswith("error: a single-stream run answers a question")
@@ -268,8 +305,16 @@ def test_refusals_in_one_line(qa_run, tmp_path):
 def test_inspect_draws_the_cross_modal_blocks(qa_run, tmp_path):
     root, _ = qa_run
     image = write_png(tmp_path / "scene.png", generate("test", 1, seed=0, max_objects=1)[0].pixels)
-    done = run_cli("inspect", str(root / "run"), "--src", image, "--question", "what colour is the circle?",
-                   "--out", str(tmp_path / "fig"))
+    done = run_cli(
+        "inspect",
+        str(root / "run"),
+        "--src",
+        image,
+        "--question",
+        "what colour is the circle?",
+        "--out",
+        str(tmp_path / "fig"),
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "fig" / "summary.json").read_text())
     assert summary["question_tokens"] == ["<bos>", "what", "colour", "is", "the", "circle", "<eos>"]
@@ -280,9 +325,15 @@ def test_inspect_draws_the_cross_modal_blocks(qa_run, tmp_path):
         torch.testing.assert_close(to_text.sum(-1) + to_image.sum(-1), torch.ones(2, 7))  # the rows of the map
         assert entry["text_to_image_share"] == pytest.approx(to_image.sum(-1).mean(-1).tolist(), abs=1e-4)
     names = {Path(f).name for f in summary["files"]}
-    assert {"encoder-0-text.png", "encoder-1-text-to-image.png", "encoder-1-text-to-image-heads.png",
-            "encoder-1-image-to-text.png", "averaged-text-to-image.png", "averaged-image-to-text.png",
-            "entropy.png"} <= names
+    assert {
+        "encoder-0-text.png",
+        "encoder-1-text-to-image.png",
+        "encoder-1-text-to-image-heads.png",
+        "encoder-1-image-to-text.png",
+        "averaged-text-to-image.png",
+        "averaged-image-to-text.png",
+        "entropy.png",
+    } <= names
     assert all(Path(f).is_file() for f in summary["files"])
     assert f"prediction: {summary['prediction']['label']}" in done.stdout
 
@@ -290,13 +341,20 @@ def test_inspect_draws_the_cross_modal_blocks(qa_run, tmp_path):
 @pytest.mark.parametrize("recipe, image_tokens", [("visual_qa.yaml", "patches"), ("visual_qa_text_only.yaml", "none")])
 def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
     from attnlab.runs.config import RunConfig
+
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / recipe)
     assert type(cfg.data.task) is VisualQA and cfg.data.held_combinations == ("red triangle",)
     shape = cfg.planned_shape(vocab_size=22)
-    assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.patches.grid(shape)) == ("single_stream", image_tokens, (8, 8))
+    assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.patches.grid(shape)) == (
+        "single_stream",
+        image_tokens,
+        (8, 8),
+    )
     assert shape.vocab_size == 22
     if image_tokens == "patches":  # `info` reads the data, so it counts the 11 answers' head
         described = run_cli("info", str(ROOT / "recipes" / "multimodal" / recipe))
         assert described.returncode == 0, described.stderr
-        assert described.stdout.startswith(f"{ROOT / 'recipes' / 'multimodal' / recipe}: single_stream, d_model 64, "
-                                           f"4 heads, 3 layers, d_ff 128, vocab 22\nparameters{' ' * 25}113,163\n")
+        assert described.stdout.startswith(
+            f"{ROOT / 'recipes' / 'multimodal' / recipe}: single_stream, d_model 64, "
+            f"4 heads, 3 layers, d_ff 128, vocab 22\nparameters{' ' * 25}113,163\n"
+        )

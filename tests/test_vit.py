@@ -33,7 +33,15 @@ from helpers import run_cli, sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
-VIT = dict(arch="vit", image_height=8, image_width=8, channels=1, n_classes=10, patches=dict(size=2), stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0))
+VIT = dict(
+    arch="vit",
+    image_height=8,
+    image_width=8,
+    channels=1,
+    n_classes=10,
+    patches=dict(size=2),
+    stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0),
+)
 
 
 def test_an_image_is_the_sequence_of_its_patches_in_row_major_order():
@@ -62,8 +70,16 @@ def test_the_patch_positions_against_their_formulas():
     # d_model 8: rows in channels 0-3, columns in 4-7, each sin/cos at frequencies 1 and 10000^(-2/4) = 1/100
     table = SinCos2DPositional(8, (2, 3)).encode(k)
     for patch, (i, j) in ((5, (1, 2)), (1, (0, 1)), (3, (1, 0))):
-        by_hand = [math.sin(i), math.cos(i), math.sin(i / 100), math.cos(i / 100),
-                   math.sin(j), math.cos(j), math.sin(j / 100), math.cos(j / 100)]
+        by_hand = [
+            math.sin(i),
+            math.cos(i),
+            math.sin(i / 100),
+            math.cos(i / 100),
+            math.sin(j),
+            math.cos(j),
+            math.sin(j / 100),
+            math.cos(j / 100),
+        ]
         assert table[patch].tolist() == pytest.approx(by_hand, abs=1e-6)
 
 
@@ -91,21 +107,35 @@ def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positi
     model.classify(images)
     x_p = patches(images, 2)  # (2, 16, 4)
     k = torch.arange(16)
-    z0 = x_p @ model.patch_embed.projection.weight.T + model.patch_embed.projection.bias \
-        + model.positional.rows.weight[k // 4] + model.positional.columns.weight[k % 4]
+    z0 = (
+        x_p @ model.patch_embed.projection.weight.T
+        + model.patch_embed.projection.bias
+        + model.positional.rows.weight[k // 4]
+        + model.positional.columns.weight[k % 4]
+    )
     expected = torch.cat([model.summary.token.expand(2, 1, 16), z0], dim=1)  # (2, 17, 16)
     torch.testing.assert_close(seen[0], expected, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("fields,message", [
-    (dict(image_width=10), r"image_width \(10\) must be divisible by patches.size \(4\)"),
-    (dict(patches=dict(size=4, positional="rotary")),
-     r"^patches.positional must be one of 'learned', 'learned_2d', 'sinusoidal_2d', 'none'"),
-    (dict(patches=dict(size=4, positional="sinusoidal_2d"), stack=dict(d_model=18, n_heads=3)),
-     r"^patches.positional 'sinusoidal_2d' needs d_model divisible by 4 .*got 18"),
-    (dict(stack=dict(attention_backend="linear")), r"attention_backend 'linear' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$"),
-    (dict(pooling="max"), r"pooling must be one of 'cls', 'mean'"),
-])
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(image_width=10), r"image_width \(10\) must be divisible by patches.size \(4\)"),
+        (
+            dict(patches=dict(size=4, positional="rotary")),
+            r"^patches.positional must be one of 'learned', 'learned_2d', 'sinusoidal_2d', 'none'",
+        ),
+        (
+            dict(patches=dict(size=4, positional="sinusoidal_2d"), stack=dict(d_model=18, n_heads=3)),
+            r"^patches.positional 'sinusoidal_2d' needs d_model divisible by 4 .*got 18",
+        ),
+        (
+            dict(stack=dict(attention_backend="linear")),
+            r"attention_backend 'linear' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$",
+        ),
+        (dict(pooling="max"), r"pooling must be one of 'cls', 'mean'"),
+    ],
+)
 def test_the_config_refuses_early_naming_the_field(fields, message):
     with pytest.raises(ConfigError, match=message):
         sized(**{**VIT, "patches": dict(size=4), **fields})
@@ -125,9 +155,11 @@ def test_the_digits_split_is_stratified_and_fixed():
     splits = digits(seed=0)
     assert {name: len(labels) for name, (_, labels) in splits.items()} == {"train": 1257, "valid": 180, "test": 360}
     counts = {name: [labels.count(str(c)) for c in range(10)] for name, (_, labels) in splits.items()}
-    assert counts == {"train": [124, 128, 124, 128, 127, 127, 127, 125, 121, 126],  # of 178, 182, 177, 183, 181,
-                      "valid": [18] * 10,                                           # 182, 181, 179, 174, 180
-                      "test": [36, 36, 35, 37, 36, 37, 36, 36, 35, 36]}
+    assert counts == {
+        "train": [124, 128, 124, 128, 127, 127, 127, 125, 121, 126],  # of 178, 182, 177, 183, 181,
+        "valid": [18] * 10,  # 182, 181, 179, 174, 180
+        "test": [36, 36, 35, 37, 36, 37, 36, 36, 35, 36],
+    }
     images = {name: pixels for name, (pixels, _) in splits.items()}
     assert images["train"].shape == (1257, 8, 8, 1) and images["test"].max() == 255.0
     rows = {tuple(row) for pixels in images.values() for row in pixels.reshape(len(pixels), -1).tolist()}
@@ -172,8 +204,10 @@ def test_bad_images_are_refused_in_one_line(tmp_path):
     write_png(tmp_path / "b" / "2.png", np.zeros((5, 4)))
     with pytest.raises(DataError) as mixed:
         read_folder(tmp_path, "grey", None)
-    assert str(mixed.value) == (f"{tmp_path / 'b' / '2.png'}: 4x5 pixels, but {tmp_path / 'a' / '1.png'} is 4x4; set "
-                                f"data.resize to read images of mixed sizes")
+    assert str(mixed.value) == (
+        f"{tmp_path / 'b' / '2.png'}: 4x5 pixels, but {tmp_path / 'a' / '1.png'} is 4x4; set "
+        f"data.resize to read images of mixed sizes"
+    )
     assert read_folder(tmp_path, "grey", 4)[0].shape == (2, 4, 4, 1)
     (tmp_path / "b" / "3.png").write_bytes(b"\x89PNG but not really")
     with pytest.raises(DataError) as broken:
@@ -198,8 +232,12 @@ train: {{max_steps: 60, batch_size: 64, optimizer: adamw, lr_schedule: constant,
 def vit_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("vit")
     config = root / "vit.yaml"
-    config.write_text(RECIPE.format(arch="vit", model="patches: {size: 2}, stack: {d_model: 16, n_heads: 2, "
-                                                       "n_layers: 1, d_ff: 32, dropout: 0.0}"))
+    config.write_text(
+        RECIPE.format(
+            arch="vit",
+            model="patches: {size: 2}, stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}",
+        )
+    )
     done = run_cli("train", str(config), "--out", str(root / "run"))
     assert done.returncode == 0, done.stderr
     return root, done
@@ -207,8 +245,9 @@ def vit_run(tmp_path_factory):
 
 def test_a_vit_learns_the_digits_through_the_command_line(vit_run):
     root, done = vit_run
-    assert ("images 8x8x1: train 1,257, valid 180, test 360; 10 classes 0, 1, 2, 3, 4, 5, 6, 7, 8, 9; augmentation "
-            "none") in done.stdout
+    assert (
+        "images 8x8x1: train 1,257, valid 180, test 360; 10 classes 0, 1, 2, 3, 4, 5, 6, 7, 8, 9; augmentation none"
+    ) in done.stdout
     records = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r["loss"] for r in records if r["split"] == "train"]
     assert train[0] == pytest.approx(math.log(10), abs=0.2) and train[-1] < 0.85 * train[0]
@@ -216,7 +255,9 @@ def test_a_vit_learns_the_digits_through_the_command_line(vit_run):
     state = json.loads((root / "run" / "task_state.json").read_text())
     assert state["labels"] == [str(c) for c in range(10)] and state["shape"] == [8, 8, 1]
     info = run_cli("info", str(root / "run"))
-    assert info.returncode == 0 and info.stdout.startswith(f"{root / 'run'}: vit, d_model 16, 2 heads, 1 layers, d_ff 32")
+    assert info.returncode == 0 and info.stdout.startswith(
+        f"{root / 'run'}: vit, d_model 16, 2 heads, 1 layers, d_ff 32"
+    )
 
 
 def test_predict_and_evaluate_read_images_as_training_did(vit_run, tmp_path):
@@ -233,7 +274,9 @@ def test_predict_and_evaluate_read_images_as_training_did(vit_run, tmp_path):
     with torch.no_grad():
         expected = model.classify(x).softmax(-1)
     for record, path, p in zip(records, paths, expected):
-        assert record["input"] == str(path) and list(record["probabilities"].values()) == pytest.approx(p.tolist(), abs=1e-5)
+        assert record["input"] == str(path) and list(record["probabilities"].values()) == pytest.approx(
+            p.tolist(), abs=1e-5
+        )
     text = run_cli("predict", str(root / "run"), str(paths[0])).stdout
     assert text == f"{paths[0]}\t{records[0]['label']}\t{max(records[0]['probabilities'].values()):.4f}\n"
     split = json.loads(run_cli("evaluate", str(root / "run"), "--split", "test", "--json").stdout)
@@ -247,18 +290,24 @@ def test_predict_and_evaluate_read_images_as_training_did(vit_run, tmp_path):
     large = tmp_path / "large.png"
     Image.open(paths[0]).resize((64, 64), Image.Resampling.NEAREST).save(large)
     resized = run_cli("predict", str(root / "run"), str(large), "--json")
-    assert resized.returncode == 0 and resized.stderr == f"note: {large}: 64x64 pixels, resized to the 8x8 the model reads\n"
+    assert (
+        resized.returncode == 0
+        and resized.stderr == f"note: {large}: 64x64 pixels, resized to the 8x8 the model reads\n"
+    )
     assert json.loads(resized.stdout)["label"] == records[0]["label"]
     np.savez(tmp_path / "small.npz", images=test_images[:4, :4, :4, 0], labels=np.arange(4))
     small = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "small.npz"))
-    assert small.returncode == 4 and small.stderr == (f"error: {tmp_path / 'small.npz'}: images of 4x4 pixels and 1 "
-                                                      f"channel; the model reads 8x8 with 1 channel (set data.resize)\n")
+    assert small.returncode == 4 and small.stderr == (
+        f"error: {tmp_path / 'small.npz'}: images of 4x4 pixels and 1 "
+        f"channel; the model reads 8x8 with 1 channel (set data.resize)\n"
+    )
     refused = run_cli("predict", str(root / "run"))
     assert refused.returncode == 2 and "give the images to classify as arguments" in refused.stderr
     zero_shot = run_cli("predict", str(root / "run"), str(paths[0]), "--labels", "seven,three")
     assert zero_shot.returncode == 2 and zero_shot.stderr == (
         f"error: --labels is for runs of data.task 'contrastive'; {root / 'run'} is a run of data.task "
-        f"'image_classification'\n")
+        f"'image_classification'\n"
+    )
 
 
 def test_inspect_draws_the_class_tokens_attention_over_the_patches_and_the_rollout(vit_run, tmp_path):
@@ -277,15 +326,19 @@ def test_inspect_draws_the_class_tokens_attention_over_the_patches_and_the_rollo
 
 def test_the_cnn_baseline_trains_and_has_no_attention_to_inspect(tmp_path):
     config = tmp_path / "cnn.yaml"
-    config.write_text(RECIPE.format(arch="cnn", model="d_model: 8").replace("max_steps: 60", "max_steps: 20")
-                      .replace("eval_every: 60", "eval_every: 20"))
+    config.write_text(
+        RECIPE.format(arch="cnn", model="d_model: 8")
+        .replace("max_steps: 60", "max_steps: 20")
+        .replace("eval_every: 60", "eval_every: 20")
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     assert "model: cnn, 2,002 parameters" in done.stdout  # 1*8*9+8 + 8*8*9+8 + 8*16*9+16 + 16*10+10
     image = write_png(tmp_path / "0.png", digits(seed=0)["test"][0][0, :, :, 0])
     refused = run_cli("inspect", str(tmp_path / "run"), "--src", str(image))
     assert refused.returncode == 2 and refused.stderr == (
-        f"error: {tmp_path / 'run'} holds a model of arch 'cnn', which has no attention to inspect\n")
+        f"error: {tmp_path / 'run'} holds a model of arch 'cnn', which has no attention to inspect\n"
+    )
 
 
 @pytest.mark.parametrize("recipe,arch", [("vit.yaml", "vit"), ("cnn.yaml", "cnn")])

@@ -120,6 +120,7 @@ def test_converted_weights_stay_as_they_are_and_tell_their_kind():
 
 # -- exported runs ------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def runs(workspace, tmp_path_factory):
     """Two trained runs whose embeddings are tied to the output projection: a translation model
@@ -179,18 +180,24 @@ def test_attnlab_export_writes_a_run_that_translate_reads_as_its_run_with_those_
     run, out = runs["translation"], tmp_path / "int8"
     done = run_cli("export", str(run), "--weights", "int8", "--out", str(out), "--checkpoint", "last")
     assert done.returncode == 0, done.stderr
-    assert re.fullmatch(r"exported \S+ with int8 weights to \S+: [\d.]+ MiB, 0\.\d\d x the checkpoint's [\d.]+ MiB\n"
-                        rf"run directory: {out}\n", done.stdout)
+    assert re.fullmatch(
+        r"exported \S+ with int8 weights to \S+: [\d.]+ MiB, 0\.\d\d x the checkpoint's [\d.]+ MiB\n"
+        rf"run directory: {out}\n",
+        done.stdout,
+    )
     (tmp_path / "in.de").write_text("eins zwei drei\nvier\n")
     translate = ["translate", "--input", str(tmp_path / "in.de"), "--beam", "2", "--min-len", "2"]
     mine = run_cli(*translate, str(out))
-    assert mine.returncode == 0 and mine.stdout == run_cli(*translate, str(run), "--checkpoint", "last",
-                                                           "--weights", "int8").stdout
+    assert (
+        mine.returncode == 0
+        and mine.stdout == run_cli(*translate, str(run), "--checkpoint", "last", "--weights", "int8").stdout
+    )
     assert run_cli(*translate, str(out), "--weights", "int8").stdout == mine.stdout  # its own weights: as given
     refused = run_cli(*translate, str(out), "--weights", "fp32")
     assert refused.returncode == USAGE and refused.stderr == (
         "error: --weights fp32: the model's weights are int8 already (a run exported with them), and do not become "
-        "fp32; leave --weights out\n")
+        "fp32; leave --weights out\n"
+    )
 
 
 def test_the_checksums_cover_an_exported_file(runs, tmp_path):
@@ -202,8 +209,11 @@ def test_the_checksums_cover_an_exported_file(runs, tmp_path):
 
 def test_int8_weights_are_refused_where_they_cannot_run_and_an_export_is_not_trained_or_averaged(runs, tmp_path):
     export_run(runs["lm"], tmp_path / "int8", "int8")
-    with pytest.raises(UsageError, match=r"int8: its int8 weights cannot run here \(int8 weights run on the CPU's "
-                                         r"kernels, and this model is on 'meta'"):
+    with pytest.raises(
+        UsageError,
+        match=r"int8: its int8 weights cannot run here \(int8 weights run on the CPU's "
+        r"kernels, and this model is on 'meta'",
+    ):
         load_run(tmp_path / "int8", device="meta")  # as on CUDA: no int8 kernels there
     with pytest.raises(CheckpointError, match="holds int8 weights, exported for decoding, where fp32 ones are needed"):
         write_average(tmp_path / "int8", 1)
@@ -213,17 +223,37 @@ EXPORT = ["export", "{root}/run", "--weights", "int8", "--out"]
 BAD_EXPORTS = [
     ("--out exists", EXPORT + ["{root}/out.txt"], USAGE, "{root}/out.txt already exists; pass --force to replace it"),
     ("--out is the run itself", EXPORT + ["{root}/run", "--force"], USAGE, "holds the run {root}/run itself"),
-    ("not a run directory", ["export", "{root}", "--weights", "int8", "--out", "{root}/new"], CHECKPOINT,
-     "{root}: not a run directory (no config.yaml)"),
-    ("unknown checkpoint", EXPORT + ["{root}/new", "--checkpoint", "7"], CHECKPOINT,
-     "no checkpoint '7' (have best, last, average or a step of 2, 4)"),
-    ("an export of an export", ["export", "{root}/exported", "--weights", "bf16", "--out", "{root}/new"], CHECKPOINT,
-     "holds int8 weights, exported for decoding, where fp32 ones are needed"),
+    (
+        "not a run directory",
+        ["export", "{root}", "--weights", "int8", "--out", "{root}/new"],
+        CHECKPOINT,
+        "{root}: not a run directory (no config.yaml)",
+    ),
+    (
+        "unknown checkpoint",
+        EXPORT + ["{root}/new", "--checkpoint", "7"],
+        CHECKPOINT,
+        "no checkpoint '7' (have best, last, average or a step of 2, 4)",
+    ),
+    (
+        "an export of an export",
+        ["export", "{root}/exported", "--weights", "bf16", "--out", "{root}/new"],
+        CHECKPOINT,
+        "holds int8 weights, exported for decoding, where fp32 ones are needed",
+    ),
     ("fp32 is the run itself", EXPORT[:3] + ["fp32", "--out", "{root}/new"], USAGE, "invalid choice: 'fp32'"),
-    ("pruning an export", ["prune", "{root}/exported", "--split", "valid", "--fraction", "0.5"], CHECKPOINT,
-     "{root}/exported: holds int8 weights, exported for decoding, where fp32 ones are needed"),
-    ("resuming an export", ["train", "{root}/good.yaml", "--out", "{root}/exported", "--resume"], CHECKPOINT,
-     "model.safetensors: holds int8 weights, exported for decoding, where fp32 ones are needed"),
+    (
+        "pruning an export",
+        ["prune", "{root}/exported", "--split", "valid", "--fraction", "0.5"],
+        CHECKPOINT,
+        "{root}/exported: holds int8 weights, exported for decoding, where fp32 ones are needed",
+    ),
+    (
+        "resuming an export",
+        ["train", "{root}/good.yaml", "--out", "{root}/exported", "--resume"],
+        CHECKPOINT,
+        "model.safetensors: holds int8 weights, exported for decoding, where fp32 ones are needed",
+    ),
 ]
 
 
@@ -245,7 +275,8 @@ def test_bench_lm_refuses_other_weights_for_an_export_in_one_line(runs, tmp_path
     done = run_cli("bench", "lm", "--run", str(tmp_path / "bf16"), "--weights", "int8", "--repeats", "1")
     assert done.returncode == 2 and done.stderr == (
         "error: --weights int8: the model's weights are bf16 already (a run exported with them), and do not become "
-        "int8; leave --weights out\n")
+        "int8; leave --weights out\n"
+    )
 
 
 def test_int8_cached_decoding_stays_within_int8_rounding_of_uncached():
@@ -260,7 +291,7 @@ def test_int8_cached_decoding_stays_within_int8_rounding_of_uncached():
     uncached = DecodingSession(model, src=src, use_cache=False)
     with torch.no_grad():
         for t in range(6):
-            a, b = cached.step(tgt[:, t:t + 1]), uncached.step(tgt[:, t:t + 1])  # (B, V) log-probabilities
+            a, b = cached.step(tgt[:, t : t + 1]), uncached.step(tgt[:, t : t + 1])  # (B, V) log-probabilities
             finite = a.isfinite()
             assert (b.isfinite() == finite).all()
             assert (a[finite] - b[finite]).abs().max() < 0.3

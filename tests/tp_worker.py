@@ -26,8 +26,11 @@ from helpers import sized
 
 CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothing=0.1, clip_norm=0.5)
 SIZES = dict(vocab_size=30, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0))
-FAMILIES = {"encoder_decoder": {}, "decoder_lm": {"positional": "rotary", "stack": {"norm": "pre"}},
-            "encoder_only": {"embeddings": {"kind": "normed"}, "positional": "learned", "max_len": 32}}
+FAMILIES = {
+    "encoder_decoder": {},
+    "decoder_lm": {"positional": "rotary", "stack": {"norm": "pre"}},
+    "encoder_only": {"embeddings": {"kind": "normed"}, "positional": "learned", "max_len": 32},
+}
 
 
 def batches(arch: str) -> tuple[list, object]:
@@ -35,8 +38,13 @@ def batches(arch: str) -> tuple[list, object]:
     g = torch.Generator().manual_seed(1)
     out = []
     for b in range(2):
-        pairs = [(torch.randint(4, 30, (3 + b + i,), generator=g).tolist(),
-                  torch.randint(4, 30, (2 + 2 * b + i,), generator=g).tolist()) for i in range(3)]
+        pairs = [
+            (
+                torch.randint(4, 30, (3 + b + i,), generator=g).tolist(),
+                torch.randint(4, 30, (2 + 2 * b + i,), generator=g).tolist(),
+            )
+            for i in range(3)
+        ]
         out.append(collate_pairs(pairs))
     if arch == "decoder_lm":
         return [type(x)(None, x.tgt_in, x.tgt_out) for x in out], teacher_forced_loss
@@ -66,15 +74,19 @@ def update(net: nn.Module, arch: str, world: World | None = None) -> dict[str, d
     """Gradients of the loss over the batches, then a train_step (clipped, plain SGD) on them; whole.
     With ``world`` (data parallel ranks), each rank's share of the batches."""
     data, loss = batches(arch)
-    data = data[world.rank::world.size] if world else data
+    data = data[world.rank :: world.size] if world else data
     sums = accumulate_gradients(net, data, CFG, world=world, objective=loss)
     grads = {n: whole(p.grad).clone() for n, p in net.named_parameters() if p.grad is not None}
     optimizer = torch.optim.SGD(net.parameters(), lr=CFG.lr)
     optimizer.zero_grad(set_to_none=True)
     scheduler = make_scheduler(optimizer, make_schedule("constant", CFG.lr, 1, 10, 0.0, 1))
     out = train_step(net, data, optimizer, scheduler, CFG, world=world, objective=loss)
-    return {"loss": sums["loss_sum"], "grad_norm": out["grad_norm"], "grads": grads,
-            "weights": {n: whole(p.detach()).clone() for n, p in net.named_parameters() if n in grads}}
+    return {
+        "loss": sums["loss_sum"],
+        "grad_norm": out["grad_norm"],
+        "grads": grads,
+        "weights": {n: whole(p.detach()).clone() for n, p in net.named_parameters() if n in grads},
+    }
 
 
 if __name__ == "__main__":

@@ -8,7 +8,11 @@ from attnlab.lazy import lazy_names
 
 __all__ = ["capture_attention", "positional_plots"]
 
-__getattr__, __dir__ = lazy_names(__name__, {
-    "capture_attention": "attnlab.analysis.capture",
-    "positional_plots": "attnlab.analysis.plots",
-}, globals())
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "capture_attention": "attnlab.analysis.capture",
+        "positional_plots": "attnlab.analysis.plots",
+    },
+    globals(),
+)

@@ -44,8 +44,14 @@ def parameter_report(model: nn.Module) -> dict[str, Any]:
     layers: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for name, param in model.named_parameters():  # each Parameter once, even when tied
         parts = name.split(".")[:-1]
-        kind = next((k for i in range(len(parts), 0, -1)
-                     if (k := _kind(".".join(parts[:i]), modules[".".join(parts[:i])])) is not None), "other")
+        kind = next(
+            (
+                k
+                for i in range(len(parts), 0, -1)
+                if (k := _kind(".".join(parts[:i]), modules[".".join(parts[:i])])) is not None
+            ),
+            "other",
+        )
         n = param.numel()
         components[parts[0] if parts else name] += n
         kinds[kind] += n
@@ -94,6 +100,7 @@ def _fold_layers(layers: dict[str, dict[str, int]]) -> list[tuple[list[str], dic
 # that ran them in the forward pass; the activation memory is what autograd saves for the backward
 # (saved_tensors_hooks), the figures of *this* implementation, not a formula.
 
+
 def _inputs(cfg: Any, batch: int, seq_len: int, src_len: int) -> tuple[Tensor, ...]:
     def ids(n: int) -> Tensor:  # (batch, n) of id 1: no padding
         return torch.ones(batch, n, dtype=torch.long)
@@ -117,8 +124,9 @@ def _flop_kind(module: str) -> str | None:
     return None
 
 
-def budget_report(cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len: int | None = None,
-                  bytes_per_value: int = 4) -> dict[str, Any]:
+def budget_report(
+    cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len: int | None = None, bytes_per_value: int = 4
+) -> dict[str, Any]:
     """FLOPs (forward by kind, and forward + backward in all), training memory (weights, gradients,
     Adam's two moments, activations saved for the backward, of which attention matrices) and
     inference memory with a KV cache, for a batch of ``batch`` sequences of ``seq_len`` tokens
@@ -156,8 +164,17 @@ def budget_report(cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len:
         if kind is not None:
             by_kind[kind] += flops
     activation_bytes = sum(t.numel() for t in saved.values()) * bytes_per_value
-    attention_bytes = sum(t.numel() for t in saved.values() if t.dim() == 4 and t.shape[1] == cfg.stack.n_heads
-                          and t.shape[-1] in (seq_len, src_len) and t.shape[-2] in (seq_len, src_len)) * bytes_per_value
+    attention_bytes = (
+        sum(
+            t.numel()
+            for t in saved.values()
+            if t.dim() == 4
+            and t.shape[1] == cfg.stack.n_heads
+            and t.shape[-1] in (seq_len, src_len)
+            and t.shape[-2] in (seq_len, src_len)
+        )
+        * bytes_per_value
+    )
     weights = n_params * bytes_per_value
     seq2seq = cfg.capabilities.encoder and cfg.capabilities.decoder
     cache_layers = cfg.decoder_layers if cfg.capabilities.incremental_decoding else 0
@@ -165,12 +182,20 @@ def budget_report(cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len:
     if seq2seq:
         kv_cache += 2 * cfg.decoder_layers * batch * src_len * cfg.stack.d_model * bytes_per_value  # projected source
     return {
-        "batch": batch, "seq_len": seq_len, "src_len": src_len if seq2seq else None,
-        "bytes_per_value": bytes_per_value, "params": n_params,
+        "batch": batch,
+        "seq_len": seq_len,
+        "src_len": src_len if seq2seq else None,
+        "bytes_per_value": bytes_per_value,
+        "params": n_params,
         "flops": {"forward": sum(by_kind.values()), "forward_by_kind": by_kind, "forward_backward": total},
-        "training_memory": {"weights": weights, "gradients": weights, "adam_moments": 2 * weights,
-                            "activations": activation_bytes, "of_which_attention_matrices": attention_bytes,
-                            "total": 4 * weights + activation_bytes},
+        "training_memory": {
+            "weights": weights,
+            "gradients": weights,
+            "adam_moments": 2 * weights,
+            "activations": activation_bytes,
+            "of_which_attention_matrices": attention_bytes,
+            "total": 4 * weights + activation_bytes,
+        },
         "inference_memory": {"weights": weights, "kv_cache": kv_cache, "total": weights + kv_cache},
     }
 
@@ -180,9 +205,11 @@ def format_budget_report(report: dict[str, Any]) -> str:
         return f"{n / 2**30:,.3f} GiB"
 
     src = f", sources of {report['src_len']}" if report["src_len"] else ""
-    lines = [f"budget for a batch of {report['batch']} x {report['seq_len']} tokens{src}, "
-             f"{report['bytes_per_value']} bytes per value (measured on the meta device)", "",
-             ]
+    lines = [
+        f"budget for a batch of {report['batch']} x {report['seq_len']} tokens{src}, "
+        f"{report['bytes_per_value']} bytes per value (measured on the meta device)",
+        "",
+    ]
     if "flops" in report:
         flops = report["flops"]
         lines.append("FLOPs (2 per multiply-add)")

@@ -74,8 +74,18 @@ class WeightsRecorder(AttentionBackend):
     def __init__(self, keep: Callable[[Tensor], None]) -> None:
         self.keep = keep
 
-    def compute(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
-                dropout_p: float, bias: BiasFn | None, cache: KVCache | None) -> tuple[Tensor, Tensor | None]:
+    def compute(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float,
+        bias: BiasFn | None,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor | None]:
         out, probs = super().compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache)
         assert probs is not None, "'math' forms the weights"
         self.keep(probs)
@@ -96,14 +106,19 @@ def capture_attention(model: nn.Module) -> Iterator[AttentionCapture]:
         if isinstance(module, MultiHeadAttention):
             if not module.backend.exact:
                 exact = ", ".join(repr(n) for n, backend in ATTENTION_BACKENDS.items() if backend.exact)
-                raise ValueError(f"{name}: attention backend '{module.backend.name}' does not form softmax weights "
-                                 f"over all keys; capture needs an exact backend ({exact})")
+                raise ValueError(
+                    f"{name}: attention backend '{module.backend.name}' does not form softmax weights "
+                    f"over all keys; capture needs an exact backend ({exact})"
+                )
             swapped.append((module, module.backend))
             module.backend = WeightsRecorder(functools.partial(keep, name))
         elif isinstance(module, (RNNDecoder, LakeBaroniDecoder)) and module.score is not None:
             # the decoder's alignment (B, T, S), as one head: stack 'decoder', layer 0, kind 'cross'
-            handles.append(module.register_forward_hook(
-                lambda m, a, out, name=name: keep(f"{name}.layers.0.cross_attn", m.last_attention[:, None])))
+            handles.append(
+                module.register_forward_hook(
+                    lambda m, a, out, name=name: keep(f"{name}.layers.0.cross_attn", m.last_attention[:, None])
+                )
+            )
     try:
         yield capture
     finally:

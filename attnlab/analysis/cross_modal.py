@@ -38,8 +38,11 @@ def blocks(probs: Tensor, modality: Tensor) -> dict[str, Tensor]:
     'text_to_text' (H, T, T), 'text_to_image' (H, T, N) and 'image_to_text' (H, N, T), queries
     first."""
     text, image = modality == TEXT, modality == IMAGE
-    return {"text_to_text": probs[:, text][:, :, text], "text_to_image": probs[:, text][:, :, image],
-            "image_to_text": probs[:, image][:, :, text]}
+    return {
+        "text_to_text": probs[:, text][:, :, text],
+        "text_to_image": probs[:, text][:, :, image],
+        "image_to_text": probs[:, image][:, :, text],
+    }
 
 
 def crossing(block: Tensor) -> list[float]:
@@ -48,7 +51,9 @@ def crossing(block: Tensor) -> list[float]:
 
 
 @torch.no_grad()
-def cross_modal_pass(model: nn.Module, images: Tensor, ids: Tensor) -> tuple[Tensor, dict[str, AttentionRecord], Tensor]:
+def cross_modal_pass(
+    model: nn.Module, images: Tensor, ids: Tensor
+) -> tuple[Tensor, dict[str, AttentionRecord], Tensor]:
     """One image (1, C, H, W), standardised, and its question (1, T) through the model (as `ask`
     reads them): the answer logits (n_answers,), each module's weights over the joint sequence, and
     each token's modality (T + N,), which :func:`blocks` cuts them by (`inspect` and `serve` both)."""
@@ -59,13 +64,15 @@ def cross_modal_pass(model: nn.Module, images: Tensor, ids: Tensor) -> tuple[Ten
 
 
 @torch.no_grad()
-def inspect_single_stream(run: RunDir, model: nn.Module, cfg: Any, path: str, question: str | None,
-                          figures: Callable[[], Path]) -> dict[str, Any]:
+def inspect_single_stream(
+    run: RunDir, model: nn.Module, cfg: Any, path: str, question: str | None, figures: Callable[[], Path]
+) -> dict[str, Any]:
     """The model on the image file ``path`` (read as `ask` reads it) and ``question``: its answer,
     and the figures and summary.json of the module docstring."""
     if question is None:
-        raise UsageError("a single-stream run answers a question about the image: give --src IMAGE and "
-                         "--question \"...\"")
+        raise UsageError(
+            'a single-stream run answers a question about the image: give --src IMAGE and --question "..."'
+        )
     state, data_cfg, grid = run.read_task_state(), run.read_config()[1], cfg.patches.grid(run.read_shape())
     tokenizer = run.read_tokenizers()["src"]
     device = next(model.parameters()).device
@@ -77,53 +84,93 @@ def inspect_single_stream(run: RunDir, model: nn.Module, cfg: Any, path: str, qu
     words = tokenizer.id_tokens(ids[0].tolist())
     picture = read_image(path, colour_of(state["shape"]), tuple(state["shape"][:2])) / 255.0  # (H, W, C)
     answers = state["labels"]
-    summary: dict[str, Any] = {"run": str(run.path), "source": path, "question": question, "question_tokens": words,
-                               "grid": list(grid), "image_tokens": int((modality == IMAGE).sum()),
-                               "prediction": {"label": answers[int(p.argmax())],
-                                              "probabilities": dict(zip(answers, p.tolist()))},
-                               "modules": {}, "out": str(out), "files": []}
+    summary: dict[str, Any] = {
+        "run": str(run.path),
+        "source": path,
+        "question": question,
+        "question_tokens": words,
+        "grid": list(grid),
+        "image_tokens": int((modality == IMAGE).sum()),
+        "prediction": {"label": answers[int(p.argmax())], "probabilities": dict(zip(answers, p.tolist()))},
+        "modules": {},
+        "out": str(out),
+        "files": [],
+    }
     entropies, per_layer = {}, []
     for name, record in records.items():
         layer = blocks(record.probs[0], modality)
         per_layer.append(layer)
         entropies[name] = head_entropy(record.probs)
-        summary["modules"][name] = {"layer": record.layer, "heads": record.probs.shape[1],
-                                    "entropy": [round(float(e), 4) for e in entropies[name]],
-                                    "uniform_entropy": round(math.log(record.probs.shape[-1]), 4)} | {
-            kind: block.tolist() for kind, block in layer.items()} | {
-            f"{kind}_share": crossing(layer[kind]) for kind in ("text_to_image", "image_to_text")}
+        summary["modules"][name] = (
+            {
+                "layer": record.layer,
+                "heads": record.probs.shape[1],
+                "entropy": [round(float(e), 4) for e in entropies[name]],
+                "uniform_entropy": round(math.log(record.probs.shape[-1]), 4),
+            }
+            | {kind: block.tolist() for kind, block in layer.items()}
+            | {f"{kind}_share": crossing(layer[kind]) for kind in ("text_to_image", "image_to_text")}
+        )
         stem = f"{record.stack}-{record.layer}"
-        summary["files"].append(str(attention_heatmaps(layer["text_to_text"], words, words,
-                                                       f"{name}: the question's words", out / f"{stem}-text.png")))
+        summary["files"].append(
+            str(
+                attention_heatmaps(
+                    layer["text_to_text"], words, words, f"{name}: the question's words", out / f"{stem}-text.png"
+                )
+            )
+        )
         if summary["image_tokens"]:
             summary["files"] += draw_cross_modal(picture, layer, words, grid, f"layer {record.layer}", out / stem)
     if summary["image_tokens"]:
-        mean = {kind: torch.stack([layer[kind] for layer in per_layer]).mean((0, 1))[None]
-                for kind in ("text_to_image", "image_to_text")}  # (1, ., .): layers and heads averaged
-        summary["files"] += draw_cross_modal(picture, mean, words, grid, f"{len(per_layer)} layers averaged",
-                                             out / "averaged")
+        mean = {
+            kind: torch.stack([layer[kind] for layer in per_layer]).mean((0, 1))[None]
+            for kind in ("text_to_image", "image_to_text")
+        }  # (1, ., .): layers and heads averaged
+        summary["files"] += draw_cross_modal(
+            picture, mean, words, grid, f"{len(per_layer)} layers averaged", out / "averaged"
+        )
     summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 
-def draw_cross_modal(picture: Any, layer: dict[str, Tensor], words: list[str], grid: tuple[int, int], what: str,
-                     stem: Path) -> list[str]:
+def draw_cross_modal(
+    picture: Any, layer: dict[str, Tensor], words: list[str], grid: tuple[int, int], what: str, stem: Path
+) -> list[str]:
     """The two cross-modal blocks of ``layer`` (H heads, or one average), drawn: each word's
     attention over the patches on the image, heads averaged (STEM-text-to-image.png); with several
     heads, each head's mean over the words (STEM-text-to-image-heads.png); and the attention the
     patches give each word, their mean, per head and averaged (STEM-image-to-text.png)."""
     to_image, to_text = layer["text_to_image"], layer["image_to_text"]  # (H, T, N), (H, N, T)
     H = to_image.shape[0]
-    files = [patch_attention_plot(picture, to_image.mean(0).unflatten(-1, grid), words,
-                                  f"{what}: each word's attention over the patches (heads averaged)",
-                                  Path(f"{stem}-text-to-image.png"))]
+    files = [
+        patch_attention_plot(
+            picture,
+            to_image.mean(0).unflatten(-1, grid),
+            words,
+            f"{what}: each word's attention over the patches (heads averaged)",
+            Path(f"{stem}-text-to-image.png"),
+        )
+    ]
     if H > 1:
-        files.append(patch_attention_plot(picture, to_image.mean(1).unflatten(-1, grid), [f"head {h}" for h in range(H)],
-                                          f"{what}: the words' mean attention over the patches, per head",
-                                          Path(f"{stem}-text-to-image-heads.png")))
+        files.append(
+            patch_attention_plot(
+                picture,
+                to_image.mean(1).unflatten(-1, grid),
+                [f"head {h}" for h in range(H)],
+                f"{what}: the words' mean attention over the patches, per head",
+                Path(f"{stem}-text-to-image-heads.png"),
+            )
+        )
     rows = [f"head {h}" for h in range(H)] + ["mean"] if H > 1 else ["heads averaged"]
     given = to_text.mean(1)  # (H, T): the patches' mean attention to each word
-    files.append(block_plot(torch.cat([given, given.mean(0, keepdim=True)]) if H > 1 else given, rows, words,
-                            f"{what}: the patches' mean attention to each word", Path(f"{stem}-image-to-text.png")))
+    files.append(
+        block_plot(
+            torch.cat([given, given.mean(0, keepdim=True)]) if H > 1 else given,
+            rows,
+            words,
+            f"{what}: the patches' mean attention to each word",
+            Path(f"{stem}-image-to-text.png"),
+        )
+    )
     return [str(f) for f in files]

@@ -60,8 +60,9 @@ def _mean_over_queries(per_query: Tensor, query_valid: Tensor | None) -> Tensor:
     return (per_query * weight).sum(dim=(0, 2)) / weight.sum().clamp_min(1)
 
 
-def head_importance(model: nn.Module, batches: Iterable[object], loss_of: Callable[[nn.Module, object], Tensor],
-                    normalise: bool = True) -> dict[str, Tensor]:
+def head_importance(
+    model: nn.Module, batches: Iterable[object], loss_of: Callable[[nn.Module, object], Tensor], normalise: bool = True
+) -> dict[str, Tensor]:
     """I_h = sum over batches of |dL/d xi_h| for a gate xi_h = 1 on every head, per module (H,);
     with ``normalise``, divided by the layer's L2 norm (Michel et al. 2019). ``loss_of(model,
     batch)`` is the loss to differentiate (the mean NLL per token, say). Weights are untouched."""

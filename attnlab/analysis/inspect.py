@@ -66,8 +66,10 @@ def figure_dir(out: str | Path | None, run_dir: str | Path, source: str, force: 
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file; give a folder for the figures")
         if out.is_dir() and any(out.iterdir()) and not force:
-            raise UsageError(f"{out} already exists; pass --force to overwrite its figures, or choose another --out "
-                             f"(without --out, each call writes a new folder in RUN_DIR/inspect)")
+            raise UsageError(
+                f"{out} already exists; pass --force to overwrite its figures, or choose another --out "
+                f"(without --out, each call writes a new folder in RUN_DIR/inspect)"
+            )
         out.mkdir(parents=True, exist_ok=True)
         return out
     parent = Path(run_dir) / "inspect"
@@ -85,16 +87,19 @@ def figure_dir(out: str | Path | None, run_dir: str | Path, source: str, force: 
 
 
 @torch.no_grad()
-def entropy_over_split(run_dir: str | Path, split: str = "valid", checkpoint: str = "best",
-                       device: torch.device | str = "cpu") -> dict[str, list[float]]:
+def entropy_over_split(
+    run_dir: str | Path, split: str = "valid", checkpoint: str = "best", device: torch.device | str = "cpu"
+) -> dict[str, list[float]]:
     """Each module's mean attention entropy per head (nats) over a split of the run's data,
     teacher-forced, padding queries excluded: {module: [H values]}."""
     model, _, _ = load_run(run_dir, checkpoint, device)
     run = RunDir(run_dir)
     task = run.read_config()[1].task
     if not isinstance(task, Analysed):
-        raise UsageError(f"{run_dir} is a run of data.task '{task.name}', which has no validation pass whose attention "
-                         f"`inspect --split` reads")
+        raise UsageError(
+            f"{run_dir} is a run of data.task '{task.name}', which has no validation pass whose attention "
+            f"`inspect --split` reads"
+        )
     data = read_run_data(run, split)
     sums: dict[str, torch.Tensor] = {}
     counts: dict[str, float] = {}
@@ -114,9 +119,14 @@ def module_entry(record: AttentionRecord, entropy: torch.Tensor) -> dict[str, An
     """One attention module on one sentence, for summary.json: each head's ``entropy`` (nats; and a
     uniform head's), and for self-attention each head's mean distance to the keys it attends to."""
     Tq, Tk = record.probs.shape[-2:]
-    entry = {"stack": record.stack, "layer": record.layer, "kind": record.kind, "heads": record.probs.shape[1],
-             "entropy": [round(float(e), 4) for e in entropy],
-             "uniform_entropy": round(math.log(Tk), 4)}
+    entry = {
+        "stack": record.stack,
+        "layer": record.layer,
+        "kind": record.kind,
+        "heads": record.probs.shape[1],
+        "entropy": [round(float(e), 4) for e in entropy],
+        "uniform_entropy": round(math.log(Tk), 4),
+    }
     if record.kind == "self":
         q_pos, k_pos = (torch.arange(n, device=record.probs.device) for n in (Tq, Tk))
         entry["mean_distance"] = [round(float(d), 3) for d in mean_distance(record.probs, q_pos, k_pos)]
@@ -124,8 +134,9 @@ def module_entry(record: AttentionRecord, entropy: torch.Tensor) -> dict[str, An
 
 
 @torch.no_grad()
-def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: str, figures: FigureDir,
-                    with_prediction: bool) -> dict[str, Any]:
+def inspect_encoder(
+    run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: str, figures: FigureDir, with_prediction: bool
+) -> dict[str, Any]:
     """An encoder-only model on ``text`` (``a TAB b``: a sentence pair), encoded as its task reads
     input: every layer's maps, the attention of [CLS] per layer and head, and ``with_prediction``
     a classifier's prediction."""
@@ -141,8 +152,14 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
     records = captured.last()
     out = figures()
     labels = tokenizer.id_tokens(ids)
-    summary: dict[str, Any] = {"run": str(run.path), "source": text, "source_tokens": labels, "modules": {},
-                               "out": str(out), "files": []}
+    summary: dict[str, Any] = {
+        "run": str(run.path),
+        "source": text,
+        "source_tokens": labels,
+        "modules": {},
+        "out": str(out),
+        "files": [],
+    }
     if with_prediction:
         p = logits[0].softmax(-1)
         names = run.read_task_state()["labels"]
@@ -151,10 +168,16 @@ def inspect_encoder(run: RunDir, model: nn.Module, tokenizer: Tokenizer, text: s
     for name, record in records.items():
         entropies[name] = head_entropy(record.probs)
         summary["modules"][name] = module_entry(record, entropies[name]) | {
-            "first_token": [[round(float(w), 4) for w in head] for head in record.probs[0, :, 0]]}
+            "first_token": [[round(float(w), 4) for w in head] for head in record.probs[0, :, 0]]
+        }
         first.append(record.probs[0, :, 0])  # (H, T): what [CLS] attends to
-        summary["files"].append(str(attention_heatmaps(record.probs[0], labels, labels, name,
-                                                       out / f"{record.stack}-{record.layer}-{record.kind}.png")))
+        summary["files"].append(
+            str(
+                attention_heatmaps(
+                    record.probs[0], labels, labels, name, out / f"{record.stack}-{record.layer}-{record.kind}.png"
+                )
+            )
+        )
     rows = [f"layer {r.layer} head {h}" for r in records.values() for h in range(r.probs.shape[1])]
     summary["files"].append(str(first_token_plot(torch.cat(first), rows, labels, out / "first-token.png")))
     summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
@@ -180,29 +203,60 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
     over_patches = model.summary.attention_over_patches  # (..., T, T) -> (..., N)
     names = state["labels"]
     grid = cfg.patches.grid(run.read_shape())  # (h, w) patches
-    summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(grid), "modules": {},
-                               "prediction": {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))},
-                               "out": str(out), "files": []}
+    summary: dict[str, Any] = {
+        "run": str(run.path),
+        "source": path,
+        "grid": list(grid),
+        "modules": {},
+        "prediction": {"label": names[int(p.argmax())], "probabilities": dict(zip(names, p.tolist()))},
+        "out": str(out),
+        "files": [],
+    }
     entropies = {}
     for name, record in records.items():
         maps = over_patches(record.probs[0]).unflatten(-1, grid)  # (H, h, w)
         entropies[name] = head_entropy(record.probs)
         summary["modules"][name] = module_entry(record, entropies[name]) | {"patch_attention": maps.tolist()}
-        summary["files"].append(str(patch_attention_plot(
-            picture, maps, [f"head {h}" for h in range(len(maps))], f"{name}: attention over the patches",
-            out / f"{record.stack}-{record.layer}-patches.png")))
+        summary["files"].append(
+            str(
+                patch_attention_plot(
+                    picture,
+                    maps,
+                    [f"head {h}" for h in range(len(maps))],
+                    f"{name}: attention over the patches",
+                    out / f"{record.stack}-{record.layer}-patches.png",
+                )
+            )
+        )
     rollout = over_patches(attention_rollout(r.probs for r in records.values())[0]).unflatten(-1, grid)  # (h, w)
     summary["rollout"] = rollout.tolist()
-    summary["files"].append(str(patch_attention_plot(picture, rollout[None], ["rollout"],
-                                                     f"attention rollout over {len(records)} layers", out / "rollout.png")))
+    summary["files"].append(
+        str(
+            patch_attention_plot(
+                picture,
+                rollout[None],
+                ["rollout"],
+                f"attention rollout over {len(records)} layers",
+                out / "rollout.png",
+            )
+        )
+    )
     summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 
 @torch.no_grad()
-def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenizer, path: str, target: str | None,
-                    beam: int, figures: FigureDir) -> dict[str, Any]:
+def inspect_caption(
+    run: RunDir,
+    model: nn.Module,
+    cfg: Any,
+    tokenizer: Tokenizer,
+    path: str,
+    target: str | None,
+    beam: int,
+    figures: FigureDir,
+) -> dict[str, Any]:
     """A captioner on the image file ``path`` (read as `caption` reads it) and its caption (``target``,
     or beam search's): one teacher-forced pass over the caption, as for a translation. Per decoder
     layer, each word's cross-attention over the patch grid drawn on the image, one figure per head
@@ -223,9 +277,17 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
     words = tokenizer.id_tokens(ids + [EOS])  # what each decoder position predicts
     shape = run.read_shape()
     grid, patches, inputs = cfg.patches.grid(shape), cfg.patches.labels(shape), tokenizer.id_tokens(tgt_in[0].tolist())
-    summary: dict[str, Any] = {"run": str(run.path), "source": path, "grid": list(grid),
-                               "target": tokenizer.decode(ids), "target_tokens": words,
-                               "target_given": target is not None, "modules": {}, "out": str(out), "files": []}
+    summary: dict[str, Any] = {
+        "run": str(run.path),
+        "source": path,
+        "grid": list(grid),
+        "target": tokenizer.decode(ids),
+        "target_tokens": words,
+        "target_given": target is not None,
+        "modules": {},
+        "out": str(out),
+        "files": [],
+    }
     entropies = {}
     for name, record in records.items():
         entropies[name] = head_entropy(record.probs)
@@ -240,17 +302,33 @@ def inspect_caption(run: RunDir, model: nn.Module, cfg: Any, tokenizer: Tokenize
         panels = {f"head{h}": (maps[h], f"head {h}") for h in range(len(maps))}
         panels["mean"] = (maps.mean(0), "mean over the heads")
         for suffix, (drawn, title) in panels.items():  # drawn: (T, h, w)
-            summary["files"].append(str(patch_attention_plot(
-                picture, drawn, words, f"{name}, {title}: each word's attention over the patches",
-                out / f"{stem}-{suffix}.png")))
+            summary["files"].append(
+                str(
+                    patch_attention_plot(
+                        picture,
+                        drawn,
+                        words,
+                        f"{name}, {title}: each word's attention over the patches",
+                        out / f"{stem}-{suffix}.png",
+                    )
+                )
+            )
     summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 
 @torch.no_grad()
-def inspect_sequence(run_dir: str | Path, model: nn.Module, tokenizers: dict[str, Tokenizer], cfg: Any, text: str,
-                     target: str | None, beam: int, figures: FigureDir) -> dict[str, Any]:
+def inspect_sequence(
+    run_dir: str | Path,
+    model: nn.Module,
+    tokenizers: dict[str, Tokenizer],
+    cfg: Any,
+    text: str,
+    target: str | None,
+    beam: int,
+    figures: FigureDir,
+) -> dict[str, Any]:
     """A model that predicts tokens on ``text``: an encoder-decoder's source, translated by beam search
     (or read against ``target``), or a language model's text, read alone; the figures and
     summary.json of the module docstring."""
@@ -274,9 +352,17 @@ def inspect_sequence(run_dir: str | Path, model: nn.Module, tokenizers: dict[str
     src_labels = tok_in.id_tokens(src[0].tolist()) if seq2seq else None
     in_labels = tokenizers["tgt"].id_tokens(tgt_in[0].tolist())  # decoder inputs (queries)
     out_labels = tokenizers["tgt"].id_tokens(tgt_ids + ([EOS] if seq2seq else []))  # what each query predicts
-    summary: dict[str, Any] = {"run": str(run_dir), "source": text, "source_tokens": src_labels,
-                               "target": tokenizers["tgt"].decode(tgt_ids), "target_tokens": out_labels,
-                               "target_given": target is not None, "modules": {}, "out": str(out), "files": []}
+    summary: dict[str, Any] = {
+        "run": str(run_dir),
+        "source": text,
+        "source_tokens": src_labels,
+        "target": tokenizers["tgt"].decode(tgt_ids),
+        "target_tokens": out_labels,
+        "target_given": target is not None,
+        "modules": {},
+        "out": str(out),
+        "files": [],
+    }
     entropies = {}
     for name, record in records.items():
         probs = record.probs[0]  # (H, Tq, Tk)
@@ -289,11 +375,15 @@ def inspect_sequence(run_dir: str | Path, model: nn.Module, tokenizers: dict[str
         entropies[name] = head_entropy(record.probs)
         summary["modules"][name] = module_entry(record, entropies[name])
         stem = f"{record.stack}-{record.layer}-{record.kind}"
-        summary["files"].append(str(attention_heatmaps(probs, rows, cols, f"{name} ({cfg.arch})",
-                                                       out / f"{stem}.png")))
+        summary["files"].append(str(attention_heatmaps(probs, rows, cols, f"{name} ({cfg.arch})", out / f"{stem}.png")))
         if record.kind == "cross":
-            summary["files"].append(str(alignment_plot(probs.mean(0), cols, rows, f"{name}: alignment, heads averaged",
-                                                       out / f"{stem}-alignment.png")))
+            summary["files"].append(
+                str(
+                    alignment_plot(
+                        probs.mean(0), cols, rows, f"{name}: alignment, heads averaged", out / f"{stem}-alignment.png"
+                    )
+                )
+            )
     summary["files"].append(str(entropy_plot(entropies, out / "entropy.png")))
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary

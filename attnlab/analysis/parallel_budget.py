@@ -65,8 +65,9 @@ def stage_of_modules(cfg: Any, shape: DataShape, stages: int) -> dict[str, int]:
     with torch.device("meta"):
         model = build_model(cfg, shape)
     path_of = {id(m): path for path, m in model.named_modules()}
-    held = {path_of[id(m)]: s for s, stage in enumerate(model.stages(stages)) for m in stage.modules()
-            if id(m) in path_of}
+    held = {
+        path_of[id(m)]: s for s, stage in enumerate(model.stages(stages)) for m in stage.modules() if id(m) in path_of
+    }
     return {path: held.get(path, stages - 1) for path in path_of.values()}
 
 
@@ -98,6 +99,7 @@ def measure(cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len: int |
     own = {id(p) for p in model.parameters()}
     running: list[str] = [""]
     saved: dict[int, tuple[str, int]] = {}
+
     def leave(module: torch.nn.Module, args: Any, out: Any) -> None:
         running.pop()
 
@@ -128,14 +130,22 @@ def _largest_unit(sizes: dict[str, float]) -> float:
     units: dict[str, float] = {}
     for name, n in sizes.items():
         match = LAYER_INDEX.search(name)
-        unit = name[:match.end(2)] if match else ""
+        unit = name[: match.end(2)] if match else ""
         units[unit] = units.get(unit, 0) + n
     return max(units.values())
 
 
-def parallel_memory(cfg: Any, shape: DataShape, seq_len: int, batch: int, ranks: int, micro_batches: int,
-                    src_len: int | None = None, bytes_per_value: int = 4,
-                    tensor_parallel: int = 2) -> dict[str, dict[str, int | None]]:
+def parallel_memory(
+    cfg: Any,
+    shape: DataShape,
+    seq_len: int,
+    batch: int,
+    ranks: int,
+    micro_batches: int,
+    src_len: int | None = None,
+    bytes_per_value: int = 4,
+    tensor_parallel: int = 2,
+) -> dict[str, dict[str, int | None]]:
     """{strategy: {'weights', 'gradients', 'adam_moments', 'activations', 'total'}} in bytes per rank
     for a global batch of ``batch`` sequences on ``ranks`` ranks, the model of ``cfg`` and the data's
     sizes ``shape``. Where train.strategy refuses the
@@ -148,8 +158,13 @@ def parallel_memory(cfg: Any, shape: DataShape, seq_len: int, batch: int, ranks:
     A = sum(n for _, n in saved) * b
 
     def row(weights: float, state: float, activations: float) -> dict[str, int]:
-        return {"weights": int(weights), "gradients": int(state), "adam_moments": int(2 * state),
-                "activations": int(activations), "total": int(weights + 3 * state + activations)}
+        return {
+            "weights": int(weights),
+            "gradients": int(state),
+            "adam_moments": int(2 * state),
+            "activations": int(activations),
+            "total": int(weights + 3 * state + activations),
+        }
 
     W_split = sum(n for name, n in params if _split_parameter(name, plan)) * b
     A_split = sum(n for path, n in saved if _split_activation(path, plan)) * b
@@ -173,8 +188,9 @@ def parallel_memory(cfg: Any, shape: DataShape, seq_len: int, batch: int, ranks:
         for path, n in saved:
             stage_a[_stage_of(path, stage_of)] += n * b
         report[f"pp {schedule}"] = row(W, max(stage_w), max(stage_a) * in_flight / micro_batches)
-    report["fsdp+tp"] = (refused(refusal(check_fsdp_tp, cfg, ranks, tensor_parallel))
-                         or _fsdp_tp(params, plan, A, A_split, b, ranks, tensor_parallel, row))
+    report["fsdp+tp"] = refused(refusal(check_fsdp_tp, cfg, ranks, tensor_parallel)) or _fsdp_tp(
+        params, plan, A, A_split, b, ranks, tensor_parallel, row
+    )
     return report
 
 
@@ -186,8 +202,9 @@ def refused(reason: str | None) -> dict[str, Any] | None:
     return None if reason is None else {**dict.fromkeys(NUMBERS), "refused": reason}
 
 
-def _fsdp_tp(params: list, plan: TensorPlan, A: float, A_split: float, b: int, ranks: int, tp: int,
-             row: Any) -> dict[str, int | None]:
+def _fsdp_tp(
+    params: list, plan: TensorPlan, A: float, A_split: float, b: int, ranks: int, tp: int, row: Any
+) -> dict[str, int | None]:
     """The fsdp+tp row (the module's docstring) of a layout train.strategy fsdp+tp trains."""
     dp = ranks // tp
     share = {name: n * b / tp if _split_parameter(name, plan) else n * b for name, n in params}  # W_t, each
@@ -197,17 +214,25 @@ def _fsdp_tp(params: list, plan: TensorPlan, A: float, A_split: float, b: int, r
     return row(state + _largest_unit(sharded), state, (A - A_split + A_split / tp) / dp)
 
 
-def format_parallel_memory(report: dict[str, dict[str, int | None]], ranks: int, micro_batches: int,
-                           tensor_parallel: int = 2) -> str:
+def format_parallel_memory(
+    report: dict[str, dict[str, int | None]], ranks: int, micro_batches: int, tensor_parallel: int = 2
+) -> str:
     gib = lambda n: "n/a" if n is None else f"{n / 2**30:.3f}"  # noqa: E731
-    groups = f"tp {tensor_parallel} x dp {ranks // tensor_parallel}" if ranks % tensor_parallel == 0 else \
-        f"tp {tensor_parallel}"
-    lines = [f"training memory per rank, GiB, on {ranks} ranks (pp: {micro_batches} micro-batches; fsdp+tp: "
-             f"{groups}; meta device)",
-             f"  {'strategy':<14}{'weights':>10}{'gradients':>11}{'adam':>10}{'activations':>13}{'total':>10}"]
+    groups = (
+        f"tp {tensor_parallel} x dp {ranks // tensor_parallel}"
+        if ranks % tensor_parallel == 0
+        else f"tp {tensor_parallel}"
+    )
+    lines = [
+        f"training memory per rank, GiB, on {ranks} ranks (pp: {micro_batches} micro-batches; fsdp+tp: "
+        f"{groups}; meta device)",
+        f"  {'strategy':<14}{'weights':>10}{'gradients':>11}{'adam':>10}{'activations':>13}{'total':>10}",
+    ]
     for name, r in report.items():
-        lines.append(f"  {name:<14}{gib(r['weights']):>10}{gib(r['gradients']):>11}{gib(r['adam_moments']):>10}"
-                     f"{gib(r['activations']):>13}{gib(r['total']):>10}")
+        lines.append(
+            f"  {name:<14}{gib(r['weights']):>10}{gib(r['gradients']):>11}{gib(r['adam_moments']):>10}"
+            f"{gib(r['activations']):>13}{gib(r['total']):>10}"
+        )
     reasons: dict[str, list[str]] = {}  # reason -> the rows it empties (pp's two schedules share one)
     for name, r in report.items():
         if r.get("refused"):

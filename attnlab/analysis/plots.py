@@ -74,8 +74,9 @@ def attention_figure(probs: Tensor, rows: Sequence[str], cols: Sequence[str], ti
     n_cols = min(H, 4)
     n_rows = math.ceil(H / n_cols)
     size = min(MAX_PANEL, max(2.5, 0.22 * max(len(rows), len(cols)) + 1.2))
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(size * n_cols + 0.8, size * n_rows), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(size * n_cols + 0.8, size * n_rows), squeeze=False, layout="constrained"
+    )
     for h, ax in enumerate(axes.flat):
         if h < H:
             image = _heatmap(ax, probs[h], rows, cols, f"head {h}")
@@ -88,15 +89,19 @@ def attention_figure(probs: Tensor, rows: Sequence[str], cols: Sequence[str], ti
 
 def attention_heatmaps(probs: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, path: Path) -> Path:
     """:func:`attention_figure`, written to ``path``."""
-    return _save(attention_figure(probs, rows, cols, title), path,
-                 {"title": title, "rows": list(rows), "cols": list(cols), "heads": probs.shape[0]})
+    return _save(
+        attention_figure(probs, rows, cols, title),
+        path,
+        {"title": title, "rows": list(rows), "cols": list(cols), "heads": probs.shape[0]},
+    )
 
 
 def first_token_plot(weights: Tensor, rows: Sequence[str], cols: Sequence[str], path: Path) -> Path:
     """(L * H, T) attention of the first token ([CLS], BERT's summary of the sequence) over the
     tokens, one row per layer and head, written to ``path``."""
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.3 * len(cols) + 2.0), max(2.5, 0.25 * len(rows) + 1.2)),
-                           layout="constrained")
+    fig, ax = plt.subplots(
+        figsize=(max(4.0, 0.3 * len(cols) + 2.0), max(2.5, 0.25 * len(rows) + 1.2)), layout="constrained"
+    )
     title = f"attention of {cols[0]} per layer and head"
     fig.colorbar(_heatmap(ax, weights, rows, cols, title), ax=ax, label="attention weight", pad=0.01)
     return _save(fig, path, {"title": title, "rows": list(rows), "cols": list(cols)})
@@ -105,8 +110,9 @@ def first_token_plot(weights: Tensor, rows: Sequence[str], cols: Sequence[str], 
 def alignment_figure(weights: Tensor, source: Sequence[str], target: Sequence[str], title: str) -> Figure:
     """(T, S) alignment, target words down, source words across, white = 1 (Bahdanau's figure),
     with a colour bar; the title is wrapped to the figure's width."""
-    fig, ax = plt.subplots(figsize=(max(3.0, 0.35 * len(source) + 2.5), max(3.0, 0.35 * len(target) + 1.5)),
-                           layout="constrained")
+    fig, ax = plt.subplots(
+        figsize=(max(3.0, 0.35 * len(source) + 2.5), max(3.0, 0.35 * len(target) + 1.5)), layout="constrained"
+    )
     image = ax.imshow(weights.float().cpu().numpy(), cmap="gray", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(source)), source, rotation=90)
     ax.set_yticks(range(len(target)), target)
@@ -120,8 +126,11 @@ def alignment_figure(weights: Tensor, source: Sequence[str], target: Sequence[st
 
 def alignment_plot(weights: Tensor, source: Sequence[str], target: Sequence[str], title: str, path: Path) -> Path:
     """:func:`alignment_figure`, written to ``path``."""
-    return _save(alignment_figure(weights, source, target, title), path,
-                 {"title": title, "rows": list(target), "cols": list(source)})
+    return _save(
+        alignment_figure(weights, source, target, title),
+        path,
+        {"title": title, "rows": list(target), "cols": list(source)},
+    )
 
 
 def _luma(rgb: Sequence[float]) -> float:
@@ -158,8 +167,11 @@ def entropy_figure(entropy: dict[str, Tensor], title: str = "mean attention entr
 def entropy_plot(entropy: dict[str, Tensor], path: Path, title: str = "mean attention entropy (nats)") -> Path:
     """:func:`entropy_figure`, written to ``path``."""
     H = max(len(v) for v in entropy.values())
-    return _save(entropy_figure(entropy, title), path,
-                 {"title": title, "rows": list(entropy), "cols": [f"head {h}" for h in range(H)]})
+    return _save(
+        entropy_figure(entropy, title),
+        path,
+        {"title": title, "rows": list(entropy), "cols": [f"head {h}" for h in range(H)]},
+    )
 
 
 def patch_attention_figure(picture: np.ndarray, maps: Tensor, titles: Sequence[str], title: str) -> Figure:
@@ -168,8 +180,9 @@ def patch_attention_figure(picture: np.ndarray, maps: Tensor, titles: Sequence[s
     K = maps.shape[0]
     n_cols = min(K, 4)
     n_rows = math.ceil(K / n_cols)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(2.4 * n_cols + 0.8, 2.4 * n_rows + 0.4), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(2.4 * n_cols + 0.8, 2.4 * n_rows + 0.4), squeeze=False, layout="constrained"
+    )
     H, W = picture.shape[:2]
     grey = picture.mean(-1)  # (H, W)
     vmax = float(maps.max())
@@ -177,8 +190,15 @@ def patch_attention_figure(picture: np.ndarray, maps: Tensor, titles: Sequence[s
         ax.axis("off")
         if k < K:
             ax.imshow(grey, cmap="gray", vmin=0.0, vmax=1.0, extent=(0, W, H, 0))
-            image = ax.imshow(maps[k].float().cpu().numpy(), cmap="inferno", alpha=0.6, vmin=0.0, vmax=vmax,
-                              extent=(0, W, H, 0), interpolation="nearest")
+            image = ax.imshow(
+                maps[k].float().cpu().numpy(),
+                cmap="inferno",
+                alpha=0.6,
+                vmin=0.0,
+                vmax=vmax,
+                extent=(0, W, H, 0),
+                interpolation="nearest",
+            )
             ax.set_title(titles[k], fontsize=8)
     fig.colorbar(image, ax=axes, label="attention weight", shrink=0.8, pad=0.01)
     fig.suptitle(title, wrap=True, fontsize=9)
@@ -187,8 +207,11 @@ def patch_attention_figure(picture: np.ndarray, maps: Tensor, titles: Sequence[s
 
 def patch_attention_plot(picture: np.ndarray, maps: Tensor, titles: Sequence[str], title: str, path: Path) -> Path:
     """:func:`patch_attention_figure`, written to ``path``."""
-    return _save(patch_attention_figure(picture, maps, titles, title), path,
-                 {"title": title, "panels": list(titles), "grid": list(maps.shape[1:])})
+    return _save(
+        patch_attention_figure(picture, maps, titles, title),
+        path,
+        {"title": title, "panels": list(titles), "grid": list(maps.shape[1:])},
+    )
 
 
 def confusion_plot(counts: list[list[int]], labels: Sequence[str], path: Path) -> Path:
@@ -215,8 +238,9 @@ def pruning_plot(fractions: Sequence[float], values: Sequence[float], metric: st
     ax.grid(True, alpha=0.3)
     ax.set_title(f"{metric} after pruning the least important heads", fontsize=9)
     fig.tight_layout()
-    return _save(fig, path, {"x": "heads pruned (%)", "y": metric, "fractions": list(fractions),
-                             "values": list(values)})
+    return _save(
+        fig, path, {"x": "heads pruned (%)", "y": metric, "fractions": list(fractions), "values": list(values)}
+    )
 
 
 def lead_time_plot(mse_by_step: Sequence[float], title: str, path: Path) -> Path:
@@ -251,8 +275,17 @@ def forecast_plot(forecast, channels: Sequence[str], title: str, path: Path) -> 
     axes[0, 0].set_title(f"{title}: forecast from {forecast.dates[0]}", fontsize=9)
     axes[-1, 0].set_xlabel("steps from the forecast's origin")
     fig.tight_layout()
-    return _save(fig, path, {"channels": list(channels), "origin": forecast.origin, "history": L, "horizon": H,
-                             "truth": len(forecast.truth)})
+    return _save(
+        fig,
+        path,
+        {
+            "channels": list(channels),
+            "origin": forecast.origin,
+            "history": L,
+            "horizon": H,
+            "truth": len(forecast.truth),
+        },
+    )
 
 
 def sweep_plot(table, path: Path) -> Path:
@@ -272,8 +305,14 @@ def sweep_plot(table, path: Path) -> Path:
                 lines.setdefault(label, []).append((position[cell.value(first)], spreads[metric]))
         for label, points in lines.items():
             points.sort(key=lambda p: p[0])
-            ax.errorbar([p for p, _ in points], [s.mean for _, s in points], yerr=[s.std or 0.0 for _, s in points],
-                        marker="o", capsize=3, label=label)
+            ax.errorbar(
+                [p for p, _ in points],
+                [s.mean for _, s in points],
+                yerr=[s.std or 0.0 for _, s in points],
+                marker="o",
+                capsize=3,
+                label=label,
+            )
         if numeric and min(xs) > 0 and max(xs) >= 16 * min(xs):
             ax.set_xscale("log")
         if not numeric:
@@ -285,12 +324,20 @@ def sweep_plot(table, path: Path) -> Path:
         if others:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    return _save(fig, path, {"x": first, "x_values": [str(x) for x in xs], "metrics": list(table.metrics),
-                             "cells": len(table.rows)})
+    return _save(
+        fig,
+        path,
+        {"x": first, "x_values": [str(x) for x in xs], "metrics": list(table.metrics), "cells": len(table.rows)},
+    )
 
 
-def positional_plots(out_dir: Path, dim: int = 64, positions: int = 100,
-                     bases: Sequence[float] = (100.0, 1000.0, 10000.0), max_offset: int = 100) -> list[Path]:
+def positional_plots(
+    out_dir: Path,
+    dim: int = 64,
+    positions: int = 100,
+    bases: Sequence[float] = (100.0, 1000.0, 10000.0),
+    max_offset: int = 100,
+) -> list[Path]:
     """The sinusoidal table (positions x dimensions), and the normalised dot product between
     positions p and p + k against k, for each base n: it falls with distance and oscillates, the
     faster the smaller n (each pair of dimensions is a rotation by k * theta_i)."""
@@ -314,16 +361,18 @@ def positional_plots(out_dir: Path, dim: int = 64, positions: int = 100,
     ax.grid(True, alpha=0.3)
     ax.set_title(f"similarity against offset, d = {dim}", fontsize=9)
     fig.tight_layout()
-    curve = _save(fig, out_dir / "positional_similarity.png",
-                  {"x": "offset k", "y": "similarity", "bases": list(bases)})
+    curve = _save(
+        fig, out_dir / "positional_similarity.png", {"x": "offset k", "y": "similarity", "bases": list(bases)}
+    )
     return [heatmap, curve]
 
 
 def block_plot(weights: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, path: Path) -> Path:
     """(R, C) attention weights (a block of a map, or one averaged) as one heatmap with a colour bar,
     on a 0-max scale, written to ``path``."""
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.3 * len(cols) + 2.0), max(2.5, 0.25 * len(rows) + 1.2)),
-                           layout="constrained")
+    fig, ax = plt.subplots(
+        figsize=(max(4.0, 0.3 * len(cols) + 2.0), max(2.5, 0.25 * len(rows) + 1.2)), layout="constrained"
+    )
     image = _heatmap(ax, weights, rows, cols, title, vmax=max(float(weights.max()), 1e-6))
     fig.colorbar(image, ax=ax, label="attention weight", pad=0.01)
     return _save(fig, path, {"title": title, "rows": list(rows), "cols": list(cols)})

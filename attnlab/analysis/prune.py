@@ -41,20 +41,29 @@ def mean_loss(task: Task[Any, Any]) -> Callable[[nn.Module, Any], torch.Tensor]:
     return lambda model, batch: task.loss(model, batch, 0.0, contextlib.nullcontext)[1] / batch.n_targets
 
 
-def _metrics(model: nn.Module, task: Task[Any, Any], data, split: str, limit: int | None,
-             progress: bool) -> dict[str, float]:
+def _metrics(
+    model: nn.Module, task: Task[Any, Any], data, split: str, limit: int | None, progress: bool
+) -> dict[str, float]:
     result = task.validate(model, data, next(model.parameters()).device, contextlib.nullcontext, 0, split)
     if isinstance(data, Seq2SeqData):
         examples = data.splits[split][:limit]
-        text = evaluate_text(model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], Greedy(),
-                             progress=progress)
+        text = evaluate_text(
+            model, data.tokenizers, [e.src for e in examples], [e.tgt for e in examples], Greedy(), progress=progress
+        )
         result |= {"bleu": text["bleu"], "exact_match": text["exact_match"], "sentences": len(examples)}
     return result
 
 
-def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid", out: str | Path | None = None,
-              limit: int | None = None, log: Callable[[str], None] | None = None,
-              device: torch.device | str = "cpu", text: str | None = None) -> dict[str, Any]:
+def prune_run(
+    run_dir: str | Path,
+    fractions: list[float],
+    split: str = "valid",
+    out: str | Path | None = None,
+    limit: int | None = None,
+    log: Callable[[str], None] | None = None,
+    device: torch.device | str = "cpu",
+    text: str | None = None,
+) -> dict[str, Any]:
     """Rank the heads of ``run_dir``'s model, then measure it with no heads pruned and with each of
     ``fractions`` pruned: {"run", "split", "importance", "results": one entry per measurement}, and
     "out" when the pruned model was written there. ``log`` hears one line when the ranking is done
@@ -84,14 +93,26 @@ def prune_run(run_dir: str | Path, fractions: list[float], split: str = "valid",
         heads = heads_to_prune(importance, fraction)
         mask_heads(model, heads)
         pruned = sum(len(v) for v in heads.values())
-        results.append({"fraction": fraction, "heads_pruned": pruned, "heads_total": n_heads, "pruned": heads,
-                        **_metrics(model, task, data, split, limit, progress=log is not None)})
-        say(f"[{k}/{len(fractions) + 1}] measured {split} with {pruned}/{n_heads} heads pruned ({fraction:.0%}) "
-            f"in {time.perf_counter() - started:.1f} s")
+        results.append(
+            {
+                "fraction": fraction,
+                "heads_pruned": pruned,
+                "heads_total": n_heads,
+                "pruned": heads,
+                **_metrics(model, task, data, split, limit, progress=log is not None),
+            }
+        )
+        say(
+            f"[{k}/{len(fractions) + 1}] measured {split} with {pruned}/{n_heads} heads pruned ({fraction:.0%}) "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
     mask_heads(model, {})
-    summary = {"run": str(run_dir), "split": split,
-               "importance": {name: [round(float(x), 4) for x in imp] for name, imp in importance.items()},
-               "results": results}
+    summary = {
+        "run": str(run_dir),
+        "split": split,
+        "importance": {name: [round(float(x), 4) for x in imp] for name, imp in importance.items()},
+        "results": results,
+    }
     if out is not None:
         remove_heads(model, results[-1]["pruned"])
         _write_pruned_run(run, model, results[-1], Path(out))
@@ -110,7 +131,10 @@ def _write_pruned_run(run: RunDir, model: nn.Module, result: dict[str, Any], out
     step = run.best_step() or run.steps()[-1]
     step_dir = new.step_dir(step)
     step_dir.mkdir(parents=True)
-    write_checkpoint(step_dir, model.state_dict(), {"step": step, "pruned_from": str(run.path),
-                                       **{k: v for k, v in result.items() if k != "pruned"}})
+    write_checkpoint(
+        step_dir,
+        model.state_dict(),
+        {"step": step, "pruned_from": str(run.path), **{k: v for k, v in result.items() if k != "pruned"}},
+    )
     new.best_pointer.write_text(json.dumps({"step": step, "metric": "pruned", "value": result["fraction"]}))
     publish_dir(staged, out)

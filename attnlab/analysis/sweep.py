@@ -52,6 +52,7 @@ from attnlab.files import atomic_write_text
 
 # -- the plan ----------------------------------------------------------------------------------------
 
+
 def plan(spec: SweepSpec, out: Path) -> list[PlannedRun]:
     """Every run of the sweep, each config checked (and an existing run's against its own)."""
     runs = []
@@ -77,14 +78,17 @@ def _check_config(run: PlannedRun) -> None:
         raise ConfigError(f"sweep run {run.name}: {err}") from None
     if not (run.path / "config.yaml").is_file():
         if run.path.exists() and any(run.path.iterdir()):
-            raise UsageError(f"{run.path} is in the sweep's way: it is not a run directory; remove it or choose "
-                             f"another --out")
+            raise UsageError(
+                f"{run.path} is in the sweep's way: it is not a run directory; remove it or choose another --out"
+            )
         return
     model, data, train = RunDir(run.path).read_config()
     changed = differences(data, planned.data) + differences(train, planned.train) + differences(model, planned.model)
     if changed:
-        raise UsageError(f"{run.path} was trained with another config than the sweep's ({'; '.join(changed)}); "
-                         f"remove it, or give the sweep another --out")
+        raise UsageError(
+            f"{run.path} was trained with another config than the sweep's ({'; '.join(changed)}); "
+            f"remove it, or give the sweep another --out"
+        )
 
 
 # -- running -----------------------------------------------------------------------------------------
@@ -136,8 +140,11 @@ def _execute(run: PlannedRun, state: str, evaluate: Evaluation | None, launcher:
     """Train (or resume) and evaluate one run; None, or why it failed."""
     log = launcher.logs / f"{run.name.replace('/', '.')}.log"
     if state in ("train", "resume"):
-        argv = (["train", run.config, "--out", str(run.path), *(w for s in run.sets for w in ("--set", s))]
-                if state == "train" else ["train", "--out", str(run.path), "--resume"])
+        argv = (
+            ["train", run.config, "--out", str(run.path), *(w for s in run.sets for w in ("--set", s))]
+            if state == "train"
+            else ["train", "--out", str(run.path), "--resume"]
+        )
         code = launcher.attnlab(argv, log)
         if code != 0:
             return f"training exited with {code}: {_last_line(log)} (log: {log})"
@@ -165,19 +172,30 @@ class SweepOutcome:
     files: list[Path]
 
 
-def run_sweep(spec: SweepSpec, out: Path, jobs: int | None = None, dry_run: bool = False, report_only: bool = False,
-              log: Callable[[str], None] = print) -> SweepOutcome:
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    jobs: int | None = None,
+    dry_run: bool = False,
+    report_only: bool = False,
+    log: Callable[[str], None] = print,
+) -> SweepOutcome:
     """Train what the sweep still lacks (or, ``dry_run``, say what that is) and write its table."""
     runs = plan(spec, out)
     jobs = jobs or spec.jobs
     states = {run.name: run.state(spec.evaluate) for run in runs}
     counts = {s: sum(1 for v in states.values() if v == s) for s in ("finished", "evaluate", "resume", "train")}
-    log(f"sweep {spec.path}: {len(spec.cells())} cells x {len(spec.seeds)} seeds = {len(runs)} runs in {out} "
+    log(
+        f"sweep {spec.path}: {len(spec.cells())} cells x {len(spec.seeds)} seeds = {len(runs)} runs in {out} "
         f"({counts['finished']} finished, {counts['resume']} to resume, {counts['train']} to train, "
-        f"{counts['evaluate']} to evaluate), {jobs} at a time")
+        f"{counts['evaluate']} to evaluate), {jobs} at a time"
+    )
     if dry_run:
         for run in runs:
-            log(f"  {states[run.name]:8} {run.path}: attnlab train {run.config} " + " ".join(f"--set {s}" for s in run.sets))
+            log(
+                f"  {states[run.name]:8} {run.path}: attnlab train {run.config} "
+                + " ".join(f"--set {s}" for s in run.sets)
+            )
         return SweepOutcome(runs, {}, Table([], [], []), [])
     failed: dict[str, str] = {}
     todo = [run for run in runs if states[run.name] != "finished"] if not report_only else []
@@ -201,8 +219,10 @@ def run_sweep(spec: SweepSpec, out: Path, jobs: int | None = None, dry_run: bool
             except KeyboardInterrupt:
                 pool.shutdown(wait=False, cancel_futures=True)
                 launcher.stop()
-                raise Interrupted(f"sweep interrupted; finished runs are kept, and `attnlab sweep {spec.path} --out "
-                                  f"{out}` goes on from where it stopped") from None
+                raise Interrupted(
+                    f"sweep interrupted; finished runs are kept, and `attnlab sweep {spec.path} --out "
+                    f"{out}` goes on from where it stopped"
+                ) from None
     table = Table.of(spec, runs)
     files = write_results(table, out) if table.rows else []
     return SweepOutcome(runs, failed, table, files)
@@ -212,6 +232,7 @@ def run_sweep(spec: SweepSpec, out: Path, jobs: int | None = None, dry_run: bool
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (kill, a job scheduler) stops the sweep as Ctrl-C does, with its runs, instead of
     leaving them to train on without it."""
+
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
@@ -231,6 +252,13 @@ def _brief(scores: dict[str, float], metrics: Sequence[str]) -> str:
 
 
 def _spec_record(spec: SweepSpec) -> dict[str, Any]:
-    return {"config": list(spec.configs), "set": list(spec.sets), "grid": {a: [list(x) if isinstance(x, tuple) else x for x in v] for a, v in spec.grid},
-            "seeds": list(spec.seeds), "steps": spec.steps, "metrics": list(spec.metrics), "jobs": spec.jobs,
-            "evaluate": None if spec.evaluate is None else {"split": spec.evaluate.split, "args": list(spec.evaluate.args)}}
+    return {
+        "config": list(spec.configs),
+        "set": list(spec.sets),
+        "grid": {a: [list(x) if isinstance(x, tuple) else x for x in v] for a, v in spec.grid},
+        "seeds": list(spec.seeds),
+        "steps": spec.steps,
+        "metrics": list(spec.metrics),
+        "jobs": spec.jobs,
+        "evaluate": None if spec.evaluate is None else {"split": spec.evaluate.split, "args": list(spec.evaluate.args)},
+    }

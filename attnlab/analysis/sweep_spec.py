@@ -21,6 +21,7 @@ Scalar = str | int | float | bool | None
 
 # -- the spec ----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Evaluation:
     """``attnlab evaluate RUN --split SPLIT --json ARGS`` after training; its scores are the run's."""
@@ -51,7 +52,9 @@ class SweepSpec:
         path = Path(path)
         sections = parse_file(path, "sweep spec")
         if not isinstance(sections, dict) or set(sections) != {"sweep"} or not isinstance(sections["sweep"], dict):
-            raise ConfigError(f"{path}: a sweep spec is one mapping, 'sweep:', with the fields {', '.join(SPEC_FIELDS)}")
+            raise ConfigError(
+                f"{path}: a sweep spec is one mapping, 'sweep:', with the fields {', '.join(SPEC_FIELDS)}"
+            )
         try:
             return cls.from_dict(path, sections["sweep"])
         except ConfigError as err:
@@ -71,16 +74,32 @@ class SweepSpec:
         seeds = spec.get("seeds", 1)
         if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
             seeds = list(range(1, seeds + 1))
-        if not isinstance(seeds, list) or not seeds or not all(_is_int(s) for s in seeds) or len(set(seeds)) < len(seeds):
-            raise ConfigError(f"sweep.seeds must be a number of seeds (>= 1) or a list of distinct integers (got {seeds!r})")
+        if (
+            not isinstance(seeds, list)
+            or not seeds
+            or not all(_is_int(s) for s in seeds)
+            or len(set(seeds)) < len(seeds)
+        ):
+            raise ConfigError(
+                f"sweep.seeds must be a number of seeds (>= 1) or a list of distinct integers (got {seeds!r})"
+            )
         steps = spec.get("steps")
         if steps is not None and not (_is_int(steps) and steps >= 1):
             raise ConfigError(f"sweep.steps must be a number of steps >= 1 (got {steps!r})")
         jobs = spec.get("jobs", 1)
         if not (_is_int(jobs) and jobs >= 1):
             raise ConfigError(f"sweep.jobs must be an integer >= 1 (got {jobs!r})")
-        checked = cls(path, configs, _strings("sweep.set", spec.get("set") or []), grid, tuple(seeds), steps,
-                      _evaluation(spec.get("evaluate")), _strings("sweep.metrics", spec.get("metrics") or []), jobs)
+        checked = cls(
+            path,
+            configs,
+            _strings("sweep.set", spec.get("set") or []),
+            grid,
+            tuple(seeds),
+            steps,
+            _evaluation(spec.get("evaluate")),
+            _strings("sweep.metrics", spec.get("metrics") or []),
+            jobs,
+        )
         _refuse_shared_names(checked.cells())
         return checked
 
@@ -101,8 +120,10 @@ def _refuse_shared_names(cells: list["Cell"]) -> None:
         other = first.setdefault(cell.name, cell)
         if other is not cell:
             values = [", ".join(f"{field}={v}" for field, v in c.settings()) for c in (other, cell)]
-            raise ConfigError(f"sweep: the cells {values[0]} and {values[1]} would share the run directory "
-                              f"'{cell.name}' (a config's file name and each value's words make it); rename one")
+            raise ConfigError(
+                f"sweep: the cells {values[0]} and {values[1]} would share the run directory "
+                f"'{cell.name}' (a config's file name and each value's words make it); rename one"
+            )
 
 
 def _is_int(value: Any) -> bool:
@@ -111,7 +132,12 @@ def _is_int(value: Any) -> bool:
 
 def _strings(field: str, value: Any) -> tuple[str, ...]:
     values = [value] if isinstance(value, str) else value
-    if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values) or not values and field == "sweep.config":
+    if (
+        not isinstance(values, list)
+        or not all(isinstance(v, str) and v for v in values)
+        or not values
+        and field == "sweep.config"
+    ):
         raise ConfigError(f"{field} must be a string or a list of strings (got {value!r})")
     return tuple(values)
 
@@ -127,16 +153,23 @@ def _grid(grid: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         for field in fields:
             section, dot, name = field.partition(".")
             if not dot or section not in ("model", "data", "train") or not name:
-                raise ConfigError(f"sweep.grid: '{field}' is not a config field (section.field, e.g. model.stack.n_heads)")
+                raise ConfigError(
+                    f"sweep.grid: '{field}' is not a config field (section.field, e.g. model.stack.n_heads)"
+                )
             if field in ("train.seed", "train.max_steps"):
-                raise ConfigError(f"sweep.grid: {field} is set by sweep.{'seeds' if field == 'train.seed' else 'steps'}")
+                raise ConfigError(
+                    f"sweep.grid: {field} is set by sweep.{'seeds' if field == 'train.seed' else 'steps'}"
+                )
         if not isinstance(values, list) or not values or len(set(map(repr, values))) < len(values):
             raise ConfigError(f"sweep.grid.{axis} must be a list of distinct values (got {values!r})")
         for value in values:
             each = value if len(fields) > 1 and isinstance(value, list) and len(value) == len(fields) else [value]
             if len(fields) > 1 and each == [value] or any(isinstance(v, (list, dict)) for v in each):
-                wanted = f"a list of {len(fields)} values, one per field" if len(fields) > 1 else \
-                    "a number, a string, true/false or null"
+                wanted = (
+                    f"a list of {len(fields)} values, one per field"
+                    if len(fields) > 1
+                    else "a number, a string, true/false or null"
+                )
                 raise ConfigError(f"sweep.grid.{axis}: each value must be {wanted} (got {value!r})")
         axes.append((str(axis), tuple(tuple(v) if len(fields) > 1 else v for v in values)))
     return tuple(axes)
@@ -189,15 +222,20 @@ class Cell:
 
     def settings(self) -> list[tuple[str, Scalar]]:
         """(field, value) of every field the cell sets, joint axes spread out."""
-        return [pair for axis, v in self.values
-                for pair in (zip(axis_fields(axis), v) if isinstance(v, tuple) else [(axis, v)])]
+        return [
+            pair
+            for axis, v in self.values
+            for pair in (zip(axis_fields(axis), v) if isinstance(v, tuple) else [(axis, v)])
+        ]
 
     @property
     def name(self) -> str:
         if not self.values:
             return "base"
-        parts = [f"{self.short[field]}={Path(str(v)).stem if field == CONFIG_AXIS else _word(v)}"
-                 for field, v in self.settings()]
+        parts = [
+            f"{self.short[field]}={Path(str(v)).stem if field == CONFIG_AXIS else _word(v)}"
+            for field, v in self.settings()
+        ]
         return "".join(c if c.isalnum() or c in "._=,+-" else "_" for c in ",".join(parts))
 
     def value(self, axis: str) -> Any:
@@ -213,6 +251,7 @@ class Cell:
 
 
 # -- the runs ----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class PlannedRun:

@@ -49,8 +49,13 @@ class Table:
         rows = []
         for cell in spec.cells():
             mine = [scores for run, scores in found if run.cell == cell]
-            rows.append((cell, {m: Spread(tuple(s[m] for s in mine if m in s)) for m in metrics
-                                if any(m in s for s in mine)}, len(mine)))
+            rows.append(
+                (
+                    cell,
+                    {m: Spread(tuple(s[m] for s in mine if m in s)) for m in metrics if any(m in s for s in mine)},
+                    len(mine),
+                )
+            )
         return cls(spec.axes, metrics, [row for row in rows if row[2]], tuple(found))
 
     def markdown(self) -> str:
@@ -58,8 +63,11 @@ class Table:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for cell, spreads, n in self.rows:
             values = [cell.shown(a) for a in self.axes]
-            lines.append("| " + " | ".join([*values, *(str(spreads[m]) if m in spreads else "-" for m in self.metrics),
-                                            str(n)]) + " |")
+            lines.append(
+                "| "
+                + " | ".join([*values, *(str(spreads[m]) if m in spreads else "-" for m in self.metrics), str(n)])
+                + " |"
+            )
         return "\n".join(lines) + "\n"
 
     def csv(self) -> str:
@@ -70,8 +78,11 @@ class Table:
             cols: list[object] = []
             for m in self.metrics:
                 s = spreads.get(m)
-                cols += ["", "", "", "", 0] if s is None else [s.mean, "" if s.std is None else s.std, min(s.values),
-                                                               max(s.values), len(s.values)]
+                cols += (
+                    ["", "", "", "", 0]
+                    if s is None
+                    else [s.mean, "" if s.std is None else s.std, min(s.values), max(s.values), len(s.values)]
+                )
             writer.writerow([*(_csv_value(cell, a) for a in self.axes), *cols])
         return buffer.getvalue()
 
@@ -80,8 +91,14 @@ class Table:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow([*self.axes, "seed", "run", *self.metrics])
         for run, scores in self.per_run:
-            writer.writerow([*(_csv_value(run.cell, a) for a in self.axes), run.seed, run.path,
-                             *(scores.get(m, "") for m in self.metrics)])
+            writer.writerow(
+                [
+                    *(_csv_value(run.cell, a) for a in self.axes),
+                    run.seed,
+                    run.path,
+                    *(scores.get(m, "") for m in self.metrics),
+                ]
+            )
         return buffer.getvalue()
 
 
@@ -100,8 +117,15 @@ def _default_metrics(found: list[dict[str, float]], evaluate: Evaluation | None)
     return sorted(scores, key=lambda k: not k.startswith("best_"))  # stable: best_* first
 
 
-_SUMMARY_COUNTS = ("n_params", "steps", "epochs", "train_seconds", "best_step", "skipped_steps",
-                   *(key for unit in ("tokens", "examples", "values") for key in (f"train_{unit}", f"{unit}_per_s")))
+_SUMMARY_COUNTS = (
+    "n_params",
+    "steps",
+    "epochs",
+    "train_seconds",
+    "best_step",
+    "skipped_steps",
+    *(key for unit in ("tokens", "examples", "values") for key in (f"train_{unit}", f"{unit}_per_s")),
+)
 
 
 def write_results(table: Table, out: Path) -> list[Path]:

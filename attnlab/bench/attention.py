@@ -106,6 +106,7 @@ def measure_peak(fn: Callable[[], object], device: torch.device = CPU) -> tuple[
 def _pass(backend: AttentionBackend, q, k, v, causal: bool, pos: torch.Tensor, backward: bool) -> Callable:
     """One timed call. Each call makes its own AttentionMask, as a model's forward does, so that a
     backend that builds the dense mask pays for it every time (the mask keeps what it built)."""
+
     def forward():
         with torch.no_grad():
             return backend(q, k, v, AttentionMask(causal=causal), pos, pos)[0]
@@ -117,10 +118,19 @@ def _pass(backend: AttentionBackend, q, k, v, causal: bool, pos: torch.Tensor, b
     return forward_backward if backward else forward
 
 
-def bench_attention(lengths: tuple[int, ...] = LENGTHS, names: tuple[str, ...] | None = None, batch: int = 1,
-                    heads: int = 8, head_dim: int = 64, causal: bool = True, repeats: int = 3,
-                    memory_budget: float = 12 * GiB, time_limit: float = 60.0, seed: int = 0,
-                    device: torch.device = CPU) -> Iterator[dict]:
+def bench_attention(
+    lengths: tuple[int, ...] = LENGTHS,
+    names: tuple[str, ...] | None = None,
+    batch: int = 1,
+    heads: int = 8,
+    head_dim: int = 64,
+    causal: bool = True,
+    repeats: int = 3,
+    memory_budget: float = 12 * GiB,
+    time_limit: float = 60.0,
+    seed: int = 0,
+    device: torch.device = CPU,
+) -> Iterator[dict]:
     """Yield one record per (backend, T, pass) on ``device``: seconds, peak_bytes, or skipped with a reason."""
     available = backends(head_dim)
     names = tuple(available) if names is None else names
@@ -128,17 +138,27 @@ def bench_attention(lengths: tuple[int, ...] = LENGTHS, names: tuple[str, ...] |
     last_seconds: dict[tuple[str, str], tuple[int, float]] = {}
     for T in lengths:
         g = torch.Generator().manual_seed(seed)
-        q, k, v = (torch.randn(batch, heads, T, head_dim, generator=g).to(device).requires_grad_()
-                   for _ in range(3))  # (B, H, T, D) each, drawn on the CPU: the same numbers on every device
+        q, k, v = (
+            torch.randn(batch, heads, T, head_dim, generator=g).to(device).requires_grad_() for _ in range(3)
+        )  # (B, H, T, D) each, drawn on the CPU: the same numbers on every device
         pos = torch.arange(T, device=device)
         scores_bytes = batch * heads * T * T * 4
         for name in names:
             for pass_name in ("forward", "forward_backward"):
                 key = (name, pass_name)
-                record = {"backend": name, "seq_len": T, "pass": pass_name, "batch": batch, "heads": heads,
-                          "head_dim": head_dim, "dtype": "float32", "causal": causal,
-                          "scores_bytes": scores_bytes, "peak_memory": PEAK_MEMORY[device.type],
-                          **device_fields(device)}
+                record = {
+                    "backend": name,
+                    "seq_len": T,
+                    "pass": pass_name,
+                    "batch": batch,
+                    "heads": heads,
+                    "head_dim": head_dim,
+                    "dtype": "float32",
+                    "causal": causal,
+                    "scores_bytes": scores_bytes,
+                    "peak_memory": PEAK_MEMORY[device.type],
+                    **device_fields(device),
+                }
                 reason = _skip_reason(key, T, scores_bytes, kept_per_score, last_seconds, memory_budget, time_limit)
                 if reason:
                     yield record | {"skipped": reason}
@@ -160,9 +180,11 @@ def _skip_reason(key, T, scores_bytes, kept_per_score, last_seconds, memory_budg
         # the forward alone holds the scores and the probabilities: twice the scores at the very least
         per_score = max(kept_per_score.get(key, 0.0), 2.0)
         if per_score * scores_bytes > memory_budget:
-            return (f"the (B, H, T, T) scores alone need {scores_bytes / GiB:.2f} GiB, and math keeps about "
-                    f"{per_score:.1f} times that (measured at a smaller T): {per_score * scores_bytes / GiB:.1f} "
-                    f"GiB > the {memory_budget / GiB:.0f} GiB budget")
+            return (
+                f"the (B, H, T, T) scores alone need {scores_bytes / GiB:.2f} GiB, and math keeps about "
+                f"{per_score:.1f} times that (measured at a smaller T): {per_score * scores_bytes / GiB:.1f} "
+                f"GiB > the {memory_budget / GiB:.0f} GiB budget"
+            )
     if key in last_seconds:
         T0, s0 = last_seconds[key]
         predicted = s0 * (T / T0) ** GROWTH[name]
@@ -189,8 +211,9 @@ def plot_attention(records: list[dict], path: str | Path) -> None:
             T = [r["seq_len"] for r in ran]
             label = f"{name} ({'fwd+bwd' if pass_name == 'forward_backward' else 'fwd'})"
             ax_time.plot(T, [r["seconds"] for r in ran], style, marker="o", color=f"C{i}", label=label)
-            ax_mem.plot(T, [max(r["peak_bytes"], 1) / 2**20 for r in ran], style, marker="o", color=f"C{i}",
-                        label=label)
+            ax_mem.plot(
+                T, [max(r["peak_bytes"], 1) / 2**20 for r in ran], style, marker="o", color=f"C{i}", label=label
+            )
     first = records[0]
     for ax, ylabel in ((ax_time, "seconds"), (ax_mem, "peak memory above inputs (MiB)")):
         ax.set_xscale("log", base=2)
@@ -198,8 +221,10 @@ def plot_attention(records: list[dict], path: str | Path) -> None:
         ax.set_xlabel("sequence length T")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-    ax_time.set_title(f"attention time, B={first['batch']} H={first['heads']} D={first['head_dim']} float32"
-                      f"{', causal' if first['causal'] else ''}\n{first['device_name']} ({first['device']})")
+    ax_time.set_title(
+        f"attention time, B={first['batch']} H={first['heads']} D={first['head_dim']} float32"
+        f"{', causal' if first['causal'] else ''}\n{first['device_name']} ({first['device']})"
+    )
     ax_mem.set_title(f"attention peak memory: {first['peak_memory']}")
     ax_mem.legend(fontsize=7, ncol=2)
     fig.tight_layout()

@@ -93,9 +93,16 @@ def engines(kind: str, model: torch.nn.Module, vocabulary: Vocabulary, weights: 
     ctranslate2.set_random_seed(0)  # the Generator's sampling, like torch's seeded generator
     with tempfile.TemporaryDirectory() as tmp:
         path = str(converted(model, vocabulary, Path(tmp)))
-        return {w: getattr(ctranslate2, kind)(path, device="cpu", compute_type=COMPUTE_TYPES[w],
-                                              intra_threads=torch.get_num_threads(), inter_threads=1)
-                for w in weights}
+        return {
+            w: getattr(ctranslate2, kind)(
+                path,
+                device="cpu",
+                compute_type=COMPUTE_TYPES[w],
+                intra_threads=torch.get_num_threads(),
+                inter_threads=1,
+            )
+            for w in weights
+        }
 
 
 def reference_name(kind: str, weights: str) -> str:

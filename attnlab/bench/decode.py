@@ -37,8 +37,9 @@ from attnlab.decode.weights import with_weights
 HF = "transformers.MarianMTModel"
 
 
-def decode_inputs(batch: int, src_len: int, seed: int,
-                  device: torch.device = CPU) -> tuple[torch.nn.Module, torch.Tensor]:
+def decode_inputs(
+    batch: int, src_len: int, seed: int, device: torch.device = CPU
+) -> tuple[torch.nn.Module, torch.Tensor]:
     """The benchmark model (random weights, no dropout, eval mode) and ``batch`` random sources of
     ``src_len`` tokens (EOS included): (B, src_len), both on ``device``."""
     torch.manual_seed(seed)
@@ -48,18 +49,29 @@ def decode_inputs(batch: int, src_len: int, seed: int,
     return model, source_batch(ids).to(device)
 
 
-def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam: int = 5, repeats: int = 3,
-                 with_hf: bool = True, seed: int = 0, device: torch.device = CPU,
-                 weights: tuple[str, ...] = (), with_ct2: bool = True) -> Iterator[dict]:
+def bench_decode(
+    batch: int = 32,
+    new_tokens: int = 64,
+    src_len: int = 24,
+    beam: int = 5,
+    repeats: int = 3,
+    with_hf: bool = True,
+    seed: int = 0,
+    device: torch.device = CPU,
+    weights: tuple[str, ...] = (),
+    with_ct2: bool = True,
+) -> Iterator[dict]:
     model, src = decode_inputs(batch, src_len, seed, device)
     n = new_tokens
-    runs: dict[str, Callable[[], None]] = {"decode_greedy_nocache": lambda: checked_length(
-        greedy(model, src, max_len=n, min_len=n, use_cache=False), n)}
+    runs: dict[str, Callable[[], None]] = {
+        "decode_greedy_nocache": lambda: checked_length(greedy(model, src, max_len=n, min_len=n, use_cache=False), n)
+    }
     for suffix, variant in [("", model)] + [(f"_{w}", with_weights(copy.deepcopy(model), w)) for w in weights]:
         runs |= searches(variant, src, n, beam, suffix)
     if device.type == "cuda":
-        runs["decode_greedy_dynamic"] = lambda: checked_length(greedy(model, src, max_len=n, min_len=n,
-                                                                      kv_cache="dynamic"), n)
+        runs["decode_greedy_dynamic"] = lambda: checked_length(
+            greedy(model, src, max_len=n, min_len=n, kv_cache="dynamic"), n
+        )
     hf = marian(0.0) if with_hf or with_ct2 else None  # generate's model, and CTranslate2's weights
     if hf is not None:
         hf = hf.hf.eval().to(device)
@@ -67,11 +79,15 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
         mask = src != 0
 
         def generate(**kw) -> Callable[[], None]:
-            return lambda: hf.generate(input_ids=src, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                                       do_sample=False, **kw)
+            return lambda: hf.generate(
+                input_ids=src, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, **kw
+            )
 
-        runs |= {"hf_greedy": generate(num_beams=1), f"hf_beam{beam}": generate(num_beams=beam, length_penalty=0.6),
-                 "hf_greedy_nocache": generate(num_beams=1, use_cache=False)}
+        runs |= {
+            "hf_greedy": generate(num_beams=1),
+            f"hf_beam{beam}": generate(num_beams=beam, length_penalty=0.6),
+            "hf_greedy_nocache": generate(num_beams=1, use_cache=False),
+        }
     ct2_weights = ("fp32", *(w for w in weights if w in COMPUTE_TYPES))
     ct2_missing = unavailable(device) or (TRANSFORMERS_MISSING if hf is None else None)
     if with_ct2 and ct2_missing is None:
@@ -81,12 +97,20 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
     where = device_fields(device)
 
     def record(name: str) -> dict[str, Any]:
-        return {"name": name, "value": round(batch * n / seconds[name], 1), "unit": "tokens/s", "batch": batch,
-                "new_tokens": n}
+        return {
+            "name": name,
+            "value": round(batch * n / seconds[name], 1),
+            "unit": "tokens/s",
+            "batch": batch,
+            "new_tokens": n,
+        }
 
     def against(reference: str, key: str, name: str) -> dict[str, Any]:
-        return {"reference": reference, "reference_value": round(batch * n / seconds[key], 1),
-                "ratio": round(seconds[key] / seconds[name], 3)}
+        return {
+            "reference": reference,
+            "reference_value": round(batch * n / seconds[key], 1),
+            "ratio": round(seconds[key] / seconds[name], 3),
+        }
 
     searched = [("greedy", ""), (f"beam{beam}", ""), ("greedy", "_nocache")]
     searched += [(search, f"_{w}") for w in weights for search in ("greedy", f"beam{beam}")]
@@ -103,14 +127,23 @@ def bench_decode(batch: int = 32, new_tokens: int = 64, src_len: int = 24, beam:
         label = reference_name("Translator", w)
         for search in (f"greedy{weights_suffix(w)}", f"beam{beam}{weights_suffix(w)}"):
             name, key = f"decode_{search}", f"ct2_{search}"
-            compared = against(label, key, name) if key in seconds else {"reference": label,
-                                                                         "skipped_reference": ct2_missing}
+            compared = (
+                against(label, key, name) if key in seconds else {"reference": label, "skipped_reference": ct2_missing}
+            )
             yield record(name) | {"name": f"{name}_vs_ct2"} | compared | threads() | where
-    yield {"name": "decode_cache_speedup", "value": round(seconds["decode_greedy_nocache"] / seconds["decode_greedy"], 2),
-           "unit": "x", "reference": "decode_greedy_nocache"} | where
+    yield {
+        "name": "decode_cache_speedup",
+        "value": round(seconds["decode_greedy_nocache"] / seconds["decode_greedy"], 2),
+        "unit": "x",
+        "reference": "decode_greedy_nocache",
+    } | where
     if "decode_greedy_dynamic" in seconds:
-        yield {"name": "decode_graph_speedup", "value": round(seconds["decode_greedy_dynamic"] / seconds["decode_greedy"], 2),
-               "unit": "x", "reference": "decode_greedy with kv_cache='dynamic'"} | where
+        yield {
+            "name": "decode_graph_speedup",
+            "value": round(seconds["decode_greedy_dynamic"] / seconds["decode_greedy"], 2),
+            "unit": "x",
+            "reference": "decode_greedy with kv_cache='dynamic'",
+        } | where
 
 
 def weights_suffix(weights: str) -> str:
@@ -118,8 +151,9 @@ def weights_suffix(weights: str) -> str:
     return "" if weights == "fp32" else f"_{weights}"
 
 
-def translations(hf: torch.nn.Module, src: torch.Tensor, n: int, beam: int,
-                 weights: tuple[str, ...]) -> dict[str, Callable[[], list[list[str]]]]:
+def translations(
+    hf: torch.nn.Module, src: torch.Tensor, n: int, beam: int, weights: tuple[str, ...]
+) -> dict[str, Callable[[], list[list[str]]]]:
     """CTranslate2's greedy and beam search of exactly ``n`` new tokens on ``hf``'s weights, with
     each of ``weights``: ct2_greedy``suffix``, ct2_beam``beam````suffix``. The vocabulary ends with
     the ``<pad>`` its Marian loader drops (Marian's layout; bench/ct2.py)."""
@@ -127,24 +161,31 @@ def translations(hf: torch.nn.Module, src: torch.Tensor, n: int, beam: int,
     sources = vocabulary.names(src.tolist(), leave_out=PAD)  # the same sources, EOS included
     runs = {}
     for w, translator in engines("Translator", hf, vocabulary, weights).items():
-        runs |= {f"ct2_greedy{weights_suffix(w)}": partial(translated, translator, sources, n, 1),
-                 f"ct2_beam{beam}{weights_suffix(w)}": partial(translated, translator, sources, n, beam)}
+        runs |= {
+            f"ct2_greedy{weights_suffix(w)}": partial(translated, translator, sources, n, 1),
+            f"ct2_beam{beam}{weights_suffix(w)}": partial(translated, translator, sources, n, beam),
+        }
     return runs
 
 
 def translated(translator: Any, sources: list[list[str]], n: int, beam: int) -> list[list[str]]:
     """One batch translated by CTranslate2: the best hypothesis of each row, ``n`` tokens (its
     minimum and maximum decoding lengths), with the length penalty of the beam searches here."""
-    results = translator.translate_batch(sources, beam_size=beam, length_penalty=0.6, max_decoding_length=n,
-                                         min_decoding_length=n)
+    results = translator.translate_batch(
+        sources, beam_size=beam, length_penalty=0.6, max_decoding_length=n, min_decoding_length=n
+    )
     best = [r.hypotheses[0] for r in results]
     checked_length(best, n)
     return best
 
 
-def searches(model: torch.nn.Module, src: torch.Tensor, n: int, beam: int, suffix: str) -> dict[str, Callable[[], None]]:
+def searches(
+    model: torch.nn.Module, src: torch.Tensor, n: int, beam: int, suffix: str
+) -> dict[str, Callable[[], None]]:
     """Greedy and beam search of exactly ``n`` new tokens: decode_greedy``suffix``, decode_beam``beam````suffix``."""
-    return {f"decode_greedy{suffix}": lambda: checked_length(greedy(model, src, max_len=n, min_len=n), n),
-            f"decode_beam{beam}{suffix}": lambda: checked_length(
-                [h[0].tokens for h in beam_search(model, src, beam, 0.6, max_len=n, min_len=n)], n)}
-
+    return {
+        f"decode_greedy{suffix}": lambda: checked_length(greedy(model, src, max_len=n, min_len=n), n),
+        f"decode_beam{beam}{suffix}": lambda: checked_length(
+            [h[0].tokens for h in beam_search(model, src, beam, 0.6, max_len=n, min_len=n)], n
+        ),
+    }

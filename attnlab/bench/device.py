@@ -43,8 +43,13 @@ def device_fields(device: torch.device) -> dict[str, str]:
 
 # NVIDIA's datasheet figures for dense bf16 tensor-core products (half the "with sparsity" ones), by
 # a part of the name torch.cuda.get_device_name gives; the first that matches counts.
-PUBLISHED_BF16_PEAK = (("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H200", 989e12), ("H100", 989e12),
-                       ("A100", 312e12))
+PUBLISHED_BF16_PEAK = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H200", 989e12),
+    ("H100", 989e12),
+    ("A100", 312e12),
+)
 
 
 def published_bf16_peak(device: torch.device) -> float | None:

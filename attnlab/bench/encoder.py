@@ -25,13 +25,23 @@ from attnlab.models import build_model, model_config
 from attnlab.precision import autocast
 
 HF = "transformers.BertModel"
-MINILM = {"model_type": "bert", "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
-          "num_attention_heads": 12, "intermediate_size": 1536, "max_position_embeddings": 512,
-          "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12}
+MINILM = {
+    "model_type": "bert",
+    "vocab_size": 30522,
+    "hidden_size": 384,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "hidden_act": "gelu",
+    "layer_norm_eps": 1e-12,
+}
 
 
-def encoders(backends: tuple[str, ...], seed: int = 0,
-             device: torch.device = CPU) -> tuple[torch.nn.Module, dict[str, torch.nn.Module]]:
+def encoders(
+    backends: tuple[str, ...], seed: int = 0, device: torch.device = CPU
+) -> tuple[torch.nn.Module, dict[str, torch.nn.Module]]:
     """transformers' BertModel with random weights, and attnlab's encoder with those weights for each
     backend, all on ``device`` (the weights are copied on the CPU, then moved)."""
     import transformers
@@ -47,9 +57,16 @@ def encoders(backends: tuple[str, ...], seed: int = 0,
     return hf.to(device), ours
 
 
-def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ...] = ("fp32", "bf16"),
-                  backends: tuple[str, ...] = ("math", "sdpa"), repeats: int = 5, seed: int = 0,
-                  device: torch.device = CPU, with_ort: bool = True) -> Iterator[dict]:
+def bench_encoder(
+    batch: int = 32,
+    seq_len: int = 128,
+    precisions: tuple[str, ...] = ("fp32", "bf16"),
+    backends: tuple[str, ...] = ("math", "sdpa"),
+    repeats: int = 5,
+    seed: int = 0,
+    device: torch.device = CPU,
+    with_ort: bool = True,
+) -> Iterator[dict]:
     hf, ours = encoders(backends, seed, device)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, MINILM["vocab_size"], (batch, seq_len), generator=g).to(device)  # (B, T)
@@ -64,6 +81,7 @@ def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ..
             def call() -> torch.Tensor:
                 with torch.no_grad(), amp():
                     return forward()
+
             return call
 
         calls = {"hf": inference(lambda: hf(**inputs).last_hidden_state)}
@@ -76,10 +94,15 @@ def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ..
 
         def record(name: str, backend: str, reference: str, label: str) -> dict:
             """``backend``'s figure against ``reference``'s (their names in ``calls``), named ``name``."""
-            return {"name": name, "value": round(tokens / seconds[backend], 1), "unit": "tokens/s",
-                    "reference": label, "reference_value": round(tokens / seconds[reference], 1),
-                    "ratio": round(seconds[reference] / seconds[backend], 3),
-                    "max_abs_difference": (outputs[backend] - outputs[reference]).abs().max().item()}
+            return {
+                "name": name,
+                "value": round(tokens / seconds[backend], 1),
+                "unit": "tokens/s",
+                "reference": label,
+                "reference_value": round(tokens / seconds[reference], 1),
+                "ratio": round(seconds[reference] / seconds[backend], 3),
+                "max_abs_difference": (outputs[backend] - outputs[reference]).abs().max().item(),
+            }
 
         shape = {"batch": batch, "seq_len": seq_len} | device_fields(device)
         for backend in backends:
@@ -89,5 +112,10 @@ def bench_encoder(batch: int = 32, seq_len: int = 128, precisions: tuple[str, ..
             if "ort" in calls:
                 yield record(name, backend, "ort", ort.REFERENCE) | ort.threads() | shape
             else:
-                yield {"name": name, "unit": "tokens/s", "value": round(tokens / seconds[backend], 1),
-                       "reference": ort.REFERENCE, "skipped_reference": ort_missing} | shape
+                yield {
+                    "name": name,
+                    "unit": "tokens/s",
+                    "value": round(tokens / seconds[backend], 1),
+                    "reference": ort.REFERENCE,
+                    "skipped_reference": ort_missing,
+                } | shape

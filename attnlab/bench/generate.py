@@ -21,8 +21,10 @@ from attnlab.models import build_model, model_config
 from attnlab.runs.init import copy_tensors, named_tensors
 
 HF = "transformers.GPT2LMHeadModel.generate"
-SHAPES = {"small": {"n_embd": 768, "n_layer": 12, "n_head": 12},  # GPT-2 small (124M parameters)
-          "tiny": {"n_embd": 128, "n_layer": 2, "n_head": 4}}
+SHAPES = {
+    "small": {"n_embd": 768, "n_layer": 12, "n_head": 12},  # GPT-2 small (124M parameters)
+    "tiny": {"n_embd": 128, "n_layer": 2, "n_head": 4},
+}
 
 
 def gpt2_pair(shape: str, seed: int = 0, device: torch.device = CPU) -> tuple[torch.nn.Module, torch.nn.Module, list]:
@@ -30,8 +32,13 @@ def gpt2_pair(shape: str, seed: int = 0, device: torch.device = CPU) -> tuple[to
     attnlab's decoder_lm with its weights, and ``order``: the GPT-2 id of each attnlab id."""
     import transformers
 
-    config = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "eos_token_id": 50256,
-              "bos_token_id": 50256} | SHAPES[shape]
+    config = {
+        "model_type": "gpt2",
+        "vocab_size": 50257,
+        "n_positions": 1024,
+        "eos_token_id": 50256,
+        "bos_token_id": 50256,
+    } | SHAPES[shape]
     torch.manual_seed(seed)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config)).eval()
     eos = config["eos_token_id"]
@@ -43,8 +50,15 @@ def gpt2_pair(shape: str, seed: int = 0, device: torch.device = CPU) -> tuple[to
     return hf.to(device), ours.eval().to(device), order
 
 
-def bench_generate(shape: str = "small", batches: tuple[int, ...] = (1, 4), prompt_len: int = 16, new_tokens: int = 32,
-                   repeats: int = 3, seed: int = 0, device: torch.device = CPU) -> Iterator[dict]:
+def bench_generate(
+    shape: str = "small",
+    batches: tuple[int, ...] = (1, 4),
+    prompt_len: int = 16,
+    new_tokens: int = 32,
+    repeats: int = 3,
+    seed: int = 0,
+    device: torch.device = CPU,
+) -> Iterator[dict]:
     hf, ours, order = gpt2_pair(shape, seed, device)
     to_ours = {old: new for new, old in enumerate(order) if old is not None}
     g = torch.Generator().manual_seed(seed)
@@ -55,8 +69,14 @@ def bench_generate(shape: str = "small", batches: tuple[int, ...] = (1, 4), prom
 
         def theirs() -> None:
             with torch.no_grad():
-                out = hf.generate(input_ids=theirs_prompt, attention_mask=torch.ones_like(theirs_prompt), do_sample=False,
-                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=50256)
+                out = hf.generate(
+                    input_ids=theirs_prompt,
+                    attention_mask=torch.ones_like(theirs_prompt),
+                    do_sample=False,
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    pad_token_id=50256,
+                )
             results["hf"] = out[:, prompt_len:].tolist()
 
         def mine() -> None:
@@ -66,7 +86,15 @@ def bench_generate(shape: str = "small", batches: tuple[int, ...] = (1, 4), prom
         seconds = interleaved_medians({"hf": theirs, "attnlab": mine}, repeats, warmup=1, device=device)
         same = [[order[i] for i in row] for row in results["attnlab"]] == results["hf"]
         tokens = batch * new_tokens
-        yield {"name": f"gpt2_{shape}_greedy_batch{batch}", "value": round(tokens / seconds["attnlab"], 1),
-               "unit": "tokens/s", "reference": HF, "reference_value": round(tokens / seconds["hf"], 1),
-               "ratio": round(seconds["hf"] / seconds["attnlab"], 3), "same_tokens": same, "batch": batch,
-               "prompt_len": prompt_len, "new_tokens": new_tokens} | device_fields(device)
+        yield {
+            "name": f"gpt2_{shape}_greedy_batch{batch}",
+            "value": round(tokens / seconds["attnlab"], 1),
+            "unit": "tokens/s",
+            "reference": HF,
+            "reference_value": round(tokens / seconds["hf"], 1),
+            "ratio": round(seconds["hf"] / seconds["attnlab"], 3),
+            "same_tokens": same,
+            "batch": batch,
+            "prompt_len": prompt_len,
+            "new_tokens": new_tokens,
+        } | device_fields(device)

@@ -37,8 +37,13 @@ from attnlab.runs.checkpoint import load_draft, load_run
 from attnlab.runs.config import TrainConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
-MODEL = dict(arch="decoder_lm", stack=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu",
-                                           norm="pre"), positional="learned", max_len=64, embeddings=dict(tie="all"))  # the preset's model section
+MODEL = dict(
+    arch="decoder_lm",
+    stack=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu", norm="pre"),
+    positional="learned",
+    max_len=64,
+    embeddings=dict(tie="all"),
+)  # the preset's model section
 BLOCK, BATCH = 64, 12
 
 
@@ -54,8 +59,16 @@ def lm_batch(generator: torch.Generator) -> Batch:
 
 def lm_train_config(precision: str = "fp32") -> TrainConfig:
     """The preset's optimiser: AdamW (weight decay 0.1, beta2 0.99), here at a constant 1e-3."""
-    return TrainConfig(optimizer="adamw", lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.0,
-                       weight_decay=0.1, beta2=0.99, precision=precision)
+    return TrainConfig(
+        optimizer="adamw",
+        lr_schedule="constant",
+        lr=1e-3,
+        warmup_steps=1,
+        label_smoothing=0.0,
+        weight_decay=0.1,
+        beta2=0.99,
+        precision=precision,
+    )
 
 
 def lm_gpt2() -> torch.nn.Module | None:
@@ -64,9 +77,17 @@ def lm_gpt2() -> torch.nn.Module | None:
     if (hf := transformers_or_none()) is None:
         return None
     stack = MODEL["stack"]
-    config = hf.GPT2Config(vocab_size=VOCAB, n_positions=MODEL["max_len"], n_embd=stack["d_model"],
-                           n_layer=stack["n_layers"], n_head=stack["n_heads"], n_inner=stack["d_ff"],
-                           activation_function=stack["activation"], bos_token_id=BOS, eos_token_id=EOS)
+    config = hf.GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=MODEL["max_len"],
+        n_embd=stack["d_model"],
+        n_layer=stack["n_layers"],
+        n_head=stack["n_heads"],
+        n_inner=stack["d_ff"],
+        activation_function=stack["activation"],
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+    )
     return hf.GPT2LMHeadModel(config).eval()
 
 
@@ -77,8 +98,13 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_
     batch = lm_batch(g).to(device)
     where = device_fields(device)
     seconds = interleaved_medians({"train": attnlab_step(model, batch, lm_train_config())}, repeats, device=device)
-    yield {"name": "lm_train", "value": round(batch.n_targets / seconds["train"], 1), "unit": "tokens/s",
-           "batch": BATCH, "block": BLOCK} | where
+    yield {
+        "name": "lm_train",
+        "value": round(batch.n_targets / seconds["train"], 1),
+        "unit": "tokens/s",
+        "batch": BATCH,
+        "block": BLOCK,
+    } | where
     model.eval()
     new = BLOCK - 1
     vocabulary = numbered(VOCAB, bos=BOS, eos=EOS, unk=UNK)
@@ -92,11 +118,19 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_
         if generator is not None:
             runs["ct2"] = partial(generated, generator, vocabulary.names(prompt.tolist()), new)
         t = interleaved_medians(runs, max(1, repeats // 2), device=device)
-        record = {"name": f"lm_sample_b{b}", "value": round(b * new / t["s"], 1), "unit": "tokens/s", "batch": b,
-                  "new_tokens": new}
+        record = {
+            "name": f"lm_sample_b{b}",
+            "value": round(b * new / t["s"], 1),
+            "unit": "tokens/s",
+            "batch": b,
+            "new_tokens": new,
+        }
         if generator is not None:
-            record |= {"reference": label, "reference_value": round(b * new / t["ct2"], 1),
-                       "ratio": round(t["ct2"] / t["s"], 3)} | threads()
+            record |= {
+                "reference": label,
+                "reference_value": round(b * new / t["ct2"], 1),
+                "ratio": round(t["ct2"] / t["s"], 3),
+            } | threads()
         elif with_ct2:
             record |= {"reference": label, "skipped_reference": ct2_missing}
         yield record | where
@@ -105,8 +139,9 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_
 def generated(generator: Any, prompts: list[list[str]], n: int) -> list[list[int]]:
     """``n`` token ids a prompt sampled by CTranslate2's Generator from the whole distribution
     (top-k = the vocabulary), temperature 1, as attnlab's sampler draws them."""
-    results = generator.generate_batch(prompts, max_length=n, min_length=n, sampling_topk=VOCAB,
-                                       include_prompt_in_result=False)
+    results = generator.generate_batch(
+        prompts, max_length=n, min_length=n, sampling_topk=VOCAB, include_prompt_in_result=False
+    )
     ids = [r.sequences_ids[0] for r in results]
     checked_length(ids, n)
     return ids
@@ -120,9 +155,17 @@ def _converted(model: torch.nn.Module, weights: str) -> torch.nn.Module:
         raise UsageError(f"--weights {weights}: {err}") from None
 
 
-def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[str, ...] = (), k: int = 4,
-                 prompt: str = "\n", new_tokens: int | None = None, repeats: int = 5, compiled: bool = False,
-                 device: torch.device = CPU) -> Iterator[dict]:
+def bench_lm_run(
+    run: str | Path,
+    drafts: tuple[str, ...] = (),
+    weights: tuple[str, ...] = (),
+    k: int = 4,
+    prompt: str = "\n",
+    new_tokens: int | None = None,
+    repeats: int = 5,
+    compiled: bool = False,
+    device: torch.device = CPU,
+) -> Iterator[dict]:
     """Greedy decoding of a trained language model at batch 1: tokens/s of plain decoding with the
     cache (the reference), of the same with each of ``weights``, with the step compiled
     (``compiled``: kv_cache 'compiled'; the compilation happens in the untimed warm-up), and of
@@ -136,8 +179,9 @@ def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[s
     if any(getattr(cfg.capabilities, name) != value for name, value in language_model.items()):
         raise UsageError(f"{run} holds a model of arch '{cfg.arch}', not a language model")
     if OWN_HEADS in drafts and not 1 <= k <= len(model.heads):
-        raise UsageError(f"draft heads: {run} has {len(model.heads)} multi-token heads, and k ({k}) must be between "
-                         f"1 and that")
+        raise UsageError(
+            f"draft heads: {run} has {len(model.heads)} multi-token heads, and k ({k}) must be between 1 and that"
+        )
     ids = torch.tensor([tokenizers["tgt"].encode(prompt)], device=device)  # (1, P)
     n = new_tokens or (model.embed.positional.max_positions or ids.shape[1] + 256) - ids.shape[1]
 
@@ -156,13 +200,21 @@ def bench_lm_run(run: str | Path, drafts: tuple[str, ...] = (), weights: tuple[s
         tokens, stats[name] = speculative_decode(model, drafter, prompt=ids, k=k, max_new_tokens=n, stop_at_eos=False)
         if tokens != expected:
             raise RuntimeError(f"{name}: speculative decoding did not give greedy decoding's text")
-        runs[name] = (lambda d: lambda: speculative_decode(model, d, prompt=ids, k=k, max_new_tokens=n,
-                                                           stop_at_eos=False))(drafter)
+        runs[name] = (
+            lambda d: lambda: speculative_decode(model, d, prompt=ids, k=k, max_new_tokens=n, stop_at_eos=False)
+        )(drafter)
     return _timed(runs, stats, n, k, f"lm_greedy ({weights_of(model)} weights, KV cache)", repeats, device)
 
 
-def _timed(runs: dict[str, Callable[[], object]], stats: dict[str, SpeculationStats], n: int, k: int,
-           reference: str, repeats: int, device: torch.device) -> Iterator[dict]:
+def _timed(
+    runs: dict[str, Callable[[], object]],
+    stats: dict[str, SpeculationStats],
+    n: int,
+    k: int,
+    reference: str,
+    repeats: int,
+    device: torch.device,
+) -> Iterator[dict]:
     """:func:`bench_lm_run`'s records, one per way of decoding ``n`` tokens, against 'lm_greedy'."""
     with torch.no_grad():
         seconds = interleaved_medians(runs, repeats, warmup=1, device=device)
@@ -170,9 +222,15 @@ def _timed(runs: dict[str, Callable[[], object]], stats: dict[str, SpeculationSt
     for name, t in seconds.items():
         record = {"name": name, "value": round(n / t, 1), "unit": "tokens/s", "batch": 1, "new_tokens": n}
         if name != "lm_greedy":
-            record |= {"reference": reference, "reference_value": round(n / seconds["lm_greedy"], 1),
-                       "ratio": round(seconds["lm_greedy"] / t, 3)}
+            record |= {
+                "reference": reference,
+                "reference_value": round(n / seconds["lm_greedy"], 1),
+                "ratio": round(seconds["lm_greedy"] / t, 3),
+            }
         if name in stats:
-            record |= {"k": k, "acceptance_rate": round(stats[name].acceptance_rate, 4),
-                       "tokens_per_pass": round(stats[name].tokens_per_pass, 3)}
+            record |= {
+                "k": k,
+                "acceptance_rate": round(stats[name].acceptance_rate, 4),
+                "tokens_per_pass": round(stats[name].tokens_per_pass, 3),
+            }
         yield record | where

@@ -34,12 +34,33 @@ from attnlab.precision import autocast
 VOCAB = 8000  # the presets' shared BPE vocabulary
 # The model sections of the presets (tests/test_bench.py checks that they agree).
 MODELS: dict[str, dict] = {
-    "transformer": dict(arch="encoder_decoder", stack=dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.1,
-                                                           norm="post"), positional="sinusoidal", embeddings=dict(tie="all")),
-    "gru_bahdanau": dict(arch="rnn", rnn_cell="gru", rnn_attention="bahdanau", score="additive",
-                         bidirectional=True, d_model=512, n_layers=1, dropout=0.3, tie_embeddings="all"),
-    "gru_fixed_context": dict(arch="rnn", rnn_cell="gru", rnn_attention="none", bidirectional=True, d_model=512,
-                              n_layers=1, dropout=0.3, tie_embeddings="all"),
+    "transformer": dict(
+        arch="encoder_decoder",
+        stack=dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.1, norm="post"),
+        positional="sinusoidal",
+        embeddings=dict(tie="all"),
+    ),
+    "gru_bahdanau": dict(
+        arch="rnn",
+        rnn_cell="gru",
+        rnn_attention="bahdanau",
+        score="additive",
+        bidirectional=True,
+        d_model=512,
+        n_layers=1,
+        dropout=0.3,
+        tie_embeddings="all",
+    ),
+    "gru_fixed_context": dict(
+        arch="rnn",
+        rnn_cell="gru",
+        rnn_attention="none",
+        bidirectional=True,
+        d_model=512,
+        n_layers=1,
+        dropout=0.3,
+        tie_embeddings="all",
+    ),
 }
 REFERENCE = "transformer"
 
@@ -60,9 +81,16 @@ def greedy_run(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, preci
     return run
 
 
-def bench_models(lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400), models: tuple[str, ...] = tuple(MODELS),
-                 batch_tokens: int = 4096, decode_batch: int = 16, precision: str = "fp32", repeats: int = 3,
-                 seed: int = 0, device: torch.device = CPU) -> Iterator[dict]:
+def bench_models(
+    lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400),
+    models: tuple[str, ...] = tuple(MODELS),
+    batch_tokens: int = 4096,
+    decode_batch: int = 16,
+    precision: str = "fp32",
+    repeats: int = 3,
+    seed: int = 0,
+    device: torch.device = CPU,
+) -> Iterator[dict]:
     """Yield one record per (pass, length, model): tokens/s, with the Transformer as reference. At
     each length the models' training steps are timed in turn, then their decodings, on ``device``."""
     torch.manual_seed(seed)
@@ -71,18 +99,36 @@ def bench_models(lengths: tuple[int, ...] = (10, 25, 50, 100, 200, 400), models:
     for length in lengths:
         batch = random_pairs(max(1, batch_tokens // length), length, VOCAB, generator, device)
         src = random_pairs(decode_batch, length, VOCAB, generator, device).src  # (decode_batch, length + 1)
-        train = interleaved_medians({name: attnlab_step(model, batch, train_config(precision))
-                                     for name, model in built.items()}, repeats, warmup=1, device=device)
+        train = interleaved_medians(
+            {name: attnlab_step(model, batch, train_config(precision)) for name, model in built.items()},
+            repeats,
+            warmup=1,
+            device=device,
+        )
         for model in built.values():
             model.eval()
-        decode = interleaved_medians({name: greedy_run(model, src, length, precision)
-                                      for name, model in built.items()}, repeats, warmup=1, device=device)
-        tokens, seconds = {"train": batch.n_targets, "decode": decode_batch * length}, {"train": train, "decode": decode}
+        decode = interleaved_medians(
+            {name: greedy_run(model, src, length, precision) for name, model in built.items()},
+            repeats,
+            warmup=1,
+            device=device,
+        )
+        tokens, seconds = (
+            {"train": batch.n_targets, "decode": decode_batch * length},
+            {"train": train, "decode": decode},
+        )
         figures = {(kind, name): tokens[kind] / seconds[kind][name] for name in built for kind in ("train", "decode")}
         for (kind, name), value in figures.items():
-            record = {"name": kind, "model": name, "seq_len": length, "value": round(value, 1), "unit": "tokens/s",
-                      "batch": batch.tgt_in.shape[0] if kind == "train" else decode_batch, "precision": precision,
-                      **device_fields(device)}
+            record = {
+                "name": kind,
+                "model": name,
+                "seq_len": length,
+                "value": round(value, 1),
+                "unit": "tokens/s",
+                "batch": batch.tgt_in.shape[0] if kind == "train" else decode_batch,
+                "precision": precision,
+                **device_fields(device),
+            }
             if REFERENCE in models and name != REFERENCE:
                 record |= {"reference": REFERENCE, "ratio": round(value / figures[kind, REFERENCE], 3)}
             yield record

@@ -28,8 +28,9 @@ def exported(model: torch.nn.Module, inputs: dict[str, Tensor], out: Path) -> Pa
     """``model`` (a transformers BertModel, on the CPU) as an ONNX file under ``out``, called with
     ``inputs`` (keyword -> (B, T) ids), its outputs named as the model names them."""
     path = out / "model.onnx"
-    torch.onnx.export(model, (), path, kwargs=inputs, dynamo=True, output_names=OUTPUTS,
-                      verbose=False)  # no progress lines on stdout, where the records go
+    torch.onnx.export(
+        model, (), path, kwargs=inputs, dynamo=True, output_names=OUTPUTS, verbose=False
+    )  # no progress lines on stdout, where the records go
     return path
 
 
@@ -41,8 +42,9 @@ def last_hidden_state(model: torch.nn.Module, inputs: dict[str, Tensor]) -> Call
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = torch.get_num_threads(), 1
     with tempfile.TemporaryDirectory() as tmp:  # the session has read the model (and its weights' file) when built
-        session = onnxruntime.InferenceSession(str(exported(model, inputs, Path(tmp))), options,
-                                               providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(
+            str(exported(model, inputs, Path(tmp))), options, providers=["CPUExecutionProvider"]
+        )
     feed = {name: ids.numpy() for name, ids in inputs.items()}
     return lambda: torch.from_numpy(session.run(OUTPUTS[:1], feed)[0])
 

@@ -46,11 +46,12 @@ def attnlab_model(dropout: float = DROPOUT) -> nn.Module:
 
 
 class TorchTransformer(nn.Module):
-    def __init__(self, vocab_size: int, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float,
-                 max_len: int = 512) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float, max_len: int = 512
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=0)
-        nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)
         self.register_buffer("pe", sinusoid(torch.arange(max_len), d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
         self.transformer = nn.Transformer(d_model, n_heads, n_layers, n_layers, d_ff, dropout, batch_first=True)
@@ -62,9 +63,15 @@ class TorchTransformer(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=tgt_in.device)
         src_pad, tgt_pad = src == 0, tgt_in == 0
-        y = self.transformer(self._embed(src), self._embed(tgt_in), tgt_mask=causal, tgt_is_causal=True,
-                             src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
-                             memory_key_padding_mask=src_pad)
+        y = self.transformer(
+            self._embed(src),
+            self._embed(tgt_in),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+        )
         return F.linear(y, self.embed.weight)  # tied output projection
 
 
@@ -113,13 +120,28 @@ def marian(dropout: float) -> nn.Module | None:
     if (hf := transformers_or_none()) is None:
         return None
     config = hf.MarianConfig(
-        vocab_size=SHAPE["vocab_size"], decoder_vocab_size=SHAPE["vocab_size"], d_model=SHAPE["d_model"],
-        encoder_layers=SHAPE["n_layers"], decoder_layers=SHAPE["n_layers"],
-        encoder_attention_heads=SHAPE["n_heads"], decoder_attention_heads=SHAPE["n_heads"],
-        encoder_ffn_dim=SHAPE["d_ff"], decoder_ffn_dim=SHAPE["d_ff"], activation_function="relu",
-        dropout=dropout, attention_dropout=dropout, activation_dropout=0.0, max_position_embeddings=512,
-        scale_embedding=True, pad_token_id=0, eos_token_id=2, decoder_start_token_id=1, forced_eos_token_id=None,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
+        vocab_size=SHAPE["vocab_size"],
+        decoder_vocab_size=SHAPE["vocab_size"],
+        d_model=SHAPE["d_model"],
+        encoder_layers=SHAPE["n_layers"],
+        decoder_layers=SHAPE["n_layers"],
+        encoder_attention_heads=SHAPE["n_heads"],
+        decoder_attention_heads=SHAPE["n_heads"],
+        encoder_ffn_dim=SHAPE["d_ff"],
+        decoder_ffn_dim=SHAPE["d_ff"],
+        activation_function="relu",
+        dropout=dropout,
+        attention_dropout=dropout,
+        activation_dropout=0.0,
+        max_position_embeddings=512,
+        scale_embedding=True,
+        pad_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+    )
     return MarianWrapper(hf.MarianMTModel(config))
 
 
@@ -131,5 +153,6 @@ class MarianWrapper(nn.Module):
         self.hf = hf
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        return self.hf(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt_in,
-                       decoder_attention_mask=tgt_in != 0).logits
+        return self.hf(
+            input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt_in, decoder_attention_mask=tgt_in != 0
+        ).logits

@@ -82,23 +82,44 @@ class Shape:
 
     def flops(self, batch: int, seq_len: int) -> float:
         """Matrix-product FLOPs of one forward and backward (analysis/budget.py)."""
-        return budget_report(model_config(self.model), DataShape(vocab_size=self.vocab_size), seq_len,
-                             batch)["flops"]["forward_backward"]
+        return budget_report(model_config(self.model), DataShape(vocab_size=self.vocab_size), seq_len, batch)["flops"][
+            "forward_backward"
+        ]
 
 
 class GPT2Small(Shape):
     name, reference_name = "gpt2-small", "transformers.GPT2LMHeadModel"
     vocab_size = 50257
-    model = dict(arch="decoder_lm", stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
-                 dropout=0.1, activation="gelu", norm="pre", layer_norm_eps=1e-5), positional="learned", max_len=1024,
-                 embeddings=dict(tie="all", vocab_multiple=64))
+    model = dict(
+        arch="decoder_lm",
+        stack=dict(
+            d_model=768,
+            n_heads=12,
+            n_layers=12,
+            d_ff=3072,
+            dropout=0.1,
+            activation="gelu",
+            norm="pre",
+            layer_norm_eps=1e-5,
+        ),
+        positional="learned",
+        max_len=1024,
+        embeddings=dict(tie="all", vocab_multiple=64),
+    )
     batch, seq_len = 8, 1024
 
     def reference(self) -> nn.Module | None:
         if (hf := transformers_or_none()) is None:
             return None
-        config = hf.GPT2Config(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
-                               activation_function="gelu", attn_implementation="sdpa")
+        config = hf.GPT2Config(
+            vocab_size=50257,
+            n_positions=1024,
+            n_embd=768,
+            n_layer=12,
+            n_head=12,
+            activation_function="gelu",
+            attn_implementation="sdpa",
+        )
         return hf.GPT2LMHeadModel(config)
 
     def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> Batch:
@@ -112,8 +133,13 @@ class GPT2Small(Shape):
 class TransformerBase(Shape):
     name, reference_name = "transformer-base", "torch.nn.Transformer"
     vocab_size = 32000
-    model = dict(arch="encoder_decoder", stack=dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048,
-                 dropout=0.1, norm="post"), positional="sinusoidal", embeddings=dict(tie="all"), max_len=512)
+    model = dict(
+        arch="encoder_decoder",
+        stack=dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, norm="post"),
+        positional="sinusoidal",
+        embeddings=dict(tie="all"),
+        max_len=512,
+    )
     batch, seq_len, label_smoothing, hf_reference = 384, 64, 0.1, False
 
     def reference(self) -> nn.Module:
@@ -130,9 +156,23 @@ class TransformerBase(Shape):
 class BertBase(Shape):
     name, reference_name = "bert-base", "transformers.BertForMaskedLM"
     vocab_size = 30522
-    model = dict(arch="encoder_only", stack=dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072,
-                 dropout=0.1, activation="gelu", norm="post", layer_norm_eps=1e-12), positional="learned", max_len=512,
-                 embeddings=dict(kind="normed", tie="output", vocab_multiple=64), n_segments=2)
+    model = dict(
+        arch="encoder_only",
+        stack=dict(
+            d_model=768,
+            n_heads=12,
+            n_layers=12,
+            d_ff=3072,
+            dropout=0.1,
+            activation="gelu",
+            norm="post",
+            layer_norm_eps=1e-12,
+        ),
+        positional="learned",
+        max_len=512,
+        embeddings=dict(kind="normed", tie="output", vocab_multiple=64),
+        n_segments=2,
+    )
     batch, seq_len = 64, 128
 
     def reference(self) -> nn.Module | None:
@@ -142,8 +182,9 @@ class BertBase(Shape):
 
     def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> MLMBatch:
         ids = torch.randint(5, self.vocab_size, (batch, seq_len), generator=generator)
-        return mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), MaskedLMConfig(train="-"),
-                           self.vocab_size, generator)
+        return mask_tokens(
+            ids, torch.ones_like(ids, dtype=torch.bool), MaskedLMConfig(train="-"), self.vocab_size, generator
+        )
 
     def reference_loss(self, model: nn.Module, batch: MLMBatch) -> Tensor:
         return cross_entropy(model(input_ids=batch.inputs).logits, batch.targets)
@@ -159,8 +200,16 @@ SHAPES: dict[str, Shape] = {shape.name: shape() for shape in (GPT2Small, Transfo
 def shape_train_config(shape: Shape, precision: str) -> TrainConfig:
     """Both sides' training settings: AdamW (weight decay 0.1 on matrices) at a constant 1e-4, clipping
     at 1, the shape's label smoothing."""
-    return TrainConfig(optimizer="adamw", lr_schedule="constant", lr=1e-4, warmup_steps=1, weight_decay=0.1,
-                       label_smoothing=shape.label_smoothing, clip_norm=1.0, precision=precision)
+    return TrainConfig(
+        optimizer="adamw",
+        lr_schedule="constant",
+        lr=1e-4,
+        warmup_steps=1,
+        weight_decay=0.1,
+        label_smoothing=shape.label_smoothing,
+        clip_norm=1.0,
+        precision=precision,
+    )
 
 
 def peak_memory(step: TrainingStep, device: torch.device) -> float | None:
@@ -173,9 +222,17 @@ def peak_memory(step: TrainingStep, device: torch.device) -> float | None:
     return round((allocated + step.state_bytes()) / 2**20, 1)
 
 
-def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = None, precision: str = "bf16",
-                compile: bool | str = False, repeats: int = 10, with_hf: bool = True, seed: int = 0,
-                device: torch.device = CPU) -> Iterator[dict]:
+def bench_shape(
+    shape: Shape,
+    batch: int | None = None,
+    seq_len: int | None = None,
+    precision: str = "bf16",
+    compile: bool | str = False,
+    repeats: int = 10,
+    with_hf: bool = True,
+    seed: int = 0,
+    device: torch.device = CPU,
+) -> Iterator[dict]:
     """The GEMM peak of ``precision`` on ``device``, then attnlab's tokens/s at ``shape`` against its
     reference (ratio, both MFUs, both peak memories), then attnlab's MFU against the measured and
     the published peak."""
@@ -191,42 +248,70 @@ def bench_shape(shape: Shape, batch: int | None = None, seq_len: int | None = No
     graphs = compile == GRAPHS  # both sides in Inductor's reduce-overhead mode, as train.compile: graphs
     skipped = inductor_counters()["cudagraph_skips"] if graphs else 0
     objective = compiled(shape.objective, graphs) if compile else shape.objective  # as `attnlab train` compiles
-    reference_loss = (torch.compile(shape.reference_loss, mode="reduce-overhead" if graphs else "default")
-                      if compile else shape.reference_loss)  # its loss too
-    steps = {name: attnlab_step(model, data, cfg, objective) if name == "attnlab"
-             else reference_step(model, cfg, lambda m=model: reference_loss(m, data))
-             for name, model in models.items()}
+    reference_loss = (
+        torch.compile(shape.reference_loss, mode="reduce-overhead" if graphs else "default")
+        if compile
+        else shape.reference_loss
+    )  # its loss too
+    steps = {
+        name: attnlab_step(model, data, cfg, objective)
+        if name == "attnlab"
+        else reference_step(model, cfg, lambda m=model: reference_loss(m, data))
+        for name, model in models.items()
+    }
     gemm_call, gemm_flops = gemm(precision, device)
     calls = CALLS_PER_SAMPLE.get(device.type, 1)
     seconds = interleaved_medians(steps | {"gemm": gemm_call}, repeats, device=device, calls=calls)
     peak = gemm_flops / seconds.pop("gemm")
     published = published_bf16_peak(device)
     flops = shape.flops(batch, seq_len)
-    where = device_fields(device) | {"shape": shape.name, "batch": batch, "seq_len": seq_len, "precision": precision,
-                                     "compiled": compile, "steps_per_sample": calls}
+    where = device_fields(device) | {
+        "shape": shape.name,
+        "batch": batch,
+        "seq_len": seq_len,
+        "precision": precision,
+        "compiled": compile,
+        "steps_per_sample": calls,
+    }
     yield {"name": f"gemm_peak_{precision}", "value": round(peak / 1e9, 1), "unit": "GFLOP/s"} | where
     # replayed graphs keep their activations in one pool that both sides' graphs share: not a side's own
     memory = {name: None if graphs else peak_memory(step, device) for name, step in steps.items()}
     ours = tokens / seconds["attnlab"]
-    record = {"name": f"train_{shape.name}", "value": round(ours, 1), "unit": "tokens/s",
-              "mfu": round(mfu(flops, seconds["attnlab"], peak), 4), "peak_memory_mib": memory["attnlab"]}
+    record = {
+        "name": f"train_{shape.name}",
+        "value": round(ours, 1),
+        "unit": "tokens/s",
+        "mfu": round(mfu(flops, seconds["attnlab"], peak), 4),
+        "peak_memory_mib": memory["attnlab"],
+    }
     if reference is not None:
         theirs = tokens / seconds[shape.reference_name]
-        record |= {"reference": shape.reference_name, "reference_value": round(theirs, 1),
-                   "ratio": round(ours / theirs, 3), "reference_mfu": round(mfu(flops, seconds[shape.reference_name],
-                                                                               peak), 4),
-                   "reference_peak_memory_mib": memory[shape.reference_name]}
+        record |= {
+            "reference": shape.reference_name,
+            "reference_value": round(theirs, 1),
+            "ratio": round(ours / theirs, 3),
+            "reference_mfu": round(mfu(flops, seconds[shape.reference_name], peak), 4),
+            "reference_peak_memory_mib": memory[shape.reference_name],
+        }
     else:
-        record |= {"reference": shape.reference_name,
-                   "skipped_reference": "--no-hf" if not with_hf else TRANSFORMERS_MISSING}
+        record |= {
+            "reference": shape.reference_name,
+            "skipped_reference": "--no-hf" if not with_hf else TRANSFORMERS_MISSING,
+        }
     if graphs:  # where Inductor could not record a graph it ran the compiled kernels instead: this counts those
         record["cudagraph_skips"] = inductor_counters()["cudagraph_skips"] - skipped
     yield record | where
-    yield {"name": f"train_{shape.name}_mfu", "value": record["mfu"], "unit": f"fraction of the {precision} GEMM peak",
-           "achieved_gflops": round(flops / seconds["attnlab"] / 1e9, 1), "peak_gflops": round(peak / 1e9, 1),
-           "published_bf16_peak_gflops": None if published is None else round(published / 1e9, 1),
-           "mfu_of_published_bf16_peak": None if published is None else round(flops / seconds["attnlab"] / published, 4),
-           "flops_per_step": flops, "tokens_per_step": tokens} | where
+    yield {
+        "name": f"train_{shape.name}_mfu",
+        "value": record["mfu"],
+        "unit": f"fraction of the {precision} GEMM peak",
+        "achieved_gflops": round(flops / seconds["attnlab"] / 1e9, 1),
+        "peak_gflops": round(peak / 1e9, 1),
+        "published_bf16_peak_gflops": None if published is None else round(published / 1e9, 1),
+        "mfu_of_published_bf16_peak": None if published is None else round(flops / seconds["attnlab"] / published, 4),
+        "flops_per_step": flops,
+        "tokens_per_step": tokens,
+    } | where
 
 
 def check_shape_sizes(shape: Shape, batch: int | None, seq_len: int | None) -> str | None:

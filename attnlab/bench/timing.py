@@ -42,8 +42,9 @@ def timed(fn: Callable[[], object], device: torch.device = CPU) -> tuple[float, 
     return time.perf_counter() - start, result
 
 
-def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 2,
-                        device: torch.device = CPU, calls: int = 1) -> dict[str, float]:
+def interleaved_medians(
+    steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 2, device: torch.device = CPU, calls: int = 1
+) -> dict[str, float]:
     """Median seconds per call of each function, calling them in turn ``repeats`` times (after
     ``warmup`` untimed calls each), on ``device``. Each timed sample is ``calls`` calls in a row
     between two synchronisations, as a training loop runs its steps: on a GPU the host queues call
@@ -64,8 +65,9 @@ def interleaved_medians(steps: dict[str, Callable[[], None]], repeats: int, warm
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def random_pairs(n_pairs: int, length: int, vocab: int, generator: torch.Generator,
-                 device: torch.device = CPU) -> Batch:
+def random_pairs(
+    n_pairs: int, length: int, vocab: int, generator: torch.Generator, device: torch.device = CPU
+) -> Batch:
     """``n_pairs`` pairs of ``length`` random ids (never a special token), collated as sources +
     EOS and BOS + targets, on ``device`` (drawn on the CPU, so that a seed gives the same ids
     everywhere)."""

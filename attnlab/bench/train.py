@@ -77,8 +77,9 @@ def random_batch(seed: int = 0, device: torch.device = CPU) -> Batch:
 
 def train_config(precision: str) -> TrainConfig:
     """The benchmarks' training settings: Adam at a constant 1e-3, label smoothing 0.1, clipping at 1."""
-    return TrainConfig(lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.1, clip_norm=1.0,
-                       precision=precision)
+    return TrainConfig(
+        lr_schedule="constant", lr=1e-3, warmup_steps=1, label_smoothing=0.1, clip_norm=1.0, precision=precision
+    )
 
 
 class TrainingStep:
@@ -95,28 +96,32 @@ class TrainingStep:
     def state_bytes(self) -> int:
         """Bytes of the weights, buffers and optimizer state, each storage once (a tied table is one)."""
         moments = (t for state in self.optimizer.state.values() for t in state.values() if torch.is_tensor(t))
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                    for t in (*self.model.parameters(), *self.model.buffers(), *moments)}
+        storages = {
+            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for t in (*self.model.parameters(), *self.model.buffers(), *moments)
+        }
         return sum(storages.values())
 
 
-def attnlab_step(model: nn.Module, batch, cfg: TrainConfig, objective: Objective = teacher_forced_loss
-                 ) -> TrainingStep:
+def attnlab_step(model: nn.Module, batch, cfg: TrainConfig, objective: Objective = teacher_forced_loss) -> TrainingStep:
     """One call = one step of attnlab's own train_step (what `attnlab train` runs) under ``cfg``, with
     the task's ``objective`` and autocast on the device the model is on (the batch must be there too)."""
     optimizer = make_optimizer(model, cfg)
-    scheduler = make_scheduler(optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
-                                                        cfg.min_lr, 1))
+    scheduler = make_scheduler(
+        optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr, 1)
+    )
     amp = autocast(cfg.precision, next(model.parameters()).device)
-    return TrainingStep(model, optimizer,
-                        lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp, objective=objective))
+    return TrainingStep(
+        model, optimizer, lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp, objective=objective)
+    )
 
 
 def cross_entropy(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """A reference's loss: (B, T, V) logits, (B, T) targets with PAD where none -> the mean
     (label-smoothed) cross-entropy, in float32."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=PAD,
-                           label_smoothing=label_smoothing)
+    return F.cross_entropy(
+        logits.float().flatten(0, 1), targets.flatten(), ignore_index=PAD, label_smoothing=label_smoothing
+    )
 
 
 def reference_step(model: nn.Module, cfg: TrainConfig, loss: Callable[[], Tensor]) -> TrainingStep:
@@ -137,8 +142,13 @@ def reference_step(model: nn.Module, cfg: TrainConfig, loss: Callable[[], Tensor
     return TrainingStep(model, optimizer, step)
 
 
-def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 10, with_hf: bool = True,
-                seed: int = 0, device: torch.device = CPU) -> Iterator[dict]:
+def bench_train(
+    precisions: tuple[str, ...] = ("fp32", "bf16"),
+    repeats: int = 10,
+    with_hf: bool = True,
+    seed: int = 0,
+    device: torch.device = CPU,
+) -> Iterator[dict]:
     """Per precision: the GEMM peak, attnlab's tokens/s against each reference (with both MFUs),
     and attnlab's MFU; every record names the device."""
     torch.manual_seed(seed)
@@ -153,27 +163,49 @@ def bench_train(precisions: tuple[str, ...] = ("fp32", "bf16"), repeats: int = 1
             models["transformers.MarianMTModel"] = hf
         models = {name: model.to(device) for name, model in models.items()}
         cfg = train_config(precision)
-        steps = {name: attnlab_step(model, batch, cfg) if name == "attnlab" else
-                 reference_step(model, cfg, lambda m=model: cross_entropy(m(batch.src, batch.tgt_in), batch.tgt_out,
-                                                                          cfg.label_smoothing))
-                 for name, model in models.items()}
+        steps = {
+            name: attnlab_step(model, batch, cfg)
+            if name == "attnlab"
+            else reference_step(
+                model,
+                cfg,
+                lambda m=model: cross_entropy(m(batch.src, batch.tgt_in), batch.tgt_out, cfg.label_smoothing),
+            )
+            for name, model in models.items()
+        }
         steps["gemm"], gemm_flops = gemm(precision, device)
         seconds = interleaved_medians(steps, repeats, device=device)
         peak = gemm_flops / seconds.pop("gemm")
-        yield {"name": f"gemm_peak_{precision}", "value": round(peak / 1e9, 1), "unit": "GFLOP/s",
-               "gemm_size": GEMM_SIZE[device.type]} | where
+        yield {
+            "name": f"gemm_peak_{precision}",
+            "value": round(peak / 1e9, 1),
+            "unit": "GFLOP/s",
+            "gemm_size": GEMM_SIZE[device.type],
+        } | where
         ours = tokens / seconds["attnlab"]
         ours_mfu = round(mfu(flops, seconds["attnlab"], peak), 4)
         name = f"train_{precision}"
         for reference in models:
             if reference != "attnlab":
                 theirs = tokens / seconds[reference]
-                yield {"name": name, "value": round(ours, 1), "unit": "tokens/s", "reference": reference,
-                       "reference_value": round(theirs, 1), "ratio": round(ours / theirs, 3), "mfu": ours_mfu,
-                       "reference_mfu": round(mfu(flops, seconds[reference], peak), 4)} | where
-        yield {"name": f"{name}_mfu", "value": ours_mfu, "unit": f"fraction of the {precision} GEMM peak",
-               "achieved_gflops": round(flops / seconds["attnlab"] / 1e9, 1), "peak_gflops": round(peak / 1e9, 1),
-               "flops_per_step": flops, "tokens_per_step": tokens} | where
+                yield {
+                    "name": name,
+                    "value": round(ours, 1),
+                    "unit": "tokens/s",
+                    "reference": reference,
+                    "reference_value": round(theirs, 1),
+                    "ratio": round(ours / theirs, 3),
+                    "mfu": ours_mfu,
+                    "reference_mfu": round(mfu(flops, seconds[reference], peak), 4),
+                } | where
+        yield {
+            "name": f"{name}_mfu",
+            "value": ours_mfu,
+            "unit": f"fraction of the {precision} GEMM peak",
+            "achieved_gflops": round(flops / seconds["attnlab"] / 1e9, 1),
+            "peak_gflops": round(peak / 1e9, 1),
+            "flops_per_step": flops,
+            "tokens_per_step": tokens,
+        } | where
         if hf is None and with_hf:
-            yield {"name": name, "reference": "transformers.MarianMTModel",
-                   "skipped": TRANSFORMERS_MISSING} | where
+            yield {"name": name, "reference": "transformers.MarianMTModel", "skipped": TRANSFORMERS_MISSING} | where

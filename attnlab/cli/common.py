@@ -56,14 +56,19 @@ def check_task_serves(args: argparse.Namespace):
     task = RunDir(args.run_dir).read_config()[1].task
     if args.command not in task.commands:
         serving = [name for name, t in TASKS.items() if args.command in t.commands]
-        raise UsageError(f"{args.run_dir} is a run of data.task '{task.name}'; `attnlab {args.command}` needs data.task "
-                         f"{' or '.join(map(repr, serving))} (this run's commands: {', '.join(task.commands)})")
+        raise UsageError(
+            f"{args.run_dir} is a run of data.task '{task.name}'; `attnlab {args.command}` needs data.task "
+            f"{' or '.join(map(repr, serving))} (this run's commands: {', '.join(task.commands)})"
+        )
     return task
 
 
 def add_device_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto",
-                        help="where the model runs: auto (the GPU when there is one; default), cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="where the model runs: auto (the GPU when there is one; default), cpu, cuda or cuda:N",
+    )
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
@@ -77,19 +82,27 @@ def add_run_dir_args(p: argparse.ArgumentParser) -> None:
     add_checkpoint_args(p)
     add_device_option(p)
 
+
 def add_kv_cache_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kv-cache", default="auto", metavar="auto|dynamic|static|graph|compiled",
-                   help="the cache of keys and values: auto (graph on a GPU where the model allows, else dynamic), "
-                        "dynamic, static (preallocated), graph (static, the step replayed as a CUDA graph) or compiled "
-                        "(static, the step compiled by torch.compile: faster at batch 1 on a CPU after a compilation "
-                        "of about a minute); the same output each way")
+    p.add_argument(
+        "--kv-cache",
+        default="auto",
+        metavar="auto|dynamic|static|graph|compiled",
+        help="the cache of keys and values: auto (graph on a GPU where the model allows, else dynamic), "
+        "dynamic, static (preallocated), graph (static, the step replayed as a CUDA graph) or compiled "
+        "(static, the step compiled by torch.compile: faster at batch 1 on a CPU after a compilation "
+        "of about a minute); the same output each way",
+    )
 
 
 def add_weights_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--weights", choices=("fp32", "bf16", "int8"),
-                   help="decode with the weights as trained (fp32), in bfloat16, or with int8 linear layers but "
-                        "the output projection (dynamic per-channel quantisation, CPU only); default: the run's own "
-                        "(fp32, or those of a run written by `attnlab export`)")
+    p.add_argument(
+        "--weights",
+        choices=("fp32", "bf16", "int8"),
+        help="decode with the weights as trained (fp32), in bfloat16, or with int8 linear layers but "
+        "the output projection (dynamic per-channel quantisation, CPU only); default: the run's own "
+        "(fp32, or those of a run written by `attnlab export`)",
+    )
 
 
 def add_search_args(p: argparse.ArgumentParser, weights: bool = True) -> None:
@@ -120,10 +133,15 @@ def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
     check_task_serves(args)
     model, tokenizers, cfg = load_run(args.run_dir, args.checkpoint, device)
     if any(getattr(cfg.capabilities, name) != value for name, value in needs.items()):
-        fits = [name for name, family in FAMILIES.items()
-                if all(getattr(family.capabilities, k) == v for k, v in needs.items())]
-        raise UsageError(f"{args.run_dir} holds a model of arch '{cfg.arch}'; `attnlab {args.command}` needs "
-                         f"{' or '.join(map(repr, fits))}")
+        fits = [
+            name
+            for name, family in FAMILIES.items()
+            if all(getattr(family.capabilities, k) == v for k, v in needs.items())
+        ]
+        raise UsageError(
+            f"{args.run_dir} holds a model of arch '{cfg.arch}'; `attnlab {args.command}` needs "
+            f"{' or '.join(map(repr, fits))}"
+        )
     limit = getattr(cfg, "max_len", None)  # a family without the field has no such limit
     if limit is not None and (getattr(args, "max_len", None) or 0) > limit:
         raise UsageError(f"--max-len {args.max_len} is beyond the model's max_len ({limit} positions)")
@@ -156,12 +174,19 @@ def check_kv_cache(args: argparse.Namespace, model) -> None:
 
 def add_mask_predict_args(p: argparse.ArgumentParser) -> None:
     """Mask-predict's options (runs whose model reads masked targets); --beam's default then depends on the run."""
-    p.add_argument("--iterations", type=int, metavar="T",
-                   help="mask-predict runs (arch cmlm): its passes, re-masking the least sure tokens (default 10, as "
-                        "the paper)")
-    p.add_argument("--length-beam", type=int, metavar="L",
-                   help="mask-predict runs (arch cmlm): the L most likely target lengths decoded per sentence "
-                        "(default 5, as the paper)")
+    p.add_argument(
+        "--iterations",
+        type=int,
+        metavar="T",
+        help="mask-predict runs (arch cmlm): its passes, re-masking the least sure tokens (default 10, as the paper)",
+    )
+    p.add_argument(
+        "--length-beam",
+        type=int,
+        metavar="L",
+        help="mask-predict runs (arch cmlm): the L most likely target lengths decoded per sentence "
+        "(default 5, as the paper)",
+    )
     p.set_defaults(beam=None)  # None: not given (4 for a left-to-right run; refused for a mask-predict run)
 
 
@@ -206,9 +231,16 @@ def _sample_of(args: argparse.Namespace):
 
     from attnlab.decode.spec import Sample
 
-    seed = args.seed if args.seed is not None else secrets.randbelow(2 ** 31)
-    return Sample(max_len=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                  seed=seed, stop_at_eos=False, kv_cache=args.kv_cache)
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    return Sample(
+        max_len=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=seed,
+        stop_at_eos=False,
+        kv_cache=args.kv_cache,
+    )
 
 
 def _masked_arch(args: argparse.Namespace) -> str | None:
@@ -223,8 +255,10 @@ def _masked_arch(args: argparse.Namespace) -> str | None:
     masked = [name for name, family in FAMILIES.items() if family.capabilities.inputs is Inputs.MASKED_TOKENS]
     for option, value in (("--iterations", args.iterations), ("--length-beam", args.length_beam)):
         if value is not None:
-            raise UsageError(f"{option} is mask-predict's, for runs of arch {' or '.join(map(repr, masked))}; "
-                             f"{args.run_dir} holds arch '{cfg.arch}', decoded left to right (--beam)")
+            raise UsageError(
+                f"{option} is mask-predict's, for runs of arch {' or '.join(map(repr, masked))}; "
+                f"{args.run_dir} holds arch '{cfg.arch}', decoded left to right (--beam)"
+            )
     return None
 
 
@@ -232,17 +266,27 @@ def _mask_predict_of(args: argparse.Namespace, arch: str, shared: dict):
     """Mask-predict's settings from --iterations and --length-beam; left-to-right options refused in one line."""
     from attnlab.decode.spec import MaskPredict
 
-    left_to_right = {"--beam": args.beam is not None, "--nbest": getattr(args, "nbest", 1) != 1,
-                     "--draft": getattr(args, "draft", None) is not None,
-                     "--min-len": bool(getattr(args, "min_len", 0)),
-                     "--max-len": getattr(args, "max_len", None) is not None, "--no-cache": args.no_cache,
-                     "--kv-cache": args.kv_cache != "auto", "--oracle-length": getattr(args, "oracle_length", False)}
+    left_to_right = {
+        "--beam": args.beam is not None,
+        "--nbest": getattr(args, "nbest", 1) != 1,
+        "--draft": getattr(args, "draft", None) is not None,
+        "--min-len": bool(getattr(args, "min_len", 0)),
+        "--max-len": getattr(args, "max_len", None) is not None,
+        "--no-cache": args.no_cache,
+        "--kv-cache": args.kv_cache != "auto",
+        "--oracle-length": getattr(args, "oracle_length", False),
+    }
     given = [option for option, is_given in left_to_right.items() if is_given]
     if given:
-        raise UsageError(f"{given[0]} is for left-to-right search; {args.run_dir} holds arch '{arch}', decoded by "
-                         f"mask-predict: give --iterations and --length-beam")
-    return MaskPredict(iterations=10 if args.iterations is None else args.iterations,
-                       length_beam=5 if args.length_beam is None else args.length_beam, **shared)
+        raise UsageError(
+            f"{given[0]} is for left-to-right search; {args.run_dir} holds arch '{arch}', decoded by "
+            f"mask-predict: give --iterations and --length-beam"
+        )
+    return MaskPredict(
+        iterations=10 if args.iterations is None else args.iterations,
+        length_beam=5 if args.length_beam is None else args.length_beam,
+        **shared,
+    )
 
 
 def check_beam(args: argparse.Namespace) -> None:

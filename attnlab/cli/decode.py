@@ -52,8 +52,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
         print(_speculation_line(search), file=sys.stderr)
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
     if sum(unknown):
-        print(f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as "
-              f"<unk>", file=sys.stderr)
+        print(
+            f"note: {sum(unknown)} unknown source tokens in {sum(n > 0 for n in unknown)} lines were read as <unk>",
+            file=sys.stderr,
+        )
     if args.nbest == 1:
         text = "".join(hyps[0][0] + "\n" for hyps in results)
     else:  # n-best lines: sentence index ||| hypothesis ||| score
@@ -76,12 +78,17 @@ def cmd_generate(args: argparse.Namespace) -> None:
     if not prompt_ids:
         raise UsageError("--prompt is empty after tokenisation; give at least one known token")
     if prompt_ids.count(UNK):  # as translate notes them
-        print(f"note: {prompt_ids.count(UNK)} unknown prompt token{'s' * (prompt_ids.count(UNK) != 1)} "
-              f"{'were' if prompt_ids.count(UNK) != 1 else 'was'} read as <unk>", file=sys.stderr)
+        print(
+            f"note: {prompt_ids.count(UNK)} unknown prompt token{'s' * (prompt_ids.count(UNK) != 1)} "
+            f"{'were' if prompt_ids.count(UNK) != 1 else 'was'} read as <unk>",
+            file=sys.stderr,
+        )
     positions = model.embed.positional.max_positions
     if positions is not None and len(prompt_ids) > positions:
-        print(f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} "
-              f"(its max_len)", file=sys.stderr)
+        print(
+            f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} (its max_len)",
+            file=sys.stderr,
+        )
     prompt = torch.tensor([prompt_ids] * args.num_samples, device=next(model.parameters()).device)
     if args.seed is None:
         seed = (search.sampling if args.draft is not None else search).seed
@@ -102,18 +109,24 @@ def _check_heads(args: argparse.Namespace, model) -> None:
     Returns the draft model: None, the model itself."""
     heads = len(getattr(model, "heads", ()))
     if heads == 0:
-        raise UsageError(f"--draft heads: {args.run_dir} has no multi-token heads (model.multi_token_heads is 0); "
-                         f"train one with --set model.multi_token_heads=K, or give a draft run")
+        raise UsageError(
+            f"--draft heads: {args.run_dir} has no multi-token heads (model.multi_token_heads is 0); "
+            f"train one with --set model.multi_token_heads=K, or give a draft run"
+        )
     if args.speculate > heads:
-        raise UsageError(f"--speculate {args.speculate}: {args.run_dir} has {heads} multi-token heads, so its own draft "
-                         f"proposes at most {heads} tokens a pass")
+        raise UsageError(
+            f"--speculate {args.speculate}: {args.run_dir} has {heads} multi-token heads, so its own draft "
+            f"proposes at most {heads} tokens a pass"
+        )
     return None
 
 
 def _speculation_line(search) -> str:
     stats = search.stats
-    return (f"speculative decoding, k {search.k}: {stats.accepted} of {stats.proposed} draft tokens accepted "
-            f"({stats.acceptance_rate:.1%}), {stats.tokens_per_pass:.2f} tokens per pass of the target")
+    return (
+        f"speculative decoding, k {search.k}: {stats.accepted} of {stats.proposed} draft tokens accepted "
+        f"({stats.acceptance_rate:.1%}), {stats.tokens_per_pass:.2f} tokens per pass of the target"
+    )
 
 
 def _with_draft(args: argparse.Namespace, search, model, tokenizers, prompt):
@@ -124,11 +137,15 @@ def _with_draft(args: argparse.Namespace, search, model, tokenizers, prompt):
     from attnlab.decode.speculative import OWN_HEADS
     from attnlab.runs.checkpoint import load_draft
 
-    draft = load_draft(args.draft, model, tokenizers, GENERATES) if args.draft != OWN_HEADS else _check_heads(args, model)
+    draft = (
+        load_draft(args.draft, model, tokenizers, GENERATES) if args.draft != OWN_HEADS else _check_heads(args, model)
+    )
     limits = [p for p in (m.embed.positional.max_positions for m in (model, draft) if m is not None) if p is not None]
     if limits and prompt.shape[1] + args.max_new_tokens > min(limits):
-        raise UsageError(f"--draft: speculative decoding stops at the models' positions ({min(limits)}); with this "
-                         f"prompt ask for at most {max(0, min(limits) - prompt.shape[1])} new tokens")
+        raise UsageError(
+            f"--draft: speculative decoding stops at the models' positions ({min(limits)}); with this "
+            f"prompt ask for at most {max(0, min(limits) - prompt.shape[1])} new tokens"
+        )
     return replace(search, draft=draft)
 
 
@@ -144,16 +161,20 @@ def cmd_predict(args: argparse.Namespace) -> None:
     device_of(args)  # refused before any reading
     task = check_task_serves(args)
     if not isinstance(task, Predicts):
-        raise UsageError(f"{args.run_dir} is a run of data.task '{task.name}', which lists `predict` among its "
-                         f"commands but predicts no classes (it has no predict, class_names and predict_options)")
+        raise UsageError(
+            f"{args.run_dir} is a run of data.task '{task.name}', which lists `predict` among its "
+            f"commands but predicts no classes (it has no predict, class_names and predict_options)"
+        )
     model, _, _ = load_run_for(args, {})
     run = RunDir(args.run_dir)
     options = {name: getattr(args, name) for name in ("labels", "prompts") if getattr(args, name) is not None}
     for name in options:
         if name not in task.predict_options:
             takers = [t.name for t in TASKS.values() if name in getattr(t, "predict_options", ())]
-            raise UsageError(f"--{name} is for runs of data.task {' or '.join(map(repr, takers))}; {args.run_dir} is a "
-                             f"run of data.task '{task.name}'")
+            raise UsageError(
+                f"--{name} is for runs of data.task {' or '.join(map(repr, takers))}; {args.run_dir} is a "
+                f"run of data.task '{task.name}'"
+            )
     labels = task.class_names(run, **options)
     out = []
     for name, p in task.predict(model, run, args.inputs, args.input, args.batch_size, **options):
@@ -162,8 +183,11 @@ def cmd_predict(args: argparse.Namespace) -> None:
             continue
         best = max(range(len(p)), key=p.__getitem__)
         named = {"input": name} if name is not None else {}
-        out.append(json.dumps(named | {"label": labels[best], "probabilities": dict(zip(labels, p))}) + "\n"
-                   if args.json else "".join(f"{field}\t" for field in named.values()) + f"{labels[best]}\t{p[best]:.4f}\n")
+        out.append(
+            json.dumps(named | {"label": labels[best], "probabilities": dict(zip(labels, p))}) + "\n"
+            if args.json
+            else "".join(f"{field}\t" for field in named.values()) + f"{labels[best]}\t{p[best]:.4f}\n"
+        )
     write_output(args.output, "".join(out), args.force)
 
 
@@ -176,8 +200,10 @@ def cmd_fill_mask(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-k must be between 1 and 1000 (got {args.top_k})")
     model, tokenizers, _ = load_run_for(args, {})
     if any(name.startswith("mlm_head.") for name in untrained_of(RunDir(args.run_dir), model)):
-        raise UsageError(f"{args.run_dir}: its masked-LM head was never trained (imported without one, as a "
-                         f"Hugging Face BertModel is); fill-mask needs a run trained or imported with it")
+        raise UsageError(
+            f"{args.run_dir}: its masked-LM head was never trained (imported without one, as a "
+            f"Hugging Face BertModel is); fill-mask needs a run trained or imported with it"
+        )
     fillers = fill_mask(model, tokenizers["src"], args.text, args.top_k)
     if args.json:
         print(json.dumps([[{"token": token, "probability": p} for token, p in row] for row in fillers]))
@@ -188,52 +214,74 @@ def cmd_fill_mask(args: argparse.Namespace) -> None:
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `translate, generate, predict, caption and fill-mask` to the command line."""
+
     def draft_options(p: argparse.ArgumentParser, keeps: str) -> None:
-        p.add_argument("--draft", metavar="RUN|heads",
-                       help=f"speculative decoding: a smaller run with the same tokenizers proposes tokens that this "
-                            f"model checks in one pass, or 'heads', the model's own multi-token heads (a run "
-                            f"directory named heads: ./heads); {keeps}")
-        p.add_argument("--speculate", type=int, default=4, metavar="K",
-                       help="with --draft: tokens the draft proposes per pass of the model (default 4)")
+        p.add_argument(
+            "--draft",
+            metavar="RUN|heads",
+            help=f"speculative decoding: a smaller run with the same tokenizers proposes tokens that this "
+            f"model checks in one pass, or 'heads', the model's own multi-token heads (a run "
+            f"directory named heads: ./heads); {keeps}",
+        )
+        p.add_argument(
+            "--speculate",
+            type=int,
+            default=4,
+            metavar="K",
+            help="with --draft: tokens the draft proposes per pass of the model (default 4)",
+        )
 
     translate = sub.add_parser("translate", help="translate lines of text (stdin to stdout by default)")
     add_run_dir_args(translate)
     add_search_args(translate)
     add_mask_predict_args(translate)
     draft_options(translate, "greedy (--beam 1), and the same output as greedy decoding")
-    translate.add_argument("--nbest", type=int, default=1, help="print the K best per sentence: index ||| hypothesis ||| score")
+    translate.add_argument(
+        "--nbest", type=int, default=1, help="print the K best per sentence: index ||| hypothesis ||| score"
+    )
     translate.add_argument("--input", help="source file, one sentence per line (default: stdin)")
     translate.add_argument("--output", help="output file (default: stdout)")
     translate.add_argument("--force", action="store_true", help="overwrite an existing --output")
     translate.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     translate.add_argument("--max-len", type=int, help="most output tokens (default: source length + 50)")
     translate.add_argument("--min-len", type=int, default=0, help="fewest output tokens before EOS (default 0)")
-    translate.add_argument("--truncate", action="store_true",
-                           help="cut source lines longer than the model's max_len (default: refuse them)")
+    translate.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut source lines longer than the model's max_len (default: refuse them)",
+    )
     translate.set_defaults(func=cmd_translate)
 
     generate = sub.add_parser("generate", help="sample text from a language model")
     add_run_dir_args(generate)
     generate.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    generate.add_argument("--max-new-tokens", type=int, default=200, help="tokens to sample after the prompt "
-                                                                         "(default 200)")
-    generate.add_argument("--temperature", type=float, default=1.0,
-                          help="divide the logits by T before sampling: below 1 is surer, above 1 more varied "
-                               "(default 1)")
-    generate.add_argument("--top-k", type=int, help="sample among the K most likely tokens (0: no limit, as "
-                                                     "without it)")
+    generate.add_argument(
+        "--max-new-tokens", type=int, default=200, help="tokens to sample after the prompt (default 200)"
+    )
+    generate.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="divide the logits by T before sampling: below 1 is surer, above 1 more varied (default 1)",
+    )
+    generate.add_argument(
+        "--top-k", type=int, help="sample among the K most likely tokens (0: no limit, as without it)"
+    )
     generate.add_argument("--top-p", type=float, help="sample from the smallest set of probability >= P")
-    generate.add_argument("--seed", type=int,
-                          help="random seed: the same seed gives the same text (default: a new one each time, "
-                               "printed on stderr)")
+    generate.add_argument(
+        "--seed",
+        type=int,
+        help="random seed: the same seed gives the same text (default: a new one each time, printed on stderr)",
+    )
     generate.add_argument("--num-samples", type=int, default=1, help="independent samples of the prompt (default 1)")
     draft_options(generate, "the text keeps this model's distribution (with --top-k 1, exactly its greedy text)")
     add_kv_cache_option(generate)
     add_weights_option(generate)
     generate.set_defaults(func=cmd_generate)
 
-    predict = sub.add_parser("predict", help="classify lines of text or image files: one label and its probability "
-                                             "per input")
+    predict = sub.add_parser(
+        "predict", help="classify lines of text or image files: one label and its probability per input"
+    )
     add_run_dir_args(predict)
     predict.add_argument("inputs", nargs="*", metavar="IMAGE", help="image files (a run of image_classification)")
     predict.add_argument("--input", help="text classifiers: one text per line, or text_a TAB text_b (default: stdin)")
@@ -241,10 +289,16 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     predict.add_argument("--force", action="store_true", help="overwrite an existing --output")
     predict.add_argument("--json", action="store_true", help="one JSON object per line, with every class's probability")
     predict.add_argument("--batch-size", type=int, default=64, help="inputs per batch (default 64)")
-    predict.add_argument("--labels", help="zero-shot runs (data.task contrastive): the classes to choose among, "
-                                          "comma-separated (default: the run's data.labels)")
-    predict.add_argument("--prompts", help="zero-shot runs: '|'-separated templates naming the class as {label}, e.g. "
-                                           "'a small {label}|a large {label}' (default: the run's data.prompts)")
+    predict.add_argument(
+        "--labels",
+        help="zero-shot runs (data.task contrastive): the classes to choose among, "
+        "comma-separated (default: the run's data.labels)",
+    )
+    predict.add_argument(
+        "--prompts",
+        help="zero-shot runs: '|'-separated templates naming the class as {label}, e.g. "
+        "'a small {label}|a large {label}' (default: the run's data.prompts)",
+    )
     predict.set_defaults(func=cmd_predict)
 
     fill = sub.add_parser("fill-mask", help="the most likely words for each [MASK] of a text (masked-LM runs)")

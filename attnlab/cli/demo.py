@@ -32,8 +32,10 @@ def cmd_demo(args: argparse.Namespace) -> None:
         print(f"\n  source:    {src}\n  reference: {ref}\n  output:    {hyp}   [{'ok' if hyp == ref else 'WRONG'}]")
     summary |= {"exact_match": em, "test_examples": len(triples)}
     atomic_write_text(RunDir(out).summary, json.dumps(summary, indent=2))
-    print(f"\nexact match on {len(triples)} held-out commands: {em:.1%} "
-          f"({summary['train_seconds']:.0f} s of training, {summary['n_params']:,} parameters)")
+    print(
+        f"\nexact match on {len(triples)} held-out commands: {em:.1%} "
+        f"({summary['train_seconds']:.0f} s of training, {summary['n_params']:,} parameters)"
+    )
     print(f"run directory: {out}")
 
 
@@ -41,7 +43,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     """Add `demo` to the command line."""
     demo = sub.add_parser("demo", help="train a small Transformer on the built-in SCAN task and show it working")
     demo.add_argument("--out", help="run directory (default: runs/demo-TIMESTAMP)")
-    demo.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
-                      help="override a field of configs/scan.yaml, e.g. --set train.max_steps=300 (repeatable)")
+    demo.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.FIELD=VALUE",
+        help="override a field of configs/scan.yaml, e.g. --set train.max_steps=300 (repeatable)",
+    )
     add_device_option(demo)
     demo.set_defaults(func=cmd_demo)

@@ -41,14 +41,18 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         _use_test_set(args)
     if isinstance(task, EvaluatesFiles):
         if args.oracle_length:
-            raise UsageError(f"--oracle-length is for translation runs (--src/--ref or --split); data.task "
-                             f"'{task.name}' decodes no output sequence to measure")
+            raise UsageError(
+                f"--oracle-length is for translation runs (--src/--ref or --split); data.task "
+                f"'{task.name}' decodes no output sequence to measure"
+            )
         _evaluate_own_format(args, task)
         return
     search = search_of(args)
     if args.data is not None:
-        raise UsageError(f"--data is for tasks that score a file in their own format; data.task '{task.name}' "
-                         f"reads none: give --src and --ref, or --split")
+        raise UsageError(
+            f"--data is for tasks that score a file in their own format; data.task '{task.name}' "
+            f"reads none: give --src and --ref, or --split"
+        )
     model, tokenizers, _ = load_run_for(args, TRANSLATES)
     if search.incremental:
         check_kv_cache(args, model)
@@ -71,8 +75,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(f"chrF  {result['chrf']:.2f}  {result['chrf_signature']}")
     if not search.scores_references:
         print(f"exact match  {result['exact_match']:.2%}")
-        print(f"({result['sentences']} sentences, mask-predict: {result['iterations']} iterations, length beam "
-              f"{result['length_beam']})")
+        print(
+            f"({result['sentences']} sentences, mask-predict: {result['iterations']} iterations, length beam "
+            f"{result['length_beam']})"
+        )
     else:
         print(f"exact match  {result['exact_match']:.2%}   perplexity of the references  {result['ppl']:.3f}")
         how = f"beam {result['beam']}, lenpen {result['lenpen']}" if result["beam"] > 1 else "greedy (beam 1)"
@@ -96,8 +102,9 @@ def _use_test_set(args: argparse.Namespace) -> None:
     by_lang = {file.suffix.lstrip("."): file for file in files}
     src, tgt = data.get("src_lang"), data.get("tgt_lang")
     if src not in by_lang or tgt not in by_lang:
-        raise UsageError(f"--test-set {args.test_set} is in {' and '.join(by_lang)}; {args.run_dir} translates "
-                         f"{src} -> {tgt}")
+        raise UsageError(
+            f"--test-set {args.test_set} is in {' and '.join(by_lang)}; {args.run_dir} translates {src} -> {tgt}"
+        )
     args.src, args.ref = str(by_lang[src]), str(by_lang[tgt])
 
 
@@ -112,15 +119,28 @@ def _evaluate_own_format(args: argparse.Namespace, task: EvaluatesFiles) -> None
 
     splits, file_splits = isinstance(task, EvaluatesSplits), isinstance(task, EvaluatesFileSplits)
     both = file_splits and args.data is not None
-    if (args.data is None and args.split is None) or (args.data and args.split and not both) or args.src or args.ref \
-            or (args.split and not splits and not both):
-        raise UsageError(f"a run of data.task '{task.name}' is evaluated on a file of its own format: give --data FILE"
-                         + (f" (and --split NAME, a split of that file: {', '.join(task.file_splits)}; default "
-                            f"{task.file_splits[-1]})" if file_splits else "")
-                         + (", or --split NAME (a split of the run's own data)" if splits else ""))
+    if (
+        (args.data is None and args.split is None)
+        or (args.data and args.split and not both)
+        or args.src
+        or args.ref
+        or (args.split and not splits and not both)
+    ):
+        raise UsageError(
+            f"a run of data.task '{task.name}' is evaluated on a file of its own format: give --data FILE"
+            + (
+                f" (and --split NAME, a split of that file: {', '.join(task.file_splits)}; default "
+                f"{task.file_splits[-1]})"
+                if file_splits
+                else ""
+            )
+            + (", or --split NAME (a split of the run's own data)" if splits else "")
+        )
     if args.weights is not None:  # their inputs are float32 features, which bf16 weights would not take
-        raise UsageError(f"--weights is for decoding (translation); a run of data.task '{task.name}' is evaluated "
-                         f"with the weights it holds")
+        raise UsageError(
+            f"--weights is for decoding (translation); a run of data.task '{task.name}' is evaluated "
+            f"with the weights it holds"
+        )
     check_new_file(args.plot, args.force, "--plot")
     if isinstance(task, Searched):  # decoded as `translate` and `caption` decode
         task = task.searching(search_of(args))
@@ -181,11 +201,15 @@ def cmd_score(args: argparse.Namespace) -> None:
         if len(sources) != len(targets):
             raise UsageError(f"{args.src} has {len(sources)} lines but {args.tgt} has {len(targets)}")
         pairs = list(zip(tokenizers["src"].encode_batch(sources), tokenizers["tgt"].encode_batch(targets)))
-        batches = [collate_pairs(pairs[i:i + 64]) for i in range(0, len(pairs), 64)]
+        batches = [collate_pairs(pairs[i : i + 64]) for i in range(0, len(pairs), 64)]
     result = evaluate(model, batches)
     record = {"nll_per_token": result["loss"], "ppl": result["ppl"], "tokens": result["tokens"]}
-    emit(record, args.json, f"perplexity {result['ppl']:.4g}: {result['loss']:.4f} nats per token over "
-                             f"{result['tokens']:,} tokens ({args.tgt})")
+    emit(
+        record,
+        args.json,
+        f"perplexity {result['ppl']:.4g}: {result['loss']:.4f} nats per token over "
+        f"{result['tokens']:,} tokens ({args.tgt})",
+    )
 
 
 def cmd_forecast(args: argparse.Namespace) -> None:
@@ -206,8 +230,10 @@ def cmd_forecast(args: argparse.Namespace) -> None:
     lines += [",".join([date, *(f"{v:.6g}" for v in row)]) for date, row in zip(forecast.dates, forecast.values)]
     write_output(args.output, "\n".join(lines) + "\n", args.force)
     if forecast.scores is not None:
-        stderr_line(f"this window (rows {forecast.origin:,}-{forecast.origin + len(forecast.dates) - 1:,}): MSE "
-                    f"{forecast.scores['mse']:.4f}, MAE {forecast.scores['mae']:.4f} (standardised values)")
+        stderr_line(
+            f"this window (rows {forecast.origin:,}-{forecast.origin + len(forecast.dates) - 1:,}): MSE "
+            f"{forecast.scores['mse']:.4f}, MAE {forecast.scores['mae']:.4f} (standardised values)"
+        )
     if args.plot:
         from attnlab.analysis.plots import forecast_plot
 
@@ -226,39 +252,63 @@ def plotted_channels(names: str | None, columns: list[str]) -> list[str]:
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `evaluate, forecast and score` to the command line."""
-    evaluate = sub.add_parser("evaluate", help="score a run on a test set: BLEU, chrF, exact match and perplexity "
-                                               "(translation); accuracy, macro-F1, confusion matrix (classification); "
-                                               "MSE and MAE (forecasting); recall@1/5 and zero-shot accuracy "
-                                               "(contrastive)")
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="score a run on a test set: BLEU, chrF, exact match and perplexity "
+        "(translation); accuracy, macro-F1, confusion matrix (classification); "
+        "MSE and MAE (forecasting); recall@1/5 and zero-shot accuracy "
+        "(contrastive)",
+    )
     add_run_dir_args(evaluate)
     add_search_args(evaluate)
     add_mask_predict_args(evaluate)
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, one per line")
-    evaluate.add_argument("--split", help="instead of files: a split of the run's own data (valid, test); with --data "
-                                          "of a forecasting run, that file's split (default test)")
-    evaluate.add_argument("--oracle-length", action="store_true",
-                          help="decode each output at its reference's length in tokens: end of sentence barred "
-                               "before it and forced at it (Lake & Baroni 2018's oracle-length evaluation)")
-    evaluate.add_argument("--test-set", metavar="DATASET:NAME",
-                          help="a standard test set that `attnlab data get` wrote under data/: "
-                               "multi30k:test_2016_flickr (also test_2017_flickr, test_2017_mscoco, "
-                               "test_2018_flickr), sst2:test, ett:ETTh1 or ett:ETTh2 (the test months)")
-    evaluate.add_argument("--data", help="a classifier's labelled data (text TAB label; an image folder or .npz): "
-                                         "accuracy, macro-F1 and the confusion matrix; a forecasting run's CSV series")
-    evaluate.add_argument("--plot", help="with --data or --split of a classifier or forecaster: write the confusion "
-                                         "matrix, or the MSE by lead time, to this PNG")
+    evaluate.add_argument(
+        "--split",
+        help="instead of files: a split of the run's own data (valid, test); with --data "
+        "of a forecasting run, that file's split (default test)",
+    )
+    evaluate.add_argument(
+        "--oracle-length",
+        action="store_true",
+        help="decode each output at its reference's length in tokens: end of sentence barred "
+        "before it and forced at it (Lake & Baroni 2018's oracle-length evaluation)",
+    )
+    evaluate.add_argument(
+        "--test-set",
+        metavar="DATASET:NAME",
+        help="a standard test set that `attnlab data get` wrote under data/: "
+        "multi30k:test_2016_flickr (also test_2017_flickr, test_2017_mscoco, "
+        "test_2018_flickr), sst2:test, ett:ETTh1 or ett:ETTh2 (the test months)",
+    )
+    evaluate.add_argument(
+        "--data",
+        help="a classifier's labelled data (text TAB label; an image folder or .npz): "
+        "accuracy, macro-F1 and the confusion matrix; a forecasting run's CSV series",
+    )
+    evaluate.add_argument(
+        "--plot",
+        help="with --data or --split of a classifier or forecaster: write the confusion "
+        "matrix, or the MSE by lead time, to this PNG",
+    )
     evaluate.add_argument("--force", action="store_true", help="overwrite an existing --plot")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(func=cmd_evaluate)
 
-    forecast = sub.add_parser("forecast", help="forecast the next rows of a CSV series (forecasting runs): a CSV of "
-                                               "dates and values, and a plot of history, forecast and truth")
+    forecast = sub.add_parser(
+        "forecast",
+        help="forecast the next rows of a CSV series (forecasting runs): a CSV of "
+        "dates and values, and a plot of history, forecast and truth",
+    )
     add_run_dir_args(forecast)
     forecast.add_argument("--data", required=True, help="the CSV series, with the run's date column and columns")
-    forecast.add_argument("--origin", help="the first row to forecast: a row number (0 = the first after the header) "
-                                           "or a date of the date column, in any ISO form that names one row "
-                                           "(2017-10-20 for 2017-10-20 00:00:00; default: after the last row)")
+    forecast.add_argument(
+        "--origin",
+        help="the first row to forecast: a row number (0 = the first after the header) "
+        "or a date of the date column, in any ISO form that names one row "
+        "(2017-10-20 for 2017-10-20 00:00:00; default: after the last row)",
+    )
     forecast.add_argument("--output", help="write the forecast CSV here (default: stdout)")
     forecast.add_argument("--plot", help="write a PNG of history, forecast and (where the file has it) truth")
     forecast.add_argument("--channels", help="the columns to plot, comma-separated (default: the last column)")

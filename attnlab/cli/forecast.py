@@ -38,19 +38,28 @@ def forecast_from(model: nn.Module, data: SeriesData, origin: int) -> Forecast:
     ``input_length`` rows before it."""
     L, H, n = data.input_length, data.horizon, len(data.series)
     if not L <= origin <= n:
-        raise UsageError(f"--origin must leave input_length ({L}) rows before it in {data.series.path} and lie within "
-                         f"its {n:,} rows: between {L} and {n} (got {origin})")
+        raise UsageError(
+            f"--origin must leave input_length ({L}) rows before it in {data.series.path} and lie within "
+            f"its {n:,} rows: between {L} and {n} (got {origin})"
+        )
     model.eval()
-    scaled = model.forecast(data.values[None, origin - L:origin].to(device_of(model))).float().cpu()[0]  # (H, C)
-    truth = data.values[origin:origin + H]  # (k, C)
+    scaled = model.forecast(data.values[None, origin - L : origin].to(device_of(model))).float().cpu()[0]  # (H, C)
+    truth = data.values[origin : origin + H]  # (k, C)
     scores = None
     if len(truth) == H:
         scores = {"mse": float((scaled - truth).square().mean()), "mae": float((scaled - truth).abs().mean())}
-    dates = data.series.dates[origin:origin + H]
+    dates = data.series.dates[origin : origin + H]
     dates += future_dates(data.series.dates, H - len(dates))
     unscaled = data.scaler.inverse
-    return Forecast(origin, data.series.columns, dates, unscaled(data.values[origin - L:origin]).numpy(),
-                    unscaled(scaled).numpy(), unscaled(truth).numpy(), scores)
+    return Forecast(
+        origin,
+        data.series.columns,
+        dates,
+        unscaled(data.values[origin - L : origin]).numpy(),
+        unscaled(scaled).numpy(),
+        unscaled(truth).numpy(),
+        scores,
+    )
 
 
 def _when(text: str) -> datetime | None:
@@ -82,11 +91,17 @@ def origin_row(origin: str | None, series: Series) -> int:
             if len(rows) == 1:
                 return rows[0]
             if rows:
-                raise UsageError(f"--origin {origin!r} is the date of {len(rows)} rows of {series.path} "
-                                 f"({', '.join(map(str, rows[:5]))}); give a row number")
+                raise UsageError(
+                    f"--origin {origin!r} is the date of {len(rows)} rows of {series.path} "
+                    f"({', '.join(map(str, rows[:5]))}); give a row number"
+                )
             nearest = sorted(sorted(range(len(gaps)), key=gaps.__getitem__)[:3])
-            raise UsageError(f"--origin {origin!r} is no date of {series.path}; the nearest rows are "
-                             + ", ".join(f"{i} ({series.dates[i]})" for i in nearest)
-                             + " (give a row number or one of its dates)")
-    raise UsageError(f"--origin {origin!r} is neither a row number nor a date of {series.path} (its dates run from "
-                     f"{series.dates[0]!r} to {series.dates[-1]!r})")
+            raise UsageError(
+                f"--origin {origin!r} is no date of {series.path}; the nearest rows are "
+                + ", ".join(f"{i} ({series.dates[i]})" for i in nearest)
+                + " (give a row number or one of its dates)"
+            )
+    raise UsageError(
+        f"--origin {origin!r} is neither a row number nor a date of {series.path} (its dates run from "
+        f"{series.dates[0]!r} to {series.dates[-1]!r})"
+    )

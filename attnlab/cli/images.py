@@ -40,8 +40,9 @@ def cmd_caption(args: argparse.Namespace) -> None:
     if args.nbest == 1:
         text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.images, results))
     else:
-        text = "".join(f"{name}\t{caption}\t{score:.4f}\n" for name, hyps in zip(args.images, results)
-                       for caption, score in hyps)
+        text = "".join(
+            f"{name}\t{caption}\t{score:.4f}\n" for name, hyps in zip(args.images, results) for caption, score in hyps
+        )
     write_output(args.output, text, args.force)
 
 
@@ -58,9 +59,19 @@ def cmd_ask(args: argparse.Namespace) -> None:
     out = []
     for path, p in zip(args.images, ask(model, run, args.images, args.question)):
         best = max(range(len(p)), key=p.__getitem__)
-        out.append(json.dumps({"image": path, "question": args.question, "answer": answers[best],
-                               "probabilities": dict(zip(answers, p))}) + "\n" if args.json
-                   else f"{path}\t{answers[best]}\t{p[best]:.4f}\n")
+        out.append(
+            json.dumps(
+                {
+                    "image": path,
+                    "question": args.question,
+                    "answer": answers[best],
+                    "probabilities": dict(zip(answers, p)),
+                }
+            )
+            + "\n"
+            if args.json
+            else f"{path}\t{answers[best]}\t{p[best]:.4f}\n"
+        )
     write_output(args.output, "".join(out), args.force)
 
 
@@ -70,16 +81,18 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_run_dir_args(caption)
     caption.add_argument("images", nargs="*", metavar="IMAGE", help="image files, read as the run's training images")
     add_search_args(caption, weights=False)
-    caption.add_argument("--nbest", type=int, default=1,
-                         help="print the K best per image, a line each: image TAB caption TAB score")
+    caption.add_argument(
+        "--nbest", type=int, default=1, help="print the K best per image, a line each: image TAB caption TAB score"
+    )
     caption.add_argument("--max-len", type=int, help="most caption tokens (default: the model's max_len - 1)")
     caption.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     caption.add_argument("--output", help="output file (default: stdout)")
     caption.add_argument("--force", action="store_true", help="overwrite an existing --output")
     caption.set_defaults(func=cmd_caption)
 
-    ask = sub.add_parser("ask", help="answer a question about image files (visual_qa runs): image TAB answer TAB "
-                                     "probability per image")
+    ask = sub.add_parser(
+        "ask", help="answer a question about image files (visual_qa runs): image TAB answer TAB probability per image"
+    )
     add_run_dir_args(ask)
     ask.add_argument("images", nargs="+", metavar="IMAGE", help="image files, read as the run's training images")
     ask.add_argument("--question", required=True, help='the question about each image, e.g. "how many circles?"')

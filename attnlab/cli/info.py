@@ -17,19 +17,34 @@ def _describe_model(cfg, shape, vocab: str | None) -> str:
     from attnlab.models import stack_of
 
     can = cfg.capabilities
-    stacks = [str(getattr(cfg, f"{stack}_layers")) for stack, has in (("encoder", can.encoder),
-                                                                       ("decoder", can.decoder))
-              if has and hasattr(cfg, f"{stack}_layers")]  # a plug-in family may have no stack of layers
+    stacks = [
+        str(getattr(cfg, f"{stack}_layers"))
+        for stack, has in (("encoder", can.encoder), ("decoder", can.decoder))
+        if has and hasattr(cfg, f"{stack}_layers")
+    ]  # a plug-in family may have no stack of layers
     stack = stack_of(cfg)
     if stack is not None:
-        sizes = [("d_model", stack.d_model), ("heads", stack.n_heads), ("layers", "+".join(stacks) or stack.n_layers),
-                 ("d_ff", stack.d_ff)]
+        sizes = [
+            ("d_model", stack.d_model),
+            ("heads", stack.n_heads),
+            ("layers", "+".join(stacks) or stack.n_layers),
+            ("d_ff", stack.d_ff),
+        ]
     else:  # a recurrent or convolutional model
-        sizes = [("hidden size", getattr(cfg, "d_model", None)), ("layers", "+".join(stacks) or getattr(cfg, "n_layers", None))]
+        sizes = [
+            ("hidden size", getattr(cfg, "d_model", None)),
+            ("layers", "+".join(stacks) or getattr(cfg, "n_layers", None)),
+        ]
     sizes.append(("vocab", vocab))
     sizes += [(name, getattr(shape, field)) for name, field in SERIES_SIZES]
-    return ", ".join([cfg.arch] + [f"{value} {name}" if name in ("heads", "layers") else f"{name} {value}"
-                                   for name, value in sizes if value is not None])
+    return ", ".join(
+        [cfg.arch]
+        + [
+            f"{value} {name}" if name in ("heads", "layers") else f"{name} {value}"
+            for name, value in sizes
+            if value is not None
+        ]
+    )
 
 
 def _info_model_config(args: argparse.Namespace):
@@ -72,8 +87,13 @@ def _info_model_config(args: argparse.Namespace):
         try:
             if of_a_run:
                 shape = RunDir(args.config).read_shape()
-                return (model_config(migrated_model(model)), dataclasses.replace(shape, **vocab), None,
-                        task_config(sections["data"], from_0_1=True), RunDir(args.config))
+                return (
+                    model_config(migrated_model(model)),
+                    dataclasses.replace(shape, **vocab),
+                    None,
+                    task_config(sections["data"], from_0_1=True),
+                    RunDir(args.config),
+                )
             refuse_moved(model.get("arch", DEFAULT_ARCH), model)
             shape = DataShape.from_dict((sections.get("shape") or {}) | vocab, "shape")
         except ConfigError as err:
@@ -84,8 +104,10 @@ def _info_model_config(args: argparse.Namespace):
         except ConfigError as err:
             raise ConfigError(f"{where}: {err}") from None
         if shape.vocab_size is None and cfg.capabilities.inputs == Inputs.TOKENS:
-            raise ConfigError(f"{where}: a model config without a data section gives its data's sizes as a 'shape' "
-                              f"section (shape: {{vocab_size: V}}), or --vocab-size V")
+            raise ConfigError(
+                f"{where}: a model config without a data section gives its data's sizes as a 'shape' "
+                f"section (shape: {{vocab_size: V}}), or --vocab-size V"
+            )
         return cfg, shape, None, None, None
     cfg = RunConfig.from_sections(sections, where)
     if args.vocab_size is not None:
@@ -106,7 +128,9 @@ def _exportability(cfg, data, run) -> dict[str, str | None] | None:
         return None
     from attnlab.interop import EXPORTERS, ct2
 
-    answers = {f"export-hf {converter.model_type}": converter.refusal(cfg, data, run) for converter in EXPORTERS.values()}
+    answers = {
+        f"export-hf {converter.model_type}": converter.refusal(cfg, data, run) for converter in EXPORTERS.values()
+    }
     refused = ct2.export_refusals(cfg, data, run)
     answers["export-ct2"] = "; ".join(refused) if refused else ct2.missing_extra()
     return answers
@@ -115,11 +139,15 @@ def _exportability(cfg, data, run) -> dict[str, str | None] | None:
 def format_exportability(answers: dict[str, str | None] | None) -> str:
     """The table of :func:`_exportability`'s answers (one line where the data section is missing)."""
     if answers is None:
-        return ("exportable: the data section decides too (tokenizer, task); give a training config or a run "
-                "to see what export-hf and export-ct2 say")
+        return (
+            "exportable: the data section decides too (tokenizer, task); give a training config or a run "
+            "to see what export-hf and export-ct2 say"
+        )
     width = max(map(len, answers))
-    return "\n".join(["exportable:"] + [f"  {name:<{width}}  {'yes' if why is None else 'no: ' + why}"
-                                         for name, why in answers.items()])
+    return "\n".join(
+        ["exportable:"]
+        + [f"  {name:<{width}}  {'yes' if why is None else 'no: ' + why}" for name, why in answers.items()]
+    )
 
 
 def cmd_info(args: argparse.Namespace) -> None:
@@ -140,20 +168,32 @@ def cmd_info(args: argparse.Namespace) -> None:
 
     if shape is None:  # a training config whose vocabulary comes from its data files: parameters = a + b V
         if args.memory or args.flops:
-            raise UsageError(f"{args.config}: the vocabulary comes from the data; give --vocab-size V for "
-                             f"--memory and --flops")
+            raise UsageError(
+                f"{args.config}: the vocabulary comes from the data; give --vocab-size V for --memory and --flops"
+            )
         small, large = (count(with_vocab(v))["params_total"] for v in (1000, 2000))
         per_entry = (large - small) // 1000
         fixed = small - 1000 * per_entry
         export = _exportability(cfg, data, run)  # the exporters' rules do not depend on the vocabulary's size
         if args.json:
-            print(json.dumps({"config": str(args.config), "arch": cfg.arch, "vocab_size": None,
-                              "params_without_vocab": fixed, "params_per_vocab_entry": per_entry,
-                              **({"export": export} if export is not None else {})}))
+            print(
+                json.dumps(
+                    {
+                        "config": str(args.config),
+                        "arch": cfg.arch,
+                        "vocab_size": None,
+                        "params_without_vocab": fixed,
+                        "params_per_vocab_entry": per_entry,
+                        **({"export": export} if export is not None else {}),
+                    }
+                )
+            )
             return
         print(f"{args.config}: {_describe_model(cfg, with_vocab(1000), 'V')}")
-        print(f"parameters: {fixed:,} + {per_entry:,} x V, V the vocabulary size, which the tokenizer sets from "
-              f"the data (--vocab-size V counts it exactly)")
+        print(
+            f"parameters: {fixed:,} + {per_entry:,} x V, V the vocabulary size, which the tokenizer sets from "
+            f"the data (--vocab-size V counts it exactly)"
+        )
         print()
         print(format_exportability(export))
         return
@@ -163,15 +203,20 @@ def cmd_info(args: argparse.Namespace) -> None:
         report["export"] = export
     budget = None
     if (args.memory or args.flops) and cfg.capabilities.inputs != Inputs.TOKENS:
-        raise UsageError(f"--memory and --flops measure models of token sequences; arch '{cfg.arch}' reads "
-                         f"{cfg.capabilities.inputs}; without them, info counts its parameters")
+        raise UsageError(
+            f"--memory and --flops measure models of token sequences; arch '{cfg.arch}' reads "
+            f"{cfg.capabilities.inputs}; without them, info counts its parameters"
+        )
     if args.memory or args.flops:  # measured on the meta device
         try:
             budget = budget_report(cfg, shape, args.seq_len, args.batch, args.src_len)
         except ValueError as err:
             raise UsageError(str(err)) from None
-        report["budget"] = {k: v for k, v in budget.items()
-                            if (args.flops or k != "flops") and (args.memory or not k.endswith("_memory"))}
+        report["budget"] = {
+            k: v
+            for k, v in budget.items()
+            if (args.flops or k != "flops") and (args.memory or not k.endswith("_memory"))
+        }
     if args.parallel is not None:
         report["parallel_memory"] = _parallel_memory(cfg, shape, args)
     if args.json:
@@ -189,8 +234,9 @@ def cmd_info(args: argparse.Namespace) -> None:
         from attnlab.analysis.parallel_budget import format_parallel_memory
 
         print()
-        print(format_parallel_memory(report["parallel_memory"], args.parallel, args.micro_batches,
-                                     args.tensor_parallel))
+        print(
+            format_parallel_memory(report["parallel_memory"], args.parallel, args.micro_batches, args.tensor_parallel)
+        )
 
 
 def _parallel_memory(cfg, shape, args: argparse.Namespace) -> dict:
@@ -199,37 +245,61 @@ def _parallel_memory(cfg, shape, args: argparse.Namespace) -> dict:
     from attnlab.runs.config import TrainConfig
 
     if args.parallel < 2 or args.micro_batches < 1:
-        raise UsageError(f"--parallel needs at least 2 ranks and --micro-batches at least 1 (got {args.parallel}, "
-                         f"{args.micro_batches})")
+        raise UsageError(
+            f"--parallel needs at least 2 ranks and --micro-batches at least 1 (got {args.parallel}, "
+            f"{args.micro_batches})"
+        )
     if args.tensor_parallel is None:  # train.tensor_parallel's default; a row says so where it cannot apply
         args.tensor_parallel = TrainConfig.tensor_parallel
     elif args.tensor_parallel < 1 or args.parallel % args.tensor_parallel:
         raise UsageError(f"--tensor-parallel ({args.tensor_parallel}) must divide --parallel ({args.parallel})")
     if not cfg.capabilities.attention_weights or cfg.capabilities.inputs != "tokens":
         raise UsageError(f"--parallel measures Transformer models of token sequences, not arch '{cfg.arch}'")
-    return parallel_memory(cfg, shape, args.seq_len, args.batch, args.parallel, args.micro_batches, args.src_len,
-                           tensor_parallel=args.tensor_parallel)
+    return parallel_memory(
+        cfg,
+        shape,
+        args.seq_len,
+        args.batch,
+        args.parallel,
+        args.micro_batches,
+        args.src_len,
+        tensor_parallel=args.tensor_parallel,
+    )
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `info` to the command line."""
     info = sub.add_parser("info", help="parameter counts of a model config")
     info.add_argument("config", help="a model or training config (YAML or JSON), or a run directory")
-    info.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
-                      help="override one config field, e.g. --set model.stack.n_layers=4 (repeatable)")
-    info.add_argument("--vocab-size", type=int, metavar="V",
-                      help="count with this vocabulary size (a training config's tokenizer otherwise sets it from "
-                           "the data)")
+    info.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.FIELD=VALUE",
+        help="override one config field, e.g. --set model.stack.n_layers=4 (repeatable)",
+    )
+    info.add_argument(
+        "--vocab-size",
+        type=int,
+        metavar="V",
+        help="count with this vocabulary size (a training config's tokenizer otherwise sets it from the data)",
+    )
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.add_argument("--memory", action="store_true", help="training and inference memory (meta device)")
     info.add_argument("--flops", action="store_true", help="FLOPs split into attention, FFN and output")
     info.add_argument("--seq-len", type=int, default=512, help="tokens per sequence for --memory/--flops")
     info.add_argument("--src-len", type=int, help="source tokens (encoder-decoder; default --seq-len)")
     info.add_argument("--batch", type=int, default=32, help="sequences per batch for --memory/--flops")
-    info.add_argument("--parallel", type=int, metavar="N",
-                      help="training memory per rank of each train.strategy on N ranks (--batch: the global batch)")
+    info.add_argument(
+        "--parallel",
+        type=int,
+        metavar="N",
+        help="training memory per rank of each train.strategy on N ranks (--batch: the global batch)",
+    )
     info.add_argument("--micro-batches", type=int, default=4, help="pipeline micro-batches for --parallel")
-    info.add_argument("--tensor-parallel", type=int, metavar="T",
-                      help="fsdp+tp's tensor-parallel group size for --parallel (dp = N / T; default: "
-                           "train.tensor_parallel's, 2)")
+    info.add_argument(
+        "--tensor-parallel",
+        type=int,
+        metavar="T",
+        help="fsdp+tp's tensor-parallel group size for --parallel (dp = N / T; default: train.tensor_parallel's, 2)",
+    )
     info.set_defaults(func=cmd_info)

@@ -29,7 +29,18 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of user errors")
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (info, analysis, serve, train, decode, images, evaluate, bench, data, demo):  # the order of `attnlab --help`
+    for group in (
+        info,
+        analysis,
+        serve,
+        train,
+        decode,
+        images,
+        evaluate,
+        bench,
+        data,
+        demo,
+    ):  # the order of `attnlab --help`
         group.add_commands(sub)
     return parser
 

@@ -8,7 +8,11 @@ from attnlab.lazy import lazy_names
 
 __all__ = ["scan_commands", "write_example_digits"]
 
-__getattr__, __dir__ = lazy_names(__name__, {
-    "scan_commands": "attnlab.data.scan",
-    "write_example_digits": "attnlab.data.images",
-}, globals())
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "scan_commands": "attnlab.data.scan",
+        "write_example_digits": "attnlab.data.images",
+    },
+    globals(),
+)

@@ -66,8 +66,10 @@ def read_audio(path: str | Path, rate: int | None = None, note: Callable[[str], 
     if bad.any():
         first = int(np.argmax(bad))
         kind = "NaN" if np.isnan(data[first]).any() else "infinite"
-        raise DataError(f"{path}: {kind} samples ({int(bad.sum()):,} frames, the first at frame {first:,}, "
-                        f"{first / source_rate:.3f} s)")
+        raise DataError(
+            f"{path}: {kind} samples ({int(bad.sum()):,} frames, the first at frame {first:,}, "
+            f"{first / source_rate:.3f} s)"
+        )
     samples = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float32)
     if channels > 1:
         note(f"{path}: {channels} channels mixed to mono (their mean)")

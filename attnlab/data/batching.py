@@ -91,8 +91,14 @@ def padded_to_multiple(batch: B, multiple: int) -> B:
     on a GPU, where lengths a multiple of 8 also suit the tensor cores."""
     if multiple == 1:
         return batch
-    return dataclasses.replace(batch, **{name: F.pad(t, (0, -t.shape[1] % multiple), value=PAD)
-                                         for name, t in tensor_fields(batch).items() if t.dim() == 2})
+    return dataclasses.replace(
+        batch,
+        **{
+            name: F.pad(t, (0, -t.shape[1] % multiple), value=PAD)
+            for name, t in tensor_fields(batch).items()
+            if t.dim() == 2
+        },
+    )
 
 
 def token_budget_batches(lengths: list[int], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
@@ -128,14 +134,14 @@ def lm_blocks(data: Tensor, block_size: int, batch_size: int, generator: torch.G
     """nanoGPT-style training batch: ``batch_size`` random windows of a (N,) token stream;
     tgt_out is tgt_in shifted by one."""
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-    windows = torch.stack([data[s: s + block_size + 1] for s in starts.tolist()])  # (B, block + 1)
+    windows = torch.stack([data[s : s + block_size + 1] for s in starts.tolist()])  # (B, block + 1)
     return Batch(None, windows[:, :-1], windows[:, 1:])
 
 
 def lm_eval_blocks(data: Tensor, block_size: int, batch_size: int) -> list[Batch]:
     """Every full, non-overlapping window of a (N,) stream, in order: a deterministic evaluation set."""
     n = (len(data) - 1) // block_size
-    windows = torch.stack([data[i * block_size: i * block_size + block_size + 1] for i in range(n)])
+    windows = torch.stack([data[i * block_size : i * block_size + block_size + 1] for i in range(n)])
     return [Batch(None, w[:, :-1], w[:, 1:]) for w in windows.split(batch_size)]
 
 
@@ -172,14 +178,16 @@ class ContextSegmentBatch(Batch):
     context: Tensor
 
 
-def lm_context_windows(data: Tensor, segment_length: int, batch_size: int, generator: torch.Generator,
-                       context_segments: int) -> ContextSegmentBatch:
+def lm_context_windows(
+    data: Tensor, segment_length: int, batch_size: int, generator: torch.Generator, context_segments: int
+) -> ContextSegmentBatch:
     """``batch_size`` random windows of a (N,) stream, each ``context_segments`` segments of context
     and then the segment to train on (tgt_out is tgt_in shifted by one)."""
     context = context_segments * segment_length
     windows = lm_blocks(data, context + segment_length, batch_size, generator)
-    return ContextSegmentBatch(None, windows.tgt_in[:, context:], windows.tgt_out[:, context:],
-                               windows.tgt_in[:, :context])
+    return ContextSegmentBatch(
+        None, windows.tgt_in[:, context:], windows.tgt_out[:, context:], windows.tgt_in[:, :context]
+    )
 
 
 def lm_segments(data: Tensor, segment_length: int, rows: int) -> list[SegmentBatch]:
@@ -190,8 +198,15 @@ def lm_segments(data: Tensor, segment_length: int, rows: int) -> list[SegmentBat
     rows tokens are left out; tgt_out is tgt_in shifted by one."""
     rows = max(1, min(rows, (len(data) - 1) // segment_length))
     length = (len(data) - 1) // rows  # (rows, length) inputs, each row's targets one further on
-    inputs, targets = data[: rows * length].view(rows, length), data[1: rows * length + 1].view(rows, length)
+    inputs, targets = data[: rows * length].view(rows, length), data[1 : rows * length + 1].view(rows, length)
     carrier = SegmentRows()
-    return [SegmentBatch(None, inputs[:, s: s + segment_length].contiguous(),
-                         targets[:, s: s + segment_length].contiguous(), carrier, k)
-            for k, s in enumerate(range(0, length, segment_length))]
+    return [
+        SegmentBatch(
+            None,
+            inputs[:, s : s + segment_length].contiguous(),
+            targets[:, s : s + segment_length].contiguous(),
+            carrier,
+            k,
+        )
+        for k, s in enumerate(range(0, length, segment_length))
+    ]

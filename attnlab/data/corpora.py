@@ -40,8 +40,10 @@ def check_lines(lines: list[str], name: str, allow_empty: bool) -> list[str]:
     """Refuse lines over MAX_LINE_CHARS and, unless ``allow_empty``, empty lines (naming the line)."""
     for n, line in enumerate(lines, start=1):
         if len(line) > MAX_LINE_CHARS:
-            raise DataError(f"{name}:{n}: a line of {len(line):,} characters (the limit is {MAX_LINE_CHARS:,}); "
-                            f"is this the right file?")
+            raise DataError(
+                f"{name}:{n}: a line of {len(line):,} characters (the limit is {MAX_LINE_CHARS:,}); "
+                f"is this the right file?"
+            )
         if not allow_empty and not line.strip():
             raise DataError(f"{name}:{n}: empty line (every line of a corpus must hold a sentence)")
     return lines
@@ -114,8 +116,11 @@ def read_labelled(path: str | Path, header: bool = False) -> list[Labelled]:
     for n, line in enumerate(lines[header:], start=first):
         fields = line.split("\t")
         if len(fields) not in (2, 3) or (width is not None and len(fields) != width):
-            expected = {None: "2 (text, label) or 3 (text_a, text_b, label)", 2: f"2 (text, label), as on line {first}",
-                        3: f"3 (text_a, text_b, label), as on line {first}"}[width]
+            expected = {
+                None: "2 (text, label) or 3 (text_a, text_b, label)",
+                2: f"2 (text, label), as on line {first}",
+                3: f"3 (text_a, text_b, label), as on line {first}",
+            }[width]
             raise DataError(f"{path}:{n}: found {len(fields)} tab-separated fields; expected {expected}")
         width = len(fields)
         label = fields[-1].strip()
@@ -135,7 +140,7 @@ def read_scan(path: str | Path) -> list[Pair]:
     for n, line in enumerate(read_lines(path), start=1):
         if not line.startswith("IN: ") or " OUT: " not in line:
             raise DataError(f"{path}:{n}: expected 'IN: <command> OUT: <actions>'")
-        command, actions = line[len("IN: "):].split(" OUT: ", 1)
+        command, actions = line[len("IN: ") :].split(" OUT: ", 1)
         pairs.append((command.strip(), actions.strip()))
     return pairs
 
@@ -166,7 +171,9 @@ SEQUENCE_TASKS = {
 }
 
 
-def _drawn_pairs(generator: str, rng: random.Random, count: int, lengths: tuple[int, int], seen: set[str]) -> list[Pair]:
+def _drawn_pairs(
+    generator: str, rng: random.Random, count: int, lengths: tuple[int, int], seen: set[str]
+) -> list[Pair]:
     """``count`` pairs of a sequence task, each of a length drawn from ``lengths`` (inclusive), no
     source twice (nor one in ``seen``, which they join)."""
     pairs: list[Pair] = []
@@ -176,17 +183,27 @@ def _drawn_pairs(generator: str, rng: random.Random, count: int, lengths: tuple[
         if src in seen:
             repeats += 1
             if repeats > 100 * count + 1000:
-                raise DataError(f"data.generator '{generator}': cannot draw {count} distinct sequences of lengths "
-                                f"{lengths[0]}-{lengths[1]}; widen the lengths or ask for fewer pairs")
+                raise DataError(
+                    f"data.generator '{generator}': cannot draw {count} distinct sequences of lengths "
+                    f"{lengths[0]}-{lengths[1]}; widen the lengths or ask for fewer pairs"
+                )
             continue
         seen.add(src)
         pairs.append((src, tgt))
     return pairs
 
 
-def generated_pairs(generator: str, seed: int, n_train: int | None, n_valid: int, n_test: int,
-                    min_len: int = 3, max_len: int = 12, scan_split_name: str | None = None,
-                    test_lengths: tuple[int, int] | None = None) -> dict[str, list[Pair]]:
+def generated_pairs(
+    generator: str,
+    seed: int,
+    n_train: int | None,
+    n_valid: int,
+    n_test: int,
+    min_len: int = 3,
+    max_len: int = 12,
+    scan_split_name: str | None = None,
+    test_lengths: tuple[int, int] | None = None,
+) -> dict[str, list[Pair]]:
     """Seeded, reproducible splits of a generated set of pairs.
 
     ``scan``: the 20,910 SCAN commands, shuffled and cut into test, valid and train (the rest, or
@@ -206,7 +223,7 @@ def generated_pairs(generator: str, seed: int, n_train: int | None, n_valid: int
     if generator == "scan":
         pairs = scan_commands()
         rng.shuffle(pairs)
-        test, valid, rest = pairs[:n_test], pairs[n_test:n_test + n_valid], pairs[n_test + n_valid:]
+        test, valid, rest = pairs[:n_test], pairs[n_test : n_test + n_valid], pairs[n_test + n_valid :]
         return {"train": rest if n_train is None else rest[:n_train], "valid": valid, "test": test}
     seen: set[str] = set()
     test = _drawn_pairs(generator, rng, n_test, test_lengths or (min_len, max_len), seen)
@@ -228,8 +245,9 @@ class FilterReport:
         return f"kept {self.kept:,} pairs, dropped {sum(self.dropped.values()):,} ({reasons})"
 
 
-def filter_by_length(pairs: list[tuple[list[int], list[int]]], max_src_len: int,
-                     max_tgt_len: int) -> tuple[list[int], FilterReport]:
+def filter_by_length(
+    pairs: list[tuple[list[int], list[int]]], max_src_len: int, max_tgt_len: int
+) -> tuple[list[int], FilterReport]:
     """Indices of the tokenised pairs to keep: non-empty and within the length limits."""
     keep, report = [], FilterReport()
     for i, (src, tgt) in enumerate(pairs):

@@ -25,9 +25,17 @@ TIMEOUT = 60.0  # seconds without a byte before a download is given up
 NOTE = "README.md"  # written beside the files: source, commit, licence, checksums
 
 
-def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, local: str | Path | None = None,
-          force: bool = False, dev_only: bool = False, timeout: float = TIMEOUT,
-          log: Callable[[str], None] = lambda line: None) -> list[SourceFile]:
+def fetch(
+    dataset: Dataset,
+    out: str | Path,
+    *,
+    base_url: str = GITHUB_RAW,
+    local: str | Path | None = None,
+    force: bool = False,
+    dev_only: bool = False,
+    timeout: float = TIMEOUT,
+    log: Callable[[str], None] = lambda line: None,
+) -> list[SourceFile]:
     """Write ``dataset``'s files (with ``dev_only``, not its test files) and its README.md note into
     the folder ``out``; returns the files written.
 
@@ -53,8 +61,10 @@ def fetch(dataset: Dataset, out: str | Path, *, base_url: str = GITHUB_RAW, loca
         found = {f: find_local(local, f, dataset.flat_copy) for f in files}
         absent = [f for f in files if f.test and found[f] is None]
         if absent:
-            log(f"not in {local}, left out: {listing([f.local_name for f in absent])} (test splits; a download "
-                f"fetches them)")
+            log(
+                f"not in {local}, left out: {listing([f.local_name for f in absent])} (test splits; a download "
+                f"fetches them)"
+            )
         files = tuple(f for f in files if f not in absent)
     else:
         if not base_url.startswith(("http://", "https://")):
@@ -92,31 +102,46 @@ def find_local(local: Path, file: SourceFile, flat: bool = False) -> tuple[Path,
     in the repository (a clone at the pinned commit), else, for a data set whose files the folder may
     hold flat (``flat_copy``: FSDD's recordings), under the repository's file name at its top; None
     when in none of them."""
-    candidates = ((local / file.local_name, file.stored), (local / file.path, True),
-                  *(((local / Path(file.path).name, True),) if flat else ()))
+    candidates = (
+        (local / file.local_name, file.stored),
+        (local / file.path, True),
+        *(((local / Path(file.path).name, True),) if flat else ()),
+    )
     return next(((path, stored) for path, stored in candidates if path.is_file()), None)
 
 
-def note(dataset: Dataset, origin: str, files: tuple[SourceFile, ...], absent: list[SourceFile],
-         sizes: dict[str, int] | None = None) -> str:
+def note(
+    dataset: Dataset,
+    origin: str,
+    files: tuple[SourceFile, ...],
+    absent: list[SourceFile],
+    sizes: dict[str, int] | None = None,
+) -> str:
     """The README.md written beside the ``files``: source, commit, licence, citation, checksums, and
     which of the data set's files are not there (left out by --dev-only, or ``absent`` from --from).
     A file pinned by its checksum alone (no size) shows the bytes written, from ``sizes``."""
     sizes = sizes or {}
-    rows = "".join(f"| {f.name} | `{f.path}` ({f.how}) | {f.size if f.size is not None else sizes.get(f.name, 0):,} | {f.sha256} |\n"
-                   for f in files)
+    rows = "".join(
+        f"| {f.name} | `{f.path}` ({f.how}) | {f.size if f.size is not None else sizes.get(f.name, 0):,} | {f.sha256} |\n"
+        for f in files
+    )
     left = [f for f in dataset.files if f not in files]
-    missing = ("Every file of the data set is here, test splits included." if not left else
-               f"Not here: {listing([f.name for f in left])} ("
-               + (f"not in {origin}" if absent else "left out by --dev-only")
-               + f"; `attnlab data get {dataset.name} --force` downloads them).")
-    return (f"# {dataset.name}\n\n"
-            f"Written by `attnlab data get {dataset.name}` from {origin}.\n\n"
-            f"- Source: https://github.com/{dataset.repo} at commit `{dataset.commit}`\n"
-            f"- Licence: {dataset.licence}\n"
-            f"- Cite: {dataset.citation}\n"
-            f"- {missing}\n\n"
-            f"| file | path in the repository | bytes | sha256 |\n| --- | --- | --- | --- |\n{rows}")
+    missing = (
+        "Every file of the data set is here, test splits included."
+        if not left
+        else f"Not here: {listing([f.name for f in left])} ("
+        + (f"not in {origin}" if absent else "left out by --dev-only")
+        + f"; `attnlab data get {dataset.name} --force` downloads them)."
+    )
+    return (
+        f"# {dataset.name}\n\n"
+        f"Written by `attnlab data get {dataset.name}` from {origin}.\n\n"
+        f"- Source: https://github.com/{dataset.repo} at commit `{dataset.commit}`\n"
+        f"- Licence: {dataset.licence}\n"
+        f"- Cite: {dataset.citation}\n"
+        f"- {missing}\n\n"
+        f"| file | path in the repository | bytes | sha256 |\n| --- | --- | --- | --- |\n{rows}"
+    )
 
 
 def _download(url: str, timeout: float) -> bytes:
@@ -139,8 +164,10 @@ def _read(path: Path, dataset: Dataset) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         names = listing([f.local_name for f in dataset.files])
-        raise DataError(f"{path}: no such file (--from takes a folder holding {names}, or a clone of "
-                        f"https://github.com/{dataset.repo})") from None
+        raise DataError(
+            f"{path}: no such file (--from takes a folder holding {names}, or a clone of "
+            f"https://github.com/{dataset.repo})"
+        ) from None
     except OSError as err:
         raise DataError(f"{path}: cannot read ({err.strerror})") from None
 

@@ -51,8 +51,9 @@ def _csv_rows(path: str | Path) -> tuple[list[str], list[tuple[int, list[str]]]]
     numbered = []
     for n, row in enumerate(rows, start=2):
         if len(row) != len(header):
-            raise DataError(f"{path}:{n}: {len(row)} comma-separated fields; the header has {len(header)} "
-                            f"({', '.join(header)})")
+            raise DataError(
+                f"{path}:{n}: {len(row)} comma-separated fields; the header has {len(header)} ({', '.join(header)})"
+            )
         numbered.append((n, row))
     if not numbered:
         raise DataError(f"{path}: no rows after the header line")
@@ -149,5 +150,10 @@ def karate_club() -> Graph:
 
     g = networkx.karate_club_graph()
     n = g.number_of_nodes()
-    return Graph("karate", [str(i) for i in range(n)], torch.eye(n).tolist(), [g.nodes[i]["club"] for i in range(n)],
-                 sorted((min(i, j), max(i, j)) for i, j in g.edges()))
+    return Graph(
+        "karate",
+        [str(i) for i in range(n)],
+        torch.eye(n).tolist(),
+        [g.nodes[i]["club"] for i in range(n)],
+        sorted((min(i, j), max(i, j)) for i, j in g.edges()),
+    )

@@ -58,8 +58,9 @@ def same_size(pixels: list[np.ndarray], paths: list[Path]) -> None:
     for image, path in zip(pixels, paths):
         if image.shape != pixels[0].shape:
             (h, w, _), (h0, w0, _) = image.shape, pixels[0].shape
-            raise DataError(f"{path}: {w}x{h} pixels, but {paths[0]} is {w0}x{h0}; set data.resize to read images "
-                            f"of mixed sizes")
+            raise DataError(
+                f"{path}: {w}x{h} pixels, but {paths[0]} is {w0}x{h0}; set data.resize to read images of mixed sizes"
+            )
 
 
 def read_folder(root: str | Path, colour: str, resize: int | None) -> Images:
@@ -67,11 +68,16 @@ def read_folder(root: str | Path, colour: str, resize: int | None) -> Images:
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"{root}: no such folder")
-    paths = [(path, folder.name) for folder in sorted(p for p in root.iterdir() if p.is_dir())
-             for path in sorted(folder.iterdir()) if path.suffix.lower() in IMAGE_SUFFIXES]
+    paths = [
+        (path, folder.name)
+        for folder in sorted(p for p in root.iterdir() if p.is_dir())
+        for path in sorted(folder.iterdir())
+        if path.suffix.lower() in IMAGE_SUFFIXES
+    ]
     if not paths:
-        raise DataError(f"{root}: no images in class folders (expected {root}/<class>/<image>"
-                        f"{'|'.join(IMAGE_SUFFIXES[:3])})")
+        raise DataError(
+            f"{root}: no images in class folders (expected {root}/<class>/<image>{'|'.join(IMAGE_SUFFIXES[:3])})"
+        )
     pixels = [read_image(path, colour, resize) for path, _ in paths]
     same_size(pixels, [path for path, _ in paths])
     return np.stack(pixels), [label for _, label in paths]
@@ -83,14 +89,16 @@ def read_npz(path: str | Path) -> Images:
         with np.load(path, allow_pickle=False) as arrays:
             missing = [key for key in ("images", "labels") if key not in arrays.files]
             if missing:
-                raise DataError(f"{path}: no array {' or '.join(map(repr, missing))} (it has "
-                                f"{', '.join(arrays.files) or 'none'})")
+                raise DataError(
+                    f"{path}: no array {' or '.join(map(repr, missing))} (it has {', '.join(arrays.files) or 'none'})"
+                )
             images, labels = arrays["images"], arrays["labels"]
     except (OSError, ValueError) as err:
         raise DataError(f"{path}: not an .npz file numpy can read ({err})") from None
     if images.ndim not in (3, 4) or labels.ndim != 1 or len(images) != len(labels):
-        raise DataError(f"{path}: expected images (N, H, W) or (N, H, W, C) and labels (N,), got "
-                        f"{images.shape} and {labels.shape}")
+        raise DataError(
+            f"{path}: expected images (N, H, W) or (N, H, W, C) and labels (N,), got {images.shape} and {labels.shape}"
+        )
     images = images.astype(np.float32)
     return (images[..., None] if images.ndim == 3 else images), [str(label) for label in labels.tolist()]
 
@@ -126,8 +134,10 @@ def digits(seed: int) -> dict[str, Images]:
     rest, test = stratified_split(labels, 360, seed, "digits")
     train, valid = stratified_split([labels[i] for i in rest], 180, seed, "digits")
     train, valid = rest[train], rest[valid]
-    return {name: (images[index], [labels[i] for i in index]) for name, index in
-            (("train", train), ("valid", valid), ("test", test))}
+    return {
+        name: (images[index], [labels[i] for i in index])
+        for name, index in (("train", train), ("valid", valid), ("test", test))
+    }
 
 
 EXAMPLE_DIGITS = {"seven": "7", "three": "3"}  # docs/tutorials/images.md's examples/digits/seven.png and three.png
@@ -153,7 +163,7 @@ def random_crop(images: Tensor, padding: int, generator: torch.Generator) -> Ten
     B, _, H, W = images.shape
     padded = F.pad(images, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
     offsets = torch.randint(0, 2 * padding + 1, (B, 2), generator=generator).tolist()
-    return torch.stack([padded[b, :, y:y + H, x:x + W] for b, (y, x) in enumerate(offsets)])
+    return torch.stack([padded[b, :, y : y + H, x : x + W] for b, (y, x) in enumerate(offsets)])
 
 
 def horizontal_flip(images: Tensor, generator: torch.Generator) -> Tensor:
@@ -163,7 +173,9 @@ def horizontal_flip(images: Tensor, generator: torch.Generator) -> Tensor:
 
 
 FLIPS: dict[str, Callable[[Tensor, torch.Generator], Tensor]] = {
-    "none": lambda images, generator: images, "horizontal": horizontal_flip}
+    "none": lambda images, generator: images,
+    "horizontal": horizontal_flip,
+}
 
 
 @dataclass(frozen=True)

@@ -93,21 +93,26 @@ def _length(pairs: list[Pair], seed: int) -> tuple[list[Pair], list[Pair]]:
 def _added_primitive(primitive: str, train_size: int) -> Callable[[list[Pair], int], tuple[list[Pair], list[Pair]]]:
     """Train: every command without ``primitive``, and the bare primitive repeated up to ``train_size``
     commands; test: every other command with it."""
+
     def split(pairs: list[Pair], seed: int) -> tuple[list[Pair], list[Pair]]:
         bare = next(p for p in pairs if p[0] == primitive)
         without = [p for p in pairs if not _contains(p[0], primitive)]
-        return without + [bare] * (train_size - len(without)), \
-            [p for p in pairs if _contains(p[0], primitive) and p[0] != primitive]
+        return without + [bare] * (train_size - len(without)), [
+            p for p in pairs if _contains(p[0], primitive) and p[0] != primitive
+        ]
+
     return split
 
 
 def _template(phrases: list[str], left_out: str) -> Callable[[list[Pair], int], tuple[list[Pair], list[Pair]]]:
     """Test: every command with one of ``phrases``; train: the rest; neither: the commands with
     ``left_out`` (the template applied to 'turn', which the published files leave out)."""
+
     def split(pairs: list[Pair], seed: int) -> tuple[list[Pair], list[Pair]]:
         kept = [p for p in pairs if not _contains(p[0], left_out)]
         held = [any(_contains(c, phrase) for phrase in phrases) for c, _ in kept]
         return [p for p, h in zip(kept, held) if not h], [p for p, h in zip(kept, held) if h]
+
     return split
 
 

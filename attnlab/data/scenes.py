@@ -91,8 +91,9 @@ class Scene:
         colours = [o.colour for o in self.objects]
         pairs = [(f"how many {shape}s?", str(shapes.count(shape))) for shape in SHAPES]
         pairs += [(f"what colour is the {o.shape}?", o.colour) for o in self.objects if shapes.count(o.shape) == 1]
-        pairs += [(f"what shape is the {o.colour} object?", o.shape) for o in self.objects
-                  if colours.count(o.colour) == 1]
+        pairs += [
+            (f"what shape is the {o.colour} object?", o.shape) for o in self.objects if colours.count(o.colour) == 1
+        ]
         return pairs
 
 
@@ -101,8 +102,9 @@ def check_held_out(held_out: Iterable[str]) -> tuple[str, ...]:
     combinations = {f"{c} {s}" for c in PALETTE for s in SHAPES}
     for name in held_out:
         if name not in combinations:
-            raise ValueError(f"'{name}' is not a 'COLOUR SHAPE' (colours {', '.join(PALETTE)}; shapes "
-                             f"{', '.join(SHAPES)})")
+            raise ValueError(
+                f"'{name}' is not a 'COLOUR SHAPE' (colours {', '.join(PALETTE)}; shapes {', '.join(SHAPES)})"
+            )
     return tuple(held_out)
 
 
@@ -138,8 +140,15 @@ def noisy(pixels: np.ndarray, noise: float, seed: tuple[int, ...]) -> np.ndarray
     return np.clip(np.rint(pixels + rng.normal(0.0, noise, pixels.shape)), 0, 255).astype(np.uint8)
 
 
-def generate(split: str, n: int, seed: int = 0, held_out: Iterable[str] = HELD_OUT, image_size: int = 32,
-             noise: float = 0.0, max_objects: int = 3) -> list[Scene]:
+def generate(
+    split: str,
+    n: int,
+    seed: int = 0,
+    held_out: Iterable[str] = HELD_OUT,
+    image_size: int = 32,
+    noise: float = 0.0,
+    max_objects: int = 3,
+) -> list[Scene]:
     """``n`` scenes of ``split`` (one of SPLITS), as the module docstring says."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)} (got {split!r})")
@@ -156,11 +165,19 @@ def generate(split: str, n: int, seed: int = 0, held_out: Iterable[str] = HELD_O
     for i in range(n):
         k = rng.randint(1, max_objects)
         cells = rng.sample(range(GRID * GRID), k)
-        kinds = [rng.choice(forced if split == "compositional" and j == 0 else
-                            every if split == "compositional" else seen) for j in range(k)]
-        objects = tuple(sorted((SceneObject(shape, colour, rng.choice(tuple(SIZES)), cell // GRID, cell % GRID)
-                                for (colour, shape), cell in zip(kinds, cells)),
-                               key=lambda o: (o.column, o.row)))
+        kinds = [
+            rng.choice(forced if split == "compositional" and j == 0 else every if split == "compositional" else seen)
+            for j in range(k)
+        ]
+        objects = tuple(
+            sorted(
+                (
+                    SceneObject(shape, colour, rng.choice(tuple(SIZES)), cell // GRID, cell % GRID)
+                    for (colour, shape), cell in zip(kinds, cells)
+                ),
+                key=lambda o: (o.column, o.row),
+            )
+        )
         pixels = noisy(draw(objects, image_size), noise, (seed, SPLITS.index(split), i))
         scenes.append(Scene(objects, pixels))
     return scenes
@@ -186,8 +203,10 @@ def read_captions_file(path: str | Path) -> list[tuple[Path, str]]:
         if not tab:
             raise DataError(f"{path}:{n}: expected 'image TAB caption', found no tab")
         if not caption.strip() or not name.strip():
-            raise DataError(f"{path}:{n}: expected 'image TAB caption', found an empty "
-                            f"{'image name' if not name.strip() else 'caption'}")
+            raise DataError(
+                f"{path}:{n}: expected 'image TAB caption', found an empty "
+                f"{'image name' if not name.strip() else 'caption'}"
+            )
         image = folder / name.strip()
         if not image.is_file():
             raise DataError(f"{path}:{n}: no image '{name.strip()}' in {folder}")

@@ -50,8 +50,10 @@ def read_series(path: str | Path, date_column: str = "date", columns: list[str] 
     if not any(header):
         raise DataError(f"{name}: empty file (expected a header line, e.g. {date_column},value)")
     if date_column not in header:
-        raise DataError(f"{name}:1: no date column '{date_column}' in the header ({', '.join(header)}); name it with "
-                        f"data.date_column")
+        raise DataError(
+            f"{name}:1: no date column '{date_column}' in the header ({', '.join(header)}); name it with "
+            f"data.date_column"
+        )
     wanted = columns if columns is not None else [c for c in header if c != date_column]
     missing = [c for c in wanted if c not in header]
     if missing:
@@ -84,8 +86,9 @@ def _number(cell: str, where: str, column: str) -> float:
     return value
 
 
-def split_rows(n_rows: int, rows: tuple[int, int, int] | None, valid_fraction: float,
-               test_fraction: float) -> tuple[int, int, int]:
+def split_rows(
+    n_rows: int, rows: tuple[int, int, int] | None, valid_fraction: float, test_fraction: float
+) -> tuple[int, int, int]:
     """(train, valid, test) row counts: as given, or else fractions of ``n_rows`` as Autoformer's
     custom datasets have them (test and valid rounded down, train the rest)."""
     if rows is not None:

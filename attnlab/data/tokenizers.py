@@ -40,8 +40,10 @@ CONTROL_IDS = frozenset((PAD, BOS, EOS))  # ids that steer decoding; text never 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 MASK_TOKEN, MASK = "<mask>", 4  # only in tokenizers trained with_mask (the masked-LM task)
 TOKENIZER_KINDS = ("char", "word", "word_nopunct", "bpe", "byte_bpe", "unigram", "wordpiece")
-WORD_LEVEL = {"word": normalizers.NFC(),  # the word-level kinds: what each reads before splitting at whitespace
-              "word_nopunct": normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"[^\w\s]+"), " ")])}
+WORD_LEVEL = {
+    "word": normalizers.NFC(),  # the word-level kinds: what each reads before splitting at whitespace
+    "word_nopunct": normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"[^\w\s]+"), " ")]),
+}
 _BYTE_TOKENS = [f"<0x{i:02X}>" for i in range(256)]
 
 
@@ -62,16 +64,22 @@ def _pipeline(kind: str, vocab_size: int, specials: list[str]) -> tuple[tokenize
         tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
         tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
-        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                         decoders.Strip(" ", 1, 0)])
-        return tok, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials + _BYTE_TOKENS,
-                                        show_progress=False)
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+        return tok, trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=specials + _BYTE_TOKENS, show_progress=False
+        )
     if kind == "byte_bpe":
         tok = tokenizers.Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        return tok, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        return tok, trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=specials,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
     if kind == "wordpiece":
         tok = tokenizers.Tokenizer(models.WordPiece(unk_token="<unk>"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -82,8 +90,9 @@ def _pipeline(kind: str, vocab_size: int, specials: list[str]) -> tuple[tokenize
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    return tok, trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
-                                        show_progress=False)
+    return tok, trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>", show_progress=False
+    )
 
 
 class Tokenizer:
@@ -110,8 +119,10 @@ class Tokenizer:
             raise DataError(f"cannot train the {kind} tokenizer: {err} (data.vocab_size is {vocab_size})") from None
         for token_id, token in enumerate(specials):
             if hf.token_to_id(token) != token_id:
-                raise DataError(f"the training text uses the special token {token} as a word; the {kind} "
-                                f"tokenizer reserves it (id {token_id}): rename it in the data or use another tokenizer")
+                raise DataError(
+                    f"the training text uses the special token {token} as a word; the {kind} "
+                    f"tokenizer reserves it (id {token_id}): rename it in the data or use another tokenizer"
+                )
         return cls(_specials_unreachable(hf, len(specials)) if kind == "unigram" else hf)
 
     @property

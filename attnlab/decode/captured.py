@@ -42,8 +42,9 @@ class CapturedStep:
         """(N, t) new tokens -> (N, 1, V) logits of the token after them."""
         if self.graph is not None:
             if tokens.shape != self.tokens.shape:
-                raise ValueError(f"a recorded step takes tokens of shape {tuple(self.tokens.shape)}, "
-                                 f"got {tuple(tokens.shape)}")
+                raise ValueError(
+                    f"a recorded step takes tokens of shape {tuple(self.tokens.shape)}, got {tuple(tokens.shape)}"
+                )
             self.tokens.copy_(tokens)
             self.graph.replay()
             return self.logits

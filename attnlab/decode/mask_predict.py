@@ -40,8 +40,9 @@ def least_probable(logp: Tensor, real: Tensor, n: Tensor) -> Tensor:
     return rank < n[:, None]
 
 
-def predict(model: nn.Module, tokens: Tensor, logp: Tensor, masked: Tensor, memory: Tensor, src_valid: Tensor
-            ) -> tuple[Tensor, Tensor]:
+def predict(
+    model: nn.Module, tokens: Tensor, logp: Tensor, masked: Tensor, memory: Tensor, src_valid: Tensor
+) -> tuple[Tensor, Tensor]:
     """One parallel pass: (B, T) tokens, their log-probabilities, and which are masked (their
     tokens are <mask>) -> tokens and log-probabilities with the masked positions predicted anew."""
     log_probs = model.decode(tokens, memory, src_valid).float().log_softmax(-1)  # (B, T, V)
@@ -51,8 +52,9 @@ def predict(model: nn.Module, tokens: Tensor, logp: Tensor, masked: Tensor, memo
 
 
 @torch.no_grad()
-def mask_predict(model: nn.Module, src: Tensor, iterations: int = 10, length_beam: int = 5
-                 ) -> list[tuple[list[int], float]]:
+def mask_predict(
+    model: nn.Module, src: Tensor, iterations: int = 10, length_beam: int = 5
+) -> list[tuple[list[int], float]]:
     """(B, S) source ids (+ EOS, PAD-padded) -> for each source, the chosen target ids and their
     mean log-probability. ``model`` offers ``encode``, ``decode`` (non-causal) and a ``length_predictor``;
     ``iterations`` T and ``length_beam`` L as decode/spec.py's :class:`~attnlab.decode.spec.MaskPredict` checks them."""
@@ -70,4 +72,4 @@ def mask_predict(model: nn.Module, src: Tensor, iterations: int = 10, length_bea
         tokens, logp = predict(model, tokens.masked_fill(masked, MASK), logp, masked, memory, src_valid)
     mean_logp = (logp * real).sum(1) / lengths  # (B L,)
     best = mean_logp.view(-1, beam).argmax(1) + torch.arange(src.shape[0], device=src.device) * beam  # (B,) rows
-    return [(tokens[row, :int(lengths[row])].tolist(), float(mean_logp[row])) for row in best.tolist()]
+    return [(tokens[row, : int(lengths[row])].tolist(), float(mean_logp[row])) for row in best.tolist()]

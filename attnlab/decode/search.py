@@ -24,9 +24,15 @@ from attnlab.decode.session import DecodingSession, length_limits
 
 
 @torch.no_grad()
-def greedy(model: nn.Module, src: Tensor | None = None, max_len: int | Tensor | None = None,
-           min_len: int | Tensor = 0, use_cache: bool = True, kv_cache: str = "auto",
-           prompt: Tensor | None = None) -> list[list[int]]:
+def greedy(
+    model: nn.Module,
+    src: Tensor | None = None,
+    max_len: int | Tensor | None = None,
+    min_len: int | Tensor = 0,
+    use_cache: bool = True,
+    kv_cache: str = "auto",
+    prompt: Tensor | None = None,
+) -> list[list[int]]:
     """The argmax token at every step until EOS. src: (B, S) padded ids (EncoderDecoder), or
     ``prompt``: (B, P) ids to continue (DecoderLM, not padded) -> B id lists (no BOS/EOS, no prompt).
     ``max_len`` and ``min_len``: one number, or (B,) one per row; both at a row's reference length
@@ -87,9 +93,18 @@ def best_reachable(scores: Tensor, length: int, limits: Tensor, alpha: float) ->
 
 
 @torch.no_grad()
-def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenpen: float = 0.6, nbest: int = 1,
-                max_len: int | Tensor | None = None, min_len: int | Tensor = 0, use_cache: bool = True,
-                kv_cache: str = "auto", prompt: Tensor | None = None) -> list[list[Hypothesis]]:
+def beam_search(
+    model: nn.Module,
+    src: Tensor | None = None,
+    beam: int = 4,
+    lenpen: float = 0.6,
+    nbest: int = 1,
+    max_len: int | Tensor | None = None,
+    min_len: int | Tensor = 0,
+    use_cache: bool = True,
+    kv_cache: str = "auto",
+    prompt: Tensor | None = None,
+) -> list[list[Hypothesis]]:
     """Beam search for a whole batch at once: B sentences x ``beam`` rows in one tensor: of ``src``
     (EncoderDecoder, (B, S) padded ids), or continuing ``prompt`` (DecoderLM, (B, P) ids, not padded;
     the scores are log P(tokens, EOS | prompt)).
@@ -132,7 +147,7 @@ def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenp
         logprobs[t < min_lens[active], :, EOS] = -torch.inf
         at_limit = t >= limits[active]  # these sentences have generated all they may: only EOS
         logprobs[at_limit, :, :EOS] = -torch.inf
-        logprobs[at_limit, :, EOS + 1:] = -torch.inf
+        logprobs[at_limit, :, EOS + 1 :] = -torch.inf
         candidates = (scores[..., None] + logprobs).view(b, K * V)  # (b, K V)
         top_scores, top_index = candidates.topk(2 * K, dim=1)  # (b, 2K), best first
         top_beam, top_token = top_index // V, top_index % V
@@ -165,8 +180,9 @@ def beam_search(model: nn.Module, src: Tensor | None = None, beam: int = 4, lenp
     return [hyps[:nbest] for hyps in finished]
 
 
-def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None) -> Tensor:
+def filter_logits(
+    logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
     """(N, V) logits -> logits to sample from: divided by the temperature, then all but the
     ``top_k`` most likely and all outside the smallest set of probability >= ``top_p`` set to -inf."""
     logits = logits / temperature

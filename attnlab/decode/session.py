@@ -42,8 +42,14 @@ class DecodingSession:
     positions the search will feed, and keeps all N rows to the end, since its shapes are fixed:
     rows that leave the search (finished sentences of a beam search) stay in it, fed PAD, unread."""
 
-    def __init__(self, model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None,
-                 use_cache: bool = True, kv_cache: str = "auto") -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        src: Tensor | None = None,
+        prompt: Tensor | None = None,
+        use_cache: bool = True,
+        kv_cache: str = "auto",
+    ) -> None:
         """EncoderDecoder: ``src`` (N, S) ids, decoding starts from BOS. DecoderLM: ``prompt``
         (N, P) ids (not padded), decoding continues it. ``kv_cache``: one of KV_CACHES (unused
         without ``use_cache``)."""
@@ -103,12 +109,12 @@ class DecodingSession:
             logits = self.model.decode(fed, self.memory, self.src_valid, self.cache)
         else:
             logits = self.model(fed, cache=self.cache)
-        return token_logprobs(logits[:, -tokens.shape[1]:])
+        return token_logprobs(logits[:, -tokens.shape[1] :])
 
     def score_states(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`score` for a DecoderLM, with the (n, t, d_model) decoder states the log-probabilities
         come from: what its multi-token heads read."""
-        h = self.model.states(self._fed(tokens), cache=self.cache)[:, -tokens.shape[1]:]
+        h = self.model.states(self._fed(tokens), cache=self.cache)[:, -tokens.shape[1] :]
         return token_logprobs(self.model.generator(h)), h
 
     def _fed(self, tokens: Tensor) -> Tensor:
@@ -176,29 +182,39 @@ def static_refusal(model: nn.Module, kv_cache: str, device: torch.device) -> str
     is recorded as a CUDA graph; or 'compiled'); None when it can. The attention backends declare
     what they can, and a model whose cache slides (``static_cache = False``) that it has none."""
     if kv_cache == "graph" and device.type != "cuda":
-        return (f"kv_cache 'graph' records CUDA graphs, and this decode runs on '{device.type}'; "
-                f"use 'static' or 'dynamic'")
+        return (
+            f"kv_cache 'graph' records CUDA graphs, and this decode runs on '{device.type}'; use 'static' or 'dynamic'"
+        )
     if kv_cache == "graph" and model.training:
-        return ("a model in training mode drops out at random in every step; decode it in eval mode (model.eval()) "
-                "to record its step as a CUDA graph")
+        return (
+            "a model in training mode drops out at random in every step; decode it in eval mode (model.eval()) "
+            "to record its step as a CUDA graph"
+        )
     if not getattr(model, "static_cache", True):  # Transformer-XL: its window slides (nn/memory.py)
-        return (f"{type(model).__name__}'s cache forgets the keys that leave its window, so it has no static cache; "
-                f"use kv_cache 'dynamic'")
+        return (
+            f"{type(model).__name__}'s cache forgets the keys that leave its window, so it has no static cache; "
+            f"use kv_cache 'dynamic'"
+        )
     backends = [module.backend for module in attention_modules(model).values()]
     if not backends:
         return f"{type(model).__name__} has no attention keys and values to preallocate; use kv_cache 'dynamic'"
     for backend in backends:
         if not backend.static_cache:
-            return (f"attention backend '{backend.name}' keeps its own decoding state, not keys and values, "
-                    f"so it has no static cache; use kv_cache 'dynamic'")
+            return (
+                f"attention backend '{backend.name}' keeps its own decoding state, not keys and values, "
+                f"so it has no static cache; use kv_cache 'dynamic'"
+            )
         if kv_cache == "graph" and not backend.captures:
-            return (f"attention backend '{backend.name}' reads tensors on the host during a step, so the step "
-                    f"cannot be recorded as a CUDA graph; use kv_cache 'static' or 'dynamic'")
+            return (
+                f"attention backend '{backend.name}' reads tensors on the host during a step, so the step "
+                f"cannot be recorded as a CUDA graph; use kv_cache 'static' or 'dynamic'"
+            )
     return None
 
 
-def length_limits(session: DecodingSession, src: Tensor | None, max_len: int | Tensor | None,
-                  feeds_last: bool) -> Tensor:
+def length_limits(
+    session: DecodingSession, src: Tensor | None, max_len: int | Tensor | None, feeds_last: bool
+) -> Tensor:
     """(N,) the most tokens each row may generate: ``max_len`` (one number, or (N,) one per row), or
     its own source length + 50, within the positions the model can encode. ``feeds_last``: the last token is fed back in (beam
     search scores EOS after it), so it needs a position too. Each row's own limit keeps a sentence's

@@ -127,8 +127,9 @@ class Beam(LeftToRight):
     def search(self, model: nn.Module, src: Tensor, max_len: int | Tensor | None, min_len: int | Tensor) -> NBest:
         return [[(h.tokens, h.normalized) for h in hyps] for hyps in self.hypotheses(model, src, max_len, min_len)]
 
-    def hypotheses(self, model: nn.Module, src: Tensor, max_len: int | Tensor | None = None,
-                   min_len: int | Tensor | None = None) -> list[list[Hypothesis]]:
+    def hypotheses(
+        self, model: nn.Module, src: Tensor, max_len: int | Tensor | None = None, min_len: int | Tensor | None = None
+    ) -> list[list[Hypothesis]]:
         """Each source's n-best as :class:`~attnlab.decode.search.Hypothesis` (tokens, log P and the
         normalised score); the limits default to the search's own."""
         most = self.max_len if max_len is None else max_len
@@ -185,8 +186,9 @@ class Sample(Search):
 
 
 @torch.no_grad()
-def sample(model: nn.Module, search: Sample, src: Tensor | None = None, prompt: Tensor | None = None
-           ) -> list[list[int]]:
+def sample(
+    model: nn.Module, search: Sample, src: Tensor | None = None, prompt: Tensor | None = None
+) -> list[list[int]]:
     """Draw a continuation for each row: of ``src`` (EncoderDecoder) or of ``prompt`` (DecoderLM), by
     ``search`` (:class:`Sample`: ``max_len`` new tokens, each drawn from the logits over ``temperature``, within ``top_k`` and ``top_p``, with a generator
     seeded with ``seed``; to EOS where ``stop_at_eos``). Returns the new token ids of each row
@@ -254,12 +256,21 @@ class Speculative(Search):
         sampler = self.sampling.sampler(self.sampling.generator()) if self.sampling is not None else None
         return [self.one(model, prompt=row[None], sampler=sampler) for row in prompt]
 
-    def one(self, model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None,
-            sampler: Sampler | None = None) -> list[int]:
+    def one(
+        self, model: nn.Module, src: Tensor | None = None, prompt: Tensor | None = None, sampler: Sampler | None = None
+    ) -> list[int]:
         """The continuation of one (1, S) source or (1, P) prompt; its statistics added to ``stats``."""
         stop_at_eos = self.sampling.stop_at_eos if self.sampling is not None else True
-        ids, stats = speculative_decode(model, self.draft, src=src, prompt=prompt, k=self.k,
-                                        max_new_tokens=self.max_len, sampler=sampler, stop_at_eos=stop_at_eos)
+        ids, stats = speculative_decode(
+            model,
+            self.draft,
+            src=src,
+            prompt=prompt,
+            k=self.k,
+            max_new_tokens=self.max_len,
+            sampler=sampler,
+            stop_at_eos=stop_at_eos,
+        )
         self.stats.add(stats)
         return ids
 

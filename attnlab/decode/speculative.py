@@ -59,8 +59,13 @@ class Sampler:
     """How one token is chosen from log-probabilities: the argmax (``temperature`` None), or a draw
     from the filtered distribution with a seeded generator."""
 
-    def __init__(self, temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                 generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
         if temperature is not None and temperature <= 0:
             raise ValueError(f"temperature must be > 0 (got {temperature})")
         self.temperature, self.top_k, self.top_p, self.generator = temperature, top_k, top_p, generator
@@ -147,9 +152,16 @@ class HeadsDraft:
 
 
 @torch.no_grad()
-def speculative_decode(target: nn.Module, draft: nn.Module | None = None, src: Tensor | None = None,
-                       prompt: Tensor | None = None, k: int = 4, max_new_tokens: int | None = None,
-                       sampler: Sampler | None = None, stop_at_eos: bool = True) -> tuple[list[int], SpeculationStats]:
+def speculative_decode(
+    target: nn.Module,
+    draft: nn.Module | None = None,
+    src: Tensor | None = None,
+    prompt: Tensor | None = None,
+    k: int = 4,
+    max_new_tokens: int | None = None,
+    sampler: Sampler | None = None,
+    stop_at_eos: bool = True,
+) -> tuple[list[int], SpeculationStats]:
     """The continuation of one (1, S) ``src`` (encoder-decoders) or (1, P) ``prompt`` (decoder-only
     models) and what speculation did. ``draft``: another model, or None for the target's own
     multi-token heads (at most k of them propose). ``max_new_tokens``: for an encoder-decoder,
@@ -180,14 +192,15 @@ def speculative_decode(target: nn.Module, draft: nn.Module | None = None, src: T
         pending = pending.new_tensor([[token]])
         out += [*proposals[:accepted], token]
         if stop_at_eos and EOS in out:
-            out = out[:out.index(EOS)]
+            out = out[: out.index(EOS)]
             break
     stats.tokens = len(out)
     return out[:limit], stats
 
 
-def _target_pass(big: DecodingSession, pending: Tensor, proposals: list[int],
-                 states: bool) -> tuple[Tensor, Tensor | None]:
+def _target_pass(
+    big: DecodingSession, pending: Tensor, proposals: list[int], states: bool
+) -> tuple[Tensor, Tensor | None]:
     """Feed the pending tokens and the proposals to the target: (len + 1, V) log-probabilities
     after the last pending token and after each proposal, and with ``states`` the decoder's
     (len + 1, d_model) states at those positions, which multi-token heads read."""

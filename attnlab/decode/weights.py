@@ -46,9 +46,9 @@ WEIGHTS = ("fp32", "bf16", "int8")
 LAYOUTS = {
     "bf16": "every floating tensor in bfloat16",
     "int8": "each linear layer NAME, the output projection (generator) included, quantised per output channel, "
-            "symmetrically (zero points 0): NAME.weight int8 (out, in), NAME.weight_scale float32 (out,), weight = "
-            "int8 value x scale; NAME.bias float32; inputs quantised on the fly (torch.ao dynamic quantisation); "
-            "every other tensor float32",
+    "symmetrically (zero points 0): NAME.weight int8 (out, in), NAME.weight_scale float32 (out,), weight = "
+    "int8 value x scale; NAME.bias float32; inputs quantised on the fly (torch.ao dynamic quantisation); "
+    "every other tensor float32",
 }
 
 
@@ -61,8 +61,10 @@ def with_weights(model: nn.Module, weights: str) -> nn.Module:
     if held == weights:
         return model
     if held != "fp32":
-        raise ValueError(f"the model's weights are {held} already (a run exported with them), and do not become "
-                         f"{weights}; leave --weights out")
+        raise ValueError(
+            f"the model's weights are {held} already (a run exported with them), and do not become "
+            f"{weights}; leave --weights out"
+        )
     if weights == "bf16":
         return model.to(torch.bfloat16)
     device = next(model.parameters()).device

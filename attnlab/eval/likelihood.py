@@ -25,8 +25,9 @@ def logits_of(model: nn.Module, batch: Batch) -> torch.Tensor:
     return logits
 
 
-def teacher_forced_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0,
-                        amp: Amp = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
+def teacher_forced_loss(
+    model: nn.Module, batch: Batch, label_smoothing: float = 0.0, amp: Amp = contextlib.nullcontext
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(label-smoothed loss, NLL), each summed over the target tokens; the forward under ``amp``,
     the loss in float32."""
     with amp():
@@ -34,8 +35,9 @@ def teacher_forced_loss(model: nn.Module, batch: Batch, label_smoothing: float =
     return label_smoothed_nll(logits, batch.tgt_out, label_smoothing, PAD)
 
 
-def multi_token_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0,
-                     amp: Amp = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
+def multi_token_loss(
+    model: nn.Module, batch: Batch, label_smoothing: float = 0.0, amp: Amp = contextlib.nullcontext
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Multi-token prediction's loss (Gloeckle et al. 2024) for a DecoderLM: the next-token loss plus,
     for each extra head j, its weight times its loss on token t + 1 + j (summed over the target
     tokens, as :func:`teacher_forced_loss`, which it is for a model without extra heads, a plug-in
@@ -54,8 +56,9 @@ def multi_token_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: list[Batch], device: torch.device | str | None = None,
-             amp: Amp = contextlib.nullcontext) -> dict[str, float]:
+def evaluate(
+    model: nn.Module, batches: list[Batch], device: torch.device | str | None = None, amp: Amp = contextlib.nullcontext
+) -> dict[str, float]:
     """Teacher-forced NLL per target token and its perplexity (no label smoothing), on ``device``
     (default: the model's)."""
     device = device or next(model.parameters()).device

@@ -50,8 +50,10 @@ def confusion_table(labels: list[str], counts: list[list[int]]) -> list[str]:
     the columns of counts as wide as the widest label or count, every column two spaces apart."""
     first = max(len(label) for label in labels) + 2
     width = max(len(cell) for cell in [*labels, *(f"{count:,}" for row in counts for count in row)]) + 2
-    return [" " * first + "".join(f"{label:>{width}}" for label in labels),
-            *(f"{label:<{first}}" + "".join(f"{count:>{width},}" for count in row) for label, row in zip(labels, counts))]
+    return [
+        " " * first + "".join(f"{label:>{width}}" for label in labels),
+        *(f"{label:<{first}}" + "".join(f"{count:>{width},}" for count in row) for label, row in zip(labels, counts)),
+    ]
 
 
 def classification_scores(predicted: list[int], gold: list[int], n_classes: int) -> dict[str, float]:

@@ -75,24 +75,43 @@ def bert_model_fields(config: dict[str, Any], where: Path | str) -> tuple[dict[s
     sizes it was trained on (its vocabulary)."""
     kind = config.get("model_type")
     if kind != "bert":
-        raise CheckpointError(f"{where}: model_type is {kind!r}; attnlab imports BERT-family folders "
-                              f"(model_type 'bert', e.g. BERT, MiniLM, all-MiniLM-L6-v2)")
+        raise CheckpointError(
+            f"{where}: model_type is {kind!r}; attnlab imports BERT-family folders "
+            f"(model_type 'bert', e.g. BERT, MiniLM, all-MiniLM-L6-v2)"
+        )
     if config.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(f"{where}: position_embedding_type {config['position_embedding_type']!r} is not "
-                              f"imported (only 'absolute', BERT's learned positions)")
+        raise CheckpointError(
+            f"{where}: position_embedding_type {config['position_embedding_type']!r} is not "
+            f"imported (only 'absolute', BERT's learned positions)"
+        )
     act = config.get("hidden_act", "gelu")  # BERT's "gelu" is the exact one, as attnlab's
     if act not in ACTIVATIONS:
         raise CheckpointError(f"{where}: hidden_act {act!r} is not imported (have {', '.join(ACTIVATIONS)})")
     try:
-        stack = {"d_model": config["hidden_size"], "n_heads": config["num_attention_heads"],
-                 "n_layers": config["num_hidden_layers"], "d_ff": config["intermediate_size"],
-                 "dropout": config.get("hidden_dropout_prob", 0.1),
-                 "attention_dropout": config.get("attention_probs_dropout_prob", 0.1), "activation": act,
-                 "norm": "post", "layer_norm_eps": config.get("layer_norm_eps", 1e-12), "attention_backend": "sdpa"}
-        return ({"arch": "encoder_only", "stack": stack, "positional": "learned",
-                 "max_len": config["max_position_embeddings"], "embeddings": {"kind": "normed", "tie": "output"},
-                 "n_segments": config.get("type_vocab_size", 2), "pooling": "cls"},
-                DataShape(vocab_size=config["vocab_size"], pad_id=PAD))
+        stack = {
+            "d_model": config["hidden_size"],
+            "n_heads": config["num_attention_heads"],
+            "n_layers": config["num_hidden_layers"],
+            "d_ff": config["intermediate_size"],
+            "dropout": config.get("hidden_dropout_prob", 0.1),
+            "attention_dropout": config.get("attention_probs_dropout_prob", 0.1),
+            "activation": act,
+            "norm": "post",
+            "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
+            "attention_backend": "sdpa",
+        }
+        return (
+            {
+                "arch": "encoder_only",
+                "stack": stack,
+                "positional": "learned",
+                "max_len": config["max_position_embeddings"],
+                "embeddings": {"kind": "normed", "tie": "output"},
+                "n_segments": config.get("type_vocab_size", 2),
+                "pooling": "cls",
+            },
+            DataShape(vocab_size=config["vocab_size"], pad_id=PAD),
+        )
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a BERT config.json has") from None
 
@@ -114,8 +133,11 @@ def renumbered_tokenizer(path: Path) -> tuple[Tokenizer, list[int]]:
     new_id = {old: new for new, old in enumerate(order)}
     model["vocab"] = {names.get(token, token): new_id[old] for token, old in vocab.items()}
     model["unk_token"] = names["[UNK]"]
-    spec["added_tokens"] = [entry | {"id": new_id[entry["id"]], "content": names.get(entry["content"], entry["content"])}
-                            for entry in spec.get("added_tokens", []) if entry.get("id") in new_id]
+    spec["added_tokens"] = [
+        entry | {"id": new_id[entry["id"]], "content": names.get(entry["content"], entry["content"])}
+        for entry in spec.get("added_tokens", [])
+        if entry.get("id") in new_id
+    ]
     spec["post_processor"] = spec["truncation"] = spec["padding"] = None  # attnlab adds <bos>/<eos> itself
     try:
         return Tokenizer(tokenizers.Tokenizer.from_str(json.dumps(spec))), order
@@ -125,34 +147,43 @@ def renumbered_tokenizer(path: Path) -> tuple[Tokenizer, list[int]]:
 
 def bert_pairs(n_layers: int) -> dict[str, tuple[str, ...]]:
     """attnlab's tensor name -> the BERT names it is made of (query, key, value: one fused tensor)."""
-    pairs = {"embed.tokens.weight": "embeddings.word_embeddings.weight",
-             "embed.positional.table.weight": "embeddings.position_embeddings.weight",
-             "embed.segments.weight": "embeddings.token_type_embeddings.weight",
-             "embed.norm.weight": "embeddings.LayerNorm.weight", "embed.norm.bias": "embeddings.LayerNorm.bias",
-             "classifier.pool.weight": "pooler.dense.weight", "classifier.pool.bias": "pooler.dense.bias",
-             "mlm_head.transform.weight": "cls.predictions.transform.dense.weight",
-             "mlm_head.transform.bias": "cls.predictions.transform.dense.bias",
-             "mlm_head.norm.weight": "cls.predictions.transform.LayerNorm.weight",
-             "mlm_head.norm.bias": "cls.predictions.transform.LayerNorm.bias",
-             "mlm_head.bias": "cls.predictions.bias"}
+    pairs = {
+        "embed.tokens.weight": "embeddings.word_embeddings.weight",
+        "embed.positional.table.weight": "embeddings.position_embeddings.weight",
+        "embed.segments.weight": "embeddings.token_type_embeddings.weight",
+        "embed.norm.weight": "embeddings.LayerNorm.weight",
+        "embed.norm.bias": "embeddings.LayerNorm.bias",
+        "classifier.pool.weight": "pooler.dense.weight",
+        "classifier.pool.bias": "pooler.dense.bias",
+        "mlm_head.transform.weight": "cls.predictions.transform.dense.weight",
+        "mlm_head.transform.bias": "cls.predictions.transform.dense.bias",
+        "mlm_head.norm.weight": "cls.predictions.transform.LayerNorm.weight",
+        "mlm_head.norm.bias": "cls.predictions.transform.LayerNorm.bias",
+        "mlm_head.bias": "cls.predictions.bias",
+    }
     fused = {}
     for i in range(n_layers):
         ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
         for kind in ("weight", "bias"):
-            pairs |= {f"{ours}self_attn.out_proj.{kind}": f"{theirs}attention.output.dense.{kind}",
-                      f"{ours}self_attn_residual.norm.{kind}": f"{theirs}attention.output.LayerNorm.{kind}",
-                      f"{ours}feed_forward.w_1.{kind}": f"{theirs}intermediate.dense.{kind}",
-                      f"{ours}feed_forward.w_2.{kind}": f"{theirs}output.dense.{kind}",
-                      f"{ours}feed_forward_residual.norm.{kind}": f"{theirs}output.LayerNorm.{kind}"}
-            fused[f"{ours}self_attn.qkv_proj.{kind}"] = tuple(f"{theirs}attention.self.{p}.{kind}"
-                                                              for p in ("query", "key", "value"))
+            pairs |= {
+                f"{ours}self_attn.out_proj.{kind}": f"{theirs}attention.output.dense.{kind}",
+                f"{ours}self_attn_residual.norm.{kind}": f"{theirs}attention.output.LayerNorm.{kind}",
+                f"{ours}feed_forward.w_1.{kind}": f"{theirs}intermediate.dense.{kind}",
+                f"{ours}feed_forward.w_2.{kind}": f"{theirs}output.dense.{kind}",
+                f"{ours}feed_forward_residual.norm.{kind}": f"{theirs}output.LayerNorm.{kind}",
+            }
+            fused[f"{ours}self_attn.qkv_proj.{kind}"] = tuple(
+                f"{theirs}attention.self.{p}.{kind}" for p in ("query", "key", "value")
+            )
     return {ours: (theirs,) for ours, theirs in pairs.items()} | fused
 
 
 VOCABULARY_ROWS = ("embed.tokens.weight", "mlm_head.bias")  # one row per token: renumbered
 
 
-def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[int]) -> tuple[dict[str, torch.Tensor], list[str]]:
+def bert_tensors(
+    weights: dict[str, torch.Tensor], n_layers: int, order: list[int]
+) -> tuple[dict[str, torch.Tensor], list[str]]:
     """attnlab's tensors from a BERT state dict (``bert.`` prefixes of the *For... models dropped),
     embedding rows in the new ``order``; and the names of the original that have no place here."""
     plain = {name.removeprefix("bert."): t for name, t in weights.items()}
@@ -165,13 +196,15 @@ def bert_tensors(weights: dict[str, torch.Tensor], n_layers: int, order: list[in
         if name in out:
             out[name] = out[name][order]
     tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}  # the embedding and the bias again
-    unused = [name for name in weights if name.removeprefix("bert.") not in used | tied
-              and not name.endswith("position_ids")]  # position_ids: a buffer of 0..max_len-1
+    unused = [
+        name for name in weights if name.removeprefix("bert.") not in used | tied and not name.endswith("position_ids")
+    ]  # position_ids: a buffer of 0..max_len-1
     return out, unused
 
 
-def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[int], where: Path | str
-              ) -> tuple[list[str], list[str], list[str]]:
+def load_bert(
+    model: nn.Module, weights: dict[str, torch.Tensor], order: list[int], where: Path | str
+) -> tuple[list[str], list[str], list[str]]:
     """Copy a BERT state dict into attnlab's encoder ``model`` (embedding rows in ``order``): the
     names of its tensors loaded and left new, and of the original's that have no place here."""
     tensors, unused = bert_tensors(weights, len(model.encoder.layers), order)
@@ -182,11 +215,23 @@ def load_bert(model: nn.Module, weights: dict[str, torch.Tensor], order: list[in
 
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
-    needs = {"embeddings.kind": "normed", "positional": "learned", "positional_combine": "add", "stack.norm": "post",
-             "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True, "embeddings.tie": "output",
-             "stack.attention_scale": "sqrt_dk", "pooling": "cls"}
-    refused = [f"{name} {attrgetter(name)(cfg)!r} (BERT's is {value!r})" for name, value in needs.items()
-               if attrgetter(name)(cfg) != value]
+    needs = {
+        "embeddings.kind": "normed",
+        "positional": "learned",
+        "positional_combine": "add",
+        "stack.norm": "post",
+        "stack.normalisation": "layer",
+        "stack.residual": True,
+        "stack.ffn": True,
+        "embeddings.tie": "output",
+        "stack.attention_scale": "sqrt_dk",
+        "pooling": "cls",
+    }
+    refused = [
+        f"{name} {attrgetter(name)(cfg)!r} (BERT's is {value!r})"
+        for name, value in needs.items()
+        if attrgetter(name)(cfg) != value
+    ]
     if cfg.stack.activation not in HIDDEN_ACTS:
         refused.append(f"activation {cfg.stack.activation!r} (BERT has {', '.join(map(repr, HIDDEN_ACTS))})")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
@@ -211,12 +256,18 @@ def exported_tokenizer(tokenizer: Tokenizer, ids: list[int], rename: dict[str, s
     """tokenizer.json at the export's ids, which puts [CLS] a [SEP] (b [SEP]) around a text as BERT
     does, and the names of its control tokens (tokenizer_config.json's)."""
     hf = tokenizers.Tokenizer.from_str(json.dumps(renumbered_spec(tokenizer, ids, rename)))
-    names = {role: rename.get(token, token) for role, token in
-             zip(("pad_token", "cls_token", "sep_token", "unk_token", "mask_token"), SPECIAL_TOKENS + [MASK_TOKEN])}
+    names = {
+        role: rename.get(token, token)
+        for role, token in zip(
+            ("pad_token", "cls_token", "sep_token", "unk_token", "mask_token"), SPECIAL_TOKENS + [MASK_TOKEN]
+        )
+    }
     if hf.token_to_id(names["mask_token"]) is None:
         del names["mask_token"]
-    hf.post_processor = processors.BertProcessing((names["sep_token"], hf.token_to_id(names["sep_token"])),
-                                                  (names["cls_token"], hf.token_to_id(names["cls_token"])))
+    hf.post_processor = processors.BertProcessing(
+        (names["sep_token"], hf.token_to_id(names["sep_token"])),
+        (names["cls_token"], hf.token_to_id(names["cls_token"])),
+    )
     return hf.to_str(), names
 
 
@@ -237,18 +288,34 @@ def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: 
         for name, part in zip(theirs, tensor.chunk(len(theirs))):
             tensors[("bert." if with_head and not name.startswith("cls.") else "") + name] = part
     text, names = exported_tokenizer(tokenizer, ids, rename)
-    config = {"model_type": "bert", "architectures": ["BertForMaskedLM" if with_head else "BertModel"],
-              "vocab_size": vocab_size, "hidden_size": cfg.stack.d_model, "num_hidden_layers": cfg.stack.n_layers,
-              "num_attention_heads": cfg.stack.n_heads, "intermediate_size": cfg.stack.d_ff,
-              "hidden_act": HIDDEN_ACTS[cfg.stack.activation], "hidden_dropout_prob": cfg.stack.dropout,
-              "attention_probs_dropout_prob": cfg.stack.attn_dropout, "max_position_embeddings": cfg.max_len,
-              "type_vocab_size": max(cfg.segment_rows(shape), 1), "layer_norm_eps": cfg.stack.layer_norm_eps,
-              "pad_token_id": ids.index(PAD), "position_embedding_type": "absolute", "torch_dtype": "float32"}
+    config = {
+        "model_type": "bert",
+        "architectures": ["BertForMaskedLM" if with_head else "BertModel"],
+        "vocab_size": vocab_size,
+        "hidden_size": cfg.stack.d_model,
+        "num_hidden_layers": cfg.stack.n_layers,
+        "num_attention_heads": cfg.stack.n_heads,
+        "intermediate_size": cfg.stack.d_ff,
+        "hidden_act": HIDDEN_ACTS[cfg.stack.activation],
+        "hidden_dropout_prob": cfg.stack.dropout,
+        "attention_probs_dropout_prob": cfg.stack.attn_dropout,
+        "max_position_embeddings": cfg.max_len,
+        "type_vocab_size": max(cfg.segment_rows(shape), 1),
+        "layer_norm_eps": cfg.stack.layer_norm_eps,
+        "pad_token_id": ids.index(PAD),
+        "position_embedding_type": "absolute",
+        "torch_dtype": "float32",
+    }
     wordpiece = json.loads(text)["model"]["type"] == "WordPiece"
-    tokenizer_config = {"tokenizer_class": "BertTokenizerFast" if wordpiece else "PreTrainedTokenizerFast",
-                        "model_max_length": cfg.max_len} | names
-    return Exported(config, tensors, {"tokenizer.json": text,
-                                      "tokenizer_config.json": json.dumps(tokenizer_config, indent=2) + "\n"})
+    tokenizer_config = {
+        "tokenizer_class": "BertTokenizerFast" if wordpiece else "PreTrainedTokenizerFast",
+        "model_max_length": cfg.max_len,
+    } | names
+    return Exported(
+        config,
+        tensors,
+        {"tokenizer.json": text, "tokenizer_config.json": json.dumps(tokenizer_config, indent=2) + "\n"},
+    )
 
 
 @register_converter
@@ -264,8 +331,10 @@ class BertConverter(HFConverter):
         fields, shape = bert_model_fields(config, folder / "config.json")
         tokenizer, order = renumbered_tokenizer(folder / "tokenizer.json")
         if tokenizer.vocab_size != shape.vocab_size:
-            raise CheckpointError(f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, config.json's "
-                                  f"vocab_size is {shape.vocab_size}")
+            raise CheckpointError(
+                f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, config.json's "
+                f"vocab_size is {shape.vocab_size}"
+            )
         try:
             cfg = model_config(fields)
             model = build_model(cfg, shape)
@@ -273,10 +342,18 @@ class BertConverter(HFConverter):
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
         loaded, new, unused = load_bert(model, read_weights(folder), order, folder / "model.safetensors")
         with_head = not any(name.startswith("mlm_head.") for name in new)
-        data = task_config({"task": "masked_lm" if with_head else "encoder", "tokenizer": "wordpiece",
-                            "vocab_size": shape.vocab_size, "max_len": cfg.max_len})
+        data = task_config(
+            {
+                "task": "masked_lm" if with_head else "encoder",
+                "tokenizer": "wordpiece",
+                "vocab_size": shape.vocab_size,
+                "max_len": cfg.max_len,
+            }
+        )
         report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
-        return Imported(model, cfg, shape, data, tokenizer, report, {"order": order})  # new token id i is the original's order[i]
+        return Imported(
+            model, cfg, shape, data, tokenizer, report, {"order": order}
+        )  # new token id i is the original's order[i]
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:

@@ -61,8 +61,9 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None = No
     """Why CTranslate2 cannot deploy the run (``run`` None: a config's run, once trained), each part
     one phrase ([] when it can)."""
     if cfg.arch not in ENGINES:
-        have = ", ".join(f"'{arch}' (as {EXPORTERS[arch].described}, ctranslate2.{engine})"
-                         for arch, engine in ENGINES.items())
+        have = ", ".join(
+            f"'{arch}' (as {EXPORTERS[arch].described}, ctranslate2.{engine})" for arch, engine in ENGINES.items()
+        )
         return [f"arch '{cfg.arch}' has no CTranslate2 export (it deploys arch {have})"]
     converter = EXPORTERS[cfg.arch]
     refused = converter.export_refusals(cfg, data, run)
@@ -71,8 +72,9 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None = No
     return [f"CTranslate2 deploys it as {converter.described}, which has no counterpart for {'; '.join(refused)}"]
 
 
-def export_ct2(run_dir: str | Path, out: str | Path, checkpoint: str = "best",
-               quantization: str | None = None) -> tuple[str, Path]:
+def export_ct2(
+    run_dir: str | Path, out: str | Path, checkpoint: str = "best", quantization: str | None = None
+) -> tuple[str, Path]:
     """Write the CTranslate2 model folder ``out`` (which must not exist, or be empty) of a run's
     checkpoint, its weights stored as ``quantization`` (CTranslate2's name; None: as they are):
     the ctranslate2 class that runs it ('Generator' or 'Translator') and ``out``."""

@@ -34,7 +34,12 @@ from attnlab.runs.run_dir import RunDir, write_checkpoint
 from attnlab.tasks import TaskConfig
 
 WEIGHTS, PICKLED, CONFIG = "model.safetensors", "pytorch_model.bin", "config.json"
-HIDDEN_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}  # -> BERT's and ViT's hidden_act
+HIDDEN_ACTS = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_new",
+    "relu": "relu",
+    "silu": "silu",
+}  # -> BERT's and ViT's hidden_act
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -87,8 +92,9 @@ class HFConverter:
         return f"{cls.described} has no counterpart for {'; '.join(refused)}" if refused else None
 
     @classmethod
-    def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer],
-                   run: RunDir) -> "Exported":
+    def export_run(
+        cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir
+    ) -> "Exported":
         """The folder a run that passed :meth:`export_refusals` makes (``tokenizers``: the run's, by role)."""
         raise CheckpointError(f"{run.path}: arch '{cfg.arch}' has no Hugging Face export")
 
@@ -111,10 +117,18 @@ class Imported:
     loaded (with ``init``: what else init.json keeps, such as the token order) and ``task_state``,
     what the task keeps of its data (an image model's classes and pixel statistics)."""
 
-    def __init__(self, model: nn.Module, model_cfg: FamilyConfig, shape: DataShape, data: TaskConfig,
-                 tokenizer: Tokenizer | dict[str, Tokenizer] | None,
-                 report: InitReport, init: dict[str, Any] | None = None, train: TrainConfig | None = None,
-                 task_state: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        model_cfg: FamilyConfig,
+        shape: DataShape,
+        data: TaskConfig,
+        tokenizer: Tokenizer | dict[str, Tokenizer] | None,
+        report: InitReport,
+        init: dict[str, Any] | None = None,
+        train: TrainConfig | None = None,
+        task_state: dict[str, Any] | None = None,
+    ) -> None:
         self.model, self.model_cfg, self.shape, self.data, self.tokenizer = model, model_cfg, shape, data, tokenizer
         self.report, self.init = report, init or {}
         self.train = train or TrainConfig(progress=False)
@@ -148,8 +162,11 @@ def renumbered_spec(tokenizer: Tokenizer, ids: list[int], rename: dict[str, str]
         model["vocab"] = {rename.get(token, token): new_id[i] for token, i in model["vocab"].items() if i in new_id}
     if model.get("unk_token") is not None:
         model["unk_token"] = rename.get(model["unk_token"], model["unk_token"])
-    spec["added_tokens"] = [entry | {"id": new_id[entry["id"]], "content": rename.get(entry["content"], entry["content"])}
-                            for entry in spec.get("added_tokens", []) if entry["id"] in new_id]
+    spec["added_tokens"] = [
+        entry | {"id": new_id[entry["id"]], "content": rename.get(entry["content"], entry["content"])}
+        for entry in spec.get("added_tokens", [])
+        if entry["id"] in new_id
+    ]
     return spec
 
 
@@ -160,8 +177,10 @@ def check_folder(folder: Path) -> type[HFConverter]:
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: no such folder")
     if not (folder / WEIGHTS).is_file() and (folder / PICKLED).is_file():
-        raise CheckpointError(f"{folder}: the weights are a pickled {PICKLED}, which can run code when "
-                              f"loaded; attnlab reads {WEIGHTS} only (convert it where you trust the file)")
+        raise CheckpointError(
+            f"{folder}: the weights are a pickled {PICKLED}, which can run code when "
+            f"loaded; attnlab reads {WEIGHTS} only (convert it where you trust the file)"
+        )
     present = ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
     if not (folder / CONFIG).is_file():
         raise CheckpointError(f"{folder}: no {CONFIG}, so nothing says what model the folder holds (found {present})")
@@ -169,8 +188,9 @@ def check_folder(folder: Path) -> type[HFConverter]:
     converter = CONVERTERS.get(config.get("model_type"))
     if converter is None:
         supported = ", ".join(f"'{c.model_type}' ({c.described})" for c in CONVERTERS.values())
-        raise CheckpointError(f"{folder / CONFIG}: model_type is {config.get('model_type')!r}; attnlab imports "
-                              f"model_type {supported}")
+        raise CheckpointError(
+            f"{folder / CONFIG}: model_type is {config.get('model_type')!r}; attnlab imports model_type {supported}"
+        )
     tokenizer_ok = any(all((folder / name).is_file() for name in names) for names in converter.tokenizer_files)
     missing = [] if (folder / WEIGHTS).is_file() else [WEIGHTS]
     if not tokenizer_ok:
@@ -189,8 +209,15 @@ def import_hf(folder: str | Path, out: str | Path) -> Imported:
     imported = converter.import_folder(folder, read_json(folder / CONFIG))
     staged = staging_dir(out)
     run = RunDir(staged)
-    run.write_start(imported.model_cfg, imported.shape, imported.data, imported.train, imported.tokenizers(), imported.task_state,
-                    imported.report.to_dict() | imported.init)
+    run.write_start(
+        imported.model_cfg,
+        imported.shape,
+        imported.data,
+        imported.train,
+        imported.tokenizers(),
+        imported.task_state,
+        imported.report.to_dict() | imported.init,
+    )
     run.step_dir(0).mkdir(parents=True)
     write_checkpoint(run.step_dir(0), imported.model.state_dict(), {"step": 0, "imported_from": str(folder.resolve())})
     publish_dir(staged, out)
@@ -208,8 +235,10 @@ def export_hf(run_dir: str | Path, out: str | Path, checkpoint: str = "best") ->
     converter = EXPORTERS.get(cfg.arch)
     if converter is None:
         have = ", ".join(f"'{arch}' (as '{c.model_type}')" for arch, c in EXPORTERS.items())
-        raise UsageError(f"{run.path}: arch '{cfg.arch}' has no Hugging Face counterpart that attnlab exports "
-                         f"(it exports arch {have})")
+        raise UsageError(
+            f"{run.path}: arch '{cfg.arch}' has no Hugging Face counterpart that attnlab exports "
+            f"(it exports arch {have})"
+        )
     refused = converter.refusal(cfg, data, run)
     if refused:
         raise ConfigError(f"{run.path}: {refused}")
@@ -217,8 +246,11 @@ def export_hf(run_dir: str | Path, out: str | Path, checkpoint: str = "best") ->
     exported = converter.export_run(model, cfg, {role: tokenizers[role] for role in data.task.tokenizers}, run)
     staged = staging_dir(out)
     atomic_write_text(staged / CONFIG, json.dumps(exported.config, indent=2) + "\n")
-    save_file({name: t.detach().contiguous().clone() for name, t in exported.tensors.items()}, str(staged / WEIGHTS),
-              metadata={"format": "pt"})
+    save_file(
+        {name: t.detach().contiguous().clone() for name, t in exported.tensors.items()},
+        str(staged / WEIGHTS),
+        metadata={"format": "pt"},
+    )
     for name, content in exported.files.items():
         (atomic_write_bytes if isinstance(content, bytes) else atomic_write_text)(staged / name, content)
     publish_dir(staged, out)

@@ -67,39 +67,69 @@ from attnlab.tasks import TaskConfig, task_config
 
 END_OF_TEXT = "<|endoftext|>"
 ADDED = (PAD, BOS, UNK)  # control ids GPT-2's vocabulary has no token for
-ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
-               "silu": "silu", "swish": "silu"}  # GPT-2's activation_function -> attnlab's activation
+ACTIVATIONS = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}  # GPT-2's activation_function -> attnlab's activation
 EXPORTED_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
 CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # stored (in, out): transposed
 
 
-def gpt2_model_fields(config: dict[str, Any], where: Path | str,
-                      output_vocabulary: str = "text") -> tuple[dict[str, Any], DataShape]:
+def gpt2_model_fields(
+    config: dict[str, Any], where: Path | str, output_vocabulary: str = "text"
+) -> tuple[dict[str, Any], DataShape]:
     """attnlab's decoder_lm model section for a GPT-2 config.json, and the data's sizes (vocab_size:
     GPT-2's, plus the three added control tokens where ``output_vocabulary`` is ``text``). Options
     attnlab cannot represent are refused in one line naming them."""
-    unsupported = [f"{name} {config[name]!r}" for name, fine in
-                   (("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False),
-                    ("tie_word_embeddings", True)) if name in config and config[name] != fine]
+    unsupported = [
+        f"{name} {config[name]!r}"
+        for name, fine in (
+            ("scale_attn_by_inverse_layer_idx", False),
+            ("add_cross_attention", False),
+            ("tie_word_embeddings", True),
+        )
+        if name in config and config[name] != fine
+    ]
     if config.get("activation_function", "gelu_new") not in ACTIVATIONS:
         unsupported.append(f"activation_function {config['activation_function']!r} (have {', '.join(ACTIVATIONS)})")
     if config.get("embd_pdrop", 0.1) != config.get("resid_pdrop", 0.1):
-        unsupported.append(f"embd_pdrop {config['embd_pdrop']} unlike resid_pdrop {config.get('resid_pdrop', 0.1)} "
-                           f"(attnlab has one dropout)")
+        unsupported.append(
+            f"embd_pdrop {config['embd_pdrop']} unlike resid_pdrop {config.get('resid_pdrop', 0.1)} "
+            f"(attnlab has one dropout)"
+        )
     if unsupported:
         raise CheckpointError(f"{where}: {'; '.join(unsupported)}: not representable in attnlab's decoder_lm")
     try:
         d = config["n_embd"]
-        stack = {"d_model": d, "n_heads": config["n_head"], "n_layers": config["n_layer"],
-                 "d_ff": config.get("n_inner") or 4 * d, "dropout": config.get("resid_pdrop", 0.1),
-                 "attention_dropout": config.get("attn_pdrop", 0.1),
-                 "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")], "norm": "pre",
-                 "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5), "attention_backend": "sdpa",
-                 "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none"}
+        stack = {
+            "d_model": d,
+            "n_heads": config["n_head"],
+            "n_layers": config["n_layer"],
+            "d_ff": config.get("n_inner") or 4 * d,
+            "dropout": config.get("resid_pdrop", 0.1),
+            "attention_dropout": config.get("attn_pdrop", 0.1),
+            "activation": ACTIVATIONS[config.get("activation_function", "gelu_new")],
+            "norm": "pre",
+            "layer_norm_eps": config.get("layer_norm_epsilon", 1e-5),
+            "attention_backend": "sdpa",
+            "attention_scale": "sqrt_dk" if config.get("scale_attn_weights", True) else "none",
+        }
         added = len(ADDED) if output_vocabulary == "text" else 0
-        return ({"arch": "decoder_lm", "stack": stack, "positional": "learned", "max_len": config["n_positions"],
-                 "embeddings": {"kind": "plain", "tie": "output"}, "output": {"vocabulary": output_vocabulary}},
-                DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
+        return (
+            {
+                "arch": "decoder_lm",
+                "stack": stack,
+                "positional": "learned",
+                "max_len": config["n_positions"],
+                "embeddings": {"kind": "plain", "tie": "output"},
+                "output": {"vocabulary": output_vocabulary},
+            },
+            DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD),
+        )
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a GPT-2 config.json has") from None
 
@@ -107,8 +137,12 @@ def gpt2_model_fields(config: dict[str, Any], where: Path | str,
 def gpt2_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """Each tensor's shape as config.json implies it (Conv1D weights (in, out))."""
     d, inner = config["n_embd"], config.get("n_inner") or 4 * config["n_embd"]
-    shapes = {"wte.weight": (config["vocab_size"], d), "wpe.weight": (config["n_positions"], d),
-              "ln_f.weight": (d,), "ln_f.bias": (d,)}
+    shapes = {
+        "wte.weight": (config["vocab_size"], d),
+        "wpe.weight": (config["n_positions"], d),
+        "ln_f.weight": (d,),
+        "ln_f.bias": (d,),
+    }
     for i in range(config["n_layer"]):
         for norm in ("ln_1", "ln_2"):
             shapes |= {f"h.{i}.{norm}.weight": (d,), f"h.{i}.{norm}.bias": (d,)}
@@ -119,19 +153,30 @@ def gpt2_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 
 def attnlab_name(name: str) -> str:
     """A GPT-2 tensor name (no ``transformer.`` prefix) -> attnlab's."""
-    fixed = {"wte.weight": "embed.tokens.weight", "wpe.weight": "embed.positional.table.weight",
-             "ln_f.weight": "decoder.norm.weight", "ln_f.bias": "decoder.norm.bias"}
+    fixed = {
+        "wte.weight": "embed.tokens.weight",
+        "wpe.weight": "embed.positional.table.weight",
+        "ln_f.weight": "decoder.norm.weight",
+        "ln_f.bias": "decoder.norm.bias",
+    }
     if name in fixed:
         return fixed[name]
     _, i, rest = name.split(".", 2)  # h.i.rest
-    parts = {"ln_1": "self_attn_residual.norm", "ln_2": "feed_forward_residual.norm", "attn.c_attn": "self_attn.qkv_proj",
-             "attn.c_proj": "self_attn.out_proj", "mlp.c_fc": "feed_forward.w_1", "mlp.c_proj": "feed_forward.w_2"}
+    parts = {
+        "ln_1": "self_attn_residual.norm",
+        "ln_2": "feed_forward_residual.norm",
+        "attn.c_attn": "self_attn.qkv_proj",
+        "attn.c_proj": "self_attn.out_proj",
+        "mlp.c_fc": "feed_forward.w_1",
+        "mlp.c_proj": "feed_forward.w_2",
+    }
     module, kind = rest.rsplit(".", 1)
     return f"decoder.layers.{i}.{parts[module]}.{kind}"
 
 
-def gpt2_tensors(weights: dict[str, torch.Tensor], config: dict[str, Any], rows: list[int], where: Path
-                 ) -> tuple[dict[str, torch.Tensor], list[str]]:
+def gpt2_tensors(
+    weights: dict[str, torch.Tensor], config: dict[str, Any], rows: list[int], where: Path
+) -> tuple[dict[str, torch.Tensor], list[str]]:
     """attnlab's tensors from a GPT-2 state dict (GPT2LMHeadModel's ``transformer.`` prefix dropped),
     the token rows taken in ``rows``; and the names of the original that have no place here. Every
     shape is checked against config.json first, in one line."""
@@ -139,8 +184,10 @@ def gpt2_tensors(weights: dict[str, torch.Tensor], config: dict[str, Any], rows:
     expected = gpt2_shapes(config)
     missing = [name for name in expected if name not in plain]
     if missing:
-        raise CheckpointError(f"{where}: no tensor {missing[0]}{f' (nor {len(missing) - 1} more)' if len(missing) > 1 else ''}, "
-                              f"which config.json's GPT-2 has")
+        raise CheckpointError(
+            f"{where}: no tensor {missing[0]}{f' (nor {len(missing) - 1} more)' if len(missing) > 1 else ''}, "
+            f"which config.json's GPT-2 has"
+        )
     for name, shape in expected.items():
         if tuple(plain[name].shape) != shape:
             raise CheckpointError(f"{where}: {name} has shape {tuple(plain[name].shape)}; config.json gives {shape}")
@@ -155,7 +202,9 @@ def gpt2_tensors(weights: dict[str, torch.Tensor], config: dict[str, Any], rows:
         out[attnlab_name(name)] = tensor
     out["embed.tokens.weight"] = out["embed.tokens.weight"][rows]
     buffers = (".attn.bias", ".attn.masked_bias")  # older saves' causal masks, not weights
-    unused = [name for name in plain if name not in expected and name != "lm_head.weight" and not name.endswith(buffers)]
+    unused = [
+        name for name in plain if name not in expected and name != "lm_head.weight" and not name.endswith(buffers)
+    ]
     return out, unused
 
 
@@ -173,8 +222,6 @@ def byte_level_spec(folder: Path) -> dict[str, Any]:
     if tok.token_to_id(END_OF_TEXT) is not None:
         tok.add_special_tokens([END_OF_TEXT])
     return json.loads(tok.to_str())
-
-
 
 
 class Vocabulary(NamedTuple):
@@ -209,8 +256,9 @@ def keeps_attnlab_controls(vocab: dict[str, int], config: dict[str, Any]) -> boo
     """Whether a folder numbers its tokens as attnlab does (<pad> 0, <bos> 1, <eos> 2, <unk> 3, as
     config.json's pad, bos and eos ids): the export of a run attnlab trained."""
     roles = {"pad_token_id": PAD, "bos_token_id": BOS, "eos_token_id": EOS}
-    return (all(vocab.get(token) == i for i, token in enumerate(SPECIAL_TOKENS))
-            and all(config.get(role, i) == i for role, i in roles.items()))
+    return all(vocab.get(token) == i for i, token in enumerate(SPECIAL_TOKENS)) and all(
+        config.get(role, i) == i for role, i in roles.items()
+    )
 
 
 def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> Vocabulary:
@@ -221,8 +269,9 @@ def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> Vocabulary:
     where = folder / ("tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.json")
     model = spec.get("model") or {}
     if model.get("type") not in KINDS or not isinstance(model.get("vocab"), (dict, list)):
-        raise CheckpointError(f"{where}: a {model.get('type')!r} tokenizer; attnlab's GPT-2 reads "
-                              f"{', '.join(map(repr, KINDS))}")
+        raise CheckpointError(
+            f"{where}: a {model.get('type')!r} tokenizer; attnlab's GPT-2 reads {', '.join(map(repr, KINDS))}"
+        )
     vocab = token_ids(model)
     for entry in spec.get("added_tokens", []):  # the end of text may be an added token only
         vocab.setdefault(entry["content"], entry["id"])
@@ -233,23 +282,37 @@ def renumbered_tokenizer(folder: Path, config: dict[str, Any]) -> Vocabulary:
     if keeps_attnlab_controls(vocab, config):
         return Vocabulary(library_tokenizer(spec, where), list(range(len(vocab))), SPECIAL_TOKENS[EOS], "all", kind)
     if model["type"] == "Unigram":
-        raise CheckpointError(f"{where}: a 'Unigram' tokenizer without attnlab's {' '.join(SPECIAL_TOKENS)} at ids "
-                              f"0-3; attnlab reads GPT-2's own tokenizer as 'BPE', 'WordLevel' or 'WordPiece'")
+        raise CheckpointError(
+            f"{where}: a 'Unigram' tokenizer without attnlab's {' '.join(SPECIAL_TOKENS)} at ids "
+            f"0-3; attnlab reads GPT-2's own tokenizer as 'BPE', 'WordLevel' or 'WordPiece'"
+        )
     eos_id = config.get("eos_token_id", 50256)
     names = {i: token for token, i in vocab.items()}
     if eos_id not in names:
         raise CheckpointError(f"{where}: no token has config.json's eos_token_id {eos_id}")
     clashes = [token for token in SPECIAL_TOKENS if token in vocab and vocab[token] != eos_id]
     if clashes:
-        raise CheckpointError(f"{where}: the vocabulary has {', '.join(clashes)} as text, which attnlab keeps for control")
+        raise CheckpointError(
+            f"{where}: the vocabulary has {', '.join(clashes)} as text, which attnlab keeps for control"
+        )
     eos = names[eos_id]
     order: list[int | None] = [None, None, eos_id, None] + sorted(set(vocab.values()) - {eos_id})
     new_id = {old: new for new, old in enumerate(order) if old is not None}
     model["vocab"] = {("<eos>" if token == eos else token): new_id[old] for token, old in vocab.items()}
     model["vocab"] |= {SPECIAL_TOKENS[i]: i for i in ADDED}
     model["unk_token"] = None if byte_level else SPECIAL_TOKENS[UNK]  # byte-level: every text is bytes it knows
-    spec["added_tokens"] = [{"id": i, "content": SPECIAL_TOKENS[i], "single_word": False, "lstrip": False,
-                             "rstrip": False, "normalized": False, "special": True} for i in range(len(SPECIAL_TOKENS))]
+    spec["added_tokens"] = [
+        {
+            "id": i,
+            "content": SPECIAL_TOKENS[i],
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i in range(len(SPECIAL_TOKENS))
+    ]
     return Vocabulary(library_tokenizer(spec, where), order, eos, "text", kind)
 
 
@@ -264,11 +327,23 @@ def library_tokenizer(spec: dict[str, Any], where: Path) -> Tokenizer:
 
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
-    needs = {"embeddings.kind": "plain", "positional": "learned", "positional_combine": "add", "stack.norm": "pre",
-             "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True, "embeddings.tie": "output",
-             "multi_token_heads": 0, "output.bias": False}
-    refused = [f"{name} {attrgetter(name)(cfg)!r} (GPT-2's is {value!r})" for name, value in needs.items()
-               if attrgetter(name)(cfg) != value]
+    needs = {
+        "embeddings.kind": "plain",
+        "positional": "learned",
+        "positional_combine": "add",
+        "stack.norm": "pre",
+        "stack.normalisation": "layer",
+        "stack.residual": True,
+        "stack.ffn": True,
+        "embeddings.tie": "output",
+        "multi_token_heads": 0,
+        "output.bias": False,
+    }
+    refused = [
+        f"{name} {attrgetter(name)(cfg)!r} (GPT-2's is {value!r})"
+        for name, value in needs.items()
+        if attrgetter(name)(cfg) != value
+    ]
     if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
         refused.append(f"activation {cfg.stack.activation!r} (GPT-2 has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
     if cfg.stack.attention_scale == "learned":
@@ -314,16 +389,32 @@ class GPT2Converter(HFConverter):
             cfg.check_shape(shape)
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
-        rows = [config.get("eos_token_id", 50256) if old is None else old for old in order]  # added: the end of text's row
+        rows = [
+            config.get("eos_token_id", 50256) if old is None else old for old in order
+        ]  # added: the end of text's row
         tensors, unused = gpt2_tensors(read_weights(folder), config, rows, folder / "model.safetensors")
         model = build_model(cfg, shape)
         target = named_tensors(model)
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
-        data = task_config({"task": "language_model", "tokenizer": vocabulary.kind, "vocab_size": shape.vocab_size,
-                            "block_size": min(cfg.max_len, 256)})
+        data = task_config(
+            {
+                "task": "language_model",
+                "tokenizer": vocabulary.kind,
+                "vocab_size": shape.vocab_size,
+                "block_size": min(cfg.max_len, 256),
+            }
+        )
         report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
-        return Imported(model, cfg, shape, data, tokenizer, report, {"order": order, "end_of_text": eos},
-                        TrainConfig(progress=False, label_smoothing=0.0))
+        return Imported(
+            model,
+            cfg,
+            shape,
+            data,
+            tokenizer,
+            report,
+            {"order": order, "end_of_text": eos},
+            TrainConfig(progress=False, label_smoothing=0.0),
+        )
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
@@ -335,27 +426,59 @@ class GPT2Converter(HFConverter):
         init = run.read_init() if run.init.is_file() else {}
         eos = init.get("end_of_text", "<eos>") if cfg.output.vocabulary == "text" else "<eos>"
         state = {name: t.float() for name, t in model.state_dict().items()}
-        tensors = {"wte.weight": state["embed.tokens.weight"][ids], "wpe.weight": state["embed.positional.table.weight"]}
-        for name in gpt2_shapes({"n_embd": cfg.stack.d_model, "n_inner": cfg.stack.d_ff, "vocab_size": len(ids),
-                                 "n_positions": cfg.max_len, "n_layer": cfg.stack.n_layers}):
+        tensors = {
+            "wte.weight": state["embed.tokens.weight"][ids],
+            "wpe.weight": state["embed.positional.table.weight"],
+        }
+        for name in gpt2_shapes(
+            {
+                "n_embd": cfg.stack.d_model,
+                "n_inner": cfg.stack.d_ff,
+                "vocab_size": len(ids),
+                "n_positions": cfg.max_len,
+                "n_layer": cfg.stack.n_layers,
+            }
+        ):
             if name not in tensors:
                 tensor = state[attnlab_name(name)]
                 conv = name.endswith(".weight") and name.split(".", 2)[-1].rsplit(".", 1)[0] in CONV1D
                 tensors[name] = tensor.t() if conv else tensor
         tensors = {f"transformer.{name}": t for name, t in tensors.items()}
-        controls = {"all": {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
-                    "text": {"bos_token_id": ids.index(EOS), "eos_token_id": ids.index(EOS)}}[cfg.output.vocabulary]
-        config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": len(ids),
-                  "n_positions": cfg.max_len, "n_embd": cfg.stack.d_model, "n_layer": cfg.stack.n_layers, "n_head": cfg.stack.n_heads,
-                  "n_inner": cfg.stack.d_ff, "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation],
-                  "resid_pdrop": cfg.stack.dropout, "embd_pdrop": cfg.stack.dropout, "attn_pdrop": cfg.stack.attn_dropout,
-                  "layer_norm_epsilon": cfg.stack.layer_norm_eps, "scale_attn_weights": cfg.stack.attention_scale == "sqrt_dk",
-                  "tie_word_embeddings": True, "torch_dtype": "float32"} | controls
-        names = {"bos_token": eos, "eos_token": eos} if cfg.output.vocabulary == "text" else \
-            {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}
+        controls = {
+            "all": {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD},
+            "text": {"bos_token_id": ids.index(EOS), "eos_token_id": ids.index(EOS)},
+        }[cfg.output.vocabulary]
+        config = {
+            "model_type": "gpt2",
+            "architectures": ["GPT2LMHeadModel"],
+            "vocab_size": len(ids),
+            "n_positions": cfg.max_len,
+            "n_embd": cfg.stack.d_model,
+            "n_layer": cfg.stack.n_layers,
+            "n_head": cfg.stack.n_heads,
+            "n_inner": cfg.stack.d_ff,
+            "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation],
+            "resid_pdrop": cfg.stack.dropout,
+            "embd_pdrop": cfg.stack.dropout,
+            "attn_pdrop": cfg.stack.attn_dropout,
+            "layer_norm_epsilon": cfg.stack.layer_norm_eps,
+            "scale_attn_weights": cfg.stack.attention_scale == "sqrt_dk",
+            "tie_word_embeddings": True,
+            "torch_dtype": "float32",
+        } | controls
+        names = (
+            {"bos_token": eos, "eos_token": eos}
+            if cfg.output.vocabulary == "text"
+            else {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}
+        )
         byte_level = (json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}).get("type") == "ByteLevel"
-        tokenizer_config = {"tokenizer_class": "GPT2TokenizerFast" if byte_level else "PreTrainedTokenizerFast",
-                            "model_max_length": cfg.max_len, "add_prefix_space": False} | names
-        files = {"tokenizer.json": json.dumps(renumbered_spec(tokenizer, ids, {"<eos>": eos}), ensure_ascii=False),
-                 "tokenizer_config.json": json.dumps(tokenizer_config, indent=2) + "\n"}
+        tokenizer_config = {
+            "tokenizer_class": "GPT2TokenizerFast" if byte_level else "PreTrainedTokenizerFast",
+            "model_max_length": cfg.max_len,
+            "add_prefix_space": False,
+        } | names
+        files = {
+            "tokenizer.json": json.dumps(renumbered_spec(tokenizer, ids, {"<eos>": eos}), ensure_ascii=False),
+            "tokenizer_config.json": json.dumps(tokenizer_config, indent=2) + "\n",
+        }
         return Exported(config, tensors, files)

@@ -60,24 +60,40 @@ from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks import TaskConfig, task_config
 
-ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
-               "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}  # Marian's activation_function -> attnlab's
+ACTIVATIONS = {
+    "swish": "silu",
+    "silu": "silu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+}  # Marian's activation_function -> attnlab's
 LANGUAGE_CODE = re.compile(r">>.+<<")  # a multilingual model's target language, typed before the text
 
 
-def marian_model_fields(config: dict[str, Any], where: Path,
-                        output_vocabulary: str = "no_bos") -> tuple[dict[str, Any], DataShape]:
+def marian_model_fields(
+    config: dict[str, Any], where: Path, output_vocabulary: str = "no_bos"
+) -> tuple[dict[str, Any], DataShape]:
     """attnlab's encoder_decoder model section for a Marian config.json, and the data's sizes
     (vocab_size: Marian's plus the added <bos> where ``output.vocabulary`` is ``no_bos``; a folder that
     has attnlab's <bos> keeps its ids: ``all``). Options attnlab cannot represent are refused in one
     line naming them."""
-    must = {"share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "activation_dropout": 0.0,
-            "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "normalize_before": False,
-            "add_final_layer_norm": False, "normalize_embedding": False}
+    must = {
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "activation_dropout": 0.0,
+        "encoder_layerdrop": 0.0,
+        "decoder_layerdrop": 0.0,
+        "normalize_before": False,
+        "add_final_layer_norm": False,
+        "normalize_embedding": False,
+    }
     unsupported = [f"{name} {config[name]!r}" for name, fine in must.items() if name in config and config[name] != fine]
-    for ours, (a, b) in {"n_heads": ("encoder_attention_heads", "decoder_attention_heads"),
-                         "d_ff": ("encoder_ffn_dim", "decoder_ffn_dim"),
-                         "vocab_size": ("vocab_size", "decoder_vocab_size")}.items():
+    for ours, (a, b) in {
+        "n_heads": ("encoder_attention_heads", "decoder_attention_heads"),
+        "d_ff": ("encoder_ffn_dim", "decoder_ffn_dim"),
+        "vocab_size": ("vocab_size", "decoder_vocab_size"),
+    }.items():
         if config.get(b) is not None and config.get(a) != config[b]:
             unsupported.append(f"{a} {config.get(a)} unlike {b} {config[b]} (attnlab has one {ours})")
     if config.get("activation_function", "gelu") not in ACTIVATIONS:
@@ -85,18 +101,31 @@ def marian_model_fields(config: dict[str, Any], where: Path,
     if unsupported:
         raise CheckpointError(f"{where}: {'; '.join(unsupported)}: not representable in attnlab's encoder_decoder")
     try:
-        stack = {"d_model": config["d_model"], "n_heads": config["encoder_attention_heads"],
-                 "n_layers": config["encoder_layers"], "d_ff": config["encoder_ffn_dim"],
-                 "dropout": config.get("dropout", 0.1), "attention_dropout": config.get("attention_dropout", 0.0),
-                 "activation": ACTIVATIONS[config.get("activation_function", "gelu")], "norm": "post",
-                 "layer_norm_eps": 1e-5, "attention_backend": "sdpa"}
+        stack = {
+            "d_model": config["d_model"],
+            "n_heads": config["encoder_attention_heads"],
+            "n_layers": config["encoder_layers"],
+            "d_ff": config["encoder_ffn_dim"],
+            "dropout": config.get("dropout", 0.1),
+            "attention_dropout": config.get("attention_dropout", 0.0),
+            "activation": ACTIVATIONS[config.get("activation_function", "gelu")],
+            "norm": "post",
+            "layer_norm_eps": 1e-5,
+            "attention_backend": "sdpa",
+        }
         added = 1 if output_vocabulary == "no_bos" else 0
-        return ({"arch": "encoder_decoder", "stack": stack,
-                 "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
-                 "positional": "sinusoidal_halves", "max_len": config["max_position_embeddings"],
-                 "output": {"bias": True, "vocabulary": output_vocabulary},
-                 "embeddings": {"kind": "scaled" if config.get("scale_embedding", False) else "plain", "tie": "all"}},
-                DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD))
+        return (
+            {
+                "arch": "encoder_decoder",
+                "stack": stack,
+                "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
+                "positional": "sinusoidal_halves",
+                "max_len": config["max_position_embeddings"],
+                "output": {"bias": True, "vocabulary": output_vocabulary},
+                "embeddings": {"kind": "scaled" if config.get("scale_embedding", False) else "plain", "tie": "all"},
+            },
+            DataShape(vocab_size=config["vocab_size"] + added, pad_id=PAD),
+        )
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a Marian config.json has") from None
 
@@ -106,15 +135,21 @@ def layer_pairs(stack: str, n_layers: int, cross: bool) -> dict[str, tuple[str, 
     pairs: dict[str, tuple[str, ...]] = {}
     for i in range(n_layers):
         ours, theirs = f"{stack}.layers.{i}.", f"model.{stack}.layers.{i}."
-        blocks = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-                  "self_attn.out_proj": ("self_attn.out_proj",), "self_attn_residual.norm": ("self_attn_layer_norm",),
-                  "feed_forward.w_1": ("fc1",), "feed_forward.w_2": ("fc2",),
-                  "feed_forward_residual.norm": ("final_layer_norm",)}
+        blocks = {
+            "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+            "self_attn.out_proj": ("self_attn.out_proj",),
+            "self_attn_residual.norm": ("self_attn_layer_norm",),
+            "feed_forward.w_1": ("fc1",),
+            "feed_forward.w_2": ("fc2",),
+            "feed_forward_residual.norm": ("final_layer_norm",),
+        }
         if cross:
-            blocks |= {"cross_attn.q_proj": ("encoder_attn.q_proj",),
-                       "cross_attn.kv_proj": ("encoder_attn.k_proj", "encoder_attn.v_proj"),
-                       "cross_attn.out_proj": ("encoder_attn.out_proj",),
-                       "cross_attn_residual.norm": ("encoder_attn_layer_norm",)}
+            blocks |= {
+                "cross_attn.q_proj": ("encoder_attn.q_proj",),
+                "cross_attn.kv_proj": ("encoder_attn.k_proj", "encoder_attn.v_proj"),
+                "cross_attn.out_proj": ("encoder_attn.out_proj",),
+                "cross_attn_residual.norm": ("encoder_attn_layer_norm",),
+            }
         for block, parts in blocks.items():
             for kind in ("weight", "bias"):
                 pairs[f"{ours}{block}.{kind}"] = tuple(f"{theirs}{part}.{kind}" for part in parts)
@@ -123,15 +158,26 @@ def layer_pairs(stack: str, n_layers: int, cross: bool) -> dict[str, tuple[str, 
 
 def tensor_pairs(cfg: FamilyConfig) -> dict[str, tuple[str, ...]]:
     """Every attnlab tensor of a Marian-shaped encoder_decoder -> its Marian tensors."""
-    return ({"src_embed.tokens.weight": ("model.shared.weight",), "generator.bias": ("final_logits_bias",)}
-            | layer_pairs("encoder", cfg.encoder_layers, cross=False) | layer_pairs("decoder", cfg.decoder_layers, cross=True))
+    return (
+        {"src_embed.tokens.weight": ("model.shared.weight",), "generator.bias": ("final_logits_bias",)}
+        | layer_pairs("encoder", cfg.encoder_layers, cross=False)
+        | layer_pairs("decoder", cfg.decoder_layers, cross=True)
+    )
 
 
 def shared_embedding(weights: dict[str, torch.Tensor], where: Path) -> torch.Tensor:
     """The one token table, whichever of its tied names the file kept (safetensors saves a tied
     tensor once); every copy there must equal it."""
-    names = [n for n in ("model.shared.weight", "model.encoder.embed_tokens.weight",
-                         "model.decoder.embed_tokens.weight", "lm_head.weight") if n in weights]
+    names = [
+        n
+        for n in (
+            "model.shared.weight",
+            "model.encoder.embed_tokens.weight",
+            "model.decoder.embed_tokens.weight",
+            "lm_head.weight",
+        )
+        if n in weights
+    ]
     if not names:
         raise CheckpointError(f"{where}: no model.shared.weight, which a Marian model has")
     different = [n for n in names[1:] if not torch.equal(weights[n], weights[names[0]])]
@@ -147,8 +193,14 @@ def expected_shape(name: str, ours: tuple[int, ...], parts: int, vocab: int) -> 
     return vocabulary.get(name, (ours[0] // parts, *ours[1:]))
 
 
-def marian_tensors(weights: dict[str, torch.Tensor], cfg: FamilyConfig, shapes: dict[str, tuple[int, ...]],
-                   order: list[int | None], start: int, where: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
+def marian_tensors(
+    weights: dict[str, torch.Tensor],
+    cfg: FamilyConfig,
+    shapes: dict[str, tuple[int, ...]],
+    order: list[int | None],
+    start: int,
+    where: Path,
+) -> tuple[dict[str, torch.Tensor], list[str]]:
     """attnlab's tensors (of ``shapes``) from a MarianMTModel / MarianModel state dict, token rows
     taken in ``order`` (the added <bos>, None there: the decoder ``start``'s row); and the names of
     the original that have no place here. A missing tensor or a shape unlike config.json's is
@@ -164,14 +216,21 @@ def marian_tensors(weights: dict[str, torch.Tensor], cfg: FamilyConfig, shapes: 
         shape = expected_shape(ours, shapes[ours], len(theirs), vocab)
         for name in theirs:
             if tuple(plain[name].shape) != shape:
-                raise CheckpointError(f"{where}: {name} has shape {tuple(plain[name].shape)}; config.json gives {shape}")
+                raise CheckpointError(
+                    f"{where}: {name} has shape {tuple(plain[name].shape)}; config.json gives {shape}"
+                )
         out[ours] = torch.cat([plain[name].float() for name in theirs])
         used |= set(theirs)
     rows = torch.tensor([start if old is None else old for old in order])
     out["generator.bias"] = out["generator.bias"].flatten()[rows]
     out["src_embed.tokens.weight"] = out["src_embed.tokens.weight"][rows]
-    tied = {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight",
-            "model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}  # copies; fixed sinusoids
+    tied = {
+        "model.encoder.embed_tokens.weight",
+        "model.decoder.embed_tokens.weight",
+        "lm_head.weight",
+        "model.encoder.embed_positions.weight",
+        "model.decoder.embed_positions.weight",
+    }  # copies; fixed sinusoids
     return out, [name for name in weights if name not in used | tied]
 
 
@@ -184,8 +243,9 @@ def renumbered_vocabulary(folder: Path, config: dict[str, Any]) -> tuple[list[st
     if not all(isinstance(i, int) for i in vocab.values()) or sorted(vocab.values()) != list(range(len(vocab))):
         raise CheckpointError(f"{folder / 'vocab.json'}: the ids are not 0 .. {len(vocab) - 1}, each once")
     if len(vocab) != config["vocab_size"]:
-        raise CheckpointError(f"{folder / 'vocab.json'}: {len(vocab)} tokens, config.json's vocab_size is "
-                              f"{config['vocab_size']}")
+        raise CheckpointError(
+            f"{folder / 'vocab.json'}: {len(vocab)} tokens, config.json's vocab_size is {config['vocab_size']}"
+        )
     names = {i: token for token, i in vocab.items()}
     roles = {"pad": config.get("pad_token_id"), "eos": config.get("eos_token_id"), "unk": vocab.get("<unk>")}
     absent = [f"{role} ({i})" for role, i in roles.items() if i not in names]
@@ -195,7 +255,9 @@ def renumbered_vocabulary(folder: Path, config: dict[str, Any]) -> tuple[list[st
     bos = vocab.get(SPECIAL_TOKENS[BOS]) if vocab.get(SPECIAL_TOKENS[BOS]) == start else None  # attnlab's export
     clashes = [t for t in SPECIAL_TOKENS if t in vocab and vocab[t] not in (*roles.values(), bos)]
     if clashes:
-        raise CheckpointError(f"{folder / 'vocab.json'}: has {', '.join(clashes)} as text, which attnlab keeps for control")
+        raise CheckpointError(
+            f"{folder / 'vocab.json'}: has {', '.join(clashes)} as text, which attnlab keeps for control"
+        )
     order: list[int | None] = [roles["pad"], bos, roles["eos"], roles["unk"]]
     order += sorted(set(names) - set(order))
     tokens = [SPECIAL_TOKENS[new] if new <= UNK else names[old] for new, old in enumerate(order)]
@@ -208,13 +270,27 @@ MARIAN_NAMES = {"<pad>": "<pad>", "<eos>": "</s>", "<unk>": "<unk>"}  # attnlab'
 
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
-    needs = {"positional": "sinusoidal_halves", "positional_combine": "add", "positional_base": 10000.0,
-             "stack.norm": "post", "stack.normalisation": "layer", "stack.residual": True, "stack.ffn": True,
-             "embeddings.tie": "all", "stack.attention_scale": "sqrt_dk", "stack.layer_norm_eps": 1e-5}
-    refused = [f"{name} {attrgetter(name)(cfg)!r} (Marian's is {value!r})" for name, value in needs.items()
-               if attrgetter(name)(cfg) != value]
+    needs = {
+        "positional": "sinusoidal_halves",
+        "positional_combine": "add",
+        "positional_base": 10000.0,
+        "stack.norm": "post",
+        "stack.normalisation": "layer",
+        "stack.residual": True,
+        "stack.ffn": True,
+        "embeddings.tie": "all",
+        "stack.attention_scale": "sqrt_dk",
+        "stack.layer_norm_eps": 1e-5,
+    }
+    refused = [
+        f"{name} {attrgetter(name)(cfg)!r} (Marian's is {value!r})"
+        for name, value in needs.items()
+        if attrgetter(name)(cfg) != value
+    ]
     if cfg.embeddings.kind not in ("scaled", "plain"):
-        refused.append(f"embeddings.kind {cfg.embeddings.kind!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')")
+        refused.append(
+            f"embeddings.kind {cfg.embeddings.kind!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')"
+        )
     if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
         refused.append(f"activation {cfg.stack.activation!r} (Marian has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:
@@ -224,9 +300,18 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
     tokenizer = data.tokenizer
     if tokenizer != "unigram":
         refused.append(f"data.tokenizer {tokenizer!r} (Marian reads SentencePiece unigram models: 'unigram')")
-    elif (not getattr(data, "shared_vocab", True) if run is None  # a config: its sides get their own vocabularies
-          else len({tuple(vocabulary(tok, run.read_shape().need("vocab_size"))) for tok in run.read_tokenizers().values()
-                    if tok}) > 1):
+    elif (
+        not getattr(data, "shared_vocab", True)
+        if run is None  # a config: its sides get their own vocabularies
+        else len(
+            {
+                tuple(vocabulary(tok, run.read_shape().need("vocab_size")))
+                for tok in run.read_tokenizers().values()
+                if tok
+            }
+        )
+        > 1
+    ):
         refused.append("separate source and target vocabularies (Marian's one vocab.json numbers both sides)")
     return refused
 
@@ -261,22 +346,47 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
             tensors[name] = part
     tensors["final_logits_bias"] = tensors["final_logits_bias"][None]  # (1, V)
     tokens = vocabulary(tokenizers["tgt"], vocab_size)
-    config = {"model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": len(ids),
-              "decoder_vocab_size": len(ids), "d_model": cfg.stack.d_model, "encoder_layers": cfg.encoder_layers,
-              "decoder_layers": cfg.decoder_layers, "encoder_attention_heads": cfg.stack.n_heads,
-              "decoder_attention_heads": cfg.stack.n_heads, "encoder_ffn_dim": cfg.stack.d_ff, "decoder_ffn_dim": cfg.stack.d_ff,
-              "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation], "dropout": cfg.stack.dropout,
-              "attention_dropout": cfg.stack.attn_dropout, "activation_dropout": 0.0, "max_position_embeddings": cfg.max_len,
-              "scale_embedding": cfg.embeddings.kind == "scaled", "pad_token_id": ids.index(PAD), "eos_token_id": ids.index(EOS),
-              "decoder_start_token_id": start, "forced_eos_token_id": ids.index(EOS),
-              "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "torch_dtype": "float32"}
-    tokenizer_config = {"tokenizer_class": "MarianTokenizer", "model_max_length": cfg.max_len, "eos_token": "</s>",
-                        "unk_token": "<unk>", "pad_token": "<pad>"}
+    config = {
+        "model_type": "marian",
+        "architectures": ["MarianMTModel"],
+        "vocab_size": len(ids),
+        "decoder_vocab_size": len(ids),
+        "d_model": cfg.stack.d_model,
+        "encoder_layers": cfg.encoder_layers,
+        "decoder_layers": cfg.decoder_layers,
+        "encoder_attention_heads": cfg.stack.n_heads,
+        "decoder_attention_heads": cfg.stack.n_heads,
+        "encoder_ffn_dim": cfg.stack.d_ff,
+        "decoder_ffn_dim": cfg.stack.d_ff,
+        "activation_function": EXPORTED_ACTIVATIONS[cfg.stack.activation],
+        "dropout": cfg.stack.dropout,
+        "attention_dropout": cfg.stack.attn_dropout,
+        "activation_dropout": 0.0,
+        "max_position_embeddings": cfg.max_len,
+        "scale_embedding": cfg.embeddings.kind == "scaled",
+        "pad_token_id": ids.index(PAD),
+        "eos_token_id": ids.index(EOS),
+        "decoder_start_token_id": start,
+        "forced_eos_token_id": ids.index(EOS),
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+    }
+    tokenizer_config = {
+        "tokenizer_class": "MarianTokenizer",
+        "model_max_length": cfg.max_len,
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+    }
     kept_bos = {"bos_token": SPECIAL_TOKENS[BOS]} if BOS in ids else {}  # the decoder's start: special, never decoded
     control = {token: MARIAN_NAMES[token] for token in (SPECIAL_TOKENS[EOS], SPECIAL_TOKENS[PAD])}
-    files = {"vocab.json": json.dumps({tokens[i]: new for new, i in enumerate(ids)}, ensure_ascii=False),
-             "source.spm": spm_model(tokenizers["src"], control), "target.spm": spm_model(tokenizers["tgt"], control),
-             "tokenizer_config.json": json.dumps(tokenizer_config | kept_bos) + "\n"}
+    files = {
+        "vocab.json": json.dumps({tokens[i]: new for new, i in enumerate(ids)}, ensure_ascii=False),
+        "source.spm": spm_model(tokenizers["src"], control),
+        "target.spm": spm_model(tokenizers["tgt"], control),
+        "tokenizer_config.json": json.dumps(tokenizer_config | kept_bos) + "\n",
+    }
     return Exported(config, tensors, files)
 
 
@@ -292,12 +402,16 @@ class MarianConverter(HFConverter):
     @classmethod
     def import_folder(cls, folder: Path, config: dict[str, Any]) -> Imported:
         if (folder / "target_vocab.json").is_file():
-            raise CheckpointError(f"{folder}: separate source and target vocabularies (target_vocab.json) are not "
-                                  f"imported; attnlab's Marian shares one table")
+            raise CheckpointError(
+                f"{folder}: separate source and target vocabularies (target_vocab.json) are not "
+                f"imported; attnlab's Marian shares one table"
+            )
         tokens, order, codes = renumbered_vocabulary(folder, config)
         fields, shape = marian_model_fields(config, folder / "config.json", "no_bos" if order[BOS] is None else "all")
-        tokenizers = {role: spm_tokenizer(folder / f"{side}.spm", tokens, codes)
-                      for role, side in (("src", "source"), ("tgt", "target"))}
+        tokenizers = {
+            role: spm_tokenizer(folder / f"{side}.spm", tokens, codes)
+            for role, side in (("src", "source"), ("tgt", "target"))
+        }
         try:
             cfg = model_config(fields)
             cfg.check_shape(shape)
@@ -310,11 +424,28 @@ class MarianConverter(HFConverter):
         tensors, unused = marian_tensors(read_weights(folder), cfg, shapes, order, start, folder / "model.safetensors")
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
         longest = min(cfg.max_len - 1, 512)  # + EOS (source) or BOS (target input)
-        data = task_config({"task": "translation", "format": "tsv", "tokenizer": "unigram", "vocab_size": shape.vocab_size,
-                            "shared_vocab": False, "max_src_len": longest, "max_tgt_len": longest})
+        data = task_config(
+            {
+                "task": "translation",
+                "format": "tsv",
+                "tokenizer": "unigram",
+                "vocab_size": shape.vocab_size,
+                "shared_vocab": False,
+                "max_src_len": longest,
+                "max_tgt_len": longest,
+            }
+        )
         report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
-        return Imported(model, cfg, shape, data, tokenizers, report, {"order": order, "start": start},
-                        TrainConfig(progress=False, label_smoothing=0.0))
+        return Imported(
+            model,
+            cfg,
+            shape,
+            data,
+            tokenizers,
+            report,
+            {"order": order, "start": start},
+            TrainConfig(progress=False, label_smoothing=0.0),
+        )
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:

@@ -42,8 +42,10 @@ def read_spm(path: Path) -> sentencepiece_model_pb2.ModelProto:
     if not proto.pieces:
         raise CheckpointError(f"{path}: a SentencePiece model with no pieces")
     if proto.trainer_spec.model_type != UNIGRAM:
-        raise CheckpointError(f"{path}: a SentencePiece model of type {proto.trainer_spec.model_type}; attnlab reads "
-                              f"unigram models (type {UNIGRAM}), as Marian's are")
+        raise CheckpointError(
+            f"{path}: a SentencePiece model of type {proto.trainer_spec.model_type}; attnlab reads "
+            f"unigram models (type {UNIGRAM}), as Marian's are"
+        )
     return proto
 
 
@@ -54,15 +56,18 @@ def spm_tokenizer(path: Path, vocabulary: list[str], added: list[str]) -> Tokeni
     proto = read_spm(path)
     scores = {p.piece: p.score for p in proto.pieces if p.type == 1}  # NORMAL pieces: what text is cut into
     control = set(SPECIAL_TOKENS)
-    pieces = [(token, NEVER) if token in control else (token, scores[token]) if token in scores else
-              (FOREIGN + token, NEVER) for token in vocabulary]
+    pieces = [
+        (token, NEVER) if token in control else (token, scores[token]) if token in scores else (FOREIGN + token, NEVER)
+        for token in vocabulary
+    ]
     hf = tokenizers.Tokenizer(models.Unigram(pieces, unk_id=UNK, byte_fallback=False))
     charsmap = proto.normalizer_spec.precompiled_charsmap
     steps = [normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), "▁")]
     hf.normalizer = normalizers.Sequence(([normalizers.Precompiled(charsmap)] if charsmap else []) + steps)
     hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    hf.decoder = decoders.Sequence([decoders.Replace(FOREIGN, ""),
-                                    decoders.Metaspace(replacement="▁", prepend_scheme="always")])
+    hf.decoder = decoders.Sequence(
+        [decoders.Replace(FOREIGN, ""), decoders.Metaspace(replacement="▁", prepend_scheme="always")]
+    )
     hf.add_special_tokens(SPECIAL_TOKENS)
     if added:
         hf.add_tokens([tokenizers.AddedToken(token, normalized=False) for token in added])

@@ -73,9 +73,13 @@ from attnlab.tasks import TaskConfig, task_config
 PREPROCESSOR = "preprocessor_config.json"
 DEFAULT_MEAN = DEFAULT_STD = 0.5  # ViTImageProcessor's defaults (IMAGENET_STANDARD_MEAN / _STD)
 RESCALE, BILINEAR = 1 / 255, 2  # ViTImageProcessor's rescale_factor and resample (PIL's BILINEAR)
-LAYER_PARTS = {"layernorm_before": "self_attn_residual.norm", "attention.output.dense": "self_attn.out_proj",
-               "layernorm_after": "feed_forward_residual.norm", "intermediate.dense": "feed_forward.w_1",
-               "output.dense": "feed_forward.w_2"}
+LAYER_PARTS = {
+    "layernorm_before": "self_attn_residual.norm",
+    "attention.output.dense": "self_attn.out_proj",
+    "layernorm_after": "feed_forward_residual.norm",
+    "intermediate.dense": "feed_forward.w_1",
+    "output.dense": "feed_forward.w_2",
+}
 
 
 def pair(value: Any, name: str, where: Path) -> tuple[int, int]:
@@ -107,23 +111,38 @@ def vit_model_fields(config: dict[str, Any], with_classifier: bool, where: Path)
     """attnlab's vit model section for a Hugging Face ViT config.json (encoder_stride, for masked
     image modelling's decoder, has no part in it), and the data's sizes: the image's, the classes."""
     refused = vit_refusals(config)
-    (height, width), (patch_h, patch_w) = (pair(config.get(name, default), name, where)
-                                           for name, default in (("image_size", 224), ("patch_size", 16)))
+    (height, width), (patch_h, patch_w) = (
+        pair(config.get(name, default), name, where) for name, default in (("image_size", 224), ("patch_size", 16))
+    )
     if patch_h != patch_w:
         refused.append(f"patch_size {[patch_h, patch_w]} (attnlab's patches are square)")
     if refused:
         raise CheckpointError(f"{where}: {'; '.join(refused)}: not representable in attnlab's vit")
     try:
-        shape = DataShape(image_height=height, image_width=width, channels=config.get("num_channels", 3),
-                          n_classes=len(labels_of(config, where)))
-        return {"arch": "vit", "patches": {"size": patch_h, "positional": "learned"}, "pooling": "cls",
-                "head": "linear" if with_classifier else "pooled",
-                "stack": {"d_model": config["hidden_size"], "n_heads": config["num_attention_heads"],
-                          "n_layers": config["num_hidden_layers"], "d_ff": config["intermediate_size"],
-                          "dropout": config.get("hidden_dropout_prob", 0.0),
-                          "attention_dropout": config.get("attention_probs_dropout_prob", 0.0), "activation": "gelu",
-                          "norm": "pre", "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
-                          "attention_backend": "sdpa"}}, shape
+        shape = DataShape(
+            image_height=height,
+            image_width=width,
+            channels=config.get("num_channels", 3),
+            n_classes=len(labels_of(config, where)),
+        )
+        return {
+            "arch": "vit",
+            "patches": {"size": patch_h, "positional": "learned"},
+            "pooling": "cls",
+            "head": "linear" if with_classifier else "pooled",
+            "stack": {
+                "d_model": config["hidden_size"],
+                "n_heads": config["num_attention_heads"],
+                "n_layers": config["num_hidden_layers"],
+                "d_ff": config["intermediate_size"],
+                "dropout": config.get("hidden_dropout_prob", 0.0),
+                "attention_dropout": config.get("attention_probs_dropout_prob", 0.0),
+                "activation": "gelu",
+                "norm": "pre",
+                "layer_norm_eps": config.get("layer_norm_eps", 1e-12),
+                "attention_backend": "sdpa",
+            },
+        }, shape
     except KeyError as err:
         raise CheckpointError(f"{where}: no {err.args[0]!r}, which a ViT config.json has") from None
 
@@ -136,8 +155,9 @@ def labels_of(config: dict[str, Any], where: Path) -> list[str]:
     except (AttributeError, ValueError):
         raise CheckpointError(f"{where}: id2label is not a map of class ids to names") from None
     if sorted(names) != list(range(len(names))) or len(names) < 2:
-        raise CheckpointError(f"{where}: id2label has ids {sorted(names)}; attnlab's classifier needs ids 0..n-1, "
-                              f"n >= 2")
+        raise CheckpointError(
+            f"{where}: id2label has ids {sorted(names)}; attnlab's classifier needs ids 0..n-1, n >= 2"
+        )
     return [names[i] for i in range(len(names))]
 
 
@@ -164,22 +184,33 @@ def vit_pairs(n_layers: int) -> dict[str, tuple[str, ...]]:
     """attnlab's tensor name -> the ViT names it is made of (ViTModel's, without the ``vit.`` prefix of
     ViTForImageClassification; query, key, value: one fused tensor). The patch projection's weight,
     the positions and the class token are reshaped, not renamed (:data:`EMBEDDINGS`)."""
-    pairs = {"patch_embed.projection.bias": "embeddings.patch_embeddings.projection.bias",
-             "encoder.norm.weight": "layernorm.weight", "encoder.norm.bias": "layernorm.bias",
-             "classifier.pool.weight": "pooler.dense.weight", "classifier.pool.bias": "pooler.dense.bias",
-             "classifier.out.weight": "classifier.weight", "classifier.out.bias": "classifier.bias"}
+    pairs = {
+        "patch_embed.projection.bias": "embeddings.patch_embeddings.projection.bias",
+        "encoder.norm.weight": "layernorm.weight",
+        "encoder.norm.bias": "layernorm.bias",
+        "classifier.pool.weight": "pooler.dense.weight",
+        "classifier.pool.bias": "pooler.dense.bias",
+        "classifier.out.weight": "classifier.weight",
+        "classifier.out.bias": "classifier.bias",
+    }
     fused = {}
     for i in range(n_layers):
         for kind in ("weight", "bias"):
-            pairs |= {f"encoder.layers.{i}.{ours}.{kind}": f"encoder.layer.{i}.{theirs}.{kind}"
-                      for theirs, ours in LAYER_PARTS.items()}
+            pairs |= {
+                f"encoder.layers.{i}.{ours}.{kind}": f"encoder.layer.{i}.{theirs}.{kind}"
+                for theirs, ours in LAYER_PARTS.items()
+            }
             fused[f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"] = tuple(
-                f"encoder.layer.{i}.attention.attention.{p}.{kind}" for p in ("query", "key", "value"))
+                f"encoder.layer.{i}.attention.attention.{p}.{kind}" for p in ("query", "key", "value")
+            )
     return {ours: (theirs,) for ours, theirs in pairs.items()} | fused
 
 
-CONV, POSITIONS, CLS = ("embeddings.patch_embeddings.projection.weight", "embeddings.position_embeddings",
-                        "embeddings.cls_token")
+CONV, POSITIONS, CLS = (
+    "embeddings.patch_embeddings.projection.weight",
+    "embeddings.position_embeddings",
+    "embeddings.cls_token",
+)
 EMBEDDINGS = (CONV, POSITIONS, CLS)  # (d, C, P, P) conv; (1, 1 + N, d) positions, the class token's first; (1, 1, d)
 
 
@@ -203,16 +234,26 @@ def vit_tensors(weights: dict[str, torch.Tensor], n_layers: int) -> tuple[dict[s
 
 
 # data.task -> the head its Hugging Face class has, and that class
-ARCHITECTURES = {"image_classification": ("linear", "ViTForImageClassification"), "image_encoder": ("pooled", "ViTModel")}
+ARCHITECTURES = {
+    "image_classification": ("linear", "ViTForImageClassification"),
+    "image_encoder": ("pooled", "ViTModel"),
+}
 
 
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that ViT has no counterpart for, each 'field value (ViT's)'."""
     head, architecture = ARCHITECTURES[data.task.name]  # a vit run's tasks
-    needs = {"patches.positional": ("learned", "ViT"), "pooling": ("cls", "ViT"), "stack.norm": ("pre", "ViT"),
-             "head": (head, architecture)}
-    refused = [f"{name} {attrgetter(name)(cfg)!r} ({whose}'s is {value!r})" for name, (value, whose) in needs.items()
-               if attrgetter(name)(cfg) != value]
+    needs = {
+        "patches.positional": ("learned", "ViT"),
+        "pooling": ("cls", "ViT"),
+        "stack.norm": ("pre", "ViT"),
+        "head": (head, architecture),
+    }
+    refused = [
+        f"{name} {attrgetter(name)(cfg)!r} ({whose}'s is {value!r})"
+        for name, (value, whose) in needs.items()
+        if attrgetter(name)(cfg) != value
+    ]
     if cfg.stack.activation not in HIDDEN_ACTS:
         refused.append(f"activation {cfg.stack.activation!r} (ViT has {', '.join(map(repr, HIDDEN_ACTS))})")
     if run is not None and run.read_pruned_heads():
@@ -241,17 +282,36 @@ def export_vit(model: nn.Module, cfg: FamilyConfig, run: RunDir) -> Exported:
     pixels = run.read_task_state()
     labels = dict(enumerate(pixels["labels"]))
     size = height if height == width else [height, width]
-    config = {"model_type": "vit", "architectures": [architecture], "hidden_size": d,
-              "num_hidden_layers": cfg.stack.n_layers, "num_attention_heads": cfg.stack.n_heads, "intermediate_size": cfg.stack.d_ff,
-              "hidden_act": HIDDEN_ACTS[cfg.stack.activation], "hidden_dropout_prob": cfg.stack.dropout,
-              "attention_probs_dropout_prob": cfg.stack.attn_dropout, "layer_norm_eps": cfg.stack.layer_norm_eps,
-              "image_size": size, "patch_size": P, "num_channels": channels, "qkv_bias": True,
-              "id2label": {str(i): name for i, name in labels.items()}, "label2id": {name: i for i, name in labels.items()},
-              "torch_dtype": "float32"}
-    processor = {"image_processor_type": "ViTImageProcessor", "do_resize": True,
-                 "size": {"height": height, "width": width}, "resample": BILINEAR,
-                 "do_rescale": True, "rescale_factor": RESCALE, "do_normalize": True,
-                 "image_mean": [m * RESCALE for m in pixels["mean"]], "image_std": [s * RESCALE for s in pixels["std"]]}
+    config = {
+        "model_type": "vit",
+        "architectures": [architecture],
+        "hidden_size": d,
+        "num_hidden_layers": cfg.stack.n_layers,
+        "num_attention_heads": cfg.stack.n_heads,
+        "intermediate_size": cfg.stack.d_ff,
+        "hidden_act": HIDDEN_ACTS[cfg.stack.activation],
+        "hidden_dropout_prob": cfg.stack.dropout,
+        "attention_probs_dropout_prob": cfg.stack.attn_dropout,
+        "layer_norm_eps": cfg.stack.layer_norm_eps,
+        "image_size": size,
+        "patch_size": P,
+        "num_channels": channels,
+        "qkv_bias": True,
+        "id2label": {str(i): name for i, name in labels.items()},
+        "label2id": {name: i for i, name in labels.items()},
+        "torch_dtype": "float32",
+    }
+    processor = {
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": True,
+        "size": {"height": height, "width": width},
+        "resample": BILINEAR,
+        "do_rescale": True,
+        "rescale_factor": RESCALE,
+        "do_normalize": True,
+        "image_mean": [m * RESCALE for m in pixels["mean"]],
+        "image_std": [s * RESCALE for s in pixels["std"]],
+    }
     return Exported(config, tensors, {PREPROCESSOR: json.dumps(processor, indent=2) + "\n"})
 
 
@@ -281,12 +341,20 @@ class ViTConverter(HFConverter):
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
         new = [name for name in target if name not in tensors]
         square = shape.image_height == shape.image_width
-        data = task_config({"task": "image_classification" if with_classifier else "image_encoder",
-                            "resize": shape.image_height if square else None,
-                            "colour": "rgb" if shape.channels == 3 else "grey"})
+        data = task_config(
+            {
+                "task": "image_classification" if with_classifier else "image_encoder",
+                "resize": shape.image_height if square else None,
+                "colour": "rgb" if shape.channels == 3 else "grey",
+            }
+        )
         mean, std = pixel_statistics(folder, shape.need("channels"))
-        state = {"labels": labels_of(config, folder / "config.json"),
-                 "shape": [shape.image_height, shape.image_width, shape.channels], "mean": mean, "std": std}
+        state = {
+            "labels": labels_of(config, folder / "config.json"),
+            "shape": [shape.image_height, shape.image_width, shape.channels],
+            "mean": mean,
+            "std": std,
+        }
         report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random
         return Imported(model, cfg, shape, data, None, report, task_state=state)
 

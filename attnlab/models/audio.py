@@ -20,8 +20,11 @@ from attnlab.models.shape import DataShape
 from attnlab.nn.audio import Spectrogram
 from attnlab.nn.spectrogram import SCALINGS, LogMel, SpecAugment
 
-WAVEFORMS = input_kind("waveforms", "mono waveforms (B, S) at the data's sample_rate, zero-padded to its samples, "
-                                    "with each clip's length (B,) in samples (models/audio.py)")
+WAVEFORMS = input_kind(
+    "waveforms",
+    "mono waveforms (B, S) at the data's sample_rate, zero-padded to its samples, "
+    "with each clip's length (B,) in samples (models/audio.py)",
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,10 @@ class LogMelFeatures(TypedConfig):
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"features.{name} must be a positive number of milliseconds (got {value})")
         if self.hop_ms > self.window_ms:
-            raise ConfigError(f"features.hop_ms ({self.hop_ms}) must be at most window_ms ({self.window_ms}): "
-                              f"frames would skip samples")
+            raise ConfigError(
+                f"features.hop_ms ({self.hop_ms}) must be at most window_ms ({self.window_ms}): "
+                f"frames would skip samples"
+            )
         one_of("features.scaling", self.scaling, SCALINGS)
 
     def window(self, rate: int) -> int:
@@ -70,11 +75,15 @@ class LogMelFeatures(TypedConfig):
             return
         n_fft = self.window(shape.sample_rate)
         if n_fft < 2 or self.n_mels > n_fft // 2 + 1:
-            raise ConfigError(f"features.n_mels ({self.n_mels}) must be at most the {n_fft // 2 + 1} frequency bins "
-                              f"of a {self.window_ms:g} ms window at {shape.sample_rate:,} Hz ({n_fft} samples)")
+            raise ConfigError(
+                f"features.n_mels ({self.n_mels}) must be at most the {n_fft // 2 + 1} frequency bins "
+                f"of a {self.window_ms:g} ms window at {shape.sample_rate:,} Hz ({n_fft} samples)"
+            )
         if shape.samples is not None and self.frames(shape) < 1:
-            raise ConfigError(f"a clip of {shape.samples:,} samples is shorter than one hop of features.hop_ms "
-                              f"({self.hop_ms:g} ms at {shape.sample_rate:,} Hz)")
+            raise ConfigError(
+                f"a clip of {shape.samples:,} samples is shorter than one hop of features.hop_ms "
+                f"({self.hop_ms:g} ms at {shape.sample_rate:,} Hz)"
+            )
 
     def log_mel(self, shape: DataShape, of: str = "the model") -> LogMel:
         """nn/spectrogram.py's LogMel at the data's rate."""
@@ -101,13 +110,19 @@ class SpecAugmentation(TypedConfig):
             at_least(f"augment.{name}", getattr(self, name), 0)
 
     def spec_augment(self) -> SpecAugment:
-        return SpecAugment(freq_masks=self.freq_masks, freq_width=self.freq_width, time_masks=self.time_masks,
-                           time_width=self.time_width)
+        return SpecAugment(
+            freq_masks=self.freq_masks,
+            freq_width=self.freq_width,
+            time_masks=self.time_masks,
+            time_width=self.time_width,
+        )
 
 
-def spectrogram(features: LogMelFeatures, augment: SpecAugmentation, shape: DataShape, of: str,
-                frames: int | None = None) -> Spectrogram:
+def spectrogram(
+    features: LogMelFeatures, augment: SpecAugmentation, shape: DataShape, of: str, frames: int | None = None
+) -> Spectrogram:
     """The model's front end: waveforms -> (B, 1, n_mels, frames) log-mels, augmented in training;
     ``frames``: the first so many kept (a patch grid's), else every frame of the longest clip."""
-    return Spectrogram(features.log_mel(shape, of), augment.spec_augment(),
-                       features.frames(shape, of) if frames is None else frames)
+    return Spectrogram(
+        features.log_mel(shape, of), augment.spec_augment(), features.frames(shape, of) if frames is None else frames
+    )

@@ -38,10 +38,16 @@ class AudioCNNConfig(FamilyConfig):
 class AudioCNNFamily(ModelFamily):
     name = "audio_cnn"
     config = AudioCNNConfig
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=False,
-                                inputs=WAVEFORMS)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=False, inputs=WAVEFORMS
+    )
 
     @staticmethod
     def build(cfg: AudioCNNConfig, shape: DataShape) -> SpectrogramCNN:
-        return SpectrogramCNN(spectrogram(cfg.features, cfg.augment, shape, OF), cfg.width, cfg.features.n_mels,
-                              shape.need("n_classes", OF), DROPOUT)
+        return SpectrogramCNN(
+            spectrogram(cfg.features, cfg.augment, shape, OF),
+            cfg.width,
+            cfg.features.n_mels,
+            shape.need("n_classes", OF),
+            DROPOUT,
+        )

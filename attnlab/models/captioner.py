@@ -56,8 +56,9 @@ class CaptionerConfig(TransformerConfig):
 class CaptionerFamily(ModelFamily):
     name = "captioner"
     config = CaptionerConfig
-    capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=True,
-                                inputs=Inputs.IMAGES)
+    capabilities = Capabilities(
+        encoder=True, decoder=True, incremental_decoding=True, attention_weights=True, inputs=Inputs.IMAGES
+    )
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
@@ -66,10 +67,15 @@ class CaptionerFamily(ModelFamily):
         vocab_size = shape.need("vocab_size", "arch 'captioner'")
         tgt_embed = parts.embeddings(cfg, vocab_size)
         d_model, of = cfg.stack.d_model, "arch 'captioner'"
-        model = ImageCaptioner(cfg.patches.embedding(shape, d_model, of), cfg.patches.positions(shape, d_model, of),
-                               parts.plain_encoder(cfg, cfg.encoder_layers), tgt_embed,
-                               parts.decoder(cfg, cfg.decoder_layers, cross=True),
-                               parts.output_projection(cfg, tgt_embed, vocab_size), shape.pad_id)
+        model = ImageCaptioner(
+            cfg.patches.embedding(shape, d_model, of),
+            cfg.patches.positions(shape, d_model, of),
+            parts.plain_encoder(cfg, cfg.encoder_layers),
+            tgt_embed,
+            parts.decoder(cfg, cfg.decoder_layers, cross=True),
+            parts.output_projection(cfg, tgt_embed, vocab_size),
+            shape.pad_id,
+        )
         parts.init_weights(model)
         init_patch_positions(model.positional)
         return model

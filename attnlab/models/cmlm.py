@@ -40,8 +40,10 @@ class CMLMConfig(TransformerConfig):
         if self.length_loss_weight < 0:
             raise ConfigError(f"length_loss_weight must be >= 0 (got {self.length_loss_weight})")
         if self.max_positions is not None and self.max_target_length > self.max_positions:
-            raise ConfigError(f"max_target_length ({self.max_target_length}) must be within max_len "
-                              f"({self.max_positions}) of the learned positional table")
+            raise ConfigError(
+                f"max_target_length ({self.max_target_length}) must be within max_len "
+                f"({self.max_positions}) of the learned positional table"
+            )
 
     @property
     def encoder_layers(self) -> int:
@@ -56,13 +58,17 @@ class CMLMConfig(TransformerConfig):
 class CMLMFamily(ModelFamily):
     name = "cmlm"
     config = CMLMConfig
-    capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=False, attention_weights=True,
-                                inputs=MASKED_TOKENS)
+    capabilities = Capabilities(
+        encoder=True, decoder=True, incremental_decoding=False, attention_weights=True, inputs=MASKED_TOKENS
+    )
 
     @staticmethod
     def build(cfg: CMLMConfig, shape: DataShape) -> ConditionalMaskedLM:
-        model = ConditionalMaskedLM(*seq2seq_parts(cfg, shape, causal=False),
-                                    LengthPredictor(cfg.stack.d_model, cfg.max_target_length), shape.pad_id,
-                                    cfg.length_loss_weight)
+        model = ConditionalMaskedLM(
+            *seq2seq_parts(cfg, shape, causal=False),
+            LengthPredictor(cfg.stack.d_model, cfg.max_target_length),
+            shape.pad_id,
+            cfg.length_loss_weight,
+        )
         parts.init_weights(model)
         return model

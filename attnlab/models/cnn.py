@@ -35,10 +35,12 @@ class CNNFamily(ModelFamily):
     name = "cnn"
     config = CNNConfig
     # encoder/decoder mean reading and writing token sequences: an image model does neither
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=False,
-                                inputs=Inputs.IMAGES)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=False, inputs=Inputs.IMAGES
+    )
 
     @staticmethod
     def build(cfg: CNNConfig, shape: DataShape) -> SmallConvNet:
-        return SmallConvNet(shape.need("channels", "arch 'cnn'"), cfg.d_model, shape.need("n_classes", "arch 'cnn'"),
-                            cfg.dropout)
+        return SmallConvNet(
+            shape.need("channels", "arch 'cnn'"), cfg.d_model, shape.need("n_classes", "arch 'cnn'"), cfg.dropout
+        )

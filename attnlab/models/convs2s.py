@@ -61,8 +61,15 @@ class ConvS2SFamily(ModelFamily):
         def embedding(rows: int) -> Embeddings:
             return conv_embedding(rows, cfg.d_embed, cfg.max_len, shape.pad_id, cfg.dropout)
 
-        encoder = ConvEncoder(embedding(shape.src_vocab or vocab_size), cfg.d_model, cfg.encoder_layers,
-                              cfg.kernel_width, cfg.dropout, grad_scale=1.0 / (2 * cfg.decoder_layers))
-        decoder = ConvDecoder(embedding(vocab_size), cfg.d_model, cfg.decoder_layers, cfg.kernel_width,
-                              cfg.dropout, vocab_size)
+        encoder = ConvEncoder(
+            embedding(shape.src_vocab or vocab_size),
+            cfg.d_model,
+            cfg.encoder_layers,
+            cfg.kernel_width,
+            cfg.dropout,
+            grad_scale=1.0 / (2 * cfg.decoder_layers),
+        )
+        decoder = ConvDecoder(
+            embedding(vocab_size), cfg.d_model, cfg.decoder_layers, cfg.kernel_width, cfg.dropout, vocab_size
+        )
         return ConvSeq2Seq(encoder, decoder, shape.pad_id)

@@ -61,7 +61,9 @@ def check_one_head(cfg: DecoderLMConfig) -> None:
 def multi_token_head(cfg: DecoderLMConfig) -> MultiTokenHead:
     """A pre-norm residual feed-forward block of the model's sizes, whatever the trunk's norm placement."""
     ffn = PositionWiseFeedForward(cfg.stack.d_model, cfg.stack.d_ff, ACTIVATIONS[cfg.stack.activation]())
-    return MultiTokenHead(ffn, ResidualConnection(cfg.stack.d_model, cfg.stack.dropout, "pre", cfg.stack.layer_norm_eps))
+    return MultiTokenHead(
+        ffn, ResidualConnection(cfg.stack.d_model, cfg.stack.dropout, "pre", cfg.stack.layer_norm_eps)
+    )
 
 
 @register_family
@@ -76,8 +78,13 @@ class DecoderLMFamily(ModelFamily):
         vocab_size = shape.need("vocab_size", "arch 'decoder_lm'")
         embed = parts.embeddings(cfg, vocab_size)
         heads = [multi_token_head(cfg) for _ in range(cfg.multi_token_heads)]
-        model = DecoderLM(embed, parts.decoder(cfg, cfg.stack.n_layers, cross=False),
-                          parts.output_projection(cfg, embed, vocab_size, cfg.output.never, bias=cfg.output.bias),
-                          shape.pad_id, heads, cfg.multi_token_weight)
+        model = DecoderLM(
+            embed,
+            parts.decoder(cfg, cfg.stack.n_layers, cross=False),
+            parts.output_projection(cfg, embed, vocab_size, cfg.output.never, bias=cfg.output.bias),
+            shape.pad_id,
+            heads,
+            cfg.multi_token_weight,
+        )
         parts.init_weights(model)
         return model

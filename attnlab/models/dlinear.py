@@ -46,8 +46,9 @@ class DLinearFamily(ModelFamily):
     name = "dlinear"
     config = DLinearConfig
     # encoder/decoder mean reading and writing token sequences: a forecaster does neither
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=False,
-                                inputs=Inputs.SERIES)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=False, inputs=Inputs.SERIES
+    )
 
     @staticmethod
     def build(cfg: DLinearConfig, shape: DataShape) -> DLinear:

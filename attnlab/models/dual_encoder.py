@@ -67,8 +67,10 @@ class DualEncoderConfig(TransformerConfig):
         if not 0 < self.init_temperature:
             raise ConfigError(f"init_temperature must be > 0 (got {self.init_temperature})")
         if self.max_logit_scale < 1 / self.init_temperature:
-            raise ConfigError(f"max_logit_scale ({self.max_logit_scale}) must be at least 1 / init_temperature "
-                              f"({1 / self.init_temperature:.4g})")
+            raise ConfigError(
+                f"max_logit_scale ({self.max_logit_scale}) must be at least 1 / init_temperature "
+                f"({1 / self.init_temperature:.4g})"
+            )
         super().check()
         self.patches.check_width(self.stack.d_model)
 
@@ -89,18 +91,27 @@ class DualEncoderFamily(ModelFamily):
     name = "dual_encoder"
     config = DualEncoderConfig
     # encoder/decoder mean a source sequence read for a decoder, and tokens written: neither here
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs=Inputs.IMAGE_TEXT)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGE_TEXT
+    )
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
     def build(cfg: DualEncoderConfig, shape: DataShape) -> DualEncoder:
         d_model, of = cfg.stack.d_model, "arch 'dual_encoder'"
-        image = ImageTower(cfg.patches.embedding(shape, d_model, of), cfg.patches.positions(shape, d_model, of),
-                           SUMMARIES[cfg.image_pooling](cfg.stack.d_model), parts.plain_encoder(cfg, cfg.image_layers))
-        text = TextTower(parts.embeddings(cfg, shape.need("vocab_size", "arch 'dual_encoder'")),
-                         parts.encoder(cfg, cfg.text_layers), POOLINGS[cfg.text_pooling](), shape.pad_id)
+        image = ImageTower(
+            cfg.patches.embedding(shape, d_model, of),
+            cfg.patches.positions(shape, d_model, of),
+            SUMMARIES[cfg.image_pooling](cfg.stack.d_model),
+            parts.plain_encoder(cfg, cfg.image_layers),
+        )
+        text = TextTower(
+            parts.embeddings(cfg, shape.need("vocab_size", "arch 'dual_encoder'")),
+            parts.encoder(cfg, cfg.text_layers),
+            POOLINGS[cfg.text_pooling](),
+            shape.pad_id,
+        )
         model = DualEncoder(image, text, cfg.stack.d_model, cfg.d_embed, cfg.init_temperature, cfg.max_logit_scale)
         parts.init_weights(model)
         init_patch_positions(model.image.positional)

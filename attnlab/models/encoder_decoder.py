@@ -62,9 +62,11 @@ class TwoSided(Protocol):
 def check_untied(cfg: EncoderDecoderConfig) -> None:
     """A pipeline's first stage holds the source embedding, the stage with the encoder's last layer the target's."""
     if "src_tgt" in cfg.tied:
-        raise ConfigError(f"train.strategy pp: model.embeddings.tie '{cfg.embeddings.tie}' shares the source "
-                          f"embedding (first stage) with the target embedding (the stage where the decoder "
-                          f"starts); set it to none")
+        raise ConfigError(
+            f"train.strategy pp: model.embeddings.tie '{cfg.embeddings.tie}' shares the source "
+            f"embedding (first stage) with the target embedding (the stage where the decoder "
+            f"starts); set it to none"
+        )
 
 
 @register_family
@@ -81,8 +83,9 @@ class EncoderDecoderFamily(ModelFamily):
         return model
 
 
-def seq2seq_parts(cfg: TwoSided, shape: DataShape, causal: bool = True
-                  ) -> tuple[Embeddings, Embeddings, Encoder, Seq2SeqDecoder, nn.Linear]:
+def seq2seq_parts(
+    cfg: TwoSided, shape: DataShape, causal: bool = True
+) -> tuple[Embeddings, Embeddings, Encoder, Seq2SeqDecoder, nn.Linear]:
     """Source and target embeddings (tied as configured), encoder, decoder (``causal``: masked
     self-attention; else every target position sees every other) and output projection."""
     vocab_size = shape.need("vocab_size", f"arch '{cfg.arch}'")
@@ -90,6 +93,10 @@ def seq2seq_parts(cfg: TwoSided, shape: DataShape, causal: bool = True
     tgt_embed = parts.embeddings(cfg, vocab_size)
     if "src_tgt" in cfg.tied:
         tgt_embed.tokens = src_embed.tokens
-    return (src_embed, tgt_embed, parts.encoder(cfg, cfg.encoder_layers),
-            parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal),
-            parts.output_projection(cfg, tgt_embed, vocab_size, cfg.output.never, bias=cfg.output.bias))
+    return (
+        src_embed,
+        tgt_embed,
+        parts.encoder(cfg, cfg.encoder_layers),
+        parts.decoder(cfg, cfg.decoder_layers, cross=True, causal=causal),
+        parts.output_projection(cfg, tgt_embed, vocab_size, cfg.output.never, bias=cfg.output.bias),
+    )

@@ -52,8 +52,12 @@ class EncoderOnlyFamily(ModelFamily):
     def build(cfg: EncoderOnlyConfig, shape: DataShape) -> EncoderOnly:
         vocab_size = shape.need("vocab_size", "arch 'encoder_only'")
         embed = parts.embeddings(cfg, vocab_size, cfg.segment_rows(shape))
-        mlm_head = MaskedLMHead(cfg.stack.d_model, ACTIVATIONS[cfg.stack.activation](), cfg.stack.layer_norm_eps,
-                                parts.output_projection(cfg, embed, vocab_size))
+        mlm_head = MaskedLMHead(
+            cfg.stack.d_model,
+            ACTIVATIONS[cfg.stack.activation](),
+            cfg.stack.layer_norm_eps,
+            parts.output_projection(cfg, embed, vocab_size),
+        )
         n_classes = shape.n_classes if shape.n_classes is not None else PRETRAINING_CLASSES
         classifier = ClassificationHead(cfg.stack.d_model, n_classes, cfg.stack.dropout, POOLINGS[cfg.pooling]())
         model = EncoderOnly(embed, parts.encoder(cfg, cfg.stack.n_layers), mlm_head, classifier, shape.pad_id)

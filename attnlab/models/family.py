@@ -55,13 +55,15 @@ class Inputs:
 
     TOKENS = input_kind("tokens", "token ids (B, T)")
     MASKED_TOKENS = input_kind("masked_tokens", "a source, and a target with some tokens masked (models/cmlm.py)")
-    TOKEN_SEGMENTS = input_kind("token_segments", "consecutive segments of one text, carried over "
-                                                  "(models/transformer_xl.py)")
+    TOKEN_SEGMENTS = input_kind(
+        "token_segments", "consecutive segments of one text, carried over (models/transformer_xl.py)"
+    )
     IMAGES = input_kind("images", "pixels (B, C, H, W)")
     SERIES = input_kind("series", "a multivariate time series (B, L, C)")
     GRAPH = input_kind("graph", "a graph's node features and adjacency")
-    IMAGE_TEXT = input_kind("image_text", "an image and a text at once: apart (dual_encoder) or as one sequence "
-                                          "(single_stream)")
+    IMAGE_TEXT = input_kind(
+        "image_text", "an image and a text at once: apart (dual_encoder) or as one sequence (single_stream)"
+    )
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,10 @@ class Capabilities:
 def inputs_named(value: Any) -> InputKind:
     """The registered kind of input named ``value``; an unknown one is refused, listing them."""
     if not isinstance(value, str) or value not in INPUT_KINDS:
-        raise TypeError(f"capability inputs must be one of {', '.join(INPUT_KINDS)} (got {value!r}); a new kind is "
-                        f"registered with input_kind(name, about)")
+        raise TypeError(
+            f"capability inputs must be one of {', '.join(INPUT_KINDS)} (got {value!r}); a new kind is "
+            f"registered with input_kind(name, about)"
+        )
     return INPUT_KINDS[value]
 
 
@@ -201,6 +205,7 @@ class ModelFamily:
 FAMILIES: dict[str, type[ModelFamily]] = {}
 DEFAULT_ARCH = "encoder_decoder"
 
+
 def register_family(family: type[ModelFamily]) -> type[ModelFamily]:
     """Class decorator: make ``family`` selectable as ``model.arch: <family.name>``; refused in one
     line where its model class lacks an interface that its capabilities promise."""
@@ -210,8 +215,10 @@ def register_family(family: type[ModelFamily]) -> type[ModelFamily]:
     for interface, promise in promised_interfaces(family):
         if not issubclass(family.model, interface):
             missing = ", ".join(m for m in dir(interface) if not m.startswith("_") and not hasattr(family.model, m))
-            raise TypeError(f"model family '{family.name}' declares {promise}, so its model must implement "
-                            f"{interface.__name__} (nn/interfaces.py); {family.model.__name__} lacks {missing}")
+            raise TypeError(
+                f"model family '{family.name}' declares {promise}, so its model must implement "
+                f"{interface.__name__} (nn/interfaces.py); {family.model.__name__} lacks {missing}"
+            )
     return register(FAMILIES, family, "model family")
 
 
@@ -224,8 +231,10 @@ def model_class(family: type[ModelFamily]) -> type[nn.Module]:
     except NameError:
         built = None
     if not (isinstance(built, type) and issubclass(built, nn.Module)):
-        raise TypeError(f"model family '{family.name}': build must be its model's class, or name that class as its "
-                        f"return annotation")
+        raise TypeError(
+            f"model family '{family.name}': build must be its model's class, or name that class as its "
+            f"return annotation"
+        )
     return built
 
 

@@ -34,16 +34,21 @@ class GraphFamily(ModelFamily):
     name = "graph"
     config = GraphConfig
     # encoder/decoder mean reading and writing token sequences: a graph model does neither
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs=Inputs.GRAPH)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.GRAPH
+    )
     backends_fit = staticmethod(explicit_masks)
     backends_refusal = "takes no explicit mask, which arch 'graph' attends through (each node's neighbourhood)"
 
     @staticmethod
     def build(cfg: GraphConfig, shape: DataShape) -> GraphTransformer:
         positions = LaplacianPositionalEncoding(cfg.laplacian_k, cfg.stack.d_model) if cfg.laplacian_k else None
-        model = GraphTransformer(nn.Linear(shape.need("n_features", "arch 'graph'"), cfg.stack.d_model), positions,
-                                 cfg.stack.dropout, parts.plain_encoder(cfg, cfg.stack.n_layers),
-                                 nn.Linear(cfg.stack.d_model, shape.need("n_classes", "arch 'graph'")))
+        model = GraphTransformer(
+            nn.Linear(shape.need("n_features", "arch 'graph'"), cfg.stack.d_model),
+            positions,
+            cfg.stack.dropout,
+            parts.plain_encoder(cfg, cfg.stack.n_layers),
+            nn.Linear(cfg.stack.d_model, shape.need("n_classes", "arch 'graph'")),
+        )
         parts.init_weights(model)
         return model

@@ -20,8 +20,9 @@ class LastValueFamily(ModelFamily):
     name = "last_value"
     config = LastValueConfig
     # encoder/decoder mean reading and writing token sequences: a forecaster does neither
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=False,
-                                inputs=Inputs.SERIES)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=False, inputs=Inputs.SERIES
+    )
 
     @staticmethod
     def build(cfg: LastValueConfig, shape: DataShape) -> LastValue:

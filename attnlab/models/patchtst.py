@@ -44,8 +44,16 @@ class PatchTSTConfig(FamilyConfig):
 
     patch_length: int = 16
     patch_stride: int = 8
-    stack: StackConfig = StackConfig(d_model=16, n_heads=4, n_layers=3, d_ff=128, dropout=0.3, attention_dropout=0.0,
-                                     activation="gelu", normalisation="batch")
+    stack: StackConfig = StackConfig(
+        d_model=16,
+        n_heads=4,
+        n_layers=3,
+        d_ff=128,
+        dropout=0.3,
+        attention_dropout=0.0,
+        activation="gelu",
+        normalisation="batch",
+    )
     head_dropout: float = 0.0
     revin: bool = True
     revin_affine: bool = False
@@ -55,8 +63,10 @@ class PatchTSTConfig(FamilyConfig):
             at_least(name, getattr(self, name), 1)
         self.family.check_stack(self.stack)
         if self.patch_stride > self.patch_length:
-            raise ConfigError(f"patch_stride ({self.patch_stride}) must be at most patch_length ({self.patch_length}): "
-                              f"a longer stride leaves steps between patches that no patch reads")
+            raise ConfigError(
+                f"patch_stride ({self.patch_stride}) must be at most patch_length ({self.patch_length}): "
+                f"a longer stride leaves steps between patches that no patch reads"
+            )
         if not 0.0 <= self.head_dropout < 1.0:
             raise ConfigError(f"head_dropout must be in [0, 1) (got {self.head_dropout})")
         if self.revin_affine and not self.revin:
@@ -76,8 +86,9 @@ class PatchTSTFamily(ModelFamily):
     name = "patchtst"
     config = PatchTSTConfig
     # encoder/decoder mean reading and writing token sequences: a forecaster does neither
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs=Inputs.SERIES)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.SERIES
+    )
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = "is blockwise or approximate, which a series' few patches (42 in the paper) do not need"
 
@@ -85,9 +96,15 @@ class PatchTSTFamily(ModelFamily):
     def build(cfg: PatchTSTConfig, shape: DataShape) -> PatchTST:
         revin = RevIN(shape.need("n_channels", "arch 'patchtst'"), cfg.revin_affine) if cfg.revin else NoNormalisation()
         n_patches = cfg.n_patches(shape)
-        model = PatchTST(revin, Patching(cfg.patch_length, cfg.patch_stride), nn.Linear(cfg.patch_length, cfg.stack.d_model),
-                         n_patches, cfg.stack.dropout, parts.plain_encoder(cfg, cfg.stack.n_layers),
-                         FlattenHead(n_patches, cfg.stack.d_model, shape.need("horizon", "arch 'patchtst'"), cfg.head_dropout))
+        model = PatchTST(
+            revin,
+            Patching(cfg.patch_length, cfg.patch_stride),
+            nn.Linear(cfg.patch_length, cfg.stack.d_model),
+            n_patches,
+            cfg.stack.dropout,
+            parts.plain_encoder(cfg, cfg.stack.n_layers),
+            FlattenHead(n_patches, cfg.stack.d_model, shape.need("horizon", "arch 'patchtst'"), cfg.head_dropout),
+        )
         parts.init_weights(model)
         nn.init.uniform_(model.positions, -0.02, 0.02)
         return model

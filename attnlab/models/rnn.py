@@ -54,14 +54,17 @@ class RNNConfig(FamilyConfig):
         one_of("score", self.score, SCORES)
         one_of("rnn_decoder", self.rnn_decoder, RNN_DECODERS)
         if self.rnn_decoder == "lake_baroni":
-            if self.rnn_attention == "luong" or self.bidirectional \
-                    or self.encoder_layers != self.decoder_layers:
-                raise ConfigError("rnn_decoder 'lake_baroni' starts from the encoder's final states and attends as "
-                                  "Bahdanau: it needs rnn_attention 'none' or 'bahdanau', bidirectional: false and "
-                                  "as many encoder as decoder layers")
+            if self.rnn_attention == "luong" or self.bidirectional or self.encoder_layers != self.decoder_layers:
+                raise ConfigError(
+                    "rnn_decoder 'lake_baroni' starts from the encoder's final states and attends as "
+                    "Bahdanau: it needs rnn_attention 'none' or 'bahdanau', bidirectional: false and "
+                    "as many encoder as decoder layers"
+                )
         if self.score in ("dot", "scaled_dot", "cosine") and self.bidirectional:
-            raise ConfigError(f"score '{self.score}' compares the decoder state (d_model) with encoder states of "
-                              f"size 2 x d_model (bidirectional): use 'general' or 'additive', or bidirectional: false")
+            raise ConfigError(
+                f"score '{self.score}' compares the decoder state (d_model) with encoder states of "
+                f"size 2 x d_model (bidirectional): use 'general' or 'additive', or bidirectional: false"
+            )
         if self.tie_embeddings == "src_tgt":
             raise ConfigError("tie_embeddings 'src_tgt' needs arch 'encoder_decoder' (arch is 'rnn')")
         one_of("tie_embeddings", self.tie_embeddings, SINGLE_STACK_TIES)
@@ -72,8 +75,10 @@ class RNNConfig(FamilyConfig):
             if p is not None and not 0.0 <= p < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1) (got {p})")
         if not 0.0 <= self.teacher_forcing <= 1.0:
-            raise ConfigError(f"teacher_forcing is the probability that a training sequence reads the true "
-                              f"prefix: it must be in [0, 1] (got {self.teacher_forcing})")
+            raise ConfigError(
+                f"teacher_forcing is the probability that a training sequence reads the true "
+                f"prefix: it must be in [0, 1] (got {self.teacher_forcing})"
+            )
 
     @property
     def embed_dropout(self) -> float:
@@ -105,17 +110,29 @@ class RNNFamily(ModelFamily):
         src_embed = nn.Embedding(shape.src_vocab or vocab_size, cfg.d_model)
         tgt_embed = nn.Embedding(vocab_size, cfg.d_model)
         carries = cfg.rnn_decoder == "lake_baroni"
-        encoder = RNNEncoder(src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout,
-                             cfg.embed_dropout, carries)
+        encoder = RNNEncoder(
+            src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout, cfg.embed_dropout, carries
+        )
         score = None
         if cfg.rnn_attention != "none":
             score = SCORES[cfg.score](cfg.d_model, encoder.out_dim, d_attn=cfg.d_model, max_len=cfg.max_len)
         if carries:
-            decoder = LakeBaroniDecoder(tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout,
-                                        cfg.embed_dropout)
+            decoder = LakeBaroniDecoder(
+                tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout, cfg.embed_dropout
+            )
         else:
-            decoder = RNNDecoder(tgt_embed, cell, cfg.d_model, encoder.out_dim, cfg.decoder_layers, cfg.rnn_attention,
-                                 score, cfg.input_feeding, cfg.dropout, cfg.embed_dropout)
+            decoder = RNNDecoder(
+                tgt_embed,
+                cell,
+                cfg.d_model,
+                encoder.out_dim,
+                cfg.decoder_layers,
+                cfg.rnn_attention,
+                score,
+                cfg.input_feeding,
+                cfg.dropout,
+                cfg.embed_dropout,
+            )
         generator = nn.Linear(cfg.d_model, vocab_size, bias=False)
         if "output" in cfg.tied:
             generator.weight = tgt_embed.weight

@@ -64,8 +64,9 @@ class DataShape:
             if value is not None and value < least:
                 raise ConfigError(f"shape.{f.name} must be at least {least} (got {value})")
         if self.vocab_sizes and not self.pad_id < min(self.vocab_sizes):
-            raise ConfigError(f"pad_id ({self.pad_id}) must be a token id below the vocabulary size "
-                              f"({min(self.vocab_sizes)})")
+            raise ConfigError(
+                f"pad_id ({self.pad_id}) must be a token id below the vocabulary size ({min(self.vocab_sizes)})"
+            )
 
     def need(self, name: str, of: str = "the model") -> int:
         """The size ``name``; refused in one line where the data gives none."""

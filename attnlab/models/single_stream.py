@@ -36,8 +36,9 @@ TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 # image_tokens: what the image contributes to the stream
 IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], nn.Module]] = {
-    "patches": lambda cfg, shape: ImagePatches(cfg.patches.embedding(shape, cfg.stack.d_model, OF),
-                                               cfg.patches.positions(shape, cfg.stack.d_model, OF)),
+    "patches": lambda cfg, shape: ImagePatches(
+        cfg.patches.embedding(shape, cfg.stack.d_model, OF), cfg.patches.positions(shape, cfg.stack.d_model, OF)
+    ),
     "none": lambda cfg, shape: NoImage(cfg.stack.d_model),  # the text-only baseline
 }
 
@@ -78,8 +79,9 @@ class SingleStreamConfig(TransformerConfig):
 class SingleStreamFamily(ModelFamily):
     name = "single_stream"
     config = SingleStreamConfig
-    capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs=Inputs.IMAGE_TEXT)
+    capabilities = Capabilities(
+        encoder=True, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGE_TEXT
+    )
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
@@ -87,9 +89,14 @@ class SingleStreamFamily(ModelFamily):
     def build(cfg: SingleStreamConfig, shape: DataShape) -> SingleStreamTransformer:
         of = OF
         head = HEADS[cfg.head](cfg.stack.d_model, shape.need("n_classes", of), cfg.stack.dropout, FirstTokenPooling())
-        model = SingleStreamTransformer(parts.embeddings(cfg, shape.need("vocab_size", of)),
-                                        IMAGE_TOKENS[cfg.image_tokens](cfg, shape), nn.Embedding(2, cfg.stack.d_model),
-                                        parts.plain_encoder(cfg, cfg.stack.n_layers), head, shape.pad_id)
+        model = SingleStreamTransformer(
+            parts.embeddings(cfg, shape.need("vocab_size", of)),
+            IMAGE_TOKENS[cfg.image_tokens](cfg, shape),
+            nn.Embedding(2, cfg.stack.d_model),
+            parts.plain_encoder(cfg, cfg.stack.n_layers),
+            head,
+            shape.pad_id,
+        )
         parts.init_weights(model)
         init_patch_positions(model.image_tokens)
         nn.init.normal_(model.modality.weight, std=0.02)

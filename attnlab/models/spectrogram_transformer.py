@@ -38,22 +38,29 @@ class ASTConfig(FamilyConfig):
     features: LogMelFeatures = LogMelFeatures()
     augment: SpecAugmentation = SpecAugmentation()
     patches: Patches = Patches(size=8, positional="learned_2d")
-    stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=4, d_ff=128, activation="gelu", norm="pre",
-                                     layer_norm_eps=1e-6)
+    stack: StackConfig = StackConfig(
+        d_model=64, n_heads=4, n_layers=4, d_ff=128, activation="gelu", norm="pre", layer_norm_eps=1e-6
+    )
 
     def check(self) -> None:
         self.family.check_stack(self.stack)
         self.patches.check_width(self.stack.d_model)
         if self.features.n_mels % self.patches.size:
-            raise ConfigError(f"features.n_mels ({self.features.n_mels}) must be divisible by patches.size "
-                              f"({self.patches.size})")
+            raise ConfigError(
+                f"features.n_mels ({self.features.n_mels}) must be divisible by patches.size ({self.patches.size})"
+            )
 
     def check_shape(self, shape: DataShape) -> None:
         self.features.check_shape(shape)
-        if shape.sample_rate is not None and shape.samples is not None and \
-                self.features.frames(shape) < self.patches.size:
-            raise ConfigError(f"the longest clip's {self.features.frames(shape)} frames are fewer than patches.size "
-                              f"({self.patches.size}): no whole patch")
+        if (
+            shape.sample_rate is not None
+            and shape.samples is not None
+            and self.features.frames(shape) < self.patches.size
+        ):
+            raise ConfigError(
+                f"the longest clip's {self.features.frames(shape)} frames are fewer than patches.size "
+                f"({self.patches.size}): no whole patch"
+            )
 
     def spectrogram_shape(self, shape: DataShape) -> DataShape:
         """The spectrogram as the image the patches cut: one channel, n_mels x the frames whole patches cover."""
@@ -66,8 +73,9 @@ class ASTFamily(ModelFamily):
     name = "ast"
     config = ASTConfig
     # encoder/decoder mean reading and writing token sequences: a sound classifier does neither
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs=WAVEFORMS)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=WAVEFORMS
+    )
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
@@ -78,8 +86,12 @@ class ASTFamily(ModelFamily):
         head = LinearClassifier(d_model, shape.need("n_classes", OF), cfg.stack.dropout, FirstTokenPooling())
         model = AudioSpectrogramTransformer(
             spectrogram(cfg.features, cfg.augment, shape, OF, frames=image.need("image_width")),
-            cfg.patches.embedding(image, d_model, OF), cfg.patches.positions(image, d_model, OF), ClassToken(d_model),
-            parts.plain_encoder(cfg, cfg.stack.n_layers), head)
+            cfg.patches.embedding(image, d_model, OF),
+            cfg.patches.positions(image, d_model, OF),
+            ClassToken(d_model),
+            parts.plain_encoder(cfg, cfg.stack.n_layers),
+            head,
+        )
         parts.init_weights(model)
         init_patch_positions(model.positional)
         return model

@@ -87,14 +87,19 @@ class StackConfig(TypedConfig):
         backend = ATTENTION_BACKENDS[self.attention_backend]
         if not fits(backend):
             fitting = [name for name, other in ATTENTION_BACKENDS.items() if fits(other)]
-            raise ConfigError(f"attention_backend '{self.attention_backend}' {refusal}; use "
-                              f"{' or '.join(map(repr, fitting))}")
+            raise ConfigError(
+                f"attention_backend '{self.attention_backend}' {refusal}; use {' or '.join(map(repr, fitting))}"
+            )
         if self.attention_scale != "sqrt_dk" and not backend.score_bias:
-            raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so attention_scale "
-                              f"'{self.attention_scale}' has nothing to scale; use 'sqrt_dk'")
+            raise ConfigError(
+                f"attention_backend '{backend.name}' never forms scores, so attention_scale "
+                f"'{self.attention_scale}' has nothing to scale; use 'sqrt_dk'"
+            )
         if self.attn_dropout > 0 and not backend.attention_dropout:
-            raise ConfigError(f"attention_backend '{backend.name}' has no attention probabilities to drop; set "
-                              f"attention_dropout: 0 (the residual dropout stays at {self.dropout})")
+            raise ConfigError(
+                f"attention_backend '{backend.name}' has no attention probabilities to drop; set "
+                f"attention_dropout: 0 (the residual dropout stays at {self.dropout})"
+            )
 
 
 def stack_of(cfg: Any) -> StackConfig | None:

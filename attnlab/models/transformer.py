@@ -49,6 +49,7 @@ class Stacked(Protocol):
 
 # -- the parts, built from a TransformerConfig ---------------------------------------------------
 
+
 def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
     """The configured scheme where it belongs ('embeddings' or 'self_attention'); identity elsewhere.
     (Patches are placed by their own part, ``patches.positional``: models/vit.py.)"""
@@ -62,8 +63,15 @@ def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> 
     segments = nn.Embedding(n_segments, cfg.stack.d_model) if n_segments else None
     rows = padded_vocabulary(cfg, vocab_size)
     if cfg.embeddings.kind == "normed":
-        return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments,
-                          scale=1.0, norm=nn.LayerNorm(cfg.stack.d_model, eps=cfg.stack.layer_norm_eps))
+        return Embeddings(
+            rows,
+            cfg.token_width,
+            positional(cfg, "embeddings"),
+            cfg.stack.dropout,
+            segments,
+            scale=1.0,
+            norm=nn.LayerNorm(cfg.stack.d_model, eps=cfg.stack.layer_norm_eps),
+        )
     scale = 1.0 if cfg.embeddings.kind == "plain" else None  # None: the paper's sqrt(D_tok)
     return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments, scale=scale)
 
@@ -80,29 +88,52 @@ def backend(cfg: Stacked, cross: bool) -> AttentionBackend:
 def attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
     """Self-attention with the configured positions inside it, or (``cross``) cross-attention."""
     if cross:
-        return CrossAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, backend=backend(cfg, cross=True),
-                              scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head))
+        return CrossAttention(
+            cfg.stack.d_model,
+            cfg.stack.n_heads,
+            cfg.stack.attn_dropout,
+            backend=backend(cfg, cross=True),
+            scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head),
+        )
     scheme = positional(cfg, "self_attention")
-    return SelfAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, positional=scheme,
-                         backend=backend(cfg, cross=False), scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head))
+    return SelfAttention(
+        cfg.stack.d_model,
+        cfg.stack.n_heads,
+        cfg.stack.attn_dropout,
+        positional=scheme,
+        backend=backend(cfg, cross=False),
+        scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head),
+    )
 
 
 def feed_forward(cfg: Stacked) -> tuple[PositionWiseFeedForward | None, ResidualConnection | None]:
     """A layer's FFN sublayer and its residual block; (None, None) in the ablation without FFNs."""
     if not cfg.stack.ffn:
         return None, None
-    return PositionWiseFeedForward(cfg.stack.d_model, cfg.stack.d_ff, ACTIVATIONS[cfg.stack.activation]()), residual(cfg)
+    return PositionWiseFeedForward(cfg.stack.d_model, cfg.stack.d_ff, ACTIVATIONS[cfg.stack.activation]()), residual(
+        cfg
+    )
 
 
 def residual(cfg: Stacked) -> ResidualConnection:
     """A residual block, or the ablation without the residual sum (``residual: false``)."""
     block = ResidualConnection if cfg.stack.residual else NoResidual
-    return block(cfg.stack.d_model, cfg.stack.dropout, cfg.stack.norm, cfg.stack.layer_norm_eps, NORMALISATIONS[cfg.stack.normalisation])
+    return block(
+        cfg.stack.d_model,
+        cfg.stack.dropout,
+        cfg.stack.norm,
+        cfg.stack.layer_norm_eps,
+        NORMALISATIONS[cfg.stack.normalisation],
+    )
 
 
 def final_norm(cfg: Stacked) -> nn.Module:
     """Pre-norm stacks leave their output unnormalised, so they end with a norm."""
-    return NORMALISATIONS[cfg.stack.normalisation](cfg.stack.d_model, eps=cfg.stack.layer_norm_eps) if cfg.stack.norm == "pre" else nn.Identity()
+    return (
+        NORMALISATIONS[cfg.stack.normalisation](cfg.stack.d_model, eps=cfg.stack.layer_norm_eps)
+        if cfg.stack.norm == "pre"
+        else nn.Identity()
+    )
 
 
 def encoder_layer(cfg: Stacked, self_attn: SelfAttention) -> EncoderLayer:
@@ -119,9 +150,15 @@ def plain_encoder(cfg: Stacked, n_layers: int) -> Encoder:
     builders) whose self-attention has no positional hooks, for a family with no ``positional``
     field: its inputs have no sequence positions (a graph's nodes, placed by their Laplacian
     eigenvectors), or theirs enter with them at the input (PatchTST's learned patch positions)."""
+
     def self_attention() -> SelfAttention:
-        return SelfAttention(cfg.stack.d_model, cfg.stack.n_heads, cfg.stack.attn_dropout, backend=backend(cfg, cross=False),
-                             scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head))
+        return SelfAttention(
+            cfg.stack.d_model,
+            cfg.stack.n_heads,
+            cfg.stack.attn_dropout,
+            backend=backend(cfg, cross=False),
+            scale=ATTENTION_SCALES[cfg.stack.attention_scale](cfg.stack.d_head),
+        )
 
     return Encoder([encoder_layer(cfg, self_attention()) for _ in range(n_layers)], final_norm(cfg))
 
@@ -132,8 +169,9 @@ def decoder_layer(cfg: TransformerConfig, cross: bool) -> DecoderLayer:
     feed_forward_sublayer, feed_forward_residual = feed_forward(cfg)
     if cross_attn is None:
         return DecoderLayer(self_attn, feed_forward_sublayer, residual(cfg), feed_forward_residual)
-    return Seq2SeqDecoderLayer(self_attn, cross_attn, feed_forward_sublayer, residual(cfg), residual(cfg),
-                               feed_forward_residual)
+    return Seq2SeqDecoderLayer(
+        self_attn, cross_attn, feed_forward_sublayer, residual(cfg), residual(cfg), feed_forward_residual
+    )
 
 
 def decoder(cfg: TransformerConfig, n_layers: int, cross: bool, causal: bool = True) -> Decoder:
@@ -148,8 +186,9 @@ def padded_vocabulary(cfg: TransformerConfig, vocab_size: int) -> int:
     return cfg.embeddings.rows(vocab_size)
 
 
-def output_projection(cfg: TransformerConfig, embed: Embeddings, vocab_size: int, never: tuple[int, ...] = (),
-                      bias: bool = False) -> VocabularyProjection:
+def output_projection(
+    cfg: TransformerConfig, embed: Embeddings, vocab_size: int, never: tuple[int, ...] = (), bias: bool = False
+) -> VocabularyProjection:
     """Pre-softmax linear map d_model -> V (the target vocabulary, ``vocab_size``), with a bias per
     token only if asked, over the token table's rows (padded: :func:`padded_vocabulary`); tied to the
     token embedding when configured. ``never``: token ids whose logits are -inf."""
@@ -168,8 +207,10 @@ def init_weights(model: nn.Module) -> None:
                 nn.init.zeros_(module.bias)
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
-            for block in module.fused_projection.weight.data.split(module.out_proj.in_features):  # one d_model x d_model each
+            for block in module.fused_projection.weight.data.split(
+                module.out_proj.in_features
+            ):  # one d_model x d_model each
                 nn.init.xavier_uniform_(block)
     for module in model.modules():  # after the Linears, so that tied projections end with this value
         if isinstance(module, Embeddings):
-            nn.init.normal_(module.tokens.weight, std=module.tokens.embedding_dim ** -0.5)
+            nn.init.normal_(module.tokens.weight, std=module.tokens.embedding_dim**-0.5)

@@ -22,7 +22,11 @@ from attnlab.nn.registry import (
     POSITIONAL_COMBINE,
 )
 
-EMBEDDINGS = ("scaled", "normed", "plain")  # E sqrt(D) + PE (Vaswani et al.), LayerNorm(E + PE + S) (BERT), E + PE (GPT-2)
+EMBEDDINGS = (
+    "scaled",
+    "normed",
+    "plain",
+)  # E sqrt(D) + PE (Vaswani et al.), LayerNorm(E + PE + S) (BERT), E + PE (GPT-2)
 SINGLE_STACK_TIES = ("none", "output", "all")  # 'all' = 'output' where there is one embedding table
 TWO_TABLE_TIES = ("none", "output", "src_tgt", "all")  # a source and a target table: 'all' = both ties
 TIED = {"none": (), "output": ("output",), "src_tgt": ("src_tgt",), "all": ("output", "src_tgt")}
@@ -63,8 +67,10 @@ class Output(TypedConfig):
     def check_shape(self, shape: DataShape) -> None:
         """A vocabulary of the data's larger than the ids never predicted."""
         if self.never and shape.vocab_size is not None and shape.vocab_size <= max(self.never):
-            raise ConfigError(f"output.vocabulary '{self.vocabulary}' leaves out token ids "
-                              f"{', '.join(map(str, self.never))}; vocab_size ({shape.vocab_size}) must be larger")
+            raise ConfigError(
+                f"output.vocabulary '{self.vocabulary}' leaves out token ids "
+                f"{', '.join(map(str, self.never))}; vocab_size ({shape.vocab_size}) must be larger"
+            )
 
 
 @dataclass(frozen=True)
@@ -134,8 +140,10 @@ class TransformerConfig(FamilyConfig):
         one_of("positional_combine", self.positional_combine, POSITIONAL_COMBINE)
         self._check_ties()
         if self.stack.normalisation == "batch":
-            raise ConfigError("normalisation 'batch' standardises each feature over every token of a batch, which "
-                              "would count the padding of sequences of tokens; use 'layer' or 'none'")
+            raise ConfigError(
+                "normalisation 'batch' standardises each feature over every token of a batch, which "
+                "would count the padding of sequences of tokens; use 'layer' or 'none'"
+            )
         for name in ("max_len", "max_relative_distance"):
             at_least(name, getattr(self, name), 1)
         if self.positional_dim is not None:
@@ -147,9 +155,11 @@ class TransformerConfig(FamilyConfig):
 
     def check_shape(self, shape: DataShape) -> None:
         if "src_tgt" in self.tied and shape.src_vocab_size not in (None, shape.vocab_size):
-            raise ConfigError(f"embeddings.tie '{self.embeddings.tie}' shares source and target embeddings, so "
-                              f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "
-                              f"use embeddings.tie 'output' or 'none' for separate vocabularies")
+            raise ConfigError(
+                f"embeddings.tie '{self.embeddings.tie}' shares source and target embeddings, so "
+                f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "
+                f"use embeddings.tie 'output' or 'none' for separate vocabularies"
+            )
 
     def _check_ties(self) -> None:
         if self.embeddings.tie == "src_tgt" and "src_tgt" not in self.ties:
@@ -160,14 +170,20 @@ class TransformerConfig(FamilyConfig):
         absolute = POSITIONAL[self.positional].absolute
         if self.positional_combine == "concat":
             if not absolute:
-                raise ConfigError(f"positional_combine 'concat' needs an absolute encoding "
-                                  f"('sinusoidal' or 'learned'), not '{self.positional}'")
+                raise ConfigError(
+                    f"positional_combine 'concat' needs an absolute encoding "
+                    f"('sinusoidal' or 'learned'), not '{self.positional}'"
+                )
             if not 1 <= self.positional_width < self.stack.d_model:
-                raise ConfigError(f"positional_dim ({self.positional_width}) must be between 1 and "
-                                  f"d_model - 1 ({self.stack.d_model - 1}) when positional_combine is 'concat'")
+                raise ConfigError(
+                    f"positional_dim ({self.positional_width}) must be between 1 and "
+                    f"d_model - 1 ({self.stack.d_model - 1}) when positional_combine is 'concat'"
+                )
             if "output" in self.tied:
-                raise ConfigError("embeddings.tie 'output'/'all' needs token embeddings of width d_model; with "
-                                  "positional_combine 'concat' use embeddings.tie 'none' or 'src_tgt'")
+                raise ConfigError(
+                    "embeddings.tie 'output'/'all' needs token embeddings of width d_model; with "
+                    "positional_combine 'concat' use embeddings.tie 'none' or 'src_tgt'"
+                )
         elif self.positional_dim is not None:
             raise ConfigError("positional_dim is only used with positional_combine 'concat'")
         if self.positional.startswith("sinusoidal") and self.positional_width % 2:
@@ -184,17 +200,23 @@ class TransformerConfig(FamilyConfig):
             for path in other.fields:
                 if path not in backend.fields and self.backends.option(path) != defaults.option(path):
                     users = [b.name for b in ATTENTION_BACKENDS.values() if path in b.fields]
-                    raise ConfigError(f"backends.{path} is only used with attention_backend "
-                                      f"{' or '.join(map(repr, users))} (attention_backend is '{backend.name}')")
+                    raise ConfigError(
+                        f"backends.{path} is only used with attention_backend "
+                        f"{' or '.join(map(repr, users))} (attention_backend is '{backend.name}')"
+                    )
         if self.positional == "relative" and not backend.returns_weights:
             forming = [b.name for b in ATTENTION_BACKENDS.values() if b.returns_weights]
-            raise ConfigError(f"positional 'relative' (Shaw et al.) weights a value term by the attention "
-                              f"probabilities, which only attention_backend {' or '.join(map(repr, forming))} forms "
-                              f"(got '{backend.name}')")
+            raise ConfigError(
+                f"positional 'relative' (Shaw et al.) weights a value term by the attention "
+                f"probabilities, which only attention_backend {' or '.join(map(repr, forming))} forms "
+                f"(got '{backend.name}')"
+            )
         if POSITIONAL[self.positional].biases_scores and not backend.score_bias:
-            raise ConfigError(f"attention_backend '{backend.name}' never forms scores, so positional "
-                              f"'{self.positional}' has nothing to add its bias to; use 'rotary', 'sinusoidal' or "
-                              f"'learned'")
+            raise ConfigError(
+                f"attention_backend '{backend.name}' never forms scores, so positional "
+                f"'{self.positional}' has nothing to add its bias to; use 'rotary', 'sinusoidal' or "
+                f"'learned'"
+            )
 
     # -- derived quantities, so that no module recomputes them ------------------------------------
     @property

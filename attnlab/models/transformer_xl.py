@@ -33,9 +33,11 @@ class TransformerXLConfig(TransformerConfig):
         at_least("memory_length", self.memory_length, 0)
         if POSITIONAL[self.positional].absolute:
             relative = [name for name, cls in POSITIONAL.items() if not cls.absolute]
-            raise ConfigError(f"positional '{self.positional}' numbers positions from the start of the input, and "
-                              f"Transformer-XL moves states from the segment into the memory: use one of "
-                              f"{', '.join(map(repr, relative))}")
+            raise ConfigError(
+                f"positional '{self.positional}' numbers positions from the start of the input, and "
+                f"Transformer-XL moves states from the segment into the memory: use one of "
+                f"{', '.join(map(repr, relative))}"
+            )
 
     @property
     def decoder_layers(self) -> int:
@@ -48,8 +50,9 @@ class TransformerXLFamily(ModelFamily):
     config = TransformerXLConfig
     # inputs: a token stream read in consecutive segments, row i of one batch continuing row i of the
     # last, so that the memory it carries is context (data.task 'segment_language_model')
-    capabilities = Capabilities(encoder=False, decoder=True, incremental_decoding=True, attention_weights=True,
-                                inputs=Inputs.TOKEN_SEGMENTS)
+    capabilities = Capabilities(
+        encoder=False, decoder=True, incremental_decoding=True, attention_weights=True, inputs=Inputs.TOKEN_SEGMENTS
+    )
     backends_fit = staticmethod(explicit_masks)
     backends_refusal = "takes padding and causality only; Transformer-XL's decoding window is an explicit mask"
 
@@ -57,9 +60,17 @@ class TransformerXLFamily(ModelFamily):
     def build(cfg: TransformerXLConfig, shape: DataShape) -> TransformerXL:
         vocab_size = shape.need("vocab_size", "arch 'transformer_xl'")
         embed = parts.embeddings(cfg, vocab_size)
-        decoder = MemoryDecoder([parts.decoder_layer(cfg, cross=False) for _ in range(cfg.stack.n_layers)],
-                                parts.final_norm(cfg), cfg.memory_length)
-        model = TransformerXL(embed, decoder, parts.output_projection(cfg, embed, vocab_size), shape.pad_id,
-                              shape.need("segment_length", "arch 'transformer_xl'"))
+        decoder = MemoryDecoder(
+            [parts.decoder_layer(cfg, cross=False) for _ in range(cfg.stack.n_layers)],
+            parts.final_norm(cfg),
+            cfg.memory_length,
+        )
+        model = TransformerXL(
+            embed,
+            decoder,
+            parts.output_projection(cfg, embed, vocab_size),
+            shape.pad_id,
+            shape.need("segment_length", "arch 'transformer_xl'"),
+        )
         parts.init_weights(model)
         return model

@@ -71,8 +71,10 @@ class Patches(TypedConfig):
     def check_width(self, d_model: int) -> None:
         """A width ``d_model`` (the stack's) that the positional scheme can split."""
         if self.positional == "sinusoidal_2d" and d_model % 4:
-            raise ConfigError(f"patches.positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a "
-                              f"cosine per frequency, for rows and for columns); got {d_model}")
+            raise ConfigError(
+                f"patches.positional 'sinusoidal_2d' needs d_model divisible by 4 (a sine and a "
+                f"cosine per frequency, for rows and for columns); got {d_model}"
+            )
 
     def check_image(self, shape: DataShape) -> None:
         """Sides of the data's images that the patch size divides."""
@@ -109,7 +111,9 @@ class ViTConfig(FamilyConfig):
     head), or ``linear``, the output alone (ViT fine-tuned; an imported ViTForImageClassification)."""
 
     patches: Patches = Patches()
-    stack: StackConfig = StackConfig(d_model=192, n_heads=3, n_layers=12, d_ff=768, activation="gelu", norm="pre", layer_norm_eps=1e-6)
+    stack: StackConfig = StackConfig(
+        d_model=192, n_heads=3, n_layers=12, d_ff=768, activation="gelu", norm="pre", layer_norm_eps=1e-6
+    )
     pooling: str = "cls"
     head: str = "pooled"
 
@@ -128,19 +132,26 @@ class ViTFamily(ModelFamily):
     name = "vit"
     config = ViTConfig
     # encoder/decoder mean reading and writing token sequences: an image model does neither
-    capabilities = Capabilities(encoder=False, decoder=False, incremental_decoding=False, attention_weights=True,
-                                inputs=Inputs.IMAGES)
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGES
+    )
     backends_fit = staticmethod(fields_free_exact)
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
     def build(cfg: ViTConfig, shape: DataShape) -> VisionTransformer:
         summary = SUMMARIES[cfg.pooling](cfg.stack.d_model)
-        head = HEADS[cfg.head](cfg.stack.d_model, shape.need("n_classes", "arch 'vit'"), cfg.stack.dropout,
-                               summary.pooling())
+        head = HEADS[cfg.head](
+            cfg.stack.d_model, shape.need("n_classes", "arch 'vit'"), cfg.stack.dropout, summary.pooling()
+        )
         d_model, of = cfg.stack.d_model, "arch 'vit'"
-        model = VisionTransformer(cfg.patches.embedding(shape, d_model, of), cfg.patches.positions(shape, d_model, of), summary,
-                                  parts.plain_encoder(cfg, cfg.stack.n_layers), head)
+        model = VisionTransformer(
+            cfg.patches.embedding(shape, d_model, of),
+            cfg.patches.positions(shape, d_model, of),
+            summary,
+            parts.plain_encoder(cfg, cfg.stack.n_layers),
+            head,
+        )
         parts.init_weights(model)
         init_patch_positions(model.positional)
         return model

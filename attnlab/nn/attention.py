@@ -47,8 +47,17 @@ class MultiHeadAttention(nn.Module):
     kernel itself, so that PyTorch's fused attention is one call away from it. Code that treats
     every attention module alike (capture, head gates and pruning, initialisation) asks for this class."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, positional: PositionalEncoding | None,
-                 backend: AttentionBackend | None, scale: nn.Module | None, **projections: nn.Linear) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        bias: bool,
+        positional: PositionalEncoding | None,
+        backend: AttentionBackend | None,
+        scale: nn.Module | None,
+        **projections: nn.Linear,
+    ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -126,13 +135,34 @@ class SelfAttention(MultiHeadAttention):
     values join the cached ones and the new queries attend over all of them. ``positional`` is a
     relative scheme acting inside attention (rotary, Shaw's, a score bias, ALiBi) or the identity."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, positional: PositionalEncoding | None = None,
-                 bias: bool = True, backend: AttentionBackend | None = None, scale: nn.Module | None = None) -> None:
-        super().__init__(d_model, n_heads, dropout, bias, positional, backend, scale,
-                         qkv_proj=nn.Linear(d_model, 3 * d_model, bias=bias))  # W^Q | W^K | W^V
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        positional: PositionalEncoding | None = None,
+        bias: bool = True,
+        backend: AttentionBackend | None = None,
+        scale: nn.Module | None = None,
+    ) -> None:
+        super().__init__(
+            d_model,
+            n_heads,
+            dropout,
+            bias,
+            positional,
+            backend,
+            scale,
+            qkv_proj=nn.Linear(d_model, 3 * d_model, bias=bias),
+        )  # W^Q | W^K | W^V
 
-    def forward(self, x: Tensor, mask: AttentionMask | Tensor | None = None,
-                positions: tuple[Tensor, Tensor] | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        mask: AttentionMask | Tensor | None = None,
+        positions: tuple[Tensor, Tensor] | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
         """x: (B, T, d_model) (only the new steps with a cache); mask: an AttentionMask over all keys
         (cached ones included) or a boolean tensor broadcastable to (B, H, T, Tk), True = may attend;
         positions: (T,) query and (Tk,) key positions (default: the queries follow the cached steps,
@@ -144,8 +174,9 @@ class SelfAttention(MultiHeadAttention):
         q, k = self.positional.rotate(q, q_pos), self.positional.rotate(k, q_pos)
         kernel = self.kernel(q, mask)  # the backend that computes this call ('auto': 'sdpa' or 'math')
         # softmax(s q k^T + bias) v over the cached keys and these (the backend keeps these in the cache)
-        heads, probs = kernel.compute(self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout, self.score_bias,
-                                      cache)  # (B, H, T, Dh)
+        heads, probs = kernel.compute(
+            self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout, self.score_bias, cache
+        )  # (B, H, T, Dh)
         return self.merge_heads(heads, probs, q_pos, k_pos)  # (B, T, d_model)
 
     @staticmethod
@@ -173,25 +204,50 @@ class CrossAttention(MultiHeadAttention):
     the encoder's output ("memory") through one fused (d_model -> 2 d_model) W^K|W^V. With a
     :class:`KVCache` (decoding), the memory is projected at the first step and reused after."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
-                 backend: AttentionBackend | None = None, scale: nn.Module | None = None) -> None:
-        super().__init__(d_model, n_heads, dropout, bias, None, backend, scale,
-                         q_proj=nn.Linear(d_model, d_model, bias=bias),  # W^Q
-                         kv_proj=nn.Linear(d_model, 2 * d_model, bias=bias))  # W^K | W^V
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        backend: AttentionBackend | None = None,
+        scale: nn.Module | None = None,
+    ) -> None:
+        super().__init__(
+            d_model,
+            n_heads,
+            dropout,
+            bias,
+            None,
+            backend,
+            scale,
+            q_proj=nn.Linear(d_model, d_model, bias=bias),  # W^Q
+            kv_proj=nn.Linear(d_model, 2 * d_model, bias=bias),
+        )  # W^K | W^V
 
-    def forward(self, y: Tensor, memory: Tensor, mask: AttentionMask | Tensor | None = None,
-                positions: tuple[Tensor, Tensor] | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        y: Tensor,
+        memory: Tensor,
+        mask: AttentionMask | Tensor | None = None,
+        positions: tuple[Tensor, Tensor] | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
         """y: (B, T, d_model) queries; memory: (B, S, d_model) keys and values; mask: the memory's
         padding, an AttentionMask or a boolean tensor broadcastable to (B, H, T, S); positions: (T,)
         and (S,) (default: each from 0). -> (B, T, d_model)."""
-        q_pos, k_pos = positions if positions is not None else (torch.arange(y.shape[1], device=y.device),
-                                                                 torch.arange(memory.shape[1], device=y.device))
+        q_pos, k_pos = (
+            positions
+            if positions is not None
+            else (torch.arange(y.shape[1], device=y.device), torch.arange(memory.shape[1], device=y.device))
+        )
         mask = as_mask(mask)
         (q,) = self.split_heads(self.q_proj(y), 1)  # (B, H, T, Dh)
         k, v = self.memory_keys_values(memory, cache)  # (B, H, S, Dh) each
         kernel = self.kernel(q, mask)  # the backend that computes this call ('auto': 'sdpa' or 'math')
-        heads, probs = kernel.compute(self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout, self.score_bias,
-                                      None)  # softmax(s q k^T) v: (B, H, T, Dh)
+        heads, probs = kernel.compute(
+            self.scale(q), k, v, mask, q_pos, k_pos, self.attention_dropout, self.score_bias, None
+        )  # softmax(s q k^T) v: (B, H, T, Dh)
         return self.merge_heads(heads, probs, q_pos, k_pos)  # (B, T, d_model)
 
     def memory_keys_values(self, memory: Tensor, cache: KVCache | None) -> tuple[Tensor, Tensor]:
@@ -212,6 +268,7 @@ class CrossAttention(MultiHeadAttention):
 
 
 # -- the exact kernels: the reference ``math``, PyTorch's fused ``sdpa``, and ``auto`` between them -----------
+
 
 def option_at_least(name: str, value: int, low: int) -> None:
     """A backend option's range check (nn imports no config helpers): one line naming the option."""
@@ -256,14 +313,25 @@ class AttentionBackend:
         """The backend with its own options, from a Transformer family's config (``cfg.backends``)."""
         return cls()
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
-                 dropout_p: float = 0.0, bias: BiasFn | None = None, need_weights: bool = False,
-                 cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float = 0.0,
+        bias: BiasFn | None = None,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """Attention in one call, for code that holds a backend (an attention module asks :meth:`for_call`
         and calls :meth:`compute` itself, a frame nearer the kernel): -> output (B, H, Tq, Dv) and,
         with ``need_weights``, the weights (B, H, Tq, Tk)."""
-        return self.for_call(q, mask, dropout_p, need_weights).compute(q, k, v, mask, q_pos, k_pos, dropout_p, bias,
-                                                                       cache)
+        return self.for_call(q, mask, dropout_p, need_weights).compute(
+            q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache
+        )
 
     def for_call(self, q: Tensor, mask: AttentionMask, dropout_p: float, need_weights: bool) -> "AttentionBackend":
         """The backend that computes a call with queries ``q`` (B, H, Tq, D) under ``mask``, with this
@@ -275,8 +343,18 @@ class AttentionBackend:
             raise ValueError(f"attention backend '{self.name}' takes padding and causality, not an explicit mask")
         return self
 
-    def compute(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
-                dropout_p: float, bias: BiasFn | None, cache: KVCache | None) -> tuple[Tensor, Tensor | None]:
+    def compute(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float,
+        bias: BiasFn | None,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor | None]:
         """softmax(q k^T / sqrt(D) + bias) v for q (B, H, Tq, D) and k, v (B, H, Tk', D) at (Tq,) and (Tk,)
         positions -> output (B, H, Tq, Dv) and the weights (B, H, Tq, Tk), or None from a backend that
         does not form them. A self-attention ``cache`` takes k and v (:func:`keys_so_far`)."""

@@ -47,8 +47,15 @@ class AudioSpectrogramTransformer(PatchEncoding):
     positions, a class token, the ViT's encoder stack and a linear head on the class token.
     ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
 
-    def __init__(self, spectrogram: Spectrogram, patch_embed: PatchEmbedding, positional: PositionalEncoding,
-                 summary: ClassToken | PatchMean, encoder: Encoder, classifier: nn.Module) -> None:
+    def __init__(
+        self,
+        spectrogram: Spectrogram,
+        patch_embed: PatchEmbedding,
+        positional: PositionalEncoding,
+        summary: ClassToken | PatchMean,
+        encoder: Encoder,
+        classifier: nn.Module,
+    ) -> None:
         super().__init__()
         self.spectrogram, self.patch_embed, self.positional = spectrogram, patch_embed, positional
         self.summary, self.encoder, self.classifier = summary, encoder, classifier

@@ -50,16 +50,18 @@ class KVCache:
         if self._k is None or end > self._k.shape[2]:
             capacity = max(end, 2 * (0 if self._k is None else self._k.shape[2]), 16)
             self._k, self._v = self._grown(self._k, k, capacity), self._grown(self._v, v, capacity)
-        self._k[:, :, self._length:end] = k
-        self._v[:, :, self._length:end] = v
+        self._k[:, :, self._length : end] = k
+        self._v[:, :, self._length : end] = v
         self._length = end
         return self.k, self.v
 
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (speculative decoding's rejected tokens)."""
         if self.state is not None:
-            raise ValueError("this attention backend keeps a running state, not keys per position; it cannot take "
-                             "back positions (speculative decoding needs one that caches keys and values)")
+            raise ValueError(
+                "this attention backend keeps a running state, not keys per position; it cannot take "
+                "back positions (speculative decoding needs one that caches keys and values)"
+            )
         self._length = min(self._length, length)
 
     def forget_oldest(self, n: int) -> None:
@@ -67,7 +69,7 @@ class KVCache:
         slides: Transformer-XL's memory, nn/memory.py)."""
         kept = self._length - n
         for buffer in (self._k, self._v):
-            buffer[:, :, :kept] = buffer[:, :, n:self._length].clone()
+            buffer[:, :, :kept] = buffer[:, :, n : self._length].clone()
         self._length = kept
 
     def _grown(self, old: Tensor | None, new: Tensor, capacity: int) -> Tensor:

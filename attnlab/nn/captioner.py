@@ -26,8 +26,16 @@ from attnlab.nn.vision import PatchEmbedding, PatchEncoding, PatchMean
 class ImageCaptioner(PatchEncoding, TransformerTargetSide):
     """``model(images, tgt_in)``: (B, C, H, W) images, (B, T) ids BOS y_1 ... -> (B, T, V) logits."""
 
-    def __init__(self, patch_embed: PatchEmbedding, positional: PositionalEncoding, encoder: Encoder,
-                 tgt_embed: Embeddings, decoder: Seq2SeqDecoder, generator: nn.Module, pad_id: int) -> None:
+    def __init__(
+        self,
+        patch_embed: PatchEmbedding,
+        positional: PositionalEncoding,
+        encoder: Encoder,
+        tgt_embed: Embeddings,
+        decoder: Seq2SeqDecoder,
+        generator: nn.Module,
+        pad_id: int,
+    ) -> None:
         super().__init__()
         self.patch_embed, self.positional, self.summary = patch_embed, positional, PatchMean(0)  # every patch a key
         self.encoder = encoder

@@ -29,8 +29,9 @@ class Chunking:
 
     def __post_init__(self) -> None:
         if self.size < 1 or not 0 <= self.overlap < self.size:
-            raise ValueError(f"chunks need size >= 1 and 0 <= overlap < size (got size {self.size}, "
-                             f"overlap {self.overlap})")
+            raise ValueError(
+                f"chunks need size >= 1 and 0 <= overlap < size (got size {self.size}, overlap {self.overlap})"
+            )
 
     def windows(self, length: int) -> list[tuple[int, int]]:
         """[start, end) of each window over ``length`` tokens."""
@@ -43,8 +44,9 @@ class Chunking:
         """(length,) the index of the window each position takes its vector from (max context)."""
         windows = self.windows(length)
         pos = torch.arange(length)
-        context = torch.stack([torch.where((pos >= a) & (pos < b), torch.minimum(pos - a, b - 1 - pos), -1)
-                               for a, b in windows])  # (W, length)
+        context = torch.stack(
+            [torch.where((pos >= a) & (pos < b), torch.minimum(pos - a, b - 1 - pos), -1) for a, b in windows]
+        )  # (W, length)
         return context.argmax(0)  # the first window on ties
 
 
@@ -68,13 +70,19 @@ def chunked_encoding(model: nn.Module, chunking: Chunking) -> Iterator[nn.Module
     read the assembled vectors)."""
     whole = model.encode
     if isinstance(model, Seq2SeqModel):  # encode(src) -> (memory, valid)
+
         def encode(src: Tensor) -> tuple[Tensor, Tensor]:
             memory = chunked_states(lambda window: whole(src[:, window])[0], src.shape[1], chunking)
             return memory, src != model.pad_id
     else:  # encode(ids, segments) -> vectors
+
         def encode(ids: Tensor, segments: Tensor | None = None) -> Tensor:
-            return chunked_states(lambda window: whole(ids[:, window], None if segments is None else segments[:, window]),
-                                  ids.shape[1], chunking)
+            return chunked_states(
+                lambda window: whole(ids[:, window], None if segments is None else segments[:, window]),
+                ids.shape[1],
+                chunking,
+            )
+
     model.encode = encode
     try:
         yield model

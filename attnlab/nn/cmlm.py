@@ -45,9 +45,17 @@ class ConditionalMaskedLM(EncoderDecoder):
     length logits). ``encode`` and ``decode`` are the encoder-decoder's, over a non-causal decoder;
     ``length_loss_weight``: the length loss's weight in training (the paper's 0.1)."""
 
-    def __init__(self, src_embed: Embeddings, tgt_embed: Embeddings, encoder: Encoder, decoder: Seq2SeqDecoder,
-                 generator: nn.Linear, length_predictor: LengthPredictor, pad_id: int,
-                 length_loss_weight: float) -> None:
+    def __init__(
+        self,
+        src_embed: Embeddings,
+        tgt_embed: Embeddings,
+        encoder: Encoder,
+        decoder: Seq2SeqDecoder,
+        generator: nn.Linear,
+        length_predictor: LengthPredictor,
+        pad_id: int,
+        length_loss_weight: float,
+    ) -> None:
         super().__init__(src_embed, tgt_embed, encoder, decoder, generator, pad_id)
         self.length_predictor = length_predictor
         self.length_loss_weight = length_loss_weight

@@ -27,7 +27,11 @@ class SmallConvNet(nn.Module):
 def conv_features(channels: int, width: int) -> nn.Sequential:
     """SmallConvNet's convolutions: (B, C, H, W) -> (B, 2 width, H / 2, W / 2), ReLU after each."""
     return nn.Sequential(
-        nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(channels, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, width, 3, padding=1),
+        nn.ReLU(),
         nn.MaxPool2d(2),
-        nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU())
+        nn.Conv2d(width, 2 * width, 3, padding=1),
+        nn.ReLU(),
+    )

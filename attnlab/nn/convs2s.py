@@ -98,8 +98,9 @@ class ConvSide(nn.Module):
 class ConvEncoder(ConvSide):
     """(B, S) ids -> keys z (B, S, D) and values (z + e) sqrt(1/2) (B, S, D), zero at padding."""
 
-    def __init__(self, embed: Embeddings, d_model: int, n_layers: int, kernel_width: int, dropout: float,
-                 grad_scale: float) -> None:
+    def __init__(
+        self, embed: Embeddings, d_model: int, n_layers: int, kernel_width: int, dropout: float, grad_scale: float
+    ) -> None:
         super().__init__(embed, d_model, n_layers, kernel_width, dropout)
         self.grad_scale = grad_scale
         self.padding = ((kernel_width - 1) // 2, kernel_width // 2)  # the output at i is centred on i
@@ -155,15 +156,17 @@ class DecoderAttention(nn.Module):
 class ConvDecoder(ConvSide):
     """(B, T) target ids y_{<t} (the new ones only, with a cache) -> (B, T, V) logits."""
 
-    def __init__(self, embed: Embeddings, d_model: int, n_layers: int, kernel_width: int, dropout: float,
-                 vocab_size: int) -> None:
+    def __init__(
+        self, embed: Embeddings, d_model: int, n_layers: int, kernel_width: int, dropout: float, vocab_size: int
+    ) -> None:
         super().__init__(embed, d_model, n_layers, kernel_width, dropout)
         d = embed.tokens.embedding_dim
         self.attention = nn.ModuleList(DecoderAttention(d_model, d) for _ in range(n_layers))
         self.generator = normed_linear(d, vocab_size, dropout)
 
-    def forward(self, tgt_in: Tensor, keys: Tensor, values: Tensor, src_valid: Tensor,
-                cache: ConvCache | None = None) -> Tensor:
+    def forward(
+        self, tgt_in: Tensor, keys: Tensor, values: Tensor, src_valid: Tensor, cache: ConvCache | None = None
+    ) -> Tensor:
         state = cache if cache is not None else ConvCache()
         e = self.embed(tgt_in, self.embed.positions(state.length, tgt_in.shape[1], tgt_in.device))  # (B, T, D)
         h = self.fc_in(e)  # (B, T, C)
@@ -179,7 +182,7 @@ class ConvDecoder(ConvSide):
         if len(state.inputs) == layer:
             state.inputs.append(x.new_zeros(x.shape[0], self.kernel_width - 1, x.shape[2]))
         state.inputs[layer] = torch.cat([state.inputs[layer], x], dim=1)
-        return state.inputs[layer][:, -(self.kernel_width - 1 + x.shape[1]):]
+        return state.inputs[layer][:, -(self.kernel_width - 1 + x.shape[1]) :]
 
 
 class ConvSeq2Seq(Seq2Seq):
@@ -195,8 +198,9 @@ class ConvSeq2Seq(Seq2Seq):
         valid = src != self.pad_id
         return torch.cat(self.encoder(src, valid), dim=-1), valid
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: ConvCache | None = None,
-               last_only: bool = False) -> Tensor:
+    def decode(
+        self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: ConvCache | None = None, last_only: bool = False
+    ) -> Tensor:
         keys, values = memory.chunk(2, dim=-1)
         logits = self.decoder(tgt_in, keys, values, src_valid, cache)
         return logits[:, -1:] if last_only else logits

@@ -27,16 +27,24 @@ class DecoderLM(nn.Module):
     token's logits, then head j's for token t + 1 + j. ``head_weights``: each head's weight in the
     training loss (1 for the next token)."""
 
-    def __init__(self, embed: Embeddings, decoder: Decoder, generator: nn.Linear, pad_id: int,
-                 heads: list[MultiTokenHead] | None = None, head_weight: float = 1.0) -> None:
+    def __init__(
+        self,
+        embed: Embeddings,
+        decoder: Decoder,
+        generator: nn.Linear,
+        pad_id: int,
+        heads: list[MultiTokenHead] | None = None,
+        head_weight: float = 1.0,
+    ) -> None:
         super().__init__()
         self.embed, self.decoder, self.generator = embed, decoder, generator
         self.heads = nn.ModuleList(heads or [])
         self.head_weights = (1.0,) + (head_weight,) * len(self.heads)
         self.pad_id = pad_id
 
-    def forward(self, ids: Tensor, cache: DecoderCache | None = None, last_only: bool = False,
-                ahead: bool = False) -> Tensor:
+    def forward(
+        self, ids: Tensor, cache: DecoderCache | None = None, last_only: bool = False, ahead: bool = False
+    ) -> Tensor:
         """(B, T) ids (the new steps only, with a cache) -> (B, T, V) logits (``last_only``: (B, 1, V);
         ``ahead``: (B, T or 1, 1 + k, V), every head's)."""
         y = self.states(ids, cache)
@@ -75,8 +83,9 @@ class LMStage(Stage):
     def __init__(self, model: DecoderLM, layers: range) -> None:
         super().__init__(layers, len(model.decoder.layers))
         self.embed = model.embed if self.first else None
-        self.decoder = Decoder([model.decoder.layers[i] for i in layers],
-                               model.decoder.norm if self.last else nn.Identity())
+        self.decoder = Decoder(
+            [model.decoder.layers[i] for i in layers], model.decoder.norm if self.last else nn.Identity()
+        )
         self.generator = model.generator if self.last else None
 
     def enter(self, ids: Tensor) -> Carried:

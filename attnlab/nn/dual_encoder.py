@@ -33,8 +33,13 @@ class ImageTower(PatchEncoding):
     """The ViT without its head: (B, C, H, W) -> (B, d_model), the class token's final state or the
     mean of the patches' (``summary``)."""
 
-    def __init__(self, patch_embed: PatchEmbedding, positional: PositionalEncoding, summary: ClassToken | PatchMean,
-                 encoder: Encoder) -> None:
+    def __init__(
+        self,
+        patch_embed: PatchEmbedding,
+        positional: PositionalEncoding,
+        summary: ClassToken | PatchMean,
+        encoder: Encoder,
+    ) -> None:
         super().__init__()
         self.patch_embed, self.positional, self.summary, self.encoder = patch_embed, positional, summary, encoder
         self.pooling = summary.pooling()
@@ -62,8 +67,15 @@ class DualEncoder(nn.Module):
     """``model(images, text)`` -> (B, B) logits, image i (rows) against text j (columns);
     ``encode_image`` and ``encode_text`` give the unit vectors of the joint space."""
 
-    def __init__(self, image: ImageTower, text: TextTower, d_model: int, d_embed: int, init_temperature: float,
-                 max_logit_scale: float) -> None:
+    def __init__(
+        self,
+        image: ImageTower,
+        text: TextTower,
+        d_model: int,
+        d_embed: int,
+        init_temperature: float,
+        max_logit_scale: float,
+    ) -> None:
         super().__init__()
         self.image, self.text = image, text
         self.image_projection = nn.Linear(d_model, d_embed, bias=False)  # W_i
@@ -108,8 +120,10 @@ def symmetric_info_nce(logits: Tensor, positives: Tensor, label_smoothing: float
     positives is log k rather than 0. ``label_smoothing`` eps (CLIP's is 0): each row's targets
     (1 - eps) q + eps / B, as F.cross_entropy smooths them."""
     targets = positives.float()
-    image_to_text = F.cross_entropy(logits, targets / targets.sum(1, keepdim=True), reduction="none",
-                                    label_smoothing=label_smoothing)  # (B,): row i over the texts
-    text_to_image = F.cross_entropy(logits.T, targets.T / targets.T.sum(1, keepdim=True), reduction="none",
-                                    label_smoothing=label_smoothing)  # (B,): column j over the images
+    image_to_text = F.cross_entropy(
+        logits, targets / targets.sum(1, keepdim=True), reduction="none", label_smoothing=label_smoothing
+    )  # (B,): row i over the texts
+    text_to_image = F.cross_entropy(
+        logits.T, targets.T / targets.T.sum(1, keepdim=True), reduction="none", label_smoothing=label_smoothing
+    )  # (B,): column j over the images
     return (image_to_text + text_to_image) / 2

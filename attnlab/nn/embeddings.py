@@ -17,9 +17,17 @@ class Embeddings(nn.Module):
     sqrt(D_tok) and Norm the identity; BERT's scale is 1 and Norm a LayerNorm. PE is the identity
     for relative schemes; the segment table (BERT's token types: sentence A or B) only where one is given."""
 
-    def __init__(self, vocab_size: int, width: int, positional: PositionalEncoding, dropout: float,
-                 segments: nn.Embedding | None = None, scale: float | None = None,
-                 norm: nn.Module | None = None, tokens: nn.Embedding | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        width: int,
+        positional: PositionalEncoding,
+        dropout: float,
+        segments: nn.Embedding | None = None,
+        scale: float | None = None,
+        norm: nn.Module | None = None,
+        tokens: nn.Embedding | None = None,
+    ) -> None:
         super().__init__()
         # E: (vocab_size, width), N(0, 1) unless a table initialised otherwise is given (fairseq's fconv)
         self.tokens = tokens if tokens is not None else nn.Embedding(vocab_size, width)

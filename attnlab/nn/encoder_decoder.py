@@ -38,13 +38,18 @@ class TransformerTargetSide(Seq2Seq):
     generator: nn.Module
     pad_id: int
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: DecoderCache | None = None,
-               last_only: bool = False) -> Tensor:
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_valid: Tensor,
+        cache: DecoderCache | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
         """(B, T) target ids (the new steps only, with a cache) -> (B, T, V) logits, or with
         ``last_only`` (decoding) (B, 1, V): the vocabulary projection of the last position alone."""
         positions = self.tgt_embed.positions(cache.offset if cache is not None else 0, tgt_in.shape[1], tgt_in.device)
-        y = self.decoder(self.tgt_embed(tgt_in, positions), tgt_in != self.pad_id, positions,
-                         memory, src_valid, cache)
+        y = self.decoder(self.tgt_embed(tgt_in, positions), tgt_in != self.pad_id, positions, memory, src_valid, cache)
         return self.generator(y[:, -1:] if last_only else y)
 
     def new_cache(self, capacity: int | None = None) -> DecoderCache:
@@ -57,8 +62,15 @@ class TransformerTargetSide(Seq2Seq):
 class EncoderDecoder(TransformerTargetSide):
     """The paper's model. ``model(src_ids, tgt_in_ids)`` -> (B, T, V) logits."""
 
-    def __init__(self, src_embed: Embeddings, tgt_embed: Embeddings, encoder: Encoder, decoder: Seq2SeqDecoder,
-                 generator: nn.Linear, pad_id: int) -> None:
+    def __init__(
+        self,
+        src_embed: Embeddings,
+        tgt_embed: Embeddings,
+        encoder: Encoder,
+        decoder: Seq2SeqDecoder,
+        generator: nn.Linear,
+        pad_id: int,
+    ) -> None:
         super().__init__()
         self.src_embed, self.tgt_embed = src_embed, tgt_embed
         self.encoder, self.decoder = encoder, decoder
@@ -78,8 +90,10 @@ class EncoderDecoder(TransformerTargetSide):
     def stages(self, n: int, head: str = "forward") -> list[Seq2SeqStage]:
         """The model cut into ``n`` pipeline stages of consecutive layers, the encoder's first
         (nn/stages.py)."""
-        return [Seq2SeqStage(self, layers) for layers in
-                layer_ranges(len(self.encoder.layers) + len(self.decoder.layers), n)]
+        return [
+            Seq2SeqStage(self, layers)
+            for layers in layer_ranges(len(self.encoder.layers) + len(self.decoder.layers), n)
+        ]
 
 
 class Seq2SeqStage(Stage):
@@ -99,12 +113,23 @@ class Seq2SeqStage(Stage):
         decoding = range(max(layers.start, n_encoder) - n_encoder, layers.stop - n_encoder)
         self.remembers = encoding.stop == n_encoder and len(encoding) > 0  # the encoder's last layer is here
         self.src_embed = model.src_embed if self.first else None
-        self.encoder = Encoder([model.encoder.layers[i] for i in encoding],
-                               model.encoder.norm if self.remembers else nn.Identity()) if encoding else None
+        self.encoder = (
+            Encoder(
+                [model.encoder.layers[i] for i in encoding], model.encoder.norm if self.remembers else nn.Identity()
+            )
+            if encoding
+            else None
+        )
         self.tgt_embed = model.tgt_embed if self.remembers else None
-        self.decoder = Seq2SeqDecoder([model.decoder.layers[i] for i in decoding],
-                                      model.decoder.norm if self.last else nn.Identity(),
-                                      model.decoder.causal) if decoding else None
+        self.decoder = (
+            Seq2SeqDecoder(
+                [model.decoder.layers[i] for i in decoding],
+                model.decoder.norm if self.last else nn.Identity(),
+                model.decoder.causal,
+            )
+            if decoding
+            else None
+        )
         self.generator = model.generator if self.last else None
         self.pad_id = model.pad_id
 

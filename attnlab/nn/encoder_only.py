@@ -17,8 +17,9 @@ class EncoderOnly(nn.Module):
     (B, n_classes) from the pooled sequence (first-token pooling wants a CLS token there). With
     segment embeddings, ``segments`` (B, T) says which sentence of a pair each token is in."""
 
-    def __init__(self, embed: Embeddings, encoder: Encoder, mlm_head: MaskedLMHead,
-                 classifier: ClassificationHead, pad_id: int) -> None:
+    def __init__(
+        self, embed: Embeddings, encoder: Encoder, mlm_head: MaskedLMHead, classifier: ClassificationHead, pad_id: int
+    ) -> None:
         super().__init__()
         self.embed, self.encoder = embed, encoder
         self.mlm_head, self.classifier = mlm_head, classifier
@@ -54,8 +55,9 @@ class EncoderStage(Stage):
     def __init__(self, model: EncoderOnly, layers: range, head: str = "forward") -> None:
         super().__init__(layers, len(model.encoder.layers))
         self.embed = model.embed if self.first else None
-        self.encoder = Encoder([model.encoder.layers[i] for i in layers],
-                               model.encoder.norm if self.last else nn.Identity())
+        self.encoder = Encoder(
+            [model.encoder.layers[i] for i in layers], model.encoder.norm if self.last else nn.Identity()
+        )
         self.pooled = head == "classify"
         self.head = (model.classifier if self.pooled else model.mlm_head) if self.last else None
         self.pad_id = model.pad_id

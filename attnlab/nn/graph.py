@@ -63,7 +63,7 @@ class LaplacianPositionalEncoding(nn.Module):
 
     def forward(self, eigenvectors: Tensor) -> Tensor:
         """(N, m) eigenvectors by ascending eigenvalue (laplacian_eigenvectors) -> (N, d_model)."""
-        lam = eigenvectors[:, :self.k]  # (N, min(m, k))
+        lam = eigenvectors[:, : self.k]  # (N, min(m, k))
         lam = F.pad(lam, (0, self.k - lam.shape[1]))  # (N, k)
         if self.training:
             signs = torch.randint(0, 2, (self.k,), device=lam.device).to(lam.dtype) * 2 - 1  # (k,) of +-1
@@ -77,8 +77,14 @@ class GraphTransformer(nn.Module):
     features: (N, F) node features alpha_i; adjacency: (N, N) boolean, symmetric, no self-loops;
     eigenvectors: (N, m) from :func:`laplacian_eigenvectors` (unread when ``positions`` is None)."""
 
-    def __init__(self, feature_embedding: nn.Linear, positions: LaplacianPositionalEncoding | None, dropout: float,
-                 encoder: Encoder, classifier: nn.Linear) -> None:
+    def __init__(
+        self,
+        feature_embedding: nn.Linear,
+        positions: LaplacianPositionalEncoding | None,
+        dropout: float,
+        encoder: Encoder,
+        classifier: nn.Linear,
+    ) -> None:
         super().__init__()
         self.feature_embedding, self.positions = feature_embedding, positions
         self.dropout = Dropout(dropout)

@@ -17,7 +17,9 @@ class VocabularyProjection(nn.Linear):
     -inf (the control tokens a pretrained model's vocabulary did not have, so that its distribution
     over its own tokens is unchanged). ``bias``: a bias per token (Marian's final_logits_bias)."""
 
-    def __init__(self, d_model: int, rows: int, vocab_size: int, never: tuple[int, ...] = (), bias: bool = False) -> None:
+    def __init__(
+        self, d_model: int, rows: int, vocab_size: int, never: tuple[int, ...] = (), bias: bool = False
+    ) -> None:
         super().__init__(d_model, rows, bias=bias)
         self.vocab_size = vocab_size
         excluded = torch.zeros(vocab_size, dtype=torch.bool)

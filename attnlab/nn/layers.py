@@ -48,6 +48,7 @@ from attnlab.nn.masks import AttentionMask
 
 # -- residual blocks ------------------------------------------------------------------------------
 
+
 class TokenBatchNorm(nn.BatchNorm1d):
     """BatchNorm over tokens: each of the d_model features standardised with its mean and variance
     over all B T tokens of the batch (running estimates in eval mode), then a learned gain and bias.
@@ -72,8 +73,14 @@ class ResidualConnection(nn.Module):
     """A sublayer wrapped in dropout, a residual sum and a ``normalisation`` (LayerNorm by default),
     placed after ('post') or before ('pre')."""
 
-    def __init__(self, d_model: int, dropout: float, placement: str, eps: float = 1e-5,
-                 normalisation: type[nn.Module] = nn.LayerNorm) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        dropout: float,
+        placement: str,
+        eps: float = 1e-5,
+        normalisation: type[nn.Module] = nn.LayerNorm,
+    ) -> None:
         super().__init__()
         self.norm = normalisation(d_model, eps=eps)
         self.dropout = Dropout(dropout)
@@ -114,8 +121,13 @@ class EncoderOutput:
 class EncoderLayer(nn.Module):
     """Self-attention over the whole sequence, then the position-wise FFN, each in a residual block."""
 
-    def __init__(self, self_attn: SelfAttention, feed_forward: PositionWiseFeedForward | None,
-                 self_attn_residual: ResidualConnection, feed_forward_residual: ResidualConnection | None) -> None:
+    def __init__(
+        self,
+        self_attn: SelfAttention,
+        feed_forward: PositionWiseFeedForward | None,
+        self_attn_residual: ResidualConnection,
+        feed_forward_residual: ResidualConnection | None,
+    ) -> None:
         super().__init__()
         self.self_attn, self.self_attn_residual = self_attn, self_attn_residual
         self.feed_forward, self.feed_forward_residual = feed_forward, feed_forward_residual
@@ -135,8 +147,9 @@ class DecoderLayer(EncoderLayer):
     """The decoder-only (GPT) block: an encoder layer's sublayers, its mask causal, its
     self-attention's keys and values cached between decoding steps."""
 
-    def forward(self, y: Tensor, mask: AttentionMask | Tensor, positions: Positions,
-                cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self, y: Tensor, mask: AttentionMask | Tensor, positions: Positions, cache: KVCache | None = None
+    ) -> Tensor:
         """y: (B, T, d_model) (only the new steps with a cache); mask: causal and padding, over the
         (Tk,) cached and new keys of ``positions`` -> (B, T, d_model)."""
         # pre-norm: y = y + SelfAttention(Norm(y)); y = y + FFN(Norm(y))   (post-norm: Norm(y + ...))
@@ -155,27 +168,41 @@ class Seq2SeqDecoderLayer(DecoderLayer):
     """The encoder-decoder's decoder layer: masked self-attention, cross-attention over the encoder
     output, then the FFN, each in a residual block; both attentions' keys and values can be cached."""
 
-    def __init__(self, self_attn: SelfAttention, cross_attn: CrossAttention,
-                 feed_forward: PositionWiseFeedForward | None, self_attn_residual: ResidualConnection,
-                 cross_attn_residual: ResidualConnection, feed_forward_residual: ResidualConnection | None) -> None:
+    def __init__(
+        self,
+        self_attn: SelfAttention,
+        cross_attn: CrossAttention,
+        feed_forward: PositionWiseFeedForward | None,
+        self_attn_residual: ResidualConnection,
+        cross_attn_residual: ResidualConnection,
+        feed_forward_residual: ResidualConnection | None,
+    ) -> None:
         super().__init__(self_attn, None, self_attn_residual, None)
         # registered in the order of the computation (the order init_weights draws in): the FFN last
         self.cross_attn, self.cross_attn_residual = cross_attn, cross_attn_residual
         self.feed_forward, self.feed_forward_residual = feed_forward, feed_forward_residual
 
-    def forward(self, y: Tensor, mask: AttentionMask | Tensor, positions: Positions,  # type: ignore[override]
-                source: EncoderOutput, cache: KVCache | None = None,
-                source_cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        y: Tensor,
+        mask: AttentionMask | Tensor,
+        positions: Positions,  # type: ignore[override]
+        source: EncoderOutput,
+        cache: KVCache | None = None,
+        source_cache: KVCache | None = None,
+    ) -> Tensor:
         """y: (B, T, d_model) target vectors (only the new steps with a cache); mask: causal and
         padding; source: the encoder's output (keys and values of the cross-attention, which
         ``source_cache`` keeps once projected) -> (B, T, d_model)."""
         y = self.self_attn_residual(y, self.self_attn, mask, positions, cache)  # (B, T, d_model)
-        y = self.cross_attn_residual(y, self.cross_attn, source.states, source.mask, (positions[0], source.positions),
-                                     source_cache)  # (B, T, d_model)
+        y = self.cross_attn_residual(
+            y, self.cross_attn, source.states, source.mask, (positions[0], source.positions), source_cache
+        )  # (B, T, d_model)
         return self.position_wise(y)
 
 
 # -- stacks ---------------------------------------------------------------------------------------
+
 
 class LayerStack(nn.Module):
     """Layers applied in order, optionally with activation checkpointing in training (keep only
@@ -225,13 +252,16 @@ class Decoder(LayerStack):
             y = self.run_layer(layer, y, mask, (positions, k_positions), self.layer_cache(cache, i))
         return self.norm(y)
 
-    def self_attention_mask(self, valid: Tensor, cache: DecoderCache | None,
-                            device: torch.device) -> tuple[AttentionMask, Tensor]:
+    def self_attention_mask(
+        self, valid: Tensor, cache: DecoderCache | None, device: torch.device
+    ) -> tuple[AttentionMask, Tensor]:
         """The self-attention's mask over the (Tk,) keys, cached steps and these (a static cache: all
         its capacity), and their positions; built once for all the layers."""
         valid = valid if cache is None else cache.extend(valid)  # (B, Tk)
-        return (AttentionMask(key_valid=self.keys_to_mask(valid), causal=self.causal),
-                torch.arange(valid.shape[1], device=device))
+        return (
+            AttentionMask(key_valid=self.keys_to_mask(valid), causal=self.causal),
+            torch.arange(valid.shape[1], device=device),
+        )
 
     def keys_to_mask(self, valid: Tensor) -> Tensor | None:
         """(B, Tk) real keys -> the padding the self-attention must mask. A causal decoder masks
@@ -260,16 +290,31 @@ class Seq2SeqDecoder(Decoder):
     def __init__(self, layers: list[Seq2SeqDecoderLayer], norm: nn.Module, causal: bool = True) -> None:
         super().__init__(layers, norm, causal)
 
-    def forward(self, y: Tensor, valid: Tensor, positions: Tensor, memory: Tensor,  # type: ignore[override]
-                memory_valid: Tensor, cache: DecoderCache | None = None) -> Tensor:
+    def forward(
+        self,
+        y: Tensor,
+        valid: Tensor,
+        positions: Tensor,
+        memory: Tensor,  # type: ignore[override]
+        memory_valid: Tensor,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
         """y: (B, T, d_model) at (T,) positions; valid: (B, T); memory: (B, S, d_model) with
         memory_valid (B, S). With a cache, y holds only the steps after the cached ones, and the
         source mask of the first step is kept with the cached source keys (and reordered with them)."""
         mask, k_positions = self.self_attention_mask(valid, cache, y.device)
         memory_valid = memory_valid if cache is None else cache.source_valid(memory_valid)
-        source = EncoderOutput(memory, AttentionMask(key_valid=memory_valid),
-                               torch.arange(memory.shape[1], device=y.device))
+        source = EncoderOutput(
+            memory, AttentionMask(key_valid=memory_valid), torch.arange(memory.shape[1], device=y.device)
+        )
         for i, layer in enumerate(self.layers):
-            y = self.run_layer(layer, y, mask, (positions, k_positions), source, self.layer_cache(cache, i),
-                               None if cache is None else cache.cross_attn[i])
+            y = self.run_layer(
+                layer,
+                y,
+                mask,
+                (positions, k_positions),
+                source,
+                self.layer_cache(cache, i),
+                None if cache is None else cache.cross_attn[i],
+            )
         return self.norm(y)

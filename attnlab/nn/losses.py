@@ -102,8 +102,7 @@ def target_logits(x: Tensor, target: Tensor) -> Tensor:
     return x.gather(-1, target[:, None]).squeeze(-1)
 
 
-def smoothed_nll_expression(logits: Tensor, target: Tensor, epsilon: float, ignore_index: int
-                            ) -> tuple[Tensor, Tensor]:
+def smoothed_nll_expression(logits: Tensor, target: Tensor, epsilon: float, ignore_index: int) -> tuple[Tensor, Tensor]:
     """The same loss as tensor expressions, for autograd and TorchInductor: (N, V) ``logits``, (N,)
     ``target`` -> (loss, NLL) sums, float32."""
     real = target != ignore_index  # (N,)

@@ -52,12 +52,15 @@ class AttentionMask:
         bias cannot overflow to -inf and no row becomes NaN), with the (B or 1, 1, Tq, 1) queries
         that may attend to no key at all (their output must be zeros); None if all may attend.
         Built by the first layer of a stack and reused by the others, like :meth:`dense`."""
+
         def build() -> tuple[Tensor, Tensor] | None:
             allowed = self.dense(q_pos, k_pos)
             if allowed is None:
                 return None
-            return (torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min / 2),
-                    ~allowed.any(-1, keepdim=True))
+            return (
+                torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min / 2),
+                ~allowed.any(-1, keepdim=True),
+            )
 
         return self._remembered(dtype, q_pos, k_pos, build)
 

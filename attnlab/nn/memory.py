@@ -109,8 +109,9 @@ class MemoryCache(DecoderCache):
         every new query's window holds every key kept (all in the segment of the first)."""
         if self.window_start(self.length - 1) == self.first:
             return None
-        starts = (q_positions.div(self.segment_length, rounding_mode="floor") * self.segment_length
-                  - self.memory_length)  # (t,)
+        starts = (
+            q_positions.div(self.segment_length, rounding_mode="floor") * self.segment_length - self.memory_length
+        )  # (t,)
         return k_positions[None, :] >= starts[:, None]
 
     def truncate(self, length: int) -> None:
@@ -166,8 +167,9 @@ class TransformerXL(nn.Module):
 
     static_cache = False  # its cache forgets the positions that leave every window (decode/search.py asks)
 
-    def __init__(self, embed: Embeddings, decoder: MemoryDecoder, generator: nn.Linear, pad_id: int,
-                 segment_length: int) -> None:
+    def __init__(
+        self, embed: Embeddings, decoder: MemoryDecoder, generator: nn.Linear, pad_id: int, segment_length: int
+    ) -> None:
         super().__init__()
         self.embed, self.decoder, self.generator = embed, decoder, generator
         self.pad_id, self.segment_length = pad_id, segment_length
@@ -176,8 +178,13 @@ class TransformerXL(nn.Module):
     def memory_length(self) -> int:
         return self.decoder.memory_length
 
-    def forward(self, ids: Tensor, cache: MemoryCache | None = None, last_only: bool = False,
-                memory: SegmentMemory | None = None) -> Tensor:
+    def forward(
+        self,
+        ids: Tensor,
+        cache: MemoryCache | None = None,
+        last_only: bool = False,
+        memory: SegmentMemory | None = None,
+    ) -> Tensor:
         """(B, T) ids -> (B, T, V) logits of each next token (``last_only``: (B, 1, V))."""
         y = self.states(ids, cache, memory)
         return self.generator(y[:, -1:] if last_only else y)
@@ -203,6 +210,8 @@ class TransformerXL(nn.Module):
     def new_cache(self, capacity: int | None = None) -> MemoryCache:
         """A cache for incremental decoding; there is no static one (``capacity``): the window slides."""
         if capacity is not None:
-            raise ValueError("Transformer-XL's cache forgets the keys that leave its window, so it has no static "
-                             "cache of a fixed capacity; use kv_cache 'dynamic'")
+            raise ValueError(
+                "Transformer-XL's cache forgets the keys that leave its window, so it has no static "
+                "cache of a fixed capacity; use kv_cache 'dynamic'"
+            )
         return MemoryCache(len(self.decoder.layers), self.segment_length, self.memory_length)

@@ -232,6 +232,7 @@ class RotaryPositional(PositionalEncoding):
 def alibi_slopes(n_heads: int) -> Tensor:
     """Press et al. (2022): the geometric sequence 2^(-8/n), 2^(-16/n), ... for n a power of two;
     otherwise the slopes of the nearest lower power of two, then every other slope of the next."""
+
     def powers(n: int) -> list[float]:
         return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
 

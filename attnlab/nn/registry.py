@@ -46,6 +46,7 @@ POSITIONAL: dict[str, type[PositionalEncoding]] = {
 
 POSITIONAL_COMBINE = ("add", "concat")
 
+
 class TanhGELU(nn.GELU):
     """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): GPT-2's activation
     (Hugging Face's ``gelu_new``)."""

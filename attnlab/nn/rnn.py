@@ -68,12 +68,27 @@ class RNNEncoder(nn.Module):
     position: what a decoder that starts from them (:class:`LakeBaroniDecoder`) reads, passed
     through the encode / decode interface (and beam search's reordering) with the memory."""
 
-    def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, n_layers: int,
-                 bidirectional: bool, dropout: float, embedding_dropout: float, carries_final: bool = False) -> None:
+    def __init__(
+        self,
+        embed: nn.Embedding,
+        cell: type[nn.RNNBase],
+        d_model: int,
+        n_layers: int,
+        bidirectional: bool,
+        dropout: float,
+        embedding_dropout: float,
+        carries_final: bool = False,
+    ) -> None:
         super().__init__()
         self.embed, self.embed_dropout = embed, Dropout(embedding_dropout)
-        self.rnn = cell(d_model, d_model, n_layers, batch_first=True, bidirectional=bidirectional,
-                        dropout=dropout if n_layers > 1 else 0.0)
+        self.rnn = cell(
+            d_model,
+            d_model,
+            n_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if n_layers > 1 else 0.0,
+        )
         self.d_model, self.bidirectional, self.carries_final = d_model, bidirectional, carries_final
         self.out_dim = d_model * (2 if bidirectional else 1)
 
@@ -81,7 +96,9 @@ class RNNEncoder(nn.Module):
         """(B, S) ids, (B, S) validity -> (B, S, out_dim) states h_i (zeros at padding), and with
         ``carries_final`` the final states after them: (B, S, out_dim + k L D), k = 2 for an LSTM."""
         lengths = valid.sum(1).clamp(min=1).cpu()  # an all-padding row still gets one step
-        packed = pack_padded_sequence(self.embed_dropout(self.embed(src)), lengths, batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(
+            self.embed_dropout(self.embed(src)), lengths, batch_first=True, enforce_sorted=False
+        )
         states, final = self.rnn(packed)
         memory = pad_packed_sequence(states, batch_first=True, total_length=src.shape[1])[0]
         if not self.carries_final:
@@ -94,13 +111,23 @@ class RNNEncoder(nn.Module):
         direction's after the first (each has then read the whole sentence)."""
         last = (valid.sum(1) - 1).clamp(min=0)
         forward = memory[torch.arange(memory.shape[0], device=memory.device), last, : self.d_model]
-        return torch.cat([forward, memory[:, 0, self.d_model:]], dim=-1) if self.bidirectional else forward
+        return torch.cat([forward, memory[:, 0, self.d_model :]], dim=-1) if self.bidirectional else forward
 
 
 class RNNDecoder(nn.Module):
-    def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, d_memory: int, n_layers: int,
-                 attention: str, score: AlignmentScore | None, input_feeding: bool, dropout: float,
-                 embedding_dropout: float) -> None:
+    def __init__(
+        self,
+        embed: nn.Embedding,
+        cell: type[nn.RNNBase],
+        d_model: int,
+        d_memory: int,
+        n_layers: int,
+        attention: str,
+        score: AlignmentScore | None,
+        input_feeding: bool,
+        dropout: float,
+        embedding_dropout: float,
+    ) -> None:
         super().__init__()
         self.embed, self.embed_dropout, self.dropout = embed, Dropout(embedding_dropout), Dropout(dropout)
         self.attention, self.score = attention, score
@@ -130,8 +157,9 @@ class RNNDecoder(nn.Module):
         """(B, T, D) queries over (B, S, Dm) memory -> contexts c (B, T, Dm), weights alpha (B, T, S)."""
         return attend(self.score.compare(s, state.keys), memory, mask)
 
-    def forward(self, tokens: Tensor, memory: Tensor, summary: Tensor, memory_valid: Tensor,
-                cache: RNNCache | None = None) -> Tensor:
+    def forward(
+        self, tokens: Tensor, memory: Tensor, summary: Tensor, memory_valid: Tensor, cache: RNNCache | None = None
+    ) -> Tensor:
         """(B, T) target tokens y_{t-1} (only the new ones, with a cache) -> (B, T, D) output vectors o_t.
         Where the recurrence does not depend on attention (fixed context; Luong without input
         feeding) the RNN runs over all T steps in one call; otherwise step by step."""
@@ -185,8 +213,16 @@ class LakeBaroniDecoder(nn.Module):
     with no learnt initial state, no context outside attention, and no deep output layer. Dropout on
     the embeddings (``embedding_dropout``) and between layers (``dropout``)."""
 
-    def __init__(self, embed: nn.Embedding, cell: type[nn.RNNBase], d_model: int, n_layers: int,
-                 score: AlignmentScore | None, dropout: float, embedding_dropout: float) -> None:
+    def __init__(
+        self,
+        embed: nn.Embedding,
+        cell: type[nn.RNNBase],
+        d_model: int,
+        n_layers: int,
+        score: AlignmentScore | None,
+        dropout: float,
+        embedding_dropout: float,
+    ) -> None:
         super().__init__()
         self.embed, self.embed_dropout, self.score = embed, Dropout(embedding_dropout), score
         self.lstm, self.n_layers, self.d_model = cell is nn.LSTM, n_layers, d_model
@@ -195,13 +231,14 @@ class LakeBaroniDecoder(nn.Module):
         self.last_attention: Tensor | None = None  # (B, T, S) of the last call, for alignment plots
 
     def start(self, state: RNNCache, memory: Tensor) -> None:
-        final = memory[:, 0, self.d_model:].unflatten(1, (-1, self.d_model)).transpose(0, 1)  # (k L, B, D)
+        final = memory[:, 0, self.d_model :].unflatten(1, (-1, self.d_model)).transpose(0, 1)  # (k L, B, D)
         state.hidden = final[: self.n_layers].contiguous()
-        state.cell = final[self.n_layers:].contiguous() if self.lstm else None
+        state.cell = final[self.n_layers :].contiguous() if self.lstm else None
         state.keys = self.score.keys(memory[..., : self.d_model]) if self.score is not None else None
 
-    def forward(self, tokens: Tensor, memory: Tensor, summary: Tensor, memory_valid: Tensor,
-                cache: RNNCache | None = None) -> Tensor:
+    def forward(
+        self, tokens: Tensor, memory: Tensor, summary: Tensor, memory_valid: Tensor, cache: RNNCache | None = None
+    ) -> Tensor:
         """(B, T) target tokens y_{t-1} (only the new ones, with a cache) -> (B, T, D) top states s_t."""
         state = cache if cache is not None else RNNCache()
         if state.hidden is None:
@@ -213,7 +250,7 @@ class LakeBaroniDecoder(nn.Module):
         s_steps, w_steps = [], []
         for t in range(e.shape[1]):
             c_t, w_t = attend(self.score.compare(state.hidden[-1][:, None], state.keys), h, mask)  # from s_{t-1}
-            s_steps.append(recur(self.rnn, torch.cat([e[:, t: t + 1], c_t], dim=-1), state))
+            s_steps.append(recur(self.rnn, torch.cat([e[:, t : t + 1], c_t], dim=-1), state))
             w_steps.append(w_t)
         self.last_attention = torch.cat(w_steps, 1)
         return torch.cat(s_steps, 1)
@@ -228,8 +265,14 @@ class RNNSeq2Seq(Seq2Seq):
     free-running: step t reads the argmax of step t - 1's logits, a choice no gradient passes
     through, while every step's loss counts (Lake & Baroni 2018: 0.5)."""
 
-    def __init__(self, encoder: RNNEncoder, decoder: RNNDecoder | LakeBaroniDecoder, generator: nn.Linear, pad_id: int,
-                 teacher_forcing: float = 1.0) -> None:
+    def __init__(
+        self,
+        encoder: RNNEncoder,
+        decoder: RNNDecoder | LakeBaroniDecoder,
+        generator: nn.Linear,
+        pad_id: int,
+        teacher_forcing: float = 1.0,
+    ) -> None:
         super().__init__()
         self.encoder, self.decoder, self.generator = encoder, decoder, generator
         self.pad_id, self.teacher_forcing = pad_id, teacher_forcing
@@ -258,15 +301,16 @@ class RNNSeq2Seq(Seq2Seq):
             steps.append(self.decode(token, memory, src_valid, cache))  # (B, 1, V)
             if t + 1 < tgt_in.shape[1]:
                 choice = steps[-1].masked_fill(never, -torch.inf).argmax(-1)  # (B, 1)
-                token = torch.where(forced[:, None], tgt_in[:, t + 1: t + 2], choice)
+                token = torch.where(forced[:, None], tgt_in[:, t + 1 : t + 2], choice)
         return torch.cat(steps, dim=1)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         valid = src != self.pad_id
         return self.encoder(src, valid), valid
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: RNNCache | None = None,
-               last_only: bool = False) -> Tensor:
+    def decode(
+        self, tgt_in: Tensor, memory: Tensor, src_valid: Tensor, cache: RNNCache | None = None, last_only: bool = False
+    ) -> Tensor:
         summary = self.encoder.summary(memory, src_valid)
         o = self.decoder(tgt_in, memory, summary, src_valid, cache)  # (B, T, D)
         return self.generator(o[:, -1:] if last_only else o)

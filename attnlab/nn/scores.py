@@ -90,7 +90,7 @@ class NoScale(nn.Module):
 
     def __init__(self, d_head: int) -> None:
         super().__init__()
-        self.factor = d_head ** 0.5
+        self.factor = d_head**0.5
 
     def forward(self, q: Tensor) -> Tensor:
         return q * self.factor
@@ -101,7 +101,7 @@ class LearnedScale(nn.Module):
 
     def __init__(self, d_head: int) -> None:
         super().__init__()
-        self.sqrt_d = d_head ** 0.5
+        self.sqrt_d = d_head**0.5
         self.scale = nn.Parameter(torch.tensor(1 / self.sqrt_d))
 
     def forward(self, q: Tensor) -> Tensor:

@@ -26,6 +26,7 @@ Statistics = tuple[Tensor, Tensor]  # (B, 1, C) mean and (B, 1, C) standard devi
 
 # -- PatchTST --------------------------------------------------------------------------------------
 
+
 class RevIN(nn.Module):
     """Reversible instance normalisation (Kim et al. 2022): each series (one instance, one channel)
     standardised over its L steps, the forecast mapped back with the same statistics.
@@ -114,8 +115,16 @@ class PatchTST(nn.Module):
         y       = RevIN^-1([y_1 ... y_C])
     """
 
-    def __init__(self, revin: RevIN | NoNormalisation, patching: Patching, patch_embed: nn.Linear, n_patches: int,
-                 dropout: float, encoder: Encoder, head: FlattenHead) -> None:
+    def __init__(
+        self,
+        revin: RevIN | NoNormalisation,
+        patching: Patching,
+        patch_embed: nn.Linear,
+        n_patches: int,
+        dropout: float,
+        encoder: Encoder,
+        head: FlattenHead,
+    ) -> None:
         super().__init__()
         self.revin, self.patching, self.patch_embed = revin, patching, patch_embed
         self.positions = nn.Parameter(torch.zeros(n_patches, patch_embed.out_features))  # W_pos (N, d_model)
@@ -149,6 +158,7 @@ class PatchTST(nn.Module):
 
 
 # -- DLinear ---------------------------------------------------------------------------------------
+
 
 class SeriesDecomposition(nn.Module):
     """x = seasonal + trend, the trend a moving average of ``kernel_size`` (odd) steps, centred,
@@ -203,6 +213,7 @@ class DLinear(nn.Module):
 
 
 # -- the naive forecast ----------------------------------------------------------------------------
+
 
 class LastValue(nn.Module):
     """``model.forecast(x)``: (B, L, C) -> (B, H, C), y[:, h] = x[:, L - 1] for every h. Nothing to learn."""

@@ -56,8 +56,15 @@ class SingleStreamTransformer(nn.Module):
     """``model.classify(images, ids)``: (B, C, H, W) images and (B, T) question ids ([CLS] ... [SEP],
     right-padded with ``pad_id``) -> (B, n_classes) answer logits."""
 
-    def __init__(self, text_embed: Embeddings, image_tokens: ImagePatches | NoImage, modality: nn.Embedding,
-                 encoder: Encoder, classifier: nn.Module, pad_id: int) -> None:
+    def __init__(
+        self,
+        text_embed: Embeddings,
+        image_tokens: ImagePatches | NoImage,
+        modality: nn.Embedding,
+        encoder: Encoder,
+        classifier: nn.Module,
+        pad_id: int,
+    ) -> None:
         super().__init__()
         self.text_embed, self.image_tokens, self.modality = text_embed, image_tokens, modality
         self.encoder, self.classifier = encoder, classifier
@@ -68,8 +75,12 @@ class SingleStreamTransformer(nn.Module):
         token's modality (T + N,): TEXT for the question's T, IMAGE for the N patches."""
         text = self.text_embed(ids, self.text_embed.positions(0, ids.shape[1], ids.device))  # (B, T, d_model)
         patches = self.image_tokens(images)  # (B, N, d_model)
-        modality = torch.cat([torch.full(ids.shape[1:], TEXT, device=ids.device),
-                              torch.full(patches.shape[1:2], IMAGE, device=ids.device)])  # (T + N,)
+        modality = torch.cat(
+            [
+                torch.full(ids.shape[1:], TEXT, device=ids.device),
+                torch.full(patches.shape[1:2], IMAGE, device=ids.device),
+            ]
+        )  # (T + N,)
         x = torch.cat([text, patches.to(text.dtype)], dim=1) + self.modality(modality)  # (B, T + N, d_model)
         valid = torch.cat([ids != self.pad_id, ids.new_ones(patches.shape[:2], dtype=torch.bool)], dim=1)
         return x, valid, modality

@@ -32,8 +32,9 @@ def hertz_to_mel(hz: Tensor, scale: MelScale = "htk") -> Tensor:
         return 2595.0 * torch.log10(1.0 + hz / 700.0)
     if scale == "kaldi":
         return 1127.0 * torch.log(1.0 + hz / 700.0)
-    return torch.where(hz >= _SLANEY_HZ, _SLANEY_MEL + torch.log(hz.clamp(min=1e-10) / _SLANEY_HZ) * _SLANEY_STEP,
-                       3.0 * hz / 200.0)
+    return torch.where(
+        hz >= _SLANEY_HZ, _SLANEY_MEL + torch.log(hz.clamp(min=1e-10) / _SLANEY_HZ) * _SLANEY_STEP, 3.0 * hz / 200.0
+    )
 
 
 def mel_to_hertz(mel: Tensor, scale: MelScale = "htk") -> Tensor:
@@ -42,30 +43,46 @@ def mel_to_hertz(mel: Tensor, scale: MelScale = "htk") -> Tensor:
         return 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
     if scale == "kaldi":
         return 700.0 * (torch.exp(mel / 1127.0) - 1.0)
-    return torch.where(mel >= _SLANEY_MEL, _SLANEY_HZ * torch.exp((mel - _SLANEY_MEL) / _SLANEY_STEP), 200.0 * mel / 3.0)
+    return torch.where(
+        mel >= _SLANEY_MEL, _SLANEY_HZ * torch.exp((mel - _SLANEY_MEL) / _SLANEY_STEP), 200.0 * mel / 3.0
+    )
 
 
-def mel_filter_bank(n_freqs: int, n_mels: int, f_min: float, f_max: float, rate: int, norm: str | None = None,
-                    scale: MelScale = "htk", triangles: str = "hertz") -> Tensor:
+def mel_filter_bank(
+    n_freqs: int,
+    n_mels: int,
+    f_min: float,
+    f_max: float,
+    rate: int,
+    norm: str | None = None,
+    scale: MelScale = "htk",
+    triangles: str = "hertz",
+) -> Tensor:
     """The (n_freqs, n_mels) float64 matrix from a power spectrum's bins (0 .. rate / 2) to mel bands;
     ``norm`` None or "slaney", ``scale`` htk / kaldi / slaney, ``triangles`` "hertz" or "mel"."""
     _check("norm", norm, NORMS)
     _check("mel scale", scale, MEL_SCALES)
     _check("triangles", triangles, ("hertz", "mel"))
     cpu = torch.device("cpu")  # a constant, made on the CPU even where a model is built on the meta device (`info`)
-    mels = torch.linspace(hertz_to_mel(torch.tensor(f_min, dtype=torch.float64, device=cpu), scale).item(),
-                          hertz_to_mel(torch.tensor(f_max, dtype=torch.float64, device=cpu), scale).item(), n_mels + 2,
-                          dtype=torch.float64, device=cpu)                          # band edges and centres
+    mels = torch.linspace(
+        hertz_to_mel(torch.tensor(f_min, dtype=torch.float64, device=cpu), scale).item(),
+        hertz_to_mel(torch.tensor(f_max, dtype=torch.float64, device=cpu), scale).item(),
+        n_mels + 2,
+        dtype=torch.float64,
+        device=cpu,
+    )  # band edges and centres
     edges = mel_to_hertz(mels, scale)
     if triangles == "mel":  # the bins' frequencies in mels, against the centres in mels
-        bins, points = hertz_to_mel(torch.arange(n_freqs, dtype=torch.float64, device=cpu) * rate / (2 * (n_freqs - 1)),
-                                    scale), mels
+        bins, points = (
+            hertz_to_mel(torch.arange(n_freqs, dtype=torch.float64, device=cpu) * rate / (2 * (n_freqs - 1)), scale),
+            mels,
+        )
     else:
         bins, points = torch.linspace(0, rate // 2, n_freqs, dtype=torch.float64, device=cpu), edges
-    slopes = points[None, :] - bins[:, None]                                        # (n_freqs, n_mels + 2)
-    widths = points.diff()                                                          # (n_mels + 1,)
+    slopes = points[None, :] - bins[:, None]  # (n_freqs, n_mels + 2)
+    widths = points.diff()  # (n_mels + 1,)
     rising, falling = -slopes[:, :-2] / widths[:-1], slopes[:, 2:] / widths[1:]
-    bank = torch.minimum(rising, falling).clamp(min=0.0)                            # (n_freqs, n_mels)
+    bank = torch.minimum(rising, falling).clamp(min=0.0)  # (n_freqs, n_mels)
     if norm == "slaney":  # equal area: each triangle over 2 / its width (in Hz; in mels for mel triangles)
         bank = bank * (2.0 / (points[2:] - points[:-2]))[None, :]
     return bank
@@ -84,31 +101,43 @@ class LogMel(nn.Module):
     window: Tensor  # (n_fft,), a buffer
     bank: Tensor  # (n_fft // 2 + 1, n_mels), a buffer
 
-    def __init__(self, rate: int = 16_000, n_fft: int = 400, hop: int = 160, n_mels: int = 80, f_min: float = 0.0,
-                 f_max: float | None = None, norm: str | None = "slaney", scale: MelScale = "slaney",
-                 triangles: str = "hertz", scaling: str = "whisper"):
+    def __init__(
+        self,
+        rate: int = 16_000,
+        n_fft: int = 400,
+        hop: int = 160,
+        n_mels: int = 80,
+        f_min: float = 0.0,
+        f_max: float | None = None,
+        norm: str | None = "slaney",
+        scale: MelScale = "slaney",
+        triangles: str = "hertz",
+        scaling: str = "whisper",
+    ):
         super().__init__()
         _check("scaling", scaling, SCALINGS)
         if not 0 < hop <= n_fft:
             raise ValueError(f"hop ({hop}) must be in 1 .. n_fft ({n_fft})")
         self.rate, self.n_fft, self.hop, self.n_mels, self.scaling = rate, n_fft, hop, n_mels, scaling
-        bank = mel_filter_bank(n_fft // 2 + 1, n_mels, f_min, rate / 2 if f_max is None else f_max, rate, norm,
-                               scale, triangles)
+        bank = mel_filter_bank(
+            n_fft // 2 + 1, n_mels, f_min, rate / 2 if f_max is None else f_max, rate, norm, scale, triangles
+        )
         self.register_buffer("window", torch.hann_window(n_fft, periodic=True), persistent=False)
-        self.register_buffer("bank", bank.float(), persistent=False)               # (n_fft // 2 + 1, n_mels)
+        self.register_buffer("bank", bank.float(), persistent=False)  # (n_fft // 2 + 1, n_mels)
 
     def forward(self, waveform: Tensor) -> Tensor:
         batched = waveform.dim() == 2
-        x = waveform if batched else waveform[None]                                 # (B, T)
-        spectrum = torch.stft(x.float(), self.n_fft, self.hop, window=self.window, center=True, pad_mode="reflect",
-                              return_complex=True)                                  # (B, n_fft // 2 + 1, frames + 1)
-        power = spectrum[..., :-1].abs().square()                                   # (B, F, frames)
-        mel = torch.matmul(power.transpose(1, 2), self.bank)                        # (B, frames, n_mels)
+        x = waveform if batched else waveform[None]  # (B, T)
+        spectrum = torch.stft(
+            x.float(), self.n_fft, self.hop, window=self.window, center=True, pad_mode="reflect", return_complex=True
+        )  # (B, n_fft // 2 + 1, frames + 1)
+        power = spectrum[..., :-1].abs().square()  # (B, F, frames)
+        mel = torch.matmul(power.transpose(1, 2), self.bank)  # (B, frames, n_mels)
         if self.scaling == "log":
             out = mel.clamp(min=1e-10).log()
         else:
             log = mel.clamp(min=1e-10).log10()
-            floor = log.amax(dim=(1, 2), keepdim=True) - 8.0                        # (B, 1, 1): 80 dB below the peak
+            floor = log.amax(dim=(1, 2), keepdim=True) - 8.0  # (B, 1, 1): 80 dB below the peak
             out = (torch.maximum(log, floor) + 4.0) / 4.0
         return out if batched else out[0]
 
@@ -124,50 +153,74 @@ class SpecAugment(nn.Module):
     t0 ~ U{0..T_b - t}, T_b an example's own length (``lengths``, else T), set to ``value``. The
     draws come from ``generator`` (on the CPU: the same seed, the same masks on any device)."""
 
-    def __init__(self, freq_masks: int = 2, freq_width: int = 27, time_masks: int = 2, time_width: int = 100,
-                 time_ratio: float = 1.0, value: float = 0.0):
+    def __init__(
+        self,
+        freq_masks: int = 2,
+        freq_width: int = 27,
+        time_masks: int = 2,
+        time_width: int = 100,
+        time_ratio: float = 1.0,
+        value: float = 0.0,
+    ):
         super().__init__()
-        for name, v in (("freq_masks", freq_masks), ("freq_width", freq_width), ("time_masks", time_masks),
-                        ("time_width", time_width)):
+        for name, v in (
+            ("freq_masks", freq_masks),
+            ("freq_width", freq_width),
+            ("time_masks", time_masks),
+            ("time_width", time_width),
+        ):
             if v < 0:
                 raise ValueError(f"{name} ({v}) must be >= 0")
         if not 0.0 <= time_ratio <= 1.0:
             raise ValueError(f"time_ratio ({time_ratio}) must be in [0, 1]")
-        self.freq_masks, self.freq_width, self.time_masks, self.time_width = freq_masks, freq_width, time_masks, time_width
+        self.freq_masks, self.freq_width, self.time_masks, self.time_width = (
+            freq_masks,
+            freq_width,
+            time_masks,
+            time_width,
+        )
         self.time_ratio, self.value = time_ratio, value
 
-    def spans(self, batch: int, frames: int, n_mels: int, lengths: Tensor | None = None,
-              generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    def spans(
+        self,
+        batch: int,
+        frames: int,
+        n_mels: int,
+        lengths: Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[Tensor, Tensor]:
         """The masks drawn for a batch, on the CPU: time (B, time_masks, 2) and frequency
         (B, freq_masks, 2) spans as (start, width)."""
         n = torch.full((batch,), frames) if lengths is None else lengths.detach().to("cpu", torch.long)
-        t_max = torch.clamp(torch.floor(self.time_ratio * n).long(), max=self.time_width)          # (B,)
+        t_max = torch.clamp(torch.floor(self.time_ratio * n).long(), max=self.time_width)  # (B,)
         f_max = torch.full((batch,), min(self.freq_width, n_mels))
-        return _draw(n, t_max, self.time_masks, generator), _draw(torch.full((batch,), n_mels), f_max,
-                                                                  self.freq_masks, generator)
+        return _draw(n, t_max, self.time_masks, generator), _draw(
+            torch.full((batch,), n_mels), f_max, self.freq_masks, generator
+        )
 
-    def forward(self, features: Tensor, lengths: Tensor | None = None,
-                generator: torch.Generator | None = None) -> Tensor:
+    def forward(
+        self, features: Tensor, lengths: Tensor | None = None, generator: torch.Generator | None = None
+    ) -> Tensor:
         if not self.training or (self.time_masks == 0 and self.freq_masks == 0):
             return features
         b, t, f = features.shape
         time, freq = (s.to(features.device) for s in self.spans(b, t, f, lengths, generator))
-        masked = _covered(time, t)[:, :, None] | _covered(freq, f)[:, None, :]                   # (B, T, F)
+        masked = _covered(time, t)[:, :, None] | _covered(freq, f)[:, None, :]  # (B, T, F)
         return features.masked_fill(masked, self.value)
 
 
 def _draw(n: Tensor, most: Tensor, count: int, generator: torch.Generator | None) -> Tensor:
     """``count`` spans per row: width w ~ U{0..most}, start ~ U{0..n - w}; (B, count, 2) of (start, width)."""
     u = torch.rand((len(n), count, 2), generator=generator, dtype=torch.float64)
-    width = torch.floor(u[..., 0] * (most[:, None] + 1)).long()                                  # (B, count)
+    width = torch.floor(u[..., 0] * (most[:, None] + 1)).long()  # (B, count)
     start = torch.floor(u[..., 1] * (n[:, None] - width + 1)).long()
     return torch.stack([start, width], dim=-1)
 
 
 def _covered(spans: Tensor, size: int) -> Tensor:
     """(B, size) True where any of the (B, k, 2) spans covers a position."""
-    pos = torch.arange(size, device=spans.device)                                                # (size,)
-    start, width = spans[..., 0:1], spans[..., 1:2]                                               # (B, k, 1)
+    pos = torch.arange(size, device=spans.device)  # (size,)
+    start, width = spans[..., 0:1], spans[..., 1:2]  # (B, k, 1)
     return ((pos >= start) & (pos < start + width)).any(dim=1)
 
 

@@ -13,6 +13,21 @@ from attnlab.nn.heads import ClassificationHead, MaskedLMHead, MultiTokenHead, V
 from attnlab.nn.layers import Decoder, Encoder, LayerStack, Seq2SeqDecoder
 from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
 
-__all__ = ["ClassificationHead", "Decoder", "DecoderLM", "Embeddings", "Encoder", "EncoderDecoder", "EncoderOnly",
-           "FirstTokenPooling", "LayerStack", "MaskedLMHead", "MeanPooling", "MultiTokenHead", "Seq2Seq",
-           "Seq2SeqDecoder", "TransformerTargetSide", "VocabularyProjection"]
+__all__ = [
+    "ClassificationHead",
+    "Decoder",
+    "DecoderLM",
+    "Embeddings",
+    "Encoder",
+    "EncoderDecoder",
+    "EncoderOnly",
+    "FirstTokenPooling",
+    "LayerStack",
+    "MaskedLMHead",
+    "MeanPooling",
+    "MultiTokenHead",
+    "Seq2Seq",
+    "Seq2SeqDecoder",
+    "TransformerTargetSide",
+    "VocabularyProjection",
+]

@@ -47,6 +47,7 @@ class PatchEmbedding(nn.Module):
 
 # -- positions of the patches: absolute encodings of the patch index k = i w + j -----------------
 
+
 class PatchPositional(AbsolutePositional):
     """An encoding of the patch at grid row i, column j, given its index k = i * w + j on a grid of
     h x w patches; added to the patch embeddings."""
@@ -99,6 +100,7 @@ class SinCos2DPositional(PatchPositional):
 
 
 # -- the summary of an image: a class token, or the mean of the patches ----------------------------
+
 
 class ClassToken(nn.Module):
     """ViT's x_class: a learned vector put before the patches; its final state summarises the image
@@ -180,15 +182,21 @@ class PatchEncoding(nn.Module):
         positions = torch.arange(z.shape[1], device=z.device)  # (T,): no scheme inside attention reads them
         every = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)  # (B, T)
         if valid is not None:
-            every[:, z.shape[1] - valid.shape[1]:] = valid  # the patches are the last N tokens
+            every[:, z.shape[1] - valid.shape[1] :] = valid  # the patches are the last N tokens
         return self.encoder(z, every, positions), every
 
 
 class VisionTransformer(PatchEncoding):
     """``model.classify(images)``: (B, C, H, W) -> (B, n_classes) logits."""
 
-    def __init__(self, patch_embed: PatchEmbedding, positional: PositionalEncoding, summary: ClassToken | PatchMean,
-                 encoder: Encoder, classifier: nn.Module) -> None:
+    def __init__(
+        self,
+        patch_embed: PatchEmbedding,
+        positional: PositionalEncoding,
+        summary: ClassToken | PatchMean,
+        encoder: Encoder,
+        classifier: nn.Module,
+    ) -> None:
         super().__init__()
         self.patch_embed, self.positional, self.summary = patch_embed, positional, summary
         self.encoder, self.classifier = encoder, classifier

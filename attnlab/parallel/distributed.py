@@ -126,8 +126,12 @@ def placed_like(own: dict[str, Tensor], state: dict[str, Tensor]) -> dict[str, T
         return state
     from torch.distributed.tensor import distribute_tensor
 
-    return {name: distribute_tensor(t.to(own[name].device), own[name].device_mesh, own[name].placements)
-            if is_dtensor(own.get(name)) else t for name, t in state.items()}
+    return {
+        name: distribute_tensor(t.to(own[name].device), own[name].device_mesh, own[name].placements)
+        if is_dtensor(own.get(name))
+        else t
+        for name, t in state.items()
+    }
 
 
 def exit_worker(code: int) -> NoReturn:

@@ -46,14 +46,16 @@ def quiet_sharding_notes() -> None:
     """Filter the two notes above, in this process."""
     warnings.filterwarnings("ignore", message=VIEW_OUTPUT, category=UserWarning)
     logging.getLogger("torch.distributed.tensor._redistribute").addFilter(
-        lambda record: not SEQUENTIAL_COLLECTIVES.search(record.getMessage()))
+        lambda record: not SEQUENTIAL_COLLECTIVES.search(record.getMessage())
+    )
 
 
 def check_fsdp_tp(model_cfg: Any, size: int, tp: int) -> None:
     """Refuse in one line a tensor-parallel size that does not divide the ranks, or the model."""
     if size % tp:
-        raise ConfigError(f"train.strategy fsdp+tp: train.tensor_parallel ({tp}) must divide the torchrun ranks "
-                          f"({size})")
+        raise ConfigError(
+            f"train.strategy fsdp+tp: train.tensor_parallel ({tp}) must divide the torchrun ranks ({size})"
+        )
     check_tensor_parallel(model_cfg, tp, "fsdp+tp")
 
 
@@ -108,5 +110,9 @@ def fully_sharded_tensor_parallel(model: nn.Module, mesh: Any) -> nn.Module:
 
     for module in fused:
         module.register_forward_pre_hook(hook_bias)
-    return fully_sharded(model, mesh=mesh["dp"], ignored_params={m.bias for m in fused},
-                         shard_placement_fn=lambda p: Shard(1 if _block_split(p) else 0))
+    return fully_sharded(
+        model,
+        mesh=mesh["dp"],
+        ignored_params={m.bias for m in fused},
+        shard_placement_fn=lambda p: Shard(1 if _block_split(p) else 0),
+    )

@@ -33,11 +33,21 @@ def launch(argv: list[str], nproc: int) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"attnlab-{os.getpid()}",
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"attnlab-{os.getpid()}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+    )
     threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}  # torchrun's default is 1
-    with tempfile.TemporaryDirectory(prefix="attnlab-ranks-") as errors, _environment(
-            {RANK_ERRORS: errors, **({} if "OMP_NUM_THREADS" in os.environ else threads)}), _quiet_launcher():
+    with (
+        tempfile.TemporaryDirectory(prefix="attnlab-ranks-") as errors,
+        _environment({RANK_ERRORS: errors, **({} if "OMP_NUM_THREADS" in os.environ else threads)}),
+        _quiet_launcher(),
+    ):
         try:
             elastic_launch(config, sys.executable)("-m", "attnlab.cli", *argv)
         except ChildFailedError as failed:
@@ -52,8 +62,9 @@ def _first_failure(errors: Path, failures: dict[int, Any]) -> RankFailed:
         return RankFailed(message, int(code))
     rank, failure = min(failures.items())
     how = f"signal {-failure.exitcode}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
-    return RankFailed(f"training process rank {rank} ended with {how} and no error of its own (see its output above)",
-                      1)
+    return RankFailed(
+        f"training process rank {rank} ended with {how} and no error of its own (see its output above)", 1
+    )
 
 
 @contextlib.contextmanager

@@ -42,18 +42,25 @@ def check_pipeline(model_cfg: Any, stages: int, task: Task[Any, Any] | None = No
     staging = model_cfg.family.staging
     if staging is None:
         cut = ", ".join(name for name, family in FAMILIES.items() if family.staging is not None)
-        raise ConfigError(f"train.strategy pp cuts models of model.arch {cut} into stages; "
-                          f"model.arch is '{model_cfg.arch}'")
+        raise ConfigError(
+            f"train.strategy pp cuts models of model.arch {cut} into stages; model.arch is '{model_cfg.arch}'"
+        )
     if staging.layers(model_cfg) < stages:
-        raise ConfigError(f"train.strategy pp: the model's {staging.layers(model_cfg)} layers are fewer than the "
-                          f"pipeline stages ({stages} ranks)")
+        raise ConfigError(
+            f"train.strategy pp: the model's {staging.layers(model_cfg)} layers are fewer than the "
+            f"pipeline stages ({stages} ranks)"
+        )
     if "output" in model_cfg.tied:
-        raise ConfigError(f"train.strategy pp: model.embeddings.tie '{model_cfg.embeddings.tie}' shares the first "
-                          f"stage's embedding with the last stage's output projection; set it to none")
+        raise ConfigError(
+            f"train.strategy pp: model.embeddings.tie '{model_cfg.embeddings.tie}' shares the first "
+            f"stage's embedding with the last stage's output projection; set it to none"
+        )
     staging.check(model_cfg)
     if task is not None and not (isinstance(task, Pipelined) and task.pipeline_head in staging.heads):
-        raise ConfigError(f"train.strategy pp: data.task {task.name} is not trained through pipeline stages of "
-                          f"model.arch {model_cfg.arch}")
+        raise ConfigError(
+            f"train.strategy pp: data.task {task.name} is not trained through pipeline stages of "
+            f"model.arch {model_cfg.arch}"
+        )
 
 
 def check_batch_rows(data: Any, micro_batches: int) -> None:
@@ -62,24 +69,30 @@ def check_batch_rows(data: Any, micro_batches: int) -> None:
     vary), or a fixed number of rows it does not divide."""
     problems = []
     if isinstance(data, BucketedData) and data.sampling != "with_replacement":
-        problems.append("the task's batches are made by a token budget (train.max_tokens), so their rows vary: set "
-                        "train.sampling: with_replacement, for batches of train.batch_size rows")
+        problems.append(
+            "the task's batches are made by a token budget (train.max_tokens), so their rows vary: set "
+            "train.sampling: with_replacement, for batches of train.batch_size rows"
+        )
     if data.batch_size % micro_batches:
         problems.append(f"train.micro_batches ({micro_batches}) must divide train.batch_size ({data.batch_size})")
     if problems:
-        raise ConfigError(f"train.strategy pp cuts every batch into train.micro_batches equal micro-batches: "
-                          f"{'; '.join(problems)}")
+        raise ConfigError(
+            f"train.strategy pp cuts every batch into train.micro_batches equal micro-batches: {'; '.join(problems)}"
+        )
 
 
 class Pipeline:
     """This rank's stage of ``model`` and the schedules that run micro-batches through all stages
     (one per batch shape: a stage's buffers are sized by the first micro-batch it sees)."""
 
-    def __init__(self, model: nn.Module, world: World, task: Pipelined, schedule: str, micro_batches: int,
-                 device: torch.device) -> None:
+    def __init__(
+        self, model: nn.Module, world: World, task: Pipelined, schedule: str, micro_batches: int, device: torch.device
+    ) -> None:
         if schedule == "1f1b" and micro_batches < world.size:  # PyTorch's Schedule1F1B refuses it
-            raise ConfigError(f"train.pipeline_schedule 1f1b needs train.micro_batches ({micro_batches}) of at least "
-                              f"the pipeline stages ({world.size} ranks)")
+            raise ConfigError(
+                f"train.pipeline_schedule 1f1b needs train.micro_batches ({micro_batches}) of at least "
+                f"the pipeline stages ({world.size} ranks)"
+            )
         self.world, self.task, self.device = world, task, device
         self.schedule_name, self.micro_batches = schedule, micro_batches
         stages = model.stages(world.size, task.pipeline_head)
@@ -96,16 +109,18 @@ class Pipeline:
 
             stage = PipelineStage(self.stage, self.world.rank, self.world.size, self.device)
             kind = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
-            self.schedules[shape] = kind(stage, self.micro_batches, loss_fn=lambda out, y: self.loss(out, y),
-                                         scale_grads=False)
+            self.schedules[shape] = kind(
+                stage, self.micro_batches, loss_fn=lambda out, y: self.loss(out, y), scale_grads=False
+            )
         return self.schedules[shape]
 
     def run(self, inputs: tuple[Tensor, ...], targets: Tensor) -> None:
         """One batch's forward and backward through every stage, in micro-batches (every rank calls)."""
         rows = targets.shape[0]
         if rows % self.micro_batches:
-            raise ConfigError(f"train.micro_batches ({self.micro_batches}) must divide every batch's rows "
-                              f"(got a batch of {rows})")
+            raise ConfigError(
+                f"train.micro_batches ({self.micro_batches}) must divide every batch's rows (got a batch of {rows})"
+            )
         schedule = self.schedule_for(tuple(tuple(x.shape) for x in inputs))
         if self.world.rank == 0:
             schedule.step(*inputs)
@@ -114,10 +129,17 @@ class Pipeline:
         else:
             schedule.step()
 
-    def accumulate_gradients(self, model: nn.Module, batches: list, cfg: Any,
-                             amp: Callable[[], ContextManager] = contextlib.nullcontext,
-                             scaler: torch.amp.GradScaler | None = None, world: World | None = None,
-                             global_targets: int | None = None, objective: Any = None) -> dict[str, Any]:
+    def accumulate_gradients(
+        self,
+        model: nn.Module,
+        batches: list,
+        cfg: Any,
+        amp: Callable[[], ContextManager] = contextlib.nullcontext,
+        scaler: torch.amp.GradScaler | None = None,
+        world: World | None = None,
+        global_targets: int | None = None,
+        objective: Any = None,
+    ) -> dict[str, Any]:
         """train/step.py's accumulate_gradients through the pipeline: the label-smoothed loss of the
         task's targets (``piped``), each micro-batch's sum divided by the update's targets; the sums
         of the loss and the NLL on every rank."""
@@ -141,7 +163,7 @@ class Pipeline:
                 self.run(piped.inputs, piped.targets)
                 # a new stage's first step calls the loss once more, on placeholder outputs, to infer
                 # the gradients' shapes (PyTorch 2.13): the micro-batches' are the last m calls
-                for these in calls[-self.micro_batches:]:
+                for these in calls[-self.micro_batches :]:
                     sums = sums + these
                 calls.clear()
         dist.all_reduce(sums)  # the last stage's, on every rank

@@ -42,23 +42,33 @@ def check_tensor_parallel(model_cfg: Any, size: int, strategy: str = "tp") -> No
     stack, model = stack_of(model_cfg), model_cfg.family.model
     if not issubclass(model, TensorParallelModel):
         if stack is None:
-            raise ConfigError(f"train.strategy {strategy} splits attention heads and feed-forward widths; model.arch "
-                              f"'{model_cfg.arch}' has none")
-        raise ConfigError(f"train.strategy {strategy}: model.arch '{model_cfg.arch}' has an attention stack but its "
-                          f"model ({model.__name__}) declares no tensor-parallel plan (a tensor_plan method, "
-                          f"nn/tensor_plan.py)")
+            raise ConfigError(
+                f"train.strategy {strategy} splits attention heads and feed-forward widths; model.arch "
+                f"'{model_cfg.arch}' has none"
+            )
+        raise ConfigError(
+            f"train.strategy {strategy}: model.arch '{model_cfg.arch}' has an attention stack but its "
+            f"model ({model.__name__}) declares no tensor-parallel plan (a tensor_plan method, "
+            f"nn/tensor_plan.py)"
+        )
     if stack is None:  # the model's own plan, with no stack's heads and widths to check
         return
     for name in ("n_heads", "d_ff"):  # d_model = n_heads * d_head divides when n_heads does
         if getattr(stack, name) % size:
-            raise ConfigError(f"train.strategy {strategy}: model.stack.{name} ({getattr(stack, name)}) must be "
-                              f"divisible by the tensor-parallel size ({size} ranks)")
+            raise ConfigError(
+                f"train.strategy {strategy}: model.stack.{name} ({getattr(stack, name)}) must be "
+                f"divisible by the tensor-parallel size ({size} ranks)"
+            )
     if getattr(model_cfg, "positional", None) in PER_HEAD_POSITIONAL:
-        raise ConfigError(f"train.strategy {strategy}: model.positional '{model_cfg.positional}' keeps state shared "
-                          f"by or per head inside attention; use sinusoidal, learned, rotary or none")
+        raise ConfigError(
+            f"train.strategy {strategy}: model.positional '{model_cfg.positional}' keeps state shared "
+            f"by or per head inside attention; use sinusoidal, learned, rotary or none"
+        )
     if stack.attention_scale == "learned":
-        raise ConfigError(f"train.strategy {strategy}: model.stack.attention_scale 'learned' is one parameter that every "
-                          f"head's scores use; use sqrt_dk or none")
+        raise ConfigError(
+            f"train.strategy {strategy}: model.stack.attention_scale 'learned' is one parameter that every "
+            f"head's scores use; use sqrt_dk or none"
+        )
 
 
 def parallel_styles(plan: TensorPlan) -> dict[str, Any]:

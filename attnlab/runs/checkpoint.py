@@ -52,13 +52,16 @@ def checkpoint_file(run: RunDir, checkpoint: str = "best") -> Path:
     elif checkpoint.isdigit() and int(checkpoint) in steps:
         step = int(checkpoint)
     else:
-        raise CheckpointError(f"{run.path}: no checkpoint '{checkpoint}' (have best, last, average or a step of "
-                              f"{', '.join(map(str, steps))})")
+        raise CheckpointError(
+            f"{run.path}: no checkpoint '{checkpoint}' (have best, last, average or a step of "
+            f"{', '.join(map(str, steps))})"
+        )
     return run.step_dir(step) / MODEL_FILE
 
 
-def load_run(path: str | Path, checkpoint: str = "best",
-             device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Tokenizer | None], FamilyConfig]:
+def load_run(
+    path: str | Path, checkpoint: str = "best", device: str | torch.device = "cpu"
+) -> tuple[nn.Module, dict[str, Tokenizer | None], FamilyConfig]:
     """The model of a run directory in eval mode, with its tokenizers and config: all that
     decoding needs. ``checkpoint`` as in :func:`checkpoint_file`."""
     run = RunDir(path)
@@ -75,8 +78,9 @@ def load_run(path: str | Path, checkpoint: str = "best",
     return model, run.read_tokenizers(), model_cfg
 
 
-def load_draft(path: str | Path, model: nn.Module, tokenizers: dict[str, Tokenizer | None],
-               needs: dict[str, bool]) -> nn.Module:
+def load_draft(
+    path: str | Path, model: nn.Module, tokenizers: dict[str, Tokenizer | None], needs: dict[str, bool]
+) -> nn.Module:
     """A draft for speculative decoding with ``model``: the best checkpoint of run ``path``, on the
     model's device, whose family has the capabilities ``needs`` and whose tokenizers are the
     model's (a draft's token ids must mean the same tokens)."""
@@ -85,10 +89,12 @@ def load_draft(path: str | Path, model: nn.Module, tokenizers: dict[str, Tokeniz
         raise UsageError(f"draft {path} holds a model of arch '{draft_cfg.arch}', which cannot draft for this model")
     for role, tok in tokenizers.items():
         other = draft_tokenizers.get(role)
-        if tok is not None and (other is None or other.vocab_size != tok.vocab_size
-                                or other.id_tokens(range(tok.vocab_size)) != tok.id_tokens(range(tok.vocab_size))):
-            raise UsageError(f"draft {path} has another {role} vocabulary than the model; a draft must share the "
-                             f"model's tokenizers")
+        if tok is not None and (
+            other is None
+            or other.vocab_size != tok.vocab_size
+            or other.id_tokens(range(tok.vocab_size)) != tok.id_tokens(range(tok.vocab_size))
+        ):
+            raise UsageError(
+                f"draft {path} has another {role} vocabulary than the model; a draft must share the model's tokenizers"
+            )
     return draft
-
-

@@ -113,18 +113,32 @@ class TrainConfig(TypedConfig):
         if isinstance(self.compile, str) and self.compile not in (AUTO, GRAPHS):
             raise ConfigError(f"compile must be true, false, auto or graphs (got {self.compile!r})")
         if self.compile == GRAPHS and self.accumulate > 1:
-            raise ConfigError(f"train.compile 'graphs' needs accumulate 1 (got {self.accumulate}): the replayed "
-                              f"backward graph reuses its gradient buffers, so a second micro-batch would "
-                              f"overwrite the first's; use compile: true")
+            raise ConfigError(
+                f"train.compile 'graphs' needs accumulate 1 (got {self.accumulate}): the replayed "
+                f"backward graph reuses its gradient buffers, so a second micro-batch would "
+                f"overwrite the first's; use compile: true"
+            )
         check_device_name(self.device)
         one_of("strategy", self.strategy, STRATEGIES)
         one_of("pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
-        for name in ("max_steps", "max_tokens", "batch_size", "accumulate", "micro_batches", "tensor_parallel",
-                     "eval_every", "keep_last", "log_every", "max_bad_steps"):
+        for name in (
+            "max_steps",
+            "max_tokens",
+            "batch_size",
+            "accumulate",
+            "micro_batches",
+            "tensor_parallel",
+            "eval_every",
+            "keep_last",
+            "log_every",
+            "max_bad_steps",
+        ):
             at_least(name, getattr(self, name), 1)
         if self.max_steps > MAX_STEPS:
-            raise ConfigError(f"max_steps must be at most {MAX_STEPS:,} (got {self.max_steps:,}): more than a billion "
-                              f"updates is a mistyped value, not a run")
+            raise ConfigError(
+                f"max_steps must be at most {MAX_STEPS:,} (got {self.max_steps:,}): more than a billion "
+                f"updates is a mistyped value, not a run"
+            )
         for name in ("warmup_steps", "eval_exact_match"):
             at_least(name, getattr(self, name), 0)
         for name in ("max_epochs", "patience", "pad_multiple"):
@@ -144,8 +158,10 @@ class TrainConfig(TypedConfig):
         if self.max_seconds is not None and self.max_seconds <= 0:
             raise ConfigError(f"max_seconds must be > 0 (got {self.max_seconds})")
         if self.checkpoint_minutes <= 0:
-            raise ConfigError(f"checkpoint_minutes must be > 0 (got {self.checkpoint_minutes:g}): the longest a run "
-                              f"goes without a checkpoint to resume from")
+            raise ConfigError(
+                f"checkpoint_minutes must be > 0 (got {self.checkpoint_minutes:g}): the longest a run "
+                f"goes without a checkpoint to resume from"
+            )
         at_least("freeze_layers", self.freeze_layers, 0)
         if not 0.0 < self.layer_lr_decay <= 1.0:
             raise ConfigError(f"layer_lr_decay must be in (0, 1] (got {self.layer_lr_decay}; 1 = no decay)")
@@ -153,8 +169,9 @@ class TrainConfig(TypedConfig):
             if not 0.0 <= self.warmup_ratio < 1.0:
                 raise ConfigError(f"warmup_ratio must be in [0, 1) (got {self.warmup_ratio})")
             if self.warmup_steps != TrainConfig.warmup_steps:
-                raise ConfigError(f"set warmup_steps ({self.warmup_steps}) or warmup_ratio ({self.warmup_ratio}), "
-                                  f"not both")
+                raise ConfigError(
+                    f"set warmup_steps ({self.warmup_steps}) or warmup_ratio ({self.warmup_ratio}), not both"
+                )
             if self.lr_schedule == "noam":
                 raise ConfigError("warmup_ratio is for the cosine and constant schedules; noam takes warmup_steps")
         if (self.freeze_embeddings or self.freeze_layers) and self.init_from is None:
@@ -177,8 +194,10 @@ class TrainConfig(TypedConfig):
     def check_runs_on(self, device: torch.device, processes: int = 1) -> None:
         """Refuse, before a run directory is made, what ``device`` and the number of processes cannot do."""
         if self.compile == GRAPHS and device.type != "cuda":
-            raise ConfigError(f"train.compile 'graphs' replays CUDA graphs: it needs a GPU (the run is on "
-                              f"{device.type}); use true or auto")
+            raise ConfigError(
+                f"train.compile 'graphs' replays CUDA graphs: it needs a GPU (the run is on "
+                f"{device.type}); use true or auto"
+            )
         if self.compile == GRAPHS and processes > 1:
             raise ConfigError("train.compile 'graphs' is for one process; under torchrun use compile: true")
 
@@ -218,8 +237,10 @@ class RunConfig:
             if not complete:
                 refuse_moved(model.get("arch", DEFAULT_ARCH), model)
             if "shape" in sections:
-                raise ConfigError("section 'shape' gives the sizes of a model config without data; a training "
-                                  "config's come from its data: remove it")
+                raise ConfigError(
+                    "section 'shape' gives the sizes of a model config without data; a training "
+                    "config's come from its data: remove it"
+                )
             data = task_config(sections.get("data") or {})
             data.check_trainable()
             train_section = sections.get("train")
@@ -267,8 +288,10 @@ def init_source(init_from: str) -> tuple[Path, Path | None]:
         return path, None
     if (path / "model.safetensors").is_file() and (path.parent.parent / "config.yaml").is_file():
         return path.parent.parent, path
-    raise ConfigError(f"train.init_from: {path} is neither a run directory (with config.yaml) nor one of its "
-                      f"checkpoint directories (with model.safetensors)")
+    raise ConfigError(
+        f"train.init_from: {path} is neither a run directory (with config.yaml) nor one of its "
+        f"checkpoint directories (with model.safetensors)"
+    )
 
 
 def _run_sections(sections: dict[str, Any], path: str | Path) -> dict[str, Any]:
@@ -293,8 +316,10 @@ def _over_initialising_model(model: dict[str, Any], init_from: str) -> dict[str,
     base = _run_sections(read_config_file(run / "config.yaml"), run / "config.yaml").get("model") or {}
     arch = model.get("arch", base.get("arch", DEFAULT_ARCH))
     if arch != base.get("arch", DEFAULT_ARCH):
-        raise ConfigError(f"train.init_from: {run} is a run of model.arch '{base.get('arch', DEFAULT_ARCH)}'; this "
-                          f"config's model.arch is '{arch}': weights initialise a model of their own family only")
+        raise ConfigError(
+            f"train.init_from: {run} is a run of model.arch '{base.get('arch', DEFAULT_ARCH)}'; this "
+            f"config's model.arch is '{arch}': weights initialise a model of their own family only"
+        )
     return overlaid(base, model)
 
 
@@ -303,8 +328,7 @@ def _check_fits(family: type[ModelFamily], task: Task[Any, Any]) -> None:
     if not task.fits(family.capabilities):
         fits = [repr(name) for name, f in FAMILIES.items() if task.fits(f.capabilities)]
         listed = " or ".join([", ".join(fits[:-1]), fits[-1]] if len(fits) > 1 else fits)
-        raise ConfigError(f"model.arch must be {listed} for data.task '{task.name}'; "
-                          f"got '{family.name}'")
+        raise ConfigError(f"model.arch must be {listed} for data.task '{task.name}'; got '{family.name}'")
 
 
 def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> None:
@@ -313,20 +337,28 @@ def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> Non
     task = data.task
     one_of("train.early_stop_metric", train.early_stop_metric, task.metrics)
     if train.eval_exact_match and "exact_match" not in task.metrics:
-        raise ConfigError(f"train.eval_exact_match needs a task that predicts sequences to compare; data.task "
-                          f"'{task.name}' has no exact match (set it to 0)")
+        raise ConfigError(
+            f"train.eval_exact_match needs a task that predicts sequences to compare; data.task "
+            f"'{task.name}' has no exact match (set it to 0)"
+        )
     if train.lr_schedule == "noam" and stack_of(model) is None:
-        raise ConfigError(f"train.lr_schedule 'noam' scales the rate by d_model^-0.5, which arch '{model.arch}' does not "
-                          f"have; use 'cosine' or 'constant'")
+        raise ConfigError(
+            f"train.lr_schedule 'noam' scales the rate by d_model^-0.5, which arch '{model.arch}' does not "
+            f"have; use 'cosine' or 'constant'"
+        )
     output = getattr(model, "output", None)  # the output projection of a family that predicts tokens
     if isinstance(output, Output) and output.never and train.label_smoothing > 0:
-        raise ConfigError(f"model.output.vocabulary '{output.vocabulary}' gives some tokens logit -inf, and "
-                          f"label smoothing would give them probability; set train.label_smoothing: 0")
+        raise ConfigError(
+            f"model.output.vocabulary '{output.vocabulary}' gives some tokens logit -inf, and "
+            f"label smoothing would give them probability; set train.label_smoothing: 0"
+        )
     longest = data.longest_sequence
     if model.max_positions is not None and longest is not None:
         if longest > model.max_positions:
-            raise ConfigError(f"model.max_len ({model.max_positions}) must cover the longest sequence ({longest}) "
-                              f"with learned positions")
+            raise ConfigError(
+                f"model.max_len ({model.max_positions}) must cover the longest sequence ({longest}) "
+                f"with learned positions"
+            )
 
 
 def override_fields(section: str, sections: dict[str, Any]) -> list[str] | None:

@@ -26,9 +26,11 @@ def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None)
     else:
         data = data_cfg.task.prepare(batching)
     if train.sampling != "epochs" and not isinstance(data, BucketedData):
-        raise ConfigError(f"train.sampling '{train.sampling}' draws examples of a task that batches them by length "
-                          f"(translation, classification, masked_lm); data.task '{data_cfg.task.name}' batches its own "
-                          f"way: use sampling 'epochs'")
+        raise ConfigError(
+            f"train.sampling '{train.sampling}' draws examples of a task that batches them by length "
+            f"(translation, classification, masked_lm); data.task '{data_cfg.task.name}' batches its own "
+            f"way: use sampling 'epochs'"
+        )
     return data
 
 
@@ -37,8 +39,10 @@ def _initialising_tokenizers(init_from: str, task: Task[Any, Any]) -> Tokenizers
     tokenizers = source.read_tokenizers()
     missing = [role for role in task.tokenizers if tokenizers.get(role) is None]
     if missing:
-        raise ConfigError(f"train.init_from: {source.path} has no {' or '.join(missing)} tokenizer, which data.task "
-                          f"'{task.name}' reads with")
+        raise ConfigError(
+            f"train.init_from: {source.path} has no {' or '.join(missing)} tokenizer, which data.task "
+            f"'{task.name}' reads with"
+        )
     return tokenizers
 
 

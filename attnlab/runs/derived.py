@@ -47,15 +47,18 @@ def write_average(path: str | Path, last: int, force: bool = False) -> tuple[Pat
     steps = run.steps()[-last:]
     if not steps:
         raise CheckpointError(f"{run.path}: no checkpoint to average")
-    model = average_checkpoints(build_run_model(run, model_cfg, run.read_shape()), [run.step_dir(s) / MODEL_FILE for s in steps])
+    model = average_checkpoints(
+        build_run_model(run, model_cfg, run.read_shape()), [run.step_dir(s) / MODEL_FILE for s in steps]
+    )
     staged = staging_dir(final)
     write_checkpoint(staged, model.state_dict(), {"averaged_steps": steps})
     publish_dir(staged, final)
     return final, steps
 
 
-def export_run(path: str | Path, out: str | Path, weights: str, checkpoint: str = "best",
-               force: bool = False) -> tuple[Path, Path]:
+def export_run(
+    path: str | Path, out: str | Path, weights: str, checkpoint: str = "best", force: bool = False
+) -> tuple[Path, Path]:
     """Write ``checkpoint`` of run ``path`` with ``weights`` (bf16 or int8) as a new run directory
     ``out``, for decoding (atomically; an existing ``out`` is replaced only with ``force``): the run's
     :meth:`RunDir.model_files` and one checkpoint, step-N (the source's step; an average's newest),
@@ -73,8 +76,9 @@ def export_run(path: str | Path, out: str | Path, weights: str, checkpoint: str 
         with_weights(model, weights)
     except ValueError as err:
         raise UsageError(f"--weights {weights}: {err}") from None
-    meta = _meta_with_step(source.parent) | {"exported": {"run": str(run.path), "checkpoint": checkpoint,
-                                                          "weights": weights}}
+    meta = _meta_with_step(source.parent) | {
+        "exported": {"run": str(run.path), "checkpoint": checkpoint, "weights": weights}
+    }
     staged = staging_dir(final)
     for file in run.model_files():
         shutil.copyfile(file, staged / file.name)

@@ -41,9 +41,11 @@ class InitReport:
 
     def lines(self, verb: str = "init_from") -> list[str]:
         """One line each for loaded, new and unused, the names grouped (:func:`grouped`)."""
-        return [f"{verb} {self.source}: {what} {len(names)} tensor{'s' * (len(names) != 1)}"
-                f"{': ' + grouped(names) if names else ''}"
-                for what, names in (("loaded", self.loaded), ("initialised new", self.new), ("unused", self.unused))]
+        return [
+            f"{verb} {self.source}: {what} {len(names)} tensor{'s' * (len(names) != 1)}"
+            f"{': ' + grouped(names) if names else ''}"
+            for what, names in (("loaded", self.loaded), ("initialised new", self.new), ("unused", self.unused))
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,8 +64,9 @@ def copy_tensors(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor
     with torch.no_grad():
         for name in shared:
             if source[name].shape != target[name].shape:
-                raise CheckpointError(f"{where}: {name} has shape {tuple(source[name].shape)} there and "
-                                      f"{tuple(target[name].shape)} here")
+                raise CheckpointError(
+                    f"{where}: {name} has shape {tuple(source[name].shape)} there and {tuple(target[name].shape)} here"
+                )
             target[name].copy_(source[name])
     return shared
 
@@ -97,9 +100,13 @@ def initialise_from(model: nn.Module, init_from: str, task: Task[Any, Any]) -> I
     load_weights(source, checkpoint / MODEL_FILE if checkpoint is not None else checkpoint_file(run))
     trained, target = trained_tensors(run, source), named_tensors(model)
     loaded = copy_tensors(target, trained, f"train.init_from {init_from}")
-    return InitReport(str(init_from), loaded, [name for name in target if name not in trained],
-                      [name for name in trained if name not in target],
-                      [name for name in untrained_by(task, list(target)) if name not in loaded])
+    return InitReport(
+        str(init_from),
+        loaded,
+        [name for name in target if name not in trained],
+        [name for name in trained if name not in target],
+        [name for name in untrained_by(task, list(target)) if name not in loaded],
+    )
 
 
 def grouped(names: list[str]) -> str:
@@ -112,8 +119,9 @@ def grouped(names: list[str]) -> str:
         else:
             module = name.rsplit(".", 1)[0]
             modules.setdefault(module if "." in module else name, [])  # a model's own 'mlm_head.bias' stays
-    return ", ".join(f"{module}.{_ranges(sorted(set(layers)))}" if layers else module
-                     for module, layers in modules.items())
+    return ", ".join(
+        f"{module}.{_ranges(sorted(set(layers)))}" if layers else module for module, layers in modules.items()
+    )
 
 
 def _ranges(values: list[int]) -> str:

@@ -35,12 +35,44 @@ from attnlab.models.shape import SIZES, DataShape, refuse_sizes
 # The fields of the one flat ModelConfig of release 0.1.0: a run directory written then lists all of
 # them for every arch.
 RELEASE_0_1_FIELDS = (
-    "vocab_size", "arch", "src_vocab_size", "d_model", "n_heads", "n_layers", "n_encoder_layers", "n_decoder_layers",
-    "d_ff", "dropout", "attention_dropout", "activation", "norm", "layer_norm_eps", "positional", "positional_combine",
-    "positional_dim", "positional_base", "max_relative_distance", "max_len", "tie_embeddings", "pad_id", "n_classes",
-    "rnn_cell", "rnn_attention", "score", "bidirectional", "input_feeding", "attention_backend", "attention_window",
-    "attention_block", "attention_key_block", "sparse_stride", "sparse_global", "sparse_random", "linear_features",
-    "linear_n_features")
+    "vocab_size",
+    "arch",
+    "src_vocab_size",
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "n_encoder_layers",
+    "n_decoder_layers",
+    "d_ff",
+    "dropout",
+    "attention_dropout",
+    "activation",
+    "norm",
+    "layer_norm_eps",
+    "positional",
+    "positional_combine",
+    "positional_dim",
+    "positional_base",
+    "max_relative_distance",
+    "max_len",
+    "tie_embeddings",
+    "pad_id",
+    "n_classes",
+    "rnn_cell",
+    "rnn_attention",
+    "score",
+    "bidirectional",
+    "input_feeding",
+    "attention_backend",
+    "attention_window",
+    "attention_block",
+    "attention_key_block",
+    "sparse_stride",
+    "sparse_global",
+    "sparse_random",
+    "linear_features",
+    "linear_n_features",
+)
 
 # A flat field of the Transformer families' config -> where it is now, in the composed ``backends``
 MOVED_TO_BACKENDS = {
@@ -74,8 +106,10 @@ def moved(arch: str, own: list[str]) -> dict[str, str]:
     if "backends" in own:
         paths |= {name: f"backends.{path}" for name, path in MOVED_TO_BACKENDS.items()}
     if "patches" in own:
-        paths |= {name: f"patches.{path}"
-                  for name, path in (VIT_MOVED_TO_PATCHES if arch == "vit" else MOVED_TO_PATCHES).items()}
+        paths |= {
+            name: f"patches.{path}"
+            for name, path in (VIT_MOVED_TO_PATCHES if arch == "vit" else MOVED_TO_PATCHES).items()
+        }
     if "depths" in own:
         paths |= {name: f"depths.{path}" for name, path in MOVED_TO_DEPTHS.items()}
     if "output" in own:
@@ -98,7 +132,9 @@ def migrated_model(data: Any) -> Any:
     if "stack" in own:
         stack_fields = [f.name for f in dataclasses.fields(StackConfig)]
         flat = {k: v for k, v in data.items() if k in stack_fields}
-        data = {k: v for k, v in data.items() if k not in flat} | ({"stack": data.get("stack", {}) | flat} if flat else {})
+        data = {k: v for k, v in data.items() if k not in flat} | (
+            {"stack": data.get("stack", {}) | flat} if flat else {}
+        )
     paths = moved(data.get("arch", DEFAULT_ARCH), own)
     flat = {k: v for k, v in data.items() if k in paths}
     data = {k: v for k, v in data.items() if k not in flat}
@@ -116,8 +152,9 @@ def written_sizes(data: Any) -> DataShape:
     """The data's sizes that a run written before shape.json kept in its model section ``data``,
     as its DataShape (a size its family did not have, written by release 0.1 for every family, is
     kept too: no builder reads it)."""
-    return DataShape.from_dict({k: v for k, v in data.items() if k in SIZES} if isinstance(data, dict) else {},
-                               "model section")
+    return DataShape.from_dict(
+        {k: v for k, v in data.items() if k in SIZES} if isinstance(data, dict) else {}, "model section"
+    )
 
 
 def refuse_moved(arch: Any, names: Any, how: str = "") -> None:
@@ -135,6 +172,8 @@ def refuse_moved(arch: Any, names: Any, how: str = "") -> None:
         if name in paths and name not in own:
             path = paths[name]
             inside = "".join(f"{part}: {{" for part in path.split(".")[:-1])
-            raise ConfigError(f"{how}model.{name} is now model.{path}, in a part of its own "
-                              f"(write {inside}{path.rpartition('.')[2]}: ...{'}' * path.count('.')}; "
-                              f"--set model.{path}=...)")
+            raise ConfigError(
+                f"{how}model.{name} is now model.{path}, in a part of its own "
+                f"(write {inside}{path.rpartition('.')[2]}: ...{'}' * path.count('.')}; "
+                f"--set model.{path}=...)"
+            )

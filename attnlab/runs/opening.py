@@ -67,9 +67,17 @@ class OpenRun:
             log(f"train settings changed at step {step}: {'; '.join(self.changes)} (recorded in {run.config_changes})")
 
 
-def open_run(cfg: RunConfig, out: str | Path, resume: bool, resume_from: int | None, allow_changes: bool,
-             main: bool, log: Callable[[str], None], check: Callable[[FamilyConfig, TaskData], None],
-             adapt: Callable[[nn.Module], None]) -> OpenRun:
+def open_run(
+    cfg: RunConfig,
+    out: str | Path,
+    resume: bool,
+    resume_from: int | None,
+    allow_changes: bool,
+    main: bool,
+    log: Callable[[str], None],
+    check: Callable[[FamilyConfig, TaskData], None],
+    adapt: Callable[[nn.Module], None],
+) -> OpenRun:
     """The run directory ``out`` opened to train as ``cfg`` says: started, or with ``resume`` continued
     from its newest checkpoint or from step ``resume_from`` (a run killed before its first checkpoint
     starts again from step 0). ``check``: the trainer's refusals of the model config and data (its
@@ -90,8 +98,10 @@ def open_run(cfg: RunConfig, out: str | Path, resume: bool, resume_from: int | N
     elif resume:
         saved = run.read_config()
         if saved[1] != cfg.data:
-            raise ConfigError(f"{run.config}: a resumed run keeps its data, but the given config differs "
-                              f"({'; '.join(differences(saved[1], cfg.data))})")
+            raise ConfigError(
+                f"{run.config}: a resumed run keeps its data, but the given config differs "
+                f"({'; '.join(differences(saved[1], cfg.data))})"
+            )
     # a resumed run's data is read with its own tokenizers and task state
     data = prepare(cfg.data, cfg.train, run if saved is not None else None)
     model_cfg, shape = cfg.model, shape_of(cfg, data)
@@ -99,12 +109,16 @@ def open_run(cfg: RunConfig, out: str | Path, resume: bool, resume_from: int | N
     changes: list[str] = []
     if saved is not None:
         if model_cfg != saved[0]:
-            raise ConfigError(f"{run.config}: a resumed run keeps its model, but the given config differs "
-                              f"({'; '.join(differences(saved[0], model_cfg))})")
+            raise ConfigError(
+                f"{run.config}: a resumed run keeps its model, but the given config differs "
+                f"({'; '.join(differences(saved[0], model_cfg))})"
+            )
         kept = run.read_shape()
         if shape != kept:
-            raise ConfigError(f"{run.shape}: a resumed run keeps its data's sizes, but its data now gives "
-                              f"{shape.to_dict()} (the run's: {kept.to_dict()})")
+            raise ConfigError(
+                f"{run.shape}: a resumed run keeps its data's sizes, but its data now gives "
+                f"{shape.to_dict()} (the run's: {kept.to_dict()})"
+            )
         point = _resume_point(run, resume_from)
         changes = _train_changes(run, saved[2], cfg.train, allow_changes)
     check(model_cfg, data)
@@ -120,8 +134,15 @@ def open_run(cfg: RunConfig, out: str | Path, resume: bool, resume_from: int | N
     # config.yaml once the model is whole: it marks the directory as a run, so that a run killed
     # before its first checkpoint can be resumed (from step 0) rather than refused as someone else's
     if main and point is None:
-        run.write_start(model_cfg, shape, cfg.data, cfg.train, {role: data.tokenizers[role] for role in task.tokenizers},
-                        task.saved_state(data), report.to_dict() if report is not None else None)
+        run.write_start(
+            model_cfg,
+            shape,
+            cfg.data,
+            cfg.train,
+            {role: data.tokenizers[role] for role in task.tokenizers},
+            task.saved_state(data),
+            report.to_dict() if report is not None else None,
+        )
     for line in report.lines() if report is not None else []:
         log(line)
     return OpenRun(cfg, run, point, data, model_cfg, shape, model, report, untrained, changes, main)
@@ -131,9 +152,11 @@ def _train_changes(run: RunDir, saved: TrainConfig, given: TrainConfig, allow: b
     """A resumed run's train settings that differ from its own, refused unless ``allow``."""
     changes = [c for c in differences(saved, given) if c.split(":")[0] not in DISPLAY_ONLY]
     if changes and not allow:
-        raise ConfigError(f"{run.config}: resuming with train settings that differ from the run's: "
-                          f"{'; '.join(changes)}. Resume without a config or --set to keep the run's own (`attnlab train "
-                          f"--out {run.path} --resume`), or pass --allow-changes to train on with these")
+        raise ConfigError(
+            f"{run.config}: resuming with train settings that differ from the run's: "
+            f"{'; '.join(changes)}. Resume without a config or --set to keep the run's own (`attnlab train "
+            f"--out {run.path} --resume`), or pass --allow-changes to train on with these"
+        )
     return changes
 
 
@@ -147,8 +170,9 @@ def _resume_point(run: RunDir, step: int | None) -> Checkpoint:
     refused in one line that names the newest intact one before it and the command that resumes from it."""
     steps = run.steps()
     if step is not None and step not in steps:
-        raise CheckpointError(f"--resume-from: {run.path} has no checkpoint of step {step} (it has "
-                              f"{', '.join(map(str, steps))})")
+        raise CheckpointError(
+            f"--resume-from: {run.path} has no checkpoint of step {step} (it has {', '.join(map(str, steps))})"
+        )
     step = steps[-1] if step is None else step
     try:
         return run.read_checkpoint(step)
@@ -156,6 +180,8 @@ def _resume_point(run: RunDir, step: int | None) -> Checkpoint:
         intact = next((s for s in reversed(steps) if s < step and run.intact(s)), None)
         if intact is None:
             raise CheckpointError(f"{err}; no older checkpoint of {run.path} is intact either") from None
-        raise CheckpointError(f"{err}; the newest intact checkpoint before it is step {intact} "
-                              f"({run.step_dir(intact)}): resume from it with `attnlab train --out {run.path} "
-                              f"--resume-from {intact}` (the newer checkpoints are set aside, not deleted)") from None
+        raise CheckpointError(
+            f"{err}; the newest intact checkpoint before it is step {intact} "
+            f"({run.step_dir(intact)}): resume from it with `attnlab train --out {run.path} "
+            f"--resume-from {intact}` (the newer checkpoints are set aside, not deleted)"
+        ) from None

@@ -112,9 +112,16 @@ class RunDir:
         return [p for p in (self.config, self.shape, *tokenizers, self.task_state, self.pruned_heads) if p.is_file()]
 
     # -- config and tokenizers ----------------------------------------------------------------
-    def write_start(self, model: FamilyConfig, shape: DataShape, data: TaskConfig, train: TrainConfig,
-                    tokenizers: dict[str, Tokenizer | None], task_state: dict[str, Any],
-                    init: dict[str, Any] | None) -> None:
+    def write_start(
+        self,
+        model: FamilyConfig,
+        shape: DataShape,
+        data: TaskConfig,
+        train: TrainConfig,
+        tokenizers: dict[str, Tokenizer | None],
+        task_state: dict[str, Any],
+        init: dict[str, Any] | None,
+    ) -> None:
         """A new run's files, in this order, each written atomically: config.yaml (it marks the
         directory as a run), shape.json, the tokenizers, task_state.json (when the task keeps any)
         and init.json (when its weights start from another run's)."""
@@ -141,8 +148,11 @@ class RunDir:
             raise CheckpointError(f"{self.path}: not a run directory (no config.yaml)")
         sections = read_config_file(self.config)
         try:
-            return (model_config(migrated_model(sections.get("model"))), task_config(sections.get("data") or {}, from_0_1=True),
-                    TrainConfig.from_dict(sections.get("train") or {}))
+            return (
+                model_config(migrated_model(sections.get("model"))),
+                task_config(sections.get("data") or {}, from_0_1=True),
+                TrainConfig.from_dict(sections.get("train") or {}),
+            )
         except ConfigError as err:
             raise CheckpointError(f"{self.config}: {err}") from None
 
@@ -215,8 +225,11 @@ class RunDir:
         """Steps with a complete checkpoint, oldest first."""
         if not self.checkpoints.exists():
             return []
-        return sorted(int(p.name[5:]) for p in self.checkpoints.glob("step-*") if p.name[5:].isdigit()
-                      and (p / MODEL_FILE).exists())
+        return sorted(
+            int(p.name[5:])
+            for p in self.checkpoints.glob("step-*")
+            if p.name[5:].isdigit() and (p / MODEL_FILE).exists()
+        )
 
     def remove_partial_checkpoints(self) -> list[Path]:
         """Delete what a killed run left half-written: staging directories of checkpoints and the
@@ -234,8 +247,15 @@ class RunDir:
             return None
         return int(json.loads(self.best_pointer.read_text())["step"])
 
-    def save(self, step: int, weights: dict[str, torch.Tensor], trainer_state: dict[str, Any], meta: dict[str, Any],
-             keep_last: int, best: tuple[str, float] | None = None) -> Path:
+    def save(
+        self,
+        step: int,
+        weights: dict[str, torch.Tensor],
+        trainer_state: dict[str, Any],
+        meta: dict[str, Any],
+        keep_last: int,
+        best: tuple[str, float] | None = None,
+    ) -> Path:
         """Write a checkpoint atomically; with ``best`` = (metric, value), mark it the best; then drop
         the oldest checkpoints beyond ``keep_last``, never the best one."""
         staged, target = None, self.step_dir(step)
@@ -269,9 +289,11 @@ class RunDir:
                 free = ""
             what = f"checkpoint {target} ({reason}; it needs about {amount(needed)}{free})"
         steps, resume = self.steps(), f"`attnlab train --out {self.path} --resume`"
-        then = (f"the last good checkpoint is step {steps[-1]}: free some space, then continue with {resume}"
-                if steps else f"no checkpoint was written before it: free some space, then {resume} starts it "
-                              f"again from step 0")
+        then = (
+            f"the last good checkpoint is step {steps[-1]}: free some space, then continue with {resume}"
+            if steps
+            else f"no checkpoint was written before it: free some space, then {resume} starts it again from step 0"
+        )
         return CheckpointError(f"could not write {what}; {then}")
 
     def metrics_at(self, step: int) -> dict[str, float]:
@@ -336,8 +358,13 @@ class RunDir:
             raise CheckpointError(f"{path}: cannot load training state ({str(err).splitlines()[0]})") from None
 
 
-def write_checkpoint(directory: Path, weights: dict[str, torch.Tensor], meta: dict[str, Any],
-                     trainer_state: dict[str, Any] | None = None, kind: str = "fp32") -> None:
+def write_checkpoint(
+    directory: Path,
+    weights: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+    trainer_state: dict[str, Any] | None = None,
+    kind: str = "fp32",
+) -> None:
     """The files of one checkpoint (a model's state dict, or weights of another ``kind`` as
     :func:`save_weights` takes them; the trainer's state if any; meta.json), then their checksums,
     which every load verifies. Every checkpoint writer goes through here."""

@@ -78,8 +78,10 @@ def verify_checksum(path: Path) -> None:
         raise CheckpointError(f"{path}: missing (listed in {record.name})")
     actual = _sha256(path)
     if actual != expected:
-        raise CheckpointError(f"{path}: sha256 {actual[:16]}... differs from the recorded {expected[:16]}...: "
-                              f"the file was changed or damaged after it was written; refusing to load it")
+        raise CheckpointError(
+            f"{path}: sha256 {actual[:16]}... differs from the recorded {expected[:16]}...: "
+            f"the file was changed or damaged after it was written; refusing to load it"
+        )
 
 
 def verify_checksums(directory: Path) -> None:
@@ -153,11 +155,19 @@ def put_weights(model: nn.Module, path: str | Path, stored: dict[str, torch.Tens
         state = {name: stored[source] for name, source in sources.items() if source in stored}
         missing = [name for name in wanted if name not in state]
         unexpected = sorted(set(stored) - set(wanted))
-        misshaped = [f"{name} {tuple(t.shape)} for {tuple(wanted[name].shape)}" for name, t in state.items()
-                     if t.shape != wanted[name].shape]
+        misshaped = [
+            f"{name} {tuple(t.shape)} for {tuple(wanted[name].shape)}"
+            for name, t in state.items()
+            if t.shape != wanted[name].shape
+        ]
         if missing or unexpected or misshaped:
-            raise RuntimeError("; ".join(_listed(what, names) for what, names in (
-                ("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)) if names))
+            raise RuntimeError(
+                "; ".join(
+                    _listed(what, names)
+                    for what, names in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+                    if names
+                )
+            )
         load_stored_state(model, placed_like(wanted, state))  # split as its own, if sharded
     except RuntimeError as err:
         raise CheckpointError(f"{path}: cannot load weights ({_first_line(err)})") from None
@@ -175,9 +185,11 @@ def weights_kind(path: str | Path) -> str:
 
 def exported_weights(path: str | Path, kind: str, needed: str = "fp32") -> CheckpointError:
     """The error of a command given an export's ``kind`` weights where it needs ``needed`` ones."""
-    return CheckpointError(f"{path}: holds {kind} weights, exported for decoding, where {needed} ones are needed "
-                           f"(training, resuming, averaging, exporting, pruning and init_from take a run's own "
-                           f"checkpoints)")
+    return CheckpointError(
+        f"{path}: holds {kind} weights, exported for decoding, where {needed} ones are needed "
+        f"(training, resuming, averaging, exporting, pruning and init_from take a run's own "
+        f"checkpoints)"
+    )
 
 
 def _listed(what: str, names: list[str]) -> str:

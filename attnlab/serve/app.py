@@ -36,8 +36,11 @@ from attnlab.views.limits import LIMITS, Refused
 
 STATIC = Path(__file__).parent / "static"
 # the page loads only its own script and style, and runs no inline code
-PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'",
-                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 def is_loopback(host: str) -> bool:
@@ -69,10 +72,16 @@ def create_app(explorers: list[Explorer], host: str = "127.0.0.1") -> Starlette:
         return JSONResponse({"error": str(err)}, status_code=getattr(err, "status", 400))
 
     hosts = ["127.0.0.1", "localhost", "::1", host] if is_loopback(host) else ["*"]
-    return Starlette(routes=[Route("/", page), Route("/api/info", info), Route("/api/run", run, methods=["POST"]),
-                             Mount("/static", StaticFiles(directory=STATIC), name="static")],
-                     middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
-                     exception_handlers={AttnlabError: refused})
+    return Starlette(
+        routes=[
+            Route("/", page),
+            Route("/api/info", info),
+            Route("/api/run", run, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
+        exception_handlers={AttnlabError: refused},
+    )
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
@@ -108,14 +117,17 @@ def listening_socket(host: str, port: int) -> socket.socket:
     except socket.gaierror:
         raise UsageError(f"--host {host}: not an address of this machine") from None
     sock = socket.socket(family, kind)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port left in TIME_WAIT is free; one listened on is not
+    sock.setsockopt(
+        socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+    )  # a port left in TIME_WAIT is free; one listened on is not
     try:
         sock.bind(address)
     except OSError as err:
         sock.close()
         if err.errno == errno.EADDRINUSE:
-            raise UsageError(f"port {port} on {host} is in use; stop what listens there, or choose another --port") \
-                from None
+            raise UsageError(
+                f"port {port} on {host} is in use; stop what listens there, or choose another --port"
+            ) from None
         raise UsageError(f"cannot listen on {host} port {port}: {err.strerror}") from None
     sock.listen(128)
     return sock

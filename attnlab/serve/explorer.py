@@ -40,18 +40,26 @@ COMMON = {"run": 0, "text": "", "heads_off": {}}  # the fields every request rea
 class Explorer:
     """One run's model, loaded once; :meth:`run` answers a request, :meth:`info` describes the run."""
 
-    def __init__(self, run_dir: str | Path, checkpoint: str = "best", device: torch.device | str = "cpu",
-                 allow_files: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        checkpoint: str = "best",
+        device: torch.device | str = "cpu",
+        allow_files: bool = False,
+    ) -> None:
         self.run_dir = RunDir(run_dir)
         self.name = self.run_dir.path.name
         model_cfg, data_cfg, _ = self.run_dir.read_config()  # "not a run directory" comes from here
         self.task = data_cfg.task.name
         view = view_of(data_cfg.task)
-        if not isinstance(view, Explorable) or not (model_cfg.capabilities.attention_weights
-                                                    or model_cfg.capabilities.decoder):
-            raise UsageError(f"{run_dir} is a run of data.task '{self.task}' with arch '{model_cfg.arch}'; "
-                             f"`attnlab serve` explores runs with attention of data.task "
-                             f"{', '.join(map(repr, tasks_with(Explorable)))}")
+        if not isinstance(view, Explorable) or not (
+            model_cfg.capabilities.attention_weights or model_cfg.capabilities.decoder
+        ):
+            raise UsageError(
+                f"{run_dir} is a run of data.task '{self.task}' with arch '{model_cfg.arch}'; "
+                f"`attnlab serve` explores runs with attention of data.task "
+                f"{', '.join(map(repr, tasks_with(Explorable)))}"
+            )
         self.view = view
         model, tokenizers, self.cfg = load_run(run_dir, checkpoint, device)
         try:  # a backend that forms no weights ('local', 'sparse', 'linear') is refused now, not per request
@@ -60,18 +68,33 @@ class Explorer:
         except ValueError as err:
             raise UsageError(f"{run_dir}: {err}") from None
         self.model = model
-        self.session = Session(self.run_dir, model, tokenizers, self.cfg, self.run_dir.read_shape(), data_cfg,
-                               next(model.parameters()).device, allow_files)
+        self.session = Session(
+            self.run_dir,
+            model,
+            tokenizers,
+            self.cfg,
+            self.run_dir.read_shape(),
+            data_cfg,
+            next(model.parameters()).device,
+            allow_files,
+        )
         self.lock = threading.Lock()
         self.example = view.example(self.run_dir, tokenizers)
 
     def info(self) -> dict[str, Any]:
         """The run as the page shows it: name, family, task, its page (input kind, fields, how its
         outputs are drawn), maskable modules, pruning, first input."""
-        return {"path": str(self.run_dir.path), "name": self.name, "arch": self.cfg.arch, "task": self.task,
-                "files_allowed": self.session.allow_files, **self.view.page.describe(),
-                "modules": {name: m.n_heads for name, m in attention_modules(self.model).items()},
-                "pruning": pruning_report(self.run_dir), "example": self.example}
+        return {
+            "path": str(self.run_dir.path),
+            "name": self.name,
+            "arch": self.cfg.arch,
+            "task": self.task,
+            "files_allowed": self.session.allow_files,
+            **self.view.page.describe(),
+            "modules": {name: m.n_heads for name, m in attention_modules(self.model).items()},
+            "pruning": pruning_report(self.run_dir),
+            "example": self.example,
+        }
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         """Answer one request: {text, heads_off: {module: [heads]}, and the fields of the task's page}."""
@@ -87,10 +110,14 @@ class Explorer:
         """The request's fields, checked, with the page's defaults filled in ("run" dropped)."""
         fields = COMMON | self.view.page.fields
         if "question" in request and "question" not in fields:
-            asking = [name for name, task in TASKS.items()
-                      if isinstance(view := VIEWS.get(task), Explorable) and "question" in view.page.fields]
-            raise Refused(f"{self.name} is a {self.task} run, which answers no question; ask a "
-                          f"{' or '.join(asking)} run")
+            asking = [
+                name
+                for name, task in TASKS.items()
+                if isinstance(view := VIEWS.get(task), Explorable) and "question" in view.page.fields
+            ]
+            raise Refused(
+                f"{self.name} is a {self.task} run, which answers no question; ask a {' or '.join(asking)} run"
+            )
         unknown = sorted(set(request) - set(fields))
         if unknown:
             raise Refused(f"unknown field {unknown[0]!r}; a {self.task} run reads {', '.join(fields)}")
@@ -100,11 +127,14 @@ class Explorer:
             if kind is float and type(value) is int:
                 value = options[name] = float(value)
             if type(value) is not kind:
-                raise Refused(f"{name} must be {kind.__name__ if kind is not dict else 'an object'} "
-                              f"(got {json.dumps(value)})")
+                raise Refused(
+                    f"{name} must be {kind.__name__ if kind is not dict else 'an object'} (got {json.dumps(value)})"
+                )
         if len(options["text"]) > LIMITS.max_chars:
-            raise Refused(f"the input has {len(options['text']):,} characters; the explorer takes at most "
-                          f"{LIMITS.max_chars:,}", status=413)
+            raise Refused(
+                f"the input has {len(options['text']):,} characters; the explorer takes at most {LIMITS.max_chars:,}",
+                status=413,
+            )
         if self.view.page.image is None:
             if not options["text"].strip():
                 raise Refused("the input is empty; type a sentence")
@@ -123,7 +153,9 @@ class Explorer:
                 raise Refused(f"heads_off: no attention module {name!r} (modules: {', '.join(modules)})")
             n = modules[name].n_heads
             if not isinstance(heads, list) or any(type(h) is not int or not 0 <= h < n for h in heads):
-                raise Refused(f"heads_off[{name!r}] must be a list of head indices 0..{n - 1} (got {json.dumps(heads)})")
+                raise Refused(
+                    f"heads_off[{name!r}] must be a list of head indices 0..{n - 1} (got {json.dumps(heads)})"
+                )
             if heads:
                 checked[name] = sorted(set(heads))
         return checked

@@ -46,8 +46,9 @@ class Reports(Protocol):
 class EvaluatesFiles(Reports, Protocol):
     """A task that scores a run on a file in its own format (`attnlab evaluate --data FILE`)."""
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str, split: str | None
+    ) -> dict[str, Any]:
         """The record of the file ``path``, read with the run's ``tokenizers`` and task ``state``;
         ``split``: a split of that file (--split), which a task whose files hold none refuses."""
         ...
@@ -96,8 +97,15 @@ class Predicts(Protocol):
         """The names of the classes :meth:`predict` gives probabilities of, in order."""
         ...
 
-    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None, batch_size: int,
-                **options: str) -> list[Prediction]:
+    def predict(
+        self,
+        model: nn.Module,
+        run: RunState,
+        inputs: list[str],
+        input_file: str | None,
+        batch_size: int,
+        **options: str,
+    ) -> list[Prediction]:
         """Each input's name (None: read line by line) and class probabilities."""
         ...
 

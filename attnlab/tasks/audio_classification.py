@@ -63,8 +63,10 @@ class AudioClassificationConfig(TaskConfig):
 
     def check_trainable(self) -> None:
         if self.recordings is None:
-            raise ConfigError("data.task 'audio_classification' needs 'recordings' (a folder of "
-                              "{digit}_{speaker}_{index}.wav files, e.g. data/fsdd/train)")
+            raise ConfigError(
+                "data.task 'audio_classification' needs 'recordings' (a folder of "
+                "{digit}_{speaker}_{index}.wav files, e.g. data/fsdd/train)"
+            )
 
     @property
     def samples(self) -> int:
@@ -73,6 +75,7 @@ class AudioClassificationConfig(TaskConfig):
 
 
 # -- reading -------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Recording:
@@ -91,8 +94,10 @@ def recordings_in(folder: str | Path) -> list[Recording]:
     for path in audio_files(folder):
         match = NAME.match(path.stem)
         if match is None:
-            raise DataError(f"{path}: not named {{digit}}_{{speaker}}_{{index}} (as FSDD's 7_jackson_32.wav), so "
-                            f"its label is unknown")
+            raise DataError(
+                f"{path}: not named {{digit}}_{{speaker}}_{{index}} (as FSDD's 7_jackson_32.wav), so "
+                f"its label is unknown"
+            )
         found.append(Recording(path, str(int(match["digit"])), match["speaker"], int(match["index"])))
     return found
 
@@ -138,6 +143,7 @@ class Notes:
 
 # -- batches --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class AudioBatch(ExampleBatch):
     """waveforms: (B, S) zero-padded; lengths: (B,) samples; labels: (B,) class ids."""
@@ -178,8 +184,13 @@ class AudioData:
         return self._eval[split]
 
 
-def tensors(recordings: list[Recording], cfg: AudioClassificationConfig, classes: list[str], where: str,
-            note: Callable[[str], None]) -> tuple[tuple[Tensor, Tensor, Tensor], int]:
+def tensors(
+    recordings: list[Recording],
+    cfg: AudioClassificationConfig,
+    classes: list[str],
+    where: str,
+    note: Callable[[str], None],
+) -> tuple[tuple[Tensor, Tensor, Tensor], int]:
     clips = read_clips([r.path for r in recordings], cfg.sample_rate, cfg.samples, note)
     ids = class_ids([r.label(cfg.label) for r in recordings], classes, where)
     return (torch.from_numpy(clips.waveforms), torch.from_numpy(clips.lengths), ids), int(clips.cut.sum())
@@ -195,8 +206,9 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
     commands = ("predict", "evaluate")
     cfg: AudioClassificationConfig
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> AudioData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> AudioData:
         cfg = self.cfg
         cfg.check_trainable()
         found = recordings_in(cfg.recordings)
@@ -204,8 +216,9 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         kept = [r for r in found if not cfg.valid_first <= r.index <= cfg.valid_last]
         for split, rows in (("training", kept), ("validation", held)):
             if not rows:
-                raise DataError(f"{cfg.recordings}: no {split} recordings (validation: indices {cfg.valid_first}-"
-                                f"{cfg.valid_last})")
+                raise DataError(
+                    f"{cfg.recordings}: no {split} recordings (validation: indices {cfg.valid_first}-{cfg.valid_last})"
+                )
         classes = state["labels"] if state else class_names([r.label(cfg.label) for r in kept])
         if len(classes) < 2:
             raise DataError(f"{cfg.recordings}: one {cfg.label} ('{classes[0]}'); a classifier needs at least two")
@@ -213,8 +226,13 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         train, cut = tensors(kept, cfg, classes, cfg.recordings, note)
         valid, cut_valid = tensors(held, cfg, classes, cfg.recordings, note)
         note.close()
-        return AudioData(splits={"train": train, "valid": valid}, labels=classes, batch_size=batching.batch_size,
-                         seed=batching.seed, cut=cut + cut_valid)
+        return AudioData(
+            splits={"train": train, "valid": valid},
+            labels=classes,
+            batch_size=batching.batch_size,
+            seed=batching.seed,
+            cut=cut + cut_valid,
+        )
 
     def saved_state(self, data: AudioData) -> dict[str, Any]:
         """The class names in id order."""
@@ -222,11 +240,15 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
 
     def data_shape(self, data: AudioData | None = None) -> DataShape:
         """The rate and clip length are the config's; the classes the data's (two before it is read)."""
-        return DataShape(sample_rate=self.cfg.sample_rate, samples=self.cfg.samples,
-                         n_classes=len(data.labels) if data is not None else 2)
+        return DataShape(
+            sample_rate=self.cfg.sample_rate,
+            samples=self.cfg.samples,
+            n_classes=len(data.labels) if data is not None else 2,
+        )
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str, split: str | None
+    ) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on a folder of recordings named as the
         training ones, read as they were."""
         self.refuse_split(split)
@@ -236,27 +258,47 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         return evaluation_report(model, batches_of(*split, 64), state["labels"])
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None,
-                batch_size: int, **options: str) -> list[Prediction]:
+    def predict(
+        self,
+        model: nn.Module,
+        run: RunState,
+        inputs: list[str],
+        input_file: str | None,
+        batch_size: int,
+        **options: str,
+    ) -> list[Prediction]:
         """Each audio file named, read as in training (a longer one cut, with a note)."""
         if input_file is not None or not inputs:
             raise UsageError("give the recordings to classify as arguments: attnlab predict RUN a.wav [more.wav ...]")
         cfg = self.cfg
-        clips = read_clips([Path(p) for p in inputs], cfg.sample_rate, cfg.samples,
-                           lambda line: print(f"note: {line}", file=sys.stderr))
+        clips = read_clips(
+            [Path(p) for p in inputs],
+            cfg.sample_rate,
+            cfg.samples,
+            lambda line: print(f"note: {line}", file=sys.stderr),
+        )
         for path, cut in zip(inputs, clips.cut):
             if cut:
-                print(f"note: {path}: longer than the model's {cfg.clip_seconds:g} s; its first {cfg.clip_seconds:g} s "
-                      f"classified", file=sys.stderr)
+                print(
+                    f"note: {path}: longer than the model's {cfg.clip_seconds:g} s; its first {cfg.clip_seconds:g} s "
+                    f"classified",
+                    file=sys.stderr,
+                )
         model.eval()
         device = next(model.parameters()).device
         waveforms, lengths = torch.from_numpy(clips.waveforms), torch.from_numpy(clips.lengths)
-        probabilities = torch.cat([model.classify(w.to(device), n.to(device)).float().softmax(-1).cpu()
-                                   for w, n in zip(waveforms.split(batch_size), lengths.split(batch_size))])
+        probabilities = torch.cat(
+            [
+                model.classify(w.to(device), n.to(device)).float().softmax(-1).cpu()
+                for w, n in zip(waveforms.split(batch_size), lengths.split(batch_size))
+            ]
+        )
         return list(zip(inputs, probabilities.tolist()))
 
     def describe(self, data: AudioData) -> str:
         sizes = ", ".join(f"{name} {len(labels):,}" for name, (_, _, labels) in data.splits.items())
         samples = data.splits["train"][0].shape[1]
-        return (f"recordings: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; clips of {samples:,} "
-                f"samples ({data.cut:,} cut)")
+        return (
+            f"recordings: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; clips of {samples:,} "
+            f"samples ({data.cut:,} cut)"
+        )

@@ -59,8 +59,9 @@ class SampledBatches(Sequence[BatchT]):
     is the (epoch, batch) position that every checkpoint keeps, and a resumed run draws exactly what
     an uninterrupted one would. ``make`` turns a list of examples and a seed into a batch."""
 
-    def __init__(self, examples: list[E], batch_size: int, seed: int, epoch: int,
-                 make: Callable[[list[E], int], BatchT]) -> None:
+    def __init__(
+        self, examples: list[E], batch_size: int, seed: int, epoch: int, make: Callable[[list[E], int], BatchT]
+    ) -> None:
         self.examples, self.batch_size, self.seed, self.epoch, self.make = examples, batch_size, seed, epoch, make
         self.n = -(-len(examples) // batch_size)
 
@@ -112,22 +113,27 @@ class BucketedData(Generic[E, BatchT]):
 
     def _batches(self, examples: list[E], seed: int, epoch: int) -> list[BatchT]:
         groups = token_budget_batches([self.length(e) for e in examples], self.max_tokens, seed, epoch)
-        return [self._padded([examples[i] for i in group], batch_seed(seed, epoch, k)) for k, group in enumerate(groups)]
+        return [
+            self._padded([examples[i] for i in group], batch_seed(seed, epoch, k)) for k, group in enumerate(groups)
+        ]
 
     def _padded(self, examples: list[E], seed: int) -> BatchT:
         return padded_to_multiple(self.collate(examples, seed), self.pad_multiple)
 
 
-def hold_out_valid(splits: dict[str, list[Any]], n_valid: int, train_path: str | None, what: str
-                   ) -> dict[str, list[Any]]:
+def hold_out_valid(
+    splits: dict[str, list[Any]], n_valid: int, train_path: str | None, what: str
+) -> dict[str, list[Any]]:
     """The splits with a 'valid' one: as given, or else the last ``n_valid`` training examples
     (``what`` names them in the error when there are too few)."""
     if "valid" in splits:
         return splits
     train = splits["train"]
     if len(train) <= n_valid:
-        raise DataError(f"{train_path}: {len(train)} {what} are too few to hold out n_valid ({n_valid}) for "
-                        f"validation; give a 'valid' file")
+        raise DataError(
+            f"{train_path}: {len(train)} {what} are too few to hold out n_valid ({n_valid}) for "
+            f"validation; give a 'valid' file"
+        )
     return splits | {"train": train[:-n_valid], "valid": train[-n_valid:]}
 
 
@@ -144,5 +150,10 @@ class Batching:
 
     def bucketing(self) -> dict[str, Any]:
         """The fields of :class:`BucketedData` that batching sets."""
-        return {"seed": self.seed, "max_tokens": self.max_tokens, "pad_multiple": self.pad_multiple,
-                "sampling": self.sampling, "batch_size": self.batch_size}
+        return {
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+            "pad_multiple": self.pad_multiple,
+            "sampling": self.sampling,
+            "batch_size": self.batch_size,
+        }

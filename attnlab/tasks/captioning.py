@@ -33,29 +33,42 @@ from attnlab.tasks.task import Amp, NextTokenTask, register_task
 
 # -- decoding and scoring -------------------------------------------------------------------------------
 
+
 @torch.no_grad()
-def caption_images(model: nn.Module, tokenizer: Tokenizer, images: Tensor, search: Search
-                   ) -> list[list[tuple[str, float | None]]]:
+def caption_images(
+    model: nn.Module, tokenizer: Tokenizer, images: Tensor, search: Search
+) -> list[list[tuple[str, float | None]]]:
     """(N, C, H, W) standardised images -> each one's captions by ``search`` (decode/spec.py: greedy's
     unscored, beam search's ``nbest`` scored log P / length penalty), ``search.batch_size`` at a time."""
     model.eval()
     device = next(model.parameters()).device
-    return [[(tokenizer.decode(ids), score) for ids, score in outputs]
-            for chunk in images.split(search.batch_size) for outputs in search.decode(model, chunk.to(device))]
+    return [
+        [(tokenizer.decode(ids), score) for ids, score in outputs]
+        for chunk in images.split(search.batch_size)
+        for outputs in search.decode(model, chunk.to(device))
+    ]
 
 
-def caption_record(model: nn.Module, tokenizer: Tokenizer, images: Tensor, references: list[str], search: Search
-                   ) -> dict[str, Any]:
+def caption_record(
+    model: nn.Module, tokenizer: Tokenizer, images: Tensor, references: list[str], search: Search
+) -> dict[str, Any]:
     """Exact match and BLEU (sacrebleu, with its signature) of the captions of ``images`` (standardised)
     by ``search`` against ``references``, and the references' teacher-forced perplexity."""
     hypotheses = [nbest[0][0] for nbest in caption_images(model, tokenizer, images, search)]
     bleu, signature = corpus_bleu(hypotheses, references)
     ids = tokenizer.encode_batch(references)
-    batches = [caption_batch(images[i:i + 64], ids[i:i + 64]) for i in range(0, len(ids), 64)]
+    batches = [caption_batch(images[i : i + 64], ids[i : i + 64]) for i in range(0, len(ids), 64)]
     likelihood = teacher_forced(model, batches)
-    return {"exact_match": exact_match(hypotheses, references), "bleu": bleu, "bleu_signature": signature,
-            "ppl": likelihood["ppl"], "nll": likelihood["loss"], "images": len(references), **search.record(),
-            "examples": [{"reference": r, "caption": h} for r, h in list(zip(references, hypotheses))[:5]]}
+    return {
+        "exact_match": exact_match(hypotheses, references),
+        "bleu": bleu,
+        "bleu_signature": signature,
+        "ppl": likelihood["ppl"],
+        "nll": likelihood["loss"],
+        "images": len(references),
+        **search.record(),
+        "examples": [{"reference": r, "caption": h} for r, h in list(zip(references, hypotheses))[:5]],
+    }
 
 
 @register_task
@@ -75,21 +88,31 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
         task.search = search
         return task
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> CaptionData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> CaptionData:
         splits, tokenizers, standardise = captioned_splits(self.cfg, tokenizers, state)
-        return CaptionData(splits=splits, tokenizers=tokenizers, standardise=standardise,
-                           batch_size=batching.batch_size, max_caption_len=self.cfg.max_caption_len, seed=batching.seed)
+        return CaptionData(
+            splits=splits,
+            tokenizers=tokenizers,
+            standardise=standardise,
+            batch_size=batching.batch_size,
+            max_caption_len=self.cfg.max_caption_len,
+            seed=batching.seed,
+        )
 
-    def validate(self, model: nn.Module, data: CaptionData, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: CaptionData, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         """Loss and perplexity, and the exact match of ``n_decoded`` greedy captions."""
         result = super().validate(model, data, device, amp, n_decoded, split)
         if n_decoded:
             part = data.splits[split]
             images = data.standardise(part.images[:n_decoded])
-            hypotheses = [c[0][0] for c in caption_images(model, data.tokenizers["tgt"], images,
-                                                          Greedy(max_len=data.max_caption_len))]
+            hypotheses = [
+                c[0][0]
+                for c in caption_images(model, data.tokenizers["tgt"], images, Greedy(max_len=data.max_caption_len))
+            ]
             result["exact_match"] = exact_match(hypotheses, part.captions[:n_decoded])
         return result
 
@@ -102,11 +125,17 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
         """Captions of a split of the run's data by the task's search, at most the run's
         max_caption_len tokens each, scored."""
         part = data.splits[split]
-        return caption_record(model, data.tokenizers["tgt"], data.standardise(part.images), part.captions,
-                              replace(self.search, max_len=data.max_caption_len))
+        return caption_record(
+            model,
+            data.tokenizers["tgt"],
+            data.standardise(part.images),
+            part.captions,
+            replace(self.search, max_len=data.max_caption_len),
+        )
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str, split: str | None
+    ) -> dict[str, Any]:
         """Captions of a captions file's images, read as the run's training images were, by the task's search,
         scored."""
         self.refuse_split(split)
@@ -118,7 +147,9 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
 
     def report(self, result: dict[str, Any], source: str) -> list[str]:
         search = "greedy" if result["beam"] == 1 else f"beam {result['beam']}, lenpen {result['lenpen']}"
-        lines = [f"exact match  {result['exact_match']:.2%}   BLEU  {result['bleu']:.2f}   perplexity of the references  "
-                 f"{result['ppl']:.3f}   ({result['images']} images, {source}, {search})",
-                 f"BLEU signature  {result['bleu_signature']}"]
+        lines = [
+            f"exact match  {result['exact_match']:.2%}   BLEU  {result['bleu']:.2f}   perplexity of the references  "
+            f"{result['ppl']:.3f}   ({result['images']} images, {source}, {search})",
+            f"BLEU signature  {result['bleu_signature']}",
+        ]
         return lines + [f"  {e['caption']}   (reference: {e['reference']})" for e in result["examples"]]

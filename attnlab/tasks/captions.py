@@ -35,6 +35,7 @@ BUILT_IN = ("scenes",)
 
 Captioned = tuple[np.ndarray, list[str]]  # pixels (N, H, W, C) float32, and each image's caption
 
+
 @dataclass(frozen=True)
 class CaptioningConfig(SceneSplits, TaskConfig):
     """``dataset: scenes`` (splits train, valid, test and compositional, drawn as SceneSplits
@@ -68,8 +69,10 @@ class CaptioningConfig(SceneSplits, TaskConfig):
 
     def check_trainable(self) -> None:
         if self.dataset is None and self.train is None:
-            raise ConfigError(f"data.task '{self.task.name}' needs 'dataset' (scenes) or 'train' (a captions file: "
-                              "image TAB caption lines)")
+            raise ConfigError(
+                f"data.task '{self.task.name}' needs 'dataset' (scenes) or 'train' (a captions file: "
+                "image TAB caption lines)"
+            )
 
     @property
     def longest_sequence(self) -> int:
@@ -82,10 +85,13 @@ class CaptioningConfig(SceneSplits, TaskConfig):
 
 # -- reading ----------------------------------------------------------------------------------------
 
+
 def generated_scenes(cfg: CaptioningConfig) -> dict[str, Captioned]:
     """The four splits of the built-in scenes as pixels and captions."""
-    return {split: (np.stack([s.pixels for s in drawn]).astype(np.float32), [s.caption for s in drawn])
-            for split, drawn in cfg.drawn_scenes().items()}
+    return {
+        split: (np.stack([s.pixels for s in drawn]).astype(np.float32), [s.caption for s in drawn])
+        for split, drawn in cfg.drawn_scenes().items()
+    }
 
 
 def read_captioned(path: str, colour: str, resize: int | tuple[int, int] | None) -> Captioned:
@@ -100,15 +106,22 @@ def read_captioned(path: str, colour: str, resize: int | tuple[int, int] | None)
 def read_splits(cfg: CaptioningConfig) -> dict[str, Captioned]:
     if cfg.dataset is not None:
         return generated_scenes(cfg)
-    splits = {name: read_captioned(getattr(cfg, name), cfg.colour, cfg.resize) for name in ("train", "valid", "test")
-              if getattr(cfg, name) is not None}
+    splits = {
+        name: read_captioned(getattr(cfg, name), cfg.colour, cfg.resize)
+        for name in ("train", "valid", "test")
+        if getattr(cfg, name) is not None
+    }
     if "valid" not in splits:
         pixels, captions = splits["train"]
         if len(captions) <= cfg.n_valid:
-            raise DataError(f"{cfg.train}: {len(captions)} captioned images are too few to hold out n_valid "
-                            f"({cfg.n_valid}) for validation; give a 'valid' file")
-        splits |= {"train": (pixels[:-cfg.n_valid], captions[:-cfg.n_valid]),
-                   "valid": (pixels[-cfg.n_valid:], captions[-cfg.n_valid:])}
+            raise DataError(
+                f"{cfg.train}: {len(captions)} captioned images are too few to hold out n_valid "
+                f"({cfg.n_valid}) for validation; give a 'valid' file"
+            )
+        splits |= {
+            "train": (pixels[: -cfg.n_valid], captions[: -cfg.n_valid]),
+            "valid": (pixels[-cfg.n_valid :], captions[-cfg.n_valid :]),
+        }
     return splits
 
 
@@ -117,12 +130,15 @@ def encoded(captions: list[str], tokenizer: Tokenizer, longest: int, where: str)
     ids = tokenizer.encode_batch(captions)
     for n, row in enumerate(ids, start=1):
         if not row or len(row) > longest:
-            raise DataError(f"{where}: caption {n} has {len(row)} tokens; data.max_caption_len is {longest} "
-                            f"(and a caption needs at least one)")
+            raise DataError(
+                f"{where}: caption {n} has {len(row)} tokens; data.max_caption_len is {longest} "
+                f"(and a caption needs at least one)"
+            )
     return ids
 
 
 # -- batches ------------------------------------------------------------------------------------------
+
 
 @dataclass
 class CaptionBatch(Batch):
@@ -143,12 +159,16 @@ class CaptionSplit:
 
 def caption_batch(images: Tensor, ids: list[list[int]]) -> CaptionBatch:
     """Standardised images and caption ids -> a teacher-forcing batch."""
-    return CaptionBatch(src=images, tgt_in=pad_sequences([[BOS] + row for row in ids]),
-                        tgt_out=pad_sequences([row + [EOS] for row in ids]))
+    return CaptionBatch(
+        src=images,
+        tgt_in=pad_sequences([[BOS] + row for row in ids]),
+        tgt_out=pad_sequences([row + [EOS] for row in ids]),
+    )
 
 
-def captioned_splits(cfg: CaptioningConfig, tokenizers: Tokenizers | None, state: dict[str, Any] | None
-                     ) -> tuple[dict[str, CaptionSplit], Tokenizers, Standardise]:
+def captioned_splits(
+    cfg: CaptioningConfig, tokenizers: Tokenizers | None, state: dict[str, Any] | None
+) -> tuple[dict[str, CaptionSplit], Tokenizers, Standardise]:
     """Every split of ``cfg`` read, its captions tokenised, with the tokenizers ({'src': None, 'tgt':
     the captions'}, fitted on the training captions unless given) and the standardisation (the
     run's ``state``, or fitted on the training images): what any task of captioned images reads."""
@@ -161,11 +181,14 @@ def captioned_splits(cfg: CaptioningConfig, tokenizers: Tokenizers | None, state
     for name, (pixels, captions) in read.items():
         where = getattr(cfg, name, None) or cfg.dataset or name
         if pixels.shape[1:] != shape:
-            raise DataError(f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
-                            f"{channels(pixels.shape[3])}; the training images are {shape[1]}x{shape[0]} with "
-                            f"{channels(shape[2])} (set data.resize)")
-        splits[name] = CaptionSplit(as_tensor(pixels), captions,
-                                    encoded(captions, tokenizers["tgt"], cfg.max_caption_len, where))
+            raise DataError(
+                f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
+                f"{channels(pixels.shape[3])}; the training images are {shape[1]}x{shape[0]} with "
+                f"{channels(shape[2])} (set data.resize)"
+            )
+        splits[name] = CaptionSplit(
+            as_tensor(pixels), captions, encoded(captions, tokenizers["tgt"], cfg.max_caption_len, where)
+        )
     return splits, tokenizers, standardise
 
 
@@ -191,8 +214,9 @@ class ImageRows:
 
     def eval_batches(self, split: str) -> list[Any]:
         if split not in self._eval:
-            self._eval[split] = self.batches(self.splits[split], list(torch.arange(len(self.splits[split]))
-                                                                       .split(self.batch_size)))
+            self._eval[split] = self.batches(
+                self.splits[split], list(torch.arange(len(self.splits[split])).split(self.batch_size))
+            )
         return self._eval[split]
 
     @property
@@ -217,7 +241,6 @@ class CaptionData(ImageRows):
 
     def batches(self, split: CaptionSplit, rows: list[Tensor]) -> list[CaptionBatch]:
         return [caption_batch(self.standardise(split.images[r]), [split.ids[i] for i in r.tolist()]) for r in rows]
-
 
 
 def planned_shape(cfg: CaptioningConfig) -> tuple[int, int, int]:
@@ -253,8 +276,13 @@ class CaptionedImages(Task[CD, CB]):
             height, width, channels_ = planned_shape(self.cfg)
         else:
             channels_, height, width = data.image_shape
-        return DataShape(image_height=height, image_width=width, channels=channels_,
-                         vocab_size=self.vocabulary(data, "tgt"), pad_id=PAD)
+        return DataShape(
+            image_height=height,
+            image_width=width,
+            channels=channels_,
+            vocab_size=self.vocabulary(data, "tgt"),
+            pad_id=PAD,
+        )
 
     def describe(self, data: CD) -> str:
         sizes = ", ".join(f"{name} {len(split):,}" for name, split in data.splits.items())
@@ -274,8 +302,11 @@ def read_input_images(paths: list[str], run: RunState) -> Tensor:
     for path in paths:
         image = read_image(path, colour_of(shape), None)
         if image.shape[:2] != shape[:2]:
-            print(f"note: {path}: {image.shape[1]}x{image.shape[0]} pixels, resized to the {shape[1]}x{shape[0]} the "
-                  f"model reads", file=sys.stderr)
+            print(
+                f"note: {path}: {image.shape[1]}x{image.shape[0]} pixels, resized to the {shape[1]}x{shape[0]} the "
+                f"model reads",
+                file=sys.stderr,
+            )
             image = read_image(path, colour_of(shape), shape[:2])
         pixels.append(image)
     return Standardise(state["mean"], state["std"])(as_tensor(np.stack(pixels)))

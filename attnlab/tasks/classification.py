@@ -114,12 +114,16 @@ class ClassificationData(BucketedData[Encoded, ClassBatch]):
 
 
 def collate(examples: list[Encoded]) -> ClassBatch:
-    return ClassBatch(pad_sequences([e.ids for e in examples]), pad_sequences([e.segments for e in examples]),
-                      torch.tensor([e.label for e in examples]))
+    return ClassBatch(
+        pad_sequences([e.ids for e in examples]),
+        pad_sequences([e.segments for e in examples]),
+        torch.tensor([e.label for e in examples]),
+    )
 
 
-def encode_inputs(tokenizer: Tokenizer, texts_a: list[str], texts_b: list[str | None], max_len: int
-                  ) -> tuple[list[tuple[list[int], list[int]]], int]:
+def encode_inputs(
+    tokenizer: Tokenizer, texts_a: list[str], texts_b: list[str | None], max_len: int
+) -> tuple[list[tuple[list[int], list[int]]], int]:
     """(ids, segments) of each input, cut to ``max_len`` (the longer text first), and how many were cut."""
     a_ids = tokenizer.encode_batch(texts_a)
     b_ids = tokenizer.encode_batch([b or "" for b in texts_b])
@@ -147,8 +151,13 @@ class Classified(typing.Protocol):
 
 
 @torch.no_grad()
-def scores_of(model: nn.Module, batches: typing.Iterable[Classified], n_classes: int, device: torch.device,
-              amp: Amp = contextlib.nullcontext) -> tuple[dict[str, float], list[int], list[int]]:
+def scores_of(
+    model: nn.Module,
+    batches: typing.Iterable[Classified],
+    n_classes: int,
+    device: torch.device,
+    amp: Amp = contextlib.nullcontext,
+) -> tuple[dict[str, float], list[int], list[int]]:
     """Loss, accuracy and macro-F1 over ``batches`` (each with ``labels`` and ``logits(model)``); the
     predicted and the true class of each example, in the order of the batches."""
     model.eval()
@@ -164,13 +173,20 @@ def scores_of(model: nn.Module, batches: typing.Iterable[Classified], n_classes:
     return scores, predicted, gold
 
 
-def evaluation_report(model: nn.Module, batches: typing.Iterable[Classified], labels: list[str]
-                      ) -> dict[str, typing.Any]:
+def evaluation_report(
+    model: nn.Module, batches: typing.Iterable[Classified], labels: list[str]
+) -> dict[str, typing.Any]:
     """`attnlab evaluate`'s record: loss, accuracy, macro-F1, the number of examples, the labels and
     the confusion matrix (rows: true class, columns: predicted)."""
     scores, predicted, gold = scores_of(model, batches, len(labels), next(model.parameters()).device)
-    return {"loss": scores["valid_loss"], "accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"],
-            "examples": len(gold), "labels": labels, "confusion": confusion_matrix(predicted, gold, len(labels))}
+    return {
+        "loss": scores["valid_loss"],
+        "accuracy": scores["accuracy"],
+        "macro_f1": scores["macro_f1"],
+        "examples": len(gold),
+        "labels": labels,
+        "confusion": confusion_matrix(predicted, gold, len(labels)),
+    }
 
 
 class LabelledData(typing.Protocol):
@@ -199,8 +215,9 @@ class ClassifierTask(Task[LD, CB]):
             logits = batch.logits(model)
         return label_smoothed_nll(logits, batch.labels, label_smoothing, NO_LABEL)
 
-    def validate(self, model: nn.Module, data: LD, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: LD, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         return scores_of(model, data.eval_batches(split), len(data.labels), device, amp)[0]
 
     def evaluate_split(self, model: nn.Module, data: LD, split: str) -> dict[str, typing.Any]:
@@ -208,10 +225,12 @@ class ClassifierTask(Task[LD, CB]):
 
     def report(self, result: dict[str, typing.Any], source: str) -> list[str]:
         """Accuracy, macro-F1 and loss, and the confusion matrix as text."""
-        return [f"accuracy  {result['accuracy']:.2%}   macro-F1  {result['macro_f1']:.4f}   loss  {result['loss']:.4f}   "
-                f"({result['examples']} examples, {source})",
-                "confusion matrix (rows: true label, columns: predicted)",
-                *confusion_table(result["labels"], result["confusion"])]
+        return [
+            f"accuracy  {result['accuracy']:.2%}   macro-F1  {result['macro_f1']:.4f}   loss  {result['loss']:.4f}   "
+            f"({result['examples']} examples, {source})",
+            "confusion matrix (rows: true label, columns: predicted)",
+            *confusion_table(result["labels"], result["confusion"]),
+        ]
 
 
 @register_task
@@ -231,13 +250,21 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
     def piped(self, batch: ClassBatch) -> Piped:
         return Piped((batch.ids, batch.segments), batch.labels, NO_LABEL)
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> ClassificationData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
+    ) -> ClassificationData:
         cfg = self.cfg
-        files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
-                 if path is not None}
-        read = hold_out_valid({name: read_labelled(path, self.cfg.header) for name, path in files.items()},
-                              self.cfg.n_valid, self.cfg.train, "examples")
+        files = {
+            name: path
+            for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
+            if path is not None
+        }
+        read = hold_out_valid(
+            {name: read_labelled(path, self.cfg.header) for name, path in files.items()},
+            self.cfg.n_valid,
+            self.cfg.train,
+            "examples",
+        )
         labels = state["labels"] if state else sorted({e.label for e in read["train"]})
         if len(labels) < 2:
             raise DataError(f"{self.cfg.train}: one label ('{labels[0]}'); a classifier needs at least two")
@@ -247,12 +274,14 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         splits, truncated = {}, 0
         for name, examples in read.items():
             ids = label_ids(examples, labels, files.get(name, self.cfg.train))
-            inputs, cut = encode_inputs(tokenizers["src"], [e.text_a for e in examples],
-                                        [e.text_b for e in examples], self.cfg.max_len)
+            inputs, cut = encode_inputs(
+                tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples], self.cfg.max_len
+            )
             splits[name] = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
             truncated += cut if name == "train" else 0
-        return ClassificationData(tokenizers=tokenizers, splits=splits, labels=labels, truncated=truncated,
-                                  **batching.bucketing())
+        return ClassificationData(
+            tokenizers=tokenizers, splits=splits, labels=labels, truncated=truncated, **batching.bucketing()
+        )
 
     def saved_state(self, data: ClassificationData) -> dict[str, typing.Any]:
         """The labels, in class-id order, and whether the inputs are sentence pairs."""
@@ -263,28 +292,41 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         segment table to the model section (0 by default; a pre-trained model keeps its table, whose
         first row it adds everywhere)."""
         pairs = data is not None and any(1 in e.segments for e in data.splits["train"])
-        return DataShape(vocab_size=self.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
-                         pad_id=PAD, segments=2 if pairs else None)
+        return DataShape(
+            vocab_size=self.vocabulary(data, "src"),
+            n_classes=len(data.labels) if data is not None else 2,
+            pad_id=PAD,
+            segments=2 if pairs else None,
+        )
 
     def analysis_pass(self, model: nn.Module, batch: ClassBatch) -> dict[str, Tensor]:
         model.classify(batch.ids, batch.segments)
         return {"encoder": batch.ids != PAD}
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, typing.Any], path: str,
-                      split: str | None) -> dict[str, typing.Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, typing.Any], path: str, split: str | None
+    ) -> dict[str, typing.Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on a labelled file, read and encoded as
         the run's training data was (``self.cfg``, ``tokenizers`` and ``state``: the run's)."""
         self.refuse_split(split)
         examples = read_labelled(path, self.cfg.header)
         ids = label_ids(examples, state["labels"], path)
-        inputs, _ = encode_inputs(tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples],
-                                  self.cfg.max_len)
+        inputs, _ = encode_inputs(
+            tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples], self.cfg.max_len
+        )
         encoded = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
         test = ClassificationData(tokenizers=tokenizers, splits={"test": encoded}, labels=state["labels"])
         return evaluation_report(model, test.eval_batches("test"), state["labels"])
 
-    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None,
-                batch_size: int, **options: str) -> list[Prediction]:
+    def predict(
+        self,
+        model: nn.Module,
+        run: RunState,
+        inputs: list[str],
+        input_file: str | None,
+        batch_size: int,
+        **options: str,
+    ) -> list[Prediction]:
         """One text per line of ``input_file`` (or stdin), or ``text_a TAB text_b``; a blank line
         gives no prediction."""
         from attnlab.data.corpora import read_input_lines
@@ -295,15 +337,18 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         state = run.read_task_state()
         # runs of before 'pairs': pairs had segments
         pairs = state.get("pairs", run.read_config()[0].segment_rows(run.read_shape()) > 0)
-        probabilities = classify(model, run.read_tokenizers()["src"], lines, self.cfg.max_len, pairs, batch_size,
-                                 input_file or "<stdin>")
+        probabilities = classify(
+            model, run.read_tokenizers()["src"], lines, self.cfg.max_len, pairs, batch_size, input_file or "<stdin>"
+        )
         return [(None, p if line.strip() else None) for line, p in zip(lines, probabilities)]
 
     def describe(self, data: ClassificationData) -> str:
         sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
         cut = f"; {data.truncated} training inputs cut to max_len" if data.truncated else ""
-        return (f"labelled examples: {sizes}; labels {', '.join(data.labels)}; vocabulary "
-                f"{data.tokenizers['src'].vocab_size}{cut}")
+        return (
+            f"labelled examples: {sizes}; labels {', '.join(data.labels)}; vocabulary "
+            f"{data.tokenizers['src'].vocab_size}{cut}"
+        )
 
 
 def label_ids(examples: list[Labelled], labels: list[str], path: str) -> list[int]:
@@ -311,14 +356,22 @@ def label_ids(examples: list[Labelled], labels: list[str], path: str) -> list[in
     index = {label: i for i, label in enumerate(labels)}
     for e in examples:
         if e.label not in index:
-            raise DataError(f"{path}:{e.line}: label '{e.label}' is not one the model was trained on "
-                            f"({', '.join(labels)})")
+            raise DataError(
+                f"{path}:{e.line}: label '{e.label}' is not one the model was trained on ({', '.join(labels)})"
+            )
     return [index[e.label] for e in examples]
 
 
 @torch.no_grad()
-def classify(model: nn.Module, tokenizer: Tokenizer, lines: list[str], max_len: int, pairs: bool,
-             batch_size: int = 64, name: str = "<input>") -> list[list[float]]:
+def classify(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    lines: list[str],
+    max_len: int,
+    pairs: bool,
+    batch_size: int = 64,
+    name: str = "<input>",
+) -> list[list[float]]:
     """The class probabilities of each input line, ``text`` or (``pairs``) ``text_a TAB text_b``,
     encoded as in training; in the order given. Errors name the line of ``name``."""
     model.eval()
@@ -327,12 +380,11 @@ def classify(model: nn.Module, tokenizer: Tokenizer, lines: list[str], max_len: 
         if len(fields) > (2 if pairs else 1):
             expected = "text or text_a TAB text_b" if pairs else "one text (the model was trained on single texts)"
             raise DataError(f"{name}:{n}: expected {expected}, found {len(fields)} tab-separated fields")
-    inputs, _ = encode_inputs(tokenizer, [f[0] for f in split], [f[1] if len(f) == 2 else None for f in split],
-                              max_len)
+    inputs, _ = encode_inputs(tokenizer, [f[0] for f in split], [f[1] if len(f) == 2 else None for f in split], max_len)
     device = next(model.parameters()).device
     probabilities: list[list[float]] = []
     for start in range(0, len(inputs), batch_size):
-        chunk = [Encoded(ids, segments, 0) for ids, segments in inputs[start:start + batch_size]]
+        chunk = [Encoded(ids, segments, 0) for ids, segments in inputs[start : start + batch_size]]
         batch = collate(chunk).to(device)
         probabilities += model.classify(batch.ids, batch.segments).float().softmax(-1).tolist()
     return probabilities

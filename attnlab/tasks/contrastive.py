@@ -84,14 +84,18 @@ class ContrastiveConfig(CaptioningConfig):
         super().check()
         names = self.class_names
         if self.labels is not None and len(names) < 2:
-            raise ConfigError(f"labels names {len(names)} class{'es' * (len(names) != 1)}; zero-shot classification "
-                              f"needs at least two (comma-separated)")
+            raise ConfigError(
+                f"labels names {len(names)} class{'es' * (len(names) != 1)}; zero-shot classification "
+                f"needs at least two (comma-separated)"
+            )
         if len(set(names)) < len(names):
             raise ConfigError(f"labels names '{next(n for n in names if names.count(n) > 1)}' twice")
         for template in self.templates:
             if "{label}" not in template or not fills(template):
-                raise ConfigError(f"prompts: '{template}' must name the class as {{label}} and hold no other braces "
-                                  f"(e.g. 'a picture of a {{label}}')")
+                raise ConfigError(
+                    f"prompts: '{template}' must name the class as {{label}} and hold no other braces "
+                    f"(e.g. 'a picture of a {{label}}')"
+                )
 
     @property
     def class_names(self) -> list[str]:
@@ -141,8 +145,9 @@ class PairData(CaptionData):
     templates: list[str]
 
     def batches(self, split: CaptionSplit, rows: list[Tensor]) -> list[PairBatch]:
-        return [PairBatch(self.standardise(split.images[r]), text_ids([split.ids[i] for i in r.tolist()]))
-                for r in rows]
+        return [
+            PairBatch(self.standardise(split.images[r]), text_ids([split.ids[i] for i in r.tolist()])) for r in rows
+        ]
 
 
 @register_task
@@ -158,15 +163,25 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
     counts = "pairs"
     cfg: ContrastiveConfig
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> PairData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> PairData:
         if batching.batch_size < 2:
-            raise ConfigError(f"train.batch_size ({batching.batch_size}) must be at least 2 for data.task "
-                              f"'contrastive': an image's negatives are the batch's other captions")
+            raise ConfigError(
+                f"train.batch_size ({batching.batch_size}) must be at least 2 for data.task "
+                f"'contrastive': an image's negatives are the batch's other captions"
+            )
         splits, tokenizers, standardise = captioned_splits(self.cfg, tokenizers, state)
-        return PairData(splits=splits, tokenizers=tokenizers, standardise=standardise, batch_size=batching.batch_size,
-                        max_caption_len=self.cfg.max_caption_len, seed=batching.seed, labels=self.cfg.class_names,
-                        templates=self.cfg.templates)
+        return PairData(
+            splits=splits,
+            tokenizers=tokenizers,
+            standardise=standardise,
+            batch_size=batching.batch_size,
+            max_caption_len=self.cfg.max_caption_len,
+            seed=batching.seed,
+            labels=self.cfg.class_names,
+            templates=self.cfg.templates,
+        )
 
     def saved_state(self, data: PairData) -> dict[str, Any]:
         """Captioning's (the images' shape and pixel statistics), and the zero-shot classes and prompts."""
@@ -181,26 +196,33 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
         return loss, symmetric_info_nce(logits.detach(), positives).sum() if label_smoothing else loss.detach()
 
     @torch.no_grad()
-    def validate(self, model: nn.Module, data: PairData, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: PairData, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         """The loss over the split's fixed batches, the mean recall@1 of the two directions and,
         where a prompt captions some images, the zero-shot accuracy."""
         model.eval()
-        total = sum(symmetric_info_nce(model(b.images, b.text).float(), b.positives()).sum().item()
-                    for b in (b.to(device) for b in data.eval_batches(split)))
+        total = sum(
+            symmetric_info_nce(model(b.images, b.text).float(), b.positives()).sum().item()
+            for b in (b.to(device) for b in data.eval_batches(split))
+        )
         record = self.evaluate_split(model, data, split)
-        scores = {"valid_loss": total / len(data.splits[split]),
-                  "recall_at_1": (record["image_to_text_r1"] + record["text_to_image_r1"]) / 2}
+        scores = {
+            "valid_loss": total / len(data.splits[split]),
+            "recall_at_1": (record["image_to_text_r1"] + record["text_to_image_r1"]) / 2,
+        }
         return scores | ({"zero_shot_accuracy": record["zero_shot_accuracy"]} if "zero_shot_accuracy" in record else {})
 
     def evaluate_split(self, model: nn.Module, data: PairData, split: str) -> dict[str, Any]:
         """Retrieval and zero-shot scores of a split of the run's data (tasks/retrieval.py)."""
         part = data.splits[split]
-        return retrieval_record(model, data.tokenizers["tgt"], data.standardise(part.images), part.captions,
-                                data.labels, data.templates)
+        return retrieval_record(
+            model, data.tokenizers["tgt"], data.standardise(part.images), part.captions, data.labels, data.templates
+        )
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str, split: str | None
+    ) -> dict[str, Any]:
         """The same on a captions file's images, read as the run's training images were."""
         self.refuse_split(split)
         shape = tuple(state["shape"])
@@ -209,23 +231,29 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
         return retrieval_record(model, tokenizers["tgt"], images, captions, self.cfg.class_names, self.cfg.templates)
 
     def report(self, result: dict[str, Any], source: str) -> list[str]:
-        lines = [f"image -> text  recall@1 {result['image_to_text_r1']:.2%}  recall@5 "
-                 f"{result['image_to_text_r5']:.2%}   ({result['images']} images, {result['captions']} distinct "
-                 f"captions, {source})",
-                 f"text -> image  recall@1 {result['text_to_image_r1']:.2%}  recall@5 {result['text_to_image_r5']:.2%}"]
+        lines = [
+            f"image -> text  recall@1 {result['image_to_text_r1']:.2%}  recall@5 "
+            f"{result['image_to_text_r5']:.2%}   ({result['images']} images, {result['captions']} distinct "
+            f"captions, {source})",
+            f"text -> image  recall@1 {result['text_to_image_r1']:.2%}  recall@5 {result['text_to_image_r5']:.2%}",
+        ]
         if not result["zero_shot_classes"]:
             return lines + ["zero-shot: the run has no classes (data.labels)"]
         if "zero_shot_accuracy" not in result:
-            return lines + [f"zero-shot: no image is captioned by a prompt of the {result['zero_shot_classes']} "
-                            f"classes"]
-        lines.append(f"zero-shot accuracy  {result['zero_shot_accuracy']:.2%}   ({result['zero_shot_images']} images "
-                     f"captioned by a prompt, {result['zero_shot_classes']} classes)")
+            return lines + [
+                f"zero-shot: no image is captioned by a prompt of the {result['zero_shot_classes']} classes"
+            ]
+        lines.append(
+            f"zero-shot accuracy  {result['zero_shot_accuracy']:.2%}   ({result['zero_shot_images']} images "
+            f"captioned by a prompt, {result['zero_shot_classes']} classes)"
+        )
         return lines + [f"  {e['label']} -> {e['predicted']}: {e['images']} images" for e in result["zero_shot_errors"]]
 
     predict_options = ("labels", "prompts")
 
-    def zero_shot_classes(self, run: RunState, labels: str | None = None,
-                          prompts: str | None = None) -> tuple[list[str], list[str]]:
+    def zero_shot_classes(
+        self, run: RunState, labels: str | None = None, prompts: str | None = None
+    ) -> tuple[list[str], list[str]]:
         """The class names and prompt templates: ``labels`` and ``prompts`` as the data section
         reads them (checked alike), each by default the run's."""
         cfg = run.read_config()[1]
@@ -240,8 +268,16 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
         return self.zero_shot_classes(run, **options)[0]
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None, batch_size: int,
-                labels: str | None = None, prompts: str | None = None) -> list[Prediction]:
+    def predict(
+        self,
+        model: nn.Module,
+        run: RunState,
+        inputs: list[str],
+        input_file: str | None,
+        batch_size: int,
+        labels: str | None = None,
+        prompts: str | None = None,
+    ) -> list[Prediction]:
         """Each image file classified zero-shot among the classes (the run's, or ``labels``), each
         named by its prompts (the run's templates, or ``prompts``)."""
         if input_file is not None or not inputs:
@@ -252,8 +288,11 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
         tokenizer = run.read_tokenizers()["tgt"]
         unknown = [p for p in (t.format(label=name) for name in names for t in templates) if UNK in tokenizer.encode(p)]
         if unknown:
-            print(f"note: {len(unknown)} prompts hold words the run's captions never had, read as <unk> (the first: "
-                  f"'{unknown[0]}')", file=sys.stderr)
+            print(
+                f"note: {len(unknown)} prompts hold words the run's captions never had, read as <unk> (the first: "
+                f"'{unknown[0]}')",
+                file=sys.stderr,
+            )
         images = torch.cat([embed_images(model, chunk) for chunk in read_inputs(inputs, run).split(batch_size)])
         classes = class_embeddings(model, tokenizer, names, templates)
         return list(zip(inputs, zero_shot_probabilities(model, images, classes).tolist()))

@@ -17,8 +17,10 @@ from attnlab.tasks.task import Task, TaskConfig, register_task
 
 
 def _untrainable() -> ConfigError:
-    return ConfigError("data.task 'encoder' is a pre-trained encoder with no head to train; fine-tune it from a "
-                       "classification or masked_lm config with train.init_from: RUN")
+    return ConfigError(
+        "data.task 'encoder' is a pre-trained encoder with no head to train; fine-tune it from a "
+        "classification or masked_lm config with train.init_from: RUN"
+    )
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class TextEncoder(Task[None, None]):
     tokenizers = ("src",)
     untrained = ("mlm_head.", "classifier.out.")  # BertModel has the pooler (classifier.pool), no head
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> typing.NoReturn:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
+    ) -> typing.NoReturn:
         raise _untrainable()

@@ -70,16 +70,20 @@ class ForecastingConfig(TaskConfig):
         counts = {name: getattr(self, name) for name in ("train_rows", "valid_rows", "test_rows")}
         given = [name for name, n in counts.items() if n is not None]
         if given and len(given) < 3:
-            raise ConfigError(f"give all of train_rows, valid_rows and test_rows, or none (then valid_fraction and "
-                              f"test_fraction split the file); got only {', '.join(given)}")
+            raise ConfigError(
+                f"give all of train_rows, valid_rows and test_rows, or none (then valid_fraction and "
+                f"test_fraction split the file); got only {', '.join(given)}"
+            )
         for name in given:
             at_least(name, counts[name], 1)
         for name in ("valid_fraction", "test_fraction"):
             if not 0.0 < getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be between 0 and 1 (got {getattr(self, name)})")
         if self.valid_fraction + self.test_fraction >= 1.0:
-            raise ConfigError(f"valid_fraction + test_fraction must leave training rows (got "
-                              f"{self.valid_fraction} + {self.test_fraction})")
+            raise ConfigError(
+                f"valid_fraction + test_fraction must leave training rows (got "
+                f"{self.valid_fraction} + {self.test_fraction})"
+            )
         if self.columns is not None and not self.column_list:
             raise ConfigError("columns must name at least one column (comma-separated), or be left out for all")
 
@@ -154,33 +158,58 @@ class SeriesData:
     def missing(self, split: str) -> str:
         """Why the file has no ``split``: its rows end before the split's."""
         first, end = self.bounds(split)
-        return (f"{self.series.path} has {len(self.series):,} rows; split '{split}' is rows {first:,}-{end - 1:,} "
-                f"(a file that holds them, e.g. the full series: --data FILE)")
+        return (
+            f"{self.series.path} has {len(self.series):,} rows; split '{split}' is rows {first:,}-{end - 1:,} "
+            f"(a file that holds them, e.g. the full series: --data FILE)"
+        )
 
 
-def prepared(series: Series, scaler: Scaler | None, rows: tuple[int, int, int], cfg: ForecastingConfig,
-             batching: Batching, required: Sequence[str]) -> SeriesData:
+def prepared(
+    series: Series,
+    scaler: Scaler | None,
+    rows: tuple[int, int, int],
+    cfg: ForecastingConfig,
+    batching: Batching,
+    required: Sequence[str],
+) -> SeriesData:
     """``series`` standardised (by ``scaler``, or one fitted to its training rows) and windowed; the
     ``required`` splits must be in the file and hold a window each."""
     bounds = split_bounds(rows)
     if scaler is None:
         train_end = bounds["train"][1]
         if len(series) < train_end:
-            raise DataError(f"{series.path}: {len(series):,} rows, fewer than the {train_end:,} training rows "
-                            f"(data.train_rows)")
+            raise DataError(
+                f"{series.path}: {len(series):,} rows, fewer than the {train_end:,} training rows (data.train_rows)"
+            )
         scaler = Scaler.fitted(series.values[:train_end])
-    starts = {name: torch.tensor(window_starts(bounds[name], cfg.input_length, cfg.horizon))
-              for name in SPLITS if bounds[name][1] <= len(series)}
+    starts = {
+        name: torch.tensor(window_starts(bounds[name], cfg.input_length, cfg.horizon))
+        for name in SPLITS
+        if bounds[name][1] <= len(series)
+    }
     for name in required:
         if name in starts and not len(starts[name]):
             first, end = bounds[name]
-            need = (f"input_length + horizon ({cfg.input_length} + {cfg.horizon} = {cfg.input_length + cfg.horizon})"
-                    if name == "train" else f"horizon ({cfg.horizon})")
-            raise DataError(f"{series.path}: split '{name}' (rows {first:,}-{end - 1:,}) is {end - first:,} rows, "
-                            f"too short for one window: it needs {need}")
-    data = SeriesData(series=series, values=torch.tensor(scaler(series.values), dtype=torch.float32), scaler=scaler,
-                      rows=rows, splits=starts, input_length=cfg.input_length, horizon=cfg.horizon,
-                      batch_size=batching.batch_size, seed=batching.seed)
+            need = (
+                f"input_length + horizon ({cfg.input_length} + {cfg.horizon} = {cfg.input_length + cfg.horizon})"
+                if name == "train"
+                else f"horizon ({cfg.horizon})"
+            )
+            raise DataError(
+                f"{series.path}: split '{name}' (rows {first:,}-{end - 1:,}) is {end - first:,} rows, "
+                f"too short for one window: it needs {need}"
+            )
+    data = SeriesData(
+        series=series,
+        values=torch.tensor(scaler(series.values), dtype=torch.float32),
+        scaler=scaler,
+        rows=rows,
+        splits=starts,
+        input_length=cfg.input_length,
+        horizon=cfg.horizon,
+        batch_size=batching.batch_size,
+        seed=batching.seed,
+    )
     for name in required:
         if name not in starts:
             raise DataError(data.missing(name))
@@ -193,8 +222,9 @@ def device_of(model: nn.Module) -> torch.device:
 
 
 @torch.no_grad()
-def errors_of(model: nn.Module, batches: typing.Iterable[SeriesBatch], amp: Amp = contextlib.nullcontext
-              ) -> tuple[Tensor, Tensor, int]:
+def errors_of(
+    model: nn.Module, batches: typing.Iterable[SeriesBatch], amp: Amp = contextlib.nullcontext
+) -> tuple[Tensor, Tensor, int]:
     """Sums over ``batches`` of the squared and the absolute errors, each (H, C) by lead time and
     channel (float64), and the number of windows."""
     model.eval()
@@ -209,19 +239,28 @@ def errors_of(model: nn.Module, batches: typing.Iterable[SeriesBatch], amp: Amp 
     return squared, absolute, count
 
 
-def forecast_report(model: nn.Module, data: SeriesData, split: str, amp: Amp = contextlib.nullcontext
-                    ) -> dict[str, Any]:
+def forecast_report(
+    model: nn.Module, data: SeriesData, split: str, amp: Amp = contextlib.nullcontext
+) -> dict[str, Any]:
     """`attnlab evaluate`'s record (and validation's scores): MSE and MAE over every value of every
     window of ``split``, per channel and per lead time (1 ... H steps ahead) too."""
     squared, absolute, count = errors_of(model, data.eval_batches(split), amp)
     H, C = squared.shape
     first, end = data.bounds(split)
-    return {"mse": float(squared.sum()) / (count * H * C), "mae": float(absolute.sum()) / (count * H * C),
-            "windows": count, "split": split, "rows": [first, end], "file": data.series.path,
-            "input_length": data.input_length, "horizon": H, "channels": data.series.columns,
-            "mse_by_channel": (squared.sum(0) / (count * H)).tolist(),
-            "mae_by_channel": (absolute.sum(0) / (count * H)).tolist(),
-            "mse_by_step": (squared.sum(1) / (count * C)).tolist()}
+    return {
+        "mse": float(squared.sum()) / (count * H * C),
+        "mae": float(absolute.sum()) / (count * H * C),
+        "windows": count,
+        "split": split,
+        "rows": [first, end],
+        "file": data.series.path,
+        "input_length": data.input_length,
+        "horizon": H,
+        "channels": data.series.columns,
+        "mse_by_channel": (squared.sum(0) / (count * H)).tolist(),
+        "mae_by_channel": (absolute.sum(0) / (count * H)).tolist(),
+        "mse_by_step": (squared.sum(1) / (count * C)).tolist(),
+    }
 
 
 @register_task
@@ -238,8 +277,9 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
     file_splits = SPLITS  # a series file holds its train, valid and test rows (EvaluatesFileSplits)
     cfg: ForecastingConfig
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> SeriesData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> SeriesData:
         """Read and split the series; a new run fits the scaler to the training rows and needs the
         training and validation splits; a run's own ``state`` brings its columns, rows and scaler."""
         if state is not None:
@@ -252,8 +292,12 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
 
     def saved_state(self, data: SeriesData) -> dict[str, Any]:
         """The columns, the splits' row counts and the training rows' mean and standard deviation."""
-        return {"columns": data.series.columns, "rows": list(data.rows), "mean": data.scaler.mean,
-                "std": data.scaler.std}
+        return {
+            "columns": data.series.columns,
+            "rows": list(data.rows),
+            "mean": data.scaler.mean,
+            "std": data.scaler.std,
+        }
 
     def data_shape(self, data: SeriesData | None = None) -> DataShape:
         """Before the data is prepared: the columns named, or those of the file."""
@@ -269,16 +313,18 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
             squared = batch.errors(model).square().sum()
         return squared, squared.detach()
 
-    def validate(self, model: nn.Module, data: SeriesData, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: SeriesData, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         report = forecast_report(model, data, split, amp)
         return {"valid_loss": report["mse"], "mae": report["mae"]}
 
     def evaluate_split(self, model: nn.Module, data: SeriesData, split: str) -> dict[str, Any]:
         return forecast_report(model, data, split)
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str, split: str | None
+    ) -> dict[str, Any]:
         """``split`` (default test) of the series in ``path``, read, split and scaled as the run's own."""
         split = split or self.file_splits[-1]
         data = self.evaluate_data(state, path)
@@ -295,19 +341,29 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
     def report(self, result: dict[str, Any], source: str) -> list[str]:
         """MSE and MAE over the split, and per channel (``source``: the record names its file and split)."""
         first, end = result["rows"]
-        lines = [f"MSE  {result['mse']:.4f}   MAE  {result['mae']:.4f}   ({result['windows']:,} windows of split "
-                 f"'{result['split']}', rows {first:,}-{end - 1:,} of {result['file']}; input {result['input_length']}, "
-                 f"horizon {result['horizon']}; standardised values)"]
+        lines = [
+            f"MSE  {result['mse']:.4f}   MAE  {result['mae']:.4f}   ({result['windows']:,} windows of split "
+            f"'{result['split']}', rows {first:,}-{end - 1:,} of {result['file']}; input {result['input_length']}, "
+            f"horizon {result['horizon']}; standardised values)"
+        ]
         width = max(len(c) for c in result["channels"]) + 2
         lines.append(f"{'channel':<{width}}{'MSE':>9}{'MAE':>9}")
-        lines += [f"{c:<{width}}{mse:>9.4f}{mae:>9.4f}" for c, mse, mae
-                  in zip(result["channels"], result["mse_by_channel"], result["mae_by_channel"])]
+        lines += [
+            f"{c:<{width}}{mse:>9.4f}{mae:>9.4f}"
+            for c, mse, mae in zip(result["channels"], result["mse_by_channel"], result["mae_by_channel"])
+        ]
         return lines
 
     def describe(self, data: SeriesData) -> str:
         bounds = split_bounds(data.rows)
-        sizes = ", ".join(f"{name} {len(data.splits[name]):,} (rows {bounds[name][0]:,}-{bounds[name][1] - 1:,})"
-                          if name in data.splits else f"{name}: not in the file" for name in SPLITS)
-        return (f"series {data.series.path}: {len(data.series):,} rows x {len(data.series.columns)} columns "
-                f"({', '.join(data.series.columns)}), standardised with the training rows' mean and std; windows of "
-                f"{data.input_length} + {data.horizon} rows, stride 1: {sizes}")
+        sizes = ", ".join(
+            f"{name} {len(data.splits[name]):,} (rows {bounds[name][0]:,}-{bounds[name][1] - 1:,})"
+            if name in data.splits
+            else f"{name}: not in the file"
+            for name in SPLITS
+        )
+        return (
+            f"series {data.series.path}: {len(data.series):,} rows x {len(data.series.columns)} columns "
+            f"({', '.join(data.series.columns)}), standardised with the training rows' mean and std; windows of "
+            f"{data.input_length} + {data.horizon} rows, stride 1: {sizes}"
+        )

@@ -74,10 +74,13 @@ class ImageClassificationConfig(TaskConfig):
                 raise ConfigError(f"dataset '{self.dataset}' brings its own splits; drop {', '.join(given)}")
         if self.resize is not None:
             at_least("resize", self.resize, 1)
-            arrays = [path for path in (self.train, self.valid, self.test) if path is not None and path.endswith(".npz")]
+            arrays = [
+                path for path in (self.train, self.valid, self.test) if path is not None and path.endswith(".npz")
+            ]
             if self.dataset is not None or arrays:
-                raise ConfigError(f"resize is for image folders; {arrays[0] if arrays else self.dataset} holds images "
-                                  f"of one size")
+                raise ConfigError(
+                    f"resize is for image folders; {arrays[0] if arrays else self.dataset} holds images of one size"
+                )
         one_of("colour", self.colour, COLOURS)
         one_of("flip", self.flip, FLIPS)
         at_least("n_valid", self.n_valid, 1)
@@ -85,8 +88,9 @@ class ImageClassificationConfig(TaskConfig):
 
     def check_trainable(self) -> None:
         if self.dataset is None and self.train is None:
-            raise ConfigError("data.task 'image_classification' needs 'dataset' (digits) or 'train' (an image "
-                              "folder or .npz file)")
+            raise ConfigError(
+                "data.task 'image_classification' needs 'dataset' (digits) or 'train' (an image folder or .npz file)"
+            )
 
     @property
     def in_memory(self) -> bool:
@@ -101,12 +105,18 @@ BUILT_IN: dict[str, Callable[[int], dict[str, Images]]] = {"digits": digits}
 def read_splits(cfg: ImageClassificationConfig) -> dict[str, Images]:
     if cfg.dataset is not None:
         return BUILT_IN[cfg.dataset](cfg.split_seed)
-    splits = {name: read_images(getattr(cfg, name), cfg.colour, cfg.resize) for name in ("train", "valid", "test")
-              if getattr(cfg, name) is not None}
+    splits = {
+        name: read_images(getattr(cfg, name), cfg.colour, cfg.resize)
+        for name in ("train", "valid", "test")
+        if getattr(cfg, name) is not None
+    }
     if "valid" not in splits:
         images, labels = splits["train"]
         kept, held = stratified_split(labels, cfg.n_valid, cfg.split_seed, cfg.train)
-        splits |= {"train": (images[kept], [labels[i] for i in kept]), "valid": (images[held], [labels[i] for i in held])}
+        splits |= {
+            "train": (images[kept], [labels[i] for i in kept]),
+            "valid": (images[held], [labels[i] for i in held]),
+        }
     return splits
 
 
@@ -127,6 +137,7 @@ def class_ids(labels: list[str], classes: list[str], path: str) -> Tensor:
 
 
 # -- batches ------------------------------------------------------------------------------------------
+
 
 @dataclass
 class ImageBatch(ExampleBatch):
@@ -168,8 +179,10 @@ class ImageData:
     def eval_batches(self, split: str) -> list[ImageBatch]:
         if split not in self._eval:
             images, labels = self.splits[split]
-            self._eval[split] = [ImageBatch(self.standardise(images[rows]), labels[rows])
-                                 for rows in torch.arange(len(labels)).split(self.batch_size)]
+            self._eval[split] = [
+                ImageBatch(self.standardise(images[rows]), labels[rows])
+                for rows in torch.arange(len(labels)).split(self.batch_size)
+            ]
         return self._eval[split]
 
     @property
@@ -178,8 +191,13 @@ class ImageData:
         return tuple(self.splits["train"][0].shape[1:])
 
 
-def tensors(read: dict[str, Images], classes: list[str], cfg: ImageClassificationConfig,
-            shape: tuple[int, ...] | None = None, source: str | None = None) -> dict[str, tuple[Tensor, Tensor]]:
+def tensors(
+    read: dict[str, Images],
+    classes: list[str],
+    cfg: ImageClassificationConfig,
+    shape: tuple[int, ...] | None = None,
+    source: str | None = None,
+) -> dict[str, tuple[Tensor, Tensor]]:
     """Each split as (N, C, H, W) pixels and class ids; every split's images of one ``shape``
     (H, W, C), the training split's unless given. Errors name the split's file in ``cfg``, or
     ``source`` (a file `evaluate --data` reads)."""
@@ -188,9 +206,11 @@ def tensors(read: dict[str, Images], classes: list[str], cfg: ImageClassificatio
     for name, (pixels, labels) in read.items():
         where = source or getattr(cfg, name, None) or cfg.dataset or name
         if pixels.shape[1:] != tuple(shape):
-            raise DataError(f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
-                            f"{channels(pixels.shape[3])}; the model reads {shape[1]}x{shape[0]} with "
-                            f"{channels(shape[2])} (set data.resize)")
+            raise DataError(
+                f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
+                f"{channels(pixels.shape[3])}; the model reads {shape[1]}x{shape[0]} with "
+                f"{channels(shape[2])} (set data.resize)"
+            )
         out[name] = (as_tensor(pixels), class_ids(labels, classes, where))
     return out
 
@@ -205,22 +225,33 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
     commands = ("predict", "evaluate", "inspect")
     cfg: ImageClassificationConfig
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> ImageData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> ImageData:
         read = read_splits(self.cfg)
         classes = state["labels"] if state else class_names(read["train"][1])
         if len(classes) < 2:
             raise DataError(f"{self.cfg.train}: one class ('{classes[0]}'); a classifier needs at least two")
         standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(read["train"][0])
-        return ImageData(splits=tensors(read, classes, self.cfg), labels=classes, standardise=standardise,
-                         batch_size=batching.batch_size, seed=batching.seed, crop_padding=self.cfg.crop_padding,
-                         flip=self.cfg.flip)
+        return ImageData(
+            splits=tensors(read, classes, self.cfg),
+            labels=classes,
+            standardise=standardise,
+            batch_size=batching.batch_size,
+            seed=batching.seed,
+            crop_padding=self.cfg.crop_padding,
+            flip=self.cfg.flip,
+        )
 
     def saved_state(self, data: ImageData) -> dict[str, Any]:
         """The class names in id order, the images' (H, W, C) and the training split's pixel statistics."""
         channels, height, width = data.image_shape
-        return {"labels": data.labels, "shape": [height, width, channels], "mean": data.standardise.mean,
-                "std": data.standardise.std}
+        return {
+            "labels": data.labels,
+            "shape": [height, width, channels],
+            "mean": data.standardise.mean,
+            "std": data.standardise.std,
+        }
 
     def data_shape(self, data: ImageData | None = None) -> DataShape:
         return image_shape(self.cfg, data)
@@ -228,8 +259,9 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
     def analysis_pass(self, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
         return image_analysis_pass(model, batch)
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str, split: str | None
+    ) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on an image folder or .npz file, read
         and standardised as the run's training data was."""
         self.refuse_split(split)
@@ -241,25 +273,36 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
         return evaluation_report(model, batches, state["labels"])
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, run: RunState, inputs: list[str], input_file: str | None,
-                batch_size: int, **options: str) -> list[Prediction]:
+    def predict(
+        self,
+        model: nn.Module,
+        run: RunState,
+        inputs: list[str],
+        input_file: str | None,
+        batch_size: int,
+        **options: str,
+    ) -> list[Prediction]:
         """Each image file named, read as in training."""
         if input_file is not None or not inputs:
             raise UsageError("give the images to classify as arguments: attnlab predict RUN image.png [more.png ...]")
         images = read_inputs(inputs, run)
         model.eval()
         device = next(model.parameters()).device
-        probabilities = torch.cat([model.classify(chunk.to(device)).float().softmax(-1).cpu()
-                                   for chunk in images.split(batch_size)])
+        probabilities = torch.cat(
+            [model.classify(chunk.to(device)).float().softmax(-1).cpu() for chunk in images.split(batch_size)]
+        )
         return list(zip(inputs, probabilities.tolist()))
 
     def describe(self, data: ImageData) -> str:
         sizes = ", ".join(f"{name} {len(labels):,}" for name, (_, labels) in data.splits.items())
         channels, height, width = data.image_shape
-        augmentation = [f"random crop (padding {data.crop_padding})"] * bool(data.crop_padding) + \
-            [f"{data.flip} flip"] * (data.flip != "none")
-        return (f"images {width}x{height}x{channels}: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; "
-                f"augmentation {', '.join(augmentation) or 'none'}")
+        augmentation = [f"random crop (padding {data.crop_padding})"] * bool(data.crop_padding) + [
+            f"{data.flip} flip"
+        ] * (data.flip != "none")
+        return (
+            f"images {width}x{height}x{channels}: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; "
+            f"augmentation {', '.join(augmentation) or 'none'}"
+        )
 
 
 def image_shape(cfg: ImageClassificationConfig, data: ImageData | None) -> DataShape:
@@ -269,8 +312,9 @@ def image_shape(cfg: ImageClassificationConfig, data: ImageData | None) -> DataS
         height, width, channels = planned_shape(cfg)
     else:
         channels, height, width = data.image_shape
-    return DataShape(image_height=height, image_width=width, channels=channels,
-                     n_classes=len(data.labels) if data is not None else 2)
+    return DataShape(
+        image_height=height, image_width=width, channels=channels, n_classes=len(data.labels) if data is not None else 2
+    )
 
 
 def image_analysis_pass(model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
@@ -290,8 +334,15 @@ def planned_shape(cfg: ImageClassificationConfig) -> tuple[int, int, int]:
         return read_npz(cfg.train)[0].shape[1:]
     if cfg.resize is not None:
         return cfg.resize, cfg.resize, channels
-    first = next((path for folder in sorted(Path(cfg.train).glob("*/")) for path in sorted(folder.iterdir())
-                  if path.suffix.lower() in IMAGE_SUFFIXES), None)
+    first = next(
+        (
+            path
+            for folder in sorted(Path(cfg.train).glob("*/"))
+            for path in sorted(folder.iterdir())
+            if path.suffix.lower() in IMAGE_SUFFIXES
+        ),
+        None,
+    )
     if first is None:
         raise DataError(f"{cfg.train}: no images in class folders")
     return read_image(first, cfg.colour, None).shape
@@ -305,8 +356,11 @@ def read_input_image(path: str, run: RunState) -> np.ndarray:
     shape = tuple(run.read_task_state()["shape"])  # (H, W, C)
     image = read_image(path, colour_of(shape), cfg.resize)
     if image.shape[:2] != shape[:2]:
-        print(f"note: {path}: {image.shape[1]}x{image.shape[0]} pixels, resized to the {shape[1]}x{shape[0]} the "
-              f"model reads", file=sys.stderr)
+        print(
+            f"note: {path}: {image.shape[1]}x{image.shape[0]} pixels, resized to the {shape[1]}x{shape[0]} the "
+            f"model reads",
+            file=sys.stderr,
+        )
         image = read_image(path, colour_of(shape), shape[:2])
     return image
 

@@ -27,8 +27,10 @@ from attnlab.tasks.task import Task, register_task
 
 
 def _untrainable() -> ConfigError:
-    return ConfigError("data.task 'image_encoder' is a pre-trained image encoder with no head to train; fine-tune "
-                       "it from an image_classification config with train.init_from: RUN")
+    return ConfigError(
+        "data.task 'image_encoder' is a pre-trained image encoder with no head to train; fine-tune "
+        "it from an image_classification config with train.init_from: RUN"
+    )
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,9 @@ class ImageEncoder(Task[ImageData, ImageBatch]):
     untrained = ("classifier.out.",)  # ViTModel has the pooler (classifier.pool), no output layer
     cfg: ImageEncoderConfig
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> ImageData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> ImageData:
         raise _untrainable()
 
     def data_shape(self, data: ImageData | None = None) -> DataShape:

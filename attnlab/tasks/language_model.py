@@ -56,8 +56,15 @@ class RandomWindows(Sequence[Batch]):
     """A virtual epoch of random windows; batch k of epoch e depends only on (seed, e, k). ``draw``
     makes a batch of windows of block_size trained tokens from a generator."""
 
-    def __init__(self, data: torch.Tensor, block_size: int, batch_size: int, seed: int, epoch: int,
-                 draw: Callable[[torch.Tensor, int, int, torch.Generator], Batch] = lm_blocks) -> None:
+    def __init__(
+        self,
+        data: torch.Tensor,
+        block_size: int,
+        batch_size: int,
+        seed: int,
+        epoch: int,
+        draw: Callable[[torch.Tensor, int, int, torch.Generator], Batch] = lm_blocks,
+    ) -> None:
         self.data, self.block_size, self.batch_size, self.seed, self.epoch = data, block_size, batch_size, seed, epoch
         self.draw = draw
         self.n = max(1, len(data) // (block_size * batch_size))
@@ -105,8 +112,9 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
     tokenizers = ("tgt",)
     layout: ClassVar[type[LMData]] = LMData  # how the splits become batches
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> TextData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
+    ) -> TextData:
         text = read_text(self.cfg.train)
         if self.cfg.valid is not None:
             train_text, valid_text = text, read_text(self.cfg.valid)
@@ -117,18 +125,24 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
             lines = train_text.splitlines(keepends=True)
             tokenizers = {"src": None, "tgt": Tokenizer.train(self.cfg.tokenizer, lines, self.cfg.vocab_size)}
         tok = tokenizers["tgt"]
-        splits = {name: torch.tensor(tok.encode(t), dtype=torch.long)
-                  for name, t in (("train", train_text), ("valid", valid_text))}
+        splits = {
+            name: torch.tensor(tok.encode(t), dtype=torch.long)
+            for name, t in (("train", train_text), ("valid", valid_text))
+        }
         for name, stream in splits.items():
             if len(stream) <= self.cfg.block_size:
                 where = self.cfg.valid if name == "valid" and self.cfg.valid is not None else self.cfg.train
-                raise DataError(f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
-                                f"({self.cfg.block_size + 1})")
-        return typing.cast(TextData, self.layout(tokenizers, splits, self.cfg.block_size, batching.batch_size,
-                                                 batching.seed))
+                raise DataError(
+                    f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
+                    f"({self.cfg.block_size + 1})"
+                )
+        return typing.cast(
+            TextData, self.layout(tokenizers, splits, self.cfg.block_size, batching.batch_size, batching.seed)
+        )
 
-    def loss(self, model: torch.nn.Module, batch: TextBatch, label_smoothing: float,
-             amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(
+        self, model: torch.nn.Module, batch: TextBatch, label_smoothing: float, amp: Amp
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The next-token loss, plus the multi-token heads' where the model has them."""
         return multi_token_loss(model, batch, label_smoothing, amp)
 

@@ -51,8 +51,10 @@ class MaskedLMConfig(TaskConfig):
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob must be in (0, 1) (got {self.mask_prob})")
         if min(self.mask_token_prob, self.random_token_prob) < 0 or self.mask_token_prob + self.random_token_prob > 1:
-            raise ConfigError(f"mask_token_prob ({self.mask_token_prob}) and random_token_prob "
-                              f"({self.random_token_prob}) must be >= 0 and sum to at most 1 (the rest is kept)")
+            raise ConfigError(
+                f"mask_token_prob ({self.mask_token_prob}) and random_token_prob "
+                f"({self.random_token_prob}) must be >= 0 and sum to at most 1 (the rest is kept)"
+            )
 
     def check_trainable(self) -> None:
         """A run imported from Hugging Face (interop/) has no training text; training needs one."""
@@ -80,8 +82,9 @@ class MLMBatch:
         return moved(self, device)
 
 
-def mask_tokens(ids: Tensor, word_starts: Tensor, cfg: MaskedLMConfig, vocab_size: int,
-                generator: torch.Generator) -> MLMBatch:
+def mask_tokens(
+    ids: Tensor, word_starts: Tensor, cfg: MaskedLMConfig, vocab_size: int, generator: torch.Generator
+) -> MLMBatch:
     """BERT's masking of (B, T) ``ids``: each real token (never <pad>, <bos>, <eos>) is chosen with
     probability mask_prob (with whole_word, each word, all its pieces with it; ``word_starts``
     (B, T) marks the first piece of each word); a chosen token becomes <mask> with probability
@@ -117,8 +120,9 @@ class MLMData(BucketedData[Line, MLMBatch]):
     def collate(self, examples: list[Line], seed: int) -> MLMBatch:
         ids = pad_sequences([e[0] for e in examples])
         starts = pad_sequences([[int(s) for s in e[1]] for e in examples]).bool()
-        return mask_tokens(ids, starts, self.cfg, self.tokenizers["src"].vocab_size,
-                           torch.Generator().manual_seed(seed))
+        return mask_tokens(
+            ids, starts, self.cfg, self.tokenizers["src"].vocab_size, torch.Generator().manual_seed(seed)
+        )
 
 
 def encode_lines(tokenizer: Tokenizer, lines: list[str], max_len: int) -> list[Line]:
@@ -126,7 +130,7 @@ def encode_lines(tokenizer: Tokenizer, lines: list[str], max_len: int) -> list[L
     out = []
     for line, ids in zip(lines, tokenizer.encode_batch(lines)):
         starts = tokenizer.word_starts(line)
-        ids, starts = ids[:max_len - 2], starts[:max_len - 2]
+        ids, starts = ids[: max_len - 2], starts[: max_len - 2]
         out.append(([BOS, *ids, EOS], [True, *starts, True]))
     return out
 
@@ -157,14 +161,19 @@ class MaskedLM(Task[MLMData, MLMBatch]):
     def piped(self, batch: MLMBatch) -> Piped:
         return Piped((batch.inputs,), batch.targets, PAD)
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> MLMData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
+    ) -> MLMData:
         cfg = self.cfg
         files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid)) if path is not None}
-        lines = hold_out_valid({name: text_lines(path) for name, path in files.items()}, cfg.n_valid, cfg.train, "lines")
+        lines = hold_out_valid(
+            {name: text_lines(path) for name, path in files.items()}, cfg.n_valid, cfg.train, "lines"
+        )
         if tokenizers is None:
-            tokenizers = {"src": Tokenizer.train(cfg.tokenizer, lines["train"], cfg.vocab_size, with_mask=True),
-                          "tgt": None}
+            tokenizers = {
+                "src": Tokenizer.train(cfg.tokenizer, lines["train"], cfg.vocab_size, with_mask=True),
+                "tgt": None,
+            }
         splits = {name: encode_lines(tokenizers["src"], text, cfg.max_len) for name, text in lines.items()}
         return MLMData(tokenizers=tokenizers, splits=splits, cfg=cfg, **batching.bucketing())
 
@@ -174,8 +183,9 @@ class MaskedLM(Task[MLMData, MLMBatch]):
         return label_smoothed_nll(logits, batch.targets, label_smoothing, PAD)
 
     @torch.no_grad()
-    def validate(self, model: nn.Module, data: MLMData, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: MLMData, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         model.eval()
         nll, right, n = 0.0, 0, 0
         for batch in data.eval_batches(split):
@@ -196,12 +206,15 @@ class MaskedLM(Task[MLMData, MLMBatch]):
     def describe(self, data: MLMData) -> str:
         sizes = ", ".join(f"{name} {len(e):,} lines" for name, e in data.splits.items())
         masked = sum(b.n_targets for b in data.eval_batches("valid"))
-        return f"masked-LM text: {sizes}; vocabulary {data.tokenizers['src'].vocab_size}; {masked:,} valid tokens masked"
+        return (
+            f"masked-LM text: {sizes}; vocabulary {data.tokenizers['src'].vocab_size}; {masked:,} valid tokens masked"
+        )
 
 
 @torch.no_grad()
-def fill_mask(model: nn.Module, tokenizer: Tokenizer, text: str, top_k: int, marker: str = "[MASK]"
-              ) -> list[list[tuple[str, float]]]:
+def fill_mask(
+    model: nn.Module, tokenizer: Tokenizer, text: str, top_k: int, marker: str = "[MASK]"
+) -> list[list[tuple[str, float]]]:
     """The ``top_k`` fillers of each ``marker`` in ``text``, with their probabilities."""
     pieces = text.split(marker)
     if len(pieces) == 1:
@@ -216,5 +229,7 @@ def fill_mask(model: nn.Module, tokenizer: Tokenizer, text: str, top_k: int, mar
     probs = logits[torch.tensor(ids, device=device) == MASK].softmax(-1)  # (masks, V)
     probs[:, :N_SPECIALS] = 0.0  # a filler is a word, not a control symbol
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-    return [[(tokenizer.id_tokens([i])[0], p) for i, p in zip(row_ids.tolist(), row_p.tolist())]
-            for row_ids, row_p in zip(top.indices, top.values)]
+    return [
+        [(tokenizer.id_tokens([i])[0], p) for i, p in zip(row_ids.tolist(), row_p.tolist())]
+        for row_ids, row_p in zip(top.indices, top.values)
+    ]

@@ -99,8 +99,9 @@ class MaskedTranslation(ParallelText[MaskedPairs, MaskedBatch]):
         return loss + unwrapped(model).length_loss_weight * length_nll(model, length_logits, batch.lengths), nll
 
     @torch.no_grad()
-    def validate(self, model: nn.Module, data: MaskedPairs, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: MaskedPairs, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         model.eval()
         nll, n_tokens, right_lengths, n_sentences = 0.0, 0, 0, 0
         for batch in data.eval_batches(split):

@@ -49,14 +49,18 @@ class NodeClassificationConfig(TaskConfig):
             if files != (None, None):
                 raise ConfigError("give either builtin or nodes and edges, not both")
         elif None in files:
-            raise ConfigError("data.task 'node_classification' needs 'nodes' and 'edges' (CSV files), or builtin "
-                              f"({', '.join(map(repr, BUILTIN_GRAPHS))})")
+            raise ConfigError(
+                "data.task 'node_classification' needs 'nodes' and 'edges' (CSV files), or builtin "
+                f"({', '.join(map(repr, BUILTIN_GRAPHS))})"
+            )
         for name in ("valid_fraction", "test_fraction"):
             if not 0.0 < getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in (0, 1) (got {getattr(self, name)})")
         if self.valid_fraction + self.test_fraction >= 1.0:
-            raise ConfigError(f"valid_fraction + test_fraction must be < 1, to leave training nodes (got "
-                              f"{self.valid_fraction} + {self.test_fraction})")
+            raise ConfigError(
+                f"valid_fraction + test_fraction must be < 1, to leave training nodes (got "
+                f"{self.valid_fraction} + {self.test_fraction})"
+            )
 
     @property
     def in_memory(self) -> bool:
@@ -66,8 +70,9 @@ class NodeClassificationConfig(TaskConfig):
         return karate_club() if self.builtin == "karate" else read_graph(self.nodes, self.edges)
 
 
-def split_nodes(classes: list[int], n_classes: int, valid_fraction: float, test_fraction: float,
-                seed: int) -> dict[str, list[int]]:
+def split_nodes(
+    classes: list[int], n_classes: int, valid_fraction: float, test_fraction: float, seed: int
+) -> dict[str, list[int]]:
     """The node indices of each split, per class as NodeClassificationConfig says, each sorted;
     unlabelled nodes (UNLABELLED) are in none."""
     rng = random.Random(seed)
@@ -77,8 +82,8 @@ def split_nodes(classes: list[int], n_classes: int, valid_fraction: float, test_
         rng.shuffle(nodes)
         n_test, n_valid = int(len(nodes) * test_fraction + 0.5), int(len(nodes) * valid_fraction + 0.5)
         splits["test"] += nodes[:n_test]
-        splits["valid"] += nodes[n_test:n_test + n_valid]
-        splits["train"] += nodes[n_test + n_valid:]
+        splits["valid"] += nodes[n_test : n_test + n_valid]
+        splits["train"] += nodes[n_test + n_valid :]
     return {name: sorted(nodes) for name, nodes in splits.items()}
 
 
@@ -122,8 +127,13 @@ class NodeData:
 
     def batch(self, nodes: list[int], classes: Tensor | None = None) -> GraphBatch:
         """The graph with ``nodes`` counting; ``classes``: (N,) other true classes than the graph's own."""
-        return GraphBatch(self.features, self.adjacency, self.eigenvectors,
-                          self.classes if classes is None else classes, torch.tensor(nodes, dtype=torch.long))
+        return GraphBatch(
+            self.features,
+            self.adjacency,
+            self.eigenvectors,
+            self.classes if classes is None else classes,
+            torch.tensor(nodes, dtype=torch.long),
+        )
 
     def epoch_batches(self, epoch: int) -> list[GraphBatch]:
         return self.eval_batches("train")
@@ -138,8 +148,10 @@ def known_labels(graph: Graph, labels: list[str]) -> None:
     """Refuse a node labelled with a class the run was not trained on (its graph's file changed)."""
     for node, label in zip(graph.ids, graph.labels):
         if label is not None and label not in labels:
-            raise DataError(f"{graph.name}: node '{node}' has label '{label}', not one the model was trained on "
-                            f"({', '.join(labels)})")
+            raise DataError(
+                f"{graph.name}: node '{node}' has label '{label}', not one the model was trained on "
+                f"({', '.join(labels)})"
+            )
 
 
 @register_task
@@ -153,8 +165,9 @@ class NodeClassification(ClassifierTask[NodeData, GraphBatch]):
     commands = ("evaluate",)
     cfg: NodeClassificationConfig
 
-    def prepare(self, batching: Batching | None, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> NodeData:
+    def prepare(
+        self, batching: Batching | None, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> NodeData:
         """The graph and its split (``batching`` is not used: the graph is one batch)."""
         graph = self.cfg.read()
         labels = state["labels"] if state else sorted({label for label in graph.labels if label is not None})
@@ -167,9 +180,11 @@ class NodeClassification(ClassifierTask[NodeData, GraphBatch]):
         splits = split_nodes(classes, len(labels), cfg.valid_fraction, cfg.test_fraction, cfg.seed)
         empty = [name for name in SPLITS if not splits[name]]
         if empty:
-            raise DataError(f"{graph.name}: {sum(c != UNLABELLED for c in classes)} labelled nodes leave no "
-                            f"{' or '.join(empty)} nodes at valid_fraction {cfg.valid_fraction} and test_fraction "
-                            f"{cfg.test_fraction}")
+            raise DataError(
+                f"{graph.name}: {sum(c != UNLABELLED for c in classes)} labelled nodes leave no "
+                f"{' or '.join(empty)} nodes at valid_fraction {cfg.valid_fraction} and test_fraction "
+                f"{cfg.test_fraction}"
+            )
         return NodeData(graph, labels, splits)
 
     def saved_state(self, data: NodeData) -> dict[str, Any]:
@@ -183,8 +198,9 @@ class NodeClassification(ClassifierTask[NodeData, GraphBatch]):
             return DataShape(n_features=1, n_classes=2)
         return DataShape(n_features=len(data.graph.features[0]), n_classes=len(data.labels))
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str, split: str | None
+    ) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and the confusion matrix on the nodes of ``path`` (a CSV with
         ``id`` and ``label`` columns, others ignored: the true labels of nodes of the run's graph),
         the run's whole graph encoded as in training."""
@@ -194,13 +210,16 @@ class NodeClassification(ClassifierTask[NodeData, GraphBatch]):
         classes = data.classes.clone()
         for node, label, n in answers:
             if label not in data.labels:
-                raise DataError(f"{path}:{n}: label '{label}' is not one the model was trained on "
-                                f"({', '.join(data.labels)})")
+                raise DataError(
+                    f"{path}:{n}: label '{label}' is not one the model was trained on ({', '.join(data.labels)})"
+                )
             classes[node] = data.labels.index(label)
         return evaluation_report(model, [data.batch([node for node, _, _ in answers], classes)], data.labels)
 
     def describe(self, data: NodeData) -> str:
         g = data.graph
         sizes = ", ".join(f"{name} {len(nodes)}" for name, nodes in data.splits.items())
-        return (f"graph {g.name}: {len(g.ids)} nodes, {len(g.edges)} edges, {len(g.features[0])} features; "
-                f"labelled nodes: {sizes}; labels {', '.join(data.labels)}")
+        return (
+            f"graph {g.name}: {len(g.ids)} nodes, {len(g.edges)} edges, {len(g.features[0])} features; "
+            f"labelled nodes: {sizes}; labels {', '.join(data.labels)}"
+        )

@@ -55,8 +55,9 @@ def embed_texts(model: nn.Module, ids: list[list[int]]) -> Tensor:
     """Caption ids -> (M, d_embed) unit vectors."""
     model.eval()
     device = next(model.parameters()).device
-    return torch.cat([model.encode_text(text_ids(ids[i:i + CHUNK]).to(device)).float().cpu()
-                      for i in range(0, len(ids), CHUNK)])
+    return torch.cat(
+        [model.encode_text(text_ids(ids[i : i + CHUNK]).to(device)).float().cpu() for i in range(0, len(ids), CHUNK)]
+    )
 
 
 def retrieval_scores(image_embeddings: Tensor, text_embeddings: Tensor, caption_of: Tensor) -> dict[str, float]:
@@ -64,9 +65,11 @@ def retrieval_scores(image_embeddings: Tensor, text_embeddings: Tensor, caption_
     recall@1 and @5 of image -> text and text -> image."""
     similarity = image_embeddings @ text_embeddings.T  # (N, M): cosines
     relevant = caption_of[:, None] == torch.arange(len(text_embeddings))[None]  # (N, M)
-    return {f"{direction}_r{k}": recall_at_k(s, r, k) for k in (1, 5)
-            for direction, s, r in (("image_to_text", similarity, relevant),
-                                    ("text_to_image", similarity.T, relevant.T))}
+    return {
+        f"{direction}_r{k}": recall_at_k(s, r, k)
+        for k in (1, 5)
+        for direction, s, r in (("image_to_text", similarity, relevant), ("text_to_image", similarity.T, relevant.T))
+    }
 
 
 def class_embeddings(model: nn.Module, tokenizer: Tokenizer, labels: list[str], templates: list[str]) -> Tensor:
@@ -88,22 +91,27 @@ def labelled_by_prompt(captions: list[str], labels: list[str], templates: list[s
     return {i: class_of[caption] for i, caption in enumerate(captions) if caption in class_of}
 
 
-def retrieval_record(model: nn.Module, tokenizer: Tokenizer, images: Tensor, captions: list[str],
-                     labels: list[str], templates: list[str]) -> dict[str, Any]:
+def retrieval_record(
+    model: nn.Module, tokenizer: Tokenizer, images: Tensor, captions: list[str], labels: list[str], templates: list[str]
+) -> dict[str, Any]:
     """Recall@1/5 both ways over ``images`` (standardised) and their ``captions``, and the zero-shot
     accuracy of ``labels`` (with ``templates``) over the images that a prompt captions."""
     distinct = list(dict.fromkeys(captions))
     index = {caption: m for m, caption in enumerate(distinct)}
     image_embeddings = embed_images(model, images)
-    record: dict[str, Any] = retrieval_scores(image_embeddings, embed_texts(model, tokenizer.encode_batch(distinct)),
-                                              torch.tensor([index[c] for c in captions]))
+    record: dict[str, Any] = retrieval_scores(
+        image_embeddings,
+        embed_texts(model, tokenizer.encode_batch(distinct)),
+        torch.tensor([index[c] for c in captions]),
+    )
     record |= {"images": len(captions), "captions": len(distinct)}
     labelled = labelled_by_prompt(captions, labels, templates) if labels else {}
     record |= {"zero_shot_images": len(labelled), "zero_shot_classes": len(labels)}
     if labelled:
         rows = torch.tensor(list(labelled))
-        probabilities = zero_shot_probabilities(model, image_embeddings[rows],
-                                                class_embeddings(model, tokenizer, labels, templates))
+        probabilities = zero_shot_probabilities(
+            model, image_embeddings[rows], class_embeddings(model, tokenizer, labels, templates)
+        )
         predicted, gold = probabilities.argmax(-1).tolist(), list(labelled.values())
         record["zero_shot_accuracy"] = sum(p == g for p, g in zip(predicted, gold)) / len(gold)
         errors = Counter((labels[g], labels[p]) for p, g in zip(predicted, gold) if p != g)

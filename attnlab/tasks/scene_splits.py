@@ -34,13 +34,15 @@ class SceneSplits:
         except ValueError as err:
             raise ConfigError(f"held_out: {err}") from None
         if drawn and not self.held_combinations:
-            raise ConfigError("held_out names no 'COLOUR SHAPE' combination; the compositional split needs at least "
-                              "one (e.g. 'red triangle')")
+            raise ConfigError(
+                "held_out names no 'COLOUR SHAPE' combination; the compositional split needs at least "
+                "one (e.g. 'red triangle')"
+            )
         for name in ("n_train", "n_valid", "n_test"):
             at_least(name, getattr(self, name), 1)
         at_least("image_size", self.image_size, 16)
-        if not 1 <= self.max_objects <= scenes.GRID ** 2:
-            raise ConfigError(f"max_objects must be between 1 and {scenes.GRID ** 2} (got {self.max_objects})")
+        if not 1 <= self.max_objects <= scenes.GRID**2:
+            raise ConfigError(f"max_objects must be between 1 and {scenes.GRID**2} (got {self.max_objects})")
         if self.noise < 0:
             raise ConfigError(f"noise must be >= 0 (got {self.noise})")
 
@@ -51,5 +53,9 @@ class SceneSplits:
     def drawn_scenes(self) -> dict[str, list[scenes.Scene]]:
         """The four splits of scenes (data/scenes.py SPLITS)."""
         sizes = {"train": self.n_train, "valid": self.n_valid, "test": self.n_test, "compositional": self.n_test}
-        return {split: scenes.generate(split, n, self.seed, self.held_combinations, self.image_size, self.noise,
-                                       self.max_objects) for split, n in sizes.items()}
+        return {
+            split: scenes.generate(
+                split, n, self.seed, self.held_combinations, self.image_size, self.noise, self.max_objects
+            )
+            for split, n in sizes.items()
+        }

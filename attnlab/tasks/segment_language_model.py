@@ -79,21 +79,25 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
     commands = ("generate", "evaluate")
     layout = SegmentData
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> SegmentData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
+    ) -> SegmentData:
         data = super().prepare(batching, tokenizers, state)
         window = (self.cfg.context_segments + 1) * self.cfg.block_size
         if self.cfg.context_segments and len(data.splits["train"]) <= window:
-            raise DataError(f"{self.cfg.train}: the train text has {len(data.splits['train'])} tokens, fewer than a "
-                            f"window of (data.context_segments + 1) x data.block_size + 1 ({window + 1})")
+            raise DataError(
+                f"{self.cfg.train}: the train text has {len(data.splits['train'])} tokens, fewer than a "
+                f"window of (data.context_segments + 1) x data.block_size + 1 ({window + 1})"
+            )
         data.context_segments = self.cfg.context_segments
         return data
 
     def data_shape(self, data: SegmentData | None = None) -> DataShape:
         return dataclasses.replace(super().data_shape(data), segment_length=self.cfg.block_size)
 
-    def loss(self, model: torch.nn.Module, batch: SegmentBatch | ContextSegmentBatch, label_smoothing: float,
-             amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(
+        self, model: torch.nn.Module, batch: SegmentBatch | ContextSegmentBatch, label_smoothing: float, amp: Amp
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The next-token loss of a segment read after its memory: the one its rows' previous segment
         left (an empty one when that was not the batch before), which moves on past it; or, for
         random windows, the one its context leaves, read with no gradient."""
@@ -110,14 +114,26 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
             batch.rows.keep(batch.index, memory)
         return label_smoothed_nll(logits, batch.tgt_out, label_smoothing, PAD)
 
-    def validate(self, model: torch.nn.Module, data: SegmentData, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self,
+        model: torch.nn.Module,
+        data: SegmentData,
+        device: torch.device,
+        amp: Amp,
+        n_decoded: int,
+        split: str = "valid",
+    ) -> dict[str, float]:
         scores = self.segments_nll(model, data.eval_batches(split), device, amp)
         return {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
 
     @torch.no_grad()
-    def segments_nll(self, model: torch.nn.Module, batches: list[SegmentBatch], device: torch.device,
-                     amp: Amp = contextlib.nullcontext) -> dict[str, typing.Any]:
+    def segments_nll(
+        self,
+        model: torch.nn.Module,
+        batches: list[SegmentBatch],
+        device: torch.device,
+        amp: Amp = contextlib.nullcontext,
+    ) -> dict[str, typing.Any]:
         """NLL per token and perplexity of consecutive segments, each read after the memory of those
         before it, as in training."""
         model.eval()
@@ -128,14 +144,21 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
             n_tokens += batch.n_targets
         loss = nll_sum / max(n_tokens, 1)
         xl = unwrapped(model)
-        return {"loss": loss, "ppl": perplexity(loss), "tokens": n_tokens, "rows": batches[0].tgt_in.shape[0],
-                "segment_length": xl.segment_length, "memory_length": xl.memory_length}
+        return {
+            "loss": loss,
+            "ppl": perplexity(loss),
+            "tokens": n_tokens,
+            "rows": batches[0].tgt_in.shape[0],
+            "segment_length": xl.segment_length,
+            "memory_length": xl.memory_length,
+        }
 
     def evaluate_split(self, model: torch.nn.Module, data: SegmentData, split: str) -> dict[str, typing.Any]:
         return self.segments_nll(model, data.eval_batches(split), next(model.parameters()).device)
 
-    def evaluate_file(self, model: torch.nn.Module, tokenizers: Tokenizers, state: dict[str, typing.Any], path: str,
-                      split: str | None) -> dict[str, typing.Any]:
+    def evaluate_file(
+        self, model: torch.nn.Module, tokenizers: Tokenizers, state: dict[str, typing.Any], path: str, split: str | None
+    ) -> dict[str, typing.Any]:
         """The text of ``path`` read in one row of consecutive segments: every segment after the first
         has its memory."""
         self.refuse_split(split)
@@ -146,14 +169,20 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
         return self.segments_nll(model, batches, next(model.parameters()).device)
 
     def report(self, result: dict[str, typing.Any], source: str) -> list[str]:
-        return [f"perplexity {result['ppl']:.4g}: {result['loss']:.4f} nats per token over {result['tokens']:,} "
-                f"tokens ({source}; {result['rows']} row{'s' * (result['rows'] != 1)} of segments of "
-                f"{result['segment_length']} tokens, memory {result['memory_length']})"]
+        return [
+            f"perplexity {result['ppl']:.4g}: {result['loss']:.4f} nats per token over {result['tokens']:,} "
+            f"tokens ({source}; {result['rows']} row{'s' * (result['rows'] != 1)} of segments of "
+            f"{result['segment_length']} tokens, memory {result['memory_length']})"
+        ]
 
     def describe(self, data: SegmentData) -> str:
         if data.context_segments:
-            return (f"{super().describe(data)}; trained on random windows of {data.context_segments} context "
-                    f"segment(s) and one segment of {data.block_size} tokens, validated on {data.batch_size} rows "
-                    f"of consecutive segments")
-        return (f"{super().describe(data)}; read as {data.batch_size} rows of consecutive segments of "
-                f"{data.block_size} tokens")
+            return (
+                f"{super().describe(data)}; trained on random windows of {data.context_segments} context "
+                f"segment(s) and one segment of {data.block_size} tokens, validated on {data.batch_size} rows "
+                f"of consecutive segments"
+            )
+        return (
+            f"{super().describe(data)}; read as {data.batch_size} rows of consecutive segments of "
+            f"{data.block_size} tokens"
+        )

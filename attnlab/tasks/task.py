@@ -111,8 +111,9 @@ class Task(Generic[D, B]):
         needs = {"inputs": Inputs.TOKENS} | cls.needs
         return all(getattr(capabilities, k) == v for k, v in needs.items())
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> D:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> D:
         """Read the data; fit the tokenizers on the training split, or use the run's ``tokenizers``
         and ``state`` (what :meth:`saved_state` gave when the run was made)."""
         raise NotImplementedError
@@ -133,8 +134,10 @@ class Task(Generic[D, B]):
         """The vocabulary size of the prepared ``data``'s tokenizer of ``role``, one the task declares
         in ``tokenizers`` (it saves that tokenizer with a run); None without data."""
         if role not in self.tokenizers:
-            raise TypeError(f"task {self.name!r} sets a vocabulary size from its {role!r} tokenizer: declare the "
-                            f"roles of the tokenizers it saves (tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
+            raise TypeError(
+                f"task {self.name!r} sets a vocabulary size from its {role!r} tokenizer: declare the "
+                f"roles of the tokenizers it saves (tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))"
+            )
         if data is None:
             return None
         tokenizer = cast(TaskData, data).tokenizers[role]
@@ -145,8 +148,9 @@ class Task(Generic[D, B]):
         runs under ``amp``."""
         raise NotImplementedError
 
-    def validate(self, model: nn.Module, data: D, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: D, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         """The metrics on ``split`` (``valid_loss`` always); ``n_decoded``: how many examples to
         predict for metrics that need predictions (train.eval_exact_match)."""
         raise NotImplementedError
@@ -158,8 +162,10 @@ class Task(Generic[D, B]):
     def refuse_split(self, split: str | None) -> None:
         """For ``EvaluatesFiles.evaluate_file`` of a task whose files hold no splits: refuse a ``split``."""
         if split is not None:
-            raise UsageError(f"--split with --data is for files that hold splits; a file of data.task '{self.name}' "
-                             f"holds none: give --data FILE, or --split NAME alone")
+            raise UsageError(
+                f"--split with --data is for files that hold splits; a file of data.task '{self.name}' "
+                f"holds none: give --data FILE, or --split NAME alone"
+            )
 
 
 class TokenData(Protocol):
@@ -180,15 +186,18 @@ class NextTokenTask(Task[TD, TB]):
     def loss(self, model: nn.Module, batch: TB, label_smoothing: float, amp: Amp) -> tuple[torch.Tensor, torch.Tensor]:
         return teacher_forced_loss(model, batch, label_smoothing, amp)
 
-    def validate(self, model: nn.Module, data: TD, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: TD, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         scores = evaluate(model, list(data.eval_batches(split)), device, amp)
         return {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
 
     def analysis_pass(self, model: nn.Module, batch: TB) -> dict[str, torch.Tensor]:
         logits_of(model, batch)
-        return {"encoder": batch.src != PAD if batch.src is not None else batch.tgt_in != PAD,
-                "decoder": batch.tgt_in != PAD}
+        return {
+            "encoder": batch.src != PAD if batch.src is not None else batch.tgt_in != PAD,
+            "decoder": batch.tgt_in != PAD,
+        }
 
 
 TASKS: dict[str, type[Task[Any, Any]]] = {}
@@ -198,9 +207,27 @@ DEFAULT_TASK = "translation"
 # them, for every format, and names the generator 'task'. Reading such a file drops those the task
 # does not have (its reader never used them).
 RELEASE_0_1_FIELDS = (
-    "format", "task", "train", "valid", "test", "src_lang", "tgt_lang", "tokenizer", "vocab_size", "shared_vocab",
-    "max_src_len", "max_tgt_len", "seed", "n_train", "n_valid", "n_test", "min_len", "max_len", "block_size",
-    "valid_fraction")
+    "format",
+    "task",
+    "train",
+    "valid",
+    "test",
+    "src_lang",
+    "tgt_lang",
+    "tokenizer",
+    "vocab_size",
+    "shared_vocab",
+    "max_src_len",
+    "max_tgt_len",
+    "seed",
+    "n_train",
+    "n_valid",
+    "n_test",
+    "min_len",
+    "max_len",
+    "block_size",
+    "valid_fraction",
+)
 
 
 T = TypeVar("T", bound=type[Task[Any, Any]])
@@ -214,9 +241,11 @@ def register_task(task: T) -> T:
     refused where the fields are first planned (:meth:`Task.vocabulary`)."""
     task.needs = Capabilities.check_needs(task.needs)
     if not task.tokenizers and task.data_shape is Task.data_shape:
-        raise TypeError(f"task {task.name!r} declares no tokenizer, so its data sets no vocabulary: define its "
-                        f"data_shape(self, data=None), or declare the roles of the tokenizers it saves "
-                        f"(tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))")
+        raise TypeError(
+            f"task {task.name!r} declares no tokenizer, so its data sets no vocabulary: define its "
+            f"data_shape(self, data=None), or declare the roles of the tokenizers it saves "
+            f"(tokenizers = ('src',), ('tgt',) or ('src', 'tgt'))"
+        )
     register(TASKS, cast(type[Task[Any, Any]], task), "task")
     return task
 
@@ -224,8 +253,10 @@ def register_task(task: T) -> T:
 def task_named(name: Any) -> type[Task[Any, Any]]:
     """The registered task that ``data.task`` names; an unknown name is a ConfigError listing them."""
     if name in GENERATORS:  # release 0.1 named the generator data.task
-        raise ConfigError(f"data.task names the task ({', '.join(map(repr, TASKS))}); '{name}' is a built-in "
-                          f"generator: write `generator: {name}` (with format: builtin)")
+        raise ConfigError(
+            f"data.task names the task ({', '.join(map(repr, TASKS))}); '{name}' is a built-in "
+            f"generator: write `generator: {name}` (with format: builtin)"
+        )
     one_of("data.task", name, TASKS)
     return TASKS[name]
 

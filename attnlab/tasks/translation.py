@@ -85,12 +85,17 @@ class TranslationConfig(TaskConfig):
             one_of("generator", self.generator, GENERATORS)
         if self.split is not None:
             if (self.format, self.generator) != ("builtin", "scan"):
-                raise ConfigError(f"split is one of SCAN's splits: it needs format 'builtin' with generator 'scan' (got "
-                                  f"format '{self.format}', generator '{self.generator}')")
+                raise ConfigError(
+                    f"split is one of SCAN's splits: it needs format 'builtin' with generator 'scan' (got "
+                    f"format '{self.format}', generator '{self.generator}')"
+                )
             one_of("split", self.split, SCAN_SPLITS)
-        if self.format == "builtin" and self.generator != "scan" and self.n_train is None:  # SCAN's grammar has its pairs
-            raise ConfigError(f"generator '{self.generator}' draws its pairs: set n_train, how many training pairs to "
-                              f"draw")
+        if (
+            self.format == "builtin" and self.generator != "scan" and self.n_train is None
+        ):  # SCAN's grammar has its pairs
+            raise ConfigError(
+                f"generator '{self.generator}' draws its pairs: set n_train, how many training pairs to draw"
+            )
         if self.format == "parallel" and (self.src_lang is None or self.tgt_lang is None):
             raise ConfigError("format 'parallel' needs src_lang and tgt_lang (file suffixes, e.g. 'de' and 'en')")
         for name in ("vocab_size", "max_src_len", "max_tgt_len", "n_valid", "n_test", "min_len"):
@@ -101,9 +106,11 @@ class TranslationConfig(TaskConfig):
             raise ConfigError(f"max_len ({self.max_len}) must be >= min_len ({self.min_len})")
         if self.test_lengths is not None:
             if self.format != "builtin" or self.generator == "scan":
-                raise ConfigError(f"test_min_len / test_max_len set the test lengths of a sequence generator (copy, "
-                                  f"reverse, sort, addition), not of format '{self.format}'"
-                                  + (" with generator 'scan'" if self.format == "builtin" else ""))
+                raise ConfigError(
+                    f"test_min_len / test_max_len set the test lengths of a sequence generator (copy, "
+                    f"reverse, sort, addition), not of format '{self.format}'"
+                    + (" with generator 'scan'" if self.format == "builtin" else "")
+                )
             low, high = self.test_lengths
             at_least("test_min_len", low, 1)
             if high < low:
@@ -114,8 +121,10 @@ class TranslationConfig(TaskConfig):
         """The test split's (lowest, highest) length, where it differs from the training lengths' field."""
         if self.test_min_len is None and self.test_max_len is None:
             return None
-        return (self.min_len if self.test_min_len is None else self.test_min_len,
-                self.max_len if self.test_max_len is None else self.test_max_len)
+        return (
+            self.min_len if self.test_min_len is None else self.test_min_len,
+            self.max_len if self.test_max_len is None else self.test_max_len,
+        )
 
     @property
     def longest_sequence(self) -> int:
@@ -164,27 +173,45 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
     training pairs; with ``n_train``, only the first n_train of the (remaining) training pairs
     are kept (data-size curves)."""
     if cfg.format == "builtin":
-        return generated_pairs(cfg.generator, cfg.seed, cfg.n_train, cfg.n_valid, cfg.n_test, cfg.min_len, cfg.max_len,
-                               cfg.split, cfg.test_lengths)
+        return generated_pairs(
+            cfg.generator,
+            cfg.seed,
+            cfg.n_train,
+            cfg.n_valid,
+            cfg.n_test,
+            cfg.min_len,
+            cfg.max_len,
+            cfg.split,
+            cfg.test_lengths,
+        )
 
     def read(path: str) -> list[Pair]:
         if cfg.format == "parallel":
             return read_parallel(f"{path}.{cfg.src_lang}", f"{path}.{cfg.tgt_lang}")
         return read_tsv(path) if cfg.format == "tsv" else read_scan(path)
 
-    splits = {name: read(path) for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
-              if path is not None}
+    splits = {
+        name: read(path)
+        for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
+        if path is not None
+    }
     splits = hold_out_valid(splits, cfg.n_valid, cfg.train, "pairs")
     if cfg.n_train is not None:
-        splits["train"] = splits["train"][:cfg.n_train]
+        splits["train"] = splits["train"][: cfg.n_train]
     return splits
 
 
 VALIDATION_SEARCH = Greedy(batch_size=128)  # what validation decodes a split with
 
 
-def decode_split(model: nn.Module, data: SentencePairs[typing.Any], split: str, limit: int | None = None,
-                 search: Search = VALIDATION_SEARCH, progress: bool = False) -> list[tuple[str, str, str]]:
+def decode_split(
+    model: nn.Module,
+    data: SentencePairs[typing.Any],
+    split: str,
+    limit: int | None = None,
+    search: Search = VALIDATION_SEARCH,
+    progress: bool = False,
+) -> list[tuple[str, str, str]]:
     """Translations by ``search`` (default greedy; a conditional masked language model's by
     mask-predict) of the first ``limit`` examples of a split: (source, reference, output);
     ``progress`` shows translate's progress bar."""
@@ -206,8 +233,9 @@ class ParallelText(Task[PairsData, PairsBatch]):
     layout: typing.ClassVar[type[SentencePairs[typing.Any]]] = Seq2SeqData  # how the pairs are batched
     with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, typing.Any] | None = None) -> PairsData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
+    ) -> PairsData:
         splits = read_pairs(self.cfg)
         if tokenizers is None:
             train = splits["train"]
@@ -215,8 +243,10 @@ class ParallelText(Task[PairsData, PairsBatch]):
                 shared = self.tokenizer([s for s, _ in train] + [t for _, t in train])
                 tokenizers = {"src": shared, "tgt": shared}
             else:
-                tokenizers = {"src": self.tokenizer([s for s, _ in train]),
-                              "tgt": self.tokenizer([t for _, t in train])}
+                tokenizers = {
+                    "src": self.tokenizer([s for s, _ in train]),
+                    "tgt": self.tokenizer([t for _, t in train]),
+                }
         encoded: dict[str, list[Example]] = {}
         reports: dict[str, FilterReport] = {}
         for name, pairs in splits.items():
@@ -224,14 +254,16 @@ class ParallelText(Task[PairsData, PairsBatch]):
             tgt_ids = tokenizers["tgt"].encode_batch([t for _, t in pairs])
             examples = [Example(s, t, si, ti) for (s, t), si, ti in zip(pairs, src_ids, tgt_ids)]
             if name == "train":  # evaluation sets are never filtered: scores must cover every sentence
-                keep, reports[name] = filter_by_length(list(zip(src_ids, tgt_ids)), self.cfg.max_src_len,
-                                                       self.cfg.max_tgt_len)
+                keep, reports[name] = filter_by_length(
+                    list(zip(src_ids, tgt_ids)), self.cfg.max_src_len, self.cfg.max_tgt_len
+                )
                 examples = [examples[i] for i in keep]
                 if not examples:
                     raise DataError(f"no training pairs left after length filtering ({reports[name]})")
             encoded[name] = examples
-        return typing.cast(PairsData, self.layout(tokenizers=tokenizers, splits=encoded, reports=reports,
-                                                  **batching.bucketing()))
+        return typing.cast(
+            PairsData, self.layout(tokenizers=tokenizers, splits=encoded, reports=reports, **batching.bucketing())
+        )
 
     def tokenizer(self, lines: list[str]) -> Tokenizer:
         """A tokenizer of data.tokenizer, data.vocab_size, fitted on ``lines``."""
@@ -240,14 +272,18 @@ class ParallelText(Task[PairsData, PairsBatch]):
     def data_shape(self, data: PairsData | None = None) -> DataShape:
         """The target's vocabulary size; the source's as src_vocab_size, None when shared (the model
         reads it as the target's)."""
-        return DataShape(vocab_size=self.vocabulary(data, "tgt"), pad_id=PAD,
-                         src_vocab_size=None if self.cfg.shared_vocab else self.vocabulary(data, "src"))
+        return DataShape(
+            vocab_size=self.vocabulary(data, "tgt"),
+            pad_id=PAD,
+            src_vocab_size=None if self.cfg.shared_vocab else self.vocabulary(data, "src"),
+        )
 
     def describe(self, data: PairsData) -> str:
         sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
         src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
-        vocab = (f"shared vocabulary {tgt.vocab_size}" if src is tgt
-                 else f"vocabularies {src.vocab_size} / {tgt.vocab_size}")
+        vocab = (
+            f"shared vocabulary {tgt.vocab_size}" if src is tgt else f"vocabularies {src.vocab_size} / {tgt.vocab_size}"
+        )
         report = f"; train filter: {data.reports['train']}" if "train" in data.reports else ""
         return f"pairs: {sizes}; {vocab}{report}"
 
@@ -267,8 +303,9 @@ class Translation(NextTokenTask[Seq2SeqData, Batch], ParallelText[Seq2SeqData, B
     def piped(self, batch: Batch) -> Piped:
         return Piped((typing.cast(torch.Tensor, batch.src), batch.tgt_in), batch.tgt_out, PAD)
 
-    def validate(self, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp, n_decoded: int,
-                 split: str = "valid") -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, data: Seq2SeqData, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
+    ) -> dict[str, float]:
         """Loss and perplexity, and the exact match of ``n_decoded`` greedy translations."""
         result = super().validate(model, data, device, amp, n_decoded, split)
         if n_decoded:

@@ -80,6 +80,7 @@ class VisualQAConfig(SceneSplits, TaskConfig):
 
 # -- batches ------------------------------------------------------------------------------------------
 
+
 @dataclass
 class QABatch(ExampleBatch):
     """images: (B, C, H, W), standardised; ids: (B, T) <bos> question <eos>, PAD-padded; labels: (B,)."""
@@ -113,8 +114,10 @@ def question_ids(tokenizer: Tokenizer, questions: list[str], longest: int, where
     ids = tokenizer.encode_batch(questions)
     for n, row in enumerate(ids, start=1):
         if not row or len(row) > longest:
-            raise DataError(f"{where}: question {n} has {len(row)} tokens; data.max_question_len is {longest} (and a "
-                            f"question needs at least one)")
+            raise DataError(
+                f"{where}: question {n} has {len(row)} tokens; data.max_question_len is {longest} (and a "
+                f"question needs at least one)"
+            )
     return [[BOS, *row, EOS] for row in ids]
 
 
@@ -123,8 +126,13 @@ def qa_split(drawn: list[Scene], tokenizer: Tokenizer, answers: list[str], longe
     pairs = [(i, q, a) for i, scene in enumerate(drawn) for q, a in scene.questions]
     images = as_tensor(np.stack([s.pixels for s in drawn]).astype(np.float32))  # (S, C, H, W)
     questions = [q for _, q, _ in pairs]
-    return QASplit(images, torch.tensor([i for i, _, _ in pairs]), questions,
-                   question_ids(tokenizer, questions, longest, where), class_ids([a for _, _, a in pairs], answers, where))
+    return QASplit(
+        images,
+        torch.tensor([i for i, _, _ in pairs]),
+        questions,
+        question_ids(tokenizer, questions, longest, where),
+        class_ids([a for _, _, a in pairs], answers, where),
+    )
 
 
 @dataclass(kw_only=True)
@@ -142,9 +150,14 @@ class QAData(ImageRows):
     _eval: dict[str, list[QABatch]] = field(default_factory=dict, repr=False)
 
     def batches(self, split: QASplit, rows: list[Tensor]) -> list[QABatch]:
-        return [QABatch(self.standardise(split.images[split.scene[r]]), pad_sequences([split.ids[i] for i in r.tolist()]),
-                        split.labels[r]) for r in rows]
-
+        return [
+            QABatch(
+                self.standardise(split.images[split.scene[r]]),
+                pad_sequences([split.ids[i] for i in r.tolist()]),
+                split.labels[r],
+            )
+            for r in rows
+        ]
 
 
 @torch.no_grad()
@@ -152,8 +165,10 @@ def answer(model: nn.Module, tokenizer: Tokenizer, images: Tensor, question: str
     """(N, C, H, W) standardised images, one question about each -> (N, n_answers) probabilities."""
     ids = question_ids(tokenizer, [question], longest, "--question")[0]
     if UNK in ids:
-        print(f"note: --question: {ids.count(UNK)} word(s) the model never saw in a question, read as <unk>",
-              file=sys.stderr)
+        print(
+            f"note: --question: {ids.count(UNK)} word(s) the model never saw in a question, read as <unk>",
+            file=sys.stderr,
+        )
     model.eval()
     device = next(model.parameters()).device
     batch = torch.tensor([ids] * len(images), device=device)
@@ -171,33 +186,51 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
     tokenizers = ("src",)
     cfg: VisualQAConfig
 
-    def prepare(self, batching: Batching, tokenizers: Tokenizers | None = None,
-                state: dict[str, Any] | None = None) -> QAData:
+    def prepare(
+        self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
+    ) -> QAData:
         drawn = self.cfg.drawn_scenes()
         if tokenizers is None:
             questions = [q for scene in drawn["train"] for q, _ in scene.questions]
             tokenizers = {"src": Tokenizer.train(self.cfg.tokenizer, questions, self.cfg.vocab_size), "tgt": None}
         answers = state["labels"] if state else class_names([a for scene in drawn["train"] for _, a in scene.questions])
-        splits = {name: qa_split(scenes, tokenizers["src"], answers, self.cfg.max_question_len, f"scenes {name}")
-                  for name, scenes in drawn.items()}
+        splits = {
+            name: qa_split(scenes, tokenizers["src"], answers, self.cfg.max_question_len, f"scenes {name}")
+            for name, scenes in drawn.items()
+        }
         pixels = splits["train"].images.permute(0, 2, 3, 1).numpy()  # (S, H, W, C)
         standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(pixels)
-        return QAData(splits=splits, tokenizers=tokenizers, labels=answers, standardise=standardise,
-                      batch_size=batching.batch_size, seed=batching.seed)
+        return QAData(
+            splits=splits,
+            tokenizers=tokenizers,
+            labels=answers,
+            standardise=standardise,
+            batch_size=batching.batch_size,
+            seed=batching.seed,
+        )
 
     def saved_state(self, data: QAData) -> dict[str, Any]:
         """The answers in class-id order, the images' (H, W, C) and the training split's pixel statistics."""
         channels, height, width = data.image_shape
-        return {"labels": data.labels, "shape": [height, width, channels], "mean": data.standardise.mean,
-                "std": data.standardise.std}
+        return {
+            "labels": data.labels,
+            "shape": [height, width, channels],
+            "mean": data.standardise.mean,
+            "std": data.standardise.std,
+        }
 
     def data_shape(self, data: QAData | None = None) -> DataShape:
         """Before the scenes are drawn: RGB images of data.image_size, two answers."""
         size = self.cfg.image_size
         channels, height, width = data.image_shape if data is not None else (3, size, size)
-        return DataShape(image_height=height, image_width=width, channels=channels,
-                         vocab_size=self.vocabulary(data, "src"), n_classes=len(data.labels) if data is not None else 2,
-                         pad_id=PAD)
+        return DataShape(
+            image_height=height,
+            image_width=width,
+            channels=channels,
+            vocab_size=self.vocabulary(data, "src"),
+            n_classes=len(data.labels) if data is not None else 2,
+            pad_id=PAD,
+        )
 
     def analysis_pass(self, model: nn.Module, batch: QABatch) -> dict[str, Tensor]:
         states, valid = model.encode(batch.images, batch.ids)
@@ -212,12 +245,15 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
         record["by_kind"] = {}
         for kind in dict.fromkeys(kinds):
             rows = torch.tensor([i for i, k in enumerate(kinds) if k == kind])
-            scores = scores_of(model, data.batches(part, list(rows.split(data.batch_size))), len(data.labels), device)[0]
+            scores = scores_of(model, data.batches(part, list(rows.split(data.batch_size))), len(data.labels), device)[
+                0
+            ]
             record["by_kind"][kind] = {"accuracy": scores["accuracy"], "questions": len(rows)}
         return record
 
-    def evaluate_file(self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str,
-                      split: str | None) -> dict[str, Any]:
+    def evaluate_file(
+        self, model: nn.Module, tokenizers: Tokenizers, state: dict[str, Any], path: str, split: str | None
+    ) -> dict[str, Any]:
         """:meth:`evaluate_split`'s record on a questions file (:func:`read_questions_file`), each
         image read and standardised as the run's training images were (resized to their size)."""
         self.refuse_split(split)
@@ -225,11 +261,20 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
         rows = read_questions_file(path, state["labels"])
         pixels = np.stack([read_image(image, colour_of(shape), shape[:2]) for image, _, _ in rows])
         questions = [question for _, question, _ in rows]
-        part = QASplit(as_tensor(pixels), torch.arange(len(rows)), questions,
-                       question_ids(tokenizers["src"], questions, self.cfg.max_question_len, path),
-                       torch.tensor([state["labels"].index(a) for _, _, a in rows]))
-        data = QAData(splits={"file": part}, tokenizers=tokenizers, labels=state["labels"],
-                      standardise=Standardise(state["mean"], state["std"]), batch_size=64)
+        part = QASplit(
+            as_tensor(pixels),
+            torch.arange(len(rows)),
+            questions,
+            question_ids(tokenizers["src"], questions, self.cfg.max_question_len, path),
+            torch.tensor([state["labels"].index(a) for _, _, a in rows]),
+        )
+        data = QAData(
+            splits={"file": part},
+            tokenizers=tokenizers,
+            labels=state["labels"],
+            standardise=Standardise(state["mean"], state["std"]),
+            batch_size=64,
+        )
         return self.evaluate_split(model, data, "file")
 
     def report(self, result: dict[str, Any], source: str) -> list[str]:
@@ -238,17 +283,21 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
         return [first, f"accuracy by kind of question: {kinds}", *confusion]
 
     def describe(self, data: QAData) -> str:
-        sizes = ", ".join(f"{name} {len(split):,} ({len(split.images):,} scenes)" for name, split in data.splits.items())
+        sizes = ", ".join(
+            f"{name} {len(split):,} ({len(split.images):,} scenes)" for name, split in data.splits.items()
+        )
         channels, height, width = data.image_shape
-        return (f"questions on images {width}x{height}x{channels}: {sizes}; {len(data.labels)} answers "
-                f"{', '.join(data.labels)}; vocabulary {data.tokenizers['src'].vocab_size}")
+        return (
+            f"questions on images {width}x{height}x{channels}: {sizes}; {len(data.labels)} answers "
+            f"{', '.join(data.labels)}; vocabulary {data.tokenizers['src'].vocab_size}"
+        )
 
 
 def ask(model: nn.Module, run: RunState, paths: list[str], question: str) -> list[list[float]]:
     """`attnlab ask`: each image file, read as the run's training images, with ``question`` -> its
     answer probabilities (in the order of the run's answers)."""
     if not question.strip():
-        raise UsageError("--question is empty; ask something, e.g. --question \"how many circles?\"")
+        raise UsageError('--question is empty; ask something, e.g. --question "how many circles?"')
     images = read_input_images(paths, run)  # one that does not decode: one line
     _, cfg, _ = run.read_config()
     return answer(model, run.read_tokenizers()["src"], images, question, cfg.max_question_len).tolist()
@@ -262,12 +311,16 @@ def read_questions_file(path: str, answers: list[str]) -> list[tuple[Path, str, 
     for n, line in enumerate(read_lines(path), start=1):
         fields = [f.strip() for f in line.split("\t")]
         if len(fields) != 3 or not all(fields):
-            raise DataError(f"{path}:{n}: expected 'image TAB question TAB answer', found {len(fields)} field(s)"
-                            f"{'' if len(fields) != 3 else ', one empty'}")
+            raise DataError(
+                f"{path}:{n}: expected 'image TAB question TAB answer', found {len(fields)} field(s)"
+                f"{'' if len(fields) != 3 else ', one empty'}"
+            )
         image = Path(path).parent / fields[0]
         if not image.is_file():
             raise DataError(f"{path}:{n}: no image '{fields[0]}' in {image.parent}")
         if fields[2] not in answers:
-            raise DataError(f"{path}:{n}: answer '{fields[2]}' is not one the model was trained on ({', '.join(answers)})")
+            raise DataError(
+                f"{path}:{n}: answer '{fields[2]}' is not one the model was trained on ({', '.join(answers)})"
+            )
         rows.append((image, fields[1], fields[2]))
     return rows

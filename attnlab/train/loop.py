@@ -37,9 +37,19 @@ class Evaluations:
     counts the evaluations without a gain. ``scores``: the newest; ``step``: the step of the newest
     checkpoint, written or resumed from (None before the first)."""
 
-    def __init__(self, task: Task[Any, Any], data: TaskData, cfg: TrainConfig, device: torch.device,
-                 amp: Callable[[], ContextManager], train_log: TrainLog, run: RunDir, strategy: Strategy,
-                 trainer_state: Callable[[], dict[str, Any]], resumed_at: int | None) -> None:
+    def __init__(
+        self,
+        task: Task[Any, Any],
+        data: TaskData,
+        cfg: TrainConfig,
+        device: torch.device,
+        amp: Callable[[], ContextManager],
+        train_log: TrainLog,
+        run: RunDir,
+        strategy: Strategy,
+        trainer_state: Callable[[], dict[str, Any]],
+        resumed_at: int | None,
+    ) -> None:
         self.task, self.data, self.cfg, self.device, self.amp = task, data, cfg, device, amp
         self.train_log, self.run, self.strategy, self.trainer_state = train_log, run, strategy, trainer_state
         self.main = strategy.world is None or strategy.world.is_main
@@ -69,8 +79,9 @@ class Evaluations:
             self.strategy.assemble(model)
             self._save(progress, model, {"metrics": {}, why: True})
 
-    def _save(self, progress: Progress, model: nn.Module, meta: dict[str, Any],
-              best: tuple[str, float] | None = None) -> None:
+    def _save(
+        self, progress: Progress, model: nn.Module, meta: dict[str, Any], best: tuple[str, float] | None = None
+    ) -> None:
         weights, state = self.strategy.weights(model), self.trainer_state()
         if self.main:
             self.run.save(progress.step, weights, state, meta, self.cfg.keep_last, best=best)
@@ -113,8 +124,11 @@ class CtrlC:
         self.active, self.requested, self.previous = active, False, None
 
     def __enter__(self) -> "CtrlC":
-        if self.active and threading.current_thread() is threading.main_thread() \
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if (
+            self.active
+            and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
             self.previous = signal.signal(signal.SIGINT, self._request)
         return self
 
@@ -151,10 +165,19 @@ class Limits:
         return None
 
 
-def fit(model: nn.Module, task: Task[Any, Any], data: TaskData, cfg: TrainConfig, run: RunDir, schedule: Schedule,
-        resume: Checkpoint | None = None, log: Callable[[str], None] = print, world: World | None = None,
-        on_restored: Callable[[], None] = lambda: None,
-        clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def fit(
+    model: nn.Module,
+    task: Task[Any, Any],
+    data: TaskData,
+    cfg: TrainConfig,
+    run: RunDir,
+    schedule: Schedule,
+    resume: Checkpoint | None = None,
+    log: Callable[[str], None] = print,
+    world: World | None = None,
+    on_restored: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
     """Train ``model`` on ``task``'s prepared ``data`` until max_steps, max_epochs, max_seconds or
     early stopping, with the task's loss, validated by its metrics, the learning rate of update k
     ``schedule(k)`` (train/schedules.py's ``run_schedule``).
@@ -185,8 +208,11 @@ def fit(model: nn.Module, task: Task[Any, Any], data: TaskData, cfg: TrainConfig
     data_world = strategy.data_world  # the ranks that train different batches
     # the forward and the loss through TorchInductor; evaluation and checkpoints use the model itself
     cfg.check_runs_on(device, world.size if world else 1)
-    objective = (compiled(task.loss, graphs=cfg.compile == GRAPHS, varied_shapes=isinstance(data, BucketedData))
-                 if cfg.compiles_on(device) else task.loss)
+    objective = (
+        compiled(task.loss, graphs=cfg.compile == GRAPHS, varied_shapes=isinstance(data, BucketedData))
+        if cfg.compiles_on(device)
+        else task.loss
+    )
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, schedule)
     scaler = torch.amp.GradScaler("cuda") if precision.precision == "fp16" else None
@@ -197,10 +223,18 @@ def fit(model: nn.Module, task: Task[Any, Any], data: TaskData, cfg: TrainConfig
         log(f"resuming {run.path} from step {progress.step}")
     train_log, limits = TrainLog(run, cfg, progress, main, task.counts), Limits(cfg, learnable)
     health = Health(cfg, precision.precision, run, log, progress)
-    evaluations = Evaluations(task, data, cfg, device, amp, train_log, run, strategy,
-                              functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device,
-                                                strategy),
-                              resumed_at=progress.step if resume is not None else None)
+    evaluations = Evaluations(
+        task,
+        data,
+        cfg,
+        device,
+        amp,
+        train_log,
+        run,
+        strategy,
+        functools.partial(_trainer_state, model, optimizer, scheduler, scaler, progress, device, strategy),
+        resumed_at=progress.step if resume is not None else None,
+    )
     now = clock()
     heartbeat = Heartbeat(cfg, progress, now, functools.partial(train_log.say, log=log), task.counts)
     autosave = Autosave(cfg, evaluations, now)
@@ -221,15 +255,27 @@ def fit(model: nn.Module, task: Task[Any, Any], data: TaskData, cfg: TrainConfig
             batches, end = _epoch(data, progress.epoch, cfg, data_world)
             for group, global_targets, consumed in _updates(batches, end, progress, cfg, data_world):
                 started = time.perf_counter()
-                out = train_step(trained, [b.to(device) for b in group], optimizer, scheduler, cfg, amp, scaler,
-                                 layer_norms=(progress.step + 1) % cfg.log_every == 0, world=data_world,
-                                 global_targets=global_targets, objective=objective,
-                                 accumulate=strategy.accumulate_gradients, clip=strategy.clip_gradients)
+                out = train_step(
+                    trained,
+                    [b.to(device) for b in group],
+                    optimizer,
+                    scheduler,
+                    cfg,
+                    amp,
+                    scaler,
+                    layer_norms=(progress.step + 1) % cfg.log_every == 0,
+                    world=data_world,
+                    global_targets=global_targets,
+                    objective=objective,
+                    accumulate=strategy.accumulate_gradients,
+                    clip=strategy.clip_gradients,
+                )
                 seconds = time.perf_counter() - started
                 now = clock()
                 # one clock for every rank's limits and periodic checkpoints: one all-reduce a step
-                seconds, waited = world.all_max(seconds, autosave.waited(now)) if world else \
-                    (seconds, autosave.waited(now))
+                seconds, waited = (
+                    world.all_max(seconds, autosave.waited(now)) if world else (seconds, autosave.waited(now))
+                )
                 progress.batch += consumed
                 progress.train_seconds += seconds
                 limits.session_seconds += seconds
@@ -255,17 +301,27 @@ def fit(model: nn.Module, task: Task[Any, Any], data: TaskData, cfg: TrainConfig
     said = "max_steps" if stop == f"max_steps ({cfg.max_steps})" else stop  # the count is just before
     log(f"stopped after {progress.step:,} steps ({said}), {progress.train_seconds:.1f} s of training")
     if stop.startswith("max_seconds") and progress.step < cfg.max_steps:
-        log(f"not finished: step {progress.step} of {cfg.max_steps} when train.max_seconds ({cfg.max_seconds:g} s) "
-            f"ran out; continue with `attnlab train --out {run.path} --resume`, or raise or remove train.max_seconds")
+        log(
+            f"not finished: step {progress.step} of {cfg.max_steps} when train.max_seconds ({cfg.max_seconds:g} s) "
+            f"ran out; continue with `attnlab train --out {run.path} --resume`, or raise or remove train.max_seconds"
+        )
     if world:
         world.barrier()  # rank 0's last checkpoint is on disk for everyone
     best_step = run.best_step()
     load_weights(model, run.step_dir(best_step) / MODEL_FILE)  # leave the best weights in the model
-    return {"steps": progress.step, "epochs": progress.epoch, "stop_reason": stop,
-            "train_seconds": round(progress.train_seconds, 2), f"train_{task.counts}": progress.targets,
-            f"{task.counts}_per_s": round(progress.targets / max(progress.train_seconds, 1e-9), 1),
-            "best_step": best_step, f"best_{cfg.early_stop_metric}": progress.best,
-            "skipped_steps": progress.skipped_steps, "precision": precision.precision, "last_eval": evaluations.scores}
+    return {
+        "steps": progress.step,
+        "epochs": progress.epoch,
+        "stop_reason": stop,
+        "train_seconds": round(progress.train_seconds, 2),
+        f"train_{task.counts}": progress.targets,
+        f"{task.counts}_per_s": round(progress.targets / max(progress.train_seconds, 1e-9), 1),
+        "best_step": best_step,
+        f"best_{cfg.early_stop_metric}": progress.best,
+        "skipped_steps": progress.skipped_steps,
+        "precision": precision.precision,
+        "last_eval": evaluations.scores,
+    }
 
 
 def _epoch(data: TaskData, epoch: int, cfg: TrainConfig, world: World | None) -> tuple[list[Batch], int]:
@@ -276,8 +332,9 @@ def _epoch(data: TaskData, epoch: int, cfg: TrainConfig, world: World | None) ->
     return batches, len(batches) - (span - 1 if world else 0)
 
 
-def _updates(batches: list[Batch], end: int, progress: Progress, cfg: TrainConfig,
-             world: World | None) -> Iterator[tuple[list[Batch], int, int]]:
+def _updates(
+    batches: list[Batch], end: int, progress: Progress, cfg: TrainConfig, world: World | None
+) -> Iterator[tuple[list[Batch], int, int]]:
     """The rest of an epoch, one update at a time, from ``progress.batch`` on: this rank's batches,
     the targets of the whole update (every rank's share, counted on the host, with no device
     sync) and how many of the epoch's batches it uses."""
@@ -303,13 +360,23 @@ def _count_step(progress: Progress, out: dict[str, Any], seconds: float) -> None
     progress.bad_in_row = (progress.bad_in_row + 1) * ~made
 
 
-def _trainer_state(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
-                   scaler: torch.amp.GradScaler | None, progress: Progress, device: torch.device,
-                   strategy: Strategy) -> dict[str, Any]:
+def _trainer_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler | None,
+    progress: Progress,
+    device: torch.device,
+    strategy: Strategy,
+) -> dict[str, Any]:
     """Tensors and plain values only: loads with torch.load(weights_only=True). A split model's
     optimizer state is gathered, by parameter name ("sharded" names the strategy)."""
-    state = {"optimizer": strategy.optimizer_state(model, optimizer), "scheduler": scheduler.state_dict(),
-             "progress": dict(vars(progress)), "rng_cpu": torch.get_rng_state()}
+    state = {
+        "optimizer": strategy.optimizer_state(model, optimizer),
+        "scheduler": scheduler.state_dict(),
+        "progress": dict(vars(progress)),
+        "rng_cpu": torch.get_rng_state(),
+    }
     if strategy.layout is not None:
         state["sharded"] = strategy.layout
     if scaler is not None:
@@ -319,9 +386,16 @@ def _trainer_state(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler
     return state
 
 
-def _restore(checkpoint: Checkpoint, run_path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler | None,
-             device: torch.device, strategy: Strategy) -> Progress:
+def _restore(
+    checkpoint: Checkpoint,
+    run_path: str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler | None,
+    device: torch.device,
+    strategy: Strategy,
+) -> Progress:
     put_weights(model, checkpoint.path, checkpoint.weights, checkpoint.metadata)
     model.to(device)
     state = checkpoint.state

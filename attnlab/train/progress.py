@@ -66,8 +66,14 @@ class TrainLog:
             _truncate_metrics(run, progress.step)
         # purge_step drops the events a killed run logged after its last checkpoint
         self.writer = SummaryWriter(str(run.tensorboard), purge_step=progress.step + 1) if main else _NoWriter()
-        self.bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=not (cfg.progress and main), unit="step",
-                        dynamic_ncols=True, leave=False)
+        self.bar = tqdm(
+            total=cfg.max_steps,
+            initial=progress.step,
+            disable=not (cfg.progress and main),
+            unit="step",
+            dynamic_ncols=True,
+            leave=False,
+        )
 
     def _line(self, record: dict[str, Any]) -> None:
         if self.main:
@@ -78,18 +84,29 @@ class TrainLog:
         """One train line from the window of steps since the last (settled: numbers, not tensors),
         which it then empties."""
         counted = progress.window_targets or math.nan  # every update of the window skipped: no loss to give
-        record = {"step": progress.step, "split": "train",
-                  "loss": progress.window_loss / counted, "nll": progress.window_nll / counted,
-                  "lr": out["lr"], "grad_norm": float(out["grad_norm"]),
-                  self.rate: progress.window_targets / progress.window_seconds, "epoch": progress.epoch,
-                  "layer_grad_norms": out["layer_grad_norms"]}
+        record = {
+            "step": progress.step,
+            "split": "train",
+            "loss": progress.window_loss / counted,
+            "nll": progress.window_nll / counted,
+            "lr": out["lr"],
+            "grad_norm": float(out["grad_norm"]),
+            self.rate: progress.window_targets / progress.window_seconds,
+            "epoch": progress.epoch,
+            "layer_grad_norms": out["layer_grad_norms"],
+        }
         self._line(record)
         for key in ("loss", "nll", "lr", "grad_norm", self.rate):
             self.writer.add_scalar(f"train/{key}", record[key], progress.step)
         for layer, norm in record["layer_grad_norms"].items():
             self.writer.add_scalar(f"grad_norm/{layer}", norm, progress.step)
-        self.bar.set_postfix({"loss": f"{record['loss']:.3f}", "lr": f"{out['lr']:.2e}",
-                              self.rate.replace("_per_s", "/s"): f"{record[self.rate]:.0f}"})
+        self.bar.set_postfix(
+            {
+                "loss": f"{record['loss']:.3f}",
+                "lr": f"{out['lr']:.2e}",
+                self.rate.replace("_per_s", "/s"): f"{record[self.rate]:.0f}",
+            }
+        )
         progress.window_loss = progress.window_nll = progress.window_seconds = 0.0
         progress.window_targets = 0
 
@@ -119,8 +136,15 @@ class Heartbeat:
     step/max_steps, the loss since the last train log line, the rate since the last heartbeat and
     the ETA at this session's pace. Rank 0 only; it reads the device, once a minute at most."""
 
-    def __init__(self, cfg: TrainConfig, progress: Progress, now: float, write: Callable[[str], None],
-                 counts: str = "tokens", every: float = 60.0) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        progress: Progress,
+        now: float,
+        write: Callable[[str], None],
+        counts: str = "tokens",
+        every: float = 60.0,
+    ) -> None:
         self.max_steps, self.write, self.counts, self.every = cfg.max_steps, write, counts, every
         self.started, self.first_step = now, progress.step  # this session's pace
         self.last, self.last_targets = now, progress.targets
@@ -132,8 +156,10 @@ class Heartbeat:
         loss = progress.window_loss / (progress.window_targets or math.nan)
         rate = (progress.targets - self.last_targets) / (now - self.last)
         pace = (now - self.started) / max(progress.step - self.first_step, 1)  # seconds per update
-        self.write(f"step {progress.step:,}/{self.max_steps:,}: loss {loss:.4g}, {rate:,.0f} {self.counts}/s, "
-                   f"ETA {duration(pace * (self.max_steps - progress.step))}")
+        self.write(
+            f"step {progress.step:,}/{self.max_steps:,}: loss {loss:.4g}, {rate:,.0f} {self.counts}/s, "
+            f"ETA {duration(pace * (self.max_steps - progress.step))}"
+        )
         self.last, self.last_targets = now, progress.targets
 
 
@@ -162,8 +188,9 @@ class Health:
     looked at where the loop reads the device anyway: each look says what was skipped since the
     last, and stops training once ``max_bad_steps`` in a row were."""
 
-    def __init__(self, cfg: TrainConfig, precision: str, run: RunDir, log: Callable[[str], None],
-                 progress: Progress) -> None:
+    def __init__(
+        self, cfg: TrainConfig, precision: str, run: RunDir, log: Callable[[str], None], progress: Progress
+    ) -> None:
         self.cfg, self.precision, self.run, self.log = cfg, precision, run, log
         self.seen, self.since = progress.skipped_steps, progress.step
 
@@ -171,17 +198,24 @@ class Health:
         progress.settle()
         new = progress.skipped_steps - self.seen
         if new:
-            self.log(f"step {progress.step}: {new} of the updates since step {self.since} had a non-finite loss or "
-                     f"gradient and were skipped ({progress.bad_in_row} in a row now, {progress.skipped_steps} in all)")
+            self.log(
+                f"step {progress.step}: {new} of the updates since step {self.since} had a non-finite loss or "
+                f"gradient and were skipped ({progress.bad_in_row} in a row now, {progress.skipped_steps} in all)"
+            )
         self.seen, self.since = progress.skipped_steps, progress.step
         if progress.bad_in_row >= self.cfg.max_bad_steps:
             steps = self.run.steps()
-            hint = (f"the {self.precision} forward pass overflowed: train in precision fp32, or lower lr"
-                    if self.precision != "fp32" else "lower lr, set clip_norm, or lengthen warmup_steps")
-            raise NumericalError(f"training stopped at step {progress.step}: the last {progress.bad_in_row} updates "
-                                 f"in a row had a non-finite loss or gradient (train.max_bad_steps = "
-                                 f"{self.cfg.max_bad_steps}); {hint}. The newest checkpoint is step "
-                                 f"{steps[-1] if steps else 'none'}")
+            hint = (
+                f"the {self.precision} forward pass overflowed: train in precision fp32, or lower lr"
+                if self.precision != "fp32"
+                else "lower lr, set clip_norm, or lengthen warmup_steps"
+            )
+            raise NumericalError(
+                f"training stopped at step {progress.step}: the last {progress.bad_in_row} updates "
+                f"in a row had a non-finite loss or gradient (train.max_bad_steps = "
+                f"{self.cfg.max_bad_steps}); {hint}. The newest checkpoint is step "
+                f"{steps[-1] if steps else 'none'}"
+            )
 
 
 def _truncate_metrics(run: RunDir, step: int) -> None:

@@ -23,9 +23,16 @@ from attnlab.train.step import freeze
 from attnlab.train.strategy import check_batches, check_strategy
 
 
-def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callable[[str], None] = print,
-              world: World | None = None, allow_changes: bool = False, resume_from: int | None = None,
-              clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def train_run(
+    cfg: RunConfig,
+    out: str | Path,
+    resume: bool = False,
+    log: Callable[[str], None] = print,
+    world: World | None = None,
+    allow_changes: bool = False,
+    resume_from: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
     """Train as ``cfg`` says into the run directory ``out`` (or continue it with ``resume``, from its
     newest checkpoint or from step ``resume_from``) and return the summary written to
     ``out/summary.json``. With ``world`` (torchrun), every rank calls this; rank 0 alone writes and logs.
@@ -55,15 +62,30 @@ def train_run(cfg: RunConfig, out: str | Path, resume: bool = False, log: Callab
             module.checkpoint_activations = cfg.train.activation_checkpointing
     idle = [name for name, _ in model.named_parameters() if name in untrained]
     n_params = sum(p.numel() for name, p in model.named_parameters() if name not in untrained)
-    aside = f" (and {sum(p.numel() for name, p in model.named_parameters() if name in untrained):,} in " \
-            f"{grouped(idle)}, never trained)" if idle else ""
+    aside = (
+        f" (and {sum(p.numel() for name, p in model.named_parameters() if name in untrained):,} in "
+        f"{grouped(idle)}, never trained)"
+        if idle
+        else ""
+    )
     log(f"model: {model_cfg.arch}, {n_params:,} parameters{aside}; run directory {run.path}")
     stack = stack_of(model_cfg)
     schedule, note = run_schedule(cfg.train, stack.d_model if stack else None)
     if note:
         log(note)
-    summary = fit(model, cfg.data.task, opened.data, cfg.train, run, schedule, resume=opened.point, log=log,
-                  world=world, on_restored=lambda: opened.restored(log), clock=clock)
+    summary = fit(
+        model,
+        cfg.data.task,
+        opened.data,
+        cfg.train,
+        run,
+        schedule,
+        resume=opened.point,
+        log=log,
+        world=world,
+        on_restored=lambda: opened.restored(log),
+        clock=clock,
+    )
     summary = {"run_dir": str(run.path), "arch": model_cfg.arch, "n_params": n_params, **summary}
     if main:
         atomic_write_text(run.summary, json.dumps(summary, indent=2))

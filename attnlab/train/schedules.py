@@ -22,7 +22,7 @@ Schedule = Callable[[int], float]
 
 
 def noam(factor: float, d_model: int, warmup: int) -> Schedule:
-    return lambda k: factor * d_model ** -0.5 * min(k ** -0.5, k * warmup ** -1.5)
+    return lambda k: factor * d_model**-0.5 * min(k**-0.5, k * warmup**-1.5)
 
 
 def cosine(peak: float, warmup: int, total: int, floor: float = 0.0) -> Schedule:
@@ -31,6 +31,7 @@ def cosine(peak: float, warmup: int, total: int, floor: float = 0.0) -> Schedule
             return peak * k / warmup
         progress = min(1.0, (k - warmup) / max(1, total - warmup))
         return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * progress))
+
     return lr
 
 
@@ -50,9 +51,15 @@ def fitted_warmup(name: str, lr: float, warmup: int, total: int) -> tuple[float,
     fitted = max(1, total // 10)
     if name == "noam":
         lr = lr * math.sqrt(fitted / warmup)
-    return lr, fitted, (f"note: train.warmup_steps ({warmup}) is not shorter than the run (max_steps {total}): "
-                        f"warming up over {fitted} step{'s' if fitted > 1 else ''} to the same peak learning rate instead; set "
-                        f"train.warmup_steps below max_steps to choose")
+    return (
+        lr,
+        fitted,
+        (
+            f"note: train.warmup_steps ({warmup}) is not shorter than the run (max_steps {total}): "
+            f"warming up over {fitted} step{'s' if fitted > 1 else ''} to the same peak learning rate instead; set "
+            f"train.warmup_steps below max_steps to choose"
+        ),
+    )
 
 
 def make_schedule(name: str, lr: float, warmup: int, total: int, min_lr: float, d_model: int | None) -> Schedule:
@@ -78,7 +85,8 @@ def make_scheduler(optimizer: torch.optim.Optimizer, schedule: Schedule) -> torc
     for group in optimizer.param_groups:
         group["lr"] = 1.0
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, [_scaled(schedule, group.get("lr_scale", 1.0)) for group in optimizer.param_groups])
+        optimizer, [_scaled(schedule, group.get("lr_scale", 1.0)) for group in optimizer.param_groups]
+    )
 
 
 def _scaled(schedule: Schedule, scale: float) -> Callable[[int], float]:

@@ -101,8 +101,10 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     # by depth, matrices first; nothing to learn: an optimizer of nothing, for the usual checkpoints
     ordered = sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1], item[0][2]))
     ordered = ordered or [((1.0, True, False), [])]
-    param_groups = [{"params": params, "weight_decay": cfg.weight_decay if matrices else 0.0, "lr_scale": scale}
-                    for (scale, matrices, _), params in ordered]
+    param_groups = [
+        {"params": params, "weight_decay": cfg.weight_decay if matrices else 0.0, "lr_scale": scale}
+        for (scale, matrices, _), params in ordered
+    ]
     if cfg.optimizer == "nag":
         return torch.optim.SGD(param_groups, lr=1.0, momentum=cfg.momentum, nesterov=True)
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
@@ -115,8 +117,10 @@ def layer_depths(model: nn.Module) -> tuple[dict[str, int], int]:
     embeddings = [name for name, m in model.named_modules() if isinstance(m, Embeddings)]
     layer_of = {name: int(m[2]) + 1 for name, _ in model.named_parameters() if (m := LAYER.match(name))}
     top = max(layer_of.values(), default=0) + 1
-    return {name: 0 if any(name.startswith(e + ".") for e in embeddings) else layer_of.get(name, top)
-            for name, _ in model.named_parameters()}, top - 1
+    return {
+        name: 0 if any(name.startswith(e + ".") for e in embeddings) else layer_of.get(name, top)
+        for name, _ in model.named_parameters()
+    }, top - 1
 
 
 def layer_lr_scales(model: nn.Module, decay: float) -> dict[str, float]:
@@ -140,11 +144,16 @@ def freeze(model: nn.Module, embeddings: bool, first_layers: int) -> list[str]:
     return frozen
 
 
-def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfig,
-                         amp: Callable[[], ContextManager] = contextlib.nullcontext,
-                         scaler: torch.amp.GradScaler | None = None, world: World | None = None,
-                         global_targets: int | None = None,
-                         objective: Objective = teacher_forced_loss) -> dict[str, Any]:
+def accumulate_gradients(
+    model: nn.Module,
+    batches: list[Batch],
+    cfg: TrainConfig,
+    amp: Callable[[], ContextManager] = contextlib.nullcontext,
+    scaler: torch.amp.GradScaler | None = None,
+    world: World | None = None,
+    global_targets: int | None = None,
+    objective: Objective = teacher_forced_loss,
+) -> dict[str, Any]:
     """Backward of the ``objective`` (a task's loss) over ``batches``, summed over their targets and
     (``loss_reduction`` 'mean') divided by the number of targets of the whole (global) batch, or
     ('sum') not: Lake & Baroni's sum over a sequence's steps. With ``world``, the
@@ -175,13 +184,21 @@ def accumulate_gradients(model: nn.Module, batches: list[Batch], cfg: TrainConfi
     return {"loss_sum": loss_nll[0], "nll_sum": loss_nll[1], "targets": int(total)}
 
 
-def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
-               scheduler: torch.optim.lr_scheduler.LRScheduler, cfg: TrainConfig,
-               amp: Callable[[], ContextManager] = contextlib.nullcontext,
-               scaler: torch.amp.GradScaler | None = None, layer_norms: bool = False,
-               world: World | None = None, global_targets: int | None = None,
-               objective: Objective = teacher_forced_loss, accumulate: Callable[..., dict[str, Any]] | None = None,
-               clip: Callable[[list[nn.Parameter], float], Tensor] | None = None) -> dict[str, Any]:
+def train_step(
+    model: nn.Module,
+    batches: list[Batch],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    cfg: TrainConfig,
+    amp: Callable[[], ContextManager] = contextlib.nullcontext,
+    scaler: torch.amp.GradScaler | None = None,
+    layer_norms: bool = False,
+    world: World | None = None,
+    global_targets: int | None = None,
+    objective: Objective = teacher_forced_loss,
+    accumulate: Callable[..., dict[str, Any]] | None = None,
+    clip: Callable[[list[nn.Parameter], float], Tensor] | None = None,
+) -> dict[str, Any]:
     """One update from one or more batches (gradient accumulation; with ``world``, this rank's
     share of the global batch): the loss is the ``objective`` (a task's loss; by default the
     label-smoothed cross-entropy) summed over all targets, divided by their number. With
@@ -217,8 +234,14 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Op
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     n_targets = sums["targets"]
-    out = {"loss": sums["loss_sum"] / n_targets, "nll": sums["nll_sum"] / n_targets, "targets": n_targets,
-           "grad_norm": grad_norm, "lr": lr, "finite": finite}
+    out = {
+        "loss": sums["loss_sum"] / n_targets,
+        "nll": sums["nll_sum"] / n_targets,
+        "targets": n_targets,
+        "grad_norm": grad_norm,
+        "lr": lr,
+        "finite": finite,
+    }
     return out if per_layer is None else out | {"layer_grad_norms": per_layer}
 
 
@@ -248,5 +271,6 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     into the saved groups before loading, because load_state_dict places each state's ``step`` by
     them (on the parameters' device when fused)."""
     flags = [{key: group[key] for key in ("foreach", "fused")} for group in optimizer.param_groups]
-    optimizer.load_state_dict(state | {"param_groups": [saved | ours for saved, ours
-                                                        in zip(state["param_groups"], flags)]})
+    optimizer.load_state_dict(
+        state | {"param_groups": [saved | ours for saved, ours in zip(state["param_groups"], flags)]}
+    )

@@ -144,8 +144,9 @@ class PipelineParallel(Strategy):
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
         from attnlab.parallel.pipeline import Pipeline
 
-        self.pipeline = Pipeline(model, self.world, self.task, self.cfg.pipeline_schedule, self.cfg.micro_batches,
-                                 device)
+        self.pipeline = Pipeline(
+            model, self.world, self.task, self.cfg.pipeline_schedule, self.cfg.micro_batches, device
+        )
         self.accumulate_gradients = self.pipeline.accumulate_gradients
         self.clip_gradients = self.pipeline.clip_gradients
         return self.pipeline.stage
@@ -194,9 +195,10 @@ class FullyShardedTensorParallel(ShardedStrategy):
         check_fsdp_tp(model_cfg, size, tensor_parallel)
 
 
-STRATEGY_CLASSES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Strategy, FullyShardedDataParallel,
-                                                                          TensorParallel, PipelineParallel,
-                                                                          FullyShardedTensorParallel)}
+STRATEGY_CLASSES: dict[str, type[Strategy]] = {
+    cls.name: cls
+    for cls in (Strategy, FullyShardedDataParallel, TensorParallel, PipelineParallel, FullyShardedTensorParallel)
+}
 
 
 def strategy_for(cfg: TrainConfig, world: World | None, task: Any = None) -> Strategy:
@@ -219,8 +221,10 @@ def check_strategy(name: str, model_cfg: Any, world: World | None, tensor_parall
     (a pipeline, a ``task`` whose batches it can feed)."""
     cls = STRATEGY_CLASSES.get(name)
     if name in ("tp", "pp", "fsdp+tp") and world is None:
-        raise ConfigError(f"train.strategy {name} splits the model across processes: start it with torchrun "
-                          f"--nproc_per_node N (N >= 2), or use train.strategy ddp")
+        raise ConfigError(
+            f"train.strategy {name} splits the model across processes: start it with torchrun "
+            f"--nproc_per_node N (N >= 2), or use train.strategy ddp"
+        )
     if world is not None and cls is FullyShardedTensorParallel:
         cls.check(model_cfg, world.size, tensor_parallel)
     elif world is not None and cls is PipelineParallel:

@@ -25,5 +25,14 @@ from attnlab.views.view import (
 for _module in pkgutil.iter_modules(__path__):  # each task's view registers itself
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["VIEWS", "Explorable", "Inspectable", "Inspection", "Page", "inspect_run", "register_view", "tasks_with",
-           "view_of"]
+__all__ = [
+    "VIEWS",
+    "Explorable",
+    "Inspectable",
+    "Inspection",
+    "Page",
+    "inspect_run",
+    "register_view",
+    "tasks_with",
+    "view_of",
+]

@@ -21,11 +21,18 @@ class CaptioningView:
     def example(self, run: RunDir, tokenizers: dict[str, Any]) -> str | None:
         return None
 
-    def answer(self, session: Session, text: str, image: str, beam: int, lenpen: float,
-               hypothesis: int) -> dict[str, Any]:
+    def answer(
+        self, session: Session, text: str, image: str, beam: int, lenpen: float, hypothesis: int
+    ) -> dict[str, Any]:
         images, picture = session.image(self.page.image, text, image)
-        searched = session.searched(images.to(session.device), session.cfg.patches.labels(session.shape), beam, lenpen, hypothesis,
-                                    session.cfg.max_len - 1)
+        searched = session.searched(
+            images.to(session.device),
+            session.cfg.patches.labels(session.shape),
+            beam,
+            lenpen,
+            hypothesis,
+            session.cfg.max_len - 1,
+        )
         return {**searched, "grid": list(session.cfg.patches.grid(session.shape)), "picture": picture}
 
     def inspect(self, inspection: Inspection) -> dict[str, Any]:

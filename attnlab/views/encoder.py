@@ -38,8 +38,11 @@ class EncoderView:
         labels = session.tokenizers["src"].id_tokens(ids)
         with capture_attention(session.model) as captured:
             logits = self.read(session, ids_t, segments_t)
-        return {"source_tokens": labels, "attention": attention_maps(captured.last(), lambda r: (labels, labels)),
-                **self.outputs(session, logits)}
+        return {
+            "source_tokens": labels,
+            "attention": attention_maps(captured.last(), lambda r: (labels, labels)),
+            **self.outputs(session, logits),
+        }
 
     def read(self, session: Session, ids: Tensor, segments: Tensor) -> Tensor:
         """The model's pass over (1, T) ``ids`` and ``segments``."""

@@ -39,5 +39,8 @@ class ImageClassificationView(ImageInspection):
         patches = session.cfg.patches.labels(session.shape)
         T = next(iter(records.values())).probs.shape[-1]
         labels = ["<cls>"] * (T - len(patches)) + patches  # a class token, where the model has one, comes first
-        return {"source_tokens": labels, "attention": attention_maps(records, lambda r: (labels, labels)),
-                **session.probabilities(logits[0])}
+        return {
+            "source_tokens": labels,
+            "attention": attention_maps(records, lambda r: (labels, labels)),
+            **session.probabilities(logits[0]),
+        }

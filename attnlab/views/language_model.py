@@ -17,8 +17,11 @@ from attnlab.views.view import Inspection, Page, register_view, validation_start
 
 @register_view(LanguageModel)
 class LanguageModelView:
-    page = Page(fields={"max_new_tokens": 20, "sample": False, "temperature": 1.0, "seed": 0},
-                output="continuation", steps="continuation")
+    page = Page(
+        fields={"max_new_tokens": 20, "sample": False, "temperature": 1.0, "seed": 0},
+        output="continuation",
+        steps="continuation",
+    )
 
     def example(self, run: RunDir, tokenizers: dict[str, Any]) -> str | None:
         """The start of the first non-empty line of the validation text."""
@@ -28,8 +31,9 @@ class LanguageModelView:
         lines = tokenizers["tgt"].decode(first.tolist()).splitlines()  # a character LM's text runs across lines
         return next((line.strip() for line in lines if line.strip()), None)
 
-    def answer(self, session: Session, text: str, max_new_tokens: int, sample: bool, temperature: float,
-               seed: int) -> dict[str, Any]:
+    def answer(
+        self, session: Session, text: str, max_new_tokens: int, sample: bool, temperature: float, seed: int
+    ) -> dict[str, Any]:
         if not 0 <= max_new_tokens <= LIMITS.max_new_tokens:
             raise Refused(f"max_new_tokens must be between 0 and {LIMITS.max_new_tokens} (got {max_new_tokens})")
         if temperature <= 0:
@@ -43,10 +47,13 @@ class LanguageModelView:
         logprobs = picked(next_logprobs, len(prompt) - 1, new)  # position t predicts token t + 1
         tok = session.tokenizers["tgt"]
         labels = tok.id_tokens(ids[0].tolist())
-        return {"outputs": [{"text": tok.decode(new), "tokens": tok.id_tokens(new), "logprob": sum(logprobs)}],
-                "chosen": 0, "prompt_tokens": labels[:len(prompt)],
-                "steps": [{"token": token, "logprob": lp} for token, lp in zip(labels[len(prompt):], logprobs)],
-                "attention": attention_maps(records, lambda r: (labels, labels))}
+        return {
+            "outputs": [{"text": tok.decode(new), "tokens": tok.id_tokens(new), "logprob": sum(logprobs)}],
+            "chosen": 0,
+            "prompt_tokens": labels[: len(prompt)],
+            "steps": [{"token": token, "logprob": lp} for token, lp in zip(labels[len(prompt) :], logprobs)],
+            "attention": attention_maps(records, lambda r: (labels, labels)),
+        }
 
     def inspect(self, inspection: Inspection) -> dict[str, Any]:
         i = inspection

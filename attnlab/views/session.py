@@ -71,8 +71,11 @@ class Session:
         standardised as the run's training images, and the (H, W, C) pixels in [0, 1] the model read."""
         if path.strip():
             if not self.allow_files:
-                raise Refused("this server reads no files; upload the image, or start it with --allow-files to "
-                              "explore image files by path", status=403)
+                raise Refused(
+                    "this server reads no files; upload the image, or start it with --allow-files to "
+                    "explore image files by path",
+                    status=403,
+                )
             images = read([path], self.run_dir)
         else:
             try:
@@ -85,8 +88,9 @@ class Session:
         pixels = images[0] * std + mean
         return images, (pixels.permute(1, 2, 0) / 255).clamp(0, 1).tolist()  # (C, H, W) -> (H, W, C)
 
-    def searched(self, src: Tensor, src_labels: list[str], beam: int, lenpen: float, hypothesis: int,
-                 max_len: int | None = None) -> dict[str, Any]:
+    def searched(
+        self, src: Tensor, src_labels: list[str], beam: int, lenpen: float, hypothesis: int, max_len: int | None = None
+    ) -> dict[str, Any]:
         """The beam's n-best for ``src`` (1, S) ids, or (1, C, H, W) an image, labelled ``src_labels``;
         the maps of one teacher-forced pass over the chosen hypothesis, and each of its tokens' log P."""
         if not 1 <= beam <= LIMITS.max_beam:
@@ -102,21 +106,37 @@ class Session:
         logprobs = picked(next_logprobs, 0, chosen.tokens + [EOS])
         in_labels = tgt.id_tokens(tgt_in[0].tolist())
         out_labels = tgt.id_tokens(chosen.tokens + [EOS])  # what each decoder position predicts
-        axes = {("encoder", "self"): (src_labels, src_labels), ("decoder", "self"): (in_labels, in_labels),
-                ("decoder", "cross"): (out_labels, src_labels)}
-        return {"outputs": [{"text": tgt.decode(h.tokens), "tokens": tgt.id_tokens(h.tokens), "score": h.normalized,
-                             "logprob": h.score} for h in hyps],
-                "chosen": index, "source_tokens": src_labels, "target_tokens": out_labels,
-                "steps": [{"token": token, "logprob": lp} for token, lp in zip(out_labels, logprobs)],
-                "attention": attention_maps(records, lambda r: axes[r.stack, r.kind])}
+        axes = {
+            ("encoder", "self"): (src_labels, src_labels),
+            ("decoder", "self"): (in_labels, in_labels),
+            ("decoder", "cross"): (out_labels, src_labels),
+        }
+        return {
+            "outputs": [
+                {
+                    "text": tgt.decode(h.tokens),
+                    "tokens": tgt.id_tokens(h.tokens),
+                    "score": h.normalized,
+                    "logprob": h.score,
+                }
+                for h in hyps
+            ],
+            "chosen": index,
+            "source_tokens": src_labels,
+            "target_tokens": out_labels,
+            "steps": [{"token": token, "logprob": lp} for token, lp in zip(out_labels, logprobs)],
+            "attention": attention_maps(records, lambda r: axes[r.stack, r.kind]),
+        }
 
-    def continuation(self, prompt: list[int], max_new_tokens: int, sampled: bool, temperature: float,
-                     seed: int) -> list[int]:
+    def continuation(
+        self, prompt: list[int], max_new_tokens: int, sampled: bool, temperature: float, seed: int
+    ) -> list[int]:
         """The continuation of ``prompt``: the argmax at each step, or drawn from a generator seeded with ``seed``."""
         if max_new_tokens == 0:
             return []
-        search = Sample(max_len=max_new_tokens, temperature=temperature if sampled else 1.0,
-                        top_k=None if sampled else 1, seed=seed)
+        search = Sample(
+            max_len=max_new_tokens, temperature=temperature if sampled else 1.0, top_k=None if sampled else 1, seed=seed
+        )
         return search.continue_prompt(self.model, torch.tensor([prompt], device=self.device))[0]
 
     def teacher_forced(self, src: Tensor | None, inputs: Tensor) -> tuple[dict[str, AttentionRecord], Tensor]:
@@ -150,8 +170,17 @@ def attention_maps(records: dict[str, AttentionRecord], axes: Axes) -> list[dict
     maps = []
     for record in sorted(records.values(), key=lambda r: (order.get((r.stack, r.kind), 3), r.layer)):
         rows, cols = axes(record)
-        maps.append({"module": record.module, "stack": record.stack, "layer": record.layer, "kind": record.kind,
-                     "rows": rows, "cols": cols, "probs": record.probs[0].tolist(),
-                     "entropy": head_entropy(record.probs).tolist(),
-                     "uniform_entropy": math.log(record.probs.shape[-1])})
+        maps.append(
+            {
+                "module": record.module,
+                "stack": record.stack,
+                "layer": record.layer,
+                "kind": record.kind,
+                "rows": rows,
+                "cols": cols,
+                "probs": record.probs[0].tolist(),
+                "entropy": head_entropy(record.probs).tolist(),
+                "uniform_entropy": math.log(record.probs.shape[-1]),
+            }
+        )
     return maps

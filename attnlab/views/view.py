@@ -48,8 +48,12 @@ class Page:
 
     def describe(self) -> dict[str, Any]:
         """The page's description, as /api/info sends it to the page's script."""
-        return {"input": "text" if self.image is None else "image", "options": self.fields,
-                "output": self.output, "steps": self.steps}
+        return {
+            "input": "text" if self.image is None else "image",
+            "options": self.fields,
+            "output": self.output,
+            "steps": self.steps,
+        }
 
 
 @runtime_checkable
@@ -89,8 +93,10 @@ class Inspection:
     def refuse_question(self) -> None:
         """Refuse --question for a run that reads no question."""
         if self.question is not None:
-            raise UsageError(f"--question is for single-stream runs (arch 'single_stream'); {self.run.path} holds arch "
-                             f"'{self.cfg.arch}'")
+            raise UsageError(
+                f"--question is for single-stream runs (arch 'single_stream'); {self.run.path} holds arch "
+                f"'{self.cfg.arch}'"
+            )
 
 
 @runtime_checkable
@@ -116,9 +122,17 @@ def register_view(*tasks: type[Task[Any, Any]]) -> Callable[[type[View]], type[V
     return register
 
 
-def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | Path | None = None, beam: int = 4,
-                checkpoint: str = "best", device: torch.device | str = "cpu", force: bool = False,
-                question: str | None = None) -> dict[str, Any]:
+def inspect_run(
+    run_dir: str | Path,
+    text: str,
+    target: str | None,
+    out: str | Path | None = None,
+    beam: int = 4,
+    checkpoint: str = "best",
+    device: torch.device | str = "cpu",
+    force: bool = False,
+    question: str | None = None,
+) -> dict[str, Any]:
     """Draw every attention map of ``text`` (an image file, for an image model; with ``question``, for a
     single-stream model) as the run's task's view draws them, into ``out`` (see
     :func:`attnlab.analysis.inspect.figure_dir`: by default a new folder in RUN_DIR/inspect), which
@@ -127,14 +141,20 @@ def inspect_run(run_dir: str | Path, text: str, target: str | None, out: str | P
     task = run.read_config()[1].task
     view = view_of(task)
     if not isinstance(view, Inspectable):
-        raise UsageError(f"{run_dir} is a run of data.task '{task.name}'; `attnlab inspect` draws runs of data.task "
-                         f"{' or '.join(map(repr, tasks_with(Inspectable)))}")
+        raise UsageError(
+            f"{run_dir} is a run of data.task '{task.name}'; `attnlab inspect` draws runs of data.task "
+            f"{' or '.join(map(repr, tasks_with(Inspectable)))}"
+        )
     if isinstance(view, Explorable) and view.page.image is not None and not Path(text).is_file():
-        raise DataError(f"--src {text}: no such file; a run of data.task '{task.name}' reads an image, so --src "
-                        f"names an image file")
+        raise DataError(
+            f"--src {text}: no such file; a run of data.task '{task.name}' reads an image, so --src names an image file"
+        )
     model, tokenizers, cfg = load_run(run_dir, checkpoint, device)
-    return view.inspect(Inspection(run, model, tokenizers, cfg, text, target, question, beam,
-                                   lambda: figure_dir(out, run_dir, text, force)))
+    return view.inspect(
+        Inspection(
+            run, model, tokenizers, cfg, text, target, question, beam, lambda: figure_dir(out, run_dir, text, force)
+        )
+    )
 
 
 def view_of(task: Task[Any, Any]) -> object | None:

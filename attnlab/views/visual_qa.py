@@ -38,14 +38,31 @@ class VisualQAView:
         ids = torch.tensor(ids, device=session.device)  # (1, T)
         logits, records, modality = cross_modal_pass(session.model, images.to(session.device), ids)
         words = ["[CLS]", *tokenizer.id_tokens(ids[0, 1:].tolist())]  # <bos> is read as [CLS]
-        patches = session.cfg.patches.labels(session.shape)[:int((modality == IMAGE).sum())]  # none: the text-only baseline
+        patches = session.cfg.patches.labels(session.shape)[
+            : int((modality == IMAGE).sum())
+        ]  # none: the text-only baseline
         labels = words + patches  # the joint sequence: the question, then the patches
-        to_image = [{"module": r.module, "stack": r.stack, "layer": r.layer, "kind": "text-to-image", "rows": words,
-                     "cols": patches, "probs": blocks(r.probs[0], modality)["text_to_image"].tolist()}
-                    for r in sorted(records.values(), key=lambda r: r.layer)]  # (H, T, N) each
-        return {"question_tokens": words, "source_tokens": labels, "grid": list(session.cfg.patches.grid(session.shape)), "picture": picture,
-                "attention": attention_maps(records, lambda r: (labels, labels)), "text_to_image": to_image,
-                **session.probabilities(logits)}
+        to_image = [
+            {
+                "module": r.module,
+                "stack": r.stack,
+                "layer": r.layer,
+                "kind": "text-to-image",
+                "rows": words,
+                "cols": patches,
+                "probs": blocks(r.probs[0], modality)["text_to_image"].tolist(),
+            }
+            for r in sorted(records.values(), key=lambda r: r.layer)
+        ]  # (H, T, N) each
+        return {
+            "question_tokens": words,
+            "source_tokens": labels,
+            "grid": list(session.cfg.patches.grid(session.shape)),
+            "picture": picture,
+            "attention": attention_maps(records, lambda r: (labels, labels)),
+            "text_to_image": to_image,
+            **session.probabilities(logits),
+        }
 
     def inspect(self, inspection: Inspection) -> dict[str, Any]:
         i = inspection

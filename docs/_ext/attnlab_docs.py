@@ -34,6 +34,7 @@ GENERATED = "_generated"  # under the docs folder, ignored by git: remade by eve
 
 # ---------------------------------------------------------------------------------------------- the Python API
 
+
 def packages() -> list[str]:
     """attnlab and each package under it, by name (modules that are not packages are left to their package)."""
     import attnlab
@@ -101,6 +102,7 @@ def describe_value(value: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------- the config fields
+
 
 @dataclasses.dataclass
 class Field:
@@ -171,8 +173,12 @@ def checks(cls: type) -> dict[str, str]:
                         inner.loop_var = node.target.id  # type: ignore[attr-defined]
                         inner.loop_names = names  # type: ignore[attr-defined]
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("one_of", "at_least") and len(node.args) == 3):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("one_of", "at_least")
+                and len(node.args) == 3
+            ):
                 continue
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
@@ -206,8 +212,15 @@ def config_fields(cls: type, prefix: str = "", defaults: Any = None) -> list[Fie
         value = getattr(defaults, f.name) if defaults is not None else f.default
         nested = inspect.isclass(hint) and dataclasses.is_dataclass(hint)
         default = default_text(f) if defaults is None or nested else repr(value)
-        rows.append(Field(prefix + f.name, type_name(hint), default,
-                          ", ".join(f"``{v}``" for v in literal) or allowed.get(f.name, ""), comments.get(f.name, "")))
+        rows.append(
+            Field(
+                prefix + f.name,
+                type_name(hint),
+                default,
+                ", ".join(f"``{v}``" for v in literal) or allowed.get(f.name, ""),
+                comments.get(f.name, ""),
+            )
+        )
         if nested:
             inner = value if dataclasses.is_dataclass(value) else None  # the outer config's own defaults for it
             rows += config_fields(hint, prefix + f.name + ".", inner)
@@ -228,8 +241,11 @@ def sections() -> list[tuple[str, str | None, dict[str, type]]]:
         registries[base.section] = (base.selector, configs)
     from attnlab.models.shape import DataShape
 
-    plain = {c.section: c for c in vars(run_config).values()
-             if inspect.isclass(c) and issubclass(c, TypedConfig) and c.__dict__.get("section") in SECTIONS}
+    plain = {
+        c.section: c
+        for c in vars(run_config).values()
+        if inspect.isclass(c) and issubclass(c, TypedConfig) and c.__dict__.get("section") in SECTIONS
+    }
     plain["shape"] = DataShape  # a model config's data sizes (a run's come from its data: shape.json)
     found = []
     for section in SECTIONS:
@@ -252,22 +268,44 @@ def pairings() -> dict[tuple[str, str], list[str]]:
         have = [f.name.replace("_", " ") for f in dataclasses.fields(caps) if getattr(caps, f.name) is True]
         tasks = [t for t, task in TASKS.items() if task.fits(caps)]
         lines[("model", name)] = [
-            f"Capabilities: {', '.join(have) or 'none of the optional ones'}; inputs: ``{caps.inputs}``.", "",
-            "Tasks it fits (``data.task``): " + (", ".join(f":doc:`{t} <../tasks/{t}>`" for t in tasks) or "none") + ".", ""]
+            f"Capabilities: {', '.join(have) or 'none of the optional ones'}; inputs: ``{caps.inputs}``.",
+            "",
+            "Tasks it fits (``data.task``): "
+            + (", ".join(f":doc:`{t} <../tasks/{t}>`" for t in tasks) or "none")
+            + ".",
+            "",
+        ]
     for name, task in TASKS.items():
         families = [f for f, family in FAMILIES.items() if task.fits(family.capabilities)]
         lines[("data", name)] = [
             "Families that fit it (``model.arch``): "
-            + (", ".join(f":doc:`{f} <../families/{f}>`" for f in families) or "none") + ".", ""]
+            + (", ".join(f":doc:`{f} <../families/{f}>`" for f in families) or "none")
+            + ".",
+            "",
+        ]
     return lines
 
 
 def table(rows: list[Field]) -> list[str]:
-    lines = [".. list-table::", "   :header-rows: 1", "   :widths: 22 12 14 30 40", "",
-             "   * - field", "     - type", "     - default", "     - allowed", "     - about"]
+    lines = [
+        ".. list-table::",
+        "   :header-rows: 1",
+        "   :widths: 22 12 14 30 40",
+        "",
+        "   * - field",
+        "     - type",
+        "     - default",
+        "     - allowed",
+        "     - about",
+    ]
     for r in rows:
-        lines += [f"   * - ``{r.path}``", f"     - {r.type}", f"     - ``{r.default}``", f"     - {r.allowed}",
-                  f"     - {escape(r.about)}"]
+        lines += [
+            f"   * - ``{r.path}``",
+            f"     - {r.type}",
+            f"     - ``{r.default}``",
+            f"     - {r.allowed}",
+            f"     - {escape(r.about)}",
+        ]
     return lines
 
 
@@ -294,8 +332,7 @@ def config_page(section: str, selector: str | None, choice: str, cls: type, rela
     if doc and own_docstring(cls):
         lines += [inspect.cleandoc(doc), ""]
     lines += related or []
-    lines += [f"Set a field in a config file's ``{section}:`` section or with "
-              f"``--set {section}.FIELD=VALUE``.", ""]
+    lines += [f"Set a field in a config file's ``{section}:`` section or with ``--set {section}.FIELD=VALUE``.", ""]
     fields = config_fields(cls)
     if not fields:  # a family with nothing to choose (the naive forecast)
         return "\n".join(lines[:-2] + ["It has no fields: nothing to choose.", ""])
@@ -303,6 +340,7 @@ def config_page(section: str, selector: str | None, choice: str, cls: type, rela
 
 
 # ----------------------------------------------------------------------------------------------- the pages
+
 
 def pages() -> tuple[dict[str, str], list[str]]:
     """Every generated page, path under the docs folder -> reST text, and the undocumented public names."""
@@ -316,11 +354,23 @@ def pages() -> tuple[dict[str, str], list[str]]:
         folder = {"model": "families", "data": "tasks"}.get(section, section)
         for choice, cls in configs.items():
             name = choice if selector else section
-            out[f"{GENERATED}/config/{folder}/{name}.rst"] = config_page(section, selector, choice, cls, related.get((section, choice), []))
-    out[f"{GENERATED}/cli.rst"] = "\n".join([
-        "Commands", "========", "",
-        "Every command and option of ``attnlab``, read from its parser (``attnlab.cli.main.make_parser``).", "",
-        ".. argparse::", "   :module: attnlab.cli.main", "   :func: make_parser", "   :prog: attnlab", ""])
+            out[f"{GENERATED}/config/{folder}/{name}.rst"] = config_page(
+                section, selector, choice, cls, related.get((section, choice), [])
+            )
+    out[f"{GENERATED}/cli.rst"] = "\n".join(
+        [
+            "Commands",
+            "========",
+            "",
+            "Every command and option of ``attnlab``, read from its parser (``attnlab.cli.main.make_parser``).",
+            "",
+            ".. argparse::",
+            "   :module: attnlab.cli.main",
+            "   :func: make_parser",
+            "   :prog: attnlab",
+            "",
+        ]
+    )
     return out, undocumented
 
 
@@ -344,6 +394,7 @@ def write_pages(app: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ math
+
 
 def mathml(latex: str, display: bool) -> str:
     """LaTeX as a MathML element (inline, or a block)."""

@@ -35,9 +35,13 @@ def main() -> None:
             start = time.perf_counter()
             compiled(), compiled()
             compile_s = time.perf_counter() - start
-            ms = {k: 1e3 * v for k, v in interleaved_medians({"eager": eager, "compiled": compiled}, n, warmup=3).items()}
-            print(f"{which}, {precision}: eager {ms['eager']:.1f} ms/step, compiled {ms['compiled']:.1f} ms/step "
-                  f"(x{ms['eager'] / ms['compiled']:.2f}); compiling took {compile_s:.1f} s")
+            ms = {
+                k: 1e3 * v for k, v in interleaved_medians({"eager": eager, "compiled": compiled}, n, warmup=3).items()
+            }
+            print(
+                f"{which}, {precision}: eager {ms['eager']:.1f} ms/step, compiled {ms['compiled']:.1f} ms/step "
+                f"(x{ms['eager'] / ms['compiled']:.2f}); compiling took {compile_s:.1f} s"
+            )
             torch._dynamo.reset()
 
 

@@ -29,8 +29,10 @@ def milliseconds(fns: dict, repeats: int, warmup: int = 3) -> dict[str, float]:
 
 
 def optimiser_updates() -> None:
-    models = {"character model (0.8M parameters)": (lm_model(), lm_train_config()),
-              "benchmark encoder-decoder": (attnlab_model(), train_config("fp32"))}
+    models = {
+        "character model (0.8M parameters)": (lm_model(), lm_train_config()),
+        "benchmark encoder-decoder": (attnlab_model(), train_config("fp32")),
+    }
     for name, (model, cfg) in models.items():
         for p in model.parameters():
             p.grad = torch.randn_like(p)
@@ -50,6 +52,7 @@ def loss_chunks() -> None:
             losses.CHUNK_ELEMENTS = rows * 8000
             loss, _ = losses.label_smoothed_nll(logits, target, 0.1, 0)
             torch.autograd.grad(loss, logits)
+
         return run
 
     try:

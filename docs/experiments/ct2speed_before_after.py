@@ -31,8 +31,9 @@ DEVICE_BOOKKEEPING = "877a0a3"
 
 def search_at(commit: str) -> types.ModuleType:
     """decode/search.py as it was at ``commit``, as a module."""
-    source = subprocess.run(["git", "show", f"{commit}:attnlab/decode/search.py"], capture_output=True, text=True,
-                            check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{commit}:attnlab/decode/search.py"], capture_output=True, text=True, check=True
+    ).stdout
     module = types.ModuleType("search_before")
     sys.modules["search_before"] = module  # dataclasses look their module up
     exec(compile(source, "search_before.py", "exec"), module.__dict__)
@@ -64,19 +65,27 @@ def main() -> None:
         return lambda: checked_length(search.greedy(m, src, max_len=NEW, min_len=NEW), NEW)
 
     def beam(m, s=search):
-        return lambda: checked_length([h[0].tokens for h in s.beam_search(m, src, BEAM, 0.6, max_len=NEW, min_len=NEW)],
-                                      NEW)
+        return lambda: checked_length(
+            [h[0].tokens for h in s.beam_search(m, src, BEAM, 0.6, max_len=NEW, min_len=NEW)], NEW
+        )
 
-    runs = {"greedy int8 (projection int8)": greedy(new8), "greedy int8 (projection fp32)": greedy(old8),
-            "beam5 int8 (projection int8)": beam(new8), "beam5 int8 (projection fp32)": beam(old8),
-            "beam5 fp32 (device bookkeeping)": beam(model, device_kept), "beam5 fp32 (before)": beam(model)}
+    runs = {
+        "greedy int8 (projection int8)": greedy(new8),
+        "greedy int8 (projection fp32)": greedy(old8),
+        "beam5 int8 (projection int8)": beam(new8),
+        "beam5 int8 (projection fp32)": beam(old8),
+        "beam5 fp32 (device bookkeeping)": beam(model, device_kept),
+        "beam5 fp32 (before)": beam(model),
+    }
     with torch.no_grad():
         seconds = interleaved_medians(runs, 3, warmup=1)
     for name, s in seconds.items():
         print(f"{name:34} {BATCH * NEW / s:9.1f} tokens/s")
-    for a, b in [("greedy int8 (projection int8)", "greedy int8 (projection fp32)"),
-                 ("beam5 int8 (projection int8)", "beam5 int8 (projection fp32)"),
-                 ("beam5 fp32 (device bookkeeping)", "beam5 fp32 (before)")]:
+    for a, b in [
+        ("greedy int8 (projection int8)", "greedy int8 (projection fp32)"),
+        ("beam5 int8 (projection int8)", "beam5 int8 (projection fp32)"),
+        ("beam5 fp32 (device bookkeeping)", "beam5 fp32 (before)"),
+    ]:
         print(f"{a} / {b}: x{seconds[b] / seconds[a]:.3f}")
 
 

@@ -28,8 +28,13 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'tests'}{os
 
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node", "2", *args],
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    return subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
 
 
 def count_threads_after_destroy(with_ddp: bool) -> None:
@@ -48,8 +53,10 @@ def count_threads_after_destroy(with_ddp: bool) -> None:
         gc.collect()
     dist.destroy_process_group()
     if int(os.environ["RANK"]) == 0:
-        print(f"{'with' if with_ddp else 'without'} DDP: {before} thread(s) before joining, "
-              f"{len(os.listdir('/proc/self/task'))} after destroy_process_group")
+        print(
+            f"{'with' if with_ddp else 'without'} DDP: {before} thread(s) before joining, "
+            f"{len(os.listdir('/proc/self/task'))} after destroy_process_group"
+        )
 
 
 def stress(runs: int) -> None:

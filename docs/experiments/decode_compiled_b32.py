@@ -15,10 +15,15 @@ from attnlab.decode.search import greedy
 
 torch.set_num_threads(1)
 model, src = decode_inputs(32, 24, 0)
-runs = {k: (lambda k: lambda: greedy(model, src, max_len=64, min_len=64, kv_cache=k))(k) for k in ("dynamic", "static", "compiled")}
+runs = {
+    k: (lambda k: lambda: greedy(model, src, max_len=64, min_len=64, kv_cache=k))(k)
+    for k in ("dynamic", "static", "compiled")
+}
 started = time.time()
 with torch.no_grad():
-    assert greedy(model, src, max_len=64, min_len=64, kv_cache="compiled") == greedy(model, src, max_len=64, min_len=64, kv_cache="dynamic")
+    assert greedy(model, src, max_len=64, min_len=64, kv_cache="compiled") == greedy(
+        model, src, max_len=64, min_len=64, kv_cache="dynamic"
+    )
     print("compile+check", round(time.time() - started, 1))
     s = interleaved_medians(runs, 3, warmup=1)
 for kind, seconds in s.items():

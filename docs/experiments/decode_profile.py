@@ -110,12 +110,12 @@ def breakdown(prof) -> tuple[dict[str, float], dict[str, float]]:
     python: dict[str, float] = defaultdict(float)
     for event in prof.events():
         if event.name.startswith(PREFIX):
-            python[event.name[len(PREFIX):]] += event.self_cpu_time_total
+            python[event.name[len(PREFIX) :]] += event.self_cpu_time_total
             continue
         parent = event.cpu_parent
         while parent is not None and not parent.name.startswith(PREFIX):
             parent = parent.cpu_parent
-        family = parent.name[len(PREFIX):] if parent is not None else "outside the search"
+        family = parent.name[len(PREFIX) :] if parent is not None else "outside the search"
         if family == "search bookkeeping" and event.name in ("aten::topk", "aten::argmax", "aten::max"):
             family = "argmax / top-k"
         ops[family] += event.self_cpu_time_total
@@ -135,8 +135,10 @@ def main(mode: str, weights: str) -> None:
             checked_length([h[0].tokens for h in out], NEW)
 
     seconds = interleaved_medians({"run": run}, 3, warmup=1)["run"]
-    print(f"{mode} {weights}, {rows} rows: {BATCH * NEW / seconds:.0f} tokens/s, {1e3 * seconds / NEW:.2f} ms a step"
-          f" (torch threads {torch.get_num_threads()})")
+    print(
+        f"{mode} {weights}, {rows} rows: {BATCH * NEW / seconds:.0f} tokens/s, {1e3 * seconds / NEW:.2f} ms a step"
+        f" (torch threads {torch.get_num_threads()})"
+    )
     mark_modules(model)
     mark_search()
     with profile() as prof:
@@ -151,9 +153,20 @@ def main(mode: str, weights: str) -> None:
     for family in sorted(set(ops) | set(python), key=lambda f: -(ops[f] + python[f])):
         share = (ops[family] + python[family]) / total
         print(f"{family:34} {ops[family] / 1e3 / NEW:11.3f} {python[family] / 1e3 / NEW:14.3f} {share:6.1%}")
-    products = sum(e.self_cpu_time_total for e in prof.key_averages()
-                   if e.key in ("aten::addmm", "aten::mm", "aten::bmm", "quantized::linear_dynamic",
-                                "aten::_weight_int8pack_mm", "aten::baddbmm", "aten::matmul"))
+    products = sum(
+        e.self_cpu_time_total
+        for e in prof.key_averages()
+        if e.key
+        in (
+            "aten::addmm",
+            "aten::mm",
+            "aten::bmm",
+            "quantized::linear_dynamic",
+            "aten::_weight_int8pack_mm",
+            "aten::baddbmm",
+            "aten::matmul",
+        )
+    )
     print(f"all matrix products: {products / 1e3 / NEW:.2f} ms a step")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 

@@ -26,5 +26,7 @@ with torch.no_grad():
     for _ in range(2):
         started = time.perf_counter()
         greedy(model, src, max_len=16, min_len=16)
-        print(f"threads {torch.get_num_threads()}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', '(unset)')}: "
-              f"{(time.perf_counter() - started) / 16 * 1e3:.1f} ms a step")
+        print(
+            f"threads {torch.get_num_threads()}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', '(unset)')}: "
+            f"{(time.perf_counter() - started) / 16 * 1e3:.1f} ms a step"
+        )

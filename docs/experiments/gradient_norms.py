@@ -31,10 +31,13 @@ def main(out: Path) -> None:
         first = statistics.fmean(n[min(n)] for n in logged)
         largest = [max(n.values()) for n in logged]
         last = statistics.fmean(n[max(n)] for n in logged)
-        loss = statistics.fmean(json.loads((run / "summary.json").read_text())["last_eval"]["valid_loss"]
-                                for run in runs)
-        print(f"| {cell.name} | {first:.3g} | {statistics.fmean(largest):.3g} ({min(largest):.3g}-{max(largest):.3g}) "
-              f"| {last:.3g} | {loss:.3f} | {len(runs)} |")
+        loss = statistics.fmean(
+            json.loads((run / "summary.json").read_text())["last_eval"]["valid_loss"] for run in runs
+        )
+        print(
+            f"| {cell.name} | {first:.3g} | {statistics.fmean(largest):.3g} ({min(largest):.3g}-{max(largest):.3g}) "
+            f"| {last:.3g} | {loss:.3f} | {len(runs)} |"
+        )
 
 
 if __name__ == "__main__":

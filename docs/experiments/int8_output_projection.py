@@ -31,15 +31,21 @@ def int8(model: nn.Module, keep: tuple[str, ...]) -> nn.Module:
     decode/weights.py quantises them (dynamic, per output channel)."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    layers = {name: per_channel_dynamic_qconfig for name, m in model.named_modules()
-              if isinstance(m, nn.Linear) and name not in keep}
+    layers = {
+        name: per_channel_dynamic_qconfig
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and name not in keep
+    }
     with _quiet():
         return quantize_dynamic(copy.deepcopy(model), layers, dtype=torch.qint8)
 
 
 def variants(model: nn.Module) -> dict[str, nn.Module]:
-    return {"fp32": model, "int8, every linear layer": int8(model, ()),
-            "int8, the generator in fp32": int8(model, ("generator",))}
+    return {
+        "fp32": model,
+        "int8, every linear layer": int8(model, ()),
+        "int8, the generator in fp32": int8(model, ("generator",)),
+    }
 
 
 def main() -> None:
@@ -53,12 +59,15 @@ def main() -> None:
     model, tokenizers, _ = load_run(args.run)
     with torch.no_grad():
         for name, variant in variants(model).items():
-            bleu = {beam: evaluate(variant, tokenizers, sources, references, search)["bleu"]
-                    for beam, search in ((4, Beam()), (1, Greedy()))}
+            bleu = {
+                beam: evaluate(variant, tokenizers, sources, references, search)["bleu"]
+                for beam, search in ((4, Beam()), (1, Greedy()))
+            }
             print(f"{name}: BLEU beam 4 {bleu[4]:.2f}, greedy {bleu[1]:.2f}", flush=True)
         bench, src = decode_inputs(32, 24, 0)
-        runs = {name: (lambda m: lambda: greedy(m, src, max_len=64, min_len=64))(m)
-                for name, m in variants(bench).items()}
+        runs = {
+            name: (lambda m: lambda: greedy(m, src, max_len=64, min_len=64))(m) for name, m in variants(bench).items()
+        }
         seconds = interleaved_medians(runs, args.repeats, warmup=1)
     print(f"greedy decoding, batch 32 x 64 new tokens, {torch.get_num_threads()} threads, median of {args.repeats}:")
     for name, t in seconds.items():

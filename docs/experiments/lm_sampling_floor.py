@@ -65,6 +65,7 @@ def main() -> None:
             token = torch.zeros(1, 1, dtype=torch.long)
             for i in range(T - 1):
                 token = fn(token, torch.tensor([i]))
+
         generate(), generate()  # warm-up (and compilation)
         start = time.perf_counter()
         for _ in range(10):

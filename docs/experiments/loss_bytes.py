@@ -26,7 +26,9 @@ def gathered(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return x.gather(-1, target[:, None]).squeeze(-1)
 
 
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor, eps: float, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+def cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, eps: float, pad: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     nll = F.cross_entropy(logits.float(), target, ignore_index=pad, label_smoothing=eps, reduction="sum")
     return nll, nll
 
@@ -54,7 +56,9 @@ def main() -> None:
     losses.target_logits = gathered
     kernels, moved, gather_grad = traffic(losses.smoothed_nll_expression, logits, target)
     losses.target_logits = masked_sum
-    print(f"gather (before)       {kernels:2d} kernels {moved / 1e6:7.1f} MB   same gradient: {torch.equal(grad, gather_grad)}")
+    print(
+        f"gather (before)       {kernels:2d} kernels {moved / 1e6:7.1f} MB   same gradient: {torch.equal(grad, gather_grad)}"
+    )
     kernels, moved, _ = traffic(cross_entropy, logits, target)
     print(f"F.cross_entropy       {kernels:2d} kernels {moved / 1e6:7.1f} MB")
 

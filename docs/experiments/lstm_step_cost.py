@@ -60,8 +60,18 @@ def training_cpu_seconds(updates: int) -> float:
     generation, the model's construction and the final validation included)."""
     start = time.process_time()
     with tempfile.TemporaryDirectory() as out:
-        attnlab(["train", "recipes/scan/lake_baroni_overall.yaml", "--out", f"{out}/run", "--set",
-                 f"train.max_steps={updates}", "--set", "train.progress=false"])
+        attnlab(
+            [
+                "train",
+                "recipes/scan/lake_baroni_overall.yaml",
+                "--out",
+                f"{out}/run",
+                "--set",
+                f"train.max_steps={updates}",
+                "--set",
+                "train.progress=false",
+            ]
+        )
     return time.process_time() - start
 
 
@@ -81,7 +91,7 @@ def main() -> None:
     def one_step_calls() -> None:
         state, outs = None, []
         for t in range(STEPS):
-            out, state = lstm(x[:, t: t + 1], state)
+            out, state = lstm(x[:, t : t + 1], state)
             outs.append(out)
         torch.cat(outs, 1).sum().backward()
 

@@ -36,7 +36,9 @@ def main() -> None:
     parser.add_argument("--ref", required=True)
     parser.add_argument("--iterations", type=int, nargs="+", default=[1, 2, 4, 10])
     parser.add_argument("--length-beam", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (translate's default 64)")
+    parser.add_argument(
+        "--batch-size", type=int, default=64, help="sentences decoded together (translate's default 64)"
+    )
     args = parser.parse_args()
     sources, references = read_lines(args.src), read_lines(args.ref)
     print(f"torch threads: {torch.get_num_threads()}; {len(sources)} sentences, batches of {args.batch_size}")
@@ -49,9 +51,17 @@ def main() -> None:
         for run in args.cmlm:
             model, tokenizers, _ = load_run(run)
             for t in args.iterations:
-                print(row(f"{run}, T = {t}, length beam {args.length_beam}", model, tokenizers, sources, references,
-                          MaskPredict(iterations=t, length_beam=args.length_beam, batch_size=args.batch_size)),
-                      flush=True)
+                print(
+                    row(
+                        f"{run}, T = {t}, length beam {args.length_beam}",
+                        model,
+                        tokenizers,
+                        sources,
+                        references,
+                        MaskPredict(iterations=t, length_beam=args.length_beam, batch_size=args.batch_size),
+                    ),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

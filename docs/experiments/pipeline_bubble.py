@@ -55,8 +55,18 @@ def main() -> None:
         for schedule in ("gpipe", "1f1b"):
             for m in (1, 2, 4, 8, 16) if schedule == "gpipe" else (2, 4, 8, 16):  # 1f1b: m >= N
                 torch.manual_seed(0)
-                model = build_model(model_config(arch="decoder_lm", vocab_size=VOCAB, d_model=WIDTH, n_heads=4,
-                                                 n_layers=4, d_ff=4 * WIDTH, dropout=0.0, embeddings=dict(tie="none")))
+                model = build_model(
+                    model_config(
+                        arch="decoder_lm",
+                        vocab_size=VOCAB,
+                        d_model=WIDTH,
+                        n_heads=4,
+                        n_layers=4,
+                        d_ff=4 * WIDTH,
+                        dropout=0.0,
+                        embeddings=dict(tie="none"),
+                    )
+                )
                 pipeline = Pipeline(model, world, LanguageModel, schedule, m, torch.device("cpu"))
                 steps, busy = [], []
                 for repeat in range(REPEATS + 1):  # the first builds the schedule: not timed
@@ -72,10 +82,20 @@ def main() -> None:
                         busy.append(stage_busy)
                 step, work = statistics.median(steps), statistics.median(busy)
                 if world.is_main:
-                    print(json.dumps({"ranks": world.size, "schedule": schedule, "micro_batches": m,
-                                      "step_s": round(step, 4), "busy_s": round(work, 4),
-                                      "idle": round(1 - work / step, 3),
-                                      "formula": round((world.size - 1) / (m + world.size - 1), 3)}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "ranks": world.size,
+                                "schedule": schedule,
+                                "micro_batches": m,
+                                "step_s": round(step, 4),
+                                "busy_s": round(work, 4),
+                                "idle": round(1 - work / step, 3),
+                                "formula": round((world.size - 1) / (m + world.size - 1), 3),
+                            }
+                        ),
+                        flush=True,
+                    )
         dist.barrier()
     exit_worker(0)
 

@@ -57,8 +57,10 @@ def mixed_dtensor(n: int) -> None:
     split.grad = distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)])
     whole = nn.Parameter(torch.randn(3))
     whole.grad = torch.ones(3)
-    for what, run in (("clip_grad_norm_", lambda: nn.utils.clip_grad_norm_([split, whole], 1.0)),
-                      ("fused Adam", lambda: torch.optim.Adam([split, whole], fused=True).step())):
+    for what, run in (
+        ("clip_grad_norm_", lambda: nn.utils.clip_grad_norm_([split, whole], 1.0)),
+        ("fused Adam", lambda: torch.optim.Adam([split, whole], fused=True).step()),
+    ):
         try:
             run()
             report(f"3. {what} over DTensor and Tensor", "ran")

@@ -30,8 +30,16 @@ def main(sweep: Path, up_to: float = float("inf")) -> None:
     points = []
     for name, runs in cells(sweep).items():
         losses = [r["best_valid_loss"] for r in runs]
-        points.append((runs[0]["n_params"], runs[0]["train_tokens"], statistics.mean(losses),
-                       statistics.stdev(losses) if len(losses) > 1 else 0.0, len(runs), name))
+        points.append(
+            (
+                runs[0]["n_params"],
+                runs[0]["train_tokens"],
+                statistics.mean(losses),
+                statistics.stdev(losses) if len(losses) > 1 else 0.0,
+                len(runs),
+                name,
+            )
+        )
     axis, column = ("parameters", 0) if len({p[0] for p in points}) > 1 else ("training tokens", 1)
     points.sort(key=lambda p: p[column])
     print("| cell | parameters | training tokens | validation loss (mean ± sd) | seeds |\n|---|---|---|---|---|")
@@ -42,8 +50,10 @@ def main(sweep: Path, up_to: float = float("inf")) -> None:
     y = np.log([p[2] for p in fitted])
     slope, intercept = np.polyfit(x, y, 1)
     residual = y - (slope * x + intercept)
-    print(f"\nL = {np.exp(intercept):.4g} x ({axis})^-{-slope:.4f} over {len(fitted)} points; largest |log residual| "
-          f"{abs(residual).max():.4f}")
+    print(
+        f"\nL = {np.exp(intercept):.4g} x ({axis})^-{-slope:.4f} over {len(fitted)} points; largest |log residual| "
+        f"{abs(residual).max():.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,9 @@ def seconds(fn, repeats: int = 10) -> float:
     return (time.perf_counter() - t0) / repeats
 
 
-def profile_step(shape_name: str, compile: bool, out: pathlib.Path | None, batch: int, seq_len: int,
-                 device: torch.device) -> None:
+def profile_step(
+    shape_name: str, compile: bool, out: pathlib.Path | None, batch: int, seq_len: int, device: torch.device
+) -> None:
     shape = SHAPES[shape_name]
     model = shape.attnlab_model().to(device)
     data = shape.make_batch(batch, seq_len, torch.Generator().manual_seed(0)).to(device)
@@ -71,12 +72,15 @@ def profile_step(shape_name: str, compile: bool, out: pathlib.Path | None, batch
     for event in prof.key_averages():
         us = event.self_device_time_total if device.type == "cuda" else event.self_cpu_time_total
         totals[group_of(event.key)] = totals.get(group_of(event.key), 0.0) + us / 3 / 1e3
-    print(f"{shape_name} compiled={compile}: {per_step * 1e3:.1f} ms a step (wall); GPU ms a step by group:",
-          {group: round(ms, 2) for group, ms in sorted(totals.items(), key=lambda kv: -kv[1])})
+    print(
+        f"{shape_name} compiled={compile}: {per_step * 1e3:.1f} ms a step (wall); GPU ms a step by group:",
+        {group: round(ms, 2) for group, ms in sorted(totals.items(), key=lambda kv: -kv[1])},
+    )
     if out is not None:
         sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
         (out / f"profile_{shape_name}_{'compiled' if compile else 'eager'}.txt").write_text(
-            prof.key_averages().table(sort_by=sort, row_limit=60))
+            prof.key_averages().table(sort_by=sort, row_limit=60)
+        )
 
 
 def profile_loss(rows: int, vocab: int, device: torch.device) -> None:
@@ -85,11 +89,15 @@ def profile_loss(rows: int, vocab: int, device: torch.device) -> None:
     it) and the reference's F.cross_entropy(logits.float())."""
     x = torch.randn(rows, vocab, device=device, dtype=torch.bfloat16, requires_grad=True)
     y = torch.randint(0, vocab, (rows,), device=device)
-    losses = {"attnlab": lambda x, y: label_smoothed_nll(x, y, 0.0, -100)[0],
-              "F.cross_entropy": lambda x, y: F.cross_entropy(x.float(), y, reduction="sum")}
+    losses = {
+        "attnlab": lambda x, y: label_smoothed_nll(x, y, 0.0, -100)[0],
+        "F.cross_entropy": lambda x, y: F.cross_entropy(x.float(), y, reduction="sum"),
+    }
     losses |= {f"compiled {name}": torch.compile(fn) for name, fn in list(losses.items())}
-    print(f"loss fwd+bwd on ({rows}, {vocab}) bf16:",
-          {name: f"{seconds(lambda fn=fn: fn(x, y).backward()) * 1e3:.2f} ms" for name, fn in losses.items()})
+    print(
+        f"loss fwd+bwd on ({rows}, {vocab}) bf16:",
+        {name: f"{seconds(lambda fn=fn: fn(x, y).backward()) * 1e3:.2f} ms" for name, fn in losses.items()},
+    )
 
 
 def main() -> None:

@@ -65,22 +65,28 @@ def measure(d_k: int, batch: int = BATCH, seq_len: int = SEQ_LEN, seed: int | No
 
 
 def table(d_ks=D_KS) -> str:
-    rows = ["| d_k | Var(q.k) | Var(q.k/sqrt(d_k)) | max weight: scaled / unscaled "
-            "| entropy (nats): scaled / unscaled | mean grad norm: scaled / unscaled (ratio) "
-            "| median grad norm: scaled / unscaled (ratio) |",
-            "|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| d_k | Var(q.k) | Var(q.k/sqrt(d_k)) | max weight: scaled / unscaled "
+        "| entropy (nats): scaled / unscaled | mean grad norm: scaled / unscaled (ratio) "
+        "| median grad norm: scaled / unscaled (ratio) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for d_k in d_ks:
         m = measure(d_k)
         s, u = m["scaled"], m["unscaled"]
-        rows.append(f"| {d_k} | {u['var']:.1f} | {s['var']:.3f} | {s['max_p']:.3f} / {u['max_p']:.3f} "
-                    f"| {s['entropy']:.3f} / {u['entropy']:.3f} "
-                    f"| {s['grad']:.3f} / {u['grad']:.3f} ({u['grad'] / s['grad']:.2f}) "
-                    f"| {s['grad_median']:.3f} / {u['grad_median']:.2e} ({u['grad_median'] / s['grad_median']:.1e}) |")
+        rows.append(
+            f"| {d_k} | {u['var']:.1f} | {s['var']:.3f} | {s['max_p']:.3f} / {u['max_p']:.3f} "
+            f"| {s['entropy']:.3f} / {u['entropy']:.3f} "
+            f"| {s['grad']:.3f} / {u['grad']:.3f} ({u['grad'] / s['grad']:.2f}) "
+            f"| {s['grad_median']:.3f} / {u['grad_median']:.2e} ({u['grad_median'] / s['grad_median']:.1e}) |"
+        )
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    print(f"T = {SEQ_LEN} keys per query, {BATCH} x {SEQ_LEN} query rows per d_k; "
-          f"uniform: max weight {1 / SEQ_LEN:.3f}, entropy {math.log(SEQ_LEN):.3f} nats\n")
+    print(
+        f"T = {SEQ_LEN} keys per query, {BATCH} x {SEQ_LEN} query rows per d_k; "
+        f"uniform: max weight {1 / SEQ_LEN:.3f}, entropy {math.log(SEQ_LEN):.3f} nats\n"
+    )
     print(table())

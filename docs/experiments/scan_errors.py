@@ -31,8 +31,10 @@ def one_unit_off(ref: list[str], hyp: list[str]) -> bool:
     if abs(len(ref) - len(hyp)) != 2:
         return False
     longer, shorter = (ref, hyp) if len(ref) > len(hyp) else (hyp, ref)
-    return any(longer[:i] + longer[i + 2:] == shorter and longer[i:i + 2] in (longer[i + 2:i + 4], longer[i - 2:i])
-               for i in range(len(longer) - 1))
+    return any(
+        longer[:i] + longer[i + 2 :] == shorter and longer[i : i + 2] in (longer[i + 2 : i + 4], longer[i - 2 : i])
+        for i in range(len(longer) - 1)
+    )
 
 
 def error_kinds(pairs: list[tuple[list[str], list[str]]]) -> Counter:
@@ -42,8 +44,8 @@ def error_kinds(pairs: list[tuple[list[str], list[str]]]) -> Counter:
         if ref == hyp:
             continue
         kinds["errors"] += 1
-        kinds["late"] += len(hyp) > len(ref) and hyp[:len(ref)] == ref
-        kinds["early"] += len(hyp) < len(ref) and ref[:len(hyp)] == hyp
+        kinds["late"] += len(hyp) > len(ref) and hyp[: len(ref)] == ref
+        kinds["early"] += len(hyp) < len(ref) and ref[: len(hyp)] == hyp
         kinds["one unit too many or too few"] += one_unit_off(ref, hyp)
         kinds[f"long (>= {LONG} actions)"] += len(ref) >= LONG
     return kinds

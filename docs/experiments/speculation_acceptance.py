@@ -23,16 +23,19 @@ POSITIONS = 64
 
 def prompts() -> list[str]:
     text = open(TEXT).read()
-    valid = text[int(len(text) * 0.9):]
-    return [valid[i:i + 8] for i in range(0, 50_000, 5_000)]
+    valid = text[int(len(text) * 0.9) :]
+    return [valid[i : i + 8] for i in range(0, 50_000, 5_000)]
 
 
 def acceptance(target, draft, tokenizer, k: int) -> SpeculationStats:
     total = SpeculationStats()
     for prompt in prompts():
         ids = torch.tensor([tokenizer.encode(prompt)])
-        total.add(speculative_decode(target, draft, prompt=ids, k=k, max_new_tokens=POSITIONS - ids.shape[1],
-                                     stop_at_eos=False)[1])
+        total.add(
+            speculative_decode(
+                target, draft, prompt=ids, k=k, max_new_tokens=POSITIONS - ids.shape[1], stop_at_eos=False
+            )[1]
+        )
     return total
 
 
@@ -45,7 +48,9 @@ def main(small_run: str, targets: list[str]) -> None:
         for name, draft, ks in drafts:
             for k in ks:
                 stats = acceptance(model, draft, tokenizers["tgt"], k)
-                print(f"| {run} | {name} | {k} | {stats.acceptance_rate:.1%} | {stats.tokens_per_pass:.2f} |", flush=True)
+                print(
+                    f"| {run} | {name} | {k} | {stats.acceptance_rate:.1%} | {stats.tokens_per_pass:.2f} |", flush=True
+                )
 
 
 if __name__ == "__main__":

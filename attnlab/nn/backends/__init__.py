@@ -46,6 +46,7 @@ from attnlab.nn.attention import BACKENDS, AttentionBackend, AutoBackend, BiasFn
 from attnlab.nn.backends.chunked import ChunkedBackend, ChunkedOptions
 from attnlab.nn.backends.sparse import LocalBackend, PatternOptions, SparseBackend, SparsePattern
 from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearOptions, LinearState
+
 # isort: on
 from attnlab.nn.attention import option_at_least
 
@@ -74,6 +75,21 @@ class BackendOptions:
 for _module in pkgutil.iter_modules(__path__):  # a backend not named above registers itself too
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["BACKENDS", "AttentionBackend", "AutoBackend", "BackendOptions", "BiasFn", "ChunkedBackend", "ChunkedOptions",
-           "FeatureMap", "LinearBackend", "LinearOptions", "LinearState", "PatternOptions", "SDPABackend", "LocalBackend",
-           "SparseBackend", "SparsePattern"]
+__all__ = [
+    "BACKENDS",
+    "AttentionBackend",
+    "AutoBackend",
+    "BackendOptions",
+    "BiasFn",
+    "ChunkedBackend",
+    "ChunkedOptions",
+    "FeatureMap",
+    "LinearBackend",
+    "LinearOptions",
+    "LinearState",
+    "PatternOptions",
+    "SDPABackend",
+    "LocalBackend",
+    "SparseBackend",
+    "SparsePattern",
+]

@@ -62,14 +62,28 @@ class ChunkedBackend(AttentionBackend):
 
     def blocks(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias) -> Tensor:
         """All query blocks, in order: (B, H, Tq, Dv)."""
-        return torch.cat([self._query_block(q[:, :, rows], k, v, mask, q_pos[rows], k_pos, dropout_p, bias)
-                          for rows in self.query_blocks(q.shape[2])], dim=2)
+        return torch.cat(
+            [
+                self._query_block(q[:, :, rows], k, v, mask, q_pos[rows], k_pos, dropout_p, bias)
+                for rows in self.query_blocks(q.shape[2])
+            ],
+            dim=2,
+        )
 
     def query_blocks(self, n: int) -> list[slice]:
         return [slice(start, start + self.q_block) for start in range(0, n, self.q_block)]
 
-    def _query_block(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, q_pos: Tensor, k_pos: Tensor,
-                     dropout_p: float, bias: BiasFn | None) -> Tensor:
+    def _query_block(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float,
+        bias: BiasFn | None,
+    ) -> Tensor:
         """(B, H, bq, D) queries over all keys, one key block at a time -> (B, H, bq, Dv)."""
         lowest = torch.finfo(q.dtype).min
         m = q.new_full((*q.shape[:3], 1), lowest)  # running row maximum
@@ -133,8 +147,9 @@ class _ChunkedAttention(torch.autograd.Function):
             for rows in backend.query_blocks(q.shape[2]):
                 q_leaf = q[:, :, rows].detach().requires_grad_()
                 out = backend._query_block(q_leaf, k_leaf, v_leaf, mask, q_pos[rows], k_pos, dropout_p, bias)
-                grads = torch.autograd.grad(out, [q_leaf, k_leaf, v_leaf, *params], grad_out[:, :, rows],
-                                            allow_unused=True)
+                grads = torch.autograd.grad(
+                    out, [q_leaf, k_leaf, v_leaf, *params], grad_out[:, :, rows], allow_unused=True
+                )
                 dq[:, :, rows] = grads[0]
                 for total, g in zip([dk, dv, *dparams], grads[1:]):
                     if g is not None:

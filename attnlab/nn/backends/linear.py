@@ -25,7 +25,9 @@ class LinearOptions:
 
     def __post_init__(self) -> None:
         if self.feature_map not in FEATURE_MAPS:
-            raise ConfigError(f"feature_map must be one of {', '.join(map(repr, FEATURE_MAPS))} (got {self.feature_map!r})")
+            raise ConfigError(
+                f"feature_map must be one of {', '.join(map(repr, FEATURE_MAPS))} (got {self.feature_map!r})"
+            )
         option_at_least("random_features", self.random_features, 1)
 
 
@@ -97,7 +99,7 @@ class LinearBackend(AttentionBackend):
     def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
         """With a cache, only the running sums are kept: the new keys update them, and their padding
         is the mask's last Tk' columns (without one, those are all of them)."""
-        key_valid = None if mask.key_valid is None else mask.key_valid[:, -k.shape[2]:]
+        key_valid = None if mask.key_valid is None else mask.key_valid[:, -k.shape[2] :]
         return self._kernelised(q, k, v, mask, dropout_p, bias, cache, key_valid), None
 
     def _kernelised(self, q, k, v, mask, dropout_p, bias, cache, key_valid) -> Tensor:

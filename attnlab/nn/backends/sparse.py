@@ -104,8 +104,9 @@ class SparseBackend(AttentionBackend):
     @classmethod
     def from_config(cls, cfg) -> "SparseBackend":
         pattern = cfg.backends.pattern
-        return cls(SparsePattern(pattern.window, pattern.stride, pattern.n_global, pattern.n_random,
-                                 cfg.backends.block))
+        return cls(
+            SparsePattern(pattern.window, pattern.stride, pattern.n_global, pattern.n_random, cfg.backends.block)
+        )
 
     def __init__(self, pattern: SparsePattern) -> None:
         self.pattern = pattern
@@ -125,8 +126,9 @@ class SparseBackend(AttentionBackend):
             structural = mask.dense(qp, kp, keys)
             allowed = allowed if structural is None else structural & allowed
             b = bias(q[:, :, rows], qp, kp) if bias is not None else None
-            out, _ = attention(q[:, :, rows], k.index_select(2, keys), v.index_select(2, keys), allowed,
-                               dropout_p, bias=b)
+            out, _ = attention(
+                q[:, :, rows], k.index_select(2, keys), v.index_select(2, keys), allowed, dropout_p, bias=b
+            )
             outputs.append(out)
         return torch.cat(outputs, dim=2), None
 
