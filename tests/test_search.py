@@ -280,30 +280,22 @@ def beam_to_the_limit(model: nn.Module, src: Tensor, beam: int, alpha: float, ma
     eos_bias=st.floats(0.0, 8.0),
     positional=st.sampled_from(["sinusoidal", "rotary"]),
 )
-def test_stopping_early_never_changes_the_outcome_and_never_loses_to_greedy(seed, beam, alpha, eos_bias, positional):
-    """Over random small models: (1) the batched search, which drops a sentence once no live
-    hypothesis can beat its K kept ones, returns what the plain search run to the length limit does
-    (a theorem of the stopping rule); (2) its best is never below greedy's output, scored the same
-    way. (2) is not a theorem of beam search: greedy's prefix can fall out of the beam
-    (test_greedy_can_beat_a_narrow_beam); on these models it never does."""
+def test_stopping_early_never_changes_the_outcome(seed, beam, alpha, eos_bias, positional):
+    """Over random small models, the batched search, which drops a sentence once no live hypothesis
+    can beat its K kept ones, returns what the plain search run to the length limit does (a theorem
+    of the stopping rule). That its best is never below greedy's output is no theorem
+    (test_greedy_can_beat_a_narrow_beam), and it was once asserted here: these draws found a
+    counterexample once the test's source (so Hypothesis's derandomised draws) changed (seed 335,
+    beam 4, alpha 0, rotary: beam -20.66 against greedy's -18.55)."""
     model = eos_biased(tiny_model(seed=seed, positional=positional), eos_bias)
     src = random_ids(3, 5, generator_seed=seed)
     src[1, 2:] = PAD
     beams = beam_search(model, src, beam=beam, lenpen=alpha, nbest=beam, max_len=8)
-    for i, (hyps, tokens) in enumerate(zip(beams, greedy(model, src, max_len=8))):
+    for i, hyps in enumerate(beams):
         one = src[i : i + 1, : int((src[i] != PAD).sum())]
         reference = beam_to_the_limit(model, one, beam, alpha, max_len=8)
         assert [h.tokens for h in hyps] == [h.tokens for h in reference]
         assert [h.normalized for h in hyps] == pytest.approx([h.normalized for h in reference], abs=1e-4)
-        assert hyps[0].normalized >= scored(model, one, tokens, alpha) - 1e-4
-
-
-@torch.no_grad()
-def scored(model: nn.Module, src: Tensor, tokens: list[int], alpha: float) -> float:
-    """log P(tokens, EOS | src) / lp(len + 1), as beam search scores a finished hypothesis."""
-    target = torch.tensor([[BOS, *tokens, EOS]])
-    logprobs = token_logprobs(model(src, target[:, :-1]))[0]  # (T, V)
-    return float(logprobs.gather(1, target[0, 1:, None]).sum()) / lp(len(tokens) + 1, alpha)
 
 
 class Trap(TableModel):
