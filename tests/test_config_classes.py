@@ -82,19 +82,18 @@ def bases_with_fields(cls: type) -> int:
 # The names still declared in several config classes after the backends' options (nn/backends/:
 # BackendOptions), the patches (models/vit.py: Patches) and the two sides' depths (models/family.py:
 # Depths) were composed and the data's sizes left the model sections for the DataShape
-# (models/shape.py: vocab_size, pad_id, image and series sizes, n_classes); the rest of issue 61's
-# stage (c) takes them away.
+# (models/shape.py: vocab_size, pad_id, image and series sizes, n_classes), and the Transformer
+# families' positions became one part (models/transformer_config.py: Positions: its max_len is the one
+# of the model sections' max_len left beside the recurrent and convolutional families' own); the rest
+# of issue 61's stage (c) takes them away.
 REPEATED = {
     "max_len": {
-        "CaptionerConfig",
         "ClassificationConfig",
         "ConvS2SConfig",
-        "DualEncoderConfig",
         "EncoderConfig",
         "MaskedLMConfig",
+        "Positions",
         "RNNConfig",
-        "SingleStreamConfig",
-        "TransformerConfig",
         "TranslationConfig",
     },
     "tokenizer": {
@@ -140,7 +139,6 @@ REPEATED = {
     },
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},
     "seed": {"NodeClassificationConfig", "SceneSplits", "TrainConfig", "TranslationConfig"},
     "test": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "TranslationConfig"},
     "dataset": {"CaptioningConfig", "ImageClassificationConfig", "VisualQAConfig"},

@@ -6,7 +6,7 @@ projected without bias to ``d_embed`` and normalised (nn/dual_encoder.py).
 One config for both towers: they share d_model, n_heads, d_ff, the dropouts, activation, norm
 placement and backend (ViT's exact ones), each with its own depth (``n_image_layers``,
 ``n_text_layers``; default ``n_layers``). ``patches`` (size and positional scheme) place the patches (ViT's
-schemes), ``positional`` the text's tokens (the Transformer's). ``init_temperature``: CLIP's tau
+schemes), ``positions`` the text's tokens (the Transformer's). ``init_temperature``: CLIP's tau
 = 0.07, learned as log(1 / tau); ``max_logit_scale``: CLIP's bound 100 on 1 / tau.
 Initialisation: the Transformer's (models/transformer.py: the projections Xavier-uniform), the
 patch position tables as ViT's.
@@ -24,7 +24,7 @@ from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_fa
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import TokenEmbeddings
+from attnlab.models.transformer_config import Positions, TokenEmbeddings
 from attnlab.models.vit import (
     IMAGE_BACKENDS_REFUSAL,
     SUMMARIES,
@@ -53,7 +53,7 @@ class DualEncoderConfig(TransformerConfig):
     max_logit_scale: float = 100.0
     stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
     embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
-    max_len: int = 64
+    positions: Positions = Positions(max_len=64)
 
     ties = ("none",)
 

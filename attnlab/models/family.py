@@ -127,6 +127,12 @@ class FamilyConfig(RegisteredConfig):
         """The longest sequence the model can encode positions for; None: no limit."""
         return None
 
+    @property
+    def longest_sequence(self) -> int | None:
+        """The longest sequence the model is built for (a recurrent or convolutional family's
+        ``max_len``, a Transformer family's ``positions.max_len``); None: the family has no such limit."""
+        return None
+
     def check_shape(self, shape: DataShape) -> None:
         """Refuse, in one line, the data's sizes this config cannot be built with (a patch that does not
         divide the image); a size the data has not given yet (None) is checked when it has. What holds

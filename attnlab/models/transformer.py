@@ -53,7 +53,7 @@ class Stacked(Protocol):
 def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
     """The configured scheme where it belongs ('embeddings' or 'self_attention'); identity elsewhere.
     (Patches are placed by their own part, ``patches.positional``: models/vit.py.)"""
-    cls = POSITIONAL[cfg.positional]
+    cls = POSITIONAL[cfg.positions.scheme]
     belongs = "embeddings" if cls.absolute else "self_attention"
     return cls.from_config(cfg) if where == belongs else PositionalEncoding()
 
@@ -147,7 +147,7 @@ def encoder(cfg: TransformerConfig, n_layers: int) -> Encoder:
 
 def plain_encoder(cfg: Stacked, n_layers: int) -> Encoder:
     """The Transformer's encoder layers (feed-forward, residual blocks and norms from the same part
-    builders) whose self-attention has no positional hooks, for a family with no ``positional``
+    builders) whose self-attention has no positional hooks, for a family with no ``positions``
     field: its inputs have no sequence positions (a graph's nodes, placed by their Laplacian
     eigenvectors), or theirs enter with them at the input (PatchTST's learned patch positions)."""
 

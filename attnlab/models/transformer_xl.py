@@ -14,6 +14,7 @@ from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_fa
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import explicit_masks
 from attnlab.models.transformer import TransformerConfig
+from attnlab.models.transformer_config import Positions
 from attnlab.nn.memory import MemoryDecoder, TransformerXL
 from attnlab.nn.registry import POSITIONAL
 
@@ -26,15 +27,15 @@ class TransformerXLConfig(TransformerConfig):
     relative, 'rotary' by default."""
 
     memory_length: int = 64
-    positional: str = "rotary"
+    positions: Positions = Positions(scheme="rotary")
 
     def check(self) -> None:
         super().check()
         at_least("memory_length", self.memory_length, 0)
-        if POSITIONAL[self.positional].absolute:
+        if self.positions.absolute:
             relative = [name for name, cls in POSITIONAL.items() if not cls.absolute]
             raise ConfigError(
-                f"positional '{self.positional}' numbers positions from the start of the input, and "
+                f"positions.scheme '{self.positions.scheme}' numbers positions from the start of the input, and "
                 f"Transformer-XL moves states from the segment into the memory: use one of "
                 f"{', '.join(map(repr, relative))}"
             )
