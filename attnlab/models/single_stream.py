@@ -20,12 +20,12 @@ from torch import nn
 
 from attnlab.config import one_of
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
-from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import Positions, TokenEmbeddings
+from attnlab.models.transformer_config import Positions, TokenEmbeddings, TransformerFamily
 from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
 
@@ -44,20 +44,20 @@ IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], nn.Module]] 
 
 
 @dataclass(frozen=True)
-class SingleStreamConfig(TransformerConfig):
+class SingleStreamConfig(FamilyConfig):
     """The ``patches`` (size P, dividing both sides of the data's images, and positional scheme),
     ``image_tokens`` and
     ``head``, and the Transformer's fields for the one encoder: small, pre-norm and GELU by default,
     as ViT and ViLT."""
 
-    patches: Patches = Patches(size=4, positional="learned_2d")
-    image_tokens: str = "patches"
-    head: str = "pooled"
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, activation="gelu", norm="pre")
     positions: Positions = Positions(scheme="learned", max_len=32)
     embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
+    backends: BackendOptions = BackendOptions()
 
-    ties = ("none",)  # no output projection over the vocabulary to tie
+    patches: Patches = Patches(size=4, positional="learned_2d")
+    image_tokens: str = "patches"
+    head: str = "pooled"
 
     def check(self) -> None:
         one_of("image_tokens", self.image_tokens, IMAGE_TOKENS)
@@ -75,9 +75,10 @@ class SingleStreamConfig(TransformerConfig):
 
 
 @register_family
-class SingleStreamFamily(ModelFamily):
+class SingleStreamFamily(TransformerFamily):
     name = "single_stream"
     config = SingleStreamConfig
+    ties = ("none",)  # no output projection over the vocabulary to tie
     capabilities = Capabilities(
         encoder=True, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGE_TEXT
     )

@@ -1,18 +1,20 @@
-"""The Transformer families' config: their attention stack (models/stack.py) and what the Transformer
-families share around it: the composed parts ``positions`` (Positions), ``embeddings``
-(TokenEmbeddings) and ``backends`` (the backends' options, nn/backends/); ``output`` (Output), the
-output projection of the families that predict tokens. The ablation switches are the stack's. The
-builders that turn them into modules are in models/transformer.py.
+"""What the Transformer families' configs share: beside their attention stack (models/stack.py),
+the parts each declares, ``positions`` (Positions), ``embeddings`` (TokenEmbeddings) and
+``backends`` (the backends' options, nn/backends/); ``output`` (Output), the output projection of
+the families that predict tokens. :class:`TransformerConfig` is the Protocol of what such a config
+offers, :class:`TransformerFamily` the base of their families, with the checks that span the parts.
+The ablation switches are the stack's. The builders that turn them into modules are in
+models/transformer.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Protocol, cast
 
 from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.errors import ConfigError
-from attnlab.models.family import FamilyConfig
+from attnlab.models.family import FamilyConfig, ModelFamily
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig
 from attnlab.nn.backends import BackendOptions
@@ -179,74 +181,115 @@ class Positions(TypedConfig):
             raise ConfigError(f"rotary positions need an even head size d_model / n_heads (got {d_head})")
 
 
-@dataclass(frozen=True)
-class TransformerConfig(FamilyConfig):
-    """The fields of every Transformer family, one per axis of variation.
+class TransformerConfig(Protocol):
+    """What every Transformer family's config offers (each declares these parts itself, before its
+    own fields, and its family is a :class:`TransformerFamily`), one part per axis of variation.
 
-    ``positions`` (Positions): the scheme and where it is applied: absolute encodings at the
-    embeddings, added or concatenated (``positions.combine``), relative ones inside every self-attention.
-    ``embeddings`` (TokenEmbeddings): how tokens and positions make the input, the ties between the
-    tables (``embeddings.tie``: ``output``; the encoder-decoder and CMLM add ``src_tgt``, and ``all``
-    is both, the paper's choice), and the tables' row multiple.
+    ``stack`` (StackConfig): the paper's base model by default (6 layers of 512, 8 heads, d_ff 2048,
+    post-norm, ReLU). ``positions`` (Positions): the scheme and where it is applied: absolute encodings
+    at the embeddings, added or concatenated (``positions.combine``), relative ones inside every
+    self-attention. ``embeddings`` (TokenEmbeddings): how tokens and positions make the input, the
+    ties between the tables (``embeddings.tie``: ``output``; the encoder-decoder and CMLM add
+    ``src_tgt``, and ``all`` is both, the paper's choice), and the tables' row multiple. ``backends``:
+    the attention backends' own options (nn/backends/).
 
     The ablation switches are the stack's (models/stack.py: ``stack.normalisation`` ``layer`` or
     ``none``, ``stack.residual``, ``stack.ffn``, ``stack.attention_scale``); ``positions.scheme: none`` and
     ``n_heads`` at a fixed d_model are the other two.
     """
 
-    stack: StackConfig = StackConfig()  # the paper's base model: 6 layers of 512, 8 heads, d_ff 2048, post-norm, ReLU
-    positions: Positions = Positions()
-    embeddings: TokenEmbeddings = TokenEmbeddings()
-    backends: BackendOptions = BackendOptions()  # the attention backends' own options (nn/backends/)
+    @property
+    def stack(self) -> StackConfig: ...
 
-    ties: ClassVar[tuple[str, ...]] = SINGLE_STACK_TIES  # the values embeddings.tie may take in this family
+    @property
+    def positions(self) -> Positions: ...
 
-    def check(self) -> None:
-        self._check_ties()
-        if self.stack.normalisation == "batch":
+    @property
+    def embeddings(self) -> TokenEmbeddings: ...
+
+    @property
+    def backends(self) -> BackendOptions: ...
+
+    @property
+    def tied(self) -> tuple[str, ...]: ...
+
+
+def transformer_parts(cfg: FamilyConfig) -> TransformerConfig:
+    """``cfg`` as the Transformer parts it offers; a config without them is an internal error (a
+    TransformerFamily whose config does not declare them)."""
+    if not {"stack", "positions", "embeddings", "backends"} <= set(cfg.field_names()):
+        raise TypeError(f"{type(cfg).__name__} lacks the Transformer parts (stack, positions, embeddings, backends)")
+    return cast(TransformerConfig, cfg)
+
+
+class TransformerFamily(ModelFamily):
+    """The base of the Transformer families: the checks across the parts their configs share
+    (:class:`TransformerConfig`) and the sizes derived from them. ``ties``: the values
+    ``embeddings.tie`` may take in the family."""
+
+    ties: ClassVar[tuple[str, ...]] = SINGLE_STACK_TIES
+
+    @classmethod
+    def check_config(cls, cfg: FamilyConfig) -> None:
+        parts = transformer_parts(cfg)
+        cls._check_ties(parts)
+        if parts.stack.normalisation == "batch":
             raise ConfigError(
                 "normalisation 'batch' standardises each feature over every token of a batch, which "
                 "would count the padding of sequences of tokens; use 'layer' or 'none'"
             )
-        self._check_positions()
-        self._check_backend()
-
-    def check_shape(self, shape: DataShape) -> None:
-        if "src_tgt" in self.tied and shape.src_vocab_size not in (None, shape.vocab_size):
-            raise ConfigError(
-                f"embeddings.tie '{self.embeddings.tie}' shares source and target embeddings, so "
-                f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "
-                f"use embeddings.tie 'output' or 'none' for separate vocabularies"
-            )
-
-    def _check_ties(self) -> None:
-        if self.embeddings.tie == "src_tgt" and "src_tgt" not in self.ties:
-            raise ConfigError(f"embeddings.tie 'src_tgt' needs arch 'encoder_decoder' (arch is '{self.arch}')")
-        one_of("embeddings.tie", self.embeddings.tie, self.ties)
-
-    def _check_positions(self) -> None:
-        """The positions against the stack's widths and the ties."""
-        self.positions.check_widths(self.stack.d_model, self.stack.d_head)
-        if self.positions.combine == "concat" and "output" in self.tied:
+        parts.positions.check_widths(parts.stack.d_model, parts.stack.d_head)
+        if parts.positions.combine == "concat" and "output" in parts.tied:
             raise ConfigError(
                 "embeddings.tie 'output'/'all' needs token embeddings of width d_model; with "
                 "positions.combine 'concat' use embeddings.tie 'none' or 'src_tgt'"
             )
+        cls._check_backend(parts)
 
-    def _check_backend(self) -> None:
+    @classmethod
+    def check_config_shape(cls, cfg: FamilyConfig, shape: DataShape) -> None:
+        parts = transformer_parts(cfg)
+        if "src_tgt" in parts.tied and shape.src_vocab_size not in (None, shape.vocab_size):
+            raise ConfigError(
+                f"embeddings.tie '{parts.embeddings.tie}' shares source and target embeddings, so "
+                f"src_vocab_size ({shape.src_vocab_size}) must equal vocab_size ({shape.vocab_size}); "
+                f"use embeddings.tie 'output' or 'none' for separate vocabularies"
+            )
+
+    @classmethod
+    def max_positions(cls, cfg: FamilyConfig) -> int | None:
+        return transformer_parts(cfg).positions.max_positions
+
+    @classmethod
+    def longest_sequence(cls, cfg: FamilyConfig) -> int | None:
+        return transformer_parts(cfg).positions.max_len
+
+    @classmethod
+    def tied(cls, cfg: FamilyConfig) -> tuple[str, ...]:
+        """The ties in force: a subset of ('output', 'src_tgt'), the ones the family has (``ties``)."""
+        return transformer_parts(cfg).embeddings.tied(cls.ties)
+
+    @classmethod
+    def _check_ties(cls, parts: TransformerConfig) -> None:
+        if parts.embeddings.tie == "src_tgt" and "src_tgt" not in cls.ties:
+            raise ConfigError(f"embeddings.tie 'src_tgt' needs arch 'encoder_decoder' (arch is '{cls.name}')")
+        one_of("embeddings.tie", parts.embeddings.tie, cls.ties)
+
+    @classmethod
+    def _check_backend(cls, parts: TransformerConfig) -> None:
         """What the chosen backend supports, as it declares it (nn/backends/)."""
-        self.family.check_stack(self.stack)
-        backend = ATTENTION_BACKENDS[self.stack.attention_backend]
+        cls.check_stack(parts.stack)
+        backend = ATTENTION_BACKENDS[parts.stack.attention_backend]
         defaults = BackendOptions()
         for other in ATTENTION_BACKENDS.values():
             for path in other.fields:
-                if path not in backend.fields and self.backends.option(path) != defaults.option(path):
+                if path not in backend.fields and parts.backends.option(path) != defaults.option(path):
                     users = [b.name for b in ATTENTION_BACKENDS.values() if path in b.fields]
                     raise ConfigError(
                         f"backends.{path} is only used with attention_backend "
                         f"{' or '.join(map(repr, users))} (attention_backend is '{backend.name}')"
                     )
-        scheme = self.positions.scheme
+        scheme = parts.positions.scheme
         if scheme == "relative" and not backend.returns_weights:
             forming = [b.name for b in ATTENTION_BACKENDS.values() if b.returns_weights]
             raise ConfigError(
@@ -260,27 +303,3 @@ class TransformerConfig(FamilyConfig):
                 f"'{scheme}' has nothing to add its bias to; use 'rotary', 'sinusoidal' or "
                 f"'learned'"
             )
-
-    # -- derived quantities, so that no module recomputes them ------------------------------------
-    @property
-    def max_positions(self) -> int | None:
-        return self.positions.max_positions
-
-    @property
-    def longest_sequence(self) -> int:
-        return self.positions.max_len
-
-    @property
-    def positional_width(self) -> int:
-        """Width of an absolute positional vector: d_model when added, positions.dim when concatenated."""
-        return self.positions.width(self.stack.d_model)
-
-    @property
-    def token_width(self) -> int:
-        """Width of a token embedding: what the positional vector leaves of d_model."""
-        return self.positions.token_width(self.stack.d_model)
-
-    @property
-    def tied(self) -> tuple[str, ...]:
-        """The ties in force: a subset of ('output', 'src_tgt'), the ones the family has (``ties``)."""
-        return self.embeddings.tied(self.ties)

@@ -105,7 +105,7 @@ class SinusoidalPositional(AbsolutePositional):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "SinusoidalPositional":
-        return cls(cfg.positional_width, cfg.positions.base, cfg.positions.combine)
+        return cls(cfg.positions.width(cfg.stack.d_model), cfg.positions.base, cfg.positions.combine)
 
     def encode(self, positions: Tensor) -> Tensor:
         return sinusoid(positions, self.dim, self.base)
@@ -129,7 +129,7 @@ class LearnedPositional(AbsolutePositional):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "LearnedPositional":
-        return cls(cfg.positional_width, cfg.positions.max_len, cfg.positions.combine)
+        return cls(cfg.positions.width(cfg.stack.d_model), cfg.positions.max_len, cfg.positions.combine)
 
     @property
     def max_positions(self) -> int:
