@@ -77,7 +77,8 @@ def run_cli(*args: str, stdin: str | bytes = b"") -> subprocess.CompletedProcess
     return subprocess.CompletedProcess(["attnlab", *args], code, out.getvalue(), err.getvalue())
 
 
-TINY = dict(vocab_size=23, max_len=64, max_relative_distance=3)
+# max_len: a recurrent or convolutional model's own; positions: a Transformer family's
+TINY = dict(vocab_size=23, max_len=64, positions=dict(max_relative_distance=3, max_len=64))
 TINY_STACK = dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0)
 STACK_FIELDS = [f.name for f in dataclasses.fields(StackConfig)]
 
@@ -97,7 +98,8 @@ def tiny_model(seed: int = 0, **overrides) -> torch.nn.Module:
     """A small model of any family (``arch``), built with a fixed seed, in eval mode: TINY's
     fields where the family has them (its vocabulary a size of the data), TINY_STACK's in its
     attention stack (or as its own fields: a recurrent model's d_model, n_layers and dropout), and
-    ``overrides``, where a field of the stack may be given by name (``tiny_model(attention_backend="math")``)."""
+    ``overrides``, where a field of the stack may be given by name (``tiny_model(attention_backend="math")``);
+    ``positions`` given are laid on TINY's, as the stack's are."""
     family = FAMILIES[overrides.get("arch", "encoder_decoder")]
     own = family.config.field_names() + sorted(SIZES)
     fields = {k: v for k, v in TINY.items() if k in own}
@@ -106,6 +108,8 @@ def tiny_model(seed: int = 0, **overrides) -> torch.nn.Module:
         fields["stack"] = {**TINY_STACK, **by_name, **overrides.pop("stack", {})}
     else:
         fields |= {k: v for k, v in TINY_STACK.items() if k in own}
+    if "positions" in own:  # TINY's positions, with the overrides' fields on them
+        fields["positions"] = {**TINY["positions"], **overrides.pop("positions", {})}
     torch.manual_seed(seed)
     return build_model(*sized(**{**fields, **overrides})).eval()
 

@@ -114,12 +114,12 @@ def test_the_switches_change_exactly_the_parameters_they_name(fields, counted):
         {"normalisation": "none"},
         {"attention_scale": "none"},
         {"attention_scale": "learned"},
-        {"positional": "none"},
+        {"positions": {"scheme": "none"}},
     ],
 )
 @pytest.mark.parametrize("arch", ["decoder_lm", "encoder_decoder"])
 def test_cached_decoding_equals_uncached_under_each_switch(arch, fields):
-    model = tiny_model(arch=arch, **{"positional": "rotary", "norm": "pre", **fields})
+    model = tiny_model(arch=arch, **{"positions": {"scheme": "rotary"}, "norm": "pre", **fields})
     tgt = random_ids(2, 7)
     assert_cached_matches_uncached(model, tgt, src=random_ids(2, 5, generator_seed=1) if arch != "decoder_lm" else None)
 

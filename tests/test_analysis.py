@@ -55,7 +55,7 @@ def encoder_decoder(**overrides):
 
 
 def test_capture_equals_softmax_of_the_models_own_q_and_k():
-    model, src, tgt = encoder_decoder(positional="rotary")
+    model, src, tgt = encoder_decoder(positions=dict(scheme="rotary"))
     inputs = {}
     for name, module in attention_modules(model).items():
         module.register_forward_pre_hook(lambda m, a, kw, name=name: inputs.setdefault(name, (a, kw)), with_kwargs=True)
@@ -179,7 +179,7 @@ def test_head_importance_is_the_gate_gradient():
 
 @pytest.mark.parametrize("positional", ["rotary", "alibi", "relative_bias"])
 def test_pruning_by_masking_equals_removing_the_weights(positional):
-    model, src, tgt = encoder_decoder(positional=positional)
+    model, src, tgt = encoder_decoder(positions=dict(scheme=positional))
     heads = {
         "encoder.layers.0.self_attn": [1, 3],
         "decoder.layers.1.self_attn": [0],
@@ -338,7 +338,7 @@ def demo_like_run(tmp_path_factory):
         {
             "model": {
                 "stack": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 64, "dropout": 0.0, "norm": "pre"},
-                "positional": "rotary",
+                "positions": {"scheme": "rotary"},
             },
             "data": {
                 "format": "builtin",

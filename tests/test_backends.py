@@ -246,7 +246,7 @@ BACKEND_CONFIGS = {
 @pytest.mark.parametrize("name", sorted(BACKEND_CONFIGS))
 @pytest.mark.parametrize("arch", ["decoder_lm", "encoder_decoder"])
 def test_cached_decoding_equals_uncached_with_every_backend(name, arch):
-    model = tiny_model(arch=arch, positional="rotary", **BACKEND_CONFIGS[name])
+    model = tiny_model(arch=arch, positions=dict(scheme="rotary"), **BACKEND_CONFIGS[name])
     tgt = random_ids(2, 11)
     src = random_ids(2, 9, generator_seed=1) if arch == "encoder_decoder" else None
     assert_cached_matches_uncached(model, tgt, src)
@@ -257,8 +257,8 @@ def test_cached_decoding_equals_uncached_with_every_backend(name, arch):
 @pytest.mark.parametrize("name", ["sdpa", "auto", "chunked"])
 def test_a_model_with_an_exact_backend_equals_the_math_model(name, positional):
     """Logits and every parameter's gradient (the learned relative-bias table's included)."""
-    math_model = tiny_model(arch="encoder_decoder", positional=positional, attention_backend="math")
-    model = tiny_model(arch="encoder_decoder", positional=positional, **BACKEND_CONFIGS[name])
+    math_model = tiny_model(arch="encoder_decoder", positions=dict(scheme=positional), attention_backend="math")
+    model = tiny_model(arch="encoder_decoder", positions=dict(scheme=positional), **BACKEND_CONFIGS[name])
     model.load_state_dict(math_model.state_dict())
     src, tgt = random_ids(2, 9), random_ids(2, 7, generator_seed=1)
     src[1, 6:] = 0  # padding
@@ -303,8 +303,8 @@ def test_auto_keeps_attnlabs_dropout_draws_on_the_cpu():
 def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_positions():
     """Shaw's value term needs the probabilities, so auto computes them as math does: equal logits."""
     assert sized(vocab_size=10)[0].stack.attention_backend == "auto"
-    math_model = tiny_model(arch="decoder_lm", positional="relative", attention_backend="math")
-    auto_model = tiny_model(arch="decoder_lm", positional="relative")
+    math_model = tiny_model(arch="decoder_lm", positions=dict(scheme="relative"), attention_backend="math")
+    auto_model = tiny_model(arch="decoder_lm", positions=dict(scheme="relative"))
     ids = random_ids(2, 9)
     assert torch.equal(auto_model(ids), math_model(ids))
 
@@ -313,9 +313,15 @@ def test_auto_is_the_default_and_a_model_on_it_equals_math_in_shaws_relative_pos
     "fields, says",
     [
         (dict(stack=dict(attention_backend="flash")), "attention_backend"),
-        (dict(stack=dict(attention_backend="linear", attention_dropout=0.0), positional="alibi"), "never forms scores"),
+        (
+            dict(stack=dict(attention_backend="linear", attention_dropout=0.0), positions=dict(scheme="alibi")),
+            "never forms scores",
+        ),
         (dict(stack=dict(attention_backend="linear", attention_dropout=0.1)), "no attention probabilities to drop"),
-        (dict(stack=dict(attention_backend="chunked"), positional="relative"), "only attention_backend 'math'"),
+        (
+            dict(stack=dict(attention_backend="chunked"), positions=dict(scheme="relative")),
+            "only attention_backend 'math'",
+        ),
         (
             dict(stack=dict(attention_backend="sdpa"), backends=dict(pattern=dict(stride=4))),
             r"^backends.pattern.stride is only used with attention_backend 'sparse' \(attention_backend is 'sdpa'\)$",

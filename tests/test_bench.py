@@ -341,8 +341,7 @@ def lm_run(tmp_path: Path, name: str, letters: str = "abcdefgh", **model) -> Pat
     fields = {
         "arch": "decoder_lm",
         "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0},
-        "max_len": 24,
-        "positional": "learned",
+        "positions": {"scheme": "learned", "max_len": 24},
     } | model
     config = tmp_path / f"{name}.yaml"
     config.write_text(

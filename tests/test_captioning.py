@@ -121,7 +121,7 @@ def test_the_captioners_encoder_is_the_vits():
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "alibi"])
 def test_cached_decoding_equals_uncached(positional):
     torch.manual_seed(0)
-    model = build_model(*sized(**CAPTIONER, positional=positional)).eval()
+    model = build_model(*sized(**CAPTIONER, positions=dict(scheme=positional))).eval()
     images, tgt = torch.randn(3, 3, 16, 12), torch.randint(5, 19, (3, 7))
     assert_cached_matches_uncached(model, tgt, src=images)
     assert_cached_matches_uncached(model, tgt, src=images, chunks=[3, 1, 3])

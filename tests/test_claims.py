@@ -131,8 +131,7 @@ def test_sinusoid_shift_is_a_rotation(k):
 GPT3 = dict(
     arch="decoder_lm",
     vocab_size=50257,
-    positional="learned",
-    max_len=2048,
+    positions=dict(scheme="learned", max_len=2048),
     embeddings=dict(tie="output"),
     stack=dict(
         d_model=12288, n_heads=96, d_ff=4 * 12288, dropout=0.0, norm="pre", activation="gelu", attention_backend="math"
@@ -145,7 +144,7 @@ def test_two_n_rule_on_a_scaled_down_model():
     weighted sum over the full T x T matrix); 2 N T is within 3 % when T / d = 1/6, as for GPT-3."""
     L, d, T = 4, 768, 128
     stack = {**GPT3["stack"], "d_model": d, "n_heads": 12, "d_ff": 4 * d, "n_layers": L}
-    cfg, shape = sized(**{**GPT3, "vocab_size": 8192, "stack": stack, "max_len": T})
+    cfg, shape = sized(**{**GPT3, "vocab_size": 8192, "stack": stack, "positions": {**GPT3["positions"], "max_len": T}})
     report = budget_report(cfg, shape, T, 1)
     n, forward = report["params"], report["flops"]["forward"]
     matmul_weights = L * 12 * d * d + 8192 * d  # Q, K, V, O, FFN per layer; the tied output projection

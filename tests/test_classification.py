@@ -145,7 +145,7 @@ def sentiment_tsv(path, n: int, seed: int, labels=("pos", "neg")):
 
 CONFIG = """\
 model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, pooling: {pooling},
-        positional: learned, max_len: 16}}
+        positions: {{scheme: learned, max_len: 16}}}}
 data: {{task: classification, train: {train}, valid: {valid}, max_len: 16}}
 train: {{max_steps: 60, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1, eval_every: 30,
         log_every: 10, label_smoothing: 0.0, progress: false, early_stop_metric: accuracy}}

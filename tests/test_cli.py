@@ -305,7 +305,7 @@ def test_generate_and_score_a_language_model(tmp_path):
     text.write_text("to be or not to be, that is the question. " * 100)
     config = tmp_path / "lm.yaml"
     config.write_text(f"""\
-model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, positional: rotary}}
+model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, positions: {{scheme: rotary}}}}
 data: {{format: text, train: {text}, tokenizer: char, block_size: 32}}
 train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_steps: 5, label_smoothing: 0.0,
         eval_every: 80}}

@@ -26,12 +26,12 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
         (dict(stack=dict(d_model=510, n_heads=8)), r"d_model \(510\) must be divisible by n_heads \(8\)"),
         (dict(stack=dict(norm="mid")), r"norm must be one of 'post', 'pre' \(got 'mid'\)"),
         (
-            dict(positional="rotery"),
-            r"positional must be one of .*'rotary'.* \(got 'rotery'\) \(did you mean 'rotary'\?\)",
+            dict(positions=dict(scheme="rotery")),
+            r"^positions.scheme must be one of .*'rotary'.* \(got 'rotery'\) \(did you mean 'rotary'\?\)",
         ),
         (dict(arch="gpt"), r"arch must be one of 'encoder_decoder', 'decoder_lm', 'encoder_only'"),
         (dict(stack=dict(activation="tanh")), r"activation must be one of 'relu', 'gelu', 'gelu_tanh', 'silu'"),
-        (dict(positional_combine="mul"), r"positional_combine must be one of 'add', 'concat'"),
+        (dict(positions=dict(combine="mul")), r"^positions.combine must be one of 'add', 'concat' \(got 'mul'\)$"),
         (dict(embeddings={"tie": "yes"}), r"embeddings.tie must be one of 'none', 'output', 'src_tgt', 'all'"),
         (
             dict(embeddings={"kind": "big"}),
@@ -46,23 +46,32 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
         (dict(stack=dict(d_model=True)), r"d_model must be an integer \(got True\)"),
         (dict(stack=dict(dropout="0.1")), r"dropout must be a number"),
         (dict(src_vocab_size=50), r"src_vocab_size \(50\) must equal vocab_size \(100\)"),
-        (dict(positional="rotary", stack=dict(d_model=24, n_heads=8)), r"rotary positions need an even head size"),
-        (dict(positional="rotary", positional_combine="concat"), r"'concat' needs an absolute encoding"),
-        (dict(positional_combine="concat", positional_dim=32), r"embeddings.tie 'output'/'all' needs token embeddings"),
         (
-            dict(positional_combine="concat", positional_dim=64, embeddings={"tie": "src_tgt"}),
-            r"positional_dim \(64\) must be between 1 and d_model - 1",
+            dict(positions=dict(scheme="rotary"), stack=dict(d_model=24, n_heads=8)),
+            r"rotary positions need an even head size",
         ),
-        (dict(positional_dim=8), r"positional_dim is only used with positional_combine 'concat'"),
         (
-            dict(positional_combine="concat", positional_dim=7, embeddings={"tie": "none"}),
+            dict(positions=dict(scheme="rotary", combine="concat")),
+            r"'concat' needs an absolute encoding",
+        ),
+        (
+            dict(positions=dict(combine="concat", dim=32)),
+            r"embeddings.tie 'output'/'all' needs token embeddings",
+        ),
+        (
+            dict(positions=dict(combine="concat", dim=64), embeddings={"tie": "src_tgt"}),
+            r"positions.dim \(64\) must be between 1 and d_model - 1",
+        ),
+        (dict(positions=dict(dim=8)), r"^positions.dim is only used with positions.combine 'concat'$"),
+        (
+            dict(positions=dict(combine="concat", dim=7), embeddings={"tie": "none"}),
             r"sinusoidal positions need an even width \(got 7\)",
         ),
         (dict(pad_id=100), r"pad_id \(100\) must be a token id below the vocabulary size \(100\)"),
         (
             dict(arch="decoder_lm", output_bias=True),
             r"model.arch 'decoder_lm' has no field 'output_bias' \(did you mean "
-            r"'output'\?\); its fields: stack, positional",
+            r"'output'\?\); its fields: stack, positions",
         ),
         (
             dict(arch="decoder_lm", output={"vocabulary": "no_bos"}),
@@ -77,7 +86,7 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
             dict(arch="decoder_lm", embeddings={"tie": "src_tgt"}),
             r"embeddings.tie 'src_tgt' needs arch 'encoder_decoder'",
         ),
-        (dict(positional_base=1.0), r"positional_base must be > 1"),
+        (dict(positions=dict(base=1.0)), r"^positions.base must be > 1 \(got 1.0\)$"),
         (dict(arch="encoder_only", n_classes=1), r"^shape.n_classes must be at least 2 \(got 1\)$"),
         (dict(rnn_cell="lstm"), r"model.arch 'encoder_decoder' has no field 'rnn_cell'"),
         (dict(arch="rnn", n_heads=4), r"model.arch 'rnn' has no field 'n_heads'; its fields: d_model, n_layers"),
@@ -87,7 +96,7 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
             r"model.stack.norm=...\)",
         ),
         (dict(stack=dict(layer_norm_eps=float("nan"))), r"layer_norm_eps must be a finite number"),
-        (dict(positional_base=float("inf")), r"positional_base must be a finite number"),
+        (dict(positions=dict(base=float("inf"))), r"^base must be a finite number \(got inf\)$"),
         (
             dict(arch="decoder_lm", n_encoder_layers=2),
             r"model.arch 'decoder_lm' has no field 'n_encoder_layers' \(did you "
@@ -146,7 +155,7 @@ def test_a_stack_mapping_overrides_the_familys_defaults_field_by_field():
     # a run directory written before the stack had its own config lists its fields flat
     written = {"arch": "decoder_lm", "vocab_size": 10, "d_model": 64, "n_heads": 4, "positional": "rotary"}
     old = model_config(migrated_model(written))
-    assert old.stack == StackConfig(d_model=64, n_heads=4) and old.positional == "rotary"
+    assert old.stack == StackConfig(d_model=64, n_heads=4) and old.positions.scheme == "rotary"
 
 
 def test_a_recurrent_model_shares_no_embedding_between_source_and_target():
@@ -253,7 +262,7 @@ def test_unknown_and_missing_keys():
 def test_derived_fields():
     cfg = model_config(stack=dict(d_model=64, n_heads=4, n_layers=3, dropout=0.2), depths=dict(decoder=2))
     assert (cfg.stack.d_head, cfg.encoder_layers, cfg.decoder_layers, cfg.stack.attn_dropout) == (16, 3, 2, 0.2)
-    assert model_config(positional_base=100).positional_base == 100.0  # ints accepted as floats
+    assert model_config(positions=dict(base=100)).positions.base == 100.0  # ints accepted as floats
 
 
 @pytest.mark.parametrize(
@@ -261,13 +270,14 @@ def test_derived_fields():
     [
         model_config(),
         model_config(
-            arch="decoder_lm", positional="rotary", stack=dict(norm="pre", activation="gelu", attention_dropout=0.0)
+            arch="decoder_lm",
+            positions=dict(scheme="rotary"),
+            stack=dict(norm="pre", activation="gelu", attention_dropout=0.0),
         ),
         model_config(embeddings=dict(tie="output"), depths=dict(encoder=2)),
         model_config(
             embeddings=dict(tie="none"),
-            positional_combine="concat",
-            positional_dim=16,
+            positions=dict(combine="concat", dim=16),
             stack=dict(d_model=64, n_heads=4),
         ),
     ],

@@ -69,7 +69,7 @@ def repeated() -> dict[str, set[str]]:
 
 def inheritance_depth(cls: type) -> int:
     """The longest chain of classes from ``cls`` up to, not counting, object (DecoderLMConfig ->
-    TransformerConfig -> FamilyConfig -> RegisteredConfig -> TypedConfig: 5)."""
+    FamilyConfig -> RegisteredConfig -> TypedConfig: 4)."""
     return 1 + max((inheritance_depth(base) for base in cls.__bases__ if base is not object), default=0)
 
 
@@ -82,19 +82,18 @@ def bases_with_fields(cls: type) -> int:
 # The names still declared in several config classes after the backends' options (nn/backends/:
 # BackendOptions), the patches (models/vit.py: Patches) and the two sides' depths (models/family.py:
 # Depths) were composed and the data's sizes left the model sections for the DataShape
-# (models/shape.py: vocab_size, pad_id, image and series sizes, n_classes); the rest of issue 61's
-# stage (c) takes them away.
+# (models/shape.py: vocab_size, pad_id, image and series sizes, n_classes), and the Transformer
+# families' positions became one part (models/transformer_config.py: Positions: its max_len is the one
+# of the model sections' max_len left beside the recurrent and convolutional families' own); the rest
+# of issue 61's stage (c) takes them away.
 REPEATED = {
     "max_len": {
-        "CaptionerConfig",
         "ClassificationConfig",
         "ConvS2SConfig",
-        "DualEncoderConfig",
         "EncoderConfig",
         "MaskedLMConfig",
+        "Positions",
         "RNNConfig",
-        "SingleStreamConfig",
-        "TransformerConfig",
         "TranslationConfig",
     },
     "tokenizer": {
@@ -140,7 +139,6 @@ REPEATED = {
     },
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "positional": {"Patches", "SingleStreamConfig", "TransformerConfig", "TransformerXLConfig"},
     "seed": {"NodeClassificationConfig", "SceneSplits", "TrainConfig", "TranslationConfig"},
     "test": {"CaptioningConfig", "ClassificationConfig", "ImageClassificationConfig", "TranslationConfig"},
     "dataset": {"CaptioningConfig", "ImageClassificationConfig", "VisualQAConfig"},
@@ -198,30 +196,26 @@ def test_no_field_name_is_declared_in_two_config_classes_beyond_the_listed_ones(
 
 def test_every_section_class_is_a_typed_config():
     assert all(issubclass(cls, TypedConfig) for cls in section_classes())
-    assert inheritance_depth(FAMILIES["decoder_lm"].config) == 5  # DecoderLMConfig .. TypedConfig, as today
+    # DecoderLMConfig -> FamilyConfig -> RegisteredConfig -> TypedConfig: no Transformer base between
+    # a family's config and FamilyConfig (5 before its parts were composed); the deepest section class
+    # is a task's now (ContrastiveConfig -> CaptioningConfig -> TaskConfig -> ...: 5)
+    assert inheritance_depth(FAMILIES["decoder_lm"].config) == 4
+    assert max(inheritance_depth(family.config) for family in FAMILIES.values()) == 4
 
 
 def test_no_model_config_mixes_in_a_class_beside_its_base():
     """The mixins with fields (PatchGrid, TwoSidedSizes, AttentionStack) became parts: what they
     checked and derived is the part's own (Patches.grid, Depths.encoder_layers, StackConfig.check_backend)
-    or the family's (ModelFamily.backends_fit); each model config has one base, and no base of it but
-    itself declares a field, but TransformerConfig (the Transformer families' shared fields) and
-    which the rest of stage (c) composes away."""
-    transformers = {
-        "encoder_decoder",
-        "cmlm",
-        "decoder_lm",
-        "encoder_only",
-        "transformer_xl",
-        "captioner",
-        "dual_encoder",
-        "single_stream",
-    }
+    or the family's (ModelFamily.backends_fit); and the Transformer families' TransformerConfig, the
+    last base with fields, became the parts each of their configs declares (stack, positions,
+    embeddings, backends), a Protocol of what they offer (models/transformer_config.py:
+    TransformerConfig) and the checks across them on the family (TransformerFamily.check_config): each
+    model config has one base, and no base of it declares a field."""
     for family in FAMILIES.values():
         for cls in family.config.__mro__:
             assert len([base for base in cls.__bases__ if base is not object]) <= 1, (family.name, cls.__name__)
     assert {name: bases_with_fields(family.config) for name, family in FAMILIES.items()} == {
-        name: 1 if name in transformers else 0 for name in FAMILIES
+        name: 0 for name in FAMILIES
     }
 
 

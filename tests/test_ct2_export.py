@@ -56,7 +56,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     translation = train(
         tmp,
         "mt",
-        f"arch: encoder_decoder, stack: {{{stack}, activation: relu}}, positional: sinusoidal_halves, max_len: 64",
+        f"arch: encoder_decoder, stack: {{{stack}, activation: relu}}, positions: {{scheme: sinusoidal_halves, max_len: 64}}",
         f"task: translation, format: tsv, train: {tmp / 'pairs.tsv'}, valid: {tmp / 'pairs.tsv'}, "
         f"tokenizer: unigram, vocab_size: 30",
         "max_steps: 200, max_tokens: 96, eval_every: 200",
@@ -64,8 +64,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     language_model = train(
         tmp,
         "lm",
-        f"arch: decoder_lm, stack: {{{stack}, norm: pre, activation: gelu_tanh}}, positional: learned, "
-        f"max_len: 32, embeddings: {{kind: plain, tie: output}}",
+        f"arch: decoder_lm, stack: {{{stack}, norm: pre, activation: gelu_tanh}}, positions: {{scheme: "
+        f"learned, max_len: 32}}, embeddings: {{kind: plain, tie: output}}",
         f"task: language_model, train: {tmp / 'text.txt'}, valid: {tmp / 'text.txt'}, "
         f"tokenizer: byte_bpe, vocab_size: 270, block_size: 16",
         "max_steps: 200, batch_size: 4, eval_every: 200",
@@ -173,9 +173,9 @@ def edited(run: Path, tmp_path: Path, *changes: tuple[str, str]) -> Path:
 
 
 def test_options_ctranslate2_cannot_take_are_named_in_one_line(runs, tmp_path):
-    run = edited(runs["lm"], tmp_path, ("positional: learned", "positional: rotary"), ("norm: pre", "norm: post"))
+    run = edited(runs["lm"], tmp_path, ("scheme: learned", "scheme: rotary"), ("norm: pre", "norm: post"))
     assert refused(run, tmp_path / "out") == (
-        f"error: {run}: CTranslate2 deploys it as GPT-2, which has no counterpart for positional 'rotary' (GPT-2's is "
+        f"error: {run}: CTranslate2 deploys it as GPT-2, which has no counterpart for positions.scheme 'rotary' (GPT-2's is "
         f"'learned'); stack.norm 'post' (GPT-2's is 'pre')\n"
     )
 

@@ -55,7 +55,7 @@ def full_fp32():
 FAMILIES = {
     "encoder_decoder": dict(arch="encoder_decoder"),
     "encoder_decoder sdpa": dict(arch="encoder_decoder", stack=dict(attention_backend="sdpa")),
-    "decoder_lm rotary": dict(arch="decoder_lm", positional="rotary"),
+    "decoder_lm rotary": dict(arch="decoder_lm", positions=dict(scheme="rotary")),
     "rnn bahdanau": dict(arch="rnn", rnn_cell="gru", rnn_attention="bahdanau", score="additive", bidirectional=True),
     "convs2s": dict(arch="convs2s", d_embed=16),
 }

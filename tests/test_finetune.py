@@ -22,8 +22,8 @@ from helpers import run_cli, sized
 WORDS = "zero one two three four five six seven eight nine ten eleven".split()
 
 PRETRAIN = """\
-model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}, positional: learned,
-        max_len: 16}}
+model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}, positions: {{scheme: learned,
+        max_len: 16}}}}
 data: {{task: masked_lm, train: {root}/count.txt, max_len: 16, n_valid: 50}}
 train: {{max_steps: 20, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1, eval_every: 20,
         label_smoothing: 0.0, progress: false}}
@@ -114,7 +114,7 @@ def test_a_run_started_from_a_classifier_skips_its_untrained_masked_lm_head(pret
             root=root,
             init_from="x",
             extra="",
-            model=", arch: encoder_only, positional: learned, max_len: 16",
+            model=", arch: encoder_only, positions: {scheme: learned, max_len: 16}",
             stack=", d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64",
         ).replace("init_from: x, ", "")
     )
@@ -197,8 +197,7 @@ def test_layer_wise_learning_rate_decay_and_frozen_layers():
                 "arch": "encoder_only",
                 "vocab_size": 20,
                 "stack": {"d_model": 8, "n_heads": 2, "n_layers": 3, "d_ff": 16},
-                "positional": "learned",
-                "max_len": 8,
+                "positions": {"scheme": "learned", "max_len": 8},
             }
         )
     )

@@ -208,7 +208,7 @@ def test_training_flips_each_eigenvectors_sign_at_random():
         (dict(laplacian_k=-1), r"laplacian_k must be >= 0 \(got -1\)"),
         (dict(n_classes=1), r"shape.n_classes must be at least 2 \(got 1\)"),
         (dict(stack=dict(norm="sandwich")), "norm must be one of"),
-        (dict(positional="rotary"), "model.arch 'graph' has no field 'positional'"),
+        (dict(positions=dict(scheme="rotary")), "model.arch 'graph' has no field 'positions'"),
     ],
 )
 def test_the_config_refuses_early_naming_the_field(fields, message):

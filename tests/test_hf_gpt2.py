@@ -230,7 +230,7 @@ def test_a_run_trained_by_attnlab_with_gpt2s_options_exports_with_its_whole_voca
     (tmp_path / "text.txt").write_text("".join(f"{line}\n" for line in LINES * 20))
     (tmp_path / "lm.yaml").write_text(
         f"model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, "
-        f"activation: gelu_tanh, dropout: 0.0}}, positional: learned, max_len: 32, "
+        f"activation: gelu_tanh, dropout: 0.0}}, positions: {{scheme: learned, max_len: 32}}, "
         f"embeddings: {{kind: plain, tie: output}}}}\n"
         f"data: {{task: language_model, train: {tmp_path / 'text.txt'}, tokenizer: byte_bpe, vocab_size: 290, "
         f"block_size: 16}}\n"
@@ -321,7 +321,7 @@ def test_an_export_of_options_gpt2_lacks_names_them_all_in_one_line(tmp_path):
     config = tmp_path / "run" / "config.yaml"
     text = config.read_text()
     for old, new in (
-        ("positional: learned", "positional: rotary"),
+        ("scheme: learned", "scheme: rotary"),
         ("norm: pre", "norm: post"),
         ("    tie: output", "    tie: none"),
     ):
@@ -331,7 +331,7 @@ def test_an_export_of_options_gpt2_lacks_names_them_all_in_one_line(tmp_path):
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"))
     assert done.returncode == 3 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr == (
-        f"error: {tmp_path / 'run'}: GPT-2 has no counterpart for positional 'rotary' (GPT-2's is "
+        f"error: {tmp_path / 'run'}: GPT-2 has no counterpart for positions.scheme 'rotary' (GPT-2's is "
         f"'learned'); stack.norm 'post' (GPT-2's is 'pre'); embeddings.tie 'none' (GPT-2's is 'output')\n"
     )
     assert not (tmp_path / "back").exists()

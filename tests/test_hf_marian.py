@@ -338,13 +338,11 @@ def test_an_export_of_options_marian_lacks_names_them_all_in_one_line(tmp_path, 
     imported(tmp_path, folder)
     config = tmp_path / "run" / "config.yaml"
     config.write_text(
-        config.read_text()
-        .replace("norm: post", "norm: pre")
-        .replace("positional: sinusoidal_halves", "positional: sinusoidal")
+        config.read_text().replace("norm: post", "norm: pre").replace("scheme: sinusoidal_halves", "scheme: sinusoidal")
     )
     done = run_cli("export-hf", str(tmp_path / "run"), "--out", str(tmp_path / "exported"))
     assert done.returncode != 0 and done.stderr == (
-        f"error: {tmp_path / 'run'}: Marian, opus-mt has no counterpart for positional 'sinusoidal' (Marian's is "
+        f"error: {tmp_path / 'run'}: Marian, opus-mt has no counterpart for positions.scheme 'sinusoidal' (Marian's is "
         f"'sinusoidal_halves'); stack.norm 'pre' (Marian's is 'post')\n"
     )
     assert not (tmp_path / "exported").exists()
@@ -355,7 +353,7 @@ def trained(tmp_path: Path) -> Path:
     (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(SOURCE, TARGET)) * 10)
     (tmp_path / "mt.yaml").write_text(
         "model: {arch: encoder_decoder, stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, activation: silu, "
-        "dropout: 0.0}, positional: sinusoidal_halves, output: {bias: true}, max_len: 64}\n"
+        "dropout: 0.0}, positions: {scheme: sinusoidal_halves, max_len: 64}, output: {bias: true}}\n"
         f"data: {{task: translation, format: tsv, train: {tmp_path / 'pairs.tsv'}, valid: {tmp_path / 'pairs.tsv'}, "
         "tokenizer: unigram, vocab_size: 80}\n"
         "train: {max_steps: 3, max_tokens: 256, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}\n"

@@ -81,7 +81,7 @@ class GPT2(Family):
         (work / "text.txt").write_text("".join(f"{line}\n" for line in test_hf_gpt2.LINES * 20))
         (work / "lm.yaml").write_text(
             "model: {arch: decoder_lm, stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, "
-            "activation: gelu_tanh, dropout: 0.0}, positional: learned, max_len: 32, "
+            "activation: gelu_tanh, dropout: 0.0}, positions: {scheme: learned, max_len: 32}, "
             "embeddings: {kind: plain, tie: output}}\n"
             f"data: {{task: language_model, train: {work / 'text.txt'}, tokenizer: {self.tokenizer}, vocab_size: 120, "
             "block_size: 16}\n"

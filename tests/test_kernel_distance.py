@@ -81,7 +81,9 @@ def test_a_gpt_block_is_at_most_four_frames_from_sdpa(kernel_calls, backend, pos
     if cache == "static" and not ATTENTION_BACKENDS[backend].static_cache:
         pytest.skip(f"attention backend '{backend}' decodes over no static cache")
     try:
-        model = tiny_model(arch="decoder_lm", positional=positional, attention_backend=backend, norm=norm).to(device)
+        model = tiny_model(
+            arch="decoder_lm", positions=dict(scheme=positional), attention_backend=backend, norm=norm
+        ).to(device)
         kv = CACHES[cache](model)
     except ConfigError as error:
         pytest.skip(f"not a model attnlab builds: {error}")
@@ -104,7 +106,11 @@ def test_transformer_xls_blocks_are_as_near_over_their_memory(kernel_calls, back
     and decode with a cache that forgets what leaves every window."""
     try:
         model = tiny_model(
-            arch="transformer_xl", positional=positional, attention_backend=backend, segment_length=3, memory_length=2
+            arch="transformer_xl",
+            positions=dict(scheme=positional),
+            attention_backend=backend,
+            segment_length=3,
+            memory_length=2,
         ).to(device)
     except ConfigError as error:
         pytest.skip(f"not a model attnlab builds: {error}")

@@ -240,7 +240,7 @@ def test_the_family_and_task_find_each_other_and_refuse_the_others():
     with pytest.raises(ConfigError, match=r"max_target_length must be >= 1 \(got 0\)"):
         sized(arch="cmlm", vocab_size=10, max_target_length=0)
     with pytest.raises(ConfigError, match=r"max_target_length \(300\) must be within max_len \(64\)"):
-        sized(arch="cmlm", vocab_size=10, positional="learned", max_len=64, max_target_length=300)
+        sized(arch="cmlm", vocab_size=10, positions=dict(scheme="learned", max_len=64), max_target_length=300)
 
 
 NUMBERS_DE = "null eins zwei drei vier fünf sechs sieben acht neun".split()

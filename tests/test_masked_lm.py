@@ -91,8 +91,8 @@ def test_training_batches_are_masked_the_same_for_the_same_epoch(tmp_path):
 WORDS = "zero one two three four five six seven eight nine ten eleven".split()
 
 CONFIG = """\
-model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}, positional: learned,
-        max_len: 16}}
+model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}, positions: {{scheme: learned,
+        max_len: 16}}}}
 data: {{task: masked_lm, train: {train}, max_len: 16, n_valid: 100, mask_prob: 0.2}}
 train: {{max_steps: 300, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1, eval_every: 150,
         log_every: 50, label_smoothing: 0.0, progress: false, early_stop_metric: masked_accuracy}}

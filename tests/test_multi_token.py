@@ -95,7 +95,7 @@ def test_the_fields_are_checked():
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_self_speculation_with_the_heads_is_plain_greedy(positional, k):
     """Untrained heads: a poor draft, and still greedy's output token for token."""
-    model = mtp_model(heads=3, positional=positional)
+    model = mtp_model(heads=3, positions=dict(scheme=positional))
     for seed in range(2):
         prompt = random_ids(1, 4, V, generator_seed=seed)
         got, stats = speculative_decode(model, None, prompt=prompt, k=k, max_new_tokens=30)

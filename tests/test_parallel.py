@@ -313,7 +313,7 @@ train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_s
 # masked LM: batches of 4 lines drawn with replacement, all padded to 16 tokens (one batch shape)
 MLM = """\
 model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, embeddings: {{tie: none}},
-        positional: learned, max_len: 16}}
+        positions: {{scheme: learned, max_len: 16}}}}
 data: {{task: masked_lm, train: {text}, tokenizer: word, max_len: 16, n_valid: 20}}
 train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
         lr: 0.003, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
@@ -439,7 +439,7 @@ def test_tp_refuses_a_width_or_head_count_that_does_not_divide_by_the_ranks(fiel
 @pytest.mark.parametrize(
     "fields, says",
     [
-        (dict(positional="alibi"), "model.positional 'alibi'"),
+        (dict(positions=dict(scheme="alibi")), "model.positions.scheme 'alibi'"),
         (dict(stack=dict(attention_scale="learned")), "model.stack.attention_scale 'learned'"),
     ],
 )

@@ -22,7 +22,7 @@ def tiny():
         vocab_size=V,
         stack=dict(d_model=D, n_heads=H, n_layers=L, d_ff=FF, dropout=0.0, norm="pre"),
         embeddings=dict(tie="none"),
-        positional="sinusoidal",
+        positions=dict(scheme="sinusoidal"),
     )
 
 

@@ -493,7 +493,7 @@ class KeywordView:
 
 
 KEYWORD = """\
-model: {{arch: encoder_only, stack: {{d_model: 8, n_heads: 2, n_layers: 1, d_ff: 16, dropout: 0.0}}, max_len: 16}}
+model: {{arch: encoder_only, stack: {{d_model: 8, n_heads: 2, n_layers: 1, d_ff: 16, dropout: 0.0}}, positions: {{max_len: 16}}}}
 data: {{task: test_keyword, train: {train}, n_valid: 20}}
 train: {{max_steps: 10, batch_size: 16, lr_schedule: constant, lr: 0.01, warmup_steps: 1, eval_every: 10,
         log_every: 5, label_smoothing: 0.0, progress: false, early_stop_metric: accuracy}}

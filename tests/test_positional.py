@@ -89,8 +89,7 @@ def test_models_refuse_positions_beyond_the_learned_table():
             arch="decoder_lm",
             vocab_size=20,
             stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32),
-            positional="learned",
-            max_len=8,
+            positions=dict(scheme="learned", max_len=8),
         )
     )
     assert lm(torch.ones(1, 8, dtype=torch.long)).shape == (1, 8, 20)
@@ -183,7 +182,11 @@ def test_rotary_angles_stay_float32_in_a_bfloat16_model():
 @pytest.mark.parametrize("scheme", IN_ATTENTION)
 def test_relative_schemes_are_invariant_to_a_shift_of_all_positions(scheme):
     torch.manual_seed(0)
-    cfg, _ = sized(vocab_size=10, stack=dict(d_model=16, n_heads=4), positional=scheme, max_relative_distance=3)
+    cfg, _ = sized(
+        vocab_size=10,
+        stack=dict(d_model=16, n_heads=4),
+        positions=dict(scheme=scheme, max_relative_distance=3),
+    )
     positional = POSITIONAL[scheme].from_config(cfg)
     mha = SelfAttention(16, 4, positional=positional).eval()
     x = torch.randn(2, 6, 16)

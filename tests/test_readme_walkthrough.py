@@ -113,7 +113,7 @@ USER_FILES = {  # the files the pages' commands read as the user's own
     "some_text.txt": "\n".join(sentences(WORDS, 20, 6)) + "\n",
     "captions.tsv": "scene.png\ta small red circle\n",
     "answers.csv": "id,label\n0,Mr. Hi\n33,Officer\n",
-    "bad.yaml": "model:\n  arch: encoder_decoder\n  positional: rotery\nshape:\n  vocab_size: 100\n",
+    "bad.yaml": "model:\n  arch: encoder_decoder\n  positions:\n    scheme: rotery\nshape:\n  vocab_size: 100\n",
 }
 
 

@@ -49,7 +49,7 @@ def write_corpus(root: Path) -> None:
 
 
 CONFIG_TEXT = """\
-model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}, positional: learned, max_len: 32}}
+model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}, positions: {{scheme: learned, max_len: 32}}}}
 data: {{format: parallel, train: {root}/train, valid: {root}/val, src_lang: de, tgt_lang: en, tokenizer: word,
        max_src_len: 30, max_tgt_len: 30}}
 train: {{max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
@@ -178,7 +178,7 @@ CASES = [
     (
         "unknown choice",
         TRAIN,
-        config_with(**{"positional: learned": "positional: rotery"}),
+        config_with(**{"scheme: learned": "scheme: rotery"}),
         CONFIG,
         "did you mean 'rotary'",
     ),

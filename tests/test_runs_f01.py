@@ -17,7 +17,7 @@ from attnlab import ConfigError, model_config
 from attnlab.models.shape import SIZES, DataShape
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.config import RunConfig
-from attnlab.runs.migration import MOVED_TO_BACKENDS, migrated_model, written_sizes
+from attnlab.runs.migration import MOVED_TO_BACKENDS, MOVED_TO_POSITIONS, migrated_model, written_sizes
 from attnlab.runs.run_dir import RunDir
 
 from helpers import run_cli
@@ -105,7 +105,12 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
         "tie": written["tie_embeddings"],
         "vocab_multiple": written["vocab_multiple"],
     }
-    assert {k: v for k, v in migrated.items() if k not in ("backends", "depths", "stack", "output", "embeddings")} == {
+    assert migrated["positions"] == {new: written[old] for old, new in MOVED_TO_POSITIONS.items()}
+    assert {
+        k: v
+        for k, v in migrated.items()
+        if k not in ("backends", "depths", "stack", "output", "embeddings", "positions")
+    } == {
         k: v
         for k, v in written.items()
         if k
@@ -121,6 +126,7 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
             "embedding",
             "tie_embeddings",
             "vocab_multiple",
+            *MOVED_TO_POSITIONS,
         }
     }
     assert written_sizes(written) == DataShape(vocab_size=written["vocab_size"], pad_id=0)
@@ -142,7 +148,7 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
         "backends": {"chunked": {"key_block": 4}},
     }
     # the vit fixture's patch size and (ViT's own) positional scheme land in ``patches``; a captioner's
-    # positional places its tokens and stays where it is
+    # positional places its tokens, in ``positions`` now
     vit = yaml.safe_load((FIXTURES / "vit" / "config.yaml").read_text())["model"]
     assert (vit["patch_size"], vit["positional"]) == (4, "learned")
     assert migrated_model(vit) == {
@@ -159,8 +165,8 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
     }
     assert migrated_model(captioner) == {
         "arch": "captioner",
-        "positional": "rotary",
         "patches": {"size": 8, "positional": "none"},
+        "positions": {"scheme": "rotary"},
     }
     # a value already in the new place (an old run's info with --set model.backends...) wins over the flat one
     assert migrated_model(
@@ -253,6 +259,41 @@ def test_a_new_config_with_the_flat_output_fields_is_refused_naming_output(tmp_p
         projection.bias.copy_(torch.arange(11.0))
         h = torch.randn(2, 8)
         torch.testing.assert_close(projection(h), h @ projection.weight.T + torch.arange(11.0))
+
+
+def test_a_new_config_with_the_flat_position_fields_is_refused_naming_positions(tmp_path):
+    """positional, positional_combine, positional_dim, positional_base, max_relative_distance and
+    max_len of the Transformer families are the composed ``positions`` (models/transformer_config.py:
+    Positions: scheme, combine, dim, base, max_relative_distance, max_len); the recurrent and
+    convolutional families keep their own max_len, ViT's positional its patches'."""
+    config = tmp_path / "mt.yaml"
+    config.write_text("model: {positional: rotary}\ndata: {task: translation, train: t.tsv}\n")
+    with pytest.raises(ConfigError) as refused:
+        RunConfig.from_file(config)
+    assert str(refused.value) == (
+        f"{config}: model.positional is now model.positions.scheme, in a part of its own "
+        f"(write positions: {{scheme: ...}}; --set model.positions.scheme=...)"
+    )
+    config.write_text("model: {arch: decoder_lm}\ndata: {task: language_model, train: t.txt}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set 'model.max_len=64': model.max_len is now model.positions.max_len, in a part of its own "
+        r"\(write positions: \{max_len: ...\}; --set model.positions.max_len=...\)$",
+    ):
+        RunConfig.from_file(config, ["model.max_len=64"])
+    assert RunConfig.from_file(config, ["model.positions.max_len=64"]).model.positions.max_len == 64
+    assert migrated_model({"arch": "single_stream", "positional_base": 100.0, "max_len": 8}) == {
+        "arch": "single_stream",
+        "positions": {"base": 100.0, "max_len": 8},
+    }
+    migrated = model_config(migrated_model({"arch": "single_stream", "max_len": 8}))
+    assert (migrated.positions.scheme, migrated.positions.max_len) == ("learned", 8)  # its default scheme kept
+    assert migrated_model({"arch": "rnn", "max_len": 8}) == {"arch": "rnn", "max_len": 8}
+    assert model_config(arch="rnn", max_len=8).longest_sequence == 8
+    assert migrated_model({"arch": "vit", "positional": "sinusoidal_2d"}) == {
+        "arch": "vit",
+        "patches": {"positional": "sinusoidal_2d"},
+    }
 
 
 def test_a_new_config_with_the_flat_embedding_fields_is_refused_naming_embeddings(tmp_path):

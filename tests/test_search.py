@@ -287,7 +287,7 @@ def test_stopping_early_never_changes_the_outcome(seed, beam, alpha, eos_bias, p
     (test_greedy_can_beat_a_narrow_beam), and it was once asserted here: these draws found a
     counterexample once the test's source (so Hypothesis's derandomised draws) changed (seed 335,
     beam 4, alpha 0, rotary: beam -20.66 against greedy's -18.55)."""
-    model = eos_biased(tiny_model(seed=seed, positional=positional), eos_bias)
+    model = eos_biased(tiny_model(seed=seed, positions=dict(scheme=positional)), eos_bias)
     src = random_ids(3, 5, generator_seed=seed)
     src[1, 2:] = PAD
     beams = beam_search(model, src, beam=beam, lenpen=alpha, nbest=beam, max_len=8)
@@ -345,7 +345,7 @@ def test_default_length_is_per_sentence():
 
 @pytest.mark.parametrize("positional", sorted(POSITIONAL))
 def test_cached_equals_uncached_and_batch_equals_single_on_real_models(positional):
-    model = tiny_model(positional=positional)
+    model = tiny_model(positions=dict(scheme=positional))
     src = random_ids(3, 6, generator_seed=5)
     src[1, 4:] = PAD
     greedy_cached = greedy(model, src, max_len=7)
@@ -375,7 +375,7 @@ def test_filter_logits_top_k_top_p_temperature():
 
 
 def test_sampling_is_seeded_and_top_k_one_is_greedy():
-    lm = tiny_model(arch="decoder_lm", positional="rotary")
+    lm = tiny_model(arch="decoder_lm", positions=dict(scheme="rotary"))
     prompt = random_ids(2, 3)
     draw = lambda seed, **kw: sample(lm, Sample(max_len=10, stop_at_eos=False, seed=seed, **kw), prompt=prompt)
     assert draw(1) == draw(1) and draw(1) != draw(2)
@@ -390,7 +390,10 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy():
 def test_a_language_model_samples_past_its_positions_with_a_sliding_context(use_cache):
     """Learned positions stop at max_len; sampling goes on with the last max_len tokens as context
     (nanoGPT's sampler): each token equals the argmax of a full pass over that window."""
-    lm = tiny_model(arch="decoder_lm", positional="learned", max_len=8)
+    lm = tiny_model(
+        arch="decoder_lm",
+        positions=dict(scheme="learned", max_len=8),
+    )
     prompt = random_ids(2, 3)
     rows = sample(lm, Sample(max_len=20, top_k=1, stop_at_eos=False, use_cache=use_cache), prompt=prompt)
     assert [len(r) for r in rows] == [20, 20]

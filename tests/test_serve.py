@@ -96,7 +96,10 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         "translation": trained(
             root,
             "reverse",
-            {"stack": {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "norm": "pre"}, "max_len": 32},
+            {
+                "stack": {"d_model": 32, "n_heads": 4, "n_layers": 2, "d_ff": 64, "norm": "pre"},
+                "positions": {"max_len": 32},
+            },
             {
                 "format": "builtin",
                 "generator": "reverse",
@@ -118,11 +121,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     out["lm"] = trained(
         root,
         "lm",
-        {"arch": "decoder_lm", "positional": "learned", "max_len": 32, **small},
+        {"arch": "decoder_lm", "positions": {"scheme": "learned", "max_len": 32}, **small},
         {"format": "text", "train": str(root / "text.txt"), "tokenizer": "char", "block_size": 16},
         batch_size=4,
     )
-    encoder = {"arch": "encoder_only", "positional": "learned", "max_len": 16, **small}
+    encoder = {"arch": "encoder_only", "positions": {"scheme": "learned", "max_len": 16}, **small}
     out["classifier"] = trained(
         root,
         "classifier",
@@ -352,7 +355,7 @@ def test_a_captioner_captions_an_uploaded_image_with_each_words_attention_over_t
     state = json.loads((runs["captioner"] / "task_state.json").read_text())
     x = (x - torch.tensor(state["mean"])[:, None, None]) / torch.tensor(state["std"])[:, None, None]
     model, tokenizers, cfg = load_run(runs["captioner"])
-    hyps = beam_search(model, x, beam=3, nbest=3, max_len=cfg.max_len - 1)[0]
+    hyps = beam_search(model, x, beam=3, nbest=3, max_len=cfg.positions.max_len - 1)[0]
     upload = base64.b64encode(path.read_bytes()).decode()
     got = answer(client(runs["captioner"]), image=upload, beam=3, hypothesis=1)
     assert [o["text"] for o in got["outputs"]] == [tokenizers["tgt"].decode(h.tokens) for h in hyps]

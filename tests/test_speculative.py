@@ -52,7 +52,7 @@ def drafts(arch: str, **target_fields):
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "alibi", "relative", "relative_bias"])
 @pytest.mark.parametrize("k", [1, 4])
 def test_greedy_speculation_is_plain_greedy_for_a_language_model(positional, k):
-    target, candidates = drafts("decoder_lm", positional=positional)
+    target, candidates = drafts("decoder_lm", positions=dict(scheme=positional))
     for seed in range(2):
         prompt = random_ids(1, 4, V, generator_seed=seed)
         expected = plain_greedy_lm(target, prompt, 30)
@@ -101,7 +101,7 @@ def test_only_one_sequence_and_a_positive_k():
 
 
 def test_truncate_forgets_positions_as_if_never_fed():
-    model = tiny_model(arch="decoder_lm", positional="rotary")
+    model = tiny_model(arch="decoder_lm", positions=dict(scheme="rotary"))
     ids = random_ids(1, 9, V)
     kept = DecodingSession(model, prompt=ids[:, :5], kv_cache="dynamic")
     kept.score(ids[:, :5])

@@ -71,7 +71,7 @@ def run_steps(model: nn.Module, start: torch.Tensor, seq2seq: bool, **cache) -> 
     ],
 )
 def test_every_step_gives_the_same_logprobs_with_a_static_cache(arch, positional, backend):
-    model = tiny_model(arch=arch, positional=positional, attention_backend=backend)
+    model = tiny_model(arch=arch, positions=dict(scheme=positional), attention_backend=backend)
     start = sources()[[0, 0, 1, 1]] if arch == "encoder_decoder" else random_ids(4, 3, generator_seed=2)  # 2 x 2 beams
     static, dynamic, uncached = (run_steps(model, start, arch == "encoder_decoder", **c) for c in CACHES)
     for a, b, c in zip(static, dynamic, uncached):
@@ -80,7 +80,7 @@ def test_every_step_gives_the_same_logprobs_with_a_static_cache(arch, positional
 
 
 def test_greedy_beam_search_and_sampling_of_an_encoder_decoder():
-    model = eos_biased(tiny_model(positional="rotary"), 6.0)
+    model = eos_biased(tiny_model(positions=dict(scheme="rotary")), 6.0)
     src = sources()
     results = [
         (
@@ -103,7 +103,13 @@ def test_greedy_beam_search_and_sampling_of_an_encoder_decoder():
 
 
 def test_sampling_of_a_decoder_only_model_with_finished_rows_and_a_sliding_context():
-    lm = eos_biased(tiny_model(arch="decoder_lm", positional="learned", max_len=10), 5.0)
+    lm = eos_biased(
+        tiny_model(
+            arch="decoder_lm",
+            positions=dict(scheme="learned", max_len=10),
+        ),
+        5.0,
+    )
     prompt = random_ids(4, 3, generator_seed=2)
     draw = lambda prompt, **kw: [
         sample(lm, Sample(max_len=12, seed=seed, **c, **kw), prompt=prompt) for c in CACHES for seed in (0, 1)
@@ -125,7 +131,7 @@ def test_a_compiled_step_decodes_as_the_eager_static_cache():
     """kv_cache 'compiled': the one-token step through torch.compile gives the eager static cache's
     log-probabilities step by step (to float tolerance) and its greedy tokens, for a decoder-only
     model and an encoder-decoder; the prompt runs eagerly."""
-    lm = tiny_model(arch="decoder_lm", positional="rotary")
+    lm = tiny_model(arch="decoder_lm", positions=dict(scheme="rotary"))
     prompt = random_ids(2, 3, generator_seed=4)
     eager, compiled = (DecodingSession(lm, prompt=prompt, kv_cache=kind) for kind in ("static", "compiled"))
     tokens = prompt
@@ -135,7 +141,7 @@ def test_a_compiled_step_decodes_as_the_eager_static_cache():
         expected = eager.step(tokens)
         torch.testing.assert_close(compiled.step(tokens), expected, rtol=1e-5, atol=1e-5)
         tokens = expected.argmax(-1, keepdim=True)
-    model = eos_biased(tiny_model(positional="sinusoidal"), 6.0)
+    model = eos_biased(tiny_model(positions=dict(scheme="sinusoidal")), 6.0)
     assert greedy(model, sources(), max_len=12, kv_cache="compiled") == greedy(
         model, sources(), max_len=12, kv_cache="static"
     )
@@ -174,7 +180,7 @@ def test_which_cache_a_decode_gets_and_what_is_refused():
         DecodingSession(model, src=sources(), kv_cache="fixed")
     with pytest.raises(ValueError, match="'graph' records CUDA graphs, and this decode runs on 'cpu'"):
         greedy(model, sources(), kv_cache="graph")
-    linear = tiny_model(attention_backend="linear", positional="rotary")
+    linear = tiny_model(attention_backend="linear", positions=dict(scheme="rotary"))
     with pytest.raises(ValueError, match="backend 'linear' keeps its own decoding state"):
         greedy(linear, sources(), kv_cache="static")
     assert greedy(linear, sources(), max_len=5) == greedy(linear, sources(), max_len=5, kv_cache="dynamic")
@@ -186,7 +192,7 @@ def test_which_cache_a_decode_gets_and_what_is_refused():
         tiny_model(attention_backend="local"), "graph", cuda
     )
     with pytest.raises(DataError, match="beyond max_len"):
-        tiny_model(positional="learned", max_len=8).new_cache(capacity=9)
+        tiny_model(positions=dict(scheme="learned", max_len=8)).new_cache(capacity=9)
     session = DecodingSession(model, src=sources(), kv_cache="static")
     with pytest.raises(RuntimeError, match="reserve"):
         session.step(session.start)
@@ -196,7 +202,7 @@ def test_which_cache_a_decode_gets_and_what_is_refused():
 @pytest.mark.parametrize("backend", ["auto", "math", "sdpa"])
 @torch.no_grad()
 def test_a_replayed_cuda_graph_decodes_exactly_as_the_eager_static_cache(backend):
-    model = eos_biased(tiny_model(positional="rotary", attention_backend=backend).cuda(), 6.0)
+    model = eos_biased(tiny_model(positions=dict(scheme="rotary"), attention_backend=backend).cuda(), 6.0)
     src = sources("cuda")
     session = DecodingSession(model, src=src, kv_cache="graph")
     session.reserve(4)
@@ -214,7 +220,9 @@ def test_a_replayed_cuda_graph_decodes_exactly_as_the_eager_static_cache(backend
         sample(model, Sample(max_len=12, seed=3, kv_cache=kind), src=src),
     )
     assert run("graph") == run("static")  # exactly: the same kernels on the same shapes
-    lm = eos_biased(tiny_model(arch="decoder_lm", positional="learned", attention_backend=backend).cuda(), 5.0)
+    lm = eos_biased(
+        tiny_model(arch="decoder_lm", positions=dict(scheme="learned"), attention_backend=backend).cuda(), 5.0
+    )
     prompt = random_ids(4, 3, generator_seed=2).cuda()
     draw = lambda kind: sample(lm, Sample(max_len=12, seed=0, kv_cache=kind), prompt=prompt)
     assert draw("graph") == draw("static") == draw("auto")
@@ -227,7 +235,7 @@ def test_an_earlier_sessions_graph_freed_by_the_collector_does_not_end_a_recordi
     frees the earlier batch's graph, whenever it happens to run: here, on purpose, in the middle of
     the next batch's recording (a hook on the decoder). Freeing a graph then is a CUDA error, as
     evaluating SCAN's test splits on an H100 showed, unless the recording collects first."""
-    model = eos_biased(tiny_model(positional="rotary").cuda(), 6.0)
+    model = eos_biased(tiny_model(positions=dict(scheme="rotary")).cuda(), 6.0)
     src = sources("cuda")
     expected = greedy(model, src, max_len=12, kv_cache="static")
 

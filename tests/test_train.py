@@ -320,8 +320,7 @@ def lm_config(text, **train) -> RunConfig:
             "model": {
                 "arch": "decoder_lm",
                 "stack": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0},
-                "positional": "rotary",
-                "max_len": 32,
+                "positions": {"scheme": "rotary", "max_len": 32},
             },
             "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 32},
             "train": train,
@@ -532,8 +531,11 @@ def test_early_stopping_after_patience_evaluations(tmp_path):
             r"you mean 'vocab_size'\?\); its fields: format, generator, train",
         ),
         (
-            {"model": {"positional": "learned", "max_len": 64}, "data": {"max_src_len": 100}},
-            r"model.max_len \(64\) must cover the longest sequence \(257\)",
+            {
+                "model": {"positions": {"scheme": "learned", "max_len": 64}},
+                "data": {"max_src_len": 100},
+            },
+            r"model.positions.max_len \(64\) must cover the longest sequence \(257\)",
         ),
     ],
 )

@@ -21,13 +21,13 @@ NORMS = ["post", "pre"]
 
 @pytest.mark.parametrize("positional,norm", list(itertools.product(VARIANTS, NORMS)))
 def test_cached_decoding_equals_full_recomputation(positional, norm):
-    lm = tiny_model(arch="decoder_lm", positional=positional, norm=norm)
+    lm = tiny_model(arch="decoder_lm", positions=dict(scheme=positional), norm=norm)
     tgt = random_ids(3, 9, generator_seed=1)
     tgt[2, 6:] = 0  # a padded row
     assert_cached_matches_uncached(lm, tgt)
     assert_cached_matches_uncached(lm, tgt, chunks=[4, 1, 3, 1])  # a prompt prefilled at once, then steps
 
-    seq2seq = tiny_model(arch="encoder_decoder", positional=positional, norm=norm)
+    seq2seq = tiny_model(arch="encoder_decoder", positions=dict(scheme=positional), norm=norm)
     src = random_ids(3, 7, generator_seed=2)
     src[1, 3:] = 0
     assert_cached_matches_uncached(seq2seq, tgt, src=src)
@@ -36,7 +36,7 @@ def test_cached_decoding_equals_full_recomputation(positional, norm):
 @pytest.mark.parametrize("arch", ["decoder_lm", "encoder_decoder"])
 @pytest.mark.parametrize("positional", VARIANTS)
 def test_future_tokens_do_not_change_earlier_logits(arch, positional):
-    model = tiny_model(arch=arch, positional=positional)
+    model = tiny_model(arch=arch, positions=dict(scheme=positional))
     tgt = random_ids(2, 8)
     changed = tgt.clone()
     changed[:, 5:] = random_ids(2, 3, generator_seed=9)
@@ -51,7 +51,7 @@ def test_future_tokens_do_not_change_earlier_logits(arch, positional):
 
 
 def test_encoder_layer_without_positions_is_permutation_equivariant():
-    model = tiny_model(arch="encoder_only", positional="none")
+    model = tiny_model(arch="encoder_only", positions=dict(scheme="none"))
     layer: EncoderLayer = model.encoder.layers[0]
     x = torch.randn(2, 7, 16)
     perm = torch.randperm(7)
@@ -62,13 +62,13 @@ def test_encoder_layer_without_positions_is_permutation_equivariant():
     )
     # and with positions it is not
     ids = random_ids(2, 7)
-    positioned = tiny_model(arch="encoder_only", positional="sinusoidal")
+    positioned = tiny_model(arch="encoder_only", positions=dict(scheme="sinusoidal"))
     assert not torch.allclose(positioned.encode(ids[:, perm]), positioned.encode(ids)[:, perm], atol=1e-4)
 
 
 @pytest.mark.parametrize("positional", VARIANTS)
 def test_padding_changes_nothing_and_fully_padded_rows_stay_finite(positional):
-    model = tiny_model(positional=positional)
+    model = tiny_model(positions=dict(scheme=positional))
     src, tgt = random_ids(3, 6, generator_seed=4), random_ids(3, 5, generator_seed=5)
     logits = model(src, tgt)
     padded = model(F.pad(src, (0, 3)), tgt)  # three pad tokens after every source
@@ -85,7 +85,7 @@ def test_padding_changes_nothing_and_fully_padded_rows_stay_finite(positional):
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_lm", "encoder_only"])
 @pytest.mark.parametrize("positional", VARIANTS)
 def test_every_parameter_receives_a_gradient(arch, positional):
-    model = tiny_model(arch=arch, positional=positional, embeddings=dict(tie="none"), dropout=0.1).train()
+    model = tiny_model(arch=arch, positions=dict(scheme=positional), embeddings=dict(tie="none"), dropout=0.1).train()
     ids = random_ids(2, 6)
     targets = random_ids(2, 6, generator_seed=7)
     if arch == "encoder_decoder":
@@ -143,7 +143,7 @@ def test_tying_options():
 
 
 def test_concatenated_positions_fill_the_rest_of_d_model():
-    model = tiny_model(arch="decoder_lm", positional_combine="concat", positional_dim=6, embeddings=dict(tie="none"))
+    model = tiny_model(arch="decoder_lm", positions=dict(combine="concat", dim=6), embeddings=dict(tie="none"))
     assert model.embed.tokens.embedding_dim == 10
     x = model.embed(random_ids(1, 4), torch.arange(4))
     torch.testing.assert_close(x[0, :, 10:], sinusoid(torch.arange(4), 6))
@@ -283,7 +283,7 @@ def test_a_gpt_batch_reaches_sdpa_causal_without_a_mask_tensor_padded_or_not(mon
     """The fused kernels' fast path: ``is_causal=True`` and no (B, 1, T, T) mask, in every layer,
     for an unpadded batch and for a right-padded one (causality already hides padding keys from
     every real query), with the same logits at the real positions as the padded row alone."""
-    lm = tiny_model(arch="decoder_lm", positional=positional, attention_backend="sdpa")
+    lm = tiny_model(arch="decoder_lm", positions=dict(scheme=positional), attention_backend="sdpa")
     calls = SDPACalls(monkeypatch)
     ids = random_ids(3, 9, generator_seed=1)
     with torch.no_grad():
@@ -300,7 +300,7 @@ def test_a_gpt_batch_reaches_sdpa_causal_without_a_mask_tensor_padded_or_not(mon
 def test_an_encoder_decoder_builds_its_padding_masks_once_per_stack(monkeypatch):
     """Decoder self-attention: causal, no mask tensor; the encoder's and the cross-attention's
     padding: one additive mask each, shared by every layer of the stack (the same tensor)."""
-    model = tiny_model(positional="sinusoidal", attention_backend="sdpa")
+    model = tiny_model(positions=dict(scheme="sinusoidal"), attention_backend="sdpa")
     calls = SDPACalls(monkeypatch)
     src, tgt = random_ids(3, 7, generator_seed=2), random_ids(3, 5, generator_seed=3)
     src[1, 3:] = 0

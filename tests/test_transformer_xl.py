@@ -40,7 +40,7 @@ def xl(**fields) -> torch.nn.Module:
 def test_a_layer_over_a_segment_and_its_memory_is_full_attention_over_both(positional, norm):
     """The reference: the same layer over [memory; segment] at positions 0 .. M + T - 1 under a
     causal mask, the memory's own outputs dropped."""
-    layer = xl(positional=positional, norm=norm).decoder.layers[0]
+    layer = xl(positions=dict(scheme=positional), norm=norm).decoder.layers[0]
     g = torch.Generator().manual_seed(0)
     memory, segment = torch.randn(2, 5, 16, generator=g), torch.randn(2, 4, 16, generator=g)  # (B, M, D), (B, T, D)
     positions = torch.arange(9)
@@ -56,7 +56,7 @@ def test_a_layer_over_a_segment_and_its_memory_is_full_attention_over_both(posit
 def test_reading_in_segments_is_one_pass_where_each_position_sees_its_window(positional, T, M):
     """Position i of segment i // T sees keys i // T * T - M .. i at every layer, which are states
     computed under their own windows: the segment-level recurrence, written as one masked pass."""
-    model = xl(positional=positional, segment_length=T, memory_length=M, norm="pre")
+    model = xl(positions=dict(scheme=positional), segment_length=T, memory_length=M, norm="pre")
     ids = random_ids(2, 17)
     p = torch.arange(17)
     window = (p[None, :] <= p[:, None]) & (p[None, :] >= p[:, None] // T * T - M)  # (query, key)
@@ -119,7 +119,7 @@ def test_the_memory_keeps_the_last_positions_of_every_layer():
 def test_cached_decoding_with_memory_equals_reading_the_stored_segments_again(positional, T, M):
     """The uncached pass reads the whole text in segments from an empty memory; the cached decode
     feeds it one token at a time, or in passes across segment boundaries."""
-    model = xl(positional=positional, segment_length=T, memory_length=M, norm="pre")
+    model = xl(positions=dict(scheme=positional), segment_length=T, memory_length=M, norm="pre")
     ids = random_ids(2, 17)
     assert_cached_matches_uncached(model, ids)
     assert_cached_matches_uncached(model, ids, chunks=[6, 1, 5, 2, 3])
@@ -235,12 +235,12 @@ def test_a_context_windows_segment_is_trained_after_the_memory_its_context_leave
     "fields,message",
     [
         (
-            dict(positional="learned"),
-            r"positional 'learned' numbers positions from the start of the input, and "
+            dict(positions=dict(scheme="learned")),
+            r"positions.scheme 'learned' numbers positions from the start of the input, and "
             r"Transformer-XL moves states from the segment into the memory: use one of "
             r"'relative', 'relative_bias', 'rotary', 'alibi', 'none'",
         ),
-        (dict(positional="sinusoidal"), r"positional 'sinusoidal' numbers positions"),
+        (dict(positions=dict(scheme="sinusoidal")), r"^positions.scheme 'sinusoidal' numbers positions"),
         (
             dict(stack=dict(attention_backend="chunked")),
             r"attention_backend 'chunked' takes padding and causality only; "

@@ -38,7 +38,7 @@ MODEL = dict(
     channels=3,
     patches=dict(size=4),
     stack=dict(d_model=8, n_heads=2, n_layers=2, d_ff=16, dropout=0.0),
-    max_len=6,
+    positions=dict(max_len=6),
 )
 
 
@@ -56,15 +56,15 @@ def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"model.arch must be 'single_stream' for data.task 'visual_qa'; got 'vit'"):
         run_config({"arch": "vit"})
     with pytest.raises(
-        ConfigError, match=r"positional must be one of 'learned', 'sinusoidal', 'none' \(got 'rotary'\)"
+        ConfigError, match=r"^positions.scheme must be one of 'learned', 'sinusoidal', 'none' \(got 'rotary'\)"
     ):
-        sized(**MODEL | {"positional": "rotary"})
+        sized(**MODEL | {"positions": {"scheme": "rotary"}})
     with pytest.raises(ConfigError, match=r"image_tokens must be one of 'patches', 'none' \(got 'pixels'\)"):
         sized(**MODEL | {"image_tokens": "pixels"})
     with pytest.raises(ConfigError, match=r"image_width \(6\) must be divisible by patches.size \(4\)"):
         sized(**MODEL | {"image_width": 6})
-    with pytest.raises(ConfigError, match=r"model.max_len \(8\) must cover the longest sequence \(18\)"):
-        run_config({"arch": "single_stream", "max_len": 8})
+    with pytest.raises(ConfigError, match=r"model.positions.max_len \(8\) must cover the longest sequence \(18\)"):
+        run_config({"arch": "single_stream", "positions": {"max_len": 8}})
 
 
 # -- the model ---------------------------------------------------------------------------------------

@@ -28,8 +28,11 @@ CFG = TrainConfig(lr_schedule="constant", lr=0.1, warmup_steps=1, label_smoothin
 SIZES = dict(vocab_size=30, stack=dict(d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0))
 FAMILIES = {
     "encoder_decoder": {},
-    "decoder_lm": {"positional": "rotary", "stack": {"norm": "pre"}},
-    "encoder_only": {"embeddings": {"kind": "normed"}, "positional": "learned", "max_len": 32},
+    "decoder_lm": {"positions": {"scheme": "rotary"}, "stack": {"norm": "pre"}},
+    "encoder_only": {
+        "embeddings": {"kind": "normed"},
+        "positions": {"scheme": "learned", "max_len": 32},
+    },
 }
 
 

@@ -268,7 +268,7 @@ def inspect_caption(
         if not ids:
             raise UsageError("--tgt is empty after tokenisation; give a caption of known words")
     else:
-        ids = beam_search(model, images, beam=beam, max_len=cfg.max_len - 1)[0][0].tokens
+        ids = beam_search(model, images, beam=beam, max_len=cfg.positions.max_len - 1)[0][0].tokens
     tgt_in = torch.tensor([[BOS] + ids], device=device)  # (1, T)
     records = attention_of(model, images, tgt_in)
     out = figures()

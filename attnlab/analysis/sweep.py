@@ -7,7 +7,7 @@ A sweep spec is a YAML file with one section, ``sweep``::
       set: [data.split=length]            # overrides of every run
       grid:                               # the cells: every combination of these values
         model.stack.n_heads: [1, 4]
-        model.positional: [sinusoidal, rope]
+        model.positions.scheme: [sinusoidal, rope]
         train.lr,train.warmup_steps: [[1.0e-3, 1], [5.0e-5, 199]]   # a joint axis: fields that change together
       seeds: 3                            # seeds 1, 2, 3 of every cell (or a list of seeds)
       steps: 300                          # the step budget of each run: train.max_steps
@@ -19,7 +19,7 @@ A sweep spec is a YAML file with one section, ``sweep``::
 Paths in the spec are read from the current directory, as ``attnlab train`` reads a config's.
 
 Every run is an ordinary run directory, OUT/CELL/seedK (CELL names the cell's values, e.g.
-``n_heads=4,positional=rope``; a spec whose two cells would get one name is refused), trained by
+``n_heads=4,scheme=rope``; a spec whose two cells would get one name is refused), trained by
 ``attnlab train`` in a process of its own, its output in OUT/logs. The sweep is resumable: a run
 with its summary.json (and its evaluation) is kept, a run that was stopped goes on from its newest
 checkpoint (``train --resume``), and a run directory that was trained with another config than the

@@ -40,8 +40,7 @@ VOCAB = 65  # Tiny Shakespeare's characters
 MODEL = dict(
     arch="decoder_lm",
     stack=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu", norm="pre"),
-    positional="learned",
-    max_len=64,
+    positions=dict(scheme="learned", max_len=64),
     embeddings=dict(tie="all"),
 )  # the preset's model section
 BLOCK, BATCH = 64, 12
@@ -79,7 +78,7 @@ def lm_gpt2() -> torch.nn.Module | None:
     stack = MODEL["stack"]
     config = hf.GPT2Config(
         vocab_size=VOCAB,
-        n_positions=MODEL["max_len"],
+        n_positions=MODEL["positions"]["max_len"],
         n_embd=stack["d_model"],
         n_layer=stack["n_layers"],
         n_head=stack["n_heads"],

@@ -37,7 +37,7 @@ MODELS: dict[str, dict] = {
     "transformer": dict(
         arch="encoder_decoder",
         stack=dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.1, norm="post"),
-        positional="sinusoidal",
+        positions=dict(scheme="sinusoidal"),
         embeddings=dict(tie="all"),
     ),
     "gru_bahdanau": dict(
@@ -66,7 +66,11 @@ REFERENCE = "transformer"
 
 
 def build(name: str, max_len: int) -> torch.nn.Module:
-    return build_model(model_config({**MODELS[name], "max_len": max_len}), DataShape(vocab_size=VOCAB))
+    """The preset ``name`` built for sequences of up to ``max_len`` tokens (a Transformer's
+    positions.max_len, a recurrent model's own max_len)."""
+    model = MODELS[name]
+    limit = {"positions": {**model["positions"], "max_len": max_len}} if "positions" in model else {"max_len": max_len}
+    return build_model(model_config({**model, **limit}), DataShape(vocab_size=VOCAB))
 
 
 def greedy_run(model: torch.nn.Module, src: torch.Tensor, new_tokens: int, precision: str) -> Callable[[], None]:

@@ -102,8 +102,7 @@ class GPT2Small(Shape):
             norm="pre",
             layer_norm_eps=1e-5,
         ),
-        positional="learned",
-        max_len=1024,
+        positions=dict(scheme="learned", max_len=1024),
         embeddings=dict(tie="all", vocab_multiple=64),
     )
     batch, seq_len = 8, 1024
@@ -136,9 +135,8 @@ class TransformerBase(Shape):
     model = dict(
         arch="encoder_decoder",
         stack=dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, norm="post"),
-        positional="sinusoidal",
+        positions=dict(scheme="sinusoidal", max_len=512),
         embeddings=dict(tie="all"),
-        max_len=512,
     )
     batch, seq_len, label_smoothing, hf_reference = 384, 64, 0.1, False
 
@@ -168,8 +166,7 @@ class BertBase(Shape):
             norm="post",
             layer_norm_eps=1e-12,
         ),
-        positional="learned",
-        max_len=512,
+        positions=dict(scheme="learned", max_len=512),
         embeddings=dict(kind="normed", tie="output", vocab_multiple=64),
         n_segments=2,
     )
@@ -318,6 +315,6 @@ def check_shape_sizes(shape: Shape, batch: int | None, seq_len: int | None) -> s
     """Why ``--batch``/``--seq-len`` cannot be used with ``shape``; None if they can."""
     if batch is not None and batch < 1:
         return f"--batch must be at least 1 (got {batch})"
-    if seq_len is not None and not 2 <= seq_len <= shape.model["max_len"]:
-        return f"--seq-len must be between 2 and {shape.name}'s {shape.model['max_len']} positions (got {seq_len})"
+    if seq_len is not None and not 2 <= seq_len <= shape.model["positions"]["max_len"]:
+        return f"--seq-len must be between 2 and {shape.name}'s {shape.model['positions']['max_len']} positions (got {seq_len})"
     return None

@@ -142,7 +142,7 @@ def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
             f"{args.run_dir} holds a model of arch '{cfg.arch}'; `attnlab {args.command}` needs "
             f"{' or '.join(map(repr, fits))}"
         )
-    limit = getattr(cfg, "max_len", None)  # a family without the field has no such limit
+    limit = cfg.longest_sequence  # None: a family with no such limit
     if limit is not None and (getattr(args, "max_len", None) or 0) > limit:
         raise UsageError(f"--max-len {args.max_len} is beyond the model's max_len ({limit} positions)")
     return with_weights_of(args, model), tokenizers, cfg

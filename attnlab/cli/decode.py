@@ -47,7 +47,9 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if isinstance(search, Speculative):
         search = replace(search, draft=load_draft(args.draft, model, tokenizers, TRANSLATES))
     lines = read_input_lines(args.input)
-    results = translate(model, tokenizers, lines, search, cfg.max_len - 1, args.truncate, progress=True)  # -1: EOS
+    results = translate(
+        model, tokenizers, lines, search, cfg.longest_sequence - 1, args.truncate, progress=True
+    )  # -1: EOS
     if isinstance(search, Speculative):
         print(_speculation_line(search), file=sys.stderr)
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]

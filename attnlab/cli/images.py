@@ -35,7 +35,7 @@ def cmd_caption(args: argparse.Namespace) -> None:
     model, tokenizers, cfg = load_run_for(args, CAPTIONS)
     check_kv_cache(args, model)
     if search.max_len is None:
-        search = replace(search, max_len=cfg.max_len - 1)  # - 1: BOS
+        search = replace(search, max_len=cfg.positions.max_len - 1)  # - 1: BOS
     results = caption_images(model, tokenizers["tgt"], images, search)
     if args.nbest == 1:
         text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.images, results))

@@ -104,8 +104,7 @@ def bert_model_fields(config: dict[str, Any], where: Path | str) -> tuple[dict[s
             {
                 "arch": "encoder_only",
                 "stack": stack,
-                "positional": "learned",
-                "max_len": config["max_position_embeddings"],
+                "positions": {"scheme": "learned", "max_len": config["max_position_embeddings"]},
                 "embeddings": {"kind": "normed", "tie": "output"},
                 "n_segments": config.get("type_vocab_size", 2),
                 "pooling": "cls",
@@ -217,8 +216,8 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
     """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
     needs = {
         "embeddings.kind": "normed",
-        "positional": "learned",
-        "positional_combine": "add",
+        "positions.scheme": "learned",
+        "positions.combine": "add",
         "stack.norm": "post",
         "stack.normalisation": "layer",
         "stack.residual": True,
@@ -299,7 +298,7 @@ def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: 
         "hidden_act": HIDDEN_ACTS[cfg.stack.activation],
         "hidden_dropout_prob": cfg.stack.dropout,
         "attention_probs_dropout_prob": cfg.stack.attn_dropout,
-        "max_position_embeddings": cfg.max_len,
+        "max_position_embeddings": cfg.positions.max_len,
         "type_vocab_size": max(cfg.segment_rows(shape), 1),
         "layer_norm_eps": cfg.stack.layer_norm_eps,
         "pad_token_id": ids.index(PAD),
@@ -309,7 +308,7 @@ def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: 
     wordpiece = json.loads(text)["model"]["type"] == "WordPiece"
     tokenizer_config = {
         "tokenizer_class": "BertTokenizerFast" if wordpiece else "PreTrainedTokenizerFast",
-        "model_max_length": cfg.max_len,
+        "model_max_length": cfg.positions.max_len,
     } | names
     return Exported(
         config,
@@ -347,7 +346,7 @@ class BertConverter(HFConverter):
                 "task": "masked_lm" if with_head else "encoder",
                 "tokenizer": "wordpiece",
                 "vocab_size": shape.vocab_size,
-                "max_len": cfg.max_len,
+                "max_len": cfg.positions.max_len,
             }
         )
         report = InitReport(str(folder), loaded, new, unused, untrained=new)  # what the folder lacks stays random

@@ -123,8 +123,7 @@ def gpt2_model_fields(
             {
                 "arch": "decoder_lm",
                 "stack": stack,
-                "positional": "learned",
-                "max_len": config["n_positions"],
+                "positions": {"scheme": "learned", "max_len": config["n_positions"]},
                 "embeddings": {"kind": "plain", "tie": "output"},
                 "output": {"vocabulary": output_vocabulary},
             },
@@ -329,8 +328,8 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
     """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
     needs = {
         "embeddings.kind": "plain",
-        "positional": "learned",
-        "positional_combine": "add",
+        "positions.scheme": "learned",
+        "positions.combine": "add",
         "stack.norm": "pre",
         "stack.normalisation": "layer",
         "stack.residual": True,
@@ -401,7 +400,7 @@ class GPT2Converter(HFConverter):
                 "task": "language_model",
                 "tokenizer": vocabulary.kind,
                 "vocab_size": shape.vocab_size,
-                "block_size": min(cfg.max_len, 256),
+                "block_size": min(cfg.positions.max_len, 256),
             }
         )
         report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])
@@ -435,7 +434,7 @@ class GPT2Converter(HFConverter):
                 "n_embd": cfg.stack.d_model,
                 "n_inner": cfg.stack.d_ff,
                 "vocab_size": len(ids),
-                "n_positions": cfg.max_len,
+                "n_positions": cfg.positions.max_len,
                 "n_layer": cfg.stack.n_layers,
             }
         ):
@@ -452,7 +451,7 @@ class GPT2Converter(HFConverter):
             "model_type": "gpt2",
             "architectures": ["GPT2LMHeadModel"],
             "vocab_size": len(ids),
-            "n_positions": cfg.max_len,
+            "n_positions": cfg.positions.max_len,
             "n_embd": cfg.stack.d_model,
             "n_layer": cfg.stack.n_layers,
             "n_head": cfg.stack.n_heads,
@@ -474,7 +473,7 @@ class GPT2Converter(HFConverter):
         byte_level = (json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}).get("type") == "ByteLevel"
         tokenizer_config = {
             "tokenizer_class": "GPT2TokenizerFast" if byte_level else "PreTrainedTokenizerFast",
-            "model_max_length": cfg.max_len,
+            "model_max_length": cfg.positions.max_len,
             "add_prefix_space": False,
         } | names
         files = {

@@ -2,7 +2,7 @@
 ``encoder_decoder`` family.
 
 A Marian model is the paper's Transformer with a few settings of attnlab's options: post-norm
-layers, sinusoidal positions laid out as Marian lays them (``positional: sinusoidal_halves``: every
+layers, sinusoidal positions laid out as Marian lays them (``positions.scheme: sinusoidal_halves``: every
 sine, then every cosine, no dimension shuffled), the token embedding scaled by sqrt(d) or not
 (``scale_embedding``: ``embeddings.kind: scaled`` or ``plain``), one embedding table shared by source,
 target and output projection (``embeddings.tie: all``), and a bias per token on the logits, its
@@ -119,8 +119,7 @@ def marian_model_fields(
                 "arch": "encoder_decoder",
                 "stack": stack,
                 "depths": {"encoder": config["encoder_layers"], "decoder": config["decoder_layers"]},
-                "positional": "sinusoidal_halves",
-                "max_len": config["max_position_embeddings"],
+                "positions": {"scheme": "sinusoidal_halves", "max_len": config["max_position_embeddings"]},
                 "output": {"bias": True, "vocabulary": output_vocabulary},
                 "embeddings": {"kind": "scaled" if config.get("scale_embedding", False) else "plain", "tie": "all"},
             },
@@ -271,9 +270,9 @@ MARIAN_NAMES = {"<pad>": "<pad>", "<eos>": "</s>", "<unk>": "<unk>"}  # attnlab'
 def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
     needs = {
-        "positional": "sinusoidal_halves",
-        "positional_combine": "add",
-        "positional_base": 10000.0,
+        "positions.scheme": "sinusoidal_halves",
+        "positions.combine": "add",
+        "positions.base": 10000.0,
         "stack.norm": "post",
         "stack.normalisation": "layer",
         "stack.residual": True,
@@ -362,7 +361,7 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
         "dropout": cfg.stack.dropout,
         "attention_dropout": cfg.stack.attn_dropout,
         "activation_dropout": 0.0,
-        "max_position_embeddings": cfg.max_len,
+        "max_position_embeddings": cfg.positions.max_len,
         "scale_embedding": cfg.embeddings.kind == "scaled",
         "pad_token_id": ids.index(PAD),
         "eos_token_id": ids.index(EOS),
@@ -374,7 +373,7 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
     }
     tokenizer_config = {
         "tokenizer_class": "MarianTokenizer",
-        "model_max_length": cfg.max_len,
+        "model_max_length": cfg.positions.max_len,
         "eos_token": "</s>",
         "unk_token": "<unk>",
         "pad_token": "<pad>",
@@ -423,7 +422,7 @@ class MarianConverter(HFConverter):
         shapes = {name: tuple(t.shape) for name, t in target.items()}
         tensors, unused = marian_tensors(read_weights(folder), cfg, shapes, order, start, folder / "model.safetensors")
         loaded = copy_tensors(target, tensors, str(folder / "model.safetensors"))
-        longest = min(cfg.max_len - 1, 512)  # + EOS (source) or BOS (target input)
+        longest = min(cfg.positions.max_len - 1, 512)  # + EOS (source) or BOS (target input)
         data = task_config(
             {
                 "task": "translation",

@@ -5,7 +5,7 @@ patch state is a key) and the Transformer's decoder, whose cross-attention reads
 One config for both sides: the encoder and the decoder share d_model, n_heads, d_ff, the dropouts,
 activation, norm placement and backend (ViT's exact ones), each with its own depth
 (``depths``: ``encoder``, ``decoder``; default ``n_layers``). ``patches`` (size and positional scheme) place
-the patches (ViT's schemes, models/vit.py); ``positional`` places the caption's tokens (the
+the patches (ViT's schemes, models/vit.py); ``positions`` places the caption's tokens (the
 Transformer's schemes). Initialisation: the Transformer's (models/transformer.py), the patch
 position tables as ViT's.
 """
@@ -15,26 +15,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Depths, Inputs, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Depths, FamilyConfig, Inputs, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
-from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import TokenEmbeddings
+from attnlab.models.transformer_config import Positions, TokenEmbeddings, TransformerFamily
 from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.captioner import ImageCaptioner
 
 
 @dataclass(frozen=True)
-class CaptionerConfig(TransformerConfig):
+class CaptionerConfig(FamilyConfig):
     """The patch size P (dividing both sides of the data's images), where the patches sit
     (``patches.positional``), and the Transformer's fields for the two stacks: small, pre-norm and
     GELU by default, as ViT."""
 
+    stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
+    positions: Positions = Positions(max_len=64)
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="output")
+    backends: BackendOptions = BackendOptions()
+
     patches: Patches = Patches(size=4, positional="learned_2d")
     depths: Depths = Depths()
-    stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
-    embeddings: TokenEmbeddings = TokenEmbeddings(tie="output")
-    max_len: int = 64
 
     def check(self) -> None:
         super().check()
@@ -53,7 +55,7 @@ class CaptionerConfig(TransformerConfig):
 
 
 @register_family
-class CaptionerFamily(ModelFamily):
+class CaptionerFamily(TransformerFamily):
     name = "captioner"
     config = CaptionerConfig
     capabilities = Capabilities(

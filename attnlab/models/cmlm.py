@@ -11,27 +11,32 @@ from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
 from attnlab.models.encoder_decoder import SEQ2SEQ_VOCABULARIES, seq2seq_parts
-from attnlab.models.family import Capabilities, Depths, Inputs, ModelFamily, register_family
+from attnlab.models.family import Capabilities, Depths, FamilyConfig, Inputs, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.transformer_config import TWO_TABLE_TIES, Output, TransformerConfig
+from attnlab.models.stack import StackConfig
+from attnlab.models.transformer_config import TWO_TABLE_TIES, Output, Positions, TokenEmbeddings, TransformerFamily
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.cmlm import ConditionalMaskedLM, LengthPredictor
 
 MASKED_TOKENS = Inputs.MASKED_TOKENS  # what the model reads: a source, and a target with some tokens masked
 
 
 @dataclass(frozen=True)
-class CMLMConfig(TransformerConfig):
+class CMLMConfig(FamilyConfig):
     """The encoder-decoder's parts (the Transformer fields, ``depths``, ``output``: models/encoder_decoder.py),
     plus ``max_target_length``, the lengths 1 .. max_target_length the length predictor chooses among
     (a longer training target counts as the longest), and ``length_loss_weight``, the length loss's
     weight in training (the paper's 0.1)."""
 
+    stack: StackConfig = StackConfig()
+    positions: Positions = Positions()
+    embeddings: TokenEmbeddings = TokenEmbeddings()
+    backends: BackendOptions = BackendOptions()
+
     depths: Depths = Depths()
     output: Output = Output()
     max_target_length: int = 256
     length_loss_weight: float = 0.1
-
-    ties = TWO_TABLE_TIES
 
     def check(self) -> None:
         super().check()
@@ -55,9 +60,10 @@ class CMLMConfig(TransformerConfig):
 
 
 @register_family
-class CMLMFamily(ModelFamily):
+class CMLMFamily(TransformerFamily):
     name = "cmlm"
     config = CMLMConfig
+    ties = TWO_TABLE_TIES
     capabilities = Capabilities(
         encoder=True, decoder=True, incremental_decoding=False, attention_weights=True, inputs=MASKED_TOKENS
     )

@@ -40,6 +40,10 @@ class ConvS2SConfig(FamilyConfig):
         return self.max_len
 
     @property
+    def longest_sequence(self) -> int:
+        return self.max_len
+
+    @property
     def encoder_layers(self) -> int:
         return self.depths.encoder_layers(self.n_layers)
 

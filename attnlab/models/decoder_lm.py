@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, Staging, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Staging, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import Output
+from attnlab.models.stack import StackConfig
+from attnlab.models.transformer_config import Output, Positions, TokenEmbeddings, TransformerFamily
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.decoder_lm import DecoderLM
 from attnlab.nn.feedforward import PositionWiseFeedForward
 from attnlab.nn.heads import MultiTokenHead
@@ -22,7 +23,7 @@ LM_VOCABULARIES = ("all", "text")  # output.vocabulary of a language model
 
 
 @dataclass(frozen=True)
-class DecoderLMConfig(TransformerConfig):
+class DecoderLMConfig(FamilyConfig):
     """The Transformer fields; one stack of ``n_layers`` decoder layers, one embedding table.
     ``multi_token_heads``: k extra heads that predict tokens t + 2 ... t + k + 1 (a draft for
     self-speculative decoding); ``multi_token_weight``: each one's weight in the training loss,
@@ -31,6 +32,11 @@ class DecoderLMConfig(TransformerConfig):
     tokens <pad>, <bos> and <unk> never are: a pretrained model imported from a vocabulary without
     them, GPT-2's, interop/gpt2.py, whose distribution over its own tokens and <eos> stays exactly
     the original's)."""
+
+    stack: StackConfig = StackConfig()
+    positions: Positions = Positions()
+    embeddings: TokenEmbeddings = TokenEmbeddings()
+    backends: BackendOptions = BackendOptions()
 
     multi_token_heads: int = 0
     multi_token_weight: float = 1.0
@@ -67,7 +73,7 @@ def multi_token_head(cfg: DecoderLMConfig) -> MultiTokenHead:
 
 
 @register_family
-class DecoderLMFamily(ModelFamily):
+class DecoderLMFamily(TransformerFamily):
     name = "decoder_lm"
     config = DecoderLMConfig
     capabilities = Capabilities(encoder=False, decoder=True, incremental_decoding=True, attention_weights=True)

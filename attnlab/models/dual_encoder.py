@@ -6,7 +6,7 @@ projected without bias to ``d_embed`` and normalised (nn/dual_encoder.py).
 One config for both towers: they share d_model, n_heads, d_ff, the dropouts, activation, norm
 placement and backend (ViT's exact ones), each with its own depth (``n_image_layers``,
 ``n_text_layers``; default ``n_layers``). ``patches`` (size and positional scheme) place the patches (ViT's
-schemes), ``positional`` the text's tokens (the Transformer's). ``init_temperature``: CLIP's tau
+schemes), ``positions`` the text's tokens (the Transformer's). ``init_temperature``: CLIP's tau
 = 0.07, learned as log(1 / tau); ``max_logit_scale``: CLIP's bound 100 on 1 / tau.
 Initialisation: the Transformer's (models/transformer.py: the projections Xavier-uniform), the
 patch position tables as ViT's.
@@ -20,28 +20,33 @@ from typing import Optional
 from attnlab.config import at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
-from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import TokenEmbeddings
+from attnlab.models.transformer_config import Positions, TokenEmbeddings, TransformerFamily
 from attnlab.models.vit import (
     IMAGE_BACKENDS_REFUSAL,
     SUMMARIES,
     Patches,
     init_patch_positions,
 )
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.dual_encoder import DualEncoder, ImageTower, TextTower
 from attnlab.nn.registry import POOLINGS
 
 
 @dataclass(frozen=True)
-class DualEncoderConfig(TransformerConfig):
+class DualEncoderConfig(FamilyConfig):
     """The patch size P, where the patches sit (``patches.positional``), each tower's summary (``image_pooling``: ``cls``,
     ViT's class token, or ``mean`` of the patches; ``text_pooling``: ``cls``, the first token, a
     BOS, or ``mean`` of the tokens), the joint space's width ``d_embed``, the temperature's start
     and bound, and the Transformer's fields for the two stacks: small, pre-norm and GELU by
     default, as ViT. There is no output layer to tie the token table to (``embeddings.tie: none``)."""
+
+    stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
+    positions: Positions = Positions(max_len=64)
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
+    backends: BackendOptions = BackendOptions()
 
     patches: Patches = Patches(size=4, positional="learned_2d")
     n_image_layers: Optional[int] = None
@@ -51,11 +56,6 @@ class DualEncoderConfig(TransformerConfig):
     d_embed: int = 64
     init_temperature: float = 0.07
     max_logit_scale: float = 100.0
-    stack: StackConfig = StackConfig(d_model=128, n_heads=4, n_layers=3, d_ff=512, activation="gelu", norm="pre")
-    embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
-    max_len: int = 64
-
-    ties = ("none",)
 
     def check(self) -> None:
         one_of("image_pooling", self.image_pooling, SUMMARIES)
@@ -87,9 +87,10 @@ class DualEncoderConfig(TransformerConfig):
 
 
 @register_family
-class DualEncoderFamily(ModelFamily):
+class DualEncoderFamily(TransformerFamily):
     name = "dual_encoder"
     config = DualEncoderConfig
+    ties = ("none",)
     # encoder/decoder mean a source sequence read for a decoder, and tokens written: neither here
     capabilities = Capabilities(
         encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGE_TEXT

@@ -9,10 +9,17 @@ from torch import nn
 
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Depths, ModelFamily, Staging, register_family
+from attnlab.models.family import Capabilities, Depths, FamilyConfig, Staging, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import TWO_TABLE_TIES, Output
+from attnlab.models.stack import StackConfig
+from attnlab.models.transformer_config import (
+    TWO_TABLE_TIES,
+    BackendOptions,
+    Output,
+    Positions,
+    TokenEmbeddings,
+    TransformerFamily,
+)
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
 from attnlab.nn.layers import Encoder, Seq2SeqDecoder
@@ -21,16 +28,19 @@ SEQ2SEQ_VOCABULARIES = ("all", "no_bos")  # output.vocabulary of a model with a 
 
 
 @dataclass(frozen=True)
-class EncoderDecoderConfig(TransformerConfig):
+class EncoderDecoderConfig(FamilyConfig):
     """The Transformer fields, plus separate stack depths (``depths``: ``encoder``, ``decoder``,
     default: the stack's ``n_layers``) and the ``output`` projection (models/transformer_config.py:
     Output; ``output.bias``, Marian's final_logits_bias; ``output.vocabulary`` ``all`` or ``no_bos``,
     an imported Marian model's added start token, which only starts the decoder, never predicted)."""
 
+    stack: StackConfig = StackConfig()
+    positions: Positions = Positions()
+    embeddings: TokenEmbeddings = TokenEmbeddings()
+    backends: BackendOptions = BackendOptions()
+
     depths: Depths = Depths()
     output: Output = Output()
-
-    ties = TWO_TABLE_TIES
 
     def check(self) -> None:
         super().check()
@@ -70,9 +80,10 @@ def check_untied(cfg: EncoderDecoderConfig) -> None:
 
 
 @register_family
-class EncoderDecoderFamily(ModelFamily):
+class EncoderDecoderFamily(TransformerFamily):
     name = "encoder_decoder"
     config = EncoderDecoderConfig
+    ties = TWO_TABLE_TIES
     capabilities = Capabilities(encoder=True, decoder=True, incremental_decoding=True, attention_weights=True)
     staging = Staging(lambda cfg: cfg.encoder_layers + cfg.decoder_layers, check=check_untied)
 

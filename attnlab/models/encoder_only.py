@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 from attnlab.config import at_least, one_of
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, ModelFamily, Staging, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Staging, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.transformer import TransformerConfig
+from attnlab.models.stack import StackConfig
+from attnlab.models.transformer_config import Positions, TokenEmbeddings, TransformerFamily
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.encoder_only import EncoderOnly
 from attnlab.nn.heads import ClassificationHead, MaskedLMHead
 from attnlab.nn.registry import ACTIVATIONS, POOLINGS
@@ -17,12 +19,17 @@ PRETRAINING_CLASSES = 2  # the head of data with no classes (a masked LM's): BER
 
 
 @dataclass(frozen=True)
-class EncoderOnlyConfig(TransformerConfig):
+class EncoderOnlyConfig(FamilyConfig):
     """The Transformer fields, plus the classification head's ``pooling`` (``cls``: the first
     position, BERT; ``mean``: the mean over real tokens), and ``n_segments``, the rows of the segment
     table (BERT's token types; 2 for sentence pairs, 0 for none; data of sentence pairs sets 2:
     DataShape.segments). The head's classes are the data's (DataShape.n_classes); a masked LM's data
     has none, and its untrained head, which fine-tuning replaces, has BERT's next-sentence two."""
+
+    stack: StackConfig = StackConfig()
+    positions: Positions = Positions()
+    embeddings: TokenEmbeddings = TokenEmbeddings()
+    backends: BackendOptions = BackendOptions()
 
     pooling: str = "cls"
     n_segments: int = 0
@@ -42,7 +49,7 @@ class EncoderOnlyConfig(TransformerConfig):
 
 
 @register_family
-class EncoderOnlyFamily(ModelFamily):
+class EncoderOnlyFamily(TransformerFamily):
     name = "encoder_only"
     config = EncoderOnlyConfig
     capabilities = Capabilities(encoder=True, decoder=False, incremental_decoding=False, attention_weights=True)

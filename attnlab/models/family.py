@@ -122,16 +122,36 @@ class FamilyConfig(RegisteredConfig):
     def capabilities(self) -> Capabilities:
         return self.family.capabilities
 
+    def check(self) -> None:
+        """The checks that span the parts the family's configs share (ModelFamily.check_config), then
+        (in a subclass, after super().check()) the config's own."""
+        self.family.check_config(self)
+
     @property
     def max_positions(self) -> int | None:
-        """The longest sequence the model can encode positions for; None: no limit."""
-        return None
+        """The longest sequence the model can encode positions for; None: no limit (the family's
+        ModelFamily.max_positions)."""
+        return self.family.max_positions(self)
+
+    @property
+    def longest_sequence(self) -> int | None:
+        """The longest sequence the model is built for (a recurrent or convolutional family's
+        ``max_len``, a Transformer family's ``positions.max_len``); None: the family has no such limit."""
+        return self.family.longest_sequence(self)
+
+    @property
+    def tied(self) -> tuple[str, ...]:
+        """The ties between embedding tables in force: a subset of ('output', 'src_tgt') (the family's
+        ModelFamily.tied)."""
+        return self.family.tied(self)
 
     def check_shape(self, shape: DataShape) -> None:
         """Refuse, in one line, the data's sizes this config cannot be built with (a patch that does not
         divide the image); a size the data has not given yet (None) is checked when it has. What holds
         whatever the family (classes from 2, a padding id inside every vocabulary) DataShape checks
-        itself. The default: nothing more."""
+        itself. The default: what the family checks of the parts its configs share
+        (ModelFamily.check_config_shape)."""
+        self.family.check_config_shape(self, shape)
 
 
 @dataclass(frozen=True)
@@ -191,6 +211,31 @@ class ModelFamily:
     # family restricts them by setting these two (e.g. ``backends_fit = staticmethod(fields_free_exact)``).
     backends_fit: ClassVar[Callable[[type[AttentionBackend]], bool]] = staticmethod(lambda backend: True)
     backends_refusal: ClassVar[str] = ""
+
+    # What the family's configs share, their checks and derived sizes: the defaults have no shared
+    # parts (a family of several configs, such as the Transformer families' TransformerFamily, sets them)
+    @classmethod
+    def check_config(cls, cfg: FamilyConfig) -> None:
+        """Checks across the parts that ``cfg`` shares with the family's other configs."""
+
+    @classmethod
+    def check_config_shape(cls, cfg: FamilyConfig, shape: DataShape) -> None:
+        """Checks of the data's sizes against the parts that ``cfg`` shares."""
+
+    @classmethod
+    def max_positions(cls, cfg: FamilyConfig) -> int | None:
+        """The longest sequence ``cfg``'s model can encode positions for; None: no limit."""
+        return None
+
+    @classmethod
+    def longest_sequence(cls, cfg: FamilyConfig) -> int | None:
+        """The longest sequence ``cfg``'s model is built for; None: no such limit."""
+        return None
+
+    @classmethod
+    def tied(cls, cfg: FamilyConfig) -> tuple[str, ...]:
+        """The ties between ``cfg``'s embedding tables in force; none by default."""
+        return ()
 
     @classmethod
     def check_stack(cls, stack: StackConfig) -> None:

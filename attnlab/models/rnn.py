@@ -85,6 +85,10 @@ class RNNConfig(FamilyConfig):
         return self.dropout if self.embedding_dropout is None else self.embedding_dropout
 
     @property
+    def longest_sequence(self) -> int:
+        return self.max_len
+
+    @property
     def tied(self) -> tuple[str, ...]:
         return () if self.tie_embeddings == "none" else ("output",)
 

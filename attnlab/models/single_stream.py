@@ -2,7 +2,7 @@
 question's tokens and an image's patches in one sequence with modality embeddings, through one
 Transformer encoder, a [CLS] head over the answers.
 
-One config for both modalities: the text side is the Transformer's (``embeddings``, ``positional``:
+One config for both modalities: the text side is the Transformer's (``embeddings``, ``positions``:
 an absolute scheme, added at the embeddings, since the self-attention of the joint stream has no
 positional hooks: a relative distance between a word and a patch would mean nothing), the image
 side the ViT's (``patches``: their size and positional scheme over the grid). ``image_tokens``: ``patches``,
@@ -20,18 +20,18 @@ from torch import nn
 
 from attnlab.config import one_of
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
-from attnlab.models.transformer import TransformerConfig
-from attnlab.models.transformer_config import TokenEmbeddings
+from attnlab.models.transformer_config import Positions, TokenEmbeddings, TransformerFamily
 from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
 
 OF = "arch 'single_stream'"  # who needs a size the data has not given
 
-# positional: where the words sit, added at the embeddings (no scheme inside the joint stream's attention)
+# positions.scheme: where the words sit, added at the embeddings (no scheme inside the joint stream's attention)
 TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 # image_tokens: what the image contributes to the stream
@@ -44,26 +44,25 @@ IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], nn.Module]] 
 
 
 @dataclass(frozen=True)
-class SingleStreamConfig(TransformerConfig):
+class SingleStreamConfig(FamilyConfig):
     """The ``patches`` (size P, dividing both sides of the data's images, and positional scheme),
     ``image_tokens`` and
     ``head``, and the Transformer's fields for the one encoder: small, pre-norm and GELU by default,
     as ViT and ViLT."""
 
+    stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, activation="gelu", norm="pre")
+    positions: Positions = Positions(scheme="learned", max_len=32)
+    embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
+    backends: BackendOptions = BackendOptions()
+
     patches: Patches = Patches(size=4, positional="learned_2d")
     image_tokens: str = "patches"
     head: str = "pooled"
-    stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, activation="gelu", norm="pre")
-    positional: str = "learned"
-    embeddings: TokenEmbeddings = TokenEmbeddings(tie="none")
-    max_len: int = 32
-
-    ties = ("none",)  # no output projection over the vocabulary to tie
 
     def check(self) -> None:
         one_of("image_tokens", self.image_tokens, IMAGE_TOKENS)
         one_of("head", self.head, HEADS)
-        one_of("positional", self.positional, TEXT_POSITIONAL)
+        one_of("positions.scheme", self.positions.scheme, TEXT_POSITIONAL)
         super().check()
         self.patches.check_width(self.stack.d_model)
 
@@ -76,9 +75,10 @@ class SingleStreamConfig(TransformerConfig):
 
 
 @register_family
-class SingleStreamFamily(ModelFamily):
+class SingleStreamFamily(TransformerFamily):
     name = "single_stream"
     config = SingleStreamConfig
+    ties = ("none",)  # no output projection over the vocabulary to tie
     capabilities = Capabilities(
         encoder=True, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGE_TEXT
     )

@@ -35,7 +35,7 @@ from attnlab.nn.layers import (
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS, ATTENTION_SCALES, NORMALISATIONS, POSITIONAL
 
-# The config, importable from here as before the split (the families' modules read it from here too)
+# The config's Protocol, importable from here as before the split
 __all__ = ["EMBEDDINGS", "SINGLE_STACK_TIES", "TransformerConfig"]
 
 
@@ -53,7 +53,7 @@ class Stacked(Protocol):
 def positional(cfg: TransformerConfig, where: str) -> PositionalEncoding:
     """The configured scheme where it belongs ('embeddings' or 'self_attention'); identity elsewhere.
     (Patches are placed by their own part, ``patches.positional``: models/vit.py.)"""
-    cls = POSITIONAL[cfg.positional]
+    cls = POSITIONAL[cfg.positions.scheme]
     belongs = "embeddings" if cls.absolute else "self_attention"
     return cls.from_config(cfg) if where == belongs else PositionalEncoding()
 
@@ -65,7 +65,7 @@ def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> 
     if cfg.embeddings.kind == "normed":
         return Embeddings(
             rows,
-            cfg.token_width,
+            cfg.positions.token_width(cfg.stack.d_model),
             positional(cfg, "embeddings"),
             cfg.stack.dropout,
             segments,
@@ -73,7 +73,14 @@ def embeddings(cfg: TransformerConfig, vocab_size: int, n_segments: int = 0) -> 
             norm=nn.LayerNorm(cfg.stack.d_model, eps=cfg.stack.layer_norm_eps),
         )
     scale = 1.0 if cfg.embeddings.kind == "plain" else None  # None: the paper's sqrt(D_tok)
-    return Embeddings(rows, cfg.token_width, positional(cfg, "embeddings"), cfg.stack.dropout, segments, scale=scale)
+    return Embeddings(
+        rows,
+        cfg.positions.token_width(cfg.stack.d_model),
+        positional(cfg, "embeddings"),
+        cfg.stack.dropout,
+        segments,
+        scale=scale,
+    )
 
 
 def backend(cfg: Stacked, cross: bool) -> AttentionBackend:
@@ -147,7 +154,7 @@ def encoder(cfg: TransformerConfig, n_layers: int) -> Encoder:
 
 def plain_encoder(cfg: Stacked, n_layers: int) -> Encoder:
     """The Transformer's encoder layers (feed-forward, residual blocks and norms from the same part
-    builders) whose self-attention has no positional hooks, for a family with no ``positional``
+    builders) whose self-attention has no positional hooks, for a family with no ``positions``
     field: its inputs have no sequence positions (a graph's nodes, placed by their Laplacian
     eigenvectors), or theirs enter with them at the input (PatchTST's learned patch positions)."""
 

@@ -10,31 +10,36 @@ from dataclasses import dataclass
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.family import Capabilities, Inputs, ModelFamily, register_family
+from attnlab.models.family import Capabilities, FamilyConfig, Inputs, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.stack import explicit_masks
-from attnlab.models.transformer import TransformerConfig
+from attnlab.models.stack import StackConfig, explicit_masks
+from attnlab.models.transformer_config import Positions, TokenEmbeddings, TransformerFamily
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.memory import MemoryDecoder, TransformerXL
 from attnlab.nn.registry import POSITIONAL
 
 
 @dataclass(frozen=True)
-class TransformerXLConfig(TransformerConfig):
+class TransformerXLConfig(FamilyConfig):
     """The Transformer fields, and Transformer-XL's own: ``memory_length`` M, the positions before a
     segment whose states each layer remembers (0: none, every segment read alone). The segments a
     text is read in, T, are the data's (DataShape.segment_length: data.block_size). Positions are
     relative, 'rotary' by default."""
 
+    stack: StackConfig = StackConfig()
+    positions: Positions = Positions(scheme="rotary")
+    embeddings: TokenEmbeddings = TokenEmbeddings()
+    backends: BackendOptions = BackendOptions()
+
     memory_length: int = 64
-    positional: str = "rotary"
 
     def check(self) -> None:
         super().check()
         at_least("memory_length", self.memory_length, 0)
-        if POSITIONAL[self.positional].absolute:
+        if self.positions.absolute:
             relative = [name for name, cls in POSITIONAL.items() if not cls.absolute]
             raise ConfigError(
-                f"positional '{self.positional}' numbers positions from the start of the input, and "
+                f"positions.scheme '{self.positions.scheme}' numbers positions from the start of the input, and "
                 f"Transformer-XL moves states from the segment into the memory: use one of "
                 f"{', '.join(map(repr, relative))}"
             )
@@ -45,7 +50,7 @@ class TransformerXLConfig(TransformerConfig):
 
 
 @register_family
-class TransformerXLFamily(ModelFamily):
+class TransformerXLFamily(TransformerFamily):
     name = "transformer_xl"
     config = TransformerXLConfig
     # inputs: a token stream read in consecutive segments, row i of one batch continuing row i of the

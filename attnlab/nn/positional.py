@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 
 class PositionalEncoding(nn.Module):
-    """No positions at all (``positional: none``); also the base class, identity at every hook."""
+    """No positions at all (``positions.scheme: none``); also the base class, identity at every hook."""
 
     absolute: ClassVar[bool] = False
     biases_scores: ClassVar[bool] = False  # score_bias gives a term (the backend must add it)
@@ -105,7 +105,7 @@ class SinusoidalPositional(AbsolutePositional):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "SinusoidalPositional":
-        return cls(cfg.positional_width, cfg.positional_base, cfg.positional_combine)
+        return cls(cfg.positions.width(cfg.stack.d_model), cfg.positions.base, cfg.positions.combine)
 
     def encode(self, positions: Tensor) -> Tensor:
         return sinusoid(positions, self.dim, self.base)
@@ -129,7 +129,7 @@ class LearnedPositional(AbsolutePositional):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "LearnedPositional":
-        return cls(cfg.positional_width, cfg.max_len, cfg.positional_combine)
+        return cls(cfg.positions.width(cfg.stack.d_model), cfg.positions.max_len, cfg.positions.combine)
 
     @property
     def max_positions(self) -> int:
@@ -161,7 +161,7 @@ class RelativePositional(PositionalEncoding):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RelativePositional":
-        return cls(cfg.stack.d_head, cfg.max_relative_distance)
+        return cls(cfg.stack.d_head, cfg.positions.max_relative_distance)
 
     def score_bias(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         # q . a^K for each of the 2k+1 offsets, then picked per (i, j): O(T (2k+1) Dh), not O(T^2 Dh)
@@ -196,7 +196,7 @@ class RelativeBias(PositionalEncoding):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RelativeBias":
-        return cls(cfg.stack.n_heads, cfg.max_relative_distance)
+        return cls(cfg.stack.n_heads, cfg.positions.max_relative_distance)
 
     def keep_heads(self, keep: Tensor) -> None:
         table = nn.Embedding(self.table.num_embeddings, len(keep)).to(self.table.weight.device)
@@ -218,7 +218,7 @@ class RotaryPositional(PositionalEncoding):
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RotaryPositional":
-        return cls(cfg.stack.d_head, cfg.positional_base)
+        return cls(cfg.stack.d_head, cfg.positions.base)
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         # angles in float32 whatever the model's dtype: bf16 would lose whole radians at long positions

@@ -28,6 +28,7 @@ from torch import nn
 
 from attnlab.errors import ConfigError
 from attnlab.models import stack_of
+from attnlab.models.transformer_config import Positions
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.interfaces import TensorParallelModel
 from attnlab.nn.tensor_plan import LinearSplit, Split, TensorPlan
@@ -59,9 +60,10 @@ def check_tensor_parallel(model_cfg: Any, size: int, strategy: str = "tp") -> No
                 f"train.strategy {strategy}: model.stack.{name} ({getattr(stack, name)}) must be "
                 f"divisible by the tensor-parallel size ({size} ranks)"
             )
-    if getattr(model_cfg, "positional", None) in PER_HEAD_POSITIONAL:
+    positions = getattr(model_cfg, "positions", None)  # a Transformer family's (models/transformer_config.py)
+    if isinstance(positions, Positions) and positions.scheme in PER_HEAD_POSITIONAL:
         raise ConfigError(
-            f"train.strategy {strategy}: model.positional '{model_cfg.positional}' keeps state shared "
+            f"train.strategy {strategy}: model.positions.scheme '{positions.scheme}' keeps state shared "
             f"by or per head inside attention; use sinusoidal, learned, rotary or none"
         )
     if stack.attention_scale == "learned":

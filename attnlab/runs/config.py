@@ -356,7 +356,8 @@ def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> Non
     if model.max_positions is not None and longest is not None:
         if longest > model.max_positions:
             raise ConfigError(
-                f"model.max_len ({model.max_positions}) must cover the longest sequence ({longest}) "
+                f"model.{'positions.' if 'positions' in model.field_names() else ''}max_len "
+                f"({model.max_positions}) must cover the longest sequence ({longest}) "
                 f"with learned positions"
             )
 

@@ -16,7 +16,9 @@ Layouts read:
   ``depths`` (models/family.py: Depths), and the output projection's output_bias and
   output_vocabulary into ``output`` (models/transformer_config.py: Output), and a Transformer
   family's embedding, tie_embeddings and vocab_multiple into ``embeddings`` (TokenEmbeddings: kind,
-  tie, vocab_multiple);
+  tie, vocab_multiple), and its positional, positional_combine, positional_dim, positional_base,
+  max_relative_distance and max_len into ``positions`` (Positions: scheme, combine, dim, base,
+  max_relative_distance, max_len);
 - before the data's sizes had their own object (issue 61): vocab_size, pad_id, the image's sizes,
   n_classes, ... in the model section, and no shape.json; :func:`written_sizes` reads them as the
   run's DataShape (models/shape.py), and the model section is read without them.
@@ -97,6 +99,16 @@ MOVED_TO_DEPTHS = {"n_encoder_layers": "encoder", "n_decoder_layers": "decoder"}
 MOVED_TO_EMBEDDINGS = {"embedding": "kind", "tie_embeddings": "tie", "vocab_multiple": "vocab_multiple"}
 # A flat field of a family that predicts tokens -> where it is now, in the composed ``output``
 MOVED_TO_OUTPUT = {"output_bias": "bias", "output_vocabulary": "vocabulary"}
+# A flat field of a Transformer family's positions -> where it is now, in the composed ``positions``
+# (the recurrent and convolutional families keep their own max_len)
+MOVED_TO_POSITIONS = {
+    "positional": "scheme",
+    "positional_combine": "combine",
+    "positional_dim": "dim",
+    "positional_base": "base",
+    "max_relative_distance": "max_relative_distance",
+    "max_len": "max_len",
+}
 
 
 def moved(arch: str, own: list[str]) -> dict[str, str]:
@@ -116,6 +128,8 @@ def moved(arch: str, own: list[str]) -> dict[str, str]:
         paths |= {name: f"output.{path}" for name, path in MOVED_TO_OUTPUT.items()}
     if "embeddings" in own:
         paths |= {name: f"embeddings.{path}" for name, path in MOVED_TO_EMBEDDINGS.items()}
+    if "positions" in own:
+        paths |= {name: f"positions.{path}" for name, path in MOVED_TO_POSITIONS.items()}
     return paths
 
 

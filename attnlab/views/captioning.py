@@ -31,7 +31,7 @@ class CaptioningView:
             beam,
             lenpen,
             hypothesis,
-            session.cfg.max_len - 1,
+            session.cfg.positions.max_len - 1,
         )
         return {**searched, "grid": list(session.cfg.patches.grid(session.shape)), "picture": picture}
 

@@ -55,7 +55,7 @@ class Session:
     @property
     def max_len(self) -> int | None:
         """The longest sequence the model was built for (its ``max_len``), where its family has one."""
-        return getattr(self.cfg, "max_len", None)
+        return self.cfg.longest_sequence
 
     def encode(self, text: str, role: str, room: int | None) -> list[int]:
         """``text`` as token ids, refused when it is empty or longer than ``room`` tokens."""

@@ -6,7 +6,7 @@ greedily with the source encoded whole, then in chunks of each size and overlap 
 windows encoded alone, positions numbered from 0 in each, every position's vector from the window
 where it has the most context). Prints the exact match of each setting as Markdown.
 
-    .venv/bin/python docs/experiments/chunked_encoding.py runs/extrapolation/positional=sinusoidal/seed1
+    .venv/bin/python docs/experiments/chunked_encoding.py runs/extrapolation/scheme=sinusoidal/seed1
 """
 
 import sys
