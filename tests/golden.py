@@ -52,17 +52,13 @@ def synthetic_data(folder: Path) -> dict[str, list[str]]:
     (folder / "scan_train.txt").write_text("".join(f"IN: {s} OUT: {t}\n" for s, t in train))
     (folder / "scan_test.txt").write_text("".join(f"IN: {s} OUT: {t}\n" for s, t in valid))
     (folder / "text.txt").write_text("".join(f"{s} . {t} .\n" for s, t in train))
-    return {
-        "parallel": [f"data.train={folder}/train", f"data.valid={folder}/val"],
-        "scan": [f"data.train={folder}/scan_train.txt", f"data.test={folder}/scan_test.txt", "data.n_valid=40"],
-        "text": [f"data.train={folder}/text.txt"],
-        "builtin": [],
-    }
+    return {"parallel": [f"data.train={folder}/train", f"data.valid={folder}/val"],
+            "scan": [f"data.train={folder}/scan_train.txt", f"data.test={folder}/scan_test.txt", "data.n_valid=40"],
+            "text": [f"data.train={folder}/text.txt"], "builtin": []}
 
 
-def train_losses(
-    preset: Path, data_sets: dict[str, list[str]], out: Path, device: str = "cpu", sets: Sequence[str] = ()
-) -> list[float]:
+def train_losses(preset: Path, data_sets: dict[str, list[str]], out: Path, device: str = "cpu",
+                 sets: Sequence[str] = ()) -> list[float]:
     """The first STEPS training losses of ``preset``, trained by `attnlab train` into ``out`` on the
     files of ``data_sets`` (through the command line, the interface a refactoring keeps), on ``device``,
     with the --set overrides ``sets`` besides."""
@@ -70,19 +66,9 @@ def train_losses(
 
     fmt = yaml.safe_load(preset.read_text())["data"].get("format", "builtin")
     # evaluation does not change the training losses: one quick evaluation at the end, no decoding
-    overrides = [
-        *data_sets[fmt],
-        f"train.max_steps={STEPS}",
-        "train.log_every=1",
-        f"train.eval_every={STEPS}",
-        "train.max_tokens=200",
-        "train.precision=fp32",
-        f"train.device={device}",
-        "train.progress=false",
-        "train.eval_exact_match=0",
-        "train.early_stop_metric=valid_loss",
-        *sets,
-    ]
+    overrides = [*data_sets[fmt], f"train.max_steps={STEPS}", "train.log_every=1", f"train.eval_every={STEPS}",
+                 "train.max_tokens=200", "train.precision=fp32", f"train.device={device}", "train.progress=false",
+                 "train.eval_exact_match=0", "train.early_stop_metric=valid_loss", *sets]
     done = cli("train", str(preset), "--out", str(out), *(arg for o in overrides for arg in ("--set", o)))
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -91,9 +77,8 @@ def train_losses(
 
 def preset_losses(folder: Path) -> dict[str, list[float]]:
     data_sets = synthetic_data(folder / "data")
-    return {
-        preset.name: train_losses(preset, data_sets, folder / "runs" / preset.stem) for preset in training_presets()
-    }
+    return {preset.name: train_losses(preset, data_sets, folder / "runs" / preset.stem)
+            for preset in training_presets()}
 
 
 def scan_commands_for_decoding() -> list[str]:

@@ -43,8 +43,8 @@ def test_first_training_losses_of_each_preset_are_unchanged(preset, data_overrid
     tolerances = [RTOL if step < golden.STEPS // 2 else 5 * RTOL for step in range(golden.STEPS)]
     worst = max(abs(a - b) / abs(b) / (tol or 1.0) for a, b, tol in zip(losses, recorded, tolerances))
     assert all(math.isclose(a, b, rel_tol=tol, abs_tol=0.0) for a, b, tol in zip(losses, recorded, tolerances)), (
-        f"{preset.name}: worst relative difference {worst:.3g} of its tolerance\nnow      {losses}\nrecorded {recorded}"
-    )
+        f"{preset.name}: worst relative difference {worst:.3g} of its tolerance\nnow      {losses}\n"
+        f"recorded {recorded}")
 
 
 def test_greedy_and_beam_outputs_of_a_run_written_before_the_refactoring_are_unchanged():
