@@ -123,10 +123,24 @@ def _part(cls: type, data: dict[str, Any], section: str) -> Any:
 
 
 class TypedConfig:
-    """Mixin for config dataclasses: type checks, dict/YAML/JSON round trip, did-you-mean on keys."""
+    """Base of every config dataclass, a section of a config file or a part composed inside one: its
+    fields' types checked when it is built, then its own ``check``; a dict/YAML/JSON round trip;
+    did-you-mean on keys. A section a registry chooses by name (a model family by ``model.arch``, a
+    task by ``data.task``) names the choosing key in ``selector``: the key is written with the
+    fields, and a field the choice does not have is refused naming the choice and listing its fields."""
 
     section: typing.ClassVar[str]
+    selector: typing.ClassVar[str] = ""  # the key whose value chose this class: 'arch', 'task'; '' if none does
+    link: typing.ClassVar[str] = ""  # the class attribute :func:`register` sets to the plug-in: 'family', 'task_class'
     __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field[Any]]]  # set by @dataclass on each subclass
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        self.check()
+
+    def check(self) -> None:
+        """Value checks across fields, once each field has its type; subclasses extend it (calling
+        super().check() where a base checks too)."""
 
     def _check_types(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -135,26 +149,55 @@ class TypedConfig:
             checked = _nested(f, value, hint) if _is_config(hint) else _coerce(f.name, value, hint)
             object.__setattr__(self, f.name, checked)
 
+    @classmethod
+    def chosen_name(cls) -> str:
+        """The registered name that selects this class (a section with a ``selector``)."""
+        name: str = getattr(cls, cls.link).name  # the plug-in that register() linked
+        return name
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        chosen = {self.selector: self.chosen_name()} if self.selector else {}
+        return {**chosen, **dataclasses.asdict(self)}
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
     def from_dict(cls, data: Any) -> Self:
         if not isinstance(data, dict):
             raise ConfigError(f"section '{cls.section}' must be a mapping of field: value (got {type(data).__name__})")
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = cls.field_names()
         for key in data:
-            if key not in names:
-                raise ConfigError(f"unknown field '{key}' in section '{cls.section}'{did_you_mean(str(key), names)}")
-        required = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        for name in required:
-            if name not in data:
-                raise ConfigError(f"section '{cls.section}' needs the field '{name}'")
-        return cls(**data)
+            if key not in names and not (cls.selector and key == cls.selector):
+                raise ConfigError(cls._unknown_field(str(key)))
+        fields = {key: value for key, value in data.items() if key in names}
+        for f in dataclasses.fields(cls):
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in fields:
+                raise ConfigError(f"section '{cls.section}' needs the field '{f.name}'")
+        return cls(**fields)
+
+    @classmethod
+    def _unknown_field(cls, key: str) -> str:
+        """The line refusing ``key``: where it is written when it is a field of a part inside this
+        config (a family's stack: d_model -> stack.d_model), else what is close to it."""
+        names = cls.field_names()
+        written = {name: name for name in names} | {
+            path.rpartition(".")[2]: path for path in field_paths(cls) if "." in path
+        }
+        if key in written:
+            nested = written[key].rpartition(".")[0]
+            inside = "".join(f"{part}: {{" for part in nested.split("."))
+            return (
+                f"{cls.section}.{key} is a field of {cls.section}.{nested}: write it inside {nested} "
+                f"({inside}{key}: ...{'}' * (nested.count('.') + 1)}; --set {cls.section}.{written[key]}=...)"
+            )
+        if cls.selector:
+            return (
+                f"{cls.section}.{cls.selector} '{cls.chosen_name()}' has no field '{key}'"
+                f"{did_you_mean(key, written, written)}; its fields: {', '.join(names)}"
+            )
+        return f"unknown field '{key}' in section '{cls.section}'{did_you_mean(key, names)}"
 
     def to_yaml(self) -> str:
         return dump_yaml({self.section: self.to_dict()})
@@ -174,62 +217,8 @@ class TypedConfig:
             raise ConfigError(f"{path}: {err}") from None
 
 
-class RegisteredConfig(TypedConfig):
-    """The section of a plug-in chosen by name from a registry: a model family (``model.arch``) or a
-    task (``data.task``). The choosing key is written with the fields; a field this choice does not
-    have is refused naming the choice and listing its fields."""
-
-    selector: typing.ClassVar[str]  # the key whose value chose this class: 'arch', 'task'
-    link: typing.ClassVar[str]  # the class attribute :func:`register` sets to the plug-in: 'family', 'task'
-
-    def __post_init__(self) -> None:
-        self._check_types()
-        self.check()
-
-    def check(self) -> None:
-        """Value checks across fields; subclasses extend it (calling super().check())."""
-
-    @classmethod
-    def chosen_name(cls) -> str:
-        """The registered name that selects this class."""
-        name: str = getattr(cls, cls.link).name  # the plug-in that register() linked
-        return name
-
-    def to_dict(self) -> dict[str, Any]:
-        return {self.selector: self.chosen_name(), **dataclasses.asdict(self)}
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Self:
-        if not isinstance(data, dict):
-            raise ConfigError(f"section '{cls.section}' must be a mapping of field: value (got {type(data).__name__})")
-        names = cls.field_names()
-        # each field by how it is written, a config's inside this one too (a family's stack: d_model -> stack.d_model)
-        written = {name: name for name in names} | {
-            path.rpartition(".")[2]: path for path in field_paths(cls) if "." in path
-        }
-        for key in data:
-            if key == cls.selector or key in names:
-                continue
-            if key in written:
-                nested = written[key].rpartition(".")[0]
-                inside = "".join(f"{part}: {{" for part in nested.split("."))
-                raise ConfigError(
-                    f"{cls.section}.{key} is a field of {cls.section}.{nested}: write it inside {nested} "
-                    f"({inside}{key}: ...{'}' * (nested.count('.') + 1)}; --set {cls.section}.{written[key]}=...)"
-                )
-            raise ConfigError(
-                f"{cls.section}.{cls.selector} '{cls.chosen_name()}' has no field '{key}'"
-                f"{did_you_mean(str(key), written, written)}; its fields: {', '.join(names)}"
-            )
-        return super().from_dict({k: v for k, v in data.items() if k != cls.selector})
-
-
 def register(registry: dict[str, P], plugin: P, what: str) -> P:
-    """Add ``plugin`` (a class with ``name`` and a RegisteredConfig ``config``) to ``registry`` under
+    """Add ``plugin`` (a class with ``name`` and a TypedConfig ``config`` with a ``selector``) to ``registry`` under
     its name, and link its config class back to it; another plugin under a taken name is refused."""
     name, config = getattr(plugin, "name"), getattr(plugin, "config")
     if name in registry and registry[name] is not plugin:

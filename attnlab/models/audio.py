@@ -41,8 +41,7 @@ class LogMelFeatures(TypedConfig):
     hop_ms: float = 10.0
     scaling: str = "whisper"
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         at_least("features.n_mels", self.n_mels, 1)
         for name in ("window_ms", "hop_ms"):
             value = getattr(self, name)
@@ -104,8 +103,7 @@ class SpecAugmentation(TypedConfig):
     time_masks: int = 2
     time_width: int = 10
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         for name in ("freq_masks", "freq_width", "time_masks", "time_width"):
             at_least(f"augment.{name}", getattr(self, name), 0)
 

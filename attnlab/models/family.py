@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, get_type_hints
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from attnlab.config import RegisteredConfig, TypedConfig, at_least, one_of, read_config_file, register
+from attnlab.config import TypedConfig, at_least, one_of, read_config_file, register
 from attnlab.errors import ConfigError
 from attnlab.models.shape import DataShape, refuse_sizes
 from attnlab.models.stack import StackConfig
@@ -106,7 +106,7 @@ def inputs_named(value: Any) -> InputKind:
     return INPUT_KINDS[value]
 
 
-class FamilyConfig(RegisteredConfig):
+class FamilyConfig(TypedConfig):
     """Base of every family's config dataclass: section 'model', ``arch`` naming the family."""
 
     section: ClassVar[str] = "model"
@@ -165,8 +165,7 @@ class Depths(TypedConfig):
     encoder: int | None = None
     decoder: int | None = None
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         for name in ("encoder", "decoder"):
             if getattr(self, name) is not None:
                 at_least(f"depths.{name}", getattr(self, name), 1)

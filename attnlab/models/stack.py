@@ -54,8 +54,7 @@ class StackConfig(TypedConfig):
     ffn: bool = True
     attention_scale: str = "sqrt_dk"
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         one_of("activation", self.activation, ACTIVATIONS)
         one_of("norm", self.norm, NORM_PLACEMENTS)
         one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)

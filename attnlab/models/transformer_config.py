@@ -53,8 +53,7 @@ class Output(TypedConfig):
     # one does not import)
     NEVER: ClassVar[dict[str, tuple[int, ...]]] = {"all": (), "no_bos": (1,), "text": (0, 1, 3)}
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         one_of("output.vocabulary", self.vocabulary, self.NEVER)
 
     @property
@@ -91,8 +90,7 @@ class TokenEmbeddings(TypedConfig):
     tie: str = "all"
     vocab_multiple: int = 1
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         one_of("embeddings.kind", self.kind, EMBEDDINGS)
         one_of("embeddings.tie", self.tie, TIED)
         at_least("embeddings.vocab_multiple", self.vocab_multiple, 1)
@@ -129,8 +127,7 @@ class Positions(TypedConfig):
     max_relative_distance: int = 16
     max_len: int = 1024
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         one_of("positions.scheme", self.scheme, POSITIONAL)
         one_of("positions.combine", self.combine, POSITIONAL_COMBINE)
         at_least("positions.max_len", self.max_len, 1)

@@ -63,8 +63,7 @@ class Patches(TypedConfig):
     size: int = 16
     positional: str = "learned"
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         at_least("patches.size", self.size, 1)
         one_of("patches.positional", self.positional, PATCH_POSITIONAL)
 

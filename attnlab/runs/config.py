@@ -102,8 +102,7 @@ class TrainConfig(TypedConfig):
     layer_lr_decay: float = 1.0
     warmup_ratio: Optional[float] = None
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         one_of("optimizer", self.optimizer, OPTIMIZERS)
         one_of("sampling", self.sampling, SAMPLINGS)
         one_of("loss_reduction", self.loss_reduction, ("mean", "sum"))

@@ -27,7 +27,7 @@ from typing import (
 import torch
 from torch import nn
 
-from attnlab.config import RegisteredConfig, one_of, register
+from attnlab.config import TypedConfig, one_of, register
 from attnlab.data.batching import Batch as TokenBatch
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.tokenizers import PAD
@@ -42,7 +42,7 @@ D = TypeVar("D")  # a task's prepared data (batching.TaskData)
 B = TypeVar("B")  # one of its batches (batching.Batch)
 
 
-class TaskConfig(RegisteredConfig):
+class TaskConfig(TypedConfig):
     """Base of every task's data section: section 'data', ``task`` naming the task."""
 
     section: ClassVar[str] = "data"

@@ -229,7 +229,7 @@ def config_fields(cls: type, prefix: str = "", defaults: Any = None) -> list[Fie
 
 def sections() -> list[tuple[str, str | None, dict[str, type]]]:
     """Each config section: (section, the key that chooses its class or None, {choice: config class})."""
-    from attnlab.config import SECTIONS, RegisteredConfig, TypedConfig
+    from attnlab.config import SECTIONS, TypedConfig
     from attnlab.models import FAMILIES
     from attnlab.runs import config as run_config
     from attnlab.tasks import TASKS
@@ -237,7 +237,7 @@ def sections() -> list[tuple[str, str | None, dict[str, type]]]:
     registries = {}
     for registry in (FAMILIES, TASKS):
         configs = {name: plugin.config for name, plugin in registry.items()}
-        base = next(c for c in inspect.getmro(next(iter(configs.values()))) if RegisteredConfig in c.__bases__)
+        base = next(c for c in inspect.getmro(next(iter(configs.values()))) if TypedConfig in c.__bases__)
         registries[base.section] = (base.selector, configs)
     from attnlab.models.shape import DataShape
 
