@@ -43,7 +43,14 @@ def model(task: type) -> torch.nn.Module:
         return build_model(*sized(arch="encoder_decoder", stack=STACK, depths=dict(encoder=1, decoder=4), **SIZES))
     # 3 layers over 2 ranks: stages of 2 and 1; segments and mean pooling read the real tokens
     return build_model(
-        *sized(arch="encoder_only", stack=dict(STACK, n_layers=3), n_classes=3, n_segments=2, pooling="mean", **SIZES)
+        *sized(
+            arch="encoder_only",
+            stack=dict(STACK, n_layers=3),
+            n_classes=3,
+            n_segments=2,
+            classifier=dict(pooling="mean"),
+            **SIZES,
+        )
     )
 
 

@@ -115,7 +115,7 @@ def test_a_classifier_gives_the_same_logits_with_or_without_padding(pooling):
             vocab_size=20,
             stack=dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0),
             n_classes=3,
-            pooling=pooling,
+            classifier=dict(pooling=pooling),
             n_segments=2,
         )
     ).eval()
@@ -127,6 +127,33 @@ def test_a_classifier_gives_the_same_logits_with_or_without_padding(pooling):
         model.classify(padded, torch.cat([segments, torch.zeros(1, 3, dtype=torch.long)], 1)), alone, atol=1e-6
     )
     assert not torch.allclose(model.classify(ids, torch.zeros_like(ids)), alone, atol=1e-3)  # segments count
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("head", ["pooled", "linear"])
+def test_the_classifier_part_is_the_head_its_fields_name(pooling, head):
+    """model.classifier: logits = W_c tanh(W_p pool(h) + b_p) + b_c (pooled) or W_c pool(h) + b_c
+    (linear), pool the first real position's state or the mean of the real ones, by hand."""
+    torch.manual_seed(0)
+    model = build_model(
+        *sized(
+            arch="encoder_only",
+            vocab_size=20,
+            stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0),
+            n_classes=3,
+            classifier=dict(pooling=pooling, head=head),
+        )
+    ).eval()
+    ids = torch.tensor([[BOS, 5, 6, EOS, PAD], [BOS, 7, EOS, PAD, PAD]])
+    h, real = model.encode(ids), (ids != PAD).unsqueeze(-1)
+    pooled = h[:, 0] if pooling == "cls" else (h * real).sum(1) / real.sum(1)
+    out = model.classifier.out
+    if head == "pooled":
+        pooled = torch.tanh(model.classifier.pool(pooled))
+    assert torch.allclose(model.classify(ids), pooled @ out.weight.T + out.bias, atol=1e-6)
+    assert {name.split(".")[0] for name, _ in model.classifier.named_parameters()} == (
+        {"pool", "out"} if head == "pooled" else {"out"}
+    )
 
 
 def sentiment_tsv(path, n: int, seed: int, labels=("pos", "neg")):
@@ -144,7 +171,7 @@ def sentiment_tsv(path, n: int, seed: int, labels=("pos", "neg")):
 
 
 CONFIG = """\
-model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, pooling: {pooling},
+model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, classifier: {{pooling: {pooling}}},
         positions: {{scheme: learned, max_len: 16}}}}
 data: {{task: classification, train: {train}, valid: {valid}, max_len: 16}}
 train: {{max_steps: 60, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1, eval_every: 30,
@@ -192,7 +219,7 @@ def test_an_encoder_learns_to_classify_through_the_command_line(classifier):
     _, _, cfg = load_run(root / "run")
     shape = RunDir(root / "run").read_shape()  # the data's sizes, kept in shape.json
     assert (shape.vocab_size, shape.n_classes, shape.segments) == (16, 2, None)
-    assert (cfg.n_segments, cfg.segment_rows(shape), cfg.pooling) == (0, 0, "cls")
+    assert (cfg.n_segments, cfg.segment_rows(shape), cfg.classifier.pooling) == (0, 0, "cls")
     assert RunDir(root / "run").read_tokenizers()["tgt"] is None
 
 
@@ -297,7 +324,7 @@ def test_a_label_training_never_saw_is_named_with_its_line(tmp_path):
     config.write_text(
         CONFIG.format(pooling="cls", train=train, valid=valid)
         .replace("encoder_only", "decoder_lm")
-        .replace(", pooling: cls", "")
+        .replace(", classifier: {pooling: cls}", "")
     )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert (

@@ -147,10 +147,8 @@ REPEATED = {
     "colour": {"CaptioningConfig", "ImageClassificationConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
     "format": {"LanguageModelConfig", "TranslationConfig"},
-    "head": {"SingleStreamConfig", "ViTConfig"},
     "n_test": {"SceneSplits", "TranslationConfig"},
     "n_train": {"SceneSplits", "TranslationConfig"},
-    "pooling": {"EncoderOnlyConfig", "ViTConfig"},
     "resize": {"CaptioningConfig", "ImageClassificationConfig"},
     "test_fraction": {"ForecastingConfig", "NodeClassificationConfig"},
 }

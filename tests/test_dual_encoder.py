@@ -142,7 +142,7 @@ def test_the_towers_are_the_vit_and_the_text_encoder_with_the_same_weights():
             n_classes=2,
             patches=dict(size=4, positional="learned_2d"),
             stack=dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0, layer_norm_eps=1e-5),
-            pooling="cls",
+            classifier=dict(pooling="cls"),
         )
     ).eval()
     text = build_model(

@@ -120,6 +120,6 @@ def test_an_export_of_options_bert_lacks_names_them_all_in_one_line(tmp_path):
     assert done.returncode != 0 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr == (
         f"error: {tmp_path / 'run'}: BERT, MiniLM, all-MiniLM-L6-v2 has no counterpart for stack.norm 'pre' "
-        f"(BERT's is 'post'); pooling 'mean' (BERT's is 'cls')\n"
+        f"(BERT's is 'post'); classifier.pooling 'mean' (BERT's is 'cls')\n"
     )
     assert not (tmp_path / "exported").exists()

@@ -1,6 +1,6 @@
 """`attnlab export-hf` of vit runs as Hugging Face ViT: a tiny random ViTForImageClassification / ViTModel
 (every parameter perturbed) imported and exported again, and a tiny ViT trained by attnlab on the
-digits (recipes/digits/vit.yaml shrunk, ``head: linear``, learned 1-D positions), load in
+digits (recipes/digits/vit.yaml shrunk, ``classifier.head: linear``, learned 1-D positions), load in
 transformers (AutoModelForImageClassification / AutoModel) and compute what the originals compute
 (max abs difference <= 1e-5); the exported ViTImageProcessor gives the pixels attnlab reads (its
 size, bilinear resize and standardisation); options ViT lacks are refused in one line."""
@@ -29,7 +29,7 @@ from helpers import run_cli
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "digits" / "vit.yaml"
 SHRUNK = (
     "model.patches.positional=learned",
-    "model.head=linear",
+    "model.classifier.head=linear",
     "model.stack.d_model=16",
     "model.stack.n_heads=2",
     "model.stack.n_layers=2",
@@ -123,13 +123,13 @@ def test_a_trained_vit_exports_and_transformers_gives_its_logits_on_image_files(
     "changes, named",
     [
         (
-            {"patches": {"positional": "learned_2d"}, "head": "pooled"},
-            "patches.positional 'learned_2d' (ViT's is 'learned'); head 'pooled' (ViTForImageClassification's is 'linear')",
+            {"patches": {"positional": "learned_2d"}, "classifier": {"head": "pooled"}},
+            "patches.positional 'learned_2d' (ViT's is 'learned'); classifier.head 'pooled' (ViTForImageClassification's is 'linear')",
         ),
         ({"patches": {"positional": "sinusoidal_2d"}}, "patches.positional 'sinusoidal_2d' (ViT's is 'learned')"),
         (
-            {"patches": {"positional": "none"}, "pooling": "mean"},
-            "patches.positional 'none' (ViT's is 'learned'); pooling 'mean' (ViT's is 'cls')",
+            {"patches": {"positional": "none"}, "classifier": {"pooling": "mean"}},
+            "patches.positional 'none' (ViT's is 'learned'); classifier.pooling 'mean' (ViT's is 'cls')",
         ),
         ({"stack": {"norm": "post"}}, "stack.norm 'post' (ViT's is 'pre')"),
         ({}, "pruned heads (ViT has num_attention_heads in every layer)"),

@@ -17,7 +17,7 @@ from attnlab import ConfigError, model_config
 from attnlab.models.shape import SIZES, DataShape
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.config import RunConfig
-from attnlab.runs.migration import MOVED_TO_BACKENDS, MOVED_TO_POSITIONS, migrated_model, written_sizes
+from attnlab.runs.migration import MOVED_TO_BACKENDS, MOVED_TO_POSITIONS, migrated_model, refuse_moved, written_sizes
 from attnlab.runs.run_dir import RunDir
 
 from helpers import run_cli
@@ -147,13 +147,14 @@ def test_the_one_migration_moves_the_flat_backend_and_stack_fields_of_an_old_run
         "stack": {"d_model": 8},
         "backends": {"chunked": {"key_block": 4}},
     }
-    # the vit fixture's patch size and (ViT's own) positional scheme land in ``patches``; a captioner's
-    # positional places its tokens, in ``positions`` now
+    # the vit fixture's patch size and (ViT's own) positional scheme land in ``patches``, its pooling
+    # and head in ``classifier``; a captioner's positional places its tokens, in ``positions`` now
     vit = yaml.safe_load((FIXTURES / "vit" / "config.yaml").read_text())["model"]
-    assert (vit["patch_size"], vit["positional"]) == (4, "learned")
+    assert (vit["patch_size"], vit["positional"], vit["pooling"], vit["head"]) == (4, "learned", "cls", "pooled")
     assert migrated_model(vit) == {
-        **{k: v for k, v in vit.items() if k not in ("patch_size", "positional", *SIZES)},
+        **{k: v for k, v in vit.items() if k not in ("patch_size", "positional", "pooling", "head", *SIZES)},
         "patches": {"size": 4, "positional": "learned"},
+        "classifier": {"pooling": "cls", "head": "pooled"},
     }
     assert written_sizes(vit) == DataShape(channels=1, image_height=8, image_width=8, n_classes=10)
     captioner = {
@@ -342,3 +343,20 @@ def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(t
     assert RunConfig.from_file(config, ["model.patches.positional=none", "model.patches.size=2"]).model == model_config(
         {"arch": "vit", "patches": {"positional": "none", "size": 2}}
     )
+
+
+@pytest.mark.parametrize("arch", ["vit", "encoder_only", "single_stream"])
+def test_a_new_config_with_the_flat_classifier_fields_is_refused_naming_classifier(arch):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set 'model.pooling=mean': model.pooling is now model.classifier.pooling, in a part of its own "
+        r"\(write classifier: \{pooling: ...\}; --set model.classifier.pooling=...\)$",
+    ):
+        refuse_moved(arch, ["pooling"], "--set 'model.pooling=mean': ")
+    with pytest.raises(ConfigError, match=r"model.head is now model.classifier.head"):
+        refuse_moved(arch, ["head"])
+    # an old run's flat fields migrate into the part (the vit fixture above, written with them, loads)
+    assert migrated_model({"arch": arch, "pooling": "mean", "head": "linear"}) == {
+        "arch": arch,
+        "classifier": {"pooling": "mean", "head": "linear"},
+    }

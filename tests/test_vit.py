@@ -133,7 +133,7 @@ def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positi
             dict(stack=dict(attention_backend="linear")),
             r"attention_backend 'linear' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$",
         ),
-        (dict(pooling="max"), r"pooling must be one of 'cls', 'mean'"),
+        (dict(classifier=dict(pooling="max")), r"^classifier.pooling must be one of 'cls', 'mean'"),
     ],
 )
 def test_the_config_refuses_early_naming_the_field(fields, message):

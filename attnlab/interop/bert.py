@@ -107,7 +107,7 @@ def bert_model_fields(config: dict[str, Any], where: Path | str) -> tuple[dict[s
                 "positions": {"scheme": "learned", "max_len": config["max_position_embeddings"]},
                 "embeddings": {"kind": "normed", "tie": "output"},
                 "n_segments": config.get("type_vocab_size", 2),
-                "pooling": "cls",
+                "classifier": {"pooling": "cls", "head": "pooled"},
             },
             DataShape(vocab_size=config["vocab_size"], pad_id=PAD),
         )
@@ -224,7 +224,8 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
         "stack.ffn": True,
         "embeddings.tie": "output",
         "stack.attention_scale": "sqrt_dk",
-        "pooling": "cls",
+        "classifier.pooling": "cls",
+        "classifier.head": "pooled",
     }
     refused = [
         f"{name} {attrgetter(name)(cfg)!r} (BERT's is {value!r})"

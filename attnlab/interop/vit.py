@@ -128,8 +128,7 @@ def vit_model_fields(config: dict[str, Any], with_classifier: bool, where: Path)
         return {
             "arch": "vit",
             "patches": {"size": patch_h, "positional": "learned"},
-            "pooling": "cls",
-            "head": "linear" if with_classifier else "pooled",
+            "classifier": {"pooling": "cls", "head": "linear" if with_classifier else "pooled"},
             "stack": {
                 "d_model": config["hidden_size"],
                 "n_heads": config["num_attention_heads"],
@@ -245,9 +244,9 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
     head, architecture = ARCHITECTURES[data.task.name]  # a vit run's tasks
     needs = {
         "patches.positional": ("learned", "ViT"),
-        "pooling": ("cls", "ViT"),
+        "classifier.pooling": ("cls", "ViT"),
         "stack.norm": ("pre", "ViT"),
-        "head": (head, architecture),
+        "classifier.head": (head, architecture),
     }
     refused = [
         f"{name} {attrgetter(name)(cfg)!r} ({whose}'s is {value!r})"

@@ -20,13 +20,13 @@ from torch import nn
 
 from attnlab.config import one_of
 from attnlab.models import transformer as parts
+from attnlab.models.classifier import Classifier
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.transformer_config import Positions, TokenEmbeddings, TransformerFamily
-from attnlab.models.vit import HEADS, IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
+from attnlab.models.vit import IMAGE_BACKENDS_REFUSAL, Patches, init_patch_positions
 from attnlab.nn.backends import BackendOptions
-from attnlab.nn.pooling import FirstTokenPooling
 from attnlab.nn.single_stream import ImagePatches, NoImage, SingleStreamTransformer
 
 OF = "arch 'single_stream'"  # who needs a size the data has not given
@@ -46,9 +46,9 @@ IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], nn.Module]] 
 @dataclass(frozen=True)
 class SingleStreamConfig(FamilyConfig):
     """The ``patches`` (size P, dividing both sides of the data's images, and positional scheme),
-    ``image_tokens`` and
-    ``head``, and the Transformer's fields for the one encoder: small, pre-norm and GELU by default,
-    as ViT and ViLT."""
+    ``image_tokens``, the ``classifier`` over the answers (``pooling`` ``cls``: the [CLS] token's
+    state, ViLT's), and the Transformer's fields for the one encoder: small, pre-norm and GELU by
+    default, as ViT and ViLT."""
 
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, activation="gelu", norm="pre")
     positions: Positions = Positions(scheme="learned", max_len=32)
@@ -57,11 +57,10 @@ class SingleStreamConfig(FamilyConfig):
 
     patches: Patches = Patches(size=4, positional="learned_2d")
     image_tokens: str = "patches"
-    head: str = "pooled"
+    classifier: Classifier = Classifier()
 
     def check(self) -> None:
         one_of("image_tokens", self.image_tokens, IMAGE_TOKENS)
-        one_of("head", self.head, HEADS)
         one_of("positions.scheme", self.positions.scheme, TEXT_POSITIONAL)
         super().check()
         self.patches.check_width(self.stack.d_model)
@@ -88,7 +87,7 @@ class SingleStreamFamily(TransformerFamily):
     @staticmethod
     def build(cfg: SingleStreamConfig, shape: DataShape) -> SingleStreamTransformer:
         of = OF
-        head = HEADS[cfg.head](cfg.stack.d_model, shape.need("n_classes", of), cfg.stack.dropout, FirstTokenPooling())
+        head = cfg.classifier.build(cfg.stack.d_model, shape.need("n_classes", of), cfg.stack.dropout)
         model = SingleStreamTransformer(
             parts.embeddings(cfg, shape.need("vocab_size", of)),
             IMAGE_TOKENS[cfg.image_tokens](cfg, shape),

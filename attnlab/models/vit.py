@@ -16,16 +16,15 @@ from torch import nn
 from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
+from attnlab.models.classifier import Classifier
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
-from attnlab.nn.heads import ClassificationHead
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.vision import (
     ClassToken,
     LearnedPatchPositional,
     LearnedRowColumnPositional,
-    LinearClassifier,
     PatchEmbedding,
     PatchMean,
     SinCos2DPositional,
@@ -42,11 +41,6 @@ PATCH_POSITIONAL: dict[str, type[PositionalEncoding]] = {
 
 # pooling: what summarises the image for the classifier
 SUMMARIES: dict[str, type[nn.Module]] = {"cls": ClassToken, "mean": PatchMean}
-
-# head: the classifier on the summary. "pooled": a tanh layer, then the output (ViT's pre-training
-# head, BERT's pooler); "linear": the output alone (ViT fine-tuned, Hugging Face's
-# ViTForImageClassification)
-HEADS: dict[str, type[nn.Module]] = {"pooled": ClassificationHead, "linear": LinearClassifier}
 
 # What an image's attention needs of its backend: an image is a short sequence of patches (N + 1 tokens)
 IMAGE_BACKENDS_REFUSAL = "is blockwise or approximate, which an image's few patches do not need"
@@ -105,20 +99,18 @@ class Patches(TypedConfig):
 @dataclass(frozen=True)
 class ViTConfig(FamilyConfig):
     """The ``patches`` (size P, dividing both sides of the data's images, and their positional
-    scheme), and the encoder's fields, as the
-    Transformer's: pre-norm and GELU by default, as ViT. ``head``: ``pooled``, a tanh layer before the output (ViT's pre-training
-    head), or ``linear``, the output alone (ViT fine-tuned; an imported ViTForImageClassification)."""
+    scheme), the encoder's fields, as the Transformer's (pre-norm and GELU by default, as ViT), and the
+    ``classifier``: ``pooling`` ``cls`` prepends ViT's class token, ``mean`` averages the patches;
+    ``head`` ``pooled`` is ViT's pre-training head, ``linear`` ViT fine-tuned (an imported
+    ViTForImageClassification)."""
 
     patches: Patches = Patches()
     stack: StackConfig = StackConfig(
         d_model=192, n_heads=3, n_layers=12, d_ff=768, activation="gelu", norm="pre", layer_norm_eps=1e-6
     )
-    pooling: str = "cls"
-    head: str = "pooled"
+    classifier: Classifier = Classifier()
 
     def check(self) -> None:
-        one_of("pooling", self.pooling, SUMMARIES)
-        one_of("head", self.head, HEADS)
         self.family.check_stack(self.stack)
         self.patches.check_width(self.stack.d_model)
 
@@ -139,8 +131,8 @@ class ViTFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: ViTConfig, shape: DataShape) -> VisionTransformer:
-        summary = SUMMARIES[cfg.pooling](cfg.stack.d_model)
-        head = HEADS[cfg.head](
+        summary = SUMMARIES[cfg.classifier.pooling](cfg.stack.d_model)
+        head = cfg.classifier.build(
             cfg.stack.d_model, shape.need("n_classes", "arch 'vit'"), cfg.stack.dropout, summary.pooling()
         )
         d_model, of = cfg.stack.d_model, "arch 'vit'"

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.nn.embeddings import Embeddings
-from attnlab.nn.heads import ClassificationHead, MaskedLMHead
+from attnlab.nn.heads import MaskedLMHead
 from attnlab.nn.layers import Encoder
 from attnlab.nn.stages import Carried, Stage, layer_ranges
 from attnlab.nn.tensor_plan import TensorPlan, megatron
@@ -18,7 +18,7 @@ class EncoderOnly(nn.Module):
     segment embeddings, ``segments`` (B, T) says which sentence of a pair each token is in."""
 
     def __init__(
-        self, embed: Embeddings, encoder: Encoder, mlm_head: MaskedLMHead, classifier: ClassificationHead, pad_id: int
+        self, embed: Embeddings, encoder: Encoder, mlm_head: MaskedLMHead, classifier: nn.Module, pad_id: int
     ) -> None:
         super().__init__()
         self.embed, self.encoder = embed, encoder

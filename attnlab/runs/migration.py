@@ -109,6 +109,8 @@ MOVED_TO_POSITIONS = {
     "max_relative_distance": "max_relative_distance",
     "max_len": "max_len",
 }
+# A flat field of a family that classifies a whole input -> where it is now, in the composed ``classifier``
+MOVED_TO_CLASSIFIER = {"pooling": "pooling", "head": "head"}
 
 
 def moved(arch: str, own: list[str]) -> dict[str, str]:
@@ -130,6 +132,8 @@ def moved(arch: str, own: list[str]) -> dict[str, str]:
         paths |= {name: f"embeddings.{path}" for name, path in MOVED_TO_EMBEDDINGS.items()}
     if "positions" in own:
         paths |= {name: f"positions.{path}" for name, path in MOVED_TO_POSITIONS.items()}
+    if "classifier" in own:
+        paths |= {name: f"classifier.{path}" for name, path in MOVED_TO_CLASSIFIER.items()}
     return paths
 
 
