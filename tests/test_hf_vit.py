@@ -75,7 +75,7 @@ def imported(tmp_path: Path, folder: Path, task: str, commands: str):
 def test_states_and_logits_equal_transformers(tmp_path):
     folder = tiny_folder(tmp_path / "hf")
     model, cfg = imported(tmp_path, folder, "image_classification", "predict, evaluate, inspect")
-    assert (cfg.head, cfg.stack.layer_norm_eps, cfg.stack.activation, cfg.stack.norm) == (
+    assert (cfg.classifier.head, cfg.stack.layer_norm_eps, cfg.stack.activation, cfg.stack.norm) == (
         "linear",
         1e-12,
         "gelu",
@@ -129,7 +129,7 @@ def test_without_a_preprocessor_config_the_pixels_are_vit_image_processors_defau
 def test_a_vit_model_is_an_image_encoder_run_that_inspect_reads_and_predict_refuses(tmp_path):
     folder = tiny_folder(tmp_path / "hf", head=False)
     model, cfg = imported(tmp_path, folder, "image_encoder", "inspect")
-    assert cfg.head == "pooled"
+    assert cfg.classifier.head == "pooled"
     images = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         theirs = reference(folder, head=False)(pixel_values=images)
