@@ -144,9 +144,11 @@ class TypedConfig:
 
     def _check_types(self) -> None:
         hints = typing.get_type_hints(type(self))
+        part = self.section.partition(".")[2]  # a part's fields are named by its path: 'positions.base'
         for f in dataclasses.fields(self):  # configs are frozen: set the checked value underneath
             value, hint = getattr(self, f.name), hints[f.name]
-            checked = _nested(f, value, hint) if _is_config(hint) else _coerce(f.name, value, hint)
+            name = f"{part}.{f.name}" if part else f.name
+            checked = _nested(f, value, hint) if _is_config(hint) else _coerce(name, value, hint)
             object.__setattr__(self, f.name, checked)
 
     @classmethod

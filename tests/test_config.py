@@ -96,7 +96,7 @@ from helpers import RECURRENT_PRESET, RECURRENT_SETS, sized, without_dropout
             r"model.stack.norm=...\)",
         ),
         (dict(stack=dict(layer_norm_eps=float("nan"))), r"layer_norm_eps must be a finite number"),
-        (dict(positions=dict(base=float("inf"))), r"^base must be a finite number \(got inf\)$"),
+        (dict(positions=dict(base=float("inf"))), r"^positions.base must be a finite number \(got inf\)$"),
         (
             dict(arch="decoder_lm", n_encoder_layers=2),
             r"model.arch 'decoder_lm' has no field 'n_encoder_layers' \(did you "
