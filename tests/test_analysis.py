@@ -32,8 +32,8 @@ from attnlab.analysis.plots import (
     entropy_figure,
     entropy_plot,
     positional_plots,
-    pruning_plot,
 )
+from attnlab.analysis.result_plots import pruning_plot
 from attnlab.cli import main
 from attnlab.data.tokenizers import BOS
 from attnlab.decode import translate as translate_module

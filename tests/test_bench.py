@@ -613,7 +613,7 @@ def test_mfu_and_the_gemm_flops():
 
 
 def test_train_lines_show_both_mfus_as_percentages(capsys):
-    from attnlab.cli.bench import emit_comparison
+    from attnlab.cli.bench_runners import emit_comparison
 
     train = {
         "name": "train_fp32",

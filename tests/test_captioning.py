@@ -274,7 +274,7 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     """`inspect --src IMAGE` on a captioner: the maps it draws per word are the cross-attention
     weights of a hand-run teacher-forced forward over its caption (a 4x4 grid of 8x8 patches), per
     head and their mean, each summing to 1; and those of cached greedy decoding step by step."""
-    from attnlab.analysis import inspect
+    from attnlab.analysis import inspect_images
     from attnlab.analysis.capture import capture_attention
     from attnlab.data.tokenizers import BOS
     from attnlab.views import inspect_run
@@ -283,9 +283,9 @@ def test_inspect_draws_each_words_cross_attention_over_the_patch_grid(captioning
     drawn = generate("test", 1, seed=3, max_objects=1)[0]
     path = write_png(tmp_path / "scene.png", drawn.pixels)
     plotted = []
-    real_plot = inspect.patch_attention_plot
+    real_plot = inspect_images.patch_attention_plot
     monkeypatch.setattr(
-        inspect,
+        inspect_images,
         "patch_attention_plot",
         lambda picture, maps, *rest: plotted.append((picture, maps)) or real_plot(picture, maps, *rest),
     )

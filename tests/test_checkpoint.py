@@ -106,7 +106,7 @@ def test_a_full_disk_at_the_second_checkpoint_ends_in_one_line_and_the_first_res
 
 
 def test_the_space_a_checkpoint_needs_counts_each_storage_once():
-    from attnlab.runs.run_dir import amount, checkpoint_bytes
+    from attnlab.runs.checkpoint_files import amount, checkpoint_bytes
 
     shared = torch.zeros(1000)  # 4,000 bytes, tied: stored once
     state = {"optimizer": {"state": {0: {"exp_avg": torch.zeros(10, dtype=torch.float64)}}, "lr": [0.1]}}

@@ -21,7 +21,8 @@ from attnlab import DataError
 from attnlab.cli import main
 from attnlab.data import sources
 from attnlab.data.fetch import NOTE, fetch
-from attnlab.data.sources import DATASETS, FSDD_FILES, listing, manifest_files
+from attnlab.data.pinned import manifest_files
+from attnlab.data.sources import DATASETS, FSDD_FILES, listing
 
 # (digit, speaker, index): indices 0-4 are the official test split, 5-49 training
 RECORDINGS = [(0, "george", 0), (0, "george", 7), (3, "theo", 4), (3, "theo", 5), (9, "lucas", 49), (7, "jackson", 12)]

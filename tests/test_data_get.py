@@ -18,7 +18,8 @@ from attnlab import DataError
 from attnlab.cli import main
 from attnlab.data import sources
 from attnlab.data.fetch import NOTE, fetch
-from attnlab.data.sources import DATASETS, ETT_ROWS, Dataset, SourceFile
+from attnlab.data.pinned import Dataset, SourceFile
+from attnlab.data.sources import DATASETS, ETT_ROWS
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PLAIN = b"jump twice\nwalk left\n"

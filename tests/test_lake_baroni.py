@@ -18,9 +18,10 @@ from attnlab.decode.search import beam_search, greedy
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.transformer import Seq2Seq
+from attnlab.runs.checkpoint_files import MODEL_FILE
 from attnlab.runs.config import RunConfig
 from attnlab.runs.data import prepare
-from attnlab.runs.run_dir import MODEL_FILE, RunDir
+from attnlab.runs.run_dir import RunDir
 from attnlab.train.run import train_run
 
 from helpers import assert_cached_matches_uncached, random_ids, sized, tiny_model

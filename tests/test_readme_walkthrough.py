@@ -48,7 +48,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.data.sources import DATASETS, Dataset
+from attnlab.data.pinned import Dataset
+from attnlab.data.sources import DATASETS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -23,10 +23,11 @@ from attnlab.errors import ConfigError
 from attnlab.models import build_model
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.runs.checkpoint import load_run
+from attnlab.runs.checkpoint_files import MODEL_FILE, STATE_FILE
 from attnlab.runs.config import RunConfig
 from attnlab.runs.data import prepare, shape_of
 from attnlab.runs.derived import average_checkpoints
-from attnlab.runs.run_dir import MODEL_FILE, STATE_FILE, RunDir
+from attnlab.runs.run_dir import RunDir
 from attnlab.train.progress import Progress
 from attnlab.train.run import train_run
 from attnlab.train.schedules import constant, cosine, fitted_warmup, make_scheduler, noam

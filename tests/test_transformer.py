@@ -275,7 +275,7 @@ class SDPACalls:
             self.calls.append({"attn_mask": attn_mask, "is_causal": is_causal, "square": q.shape[2] == k.shape[2]})
             return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kw)
 
-        monkeypatch.setattr("attnlab.nn.attention.F.scaled_dot_product_attention", recorded)
+        monkeypatch.setattr("attnlab.nn.kernels.F.scaled_dot_product_attention", recorded)
 
 
 @pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rotary"])

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXEMPT_AT_MOST = 98  # the modules exempt when the whole package came under --strict; lower it as modules leave
+EXEMPT_AT_MOST = 97  # the modules exempt when the whole package came under --strict; lower it as modules leave
 IGNORES_AT_MOST = 7
 
 

@@ -26,9 +26,10 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.attention import BiasFn, MultiHeadAttention
+from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.backends import AttentionBackend
 from attnlab.nn.cache import KVCache
+from attnlab.nn.kernels import BiasFn
 from attnlab.nn.masks import AttentionMask
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.nn.rnn import LakeBaroniDecoder, RNNDecoder

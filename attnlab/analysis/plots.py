@@ -1,19 +1,15 @@
-"""Figures, written to PNG files with matplotlib (Agg, no screen needed). Each PNG carries its
-axis labels in its metadata ('Description', JSON) so that a program can check what it shows.
+"""Figures of attention (and of the positional table), written to PNG files with matplotlib (Agg, no
+screen needed). Each PNG carries its axis labels in its metadata ('Description', JSON) so that a
+program can check what it shows. The figures of what runs score and predict (confusion matrices,
+pruning curves, forecasts, sweeps) are analysis/result_plots.py's.
 
 - ``attention_heatmaps``: one figure per attention module, one panel per head, tokens on the axes;
 - ``alignment_plot``: source-target alignment in the style of Bahdanau et al. (2015), fig. 3;
 - ``entropy_plot``: mean entropy per layer and head, the value written in each cell;
-- ``pruning_plot``: a metric against the fraction of heads pruned;
-- ``confusion_plot``: a classifier's confusion matrix, the count in each cell;
 - ``patch_attention_plot``: attention over an image's patch grid, drawn on the image, one panel
   per map (layer and head, or the rollout);
 - ``block_plot``: one block of an attention map (a single stream's words over its patches, or
   the reverse), or an average of them, as one heatmap;
-- ``lead_time_plot``: a forecaster's MSE against the steps ahead;
-- ``forecast_plot``: history, forecast and truth of chosen channels of a series;
-- ``sweep_plot``: a sweep's metrics against its first grid axis, one line per combination of the
-  other axes, the bars one standard deviation over seeds;
 - ``positional_plots``: the sinusoidal table as a heatmap, and PE(p) . PE(p + k) against the
   offset k for several bases n.
 
@@ -26,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib
 
@@ -34,6 +30,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from torch import Tensor  # noqa: E402
@@ -41,7 +38,7 @@ from torch import Tensor  # noqa: E402
 from attnlab.nn.positional import sinusoid  # noqa: E402
 
 
-def _save(fig, path: Path, labels: dict) -> Path:
+def _save(fig: Figure, path: Path, labels: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, metadata={"Description": json.dumps(labels, ensure_ascii=False)})
     plt.close(fig)
@@ -59,7 +56,9 @@ def _ticks(labels: Sequence[str]) -> tuple[range, list[str]]:
     return at, [labels[i] for i in at]
 
 
-def _heatmap(ax, matrix: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, vmax: float = 1.0) -> AxesImage:
+def _heatmap(
+    ax: Axes, matrix: Tensor, rows: Sequence[str], cols: Sequence[str], title: str, vmax: float = 1.0
+) -> AxesImage:
     image = ax.imshow(matrix.float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(*_ticks(cols), rotation=90, fontsize=7)
     ax.set_yticks(*_ticks(rows), fontsize=7)
@@ -133,13 +132,13 @@ def alignment_plot(weights: Tensor, source: Sequence[str], target: Sequence[str]
     )
 
 
-def _luma(rgb: Sequence[float]) -> float:
+def _luma(rgb: Sequence[float] | np.ndarray) -> float:
     """Perceived brightness of an RGB(A) colour in [0, 1] (ITU-R BT.601 weights)."""
     r, g, b = rgb[:3]
     return 0.299 * r + 0.587 * g + 0.114 * b
 
 
-def _annotate(ax, image: AxesImage, grid: Tensor, style: str = "{:.2f}") -> None:
+def _annotate(ax: Axes, image: AxesImage, grid: Tensor, style: str = "{:.2f}") -> None:
     """Write each cell's value (``style``: two decimals) on it, in black on light colours and white on dark."""
     for (i, j), value in np.ndenumerate(grid.numpy()):
         if not math.isnan(value):
@@ -211,123 +210,6 @@ def patch_attention_plot(picture: np.ndarray, maps: Tensor, titles: Sequence[str
         patch_attention_figure(picture, maps, titles, title),
         path,
         {"title": title, "panels": list(titles), "grid": list(maps.shape[1:])},
-    )
-
-
-def confusion_plot(counts: list[list[int]], labels: Sequence[str], path: Path) -> Path:
-    """A confusion matrix: true labels down, predicted across, the count in each cell."""
-    grid = torch.tensor(counts, dtype=torch.float)
-    n = len(labels)
-    fig, ax = plt.subplots(figsize=(2.5 + 0.7 * n, 1.8 + 0.6 * n), layout="constrained")
-    image = ax.imshow(grid.numpy(), cmap="Blues", aspect="auto", vmin=0)
-    _annotate(ax, image, grid, "{:.0f}")
-    ax.set_xticks(range(n), labels, rotation=90 if n > 6 else 0, fontsize=8)
-    ax.set_yticks(range(n), labels, fontsize=8)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    fig.colorbar(image, ax=ax, label="examples")
-    ax.set_title("confusion matrix", fontsize=9)
-    return _save(fig, path, {"title": "confusion matrix", "rows": list(labels), "cols": list(labels), "counts": counts})
-
-
-def pruning_plot(fractions: Sequence[float], values: Sequence[float], metric: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot([100 * f for f in fractions], values, marker="o")
-    ax.set_xlabel("heads pruned (%)")
-    ax.set_ylabel(metric)
-    ax.grid(True, alpha=0.3)
-    ax.set_title(f"{metric} after pruning the least important heads", fontsize=9)
-    fig.tight_layout()
-    return _save(
-        fig, path, {"x": "heads pruned (%)", "y": metric, "fractions": list(fractions), "values": list(values)}
-    )
-
-
-def lead_time_plot(mse_by_step: Sequence[float], title: str, path: Path) -> Path:
-    """A forecaster's MSE against the lead time (1 ... H steps ahead), over every window and channel."""
-    steps = list(range(1, len(mse_by_step) + 1))
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
-    ax.plot(steps, mse_by_step)
-    ax.set_xlabel("steps ahead")
-    ax.set_ylabel("MSE (standardised)")
-    ax.grid(True, alpha=0.3)
-    ax.set_title(f"MSE by lead time: {title}", fontsize=9)
-    fig.tight_layout()
-    return _save(fig, path, {"x": "steps ahead", "y": "MSE (standardised)", "values": list(mse_by_step)})
-
-
-def forecast_plot(forecast, channels: Sequence[str], title: str, path: Path) -> Path:
-    """One panel per channel: the input rows (history), the forecast and the truth where there is
-    one, against the step from the forecast's origin (negative: history). ``forecast``: a
-    cli/forecast.py Forecast."""
-    L, H = len(forecast.history), len(forecast.values)
-    fig, axes = plt.subplots(len(channels), 1, figsize=(8, 2.4 * len(channels)), squeeze=False, sharex=True)
-    for ax, name in zip(axes[:, 0], channels):
-        c = forecast.columns.index(name)
-        ax.plot(range(-L, 0), forecast.history[:, c], color="0.45", lw=1, label="history")
-        if len(forecast.truth):
-            ax.plot(range(len(forecast.truth)), forecast.truth[:, c], color="black", lw=1, label="truth")
-        ax.plot(range(H), forecast.values[:, c], color="tab:red", lw=1.5, label="forecast")
-        ax.axvline(0, color="0.7", lw=0.8, ls="--")
-        ax.set_ylabel(name)
-        ax.grid(True, alpha=0.3)
-    axes[0, 0].legend(fontsize=8, loc="upper left")
-    axes[0, 0].set_title(f"{title}: forecast from {forecast.dates[0]}", fontsize=9)
-    axes[-1, 0].set_xlabel("steps from the forecast's origin")
-    fig.tight_layout()
-    return _save(
-        fig,
-        path,
-        {
-            "channels": list(channels),
-            "origin": forecast.origin,
-            "history": L,
-            "horizon": H,
-            "truth": len(forecast.truth),
-        },
-    )
-
-
-def sweep_plot(table, path: Path) -> Path:
-    """One panel per metric of a sweep's ``table`` (analysis/sweep_table.py Table): the mean over seeds
-    against the first axis's values (numbers on a numeric axis, logarithmic where they span 16x or
-    more; anything else in the grid's order), one line per combination of the other axes."""
-    first, others = table.axes[0], table.axes[1:]
-    xs = list(dict.fromkeys(cell.value(first) for cell, _, _ in table.rows))  # a joint axis's values are tuples
-    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
-    position = {x: (x if numeric else i) for i, x in enumerate(xs)}
-    fig, axes = plt.subplots(1, len(table.metrics), figsize=(4.5 * len(table.metrics), 3.5), squeeze=False)
-    for ax, metric in zip(axes[0], table.metrics):
-        lines: dict[str, list] = {}
-        for cell, spreads, _ in table.rows:
-            if metric in spreads:
-                label = ", ".join(f"{a}={cell.shown(a)}" for a in others) or metric
-                lines.setdefault(label, []).append((position[cell.value(first)], spreads[metric]))
-        for label, points in lines.items():
-            points.sort(key=lambda p: p[0])
-            ax.errorbar(
-                [p for p, _ in points],
-                [s.mean for _, s in points],
-                yerr=[s.std or 0.0 for _, s in points],
-                marker="o",
-                capsize=3,
-                label=label,
-            )
-        if numeric and min(xs) > 0 and max(xs) >= 16 * min(xs):
-            ax.set_xscale("log")
-        if not numeric:
-            shown = {cell.value(first): cell.shown(first) for cell, _, _ in table.rows}
-            ax.set_xticks(range(len(xs)), [shown[x] for x in xs], rotation=30, fontsize=8)
-        ax.set_xlabel(first)
-        ax.set_ylabel(metric)
-        ax.grid(True, alpha=0.3)
-        if others:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    return _save(
-        fig,
-        path,
-        {"x": first, "x_values": [str(x) for x in xs], "metrics": list(table.metrics), "cells": len(table.rows)},
     )
 
 

@@ -29,8 +29,9 @@ from attnlab.eval.evaluate import evaluate as evaluate_text
 from attnlab.files import publish_dir, staging_dir
 from attnlab.nn.attention import remove_heads
 from attnlab.runs.checkpoint import load_run
+from attnlab.runs.checkpoint_files import write_checkpoint
 from attnlab.runs.data import read_run_data
-from attnlab.runs.run_dir import RunDir, write_checkpoint
+from attnlab.runs.run_dir import RunDir
 from attnlab.runs.weights_file import exported_weights
 from attnlab.tasks import Task
 from attnlab.tasks.translation import Seq2SeqData

@@ -1,7 +1,7 @@
 """A sweep's results table (analysis/sweep.py plans and launches the runs): per cell, the mean,
 standard deviation, minimum and maximum over seeds of each metric, read from the finished runs'
 scores (PlannedRun.scores: their summary.json and evaluation); written as results.md, results.csv,
-every run's scores in runs.csv, and results.png (analysis/plots.py's sweep_plot)."""
+every run's scores in runs.csv, and results.png (analysis/result_plots.py's sweep_plot)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ _SUMMARY_COUNTS = (
 
 def write_results(table: Table, out: Path) -> list[Path]:
     """results.md, results.csv, runs.csv and results.png in ``out``."""
-    from attnlab.analysis.plots import sweep_plot
+    from attnlab.analysis.result_plots import sweep_plot
 
     files = []
     for name, text in (("results.md", table.markdown()), ("results.csv", table.csv()), ("runs.csv", table.runs_csv())):

@@ -50,8 +50,8 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 
 
 def cmd_prune(args: argparse.Namespace) -> None:
-    from attnlab.analysis.plots import pruning_plot
     from attnlab.analysis.prune import prune_run
+    from attnlab.analysis.result_plots import pruning_plot
 
     check_new_file(args.plot, args.force, "--plot")  # now, not after the measurements
     device = device_of(args)

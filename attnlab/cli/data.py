@@ -21,7 +21,8 @@ def cmd_data_list(args: argparse.Namespace) -> None:
 
 def cmd_data_get(args: argparse.Namespace) -> None:
     from attnlab.data.fetch import fetch
-    from attnlab.data.sources import GITHUB_RAW, listing, lookup
+    from attnlab.data.pinned import GITHUB_RAW
+    from attnlab.data.sources import listing, lookup
 
     if args.name is None:
         cmd_data_list(args)

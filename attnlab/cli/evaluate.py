@@ -163,7 +163,7 @@ def _evaluate_own_format(args: argparse.Namespace, task: EvaluatesFiles) -> None
 
 def _plot_record(result: dict, path: Path) -> None:
     """`evaluate --plot`: a classifier's confusion matrix, or a forecaster's MSE by lead time."""
-    from attnlab.analysis.plots import confusion_plot, lead_time_plot
+    from attnlab.analysis.result_plots import confusion_plot, lead_time_plot
 
     if "confusion" in result:
         confusion_plot(result["confusion"], result["labels"], path)
@@ -235,7 +235,7 @@ def cmd_forecast(args: argparse.Namespace) -> None:
             f"{forecast.scores['mse']:.4f}, MAE {forecast.scores['mae']:.4f} (standardised values)"
         )
     if args.plot:
-        from attnlab.analysis.plots import forecast_plot
+        from attnlab.analysis.result_plots import forecast_plot
 
         forecast_plot(forecast, channels, f"{args.run_dir} on {args.data}", Path(args.plot))
         stderr_line(f"plot: {args.plot}")

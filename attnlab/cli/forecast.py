@@ -1,7 +1,7 @@
 """`attnlab forecast`'s logic (the command itself is cli/evaluate.py's cmd_forecast): ``--origin``
 read as a row number or a date of the series (:func:`origin_row`), and a forecasting run's
 forecast from that row (:func:`forecast_from`), in the file's units, with the truth the file has
-(:class:`Forecast`, which analysis/plots.py's forecast_plot draws)."""
+(:class:`Forecast`, which analysis/result_plots.py's forecast_plot draws)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from attnlab.data.sources import GITHUB_RAW, Dataset, SourceFile, listing
+from attnlab.data.pinned import GITHUB_RAW, Dataset, SourceFile
+from attnlab.data.sources import listing
 from attnlab.errors import DataError, UsageError
 from attnlab.files import atomic_write_bytes, atomic_write_text, is_leftover, publish_dir, staging_dir
 

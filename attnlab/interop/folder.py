@@ -28,9 +28,10 @@ from attnlab.files import atomic_write_bytes, atomic_write_text, publish_dir, st
 from attnlab.models import FamilyConfig
 from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import load_run
+from attnlab.runs.checkpoint_files import write_checkpoint
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport
-from attnlab.runs.run_dir import RunDir, write_checkpoint
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks import TaskConfig
 
 WEIGHTS, PICKLED, CONFIG = "model.safetensors", "pytorch_model.bin", "config.json"

@@ -12,20 +12,8 @@ pooler, no output layer), which refuses `predict`.
 Hugging Face's ViT is attnlab's with pre-norm layers, exact GELU, a class token, learned 1-D
 positions, the final LayerNorm, ``head: linear`` (ViTForImageClassification's one Linear on the
 class token's state) or ``head: pooled`` (ViTModel's pooler, tanh(W h_cls + b), is the tanh layer);
-attention runs through PyTorch's fused ``sdpa`` backend. The weights map one to one:
-
-    embeddings.patch_embeddings.projection    patch_embed.projection (the Conv2d's weight flattened)
-    embeddings.position_embeddings[1:]        positional.table (the patches' positions)
-    embeddings.cls_token + position_embeddings[0]   summary.token (below)
-    encoder.layer.i.layernorm_before          encoder.layers.i.self_attn_residual.norm
-    encoder.layer.i.attention.attention.{query,key,value}   encoder.layers.i.self_attn.qkv_proj
-    encoder.layer.i.attention.output.dense    encoder.layers.i.self_attn.out_proj
-    encoder.layer.i.layernorm_after           encoder.layers.i.feed_forward_residual.norm
-    encoder.layer.i.intermediate.dense        encoder.layers.i.feed_forward.w_1
-    encoder.layer.i.output.dense              encoder.layers.i.feed_forward.w_2
-    layernorm                                 encoder.norm
-    pooler.dense                              classifier.pool (ViTModel)
-    classifier                                classifier.out (ViTForImageClassification)
+attention runs through PyTorch's fused ``sdpa`` backend. The weights map one to one
+(interop/vit_weights.py names them both ways).
 
 Hugging Face adds a position to the class token too; attnlab adds positions to the patches only
 (nn/vision.py), so the class token here is the original's plus its position: the same sum, done
@@ -34,7 +22,7 @@ and normalises by ``image_mean``/``image_std`` (0.5 each by default); attnlab st
 pixels, so its mean and std are those divided by the rescale factor. Images are resized (bilinear)
 to config.json's ``image_size``.
 
-The export writes the run back (the map above, read the other way: :func:`vit_pairs`): an
+The export writes the run back (the map of vit_weights.py, read the other way: :func:`vit_pairs`): an
 image_classification run with ``head: linear`` as ViTForImageClassification, an image_encoder run as
 ViTModel with its pooler; the class token's position is zero and the class token holds it. Its
 preprocessor_config.json is a ViTImageProcessor of the run's size (bilinear resize, as `predict`
@@ -64,6 +52,7 @@ from attnlab.interop.folder import (
     read_weights,
     register_converter,
 )
+from attnlab.interop.vit_weights import CLS, CONV, POSITIONS, vit_pairs, vit_tensors
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.models.shape import DataShape
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
@@ -73,13 +62,6 @@ from attnlab.tasks import TaskConfig, task_config
 PREPROCESSOR = "preprocessor_config.json"
 DEFAULT_MEAN = DEFAULT_STD = 0.5  # ViTImageProcessor's defaults (IMAGENET_STANDARD_MEAN / _STD)
 RESCALE, BILINEAR = 1 / 255, 2  # ViTImageProcessor's rescale_factor and resample (PIL's BILINEAR)
-LAYER_PARTS = {
-    "layernorm_before": "self_attn_residual.norm",
-    "attention.output.dense": "self_attn.out_proj",
-    "layernorm_after": "feed_forward_residual.norm",
-    "intermediate.dense": "feed_forward.w_1",
-    "output.dense": "feed_forward.w_2",
-}
 
 
 def pair(value: Any, name: str, where: Path) -> tuple[int, int]:
@@ -177,59 +159,6 @@ def pixel_statistics(folder: Path, channels: int) -> tuple[list[float], list[flo
     if any(s <= 0 for s in stats[1]):
         raise CheckpointError(f"{path}: image_std {spec.get('image_std')!r} has a value <= 0")
     return stats[0], stats[1]
-
-
-def vit_pairs(n_layers: int) -> dict[str, tuple[str, ...]]:
-    """attnlab's tensor name -> the ViT names it is made of (ViTModel's, without the ``vit.`` prefix of
-    ViTForImageClassification; query, key, value: one fused tensor). The patch projection's weight,
-    the positions and the class token are reshaped, not renamed (:data:`EMBEDDINGS`)."""
-    pairs = {
-        "patch_embed.projection.bias": "embeddings.patch_embeddings.projection.bias",
-        "encoder.norm.weight": "layernorm.weight",
-        "encoder.norm.bias": "layernorm.bias",
-        "classifier.pool.weight": "pooler.dense.weight",
-        "classifier.pool.bias": "pooler.dense.bias",
-        "classifier.out.weight": "classifier.weight",
-        "classifier.out.bias": "classifier.bias",
-    }
-    fused = {}
-    for i in range(n_layers):
-        for kind in ("weight", "bias"):
-            pairs |= {
-                f"encoder.layers.{i}.{ours}.{kind}": f"encoder.layer.{i}.{theirs}.{kind}"
-                for theirs, ours in LAYER_PARTS.items()
-            }
-            fused[f"encoder.layers.{i}.self_attn.qkv_proj.{kind}"] = tuple(
-                f"encoder.layer.{i}.attention.attention.{p}.{kind}" for p in ("query", "key", "value")
-            )
-    return {ours: (theirs,) for ours, theirs in pairs.items()} | fused
-
-
-CONV, POSITIONS, CLS = (
-    "embeddings.patch_embeddings.projection.weight",
-    "embeddings.position_embeddings",
-    "embeddings.cls_token",
-)
-EMBEDDINGS = (CONV, POSITIONS, CLS)  # (d, C, P, P) conv; (1, 1 + N, d) positions, the class token's first; (1, 1, d)
-
-
-def vit_tensors(weights: dict[str, torch.Tensor], n_layers: int) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """attnlab's tensors from a ViT state dict (ViTForImageClassification's ``vit.`` prefix dropped);
-    and the names of the original that have no place here."""
-    plain = {name.removeprefix("vit."): t.float() for name, t in weights.items()}
-    out, used = {}, set()
-    for ours, theirs in vit_pairs(n_layers).items():
-        if all(name in plain for name in theirs):
-            out[ours] = torch.cat([plain[name] for name in theirs])
-            used |= set(theirs)
-    if CONV in plain:
-        out["patch_embed.projection.weight"] = plain[CONV].flatten(1)  # (d, C, P, P) -> (d, C P P), (c, row, col)
-        used.add(CONV)
-    if POSITIONS in plain and CLS in plain:
-        out["positional.table.weight"] = plain[POSITIONS][0, 1:]  # (N, d): the patches'
-        out["summary.token"] = plain[CLS] + plain[POSITIONS][:, :1]  # (1, 1, d): the class token at its position
-        used |= {POSITIONS, CLS}
-    return out, [name for name in weights if name.removeprefix("vit.") not in used]
 
 
 # data.task -> the head its Hugging Face class has, and that class

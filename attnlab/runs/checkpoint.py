@@ -18,7 +18,8 @@ from attnlab.errors import CheckpointError, UsageError
 from attnlab.models import FamilyConfig, build_model
 from attnlab.models.shape import DataShape
 from attnlab.nn.attention import remove_heads
-from attnlab.runs.run_dir import MODEL_FILE, RunDir
+from attnlab.runs.checkpoint_files import MODEL_FILE
+from attnlab.runs.run_dir import RunDir
 from attnlab.runs.weights_file import WEIGHTS_KEY, put_weights, read_weights
 
 

@@ -1,7 +1,7 @@
 """Checkpoints made from a run's own: the average of its last checkpoints (`attnlab average`,
 checkpoints/average/) and a run exported for decoding with bf16 or int8 weights (`attnlab export`:
 the run's model files and one checkpoint, step-N, without a training state). Both are written
-atomically (a staging folder, then one rename) with runs/run_dir.py's write_checkpoint."""
+atomically (a staging folder, then one rename) with runs/checkpoint_files.py's write_checkpoint."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from attnlab.decode.weights import stored_state, with_weights
 from attnlab.errors import CheckpointError, UsageError
 from attnlab.files import publish_dir, staging_dir
 from attnlab.runs.checkpoint import build_run_model, checkpoint_file
-from attnlab.runs.run_dir import META_FILE, MODEL_FILE, RunDir, write_checkpoint
+from attnlab.runs.checkpoint_files import META_FILE, MODEL_FILE, write_checkpoint
+from attnlab.runs.run_dir import RunDir
 from attnlab.runs.weights_file import load_weights, verify_checksum
 
 

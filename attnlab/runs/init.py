@@ -21,8 +21,9 @@ from torch import nn
 
 from attnlab.errors import CheckpointError
 from attnlab.runs.checkpoint import build_run_model, checkpoint_file
+from attnlab.runs.checkpoint_files import MODEL_FILE
 from attnlab.runs.config import init_source
-from attnlab.runs.run_dir import MODEL_FILE, RunDir
+from attnlab.runs.run_dir import RunDir
 from attnlab.runs.weights_file import load_weights
 from attnlab.tasks import Task
 

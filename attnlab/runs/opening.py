@@ -21,10 +21,11 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.models import FamilyConfig
 from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import build_run_model
+from attnlab.runs.checkpoint_files import Checkpoint
 from attnlab.runs.config import RunConfig, TrainConfig
 from attnlab.runs.data import prepare, shape_of
 from attnlab.runs.init import InitReport, initialise_from, untrained_of
-from attnlab.runs.run_dir import Checkpoint, RunDir
+from attnlab.runs.run_dir import RunDir
 from attnlab.tasks import TaskConfig, TaskData
 
 DISPLAY_ONLY = ("train.progress", "train.log_every")  # change what is shown, not what is trained: never refused

@@ -20,8 +20,9 @@ unpickles arbitrary objects.
       summary.json                  the run's final figures
       pruned_heads.json             only after `attnlab prune`: the heads cut out of the weights
 
-The weights files themselves (safetensors, tied tensors stored once, the kind of weights they hold,
-the checksums of a checkpoint directory) are runs/weights_file.py's.
+One checkpoint's files (their names, write_checkpoint, Checkpoint, its size on disk) are
+runs/checkpoint_files.py's; the weights files themselves (safetensors, tied tensors stored once, the
+kind of weights they hold, the checksums of a checkpoint directory) are runs/weights_file.py's.
 
 A run exported for decoding (runs/derived.py's export_run) holds the files above that make its
 model and tokenizers, and one checkpoint, checkpoints/step-N/ without trainer_state.pt, whose
@@ -36,9 +37,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -48,36 +48,27 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
 from attnlab.models import FamilyConfig, model_config
 from attnlab.models.shape import DataShape
+from attnlab.runs.checkpoint_files import (
+    META_FILE,
+    MODEL_FILE,
+    STATE_FILE,
+    Checkpoint,
+    amount,
+    checkpoint_bytes,
+    write_checkpoint,
+)
 from attnlab.runs.config import TrainConfig
 from attnlab.runs.migration import migrated_model, written_sizes
 from attnlab.runs.weights_file import (
-    CHECKSUM_FILE,
     WriteError,
     exported_weights,
     read_weights,
-    save_weights,
     verify_checksum,
     verify_checksums,
     weights_kind,
-    write_checksums,
     write_failure,
 )
 from attnlab.tasks import TaskConfig, task_config
-
-MODEL_FILE, STATE_FILE, META_FILE = "model.safetensors", "trainer_state.pt", "meta.json"
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One checkpoint read whole and verified: its step, its weights as stored (with the file's path and
-    metadata, which name tied tensors and the kind of weights) and the trainer's state. A resume reads
-    it before anything of the run changes."""
-
-    step: int
-    path: Path
-    weights: dict[str, torch.Tensor]
-    metadata: dict[str, str]
-    state: dict[str, Any]
 
 
 def _config_text(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> str:
@@ -356,65 +347,3 @@ class RunDir:
             return state
         except Exception as err:  # torch raises several types for damaged or unsafe files
             raise CheckpointError(f"{path}: cannot load training state ({str(err).splitlines()[0]})") from None
-
-
-def write_checkpoint(
-    directory: Path,
-    weights: dict[str, torch.Tensor],
-    meta: dict[str, Any],
-    trainer_state: dict[str, Any] | None = None,
-    kind: str = "fp32",
-) -> None:
-    """The files of one checkpoint (a model's state dict, or weights of another ``kind`` as
-    :func:`save_weights` takes them; the trainer's state if any; meta.json), then their checksums,
-    which every load verifies. Every checkpoint writer goes through here."""
-    save_weights(weights, directory / MODEL_FILE, kind)
-    if trainer_state is not None:
-        _write(directory / STATE_FILE, "training state", lambda path: torch.save(trainer_state, path))
-    _write(directory / META_FILE, "metadata", lambda path: path.write_text(json.dumps(meta, indent=2)))
-    _write(directory / CHECKSUM_FILE, "checksums", lambda _: write_checksums(directory))
-
-
-def _write(path: Path, what: str, write: Callable[[Path], object]) -> None:
-    """``write(path)``, whose failure is one WriteError naming ``path``: torch.save's writer reports a
-    full disk as a RuntimeError ('unexpected pos 291584 vs 291476', 'file write failed')."""
-    try:
-        write(path)
-    except (OSError, RuntimeError) as err:
-        raise WriteError(path, what, write_failure(err)) from None
-
-
-def checkpoint_bytes(*parts: Any) -> int:
-    """About the bytes a checkpoint of ``parts`` (state dicts, a trainer state: nested dicts, lists
-    and tensors) takes on disk: its tensors' data, each storage once (tied weights are stored once)."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-
-    def walk(value: Any) -> None:
-        nonlocal total
-        if isinstance(value, torch.Tensor):
-            try:
-                key = (value.data_ptr(), value.numel())
-            except RuntimeError:  # a tensor without storage of its own (a DTensor shard's wrapper)
-                key = (id(value), value.numel())
-            if key not in seen:
-                seen.add(key)
-                total += value.numel() * value.element_size()
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                walk(item)
-
-    for part in parts:
-        walk(part)
-    return total
-
-
-def amount(n: float) -> str:
-    """Bytes for a person: '291.6 kB', '1.3 MB'."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} bytes"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from attnlab.runs.run_dir import META_FILE, RunDir
+from attnlab.runs.checkpoint_files import META_FILE
+from attnlab.runs.run_dir import RunDir
 
 
 def pruning_report(run: RunDir) -> dict[str, Any] | None:

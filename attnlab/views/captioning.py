@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnlab.analysis.inspect import inspect_caption
+from attnlab.analysis.inspect_images import inspect_caption
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.captioning import Captioning
 from attnlab.tasks.captions import read_input_images

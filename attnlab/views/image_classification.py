@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnlab.analysis.capture import capture_attention
-from attnlab.analysis.inspect import inspect_image
+from attnlab.analysis.inspect_images import inspect_image
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.image_classification import ImageClassification, read_inputs
 from attnlab.tasks.image_encoder import ImageEncoder

@@ -20,7 +20,7 @@ linear      phi(Q) (phi(K)^T V), phi = elu + 1 or positive random       O(T m d)
             an O(1)-per-step recurrent state when decoding
 ==========  ==========================================================  =====================
 
-The interface every backend implements is :class:`AttentionBackend` in nn/attention.py, beside the
+The interface every backend implements is :class:`AttentionBackend` in nn/kernels.py, beside the
 exact kernels (``math``, ``sdpa``, ``auto``) of the default path and the multi-head attention that
 calls them; this package holds the others, one module each. ``local`` and ``sparse`` give exactly
 what ``math`` gives under the same pattern as an explicit mask (:meth:`SparsePattern.allowed`);
@@ -42,13 +42,13 @@ from dataclasses import dataclass
 
 # isort: off
 # Imported in the order the docs list them, which is BACKENDS' order (and that of error messages).
-from attnlab.nn.attention import BACKENDS, AttentionBackend, AutoBackend, BiasFn, SDPABackend
+from attnlab.nn.kernels import BACKENDS, AttentionBackend, AutoBackend, BiasFn, SDPABackend
 from attnlab.nn.backends.chunked import ChunkedBackend, ChunkedOptions
 from attnlab.nn.backends.sparse import LocalBackend, PatternOptions, SparseBackend, SparsePattern
 from attnlab.nn.backends.linear import FeatureMap, LinearBackend, LinearOptions, LinearState
 
 # isort: on
-from attnlab.nn.attention import option_at_least
+from attnlab.nn.kernels import option_at_least
 
 
 @dataclass(frozen=True)

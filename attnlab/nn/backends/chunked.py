@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnlab.nn.attention import AttentionBackend, BiasFn, SDPABackend, keys_so_far, option_at_least
 from attnlab.nn.dropout import dropout
+from attnlab.nn.kernels import AttentionBackend, BiasFn, SDPABackend, keys_so_far, option_at_least
 from attnlab.nn.masks import AttentionMask
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.errors import ConfigError
-from attnlab.nn.attention import AttentionBackend, option_at_least
+from attnlab.nn.kernels import AttentionBackend, option_at_least
 
 FEATURE_MAPS = ("elu", "favor")  # elu + 1 (Katharopoulos et al.), positive random features (Performer's FAVOR+)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnlab.nn.attention import AttentionBackend, keys_so_far, option_at_least
+from attnlab.nn.kernels import AttentionBackend, keys_so_far, option_at_least
 from attnlab.nn.scores import attention
 
 
