@@ -18,7 +18,6 @@ import dataclasses
 import difflib
 import json
 import math
-import re
 import types
 import typing
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Self, TypeVar
 
 import yaml
 
+from attnlab.config_files import dump_yaml, parse_file, parse_yaml
 from attnlab.errors import ConfigError
 
 # The sections a config file may hold, each parsed by its own dataclass; 'shape' (models/shape.py), the
@@ -228,54 +228,6 @@ def register(registry: dict[str, P], plugin: P, what: str) -> P:
     setattr(config, config.link, plugin)
     registry[name] = plugin
     return plugin
-
-
-YAML12_FLOAT = re.compile(
-    r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?"
-    r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF|nan|NaN|NAN))$"
-)
-
-
-class ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, with YAML 1.2 floats: ``3e-3`` and ``1E5`` are numbers, not strings
-    (YAML 1.1, PyYAML's default, wants a dot: ``3.0e-3``)."""
-
-
-class ConfigDumper(yaml.SafeDumper):
-    """Writes what ConfigLoader reads back: a string such as ``1e5`` is quoted, since unquoted it
-    would now read as a number."""
-
-
-for _yaml_class in (ConfigLoader, ConfigDumper):
-    _yaml_class.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
-
-
-def parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=ConfigLoader)
-
-
-def dump_yaml(data: Any) -> str:
-    return yaml.dump(data, Dumper=ConfigDumper, sort_keys=False)
-
-
-def parse_file(path: str | Path, what: str = "config file") -> Any:
-    """The YAML (or, for a .json name, JSON) of ``path``; a missing, unreadable or unparsable file
-    is one ConfigError naming it (and the line)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such {what}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read {what} ({err})") from None
-    try:
-        return json.loads(text) if path.suffix == ".json" else parse_yaml(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}:{err.lineno}: JSON does not parse: {err.msg}") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: YAML does not parse: {getattr(err, 'problem', None) or err}") from None
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

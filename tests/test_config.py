@@ -344,7 +344,8 @@ def test_configs_are_frozen_so_they_stay_valid():
 )
 def test_yaml_reads_exponent_floats_as_numbers(text, value):
     """YAML 1.1 (PyYAML's default) reads 3e-3 as a string; configs and --set read it as YAML 1.2 does."""
-    from attnlab.config import apply_overrides, parse_yaml
+    from attnlab.config import apply_overrides
+    from attnlab.config_files import parse_yaml
     from attnlab.runs.config import override_fields
 
     assert parse_yaml(text) == value and type(parse_yaml(text)) is type(value)
@@ -364,7 +365,7 @@ def test_config_file_with_exponent_lr(tmp_path):
 
 def test_strings_that_look_like_floats_survive_the_round_trip():
     """What attnlab writes (config.yaml, to_yaml) reads back the same: '1e5' as a path stays a string."""
-    from attnlab.config import dump_yaml, parse_yaml
+    from attnlab.config_files import dump_yaml, parse_yaml
 
     data = {"data": {"train": "1e5", "valid": "2024e1", "tokenizer": "1.10"}, "train": {"lr": 3e-3, "eps": 1e-9}}
     assert parse_yaml(dump_yaml(data)) == data

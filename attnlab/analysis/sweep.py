@@ -46,7 +46,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from attnlab.analysis.sweep_spec import CONFIG_AXIS, Evaluation, PlannedRun, SweepSpec
 from attnlab.analysis.sweep_table import Table, write_results
-from attnlab.config import differences, dump_yaml
+from attnlab.config import differences
+from attnlab.config_files import dump_yaml
 from attnlab.errors import AttnlabError, ConfigError, Interrupted, UsageError
 from attnlab.files import atomic_write_text
 

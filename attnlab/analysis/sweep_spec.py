@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from attnlab.config import did_you_mean, parse_file, parse_yaml
+from attnlab.config import did_you_mean
+from attnlab.config_files import parse_file, parse_yaml
 from attnlab.errors import ConfigError
 
 CONFIG_AXIS = "config"

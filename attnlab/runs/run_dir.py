@@ -42,7 +42,8 @@ from typing import Any
 
 import torch
 
-from attnlab.config import dump_yaml, read_config_file
+from attnlab.config import read_config_file
+from attnlab.config_files import dump_yaml
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_dir
