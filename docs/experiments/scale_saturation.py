@@ -3,7 +3,7 @@
 The paper (section 3.2.1 and its footnote 4) argues that for q, k with independent unit-variance
 components, q . k has variance d_k, so for large d_k the softmax is pushed to regions with tiny
 gradients. This measures that on random inputs, with attnlab's own pieces: the queries go through
-``PaperScale`` (scores q . k / sqrt(d_k)) or ``NoScale`` (scores q . k) from nn/attention.py, the scores
+``PaperScale`` (scores q . k / sqrt(d_k)) or ``NoScale`` (scores q . k) from nn/scores.py, the scores
 are ``scaled_dot`` (nn/scores.py, the backends' division by sqrt(d_k)), and the softmax and weighted
 sum are ``attend`` from nn/scores.py, the reference backend's.
 
