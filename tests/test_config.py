@@ -214,9 +214,10 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
     """Release 0.1 wrote all 20 fields of its one DataConfig, with the generator as 'task' (default
     'scan' for every format): read from a run directory, the generator moves to 'generator' and the
     fields the task does not have go; a config the user writes that way gets the one-line fix."""
+    from attnlab.runs.migration import migrated_data
     from attnlab.tasks import LanguageModelConfig, TranslationConfig, task_config
 
-    lm = task_config(RELEASE_0_1_DATA, from_0_1=True)
+    lm = task_config(migrated_data(RELEASE_0_1_DATA))
     assert lm == LanguageModelConfig(train="input.txt", tokenizer="char", block_size=64)
     assert lm.to_dict() == {
         "task": "language_model",
@@ -230,20 +231,21 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
     }
     # (n_train: a drawing generator without it drew no training pairs, in 0.1 as now: no such run exists)
     pairs = task_config(
-        {
-            **RELEASE_0_1_DATA,
-            "format": "builtin",
-            "task": "reverse",
-            "tokenizer": "word",
-            "train": None,
-            "n_train": 100,
-        },
-        from_0_1=True,
+        migrated_data(
+            {
+                **RELEASE_0_1_DATA,
+                "format": "builtin",
+                "task": "reverse",
+                "tokenizer": "word",
+                "train": None,
+                "n_train": 100,
+            }
+        )
     )
     assert pairs == TranslationConfig(generator="reverse", n_train=100)
-    assert task_config(pairs.to_dict(), from_0_1=True) == pairs  # a newer section is read as it is
+    assert task_config(migrated_data(pairs.to_dict())) == pairs  # a newer section is read as it is
     with pytest.raises(ConfigError, match="data.task 'language_model' has no field 'colour'"):
-        task_config({**RELEASE_0_1_DATA, "colour": "blue"}, from_0_1=True)
+        task_config(migrated_data({**RELEASE_0_1_DATA, "colour": "blue"}))
     with pytest.raises(ConfigError, match="'reverse' is a built-in generator: write `generator: reverse`"):
         task_config({"format": "builtin", "task": "reverse"})
 
@@ -522,3 +524,40 @@ def test_model_config_s_docstring_example_runs():
     (example,) = re.findall(r"``(model_config\(.*?\))``", family.model_config.__doc__)
     cfg = eval(example, {"model_config": model_config})  # noqa: S307 (the docstring's own text)
     assert (cfg.arch, cfg.stack.d_model) == ("decoder_lm", 64)
+
+
+def test_the_scenes_flat_fields_are_parts_now_refused_in_one_line_and_migrated_from_a_run():
+    """held_out, image_size, noise and max_objects are data.scenes' (tasks/scene_splits.py: Scenes), the
+    splits' seed and sizes data.splits' (tasks/splits.py: Splits): a run written before reads them from
+    their old places (runs/migration.py: migrated_data); a new config is refused in one line naming
+    the new place."""
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.migration import migrated_data
+    from attnlab.tasks import task_config
+    from attnlab.tasks.scene_splits import Scenes
+    from attnlab.tasks.splits import Splits
+
+    old = {"task": "visual_qa", "dataset": "scenes", "n_train": 300, "seed": 3, "held_out": "blue circle", "noise": 2}
+    cfg = task_config(migrated_data(old))
+    assert cfg.splits == Splits(seed=3, n_train=300, n_valid=200, n_test=500)  # the others: the scenes' defaults
+    assert cfg.scenes == Scenes(held_out="blue circle", image_size=32, noise=2.0, max_objects=3)
+    assert cfg.to_dict()["splits"] == {"seed": 3, "n_train": 300, "n_valid": 200, "n_test": 500}
+    assert task_config(migrated_data(cfg.to_dict())) == cfg  # a section in the current layout: unchanged
+    with pytest.raises(
+        ConfigError,
+        match=r"^data.n_train is now data.splits.n_train, in a part of its own "
+        r"\(write splits: \{n_train: ...\}; --set data.splits.n_train=...\)$",
+    ):
+        RunConfig.from_sections({"model": {"arch": "single_stream"}, "data": {"task": "visual_qa", "n_train": 300}})
+    with pytest.raises(
+        ConfigError, match=r"^--set 'data.held_out=blue circle': data.held_out is now data.scenes.held_out"
+    ):
+        RunConfig.from_file("recipes/multimodal/visual_qa.yaml", ["data.held_out=blue circle"])
+    with pytest.raises(ConfigError, match=r"data.max_objects is a field of data.scenes: write it inside scenes"):
+        task_config({"task": "captioning", "dataset": "scenes", "max_objects": 2})
+    new = RunConfig.from_file("recipes/multimodal/visual_qa.yaml", ["data.splits.n_train=64", "data.scenes.noise=4"])
+    assert (new.data.splits.n_train, new.data.splits.n_valid, new.data.scenes.noise) == (64, 200, 4.0)
+    with pytest.raises(ConfigError, match=r"splits.n_valid must be >= 1 \(got 0\)"):
+        task_config({"task": "visual_qa", "splits": {"n_valid": 0}})
+    with pytest.raises(ConfigError, match=r"splits.n_test must be given \(got null\)"):
+        task_config({"task": "visual_qa", "splits": {"n_test": None}})

@@ -76,7 +76,11 @@ EXTRA = {  # words of a train command -> further --set lines for it
         "train.eval_every=1",
     ),  # 5 checkpoints: translation.md averages the last 5
     "configs/scan.yaml": ("train.eval_exact_match=8",),  # greedy decoding of 8 examples, not 200, per evaluation
-    "recipes/multimodal/": ("data.n_train=64", "data.n_valid=16", "data.n_test=16"),  # scenes drawn: 96, not 4,700
+    "recipes/multimodal/": (
+        "data.splits.n_train=64",
+        "data.splits.n_valid=16",
+        "data.splits.n_test=16",
+    ),  # scenes drawn: 96, not 4,700
 }
 PLACEHOLDERS = {  # the pages' word for a run or a file of the user's -> what the walk gives in its place
     "RUN": "runs/de-en",

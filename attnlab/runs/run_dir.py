@@ -49,7 +49,7 @@ from attnlab.files import atomic_write_text, is_leftover, publish_dir, staging_d
 from attnlab.models import FamilyConfig, model_config
 from attnlab.models.shape import DataShape
 from attnlab.runs.config import TrainConfig
-from attnlab.runs.migration import migrated_model, written_sizes
+from attnlab.runs.migration import migrated_data, migrated_model, written_sizes
 from attnlab.runs.weights_file import (
     CHECKSUM_FILE,
     WriteError,
@@ -150,7 +150,7 @@ class RunDir:
         try:
             return (
                 model_config(migrated_model(sections.get("model"))),
-                task_config(sections.get("data") or {}, from_0_1=True),
+                task_config(migrated_data(sections.get("data") or {})),
                 TrainConfig.from_dict(sections.get("train") or {}),
             )
         except ConfigError as err:

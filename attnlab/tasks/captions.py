@@ -28,7 +28,8 @@ from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Tokenizers, batch_seed
-from attnlab.tasks.scene_splits import SceneSplits
+from attnlab.tasks.scene_splits import SCENE_SPLITS, Scenes
+from attnlab.tasks.splits import Splits
 from attnlab.tasks.task import Task, TaskConfig
 
 BUILT_IN = ("scenes",)
@@ -37,12 +38,15 @@ Captioned = tuple[np.ndarray, list[str]]  # pixels (N, H, W, C) float32, and eac
 
 
 @dataclass(frozen=True)
-class CaptioningConfig(SceneSplits, TaskConfig):
-    """``dataset: scenes`` (splits train, valid, test and compositional, drawn as SceneSplits
-    says), or ``train`` (and optionally
-    ``valid``, ``test``): captions files. ``max_caption_len``: the most tokens of a caption (a
-    longer one is refused, naming its file and line); decoding stops there too."""
+class CaptioningConfig(TaskConfig):
+    """``dataset: scenes`` (splits train, valid, test and compositional, drawn as ``scenes`` says
+    with ``splits``' sizes and seed: tasks/scene_splits.py), or ``train`` (and optionally
+    ``valid``, ``test``): captions files (without ``valid``, the last ``splits.n_valid`` of
+    ``train`` validate). ``max_caption_len``: the most tokens of a caption (a longer one is refused,
+    naming its file and line); decoding stops there too."""
 
+    scenes: Scenes = Scenes()
+    splits: Splits = SCENE_SPLITS
     dataset: Optional[str] = None
     train: Optional[str] = None
     valid: Optional[str] = None
@@ -59,7 +63,10 @@ class CaptioningConfig(SceneSplits, TaskConfig):
             given = [name for name in ("train", "valid", "test", "resize") if getattr(self, name) is not None]
             if given:
                 raise ConfigError(f"dataset '{self.dataset}' brings its own splits and images; drop {', '.join(given)}")
-        self.check_scenes(drawn=self.dataset is not None)
+        if self.dataset is not None:
+            self.scenes.check_drawn(self.splits)
+        else:
+            self.splits.given("n_valid")
         one_of("colour", self.colour, COLOURS)
         one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
         for name in ("max_caption_len", "vocab_size"):
@@ -90,7 +97,7 @@ def generated_scenes(cfg: CaptioningConfig) -> dict[str, Captioned]:
     """The four splits of the built-in scenes as pixels and captions."""
     return {
         split: (np.stack([s.pixels for s in drawn]).astype(np.float32), [s.caption for s in drawn])
-        for split, drawn in cfg.drawn_scenes().items()
+        for split, drawn in cfg.scenes.drawn(cfg.splits).items()
     }
 
 
@@ -113,14 +120,15 @@ def read_splits(cfg: CaptioningConfig) -> dict[str, Captioned]:
     }
     if "valid" not in splits:
         pixels, captions = splits["train"]
-        if len(captions) <= cfg.n_valid:
+        n_valid = cfg.splits.n_valid or 0  # given: CaptioningConfig.check
+        if len(captions) <= n_valid:
             raise DataError(
-                f"{cfg.train}: {len(captions)} captioned images are too few to hold out n_valid "
-                f"({cfg.n_valid}) for validation; give a 'valid' file"
+                f"{cfg.train}: {len(captions)} captioned images are too few to hold out splits.n_valid "
+                f"({n_valid}) for validation; give a 'valid' file"
             )
         splits |= {
-            "train": (pixels[: -cfg.n_valid], captions[: -cfg.n_valid]),
-            "valid": (pixels[-cfg.n_valid :], captions[-cfg.n_valid :]),
+            "train": (pixels[:-n_valid], captions[:-n_valid]),
+            "valid": (pixels[-n_valid:], captions[-n_valid:]),
         }
     return splits
 
@@ -246,7 +254,7 @@ class CaptionData(ImageRows):
 def planned_shape(cfg: CaptioningConfig) -> tuple[int, int, int]:
     """(H, W, C) of the images ``cfg`` will give, before reading them all."""
     if cfg.dataset is not None:
-        return cfg.image_size, cfg.image_size, 3
+        return cfg.scenes.image_size, cfg.scenes.image_size, 3
     channels_ = 1 if cfg.colour == "grey" else 3
     if cfg.resize is not None:
         return cfg.resize, cfg.resize, channels_

@@ -38,7 +38,8 @@ from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import ImageRows, read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import class_ids, class_names
-from attnlab.tasks.scene_splits import SceneSplits
+from attnlab.tasks.scene_splits import SCENE_SPLITS, Scenes
+from attnlab.tasks.splits import Splits
 from attnlab.tasks.task import TaskConfig, register_task
 
 BUILT_IN = ("scenes",)
@@ -51,12 +52,15 @@ def kind_of(question: str) -> str:
 
 
 @dataclass(frozen=True)
-class VisualQAConfig(SceneSplits, TaskConfig):
-    """``dataset: scenes`` and the fields that draw its splits (tasks/scene_splits.py); the
+class VisualQAConfig(TaskConfig):
+    """``dataset: scenes``, drawn as ``scenes`` says with ``splits``' sizes and seed
+    (tasks/scene_splits.py); the
     questions' ``tokenizer`` (``word_nopunct`` by default: punctuation dropped, as VQA's own preprocessing
     drops it, so a question asked with or without its question mark is the same words) and ``vocab_size``; ``max_question_len``,
     the most tokens of a question (a longer one is refused)."""
 
+    scenes: Scenes = Scenes()
+    splits: Splits = SCENE_SPLITS
     dataset: str = "scenes"
     tokenizer: str = "word_nopunct"
     vocab_size: int = 8000
@@ -64,7 +68,7 @@ class VisualQAConfig(SceneSplits, TaskConfig):
 
     def check(self) -> None:
         one_of("dataset", self.dataset, BUILT_IN)
-        self.check_scenes(drawn=True)
+        self.scenes.check_drawn(self.splits)
         one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
         for name in ("vocab_size", "max_question_len"):
             at_least(name, getattr(self, name), 1)
@@ -189,7 +193,7 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
     def prepare(
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
     ) -> QAData:
-        drawn = self.cfg.drawn_scenes()
+        drawn = self.cfg.scenes.drawn(self.cfg.splits)
         if tokenizers is None:
             questions = [q for scene in drawn["train"] for q, _ in scene.questions]
             tokenizers = {"src": Tokenizer.train(self.cfg.tokenizer, questions, self.cfg.vocab_size), "tgt": None}
@@ -220,8 +224,8 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
         }
 
     def data_shape(self, data: QAData | None = None) -> DataShape:
-        """Before the scenes are drawn: RGB images of data.image_size, two answers."""
-        size = self.cfg.image_size
+        """Before the scenes are drawn: RGB images of data.scenes.image_size, two answers."""
+        size = self.cfg.scenes.image_size
         channels, height, width = data.image_shape if data is not None else (3, size, size)
         return DataShape(
             image_height=height,
