@@ -348,7 +348,7 @@ def lm_run(tmp_path: Path, name: str, letters: str = "abcdefgh", **model) -> Pat
         yaml.safe_dump(
             {
                 "model": fields,
-                "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 16},
+                "data": {"format": "text", "train": str(text), "text": {"tokenizer": "char"}, "block_size": 16},
                 "train": {
                     "max_steps": 40,
                     "batch_size": 8,

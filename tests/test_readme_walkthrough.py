@@ -112,7 +112,7 @@ USER_FILES = {  # the files the pages' commands read as the user's own
     "test.tsv": "".join(f"{s}\t{'pos' if i % 2 else 'neg'}\n" for i, s in enumerate(sentences(WORDS, 10, 4))),
     "my_classifier.yaml": (
         "model: {arch: encoder_only, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64}}\n"
-        "data: {task: classification, train: train.tsv, valid: dev.tsv, tokenizer: word}\n"
+        "data: {task: classification, train: train.tsv, valid: dev.tsv, text: {tokenizer: word}}\n"
     ),
     "some_text.txt": "\n".join(sentences(WORDS, 20, 6)) + "\n",
     "captions.tsv": "scene.png\ta small red circle\n",

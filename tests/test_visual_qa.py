@@ -290,7 +290,7 @@ def test_refusals_in_one_line(qa_run, tmp_path):
     captioner = tmp_path / "captioner"
     captioner.mkdir()
     (captioner / "config.yaml").write_text(
-        "model: {arch: captioner, vocab_size: 10}\ndata: {task: captioning, dataset: scenes}\ntrain: {}\n"
+        "model: {arch: captioner, vocab_size: 10}\ndata: {task: captioning, images: {dataset: scenes}}\ntrain: {}\n"
     )
     question = run_cli("ask", str(captioner), image, "--question", "how many circles?")
     assert question.returncode == 2 and question.stderr.startswith(

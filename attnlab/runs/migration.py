@@ -29,8 +29,12 @@ Data sections read:
   ``task``; the generator moves to ``generator`` and the fields the task does not have go;
 - before data sections composed their parts (issue 61): the built-in scenes' held_out, image_size,
   noise and max_objects beside the other fields, moved into ``scenes`` (tasks/scene_splits.py:
-  Scenes), and the splits' seed, n_train, n_valid and n_test into ``splits`` (tasks/splits.py:
-  Splits).
+  Scenes), the splits' seed (image classification's split_seed), n_train, n_valid and n_test into
+  ``splits`` (tasks/parts.py: Splits), and the images' dataset, colour and resize into ``images``
+  (ImageSource), and the text's tokenizer and vocab_size into ``text`` (Text); an image encoder's section loses the fields it had only as image classification's
+  (DATA_DROPPED); translation's generator (a name) became a part, ``generator: {name, min_len,
+  max_len, test_min_len, test_max_len, split}`` (tasks/translation.py: PairGenerator), and its
+  src_lang, tgt_lang, max_src_len, max_tgt_len and shared_vocab the part ``pairs`` (Pairs).
 """
 
 from __future__ import annotations
@@ -153,8 +157,15 @@ DATA_RELEASE_0_1_FIELDS = (
 # config has a field of that name holding the part)
 DATA_MOVED = {
     "scenes": {"held_out": "held_out", "image_size": "image_size", "noise": "noise", "max_objects": "max_objects"},
-    "splits": {"seed": "seed", "n_train": "n_train", "n_valid": "n_valid", "n_test": "n_test"},
+    "splits": {"seed": "seed", "split_seed": "seed", "n_train": "n_train", "n_valid": "n_valid", "n_test": "n_test"},
+    "images": {"dataset": "dataset", "colour": "colour", "resize": "resize"},
+    "text": {"tokenizer": "tokenizer", "vocab_size": "vocab_size"},
+    "generator": {n: n for n in ("min_len", "max_len", "test_min_len", "test_max_len", "split")},
+    "pairs": {n: n for n in ("src_lang", "tgt_lang", "max_src_len", "max_tgt_len", "shared_vocab")},
 }
+# The fields a task's data section had only by inheriting another's, which it never read: dropped
+# from a run written then (image_encoder's were image_classification's)
+DATA_DROPPED = {"image_encoder": ("train", "valid", "test", "n_valid", "split_seed", "crop_padding", "flip")}
 
 
 def moved(arch: str, own: list[str]) -> dict[str, str]:
@@ -229,8 +240,10 @@ def data_moved(config: type[TaskConfig]) -> dict[str, str]:
 def migrated_data(data: Any) -> Any:
     """A run directory's data section as this release reads it: written by release 0.1 (data.task
     names a generator), the generator moves to data.generator and the fields the task does not have
-    go; the flat fields of a part moved into it; a section in the current layout is returned
-    unchanged (a value that is not a mapping too: task_config refuses it)."""
+    go; a generator named by a string becomes its part's name (``generator: {name: ...}``); the flat
+    fields of a part moved into it (DATA_MOVED), those a task had only by inheriting another's
+    dropped (DATA_DROPPED); a section in the current layout is returned unchanged (a value that is
+    not a mapping too: task_config refuses it)."""
     if not isinstance(data, dict):
         return data
     generator = data.get("task") if data.get("task") in GENERATORS else None
@@ -240,12 +253,15 @@ def migrated_data(data: Any) -> Any:
         config = task_of(data).config
     except ConfigError:
         return data  # an unknown task: task_config refuses it, listing the tasks
-    data = moved_into_parts(data, data_moved(config))
-    if generator is None:
-        return data
-    own = config.field_names()
-    data = {k: v for k, v in data.items() if k in own or k not in DATA_RELEASE_0_1_FIELDS}
-    return data | {"generator": generator} if "generator" in own else data
+    own, paths = config.field_names(), data_moved(config)
+    if generator is not None:
+        data = {k: v for k, v in data.items() if k in own or k in paths or k not in DATA_RELEASE_0_1_FIELDS}
+        data = data | {"generator": generator} if "generator" in own else data
+    if isinstance(data.get("generator"), str) and "generator" in own:
+        data = {**data, "generator": {"name": data["generator"]}}
+    data = moved_into_parts(data, paths)
+    dropped = DATA_DROPPED.get(config.chosen_name(), ())
+    return {k: v for k, v in data.items() if k not in dropped}
 
 
 def refuse_moved_data(data: Any, names: Any, how: str = "") -> None:
@@ -258,6 +274,12 @@ def refuse_moved_data(data: Any, names: Any, how: str = "") -> None:
     except ConfigError:
         return
     paths = data_moved(config)
+    if isinstance(data, dict) and isinstance(data.get("generator"), str) and "generator" in config.field_names():
+        name = data["generator"]
+        raise ConfigError(
+            f"{how}data.generator is now a part of its own, named by its name (write generator: {{name: {name}}}; "
+            f"--set data.generator.name={name})"
+        )
     for name in names:
         if name in paths:
             path = paths[name]

@@ -16,16 +16,17 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least
 from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import Labelled, read_labelled
-from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.models.shape import DataShape
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.abilities import Piped, Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.parts import Text
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
@@ -42,14 +43,11 @@ class ClassificationConfig(TaskConfig):
     valid: Optional[str] = None
     test: Optional[str] = None
     header: bool = False
-    tokenizer: str = "word"
-    vocab_size: int = 8000
+    text: Text = Text()
     max_len: int = 128
     n_valid: int = 500
 
     def check(self) -> None:
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        at_least("vocab_size", self.vocab_size, 1)
         at_least("max_len", self.max_len, 4)
         at_least("n_valid", self.n_valid, 1)
 
@@ -270,7 +268,7 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
             raise DataError(f"{self.cfg.train}: one label ('{labels[0]}'); a classifier needs at least two")
         if tokenizers is None:
             texts = [t for e in read["train"] for t in (e.text_a, e.text_b) if t is not None]
-            tokenizers = {"src": Tokenizer.train(self.cfg.tokenizer, texts, self.cfg.vocab_size), "tgt": None}
+            tokenizers = {"src": self.cfg.text.fitted(texts), "tgt": None}
         splits, truncated = {}, 0
         for name, examples in read.items():
             ids = label_ids(examples, labels, files.get(name, self.cfg.train))

@@ -12,15 +12,16 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least
 from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import read_lines
-from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.parts import Text
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
@@ -34,8 +35,7 @@ class MaskedLMConfig(TaskConfig):
 
     train: Optional[str] = None
     valid: Optional[str] = None
-    tokenizer: str = "word"
-    vocab_size: int = 8000
+    text: Text = Text()
     max_len: int = 128
     n_valid: int = 500
     mask_prob: float = 0.15
@@ -44,8 +44,6 @@ class MaskedLMConfig(TaskConfig):
     whole_word: bool = False
 
     def check(self) -> None:
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        at_least("vocab_size", self.vocab_size, 1)
         at_least("max_len", self.max_len, 3)
         at_least("n_valid", self.n_valid, 1)
         if not 0.0 < self.mask_prob < 1.0:
@@ -171,7 +169,7 @@ class MaskedLM(Task[MLMData, MLMBatch]):
         )
         if tokenizers is None:
             tokenizers = {
-                "src": Tokenizer.train(cfg.tokenizer, lines["train"], cfg.vocab_size, with_mask=True),
+                "src": cfg.text.fitted(lines["train"], with_mask=True),
                 "tgt": None,
             }
         splits = {name: encode_lines(tokenizers["src"], text, cfg.max_len) for name, text in lines.items()}

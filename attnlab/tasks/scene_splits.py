@@ -1,6 +1,6 @@
 """The built-in scenes (data/scenes.py) as a task's data: ``data.scenes``, the part that says how
 they are drawn (its fields and checks), and the drawing of the four splits with the sizes and seed
-of the task's ``data.splits`` (tasks/splits.py). Captioning's, contrastive's and visual_qa's data
+of the task's ``data.splits`` (tasks/parts.py). Captioning's, contrastive's and visual_qa's data
 sections compose both."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import ClassVar
 from attnlab.config import TypedConfig, at_least
 from attnlab.data import scenes
 from attnlab.errors import ConfigError
-from attnlab.tasks.splits import Splits
+from attnlab.tasks.parts import Splits
 
 # The scenes' splits: SceneSplits' sizes and seed (the part a scenes task gives as its default)
 SCENE_SPLITS = Splits(seed=0, n_train=4000, n_valid=200, n_test=500)

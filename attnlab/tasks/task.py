@@ -228,7 +228,7 @@ def task_named(name: Any) -> type[Task[Any, Any]]:
     if name in GENERATORS:  # release 0.1 named the generator data.task
         raise ConfigError(
             f"data.task names the task ({', '.join(map(repr, TASKS))}); '{name}' is a built-in "
-            f"generator: write `generator: {name}` (with format: builtin)"
+            f"generator: write `generator: {{name: {name}}}` (with format: builtin)"
         )
     one_of("data.task", name, TASKS)
     return TASKS[name]
