@@ -227,8 +227,15 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
         "train": "input.txt",
         "valid": None,
         "text": {"tokenizer": "char", "vocab_size": 8000},
+        "splits": {
+            "seed": None,
+            "n_train": None,
+            "n_valid": None,
+            "n_test": None,
+            "valid_fraction": 0.1,
+            "test_fraction": None,
+        },
         "block_size": 64,
-        "valid_fraction": 0.1,
     }
     # (n_train: a drawing generator without it drew no training pairs, in 0.1 as now: no such run exists)
     pairs = task_config(
@@ -549,7 +556,14 @@ def test_the_scenes_flat_fields_are_parts_now_refused_in_one_line_and_migrated_f
     cfg = task_config(migrated_data(old))
     assert cfg.splits == Splits(seed=3, n_train=300, n_valid=200, n_test=500)  # the others: the scenes' defaults
     assert cfg.scenes == Scenes(held_out="blue circle", image_size=32, noise=2.0, max_objects=3)
-    assert cfg.to_dict()["splits"] == {"seed": 3, "n_train": 300, "n_valid": 200, "n_test": 500}
+    assert cfg.to_dict()["splits"] == {
+        "seed": 3,
+        "n_train": 300,
+        "n_valid": 200,
+        "n_test": 500,
+        "valid_fraction": None,
+        "test_fraction": None,
+    }
     assert task_config(migrated_data(cfg.to_dict())) == cfg  # a section in the current layout: unchanged
     with pytest.raises(
         ConfigError,
@@ -676,3 +690,29 @@ def test_translation_composes_its_generator_and_pairs_and_masked_translation_the
         task_config({"generator": {"max_len": 2}})
     with pytest.raises(ConfigError, match=r"format 'parallel' needs pairs.src_lang and pairs.tgt_lang"):
         task_config({"task": "masked_translation", "format": "parallel"})
+
+
+def test_the_fractions_and_rows_of_the_splits_are_the_splits_part_each_task_reading_its_own():
+    """valid_fraction and test_fraction (the language models', node classification's, forecasting's),
+    node classification's seed and forecasting's train_rows / valid_rows / test_rows are data.splits'
+    (tasks/parts.py: Splits); a task refuses a field of the part it does not read, and an old run's
+    flat fields move into the part only where the task reads them (release 0.1's n_valid of a
+    language model is dropped, as before)."""
+    from attnlab.runs.migration import migrated_data
+    from attnlab.tasks import task_config
+    from attnlab.tasks.parts import Splits
+
+    old_node = {"task": "node_classification", "builtin": "karate", "valid_fraction": 0.3, "seed": 4}
+    assert task_config(migrated_data(old_node)).splits == Splits(seed=4, valid_fraction=0.3, test_fraction=0.2)
+    old_series = {"task": "forecasting", "path": "s.csv", "train_rows": 10, "valid_rows": 5, "test_rows": 5}
+    series = task_config(migrated_data(old_series))
+    assert series.rows == (10, 5, 5) and series.splits.valid_fraction == 0.1  # the fractions' defaults stay
+    old_lm = {"format": "text", "train": "t.txt", "valid_fraction": 0.05}
+    assert task_config(migrated_data(old_lm)).splits == Splits(valid_fraction=0.05)
+    assert task_config(migrated_data(RELEASE_0_1_DATA)).splits == Splits(valid_fraction=0.1)
+    with pytest.raises(ConfigError, match=r"^splits.n_valid: data.task 'language_model' does not read it"):
+        task_config({"format": "text", "splits": {"n_valid": 5}})
+    with pytest.raises(ConfigError, match=r"splits.seed: data.task 'forecasting' does not read it"):
+        task_config({"task": "forecasting", "splits": {"seed": 5}})
+    with pytest.raises(ConfigError, match=r"data.valid_fraction is a field of data.splits: write it inside splits"):
+        task_config({"format": "text", "valid_fraction": 0.2})

@@ -168,7 +168,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         root,
         "qa",
         {"arch": "single_stream", "patches": {"size": 8}, **small},
-        {"task": "visual_qa", "max_objects": 1, "n_train": 64, "n_valid": 8, "n_test": 8},
+        {"task": "visual_qa", "scenes": {"max_objects": 1}, "splits": {"n_train": 64, "n_valid": 8, "n_test": 8}},
         steps=20,
         batch_size=32,
         lr=0.01,
@@ -472,7 +472,7 @@ def test_the_text_only_baseline_answers_with_no_patches_to_draw(runs, tmp_path):
             "image_tokens": "none",
             "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
         },
-        {"task": "visual_qa", "max_objects": 1, "n_train": 32, "n_valid": 8, "n_test": 8},
+        {"task": "visual_qa", "scenes": {"max_objects": 1}, "splits": {"n_train": 32, "n_valid": 8, "n_test": 8}},
         batch_size=32,
     )
     path, _, _ = scene_png(tmp_path / "scene.png")

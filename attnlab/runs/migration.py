@@ -30,7 +30,9 @@ Data sections read:
 - before data sections composed their parts (issue 61): the built-in scenes' held_out, image_size,
   noise and max_objects beside the other fields, moved into ``scenes`` (tasks/scene_splits.py:
   Scenes), the splits' seed (image classification's split_seed), n_train, n_valid and n_test into
-  ``splits`` (tasks/parts.py: Splits), and the images' dataset, colour and resize into ``images``
+  ``splits`` (tasks/parts.py: Splits; so are the language models', node classification's and
+  forecasting's valid_fraction, test_fraction, and forecasting's train_rows, valid_rows, test_rows as
+  n_train, n_valid, n_test: each task's that it reads, TaskConfig.splits_read), and the images' dataset, colour and resize into ``images``
   (ImageSource), and the text's tokenizer and vocab_size into ``text`` (Text); an image encoder's section loses the fields it had only as image classification's
   (DATA_DROPPED); translation's generator (a name) became a part, ``generator: {name, min_len,
   max_len, test_min_len, test_max_len, split}`` (tasks/translation.py: PairGenerator), and its
@@ -157,7 +159,18 @@ DATA_RELEASE_0_1_FIELDS = (
 # config has a field of that name holding the part)
 DATA_MOVED = {
     "scenes": {"held_out": "held_out", "image_size": "image_size", "noise": "noise", "max_objects": "max_objects"},
-    "splits": {"seed": "seed", "split_seed": "seed", "n_train": "n_train", "n_valid": "n_valid", "n_test": "n_test"},
+    "splits": {
+        "seed": "seed",
+        "split_seed": "seed",
+        "n_train": "n_train",
+        "n_valid": "n_valid",
+        "n_test": "n_test",
+        "valid_fraction": "valid_fraction",
+        "test_fraction": "test_fraction",
+        "train_rows": "n_train",
+        "valid_rows": "n_valid",
+        "test_rows": "n_test",
+    },
     "images": {"dataset": "dataset", "colour": "colour", "resize": "resize"},
     "text": {"tokenizer": "tokenizer", "vocab_size": "vocab_size"},
     "generator": {n: n for n in ("min_len", "max_len", "test_min_len", "test_max_len", "split")},
@@ -233,7 +246,7 @@ def data_moved(config: type[TaskConfig]) -> dict[str, str]:
         for part, fields in DATA_MOVED.items()
         if part in own
         for name, path in fields.items()
-        if name not in own
+        if name not in own and (part != "splits" or path in config.splits_read)  # the splits the task reads
     }
 
 

@@ -29,7 +29,7 @@ from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Tokenizers, batch_seed
 from attnlab.tasks.parts import ImageSource, Splits, Text
-from attnlab.tasks.scene_splits import SCENE_SPLITS, Scenes
+from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
 from attnlab.tasks.task import Task, TaskConfig
 
 BUILT_IN = ("scenes",)
@@ -60,8 +60,9 @@ class CaptionedSection(Protocol):
     def max_caption_len(self) -> int: ...
 
 
-def check_captioned(cfg: CaptionedSection) -> None:
+def check_captioned(cfg: CaptionedSection, task: str) -> None:
     """The checks of a section of captioned images: the scenes, or captions files, not both."""
+    cfg.splits.read_by(task, SCENE_SPLITS_READ)
     cfg.images.built_in(BUILT_IN)
     if cfg.images.dataset is not None:
         given = [name for name in ("train", "valid", "test") if getattr(cfg, name) is not None]
@@ -100,8 +101,10 @@ class CaptioningConfig(TaskConfig):
     test: Optional[str] = None
     max_caption_len: int = 32
 
+    splits_read = SCENE_SPLITS_READ
+
     def check(self) -> None:
-        check_captioned(self)
+        check_captioned(self, self.chosen_name())
 
     def check_trainable(self) -> None:
         check_captioned_trainable(self, self.task.name)

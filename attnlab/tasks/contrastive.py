@@ -57,7 +57,7 @@ from attnlab.tasks.retrieval import (
     text_ids,
     zero_shot_probabilities,
 )
-from attnlab.tasks.scene_splits import SCENE_SPLITS, Scenes
+from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
 from attnlab.tasks.task import Amp, TaskConfig, register_task
 
 SCENE_TEMPLATES = ("a small {label}", "a large {label}")  # every one-object scene's caption is one of these
@@ -100,8 +100,10 @@ class ContrastiveConfig(TaskConfig):
     def in_memory(self) -> bool:
         return self.images.dataset is not None
 
+    splits_read = SCENE_SPLITS_READ
+
     def check(self) -> None:
-        check_captioned(self)
+        check_captioned(self, self.chosen_name())
         names = self.class_names
         if self.labels is not None and len(names) < 2:
             raise ConfigError(

@@ -63,14 +63,12 @@ class ImageClassificationConfig(TaskConfig):
     crop_padding: int = 0
     flip: str = "none"
 
+    splits_read = ("seed", "n_valid")
+
     def check(self) -> None:
         self.images.built_in(list(BUILT_IN))
-        self.splits.given("seed", "n_valid")
-        if self.splits.n_train is not None or self.splits.n_test is not None:
-            raise ConfigError(
-                "splits: image classification holds out splits.n_valid training images (drawn with "
-                "splits.seed); its other splits are files or the data set's: drop n_train and n_test"
-            )
+        self.splits.read_by(self.chosen_name(), self.splits_read)
+        self.splits.given(*self.splits_read)
         if self.images.dataset is not None:
             given = [name for name in ("train", "valid", "test") if getattr(self, name) is not None]
             if given:

@@ -18,13 +18,13 @@ from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import multi_token_loss
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.parts import Text
+from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
 
 
 class RunningTextSection(Protocol):
     """What a data section of running text offers (language_model's, segment_language_model's): the
-    text's files, its ``text`` part (tasks/parts.py), ``block_size`` and ``valid_fraction``; each
+    text's files, its ``text`` and ``splits`` parts (tasks/parts.py), ``block_size``; each
     declares them beside its own fields, and the functions here read it."""
 
     @property
@@ -38,14 +38,18 @@ class RunningTextSection(Protocol):
     @property
     def block_size(self) -> int: ...
     @property
-    def valid_fraction(self) -> float: ...
+    def splits(self) -> Splits: ...
 
 
-def check_running_text(cfg: RunningTextSection) -> None:
+TEXT_SPLITS = Splits(valid_fraction=0.1)  # a running text's: the last tenth validates
+TEXT_SPLITS_READ = ("valid_fraction",)
+
+
+def check_running_text(cfg: RunningTextSection, task: str) -> None:
     one_of("format", cfg.format, LanguageModel.formats)
     at_least("block_size", cfg.block_size, 1)
-    if not 0.0 < cfg.valid_fraction < 1.0:
-        raise ConfigError(f"valid_fraction must be in (0, 1) (got {cfg.valid_fraction})")
+    cfg.splits.read_by(task, TEXT_SPLITS_READ)
+    cfg.splits.given(*TEXT_SPLITS_READ)
 
 
 def check_running_text_trainable(cfg: RunningTextSection) -> None:
@@ -56,19 +60,20 @@ def check_running_text_trainable(cfg: RunningTextSection) -> None:
 
 @dataclass(frozen=True)
 class LanguageModelConfig(TaskConfig):
-    """Plain text for a language model (``format: text``): the last ``valid_fraction`` of ``train``
-    is validation unless a ``valid`` file is given; tokenised as ``text`` says; windows of
+    """Plain text for a language model (``format: text``): the last ``splits.valid_fraction`` of
+    ``train`` is validation unless a ``valid`` file is given; tokenised as ``text`` says; windows of
     ``block_size`` tokens."""
 
     format: str = "text"
     train: Optional[str] = None
     valid: Optional[str] = None
     text: Text = Text()
+    splits: Splits = TEXT_SPLITS
     block_size: int = 64
-    valid_fraction: float = 0.1
+    splits_read = TEXT_SPLITS_READ
 
     def check(self) -> None:
-        check_running_text(self)
+        check_running_text(self, self.chosen_name())
 
     def check_trainable(self) -> None:
         check_running_text_trainable(self)
@@ -150,7 +155,7 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
         if cfg.valid is not None:
             train_text, valid_text = text, read_text(cfg.valid)
         else:
-            cut = math.floor(len(text) * (1.0 - cfg.valid_fraction))
+            cut = math.floor(len(text) * (1.0 - (cfg.splits.valid_fraction or 0.0)))  # given: check_running_text
             train_text, valid_text = text[:cut], text[cut:]
         if tokenizers is None:
             lines = train_text.splitlines(keepends=True)

@@ -6,6 +6,7 @@ how its images are read (``data.images``: ImageSource) and how its text becomes 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, Iterable, Optional
 
@@ -18,10 +19,11 @@ from attnlab.errors import ConfigError
 @dataclass(frozen=True)
 class Splits(TypedConfig):
     """How a task's splits are sized and held out: ``seed`` (of the draw, or of the shuffle);
-    ``n_train``, ``n_valid``, ``n_test``: the examples of each split (a generator's counts, or the
-    examples a file's end or a stratified draw gives up for validation; None: every line of a file,
-    or a split the task does not draw or hold out; a task reads the fields it says, and those it
-    does not read are None by default)."""
+    ``n_train``, ``n_valid``, ``n_test``: the examples of each split (a generator's counts, the
+    examples a file's end or a stratified draw gives up for validation, a series' rows);
+    ``valid_fraction``, ``test_fraction``: the shares of the data held out instead (a text's end, a
+    series' last rows, each class's nodes). A task reads the fields its config's ``splits_read``
+    names, and gives its defaults as the part's; the others are None, and one given is refused."""
 
     section: ClassVar[str] = "data.splits"
 
@@ -29,6 +31,8 @@ class Splits(TypedConfig):
     n_train: Optional[int] = None
     n_valid: Optional[int] = None
     n_test: Optional[int] = None
+    valid_fraction: Optional[float] = None
+    test_fraction: Optional[float] = None
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -36,12 +40,30 @@ class Splits(TypedConfig):
             value = getattr(self, name)
             if value is not None:
                 at_least(f"splits.{name}", value, 1)
+        for name in ("valid_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < value < 1.0:
+                raise ConfigError(f"splits.{name} must be between 0 and 1 (got {value})")
+        if self.valid_fraction is not None and self.test_fraction is not None:
+            if self.valid_fraction + self.test_fraction >= 1.0:
+                raise ConfigError(
+                    f"splits.valid_fraction + splits.test_fraction must be < 1, to leave training data (got "
+                    f"{self.valid_fraction} + {self.test_fraction})"
+                )
 
     def given(self, *names: str) -> None:
-        """Refuse a None among ``names``, the fields the task reads here."""
+        """Refuse a None among ``names``, the fields the task needs here."""
         for name in names:
             if getattr(self, name) is None:
                 raise ConfigError(f"splits.{name} must be given (got null)")
+
+    def read_by(self, task: str, names: tuple[str, ...]) -> None:
+        """Refuse a field given that the task ``task``, which reads ``names``, does not read."""
+        for f in dataclasses.fields(self):
+            if f.name not in names and getattr(self, f.name) is not None:
+                raise ConfigError(
+                    f"splits.{f.name}: data.task '{task}' does not read it (its splits: {', '.join(names)})"
+                )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from attnlab.tasks.parts import Splits
 
 # The scenes' splits: SceneSplits' sizes and seed (the part a scenes task gives as its default)
 SCENE_SPLITS = Splits(seed=0, n_train=4000, n_valid=200, n_test=500)
+SCENE_SPLITS_READ = ("seed", "n_train", "n_valid", "n_test")  # what a scenes task reads of its splits
 
 
 @dataclass(frozen=True)

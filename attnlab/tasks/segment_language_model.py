@@ -25,13 +25,15 @@ from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.memory import SegmentMemory
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.language_model import (
+    TEXT_SPLITS,
+    TEXT_SPLITS_READ,
     LMData,
     RandomWindows,
     RunningText,
     check_running_text,
     check_running_text_trainable,
 )
-from attnlab.tasks.parts import Text
+from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.task import Amp, TaskConfig, register_task
 
 
@@ -70,12 +72,13 @@ class SegmentLanguageModelConfig(TaskConfig):
     train: Optional[str] = None
     valid: Optional[str] = None
     text: Text = Text()
+    splits: Splits = TEXT_SPLITS
     block_size: int = 64
-    valid_fraction: float = 0.1
     context_segments: int = 0
+    splits_read = TEXT_SPLITS_READ
 
     def check(self) -> None:
-        check_running_text(self)
+        check_running_text(self, self.chosen_name())
         at_least("context_segments", self.context_segments, 0)
 
     def check_trainable(self) -> None:

@@ -49,6 +49,9 @@ class TaskConfig(RegisteredConfig):
     selector: ClassVar[str] = "task"
     link: ClassVar[str] = "task_class"
     task_class: ClassVar[type["Task[Any, Any]"]]  # set by @register_task
+    # the fields of the composed ``splits`` part (tasks/parts.py: Splits) that the task reads, where
+    # its section has one: Splits.read_by refuses the others, and an old run's flat ones move there
+    splits_read: ClassVar[tuple[str, ...]] = ()
 
     @property
     def task(self) -> "Task[Any, Any]":

@@ -39,7 +39,7 @@ from attnlab.tasks.captions import ImageRows, read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.parts import ImageSource, Splits, Text
-from attnlab.tasks.scene_splits import SCENE_SPLITS, Scenes
+from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
 from attnlab.tasks.task import TaskConfig, register_task
 
 BUILT_IN = ("scenes",)
@@ -66,7 +66,10 @@ class VisualQAConfig(TaskConfig):
     text: Text = Text(tokenizer="word_nopunct")
     max_question_len: int = 16
 
+    splits_read = SCENE_SPLITS_READ
+
     def check(self) -> None:
+        self.splits.read_by(self.chosen_name(), self.splits_read)
         if self.images.dataset is None:
             raise ConfigError(f"images.dataset: visual_qa reads the built-in {', '.join(BUILT_IN)} only (got null)")
         self.images.built_in(BUILT_IN)
