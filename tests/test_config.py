@@ -694,8 +694,8 @@ def test_translation_composes_its_generator_and_pairs_and_masked_translation_the
 
 def test_the_fractions_and_rows_of_the_splits_are_the_splits_part_each_task_reading_its_own():
     """valid_fraction and test_fraction (the language models', node classification's, forecasting's),
-    node classification's seed and forecasting's train_rows / valid_rows / test_rows are data.splits'
-    (tasks/parts.py: Splits); a task refuses a field of the part it does not read, and an old run's
+    node classification's seed, forecasting's train_rows / valid_rows / test_rows and classification's
+    and masked LM's n_valid are data.splits' (tasks/parts.py: Splits); a task refuses a field of the part it does not read, and an old run's
     flat fields move into the part only where the task reads them (release 0.1's n_valid of a
     language model is dropped, as before)."""
     from attnlab.runs.migration import migrated_data
@@ -710,6 +710,9 @@ def test_the_fractions_and_rows_of_the_splits_are_the_splits_part_each_task_read
     old_lm = {"format": "text", "train": "t.txt", "valid_fraction": 0.05}
     assert task_config(migrated_data(old_lm)).splits == Splits(valid_fraction=0.05)
     assert task_config(migrated_data(RELEASE_0_1_DATA)).splits == Splits(valid_fraction=0.1)
+    for task in ("classification", "masked_lm"):  # the last n_valid lines held out: splits.n_valid
+        assert task_config(migrated_data({"task": task, "train": "t", "n_valid": 8})).splits == Splits(n_valid=8)
+        assert task_config({"task": task}).splits == Splits(n_valid=500)
     with pytest.raises(ConfigError, match=r"^splits.n_valid: data.task 'language_model' does not read it"):
         task_config({"format": "text", "splits": {"n_valid": 5}})
     with pytest.raises(ConfigError, match=r"splits.seed: data.task 'forecasting' does not read it"):

@@ -314,7 +314,7 @@ train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_s
 MLM = """\
 model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, embeddings: {{tie: none}},
         positions: {{scheme: learned, max_len: 16}}}}
-data: {{task: masked_lm, train: {text}, text: {{tokenizer: word}}, max_len: 16, n_valid: 20}}
+data: {{task: masked_lm, train: {text}, text: {{tokenizer: word}}, max_len: 16, splits: {{n_valid: 20}}}}
 train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
         lr: 0.003, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
 """

@@ -128,14 +128,14 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         root,
         "classifier",
         encoder,
-        {"task": "classification", "train": str(root / "labelled.tsv"), "n_valid": 8, "max_len": 16},
+        {"task": "classification", "train": str(root / "labelled.tsv"), "splits": {"n_valid": 8}, "max_len": 16},
         max_tokens=256,
     )
     out["mlm"] = trained(
         root,
         "mlm",
         encoder,
-        {"task": "masked_lm", "train": str(root / "text.txt"), "n_valid": 8, "max_len": 16},
+        {"task": "masked_lm", "train": str(root / "text.txt"), "splits": {"n_valid": 8}, "max_len": 16},
         max_tokens=256,
     )
     out["vit"] = trained(
