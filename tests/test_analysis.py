@@ -342,13 +342,11 @@ def demo_like_run(tmp_path_factory):
             },
             "data": {
                 "format": "builtin",
-                "generator": "reverse",
-                "tokenizer": "word",
+                "generator": {"name": "reverse", "min_len": 3, "max_len": 6},
+                "text": {"tokenizer": "word"},
                 "n_train": 600,
                 "n_valid": 40,
                 "n_test": 40,
-                "min_len": 3,
-                "max_len": 6,
             },
             "train": {
                 "max_steps": 120,

@@ -23,7 +23,7 @@ PRESETS = {"transformer": "multi30k_de_en", "gru_bahdanau": "rnn_bahdanau", "gru
 def test_benchmarked_models_are_the_presets(name):
     preset = yaml.safe_load((ROOT / "configs" / f"{PRESETS[name]}.yaml").read_text())
     assert MODELS[name] == preset["model"]
-    assert preset["data"]["vocab_size"] == 8000
+    assert preset["data"]["text"]["vocab_size"] == 8000
 
 
 def test_records_carry_the_transformer_as_reference(monkeypatch):
@@ -348,7 +348,7 @@ def lm_run(tmp_path: Path, name: str, letters: str = "abcdefgh", **model) -> Pat
         yaml.safe_dump(
             {
                 "model": fields,
-                "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 16},
+                "data": {"format": "text", "train": str(text), "text": {"tokenizer": "char"}, "block_size": 16},
                 "train": {
                     "max_steps": 40,
                     "batch_size": 8,

@@ -28,11 +28,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"held_out: 'purple triangle' is not a 'COLOUR SHAPE' \(colours red, green"):
-        task_config({"task": "captioning", "dataset": "scenes", "held_out": "red triangle, purple triangle"})
+        task_config(
+            {
+                "task": "captioning",
+                "images": {"dataset": "scenes"},
+                "scenes": {"held_out": "red triangle, purple triangle"},
+            }
+        )
     with pytest.raises(ConfigError, match=r"held_out names no 'COLOUR SHAPE' combination; the compositional split"):
-        task_config({"task": "captioning", "dataset": "scenes", "held_out": " , "})
+        task_config({"task": "captioning", "images": {"dataset": "scenes"}, "scenes": {"held_out": " , "}})
     with pytest.raises(ConfigError, match=r"dataset 'scenes' brings its own splits and images; drop train"):
-        task_config({"task": "captioning", "dataset": "scenes", "train": "captions.tsv"})
+        task_config({"task": "captioning", "images": {"dataset": "scenes"}, "train": "captions.tsv"})
     with pytest.raises(ConfigError, match=r"model.arch must be 'captioner' for data.task 'captioning'"):
         run_config({"arch": "vit", "patches": {"size": 4}})
     with pytest.raises(ConfigError, match=r"image_height \(30\) must be divisible by patches.size \(4\)"):
@@ -47,7 +53,9 @@ def test_a_bad_config_fails_early_naming_the_field():
 def run_config(model: dict):
     from attnlab.runs.config import RunConfig
 
-    return RunConfig.from_sections({"model": model, "data": {"task": "captioning", "dataset": "scenes"}, "train": {}})
+    return RunConfig.from_sections(
+        {"model": model, "data": {"task": "captioning", "images": {"dataset": "scenes"}}, "train": {}}
+    )
 
 
 def write_png(path: Path, pixels: np.ndarray) -> Path:
@@ -143,7 +151,7 @@ def test_beam_1_is_greedy():
 
 RECIPE = """\
 model: {arch: captioner, patches: {size: 8}, stack: {d_model: 32, n_heads: 2, d_ff: 64, dropout: 0.0}, depths: {encoder: 1, decoder: 1}}
-data: {task: captioning, dataset: scenes, max_objects: 1, n_train: 600, n_valid: 50, n_test: 50}
+data: {task: captioning, images: {dataset: scenes}, scenes: {max_objects: 1}, splits: {n_train: 600, n_valid: 50, n_test: 50}}
 train: {max_steps: 150, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 5.0e-3, warmup_steps: 1,
         eval_every: 150, eval_exact_match: 50, early_stop_metric: exact_match, label_smoothing: 0.0,
         progress: false}
@@ -331,7 +339,7 @@ def test_the_captioning_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
 
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "captioning.yaml")
-    assert type(cfg.data.task) is Captioning and cfg.data.held_combinations == ("red triangle",)
+    assert type(cfg.data.task) is Captioning and cfg.data.scenes.held_combinations == ("red triangle",)
     shape = cfg.planned_shape(vocab_size=17)
     assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == (
         "captioner",

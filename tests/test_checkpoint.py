@@ -33,7 +33,7 @@ def write_config(root: Path) -> Path:
     config = root / "tiny.yaml"
     config.write_text("""\
 model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}
-data: {format: builtin, generator: copy, tokenizer: word, n_train: 60, n_valid: 10, n_test: 10, min_len: 3, max_len: 5}
+data: {format: builtin, generator: {name: copy, min_len: 3, max_len: 5}, text: {tokenizer: word}, n_train: 60, n_valid: 10, n_test: 10}
 train: {max_steps: 4, max_tokens: 128, lr_schedule: constant, lr: 0.001, warmup_steps: 1, eval_every: 2,
         progress: false}
 """)

@@ -291,7 +291,7 @@ def test_sentence_pairs_train_a_segment_table(tmp_path):
     config = write(
         tmp_path / "c.yaml",
         CONFIG.format(pooling="mean", train=train, valid="null")
-        .replace("valid: null, max_len: 16}", "max_len: 16, n_valid: 20}")
+        .replace("valid: null, max_len: 16}", "max_len: 16, splits: {n_valid: 20}}")
         .replace("max_steps: 60", "max_steps: 4"),
     )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))

@@ -111,8 +111,8 @@ def tiny_parallel_corpus(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(f"""\
 model: {{stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0, norm: pre}}}}
-data: {{format: parallel, train: {tmp_path}/train, valid: {tmp_path}/val, src_lang: de, tgt_lang: en,
-       tokenizer: word, shared_vocab: false}}
+data: {{format: parallel, train: {tmp_path}/train, valid: {tmp_path}/val,
+       pairs: {{src_lang: de, tgt_lang: en, shared_vocab: false}}, text: {{tokenizer: word}}}}
 train: {{max_steps: 250, max_tokens: 400, lr_schedule: constant, lr: 0.003, warmup_steps: 10,
         eval_every: 125, eval_exact_match: 40, early_stop_metric: exact_match, log_every: 10}}
 """)
@@ -306,7 +306,7 @@ def test_generate_and_score_a_language_model(tmp_path):
     config = tmp_path / "lm.yaml"
     config.write_text(f"""\
 model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, positions: {{scheme: rotary}}}}
-data: {{format: text, train: {text}, tokenizer: char, block_size: 32}}
+data: {{format: text, train: {text}, text: {{tokenizer: char}}, block_size: 32}}
 train: {{max_steps: 80, batch_size: 8, lr_schedule: constant, lr: 0.003, warmup_steps: 5, label_smoothing: 0.0,
         eval_every: 80}}
 """)
@@ -517,7 +517,7 @@ def tiny_lm_run(tmp_path) -> Path:
     config = tmp_path / "lm.yaml"
     config.write_text(
         f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
-        f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"
+        f"data: {{format: text, train: {text}, text: {{tokenizer: char}}, block_size: 16}}\n"
         f"train: {{max_steps: 2, batch_size: 4, eval_every: 2, progress: false}}\n"
     )
     assert main(["train", str(config), "--out", str(tmp_path / "lm")]) == 0

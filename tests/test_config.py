@@ -214,37 +214,47 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
     """Release 0.1 wrote all 20 fields of its one DataConfig, with the generator as 'task' (default
     'scan' for every format): read from a run directory, the generator moves to 'generator' and the
     fields the task does not have go; a config the user writes that way gets the one-line fix."""
+    from attnlab.runs.migration import migrated_data
     from attnlab.tasks import LanguageModelConfig, TranslationConfig, task_config
+    from attnlab.tasks.parts import Text
+    from attnlab.tasks.translation import PairGenerator
 
-    lm = task_config(RELEASE_0_1_DATA, from_0_1=True)
-    assert lm == LanguageModelConfig(train="input.txt", tokenizer="char", block_size=64)
+    lm = task_config(migrated_data(RELEASE_0_1_DATA))
+    assert lm == LanguageModelConfig(train="input.txt", text=Text(tokenizer="char"), block_size=64)
     assert lm.to_dict() == {
         "task": "language_model",
         "format": "text",
         "train": "input.txt",
         "valid": None,
-        "tokenizer": "char",
-        "vocab_size": 8000,
+        "text": {"tokenizer": "char", "vocab_size": 8000},
+        "splits": {
+            "seed": None,
+            "n_train": None,
+            "n_valid": None,
+            "n_test": None,
+            "valid_fraction": 0.1,
+            "test_fraction": None,
+        },
         "block_size": 64,
-        "valid_fraction": 0.1,
     }
     # (n_train: a drawing generator without it drew no training pairs, in 0.1 as now: no such run exists)
     pairs = task_config(
-        {
-            **RELEASE_0_1_DATA,
-            "format": "builtin",
-            "task": "reverse",
-            "tokenizer": "word",
-            "train": None,
-            "n_train": 100,
-        },
-        from_0_1=True,
+        migrated_data(
+            {
+                **RELEASE_0_1_DATA,
+                "format": "builtin",
+                "task": "reverse",
+                "tokenizer": "word",
+                "train": None,
+                "n_train": 100,
+            }
+        )
     )
-    assert pairs == TranslationConfig(generator="reverse", n_train=100)
-    assert task_config(pairs.to_dict(), from_0_1=True) == pairs  # a newer section is read as it is
+    assert pairs == TranslationConfig(generator=PairGenerator(name="reverse"), n_train=100)
+    assert task_config(migrated_data(pairs.to_dict())) == pairs  # a newer section is read as it is
     with pytest.raises(ConfigError, match="data.task 'language_model' has no field 'colour'"):
-        task_config({**RELEASE_0_1_DATA, "colour": "blue"}, from_0_1=True)
-    with pytest.raises(ConfigError, match="'reverse' is a built-in generator: write `generator: reverse`"):
+        task_config(migrated_data({**RELEASE_0_1_DATA, "colour": "blue"}))
+    with pytest.raises(ConfigError, match="'reverse' is a built-in generator: write `generator: {name: reverse}`"):
         task_config({"format": "builtin", "task": "reverse"})
 
 
@@ -464,7 +474,7 @@ def test_train_refuses_cuda_graphs_on_the_cpu_before_making_the_run(tmp_path):
     config = tmp_path / "lm.yaml"
     config.write_text(
         f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 16}}}}\n"
-        f"data: {{format: text, train: {text}, tokenizer: char, block_size: 8}}\n"
+        f"data: {{format: text, train: {text}, text: {{tokenizer: char}}, block_size: 8}}\n"
         f"train: {{device: cpu, compile: graphs}}\n"
     )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
@@ -523,3 +533,190 @@ def test_model_config_s_docstring_example_runs():
     (example,) = re.findall(r"``(model_config\(.*?\))``", family.model_config.__doc__)
     cfg = eval(example, {"model_config": model_config})  # noqa: S307 (the docstring's own text)
     assert (cfg.arch, cfg.stack.d_model) == ("decoder_lm", 64)
+
+
+def test_the_scenes_flat_fields_are_parts_now_refused_in_one_line_and_migrated_from_a_run():
+    """held_out, image_size, noise and max_objects are data.scenes' (tasks/scene_splits.py: Scenes), the
+    splits' seed and sizes data.splits' (tasks/parts.py: Splits): a run written before reads them from
+    their old places (runs/migration.py: migrated_data); a new config is refused in one line naming
+    the new place."""
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.migration import migrated_data
+    from attnlab.tasks import task_config
+    from attnlab.tasks.parts import Splits
+    from attnlab.tasks.scene_splits import Scenes
+
+    old = {
+        "task": "visual_qa",
+        "images": {"dataset": "scenes"},
+        "n_train": 300,
+        "seed": 3,
+        "held_out": "blue circle",
+        "noise": 2,
+    }
+    cfg = task_config(migrated_data(old))
+    assert cfg.splits == Splits(seed=3, n_train=300, n_valid=200, n_test=500)  # the others: the scenes' defaults
+    assert cfg.scenes == Scenes(held_out="blue circle", image_size=32, noise=2.0, max_objects=3)
+    assert cfg.to_dict()["splits"] == {
+        "seed": 3,
+        "n_train": 300,
+        "n_valid": 200,
+        "n_test": 500,
+        "valid_fraction": None,
+        "test_fraction": None,
+    }
+    assert task_config(migrated_data(cfg.to_dict())) == cfg  # a section in the current layout: unchanged
+    with pytest.raises(
+        ConfigError,
+        match=r"^data.n_train is now data.splits.n_train, in a part of its own "
+        r"\(write splits: \{n_train: ...\}; --set data.splits.n_train=...\)$",
+    ):
+        RunConfig.from_sections({"model": {"arch": "single_stream"}, "data": {"task": "visual_qa", "n_train": 300}})
+    with pytest.raises(
+        ConfigError, match=r"^--set 'data.held_out=blue circle': data.held_out is now data.scenes.held_out"
+    ):
+        RunConfig.from_file("recipes/multimodal/visual_qa.yaml", ["data.held_out=blue circle"])
+    with pytest.raises(ConfigError, match=r"data.max_objects is a field of data.scenes: write it inside scenes"):
+        task_config({"task": "captioning", "images": {"dataset": "scenes"}, "max_objects": 2})
+    new = RunConfig.from_file("recipes/multimodal/visual_qa.yaml", ["data.splits.n_train=64", "data.scenes.noise=4"])
+    assert (new.data.splits.n_train, new.data.splits.n_valid, new.data.scenes.noise) == (64, 200, 4.0)
+    with pytest.raises(ConfigError, match=r"splits.n_valid must be >= 1 \(got 0\)"):
+        task_config({"task": "visual_qa", "splits": {"n_valid": 0}})
+    with pytest.raises(ConfigError, match=r"splits.n_test must be given \(got null\)"):
+        task_config({"task": "visual_qa", "splits": {"n_test": None}})
+
+
+def test_the_images_flat_fields_are_a_part_and_an_image_encoder_reads_only_it():
+    """dataset, colour and resize are data.images' (tasks/parts.py: ImageSource), image classification's
+    n_valid and split_seed data.splits' n_valid and seed; the image encoder's section is its images
+    alone (it inherited image classification's fields and read none of the others): runs written
+    before read as the same config, and a new config's flat spelling is refused naming the part."""
+    import yaml
+
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.migration import migrated_data
+    from attnlab.tasks import task_config
+    from attnlab.tasks.image_encoder import ImageEncoderConfig
+    from attnlab.tasks.parts import ImageSource, Splits
+
+    written = yaml.safe_load((Path(__file__).parent / "fixtures/runs_f01/vit/config.yaml").read_text())["data"]
+    assert (written["dataset"], written["split_seed"], written["n_valid"]) == ("digits", 0, 100)
+    vit = task_config(migrated_data(written))
+    assert (vit.images, vit.splits) == (ImageSource(dataset="digits"), Splits(seed=0, n_valid=100))
+    assert (vit.train, vit.crop_padding, vit.flip) == (None, 0, "none")
+    old_encoder = {**written, "task": "image_encoder", "dataset": None, "resize": 224, "colour": "grey"}
+    assert task_config(migrated_data(old_encoder)) == ImageEncoderConfig(images=ImageSource(colour="grey", resize=224))
+    assert task_config(migrated_data({**written, "split_seed": 7})).splits.seed == 7
+    with pytest.raises(ConfigError, match=r"^data.split_seed is now data.splits.seed, in a part of its own"):
+        RunConfig.from_sections({"model": {"arch": "vit"}, "data": {"task": "image_classification", "split_seed": 3}})
+    with pytest.raises(ConfigError, match=r"^--set 'data.resize=8': data.resize is now data.images.resize"):
+        RunConfig.from_file("recipes/digits/vit.yaml", ["data.resize=8"])
+    with pytest.raises(
+        ConfigError, match=r"images.resize is for image files; dataset 'digits' draws images of one size"
+    ):
+        task_config({"task": "image_classification", "images": {"dataset": "digits", "resize": 8}})
+    with pytest.raises(ConfigError, match=r"images.colour must be one of 'rgb', 'grey' \(got 'blue'\)"):
+        task_config({"task": "image_encoder", "images": {"colour": "blue"}})
+    with pytest.raises(ConfigError, match=r"images.dataset must be one of 'digits' \(got 'mnist'\)"):
+        task_config({"task": "image_classification", "images": {"dataset": "mnist"}})
+    with pytest.raises(ConfigError, match=r"images.dataset: visual_qa reads the built-in scenes only"):
+        task_config({"task": "visual_qa", "images": {"dataset": None}})
+
+
+def test_the_text_fields_are_a_part_refused_flat_and_migrated_from_a_run():
+    """tokenizer and vocab_size are data.text's (tasks/parts.py: Text), in every task of text; the
+    golden SCAN run (release 0.1) and the f01 fixture read them from their flat places."""
+    import yaml
+
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.migration import migrated_data
+    from attnlab.tasks import task_config
+    from attnlab.tasks.parts import Text
+
+    for run in ("golden/scan_run", "fixtures/runs_f01/encoder_decoder"):
+        written = yaml.safe_load((Path(__file__).parent / run / "config.yaml").read_text())["data"]
+        assert (written["tokenizer"], written["vocab_size"]) == ("word", 8000)
+        assert task_config(migrated_data(written)).text == Text(tokenizer="word", vocab_size=8000)
+    assert task_config({"task": "encoder"}).text == Text(tokenizer="wordpiece")  # each task's defaults kept
+    assert task_config({"task": "visual_qa"}).text == Text(tokenizer="word_nopunct")
+    assert task_config({"task": "masked_lm", "text": {"vocab_size": 300}}).text == Text("word", 300)
+    with pytest.raises(ConfigError, match=r"^data.vocab_size is now data.text.vocab_size, in a part of its own"):
+        RunConfig.from_sections({"model": {"arch": "decoder_lm"}, "data": {"format": "text", "vocab_size": 50}})
+    with pytest.raises(ConfigError, match=r"^--set 'data.tokenizer=bpe': data.tokenizer is now data.text.tokenizer"):
+        RunConfig.from_file("configs/scan.yaml", ["data.tokenizer=bpe"])
+    with pytest.raises(ConfigError, match=r"text.tokenizer must be one of 'char', 'word'.* \(got 'bytes'\)"):
+        task_config({"task": "classification", "text": {"tokenizer": "bytes"}})
+    with pytest.raises(ConfigError, match=r"text.vocab_size must be >= 1 \(got 0\)"):
+        task_config({"task": "captioning", "text": {"vocab_size": 0}})
+    cfg = RunConfig.from_file("configs/scan.yaml", ["data.text.vocab_size=300"])
+    assert cfg.data.text == Text("word", 300)
+
+
+def test_translation_composes_its_generator_and_pairs_and_masked_translation_the_same_parts():
+    """Translation's generator (its name, lengths, SCAN split) is data.generator (tasks/translation.py:
+    PairGenerator), its sides' suffixes, longest sentences and vocabularies data.pairs (Pairs); masked
+    translation's section composes the same parts instead of inheriting translation's. The golden
+    SCAN run (release 0.1) and the f01 fixture read as the same config."""
+    import yaml
+
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.migration import migrated_data
+    from attnlab.tasks import task_config
+    from attnlab.tasks.translation import PairGenerator, Pairs
+
+    fixture = yaml.safe_load((Path(__file__).parent / "fixtures/runs_f01/encoder_decoder/config.yaml").read_text())
+    cfg = task_config(migrated_data(fixture["data"]))
+    assert (cfg.generator, cfg.pairs) == (PairGenerator("reverse", 3, 5), Pairs())
+    assert (cfg.n_train, cfg.n_valid, cfg.n_test, cfg.seed) == (200, 20, 10, 1234)
+    golden = yaml.safe_load((Path(__file__).parent / "golden/scan_run/config.yaml").read_text())["data"]
+    assert task_config(migrated_data(golden)).generator == PairGenerator("scan", 3, 12)
+    masked = task_config({"task": "masked_translation", **{k: v for k, v in cfg.to_dict().items() if k != "task"}})
+    assert (masked.generator, masked.pairs, masked.text) == (cfg.generator, cfg.pairs, cfg.text)
+    old = {"task": "masked_translation", "format": "parallel", "src_lang": "de", "tgt_lang": "en", "max_src_len": 9}
+    assert task_config(migrated_data(old)).pairs == Pairs(src_lang="de", tgt_lang="en", max_src_len=9)
+    with pytest.raises(
+        ConfigError,
+        match=r"^data.generator is now a part of its own, named by its name \(write generator: \{name: copy\}; "
+        r"--set data.generator.name=copy\)$",
+    ):
+        RunConfig.from_sections({"data": {"generator": "copy", "n_train": 5}})
+    with pytest.raises(ConfigError, match=r"^--set 'data.split=length': data.split is now data.generator.split"):
+        RunConfig.from_file("configs/scan.yaml", ["data.split=length"])
+    with pytest.raises(ConfigError, match=r"^data.src_lang is now data.pairs.src_lang, in a part of its own"):
+        RunConfig.from_sections({"data": {"format": "parallel", "src_lang": "de"}})
+    assert RunConfig.from_file("configs/scan.yaml", ["data.generator.split=length"]).data.generator.split == "length"
+    with pytest.raises(ConfigError, match=r"generator.split is one of SCAN's splits: it needs name 'scan'"):
+        task_config({"generator": {"name": "copy", "split": "length"}})
+    with pytest.raises(ConfigError, match=r"generator.max_len \(2\) must be >= generator.min_len \(3\)"):
+        task_config({"generator": {"max_len": 2}})
+    with pytest.raises(ConfigError, match=r"format 'parallel' needs pairs.src_lang and pairs.tgt_lang"):
+        task_config({"task": "masked_translation", "format": "parallel"})
+
+
+def test_the_fractions_and_rows_of_the_splits_are_the_splits_part_each_task_reading_its_own():
+    """valid_fraction and test_fraction (the language models', node classification's, forecasting's),
+    node classification's seed, forecasting's train_rows / valid_rows / test_rows and classification's
+    and masked LM's n_valid are data.splits' (tasks/parts.py: Splits); a task refuses a field of the part it does not read, and an old run's
+    flat fields move into the part only where the task reads them (release 0.1's n_valid of a
+    language model is dropped, as before)."""
+    from attnlab.runs.migration import migrated_data
+    from attnlab.tasks import task_config
+    from attnlab.tasks.parts import Splits
+
+    old_node = {"task": "node_classification", "builtin": "karate", "valid_fraction": 0.3, "seed": 4}
+    assert task_config(migrated_data(old_node)).splits == Splits(seed=4, valid_fraction=0.3, test_fraction=0.2)
+    old_series = {"task": "forecasting", "path": "s.csv", "train_rows": 10, "valid_rows": 5, "test_rows": 5}
+    series = task_config(migrated_data(old_series))
+    assert series.rows == (10, 5, 5) and series.splits.valid_fraction == 0.1  # the fractions' defaults stay
+    old_lm = {"format": "text", "train": "t.txt", "valid_fraction": 0.05}
+    assert task_config(migrated_data(old_lm)).splits == Splits(valid_fraction=0.05)
+    assert task_config(migrated_data(RELEASE_0_1_DATA)).splits == Splits(valid_fraction=0.1)
+    for task in ("classification", "masked_lm"):  # the last n_valid lines held out: splits.n_valid
+        assert task_config(migrated_data({"task": task, "train": "t", "n_valid": 8})).splits == Splits(n_valid=8)
+        assert task_config({"task": task}).splits == Splits(n_valid=500)
+    with pytest.raises(ConfigError, match=r"^splits.n_valid: data.task 'language_model' does not read it"):
+        task_config({"format": "text", "splits": {"n_valid": 5}})
+    with pytest.raises(ConfigError, match=r"splits.seed: data.task 'forecasting' does not read it"):
+        task_config({"task": "forecasting", "splits": {"seed": 5}})
+    with pytest.raises(ConfigError, match=r"data.valid_fraction is a field of data.splits: write it inside splits"):
+        task_config({"format": "text", "valid_fraction": 0.2})

@@ -202,13 +202,11 @@ def test_a_run_trains_with_nag_and_evaluates_from_the_command_line(tmp_path, cap
             },
             "data": {
                 "format": "builtin",
-                "generator": "reverse",
-                "tokenizer": "word",
+                "generator": {"name": "reverse", "min_len": 3, "max_len": 5},
+                "text": {"tokenizer": "word"},
                 "n_train": 200,
                 "n_valid": 20,
                 "n_test": 10,
-                "min_len": 3,
-                "max_len": 5,
             },
             "train": {
                 "max_steps": 60,

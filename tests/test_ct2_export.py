@@ -58,7 +58,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         "mt",
         f"arch: encoder_decoder, stack: {{{stack}, activation: relu}}, positions: {{scheme: sinusoidal_halves, max_len: 64}}",
         f"task: translation, format: tsv, train: {tmp / 'pairs.tsv'}, valid: {tmp / 'pairs.tsv'}, "
-        f"tokenizer: unigram, vocab_size: 30",
+        f"text: {{tokenizer: unigram, vocab_size: 30}}",
         "max_steps: 200, max_tokens: 96, eval_every: 200",
     )
     language_model = train(
@@ -67,7 +67,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         f"arch: decoder_lm, stack: {{{stack}, norm: pre, activation: gelu_tanh}}, positions: {{scheme: "
         f"learned, max_len: 32}}, embeddings: {{kind: plain, tie: output}}",
         f"task: language_model, train: {tmp / 'text.txt'}, valid: {tmp / 'text.txt'}, "
-        f"tokenizer: byte_bpe, vocab_size: 270, block_size: 16",
+        f"text: {{tokenizer: byte_bpe, vocab_size: 270}}, block_size: 16",
         "max_steps: 200, batch_size: 4, eval_every: 200",
     )
     return {"mt": translation, "lm": language_model}

@@ -154,7 +154,7 @@ def test_torchrun_takes_one_gpu_per_rank_or_refuses_in_one_line(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text("""\
 model: {stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}
-data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+data: {format: builtin, generator: {name: reverse}, text: {tokenizer: word}, n_train: 300, n_valid: 20, n_test: 20}
 train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 4,
         log_every: 1, progress: false, device: cuda}
 """)

@@ -135,20 +135,26 @@ def test_the_test_split_can_be_longer_than_training(generator):
 
 
 def test_a_length_range_too_narrow_for_the_pairs_asked_is_one_clear_error():
-    with pytest.raises(DataError, match=r"data.generator 'copy': cannot draw 100 distinct sequences of lengths 1-1"):
+    with pytest.raises(
+        DataError, match=r"data.generator.name 'copy': cannot draw 100 distinct sequences of lengths 1-1"
+    ):
         generated_pairs("copy", seed=1, n_train=100, n_valid=1, n_test=1, min_len=1, max_len=1)
 
 
 def test_test_lengths_are_refused_where_they_cannot_apply():
     with pytest.raises(ConfigError, match=r"test_min_len / test_max_len set the test lengths of a sequence generator"):
-        task_config({"task": "translation", "generator": "scan", "test_max_len": 40})
-    with pytest.raises(ConfigError, match=r"test_max_len \(15\) must be >= test_min_len \(21\)"):
+        task_config({"task": "translation", "generator": {"name": "scan", "test_max_len": 40}})
+    with pytest.raises(ConfigError, match=r"generator.test_max_len \(15\) must be >= generator.test_min_len \(21\)"):
         task_config(
-            {"task": "translation", "generator": "reverse", "n_train": 10, "test_min_len": 21, "test_max_len": 15}
+            {
+                "task": "translation",
+                "generator": {"name": "reverse", "test_min_len": 21, "test_max_len": 15},
+                "n_train": 10,
+            }
         )
     assert task_config(
-        {"task": "translation", "generator": "reverse", "max_len": 20, "n_train": 10, "test_max_len": 40}
-    ).test_lengths == (3, 40)  # test_min_len defaults to min_len
+        {"task": "translation", "generator": {"name": "reverse", "max_len": 20, "test_max_len": 40}, "n_train": 10}
+    ).generator.test_lengths == (3, 40)  # test_min_len defaults to min_len
 
 
 @pytest.mark.parametrize("generator", ["copy", "reverse", "sort", "addition"])
@@ -156,8 +162,10 @@ def test_a_drawing_generator_without_n_train_is_refused_when_the_config_is_read(
     """Without n_train a sequence generator drew no training pairs, and training failed later with
     "no training pairs left after length filtering (kept all 0 pairs)" (issue 64)."""
     with pytest.raises(ConfigError, match=rf"^generator '{generator}' draws its pairs: set n_train, how many"):
-        task_config({"task": "translation", "generator": generator})
-    assert task_config({"task": "translation", "generator": "scan"}).n_train is None  # SCAN's grammar gives its pairs
+        task_config({"task": "translation", "generator": {"name": generator}})
+    assert (
+        task_config({"task": "translation", "generator": {"name": "scan"}}).n_train is None
+    )  # SCAN's grammar gives its pairs
 
 
 def test_the_translation_task_reads_its_test_split_at_the_test_lengths():
@@ -166,11 +174,7 @@ def test_the_translation_task_reads_its_test_split_at_the_test_lengths():
     cfg = task_config(
         {
             "task": "translation",
-            "generator": "copy",
-            "min_len": 1,
-            "max_len": 5,
-            "test_min_len": 30,
-            "test_max_len": 30,
+            "generator": {"name": "copy", "min_len": 1, "max_len": 5, "test_min_len": 30, "test_max_len": 30},
             "n_train": 10,
             "n_valid": 2,
             "n_test": 3,

@@ -351,8 +351,8 @@ def test_evaluate_scores_a_standard_test_set_by_name(tmp_path, monkeypatch):
     config = tmp_path / "tiny.yaml"
     config.write_text(f"""\
 model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}}}
-data: {{format: parallel, train: {tmp_path}/train, valid: {tmp_path}/train, src_lang: de, tgt_lang: en,
-       tokenizer: word}}
+data: {{format: parallel, train: {tmp_path}/train, valid: {tmp_path}/train, pairs: {{src_lang: de, tgt_lang: en}},
+       text: {{tokenizer: word}}}}
 train: {{max_steps: 4, eval_every: 4, eval_exact_match: 0, early_stop_metric: valid_loss, progress: false}}
 """)
     run = tmp_path / "run"

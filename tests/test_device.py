@@ -72,7 +72,7 @@ def test_torchrun_workers_refuse_a_device_they_cannot_have_in_one_line_each(tmp_
     config = tmp_path / "tiny.yaml"
     config.write_text(
         "model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\n"
-        "data: {format: builtin, generator: reverse, n_train: 50, n_valid: 10, n_test: 10}\n"
+        "data: {format: builtin, generator: {name: reverse}, n_train: 50, n_valid: 10, n_test: 10}\n"
         "train: {max_steps: 2, device: cuda, progress: false}\n"
     )
     done = subprocess.run(

@@ -85,7 +85,7 @@ def test_attnlab_train_under_torchrun_matches_one_process_accumulating(tmp_path)
     config = tmp_path / "tiny.yaml"
     config.write_text("""\
 model: {stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}
-data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+data: {format: builtin, generator: {name: reverse}, text: {tokenizer: word}, n_train: 300, n_valid: 20, n_test: 20}
 train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 3,
         log_every: 1, progress: false}
 """)
@@ -135,7 +135,7 @@ def test_a_language_model_under_torchrun_matches_one_process_accumulating(tmp_pa
     config = tmp_path / "lm.yaml"
     config.write_text(f"""\
 model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}}}
-data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
+data: {{format: text, train: {text}, text: {{tokenizer: char}}, block_size: 16}}
 train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 4,
         progress: false}}
 """)
@@ -151,7 +151,7 @@ def test_transformer_xl_on_random_windows_under_torchrun_matches_one_process_acc
     config.write_text(f"""\
 model: {{arch: transformer_xl, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0, norm: pre}},
         memory_length: 8}}
-data: {{task: segment_language_model, train: {text}, tokenizer: char, block_size: 8, context_segments: 1}}
+data: {{task: segment_language_model, train: {text}, text: {{tokenizer: char}}, block_size: 8, context_segments: 1}}
 train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 4,
         progress: false}}
 """)
@@ -200,7 +200,7 @@ def test_fsdp_trains_as_one_process_does_and_resumes_only_under_fsdp(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text("""\
 model: {stack: {d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}
-data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+data: {format: builtin, generator: {name: reverse}, text: {tokenizer: word}, n_train: 300, n_valid: 20, n_test: 20}
 train: {max_steps: 6, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 2, eval_every: 3,
         log_every: 1, progress: false, eval_exact_match: 5}
 """)

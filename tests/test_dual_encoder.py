@@ -208,7 +208,7 @@ def test_a_bad_config_fails_early_naming_the_field():
     from attnlab.runs.config import RunConfig
 
     def run_config(model: dict, data: dict | None = None):
-        data = {"task": "contrastive", "dataset": "scenes", **(data or {})}
+        data = {"task": "contrastive", "images": {"dataset": "scenes"}, **(data or {})}
         return RunConfig.from_sections({"model": model, "data": data, "train": {}})
 
     refusals = [
@@ -225,26 +225,30 @@ def test_a_bad_config_fails_early_naming_the_field():
         (lambda: sized(**DUAL, text_pooling="eos"), "text_pooling must be one of 'cls', 'mean' (got 'eos')"),
         (lambda: sized(**DUAL, embeddings={"tie": "output"}), "embeddings.tie must be one of 'none' (got 'output')"),
         (
-            lambda: task_config({"task": "contrastive", "dataset": "scenes", "prompts": "a {colour} thing"}),
+            lambda: task_config(
+                {"task": "contrastive", "images": {"dataset": "scenes"}, "prompts": "a {colour} thing"}
+            ),
             "prompts: 'a {colour} thing' must name the class as {label} and hold no other braces (e.g. 'a picture of a "
             "{label}')",
         ),
         (
-            lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle"}),
+            lambda: task_config({"task": "contrastive", "images": {"dataset": "scenes"}, "labels": "red circle"}),
             "labels names 1 class; zero-shot classification needs at least two (comma-separated)",
         ),
         (
-            lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": " , "}),
+            lambda: task_config({"task": "contrastive", "images": {"dataset": "scenes"}, "labels": " , "}),
             "labels names 0 classes; zero-shot classification needs at least two (comma-separated)",
         ),
         (
-            lambda: task_config({"task": "contrastive", "dataset": "scenes", "labels": "red circle, red circle"}),
+            lambda: task_config(
+                {"task": "contrastive", "images": {"dataset": "scenes"}, "labels": "red circle, red circle"}
+            ),
             "labels names 'red circle' twice",
         ),
         (
-            lambda: task_config({"task": "contrastive", "dataset": "scenes", "n_train": 10}).task.prepare(
-                Batching(4096, 1, 0)
-            ),
+            lambda: task_config(
+                {"task": "contrastive", "images": {"dataset": "scenes"}, "splits": {"n_train": 10}}
+            ).task.prepare(Batching(4096, 1, 0)),
             "train.batch_size (1) must be at least 2 for data.task 'contrastive': an image's negatives are the batch's "
             "other captions",
         ),
@@ -259,7 +263,7 @@ def test_a_bad_config_fails_early_naming_the_field():
 
 RECIPE = """\
 model: {arch: dual_encoder, patches: {size: 8}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}, d_embed: 32, image_pooling: mean, text_pooling: mean}
-data: {task: contrastive, dataset: scenes, max_objects: 1, n_train: 600, n_valid: 100, n_test: 100}
+data: {task: contrastive, images: {dataset: scenes}, scenes: {max_objects: 1}, splits: {n_train: 600, n_valid: 100, n_test: 100}}
 train: {max_steps: 150, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1,
         eval_every: 75, early_stop_metric: recall_at_1, label_smoothing: 0.0, progress: false}
 """
@@ -387,7 +391,7 @@ def test_the_dual_encoder_recipe_is_a_valid_config():
     from attnlab.runs.config import RunConfig
 
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / "dual_encoder.yaml")
-    assert type(cfg.data.task) is Contrastive and cfg.data.held_combinations == ("red triangle",)
+    assert type(cfg.data.task) is Contrastive and cfg.data.scenes.held_combinations == ("red triangle",)
     assert len(cfg.data.class_names) == 12 and cfg.data.templates == ["a small {label}", "a large {label}"]
     shape = cfg.planned_shape(vocab_size=17)
     assert (cfg.model.arch, shape.image_height, shape.channels, cfg.model.patches.grid(shape)) == (

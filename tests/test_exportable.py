@@ -31,16 +31,16 @@ def miniature(recipe: Path, root: Path) -> list[str]:
     sets = ["train.max_steps=2", "train.eval_every=2", "train.warmup_steps=1", "train.warmup_ratio=null"]
     if data.get("format") == "text":
         (root / "input.txt").write_text("\n".join(sentences(200, 0)) + "\n")
-        sets += [f"data.train={root / 'input.txt'}", "data.vocab_size=300"]
+        sets += [f"data.train={root / 'input.txt'}", "data.text.vocab_size=300"]
     elif data.get("format") == "parallel":
         for split, n in (("train", 120), ("val", 20)):
             (root / f"{split}.de").write_text("\n".join(sentences(n, 1)) + "\n")
             (root / f"{split}.en").write_text("\n".join(sentences(n, 2)) + "\n")
-        sets += [f"data.train={root / 'train'}", f"data.valid={root / 'val'}", "data.vocab_size=40"]
+        sets += [f"data.train={root / 'train'}", f"data.valid={root / 'val'}", "data.text.vocab_size=40"]
     elif data.get("task") == "classification":
         for split, n in (("train", 120), ("dev", 20)):
             (root / f"{split}.tsv").write_text("".join(f"{s}\t{i % 2}\n" for i, s in enumerate(sentences(n, 3))))
-        sets += [f"data.train={root / 'train.tsv'}", f"data.valid={root / 'dev.tsv'}", "data.vocab_size=60"]
+        sets += [f"data.train={root / 'train.tsv'}", f"data.valid={root / 'dev.tsv'}", "data.text.vocab_size=60"]
     return [item for line in sets for item in ("--set", line)]
 
 

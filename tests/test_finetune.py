@@ -24,14 +24,14 @@ WORDS = "zero one two three four five six seven eight nine ten eleven".split()
 PRETRAIN = """\
 model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}, positions: {{scheme: learned,
         max_len: 16}}}}
-data: {{task: masked_lm, train: {root}/count.txt, max_len: 16, n_valid: 50}}
+data: {{task: masked_lm, train: {root}/count.txt, max_len: 16, splits: {{n_valid: 50}}}}
 train: {{max_steps: 20, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1, eval_every: 20,
         label_smoothing: 0.0, progress: false}}
 """
 
 FINETUNE = """\
 model: {{stack: {{dropout: 0.0{stack}}}{model}}}
-data: {{task: classification, train: {root}/parity.tsv, max_len: 16, n_valid: 40}}
+data: {{task: classification, train: {root}/parity.tsv, max_len: 16, splits: {{n_valid: 40}}}}
 train: {{init_from: {init_from}, max_steps: 10, max_tokens: 512, lr_schedule: cosine, lr: 1.0e-3, warmup_ratio: 0.2,
         eval_every: 10, label_smoothing: 0.0, progress: false, early_stop_metric: accuracy{extra}}}
 """

@@ -51,18 +51,15 @@ def write_series(path: Path, values: np.ndarray, columns=COLUMNS, date_column: s
     return path
 
 
+SPLITS = ("n_train", "n_valid", "n_test", "valid_fraction", "test_fraction")  # data.splits' fields
+
+
 def config(path: Path, **fields) -> object:
+    """A forecasting section of ``fields``, those named in SPLITS its ``splits`` part's."""
+    splits = {"n_train": 100, "n_valid": 40, "n_test": 40} | {k: v for k, v in fields.items() if k in SPLITS}
     return task_config(
-        {
-            "task": "forecasting",
-            "path": str(path),
-            "input_length": 24,
-            "horizon": 8,
-            "train_rows": 100,
-            "valid_rows": 40,
-            "test_rows": 40,
-        }
-        | fields
+        {"task": "forecasting", "path": str(path), "input_length": 24, "horizon": 8, "splits": splits}
+        | {k: v for k, v in fields.items() if k not in SPLITS}
     )
 
 
@@ -183,12 +180,12 @@ def test_a_file_that_stops_before_the_test_rows_has_no_test_split(tmp_path):
     "fields, message",
     [
         (
-            {"train_rows": 30},
+            {"n_train": 30},
             "split 'train' (rows 0-29) is 30 rows, too short for one window: it needs input_length + "
             "horizon (24 + 8 = 32)",
         ),
-        ({"valid_rows": 5}, "split 'valid' (rows 100-104) is 5 rows, too short for one window: it needs horizon (8)"),
-        ({"train_rows": 500}, "s.csv: 180 rows, fewer than the 500 training rows (data.train_rows)"),
+        ({"n_valid": 5}, "split 'valid' (rows 100-104) is 5 rows, too short for one window: it needs horizon (8)"),
+        ({"n_train": 500}, "s.csv: 180 rows, fewer than the 500 training rows (data.splits.n_train)"),
     ],
 )
 def test_a_series_too_short_for_a_window_is_refused(tmp_path, fields, message):
@@ -200,13 +197,13 @@ def test_a_series_too_short_for_a_window_is_refused(tmp_path, fields, message):
     "fields, message",
     [
         (
-            {"train_rows": 100, "valid_rows": None, "test_rows": None},
-            "give all of train_rows, valid_rows and test_rows",
+            {"n_train": 100, "n_valid": None, "n_test": None},
+            "give all of splits.n_train, n_valid and n_test",
         ),
         ({"horizon": 0}, "horizon"),
         (
-            {"valid_fraction": 0.5, "test_fraction": 0.5, "train_rows": None, "valid_rows": None, "test_rows": None},
-            "valid_fraction \\+ test_fraction must leave training rows",
+            {"valid_fraction": 0.5, "test_fraction": 0.5, "n_train": None, "n_valid": None, "n_test": None},
+            "splits.valid_fraction \\+ splits.test_fraction must be < 1, to leave training data",
         ),
         ({"columns": " , "}, "columns must name at least one column"),
     ],
@@ -266,9 +263,7 @@ def recipe(tmp_path: Path, arch: str, csv: Path, **model) -> Path:
                     "path": str(csv),
                     "input_length": 24,
                     "horizon": 8,
-                    "train_rows": 100,
-                    "valid_rows": 40,
-                    "test_rows": 40,
+                    "splits": {"n_train": 100, "n_valid": 40, "n_test": 40},
                 },
                 "train": {
                     "max_steps": 40,
@@ -413,9 +408,7 @@ def test_a_run_on_the_development_copy_scores_the_full_files_test_months(tmp_pat
                     "path": str(dev),
                     "input_length": 336,
                     "horizon": 96,
-                    "train_rows": 8640,
-                    "valid_rows": 2880,
-                    "test_rows": 2880,
+                    "splits": {"n_train": 8640, "n_valid": 2880, "n_test": 2880},
                 },
                 "train": {"lr_schedule": "constant", "progress": False},
             }

@@ -335,8 +335,15 @@ def test_the_whole_graph_is_one_batch_and_the_loss_counts_the_splits_nodes(tmp_p
             dict(nodes=None),
             "data.task 'node_classification' needs 'nodes' and 'edges' \\(CSV files\\), or builtin \\('karate'\\)",
         ),
-        (dict(test_fraction=0.5, valid_fraction=0.5), r"valid_fraction \+ test_fraction must be < 1"),
-        (dict(valid_fraction=0.0), r"valid_fraction must be in \(0, 1\) \(got 0.0\)"),
+        (
+            dict(splits={"test_fraction": 0.5, "valid_fraction": 0.5}),
+            r"valid_fraction \+ splits.test_fraction must be < 1",
+        ),
+        (dict(splits={"valid_fraction": 0.0}), r"splits.valid_fraction must be between 0 and 1 \(got 0.0\)"),
+        (
+            dict(splits={"n_valid": 3}),
+            r"splits.n_valid: data.task 'node_classification' does not read it \(its splits: seed,",
+        ),
     ],
 )
 def test_the_data_section_refuses_early(tmp_path, fields, message):
@@ -345,8 +352,10 @@ def test_the_data_section_refuses_early(tmp_path, fields, message):
 
 
 def test_too_few_labelled_nodes_for_a_split_are_refused(tmp_path):
-    with pytest.raises(DataError, match=r"nodes.csv: 20 labelled nodes leave no valid nodes at valid_fraction 0.01"):
-        small_task(tmp_path, valid_fraction=0.01).task.prepare(None)
+    with pytest.raises(
+        DataError, match=r"nodes.csv: 20 labelled nodes leave no valid nodes at splits.valid_fraction 0.01"
+    ):
+        small_task(tmp_path, splits={"valid_fraction": 0.01}).task.prepare(None)
 
 
 def test_a_graph_family_and_a_token_task_refuse_each_other(tmp_path):

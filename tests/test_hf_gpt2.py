@@ -232,7 +232,7 @@ def test_a_run_trained_by_attnlab_with_gpt2s_options_exports_with_its_whole_voca
         f"model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, "
         f"activation: gelu_tanh, dropout: 0.0}}, positions: {{scheme: learned, max_len: 32}}, "
         f"embeddings: {{kind: plain, tie: output}}}}\n"
-        f"data: {{task: language_model, train: {tmp_path / 'text.txt'}, tokenizer: byte_bpe, vocab_size: 290, "
+        f"data: {{task: language_model, train: {tmp_path / 'text.txt'}, text: {{tokenizer: byte_bpe, vocab_size: 290}}, "
         f"block_size: 16}}\n"
         f"train: {{max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}}\n"
     )

@@ -189,7 +189,7 @@ def test_a_classifier_fine_tuned_from_an_import_without_a_head_does_not_count_it
         "".join(f"{a} {b}\t{'pos' if b == 'good' else 'neg'}\n" for a in WORDS[:10] for b in ("good", "bad"))
     )
     (tmp_path / "ft.yaml").write_text(
-        f"data: {{task: classification, train: {tmp_path / 'sst.tsv'}, max_len: 16, n_valid: 4}}\n"
+        f"data: {{task: classification, train: {tmp_path / 'sst.tsv'}, max_len: 16, splits: {{n_valid: 4}}}}\n"
         f"train: {{init_from: {tmp_path / 'minilm'}, max_steps: 2, max_tokens: 256, lr_schedule: constant, "
         f"warmup_steps: 1, eval_every: 2, progress: false, early_stop_metric: accuracy}}\n"
     )

@@ -355,7 +355,7 @@ def trained(tmp_path: Path) -> Path:
         "model: {arch: encoder_decoder, stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, activation: silu, "
         "dropout: 0.0}, positions: {scheme: sinusoidal_halves, max_len: 64}, output: {bias: true}}\n"
         f"data: {{task: translation, format: tsv, train: {tmp_path / 'pairs.tsv'}, valid: {tmp_path / 'pairs.tsv'}, "
-        "tokenizer: unigram, vocab_size: 80}\n"
+        "text: {tokenizer: unigram, vocab_size: 80}}\n"
         "train: {max_steps: 3, max_tokens: 256, lr_schedule: constant, warmup_steps: 1, eval_every: 3, progress: false}\n"
     )
     done = run_cli("train", str(tmp_path / "mt.yaml"), "--out", str(tmp_path / "run"))

@@ -83,7 +83,7 @@ class GPT2(Family):
             "model: {arch: decoder_lm, stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, norm: pre, "
             "activation: gelu_tanh, dropout: 0.0}, positions: {scheme: learned, max_len: 32}, "
             "embeddings: {kind: plain, tie: output}}\n"
-            f"data: {{task: language_model, train: {work / 'text.txt'}, tokenizer: {self.tokenizer}, vocab_size: 120, "
+            f"data: {{task: language_model, train: {work / 'text.txt'}, text: {{tokenizer: {self.tokenizer}, vocab_size: 120}}, "
             "block_size: 16}\n"
             "train: {max_steps: 3, batch_size: 4, lr_schedule: constant, warmup_steps: 1, eval_every: 3, "
             "progress: false}\n"

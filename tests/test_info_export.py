@@ -81,7 +81,7 @@ def test_each_export_recipe_is_exportable_by_its_familys_exporter_only(recipe):
 def test_marian_refuses_a_config_whose_sides_get_their_own_vocabularies():
     recipe = str(ROOT / "recipes/export/marian_multi30k.yaml")
     assert export_report(recipe)["export-hf marian"] is None
-    assert export_report(recipe, "--set", "data.shared_vocab=false")["export-hf marian"] == (
+    assert export_report(recipe, "--set", "data.pairs.shared_vocab=false")["export-hf marian"] == (
         "Marian, opus-mt has no counterpart for separate source and target vocabularies (Marian's one vocab.json "
         "numbers both sides)"
     )
@@ -112,7 +112,7 @@ def test_a_runs_answer_is_the_line_export_hf_refuses_with_and_reads_the_runs_fil
             "train.warmup_steps=1",
             "train.warmup_ratio=null",
             f"data.train={tmp_path / 'input.txt'}",
-            "data.vocab_size=300",
+            "data.text.vocab_size=300",
         )
         for item in ("--set", line)
     ]

@@ -28,7 +28,7 @@ def write_config(root: Path) -> Path:
     config = root / "kill.yaml"
     config.write_text(f"""\
 model: {{stack: {{d_model: 128, n_heads: 4, n_layers: 2, d_ff: 512, dropout: 0.1}}}}
-data: {{format: builtin, generator: reverse, tokenizer: word, n_train: 400, n_valid: 20, n_test: 20}}
+data: {{format: builtin, generator: {{name: reverse}}, text: {{tokenizer: word}}, n_train: 400, n_valid: 20, n_test: 20}}
 train: {{max_steps: {STEPS}, max_tokens: 300, lr_schedule: constant, lr: 0.001, warmup_steps: 5, eval_every: 1,
         keep_last: 2, log_every: 5, progress: false, seed: 3}}
 """)
@@ -137,7 +137,7 @@ def test_a_killed_run_keeps_the_tensorboard_events_of_its_checkpoints(tmp_path):
     config = tmp_path / "long.yaml"
     config.write_text("""\
 model: {stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}
-data: {format: builtin, generator: reverse, tokenizer: word, n_train: 200, n_valid: 10, n_test: 10}
+data: {format: builtin, generator: {name: reverse}, text: {tokenizer: word}, n_train: 200, n_valid: 10, n_test: 10}
 train: {max_steps: 100000, max_tokens: 200, eval_every: 1, keep_last: 100000, log_every: 1000, progress: false}
 """)
     run = RunDir(tmp_path / "run")

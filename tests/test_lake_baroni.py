@@ -237,13 +237,11 @@ def scan_run(**train):
             },
             "data": {
                 "format": "builtin",
-                "generator": "reverse",
-                "tokenizer": "word",
+                "generator": {"name": "reverse", "min_len": 3, "max_len": 5},
+                "text": {"tokenizer": "word"},
                 "n_train": 40,
                 "n_valid": 10,
                 "n_test": 10,
-                "min_len": 3,
-                "max_len": 5,
             },
             "train": {
                 "max_steps": 12,

@@ -10,7 +10,7 @@ from helpers import ATTNLAB
 
 CONFIG = """\
 model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}, embeddings: {{tie: none}}}}
-data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
+data: {{format: text, train: {text}, text: {{tokenizer: char}}, block_size: 16}}
 train: {{max_steps: 2, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
         progress: false}}
 """

@@ -19,6 +19,7 @@ from attnlab.errors import ConfigError
 from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching, Translation
 from attnlab.tasks.masked_translation import MaskedBatch, MaskedTranslation, MaskedTranslationConfig, mask_targets
+from attnlab.tasks.translation import PairGenerator
 
 from helpers import run_cli, sized, tiny_model
 
@@ -201,7 +202,7 @@ def test_training_masks_draw_n_uniformly_from_one_to_n_and_follow_the_seed():
 
 
 def test_the_task_batches_copy_pairs_with_masks_from_the_batch_seed():
-    cfg = MaskedTranslationConfig(format="builtin", generator="copy", n_train=60, n_valid=10, n_test=10)
+    cfg = MaskedTranslationConfig(format="builtin", generator=PairGenerator("copy"), n_train=60, n_valid=10, n_test=10)
     data = cfg.task.prepare(Batching(max_tokens=120, batch_size=8, seed=3))
     assert data.tokenizers["tgt"].has_mask and data.tokenizers["src"].has_mask
     first, again, other = data.epoch_batches(0), data.epoch_batches(0), data.epoch_batches(1)
@@ -259,7 +260,7 @@ def tiny_cmlm_config(tmp_path):
     config.write_text(f"""\
 model: {{arch: cmlm, stack: {{d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}}, max_target_length: 8}}
 data: {{task: masked_translation, format: parallel, train: {tmp_path}/train, valid: {tmp_path}/val,
-       src_lang: de, tgt_lang: en, tokenizer: word}}
+       pairs: {{src_lang: de, tgt_lang: en}}, text: {{tokenizer: word}}}}
 train: {{max_steps: 200, max_tokens: 300, lr_schedule: constant, lr: 0.003, warmup_steps: 5, eval_every: 200,
         eval_exact_match: 5, log_every: 50, progress: false}}
 """)

@@ -12,6 +12,7 @@ import torch
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, UNK, Tokenizer
 from attnlab.tasks import Batching
 from attnlab.tasks.masked_lm import N_SPECIALS, MaskedLMConfig, mask_tokens
+from attnlab.tasks.parts import Splits
 
 from helpers import run_cli
 
@@ -80,7 +81,7 @@ def test_a_masked_lm_tokenizer_has_mask_at_id_4_and_text_never_encodes_to_it():
 
 def test_training_batches_are_masked_the_same_for_the_same_epoch(tmp_path):
     (tmp_path / "t.txt").write_text("".join(f"line {i} of some text\n" for i in range(40)))
-    cfg = MaskedLMConfig(train=str(tmp_path / "t.txt"), n_valid=5, whole_word=True)
+    cfg = MaskedLMConfig(train=str(tmp_path / "t.txt"), splits=Splits(n_valid=5), whole_word=True)
     data = cfg.task.prepare(Batching(max_tokens=64, batch_size=8, seed=5))
     again = cfg.task.prepare(Batching(max_tokens=64, batch_size=8, seed=5))
     for a, b in zip(data.epoch_batches(3), again.epoch_batches(3)):
@@ -93,7 +94,7 @@ WORDS = "zero one two three four five six seven eight nine ten eleven".split()
 CONFIG = """\
 model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}, positions: {{scheme: learned,
         max_len: 16}}}}
-data: {{task: masked_lm, train: {train}, max_len: 16, n_valid: 100, mask_prob: 0.2}}
+data: {{task: masked_lm, train: {train}, max_len: 16, splits: {{n_valid: 100}}, mask_prob: 0.2}}
 train: {{max_steps: 300, max_tokens: 512, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1, eval_every: 150,
         log_every: 50, label_smoothing: 0.0, progress: false, early_stop_metric: masked_accuracy}}
 """
@@ -150,7 +151,7 @@ def test_without_a_valid_file_the_last_training_lines_are_held_out(tmp_path):
     assert hold_out_valid({"train": [1, 2], "valid": [3]}, 5, "t.txt", "lines") == {"train": [1, 2], "valid": [3]}
     (tmp_path / "t.txt").write_text("one two\nthree four\n")
     with pytest.raises(DataError) as err:
-        MaskedLMConfig(train=str(tmp_path / "t.txt"), n_valid=2).task.prepare(Batching(64, 8, 0))
+        MaskedLMConfig(train=str(tmp_path / "t.txt"), splits=Splits(n_valid=2)).task.prepare(Batching(64, 8, 0))
     assert str(err.value) == (
-        f"{tmp_path / 't.txt'}: 2 lines are too few to hold out n_valid (2) for validation; give a 'valid' file"
+        f"{tmp_path / 't.txt'}: 2 lines are too few to hold out splits.n_valid (2) for validation; give a 'valid' file"
     )

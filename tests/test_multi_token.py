@@ -170,7 +170,7 @@ def test_generate_drafts_with_the_runs_own_heads(tmp_path, capsys):
     config.write_text(
         f"model: {{arch: decoder_lm, stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, "
         f"dropout: 0.0}}, multi_token_heads: 2}}\n"
-        f"data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}\n"
+        f"data: {{format: text, train: {text}, text: {{tokenizer: char}}, block_size: 16}}\n"
         f"train: {{max_steps: 60, batch_size: 8, lr_schedule: constant, lr: 0.01, warmup_steps: 5, "
         f"label_smoothing: 0.0, eval_every: 60, progress: false}}\n"
     )

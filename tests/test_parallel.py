@@ -31,7 +31,7 @@ from tp_worker import CFG
 
 TINY = """\
 model: {stack: {d_model: 32, n_heads: 4, n_layers: 2, d_ff: 64, dropout: 0.0}}
-data: {format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}
+data: {format: builtin, generator: {name: reverse}, text: {tokenizer: word}, n_train: 300, n_valid: 20, n_test: 20}
 train: {max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.002, warmup_steps: 1, eval_every: 2,
         log_every: 1, progress: false, eval_exact_match: 4}
 """
@@ -306,7 +306,7 @@ def assert_one_processs_accumulation(case: str, pp: dict, one: dict) -> None:
 
 LM = """\
 model: {{arch: decoder_lm, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, embeddings: {{tie: none}}}}
-data: {{format: text, train: {text}, tokenizer: char, block_size: 16}}
+data: {{format: text, train: {text}, text: {{tokenizer: char}}, block_size: 16}}
 train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
         log_every: 1, progress: false, micro_batches: 2}}
 """
@@ -314,7 +314,7 @@ train: {{max_steps: 4, batch_size: 4, lr_schedule: constant, lr: 0.003, warmup_s
 MLM = """\
 model: {{arch: encoder_only, stack: {{d_model: 32, n_heads: 2, n_layers: 3, d_ff: 64, dropout: 0.0}}, embeddings: {{tie: none}},
         positions: {{scheme: learned, max_len: 16}}}}
-data: {{task: masked_lm, train: {text}, tokenizer: word, max_len: 16, n_valid: 20}}
+data: {{task: masked_lm, train: {text}, text: {{tokenizer: word}}, max_len: 16, splits: {{n_valid: 20}}}}
 train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
         lr: 0.003, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
 """
@@ -322,7 +322,7 @@ train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 
 SEQ2SEQ = """\
 model: {{stack: {{d_model: 32, n_heads: 4, d_ff: 64, dropout: 0.0}}, depths: {{encoder: 1, decoder: 2}},
         embeddings: {{tie: none}}}}
-data: {{format: builtin, generator: reverse, tokenizer: word, n_train: 300, n_valid: 20, n_test: 20}}
+data: {{format: builtin, generator: {{name: reverse}}, text: {{tokenizer: word}}, n_train: 300, n_valid: 20, n_test: 20}}
 train: {{max_steps: 4, batch_size: 4, sampling: with_replacement, pad_multiple: 16, lr_schedule: constant,
         lr: 0.002, warmup_steps: 1, eval_every: 2, log_every: 1, progress: false, micro_batches: 2}}
 """

@@ -288,7 +288,7 @@ def test_a_family_from_outside_the_package_trains_through_the_command_line(tmp_p
     config = tmp_path / "bigram.yaml"
     config.write_text(f"""\
 model: {{arch: test_bigram, d_model: 8}}
-data: {{format: text, train: {tmp_path}/text.txt, tokenizer: char, block_size: 16}}
+data: {{format: text, train: {tmp_path}/text.txt, text: {{tokenizer: char}}, block_size: 16}}
 train: {{max_steps: 30, batch_size: 8, lr_schedule: constant, lr: 0.05, warmup_steps: 1, eval_every: 30,
         log_every: 1, progress: false}}
 """)

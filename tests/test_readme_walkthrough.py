@@ -77,7 +77,11 @@ EXTRA = {  # words of a train command -> further --set lines for it
         "train.eval_every=1",
     ),  # 5 checkpoints: translation.md averages the last 5
     "configs/scan.yaml": ("train.eval_exact_match=8",),  # greedy decoding of 8 examples, not 200, per evaluation
-    "recipes/multimodal/": ("data.n_train=64", "data.n_valid=16", "data.n_test=16"),  # scenes drawn: 96, not 4,700
+    "recipes/multimodal/": (
+        "data.splits.n_train=64",
+        "data.splits.n_valid=16",
+        "data.splits.n_test=16",
+    ),  # scenes drawn: 96, not 4,700
 }
 PLACEHOLDERS = {  # the pages' word for a run or a file of the user's -> what the walk gives in its place
     "RUN": "runs/de-en",
@@ -109,7 +113,7 @@ USER_FILES = {  # the files the pages' commands read as the user's own
     "test.tsv": "".join(f"{s}\t{'pos' if i % 2 else 'neg'}\n" for i, s in enumerate(sentences(WORDS, 10, 4))),
     "my_classifier.yaml": (
         "model: {arch: encoder_only, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64}}\n"
-        "data: {task: classification, train: train.tsv, valid: dev.tsv, tokenizer: word}\n"
+        "data: {task: classification, train: train.tsv, valid: dev.tsv, text: {tokenizer: word}}\n"
     ),
     "some_text.txt": "\n".join(sentences(WORDS, 20, 6)) + "\n",
     "captions.tsv": "scene.png\ta small red circle\n",

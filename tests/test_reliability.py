@@ -50,8 +50,8 @@ def write_corpus(root: Path) -> None:
 
 CONFIG_TEXT = """\
 model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, dropout: 0.0}}, positions: {{scheme: learned, max_len: 32}}}}
-data: {{format: parallel, train: {root}/train, valid: {root}/val, src_lang: de, tgt_lang: en, tokenizer: word,
-       max_src_len: 30, max_tgt_len: 30}}
+data: {{format: parallel, train: {root}/train, valid: {root}/val, text: {{tokenizer: word}},
+       pairs: {{src_lang: de, tgt_lang: en, max_src_len: 30, max_tgt_len: 30}}}}
 train: {{max_steps: 4, max_tokens: 200, lr_schedule: constant, lr: 0.003, warmup_steps: 1, eval_every: 2,
         progress: false}}
 """
@@ -149,7 +149,7 @@ def tsv_config(root: Path, text: str) -> None:
     (root / "bad.tsv").write_text(text)
     (root / "bad.yaml").write_text(
         f"model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
-        f"data: {{format: tsv, train: {root}/bad.tsv, tokenizer: word}}\n"
+        f"data: {{format: tsv, train: {root}/bad.tsv, text: {{tokenizer: word}}}}\n"
     )
 
 
@@ -157,7 +157,7 @@ def scan_config(root: Path, text: str) -> None:
     (root / "bad.scan").write_text(text)
     (root / "bad.yaml").write_text(
         f"model: {{stack: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}}}\n"
-        f"data: {{format: scan, train: {root}/bad.scan, tokenizer: word}}\n"
+        f"data: {{format: scan, train: {root}/bad.scan, text: {{tokenizer: word}}}}\n"
     )
 
 
@@ -316,10 +316,10 @@ CASES = [
     ),
     (
         "--resume with other data",
-        ["train", "--out", "{root}/run", "--resume", "--set", "data.max_src_len=20"],
+        ["train", "--out", "{root}/run", "--resume", "--set", "data.pairs.max_src_len=20"],
         nothing,
         CONFIG,
-        "keeps its data, but the given config differs (data.max_src_len: 30 -> 20)",
+        "keeps its data, but the given config differs (data.pairs.max_src_len: 30 -> 20)",
     ),
     (
         "--resume with another train setting",

@@ -108,13 +108,11 @@ def test_attention_rnn_learns_to_reverse(tmp_path):
             },
             "data": {
                 "format": "builtin",
-                "generator": "reverse",
-                "tokenizer": "word",
+                "generator": {"name": "reverse", "min_len": 3, "max_len": 6},
+                "text": {"tokenizer": "word"},
                 "n_train": 1500,
                 "n_valid": 50,
                 "n_test": 50,
-                "min_len": 3,
-                "max_len": 6,
             },
             "train": {
                 "max_steps": 250,

@@ -326,14 +326,16 @@ def test_a_new_config_with_the_flat_embedding_fields_is_refused_naming_embedding
 
 def test_a_new_vit_config_with_the_flat_patch_fields_is_refused_naming_patches(tmp_path):
     config = tmp_path / "vit.yaml"
-    config.write_text("model: {arch: vit, patch_size: 2}\ndata: {task: image_classification, dataset: digits}\n")
+    config.write_text(
+        "model: {arch: vit, patch_size: 2}\ndata: {task: image_classification, images: {dataset: digits}}\n"
+    )
     with pytest.raises(
         ConfigError,
         match=r"model.patch_size is now model.patches.size, in a part of its own \(write "
         r"patches: \{size: ...\}; --set model.patches.size=...\)$",
     ):
         RunConfig.from_file(config)
-    config.write_text("model: {arch: vit}\ndata: {task: image_classification, dataset: digits}\n")
+    config.write_text("model: {arch: vit}\ndata: {task: image_classification, images: {dataset: digits}}\n")
     with pytest.raises(
         ConfigError,
         match=r"^--set 'model.positional=none': model.positional is now "

@@ -113,12 +113,14 @@ def test_data_scan_writes_the_published_format(tmp_path):
 
 def test_the_builtin_task_takes_a_split():
     pairs = read_pairs(
-        task_config({"format": "builtin", "generator": "scan", "split": "length", "n_valid": 100, "seed": 3})
+        task_config({"format": "builtin", "generator": {"name": "scan", "split": "length"}, "n_valid": 100, "seed": 3})
     )
     train, test = scan_split("length")
     assert pairs["test"] == test and len(pairs["valid"]) == 100 and len(pairs["train"]) == 16_890
     assert sorted(pairs["train"] + pairs["valid"]) == sorted(train)
-    with pytest.raises(ConfigError, match="split is one of SCAN's splits: it needs format 'builtin' with generator"):
-        task_config({"format": "builtin", "generator": "copy", "split": "length"})
+    with pytest.raises(
+        ConfigError, match=r"generator.split is one of SCAN's splits: it needs name 'scan' \(got 'copy'\)"
+    ):
+        task_config({"format": "builtin", "generator": {"name": "copy", "split": "length"}})
     with pytest.raises(ConfigError, match="split must be one of 'simple'"):
-        task_config({"format": "builtin", "generator": "scan", "split": "jump"})
+        task_config({"format": "builtin", "generator": {"name": "scan", "split": "jump"}})

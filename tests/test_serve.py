@@ -102,13 +102,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             },
             {
                 "format": "builtin",
-                "generator": "reverse",
-                "tokenizer": "word",
+                "generator": {"name": "reverse", "min_len": 3, "max_len": 5},
+                "text": {"tokenizer": "word"},
                 "n_train": 1000,
                 "n_valid": 8,
                 "n_test": 8,
-                "min_len": 3,
-                "max_len": 5,
             },
             steps=200,
             max_tokens=400,
@@ -122,7 +120,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         root,
         "lm",
         {"arch": "decoder_lm", "positions": {"scheme": "learned", "max_len": 32}, **small},
-        {"format": "text", "train": str(root / "text.txt"), "tokenizer": "char", "block_size": 16},
+        {"format": "text", "train": str(root / "text.txt"), "text": {"tokenizer": "char"}, "block_size": 16},
         batch_size=4,
     )
     encoder = {"arch": "encoder_only", "positions": {"scheme": "learned", "max_len": 16}, **small}
@@ -130,21 +128,21 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         root,
         "classifier",
         encoder,
-        {"task": "classification", "train": str(root / "labelled.tsv"), "n_valid": 8, "max_len": 16},
+        {"task": "classification", "train": str(root / "labelled.tsv"), "splits": {"n_valid": 8}, "max_len": 16},
         max_tokens=256,
     )
     out["mlm"] = trained(
         root,
         "mlm",
         encoder,
-        {"task": "masked_lm", "train": str(root / "text.txt"), "n_valid": 8, "max_len": 16},
+        {"task": "masked_lm", "train": str(root / "text.txt"), "splits": {"n_valid": 8}, "max_len": 16},
         max_tokens=256,
     )
     out["vit"] = trained(
         root,
         "vit",
         {"arch": "vit", "patches": {"size": 2}, "stack": {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}},
-        {"task": "image_classification", "dataset": "digits"},
+        {"task": "image_classification", "images": {"dataset": "digits"}},
         batch_size=32,
     )
     out["captioner"] = trained(
@@ -156,7 +154,12 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             "stack": {"d_model": 16, "n_heads": 2, "d_ff": 32},
             "depths": {"encoder": 1, "decoder": 1},
         },
-        {"task": "captioning", "dataset": "scenes", "max_objects": 1, "n_train": 256, "n_valid": 8, "n_test": 8},
+        {
+            "task": "captioning",
+            "images": {"dataset": "scenes"},
+            "scenes": {"max_objects": 1},
+            "splits": {"n_train": 256, "n_valid": 8, "n_test": 8},
+        },
         steps=40,
         batch_size=32,
         lr=0.01,
@@ -165,7 +168,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         root,
         "qa",
         {"arch": "single_stream", "patches": {"size": 8}, **small},
-        {"task": "visual_qa", "max_objects": 1, "n_train": 64, "n_valid": 8, "n_test": 8},
+        {"task": "visual_qa", "scenes": {"max_objects": 1}, "splits": {"n_train": 64, "n_valid": 8, "n_test": 8}},
         steps=20,
         batch_size=32,
         lr=0.01,
@@ -469,7 +472,7 @@ def test_the_text_only_baseline_answers_with_no_patches_to_draw(runs, tmp_path):
             "image_tokens": "none",
             "stack": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
         },
-        {"task": "visual_qa", "max_objects": 1, "n_train": 32, "n_valid": 8, "n_test": 8},
+        {"task": "visual_qa", "scenes": {"max_objects": 1}, "splits": {"n_train": 32, "n_valid": 8, "n_test": 8}},
         batch_size=32,
     )
     path, _, _ = scene_png(tmp_path / "scene.png")
@@ -578,7 +581,12 @@ def test_a_run_without_attention_weights_is_one_line(runs, tmp_path):
         "arch": "decoder_lm",
         "stack": {"attention_backend": "linear", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32},
     }
-    data = {"format": "text", "train": str(runs["lm"].parent / "text.txt"), "tokenizer": "char", "block_size": 16}
+    data = {
+        "format": "text",
+        "train": str(runs["lm"].parent / "text.txt"),
+        "text": {"tokenizer": "char"},
+        "block_size": 16,
+    }
     run = trained(tmp_path, "linear", model, data, batch_size=4)
     done = run_cli("serve", str(run), "--port", "0")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1

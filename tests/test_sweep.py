@@ -26,7 +26,7 @@ from attnlab.runs.config import RunConfig
 from helpers import ATTNLAB, run_cli
 
 BASE = """model: {arch: dlinear, kernel_size: 5}
-data: {task: forecasting, path: series.csv, input_length: 24, horizon: 8, train_rows: 100, valid_rows: 40, test_rows: 20}
+data: {task: forecasting, path: series.csv, input_length: 24, horizon: 8, splits: {n_train: 100, n_valid: 40, n_test: 20}}
 train: {batch_size: 16, lr_schedule: constant, lr: 0.01, eval_every: 4, progress: false, label_smoothing: 0.0}
 """
 

@@ -28,6 +28,7 @@ from attnlab.tasks import (
 )
 from attnlab.tasks.captions import CaptioningConfig
 from attnlab.tasks.node_classification import NodeClassificationConfig
+from attnlab.tasks.scene_splits import Scenes
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "attnlab" / "tasks"
 ABILITIES = (EvaluatesFiles, EvaluatesFileSplits, EvaluatesSplits, Searched, Predicts, Pipelined, Analysed)
@@ -129,7 +130,7 @@ def test_no_class_method_is_left_in_the_tasks_but_those_a_registry_reads():
 
 def test_a_task_reads_its_own_section():
     """Behaviour reads self.cfg, not an argument: the sizes the section alone tells, without data."""
-    qa = VisualQAConfig(image_size=16).task.data_shape()
+    qa = VisualQAConfig(scenes=Scenes(image_size=16)).task.data_shape()
     assert (qa.image_height, qa.image_width, qa.channels, qa.n_classes) == (16, 16, 3, 2)
     series = ForecastingConfig(path="unread.csv", columns="a,b,c", input_length=12, horizon=3).task.data_shape()
     assert (series.n_channels, series.input_length, series.horizon) == (3, 12, 3)

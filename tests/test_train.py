@@ -46,13 +46,11 @@ def run_config(model=None, data=None, train=None) -> RunConfig:
             ),
             "data": {
                 "format": "builtin",
-                "generator": "copy",
-                "tokenizer": "word",
+                "generator": {"name": "copy", "min_len": 3, "max_len": 6},
+                "text": {"tokenizer": "word"},
                 "n_train": 600,
                 "n_valid": 50,
                 "n_test": 50,
-                "min_len": 3,
-                "max_len": 6,
                 "seed": 7,
                 **(data or {}),
             },
@@ -323,7 +321,7 @@ def lm_config(text, **train) -> RunConfig:
                 "stack": {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "dropout": 0.0},
                 "positions": {"scheme": "rotary", "max_len": 32},
             },
-            "data": {"format": "text", "train": str(text), "tokenizer": "char", "block_size": 32},
+            "data": {"format": "text", "train": str(text), "text": {"tokenizer": "char"}, "block_size": 32},
             "train": train,
         }
     )
@@ -416,7 +414,7 @@ def test_compiled_training_follows_the_eager_run_with_few_compilations(tmp_path)
         "eval_exact_match": 0,
         "early_stop_metric": "valid_loss",
     }
-    data = {"min_len": 2, "max_len": 20, "n_train": 400}
+    data = {"generator": {"name": "copy", "min_len": 2, "max_len": 20}, "n_train": 400}
     compiled_run = run_config(data=data, train=train | {"compile": True})  # padded to 8 by default
     prepared = prepare(compiled_run.data, compiled_run.train)
     shapes = {tuple(b.src.shape) + tuple(b.tgt_in.shape) for b in prepared.epoch_batches(0)}
@@ -446,7 +444,7 @@ def test_padding_to_a_multiple_of_8_changes_shapes_not_numbers(tmp_path):
     """The same losses with and without padding (masked keys, ignored targets), to rounding. (With
     dropout the draws would differ: they cover the padded shape.) The default pads on a GPU and
     with train.compile, not on a CPU, where it is only extra work."""
-    data = {"min_len": 2, "max_len": 13}
+    data = {"generator": {"name": "copy", "min_len": 2, "max_len": 13}}
     train = {"max_steps": 10, "eval_every": 10, "eval_exact_match": 0, "early_stop_metric": "valid_loss"}
     for multiple in (1, 8):
         train_run(
@@ -524,17 +522,17 @@ def test_early_stopping_after_patience_evaluations(tmp_path):
         (
             {"data": {"task": "scan"}},
             r"data.task names the task \('translation', 'language_model', 'classification', "
-            r"'masked_lm'[^)]*\); 'scan' is a built-in generator: write `generator: scan`",
+            r"'masked_lm'[^)]*\); 'scan' is a built-in generator: write `generator: \{name: scan\}`",
         ),
         (
             {"data": {"task": "translation", "block_size": 8}},
             r"data.task 'translation' has no field 'block_size' \(did "
-            r"you mean 'vocab_size'\?\); its fields: format, generator, train",
+            r"you mean 'text.vocab_size'\?\); its fields: format, generator, train",
         ),
         (
             {
                 "model": {"positions": {"scheme": "learned", "max_len": 64}},
-                "data": {"max_src_len": 100},
+                "data": {"pairs": {"max_src_len": 100}},
             },
             r"model.positions.max_len \(64\) must cover the longest sequence \(257\)",
         ),

@@ -294,7 +294,7 @@ def tiny_config(tmp_path, model: dict | None = None, data: dict | None = None) -
         "data": {
             "task": "segment_language_model",
             "train": str(tmp_path / "text.txt"),
-            "tokenizer": "char",
+            "text": {"tokenizer": "char"},
             "block_size": 8,
             **(data or {}),
         },

@@ -50,9 +50,9 @@ def run_config(model: dict):
 
 def test_a_bad_config_fails_early_naming_the_field():
     with pytest.raises(ConfigError, match=r"held_out: 'purple triangle' is not a 'COLOUR SHAPE'"):
-        task_config({"task": "visual_qa", "held_out": "purple triangle"})
+        task_config({"task": "visual_qa", "scenes": {"held_out": "purple triangle"}})
     with pytest.raises(ConfigError, match=r"held_out names no 'COLOUR SHAPE' combination"):
-        task_config({"task": "visual_qa", "held_out": ""})
+        task_config({"task": "visual_qa", "scenes": {"held_out": ""}})
     with pytest.raises(ConfigError, match=r"model.arch must be 'single_stream' for data.task 'visual_qa'; got 'vit'"):
         run_config({"arch": "vit"})
     with pytest.raises(
@@ -139,7 +139,7 @@ def test_the_text_only_baseline_never_reads_the_pixels():
 
 
 def test_each_question_is_asked_of_its_own_scene():
-    cfg = task_config({"task": "visual_qa", "n_train": 300, "n_valid": 5, "n_test": 5})
+    cfg = task_config({"task": "visual_qa", "splits": {"n_train": 300, "n_valid": 5, "n_test": 5}})
     data = cfg.task.prepare(Batching(4096, 8, 0))
     drawn = generate("compositional", 5, seed=0)
     pairs = [(i, q, a) for i, scene in enumerate(drawn) for q, a in scene.questions]
@@ -162,7 +162,7 @@ def test_each_question_is_asked_of_its_own_scene():
 
 RECIPE = """\
 model: {arch: single_stream, patches: {size: 4}, stack: {d_model: 32, n_heads: 2, n_layers: 2, d_ff: 64, dropout: 0.0}}
-data: {task: visual_qa, max_objects: 1, n_train: 400, n_valid: 40, n_test: 40}
+data: {task: visual_qa, scenes: {max_objects: 1}, splits: {n_train: 400, n_valid: 40, n_test: 40}}
 train: {max_steps: 300, batch_size: 32, optimizer: adamw, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1,
         eval_every: 300, early_stop_metric: accuracy, label_smoothing: 0.0, progress: false}
 """
@@ -290,7 +290,7 @@ def test_refusals_in_one_line(qa_run, tmp_path):
     captioner = tmp_path / "captioner"
     captioner.mkdir()
     (captioner / "config.yaml").write_text(
-        "model: {arch: captioner, vocab_size: 10}\ndata: {task: captioning, dataset: scenes}\ntrain: {}\n"
+        "model: {arch: captioner, vocab_size: 10}\ndata: {task: captioning, images: {dataset: scenes}}\ntrain: {}\n"
     )
     question = run_cli("ask", str(captioner), image, "--question", "how many circles?")
     assert question.returncode == 2 and question.stderr.startswith(
@@ -343,7 +343,7 @@ def test_the_visual_qa_recipes_are_valid_configs(recipe, image_tokens):
     from attnlab.runs.config import RunConfig
 
     cfg = RunConfig.from_file(ROOT / "recipes" / "multimodal" / recipe)
-    assert type(cfg.data.task) is VisualQA and cfg.data.held_combinations == ("red triangle",)
+    assert type(cfg.data.task) is VisualQA and cfg.data.scenes.held_combinations == ("red triangle",)
     shape = cfg.planned_shape(vocab_size=22)
     assert (cfg.model.arch, cfg.model.image_tokens, cfg.model.patches.grid(shape)) == (
         "single_stream",

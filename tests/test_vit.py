@@ -206,7 +206,7 @@ def test_bad_images_are_refused_in_one_line(tmp_path):
         read_folder(tmp_path, "grey", None)
     assert str(mixed.value) == (
         f"{tmp_path / 'b' / '2.png'}: 4x5 pixels, but {tmp_path / 'a' / '1.png'} is 4x4; set "
-        f"data.resize to read images of mixed sizes"
+        f"data.images.resize to read images of mixed sizes"
     )
     assert read_folder(tmp_path, "grey", 4)[0].shape == (2, 4, 4, 1)
     (tmp_path / "b" / "3.png").write_bytes(b"\x89PNG but not really")
@@ -217,12 +217,12 @@ def test_bad_images_are_refused_in_one_line(tmp_path):
     with pytest.raises(DataError, match=r"x.npz: no array 'images' or 'labels' \(it has pictures\)"):
         read_npz(tmp_path / "x.npz")
     with pytest.raises(ConfigError, match=r"resize is for image folders; x.npz holds images of one size"):
-        task_config({"task": "image_classification", "train": "x.npz", "resize": 4})
+        task_config({"task": "image_classification", "train": "x.npz", "images": {"resize": 4}})
 
 
 RECIPE = """\
 model: {{arch: {arch}, {model}}}
-data: {{task: image_classification, dataset: digits}}
+data: {{task: image_classification, images: {{dataset: digits}}}}
 train: {{max_steps: 60, batch_size: 64, optimizer: adamw, lr_schedule: constant, lr: 1.0e-2, warmup_steps: 1,
         eval_every: 60, log_every: 10, label_smoothing: 0.0, early_stop_metric: accuracy, progress: false}}
 """
@@ -299,7 +299,7 @@ def test_predict_and_evaluate_read_images_as_training_did(vit_run, tmp_path):
     small = run_cli("evaluate", str(root / "run"), "--data", str(tmp_path / "small.npz"))
     assert small.returncode == 4 and small.stderr == (
         f"error: {tmp_path / 'small.npz'}: images of 4x4 pixels and 1 "
-        f"channel; the model reads 8x8 with 1 channel (set data.resize)\n"
+        f"channel; the model reads 8x8 with 1 channel (set data.images.resize)\n"
     )
     refused = run_cli("predict", str(root / "run"))
     assert refused.returncode == 2 and "give the images to classify as arguments" in refused.stderr
@@ -346,4 +346,4 @@ def test_the_digits_recipes_are_valid_configs(recipe, arch):
     from attnlab.runs.config import RunConfig
 
     cfg = RunConfig.from_file(Path(__file__).resolve().parents[1] / "recipes" / "digits" / recipe)
-    assert cfg.model.arch == arch and cfg.data.dataset == "digits" and cfg.data.flip == "none"
+    assert cfg.model.arch == arch and cfg.data.images.dataset == "digits" and cfg.data.flip == "none"

@@ -4,7 +4,7 @@ A sweep spec is a YAML file with one section, ``sweep``::
 
     sweep:
       config: configs/scan.yaml           # the base config; a list of configs is a grid axis of its own
-      set: [data.split=length]            # overrides of every run
+      set: [data.generator.split=length]            # overrides of every run
       grid:                               # the cells: every combination of these values
         model.stack.n_heads: [1, 4]
         model.positions.scheme: [sinusoidal, rope]

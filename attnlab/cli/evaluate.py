@@ -88,9 +88,10 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def _use_test_set(args: argparse.Namespace) -> None:
     """``--test-set DATASET:NAME`` as the files `attnlab data get` wrote for it: one file is --data,
-    a pair is --src and --ref, chosen by the run's languages (data.src_lang, data.tgt_lang)."""
+    a pair is --src and --ref, chosen by the run's languages (data.pairs.src_lang, tgt_lang)."""
     from attnlab.config import read_config_file
     from attnlab.data.sources import test_set_files
+    from attnlab.runs.migration import migrated_data
 
     if args.src or args.ref or args.data or args.split:
         raise UsageError("give --test-set alone, or --src and --ref, --data or --split")
@@ -98,9 +99,10 @@ def _use_test_set(args: argparse.Namespace) -> None:
     if len(files) == 1:
         args.data = str(files[0])
         return
-    data = read_config_file(Path(args.run_dir) / "config.yaml").get("data") or {}
+    data = migrated_data(read_config_file(Path(args.run_dir) / "config.yaml").get("data") or {})
     by_lang = {file.suffix.lstrip("."): file for file in files}
-    src, tgt = data.get("src_lang"), data.get("tgt_lang")
+    pairs = data.get("pairs") or {}
+    src, tgt = pairs.get("src_lang"), pairs.get("tgt_lang")
     if src not in by_lang or tgt not in by_lang:
         raise UsageError(
             f"--test-set {args.test_set} is in {' and '.join(by_lang)}; {args.run_dir} translates {src} -> {tgt}"

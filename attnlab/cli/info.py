@@ -62,7 +62,7 @@ def _info_model_config(args: argparse.Namespace):
     from attnlab.models.shape import DataShape
     from attnlab.runs.config import RunConfig, override_fields
     from attnlab.runs.data import prepared_shape
-    from attnlab.runs.migration import migrated_model, refuse_moved
+    from attnlab.runs.migration import migrated_data, migrated_model, refuse_moved, refuse_moved_data
     from attnlab.runs.run_dir import RunDir
     from attnlab.tasks import task_config
 
@@ -79,6 +79,8 @@ def _info_model_config(args: argparse.Namespace):
         if key.startswith("model."):
             arch = model.get("arch", DEFAULT_ARCH) if isinstance(model, dict) else DEFAULT_ARCH
             refuse_moved(arch, [key.removeprefix("model.")], f"--set {expr!r}: ")
+        if key.startswith("data.") and not of_a_run:
+            refuse_moved_data(sections.get("data"), [key.removeprefix("data.")], f"--set {expr!r}: ")
     apply_overrides(sections, args.set or [], override_fields)
     where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])
     model = sections.get("model")
@@ -91,7 +93,7 @@ def _info_model_config(args: argparse.Namespace):
                     model_config(migrated_model(model)),
                     dataclasses.replace(shape, **vocab),
                     None,
-                    task_config(sections["data"], from_0_1=True),
+                    task_config(migrated_data(sections["data"])),
                     RunDir(args.config),
                 )
             refuse_moved(model.get("arch", DEFAULT_ARCH), model)

@@ -18,7 +18,7 @@ from attnlab.data.sources import no_such_file
 from attnlab.errors import DataError
 
 Pair = tuple[str, str]
-GENERATORS = ("scan", "copy", "reverse", "sort", "addition")  # the built-in generated pair sets (data.generator)
+GENERATORS = ("scan", "copy", "reverse", "sort", "addition")  # the built-in generated pair sets (data.generator.name)
 MAX_LINE_CHARS = 65_536  # far over any sentence: a longer line is the wrong file, not data
 
 
@@ -184,7 +184,7 @@ def _drawn_pairs(
             repeats += 1
             if repeats > 100 * count + 1000:
                 raise DataError(
-                    f"data.generator '{generator}': cannot draw {count} distinct sequences of lengths "
+                    f"data.generator.name '{generator}': cannot draw {count} distinct sequences of lengths "
                     f"{lengths[0]}-{lengths[1]}; widen the lengths or ask for fewer pairs"
                 )
             continue

@@ -28,7 +28,7 @@ from attnlab.errors import DataError
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 
-COLOURS = {"rgb": "RGB", "grey": "L"}  # data.colour -> the Pillow mode a folder's images are converted to
+COLOURS = {"rgb": "RGB", "grey": "L"}  # data.images.colour -> the Pillow mode a folder's images are converted to
 
 
 Images = tuple[np.ndarray, list[str]]  # pixels (N, H, W, C) float32, and each image's class name
@@ -59,7 +59,7 @@ def same_size(pixels: list[np.ndarray], paths: list[Path]) -> None:
         if image.shape != pixels[0].shape:
             (h, w, _), (h0, w0, _) = image.shape, pixels[0].shape
             raise DataError(
-                f"{path}: {w}x{h} pixels, but {paths[0]} is {w0}x{h0}; set data.resize to read images of mixed sizes"
+                f"{path}: {w}x{h} pixels, but {paths[0]} is {w0}x{h0}; set data.images.resize to read images of mixed sizes"
             )
 
 

@@ -116,7 +116,9 @@ class Tokenizer:
         try:
             hf.train_from_iterator(texts, trainer)
         except Exception as err:  # the library raises a plain Exception, e.g. for a vocabulary too small
-            raise DataError(f"cannot train the {kind} tokenizer: {err} (data.vocab_size is {vocab_size})") from None
+            raise DataError(
+                f"cannot train the {kind} tokenizer: {err} (data.text.vocab_size is {vocab_size})"
+            ) from None
         for token_id, token in enumerate(specials):
             if hf.token_to_id(token) != token_id:
                 raise DataError(

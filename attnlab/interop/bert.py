@@ -263,8 +263,7 @@ class BertConverter(HFConverter):
         data = task_config(
             {
                 "task": "masked_lm" if with_head else "encoder",
-                "tokenizer": "wordpiece",
-                "vocab_size": shape.vocab_size,
+                "text": {"tokenizer": "wordpiece", "vocab_size": shape.vocab_size},
                 "max_len": cfg.positions.max_len,
             }
         )

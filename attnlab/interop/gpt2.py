@@ -251,8 +251,7 @@ class GPT2Converter(HFConverter):
         data = task_config(
             {
                 "task": "language_model",
-                "tokenizer": vocabulary.kind,
-                "vocab_size": shape.vocab_size,
+                "text": {"tokenizer": vocabulary.kind, "vocab_size": shape.vocab_size},
                 "block_size": min(cfg.positions.max_len, 256),
             }
         )

@@ -55,7 +55,7 @@ def byte_level_spec(folder: Path) -> dict[str, Any]:
 
 class Vocabulary(NamedTuple):
     """The run's tokenizer, ``order`` (the original id of each run id; None for a token added), the
-    end of text's name, the run's ``output.vocabulary`` and ``data.tokenizer``."""
+    end of text's name, the run's ``output.vocabulary`` and ``data.text.tokenizer``."""
 
     tokenizer: Tokenizer
     order: list[int | None]
@@ -70,7 +70,7 @@ def token_ids(model: dict[str, Any]) -> dict[str, int]:
     return {entry[0]: i for i, entry in enumerate(vocab)} if isinstance(vocab, list) else dict(vocab)
 
 
-KINDS = {"BPE": "bpe", "WordLevel": "word", "WordPiece": "wordpiece", "Unigram": "unigram"}  # -> data.tokenizer
+KINDS = {"BPE": "bpe", "WordLevel": "word", "WordPiece": "wordpiece", "Unigram": "unigram"}  # -> data.text.tokenizer
 PRE_TOKENIZED_KINDS: dict[tuple[str, str | None], str] = {
     ("BPE", "ByteLevel"): "byte_bpe",
     ("WordLevel", "Split"): "char",
@@ -78,7 +78,7 @@ PRE_TOKENIZED_KINDS: dict[tuple[str, str | None], str] = {
 
 
 def tokenizer_kind(spec: dict[str, Any]) -> str:
-    """The ``data.tokenizer`` whose pipeline (data/tokenizers.py) a tokenizer.json's model and
+    """The ``data.text.tokenizer`` whose pipeline (data/tokenizers.py) a tokenizer.json's model and
     pre-tokenizer are."""
     model, pre = spec["model"]["type"], (spec.get("pre_tokenizer") or {}).get("type")
     return PRE_TOKENIZED_KINDS.get((model, pre), KINDS[model])

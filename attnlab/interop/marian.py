@@ -180,11 +180,11 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
         refused.append(f"attention_backend {cfg.stack.attention_backend!r} (Marian attends to every token)")
     if run is not None and run.read_pruned_heads():
         refused.append("pruned heads (Marian has the same heads in every layer)")
-    tokenizer = data.tokenizer
+    tokenizer = data.text.tokenizer
     if tokenizer != "unigram":
-        refused.append(f"data.tokenizer {tokenizer!r} (Marian reads SentencePiece unigram models: 'unigram')")
+        refused.append(f"data.text.tokenizer {tokenizer!r} (Marian reads SentencePiece unigram models: 'unigram')")
     elif (
-        not getattr(data, "shared_vocab", True)
+        not getattr(getattr(data, "pairs", None), "shared_vocab", True)
         if run is None  # a config: its sides get their own vocabularies
         else len(
             {
@@ -311,11 +311,8 @@ class MarianConverter(HFConverter):
             {
                 "task": "translation",
                 "format": "tsv",
-                "tokenizer": "unigram",
-                "vocab_size": shape.vocab_size,
-                "shared_vocab": False,
-                "max_src_len": longest,
-                "max_tgt_len": longest,
+                "text": {"tokenizer": "unigram", "vocab_size": shape.vocab_size},
+                "pairs": {"shared_vocab": False, "max_src_len": longest, "max_tgt_len": longest},
             }
         )
         report = InitReport(str(folder), loaded, [name for name in target if name not in tensors], unused, untrained=[])

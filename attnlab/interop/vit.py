@@ -272,8 +272,10 @@ class ViTConverter(HFConverter):
         data = task_config(
             {
                 "task": "image_classification" if with_classifier else "image_encoder",
-                "resize": shape.image_height if square else None,
-                "colour": "rgb" if shape.channels == 3 else "grey",
+                "images": {
+                    "resize": shape.image_height if square else None,
+                    "colour": "rgb" if shape.channels == 3 else "grey",
+                },
             }
         )
         mean, std = pixel_statistics(folder, shape.need("channels"))

@@ -24,7 +24,7 @@ from attnlab.models.family import DEFAULT_ARCH
 from attnlab.models.shape import SIZES, DataShape
 from attnlab.models.transformer_config import Output
 from attnlab.parallel.distributed import PIPELINE_SCHEDULES, STRATEGIES
-from attnlab.runs.migration import migrated_model, refuse_moved
+from attnlab.runs.migration import migrated_data, migrated_model, refuse_moved, refuse_moved_data
 from attnlab.tasks import Task, TaskConfig, task_config
 from attnlab.tasks.batching import SAMPLINGS
 from attnlab.tasks.task import task_of
@@ -235,6 +235,8 @@ class RunConfig:
                 raise ConfigError("section 'model' must be a mapping of field: value")
             if not complete:
                 refuse_moved(model.get("arch", DEFAULT_ARCH), model)
+                data_section = sections.get("data")
+                refuse_moved_data(data_section, data_section if isinstance(data_section, dict) else {})
             if "shape" in sections:
                 raise ConfigError(
                     "section 'shape' gives the sizes of a model config without data; a training "
@@ -266,6 +268,8 @@ class RunConfig:
             key = expr.partition("=")[0].strip()
             if key.startswith("model."):
                 refuse_moved(arch, [key.removeprefix("model.")], f"--set {expr!r}: ")
+            if key.startswith("data."):
+                refuse_moved_data(sections.get("data"), [key.removeprefix("data.")], f"--set {expr!r}: ")
         if of_a_run:
             sections = _run_sections(sections, path)
         apply_overrides(sections, overrides, override_fields)
@@ -300,7 +304,7 @@ def _run_sections(sections: dict[str, Any], path: str | Path) -> dict[str, Any]:
     if not isinstance(sections.get("data"), dict):
         return sections  # not a run's: RunConfig refuses it
     try:
-        data = task_config(sections["data"], from_0_1=True)
+        data = task_config(migrated_data(sections["data"]))
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     sections = {**sections, "data": data.to_dict()}
@@ -363,14 +367,14 @@ def _check_run(model: FamilyConfig, data: TaskConfig, train: TrainConfig) -> Non
 
 def override_fields(section: str, sections: dict[str, Any]) -> list[str] | None:
     """The fields ``--set`` may name in ``section``: the model's are those of the family its arch
-    names, the data's those of its task (None for an unknown arch or task, which the config then
+    names, the data's those of its task (a part's as 'splits.n_train'; None for an unknown arch or task, which the config then
     refuses with the list)."""
     if section == "model":
         arch = (sections.get("model") or {}).get("arch", DEFAULT_ARCH)
         return field_paths(FAMILIES[arch].config) if arch in FAMILIES else None
     if section == "data":
         try:
-            return ["task", *task_of(sections.get("data") or {}).config.field_names()]
+            return ["task", *field_paths(task_of(sections.get("data") or {}).config)]
         except ConfigError:
             return None
     if section == "shape":

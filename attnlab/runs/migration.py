@@ -1,7 +1,8 @@
-"""The one migration of a model section written by an earlier release: a run directory's config.yaml
-is read through :func:`migrated_model` (runs/run_dir.py, runs/config.py, `attnlab info RUN`), so
-that no other code keeps an old layout alive. A new config file with a field in its old place is
-refused in one line naming the new spelling (:func:`refuse_moved`).
+"""The one migration of the model and data sections written by an earlier release: a run directory's
+config.yaml is read through :func:`migrated_model` and :func:`migrated_data` (runs/run_dir.py,
+runs/config.py, `attnlab info RUN`), so that no other code keeps an old layout alive. A new config
+file with a field in its old place is refused in one line naming the new spelling
+(:func:`refuse_moved`, :func:`refuse_moved_data`).
 
 Layouts read:
 - release 0.1 (one flat ModelConfig): every family's fields in every run; a family's builder read
@@ -22,6 +23,20 @@ Layouts read:
 - before the data's sizes had their own object (issue 61): vocab_size, pad_id, the image's sizes,
   n_classes, ... in the model section, and no shape.json; :func:`written_sizes` reads them as the
   run's DataShape (models/shape.py), and the model section is read without them.
+
+Data sections read:
+- release 0.1 (one flat DataConfig): every field for every format, and the generator named
+  ``task``; the generator moves to ``generator`` and the fields the task does not have go;
+- before data sections composed their parts (issue 61): the built-in scenes' held_out, image_size,
+  noise and max_objects beside the other fields, moved into ``scenes`` (tasks/scene_splits.py:
+  Scenes), the splits' seed (image classification's split_seed), n_train, n_valid and n_test into
+  ``splits`` (tasks/parts.py: Splits; so are the language models', node classification's and
+  forecasting's valid_fraction, test_fraction, and forecasting's train_rows, valid_rows, test_rows as
+  n_train, n_valid, n_test: each task's that it reads, TaskConfig.splits_read), and the images' dataset, colour and resize into ``images``
+  (ImageSource), and the text's tokenizer and vocab_size into ``text`` (Text); an image encoder's section loses the fields it had only as image classification's
+  (DATA_DROPPED); translation's generator (a name) became a part, ``generator: {name, min_len,
+  max_len, test_min_len, test_max_len, split}`` (tasks/translation.py: PairGenerator), and its
+  src_lang, tgt_lang, max_src_len, max_tgt_len and shared_vocab the part ``pairs`` (Pairs).
 """
 
 from __future__ import annotations
@@ -29,10 +44,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from attnlab.data.corpora import GENERATORS
 from attnlab.errors import ConfigError
 from attnlab.models import StackConfig, family_named
 from attnlab.models.family import DEFAULT_ARCH
 from attnlab.models.shape import SIZES, DataShape, refuse_sizes
+from attnlab.tasks import TaskConfig
+from attnlab.tasks.task import task_of
 
 # The fields of the one flat ModelConfig of release 0.1.0: a run directory written then lists all of
 # them for every arch.
@@ -113,6 +131,58 @@ MOVED_TO_POSITIONS = {
 MOVED_TO_CLASSIFIER = {"pooling": "pooling", "head": "head"}
 
 
+# The fields of the one flat DataConfig of release 0.1: a run directory written then lists all of
+# them, for every format, and names the generator 'task'. Reading such a file drops those the task
+# does not have (its reader never used them).
+DATA_RELEASE_0_1_FIELDS = (
+    "format",
+    "task",
+    "train",
+    "valid",
+    "test",
+    "src_lang",
+    "tgt_lang",
+    "tokenizer",
+    "vocab_size",
+    "shared_vocab",
+    "max_src_len",
+    "max_tgt_len",
+    "seed",
+    "n_train",
+    "n_valid",
+    "n_test",
+    "min_len",
+    "max_len",
+    "block_size",
+    "valid_fraction",
+)
+
+# A flat field of a task's data section -> where it is now, by the part it went into (the task's
+# config has a field of that name holding the part)
+DATA_MOVED = {
+    "scenes": {"held_out": "held_out", "image_size": "image_size", "noise": "noise", "max_objects": "max_objects"},
+    "splits": {
+        "seed": "seed",
+        "split_seed": "seed",
+        "n_train": "n_train",
+        "n_valid": "n_valid",
+        "n_test": "n_test",
+        "valid_fraction": "valid_fraction",
+        "test_fraction": "test_fraction",
+        "train_rows": "n_train",
+        "valid_rows": "n_valid",
+        "test_rows": "n_test",
+    },
+    "images": {"dataset": "dataset", "colour": "colour", "resize": "resize"},
+    "text": {"tokenizer": "tokenizer", "vocab_size": "vocab_size"},
+    "generator": {n: n for n in ("min_len", "max_len", "test_min_len", "test_max_len", "split")},
+    "pairs": {n: n for n in ("src_lang", "tgt_lang", "max_src_len", "max_tgt_len", "shared_vocab")},
+}
+# The fields a task's data section had only by inheriting another's, which it never read: dropped
+# from a run written then (image_encoder's were image_classification's)
+DATA_DROPPED = {"image_encoder": ("train", "valid", "test", "n_valid", "split_seed", "crop_padding", "flip")}
+
+
 def moved(arch: str, own: list[str]) -> dict[str, str]:
     """The flat fields that the family ``arch`` (whose fields are ``own``) now keeps in a composed
     part: old name -> its path ('backends.pattern.window')."""
@@ -153,7 +223,12 @@ def migrated_model(data: Any) -> Any:
         data = {k: v for k, v in data.items() if k not in flat} | (
             {"stack": data.get("stack", {}) | flat} if flat else {}
         )
-    paths = moved(data.get("arch", DEFAULT_ARCH), own)
+    data = moved_into_parts(data, moved(data.get("arch", DEFAULT_ARCH), own))
+    return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
+
+
+def moved_into_parts(data: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
+    """``data`` with each flat field that ``paths`` names moved to its path ('backends.pattern.window')."""
     flat = {k: v for k, v in data.items() if k in paths}
     data = {k: v for k, v in data.items() if k not in flat}
     for name, value in flat.items():
@@ -163,7 +238,73 @@ def migrated_model(data: Any) -> Any:
             mapping[part] = dict(mapping.get(part) or {})
             mapping = mapping[part]
         mapping.setdefault(field, value)  # a value given in the new place (--set) wins over the flat one
-    return {k: v for k, v in data.items() if k in own or k == "arch" or k not in RELEASE_0_1_FIELDS}
+    return data
+
+
+def data_moved(config: type[TaskConfig]) -> dict[str, str]:
+    """The flat fields that the data section ``config`` now keeps in a composed part: old name -> its
+    path ('scenes.held_out')."""
+    own = config.field_names()
+    return {
+        name: f"{part}.{path}"
+        for part, fields in DATA_MOVED.items()
+        if part in own
+        for name, path in fields.items()
+        if name not in own and (part != "splits" or path in config.splits_read)  # the splits the task reads
+    }
+
+
+def migrated_data(data: Any) -> Any:
+    """A run directory's data section as this release reads it: written by release 0.1 (data.task
+    names a generator), the generator moves to data.generator and the fields the task does not have
+    go; a generator named by a string becomes its part's name (``generator: {name: ...}``); the flat
+    fields of a part moved into it (DATA_MOVED), those a task had only by inheriting another's
+    dropped (DATA_DROPPED); a section in the current layout is returned unchanged (a value that is
+    not a mapping too: task_config refuses it)."""
+    if not isinstance(data, dict):
+        return data
+    generator = data.get("task") if data.get("task") in GENERATORS else None
+    if generator is not None:
+        data = {k: v for k, v in data.items() if k != "task"}
+    try:
+        config = task_of(data).config
+    except ConfigError:
+        return data  # an unknown task: task_config refuses it, listing the tasks
+    own, paths = config.field_names(), data_moved(config)
+    if generator is not None:
+        data = {k: v for k, v in data.items() if k in own or k in paths or k not in DATA_RELEASE_0_1_FIELDS}
+        data = data | {"generator": generator} if "generator" in own else data
+    if isinstance(data.get("generator"), str) and "generator" in own:
+        data = {**data, "generator": {"name": data["generator"]}}
+    data = moved_into_parts(data, paths)
+    dropped = DATA_DROPPED.get(config.chosen_name(), ())
+    return {k: v for k, v in data.items() if k not in dropped}
+
+
+def refuse_moved_data(data: Any, names: Any, how: str = "") -> None:
+    """A new config's data field (``names``: the section's keys, or the fields ``--set`` names) that
+    is in an old place for the task ``data`` (the section) selects is refused in one line naming its
+    new one; ``how``: what wrote it ('--set ...'). An unknown task is left to the config, which lists
+    the tasks."""
+    try:
+        config = task_of(data if isinstance(data, dict) else {}).config
+    except ConfigError:
+        return
+    paths = data_moved(config)
+    if isinstance(data, dict) and isinstance(data.get("generator"), str) and "generator" in config.field_names():
+        name = data["generator"]
+        raise ConfigError(
+            f"{how}data.generator is now a part of its own, named by its name (write generator: {{name: {name}}}; "
+            f"--set data.generator.name={name})"
+        )
+    for name in names:
+        if name in paths:
+            path = paths[name]
+            part, _, field = path.partition(".")
+            raise ConfigError(
+                f"{how}data.{name} is now data.{path}, in a part of its own "
+                f"(write {part}: {{{field}: ...}}; --set data.{path}=...)"
+            )
 
 
 def written_sizes(data: Any) -> DataShape:

@@ -59,7 +59,7 @@ from attnlab.runs.checkpoint_files import (
     write_checkpoint,
 )
 from attnlab.runs.config import TrainConfig
-from attnlab.runs.migration import migrated_model, written_sizes
+from attnlab.runs.migration import migrated_data, migrated_model, written_sizes
 from attnlab.runs.weights_file import (
     WriteError,
     exported_weights,
@@ -142,7 +142,7 @@ class RunDir:
         try:
             return (
                 model_config(migrated_model(sections.get("model"))),
-                task_config(sections.get("data") or {}, from_0_1=True),
+                task_config(migrated_data(sections.get("data") or {})),
                 TrainConfig.from_dict(sections.get("train") or {}),
             )
         except ConfigError as err:

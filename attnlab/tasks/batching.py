@@ -122,16 +122,17 @@ class BucketedData(Generic[E, BatchT]):
 
 
 def hold_out_valid(
-    splits: dict[str, list[Any]], n_valid: int, train_path: str | None, what: str
+    splits: dict[str, list[Any]], n_valid: int, train_path: str | None, what: str, field: str = "n_valid"
 ) -> dict[str, list[Any]]:
     """The splits with a 'valid' one: as given, or else the last ``n_valid`` training examples
-    (``what`` names them in the error when there are too few)."""
+    (``what`` names them, and ``field`` the config's field of ``n_valid``, in the error when there
+    are too few)."""
     if "valid" in splits:
         return splits
     train = splits["train"]
     if len(train) <= n_valid:
         raise DataError(
-            f"{train_path}: {len(train)} {what} are too few to hold out n_valid ({n_valid}) for "
+            f"{train_path}: {len(train)} {what} are too few to hold out {field} ({n_valid}) for "
             f"validation; give a 'valid' file"
         )
     return splits | {"train": train[:-n_valid], "valid": train[-n_valid:]}

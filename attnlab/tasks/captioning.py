@@ -81,6 +81,7 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
     needs = {"inputs": "images", "encoder": True, "decoder": True}
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("caption", "evaluate", "inspect")
+    cfg: CaptioningConfig
     search: Search = Greedy()  # what its evaluations decode by (`evaluate` gives its own: searching)
 
     def searching(self, search: Search) -> Self:
@@ -140,7 +141,7 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
         scored."""
         self.refuse_split(split)
         shape = tuple(state["shape"])
-        pixels, captions = read_captioned(path, colour_of(shape), self.cfg.resize or shape[:2])
+        pixels, captions = read_captioned(path, colour_of(shape), self.cfg.images.resize or shape[:2])
         images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
         search = replace(self.search, max_len=self.cfg.max_caption_len)
         return caption_record(model, tokenizers["tgt"], images, captions, search)

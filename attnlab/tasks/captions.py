@@ -13,22 +13,23 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least
 from attnlab.data import scenes
 from attnlab.data.batching import Batch, pad_sequences
-from attnlab.data.images import COLOURS, Standardise, as_tensor, channels, colour_of, read_image, same_size
-from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.images import Standardise, as_tensor, channels, colour_of, read_image, same_size
+from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Tokenizers, batch_seed
-from attnlab.tasks.scene_splits import SceneSplits
+from attnlab.tasks.parts import ImageSource, Splits, Text
+from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
 from attnlab.tasks.task import Task, TaskConfig
 
 BUILT_IN = ("scenes",)
@@ -36,43 +37,77 @@ BUILT_IN = ("scenes",)
 Captioned = tuple[np.ndarray, list[str]]  # pixels (N, H, W, C) float32, and each image's caption
 
 
-@dataclass(frozen=True)
-class CaptioningConfig(SceneSplits, TaskConfig):
-    """``dataset: scenes`` (splits train, valid, test and compositional, drawn as SceneSplits
-    says), or ``train`` (and optionally
-    ``valid``, ``test``): captions files. ``max_caption_len``: the most tokens of a caption (a
-    longer one is refused, naming its file and line); decoding stops there too."""
+class CaptionedSection(Protocol):
+    """What a data section of captioned images offers (captioning's, contrastive's): each composes
+    the parts ``images``, ``scenes``, ``splits`` and ``text`` and declares the captions files and
+    ``max_caption_len`` beside its own fields; the functions here read it."""
 
-    dataset: Optional[str] = None
+    @property
+    def images(self) -> ImageSource: ...
+    @property
+    def scenes(self) -> Scenes: ...
+    @property
+    def splits(self) -> Splits: ...
+    @property
+    def text(self) -> Text: ...
+    @property
+    def train(self) -> Optional[str]: ...
+    @property
+    def valid(self) -> Optional[str]: ...
+    @property
+    def test(self) -> Optional[str]: ...
+    @property
+    def max_caption_len(self) -> int: ...
+
+
+def check_captioned(cfg: CaptionedSection, task: str) -> None:
+    """The checks of a section of captioned images: the scenes, or captions files, not both."""
+    cfg.splits.read_by(task, SCENE_SPLITS_READ)
+    cfg.images.built_in(BUILT_IN)
+    if cfg.images.dataset is not None:
+        given = [name for name in ("train", "valid", "test") if getattr(cfg, name) is not None]
+        if given:
+            raise ConfigError(
+                f"dataset '{cfg.images.dataset}' brings its own splits and images; drop {', '.join(given)}"
+            )
+        cfg.scenes.check_drawn(cfg.splits)
+    else:
+        cfg.splits.given("n_valid")
+    at_least("max_caption_len", cfg.max_caption_len, 1)
+
+
+def check_captioned_trainable(cfg: CaptionedSection, task: str) -> None:
+    if cfg.images.dataset is None and cfg.train is None:
+        raise ConfigError(
+            f"data.task '{task}' needs 'images.dataset' (scenes) or 'train' (a captions file: image TAB caption lines)"
+        )
+
+
+@dataclass(frozen=True)
+class CaptioningConfig(TaskConfig):
+    """``images: {dataset: scenes}`` (splits train, valid, test and compositional, drawn as
+    ``scenes`` says with ``splits``' sizes and seed: tasks/scene_splits.py), or ``train`` (and
+    optionally ``valid``, ``test``): captions files, their images read as ``images`` says (colour,
+    resize: tasks/parts.py); without ``valid``, the last ``splits.n_valid`` of ``train`` validate.
+    The captions are tokenised as ``text`` says. ``max_caption_len``: the most tokens of a caption
+    (a longer one is refused, naming its file and line); decoding stops there too."""
+
+    images: ImageSource = ImageSource()
+    scenes: Scenes = Scenes()
+    splits: Splits = SCENE_SPLITS
+    text: Text = Text()
     train: Optional[str] = None
     valid: Optional[str] = None
     test: Optional[str] = None
-    resize: Optional[int] = None
-    colour: str = "rgb"
-    tokenizer: str = "word"
-    vocab_size: int = 8000
     max_caption_len: int = 32
 
+    splits_read = SCENE_SPLITS_READ
+
     def check(self) -> None:
-        if self.dataset is not None:
-            one_of("dataset", self.dataset, BUILT_IN)
-            given = [name for name in ("train", "valid", "test", "resize") if getattr(self, name) is not None]
-            if given:
-                raise ConfigError(f"dataset '{self.dataset}' brings its own splits and images; drop {', '.join(given)}")
-        self.check_scenes(drawn=self.dataset is not None)
-        one_of("colour", self.colour, COLOURS)
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        for name in ("max_caption_len", "vocab_size"):
-            at_least(name, getattr(self, name), 1)
-        if self.resize is not None:
-            at_least("resize", self.resize, 1)
+        check_captioned(self, self.chosen_name())
 
     def check_trainable(self) -> None:
-        if self.dataset is None and self.train is None:
-            raise ConfigError(
-                f"data.task '{self.task.name}' needs 'dataset' (scenes) or 'train' (a captions file: "
-                "image TAB caption lines)"
-            )
+        check_captioned_trainable(self, self.task.name)
 
     @property
     def longest_sequence(self) -> int:
@@ -80,17 +115,17 @@ class CaptioningConfig(SceneSplits, TaskConfig):
 
     @property
     def in_memory(self) -> bool:
-        return self.dataset is not None
+        return self.images.dataset is not None
 
 
 # -- reading ----------------------------------------------------------------------------------------
 
 
-def generated_scenes(cfg: CaptioningConfig) -> dict[str, Captioned]:
+def generated_scenes(cfg: CaptionedSection) -> dict[str, Captioned]:
     """The four splits of the built-in scenes as pixels and captions."""
     return {
         split: (np.stack([s.pixels for s in drawn]).astype(np.float32), [s.caption for s in drawn])
-        for split, drawn in cfg.drawn_scenes().items()
+        for split, drawn in cfg.scenes.drawn(cfg.splits).items()
     }
 
 
@@ -103,24 +138,25 @@ def read_captioned(path: str, colour: str, resize: int | tuple[int, int] | None)
     return np.stack(pixels), [caption for _, caption in pairs]
 
 
-def read_splits(cfg: CaptioningConfig) -> dict[str, Captioned]:
-    if cfg.dataset is not None:
+def read_splits(cfg: CaptionedSection) -> dict[str, Captioned]:
+    if cfg.images.dataset is not None:
         return generated_scenes(cfg)
     splits = {
-        name: read_captioned(getattr(cfg, name), cfg.colour, cfg.resize)
+        name: read_captioned(getattr(cfg, name), cfg.images.colour, cfg.images.resize)
         for name in ("train", "valid", "test")
         if getattr(cfg, name) is not None
     }
     if "valid" not in splits:
         pixels, captions = splits["train"]
-        if len(captions) <= cfg.n_valid:
+        n_valid = cfg.splits.n_valid or 0  # given: check_captioned
+        if len(captions) <= n_valid:
             raise DataError(
-                f"{cfg.train}: {len(captions)} captioned images are too few to hold out n_valid "
-                f"({cfg.n_valid}) for validation; give a 'valid' file"
+                f"{cfg.train}: {len(captions)} captioned images are too few to hold out splits.n_valid "
+                f"({n_valid}) for validation; give a 'valid' file"
             )
         splits |= {
-            "train": (pixels[: -cfg.n_valid], captions[: -cfg.n_valid]),
-            "valid": (pixels[-cfg.n_valid :], captions[-cfg.n_valid :]),
+            "train": (pixels[:-n_valid], captions[:-n_valid]),
+            "valid": (pixels[-n_valid:], captions[-n_valid:]),
         }
     return splits
 
@@ -167,24 +203,24 @@ def caption_batch(images: Tensor, ids: list[list[int]]) -> CaptionBatch:
 
 
 def captioned_splits(
-    cfg: CaptioningConfig, tokenizers: Tokenizers | None, state: dict[str, Any] | None
+    cfg: CaptionedSection, tokenizers: Tokenizers | None, state: dict[str, Any] | None
 ) -> tuple[dict[str, CaptionSplit], Tokenizers, Standardise]:
     """Every split of ``cfg`` read, its captions tokenised, with the tokenizers ({'src': None, 'tgt':
     the captions'}, fitted on the training captions unless given) and the standardisation (the
     run's ``state``, or fitted on the training images): what any task of captioned images reads."""
     read = read_splits(cfg)
     if tokenizers is None:
-        tokenizers = {"src": None, "tgt": Tokenizer.train(cfg.tokenizer, read["train"][1], cfg.vocab_size)}
+        tokenizers = {"src": None, "tgt": cfg.text.fitted(read["train"][1])}
     standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(read["train"][0])
     shape = read["train"][0].shape[1:]
     splits = {}
     for name, (pixels, captions) in read.items():
-        where = getattr(cfg, name, None) or cfg.dataset or name
+        where = getattr(cfg, name, None) or cfg.images.dataset or name
         if pixels.shape[1:] != shape:
             raise DataError(
                 f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
                 f"{channels(pixels.shape[3])}; the training images are {shape[1]}x{shape[0]} with "
-                f"{channels(shape[2])} (set data.resize)"
+                f"{channels(shape[2])} (set data.images.resize)"
             )
         splits[name] = CaptionSplit(
             as_tensor(pixels), captions, encoded(captions, tokenizers["tgt"], cfg.max_caption_len, where)
@@ -243,15 +279,15 @@ class CaptionData(ImageRows):
         return [caption_batch(self.standardise(split.images[r]), [split.ids[i] for i in r.tolist()]) for r in rows]
 
 
-def planned_shape(cfg: CaptioningConfig) -> tuple[int, int, int]:
+def planned_shape(cfg: CaptionedSection) -> tuple[int, int, int]:
     """(H, W, C) of the images ``cfg`` will give, before reading them all."""
-    if cfg.dataset is not None:
-        return cfg.image_size, cfg.image_size, 3
-    channels_ = 1 if cfg.colour == "grey" else 3
-    if cfg.resize is not None:
-        return cfg.resize, cfg.resize, channels_
+    if cfg.images.dataset is not None:
+        return cfg.scenes.image_size, cfg.scenes.image_size, 3
+    channels_ = 1 if cfg.images.colour == "grey" else 3
+    if cfg.images.resize is not None:
+        return cfg.images.resize, cfg.images.resize, channels_
     first = scenes.read_captions_file(cfg.train)[0][0]
-    return read_image(first, cfg.colour, None).shape
+    return read_image(first, cfg.images.colour, None).shape
 
 
 CD = TypeVar("CD", bound=CaptionData)
@@ -262,8 +298,12 @@ class CaptionedImages(Task[CD, CB]):
     """What every task of captioned images does (captioning, contrastive): its data's images and
     their sizes, and the captions' tokenizer."""
 
-    cfg: CaptioningConfig
     tokenizers = ("tgt",)
+
+    @property
+    def section(self) -> CaptionedSection:
+        """The task's data section, one of captioned images (a CaptioningConfig or ContrastiveConfig)."""
+        return cast(CaptionedSection, self.cfg)
 
     def saved_state(self, data: CD) -> dict[str, Any]:
         """The images' (H, W, C) and the training split's pixel statistics."""
@@ -273,7 +313,7 @@ class CaptionedImages(Task[CD, CB]):
     def data_shape(self, data: CD | None = None) -> DataShape:
         """Before the data is read, the image size it will give (planned_shape)."""
         if data is None:
-            height, width, channels_ = planned_shape(self.cfg)
+            height, width, channels_ = planned_shape(self.section)
         else:
             channels_, height, width = data.image_shape
         return DataShape(

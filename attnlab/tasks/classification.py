@@ -16,16 +16,17 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least
 from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import Labelled, read_labelled
-from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.models.shape import DataShape
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.abilities import Piped, Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
@@ -35,23 +36,22 @@ NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class
 class ClassificationConfig(TaskConfig):
     """``text TAB label`` or ``text_a TAB text_b TAB label`` files (``header``: the first line
     names the columns). Labels are any strings: the training file's, sorted, are the classes.
-    Without a ``valid`` file the last ``n_valid`` training lines are held out. Inputs longer than
+    Without a ``valid`` file the last ``splits.n_valid`` training lines are held out. Inputs longer than
     ``max_len`` tokens (with <bos> and <eos>) are cut, the longer text of a pair first."""
 
     train: Optional[str] = None
     valid: Optional[str] = None
     test: Optional[str] = None
     header: bool = False
-    tokenizer: str = "word"
-    vocab_size: int = 8000
+    text: Text = Text()
     max_len: int = 128
-    n_valid: int = 500
+    splits: Splits = Splits(n_valid=500)
+    splits_read = ("n_valid",)
 
     def check(self) -> None:
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        at_least("vocab_size", self.vocab_size, 1)
         at_least("max_len", self.max_len, 4)
-        at_least("n_valid", self.n_valid, 1)
+        self.splits.read_by(self.chosen_name(), self.splits_read)
+        self.splits.given(*self.splits_read)
 
     def check_trainable(self) -> None:
         if self.train is None:
@@ -261,16 +261,17 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         }
         read = hold_out_valid(
             {name: read_labelled(path, self.cfg.header) for name, path in files.items()},
-            self.cfg.n_valid,
+            self.cfg.splits.n_valid or 0,  # given: ClassificationConfig.check
             self.cfg.train,
             "examples",
+            "splits.n_valid",
         )
         labels = state["labels"] if state else sorted({e.label for e in read["train"]})
         if len(labels) < 2:
             raise DataError(f"{self.cfg.train}: one label ('{labels[0]}'); a classifier needs at least two")
         if tokenizers is None:
             texts = [t for e in read["train"] for t in (e.text_a, e.text_b) if t is not None]
-            tokenizers = {"src": Tokenizer.train(self.cfg.tokenizer, texts, self.cfg.vocab_size), "tgt": None}
+            tokenizers = {"src": self.cfg.text.fitted(texts), "tgt": None}
         splits, truncated = {}, 0
         for name, examples in read.items():
             ids = label_ids(examples, labels, files.get(name, self.cfg.train))

@@ -42,12 +42,14 @@ from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import (
     CaptionData,
     CaptionedImages,
-    CaptioningConfig,
     CaptionSplit,
     captioned_splits,
+    check_captioned,
+    check_captioned_trainable,
     read_captioned,
 )
 from attnlab.tasks.image_classification import read_inputs
+from attnlab.tasks.parts import ImageSource, Splits, Text
 from attnlab.tasks.retrieval import (
     class_embeddings,
     embed_images,
@@ -55,7 +57,8 @@ from attnlab.tasks.retrieval import (
     text_ids,
     zero_shot_probabilities,
 )
-from attnlab.tasks.task import Amp, register_task
+from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
+from attnlab.tasks.task import Amp, TaskConfig, register_task
 
 SCENE_TEMPLATES = ("a small {label}", "a large {label}")  # every one-object scene's caption is one of these
 FILE_TEMPLATES = ("a {label}",)
@@ -71,17 +74,36 @@ def fills(template: str) -> bool:
 
 
 @dataclass(frozen=True)
-class ContrastiveConfig(CaptioningConfig):
-    """Captioning's data section, and the zero-shot classes: ``labels``, comma-separated class names
-    (the scenes' default: every 'COLOUR SHAPE', held-out ones included), and ``prompts``,
-    '|'-separated templates with ``{label}`` where the class name goes (the scenes' default 'a
-    small {label}|a large {label}', the wording of their captions; a captions file's 'a {label}')."""
+class ContrastiveConfig(TaskConfig):
+    """Captioned images as captioning reads them (tasks/captions.py: the parts ``images``, ``scenes``,
+    ``splits`` and ``text``, the captions files, ``max_caption_len``), and the zero-shot classes:
+    ``labels``, comma-separated class names (the scenes' default: every 'COLOUR SHAPE', held-out ones
+    included), and ``prompts``, '|'-separated templates with ``{label}`` where the class name goes
+    (the scenes' default 'a small {label}|a large {label}', the wording of their captions; a captions
+    file's 'a {label}')."""
 
+    images: ImageSource = ImageSource()
+    scenes: Scenes = Scenes()
+    splits: Splits = SCENE_SPLITS
+    text: Text = Text()
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+    max_caption_len: int = 32
     labels: Optional[str] = None
     prompts: Optional[str] = None
 
+    def check_trainable(self) -> None:
+        check_captioned_trainable(self, self.task.name)
+
+    @property
+    def in_memory(self) -> bool:
+        return self.images.dataset is not None
+
+    splits_read = SCENE_SPLITS_READ
+
     def check(self) -> None:
-        super().check()
+        check_captioned(self, self.chosen_name())
         names = self.class_names
         if self.labels is not None and len(names) < 2:
             raise ConfigError(
@@ -101,7 +123,7 @@ class ContrastiveConfig(CaptioningConfig):
     def class_names(self) -> list[str]:
         if self.labels is not None:
             return [name.strip() for name in self.labels.split(",") if name.strip()]
-        if self.dataset is not None:
+        if self.images.dataset is not None:
             return [f"{colour} {shape}" for colour in scenes.PALETTE for shape in scenes.SHAPES]
         return []
 
@@ -109,7 +131,7 @@ class ContrastiveConfig(CaptioningConfig):
     def templates(self) -> list[str]:
         if self.prompts is not None:
             return [t.strip() for t in self.prompts.split("|") if t.strip()] or [""]
-        return list(SCENE_TEMPLATES if self.dataset is not None else FILE_TEMPLATES)
+        return list(SCENE_TEMPLATES if self.images.dataset is not None else FILE_TEMPLATES)
 
     @property
     def longest_sequence(self) -> int:
@@ -226,7 +248,7 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
         """The same on a captions file's images, read as the run's training images were."""
         self.refuse_split(split)
         shape = tuple(state["shape"])
-        pixels, captions = read_captioned(path, colour_of(shape), self.cfg.resize or shape[:2])
+        pixels, captions = read_captioned(path, colour_of(shape), self.cfg.images.resize or shape[:2])
         images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
         return retrieval_record(model, tokenizers["tgt"], images, captions, self.cfg.class_names, self.cfg.templates)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
-from attnlab.config import at_least, one_of
-from attnlab.data.tokenizers import TOKENIZER_KINDS
+from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.parts import Text
 from attnlab.tasks.task import Task, TaskConfig, register_task
 
 
@@ -28,13 +28,10 @@ class EncoderConfig(TaskConfig):
     """How the encoder reads text: its ``tokenizer`` (``vocab_size`` entries) and inputs of at most
     ``max_len`` tokens, <bos> and <eos> included."""
 
-    tokenizer: str = "wordpiece"
-    vocab_size: int = 8000
+    text: Text = Text(tokenizer="wordpiece")
     max_len: int = 512
 
     def check(self) -> None:
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        at_least("vocab_size", self.vocab_size, 1)
         at_least("max_len", self.max_len, 3)
 
     def check_trainable(self) -> None:

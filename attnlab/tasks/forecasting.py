@@ -6,9 +6,9 @@ with stride 1). Trained on the mean squared error of the standardised values and
 window of the split, as the papers report them. ``train.label_smoothing`` has no meaning here and
 is not used.
 
-The splits are ``train_rows``, ``valid_rows`` and ``test_rows`` consecutive rows from the first
+The splits are ``splits.n_train``, ``n_valid`` and ``n_test`` consecutive rows from the first
 (ETT hourly: 8,640, 2,880 and 2,880, twelve months and four and four), or else the last
-``test_fraction`` rows for test and the ``valid_fraction`` before them for validation (Autoformer's
+``splits.test_fraction`` rows for test and the ``valid_fraction`` before them for validation (Autoformer's
 split of its custom datasets). A split whose rows the file does not reach is not there: ETT's
 development copy (``ETTh1_train_val.csv``, ``data get --dev-only``) stops where its test months
 begin, and `attnlab evaluate RUN --data FULL.csv --split test` scores a run trained on it on the
@@ -42,6 +42,7 @@ from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classification import ExampleBatch
+from attnlab.tasks.parts import Splits
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 EVAL_BATCH = 256  # windows per batch in evaluation
@@ -51,39 +52,28 @@ EVAL_BATCH = 256  # windows per batch in evaluation
 class ForecastingConfig(TaskConfig):
     """``path``: the CSV; ``date_column`` and the value ``columns`` (comma-separated; default every
     other column) in and out; windows of ``input_length`` rows followed by ``horizon`` rows to
-    forecast; the splits' rows (all three counts, or none for the fractions)."""
+    forecast; ``splits`` (tasks/parts.py): the splits' rows ``n_train``, ``n_valid``, ``n_test``
+    (all three, or none for the fractions ``valid_fraction`` and ``test_fraction``)."""
 
     path: Optional[str] = None
     date_column: str = "date"
     columns: Optional[str] = None
     input_length: int = 336
     horizon: int = 96
-    train_rows: Optional[int] = None
-    valid_rows: Optional[int] = None
-    test_rows: Optional[int] = None
-    valid_fraction: float = 0.1
-    test_fraction: float = 0.2
+    splits: Splits = Splits(valid_fraction=0.1, test_fraction=0.2)
+    splits_read = ("n_train", "n_valid", "n_test", "valid_fraction", "test_fraction")
 
     def check(self) -> None:
         at_least("input_length", self.input_length, 1)
         at_least("horizon", self.horizon, 1)
-        counts = {name: getattr(self, name) for name in ("train_rows", "valid_rows", "test_rows")}
-        given = [name for name, n in counts.items() if n is not None]
+        self.splits.read_by(self.chosen_name(), self.splits_read)
+        given = [name for name in ("n_train", "n_valid", "n_test") if getattr(self.splits, name) is not None]
         if given and len(given) < 3:
             raise ConfigError(
-                f"give all of train_rows, valid_rows and test_rows, or none (then valid_fraction and "
-                f"test_fraction split the file); got only {', '.join(given)}"
+                f"give all of splits.n_train, n_valid and n_test (rows), or none (then splits.valid_fraction "
+                f"and test_fraction split the file); got only {', '.join(given)}"
             )
-        for name in given:
-            at_least(name, counts[name], 1)
-        for name in ("valid_fraction", "test_fraction"):
-            if not 0.0 < getattr(self, name) < 1.0:
-                raise ConfigError(f"{name} must be between 0 and 1 (got {getattr(self, name)})")
-        if self.valid_fraction + self.test_fraction >= 1.0:
-            raise ConfigError(
-                f"valid_fraction + test_fraction must leave training rows (got "
-                f"{self.valid_fraction} + {self.test_fraction})"
-            )
+        self.splits.given("valid_fraction", "test_fraction")
         if self.columns is not None and not self.column_list:
             raise ConfigError("columns must name at least one column (comma-separated), or be left out for all")
 
@@ -97,7 +87,10 @@ class ForecastingConfig(TaskConfig):
 
     @property
     def rows(self) -> tuple[int, int, int] | None:
-        return None if self.train_rows is None else (self.train_rows, self.valid_rows, self.test_rows)
+        held = self.splits
+        if held.n_train is None or held.n_valid is None or held.n_test is None:
+            return None
+        return held.n_train, held.n_valid, held.n_test
 
 
 @dataclass
@@ -179,7 +172,7 @@ def prepared(
         train_end = bounds["train"][1]
         if len(series) < train_end:
             raise DataError(
-                f"{series.path}: {len(series):,} rows, fewer than the {train_end:,} training rows (data.train_rows)"
+                f"{series.path}: {len(series):,} rows, fewer than the {train_end:,} training rows (data.splits.n_train)"
             )
         scaler = Scaler.fitted(series.values[:train_end])
     starts = {
@@ -287,7 +280,8 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
             scaler = Scaler(state["mean"], state["std"])
             return prepared(series, scaler, tuple(state["rows"]), self.cfg, batching, ())
         series = read_series(self.cfg.path, self.cfg.date_column, self.cfg.column_list)
-        rows = split_rows(len(series), self.cfg.rows, self.cfg.valid_fraction, self.cfg.test_fraction)
+        held = self.cfg.splits
+        rows = split_rows(len(series), self.cfg.rows, held.valid_fraction or 0.0, held.test_fraction or 0.0)
         return prepared(series, None, rows, self.cfg, batching, ("train", "valid"))
 
     def saved_state(self, data: SeriesData) -> dict[str, Any]:

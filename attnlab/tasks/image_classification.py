@@ -1,8 +1,8 @@
 """Image classification: an image to one of a set of classes. The data is a folder of class
 folders of images (torchvision's ImageFolder layout, read with Pillow), an ``.npz`` file with
 ``images`` (N, H, W) or (N, H, W, C) and ``labels`` (N,), or the built-in ``digits``, split
-stratified by class with ``split_seed`` (0 by default; data/images.py reads them all). A folder
-or file without a ``valid`` one gives up ``n_valid`` training images the same way.
+stratified by class with ``splits.seed`` (0 by default; data/images.py reads them all). A folder
+or file without a ``valid`` one gives up ``splits.n_valid`` training images the same way.
 
 Pixels are standardised per channel with the training split's mean and standard deviation
 (kept in task_state.json with the class names). Training batches may be augmented: a random crop
@@ -23,7 +23,6 @@ from torch import Tensor, nn
 
 from attnlab.config import at_least, one_of
 from attnlab.data.images import (
-    COLOURS,
     FLIPS,
     IMAGE_SUFFIXES,
     Images,
@@ -44,57 +43,51 @@ from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
+from attnlab.tasks.parts import ImageSource, Splits
 from attnlab.tasks.task import TaskConfig, register_task
 
 
 @dataclass(frozen=True)
 class ImageClassificationConfig(TaskConfig):
-    """``dataset: digits``, or ``train`` (and optionally ``valid``, ``test``): each a folder of
-    class folders or an .npz file. ``resize``: every image read from a folder (and at `predict`)
-    is resized to resize x resize pixels (bilinear); without it, a folder's images must all be of
-    one size.
-    ``colour``: folder images read as RGB or greyscale. Augmentation: ``crop_padding``, ``flip``."""
+    """``images: {dataset: digits}``, or ``train`` (and optionally ``valid``, ``test``): each a folder
+    of class folders or an .npz file, read as ``images`` says (tasks/parts.py: colour, resize; resize
+    is for folders, and for `predict`'s files). ``splits``: ``seed``, of the stratified draws (the
+    digits' splits; the validation images of a training set without ``valid``), and ``n_valid``,
+    how many those are. Augmentation: ``crop_padding``, ``flip``."""
 
-    dataset: Optional[str] = None
+    images: ImageSource = ImageSource()
+    splits: Splits = Splits(seed=0, n_valid=100)
     train: Optional[str] = None
     valid: Optional[str] = None
     test: Optional[str] = None
-    resize: Optional[int] = None
-    colour: str = "rgb"
-    n_valid: int = 100
-    split_seed: int = 0
     crop_padding: int = 0
     flip: str = "none"
 
+    splits_read = ("seed", "n_valid")
+
     def check(self) -> None:
-        if self.dataset is not None:
-            one_of("dataset", self.dataset, BUILT_IN)
+        self.images.built_in(list(BUILT_IN))
+        self.splits.read_by(self.chosen_name(), self.splits_read)
+        self.splits.given(*self.splits_read)
+        if self.images.dataset is not None:
             given = [name for name in ("train", "valid", "test") if getattr(self, name) is not None]
             if given:
-                raise ConfigError(f"dataset '{self.dataset}' brings its own splits; drop {', '.join(given)}")
-        if self.resize is not None:
-            at_least("resize", self.resize, 1)
-            arrays = [
-                path for path in (self.train, self.valid, self.test) if path is not None and path.endswith(".npz")
-            ]
-            if self.dataset is not None or arrays:
-                raise ConfigError(
-                    f"resize is for image folders; {arrays[0] if arrays else self.dataset} holds images of one size"
-                )
-        one_of("colour", self.colour, COLOURS)
+                raise ConfigError(f"dataset '{self.images.dataset}' brings its own splits; drop {', '.join(given)}")
+        arrays = [path for path in (self.train, self.valid, self.test) if path is not None and path.endswith(".npz")]
+        if self.images.resize is not None and arrays:
+            raise ConfigError(f"images.resize is for image folders; {arrays[0]} holds images of one size")
         one_of("flip", self.flip, FLIPS)
-        at_least("n_valid", self.n_valid, 1)
         at_least("crop_padding", self.crop_padding, 0)
 
     def check_trainable(self) -> None:
-        if self.dataset is None and self.train is None:
+        if self.images.dataset is None and self.train is None:
             raise ConfigError(
                 "data.task 'image_classification' needs 'dataset' (digits) or 'train' (an image folder or .npz file)"
             )
 
     @property
     def in_memory(self) -> bool:
-        return self.dataset is not None
+        return self.images.dataset is not None
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -103,16 +96,17 @@ BUILT_IN: dict[str, Callable[[int], dict[str, Images]]] = {"digits": digits}
 
 
 def read_splits(cfg: ImageClassificationConfig) -> dict[str, Images]:
-    if cfg.dataset is not None:
-        return BUILT_IN[cfg.dataset](cfg.split_seed)
+    seed, n_valid = cfg.splits.seed or 0, cfg.splits.n_valid or 0  # given: ImageClassificationConfig.check
+    if cfg.images.dataset is not None:
+        return BUILT_IN[cfg.images.dataset](seed)
     splits = {
-        name: read_images(getattr(cfg, name), cfg.colour, cfg.resize)
+        name: read_images(getattr(cfg, name), cfg.images.colour, cfg.images.resize)
         for name in ("train", "valid", "test")
         if getattr(cfg, name) is not None
     }
     if "valid" not in splits:
         images, labels = splits["train"]
-        kept, held = stratified_split(labels, cfg.n_valid, cfg.split_seed, cfg.train)
+        kept, held = stratified_split(labels, n_valid, seed, cfg.train)
         splits |= {
             "train": (images[kept], [labels[i] for i in kept]),
             "valid": (images[held], [labels[i] for i in held]),
@@ -204,12 +198,12 @@ def tensors(
     shape = shape or read["train"][0].shape[1:]
     out = {}
     for name, (pixels, labels) in read.items():
-        where = source or getattr(cfg, name, None) or cfg.dataset or name
+        where = source or getattr(cfg, name, None) or cfg.images.dataset or name
         if pixels.shape[1:] != tuple(shape):
             raise DataError(
                 f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
                 f"{channels(pixels.shape[3])}; the model reads {shape[1]}x{shape[0]} with "
-                f"{channels(shape[2])} (set data.resize)"
+                f"{channels(shape[2])} (set data.images.resize)"
             )
         out[name] = (as_tensor(pixels), class_ids(labels, classes, where))
     return out
@@ -254,7 +248,7 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
         }
 
     def data_shape(self, data: ImageData | None = None) -> DataShape:
-        return image_shape(self.cfg, data)
+        return image_shape(self.cfg.images, self.cfg.train, data)
 
     def analysis_pass(self, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
         return image_analysis_pass(model, batch)
@@ -265,7 +259,7 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
         """Loss, accuracy, macro-F1 and the confusion matrix on an image folder or .npz file, read
         and standardised as the run's training data was."""
         self.refuse_split(split)
-        pixels, labels = read_images(path, colour_of(state["shape"]), self.cfg.resize)
+        pixels, labels = read_images(path, colour_of(state["shape"]), self.cfg.images.resize)
         shape = tuple(state["shape"])
         images, ids = tensors({"test": (pixels, labels)}, state["labels"], self.cfg, shape, path)["test"]
         standardise = Standardise(state["mean"], state["std"])
@@ -305,11 +299,11 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
         )
 
 
-def image_shape(cfg: ImageClassificationConfig, data: ImageData | None) -> DataShape:
+def image_shape(images: ImageSource, train: str | None, data: ImageData | None) -> DataShape:
     """The sizes of an image classifier's data: before it is read, the image size it will give (the
     resize, the built-in's 8x8x1, or the first training image's), two classes."""
     if data is None:
-        height, width, channels = planned_shape(cfg)
+        height, width, channels = planned_shape(images, train)
     else:
         channels, height, width = data.image_shape
     return DataShape(
@@ -325,36 +319,39 @@ def image_analysis_pass(model: nn.Module, batch: ImageBatch) -> dict[str, Tensor
     return {"encoder": every}
 
 
-def planned_shape(cfg: ImageClassificationConfig) -> tuple[int, int, int]:
-    """(H, W, C) of the images ``cfg`` will give, before reading them all."""
-    channels = 1 if cfg.colour == "grey" else 3
-    if cfg.dataset is not None:
+def planned_shape(images: ImageSource, train: str | None) -> tuple[int, int, int]:
+    """(H, W, C) of the images read as ``images`` says from ``train`` (a folder or .npz file), before
+    reading them all."""
+    channels = 1 if images.colour == "grey" else 3
+    if images.dataset is not None:
         return 8, 8, 1
-    if Path(cfg.train).suffix == ".npz":
-        return read_npz(cfg.train)[0].shape[1:]
-    if cfg.resize is not None:
-        return cfg.resize, cfg.resize, channels
+    if train is not None and Path(train).suffix == ".npz":
+        return read_npz(train)[0].shape[1:]
+    if images.resize is not None:
+        return images.resize, images.resize, channels
+    if train is None:
+        raise ConfigError("the images' size is unknown: give data.images.resize, or data.train")
     first = next(
         (
             path
-            for folder in sorted(Path(cfg.train).glob("*/"))
+            for folder in sorted(Path(train).glob("*/"))
             for path in sorted(folder.iterdir())
             if path.suffix.lower() in IMAGE_SUFFIXES
         ),
         None,
     )
     if first is None:
-        raise DataError(f"{cfg.train}: no images in class folders")
-    return read_image(first, cfg.colour, None).shape
+        raise DataError(f"{train}: no images in class folders")
+    return read_image(first, images.colour, None).shape
 
 
 def read_input_image(path: str, run: RunState) -> np.ndarray:
     """One image file as the run's model reads it: (H, W, C) pixels in its colours, read as its
-    training images were (data.resize), and resized (bilinear) to its size if it has another one,
+    training images were (data.images.resize), and resized (bilinear) to its size if it has another one,
     with a note on stderr saying so (a 64x64 drawing for the 8x8 digits model)."""
     _, cfg, _ = run.read_config()
     shape = tuple(run.read_task_state()["shape"])  # (H, W, C)
-    image = read_image(path, colour_of(shape), cfg.resize)
+    image = read_image(path, colour_of(shape), cfg.images.resize)
     if image.shape[:2] != shape[:2]:
         print(
             f"note: {path}: {image.shape[1]}x{image.shape[0]} pixels, resized to the {shape[1]}x{shape[0]} the "

@@ -3,7 +3,8 @@ Hugging Face ``ViTModel`` (an encoder and a pooler, no head), as tasks/encoder.p
 ``BertModel``. Nothing here trains or predicts: such a run is a starting point (``train.init_from``
 in an image_classification config, which fine-tunes it) and a model to `inspect` (its class
 probabilities are those of an untrained output layer). Its data section says how it reads an
-image, as image_classification's (``resize``, ``colour``); its task state, the pixel statistics."""
+image: ``images``, the part image_classification's composes too (tasks/parts.py: ImageSource:
+colour, resize); its task state, the pixel statistics."""
 
 from __future__ import annotations
 
@@ -16,14 +17,9 @@ from attnlab.errors import ConfigError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.image_classification import (
-    ImageBatch,
-    ImageClassificationConfig,
-    ImageData,
-    image_analysis_pass,
-    image_shape,
-)
-from attnlab.tasks.task import Task, register_task
+from attnlab.tasks.image_classification import ImageBatch, ImageData, image_analysis_pass, image_shape
+from attnlab.tasks.parts import ImageSource
+from attnlab.tasks.task import Task, TaskConfig, register_task
 
 
 def _untrainable() -> ConfigError:
@@ -34,8 +30,17 @@ def _untrainable() -> ConfigError:
 
 
 @dataclass(frozen=True)
-class ImageEncoderConfig(ImageClassificationConfig):
-    """How the encoder reads an image (image_classification's fields; no data of its own)."""
+class ImageEncoderConfig(TaskConfig):
+    """How the encoder reads an image: ``images`` (colour, resize; no data of its own)."""
+
+    images: ImageSource = ImageSource()
+
+    def check(self) -> None:
+        if self.images.dataset is not None:
+            raise ConfigError(
+                f"images.dataset: an image encoder reads no data set (got '{self.images.dataset}'); "
+                f"`inspect` gives it its images"
+            )
 
     def check_trainable(self) -> None:
         raise _untrainable()
@@ -61,7 +66,7 @@ class ImageEncoder(Task[ImageData, ImageBatch]):
         raise _untrainable()
 
     def data_shape(self, data: ImageData | None = None) -> DataShape:
-        return image_shape(self.cfg, data)
+        return image_shape(self.cfg.images, None, data)
 
     def analysis_pass(self, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
         return image_analysis_pass(model, batch)

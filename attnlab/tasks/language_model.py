@@ -6,46 +6,77 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Optional, Sequence
+from typing import Callable, ClassVar, Optional, Protocol, Sequence
 
 import torch
 
 from attnlab.config import at_least, one_of
 from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
 from attnlab.data.corpora import read_text
-from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import PAD
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import multi_token_loss
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
+from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
+
+
+class RunningTextSection(Protocol):
+    """What a data section of running text offers (language_model's, segment_language_model's): the
+    text's files, its ``text`` and ``splits`` parts (tasks/parts.py), ``block_size``; each
+    declares them beside its own fields, and the functions here read it."""
+
+    @property
+    def format(self) -> str: ...
+    @property
+    def train(self) -> Optional[str]: ...
+    @property
+    def valid(self) -> Optional[str]: ...
+    @property
+    def text(self) -> Text: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def splits(self) -> Splits: ...
+
+
+TEXT_SPLITS = Splits(valid_fraction=0.1)  # a running text's: the last tenth validates
+TEXT_SPLITS_READ = ("valid_fraction",)
+
+
+def check_running_text(cfg: RunningTextSection, task: str) -> None:
+    one_of("format", cfg.format, LanguageModel.formats)
+    at_least("block_size", cfg.block_size, 1)
+    cfg.splits.read_by(task, TEXT_SPLITS_READ)
+    cfg.splits.given(*TEXT_SPLITS_READ)
+
+
+def check_running_text_trainable(cfg: RunningTextSection) -> None:
+    """A run imported from Hugging Face (interop/) has no training text; training needs one."""
+    if cfg.train is None:
+        raise ConfigError(f"format '{cfg.format}' needs 'train' (a file)")
 
 
 @dataclass(frozen=True)
 class LanguageModelConfig(TaskConfig):
-    """Plain text for a language model (``format: text``): the last ``valid_fraction`` of ``train``
-    is validation unless a ``valid`` file is given; windows of ``block_size`` tokens."""
+    """Plain text for a language model (``format: text``): the last ``splits.valid_fraction`` of
+    ``train`` is validation unless a ``valid`` file is given; tokenised as ``text`` says; windows of
+    ``block_size`` tokens."""
 
     format: str = "text"
     train: Optional[str] = None
     valid: Optional[str] = None
-    tokenizer: str = "word"
-    vocab_size: int = 8000
+    text: Text = Text()
+    splits: Splits = TEXT_SPLITS
     block_size: int = 64
-    valid_fraction: float = 0.1
+    splits_read = TEXT_SPLITS_READ
 
     def check(self) -> None:
-        one_of("format", self.format, LanguageModel.formats)
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        for name in ("vocab_size", "block_size"):
-            at_least(name, getattr(self, name), 1)
-        if not 0.0 < self.valid_fraction < 1.0:
-            raise ConfigError(f"valid_fraction must be in (0, 1) (got {self.valid_fraction})")
+        check_running_text(self, self.chosen_name())
 
     def check_trainable(self) -> None:
-        """A run imported from Hugging Face (interop/) has no training text; training needs one."""
-        if self.train is None:
-            raise ConfigError(f"format '{self.format}' needs 'train' (a file)")
+        check_running_text_trainable(self)
 
     @property
     def longest_sequence(self) -> int:
@@ -106,38 +137,43 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
     """What every language model of a plain text does (language_model, segment_language_model):
     read the text, fit its tokenizer, and lay the token stream out as its ``layout`` batches it."""
 
-    cfg: LanguageModelConfig
     needs = {"encoder": False, "decoder": True}
     metrics = {"valid_loss": True, "valid_ppl": True}
     tokenizers = ("tgt",)
     layout: ClassVar[type[LMData]] = LMData  # how the splits become batches
 
+    @property
+    def section(self) -> RunningTextSection:
+        """The task's data section, one of running text (a LanguageModelConfig or SegmentLanguageModelConfig)."""
+        return typing.cast(RunningTextSection, self.cfg)
+
     def prepare(
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
     ) -> TextData:
-        text = read_text(self.cfg.train)
-        if self.cfg.valid is not None:
-            train_text, valid_text = text, read_text(self.cfg.valid)
+        cfg = self.section
+        text = read_text(cfg.train)
+        if cfg.valid is not None:
+            train_text, valid_text = text, read_text(cfg.valid)
         else:
-            cut = math.floor(len(text) * (1.0 - self.cfg.valid_fraction))
+            cut = math.floor(len(text) * (1.0 - (cfg.splits.valid_fraction or 0.0)))  # given: check_running_text
             train_text, valid_text = text[:cut], text[cut:]
         if tokenizers is None:
             lines = train_text.splitlines(keepends=True)
-            tokenizers = {"src": None, "tgt": Tokenizer.train(self.cfg.tokenizer, lines, self.cfg.vocab_size)}
+            tokenizers = {"src": None, "tgt": cfg.text.fitted(lines)}
         tok = tokenizers["tgt"]
         splits = {
             name: torch.tensor(tok.encode(t), dtype=torch.long)
             for name, t in (("train", train_text), ("valid", valid_text))
         }
         for name, stream in splits.items():
-            if len(stream) <= self.cfg.block_size:
-                where = self.cfg.valid if name == "valid" and self.cfg.valid is not None else self.cfg.train
+            if len(stream) <= cfg.block_size:
+                where = cfg.valid if name == "valid" and cfg.valid is not None else cfg.train
                 raise DataError(
                     f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
-                    f"({self.cfg.block_size + 1})"
+                    f"({cfg.block_size + 1})"
                 )
         return typing.cast(
-            TextData, self.layout(tokenizers, splits, self.cfg.block_size, batching.batch_size, batching.seed)
+            TextData, self.layout(tokenizers, splits, cfg.block_size, batching.batch_size, batching.seed)
         )
 
     def loss(
@@ -158,6 +194,7 @@ class LanguageModel(RunningText[LMData, Batch]):
 
     name = "language_model"
     config = LanguageModelConfig
+    cfg: LanguageModelConfig
     formats = ("text",)
     commands = ("generate", "score", "inspect", "prune")
     pipeline_head = "forward"

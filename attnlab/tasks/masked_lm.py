@@ -12,15 +12,16 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least
 from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import read_lines
-from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
@@ -29,25 +30,24 @@ N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is
 @dataclass(frozen=True)
 class MaskedLMConfig(TaskConfig):
     """Lines of plain text (blank lines skipped), each one example of at most ``max_len`` tokens
-    with <bos> and <eos>; without a ``valid`` file the last ``n_valid`` lines are held out.
+    with <bos> and <eos>; without a ``valid`` file the last ``splits.n_valid`` lines are held out.
     ``whole_word``: choose words, and mask all the pieces of a chosen word together."""
 
     train: Optional[str] = None
     valid: Optional[str] = None
-    tokenizer: str = "word"
-    vocab_size: int = 8000
+    text: Text = Text()
     max_len: int = 128
-    n_valid: int = 500
+    splits: Splits = Splits(n_valid=500)
+    splits_read = ("n_valid",)
     mask_prob: float = 0.15
     mask_token_prob: float = 0.8
     random_token_prob: float = 0.1
     whole_word: bool = False
 
     def check(self) -> None:
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        at_least("vocab_size", self.vocab_size, 1)
         at_least("max_len", self.max_len, 3)
-        at_least("n_valid", self.n_valid, 1)
+        self.splits.read_by(self.chosen_name(), self.splits_read)
+        self.splits.given(*self.splits_read)
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob must be in (0, 1) (got {self.mask_prob})")
         if min(self.mask_token_prob, self.random_token_prob) < 0 or self.mask_token_prob + self.random_token_prob > 1:
@@ -167,11 +167,15 @@ class MaskedLM(Task[MLMData, MLMBatch]):
         cfg = self.cfg
         files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid)) if path is not None}
         lines = hold_out_valid(
-            {name: text_lines(path) for name, path in files.items()}, cfg.n_valid, cfg.train, "lines"
+            {name: text_lines(path) for name, path in files.items()},
+            cfg.splits.n_valid or 0,  # given: MaskedLMConfig.check
+            cfg.train,
+            "lines",
+            "splits.n_valid",
         )
         if tokenizers is None:
             tokenizers = {
-                "src": Tokenizer.train(cfg.tokenizer, lines["train"], cfg.vocab_size, with_mask=True),
+                "src": cfg.text.fitted(lines["train"], with_mask=True),
                 "tgt": None,
             }
         splits = {name: encode_lines(tokenizers["src"], text, cfg.max_len) for name, text in lines.items()}

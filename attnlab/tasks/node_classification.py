@@ -21,6 +21,7 @@ from attnlab.models.shape import DataShape
 from attnlab.nn.graph import laplacian_eigenvectors
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.classification import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
+from attnlab.tasks.parts import Splits
 from attnlab.tasks.task import TaskConfig, register_task
 
 UNLABELLED = NO_LABEL  # the class id of an unlabelled node; no split holds one
@@ -31,16 +32,16 @@ SPLITS = ("train", "valid", "test")
 class NodeClassificationConfig(TaskConfig):
     """The graph: ``builtin: karate`` (data/graphs.py: karate_club), or ``nodes`` (CSV: id, feature
     columns..., label; an empty label for an unlabelled node) and ``edges`` (CSV: source, target;
-    undirected). The labelled nodes are split per class with ``random.Random(seed)``: of each
-    class's nodes, shuffled, the first round(n x test_fraction) are test nodes, the next
-    round(n x valid_fraction) validation nodes and the rest training nodes (halves round up)."""
+    undirected). The labelled nodes are split per class as ``splits`` says (tasks/parts.py), with
+    ``random.Random(splits.seed)``: of each class's nodes, shuffled, the first round(n x
+    splits.test_fraction) are test nodes, the next round(n x splits.valid_fraction) validation nodes
+    and the rest training nodes (halves round up)."""
 
     builtin: Optional[str] = None
     nodes: Optional[str] = None
     edges: Optional[str] = None
-    valid_fraction: float = 0.2
-    test_fraction: float = 0.2
-    seed: int = 0
+    splits: Splits = Splits(seed=0, valid_fraction=0.2, test_fraction=0.2)
+    splits_read = ("seed", "valid_fraction", "test_fraction")
 
     def check(self) -> None:
         files = (self.nodes, self.edges)
@@ -53,14 +54,8 @@ class NodeClassificationConfig(TaskConfig):
                 "data.task 'node_classification' needs 'nodes' and 'edges' (CSV files), or builtin "
                 f"({', '.join(map(repr, BUILTIN_GRAPHS))})"
             )
-        for name in ("valid_fraction", "test_fraction"):
-            if not 0.0 < getattr(self, name) < 1.0:
-                raise ConfigError(f"{name} must be in (0, 1) (got {getattr(self, name)})")
-        if self.valid_fraction + self.test_fraction >= 1.0:
-            raise ConfigError(
-                f"valid_fraction + test_fraction must be < 1, to leave training nodes (got "
-                f"{self.valid_fraction} + {self.test_fraction})"
-            )
+        self.splits.read_by(self.chosen_name(), self.splits_read)
+        self.splits.given(*self.splits_read)
 
     @property
     def in_memory(self) -> bool:
@@ -177,13 +172,16 @@ class NodeClassification(ClassifierTask[NodeData, GraphBatch]):
         index = {label: c for c, label in enumerate(labels)}
         classes = [UNLABELLED if label is None else index[label] for label in graph.labels]
         cfg = self.cfg
-        splits = split_nodes(classes, len(labels), cfg.valid_fraction, cfg.test_fraction, cfg.seed)
+        held = cfg.splits
+        splits = split_nodes(
+            classes, len(labels), held.valid_fraction or 0.0, held.test_fraction or 0.0, held.seed or 0
+        )
         empty = [name for name in SPLITS if not splits[name]]
         if empty:
             raise DataError(
                 f"{graph.name}: {sum(c != UNLABELLED for c in classes)} labelled nodes leave no "
-                f"{' or '.join(empty)} nodes at valid_fraction {cfg.valid_fraction} and test_fraction "
-                f"{cfg.test_fraction}"
+                f"{' or '.join(empty)} nodes at splits.valid_fraction {held.valid_fraction} and "
+                f"splits.test_fraction {held.test_fraction}"
             )
         return NodeData(graph, labels, splits)
 

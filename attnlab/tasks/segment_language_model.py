@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -23,8 +24,17 @@ from attnlab.models.shape import DataShape
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.memory import SegmentMemory
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.language_model import LanguageModelConfig, LMData, RandomWindows, RunningText
-from attnlab.tasks.task import Amp, register_task
+from attnlab.tasks.language_model import (
+    TEXT_SPLITS,
+    TEXT_SPLITS_READ,
+    LMData,
+    RandomWindows,
+    RunningText,
+    check_running_text,
+    check_running_text_trainable,
+)
+from attnlab.tasks.parts import Splits, Text
+from attnlab.tasks.task import Amp, TaskConfig, register_task
 
 
 @dataclass
@@ -49,19 +59,34 @@ class SegmentData(LMData):
 
 
 @dataclass(frozen=True)
-class SegmentLanguageModelConfig(LanguageModelConfig):
-    """The language model's data section, for data.task 'segment_language_model': ``block_size`` is
-    the segment length, which the model's segment_length takes. ``context_segments``: 0 (default)
+class SegmentLanguageModelConfig(TaskConfig):
+    """The language model's data section's fields (tasks/language_model.py: a RunningTextSection), for
+    data.task 'segment_language_model': ``block_size`` is the segment length, which the model's
+    segment_length takes. ``context_segments``: 0 (default)
     trains on consecutive segments, the memory carried from each batch to the next, as Dai et al.;
     k > 0 trains on random windows of k + 1 segments, the first k read with no gradient for the
     memory of the last, which alone is trained on (each update sees fresh places of the text, at
     the price of a forward pass over k segments)."""
 
+    format: str = "text"
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    text: Text = Text()
+    splits: Splits = TEXT_SPLITS
+    block_size: int = 64
     context_segments: int = 0
+    splits_read = TEXT_SPLITS_READ
 
     def check(self) -> None:
-        super().check()
+        check_running_text(self, self.chosen_name())
         at_least("context_segments", self.context_segments, 0)
+
+    def check_trainable(self) -> None:
+        check_running_text_trainable(self)
+
+    @property
+    def longest_sequence(self) -> int:
+        return self.block_size
 
 
 @register_task

@@ -49,6 +49,9 @@ class TaskConfig(TypedConfig):
     selector: ClassVar[str] = "task"
     link: ClassVar[str] = "task_class"
     task_class: ClassVar[type["Task[Any, Any]"]]  # set by @register_task
+    # the fields of the composed ``splits`` part (tasks/parts.py: Splits) that the task reads, where
+    # its section has one: Splits.read_by refuses the others, and an old run's flat ones move there
+    splits_read: ClassVar[tuple[str, ...]] = ()
 
     @property
     def task(self) -> "Task[Any, Any]":
@@ -203,33 +206,6 @@ class NextTokenTask(Task[TD, TB]):
 TASKS: dict[str, type[Task[Any, Any]]] = {}
 DEFAULT_TASK = "translation"
 
-# The fields of the one flat DataConfig of release 0.1: a run directory written then lists all of
-# them, for every format, and names the generator 'task'. Reading such a file drops those the task
-# does not have (its reader never used them).
-RELEASE_0_1_FIELDS = (
-    "format",
-    "task",
-    "train",
-    "valid",
-    "test",
-    "src_lang",
-    "tgt_lang",
-    "tokenizer",
-    "vocab_size",
-    "shared_vocab",
-    "max_src_len",
-    "max_tgt_len",
-    "seed",
-    "n_train",
-    "n_valid",
-    "n_test",
-    "min_len",
-    "max_len",
-    "block_size",
-    "valid_fraction",
-)
-
-
 T = TypeVar("T", bound=type[Task[Any, Any]])
 
 
@@ -255,7 +231,7 @@ def task_named(name: Any) -> type[Task[Any, Any]]:
     if name in GENERATORS:  # release 0.1 named the generator data.task
         raise ConfigError(
             f"data.task names the task ({', '.join(map(repr, TASKS))}); '{name}' is a built-in "
-            f"generator: write `generator: {name}` (with format: builtin)"
+            f"generator: write `generator: {{name: {name}}}` (with format: builtin)"
         )
     one_of("data.task", name, TASKS)
     return TASKS[name]
@@ -269,24 +245,9 @@ def task_of(data: Mapping[str, Any]) -> type[Task[Any, Any]]:
     return next((task for task in TASKS.values() if data.get("format") in task.formats), TASKS[DEFAULT_TASK])
 
 
-def task_config(data: Any, from_0_1: bool = False) -> TaskConfig:
-    """The data section as its task's config. ``from_0_1``: a run directory's config.yaml, which
-    release 0.1 wrote with every field and the generator as 'task' (see :func:`written_by_0_1`)."""
+def task_config(data: Any) -> TaskConfig:
+    """The data section as its task's config (a run directory's, written by an earlier release, is
+    read through runs/migration.py's migrated_data first)."""
     if not isinstance(data, dict):
         raise ConfigError(f"section 'data' must be a mapping of field: value (got {type(data).__name__})")
-    if from_0_1:
-        data = written_by_0_1(data)
     return task_of(data).config.from_dict(data)
-
-
-def written_by_0_1(data: dict[str, Any]) -> dict[str, Any]:
-    """A run directory's data section as this release reads it: written by 0.1 (data.task names a
-    generator), the generator moves to data.generator and the fields the task does not have go;
-    a newer section is unchanged."""
-    if data.get("task") not in GENERATORS:
-        return data
-    generator = data["task"]
-    data = {k: v for k, v in data.items() if k != "task"}
-    own = task_of(data).config.field_names()
-    data = {k: v for k, v in data.items() if k in own or k not in RELEASE_0_1_FIELDS}
-    return data | {"generator": generator} if "generator" in own else data

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional, Protocol
 
 import torch
 from torch import nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.data.batching import Batch, collate_pairs
 from attnlab.data.corpora import (
     GENERATORS,
@@ -24,7 +24,7 @@ from attnlab.data.corpora import (
     read_tsv,
 )
 from attnlab.data.scan import SCAN_SPLITS
-from attnlab.data.tokenizers import PAD, TOKENIZER_KINDS, Tokenizer
+from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.spec import Greedy, Search
 from attnlab.decode.translate import translate
 from attnlab.errors import ConfigError, DataError
@@ -33,92 +33,52 @@ from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batch as TaskBatch
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.parts import Text
 from attnlab.tasks.task import Amp, NextTokenTask, Task, TaskConfig, register_task
 
 
 @dataclass(frozen=True)
-class TranslationConfig(TaskConfig):
-    """Where the sentence pairs come from and how they become token ids.
+class PairGenerator(TypedConfig):
+    """The built-in generator of sentence pairs (``data.generator``, read with ``format: builtin``):
+    ``name`` (scan, copy, reverse, sort, addition); ``min_len`` / ``max_len``, the lengths of a
+    sequence generator's pairs (digits per number for addition); ``test_min_len`` / ``test_max_len``,
+    where given, the test split's lengths instead, to measure generalisation beyond the training
+    lengths; ``split``, with scan, one of SCAN's generalisation splits (data/scan.py: simple, length,
+    add_prim_jump, ...) in place of a random cut."""
 
-    ``format``: ``builtin`` (pairs made by a ``generator``: scan, copy, reverse, sort, addition), ``parallel``
-    (``{train,valid,test}.{src_lang,tgt_lang}`` line-aligned files), ``tsv`` (source TAB target) or
-    ``scan`` (``IN: ... OUT: ...`` lines). Without a ``valid`` file the last ``n_valid`` training
-    pairs are held out. Relative paths are taken from the current directory. ``split``: with the
-    ``scan`` generator, one of SCAN's generalisation splits (data/scan.py: simple, length,
-    add_prim_jump, ...) in place of a random cut; ``n_valid`` of its training pairs for validation.
-    ``n_train``: how many training pairs to use (a generator's count; of a file, the first ones).
-    ``min_len`` / ``max_len``: the lengths of a sequence generator's pairs (digits per number for
-    addition); ``test_min_len`` / ``test_max_len``, where given, the test split's lengths instead,
-    to measure generalisation beyond the training lengths.
-    """
+    section: ClassVar[str] = "data.generator"
 
-    format: str = "builtin"
-    generator: str = "scan"
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
-    src_lang: Optional[str] = None
-    tgt_lang: Optional[str] = None
-    tokenizer: str = "word"
-    vocab_size: int = 8000
-    shared_vocab: bool = True
-    max_src_len: int = 256
-    max_tgt_len: int = 256
-    seed: int = 1234
-    n_train: Optional[int] = None
-    n_valid: int = 500
-    n_test: int = 1000
+    name: str = "scan"
     min_len: int = 3
     max_len: int = 12
     test_min_len: Optional[int] = None
     test_max_len: Optional[int] = None
     split: Optional[str] = None
 
-    def check_trainable(self) -> None:
-        if self.format != "builtin" and self.train is None:  # a run imported from Marian reads none
-            raise ConfigError(f"format '{self.format}' needs 'train' (a file, or a path prefix for 'parallel')")
-
-    def check(self) -> None:
-        one_of("format", self.format, Translation.formats)
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        if self.format == "builtin":
-            one_of("generator", self.generator, GENERATORS)
-        if self.split is not None:
-            if (self.format, self.generator) != ("builtin", "scan"):
-                raise ConfigError(
-                    f"split is one of SCAN's splits: it needs format 'builtin' with generator 'scan' (got "
-                    f"format '{self.format}', generator '{self.generator}')"
-                )
-            one_of("split", self.split, SCAN_SPLITS)
-        if (
-            self.format == "builtin" and self.generator != "scan" and self.n_train is None
-        ):  # SCAN's grammar has its pairs
-            raise ConfigError(
-                f"generator '{self.generator}' draws its pairs: set n_train, how many training pairs to draw"
-            )
-        if self.format == "parallel" and (self.src_lang is None or self.tgt_lang is None):
-            raise ConfigError("format 'parallel' needs src_lang and tgt_lang (file suffixes, e.g. 'de' and 'en')")
-        for name in ("vocab_size", "max_src_len", "max_tgt_len", "n_valid", "n_test", "min_len"):
-            at_least(name, getattr(self, name), 1)
-        if self.n_train is not None:
-            at_least("n_train", self.n_train, 1)
+    def __post_init__(self) -> None:
+        self._check_types()
+        one_of("generator.name", self.name, GENERATORS)
+        at_least("generator.min_len", self.min_len, 1)
         if self.max_len < self.min_len:
-            raise ConfigError(f"max_len ({self.max_len}) must be >= min_len ({self.min_len})")
+            raise ConfigError(f"generator.max_len ({self.max_len}) must be >= generator.min_len ({self.min_len})")
+        if self.split is not None:
+            if self.name != "scan":
+                raise ConfigError(f"generator.split is one of SCAN's splits: it needs name 'scan' (got '{self.name}')")
+            one_of("generator.split", self.split, SCAN_SPLITS)
         if self.test_lengths is not None:
-            if self.format != "builtin" or self.generator == "scan":
+            if self.name == "scan":
                 raise ConfigError(
-                    f"test_min_len / test_max_len set the test lengths of a sequence generator (copy, "
-                    f"reverse, sort, addition), not of format '{self.format}'"
-                    + (" with generator 'scan'" if self.format == "builtin" else "")
+                    "generator.test_min_len / test_max_len set the test lengths of a sequence generator (copy, "
+                    "reverse, sort, addition), not of 'scan'"
                 )
             low, high = self.test_lengths
-            at_least("test_min_len", low, 1)
+            at_least("generator.test_min_len", low, 1)
             if high < low:
-                raise ConfigError(f"test_max_len ({high}) must be >= test_min_len ({low})")
+                raise ConfigError(f"generator.test_max_len ({high}) must be >= generator.test_min_len ({low})")
 
     @property
     def test_lengths(self) -> tuple[int, int] | None:
-        """The test split's (lowest, highest) length, where it differs from the training lengths' field."""
+        """The test split's (lowest, highest) length, where it differs from the training lengths'."""
         if self.test_min_len is None and self.test_max_len is None:
             return None
         return (
@@ -126,9 +86,121 @@ class TranslationConfig(TaskConfig):
             self.max_len if self.test_max_len is None else self.test_max_len,
         )
 
+
+@dataclass(frozen=True)
+class Pairs(TypedConfig):
+    """The two sides of the sentence pairs (``data.pairs``): ``src_lang`` / ``tgt_lang``, the file
+    suffixes of format parallel (``{train,valid,test}.{src_lang,tgt_lang}``); ``max_src_len`` /
+    ``max_tgt_len``, the longest source and target kept in training (tokens); ``shared_vocab``, one
+    tokenizer fitted on both sides, else one per side."""
+
+    section: ClassVar[str] = "data.pairs"
+
+    src_lang: Optional[str] = None
+    tgt_lang: Optional[str] = None
+    max_src_len: int = 256
+    max_tgt_len: int = 256
+    shared_vocab: bool = True
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        for name in ("max_src_len", "max_tgt_len"):
+            at_least(f"pairs.{name}", getattr(self, name), 1)
+
+
+class PairsSection(Protocol):
+    """What a data section of sentence pairs offers (translation's, masked_translation's): ``format``,
+    the files, the parts ``generator``, ``pairs`` and ``text``, and the splits' ``seed``, ``n_train``,
+    ``n_valid``, ``n_test``; each declares them, and the functions here read it."""
+
+    @property
+    def format(self) -> str: ...
+    @property
+    def generator(self) -> PairGenerator: ...
+    @property
+    def train(self) -> Optional[str]: ...
+    @property
+    def valid(self) -> Optional[str]: ...
+    @property
+    def test(self) -> Optional[str]: ...
+    @property
+    def pairs(self) -> Pairs: ...
+    @property
+    def text(self) -> Text: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def n_train(self) -> Optional[int]: ...
+    @property
+    def n_valid(self) -> int: ...
+    @property
+    def n_test(self) -> int: ...
+
+
+def check_pairs(cfg: PairsSection) -> None:
+    """The checks across a section of sentence pairs' fields and parts."""
+    one_of("format", cfg.format, Translation.formats)
+    if cfg.generator.split is not None and cfg.format != "builtin":
+        raise ConfigError(f"generator.split is one of SCAN's splits: it needs format 'builtin' (got '{cfg.format}')")
+    if cfg.generator.test_lengths is not None and cfg.format != "builtin":
+        raise ConfigError(
+            f"generator.test_min_len / test_max_len set the test lengths of a sequence generator, not of format "
+            f"'{cfg.format}'"
+        )
+    if cfg.format == "builtin" and cfg.generator.name != "scan" and cfg.n_train is None:  # SCAN's grammar has its pairs
+        raise ConfigError(
+            f"generator '{cfg.generator.name}' draws its pairs: set n_train, how many training pairs to draw"
+        )
+    if cfg.format == "parallel" and (cfg.pairs.src_lang is None or cfg.pairs.tgt_lang is None):
+        raise ConfigError(
+            "format 'parallel' needs pairs.src_lang and pairs.tgt_lang (file suffixes, e.g. 'de' and 'en')"
+        )
+    for name in ("n_valid", "n_test"):
+        at_least(name, getattr(cfg, name), 1)
+    if cfg.n_train is not None:
+        at_least("n_train", cfg.n_train, 1)
+
+
+def check_pairs_trainable(cfg: PairsSection) -> None:
+    if cfg.format != "builtin" and cfg.train is None:  # a run imported from Marian reads none
+        raise ConfigError(f"format '{cfg.format}' needs 'train' (a file, or a path prefix for 'parallel')")
+
+
+@dataclass(frozen=True)
+class TranslationConfig(TaskConfig):
+    """Where the sentence pairs come from and how they become token ids.
+
+    ``format``: ``builtin`` (pairs made by the ``generator``: its name, scan, copy, reverse, sort or
+    addition, and its lengths), ``parallel`` (``{train,valid,test}.{src_lang,tgt_lang}`` line-aligned
+    files, the suffixes ``pairs.src_lang`` / ``pairs.tgt_lang``), ``tsv`` (source TAB target) or
+    ``scan`` (``IN: ... OUT: ...`` lines). Without a ``valid`` file the last ``n_valid`` training
+    pairs are held out. Relative paths are taken from the current directory. ``n_train``: how many
+    training pairs to use (a generator's count; of a file, the first ones); ``seed``, the
+    generator's. ``pairs``: the sides' suffixes, longest sentences and vocabularies; ``text``: the
+    tokenizer (tasks/parts.py).
+    """
+
+    format: str = "builtin"
+    generator: PairGenerator = PairGenerator()
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+    pairs: Pairs = Pairs()
+    text: Text = Text()
+    seed: int = 1234
+    n_train: Optional[int] = None
+    n_valid: int = 500
+    n_test: int = 1000
+
+    def check_trainable(self) -> None:
+        check_pairs_trainable(self)
+
+    def check(self) -> None:
+        check_pairs(self)
+
     @property
     def longest_sequence(self) -> int:
-        return max(self.max_src_len, self.max_tgt_len) + 1  # + EOS (source) or BOS (target input)
+        return max(self.pairs.max_src_len, self.pairs.max_tgt_len) + 1  # + EOS (source) or BOS (target input)
 
     @property
     def in_memory(self) -> bool:
@@ -168,26 +240,26 @@ class Seq2SeqData(SentencePairs[Batch]):
         return collate_pairs([(e.src_ids, e.tgt_ids) for e in examples])
 
 
-def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
+def read_pairs(cfg: PairsSection) -> dict[str, list[Pair]]:
     """The configured corpus as text pairs per split; a missing valid split is the last n_valid
     training pairs; with ``n_train``, only the first n_train of the (remaining) training pairs
     are kept (data-size curves)."""
     if cfg.format == "builtin":
         return generated_pairs(
-            cfg.generator,
+            cfg.generator.name,
             cfg.seed,
             cfg.n_train,
             cfg.n_valid,
             cfg.n_test,
-            cfg.min_len,
-            cfg.max_len,
-            cfg.split,
-            cfg.test_lengths,
+            cfg.generator.min_len,
+            cfg.generator.max_len,
+            cfg.generator.split,
+            cfg.generator.test_lengths,
         )
 
     def read(path: str) -> list[Pair]:
         if cfg.format == "parallel":
-            return read_parallel(f"{path}.{cfg.src_lang}", f"{path}.{cfg.tgt_lang}")
+            return read_parallel(f"{path}.{cfg.pairs.src_lang}", f"{path}.{cfg.pairs.tgt_lang}")
         return read_tsv(path) if cfg.format == "tsv" else read_scan(path)
 
     splits = {
@@ -227,19 +299,24 @@ class ParallelText(Task[PairsData, PairsBatch]):
     """What every task of sentence pairs does (translation, masked translation): read them with
     their tokenizers into the task's ``layout``, one vocabulary per side or one shared."""
 
-    cfg: TranslationConfig
     needs = {"encoder": True, "decoder": True}
     tokenizers = ("src", "tgt")
     layout: typing.ClassVar[type[SentencePairs[typing.Any]]] = Seq2SeqData  # how the pairs are batched
     with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
 
+    @property
+    def section(self) -> PairsSection:
+        """The task's data section, one of sentence pairs (a TranslationConfig or MaskedTranslationConfig)."""
+        return typing.cast(PairsSection, self.cfg)
+
     def prepare(
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
     ) -> PairsData:
-        splits = read_pairs(self.cfg)
+        cfg = self.section
+        splits = read_pairs(cfg)
         if tokenizers is None:
             train = splits["train"]
-            if self.cfg.shared_vocab:
+            if cfg.pairs.shared_vocab:
                 shared = self.tokenizer([s for s, _ in train] + [t for _, t in train])
                 tokenizers = {"src": shared, "tgt": shared}
             else:
@@ -255,7 +332,7 @@ class ParallelText(Task[PairsData, PairsBatch]):
             examples = [Example(s, t, si, ti) for (s, t), si, ti in zip(pairs, src_ids, tgt_ids)]
             if name == "train":  # evaluation sets are never filtered: scores must cover every sentence
                 keep, reports[name] = filter_by_length(
-                    list(zip(src_ids, tgt_ids)), self.cfg.max_src_len, self.cfg.max_tgt_len
+                    list(zip(src_ids, tgt_ids)), cfg.pairs.max_src_len, cfg.pairs.max_tgt_len
                 )
                 examples = [examples[i] for i in keep]
                 if not examples:
@@ -266,8 +343,8 @@ class ParallelText(Task[PairsData, PairsBatch]):
         )
 
     def tokenizer(self, lines: list[str]) -> Tokenizer:
-        """A tokenizer of data.tokenizer, data.vocab_size, fitted on ``lines``."""
-        return Tokenizer.train(self.cfg.tokenizer, lines, self.cfg.vocab_size, self.with_mask)
+        """A tokenizer as data.text says, fitted on ``lines``."""
+        return self.section.text.fitted(lines, self.with_mask)
 
     def data_shape(self, data: PairsData | None = None) -> DataShape:
         """The target's vocabulary size; the source's as src_vocab_size, None when shared (the model
@@ -275,7 +352,7 @@ class ParallelText(Task[PairsData, PairsBatch]):
         return DataShape(
             vocab_size=self.vocabulary(data, "tgt"),
             pad_id=PAD,
-            src_vocab_size=None if self.cfg.shared_vocab else self.vocabulary(data, "src"),
+            src_vocab_size=None if self.section.pairs.shared_vocab else self.vocabulary(data, "src"),
         )
 
     def describe(self, data: PairsData) -> str:
@@ -295,6 +372,7 @@ class Translation(NextTokenTask[Seq2SeqData, Batch], ParallelText[Seq2SeqData, B
 
     name = "translation"
     config = TranslationConfig
+    cfg: TranslationConfig
     formats = ("builtin", "parallel", "tsv", "scan")
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("translate", "evaluate", "score", "inspect", "prune")

@@ -24,13 +24,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least
 from attnlab.data.batching import pad_sequences
 from attnlab.data.corpora import read_lines
 from attnlab.data.images import Standardise, as_tensor, colour_of, read_image
 from attnlab.data.scenes import Scene
-from attnlab.data.tokenizers import BOS, EOS, PAD, TOKENIZER_KINDS, UNK, Tokenizer
-from attnlab.errors import DataError, UsageError
+from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
+from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import RunState
@@ -38,7 +38,8 @@ from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import ImageRows, read_input_images
 from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import class_ids, class_names
-from attnlab.tasks.scene_splits import SceneSplits
+from attnlab.tasks.parts import ImageSource, Splits, Text
+from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
 from attnlab.tasks.task import TaskConfig, register_task
 
 BUILT_IN = ("scenes",)
@@ -51,23 +52,31 @@ def kind_of(question: str) -> str:
 
 
 @dataclass(frozen=True)
-class VisualQAConfig(SceneSplits, TaskConfig):
-    """``dataset: scenes`` and the fields that draw its splits (tasks/scene_splits.py); the
+class VisualQAConfig(TaskConfig):
+    """``images: {dataset: scenes}`` (the only one; its images are drawn, so ``images`` takes no
+    colour or resize), drawn as ``scenes`` says with ``splits``' sizes and seed
+    (tasks/scene_splits.py); the
     questions' ``tokenizer`` (``word_nopunct`` by default: punctuation dropped, as VQA's own preprocessing
     drops it, so a question asked with or without its question mark is the same words) and ``vocab_size``; ``max_question_len``,
     the most tokens of a question (a longer one is refused)."""
 
-    dataset: str = "scenes"
-    tokenizer: str = "word_nopunct"
-    vocab_size: int = 8000
+    images: ImageSource = ImageSource(dataset="scenes")
+    scenes: Scenes = Scenes()
+    splits: Splits = SCENE_SPLITS
+    text: Text = Text(tokenizer="word_nopunct")
     max_question_len: int = 16
 
+    splits_read = SCENE_SPLITS_READ
+
     def check(self) -> None:
-        one_of("dataset", self.dataset, BUILT_IN)
-        self.check_scenes(drawn=True)
-        one_of("tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        for name in ("vocab_size", "max_question_len"):
-            at_least(name, getattr(self, name), 1)
+        self.splits.read_by(self.chosen_name(), self.splits_read)
+        if self.images.dataset is None:
+            raise ConfigError(f"images.dataset: visual_qa reads the built-in {', '.join(BUILT_IN)} only (got null)")
+        self.images.built_in(BUILT_IN)
+        if self.images.colour != "rgb":
+            raise ConfigError(f"images.colour: the scenes are drawn in rgb (got '{self.images.colour}')")
+        self.scenes.check_drawn(self.splits)
+        at_least("max_question_len", self.max_question_len, 1)
 
     @property
     def longest_sequence(self) -> int:
@@ -189,10 +198,10 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
     def prepare(
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
     ) -> QAData:
-        drawn = self.cfg.drawn_scenes()
+        drawn = self.cfg.scenes.drawn(self.cfg.splits)
         if tokenizers is None:
             questions = [q for scene in drawn["train"] for q, _ in scene.questions]
-            tokenizers = {"src": Tokenizer.train(self.cfg.tokenizer, questions, self.cfg.vocab_size), "tgt": None}
+            tokenizers = {"src": self.cfg.text.fitted(questions), "tgt": None}
         answers = state["labels"] if state else class_names([a for scene in drawn["train"] for _, a in scene.questions])
         splits = {
             name: qa_split(scenes, tokenizers["src"], answers, self.cfg.max_question_len, f"scenes {name}")
@@ -220,8 +229,8 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
         }
 
     def data_shape(self, data: QAData | None = None) -> DataShape:
-        """Before the scenes are drawn: RGB images of data.image_size, two answers."""
-        size = self.cfg.image_size
+        """Before the scenes are drawn: RGB images of data.scenes.image_size, two answers."""
+        size = self.cfg.scenes.image_size
         channels, height, width = data.image_shape if data is not None else (3, size, size)
         return DataShape(
             image_height=height,
