@@ -55,9 +55,12 @@ def _type_name(tp: Any) -> str:
 
 
 def _coerce(field: str, value: Any, hint: Any) -> Any:
-    """Check ``value`` against a field's type hint: int, float, str, bool, Optional of them, or a union of
-    them (`bool | str`: the first that takes the value)."""
+    """Check ``value`` against a field's type hint: int, float, str, bool, a Literal of values, Optional
+    of them, or a union of them (`bool | str`: the first that takes the value)."""
     origin = typing.get_origin(hint)
+    if origin is typing.Literal:  # `Literal["a", "b"]`: one of the listed values
+        one_of(field, value, typing.get_args(hint))
+        return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in typing.get_args(hint):
             return None
@@ -129,7 +132,7 @@ class TypedConfig:
     task by ``data.task``) names the choosing key in ``selector``: the key is written with the
     fields, and a field the choice does not have is refused naming the choice and listing its fields."""
 
-    section: typing.ClassVar[str]
+    section: typing.ClassVar[str] = ""  # 'model', 'train', ...; a part: its path ('model.stack')
     selector: typing.ClassVar[str] = ""  # the key whose value chose this class: 'arch', 'task'; '' if none does
     link: typing.ClassVar[str] = ""  # the class attribute :func:`register` sets to the plug-in: 'family', 'task_class'
     __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field[Any]]]  # set by @dataclass on each subclass

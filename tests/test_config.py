@@ -6,7 +6,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import pytest
 
@@ -720,3 +720,17 @@ def test_the_fractions_and_rows_of_the_splits_are_the_splits_part_each_task_read
         task_config({"task": "forecasting", "splits": {"seed": 5}})
     with pytest.raises(ConfigError, match=r"data.valid_fraction is a field of data.splits: write it inside splits"):
         task_config({"format": "text", "valid_fraction": 0.2})
+
+
+@dataclasses.dataclass(frozen=True)
+class Part(TypedConfig):
+    mode: Literal["exact", "fast"] = "exact"
+    size: int = 4
+
+
+def test_a_literal_field_takes_one_of_its_values_and_a_part_without_a_section_checks_its_types():
+    assert Part(mode="fast").mode == "fast"
+    with pytest.raises(ConfigError, match=r"^mode must be one of 'exact', 'fast' \(got 'slow'\)$"):
+        Part(mode="slow")
+    with pytest.raises(ConfigError, match=r"^size must be an integer \(got '4'\)$"):
+        Part(size="4")
