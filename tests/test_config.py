@@ -723,14 +723,14 @@ def test_the_fractions_and_rows_of_the_splits_are_the_splits_part_each_task_read
 
 
 @dataclasses.dataclass(frozen=True)
-class Part(TypedConfig):
+class Chosen(TypedConfig):
     mode: Literal["exact", "fast"] = "exact"
     size: int = 4
 
 
 def test_a_literal_field_takes_one_of_its_values_and_a_part_without_a_section_checks_its_types():
-    assert Part(mode="fast").mode == "fast"
+    assert Chosen(mode="fast").mode == "fast"
     with pytest.raises(ConfigError, match=r"^mode must be one of 'exact', 'fast' \(got 'slow'\)$"):
-        Part(mode="slow")
+        Chosen(mode="slow")
     with pytest.raises(ConfigError, match=r"^size must be an integer \(got '4'\)$"):
-        Part(size="4")
+        Chosen(size="4")
