@@ -365,7 +365,7 @@ def test_yaml_reads_exponent_floats_as_numbers(text, value):
 
 
 def test_config_file_with_exponent_lr(tmp_path):
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
 
     path = tmp_path / "c.yaml"
     path.write_text("train:\n  lr: 3e-4\n  min_lr: 1E-5\n")
@@ -451,7 +451,7 @@ def test_cuda_graph_training_is_refused_where_it_would_be_wrong(tmp_path):
     import torch
 
     from attnlab.errors import ConfigError
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
 
     with pytest.raises(ConfigError, match="needs accumulate 1"):
         TrainConfig(compile="graphs", accumulate=2)

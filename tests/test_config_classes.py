@@ -20,7 +20,7 @@ from collections import defaultdict
 
 from attnlab.config import TypedConfig
 from attnlab.models import FAMILIES
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks.task import TASKS, TaskConfig
 
 
