@@ -216,8 +216,8 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
     fields the task does not have go; a config the user writes that way gets the one-line fix."""
     from attnlab.runs.migration import migrated_data
     from attnlab.tasks import LanguageModelConfig, TranslationConfig, task_config
+    from attnlab.tasks.pairs_section import PairGenerator
     from attnlab.tasks.parts import Text
-    from attnlab.tasks.translation import PairGenerator
 
     lm = task_config(migrated_data(RELEASE_0_1_DATA))
     assert lm == LanguageModelConfig(train="input.txt", text=Text(tokenizer="char"), block_size=64)
@@ -653,7 +653,7 @@ def test_the_text_fields_are_a_part_refused_flat_and_migrated_from_a_run():
 
 
 def test_translation_composes_its_generator_and_pairs_and_masked_translation_the_same_parts():
-    """Translation's generator (its name, lengths, SCAN split) is data.generator (tasks/translation.py:
+    """Translation's generator (its name, lengths, SCAN split) is data.generator (tasks/pairs_section.py:
     PairGenerator), its sides' suffixes, longest sentences and vocabularies data.pairs (Pairs); masked
     translation's section composes the same parts instead of inheriting translation's. The golden
     SCAN run (release 0.1) and the f01 fixture read as the same config."""
@@ -662,7 +662,7 @@ def test_translation_composes_its_generator_and_pairs_and_masked_translation_the
     from attnlab.runs.config import RunConfig
     from attnlab.runs.migration import migrated_data
     from attnlab.tasks import task_config
-    from attnlab.tasks.translation import PairGenerator, Pairs
+    from attnlab.tasks.pairs_section import PairGenerator, Pairs
 
     fixture = yaml.safe_load((Path(__file__).parent / "fixtures/runs_f01/encoder_decoder/config.yaml").read_text())
     cfg = task_config(migrated_data(fixture["data"]))
