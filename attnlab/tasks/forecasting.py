@@ -41,7 +41,7 @@ from attnlab.errors import ConfigError, DataError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.classification import ExampleBatch
+from attnlab.tasks.classifier_task import ExampleBatch
 from attnlab.tasks.parts import Splits
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 

@@ -42,7 +42,7 @@ from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
+from attnlab.tasks.classifier_task import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.parts import ImageSource, Splits
 from attnlab.tasks.task import TaskConfig, register_task
 
