@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from attnlab import build_model
 from attnlab.data.batching import collate_pairs
 from attnlab.parallel.distributed import exit_worker, joined_world
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step
 

@@ -19,7 +19,7 @@ from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import MASK, PAD
 from attnlab.parallel.distributed import exit_worker, joined_world
 from attnlab.parallel.pipeline import Pipeline
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks.classification import ClassBatch, Classification
 from attnlab.tasks.language_model import LanguageModel
 from attnlab.tasks.masked_lm import MaskedLM, MLMBatch

@@ -216,8 +216,8 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
     fields the task does not have go; a config the user writes that way gets the one-line fix."""
     from attnlab.runs.migration import migrated_data
     from attnlab.tasks import LanguageModelConfig, TranslationConfig, task_config
+    from attnlab.tasks.pairs_section import PairGenerator
     from attnlab.tasks.parts import Text
-    from attnlab.tasks.translation import PairGenerator
 
     lm = task_config(migrated_data(RELEASE_0_1_DATA))
     assert lm == LanguageModelConfig(train="input.txt", text=Text(tokenizer="char"), block_size=64)
@@ -365,7 +365,7 @@ def test_yaml_reads_exponent_floats_as_numbers(text, value):
 
 
 def test_config_file_with_exponent_lr(tmp_path):
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
 
     path = tmp_path / "c.yaml"
     path.write_text("train:\n  lr: 3e-4\n  min_lr: 1E-5\n")
@@ -451,7 +451,7 @@ def test_cuda_graph_training_is_refused_where_it_would_be_wrong(tmp_path):
     import torch
 
     from attnlab.errors import ConfigError
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
 
     with pytest.raises(ConfigError, match="needs accumulate 1"):
         TrainConfig(compile="graphs", accumulate=2)
@@ -653,7 +653,7 @@ def test_the_text_fields_are_a_part_refused_flat_and_migrated_from_a_run():
 
 
 def test_translation_composes_its_generator_and_pairs_and_masked_translation_the_same_parts():
-    """Translation's generator (its name, lengths, SCAN split) is data.generator (tasks/translation.py:
+    """Translation's generator (its name, lengths, SCAN split) is data.generator (tasks/pairs_section.py:
     PairGenerator), its sides' suffixes, longest sentences and vocabularies data.pairs (Pairs); masked
     translation's section composes the same parts instead of inheriting translation's. The golden
     SCAN run (release 0.1) and the f01 fixture read as the same config."""
@@ -662,7 +662,7 @@ def test_translation_composes_its_generator_and_pairs_and_masked_translation_the
     from attnlab.runs.config import RunConfig
     from attnlab.runs.migration import migrated_data
     from attnlab.tasks import task_config
-    from attnlab.tasks.translation import PairGenerator, Pairs
+    from attnlab.tasks.pairs_section import PairGenerator, Pairs
 
     fixture = yaml.safe_load((Path(__file__).parent / "fixtures/runs_f01/encoder_decoder/config.yaml").read_text())
     cfg = task_config(migrated_data(fixture["data"]))

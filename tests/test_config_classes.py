@@ -20,7 +20,7 @@ from collections import defaultdict
 
 from attnlab.config import TypedConfig
 from attnlab.models import FAMILIES
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks.task import TASKS, TaskConfig
 
 
@@ -87,7 +87,7 @@ def bases_with_fields(cls: type) -> int:
 # of the model sections' max_len left beside the recurrent and convolutional families' own), and the
 # data sections' scenes, splits (the fractions and forecasting's rows too), images, text, and translation's
 # generator and pairs became parts (tasks/scene_splits.py: Scenes; tasks/parts.py: Splits, ImageSource, Text;
-# tasks/translation.py: PairGenerator, Pairs), and no task config inherits another (what the ex-subclasses
+# tasks/pairs_section.py: PairGenerator, Pairs), and no task config inherits another (what the ex-subclasses
 # still declare beside their base, the files, max_caption_len, block_size, translation's splits, is listed
 # here); the rest of issue 61's stage (c) takes them away. The files (train, valid, test), format and
 # translation's n_valid stay flat for now: tests/golden.py, kept byte for byte, sets data.train, data.valid,

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from attnlab.decode.search import beam_search, greedy
 from attnlab.errors import ConfigError
 from attnlab.models import build_model
-from attnlab.runs.config import RunConfig, TrainConfig
+from attnlab.runs.config import RunConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.train.run import train_run
 from attnlab.train.step import make_optimizer
 

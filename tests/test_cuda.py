@@ -16,7 +16,7 @@ import torch
 from attnlab.data.batching import collate_pairs
 from attnlab.decode.search import beam_search, greedy
 from attnlab.precision import autocast
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import make_optimizer, train_step
 

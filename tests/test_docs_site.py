@@ -102,7 +102,7 @@ def defaults(cls: type, prefix: str = "", given: object = None) -> list[tuple[st
 
 def test_every_field_of_every_section_is_on_its_page_with_its_default(generated):
     from attnlab.models import FAMILIES, DataShape
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
     from attnlab.tasks import TASKS
 
     expected = {f"_generated/config/families/{n}.rst": f.config for n, f in FAMILIES.items()}
@@ -192,7 +192,7 @@ def test_families_and_tasks_link_where_a_training_config_accepts_the_pair(genera
 
 def test_the_allowed_values_are_those_the_config_checks_accept(generated):
     """Each allowed list on the train page is exactly what the ConfigError of a wrong value lists."""
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
 
     table = rows(generated["_generated/config/train/train.rst"])
     listed = {name: re.findall(r"``([^`]+)``", row[2]) for name, row in table.items() if "``" in row[2]}

@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from attnlab.errors import ConfigError
 from attnlab.models import build_model
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import grouped
+from attnlab.runs.train_config import TrainConfig
 from attnlab.train.schedules import make_scheduler
 from attnlab.train.step import freeze, layer_lr_scales, make_optimizer
 

@@ -19,7 +19,7 @@ from attnlab.errors import ConfigError
 from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching, Translation
 from attnlab.tasks.masked_translation import MaskedBatch, MaskedTranslation, MaskedTranslationConfig, mask_targets
-from attnlab.tasks.translation import PairGenerator
+from attnlab.tasks.pairs_section import PairGenerator
 
 from helpers import run_cli, sized, tiny_model
 

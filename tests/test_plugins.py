@@ -41,8 +41,8 @@ from attnlab.models import transformer as parts
 from attnlab.models.shape import DataShape
 from attnlab.nn.tensor_plan import COLUMNS, ROWS, TensorPlan, megatron
 from attnlab.runs.checkpoint import load_run
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import TrainConfig
 from attnlab.serve.app import create_app
 from attnlab.serve.explorer import Explorer
 from attnlab.tasks import TASKS, Batching, EvaluatesFiles, EvaluatesSplits, Predicts, Task, TaskConfig, register_task
@@ -949,7 +949,7 @@ def tagger_under_tp(out: str) -> None:
     shapes on this rank, its attention modules' heads, its loss and gradients; rank 0 saves them
     with the loss and gradients of the whole model in one process."""
     from attnlab.parallel.distributed import exit_worker, is_dtensor, joined_world
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
     from attnlab.train.strategy import strategy_for
 
     register_family(ShardedTaggerFamily)

@@ -80,7 +80,7 @@ def test_autocast_contexts():
 def test_unset_precision_and_compile_follow_the_device():
     """Unset, train.precision is auto on a GPU and fp32 on a CPU (whose figures were measured so);
     train.compile auto compiles on CUDA only; explicit values are kept on both."""
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
 
     cuda = torch.device("cuda")
     default = TrainConfig()

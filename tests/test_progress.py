@@ -17,8 +17,8 @@ from test_train import run_config, train_losses
 
 import attnlab.train.loop as loop
 from attnlab.errors import ConfigError
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import TrainConfig
 from attnlab.train.progress import duration
 from attnlab.train.run import train_run
 

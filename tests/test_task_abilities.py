@@ -26,7 +26,7 @@ from attnlab.tasks import (
     Searched,
     VisualQAConfig,
 )
-from attnlab.tasks.captions import CaptioningConfig
+from attnlab.tasks.captions_section import CaptioningConfig
 from attnlab.tasks.node_classification import NodeClassificationConfig
 from attnlab.tasks.scene_splits import Scenes
 

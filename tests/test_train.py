@@ -123,7 +123,7 @@ def test_scheduler_gives_update_k_the_rate_of_step_k():
 def test_fused_optimizer_equals_the_textbook_update(optimizer):
     """make_optimizer's fused kernel takes the same steps as the per-tensor (foreach) Adam/AdamW,
     with weight decay only on matrices."""
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
     from attnlab.train.step import make_optimizer
 
     torch.manual_seed(0)
@@ -161,7 +161,7 @@ def test_fused_optimizer_equals_the_textbook_update(optimizer):
 def test_resuming_an_older_checkpoint_keeps_the_fused_update():
     """A checkpoint written before the fused optimiser (fused=None in its param groups) restores the
     moments and hyperparameters, and the update stays fused."""
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
     from attnlab.train.step import load_optimizer_state, make_optimizer
 
     model = torch.nn.Linear(4, 3)

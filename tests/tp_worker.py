@@ -17,7 +17,7 @@ from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.parallel.distributed import World, exit_worker, joined_world, whole
 from attnlab.parallel.tensor_parallel import tensor_parallel
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks.masked_lm import MaskedLMConfig, MLMBatch
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import accumulate_gradients, train_step

@@ -34,7 +34,7 @@ from attnlab.errors import UsageError
 from attnlab.models import build_model, model_config
 from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import load_draft, load_run
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
 MODEL = dict(

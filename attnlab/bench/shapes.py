@@ -44,7 +44,7 @@ from attnlab.data.batching import Batch
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models import build_model, model_config
 from attnlab.models.shape import DataShape
-from attnlab.runs.config import GRAPHS, TrainConfig
+from attnlab.runs.train_config import GRAPHS, TrainConfig
 from attnlab.tasks.masked_lm import MaskedLMConfig, MLMBatch, mask_tokens
 from attnlab.torch_private import inductor_counters
 from attnlab.train.step import Objective, compiled

@@ -39,7 +39,7 @@ from attnlab.data.batching import Batch
 from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.precision import autocast
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import Objective, make_optimizer, train_step
 

@@ -80,7 +80,7 @@ def cmd_bench_train(args: argparse.Namespace, device: torch.device) -> None:
 def cmd_bench_shape(args: argparse.Namespace, device: torch.device) -> None:
     """`bench train --shape NAME`: a model at a real size against its reference."""
     from attnlab.bench.shapes import CALLS_PER_SAMPLE, SHAPES, bench_shape, check_shape_sizes
-    from attnlab.runs.config import GRAPHS
+    from attnlab.runs.train_config import GRAPHS
 
     shape = SHAPES.get(args.shape)
     if shape is None:

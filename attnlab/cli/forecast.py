@@ -14,7 +14,8 @@ from torch import nn
 
 from attnlab.data.series import Series, future_dates
 from attnlab.errors import UsageError
-from attnlab.tasks.forecasting import SeriesData, device_of
+from attnlab.tasks.forecasting import device_of
+from attnlab.tasks.series_windows import SeriesData
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,7 @@ def cmd_info(args: argparse.Namespace) -> None:
 def _parallel_memory(cfg, shape, args: argparse.Namespace) -> dict:
     """Per-rank training memory of each train.strategy on --parallel N ranks (meta device)."""
     from attnlab.analysis.parallel_budget import parallel_memory
-    from attnlab.runs.config import TrainConfig
+    from attnlab.runs.train_config import TrainConfig
 
     if args.parallel < 2 or args.micro_batches < 1:
         raise UsageError(

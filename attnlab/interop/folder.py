@@ -29,9 +29,9 @@ from attnlab.models import FamilyConfig
 from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.checkpoint_files import write_checkpoint
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks import TaskConfig
 
 WEIGHTS, PICKLED, CONFIG = "model.safetensors", "pytorch_model.bin", "config.json"

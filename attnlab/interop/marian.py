@@ -43,9 +43,9 @@ from attnlab.interop.spm import FOREIGN, spm_model, spm_tokenizer
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.models.shape import DataShape
 from attnlab.nn.registry import ATTENTION_BACKENDS
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks import TaskConfig, task_config
 
 ACTIVATIONS = {

@@ -9,8 +9,9 @@ from typing import Any
 
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.shape import DataShape
-from attnlab.runs.config import RunConfig, TrainConfig, init_source
+from attnlab.runs.config import RunConfig, init_source
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
 from attnlab.tasks.batching import BucketedData, Tokenizers
 

@@ -35,7 +35,7 @@ Data sections read:
   n_train, n_valid, n_test: each task's that it reads, TaskConfig.splits_read), and the images' dataset, colour and resize into ``images``
   (ImageSource), and the text's tokenizer and vocab_size into ``text`` (Text); an image encoder's section loses the fields it had only as image classification's
   (DATA_DROPPED); translation's generator (a name) became a part, ``generator: {name, min_len,
-  max_len, test_min_len, test_max_len, split}`` (tasks/translation.py: PairGenerator), and its
+  max_len, test_min_len, test_max_len, split}`` (tasks/pairs_section.py: PairGenerator), and its
   src_lang, tgt_lang, max_src_len, max_tgt_len and shared_vocab the part ``pairs`` (Pairs).
 """
 

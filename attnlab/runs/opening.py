@@ -22,10 +22,11 @@ from attnlab.models import FamilyConfig
 from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import build_run_model
 from attnlab.runs.checkpoint_files import Checkpoint
-from attnlab.runs.config import RunConfig, TrainConfig
+from attnlab.runs.config import RunConfig
 from attnlab.runs.data import prepare, shape_of
 from attnlab.runs.init import InitReport, initialise_from, untrained_of
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks import TaskConfig, TaskData
 
 DISPLAY_ONLY = ("train.progress", "train.log_every")  # change what is shown, not what is trained: never refused

@@ -58,8 +58,8 @@ from attnlab.runs.checkpoint_files import (
     checkpoint_bytes,
     write_checkpoint,
 )
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.migration import migrated_data, migrated_model, written_sizes
+from attnlab.runs.train_config import TrainConfig
 from attnlab.runs.weights_file import (
     WriteError,
     exported_weights,

@@ -30,7 +30,7 @@ from attnlab.models.audio import WAVEFORMS
 from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
+from attnlab.tasks.classifier_task import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.task import TaskConfig, register_task
 

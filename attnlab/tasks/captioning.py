@@ -24,11 +24,11 @@ from attnlab.tasks.captions import (
     CaptionBatch,
     CaptionData,
     CaptionedImages,
-    CaptioningConfig,
     caption_batch,
     captioned_splits,
     read_captioned,
 )
+from attnlab.tasks.captions_section import CaptioningConfig
 from attnlab.tasks.task import Amp, NextTokenTask, register_task
 
 # -- decoding and scoring -------------------------------------------------------------------------------

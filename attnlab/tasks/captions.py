@@ -1,8 +1,8 @@
-"""The captioned images of a captioning run (tasks/captioning.py): its data section, the
-built-in ``scenes`` (data/scenes.py: generated shapes with captions from a small grammar, an
-in-distribution test split and a compositional one) or captions files (``image TAB caption``
-lines, each image named relative to its file's folder, read with Pillow: ``resize``, ``colour`` as
-for image classification), and their teacher-forcing batches.
+"""The captioned images of a captioning run (tasks/captioning.py), read as its data section says
+(tasks/captions_section.py): the built-in ``scenes`` (data/scenes.py: generated shapes with
+captions from a small grammar, an in-distribution test split and a compositional one) or captions
+files (``image TAB caption`` lines, each image named relative to its file's folder, read with
+Pillow: ``resize``, ``colour`` as for image classification), and their teacher-forcing batches.
 
 Images are standardised per channel with the training split's statistics (task_state.json, with
 the images' shape); captions are word-tokenised (``tokenizer``) and batched as a translation's
@@ -13,109 +13,24 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab.config import at_least
 from attnlab.data import scenes
 from attnlab.data.batching import Batch, pad_sequences
 from attnlab.data.images import Standardise, as_tensor, channels, colour_of, read_image, same_size
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
-from attnlab.errors import ConfigError, DataError, UsageError
+from attnlab.errors import DataError, UsageError
 from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Tokenizers, batch_seed
-from attnlab.tasks.parts import ImageSource, Splits, Text
-from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
-from attnlab.tasks.task import Task, TaskConfig
-
-BUILT_IN = ("scenes",)
+from attnlab.tasks.captions_section import CaptionedSection
+from attnlab.tasks.task import Task
 
 Captioned = tuple[np.ndarray, list[str]]  # pixels (N, H, W, C) float32, and each image's caption
-
-
-class CaptionedSection(Protocol):
-    """What a data section of captioned images offers (captioning's, contrastive's): each composes
-    the parts ``images``, ``scenes``, ``splits`` and ``text`` and declares the captions files and
-    ``max_caption_len`` beside its own fields; the functions here read it."""
-
-    @property
-    def images(self) -> ImageSource: ...
-    @property
-    def scenes(self) -> Scenes: ...
-    @property
-    def splits(self) -> Splits: ...
-    @property
-    def text(self) -> Text: ...
-    @property
-    def train(self) -> Optional[str]: ...
-    @property
-    def valid(self) -> Optional[str]: ...
-    @property
-    def test(self) -> Optional[str]: ...
-    @property
-    def max_caption_len(self) -> int: ...
-
-
-def check_captioned(cfg: CaptionedSection, task: str) -> None:
-    """The checks of a section of captioned images: the scenes, or captions files, not both."""
-    cfg.splits.read_by(task, SCENE_SPLITS_READ)
-    cfg.images.built_in(BUILT_IN)
-    if cfg.images.dataset is not None:
-        given = [name for name in ("train", "valid", "test") if getattr(cfg, name) is not None]
-        if given:
-            raise ConfigError(
-                f"dataset '{cfg.images.dataset}' brings its own splits and images; drop {', '.join(given)}"
-            )
-        cfg.scenes.check_drawn(cfg.splits)
-    else:
-        cfg.splits.given("n_valid")
-    at_least("max_caption_len", cfg.max_caption_len, 1)
-
-
-def check_captioned_trainable(cfg: CaptionedSection, task: str) -> None:
-    if cfg.images.dataset is None and cfg.train is None:
-        raise ConfigError(
-            f"data.task '{task}' needs 'images.dataset' (scenes) or 'train' (a captions file: image TAB caption lines)"
-        )
-
-
-@dataclass(frozen=True)
-class CaptioningConfig(TaskConfig):
-    """``images: {dataset: scenes}`` (splits train, valid, test and compositional, drawn as
-    ``scenes`` says with ``splits``' sizes and seed: tasks/scene_splits.py), or ``train`` (and
-    optionally ``valid``, ``test``): captions files, their images read as ``images`` says (colour,
-    resize: tasks/parts.py); without ``valid``, the last ``splits.n_valid`` of ``train`` validate.
-    The captions are tokenised as ``text`` says. ``max_caption_len``: the most tokens of a caption
-    (a longer one is refused, naming its file and line); decoding stops there too."""
-
-    images: ImageSource = ImageSource()
-    scenes: Scenes = Scenes()
-    splits: Splits = SCENE_SPLITS
-    text: Text = Text()
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
-    max_caption_len: int = 32
-
-    splits_read = SCENE_SPLITS_READ
-
-    def check(self) -> None:
-        check_captioned(self, self.chosen_name())
-
-    def check_trainable(self) -> None:
-        check_captioned_trainable(self, self.task.name)
-
-    @property
-    def longest_sequence(self) -> int:
-        return self.max_caption_len + 1  # BOS + caption, or caption + EOS
-
-    @property
-    def in_memory(self) -> bool:
-        return self.images.dataset is not None
 
 
 # -- reading ----------------------------------------------------------------------------------------

@@ -3,12 +3,11 @@ trained with the cross-entropy over examples, validated by accuracy and macro-F1
 `predict`. BERT's input: <bos> (as [CLS]) text_a <eos> (as [SEP]) [text_b <eos>], with segment
 ids 0 for the first part and 1 for the second.
 
-:class:`ClassifierTask` is what every classification task shares (the image classifier too): the
-loss, the metrics, and `evaluate`'s report on a split or a file."""
+:class:`ClassifierTask`, what every classification task shares (the image classifier too: the
+loss, the metrics, and `evaluate`'s report on a split or a file), is tasks/classifier_task.py's."""
 
 from __future__ import annotations
 
-import contextlib
 import typing
 from dataclasses import dataclass
 from typing import Optional
@@ -17,19 +16,16 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.config import at_least
-from attnlab.data.batching import moved, pad_sequences
+from attnlab.data.batching import pad_sequences
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
-from attnlab.eval.metrics import classification_scores, confusion_matrix, confusion_table
 from attnlab.models.shape import DataShape
-from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.abilities import Piped, Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.classifier_task import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.parts import Splits, Text
-from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
-
-NO_LABEL = -1  # no example has it: the loss ignores nothing (class 0 is a class, not padding)
+from attnlab.tasks.task import TaskConfig, register_task
 
 
 @dataclass(frozen=True)
@@ -60,19 +56,6 @@ class ClassificationConfig(TaskConfig):
     @property
     def longest_sequence(self) -> int:
         return self.max_len
-
-
-class ExampleBatch:
-    """What a batch of examples (a dataclass of tensors) shares: it moves to a device tensor by
-    tensor, and a classifier's (with ``labels``, (n,) class ids) sums its loss over its n examples
-    (a forecaster's batch counts its forecast values instead)."""
-
-    @property
-    def n_targets(self) -> int:
-        return len(self.labels)
-
-    def to(self, device: torch.device | str):
-        return moved(self, device)
 
 
 @dataclass
@@ -137,100 +120,6 @@ def encode_inputs(
         ids = [BOS, *a, EOS] + ([*b, EOS] if has_b else [])
         out.append((ids, [0] * (len(a) + 2) + [1] * (len(ids) - len(a) - 2)))
     return out, cut
-
-
-class Classified(typing.Protocol):
-    """A classifier's batch: ``labels`` (B,) class ids and the model's ``logits`` (B, n_classes)."""
-
-    @property
-    def labels(self) -> Tensor: ...
-
-    def logits(self, model: nn.Module) -> Tensor: ...
-
-    def to(self, device: torch.device | str) -> Classified: ...
-
-
-@torch.no_grad()
-def scores_of(
-    model: nn.Module,
-    batches: typing.Iterable[Classified],
-    n_classes: int,
-    device: torch.device,
-    amp: Amp = contextlib.nullcontext,
-) -> tuple[dict[str, float], list[int], list[int]]:
-    """Loss, accuracy and macro-F1 over ``batches`` (each with ``labels`` and ``logits(model)``); the
-    predicted and the true class of each example, in the order of the batches."""
-    model.eval()
-    nll, predicted, gold = 0.0, [], []
-    for batch in batches:
-        batch = batch.to(device)
-        with amp():
-            logits = batch.logits(model).float()
-        nll += label_smoothed_nll(logits, batch.labels, 0.0, NO_LABEL)[1].item()
-        predicted += logits.argmax(-1).tolist()
-        gold += batch.labels.tolist()
-    scores = {"valid_loss": nll / len(gold), **classification_scores(predicted, gold, n_classes)}
-    return scores, predicted, gold
-
-
-def evaluation_report(
-    model: nn.Module, batches: typing.Iterable[Classified], labels: list[str]
-) -> dict[str, typing.Any]:
-    """`attnlab evaluate`'s record: loss, accuracy, macro-F1, the number of examples, the labels and
-    the confusion matrix (rows: true class, columns: predicted)."""
-    scores, predicted, gold = scores_of(model, batches, len(labels), next(model.parameters()).device)
-    return {
-        "loss": scores["valid_loss"],
-        "accuracy": scores["accuracy"],
-        "macro_f1": scores["macro_f1"],
-        "examples": len(gold),
-        "labels": labels,
-        "confusion": confusion_matrix(predicted, gold, len(labels)),
-    }
-
-
-class LabelledData(typing.Protocol):
-    """A classifier's data: ``labels``, the class names in class-id order, and its evaluation batches."""
-
-    @property
-    def labels(self) -> list[str]: ...
-
-    def eval_batches(self, split: str) -> typing.Sequence[Classified]: ...
-
-
-LD = typing.TypeVar("LD", bound=LabelledData)
-CB = typing.TypeVar("CB", bound=Classified)
-
-
-class ClassifierTask(Task[LD, CB]):
-    """A task whose target is one class per example: the cross-entropy over examples, accuracy and
-    macro-F1, and `evaluate --split`. Its batches are :class:`Classified`; its data,
-    :class:`LabelledData`."""
-
-    counts = "examples"  # sentences, images or nodes: one target each
-    metrics = {"valid_loss": True, "accuracy": False, "macro_f1": False}
-
-    def loss(self, model: nn.Module, batch: CB, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
-        with amp():
-            logits = batch.logits(model)
-        return label_smoothed_nll(logits, batch.labels, label_smoothing, NO_LABEL)
-
-    def validate(
-        self, model: nn.Module, data: LD, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
-    ) -> dict[str, float]:
-        return scores_of(model, data.eval_batches(split), len(data.labels), device, amp)[0]
-
-    def evaluate_split(self, model: nn.Module, data: LD, split: str) -> dict[str, typing.Any]:
-        return evaluation_report(model, data.eval_batches(split), data.labels)
-
-    def report(self, result: dict[str, typing.Any], source: str) -> list[str]:
-        """Accuracy, macro-F1 and loss, and the confusion matrix as text."""
-        return [
-            f"accuracy  {result['accuracy']:.2%}   macro-F1  {result['macro_f1']:.4f}   loss  {result['loss']:.4f}   "
-            f"({result['examples']} examples, {source})",
-            "confusion matrix (rows: true label, columns: predicted)",
-            *confusion_table(result["labels"], result["confusion"]),
-        ]
 
 
 @register_task

@@ -39,15 +39,8 @@ from attnlab.models.family import Inputs
 from attnlab.nn.dual_encoder import symmetric_info_nce
 from attnlab.tasks.abilities import Prediction, RunState
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.captions import (
-    CaptionData,
-    CaptionedImages,
-    CaptionSplit,
-    captioned_splits,
-    check_captioned,
-    check_captioned_trainable,
-    read_captioned,
-)
+from attnlab.tasks.captions import CaptionData, CaptionedImages, CaptionSplit, captioned_splits, read_captioned
+from attnlab.tasks.captions_section import check_captioned, check_captioned_trainable
 from attnlab.tasks.image_classification import read_inputs
 from attnlab.tasks.parts import ImageSource, Splits, Text
 from attnlab.tasks.retrieval import (
@@ -75,7 +68,7 @@ def fills(template: str) -> bool:
 
 @dataclass(frozen=True)
 class ContrastiveConfig(TaskConfig):
-    """Captioned images as captioning reads them (tasks/captions.py: the parts ``images``, ``scenes``,
+    """Captioned images as captioning reads them (tasks/captions_section.py: the parts ``images``, ``scenes``,
     ``splits`` and ``text``, the captions files, ``max_caption_len``), and the zero-shot classes:
     ``labels``, comma-separated class names (the scenes' default: every 'COLOUR SHAPE', held-out ones
     included), and ``prompts``, '|'-separated templates with ``{label}`` where the class name goes

@@ -35,17 +35,14 @@ from attnlab.data.series import (
     split_bounds,
     split_rows,
     window_starts,
-    windows,
 )
 from attnlab.errors import ConfigError, DataError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
-from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.classification import ExampleBatch
+from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.parts import Splits
+from attnlab.tasks.series_windows import EVAL_BATCH, SeriesBatch, SeriesData
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
-
-EVAL_BATCH = 256  # windows per batch in evaluation
 
 
 @dataclass(frozen=True)
@@ -91,70 +88,6 @@ class ForecastingConfig(TaskConfig):
         if held.n_train is None or held.n_valid is None or held.n_test is None:
             return None
         return held.n_train, held.n_valid, held.n_test
-
-
-@dataclass
-class SeriesBatch(ExampleBatch):
-    """inputs: (B, L, C) and targets: (B, H, C), standardised; the loss sums over every target value."""
-
-    inputs: Tensor
-    targets: Tensor
-
-    @property
-    def n_targets(self) -> int:
-        return self.targets.numel()
-
-    def errors(self, model: nn.Module) -> Tensor:
-        """(B, H, C): forecast - truth."""
-        return model.forecast(self.inputs).float() - self.targets
-
-
-class WindowBatches(Sequence[SeriesBatch]):
-    """The windows starting at ``starts``, ``size`` at a time, each batch cut from the series when asked for."""
-
-    def __init__(self, values: Tensor, starts: Tensor, size: int, input_length: int, horizon: int) -> None:
-        self.values, self.chunks, self.lengths = values, starts.split(size), (input_length, horizon)
-
-    def __len__(self) -> int:
-        return len(self.chunks)
-
-    def __getitem__(self, k: int) -> SeriesBatch:  # type: ignore[override]
-        return SeriesBatch(*windows(self.values, self.chunks[k], *self.lengths))
-
-
-@dataclass(kw_only=True)
-class SeriesData:
-    """The standardised series (N, C), the scaler, the splits' rows and, per split the file
-    reaches, its windows' first rows; an epoch's order drawn from (seed, epoch) alone."""
-
-    series: Series
-    values: Tensor
-    scaler: Scaler
-    rows: tuple[int, int, int]
-    splits: dict[str, Tensor]
-    input_length: int
-    horizon: int
-    batch_size: int
-    seed: int = 0
-
-    def epoch_batches(self, epoch: int) -> WindowBatches:
-        starts = self.splits["train"]
-        order = torch.randperm(len(starts), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
-        return WindowBatches(self.values, starts[order], self.batch_size, self.input_length, self.horizon)
-
-    def eval_batches(self, split: str) -> WindowBatches:
-        return WindowBatches(self.values, self.splits[split], EVAL_BATCH, self.input_length, self.horizon)
-
-    def bounds(self, split: str) -> tuple[int, int]:
-        return split_bounds(self.rows)[split]
-
-    def missing(self, split: str) -> str:
-        """Why the file has no ``split``: its rows end before the split's."""
-        first, end = self.bounds(split)
-        return (
-            f"{self.series.path} has {len(self.series):,} rows; split '{split}' is rows {first:,}-{end - 1:,} "
-            f"(a file that holds them, e.g. the full series: --data FILE)"
-        )
 
 
 def prepared(

@@ -13,8 +13,7 @@ mirror image half of the time; both off by default (a flipped digit is another d
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -24,25 +23,23 @@ from torch import Tensor, nn
 from attnlab.config import at_least, one_of
 from attnlab.data.images import (
     FLIPS,
-    IMAGE_SUFFIXES,
     Images,
     Standardise,
     as_tensor,
     channels,
     colour_of,
     digits,
-    random_crop,
     read_image,
     read_images,
-    read_npz,
     stratified_split,
 )
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
-from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report
+from attnlab.tasks.batching import Batching, Tokenizers
+from attnlab.tasks.classifier_task import ClassifierTask, evaluation_report
+from attnlab.tasks.image_batches import ImageBatch, ImageData, image_analysis_pass, image_shape
 from attnlab.tasks.parts import ImageSource, Splits
 from attnlab.tasks.task import TaskConfig, register_task
 
@@ -128,61 +125,6 @@ def class_ids(labels: list[str], classes: list[str], path: str) -> Tensor:
     if unknown:
         raise DataError(f"{path}: class '{unknown[0]}' is not one the model was trained on ({', '.join(classes)})")
     return torch.tensor([index[label] for label in labels])
-
-
-# -- batches ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ImageBatch(ExampleBatch):
-    """images: (B, C, H, W), standardised; labels: (B,) class ids."""
-
-    images: Tensor
-    labels: Tensor
-
-    def logits(self, model: nn.Module) -> Tensor:
-        """(B, n_classes)."""
-        return model.classify(self.images)
-
-
-@dataclass(kw_only=True)
-class ImageData:
-    """Pixels (N, C, H, W) and class ids (N,) per split, the class names, and how batches are made:
-    an epoch's order and augmentation drawn from (seed, epoch) alone, so a resumed run goes on
-    exactly."""
-
-    splits: dict[str, tuple[Tensor, Tensor]]
-    labels: list[str]
-    standardise: Standardise
-    batch_size: int
-    seed: int = 0
-    crop_padding: int = 0
-    flip: str = "none"
-    _eval: dict[str, list[ImageBatch]] = field(default_factory=dict, repr=False)
-
-    def augment(self, images: Tensor, generator: torch.Generator) -> Tensor:
-        images = random_crop(images, self.crop_padding, generator) if self.crop_padding else images
-        return FLIPS[self.flip](images, generator)
-
-    def epoch_batches(self, epoch: int) -> list[ImageBatch]:
-        images, labels = self.splits["train"]
-        generator = torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0))
-        order = torch.randperm(len(labels), generator=generator).split(self.batch_size)
-        return [ImageBatch(self.standardise(self.augment(images[rows], generator)), labels[rows]) for rows in order]
-
-    def eval_batches(self, split: str) -> list[ImageBatch]:
-        if split not in self._eval:
-            images, labels = self.splits[split]
-            self._eval[split] = [
-                ImageBatch(self.standardise(images[rows]), labels[rows])
-                for rows in torch.arange(len(labels)).split(self.batch_size)
-            ]
-        return self._eval[split]
-
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        """(C, H, W)."""
-        return tuple(self.splits["train"][0].shape[1:])
 
 
 def tensors(
@@ -297,52 +239,6 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
             f"images {width}x{height}x{channels}: {sizes}; {len(data.labels)} classes {', '.join(data.labels)}; "
             f"augmentation {', '.join(augmentation) or 'none'}"
         )
-
-
-def image_shape(images: ImageSource, train: str | None, data: ImageData | None) -> DataShape:
-    """The sizes of an image classifier's data: before it is read, the image size it will give (the
-    resize, the built-in's 8x8x1, or the first training image's), two classes."""
-    if data is None:
-        height, width, channels = planned_shape(images, train)
-    else:
-        channels, height, width = data.image_shape
-    return DataShape(
-        image_height=height, image_width=width, channels=channels, n_classes=len(data.labels) if data is not None else 2
-    )
-
-
-def image_analysis_pass(model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
-    """An image classifier's validation pass (Task.analysis_pass): every patch a real query."""
-    states = model.encode(batch.images)  # (B, T, d_model)
-    every = torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
-    model.classifier(states, every)
-    return {"encoder": every}
-
-
-def planned_shape(images: ImageSource, train: str | None) -> tuple[int, int, int]:
-    """(H, W, C) of the images read as ``images`` says from ``train`` (a folder or .npz file), before
-    reading them all."""
-    channels = 1 if images.colour == "grey" else 3
-    if images.dataset is not None:
-        return 8, 8, 1
-    if train is not None and Path(train).suffix == ".npz":
-        return read_npz(train)[0].shape[1:]
-    if images.resize is not None:
-        return images.resize, images.resize, channels
-    if train is None:
-        raise ConfigError("the images' size is unknown: give data.images.resize, or data.train")
-    first = next(
-        (
-            path
-            for folder in sorted(Path(train).glob("*/"))
-            for path in sorted(folder.iterdir())
-            if path.suffix.lower() in IMAGE_SUFFIXES
-        ),
-        None,
-    )
-    if first is None:
-        raise DataError(f"{train}: no images in class folders")
-    return read_image(first, images.colour, None).shape
 
 
 def read_input_image(path: str, run: RunState) -> np.ndarray:

@@ -17,7 +17,7 @@ from attnlab.errors import ConfigError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.image_classification import ImageBatch, ImageData, image_analysis_pass, image_shape
+from attnlab.tasks.image_batches import ImageBatch, ImageData, image_analysis_pass, image_shape
 from attnlab.tasks.parts import ImageSource
 from attnlab.tasks.task import Task, TaskConfig, register_task
 

@@ -18,12 +18,11 @@ from attnlab.eval.metrics import exact_match, perplexity
 from attnlab.models.cmlm import MASKED_TOKENS
 from attnlab.models.family import unwrapped
 from attnlab.nn.losses import label_smoothed_nll
+from attnlab.tasks.pairs_section import PairGenerator, Pairs
 from attnlab.tasks.parts import Text
 from attnlab.tasks.task import Amp, TaskConfig, register_task
 from attnlab.tasks.translation import (
     Example,
-    PairGenerator,
-    Pairs,
     ParallelText,
     SentencePairs,
     check_pairs,
@@ -34,7 +33,7 @@ from attnlab.tasks.translation import (
 
 @dataclass(frozen=True)
 class MaskedTranslationConfig(TaskConfig):
-    """Translation's data section's fields (tasks/translation.py: a PairsSection: the files, the
+    """Translation's data section's fields (tasks/pairs_section.py: a PairsSection: the files, the
     generator, pairs and text parts, the splits' sizes), for data.task 'masked_translation' (model.arch
     'cmlm'); its tokenizers have <mask>."""
 

@@ -1,6 +1,6 @@
 """Node classification: one graph, some of its nodes labelled, the rest to be classified. The task
 is transductive: the whole graph is one batch (every node is encoded, labelled or not), and the
-loss and the metrics count only the nodes of the split at hand. A classifier task (classification.py's
+loss and the metrics count only the nodes of the split at hand. A classifier task (classifier_task.py's
 ClassifierTask: the cross-entropy, accuracy and macro-F1, `attnlab evaluate --split`); `attnlab
 evaluate --data FILE` scores a run on a CSV of node ids and their true labels."""
 
@@ -20,7 +20,7 @@ from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
 from attnlab.nn.graph import laplacian_eigenvectors
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.classification import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
+from attnlab.tasks.classifier_task import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.parts import Splits
 from attnlab.tasks.task import TaskConfig, register_task
 

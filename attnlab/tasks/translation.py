@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional, Protocol
+from typing import Optional
 
 import torch
 from torch import nn
 
-from attnlab.config import TypedConfig, at_least, one_of
+from attnlab.config import at_least, one_of
 from attnlab.data.batching import Batch, collate_pairs
 from attnlab.data.corpora import (
-    GENERATORS,
     FilterReport,
     Pair,
     filter_by_length,
@@ -23,7 +22,6 @@ from attnlab.data.corpora import (
     read_scan,
     read_tsv,
 )
-from attnlab.data.scan import SCAN_SPLITS
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.spec import Greedy, Search
 from attnlab.decode.translate import translate
@@ -33,108 +31,9 @@ from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batch as TaskBatch
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
+from attnlab.tasks.pairs_section import PairGenerator, Pairs, PairsSection
 from attnlab.tasks.parts import Text
 from attnlab.tasks.task import Amp, NextTokenTask, Task, TaskConfig, register_task
-
-
-@dataclass(frozen=True)
-class PairGenerator(TypedConfig):
-    """The built-in generator of sentence pairs (``data.generator``, read with ``format: builtin``):
-    ``name`` (scan, copy, reverse, sort, addition); ``min_len`` / ``max_len``, the lengths of a
-    sequence generator's pairs (digits per number for addition); ``test_min_len`` / ``test_max_len``,
-    where given, the test split's lengths instead, to measure generalisation beyond the training
-    lengths; ``split``, with scan, one of SCAN's generalisation splits (data/scan.py: simple, length,
-    add_prim_jump, ...) in place of a random cut."""
-
-    section: ClassVar[str] = "data.generator"
-
-    name: str = "scan"
-    min_len: int = 3
-    max_len: int = 12
-    test_min_len: Optional[int] = None
-    test_max_len: Optional[int] = None
-    split: Optional[str] = None
-
-    def __post_init__(self) -> None:
-        self._check_types()
-        one_of("generator.name", self.name, GENERATORS)
-        at_least("generator.min_len", self.min_len, 1)
-        if self.max_len < self.min_len:
-            raise ConfigError(f"generator.max_len ({self.max_len}) must be >= generator.min_len ({self.min_len})")
-        if self.split is not None:
-            if self.name != "scan":
-                raise ConfigError(f"generator.split is one of SCAN's splits: it needs name 'scan' (got '{self.name}')")
-            one_of("generator.split", self.split, SCAN_SPLITS)
-        if self.test_lengths is not None:
-            if self.name == "scan":
-                raise ConfigError(
-                    "generator.test_min_len / test_max_len set the test lengths of a sequence generator (copy, "
-                    "reverse, sort, addition), not of 'scan'"
-                )
-            low, high = self.test_lengths
-            at_least("generator.test_min_len", low, 1)
-            if high < low:
-                raise ConfigError(f"generator.test_max_len ({high}) must be >= generator.test_min_len ({low})")
-
-    @property
-    def test_lengths(self) -> tuple[int, int] | None:
-        """The test split's (lowest, highest) length, where it differs from the training lengths'."""
-        if self.test_min_len is None and self.test_max_len is None:
-            return None
-        return (
-            self.min_len if self.test_min_len is None else self.test_min_len,
-            self.max_len if self.test_max_len is None else self.test_max_len,
-        )
-
-
-@dataclass(frozen=True)
-class Pairs(TypedConfig):
-    """The two sides of the sentence pairs (``data.pairs``): ``src_lang`` / ``tgt_lang``, the file
-    suffixes of format parallel (``{train,valid,test}.{src_lang,tgt_lang}``); ``max_src_len`` /
-    ``max_tgt_len``, the longest source and target kept in training (tokens); ``shared_vocab``, one
-    tokenizer fitted on both sides, else one per side."""
-
-    section: ClassVar[str] = "data.pairs"
-
-    src_lang: Optional[str] = None
-    tgt_lang: Optional[str] = None
-    max_src_len: int = 256
-    max_tgt_len: int = 256
-    shared_vocab: bool = True
-
-    def __post_init__(self) -> None:
-        self._check_types()
-        for name in ("max_src_len", "max_tgt_len"):
-            at_least(f"pairs.{name}", getattr(self, name), 1)
-
-
-class PairsSection(Protocol):
-    """What a data section of sentence pairs offers (translation's, masked_translation's): ``format``,
-    the files, the parts ``generator``, ``pairs`` and ``text``, and the splits' ``seed``, ``n_train``,
-    ``n_valid``, ``n_test``; each declares them, and the functions here read it."""
-
-    @property
-    def format(self) -> str: ...
-    @property
-    def generator(self) -> PairGenerator: ...
-    @property
-    def train(self) -> Optional[str]: ...
-    @property
-    def valid(self) -> Optional[str]: ...
-    @property
-    def test(self) -> Optional[str]: ...
-    @property
-    def pairs(self) -> Pairs: ...
-    @property
-    def text(self) -> Text: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def n_train(self) -> Optional[int]: ...
-    @property
-    def n_valid(self) -> int: ...
-    @property
-    def n_test(self) -> int: ...
 
 
 def check_pairs(cfg: PairsSection) -> None:

@@ -8,7 +8,7 @@ held-out colour-shape combination.
 A question is read as BERT reads a text: <bos> (as [CLS]) the words <eos> (as [SEP]), word-tokenised;
 an image is standardised per channel with the training split's statistics (task_state.json, with
 the answers and the images' shape). Trained with the cross-entropy over questions, validated by
-accuracy and macro-F1 (tasks/classification.py ClassifierTask); `attnlab evaluate --split NAME`
+accuracy and macro-F1 (tasks/classifier_task.py ClassifierTask); `attnlab evaluate --split NAME`
 (or ``--data FILE``: ``image TAB question TAB answer`` lines) adds the accuracy of each kind of
 question; `attnlab ask RUN image.png --question "..."` answers.
 """
@@ -36,7 +36,7 @@ from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import ImageRows, read_input_images
-from attnlab.tasks.classification import ClassifierTask, ExampleBatch, evaluation_report, scores_of
+from attnlab.tasks.classifier_task import ClassifierTask, ExampleBatch, evaluation_report, scores_of
 from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.parts import ImageSource, Splits, Text
 from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes

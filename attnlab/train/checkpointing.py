@@ -12,8 +12,8 @@ from typing import Any, Callable, ContextManager
 import torch
 from torch import nn
 
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks import Task, TaskData
 from attnlab.train.progress import Health, Progress, TrainLog
 from attnlab.train.strategy import Strategy

@@ -17,8 +17,8 @@ from attnlab.device import resolve_device, use_device
 from attnlab.parallel.distributed import World
 from attnlab.precision import allow_tf32, autocast, choose_precision
 from attnlab.runs.checkpoint_files import MODEL_FILE, Checkpoint
-from attnlab.runs.config import GRAPHS, TrainConfig
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import GRAPHS, TrainConfig
 from attnlab.runs.weights_file import load_weights, put_weights
 from attnlab.tasks import Task, TaskData
 from attnlab.tasks.batching import Batch, BucketedData

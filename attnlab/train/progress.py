@@ -17,8 +17,8 @@ from tqdm import tqdm
 
 from attnlab.errors import NumericalError
 from attnlab.files import atomic_write_text
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.run_dir import RunDir
+from attnlab.runs.train_config import TrainConfig
 
 
 @dataclass

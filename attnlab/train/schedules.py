@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 
 Schedule = Callable[[int], float]
 

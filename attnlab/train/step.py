@@ -19,8 +19,8 @@ from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.models.family import uncompiled, unwrapped
 from attnlab.nn.embeddings import Embeddings
 from attnlab.parallel.distributed import World, is_dtensor, whole
-from attnlab.runs.config import TrainConfig
 from attnlab.runs.init import LAYER
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks.batching import Batch
 from attnlab.torch_private import inductor_config, skips_on_device, step_unless, without_duck_sizing
 

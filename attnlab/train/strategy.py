@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.parallel.distributed import World
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.train.step import accumulate_gradients, clip_gradients, load_optimizer_state
 
 

@@ -231,7 +231,7 @@ def sections() -> list[tuple[str, str | None, dict[str, type]]]:
     """Each config section: (section, the key that chooses its class or None, {choice: config class})."""
     from attnlab.config import SECTIONS, TypedConfig
     from attnlab.models import FAMILIES
-    from attnlab.runs import config as run_config
+    from attnlab.runs import train_config as run_config
     from attnlab.tasks import TASKS
 
     registries = {}

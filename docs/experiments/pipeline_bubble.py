@@ -24,7 +24,7 @@ from attnlab.data.batching import Batch
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.parallel.distributed import exit_worker, joined_world
 from attnlab.parallel.pipeline import Pipeline
-from attnlab.runs.config import TrainConfig
+from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks.language_model import LanguageModel
 
 ROWS, LENGTH, VOCAB, WIDTH = 16, 64, 64, 128

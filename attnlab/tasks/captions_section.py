@@ -1,0 +1,98 @@
+"""The data section of captioned images: what such a section offers (CaptionedSection:
+captioning's and contrastive's, each composing the parts images, scenes, splits and text beside
+the captions files and max_caption_len), its checks (check_captioned, check_captioned_trainable) and
+captioning's section (CaptioningConfig)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+from attnlab.config import at_least
+from attnlab.errors import ConfigError
+from attnlab.tasks.parts import ImageSource, Splits, Text
+from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
+from attnlab.tasks.task import TaskConfig
+
+BUILT_IN = ("scenes",)
+
+
+class CaptionedSection(Protocol):
+    """What a data section of captioned images offers (captioning's, contrastive's): each composes
+    the parts ``images``, ``scenes``, ``splits`` and ``text`` and declares the captions files and
+    ``max_caption_len`` beside its own fields; tasks/captions.py's functions read it."""
+
+    @property
+    def images(self) -> ImageSource: ...
+    @property
+    def scenes(self) -> Scenes: ...
+    @property
+    def splits(self) -> Splits: ...
+    @property
+    def text(self) -> Text: ...
+    @property
+    def train(self) -> Optional[str]: ...
+    @property
+    def valid(self) -> Optional[str]: ...
+    @property
+    def test(self) -> Optional[str]: ...
+    @property
+    def max_caption_len(self) -> int: ...
+
+
+def check_captioned(cfg: CaptionedSection, task: str) -> None:
+    """The checks of a section of captioned images: the scenes, or captions files, not both."""
+    cfg.splits.read_by(task, SCENE_SPLITS_READ)
+    cfg.images.built_in(BUILT_IN)
+    if cfg.images.dataset is not None:
+        given = [name for name in ("train", "valid", "test") if getattr(cfg, name) is not None]
+        if given:
+            raise ConfigError(
+                f"dataset '{cfg.images.dataset}' brings its own splits and images; drop {', '.join(given)}"
+            )
+        cfg.scenes.check_drawn(cfg.splits)
+    else:
+        cfg.splits.given("n_valid")
+    at_least("max_caption_len", cfg.max_caption_len, 1)
+
+
+def check_captioned_trainable(cfg: CaptionedSection, task: str) -> None:
+    if cfg.images.dataset is None and cfg.train is None:
+        raise ConfigError(
+            f"data.task '{task}' needs 'images.dataset' (scenes) or 'train' (a captions file: image TAB caption lines)"
+        )
+
+
+@dataclass(frozen=True)
+class CaptioningConfig(TaskConfig):
+    """``images: {dataset: scenes}`` (splits train, valid, test and compositional, drawn as
+    ``scenes`` says with ``splits``' sizes and seed: tasks/scene_splits.py), or ``train`` (and
+    optionally ``valid``, ``test``): captions files, their images read as ``images`` says (colour,
+    resize: tasks/parts.py); without ``valid``, the last ``splits.n_valid`` of ``train`` validate.
+    The captions are tokenised as ``text`` says. ``max_caption_len``: the most tokens of a caption
+    (a longer one is refused, naming its file and line); decoding stops there too."""
+
+    images: ImageSource = ImageSource()
+    scenes: Scenes = Scenes()
+    splits: Splits = SCENE_SPLITS
+    text: Text = Text()
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+    max_caption_len: int = 32
+
+    splits_read = SCENE_SPLITS_READ
+
+    def check(self) -> None:
+        check_captioned(self, self.chosen_name())
+
+    def check_trainable(self) -> None:
+        check_captioned_trainable(self, self.task.name)
+
+    @property
+    def longest_sequence(self) -> int:
+        return self.max_caption_len + 1  # BOS + caption, or caption + EOS
+
+    @property
+    def in_memory(self) -> bool:
+        return self.images.dataset is not None
