@@ -5,7 +5,6 @@ the masked tokens and the target's length learnt; decoded by mask-predict (`tran
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -18,50 +17,21 @@ from attnlab.eval.metrics import exact_match, perplexity
 from attnlab.models.cmlm import MASKED_TOKENS
 from attnlab.models.family import unwrapped
 from attnlab.nn.losses import label_smoothed_nll
-from attnlab.tasks.pairs_section import PairGenerator, Pairs
-from attnlab.tasks.parts import Text
-from attnlab.tasks.task import Amp, TaskConfig, register_task
+from attnlab.tasks.task import Amp, register_task
 from attnlab.tasks.translation import (
     Example,
     ParallelText,
     SentencePairs,
-    check_pairs,
-    check_pairs_trainable,
+    TranslationConfig,
     decode_split,
 )
 
 
 @dataclass(frozen=True)
-class MaskedTranslationConfig(TaskConfig):
-    """Translation's data section's fields (tasks/pairs_section.py: a PairsSection: the files, the
-    generator, pairs and text parts, the splits' sizes), for data.task 'masked_translation' (model.arch
-    'cmlm'); its tokenizers have <mask>."""
-
-    format: str = "builtin"
-    generator: PairGenerator = PairGenerator()
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
-    pairs: Pairs = Pairs()
-    text: Text = Text()
-    seed: int = 1234
-    n_train: Optional[int] = None
-    n_valid: int = 500
-    n_test: int = 1000
-
-    def check_trainable(self) -> None:
-        check_pairs_trainable(self)
-
-    def check(self) -> None:
-        check_pairs(self)
-
-    @property
-    def longest_sequence(self) -> int:
-        return max(self.pairs.max_src_len, self.pairs.max_tgt_len) + 1  # as translation's
-
-    @property
-    def in_memory(self) -> bool:
-        return self.format == "builtin"
+class MaskedTranslationConfig(TranslationConfig):
+    """Translation's data section (tasks/translation.py), field for field, under data.task
+    'masked_translation' (model.arch 'cmlm'): a class of its own only because a section class names
+    the one task it describes (``TaskConfig.task``); it declares no field. Its tokenizers have <mask>."""
 
 
 @dataclass
