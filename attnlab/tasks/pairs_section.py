@@ -1,18 +1,15 @@
-"""The data section of sentence pairs: its parts, the built-in generator (PairGenerator:
-``data.generator``) and the pairs' two sides (Pairs: ``data.pairs``), and what a section of sentence
-pairs offers (PairsSection: translation's and masked_translation's, which tasks/translation.py checks
-and reads)."""
+"""The parts of a data section of sentence pairs (translation's, and so masked_translation's): the
+built-in generator (PairGenerator: ``data.generator``) and the pairs' two sides (Pairs: ``data.pairs``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional, Protocol
+from typing import ClassVar, Optional
 
 from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.data.corpora import GENERATORS
 from attnlab.data.scan import SCAN_SPLITS
 from attnlab.errors import ConfigError
-from attnlab.tasks.parts import Text
 
 
 @dataclass(frozen=True)
@@ -33,8 +30,7 @@ class PairGenerator(TypedConfig):
     test_max_len: Optional[int] = None
     split: Optional[str] = None
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         one_of("generator.name", self.name, GENERATORS)
         at_least("generator.min_len", self.min_len, 1)
         if self.max_len < self.min_len:
@@ -80,36 +76,6 @@ class Pairs(TypedConfig):
     max_tgt_len: int = 256
     shared_vocab: bool = True
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         for name in ("max_src_len", "max_tgt_len"):
             at_least(f"pairs.{name}", getattr(self, name), 1)
-
-
-class PairsSection(Protocol):
-    """What a data section of sentence pairs offers (translation's, masked_translation's): ``format``,
-    the files, the parts ``generator``, ``pairs`` and ``text``, and the splits' ``seed``, ``n_train``,
-    ``n_valid``, ``n_test``; each declares them, and tasks/translation.py's functions read it."""
-
-    @property
-    def format(self) -> str: ...
-    @property
-    def generator(self) -> PairGenerator: ...
-    @property
-    def train(self) -> Optional[str]: ...
-    @property
-    def valid(self) -> Optional[str]: ...
-    @property
-    def test(self) -> Optional[str]: ...
-    @property
-    def pairs(self) -> Pairs: ...
-    @property
-    def text(self) -> Text: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def n_train(self) -> Optional[int]: ...
-    @property
-    def n_valid(self) -> int: ...
-    @property
-    def n_test(self) -> int: ...

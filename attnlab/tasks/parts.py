@@ -34,8 +34,7 @@ class Splits(TypedConfig):
     valid_fraction: Optional[float] = None
     test_fraction: Optional[float] = None
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         for name in ("n_train", "n_valid", "n_test"):
             value = getattr(self, name)
             if value is not None:
@@ -79,8 +78,7 @@ class ImageSource(TypedConfig):
     colour: str = "rgb"
     resize: Optional[int] = None
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         one_of("images.colour", self.colour, COLOURS)
         if self.resize is not None:
             at_least("images.resize", self.resize, 1)
@@ -106,8 +104,7 @@ class Text(TypedConfig):
     tokenizer: str = "word"
     vocab_size: int = 8000
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         one_of("text.tokenizer", self.tokenizer, TOKENIZER_KINDS)
         at_least("text.vocab_size", self.vocab_size, 1)
 

@@ -30,8 +30,7 @@ class Scenes(TypedConfig):
     noise: float = 0.0
     max_objects: int = 3
 
-    def __post_init__(self) -> None:
-        self._check_types()
+    def check(self) -> None:
         try:
             scenes.check_held_out(self.held_combinations)
         except ValueError as err:

@@ -31,38 +31,9 @@ from attnlab.models.shape import DataShape
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batch as TaskBatch
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.pairs_section import PairGenerator, Pairs, PairsSection
+from attnlab.tasks.pairs_section import PairGenerator, Pairs
 from attnlab.tasks.parts import Text
 from attnlab.tasks.task import Amp, NextTokenTask, Task, TaskConfig, register_task
-
-
-def check_pairs(cfg: PairsSection) -> None:
-    """The checks across a section of sentence pairs' fields and parts."""
-    one_of("format", cfg.format, Translation.formats)
-    if cfg.generator.split is not None and cfg.format != "builtin":
-        raise ConfigError(f"generator.split is one of SCAN's splits: it needs format 'builtin' (got '{cfg.format}')")
-    if cfg.generator.test_lengths is not None and cfg.format != "builtin":
-        raise ConfigError(
-            f"generator.test_min_len / test_max_len set the test lengths of a sequence generator, not of format "
-            f"'{cfg.format}'"
-        )
-    if cfg.format == "builtin" and cfg.generator.name != "scan" and cfg.n_train is None:  # SCAN's grammar has its pairs
-        raise ConfigError(
-            f"generator '{cfg.generator.name}' draws its pairs: set n_train, how many training pairs to draw"
-        )
-    if cfg.format == "parallel" and (cfg.pairs.src_lang is None or cfg.pairs.tgt_lang is None):
-        raise ConfigError(
-            "format 'parallel' needs pairs.src_lang and pairs.tgt_lang (file suffixes, e.g. 'de' and 'en')"
-        )
-    for name in ("n_valid", "n_test"):
-        at_least(name, getattr(cfg, name), 1)
-    if cfg.n_train is not None:
-        at_least("n_train", cfg.n_train, 1)
-
-
-def check_pairs_trainable(cfg: PairsSection) -> None:
-    if cfg.format != "builtin" and cfg.train is None:  # a run imported from Marian reads none
-        raise ConfigError(f"format '{cfg.format}' needs 'train' (a file, or a path prefix for 'parallel')")
 
 
 @dataclass(frozen=True)
@@ -92,10 +63,34 @@ class TranslationConfig(TaskConfig):
     n_test: int = 1000
 
     def check_trainable(self) -> None:
-        check_pairs_trainable(self)
+        if self.format != "builtin" and self.train is None:  # a run imported from Marian reads none
+            raise ConfigError(f"format '{self.format}' needs 'train' (a file, or a path prefix for 'parallel')")
 
     def check(self) -> None:
-        check_pairs(self)
+        """The checks across a section of sentence pairs' fields and parts."""
+        one_of("format", self.format, Translation.formats)
+        if self.generator.split is not None and self.format != "builtin":
+            raise ConfigError(
+                f"generator.split is one of SCAN's splits: it needs format 'builtin' (got '{self.format}')"
+            )
+        if self.generator.test_lengths is not None and self.format != "builtin":
+            raise ConfigError(
+                f"generator.test_min_len / test_max_len set the test lengths of a sequence generator, not of format "
+                f"'{self.format}'"
+            )
+        # SCAN's grammar has its pairs; another generator draws as many as n_train says
+        if self.format == "builtin" and self.generator.name != "scan" and self.n_train is None:
+            raise ConfigError(
+                f"generator '{self.generator.name}' draws its pairs: set n_train, how many training pairs to draw"
+            )
+        if self.format == "parallel" and (self.pairs.src_lang is None or self.pairs.tgt_lang is None):
+            raise ConfigError(
+                "format 'parallel' needs pairs.src_lang and pairs.tgt_lang (file suffixes, e.g. 'de' and 'en')"
+            )
+        for name in ("n_valid", "n_test"):
+            at_least(name, getattr(self, name), 1)
+        if self.n_train is not None:
+            at_least("n_train", self.n_train, 1)
 
     @property
     def longest_sequence(self) -> int:
@@ -139,7 +134,7 @@ class Seq2SeqData(SentencePairs[Batch]):
         return collate_pairs([(e.src_ids, e.tgt_ids) for e in examples])
 
 
-def read_pairs(cfg: PairsSection) -> dict[str, list[Pair]]:
+def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
     """The configured corpus as text pairs per split; a missing valid split is the last n_valid
     training pairs; with ``n_train``, only the first n_train of the (remaining) training pairs
     are kept (data-size curves)."""
@@ -204,9 +199,9 @@ class ParallelText(Task[PairsData, PairsBatch]):
     with_mask: typing.ClassVar[bool] = False  # tokenizers with <mask> (id 4)
 
     @property
-    def section(self) -> PairsSection:
+    def section(self) -> TranslationConfig:
         """The task's data section, one of sentence pairs (a TranslationConfig or MaskedTranslationConfig)."""
-        return typing.cast(PairsSection, self.cfg)
+        return typing.cast(TranslationConfig, self.cfg)
 
     def prepare(
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
