@@ -179,7 +179,14 @@ def test_a_two_step_run_predicts_probabilities_and_evaluate_counts_as_by_hand(tm
     assert list(records[0]["probabilities"].values()) == pytest.approx(p.tolist(), abs=1e-5)
 
 
-@pytest.mark.parametrize("arch, model", [("ast", AST_MODEL), ("audio_cnn", "width: 8")])
+@pytest.mark.parametrize(
+    "arch, model",
+    [
+        ("ast", AST_MODEL),
+        ("audio_cnn", "width: 8"),
+        ("whisper_encoder", "stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}"),
+    ],
+)
 def test_a_tiny_model_learns_two_tones(tmp_path, arch, model):
     rec = write_tones(tmp_path / "rec")
     config = tmp_path / "model.yaml"

@@ -40,7 +40,7 @@ PATCH_POSITIONAL: dict[str, type[PositionalEncoding]] = {
 }
 
 # pooling: what summarises the image for the classifier
-SUMMARIES: dict[str, type[nn.Module]] = {"cls": ClassToken, "mean": PatchMean}
+SUMMARIES: dict[str, type[ClassToken] | type[PatchMean]] = {"cls": ClassToken, "mean": PatchMean}
 
 # What an image's attention needs of its backend: an image is a short sequence of patches (N + 1 tokens)
 IMAGE_BACKENDS_REFUSAL = "is blockwise or approximate, which an image's few patches do not need"

@@ -3,6 +3,7 @@
     X      = LogMel(waveform)                          (frames, n_mels); SpecAugment's masks in training
     image  = X^T as one channel                        (1, n_mels, frames): frequency down, time across
     AST    = ViT over the image's P x P patches        (Gong et al. 2021, "AST: Audio Spectrogram Transformer")
+    frames = Whisper's encoder over the frames          (Radford et al. 2022): a strided convolutional stem
     CNN    = SmallConvNet's convolutions, max over time (the non-Transformer baseline)
 
 Clips are zero-padded to one length; a clip's own length (in samples) says which frames are its, so
@@ -13,6 +14,7 @@ wholly in the padding.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.cnn import conv_features
@@ -20,6 +22,7 @@ from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import Encoder
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.spectrogram import LogMel, SpecAugment
+from attnlab.nn.tensor_plan import TensorPlan, megatron
 from attnlab.nn.vision import ClassToken, PatchEmbedding, PatchEncoding, PatchMean
 
 
@@ -99,4 +102,72 @@ class SpectrogramCNN(nn.Module):
         image, _ = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, frames)
         x = self.features(image).amax(3)  # (B, 2 width, n_mels / 2, frames / 2) -> (B, 2 width, n_mels / 2)
         logits: Tensor = self.out(self.dropout(x.flatten(1)))  # (B, 2 width n_mels / 2) -> (B, n_classes)
+        return logits
+
+
+class ConvStem(nn.Module):
+    """Whisper's stem: two convolutions of width 3 over time, GELU after each, the second with stride
+    2, so that a token stands for two frames. (B, F, n_mels) frames and (B,) each clip's frames ->
+    (B, ceil(F / 2), d_model) and (B,) each clip's tokens. The frames past a clip's end are zeroed
+    before each convolution, as the convolutions' own padding is: a clip's tokens are the same alone
+    as beside a longer clip."""
+
+    def __init__(self, n_mels: int, d_model: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_mels, d_model, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(d_model, d_model, kernel_size=3, stride=2, padding=1)
+
+    def forward(self, x: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
+        inside = (torch.arange(x.shape[1], device=x.device)[None, :] < frames[:, None]).unsqueeze(1)  # (B, 1, F)
+        x = F.gelu(self.conv1(x.transpose(1, 2) * inside)) * inside  # (B, d_model, F)
+        x = F.gelu(self.conv2(x))  # (B, d_model, ceil(F / 2))
+        return x.transpose(1, 2), (frames + 1) // 2
+
+
+class FrameTransformer(nn.Module):
+    """Spectrogram frames as tokens: Whisper's encoder, read as a classifier.
+
+        X      = LogMel(waveform)           (B, F, n_mels); SpecAugment's masks in training
+        H0     = ConvStem(X) + PE           (B, T, d_model), T = ceil(F / 2); PE Whisper's sinusoids
+        H      = Encoder([x_class;] H0)     pre-norm layers and a final LayerNorm
+        logits = classifier(H, valid)       the mean over a clip's tokens, or the class token's state
+
+    ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
+
+    def __init__(
+        self,
+        spectrogram: Spectrogram,
+        stem: ConvStem,
+        positional: PositionalEncoding,
+        summary: ClassToken | PatchMean,
+        encoder: Encoder,
+        classifier: nn.Module,
+    ) -> None:
+        super().__init__()
+        self.spectrogram, self.stem, self.positional = spectrogram, stem, positional
+        self.summary, self.encoder, self.classifier = summary, encoder, classifier
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder")
+
+    def encode_frames(self, x: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, F, n_mels) log-mel frames, (B,) each clip's -> final states (B, T', d_model) and (B, T')
+        True at the class token (if any) and at each clip's own tokens."""
+        x, tokens = self.stem(x, frames)  # (B, T, d_model), (B,)
+        x = self.positional.embed(x, torch.arange(x.shape[1], device=x.device))  # + PE
+        z = self.summary(x)  # (B, T', d_model): [x_class; H0] or H0
+        positions = torch.arange(z.shape[1], device=z.device)  # (T',)
+        valid = positions[None, :] < (tokens + z.shape[1] - x.shape[1])[:, None]  # (B, T'): the class token first
+        return self.encoder(z, valid, positions), valid
+
+    def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S), (B,) -> final states (B, T', d_model) and their (B, T') validity."""
+        image, frames = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, F), (B,)
+        return self.encode_frames(image[:, 0].transpose(1, 2), frames)
+
+    def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
+        """(B, S), (B,) -> (B, n_classes)."""
+        z, valid = self.encode(waveforms, lengths)
+        logits: Tensor = self.classifier(z, valid)  # (B, n_classes)
         return logits

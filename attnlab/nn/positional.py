@@ -120,6 +120,20 @@ class HalvesSinusoidalPositional(SinusoidalPositional):
         return torch.cat([table[:, 0::2], table[:, 1::2]], dim=-1)  # (T, D): sines, then cosines
 
 
+class WhisperSinusoidalPositional(SinusoidalPositional):
+    """Whisper's fixed table (Radford et al. 2022), the halves layout with its timescales spread so
+    that the slowest is exactly n: PE(pos, i) = sin(pos / n^(i / (D/2 - 1))) and PE(pos, D/2 + i) =
+    cos(pos / n^(i / (D/2 - 1))), i < D/2 (Marian's exponent is 2i / D). The frames encoder's
+    (models/whisper_encoder.py); D even, at least 4."""
+
+    def encode(self, positions: Tensor) -> Tensor:
+        half = self.dim // 2
+        rate = math.log(self.base) / (half - 1)  # the log-timescale step
+        inv_timescales = torch.exp(-rate * torch.arange(half, dtype=torch.float32, device=positions.device))  # (D/2,)
+        angles = positions.float()[:, None] * inv_timescales[None, :]  # (T, D/2)
+        return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (T, D): sines, then cosines
+
+
 class LearnedPositional(AbsolutePositional):
     """A learned vector per position up to max_len (Gehring et al. 2017; BERT, GPT)."""
 

@@ -1,0 +1,81 @@
+"""Spectrogram frames as tokens (``arch: whisper_encoder``): Whisper's encoder (Radford et al. 2022)
+read as a sound classifier. The model computes the log-mels from the waveforms on its own device
+(``model.features``), masks them with SpecAugment in training (``model.augment``), reads each frame's
+n_mels bands through Whisper's convolutional stem (two width-3 convolutions with GELU, the second of
+stride 2: one token per two frames), adds Whisper's sinusoids and runs a pre-norm encoder stack with
+a final LayerNorm; ``model.classifier`` summarises the tokens (``mean`` over each clip's own tokens
+by default; ``cls`` prepends a class token, as ViT's) for a linear or pooled head.
+
+Beside the AST's patches (models/spectrogram_transformer.py), this is the issue's first tokenisation:
+a token is a 20 ms slice of every band at the default 10 ms hop, so the sequence is long in time and
+the attention follows it. tests/test_whisper_encoder.py holds the encoder against transformers'
+WhisperEncoder on the same weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnlab.config import at_least
+from attnlab.errors import ConfigError
+from attnlab.models import transformer as parts
+from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, spectrogram
+from attnlab.models.classifier import Classifier
+from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.shape import DataShape
+from attnlab.models.stack import StackConfig, fields_free_exact
+from attnlab.models.vit import SUMMARIES
+from attnlab.nn.audio import ConvStem, FrameTransformer
+from attnlab.nn.positional import WhisperSinusoidalPositional
+
+OF = "arch 'whisper_encoder'"
+
+
+@dataclass(frozen=True)
+class WhisperEncoderConfig(FamilyConfig):
+    """``features`` (the log-mels: Whisper's 25 ms windows every 10 ms by default), ``augment``
+    (SpecAugment), the encoder's ``stack`` (pre-norm and GELU, as Whisper's) and ``classifier``
+    (``mean`` pooling and a ``linear`` head by default)."""
+
+    features: LogMelFeatures = LogMelFeatures()
+    augment: SpecAugmentation = SpecAugmentation()
+    stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=4, d_ff=256, activation="gelu", norm="pre")
+    classifier: Classifier = Classifier(pooling="mean", head="linear")
+
+    def check(self) -> None:
+        self.family.check_stack(self.stack)
+        at_least("stack.d_model", self.stack.d_model, 4)
+        if self.stack.d_model % 2:
+            raise ConfigError(
+                f"stack.d_model ({self.stack.d_model}) must be even: Whisper's sinusoids are half sines, half cosines"
+            )
+
+    def check_shape(self, shape: DataShape) -> None:
+        self.features.check_shape(shape)
+
+
+@register_family
+class WhisperEncoderFamily(ModelFamily):
+    name = "whisper_encoder"
+    config = WhisperEncoderConfig
+    # encoder/decoder mean reading and writing token sequences: a sound classifier does neither
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=WAVEFORMS
+    )
+    backends_fit = fields_free_exact  # a function read from the class: no self
+    backends_refusal = "is blockwise or approximate, which a clip's few hundred frames do not need"
+
+    @staticmethod
+    def build(cfg: WhisperEncoderConfig, shape: DataShape) -> FrameTransformer:
+        d_model = cfg.stack.d_model
+        summary = SUMMARIES[cfg.classifier.pooling](d_model)
+        model = FrameTransformer(
+            spectrogram(cfg.features, cfg.augment, shape, OF),
+            ConvStem(cfg.features.n_mels, d_model),
+            WhisperSinusoidalPositional(d_model),
+            summary,
+            parts.plain_encoder(cfg, cfg.stack.n_layers),
+            cfg.classifier.build(d_model, shape.need("n_classes", OF), cfg.stack.dropout, summary.pooling()),
+        )
+        parts.init_weights(model)
+        return model
