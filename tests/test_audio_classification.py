@@ -124,18 +124,22 @@ def test_the_validation_split_is_the_indices_5_to_9_and_the_label_a_field(tmp_pa
 
 
 RECIPE = """\
-model: {{arch: {arch}, features: {{n_mels: 16}}, {model}}}
+model: {{arch: {arch}, {model}}}
 data: {{task: audio_classification, recordings: {recordings}, clip_seconds: 0.5}}
 train: {{max_steps: {steps}, batch_size: 8, optimizer: adamw, lr_schedule: constant, lr: 3.0e-3, warmup_steps: 1,
         eval_every: {steps}, log_every: 1, label_smoothing: 0.0, early_stop_metric: accuracy, progress: false}}
 """
-AST_MODEL = "patches: {size: 4}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}"
+AST_MODEL = (
+    "features: {n_mels: 16}, patches: {size: 4}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}"
+)
 
 
 def test_a_two_step_run_predicts_probabilities_and_evaluate_counts_as_by_hand(tmp_path):
     rec = write_tones(tmp_path / "rec")
     config = tmp_path / "cnn.yaml"
-    config.write_text(RECIPE.format(arch="audio_cnn", model="width: 4", recordings=rec, steps=2))
+    config.write_text(
+        RECIPE.format(arch="audio_cnn", model="features: {n_mels: 16}, width: 4", recordings=rec, steps=2)
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     assert "recordings: train 28, valid 20; 2 classes 0, 1; clips of 4,000 samples (0 cut)" in done.stdout
@@ -183,8 +187,12 @@ def test_a_two_step_run_predicts_probabilities_and_evaluate_counts_as_by_hand(tm
     "arch, model",
     [
         ("ast", AST_MODEL),
-        ("audio_cnn", "width: 8"),
-        ("whisper_encoder", "stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}"),
+        ("audio_cnn", "features: {n_mels: 16}, width: 8"),
+        (
+            "whisper_encoder",
+            "features: {n_mels: 16}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}",
+        ),
+        ("waveform_transformer", "stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64, dropout: 0.0}"),
     ],
 )
 def test_a_tiny_model_learns_two_tones(tmp_path, arch, model):
@@ -208,7 +216,9 @@ def test_bad_inputs_are_one_line_each_naming_the_file(tmp_path):
     rec = write_tones(tmp_path / "rec", indices=range(5, 7))
     write_tones(tmp_path / "rec", indices=range(20, 22))
     config = tmp_path / "cnn.yaml"
-    config.write_text(RECIPE.format(arch="audio_cnn", model="width: 4", recordings=rec, steps=1))
+    config.write_text(
+        RECIPE.format(arch="audio_cnn", model="features: {n_mels: 16}, width: 4", recordings=rec, steps=1)
+    )
     done = run_cli("train", str(config), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     (tmp_path / "text.wav").write_text("not a sound\n")

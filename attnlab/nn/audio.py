@@ -124,15 +124,49 @@ class ConvStem(nn.Module):
         return x.transpose(1, 2), (frames + 1) // 2
 
 
-class FrameTransformer(nn.Module):
+class TokenEncoding(nn.Module):
+    """What every classifier of sound tokens shares, whatever makes its tokens (``encode``, set by the
+    subclass): their positions added, a class token or none (``summary``), the Encoder stack and the
+    head. ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
+
+    def __init__(
+        self, positional: PositionalEncoding, summary: ClassToken | PatchMean, encoder: Encoder, classifier: nn.Module
+    ) -> None:
+        super().__init__()
+        self.positional, self.summary, self.encoder, self.classifier = positional, summary, encoder, classifier
+
+    def tensor_plan(self) -> TensorPlan:
+        """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
+        return megatron(self, "encoder")
+
+    def encode_tokens(self, x: Tensor, positions: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, T, d_model) tokens at (T,) positions, (B, T) True at each clip's own -> final states
+        (B, T', d_model) and (B, T') their validity, the class token (if any) first and valid."""
+        x = self.positional.embed(x, positions)  # + PE
+        z = self.summary(x)  # (B, T', d_model): [x_class; x] or x
+        first = valid.new_ones(valid.shape[0], z.shape[1] - x.shape[1])  # (B, T' - T): the class token
+        valid = torch.cat([first, valid], dim=1)  # (B, T')
+        return self.encoder(z, valid, torch.arange(z.shape[1], device=z.device)), valid
+
+    def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S), (B,) -> final states (B, T', d_model) and their (B, T') validity."""
+        raise NotImplementedError
+
+    def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
+        """(B, S), (B,) -> (B, n_classes)."""
+        z, valid = self.encode(waveforms, lengths)
+        logits: Tensor = self.classifier(z, valid)  # (B, n_classes)
+        return logits
+
+
+class FrameTransformer(TokenEncoding):
     """Spectrogram frames as tokens: Whisper's encoder, read as a classifier.
 
-        X      = LogMel(waveform)           (B, F, n_mels); SpecAugment's masks in training
-        H0     = ConvStem(X) + PE           (B, T, d_model), T = ceil(F / 2); PE Whisper's sinusoids
-        H      = Encoder([x_class;] H0)     pre-norm layers and a final LayerNorm
-        logits = classifier(H, valid)       the mean over a clip's tokens, or the class token's state
-
-    ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
+    X      = LogMel(waveform)           (B, F, n_mels); SpecAugment's masks in training
+    H0     = ConvStem(X) + PE           (B, T, d_model), T = ceil(F / 2); PE Whisper's sinusoids
+    H      = Encoder([x_class;] H0)     pre-norm layers and a final LayerNorm
+    logits = classifier(H, valid)       the mean over a clip's tokens, or the class token's state
+    """
 
     def __init__(
         self,
@@ -143,31 +177,16 @@ class FrameTransformer(nn.Module):
         encoder: Encoder,
         classifier: nn.Module,
     ) -> None:
-        super().__init__()
-        self.spectrogram, self.stem, self.positional = spectrogram, stem, positional
-        self.summary, self.encoder, self.classifier = summary, encoder, classifier
-
-    def tensor_plan(self) -> TensorPlan:
-        """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
-        return megatron(self, "encoder")
+        super().__init__(positional, summary, encoder, classifier)
+        self.spectrogram, self.stem = spectrogram, stem
 
     def encode_frames(self, x: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
         """(B, F, n_mels) log-mel frames, (B,) each clip's -> final states (B, T', d_model) and (B, T')
         True at the class token (if any) and at each clip's own tokens."""
         x, tokens = self.stem(x, frames)  # (B, T, d_model), (B,)
-        x = self.positional.embed(x, torch.arange(x.shape[1], device=x.device))  # + PE
-        z = self.summary(x)  # (B, T', d_model): [x_class; H0] or H0
-        positions = torch.arange(z.shape[1], device=z.device)  # (T',)
-        valid = positions[None, :] < (tokens + z.shape[1] - x.shape[1])[:, None]  # (B, T'): the class token first
-        return self.encoder(z, valid, positions), valid
+        positions = torch.arange(x.shape[1], device=x.device)  # (T,)
+        return self.encode_tokens(x, positions, positions[None, :] < tokens[:, None])
 
     def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, S), (B,) -> final states (B, T', d_model) and their (B, T') validity."""
         image, frames = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, F), (B,)
         return self.encode_frames(image[:, 0].transpose(1, 2), frames)
-
-    def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
-        """(B, S), (B,) -> (B, n_classes)."""
-        z, valid = self.encode(waveforms, lengths)
-        logits: Tensor = self.classifier(z, valid)  # (B, n_classes)
-        return logits
