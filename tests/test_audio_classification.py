@@ -264,3 +264,45 @@ def test_info_plans_an_audio_config_without_reading_its_data(tmp_path):
     n = sum(p.numel() for p in build_model(cfg, shape).parameters())
     line = next(line for line in done.stdout.splitlines() if line.startswith("parameters "))
     assert line.split() == ["parameters", f"{n:,}"]
+
+
+TINY_STACK = dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, dropout=0.0)
+
+
+@pytest.mark.parametrize(
+    "fields, tokens",
+    [
+        (dict(arch="whisper_encoder", features=dict(n_mels=16), stack=TINY_STACK), 50),  # 100 frames of 10 ms / 2
+        (TINY_AST, 1 + 4 * 25),  # a class token and (16 / 4) x (100 / 4) patches
+        (dict(arch="waveform_transformer", waveform=dict(frame_ms=10.0, streams=3), stack=TINY_STACK), 1 + 10 + 100),
+    ],
+)
+def test_info_counts_tokens_and_flops_per_second_of_audio(fields, tokens):
+    """Per second of audio at 8 kHz: the encoder's tokens, and its FLOPs as the formulas give them for
+    T tokens of width d (2 per multiply-add): projections 2 T 4 d^2, scores 2 (2 T^2 d), feed-forward
+    2 T 2 d d_ff, the head 2 d n_classes; the front end the rest."""
+    from attnlab.analysis.budget import sound_report
+
+    report = sound_report(*sized(**fields, sample_rate=RATE, samples=4000, n_classes=3))
+    d, d_ff, T = 32, 64, tokens
+    assert report["tokens"] == T
+    assert report["forward_by_kind"] == {
+        "attention_projections": 2 * T * 4 * d * d,
+        "attention_scores": 2 * 2 * T * T * d,
+        "feed_forward": 2 * T * 2 * d * d_ff,
+        "output": 2 * d * 3,
+        "front_end": report["forward_flops"] - 2 * T * (4 * d * d + 2 * T * d + 2 * d * d_ff) - 2 * d * 3,
+    }
+    assert report["forward_by_kind"]["front_end"] > 0
+
+
+def test_info_prints_the_cost_of_a_second_of_audio_and_a_cnn_has_no_tokens(tmp_path):
+    config = tmp_path / "cnn.yaml"
+    config.write_text(
+        RECIPE.format(arch="audio_cnn", model="features: {n_mels: 16}, width: 4", recordings=tmp_path, steps=1)
+    )
+    done = run_cli("info", str(config))
+    assert done.returncode == 0, done.stderr
+    block = done.stdout[done.stdout.index("per 1 s of audio at 8,000 Hz") :].splitlines()
+    assert block[1].split() == ["tokens", "none", "(no", "tokens)"] and block[2].split()[:2] == ["forward", "FLOPs"]
+    assert json.loads(run_cli("info", str(config), "--json").stdout)["audio"]["tokens"] is None

@@ -4,6 +4,7 @@ their first owner in module order (the token embedding)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
@@ -15,6 +16,7 @@ from attnlab.models.shape import DataShape
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.feedforward import PositionWiseFeedForward
+from attnlab.nn.interfaces import Classifier, EncodingModel
 from attnlab.nn.positional import PositionalEncoding
 
 
@@ -220,4 +222,62 @@ def format_budget_report(report: dict[str, Any]) -> str:
     for key, title in (("training_memory", "training memory"), ("inference_memory", "inference memory (KV cache)")):
         if key in report:
             lines += ["", title] + [f"  {k:<30}{gib(v):>16}" for k, v in report[key].items()]
+    return "\n".join(lines)
+
+
+class _Classifying(nn.Module):
+    """A sound model called as ``classify``, so that FlopCounterMode names its modules by their path."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        if not isinstance(model, Classifier):
+            raise TypeError(f"{type(model).__name__} reads waveforms but has no classify")
+        self.model, self.classify = model, model.classify
+
+    def forward(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
+        return self.classify(waveforms, lengths)
+
+
+def sound_report(cfg: Any, shape: DataShape, seconds: float = 1.0) -> dict[str, Any]:
+    """What ``seconds`` of audio cost a model that reads waveforms: the tokens its encoder reads (its
+    class token included; None for a model without tokens, a CNN) and the forward FLOPs (2 per
+    multiply-add) by kind, the front end (features, stem, token maps) as the rest. Measured on the meta
+    device, in eval mode, for one clip of that length."""
+    from attnlab.models import build_model
+
+    rate = shape.need("sample_rate", f"arch '{cfg.arch}'")
+    samples = max(1, round(seconds * rate))
+    with torch.device("meta"):
+        model = build_model(cfg, dataclasses.replace(shape, samples=samples)).eval()
+        waveforms, lengths = torch.zeros(1, samples), torch.full((1,), samples)
+    counter = FlopCounterMode(display=False, depth=100)
+    with torch.no_grad(), counter:
+        _Classifying(model)(waveforms, lengths)
+    forward = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
+    by_kind = dict.fromkeys(("attention_projections", "attention_scores", "feed_forward", "output"), 0)
+    for name, flops in forward.items():
+        kind = _flop_kind(name)
+        if kind == "attention_scores":  # the module's own total, less its projections (counted apart)
+            flops -= sum(f for child, f in forward.items() if child.startswith(name + ".") and child.endswith("_proj"))
+        if kind is not None:
+            by_kind[kind] += flops
+    total = forward.get("Global", 0)
+    tokens = None
+    if isinstance(model, EncodingModel):  # the whole clip is the clip's: every token is valid
+        with torch.no_grad():
+            tokens = model.encode(waveforms, lengths)[1].shape[1]
+    return {
+        "seconds": seconds,
+        "sample_rate": rate,
+        "tokens": tokens,
+        "forward_flops": total,
+        "forward_by_kind": {**by_kind, "front_end": total - sum(by_kind.values())},
+    }
+
+
+def format_sound_report(report: dict[str, Any]) -> str:
+    per = f"per {report['seconds']:g} s of audio at {report['sample_rate']:,} Hz (counted on the meta device)"
+    tokens = "none (no tokens)" if report["tokens"] is None else f"{report['tokens']:,}"
+    lines = [per, f"  {'tokens':<24}{tokens:>16}", f"  {'forward FLOPs':<24}{report['forward_flops']:>16,}"]
+    lines += [f"    {kind:<22}{flops:>16,}" for kind, flops in report["forward_by_kind"].items()]
     return "\n".join(lines)

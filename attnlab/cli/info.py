@@ -155,8 +155,16 @@ def format_exportability(answers: dict[str, str | None] | None) -> str:
 def cmd_info(args: argparse.Namespace) -> None:
     import torch
 
-    from attnlab.analysis.budget import budget_report, format_budget_report, format_parameter_report, parameter_report
+    from attnlab.analysis.budget import (
+        budget_report,
+        format_budget_report,
+        format_parameter_report,
+        format_sound_report,
+        parameter_report,
+        sound_report,
+    )
     from attnlab.models import Inputs, build_model
+    from attnlab.models.audio import WAVEFORMS
 
     if min(args.seq_len, args.batch) < 1 or (args.src_len is not None and args.src_len < 1):
         raise UsageError("--seq-len, --src-len and --batch must be at least 1")
@@ -221,6 +229,8 @@ def cmd_info(args: argparse.Namespace) -> None:
         }
     if args.parallel is not None:
         report["parallel_memory"] = _parallel_memory(cfg, shape, args)
+    if cfg.capabilities.inputs == WAVEFORMS:
+        report["audio"] = sound_report(cfg, shape)
     if args.json:
         print(json.dumps(report))
         return
@@ -229,6 +239,9 @@ def cmd_info(args: argparse.Namespace) -> None:
     print(format_parameter_report(report))
     print()
     print(format_exportability(export))
+    if "audio" in report:
+        print()
+        print(format_sound_report(report["audio"]))
     if budget is not None:
         print()
         print(format_budget_report(report["budget"]))
