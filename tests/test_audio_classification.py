@@ -123,6 +123,29 @@ def test_the_validation_split_is_the_indices_5_to_9_and_the_label_a_field(tmp_pa
     assert cfg.task.prepare(Batching(max_tokens=0, batch_size=8, seed=0)).labels == ["ann", "bob"]
 
 
+def test_the_speaker_held_out_split_is_every_recording_of_one_speaker(tmp_path):
+    """valid_speaker: that speaker's recordings (every index) are the validation split, the others' the
+    training split; learning the speaker, or choosing by index as well, is refused in one line, and a
+    speaker absent from the folder is named with the ones there."""
+    from attnlab.tasks import task_config
+    from attnlab.tasks.batching import Batching
+
+    write_tones(tmp_path / "rec", speakers=("ann", "bob", "cat"))
+    section = {"task": "audio_classification", "recordings": str(tmp_path / "rec"), "clip_seconds": 0.3}
+    data = task_config({**section, "valid_speaker": "bob"}).task.prepare(Batching(max_tokens=0, batch_size=8, seed=0))
+    assert [len(data.splits[s][2]) for s in ("train", "valid")] == [48, 24]  # 2 digits x 12 indices each
+    with pytest.raises(ConfigError, match=r"^valid_speaker \('bob'\) holds a speaker out, so label 'speaker'"):
+        task_config({**section, "valid_speaker": "bob", "label": "speaker"})
+    with pytest.raises(
+        ConfigError, match=r"^valid_speaker \('bob'\) makes the validation split .* give one or the other$"
+    ):
+        task_config({**section, "valid_speaker": "bob", "valid_first": 0})
+    with pytest.raises(
+        DataError, match=r"no validation recordings \(validation: speaker 'dan'\); its speakers: ann, bob, cat$"
+    ):
+        task_config({**section, "valid_speaker": "dan"}).task.prepare(Batching(max_tokens=0, batch_size=8, seed=0))
+
+
 RECIPE = """\
 model: {{arch: {arch}, {model}}}
 data: {{task: audio_classification, recordings: {recordings}, clip_seconds: 0.5}}

@@ -4,7 +4,9 @@ The data is a folder of recordings named as the Free Spoken Digit Dataset's, ``{
 (`attnlab data get fsdd` writes its training recordings to data/fsdd/train/); ``label`` chooses what is
 learnt: the ``digit`` spoken or the ``speaker``. Validation: the recordings whose index is
 ``valid_first`` .. ``valid_last`` (5-9 by default: FSDD's official test recordings, 0-4, are never in
-the training folder), so the split depends on the names alone. Each recording is read by
+the training folder), so the split depends on the names alone; or, with ``valid_speaker``, every
+recording of that speaker, the others' being the training split (the speaker-held-out protocol: one
+fold of six on FSDD, recipes/audio/speaker_folds_sweep.yaml runs them all). Each recording is read by
 data/audio.py (soundfile), mixed to mono and resampled to ``sample_rate`` (soxr), then cut to
 ``clip_seconds`` or zero-padded to it; a batch is the waveforms (B, S) and their lengths (B,) in samples
 (models/audio.py's kind ``waveforms``): the model computes its own features.
@@ -41,13 +43,15 @@ LABELS = ("digit", "speaker")
 @dataclass(frozen=True)
 class AudioClassificationConfig(TaskConfig):
     """``recordings``: a folder of ``{digit}_{speaker}_{index}`` audio files; ``label``: digit or speaker;
-    the recordings of index ``valid_first`` .. ``valid_last`` are the validation split; every clip
-    resampled to ``sample_rate`` Hz and cut or zero-padded to ``clip_seconds``."""
+    the recordings of index ``valid_first`` .. ``valid_last`` are the validation split, or, with
+    ``valid_speaker``, every recording of that speaker; every clip resampled to ``sample_rate`` Hz and
+    cut or zero-padded to ``clip_seconds``."""
 
     recordings: Optional[str] = None
     label: str = "digit"
     valid_first: int = 5
     valid_last: int = 9
+    valid_speaker: Optional[str] = None
     sample_rate: int = 8000
     clip_seconds: float = 1.0
 
@@ -60,6 +64,28 @@ class AudioClassificationConfig(TaskConfig):
             raise ConfigError(f"clip_seconds must be a positive number of seconds (got {self.clip_seconds})")
         if self.samples < 1:
             raise ConfigError(f"clip_seconds ({self.clip_seconds}) is less than one sample at {self.sample_rate} Hz")
+        if self.valid_speaker is not None and self.label == "speaker":
+            raise ConfigError(
+                f"valid_speaker ('{self.valid_speaker}') holds a speaker out, so label 'speaker' would be scored on "
+                f"a class it never trained: hold out by index (valid_first, valid_last) or learn the digit"
+            )
+        if self.valid_speaker is not None and (self.valid_first, self.valid_last) != (5, 9):
+            raise ConfigError(
+                f"valid_speaker ('{self.valid_speaker}') makes the validation split that speaker's recordings: "
+                f"valid_first and valid_last choose by index instead; give one or the other"
+            )
+
+    def in_validation(self, recording: Recording) -> bool:
+        """Whether ``recording`` is in the validation split (its speaker, or its index)."""
+        if self.valid_speaker is not None:
+            return recording.speaker == self.valid_speaker
+        return self.valid_first <= recording.index <= self.valid_last
+
+    def held_out(self) -> str:
+        """The rule of the validation split, as the errors name it."""
+        if self.valid_speaker is not None:
+            return f"speaker '{self.valid_speaker}'"
+        return f"indices {self.valid_first}-{self.valid_last}"
 
     def check_trainable(self) -> None:
         if self.recordings is None:
@@ -212,13 +238,14 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         cfg = self.cfg
         cfg.check_trainable()
         found = recordings_in(cfg.recordings)
-        held = [r for r in found if cfg.valid_first <= r.index <= cfg.valid_last]
-        kept = [r for r in found if not cfg.valid_first <= r.index <= cfg.valid_last]
+        held = [r for r in found if cfg.in_validation(r)]
+        kept = [r for r in found if not cfg.in_validation(r)]
         for split, rows in (("training", kept), ("validation", held)):
             if not rows:
-                raise DataError(
-                    f"{cfg.recordings}: no {split} recordings (validation: indices {cfg.valid_first}-{cfg.valid_last})"
+                speakers = (
+                    f"; its speakers: {', '.join(sorted({r.speaker for r in found}))}" if cfg.valid_speaker else ""
                 )
+                raise DataError(f"{cfg.recordings}: no {split} recordings (validation: {cfg.held_out()}){speakers}")
         classes = state["labels"] if state else class_names([r.label(cfg.label) for r in kept])
         if len(classes) < 2:
             raise DataError(f"{cfg.recordings}: one {cfg.label} ('{classes[0]}'); a classifier needs at least two")
