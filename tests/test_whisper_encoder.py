@@ -112,7 +112,7 @@ def test_the_mean_is_over_each_clips_own_tokens():
         (dict(stack=dict(d_model=2, n_heads=1)), r"^stack.d_model must be >= 4"),
         (
             dict(stack=dict(d_model=16, n_heads=2, attention_backend="linear")),
-            r"is blockwise or approximate, which a clip's few hundred frames do not need",
+            r"is blockwise or approximate, which a clip's few hundred tokens do not need",
         ),
         (dict(classifier=dict(pooling="max")), r"^classifier.pooling must be one of"),
     ],

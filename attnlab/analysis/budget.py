@@ -126,6 +126,19 @@ def _flop_kind(module: str) -> str | None:
     return None
 
 
+def _by_kind(forward: dict[str, int]) -> dict[str, int]:
+    """FLOPs by module path -> by _flop_kind (each module once: an attention module's own total less
+    its projections, which are counted apart)."""
+    by_kind = dict.fromkeys(("attention_projections", "attention_scores", "feed_forward", "output"), 0)
+    for name, flops in forward.items():
+        kind = _flop_kind(name)
+        if kind == "attention_scores":
+            flops -= sum(f for child, f in forward.items() if child.startswith(name + ".") and child.endswith("_proj"))
+        if kind is not None:
+            by_kind[kind] += flops
+    return by_kind
+
+
 def budget_report(
     cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len: int | None = None, bytes_per_value: int = 4
 ) -> dict[str, Any]:
@@ -158,13 +171,7 @@ def budget_report(
         forward = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
         logits.float().sum().backward()
     total = sum(counter.get_flop_counts()["Global"].values())
-    by_kind = dict.fromkeys(("attention_projections", "attention_scores", "feed_forward", "output"), 0)
-    for name, flops in forward.items():
-        kind = _flop_kind(name)
-        if kind == "attention_scores":  # the module's own total, less its projections (counted apart)
-            flops -= sum(f for child, f in forward.items() if child.startswith(name + ".") and child.endswith("_proj"))
-        if kind is not None:
-            by_kind[kind] += flops
+    by_kind = _by_kind(forward)
     activation_bytes = sum(t.numel() for t in saved.values()) * bytes_per_value
     attention_bytes = (
         sum(
@@ -254,13 +261,7 @@ def sound_report(cfg: Any, shape: DataShape, seconds: float = 1.0) -> dict[str, 
     with torch.no_grad(), counter:
         _Classifying(model)(waveforms, lengths)
     forward = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
-    by_kind = dict.fromkeys(("attention_projections", "attention_scores", "feed_forward", "output"), 0)
-    for name, flops in forward.items():
-        kind = _flop_kind(name)
-        if kind == "attention_scores":  # the module's own total, less its projections (counted apart)
-            flops -= sum(f for child, f in forward.items() if child.startswith(name + ".") and child.endswith("_proj"))
-        if kind is not None:
-            by_kind[kind] += flops
+    by_kind = _by_kind(forward)
     total = forward.get("Global", 0)
     tokens = None
     if isinstance(model, EncodingModel):  # the whole clip is the clip's: every token is valid

@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
+
+from torch import nn
 
 from attnlab.config import TypedConfig, at_least, one_of
 from attnlab.errors import ConfigError
-from attnlab.models.family import input_kind
+from attnlab.models import transformer as parts
+from attnlab.models.classifier import Classifier
+from attnlab.models.family import Capabilities, ModelFamily, input_kind
 from attnlab.models.shape import DataShape
+from attnlab.models.stack import StackConfig, fields_free_exact
+from attnlab.models.vit import SUMMARIES
 from attnlab.nn.audio import Spectrogram
+from attnlab.nn.layers import Encoder
 from attnlab.nn.spectrogram import SCALINGS, LogMel, SpecAugment
+from attnlab.nn.vision import ClassToken, PatchMean
 
 WAVEFORMS = input_kind(
     "waveforms",
@@ -124,3 +132,35 @@ def spectrogram(
     return Spectrogram(
         features.log_mel(shape, of), augment.spec_augment(), features.frames(shape, of) if frames is None else frames
     )
+
+
+class SoundTokens(Protocol):
+    """What a family that reads sound as tokens configures of their encoding: the stack and the head."""
+
+    @property
+    def stack(self) -> StackConfig: ...
+
+    @property
+    def classifier(self) -> Classifier: ...
+
+
+class SoundTokenFamily(ModelFamily):
+    """The families that read sound as a sequence of tokens and classify it (whisper_encoder,
+    waveform_transformer): waveforms in, no decoder, the exact backends, and the same encoding of the
+    tokens (nn/audio.py's TokenEncoding: ``token_encoding``)."""
+
+    capabilities = Capabilities(
+        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=WAVEFORMS
+    )
+    backends_fit = fields_free_exact  # a function read from the class: no self
+    backends_refusal = "is blockwise or approximate, which a clip's few hundred tokens do not need"
+
+    @staticmethod
+    def token_encoding(
+        cfg: SoundTokens, shape: DataShape, of: str
+    ) -> tuple[ClassToken | PatchMean, Encoder, nn.Module]:
+        """The summary (a class token, or the tokens alone for the mean), the pre-norm stack and the head."""
+        d_model = cfg.stack.d_model
+        summary = SUMMARIES[cfg.classifier.pooling](d_model)
+        head = cfg.classifier.build(d_model, shape.need("n_classes", of), cfg.stack.dropout, summary.pooling())
+        return summary, parts.plain_encoder(cfg, cfg.stack.n_layers), head

@@ -16,12 +16,11 @@ from typing import ClassVar
 from attnlab.config import TypedConfig, at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.audio import WAVEFORMS
+from attnlab.models.audio import SoundTokenFamily
 from attnlab.models.classifier import Classifier
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import FamilyConfig, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.stack import StackConfig, fields_free_exact
-from attnlab.models.vit import SUMMARIES
+from attnlab.models.stack import StackConfig
 from attnlab.nn.positional import SinusoidalPositional
 from attnlab.nn.waveform import WaveformTokens, WaveformTransformer
 
@@ -78,26 +77,17 @@ class WaveformTransformerConfig(FamilyConfig):
 
 
 @register_family
-class WaveformTransformerFamily(ModelFamily):
+class WaveformTransformerFamily(SoundTokenFamily):
     name = "waveform_transformer"
     config = WaveformTransformerConfig
-    # encoder/decoder mean reading and writing token sequences: a sound classifier does neither
-    capabilities = Capabilities(
-        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=WAVEFORMS
-    )
-    backends_fit = fields_free_exact  # a function read from the class: no self
-    backends_refusal = "is blockwise or approximate, which a clip's few hundred frames do not need"
 
     @staticmethod
     def build(cfg: WaveformTransformerConfig, shape: DataShape) -> WaveformTransformer:
         d_model = cfg.stack.d_model
-        summary = SUMMARIES[cfg.classifier.pooling](d_model)
         model = WaveformTransformer(
             WaveformTokens(cfg.waveform.frame(shape.need("sample_rate", OF)), cfg.waveform.factors(), d_model),
             SinusoidalPositional(d_model),
-            summary,
-            parts.plain_encoder(cfg, cfg.stack.n_layers),
-            cfg.classifier.build(d_model, shape.need("n_classes", OF), cfg.stack.dropout, summary.pooling()),
+            *SoundTokenFamily.token_encoding(cfg, shape, OF),
         )
         parts.init_weights(model)
         return model

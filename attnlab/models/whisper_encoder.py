@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from attnlab.config import at_least
 from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, spectrogram
+from attnlab.models.audio import LogMelFeatures, SoundTokenFamily, SpecAugmentation, spectrogram
 from attnlab.models.classifier import Classifier
-from attnlab.models.family import Capabilities, FamilyConfig, ModelFamily, register_family
+from attnlab.models.family import FamilyConfig, register_family
 from attnlab.models.shape import DataShape
-from attnlab.models.stack import StackConfig, fields_free_exact
-from attnlab.models.vit import SUMMARIES
+from attnlab.models.stack import StackConfig
 from attnlab.nn.audio import ConvStem, FrameTransformer
 from attnlab.nn.positional import WhisperSinusoidalPositional
 
@@ -55,27 +54,17 @@ class WhisperEncoderConfig(FamilyConfig):
 
 
 @register_family
-class WhisperEncoderFamily(ModelFamily):
+class WhisperEncoderFamily(SoundTokenFamily):
     name = "whisper_encoder"
     config = WhisperEncoderConfig
-    # encoder/decoder mean reading and writing token sequences: a sound classifier does neither
-    capabilities = Capabilities(
-        encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=WAVEFORMS
-    )
-    backends_fit = fields_free_exact  # a function read from the class: no self
-    backends_refusal = "is blockwise or approximate, which a clip's few hundred frames do not need"
 
     @staticmethod
     def build(cfg: WhisperEncoderConfig, shape: DataShape) -> FrameTransformer:
-        d_model = cfg.stack.d_model
-        summary = SUMMARIES[cfg.classifier.pooling](d_model)
         model = FrameTransformer(
             spectrogram(cfg.features, cfg.augment, shape, OF),
-            ConvStem(cfg.features.n_mels, d_model),
-            WhisperSinusoidalPositional(d_model),
-            summary,
-            parts.plain_encoder(cfg, cfg.stack.n_layers),
-            cfg.classifier.build(d_model, shape.need("n_classes", OF), cfg.stack.dropout, summary.pooling()),
+            ConvStem(cfg.features.n_mels, cfg.stack.d_model),
+            WhisperSinusoidalPositional(cfg.stack.d_model),
+            *SoundTokenFamily.token_encoding(cfg, shape, OF),
         )
         parts.init_weights(model)
         return model
