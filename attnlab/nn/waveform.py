@@ -49,8 +49,6 @@ class Decimation(nn.Module):
         self.register_buffer("taps", lowpass_taps(factor)[None, None], persistent=False)  # (1, 1, 20 s + 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.factor == 1:
-            return x
         return F.conv1d(x[:, None], self.taps.to(x.dtype), stride=self.factor, padding=10 * self.factor)[:, 0]
 
 
@@ -70,7 +68,7 @@ class WaveformTokens(nn.Module):
     def __init__(self, frame: int, factors: list[int], d_model: int) -> None:
         super().__init__()
         self.frame, self.factors = frame, factors
-        self.decimations = nn.ModuleList(Decimation(s) for s in factors)
+        self.decimations = nn.ModuleList(Decimation(s) if s > 1 else nn.Identity() for s in factors)  # 1: as it is
         self.embeddings = nn.ModuleList(nn.Linear(frame, d_model) for _ in factors)
 
     def forward(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -69,7 +69,8 @@ class AudioClassificationConfig(TaskConfig):
                 f"valid_speaker ('{self.valid_speaker}') holds a speaker out, so label 'speaker' would be scored on "
                 f"a class it never trained: hold out by index (valid_first, valid_last) or learn the digit"
             )
-        if self.valid_speaker is not None and (self.valid_first, self.valid_last) != (5, 9):
+        by_index = (self.valid_first, self.valid_last) != (type(self).valid_first, type(self).valid_last)
+        if self.valid_speaker is not None and by_index:  # an index range other than the default's
             raise ConfigError(
                 f"valid_speaker ('{self.valid_speaker}') makes the validation split that speaker's recordings: "
                 f"valid_first and valid_last choose by index instead; give one or the other"
