@@ -17,6 +17,7 @@ from typing import Literal, Optional
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
+PUBLIC_NAMES = Path(__file__).resolve().parent / "public_names.txt"
 sys.path.insert(0, str(DOCS / "_ext"))
 
 import attnlab_docs  # noqa: E402  (docs/_ext is no package)
@@ -53,6 +54,25 @@ def test_every_package_declares_its_public_names_and_each_has_its_page(generated
                 f"{package}.{name} is not on its API page"
             )
     assert len(generated["_generated/api/attnlab.rst"].split(".. auto")) - 1 >= 9  # 5 errors, 4 functions
+
+
+def public_names_now() -> list[str]:
+    return sorted(
+        f"{package}.{name}" for package in attnlab_docs.packages() for name in importlib.import_module(package).__all__
+    )
+
+
+def test_the_public_names_grow_only_deliberately():
+    """Every package's ``__all__`` against tests/public_names.txt: a name added to an ``__all__`` is
+    added to the list in the same commit, and a name listed must still be there (a user imports it)."""
+    listed = PUBLIC_NAMES.read_text().splitlines()
+    listed = [line for line in listed if line and not line.startswith("#")]
+    assert listed == sorted(set(listed)), "tests/public_names.txt: keep it sorted, each name once"
+    now = public_names_now()
+    added, gone = sorted(set(now) - set(listed)), sorted(set(listed) - set(now))
+    assert not added, f"public names not in tests/public_names.txt (add them deliberately): {added}"
+    assert not gone, f"public names gone from their package's __all__ (a user's import breaks): {gone}"
+    assert len(now) >= 145  # the 145 names of the list's first commit
 
 
 def test_the_readme_names_resolve_from_their_packages():
