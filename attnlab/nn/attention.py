@@ -16,6 +16,8 @@ DecoderLayer -> ResidualConnection -> SelfAttention -> SDPABackend.compute.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -123,6 +125,8 @@ class SelfAttention(MultiHeadAttention):
     values join the cached ones and the new queries attend over all of them. ``positional`` is a
     relative scheme acting inside attention (rotary, Shaw's, a score bias, ALiBi) or the identity."""
 
+    qkv_proj: nn.Linear  # W^Q | W^K | W^V, registered by MultiHeadAttention's __init__
+
     def __init__(
         self,
         d_model: int,
@@ -192,6 +196,9 @@ class CrossAttention(MultiHeadAttention):
     the encoder's output ("memory") through one fused (d_model -> 2 d_model) W^K|W^V. With a
     :class:`KVCache` (decoding), the memory is projected at the first step and reused after."""
 
+    q_proj: nn.Linear  # W^Q and W^K | W^V, registered by MultiHeadAttention's __init__
+    kv_proj: nn.Linear
+
     def __init__(
         self,
         d_model: int,
@@ -242,7 +249,7 @@ class CrossAttention(MultiHeadAttention):
         """(B, S, d_model) -> keys and values (B, H, S, Dh) each: projected once per decode (the
         ``cache`` keeps them), or at every call without one."""
         if cache is not None and cache.k is not None:
-            return cache.k, cache.v
+            return cache.k, cast(Tensor, cache.v)  # stored with k
         k, v = self.split_heads(self.kv_proj(memory), 2)
         return (k, v) if cache is None else cache.store(k, v)
 

@@ -10,13 +10,15 @@ positions instead, for steps of fixed shapes (CUDA graphs).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.heads import MultiTokenHead
-from attnlab.nn.layers import Decoder
+from attnlab.nn.layers import Decoder, DecoderLayer
 from attnlab.nn.stages import Carried, Stage, layer_ranges
 from attnlab.nn.tensor_plan import TensorPlan, megatron
 
@@ -84,16 +86,20 @@ class LMStage(Stage):
         super().__init__(layers, len(model.decoder.layers))
         self.embed = model.embed if self.first else None
         self.decoder = Decoder(
-            [model.decoder.layers[i] for i in layers], model.decoder.norm if self.last else nn.Identity()
+            # a Decoder's ModuleList holds the DecoderLayers it was built from
+            [cast(DecoderLayer, model.decoder.layers[i]) for i in layers],
+            model.decoder.norm if self.last else nn.Identity(),
         )
         self.generator = model.generator if self.last else None
 
     def enter(self, ids: Tensor) -> Carried:
-        return (self.embed(ids, torch.arange(ids.shape[1], device=ids.device)),)  # (B, T) -> (B, T, d_model)
+        embed = cast(Embeddings, self.embed)  # set on the first stage, the only one that enters
+        return (embed(ids, torch.arange(ids.shape[1], device=ids.device)),)  # (B, T) -> (B, T, d_model)
 
     def through(self, x: Tensor) -> Carried:
         no_padding = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)  # (B, T): the states need no ids
         return (self.decoder(x, no_padding, torch.arange(x.shape[1], device=x.device)),)
 
     def leave(self, x: Tensor) -> Tensor:
-        return self.generator(x)  # (B, T, d_model) -> (B, T, V)
+        generator = cast(nn.Linear, self.generator)  # set on the last stage, the only one that leaves
+        return generator(x)  # (B, T, d_model) -> (B, T, V)

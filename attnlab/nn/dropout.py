@@ -18,6 +18,8 @@ analysis/budget.py, counts the CPU's boolean masks).
 
 from __future__ import annotations
 
+from typing import Any, Callable, ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -37,15 +39,17 @@ def drop_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[Tensor
 
 
 class _Dropout(torch.autograd.Function):
+    apply: ClassVar[Callable[[Tensor, float], Tensor]]  # (x, p) -> x dropped; torch leaves Function.apply untyped
+
     @staticmethod
-    def forward(ctx, x: Tensor, p: float) -> Tensor:
+    def forward(ctx: Any, x: Tensor, p: float) -> Tensor:
         drop, scale = drop_mask(x.shape, p, x.device)
         ctx.save_for_backward(drop)
         ctx.scale = scale
         return x.masked_fill(drop, 0.0).mul_(scale)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         (drop,) = ctx.saved_tensors
         return grad.masked_fill(drop, 0.0).mul_(ctx.scale), None
 

@@ -8,12 +8,14 @@ from ``pad_id``; ``decode`` accepts a :class:`DecoderCache` (incremental decodin
 
 from __future__ import annotations
 
+from typing import Callable, cast
+
 import torch
 from torch import Tensor, nn
 
 from attnlab.nn.cache import DecoderCache
 from attnlab.nn.embeddings import Embeddings
-from attnlab.nn.layers import Encoder, Seq2SeqDecoder
+from attnlab.nn.layers import Encoder, EncoderLayer, Seq2SeqDecoder, Seq2SeqDecoderLayer
 from attnlab.nn.stages import Carried, Stage, layer_ranges
 from attnlab.nn.tensor_plan import TensorPlan, megatron
 
@@ -21,6 +23,11 @@ from attnlab.nn.tensor_plan import TensorPlan, megatron
 class Seq2Seq(nn.Module):
     """What every encoder-decoder offers training and decoding: ``encode`` the source once,
     ``decode`` target steps (all at once, or a few at a time with ``new_cache()``)."""
+
+    # what each subclass defines: encode (B, S) ids -> memory and its validity; decode target ids, the memory, its
+    # validity (and the subclass's own cache and options) -> logits
+    encode: Callable[[Tensor], tuple[Tensor, Tensor]]
+    decode: Callable[..., Tensor]
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """(B, S) source ids, (B, T) decoder input ids (BOS y_1 ... y_{T-1}) -> (B, T, V) logits."""
@@ -115,7 +122,9 @@ class Seq2SeqStage(Stage):
         self.src_embed = model.src_embed if self.first else None
         self.encoder = (
             Encoder(
-                [model.encoder.layers[i] for i in encoding], model.encoder.norm if self.remembers else nn.Identity()
+                # each stack's ModuleList holds the layers it was built from
+                [cast(EncoderLayer, model.encoder.layers[i]) for i in encoding],
+                model.encoder.norm if self.remembers else nn.Identity(),
             )
             if encoding
             else None
@@ -123,7 +132,7 @@ class Seq2SeqStage(Stage):
         self.tgt_embed = model.tgt_embed if self.remembers else None
         self.decoder = (
             Seq2SeqDecoder(
-                [model.decoder.layers[i] for i in decoding],
+                [cast(Seq2SeqDecoderLayer, model.decoder.layers[i]) for i in decoding],
                 model.decoder.norm if self.last else nn.Identity(),
                 model.decoder.causal,
             )
@@ -134,7 +143,8 @@ class Seq2SeqStage(Stage):
         self.pad_id = model.pad_id
 
     def enter(self, src: Tensor, tgt_in: Tensor) -> Carried:
-        return self.src_embed(src, torch.arange(src.shape[1], device=src.device)), src != self.pad_id, tgt_in
+        src_embed = cast(Embeddings, self.src_embed)  # set on the first stage, the only one that enters
+        return src_embed(src, torch.arange(src.shape[1], device=src.device)), src != self.pad_id, tgt_in
 
     def through(self, *carried: Tensor) -> Carried:
         if self.encoder is not None:
@@ -142,7 +152,8 @@ class Seq2SeqStage(Stage):
             carried = (self.encoder(x, src_valid, torch.arange(x.shape[1], device=x.device)), src_valid, tgt_in)
         if self.remembers:
             memory, src_valid, tgt_in = carried
-            y = self.tgt_embed(tgt_in, torch.arange(tgt_in.shape[1], device=tgt_in.device))
+            tgt_embed = cast(Embeddings, self.tgt_embed)  # set where the stage remembers
+            y = tgt_embed(tgt_in, torch.arange(tgt_in.shape[1], device=tgt_in.device))
             carried = (y, tgt_in != self.pad_id, memory, src_valid)
         if self.decoder is not None:
             y, tgt_valid, memory, src_valid = carried  # (B, T, d_model), (B, T), (B, S, d_model), (B, S)
@@ -151,4 +162,5 @@ class Seq2SeqStage(Stage):
         return carried
 
     def leave(self, y: Tensor, tgt_valid: Tensor, memory: Tensor, src_valid: Tensor) -> Tensor:
-        return self.generator(y)  # (B, T, d_model) -> (B, T, V)
+        generator = cast(nn.Linear, self.generator)  # set on the last stage, the only one that leaves
+        return generator(y)  # (B, T, d_model) -> (B, T, V)

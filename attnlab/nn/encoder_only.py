@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.heads import MaskedLMHead
-from attnlab.nn.layers import Encoder
+from attnlab.nn.layers import Encoder, EncoderLayer
 from attnlab.nn.stages import Carried, Stage, layer_ranges
 from attnlab.nn.tensor_plan import TensorPlan, megatron
 
@@ -56,7 +58,9 @@ class EncoderStage(Stage):
         super().__init__(layers, len(model.encoder.layers))
         self.embed = model.embed if self.first else None
         self.encoder = Encoder(
-            [model.encoder.layers[i] for i in layers], model.encoder.norm if self.last else nn.Identity()
+            # an Encoder's ModuleList holds the EncoderLayers it was built from
+            [cast(EncoderLayer, model.encoder.layers[i]) for i in layers],
+            model.encoder.norm if self.last else nn.Identity(),
         )
         self.pooled = head == "classify"
         self.head = (model.classifier if self.pooled else model.mlm_head) if self.last else None
@@ -64,10 +68,12 @@ class EncoderStage(Stage):
 
     def enter(self, ids: Tensor, segments: Tensor | None = None) -> Carried:
         positions = torch.arange(ids.shape[1], device=ids.device)
-        return self.embed(ids, positions, segments), ids != self.pad_id  # (B, T, d_model), (B, T)
+        embed = cast(Embeddings, self.embed)  # set on the first stage, the only one that enters
+        return embed(ids, positions, segments), ids != self.pad_id  # (B, T, d_model), (B, T)
 
     def through(self, x: Tensor, valid: Tensor) -> Carried:
         return self.encoder(x, valid, torch.arange(x.shape[1], device=x.device)), valid
 
     def leave(self, x: Tensor, valid: Tensor) -> Tensor:
-        return self.head(x, valid) if self.pooled else self.head(x)
+        head = cast(nn.Module, self.head)  # set on the last stage, the only one that leaves
+        return head(x, valid) if self.pooled else head(x)

@@ -17,6 +17,8 @@ class VocabularyProjection(nn.Linear):
     -inf (the control tokens a pretrained model's vocabulary did not have, so that its distribution
     over its own tokens is unchanged). ``bias``: a bias per token (Marian's final_logits_bias)."""
 
+    excluded: Tensor | None  # a buffer: (V,) bool, or None without ``never``
+
     def __init__(
         self, d_model: int, rows: int, vocab_size: int, never: tuple[int, ...] = (), bias: bool = False
     ) -> None:

@@ -34,7 +34,7 @@ A decoder accepts a :class:`DecoderCache`: with one, it takes only the new steps
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, cast
 
 import torch
 from torch import Tensor, nn
@@ -140,7 +140,9 @@ class EncoderLayer(nn.Module):
 
     def position_wise(self, x: Tensor) -> Tensor:
         """x + FFN(x) in its residual block; x itself without a feed-forward sublayer."""
-        return x if self.feed_forward is None else self.feed_forward_residual(x, self.feed_forward)
+        # the residual block is None only with the sublayer (models/transformer.py's feed_forward)
+        residual = cast(ResidualConnection, self.feed_forward_residual)
+        return x if self.feed_forward is None else residual(x, self.feed_forward)
 
 
 class DecoderLayer(EncoderLayer):
@@ -182,11 +184,11 @@ class Seq2SeqDecoderLayer(DecoderLayer):
         self.cross_attn, self.cross_attn_residual = cross_attn, cross_attn_residual
         self.feed_forward, self.feed_forward_residual = feed_forward, feed_forward_residual
 
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         y: Tensor,
         mask: AttentionMask | Tensor,
-        positions: Positions,  # type: ignore[override]
+        positions: Positions,
         source: EncoderOutput,
         cache: KVCache | None = None,
         source_cache: KVCache | None = None,
@@ -208,13 +210,13 @@ class LayerStack(nn.Module):
     """Layers applied in order, optionally with activation checkpointing in training (keep only
     each layer's input and recompute its inside during the backward pass)."""
 
-    def __init__(self, layers: list[nn.Module], norm: nn.Module) -> None:
+    def __init__(self, layers: Sequence[nn.Module], norm: nn.Module) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = norm
         self.checkpoint_activations = False
 
-    def run_layer(self, layer: nn.Module, *args) -> Tensor:
+    def run_layer(self, layer: nn.Module, *args: Any) -> Tensor:
         if self.checkpoint_activations and self.training:
             return checkpoint(layer, *args, use_reentrant=False)
         return layer(*args)
@@ -240,7 +242,7 @@ class Decoder(LayerStack):
     """A stack of DecoderLayers under a causal mask (``causal=False``: every position sees every
     other, padding still masked); with a cache, over the cached steps and the new ones."""
 
-    def __init__(self, layers: list[DecoderLayer], norm: nn.Module, causal: bool = True) -> None:
+    def __init__(self, layers: Sequence[DecoderLayer], norm: nn.Module, causal: bool = True) -> None:
         super().__init__(layers, norm)
         self.causal = causal
 
@@ -290,12 +292,12 @@ class Seq2SeqDecoder(Decoder):
     def __init__(self, layers: list[Seq2SeqDecoderLayer], norm: nn.Module, causal: bool = True) -> None:
         super().__init__(layers, norm, causal)
 
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         y: Tensor,
         valid: Tensor,
         positions: Tensor,
-        memory: Tensor,  # type: ignore[override]
+        memory: Tensor,
         memory_valid: Tensor,
         cache: DecoderCache | None = None,
     ) -> Tensor:

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
 
 import torch
 from torch import Tensor
+
+Built = TypeVar("Built")  # what AttentionMask._remembered builds and keeps
 
 
 def padding_mask(valid: Tensor) -> Tensor:
@@ -35,7 +38,10 @@ class AttentionMask:
     key_valid: Tensor | None = None
     causal: bool = False
     explicit: Tensor | None = None
-    _last: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # kind -> (q_pos, k_pos, mask)
+    # kind ('dense' or a dtype) -> (q_pos, k_pos, what build gave: a mask, or additive's pair)
+    _last: dict[str | torch.dtype, tuple[Tensor, Tensor, Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def dense(self, q_pos: Tensor, k_pos: Tensor, keys: slice | Tensor | None = None) -> Tensor | None:
         """Boolean (B or 1, 1, Tq, Tk) for queries and keys at these positions, None if all may
@@ -64,7 +70,7 @@ class AttentionMask:
 
         return self._remembered(dtype, q_pos, k_pos, build)
 
-    def _remembered(self, kind, q_pos: Tensor, k_pos: Tensor, build):
+    def _remembered(self, kind: str | torch.dtype, q_pos: Tensor, k_pos: Tensor, build: Callable[[], Built]) -> Built:
         """``build()``, or what it gave last for ``kind`` if that was for these same position tensors
         (the layers of a stack share them)."""
         last = self._last.get(kind)

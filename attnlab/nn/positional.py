@@ -20,7 +20,7 @@ queries and keys inside attention. A new variant is one class here plus one line
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -48,8 +48,9 @@ class PositionalEncoding(nn.Module):
         """Term added to the scaled scores, broadcastable to (B, H, Tq, Tk); None when there is none."""
         return None
 
-    def value_term(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """Term added to the attention output (B, H, Tq, Dh), given (B, H, Tq, Tk) weights."""
+    def value_term(self, probs: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Term added to the attention output (B, H, Tq, Dh), given (B, H, Tq, Tk) weights (None from a
+        backend that does not form them: never when ``needs_probs``)."""
         return None
 
     @property
@@ -183,7 +184,8 @@ class RelativePositional(PositionalEncoding):
         index = clipped_offsets(q_pos, k_pos, self.max_distance).expand(*q.shape[:2], -1, -1)  # (B, H, Tq, Tk)
         return per_offset.gather(-1, index)  # (B, H, Tq, Tk)
 
-    def value_term(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def value_term(self, probs: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        probs = cast(Tensor, probs)  # formed: this scheme needs_probs
         # sum_j alpha_ij a^V_{j-i}: add up the weights falling on each clipped offset, then mix the table
         index = clipped_offsets(q_pos, k_pos, self.max_distance).expand_as(probs)  # (B, H, Tq, Tk)
         per_offset = probs.new_zeros(*probs.shape[:-1], self.value_table.num_embeddings)  # (B, H, Tq, 2k+1)
@@ -239,7 +241,7 @@ class RotaryPositional(PositionalEncoding):
         inv_freq = self.base ** (-torch.arange(0, self.d_head, 2, dtype=torch.float32, device=x.device) / self.d_head)
         angles = positions.float()[:, None] * inv_freq[None, :]  # (T, Dh/2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        even, odd = x.unflatten(-1, (-1, 2)).unbind(-1)  # (B, H, T, Dh/2) each
+        even, odd = torch.unflatten(x, -1, (-1, 2)).unbind(-1)  # (B, H, T, Dh/2) each
         return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
@@ -259,6 +261,7 @@ class ALiBiPositional(PositionalEncoding):
     """ALiBi: no position vectors; score_ij gets -m_h |i - j|, a per-head linear distance penalty."""
 
     biases_scores = True
+    slopes: Tensor  # (H,), a buffer
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()

@@ -14,6 +14,8 @@ layers shared as :func:`layer_ranges` says.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 Carried = tuple[Tensor, ...]
@@ -38,11 +40,12 @@ class Stage(nn.Module):
         carried = self.through(*carried)
         return self.leave(*carried) if self.last else carried
 
-    def enter(self, *inputs: Tensor) -> Carried:
+    # Any: each family's stage takes its own inputs and carries its own values (its signature says which)
+    def enter(self, *inputs: Any) -> Carried:
         raise NotImplementedError
 
-    def through(self, *carried: Tensor) -> Carried:
+    def through(self, *carried: Any) -> Carried:
         raise NotImplementedError
 
-    def leave(self, *carried: Tensor) -> Tensor:
+    def leave(self, *carried: Any) -> Tensor:
         raise NotImplementedError

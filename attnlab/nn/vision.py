@@ -27,7 +27,7 @@ def patches(images: Tensor, size: int) -> Tensor:
     """(B, C, H, W) -> (B, N, C * size * size) flattened patches x_p, N = (H / size)(W / size), in
     row-major order over the grid, each flattened (c, row, col)."""
     B, C, H, W = images.shape
-    grid = images.unflatten(2, (H // size, size)).unflatten(4, (W // size, size))  # (B, C, h, P, w, P)
+    grid = torch.unflatten(torch.unflatten(images, 2, (H // size, size)), 4, (W // size, size))  # (B, C, h, P, w, P)
     return grid.permute(0, 2, 4, 1, 3, 5).flatten(3).flatten(1, 2)  # (B, h, w, C, P, P) -> (B, N, C P P)
 
 
