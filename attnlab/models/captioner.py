@@ -61,7 +61,7 @@ class CaptionerFamily(TransformerFamily):
     capabilities = Capabilities(
         encoder=True, decoder=True, incremental_decoding=True, attention_weights=True, inputs=Inputs.IMAGES
     )
-    backends_fit = staticmethod(fields_free_exact)
+    backends_fit = fields_free_exact  # a function read from the class: no self
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod

@@ -54,7 +54,7 @@ class DLinearFamily(ModelFamily):
     def build(cfg: DLinearConfig, shape: DataShape) -> DLinear:
         length, horizon = shape.need("input_length", "arch 'dlinear'"), shape.need("horizon", "arch 'dlinear'")
 
-        def over_time() -> nn.Module:
+        def over_time() -> nn.Linear | ChannelLinear:
             if cfg.individual:
                 return ChannelLinear(shape.need("n_channels", "arch 'dlinear'"), length, horizon)
             return nn.Linear(length, horizon)

@@ -95,7 +95,7 @@ class DualEncoderFamily(TransformerFamily):
     capabilities = Capabilities(
         encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGE_TEXT
     )
-    backends_fit = staticmethod(fields_free_exact)
+    backends_fit = fields_free_exact  # a function read from the class: no self
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod

@@ -14,12 +14,13 @@ from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig
 from attnlab.models.transformer_config import (
     TWO_TABLE_TIES,
-    BackendOptions,
     Output,
     Positions,
     TokenEmbeddings,
+    TransformerConfig,
     TransformerFamily,
 )
+from attnlab.nn.backends import BackendOptions
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.encoder_decoder import EncoderDecoder
 from attnlab.nn.layers import Encoder, Seq2SeqDecoder
@@ -55,9 +56,12 @@ class EncoderDecoderConfig(FamilyConfig):
         return self.depths.decoder_layers(self.stack.n_layers)
 
 
-class TwoSided(Protocol):
+class TwoSided(TransformerConfig, Protocol):
     """What :func:`seq2seq_parts` reads of a config besides the Transformer fields (the part builders'):
     the encoder-decoder's and CMLM's, which compose the same ``depths`` and ``output``."""
+
+    @property
+    def arch(self) -> str: ...
 
     @property
     def encoder_layers(self) -> int: ...

@@ -37,7 +37,7 @@ class GraphFamily(ModelFamily):
     capabilities = Capabilities(
         encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.GRAPH
     )
-    backends_fit = staticmethod(explicit_masks)
+    backends_fit = explicit_masks  # a function read from the class: no self
     backends_refusal = "takes no explicit mask, which arch 'graph' attends through (each node's neighbourhood)"
 
     @staticmethod

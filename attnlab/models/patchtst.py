@@ -89,7 +89,7 @@ class PatchTSTFamily(ModelFamily):
     capabilities = Capabilities(
         encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.SERIES
     )
-    backends_fit = staticmethod(fields_free_exact)
+    backends_fit = fields_free_exact  # a function read from the class: no self
     backends_refusal = "is blockwise or approximate, which a series' few patches (42 in the paper) do not need"
 
     @staticmethod

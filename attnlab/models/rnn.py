@@ -120,6 +120,7 @@ class RNNFamily(ModelFamily):
         score = None
         if cfg.rnn_attention != "none":
             score = SCORES[cfg.score](cfg.d_model, encoder.out_dim, d_attn=cfg.d_model, max_len=cfg.max_len)
+        decoder: LakeBaroniDecoder | RNNDecoder
         if carries:
             decoder = LakeBaroniDecoder(
                 tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout, cfg.embed_dropout

@@ -35,7 +35,7 @@ OF = "arch 'single_stream'"  # who needs a size the data has not given
 TEXT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 # image_tokens: what the image contributes to the stream
-IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], nn.Module]] = {
+IMAGE_TOKENS: dict[str, Callable[["SingleStreamConfig", DataShape], ImagePatches | NoImage]] = {
     "patches": lambda cfg, shape: ImagePatches(
         cfg.patches.embedding(shape, cfg.stack.d_model, OF), cfg.patches.positions(shape, cfg.stack.d_model, OF)
     ),
@@ -81,7 +81,7 @@ class SingleStreamFamily(TransformerFamily):
     capabilities = Capabilities(
         encoder=True, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGE_TEXT
     )
-    backends_fit = staticmethod(fields_free_exact)
+    backends_fit = fields_free_exact  # a function read from the class: no self
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod

@@ -76,7 +76,7 @@ class ASTFamily(ModelFamily):
     capabilities = Capabilities(
         encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=WAVEFORMS
     )
-    backends_fit = staticmethod(fields_free_exact)
+    backends_fit = fields_free_exact  # a function read from the class: no self
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod

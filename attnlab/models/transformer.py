@@ -11,8 +11,9 @@ starts at gain 1 and bias 0. A tied output projection shares the token embedding
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol, overload
 
+import torch
 from torch import nn
 
 from attnlab.models.stack import StackConfig
@@ -90,6 +91,14 @@ def backend(cfg: Stacked, cross: bool) -> AttentionBackend:
     if cross and chosen.cross_attention is not None:
         chosen = ATTENTION_BACKENDS[chosen.cross_attention]
     return chosen.from_config(cfg)
+
+
+@overload
+def attention(cfg: TransformerConfig, cross: Literal[False] = False) -> SelfAttention: ...
+@overload
+def attention(cfg: TransformerConfig, cross: Literal[True]) -> CrossAttention: ...
+@overload
+def attention(cfg: TransformerConfig, cross: bool) -> MultiHeadAttention: ...
 
 
 def attention(cfg: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
@@ -181,9 +190,15 @@ def decoder_layer(cfg: TransformerConfig, cross: bool) -> DecoderLayer:
     )
 
 
+@overload
+def decoder(cfg: TransformerConfig, n_layers: int, cross: Literal[True], causal: bool = True) -> Seq2SeqDecoder: ...
+@overload
+def decoder(cfg: TransformerConfig, n_layers: int, cross: bool, causal: bool = True) -> Decoder: ...
+
+
 def decoder(cfg: TransformerConfig, n_layers: int, cross: bool, causal: bool = True) -> Decoder:
     """The decoder-only stack, or (``cross``) the encoder-decoder's (``causal=False``: CMLM's)."""
-    stack = Seq2SeqDecoder if cross else Decoder
+    stack: type[Decoder] = Seq2SeqDecoder if cross else Decoder  # with cross, the layers are Seq2SeqDecoderLayers
     return stack([decoder_layer(cfg, cross) for _ in range(n_layers)], final_norm(cfg), causal)
 
 
@@ -214,8 +229,8 @@ def init_weights(model: nn.Module) -> None:
                 nn.init.zeros_(module.bias)
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
-            for block in module.fused_projection.weight.data.split(
-                module.out_proj.in_features
+            for block in torch.split(
+                module.fused_projection.weight.data, module.out_proj.in_features
             ):  # one d_model x d_model each
                 nn.init.xavier_uniform_(block)
     for module in model.modules():  # after the Linears, so that tied projections end with this value

@@ -58,7 +58,7 @@ class TransformerXLFamily(TransformerFamily):
     capabilities = Capabilities(
         encoder=False, decoder=True, incremental_decoding=True, attention_weights=True, inputs=Inputs.TOKEN_SEGMENTS
     )
-    backends_fit = staticmethod(explicit_masks)
+    backends_fit = explicit_masks  # a function read from the class: no self
     backends_refusal = "takes padding and causality only; Transformer-XL's decoding window is an explicit mask"
 
     @staticmethod

@@ -126,7 +126,7 @@ class ViTFamily(ModelFamily):
     capabilities = Capabilities(
         encoder=False, decoder=False, incremental_decoding=False, attention_weights=True, inputs=Inputs.IMAGES
     )
-    backends_fit = staticmethod(fields_free_exact)
+    backends_fit = fields_free_exact  # a function read from the class: no self
     backends_refusal = IMAGE_BACKENDS_REFUSAL
 
     @staticmethod
@@ -148,7 +148,7 @@ class ViTFamily(ModelFamily):
         return model
 
 
-def init_patch_positions(positional: PositionalEncoding) -> None:
+def init_patch_positions(positional: nn.Module) -> None:
     """The learned position tables of the patch grid N(0, 0.02^2), as ViT's reference code."""
     for table in positional.modules():
         if isinstance(table, nn.Embedding):

@@ -10,8 +10,18 @@ has the same tensor shapes and addresses: the precondition for recording a step 
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 import torch
 from torch import Tensor
+
+
+class CacheState(Protocol):
+    """A backend's own decoding state in place of keys and values (linear attention's running sums)."""
+
+    length: int  # positions it has taken in
+
+    def reorder(self, index: Tensor) -> None: ...
 
 
 class KVCache:
@@ -27,7 +37,7 @@ class KVCache:
         self._v: Tensor | None = None
         self._spare: tuple[Tensor, Tensor] | None = None  # what reorder writes into next
         self._length = 0
-        self.state = None
+        self.state: CacheState | None = None
 
     @property
     def k(self) -> Tensor | None:
@@ -50,10 +60,11 @@ class KVCache:
         if self._k is None or end > self._k.shape[2]:
             capacity = max(end, 2 * (0 if self._k is None else self._k.shape[2]), 16)
             self._k, self._v = self._grown(self._k, k, capacity), self._grown(self._v, v, capacity)
+        assert self._v is not None  # the keys' and values' buffers are made together
         self._k[:, :, self._length : end] = k
         self._v[:, :, self._length : end] = v
         self._length = end
-        return self.k, self.v
+        return cast(Tensor, self.k), cast(Tensor, self.v)  # filled just above: never None here
 
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (speculative decoding's rejected tokens)."""
@@ -69,6 +80,7 @@ class KVCache:
         slides: Transformer-XL's memory, nn/memory.py)."""
         kept = self._length - n
         for buffer in (self._k, self._v):
+            assert buffer is not None  # a window that slides has keys to move
             buffer[:, :, :kept] = buffer[:, :, n : self._length].clone()
         self._length = kept
 
@@ -91,6 +103,7 @@ class KVCache:
         every step, and selecting into new memory each time cost ten times as much (page faults
         on fresh memory; docs/performance/decoding.md)."""
         if self._k is not None:
+            assert self._v is not None  # the keys' and values' buffers are made together
             shape = (len(index), *self._k.shape[1:])
             if self._spare is None or self._spare[0].shape != shape:
                 self._spare = (self._k.new_empty(shape), self._v.new_empty(shape))
@@ -181,6 +194,7 @@ class StaticKVCache:
         if self.k is None:
             self.k = k.new_zeros(*k.shape[:2], self.capacity, k.shape[3])
             self.v = v.new_zeros(*v.shape[:2], self.capacity, v.shape[3])
+        assert self.v is not None  # the keys' and values' buffers are made together
         self.k.index_copy_(2, positions, k)
         self.v.index_copy_(2, positions, v)
         return self.k, self.v
@@ -207,8 +221,11 @@ class StaticDecoderCache(DecoderCache):
     Python attribute or a tensor's address, so a recorded CUDA graph of a step replays correctly."""
 
     def __init__(self, n_layers: int, capacity: int, device: torch.device | str) -> None:
-        self.self_attn = [StaticKVCache(capacity) for _ in range(n_layers)]
-        self.cross_attn = [StaticKVCache(capacity) for _ in range(n_layers)]  # capacity unused: stored whole
+        # a StaticKVCache stands in for a KVCache (append, store, reorder, k and v): a backend that keeps a
+        # running state never decodes over one (its static_cache is False), and truncate is this class's own
+        self.self_attn = cast("list[KVCache]", [StaticKVCache(capacity) for _ in range(n_layers)])
+        # capacity unused in cross-attention: the source is stored whole
+        self.cross_attn = cast("list[KVCache]", [StaticKVCache(capacity) for _ in range(n_layers)])
         self.capacity = capacity
         self.filled = torch.zeros(1, dtype=torch.long, device=device)  # (1,) positions written so far
         self.valid: Tensor | None = None  # (B, capacity) True for real target tokens

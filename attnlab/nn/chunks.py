@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 from torch import Tensor, nn
@@ -50,7 +50,7 @@ class Chunking:
         return context.argmax(0)  # the first window on ties
 
 
-def chunked_states(encode: Callable[[Tensor, slice], Tensor], length: int, chunking: Chunking) -> Tensor:
+def chunked_states(encode: Callable[[slice], Tensor], length: int, chunking: Chunking) -> Tensor:
     """(B, length, d) vectors of an input encoded window by window: ``encode(window)`` is given the
     slice of positions of one window and returns its (B, w, d) vectors."""
     windows = chunking.windows(length)
@@ -68,12 +68,13 @@ def chunked_encoding(model: nn.Module, chunking: Chunking) -> Iterator[nn.Module
     """Within the block, ``model.encode`` reads its input in chunks: an encoder-decoder's source
     (the decoder attends over the assembled memory) or an encoder-only model's text (its heads
     read the assembled vectors)."""
-    whole = model.encode
+    whole = cast(Callable[..., Any], model.encode)  # the model's own encode (nn.Module types attributes as tensors)
+    encode: Callable[..., tuple[Tensor, Tensor] | Tensor]
     if isinstance(model, Seq2SeqModel):  # encode(src) -> (memory, valid)
 
         def encode(src: Tensor) -> tuple[Tensor, Tensor]:
             memory = chunked_states(lambda window: whole(src[:, window])[0], src.shape[1], chunking)
-            return memory, src != model.pad_id
+            return memory, src != cast(int, model.pad_id)  # a seq2seq model's padding id
     else:  # encode(ids, segments) -> vectors
 
         def encode(ids: Tensor, segments: Tensor | None = None) -> Tensor:
@@ -83,7 +84,7 @@ def chunked_encoding(model: nn.Module, chunking: Chunking) -> Iterator[nn.Module
                 chunking,
             )
 
-    model.encode = encode
+    setattr(model, "encode", encode)  # what `model.encode = encode` does, where nn.Module types its attributes
     try:
         yield model
     finally:

@@ -20,6 +20,7 @@ one token a step (:class:`ConvCache`).
 from __future__ import annotations
 
 import math
+from typing import Callable, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +49,7 @@ def normed_conv(channels: int, kernel_width: int, dropout: float) -> nn.Module:
     N(0, 4 (1 - p) / (k C)): the GLU's gate keeps a quarter of the variance."""
     conv = nn.Conv1d(channels, 2 * channels, kernel_width)
     nn.init.normal_(conv.weight, std=math.sqrt(4 * (1 - dropout) / (kernel_width * channels)))
+    assert conv.bias is not None  # a Conv1d has a bias unless told otherwise
     nn.init.zeros_(conv.bias)
     return weight_norm(conv)
 
@@ -60,16 +62,22 @@ def token_embedding(n: int, d: int, pad_id: int | None) -> nn.Embedding:
     return embed
 
 
+class _ScaleContext(Protocol):
+    """What :class:`GradMultiply`'s ``ctx`` carries from its forward to its backward."""
+
+    scale: float
+
+
 class GradMultiply(torch.autograd.Function):
     """The identity forward; the gradient multiplied by ``scale`` backward."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, scale: float) -> Tensor:
+    def forward(ctx: _ScaleContext, x: Tensor, scale: float) -> Tensor:
         ctx.scale = scale
         return x.clone()
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx: _ScaleContext, grad: Tensor) -> tuple[Tensor, None]:
         return grad * ctx.scale, None
 
 
@@ -113,7 +121,8 @@ class ConvEncoder(ConvSide):
             x = self.dropout(h.masked_fill(pad.transpose(1, 2), 0.0))
             h = (F.glu(conv(F.pad(x, self.padding)), dim=1) + h) * HALF
         z = self.fc_out(h.transpose(1, 2)).masked_fill(pad, 0.0)  # (B, S, D)
-        z = GradMultiply.apply(z, self.grad_scale)
+        # Function.apply is untyped in PyTorch: it returns what forward returns
+        z = cast(Callable[[Tensor, float], Tensor], GradMultiply.apply)(z, self.grad_scale)
         return z, (z + e) * HALF
 
 

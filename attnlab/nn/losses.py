@@ -33,6 +33,8 @@ costs what F.cross_entropy does.
 
 from __future__ import annotations
 
+from typing import Callable, Protocol, cast
+
 import torch
 from torch import Tensor
 
@@ -44,9 +46,20 @@ def chunk_rows(logits: Tensor) -> int:
     return max(1, CHUNK_ELEMENTS // logits.shape[1])
 
 
+class _NLLContext(Protocol):
+    """What the function's ``ctx`` carries from its forward to its backward."""
+
+    epsilon: float
+    saved_tensors: tuple[Tensor, ...]
+
+    def save_for_backward(self, *tensors: Tensor) -> None: ...
+
+
 class _LabelSmoothedNLL(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, ignore_index: int) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx: _NLLContext, logits: Tensor, target: Tensor, epsilon: float, ignore_index: int
+    ) -> tuple[Tensor, Tensor]:
         real = target != ignore_index  # (N,)
         safe = target.masked_fill(~real, 0)
         weight = real.to(torch.float32)  # (N,): 1 for real tokens, 0 for padding
@@ -72,7 +85,7 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         return loss, nll
 
     @staticmethod
-    def backward(ctx, g_loss: Tensor, g_nll: Tensor) -> tuple[Tensor, None, None, None]:
+    def backward(ctx: _NLLContext, g_loss: Tensor, g_nll: Tensor) -> tuple[Tensor, None, None, None]:
         logits, safe, weight, lse = ctx.saved_tensors
         eps, V = ctx.epsilon, logits.shape[-1]
         grad = torch.empty_like(logits)
@@ -122,5 +135,7 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float, ignore_in
     both float32: the chunked function on a CPU in eager mode, the expression elsewhere."""
     logits, target = logits.reshape(-1, logits.shape[-1]), target.reshape(-1)
     if logits.device.type == "cpu" and not torch.compiler.is_compiling():
-        return _LabelSmoothedNLL.apply(logits, target, epsilon, ignore_index)
+        # Function.apply is untyped in PyTorch: it returns what forward returns
+        apply = cast(Callable[[Tensor, Tensor, float, int], tuple[Tensor, Tensor]], _LabelSmoothedNLL.apply)
+        return apply(logits, target, epsilon, ignore_index)
     return smoothed_nll_expression(logits, target, epsilon, ignore_index)

@@ -29,6 +29,8 @@ keys and values are projected, as the self-attention's input always is.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -101,6 +103,7 @@ class MemoryCache(DecoderCache):
         if drop > 0:
             for kv in self.self_attn:
                 kv.forget_oldest(drop)
+            assert self.valid is not None  # positions to forget were fed: their validity is kept
             self.valid = self.valid[:, drop:]
             self.first += drop
 
@@ -125,7 +128,7 @@ class MemoryDecoder(LayerStack):
     memory and the segment; ``memory_length`` M positions are remembered."""
 
     def __init__(self, layers: list[DecoderLayer], norm: nn.Module, memory_length: int) -> None:
-        super().__init__(layers, norm)
+        super().__init__(cast("list[nn.Module]", layers), norm)  # LayerStack only reads the list
         self.memory_length = memory_length
 
     def segment(self, y: Tensor, valid: Tensor, positions: Tensor, memory: SegmentMemory) -> Tensor:
@@ -139,6 +142,7 @@ class MemoryDecoder(LayerStack):
         entered = []  # h^{n-1}_{tau+1}: what entered each layer
         for layer, states in zip(self.layers, remembered):
             entered.append(y)
+            assert isinstance(layer, DecoderLayer)  # the stack is built of DecoderLayers
             kv = MemoryKV(*layer.memory_keys_values(states, k_positions[:m]))
             y = self.run_layer(layer, y, mask, (positions, k_positions), kv)
         memory.remember(entered, valid, self.memory_length)
@@ -196,7 +200,7 @@ class TransformerXL(nn.Module):
             positions = self.embed.positions(cache.length, ids.shape[1], ids.device)
             return self.decoder.steps(self.embed(ids, positions), ids != self.pad_id, positions, cache)
         memory = SegmentMemory() if memory is None else memory
-        return torch.cat([self.segment(part, memory) for part in ids.split(self.segment_length, dim=1)], dim=1)
+        return torch.cat([self.segment(part, memory) for part in torch.split(ids, self.segment_length, dim=1)], dim=1)
 
     def segment(self, ids: Tensor, memory: SegmentMemory) -> Tensor:
         """(B, T) ids of one segment -> (B, T, d_model); ``memory`` moves on past it."""

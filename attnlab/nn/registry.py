@@ -74,6 +74,6 @@ SCORES: dict[str, type[AlignmentScore]] = {
     "location": LocationScore,
 }
 
-RNN_CELLS: dict[str, type[nn.RNNBase]] = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
+RNN_CELLS: dict[str, type[nn.RNN] | type[nn.LSTM] | type[nn.GRU]] = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
 
 RNN_ATTENTION = ("none", "bahdanau", "luong")

@@ -71,7 +71,7 @@ class RNNEncoder(nn.Module):
     def __init__(
         self,
         embed: nn.Embedding,
-        cell: type[nn.RNNBase],
+        cell: type[nn.RNN] | type[nn.LSTM] | type[nn.GRU],
         d_model: int,
         n_layers: int,
         bidirectional: bool,
@@ -118,7 +118,7 @@ class RNNDecoder(nn.Module):
     def __init__(
         self,
         embed: nn.Embedding,
-        cell: type[nn.RNNBase],
+        cell: type[nn.RNN] | type[nn.LSTM] | type[nn.GRU],
         d_model: int,
         d_memory: int,
         n_layers: int,
@@ -155,6 +155,7 @@ class RNNDecoder(nn.Module):
 
     def align(self, s: Tensor, state: RNNCache, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """(B, T, D) queries over (B, S, Dm) memory -> contexts c (B, T, Dm), weights alpha (B, T, S)."""
+        assert self.score is not None and state.keys is not None  # a decoder that attends: start() made the keys
         return attend(self.score.compare(s, state.keys), memory, mask)
 
     def forward(
@@ -177,6 +178,7 @@ class RNNDecoder(nn.Module):
             self.last_attention = None
         else:  # Bahdanau: scores from s_{t-1}, c_t enters the recurrence
             s_steps, c_steps, w_steps = [], [], []
+            assert state.hidden is not None  # start() has set it
             for t in range(e.shape[1]):
                 c_t, w_t = self.align(state.hidden[-1][:, None], state, memory, mask)
                 s_steps.append(self.recur(torch.cat([e[:, t : t + 1], c_t], dim=-1), state))
@@ -193,6 +195,7 @@ class RNNDecoder(nn.Module):
             c, weights = self.align(s, state, memory, mask)
             return torch.tanh(self.W_c(torch.cat([c, s], dim=-1))), weights
         h_steps, w_steps = [], []
+        assert state.feed is not None  # start() has set it: input feeding
         for t in range(e.shape[1]):
             s_t = self.recur(torch.cat([e[:, t : t + 1], state.feed[:, None]], dim=-1), state)
             c_t, w_t = self.align(s_t, state, memory, mask)
@@ -216,7 +219,7 @@ class LakeBaroniDecoder(nn.Module):
     def __init__(
         self,
         embed: nn.Embedding,
-        cell: type[nn.RNNBase],
+        cell: type[nn.RNN] | type[nn.LSTM] | type[nn.GRU],
         d_model: int,
         n_layers: int,
         score: AlignmentScore | None,
@@ -231,7 +234,7 @@ class LakeBaroniDecoder(nn.Module):
         self.last_attention: Tensor | None = None  # (B, T, S) of the last call, for alignment plots
 
     def start(self, state: RNNCache, memory: Tensor) -> None:
-        final = memory[:, 0, self.d_model :].unflatten(1, (-1, self.d_model)).transpose(0, 1)  # (k L, B, D)
+        final = torch.unflatten(memory[:, 0, self.d_model :], 1, (-1, self.d_model)).transpose(0, 1)  # (k L, B, D)
         state.hidden = final[: self.n_layers].contiguous()
         state.cell = final[self.n_layers :].contiguous() if self.lstm else None
         state.keys = self.score.keys(memory[..., : self.d_model]) if self.score is not None else None
@@ -248,6 +251,7 @@ class LakeBaroniDecoder(nn.Module):
             return recur(self.rnn, e, state)
         h, mask = memory[..., : self.d_model], memory_valid[:, None, :]  # (B, S, D) h_i, (B, 1, S)
         s_steps, w_steps = [], []
+        assert state.hidden is not None and state.keys is not None  # start() has set them
         for t in range(e.shape[1]):
             c_t, w_t = attend(self.score.compare(state.hidden[-1][:, None], state.keys), h, mask)  # from s_{t-1}
             s_steps.append(recur(self.rnn, torch.cat([e[:, t : t + 1], c_t], dim=-1), state))

@@ -12,6 +12,7 @@ LastValue the naive forecast: the last value seen, H times.
 from __future__ import annotations
 
 import math
+from typing import Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,7 @@ class RevIN(nn.Module):
         stdev = torch.sqrt(x.var(1, keepdim=True, unbiased=False) + self.eps).detach()  # (B, 1, C)
         x = (x - mean) / stdev
         if self.gamma is not None:
+            assert self.beta is not None  # made with gamma (affine)
             x = x * self.gamma + self.beta
         return x, (mean, stdev)
 
@@ -56,6 +58,7 @@ class RevIN(nn.Module):
         """(B, H, C) y' -> (B, H, C) y."""
         mean, stdev = statistics
         if self.gamma is not None:
+            assert self.beta is not None  # made with gamma (affine)
             y = (y - self.beta) / (self.gamma + self.eps * self.eps)
         return y * stdev + mean
 
@@ -150,9 +153,12 @@ class PatchTST(nn.Module):
     def forecast(self, x: Tensor) -> Tensor:
         """(B, L, C) -> (B, H, C)."""
         x, statistics = self.revin.normalise(x)  # (B, L, C)
-        z = self.encode_normalised(x).unflatten(0, (x.shape[0], x.shape[2]))  # (B, C, N, d_model)
+        z = torch.unflatten(self.encode_normalised(x), 0, (x.shape[0], x.shape[2]))  # (B, C, N, d_model)
         y = self.head(z).transpose(1, 2)  # (B, C, H) -> (B, H, C)
-        return self.revin.denormalise(y, statistics)
+        # the statistics go back to the normaliser that made them (RevIN's pair, NoNormalisation's None):
+        # a pairing that a union of the two classes does not carry
+        denormalise = cast(Callable[[Tensor, "Statistics | None"], Tensor], self.revin.denormalise)
+        return denormalise(y, statistics)
 
     forward = forecast
 
@@ -199,7 +205,9 @@ class DLinear(nn.Module):
 
     The maps are nn.Linear(L, H), shared by the channels, or a ChannelLinear (one pair per channel)."""
 
-    def __init__(self, decomposition: SeriesDecomposition, seasonal: nn.Module, trend: nn.Module) -> None:
+    def __init__(
+        self, decomposition: SeriesDecomposition, seasonal: nn.Linear | ChannelLinear, trend: nn.Linear | ChannelLinear
+    ) -> None:
         super().__init__()
         self.decomposition, self.seasonal, self.trend = decomposition, seasonal, trend
 

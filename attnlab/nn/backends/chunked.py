@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Callable, Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.nn.cache import KVCache
 from attnlab.nn.dropout import dropout
 from attnlab.nn.kernels import AttentionBackend, BiasFn, SDPABackend, keys_so_far, option_at_least
 from attnlab.nn.masks import AttentionMask
@@ -46,10 +48,21 @@ class ChunkedBackend(AttentionBackend):
         self.q_block, self.k_block = q_block, k_block
 
     @classmethod
-    def from_config(cls, cfg) -> "ChunkedBackend":
+    def from_config(cls, cfg: Any) -> "ChunkedBackend":
         return cls(cfg.backends.block, cfg.backends.chunked.key_block)
 
-    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+    def compute(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float,
+        bias: BiasFn | None,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor | None]:
         k, v = keys_so_far(k, v, q_pos, cache)
         if q.is_cuda and bias is None and SDPABackend.takes_no_mask_matrix(mask, q, k):
             # PyTorch's flash kernel is this same recurrence, fused: as exact, O(T) memory (the loop over
@@ -57,10 +70,22 @@ class ChunkedBackend(AttentionBackend):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=mask.causal), None
         params = _bias_parameters(bias)
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *params)):
-            return _ChunkedAttention.apply(self, mask, q_pos, k_pos, dropout_p, bias, q, k, v, *params), None
+            # Function.apply is untyped in PyTorch: it returns what forward returns
+            apply = cast(Callable[..., Tensor], _ChunkedAttention.apply)
+            return apply(self, mask, q_pos, k_pos, dropout_p, bias, q, k, v, *params), None
         return self.blocks(q, k, v, mask, q_pos, k_pos, dropout_p, bias), None
 
-    def blocks(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias) -> Tensor:
+    def blocks(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float,
+        bias: BiasFn | None,
+    ) -> Tensor:
         """All query blocks, in order: (B, H, Tq, Dv)."""
         return torch.cat(
             [
@@ -98,7 +123,8 @@ class ChunkedBackend(AttentionBackend):
                 continue  # every key here is in every query's future
             s = q @ k[:, :, cols].transpose(-2, -1) * scale  # (B, H, bq, bk)
             if bias is not None:
-                s = s + bias(q, q_pos, kp)
+                # a bias reaches a backend only from positions that add scores: a tensor, never None
+                s = s + cast(Tensor, bias(q, q_pos, kp))
             allowed = mask.dense(q_pos, kp, cols)
             if allowed is not None:
                 s = s.masked_fill(~allowed, lowest)
@@ -119,6 +145,17 @@ def _bias_parameters(bias: BiasFn | None) -> list[Tensor]:
     return list(owner.parameters()) if isinstance(owner, torch.nn.Module) else []
 
 
+class _ChunkedContext(Protocol):
+    """What :class:`_ChunkedAttention`'s ``ctx`` carries from its forward to its backward."""
+
+    rng: Tensor
+    cuda_rng: Tensor | None
+    args: tuple[ChunkedBackend, AttentionMask, Tensor, Tensor, float, BiasFn | None]
+    saved_tensors: tuple[Tensor, ...]
+
+    def save_for_backward(self, *tensors: Tensor) -> None: ...
+
+
 class _ChunkedAttention(torch.autograd.Function):
     """Chunked attention with a memory-light backward: the forward keeps only Q, K, V and the RNG
     state; the backward recomputes each query block under autograd, with that RNG state (the same
@@ -126,7 +163,19 @@ class _ChunkedAttention(torch.autograd.Function):
     it go before the next. Gradients reach the score bias's parameters too."""
 
     @staticmethod
-    def forward(ctx, backend, mask, q_pos, k_pos, dropout_p, bias, q, k, v, *params):
+    def forward(
+        ctx: _ChunkedContext,
+        backend: ChunkedBackend,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float,
+        bias: BiasFn | None,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *params: Tensor,
+    ) -> Tensor:
         ctx.rng = torch.get_rng_state()
         ctx.cuda_rng = torch.cuda.get_rng_state(q.device) if q.is_cuda else None
         ctx.args = (backend, mask, q_pos, k_pos, dropout_p, bias)
@@ -134,7 +183,7 @@ class _ChunkedAttention(torch.autograd.Function):
         return backend.blocks(q, k, v, mask, q_pos, k_pos, dropout_p, bias)
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx: _ChunkedContext, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         backend, mask, q_pos, k_pos, dropout_p, bias = ctx.args
         q, k, v, *params = ctx.saved_tensors
         k_leaf, v_leaf = k.detach().requires_grad_(), v.detach().requires_grad_()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.errors import ConfigError
-from attnlab.nn.kernels import AttentionBackend, option_at_least
+from attnlab.nn.cache import KVCache
+from attnlab.nn.kernels import AttentionBackend, BiasFn, option_at_least
+from attnlab.nn.masks import AttentionMask
 
 FEATURE_MAPS = ("elu", "favor")  # elu + 1 (Katharopoulos et al.), positive random features (Performer's FAVOR+)
 
@@ -92,17 +95,38 @@ class LinearBackend(AttentionBackend):
         self.phi, self.chunk = feature_map, chunk
 
     @classmethod
-    def from_config(cls, cfg) -> "LinearBackend":
+    def from_config(cls, cfg: Any) -> "LinearBackend":
         options = cfg.backends.linear
         return cls(FeatureMap(options.feature_map, cfg.stack.d_head, options.random_features), cfg.backends.block)
 
-    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+    def compute(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float,
+        bias: BiasFn | None,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor | None]:
         """With a cache, only the running sums are kept: the new keys update them, and their padding
         is the mask's last Tk' columns (without one, those are all of them)."""
         key_valid = None if mask.key_valid is None else mask.key_valid[:, -k.shape[2] :]
         return self._kernelised(q, k, v, mask, dropout_p, bias, cache, key_valid), None
 
-    def _kernelised(self, q, k, v, mask, dropout_p, bias, cache, key_valid) -> Tensor:
+    def _kernelised(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        dropout_p: float,
+        bias: BiasFn | None,
+        cache: KVCache | None,
+        key_valid: Tensor | None,
+    ) -> Tensor:
         if bias is not None or dropout_p > 0.0:
             raise ValueError("linear attention takes no score bias or attention dropout")
         fq, fk = self.phi(q), self.phi(k)  # (B, H, Tq, m), (B, H, Tk', m) for the new keys
@@ -113,7 +137,8 @@ class LinearBackend(AttentionBackend):
                 raise ValueError("linear attention keeps a decoding state for causal self-attention only")
             S, z = fk.transpose(-2, -1) @ v, fk.sum(2)  # (B, H, m, Dv), (B, H, m)
             return self._normalise(fq @ S, fq @ z[..., None])
-        out, state = self._causal(fq, fk, v, cache.state if cache is not None else None)
+        # the state a cache holds here is the one this backend put there (below): a LinearState, or None at first
+        out, state = self._causal(fq, fk, v, cast("LinearState | None", cache.state) if cache is not None else None)
         if cache is not None:
             cache.state = state
         return out

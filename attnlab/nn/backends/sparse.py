@@ -4,11 +4,14 @@ summaries, global tokens, random blocks), computed block by block over the candi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnlab.nn.kernels import AttentionBackend, keys_so_far, option_at_least
+from attnlab.nn.cache import KVCache
+from attnlab.nn.kernels import AttentionBackend, BiasFn, keys_so_far, option_at_least
+from attnlab.nn.masks import AttentionMask
 from attnlab.nn.scores import attention
 
 
@@ -98,11 +101,11 @@ class SparseBackend(AttentionBackend):
     returns_weights = False
     takes_explicit_mask = False
     exact = False  # attends to the pattern's keys only
-    fields = ("pattern.window", "pattern.stride", "pattern.n_global", "pattern.n_random")
+    fields: tuple[str, ...] = ("pattern.window", "pattern.stride", "pattern.n_global", "pattern.n_random")
     cross_attention = "chunked"  # a pattern over positions of one sequence; target over source is exact
 
     @classmethod
-    def from_config(cls, cfg) -> "SparseBackend":
+    def from_config(cls, cfg: Any) -> "SparseBackend":
         pattern = cfg.backends.pattern
         return cls(
             SparsePattern(pattern.window, pattern.stride, pattern.n_global, pattern.n_random, cfg.backends.block)
@@ -111,7 +114,18 @@ class SparseBackend(AttentionBackend):
     def __init__(self, pattern: SparsePattern) -> None:
         self.pattern = pattern
 
-    def compute(self, q, k, v, mask, q_pos, k_pos, dropout_p, bias, cache):
+    def compute(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        dropout_p: float,
+        bias: BiasFn | None,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor | None]:
         k, v = keys_so_far(k, v, q_pos, cache)
         block = self.pattern.block
         if block <= 0:
@@ -144,5 +158,5 @@ class LocalBackend(SparseBackend):
         super().__init__(SparsePattern(window=window, block=block))
 
     @classmethod
-    def from_config(cls, cfg) -> "LocalBackend":
+    def from_config(cls, cfg: Any) -> "LocalBackend":
         return cls(cfg.backends.pattern.window, cfg.backends.block)
