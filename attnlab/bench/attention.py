@@ -21,7 +21,7 @@ import gc
 import re
 import statistics
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 
@@ -61,7 +61,9 @@ GROWTH = {"math": 2, "sdpa": 2, "chunked": 2, "local": 1, "sparse": 1.5, "linear
 
 
 def _status_bytes(field: str) -> int:
-    return int(re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+    # Linux's status file always has the field (VmRSS, VmHWM)
+    found = cast(re.Match[str], re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text()))
+    return int(found.group(1)) * 1024
 
 
 def _trim() -> None:
@@ -103,15 +105,23 @@ def measure_peak(fn: Callable[[], object], device: torch.device = CPU) -> tuple[
     return seconds, max(peak, 0)
 
 
-def _pass(backend: AttentionBackend, q, k, v, causal: bool, pos: torch.Tensor, backward: bool) -> Callable:
+def _pass(
+    backend: AttentionBackend,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    pos: torch.Tensor,
+    backward: bool,
+) -> Callable[[], object]:
     """One timed call. Each call makes its own AttentionMask, as a model's forward does, so that a
     backend that builds the dense mask pays for it every time (the mask keeps what it built)."""
 
-    def forward():
+    def forward() -> torch.Tensor:
         with torch.no_grad():
             return backend(q, k, v, AttentionMask(causal=causal), pos, pos)[0]
 
-    def forward_backward():
+    def forward_backward() -> tuple[torch.Tensor, ...]:
         out = backend(q, k, v, AttentionMask(causal=causal), pos, pos)[0]
         return torch.autograd.grad(out.sum(), (q, k, v))
 
@@ -130,7 +140,7 @@ def bench_attention(
     time_limit: float = 60.0,
     seed: int = 0,
     device: torch.device = CPU,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     """Yield one record per (backend, T, pass) on ``device``: seconds, peak_bytes, or skipped with a reason."""
     available = backends(head_dim)
     names = tuple(available) if names is None else names
@@ -174,7 +184,15 @@ def bench_attention(
         del q, k, v
 
 
-def _skip_reason(key, T, scores_bytes, kept_per_score, last_seconds, memory_budget, time_limit) -> str | None:
+def _skip_reason(
+    key: tuple[str, str],
+    T: int,
+    scores_bytes: int,
+    kept_per_score: dict[tuple[str, str], float],
+    last_seconds: dict[tuple[str, str], tuple[int, float]],
+    memory_budget: float,
+    time_limit: float,
+) -> str | None:
     name, _ = key
     if name == "math":
         # the forward alone holds the scores and the probabilities: twice the scores at the very least
@@ -193,7 +211,7 @@ def _skip_reason(key, T, scores_bytes, kept_per_score, last_seconds, memory_budg
     return None
 
 
-def plot_attention(records: list[dict], path: str | Path) -> None:
+def plot_attention(records: list[dict[str, Any]], path: str | Path) -> None:
     """Time and peak memory against T, log-log, one line per backend (forward + backward solid,
     forward dashed), written to ``path`` (PNG)."""
     import matplotlib

@@ -23,11 +23,14 @@ from __future__ import annotations
 import copy
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from attnlab.bench.reference import cpu_engine_missing
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}  # attnlab's weights -> CTranslate2's compute type
 
@@ -73,7 +76,7 @@ def converted(model: torch.nn.Module, vocabulary: Vocabulary, out: Path) -> Path
         def load_tokenizer(self, tokenizer_class: type, model_name_or_path: str, **kwargs: Any) -> Vocabulary:
             return vocabulary
 
-    config = copy.copy(model.config)
+    config = copy.copy(cast("PretrainedConfig", model.config))  # a transformers model's config
     config.dtype = next(model.parameters()).dtype  # the converter asks for it (else for the deprecated torch_dtype)
     config.save_pretrained(out / "transformers")
     return Path(InMemory(str(out / "transformers")).convert(str(out / "ctranslate2")))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 
@@ -60,10 +60,11 @@ def bench_decode(
     device: torch.device = CPU,
     weights: tuple[str, ...] = (),
     with_ct2: bool = True,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     model, src = decode_inputs(batch, src_len, seed, device)
     n = new_tokens
-    runs: dict[str, Callable[[], None]] = {
+    variant: torch.nn.Module | str  # a searched model, then the suffix of a search's records
+    runs: dict[str, Callable[[], object]] = {
         "decode_greedy_nocache": lambda: checked_length(greedy(model, src, max_len=n, min_len=n, use_cache=False), n)
     }
     for suffix, variant in [("", model)] + [(f"_{w}", with_weights(copy.deepcopy(model), w)) for w in weights]:
@@ -72,14 +73,15 @@ def bench_decode(
         runs["decode_greedy_dynamic"] = lambda: checked_length(
             greedy(model, src, max_len=n, min_len=n, kv_cache="dynamic"), n
         )
+    hf: torch.nn.Module | None  # the MarianWrapper, then its MarianMTModel
     hf = marian(0.0) if with_hf or with_ct2 else None  # generate's model, and CTranslate2's weights
     if hf is not None:
         hf = hf.hf.eval().to(device)
     if hf is not None and with_hf:
         mask = src != 0
 
-        def generate(**kw) -> Callable[[], None]:
-            return lambda: hf.generate(
+        def generate(**kw: Any) -> Callable[[], torch.Tensor]:
+            return lambda: cast("Callable[..., torch.Tensor]", hf.generate)(  # transformers' generate: ids out
                 input_ids=src, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, **kw
             )
 
@@ -91,6 +93,7 @@ def bench_decode(
     ct2_weights = ("fp32", *(w for w in weights if w in COMPUTE_TYPES))
     ct2_missing = unavailable(device) or (TRANSFORMERS_MISSING if hf is None else None)
     if with_ct2 and ct2_missing is None:
+        assert hf is not None  # ct2_missing says why otherwise
         runs |= translations(hf, src, n, beam, ct2_weights)
     with torch.no_grad():
         seconds = interleaved_medians(runs, repeats, warmup=1, device=device)
@@ -159,7 +162,7 @@ def translations(
     the ``<pad>`` its Marian loader drops (Marian's layout; bench/ct2.py)."""
     vocabulary = numbered(SHAPE["vocab_size"], eos=EOS, unk=UNK, pad=SHAPE["vocab_size"] - 1)
     sources = vocabulary.names(src.tolist(), leave_out=PAD)  # the same sources, EOS included
-    runs = {}
+    runs: dict[str, Callable[[], list[list[str]]]] = {}
     for w, translator in engines("Translator", hf, vocabulary, weights).items():
         runs |= {
             f"ct2_greedy{weights_suffix(w)}": partial(translated, translator, sources, n, 1),

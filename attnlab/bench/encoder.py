@@ -13,7 +13,7 @@ holds attnlab's fp32 forward against it, with the threads both ran on.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 
@@ -22,10 +22,11 @@ from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians
 from attnlab.interop import bert_model_fields, load_bert
 from attnlab.models import build_model, model_config
+from attnlab.nn.encoder_only import EncoderOnly
 from attnlab.precision import autocast
 
 HF = "transformers.BertModel"
-MINILM = {
+MINILM: dict[str, Any] = {  # a config.json
     "model_type": "bert",
     "vocab_size": 30522,
     "hidden_size": 384,
@@ -47,11 +48,13 @@ def encoders(
     import transformers
 
     torch.manual_seed(seed)
-    hf = transformers.BertModel(transformers.BertConfig(**MINILM)).eval()
-    ours = {}
+    # as the nn.Module it is: transformers leaves its eval unannotated
+    hf = cast(torch.nn.Module, transformers.BertModel(transformers.BertConfig(**MINILM))).eval()
+    ours: dict[str, torch.nn.Module] = {}
     for backend in backends:
         fields, shape = bert_model_fields(MINILM, "MiniLM shape")
         model = build_model(model_config(fields, stack=fields["stack"] | {"attention_backend": backend}), shape)
+        assert isinstance(model, EncoderOnly)  # bert_model_fields' arch: encoder_only
         load_bert(model, hf.state_dict(), list(range(MINILM["vocab_size"])), HF)
         ours[backend] = model.eval().to(device)
     return hf.to(device), ours
@@ -66,7 +69,7 @@ def bench_encoder(
     seed: int = 0,
     device: torch.device = CPU,
     with_ort: bool = True,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     hf, ours = encoders(backends, seed, device)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, MINILM["vocab_size"], (batch, seq_len), generator=g).to(device)  # (B, T)
@@ -85,14 +88,18 @@ def bench_encoder(
             return call
 
         calls = {"hf": inference(lambda: hf(**inputs).last_hidden_state)}
-        calls |= {backend: inference(lambda m=m: m.encode(ids, segments)) for backend, m in ours.items()}
+        # the default binds each model (mypy cannot type a lambda with one against Callable[[], Tensor])
+        calls |= {
+            backend: inference(cast("Callable[[], torch.Tensor]", lambda m=m: m.encode(ids, segments)))
+            for backend, m in ours.items()
+        }
         ort_columns = with_ort and precision == "fp32"  # ONNX Runtime runs the model in its own type
         if ort_columns and ort_missing is None:
             calls["ort"] = ort.last_hidden_state(hf, inputs)
         seconds = interleaved_medians(calls, repeats, warmup=1, device=device)
         outputs = {name: call().float() for name, call in calls.items()}
 
-        def record(name: str, backend: str, reference: str, label: str) -> dict:
+        def record(name: str, backend: str, reference: str, label: str) -> dict[str, Any]:
             """``backend``'s figure against ``reference``'s (their names in ``calls``), named ``name``."""
             return {
                 "name": name,

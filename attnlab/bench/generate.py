@@ -9,7 +9,7 @@ reported with them."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 
@@ -27,12 +27,14 @@ SHAPES = {
 }
 
 
-def gpt2_pair(shape: str, seed: int = 0, device: torch.device = CPU) -> tuple[torch.nn.Module, torch.nn.Module, list]:
+def gpt2_pair(
+    shape: str, seed: int = 0, device: torch.device = CPU
+) -> tuple[torch.nn.Module, torch.nn.Module, list[int | None]]:
     """A random GPT2LMHeadModel of ``shape`` (GPT-2's vocabulary of 50,257 and 1,024 positions),
     attnlab's decoder_lm with its weights, and ``order``: the GPT-2 id of each attnlab id."""
     import transformers
 
-    config = {
+    config: dict[str, Any] = {  # a config.json
         "model_type": "gpt2",
         "vocab_size": 50257,
         "n_positions": 1024,
@@ -40,7 +42,8 @@ def gpt2_pair(shape: str, seed: int = 0, device: torch.device = CPU) -> tuple[to
         "bos_token_id": 50256,
     } | SHAPES[shape]
     torch.manual_seed(seed)
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config)).eval()
+    # as the nn.Module it is: transformers leaves its eval unannotated
+    hf = cast(torch.nn.Module, transformers.GPT2LMHeadModel(transformers.GPT2Config(**config))).eval()
     eos = config["eos_token_id"]
     order = [None, None, eos, None] + [i for i in range(config["vocab_size"]) if i != eos]
     tensors, _ = gpt2_tensors(hf.state_dict(), config, [eos if old is None else old for old in order], HF)
@@ -58,18 +61,18 @@ def bench_generate(
     repeats: int = 3,
     seed: int = 0,
     device: torch.device = CPU,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     hf, ours, order = gpt2_pair(shape, seed, device)
     to_ours = {old: new for new, old in enumerate(order) if old is not None}
     g = torch.Generator().manual_seed(seed)
     for batch in batches:
         theirs_prompt = torch.randint(0, 50256, (batch, prompt_len), generator=g).to(device)  # (B, P), no end of text
         ours_prompt = torch.tensor([[to_ours[i] for i in row] for row in theirs_prompt.tolist()], device=device)
-        results: dict[str, list] = {}
+        results: dict[str, list[list[int]]] = {}
 
         def theirs() -> None:
             with torch.no_grad():
-                out = hf.generate(
+                out = cast("Callable[..., torch.Tensor]", hf.generate)(  # transformers' generate: ids out
                     input_ids=theirs_prompt,
                     attention_mask=torch.ones_like(theirs_prompt),
                     do_sample=False,

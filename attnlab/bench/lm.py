@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 
@@ -26,18 +26,19 @@ from attnlab.bench.reference import TRANSFORMERS_MISSING, transformers_or_none
 from attnlab.bench.timing import CPU, checked_length, interleaved_medians
 from attnlab.bench.train import attnlab_step
 from attnlab.data.batching import Batch
-from attnlab.data.tokenizers import BOS, EOS, UNK
+from attnlab.data.tokenizers import BOS, EOS, UNK, Tokenizer
 from attnlab.decode.spec import Sample, sample
 from attnlab.decode.speculative import OWN_HEADS, SpeculationStats, speculative_decode
 from attnlab.decode.weights import weights_of, with_weights
 from attnlab.errors import UsageError
 from attnlab.models import build_model, model_config
 from attnlab.models.shape import DataShape
+from attnlab.nn.embeddings import Embeddings
 from attnlab.runs.checkpoint import load_draft, load_run
 from attnlab.runs.train_config import TrainConfig
 
 VOCAB = 65  # Tiny Shakespeare's characters
-MODEL = dict(
+MODEL: dict[str, Any] = dict(
     arch="decoder_lm",
     stack=dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0, activation="gelu", norm="pre"),
     positions=dict(scheme="learned", max_len=64),
@@ -90,7 +91,9 @@ def lm_gpt2() -> torch.nn.Module | None:
     return hf.GPT2LMHeadModel(config).eval()
 
 
-def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_ct2: bool = True) -> Iterator[dict]:
+def bench_lm(
+    repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_ct2: bool = True
+) -> Iterator[dict[str, Any]]:
     torch.manual_seed(seed)
     model = lm_model().to(device)
     g = torch.Generator().manual_seed(seed)
@@ -109,11 +112,17 @@ def bench_lm(repeats: int = 10, seed: int = 0, device: torch.device = CPU, with_
     vocabulary = numbered(VOCAB, bos=BOS, eos=EOS, unk=UNK)
     gpt2 = lm_gpt2() if with_ct2 else None
     ct2_missing = unavailable(device) or (TRANSFORMERS_MISSING if gpt2 is None else None)
-    generator = engines("Generator", gpt2, vocabulary, ("fp32",))["fp32"] if with_ct2 and ct2_missing is None else None
+    generator = (
+        engines("Generator", cast(torch.nn.Module, gpt2), vocabulary, ("fp32",))["fp32"]  # not None: ct2_missing
+        if with_ct2 and ct2_missing is None
+        else None
+    )
     label = reference_name("Generator", "fp32")
     for b in (1, 32):
         prompt = torch.randint(4, VOCAB, (b, 1), generator=g).to(device)  # (b, 1)
-        runs = {"s": lambda: checked_length(sample(model, Sample(max_len=new, stop_at_eos=False), prompt=prompt), new)}
+        runs: dict[str, Callable[[], object]] = {
+            "s": lambda: checked_length(sample(model, Sample(max_len=new, stop_at_eos=False), prompt=prompt), new)
+        }
         if generator is not None:
             runs["ct2"] = partial(generated, generator, vocabulary.names(prompt.tolist()), new)
         t = interleaved_medians(runs, max(1, repeats // 2), device=device)
@@ -164,7 +173,7 @@ def bench_lm_run(
     repeats: int = 5,
     compiled: bool = False,
     device: torch.device = CPU,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     """Greedy decoding of a trained language model at batch 1: tokens/s of plain decoding with the
     cache (the reference), of the same with each of ``weights``, with the step compiled
     (``compiled``: kv_cache 'compiled'; the compilation happens in the untimed warm-up), and of
@@ -177,19 +186,23 @@ def bench_lm_run(
     language_model = {"encoder": False, "decoder": True}
     if any(getattr(cfg.capabilities, name) != value for name, value in language_model.items()):
         raise UsageError(f"{run} holds a model of arch '{cfg.arch}', not a language model")
-    if OWN_HEADS in drafts and not 1 <= k <= len(model.heads):
+    if OWN_HEADS in drafts and not 1 <= k <= len(cast(torch.nn.ModuleList, model.heads)):  # a DecoderLM's
         raise UsageError(
-            f"draft heads: {run} has {len(model.heads)} multi-token heads, and k ({k}) must be between 1 and that"
+            f"draft heads: {run} has {len(cast(torch.nn.ModuleList, model.heads))} multi-token heads, "
+            f"and k ({k}) must be between 1 and that"
         )
-    ids = torch.tensor([tokenizers["tgt"].encode(prompt)], device=device)  # (1, P)
-    n = new_tokens or (model.embed.positional.max_positions or ids.shape[1] + 256) - ids.shape[1]
+    ids = torch.tensor([cast(Tokenizer, tokenizers["tgt"]).encode(prompt)], device=device)  # (1, P): a LM has "tgt"
+    # model.embed: the Embeddings of a DecoderLM or a TransformerXL, the language models
+    n = new_tokens or (cast(Embeddings, model.embed).positional.max_positions or ids.shape[1] + 256) - ids.shape[1]
 
-    def plain(m: torch.nn.Module, kv_cache: str = "auto") -> Callable[[], list[int]]:
+    def plain(m: torch.nn.Module, kv_cache: str = "auto") -> Callable[[], object]:  # the tokens, a run like any
         argmax = Sample(max_len=n, top_k=1, stop_at_eos=False, kv_cache=kv_cache)
         return lambda: sample(m, argmax, prompt=ids)[0]
 
     expected = plain(model)()
-    runs = {"lm_greedy": plain(model)} | {f"lm_greedy_{w}": plain(_converted(model, w)) for w in weights}
+    runs: dict[str, Callable[[], object]] = {"lm_greedy": plain(model)} | {
+        f"lm_greedy_{w}": plain(_converted(model, w)) for w in weights
+    }
     if compiled:
         runs["lm_greedy_compiled"] = plain(model, "compiled")
     stats: dict[str, SpeculationStats] = {}
@@ -213,7 +226,7 @@ def _timed(
     reference: str,
     repeats: int,
     device: torch.device,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     """:func:`bench_lm_run`'s records, one per way of decoding ``n`` tokens, against 'lm_greedy'."""
     with torch.no_grad():
         seconds = interleaved_medians(runs, repeats, warmup=1, device=device)

@@ -19,7 +19,7 @@ for the same length as its reference and the ratio model / Transformer.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -33,7 +33,7 @@ from attnlab.precision import autocast
 
 VOCAB = 8000  # the presets' shared BPE vocabulary
 # The model sections of the presets (tests/test_bench.py checks that they agree).
-MODELS: dict[str, dict] = {
+MODELS: dict[str, dict[str, Any]] = {
     "transformer": dict(
         arch="encoder_decoder",
         stack=dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.1, norm="post"),
@@ -94,7 +94,7 @@ def bench_models(
     repeats: int = 3,
     seed: int = 0,
     device: torch.device = CPU,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     """Yield one record per (pass, length, model): tokens/s, with the Transformer as reference. At
     each length the models' training steps are timed in turn, then their decodings, on ``device``."""
     torch.manual_seed(seed)
@@ -103,6 +103,7 @@ def bench_models(
     for length in lengths:
         batch = random_pairs(max(1, batch_tokens // length), length, VOCAB, generator, device)
         src = random_pairs(decode_batch, length, VOCAB, generator, device).src  # (decode_batch, length + 1)
+        assert src is not None  # random pairs have sources
         train = interleaved_medians(
             {name: attnlab_step(model, batch, train_config(precision)) for name, model in built.items()},
             repeats,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import math
 from types import ModuleType
+from typing import TypedDict, cast
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +36,18 @@ DROPOUT = 0.1
 DATA = DataShape(vocab_size=SHAPE["vocab_size"])  # the benchmark's data: one shared vocabulary
 
 
+class StackSizes(TypedDict):
+    """SHAPE's sizes of the stack, as StackConfig's keywords."""
+
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_ff: int
+
+
 def model_config(dropout: float = DROPOUT) -> EncoderDecoderConfig:
     """The benchmark's model: sinusoidal positions and tied embeddings are the config's defaults."""
-    sizes = {name: SHAPE[name] for name in ("d_model", "n_heads", "n_layers", "d_ff")}
+    sizes = cast(StackSizes, {name: SHAPE[name] for name in ("d_model", "n_heads", "n_layers", "d_ff")})  # those keys
     return EncoderDecoderConfig(stack=StackConfig(**sizes, dropout=dropout))
 
 
@@ -46,6 +56,8 @@ def attnlab_model(dropout: float = DROPOUT) -> nn.Module:
 
 
 class TorchTransformer(nn.Module):
+    pe: Tensor  # (max_len, d_model): the sinusoidal table, a buffer
+
     def __init__(
         self, vocab_size: int, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float, max_len: int = 512
     ) -> None:
@@ -115,7 +127,7 @@ def transformers_or_none() -> ModuleType | None:
     return installed("transformers")
 
 
-def marian(dropout: float) -> nn.Module | None:
+def marian(dropout: float) -> MarianWrapper | None:
     """A MarianMTModel of the benchmark shape (random weights), or None without ``transformers``."""
     if (hf := transformers_or_none()) is None:
         return None

@@ -29,7 +29,7 @@ published bf16 dense peak where it is known.
 
 from __future__ import annotations
 
-from typing import ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Generic, Iterator, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -49,15 +49,15 @@ from attnlab.tasks.masked_lm import MaskedLMConfig, MLMBatch, mask_tokens
 from attnlab.torch_private import inductor_counters
 from attnlab.train.step import Objective, compiled
 
-AnyBatch = Batch | MLMBatch
+ShapeBatch = TypeVar("ShapeBatch", Batch, MLMBatch)  # a shape's batch: what its make_batch gives, its losses read
 
 
-class Shape:
+class Shape(Generic[ShapeBatch]):
     """A model size, its batch, and the reference implementation it is measured against."""
 
     name: ClassVar[str]
     reference_name: ClassVar[str]
-    model: ClassVar[dict]  # attnlab's model section
+    model: ClassVar[dict[str, Any]]  # attnlab's model section
     vocab_size: ClassVar[int]  # the data's vocabulary (models/shape.py)
     batch: ClassVar[int]
     seq_len: ClassVar[int]
@@ -72,11 +72,11 @@ class Shape:
         """The reference model at this size (random weights), or None where its library is missing."""
         raise NotImplementedError
 
-    def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> AnyBatch:
+    def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> ShapeBatch:
         """``batch`` random examples of ``seq_len`` tokens, on the CPU."""
         raise NotImplementedError
 
-    def reference_loss(self, model: nn.Module, batch: AnyBatch) -> Tensor:
+    def reference_loss(self, model: nn.Module, batch: ShapeBatch) -> Tensor:
         """The reference's mean loss over the targets: its logits, F.cross_entropy in float32."""
         raise NotImplementedError
 
@@ -87,7 +87,7 @@ class Shape:
         ]
 
 
-class GPT2Small(Shape):
+class GPT2Small(Shape[Batch]):
     name, reference_name = "gpt2-small", "transformers.GPT2LMHeadModel"
     vocab_size = 50257
     model = dict(
@@ -129,7 +129,7 @@ class GPT2Small(Shape):
         return cross_entropy(model(input_ids=batch.tgt_in).logits, batch.tgt_out)
 
 
-class TransformerBase(Shape):
+class TransformerBase(Shape[Batch]):
     name, reference_name = "transformer-base", "torch.nn.Transformer"
     vocab_size = 32000
     model = dict(
@@ -151,7 +151,7 @@ class TransformerBase(Shape):
         return cross_entropy(model(batch.src, batch.tgt_in), batch.tgt_out, self.label_smoothing)
 
 
-class BertBase(Shape):
+class BertBase(Shape[MLMBatch]):
     name, reference_name = "bert-base", "transformers.BertForMaskedLM"
     vocab_size = 30522
     model = dict(
@@ -191,10 +191,10 @@ class BertBase(Shape):
 
 CALLS_PER_SAMPLE = {"cuda": 10}  # steps in a row in each timed sample, by device type (elsewhere 1)
 
-SHAPES: dict[str, Shape] = {shape.name: shape() for shape in (GPT2Small, TransformerBase, BertBase)}
+SHAPES: dict[str, Shape[Any]] = {shape.name: shape() for shape in (GPT2Small, TransformerBase, BertBase)}
 
 
-def shape_train_config(shape: Shape, precision: str) -> TrainConfig:
+def shape_train_config(shape: Shape[Any], precision: str) -> TrainConfig:
     """Both sides' training settings: AdamW (weight decay 0.1 on matrices) at a constant 1e-4, clipping
     at 1, the shape's label smoothing."""
     return TrainConfig(
@@ -220,7 +220,7 @@ def peak_memory(step: TrainingStep, device: torch.device) -> float | None:
 
 
 def bench_shape(
-    shape: Shape,
+    shape: Shape[Any],
     batch: int | None = None,
     seq_len: int | None = None,
     precision: str = "bf16",
@@ -229,7 +229,7 @@ def bench_shape(
     with_hf: bool = True,
     seed: int = 0,
     device: torch.device = CPU,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     """The GEMM peak of ``precision`` on ``device``, then attnlab's tokens/s at ``shape`` against its
     reference (ratio, both MFUs, both peak memories), then attnlab's MFU against the measured and
     the published peak."""
@@ -253,7 +253,8 @@ def bench_shape(
     steps = {
         name: attnlab_step(model, data, cfg, objective)
         if name == "attnlab"
-        else reference_step(model, cfg, lambda m=model: reference_loss(m, data))
+        # the default binds each model (mypy cannot type a lambda with one against Callable[[], Tensor])
+        else reference_step(model, cfg, cast("Callable[[], Tensor]", lambda m=model: reference_loss(m, data)))
         for name, model in models.items()
     }
     gemm_call, gemm_flops = gemm(precision, device)
@@ -311,7 +312,7 @@ def bench_shape(
     } | where
 
 
-def check_shape_sizes(shape: Shape, batch: int | None, seq_len: int | None) -> str | None:
+def check_shape_sizes(shape: Shape[Any], batch: int | None, seq_len: int | None) -> str | None:
     """Why ``--batch``/``--seq-len`` cannot be used with ``shape``; None if they can."""
     if batch is not None and batch < 1:
         return f"--batch must be at least 1 (got {batch})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
@@ -43,7 +43,7 @@ def timed(fn: Callable[[], object], device: torch.device = CPU) -> tuple[float, 
 
 
 def interleaved_medians(
-    steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 2, device: torch.device = CPU, calls: int = 1
+    steps: Mapping[str, Callable[[], object]], repeats: int, warmup: int = 2, device: torch.device = CPU, calls: int = 1
 ) -> dict[str, float]:
     """Median seconds per call of each function, calling them in turn ``repeats`` times (after
     ``warmup`` untimed calls each), on ``device``. Each timed sample is ``calls`` calls in a row
@@ -54,7 +54,7 @@ def interleaved_medians(
         for _ in range(warmup):
             fn()
 
-    def in_a_row(fn: Callable[[], None]) -> None:
+    def in_a_row(fn: Callable[[], object]) -> None:
         for _ in range(calls):
             fn()
 

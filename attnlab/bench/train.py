@@ -16,7 +16,7 @@ enough to take milliseconds) timed in turn with the steps, so that a change in t
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +40,7 @@ from attnlab.data.tokenizers import PAD
 from attnlab.eval.likelihood import teacher_forced_loss
 from attnlab.precision import autocast
 from attnlab.runs.train_config import TrainConfig
+from attnlab.tasks.batching import Batch as TaskBatch
 from attnlab.train.schedules import make_schedule, make_scheduler
 from attnlab.train.step import Objective, make_optimizer, train_step
 
@@ -103,14 +104,16 @@ class TrainingStep:
         return sum(storages.values())
 
 
-def attnlab_step(model: nn.Module, batch, cfg: TrainConfig, objective: Objective = teacher_forced_loss) -> TrainingStep:
+def attnlab_step(
+    model: nn.Module, batch: TaskBatch, cfg: TrainConfig, objective: Objective = teacher_forced_loss
+) -> TrainingStep:
     """One call = one step of attnlab's own train_step (what `attnlab train` runs) under ``cfg``, with
     the task's ``objective`` and autocast on the device the model is on (the batch must be there too)."""
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(
         optimizer, make_schedule(cfg.lr_schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr, 1)
     )
-    amp = autocast(cfg.precision, next(model.parameters()).device)
+    amp = autocast(cast(str, cfg.precision), next(model.parameters()).device)  # the benches' configs set it
     return TrainingStep(
         model, optimizer, lambda: train_step(model, [batch], optimizer, scheduler, cfg, amp, objective=objective)
     )
@@ -128,14 +131,14 @@ def reference_step(model: nn.Module, cfg: TrainConfig, loss: Callable[[], Tensor
     """The same step for a reference model: its ``loss`` (of its batch) under autocast on the model's
     device, backward, clipping at ``cfg.clip_norm`` and attnlab's optimiser (the same fused update)."""
     optimizer = make_optimizer(model, cfg)
-    amp = autocast(cfg.precision, next(model.parameters()).device)
+    amp = autocast(cast(str, cfg.precision), next(model.parameters()).device)  # the benches' configs set it
 
     def step() -> None:
         model.train()
         with amp():
             value = loss()
-        value.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+        cast(Any, value).backward()  # torch leaves Tensor.backward unannotated
+        nn.utils.clip_grad_norm_(model.parameters(), cast(float, cfg.clip_norm))  # the benches' configs clip
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -148,7 +151,7 @@ def bench_train(
     with_hf: bool = True,
     seed: int = 0,
     device: torch.device = CPU,
-) -> Iterator[dict]:
+) -> Iterator[dict[str, Any]]:
     """Per precision: the GEMM peak, attnlab's tokens/s against each reference (with both MFUs),
     and attnlab's MFU; every record names the device."""
     torch.manual_seed(seed)
@@ -163,13 +166,17 @@ def bench_train(
             models["transformers.MarianMTModel"] = hf
         models = {name: model.to(device) for name, model in models.items()}
         cfg = train_config(precision)
-        steps = {
+        steps: dict[str, Callable[[], None]] = {
             name: attnlab_step(model, batch, cfg)
             if name == "attnlab"
             else reference_step(
                 model,
                 cfg,
-                lambda m=model: cross_entropy(m(batch.src, batch.tgt_in), batch.tgt_out, cfg.label_smoothing),
+                # the default binds each model (mypy cannot type a lambda with one against Callable[[], Tensor])
+                cast(
+                    "Callable[[], Tensor]",
+                    lambda m=model: cross_entropy(m(batch.src, batch.tgt_in), batch.tgt_out, cfg.label_smoothing),
+                ),
             )
             for name, model in models.items()
         }

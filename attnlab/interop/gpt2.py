@@ -158,7 +158,7 @@ def attnlab_name(name: str) -> str:
 
 
 def gpt2_tensors(
-    weights: dict[str, torch.Tensor], config: dict[str, Any], rows: list[int], where: Path
+    weights: dict[str, torch.Tensor], config: dict[str, Any], rows: list[int], where: Path | str
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """attnlab's tensors from a GPT-2 state dict (GPT2LMHeadModel's ``transformer.`` prefix dropped),
     the token rows taken in ``rows``; and the names of the original that have no place here. Every
