@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch import Tensor, nn
@@ -27,10 +27,10 @@ from attnlab.analysis.plots import attention_heatmaps, block_plot, entropy_plot,
 from attnlab.data.images import colour_of, read_image
 from attnlab.errors import UsageError
 from attnlab.files import atomic_write_text
-from attnlab.nn.single_stream import IMAGE, TEXT
+from attnlab.nn.single_stream import IMAGE, TEXT, SingleStreamTransformer
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.captions import read_input_images
-from attnlab.tasks.visual_qa import question_ids
+from attnlab.tasks.visual_qa import VisualQAConfig, question_ids
 
 
 def blocks(probs: Tensor, modality: Tensor) -> dict[str, Tensor]:
@@ -58,9 +58,10 @@ def cross_modal_pass(
     reads them): the answer logits (n_answers,), each module's weights over the joint sequence, and
     each token's modality (T + N,), which :func:`blocks` cuts them by (`inspect` and `serve` both)."""
     model.eval()
+    stream = cast(SingleStreamTransformer, model)  # arch single_stream's model
     with capture_attention(model) as captured:
-        logits = model.classify(images, ids)[0]
-    return logits, captured.last(), model.sequence(images, ids)[2]
+        logits = stream.classify(images, ids)[0]
+    return logits, captured.last(), stream.sequence(images, ids)[2]
 
 
 @torch.no_grad()
@@ -75,9 +76,11 @@ def inspect_single_stream(
         )
     state, data_cfg, grid = run.read_task_state(), run.read_config()[1], cfg.patches.grid(run.read_shape())
     tokenizer = run.read_tokenizers()["src"]
+    assert tokenizer is not None  # a visual QA run's questions have one
     device = next(model.parameters()).device
     images = read_input_images([path], run).to(device)  # (1, C, H, W), standardised
-    ids = torch.tensor([question_ids(tokenizer, [question], data_cfg.max_question_len, "--question")[0]], device=device)
+    longest = cast(VisualQAConfig, data_cfg).max_question_len  # a single-stream model answers visual QA
+    ids = torch.tensor([question_ids(tokenizer, [question], longest, "--question")[0]], device=device)
     logits, records, modality = cross_modal_pass(model, images, ids)
     p = logits.float().softmax(-1)
     out = figures()
@@ -146,7 +149,7 @@ def draw_cross_modal(
     files = [
         patch_attention_plot(
             picture,
-            to_image.mean(0).unflatten(-1, grid),
+            torch.unflatten(to_image.mean(0), -1, grid),
             words,
             f"{what}: each word's attention over the patches (heads averaged)",
             Path(f"{stem}-text-to-image.png"),
@@ -156,7 +159,7 @@ def draw_cross_modal(
         files.append(
             patch_attention_plot(
                 picture,
-                to_image.mean(1).unflatten(-1, grid),
+                torch.unflatten(to_image.mean(1), -1, grid),
                 [f"head {h}" for h in range(H)],
                 f"{what}: the words' mean attention over the patches, per head",
                 Path(f"{stem}-text-to-image-heads.png"),

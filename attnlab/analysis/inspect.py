@@ -19,10 +19,10 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from attnlab.analysis.capture import AttentionRecord, attention_of, capture_attention
 from attnlab.analysis.heads import head_entropy, mean_distance
@@ -37,10 +37,11 @@ from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
 from attnlab.files import atomic_write_text
+from attnlab.nn.interfaces import Classifier
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.data import read_run_data
 from attnlab.runs.run_dir import RunDir
-from attnlab.tasks import Analysed
+from attnlab.tasks import Analysed, ClassificationConfig, EncoderConfig, MaskedLMConfig
 from attnlab.tasks.classification import encode_inputs
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -133,13 +134,14 @@ def inspect_encoder(
     a classifier's prediction."""
     _, data_cfg, _ = run.read_config()
     a, _, b = text.partition("\t")
-    inputs, _ = encode_inputs(tokenizer, [a], [b if "\t" in text else None], data_cfg.max_len)
+    longest = cast("ClassificationConfig | MaskedLMConfig | EncoderConfig", data_cfg).max_len  # an encoder-only run's
+    inputs, _ = encode_inputs(tokenizer, [a], [b if "\t" in text else None], longest)
     ids, segments = inputs[0]  # <bos> a <eos> [b <eos>], segments 0 / 1
     device = next(model.parameters()).device
     ids_t, segments_t = torch.tensor([ids], device=device), torch.tensor([segments], device=device)
     model.eval()
     with capture_attention(model) as captured:
-        logits = model.classify(ids_t, segments_t)
+        logits = cast(Classifier, model).classify(ids_t, segments_t)  # read only with_prediction
     records = captured.last()
     out = figures()
     labels = tokenizer.id_tokens(ids)
@@ -207,7 +209,7 @@ def inspect_sequence(
         tgt_in = torch.tensor([[BOS] + tgt_ids])
     records = attention_of(model, src, tgt_in.to(device))
     out = figures()
-    src_labels = tok_in.id_tokens(src[0].tolist()) if seq2seq else None
+    src_labels = tok_in.id_tokens(cast(Tensor, src)[0].tolist()) if seq2seq else None  # src: a seq2seq model's
     in_labels = tokenizers["tgt"].id_tokens(tgt_in[0].tolist())  # decoder inputs (queries)
     out_labels = tokenizers["tgt"].id_tokens(tgt_ids + ([EOS] if seq2seq else []))  # what each query predicts
     summary: dict[str, Any] = {
@@ -227,9 +229,9 @@ def inspect_sequence(
         if not seq2seq or (record.stack, record.kind) == ("decoder", "self"):
             rows = cols = in_labels
         elif record.stack == "encoder":
-            rows = cols = src_labels
+            rows = cols = cast(list[str], src_labels)  # a seq2seq model's, as below
         else:  # cross-attention: the token each query predicts, against the source
-            rows, cols = out_labels, src_labels
+            rows, cols = out_labels, cast(list[str], src_labels)
         entropies[name] = head_entropy(record.probs)
         summary["modules"][name] = module_entry(record, entropies[name])
         stem = f"{record.stack}-{record.layer}-{record.kind}"

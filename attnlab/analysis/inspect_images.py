@@ -12,7 +12,7 @@ model reads an image file and a question (analysis/cross_modal.py).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -26,6 +26,8 @@ from attnlab.data.tokenizers import BOS, EOS, Tokenizer
 from attnlab.decode.search import beam_search
 from attnlab.errors import UsageError
 from attnlab.files import atomic_write_text
+from attnlab.nn.interfaces import Classifier
+from attnlab.nn.vision import PatchEncoding
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.captions import read_input_images
 from attnlab.tasks.image_classification import read_inputs
@@ -42,11 +44,11 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
     images = read_inputs([path], run).to(next(model.parameters()).device)  # (1, C, H, W), standardised
     model.eval()
     with capture_attention(model) as captured:
-        p = model.classify(images)[0].softmax(-1)
+        p = cast(Classifier, model).classify(images)[0].softmax(-1)  # an image classifier
     records = captured.last()
     out = figures()
     picture = read_image(path, colour_of(state["shape"]), tuple(state["shape"][:2])) / 255.0  # (H, W, C), as read
-    over_patches = model.summary.attention_over_patches  # (..., T, T) -> (..., N)
+    over_patches = cast(PatchEncoding, model).summary.attention_over_patches  # (..., T, T) -> (..., N)
     names = state["labels"]
     grid = cfg.patches.grid(run.read_shape())  # (h, w) patches
     summary: dict[str, Any] = {
@@ -60,7 +62,7 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
     }
     entropies = {}
     for name, record in records.items():
-        maps = over_patches(record.probs[0]).unflatten(-1, grid)  # (H, h, w)
+        maps = torch.unflatten(over_patches(record.probs[0]), -1, grid)  # (H, h, w)
         entropies[name] = head_entropy(record.probs)
         summary["modules"][name] = module_entry(record, entropies[name]) | {"patch_attention": maps.tolist()}
         summary["files"].append(
@@ -74,7 +76,7 @@ def inspect_image(run: RunDir, model: nn.Module, cfg: Any, path: str, figures: F
                 )
             )
         )
-    rollout = over_patches(attention_rollout(r.probs for r in records.values())[0]).unflatten(-1, grid)  # (h, w)
+    rollout = torch.unflatten(over_patches(attention_rollout(r.probs for r in records.values())[0]), -1, grid)  # (h, w)
     summary["rollout"] = rollout.tolist()
     summary["files"].append(
         str(
@@ -143,7 +145,7 @@ def inspect_caption(
             labels = patches if record.stack == "encoder" else inputs
             summary["files"].append(str(attention_heatmaps(record.probs[0], labels, labels, name, out / f"{stem}.png")))
             continue
-        maps = record.probs[0].unflatten(-1, grid)  # (H, T, h, w): each word's weights over the patches
+        maps = torch.unflatten(record.probs[0], -1, grid)  # (H, T, h, w): each word's weights over the patches
         summary["modules"][name]["word_attention"] = maps.tolist()
         panels = {f"head{h}": (maps[h], f"head {h}") for h in range(len(maps))}
         panels["mean"] = (maps.mean(0), "mean over the heads")

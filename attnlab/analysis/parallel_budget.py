@@ -23,20 +23,32 @@ counted once each): weights, gradients, Adam's two moments and saved activations
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict, cast
 
 import torch
 
 from attnlab.analysis.budget import _inputs
 from attnlab.errors import ConfigError
 from attnlab.models.shape import DataShape
-from attnlab.nn.interfaces import TensorParallelModel
+from attnlab.nn.interfaces import StagedModel, TensorParallelModel
 from attnlab.nn.tensor_plan import ROWS, Split, TensorPlan
 from attnlab.parallel.fsdp_tp import check_fsdp_tp
 from attnlab.parallel.pipeline import check_pipeline
 from attnlab.parallel.tensor_parallel import check_tensor_parallel
 
 LAYER_INDEX = re.compile(r"(^|\.)layers\.(\d+)(\.|$)")
+
+
+class MemoryRow(TypedDict, total=False):
+    """One strategy's bytes per rank (:func:`parallel_memory`): the numbers, None where the strategy
+    refuses the layout, and then ``refused``, its reason."""
+
+    weights: int | None
+    gradients: int | None
+    adam_moments: int | None
+    activations: int | None
+    total: int | None
+    refused: str
 
 
 def _split_parameter(name: str, plan: TensorPlan) -> bool:
@@ -66,7 +78,10 @@ def stage_of_modules(cfg: Any, shape: DataShape, stages: int) -> dict[str, int]:
         model = build_model(cfg, shape)
     path_of = {id(m): path for path, m in model.named_modules()}
     held = {
-        path_of[id(m)]: s for s, stage in enumerate(model.stages(stages)) for m in stage.modules() if id(m) in path_of
+        path_of[id(m)]: s
+        for s, stage in enumerate(cast(StagedModel, model).stages(stages))
+        for m in stage.modules()
+        if id(m) in path_of
     }
     return {path: held.get(path, stages - 1) for path in path_of.values()}
 
@@ -86,7 +101,9 @@ def _stage_of(path: str, stage_of: dict[str, int]) -> int:
     return stage_of[path] if path in stage_of else stage_of[path.rpartition(".")[0]]
 
 
-def measure(cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len: int | None) -> tuple[list, list, TensorPlan]:
+def measure(
+    cfg: Any, shape: DataShape, seq_len: int, batch: int, src_len: int | None
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]], TensorPlan]:
     """[(parameter path, numel)] and [(path of the innermost module that saved it, numel)] for every
     tensor autograd saves in a training forward, each storage once (the meta device: no memory), and
     the model's tensor-parallel plan (an empty one where it declares none: all replicated)."""
@@ -145,7 +162,7 @@ def parallel_memory(
     src_len: int | None = None,
     bytes_per_value: int = 4,
     tensor_parallel: int = 2,
-) -> dict[str, dict[str, int | None]]:
+) -> dict[str, MemoryRow]:
     """{strategy: {'weights', 'gradients', 'adam_moments', 'activations', 'total'}} in bytes per rank
     for a global batch of ``batch`` sequences on ``ranks`` ranks, the model of ``cfg`` and the data's
     sizes ``shape``. Where train.strategy refuses the
@@ -157,7 +174,7 @@ def parallel_memory(
     W = sum(n for _, n in params) * b
     A = sum(n for _, n in saved) * b
 
-    def row(weights: float, state: float, activations: float) -> dict[str, int]:
+    def row(weights: float, state: float, activations: float) -> MemoryRow:
         return {
             "weights": int(weights),
             "gradients": int(state),
@@ -168,7 +185,7 @@ def parallel_memory(
 
     W_split = sum(n for name, n in params if _split_parameter(name, plan)) * b
     A_split = sum(n for path, n in saved if _split_activation(path, plan)) * b
-    report = {
+    report: dict[str, MemoryRow] = {
         "one process": row(W, W, A),
         "ddp": row(W, W, A / ranks),
         "fsdp": row(W / ranks + _largest_unit({name: n * b for name, n in params}), W / ranks, A / ranks),
@@ -179,7 +196,7 @@ def parallel_memory(
     stage_of = stage_of_modules(cfg, shape, ranks) if cut is None else None
     for schedule, in_flight in (("gpipe", micro_batches), ("1f1b", min(ranks, micro_batches))):
         if stage_of is None:
-            report[f"pp {schedule}"] = refused(cut)
+            report[f"pp {schedule}"] = cast(MemoryRow, refused(cut))  # cut is a reason where stage_of is None
             continue
         stage_w = [0] * ranks
         stage_a = [0] * ranks
@@ -197,14 +214,22 @@ def parallel_memory(
 NUMBERS = ("weights", "gradients", "adam_moments", "activations", "total")
 
 
-def refused(reason: str | None) -> dict[str, Any] | None:
+def refused(reason: str | None) -> MemoryRow | None:
     """A row of a layout the strategy refuses: no numbers, and the reason; None where it is trained."""
-    return None if reason is None else {**dict.fromkeys(NUMBERS), "refused": reason}
+    # NUMBERS are MemoryRow's numbers, each None
+    return None if reason is None else cast(MemoryRow, {**dict.fromkeys(NUMBERS), "refused": reason})
 
 
 def _fsdp_tp(
-    params: list, plan: TensorPlan, A: float, A_split: float, b: int, ranks: int, tp: int, row: Any
-) -> dict[str, int | None]:
+    params: list[tuple[str, int]],
+    plan: TensorPlan,
+    A: float,
+    A_split: float,
+    b: int,
+    ranks: int,
+    tp: int,
+    row: Callable[[float, float, float], MemoryRow],
+) -> MemoryRow:
     """The fsdp+tp row (the module's docstring) of a layout train.strategy fsdp+tp trains."""
     dp = ranks // tp
     share = {name: n * b / tp if _split_parameter(name, plan) else n * b for name, n in params}  # W_t, each
@@ -215,9 +240,9 @@ def _fsdp_tp(
 
 
 def format_parallel_memory(
-    report: dict[str, dict[str, int | None]], ranks: int, micro_batches: int, tensor_parallel: int = 2
+    report: dict[str, MemoryRow], ranks: int, micro_batches: int, tensor_parallel: int = 2
 ) -> str:
-    gib = lambda n: "n/a" if n is None else f"{n / 2**30:.3f}"  # noqa: E731
+    gib: Callable[[int | None], str] = lambda n: "n/a" if n is None else f"{n / 2**30:.3f}"  # noqa: E731
     groups = (
         f"tp {tensor_parallel} x dp {ranks // tensor_parallel}"
         if ranks % tensor_parallel == 0

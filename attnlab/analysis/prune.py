@@ -33,7 +33,7 @@ from attnlab.runs.checkpoint_files import write_checkpoint
 from attnlab.runs.data import read_run_data
 from attnlab.runs.run_dir import RunDir
 from attnlab.runs.weights_file import exported_weights
-from attnlab.tasks import Task
+from attnlab.tasks import Task, TaskData
 from attnlab.tasks.translation import Seq2SeqData
 
 
@@ -43,7 +43,7 @@ def mean_loss(task: Task[Any, Any]) -> Callable[[nn.Module, Any], torch.Tensor]:
 
 
 def _metrics(
-    model: nn.Module, task: Task[Any, Any], data, split: str, limit: int | None, progress: bool
+    model: nn.Module, task: Task[Any, Any], data: TaskData, split: str, limit: int | None, progress: bool
 ) -> dict[str, float]:
     result = task.validate(model, data, next(model.parameters()).device, contextlib.nullcontext, 0, split)
     if isinstance(data, Seq2SeqData):
@@ -88,7 +88,7 @@ def prune_run(
     importance = head_importance(model, [b.to(device) for b in data.eval_batches(split)], mean_loss(task))
     n_heads = sum(len(v) for v in importance.values())
     say(f"ranked {n_heads} heads by importance on {split} in {time.perf_counter() - started:.1f} s")
-    results = []
+    results: list[dict[str, Any]] = []
     for k, fraction in enumerate([0.0, *fractions], 1):
         started = time.perf_counter()
         heads = heads_to_prune(importance, fraction)

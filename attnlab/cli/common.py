@@ -8,8 +8,18 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 from attnlab.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from attnlab.data.tokenizers import Tokenizer
+    from attnlab.decode.spec import Beam, Greedy, MaskPredict, Sample, Search
+    from attnlab.models.family import FamilyConfig
+    from attnlab.tasks import Task
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # the presets of a source checkout
 
@@ -48,7 +58,7 @@ GENERATES = {"encoder": False, "decoder": True, "incremental_decoding": True}
 CAPTIONS = {"encoder": True, "decoder": True, "inputs": "images"}  # an image in, a sentence out
 
 
-def check_task_serves(args: argparse.Namespace):
+def check_task_serves(args: argparse.Namespace) -> Task[Any, Any]:
     """The run's task; refused, in one line, when it does not serve ``args.command`` (its ``commands``)."""
     from attnlab.runs.run_dir import RunDir
     from attnlab.tasks import TASKS
@@ -115,14 +125,16 @@ def add_search_args(p: argparse.ArgumentParser, weights: bool = True) -> None:
         add_weights_option(p)
 
 
-def device_of(args: argparse.Namespace):
+def device_of(args: argparse.Namespace) -> torch.device:
     """The torch.device of ``--device``, refused in one line when it is not on this machine."""
     from attnlab.device import resolve_device
 
     return resolve_device(args.device, "--device")
 
 
-def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
+def load_run_for(
+    args: argparse.Namespace, needs: Mapping[str, object]
+) -> tuple[nn.Module, dict[str, Tokenizer | None], FamilyConfig]:
     """The run's model (on ``--device``), tokenizers and model config, after checking that the run's
     task serves the command, that its family has the capabilities ``needs``, and the decoding
     options against it."""
@@ -148,7 +160,7 @@ def load_run_for(args: argparse.Namespace, needs: dict[str, bool]):
     return with_weights_of(args, model), tokenizers, cfg
 
 
-def with_weights_of(args: argparse.Namespace, model):
+def with_weights_of(args: argparse.Namespace, model: nn.Module) -> nn.Module:
     """The model with the weights of ``--weights`` (fp32, bf16 or int8), where the command has the option
     and it is given; else as the run holds them."""
     from attnlab.decode.weights import with_weights
@@ -161,7 +173,7 @@ def with_weights_of(args: argparse.Namespace, model):
         raise UsageError(f"--weights {args.weights}: {err}") from None
 
 
-def check_kv_cache(args: argparse.Namespace, model) -> None:
+def check_kv_cache(args: argparse.Namespace, model: nn.Module) -> None:
     """--kv-cache (one of the searches' caches, as the search spec checks): one that ``model`` can use on its
     device; else one line."""
     from attnlab.decode.session import cache_kind
@@ -190,7 +202,7 @@ def add_mask_predict_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(beam=None)  # None: not given (4 for a left-to-right run; refused for a mask-predict run)
 
 
-def search_of(args: argparse.Namespace):
+def search_of(args: argparse.Namespace) -> Search:
     """The search (decode/spec.py) that the decoding options of ``args`` ask for, checked: for
     `generate` (--temperature, ...) sampling; else greedy (--beam 1 and one output each) or beam
     search, or, for a command with mask-predict's options (:func:`add_mask_predict_args`) and a run
@@ -198,6 +210,7 @@ def search_of(args: argparse.Namespace):
     sampling's output, its draft (``draft``) left for the command to load. One line for each refusal."""
     from attnlab.decode.spec import Speculative
 
+    search: Sample | Greedy | Beam
     if "temperature" in vars(args):
         search = _sample_of(args)
         return search if args.draft is None else Speculative(k=args.speculate, max_len=search.max_len, sampling=search)
@@ -213,18 +226,18 @@ def search_of(args: argparse.Namespace):
     return Speculative(k=args.speculate, max_len=search.max_len, batch_size=search.batch_size)
 
 
-def _left_to_right_of(args: argparse.Namespace, shared: dict):
+def _left_to_right_of(args: argparse.Namespace, shared: dict[str, Any]) -> Greedy | Beam:
     """Greedy search for --beam 1 and one output each, else beam search."""
     from attnlab.decode.spec import Beam, Greedy
 
     beam, nbest = 4 if args.beam is None else args.beam, getattr(args, "nbest", 1)
-    limits = {"max_len": getattr(args, "max_len", None), "min_len": getattr(args, "min_len", 0)}
+    limits: dict[str, Any] = {"max_len": getattr(args, "max_len", None), "min_len": getattr(args, "min_len", 0)}
     if beam == 1 and nbest == 1:
         return Greedy(**limits, **shared)
     return Beam(width=beam, lenpen=args.lenpen, nbest=nbest, **limits, **shared)
 
 
-def _sample_of(args: argparse.Namespace):
+def _sample_of(args: argparse.Namespace) -> Sample:
     """`generate`'s sampling: --temperature, --top-k (0: no limit), --top-p, --max-new-tokens, and
     --seed (default: a new one, which the command prints)."""
     import secrets
@@ -262,7 +275,7 @@ def _masked_arch(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _mask_predict_of(args: argparse.Namespace, arch: str, shared: dict):
+def _mask_predict_of(args: argparse.Namespace, arch: str, shared: dict[str, Any]) -> MaskPredict:
     """Mask-predict's settings from --iterations and --length-beam; left-to-right options refused in one line."""
     from attnlab.decode.spec import MaskPredict
 
@@ -309,5 +322,5 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def emit(record: dict, as_json: bool, line: str) -> None:
+def emit(record: dict[str, Any], as_json: bool, line: str) -> None:
     print(json.dumps(record) if as_json else line, flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING, cast
 
 from attnlab.cli.common import (
     GENERATES,
@@ -25,6 +26,15 @@ from attnlab.cli.common import (
 )
 from attnlab.decode.limits import MAX_BATCH
 from attnlab.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from attnlab.data.tokenizers import Tokenizer
+    from attnlab.decode.spec import Sample, Speculative
+    from attnlab.nn.decoder_lm import DecoderLM
+    from attnlab.nn.memory import TransformerXL
 
 
 def cmd_translate(args: argparse.Namespace) -> None:
@@ -48,10 +58,11 @@ def cmd_translate(args: argparse.Namespace) -> None:
         search = replace(search, draft=load_draft(args.draft, model, tokenizers, TRANSLATES))
     lines = read_input_lines(args.input)
     results = translate(
-        model, tokenizers, lines, search, cfg.longest_sequence - 1, args.truncate, progress=True
-    )  # -1: EOS
+        model, tokenizers, lines, search, cast(int, cfg.longest_sequence) - 1, args.truncate, progress=True
+    )  # -1: EOS; a translating family's longest_sequence is its max_len, never None
     if isinstance(search, Speculative):
         print(_speculation_line(search), file=sys.stderr)
+    assert tokenizers["src"] is not None  # a translation run's
     unknown = [ids.count(UNK) for ids in tokenizers["src"].encode_batch(lines)]
     if sum(unknown):
         print(
@@ -70,12 +81,14 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     from attnlab.data.tokenizers import UNK
 
-    search = search_of(args)
+    # generate's options ask for sampling, or (--draft) speculative decoding of it
+    search = cast("Sample | Speculative", search_of(args))
     if not 1 <= args.num_samples <= MAX_BATCH:
         raise UsageError(f"--num-samples must be between 1 and {MAX_BATCH} (got {args.num_samples:,})")
     model, tokenizers, _ = load_run_for(args, GENERATES)
     check_kv_cache(args, model)
     tok = tokenizers["tgt"]
+    assert tok is not None  # a language model's
     prompt_ids = tok.encode(args.prompt)
     if not prompt_ids:
         raise UsageError("--prompt is empty after tokenisation; give at least one known token")
@@ -85,7 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
             f"{'were' if prompt_ids.count(UNK) != 1 else 'was'} read as <unk>",
             file=sys.stderr,
         )
-    positions = model.embed.positional.max_positions
+    positions = cast("DecoderLM | TransformerXL", model).embed.positional.max_positions  # the GENERATES families
     if positions is not None and len(prompt_ids) > positions:
         print(
             f"note: --prompt has {len(prompt_ids)} tokens; the model sees the last {positions} (its max_len)",
@@ -93,20 +106,20 @@ def cmd_generate(args: argparse.Namespace) -> None:
         )
     prompt = torch.tensor([prompt_ids] * args.num_samples, device=next(model.parameters()).device)
     if args.seed is None:
-        seed = (search.sampling if args.draft is not None else search).seed
+        seed = cast("Sample", cast("Speculative", search).sampling if args.draft is not None else search).seed
         print(f"seed {seed} (--seed {seed} gives this text again)", file=sys.stderr)
     if args.draft is not None:
-        search = _with_draft(args, search, model, tokenizers, prompt)
+        search = _with_draft(args, cast("Speculative", search), model, tokenizers, prompt)
     rows = search.continue_prompt(model, prompt)
     if args.draft is not None:
-        print(_speculation_line(search), file=sys.stderr)
+        print(_speculation_line(cast("Speculative", search)), file=sys.stderr)
     for i, row in enumerate(rows):
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
         print(args.prompt + tok.decode(row))
 
 
-def _check_heads(args: argparse.Namespace, model) -> None:
+def _check_heads(args: argparse.Namespace, model: nn.Module) -> nn.Module | None:
     """``--draft heads``: the model drafts with its own multi-token heads, at most one token per head.
     Returns the draft model: None, the model itself."""
     heads = len(getattr(model, "heads", ()))
@@ -123,7 +136,7 @@ def _check_heads(args: argparse.Namespace, model) -> None:
     return None
 
 
-def _speculation_line(search) -> str:
+def _speculation_line(search: Speculative) -> str:
     stats = search.stats
     return (
         f"speculative decoding, k {search.k}: {stats.accepted} of {stats.proposed} draft tokens accepted "
@@ -131,7 +144,13 @@ def _speculation_line(search) -> str:
     )
 
 
-def _with_draft(args: argparse.Namespace, search, model, tokenizers, prompt):
+def _with_draft(
+    args: argparse.Namespace,
+    search: Speculative,
+    model: nn.Module,
+    tokenizers: dict[str, Tokenizer | None],
+    prompt: torch.Tensor,
+) -> Speculative:
     """``generate --draft``: the speculative search with its draft, the run (or None: the model's own
     heads), refused in one line where the prompt and the new tokens pass the models' positions."""
     from dataclasses import replace
@@ -142,7 +161,15 @@ def _with_draft(args: argparse.Namespace, search, model, tokenizers, prompt):
     draft = (
         load_draft(args.draft, model, tokenizers, GENERATES) if args.draft != OWN_HEADS else _check_heads(args, model)
     )
-    limits = [p for p in (m.embed.positional.max_positions for m in (model, draft) if m is not None) if p is not None]
+    limits = [
+        p
+        for p in (
+            cast("DecoderLM | TransformerXL", m).embed.positional.max_positions  # the GENERATES families
+            for m in (model, draft)
+            if m is not None
+        )
+        if p is not None
+    ]
     if limits and prompt.shape[1] + args.max_new_tokens > min(limits):
         raise UsageError(
             f"--draft: speculative decoding stops at the models' positions ({min(limits)}); with this "
@@ -170,6 +197,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     model, _, _ = load_run_for(args, {})
     run = RunDir(args.run_dir)
     options = {name: getattr(args, name) for name in ("labels", "prompts") if getattr(args, name) is not None}
+    name: str | None  # an option's, then an input's (None: a line of --input)
     for name in options:
         if name not in task.predict_options:
             takers = [t.name for t in TASKS.values() if name in getattr(t, "predict_options", ())]
@@ -206,6 +234,7 @@ def cmd_fill_mask(args: argparse.Namespace) -> None:
             f"{args.run_dir}: its masked-LM head was never trained (imported without one, as a "
             f"Hugging Face BertModel is); fill-mask needs a run trained or imported with it"
         )
+    assert tokenizers["src"] is not None  # a masked LM's
     fillers = fill_mask(model, tokenizers["src"], args.text, args.top_k)
     if args.json:
         print(json.dumps([[{"token": token, "probability": p} for token, p in row] for row in fillers]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any, cast
 
 from attnlab.cli.common import CONFIGS, add_device_option, device_of
 from attnlab.cli.train import new_run_dir
@@ -16,7 +17,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from attnlab.runs.config import RunConfig
     from attnlab.runs.data import read_run_data
     from attnlab.runs.run_dir import RunDir
-    from attnlab.tasks.translation import decode_split
+    from attnlab.tasks.translation import SentencePairs, decode_split
     from attnlab.train.run import train_run
 
     device = device_of(args)  # before training: a GPU that is not there is refused at once
@@ -26,7 +27,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
     summary = train_run(cfg, out)
     # Decode the held-out split with the model as saved, to show the run directory is complete.
     model, _, _ = load_run(out, device=device)
-    triples = decode_split(model, read_run_data(RunDir(out)), "test", progress=True)
+    data = cast("SentencePairs[Any]", read_run_data(RunDir(out)))  # SCAN's: a translation task's sentence pairs
+    triples = decode_split(model, data, "test", progress=True)
     em = exact_match([h for _, _, h in triples], [r for _, r, _ in triples])
     for src, ref, hyp in triples[:5]:
         print(f"\n  source:    {src}\n  reference: {ref}\n  output:    {hyp}   [{'ok' if hyp == ref else 'WRONG'}]")

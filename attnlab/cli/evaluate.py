@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from attnlab.cli.common import (
     TRANSLATES,
@@ -27,7 +27,10 @@ from attnlab.cli.common import (
 from attnlab.errors import UsageError
 
 if TYPE_CHECKING:
+    from attnlab.nn.decoder_lm import DecoderLM
+    from attnlab.nn.memory import TransformerXL
     from attnlab.tasks import EvaluatesFiles
+    from attnlab.tasks.forecasting import Forecasting
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -117,8 +120,9 @@ def _evaluate_own_format(args: argparse.Namespace, task: EvaluatesFiles) -> None
     from attnlab.runs.checkpoint import load_run
     from attnlab.runs.data import read_run_data
     from attnlab.runs.run_dir import RunDir
-    from attnlab.tasks import EvaluatesFileSplits, EvaluatesSplits, Searched
+    from attnlab.tasks import EvaluatesFileSplits, EvaluatesSplits, Searched, Task
 
+    assert isinstance(task, Task)  # a run's task, which cmd_evaluate found EvaluatesFiles
     splits, file_splits = isinstance(task, EvaluatesSplits), isinstance(task, EvaluatesFileSplits)
     both = file_splits and args.data is not None
     if (
@@ -131,8 +135,8 @@ def _evaluate_own_format(args: argparse.Namespace, task: EvaluatesFiles) -> None
         raise UsageError(
             f"a run of data.task '{task.name}' is evaluated on a file of its own format: give --data FILE"
             + (
-                f" (and --split NAME, a split of that file: {', '.join(task.file_splits)}; default "
-                f"{task.file_splits[-1]})"
+                f" (and --split NAME, a split of that file: {', '.join(cast(EvaluatesFileSplits, task).file_splits)}; "
+                f"default {cast(EvaluatesFileSplits, task).file_splits[-1]})"
                 if file_splits
                 else ""
             )
@@ -163,7 +167,7 @@ def _evaluate_own_format(args: argparse.Namespace, task: EvaluatesFiles) -> None
     print("\n".join(task.report(result, args.data or f"split {args.split}")))
 
 
-def _plot_record(result: dict, path: Path) -> None:
+def _plot_record(result: dict[str, Any], path: Path) -> None:
     """`evaluate --plot`: a classifier's confusion matrix, or a forecaster's MSE by lead time."""
     from attnlab.analysis.result_plots import confusion_plot, lead_time_plot
 
@@ -193,8 +197,9 @@ def cmd_score(args: argparse.Namespace) -> None:
 
         if args.src is not None:
             raise UsageError("a language model scores --tgt alone; drop --src")
+        assert tokenizers["tgt"] is not None  # a language model's
         stream = torch.tensor(tokenizers["tgt"].encode(read_text(args.tgt)))
-        block = model.embed.positional.max_positions or 256
+        block = cast("DecoderLM | TransformerXL", model).embed.positional.max_positions or 256  # the LM families
         batches = lm_eval_blocks(stream, min(block, max(1, len(stream) - 1)), 32)
     else:
         if args.src is None:
@@ -202,6 +207,7 @@ def cmd_score(args: argparse.Namespace) -> None:
         sources, targets = read_lines(args.src), read_lines(args.tgt)
         if len(sources) != len(targets):
             raise UsageError(f"{args.src} has {len(sources)} lines but {args.tgt} has {len(targets)}")
+        assert tokenizers["src"] is not None and tokenizers["tgt"] is not None  # a translation model's
         pairs = list(zip(tokenizers["src"].encode_batch(sources), tokenizers["tgt"].encode_batch(targets)))
         batches = [collate_pairs(pairs[i : i + 64]) for i in range(0, len(pairs), 64)]
     result = evaluate(model, batches)
@@ -225,7 +231,7 @@ def cmd_forecast(args: argparse.Namespace) -> None:
     model, _, _ = load_run_for(args, {})
     run = RunDir(args.run_dir)
     task = run.read_config()[1].task  # forecasting's: the one task whose commands name `forecast`
-    data = task.evaluate_data(run.read_task_state(), args.data)
+    data = cast("Forecasting", task).evaluate_data(run.read_task_state(), args.data)
     channels = plotted_channels(args.channels, data.series.columns)
     forecast = forecast_from(model, data, origin_row(args.origin, data.series))
     lines = [",".join(["date", *forecast.columns])]

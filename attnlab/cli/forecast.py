@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -16,6 +17,9 @@ from attnlab.data.series import Series, future_dates
 from attnlab.errors import UsageError
 from attnlab.tasks.forecasting import device_of
 from attnlab.tasks.series_windows import SeriesData
+
+if TYPE_CHECKING:
+    from attnlab.nn.series import DLinear, LastValue, PatchTST
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,8 @@ def forecast_from(model: nn.Module, data: SeriesData, origin: int) -> Forecast:
             f"its {n:,} rows: between {L} and {n} (got {origin})"
         )
     model.eval()
-    scaled = model.forecast(data.values[None, origin - L : origin].to(device_of(model))).float().cpu()[0]  # (H, C)
+    forecaster = cast("PatchTST | DLinear | LastValue", model)  # the forecasting families' models
+    scaled = forecaster.forecast(data.values[None, origin - L : origin].to(device_of(model))).float().cpu()[0]  # (H, C)
     truth = data.values[origin : origin + H]  # (k, C)
     scores = None
     if len(truth) == H:
@@ -84,7 +89,7 @@ def origin_row(origin: str | None, series: Series) -> int:
     when, times = _when(origin), [_when(d) for d in series.dates]
     if when is not None and None not in times:
         try:
-            gaps = [abs(t - when) for t in times]
+            gaps = [abs(cast(datetime, t) - when) for t in times]  # None is not in times
         except TypeError:  # one has a time zone and the other not: they cannot be compared
             gaps = None
         if gaps is not None:

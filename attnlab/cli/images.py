@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, cast
 
 from attnlab.cli.common import (
     CAPTIONS,
@@ -17,6 +18,9 @@ from attnlab.cli.common import (
     search_of,
     write_output,
 )
+
+if TYPE_CHECKING:
+    from attnlab.models.captioner import CaptionerConfig
 
 
 def cmd_caption(args: argparse.Namespace) -> None:
@@ -35,7 +39,8 @@ def cmd_caption(args: argparse.Namespace) -> None:
     model, tokenizers, cfg = load_run_for(args, CAPTIONS)
     check_kv_cache(args, model)
     if search.max_len is None:
-        search = replace(search, max_len=cfg.positions.max_len - 1)  # - 1: BOS
+        search = replace(search, max_len=cast("CaptionerConfig", cfg).positions.max_len - 1)  # - 1: BOS; captioner's
+    assert tokenizers["tgt"] is not None  # a captioner's
     results = caption_images(model, tokenizers["tgt"], images, search)
     if args.nbest == 1:
         text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.images, results))

@@ -6,13 +6,22 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from attnlab.errors import CheckpointError, UsageError
+
+if TYPE_CHECKING:
+    from attnlab.analysis.parallel_budget import MemoryRow
+    from attnlab.models.family import FamilyConfig
+    from attnlab.models.shape import DataShape
+    from attnlab.runs.config import RunConfig
+    from attnlab.runs.run_dir import RunDir
+    from attnlab.tasks import TaskConfig
 
 SERIES_SIZES = (("channels", "n_channels"), ("input", "input_length"), ("horizon", "horizon"))  # forecasters
 
 
-def _describe_model(cfg, shape, vocab: str | None) -> str:
+def _describe_model(cfg: FamilyConfig, shape: DataShape, vocab: str | None) -> str:
     """One line: the architecture and the sizes that matter for it (the vocabulary for a model of tokens)."""
     from attnlab.models import stack_of
 
@@ -24,7 +33,7 @@ def _describe_model(cfg, shape, vocab: str | None) -> str:
     ]  # a plug-in family may have no stack of layers
     stack = stack_of(cfg)
     if stack is not None:
-        sizes = [
+        sizes: list[tuple[str, int | str | None]] = [
             ("d_model", stack.d_model),
             ("heads", stack.n_heads),
             ("layers", "+".join(stacks) or stack.n_layers),
@@ -47,7 +56,9 @@ def _describe_model(cfg, shape, vocab: str | None) -> str:
     )
 
 
-def _info_model_config(args: argparse.Namespace):
+def _info_model_config(
+    args: argparse.Namespace,
+) -> tuple[FamilyConfig, DataShape | None, Callable[[int], DataShape] | None, TaskConfig | None, RunDir | None]:
     """The model ``info`` counts: (its family's config, the data's sizes, None) when its vocabulary is
     known, else (its config, None, a function from vocabulary size to the sizes). The config is a
     model config (its model section and the sizes of its ``shape`` section), a training config (its
@@ -85,6 +96,7 @@ def _info_model_config(args: argparse.Namespace):
     where = " ".join([str(path), *(f"--set {expr}" for expr in args.set or [])])
     model = sections.get("model")
     vocab = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
+    cfg: FamilyConfig | RunConfig  # the model's config, or a training config's whole
     if isinstance(model, dict) and (of_a_run or "data" not in sections):  # a run's complete one, or a model config
         try:
             if of_a_run:
@@ -121,7 +133,7 @@ def _info_model_config(args: argparse.Namespace):
     return cfg.model, None, cfg.planned_shape, cfg.data, None
 
 
-def _exportability(cfg, data, run) -> dict[str, str | None] | None:
+def _exportability(cfg: FamilyConfig, data: TaskConfig | None, run: RunDir | None) -> dict[str, str | None] | None:
     """Each exporter's answer for the run (or, for a config, the run it trains): export-hf's
     architectures by model_type, then export-ct2; None where it exports, else the exporter's own
     one-line reason. None for a model config without a data section (the tokenizer and the task
@@ -172,11 +184,12 @@ def cmd_info(args: argparse.Namespace) -> None:
         raise UsageError(f"--vocab-size must be at least 1 (got {args.vocab_size})")
     cfg, shape, with_vocab, data, run = _info_model_config(args)
 
-    def count(sizes) -> dict:
+    def count(sizes: DataShape) -> dict[str, Any]:
         with torch.device("meta"):  # shapes only: no memory for the weights, no time to initialise them
             return parameter_report(build_model(cfg, sizes))
 
     if shape is None:  # a training config whose vocabulary comes from its data files: parameters = a + b V
+        assert with_vocab is not None  # given exactly where shape is not
         if args.memory or args.flops:
             raise UsageError(
                 f"{args.config}: the vocabulary comes from the data; give --vocab-size V for --memory and --flops"
@@ -254,7 +267,7 @@ def cmd_info(args: argparse.Namespace) -> None:
         )
 
 
-def _parallel_memory(cfg, shape, args: argparse.Namespace) -> dict:
+def _parallel_memory(cfg: FamilyConfig, shape: DataShape, args: argparse.Namespace) -> dict[str, MemoryRow]:
     """Per-rank training memory of each train.strategy on --parallel N ranks (meta device)."""
     from attnlab.analysis.parallel_budget import parallel_memory
     from attnlab.runs.train_config import TrainConfig

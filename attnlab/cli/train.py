@@ -7,9 +7,15 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnlab.cli.common import add_checkpoint_args, stderr_line
 from attnlab.errors import CheckpointError, Interrupted, UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnlab.runs.config import RunConfig
 
 
 def _default_run_dir(stem: str) -> str:
@@ -92,7 +98,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(f"run directory: {out}")
 
 
-def _launch(args: argparse.Namespace, cfg, device, stem: str, resume: bool) -> None:
+def _launch(args: argparse.Namespace, cfg: RunConfig, device: torch.device, stem: str, resume: bool) -> None:
     """`train --nproc-per-node N`: what one process can check of the run is checked here, before any
     process starts (the config, the device, the run directory, the strategy against the model with
     N ranks); then N ranks train it, each told the same run directory."""

@@ -10,13 +10,18 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.data.tokenizers import BOS, EOS, PAD
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from attnlab.nn.memory import SegmentMemory
 
 
 @dataclass
@@ -61,7 +66,7 @@ def collate_pairs(pairs: list[tuple[list[int], list[int]]]) -> Batch:
 B = TypeVar("B")  # a batch: a dataclass of tensors
 
 
-def tensor_fields(batch) -> dict[str, Tensor]:
+def tensor_fields(batch: DataclassInstance) -> dict[str, Tensor]:
     """The tensors of a batch (a dataclass), by field name."""
     return {f.name: t for f in dataclasses.fields(batch) if isinstance(t := getattr(batch, f.name), Tensor)}
 
@@ -73,7 +78,9 @@ def moved(batch: B, device: torch.device | str) -> B:
     never waits for the device either, train/step.py), so the next batch is there when its step
     starts."""
     device = torch.device(device)
-    return dataclasses.replace(batch, **{name: copied(t, device) for name, t in tensor_fields(batch).items()})
+    # B is a dataclass; its TypeVar cannot be bound to DataclassInstance (tasks/batching.py passes its Batch protocol)
+    data = cast("DataclassInstance", batch)
+    return cast(B, dataclasses.replace(data, **{name: copied(t, device) for name, t in tensor_fields(data).items()}))
 
 
 def copied(t: Tensor, device: torch.device) -> Tensor:
@@ -91,13 +98,17 @@ def padded_to_multiple(batch: B, multiple: int) -> B:
     on a GPU, where lengths a multiple of 8 also suit the tensor cores."""
     if multiple == 1:
         return batch
-    return dataclasses.replace(
-        batch,
-        **{
-            name: F.pad(t, (0, -t.shape[1] % multiple), value=PAD)
-            for name, t in tensor_fields(batch).items()
-            if t.dim() == 2
-        },
+    data = cast("DataclassInstance", batch)  # a dataclass, as in moved
+    return cast(
+        B,
+        dataclasses.replace(
+            data,
+            **{
+                name: F.pad(t, (0, -t.shape[1] % multiple), value=PAD)
+                for name, t in tensor_fields(data).items()
+                if t.dim() == 2
+            },
+        ),
     )
 
 
@@ -142,7 +153,7 @@ def lm_eval_blocks(data: Tensor, block_size: int, batch_size: int) -> list[Batch
     """Every full, non-overlapping window of a (N,) stream, in order: a deterministic evaluation set."""
     n = (len(data) - 1) // block_size
     windows = torch.stack([data[i * block_size : i * block_size + block_size + 1] for i in range(n)])
-    return [Batch(None, w[:, :-1], w[:, 1:]) for w in windows.split(batch_size)]
+    return [Batch(None, w[:, :-1], w[:, 1:]) for w in torch.split(windows, batch_size)]
 
 
 class SegmentRows:
@@ -151,13 +162,16 @@ class SegmentRows:
     ``carried(k)`` before it, which is None unless segment k - 1 was the last one read (the first
     segment, a resumed run, another pass over the batches)."""
 
+    index: int
+    value: SegmentMemory | None
+
     def __init__(self) -> None:
         self.index, self.value = -1, None
 
-    def carried(self, k: int):
+    def carried(self, k: int) -> SegmentMemory | None:
         return self.value if self.index == k - 1 else None
 
-    def keep(self, k: int, value) -> None:
+    def keep(self, k: int, value: SegmentMemory) -> None:
         self.index, self.value = k, value
 
 

@@ -24,6 +24,7 @@ class CaptioningView:
     def answer(
         self, session: Session, text: str, image: str, beam: int, lenpen: float, hypothesis: int
     ) -> dict[str, Any]:
+        assert self.page.image is not None  # the page reads an image
         images, picture = session.image(self.page.image, text, image)
         searched = session.searched(
             images.to(session.device),

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor
 
+from attnlab.nn.interfaces import Classifier
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.classification import Classification
 from attnlab.views.encoder import EncoderView
@@ -22,7 +23,7 @@ class ClassificationView(EncoderView):
         return None if first is None else tokenizers["src"].decode(first[0].ids)
 
     def read(self, session: Session, ids: Tensor, segments: Tensor) -> Tensor:
-        return session.model.classify(ids, segments)
+        return cast(Classifier, session.model).classify(ids, segments)  # a text classifier
 
     def outputs(self, session: Session, logits: Tensor) -> dict[str, Any]:
         return session.probabilities(logits[0])

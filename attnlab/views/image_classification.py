@@ -4,10 +4,11 @@ the patch grid, drawn on the image, and the rollout. An imported image encoder i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from attnlab.analysis.capture import capture_attention
 from attnlab.analysis.inspect_images import inspect_image
+from attnlab.nn.interfaces import Classifier
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks.image_classification import ImageClassification, read_inputs
 from attnlab.tasks.image_encoder import ImageEncoder
@@ -32,9 +33,10 @@ class ImageClassificationView(ImageInspection):
         return None
 
     def answer(self, session: Session, text: str, image: str) -> dict[str, Any]:
+        assert self.page.image is not None  # the page reads an image
         images, _ = session.image(self.page.image, text, image)
         with capture_attention(session.model) as captured:
-            logits = session.model.classify(images.to(session.device))
+            logits = cast(Classifier, session.model).classify(images.to(session.device))  # an image classifier
         records = captured.last()
         patches = session.cfg.patches.labels(session.shape)
         T = next(iter(records.values())).probs.shape[-1]

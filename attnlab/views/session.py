@@ -66,7 +66,7 @@ class Session:
             raise Refused(f"the input has {len(ids)} tokens; this model reads at most {room}", status=413)
         return ids
 
-    def image(self, read: ImageReader, path: str, upload: str) -> tuple[Tensor, list]:
+    def image(self, read: ImageReader, path: str, upload: str) -> tuple[Tensor, list[list[list[float]]]]:
         """The file at ``path`` or the base64 ``upload`` (one of them), read by ``read`` -> (1, C, H, W)
         standardised as the run's training images, and the (H, W, C) pixels in [0, 1] the model read."""
         if path.strip():

@@ -33,8 +33,9 @@ class VisualQAView:
             raise Refused('the question is empty; ask something about the image, e.g. "how many circles?"')
         tokenizer, longest = session.tokenizers["src"], session.data_cfg.max_question_len
         session.encode(question, "src", longest)  # refused: nothing known, or more tokens than the model reads
+        assert self.page.image is not None  # the page reads an image
         images, picture = session.image(self.page.image, text, image)
-        ids = question_ids(tokenizer, [question], longest, "the question")
+        ids: list[list[int]] | torch.Tensor = question_ids(tokenizer, [question], longest, "the question")
         ids = torch.tensor(ids, device=session.device)  # (1, T)
         logits, records, modality = cross_modal_pass(session.model, images.to(session.device), ids)
         words = ["[CLS]", *tokenizer.id_tokens(ids[0, 1:].tolist())]  # <bos> is read as [CLS]
