@@ -26,11 +26,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, cast
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 STRATEGIES = ("ddp", "fsdp", "tp", "pp", "fsdp+tp")  # train/strategy.py: how the ranks share a run
 PIPELINE_SCHEDULES = ("gpipe", "1f1b")  # parallel/pipeline.py
@@ -109,7 +112,7 @@ def joined_world(device: torch.device = torch.device("cpu")) -> Iterator[World |
             dist.destroy_process_group()
 
 
-def is_dtensor(t: object) -> bool:
+def is_dtensor(t: object) -> TypeGuard[DTensor]:
     dtensor = sys.modules.get(DTENSOR)
     return dtensor is not None and isinstance(t, dtensor.DTensor)
 
@@ -126,8 +129,10 @@ def placed_like(own: dict[str, Tensor], state: dict[str, Tensor]) -> dict[str, T
         return state
     from torch.distributed.tensor import distribute_tensor
 
-    return {
-        name: distribute_tensor(t.to(own[name].device), own[name].device_mesh, own[name].placements)
+    return {  # own[name] is a DTensor where is_dtensor says so (mypy narrows no own.get(name) to it)
+        name: distribute_tensor(
+            t.to(own[name].device), cast("DTensor", own[name]).device_mesh, cast("DTensor", own[name]).placements
+        )
         if is_dtensor(own.get(name))
         else t
         for name, t in state.items()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 import torch.distributed as dist
@@ -29,6 +29,9 @@ from attnlab.nn.interfaces import Classifier, EncodingModel, Seq2SeqModel
 from attnlab.parallel.distributed import World
 from attnlab.parallel.tensor_parallel import check_tensor_parallel, tensor_parallel
 from attnlab.torch_private import is_strided_shard
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 FORWARD_METHODS = {EncodingModel: "encode", Seq2SeqModel: "decode", Classifier: "classify"}  # validation calls them
 
@@ -97,16 +100,18 @@ def fully_sharded_tensor_parallel(model: nn.Module, mesh: Any) -> nn.Module:
     dp_group, dp = mesh["dp"].get_group(), mesh["dp"].size()
 
     def averaged_over_dp(grad: torch.Tensor) -> torch.Tensor:
-        local = grad.to_local()  # this backward's gradient, before it is accumulated
+        # the gradient of a bias tp split (a DTensor): this backward's, before it is accumulated
+        local = cast("DTensor", grad).to_local()
         dist.all_reduce(local, group=dp_group)
         local.div_(dp)
         return grad
 
-    def hook_bias(module: nn.Module, args: Any) -> None:
+    def hook_bias(module: nn.Linear, args: Any) -> None:  # one of ``fused``
         """On the bias the module holds now: a resume's ``model.to`` replaces a DTensor parameter."""
         if not getattr(module.bias, "averaged_over_dp", False):
-            module.bias.register_hook(averaged_over_dp)
-            module.bias.averaged_over_dp = True
+            register: Callable[[Callable[[torch.Tensor], torch.Tensor]], object] = module.bias.register_hook  # untyped
+            register(averaged_over_dp)
+            setattr(module.bias, "averaged_over_dp", True)  # a mark torch's Tensor does not declare
 
     for module in fused:
         module.register_forward_pre_hook(hook_bias)

@@ -23,7 +23,7 @@ the one a single process would have (it resumes under any strategy that keeps th
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, cast
 
 import torch
 import torch.distributed as dist
@@ -31,10 +31,12 @@ from torch import Tensor, nn
 
 from attnlab.errors import ConfigError
 from attnlab.models import FAMILIES
+from attnlab.nn.interfaces import StagedModel
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.parallel.distributed import World
 from attnlab.tasks import Pipelined, Task
-from attnlab.tasks.batching import BucketedData
+from attnlab.tasks.abilities import Piped
+from attnlab.tasks.batching import Batch, BucketedData
 
 
 def check_pipeline(model_cfg: Any, stages: int, task: Task[Any, Any] | None = None) -> None:
@@ -86,7 +88,13 @@ class Pipeline:
     (one per batch shape: a stage's buffers are sized by the first micro-batch it sees)."""
 
     def __init__(
-        self, model: nn.Module, world: World, task: Pipelined, schedule: str, micro_batches: int, device: torch.device
+        self,
+        model: nn.Module,
+        world: World,
+        task: Pipelined[Any],
+        schedule: str,
+        micro_batches: int,
+        device: torch.device,
     ) -> None:
         if schedule == "1f1b" and micro_batches < world.size:  # PyTorch's Schedule1F1B refuses it
             raise ConfigError(
@@ -95,22 +103,26 @@ class Pipeline:
             )
         self.world, self.task, self.device = world, task, device
         self.schedule_name, self.micro_batches = schedule, micro_batches
-        stages = model.stages(world.size, task.pipeline_head)
+        stages = cast(StagedModel, model).stages(world.size, task.pipeline_head)  # check_pipeline refused others
         self.stage = stages[world.rank]
         owner = {id(p): s for s, stage in enumerate(stages) for p in stage.parameters()}
         # every parameter's stage, in model order; a head the task never reads stays with the last
         self.owners = [(p, owner.get(id(p), world.size - 1)) for p in model.parameters()]
-        self.schedules: dict[tuple[int, ...], Any] = {}
+        self.schedules: dict[tuple[tuple[int, ...], ...], Any] = {}
         self.loss: Callable[[Tensor, Tensor], Tensor] | None = None  # this update's, set by accumulate_gradients
 
-    def schedule_for(self, shape: tuple[int, ...]) -> Any:
+    def schedule_for(self, shape: tuple[tuple[int, ...], ...]) -> Any:  # the inputs' shapes
         if shape not in self.schedules:
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
             stage = PipelineStage(self.stage, self.world.rank, self.world.size, self.device)
             kind = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
             self.schedules[shape] = kind(
-                stage, self.micro_batches, loss_fn=lambda out, y: self.loss(out, y), scale_grads=False
+                stage,
+                self.micro_batches,
+                # self.loss is set (accumulate_gradients) before a step calls it
+                loss_fn=lambda out, y: cast(Callable[[Tensor, Tensor], Tensor], self.loss)(out, y),
+                scale_grads=False,
             )
         return self.schedules[shape]
 
@@ -132,9 +144,9 @@ class Pipeline:
     def accumulate_gradients(
         self,
         model: nn.Module,
-        batches: list,
+        batches: list[Batch],
         cfg: Any,
-        amp: Callable[[], ContextManager] = contextlib.nullcontext,
+        amp: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
         scaler: torch.amp.GradScaler | None = None,
         world: World | None = None,
         global_targets: int | None = None,
@@ -148,9 +160,10 @@ class Pipeline:
         self.stage.train()
         total = global_targets if global_targets is not None else sum(b.n_targets for b in batches)
         calls: list[Tensor] = []  # (2,) float64 (loss, NLL) sums, one per call of the loss on the last stage
-        piped = None  # the batch in the pipeline, as the task feeds it
+        piped: Piped | None = None  # the batch in the pipeline, as the task feeds it
 
         def loss(logits: Tensor, targets: Tensor) -> Tensor:
+            assert piped is not None  # the loss is called in a batch's run, after piped is set
             smoothed, nll = label_smoothed_nll(logits, targets, cfg.label_smoothing, piped.ignore_index)
             calls.append(torch.stack([smoothed.detach(), nll.detach()]).double())
             return smoothed * (1 / total)  # as accumulate_gradients scales: the same rounding

@@ -27,7 +27,8 @@ from attnlab.tasks.language_model import LanguageModel, LanguageModelConfig
 from attnlab.tasks.classification import Classification, ClassificationConfig
 from attnlab.tasks.masked_lm import MaskedLM, MaskedLMConfig
 from attnlab.tasks.image_classification import ImageClassification, ImageClassificationConfig
-from attnlab.tasks.captioning import Captioning, CaptioningConfig
+from attnlab.tasks.captioning import Captioning
+from attnlab.tasks.captions_section import CaptioningConfig
 from attnlab.tasks.contrastive import Contrastive, ContrastiveConfig
 from attnlab.tasks.visual_qa import VisualQA, VisualQAConfig
 from attnlab.tasks.node_classification import NodeClassification, NodeClassificationConfig

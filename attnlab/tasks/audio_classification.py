@@ -19,7 +19,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from attnlab.data.audio import audio_files, read_audio
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.audio import WAVEFORMS
 from attnlab.models.shape import DataShape
+from attnlab.nn.interfaces import Classifier
 from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classifier_task import ClassifierTask, ExampleBatch, evaluation_report
@@ -181,11 +182,14 @@ class AudioBatch(ExampleBatch):
 
     def logits(self, model: nn.Module) -> Tensor:
         """(B, n_classes)."""
-        return model.classify(self.waveforms, self.lengths)
+        return cast(Classifier, model).classify(self.waveforms, self.lengths)  # the task's model: a classifier
 
 
 def batches_of(waveforms: Tensor, lengths: Tensor, labels: Tensor, size: int) -> list[AudioBatch]:
-    return [AudioBatch(waveforms[rows], lengths[rows], labels[rows]) for rows in torch.arange(len(labels)).split(size)]
+    return [
+        AudioBatch(waveforms[rows], lengths[rows], labels[rows])
+        for rows in torch.split(torch.arange(len(labels)), size)
+    ]
 
 
 @dataclass(kw_only=True)
@@ -203,7 +207,8 @@ class AudioData:
     def epoch_batches(self, epoch: int) -> list[AudioBatch]:
         train = self.splits["train"]
         order = torch.randperm(len(train[2]), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
-        return batches_of(*(t[order] for t in train), self.batch_size)
+        # waveforms, lengths and labels, in the epoch's order (a generator of three)
+        return batches_of(*cast("tuple[Tensor, Tensor, Tensor]", (t[order] for t in train)), self.batch_size)
 
     def eval_batches(self, split: str) -> list[AudioBatch]:
         if split not in self._eval:
@@ -238,7 +243,7 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
     ) -> AudioData:
         cfg = self.cfg
         cfg.check_trainable()
-        found = recordings_in(cfg.recordings)
+        found = recordings_in(cast(str, cfg.recordings))  # given: check_trainable
         held = [r for r in found if cfg.in_validation(r)]
         kept = [r for r in found if not cfg.in_validation(r)]
         for split, rows in (("training", kept), ("validation", held)):
@@ -251,8 +256,8 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         if len(classes) < 2:
             raise DataError(f"{cfg.recordings}: one {cfg.label} ('{classes[0]}'); a classifier needs at least two")
         note = Notes()
-        train, cut = tensors(kept, cfg, classes, cfg.recordings, note)
-        valid, cut_valid = tensors(held, cfg, classes, cfg.recordings, note)
+        train, cut = tensors(kept, cfg, classes, cast(str, cfg.recordings), note)
+        valid, cut_valid = tensors(held, cfg, classes, cast(str, cfg.recordings), note)
         note.close()
         return AudioData(
             splits={"train": train, "valid": valid},
@@ -281,9 +286,9 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         training ones, read as they were."""
         self.refuse_split(split)
         note = Notes()
-        split, _ = tensors(recordings_in(path), self.cfg, state["labels"], path, note)
+        recorded, _ = tensors(recordings_in(path), self.cfg, state["labels"], path, note)
         note.close()
-        return evaluation_report(model, batches_of(*split, 64), state["labels"])
+        return evaluation_report(model, batches_of(*recorded, 64), state["labels"])
 
     @torch.no_grad()
     def predict(
@@ -317,8 +322,8 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         waveforms, lengths = torch.from_numpy(clips.waveforms), torch.from_numpy(clips.lengths)
         probabilities = torch.cat(
             [
-                model.classify(w.to(device), n.to(device)).float().softmax(-1).cpu()
-                for w, n in zip(waveforms.split(batch_size), lengths.split(batch_size))
+                cast(Classifier, model).classify(w.to(device), n.to(device)).float().softmax(-1).cpu()  # a classifier
+                for w, n in zip(torch.split(waveforms, batch_size), torch.split(lengths, batch_size))
             ]
         )
         return list(zip(inputs, probabilities.tolist()))

@@ -9,11 +9,12 @@ decodes by greedy or beam search with the KV cache.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import torch
 from torch import Tensor, nn
 
+from attnlab.data.batching import Batch
 from attnlab.data.images import Standardise, as_tensor, colour_of
 from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.spec import Greedy, Search
@@ -31,6 +32,9 @@ from attnlab.tasks.captions import (
 from attnlab.tasks.captions_section import CaptioningConfig
 from attnlab.tasks.task import Amp, NextTokenTask, register_task
 
+if TYPE_CHECKING:
+    from attnlab.nn.captioner import ImageCaptioner
+
 # -- decoding and scoring -------------------------------------------------------------------------------
 
 
@@ -44,7 +48,7 @@ def caption_images(
     device = next(model.parameters()).device
     return [
         [(tokenizer.decode(ids), score) for ids, score in outputs]
-        for chunk in images.split(search.batch_size)
+        for chunk in torch.split(images, search.batch_size)
         for outputs in search.decode(model, chunk.to(device))
     ]
 
@@ -57,7 +61,7 @@ def caption_record(
     hypotheses = [nbest[0][0] for nbest in caption_images(model, tokenizer, images, search)]
     bleu, signature = corpus_bleu(hypotheses, references)
     ids = tokenizer.encode_batch(references)
-    batches = [caption_batch(images[i : i + 64], ids[i : i + 64]) for i in range(0, len(ids), 64)]
+    batches: list[Batch] = [caption_batch(images[i : i + 64], ids[i : i + 64]) for i in range(0, len(ids), 64)]
     likelihood = teacher_forced(model, batches)
     return {
         "exact_match": exact_match(hypotheses, references),
@@ -112,14 +116,17 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
             images = data.standardise(part.images[:n_decoded])
             hypotheses = [
                 c[0][0]
-                for c in caption_images(model, data.tokenizers["tgt"], images, Greedy(max_len=data.max_caption_len))
+                for c in caption_images(
+                    model, cast(Tokenizer, data.tokenizers["tgt"]), images, Greedy(max_len=data.max_caption_len)
+                )
             ]
             result["exact_match"] = exact_match(hypotheses, part.captions[:n_decoded])
         return result
 
     def analysis_pass(self, model: nn.Module, batch: CaptionBatch) -> dict[str, Tensor]:
-        memory, valid = model.encode(batch.src)
-        model.decode(batch.tgt_in, memory, valid)
+        captioner = cast("ImageCaptioner", model)  # the task's model
+        memory, valid = captioner.encode(cast(Tensor, batch.src))  # a caption batch's src: its images
+        captioner.decode(batch.tgt_in, memory, valid)
         return {"encoder": valid, "decoder": batch.tgt_in != PAD}
 
     def evaluate_split(self, model: nn.Module, data: CaptionData, split: str) -> dict[str, Any]:
@@ -128,7 +135,7 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
         part = data.splits[split]
         return caption_record(
             model,
-            data.tokenizers["tgt"],
+            cast(Tokenizer, data.tokenizers["tgt"]),  # the task's own role: never None
             data.standardise(part.images),
             part.captions,
             replace(self.search, max_len=data.max_caption_len),
@@ -144,7 +151,9 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
         pixels, captions = read_captioned(path, colour_of(shape), self.cfg.images.resize or shape[:2])
         images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
         search = replace(self.search, max_len=self.cfg.max_caption_len)
-        return caption_record(model, tokenizers["tgt"], images, captions, search)
+        return caption_record(
+            model, cast(Tokenizer, tokenizers["tgt"]), images, captions, search
+        )  # the task's own role: never None
 
     def report(self, result: dict[str, Any], source: str) -> list[str]:
         search = "greedy" if result["beam"] == 1 else f"beam {result['beam']}, lenpen {result['lenpen']}"

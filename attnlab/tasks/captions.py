@@ -138,7 +138,9 @@ def captioned_splits(
                 f"{channels(shape[2])} (set data.images.resize)"
             )
         splits[name] = CaptionSplit(
-            as_tensor(pixels), captions, encoded(captions, tokenizers["tgt"], cfg.max_caption_len, where)
+            as_tensor(pixels),
+            captions,
+            encoded(captions, cast(Tokenizer, tokenizers["tgt"]), cfg.max_caption_len, where),
         )
     return splits, tokenizers, standardise
 
@@ -161,12 +163,12 @@ class ImageRows:
     def epoch_batches(self, epoch: int) -> list[Any]:
         train = self.splits["train"]
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(batch_seed(self.seed, epoch, 0)))
-        return self.batches(train, list(order.split(self.batch_size)))
+        return self.batches(train, list(torch.split(order, self.batch_size)))
 
     def eval_batches(self, split: str) -> list[Any]:
         if split not in self._eval:
             self._eval[split] = self.batches(
-                self.splits[split], list(torch.arange(len(self.splits[split])).split(self.batch_size))
+                self.splits[split], list(torch.split(torch.arange(len(self.splits[split])), self.batch_size))
             )
         return self._eval[split]
 
@@ -190,7 +192,7 @@ class CaptionData(ImageRows):
     seed: int = 0
     _eval: dict[str, list[CaptionBatch]] = field(default_factory=dict, repr=False)
 
-    def batches(self, split: CaptionSplit, rows: list[Tensor]) -> list[CaptionBatch]:
+    def batches(self, split: CaptionSplit, rows: list[Tensor]) -> list[Any]:  # CaptionBatch here; PairData's PairBatch
         return [caption_batch(self.standardise(split.images[r]), [split.ids[i] for i in r.tolist()]) for r in rows]
 
 
@@ -201,7 +203,7 @@ def planned_shape(cfg: CaptionedSection) -> tuple[int, int, int]:
     channels_ = 1 if cfg.images.colour == "grey" else 3
     if cfg.images.resize is not None:
         return cfg.images.resize, cfg.images.resize, channels_
-    first = scenes.read_captions_file(cfg.train)[0][0]
+    first = scenes.read_captions_file(cast(str, cfg.train))[0][0]  # given: check_captioned
     return read_image(first, cfg.images.colour, None).shape
 
 
@@ -242,7 +244,7 @@ class CaptionedImages(Task[CD, CB]):
     def describe(self, data: CD) -> str:
         sizes = ", ".join(f"{name} {len(split):,}" for name, split in data.splits.items())
         channels_, height, width = data.image_shape
-        vocabulary = data.tokenizers["tgt"].vocab_size
+        vocabulary = cast(Tokenizer, data.tokenizers["tgt"]).vocab_size  # the task's own role: never None
         return f"captioned images {width}x{height}x{channels_}: {sizes}; vocabulary {vocabulary}"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 import torch
 from torch import Tensor, nn
@@ -21,11 +21,15 @@ from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.shape import DataShape
+from attnlab.nn.interfaces import Classifier
 from attnlab.tasks.abilities import Piped, Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.classifier_task import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.task import TaskConfig, register_task
+
+if TYPE_CHECKING:
+    from attnlab.models.encoder_only import EncoderOnlyConfig
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class ClassBatch(ExampleBatch):
 
     def logits(self, model: nn.Module) -> Tensor:
         """(B, n_classes): the model on these inputs."""
-        return model.classify(self.ids, self.segments)
+        return cast(Classifier, model).classify(self.ids, self.segments)  # the task's model: a classifier
 
 
 @dataclass
@@ -163,9 +167,12 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
             tokenizers = {"src": self.cfg.text.fitted(texts), "tgt": None}
         splits, truncated = {}, 0
         for name, examples in read.items():
-            ids = label_ids(examples, labels, files.get(name, self.cfg.train))
+            ids = label_ids(examples, labels, cast(str, files.get(name, self.cfg.train)))  # train: given to prepare
             inputs, cut = encode_inputs(
-                tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples], self.cfg.max_len
+                cast(Tokenizer, tokenizers["src"]),
+                [e.text_a for e in examples],
+                [e.text_b for e in examples],
+                self.cfg.max_len,
             )
             splits[name] = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
             truncated += cut if name == "train" else 0
@@ -190,7 +197,7 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         )
 
     def analysis_pass(self, model: nn.Module, batch: ClassBatch) -> dict[str, Tensor]:
-        model.classify(batch.ids, batch.segments)
+        cast(Classifier, model).classify(batch.ids, batch.segments)  # the task's model: a classifier
         return {"encoder": batch.ids != PAD}
 
     def evaluate_file(
@@ -202,7 +209,10 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         examples = read_labelled(path, self.cfg.header)
         ids = label_ids(examples, state["labels"], path)
         inputs, _ = encode_inputs(
-            tokenizers["src"], [e.text_a for e in examples], [e.text_b for e in examples], self.cfg.max_len
+            cast(Tokenizer, tokenizers["src"]),
+            [e.text_a for e in examples],
+            [e.text_b for e in examples],
+            self.cfg.max_len,
         )
         encoded = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
         test = ClassificationData(tokenizers=tokenizers, splits={"test": encoded}, labels=state["labels"])
@@ -226,9 +236,16 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         lines = read_input_lines(input_file, "classify")
         state = run.read_task_state()
         # runs of before 'pairs': pairs had segments
-        pairs = state.get("pairs", run.read_config()[0].segment_rows(run.read_shape()) > 0)
+        family = cast("EncoderOnlyConfig", run.read_config()[0])  # the model section of a text classifier's run
+        pairs = state.get("pairs", family.segment_rows(run.read_shape()) > 0)
         probabilities = classify(
-            model, run.read_tokenizers()["src"], lines, self.cfg.max_len, pairs, batch_size, input_file or "<stdin>"
+            model,
+            cast(Tokenizer, run.read_tokenizers()["src"]),
+            lines,
+            self.cfg.max_len,
+            pairs,
+            batch_size,
+            input_file or "<stdin>",
         )
         return [(None, p if line.strip() else None) for line, p in zip(lines, probabilities)]
 
@@ -237,7 +254,7 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         cut = f"; {data.truncated} training inputs cut to max_len" if data.truncated else ""
         return (
             f"labelled examples: {sizes}; labels {', '.join(data.labels)}; vocabulary "
-            f"{data.tokenizers['src'].vocab_size}{cut}"
+            f"{cast(Tokenizer, data.tokenizers['src']).vocab_size}{cut}"
         )
 
 
@@ -276,5 +293,5 @@ def classify(
     for start in range(0, len(inputs), batch_size):
         chunk = [Encoded(ids, segments, 0) for ids, segments in inputs[start : start + batch_size]]
         batch = collate(chunk).to(device)
-        probabilities += model.classify(batch.ids, batch.segments).float().softmax(-1).tolist()
+        probabilities += cast(Classifier, model).classify(batch.ids, batch.segments).float().softmax(-1).tolist()
     return probabilities

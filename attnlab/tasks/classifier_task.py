@@ -24,7 +24,13 @@ class ExampleBatch:
     tensor, and a classifier's (with ``labels``, (n,) class ids) sums its loss over its n examples
     (a forecaster's batch counts its forecast values instead)."""
 
-    labels: Tensor  # a classifier's batch declares it as a field (its dataclass's); this one is no dataclass
+    if typing.TYPE_CHECKING:  # to mypy, read-only: a node classifier's batch (GraphBatch) computes it
+
+        @property
+        def labels(self) -> Tensor: ...
+
+    else:
+        labels: Tensor  # a classifier's batch declares it as a field (its dataclass's); this one is no dataclass
 
     @property
     def n_targets(self) -> int:

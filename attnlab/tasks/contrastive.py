@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import Tensor, nn
@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from attnlab.data import scenes
 from attnlab.data.batching import moved
 from attnlab.data.images import Standardise, as_tensor, colour_of
-from attnlab.data.tokenizers import UNK
+from attnlab.data.tokenizers import UNK, Tokenizer
 from attnlab.errors import ConfigError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.nn.dual_encoder import symmetric_info_nce
@@ -232,7 +232,12 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
         """Retrieval and zero-shot scores of a split of the run's data (tasks/retrieval.py)."""
         part = data.splits[split]
         return retrieval_record(
-            model, data.tokenizers["tgt"], data.standardise(part.images), part.captions, data.labels, data.templates
+            model,
+            cast(Tokenizer, data.tokenizers["tgt"]),  # the task's own role: never None
+            data.standardise(part.images),
+            part.captions,
+            data.labels,
+            data.templates,
         )
 
     def evaluate_file(
@@ -243,7 +248,8 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
         shape = tuple(state["shape"])
         pixels, captions = read_captioned(path, colour_of(shape), self.cfg.images.resize or shape[:2])
         images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
-        return retrieval_record(model, tokenizers["tgt"], images, captions, self.cfg.class_names, self.cfg.templates)
+        tgt = cast(Tokenizer, tokenizers["tgt"])  # the task's own role: never None
+        return retrieval_record(model, tgt, images, captions, self.cfg.class_names, self.cfg.templates)
 
     def report(self, result: dict[str, Any], source: str) -> list[str]:
         lines = [
@@ -277,7 +283,8 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
             cfg = dataclasses.replace(cfg, **given)
         except ConfigError as err:
             raise UsageError(f"--{' / --'.join(given)}: {err}") from None
-        return cfg.class_names, cfg.templates
+        read = cast(ContrastiveConfig, cfg)  # the run's data section: this task's
+        return read.class_names, read.templates
 
     def class_names(self, run: RunState, **options: str) -> list[str]:
         return self.zero_shot_classes(run, **options)[0]
@@ -300,7 +307,7 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
         names, templates = self.zero_shot_classes(run, labels, prompts)
         if not names:
             raise UsageError(f"{run.path} has no zero-shot classes of its own (data.labels): give --labels")
-        tokenizer = run.read_tokenizers()["tgt"]
+        tokenizer = cast(Tokenizer, run.read_tokenizers()["tgt"])  # the task's own role: never None
         unknown = [p for p in (t.format(label=name) for name in names for t in templates) if UNK in tokenizer.encode(p)]
         if unknown:
             print(
@@ -308,7 +315,7 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
                 f"'{unknown[0]}')",
                 file=sys.stderr,
             )
-        images = torch.cat([embed_images(model, chunk) for chunk in read_inputs(inputs, run).split(batch_size)])
+        images = torch.cat([embed_images(model, chunk) for chunk in torch.split(read_inputs(inputs, run), batch_size)])
         classes = class_embeddings(model, tokenizer, names, templates)
         return list(zip(inputs, zero_shot_probabilities(model, images, classes).tolist()))
 

@@ -155,6 +155,8 @@ def errors_of(
     channel (float64), and the number of windows."""
     model.eval()
     device = device_of(model)
+    squared: Tensor | float
+    absolute: Tensor | float
     squared = absolute = 0.0
     count = 0
     for batch in batches:
@@ -162,7 +164,7 @@ def errors_of(
             errors = batch.to(device).errors(model).double()
         squared, absolute = squared + errors.square().sum(0).cpu(), absolute + errors.abs().sum(0).cpu()
         count += len(errors)
-    return squared, absolute, count
+    return typing.cast(Tensor, squared), typing.cast(Tensor, absolute), count  # tensors: a split has windows
 
 
 def forecast_report(
@@ -209,10 +211,12 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
         """Read and split the series; a new run fits the scaler to the training rows and needs the
         training and validation splits; a run's own ``state`` brings its columns, rows and scaler."""
         if state is not None:
-            series = read_series(self.cfg.path, self.cfg.date_column, state["columns"])
+            # data.path: given (ForecastingConfig.check)
+            series = read_series(typing.cast(str, self.cfg.path), self.cfg.date_column, state["columns"])
             scaler = Scaler(state["mean"], state["std"])
             return prepared(series, scaler, tuple(state["rows"]), self.cfg, batching, ())
-        series = read_series(self.cfg.path, self.cfg.date_column, self.cfg.column_list)
+        # data.path: given (ForecastingConfig.check)
+        series = read_series(typing.cast(str, self.cfg.path), self.cfg.date_column, self.cfg.column_list)
         held = self.cfg.splits
         rows = split_rows(len(series), self.cfg.rows, held.valid_fraction or 0.0, held.test_fraction or 0.0)
         return prepared(series, None, rows, self.cfg, batching, ("train", "valid"))
@@ -231,7 +235,8 @@ class Forecasting(Task[SeriesData, SeriesBatch]):
         if data is not None:
             columns = data.series.columns
         else:
-            columns = self.cfg.column_list or read_series(self.cfg.path, self.cfg.date_column).columns
+            # data.path: given (ForecastingConfig.check)
+            columns = self.cfg.column_list or read_series(typing.cast(str, self.cfg.path), self.cfg.date_column).columns
         return DataShape(n_channels=len(columns), input_length=self.cfg.input_length, horizon=self.cfg.horizon)
 
     def loss(self, model: nn.Module, batch: SeriesBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from attnlab.data.images import (
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
+from attnlab.nn.interfaces import Classifier
 from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.classifier_task import ClassifierTask, evaluation_report
@@ -103,7 +104,7 @@ def read_splits(cfg: ImageClassificationConfig) -> dict[str, Images]:
     }
     if "valid" not in splits:
         images, labels = splits["train"]
-        kept, held = stratified_split(labels, n_valid, seed, cfg.train)
+        kept, held = stratified_split(labels, n_valid, seed, cast(str, cfg.train))  # read above: given
         splits |= {
             "train": (images[kept], [labels[i] for i in kept]),
             "valid": (images[held], [labels[i] for i in held]),
@@ -205,7 +206,9 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
         shape = tuple(state["shape"])
         images, ids = tensors({"test": (pixels, labels)}, state["labels"], self.cfg, shape, path)["test"]
         standardise = Standardise(state["mean"], state["std"])
-        batches = [ImageBatch(standardise(images[rows]), ids[rows]) for rows in torch.arange(len(ids)).split(256)]
+        batches = [
+            ImageBatch(standardise(images[rows]), ids[rows]) for rows in torch.split(torch.arange(len(ids)), 256)
+        ]
         return evaluation_report(model, batches, state["labels"])
 
     @torch.no_grad()
@@ -225,7 +228,10 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
         model.eval()
         device = next(model.parameters()).device
         probabilities = torch.cat(
-            [model.classify(chunk.to(device)).float().softmax(-1).cpu() for chunk in images.split(batch_size)]
+            [
+                cast(Classifier, model).classify(chunk.to(device)).float().softmax(-1).cpu()  # an image classifier
+                for chunk in torch.split(images, batch_size)
+            ]
         )
         return list(zip(inputs, probabilities.tolist()))
 
@@ -247,7 +253,7 @@ def read_input_image(path: str, run: RunState) -> np.ndarray:
     with a note on stderr saying so (a 64x64 drawing for the 8x8 digits model)."""
     _, cfg, _ = run.read_config()
     shape = tuple(run.read_task_state()["shape"])  # (H, W, C)
-    image = read_image(path, colour_of(shape), cfg.images.resize)
+    image = read_image(path, colour_of(shape), cast(ImageClassificationConfig, cfg).images.resize)  # the run's
     if image.shape[:2] != shape[:2]:
         print(
             f"note: {path}: {image.shape[1]}x{image.shape[0]} pixels, resized to the {shape[1]}x{shape[0]} the "

@@ -13,7 +13,7 @@ import torch
 from attnlab.config import at_least, one_of
 from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
 from attnlab.data.corpora import read_text
-from attnlab.data.tokenizers import PAD
+from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import multi_token_loss
 from attnlab.tasks.abilities import Piped
@@ -117,12 +117,12 @@ class LMData:
     block_size: int = 64
     batch_size: int = 32
     seed: int = 0
-    _eval: dict[str, list[Batch]] = field(default_factory=dict, repr=False)
+    _eval: dict[str, Sequence[Batch]] = field(default_factory=dict, repr=False)
 
     def epoch_batches(self, epoch: int) -> Sequence[Batch]:
         return RandomWindows(self.splits["train"], self.block_size, self.batch_size, self.seed, epoch)
 
-    def eval_batches(self, split: str) -> list[Batch]:
+    def eval_batches(self, split: str) -> Sequence[Batch]:
         """Every full window of a split, in order (made once)."""
         if split not in self._eval:
             self._eval[split] = lm_eval_blocks(self.splits[split], self.block_size, self.batch_size)
@@ -151,7 +151,7 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
     ) -> TextData:
         cfg = self.section
-        text = read_text(cfg.train)
+        text = read_text(typing.cast(str, cfg.train))  # given: check_trainable
         if cfg.valid is not None:
             train_text, valid_text = text, read_text(cfg.valid)
         else:
@@ -160,7 +160,7 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
         if tokenizers is None:
             lines = train_text.splitlines(keepends=True)
             tokenizers = {"src": None, "tgt": cfg.text.fitted(lines)}
-        tok = tokenizers["tgt"]
+        tok = typing.cast(Tokenizer, tokenizers["tgt"])  # the task's own role: never None
         splits = {
             name: torch.tensor(tok.encode(t), dtype=torch.long)
             for name, t in (("train", train_text), ("valid", valid_text))
@@ -184,7 +184,7 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
 
     def describe(self, data: TextData) -> str:
         sizes = ", ".join(f"{name} {len(s):,} tokens" for name, s in data.splits.items())
-        return f"language-model text: {sizes}; vocabulary {data.tokenizers['tgt'].vocab_size}"
+        return f"language-model text: {sizes}; vocabulary {typing.cast(Tokenizer, data.tokenizers['tgt']).vocab_size}"
 
 
 @register_task

@@ -121,7 +121,11 @@ class MLMData(BucketedData[Line, MLMBatch]):
         ids = pad_sequences([e[0] for e in examples])
         starts = pad_sequences([[int(s) for s in e[1]] for e in examples]).bool()
         return mask_tokens(
-            ids, starts, self.cfg, self.tokenizers["src"].vocab_size, torch.Generator().manual_seed(seed)
+            ids,
+            starts,
+            self.cfg,
+            typing.cast(Tokenizer, self.tokenizers["src"]).vocab_size,  # the task's own role: never None
+            torch.Generator().manual_seed(seed),
         )
 
 
@@ -178,7 +182,8 @@ class MaskedLM(Task[MLMData, MLMBatch]):
                 "src": cfg.text.fitted(lines["train"], with_mask=True),
                 "tgt": None,
             }
-        splits = {name: encode_lines(tokenizers["src"], text, cfg.max_len) for name, text in lines.items()}
+        src = typing.cast(Tokenizer, tokenizers["src"])  # the task's own role: never None
+        splits = {name: encode_lines(src, text, cfg.max_len) for name, text in lines.items()}
         return MLMData(tokenizers=tokenizers, splits=splits, cfg=cfg, **batching.bucketing())
 
     def loss(self, model: nn.Module, batch: MLMBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
@@ -210,9 +215,8 @@ class MaskedLM(Task[MLMData, MLMBatch]):
     def describe(self, data: MLMData) -> str:
         sizes = ", ".join(f"{name} {len(e):,} lines" for name, e in data.splits.items())
         masked = sum(b.n_targets for b in data.eval_batches("valid"))
-        return (
-            f"masked-LM text: {sizes}; vocabulary {data.tokenizers['src'].vocab_size}; {masked:,} valid tokens masked"
-        )
+        vocabulary = typing.cast(Tokenizer, data.tokenizers["src"]).vocab_size  # the task's own role: never None
+        return f"masked-LM text: {sizes}; vocabulary {vocabulary}; {masked:,} valid tokens masked"
 
 
 @torch.no_grad()

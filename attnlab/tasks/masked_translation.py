@@ -5,6 +5,7 @@ the masked tokens and the target's length learnt; decoded by mask-predict (`tran
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,9 @@ from attnlab.tasks.translation import (
     TranslationConfig,
     decode_split,
 )
+
+if TYPE_CHECKING:
+    from attnlab.nn.cmlm import ConditionalMaskedLM
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,8 @@ class MaskedPairs(SentencePairs[MaskedBatch]):
 
 def length_nll(model: nn.Module, length_logits: Tensor, lengths: Tensor) -> Tensor:
     """-sum_b log P(N_b | x_b): the length loss of a batch, float32."""
-    return F.cross_entropy(length_logits.float(), unwrapped(model).length_predictor.classes(lengths), reduction="sum")
+    cmlm = cast("ConditionalMaskedLM", unwrapped(model))  # the task's model (needs: MASKED_TOKENS)
+    return F.cross_entropy(length_logits.float(), cmlm.length_predictor.classes(lengths), reduction="sum")
 
 
 @register_task
@@ -104,7 +109,8 @@ class MaskedTranslation(ParallelText[MaskedPairs, MaskedBatch]):
         with amp():
             logits, length_logits = model(batch.src, batch.inputs)  # (B, T, V), (B, max_length)
         loss, nll = label_smoothed_nll(logits, batch.targets, label_smoothing, PAD)
-        return loss + unwrapped(model).length_loss_weight * length_nll(model, length_logits, batch.lengths), nll
+        weight = cast("ConditionalMaskedLM", unwrapped(model)).length_loss_weight  # the task's model
+        return loss + weight * length_nll(model, length_logits, batch.lengths), nll
 
     @torch.no_grad()
     def validate(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import Tensor, nn
@@ -62,7 +62,8 @@ class NodeClassificationConfig(TaskConfig):
         return self.builtin is not None
 
     def read(self) -> Graph:
-        return karate_club() if self.builtin == "karate" else read_graph(self.nodes, self.edges)
+        # check: without builtin, nodes and edges are given
+        return karate_club() if self.builtin == "karate" else read_graph(cast(str, self.nodes), cast(str, self.edges))
 
 
 def split_nodes(

@@ -17,7 +17,7 @@ object, whose caption is such a prompt.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,9 @@ from torch import Tensor, nn
 
 from attnlab.data.batching import pad_sequences
 from attnlab.data.tokenizers import BOS, EOS, Tokenizer
+
+if TYPE_CHECKING:
+    from attnlab.nn.dual_encoder import DualEncoder
 
 CHUNK = 256  # images or texts per forward when embedding a split
 
@@ -47,7 +50,13 @@ def embed_images(model: nn.Module, images: Tensor) -> Tensor:
     """(N, C, H, W) standardised -> (N, d_embed) unit vectors."""
     model.eval()
     device = next(model.parameters()).device
-    return torch.cat([model.encode_image(chunk.to(device)).float().cpu() for chunk in images.split(CHUNK)])
+    # the model: the contrastive task's dual encoder
+    return torch.cat(
+        [
+            cast("DualEncoder", model).encode_image(chunk.to(device)).float().cpu()
+            for chunk in torch.split(images, CHUNK)
+        ]
+    )
 
 
 @torch.no_grad()
@@ -55,8 +64,11 @@ def embed_texts(model: nn.Module, ids: list[list[int]]) -> Tensor:
     """Caption ids -> (M, d_embed) unit vectors."""
     model.eval()
     device = next(model.parameters()).device
-    return torch.cat(
-        [model.encode_text(text_ids(ids[i : i + CHUNK]).to(device)).float().cpu() for i in range(0, len(ids), CHUNK)]
+    return torch.cat(  # the model: the contrastive task's dual encoder
+        [
+            cast("DualEncoder", model).encode_text(text_ids(ids[i : i + CHUNK]).to(device)).float().cpu()
+            for i in range(0, len(ids), CHUNK)
+        ]
     )
 
 
@@ -75,14 +87,15 @@ def retrieval_scores(image_embeddings: Tensor, text_embeddings: Tensor, caption_
 def class_embeddings(model: nn.Module, tokenizer: Tokenizer, labels: list[str], templates: list[str]) -> Tensor:
     """(C, d_embed): each class's prompts embedded, averaged and normalised again."""
     prompts = [template.format(label=label) for label in labels for template in templates]
-    embedded = embed_texts(model, tokenizer.encode_batch(prompts)).unflatten(0, (len(labels), len(templates)))
+    embedded = torch.unflatten(embed_texts(model, tokenizer.encode_batch(prompts)), 0, (len(labels), len(templates)))
     return F.normalize(embedded.mean(1), dim=-1)  # (C, T, d) -> (C, d)
 
 
 @torch.no_grad()
 def zero_shot_probabilities(model: nn.Module, image_embeddings: Tensor, classes: Tensor) -> Tensor:
     """(N, d) images and (C, d) class embeddings -> (N, C) softmax(exp(t) cos(image, class))."""
-    return (model.logit_scale.float().cpu() * image_embeddings @ classes.T).softmax(-1)
+    # the model: the contrastive task's dual encoder
+    return (cast("DualEncoder", model).logit_scale.float().cpu() * image_embeddings @ classes.T).softmax(-1)
 
 
 def labelled_by_prompt(captions: list[str], labels: list[str], templates: list[str]) -> dict[int, int]:

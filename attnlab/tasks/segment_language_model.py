@@ -9,14 +9,14 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 import torch
 
 from attnlab.config import at_least
 from attnlab.data.batching import Batch, ContextSegmentBatch, SegmentBatch, lm_context_windows, lm_segments
 from attnlab.data.corpora import read_text
-from attnlab.data.tokenizers import PAD
+from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.errors import DataError
 from attnlab.eval.metrics import perplexity
 from attnlab.models.family import unwrapped
@@ -35,6 +35,9 @@ from attnlab.tasks.language_model import (
 )
 from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.task import Amp, TaskConfig, register_task
+
+if TYPE_CHECKING:
+    from attnlab.nn.memory import TransformerXL
 
 
 @dataclass
@@ -55,7 +58,7 @@ class SegmentData(LMData):
     def eval_batches(self, split: str) -> list[SegmentBatch]:
         if split not in self._eval:
             self._eval[split] = lm_segments(self.splits[split], self.block_size, self.batch_size)
-        return self._eval[split]
+        return cast(list[SegmentBatch], self._eval[split])  # made by lm_segments above
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
         if isinstance(batch, ContextSegmentBatch):
             memory = SegmentMemory()
             with torch.no_grad(), amp():
-                unwrapped(model).states(batch.context, memory=memory)
+                cast("TransformerXL", unwrapped(model)).states(batch.context, memory=memory)  # the task's model
         else:
             memory = batch.rows.carried(batch.index)
             memory = SegmentMemory() if memory is None else memory
@@ -164,7 +167,7 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
         model.eval()
         nll_sum, n_tokens = 0.0, 0
         for batch in batches:
-            batch = batch.to(device)
+            batch = cast(SegmentBatch, batch.to(device))  # moved: a copy of the same class
             nll_sum += self.loss(model, batch, 0.0, amp)[1].item()
             n_tokens += batch.n_targets
         loss = nll_sum / max(n_tokens, 1)
@@ -187,10 +190,13 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
         """The text of ``path`` read in one row of consecutive segments: every segment after the first
         has its memory."""
         self.refuse_split(split)
-        stream = torch.tensor(tokenizers["tgt"].encode(read_text(path)), dtype=torch.long)
+        tgt = cast(Tokenizer, tokenizers["tgt"])  # the task's own role: never None
+        stream = torch.tensor(tgt.encode(read_text(path)), dtype=torch.long)
         if len(stream) < 2:
             raise DataError(f"{path}: {len(stream)} tokens; scoring needs at least two (a token and the next)")
-        batches = lm_segments(stream, unwrapped(model).segment_length, rows=1)
+        batches = lm_segments(
+            stream, cast("TransformerXL", unwrapped(model)).segment_length, rows=1
+        )  # the task's model
         return self.segments_nll(model, batches, next(model.parameters()).device)
 
     def report(self, result: dict[str, typing.Any], source: str) -> list[str]:

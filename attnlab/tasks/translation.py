@@ -221,8 +221,9 @@ class ParallelText(Task[PairsData, PairsBatch]):
         encoded: dict[str, list[Example]] = {}
         reports: dict[str, FilterReport] = {}
         for name, pairs in splits.items():
-            src_ids = tokenizers["src"].encode_batch([s for s, _ in pairs])
-            tgt_ids = tokenizers["tgt"].encode_batch([t for _, t in pairs])
+            # the task's own roles: never None
+            src_ids = typing.cast(Tokenizer, tokenizers["src"]).encode_batch([s for s, _ in pairs])
+            tgt_ids = typing.cast(Tokenizer, tokenizers["tgt"]).encode_batch([t for _, t in pairs])
             examples = [Example(s, t, si, ti) for (s, t), si, ti in zip(pairs, src_ids, tgt_ids)]
             if name == "train":  # evaluation sets are never filtered: scores must cover every sentence
                 keep, reports[name] = filter_by_length(
@@ -251,7 +252,8 @@ class ParallelText(Task[PairsData, PairsBatch]):
 
     def describe(self, data: PairsData) -> str:
         sizes = ", ".join(f"{name} {len(e):,}" for name, e in data.splits.items())
-        src, tgt = data.tokenizers["src"], data.tokenizers["tgt"]
+        # the task's own roles: never None
+        src, tgt = typing.cast(Tokenizer, data.tokenizers["src"]), typing.cast(Tokenizer, data.tokenizers["tgt"])
         vocab = (
             f"shared vocabulary {tgt.vocab_size}" if src is tgt else f"vocabularies {src.vocab_size} / {tgt.vocab_size}"
         )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from attnlab.data.tokenizers import BOS, EOS, PAD, UNK, Tokenizer
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.family import Inputs
 from attnlab.models.shape import DataShape
+from attnlab.nn.interfaces import Classifier
 from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import ImageRows, read_input_images
@@ -41,6 +42,9 @@ from attnlab.tasks.image_classification import class_ids, class_names
 from attnlab.tasks.parts import ImageSource, Splits, Text
 from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
 from attnlab.tasks.task import TaskConfig, register_task
+
+if TYPE_CHECKING:
+    from attnlab.nn.single_stream import SingleStreamTransformer
 
 BUILT_IN = ("scenes",)
 KINDS = {"how many": "count", "what colour": "colour", "what shape": "shape"}  # a question's first two words
@@ -100,7 +104,7 @@ class QABatch(ExampleBatch):
 
     def logits(self, model: nn.Module) -> Tensor:
         """(B, n_answers)."""
-        return model.classify(self.images, self.ids)
+        return cast(Classifier, model).classify(self.images, self.ids)  # the task's model: a classifier
 
 
 @dataclass
@@ -181,7 +185,7 @@ def answer(model: nn.Module, tokenizer: Tokenizer, images: Tensor, question: str
     model.eval()
     device = next(model.parameters()).device
     batch = torch.tensor([ids] * len(images), device=device)
-    return model.classify(images.to(device), batch).float().softmax(-1).cpu()
+    return cast(Classifier, model).classify(images.to(device), batch).float().softmax(-1).cpu()
 
 
 @register_task
@@ -204,7 +208,9 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
             tokenizers = {"src": self.cfg.text.fitted(questions), "tgt": None}
         answers = state["labels"] if state else class_names([a for scene in drawn["train"] for _, a in scene.questions])
         splits = {
-            name: qa_split(scenes, tokenizers["src"], answers, self.cfg.max_question_len, f"scenes {name}")
+            name: qa_split(
+                scenes, cast(Tokenizer, tokenizers["src"]), answers, self.cfg.max_question_len, f"scenes {name}"
+            )
             for name, scenes in drawn.items()
         }
         pixels = splits["train"].images.permute(0, 2, 3, 1).numpy()  # (S, H, W, C)
@@ -242,8 +248,9 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
         )
 
     def analysis_pass(self, model: nn.Module, batch: QABatch) -> dict[str, Tensor]:
-        states, valid = model.encode(batch.images, batch.ids)
-        model.classifier(states, valid)
+        single = cast("SingleStreamTransformer", model)  # the task's model
+        states, valid = single.encode(batch.images, batch.ids)
+        single.classifier(states, valid)
         return {"encoder": valid}
 
     def evaluate_split(self, model: nn.Module, data: QAData, split: str) -> dict[str, Any]:
@@ -254,9 +261,9 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
         record["by_kind"] = {}
         for kind in dict.fromkeys(kinds):
             rows = torch.tensor([i for i, k in enumerate(kinds) if k == kind])
-            scores = scores_of(model, data.batches(part, list(rows.split(data.batch_size))), len(data.labels), device)[
-                0
-            ]
+            scores = scores_of(
+                model, data.batches(part, list(torch.split(rows, data.batch_size))), len(data.labels), device
+            )[0]
             record["by_kind"][kind] = {"accuracy": scores["accuracy"], "questions": len(rows)}
         return record
 
@@ -274,7 +281,7 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
             as_tensor(pixels),
             torch.arange(len(rows)),
             questions,
-            question_ids(tokenizers["src"], questions, self.cfg.max_question_len, path),
+            question_ids(cast(Tokenizer, tokenizers["src"]), questions, self.cfg.max_question_len, path),
             torch.tensor([state["labels"].index(a) for _, _, a in rows]),
         )
         data = QAData(
@@ -298,7 +305,7 @@ class VisualQA(ClassifierTask[QAData, QABatch]):
         channels, height, width = data.image_shape
         return (
             f"questions on images {width}x{height}x{channels}: {sizes}; {len(data.labels)} answers "
-            f"{', '.join(data.labels)}; vocabulary {data.tokenizers['src'].vocab_size}"
+            f"{', '.join(data.labels)}; vocabulary {cast(Tokenizer, data.tokenizers['src']).vocab_size}"
         )
 
 
@@ -309,7 +316,8 @@ def ask(model: nn.Module, run: RunState, paths: list[str], question: str) -> lis
         raise UsageError('--question is empty; ask something, e.g. --question "how many circles?"')
     images = read_input_images(paths, run)  # one that does not decode: one line
     _, cfg, _ = run.read_config()
-    return answer(model, run.read_tokenizers()["src"], images, question, cfg.max_question_len).tolist()
+    src = cast(Tokenizer, run.read_tokenizers()["src"])  # the task's own role: never None
+    return answer(model, src, images, question, cast(VisualQAConfig, cfg).max_question_len).tolist()  # the run's
 
 
 def read_questions_file(path: str, answers: list[str]) -> list[tuple[Path, str, str]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -196,6 +196,7 @@ def fit(
     if world:
         world.barrier()  # rank 0's last checkpoint is on disk for everyone
     best_step = run.best_step()
+    assert best_step is not None  # training ends with an evaluation: a run has its best checkpoint
     load_weights(model, run.step_dir(best_step) / MODEL_FILE)  # leave the best weights in the model
     return {
         "steps": progress.step,
@@ -212,7 +213,7 @@ def fit(
     }
 
 
-def _epoch(data: TaskData, epoch: int, cfg: TrainConfig, world: World | None) -> tuple[list[Batch], int]:
+def _epoch(data: TaskData, epoch: int, cfg: TrainConfig, world: World | None) -> tuple[Sequence[Batch], int]:
     """The batches of ``epoch`` and where its updates end: with several ranks an epoch's last global
     batch is dropped if it cannot give every rank its share."""
     batches = data.epoch_batches(epoch)
@@ -221,7 +222,7 @@ def _epoch(data: TaskData, epoch: int, cfg: TrainConfig, world: World | None) ->
 
 
 def _updates(
-    batches: list[Batch], end: int, progress: Progress, cfg: TrainConfig, world: World | None
+    batches: Sequence[Batch], end: int, progress: Progress, cfg: TrainConfig, world: World | None
 ) -> Iterator[tuple[list[Batch], int, int]]:
     """The rest of an epoch, one update at a time, from ``progress.batch`` on: this rank's batches,
     the targets of the whole update (every rank's share, counted on the host, with no device

@@ -32,8 +32,9 @@ class Progress:
     targets: int = 0  # what the task's loss sums over, in all (Task.counts names them: tokens, examples, ...)
     best: float | None = None
     bad_evals: int = 0
-    window_loss: float = 0.0  # sums since the last train log line, so that resumed logs match
-    window_nll: float = 0.0
+    # sums since the last train log line, so that resumed logs match (device tensors between settles)
+    window_loss: float | torch.Tensor = 0.0
+    window_nll: float | torch.Tensor = 0.0
     window_targets: int = 0
     window_seconds: float = 0.0
     skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient, in all

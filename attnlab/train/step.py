@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, cast
 
 import torch
 from torch import Tensor, nn
@@ -66,7 +66,7 @@ def distinct_sizes(objective: Objective) -> Objective:
     return call
 
 
-def no_size_guards() -> dict[str, bool]:
+def no_size_guards() -> dict[str, str | int | bool | Callable[..., Any]]:  # torch.compile's options
     """Inductor's options that keep its mixed-order-reduction fusion from guarding on dynamic sizes,
     where this PyTorch has the switch."""
     switch = "mix_order_reduction_non_strict_mode"
@@ -148,7 +148,7 @@ def accumulate_gradients(
     model: nn.Module,
     batches: list[Batch],
     cfg: TrainConfig,
-    amp: Callable[[], ContextManager] = contextlib.nullcontext,
+    amp: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
     scaler: torch.amp.GradScaler | None = None,
     world: World | None = None,
     global_targets: int | None = None,
@@ -163,12 +163,14 @@ def accumulate_gradients(
     global batch. Returns the sums of the loss and the NLL as float64 tensors on the device (summed
     over the ranks), read by no one here: the host waits for the device only when it logs them."""
     model.train()
-    total = global_targets
+    total: float | None = global_targets
     if total is None:
         n_targets = sum(b.n_targets for b in batches)
         total = world.all_sum(n_targets)[0] if world else n_targets
     scale = (world.size if world else 1) / (total if cfg.loss_reduction == "mean" else 1)
-    loss_nll = None  # (2,) float64 on the device: the loss and NLL sums, batch after batch as the host once added them
+    loss_nll: Tensor | None = (
+        None  # (2,) float64 on the device: the loss and NLL sums, batch after batch as the host once added them
+    )
     ddp = uncompiled(model)
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
@@ -176,9 +178,11 @@ def accumulate_gradients(
         with sync:
             loss, nll = objective(model, batch, cfg.label_smoothing, amp)
             scaled = loss * scale
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            backward: Callable[[], None] = (scaler.scale(scaled) if scaler is not None else scaled).backward  # untyped
+            backward()
         these = torch.stack([loss.detach(), nll.detach()]).double()
         loss_nll = these if loss_nll is None else loss_nll + these
+    assert loss_nll is not None  # an update has at least one batch
     if world:
         loss_nll = world.all_sum_tensor(loss_nll)
     return {"loss_sum": loss_nll[0], "nll_sum": loss_nll[1], "targets": int(total)}
@@ -190,7 +194,7 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     cfg: TrainConfig,
-    amp: Callable[[], ContextManager] = contextlib.nullcontext,
+    amp: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
     scaler: torch.amp.GradScaler | None = None,
     layer_norms: bool = False,
     world: World | None = None,
@@ -258,7 +262,8 @@ def clip_gradients(parameters: list[nn.Parameter], max_norm: float) -> Tensor:
     kinds = list(by_mesh.values())
     if len(kinds) < 2:
         return whole(nn.utils.clip_grad_norm_(kinds[0] if kinds else [], max_norm))
-    norms = [whole(nn.utils.get_total_norm([p.grad for p in params])) for params in kinds]
+    # by_mesh holds the parameters that have a gradient
+    norms = [whole(nn.utils.get_total_norm(cast(list[Tensor], [p.grad for p in params]))) for params in kinds]
     total = torch.stack(norms).square().sum().sqrt()
     for params in kinds:
         nn.utils.clip_grads_with_norm_(params, max_norm, total)

@@ -22,7 +22,7 @@ splits the weights is saved whole and by parameter name, so it resumes under tha
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -33,8 +33,11 @@ from attnlab.parallel.distributed import World
 from attnlab.runs.train_config import TrainConfig
 from attnlab.train.step import accumulate_gradients, clip_gradients, load_optimizer_state
 
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-def _whole_options(cpu_offload: bool = True):
+
+def _whole_options(cpu_offload: bool = True) -> StateDictOptions:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     return StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)  # gathered (on rank 0's CPU)
@@ -90,7 +93,8 @@ class ShardedStrategy(Strategy):
     def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        return get_model_state_dict(model, options=_whole_options())
+        # a full state dict's values are whole tensors
+        return cast(dict[str, torch.Tensor], get_model_state_dict(model, options=_whole_options()))
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
@@ -124,6 +128,7 @@ class TensorParallel(ShardedStrategy):
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
         from attnlab.parallel.tensor_parallel import tensor_parallel
 
+        assert self.world is not None  # strategy_for makes it for a torchrun job only
         return tensor_parallel(model, self.world.size, device.type)
 
     @staticmethod
@@ -144,6 +149,7 @@ class PipelineParallel(Strategy):
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
         from attnlab.parallel.pipeline import Pipeline
 
+        assert self.world is not None  # strategy_for makes it for a torchrun job only
         self.pipeline = Pipeline(
             model, self.world, self.task, self.cfg.pipeline_schedule, self.cfg.micro_batches, device
         )
@@ -176,11 +182,13 @@ class FullyShardedTensorParallel(ShardedStrategy):
         from attnlab.parallel.fsdp_tp import two_d_mesh
 
         super().__init__(cfg, world, task)
+        assert world is not None  # strategy_for makes it for a torchrun job only
         self.mesh = two_d_mesh(world, cfg.tensor_parallel)
 
     @property
     def data_world(self) -> World:
         dp = self.mesh["dp"]
+        assert self.world is not None  # strategy_for makes it for a torchrun job only
         return World(dp.get_local_rank(), dp.size(), self.world.device, dp.get_group())
 
     def prepare(self, model: nn.Module, device: torch.device) -> nn.Module:
@@ -229,5 +237,5 @@ def check_strategy(name: str, model_cfg: Any, world: World | None, tensor_parall
         cls.check(model_cfg, world.size, tensor_parallel)
     elif world is not None and cls is PipelineParallel:
         cls.check(model_cfg, world.size, task)
-    elif world is not None and hasattr(cls, "check"):
+    elif world is not None and cls is not None and hasattr(cls, "check"):
         cls.check(model_cfg, world.size)
