@@ -41,6 +41,7 @@ class CapturedStep:
     def __call__(self, tokens: Tensor) -> Tensor:
         """(N, t) new tokens -> (N, 1, V) logits of the token after them."""
         if self.graph is not None:
+            assert self.tokens is not None and self.logits is not None  # recorded with the graph
             if tokens.shape != self.tokens.shape:
                 raise ValueError(
                     f"a recorded step takes tokens of shape {tuple(self.tokens.shape)}, got {tuple(tokens.shape)}"
@@ -56,7 +57,8 @@ class CapturedStep:
     def _record(self, tokens: Tensor) -> Tensor:
         """Run this step on a side stream, then record it; return its logits."""
         self.tokens = tokens.clone()
-        main, side = torch.cuda.current_stream(tokens.device), torch.cuda.Stream(tokens.device)
+        stream: Callable[[torch.device], torch.cuda.Stream] = torch.cuda.Stream  # its __new__ is unannotated
+        main, side = torch.cuda.current_stream(tokens.device), stream(tokens.device)
         side.wait_stream(main)
         with torch.cuda.stream(side):
             logits = self.step(self.tokens)

@@ -15,12 +15,15 @@ alone or in any batch. The length in the length penalty counts EOS.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.data.tokenizers import EOS, PAD
 from attnlab.decode.session import DecodingSession, length_limits
+
+Length = TypeVar("Length", float, Tensor)  # one length (an int), or a tensor of them
 
 
 @torch.no_grad()
@@ -76,7 +79,7 @@ class Hypothesis:
     normalized: float
 
 
-def length_penalty(length, alpha: float):
+def length_penalty(length: Length, alpha: float) -> Length:
     """GNMT (Wu et al. 2016): lp(Y) = ((5 + |Y|) / 6)^alpha; alpha = 0 ranks by log-probability.
     ``length`` an int or a tensor of them."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -125,6 +128,7 @@ def beam_search(
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
     given = src if src is not None else prompt  # (B, S) or (B, P)
+    assert given is not None  # a source or a prompt
     B, K = given.shape[0], beam
     repeated = {"src" if src is not None else "prompt": given.repeat_interleave(K, dim=0)}
     session = DecodingSession(model, **repeated, use_cache=use_cache, kv_cache=kv_cache)

@@ -16,6 +16,8 @@ length + 50, the paper's rule, within the positions the model can encode).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -42,6 +44,8 @@ class DecodingSession:
     positions the search will feed, and keeps all N rows to the end, since its shapes are fixed:
     rows that leave the search (finished sentences of a beam search) stay in it, fed PAD, unread."""
 
+    model: Any  # asked for its kind's methods (``seq2seq``): EncoderDecoder's, or DecoderLM's
+
     def __init__(
         self,
         model: nn.Module,
@@ -56,14 +60,16 @@ class DecodingSession:
         self.model = model
         self.seq2seq = isinstance(model, Seq2SeqModel)  # EncoderDecoder, or anything with its interface
         if self.seq2seq:
-            self.memory, self.src_valid = model.encode(src)
+            assert src is not None  # an EncoderDecoder decodes a source
+            self.memory, self.src_valid = self.model.encode(src)
             self.start = torch.full((src.shape[0], 1), BOS, dtype=torch.long, device=src.device)
         else:
+            assert prompt is not None  # a DecoderLM continues a prompt
             self.memory = self.src_valid = None
             self.start = prompt
         self.kv_cache = cache_kind(kv_cache, model, self.start.device) if use_cache else None
         self.static = self.kv_cache in ("static", "graph", "compiled")
-        self.cache = model.new_cache() if self.kv_cache == "dynamic" else None  # a static one: reserve()
+        self.cache = self.model.new_cache() if self.kv_cache == "dynamic" else None  # a static one: reserve()
         self.next_logits = self._logits  # (N, t) tokens -> (N, 1, V); a CapturedStep of it with 'graph'
         self.prefix = self.start[:, :0]  # tokens fed so far, kept only without a cache
 

@@ -206,12 +206,14 @@ def sample(
         max_new_tokens = int(length_limits(session, None, max_new_tokens, feeds_last=False).max())
         session.reserve(max_new_tokens - 1)  # the last token is not fed back
     else:  # this session serves until the context fills the window
+        assert prompt is not None  # a decoder-only model (no window otherwise) continues a prompt
         session.reserve(min(max_new_tokens - 1, window - prompt.shape[1]))
     tokens = session.start
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out: list[Tensor] = []
     for _ in range(max_new_tokens):
-        if window is not None and prompt.shape[1] + len(out) > window:  # no position left: slide
+        # prompt is not None: always, with a window (asserted above)
+        if window is not None and prompt is not None and prompt.shape[1] + len(out) > window:  # no position left: slide
             context = torch.cat([prompt, *(t[:, None] for t in out[-window:])], dim=1)[:, -window:]  # the last tokens
             # one pass over the window; a cache would be filled and never read
             session = DecodingSession(model, prompt=context, use_cache=False)

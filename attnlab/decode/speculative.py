@@ -18,6 +18,7 @@ was accepted and forget the rest (``truncate``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -27,6 +28,13 @@ from attnlab.decode.search import filter_logits
 from attnlab.decode.session import DecodingSession, length_limits, token_logprobs
 
 OWN_HEADS = "heads"  # what names the model's own multi-token heads as the draft (`--draft heads`)
+
+
+class MultiTokenModel(Protocol):
+    """A model whose multi-token heads draft (nn/decoder_lm.py's DecoderLM): ``ahead(states)``, (B, T, d_model)
+    -> (B, T, 1 + k, V) logits: the next token's, then each head's."""
+
+    def ahead(self, y: Tensor) -> Tensor: ...
 
 
 @dataclass
@@ -76,6 +84,7 @@ class Sampler:
 
     def probs(self, logprobs: Tensor) -> Tensor:
         """(..., V) -> (..., V) the distribution tokens are drawn from."""
+        assert self.temperature is not None  # asked only when sampling (not greedy)
         return filter_logits(logprobs, self.temperature, self.top_k, self.top_p).softmax(-1)
 
     def draw(self, probs: Tensor) -> int:
@@ -145,7 +154,9 @@ class HeadsDraft:
 
     def keep(self, proposals: list[int], accepted: int, token: int, states: Tensor | None) -> None:
         """The heads at the target's state where it chose ``token`` (the heads read only that one)."""
-        self.ahead = token_logprobs(self.target.ahead(states[accepted][None, None])[0, 0, 1:])  # (k, V)
+        assert states is not None  # the target's pass gives its states to a draft that reads_heads
+        target = cast(MultiTokenModel, self.target)  # it has heads (checked when the draft was made)
+        self.ahead = token_logprobs(target.ahead(states[accepted][None, None])[0, 0, 1:])  # (k, V)
 
     def cap(self, limit: int, src: Tensor | None, max_new_tokens: int | None) -> int:
         return limit  # the heads read the target's positions
@@ -168,7 +179,7 @@ def speculative_decode(
     default the source length + 50 (as greedy); capped by the positions the models can encode."""
     if k < 1:
         raise ValueError(f"k must be >= 1 (got {k})")
-    rows = (src if src is not None else prompt).shape[0]
+    rows = (src if src is not None else cast(Tensor, prompt)).shape[0]  # a source, else a prompt
     if rows != 1:
         raise ValueError(f"speculative decoding takes one sequence at a time (got {rows})")
     sampler = sampler or Sampler()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -73,9 +73,10 @@ def with_weights(model: nn.Module, weights: str) -> nn.Module:
     with _quiet():
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+        quantize: Callable[..., nn.Module] = quantize_dynamic  # unannotated in torch
         projections = _vocabulary_projections(model)  # quantize_dynamic swaps plain nn.Linear only
         layers = {name: per_channel_dynamic_qconfig for name in quantised_layers(model)}
-        model = quantize_dynamic(model, layers, dtype=torch.qint8, inplace=True)
+        model = quantize(model, layers, dtype=torch.qint8, inplace=True)
         for (parent, attr), projection in projections.items():
             setattr(parent, attr, projection)
         return model
@@ -140,8 +141,8 @@ def load_stored_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     model.load_state_dict(own)
 
 
-def _dynamic_linear() -> type:
-    """torch.ao's int8 linear layer (imported on first use, silenced)."""
+def _dynamic_linear() -> type[Any]:
+    """torch.ao's int8 linear layer (imported on first use, silenced; its methods are unannotated)."""
     with _quiet():
         from torch.ao.nn.quantized.dynamic import Linear
     return Linear
@@ -153,6 +154,8 @@ class Int8VocabularyProjection(nn.Module):
     other int8 layer here), each input quantised on the fly, the product in int8 (fbgemm); then,
     as in float32, the padding rows cut off and the never-output tokens at -inf. ``linear`` holds
     the int8 layer, so an export stores it as ``generator.linear.weight`` and ``.weight_scale``."""
+
+    excluded: torch.Tensor | None  # a buffer (register_buffer)
 
     def __init__(self, linear: nn.Module, vocab_size: int, excluded: torch.Tensor | None) -> None:
         super().__init__()
@@ -175,14 +178,16 @@ class Int8VocabularyProjection(nn.Module):
             linear = _dynamic_linear()(projection.in_features, projection.out_features, dtype=torch.qint8)
             bias = None if projection.bias is None else projection.bias.detach().float()
             linear.set_weight_bias(int8, bias)
-        return cls(linear, projection.vocab_size, projection.excluded)
+        excluded = projection.excluded  # a buffer: (V,) or None
+        assert excluded is None or isinstance(excluded, torch.Tensor)
+        return cls(linear, projection.vocab_size, excluded)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """(..., d_model) -> (..., V) logits."""
         return vocabulary_logits(self.linear(h), self.vocab_size, self.excluded)
 
 
-def _int8_linears(model: nn.Module) -> dict[str, nn.Module]:
+def _int8_linears(model: nn.Module) -> dict[str, Any]:
     """The int8 linear layers of ``model``, by name."""
     linear = _dynamic_linear()
     return {name: m for name, m in model.named_modules() if isinstance(m, linear)}

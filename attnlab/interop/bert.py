@@ -47,7 +47,9 @@ from attnlab.interop.folder import (
     renumbered_spec,
 )
 from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models.encoder_only import EncoderOnlyConfig
 from attnlab.models.shape import DataShape
+from attnlab.nn.encoder_only import EncoderOnly
 from attnlab.nn.registry import ACTIVATIONS, ATTENTION_BACKENDS
 from attnlab.runs.init import InitReport
 from attnlab.runs.run_dir import RunDir
@@ -130,7 +132,7 @@ def renumbered_tokenizer(path: Path) -> tuple[Tokenizer, list[int]]:
         raise CheckpointError(f"{path}: not a tokenizer file the library reads ({err})") from None
 
 
-def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+def export_refusals(cfg: EncoderOnlyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that BERT has no counterpart for, each 'field value (BERT's)'."""
     needs = {
         "embeddings.kind": "normed",
@@ -182,14 +184,13 @@ def exported_tokenizer(tokenizer: Tokenizer, ids: list[int], rename: dict[str, s
     }
     if hf.token_to_id(names["mask_token"]) is None:
         del names["mask_token"]
-    hf.post_processor = processors.BertProcessing(
-        (names["sep_token"], hf.token_to_id(names["sep_token"])),
-        (names["cls_token"], hf.token_to_id(names["cls_token"])),
-    )
+    sep_id, cls_id = hf.token_to_id(names["sep_token"]), hf.token_to_id(names["cls_token"])
+    assert sep_id is not None and cls_id is not None  # attnlab's tokenizers hold every control token but <mask>
+    hf.post_processor = processors.BertProcessing((names["sep_token"], sep_id), (names["cls_token"], cls_id))
     return hf.to_str(), names
 
 
-def export_bert(model: nn.Module, cfg: FamilyConfig, tokenizer: Tokenizer, run: RunDir) -> Exported:
+def export_bert(model: nn.Module, cfg: EncoderOnlyConfig, tokenizer: Tokenizer, run: RunDir) -> Exported:
     """BertForMaskedLM (a masked-LM run) or BertModel (any other encoder_only run: its pooler is the
     classifier's) of a run that passed :func:`export_refusals`."""
     shape = run.read_shape()
@@ -256,6 +257,7 @@ class BertConverter(HFConverter):
         try:
             cfg = model_config(fields)
             model = build_model(cfg, shape)
+            assert isinstance(cfg, EncoderOnlyConfig) and isinstance(model, EncoderOnly)  # arch: encoder_only
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
         loaded, new, unused = load_bert(model, read_weights(folder), order, folder / "model.safetensors")
@@ -274,8 +276,10 @@ class BertConverter(HFConverter):
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        assert isinstance(cfg, EncoderOnlyConfig)  # refusal asks it of encoder_only runs alone
         return export_refusals(cfg, data, run)
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+        assert isinstance(cfg, EncoderOnlyConfig)  # export_hf's converter of arch encoder_only
         return export_bert(model, cfg, tokenizers["src"], run)

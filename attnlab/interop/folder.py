@@ -14,8 +14,10 @@ here, by ``model_type`` and by the run's ``arch``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from types import MethodType
+from typing import Any, ClassVar, cast
 
 import torch
 from safetensors import SafetensorError
@@ -106,7 +108,8 @@ EXPORTERS: dict[str, type[HFConverter]] = {}  # attnlab arch -> the converter th
 
 def register_converter(cls: type[HFConverter]) -> type[HFConverter]:
     CONVERTERS[cls.model_type] = cls
-    if cls.export_run.__func__ is not HFConverter.export_run.__func__:
+    # a classmethod read from its class is a bound method (mypy types it as a plain callable)
+    if cast(MethodType, cls.export_run).__func__ is not cast(MethodType, HFConverter.export_run).__func__:
         EXPORTERS[cls.arch] = cls
     return cls
 
@@ -145,7 +148,9 @@ class Exported:
     """What an export writes: config.json, the tensors under their Hugging Face names, and the
     tokenizer's files (name -> text, or bytes: a SentencePiece model)."""
 
-    def __init__(self, config: dict[str, Any], tensors: dict[str, torch.Tensor], files: dict[str, str | bytes]) -> None:
+    def __init__(
+        self, config: dict[str, Any], tensors: dict[str, torch.Tensor], files: Mapping[str, str | bytes]
+    ) -> None:
         self.config, self.tensors, self.files = config, tensors, files
 
 
@@ -186,7 +191,7 @@ def check_folder(folder: Path) -> type[HFConverter]:
     if not (folder / CONFIG).is_file():
         raise CheckpointError(f"{folder}: no {CONFIG}, so nothing says what model the folder holds (found {present})")
     config = read_json(folder / CONFIG)
-    converter = CONVERTERS.get(config.get("model_type"))
+    converter = CONVERTERS.get(config.get("model_type", ""))  # no model_type: no converter has ''
     if converter is None:
         supported = ", ".join(f"'{c.model_type}' ({c.described})" for c in CONVERTERS.values())
         raise CheckpointError(
@@ -244,7 +249,10 @@ def export_hf(run_dir: str | Path, out: str | Path, checkpoint: str = "best") ->
     if refused:
         raise ConfigError(f"{run.path}: {refused}")
     model, tokenizers, _ = load_run(run.path, checkpoint)
-    exported = converter.export_run(model, cfg, {role: tokenizers[role] for role in data.task.tokenizers}, run)
+    # each role the task saves has its tokenizer (RunDir.read_tokenizers: None only for the others)
+    exported = converter.export_run(
+        model, cfg, cast(dict[str, Tokenizer], {role: tokenizers[role] for role in data.task.tokenizers}), run
+    )
     staged = staging_dir(out)
     atomic_write_text(staged / CONFIG, json.dumps(exported.config, indent=2) + "\n")
     save_file(
@@ -253,6 +261,9 @@ def export_hf(run_dir: str | Path, out: str | Path, checkpoint: str = "best") ->
         metadata={"format": "pt"},
     )
     for name, content in exported.files.items():
-        (atomic_write_bytes if isinstance(content, bytes) else atomic_write_text)(staged / name, content)
+        if isinstance(content, bytes):
+            atomic_write_bytes(staged / name, content)
+        else:
+            atomic_write_text(staged / name, content)
     publish_dir(staged, out)
     return converter, out

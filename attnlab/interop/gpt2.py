@@ -44,6 +44,7 @@ from attnlab.interop.folder import (
 )
 from attnlab.interop.gpt2_vocabulary import ADDED, exported_vocabulary, renumbered_tokenizer
 from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models.decoder_lm import DecoderLMConfig
 from attnlab.models.shape import DataShape
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
@@ -191,7 +192,7 @@ def gpt2_tensors(
     return out, unused
 
 
-def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+def export_refusals(cfg: DecoderLMConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that GPT-2 has no counterpart for, each 'field value (GPT-2's)'."""
     needs = {
         "embeddings.kind": "plain",
@@ -238,6 +239,7 @@ class GPT2Converter(HFConverter):
         tokenizer, order, eos = vocabulary.tokenizer, vocabulary.order, vocabulary.end_of_text
         try:
             cfg = model_config(fields)
+            assert isinstance(cfg, DecoderLMConfig)  # fields' arch: decoder_lm
             cfg.check_shape(shape)
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
@@ -269,10 +271,12 @@ class GPT2Converter(HFConverter):
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        assert isinstance(cfg, DecoderLMConfig)  # refusal and export-ct2 ask it of decoder_lm runs alone
         return export_refusals(cfg, data, run)
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+        assert isinstance(cfg, DecoderLMConfig)  # export_hf's converter of arch decoder_lm
         tokenizer, ids = tokenizers["tgt"], exported_vocabulary(cfg, run)
         init = run.read_init() if run.init.is_file() else {}
         eos = init.get("end_of_text", "<eos>") if cfg.output.vocabulary == "text" else "<eos>"

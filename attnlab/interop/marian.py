@@ -30,7 +30,7 @@ import json
 import re
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -41,12 +41,14 @@ from attnlab.interop.folder import Exported, HFConverter, Imported, read_json, r
 from attnlab.interop.marian_weights import marian_tensors, tensor_pairs
 from attnlab.interop.spm import FOREIGN, spm_model, spm_tokenizer
 from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models.encoder_decoder import EncoderDecoderConfig
 from attnlab.models.shape import DataShape
 from attnlab.nn.registry import ATTENTION_BACKENDS
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
 from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks import TaskConfig, task_config
+from attnlab.tasks.parts import Text
 
 ACTIVATIONS = {
     "swish": "silu",
@@ -151,7 +153,15 @@ EXPORTED_ACTIVATIONS = {"silu": "swish", "gelu": "gelu", "gelu_tanh": "gelu_new"
 MARIAN_NAMES = {"<pad>": "<pad>", "<eos>": "</s>", "<unk>": "<unk>"}  # attnlab's control tokens in vocab.json
 
 
-def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+class TextSection(Protocol):
+    """What :func:`export_refusals` reads of an encoder_decoder run's data section (translation's):
+    its ``text`` part (tasks/parts.py)."""
+
+    @property
+    def text(self) -> Text: ...
+
+
+def export_refusals(cfg: EncoderDecoderConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that Marian has no counterpart for, each 'field value (Marian's)'."""
     needs = {
         "positions.scheme": "sinusoidal_halves",
@@ -180,7 +190,7 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
         refused.append(f"attention_backend {cfg.stack.attention_backend!r} (Marian attends to every token)")
     if run is not None and run.read_pruned_heads():
         refused.append("pruned heads (Marian has the same heads in every layer)")
-    tokenizer = data.text.tokenizer
+    tokenizer = cast(TextSection, data).text.tokenizer  # an encoder_decoder run's task reads text
     if tokenizer != "unigram":
         refused.append(f"data.text.tokenizer {tokenizer!r} (Marian reads SentencePiece unigram models: 'unigram')")
     elif (
@@ -212,11 +222,14 @@ def exported_ids(vocab_size: int, run: RunDir) -> tuple[list[int], int]:
     init = run.read_init() if run.init.is_file() else {}
     order = init.get("order")
     if isinstance(order, list) and len(order) == vocab_size and order[BOS] is None:
-        return [order.index(old) for old in range(vocab_size - 1)], init.get("start", order[PAD])
+        # init.json's start, a token id (mypy reads dict.get with an Any default as Any | None)
+        return [order.index(old) for old in range(vocab_size - 1)], cast(int, init.get("start", order[PAD]))
     return list(range(vocab_size)), BOS
 
 
-def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+def export_marian(
+    model: nn.Module, cfg: EncoderDecoderConfig, tokenizers: dict[str, Tokenizer], run: RunDir
+) -> Exported:
     """MarianMTModel of a run that passed :func:`export_refusals`."""
     vocab_size = run.read_shape().need("vocab_size", "a Marian export")
     ids, start = exported_ids(vocab_size, run)
@@ -264,7 +277,7 @@ def export_marian(model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tok
     }
     kept_bos = {"bos_token": SPECIAL_TOKENS[BOS]} if BOS in ids else {}  # the decoder's start: special, never decoded
     control = {token: MARIAN_NAMES[token] for token in (SPECIAL_TOKENS[EOS], SPECIAL_TOKENS[PAD])}
-    files = {
+    files: dict[str, str | bytes] = {
         "vocab.json": json.dumps({tokens[i]: new for new, i in enumerate(ids)}, ensure_ascii=False),
         "source.spm": spm_model(tokenizers["src"], control),
         "target.spm": spm_model(tokenizers["tgt"], control),
@@ -297,6 +310,7 @@ class MarianConverter(HFConverter):
         }
         try:
             cfg = model_config(fields)
+            assert isinstance(cfg, EncoderDecoderConfig)  # fields' arch: encoder_decoder
             cfg.check_shape(shape)
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
@@ -329,8 +343,10 @@ class MarianConverter(HFConverter):
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        assert isinstance(cfg, EncoderDecoderConfig)  # refusal and export-ct2 ask it of encoder_decoder runs alone
         return export_refusals(cfg, data, run)
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+        assert isinstance(cfg, EncoderDecoderConfig)  # export_hf's converter of arch encoder_decoder
         return export_marian(model, cfg, tokenizers, run)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import tokenizers
 from sentencepiece import sentencepiece_model_pb2
@@ -32,9 +33,10 @@ NEVER = -1e9  # the log-probability of a token that is no piece of the .spm (as 
 FOREIGN = "\ufffe"  # a noncharacter, in no text: marks the vocabulary's tokens that are no piece of this .spm
 
 
-def read_spm(path: Path) -> sentencepiece_model_pb2.ModelProto:
+def read_spm(path: Path) -> Any:  # a ModelProto
     """The .spm's description, or one line naming the file."""
-    proto = sentencepiece_model_pb2.ModelProto()
+    # protobuf's generated module makes its message classes when imported: mypy sees none of them
+    proto = cast(Any, sentencepiece_model_pb2).ModelProto()
     try:
         proto.ParseFromString(path.read_bytes())
     except Exception as err:  # protobuf raises its own DecodeError, or a plain one for a short file
@@ -79,9 +81,9 @@ def spm_model(tokenizer: Tokenizer, names: dict[str, str]) -> bytes:
     as a .spm file: its own pieces with their log-probabilities, <unk> (and ``names``' control
     tokens, attnlab's name -> the file's) as SentencePiece's special pieces, and its character map."""
     spec = json.loads(tokenizer.to_str())
-    proto = sentencepiece_model_pb2.ModelProto()
+    proto = cast(Any, sentencepiece_model_pb2).ModelProto()  # made at import, unseen by mypy (read_spm)
     proto.trainer_spec.model_type = UNIGRAM
-    kinds = sentencepiece_model_pb2.ModelProto.SentencePiece
+    kinds = cast(Any, sentencepiece_model_pb2).ModelProto.SentencePiece
     for token, score in spec["model"]["vocab"]:
         if token == SPECIAL_TOKENS[UNK]:
             proto.trainer_spec.unk_id = len(proto.pieces)

@@ -55,6 +55,7 @@ from attnlab.interop.folder import (
 from attnlab.interop.vit_weights import CLS, CONV, POSITIONS, vit_pairs, vit_tensors
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.models.shape import DataShape
+from attnlab.models.vit import ViTConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
 from attnlab.runs.run_dir import RunDir
 from attnlab.tasks import TaskConfig, task_config
@@ -168,7 +169,7 @@ ARCHITECTURES = {
 }
 
 
-def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+def export_refusals(cfg: ViTConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
     """The run's options that ViT has no counterpart for, each 'field value (ViT's)'."""
     head, architecture = ARCHITECTURES[data.task.name]  # a vit run's tasks
     needs = {
@@ -189,14 +190,14 @@ def export_refusals(cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> 
     return refused
 
 
-def export_vit(model: nn.Module, cfg: FamilyConfig, run: RunDir) -> Exported:
+def export_vit(model: nn.Module, cfg: ViTConfig, run: RunDir) -> Exported:
     """ViTForImageClassification (an image_classification run) or ViTModel with its pooler (an
     image_encoder run) of a run that passed :func:`export_refusals`, and its ViTImageProcessor: the
     run's size (bilinear resize, as `predict`), its pixel statistics rescaled to 0-1 pixels."""
     task, shape = run.read_config()[1].task, run.read_shape()
     channels, height, width = (shape.need(name, "a ViT export") for name in ("channels", "image_height", "image_width"))
     state = {name: t.float() for name, t in model.state_dict().items()}
-    tensors = {}
+    tensors: dict[str, torch.Tensor] = {}
     for ours, theirs in vit_pairs(cfg.stack.n_layers).items():
         if ours in state and not ours.startswith(task.untrained):  # ViTModel: no output layer
             tensors |= dict(zip(theirs, state[ours].chunk(len(theirs))))
@@ -260,6 +261,7 @@ class ViTConverter(HFConverter):
         fields, shape = vit_model_fields(config, with_classifier, folder / "config.json")
         try:
             cfg = model_config(fields)
+            assert isinstance(cfg, ViTConfig)  # fields' arch: vit
             cfg.check_shape(shape)
         except ConfigError as err:
             raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
@@ -290,8 +292,10 @@ class ViTConverter(HFConverter):
 
     @classmethod
     def export_refusals(cls, cfg: FamilyConfig, data: TaskConfig, run: RunDir | None) -> list[str]:
+        assert isinstance(cfg, ViTConfig)  # refusal asks it of vit runs alone
         return export_refusals(cfg, data, run)
 
     @classmethod
     def export_run(cls, model: nn.Module, cfg: FamilyConfig, tokenizers: dict[str, Tokenizer], run: RunDir) -> Exported:
+        assert isinstance(cfg, ViTConfig)  # export_hf's converter of arch vit
         return export_vit(model, cfg, run)

@@ -134,8 +134,8 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
             with torch.no_grad(), amp():
                 cast("TransformerXL", unwrapped(model)).states(batch.context, memory=memory)  # the task's model
         else:
-            memory = batch.rows.carried(batch.index)
-            memory = SegmentMemory() if memory is None else memory
+            carried = batch.rows.carried(batch.index)
+            memory = SegmentMemory() if carried is None else carried
         with amp():
             logits = model(batch.tgt_in, memory=memory)
         if isinstance(batch, SegmentBatch):
