@@ -25,6 +25,8 @@ def test_mypy_checks_the_whole_package_strictly():
     assert settings["files"] == ["attnlab"] and settings["strict"] is True
     assert "follow_imports" not in settings  # every module is read, none silenced
     assert settings["warn_return_any"] is False
+    # calls allowed to torch's few unannotated Tensor methods (backward, register_hook, split, ...) only
+    assert settings["untyped_calls_exclude"] == ["torch._tensor", "torch.nn.parameter"]
 
 
 def test_no_module_is_exempt_and_only_the_named_flags_are_relaxed():

@@ -137,7 +137,7 @@ def reference_step(model: nn.Module, cfg: TrainConfig, loss: Callable[[], Tensor
         model.train()
         with amp():
             value = loss()
-        cast(Any, value).backward()  # torch leaves Tensor.backward unannotated
+        value.backward()
         nn.utils.clip_grad_norm_(model.parameters(), cast(float, cfg.clip_norm))  # the benches' configs clip
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -207,7 +207,7 @@ class ModelFamily:
 
     # What a family with an attention stack needs of its backend, as the backends declare what they
     # have (nn/backends/): a predicate, and why another backend does not fit. Any backend by default; a
-    # family restricts them by setting these two (e.g. ``backends_fit = staticmethod(fields_free_exact)``).
+    # family restricts them by setting these two (e.g. ``backends_fit = fields_free_exact``, read from the class).
     backends_fit: ClassVar[Callable[[type[AttentionBackend]], bool]] = staticmethod(lambda backend: True)
     backends_refusal: ClassVar[str] = ""
 

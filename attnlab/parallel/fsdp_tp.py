@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -109,8 +109,7 @@ def fully_sharded_tensor_parallel(model: nn.Module, mesh: Any) -> nn.Module:
     def hook_bias(module: nn.Linear, args: Any) -> None:  # one of ``fused``
         """On the bias the module holds now: a resume's ``model.to`` replaces a DTensor parameter."""
         if not getattr(module.bias, "averaged_over_dp", False):
-            register: Callable[[Callable[[torch.Tensor], torch.Tensor]], object] = module.bias.register_hook  # untyped
-            register(averaged_over_dp)
+            module.bias.register_hook(averaged_over_dp)
             setattr(module.bias, "averaged_over_dp", True)  # a mark torch's Tensor does not declare
 
     for module in fused:

@@ -168,9 +168,8 @@ def accumulate_gradients(
         n_targets = sum(b.n_targets for b in batches)
         total = world.all_sum(n_targets)[0] if world else n_targets
     scale = (world.size if world else 1) / (total if cfg.loss_reduction == "mean" else 1)
-    loss_nll: Tensor | None = (
-        None  # (2,) float64 on the device: the loss and NLL sums, batch after batch as the host once added them
-    )
+    # (2,) float64 on the device: the loss and NLL sums, batch after batch as the host once added them
+    loss_nll: Tensor | None = None
     ddp = uncompiled(model)
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
@@ -178,8 +177,7 @@ def accumulate_gradients(
         with sync:
             loss, nll = objective(model, batch, cfg.label_smoothing, amp)
             scaled = loss * scale
-            backward: Callable[[], None] = (scaler.scale(scaled) if scaler is not None else scaled).backward  # untyped
-            backward()
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
         these = torch.stack([loss.detach(), nll.detach()]).double()
         loss_nll = these if loss_nll is None else loss_nll + these
     assert loss_nll is not None  # an update has at least one batch
