@@ -33,6 +33,22 @@ from attnlab.errors import ConfigError
 SECTIONS = ("model", "data", "train", "shape")
 
 P = TypeVar("P")  # a registered plugin: a model family or a task class
+FLAT = "flat"  # a field's metadata key: the part it holds is written flattened into its section
+
+
+def flattened(default: Any, fields: tuple[str, ...] = ()) -> Any:
+    """A composed part whose fields are written in the section that holds it, beside the section's own
+    (``files: Files = flattened(Files())`` reads and writes ``data.train``, not ``data.files.train``):
+    one class in the code, one level in the file. ``fields``: the part's fields the section has (all
+    by default); the others keep the part's defaults, and a section that names one is refused like
+    any unknown field. Only a section's own fields may be flattened parts."""
+    names = fields or tuple(f.name for f in dataclasses.fields(default))
+    return dataclasses.field(default=default, metadata={FLAT: names})
+
+
+def _flat_parts(cls: type) -> dict[str, tuple[str, ...]]:
+    """A config class's flattened parts: field name -> the part's fields that the section has."""
+    return {f.name: f.metadata[FLAT] for f in dataclasses.fields(cls) if FLAT in f.metadata}
 
 
 def did_you_mean(word: str, choices: typing.Iterable[str], written: dict[str, str] | None = None) -> str:
@@ -104,6 +120,15 @@ def _nested(f: dataclasses.Field[Any], value: Any, hint: type, where: str = "") 
     return _part(hint, merged, section)
 
 
+def _flat_part(f: dataclasses.Field[Any], value: Any, hint: type) -> Any:
+    """A flattened part (:func:`flattened`), whose errors name its fields as its section writes them:
+    'n_valid must be >= 1', not 'splits.n_valid ...'."""
+    try:
+        return _nested(f, value, hint)
+    except ConfigError as err:
+        raise ConfigError(str(err).removeprefix(f"{getattr(hint, 'section', '').partition('.')[2]}.")) from None
+
+
 def _part(cls: type, data: dict[str, Any], section: str) -> Any:
     """A plain dataclass part from ``data``: known fields only, each checked against its type."""
     hints, names = typing.get_type_hints(cls), [g.name for g in dataclasses.fields(cls)]
@@ -151,7 +176,13 @@ class TypedConfig:
         for f in dataclasses.fields(self):  # configs are frozen: set the checked value underneath
             value, hint = getattr(self, f.name), hints[f.name]
             name = f"{part}.{f.name}" if part else f.name
-            checked = _nested(f, value, hint) if _is_config(hint) else _coerce(name, value, hint)
+            checked = (
+                _flat_part(f, value, hint)
+                if FLAT in f.metadata
+                else _nested(f, value, hint)
+                if _is_config(hint)
+                else _coerce(name, value, hint)
+            )
             object.__setattr__(self, f.name, checked)
 
     @classmethod
@@ -162,11 +193,17 @@ class TypedConfig:
 
     def to_dict(self) -> dict[str, Any]:
         chosen = {self.selector: self.chosen_name()} if self.selector else {}
-        return {**chosen, **dataclasses.asdict(self)}
+        flat = _flat_parts(type(self))
+        fields: dict[str, Any] = {}
+        for name, value in dataclasses.asdict(self).items():
+            fields |= {key: value[key] for key in flat[name]} if name in flat else {name: value}
+        return {**chosen, **fields}
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
+        """The keys of a section of this class: its fields, a flattened part's own in the part's place."""
+        flat = _flat_parts(cls)
+        return [name for f in dataclasses.fields(cls) for name in flat.get(f.name, [f.name])]
 
     @classmethod
     def from_dict(cls, data: Any) -> Self:
@@ -176,7 +213,13 @@ class TypedConfig:
         for key in data:
             if key not in names and not (cls.selector and key == cls.selector):
                 raise ConfigError(cls._unknown_field(str(key)))
-        fields = {key: value for key, value in data.items() if key in names}
+        flat = _flat_parts(cls)
+        inner = {name for names_of_part in flat.values() for name in names_of_part}
+        fields = {key: value for key, value in data.items() if key in names and key not in inner}
+        for part, names_of_part in flat.items():  # a flattened part's fields, given beside the section's own
+            given = {key: data[key] for key in names_of_part if key in data}
+            if given:
+                fields[part] = given
         for f in dataclasses.fields(cls):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in fields:
                 raise ConfigError(f"section '{cls.section}' needs the field '{f.name}'")
@@ -255,6 +298,9 @@ def field_paths(cls: type) -> list[str]:
     """A config class's field names, each followed by those of a config inside it as 'stack.n_layers'."""
     hints, paths = typing.get_type_hints(cls), []
     for f in dataclasses.fields(cls):
+        if FLAT in f.metadata:  # the part's fields that this section has are written in it
+            paths += [path for path in field_paths(hints[f.name]) if path.partition(".")[0] in f.metadata[FLAT]]
+            continue
         paths.append(f.name)
         if _is_config(hints[f.name]):
             paths += [f"{f.name}.{inner}" for inner in field_paths(hints[f.name])]

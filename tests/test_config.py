@@ -217,10 +217,12 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
     from attnlab.runs.migration import migrated_data
     from attnlab.tasks import LanguageModelConfig, TranslationConfig, task_config
     from attnlab.tasks.pairs_section import PairGenerator
-    from attnlab.tasks.parts import Text
+    from attnlab.tasks.parts import Files, Splits, Text
 
     lm = task_config(migrated_data(RELEASE_0_1_DATA))
-    assert lm == LanguageModelConfig(train="input.txt", text=Text(tokenizer="char"), block_size=64)
+    assert lm == LanguageModelConfig(
+        files=Files(format="text", train="input.txt"), text=Text(tokenizer="char"), block_size=64
+    )
     assert lm.to_dict() == {
         "task": "language_model",
         "format": "text",
@@ -250,7 +252,9 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
             }
         )
     )
-    assert pairs == TranslationConfig(generator=PairGenerator(name="reverse"), n_train=100)
+    assert pairs == TranslationConfig(
+        generator=PairGenerator(name="reverse"), splits=Splits(seed=1234, n_train=100, n_valid=500, n_test=1000)
+    )
     assert task_config(migrated_data(pairs.to_dict())) == pairs  # a newer section is read as it is
     with pytest.raises(ConfigError, match="data.task 'language_model' has no field 'colour'"):
         task_config(migrated_data({**RELEASE_0_1_DATA, "colour": "blue"}))
@@ -603,7 +607,7 @@ def test_the_images_flat_fields_are_a_part_and_an_image_encoder_reads_only_it():
     assert (written["dataset"], written["split_seed"], written["n_valid"]) == ("digits", 0, 100)
     vit = task_config(migrated_data(written))
     assert (vit.images, vit.splits) == (ImageSource(dataset="digits"), Splits(seed=0, n_valid=100))
-    assert (vit.train, vit.crop_padding, vit.flip) == (None, 0, "none")
+    assert (vit.files.train, vit.crop_padding, vit.flip) == (None, 0, "none")
     old_encoder = {**written, "task": "image_encoder", "dataset": None, "resize": 224, "colour": "grey"}
     assert task_config(migrated_data(old_encoder)) == ImageEncoderConfig(images=ImageSource(colour="grey", resize=224))
     assert task_config(migrated_data({**written, "split_seed": 7})).splits.seed == 7
@@ -667,7 +671,7 @@ def test_translation_composes_its_generator_and_pairs_and_masked_translation_the
     fixture = yaml.safe_load((Path(__file__).parent / "fixtures/runs_f01/encoder_decoder/config.yaml").read_text())
     cfg = task_config(migrated_data(fixture["data"]))
     assert (cfg.generator, cfg.pairs) == (PairGenerator("reverse", 3, 5), Pairs())
-    assert (cfg.n_train, cfg.n_valid, cfg.n_test, cfg.seed) == (200, 20, 10, 1234)
+    assert (cfg.splits.n_train, cfg.splits.n_valid, cfg.splits.n_test, cfg.splits.seed) == (200, 20, 10, 1234)
     golden = yaml.safe_load((Path(__file__).parent / "golden/scan_run/config.yaml").read_text())["data"]
     assert task_config(migrated_data(golden)).generator == PairGenerator("scan", 3, 12)
     masked = task_config({"task": "masked_translation", **{k: v for k, v in cfg.to_dict().items() if k != "task"}})

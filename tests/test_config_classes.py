@@ -18,6 +18,8 @@ import dataclasses
 import typing
 from collections import defaultdict
 
+import pytest
+
 from attnlab.config import TypedConfig
 from attnlab.models import FAMILIES
 from attnlab.runs.train_config import TrainConfig
@@ -88,31 +90,13 @@ def bases_with_fields(cls: type) -> int:
 # data sections' scenes, splits (the fractions and forecasting's rows too), images, text, and translation's
 # generator and pairs became parts (tasks/scene_splits.py: Scenes; tasks/parts.py: Splits, ImageSource, Text;
 # tasks/pairs_section.py: PairGenerator, Pairs), and no task config inherits another (what the ex-subclasses
-# still declare beside their base, the files, max_caption_len, block_size, translation's splits, is listed
-# here); the rest of issue 61's stage (c) takes them away. The files (train, valid, test), format and
-# translation's n_valid stay flat for now: tests/golden.py, kept byte for byte, sets data.train, data.valid,
-# data.test and data.n_valid and reads data.format.
+# still declare beside their base, max_caption_len, block_size, translation's splits, is listed here), and
+# the split files became one part, Files, that each task's section composes flattened (config.flattened):
+# written data.train, data.valid, data.test as before, which tests/golden.py (kept byte for byte) sets; the
+# format (data.format, which golden.py reads) with them; translation's seed, n_train, n_valid and n_test are
+# its Splits part flattened the same way (golden.py sets data.n_valid). The rest of issue 61's stage (c)
+# takes the others away.
 REPEATED = {
-    "train": {
-        "CaptioningConfig",
-        "ClassificationConfig",
-        "ContrastiveConfig",
-        "ImageClassificationConfig",
-        "LanguageModelConfig",
-        "MaskedLMConfig",
-        "SegmentLanguageModelConfig",
-        "TranslationConfig",
-    },
-    "valid": {
-        "CaptioningConfig",
-        "ClassificationConfig",
-        "ContrastiveConfig",
-        "ImageClassificationConfig",
-        "LanguageModelConfig",
-        "MaskedLMConfig",
-        "SegmentLanguageModelConfig",
-        "TranslationConfig",
-    },
     "max_len": {
         "ClassificationConfig",
         "ConvS2SConfig",
@@ -122,21 +106,10 @@ REPEATED = {
         "Positions",
         "RNNConfig",
     },
-    "test": {
-        "CaptioningConfig",
-        "ClassificationConfig",
-        "ContrastiveConfig",
-        "ImageClassificationConfig",
-        "TranslationConfig",
-    },
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "format": {"LanguageModelConfig", "SegmentLanguageModelConfig", "TranslationConfig"},
-    "seed": {"Splits", "TrainConfig", "TranslationConfig"},
+    "seed": {"Splits", "TrainConfig"},
     "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "n_test": {"Splits", "TranslationConfig"},
-    "n_train": {"Splits", "TranslationConfig"},
-    "n_valid": {"Splits", "TranslationConfig"},
     "block_size": {"LanguageModelConfig", "SegmentLanguageModelConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
     "max_caption_len": {"CaptioningConfig", "ContrastiveConfig"},
@@ -228,7 +201,7 @@ def test_the_task_configs_that_inherited_another_compose_its_parts():
     }.items():
         assert all(declared[field] == {part} for field in fields), part
     assert [f.name for f in dataclasses.fields(TASKS["image_encoder"].config)] == ["images"]
-    shared = {"images", "scenes", "splits", "text", "train", "valid", "test", "max_caption_len"}
+    shared = {"images", "scenes", "splits", "text", "files", "max_caption_len"}
     assert [f.name for f in dataclasses.fields(TASKS["contrastive"].config)] == [
         *[f.name for f in dataclasses.fields(TASKS["captioning"].config) if f.name in shared],
         "labels",
@@ -271,3 +244,49 @@ if __name__ == "__main__":
     print(f"{len(found)} field names declared in more than one config class:")
     for name, where in sorted(found.items(), key=lambda item: -len(item[1])):
         print(f"  {name}: {len(where)} ({', '.join(sorted(where))})")
+
+
+def test_the_split_files_are_one_part_written_flat_in_each_section():
+    """The files (train, valid, test) are declared once, by Files, which eight tasks compose with
+    config.flattened: a section writes them beside its own fields, as every config and run has."""
+    from attnlab.errors import ConfigError
+    from attnlab.tasks import task_config
+    from attnlab.tasks.parts import Files
+
+    declared = declarations()
+    assert declared["train"] == declared["valid"] == declared["test"] == declared["format"] == {"Files"}
+    holders = {n for n, t in TASKS.items() if "files" in {f.name for f in dataclasses.fields(t.config)}}
+    assert len(holders) == 9  # the eight tasks that read files, and masked translation's (translation's)
+    section = {"task": "classification", "train": "a.tsv", "test": "c.tsv", "header": True}
+    cls = task_config(section)
+    assert cls.files == Files(train="a.tsv", test="c.tsv") and cls.header is True
+    written = cls.to_dict()
+    assert (written["train"], written["valid"], written["test"]) == ("a.tsv", None, "c.tsv")
+    assert "files" not in written and task_config(written) == cls
+    lm = task_config({"task": "language_model", "train": "t.txt"})
+    assert "test" not in lm.to_dict() and lm.field_names()[:3] == ["format", "train", "valid"]
+    assert "format" not in written and lm.files.format == "text"  # classification reads one format: none named
+    with pytest.raises(ConfigError, match=r"^data.task 'language_model' has no field 'test'"):
+        task_config({"task": "language_model", "train": "t.txt", "test": "u.txt"})
+    with pytest.raises(ConfigError, match=r"^data.task 'classification' has no field 'files'"):
+        task_config({"task": "classification", "files": {"train": "a.tsv"}})
+
+
+def test_translations_splits_are_written_flat_and_their_errors_name_them_so():
+    from attnlab.errors import ConfigError
+    from attnlab.tasks import task_config
+    from attnlab.tasks.parts import Splits
+
+    declared = declarations()
+    assert declared["n_valid"] == declared["n_train"] == declared["n_test"] == {"Splits"}
+    cfg = task_config({"task": "translation", "format": "scan", "train": "t.txt", "n_valid": 40})
+    assert cfg.splits == Splits(seed=1234, n_valid=40, n_test=1000)  # the task's defaults, n_valid given
+    written = cfg.to_dict()
+    assert (written["seed"], written["n_train"], written["n_valid"], written["n_test"]) == (1234, None, 40, 1000)
+    assert "splits" not in written and "valid_fraction" not in written and task_config(written) == cfg
+    with pytest.raises(ConfigError, match=r"^n_valid must be >= 1 \(got 0\)$"):
+        task_config({"task": "translation", "format": "scan", "train": "t.txt", "n_valid": 0})
+    with pytest.raises(ConfigError, match=r"^n_test must be given \(got null\)$"):
+        task_config({"task": "translation", "format": "scan", "train": "t.txt", "n_test": None})
+    with pytest.raises(ConfigError, match=r"^data.task 'translation' has no field 'valid_fraction'"):
+        task_config({"task": "translation", "valid_fraction": 0.1})

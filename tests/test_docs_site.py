@@ -23,7 +23,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 import attnlab_docs  # noqa: E402  (docs/_ext is no package)
 
 from attnlab.cli.main import make_parser  # noqa: E402
-from attnlab.config import TypedConfig, at_least, field_paths, one_of  # noqa: E402
+from attnlab.config import FLAT, TypedConfig, at_least, field_paths, one_of  # noqa: E402
 from attnlab.errors import ConfigError  # noqa: E402
 
 
@@ -113,7 +113,9 @@ def defaults(cls: type, prefix: str = "", given: object = None) -> list[tuple[st
     found = []
     for f in dataclasses.fields(cls):
         value = getattr(given, f.name) if given is not None else f.default
-        if dataclasses.is_dataclass(value):
+        if FLAT in f.metadata:  # a part written in the section itself: its fields that the section has
+            found += [(path, text) for path, text in defaults(type(value), prefix, value) if path in f.metadata[FLAT]]
+        elif dataclasses.is_dataclass(value):
             found += [(f"{prefix}{f.name}", "(its fields below)"), *defaults(type(value), f"{prefix}{f.name}.", value)]
         elif value is not dataclasses.MISSING:
             found.append((f"{prefix}{f.name}", repr(value)))

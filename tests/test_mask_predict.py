@@ -20,6 +20,7 @@ from attnlab.runs.checkpoint import load_run
 from attnlab.tasks import Batching, Translation
 from attnlab.tasks.masked_translation import MaskedBatch, MaskedTranslation, MaskedTranslationConfig, mask_targets
 from attnlab.tasks.pairs_section import PairGenerator
+from attnlab.tasks.parts import Splits
 
 from helpers import run_cli, sized, tiny_model
 
@@ -202,7 +203,9 @@ def test_training_masks_draw_n_uniformly_from_one_to_n_and_follow_the_seed():
 
 
 def test_the_task_batches_copy_pairs_with_masks_from_the_batch_seed():
-    cfg = MaskedTranslationConfig(format="builtin", generator=PairGenerator("copy"), n_train=60, n_valid=10, n_test=10)
+    cfg = MaskedTranslationConfig(
+        generator=PairGenerator("copy"), splits=Splits(seed=1234, n_train=60, n_valid=10, n_test=10)
+    )
     data = cfg.task.prepare(Batching(max_tokens=120, batch_size=8, seed=3))
     assert data.tokenizers["tgt"].has_mask and data.tokenizers["src"].has_mask
     first, again, other = data.epoch_batches(0), data.epoch_batches(0), data.epoch_batches(1)

@@ -12,7 +12,7 @@ import torch
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, UNK, Tokenizer
 from attnlab.tasks import Batching
 from attnlab.tasks.masked_lm import N_SPECIALS, MaskedLMConfig, mask_tokens
-from attnlab.tasks.parts import Splits
+from attnlab.tasks.parts import Files, Splits
 
 from helpers import run_cli
 
@@ -31,7 +31,7 @@ def sample(rows: int = 400, length: int = 250, seed: int = 0):
 
 def test_bert_masking_proportions_on_a_large_sample():
     ids = sample()
-    cfg = MaskedLMConfig(train="x")
+    cfg = MaskedLMConfig(files=Files(train="x"))
     batch = mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), cfg, 1000, torch.Generator().manual_seed(1))
     words = (ids != PAD) & (ids != BOS) & (ids != EOS)
     chosen = batch.targets != PAD
@@ -54,7 +54,7 @@ def test_whole_word_masking_chooses_every_piece_of_a_word_together():
     g = torch.Generator().manual_seed(2)
     starts = torch.rand(ids.shape, generator=g) < 0.4  # words of about 2.5 pieces
     starts[:, 0] = True
-    cfg = MaskedLMConfig(train="x", whole_word=True, mask_prob=0.3)
+    cfg = MaskedLMConfig(files=Files(train="x"), whole_word=True, mask_prob=0.3)
     batch = mask_tokens(ids, starts, cfg, 1000, torch.Generator().manual_seed(3))
     chosen = (batch.targets != PAD).tolist()
     words = ((ids != PAD) & (ids != BOS) & (ids != EOS)).tolist()
@@ -81,7 +81,7 @@ def test_a_masked_lm_tokenizer_has_mask_at_id_4_and_text_never_encodes_to_it():
 
 def test_training_batches_are_masked_the_same_for_the_same_epoch(tmp_path):
     (tmp_path / "t.txt").write_text("".join(f"line {i} of some text\n" for i in range(40)))
-    cfg = MaskedLMConfig(train=str(tmp_path / "t.txt"), splits=Splits(n_valid=5), whole_word=True)
+    cfg = MaskedLMConfig(files=Files(train=str(tmp_path / "t.txt")), splits=Splits(n_valid=5), whole_word=True)
     data = cfg.task.prepare(Batching(max_tokens=64, batch_size=8, seed=5))
     again = cfg.task.prepare(Batching(max_tokens=64, batch_size=8, seed=5))
     for a, b in zip(data.epoch_batches(3), again.epoch_batches(3)):
@@ -151,7 +151,9 @@ def test_without_a_valid_file_the_last_training_lines_are_held_out(tmp_path):
     assert hold_out_valid({"train": [1, 2], "valid": [3]}, 5, "t.txt", "lines") == {"train": [1, 2], "valid": [3]}
     (tmp_path / "t.txt").write_text("one two\nthree four\n")
     with pytest.raises(DataError) as err:
-        MaskedLMConfig(train=str(tmp_path / "t.txt"), splits=Splits(n_valid=2)).task.prepare(Batching(64, 8, 0))
+        MaskedLMConfig(files=Files(train=str(tmp_path / "t.txt")), splits=Splits(n_valid=2)).task.prepare(
+            Batching(64, 8, 0)
+        )
     assert str(err.value) == (
         f"{tmp_path / 't.txt'}: 2 lines are too few to hold out splits.n_valid (2) for validation; give a 'valid' file"
     )

@@ -46,6 +46,7 @@ from attnlab.models import build_model, model_config
 from attnlab.models.shape import DataShape
 from attnlab.runs.train_config import GRAPHS, TrainConfig
 from attnlab.tasks.masked_lm import MaskedLMConfig, MLMBatch, mask_tokens
+from attnlab.tasks.parts import Files
 from attnlab.torch_private import inductor_counters
 from attnlab.train.step import Objective, compiled
 
@@ -180,13 +181,17 @@ class BertBase(Shape[MLMBatch]):
     def make_batch(self, batch: int, seq_len: int, generator: torch.Generator) -> MLMBatch:
         ids = torch.randint(5, self.vocab_size, (batch, seq_len), generator=generator)
         return mask_tokens(
-            ids, torch.ones_like(ids, dtype=torch.bool), MaskedLMConfig(train="-"), self.vocab_size, generator
+            ids,
+            torch.ones_like(ids, dtype=torch.bool),
+            MaskedLMConfig(files=Files(train="-")),
+            self.vocab_size,
+            generator,
         )
 
     def reference_loss(self, model: nn.Module, batch: MLMBatch) -> Tensor:
         return cross_entropy(model(input_ids=batch.inputs).logits, batch.targets)
 
-    objective = staticmethod(MaskedLMConfig(train="-").task.loss)
+    objective = staticmethod(MaskedLMConfig(files=Files(train="-")).task.loss)
 
 
 CALLS_PER_SAMPLE = {"cuda": 10}  # steps in a row in each timed sample, by device type (elsewhere 1)

@@ -14,6 +14,7 @@ from attnlab.runs.run_dir import RunDir
 from attnlab.runs.train_config import TrainConfig
 from attnlab.tasks import Batching, Task, TaskConfig, TaskData
 from attnlab.tasks.batching import BucketedData, Tokenizers
+from attnlab.tasks.parts import Files
 
 
 def prepare(data_cfg: TaskConfig, train: TrainConfig, run: RunDir | None = None) -> TaskData:
@@ -65,7 +66,7 @@ def read_run_data(run: RunDir, split: str | None = None, text: str | None = None
     if text is not None:
         if not {"train", "valid"} <= set(data_cfg.field_names()):
             raise UsageError(f"--data: data.task '{data_cfg.task.name}' reads no text file of train and valid")
-        data_cfg = dataclasses.replace(data_cfg, train=text, valid=text)
+        data_cfg = dataclasses.replace(data_cfg, files=Files(train=text, valid=text))
     try:
         data_cfg.check_trainable()
     except ConfigError as err:  # an imported run: trained elsewhere, on data it does not have

@@ -56,17 +56,13 @@ def read_captioned(path: str, colour: str, resize: int | tuple[int, int] | None)
 def read_splits(cfg: CaptionedSection) -> dict[str, Captioned]:
     if cfg.images.dataset is not None:
         return generated_scenes(cfg)
-    splits = {
-        name: read_captioned(getattr(cfg, name), cfg.images.colour, cfg.images.resize)
-        for name in ("train", "valid", "test")
-        if getattr(cfg, name) is not None
-    }
+    splits = {name: read_captioned(path, cfg.images.colour, cfg.images.resize) for name, path in cfg.files.given()}
     if "valid" not in splits:
         pixels, captions = splits["train"]
         n_valid = cfg.splits.n_valid or 0  # given: check_captioned
         if len(captions) <= n_valid:
             raise DataError(
-                f"{cfg.train}: {len(captions)} captioned images are too few to hold out splits.n_valid "
+                f"{cfg.files.train}: {len(captions)} captioned images are too few to hold out splits.n_valid "
                 f"({n_valid}) for validation; give a 'valid' file"
             )
         splits |= {
@@ -203,7 +199,7 @@ def planned_shape(cfg: CaptionedSection) -> tuple[int, int, int]:
     channels_ = 1 if cfg.images.colour == "grey" else 3
     if cfg.images.resize is not None:
         return cfg.images.resize, cfg.images.resize, channels_
-    first = scenes.read_captions_file(cast(str, cfg.train))[0][0]  # given: check_captioned
+    first = scenes.read_captions_file(cast(str, cfg.files.train))[0][0]  # given: check_captioned
     return read_image(first, cfg.images.colour, None).shape
 
 

@@ -6,11 +6,11 @@ captioning's section (CaptioningConfig)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Protocol
 
-from attnlab.config import at_least
+from attnlab.config import at_least, flattened
 from attnlab.errors import ConfigError
-from attnlab.tasks.parts import ImageSource, Splits, Text
+from attnlab.tasks.parts import SPLIT_FILES, Files, ImageSource, Splits, Text
 from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
 from attnlab.tasks.task import TaskConfig
 
@@ -19,7 +19,7 @@ BUILT_IN = ("scenes",)
 
 class CaptionedSection(Protocol):
     """What a data section of captioned images offers (captioning's, contrastive's): each composes
-    the parts ``images``, ``scenes``, ``splits`` and ``text`` and declares the captions files and
+    the parts ``images``, ``scenes``, ``splits``, ``text`` and the captions ``files`` and declares
     ``max_caption_len`` beside its own fields; tasks/captions.py's functions read it."""
 
     @property
@@ -31,11 +31,7 @@ class CaptionedSection(Protocol):
     @property
     def text(self) -> Text: ...
     @property
-    def train(self) -> Optional[str]: ...
-    @property
-    def valid(self) -> Optional[str]: ...
-    @property
-    def test(self) -> Optional[str]: ...
+    def files(self) -> Files: ...
     @property
     def max_caption_len(self) -> int: ...
 
@@ -45,7 +41,7 @@ def check_captioned(cfg: CaptionedSection, task: str) -> None:
     cfg.splits.read_by(task, SCENE_SPLITS_READ)
     cfg.images.built_in(BUILT_IN)
     if cfg.images.dataset is not None:
-        given = [name for name in ("train", "valid", "test") if getattr(cfg, name) is not None]
+        given = [name for name, _ in cfg.files.given()]
         if given:
             raise ConfigError(
                 f"dataset '{cfg.images.dataset}' brings its own splits and images; drop {', '.join(given)}"
@@ -57,7 +53,7 @@ def check_captioned(cfg: CaptionedSection, task: str) -> None:
 
 
 def check_captioned_trainable(cfg: CaptionedSection, task: str) -> None:
-    if cfg.images.dataset is None and cfg.train is None:
+    if cfg.images.dataset is None and cfg.files.train is None:
         raise ConfigError(
             f"data.task '{task}' needs 'images.dataset' (scenes) or 'train' (a captions file: image TAB caption lines)"
         )
@@ -76,9 +72,7 @@ class CaptioningConfig(TaskConfig):
     scenes: Scenes = Scenes()
     splits: Splits = SCENE_SPLITS
     text: Text = Text()
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
+    files: Files = flattened(Files(), SPLIT_FILES)
     max_caption_len: int = 32
 
     splits_read = SCENE_SPLITS_READ

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least
+from attnlab.config import at_least, flattened
 from attnlab.data.batching import pad_sequences
 from attnlab.data.corpora import Labelled, read_labelled
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
@@ -25,7 +25,7 @@ from attnlab.nn.interfaces import Classifier
 from attnlab.tasks.abilities import Piped, Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.classifier_task import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
-from attnlab.tasks.parts import Splits, Text
+from attnlab.tasks.parts import SPLIT_FILES, Files, Splits, Text
 from attnlab.tasks.task import TaskConfig, register_task
 
 if TYPE_CHECKING:
@@ -39,9 +39,7 @@ class ClassificationConfig(TaskConfig):
     Without a ``valid`` file the last ``splits.n_valid`` training lines are held out. Inputs longer than
     ``max_len`` tokens (with <bos> and <eos>) are cut, the longer text of a pair first."""
 
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
+    files: Files = flattened(Files(), SPLIT_FILES)
     header: bool = False
     text: Text = Text()
     max_len: int = 128
@@ -54,7 +52,7 @@ class ClassificationConfig(TaskConfig):
         self.splits.given(*self.splits_read)
 
     def check_trainable(self) -> None:
-        if self.train is None:
+        if self.files.train is None:
             raise ConfigError("data.task 'classification' needs 'train' (a TSV file)")
 
     @property
@@ -147,27 +145,25 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
     ) -> ClassificationData:
         cfg = self.cfg
-        files = {
-            name: path
-            for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
-            if path is not None
-        }
+        files = dict(cfg.files.given())
         read = hold_out_valid(
             {name: read_labelled(path, self.cfg.header) for name, path in files.items()},
             self.cfg.splits.n_valid or 0,  # given: ClassificationConfig.check
-            self.cfg.train,
+            self.cfg.files.train,
             "examples",
             "splits.n_valid",
         )
         labels = state["labels"] if state else sorted({e.label for e in read["train"]})
         if len(labels) < 2:
-            raise DataError(f"{self.cfg.train}: one label ('{labels[0]}'); a classifier needs at least two")
+            raise DataError(f"{self.cfg.files.train}: one label ('{labels[0]}'); a classifier needs at least two")
         if tokenizers is None:
             texts = [t for e in read["train"] for t in (e.text_a, e.text_b) if t is not None]
             tokenizers = {"src": self.cfg.text.fitted(texts), "tgt": None}
         splits, truncated = {}, 0
         for name, examples in read.items():
-            ids = label_ids(examples, labels, cast(str, files.get(name, self.cfg.train)))  # train: given to prepare
+            ids = label_ids(
+                examples, labels, cast(str, files.get(name, self.cfg.files.train))
+            )  # train: given to prepare
             inputs, cut = encode_inputs(
                 cast(Tokenizer, tokenizers["src"]),
                 [e.text_a for e in examples],

@@ -30,6 +30,7 @@ from typing import Any, Optional, cast
 import torch
 from torch import Tensor, nn
 
+from attnlab.config import flattened
 from attnlab.data import scenes
 from attnlab.data.batching import moved
 from attnlab.data.images import Standardise, as_tensor, colour_of
@@ -42,7 +43,7 @@ from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import CaptionData, CaptionedImages, CaptionSplit, captioned_splits, read_captioned
 from attnlab.tasks.captions_section import check_captioned, check_captioned_trainable
 from attnlab.tasks.image_classification import read_inputs
-from attnlab.tasks.parts import ImageSource, Splits, Text
+from attnlab.tasks.parts import SPLIT_FILES, Files, ImageSource, Splits, Text
 from attnlab.tasks.retrieval import (
     class_embeddings,
     embed_images,
@@ -79,9 +80,7 @@ class ContrastiveConfig(TaskConfig):
     scenes: Scenes = Scenes()
     splits: Splits = SCENE_SPLITS
     text: Text = Text()
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
+    files: Files = flattened(Files(), SPLIT_FILES)
     max_caption_len: int = 32
     labels: Optional[str] = None
     prompts: Optional[str] = None

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least, flattened, one_of
 from attnlab.data.images import (
     FLIPS,
     Images,
@@ -41,7 +41,7 @@ from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.classifier_task import ClassifierTask, evaluation_report
 from attnlab.tasks.image_batches import ImageBatch, ImageData, image_analysis_pass, image_shape
-from attnlab.tasks.parts import ImageSource, Splits
+from attnlab.tasks.parts import SPLIT_FILES, Files, ImageSource, Splits
 from attnlab.tasks.task import TaskConfig, register_task
 
 
@@ -55,9 +55,7 @@ class ImageClassificationConfig(TaskConfig):
 
     images: ImageSource = ImageSource()
     splits: Splits = Splits(seed=0, n_valid=100)
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
+    files: Files = flattened(Files(), SPLIT_FILES)
     crop_padding: int = 0
     flip: str = "none"
 
@@ -68,17 +66,17 @@ class ImageClassificationConfig(TaskConfig):
         self.splits.read_by(self.chosen_name(), self.splits_read)
         self.splits.given(*self.splits_read)
         if self.images.dataset is not None:
-            given = [name for name in ("train", "valid", "test") if getattr(self, name) is not None]
+            given = [name for name, _ in self.files.given()]
             if given:
                 raise ConfigError(f"dataset '{self.images.dataset}' brings its own splits; drop {', '.join(given)}")
-        arrays = [path for path in (self.train, self.valid, self.test) if path is not None and path.endswith(".npz")]
+        arrays = [path for _, path in self.files.given() if path.endswith(".npz")]
         if self.images.resize is not None and arrays:
             raise ConfigError(f"images.resize is for image folders; {arrays[0]} holds images of one size")
         one_of("flip", self.flip, FLIPS)
         at_least("crop_padding", self.crop_padding, 0)
 
     def check_trainable(self) -> None:
-        if self.images.dataset is None and self.train is None:
+        if self.images.dataset is None and self.files.train is None:
             raise ConfigError(
                 "data.task 'image_classification' needs 'dataset' (digits) or 'train' (an image folder or .npz file)"
             )
@@ -97,14 +95,10 @@ def read_splits(cfg: ImageClassificationConfig) -> dict[str, Images]:
     seed, n_valid = cfg.splits.seed or 0, cfg.splits.n_valid or 0  # given: ImageClassificationConfig.check
     if cfg.images.dataset is not None:
         return BUILT_IN[cfg.images.dataset](seed)
-    splits = {
-        name: read_images(getattr(cfg, name), cfg.images.colour, cfg.images.resize)
-        for name in ("train", "valid", "test")
-        if getattr(cfg, name) is not None
-    }
+    splits = {name: read_images(path, cfg.images.colour, cfg.images.resize) for name, path in cfg.files.given()}
     if "valid" not in splits:
         images, labels = splits["train"]
-        kept, held = stratified_split(labels, n_valid, seed, cast(str, cfg.train))  # read above: given
+        kept, held = stratified_split(labels, n_valid, seed, cast(str, cfg.files.train))  # read above: given
         splits |= {
             "train": (images[kept], [labels[i] for i in kept]),
             "valid": (images[held], [labels[i] for i in held]),
@@ -168,7 +162,7 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
         read = read_splits(self.cfg)
         classes = state["labels"] if state else class_names(read["train"][1])
         if len(classes) < 2:
-            raise DataError(f"{self.cfg.train}: one class ('{classes[0]}'); a classifier needs at least two")
+            raise DataError(f"{self.cfg.files.train}: one class ('{classes[0]}'); a classifier needs at least two")
         standardise = Standardise(state["mean"], state["std"]) if state else Standardise.fitted(read["train"][0])
         return ImageData(
             splits=tensors(read, classes, self.cfg),
@@ -191,7 +185,7 @@ class ImageClassification(PredictsLabels, ClassifierTask[ImageData, ImageBatch])
         }
 
     def data_shape(self, data: ImageData | None = None) -> DataShape:
-        return image_shape(self.cfg.images, self.cfg.train, data)
+        return image_shape(self.cfg.images, self.cfg.files.train, data)
 
     def analysis_pass(self, model: nn.Module, batch: ImageBatch) -> dict[str, Tensor]:
         return image_analysis_pass(model, batch)

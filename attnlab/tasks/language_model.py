@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Optional, Protocol, Sequence
+from typing import Callable, ClassVar, Protocol, Sequence
 
 import torch
 
-from attnlab.config import at_least, one_of
+from attnlab.config import at_least, flattened, one_of
 from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
 from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import PAD, Tokenizer
@@ -18,7 +18,7 @@ from attnlab.errors import ConfigError, DataError
 from attnlab.eval.likelihood import multi_token_loss
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
-from attnlab.tasks.parts import Splits, Text
+from attnlab.tasks.parts import Files, Splits, Text
 from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
 
 
@@ -28,11 +28,7 @@ class RunningTextSection(Protocol):
     declares them beside its own fields, and the functions here read it."""
 
     @property
-    def format(self) -> str: ...
-    @property
-    def train(self) -> Optional[str]: ...
-    @property
-    def valid(self) -> Optional[str]: ...
+    def files(self) -> Files: ...
     @property
     def text(self) -> Text: ...
     @property
@@ -43,10 +39,11 @@ class RunningTextSection(Protocol):
 
 TEXT_SPLITS = Splits(valid_fraction=0.1)  # a running text's: the last tenth validates
 TEXT_SPLITS_READ = ("valid_fraction",)
+TEXT_FILES = ("format", "train", "valid")  # a running text's: no test file
 
 
 def check_running_text(cfg: RunningTextSection, task: str) -> None:
-    one_of("format", cfg.format, LanguageModel.formats)
+    one_of("format", cfg.files.format, LanguageModel.formats)
     at_least("block_size", cfg.block_size, 1)
     cfg.splits.read_by(task, TEXT_SPLITS_READ)
     cfg.splits.given(*TEXT_SPLITS_READ)
@@ -54,8 +51,8 @@ def check_running_text(cfg: RunningTextSection, task: str) -> None:
 
 def check_running_text_trainable(cfg: RunningTextSection) -> None:
     """A run imported from Hugging Face (interop/) has no training text; training needs one."""
-    if cfg.train is None:
-        raise ConfigError(f"format '{cfg.format}' needs 'train' (a file)")
+    if cfg.files.train is None:
+        raise ConfigError(f"format '{cfg.files.format}' needs 'train' (a file)")
 
 
 @dataclass(frozen=True)
@@ -64,9 +61,7 @@ class LanguageModelConfig(TaskConfig):
     ``train`` is validation unless a ``valid`` file is given; tokenised as ``text`` says; windows of
     ``block_size`` tokens."""
 
-    format: str = "text"
-    train: Optional[str] = None
-    valid: Optional[str] = None
+    files: Files = flattened(Files(format="text"), TEXT_FILES)
     text: Text = Text()
     splits: Splits = TEXT_SPLITS
     block_size: int = 64
@@ -151,9 +146,9 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
     ) -> TextData:
         cfg = self.section
-        text = read_text(typing.cast(str, cfg.train))  # given: check_trainable
-        if cfg.valid is not None:
-            train_text, valid_text = text, read_text(cfg.valid)
+        text = read_text(typing.cast(str, cfg.files.train))  # given: check_trainable
+        if cfg.files.valid is not None:
+            train_text, valid_text = text, read_text(cfg.files.valid)
         else:
             cut = math.floor(len(text) * (1.0 - (cfg.splits.valid_fraction or 0.0)))  # given: check_running_text
             train_text, valid_text = text[:cut], text[cut:]
@@ -167,7 +162,7 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
         }
         for name, stream in splits.items():
             if len(stream) <= cfg.block_size:
-                where = cfg.valid if name == "valid" and cfg.valid is not None else cfg.train
+                where = cfg.files.valid if name == "valid" and cfg.files.valid is not None else cfg.files.train
                 raise DataError(
                     f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
                     f"({cfg.block_size + 1})"

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least
+from attnlab.config import at_least, flattened
 from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import read_lines
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, Tokenizer
@@ -21,7 +20,7 @@ from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.parts import Splits, Text
+from attnlab.tasks.parts import Files, Splits, Text
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
@@ -33,8 +32,7 @@ class MaskedLMConfig(TaskConfig):
     with <bos> and <eos>; without a ``valid`` file the last ``splits.n_valid`` lines are held out.
     ``whole_word``: choose words, and mask all the pieces of a chosen word together."""
 
-    train: Optional[str] = None
-    valid: Optional[str] = None
+    files: Files = flattened(Files(), ("train", "valid"))
     text: Text = Text()
     max_len: int = 128
     splits: Splits = Splits(n_valid=500)
@@ -58,7 +56,7 @@ class MaskedLMConfig(TaskConfig):
 
     def check_trainable(self) -> None:
         """A run imported from Hugging Face (interop/) has no training text; training needs one."""
-        if self.train is None:
+        if self.files.train is None:
             raise ConfigError("data.task 'masked_lm' needs 'train' (a text file)")
 
     @property
@@ -169,11 +167,11 @@ class MaskedLM(Task[MLMData, MLMBatch]):
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
     ) -> MLMData:
         cfg = self.cfg
-        files = {name: path for name, path in (("train", cfg.train), ("valid", cfg.valid)) if path is not None}
+        files = dict(cfg.files.given())
         lines = hold_out_valid(
             {name: text_lines(path) for name, path in files.items()},
             cfg.splits.n_valid or 0,  # given: MaskedLMConfig.check
-            cfg.train,
+            cfg.files.train,
             "lines",
             "splits.n_valid",
         )

@@ -15,6 +15,28 @@ from attnlab.data.images import COLOURS
 from attnlab.data.tokenizers import TOKENIZER_KINDS, Tokenizer
 from attnlab.errors import ConfigError
 
+SPLIT_FILES = ("train", "valid", "test")  # the files of a task that reads all three, and no format
+
+
+@dataclass(frozen=True)
+class Files(TypedConfig):
+    """The files a task's splits are read from, written in the data section itself (``data.format``,
+    ``data.train``, ``data.valid``, ``data.test``: a task composes this part with config.flattened,
+    naming the fields its section has): ``format``, how they are written, for a task that reads more
+    than one (None where the task has one); the paths, taken from the current directory, or a parallel
+    corpus's prefix."""
+
+    section: ClassVar[str] = "data"
+
+    format: Optional[str] = None
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+
+    def given(self) -> list[tuple[str, str]]:
+        """(split, path) of each file given, in the order train, valid, test."""
+        return [(name, path) for name in SPLIT_FILES if (path := getattr(self, name)) is not None]
+
 
 @dataclass(frozen=True)
 class Splits(TypedConfig):
@@ -50,11 +72,12 @@ class Splits(TypedConfig):
                     f"{self.valid_fraction} + {self.test_fraction})"
                 )
 
-    def given(self, *names: str) -> None:
-        """Refuse a None among ``names``, the fields the task needs here."""
+    def given(self, *names: str, prefix: str = "splits.") -> None:
+        """Refuse a None among ``names``, the fields the task needs here; ``prefix``: how the section
+        writes them ('' where the part is flattened into it)."""
         for name in names:
             if getattr(self, name) is None:
-                raise ConfigError(f"splits.{name} must be given (got null)")
+                raise ConfigError(f"{prefix}{name} must be given (got null)")
 
     def read_by(self, task: str, names: tuple[str, ...]) -> None:
         """Refuse a field given that the task ``task``, which reads ``names``, does not read."""

@@ -9,11 +9,11 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 
-from attnlab.config import at_least
+from attnlab.config import at_least, flattened
 from attnlab.data.batching import Batch, ContextSegmentBatch, SegmentBatch, lm_context_windows, lm_segments
 from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import PAD, Tokenizer
@@ -25,6 +25,7 @@ from attnlab.nn.losses import label_smoothed_nll
 from attnlab.nn.memory import SegmentMemory
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.language_model import (
+    TEXT_FILES,
     TEXT_SPLITS,
     TEXT_SPLITS_READ,
     LMData,
@@ -33,7 +34,7 @@ from attnlab.tasks.language_model import (
     check_running_text,
     check_running_text_trainable,
 )
-from attnlab.tasks.parts import Splits, Text
+from attnlab.tasks.parts import Files, Splits, Text
 from attnlab.tasks.task import Amp, TaskConfig, register_task
 
 if TYPE_CHECKING:
@@ -71,9 +72,7 @@ class SegmentLanguageModelConfig(TaskConfig):
     memory of the last, which alone is trained on (each update sees fresh places of the text, at
     the price of a forward pass over k segments)."""
 
-    format: str = "text"
-    train: Optional[str] = None
-    valid: Optional[str] = None
+    files: Files = flattened(Files(format="text"), TEXT_FILES)
     text: Text = Text()
     splits: Splits = TEXT_SPLITS
     block_size: int = 64
@@ -114,7 +113,7 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
         window = (self.cfg.context_segments + 1) * self.cfg.block_size
         if self.cfg.context_segments and len(data.splits["train"]) <= window:
             raise DataError(
-                f"{self.cfg.train}: the train text has {len(data.splits['train'])} tokens, fewer than a "
+                f"{self.cfg.files.train}: the train text has {len(data.splits['train'])} tokens, fewer than a "
                 f"window of (data.context_segments + 1) x data.block_size + 1 ({window + 1})"
             )
         data.context_segments = self.cfg.context_segments

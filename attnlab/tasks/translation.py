@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 from torch import nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import flattened, one_of
 from attnlab.data.batching import Batch, collate_pairs
 from attnlab.data.corpora import (
     FilterReport,
@@ -32,7 +31,7 @@ from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batch as TaskBatch
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.pairs_section import PairGenerator, Pairs
-from attnlab.tasks.parts import Text
+from attnlab.tasks.parts import Files, Splits, Text
 from attnlab.tasks.task import Amp, NextTokenTask, Task, TaskConfig, register_task
 
 
@@ -50,47 +49,38 @@ class TranslationConfig(TaskConfig):
     tokenizer (tasks/parts.py).
     """
 
-    format: str = "builtin"
     generator: PairGenerator = PairGenerator()
-    train: Optional[str] = None
-    valid: Optional[str] = None
-    test: Optional[str] = None
+    files: Files = flattened(Files(format="builtin"))
     pairs: Pairs = Pairs()
     text: Text = Text()
-    seed: int = 1234
-    n_train: Optional[int] = None
-    n_valid: int = 500
-    n_test: int = 1000
+    splits: Splits = flattened(Splits(seed=1234, n_valid=500, n_test=1000), ("seed", "n_train", "n_valid", "n_test"))
 
     def check_trainable(self) -> None:
-        if self.format != "builtin" and self.train is None:  # a run imported from Marian reads none
-            raise ConfigError(f"format '{self.format}' needs 'train' (a file, or a path prefix for 'parallel')")
+        if self.files.format != "builtin" and self.files.train is None:  # a run imported from Marian reads none
+            raise ConfigError(f"format '{self.files.format}' needs 'train' (a file, or a path prefix for 'parallel')")
 
     def check(self) -> None:
         """The checks across a section of sentence pairs' fields and parts."""
-        one_of("format", self.format, Translation.formats)
-        if self.generator.split is not None and self.format != "builtin":
+        one_of("format", self.files.format, Translation.formats)
+        if self.generator.split is not None and self.files.format != "builtin":
             raise ConfigError(
-                f"generator.split is one of SCAN's splits: it needs format 'builtin' (got '{self.format}')"
+                f"generator.split is one of SCAN's splits: it needs format 'builtin' (got '{self.files.format}')"
             )
-        if self.generator.test_lengths is not None and self.format != "builtin":
+        if self.generator.test_lengths is not None and self.files.format != "builtin":
             raise ConfigError(
                 f"generator.test_min_len / test_max_len set the test lengths of a sequence generator, not of format "
-                f"'{self.format}'"
+                f"'{self.files.format}'"
             )
         # SCAN's grammar has its pairs; another generator draws as many as n_train says
-        if self.format == "builtin" and self.generator.name != "scan" and self.n_train is None:
+        if self.files.format == "builtin" and self.generator.name != "scan" and self.splits.n_train is None:
             raise ConfigError(
                 f"generator '{self.generator.name}' draws its pairs: set n_train, how many training pairs to draw"
             )
-        if self.format == "parallel" and (self.pairs.src_lang is None or self.pairs.tgt_lang is None):
+        if self.files.format == "parallel" and (self.pairs.src_lang is None or self.pairs.tgt_lang is None):
             raise ConfigError(
                 "format 'parallel' needs pairs.src_lang and pairs.tgt_lang (file suffixes, e.g. 'de' and 'en')"
             )
-        for name in ("n_valid", "n_test"):
-            at_least(name, getattr(self, name), 1)
-        if self.n_train is not None:
-            at_least("n_train", self.n_train, 1)
+        self.splits.given("seed", "n_valid", "n_test", prefix="")  # written flat: data.n_valid
 
     @property
     def longest_sequence(self) -> int:
@@ -98,7 +88,7 @@ class TranslationConfig(TaskConfig):
 
     @property
     def in_memory(self) -> bool:
-        return self.format == "builtin"
+        return self.files.format == "builtin"
 
 
 @dataclass
@@ -138,13 +128,13 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
     """The configured corpus as text pairs per split; a missing valid split is the last n_valid
     training pairs; with ``n_train``, only the first n_train of the (remaining) training pairs
     are kept (data-size curves)."""
-    if cfg.format == "builtin":
+    if cfg.files.format == "builtin":
         return generated_pairs(
             cfg.generator.name,
-            cfg.seed,
-            cfg.n_train,
-            cfg.n_valid,
-            cfg.n_test,
+            cfg.splits.seed or 0,  # seed, n_valid, n_test: given (TranslationConfig.check)
+            cfg.splits.n_train,
+            cfg.splits.n_valid or 0,
+            cfg.splits.n_test or 0,
             cfg.generator.min_len,
             cfg.generator.max_len,
             cfg.generator.split,
@@ -152,18 +142,14 @@ def read_pairs(cfg: TranslationConfig) -> dict[str, list[Pair]]:
         )
 
     def read(path: str) -> list[Pair]:
-        if cfg.format == "parallel":
+        if cfg.files.format == "parallel":
             return read_parallel(f"{path}.{cfg.pairs.src_lang}", f"{path}.{cfg.pairs.tgt_lang}")
-        return read_tsv(path) if cfg.format == "tsv" else read_scan(path)
+        return read_tsv(path) if cfg.files.format == "tsv" else read_scan(path)
 
-    splits = {
-        name: read(path)
-        for name, path in (("train", cfg.train), ("valid", cfg.valid), ("test", cfg.test))
-        if path is not None
-    }
-    splits = hold_out_valid(splits, cfg.n_valid, cfg.train, "pairs")
-    if cfg.n_train is not None:
-        splits["train"] = splits["train"][: cfg.n_train]
+    splits = {name: read(path) for name, path in cfg.files.given()}
+    splits = hold_out_valid(splits, cfg.splits.n_valid or 0, cfg.files.train, "pairs")
+    if cfg.splits.n_train is not None:
+        splits["train"] = splits["train"][: cfg.splits.n_train]
     return splits
 
 

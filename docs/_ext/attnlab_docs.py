@@ -203,13 +203,18 @@ def checks(cls: type) -> dict[str, str]:
 def config_fields(cls: type, prefix: str = "", defaults: Any = None) -> list[Field]:
     """Every field of a config dataclass, a nested config's fields after its own row as ``outer.inner``, at any
     depth; ``defaults``: the instance whose values are the defaults (a family's own ``stack``), else the class's."""
+    from attnlab.config import FLAT
+
     hints = typing.get_type_hints(cls)
     comments, allowed = line_comments(cls), checks(cls)
     rows: list[Field] = []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
-        literal = [a for a in typing.get_args(hint)] if typing.get_origin(hint) is typing.Literal else []
         value = getattr(defaults, f.name) if defaults is not None else f.default
+        if FLAT in f.metadata:  # a part written in this section: the rows of its fields that the section has
+            rows += [r for r in config_fields(hint, prefix, value) if r.path[len(prefix) :] in f.metadata[FLAT]]
+            continue
+        literal = [a for a in typing.get_args(hint)] if typing.get_origin(hint) is typing.Literal else []
         nested = inspect.isclass(hint) and dataclasses.is_dataclass(hint)
         default = default_text(f) if defaults is None or nested else repr(value)
         rows.append(
