@@ -164,7 +164,7 @@ def test_a_drawing_generator_without_n_train_is_refused_when_the_config_is_read(
     with pytest.raises(ConfigError, match=rf"^generator '{generator}' draws its pairs: set n_train, how many"):
         task_config({"task": "translation", "generator": {"name": generator}})
     assert (
-        task_config({"task": "translation", "generator": {"name": "scan"}}).n_train is None
+        task_config({"task": "translation", "generator": {"name": "scan"}}).splits.n_train is None
     )  # SCAN's grammar gives its pairs
 
 
