@@ -64,9 +64,10 @@ def read_run_data(run: RunDir, split: str | None = None, text: str | None = None
     Hugging Face has no data of its own), for tasks whose data section names them."""
     _, data_cfg, train_cfg = run.read_config()
     if text is not None:
-        if not {"train", "valid"} <= set(data_cfg.field_names()):
+        files = getattr(data_cfg, "files", None)
+        if not isinstance(files, Files) or not {"train", "valid"} <= set(data_cfg.field_names()):
             raise UsageError(f"--data: data.task '{data_cfg.task.name}' reads no text file of train and valid")
-        data_cfg = dataclasses.replace(data_cfg, files=Files(train=text, valid=text))
+        data_cfg = dataclasses.replace(data_cfg, files=dataclasses.replace(files, train=text, valid=text))
     try:
         data_cfg.check_trainable()
     except ConfigError as err:  # an imported run: trained elsewhere, on data it does not have
