@@ -345,7 +345,8 @@ def test_every_shipped_sweep_spec_builds_each_run_with_its_cells_values(path, tm
     runs = plan(spec, tmp_path)
     for run in runs:
         built = RunConfig.from_file(run.config, run.sets)
-        sections = {"model": built.model, "data": vars(built.data), "train": vars(built.train)}
+        # the data section as it is written (a flattened part's fields in the section: data.n_train)
+        sections = {"model": built.model, "data": built.data.to_dict(), "train": vars(built.train)}
         for field, value in run.cell.settings():
             if field != CONFIG_AXIS:
                 section, *path = field.split(".")  # model.stack.n_heads: a field of the stack

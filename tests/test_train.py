@@ -527,7 +527,7 @@ def test_early_stopping_after_patience_evaluations(tmp_path):
         (
             {"data": {"task": "translation", "block_size": 8}},
             r"data.task 'translation' has no field 'block_size' \(did "
-            r"you mean 'text.vocab_size'\?\); its fields: format, generator, train",
+            r"you mean 'text.vocab_size'\?\); its fields: format, train, valid, test, generator",
         ),
         (
             {

@@ -49,8 +49,8 @@ class TranslationConfig(TaskConfig):
     tokenizer (tasks/parts.py).
     """
 
-    generator: PairGenerator = PairGenerator()
     files: Files = flattened(Files(format="builtin"))
+    generator: PairGenerator = PairGenerator()
     pairs: Pairs = Pairs()
     text: Text = Text()
     splits: Splits = flattened(Splits(seed=1234, n_valid=500, n_test=1000), ("seed", "n_train", "n_valid", "n_test"))
