@@ -120,13 +120,13 @@ def _nested(f: dataclasses.Field[Any], value: Any, hint: type, where: str = "") 
     return _part(hint, merged, section)
 
 
-def _flat_part(f: dataclasses.Field[Any], value: Any, hint: type) -> Any:
-    """A flattened part (:func:`flattened`), whose errors name its fields as its section writes them:
-    'n_valid must be >= 1', not 'splits.n_valid ...'."""
-    try:
-        return _nested(f, value, hint)
-    except ConfigError as err:
-        raise ConfigError(str(err).removeprefix(f"{getattr(hint, 'section', '').partition('.')[2]}.")) from None
+def _as_written(err: ConfigError, cls: type) -> ConfigError:
+    """``err``, raised while a config of ``cls`` was built or checked, naming a field of one of its
+    flattened parts as the section writes it: 'n_valid must be >= 1', not 'splits.n_valid ...'."""
+    text, hints = str(err), typing.get_type_hints(cls)
+    for name in _flat_parts(cls):
+        text = text.removeprefix(f"{getattr(hints[name], 'section', '').partition('.')[2]}.")
+    return ConfigError(text)
 
 
 def _part(cls: type, data: dict[str, Any], section: str) -> Any:
@@ -163,8 +163,11 @@ class TypedConfig:
     __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field[Any]]]  # set by @dataclass on each subclass
 
     def __post_init__(self) -> None:
-        self._check_types()
-        self.check()
+        try:
+            self._check_types()
+            self.check()
+        except ConfigError as err:
+            raise (_as_written(err, type(self)) if _flat_parts(type(self)) else err) from None
 
     def check(self) -> None:
         """Value checks across fields, once each field has its type; subclasses extend it (calling
@@ -176,13 +179,7 @@ class TypedConfig:
         for f in dataclasses.fields(self):  # configs are frozen: set the checked value underneath
             value, hint = getattr(self, f.name), hints[f.name]
             name = f"{part}.{f.name}" if part else f.name
-            checked = (
-                _flat_part(f, value, hint)
-                if FLAT in f.metadata
-                else _nested(f, value, hint)
-                if _is_config(hint)
-                else _coerce(name, value, hint)
-            )
+            checked = _nested(f, value, hint) if _is_config(hint) else _coerce(name, value, hint)
             object.__setattr__(self, f.name, checked)
 
     @classmethod

@@ -18,10 +18,10 @@ Ties between equal probabilities re-mask the earlier position first.
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Protocol
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD
 
@@ -53,11 +53,11 @@ def least_probable(logp: Tensor, real: Tensor, n: Tensor) -> Tensor:
 
 
 def predict(
-    model: nn.Module, tokens: Tensor, logp: Tensor, masked: Tensor, memory: Tensor, src_valid: Tensor
+    model: MaskPredictModel, tokens: Tensor, logp: Tensor, masked: Tensor, memory: Tensor, src_valid: Tensor
 ) -> tuple[Tensor, Tensor]:
     """One parallel pass: (B, T) tokens, their log-probabilities, and which are masked (their
     tokens are <mask>) -> tokens and log-probabilities with the masked positions predicted anew."""
-    log_probs = cast(MaskPredictModel, model).decode(tokens, memory, src_valid).float().log_softmax(-1)  # (B, T, V)
+    log_probs = model.decode(tokens, memory, src_valid).float().log_softmax(-1)  # (B, T, V)
     allowed = log_probs.index_fill(-1, torch.tensor(NEVER_OUTPUT, device=tokens.device), float("-inf"))
     best_logp, best = allowed.max(-1)  # (B, T) each
     return torch.where(masked, best, tokens), torch.where(masked, best_logp, logp)
@@ -65,13 +65,13 @@ def predict(
 
 @torch.no_grad()
 def mask_predict(
-    model: nn.Module, src: Tensor, iterations: int = 10, length_beam: int = 5
+    model: MaskPredictModel, src: Tensor, iterations: int = 10, length_beam: int = 5
 ) -> list[tuple[list[int], float]]:
     """(B, S) source ids (+ EOS, PAD-padded) -> for each source, the chosen target ids and their
     mean log-probability. ``model`` offers ``encode``, ``decode`` (non-causal) and a ``length_predictor``;
     ``iterations`` T and ``length_beam`` L as decode/spec.py's :class:`~attnlab.decode.spec.MaskPredict` checks them."""
-    memory, src_valid = cast(MaskPredictModel, model).encode(src)  # (B, S, d_model), (B, S)
-    length_logits = cast(MaskPredictModel, model).length_predictor(memory, src_valid)  # (B, max_length)
+    memory, src_valid = model.encode(src)  # (B, S, d_model), (B, S)
+    length_logits = model.length_predictor(memory, src_valid)  # (B, max_length)
     beam = min(length_beam, length_logits.shape[1])
     lengths = (length_logits.topk(beam, dim=1).indices + 1).reshape(-1)  # (B L,): sentence b's candidates together
     memory, src_valid = memory.repeat_interleave(beam, 0), src_valid.repeat_interleave(beam, 0)  # (B L, S, ...)

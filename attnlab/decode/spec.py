@@ -15,14 +15,14 @@ take it unchanged. What all share sits in :class:`Search`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.data.tokenizers import EOS, PAD
 from attnlab.decode.limits import MAX_BATCH, MAX_BEAM, MAX_NEW_TOKENS
-from attnlab.decode.mask_predict import MAX_ITERATIONS, mask_predict
+from attnlab.decode.mask_predict import MAX_ITERATIONS, MaskPredictModel, mask_predict
 from attnlab.decode.search import (
     Hypothesis,
     beam_search,
@@ -301,7 +301,8 @@ class MaskPredict(Search):
 
     def decode(self, model: nn.Module, src: Tensor, lengths: Tensor | None = None) -> NBest:
         self._no_lengths(lengths)
-        return [[(ids, score)] for ids, score in mask_predict(model, src, self.iterations, self.length_beam)]
+        cmlm = cast(MaskPredictModel, model)  # the conditional masked LM this search decodes with
+        return [[(ids, score)] for ids, score in mask_predict(cmlm, src, self.iterations, self.length_beam)]
 
     def record(self) -> dict[str, Any]:
         return {"iterations": self.iterations, "length_beam": self.length_beam}

@@ -72,12 +72,11 @@ class Splits(TypedConfig):
                     f"{self.valid_fraction} + {self.test_fraction})"
                 )
 
-    def given(self, *names: str, prefix: str = "splits.") -> None:
-        """Refuse a None among ``names``, the fields the task needs here; ``prefix``: how the section
-        writes them ('' where the part is flattened into it)."""
+    def given(self, *names: str) -> None:
+        """Refuse a None among ``names``, the fields the task needs here."""
         for name in names:
             if getattr(self, name) is None:
-                raise ConfigError(f"{prefix}{name} must be given (got null)")
+                raise ConfigError(f"splits.{name} must be given (got null)")
 
     def read_by(self, task: str, names: tuple[str, ...]) -> None:
         """Refuse a field given that the task ``task``, which reads ``names``, does not read."""

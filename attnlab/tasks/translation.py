@@ -80,7 +80,7 @@ class TranslationConfig(TaskConfig):
             raise ConfigError(
                 "format 'parallel' needs pairs.src_lang and pairs.tgt_lang (file suffixes, e.g. 'de' and 'en')"
             )
-        self.splits.given("seed", "n_valid", "n_test", prefix="")  # written flat: data.n_valid
+        self.splits.given("seed", "n_valid", "n_test")
 
     @property
     def longest_sequence(self) -> int:
