@@ -216,12 +216,13 @@ def test_a_run_directory_of_release_0_1_lists_every_data_field_and_loads():
     fields the task does not have go; a config the user writes that way gets the one-line fix."""
     from attnlab.runs.migration import migrated_data
     from attnlab.tasks import LanguageModelConfig, TranslationConfig, task_config
+    from attnlab.tasks.language_model import Windows
     from attnlab.tasks.pairs_section import PairGenerator
     from attnlab.tasks.parts import Files, Splits, Text
 
     lm = task_config(migrated_data(RELEASE_0_1_DATA))
     assert lm == LanguageModelConfig(
-        files=Files(format="text", train="input.txt"), text=Text(tokenizer="char"), block_size=64
+        files=Files(format="text", train="input.txt"), text=Text(tokenizer="char"), windows=Windows(block_size=64)
     )
     assert lm.to_dict() == {
         "task": "language_model",

@@ -90,12 +90,14 @@ def bases_with_fields(cls: type) -> int:
 # data sections' scenes, splits (the fractions and forecasting's rows too), images, text, and translation's
 # generator and pairs became parts (tasks/scene_splits.py: Scenes; tasks/parts.py: Splits, ImageSource, Text;
 # tasks/pairs_section.py: PairGenerator, Pairs), and no task config inherits another (what the ex-subclasses
-# still declare beside their base, max_caption_len, block_size, translation's splits, is listed here), and
+# still declared beside their base, max_caption_len, block_size, translation's splits, is listed here or
+# became parts), and
 # the split files became one part, Files, that each task's section composes flattened (config.flattened):
 # written data.train, data.valid, data.test as before, which tests/golden.py (kept byte for byte) sets; the
 # format (data.format, which golden.py reads) with them; translation's seed, n_train, n_valid and n_test are
-# its Splits part flattened the same way (golden.py sets data.n_valid). The rest of issue 61's stage (c)
-# takes the others away.
+# its Splits part flattened the same way (golden.py sets data.n_valid); and a running text's block_size is
+# its Windows part (tasks/language_model.py), flattened the same way, so data.block_size is written as
+# before. The rest of issue 61's stage (c) takes the others away.
 REPEATED = {
     "max_len": {
         "ClassificationConfig",
@@ -110,7 +112,6 @@ REPEATED = {
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "seed": {"Splits", "TrainConfig"},
     "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "block_size": {"LanguageModelConfig", "SegmentLanguageModelConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
     "max_caption_len": {"CaptioningConfig", "ContrastiveConfig"},
 }
@@ -178,8 +179,8 @@ def test_the_task_configs_that_inherited_another_compose_its_parts():
     SegmentLanguageModelConfig LanguageModelConfig (5 deep, ContrastiveConfig too), and captioning's and visual_qa's the SceneSplits
     mixin: each now has one base, TaskConfig, which declares no field, and composes what it shared
     as parts (images; images, scenes, splits, text; text; generator, pairs, text), the parts' fields
-    declared once, by the part; what is left of the shared section (the files, max_caption_len,
-    block_size, the splits' sizes, ...) each declares, listed in REPEATED."""
+    declared once, by the part; what was left of the shared section became parts too, written flat
+    (the files: Files; block_size: Windows), or each declares it (max_caption_len), listed in REPEATED."""
     for name in (
         "image_encoder",
         "image_classification",
@@ -290,3 +291,33 @@ def test_translations_splits_are_written_flat_and_their_errors_name_them_so():
         task_config({"task": "translation", "format": "scan", "train": "t.txt", "n_test": None})
     with pytest.raises(ConfigError, match=r"^data.task 'translation' has no field 'valid_fraction'"):
         task_config({"task": "translation", "valid_fraction": 0.1})
+
+
+@pytest.mark.parametrize(
+    "part, field, tasks",
+    [
+        ("Windows", "block_size", {"language_model": 64, "segment_language_model": 64}),
+    ],
+)
+def test_a_field_that_tasks_shared_is_one_part_written_flat_in_each_section(tmp_path, part, field, tasks):
+    """block_size (Windows): declared once, by the part, which each task composes with config.flattened
+    and its own default: the section writes the field beside its own, as every config and run has, and
+    refuses a bad value in one line naming it as written."""
+    from attnlab.errors import ConfigError
+    from attnlab.runs.config import RunConfig
+    from attnlab.tasks import task_config
+
+    assert declarations()[field] == {part}
+    for task, default in tasks.items():
+        holder = next(f.name for f in dataclasses.fields(TASKS[task].config) if f.type == part)
+        cfg = task_config({"task": task})
+        assert getattr(getattr(cfg, holder), field) == default and type(getattr(cfg, holder)).__name__ == part
+        written = cfg.to_dict()
+        assert written[field] == default and holder not in written and task_config(written) == cfg
+        assert task_config({**written, field: 7}) == dataclasses.replace(cfg, **{holder: {field: 7}})
+        with pytest.raises(ConfigError, match=rf"^data.task '{task}' has no field '{holder}'"):
+            task_config({"task": task, holder: {field: 7}})
+        config = tmp_path / f"{task}.yaml"
+        config.write_text(f"data: {{task: {task}, {field}: 0}}\n")
+        with pytest.raises(ConfigError, match=rf"^{config}: {field} must be >= \d+ \(got 0\)$"):
+            RunConfig.from_file(config)

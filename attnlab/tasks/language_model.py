@@ -10,7 +10,7 @@ from typing import Callable, ClassVar, Protocol, Sequence
 
 import torch
 
-from attnlab.config import at_least, flattened, one_of
+from attnlab.config import TypedConfig, at_least, flattened, one_of
 from attnlab.data.batching import Batch, lm_blocks, lm_eval_blocks
 from attnlab.data.corpora import read_text
 from attnlab.data.tokenizers import PAD, Tokenizer
@@ -22,9 +22,24 @@ from attnlab.tasks.parts import Files, Splits, Text
 from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
 
 
+@dataclass(frozen=True)
+class Windows(TypedConfig):
+    """The windows a running text's token stream is cut into, ``block_size`` tokens each (a language
+    model's random training windows and its evaluation windows, Transformer-XL's segments): written in
+    the data section itself (``data.block_size``: a task composes this part with config.flattened,
+    giving its own default)."""
+
+    section: ClassVar[str] = "data"
+
+    block_size: int
+
+    def check(self) -> None:
+        at_least("block_size", self.block_size, 1)
+
+
 class RunningTextSection(Protocol):
     """What a data section of running text offers (language_model's, segment_language_model's): the
-    text's files, its ``text`` and ``splits`` parts (tasks/parts.py), ``block_size``; each
+    text's files, its ``text``, ``splits`` and ``windows`` parts (tasks/parts.py, Windows here); each
     declares them beside its own fields, and the functions here read it."""
 
     @property
@@ -32,7 +47,7 @@ class RunningTextSection(Protocol):
     @property
     def text(self) -> Text: ...
     @property
-    def block_size(self) -> int: ...
+    def windows(self) -> Windows: ...
     @property
     def splits(self) -> Splits: ...
 
@@ -44,7 +59,6 @@ TEXT_FILES = ("format", "train", "valid")  # a running text's: no test file
 
 def check_running_text(cfg: RunningTextSection, task: str) -> None:
     one_of("format", cfg.files.format, LanguageModel.formats)
-    at_least("block_size", cfg.block_size, 1)
     cfg.splits.read_by(task, TEXT_SPLITS_READ)
     cfg.splits.given(*TEXT_SPLITS_READ)
 
@@ -59,12 +73,12 @@ def check_running_text_trainable(cfg: RunningTextSection) -> None:
 class LanguageModelConfig(TaskConfig):
     """Plain text for a language model (``format: text``): the last ``splits.valid_fraction`` of
     ``train`` is validation unless a ``valid`` file is given; tokenised as ``text`` says; windows of
-    ``block_size`` tokens."""
+    ``block_size`` tokens (Windows, written flat)."""
 
     files: Files = flattened(Files(format="text"), TEXT_FILES)
     text: Text = Text()
     splits: Splits = TEXT_SPLITS
-    block_size: int = 64
+    windows: Windows = flattened(Windows(block_size=64))
     splits_read = TEXT_SPLITS_READ
 
     def check(self) -> None:
@@ -75,7 +89,7 @@ class LanguageModelConfig(TaskConfig):
 
     @property
     def longest_sequence(self) -> int:
-        return self.block_size
+        return self.windows.block_size
 
 
 class RandomWindows(Sequence[Batch]):
@@ -161,14 +175,14 @@ class RunningText(NextTokenTask[TextData, TextBatch]):
             for name, t in (("train", train_text), ("valid", valid_text))
         }
         for name, stream in splits.items():
-            if len(stream) <= cfg.block_size:
+            if len(stream) <= cfg.windows.block_size:
                 where = cfg.files.valid if name == "valid" and cfg.files.valid is not None else cfg.files.train
                 raise DataError(
                     f"{where}: the {name} text has {len(stream)} tokens, fewer than data.block_size + 1 "
-                    f"({cfg.block_size + 1})"
+                    f"({cfg.windows.block_size + 1})"
                 )
         return typing.cast(
-            TextData, self.layout(tokenizers, splits, cfg.block_size, batching.batch_size, batching.seed)
+            TextData, self.layout(tokenizers, splits, cfg.windows.block_size, batching.batch_size, batching.seed)
         )
 
     def loss(

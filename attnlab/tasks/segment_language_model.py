@@ -31,6 +31,7 @@ from attnlab.tasks.language_model import (
     LMData,
     RandomWindows,
     RunningText,
+    Windows,
     check_running_text,
     check_running_text_trainable,
 )
@@ -65,9 +66,9 @@ class SegmentData(LMData):
 @dataclass(frozen=True)
 class SegmentLanguageModelConfig(TaskConfig):
     """The language model's data section's fields (tasks/language_model.py: a RunningTextSection), for
-    data.task 'segment_language_model': ``block_size`` is the segment length, which the model's
-    segment_length takes. ``context_segments``: 0 (default)
-    trains on consecutive segments, the memory carried from each batch to the next, as Dai et al.;
+    data.task 'segment_language_model': ``block_size`` (its Windows part, written flat) is the segment
+    length, which the model's segment_length takes. ``context_segments``: 0 (default) trains on
+    consecutive segments, the memory carried from each batch to the next, as Dai et al.;
     k > 0 trains on random windows of k + 1 segments, the first k read with no gradient for the
     memory of the last, which alone is trained on (each update sees fresh places of the text, at
     the price of a forward pass over k segments)."""
@@ -75,7 +76,7 @@ class SegmentLanguageModelConfig(TaskConfig):
     files: Files = flattened(Files(format="text"), TEXT_FILES)
     text: Text = Text()
     splits: Splits = TEXT_SPLITS
-    block_size: int = 64
+    windows: Windows = flattened(Windows(block_size=64))
     context_segments: int = 0
     splits_read = TEXT_SPLITS_READ
 
@@ -88,7 +89,7 @@ class SegmentLanguageModelConfig(TaskConfig):
 
     @property
     def longest_sequence(self) -> int:
-        return self.block_size
+        return self.windows.block_size
 
 
 @register_task
@@ -110,7 +111,7 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, typing.Any] | None = None
     ) -> SegmentData:
         data = super().prepare(batching, tokenizers, state)
-        window = (self.cfg.context_segments + 1) * self.cfg.block_size
+        window = (self.cfg.context_segments + 1) * self.cfg.windows.block_size
         if self.cfg.context_segments and len(data.splits["train"]) <= window:
             raise DataError(
                 f"{self.cfg.files.train}: the train text has {len(data.splits['train'])} tokens, fewer than a "
@@ -120,7 +121,7 @@ class SegmentLanguageModel(RunningText[SegmentData, SegmentBatch | ContextSegmen
         return data
 
     def data_shape(self, data: SegmentData | None = None) -> DataShape:
-        return dataclasses.replace(super().data_shape(data), segment_length=self.cfg.block_size)
+        return dataclasses.replace(super().data_shape(data), segment_length=self.cfg.windows.block_size)
 
     def loss(
         self, model: torch.nn.Module, batch: SegmentBatch | ContextSegmentBatch, label_smoothing: float, amp: Amp

@@ -24,7 +24,7 @@ def main(xl_run: str, cells: list[str]) -> None:
     run = RunDir(xl_run)
     config, data_config, train_config = run.read_config()
     valid = read_run_data(run, "valid").splits["valid"]
-    batches = lm_segments(valid, data_config.block_size, train_config.batch_size)
+    batches = lm_segments(valid, data_config.windows.block_size, train_config.batch_size)
     print("| weights of | memory at evaluation | validation loss |\n|---|---|---|")
     for cell in cells:
         weights, memories = cell.split(":")
