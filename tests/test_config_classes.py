@@ -90,14 +90,14 @@ def bases_with_fields(cls: type) -> int:
 # data sections' scenes, splits (the fractions and forecasting's rows too), images, text, and translation's
 # generator and pairs became parts (tasks/scene_splits.py: Scenes; tasks/parts.py: Splits, ImageSource, Text;
 # tasks/pairs_section.py: PairGenerator, Pairs), and no task config inherits another (what the ex-subclasses
-# still declared beside their base, max_caption_len, block_size, translation's splits, is listed here or
-# became parts), and
+# still declared beside their base, max_caption_len, block_size, translation's splits, became parts), and
 # the split files became one part, Files, that each task's section composes flattened (config.flattened):
 # written data.train, data.valid, data.test as before, which tests/golden.py (kept byte for byte) sets; the
 # format (data.format, which golden.py reads) with them; translation's seed, n_train, n_valid and n_test are
 # its Splits part flattened the same way (golden.py sets data.n_valid); and a running text's block_size is
-# its Windows part (tasks/language_model.py), flattened the same way, so data.block_size is written as
-# before. The rest of issue 61's stage (c) takes the others away.
+# its Windows part (tasks/language_model.py), a captioned section's max_caption_len its Captions part
+# (tasks/captions_section.py), each flattened the same way, so data.block_size and data.max_caption_len
+# are written as before. The rest of issue 61's stage (c) takes the others away.
 REPEATED = {
     "max_len": {
         "ClassificationConfig",
@@ -113,7 +113,6 @@ REPEATED = {
     "seed": {"Splits", "TrainConfig"},
     "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
-    "max_caption_len": {"CaptioningConfig", "ContrastiveConfig"},
 }
 
 
@@ -180,7 +179,8 @@ def test_the_task_configs_that_inherited_another_compose_its_parts():
     mixin: each now has one base, TaskConfig, which declares no field, and composes what it shared
     as parts (images; images, scenes, splits, text; text; generator, pairs, text), the parts' fields
     declared once, by the part; what was left of the shared section became parts too, written flat
-    (the files: Files; block_size: Windows), or each declares it (max_caption_len), listed in REPEATED."""
+    (the files: Files; block_size: Windows; max_caption_len: Captions), or each declares it, listed in
+    REPEATED."""
     for name in (
         "image_encoder",
         "image_classification",
@@ -202,7 +202,7 @@ def test_the_task_configs_that_inherited_another_compose_its_parts():
     }.items():
         assert all(declared[field] == {part} for field in fields), part
     assert [f.name for f in dataclasses.fields(TASKS["image_encoder"].config)] == ["images"]
-    shared = {"images", "scenes", "splits", "text", "files", "max_caption_len"}
+    shared = {"images", "scenes", "splits", "text", "files", "captions"}
     assert [f.name for f in dataclasses.fields(TASKS["contrastive"].config)] == [
         *[f.name for f in dataclasses.fields(TASKS["captioning"].config) if f.name in shared],
         "labels",
@@ -297,11 +297,12 @@ def test_translations_splits_are_written_flat_and_their_errors_name_them_so():
     "part, field, tasks",
     [
         ("Windows", "block_size", {"language_model": 64, "segment_language_model": 64}),
+        ("Captions", "max_caption_len", {"captioning": 32, "contrastive": 32}),
     ],
 )
 def test_a_field_that_tasks_shared_is_one_part_written_flat_in_each_section(tmp_path, part, field, tasks):
-    """block_size (Windows): declared once, by the part, which each task composes with config.flattened
-    and its own default: the section writes the field beside its own, as every config and run has, and
+    """block_size (Windows), max_caption_len (Captions): each declared once, by the part, which each task
+    composes with config.flattened and its own default: the section writes the field beside its own, as every config and run has, and
     refuses a bad value in one line naming it as written."""
     from attnlab.errors import ConfigError
     from attnlab.runs.config import RunConfig

@@ -102,7 +102,7 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
             tokenizers=tokenizers,
             standardise=standardise,
             batch_size=batching.batch_size,
-            max_caption_len=self.cfg.max_caption_len,
+            max_caption_len=self.cfg.captions.max_caption_len,
             seed=batching.seed,
         )
 
@@ -150,7 +150,7 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
         shape = tuple(state["shape"])
         pixels, captions = read_captioned(path, colour_of(shape), self.cfg.images.resize or shape[:2])
         images = Standardise(state["mean"], state["std"])(as_tensor(pixels))
-        search = replace(self.search, max_len=self.cfg.max_caption_len)
+        search = replace(self.search, max_len=self.cfg.captions.max_caption_len)
         return caption_record(
             model, cast(Tokenizer, tokenizers["tgt"]), images, captions, search
         )  # the task's own role: never None

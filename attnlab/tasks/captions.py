@@ -136,7 +136,7 @@ def captioned_splits(
         splits[name] = CaptionSplit(
             as_tensor(pixels),
             captions,
-            encoded(captions, cast(Tokenizer, tokenizers["tgt"]), cfg.max_caption_len, where),
+            encoded(captions, cast(Tokenizer, tokenizers["tgt"]), cfg.captions.max_caption_len, where),
         )
     return splits, tokenizers, standardise
 

@@ -1,14 +1,14 @@
 """The data section of captioned images: what such a section offers (CaptionedSection:
-captioning's and contrastive's, each composing the parts images, scenes, splits and text beside
-the captions files and max_caption_len), its checks (check_captioned, check_captioned_trainable) and
-captioning's section (CaptioningConfig)."""
+captioning's and contrastive's, each composing the parts images, scenes, splits and text and, written
+flat, the captions files and Captions: max_caption_len), its checks (check_captioned,
+check_captioned_trainable) and captioning's section (CaptioningConfig)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
-from attnlab.config import at_least, flattened
+from attnlab.config import TypedConfig, at_least, flattened
 from attnlab.errors import ConfigError
 from attnlab.tasks.parts import SPLIT_FILES, Files, ImageSource, Splits, Text
 from attnlab.tasks.scene_splits import SCENE_SPLITS, SCENE_SPLITS_READ, Scenes
@@ -17,10 +17,24 @@ from attnlab.tasks.task import TaskConfig
 BUILT_IN = ("scenes",)
 
 
+@dataclass(frozen=True)
+class Captions(TypedConfig):
+    """How long a caption may be: ``max_caption_len``, the most tokens of one (a longer one is refused,
+    naming its file and line; decoding stops there too). Written in the data section itself
+    (``data.max_caption_len``: a task composes this part with config.flattened, giving its own default)."""
+
+    section: ClassVar[str] = "data"
+
+    max_caption_len: int
+
+    def check(self) -> None:
+        at_least("max_caption_len", self.max_caption_len, 1)
+
+
 class CaptionedSection(Protocol):
     """What a data section of captioned images offers (captioning's, contrastive's): each composes
-    the parts ``images``, ``scenes``, ``splits``, ``text`` and the captions ``files`` and declares
-    ``max_caption_len`` beside its own fields; tasks/captions.py's functions read it."""
+    the parts ``images``, ``scenes``, ``splits``, ``text``, the captions ``files`` and ``captions``
+    beside its own fields; tasks/captions.py's functions read it."""
 
     @property
     def images(self) -> ImageSource: ...
@@ -33,7 +47,7 @@ class CaptionedSection(Protocol):
     @property
     def files(self) -> Files: ...
     @property
-    def max_caption_len(self) -> int: ...
+    def captions(self) -> Captions: ...
 
 
 def check_captioned(cfg: CaptionedSection, task: str) -> None:
@@ -49,7 +63,6 @@ def check_captioned(cfg: CaptionedSection, task: str) -> None:
         cfg.scenes.check_drawn(cfg.splits)
     else:
         cfg.splits.given("n_valid")
-    at_least("max_caption_len", cfg.max_caption_len, 1)
 
 
 def check_captioned_trainable(cfg: CaptionedSection, task: str) -> None:
@@ -65,15 +78,15 @@ class CaptioningConfig(TaskConfig):
     ``scenes`` says with ``splits``' sizes and seed: tasks/scene_splits.py), or ``train`` (and
     optionally ``valid``, ``test``): captions files, their images read as ``images`` says (colour,
     resize: tasks/parts.py); without ``valid``, the last ``splits.n_valid`` of ``train`` validate.
-    The captions are tokenised as ``text`` says. ``max_caption_len``: the most tokens of a caption
-    (a longer one is refused, naming its file and line); decoding stops there too."""
+    The captions are tokenised as ``text`` says. ``max_caption_len`` (Captions, written flat): the most
+    tokens of a caption (a longer one is refused, naming its file and line); decoding stops there too."""
 
     images: ImageSource = ImageSource()
     scenes: Scenes = Scenes()
     splits: Splits = SCENE_SPLITS
     text: Text = Text()
     files: Files = flattened(Files(), SPLIT_FILES)
-    max_caption_len: int = 32
+    captions: Captions = flattened(Captions(max_caption_len=32))
 
     splits_read = SCENE_SPLITS_READ
 
@@ -85,7 +98,7 @@ class CaptioningConfig(TaskConfig):
 
     @property
     def longest_sequence(self) -> int:
-        return self.max_caption_len + 1  # BOS + caption, or caption + EOS
+        return self.captions.max_caption_len + 1  # BOS + caption, or caption + EOS
 
     @property
     def in_memory(self) -> bool:

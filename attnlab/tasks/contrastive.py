@@ -41,7 +41,7 @@ from attnlab.nn.dual_encoder import symmetric_info_nce
 from attnlab.tasks.abilities import Prediction, RunState
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import CaptionData, CaptionedImages, CaptionSplit, captioned_splits, read_captioned
-from attnlab.tasks.captions_section import check_captioned, check_captioned_trainable
+from attnlab.tasks.captions_section import Captions, check_captioned, check_captioned_trainable
 from attnlab.tasks.image_classification import read_inputs
 from attnlab.tasks.parts import SPLIT_FILES, Files, ImageSource, Splits, Text
 from attnlab.tasks.retrieval import (
@@ -70,7 +70,7 @@ def fills(template: str) -> bool:
 @dataclass(frozen=True)
 class ContrastiveConfig(TaskConfig):
     """Captioned images as captioning reads them (tasks/captions_section.py: the parts ``images``, ``scenes``,
-    ``splits`` and ``text``, the captions files, ``max_caption_len``), and the zero-shot classes:
+    ``splits`` and ``text``, the captions files and ``max_caption_len``, written flat), and the zero-shot classes:
     ``labels``, comma-separated class names (the scenes' default: every 'COLOUR SHAPE', held-out ones
     included), and ``prompts``, '|'-separated templates with ``{label}`` where the class name goes
     (the scenes' default 'a small {label}|a large {label}', the wording of their captions; a captions
@@ -81,7 +81,7 @@ class ContrastiveConfig(TaskConfig):
     splits: Splits = SCENE_SPLITS
     text: Text = Text()
     files: Files = flattened(Files(), SPLIT_FILES)
-    max_caption_len: int = 32
+    captions: Captions = flattened(Captions(max_caption_len=32))
     labels: Optional[str] = None
     prompts: Optional[str] = None
 
@@ -127,7 +127,7 @@ class ContrastiveConfig(TaskConfig):
 
     @property
     def longest_sequence(self) -> int:
-        return self.max_caption_len + 2  # BOS caption EOS
+        return self.captions.max_caption_len + 2  # BOS caption EOS
 
 
 @dataclass
@@ -191,7 +191,7 @@ class Contrastive(CaptionedImages[PairData, PairBatch]):
             tokenizers=tokenizers,
             standardise=standardise,
             batch_size=batching.batch_size,
-            max_caption_len=self.cfg.max_caption_len,
+            max_caption_len=self.cfg.captions.max_caption_len,
             seed=batching.seed,
             labels=self.cfg.class_names,
             templates=self.cfg.templates,
