@@ -96,18 +96,13 @@ def bases_with_fields(cls: type) -> int:
 # format (data.format, which golden.py reads) with them; translation's seed, n_train, n_valid and n_test are
 # its Splits part flattened the same way (golden.py sets data.n_valid); and a running text's block_size is
 # its Windows part (tasks/language_model.py), a captioned section's max_caption_len its Captions part
-# (tasks/captions_section.py), each flattened the same way, so data.block_size and data.max_caption_len
-# are written as before. The rest of issue 61's stage (c) takes the others away.
+# (tasks/captions_section.py), and classification's, masked_lm's and encoder's max_len (the longest text
+# input kept) their Truncation part (tasks/parts.py: >= 3; classification checks its own >= 4 beside it),
+# each flattened the same way, so data.block_size, data.max_caption_len and data.max_len are written as
+# before (max_len is left to the generator's lengths, the positions' and the recurrent and convolutional
+# families'). The rest of issue 61's stage (c) takes the others away.
 REPEATED = {
-    "max_len": {
-        "ClassificationConfig",
-        "ConvS2SConfig",
-        "EncoderConfig",
-        "MaskedLMConfig",
-        "PairGenerator",
-        "Positions",
-        "RNNConfig",
-    },
+    "max_len": {"ConvS2SConfig", "PairGenerator", "Positions", "RNNConfig", "Truncation"},
     "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "seed": {"Splits", "TrainConfig"},
@@ -298,17 +293,21 @@ def test_translations_splits_are_written_flat_and_their_errors_name_them_so():
     [
         ("Windows", "block_size", {"language_model": 64, "segment_language_model": 64}),
         ("Captions", "max_caption_len", {"captioning": 32, "contrastive": 32}),
+        ("Truncation", "max_len", {"classification": 128, "encoder": 512, "masked_lm": 128}),
     ],
 )
 def test_a_field_that_tasks_shared_is_one_part_written_flat_in_each_section(tmp_path, part, field, tasks):
-    """block_size (Windows), max_caption_len (Captions): each declared once, by the part, which each task
-    composes with config.flattened and its own default: the section writes the field beside its own, as every config and run has, and
+    """block_size (Windows), max_caption_len (Captions), a text input's max_len (Truncation): each
+    declared once among the data sections, by the part, which each task composes with config.flattened
+    and its own default: the section writes the field beside its own, as every config and run has, and
     refuses a bad value in one line naming it as written."""
     from attnlab.errors import ConfigError
     from attnlab.runs.config import RunConfig
     from attnlab.tasks import task_config
 
-    assert declarations()[field] == {part}
+    declared = declarations()[field]  # max_len: the model sections' and the generator's too (REPEATED)
+    assert part in declared and not declared & {t.config.__qualname__ for t in TASKS.values()}
+    assert declared == {part} or field == "max_len"
     for task, default in tasks.items():
         holder = next(f.name for f in dataclasses.fields(TASKS[task].config) if f.type == part)
         cfg = task_config({"task": task})

@@ -223,6 +223,10 @@ def test_the_allowed_values_are_those_the_config_checks_accept(generated):
             TrainConfig(**{name: "no-such-value"})
         assert re.findall(r"'([^']+)'", str(refused.value).split("(got")[0]) == values, name
     assert table["max_steps"][2] == ">= 1" and table["warmup_steps"][2] == ">= 0"
+    # a field of a part written flat in a data section: the part's check, or the section's own where it has one
+    allowed = {task: rows(generated[f"_generated/config/tasks/{task}.rst"]) for task in ("classification", "encoder")}
+    assert allowed["classification"]["max_len"][2] == ">= 4" and allowed["encoder"]["max_len"][2] == ">= 3"
+    assert rows(generated["_generated/config/tasks/language_model.rst"])["block_size"][2] == ">= 1"
     stack = rows(generated["_generated/config/families/decoder_lm.rst"])
     from attnlab.nn.registry import ATTENTION_BACKENDS
 

@@ -134,7 +134,8 @@ def inspect_encoder(
     a classifier's prediction."""
     _, data_cfg, _ = run.read_config()
     a, _, b = text.partition("\t")
-    longest = cast("ClassificationConfig | MaskedLMConfig | EncoderConfig", data_cfg).max_len  # an encoder-only run's
+    section = cast("ClassificationConfig | MaskedLMConfig | EncoderConfig", data_cfg)  # an encoder-only run's
+    longest = section.truncation.max_len
     inputs, _ = encode_inputs(tokenizer, [a], [b if "\t" in text else None], longest)
     ids, segments = inputs[0]  # <bos> a <eos> [b <eos>], segments 0 / 1
     device = next(model.parameters()).device

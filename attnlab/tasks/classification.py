@@ -25,7 +25,7 @@ from attnlab.nn.interfaces import Classifier
 from attnlab.tasks.abilities import Piped, Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
 from attnlab.tasks.classifier_task import NO_LABEL, ClassifierTask, ExampleBatch, evaluation_report
-from attnlab.tasks.parts import SPLIT_FILES, Files, Splits, Text
+from attnlab.tasks.parts import SPLIT_FILES, Files, Splits, Text, Truncation
 from attnlab.tasks.task import TaskConfig, register_task
 
 if TYPE_CHECKING:
@@ -37,17 +37,18 @@ class ClassificationConfig(TaskConfig):
     """``text TAB label`` or ``text_a TAB text_b TAB label`` files (``header``: the first line
     names the columns). Labels are any strings: the training file's, sorted, are the classes.
     Without a ``valid`` file the last ``splits.n_valid`` training lines are held out. Inputs longer than
-    ``max_len`` tokens (with <bos> and <eos>) are cut, the longer text of a pair first."""
+    ``max_len`` tokens (with <bos> and <eos>; Truncation, written flat) are cut, the longer text of a
+    pair first."""
 
     files: Files = flattened(Files(), SPLIT_FILES)
     header: bool = False
     text: Text = Text()
-    max_len: int = 128
+    truncation: Truncation = flattened(Truncation(max_len=128))
     splits: Splits = Splits(n_valid=500)
     splits_read = ("n_valid",)
 
     def check(self) -> None:
-        at_least("max_len", self.max_len, 4)
+        at_least("max_len", self.truncation.max_len, 4)  # a pair: <bos> <eos> <eos> and a token
         self.splits.read_by(self.chosen_name(), self.splits_read)
         self.splits.given(*self.splits_read)
 
@@ -57,7 +58,7 @@ class ClassificationConfig(TaskConfig):
 
     @property
     def longest_sequence(self) -> int:
-        return self.max_len
+        return self.truncation.max_len
 
 
 @dataclass
@@ -168,7 +169,7 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
                 cast(Tokenizer, tokenizers["src"]),
                 [e.text_a for e in examples],
                 [e.text_b for e in examples],
-                self.cfg.max_len,
+                self.cfg.truncation.max_len,
             )
             splits[name] = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
             truncated += cut if name == "train" else 0
@@ -208,7 +209,7 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
             cast(Tokenizer, tokenizers["src"]),
             [e.text_a for e in examples],
             [e.text_b for e in examples],
-            self.cfg.max_len,
+            self.cfg.truncation.max_len,
         )
         encoded = [Encoded(i, s, label) for (i, s), label in zip(inputs, ids)]
         test = ClassificationData(tokenizers=tokenizers, splits={"test": encoded}, labels=state["labels"])
@@ -238,7 +239,7 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
             model,
             cast(Tokenizer, run.read_tokenizers()["src"]),
             lines,
-            self.cfg.max_len,
+            self.cfg.truncation.max_len,
             pairs,
             batch_size,
             input_file or "<stdin>",

@@ -9,10 +9,10 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
-from attnlab.config import at_least
+from attnlab.config import flattened
 from attnlab.errors import ConfigError
 from attnlab.tasks.batching import Batching, Tokenizers
-from attnlab.tasks.parts import Text
+from attnlab.tasks.parts import Text, Truncation
 from attnlab.tasks.task import Task, TaskConfig, register_task
 
 
@@ -26,20 +26,17 @@ def _untrainable() -> ConfigError:
 @dataclass(frozen=True)
 class EncoderConfig(TaskConfig):
     """How the encoder reads text: its ``tokenizer`` (``vocab_size`` entries) and inputs of at most
-    ``max_len`` tokens, <bos> and <eos> included."""
+    ``max_len`` tokens, <bos> and <eos> included (Truncation, written flat)."""
 
     text: Text = Text(tokenizer="wordpiece")
-    max_len: int = 512
-
-    def check(self) -> None:
-        at_least("max_len", self.max_len, 3)
+    truncation: Truncation = flattened(Truncation(max_len=512))
 
     def check_trainable(self) -> None:
         raise _untrainable()
 
     @property
     def longest_sequence(self) -> int:
-        return self.max_len
+        return self.truncation.max_len
 
 
 @register_task

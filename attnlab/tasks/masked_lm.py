@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least, flattened
+from attnlab.config import flattened
 from attnlab.data.batching import moved, pad_sequences
 from attnlab.data.corpora import read_lines
 from attnlab.data.tokenizers import BOS, EOS, MASK, PAD, Tokenizer
@@ -20,7 +20,7 @@ from attnlab.eval.metrics import perplexity
 from attnlab.nn.losses import label_smoothed_nll
 from attnlab.tasks.abilities import Piped
 from attnlab.tasks.batching import Batching, BucketedData, Tokenizers, hold_out_valid
-from attnlab.tasks.parts import Files, Splits, Text
+from attnlab.tasks.parts import Files, Splits, Text, Truncation
 from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
 
 N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is never one of them
@@ -29,12 +29,12 @@ N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is
 @dataclass(frozen=True)
 class MaskedLMConfig(TaskConfig):
     """Lines of plain text (blank lines skipped), each one example of at most ``max_len`` tokens
-    with <bos> and <eos>; without a ``valid`` file the last ``splits.n_valid`` lines are held out.
+    with <bos> and <eos> (Truncation, written flat); without a ``valid`` file the last ``splits.n_valid`` lines are held out.
     ``whole_word``: choose words, and mask all the pieces of a chosen word together."""
 
     files: Files = flattened(Files(), ("train", "valid"))
     text: Text = Text()
-    max_len: int = 128
+    truncation: Truncation = flattened(Truncation(max_len=128))
     splits: Splits = Splits(n_valid=500)
     splits_read = ("n_valid",)
     mask_prob: float = 0.15
@@ -43,7 +43,6 @@ class MaskedLMConfig(TaskConfig):
     whole_word: bool = False
 
     def check(self) -> None:
-        at_least("max_len", self.max_len, 3)
         self.splits.read_by(self.chosen_name(), self.splits_read)
         self.splits.given(*self.splits_read)
         if not 0.0 < self.mask_prob < 1.0:
@@ -61,7 +60,7 @@ class MaskedLMConfig(TaskConfig):
 
     @property
     def longest_sequence(self) -> int:
-        return self.max_len
+        return self.truncation.max_len
 
 
 @dataclass
@@ -181,7 +180,7 @@ class MaskedLM(Task[MLMData, MLMBatch]):
                 "tgt": None,
             }
         src = typing.cast(Tokenizer, tokenizers["src"])  # the task's own role: never None
-        splits = {name: encode_lines(src, text, cfg.max_len) for name, text in lines.items()}
+        splits = {name: encode_lines(src, text, cfg.truncation.max_len) for name, text in lines.items()}
         return MLMData(tokenizers=tokenizers, splits=splits, cfg=cfg, **batching.bucketing())
 
     def loss(self, model: nn.Module, batch: MLMBatch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:

@@ -1,7 +1,8 @@
 """The parts that data sections compose, each a field with its own checks, so that no two tasks'
-configs declare one field: how a task's splits are sized and held out (``data.splits``: Splits),
-how its images are read (``data.images``: ImageSource) and how its text becomes token ids
-(``data.text``: Text). Each task gives its own defaults as the part's
+configs declare one field: the files its splits are read from (Files, written flat), how its splits
+are sized and held out (``data.splits``: Splits), how its images are read (``data.images``:
+ImageSource), how its text becomes token ids (``data.text``: Text) and how long a text input may be
+(Truncation, written flat: ``data.max_len``). Each task gives its own defaults as the part's
 (``splits: Splits = Splits(seed=0, n_train=4000, ...)``) and reads the fields it says."""
 
 from __future__ import annotations
@@ -133,3 +134,19 @@ class Text(TypedConfig):
     def fitted(self, texts: Iterable[str], with_mask: bool = False) -> Tokenizer:
         """A tokenizer of this kind and size fitted on ``texts``; ``with_mask``: with <mask> (id 4)."""
         return Tokenizer.train(self.tokenizer, texts, self.vocab_size, with_mask)
+
+
+@dataclass(frozen=True)
+class Truncation(TypedConfig):
+    """How long a text input may be: ``max_len``, the longest input kept, in tokens, <bos> and <eos>
+    included (a longer one is cut, or refused by the encoder's view: views/encoder.py). Written in the
+    data section itself (``data.max_len``: a task composes this part with config.flattened, giving its
+    own default); a task whose inputs need more room (a sentence pair's third special) checks its own
+    minimum beside this one."""
+
+    section: ClassVar[str] = "data"
+
+    max_len: int
+
+    def check(self) -> None:
+        at_least("max_len", self.max_len, 3)  # <bos> a token <eos>

@@ -30,7 +30,7 @@ class EncoderView:
 
     def answer(self, session: Session, text: str) -> dict[str, Any]:
         a, tab, b = text.partition("\t")
-        longest = session.data_cfg.max_len
+        longest = session.data_cfg.truncation.max_len
         [(ids, segments)], cut = encode_inputs(session.tokenizers["src"], [a], [b if tab else None], longest)
         if cut:
             raise Refused(f"the input is longer than the {longest} tokens this model reads", status=413)

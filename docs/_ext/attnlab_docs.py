@@ -211,8 +211,13 @@ def config_fields(cls: type, prefix: str = "", defaults: Any = None) -> list[Fie
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         value = getattr(defaults, f.name) if defaults is not None else f.default
-        if FLAT in f.metadata:  # a part written in this section: the rows of its fields that the section has
-            rows += [r for r in config_fields(hint, prefix, value) if r.path[len(prefix) :] in f.metadata[FLAT]]
+        if FLAT in f.metadata:  # a part written in this section: the rows of its fields that the section has,
+            # a field the section checks itself too (classification's max_len >= 4) with the section's own check
+            rows += [
+                dataclasses.replace(r, allowed=allowed.get(r.path[len(prefix) :], r.allowed))
+                for r in config_fields(hint, prefix, value)
+                if r.path[len(prefix) :] in f.metadata[FLAT]
+            ]
             continue
         literal = [a for a in typing.get_args(hint)] if typing.get_origin(hint) is typing.Literal else []
         nested = inspect.isclass(hint) and dataclasses.is_dataclass(hint)
