@@ -82,6 +82,22 @@ def test_captions_files_are_the_training_data_and_an_image_that_does_not_decode_
     assert str(broken.value) == f"{tmp_path / 'img' / '2.png'}: not an image that Pillow can decode"
 
 
+def test_a_split_whose_images_differ_in_size_from_the_training_images_is_named_by_its_file(tmp_path):
+    for i, scene in enumerate(generate("train", 2, seed=0)):
+        write_png(tmp_path / "img" / f"{i}.png", scene.pixels)
+    write_png(tmp_path / "img" / "small.png", np.zeros((16, 16, 3)))
+    train, valid = tmp_path / "train.tsv", tmp_path / "valid.tsv"
+    train.write_text("img/0.png\ta red circle\nimg/1.png\ttwo squares\n")
+    valid.write_text("img/small.png\ta small image\n")
+    cfg = task_config({"task": "captioning", "train": str(train), "valid": str(valid)})
+    with pytest.raises(DataError) as refused:
+        cfg.task.prepare(Batching(4096, 2, 0))
+    assert str(refused.value) == (
+        f"{valid}: images of 16x16 pixels and 3 channels; the training images are 32x32 with 3 channels "
+        f"(set data.images.resize)"
+    )
+
+
 # -- the model ---------------------------------------------------------------------------------------
 
 CAPTIONER = dict(
