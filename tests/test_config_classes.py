@@ -290,3 +290,108 @@ def test_translations_splits_are_written_flat_and_their_errors_name_them_so():
         task_config({"task": "translation", "format": "scan", "train": "t.txt", "n_test": None})
     with pytest.raises(ConfigError, match=r"^data.task 'translation' has no field 'valid_fraction'"):
         task_config({"task": "translation", "valid_fraction": 0.1})
+
+
+# The model sections of the recurrent and convolutional families with their defaults, as they were
+# written before their width, depth, dropout and max_len were composed (issue 61; captured at 6d189f6):
+# every written config and run directory has these keys, flat in the section.
+WRITTEN_BEFORE = {
+    "rnn": {
+        "arch": "rnn",
+        "d_model": 512,
+        "n_layers": 6,
+        "depths": {"encoder": None, "decoder": None},
+        "dropout": 0.1,
+        "embedding_dropout": None,
+        "max_len": 1024,
+        "tie_embeddings": "all",
+        "rnn_cell": "gru",
+        "rnn_attention": "bahdanau",
+        "score": "additive",
+        "bidirectional": True,
+        "input_feeding": True,
+        "teacher_forcing": 1.0,
+        "rnn_decoder": "deep_output",
+    },
+    "convs2s": {
+        "arch": "convs2s",
+        "d_embed": 512,
+        "d_model": 512,
+        "n_layers": 6,
+        "depths": {"encoder": None, "decoder": None},
+        "kernel_width": 3,
+        "dropout": 0.1,
+        "max_len": 1024,
+    },
+    "cnn": {"arch": "cnn", "d_model": 32, "dropout": 0.1},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(WRITTEN_BEFORE))
+def test_the_recurrent_and_convolutional_sections_are_written_and_read_as_before(arch):
+    """Their d_model, n_layers, dropout and max_len are written in the section itself, parse from it,
+    and a wrong value is named as the section writes it."""
+    from attnlab.errors import ConfigError
+    from attnlab.models import model_config
+
+    cfg = model_config(arch=arch)
+    assert cfg.to_dict() == WRITTEN_BEFORE[arch] and model_config(WRITTEN_BEFORE[arch]) == cfg
+    given = {
+        k: v for k, v in {"d_model": 24, "n_layers": 2, "dropout": 0.3, "max_len": 50}.items() if k in cfg.to_dict()
+    }
+    written = model_config({"arch": arch, **given}).to_dict()
+    assert written == {**WRITTEN_BEFORE[arch], **given} and model_config(written).to_dict() == written
+    for field, value, message in (
+        ("d_model", 0, r"d_model must be >= 1 \(got 0\)"),
+        ("d_model", "x", r"d_model must be an integer \(got 'x'\)"),
+        ("n_layers", 0, r"n_layers must be >= 1 \(got 0\)"),
+        ("dropout", 1.5, r"dropout must be in \[0, 1\) \(got 1.5\)"),
+        ("max_len", 0, r"max_len must be >= 1 \(got 0\)"),
+        ("max_len", "x", r"max_len must be an integer \(got 'x'\)"),
+    ):
+        if field in cfg.to_dict():
+            with pytest.raises(ConfigError, match=rf"^{message}$"):
+                model_config({"arch": arch, field: value})
+    for hidden in ("n_heads", "d_ff", "stack", "positions", "scheme"):  # a Transformer's, not these families'
+        with pytest.raises(ConfigError, match=rf"^model.arch '{arch}' has no field '{hidden}'; its fields: [^\n]*$"):
+            model_config({"arch": arch, hidden: 4})
+
+
+DATA_OF = {  # a task each of these families fits, whose section reads no file
+    "rnn": {"task": "translation", "format": "scan", "train": "t.txt"},
+    "convs2s": {"task": "translation", "format": "scan", "train": "t.txt"},
+    "cnn": {"task": "image_classification", "images": {"dataset": "digits"}},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(WRITTEN_BEFORE))
+def test_the_recurrent_and_convolutional_families_have_no_attention_stack(arch):
+    """Whatever part holds their width, depth and dropout, nothing takes them for a family with an
+    attention stack: no stack (models: stack_of), noam refused (it needs one's d_model), tensor
+    parallelism refused (no heads to split), `attnlab info`'s line their hidden size, not heads."""
+    from attnlab.cli.info import _describe_model
+    from attnlab.errors import ConfigError
+    from attnlab.models import model_config, stack_of
+    from attnlab.models.shape import DataShape
+    from attnlab.parallel.tensor_parallel import check_tensor_parallel
+    from attnlab.runs.config import RunConfig
+
+    cfg = model_config(arch=arch)
+    assert stack_of(cfg) is None
+    assert cfg.max_positions == (1024 if arch == "convs2s" else None)  # convs2s's learnt positions
+    assert cfg.longest_sequence == (None if arch == "cnn" else 1024)
+    sections = {"model": {"arch": arch}, "data": DATA_OF[arch]}
+    assert RunConfig.from_sections({**sections, "train": {"lr_schedule": "cosine"}}).model == cfg
+    with pytest.raises(ConfigError, match=rf"^train.lr_schedule 'noam' .* which arch '{arch}' does not have; "):
+        RunConfig.from_sections({**sections, "train": {"lr_schedule": "noam"}})
+    with pytest.raises(ConfigError, match=rf"feed-forward widths; model.arch '{arch}' has none$"):
+        check_tensor_parallel(cfg, 2)
+    shape = DataShape(vocab_size=100, channels=3, n_classes=10, image_height=8, image_width=8)
+    assert (
+        _describe_model(cfg, shape, "100")
+        == {
+            "rnn": "rnn, hidden size 512, 6+6 layers, vocab 100",
+            "convs2s": "convs2s, hidden size 512, 6+6 layers, vocab 100",
+            "cnn": "cnn, hidden size 32, vocab 100",
+        }[arch]
+    )
