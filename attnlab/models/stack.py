@@ -102,7 +102,13 @@ class StackConfig(TypedConfig):
 
 
 def stack_of(cfg: Any) -> StackConfig | None:
-    """A family config's attention stack; None for a family without one (recurrent, convolutional)."""
+    """A family config's attention stack, the part its section writes as ``model.stack``; None for a
+    family without one. Asked of the keys that the family's section has (``field_names``), as
+    ``transformer_parts`` (models/transformer_config.py) asks for the Transformer parts, not of an
+    attribute: a recurrent or convolutional family holds a StackConfig flattened (config.flattened)
+    for its width, depth and dropout alone, written ``model.d_model``, and has no attention stack."""
+    if not isinstance(cfg, TypedConfig) or "stack" not in cfg.field_names():
+        return None
     stack = getattr(cfg, "stack", None)
     return stack if isinstance(stack, StackConfig) else None
 
