@@ -85,8 +85,7 @@ def bases_with_fields(cls: type) -> int:
 # BackendOptions), the patches (models/vit.py: Patches) and the two sides' depths (models/family.py:
 # Depths) were composed and the data's sizes left the model sections for the DataShape
 # (models/shape.py: vocab_size, pad_id, image and series sizes, n_classes), and the Transformer
-# families' positions became one part (models/transformer_config.py: Positions: its max_len is the one
-# of the model sections' max_len left beside the recurrent and convolutional families' own), and the
+# families' positions became one part (models/transformer_config.py: Positions), and the
 # data sections' scenes, splits (the fractions and forecasting's rows too), images, text, and translation's
 # generator and pairs became parts (tasks/scene_splits.py: Scenes; tasks/parts.py: Splits, ImageSource, Text;
 # tasks/pairs_section.py: PairGenerator, Pairs), and no task config inherits another (what the ex-subclasses
@@ -94,22 +93,23 @@ def bases_with_fields(cls: type) -> int:
 # the split files became one part, Files, that each task's section composes flattened (config.flattened):
 # written data.train, data.valid, data.test as before, which tests/golden.py (kept byte for byte) sets; the
 # format (data.format, which golden.py reads) with them; translation's seed, n_train, n_valid and n_test are
-# its Splits part flattened the same way (golden.py sets data.n_valid). The rest of issue 61's stage (c)
-# takes the others away.
+# its Splits part flattened the same way (golden.py sets data.n_valid); and the recurrent and
+# convolutional families' d_model, n_layers and dropout (cnn: d_model and dropout) are a StackConfig's
+# and their max_len a Positions' (convs2s's learnt positions; rnn's, scheme none, the positions of its
+# location score), each composed flattened the same way: written model.d_model, ..., model.max_len as
+# before, the stack's and the positions' other fields hidden at their defaults, and no attention stack
+# for all that (models/stack.py: stack_of). Left: the data sections' max_len beside Positions' (the
+# task side), and d_embed, which names two quantities (ConvS2S's embedding width, the dual encoder's
+# joint space). The rest of issue 61's stage (c) takes the others away.
 REPEATED = {
     "max_len": {
         "ClassificationConfig",
-        "ConvS2SConfig",
         "EncoderConfig",
         "MaskedLMConfig",
         "PairGenerator",
         "Positions",
-        "RNNConfig",
     },
-    "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
     "seed": {"Splits", "TrainConfig"},
-    "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
     "block_size": {"LanguageModelConfig", "SegmentLanguageModelConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
     "max_caption_len": {"CaptioningConfig", "ContrastiveConfig"},
@@ -395,3 +395,30 @@ def test_the_recurrent_and_convolutional_families_have_no_attention_stack(arch):
             "cnn": "cnn, hidden size 32, vocab 100",
         }[arch]
     )
+
+
+def test_the_recurrent_and_convolutional_families_compose_their_width_depth_dropout_and_max_len():
+    """d_model, n_layers and dropout are declared by StackConfig alone, max_len by no model section:
+    rnn and convs2s hold a StackConfig flattened with those three and a Positions with max_len, cnn a
+    StackConfig with d_model and dropout; the parts' other fields keep defaults that no width refuses
+    (one head), and only the stack's dropout changed its place in the section (beside its d_model)."""
+    from attnlab.models import StackConfig, model_config
+    from attnlab.models.transformer_config import Positions
+
+    declared = declarations()
+    assert declared["d_model"] == declared["n_layers"] == declared["dropout"] == {"StackConfig"}
+    assert not {"RNNConfig", "ConvS2SConfig", "CNNConfig"} & declared["max_len"]
+    sizes = {"d_model": 7, "n_layers": 2, "dropout": 0.3, "max_len": 50}
+    rnn = model_config(arch="rnn", **sizes)
+    assert rnn.stack == StackConfig(d_model=7, n_heads=1, n_layers=2, dropout=0.3)
+    assert rnn.positions == Positions(scheme="none", max_len=50) and rnn.max_positions is None
+    convs2s = model_config(arch="convs2s", **sizes)
+    assert convs2s.stack == rnn.stack and convs2s.positions == Positions(scheme="learned", max_len=50)
+    assert convs2s.max_positions == convs2s.longest_sequence == 50
+    cnn = model_config(arch="cnn", d_model=7, dropout=0.3)
+    assert cnn.stack == StackConfig(d_model=7, n_heads=1, dropout=0.3) and not hasattr(cnn, "positions")
+    for arch, cfg in (("rnn", rnn), ("convs2s", convs2s), ("cnn", cnn)):
+        written = list(cfg.to_dict())
+        assert not {"stack", "positions"} & {*written, *cfg.field_names()}
+        assert [k for k in written if k != "dropout"] == [k for k in WRITTEN_BEFORE[arch] if k != "dropout"]
+        assert written[written.index("d_model") + (2 if "n_layers" in written else 1)] == "dropout"

@@ -10,6 +10,11 @@ A family's config holds one ``stack`` with its own defaults, and declares none o
 In a config file the stack is a mapping whose fields override the family's defaults one by one
 (``model: {arch: vit, stack: {n_layers: 4}}`` keeps ViT's other defaults); on the command line,
 ``--set model.stack.n_layers=4``.
+
+A recurrent or convolutional family (models/rnn.py, convs2s.py, cnn.py) holds one too, for N layers
+of width d_model with dropout alone, composed flattened (config.flattened): those fields are written
+in its section (``model.d_model``), the others stay at defaults that no width refuses (one head), and
+it is no attention stack (:func:`stack_of`).
 """
 
 from __future__ import annotations
