@@ -178,7 +178,7 @@ def test_a_run_directory_of_release_0_1_lists_every_familys_fields_and_loads():
         "rnn_cell": "lstm",
     }
     cfg = model_config(migrated_model(written))
-    assert (cfg.arch, cfg.d_model, cfg.rnn_cell) == ("rnn", 32, "lstm")
+    assert (cfg.arch, cfg.stack.d_model, cfg.rnn_cell) == ("rnn", 32, "lstm")
     assert written_sizes(written) == DataShape(vocab_size=30, n_classes=2)  # the data's sizes: its DataShape
     with pytest.raises(ConfigError, match="has no field 'n_heads'"):
         model_config({k: v for k, v in written.items() if k not in ("vocab_size", "n_classes")})
@@ -504,7 +504,7 @@ def test_the_recurrent_run_of_the_cuda_tests_reads():
     from attnlab.runs.config import RunConfig
 
     recurrent = RunConfig.from_file(RECURRENT_PRESET, RECURRENT_SETS)
-    assert recurrent.model.d_model == 64 and recurrent.train.device == "cuda"
+    assert recurrent.model.to_dict()["d_model"] == 64 and recurrent.train.device == "cuda"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -85,8 +85,7 @@ def bases_with_fields(cls: type) -> int:
 # BackendOptions), the patches (models/vit.py: Patches) and the two sides' depths (models/family.py:
 # Depths) were composed and the data's sizes left the model sections for the DataShape
 # (models/shape.py: vocab_size, pad_id, image and series sizes, n_classes), and the Transformer
-# families' positions became one part (models/transformer_config.py: Positions: its max_len is the one
-# of the model sections' max_len left beside the recurrent and convolutional families' own), and the
+# families' positions became one part (models/transformer_config.py: Positions), and the
 # data sections' scenes, splits (the fractions and forecasting's rows too), images, text, and translation's
 # generator and pairs became parts (tasks/scene_splits.py: Scenes; tasks/parts.py: Splits, ImageSource, Text;
 # tasks/pairs_section.py: PairGenerator, Pairs), and no task config inherits another (what the ex-subclasses
@@ -99,14 +98,19 @@ def bases_with_fields(cls: type) -> int:
 # (tasks/captions_section.py), and classification's, masked_lm's and encoder's max_len (the longest text
 # input kept) their Truncation part (tasks/parts.py: >= 3; classification checks its own >= 4 beside it),
 # each flattened the same way, so data.block_size, data.max_caption_len and data.max_len are written as
-# before (max_len is left to the generator's lengths, the positions' and the recurrent and convolutional
-# families'). The rest of issue 61's stage (c) takes the others away.
+# before; and the recurrent and convolutional families' d_model, n_layers and dropout (cnn: d_model and
+# dropout) are a StackConfig's and their max_len a Positions' (convs2s's learnt positions; rnn's, scheme
+# none, the positions of its location score), each composed flattened the same way: written model.d_model,
+# ..., model.max_len as before, the stack's and the positions' other fields hidden at their defaults, and
+# no attention stack for all that (models/stack.py: stack_of). Left, each one name for different
+# quantities: max_len, the longest text input a data section keeps (Truncation), the lengths a pair
+# generator draws (PairGenerator, with its min_len) and the longest sequence a model is built for
+# (Positions); seed, the draw of a data set's splits (Splits) and the training's (TrainConfig), kept apart
+# so that every training seed sees the same splits; d_embed, ConvS2S's embedding width and the dual
+# encoder's joint space.
 REPEATED = {
-    "max_len": {"ConvS2SConfig", "PairGenerator", "Positions", "RNNConfig", "Truncation"},
-    "d_model": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
-    "dropout": {"CNNConfig", "ConvS2SConfig", "RNNConfig", "StackConfig"},
+    "max_len": {"PairGenerator", "Positions", "Truncation"},
     "seed": {"Splits", "TrainConfig"},
-    "n_layers": {"ConvS2SConfig", "RNNConfig", "StackConfig"},
     "d_embed": {"ConvS2SConfig", "DualEncoderConfig"},
 }
 
@@ -321,3 +325,135 @@ def test_a_field_that_tasks_shared_is_one_part_written_flat_in_each_section(tmp_
         config.write_text(f"data: {{task: {task}, {field}: 0}}\n")
         with pytest.raises(ConfigError, match=rf"^{config}: {field} must be >= \d+ \(got 0\)$"):
             RunConfig.from_file(config)
+
+
+# The model sections of the recurrent and convolutional families with their defaults, as they were
+# written before their width, depth, dropout and max_len were composed (issue 61; captured at 6d189f6):
+# every written config and run directory has these keys, flat in the section.
+WRITTEN_BEFORE = {
+    "rnn": {
+        "arch": "rnn",
+        "d_model": 512,
+        "n_layers": 6,
+        "depths": {"encoder": None, "decoder": None},
+        "dropout": 0.1,
+        "embedding_dropout": None,
+        "max_len": 1024,
+        "tie_embeddings": "all",
+        "rnn_cell": "gru",
+        "rnn_attention": "bahdanau",
+        "score": "additive",
+        "bidirectional": True,
+        "input_feeding": True,
+        "teacher_forcing": 1.0,
+        "rnn_decoder": "deep_output",
+    },
+    "convs2s": {
+        "arch": "convs2s",
+        "d_embed": 512,
+        "d_model": 512,
+        "n_layers": 6,
+        "depths": {"encoder": None, "decoder": None},
+        "kernel_width": 3,
+        "dropout": 0.1,
+        "max_len": 1024,
+    },
+    "cnn": {"arch": "cnn", "d_model": 32, "dropout": 0.1},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(WRITTEN_BEFORE))
+def test_the_recurrent_and_convolutional_sections_are_written_and_read_as_before(arch):
+    """Their d_model, n_layers, dropout and max_len are written in the section itself, parse from it,
+    and a wrong value is named as the section writes it."""
+    from attnlab.errors import ConfigError
+    from attnlab.models import model_config
+
+    cfg = model_config(arch=arch)
+    assert cfg.to_dict() == WRITTEN_BEFORE[arch] and model_config(WRITTEN_BEFORE[arch]) == cfg
+    given = {
+        k: v for k, v in {"d_model": 24, "n_layers": 2, "dropout": 0.3, "max_len": 50}.items() if k in cfg.to_dict()
+    }
+    written = model_config({"arch": arch, **given}).to_dict()
+    assert written == {**WRITTEN_BEFORE[arch], **given} and model_config(written).to_dict() == written
+    for field, value, message in (
+        ("d_model", 0, r"d_model must be >= 1 \(got 0\)"),
+        ("d_model", "x", r"d_model must be an integer \(got 'x'\)"),
+        ("n_layers", 0, r"n_layers must be >= 1 \(got 0\)"),
+        ("dropout", 1.5, r"dropout must be in \[0, 1\) \(got 1.5\)"),
+        ("max_len", 0, r"max_len must be >= 1 \(got 0\)"),
+        ("max_len", "x", r"max_len must be an integer \(got 'x'\)"),
+    ):
+        if field in cfg.to_dict():
+            with pytest.raises(ConfigError, match=rf"^{message}$"):
+                model_config({"arch": arch, field: value})
+    for hidden in ("n_heads", "d_ff", "stack", "positions", "scheme"):  # a Transformer's, not these families'
+        with pytest.raises(ConfigError, match=rf"^model.arch '{arch}' has no field '{hidden}'; its fields: [^\n]*$"):
+            model_config({"arch": arch, hidden: 4})
+
+
+DATA_OF = {  # a task each of these families fits, whose section reads no file
+    "rnn": {"task": "translation", "format": "scan", "train": "t.txt"},
+    "convs2s": {"task": "translation", "format": "scan", "train": "t.txt"},
+    "cnn": {"task": "image_classification", "images": {"dataset": "digits"}},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(WRITTEN_BEFORE))
+def test_the_recurrent_and_convolutional_families_have_no_attention_stack(arch):
+    """Whatever part holds their width, depth and dropout, nothing takes them for a family with an
+    attention stack: no stack (models: stack_of), noam refused (it needs one's d_model), tensor
+    parallelism refused (no heads to split), `attnlab info`'s line their hidden size, not heads."""
+    from attnlab.cli.info import _describe_model
+    from attnlab.errors import ConfigError
+    from attnlab.models import model_config, stack_of
+    from attnlab.models.shape import DataShape
+    from attnlab.parallel.tensor_parallel import check_tensor_parallel
+    from attnlab.runs.config import RunConfig
+
+    cfg = model_config(arch=arch)
+    assert stack_of(cfg) is None
+    assert cfg.max_positions == (1024 if arch == "convs2s" else None)  # convs2s's learnt positions
+    assert cfg.longest_sequence == (None if arch == "cnn" else 1024)
+    sections = {"model": {"arch": arch}, "data": DATA_OF[arch]}
+    assert RunConfig.from_sections({**sections, "train": {"lr_schedule": "cosine"}}).model == cfg
+    with pytest.raises(ConfigError, match=rf"^train.lr_schedule 'noam' .* which arch '{arch}' does not have; "):
+        RunConfig.from_sections({**sections, "train": {"lr_schedule": "noam"}})
+    with pytest.raises(ConfigError, match=rf"feed-forward widths; model.arch '{arch}' has none$"):
+        check_tensor_parallel(cfg, 2)
+    shape = DataShape(vocab_size=100, channels=3, n_classes=10, image_height=8, image_width=8)
+    assert (
+        _describe_model(cfg, shape, "100")
+        == {
+            "rnn": "rnn, hidden size 512, 6+6 layers, vocab 100",
+            "convs2s": "convs2s, hidden size 512, 6+6 layers, vocab 100",
+            "cnn": "cnn, hidden size 32, vocab 100",
+        }[arch]
+    )
+
+
+def test_the_recurrent_and_convolutional_families_compose_their_width_depth_dropout_and_max_len():
+    """d_model, n_layers and dropout are declared by StackConfig alone, max_len by no model section:
+    rnn and convs2s hold a StackConfig flattened with those three and a Positions with max_len, cnn a
+    StackConfig with d_model and dropout; the parts' other fields keep defaults that no width refuses
+    (one head), and only the stack's dropout changed its place in the section (beside its d_model)."""
+    from attnlab.models import StackConfig, model_config
+    from attnlab.models.transformer_config import Positions
+
+    declared = declarations()
+    assert declared["d_model"] == declared["n_layers"] == declared["dropout"] == {"StackConfig"}
+    assert not {"RNNConfig", "ConvS2SConfig", "CNNConfig"} & declared["max_len"]
+    sizes = {"d_model": 7, "n_layers": 2, "dropout": 0.3, "max_len": 50}
+    rnn = model_config(arch="rnn", **sizes)
+    assert rnn.stack == StackConfig(d_model=7, n_heads=1, n_layers=2, dropout=0.3)
+    assert rnn.positions == Positions(scheme="none", max_len=50) and rnn.max_positions is None
+    convs2s = model_config(arch="convs2s", **sizes)
+    assert convs2s.stack == rnn.stack and convs2s.positions == Positions(scheme="learned", max_len=50)
+    assert convs2s.max_positions == convs2s.longest_sequence == 50
+    cnn = model_config(arch="cnn", d_model=7, dropout=0.3)
+    assert cnn.stack == StackConfig(d_model=7, n_heads=1, dropout=0.3) and not hasattr(cnn, "positions")
+    for arch, cfg in (("rnn", rnn), ("convs2s", convs2s), ("cnn", cnn)):
+        written = list(cfg.to_dict())
+        assert not {"stack", "positions"} & {*written, *cfg.field_names()}
+        assert [k for k in written if k != "dropout"] == [k for k in WRITTEN_BEFORE[arch] if k != "dropout"]
+        assert written[written.index("d_model") + (2 if "n_layers" in written else 1)] == "dropout"

@@ -67,7 +67,7 @@ REFERENCE = "transformer"
 
 def build(name: str, max_len: int) -> torch.nn.Module:
     """The preset ``name`` built for sequences of up to ``max_len`` tokens (a Transformer's
-    positions.max_len, a recurrent model's own max_len)."""
+    positions.max_len, a recurrent model's max_len, written in its section)."""
     model = MODELS[name]
     limit = {"positions": {**model["positions"], "max_len": max_len}} if "positions" in model else {"max_len": max_len}
     return build_model(model_config({**model, **limit}), DataShape(vocab_size=VOCAB))

@@ -39,10 +39,11 @@ def _describe_model(cfg: FamilyConfig, shape: DataShape, vocab: str | None) -> s
             ("layers", "+".join(stacks) or stack.n_layers),
             ("d_ff", stack.d_ff),
         ]
-    else:  # a recurrent or convolutional model
+    else:  # a recurrent or convolutional model: its sizes as its section writes them (model.d_model)
+        written = cfg.to_dict()
         sizes = [
-            ("hidden size", getattr(cfg, "d_model", None)),
-            ("layers", "+".join(stacks) or getattr(cfg, "n_layers", None)),
+            ("hidden size", written.get("d_model")),
+            ("layers", "+".join(stacks) or written.get("n_layers")),
         ]
     sizes.append(("vocab", vocab))
     sizes += [(name, getattr(shape, field)) for name, field in SERIES_SIZES]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.config import at_least
+from attnlab.config import flattened
 from attnlab.errors import ConfigError
 from attnlab.models.family import Capabilities, FamilyConfig, Inputs, ModelFamily, register_family
 from attnlab.models.shape import DataShape
+from attnlab.models.stack import StackConfig
 from attnlab.nn.cnn import SmallConvNet
 
 
@@ -16,13 +17,10 @@ class CNNConfig(FamilyConfig):
     """``d_model``, the channels of the first convolutions (the last has twice as many); the image's
     size and channels and the classes are the data's (DataShape)."""
 
-    d_model: int = 32
-    dropout: float = 0.1
-
-    def check(self) -> None:
-        at_least("d_model", self.d_model, 1)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
+    # d_model and dropout: a StackConfig's, composed flattened (config.flattened): written in the section
+    # (model.d_model), its other fields kept at defaults that no value of these refuses (one head), and
+    # no attention stack (models/stack.py)
+    stack: StackConfig = flattened(StackConfig(d_model=32, n_heads=1, dropout=0.1), ("d_model", "dropout"))
 
     def check_shape(self, shape: DataShape) -> None:
         height, width = shape.image_height, shape.image_width
@@ -42,5 +40,8 @@ class CNNFamily(ModelFamily):
     @staticmethod
     def build(cfg: CNNConfig, shape: DataShape) -> SmallConvNet:
         return SmallConvNet(
-            shape.need("channels", "arch 'cnn'"), cfg.d_model, shape.need("n_classes", "arch 'cnn'"), cfg.dropout
+            shape.need("channels", "arch 'cnn'"),
+            cfg.stack.d_model,
+            shape.need("n_classes", "arch 'cnn'"),
+            cfg.stack.dropout,
         )

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.config import at_least
-from attnlab.errors import ConfigError
+from attnlab.config import at_least, flattened
 from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, register_family
 from attnlab.models.shape import DataShape
+from attnlab.models.stack import StackConfig
+from attnlab.models.transformer_config import Positions
 from attnlab.nn.convs2s import ConvDecoder, ConvEncoder, ConvSeq2Seq, conv_embedding
 from attnlab.nn.embeddings import Embeddings
 
@@ -21,35 +22,36 @@ class ConvS2SConfig(FamilyConfig):
     d_embed = d_model."""
 
     d_embed: int = 512
-    d_model: int = 512
-    n_layers: int = 6
+    # d_model, n_layers and dropout: a StackConfig's (N layers of width d_model), max_len: a Positions'
+    # (scheme learned), composed flattened (config.flattened): written in the section (model.d_model), the
+    # parts' other fields kept at defaults that no value of these refuses (one head), and no attention
+    # stack (models/stack.py)
+    stack: StackConfig = flattened(
+        StackConfig(d_model=512, n_heads=1, n_layers=6, dropout=0.1), ("d_model", "n_layers", "dropout")
+    )
     depths: Depths = Depths()
     kernel_width: int = 3
-    dropout: float = 0.1
-    max_len: int = 1024
+    positions: Positions = flattened(Positions(scheme="learned", max_len=1024), ("max_len",))
 
     def check(self) -> None:
-        for name in ("d_embed", "d_model", "n_layers", "max_len"):
-            at_least(name, getattr(self, name), 1)
+        at_least("d_embed", self.d_embed, 1)  # d_model, n_layers, dropout and max_len: their parts check them
         at_least("kernel_width", self.kernel_width, 2)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
 
     @property
     def max_positions(self) -> int:
-        return self.max_len
+        return self.positions.max_len
 
     @property
     def longest_sequence(self) -> int:
-        return self.max_len
+        return self.positions.max_len
 
     @property
     def encoder_layers(self) -> int:
-        return self.depths.encoder_layers(self.n_layers)
+        return self.depths.encoder_layers(self.stack.n_layers)
 
     @property
     def decoder_layers(self) -> int:
-        return self.depths.decoder_layers(self.n_layers)
+        return self.depths.decoder_layers(self.stack.n_layers)
 
 
 @register_family
@@ -61,19 +63,18 @@ class ConvS2SFamily(ModelFamily):
     @staticmethod
     def build(cfg: ConvS2SConfig, shape: DataShape) -> ConvSeq2Seq:
         vocab_size = shape.need("vocab_size", "arch 'convs2s'")
+        d_model, dropout = cfg.stack.d_model, cfg.stack.dropout
 
         def embedding(rows: int) -> Embeddings:
-            return conv_embedding(rows, cfg.d_embed, cfg.max_len, shape.pad_id, cfg.dropout)
+            return conv_embedding(rows, cfg.d_embed, cfg.positions.max_len, shape.pad_id, dropout)
 
         encoder = ConvEncoder(
             embedding(shape.src_vocab or vocab_size),
-            cfg.d_model,
+            d_model,
             cfg.encoder_layers,
             cfg.kernel_width,
-            cfg.dropout,
+            dropout,
             grad_scale=1.0 / (2 * cfg.decoder_layers),
         )
-        decoder = ConvDecoder(
-            embedding(vocab_size), cfg.d_model, cfg.decoder_layers, cfg.kernel_width, cfg.dropout, vocab_size
-        )
+        decoder = ConvDecoder(embedding(vocab_size), d_model, cfg.decoder_layers, cfg.kernel_width, dropout, vocab_size)
         return ConvSeq2Seq(encoder, decoder, shape.pad_id)

@@ -157,8 +157,8 @@ class FamilyConfig(TypedConfig):
 @dataclass(frozen=True)
 class Depths(TypedConfig):
     """Each side's layers in a family with a source and a target side (``model.depths``): the
-    ``encoder``'s and the ``decoder``'s; None: the family's depth (its stack's n_layers, or a
-    recurrent or convolutional model's own n_layers)."""
+    ``encoder``'s and the ``decoder``'s; None: the family's depth (its stack's n_layers, written
+    ``model.n_layers`` in a recurrent or convolutional model's section)."""
 
     section: ClassVar[str] = "model.depths"
 

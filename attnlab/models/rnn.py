@@ -9,11 +9,13 @@ from typing import Optional
 
 from torch import nn
 
-from attnlab.config import at_least, one_of
+from attnlab.config import flattened, one_of
 from attnlab.errors import ConfigError
 from attnlab.models.family import Capabilities, Depths, FamilyConfig, ModelFamily, register_family
 from attnlab.models.shape import DataShape
+from attnlab.models.stack import StackConfig
 from attnlab.models.transformer import SINGLE_STACK_TIES, init_weights
+from attnlab.models.transformer_config import Positions
 from attnlab.nn.registry import RNN_ATTENTION, RNN_CELLS, SCORES
 from attnlab.nn.rnn import LakeBaroniDecoder, RNNDecoder, RNNEncoder, RNNSeq2Seq
 
@@ -33,12 +35,16 @@ class RNNConfig(FamilyConfig):
     Embeddings may tie the output projection only (``all`` = ``output``): source and target tables
     stay separate."""
 
-    d_model: int = 512
-    n_layers: int = 6
+    # d_model, n_layers and dropout: a StackConfig's (N layers of width d_model), max_len: a Positions'
+    # (scheme none: no position is added to a token; max_len, those of the location score), composed
+    # flattened (config.flattened): written in the section (model.d_model), the parts' other fields kept
+    # at defaults that no value of these refuses (one head), and no attention stack (models/stack.py)
+    stack: StackConfig = flattened(
+        StackConfig(d_model=512, n_heads=1, n_layers=6, dropout=0.1), ("d_model", "n_layers", "dropout")
+    )
     depths: Depths = Depths()
-    dropout: float = 0.1
     embedding_dropout: Optional[float] = None
-    max_len: int = 1024
+    positions: Positions = flattened(Positions(scheme="none", max_len=1024), ("max_len",))
     tie_embeddings: str = "all"
     rnn_cell: str = "gru"
     rnn_attention: str = "bahdanau"
@@ -68,12 +74,9 @@ class RNNConfig(FamilyConfig):
         if self.tie_embeddings == "src_tgt":
             raise ConfigError("tie_embeddings 'src_tgt' needs arch 'encoder_decoder' (arch is 'rnn')")
         one_of("tie_embeddings", self.tie_embeddings, SINGLE_STACK_TIES)
-        for name in ("d_model", "n_layers", "max_len"):
-            at_least(name, getattr(self, name), 1)
-        for name in ("dropout", "embedding_dropout"):
-            p = getattr(self, name)
-            if p is not None and not 0.0 <= p < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1) (got {p})")
+        p = self.embedding_dropout  # d_model, n_layers, dropout and max_len: their parts check them
+        if p is not None and not 0.0 <= p < 1.0:
+            raise ConfigError(f"embedding_dropout must be in [0, 1) (got {p})")
         if not 0.0 <= self.teacher_forcing <= 1.0:
             raise ConfigError(
                 f"teacher_forcing is the probability that a training sequence reads the true "
@@ -82,11 +85,11 @@ class RNNConfig(FamilyConfig):
 
     @property
     def embed_dropout(self) -> float:
-        return self.dropout if self.embedding_dropout is None else self.embedding_dropout
+        return self.stack.dropout if self.embedding_dropout is None else self.embedding_dropout
 
     @property
     def longest_sequence(self) -> int:
-        return self.max_len
+        return self.positions.max_len
 
     @property
     def tied(self) -> tuple[str, ...]:
@@ -94,11 +97,11 @@ class RNNConfig(FamilyConfig):
 
     @property
     def encoder_layers(self) -> int:
-        return self.depths.encoder_layers(self.n_layers)
+        return self.depths.encoder_layers(self.stack.n_layers)
 
     @property
     def decoder_layers(self) -> int:
-        return self.depths.decoder_layers(self.n_layers)
+        return self.depths.decoder_layers(self.stack.n_layers)
 
 
 @register_family
@@ -109,36 +112,34 @@ class RNNFamily(ModelFamily):
 
     @staticmethod
     def build(cfg: RNNConfig, shape: DataShape) -> RNNSeq2Seq:
-        cell = RNN_CELLS[cfg.rnn_cell]
+        cell, d_model, dropout = RNN_CELLS[cfg.rnn_cell], cfg.stack.d_model, cfg.stack.dropout
         vocab_size = shape.need("vocab_size", "arch 'rnn'")
-        src_embed = nn.Embedding(shape.src_vocab or vocab_size, cfg.d_model)
-        tgt_embed = nn.Embedding(vocab_size, cfg.d_model)
+        src_embed = nn.Embedding(shape.src_vocab or vocab_size, d_model)
+        tgt_embed = nn.Embedding(vocab_size, d_model)
         carries = cfg.rnn_decoder == "lake_baroni"
         encoder = RNNEncoder(
-            src_embed, cell, cfg.d_model, cfg.encoder_layers, cfg.bidirectional, cfg.dropout, cfg.embed_dropout, carries
+            src_embed, cell, d_model, cfg.encoder_layers, cfg.bidirectional, dropout, cfg.embed_dropout, carries
         )
         score = None
         if cfg.rnn_attention != "none":
-            score = SCORES[cfg.score](cfg.d_model, encoder.out_dim, d_attn=cfg.d_model, max_len=cfg.max_len)
+            score = SCORES[cfg.score](d_model, encoder.out_dim, d_attn=d_model, max_len=cfg.positions.max_len)
         decoder: LakeBaroniDecoder | RNNDecoder
         if carries:
-            decoder = LakeBaroniDecoder(
-                tgt_embed, cell, cfg.d_model, cfg.decoder_layers, score, cfg.dropout, cfg.embed_dropout
-            )
+            decoder = LakeBaroniDecoder(tgt_embed, cell, d_model, cfg.decoder_layers, score, dropout, cfg.embed_dropout)
         else:
             decoder = RNNDecoder(
                 tgt_embed,
                 cell,
-                cfg.d_model,
+                d_model,
                 encoder.out_dim,
                 cfg.decoder_layers,
                 cfg.rnn_attention,
                 score,
                 cfg.input_feeding,
-                cfg.dropout,
+                dropout,
                 cfg.embed_dropout,
             )
-        generator = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        generator = nn.Linear(d_model, vocab_size, bias=False)
         if "output" in cfg.tied:
             generator.weight = tgt_embed.weight
         model = RNNSeq2Seq(encoder, decoder, generator, shape.pad_id, cfg.teacher_forcing)

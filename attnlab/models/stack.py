@@ -10,6 +10,11 @@ A family's config holds one ``stack`` with its own defaults, and declares none o
 In a config file the stack is a mapping whose fields override the family's defaults one by one
 (``model: {arch: vit, stack: {n_layers: 4}}`` keeps ViT's other defaults); on the command line,
 ``--set model.stack.n_layers=4``.
+
+A recurrent or convolutional family (models/rnn.py, convs2s.py, cnn.py) holds one too, for N layers
+of width d_model with dropout alone, composed flattened (config.flattened): those fields are written
+in its section (``model.d_model``), the others stay at defaults that no width refuses (one head), and
+it is no attention stack (:func:`stack_of`).
 """
 
 from __future__ import annotations
@@ -102,7 +107,13 @@ class StackConfig(TypedConfig):
 
 
 def stack_of(cfg: Any) -> StackConfig | None:
-    """A family config's attention stack; None for a family without one (recurrent, convolutional)."""
+    """A family config's attention stack, the part its section writes as ``model.stack``; None for a
+    family without one. Asked of the keys that the family's section has (``field_names``), as
+    ``transformer_parts`` (models/transformer_config.py) asks for the Transformer parts, not of an
+    attribute: a recurrent or convolutional family holds a StackConfig flattened (config.flattened)
+    for its width, depth and dropout alone, written ``model.d_model``, and has no attention stack."""
+    if not isinstance(cfg, TypedConfig) or "stack" not in cfg.field_names():
+        return None
     stack = getattr(cfg, "stack", None)
     return stack if isinstance(stack, StackConfig) else None
 

@@ -116,7 +116,10 @@ class Positions(TypedConfig):
     ``base``, the wavelengths' base of the sinusoids and of the rotations; ``max_relative_distance``,
     the clipped distance of Shaw et al.'s and T5's tables; ``max_len``, the positions a learned table
     has (and the longest sequence a model is built for). What spans other parts (the widths against
-    d_model and the head size, the ties, the backend) the family's config checks."""
+    d_model and the head size, the ties, the backend) the family's config checks. The recurrent and
+    convolutional families hold one flattened with ``max_len`` alone, written ``model.max_len``
+    (convs2s: ``learned``, its learnt positions; rnn: ``none``, max_len the positions of its location
+    score)."""
 
     section: ClassVar[str] = "model.positions"
 

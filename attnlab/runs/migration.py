@@ -118,7 +118,8 @@ MOVED_TO_EMBEDDINGS = {"embedding": "kind", "tie_embeddings": "tie", "vocab_mult
 # A flat field of a family that predicts tokens -> where it is now, in the composed ``output``
 MOVED_TO_OUTPUT = {"output_bias": "bias", "output_vocabulary": "vocabulary"}
 # A flat field of a Transformer family's positions -> where it is now, in the composed ``positions``
-# (the recurrent and convolutional families keep their own max_len)
+# (the recurrent and convolutional families' is written model.max_len: their Positions is flattened,
+# and 'positions' is not among their section's fields)
 MOVED_TO_POSITIONS = {
     "positional": "scheme",
     "positional_combine": "combine",
