@@ -126,7 +126,7 @@ def captioned_splits(
     shape = read["train"][0].shape[1:]
     splits = {}
     for name, (pixels, captions) in read.items():
-        where = getattr(cfg.files, name) or cfg.images.dataset or name
+        where = getattr(cfg.files, name, None) or cfg.images.dataset or name  # compositional: no file
         if pixels.shape[1:] != shape:
             raise DataError(
                 f"{where}: images of {pixels.shape[2]}x{pixels.shape[1]} pixels and "
