@@ -162,9 +162,8 @@ class Classification(PredictsLabels, ClassifierTask[ClassificationData, ClassBat
             tokenizers = {"src": self.cfg.text.fitted(texts), "tgt": None}
         splits, truncated = {}, 0
         for name, examples in read.items():
-            ids = label_ids(
-                examples, labels, cast(str, files.get(name, self.cfg.files.train))
-            )  # train: given to prepare
+            where = cast(str, files.get(name, self.cfg.files.train))  # a held-out valid: the train file's
+            ids = label_ids(examples, labels, where)
             inputs, cut = encode_inputs(
                 cast(Tokenizer, tokenizers["src"]),
                 [e.text_a for e in examples],

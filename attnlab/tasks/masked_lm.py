@@ -29,7 +29,8 @@ N_SPECIALS = MASK + 1  # <pad> <bos> <eos> <unk> <mask>: a random replacement is
 @dataclass(frozen=True)
 class MaskedLMConfig(TaskConfig):
     """Lines of plain text (blank lines skipped), each one example of at most ``max_len`` tokens
-    with <bos> and <eos> (Truncation, written flat); without a ``valid`` file the last ``splits.n_valid`` lines are held out.
+    with <bos> and <eos> (Truncation, written flat); without a ``valid`` file the last
+    ``splits.n_valid`` lines are held out.
     ``whole_word``: choose words, and mask all the pieces of a chosen word together."""
 
     files: Files = flattened(Files(), ("train", "valid"))
