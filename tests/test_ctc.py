@@ -1,5 +1,6 @@
 """CTC decoding (decode/ctc.py, Graves et al. 2006) against an exhaustive search over every path,
-PyTorch's ctc_loss and tables worked out by hand."""
+PyTorch's ctc_loss and tables worked out by hand; the CTC search (decode/spec.py) through a model
+that gives a fixed table."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab.decode.ctc import ctc_greedy, ctc_prefix_beam_search
+from attnlab.decode.spec import CTC
+from attnlab.errors import UsageError
+from attnlab.nn.interfaces import CTCModel
 
 BLANK = 0
 SHAPES = [(4, 3), (4, 4), (5, 3), (5, 4)]  # (T, V) of the tables searched exhaustively (V^T paths)
@@ -227,3 +231,68 @@ def test_frames_past_a_rows_length_do_not_change_its_output():
 def test_no_frames_give_the_empty_labelling_surely():
     assert ctc_prefix_beam_search(table(0, 3, 4), 0, BLANK, 4, 4) == [([], 0.0)]
     assert ctc_greedy(table(0, 3, 4)[None], torch.tensor([0]), BLANK) == [[]]
+
+
+# -- the CTC search -----------------------------------------------------------------------------------
+
+
+class FixedCTC(nn.Module):
+    """A CTC model whose log-probabilities are a fixed (B, T, V) table, whatever the source; a blank
+    of id ``blank``."""
+
+    def __init__(self, log_probs: Tensor, frames: Tensor, blank: int = BLANK) -> None:
+        super().__init__()
+        self.log_probs, self.frames, self.blank = log_probs, frames, blank
+
+    def ctc_log_probs(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        return self.log_probs[: len(src)].float(), self.frames[: len(src)]
+
+
+def fixed_model() -> tuple[FixedCTC, list[Tensor]]:
+    """Two sources: 4 frames and 3 frames (the rest padding) of 3 symbols; each row's valid table."""
+    first, second = table(20, 4, 3), table(21, 4, 3)
+    model = FixedCTC(torch.stack([first, second]), torch.tensor([4, 3]))
+    return model, [first, second[:3]]
+
+
+def test_the_ctc_search_decodes_greedily_unscored_and_checks_the_protocol():
+    model, valid = fixed_model()
+    assert isinstance(model, CTCModel)
+    best_paths = [
+        max(itertools.product(range(3), repeat=len(t)), key=lambda path: path_log_prob(t, path)) for t in valid
+    ]
+    assert CTC().decode(model, torch.zeros(2, 1)) == [[(list(labelling(path)), None)] for path in best_paths]
+
+
+def test_the_ctc_search_gives_each_sources_n_best_with_their_log_probabilities():
+    model, valid = fixed_model()
+    outputs = CTC(width=31, nbest=3).decode(model, torch.zeros(2, 1))  # 31 = every labelling of at most 4 of 2 symbols
+    assert len(outputs) == 2
+    for found, rows in zip(outputs, valid):
+        assert_same(found, ranked(exhaustive(rows))[:3])
+
+
+def test_the_ctc_search_is_recorded_as_a_beam_without_length_penalty_and_refuses_oracle_lengths():
+    model, _ = fixed_model()
+    assert CTC(width=4, nbest=2).record() == {"beam": 4, "lenpen": None, "ctc": True}
+    assert CTC().record() == {"beam": 1, "lenpen": None, "ctc": True}
+    assert not CTC.scores_references and not CTC.incremental
+    with pytest.raises(ValueError, match="oracle lengths are for left-to-right search"):
+        CTC().decode(model, torch.zeros(2, 1), torch.tensor([2, 2]))
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: CTC(width=0), "--beam must be between 1 and 64 (got 0)"),
+        (lambda: CTC(width=65), "--beam must be between 1 and 64 (got 65)"),
+        (lambda: CTC(width=2, nbest=3), "--nbest must be between 1 and --beam (2)"),
+        (lambda: CTC(nbest=2), "--nbest must be between 1 and --beam (1)"),
+        (lambda: CTC(width=4, nbest=0), "--nbest must be between 1 and --beam (4)"),
+        (lambda: CTC(batch_size=0), "--batch-size must be between 1 and 1024 (got 0)"),
+    ],
+)
+def test_the_ctc_search_refuses_bad_settings_in_the_clis_one_line(build, message):
+    with pytest.raises(UsageError) as refused:
+        build()
+    assert str(refused.value) == message

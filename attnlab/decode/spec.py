@@ -4,12 +4,13 @@
 - :class:`Beam`: beam search (width, GNMT length penalty, n-best lists);
 - :class:`Sample`: temperature, top-k and top-p sampling from a seeded generator;
 - :class:`Speculative`: a draft proposes ``k`` tokens a pass, the model keeps what it agrees with;
-- :class:`MaskPredict`: a conditional masked language model's parallel decoding.
+- :class:`MaskPredict`: a conditional masked language model's parallel decoding;
+- :class:`CTC`: a CTC model's best path or prefix beam search (decode/ctc.py).
 
 Each checks itself when built, with the one line the command line shows (the options are named as
-the CLI spells them), and decodes with :meth:`Search.decode`: a new strategy (CTC's, say) is one
-more subclass here, and :func:`~attnlab.decode.translate.translate`, ``evaluate`` and the commands
-take it unchanged. What all share sits in :class:`Search`.
+the CLI spells them), and decodes with :meth:`Search.decode`: a new strategy is one more subclass
+here, and :func:`~attnlab.decode.translate.translate`, ``evaluate`` and the commands take it
+unchanged. What all share sits in :class:`Search`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.data.tokenizers import EOS, PAD
+from attnlab.decode.ctc import ctc_greedy, ctc_prefix_beam_search
 from attnlab.decode.limits import MAX_BATCH, MAX_BEAM, MAX_NEW_TOKENS
 from attnlab.decode.mask_predict import MAX_ITERATIONS, MaskPredictModel, mask_predict
 from attnlab.decode.search import (
@@ -33,6 +35,7 @@ from attnlab.decode.search import (
 from attnlab.decode.session import KV_CACHES, DecodingSession, length_limits
 from attnlab.decode.speculative import Sampler, SpeculationStats, speculative_decode
 from attnlab.errors import UsageError
+from attnlab.nn.interfaces import CTCModel
 
 NBest = list[list[tuple[list[int], float | None]]]  # each source's outputs as (ids, score), best first
 
@@ -306,3 +309,38 @@ class MaskPredict(Search):
 
     def record(self) -> dict[str, Any]:
         return {"iterations": self.iterations, "length_beam": self.length_beam}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CTC(Search):
+    """CTC decoding (decode/ctc.py) of a :class:`~attnlab.nn.interfaces.CTCModel`: ``width`` 1, each
+    source's best path, unscored (None) as greedy's; wider, the prefix beam search of ``width``
+    prefixes a frame, whose ``nbest`` best are scored by their log-probability. An output is as long
+    as the model's frames allow: ``max_len`` and the cache settings are not read."""
+
+    width: int = 1
+    nbest: int = 1
+
+    scores_references: ClassVar[bool] = False  # a CTC model gives no left-to-right likelihood
+    incremental: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.width <= MAX_BEAM:
+            raise UsageError(f"--beam must be between 1 and {MAX_BEAM} (got {self.width})")
+        super().__post_init__()
+        if not 1 <= self.nbest <= self.width:
+            raise UsageError(f"--nbest must be between 1 and --beam ({self.width})")
+
+    @torch.no_grad()
+    def decode(self, model: nn.Module, src: Tensor, lengths: Tensor | None = None) -> NBest:
+        self._no_lengths(lengths)
+        ctc = cast(CTCModel, model)  # the model whose frames this search reads
+        log_probs, frames = ctc.ctc_log_probs(src)  # (B, T, V), (B,)
+        if self.width == 1:
+            return [[(ids, None)] for ids in ctc_greedy(log_probs, frames, ctc.blank)]
+        rows = zip(log_probs.cpu(), frames.tolist())
+        outputs = [ctc_prefix_beam_search(row, n, ctc.blank, self.width, self.nbest) for row, n in rows]
+        return [[(ids, score) for ids, score in nbest] for nbest in outputs]
+
+    def record(self) -> dict[str, Any]:
+        return {"beam": self.width, "lenpen": None, "ctc": True}  # no length penalty: log P ranks the prefixes

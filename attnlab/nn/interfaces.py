@@ -40,6 +40,16 @@ class CausalLM(Protocol):
 
 
 @runtime_checkable
+class CTCModel(Protocol):
+    """A model read by CTC (decode/ctc.py): ``ctc_log_probs(src)`` -> (B, T, V) log-probabilities of
+    each frame's symbol, over a vocabulary with a blank (id ``blank``), and the (B,) valid frames of each row."""
+
+    blank: int
+
+    def ctc_log_probs(self, src: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+@runtime_checkable
 class IncrementalDecoder(Protocol):
     """A model that decodes one step at a time over a cache: ``new_cache()`` (decode/session.py)."""
 
