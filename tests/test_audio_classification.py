@@ -16,7 +16,7 @@ from attnlab import ConfigError, DataError, build_model
 from attnlab.models import DataShape
 from attnlab.nn.spectrogram import LogMel
 from attnlab.runs.checkpoint import load_run
-from attnlab.tasks.audio_classification import recordings_in
+from attnlab.tasks.recordings import recordings_in
 
 from helpers import run_cli, sized
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from attnlab import __version__
-from attnlab.cli import analysis, bench, data, decode, demo, evaluate, images, info, serve, train
+from attnlab.cli import analysis, bench, data, decode, demo, evaluate, images, info, serve, speech, train
 from attnlab.cli.common import Parser
 from attnlab.errors import RANK_ERRORS, AttnlabError, Interrupted
 
@@ -36,6 +36,7 @@ def make_parser() -> argparse.ArgumentParser:
         train,
         decode,
         images,
+        speech,
         evaluate,
         bench,
         data,

@@ -1,11 +1,13 @@
 """Metrics: over decoded text, BLEU and chrF through sacrebleu (with its signature, so that scores
-can be compared across papers), exact match, perplexity; over predicted classes, accuracy, macro-F1
+can be compared across papers), exact match, perplexity; over transcripts, the word and character
+error rates through jiwer; over predicted classes, accuracy, macro-F1
 and the confusion matrix."""
 
 from __future__ import annotations
 
 import math
 
+import jiwer
 from sacrebleu import BLEU, CHRF
 
 
@@ -30,6 +32,15 @@ def exact_match(hypotheses: list[str], references: list[str]) -> float:
         return 0.0
     same = sum(" ".join(h.split()) == " ".join(r.split()) for h, r in zip(hypotheses, references))
     return same / len(references)
+
+
+def error_rates(hypotheses: list[str], references: list[str]) -> dict[str, float]:
+    """jiwer's corpus word and character error rates (``wer``, ``cer``): the edits (substitutions,
+    deletions, insertions) of every hypothesis against its reference, over the words (characters,
+    spaces included) of all the references; an empty hypothesis is all deletions."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    return {"wer": jiwer.wer(references, hypotheses), "cer": jiwer.cer(references, hypotheses)}
 
 
 def perplexity(nll_per_token: float) -> float:

@@ -124,16 +124,13 @@ class ConvStem(nn.Module):
         return x.transpose(1, 2), (frames + 1) // 2
 
 
-class TokenEncoding(nn.Module):
-    """What every classifier of sound tokens shares, whatever makes its tokens (``encode``, set by the
-    subclass): their positions added, a class token or none (``summary``), the Encoder stack and the
-    head. ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
+class TokenStates(nn.Module):
+    """The encoder over a sequence of sound tokens, for any model that reads sound so: ``positional``,
+    ``summary`` (a class token, or the tokens alone) and ``encoder``, set by the subclass."""
 
-    def __init__(
-        self, positional: PositionalEncoding, summary: ClassToken | PatchMean, encoder: Encoder, classifier: nn.Module
-    ) -> None:
-        super().__init__()
-        self.positional, self.summary, self.encoder, self.classifier = positional, summary, encoder, classifier
+    positional: PositionalEncoding
+    summary: ClassToken | PatchMean
+    encoder: Encoder
 
     def tensor_plan(self) -> TensorPlan:
         """Megatron's split of the encoder's layers (train.strategy tp, nn/tensor_plan.py)."""
@@ -148,6 +145,44 @@ class TokenEncoding(nn.Module):
         valid = torch.cat([first, valid], dim=1)  # (B, T')
         return self.encoder(z, valid, torch.arange(z.shape[1], device=z.device)), valid
 
+
+class FrameEncoding(TokenStates):
+    """Whisper's encoder over the log-mel frames, for any model that reads sound so (the frames
+    classifier, the speech recogniser: nn/speech.py): ``spectrogram`` and ``stem`` besides
+    :class:`TokenStates`' parts.
+
+    X      = LogMel(waveform)           (B, F, n_mels); SpecAugment's masks in training
+    H0     = ConvStem(X) + PE           (B, T, d_model), T = ceil(F / 2); PE Whisper's sinusoids
+    H      = Encoder([x_class;] H0)     pre-norm layers and a final LayerNorm
+    """
+
+    spectrogram: Spectrogram
+    stem: ConvStem
+
+    def encode_frames(self, x: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, F, n_mels) log-mel frames, (B,) each clip's -> final states (B, T', d_model) and (B, T')
+        True at the class token (if any) and at each clip's own tokens."""
+        x, tokens = self.stem(x, frames)  # (B, T, d_model), (B,)
+        positions = torch.arange(x.shape[1], device=x.device)  # (T,)
+        return self.encode_tokens(x, positions, positions[None, :] < tokens[:, None])
+
+    def encode_waveforms(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S) waveforms, (B,) their samples -> final states (B, T', d_model) and their (B, T') validity."""
+        image, frames = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, F), (B,)
+        return self.encode_frames(image[:, 0].transpose(1, 2), frames)
+
+
+class TokenEncoding(TokenStates):
+    """What every classifier of sound tokens shares, whatever makes its tokens (``encode``, set by the
+    subclass): :class:`TokenStates` and the head. ``model.classify(waveforms, lengths)``: (B, S), (B,)
+    -> (B, n_classes) logits."""
+
+    def __init__(
+        self, positional: PositionalEncoding, summary: ClassToken | PatchMean, encoder: Encoder, classifier: nn.Module
+    ) -> None:
+        super().__init__()
+        self.positional, self.summary, self.encoder, self.classifier = positional, summary, encoder, classifier
+
     def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """(B, S), (B,) -> final states (B, T', d_model) and their (B, T') validity."""
         raise NotImplementedError
@@ -159,14 +194,9 @@ class TokenEncoding(nn.Module):
         return logits
 
 
-class FrameTransformer(TokenEncoding):
-    """Spectrogram frames as tokens: Whisper's encoder, read as a classifier.
-
-    X      = LogMel(waveform)           (B, F, n_mels); SpecAugment's masks in training
-    H0     = ConvStem(X) + PE           (B, T, d_model), T = ceil(F / 2); PE Whisper's sinusoids
-    H      = Encoder([x_class;] H0)     pre-norm layers and a final LayerNorm
-    logits = classifier(H, valid)       the mean over a clip's tokens, or the class token's state
-    """
+class FrameTransformer(FrameEncoding, TokenEncoding):
+    """Spectrogram frames as tokens: Whisper's encoder (:class:`FrameEncoding`), read as a classifier:
+    logits = classifier(H, valid), the mean over a clip's tokens, or the class token's state."""
 
     def __init__(
         self,
@@ -180,13 +210,5 @@ class FrameTransformer(TokenEncoding):
         super().__init__(positional, summary, encoder, classifier)
         self.spectrogram, self.stem = spectrogram, stem
 
-    def encode_frames(self, x: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, F, n_mels) log-mel frames, (B,) each clip's -> final states (B, T', d_model) and (B, T')
-        True at the class token (if any) and at each clip's own tokens."""
-        x, tokens = self.stem(x, frames)  # (B, T, d_model), (B,)
-        positions = torch.arange(x.shape[1], device=x.device)  # (T,)
-        return self.encode_tokens(x, positions, positions[None, :] < tokens[:, None])
-
     def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        image, frames = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, F), (B,)
-        return self.encode_frames(image[:, 0].transpose(1, 2), frames)
+        return self.encode_waveforms(waveforms, lengths)

@@ -16,6 +16,7 @@ from attnlab.tasks.abilities import (
     Pipelined,
     Predicts,
     Searched,
+    Transcribes,
 )
 from attnlab.tasks.batching import Batching, TaskData
 from attnlab.tasks.task import TASKS, Task, TaskConfig, register_task, task_config, task_named
@@ -55,6 +56,7 @@ __all__ = [
     "Pipelined",
     "Predicts",
     "Searched",
+    "Transcribes",
     "register_task",
     "task_config",
     "task_named",

@@ -1,7 +1,7 @@
 """What only some tasks can do, each a protocol of its own that the commands and training ask with
 ``isinstance`` (a task never says what it does by a flag, and no flag changes a call's signature):
 evaluating a file of its own format (one that holds splits), a split of the run's data, decoding its evaluations by a
-search, predicting classes, being trained through pipeline stages, and a validation pass whose
+search, predicting classes, transcribing audio files, being trained through pipeline stages, and a validation pass whose
 attention `inspect` captures. What every task has is :class:`attnlab.tasks.task.Task`."""
 
 from __future__ import annotations
@@ -107,6 +107,17 @@ class Predicts(Protocol):
         **options: str,
     ) -> list[Prediction]:
         """Each input's name (None: read line by line) and class probabilities."""
+        ...
+
+
+@runtime_checkable
+class Transcribes(Protocol):
+    """A task whose runs write down what they hear: `attnlab transcribe RUN a.wav ...`."""
+
+    def transcribe(
+        self, model: nn.Module, run: RunState, paths: list[str], search: Search
+    ) -> list[list[tuple[str, float | None]]]:
+        """Each audio file's transcripts by ``search``, best first, each with its score (None: unscored)."""
         ...
 
 

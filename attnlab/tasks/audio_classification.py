@@ -1,13 +1,9 @@
 """Audio classification: a recording to one of a set of classes (``data.task: audio_classification``).
 
-The data is a folder of recordings named as the Free Spoken Digit Dataset's, ``{digit}_{speaker}_{index}.wav``
-(`attnlab data get fsdd` writes its training recordings to data/fsdd/train/); ``label`` chooses what is
-learnt: the ``digit`` spoken or the ``speaker``. Validation: the recordings whose index is
-``valid_first`` .. ``valid_last`` (5-9 by default: FSDD's official test recordings, 0-4, are never in
-the training folder), so the split depends on the names alone; or, with ``valid_speaker``, every
-recording of that speaker, the others' being the training split (the speaker-held-out protocol: one
-fold of six on FSDD, recipes/audio/speaker_folds_sweep.yaml runs them all). Each recording is read by
-data/audio.py (soundfile), mixed to mono and resampled to ``sample_rate`` (soxr), then cut to
+The recordings and their validation split are tasks/recordings.py's (``data.recordings``, a folder named
+as FSDD's; ``valid_first`` .. ``valid_last`` or ``valid_speaker``: one fold of the speaker-held-out
+protocol, recipes/audio/speaker_folds_sweep.yaml runs all six); ``label`` chooses what is learnt: the
+``digit`` spoken or the ``speaker``. Each recording is read at ``sample_rate``, then cut to
 ``clip_seconds`` or zero-padded to it; a batch is the waveforms (B, S) and their lengths (B,) in samples
 (models/audio.py's kind ``waveforms``): the model computes its own features.
 """
@@ -15,18 +11,15 @@ data/audio.py (soundfile), mixed to mono and resampled to ``sample_rate`` (soxr)
 from __future__ import annotations
 
 import math
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, cast
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import at_least, one_of
-from attnlab.data.audio import audio_files, read_audio
+from attnlab.config import flattened, one_of
 from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.models.audio import WAVEFORMS
 from attnlab.models.shape import DataShape
@@ -35,138 +28,41 @@ from attnlab.tasks.abilities import Prediction, PredictsLabels, RunState
 from attnlab.tasks.batching import Batching, Tokenizers, batch_seed
 from attnlab.tasks.classifier_task import ClassifierTask, ExampleBatch, evaluation_report
 from attnlab.tasks.image_classification import class_ids, class_names
+from attnlab.tasks.recordings import Notes, Recording, Recordings, read_clips, recordings_in
 from attnlab.tasks.task import TaskConfig, register_task
 
-NAME = re.compile(r"^(?P<digit>\d+)_(?P<speaker>[^_]+)_(?P<index>\d+)$")  # FSDD: 7_jackson_32.wav
 LABELS = ("digit", "speaker")
 
 
 @dataclass(frozen=True)
 class AudioClassificationConfig(TaskConfig):
-    """``recordings``: a folder of ``{digit}_{speaker}_{index}`` audio files; ``label``: digit or speaker;
-    the recordings of index ``valid_first`` .. ``valid_last`` are the validation split, or, with
-    ``valid_speaker``, every recording of that speaker; every clip resampled to ``sample_rate`` Hz and
-    cut or zero-padded to ``clip_seconds``."""
+    """The recordings (tasks/recordings.py: the folder, the validation split, the rate) and ``label``:
+    digit or speaker; every clip cut or zero-padded to ``clip_seconds``."""
 
-    recordings: Optional[str] = None
+    source: Recordings = flattened(Recordings())
     label: str = "digit"
-    valid_first: int = 5
-    valid_last: int = 9
-    valid_speaker: Optional[str] = None
-    sample_rate: int = 8000
     clip_seconds: float = 1.0
 
     def check(self) -> None:
         one_of("label", self.label, LABELS)
-        at_least("valid_first", self.valid_first, 0)
-        at_least("valid_last", self.valid_last, self.valid_first)
-        at_least("sample_rate", self.sample_rate, 1)
+        rate = self.source.sample_rate
         if not (math.isfinite(self.clip_seconds) and self.clip_seconds > 0):
             raise ConfigError(f"clip_seconds must be a positive number of seconds (got {self.clip_seconds})")
         if self.samples < 1:
-            raise ConfigError(f"clip_seconds ({self.clip_seconds}) is less than one sample at {self.sample_rate} Hz")
-        if self.valid_speaker is not None and self.label == "speaker":
+            raise ConfigError(f"clip_seconds ({self.clip_seconds}) is less than one sample at {rate} Hz")
+        if self.source.valid_speaker is not None and self.label == "speaker":
             raise ConfigError(
-                f"valid_speaker ('{self.valid_speaker}') holds a speaker out, so label 'speaker' would be scored on "
-                f"a class it never trained: hold out by index (valid_first, valid_last) or learn the digit"
+                f"valid_speaker ('{self.source.valid_speaker}') holds a speaker out, so label 'speaker' would be "
+                f"scored on a class it never trained: hold out by index (valid_first, valid_last) or learn the digit"
             )
-        by_index = (self.valid_first, self.valid_last) != (type(self).valid_first, type(self).valid_last)
-        if self.valid_speaker is not None and by_index:  # an index range other than the default's
-            raise ConfigError(
-                f"valid_speaker ('{self.valid_speaker}') makes the validation split that speaker's recordings: "
-                f"valid_first and valid_last choose by index instead; give one or the other"
-            )
-
-    def in_validation(self, recording: Recording) -> bool:
-        """Whether ``recording`` is in the validation split (its speaker, or its index)."""
-        if self.valid_speaker is not None:
-            return recording.speaker == self.valid_speaker
-        return self.valid_first <= recording.index <= self.valid_last
-
-    def held_out(self) -> str:
-        """The rule of the validation split, as the errors name it."""
-        if self.valid_speaker is not None:
-            return f"speaker '{self.valid_speaker}'"
-        return f"indices {self.valid_first}-{self.valid_last}"
 
     def check_trainable(self) -> None:
-        if self.recordings is None:
-            raise ConfigError(
-                "data.task 'audio_classification' needs 'recordings' (a folder of "
-                "{digit}_{speaker}_{index}.wav files, e.g. data/fsdd/train)"
-            )
+        self.source.folder("audio_classification")
 
     @property
     def samples(self) -> int:
         """The clips' length in samples."""
-        return round(self.clip_seconds * self.sample_rate)
-
-
-# -- reading -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Recording:
-    path: Path
-    digit: str
-    speaker: str
-    index: int
-
-    def label(self, field_name: str) -> str:
-        return self.digit if field_name == "digit" else self.speaker
-
-
-def recordings_in(folder: str | Path) -> list[Recording]:
-    """The folder's audio files, each named ``{digit}_{speaker}_{index}``; another name is refused, naming it."""
-    found = []
-    for path in audio_files(folder):
-        match = NAME.match(path.stem)
-        if match is None:
-            raise DataError(
-                f"{path}: not named {{digit}}_{{speaker}}_{{index}} (as FSDD's 7_jackson_32.wav), so "
-                f"its label is unknown"
-            )
-        found.append(Recording(path, str(int(match["digit"])), match["speaker"], int(match["index"])))
-    return found
-
-
-@dataclass
-class Clips:
-    """Waveforms (N, S) float32, zero-padded; their lengths (N,) in samples; (N,) True where a file was
-    longer and cut."""
-
-    waveforms: np.ndarray
-    lengths: np.ndarray
-    cut: np.ndarray
-
-
-def read_clips(paths: list[Path], rate: int, samples: int, note: Callable[[str], None]) -> Clips:
-    """Each file at ``rate`` Hz, cut or zero-padded to ``samples``."""
-    waveforms = np.zeros((len(paths), samples), dtype=np.float32)
-    lengths = np.zeros(len(paths), dtype=np.int64)
-    cut = np.zeros(len(paths), dtype=bool)
-    for row, path in enumerate(paths):
-        sound = read_audio(path, rate, note).samples
-        cut[row] = len(sound) > samples
-        lengths[row] = min(len(sound), samples)
-        waveforms[row, : lengths[row]] = sound[:samples]
-    return Clips(waveforms, lengths, cut)
-
-
-class Notes:
-    """read_audio's one-line notes, the first said and the rest counted (a resampled folder)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, line: str) -> None:
-        if self.count == 0:
-            print(f"note: {line}", file=sys.stderr)
-        self.count += 1
-
-    def close(self) -> None:
-        if self.count > 1:
-            print(f"note: and {self.count - 1:,} more such notes", file=sys.stderr)
+        return round(self.clip_seconds * self.source.sample_rate)
 
 
 # -- batches --------------------------------------------------------------------------------------------
@@ -223,7 +119,7 @@ def tensors(
     where: str,
     note: Callable[[str], None],
 ) -> tuple[tuple[Tensor, Tensor, Tensor], int]:
-    clips = read_clips([r.path for r in recordings], cfg.sample_rate, cfg.samples, note)
+    clips = read_clips([r.path for r in recordings], cfg.source.sample_rate, cfg.samples, note)
     ids = class_ids([r.label(cfg.label) for r in recordings], classes, where)
     return (torch.from_numpy(clips.waveforms), torch.from_numpy(clips.lengths), ids), int(clips.cut.sum())
 
@@ -242,22 +138,14 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
     ) -> AudioData:
         cfg = self.cfg
-        cfg.check_trainable()
-        found = recordings_in(cast(str, cfg.recordings))  # given: check_trainable
-        held = [r for r in found if cfg.in_validation(r)]
-        kept = [r for r in found if not cfg.in_validation(r)]
-        for split, rows in (("training", kept), ("validation", held)):
-            if not rows:
-                speakers = (
-                    f"; its speakers: {', '.join(sorted({r.speaker for r in found}))}" if cfg.valid_speaker else ""
-                )
-                raise DataError(f"{cfg.recordings}: no {split} recordings (validation: {cfg.held_out()}){speakers}")
+        kept, held = cfg.source.split(self.name)
+        folder = cast(str, cfg.source.recordings)  # given: split read it
         classes = state["labels"] if state else class_names([r.label(cfg.label) for r in kept])
         if len(classes) < 2:
-            raise DataError(f"{cfg.recordings}: one {cfg.label} ('{classes[0]}'); a classifier needs at least two")
+            raise DataError(f"{folder}: one {cfg.label} ('{classes[0]}'); a classifier needs at least two")
         note = Notes()
-        train, cut = tensors(kept, cfg, classes, cast(str, cfg.recordings), note)
-        valid, cut_valid = tensors(held, cfg, classes, cast(str, cfg.recordings), note)
+        train, cut = tensors(kept, cfg, classes, folder, note)
+        valid, cut_valid = tensors(held, cfg, classes, folder, note)
         note.close()
         return AudioData(
             splits={"train": train, "valid": valid},
@@ -274,7 +162,7 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
     def data_shape(self, data: AudioData | None = None) -> DataShape:
         """The rate and clip length are the config's; the classes the data's (two before it is read)."""
         return DataShape(
-            sample_rate=self.cfg.sample_rate,
+            sample_rate=self.cfg.source.sample_rate,
             samples=self.cfg.samples,
             n_classes=len(data.labels) if data is not None else 2,
         )
@@ -306,7 +194,7 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
         cfg = self.cfg
         clips = read_clips(
             [Path(p) for p in inputs],
-            cfg.sample_rate,
+            cfg.source.sample_rate,
             cfg.samples,
             lambda line: print(f"note: {line}", file=sys.stderr),
         )

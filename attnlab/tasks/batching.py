@@ -53,17 +53,13 @@ E = TypeVar("E")  # one example of a task's data
 BatchT = TypeVar("BatchT", bound=Batch)  # one of its batches
 
 
-class SampledBatches(Sequence[BatchT]):
-    """A virtual epoch of ceil(N / batch_size) batches of ``batch_size`` training examples drawn
-    with replacement: batch k of epoch e depends only on (seed, e, k), so the sampler's whole state
-    is the (epoch, batch) position that every checkpoint keeps, and a resumed run draws exactly what
-    an uninterrupted one would. ``make`` turns a list of examples and a seed into a batch."""
+class SeededBatches(Sequence[BatchT]):
+    """A virtual epoch of ``n`` batches, batch k of epoch e made by ``make`` from the seed of (seed, e, k)
+    alone, so the sampler's whole state is the (epoch, batch) position that every checkpoint keeps,
+    and a resumed run draws exactly what an uninterrupted one would."""
 
-    def __init__(
-        self, examples: list[E], batch_size: int, seed: int, epoch: int, make: Callable[[list[E], int], BatchT]
-    ) -> None:
-        self.examples, self.batch_size, self.seed, self.epoch, self.make = examples, batch_size, seed, epoch, make
-        self.n = -(-len(examples) // batch_size)
+    def __init__(self, n: int, seed: int, epoch: int, make: Callable[[int], BatchT]) -> None:
+        self.n, self.seed, self.epoch, self.make = n, seed, epoch, make
 
     def __len__(self) -> int:
         return self.n
@@ -71,8 +67,20 @@ class SampledBatches(Sequence[BatchT]):
     def __getitem__(self, k: int) -> BatchT:  # type: ignore[override]
         if not 0 <= k < self.n:
             raise IndexError(k)
-        seed = batch_seed(self.seed, self.epoch, k)
-        return self.make([self.examples[i] for i in sampled_batch(len(self.examples), self.batch_size, seed)], seed)
+        return self.make(batch_seed(self.seed, self.epoch, k))
+
+
+class SampledBatches(SeededBatches[BatchT]):
+    """A virtual epoch of ceil(N / batch_size) batches of ``batch_size`` training examples drawn
+    with replacement (:class:`SeededBatches`). ``make`` turns a list of examples and a seed into a batch."""
+
+    def __init__(
+        self, examples: list[E], batch_size: int, seed: int, epoch: int, make: Callable[[list[E], int], BatchT]
+    ) -> None:
+        def drawn(k_seed: int) -> BatchT:
+            return make([examples[i] for i in sampled_batch(len(examples), batch_size, k_seed)], k_seed)
+
+        super().__init__(-(-len(examples) // batch_size), seed, epoch, drawn)
 
 
 @dataclass(kw_only=True)
