@@ -48,4 +48,4 @@ def test_plans_join_and_a_model_adds_its_own_linears():
 def test_every_built_in_family_with_an_attention_stack_declares_a_plan():
     with_plan = sorted(n for n, f in FAMILIES.items() if issubclass(f.model, TensorParallelModel))
     with_stack = sorted(n for n, f in FAMILIES.items() if "stack" in f.config.field_names())
-    assert with_plan == with_stack and len(with_plan) == 15
+    assert with_plan == with_stack and len(with_plan) == 16

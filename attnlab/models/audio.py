@@ -134,6 +134,15 @@ def spectrogram(
     )
 
 
+def check_sinusoid_width(stack: StackConfig) -> None:
+    """Whisper's sinusoids (nn/positional.py) need an even d_model of at least 4: half sines, half cosines."""
+    at_least("stack.d_model", stack.d_model, 4)
+    if stack.d_model % 2:
+        raise ConfigError(
+            f"stack.d_model ({stack.d_model}) must be even: Whisper's sinusoids are half sines, half cosines"
+        )
+
+
 class SoundTokens(Protocol):
     """What a family that reads sound as tokens configures of their encoding: the stack and the head."""
 

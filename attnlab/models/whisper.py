@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.config import at_least
-from attnlab.errors import ConfigError
 from attnlab.models import transformer as parts
-from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, spectrogram
+from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, check_sinusoid_width, spectrogram
 from attnlab.models.family import Capabilities, Depths, FamilyConfig, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
@@ -42,11 +40,7 @@ class WhisperConfig(FamilyConfig):
 
     def check(self) -> None:
         super().check()
-        at_least("stack.d_model", self.stack.d_model, 4)
-        if self.stack.d_model % 2:
-            raise ConfigError(
-                f"stack.d_model ({self.stack.d_model}) must be even: Whisper's sinusoids are half sines, half cosines"
-            )
+        check_sinusoid_width(self.stack)
 
     def check_shape(self, shape: DataShape) -> None:
         self.features.check_shape(shape)

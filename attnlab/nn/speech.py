@@ -1,11 +1,12 @@
-"""A speech recogniser shaped as Whisper (Radford et al. 2022): the encoder reads the log-mel frames of the
+"""Speech recognisers over Whisper's encoder (Radford et al. 2022), which reads the log-mel frames of the
 waveform (nn/audio.py's FrameEncoding: a strided convolutional stem, sinusoidal positions, a pre-norm
-stack), and the Transformer's decoder writes the transcript, cross-attending to every frame token.
+stack) into frame tokens; two ways to write the transcript from them:
 
     memory = FrameEncoder(waveform)                                (B, T, d_model), T = ceil(F / 2)
-    logits = Generator(Decoder(Embed(BOS y_1 ... y_{T-1}), memory))
+    logits = Generator(Decoder(Embed(BOS y_1 ... y_{T-1}), memory)) SpeechRecognizer: Whisper's decoder
+    log P(symbol | frame t) = log_softmax(memory_t W + b)          CTCRecognizer: CTC (Graves et al. 2006)
 
-It has the encoder-decoder's interface (``encode``, ``decode``, ``new_cache``), so teacher forcing,
+The first has the encoder-decoder's interface (``encode``, ``decode``, ``new_cache``), so teacher forcing,
 greedy and beam search and the KV cache (decode/search.py) work on it as on a translation model: only
 the source is a batch of zero-padded waveforms (B, S), each clip ending at its last non-zero sample
 (:func:`clip_lengths`), so that a source is one tensor, as a sentence of ids is.
@@ -14,6 +15,7 @@ the source is a batch of zero-padded waveforms (B, S), each clip ending at its l
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.audio import ConvStem, FrameEncoding, Spectrogram
@@ -61,3 +63,28 @@ class SpeechRecognizer(FrameEncoding, TransformerTargetSide):
     def tensor_plan(self) -> TensorPlan:
         """Megatron's split of the encoder's and the decoder's layers (train.strategy tp, nn/tensor_plan.py)."""
         return megatron(self, "encoder", "decoder")
+
+
+class CTCRecognizer(FrameEncoding):
+    """An encoder-only recogniser read by CTC (decode/ctc.py): each frame token's distribution over the
+    vocabulary, whose PAD id is the blank (never a target; wav2vec 2.0's <pad> is its blank too).
+    ``model.ctc_log_probs(waveforms)``: (B, S) zero-padded -> (B, T, V) log-probabilities and (B,) each
+    clip's frame tokens."""
+
+    def __init__(
+        self,
+        spectrogram: Spectrogram,
+        stem: ConvStem,
+        positional: PositionalEncoding,
+        encoder: Encoder,
+        output: nn.Linear,
+        blank: int,
+    ) -> None:
+        super().__init__()
+        self.spectrogram, self.stem, self.positional = spectrogram, stem, positional
+        self.summary, self.encoder = PatchMean(0), encoder
+        self.output, self.blank = output, blank
+
+    def ctc_log_probs(self, waveforms: Tensor) -> tuple[Tensor, Tensor]:
+        h, valid = self.encode_waveforms(waveforms, clip_lengths(waveforms))  # (B, T, d_model), (B, T)
+        return F.log_softmax(self.output(h).float(), dim=-1), valid.sum(1)  # (B, T, V), (B,)

@@ -11,7 +11,8 @@ strings drawn once from that split's recordings alone, and a folder of recording
 `attnlab evaluate --data DIR` (or ``--test-set fsdd:test``) is read by the same rule.
 
 A batch is the zero-padded waveforms (B, S) as the source and the transcripts as a translation's
-target (models/whisper.py: the model computes its own features). Validation adds the exact match and
+target, learnt by an encoder-decoder (models/whisper.py) or an encoder read by CTC (models/whisper_ctc.py),
+as tasks/transcribers.py says (the model computes its own features). Validation adds the exact match and
 word error rate of ``train.eval_exact_match`` greedy transcripts; `attnlab evaluate` gives the word and character
 error rates (jiwer), exact match and the references' perplexity by greedy or beam search;
 `attnlab transcribe RUN a.wav` decodes files.
@@ -33,7 +34,6 @@ from attnlab.data.spoken_strings import Recorded, SpokenString
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.decode.spec import Greedy, NBest, Search
 from attnlab.errors import ConfigError, UsageError
-from attnlab.eval.likelihood import evaluate as teacher_forced
 from attnlab.eval.metrics import error_rates, exact_match
 from attnlab.models.audio import WAVEFORMS
 from attnlab.models.shape import DataShape
@@ -41,7 +41,8 @@ from attnlab.tasks.abilities import RunState
 from attnlab.tasks.batching import Batching, SeededBatches, Tokenizers
 from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.recordings import Notes, Recording, Recordings, recordings_in
-from attnlab.tasks.task import Amp, NextTokenTask, TaskConfig, register_task
+from attnlab.tasks.task import Amp, Task, TaskConfig, register_task
+from attnlab.tasks.transcribers import transcriber_of
 
 SCORED = 1  # the salt of a scored split's strings, beside the training batches' (seed, epoch, batch)
 
@@ -65,7 +66,9 @@ class DigitStrings(TypedConfig):
         at_least("strings.max_digits", self.max_digits, self.min_digits)
         at_least("strings.max_gap_ms", self.max_gap_ms, 0)
         if self.longest_seconds <= 0:  # (a number that is not finite: refused as it is read)
-            raise ConfigError(f"strings.longest_seconds must be a positive number of seconds (got {self.longest_seconds})")
+            raise ConfigError(
+                f"strings.longest_seconds must be a positive number of seconds (got {self.longest_seconds})"
+            )
 
 
 @dataclass(frozen=True)
@@ -175,9 +178,11 @@ class SpeechData:
 
 @torch.no_grad()
 def transcribed(model: nn.Module, tokenizer: Tokenizer, batches: list[Tensor], search: Search) -> list[NBest]:
-    """Each (B, S) batch of zero-padded waveforms -> each clip's transcripts by ``search`` (ids, score)."""
+    """Each (B, S) batch of zero-padded waveforms -> each clip's transcripts by ``search`` (ids, score): CTC's
+    counterpart of it for a model read by CTC."""
     model.eval()
     device = next(model.parameters()).device
+    search = transcriber_of(model).search(search)
     return [search.decode(model, waves.to(device)) for waves in batches]
 
 
@@ -188,26 +193,26 @@ def transcript_record(model: nn.Module, data: SpeechData, split: str, search: Se
     outputs = transcribed(model, tokenizer, [cast(Tensor, b.src) for b in batches], search)
     hypotheses = [tokenizer.decode(nbest[0][0]) for chunk in outputs for nbest in chunk]
     references = data.transcripts(split)
-    likelihood = teacher_forced(model, batches)
+    likelihood = transcriber_of(model).likelihood(model, batches)
     return {
         **error_rates(hypotheses, references),
         "exact_match": exact_match(hypotheses, references),
         "ppl": likelihood["ppl"],
         "nll": likelihood["loss"],
         "strings": len(references),
-        **search.record(),
+        **transcriber_of(model).search(search).record(),
         "examples": [{"reference": r, "transcript": h} for r, h in list(zip(references, hypotheses))[:5]],
     }
 
 
 @register_task
-class SpeechRecognition(NextTokenTask[SpeechData, Batch]):
+class SpeechRecognition(Task[SpeechData, Batch]):
     """A transcript written for each recording (data.task: speech_recognition), scored by loss,
     perplexity and word error rate."""
 
     name = "speech_recognition"
     config = SpeechRecognitionConfig
-    needs = {"inputs": WAVEFORMS, "encoder": True, "decoder": True}
+    needs = {"inputs": WAVEFORMS, "encoder": True}  # with a decoder (whisper), or read by CTC (whisper_ctc)
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False, "wer": True}
     commands = ("transcribe", "evaluate")
     tokenizers = ("tgt",)
@@ -250,11 +255,15 @@ class SpeechRecognition(NextTokenTask[SpeechData, Batch]):
             pad_id=PAD,
         )
 
+    def loss(self, model: nn.Module, batch: Batch, label_smoothing: float, amp: Amp) -> tuple[Tensor, Tensor]:
+        return transcriber_of(model).loss(model, batch, label_smoothing, amp)
+
     def validate(
         self, model: nn.Module, data: SpeechData, device: torch.device, amp: Amp, n_decoded: int, split: str = "valid"
     ) -> dict[str, float]:
         """Loss and perplexity, and the exact match and word error rate of ``n_decoded`` greedy transcripts."""
-        result = super().validate(model, data, device, amp, n_decoded, split)
+        scores = transcriber_of(model).likelihood(model, data.eval_batches(split))
+        result = {"valid_loss": scores["loss"], "valid_ppl": scores["ppl"]}
         if n_decoded:
             tokenizer = cast(Tokenizer, data.tokenizers["tgt"])  # the task's own role: never None
             batches = [cast(Tensor, b.src) for b in data.eval_batches(split)][: -(-n_decoded // data.batch_size)]
@@ -266,10 +275,7 @@ class SpeechRecognition(NextTokenTask[SpeechData, Batch]):
         return result
 
     def analysis_pass(self, model: nn.Module, batch: Batch) -> dict[str, Tensor]:
-        recogniser = cast(Any, model)  # the task's model: a SpeechRecognizer
-        memory, valid = recogniser.encode(batch.src)
-        recogniser.decode(batch.tgt_in, memory, valid)
-        return {"encoder": valid, "decoder": batch.tgt_in != PAD}
+        return transcriber_of(model).analysed(model, batch)
 
     def evaluate_split(self, model: nn.Module, data: SpeechData, split: str) -> dict[str, Any]:
         """Transcripts of a split's scored strings by the task's search, scored."""
@@ -318,6 +324,8 @@ class SpeechRecognition(NextTokenTask[SpeechData, Batch]):
 
     def report(self, result: dict[str, Any], source: str) -> list[str]:
         search = "greedy" if result["beam"] == 1 else f"beam {result['beam']}, lenpen {result['lenpen']}"
+        if result.get("ctc"):
+            search = "CTC best path" if result["beam"] == 1 else f"CTC prefix beam {result['beam']}"
         lines = [
             f"WER  {result['wer']:.2%}   CER  {result['cer']:.2%}   exact match  {result['exact_match']:.2%}   "
             f"perplexity of the references  {result['ppl']:.3f}   ({result['strings']:,} strings, {source}, {search})"
