@@ -123,3 +123,22 @@ def test_evaluate_and_transcribe_read_a_ctc_run_by_best_path_or_prefix_beam(trai
     lines = [line.split("\t") for line in done.stdout.splitlines()]
     assert done.returncode == 0 and len(lines) == 2 and lines[0][1] == "2 1", done.stderr
     assert float(lines[0][2]) >= float(lines[1][2])
+
+
+def test_inspect_draws_a_ctc_runs_posteriors_over_time(trained, tmp_path):
+    rng = np.random.default_rng(9)
+    sf.write(
+        tmp_path / "a.wav", np.concatenate([pip("0", 0.25, rng), np.zeros(600, np.float32), pip("2", 0.2, rng)]), RATE
+    )
+    done = run_cli(
+        "inspect", str(trained / "run"), "--src", str(tmp_path / "a.wav"), "--out", str(tmp_path / "fig"), "--beam", "1"
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "fig" / "summary.json").read_text())
+    assert summary["transcript"] == "0 2" and summary["centroids"] is None and summary["monotonic"]
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == [
+        "alignment.png",
+        "encoder-0-self.png",
+        "spectrogram.png",
+        "summary.json",
+    ]

@@ -151,7 +151,9 @@ def section(rec, **fields):
 
 def test_the_task_draws_training_batches_from_seed_epoch_and_batch_and_scores_fixed_strings(tmp_path):
     rec = write_pips(tmp_path / "rec")
-    cfg = task_config(section(rec, splits=dict(n_train=40, n_valid=12), strings=dict(max_digits=3, longest_seconds=2.0)))
+    cfg = task_config(
+        section(rec, splits=dict(n_train=40, n_valid=12), strings=dict(max_digits=3, longest_seconds=2.0))
+    )
     task = cfg.task
     data = task.prepare(Batching(max_tokens=0, batch_size=8, seed=0))
     again = task.prepare(Batching(max_tokens=0, batch_size=8, seed=0))
@@ -275,3 +277,34 @@ def test_bad_inputs_to_transcribe_are_one_line_each(trained, tmp_path):
     one_line(run_cli("transcribe", run, str(tmp_path / "text.wav"), "--output", str(tmp_path / "out.txt")), "exists")
     assert (tmp_path / "out.txt").read_text() == "mine\n"
     one_line(run_cli("predict", run, "x.wav"), "is a run of data.task 'speech_recognition'")
+
+
+def test_inspect_draws_the_cross_attention_of_each_digit_over_time_and_its_alignment(trained, tmp_path):
+    """The alignment figure is the last cross-attention layer's heads' mean, each digit's row; its centroids
+    (the weighted mean time of each row) are those of the weights summary.json records, by hand."""
+    rng = np.random.default_rng(8)
+    silence = np.zeros(800, np.float32)
+    sf.write(tmp_path / "a.wav", np.concatenate([pip("1", 0.25, rng), silence, pip("2", 0.25, rng)]), RATE)
+    done = run_cli("inspect", str(trained / "run"), "--src", str(tmp_path / "a.wav"), "--out", str(tmp_path / "fig"))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "fig" / "summary.json").read_text())
+    assert summary["transcript"] == "1 2" and not summary["target_given"]
+    names = sorted(p.name for p in (tmp_path / "fig").iterdir())
+    assert names == sorted(
+        [
+            "alignment.png",
+            "spectrogram.png",
+            "summary.json",
+            "encoder-0-self.png",
+            "decoder-0-self.png",
+            "decoder-0-cross.png",
+        ]
+    )
+    cross = torch.tensor(summary["modules"]["decoder.layers.0.cross_attn"]["entropy"])
+    assert cross.shape == (2,)  # per head
+    from attnlab.analysis.inspect_audio import centroids
+
+    weights = torch.tensor([[0.0, 1.0, 3.0], [2.0, 0.0, 2.0]])
+    assert centroids(weights, torch.tensor([0.1, 0.2, 0.3])) == pytest.approx([0.275, 0.2])
+    first, second = summary["centroids"]
+    assert first < 0.4 < second and summary["monotonic"]  # the first pip ends at 0.25 s, the second starts at 0.35 s

@@ -132,6 +132,18 @@ def alignment_plot(weights: Tensor, source: Sequence[str], target: Sequence[str]
     )
 
 
+def spectrogram_plot(features: Tensor, hop_seconds: float, title: str, path: Path) -> Path:
+    """(F, n_mels) log-mel frames, one every ``hop_seconds``: bands up, time across, written to ``path``."""
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.02 * len(features) + 2.0), 3.0), layout="constrained")
+    extent = (0.0, len(features) * hop_seconds, 0.0, float(features.shape[1]))
+    image = ax.imshow(features.T.float().cpu().numpy(), origin="lower", aspect="auto", cmap="magma", extent=extent)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("mel band")
+    fig.colorbar(image, ax=ax, label="log-mel", pad=0.01)
+    fig.suptitle(title, fontsize=9, wrap=True)
+    return _save(fig, path, {"title": title, "frames": len(features), "bands": features.shape[1]})
+
+
 def _luma(rgb: Sequence[float] | np.ndarray) -> float:
     """Perceived brightness of an RGB(A) colour in [0, 1] (ITU-R BT.601 weights)."""
     r, g, b = rgb[:3]

@@ -214,7 +214,7 @@ class SpeechRecognition(Task[SpeechData, Batch]):
     config = SpeechRecognitionConfig
     needs = {"inputs": WAVEFORMS, "encoder": True}  # with a decoder (whisper), or read by CTC (whisper_ctc)
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False, "wer": True}
-    commands = ("transcribe", "evaluate")
+    commands = ("transcribe", "evaluate", "inspect")
     tokenizers = ("tgt",)
     cfg: SpeechRecognitionConfig
     search: Search = Greedy()  # what its evaluations decode by (`evaluate` gives its own: searching)

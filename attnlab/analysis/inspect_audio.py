@@ -1,0 +1,99 @@
+"""`attnlab inspect` of a speech recogniser on one audio file (views/speech_recognition.py): its log-mel
+spectrogram, every attention module's weights, and how the transcript lines up with time
+(``alignment.png``, Bahdanau's figure: output tokens down, frame tokens across): an encoder-decoder's
+cross-attention of its last layer (the heads' mean), or a CTC model's posterior of each output digit's
+symbol at each frame token.
+
+For the encoder-decoder, each output digit's *centroid* is the mean time of its cross-attention; read
+left to right, a monotonic alignment's centroids increase, which summary.json records (``centroids``
+in seconds, ``monotonic``). A CTC model's alignment is monotonic by construction (a path reads the frames
+in order), so its summary records none.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.analysis.capture import AttentionRecord, attention_of, capture_attention
+from attnlab.analysis.heads import head_entropy
+from attnlab.analysis.inspect import FigureDir, module_entry
+from attnlab.analysis.plots import alignment_plot, attention_heatmaps, spectrogram_plot
+from attnlab.data.audio import read_audio
+from attnlab.data.tokenizers import BOS, Tokenizer
+from attnlab.decode.spec import Beam, Greedy, Search
+from attnlab.errors import UsageError
+from attnlab.files import atomic_write_text
+from attnlab.nn.interfaces import CTCModel
+from attnlab.runs.run_dir import RunDir
+from attnlab.tasks.transcribers import transcriber_of
+
+TIME_LABEL_EVERY = 5  # frame tokens between two time labels on an axis
+
+
+def centroids(weights: Tensor, seconds: Tensor) -> list[float]:
+    """(T_out, T) weights of each output over the frame tokens, (T,) each token's time -> each output's
+    weighted mean time, in seconds."""
+    return (weights / weights.sum(-1, keepdim=True) @ seconds).tolist()
+
+
+def alignment_of(model: nn.Module, waves: Tensor, ids: list[int]) -> tuple[dict[str, AttentionRecord], Tensor]:
+    """Every attention module's weights, and the (len(ids), T) alignment of the module docstring."""
+    if isinstance(model, CTCModel):
+        with torch.no_grad(), capture_attention(model) as captured:
+            log_probs, _ = model.ctc_log_probs(waves)  # (1, T, V)
+        return captured.last(), log_probs[0, :, ids].exp().T  # (len(ids), T)
+    records = attention_of(model, waves, torch.tensor([[BOS] + ids], device=waves.device))
+    last_cross = [r for r in records.values() if r.kind == "cross"][-1]
+    return records, last_cross.probs[0].mean(0)[: len(ids)]  # (len(ids), T): the digits' rows, not EOS's
+
+
+def inspect_transcript(
+    run: RunDir, model: nn.Module, tokenizer: Tokenizer, path: str, target: str | None, beam: int, figures: FigureDir
+) -> dict[str, Any]:
+    """The recogniser on the audio file ``path`` (read at the run's rate, as `transcribe` reads it) and its
+    transcript (``target``, or the search's of ``beam``): the figures of the module docstring, and
+    summary.json."""
+    device = next(model.parameters()).device
+    rate = run.read_shape().need("sample_rate", "a speech recognition run")
+    waves = torch.from_numpy(read_audio(path, rate).samples)[None].to(device)  # (1, S)
+    if target is not None:
+        ids = tokenizer.encode(target)
+        if not ids:
+            raise UsageError("--tgt is empty after tokenisation; give the digits spoken, as '3 5 1'")
+    else:
+        search: Search = Beam(width=beam) if beam > 1 else Greedy()
+        ids = transcriber_of(model).search(search).decode(model, waves)[0][0][0]
+    out = figures()
+    spectrogram = cast(Any, model).spectrogram  # every recogniser's front end (nn/audio.py's Spectrogram)
+    hop = spectrogram.log_mel.hop / rate  # seconds a frame
+    records, alignment = alignment_of(model, waves, ids)
+    seconds = (torch.arange(alignment.shape[-1], device=device) * 2 + 1) * hop  # a token's two frames' middle
+    times = [f"{s:.2f}" if t % TIME_LABEL_EVERY == 0 else "" for t, s in enumerate(seconds.tolist())]
+    words = tokenizer.id_tokens(ids)
+    files = [
+        spectrogram_plot(spectrogram.features(waves)[0], hop, f"{path}: log-mel spectrogram", out / "spectrogram.png")
+    ]
+    summary: dict[str, Any] = {"run": str(run.path), "source": path, "transcript": tokenizer.decode(ids)}
+    summary |= {"target_given": target is not None, "modules": {}}
+    for name, record in records.items():
+        summary["modules"][name] = module_entry(record, head_entropy(record.probs))
+        rows = times if record.kind == "self" and record.stack == "encoder" else tokenizer.id_tokens([BOS] + ids)
+        cols = tokenizer.id_tokens([BOS] + ids) if record.stack == "decoder" and record.kind == "self" else times
+        files.append(
+            attention_heatmaps(
+                record.probs[0], rows, cols, name, out / f"{record.stack}-{record.layer}-{record.kind}.png"
+            )
+        )
+    files.append(
+        alignment_plot(alignment, times, words, f"{path}: the transcript over time (s)", out / "alignment.png")
+    )
+    ctc = isinstance(model, CTCModel)
+    summary["centroids"] = None if ctc else centroids(alignment, seconds)
+    summary["monotonic"] = True if ctc else all(a < b for a, b in zip(summary["centroids"], summary["centroids"][1:]))
+    summary |= {"out": str(out), "files": [str(f) for f in files]}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    return summary
