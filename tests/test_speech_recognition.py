@@ -163,6 +163,9 @@ def test_the_task_draws_training_batches_from_seed_epoch_and_batch_and_scores_fi
         epoch[3].tgt_out, epoch[2].tgt_out
     )
     assert data.transcripts("valid") == again.transcripts("valid") and len(data.transcripts("valid")) == 12
+    other = task.prepare(Batching(max_tokens=0, batch_size=8, seed=1))  # another train.seed: other training strings
+    assert not torch.equal(other.epoch_batches(1)[3].tgt_out, epoch[3].tgt_out)
+    assert other.transcripts("valid") == data.transcripts("valid")  # ... and the same scored ones
     assert set(data.splits["valid"].words) == {"0", "1", "2"} and len(data.splits["valid"].sounds) == 30  # indices 5-9
     batch = data.eval_batches("valid")[0]
     tokenizer = data.tokenizers["tgt"]

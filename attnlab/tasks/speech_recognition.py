@@ -5,10 +5,11 @@ FSDD's layout (tasks/recordings.py: ``data.recordings``, and its validation spli
 each string joins ``strings.min_digits`` .. ``strings.max_digits`` recordings of one split, with
 silences of 0 .. ``strings.max_gap_ms`` ms between them and, with ``strings.snr_db``, white noise. Its
 transcript is the digits as words ("3 5 1"), word-tokenised. Training strings are drawn afresh for
-every batch from (seed, epoch, batch) alone, so a resumed run goes on exactly, ``splits.n_train`` of
-them an epoch; a split that is scored (validation, or ``evaluate --split``) is ``splits.n_valid``
-strings drawn once from that split's recordings alone, and a folder of recordings given to
-`attnlab evaluate --data DIR` (or ``--test-set fsdd:test``) is read by the same rule.
+every batch from (train.seed, epoch, batch) alone, so a resumed run goes on exactly, ``splits.n_train``
+of them an epoch; a split that is scored (validation, or ``evaluate --split``) is ``splits.n_valid``
+strings drawn once from that split's recordings and ``splits.seed`` alone (the same for every training
+seed), and a folder of recordings given to `attnlab evaluate --data DIR` (or ``--test-set fsdd:test``)
+is read by the same rule.
 
 A batch is the zero-padded waveforms (B, S) as the source and the transcripts as a translation's
 target, learnt by an encoder-decoder (models/whisper.py) or an encoder read by CTC (models/whisper_ctc.py),
@@ -123,7 +124,8 @@ def string_batch(strings: list[SpokenString], split: Recorded, snr_db: float | N
 @dataclass(kw_only=True)
 class SpeechData:
     """Each split's recordings (``splits``) from the folder ``origin``, the tokenizers ({'src': None,
-    'tgt': the digits'}), the config, and the strings of each scored split, drawn once."""
+    'tgt': the digits'}), the config, the seed of the training batches (train.seed), and the strings of
+    each scored split, drawn once."""
 
     splits: dict[str, Recorded]
     origin: str
@@ -145,10 +147,10 @@ class SpeechData:
         return string_batch(strings, self.splits[split], self.cfg.strings.snr_db, tokenizer)
 
     def scored(self, split: str) -> list[SpokenString]:
-        """The split's ``n_valid`` strings, drawn from (seed, the split's name) alone."""
+        """The split's ``n_valid`` strings, drawn from (splits.seed, the split's name) alone."""
         if split not in self._scored:
             salt = list(split.encode())
-            rng = np.random.default_rng([self.seed, SCORED, *salt])
+            rng = np.random.default_rng([cast(int, self.cfg.splits.seed), SCORED, *salt])  # given: check
             self._scored[split] = self.draw(rng, split, cast(int, self.cfg.splits.n_valid))  # given: check
         return self._scored[split]
 
@@ -243,7 +245,7 @@ class SpeechRecognition(Task[SpeechData, Batch]):
             tokenizers=tokenizers,
             cfg=cfg,
             batch_size=batching.batch_size,
-            seed=cast(int, cfg.splits.seed),  # given: check
+            seed=batching.seed,
         )
 
     def data_shape(self, data: SpeechData | None = None) -> DataShape:
@@ -296,7 +298,7 @@ class SpeechRecognition(Task[SpeechData, Batch]):
             tokenizers=tokenizers,
             cfg=self.cfg,
             batch_size=64,
-            seed=cast(int, self.cfg.splits.seed),  # given: check
+            seed=0,  # no training batches: its strings are the scored ones
         )
         return transcript_record(model, data, "test", replace(self.search, max_len=self.cfg.strings.max_digits + 1))
 
