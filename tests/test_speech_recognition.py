@@ -252,6 +252,13 @@ def test_evaluate_scores_a_split_by_greedy_and_beam_search_with_jiwer(trained):
     beam = run_cli("evaluate", run, "--split", "valid", "--beam", "3")
     assert beam.returncode == 0, beam.stderr
     assert beam.stdout.startswith("WER  ") and "(24 strings, split valid, beam 3, lenpen 0.6)" in beam.stdout
+    folder = write_pips(
+        trained / "other", indices=range(30, 34), seed=3
+    )  # recordings never seen: strings by the same rule
+    other = run_cli("evaluate", run, "--data", str(folder), "--beam", "1", "--json")
+    assert other.returncode == 0, other.stderr
+    scored = json.loads(other.stdout)
+    assert scored["strings"] == 24 and scored["wer"] < 0.2 and scored["examples"] != result["examples"]
 
 
 def test_transcribe_writes_each_files_transcript(trained, tmp_path):
@@ -280,6 +287,11 @@ def test_bad_inputs_to_transcribe_are_one_line_each(trained, tmp_path):
     one_line(run_cli("transcribe", run, str(tmp_path / "text.wav"), "--output", str(tmp_path / "out.txt")), "exists")
     assert (tmp_path / "out.txt").read_text() == "mine\n"
     one_line(run_cli("predict", run, "x.wav"), "is a run of data.task 'speech_recognition'")
+    sf.write(tmp_path / "long.wav", np.full(int(2.5 * RATE), 0.1, np.float32), RATE)  # the run's strings: 2 s at most
+    one_line(
+        run_cli("transcribe", run, str(tmp_path / "long.wav")),
+        f"{tmp_path / 'long.wav'}: 2.50 s, longer than the 2 s the model reads (data.strings.longest_seconds)",
+    )
 
 
 def test_inspect_draws_the_cross_attention_of_each_digit_over_time_and_its_alignment(trained, tmp_path):

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 import soundfile as sf
 import soxr
+import torch
 
 from attnlab.data.sources import no_such_file
 from attnlab.errors import DataError
@@ -108,3 +109,11 @@ def _why(err: sf.LibsndfileError) -> str:
     if "Format not recognised" in reason:
         return "not an audio file that soundfile reads (WAV, FLAC, OGG, AIFF, ...): format not recognised"
     return f"damaged audio header ({reason})"
+
+
+def zero_padded(sounds: list[np.ndarray]) -> torch.Tensor:
+    """(B, S) float32: the (T_b,) sounds one a row, zero-padded to the longest."""
+    waves = torch.zeros(len(sounds), max(map(len, sounds)))
+    for row, sound in enumerate(sounds):
+        waves[row, : len(sound)] = torch.from_numpy(sound)
+    return waves

@@ -29,12 +29,12 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.config import TypedConfig, at_least, flattened
-from attnlab.data.audio import read_audio
+from attnlab.data.audio import read_audio, zero_padded
 from attnlab.data.batching import Batch, pad_sequences
 from attnlab.data.spoken_strings import Recorded, SpokenString
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
 from attnlab.decode.spec import Greedy, NBest, Search
-from attnlab.errors import ConfigError, UsageError
+from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import error_rates, exact_match
 from attnlab.models.audio import WAVEFORMS
 from attnlab.models.shape import DataShape
@@ -111,10 +111,7 @@ def recorded(recordings: list[Recording], rate: int, note: Notes) -> Recorded:
 
 def string_batch(strings: list[SpokenString], split: Recorded, snr_db: float | None, tokenizer: Tokenizer) -> Batch:
     """src: (B, S) the strings' waveforms, zero-padded; tgt_in: (B, T) BOS + digits; tgt_out: digits + EOS."""
-    waves = [split.waveform(s, snr_db) for s in strings]
-    src = torch.zeros(len(waves), max(map(len, waves)))
-    for row, wave in enumerate(waves):
-        src[row, : len(wave)] = torch.from_numpy(wave)
+    src = zero_padded([split.waveform(s, snr_db) for s in strings])
     ids = tokenizer.encode_batch([split.transcript(s) for s in strings])
     return Batch(
         src=src, tgt_in=pad_sequences([[BOS] + r for r in ids]), tgt_out=pad_sequences([r + [EOS] for r in ids])
@@ -305,7 +302,8 @@ class SpeechRecognition(Task[SpeechData, Batch]):
     def transcribe(
         self, model: nn.Module, run: RunState, paths: list[str], search: Search
     ) -> list[list[tuple[str, float | None]]]:
-        """Each audio file's transcripts (best first) by ``search``, read at the run's rate."""
+        """Each audio file's transcripts (best first) by ``search``, read at the run's rate; a file longer than
+        the strings the model was trained on is refused."""
         if not paths:
             raise UsageError(
                 "give the recordings to transcribe as arguments: attnlab transcribe RUN a.wav [more.wav ...]"
@@ -314,13 +312,13 @@ class SpeechRecognition(Task[SpeechData, Batch]):
         note = Notes()
         sounds = [read_audio(p, self.cfg.source.sample_rate, note).samples for p in paths]
         note.close()
-        batches = []
-        for start in range(0, len(sounds), search.batch_size):
-            chunk = sounds[start : start + search.batch_size]
-            waves = torch.zeros(len(chunk), max(map(len, chunk)))
-            for row, sound in enumerate(chunk):
-                waves[row, : len(sound)] = torch.from_numpy(sound)
-            batches.append(waves)
+        for path, sound in zip(paths, sounds):
+            if len(sound) > self.cfg.samples:  # its frames past the limit would go unread
+                raise DataError(
+                    f"{path}: {len(sound) / self.cfg.source.sample_rate:.2f} s, longer than the "
+                    f"{self.cfg.strings.longest_seconds:g} s the model reads (data.strings.longest_seconds)"
+                )
+        batches = [zero_padded(sounds[i : i + search.batch_size]) for i in range(0, len(sounds), search.batch_size)]
         outputs = transcribed(model, tokenizer, batches, search)
         return [[(tokenizer.decode(ids), score) for ids, score in nbest] for chunk in outputs for nbest in chunk]
 
