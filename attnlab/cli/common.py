@@ -46,6 +46,30 @@ def write_output(path: str | None, text: str, force: bool) -> None:
     atomic_write_text(path, text)
 
 
+def nbest_lines(names: list[str], results: list[list[tuple[str, float | None]]], nbest: int) -> str:
+    """`NAME TAB output` per input, or with --nbest K (> 1), K lines `NAME TAB output TAB score` each."""
+    if nbest == 1:
+        return "".join(f"{name}\t{outputs[0][0]}\n" for name, outputs in zip(names, results))
+    return "".join(
+        f"{name}\t{output}\t{score:.4f}\n" for name, outputs in zip(names, results) for output, score in outputs
+    )
+
+
+def add_nbest_output_args(p: argparse.ArgumentParser, inputs: str, output: str) -> None:
+    """--nbest, --max-len, --batch-size, --output and --force of a command that decodes ``inputs`` (files)
+    into an ``output`` each: `caption`'s, `transcribe`'s."""
+    p.add_argument(
+        "--nbest",
+        type=int,
+        default=1,
+        help=f"print the K best per {inputs}, a line each: {inputs} TAB {output} TAB score",
+    )
+    p.add_argument("--max-len", type=int, help=f"most {output} tokens (default: the model's max_len - 1)")
+    p.add_argument("--batch-size", type=int, default=64, help=f"{inputs}s per batch (default 64)")
+    p.add_argument("--output", help="output file (default: stdout)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --output")
+
+
 def stderr_line(line: str) -> None:
     """A progress or log line, on stderr at once."""
     print(line, file=sys.stderr, flush=True)

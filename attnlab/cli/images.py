@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, cast
 
 from attnlab.cli.common import (
     CAPTIONS,
+    add_nbest_output_args,
     add_run_dir_args,
     add_search_args,
     check_kv_cache,
     check_new_file,
     check_task_serves,
     load_run_for,
+    nbest_lines,
     search_of,
     write_output,
 )
@@ -42,13 +44,7 @@ def cmd_caption(args: argparse.Namespace) -> None:
         search = replace(search, max_len=cast("CaptionerConfig", cfg).positions.max_len - 1)  # - 1: BOS; captioner's
     assert tokenizers["tgt"] is not None  # a captioner's
     results = caption_images(model, tokenizers["tgt"], images, search)
-    if args.nbest == 1:
-        text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.images, results))
-    else:
-        text = "".join(
-            f"{name}\t{caption}\t{score:.4f}\n" for name, hyps in zip(args.images, results) for caption, score in hyps
-        )
-    write_output(args.output, text, args.force)
+    write_output(args.output, nbest_lines(args.images, results, args.nbest), args.force)
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
@@ -86,13 +82,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_run_dir_args(caption)
     caption.add_argument("images", nargs="*", metavar="IMAGE", help="image files, read as the run's training images")
     add_search_args(caption, weights=False)
-    caption.add_argument(
-        "--nbest", type=int, default=1, help="print the K best per image, a line each: image TAB caption TAB score"
-    )
-    caption.add_argument("--max-len", type=int, help="most caption tokens (default: the model's max_len - 1)")
-    caption.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
-    caption.add_argument("--output", help="output file (default: stdout)")
-    caption.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    add_nbest_output_args(caption, "image", "caption")
     caption.set_defaults(func=cmd_caption)
 
     ask = sub.add_parser(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 
 from attnlab.cli.common import (
+    add_nbest_output_args,
     add_run_dir_args,
     add_search_args,
     check_kv_cache,
     check_new_file,
     check_task_serves,
     load_run_for,
+    nbest_lines,
     search_of,
     write_output,
 )
@@ -29,13 +31,7 @@ def cmd_transcribe(args: argparse.Namespace) -> None:
     model, _, _ = load_run_for(args, {})
     check_kv_cache(args, model)
     results = task.transcribe(model, RunDir(args.run_dir), args.files, search)
-    if args.nbest == 1:
-        text = "".join(f"{name}\t{hyps[0][0]}\n" for name, hyps in zip(args.files, results))
-    else:
-        text = "".join(
-            f"{name}\t{words}\t{score:.4f}\n" for name, hyps in zip(args.files, results) for words, score in hyps
-        )
-    write_output(args.output, text, args.force)
+    write_output(args.output, nbest_lines(args.files, results, args.nbest), args.force)
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,11 +42,5 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_run_dir_args(transcribe)
     transcribe.add_argument("files", nargs="*", metavar="AUDIO", help="audio files, read at the run's sample rate")
     add_search_args(transcribe, weights=False)
-    transcribe.add_argument(
-        "--nbest", type=int, default=1, help="print the K best per file, a line each: file TAB transcript TAB score"
-    )
-    transcribe.add_argument("--max-len", type=int, help="most transcript tokens (default: the model's max_len - 1)")
-    transcribe.add_argument("--batch-size", type=int, default=64, help="files per batch (default 64)")
-    transcribe.add_argument("--output", help="output file (default: stdout)")
-    transcribe.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    add_nbest_output_args(transcribe, "file", "transcript")
     transcribe.set_defaults(func=cmd_transcribe)

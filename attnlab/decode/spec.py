@@ -40,6 +40,14 @@ from attnlab.nn.interfaces import CTCModel
 NBest = list[list[tuple[list[int], float | None]]]  # each source's outputs as (ids, score), best first
 
 
+def check_width(width: int, nbest: int) -> None:
+    """A beam's ``width`` (--beam) and the ``nbest`` it returns, in the CLI's one line."""
+    if not 1 <= width <= MAX_BEAM:
+        raise UsageError(f"--beam must be between 1 and {MAX_BEAM} (got {width})")
+    if not 1 <= nbest <= width:
+        raise UsageError(f"--nbest must be between 1 and --beam ({width})")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Search:
     """What every search shares: ``max_len``, the most tokens generated (None: each source's length
@@ -121,11 +129,8 @@ class Beam(LeftToRight):
     blank_score: ClassVar[float | None] = 0.0
 
     def __post_init__(self) -> None:
-        if not 1 <= self.width <= MAX_BEAM:
-            raise UsageError(f"--beam must be between 1 and {MAX_BEAM} (got {self.width})")
+        check_width(self.width, self.nbest)
         super().__post_init__()
-        if not 1 <= self.nbest <= self.width:
-            raise UsageError(f"--nbest must be between 1 and --beam ({self.width})")
 
     def search(self, model: nn.Module, src: Tensor, max_len: int | Tensor | None, min_len: int | Tensor) -> NBest:
         return [[(h.tokens, h.normalized) for h in hyps] for hyps in self.hypotheses(model, src, max_len, min_len)]
@@ -325,11 +330,8 @@ class CTC(Search):
     incremental: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        if not 1 <= self.width <= MAX_BEAM:
-            raise UsageError(f"--beam must be between 1 and {MAX_BEAM} (got {self.width})")
+        check_width(self.width, self.nbest)
         super().__post_init__()
-        if not 1 <= self.nbest <= self.width:
-            raise UsageError(f"--nbest must be between 1 and --beam ({self.width})")
 
     @torch.no_grad()
     def decode(self, model: nn.Module, src: Tensor, lengths: Tensor | None = None) -> NBest:

@@ -6,13 +6,14 @@ attention `inspect` captures. What every task has is :class:`attnlab.tasks.task.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol, Self, TypeVar, runtime_checkable
 
 import torch
 from torch import nn
 
-from attnlab.decode.spec import Search
+from attnlab.decode.spec import Greedy, Search
 from attnlab.models.family import FamilyConfig
 from attnlab.models.shape import DataShape
 from attnlab.tasks.batching import Tokenizers
@@ -82,6 +83,18 @@ class Searched(Protocol):
     def searching(self, search: Search) -> Self:
         """The task, its evaluations decoding by ``search``."""
         ...
+
+
+class DecodesBySearch:
+    """For a :class:`Searched` task (captioning, speech recognition): ``search``, what its evaluations
+    decode by, greedy search until `evaluate` gives its own (``searching``: a copy of the task)."""
+
+    search: Search = Greedy()
+
+    def searching(self, search: Search) -> Self:
+        task = copy.copy(self)
+        task.search = search
+        return task
 
 
 @runtime_checkable

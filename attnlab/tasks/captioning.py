@@ -9,7 +9,7 @@ decodes by greedy or beam search with the KV cache.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +20,7 @@ from attnlab.data.tokenizers import PAD, Tokenizer
 from attnlab.decode.spec import Greedy, Search
 from attnlab.eval.likelihood import evaluate as teacher_forced
 from attnlab.eval.metrics import corpus_bleu, exact_match
+from attnlab.tasks.abilities import DecodesBySearch
 from attnlab.tasks.batching import Batching, Tokenizers
 from attnlab.tasks.captions import (
     CaptionBatch,
@@ -76,7 +77,7 @@ def caption_record(
 
 
 @register_task
-class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[CaptionData, CaptionBatch]):
+class Captioning(DecodesBySearch, NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[CaptionData, CaptionBatch]):
     """A caption generated for each image (data.task: captioning), scored by loss, perplexity and exact
     match."""
 
@@ -86,12 +87,6 @@ class Captioning(NextTokenTask[CaptionData, CaptionBatch], CaptionedImages[Capti
     metrics = {"valid_loss": True, "valid_ppl": True, "exact_match": False}
     commands = ("caption", "evaluate", "inspect")
     cfg: CaptioningConfig
-    search: Search = Greedy()  # what its evaluations decode by (`evaluate` gives its own: searching)
-
-    def searching(self, search: Search) -> Self:
-        task = type(self)(self.cfg)
-        task.search = search
-        return task
 
     def prepare(
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None

@@ -22,7 +22,7 @@ error rates (jiwer), exact match and the references' perplexity by greedy or bea
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Optional, Self, cast
+from typing import Any, ClassVar, Optional, cast
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from attnlab.errors import ConfigError, DataError, UsageError
 from attnlab.eval.metrics import error_rates, exact_match
 from attnlab.models.audio import WAVEFORMS
 from attnlab.models.shape import DataShape
-from attnlab.tasks.abilities import RunState
+from attnlab.tasks.abilities import DecodesBySearch, RunState
 from attnlab.tasks.batching import Batching, SeededBatches, Tokenizers
 from attnlab.tasks.parts import Splits, Text
 from attnlab.tasks.recordings import Notes, Recording, Recordings, recordings_in
@@ -205,7 +205,7 @@ def transcript_record(model: nn.Module, data: SpeechData, split: str, search: Se
 
 
 @register_task
-class SpeechRecognition(Task[SpeechData, Batch]):
+class SpeechRecognition(DecodesBySearch, Task[SpeechData, Batch]):
     """A transcript written for each recording (data.task: speech_recognition), scored by loss,
     perplexity and word error rate."""
 
@@ -216,12 +216,6 @@ class SpeechRecognition(Task[SpeechData, Batch]):
     commands = ("transcribe", "evaluate", "inspect")
     tokenizers = ("tgt",)
     cfg: SpeechRecognitionConfig
-    search: Search = Greedy()  # what its evaluations decode by (`evaluate` gives its own: searching)
-
-    def searching(self, search: Search) -> Self:
-        task = type(self)(self.cfg)
-        task.search = search
-        return task
 
     def prepare(
         self, batching: Batching, tokenizers: Tokenizers | None = None, state: dict[str, Any] | None = None
