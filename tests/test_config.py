@@ -422,6 +422,7 @@ SET_BY_DATA = {
     "node_classification": {"n_features", "n_classes"},
     "forecasting": {"n_channels", "input_length", "horizon"},
     "audio_classification": {"sample_rate", "samples", "n_classes"},
+    "speech_recognition": {"sample_rate", "samples", "vocab_size", "pad_id"},
 }
 
 ETT_HEADER = "date,HUFL,HULL,MUFL,MULL,LUFL,LULL,OT\n2016-07-01 00:00:00,5.8,2.0,1.5,0.5,4.2,1.3,30.5\n"

@@ -390,6 +390,7 @@ CASES = [
             ["export", folder, "--weights", "bf16", "--out", "{root}/new_run"],
             ["serve", folder, "--port", "0"],
             ["caption", folder, "{root}/image.png"],
+            ["transcribe", folder, "{root}/sound.wav"],
             ["ask", folder, "{root}/image.png", "--question", "what?"],
             ["export-hf", folder, "--out", "{root}/new_run"],
             ["export-ct2", folder, "--out", "{root}/new_run"],

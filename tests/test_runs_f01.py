@@ -64,8 +64,11 @@ def test_an_old_run_resumes_one_step_as_it_did_when_written(tmp_path):
     recorded = expected("encoder_decoder")["resumed"]
     assert len(losses) == 3 and losses[2] == pytest.approx(recorded["step3_loss"], abs=1e-6)
     model, _, _ = load_run(run, "last")
+    # Adam divides each gradient by its running scale, so where a gradient is near zero a CPU's rounding
+    # moves the weight by up to the lr: the sum measured 72.0203 on an AVX-512/AMX Xeon against the
+    # 72.0191 recorded on the AVX2 one that wrote the fixture. A resume that lost Adam's moments gives 72.419.
     assert sum(p.double().sum().item() for p in model.parameters()) == pytest.approx(
-        recorded["weights_sum_after"], abs=1e-5
+        recorded["weights_sum_after"], abs=1e-2
     )
 
 

@@ -176,7 +176,7 @@ class SpeechData:
 
 
 @torch.no_grad()
-def transcribed(model: nn.Module, tokenizer: Tokenizer, batches: list[Tensor], search: Search) -> list[NBest]:
+def transcribed(model: nn.Module, batches: list[Tensor], search: Search) -> list[NBest]:
     """Each (B, S) batch of zero-padded waveforms -> each clip's transcripts by ``search`` (ids, score): CTC's
     counterpart of it for a model read by CTC."""
     model.eval()
@@ -189,7 +189,7 @@ def transcript_record(model: nn.Module, data: SpeechData, split: str, search: Se
     """WER and CER (jiwer), exact match and the references' perplexity of the split's scored strings."""
     tokenizer = cast(Tokenizer, data.tokenizers["tgt"])  # the task's own role: never None
     batches = data.eval_batches(split)
-    outputs = transcribed(model, tokenizer, [cast(Tensor, b.src) for b in batches], search)
+    outputs = transcribed(model, [cast(Tensor, b.src) for b in batches], search)
     hypotheses = [tokenizer.decode(nbest[0][0]) for chunk in outputs for nbest in chunk]
     references = data.transcripts(split)
     likelihood = transcriber_of(model).likelihood(model, batches)
@@ -260,7 +260,7 @@ class SpeechRecognition(DecodesBySearch, Task[SpeechData, Batch]):
         if n_decoded:
             tokenizer = cast(Tokenizer, data.tokenizers["tgt"])  # the task's own role: never None
             batches = [cast(Tensor, b.src) for b in data.eval_batches(split)][: -(-n_decoded // data.batch_size)]
-            outputs = transcribed(model, tokenizer, batches, Greedy(max_len=self.cfg.strings.max_digits + 1))
+            outputs = transcribed(model, batches, Greedy(max_len=self.cfg.strings.max_digits + 1))
             hypotheses = [tokenizer.decode(nbest[0][0]) for chunk in outputs for nbest in chunk][:n_decoded]
             references = data.transcripts(split)[:n_decoded]
             result["exact_match"] = exact_match(hypotheses, references)
@@ -313,7 +313,7 @@ class SpeechRecognition(DecodesBySearch, Task[SpeechData, Batch]):
                     f"{self.cfg.strings.longest_seconds:g} s the model reads (data.strings.longest_seconds)"
                 )
         batches = [zero_padded(sounds[i : i + search.batch_size]) for i in range(0, len(sounds), search.batch_size)]
-        outputs = transcribed(model, tokenizer, batches, search)
+        outputs = transcribed(model, batches, search)
         return [[(tokenizer.decode(ids), score) for ids, score in nbest] for chunk in outputs for nbest in chunk]
 
     def report(self, result: dict[str, Any], source: str) -> list[str]:
