@@ -83,7 +83,7 @@ def test_ctc_takes_the_searchs_width_and_nbest():
     from attnlab.decode.spec import CTC, Beam, Greedy
 
     assert ctc.search(Greedy(batch_size=8)) == CTC(batch_size=8)
-    assert ctc.search(Beam(width=5, nbest=2)) == CTC(width=5, nbest=2)
+    assert ctc.search(Beam(width=5, nbest=2)) == CTC(width=5, nbest=2) == ctc.search(CTC(width=5, nbest=2))
     assert plain.search(Beam(width=5)) == Beam(width=5)
 
 

@@ -6,6 +6,7 @@ two of one digit side by side are still two."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -90,7 +91,7 @@ def test_cached_decoding_equals_uncached_and_greedy_follows_the_argmax():
     waves[1, 4000:] = 0
     for search in (Greedy(max_len=6), Beam(width=3, nbest=2, max_len=6)):
         cached = search.decode(model, waves)
-        uncached = type(search)(**{**search.__dict__, "use_cache": False}).decode(model, waves)
+        uncached = dataclasses.replace(search, use_cache=False).decode(model, waves)
         assert [[ids for ids, _ in n] for n in cached] == [[ids for ids, _ in n] for n in uncached]
         for (a, sa), (b, sb) in zip([h for n in cached for h in n], [h for n in uncached for h in n]):
             assert (sa is None and sb is None) or math.isclose(sa, sb, abs_tol=1e-5)
@@ -315,8 +316,6 @@ def test_inspect_draws_the_cross_attention_of_each_digit_over_time_and_its_align
             "decoder-0-cross.png",
         ]
     )
-    cross = torch.tensor(summary["modules"]["decoder.layers.0.cross_attn"]["entropy"])
-    assert cross.shape == (2,)  # per head
     from attnlab.analysis.inspect_audio import centroids
 
     weights = torch.tensor([[0.0, 1.0, 3.0], [2.0, 0.0, 2.0]])

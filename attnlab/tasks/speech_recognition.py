@@ -188,18 +188,19 @@ def transcribed(model: nn.Module, batches: list[Tensor], search: Search) -> list
 def transcript_record(model: nn.Module, data: SpeechData, split: str, search: Search) -> dict[str, Any]:
     """WER and CER (jiwer), exact match and the references' perplexity of the split's scored strings."""
     tokenizer = cast(Tokenizer, data.tokenizers["tgt"])  # the task's own role: never None
-    batches = data.eval_batches(split)
+    transcriber, batches = transcriber_of(model), data.eval_batches(split)
+    search = transcriber.search(search)
     outputs = transcribed(model, [cast(Tensor, b.src) for b in batches], search)
     hypotheses = [tokenizer.decode(nbest[0][0]) for chunk in outputs for nbest in chunk]
     references = data.transcripts(split)
-    likelihood = transcriber_of(model).likelihood(model, batches)
+    likelihood = transcriber.likelihood(model, batches)
     return {
         **error_rates(hypotheses, references),
         "exact_match": exact_match(hypotheses, references),
         "ppl": likelihood["ppl"],
         "nll": likelihood["loss"],
         "strings": len(references),
-        **transcriber_of(model).search(search).record(),
+        **search.record(),
         "examples": [{"reference": r, "transcript": h} for r, h in list(zip(references, hypotheses))[:5]],
     }
 

@@ -92,6 +92,8 @@ class ConnectionistTemporal:
         return {"loss": loss, "ppl": perplexity(loss), "tokens": n}
 
     def search(self, search: Search) -> Search:
+        if isinstance(search, CTC):  # already CTC's
+            return search
         if isinstance(search, Beam):
             return CTC(width=search.width, nbest=search.nbest, batch_size=search.batch_size)
         return CTC(batch_size=search.batch_size)
