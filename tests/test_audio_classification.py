@@ -319,6 +319,26 @@ def test_info_counts_tokens_and_flops_per_second_of_audio(fields, tokens):
     assert report["forward_by_kind"]["front_end"] > 0
 
 
+@pytest.mark.parametrize("arch, output", [("whisper", 0), ("whisper_ctc", 2 * 50 * 32 * 9)])
+def test_info_counts_a_recognisers_encoder_per_second_of_audio(arch, output):
+    """A recogniser's cost per second is its encoder's over the 50 frame tokens (100 frames of 10 ms,
+    halved by the stem), and, for CTC, the map of each token to the 9 symbols; the encoder-decoder's
+    decoder runs once per output token, not per second: not counted (it crashed `info` before)."""
+    from attnlab.analysis.budget import sound_report
+
+    fields = dict(arch=arch, features=dict(n_mels=16), stack=TINY_STACK)
+    report = sound_report(*sized(**fields, sample_rate=RATE, samples=4000, vocab_size=9, pad_id=0))
+    d, d_ff, T = 32, 64, 50
+    assert report["tokens"] == T
+    assert {kind: n for kind, n in report["forward_by_kind"].items() if kind != "front_end"} == {
+        "attention_projections": 2 * T * 4 * d * d,
+        "attention_scores": 2 * 2 * T * T * d,
+        "feed_forward": 2 * T * 2 * d * d_ff,
+        "output": output,
+    }
+    assert report["forward_by_kind"]["front_end"] > 0
+
+
 def test_info_prints_the_cost_of_a_second_of_audio_and_a_cnn_has_no_tokens(tmp_path):
     config = tmp_path / "cnn.yaml"
     config.write_text(

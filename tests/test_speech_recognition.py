@@ -322,3 +322,12 @@ def test_inspect_draws_the_cross_attention_of_each_digit_over_time_and_its_align
     assert centroids(weights, torch.tensor([0.1, 0.2, 0.3])) == pytest.approx([0.275, 0.2])
     first, second = summary["centroids"]
     assert first < 0.4 < second and summary["monotonic"]  # the first pip ends at 0.25 s, the second starts at 0.35 s
+
+
+def test_info_of_a_recognisers_run_prints_the_cost_of_a_second_of_audio(trained):
+    """`attnlab info RUN` of a speech run raised a TypeError (its model has no classify) until it counted
+    the encoder (tests/test_audio_classification.py checks the figures)."""
+    done = run_cli("info", str(trained / "run"))
+    assert done.returncode == 0, done.stderr
+    block = done.stdout[done.stdout.index("per 1 s of audio at 8,000 Hz") :].splitlines()
+    assert block[1].split()[0] == "tokens" and int(block[1].split()[1]) > 0

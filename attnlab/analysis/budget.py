@@ -16,7 +16,7 @@ from attnlab.models.shape import DataShape
 from attnlab.nn.attention import MultiHeadAttention
 from attnlab.nn.embeddings import Embeddings
 from attnlab.nn.feedforward import PositionWiseFeedForward
-from attnlab.nn.interfaces import Classifier, EncodingModel
+from attnlab.nn.interfaces import Classifier, CTCModel, EncodingModel, Seq2SeqModel
 from attnlab.nn.positional import PositionalEncoding
 
 
@@ -121,7 +121,7 @@ def _flop_kind(module: str) -> str | None:
         return "attention_projections"
     if parts[-1] == "feed_forward":
         return "feed_forward"
-    if parts[-1] in ("generator", "mlm_head", "classifier"):
+    if parts[-1] in ("generator", "mlm_head", "classifier", "output"):  # output: a CTC recogniser's
         return "output"
     return None
 
@@ -232,24 +232,35 @@ def format_budget_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class _Classifying(nn.Module):
-    """A sound model called as ``classify``, so that FlopCounterMode names its modules by their path."""
+class _Listening(nn.Module):
+    """A sound model reading one clip as it does in use, so that FlopCounterMode names its modules by
+    their path: a classifier's ``classify``, a CTC recogniser's ``ctc_log_probs``, an encoder-decoder's
+    ``encode`` (the transcript's decoder steps, one per output token, are not a cost per second of audio).
+    ``forward`` returns a recogniser's (B, T, ...) states, T the tokens it reads (None for a classifier,
+    whose ``encode`` says them: :func:`sound_report`)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        if not isinstance(model, Classifier):
-            raise TypeError(f"{type(model).__name__} reads waveforms but has no classify")
-        self.model, self.classify = model, model.classify
+        self.model = model
 
-    def forward(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
-        return self.classify(waveforms, lengths)
+    def forward(self, waveforms: Tensor, lengths: Tensor) -> Tensor | None:
+        model = self.model
+        if isinstance(model, Classifier):
+            model.classify(waveforms, lengths)
+            return None
+        if isinstance(model, CTCModel):
+            return model.ctc_log_probs(waveforms)[0]  # (B, T, V)
+        if isinstance(model, Seq2SeqModel):
+            return model.encode(waveforms)[0]  # (B, T, d_model): the memory the decoder reads
+        raise TypeError(f"{type(model).__name__} reads waveforms but neither classifies nor transcribes them")
 
 
 def sound_report(cfg: Any, shape: DataShape, seconds: float = 1.0) -> dict[str, Any]:
-    """What ``seconds`` of audio cost a model that reads waveforms: the tokens its encoder reads (its
-    class token included; None for a model without tokens, a CNN) and the forward FLOPs (2 per
-    multiply-add) by kind, the front end (features, stem, token maps) as the rest. Measured on the meta
-    device, in eval mode, for one clip of that length."""
+    """What ``seconds`` of audio cost a model that reads waveforms: the tokens its encoder reads (a class
+    token included; None for a model without tokens, a CNN) and the forward FLOPs (2 per multiply-add)
+    by kind, the front end (features, stem, token maps) as the rest; a recogniser's encoder alone (an
+    encoder-decoder's decoder runs once per output token). Measured on the meta device, in eval mode,
+    for one clip of that length."""
     from attnlab.models import build_model
 
     rate = shape.need("sample_rate", f"arch '{cfg.arch}'")
@@ -259,12 +270,12 @@ def sound_report(cfg: Any, shape: DataShape, seconds: float = 1.0) -> dict[str, 
         waveforms, lengths = torch.zeros(1, samples), torch.full((1,), samples)
     counter = FlopCounterMode(display=False, depth=100)
     with torch.no_grad(), counter:
-        _Classifying(model)(waveforms, lengths)
+        states = _Listening(model)(waveforms, lengths)
     forward = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
     by_kind = _by_kind(forward)
     total = forward.get("Global", 0)
-    tokens = None
-    if isinstance(model, EncodingModel):  # the whole clip is the clip's: every token is valid
+    tokens = None if states is None else states.shape[1]
+    if isinstance(model, Classifier) and isinstance(model, EncodingModel):  # the whole clip is valid
         with torch.no_grad():
             tokens = model.encode(waveforms, lengths)[1].shape[1]
     return {
