@@ -69,7 +69,44 @@ def workspace(tmp_path_factory):
     (root / "model.yaml").write_text(
         "model: {stack: {d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32}}\nshape: {vocab_size: 50}\n"
     )
+    write_audio_runs(root)
     return root
+
+
+def write_audio_runs(root: Path) -> None:
+    """A digit classifier of tones (audio_cnn, 0.5 s clips) and a recogniser of strings of pips (whisper,
+    2 s strings), one step each, and a good recording."""
+    import numpy as np
+    import soundfile as sf
+    import test_audio_classification as classification
+    import test_speech_recognition as speech
+
+    tones = classification.write_tones(root / "tones", indices=range(5, 12))
+    (root / "cnn.yaml").write_text(
+        classification.RECIPE.format(
+            arch="audio_cnn", model="features: {n_mels: 16}, width: 4", recordings=tones, steps=1
+        )
+    )
+    assert main(["train", str(root / "cnn.yaml"), "--out", str(root / "audio_run")]) == 0
+    (root / "speech.yaml").write_text(speech.RECIPE.format(recordings=speech.write_pips(root / "pips"), steps=1))
+    assert main(["train", str(root / "speech.yaml"), "--out", str(root / "speech_run")]) == 0
+    sf.write(root / "sound.wav", np.full(800, 0.1, np.float32), 8000)
+
+
+def audio_file(name: str, samples: list[float] | None = None, rate: int = 8000):
+    """A WAV of float ``samples`` (none: zero frames) written as bad.wav."""
+
+    def setup(root: Path) -> None:
+        import numpy as np
+        import soundfile as sf
+
+        sf.write(root / name, np.asarray(samples or [], np.float32), rate, subtype="FLOAT")
+
+    return setup
+
+
+def damaged_header(root: Path) -> None:
+    (root / "bad.wav").write_bytes(b"RIFX" + (root / "sound.wav").read_bytes()[4:])  # big-endian: its fmt unreadable
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -397,6 +434,70 @@ CASES = [
             *([["info", folder]] if folder.endswith("bad") else []),
         )
     ),  # info reads a missing path as a file
+    # -- audio (issue 62): each refused in one line naming the file, nothing written -------------------
+    (
+        "audio: not audio",
+        ["predict", "{root}/audio_run", "{root}/bad.wav"],
+        bad_file("bad.wav", b"not a sound\n"),
+        DATA,
+        "bad.wav: not an audio file that soundfile reads",
+    ),
+    (
+        "audio: damaged header",
+        ["predict", "{root}/audio_run", "{root}/bad.wav"],
+        damaged_header,
+        DATA,
+        "damaged audio header",
+    ),
+    (
+        "audio: empty file",
+        ["transcribe", "{root}/speech_run", "{root}/bad.wav"],
+        bad_file("bad.wav", b""),
+        DATA,
+        "bad.wav: empty file (0 bytes), not audio",
+    ),
+    (
+        "audio: zero frames",
+        ["predict", "{root}/audio_run", "{root}/bad.wav"],
+        audio_file("bad.wav"),
+        DATA,
+        "bad.wav: no samples (a 8000 Hz file of 0 frames)",
+    ),
+    (
+        "audio: NaN samples",
+        ["transcribe", "{root}/speech_run", "{root}/bad.wav"],
+        audio_file("bad.wav", [0.1] * 10 + [float("nan")] + [0.1] * 10),
+        DATA,
+        "bad.wav: NaN samples (1 frames, the first at frame 10",
+    ),
+    (
+        "audio: longer than the model reads",
+        ["transcribe", "{root}/speech_run", "{root}/bad.wav"],
+        audio_file("bad.wav", [0.1] * 8000 * 3),
+        DATA,
+        "bad.wav: 3.00 s, longer than the 2 s the model reads (data.strings.longest_seconds)",
+    ),
+    (
+        "audio: a folder with no audio",
+        ["evaluate", "{root}/audio_run", "--data", "{root}/bad"],
+        empty_dir,
+        DATA,
+        "bad: no audio files",
+    ),
+    (
+        "audio: a run of another task",
+        ["transcribe", "{root}/audio_run", "{root}/sound.wav"],
+        nothing,
+        USAGE,
+        "is a run of data.task 'audio_classification'; `attnlab transcribe` needs data.task 'speech_recognition'",
+    ),
+    (
+        "audio: a text run given a recording",
+        ["predict", "{root}/run", "{root}/sound.wav"],
+        nothing,
+        USAGE,
+        "is a run of data.task 'translation'",
+    ),
     ("sweep spec missing", ["sweep", "{root}/none.yaml"], nothing, CONFIG, "none.yaml: no such sweep spec"),
     (
         "data get of an unknown data set",
