@@ -37,6 +37,10 @@ def miniature(recipe: Path, root: Path) -> list[str]:
             (root / f"{split}.de").write_text("\n".join(sentences(n, 1)) + "\n")
             (root / f"{split}.en").write_text("\n".join(sentences(n, 2)) + "\n")
         sets += [f"data.train={root / 'train'}", f"data.valid={root / 'val'}", "data.text.vocab_size=40"]
+    elif data.get("task") == "speech_recognition":  # test_speech_recognition.py's pips of three digits
+        from test_speech_recognition import write_pips
+
+        sets += [f"data.recordings={write_pips(root / 'recordings')}", "data.splits.n_valid=8", "train.batch_size=4"]
     elif data.get("task") == "classification":
         for split, n in (("train", 120), ("dev", 20)):
             (root / f"{split}.tsv").write_text("".join(f"{s}\t{i % 2}\n" for i, s in enumerate(sentences(n, 3))))

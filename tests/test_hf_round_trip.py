@@ -1,6 +1,6 @@
 """Every `attnlab export-hf` imports back: a tiny run of each family with a Hugging Face counterpart
 (decoder_lm, with three kinds of tokenizer, and encoder_decoder trained here by attnlab, as GPT-2
-and Marian; encoder_only and vit imported from tiny random BERT and ViT folders) is exported,
+and Marian; encoder_only, vit and whisper imported from tiny random BERT, ViT and Whisper folders) is exported,
 everything but the exported folder is deleted, and `attnlab import-hf` of that folder gives a run
 whose outputs equal the original's (max abs difference <= 1e-6). transformers' outputs on the
 folder equal attnlab's (<= 1e-5 of the logits' scale), and its decode of what the folder's model
@@ -18,6 +18,7 @@ import test_hf_gpt2
 import test_hf_import
 import test_hf_marian
 import test_hf_vit
+import test_hf_whisper
 import torch
 import transformers
 
@@ -186,6 +187,36 @@ class ViT(Family):
         return hf(pixel_values=inputs[0]).logits
 
 
+class Whisper(Family):
+    """whisper imported from a tiny random WhisperForConditionalGeneration (its own word tokenizer)."""
+
+    model_type = "whisper"
+
+    def run(self, work: Path) -> Path:
+        return imported(test_hf_whisper.tiny_folder(work / "hf"), work / "run")
+
+    def inputs(self, tokenizers):
+        words = ["one two", "nine", "three three four"]
+        return test_hf_whisper.waveforms(), padded([[BOS] + tokenizers["tgt"].encode(w) for w in words])
+
+    def ours(self, model, inputs):
+        return model(*inputs).masked_fill((inputs[1] == PAD)[..., None], 0.0)
+
+    def theirs(self, folder, inputs, order):
+        sound, tgt = inputs
+        logits = test_hf_whisper.reference(folder)(
+            input_features=test_hf_whisper.features(folder, sound), decoder_input_ids=tgt
+        ).logits
+        return logits.masked_fill((tgt == PAD)[..., None], 0.0)  # padded targets: no output to compare
+
+    def decoded(self, folder):
+        hf = test_hf_whisper.reference(folder)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        inputs = test_hf_whisper.features(folder, test_hf_whisper.waveforms())
+        out = transformers.GenerationMixin.generate(hf, input_features=inputs, max_new_tokens=8, do_sample=False)
+        return tokenizer.batch_decode(out, skip_special_tokens=True)
+
+
 FAMILIES = {
     "gpt2-char": GPT2("char"),
     "gpt2-byte_bpe": GPT2("byte_bpe"),
@@ -193,6 +224,7 @@ FAMILIES = {
     "marian": Marian(),
     "bert": BERT(),
     "vit": ViT(),
+    "whisper": Whisper(),
 }
 
 

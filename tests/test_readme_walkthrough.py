@@ -86,6 +86,7 @@ EXTRA = {  # words of a train command -> further --set lines for it
         "data.splits.n_valid=32",
         "train.eval_exact_match=8",
     ),  # 32 validation strings, not 1,000, for the evaluations and the commands after them
+    "recipes/export/whisper": ("data.splits.n_valid=32", "train.eval_exact_match=8"),  # as the speech recipes
 }
 PLACEHOLDERS = {  # the pages' word for a run or a file of the user's -> what the walk gives in its place
     "RUN": "runs/de-en",

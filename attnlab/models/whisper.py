@@ -3,13 +3,17 @@ a laptop trains. The encoder is the frames family's (models/whisper_encoder.py: 
 the model's device, SpecAugment in training, the convolutional stem, Whisper's sinusoids, a pre-norm
 stack); the decoder is the Transformer's, with learned positions (``positions``, Whisper's) and its
 output tied to the token table (``embeddings.tie: output``, Whisper's), cross-attending to every frame
-token (nn/speech.py). Each side has its own depth (``depths``; default ``stack.n_layers``).
+token (nn/speech.py). Each side has its own depth (``depths``; default ``stack.n_layers``). The encoder
+``reads`` each clip's own frames (``clip``, masking the padding after it) or, as Whisper, the whole
+window, the clip padded with silence to the data's longest (``window``; what interop/whisper.py exports).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
+from attnlab.config import one_of
 from attnlab.models import transformer as parts
 from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, check_sinusoid_width, spectrogram
 from attnlab.models.family import Capabilities, Depths, FamilyConfig, register_family
@@ -19,19 +23,24 @@ from attnlab.models.transformer_config import Positions, TokenEmbeddings, Transf
 from attnlab.nn.audio import ConvStem
 from attnlab.nn.backends import BackendOptions
 from attnlab.nn.positional import WhisperSinusoidalPositional
-from attnlab.nn.speech import SpeechRecognizer
+from attnlab.nn.speech import OwnFrames, SpeechRecognizer, WindowFrames
 
 OF = "arch 'whisper'"
+READINGS: dict[str, Callable[[int], OwnFrames | WindowFrames]] = {
+    "clip": lambda samples: OwnFrames(),
+    "window": WindowFrames,
+}  # model.reads -> what the encoder reads of a clip, given the data's longest (in samples)
 
 
 @dataclass(frozen=True)
 class WhisperConfig(FamilyConfig):
-    """``features`` and ``augment`` (the log-mels and SpecAugment, as the frames family's), the
-    Transformer's parts for the two stacks (small, pre-norm and GELU by default, as Whisper's), the
-    transcript's learned ``positions`` and each side's ``depths``."""
+    """``features`` and ``augment`` (the log-mels and SpecAugment, as the frames family's), what the
+    encoder ``reads`` (:data:`READINGS`), the Transformer's parts for the two stacks (small, pre-norm
+    and GELU by default, as Whisper's), the transcript's learned ``positions`` and each side's ``depths``."""
 
     features: LogMelFeatures = LogMelFeatures()
     augment: SpecAugmentation = SpecAugmentation()
+    reads: str = "clip"
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=3, d_ff=256, activation="gelu", norm="pre")
     positions: Positions = Positions(scheme="learned", max_len=32)
     embeddings: TokenEmbeddings = TokenEmbeddings(tie="output")
@@ -40,6 +49,7 @@ class WhisperConfig(FamilyConfig):
 
     def check(self) -> None:
         super().check()
+        one_of("reads", self.reads, READINGS)
         check_sinusoid_width(self.stack)
 
     def check_shape(self, shape: DataShape) -> None:
@@ -69,6 +79,7 @@ class WhisperFamily(TransformerFamily):
         vocab_size = shape.need("vocab_size", OF)
         tgt_embed = parts.embeddings(cfg, vocab_size)
         model = SpeechRecognizer(
+            READINGS[cfg.reads](shape.need("samples", OF)),
             spectrogram(cfg.features, cfg.augment, shape, OF),
             ConvStem(cfg.features.n_mels, cfg.stack.d_model),
             WhisperSinusoidalPositional(cfg.stack.d_model),

@@ -10,6 +10,10 @@ The first has the encoder-decoder's interface (``encode``, ``decode``, ``new_cac
 greedy and beam search and the KV cache (decode/search.py) work on it as on a translation model: only
 the source is a batch of zero-padded waveforms (B, S), each clip ending at its last non-zero sample
 (:func:`clip_lengths`), so that a source is one tensor, as a sentence of ids is.
+
+What the encoder reads of a clip is a part of its own (``clips``): its own frames, the padding after it
+masked (:class:`OwnFrames`, attnlab's), or, as Whisper, the clip padded with silence to a fixed window
+and every frame of the window, the silence too (:class:`WindowFrames`: Whisper's encoder has no mask).
 """
 
 from __future__ import annotations
@@ -35,11 +39,33 @@ def clip_lengths(waveforms: Tensor) -> Tensor:
     return torch.where(sounding.any(1), after_last, torch.ones_like(after_last))
 
 
+class OwnFrames(nn.Module):
+    """(B, S) zero-padded waveforms -> the same waveforms and (B,) each clip's own samples: the encoder
+    masks the frames after a clip's end."""
+
+    def forward(self, waveforms: Tensor) -> tuple[Tensor, Tensor]:
+        return waveforms, clip_lengths(waveforms)
+
+
+class WindowFrames(nn.Module):
+    """(B, S) zero-padded waveforms, S <= ``samples`` -> (B, samples), every clip padded with silence to
+    the window, and (B,) the window's length: the encoder reads every frame (Whisper's 30 s window)."""
+
+    def __init__(self, samples: int) -> None:
+        super().__init__()
+        self.samples = samples
+
+    def forward(self, waveforms: Tensor) -> tuple[Tensor, Tensor]:
+        padded = F.pad(waveforms, (0, self.samples - waveforms.shape[1]))  # (B, samples)
+        return padded, torch.full_like(padded[:, 0], self.samples, dtype=torch.long)
+
+
 class SpeechRecognizer(FrameEncoding, TransformerTargetSide):
     """``model(waveforms, tgt_in)``: (B, S) zero-padded waveforms, (B, T) ids BOS y_1 ... -> (B, T, V) logits."""
 
     def __init__(
         self,
+        clips: OwnFrames | WindowFrames,
         spectrogram: Spectrogram,
         stem: ConvStem,
         positional: PositionalEncoding,
@@ -50,15 +76,15 @@ class SpeechRecognizer(FrameEncoding, TransformerTargetSide):
         pad_id: int,
     ) -> None:
         super().__init__()
-        self.spectrogram, self.stem, self.positional = spectrogram, stem, positional
+        self.clips, self.spectrogram, self.stem, self.positional = clips, spectrogram, stem, positional
         self.summary, self.encoder = PatchMean(0), encoder  # no class token: every frame token is a key
         self.tgt_embed, self.decoder, self.generator = tgt_embed, decoder, generator
         self.pad_id = pad_id
 
     def encode(self, waveforms: Tensor) -> tuple[Tensor, Tensor]:
         """(B, S) -> memory (B, T, d_model), the frame tokens' final states, and its (B, T) validity:
-        True at each clip's own tokens."""
-        return self.encode_waveforms(waveforms, clip_lengths(waveforms))
+        True at the tokens the encoder reads (``clips``)."""
+        return self.encode_waveforms(*self.clips(waveforms))
 
     def tensor_plan(self) -> TensorPlan:
         """Megatron's split of the encoder's and the decoder's layers (train.strategy tp, nn/tensor_plan.py)."""
