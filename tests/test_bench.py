@@ -443,6 +443,39 @@ def test_bench_encoder_times_one_set_of_weights_in_both_implementations(monkeypa
     assert done.returncode == 2 and "--seq-len between 1 and 512" in done.stderr
 
 
+def test_bench_audio_times_each_tokenisation_against_its_twin_with_precomputed_front_ends(monkeypatch):
+    """With every median at 0.5 s, each record is 32 s of audio / 0.5 s with ratio 1; the twin (front ends
+    replayed) gives the original's logits on the batch, its LogMel and Decimation modules replaced and
+    nothing else; the log-mels equal WhisperFeatureExtractor's within 1e-4."""
+    import attnlab.bench.audio as audio_bench
+    from attnlab.models import build_model, model_config
+
+    monkeypatch.setattr(audio_bench, "interleaved_medians", half_a_second)
+    records = list(audio_bench.bench_audio(repeats=1))
+    assert [r["name"] for r in records] == [
+        "audio_train_frames",
+        "audio_train_patches",
+        "audio_train_waveform",
+        "audio_train_cnn",
+        "audio_features_log_mel",
+    ]
+    assert all((r["value"], r["reference_value"], r["ratio"]) == (64.0, 64.0, 1.0) for r in records)
+    assert (
+        records[-1]["reference"] == "transformers.WhisperFeatureExtractor" and records[-1]["max_abs_difference"] < 1e-4
+    )
+    waveforms, lengths, _ = audio_bench.batch(0, torch.device("cpu"))
+    shape = audio_bench.DataShape(sample_rate=8000, samples=8000, n_classes=10)
+    for name, section in audio_bench.MODELS.items():
+        model = build_model(model_config(section), shape).eval()
+        twin = audio_bench.precomputed(model, waveforms, lengths).eval()
+        replaced = [n for n, m in twin.named_modules() if isinstance(m, audio_bench.Precomputed)]
+        assert replaced == (
+            ["tokens.decimations.0", "tokens.decimations.1"] if name == "waveform" else ["spectrogram.log_mel"]
+        )
+        with torch.no_grad():
+            assert torch.equal(twin.classify(waveforms, lengths), model.classify(waveforms, lengths)), name
+
+
 def test_bench_gpt2_generates_the_same_tokens_as_transformers_on_the_same_weights():
     """The timed greedy generations are compared too: the imported GPT-2's tokens are transformers'."""
     from attnlab.bench.generate import bench_generate
@@ -466,6 +499,7 @@ SUITES = {
     "gpt2": ("generate", "bench_generate"),
     "models": ("models", "bench_models"),
     "attention": ("attention", "bench_attention"),
+    "audio": ("audio", "bench_audio"),
 }
 CUDA = torch.device("cuda", 1)
 

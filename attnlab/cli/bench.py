@@ -1,4 +1,4 @@
-"""`attnlab bench train | decode | lm | encoder | gpt2 | models | attention`: timings as ratios against a
+"""`attnlab bench train | decode | lm | encoder | gpt2 | models | attention | audio`: timings as ratios against a
 reference, on ``--device`` (auto | cpu | cuda | cuda:N; every suite, every reference on the same one).
 This is its command line, each suite's options; what each suite runs is cli/bench_runners.py."""
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable
 
 from attnlab.cli.bench_runners import (
     cmd_bench_attention,
+    cmd_bench_audio,
     cmd_bench_decode,
     cmd_bench_encoder,
     cmd_bench_gpt2,
@@ -222,4 +223,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         choices=["fp32", "bf16"],
         default="fp32",
         help="autocast precision of the training steps (default fp32)",
+    )
+    suite(
+        "audio",
+        "training with the features computed inside the model against precomputed ones, per tokenisation of "
+        "sound; log-mels against transformers' WhisperFeatureExtractor",
+        cmd_bench_audio,
+        10,
+        hf=True,
     )

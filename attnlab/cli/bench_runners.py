@@ -224,6 +224,21 @@ def cmd_bench_encoder(args: argparse.Namespace, device: torch.device) -> None:
         emit_comparison(r, args.json)
 
 
+def cmd_bench_audio(args: argparse.Namespace, device: torch.device) -> None:
+    from attnlab.bench.audio import BATCH, RATE, SECONDS, bench_audio
+
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    header(
+        device,
+        f"audio front ends: recipes/audio/'s digit classifiers, {BATCH} clips of {SECONDS:g} s at {RATE:,} Hz, one "
+        f"AdamW step each, features inside the model against precomputed; log-mels at 16 kHz against "
+        f"transformers' WhisperFeatureExtractor; interleaved, median of {args.repeats}; {torch_threads()} threads",
+    )
+    for r in bench_audio(args.repeats, device=device, with_hf=not args.no_hf):
+        emit_comparison(r, args.json)
+
+
 def cmd_bench_gpt2(args: argparse.Namespace, device: torch.device) -> None:
     from attnlab.bench.generate import SHAPES, bench_generate
 
