@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.nn.spectrogram import LogMel, SpecAugment, hertz_to_mel, mel_filter_bank, mel_to_hertz
+from attnlab.nn.spectrogram import KaldiFbank, LogMel, SpecAugment, hertz_to_mel, mel_filter_bank, mel_to_hertz
 
 audio_utils = pytest.importorskip("transformers.audio_utils")
 
@@ -71,6 +71,34 @@ def test_log_mel_equals_whisper_feature_extractor():
     # float64 STFT, the one it takes without torch) is the independent reference: within 1e-4 too.
     numpy_path = extractor._np_extract_fbank_features(padded.double().numpy()[None], "cpu")[0]
     np.testing.assert_allclose(ours.T.numpy(), numpy_path, rtol=0, atol=1e-4)
+
+
+def test_kaldi_fbank_equals_ast_feature_extractor():
+    """AST's features: the extractor's Kaldi fbank (its NumPy path: torchaudio is not installed here) of
+    two 16 kHz clips of exactly 98 frames (no padding to compare), standardised by its AudioSet mean and
+    std, (x - mean) / (2 std): KaldiFbank's through the model's offset and scale, within 1e-4 (7.0e-6
+    here). The raw log-fbank differs most in the quietest bands, where a power near Kaldi's floor of
+    1.2e-7 meets float32's rounding: 6.4e-5 here, at a value of -15.77 (4.7e-4 on a noisy tone)."""
+    from transformers import ASTFeatureExtractor
+
+    from attnlab.models.audio import LogMelFeatures, SpecAugmentation
+    from attnlab.models.audio import spectrogram as build_spectrogram
+    from attnlab.models.shape import DataShape
+
+    extractor = ASTFeatureExtractor(max_length=98)  # 128 bands, 25 ms windows every 10 ms, 16 kHz
+    clips = [speech_like(0.995, seed=3), 0.2 * speech_like(0.995, seed=4)]  # 15,920 samples: 1 + 15,520 / 160 frames
+    theirs = extractor(clips, sampling_rate=16000, return_tensors="np").input_values  # (2, 98, 128)
+    features = LogMelFeatures(
+        n_mels=128, filterbank="kaldi", scaling="log", offset=extractor.mean, scale=2 * extractor.std
+    )
+    shape = DataShape(sample_rate=16000, samples=len(clips[0]))
+    assert features.frames(shape) == 98
+    spectrogram = build_spectrogram(features, SpecAugmentation(), shape, "the test")
+    ours = spectrogram.features(torch.from_numpy(np.stack(clips)))  # (2, 98, 128)
+    assert ours.shape == theirs.shape == (2, 98, 128)
+    np.testing.assert_allclose(ours.numpy(), theirs, rtol=0, atol=1e-4)
+    raw = KaldiFbank()(torch.from_numpy(clips[0])).numpy()
+    np.testing.assert_allclose(raw, extractor._extract_fbank_features(clips[0], 98), rtol=0, atol=1e-3)  # see above
 
 
 def test_log_mel_batched_per_example_and_natural_log():

@@ -31,7 +31,7 @@ from attnlab.bench.device import device_fields
 from attnlab.bench.timing import CPU, interleaved_medians
 from attnlab.models import DataShape, build_model, model_config
 from attnlab.nn.interfaces import Classifier
-from attnlab.nn.spectrogram import LogMel
+from attnlab.nn.spectrogram import KaldiFbank, LogMel
 from attnlab.nn.waveform import Decimation
 
 RATE, SECONDS, BATCH, CLASSES = 8000, 1.0, 32, 10
@@ -54,20 +54,25 @@ MODELS: dict[str, dict[str, Any]] = {  # tokenisation -> the model section of it
     },
     "cnn": {"arch": "audio_cnn", "features": MEL, "augment": AUGMENT, "width": 16},
 }
-FRONT_ENDS = (LogMel, Decimation)
+FRONT_ENDS = (LogMel, KaldiFbank, Decimation)
 REFERENCE, WHISPER_RATE = "transformers.WhisperFeatureExtractor", 16_000
 
 
 class Precomputed(nn.Module):
     """A front end's output on the bench's one batch, replayed: the model it stands in trains as before,
-    less the cost of that front end (``hop``: a LogMel's, which the spectrogram reads)."""
+    less the cost of that front end (whose ``hop`` and count of ``frames``, a filterbank's, it keeps)."""
 
-    def __init__(self, output: Tensor, hop: int | None) -> None:
+    def __init__(self, output: Tensor, front_end: nn.Module) -> None:
         super().__init__()
-        self.output, self.hop = output, hop
+        self.output, self.hop, self.count = output, getattr(front_end, "hop", None), getattr(front_end, "frames", None)
 
     def forward(self, _: Tensor) -> Tensor:
         return self.output
+
+    def frames(self, samples: Tensor) -> Tensor:
+        assert self.count is not None  # a filterbank's: the spectrogram asks it
+        frames: Tensor = self.count(samples)
+        return frames
 
 
 def precomputed(model: nn.Module, waveforms: Tensor, lengths: Tensor) -> nn.Module:
@@ -86,7 +91,7 @@ def precomputed(model: nn.Module, waveforms: Tensor, lengths: Tensor) -> nn.Modu
     for name, output in outputs.items():
         parent, _, child = name.rpartition(".")
         owner = twin.get_submodule(parent)
-        setattr(owner, child, Precomputed(output, getattr(getattr(owner, child), "hop", None)))
+        setattr(owner, child, Precomputed(output, getattr(owner, child)))
     return twin
 
 

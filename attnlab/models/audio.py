@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Callable, ClassVar, Protocol
 
+import torch
 from torch import nn
 
 from attnlab.config import TypedConfig, at_least, one_of
@@ -25,8 +26,13 @@ from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.models.vit import SUMMARIES
 from attnlab.nn.audio import Spectrogram
 from attnlab.nn.layers import Encoder
-from attnlab.nn.spectrogram import SCALINGS, LogMel, SpecAugment
+from attnlab.nn.spectrogram import SCALINGS, KaldiFbank, LogMel, SpecAugment
 from attnlab.nn.vision import ClassToken, PatchMean
+
+FILTERBANKS: dict[str, Callable[[int, int, int, int, str], LogMel | KaldiFbank]] = {
+    "slaney": lambda rate, n_fft, hop, n_mels, scaling: LogMel(rate, n_fft, hop, n_mels, scaling=scaling),
+    "kaldi": lambda rate, n_fft, hop, n_mels, scaling: KaldiFbank(rate, n_fft, hop, n_mels),
+}  # features.filterbank -> its module at (rate, window, hop, bands, scaling)
 
 WAVEFORMS = input_kind(
     "waveforms",
@@ -38,9 +44,12 @@ WAVEFORMS = input_kind(
 @dataclass(frozen=True)
 class LogMelFeatures(TypedConfig):
     """The log-mel spectrogram a model computes from the waveforms (``model.features``): ``n_mels``
-    bands (Slaney's scale and area norm, 0 Hz to half the rate), a periodic Hann window of
-    ``window_ms`` and one frame every ``hop_ms`` milliseconds, ``scaling`` 'whisper' (log10, floored
-    80 dB below each clip's peak, (x + 4) / 4) or 'log' (the natural log)."""
+    bands, a window of ``window_ms`` and one frame every ``hop_ms`` milliseconds, by the ``filterbank``
+    of FILTERBANKS: 'slaney' (Whisper's and librosa's: centred frames, a periodic Hann window, Slaney's
+    scale and area norm from 0 Hz to half the rate; ``scaling`` 'whisper', log10 floored 80 dB below
+    each clip's peak and (x + 4) / 4, or 'log', the natural log) or 'kaldi' (Kaldi's fbank, the AST's:
+    nn/spectrogram.py's KaldiFbank, its own natural log: ``scaling`` 'log'); then (x - ``offset``) /
+    ``scale`` (AST's AudioSet statistics: offset -4.2677393, scale 2 x 4.5689974)."""
 
     section: ClassVar[str] = "model.features"
 
@@ -48,6 +57,9 @@ class LogMelFeatures(TypedConfig):
     window_ms: float = 25.0
     hop_ms: float = 10.0
     scaling: str = "whisper"
+    filterbank: str = "slaney"
+    offset: float = 0.0
+    scale: float = 1.0
 
     def check(self) -> None:
         at_least("features.n_mels", self.n_mels, 1)
@@ -61,6 +73,15 @@ class LogMelFeatures(TypedConfig):
                 f"frames would skip samples"
             )
         one_of("features.scaling", self.scaling, SCALINGS)
+        one_of("features.filterbank", self.filterbank, FILTERBANKS)
+        if self.filterbank == "kaldi" and self.scaling != "log":
+            raise ConfigError(
+                f"features.filterbank 'kaldi' takes the natural log: scaling 'log' (got {self.scaling!r})"
+            )
+        if not (math.isfinite(self.offset) and math.isfinite(self.scale) and self.scale > 0):
+            raise ConfigError(
+                f"features.offset must be a number and features.scale a positive one (got {self.offset}, {self.scale})"
+            )
 
     def window(self, rate: int) -> int:
         """The window (n_fft) in samples at ``rate`` Hz."""
@@ -71,9 +92,11 @@ class LogMelFeatures(TypedConfig):
         return max(1, round(self.hop_ms * rate / 1000))
 
     def frames(self, shape: DataShape, of: str = "the model") -> int:
-        """The frames of the data's longest clip (LogMel: one per hop)."""
-        rate = shape.need("sample_rate", of)
-        return shape.need("samples", of) // self.hop(rate)
+        """The frames of the data's longest clip (the filterbank's count: LogMel's one per hop, Kaldi's
+        whole windows)."""
+        filterbank = self.log_mel(shape, of)
+        samples = torch.tensor(shape.need("samples", of), device="cpu")  # a count, even where `info` builds on meta
+        return int(filterbank.frames(samples))
 
     def check_shape(self, shape: DataShape) -> None:
         """A window of at least 2 samples at the data's rate, fewer bands than its frequency bins, and
@@ -92,10 +115,10 @@ class LogMelFeatures(TypedConfig):
                 f"({self.hop_ms:g} ms at {shape.sample_rate:,} Hz)"
             )
 
-    def log_mel(self, shape: DataShape, of: str = "the model") -> LogMel:
-        """nn/spectrogram.py's LogMel at the data's rate."""
+    def log_mel(self, shape: DataShape, of: str = "the model") -> LogMel | KaldiFbank:
+        """The filterbank (nn/spectrogram.py's LogMel or KaldiFbank) at the data's rate."""
         rate = shape.need("sample_rate", of)
-        return LogMel(rate=rate, n_fft=self.window(rate), hop=self.hop(rate), n_mels=self.n_mels, scaling=self.scaling)
+        return FILTERBANKS[self.filterbank](rate, self.window(rate), self.hop(rate), self.n_mels, self.scaling)
 
 
 @dataclass(frozen=True)
@@ -130,7 +153,11 @@ def spectrogram(
     """The model's front end: waveforms -> (B, 1, n_mels, frames) log-mels, augmented in training;
     ``frames``: the first so many kept (a patch grid's), else every frame of the longest clip."""
     return Spectrogram(
-        features.log_mel(shape, of), augment.spec_augment(), features.frames(shape, of) if frames is None else frames
+        features.log_mel(shape, of),
+        augment.spec_augment(),
+        features.frames(shape, of) if frames is None else frames,
+        features.offset,
+        features.scale,
     )
 
 

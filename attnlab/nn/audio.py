@@ -21,26 +21,30 @@ from attnlab.nn.cnn import conv_features
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.layers import Encoder
 from attnlab.nn.positional import PositionalEncoding
-from attnlab.nn.spectrogram import LogMel, SpecAugment
+from attnlab.nn.spectrogram import KaldiFbank, LogMel, SpecAugment
 from attnlab.nn.tensor_plan import TensorPlan, megatron
 from attnlab.nn.vision import ClassToken, PatchEmbedding, PatchEncoding, PatchMean
 
 
 class Spectrogram(nn.Module):
     """Waveforms (B, S) and their lengths (B,) in samples -> log-mel images (B, 1, n_mels, frames) and
-    each clip's frames (B,), at least 1; only the first ``frames`` frames are kept (a patch grid's)."""
+    each clip's frames (B,), at least 1; only the first ``frames`` frames are kept (a patch grid's).
+    The filterbank's output is standardised: (x - ``offset``) / ``scale``."""
 
-    def __init__(self, log_mel: LogMel, augment: SpecAugment, frames: int) -> None:
+    def __init__(
+        self, log_mel: LogMel | KaldiFbank, augment: SpecAugment, frames: int, offset: float = 0.0, scale: float = 1.0
+    ) -> None:
         super().__init__()
         self.log_mel, self.augment, self.frames = log_mel, augment, frames
+        self.offset, self.scale = offset, scale
 
     def features(self, waveforms: Tensor) -> Tensor:
-        """(B, S) -> (B, frames, n_mels): the log-mel spectrogram, before augmentation and cropping."""
+        """(B, S) -> (B, frames, n_mels): the standardised log-mels, before augmentation and cropping."""
         features: Tensor = self.log_mel(waveforms)
-        return features
+        return (features - self.offset) / self.scale
 
     def forward(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        frames = (lengths // self.log_mel.hop).clamp(1, self.frames)  # (B,): a clip's own frames
+        frames = self.log_mel.frames(lengths).clamp(1, self.frames)  # (B,): a clip's own frames
         x = self.augment(self.features(waveforms)[:, : self.frames], frames)  # (B, frames, n_mels)
         return x.transpose(1, 2).unsqueeze(1), frames  # (B, 1, n_mels, frames)
 

@@ -141,9 +141,58 @@ class LogMel(nn.Module):
             out = (torch.maximum(log, floor) + 4.0) / 4.0
         return out if batched else out[0]
 
-    def frames(self, samples: int) -> int:
-        """How many feature frames ``samples`` samples give."""
+    def frames(self, samples: Tensor) -> Tensor:
+        """How many feature frames clips of ``samples`` samples give."""
         return samples // self.hop
+
+
+class KaldiFbank(nn.Module):
+    """Waveforms (B, T) or (T,) at ``rate`` Hz -> Kaldi's log mel filterbank (B, frames, n_mels), as
+    Kaldi's compute-fbank-feats, torchaudio's ``kaldi.fbank`` and transformers' ASTFeatureExtractor (the
+    AST's) compute it: frames of ``n_fft`` samples every ``hop``, not centred (1 + (T - n_fft) // hop of
+    them), each less its own mean, pre-emphasised (x_t - 0.97 x_{t-1}; the first sample x_0 - 0.97 x_0),
+    under a symmetric Hann window and zero-padded to the next power of two for the FFT; the power
+    spectrum through Kaldi's bank (triangles in mels, ``f_min`` to half the rate, no normalisation); the
+    natural log of at least float32's epsilon. Defaults: AST's 128 bands at 16 kHz (25 ms every 10 ms)."""
+
+    window: Tensor  # (n_fft,), a buffer
+    bank: Tensor  # (fft // 2 + 1, n_mels), a buffer
+
+    FLOOR = float(torch.finfo(torch.float32).eps)  # Kaldi's (and the extractor's mel_floor)
+
+    def __init__(
+        self,
+        rate: int = 16_000,
+        n_fft: int = 400,
+        hop: int = 160,
+        n_mels: int = 128,
+        f_min: float = 20.0,
+        preemphasis: float = 0.97,
+    ):
+        super().__init__()
+        if not 0 < hop <= n_fft:
+            raise ValueError(f"hop ({hop}) must be in 1 .. n_fft ({n_fft})")
+        self.rate, self.n_fft, self.hop, self.n_mels, self.preemphasis = rate, n_fft, hop, n_mels, preemphasis
+        self.fft = 1 << (n_fft - 1).bit_length()  # the next power of two
+        bank = mel_filter_bank(self.fft // 2 + 1, n_mels, f_min, rate / 2, rate, None, "kaldi", "mel")
+        self.register_buffer("window", torch.hann_window(n_fft, periodic=False), persistent=False)
+        self.register_buffer("bank", bank.float(), persistent=False)
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        batched = waveform.dim() == 2
+        x = (waveform if batched else waveform[None]).float()  # (B, T)
+        frames = x.unfold(1, self.n_fft, self.hop)  # (B, F, n_fft), F = 1 + (T - n_fft) // hop
+        frames = frames - frames.mean(-1, keepdim=True)  # each frame less its DC offset
+        p = self.preemphasis
+        frames = torch.cat([frames[..., :1] * (1 - p), frames[..., 1:] - p * frames[..., :-1]], dim=-1)
+        spectrum = torch.fft.rfft(frames * self.window, n=self.fft)  # (B, F, fft // 2 + 1)
+        power = spectrum.real.square() + spectrum.imag.square()
+        out = torch.matmul(power, self.bank).clamp(min=self.FLOOR).log()  # (B, F, n_mels)
+        return out if batched else out[0]
+
+    def frames(self, samples: Tensor) -> Tensor:
+        """How many feature frames clips of ``samples`` samples give (0 for a clip shorter than a window)."""
+        return ((samples - self.n_fft) // self.hop + 1).clamp(min=0)
 
 
 class SpecAugment(nn.Module):
