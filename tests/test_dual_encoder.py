@@ -222,7 +222,10 @@ def test_a_bad_config_fails_early_naming_the_field():
             "max_logit_scale (10.0) must be at least 1 / init_temperature (14.29)",
         ),
         (lambda: sized(**{**DUAL, "d_embed": 0}), "d_embed must be >= 1 (got 0)"),
-        (lambda: sized(**DUAL, text_pooling="eos"), "text_pooling must be one of 'cls', 'mean' (got 'eos')"),
+        (
+            lambda: sized(**DUAL, text_pooling="eos"),
+            "text_pooling must be one of 'cls', 'distilled', 'mean' (got 'eos')",
+        ),
         (lambda: sized(**DUAL, embeddings={"tie": "output"}), "embeddings.tie must be one of 'none' (got 'output')"),
         (
             lambda: task_config(

@@ -41,6 +41,10 @@ def miniature(recipe: Path, root: Path) -> list[str]:
         from test_speech_recognition import write_pips
 
         sets += [f"data.recordings={write_pips(root / 'recordings')}", "data.splits.n_valid=8", "train.batch_size=4"]
+    elif data.get("task") == "audio_classification":  # test_audio_classification.py's tones of two digits
+        from test_audio_classification import write_tones
+
+        sets += [f"data.recordings={write_tones(root / 'tones', indices=range(5, 12))}", "train.batch_size=4"]
     elif data.get("task") == "classification":
         for split, n in (("train", 120), ("dev", 20)):
             (root / f"{split}.tsv").write_text("".join(f"{s}\t{i % 2}\n" for i, s in enumerate(sentences(n, 3))))

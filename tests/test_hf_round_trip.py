@@ -1,6 +1,7 @@
 """Every `attnlab export-hf` imports back: a tiny run of each family with a Hugging Face counterpart
 (decoder_lm, with three kinds of tokenizer, and encoder_decoder trained here by attnlab, as GPT-2
-and Marian; encoder_only, vit and whisper imported from tiny random BERT, ViT and Whisper folders) is exported,
+and Marian; encoder_only, vit, whisper and ast imported from tiny random BERT, ViT, Whisper and AST
+folders) is exported,
 everything but the exported folder is deleted, and `attnlab import-hf` of that folder gives a run
 whose outputs equal the original's (max abs difference <= 1e-6). transformers' outputs on the
 folder equal attnlab's (<= 1e-5 of the logits' scale), and its decode of what the folder's model
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+import test_hf_ast
 import test_hf_gpt2
 import test_hf_import
 import test_hf_marian
@@ -217,6 +219,24 @@ class Whisper(Family):
         return tokenizer.batch_decode(out, skip_special_tokens=True)
 
 
+class AST(Family):
+    """ast imported from a tiny random ASTForAudioClassification (overlapping patches, two tokens)."""
+
+    model_type = "audio-spectrogram-transformer"
+
+    def run(self, work: Path) -> Path:
+        return imported(test_hf_ast.tiny_folder(work / "hf"), work / "run")
+
+    def inputs(self, tokenizers):
+        return test_hf_ast.clips(), torch.full((3,), test_hf_ast.SAMPLES)
+
+    def ours(self, model, inputs):
+        return model.classify(*inputs)
+
+    def theirs(self, folder, inputs, order):  # on attnlab's features: the extractor's differ by float32 rounding
+        return test_hf_ast.reference(folder)(input_values=test_hf_ast.kaldi_features(folder, inputs[0])).logits
+
+
 FAMILIES = {
     "gpt2-char": GPT2("char"),
     "gpt2-byte_bpe": GPT2("byte_bpe"),
@@ -225,6 +245,7 @@ FAMILIES = {
     "bert": BERT(),
     "vit": ViT(),
     "whisper": Whisper(),
+    "ast": AST(),
 }
 
 

@@ -113,7 +113,7 @@ def folder(tmp_path_factory):
 
 def test_the_imported_run_has_whispers_settings_and_transformers_log_mels(tmp_path, folder):
     model, toks, cfg = imported(tmp_path, folder)
-    assert (cfg.reads, cfg.embeddings.kind, cfg.stack.norm, cfg.encoder_layers, cfg.decoder_layers) == (
+    assert (cfg.reading.reads, cfg.embeddings.kind, cfg.stack.norm, cfg.encoder_layers, cfg.decoder_layers) == (
         "window",
         "plain",
         "pre",

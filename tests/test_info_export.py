@@ -18,9 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 GPT2_RECIPE = ROOT / "recipes/export/gpt2_shakespeare.yaml"
 CHAR = ROOT / "configs/shakespeare_char.yaml"
 OTHER_ARCH = {
+    "export-hf audio-spectrogram-transformer": (
+        "arch 'decoder_lm': audio-spectrogram-transformer folders are written from arch 'ast' runs"
+    ),
     "export-hf bert": "arch 'decoder_lm': bert folders are written from arch 'encoder_only' runs",
     "export-hf marian": "arch 'decoder_lm': marian folders are written from arch 'encoder_decoder' runs",
     "export-hf vit": "arch 'decoder_lm': vit folders are written from arch 'vit' runs",
+    "export-hf whisper": "arch 'decoder_lm': whisper folders are written from arch 'whisper' runs",
 }
 GPT2_REFUSES_CHAR = (
     "GPT-2 has no counterpart for embeddings.kind 'scaled' (GPT-2's is 'plain'); "
@@ -48,12 +52,15 @@ def test_the_table_prints_one_row_per_exporter():
     done = run_cli("info", str(CHAR))
     assert done.returncode == 0, done.stderr
     table = done.stdout.split("\nexportable:\n")[1].splitlines()
+    name = "  {:<41}no: ".format  # the longest name (export-hf audio-spectrogram-transformer) and two spaces
     assert table == [
-        "  export-hf bert    no: " + OTHER_ARCH["export-hf bert"],
-        "  export-hf gpt2    no: " + GPT2_REFUSES_CHAR,
-        "  export-hf marian  no: " + OTHER_ARCH["export-hf marian"],
-        "  export-hf vit     no: " + OTHER_ARCH["export-hf vit"],
-        "  export-ct2        no: CTranslate2 deploys it as GPT-2, which has no counterpart for embeddings.kind 'scaled' "
+        name("export-hf audio-spectrogram-transformer") + OTHER_ARCH["export-hf audio-spectrogram-transformer"],
+        name("export-hf bert") + OTHER_ARCH["export-hf bert"],
+        name("export-hf gpt2") + GPT2_REFUSES_CHAR,
+        name("export-hf marian") + OTHER_ARCH["export-hf marian"],
+        name("export-hf vit") + OTHER_ARCH["export-hf vit"],
+        name("export-hf whisper") + OTHER_ARCH["export-hf whisper"],
+        name("export-ct2") + "CTranslate2 deploys it as GPT-2, which has no counterpart for embeddings.kind 'scaled' "
         "(GPT-2's is 'plain'); embeddings.tie 'all' (GPT-2's is 'output')",
     ]
     assert len(table) == len(EXPORTERS) + 1

@@ -84,7 +84,7 @@ def test_the_joint_sequence_by_hand():
         for t, w in enumerate(ids[0])
     ]
     flat = images[0].reshape(3, 2, 4, 4).permute(1, 0, 2, 3).reshape(2, 48)  # patch k = rows 4k..4k+3, (c, row, col)
-    torch.testing.assert_close(flat, patches(images, 4)[0])
+    torch.testing.assert_close(flat, patches(images, 4, 4)[0])
     for k, (row, column) in enumerate([(0, 0), (1, 0)]):
         expected.append(
             flat[k] @ image.patch_embed.projection.weight.T

@@ -46,9 +46,13 @@ VIT = dict(
 
 def test_an_image_is_the_sequence_of_its_patches_in_row_major_order():
     image = torch.arange(16.0).view(1, 1, 4, 4)  # pixel (r, c) = 4r + c
-    assert patches(image, 2)[0].tolist() == [[0, 1, 4, 5], [2, 3, 6, 7], [8, 9, 12, 13], [10, 11, 14, 15]]
+    assert patches(image, 2, 2)[0].tolist() == [[0, 1, 4, 5], [2, 3, 6, 7], [8, 9, 12, 13], [10, 11, 14, 15]]
     two = torch.cat([image, 100 + image], dim=1)  # (1, 2, 4, 4): each patch flattened channel by channel
-    assert patches(two, 2)[0, 1].tolist() == [2, 3, 6, 7, 102, 103, 106, 107]
+    assert patches(two, 2, 2)[0, 1].tolist() == [2, 3, 6, 7, 102, 103, 106, 107]
+    # overlapping (the AST's): a patch every 2 pixels of 3 x 3, on a 4 x 4 image: (4 - 3) // 2 + 1 = 1 a side;
+    # every pixel of 2 x 2 patches every pixel: 3 x 3 of them
+    assert patches(image, 3, 2)[0].tolist() == [[0, 1, 2, 4, 5, 6, 8, 9, 10]]
+    assert patches(image, 2, 1)[0, :4].tolist() == [[0, 1, 4, 5], [1, 2, 5, 6], [2, 3, 6, 7], [4, 5, 8, 9]]
 
 
 def test_the_patch_embedding_is_a_strided_convolution_with_the_same_weights():
@@ -57,6 +61,9 @@ def test_the_patch_embedding_is_a_strided_convolution_with_the_same_weights():
     images = torch.randn(2, 3, 12, 8)
     conv = F.conv2d(images, embed.projection.weight.view(8, 3, 4, 4), embed.projection.bias, stride=4)  # (2, 8, 3, 2)
     torch.testing.assert_close(embed(images), conv.flatten(2).transpose(1, 2), atol=1e-5, rtol=0)  # (2, 6, 8)
+    overlapping = PatchEmbedding(channels=3, patch_size=4, d_model=8, stride=3)  # AST's: patches overlap
+    conv = F.conv2d(images, overlapping.projection.weight.view(8, 3, 4, 4), overlapping.projection.bias, stride=3)
+    torch.testing.assert_close(overlapping(images), conv.flatten(2).transpose(1, 2), atol=1e-5, rtol=0)  # (2, 6, 8)
 
 
 def test_the_patch_positions_against_their_formulas():
@@ -105,7 +112,7 @@ def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positi
     seen = []
     model.encoder.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
     model.classify(images)
-    x_p = patches(images, 2)  # (2, 16, 4)
+    x_p = patches(images, 2, 2)  # (2, 16, 4)
     k = torch.arange(16)
     z0 = (
         x_p @ model.patch_embed.projection.weight.T
@@ -133,7 +140,7 @@ def test_the_encoder_reads_the_class_token_then_the_embedded_patches_plus_positi
             dict(stack=dict(attention_backend="linear")),
             r"attention_backend 'linear' is blockwise or approximate, which an image's few patches do not need; use 'math' or 'sdpa' or 'auto'$",
         ),
-        (dict(classifier=dict(pooling="max")), r"^classifier.pooling must be one of 'cls', 'mean'"),
+        (dict(classifier=dict(pooling="max")), r"^classifier.pooling must be one of 'cls', 'distilled', 'mean'"),
     ],
 )
 def test_the_config_refuses_early_naming_the_field(fields, message):

@@ -144,7 +144,8 @@ def _exportability(cfg: FamilyConfig, data: TaskConfig | None, run: RunDir | Non
     from attnlab.interop import EXPORTERS, ct2
 
     answers = {
-        f"export-hf {converter.model_type}": converter.refusal(cfg, data, run) for converter in EXPORTERS.values()
+        f"export-hf {converter.model_type}": converter.refusal(cfg, data, run)
+        for converter in sorted(EXPORTERS.values(), key=lambda converter: converter.model_type)
     }
     refused = ct2.export_refusals(cfg, data, run)
     answers["export-ct2"] = "; ".join(refused) if refused else ct2.missing_extra()

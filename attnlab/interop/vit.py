@@ -174,6 +174,7 @@ def export_refusals(cfg: ViTConfig, data: TaskConfig, run: RunDir | None) -> lis
     head, architecture = ARCHITECTURES[data.task.name]  # a vit run's tasks
     needs = {
         "patches.positional": ("learned", "ViT"),
+        "patches.hop": (None, "ViT"),  # side by side
         "classifier.pooling": ("cls", "ViT"),
         "stack.norm": ("pre", "ViT"),
         "classifier.head": (head, architecture),

@@ -167,7 +167,6 @@ def whisper_tokenizer(folder: Path, config: dict[str, Any]) -> Tokenizer:
 def export_refusals(cfg: WhisperConfig, run: RunDir | None) -> list[str]:
     """The run's options that Whisper has no counterpart for, each 'field value (Whisper's)'."""
     needs = {
-        "reads": "window",
         "features.scaling": "whisper",
         "positions.scheme": "learned",
         "positions.combine": "add",
@@ -185,6 +184,8 @@ def export_refusals(cfg: WhisperConfig, run: RunDir | None) -> list[str]:
         for name, value in needs.items()
         if attrgetter(name)(cfg) != value
     ]
+    if cfg.reading.reads != "window":  # written model.reads: the part is flattened
+        refused.insert(0, f"reads {cfg.reading.reads!r} (Whisper's is 'window')")
     if "output" not in cfg.embeddings.tied(("output",)):
         refused.append(f"embeddings.tie {cfg.embeddings.tie!r} (Whisper's output is its token table)")
     if cfg.stack.activation not in HIDDEN_ACTS:

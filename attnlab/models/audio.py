@@ -121,6 +121,24 @@ class LogMelFeatures(TypedConfig):
         return FILTERBANKS[self.filterbank](rate, self.window(rate), self.hop(rate), self.n_mels, self.scaling)
 
 
+READS = ("clip", "window")
+
+
+@dataclass(frozen=True)
+class ClipReading(TypedConfig):
+    """What a sound encoder reads of each clip (``model.reads``, written in the model section itself):
+    ``clip``, the clip's own frames, the padding after it masked (attnlab's), or ``window``, the whole
+    window, the padding too, as Whisper's and the AST's encoders, which have no mask, read it (what
+    their Hugging Face exports need)."""
+
+    section: ClassVar[str] = "model"
+
+    reads: str = "clip"
+
+    def check(self) -> None:
+        one_of("reads", self.reads, READS)
+
+
 @dataclass(frozen=True)
 class SpecAugmentation(TypedConfig):
     """SpecAugment in training (``model.augment``): ``freq_masks`` bands of up to ``freq_width`` mel

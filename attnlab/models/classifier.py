@@ -4,9 +4,11 @@ the single-stream image-text encoder (``single_stream``).
 
     y = W_c tanh(W_p pool(h) + b_p) + b_c     head: pooled (BERT's pooler, ViT's pre-training head)
     y = W_c pool(h) + b_c                     head: linear (ViT fine-tuned, ViTForImageClassification)
+    y = W_c LN(pool(h)) + b_c                 head: normed (the AST's, ASTForAudioClassification)
 
-pool is the state at the first position (``cls``: BERT's [CLS], ViT's class token) or the mean of
-the real positions' states (``mean``).
+pool is the state at the first position (``cls``: BERT's [CLS], ViT's class token), the mean of the
+first two (``distilled``: DeiT's and the AST's class and distillation tokens) or the mean of the real
+positions' states (``mean``).
 """
 
 from __future__ import annotations
@@ -19,17 +21,21 @@ from torch import nn
 from attnlab.config import TypedConfig, one_of
 from attnlab.nn.heads import ClassificationHead
 from attnlab.nn.registry import POOLINGS
-from attnlab.nn.vision import LinearClassifier
+from attnlab.nn.vision import LinearClassifier, NormedLinearClassifier
 
 # head: the map from the pooled vector to the logits
-HEADS: dict[str, type[nn.Module]] = {"pooled": ClassificationHead, "linear": LinearClassifier}
+HEADS: dict[str, type[nn.Module]] = {
+    "pooled": ClassificationHead,
+    "linear": LinearClassifier,
+    "normed": NormedLinearClassifier,
+}
 
 
 @dataclass(frozen=True)
 class Classifier(TypedConfig):
-    """``pooling``: what summarises the states for the head (``cls``, the first position; ``mean``,
-    the mean over the real positions); ``head``: ``pooled``, a tanh layer before the output, or
-    ``linear``, the output alone. Each family maps the pooling to its own module (ViT's ``cls``
+    """``pooling``: what summarises the states for the head (``cls``, the first position; ``distilled``,
+    the mean of the first two; ``mean``, the mean over the real positions); ``head``: ``pooled``, a tanh
+    layer before the output, ``linear``, the output alone, or ``normed``, a LayerNorm before it. Each family maps the pooling to its own module (ViT's ``cls``
     prepends a class token)."""
 
     section: ClassVar[str] = "model.classifier"

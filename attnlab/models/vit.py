@@ -9,7 +9,7 @@ tables N(0, 0.02^2), as ViT's reference code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 from torch import nn
 
@@ -23,6 +23,7 @@ from attnlab.models.stack import StackConfig, fields_free_exact
 from attnlab.nn.positional import PositionalEncoding
 from attnlab.nn.vision import (
     ClassToken,
+    DistilledTokens,
     LearnedPatchPositional,
     LearnedRowColumnPositional,
     PatchEmbedding,
@@ -40,7 +41,11 @@ PATCH_POSITIONAL: dict[str, type[PositionalEncoding]] = {
 }
 
 # pooling: what summarises the image for the classifier
-SUMMARIES: dict[str, type[ClassToken] | type[PatchMean]] = {"cls": ClassToken, "mean": PatchMean}
+SUMMARIES: dict[str, type[ClassToken] | type[PatchMean]] = {
+    "cls": ClassToken,
+    "distilled": DistilledTokens,  # DeiT's and the AST's class and distillation tokens
+    "mean": PatchMean,
+}
 
 # What an image's attention needs of its backend: an image is a short sequence of patches (N + 1 tokens)
 IMAGE_BACKENDS_REFUSAL = "is blockwise or approximate, which an image's few patches do not need"
@@ -49,17 +54,34 @@ IMAGE_BACKENDS_REFUSAL = "is blockwise or approximate, which an image's few patc
 @dataclass(frozen=True)
 class Patches(TypedConfig):
     """How an image is cut into patches (``model.patches`` of every family that reads images as
-    patches): squares of ``size`` pixels, placed on the grid by ``positional``, a scheme of
+    patches): squares of ``size`` pixels, one every ``hop`` pixels down and across (None: ``size``,
+    side by side; less: overlapping, as the AST's), placed on the grid by ``positional``, a scheme of
     PATCH_POSITIONAL. Each family gives its defaults (ViT's 16 and 'learned')."""
 
     section: ClassVar[str] = "model.patches"
 
     size: int = 16
     positional: str = "learned"
+    hop: Optional[int] = None
 
     def check(self) -> None:
         at_least("patches.size", self.size, 1)
         one_of("patches.positional", self.positional, PATCH_POSITIONAL)
+        if self.hop is not None:
+            at_least("patches.hop", self.hop, 1)
+
+    @property
+    def step(self) -> int:
+        """Pixels from one patch to the next: the hop, or the size."""
+        return self.hop or self.size
+
+    def along(self, pixels: int) -> int:
+        """Patches along a side of ``pixels`` (0 where it is shorter than one)."""
+        return max(0, (pixels - self.size) // self.step + 1)
+
+    def covered(self, pixels: int) -> int:
+        """The pixels of a side that its patches cover, from the start."""
+        return (self.along(pixels) - 1) * self.step + self.size if self.along(pixels) else 0
 
     def check_width(self, d_model: int) -> None:
         """A width ``d_model`` (the stack's) that the positional scheme can split."""
@@ -70,16 +92,22 @@ class Patches(TypedConfig):
             )
 
     def check_image(self, shape: DataShape) -> None:
-        """Sides of the data's images that the patch size divides."""
+        """Sides of the data's images that the patches cover whole."""
         for side in ("image_height", "image_width"):
             size = getattr(shape, side)
-            if size is not None and size % self.size:
-                raise ConfigError(f"{side} ({size}) must be divisible by patches.size ({self.size})")
+            if size is not None and self.covered(size) != size:
+                raise ConfigError(f"{side} ({size}) must be {self.whole_patches()}")
+
+    def whole_patches(self) -> str:
+        """What a side must be for whole patches to cover it, for messages."""
+        if self.hop is None:
+            return f"divisible by patches.size ({self.size})"
+        return f"patches.size ({self.size}) plus a multiple of patches.hop ({self.hop})"
 
     def grid(self, shape: DataShape, of: str = "model.patches") -> tuple[int, int]:
         """(h, w): patches down and across the data's images; ``of``: who needs them, in the message
         of a size the data has not given ("arch 'vit'")."""
-        return shape.need("image_height", of) // self.size, shape.need("image_width", of) // self.size
+        return self.along(shape.need("image_height", of)), self.along(shape.need("image_width", of))
 
     def labels(self, shape: DataShape) -> list[str]:
         """'(row,col)' of each patch, row-major as nn/vision.py cuts them: the labels of attention plots."""
@@ -88,7 +116,7 @@ class Patches(TypedConfig):
 
     def embedding(self, shape: DataShape, d_model: int, of: str = "model.patches") -> PatchEmbedding:
         """The linear map of each patch of the data's images (channels x P x P) to ``d_model``."""
-        return PatchEmbedding(shape.need("channels", of), self.size, d_model)
+        return PatchEmbedding(shape.need("channels", of), self.size, d_model, self.hop)
 
     def positions(self, shape: DataShape, d_model: int, of: str = "model.patches") -> PositionalEncoding:
         """The ``positional`` scheme over the data's grid, of width ``d_model``."""

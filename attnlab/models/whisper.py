@@ -13,9 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from attnlab.config import one_of
+from attnlab.config import flattened
 from attnlab.models import transformer as parts
-from attnlab.models.audio import WAVEFORMS, LogMelFeatures, SpecAugmentation, check_sinusoid_width, spectrogram
+from attnlab.models.audio import (
+    WAVEFORMS,
+    ClipReading,
+    LogMelFeatures,
+    SpecAugmentation,
+    check_sinusoid_width,
+    spectrogram,
+)
 from attnlab.models.family import Capabilities, Depths, FamilyConfig, register_family
 from attnlab.models.shape import DataShape
 from attnlab.models.stack import StackConfig, fields_free_exact
@@ -29,7 +36,7 @@ OF = "arch 'whisper'"
 READINGS: dict[str, Callable[[int], OwnFrames | WindowFrames]] = {
     "clip": lambda samples: OwnFrames(),
     "window": WindowFrames,
-}  # model.reads -> what the encoder reads of a clip, given the data's longest (in samples)
+}  # model.reads (models/audio.py's READS) -> what the encoder reads of a clip, given the data's longest in samples
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,7 @@ class WhisperConfig(FamilyConfig):
 
     features: LogMelFeatures = LogMelFeatures()
     augment: SpecAugmentation = SpecAugmentation()
-    reads: str = "clip"
+    reading: ClipReading = flattened(ClipReading())
     stack: StackConfig = StackConfig(d_model=64, n_heads=4, n_layers=3, d_ff=256, activation="gelu", norm="pre")
     positions: Positions = Positions(scheme="learned", max_len=32)
     embeddings: TokenEmbeddings = TokenEmbeddings(tie="output")
@@ -49,7 +56,6 @@ class WhisperConfig(FamilyConfig):
 
     def check(self) -> None:
         super().check()
-        one_of("reads", self.reads, READINGS)
         check_sinusoid_width(self.stack)
 
     def check_shape(self, shape: DataShape) -> None:
@@ -79,7 +85,7 @@ class WhisperFamily(TransformerFamily):
         vocab_size = shape.need("vocab_size", OF)
         tgt_embed = parts.embeddings(cfg, vocab_size)
         model = SpeechRecognizer(
-            READINGS[cfg.reads](shape.need("samples", OF)),
+            READINGS[cfg.reading.reads](shape.need("samples", OF)),
             spectrogram(cfg.features, cfg.augment, shape, OF),
             ConvStem(cfg.features.n_mels, cfg.stack.d_model),
             WhisperSinusoidalPositional(cfg.stack.d_model),

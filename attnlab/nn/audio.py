@@ -49,13 +49,40 @@ class Spectrogram(nn.Module):
         return x.transpose(1, 2).unsqueeze(1), frames  # (B, 1, n_mels, frames)
 
 
+class ClipPatches(nn.Module):
+    """attnlab's reading of a batch of spectrograms: each clip's patches that start inside it, the rest
+    masked. (B, 1, n_mels, F) images, (B,) each clip's frames -> the images and (B, N) the patches read."""
+
+    def forward(self, image: Tensor, frames: Tensor, grid: tuple[int, int], hop: int) -> tuple[Tensor, Tensor]:
+        column = torch.arange(grid[0] * grid[1], device=frames.device) % grid[1]  # (N,): patch k's column
+        return image, column[None, :] * hop < frames[:, None]  # (B, N)
+
+
+class WindowPatches(nn.Module):
+    """The AST's (ASTFeatureExtractor's padding): the frames past each clip's end hold ``fill`` (the
+    extractor pads its log-fbank with zeros before standardising them: 0 standardised), and every patch
+    of the window is read."""
+
+    def __init__(self, fill: float) -> None:
+        super().__init__()
+        self.fill = fill
+
+    def forward(self, image: Tensor, frames: Tensor, grid: tuple[int, int], hop: int) -> tuple[Tensor, Tensor]:
+        past = torch.arange(image.shape[3], device=image.device)[None, :] >= frames[:, None]  # (B, F)
+        every = torch.ones(image.shape[0], grid[0] * grid[1], dtype=torch.bool, device=image.device)  # (B, N)
+        return image.masked_fill(past[:, None, None, :], self.fill), every
+
+
 class AudioSpectrogramTransformer(PatchEncoding):
-    """The AST: the log-mel image's patches (row-major over (n_mels / P, frames / P)), their 2-D
-    positions, a class token, the ViT's encoder stack and a linear head on the class token.
+    """The AST: the log-mel image's patches (row-major over the grid of patches one every ``hop``
+    pixels: side by side, or overlapping as the AST's), their positions, a class token (and the AST's
+    distillation token), the ViT's encoder stack and a head on the summary; ``reads``: which patches of
+    a clip are read (:class:`ClipPatches`, :class:`WindowPatches`).
     ``model.classify(waveforms, lengths)``: (B, S), (B,) -> (B, n_classes) logits."""
 
     def __init__(
         self,
+        reads: ClipPatches | WindowPatches,
         spectrogram: Spectrogram,
         patch_embed: PatchEmbedding,
         positional: PositionalEncoding,
@@ -64,21 +91,16 @@ class AudioSpectrogramTransformer(PatchEncoding):
         classifier: nn.Module,
     ) -> None:
         super().__init__()
-        self.spectrogram, self.patch_embed, self.positional = spectrogram, patch_embed, positional
+        self.reads, self.spectrogram, self.patch_embed, self.positional = reads, spectrogram, patch_embed, positional
         self.summary, self.encoder, self.classifier = summary, encoder, classifier
 
-    def patches_in_clip(self, frames: Tensor, grid: tuple[int, int]) -> Tensor:
-        """(B,) frames of each clip -> (B, N) True where a patch starts inside the clip."""
-        size = self.patch_embed.patch_size
-        column = torch.arange(grid[0] * grid[1], device=frames.device) % grid[1]  # (N,): patch k's column
-        return column[None, :] * size < frames[:, None]  # (B, N)
-
     def encode(self, waveforms: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, S), (B,) -> final states (B, 1 + N, d_model) and (B, 1 + N) True at the class token and
-        at the patches inside each clip."""
+        """(B, S), (B,) -> final states (B, T + N, d_model), T the summary's tokens, and (B, T + N) True
+        at those and at the patches read."""
         image, frames = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, F), (B,)
-        size = self.patch_embed.patch_size
-        valid = self.patches_in_clip(frames, (image.shape[2] // size, image.shape[3] // size))
+        size, hop = self.patch_embed.patch_size, self.patch_embed.stride
+        grid = ((image.shape[2] - size) // hop + 1, (image.shape[3] - size) // hop + 1)
+        image, valid = self.reads(image, frames, grid, hop)  # (B, 1, n_mels, F), (B, N)
         return self.encode_some_patches(image, valid)
 
     def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:

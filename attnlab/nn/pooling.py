@@ -13,6 +13,15 @@ class FirstTokenPooling(nn.Module):
         return h[:, 0]
 
 
+class FirstTwoPooling(nn.Module):
+    """DeiT's and the AST's summary: the mean of the vectors at the first two positions (the class
+    token's and the distillation token's)."""
+
+    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+        """(B, T, d_model), (B, T) -> (B, d_model)."""
+        return (h[:, 0] + h[:, 1]) / 2
+
+
 class MeanPooling(nn.Module):
     """The mean of the vectors at real (non-padding) positions (Sentence-BERT's summary)."""
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from attnlab.nn.backends import BACKENDS, AttentionBackend
 from attnlab.nn.layers import NoNorm, TokenBatchNorm
-from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
+from attnlab.nn.pooling import FirstTokenPooling, FirstTwoPooling, MeanPooling
 from attnlab.nn.positional import (
     ALiBiPositional,
     HalvesSinusoidalPositional,
@@ -63,7 +63,11 @@ NORMALISATIONS: dict[str, type[nn.Module]] = {"layer": nn.LayerNorm, "batch": To
 
 ATTENTION_SCALES: dict[str, type[nn.Module]] = {"sqrt_dk": PaperScale, "none": NoScale, "learned": LearnedScale}
 
-POOLINGS: dict[str, type[nn.Module]] = {"cls": FirstTokenPooling, "mean": MeanPooling}  # a sequence -> one vector
+POOLINGS: dict[str, type[nn.Module]] = {
+    "cls": FirstTokenPooling,
+    "distilled": FirstTwoPooling,
+    "mean": MeanPooling,
+}  # a sequence -> one vector
 
 SCORES: dict[str, type[AlignmentScore]] = {
     "dot": DotScore,

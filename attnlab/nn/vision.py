@@ -15,34 +15,34 @@ token is a learned vector, so a position of its own would add nothing learnable.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.layers import Encoder
-from attnlab.nn.pooling import FirstTokenPooling, MeanPooling
+from attnlab.nn.pooling import FirstTokenPooling, FirstTwoPooling, MeanPooling
 from attnlab.nn.positional import AbsolutePositional, PositionalEncoding, sinusoid
 from attnlab.nn.tensor_plan import TensorPlan, megatron
 
 
-def patches(images: Tensor, size: int) -> Tensor:
-    """(B, C, H, W) -> (B, N, C * size * size) flattened patches x_p, N = (H / size)(W / size), in
-    row-major order over the grid, each flattened (c, row, col)."""
-    B, C, H, W = images.shape
-    grid = torch.unflatten(torch.unflatten(images, 2, (H // size, size)), 4, (W // size, size))  # (B, C, h, P, w, P)
-    return grid.permute(0, 2, 4, 1, 3, 5).flatten(3).flatten(1, 2)  # (B, h, w, C, P, P) -> (B, N, C P P)
+def patches(images: Tensor, size: int, stride: int) -> Tensor:
+    """(B, C, H, W) -> (B, N, C * size * size) flattened patches x_p, one every ``stride`` pixels down
+    and across (``stride`` < ``size``: overlapping, as the AST's), N = h w with h = (H - size) // stride
+    + 1 (and w alike), in row-major order over the grid, each flattened (c, row, col)."""
+    return F.unfold(images, size, stride=stride).transpose(1, 2)  # (B, C P P, N) -> (B, N, C P P)
 
 
 class PatchEmbedding(nn.Module):
-    """x_p E: each flattened patch mapped linearly to d_model (equal to a Conv2d of kernel and
-    stride P whose weight is E viewed as (d_model, C, P, P))."""
+    """x_p E: each flattened patch mapped linearly to d_model (equal to a Conv2d of kernel P and
+    stride ``stride`` whose weight is E viewed as (d_model, C, P, P))."""
 
-    def __init__(self, channels: int, patch_size: int, d_model: int) -> None:
+    def __init__(self, channels: int, patch_size: int, d_model: int, stride: int | None = None) -> None:
         super().__init__()
-        self.patch_size = patch_size
+        self.patch_size, self.stride = patch_size, stride or patch_size
         self.projection = nn.Linear(channels * patch_size * patch_size, d_model)  # E (and a bias)
 
     def forward(self, images: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, N, d_model)."""
-        return self.projection(patches(images, self.patch_size))
+        return self.projection(patches(images, self.patch_size, self.stride))
 
 
 # -- positions of the patches: absolute encodings of the patch index k = i w + j -----------------
@@ -106,7 +106,7 @@ class ClassToken(nn.Module):
     """ViT's x_class: a learned vector put before the patches; its final state summarises the image
     (read by ``pooling``, the first position)."""
 
-    pooling = FirstTokenPooling
+    pooling: type[nn.Module] = FirstTokenPooling
 
     def __init__(self, d_model: int) -> None:
         super().__init__()
@@ -120,6 +120,22 @@ class ClassToken(nn.Module):
     def attention_over_patches(weights: Tensor) -> Tensor:
         """(..., 1 + N, 1 + N) attention -> (..., N): what the class token attends to among the patches."""
         return weights[..., 0, 1:]
+
+
+class DistilledTokens(ClassToken):
+    """DeiT's two learned vectors before the patches (Touvron et al. 2021), which the AST keeps: the class
+    token and the distillation token; the summary is the mean of their final states (``pooling``)."""
+
+    pooling = FirstTwoPooling
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__(d_model)
+        self.token = nn.Parameter(torch.zeros(1, 2, d_model))  # [x_class; x_distil]
+
+    @staticmethod
+    def attention_over_patches(weights: Tensor) -> Tensor:
+        """(..., 2 + N, 2 + N) attention -> (..., N): the two tokens' attention to the patches, averaged."""
+        return weights[..., :2, 2:].mean(-2)
 
 
 class PatchMean(nn.Module):
@@ -152,6 +168,19 @@ class LinearClassifier(nn.Module):
     def forward(self, h: Tensor, valid: Tensor) -> Tensor:
         """(B, T, d_model), (B, T) True at real tokens -> (B, n_classes)."""
         return self.out(self.pooling(h, valid))
+
+
+class NormedLinearClassifier(LinearClassifier):
+    """The AST's head (ASTForAudioClassification's): logits = W_c LN(pool(h)) + b_c, a LayerNorm of the
+    summary before the one linear map (``eps``: the AST's 1e-12)."""
+
+    def __init__(self, d_model: int, n_classes: int, dropout: float, pooling: nn.Module, eps: float = 1e-12) -> None:
+        super().__init__(d_model, n_classes, dropout, pooling)
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+        """(B, T, d_model), (B, T) True at real tokens -> (B, n_classes)."""
+        return self.out(self.norm(self.pooling(h, valid)))
 
 
 class PatchEncoding(nn.Module):
