@@ -6,6 +6,7 @@ pitch is the label."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -349,3 +350,45 @@ def test_info_prints_the_cost_of_a_second_of_audio_and_a_cnn_has_no_tokens(tmp_p
     block = done.stdout[done.stdout.index("per 1 s of audio at 8,000 Hz") :].splitlines()
     assert block[1].split() == ["tokens", "none", "(no", "tokens)"] and block[2].split()[:2] == ["forward", "FLOPs"]
     assert json.loads(run_cli("info", str(config), "--json").stdout)["audio"]["tokens"] is None
+
+
+def test_inspect_draws_the_summarys_attention_on_the_spectrogram_and_a_cnn_has_none(tmp_path):
+    """An AST run on one recording: the prediction `predict` gives, and per layer the class token's
+    attention over the 4 x 12 patches (its row of the layer's weights, the bands' order flipped so that
+    the low bands are drawn at the bottom), the rollout and every figure; a frames model's one row of
+    frame tokens; the CNN has no attention to inspect."""
+    from attnlab.analysis.capture import capture_attention
+
+    rec = write_tones(tmp_path / "rec", indices=range(5, 12))
+    for arch, model in (
+        ("ast", AST_MODEL),
+        ("whisper_encoder", "features: {n_mels: 16}, stack: {d_model: 32, n_heads: 2, n_layers: 1, d_ff: 64}"),
+    ):
+        config = tmp_path / f"{arch}.yaml"
+        config.write_text(RECIPE.format(arch=arch, model=model, recordings=rec, steps=2))
+        assert run_cli("train", str(config), "--out", str(tmp_path / arch)).returncode == 0
+    wav = rec / "1_ann_5.wav"
+    done = run_cli("inspect", str(tmp_path / "ast"), "--src", str(wav), "--out", str(tmp_path / "figures"))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "figures" / "summary.json").read_text())
+    predicted = run_cli("predict", str(tmp_path / "ast"), str(wav)).stdout.split("\t")[1]
+    assert summary["prediction"]["label"] == predicted and summary["grid"] == [4, 12]
+    model, _, _ = load_run(tmp_path / "ast")
+    sound, _ = sf.read(wav, dtype="float32")
+    waves = torch.zeros(1, 4000)
+    waves[0, : len(sound)] = torch.from_numpy(sound)
+    with torch.no_grad(), capture_attention(model.eval()) as captured:
+        model.classify(waves, torch.tensor([len(sound)]))
+    for name, record in captured.last().items():
+        expected = record.probs[0, :, 0, 1:].unflatten(-1, (4, 12)).flip(-2)  # (H, 4, 12): the class token's row
+        assert torch.allclose(torch.tensor(summary["token_attention"][name]), expected, atol=1e-6), name
+    assert {Path(f).name for f in summary["files"]} >= {"spectrogram.png", "rollout.png", "encoder-0-spectrogram.png"}
+    done = run_cli("inspect", str(tmp_path / "whisper_encoder"), "--src", str(wav), "--out", str(tmp_path / "frames"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "frames" / "summary.json").read_text())["grid"] == [1, 25]  # 50 frames, two a token
+    config = tmp_path / "cnn.yaml"
+    config.write_text(
+        RECIPE.format(arch="audio_cnn", model="features: {n_mels: 16}, width: 4", recordings=rec, steps=1)
+    )
+    assert run_cli("train", str(config), "--out", str(tmp_path / "cnn")).returncode == 0
+    one_line(run_cli("inspect", str(tmp_path / "cnn"), "--src", str(wav)), "which has no attention to inspect")

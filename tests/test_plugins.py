@@ -365,7 +365,7 @@ def test_a_task_and_a_family_from_outside_the_package_train_through_the_command_
             "inspect",
             "'translation' or 'language_model' or 'classification' or 'masked_lm' or "
             "'image_classification' or 'captioning' or 'visual_qa' or 'encoder' or 'image_encoder' or "
-            "'speech_recognition' or 'test_keyword'",
+            "'audio_classification' or 'speech_recognition' or 'test_keyword'",
         ),
     ):  # this module's keyword task has an inspect view
         refused = run_cli(

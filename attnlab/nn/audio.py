@@ -98,10 +98,13 @@ class AudioSpectrogramTransformer(PatchEncoding):
         """(B, S), (B,) -> final states (B, T + N, d_model), T the summary's tokens, and (B, T + N) True
         at those and at the patches read."""
         image, frames = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, F), (B,)
+        image, valid = self.reads(image, frames, self.spectrogram_grid(image), self.patch_embed.stride)
+        return self.encode_some_patches(image, valid)  # (B, 1, n_mels, F), (B, N) patches read
+
+    def spectrogram_grid(self, image: Tensor) -> tuple[int, int]:
+        """The patches down (bands) and across (frames) a (B, 1, n_mels, F) image."""
         size, hop = self.patch_embed.patch_size, self.patch_embed.stride
-        grid = ((image.shape[2] - size) // hop + 1, (image.shape[3] - size) // hop + 1)
-        image, valid = self.reads(image, frames, grid, hop)  # (B, 1, n_mels, F), (B, N)
-        return self.encode_some_patches(image, valid)
+        return (image.shape[2] - size) // hop + 1, (image.shape[3] - size) // hop + 1
 
     def classify(self, waveforms: Tensor, lengths: Tensor) -> Tensor:
         """(B, S), (B,) -> (B, n_classes)."""
@@ -196,6 +199,10 @@ class FrameEncoding(TokenStates):
         """(B, S) waveforms, (B,) their samples -> final states (B, T', d_model) and their (B, T') validity."""
         image, frames = self.spectrogram(waveforms, lengths)  # (B, 1, n_mels, F), (B,)
         return self.encode_frames(image[:, 0].transpose(1, 2), frames)
+
+    def spectrogram_grid(self, image: Tensor) -> tuple[int, int]:
+        """One row of frame tokens, each two frames of a (B, 1, n_mels, F) image (the stem's stride)."""
+        return 1, (image.shape[3] + 1) // 2
 
 
 class TokenEncoding(TokenStates):

@@ -40,6 +40,15 @@ class CausalLM(Protocol):
 
 
 @runtime_checkable
+class SpectrogramTokens(Protocol):
+    """A model of sound whose tokens tile its spectrogram (an AST's patches, a frames model's frame pairs):
+    ``spectrogram_grid(image)``, the (rows, columns) of its tokens over a (B, 1, n_mels, F) image, row-major
+    as they are read (analysis/inspect_audio.py draws their attention on the spectrogram)."""
+
+    def spectrogram_grid(self, image: Tensor) -> tuple[int, int]: ...
+
+
+@runtime_checkable
 class CTCModel(Protocol):
     """A model read by CTC (decode/ctc.py): ``ctc_log_probs(src)`` -> (B, T, V) log-probabilities of
     each frame's symbol, over a vocabulary with a blank (id ``blank``), and the (B,) valid frames of each row."""

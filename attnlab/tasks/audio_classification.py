@@ -131,7 +131,7 @@ class AudioClassification(PredictsLabels, ClassifierTask[AudioData, AudioBatch])
     name = "audio_classification"
     config = AudioClassificationConfig
     needs = {"inputs": WAVEFORMS, "encoder": False}  # one label a clip (a recogniser writes a sequence)
-    commands = ("predict", "evaluate")
+    commands = ("predict", "evaluate", "inspect")
     cfg: AudioClassificationConfig
 
     def prepare(
