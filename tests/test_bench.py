@@ -456,7 +456,7 @@ def test_bench_audio_times_each_tokenisation_against_its_twin_with_precomputed_f
         "audio_train_frames",
         "audio_train_patches",
         "audio_train_waveform",
-        "audio_train_cnn",
+        "audio_train_convolutions",
         "audio_features_log_mel",
     ]
     assert all((r["value"], r["reference_value"], r["ratio"]) == (64.0, 64.0, 1.0) for r in records)

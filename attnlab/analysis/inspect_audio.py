@@ -116,11 +116,25 @@ def inspect_transcript(
 
 
 def on_spectrogram(image: Tensor) -> np.ndarray:
-    """(n_mels, F) image -> the picture patch_attention_plot draws on: (n_mels, F, 1) in [0, 1], the
-    highest band first (rows are drawn top down: the low bands at the bottom)."""
+    """(n_mels, F) image -> the picture patch_attention_plot (and the explorer's page) draws on:
+    (n_mels, F, 1) in [0, 1], the highest band first (rows are drawn top down: the low bands at the bottom)."""
     picture = image.flip(0).float()
     picture = (picture - picture.min()) / (picture.max() - picture.min()).clamp(min=1e-12)
     return picture[..., None].cpu().numpy()
+
+
+def spectrogram_tokens(model: SpectrogramTokens, waves: Tensor, lengths: Tensor) -> tuple[Tensor, tuple[int, int]]:
+    """The (n_mels, F) spectrogram a model of sound tokens reads of one clip (in eval mode: no masks drawn)
+    and the (rows, columns) grid of its tokens over it."""
+    image = cast(Any, model).spectrogram(waves, lengths)[0][0, 0]  # (n_mels, F)
+    return image, model.spectrogram_grid(image[None, None])
+
+
+def token_times(model: nn.Module, n_tokens: int) -> list[str]:
+    """The time of each of a frames model's ``n_tokens`` tokens (the middle of its two frames), in seconds."""
+    log_mel = cast(Any, model).spectrogram.log_mel
+    hop = log_mel.hop / log_mel.rate
+    return [f"{(2 * t + 1) * hop:.2f} s" for t in range(n_tokens)]
 
 
 @torch.no_grad()
@@ -173,8 +187,7 @@ def drawn_on_spectrogram(
 ) -> dict[str, Any]:
     """The spectrogram, and the summary's attention over the tokens drawn on it, per layer (one panel a
     head) and rolled out across the layers; the maps, and the grid, for summary.json."""
-    image = cast(Any, model).spectrogram(waves, lengths)[0][0, 0]  # (n_mels, F), as the model reads it
-    grid = model.spectrogram_grid(image[None, None])
+    image, grid = spectrogram_tokens(model, waves, lengths)  # (n_mels, F), as the model reads it
     over_tokens = cast(Any, model).summary.attention_over_patches  # (..., T, T) -> (..., N)
     picture = on_spectrogram(image)
     hop = cast(Any, model).spectrogram.log_mel.hop / cast(Any, model).spectrogram.log_mel.rate

@@ -7,7 +7,7 @@ with the same bands, window and hop.
 The models are recipes/audio/'s digit classifiers (8 kHz, 1 s clips, batches of 32, 10 classes):
 ``frames`` (whisper_encoder: log-mel frames through a convolutional stem), ``patches`` (ast: 2-D
 patches of the log-mels), ``waveform`` (waveform_transformer: frames of samples in three streams, each
-decimated by an anti-aliasing filter) and ``cnn`` (audio_cnn, the baseline over the same log-mels).
+decimated by an anti-aliasing filter) and ``convolutions`` (audio_cnn, the baseline over the same log-mels).
 Their front ends are LogMel (the spectrogram) and Decimation (the waveform's streams); SpecAugment,
 which draws its masks after the features, runs in both columns. One step is the forward, cross-entropy,
 backward and an AdamW update; the figure is seconds of audio a second, the median of interleaved steps.
@@ -52,7 +52,7 @@ MODELS: dict[str, dict[str, Any]] = {  # tokenisation -> the model section of it
         "waveform": {"frame_ms": 20.0, "streams": 3, "decimation": 10},
         "stack": STACK,
     },
-    "cnn": {"arch": "audio_cnn", "features": MEL, "augment": AUGMENT, "width": 16},
+    "convolutions": {"arch": "audio_cnn", "features": MEL, "augment": AUGMENT, "width": 16},  # the baseline
 }
 FRONT_ENDS = (LogMel, KaldiFbank, Decimation)
 REFERENCE, WHISPER_RATE = "transformers.WhisperFeatureExtractor", 16_000

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import numpy as np
 import soundfile as sf
@@ -54,29 +54,36 @@ def read_audio(path: str | Path, rate: int | None = None, note: Callable[[str], 
         raise DataError(f"{path}: a folder, not an audio file")
     if path.stat().st_size == 0:
         raise DataError(f"{path}: empty file (0 bytes), not audio")
+    return decode_audio(path, str(path), rate, note)
+
+
+def decode_audio(
+    source: Path | BinaryIO, name: str, rate: int | None = None, note: Callable[[str], None] = lambda line: None
+) -> Audio:
+    """:func:`read_audio`'s reading of a file or of bytes (an upload), every message naming ``name``."""
     try:
-        data, source_rate = sf.read(path, dtype="float32", always_2d=True)  # (T, channels); PCM scaled to [-1, 1)
+        data, source_rate = sf.read(source, dtype="float32", always_2d=True)  # (T, channels); PCM scaled to [-1, 1)
     except sf.LibsndfileError as err:
-        raise DataError(f"{path}: {_why(err)}") from None
+        raise DataError(f"{name}: {_why(err)}") from None
     except (RuntimeError, ValueError, OSError) as err:  # a chunk that lies about its size, a read cut short
-        raise DataError(f"{path}: damaged audio file ({err})") from None
+        raise DataError(f"{name}: damaged audio file ({err})") from None
     frames, channels = data.shape
     if frames == 0:
-        raise DataError(f"{path}: no samples (a {source_rate} Hz file of 0 frames)")
+        raise DataError(f"{name}: no samples (a {source_rate} Hz file of 0 frames)")
     bad = ~np.isfinite(data).all(axis=1)
     if bad.any():
         first = int(np.argmax(bad))
         kind = "NaN" if np.isnan(data[first]).any() else "infinite"
         raise DataError(
-            f"{path}: {kind} samples ({int(bad.sum()):,} frames, the first at frame {first:,}, "
+            f"{name}: {kind} samples ({int(bad.sum()):,} frames, the first at frame {first:,}, "
             f"{first / source_rate:.3f} s)"
         )
     samples = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float32)
     if channels > 1:
-        note(f"{path}: {channels} channels mixed to mono (their mean)")
+        note(f"{name}: {channels} channels mixed to mono (their mean)")
     if rate is not None and rate != source_rate:
         samples = resample(samples, source_rate, rate)
-        note(f"{path}: resampled from {source_rate:,} Hz to {rate:,} Hz ({RESAMPLER})")
+        note(f"{name}: resampled from {source_rate:,} Hz to {rate:,} Hz ({RESAMPLER})")
     return Audio(np.ascontiguousarray(samples, dtype=np.float32), rate or source_rate, source_rate, channels)
 
 

@@ -135,13 +135,16 @@ class Explorer:
                 f"the input has {len(options['text']):,} characters; the explorer takes at most {LIMITS.max_chars:,}",
                 status=413,
             )
-        if self.view.page.image is None:
+        upload = self.view.page.upload
+        if upload is None:
             if not options["text"].strip():
                 raise Refused("the input is empty; type a sentence")
-        elif options["text"].strip() and options["image"]:
-            raise Refused("give an uploaded image or an image file's path, not both")
-        elif not (options["text"].strip() or options["image"]):
-            raise Refused("the input is empty; upload an image, or give an image file's path on the server")
+            return options
+        name, thing, file = upload
+        if options["text"].strip() and options[name]:
+            raise Refused(f"give {thing} uploaded or {file}'s path, not both")
+        if not (options["text"].strip() or options[name]):
+            raise Refused(f"the input is empty; upload {thing}, or give {file}'s path on the server")
         return options
 
     def _heads(self, heads_off: dict[str, Any]) -> HeadSet:

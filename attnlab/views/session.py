@@ -1,5 +1,6 @@
 """The shared steps of answering an explorer request, which the views' ``answer`` methods compose:
-a loaded run (:class:`Session`) that encodes text, reads an image from an upload or a file, runs a
+a loaded run (:class:`Session`) that encodes text, reads an image or a recording from an upload or a
+file, runs a
 beam search and one teacher-forced pass over its chosen hypothesis, continues a prompt, captures
 the attention of one pass, and turns logits into class probabilities; and :func:`attention_maps`,
 each module's weights as the API sends them."""
@@ -19,6 +20,7 @@ from torch import Tensor, nn
 
 from attnlab.analysis.capture import AttentionRecord, capture_attention
 from attnlab.analysis.heads import head_entropy
+from attnlab.data.audio import decode_audio, read_audio
 from attnlab.data.tokenizers import BOS, EOS
 from attnlab.decode.spec import Beam, Sample
 from attnlab.models.shape import DataShape
@@ -87,6 +89,33 @@ class Session:
         std, mean = (torch.tensor(state[k])[:, None, None] for k in ("std", "mean"))
         pixels = images[0] * std + mean
         return images, (pixels.permute(1, 2, 0) / 255).clamp(0, 1).tolist()  # (C, H, W) -> (H, W, C)
+
+    def audio(self, path: str, upload: str) -> Tensor:
+        """The file at ``path`` or the base64 ``upload`` (one of them), read at the run's rate as its
+        commands read audio -> (1, S) waveform on the session's device; longer than the model reads:
+        refused."""
+        rate, samples = self.shape.need("sample_rate"), self.shape.need("samples")
+        if path.strip():
+            if not self.allow_files:
+                raise Refused(
+                    "this server reads no files; upload the recording, or start it with --allow-files to "
+                    "explore audio files by path",
+                    status=403,
+                )
+            sound = read_audio(path, rate).samples
+        else:
+            try:
+                data = base64.b64decode(upload, validate=True)
+            except (binascii.Error, ValueError):
+                raise Refused("audio must be an audio file's bytes in base64") from None
+            if not data:
+                raise Refused("audio is empty: upload a recording")
+            sound = decode_audio(io.BytesIO(data), "the uploaded recording", rate).samples
+        if len(sound) > samples:
+            raise Refused(
+                f"the recording is {len(sound) / rate:.2f} s; this model reads at most {samples / rate:g} s", status=413
+            )
+        return torch.from_numpy(sound)[None].to(self.device)  # (1, S)
 
     def searched(
         self, src: Tensor, src_labels: list[str], beam: int, lenpen: float, hypothesis: int, max_len: int | None = None

@@ -35,7 +35,8 @@ from attnlab.views.session import ImageReader, Session
 class Page:
     """What the explorer page shows of a task's runs. ``fields``: what a request reads besides the
     text and the heads switched off, with their defaults (their types are checked); ``image``:
-    how an image input is read (None: the input is a sentence); ``output``: how the page draws
+    how an image input is read (None: the input is a sentence); ``audio``: the input is a recording
+    (Session.audio reads it); ``output``: how the page draws
     the outputs ('nbest': a search's hypotheses, 'continuation': a prompt's continuation,
     'classes': class probabilities); ``steps``: which row of a map belongs to the output's step
     ('decoder': the decoder's rows, 'continuation': the prompt's last position onwards,
@@ -43,13 +44,22 @@ class Page:
 
     fields: dict[str, Any] = field(default_factory=dict)
     image: ImageReader | None = None
+    audio: bool = False
     output: Literal["nbest", "continuation", "classes"] = "classes"
     steps: Literal["decoder", "continuation", "question", "none"] = "none"
+
+    @property
+    def upload(self) -> tuple[str, str, str] | None:
+        """The field an uploaded file comes in, that file, and the file a path names ('image', 'an image',
+        'an image file'); None where the input is a sentence."""
+        if self.audio:
+            return "audio", "a recording", "an audio file"
+        return None if self.image is None else ("image", "an image", "an image file")
 
     def describe(self) -> dict[str, Any]:
         """The page's description, as /api/info sends it to the page's script."""
         return {
-            "input": "text" if self.image is None else "image",
+            "input": "audio" if self.audio else "text" if self.image is None else "image",
             "options": self.fields,
             "output": self.output,
             "steps": self.steps,

@@ -4,7 +4,7 @@
 
 const $ = (selector, root = document) => root.querySelector(selector);
 const panels = [];  // one per run: {index, run, root, result, off: {module: Set}, choice, step, module, head}
-let upload = "";  // the chosen image file's bytes in base64, for runs that read images
+let upload = "";  // the chosen file's bytes in base64, for runs that read images or recordings
 let uploading = Promise.resolve();  // its reading, which a submit waits for
 
 function el(tag, attrs = {}, ...children) {
@@ -30,10 +30,12 @@ async function start() {
   const reply = await fetch("/api/info");
   const info = await reply.json();
   $("#runs").textContent = info.runs.map((r) => `${r.name}: ${r.arch}, ${r.task}`).join("  |  ");
-  const image = info.runs.some((r) => r.input === "image");
-  $("#text").placeholder = image ? "an image file's path on the server, or upload one" : "a sentence to read";
-  $("#text").required = !image;
-  $("#upload").hidden = !image;
+  const image = info.runs.some((r) => r.input === "image"), audio = info.runs.some((r) => r.input === "audio");
+  $("#text").placeholder = audio ? "an audio file's path on the server, or upload one"
+    : image ? "an image file's path on the server, or upload one" : "a sentence to read";
+  $("#text").required = !(image || audio);
+  $("#upload").hidden = !(image || audio);
+  $("#upload").accept = audio ? "audio/*" : "image/*";
   const asks = info.runs.some((r) => "question" in r.options);  // a question answerer: a question as well
   $("#question").hidden = !asks;
   $("#question").required = asks;
@@ -83,6 +85,7 @@ function addOptions(runs) {
   const defaults = Object.assign({}, ...runs.map((r) => r.options));
   delete defaults.hypothesis;  // chosen by clicking an output
   delete defaults.image;  // the uploaded file
+  delete defaults.audio;  // the uploaded recording
   delete defaults.question;  // its own field
   for (const [name, value] of Object.entries(defaults)) {
     const input = typeof value === "boolean"
@@ -98,7 +101,7 @@ function requestFor(panel) {
   for (const [name, value] of Object.entries(panel.run.options)) {
     const input = $(`#options [name=${name}]`);
     if (name === "hypothesis") body.hypothesis = panel.choice;
-    else if (name === "image") body.image = upload;
+    else if (name === "image" || name === "audio") body[name] = upload;
     else if (name === "question") body.question = $("#question").value;
     else if (typeof value === "boolean") body[name] = input.checked;
     else body[name] = Number(input.value);
@@ -151,6 +154,7 @@ function render(panel) {
   const parts = [header(panel.run), el("h3", {}, "Output"), outputs(panel)];
   if (result.steps && result.steps.length) parts.push(el("h3", {}, "Step through the output"), steps(panel));
   if (result.text_to_image) parts.push(el("h3", {}, "Where each word of the question looks in the image"), words(panel));
+  if (result.summary) parts.push(el("h3", {}, "What the summary attends to, on the spectrogram"), summaries(panel));
   parts.push(el("h3", {}, "Heads: mean entropy (nats) · click to switch a head off"), entropyTable(panel));
   parts.push(filters(panel), ...result.attention.map((map) => moduleMaps(panel, map)));
   panel.root.replaceChildren(...parts);
@@ -230,6 +234,24 @@ function onImage(panel, map) {
   return el("div", {class: "module"}, el("div", {class: "meta"}, `${label(map)}: “${map.rows[row]}” over the patches`),
     el("div", {class: "maps"}, figure(mean, "heads on, averaged", "mean"),
        ...map.probs.map((probs, h) => figure(probs[row], `head ${h}${off.has(h) ? " (off)" : ""}`, h))));
+}
+
+// a classifier of sound: each layer's summary (its class token, or the tokens' mean) over the tokens that
+// tile the spectrogram, drawn on it: the heads on, averaged, then each head
+function summaries(panel) {
+  return el("div", {}, ...panel.result.summary.map(({module, probs}) => {
+    const off = panel.off[module] || new Set();
+    const heads = probs.map((_, h) => h).filter((h) => !off.has(h));
+    const mean = probs[0].map((_, j) => heads.reduce((s, h) => s + probs[h][j], 0) / Math.max(1, heads.length));
+    const figure = (weights, caption, head) => {
+      const canvas = el("canvas", {class: "patches", "data-module": module, "data-head": head});
+      drawOnImage(canvas, panel.result.picture, panel.result.grid, weights);
+      return el("figure", {}, canvas, el("figcaption", {}, caption));
+    };
+    return el("div", {class: "module"}, el("div", {class: "meta"}, module),
+      el("div", {class: "maps"}, figure(mean, "heads on, averaged", "mean"),
+         ...probs.map((weights, h) => figure(weights, `head ${h}${off.has(h) ? " (off)" : ""}`, h))));
+  }));
 }
 
 function drawOnImage(canvas, picture, [rows, cols], weights) {  // picture (H, W, C) in [0, 1]; weights (rows * cols)
