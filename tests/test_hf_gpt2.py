@@ -279,8 +279,9 @@ def test_the_imported_run_generates_scores_inspects_prunes_and_serves(tmp_path):
         ),
         (
             lambda f: edit_config(f, model_type="llama"),
-            "{f}/config.json: model_type is 'llama'; attnlab imports model_type 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), "
-            "'gpt2' (GPT-2)",
+            "{f}/config.json: model_type is 'llama'; attnlab imports model_type "
+            "'audio-spectrogram-transformer' (AST), 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), 'gpt2' (GPT-2), "
+            "'marian' (Marian, opus-mt), 'vit' (ViT), 'whisper' (Whisper)",
         ),
         (
             lambda f: edit_config(f, embd_pdrop=0.3, scale_attn_by_inverse_layer_idx=True),

@@ -169,8 +169,9 @@ def test_an_import_without_a_head_is_an_encoder_run_without_fill_mask_and_analys
             lambda f: (f / "config.json").write_text(
                 json.dumps(json.loads((f / "config.json").read_text()) | {"model_type": "roberta"})
             ),
-            "{f}/config.json: model_type is 'roberta'; attnlab imports model_type 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), "
-            "'gpt2' (GPT-2)",
+            "{f}/config.json: model_type is 'roberta'; attnlab imports model_type "
+            "'audio-spectrogram-transformer' (AST), 'bert' (BERT, MiniLM, all-MiniLM-L6-v2), 'gpt2' (GPT-2), "
+            "'marian' (Marian, opus-mt), 'vit' (ViT), 'whisper' (Whisper)",
         ),
         (lambda f: (f / "config.json").write_text("{"), "{f}/config.json: cannot read"),
     ],

@@ -22,26 +22,27 @@ one line naming them all; so is every option of a run the AST has no counterpart
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from attnlab.data.tokenizers import Tokenizer
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import CheckpointError
 from attnlab.interop.ast_weights import ast_tensors, hf_tensors
 from attnlab.interop.folder import (
     HIDDEN_ACTS,
     Exported,
     HFConverter,
     Imported,
+    checked_config,
     read_json,
     read_weights,
     register_converter,
+    unlike,
 )
 from attnlab.interop.vit import labels_of
-from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models import FamilyConfig, build_model
 from attnlab.models.shape import DataShape
 from attnlab.models.spectrogram_transformer import ASTConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
@@ -148,11 +149,7 @@ def export_refusals(cfg: ASTConfig, run: RunDir | None) -> list[str]:
         "stack.attention_scale": "sqrt_dk",
         "stack.layer_norm_eps": HEAD_EPS,
     }
-    refused = [
-        f"{name} {attrgetter(name)(cfg)!r} (the AST's is {value!r})"
-        for name, value in needs.items()
-        if attrgetter(name)(cfg) != value
-    ]
+    refused = unlike(cfg, needs, "the AST's")
     if cfg.reading.reads != "window":  # written model.reads: the part is flattened
         refused.insert(0, f"reads {cfg.reading.reads!r} (the AST's is 'window')")
     if cfg.stack.activation not in HIDDEN_ACTS:
@@ -227,12 +224,7 @@ class ASTConverter(HFConverter):
         where = folder / "config.json"
         extractor = extractor_of(folder)
         fields, shape = ast_model_fields(config, extractor, where)
-        try:
-            cfg = model_config(fields)
-            assert isinstance(cfg, ASTConfig)  # fields' arch: ast
-            cfg.check_shape(shape)
-        except ConfigError as err:
-            raise CheckpointError(f"{where}: {err}") from None
+        cfg = checked_config(fields, shape, where, ASTConfig)
         model = build_model(cfg, shape)
         tensors, unused = ast_tensors(read_weights(folder), cfg.stack.n_layers)
         target = named_tensors(model)

@@ -24,7 +24,6 @@ original computes. A token id of the original is ``order.index(id)`` here.
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from attnlab.interop.folder import (
     read_weights,
     register_converter,
     renumbered_spec,
+    unlike,
 )
 from attnlab.models import FamilyConfig, build_model, model_config
 from attnlab.models.encoder_only import EncoderOnlyConfig
@@ -147,11 +147,7 @@ def export_refusals(cfg: EncoderOnlyConfig, data: TaskConfig, run: RunDir | None
         "classifier.pooling": "cls",
         "classifier.head": "pooled",
     }
-    refused = [
-        f"{name} {attrgetter(name)(cfg)!r} (BERT's is {value!r})"
-        for name, value in needs.items()
-        if attrgetter(name)(cfg) != value
-    ]
+    refused = unlike(cfg, needs, "BERT's")
     if cfg.stack.activation not in HIDDEN_ACTS:
         refused.append(f"activation {cfg.stack.activation!r} (BERT has {', '.join(map(repr, HIDDEN_ACTS))})")
     if not ATTENTION_BACKENDS[cfg.stack.attention_backend].exact:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from operator import attrgetter
 from pathlib import Path
 from types import MethodType
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import torch
 from safetensors import SafetensorError
@@ -27,7 +28,7 @@ from torch import nn
 from attnlab.data.tokenizers import Tokenizer
 from attnlab.errors import CheckpointError, ConfigError, UsageError
 from attnlab.files import atomic_write_bytes, atomic_write_text, publish_dir, staging_dir
-from attnlab.models import FamilyConfig
+from attnlab.models import FamilyConfig, model_config
 from attnlab.models.shape import DataShape
 from attnlab.runs.checkpoint import load_run
 from attnlab.runs.checkpoint_files import write_checkpoint
@@ -61,6 +62,31 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
         return load_file(str(folder / WEIGHTS))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{folder / WEIGHTS}: cannot read ({err})") from None
+
+
+def unlike(cfg: FamilyConfig, needs: Mapping[str, Any], whose: str) -> list[str]:
+    """'field value (``whose`` is value)' for each field of ``needs`` (a dotted path of ``cfg``) whose value
+    differs from the architecture's: the export refusals every converter lists."""
+    return [
+        f"{name} {attrgetter(name)(cfg)!r} ({whose} is {value!r})"
+        for name, value in needs.items()
+        if attrgetter(name)(cfg) != value
+    ]
+
+
+C = TypeVar("C", bound=FamilyConfig)
+
+
+def checked_config(fields: dict[str, Any], shape: DataShape, where: Path, family: type[C]) -> C:
+    """The model section an import writes, typed and checked against the data's ``shape``: one that attnlab
+    refuses is the folder's fault, in one line naming ``where`` (its config.json)."""
+    try:
+        cfg = model_config(fields)
+        cfg.check_shape(shape)
+    except ConfigError as err:
+        raise CheckpointError(f"{where}: {err}") from None
+    assert isinstance(cfg, family)  # fields' arch is the family's
+    return cfg
 
 
 class HFConverter:
@@ -193,7 +219,7 @@ def check_folder(folder: Path) -> type[HFConverter]:
     config = read_json(folder / CONFIG)
     converter = CONVERTERS.get(config.get("model_type", ""))  # no model_type: no converter has ''
     if converter is None:
-        supported = ", ".join(f"'{c.model_type}' ({c.described})" for c in CONVERTERS.values())
+        supported = ", ".join(f"'{t}' ({CONVERTERS[t].described})" for t in sorted(CONVERTERS))
         raise CheckpointError(
             f"{folder / CONFIG}: model_type is {config.get('model_type')!r}; attnlab imports model_type {supported}"
         )

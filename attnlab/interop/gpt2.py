@@ -25,7 +25,6 @@ and the tokenizer files are interop/gpt2_vocabulary.py's.
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +32,19 @@ import torch
 from torch import nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, Tokenizer
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import CheckpointError
 from attnlab.interop.folder import (
     Exported,
     HFConverter,
     Imported,
+    checked_config,
     read_weights,
     register_converter,
     renumbered_spec,
+    unlike,
 )
 from attnlab.interop.gpt2_vocabulary import ADDED, exported_vocabulary, renumbered_tokenizer
-from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models import FamilyConfig, build_model
 from attnlab.models.decoder_lm import DecoderLMConfig
 from attnlab.models.shape import DataShape
 from attnlab.nn.registry import ATTENTION_BACKENDS
@@ -206,11 +207,7 @@ def export_refusals(cfg: DecoderLMConfig, data: TaskConfig, run: RunDir | None) 
         "multi_token_heads": 0,
         "output.bias": False,
     }
-    refused = [
-        f"{name} {attrgetter(name)(cfg)!r} (GPT-2's is {value!r})"
-        for name, value in needs.items()
-        if attrgetter(name)(cfg) != value
-    ]
+    refused = unlike(cfg, needs, "GPT-2's")
     if cfg.stack.activation not in EXPORTED_ACTIVATIONS:
         refused.append(f"activation {cfg.stack.activation!r} (GPT-2 has {', '.join(map(repr, EXPORTED_ACTIVATIONS))})")
     if cfg.stack.attention_scale == "learned":
@@ -237,12 +234,7 @@ class GPT2Converter(HFConverter):
         vocabulary = renumbered_tokenizer(folder, config)
         fields, shape = gpt2_model_fields(config, folder / "config.json", vocabulary.output_vocabulary)
         tokenizer, order, eos = vocabulary.tokenizer, vocabulary.order, vocabulary.end_of_text
-        try:
-            cfg = model_config(fields)
-            assert isinstance(cfg, DecoderLMConfig)  # fields' arch: decoder_lm
-            cfg.check_shape(shape)
-        except ConfigError as err:
-            raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+        cfg = checked_config(fields, shape, folder / "config.json", DecoderLMConfig)
         rows = [
             config.get("eos_token_id", 50256) if old is None else old for old in order
         ]  # added: the end of text's row

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import re
-from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -36,11 +35,20 @@ import torch
 from torch import nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
-from attnlab.errors import CheckpointError, ConfigError
-from attnlab.interop.folder import Exported, HFConverter, Imported, read_json, read_weights, register_converter
+from attnlab.errors import CheckpointError
+from attnlab.interop.folder import (
+    Exported,
+    HFConverter,
+    Imported,
+    checked_config,
+    read_json,
+    read_weights,
+    register_converter,
+    unlike,
+)
 from attnlab.interop.marian_weights import marian_tensors, tensor_pairs
 from attnlab.interop.spm import FOREIGN, spm_model, spm_tokenizer
-from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models import FamilyConfig, build_model
 from attnlab.models.encoder_decoder import EncoderDecoderConfig
 from attnlab.models.shape import DataShape
 from attnlab.nn.registry import ATTENTION_BACKENDS
@@ -175,11 +183,7 @@ def export_refusals(cfg: EncoderDecoderConfig, data: TaskConfig, run: RunDir | N
         "stack.attention_scale": "sqrt_dk",
         "stack.layer_norm_eps": 1e-5,
     }
-    refused = [
-        f"{name} {attrgetter(name)(cfg)!r} (Marian's is {value!r})"
-        for name, value in needs.items()
-        if attrgetter(name)(cfg) != value
-    ]
+    refused = unlike(cfg, needs, "Marian's")
     if cfg.embeddings.kind not in ("scaled", "plain"):
         refused.append(
             f"embeddings.kind {cfg.embeddings.kind!r} (Marian scales by sqrt(d) or not: 'scaled' or 'plain')"
@@ -308,12 +312,7 @@ class MarianConverter(HFConverter):
             role: spm_tokenizer(folder / f"{side}.spm", tokens, codes)
             for role, side in (("src", "source"), ("tgt", "target"))
         }
-        try:
-            cfg = model_config(fields)
-            assert isinstance(cfg, EncoderDecoderConfig)  # fields' arch: encoder_decoder
-            cfg.check_shape(shape)
-        except ConfigError as err:
-            raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+        cfg = checked_config(fields, shape, folder / "config.json", EncoderDecoderConfig)
         start = config.get("decoder_start_token_id", config["pad_token_id"])
         model = build_model(cfg, shape)
         target = named_tensors(model)

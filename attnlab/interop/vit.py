@@ -42,18 +42,19 @@ import torch
 from torch import nn
 
 from attnlab.data.tokenizers import Tokenizer
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import CheckpointError
 from attnlab.interop.folder import (
     HIDDEN_ACTS,
     Exported,
     HFConverter,
     Imported,
+    checked_config,
     read_json,
     read_weights,
     register_converter,
 )
 from attnlab.interop.vit_weights import CLS, CONV, POSITIONS, vit_pairs, vit_tensors
-from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models import FamilyConfig, build_model
 from attnlab.models.shape import DataShape
 from attnlab.models.vit import ViTConfig
 from attnlab.runs.init import InitReport, copy_tensors, named_tensors
@@ -260,12 +261,7 @@ class ViTConverter(HFConverter):
         weights = read_weights(folder)
         with_classifier = "classifier.weight" in weights
         fields, shape = vit_model_fields(config, with_classifier, folder / "config.json")
-        try:
-            cfg = model_config(fields)
-            assert isinstance(cfg, ViTConfig)  # fields' arch: vit
-            cfg.check_shape(shape)
-        except ConfigError as err:
-            raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+        cfg = checked_config(fields, shape, folder / "config.json", ViTConfig)
         model = build_model(cfg, shape)
         tensors, unused = vit_tensors(weights, cfg.stack.n_layers)
         target = named_tensors(model)

@@ -27,7 +27,6 @@ one line naming them all.
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +34,21 @@ import torch
 from torch import nn
 
 from attnlab.data.tokenizers import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import CheckpointError
 from attnlab.interop.folder import (
     HIDDEN_ACTS,
     Exported,
     HFConverter,
     Imported,
+    checked_config,
     read_json,
     read_weights,
     register_converter,
+    unlike,
 )
 from attnlab.interop.gpt2_vocabulary import keeps_attnlab_controls, library_tokenizer, token_ids
 from attnlab.interop.whisper_weights import ENCODER_POSITIONS, hf_tensors, whisper_pairs, whisper_tensors
-from attnlab.models import FamilyConfig, build_model, model_config
+from attnlab.models import FamilyConfig, build_model
 from attnlab.models.shape import DataShape
 from attnlab.models.whisper import WhisperConfig
 from attnlab.nn.positional import WhisperSinusoidalPositional
@@ -179,11 +180,7 @@ def export_refusals(cfg: WhisperConfig, run: RunDir | None) -> list[str]:
         "stack.attention_scale": "sqrt_dk",
         "stack.layer_norm_eps": LAYER_NORM_EPS,
     }
-    refused = [
-        f"{name} {attrgetter(name)(cfg)!r} (Whisper's is {value!r})"
-        for name, value in needs.items()
-        if attrgetter(name)(cfg) != value
-    ]
+    refused = unlike(cfg, needs, "Whisper's")
     if cfg.reading.reads != "window":  # written model.reads: the part is flattened
         refused.insert(0, f"reads {cfg.reading.reads!r} (Whisper's is 'window')")
     if "output" not in cfg.embeddings.tied(("output",)):
@@ -282,12 +279,7 @@ class WhisperConverter(HFConverter):
         extractor = extractor_of(folder)
         fields, shape = whisper_model_fields(config, extractor, where)
         tokenizer = whisper_tokenizer(folder, config)
-        try:
-            cfg = model_config(fields)
-            assert isinstance(cfg, WhisperConfig)  # fields' arch: whisper
-            cfg.check_shape(shape)
-        except ConfigError as err:
-            raise CheckpointError(f"{where}: {err}") from None
+        cfg = checked_config(fields, shape, where, WhisperConfig)
         model = build_model(cfg, shape)
         pairs = whisper_pairs(cfg.encoder_layers, cfg.decoder_layers)
         tensors, unused = whisper_tensors(read_weights(folder), pairs, cfg.stack.d_model, folder / "model.safetensors")
